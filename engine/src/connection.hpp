@@ -1,0 +1,188 @@
+// Per-connection state. A connection is a small always-present core (this
+// struct without its contexts) plus two tracking contexts borrowed from the
+// endpoint's pools while there is work: TxCtx (send queue, per-PSN records,
+// per-path send order) and RxCtx (receive window bitmap, receive queue).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "metaroce/engine.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::detail {
+
+inline constexpr uint32_t kPacketOverhead = 64;  // bytes charged per packet on top of payload
+inline constexpr uint16_t kRespSlotFlag = 0x8000;  // TxRecord::slot names a READ response job
+inline constexpr uint32_t kFix = 1u << 16;         // fixed-point one for alpha and loss EWMA
+
+enum class ConnState : uint8_t { kConnecting, kEstablished, kError, kClosing, kClosed };
+
+struct Path {
+  uint16_t entropy = 0;
+  uint16_t generation = 0;
+  PathState state = PathState::kActive;
+  bool slow_start = true;
+  bool has_rtt = false;
+  uint8_t consecutive_rtos = 0;
+  uint8_t backoff = 0;
+  uint8_t probes_unanswered = 0;
+  uint32_t cwnd = 0;      // bytes
+  uint32_t inflight = 0;  // bytes
+  uint32_t cwnd_frac = 0; // additive-increase accumulator
+  uint32_t alpha = kFix;  // DCTCP alpha, fixed point (CC-3)
+  uint32_t win_acked = 0; // bytes acked in the current alpha window
+  uint32_t win_pkts = 0;  // packets acked in the current alpha window
+  uint32_t win_ce = 0;    // CE echoes in the current alpha window
+  uint32_t loss_ewma = 0; // fixed point (PATH-5)
+  uint32_t outcomes = 0;
+  uint32_t next_pseq = 0;          // per-path transmission number (LOSS-1)
+  uint32_t ring_head = 0;          // oldest pseq still in the send-order ring
+  uint32_t highest_acked_pseq = 0; // valid when any_acked
+  bool any_acked = false;
+  uint64_t srtt = 0, rttvar = 0, min_rtt = 0;
+  TimeNs rto_deadline = TimeNs::never();
+  TimeNs probe_deadline = TimeNs::never();
+  TimeNs last_decrease{0};
+  PathStats stats;
+
+  [[nodiscard]] uint16_t tag(uint8_t slot) const {
+    return static_cast<uint16_t>(slot | (generation << 5));
+  }
+};
+
+// One entry per PSN in the send window, indexed by psn & (W-1).
+struct TxRecord {
+  uint32_t psn = 0;
+  uint32_t pseq = 0;   // transmission number on `path` of the latest send
+  uint16_t slot = 0;   // send-queue slot, or kRespSlotFlag | response job slot
+  uint16_t len = 0;    // payload bytes
+  uint8_t path = 0;
+  uint8_t flags = 0;
+  uint8_t tx_count = 0;
+};
+inline constexpr uint8_t kRecInFlight = 0x01;
+inline constexpr uint8_t kRecAcked = 0x02;
+inline constexpr uint8_t kRecQueued = 0x04;  // waiting in the retransmit queue
+
+struct SqEntry {
+  SendWr wr;
+  const uint8_t* local = nullptr;  // resolved local buffer (source, or READ target)
+  uint8_t* read_target = nullptr;
+  uint32_t npkts = 0;    // packets this WR sends (READ: 1 request)
+  uint32_t sent = 0;     // packets assigned a PSN so far
+  uint32_t msn = 0;      // RSN or read sequence
+  uint32_t first_psn = 0;
+  uint32_t resp_pkts = 0;      // READ: response packets expected
+  uint32_t resp_received = 0;  // READ: response packets placed
+  Status status = Status::kOk;
+  bool failed = false;
+};
+
+// A READ we are serving (READ-2): response packets in our PSN space.
+struct RespJob {
+  const uint8_t* src = nullptr;
+  uint32_t len = 0;
+  uint32_t read_seq = 0;
+  uint32_t npkts = 0;
+  uint32_t sent = 0;
+  uint32_t first_psn = 0;
+};
+
+struct TxCtx {
+  std::vector<TxRecord> records;       // W
+  std::vector<uint64_t> acked_bits;    // W bits: PSNs in [cum_acked, next_psn) acked
+  std::vector<uint32_t> path_rings;    // num_paths x W psns, in send order per path
+  std::vector<uint32_t> retx;          // W psns, FIFO
+  uint32_t retx_head = 0, retx_tail = 0;
+  std::vector<SqEntry> sq;             // sq_depth
+  uint32_t sq_head = 0, sq_seg = 0, sq_tail = 0;  // complete <= head <= seg(menting) <= tail
+  std::vector<RespJob> resp;           // max_reads
+  uint32_t resp_head = 0, resp_seg = 0, resp_tail = 0;
+  std::vector<uint32_t> read_slot;     // read_seq % peer_max_reads -> sq index
+};
+
+struct RecvEntry {
+  RecvWr wr;
+  uint8_t* buf = nullptr;
+  uint32_t last_psn = 0;
+  uint32_t byte_len = 0;
+  uint32_t imm = 0;
+  bool has_last = false;
+  bool has_imm = false;
+  bool write_imm = false;
+};
+
+// An ACK we owe (ACK-6, ACK-7): the packet it echoes and where it goes.
+struct Echo {
+  uint32_t psn = 0;
+  uint32_t tsval = 0;
+  uint16_t tag = 0;
+  uint16_t entropy = 0;
+  uint8_t flags = 0;
+};
+
+struct RxCtx {
+  std::vector<uint64_t> bits;  // W bits: PSNs in [cum, cum+W) received
+  std::vector<RecvEntry> rq;   // rq_depth
+  uint32_t rq_head = 0, rq_tail = 0;  // head = oldest not completed (rsn Connection::rsn_head)
+};
+
+struct Connection {
+  ConnId id;
+  uint32_t index = 0;
+  ConnState state = ConnState::kConnecting;
+  bool is_requester = false;
+  PeerAddr peer;
+  uint32_t peer_conn = 0;
+  uint64_t nonce = 0;
+  uint32_t initial_psn = 0;
+  uint16_t mtu = 0;
+  uint8_t window_log2 = 0;
+  uint8_t peer_max_reads = 0;
+  uint8_t num_paths = 0;
+  uint8_t rr_next = 0;
+  uint8_t attempts = 0;
+
+  // Control packets owed.
+  bool owe_connect = false, owe_accept = false, owe_disconnect = false;
+  bool owe_disconnect_ack = false, owe_nak = false;
+  uint32_t probe_owed = 0;  // bit per path slot
+  wire::NakBody nak;
+  uint16_t nak_entropy = 0;
+  Status error = Status::kOk;
+
+  // Sender side.
+  uint32_t next_psn = 0;     // next new PSN
+  uint32_t cum_acked = 0;    // every PSN before it acknowledged
+  uint32_t next_rsn = 0;     // receive sequence numbers we assign to SEND*/WRITE_IMM
+  uint32_t next_read_seq = 0;
+  uint32_t reads_outstanding = 0;
+  uint32_t sq_count = 0;
+  TimeNs rnr_until{0};
+  TimeNs last_progress{0};
+  TimeNs control_deadline = TimeNs::never();  // connect / disconnect retry
+
+  // Receiver side.
+  uint32_t rx_cum = 0;       // every PSN before it received
+  uint32_t rx_high = 0;      // one past the highest PSN received
+  uint32_t unacked = 0;
+  TimeNs ack_deadline = TimeNs::never();
+  std::array<Echo, 4> echoes{};  // ACKs owed now, oldest first
+  uint8_t echo_count = 0;
+  Echo latest;                   // newest arrival, echoed when the ack delay expires
+  uint32_t expected_read_seq = 0;  // next READ_REQ read sequence we accept
+  uint32_t rsn_head = 0;           // RSN of the oldest receive not yet completed
+
+  std::unique_ptr<TxCtx> tx;
+  std::unique_ptr<RxCtx> rx;
+  std::vector<Path> paths;  // num_paths entries, sized once at creation
+  ConnStats stats;
+
+  [[nodiscard]] uint32_t window() const { return 1u << window_log2; }
+  [[nodiscard]] uint32_t wmask() const { return window() - 1; }
+};
+
+}  // namespace metaroce::detail

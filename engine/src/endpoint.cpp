@@ -1,0 +1,521 @@
+// Endpoint: public API, datagram dispatch, timers and output scheduling.
+#include <algorithm>
+#include <cstring>
+
+#include "impl.hpp"
+
+namespace metaroce {
+using detail::Connection;
+using detail::ConnState;
+
+namespace {
+constexpr uint32_t kIndexBits = 20;
+constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
+}  // namespace
+
+Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d657461726f6365ull) {
+  cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 15);
+  cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, 32);
+  cfg.mtu = std::clamp<uint16_t>(cfg.mtu, 256, 65000);
+  cfg.sq_depth = std::max<uint16_t>(cfg.sq_depth, 1);
+  cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
+  cfg.max_reads = std::max<uint8_t>(cfg.max_reads, 1);
+  cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
+  if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
+  cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kIndexMask);
+}
+
+Connection* Endpoint::Impl::find(ConnId id) const {
+  const uint32_t index = (id.v & kIndexMask) - 1;
+  if (!id.valid() || index >= conns.size() || !conns[index]) return nullptr;
+  Connection* c = conns[index].get();
+  return c->id == id ? c : nullptr;
+}
+
+Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
+  uint32_t index;
+  if (!free_indices.empty()) {
+    index = free_indices.back();
+    free_indices.pop_back();
+  } else {
+    if (conns.size() >= cfg.max_connections) return nullptr;
+    index = static_cast<uint32_t>(conns.size());
+    conns.emplace_back();
+    generations.push_back(0);
+    timer_pos.push_back(detail::TimerHeap::kAbsent);
+    in_ready.push_back(0);
+    ready.reserve(conns.size());
+  }
+  auto c = std::make_unique<Connection>();
+  generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);
+  if (generations[index] == 0) generations[index] = 1;
+  c->id = ConnId{(uint32_t{generations[index]} << kIndexBits) | (index + 1)};
+  c->index = index;
+  c->peer = peer;
+  c->mtu = cfg.mtu;
+  c->window_log2 = cfg.window_log2;
+  c->num_paths = cfg.num_paths;
+  c->next_psn = static_cast<uint32_t>(rng.next());
+  c->cum_acked = c->next_psn;
+  c->initial_psn = c->next_psn;
+  init_paths(*c);
+  conns[index] = std::move(c);
+  return conns[index].get();
+}
+
+void Endpoint::Impl::destroy_connection(Connection& c) {
+  timers.remove(c.index, timer_pos);
+  if (c.nonce != 0) {
+    auto it = by_nonce.find(c.nonce);
+    if (it != by_nonce.end() && it->second == c.index) by_nonce.erase(it);
+  }
+  if (c.tx) tx_pool.push_back(std::move(c.tx));
+  if (c.rx) rx_pool.push_back(std::move(c.rx));
+  const uint32_t index = c.index;
+  in_ready[index] = 0;
+  conns[index].reset();
+  free_indices.push_back(index);
+}
+
+void Endpoint::Impl::mark_ready(Connection& c) {
+  if (in_ready[c.index]) return;
+  in_ready[c.index] = 1;
+  ready.push_back(c.index);
+}
+
+detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
+  if (c.tx) return *c.tx;
+  if (!tx_pool.empty()) {
+    c.tx = std::move(tx_pool.back());
+    tx_pool.pop_back();
+  } else {
+    c.tx = std::make_unique<detail::TxCtx>();
+  }
+  detail::TxCtx& t = *c.tx;
+  const uint32_t w = c.window();
+  t.records.assign(w, detail::TxRecord{});
+  t.acked_bits.assign(w / 64, 0);
+  t.path_rings.assign(size_t{c.num_paths} * w, 0);
+  t.retx.assign(w, 0);
+  t.retx_head = t.retx_tail = 0;
+  t.sq.assign(cfg.sq_depth, detail::SqEntry{});
+  t.sq_head = t.sq_seg = t.sq_tail = 0;
+  t.resp.assign(size_t{cfg.max_reads} * 4, detail::RespJob{});  // slack: see READ-3
+  t.resp_head = t.resp_seg = t.resp_tail = 0;
+  t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
+  for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
+  return t;
+}
+
+detail::RxCtx& Endpoint::Impl::rx_ctx(Connection& c) {
+  if (c.rx) return *c.rx;
+  if (!rx_pool.empty()) {
+    c.rx = std::move(rx_pool.back());
+    rx_pool.pop_back();
+  } else {
+    c.rx = std::make_unique<detail::RxCtx>();
+  }
+  detail::RxCtx& r = *c.rx;
+  r.bits.assign(c.window() / 64, 0);
+  r.rq.assign(cfg.rq_depth, detail::RecvEntry{});
+  r.rq_head = r.rq_tail = 0;
+  return r;
+}
+
+// Contexts go back to the pool once they hold nothing a later packet needs,
+// so an idle connection costs only its core (the 10,000-connection budget).
+void Endpoint::Impl::maybe_release_ctx(Connection& c) {
+  if (c.tx && c.tx->sq_head == c.tx->sq_tail && c.tx->resp_head == c.tx->resp_tail &&
+      c.cum_acked == c.next_psn && c.tx->retx_head == c.tx->retx_tail) {
+    tx_pool.push_back(std::move(c.tx));
+  }
+  if (c.rx && c.rx->rq_head == c.rx->rq_tail && c.rx_cum == c.rx_high && c.unacked == 0 &&
+      c.echo_count == 0) {
+    rx_pool.push_back(std::move(c.rx));
+  }
+}
+
+void Endpoint::Impl::complete(const Connection& c, const Completion& comp) {
+  (void)c;
+  completions.push_back(comp);
+}
+
+void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s) {
+  events.push_back(Event{k, c.id, s, c.peer});
+}
+
+wire::BaseHeader Endpoint::Impl::base_header(const Connection& c, wire::Opcode op,
+                                            TimeNs now) const {
+  wire::BaseHeader bh;
+  bh.opcode = op;
+  bh.flags = cfg.cover_payload ? wire::kFlagPayloadCovered : 0;
+  bh.dst_conn = c.peer_conn;
+  bh.tsval = static_cast<uint32_t>(now.ns);
+  return bh;
+}
+
+size_t Endpoint::Impl::finish(std::span<uint8_t> buf, size_t hlen, size_t plen) const {
+  return wire::seal(buf, hlen, plen);
+}
+
+// ---------------------------------------------------------------- timers
+
+void Endpoint::Impl::update_timer(Connection& c) {
+  TimeNs t = c.control_deadline;
+  t = std::min(t, c.ack_deadline);
+  bool outstanding = false;
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    const detail::Path& p = c.paths[i];
+    if (p.inflight > 0) {
+      t = std::min(t, p.rto_deadline);
+      outstanding = true;
+    }
+    if (p.state == PathState::kProbing) t = std::min(t, p.probe_deadline);
+  }
+  if (c.tx && (c.tx->retx_head != c.tx->retx_tail)) outstanding = true;
+  if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail) t = std::min(t, c.rnr_until);
+  if (outstanding && c.state == ConnState::kEstablished)
+    t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
+  // A deadline already passed is due at the next call, never in a loop
+  // inside this one.
+  if (t != TimeNs::never() && t <= last_now) t = last_now + 1;
+  timers.set(c.index, t, timer_pos);
+}
+
+void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
+  if (c.rnr_until <= now) c.rnr_until = TimeNs{0};
+  if (c.control_deadline <= now) {
+    c.control_deadline = TimeNs::never();
+    if (c.state == ConnState::kConnecting) {
+      if (c.attempts >= cfg.connect_attempts) {
+        push_event(EventKind::kConnectFailed, c, Status::kConnectTimeout);
+        flush_all(c, Status::kConnectTimeout, 0);
+        destroy_connection(c);
+        return;
+      }
+      c.owe_connect = true;
+    } else if (c.state == ConnState::kClosing) {
+      if (c.attempts >= cfg.connect_attempts) {
+        push_event(EventKind::kClosed, c, Status::kPeerUnreachable);
+        destroy_connection(c);
+        return;
+      }
+      c.owe_disconnect = true;
+    }
+  }
+  if (c.ack_deadline <= now) {
+    c.ack_deadline = TimeNs::never();
+    if (c.unacked > 0 && c.echo_count == 0) c.echoes[c.echo_count++] = c.latest;  // ACK-5
+  }
+  if (c.state == ConnState::kEstablished) {
+    for (uint8_t i = 0; i < c.num_paths; ++i) {
+      detail::Path& p = c.paths[i];
+      if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
+      if (p.state == PathState::kProbing && p.probe_deadline <= now) {
+        // PATH-6: a new entropy can hash onto the same broken link; after
+        // three unanswered probes draw another.
+        if (++p.probes_unanswered > 3) retire_path(c, i, now);
+        c.probe_owed |= 1u << i;
+        p.probe_deadline = now + cfg.recovery.probe_interval_ns;
+      }
+    }
+    bool outstanding = c.tx && (c.cum_acked != c.next_psn || c.tx->retx_head != c.tx->retx_tail);
+    if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
+      enter_error(c, Status::kPeerUnreachable, c.cum_acked, now);
+    }
+  }
+  mark_ready(c);
+  update_timer(c);
+}
+
+// ---------------------------------------------------------------- output
+
+bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
+  const Orphan o = orphans.front();
+  orphans.pop_front();
+  wire::BaseHeader bh;
+  bh.opcode = o.op;
+  bh.dst_conn = o.dst_conn;
+  size_t h = o.op == wire::Opcode::kConnectReject ? wire::write_connect(buf, bh, o.connect)
+                                                   : wire::write_disconnect(buf, bh, o.disconnect);
+  out.peer = o.peer;
+  out.entropy = o.entropy;
+  out.ecn = kEcnEct0;
+  out.len = finish(buf, h, 0);
+  out.header_len = h;
+  out.payload = {};
+  return out.len > 0;
+}
+
+bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                              bool gather) {
+  out.peer = c.peer;
+  out.ecn = kEcnEct0;
+  out.payload = {};
+  if (emit_control(c, now, buf, out)) return true;
+  if (c.state != ConnState::kEstablished && c.state != ConnState::kError) return false;
+  if (emit_ack(c, now, buf, out)) return true;
+  if (c.state != ConnState::kEstablished) return false;
+  return emit_data(c, now, buf, out, gather);
+}
+
+bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
+  last_now = now;
+  if (!orphans.empty() && emit_orphan(buf, out)) {
+    ++estats.datagrams_sent;
+    return true;
+  }
+  // Round-robin: one datagram per ready connection per turn.
+  while (ready_head < ready.size()) {
+    const uint32_t index = ready[ready_head++];
+    Connection* c = conns[index].get();
+    if (c == nullptr || !in_ready[index]) continue;
+    if (emit_for(*c, now, buf, out, gather)) {
+      ready.push_back(index);  // stays ready: it may have more
+      if (ready_head > 4096 && ready_head * 2 > ready.size()) {
+        ready.erase(ready.begin(), ready.begin() + static_cast<std::ptrdiff_t>(ready_head));
+        ready_head = 0;
+      }
+      update_timer(*c);
+      ++estats.datagrams_sent;
+      return true;
+    }
+    in_ready[index] = 0;
+    update_timer(*c);
+    maybe_release_ctx(*c);
+  }
+  ready.clear();
+  ready_head = 0;
+  return false;
+}
+
+// ---------------------------------------------------------------- input
+
+void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
+  // CONN-5: answer a CONNECT_REQ of another version, in version 1, if its
+  // body is long enough to echo; everything else of another version is dropped.
+  if (dg.bytes.size() < wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize) return;
+  const uint8_t* q = dg.bytes.data() + wire::kBaseHeaderSize;
+  Orphan o{};
+  o.peer = dg.peer;
+  o.entropy = dg.entropy;
+  o.op = wire::Opcode::kConnectReject;
+  o.dst_conn = (uint32_t{q[0]} << 24) | (uint32_t{q[1]} << 16) | (uint32_t{q[2]} << 8) | q[3];
+  o.connect.code = static_cast<uint8_t>(Status::kVersionMismatch);
+  o.connect.max_version = wire::kVersion;
+  uint64_t nonce = 0;
+  for (int i = 0; i < 8; ++i) nonce = (nonce << 8) | q[16 + i];
+  o.connect.nonce = nonce;
+  if (orphans.size() < 1024) orphans.push_back(o);
+}
+
+}  // namespace metaroce
+
+namespace metaroce {
+using detail::Connection;
+using detail::ConnState;
+
+void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
+  Impl& m = *impl_;
+  m.last_now = now;
+  ++m.estats.datagrams_received;
+  wire::Packet p;
+  const wire::ParseError err = wire::decode(dg.bytes, p);
+  switch (err) {
+    case wire::ParseError::kOk: break;
+    case wire::ParseError::kTruncated: ++m.estats.truncated; return;
+    case wire::ParseError::kBadVersion:
+      ++m.estats.bad_version;
+      if (dg.bytes.size() > 1 && dg.bytes[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq))
+        m.reject_bad_version(dg);
+      return;
+    case wire::ParseError::kBadOpcode: ++m.estats.bad_opcode; return;
+    case wire::ParseError::kBadChecksum: ++m.estats.bad_checksum; return;
+    case wire::ParseError::kBadLength: ++m.estats.bad_length; return;
+    case wire::ParseError::kBadField: ++m.estats.bad_field; return;
+  }
+  const wire::Opcode op = p.bh.opcode;
+  if (op == wire::Opcode::kConnectReq) {
+    m.on_connect_req(dg, p, now);
+    return;
+  }
+  Connection* c = m.find(ConnId{p.bh.dst_conn});
+  if (c == nullptr) {
+    ++m.estats.unknown_connection;
+    if (op == wire::Opcode::kDisconnect) m.on_disconnect(dg, p, now);  // ack a repeat
+    return;
+  }
+  if (!(c->peer == dg.peer)) {
+    ++m.estats.wrong_peer;
+    return;
+  }
+  switch (op) {
+    case wire::Opcode::kConnectAccept:
+    case wire::Opcode::kConnectReject:
+      if (!m.on_connect_reply(*c, p, now)) return;  // rejected: connection is gone
+      break;
+    case wire::Opcode::kDisconnect: m.on_disconnect(dg, p, now); return;
+    case wire::Opcode::kDisconnectAck:
+      if (c->state == ConnState::kClosing) {
+        m.push_event(EventKind::kClosed, *c, Status::kOk);
+        m.destroy_connection(*c);
+      }
+      return;
+    case wire::Opcode::kAck:
+      if (c->state == ConnState::kEstablished) m.on_ack(*c, p, now);
+      break;
+    case wire::Opcode::kNak:
+      if (c->state == ConnState::kEstablished) m.on_nak(*c, p, now);
+      break;
+    case wire::Opcode::kProbe:
+      if (c->state == ConnState::kEstablished) m.on_probe(*c, dg, p, now);
+      break;
+    default:
+      if (c->state == ConnState::kEstablished || c->state == ConnState::kError)
+        m.on_data(*c, dg, p, now);
+      break;
+  }
+  // The connection may have been destroyed above only on paths that return.
+  m.mark_ready(*c);
+  m.update_timer(*c);
+}
+
+void Endpoint::handle_timeout(TimeNs now) {
+  Impl& m = *impl_;
+  m.last_now = now;
+  while (!m.timers.empty() && m.timers.top_time() <= now) {
+    const uint32_t index = m.timers.top_id();
+    Connection* c = m.conns[index].get();
+    if (c == nullptr) {
+      m.timers.remove(index, m.timer_pos);
+      continue;
+    }
+    m.timers.set(index, TimeNs::never(), m.timer_pos);
+    m.run_timers(*c, now);
+  }
+}
+
+TimeNs Endpoint::next_timeout() const { return impl_->timers.top_time(); }
+
+bool Endpoint::poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  return impl_->poll(now, buf, out, false);
+}
+
+bool Endpoint::poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf, TxDatagram& out) {
+  return impl_->poll(now, header_buf, out, true);
+}
+
+bool Endpoint::poll_completion(Completion& out) {
+  if (impl_->completions.empty()) return false;
+  out = impl_->completions.front();
+  impl_->completions.pop_front();
+  return true;
+}
+
+bool Endpoint::poll_event(Event& out) {
+  if (impl_->events.empty()) return false;
+  out = impl_->events.front();
+  impl_->events.pop_front();
+  return true;
+}
+
+// ---------------------------------------------------------------- API
+
+Endpoint::Endpoint(const EndpointConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {}
+Endpoint::~Endpoint() = default;
+
+const EndpointConfig& Endpoint::config() const { return impl_->cfg; }
+
+Status Endpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
+  uint64_t rkey;
+  do {
+    rkey = impl_->rng.next();
+  } while (rkey == 0 || impl_->mrs.rkey_in_use(rkey));
+  return impl_->mrs.add(addr, length, access, rkey, out);
+}
+
+Status Endpoint::deregister_memory(uint32_t lkey) { return impl_->mrs.remove(lkey); }
+
+Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
+  return impl_->connect(peer, now, out);
+}
+
+void Endpoint::close(ConnId conn, TimeNs now) {
+  if (Connection* c = impl_->find(conn)) impl_->close(*c, now);
+}
+
+bool Endpoint::is_established(ConnId conn) const {
+  const Connection* c = impl_->find(conn);
+  return c != nullptr && c->state == ConnState::kEstablished;
+}
+
+PeerAddr Endpoint::peer_of(ConnId conn) const {
+  const Connection* c = impl_->find(conn);
+  return c != nullptr ? c->peer : PeerAddr{};
+}
+
+Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
+  Connection* c = impl_->find(conn);
+  if (c == nullptr) return Status::kNoSuchConnection;
+  const Status s = impl_->post_send(*c, wr);
+  if (s == Status::kOk) impl_->mark_ready(*c);
+  return s;
+}
+
+Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
+  Connection* c = impl_->find(conn);
+  if (c == nullptr) return Status::kNoSuchConnection;
+  return impl_->post_recv(*c, wr);
+}
+
+const EndpointStats& Endpoint::endpoint_stats() const { return impl_->estats; }
+
+const ConnStats* Endpoint::conn_stats(ConnId conn) const {
+  const Connection* c = impl_->find(conn);
+  return c != nullptr ? &c->stats : nullptr;
+}
+
+size_t Endpoint::path_count(ConnId conn) const {
+  const Connection* c = impl_->find(conn);
+  return c != nullptr ? c->num_paths : 0;
+}
+
+bool Endpoint::path_stats(ConnId conn, size_t path, PathStats& out) const {
+  const Connection* c = impl_->find(conn);
+  if (c == nullptr || path >= c->num_paths) return false;
+  const detail::Path& p = c->paths[path];
+  out = p.stats;
+  out.entropy = p.entropy;
+  out.state = p.state;
+  out.srtt_ns = p.srtt;
+  out.min_rtt_ns = p.min_rtt;
+  out.cwnd_bytes = p.cwnd;
+  out.inflight_bytes = p.inflight;
+  out.alpha_permille = static_cast<uint32_t>((uint64_t{p.alpha} * 1000) >> 16);
+  out.loss_rate_permille = static_cast<uint32_t>((uint64_t{p.loss_ewma} * 1000) >> 16);
+  return true;
+}
+
+void Endpoint::set_trace(TraceFn fn, void* ctx) {
+  impl_->trace_fn = fn;
+  impl_->trace_ctx = ctx;
+}
+
+size_t Endpoint::idle_connection_bytes() {
+  // The core plus its path array at the default path count; contexts are
+  // pooled and returned when the connection goes idle.
+  return sizeof(Connection) + EndpointConfig{}.num_paths * sizeof(detail::Path) +
+         3 * sizeof(void*);  // connection table slot, generation, timer position
+}
+
+size_t Endpoint::active_context_bytes() const {
+  const EndpointConfig& c = impl_->cfg;
+  const size_t w = size_t{1} << c.window_log2;
+  const size_t tx = sizeof(detail::TxCtx) + w * sizeof(detail::TxRecord) + w / 8 +
+                    size_t{c.num_paths} * w * 4 + w * 4 + c.sq_depth * sizeof(detail::SqEntry) +
+                    c.max_reads * (sizeof(detail::RespJob) + 4);
+  const size_t rx = sizeof(detail::RxCtx) + w / 8 + c.rq_depth * sizeof(detail::RecvEntry);
+  return tx + rx;
+}
+
+}  // namespace metaroce

@@ -1,0 +1,269 @@
+// Connection setup and teardown (spec CONN-*), and the error state (NAK-2/3).
+#include <algorithm>
+
+#include "impl.hpp"
+
+namespace metaroce {
+using detail::Connection;
+using detail::ConnState;
+
+Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
+  Connection* c = create_connection(peer);
+  if (c == nullptr) return Status::kResourceExhausted;
+  c->is_requester = true;
+  c->state = ConnState::kConnecting;
+  do {
+    c->nonce = rng.next();
+  } while (c->nonce == 0 || by_nonce.count(c->nonce) != 0);
+  by_nonce[c->nonce] = c->index;
+  c->owe_connect = true;
+  c->last_progress = now;
+  out = c->id;
+  mark_ready(*c);
+  update_timer(*c);
+  return Status::kOk;
+}
+
+void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
+  c.peer_conn = peer_body.src_conn;
+  c.mtu = std::min<uint16_t>(cfg.mtu, std::max<uint16_t>(peer_body.mtu, 256));
+  c.window_log2 = std::clamp<uint8_t>(peer_body.window_log2, 6, cfg.window_log2);
+  c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
+  c.rx_cum = peer_body.initial_psn;
+  c.rx_high = peer_body.initial_psn;
+  c.state = ConnState::kEstablished;
+  c.last_progress = now;
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    detail::Path& p = c.paths[i];
+    p.cwnd = std::min(p.cwnd, c.window() * packet_cost(c.mtu));
+  }
+  // Work posted while connecting was queued with the configured window; a
+  // smaller negotiated window or read limit re-sizes the contexts (nothing is
+  // in flight yet).
+  if (c.tx) {
+    auto old = std::move(c.tx);
+    tx_ctx(c);
+    c.tx->sq = std::move(old->sq);
+    c.tx->sq_head = old->sq_head;
+    c.tx->sq_seg = old->sq_seg;
+    c.tx->sq_tail = old->sq_tail;
+    tx_pool.push_back(std::move(old));
+  }
+  if (c.rx) {
+    auto old = std::move(c.rx);
+    rx_ctx(c);
+    c.rx->rq = std::move(old->rq);
+    c.rx->rq_head = old->rq_head;
+    c.rx->rq_tail = old->rq_tail;
+    rx_pool.push_back(std::move(old));
+  }
+}
+
+void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
+  const wire::ConnectBody& b = p.connect;
+  auto it = by_nonce.find(b.nonce);
+  if (it != by_nonce.end()) {
+    Connection* c = conns[it->second].get();
+    if (c != nullptr && !c->is_requester && c->peer == dg.peer && c->peer_conn == b.src_conn) {
+      c->owe_accept = true;  // CONN-3: our ACCEPT was lost; say it again
+      mark_ready(*c);
+      return;
+    }
+  }
+  auto reject = [&](Status code) {
+    ++estats.connects_refused;
+    Orphan o{};
+    o.peer = dg.peer;
+    o.entropy = dg.entropy;
+    o.op = wire::Opcode::kConnectReject;
+    o.dst_conn = b.src_conn;
+    o.connect.code = static_cast<uint8_t>(code);
+    o.connect.max_version = wire::kVersion;
+    o.connect.nonce = b.nonce;
+    if (orphans.size() < 1024) orphans.push_back(o);
+  };
+  if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
+  if (b.src_conn == 0 || b.nonce == 0) return;  // malformed: nothing to answer to
+  Connection* c = create_connection(dg.peer);
+  if (c == nullptr) return reject(Status::kResourceExhausted);
+  c->is_requester = false;
+  c->nonce = b.nonce;
+  by_nonce[b.nonce] = c->index;
+  establish(*c, b, now);
+  c->owe_accept = true;
+  push_event(EventKind::kAccepted, *c, Status::kOk);
+  mark_ready(*c);
+  update_timer(*c);
+}
+
+bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, TimeNs now) {
+  if (c.state != ConnState::kConnecting || p.connect.nonce != c.nonce) return true;
+  if (p.bh.opcode == wire::Opcode::kConnectAccept) {
+    establish(c, p.connect, now);
+    c.control_deadline = TimeNs::never();
+    push_event(EventKind::kConnected, c, Status::kOk);
+    return true;
+  }
+  Status why = static_cast<Status>(p.connect.code);
+  if (why != Status::kVersionMismatch && why != Status::kResourceExhausted)
+    why = Status::kConnectRefused;
+  push_event(EventKind::kConnectFailed, c, why);
+  flush_all(c, why, 0);
+  destroy_connection(c);
+  return false;
+}
+
+void Endpoint::Impl::close(Connection& c, TimeNs now) {
+  if (c.state == ConnState::kClosing || c.state == ConnState::kClosed) return;
+  if (c.state == ConnState::kConnecting) {
+    flush_all(c, Status::kFlushed, 0);
+    push_event(EventKind::kClosed, c, Status::kOk);
+    destroy_connection(c);
+    return;
+  }
+  flush_all(c, Status::kFlushed, 0);
+  c.state = ConnState::kClosing;
+  c.attempts = 0;
+  c.owe_disconnect = true;
+  c.last_progress = now;
+  mark_ready(c);
+  update_timer(c);
+}
+
+void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
+  (void)now;
+  Connection* c = find(ConnId{p.bh.dst_conn});
+  if (c != nullptr && c->peer == dg.peer && c->peer_conn == p.disconnect.src_conn) {
+    flush_all(*c, Status::kPeerClosed, 0);
+    push_event(EventKind::kClosed, *c, Status::kPeerClosed);
+    destroy_connection(*c);
+  }
+  // CONN-7: always answer, also a repeat for a connection already gone.
+  Orphan o{};
+  o.peer = dg.peer;
+  o.entropy = dg.entropy;
+  o.op = wire::Opcode::kDisconnectAck;
+  o.dst_conn = p.disconnect.src_conn;
+  o.disconnect.src_conn = p.bh.dst_conn;
+  if (orphans.size() < 1024) orphans.push_back(o);
+}
+
+bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> buf,
+                                  TxDatagram& out) {
+  wire::ConnectBody body;
+  body.src_conn = c.id.v;
+  body.mtu = cfg.mtu;
+  body.window_log2 = cfg.window_log2;
+  body.max_reads = cfg.max_reads;
+  body.max_version = wire::kVersion;
+  body.nonce = c.nonce;
+  out.entropy = c.paths[0].entropy;
+  size_t h = 0;
+  if (c.owe_connect) {
+    c.owe_connect = false;
+    ++c.attempts;
+    c.control_deadline = now + cfg.connect_retry_ns;
+    body.initial_psn = c.initial_psn;
+    wire::BaseHeader bh = base_header(c, wire::Opcode::kConnectReq, now);
+    bh.dst_conn = 0;
+    h = wire::write_connect(buf, bh, body);
+  } else if (c.owe_accept) {
+    c.owe_accept = false;
+    body.initial_psn = c.initial_psn;
+    body.mtu = c.mtu;
+    body.window_log2 = c.window_log2;
+    h = wire::write_connect(buf, base_header(c, wire::Opcode::kConnectAccept, now), body);
+  } else if (c.owe_disconnect) {
+    c.owe_disconnect = false;
+    ++c.attempts;
+    c.control_deadline = now + cfg.connect_retry_ns;
+    wire::DisconnectBody d{c.id.v, 0};
+    h = wire::write_disconnect(buf, base_header(c, wire::Opcode::kDisconnect, now), d);
+  } else if (c.owe_nak) {
+    c.owe_nak = false;
+    out.entropy = c.nak_entropy;
+    c.nak.cum_psn = c.rx_cum;
+    h = wire::write_nak(buf, base_header(c, wire::Opcode::kNak, now), c.nak);
+    ++c.stats.naks_sent;
+    trace(now, TraceKind::kNakSent, c, 0, c.nak.nak_psn, c.nak.code);
+  } else if (c.probe_owed != 0 && c.state == ConnState::kEstablished) {
+    const auto slot = static_cast<uint8_t>(__builtin_ctz(c.probe_owed));
+    c.probe_owed &= ~(1u << slot);
+    detail::Path& p = c.paths[slot];
+    wire::BaseHeader bh = base_header(c, wire::Opcode::kProbe, now);
+    bh.flags |= wire::kFlagAckRequested;
+    bh.path_tag = p.tag(slot);
+    out.entropy = p.entropy;
+    ++p.stats.probes_sent;
+    h = wire::write_probe(buf, bh);
+  } else {
+    return false;
+  }
+  out.len = finish(buf, h, 0);
+  out.header_len = h;
+  return out.len > 0;
+}
+
+void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn) {
+  if (c.tx) {
+    detail::TxCtx& t = *c.tx;
+    bool named = false;
+    for (uint32_t i = t.sq_head; i != t.sq_tail; ++i) {
+      detail::SqEntry& e = t.sq[i % t.sq.size()];
+      Status s = Status::kFlushed;
+      if (!named && first != Status::kFlushed && first != Status::kPeerClosed) {
+        // The WR holding the failed PSN gets the NAK's code (COMP-5); a
+        // timeout names the oldest outstanding one.
+        const bool holds = e.sent > 0 && static_cast<int32_t>(failed_psn - e.first_psn) >= 0 &&
+                           static_cast<int32_t>(failed_psn - e.first_psn) < static_cast<int32_t>(e.sent);
+        if (holds || first == Status::kPeerUnreachable || first == Status::kConnectTimeout ||
+            first == Status::kLocalProtection) {
+          s = first;
+          named = true;
+        }
+      }
+      if (first == Status::kPeerClosed) s = Status::kPeerClosed;
+      Completion comp;
+      comp.wr_id = e.wr.wr_id;
+      comp.conn = c.id;
+      comp.status = s;
+      comp.op = static_cast<CompletionOp>(e.wr.op);
+      complete(c, comp);
+      ++c.stats.send_completions;
+    }
+    t.sq_head = t.sq_seg = t.sq_tail = 0;
+    t.resp_head = t.resp_seg = t.resp_tail = 0;
+    t.retx_head = t.retx_tail = 0;
+    c.sq_count = 0;
+  }
+  if (c.rx) {
+    detail::RxCtx& r = *c.rx;
+    for (uint32_t i = r.rq_head; i != r.rq_tail; ++i) {
+      const detail::RecvEntry& e = r.rq[i % r.rq.size()];
+      Completion comp;
+      comp.wr_id = e.wr.wr_id;
+      comp.conn = c.id;
+      comp.status = first == Status::kPeerClosed ? Status::kPeerClosed : Status::kFlushed;
+      comp.op = CompletionOp::kRecv;
+      complete(c, comp);
+      ++c.stats.recv_completions;
+    }
+    r.rq_head = r.rq_tail = 0;
+  }
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    c.paths[i].inflight = 0;
+    c.paths[i].rto_deadline = TimeNs::never();
+  }
+}
+
+void Endpoint::Impl::enter_error(Connection& c, Status why, uint32_t failed_psn, TimeNs now) {
+  if (c.state == ConnState::kError) return;
+  flush_all(c, why, failed_psn);
+  c.state = ConnState::kError;
+  c.error = why;
+  c.ack_deadline = TimeNs::never();
+  trace(now, TraceKind::kConnState, c, 0, failed_psn, static_cast<uint32_t>(ConnState::kError));
+  push_event(EventKind::kError, c, why);
+}
+
+}  // namespace metaroce

@@ -1,0 +1,144 @@
+// Endpoint::Impl: the engine's internals, split by job over several files:
+//   endpoint.cpp  dispatch, timers, output scheduling, getters
+//   handshake.cpp connection setup and teardown (CONN-*)
+//   sender.cpp    send queue, segmentation, ACK/NAK processing, loss (LOSS-*)
+//   receiver.cpp  validation, placement, ACK generation (SEQ-*, PLACE-*, ACK-*)
+//   path.cpp      per-path congestion control and health (CC-*, PATH-*)
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "connection.hpp"
+#include "metaroce/engine.hpp"
+#include "metaroce/wire.hpp"
+#include "mr_table.hpp"
+#include "rng.hpp"
+#include "timer_heap.hpp"
+
+namespace metaroce {
+
+struct Endpoint::Impl {
+  explicit Impl(const EndpointConfig& c);
+
+  EndpointConfig cfg;
+  detail::Rng rng;
+  detail::MrTable mrs;
+  EndpointStats estats;
+  TimeNs last_now{0};  // the latest time an input or output call carried
+  TraceFn trace_fn = nullptr;
+  void* trace_ctx = nullptr;
+
+  std::vector<std::unique_ptr<detail::Connection>> conns;  // index -> connection
+  std::vector<uint16_t> generations;                        // index -> id generation
+  std::vector<uint32_t> free_indices;
+  std::vector<uint32_t> timer_pos;
+  detail::TimerHeap timers;
+  std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)
+
+  // Connections with something to send, round-robin.
+  std::vector<uint32_t> ready;
+  std::vector<uint8_t> in_ready;
+  size_t ready_head = 0;
+
+  // Pools of tracking contexts.
+  std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
+  std::vector<std::unique_ptr<detail::RxCtx>> rx_pool;
+
+  std::deque<Completion> completions;
+  std::deque<Event> events;
+
+  // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
+  struct Orphan {
+    PeerAddr peer;
+    uint16_t entropy;
+    wire::Opcode op;
+    wire::ConnectBody connect;
+    wire::DisconnectBody disconnect;
+    uint32_t dst_conn;
+  };
+  std::deque<Orphan> orphans;
+
+  // ---- endpoint.cpp ----
+  detail::Connection* find(ConnId id) const;
+  detail::Connection* create_connection(const PeerAddr& peer);
+  void destroy_connection(detail::Connection& c);
+  void mark_ready(detail::Connection& c);
+  void update_timer(detail::Connection& c);
+  void run_timers(detail::Connection& c, TimeNs now);
+  bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
+  bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
+  bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                bool gather);
+  void trace(TimeNs t, TraceKind k, const detail::Connection& c, uint8_t path, uint32_t psn,
+             uint32_t aux) const {
+    if (trace_fn != nullptr) trace_fn(trace_ctx, TraceEvent{t, k, path, c.id, psn, aux});
+  }
+  void complete(const detail::Connection& c, const Completion& comp);
+  void push_event(EventKind k, const detail::Connection& c, Status s);
+  detail::TxCtx& tx_ctx(detail::Connection& c);
+  detail::RxCtx& rx_ctx(detail::Connection& c);
+  void maybe_release_ctx(detail::Connection& c);
+  wire::BaseHeader base_header(const detail::Connection& c, wire::Opcode op, TimeNs now) const;
+  size_t finish(std::span<uint8_t> buf, size_t hlen, size_t plen) const;
+
+  // ---- handshake.cpp ----
+  Status connect(const PeerAddr& peer, TimeNs now, ConnId& out);
+  void close(detail::Connection& c, TimeNs now);
+  void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  void reject_bad_version(const RxDatagram& dg);
+  void establish(detail::Connection& c, const wire::ConnectBody& peer_body, TimeNs now);
+  bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  void enter_error(detail::Connection& c, Status why, uint32_t failed_psn, TimeNs now);
+  void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
+
+  // ---- sender.cpp ----
+  Status post_send(detail::Connection& c, const SendWr& wr);
+  bool emit_data(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                 bool gather);
+  void on_ack(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  void mark_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
+                  uint32_t& touched);
+  void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now);
+  void declare_lost(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r, TimeNs now,
+                    bool timeout, bool count_outcome);
+  void lose_path_inflight(detail::Connection& c, uint8_t path, TimeNs now, bool count_outcome);
+  void on_rto(detail::Connection& c, uint8_t path, TimeNs now);
+  void complete_sends(detail::Connection& c);
+  void release_resp_jobs(detail::Connection& c);
+  int pick_path(detail::Connection& c, int avoid);
+  void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
+                   uint32_t& touched);
+  bool build_data(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
+                  uint8_t path, bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                  bool gather);
+
+  // ---- receiver.cpp ----
+  Status post_recv(detail::Connection& c, const RecvWr& wr);
+  void on_data(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  void on_probe(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  void owe_ack(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, uint8_t flags,
+               bool immediate, TimeNs now);
+  bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  void complete_recvs(detail::Connection& c);
+  void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
+
+  // ---- path.cpp ----
+  void init_paths(detail::Connection& c);
+  void on_path_acked(detail::Connection& c, uint8_t path, uint32_t bytes, TimeNs now);
+  void on_path_echo(detail::Connection& c, const wire::AckBody& ack, TimeNs now);
+  void on_path_loss(detail::Connection& c, uint8_t path, TimeNs now);
+  void retire_path(detail::Connection& c, uint8_t path, TimeNs now);
+  uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
+  void arm_rto(detail::Connection& c, detail::Path& p, TimeNs now);
+  [[nodiscard]] uint32_t packet_cost(uint32_t payload) const {
+    return payload + detail::kPacketOverhead;
+  }
+};
+
+}  // namespace metaroce

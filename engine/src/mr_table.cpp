@@ -1,0 +1,108 @@
+#include "mr_table.hpp"
+
+namespace metaroce::detail {
+namespace {
+uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  return k;
+}
+bool range_inside(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
+  // Written to avoid overflow: addr >= base and addr - base + len <= length.
+  return addr >= base && addr - base <= length && len <= length - (addr - base);
+}
+constexpr uint32_t kAllAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+}  // namespace
+
+Status MrTable::add(void* addr, size_t length, uint32_t access, uint64_t rkey, MemoryRegion& out) {
+  if (addr == nullptr || length == 0 || (access & ~kAllAccess) != 0 || rkey == 0)
+    return Status::kInvalidArgument;
+  if (regions_.size() >= (1u << 30)) return Status::kResourceExhausted;
+  if ((hash_used_ + 1) * 2 > hash_.size()) rehash(hash_.empty() ? 64 : hash_.size() * 2);
+  regions_.push_back(Region{static_cast<uint8_t*>(addr), length, rkey, access, true});
+  const auto index = static_cast<uint32_t>(regions_.size() - 1);
+  const size_t mask = hash_.size() - 1;
+  for (size_t i = mix(rkey) & mask;; i = (i + 1) & mask) {
+    if (hash_[i].index == kNone || hash_[i].index == kTombstone) {
+      if (hash_[i].index == kNone) ++hash_used_;
+      hash_[i] = Slot{rkey, index};
+      break;
+    }
+  }
+  out = MemoryRegion{index + 1, rkey, reinterpret_cast<uint64_t>(addr), length, access};
+  return Status::kOk;
+}
+
+Status MrTable::remove(uint32_t lkey) {
+  if (!lkey_valid(lkey)) return Status::kInvalidArgument;
+  Region& r = regions_[lkey - 1];
+  const uint32_t slot = find_slot(r.rkey);
+  if (slot != kNone) hash_[slot].index = kTombstone;
+  r.valid = false;
+  return Status::kOk;
+}
+
+uint32_t MrTable::find_slot(uint64_t rkey) const {
+  if (hash_.empty()) return kNone;
+  const size_t mask = hash_.size() - 1;
+  for (size_t i = mix(rkey) & mask;; i = (i + 1) & mask) {
+    const Slot& s = hash_[i];
+    if (s.index == kNone) return kNone;
+    if (s.index != kTombstone && s.rkey == rkey) return static_cast<uint32_t>(i);
+  }
+}
+
+void MrTable::rehash(size_t capacity) {
+  std::vector<Slot> old = std::move(hash_);
+  hash_.assign(capacity, Slot{});
+  hash_used_ = 0;
+  const size_t mask = capacity - 1;
+  for (const Slot& s : old) {
+    if (s.index == kNone || s.index == kTombstone) continue;
+    for (size_t i = mix(s.rkey) & mask;; i = (i + 1) & mask) {
+      if (hash_[i].index == kNone) {
+        hash_[i] = s;
+        ++hash_used_;
+        break;
+      }
+    }
+  }
+}
+
+uint8_t* MrTable::local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need,
+                        Status& why) const {
+  if (!lkey_valid(lkey)) {
+    why = Status::kLocalProtection;
+    return nullptr;
+  }
+  const Region& r = regions_[lkey - 1];
+  const auto base = reinterpret_cast<uint64_t>(r.base);
+  if ((r.access & need) != need || !range_inside(base, r.length, addr, len)) {
+    why = Status::kLocalProtection;
+    return nullptr;
+  }
+  return r.base + (addr - base);
+}
+
+uint8_t* MrTable::remote(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t need,
+                         Status& why) const {
+  const uint32_t slot = find_slot(rkey);
+  if (slot == kNone) {
+    why = Status::kRemoteBadKey;
+    return nullptr;
+  }
+  const Region& r = regions_[hash_[slot].index];
+  if ((r.access & need) != need) {
+    why = Status::kRemoteAccessDenied;
+    return nullptr;
+  }
+  const auto base = reinterpret_cast<uint64_t>(r.base);
+  if (!range_inside(base, r.length, addr, len)) {
+    why = Status::kRemoteOutOfBounds;
+    return nullptr;
+  }
+  return r.base + (addr - base);
+}
+
+}  // namespace metaroce::detail

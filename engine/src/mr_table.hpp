@@ -1,0 +1,57 @@
+// Registered memory regions: lkey -> region by index, rkey -> region by an
+// open-addressing hash (the receive hot path does one probe sequence).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "metaroce/engine.hpp"
+
+namespace metaroce::detail {
+
+class MrTable {
+ public:
+  struct Region {
+    uint8_t* base = nullptr;
+    uint64_t length = 0;
+    uint64_t rkey = 0;
+    uint32_t access = 0;
+    bool valid = false;
+  };
+
+  [[nodiscard]] Status add(void* addr, size_t length, uint32_t access, uint64_t rkey,
+                           MemoryRegion& out);
+  [[nodiscard]] Status remove(uint32_t lkey);
+
+  // Local buffer check for a work request: the range must lie in region lkey,
+  // which must have `need` access bits. Returns the byte pointer or nullptr.
+  [[nodiscard]] uint8_t* local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need,
+                               Status& why) const;
+  [[nodiscard]] bool lkey_valid(uint32_t lkey) const {
+    return lkey >= 1 && lkey <= regions_.size() && regions_[lkey - 1].valid;
+  }
+
+  // Remote access check (PLACE-2, READ-2): the whole range [addr, addr+len)
+  // must lie inside the region named by rkey, which must grant `need`.
+  [[nodiscard]] uint8_t* remote(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t need,
+                                Status& why) const;
+
+  [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr uint32_t kTombstone = UINT32_MAX - 1;
+  [[nodiscard]] uint32_t find_slot(uint64_t rkey) const;
+  void rehash(size_t capacity);
+
+  std::vector<Region> regions_;  // lkey = index + 1; never reused
+  struct Slot {
+    uint64_t rkey = 0;
+    uint32_t index = kNone;
+  };
+  std::vector<Slot> hash_;  // power-of-two size, load <= 1/2
+  size_t hash_used_ = 0;
+};
+
+}  // namespace metaroce::detail

@@ -1,0 +1,172 @@
+// Per-path congestion control and path health (spec CC-*, PATH-*, LOSS-4..6).
+#include <algorithm>
+
+#include "impl.hpp"
+
+namespace metaroce {
+using detail::Connection;
+using detail::kFix;
+using detail::Path;
+
+namespace {
+uint16_t draw_entropy(detail::Rng& rng, const EndpointConfig& cfg) {
+  const uint32_t range = uint32_t{cfg.entropy_max} - cfg.entropy_min + 1;
+  return static_cast<uint16_t>(cfg.entropy_min + rng.below(range));
+}
+}  // namespace
+
+void Endpoint::Impl::init_paths(Connection& c) {
+  c.paths.assign(c.num_paths, Path{});
+  // PATH-1: consecutive values from a random start, so that a fabric hashing
+  // by port spreads a connection's paths evenly.
+  const uint32_t range = uint32_t{cfg.entropy_max} - cfg.entropy_min + 1;
+  const uint32_t start = static_cast<uint32_t>(rng.below(range));
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    Path& p = c.paths[i];
+    p.entropy = static_cast<uint16_t>(cfg.entropy_min + (start + i) % range);
+    p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
+    p.srtt = cfg.recovery.initial_rtt_ns;
+    p.rttvar = cfg.recovery.initial_rtt_ns / 2;
+  }
+}
+
+uint64_t Endpoint::Impl::path_rto(const Connection& c, const Path& p) const {
+  (void)c;
+  uint64_t rto = std::max(cfg.recovery.min_rto_ns, p.srtt + 4 * p.rttvar);  // LOSS-4
+  rto <<= p.backoff;                                                      // LOSS-5
+  return std::min(rto, cfg.recovery.max_rto_ns);
+}
+
+void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
+  p.rto_deadline = now + path_rto(c, p);
+}
+
+void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
+  Path& p = c.paths[path];
+  const uint32_t n = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
+  p.loss_ewma -= p.loss_ewma / n;
+  ++p.outcomes;
+  p.consecutive_rtos = 0;
+  p.backoff = 0;
+  p.rto_deadline = p.inflight > 0 ? now + path_rto(c, p) : TimeNs::never();
+  ++p.win_pkts;
+  p.win_acked += bytes;
+  if (!cfg.cc.enabled) return;  // CC-8
+  const uint32_t unit = packet_cost(c.mtu);
+  const uint32_t max_cwnd =
+      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) *
+      unit;
+  if (p.slow_start) {
+    p.cwnd += bytes;  // CC-2
+  } else {
+    p.cwnd_frac += bytes;
+    if (p.cwnd_frac >= p.cwnd) {
+      p.cwnd_frac -= p.cwnd;
+      p.cwnd += unit;
+    }
+  }
+  p.cwnd = std::min(p.cwnd, max_cwnd);
+  if (p.win_acked >= p.cwnd) {  // CC-3: once per window of acknowledged data
+    const uint64_t f = std::min<uint64_t>(kFix, (uint64_t{p.win_ce} * kFix) / std::max(p.win_pkts, 1u));
+    const int64_t delta = (static_cast<int64_t>(f) - static_cast<int64_t>(p.alpha)) >>
+                          cfg.cc.dctcp_g_shift;
+    p.alpha = static_cast<uint32_t>(std::clamp<int64_t>(p.alpha + delta, 0, kFix));
+    p.win_acked = p.win_pkts = p.win_ce = 0;
+  }
+}
+
+void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeNs now) {
+  const uint8_t slot = ack.echo_path_tag & 31;
+  if (slot >= c.num_paths) return;
+  Path& p = c.paths[slot];
+  if ((ack.echo_path_tag >> 5) != (p.generation & 0x7ff)) return;  // PATH-3
+  if (p.state == PathState::kProbing) {
+    p.state = PathState::kActive;  // PATH-6: the new entropy answered
+    p.probe_deadline = TimeNs::never();
+    p.probes_unanswered = 0;
+    p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
+    p.slow_start = true;
+    trace(now, TraceKind::kPathState, c, slot, p.entropy, static_cast<uint32_t>(p.state));
+  }
+  // LOSS-6: the sample is exact because the echo names this generation.
+  const uint64_t rtt = static_cast<uint32_t>(static_cast<uint32_t>(now.ns) - ack.echo_tsval);
+  if (rtt < 4 * kSecond) {
+    if (!p.has_rtt) {
+      p.srtt = rtt;
+      p.rttvar = rtt / 2;
+      p.min_rtt = rtt;
+      p.has_rtt = true;
+    } else {
+      const uint64_t err = p.srtt > rtt ? p.srtt - rtt : rtt - p.srtt;
+      p.rttvar = (3 * p.rttvar + err) / 4;
+      p.srtt = (7 * p.srtt + rtt) / 8;
+      p.min_rtt = std::min(p.min_rtt, rtt);
+    }
+  }
+  const bool ce = (ack.flags & wire::kAckEchoCe) != 0;
+  if (ce) {
+    ++p.stats.ce_marks;
+    ++p.win_ce;
+  }
+  if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
+  const bool may_decrease = now.since(p.last_decrease) >= p.srtt;
+  const uint32_t floor = std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1) * packet_cost(c.mtu);
+  if (ce && may_decrease) {  // CC-4
+    p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);
+    p.slow_start = false;
+    p.last_decrease = now;
+  } else if (may_decrease && rtt < 4 * kSecond &&
+             rtt > p.min_rtt + cfg.cc.target_queue_delay_ns) {  // CC-5
+    const uint64_t excess = rtt - p.min_rtt - cfg.cc.target_queue_delay_ns;
+    const uint64_t cut = std::min<uint64_t>(uint64_t{p.cwnd} * excess / rtt,
+                                            uint64_t{p.cwnd} * cfg.cc.max_delay_decrease_pct / 100);
+    p.cwnd -= static_cast<uint32_t>(cut);
+    p.slow_start = false;
+    p.last_decrease = now;
+  }
+  p.cwnd = std::max(p.cwnd, floor);  // CC-6
+}
+
+void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
+  Path& p = c.paths[path];
+  const uint32_t n = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
+  p.loss_ewma += (kFix - p.loss_ewma) / n;
+  ++p.outcomes;
+  if (p.outcomes >= n && p.loss_ewma > uint64_t{kFix} * cfg.recovery.retire_loss_pct / 100)
+    retire_path(c, path, now);  // PATH-5
+}
+
+void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
+  Path& p = c.paths[path];
+  lose_path_inflight(c, path, now, false);
+  const uint16_t old = p.entropy;
+  const uint32_t range = uint32_t{cfg.entropy_max} - cfg.entropy_min + 1;
+  uint16_t fresh = old;
+  for (int tries = 0; tries < 64; ++tries) {  // PATH-6: not in use by another path
+    fresh = draw_entropy(rng, cfg);
+    bool used = fresh == old;
+    for (uint8_t i = 0; i < c.num_paths && !used; ++i) used = c.paths[i].entropy == fresh;
+    if (!used || range <= c.num_paths) break;
+  }
+  const PathStats keep = p.stats;
+  const uint16_t gen = static_cast<uint16_t>((p.generation + 1) & 0x7ff);
+  const uint32_t pseq = p.next_pseq;
+  p = Path{};
+  p.stats = keep;
+  p.generation = gen;
+  p.next_pseq = pseq;
+  p.ring_head = pseq;
+  p.entropy = fresh;
+  p.state = PathState::kProbing;
+  p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
+  p.srtt = cfg.recovery.initial_rtt_ns;
+  p.rttvar = cfg.recovery.initial_rtt_ns / 2;
+  p.probe_deadline = now + cfg.recovery.probe_interval_ns;
+  c.probe_owed |= 1u << path;
+  ++p.stats.retirements;
+  ++c.stats.path_retirements;
+  trace(now, TraceKind::kPathRetired, c, path, fresh, old);
+  mark_ready(c);
+}
+
+}  // namespace metaroce

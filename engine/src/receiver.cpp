@@ -1,0 +1,251 @@
+// Receive side: validation and direct placement of every data packet on
+// arrival (no reorder buffer), the receive window, and ACK generation
+// (spec SEQ-4, PLACE-*, READ-*, ACK-*, NAK-1/2, COMP-3).
+#include <algorithm>
+#include <cstring>
+
+#include "bitmap.hpp"
+#include "impl.hpp"
+
+namespace metaroce {
+using detail::Connection;
+using detail::ConnState;
+
+namespace {
+bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+}  // namespace
+
+Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
+  if (c.state != ConnState::kEstablished && c.state != ConnState::kConnecting)
+    return Status::kNotConnected;
+  uint8_t* buf = nullptr;
+  if (wr.length > 0) {
+    Status why = Status::kOk;
+    buf = mrs.local(wr.lkey, wr.addr, wr.length, kAccessLocalWrite, why);
+    if (buf == nullptr) return why;
+  }
+  detail::RxCtx& r = rx_ctx(c);
+  if (r.rq_tail - r.rq_head >= r.rq.size()) return Status::kQueueFull;
+  detail::RecvEntry& e = r.rq[r.rq_tail % r.rq.size()];
+  e = detail::RecvEntry{};
+  e.wr = wr;
+  e.buf = buf;
+  ++r.rq_tail;
+  return Status::kOk;
+}
+
+void Endpoint::Impl::owe_ack(Connection& c, const RxDatagram& dg, const wire::Packet& p,
+                             uint8_t flags, bool immediate, TimeNs now) {
+  const detail::Echo e{p.bh.psn, p.bh.tsval, p.bh.path_tag, dg.entropy, flags};
+  c.latest = e;
+  if (!immediate) {
+    if (c.ack_deadline == TimeNs::never()) c.ack_deadline = now + cfg.ack_delay_ns;  // ACK-5
+    return;
+  }
+  // Coalesce into a plain pending echo; keep every CE and duplicate echo
+  // (ACK-2) separate while there is room.
+  if (c.echo_count > 0 && c.echoes[c.echo_count - 1].flags == 0) {
+    c.echoes[c.echo_count - 1] = e;
+  } else if (c.echo_count < c.echoes.size()) {
+    c.echoes[c.echo_count++] = e;
+  } else {
+    c.echoes[c.echo_count - 1] = e;
+  }
+  c.unacked = 0;
+  c.ack_deadline = TimeNs::never();
+}
+
+bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  if (c.echo_count == 0) return false;
+  const detail::Echo e = c.echoes[0];
+  for (uint8_t i = 1; i < c.echo_count; ++i) c.echoes[i - 1] = c.echoes[i];
+  --c.echo_count;
+  wire::AckBody a;
+  a.cum_psn = c.rx_cum;
+  a.echo_psn = e.psn;
+  a.echo_tsval = e.tsval;
+  a.echo_path_tag = e.tag;
+  a.flags = e.flags;
+  // ACK-8: the fewest words that reach the highest PSN received.
+  if (c.rx && before(c.rx_cum + 1, c.rx_high)) {
+    const uint32_t span = c.rx_high - (c.rx_cum + 1);
+    const uint32_t words = std::min<uint32_t>(wire::kMaxSackWords, (span + 63) / 64);
+    a.sack_words = static_cast<uint8_t>(words);
+    for (uint32_t j = 0; j < words; ++j) {
+      const uint32_t base = c.rx_cum + 1 + 64 * j;
+      a.sack[j] = detail::bits64(c.rx->bits, base, c.wmask()) & detail::low_bits(c.rx_high - base);
+    }
+  }
+  wire::BaseHeader bh = base_header(c, wire::Opcode::kAck, now);
+  const size_t h = wire::write_ack(buf, bh, a);
+  out.entropy = e.entropy;  // ACK-7
+  out.header_len = h;
+  out.len = finish(buf, h, 0);
+  if (c.echo_count == 0) {
+    c.unacked = 0;
+    c.ack_deadline = TimeNs::never();
+  }
+  ++c.stats.acks_sent;
+  return out.len > 0;
+}
+
+void Endpoint::Impl::on_probe(Connection& c, const RxDatagram& dg, const wire::Packet& p,
+                              TimeNs now) {
+  owe_ack(c, dg, p, 0, true, now);
+}
+
+void Endpoint::Impl::complete_recvs(Connection& c) {
+  if (!c.rx) return;
+  detail::RxCtx& r = *c.rx;
+  while (r.rq_head != r.rq_tail) {
+    const detail::RecvEntry& e = r.rq[r.rq_head % r.rq.size()];
+    if (!e.has_last || !before(e.last_psn, c.rx_cum)) break;  // COMP-3
+    Completion comp;
+    comp.wr_id = e.wr.wr_id;
+    comp.conn = c.id;
+    comp.op = e.write_imm ? CompletionOp::kRecvWriteImm : CompletionOp::kRecv;
+    comp.byte_len = e.byte_len;
+    comp.imm = e.imm;
+    comp.has_imm = e.has_imm;
+    complete(c, comp);
+    ++c.stats.recv_completions;
+    ++r.rq_head;
+    ++c.rsn_head;
+  }
+}
+
+void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& why) {
+  // PLACE-4: responses land in the READ's own buffer; anything that does not
+  // match an outstanding READ is dropped (a protocol error by the peer).
+  why = Status::kRemoteInvalidRequest;
+  if (!c.tx) return;
+  detail::TxCtx& t = *c.tx;
+  const uint32_t si = t.read_slot[p.mh.msn % t.read_slot.size()];
+  if (si >= t.sq.size()) return;
+  detail::SqEntry& e = t.sq[si];
+  const auto len = static_cast<uint32_t>(p.payload.size());
+  if (e.wr.op != WrOpcode::kRead || e.sent == 0 || e.msn != p.mh.msn ||
+      p.mh.msg_len != e.wr.length || e.resp_received >= e.resp_pkts)
+    return;
+  if (len > 0) std::memcpy(e.read_target + p.mh.offset, p.payload.data(), len);
+  ++e.resp_received;
+  why = Status::kOk;
+}
+
+void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Packet& p,
+                             TimeNs now) {
+  if (c.state == ConnState::kError) {
+    if (c.nak.code != 0) {  // NAK-2: we failed this connection; say so again
+      c.owe_nak = true;
+      c.nak_entropy = dg.entropy;
+    }
+    return;
+  }
+  detail::RxCtx& r = rx_ctx(c);
+  const uint32_t mask = c.wmask();
+  const uint32_t psn = p.bh.psn;
+  const auto d = static_cast<int32_t>(psn - c.rx_cum);
+  if (d < 0 || (d < static_cast<int32_t>(c.window()) && detail::bit_get(r.bits, psn, mask))) {
+    ++c.stats.duplicates_received;  // SEQ-4, PLACE-5
+    trace(now, TraceKind::kDuplicate, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, 0);
+    owe_ack(c, dg, p, wire::kAckEchoDup | (dg.ce ? wire::kAckEchoCe : 0), true, now);  // ACK-3
+    return;
+  }
+  if (d >= static_cast<int32_t>(c.window())) {
+    ++c.stats.out_of_window;
+    return;
+  }
+
+  // NAK-1: validate, then place. The first failure decides; nothing is written.
+  Status why = Status::kOk;
+  const wire::MessageHeader& mh = p.mh;
+  const auto plen = static_cast<uint32_t>(p.payload.size());
+  const bool last = mh.offset + plen == mh.msg_len;
+  detail::RecvEntry* rq_entry = nullptr;
+  const wire::Opcode op = p.bh.opcode;
+  const bool uses_rq = op == wire::Opcode::kSend || op == wire::Opcode::kSendImm ||
+                       (op == wire::Opcode::kWriteImm && last);
+  uint8_t* dst = nullptr;
+  if (op == wire::Opcode::kWrite || op == wire::Opcode::kWriteImm) {
+    dst = mrs.remote(p.rh.rkey, p.rh.raddr - mh.offset, mh.msg_len, kAccessRemoteWrite, why);
+    if (dst != nullptr) dst += mh.offset;
+  }
+  if (why == Status::kOk && uses_rq) {
+    const uint32_t idx = mh.msn - c.rsn_head;
+    if (idx >= r.rq_tail - r.rq_head) {
+      why = Status::kRnr;
+    } else {
+      rq_entry = &r.rq[(r.rq_head + idx) % r.rq.size()];
+      if (op != wire::Opcode::kWriteImm) {
+        if (mh.msg_len > rq_entry->wr.length)
+          why = Status::kRemoteLengthError;
+        else
+          dst = rq_entry->buf + mh.offset;
+      }
+    }
+  }
+  if (why == Status::kOk && op == wire::Opcode::kReadReq) {
+    detail::TxCtx& t = tx_ctx(c);
+    const uint8_t* src =
+        mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
+    if (src != nullptr) {
+      if (t.resp_tail - t.resp_head >= t.resp.size()) {
+        why = Status::kRemoteInvalidRequest;  // READ-3
+      } else {
+        detail::RespJob& j = t.resp[t.resp_tail++ % t.resp.size()];
+        j = detail::RespJob{src, mh.msg_len, mh.msn,
+                            mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu, 0, 0};
+      }
+    }
+  }
+  if (why == Status::kOk && op == wire::Opcode::kReadResp) on_read_resp(c, p, why);
+
+  if (why == Status::kRnr) {
+    ++c.stats.rnr_naks_sent;
+    c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
+    c.owe_nak = true;
+    c.nak_entropy = dg.entropy;
+    return;
+  }
+  if (why != Status::kOk) {
+    if (op == wire::Opcode::kReadResp) {
+      ++estats.bad_length;  // PLACE-4: dropped, not NAKed
+      return;
+    }
+    c.nak = wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum};
+    c.owe_nak = true;
+    c.nak_entropy = dg.entropy;
+    enter_error(c, why, psn, now);  // NAK-2
+    return;
+  }
+  if (dst != nullptr && plen > 0) std::memcpy(dst, p.payload.data(), plen);
+  if (rq_entry != nullptr && last) {
+    rq_entry->has_last = true;
+    rq_entry->last_psn = psn;
+    rq_entry->byte_len = mh.msg_len;
+    rq_entry->write_imm = op == wire::Opcode::kWriteImm;
+    rq_entry->has_imm = wire::has_imm(op);
+    rq_entry->imm = p.imm;
+  }
+
+  detail::bit_set(r.bits, psn, mask);
+  if (!before(psn, c.rx_high)) c.rx_high = psn + 1;
+  const uint32_t old_cum = c.rx_cum;
+  while (c.rx_cum != c.rx_high && detail::bit_get(r.bits, c.rx_cum, mask)) {
+    detail::bit_clear(r.bits, c.rx_cum, mask);
+    ++c.rx_cum;
+  }
+  ++c.stats.data_packets_received;
+  c.stats.data_bytes_received += plen;
+  if (dg.ce) ++c.stats.ce_received;
+  c.last_progress = now;
+  trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
+
+  const bool immediate = dg.ce || last || (p.bh.flags & wire::kFlagAckRequested) ||
+                         ++c.unacked >= cfg.ack_every;
+  owe_ack(c, dg, p, dg.ce ? wire::kAckEchoCe : 0, immediate, now);
+  if (c.rx_cum != old_cum) complete_recvs(c);
+  if (op == wire::Opcode::kReadResp) complete_sends(c);
+}
+
+}  // namespace metaroce

@@ -1,0 +1,428 @@
+// Send side: work requests, segmentation into PSNs, retransmission, and the
+// processing of ACKs and NAKs (spec SEQ-3/5/6, LOSS-*, SCHED-*, COMP-1/2).
+#include <algorithm>
+#include <cstring>
+
+#include "bitmap.hpp"
+#include "impl.hpp"
+
+namespace metaroce {
+using detail::Connection;
+using detail::ConnState;
+using detail::TxCtx;
+using detail::TxRecord;
+
+namespace {
+bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
+}  // namespace
+
+Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
+  if (c.state != ConnState::kEstablished && c.state != ConnState::kConnecting)
+    return Status::kNotConnected;
+  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) ||
+      wr.length > (1u << 31))
+    return Status::kInvalidArgument;
+  const uint8_t* local = nullptr;
+  if (wr.length > 0) {
+    Status why = Status::kOk;
+    const uint32_t need = wr.op == WrOpcode::kRead ? uint32_t{kAccessLocalWrite} : 0;
+    local = mrs.local(wr.lkey, wr.local_addr, wr.length, need, why);
+    if (local == nullptr) return why;
+  }
+  TxCtx& t = tx_ctx(c);
+  if (t.sq_tail - t.sq_head >= t.sq.size()) return Status::kQueueFull;
+  detail::SqEntry& e = t.sq[t.sq_tail % t.sq.size()];
+  e = detail::SqEntry{};
+  e.wr = wr;
+  e.local = local;
+  e.read_target = wr.op == WrOpcode::kRead ? const_cast<uint8_t*>(local) : nullptr;
+  if (wr.op == WrOpcode::kSend || wr.op == WrOpcode::kSendImm || wr.op == WrOpcode::kWriteImm)
+    e.msn = c.next_rsn++;
+  else if (wr.op == WrOpcode::kRead)
+    e.msn = c.next_read_seq++;
+  ++t.sq_tail;
+  ++c.sq_count;
+  return Status::kOk;
+}
+
+int Endpoint::Impl::pick_path(Connection& c, int avoid) {
+  const uint32_t need = packet_cost(c.mtu);
+  int fallback = -1;
+  bool other_active = false;
+  for (uint8_t k = 0; k < c.num_paths; ++k) {
+    const auto i = static_cast<uint8_t>((c.rr_next + k) % c.num_paths);
+    detail::Path& p = c.paths[i];
+    if (p.state != PathState::kActive) continue;
+    if (i != avoid) other_active = true;
+    if (p.inflight > 0 && p.inflight + need > p.cwnd) continue;
+    if (p.next_pseq - p.ring_head >= c.window()) continue;
+    if (i == avoid) {
+      fallback = i;
+      continue;
+    }
+    c.rr_next = static_cast<uint8_t>((i + 1) % c.num_paths);
+    return i;
+  }
+  // LOSS-3: the original path only when no other path is active at all.
+  if (fallback >= 0 && !other_active) {
+    c.rr_next = static_cast<uint8_t>((fallback + 1) % c.num_paths);
+    return fallback;
+  }
+  return -1;
+}
+
+bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
+                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                                bool gather) {
+  const uint32_t mtu = c.mtu;
+  wire::BaseHeader bh = base_header(c, wire::Opcode::kWrite, now);
+  wire::MessageHeader mh;
+  wire::RdmaHeader rh;
+  uint32_t imm = 0;
+  const uint8_t* src = nullptr;
+  uint32_t plen = 0;
+  if (slot & detail::kRespSlotFlag) {
+    const detail::RespJob& j = t.resp[slot & ~detail::kRespSlotFlag];
+    const uint32_t off = (psn - j.first_psn) * mtu;
+    plen = std::min(mtu, j.len - off);
+    bh.opcode = wire::Opcode::kReadResp;
+    mh = {j.read_seq, off, j.len};
+    src = j.src + off;
+  } else {
+    const detail::SqEntry& e = t.sq[slot];
+    const uint32_t off = (psn - e.first_psn) * mtu;
+    switch (e.wr.op) {
+      case WrOpcode::kRead:
+        bh.opcode = wire::Opcode::kReadReq;
+        mh = {e.msn, 0, e.wr.length};
+        rh = {e.wr.rkey, e.wr.remote_addr};
+        break;
+      case WrOpcode::kWrite:
+      case WrOpcode::kWriteImm:
+        bh.opcode = e.wr.op == WrOpcode::kWrite ? wire::Opcode::kWrite : wire::Opcode::kWriteImm;
+        plen = std::min(mtu, e.wr.length - off);
+        mh = {e.wr.op == WrOpcode::kWrite ? 0 : e.msn, off, e.wr.length};
+        rh = {e.wr.rkey, e.wr.remote_addr + off};
+        imm = e.wr.imm;
+        src = e.local + off;
+        break;
+      case WrOpcode::kSend:
+      case WrOpcode::kSendImm:
+        bh.opcode = e.wr.op == WrOpcode::kSend ? wire::Opcode::kSend : wire::Opcode::kSendImm;
+        plen = std::min(mtu, e.wr.length - off);
+        mh = {e.msn, off, e.wr.length};
+        imm = e.wr.imm;
+        src = e.local + off;
+        break;
+    }
+    if (!mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
+      // The application deregistered memory under an outstanding request.
+      enter_error(c, Status::kLocalProtection, psn, now);
+      return false;
+    }
+  }
+  detail::Path& p = c.paths[path];
+  bh.psn = psn;
+  bh.path_tag = p.tag(path);
+  const size_t h = wire::write_data_headers(buf, bh, mh, &rh, imm);
+  if (h == 0 || (!gather && buf.size() < h + plen + wire::kIcrcSize)) return false;
+  out.entropy = p.entropy;
+  out.header_len = h;
+  if (gather) {
+    out.payload = std::span<const uint8_t>(src, plen);
+    uint32_t crc = wire::crc32c(0, buf.data(), h);
+    if (bh.flags & wire::kFlagPayloadCovered) crc = wire::crc32c(crc, src, plen);
+    out.trailer[0] = static_cast<uint8_t>(crc >> 24);
+    out.trailer[1] = static_cast<uint8_t>(crc >> 16);
+    out.trailer[2] = static_cast<uint8_t>(crc >> 8);
+    out.trailer[3] = static_cast<uint8_t>(crc);
+    out.len = h + plen + wire::kIcrcSize;
+  } else {
+    if (plen > 0) std::memcpy(buf.data() + h, src, plen);
+    out.len = finish(buf, h, plen);
+  }
+
+  const uint32_t mask = c.wmask();
+  TxRecord& r = t.records[psn & mask];
+  r.psn = psn;
+  r.slot = slot;
+  r.len = static_cast<uint16_t>(plen);
+  r.path = path;
+  r.pseq = p.next_pseq++;
+  r.flags = detail::kRecInFlight;
+  r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + 1) : 1;
+  t.path_rings[size_t{path} * c.window() + (r.pseq & mask)] = psn;
+  if (p.inflight == 0) arm_rto(c, p, now);
+  p.inflight += packet_cost(plen);
+  ++p.stats.packets_sent;
+  p.stats.bytes_sent += plen;
+  ++c.stats.data_packets_sent;
+  c.stats.data_bytes_sent += plen;
+  if (retx) {
+    ++p.stats.retransmissions;
+    ++c.stats.retransmissions;
+  }
+  trace(now, TraceKind::kSent, c, path, psn, retx ? 1 : 0);
+  return true;
+}
+
+bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                               bool gather) {
+  if (!c.tx || now < c.rnr_until) return false;
+  TxCtx& t = *c.tx;
+  const uint32_t mask = c.wmask();
+  // SCHED-2: retransmissions first, each away from the path it was lost on.
+  while (t.retx_head != t.retx_tail) {
+    const uint32_t psn = t.retx[t.retx_head & mask];
+    TxRecord& r = t.records[psn & mask];
+    if (r.psn != psn || !(r.flags & detail::kRecQueued) || (r.flags & detail::kRecAcked)) {
+      if (r.psn == psn) r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
+      ++t.retx_head;
+      continue;
+    }
+    const int path = pick_path(c, r.path);
+    if (path < 0) break;
+    ++t.retx_head;
+    r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
+    return build_data(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out, gather);
+  }
+  if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
+  const bool have_resp = t.resp_seg != t.resp_tail;
+  if (!have_resp && t.sq_seg == t.sq_tail) return false;
+  if (!have_resp) {
+    detail::SqEntry& e = t.sq[t.sq_seg % t.sq.size()];
+    if (e.sent == 0 && e.wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads)
+      return false;  // READ-3
+  }
+  const int path = pick_path(c, -1);
+  if (path < 0) return false;
+  const uint32_t psn = c.next_psn;
+  uint16_t slot;
+  if (have_resp) {
+    const auto ji = static_cast<uint32_t>(t.resp_seg % t.resp.size());
+    detail::RespJob& j = t.resp[ji];
+    if (j.sent == 0) j.first_psn = psn;
+    if (++j.sent == j.npkts) ++t.resp_seg;
+    slot = static_cast<uint16_t>(detail::kRespSlotFlag | ji);
+  } else {
+    const auto si = static_cast<uint32_t>(t.sq_seg % t.sq.size());
+    detail::SqEntry& e = t.sq[si];
+    if (e.sent == 0) {
+      e.first_psn = psn;
+      e.npkts = e.wr.op == WrOpcode::kRead ? 1 : packets_for(e.wr.length, c.mtu);
+      if (e.wr.op == WrOpcode::kRead) {
+        e.resp_pkts = packets_for(e.wr.length, c.mtu);
+        t.read_slot[e.msn % t.read_slot.size()] = si;
+        ++c.reads_outstanding;
+      }
+    }
+    if (++e.sent == e.npkts) ++t.sq_seg;
+    slot = static_cast<uint16_t>(si);
+  }
+  detail::bit_clear(t.acked_bits, psn, mask);
+  t.records[psn & mask].tx_count = 0;
+  ++c.next_psn;
+  return build_data(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out, gather);
+}
+
+// ---------------------------------------------------------------- acks
+
+void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
+                                uint32_t& touched) {
+  const uint32_t mask = c.wmask();
+  detail::bit_set(t.acked_bits, psn, mask);
+  TxRecord& r = t.records[psn & mask];
+  if (r.psn != psn) return;
+  if (r.flags & detail::kRecInFlight) {
+    detail::Path& p = c.paths[r.path];
+    const uint32_t cost = packet_cost(r.len);
+    p.inflight -= std::min(p.inflight, cost);
+    r.flags &= static_cast<uint8_t>(~detail::kRecInFlight);
+    if (!p.any_acked || static_cast<int32_t>(r.pseq - p.highest_acked_pseq) > 0) {
+      p.highest_acked_pseq = r.pseq;
+      p.any_acked = true;
+    }
+    ++p.stats.packets_acked;
+    touched |= 1u << r.path;
+    on_path_acked(c, r.path, cost, now);
+  }
+  r.flags = static_cast<uint8_t>((r.flags | detail::kRecAcked) & ~detail::kRecQueued);
+  trace(now, TraceKind::kAcked, c, r.path, psn, 0);
+}
+
+void Endpoint::Impl::advance_cum(Connection& c, TxCtx& t, uint32_t cum, TimeNs now,
+                                 uint32_t& touched) {
+  const uint32_t mask = c.wmask();
+  for (uint32_t psn = c.cum_acked; psn != cum; ++psn) {
+    if (!detail::bit_get(t.acked_bits, psn, mask)) mark_acked(c, t, psn, now, touched);
+    detail::bit_clear(t.acked_bits, psn, mask);
+  }
+  c.cum_acked = cum;
+}
+
+void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
+  ++c.stats.acks_received;
+  c.last_progress = now;
+  on_path_echo(c, p.ack, now);
+  if (!c.tx) return;
+  TxCtx& t = *c.tx;
+  const wire::AckBody& a = p.ack;
+  // An ACK naming PSNs we never sent is bogus; one older than what we know is stale.
+  if (before(c.next_psn, a.cum_psn)) return;
+  uint32_t touched = 0;
+  if (before(c.cum_acked, a.cum_psn)) advance_cum(c, t, a.cum_psn, now, touched);
+  const uint32_t mask = c.wmask();
+  for (uint32_t j = 0; j < a.sack_words; ++j) {
+    const uint32_t base = a.cum_psn + 1 + 64 * j;
+    if (!before(base, c.next_psn)) break;
+    uint64_t fresh = a.sack[j] & detail::low_bits(c.next_psn - base);
+    if (before(base, c.cum_acked)) {
+      const uint32_t skip = c.cum_acked - base;
+      if (skip >= 64) continue;
+      fresh &= ~detail::low_bits(skip);
+      fresh &= ~(detail::bits64(t.acked_bits, c.cum_acked, mask) << skip);
+    } else {
+      fresh &= ~detail::bits64(t.acked_bits, base, mask);
+    }
+    while (fresh != 0) {
+      const int k = __builtin_ctzll(fresh);
+      fresh &= fresh - 1;
+      mark_acked(c, t, base + static_cast<uint32_t>(k), now, touched);
+    }
+  }
+  while (touched != 0) {
+    const int i = __builtin_ctz(touched);
+    touched &= touched - 1;
+    detect_losses(c, t, static_cast<uint8_t>(i), now);
+  }
+  complete_sends(c);
+  release_resp_jobs(c);
+}
+
+void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
+  ++c.stats.naks_received;
+  c.last_progress = now;
+  trace(now, TraceKind::kNakReceived, c, 0, p.nak.nak_psn, p.nak.code);
+  if (!c.tx) return;
+  TxCtx& t = *c.tx;
+  const auto code = static_cast<Status>(p.nak.code);
+  const uint32_t psn = p.nak.nak_psn;
+  if (!before(psn, c.next_psn) || before(psn, c.cum_acked)) return;  // not outstanding
+  if (code == Status::kRnr) {
+    // LOSS-7: not a path loss; resend after the receiver had time to post.
+    TxRecord& r = t.records[psn & c.wmask()];
+    if (r.psn == psn && (r.flags & detail::kRecInFlight)) declare_lost(c, t, r, now, false, false);
+    c.rnr_until = now + cfg.recovery.rnr_retry_ns;
+    return;
+  }
+  uint32_t touched = 0;
+  if (before(c.cum_acked, p.nak.cum_psn) && !before(c.next_psn, p.nak.cum_psn))
+    advance_cum(c, t, p.nak.cum_psn, now, touched);
+  complete_sends(c);
+  enter_error(c, code, psn, now);  // NAK-3
+}
+
+void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now) {
+  detail::Path& p = c.paths[path];
+  if (!p.any_acked) return;
+  const uint32_t mask = c.wmask();
+  const uint32_t* ring = &t.path_rings[size_t{path} * c.window()];
+  while (p.ring_head != p.next_pseq) {
+    const uint32_t psn = ring[p.ring_head & mask];
+    TxRecord& r = t.records[psn & mask];
+    if (r.psn != psn || r.path != path || r.pseq != p.ring_head ||
+        !(r.flags & detail::kRecInFlight)) {
+      ++p.ring_head;  // acked, or resent since: not this transmission's concern
+      continue;
+    }
+    // LOSS-2: a later transmission on the same path was acknowledged.
+    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) <
+        static_cast<int32_t>(cfg.recovery.reorder_threshold))
+      break;
+    ++p.ring_head;
+    declare_lost(c, t, r, now, false, true);
+    if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
+  }
+}
+
+void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs now, bool timeout,
+                                  bool count_outcome) {
+  detail::Path& p = c.paths[r.path];
+  p.inflight -= std::min(p.inflight, packet_cost(r.len));
+  r.flags = static_cast<uint8_t>((r.flags & ~detail::kRecInFlight) | detail::kRecQueued);
+  t.retx[t.retx_tail++ & c.wmask()] = r.psn;
+  trace(now, TraceKind::kLost, c, r.path, r.psn, timeout ? 1 : 0);
+  if (count_outcome) {
+    ++p.stats.losses;
+    ++c.stats.losses_declared;
+    on_path_loss(c, r.path, now);
+  }
+}
+
+void Endpoint::Impl::lose_path_inflight(Connection& c, uint8_t path, TimeNs now,
+                                        bool count_outcome) {
+  detail::Path& p = c.paths[path];
+  if (c.tx) {
+    TxCtx& t = *c.tx;
+    const uint32_t mask = c.wmask();
+    const uint32_t* ring = &t.path_rings[size_t{path} * c.window()];
+    for (; p.ring_head != p.next_pseq; ++p.ring_head) {
+      const uint32_t psn = ring[p.ring_head & mask];
+      TxRecord& r = t.records[psn & mask];
+      if (r.psn == psn && r.path == path && r.pseq == p.ring_head &&
+          (r.flags & detail::kRecInFlight)) {
+        declare_lost(c, t, r, now, true, false);
+        if (count_outcome) {
+          ++p.stats.losses;
+          ++c.stats.losses_declared;
+        }
+      }
+    }
+  }
+  p.ring_head = p.next_pseq;
+  p.inflight = 0;
+  p.rto_deadline = TimeNs::never();
+}
+
+void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
+  detail::Path& p = c.paths[path];
+  ++p.stats.timeouts;
+  ++c.stats.timeouts;
+  lose_path_inflight(c, path, now, true);  // LOSS-5
+  p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
+  p.cwnd = packet_cost(c.mtu) * std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1);
+  p.slow_start = true;
+  if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) retire_path(c, path, now);
+}
+
+void Endpoint::Impl::complete_sends(Connection& c) {
+  TxCtx& t = *c.tx;
+  while (t.sq_head != t.sq_seg) {
+    detail::SqEntry& e = t.sq[t.sq_head % t.sq.size()];
+    const uint32_t last = e.first_psn + e.npkts - 1;
+    if (!before(last, c.cum_acked)) break;  // COMP-1
+    if (e.wr.op == WrOpcode::kRead && e.resp_received < e.resp_pkts) break;
+    Completion comp;
+    comp.wr_id = e.wr.wr_id;
+    comp.conn = c.id;
+    comp.op = static_cast<CompletionOp>(e.wr.op);
+    comp.byte_len = e.wr.length;
+    complete(c, comp);
+    ++c.stats.send_completions;
+    if (e.wr.op == WrOpcode::kRead) --c.reads_outstanding;
+    ++t.sq_head;
+    --c.sq_count;
+  }
+}
+
+void Endpoint::Impl::release_resp_jobs(Connection& c) {
+  TxCtx& t = *c.tx;
+  while (t.resp_head != t.resp_seg) {
+    const detail::RespJob& j = t.resp[t.resp_head % t.resp.size()];
+    if (!before(j.first_psn + j.npkts - 1, c.cum_acked)) break;
+    ++t.resp_head;
+  }
+}
+
+}  // namespace metaroce

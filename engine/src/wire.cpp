@@ -1,0 +1,275 @@
+#include "metaroce/wire.hpp"
+
+#include "bytes.hpp"
+#include "metaroce/status.hpp"
+
+namespace metaroce::wire {
+using detail::load16;
+using detail::load32;
+using detail::load64;
+using detail::store16;
+using detail::store32;
+using detail::store64;
+
+const char* opcode_name(Opcode op) {
+  switch (op) {
+    case Opcode::kWrite: return "WRITE";
+    case Opcode::kWriteImm: return "WRITE_IMM";
+    case Opcode::kSend: return "SEND";
+    case Opcode::kSendImm: return "SEND_IMM";
+    case Opcode::kReadReq: return "READ_REQ";
+    case Opcode::kReadResp: return "READ_RESP";
+    case Opcode::kAck: return "ACK";
+    case Opcode::kNak: return "NAK";
+    case Opcode::kProbe: return "PROBE";
+    case Opcode::kConnectReq: return "CONNECT_REQ";
+    case Opcode::kConnectAccept: return "CONNECT_ACCEPT";
+    case Opcode::kConnectReject: return "CONNECT_REJECT";
+    case Opcode::kDisconnect: return "DISCONNECT";
+    case Opcode::kDisconnectAck: return "DISCONNECT_ACK";
+  }
+  return "UNKNOWN";
+}
+
+bool is_known_opcode(uint8_t v) {
+  return (v >= 0x01 && v <= 0x06) || (v >= 0x10 && v <= 0x12) || (v >= 0x20 && v <= 0x24);
+}
+
+const char* parse_error_name(ParseError e) {
+  switch (e) {
+    case ParseError::kOk: return "ok";
+    case ParseError::kTruncated: return "truncated";
+    case ParseError::kBadVersion: return "bad-version";
+    case ParseError::kBadOpcode: return "bad-opcode";
+    case ParseError::kBadChecksum: return "bad-checksum";
+    case ParseError::kBadLength: return "bad-length";
+    case ParseError::kBadField: return "bad-field";
+  }
+  return "unknown";
+}
+
+size_t header_size(Opcode op, uint8_t sack_words) {
+  size_t n = kBaseHeaderSize;
+  if (is_data(op)) {
+    n += kMessageHeaderSize;
+    if (has_rdma_header(op)) n += kRdmaHeaderSize;
+    if (has_imm(op)) n += kImmSize;
+    return n;
+  }
+  switch (op) {
+    case Opcode::kAck: return n + kAckFixedSize + size_t{sack_words} * 8;
+    case Opcode::kNak: return n + kNakBodySize;
+    case Opcode::kProbe: return n;
+    case Opcode::kConnectReq:
+    case Opcode::kConnectAccept:
+    case Opcode::kConnectReject: return n + kConnectBodySize;
+    case Opcode::kDisconnect:
+    case Opcode::kDisconnectAck: return n + kDisconnectBodySize;
+    default: return n;
+  }
+}
+
+namespace {
+
+void put_base(uint8_t* p, const BaseHeader& bh) {
+  p[0] = static_cast<uint8_t>((bh.version << 4) | (bh.flags & 0x0f));
+  p[1] = static_cast<uint8_t>(bh.opcode);
+  store16(p + 2, bh.path_tag);
+  store32(p + 4, bh.dst_conn);
+  store32(p + 8, bh.psn);
+  store32(p + 12, bh.tsval);
+}
+
+void get_base(const uint8_t* p, BaseHeader& bh) {
+  bh.version = static_cast<uint8_t>(p[0] >> 4);
+  bh.flags = static_cast<uint8_t>(p[0] & 0x0f);
+  bh.opcode = static_cast<Opcode>(p[1]);
+  bh.path_tag = load16(p + 2);
+  bh.dst_conn = load32(p + 4);
+  bh.psn = load32(p + 8);
+  bh.tsval = load32(p + 12);
+}
+
+}  // namespace
+
+ParseError decode_base(std::span<const uint8_t> d, BaseHeader& out) {
+  if (d.size() < kBaseHeaderSize + kIcrcSize) return ParseError::kTruncated;
+  get_base(d.data(), out);
+  if (out.version != kVersion) return ParseError::kBadVersion;
+  if (!is_known_opcode(static_cast<uint8_t>(out.opcode))) return ParseError::kBadOpcode;
+  return ParseError::kOk;
+}
+
+ParseError decode(std::span<const uint8_t> d, Packet& out) {
+  if (ParseError e = decode_base(d, out.bh); e != ParseError::kOk) return e;
+  const uint8_t* p = d.data();
+  const Opcode op = out.bh.opcode;
+  uint8_t sack_words = 0;
+  if (op == Opcode::kAck) {
+    if (d.size() < kBaseHeaderSize + kAckFixedSize + kIcrcSize) return ParseError::kTruncated;
+    sack_words = p[kBaseHeaderSize + 15];
+    if (sack_words > kMaxSackWords) return ParseError::kBadField;
+  }
+  const size_t hlen = header_size(op, sack_words);
+  if (d.size() < hlen + kIcrcSize) return ParseError::kTruncated;
+  const size_t payload_len = d.size() - hlen - kIcrcSize;
+  if (payload_len != 0 && !carries_payload(op)) return ParseError::kBadLength;
+
+  const bool covered = (out.bh.flags & kFlagPayloadCovered) != 0;
+  const size_t crc_len = covered ? hlen + payload_len : hlen;
+  if (crc32c(0, p, crc_len) != load32(p + hlen + payload_len)) return ParseError::kBadChecksum;
+
+  const uint8_t* q = p + kBaseHeaderSize;
+  if (is_data(op)) {
+    out.mh.msn = load32(q);
+    out.mh.offset = load32(q + 4);
+    out.mh.msg_len = load32(q + 8);
+    q += kMessageHeaderSize;
+    if (has_rdma_header(op)) {
+      out.rh.rkey = load64(q);
+      out.rh.raddr = load64(q + 8);
+      q += kRdmaHeaderSize;
+    }
+    out.imm = has_imm(op) ? load32(q) : 0;
+    // A packet never reaches past its message (BAD-5); READ_REQ has no payload.
+    if (out.mh.offset > out.mh.msg_len || payload_len > out.mh.msg_len - out.mh.offset)
+      return ParseError::kBadLength;
+    if (op == Opcode::kReadReq && out.mh.offset != 0) return ParseError::kBadField;
+  } else if (op == Opcode::kAck) {
+    out.ack.cum_psn = load32(q);
+    out.ack.echo_psn = load32(q + 4);
+    out.ack.echo_tsval = load32(q + 8);
+    out.ack.echo_path_tag = load16(q + 12);
+    out.ack.flags = q[14];
+    out.ack.sack_words = sack_words;
+    for (size_t i = 0; i < sack_words; ++i) out.ack.sack[i] = load64(q + kAckFixedSize + 8 * i);
+    for (size_t i = sack_words; i < kMaxSackWords; ++i) out.ack.sack[i] = 0;
+  } else if (op == Opcode::kNak) {
+    out.nak.nak_psn = load32(q);
+    out.nak.code = q[4];
+    out.nak.msn = load32(q + 8);
+    out.nak.cum_psn = load32(q + 12);
+    if (!is_wire_nak_code(out.nak.code)) return ParseError::kBadField;
+  } else if (op == Opcode::kConnectReq || op == Opcode::kConnectAccept ||
+             op == Opcode::kConnectReject) {
+    out.connect.src_conn = load32(q);
+    out.connect.initial_psn = load32(q + 4);
+    out.connect.mtu = load16(q + 8);
+    out.connect.window_log2 = q[10];
+    out.connect.max_reads = q[11];
+    out.connect.code = q[12];
+    out.connect.max_version = q[13];
+    out.connect.nonce = load64(q + 16);
+  } else if (op == Opcode::kDisconnect || op == Opcode::kDisconnectAck) {
+    out.disconnect.src_conn = load32(q);
+    out.disconnect.reason = q[4];
+  }
+  out.payload = d.subspan(hlen, payload_len);
+  return ParseError::kOk;
+}
+
+size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const MessageHeader& mh,
+                          const RdmaHeader* rh, uint32_t imm) {
+  const size_t n = header_size(bh.opcode);
+  if (out.size() < n || !is_data(bh.opcode) || (has_rdma_header(bh.opcode) && rh == nullptr))
+    return 0;
+  uint8_t* p = out.data();
+  put_base(p, bh);
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, mh.msn);
+  store32(q + 4, mh.offset);
+  store32(q + 8, mh.msg_len);
+  q += kMessageHeaderSize;
+  if (has_rdma_header(bh.opcode)) {
+    store64(q, rh->rkey);
+    store64(q + 8, rh->raddr);
+    q += kRdmaHeaderSize;
+  }
+  if (has_imm(bh.opcode)) store32(q, imm);
+  return n;
+}
+
+size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack) {
+  const uint8_t words = ack.sack_words > kMaxSackWords ? kMaxSackWords : ack.sack_words;
+  const size_t n = header_size(Opcode::kAck, words);
+  if (out.size() < n) return 0;
+  uint8_t* p = out.data();
+  BaseHeader b = bh;
+  b.opcode = Opcode::kAck;
+  put_base(p, b);
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, ack.cum_psn);
+  store32(q + 4, ack.echo_psn);
+  store32(q + 8, ack.echo_tsval);
+  store16(q + 12, ack.echo_path_tag);
+  q[14] = ack.flags;
+  q[15] = words;
+  store32(q + 16, 0);
+  for (size_t i = 0; i < words; ++i) store64(q + kAckFixedSize + 8 * i, ack.sack[i]);
+  return n;
+}
+
+size_t write_nak(std::span<uint8_t> out, const BaseHeader& bh, const NakBody& nak) {
+  const size_t n = header_size(Opcode::kNak);
+  if (out.size() < n) return 0;
+  uint8_t* p = out.data();
+  BaseHeader b = bh;
+  b.opcode = Opcode::kNak;
+  put_base(p, b);
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, nak.nak_psn);
+  q[4] = nak.code;
+  q[5] = q[6] = q[7] = 0;
+  store32(q + 8, nak.msn);
+  store32(q + 12, nak.cum_psn);
+  return n;
+}
+
+size_t write_probe(std::span<uint8_t> out, const BaseHeader& bh) {
+  if (out.size() < kBaseHeaderSize) return 0;
+  BaseHeader b = bh;
+  b.opcode = Opcode::kProbe;
+  put_base(out.data(), b);
+  return kBaseHeaderSize;
+}
+
+size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const ConnectBody& c) {
+  const size_t n = header_size(Opcode::kConnectReq);
+  if (out.size() < n) return 0;
+  uint8_t* p = out.data();
+  put_base(p, bh);
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, c.src_conn);
+  store32(q + 4, c.initial_psn);
+  store16(q + 8, c.mtu);
+  q[10] = c.window_log2;
+  q[11] = c.max_reads;
+  q[12] = c.code;
+  q[13] = c.max_version;
+  q[14] = q[15] = 0;
+  store64(q + 16, c.nonce);
+  return n;
+}
+
+size_t write_disconnect(std::span<uint8_t> out, const BaseHeader& bh, const DisconnectBody& d) {
+  const size_t n = header_size(Opcode::kDisconnect);
+  if (out.size() < n) return 0;
+  uint8_t* p = out.data();
+  put_base(p, bh);
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, d.src_conn);
+  q[4] = d.reason;
+  q[5] = q[6] = q[7] = 0;
+  return n;
+}
+
+size_t seal(std::span<uint8_t> out, size_t header_len, size_t payload_len) {
+  const size_t total = header_len + payload_len + kIcrcSize;
+  if (out.size() < total || header_len < kBaseHeaderSize) return 0;
+  const bool covered = (out[0] & kFlagPayloadCovered) != 0;
+  const size_t crc_len = covered ? header_len + payload_len : header_len;
+  store32(out.data() + header_len + payload_len, crc32c(0, out.data(), crc_len));
+  return total;
+}
+
+}  // namespace metaroce::wire

@@ -1,0 +1,181 @@
+// The MetaRoCE protocol engine: a pure state machine (spec section 2).
+//
+// It never touches sockets, clocks or threads. A driver (UDP, simulator,
+// conformance tester, libfabric provider) feeds it datagrams and the time, and
+// drains from it datagrams to send, the next timer deadline, completions and
+// connection events. Calls come in four kinds, as in quinn-proto:
+//   commands   register_memory, connect, post_send, post_recv, close
+//   inputs     handle_datagram, handle_timeout
+//   outputs    poll_transmit, next_timeout, poll_completion, poll_event
+//   getters    conn_stats, path_stats, endpoint_stats
+// No call re-enters the driver; nothing fires from inside an input.
+// An Endpoint is not thread-safe; one thread drives it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "metaroce/config.hpp"
+#include "metaroce/stats.hpp"
+#include "metaroce/status.hpp"
+#include "metaroce/trace.hpp"
+#include "metaroce/types.hpp"
+
+namespace metaroce {
+
+struct MemoryRegion {
+  uint32_t lkey = 0;  // names the region in local work requests
+  uint64_t rkey = 0;  // random 64-bit key a peer names in WRITE / READ (MR-1)
+  uint64_t addr = 0;  // first byte, as an integer address
+  uint64_t length = 0;
+  uint32_t access = 0;  // Access bits
+};
+
+enum class WrOpcode : uint8_t { kWrite, kWriteImm, kSend, kSendImm, kRead };
+
+// A send-queue work request. local_addr..+length must lie in region `lkey`
+// (with kAccessLocalWrite for READ). For WRITE*/READ, remote_addr/rkey name
+// the peer's memory.
+struct SendWr {
+  uint64_t wr_id = 0;
+  WrOpcode op = WrOpcode::kWrite;
+  uint64_t local_addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+  uint64_t remote_addr = 0;
+  uint64_t rkey = 0;
+  uint32_t imm = 0;
+};
+
+// A receive buffer, consumed in posting order by SEND* and WRITE_IMM.
+struct RecvWr {
+  uint64_t wr_id = 0;
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+enum class CompletionOp : uint8_t { kWrite, kWriteImm, kSend, kSendImm, kRead, kRecv, kRecvWriteImm };
+
+struct Completion {
+  uint64_t wr_id = 0;
+  ConnId conn;
+  Status status = Status::kOk;
+  CompletionOp op = CompletionOp::kWrite;
+  uint32_t byte_len = 0;  // receives: bytes placed
+  uint32_t imm = 0;
+  bool has_imm = false;
+};
+
+enum class EventKind : uint8_t {
+  kConnected,      // our connect() completed
+  kAccepted,       // a peer connected to us
+  kConnectFailed,  // status says why (refused, version, timeout)
+  kClosed,         // orderly close finished (either side)
+  kError,          // connection entered the error state; status says why
+};
+
+struct Event {
+  EventKind kind = EventKind::kConnected;
+  ConnId conn;
+  Status status = Status::kOk;
+  PeerAddr peer;
+};
+
+// A datagram handed in by the driver.
+struct RxDatagram {
+  PeerAddr peer;
+  uint16_t entropy = 0;  // the UDP source port it arrived with
+  bool ce = false;       // IP ECN field was CE (11)
+  std::span<const uint8_t> bytes;
+};
+
+inline constexpr uint8_t kEcnNotEct = 0;
+inline constexpr uint8_t kEcnEct0 = 2;
+
+// A datagram for the driver to send: UDP source port `entropy`, IP ECN `ecn`.
+// In gather mode the packet is buf[0, header_len) + payload + trailer (the ICRC);
+// otherwise it is buf[0, len).
+struct TxDatagram {
+  PeerAddr peer;
+  uint16_t entropy = 0;
+  uint8_t ecn = kEcnEct0;
+  size_t len = 0;  // whole datagram length
+  size_t header_len = 0;
+  std::span<const uint8_t> payload;  // gather mode only
+  uint8_t trailer[4] = {};           // gather mode only
+};
+
+class Endpoint {
+ public:
+  explicit Endpoint(const EndpointConfig& cfg);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  [[nodiscard]] const EndpointConfig& config() const;
+
+  // --- memory (MR-*) ---
+  // kInvalidArgument for a null or empty range or unknown access bits.
+  [[nodiscard]] Status register_memory(void* addr, size_t length, uint32_t access,
+                                       MemoryRegion& out);
+  // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
+  // completes kLocalProtection. kInvalidArgument if lkey is unknown.
+  [[nodiscard]] Status deregister_memory(uint32_t lkey);
+
+  // --- connections (CONN-*) ---
+  // Starts the handshake; an Event kConnected or kConnectFailed follows.
+  [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out);
+  // Orderly close: outstanding work completes kFlushed, the peer is told.
+  void close(ConnId conn, TimeNs now);
+  [[nodiscard]] bool is_established(ConnId conn) const;
+  [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
+
+  // --- work requests ---
+  // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local
+  // buffer not registered) and kInvalidArgument are returned at once and
+  // nothing is queued. Work requests may be posted while connecting.
+  [[nodiscard]] Status post_send(ConnId conn, const SendWr& wr);
+  [[nodiscard]] Status post_recv(ConnId conn, const RecvWr& wr);
+
+  // --- inputs ---
+  void handle_datagram(const RxDatagram& dg, TimeNs now);
+  // Call when now >= next_timeout(); calling early is harmless.
+  void handle_timeout(TimeNs now);
+
+  // --- outputs ---
+  // Writes the next datagram into buf (at least mtu + 128 bytes) and returns
+  // true, or false when nothing is ready. Call until it returns false.
+  [[nodiscard]] bool poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // The same, but the payload is not copied: out.payload points into
+  // registered memory and stays valid until the next call into the endpoint.
+  [[nodiscard]] bool poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf,
+                                          TxDatagram& out);
+  // Earliest time at which handle_timeout has work; TimeNs::never() if none.
+  [[nodiscard]] TimeNs next_timeout() const;
+  [[nodiscard]] bool poll_completion(Completion& out);
+  [[nodiscard]] bool poll_event(Event& out);
+
+  // --- getters ---
+  [[nodiscard]] const EndpointStats& endpoint_stats() const;
+  // nullptr for an unknown connection.
+  [[nodiscard]] const ConnStats* conn_stats(ConnId conn) const;
+  [[nodiscard]] size_t path_count(ConnId conn) const;
+  [[nodiscard]] bool path_stats(ConnId conn, size_t path, PathStats& out) const;
+  void set_trace(TraceFn fn, void* ctx);
+
+  // Bytes of engine state held for one idle, established connection
+  // (excluding the pooled transmit context an active connection borrows).
+  [[nodiscard]] static size_t idle_connection_bytes();
+  // Bytes of the transmit/receive tracking context an active connection uses.
+  [[nodiscard]] size_t active_context_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace metaroce

@@ -1,0 +1,178 @@
+// MetaRoCE wire format, version 1 (spec "docs/spec/metaroce-v0.1.md", section 3).
+//
+// Every packet is: Base Header | opcode-specific headers | payload | ICRC.
+// Fields are big-endian, offsets fixed per opcode; nothing here casts packet
+// bytes to structs. decode() checks every length before it reads. The same
+// codec serves the engine, the conformance tester and the dissector tests.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace metaroce::wire {
+
+inline constexpr uint8_t kVersion = 1;
+inline constexpr uint16_t kDefaultUdpPort = 4792;  // spec ENC-2
+
+enum class Opcode : uint8_t {
+  kWrite = 0x01,
+  kWriteImm = 0x02,
+  kSend = 0x03,
+  kSendImm = 0x04,
+  kReadReq = 0x05,
+  kReadResp = 0x06,
+  kAck = 0x10,
+  kNak = 0x11,
+  kProbe = 0x12,
+  kConnectReq = 0x20,
+  kConnectAccept = 0x21,
+  kConnectReject = 0x22,
+  kDisconnect = 0x23,
+  kDisconnectAck = 0x24,
+};
+
+// Base Header flag bits (low nibble of byte 0).
+inline constexpr uint8_t kFlagPayloadCovered = 0x8;  // ICRC covers the payload (INT-2)
+inline constexpr uint8_t kFlagAckRequested = 0x4;    // receiver acks at once (ACK-4)
+
+// Ack flag bits.
+inline constexpr uint8_t kAckEchoCe = 0x01;   // echoed packet arrived CE-marked
+inline constexpr uint8_t kAckEchoDup = 0x02;  // echoed packet was a duplicate
+
+inline constexpr size_t kBaseHeaderSize = 16;
+inline constexpr size_t kMessageHeaderSize = 12;
+inline constexpr size_t kRdmaHeaderSize = 16;
+inline constexpr size_t kImmSize = 4;
+inline constexpr size_t kIcrcSize = 4;
+inline constexpr size_t kAckFixedSize = 20;  // after the base header
+inline constexpr size_t kMaxSackWords = 8;   // 512 PSNs beyond cum_psn
+inline constexpr size_t kNakBodySize = 16;
+inline constexpr size_t kConnectBodySize = 24;
+inline constexpr size_t kDisconnectBodySize = 8;
+
+struct BaseHeader {
+  uint8_t version = kVersion;
+  uint8_t flags = 0;
+  Opcode opcode = Opcode::kAck;
+  uint16_t path_tag = 0;
+  uint32_t dst_conn = 0;
+  uint32_t psn = 0;
+  uint32_t tsval = 0;
+};
+
+// Placement of a sequenced packet inside its message (PLACE-1).
+struct MessageHeader {
+  uint32_t msn = 0;      // receive sequence (SEND*, WRITE_IMM) or read sequence (READ*)
+  uint32_t offset = 0;   // byte offset of this packet's payload in the message
+  uint32_t msg_len = 0;  // total message length in bytes
+};
+
+struct RdmaHeader {
+  uint64_t rkey = 0;
+  uint64_t raddr = 0;  // WRITE*: address of this packet's first byte; READ_REQ: base
+};
+
+struct AckBody {
+  uint32_t cum_psn = 0;  // every PSN before this one has been received
+  uint32_t echo_psn = 0;
+  uint32_t echo_tsval = 0;
+  uint16_t echo_path_tag = 0;
+  uint8_t flags = 0;
+  uint8_t sack_words = 0;
+  // bit i of word j set: PSN cum_psn + 1 + 64*j + i has been received.
+  std::array<uint64_t, kMaxSackWords> sack{};
+};
+
+struct NakBody {
+  uint32_t nak_psn = 0;
+  uint8_t code = 0;  // a metaroce::Status value <= 0x3f
+  uint32_t msn = 0;
+  uint32_t cum_psn = 0;
+};
+
+struct ConnectBody {
+  uint32_t src_conn = 0;
+  uint32_t initial_psn = 0;
+  uint16_t mtu = 0;
+  uint8_t window_log2 = 0;
+  uint8_t max_reads = 0;
+  uint8_t code = 0;         // CONNECT_REJECT reason (a metaroce::Status)
+  uint8_t max_version = 0;  // highest version the sender speaks
+  uint64_t nonce = 0;
+};
+
+struct DisconnectBody {
+  uint32_t src_conn = 0;
+  uint8_t reason = 0;
+};
+
+[[nodiscard]] constexpr bool is_data(Opcode op) {
+  return op >= Opcode::kWrite && op <= Opcode::kReadResp;
+}
+[[nodiscard]] constexpr bool has_rdma_header(Opcode op) {
+  return op == Opcode::kWrite || op == Opcode::kWriteImm || op == Opcode::kReadReq;
+}
+[[nodiscard]] constexpr bool has_imm(Opcode op) {
+  return op == Opcode::kWriteImm || op == Opcode::kSendImm;
+}
+[[nodiscard]] constexpr bool carries_payload(Opcode op) {
+  return is_data(op) && op != Opcode::kReadReq;
+}
+[[nodiscard]] const char* opcode_name(Opcode op);
+[[nodiscard]] bool is_known_opcode(uint8_t v);
+
+// Bytes between the start of the packet and the payload (or the ICRC).
+[[nodiscard]] size_t header_size(Opcode op, uint8_t sack_words = 0);
+
+enum class ParseError : uint8_t {
+  kOk,
+  kTruncated,    // shorter than the opcode's fixed headers + ICRC (BAD-1)
+  kBadVersion,   // version nibble is not 1 (BAD-2)
+  kBadOpcode,    // unknown opcode (BAD-3)
+  kBadChecksum,  // ICRC mismatch (BAD-4)
+  kBadLength,    // payload inconsistent with the message header (BAD-5)
+  kBadField,     // a field outside its range, e.g. sack_words > 8 (BAD-6)
+};
+[[nodiscard]] const char* parse_error_name(ParseError e);
+
+// A decoded packet. `payload` points into the buffer given to decode().
+struct Packet {
+  BaseHeader bh;
+  MessageHeader mh;
+  RdmaHeader rh;
+  uint32_t imm = 0;
+  AckBody ack;
+  NakBody nak;
+  ConnectBody connect;
+  DisconnectBody disconnect;
+  std::span<const uint8_t> payload;
+};
+
+// Parses and verifies one datagram (UDP payload).
+[[nodiscard]] ParseError decode(std::span<const uint8_t> datagram, Packet& out);
+
+// Only the base header, for a receiver that rejects early (and the fuzzers).
+[[nodiscard]] ParseError decode_base(std::span<const uint8_t> datagram, BaseHeader& out);
+
+// Writers. Each writes the headers for its opcode at the start of `out`
+// and returns the header size, or 0 if `out` is too small. The caller then
+// puts the payload right after the headers and calls seal().
+size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const MessageHeader& mh,
+                          const RdmaHeader* rh, uint32_t imm);
+size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack);
+size_t write_nak(std::span<uint8_t> out, const BaseHeader& bh, const NakBody& nak);
+size_t write_probe(std::span<uint8_t> out, const BaseHeader& bh);
+size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const ConnectBody& body);
+size_t write_disconnect(std::span<uint8_t> out, const BaseHeader& bh, const DisconnectBody& body);
+
+// Appends the ICRC after header_len + payload_len bytes and returns the total
+// datagram length (0 if it does not fit). The ICRC covers the payload only
+// when bh.flags has kFlagPayloadCovered (INT-1, INT-2).
+size_t seal(std::span<uint8_t> out, size_t header_len, size_t payload_len);
+
+// CRC-32C (Castagnoli), as used by the ICRC.
+[[nodiscard]] uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t len);
+
+}  // namespace metaroce::wire

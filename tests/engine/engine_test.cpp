@@ -1,0 +1,363 @@
+// Engine unit tests over a fixed-delay shuttle: the API contract, memory
+// protection, the handshake and error paths. Rule IDs refer to
+// docs/spec/metaroce-v0.1.md. Lossy multipath behaviour is covered by the
+// property tests on the harness (tests/property).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "loop.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::test {
+namespace {
+
+EndpointConfig cfg(uint64_t seed) {
+  EndpointConfig c;
+  c.seed = seed;
+  c.num_paths = 4;
+  return c;
+}
+
+struct Buf {
+  std::vector<uint8_t> bytes;
+  MemoryRegion mr;
+  Buf(Endpoint& ep, size_t n, uint32_t access, uint8_t fill = 0) : bytes(n, fill) {
+    EXPECT_EQ(ep.register_memory(bytes.data(), n, access, mr), Status::kOk);
+  }
+  uint64_t addr(size_t off = 0) const { return mr.addr + off; }
+};
+
+void pattern(std::vector<uint8_t>& v, uint8_t seed) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
+}
+
+SendWr write_wr(const Buf& src, const Buf& dst, uint32_t len, uint64_t id = 1, size_t dst_off = 0) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.op = WrOpcode::kWrite;
+  wr.local_addr = src.addr();
+  wr.length = len;
+  wr.lkey = src.mr.lkey;
+  wr.remote_addr = dst.addr(dst_off);
+  wr.rkey = dst.mr.rkey;
+  return wr;
+}
+
+TEST(Engine, IdleConnectionIsSmall) {
+  // Issue budget: 10,000 idle connections on one endpoint.
+  const size_t idle = Endpoint::idle_connection_bytes();
+  std::printf("idle connection: %zu bytes\n", idle);
+  EXPECT_LT(idle, 4096u);
+}
+
+TEST(Engine, WriteLandsExactly) {  // PLACE-2, COMP-1
+  Loop loop(cfg(1), cfg(2));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 1 << 20, 0);
+  pattern(src.bytes, 3);
+  Buf dst(loop.ep(1), (1 << 20) + 128, kAccessRemoteWrite, 0xEE);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, 7, 64)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    done.insert(done.end(), d.begin(), d.end());
+    return !done.empty();
+  }));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(done[0].wr_id, 7u);
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin() + 64));
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(dst.bytes[i], 0xEE);
+  for (size_t i = 64 + (1 << 20); i < dst.bytes.size(); ++i) EXPECT_EQ(dst.bytes[i], 0xEE);
+}
+
+TEST(Engine, SendWriteImmAndReadComplete) {  // PLACE-3, PLACE-4, COMP-2, COMP-3
+  Loop loop(cfg(3), cfg(4));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 100000, kAccessLocalWrite);
+  pattern(src.bytes, 9);
+  Buf rbuf(loop.ep(1), 200000, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+  pattern(rbuf.bytes, 1);
+  std::vector<uint8_t> remote_copy = rbuf.bytes;
+  Buf rd(loop.ep(0), 50000, kAccessLocalWrite);
+
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{100, rbuf.addr(0), 100000, rbuf.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{101, rbuf.addr(0), 0, 0}), Status::kOk);
+  SendWr s;
+  s.wr_id = 1;
+  s.op = WrOpcode::kSendImm;
+  s.local_addr = src.addr();
+  s.length = 99999;
+  s.lkey = src.mr.lkey;
+  s.imm = 0xABCD;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  SendWr wi = write_wr(src, rbuf, 5000, 2, 150000);
+  wi.op = WrOpcode::kWriteImm;
+  wi.imm = 77;
+  ASSERT_EQ(loop.ep(0).post_send(a, wi), Status::kOk);
+  SendWr r;
+  r.wr_id = 3;
+  r.op = WrOpcode::kRead;
+  r.local_addr = rd.addr();
+  r.length = 50000;
+  r.lkey = rd.mr.lkey;
+  r.remote_addr = rbuf.addr(100000);
+  r.rkey = rbuf.mr.rkey;
+  ASSERT_EQ(loop.ep(0).post_send(a, r), Status::kOk);
+
+  std::vector<Completion> c0, c1;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    c0.insert(c0.end(), d.begin(), d.end());
+    d = loop.drain(1);
+    c1.insert(c1.end(), d.begin(), d.end());
+    return c0.size() == 3 && c1.size() == 2;
+  }));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(c0[i].status, Status::kOk);
+    EXPECT_EQ(c0[i].wr_id, i + 1);  // COMP-2: posting order
+  }
+  EXPECT_EQ(c1[0].wr_id, 100u);
+  EXPECT_EQ(c1[0].byte_len, 99999u);
+  EXPECT_TRUE(c1[0].has_imm);
+  EXPECT_EQ(c1[0].imm, 0xABCDu);
+  EXPECT_EQ(c1[1].wr_id, 101u);
+  EXPECT_EQ(c1[1].op, CompletionOp::kRecvWriteImm);
+  EXPECT_EQ(c1[1].imm, 77u);
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.begin() + 99999, rbuf.bytes.begin()));
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.begin() + 5000, rbuf.bytes.begin() + 150000));
+  EXPECT_TRUE(std::equal(rd.bytes.begin(), rd.bytes.end(), remote_copy.begin() + 100000));
+}
+
+TEST(Engine, SurvivesLossWithSelectiveRetransmission) {  // LOSS-2, LOSS-3
+  Loop loop(cfg(5), cfg(6));
+  auto [a, b] = loop.connect();
+  int n = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && (++n % 13) == 0;
+  };
+  Buf src(loop.ep(0), 4 << 20, 0);
+  pattern(src.bytes, 5);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, i, i << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    done.insert(done.end(), d.begin(), d.end());
+    return done.size() == 4;
+  }));
+  for (auto& c : done) EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  EXPECT_GT(st->retransmissions, 0u);
+  EXPECT_LE(st->retransmissions, static_cast<uint64_t>(n / 13 + 10));
+}
+
+struct BadCase {
+  const char* name;
+  Status expect;
+};
+
+TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
+  for (int kind = 0; kind < 4; ++kind) {
+    SCOPED_TRACE(kind);
+    Loop loop(cfg(10 + kind), cfg(20 + kind));
+    auto [a, b] = loop.connect();
+    Buf src(loop.ep(0), 65536, 0, 0x55);
+    Buf dst(loop.ep(1), 65536, kind == 2 ? kAccessRemoteRead : kAccessRemoteWrite | kAccessLocalWrite,
+            0x11);
+    SendWr wr = write_wr(src, dst, 65536, 1);
+    Status expect = Status::kOk;
+    switch (kind) {
+      case 0: wr.rkey ^= 1; expect = Status::kRemoteBadKey; break;
+      case 1: wr.remote_addr += 1; expect = Status::kRemoteOutOfBounds; break;
+      case 2: expect = Status::kRemoteAccessDenied; break;
+      case 3:
+        wr.op = WrOpcode::kSend;
+        ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, dst.addr(), 100, dst.mr.lkey}), Status::kOk);
+        expect = Status::kRemoteLengthError;
+        break;
+    }
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until([&] {
+      auto d = loop.drain(0);
+      done.insert(done.end(), d.begin(), d.end());
+      return done.size() == 2;
+    }));
+    EXPECT_EQ(done[0].status, expect);
+    EXPECT_EQ(done[1].status, Status::kFlushed);
+    for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
+    Event ev;
+    bool err = false;
+    while (loop.ep(0).poll_event(ev)) err |= ev.kind == EventKind::kError;
+    EXPECT_TRUE(err);
+  }
+}
+
+TEST(Engine, ReceiverNotReadyRetriesUntilPosted) {  // NAK-4, LOSS-7
+  Loop loop(cfg(30), cfg(31));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10000, 0, 0x42);
+  Buf dst(loop.ep(1), 10000, kAccessLocalWrite);
+  SendWr s;
+  s.op = WrOpcode::kSend;
+  s.local_addr = src.addr();
+  s.length = 10000;
+  s.lkey = src.mr.lkey;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  loop.run_until([] { return false; }, 300'000);
+  EXPECT_GT(loop.ep(1).conn_stats(b)->rnr_naks_sent, 0u);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, dst.addr(), 10000, dst.mr.lkey}), Status::kOk);
+  std::vector<Completion> c0, c1;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(1);
+    c1.insert(c1.end(), d.begin(), d.end());
+    d = loop.drain(0);
+    c0.insert(c0.end(), d.begin(), d.end());
+    return !c1.empty() && !c0.empty();
+  }));
+  EXPECT_EQ(c1[0].status, Status::kOk);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x42);
+  ASSERT_EQ(c0.size(), 1u);
+  EXPECT_EQ(c0[0].status, Status::kOk);
+}
+
+TEST(Engine, LocalBufferChecks) {
+  Loop loop(cfg(40), cfg(41));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0);
+  SendWr wr = write_wr(src, src, 8192, 1);
+  EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection);
+  wr.length = 100;
+  wr.lkey = 999;
+  EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection);
+  wr.op = WrOpcode::kRead;
+  wr.lkey = src.mr.lkey;
+  EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection);  // needs local write
+  EXPECT_EQ(loop.ep(0).post_send(ConnId{12345}, wr), Status::kNoSuchConnection);
+  MemoryRegion mr;
+  EXPECT_EQ(loop.ep(0).register_memory(nullptr, 10, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(loop.ep(0).register_memory(src.bytes.data(), 0, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(loop.ep(0).register_memory(src.bytes.data(), 10, 0x80, mr), Status::kInvalidArgument);
+  EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
+}
+
+TEST(Engine, DeregisteredKeyIsRejected) {  // MR: bad key after deregistration
+  Loop loop(cfg(50), cfg(51));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 1);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 9);
+  ASSERT_EQ(loop.ep(1).deregister_memory(dst.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    done.insert(done.end(), d.begin(), d.end());
+    return !done.empty();
+  }));
+  EXPECT_EQ(done[0].status, Status::kRemoteBadKey);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
+}
+
+TEST(Engine, ConnectRefusedAndTimeout) {  // CONN-2, CONN-4
+  EndpointConfig closed = cfg(61);
+  closed.accept_incoming = false;
+  Loop loop(cfg(60), closed);
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  Event ev{};
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kConnectRefused);
+
+  Loop dead(cfg(62), cfg(63));
+  dead.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  ASSERT_EQ(dead.ep(0).connect(dead.addr(1), dead.now(), a), Status::kOk);
+  ASSERT_TRUE(dead.run_until([&] { return dead.ep(0).poll_event(ev); }));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kConnectTimeout);
+}
+
+TEST(Engine, VersionMismatchIsRejected) {  // CONN-5
+  Loop loop(cfg(70), cfg(71));
+  loop.mutate = [](int from, std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x20) {
+      d[0] = static_cast<uint8_t>((2 << 4) | (d[0] & 0x0f));
+    }
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  Event ev{};
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kVersionMismatch);
+}
+
+TEST(Engine, CorruptPacketsAreDroppedAndRepaired) {  // BAD-4, INT-1
+  Loop loop(cfg(80), cfg(81));
+  auto [a, b] = loop.connect();
+  int n = 0;
+  loop.mutate = [&](int, std::vector<uint8_t>& d) {
+    if (++n % 7 == 0) d[d.size() / 2] ^= 0x10;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0);
+  pattern(src.bytes, 77);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    done.insert(done.end(), d.begin(), d.end());
+    return !done.empty();
+  }));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GT(loop.ep(1).endpoint_stats().bad_checksum + loop.ep(0).endpoint_stats().bad_checksum,
+            0u);
+}
+
+TEST(Engine, CloseFlushesBothSides) {  // CONN-7, COMP-5
+  Loop loop(cfg(90), cfg(91));
+  auto [a, b] = loop.connect();
+  Buf dst(loop.ep(1), 4096, kAccessLocalWrite);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{1, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  loop.ep(0).close(a, loop.now());
+  bool closed0 = false, closed1 = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
+    while (loop.ep(1).poll_event(ev)) closed1 |= ev.kind == EventKind::kClosed;
+    return closed0 && closed1;
+  }));
+  auto c1 = loop.drain(1);
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].status, Status::kPeerClosed);
+  EXPECT_FALSE(loop.ep(1).is_established(b));
+}
+
+TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
+  EndpointConfig c = cfg(100);
+  c.recovery.peer_timeout_ns = 50 * kMillisecond;
+  Loop loop(c, cfg(101));
+  auto [a, b] = loop.connect();
+  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  Buf src(loop.ep(0), 65536, 0);
+  Buf dst(loop.ep(1), 65536, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    done.insert(done.end(), d.begin(), d.end());
+    return !done.empty();
+  }));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+}
+
+}  // namespace
+}  // namespace metaroce::test
