@@ -363,26 +363,40 @@ class World {
   }
 
   // ---- traffic ----
-  // Takes one datagram from side s into dg_; false when it has none.
+  // Takes one datagram from side s into dg_; false when it has none. Every
+  // datagram the engine emits must be a valid packet.
   bool take(int s, TxDatagram& tx) {
     Side& sd = side_[s];
     if (sd.gather) {
+      // engine.hpp: in gather mode the packet is buf[0, header_len) + payload + trailer.
       if (!sd.ep->poll_transmit_gather(now_, txbuf_, tx)) return false;
-      dg_.clear();
-      if (tx.header_len + tx.payload.size() + wire::kIcrcSize == tx.len) {
-        CHECK(tx.header_len <= txbuf_.size());
-        dg_.insert(dg_.end(), txbuf_.begin(),
-                   txbuf_.begin() + static_cast<std::ptrdiff_t>(tx.header_len));
-        dg_.insert(dg_.end(), tx.payload.begin(), tx.payload.end());
-        dg_.insert(dg_.end(), tx.trailer, tx.trailer + wire::kIcrcSize);
-        return true;
-      }
-      // Not split: the whole datagram is in the header buffer.
-    } else if (!sd.ep->poll_transmit(now_, txbuf_, tx)) {
-      return false;
+      CHECK(tx.header_len <= txbuf_.size());
+      CHECK(tx.len == tx.header_len + tx.payload.size() + wire::kIcrcSize);
+      dg_.assign(txbuf_.begin(), txbuf_.begin() + static_cast<std::ptrdiff_t>(tx.header_len));
+      dg_.insert(dg_.end(), tx.payload.begin(), tx.payload.end());
+      dg_.insert(dg_.end(), tx.trailer, tx.trailer + wire::kIcrcSize);
+    } else {
+      if (!sd.ep->poll_transmit(now_, txbuf_, tx)) return false;
+      CHECK(tx.len <= txbuf_.size());
+      dg_.assign(txbuf_.begin(), txbuf_.begin() + static_cast<std::ptrdiff_t>(tx.len));
     }
-    CHECK(tx.len <= txbuf_.size());
-    dg_.assign(txbuf_.begin(), txbuf_.begin() + static_cast<std::ptrdiff_t>(tx.len));
+    wire::Packet pkt;
+    const wire::ParseError e = wire::decode(dg_, pkt);
+    if (e != wire::ParseError::kOk) {
+      std::fprintf(stderr, "fuzz_engine: endpoint %c emitted an invalid datagram (%s mode): %s\n",
+                   s == 0 ? 'A' : 'B', sd.gather ? "gather" : "copy", wire::parse_error_name(e));
+      std::fprintf(stderr, "fuzz_engine: len %zu, first bytes:", dg_.size());
+      for (size_t i = 0; i < dg_.size() && i < 64; ++i) std::fprintf(stderr, " %02x", dg_[i]);
+      std::fprintf(stderr, "\n");
+      if (sd.gather && tx.payload.empty() && tx.len == tx.header_len + wire::kIcrcSize &&
+          tx.len <= txbuf_.size() &&
+          wire::decode(std::span<const uint8_t>(txbuf_.data(), tx.len), pkt) ==
+              wire::ParseError::kOk)
+        std::fprintf(stderr,
+                     "fuzz_engine: buf[0, len) is valid: the ICRC was left in the header buffer "
+                     "instead of TxDatagram::trailer\n");
+      fail("engine emitted a datagram that does not decode", static_cast<uint8_t>(e));
+    }
     return true;
   }
 

@@ -28,7 +28,6 @@ struct Path {
   bool has_rtt = false;
   uint8_t consecutive_rtos = 0;
   uint8_t backoff = 0;
-  uint8_t probes_unanswered = 0;
   uint32_t cwnd = 0;      // bytes
   uint32_t inflight = 0;  // bytes
   uint32_t cwnd_frac = 0; // additive-increase accumulator
@@ -83,6 +82,7 @@ struct SqEntry {
 
 // A READ we are serving (READ-2): response packets in our PSN space.
 struct RespJob {
+  uint32_t req_psn = 0;  // served once every PSN up to the request has arrived (READ-5)
   const uint8_t* src = nullptr;
   uint32_t len = 0;
   uint32_t read_seq = 0;
@@ -163,6 +163,7 @@ struct Connection {
   uint32_t sq_count = 0;
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
+  TimeNs last_activity{0};  // last work posted or packet handled: context release
   TimeNs control_deadline = TimeNs::never();  // connect / disconnect retry
 
   // Receiver side.

@@ -14,7 +14,9 @@ constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
 }  // namespace
 
 Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d657461726f6365ull) {
-  cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 15);
+  // SEQ-3: the window never exceeds what one ACK can describe (ACK-8), so a
+  // packet outside every SACK is never mistaken for a lost one.
+  cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 10);
   cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, 32);
   cfg.mtu = std::clamp<uint16_t>(cfg.mtu, 256, 65000);
   cfg.sq_depth = std::max<uint16_t>(cfg.sq_depth, 1);
@@ -122,17 +124,24 @@ detail::RxCtx& Endpoint::Impl::rx_ctx(Connection& c) {
   return r;
 }
 
-// Contexts go back to the pool once they hold nothing a later packet needs,
-// so an idle connection costs only its core (the 10,000-connection budget).
-void Endpoint::Impl::maybe_release_ctx(Connection& c) {
-  if (c.tx && c.tx->sq_head == c.tx->sq_tail && c.tx->resp_head == c.tx->resp_tail &&
-      c.cum_acked == c.next_psn && c.tx->retx_head == c.tx->retx_tail) {
-    tx_pool.push_back(std::move(c.tx));
-  }
-  if (c.rx && c.rx->rq_head == c.rx->rq_tail && c.rx_cum == c.rx_high && c.unacked == 0 &&
-      c.echo_count == 0) {
-    rx_pool.push_back(std::move(c.rx));
-  }
+bool Endpoint::Impl::tx_idle(const Connection& c) const {
+  return c.tx && c.tx->sq_head == c.tx->sq_tail && c.tx->resp_head == c.tx->resp_tail &&
+         c.cum_acked == c.next_psn && c.tx->retx_head == c.tx->retx_tail;
+}
+
+bool Endpoint::Impl::rx_idle(const Connection& c) const {
+  return c.rx && c.rx->rq_head == c.rx->rq_tail && c.rx_cum == c.rx_high && c.unacked == 0 &&
+         c.echo_count == 0;
+}
+
+// Contexts go back to the pool once they hold nothing a later packet needs
+// and the connection has been quiet for context_idle_ns, so an idle
+// connection costs only its core (the 10,000-connection budget) while a busy
+// one never pays for re-acquiring them between messages.
+void Endpoint::Impl::maybe_release_ctx(Connection& c, TimeNs now) {
+  if (now.since(c.last_activity) < cfg.context_idle_ns) return;
+  if (tx_idle(c)) tx_pool.push_back(std::move(c.tx));
+  if (rx_idle(c)) rx_pool.push_back(std::move(c.rx));
 }
 
 void Endpoint::Impl::complete(const Connection& c, const Completion& comp) {
@@ -176,6 +185,7 @@ void Endpoint::Impl::update_timer(Connection& c) {
   if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail) t = std::min(t, c.rnr_until);
   if (outstanding && c.state == ConnState::kEstablished)
     t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
+  if (tx_idle(c) || rx_idle(c)) t = std::min(t, c.last_activity + cfg.context_idle_ns);
   // A deadline already passed is due at the next call, never in a loop
   // inside this one.
   if (t != TimeNs::never() && t <= last_now) t = last_now + 1;
@@ -212,11 +222,15 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       detail::Path& p = c.paths[i];
       if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
       if (p.state == PathState::kProbing && p.probe_deadline <= now) {
-        // PATH-6: a new entropy can hash onto the same broken link; after
-        // three unanswered probes draw another.
-        if (++p.probes_unanswered > 3) retire_path(c, i, now);
-        c.probe_owed |= 1u << i;
-        p.probe_deadline = now + cfg.recovery.probe_interval_ns;
+        // An unanswered probe is one more timeout (PATH-4); a new entropy can
+        // hash onto the same broken link, so it too is replaced in the end.
+        p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
+        if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
+          retire_path(c, i, now);
+        } else {
+          c.probe_owed |= 1u << i;
+          p.probe_deadline = now + path_rto(c, p);
+        }
       }
     }
     bool outstanding = c.tx && (c.cum_acked != c.next_psn || c.tx->retx_head != c.tx->retx_tail);
@@ -224,6 +238,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       enter_error(c, Status::kPeerUnreachable, c.cum_acked, now);
     }
   }
+  maybe_release_ctx(c, now);
   mark_ready(c);
   update_timer(c);
 }
@@ -261,6 +276,17 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
 
 bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
   last_now = now;
+  if (!poll_one(now, buf, out, gather)) return false;
+  if (gather && out.payload.empty()) {
+    // Packets without payload are built whole; present them in the gather
+    // shape too: headers, no payload, the ICRC as the trailer.
+    out.header_len = out.len - wire::kIcrcSize;
+    std::memcpy(out.trailer, buf.data() + out.header_len, wire::kIcrcSize);
+  }
+  return true;
+}
+
+bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
   if (!orphans.empty() && emit_orphan(buf, out)) {
     ++estats.datagrams_sent;
     return true;
@@ -282,7 +308,6 @@ bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, b
     }
     in_ready[index] = 0;
     update_timer(*c);
-    maybe_release_ctx(*c);
   }
   ready.clear();
   ready_head = 0;
@@ -376,6 +401,7 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
       break;
   }
   // The connection may have been destroyed above only on paths that return.
+  c->last_activity = now;
   m.mark_ready(*c);
   m.update_timer(*c);
 }
@@ -458,13 +484,17 @@ Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   Connection* c = impl_->find(conn);
   if (c == nullptr) return Status::kNoSuchConnection;
   const Status s = impl_->post_send(*c, wr);
-  if (s == Status::kOk) impl_->mark_ready(*c);
+  if (s == Status::kOk) {
+    c->last_activity = impl_->last_now;
+    impl_->mark_ready(*c);
+  }
   return s;
 }
 
 Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
   Connection* c = impl_->find(conn);
   if (c == nullptr) return Status::kNoSuchConnection;
+  c->last_activity = impl_->last_now;
   return impl_->post_recv(*c, wr);
 }
 

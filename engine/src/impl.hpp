@@ -69,6 +69,7 @@ struct Endpoint::Impl {
   void update_timer(detail::Connection& c);
   void run_timers(detail::Connection& c, TimeNs now);
   bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
+  bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
   bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
                 bool gather);
@@ -80,7 +81,9 @@ struct Endpoint::Impl {
   void push_event(EventKind k, const detail::Connection& c, Status s);
   detail::TxCtx& tx_ctx(detail::Connection& c);
   detail::RxCtx& rx_ctx(detail::Connection& c);
-  void maybe_release_ctx(detail::Connection& c);
+  void maybe_release_ctx(detail::Connection& c, TimeNs now);
+  bool tx_idle(const detail::Connection& c) const;
+  bool rx_idle(const detail::Connection& c) const;
   wire::BaseHeader base_header(const detail::Connection& c, wire::Opcode op, TimeNs now) const;
   size_t finish(std::span<uint8_t> buf, size_t hlen, size_t plen) const;
 

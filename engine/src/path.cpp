@@ -83,7 +83,8 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   if (p.state == PathState::kProbing) {
     p.state = PathState::kActive;  // PATH-6: the new entropy answered
     p.probe_deadline = TimeNs::never();
-    p.probes_unanswered = 0;
+    p.consecutive_rtos = 0;
+    p.backoff = 0;
     p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
     p.slow_start = true;
     trace(now, TraceKind::kPathState, c, slot, p.entropy, static_cast<uint32_t>(p.state));
@@ -161,7 +162,7 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
   p.srtt = cfg.recovery.initial_rtt_ns;
   p.rttvar = cfg.recovery.initial_rtt_ns / 2;
-  p.probe_deadline = now + cfg.recovery.probe_interval_ns;
+  p.probe_deadline = now + path_rto(c, p);
   c.probe_owed |= 1u << path;
   ++p.stats.retirements;
   ++c.stats.path_retirements;

@@ -193,7 +193,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
         why = Status::kRemoteInvalidRequest;  // READ-3
       } else {
         detail::RespJob& j = t.resp[t.resp_tail++ % t.resp.size()];
-        j = detail::RespJob{src, mh.msg_len, mh.msn,
+        j = detail::RespJob{psn, src, mh.msg_len, mh.msn,
                             mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu, 0, 0};
       }
     }

@@ -129,7 +129,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   if (h == 0 || (!gather && buf.size() < h + plen + wire::kIcrcSize)) return false;
   out.entropy = p.entropy;
   out.header_len = h;
-  if (gather) {
+  if (gather && plen > 0) {  // without payload the packet is built whole (see poll)
     out.payload = std::span<const uint8_t>(src, plen);
     uint32_t crc = wire::crc32c(0, buf.data(), h);
     if (bh.flags & wire::kFlagPayloadCovered) crc = wire::crc32c(crc, src, plen);
@@ -188,7 +188,13 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     return build_data(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out, gather);
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
-  const bool have_resp = t.resp_seg != t.resp_tail;
+  // SEQ-5: a message's packets take consecutive PSNs, so a message once
+  // started is finished before another begins. Otherwise READ responses go
+  // first; READ-5: a READ is answered only once every packet sent before it
+  // has arrived, so it never returns data an earlier WRITE is still replacing.
+  const bool sq_started = t.sq_seg != t.sq_tail && t.sq[t.sq_seg % t.sq.size()].sent > 0;
+  const bool have_resp = !sq_started && t.resp_seg != t.resp_tail &&
+                         before(t.resp[t.resp_seg % t.resp.size()].req_psn, c.rx_cum);
   if (!have_resp && t.sq_seg == t.sq_tail) return false;
   if (!have_resp) {
     detail::SqEntry& e = t.sq[t.sq_seg % t.sq.size()];
@@ -393,7 +399,16 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
   p.cwnd = packet_cost(c.mtu) * std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1);
   p.slow_start = true;
-  if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) retire_path(c, path, now);
+  if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
+    retire_path(c, path, now);
+    return;
+  }
+  // PATH-4: a timed-out path carries no more data until a PROBE comes back,
+  // so a dead link costs one RTO of traffic, not three.
+  p.state = PathState::kProbing;
+  c.probe_owed |= 1u << path;
+  p.probe_deadline = now + path_rto(c, p);
+  trace(now, TraceKind::kPathState, c, path, p.entropy, static_cast<uint32_t>(p.state));
 }
 
 void Endpoint::Impl::complete_sends(Connection& c) {

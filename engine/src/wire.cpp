@@ -101,9 +101,17 @@ ParseError decode_base(std::span<const uint8_t> d, BaseHeader& out) {
 }
 
 ParseError decode(std::span<const uint8_t> d, Packet& out) {
+  out = Packet{};
   if (ParseError e = decode_base(d, out.bh); e != ParseError::kOk) return e;
   const uint8_t* p = d.data();
   const Opcode op = out.bh.opcode;
+  // A packet without payload has its ICRC over everything before it, so check
+  // it before trusting any length field in it (BAD-4 before BAD-5/6).
+  if (!carries_payload(op)) {
+    if (d.size() < header_size(op) + kIcrcSize) return ParseError::kTruncated;
+    if (crc32c(0, p, d.size() - kIcrcSize) != load32(p + d.size() - kIcrcSize))
+      return ParseError::kBadChecksum;
+  }
   uint8_t sack_words = 0;
   if (op == Opcode::kAck) {
     if (d.size() < kBaseHeaderSize + kAckFixedSize + kIcrcSize) return ParseError::kTruncated;
@@ -235,7 +243,9 @@ size_t write_probe(std::span<uint8_t> out, const BaseHeader& bh) {
 
 size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const ConnectBody& c) {
   const size_t n = header_size(Opcode::kConnectReq);
-  if (out.size() < n) return 0;
+  if (out.size() < n || (bh.opcode != Opcode::kConnectReq && bh.opcode != Opcode::kConnectAccept &&
+                         bh.opcode != Opcode::kConnectReject))
+    return 0;
   uint8_t* p = out.data();
   put_base(p, bh);
   uint8_t* q = p + kBaseHeaderSize;
@@ -253,7 +263,8 @@ size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const Connect
 
 size_t write_disconnect(std::span<uint8_t> out, const BaseHeader& bh, const DisconnectBody& d) {
   const size_t n = header_size(Opcode::kDisconnect);
-  if (out.size() < n) return 0;
+  if (out.size() < n || (bh.opcode != Opcode::kDisconnect && bh.opcode != Opcode::kDisconnectAck))
+    return 0;
   uint8_t* p = out.data();
   put_base(p, bh);
   uint8_t* q = p + kBaseHeaderSize;

@@ -146,7 +146,8 @@ void Network::trace(NetTraceKind k, const Link& l, TimeNs t, uint16_t entropy,
                    entropy,
                    static_cast<uint8_t>(bytes.size() >= 2 ? bytes[1] : 0),
                    static_cast<uint32_t>(bytes.size()),
-                   aux};
+                   aux,
+                   bytes};
   trace_(ev);
 }
 

@@ -30,14 +30,13 @@ struct RecoveryConfig {
   uint32_t rto_failures_to_retire = 3;          // PATH-4: consecutive timeouts
   uint32_t loss_window_packets = 128;           // PATH-5: loss EWMA gain 1/128
   uint32_t retire_loss_pct = 10;                // PATH-5
-  uint64_t probe_interval_ns = 1 * kMillisecond;  // PATH-6
-  uint64_t peer_timeout_ns = 2 * kSecond;       // CONN-7: no acknowledgement at all
-  uint64_t rnr_retry_ns = 100 * kMicrosecond;   // NAK-4
+  uint64_t peer_timeout_ns = 2 * kSecond;       // PATH-7: no acknowledgement at all
+  uint64_t rnr_retry_ns = 100 * kMicrosecond;   // LOSS-7
 };
 
 struct EndpointConfig {
   uint16_t mtu = 4096;            // payload bytes per data packet (SEQ-5)
-  uint8_t window_log2 = 10;       // outstanding-PSN window, 1024 packets (SEQ-3)
+  uint8_t window_log2 = 10;       // outstanding-PSN window, 1024 packets, 6..10 (SEQ-3)
   uint8_t num_paths = 8;          // entropy values per connection (PATH-1), at most 32
   uint16_t sq_depth = 256;        // send queue entries per connection
   uint16_t rq_depth = 256;        // receive queue entries per connection
@@ -51,6 +50,7 @@ struct EndpointConfig {
   uint32_t max_connections = 65536;
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2
   uint32_t connect_attempts = 8;                  // CONN-2
+  uint64_t context_idle_ns = 10 * kMillisecond;  // idle time before tracking contexts are pooled
   uint64_t seed = 1;              // keys, entropy values, initial PSNs
   CcConfig cc;
   RecoveryConfig recovery;

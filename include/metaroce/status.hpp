@@ -8,7 +8,7 @@
 namespace metaroce {
 
 // X(name, value, description). Values <= 0x3f are the NAK codes on the wire
-// (spec NAK-3); the rest are local.
+// (spec section 3.10); the rest are local.
 #define METAROCE_STATUS_CODES(X)                                                          \
   X(kOk, 0x00, "success")                                                                 \
   X(kRnr, 0x01, "receiver not ready: no receive buffer posted (retried)")                 \

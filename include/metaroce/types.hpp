@@ -24,7 +24,7 @@ constexpr uint64_t kMicrosecond = 1000;
 constexpr uint64_t kMillisecond = 1000 * kMicrosecond;
 constexpr uint64_t kSecond = 1000 * kMillisecond;
 
-// Packet sequence number: 32 bits, compared modulo 2^32 (spec PSN-2). All
+// Packet sequence number: 32 bits, compared modulo 2^32 (spec SEQ-2). All
 // ordering of PSNs goes through these helpers so wrap-around lives in one place.
 struct Psn {
   uint32_t v = 0;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -56,16 +57,38 @@ inline std::string seed_note(uint64_t seed) {
          std::to_string(seed) + ")";
 }
 
+// Failed assertions of the current test so far.
+inline int failed_parts() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (info == nullptr) return 0;
+  const auto* res = info->result();
+  int n = 0;
+  for (int i = 0; i < res->total_part_count(); ++i) n += res->GetTestPartResult(i).failed();
+  return n;
+}
+inline int& seed_fail_base() {
+  static int base = 0;
+  return base;
+}
+// True once the current seed has failed (HasFailure() is sticky per test).
+inline bool seed_failed() { return failed_parts() > seed_fail_base(); }
+
 // Runs body(seed) for every seed of the range; stops after a few failing seeds.
 template <typename F>
 void for_each_seed(SeedRange r, F&& body) {
-  int failed = 0;
+  // METAROCE_PROPERTY_MAX_FAILS: failing seeds before a test gives up (3).
+  const uint64_t max_fails = env_u64("METAROCE_PROPERTY_MAX_FAILS", 3);
+  uint64_t failed = 0;
   for (uint64_t s = r.first; s < r.first + r.count; ++s) {
     SCOPED_TRACE(seed_note(s));
+    seed_fail_base() = failed_parts();
     body(s);
-    if (::testing::Test::HasFailure() && ++failed >= 3) {
-      ADD_FAILURE() << "stopping after 3 failing seeds";
-      return;
+    if (seed_failed()) {
+      std::fprintf(stderr, "FAILED SEED %llu\n", static_cast<unsigned long long>(s));
+      if (++failed >= max_fails) {
+        ADD_FAILURE() << "stopping after " << failed << " failing seeds";
+        return;
+      }
     }
   }
 }
@@ -107,7 +130,10 @@ inline HarnessConfig random_config(Rng& r, uint64_t seed, NetShape shape = {}) {
   // Payload corruption is only caught by the ICRC when it covers the payload;
   // otherwise the UDP checksum does the job (INT-2), modelled by the network.
   c.net.udp_checksum = !cover;
-  c.gather = r.chance(0.3);
+  // Gather mode (poll_transmit_gather) on some seeds; METAROCE_PROPERTY_GATHER=0
+  // turns it off.
+  c.gather = r.chance(0.3);  // drawn always, so the env var changes nothing else
+  if (env_u64("METAROCE_PROPERTY_GATHER", 1) == 0) c.gather = false;
   return c;
 }
 
@@ -197,7 +223,43 @@ class World {
  public:
   static constexpr size_t kSrcSize = 512 * 1024;
 
-  explicit World(HarnessConfig cfg) : h(std::move(cfg)) {}
+  explicit World(HarnessConfig cfg) : h(std::move(cfg)) {
+    // METAROCE_PROPERTY_TRACE=1: engine trace of both nodes on stderr; =2: plus
+    // every network event.
+    const uint64_t tr = env_u64("METAROCE_PROPERTY_TRACE", 0);
+    if (tr >= 1) {
+      static const char* kNames[] = {"sent", "recv", "dup", "acked", "lost", "pathstate",
+                                     "retired", "nak_sent", "nak_recv", "connstate"};
+      static int node_ids[2] = {0, 1};
+      for (int n = 0; n < 2; ++n)
+        h.set_engine_trace_for(size_t(n), [](void* ctx, const TraceEvent& ev) {
+          std::fprintf(stderr, "%12llu node%d %-9s path %2u psn %10u aux %u\n",
+                       static_cast<unsigned long long>(ev.time.ns), *static_cast<int*>(ctx),
+                       kNames[static_cast<int>(ev.kind)], ev.path, ev.psn, ev.aux);
+        }, &node_ids[n]);
+    }
+    if (tr >= 2) {
+      h.set_net_trace([](const harness::NetTraceEvent& e) {
+        static const char* kNames[] = {"enq", "deliver", "qdrop", "loss", "down",
+                                       "dup", "corrupt", "ce", "cksum"};
+        auto be32 = [&](size_t at) -> uint32_t {
+          if (e.bytes.size() < at + 4) return 0;
+          return (uint32_t{e.bytes[at]} << 24) | (uint32_t{e.bytes[at + 1]} << 16) |
+                 (uint32_t{e.bytes[at + 2]} << 8) | uint32_t{e.bytes[at + 3]};
+        };
+        // psn, and for data packets msn/offset/msg_len.
+        std::fprintf(stderr,
+                     "%12llu net %u->%u path %u %-7s op 0x%02x len %u aux %llu psn %u msn %u "
+                     "off %u msglen %u\n",
+                     static_cast<unsigned long long>(e.time.ns), e.src, e.dst, e.path,
+                     kNames[static_cast<int>(e.kind)], e.opcode, e.len,
+                     static_cast<unsigned long long>(e.aux), be32(8),
+                     e.opcode >= 1 && e.opcode <= 6 ? be32(16) : 0,
+                     e.opcode >= 1 && e.opcode <= 6 ? be32(20) : 0,
+                     e.opcode >= 1 && e.opcode <= 6 ? be32(24) : 0);
+      });
+    }
+  }
 
   Harness h;
   ConnId conn[2];
@@ -358,7 +420,7 @@ class World {
       const size_t batch = static_cast<size_t>(r.range(1, 4));
       for (size_t k = 0; k < batch && i < wrs.size(); ++k, ++i) {
         post(wrs[i]);
-        if (::testing::Test::HasFatalFailure()) return;
+        if (seed_failed()) return;
       }
       if (i < wrs.size() && r.chance(0.5)) {
         const TimeNs until = h.now() + r.range(0, 30) * kMicrosecond;
@@ -370,20 +432,34 @@ class World {
   bool range_placed(int node, size_t off, uint32_t len) const {
     return std::memcmp(mem[node].dst.data() + off, mem[node].expect.data() + off, len) == 0;
   }
+  // "N of L bytes wrong, first at +k" for a failure message.
+  std::string range_diff(int node, size_t off, uint32_t len) const {
+    size_t wrong = 0, first = SIZE_MAX, last = 0, initial = 0;
+    for (size_t i = 0; i < len; ++i)
+      if (mem[node].dst[off + i] != mem[node].expect[off + i]) {
+        ++wrong;
+        initial += mem[node].dst[off + i] == static_cast<uint8_t>(mem[node].expect[off + i] ^ 0xA5);
+        first = std::min(first, i);
+        last = i;
+      }
+    return std::to_string(wrong) + " of " + std::to_string(len) + " bytes wrong (" +
+           std::to_string(initial) + " never written), first at +" +
+           std::to_string(first) + ", last at +" + std::to_string(last);
+  }
 
   // Checks every completion polled since the last call. Returns false once
   // something failed (so run_until can stop early).
   bool check() {
     for (int n = 0; n < 2; ++n) {
       auto& cs = h.completions(size_t(n));
-      for (; seen[n] < cs.size(); ++seen[n]) {
-        const auto& c = cs[seen[n]];
+      while (seen[n] < cs.size()) {
+        const auto& c = cs[seen[n]++];
         if (is_recv_op(c.op)) {
           check_recv(n, c);
         } else {
           check_send(n, c);
         }
-        if (::testing::Test::HasFailure()) return false;
+        if (seed_failed()) return false;
       }
     }
     return true;
@@ -408,7 +484,8 @@ class World {
     if (c.status != Status::kOk) return;
     // COMP-1: a completed WRITE/SEND has been placed at the peer, a READ here.
     EXPECT_TRUE(range_placed(data_node(w), w.dst_off, w.len))
-        << "COMP-1: wr " << c.wr_id << " completed before its data was placed";
+        << "COMP-1: wr " << c.wr_id << " completed before its data was placed: "
+        << range_diff(data_node(w), w.dst_off, w.len);
   }
 
   void check_recv(int n, const harness::CompletionRecord& c) {
@@ -437,7 +514,8 @@ class World {
     for (const auto& o : wrs) {
       if (o.sender != w.sender || o.seq > w.seq || o.op == WrOpcode::kRead) continue;
       EXPECT_TRUE(range_placed(n, o.dst_off, o.len))
-          << "COMP-3: recv " << c.wr_id << " reported before wr " << o.wr_id << " was placed";
+          << "COMP-3: recv " << c.wr_id << " reported before wr " << o.wr_id << " was placed: "
+          << range_diff(n, o.dst_off, o.len);
     }
   }
 

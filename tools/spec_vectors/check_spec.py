@@ -5,9 +5,15 @@
    field tables (no shared code with engine/src/wire.cpp) and compares the
    bytes with the hex published in docs/spec/metaroce-v0.1.md section 3.15.
 2. Checks that tests/wire/wire_test.cpp carries the same hex as the spec.
-3. With --design PATH: checks every rule ID of the design notes is stated in
+3. Checks the spec against the code it describes: the SACK word limit of
+   include/metaroce/wire.hpp (sections 3.2, 3.9, ACK-8, BAD-6 and
+   tests/wire), the window_log2 range the engine clamps to (SEQ-3), and the
+   parameter tables of sections 8.3, 9 and appendix B against the fields and
+   defaults of include/metaroce/config.hpp (no parameter the code lacks, every
+   CcConfig / RecoveryConfig field listed, the same default).
+4. With --design PATH: checks every rule ID of the design notes is stated in
    the spec as "**ID** (LEVEL)" exactly once and listed in the conformance
-   section.
+   section, and that every rule ID cited in engine/ and include/ is stated.
 
 Usage: tools/spec_vectors/check_spec.py [--design /path/to/design.md]
 """
@@ -19,6 +25,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = ROOT / "docs/spec/metaroce-v0.1.md"
 TEST = ROOT / "tests/wire/wire_test.cpp"
+WIRE_HPP = ROOT / "include/metaroce/wire.hpp"
+CONFIG_HPP = ROOT / "include/metaroce/config.hpp"
+ENDPOINT_CPP = ROOT / "engine/src/endpoint.cpp"
 
 
 def _table():
@@ -115,6 +124,118 @@ def test_vectors(text):
     return out
 
 
+def _one(pattern, text, what):
+    m = re.search(pattern, text)
+    if not m:
+        raise SystemExit(f"check_spec.py: cannot find {what}")
+    return m
+
+
+def check_limits(spec, test):
+    """SACK word limit and window range: code, spec and wire tests agree."""
+    bad = []
+    words = int(_one(r"kMaxSackWords\s*=\s*(\d+)", WIRE_HPP.read_text(), "kMaxSackWords").group(1))
+    lo, hi = map(int, _one(r"cfg\.window_log2\s*=\s*std::clamp<uint8_t>\(cfg\.window_log2,\s*(\d+),\s*(\d+)\)",
+                           ENDPOINT_CPP.read_text(), "the window_log2 clamp").groups())
+    if words * 64 != 1 << hi:
+        bad.append(f"code: {words} SACK words cover {words * 64} PSNs, the largest window is {1 << hi}")
+    claims = {
+        "3.2 ACK row": (r"n = `sack_words`, 0\.\.(\d+)", words),
+        "3.9 sack_words": (r"\| sack_words \| n, 0 to (\d+) \|", words),
+        "3.9 range": (r"covers at most the (\d+) PSNs", words * 64),
+        "ACK-8 words": (r"\*\*ACK-8\*\* \(MUST\) An ACK carries `cum_psn` and up to (\d+) SACK words", words),
+        "ACK-8 range": (r"`cum_psn \+ 1` to `cum_psn \+ (\d+)`", words * 64),
+        "BAD-6": (r"\*\*BAD-6\*\*[^\n]*\n?[^\n]*`sack_words` above (\d+)", words),
+        "SEQ-3 low": (r"`window_log2` lies in (\d+)\.\.\d+", lo),
+        "SEQ-3 high": (r"`window_log2` lies in \d+\.\.(\d+)", hi),
+    }
+    for what, (pattern, want) in claims.items():
+        m = re.search(pattern, spec)
+        if not m:
+            bad.append(f"spec {what}: statement not found")
+        elif int(m.group(1)) != want:
+            bad.append(f"spec {what}: says {m.group(1)}, code has {want}")
+    m = re.search(r"kSpecMaxSackWords\s*=\s*(\d+)", test)
+    if not m or int(m.group(1)) != words:
+        bad.append(f"tests/wire kSpecMaxSackWords != kMaxSackWords ({words})")
+    return bad
+
+
+_UNITS = {"ns": 1, "us": 1000, "ms": 1000 ** 2, "s": 1000 ** 3}
+_CXX_UNITS = {"kMicrosecond": 1000, "kMillisecond": 1000 ** 2, "kSecond": 1000 ** 3}
+
+
+def config_fields():
+    """{struct: {field: default}} from config.hpp (ints, bools, N * kUnit)."""
+    out = {}
+    for m in re.finditer(r"struct (\w+) \{(.*?)\n\};", CONFIG_HPP.read_text(), re.S):
+        fields = {}
+        for f in re.finditer(r"^\s*[\w:]+ (\w+) = ([^;]+);", m.group(2), re.M):
+            expr = f.group(2).strip()
+            if expr in ("true", "false"):
+                fields[f.group(1)] = expr == "true"
+            elif re.fullmatch(r"\d+", expr):
+                fields[f.group(1)] = int(expr)
+            elif (u := re.fullmatch(r"(\d+) \* (k\w+)", expr)) and u.group(2) in _CXX_UNITS:
+                fields[f.group(1)] = int(u.group(1)) * _CXX_UNITS[u.group(2)]
+        out[m.group(1)] = fields
+    return out
+
+
+def spec_parameters(spec):
+    """[(name, default cell)] from the parameter tables of 8.3, 9 and appendix B."""
+    rows = []
+    for start, end in (("### 8.3", "**CC-1**"), ("## 9.", "### 9.1"),
+                       ("## Appendix B", "## Appendix C")):
+        part = spec.split(start, 1)[1].split(end, 1)[0]
+        for m in re.finditer(r"^\| (`[^|]*`) \| ([^|]*) \|", part, re.M):
+            names = re.findall(r"`(\w+)`", m.group(1))
+            values = re.findall(r"\d+(?:\.\d+)?\s*(?:ns|us|ms|s\b)?|true|false", m.group(2))
+            if len(names) > 1:  # "`entropy_min`, `entropy_max` | 49152, 65535"
+                rows += list(zip(names, values))
+            else:
+                rows.append((names[0], values[0] if values else m.group(2)))
+    return rows
+
+
+def check_config(spec):
+    bad = []
+    structs = config_fields()
+    every = {k: v for fields in structs.values() for k, v in fields.items()}
+    listed = set()
+    for name, cell in spec_parameters(spec):
+        listed.add(name)
+        if name not in every:
+            bad.append(f"spec parameter `{name}` is not in config.hpp")
+            continue
+        want = every[name]
+        if isinstance(want, bool):
+            got = cell.strip() == "true"
+        elif name.endswith("_ns"):
+            num, unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ns|us|ms|s)", cell.strip()).groups()
+            got = float(num) * _UNITS[unit]
+        else:
+            got = int(re.match(r"\d+", cell.strip()).group(0))
+        if got != want:
+            bad.append(f"spec default of `{name}` is {cell.strip()!r}, config.hpp has {want}")
+    for struct in ("CcConfig", "RecoveryConfig"):
+        for name in structs.get(struct, {}):
+            if name not in listed:
+                bad.append(f"{struct}::{name} is not in the spec's parameter tables")
+    return bad
+
+
+def check_code_citations(spec, ids):
+    prefixes = sorted({i.split("-")[0] for i in ids})
+    stated = set(re.findall(r"\*\*([A-Z]+-\d+)\*\* \(", spec))
+    cited = {}
+    for path in sorted((ROOT / "engine").rglob("*.[ch]pp")) + sorted((ROOT / "include").rglob("*.hpp")):
+        for rule in re.findall(r"\b((?:" + "|".join(prefixes) + r")-\d+)\b", path.read_text()):
+            cited.setdefault(rule, path.relative_to(ROOT))
+    return [f"{rule}: cited in {where} but not stated in the spec"
+            for rule, where in sorted(cited.items()) if rule not in stated]
+
+
 def check_rules(spec, design):
     ids = sorted(set(re.findall(r"\b([A-Z]+-\d+)\b", design)))
     bad = []
@@ -144,9 +265,16 @@ def main():
             problems.append("wire_test.cpp != spec")
         print(f"{name}: {'; '.join(problems) if problems else 'ok'}")
         ok &= not problems
+    for what, bad in (("limits", check_limits(spec, TEST.read_text())),
+                      ("config", check_config(spec))):
+        print(f"{what}: {len(bad)} problems")
+        for line in bad:
+            print("  " + line)
+        ok &= not bad
     if "--design" in sys.argv:
         design = pathlib.Path(sys.argv[sys.argv.index("--design") + 1]).read_text()
         ids, bad = check_rules(spec, design)
+        bad += check_code_citations(spec, ids)
         print(f"rules: {len(ids)} in the design, {len(bad)} problems")
         for line in bad:
             print("  " + line)

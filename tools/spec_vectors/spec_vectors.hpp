@@ -186,24 +186,14 @@ inline size_t encode(const SpecVector& tv, std::span<uint8_t> out) {
     case Opcode::kReadResp:
       hlen = wire::write_data_headers(out, tv.bh, tv.mh, &tv.rh, tv.imm);
       break;
-    case Opcode::kAck:
-      hlen = wire::write_ack(out, tv.bh, tv.ack);
-      break;
-    case Opcode::kNak:
-      hlen = wire::write_nak(out, tv.bh, tv.nak);
-      break;
-    case Opcode::kProbe:
-      hlen = wire::write_probe(out, tv.bh);
-      break;
+    case Opcode::kAck: hlen = wire::write_ack(out, tv.bh, tv.ack); break;
+    case Opcode::kNak: hlen = wire::write_nak(out, tv.bh, tv.nak); break;
+    case Opcode::kProbe: hlen = wire::write_probe(out, tv.bh); break;
     case Opcode::kConnectReq:
     case Opcode::kConnectAccept:
-    case Opcode::kConnectReject:
-      hlen = wire::write_connect(out, tv.bh, tv.connect);
-      break;
+    case Opcode::kConnectReject: hlen = wire::write_connect(out, tv.bh, tv.connect); break;
     case Opcode::kDisconnect:
-    case Opcode::kDisconnectAck:
-      hlen = wire::write_disconnect(out, tv.bh, tv.disconnect);
-      break;
+    case Opcode::kDisconnectAck: hlen = wire::write_disconnect(out, tv.bh, tv.disconnect); break;
   }
   if (hlen == 0 || out.size() < hlen + tv.payload.size()) return 0;
   for (size_t i = 0; i < tv.payload.size(); ++i) out[hlen + i] = tv.payload[i];

@@ -122,6 +122,7 @@ struct NetTraceEvent {
   uint8_t opcode;  // byte 1 of the datagram, 0 if shorter
   uint32_t len;
   uint64_t aux;
+  std::span<const uint8_t> bytes;  // the datagram (valid during the callback only)
 };
 
 using NetTraceFn = std::function<void(const NetTraceEvent&)>;

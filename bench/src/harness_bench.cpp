@@ -1,0 +1,180 @@
+// `metaroce-bench harness`: goodput of one connection over the seeded
+// lossy-multipath harness, against the same run with no loss and no failure
+// (the baseline is run first, in the same process, with the same seed).
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "bench.hpp"
+#include "metaroce/engine.hpp"
+#include "metaroce/harness/harness.hpp"
+
+namespace metaroce::bench {
+namespace {
+
+using harness::Harness;
+using harness::HarnessConfig;
+using harness::PathConfig;
+
+struct Outcome {
+  double seconds = 0;  // simulated time from first post to last completion
+  uint64_t completed = 0, failed = 0;
+  uint64_t data_errors = 0;  // bytes that differ from the source
+  uint64_t packets_sent = 0, retransmissions = 0, duplicates = 0;
+  uint64_t retirements = 0;
+  double failover_ms = -1;
+  bool finished = false;
+  std::vector<PathStats> paths;
+};
+
+// Unequal delays so that packets of one message arrive reordered (the case
+// that defeats dup-ack loss detection); 25 Gbit/s each.
+PathConfig path_config(uint32_t i) {
+  static const uint64_t delays_us[] = {2, 5, 10, 20, 3, 7, 12, 15};
+  PathConfig p;
+  p.rate_bps = 25 * harness::kGbps;
+  p.delay_ns = delays_us[i % 8] * kMicrosecond;
+  p.queue_limit_bytes = 512 * 1024;
+  p.ecn_threshold_bytes = 64 * 1024;
+  p.overhead_bytes = 8 + 20 + 18 + 20;  // UDP, IPv4, Ethernet, preamble + gap
+  return p;
+}
+
+Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fail_at) {
+  HarnessConfig hc = HarnessConfig::two_nodes(o.paths, o.seed);
+  for (uint32_t i = 0; i < o.paths; ++i) {
+    hc.net.paths[i] = path_config(i);
+    hc.net.paths[i].loss = loss;
+  }
+  if (fail_path >= 0) hc.net.paths[static_cast<size_t>(fail_path)].down_at = fail_at;
+  for (auto& e : hc.endpoints) {
+    e.num_paths = static_cast<uint8_t>(o.paths);
+    // Data-center timer scale: RTTs here are 4-40 us plus queueing.
+    e.recovery.min_rto_ns = 500 * kMicrosecond;
+    e.recovery.initial_rtt_ns = 50 * kMicrosecond;
+  }
+  Harness h(hc);
+  auto [a, b] = h.connect(0, 1);
+  Outcome out;
+  if (!a.valid()) return out;
+
+  const uint32_t msg = 1u << 20;
+  const uint64_t total = o.size_mib;
+  const uint64_t slots = std::min<uint64_t>(total, 64);
+  std::vector<uint8_t> src(slots * msg), dst(slots * msg, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 131 + (i >> 12)) ^ o.seed);
+  MemoryRegion ms, md;
+  (void)h.ep(0).register_memory(src.data(), src.size(), 0, ms);
+  (void)h.ep(1).register_memory(dst.data(), dst.size(), kAccessRemoteWrite, md);
+
+  uint64_t posted = 0;
+  const uint32_t qd = 8;
+  auto post = [&] {
+    SendWr wr;
+    wr.wr_id = posted;
+    wr.op = WrOpcode::kWrite;
+    const uint64_t off = (posted % slots) * msg;
+    wr.local_addr = ms.addr + off;
+    wr.length = msg;
+    wr.lkey = ms.lkey;
+    wr.remote_addr = md.addr + off;
+    wr.rkey = md.rkey;
+    if (h.ep(0).post_send(a, wr) == Status::kOk) ++posted;
+  };
+  const TimeNs start = h.now();
+  for (uint32_t i = 0; i < qd && posted < total; ++i) post();
+  h.flush();
+  size_t seen = 0;
+  TimeNs last = start;
+  h.run_until(
+      [&] {
+        auto& c = h.completions(0);
+        for (; seen < c.size(); ++seen) {
+          if (c[seen].status == Status::kOk)
+            ++out.completed;
+          else
+            ++out.failed;
+          last = c[seen].time;
+          if (posted < total) post();
+        }
+        if (posted > out.completed + out.failed) h.flush();
+        return out.completed + out.failed == total;
+      },
+      start + 60 * kSecond);
+  out.finished = out.completed + out.failed == total;
+  out.seconds = static_cast<double>(last.since(start)) / 1e9;
+  // Every slot was last written by the final round of writes: compare it all.
+  for (size_t i = 0; i < src.size(); ++i) out.data_errors += src[i] != dst[i];
+  if (const ConnStats* s = h.ep(0).conn_stats(a)) {
+    out.packets_sent = s->data_packets_sent;
+    out.retransmissions = s->retransmissions;
+    out.retirements = s->path_retirements;
+  }
+  if (const ConnStats* s = h.ep(1).conn_stats(b)) out.duplicates = s->duplicates_received;
+  for (size_t i = 0; i < h.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    if (h.ep(0).path_stats(a, i, ps)) out.paths.push_back(ps);
+  }
+  if (fail_path >= 0) {
+    const auto& ls = h.net().stats(0, 1, static_cast<uint32_t>(fail_path));
+    out.failover_ms = ls.last_data_while_down == TimeNs::never()
+                          ? 0.0
+                          : static_cast<double>(ls.last_data_while_down.since(fail_at)) / 1e6;
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_harness(const HarnessOptions& o) {
+  if (o.fail_path >= static_cast<int>(o.paths)) {
+    std::fprintf(stderr, "--fail-path %d: only %u paths\n", o.fail_path, o.paths);
+    return 2;
+  }
+  const Outcome base = transfer(o, 0.0, -1, TimeNs::never());
+  // The failure comes halfway through the baseline's transfer time.
+  const TimeNs fail_at{static_cast<uint64_t>(base.seconds * 1e9 / 2) + 1'000'000};
+  const Outcome run = transfer(o, o.loss, o.fail_path, fail_at);
+  const double bytes = static_cast<double>(o.size_mib) * (1 << 20);
+  const double base_gbps = base.seconds > 0 ? bytes * 8 / base.seconds / 1e9 : 0;
+  const double gbps = run.seconds > 0 && run.finished ? bytes * 8 / run.seconds / 1e9 : 0;
+
+  Report r("harness");
+  r.num("paths", o.paths, "network paths (25 Gbit/s each, unequal delays)");
+  r.num("loss", o.loss, "random loss on every path");
+  r.num("fail_path", o.fail_path, "path taken down mid-transfer (-1: none)");
+  r.num("seed", static_cast<double>(o.seed), "seed");
+  r.num("goodput_gbps", gbps, "this run");
+  r.num("lossless_goodput_gbps", base_gbps, "same transfer, no loss, no failure");
+  r.num("goodput_ratio", base_gbps > 0 ? gbps / base_gbps : 0, "goodput / lossless goodput");
+  r.num("spurious_retx_fraction",
+        run.packets_sent ? static_cast<double>(run.duplicates) / static_cast<double>(run.packets_sent) : 0,
+        "retransmissions whose original also arrived / data packets sent");
+  r.num("retx_fraction",
+        run.packets_sent ? static_cast<double>(run.retransmissions) / static_cast<double>(run.packets_sent) : 0,
+        "retransmissions / data packets sent");
+  r.num("data_errors", static_cast<double>(run.data_errors), "bytes that differ at the receiver");
+  r.num("completed", static_cast<double>(run.completed), "1 MiB writes completed OK");
+  r.num("failed", static_cast<double>(run.failed), "writes completed with an error");
+  r.num("path_retirements", static_cast<double>(run.retirements), "entropy values replaced");
+  r.num("failover_ms", run.failover_ms,
+        "path down -> last data packet sent onto it (-1: no failure)");
+  r.print(o.json);
+  if (!o.json) {
+    std::printf("\n  %-4s %-7s %-7s %12s %8s %8s %8s %8s %6s %6s\n", "path", "entropy", "state",
+                "packets", "retx", "CE", "losses", "srtt_us", "cwndKB", "retired");
+    for (size_t i = 0; i < run.paths.size(); ++i) {
+      const PathStats& p = run.paths[i];
+      std::printf("  %-4zu %-7u %-7s %12llu %8llu %8llu %8llu %8.1f %6u %6llu\n", i, p.entropy,
+                  p.state == PathState::kActive ? "active" : "probing",
+                  static_cast<unsigned long long>(p.packets_sent),
+                  static_cast<unsigned long long>(p.retransmissions),
+                  static_cast<unsigned long long>(p.ce_marks),
+                  static_cast<unsigned long long>(p.losses), static_cast<double>(p.srtt_ns) / 1e3,
+                  p.cwnd_bytes / 1024, static_cast<unsigned long long>(p.retirements));
+    }
+  }
+  return run.finished && run.data_errors == 0 && run.failed == 0 ? 0 : 1;
+}
+
+}  // namespace metaroce::bench

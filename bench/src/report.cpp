@@ -1,0 +1,27 @@
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "bench.hpp"
+
+namespace metaroce::bench {
+
+void Report::print(bool json) const {
+  if (json) {
+    nlohmann::ordered_json j;
+    j["bench"] = name_;
+    for (const Row& r : rows_) {
+      if (std::floor(r.value) == r.value && std::fabs(r.value) < 9e15)
+        j[r.key] = static_cast<int64_t>(r.value);
+      else
+        j[r.key] = std::round(r.value * 1000.0) / 1000.0;
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("metaroce-bench %s\n", name_.c_str());
+  for (const Row& r : rows_)
+    std::printf("  %-32s %14.3f   %s\n", r.key.c_str(), r.value, r.what.c_str());
+}
+
+}  // namespace metaroce::bench
