@@ -145,6 +145,7 @@ struct Connection {
   uint8_t num_paths = 0;
   uint8_t rr_next = 0;
   uint8_t attempts = 0;
+  bool timer_dirty = false;  // deadline to recompute (Impl::flush_timers)
 
   // Control packets owed.
   bool owe_connect = false, owe_accept = false, owe_disconnect = false;

@@ -67,6 +67,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
 
 void Endpoint::Impl::destroy_connection(Connection& c) {
   timers.remove(c.index, timer_pos);
+  c.timer_dirty = false;
   if (c.nonce != 0) {
     auto it = by_nonce.find(c.nonce);
     if (it != by_nonce.end() && it->second == c.index) by_nonce.erase(it);
@@ -169,7 +170,26 @@ size_t Endpoint::Impl::finish(std::span<uint8_t> buf, size_t hlen, size_t plen) 
 
 // ---------------------------------------------------------------- timers
 
+// Deadlines are recomputed lazily: a connection touched by many packets in
+// one batch is marked once and its deadline computed once, when the driver
+// next asks for next_timeout() or hands in a timeout.
 void Endpoint::Impl::update_timer(Connection& c) {
+  if (c.timer_dirty) return;
+  c.timer_dirty = true;
+  timer_dirty.push_back(c.index);
+}
+
+void Endpoint::Impl::flush_timers() {
+  for (const uint32_t index : timer_dirty) {
+    Connection* c = conns[index].get();
+    if (c == nullptr || !c->timer_dirty) continue;
+    c->timer_dirty = false;
+    compute_timer(*c);
+  }
+  timer_dirty.clear();
+}
+
+void Endpoint::Impl::compute_timer(Connection& c) {
   TimeNs t = c.control_deadline;
   t = std::min(t, c.ack_deadline);
   bool outstanding = false;
@@ -264,14 +284,18 @@ bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
 
 bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
                               bool gather) {
+  // Cheap tests first: most calls find nothing to send.
+  out.payload = {};
+  const bool control =
+      (c.owe_connect | c.owe_accept | c.owe_disconnect | c.owe_nak) || c.probe_owed != 0;
+  const bool open = c.state == ConnState::kEstablished;
+  if (!(control && emit_control(c, now, buf, out)) &&
+      !(c.echo_count != 0 && (open || c.state == ConnState::kError) && emit_ack(c, now, buf, out)) &&
+      !(open && c.tx && emit_data(c, now, buf, out, gather)))
+    return false;
   out.peer = c.peer;
   out.ecn = kEcnEct0;
-  out.payload = {};
-  if (emit_control(c, now, buf, out)) return true;
-  if (c.state != ConnState::kEstablished && c.state != ConnState::kError) return false;
-  if (emit_ack(c, now, buf, out)) return true;
-  if (c.state != ConnState::kEstablished) return false;
-  return emit_data(c, now, buf, out, gather);
+  return true;
 }
 
 bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
@@ -344,7 +368,7 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
   ++m.estats.datagrams_received;
-  wire::Packet p;
+  wire::Packet& p = m.rx_packet;  // reused: constructing one per datagram costs more than decoding
   const wire::ParseError err = wire::decode(dg.bytes, p);
   switch (err) {
     case wire::ParseError::kOk: break;
@@ -409,6 +433,7 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
 void Endpoint::handle_timeout(TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
+  m.flush_timers();
   while (!m.timers.empty() && m.timers.top_time() <= now) {
     const uint32_t index = m.timers.top_id();
     Connection* c = m.conns[index].get();
@@ -418,10 +443,19 @@ void Endpoint::handle_timeout(TimeNs now) {
     }
     m.timers.set(index, TimeNs::never(), m.timer_pos);
     m.run_timers(*c, now);
+    // run_timers only marks: compute now, so that this loop sees the result.
+    if (m.conns[index] && m.conns[index]->timer_dirty) {
+      m.conns[index]->timer_dirty = false;
+      m.compute_timer(*m.conns[index]);
+    }
   }
+  m.flush_timers();
 }
 
-TimeNs Endpoint::next_timeout() const { return impl_->timers.top_time(); }
+TimeNs Endpoint::next_timeout() const {
+  impl_->flush_timers();
+  return impl_->timers.top_time();
+}
 
 bool Endpoint::poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   return impl_->poll(now, buf, out, false);

@@ -28,6 +28,7 @@ struct Endpoint::Impl {
   detail::MrTable mrs;
   EndpointStats estats;
   TimeNs last_now{0};  // the latest time an input or output call carried
+  wire::Packet rx_packet;
   TraceFn trace_fn = nullptr;
   void* trace_ctx = nullptr;
 
@@ -67,6 +68,9 @@ struct Endpoint::Impl {
   void destroy_connection(detail::Connection& c);
   void mark_ready(detail::Connection& c);
   void update_timer(detail::Connection& c);
+  void flush_timers();
+  void compute_timer(detail::Connection& c);
+  std::vector<uint32_t> timer_dirty;
   void run_timers(detail::Connection& c, TimeNs now);
   bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
   bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);

@@ -150,7 +150,9 @@ struct Packet {
   std::span<const uint8_t> payload;
 };
 
-// Parses and verifies one datagram (UDP payload).
+// Parses and verifies one datagram (UDP payload). Every field of `out` not
+// set by this datagram is reset (SACK words past sack_words are zero as long
+// as `out` only ever passed through decode).
 [[nodiscard]] ParseError decode(std::span<const uint8_t> datagram, Packet& out);
 
 // Only the base header, for a receiver that rejects early (and the fuzzers).
