@@ -8,7 +8,6 @@
 // Everything runs in simulated time: the goodput is what the protocol would
 // reach on that network, not how fast this machine simulates it.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -72,10 +71,18 @@ int main(int argc, char** argv) {
   app.add_option("--loss", loss, "random loss probability on every path")
       ->check(CLI::Range(0.0, 0.5))
       ->capture_default_str();
-  app.add_option("--size", size_mib, "MiB to transfer")->check(CLI::Range(1, 65536))->capture_default_str();
-  app.add_option("--qd", qd, "outstanding WRITEs")->check(CLI::Range(1, 128))->capture_default_str();
-  app.add_option("--wr-size", wr_kib, "KiB per WRITE")->check(CLI::Range(1, 65536))->capture_default_str();
-  app.add_option("--rate", rate_gbps, "Gbit/s per path")->check(CLI::Range(0.1, 1000.0))->capture_default_str();
+  app.add_option("--size", size_mib, "MiB to transfer")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--qd", qd, "outstanding WRITEs")
+      ->check(CLI::Range(1, 128))
+      ->capture_default_str();
+  app.add_option("--wr-size", wr_kib, "KiB per WRITE")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--rate", rate_gbps, "Gbit/s per path")
+      ->check(CLI::Range(0.1, 1000.0))
+      ->capture_default_str();
   app.add_option("--fail-path", fail_path, "path that fails halfway through (-1: none)")
       ->capture_default_str();
   app.add_flag("--trace-failover", trace_failover, "print the path events of the sender");
@@ -95,7 +102,9 @@ int main(int argc, char** argv) {
     p.loss = loss;
   }
   mh::Harness h(cfg);
-  auto [conn, peer_conn] = h.connect(0, 1);
+  const auto ids = h.connect(0, 1);
+  const metaroce::ConnId conn = ids.first;
+  const metaroce::ConnId peer_conn = ids.second;
   if (!conn.valid()) {
     std::fprintf(stderr, "connection failed\n");
     return 2;
@@ -104,21 +113,30 @@ int main(int argc, char** argv) {
   struct Ctx {
     uint64_t t0 = 0;
     bool on = false;
+    uint64_t last_timeout_ns = UINT64_MAX;  // one line per timeout, not per lost packet
+    uint8_t last_timeout_slot = 0;
   } trace_ctx;
   if (trace_failover) {
-    h.set_engine_trace_for(0, [](void* ctx, const metaroce::TraceEvent& ev) {
-      auto* c = static_cast<Ctx*>(ctx);
-      if (!c->on) return;
-      if (ev.kind == metaroce::TraceKind::kPathRetired)
-        std::printf("  %10.1f us  slot %u retired: entropy %u -> %u\n", us(ev.time.ns - c->t0),
-                    ev.path, ev.aux, ev.psn);
-      else if (ev.kind == metaroce::TraceKind::kPathState)
-        std::printf("  %10.1f us  slot %u now %s\n", us(ev.time.ns - c->t0), ev.path,
-                    ev.aux == 0 ? "active" : "probing");
-      else if (ev.kind == metaroce::TraceKind::kLost && ev.aux == 1)
-        std::printf("  %10.1f us  slot %u timeout, psn %u lost\n", us(ev.time.ns - c->t0),
-                    ev.path, ev.psn);
-    }, &trace_ctx);
+    h.set_engine_trace_for(
+        0,
+        [](void* ctx, const metaroce::TraceEvent& ev) {
+          auto* c = static_cast<Ctx*>(ctx);
+          if (!c->on) return;
+          if (ev.kind == metaroce::TraceKind::kPathRetired)
+            std::printf("  %10.1f us  slot %u retired: entropy %u -> %u\n", us(ev.time.ns - c->t0),
+                        ev.path, ev.aux, ev.psn);
+          else if (ev.kind == metaroce::TraceKind::kPathState)
+            std::printf("  %10.1f us  slot %u now %s\n", us(ev.time.ns - c->t0), ev.path,
+                        ev.aux == 0 ? "active" : "probing");
+          else if (ev.kind == metaroce::TraceKind::kLost && ev.aux == 1 &&
+                   (ev.time.ns != c->last_timeout_ns || ev.path != c->last_timeout_slot)) {
+            c->last_timeout_ns = ev.time.ns;
+            c->last_timeout_slot = ev.path;
+            std::printf("  %10.1f us  slot %u retransmission timeout\n", us(ev.time.ns - c->t0),
+                        ev.path);
+          }
+        },
+        &trace_ctx);
   }
 
   // ---- memory: qd slots on each side
@@ -156,6 +174,17 @@ int main(int argc, char** argv) {
     return true;
   };
 
+  std::printf("MetaRoCE demo (seed %" PRIu64 ")\n", seed);
+  std::printf("  %" PRIu64 " MiB as %" PRIu64 " WRITEs of %u KiB, %u outstanding\n", size_mib,
+              n_wrs, wr_kib, qd);
+  std::printf("  %u paths x %.1f Gbit/s, one-way delays", paths, rate_gbps);
+  for (uint32_t i = 0; i < paths; ++i)
+    std::printf("%s%.0f", i ? "/" : " ", us(cfg.net.paths[i].delay_ns));
+  std::printf(" us, %.1f%% random loss on every path\n", loss * 100);
+  if (fail_path >= 0)
+    std::printf("  path %d fails for good once half the data is acknowledged\n", fail_path);
+  if (trace_failover) std::printf("\n  sender path events:\n");
+  std::fflush(stdout);
   const auto wall0 = std::chrono::steady_clock::now();
   const TimeNs start = h.now();
   trace_ctx.t0 = start.ns;
@@ -204,34 +233,31 @@ int main(int argc, char** argv) {
   h.run_for(5 * kMillisecond);
   uint64_t late = 0;
   for (uint8_t b : dst) late += b != kPoison;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
 
   // ---- report
   const uint64_t sim_ns = end.since(start);
   const auto* cs = h.ep(0).conn_stats(conn);
   const auto* rs = h.ep(1).conn_stats(peer_conn);
-  std::printf("MetaRoCE demo (seed %" PRIu64 ")\n", seed);
-  std::printf("  %" PRIu64 " MiB as %" PRIu64 " WRITEs of %u KiB, %u outstanding\n", size_mib,
-              n_wrs, wr_kib, qd);
-  std::printf("  %u paths x %.1f Gbit/s, one-way delays", paths, rate_gbps);
-  for (uint32_t i = 0; i < paths; ++i)
-    std::printf("%s%.0f", i ? "/" : " ", us(cfg.net.paths[i].delay_ns));
-  std::printf(" us, %.1f%% random loss on every path\n", loss * 100);
   if (fail_at != TimeNs::never())
-    std::printf("  path %d fails for good at %.3f ms (halfway)\n", fail_path,
+    std::printf("\n  path %d failed at %.3f ms\n", fail_path,
                 static_cast<double>(fail_at.since(start)) / 1e6);
-  std::printf("\n");
+  else
+    std::printf("\n");
   std::printf("  simulated time   %10.3f ms\n", static_cast<double>(sim_ns) / 1e6);
-  std::printf("  goodput          %10.2f Gbit/s  (of %.1f Gbit/s of links)\n",
-              sim_ns ? static_cast<double>(completed * wr_size) * 8.0 / static_cast<double>(sim_ns) : 0.0,
-              rate_gbps * paths);
+  std::printf(
+      "  goodput          %10.2f Gbit/s  (of %.1f Gbit/s of links)\n",
+      sim_ns ? static_cast<double>(completed * wr_size) * 8.0 / static_cast<double>(sim_ns) : 0.0,
+      rate_gbps * paths);
   if (cs != nullptr) {
     std::printf("  data packets     %10" PRIu64 "  retransmitted %" PRIu64 " (%.2f%%)\n",
                 cs->data_packets_sent, cs->retransmissions,
                 cs->data_packets_sent ? 100.0 * static_cast<double>(cs->retransmissions) /
                                             static_cast<double>(cs->data_packets_sent)
                                       : 0.0);
-    std::printf("  losses declared  %10" PRIu64 "  timeouts %" PRIu64 ", path retirements %" PRIu64 "\n",
+    std::printf("  losses declared  %10" PRIu64 "  timeouts %" PRIu64 ", path retirements %" PRIu64
+                "\n",
                 cs->losses_declared, cs->timeouts, cs->path_retirements);
   }
   if (rs != nullptr)
@@ -269,7 +295,8 @@ int main(int argc, char** argv) {
   if (fail_at != TimeNs::never()) {
     const auto d = h.net().stats(0, 1, static_cast<uint32_t>(fail_path));
     if (d.last_data_while_down != TimeNs::never())
-      std::printf("\n  failover: %" PRIu64 " data packets entered path %d after it failed, the "
+      std::printf("\n  failover: %" PRIu64
+                  " data packets entered path %d after it failed, the "
                   "last %.1f us after the failure\n",
                   d.data_while_down, fail_path, us(d.last_data_while_down.since(fail_at)));
     else

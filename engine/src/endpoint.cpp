@@ -193,7 +193,10 @@ void Endpoint::Impl::compute_timer(Connection& c) {
   TimeNs t = c.control_deadline;
   t = std::min(t, c.ack_deadline);
   bool outstanding = false;
-  for (uint8_t i = 0; i < c.num_paths; ++i) {
+  // Path timers run only on an established connection (run_timers serves
+  // them only then); counting them in other states would spin the driver.
+  const uint8_t timed_paths = c.state == ConnState::kEstablished ? c.num_paths : 0;
+  for (uint8_t i = 0; i < timed_paths; ++i) {
     const detail::Path& p = c.paths[i];
     if (p.inflight > 0) {
       t = std::min(t, p.rto_deadline);
@@ -417,7 +420,12 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
       if (c->state == ConnState::kEstablished) m.on_nak(*c, p, now);
       break;
     case wire::Opcode::kProbe:
-      if (c->state == ConnState::kEstablished) m.on_probe(*c, dg, p, now);
+      if (c->state == ConnState::kEstablished) {
+        m.on_probe(*c, dg, p, now);
+      } else if (c->state == ConnState::kError && c->nak.code != 0) {
+        c->owe_nak = true;  // NAK-2: a sender probing its paths must still hear why
+        c->nak_entropy = dg.entropy;
+      }
       break;
     default:
       if (c->state == ConnState::kEstablished || c->state == ConnState::kError)

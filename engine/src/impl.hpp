@@ -119,6 +119,7 @@ struct Endpoint::Impl {
   void complete_sends(detail::Connection& c);
   void release_resp_jobs(detail::Connection& c);
   int pick_path(detail::Connection& c, int avoid);
+  bool trim_ring(detail::Connection& c, uint8_t path);
   void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
                    uint32_t& touched);
   bool build_data(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,

@@ -56,7 +56,7 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid) {
     if (p.state != PathState::kActive) continue;
     if (i != avoid) other_active = true;
     if (p.inflight > 0 && p.inflight + need > p.cwnd) continue;
-    if (p.next_pseq - p.ring_head >= c.window()) continue;
+    if (p.next_pseq - p.ring_head >= c.window() && !trim_ring(c, i)) continue;
     if (i == avoid) {
       fallback = i;
       continue;
@@ -327,6 +327,25 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
     advance_cum(c, t, p.nak.cum_psn, now, touched);
   complete_sends(c);
   enter_error(c, code, psn, now);  // NAK-3
+}
+
+// Drops send-order entries whose transmission is no longer in flight (acked,
+// or resent elsewhere, as after an RNR). detect_losses does this as ACKs
+// arrive; a path that hears none (RNR retries) needs it before it can take
+// more. Returns true if the ring has room.
+bool Endpoint::Impl::trim_ring(Connection& c, uint8_t path) {
+  detail::Path& p = c.paths[path];
+  TxCtx& t = *c.tx;
+  const uint32_t mask = c.wmask();
+  const uint32_t* ring = &t.path_rings[size_t{path} * c.window()];
+  while (p.ring_head != p.next_pseq) {
+    const uint32_t psn = ring[p.ring_head & mask];
+    const TxRecord& r = t.records[psn & mask];
+    if (r.psn == psn && r.path == path && r.pseq == p.ring_head && (r.flags & detail::kRecInFlight))
+      break;
+    ++p.ring_head;
+  }
+  return p.next_pseq - p.ring_head < c.window();
 }
 
 void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace metaroce::harness {
 namespace {
@@ -68,12 +69,18 @@ size_t Harness::node_of(const PeerAddr& a) const {
   return SIZE_MAX;
 }
 
-void Harness::drain(size_t node) {
+void Harness::stall(std::string why) {
+  if (!stalled_) stall_reason_ = std::move(why);
+  stalled_ = true;
+}
+
+uint64_t Harness::drain(size_t node) {
   Node& n = nodes_[node];
   TxDatagram tx;
+  uint64_t outputs = 0;
   for (uint64_t count = 0;; ++count) {
     if (count >= kMaxDrain) {
-      stalled_ = true;
+      stall("node " + std::to_string(node) + ": poll_transmit never returned false");
       break;
     }
     std::span<const uint8_t> bytes;
@@ -92,6 +99,7 @@ void Harness::drain(size_t node) {
       if (!n.ep->poll_transmit(now_, n.txbuf, tx)) break;
       bytes = std::span<const uint8_t>(n.txbuf.data(), std::min(tx.len, n.txbuf.size()));
     }
+    ++outputs;
     const size_t dst = node_of(tx.peer);
     if (dst == SIZE_MAX) {
       ++undeliverable_;
@@ -106,6 +114,7 @@ void Harness::drain(size_t node) {
     static_cast<Completion&>(r) = c;
     r.time = now_;
     n.completions.push_back(r);
+    ++outputs;
   }
   Event e;
   while (n.ep->poll_event(e)) {
@@ -113,7 +122,9 @@ void Harness::drain(size_t node) {
     static_cast<Event&>(r) = e;
     r.time = now_;
     n.events.push_back(r);
+    ++outputs;
   }
+  return outputs;
 }
 
 void Harness::flush() {
@@ -146,7 +157,8 @@ bool Harness::step() {
   if (t <= now_) {
     t = now_;
     if (++steps_at_instant_ > cfg_.max_steps_per_instant) {
-      stalled_ = true;
+      stall("time stuck at " + std::to_string(now_.ns) + " ns for " +
+            std::to_string(steps_at_instant_) + " steps");
       return false;
     }
   } else {
@@ -156,9 +168,23 @@ bool Harness::step() {
   Delivery d;
   while (net_.pop_delivery(now_, d)) deliver(d);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].ep->next_timeout() <= now_) {
-      nodes_[i].ep->handle_timeout(now_);
-      drain(i);
+    Node& n = nodes_[i];
+    if (n.ep->next_timeout() <= now_) {
+      n.ep->handle_timeout(now_);
+      ++n.timeouts;
+      if (drain(i) != 0) {
+        n.idle_in_row = 0;
+        continue;
+      }
+      ++n.idle_timeouts;
+      if (n.idle_in_row++ == 0) n.idle_row_start = now_;
+      if (cfg_.max_idle_timeouts != 0 && n.idle_in_row >= cfg_.max_idle_timeouts &&
+          now_.since(n.idle_row_start) < n.idle_in_row * 100) {
+        stall("node " + std::to_string(i) + ": timer spins: " + std::to_string(n.idle_in_row) +
+              " handle_timeout calls in " + std::to_string(now_.since(n.idle_row_start)) +
+              " ns did nothing (next_timeout " + std::to_string(n.ep->next_timeout().ns) +
+              ", now " + std::to_string(now_.ns) + ")");
+      }
     }
   }
   ++steps_;

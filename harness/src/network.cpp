@@ -41,8 +41,7 @@ Network::Packet& Network::Ring::push_back() {
   if (count_ == slots_.size()) {
     // Grow to twice the size, keeping FIFO order and every slot's buffer.
     std::vector<Packet> bigger(std::max<size_t>(16, slots_.size() * 2));
-    for (size_t i = 0; i < count_; ++i)
-      bigger[i] = std::move(slots_[(head_ + i) % slots_.size()]);
+    for (size_t i = 0; i < count_; ++i) bigger[i] = std::move(slots_[(head_ + i) % slots_.size()]);
     // Keep the spare buffers of the old ring too.
     for (size_t i = count_; i < slots_.size(); ++i)
       bigger[i] = std::move(slots_[(head_ + i) % slots_.size()]);

@@ -125,10 +125,12 @@ TEST(NetModel, DropTail) {
   p.delay_ns = 1000;
   p.queue_limit_bytes = 3000;
   mh::Network net(one_path(p));
-  EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 0), TimeNs{0}));   // backlog 0
-  EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 1), TimeNs{0}));   // 1000
-  EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 2), TimeNs{0}));   // 2000 + 1000 = limit
-  EXPECT_FALSE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 3), TimeNs{0}));  // 3000 + 1000 > limit
+  EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 0), TimeNs{0}));  // backlog 0
+  EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 1), TimeNs{0}));  // 1000
+  EXPECT_TRUE(
+      net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 2), TimeNs{0}));  // 2000 + 1000 = limit
+  EXPECT_FALSE(
+      net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 3), TimeNs{0}));  // 3000 + 1000 > limit
   EXPECT_FALSE(net.send(0, 1, 0, mh::kEct0, datagram(10, 1, 4), TimeNs{0}));
   // 1 ns later one bit has left: still 3000 bytes (rounded up) -> drop.
   EXPECT_FALSE(net.send(0, 1, 0, mh::kEct0, datagram(10, 1, 5), TimeNs{1}));
@@ -177,8 +179,8 @@ TEST(NetModel, EcnMarkingThreshold) {
   EXPECT_EQ(arr[4].ecn, mh::kCe);
   EXPECT_EQ(arr[5].ecn, mh::kCe);
   EXPECT_EQ(arr[6].ecn, mh::kEct0);
-  EXPECT_EQ(arr[7].ecn, mh::kEct0);  // backlog 1500, not > 1500
-  EXPECT_EQ(arr[8].ecn, mh::kCe);    // backlog 1510
+  EXPECT_EQ(arr[7].ecn, mh::kEct0);             // backlog 1500, not > 1500
+  EXPECT_EQ(arr[8].ecn, mh::kCe);               // backlog 1510
   EXPECT_EQ(net.stats(0, 1, 0).ce_marked, 3u);  // arrives-CE packets are not counted
 }
 
@@ -199,7 +201,8 @@ TEST(NetModel, RandomLossDuplicationCorruptionRates) {
     while (net.pop_delivery(TimeNs{uint64_t(i) * 10 + 1}, d)) {
       ++delivered;
       int bits = 0;
-      for (size_t k = 0; k < ref.size(); ++k) bits += __builtin_popcount(unsigned(ref[k] ^ d.bytes[k]));
+      for (size_t k = 0; k < ref.size(); ++k)
+        bits += __builtin_popcount(unsigned(ref[k] ^ d.bytes[k]));
       EXPECT_EQ(bits, d.corrupted ? 1 : 0);
       corrupt_seen += d.corrupted;
     }
@@ -239,7 +242,6 @@ TEST(NetModel, FailureWindow) {
   p.down_at = TimeNs{1'000'000};
   p.up_at = TimeNs{2'000'000};
   mh::Network net(one_path(p));
-  mh::Delivery d;
   // Arrives before the failure: delivered.
   ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(100, 0x01, 1), TimeNs{800'000}));
   // In flight when the path goes down: dropped.
@@ -367,7 +369,8 @@ std::vector<Arrival> random_run(uint64_t seed) {
   mh::Delivery d;
   for (uint64_t i = 0; i < 3000; ++i) {
     const TimeNs now{i * 300};
-    while (net.pop_delivery(now, d)) out.push_back({d.time.ns, d.src, d.dst, d.path, seq_of(d.bytes), d.ecn});
+    while (net.pop_delivery(now, d))
+      out.push_back({d.time.ns, d.src, d.dst, d.path, seq_of(d.bytes), d.ecn});
     const auto src = uint32_t(traffic.below(2));
     (void)net.send(src, 1 - src, uint16_t(traffic.below(65536)), mh::kEct0,
                    datagram(size_t(traffic.range(16, 1500)), 1, i), now);

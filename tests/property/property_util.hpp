@@ -1,6 +1,15 @@
 // Shared machinery of the property tests: seed control, random networks,
 // random workloads on registered buffers, and the checker that verifies
 // placement, completion order and completion contents as the run goes.
+//
+// Environment:
+//   METAROCE_PROPERTY_SEEDS=n      base seed count (default kDefaultSeeds); each
+//                                  test runs a fixed fraction of it
+//   METAROCE_PROPERTY_SEED=s       run only seed s in every test (reproduce)
+//   METAROCE_PROPERTY_SEED_BASE=s  first seed (default 1)
+//   METAROCE_PROPERTY_MAX_FAILS=n  failing seeds before a test gives up (3)
+//   METAROCE_PROPERTY_TRACE=1|2    engine trace (2: and network trace) on stderr
+//   METAROCE_PROPERTY_GATHER=0     never use poll_transmit_gather
 #pragma once
 
 #include <gtest/gtest.h>
@@ -31,7 +40,7 @@ using harness::Rng;
 // test runs max(min, base * weight) seeds. METAROCE_PROPERTY_SEED: run only
 // this one seed in every test (to reproduce a failure).
 // METAROCE_PROPERTY_SEED_BASE: first seed (default 1).
-inline constexpr uint64_t kDefaultSeeds = 1000;
+inline constexpr uint64_t kDefaultSeeds = 2000;
 
 inline uint64_t env_u64(const char* name, uint64_t dflt) {
   const char* v = std::getenv(name);
@@ -53,8 +62,8 @@ inline SeedRange seed_range(double weight, uint64_t min_count = 1) {
 }
 
 inline std::string seed_note(uint64_t seed) {
-  return "seed=" + std::to_string(seed) + " (rerun: METAROCE_PROPERTY_SEED=" +
-         std::to_string(seed) + ")";
+  return "seed=" + std::to_string(seed) +
+         " (rerun: METAROCE_PROPERTY_SEED=" + std::to_string(seed) + ")";
 }
 
 // Failed assertions of the current test so far.
@@ -173,14 +182,14 @@ struct PlannedWr {
   int sender = 0;  // node posting it
   WrOpcode op = WrOpcode::kWrite;
   uint32_t len = 0;
-  size_t src_off = 0;   // sender's src (READ: responder's src)
-  size_t dst_off = 0;   // receiver's dst (READ: sender's dst)
+  size_t src_off = 0;  // sender's src (READ: responder's src)
+  size_t dst_off = 0;  // receiver's dst (READ: sender's dst)
   bool needs_recv = false;
   uint64_t recv_wr_id = 0;
   size_t recv_off = 0;  // receiver's dst
   uint32_t recv_len = 0;
   uint32_t imm = 0;
-  size_t seq = 0;       // index in the sender's posting order
+  size_t seq = 0;  // index in the sender's posting order
   // Error tests: this WR must fail (nothing placed) / may be partly placed
   // (bytes either untouched or correct) because an earlier one failed.
   bool expect_fail = false;
@@ -211,7 +220,8 @@ inline uint32_t random_size(Rng& r, uint32_t mtu) {
   const uint64_t k = r.below(100);
   if (k < 10) return 0;
   if (k < 30) return static_cast<uint32_t>(r.range(1, mtu + 1));
-  if (k < 40) return static_cast<uint32_t>(mtu * r.range(1, 4) + r.range(0, 2));  // around multiples
+  if (k < 40)
+    return static_cast<uint32_t>(mtu * r.range(1, 4) + r.range(0, 2));  // around multiples
   if (k < 75) return static_cast<uint32_t>(r.range(1, 16 * 1024));
   if (k < 95) return static_cast<uint32_t>(r.range(1, 64 * 1024));
   return static_cast<uint32_t>(r.range(1, 256 * 1024));
@@ -228,20 +238,23 @@ class World {
     // every network event.
     const uint64_t tr = env_u64("METAROCE_PROPERTY_TRACE", 0);
     if (tr >= 1) {
-      static const char* kNames[] = {"sent", "recv", "dup", "acked", "lost", "pathstate",
-                                     "retired", "nak_sent", "nak_recv", "connstate"};
+      static const char* kNames[] = {"sent",      "recv",    "dup",      "acked",    "lost",
+                                     "pathstate", "retired", "nak_sent", "nak_recv", "connstate"};
       static int node_ids[2] = {0, 1};
       for (int n = 0; n < 2; ++n)
-        h.set_engine_trace_for(size_t(n), [](void* ctx, const TraceEvent& ev) {
-          std::fprintf(stderr, "%12llu node%d %-9s path %2u psn %10u aux %u\n",
-                       static_cast<unsigned long long>(ev.time.ns), *static_cast<int*>(ctx),
-                       kNames[static_cast<int>(ev.kind)], ev.path, ev.psn, ev.aux);
-        }, &node_ids[n]);
+        h.set_engine_trace_for(
+            size_t(n),
+            [](void* ctx, const TraceEvent& ev) {
+              std::fprintf(stderr, "%12llu node%d %-9s path %2u psn %10u aux %u\n",
+                           static_cast<unsigned long long>(ev.time.ns), *static_cast<int*>(ctx),
+                           kNames[static_cast<int>(ev.kind)], ev.path, ev.psn, ev.aux);
+            },
+            &node_ids[n]);
     }
     if (tr >= 2) {
       h.set_net_trace([](const harness::NetTraceEvent& e) {
         static const char* kNames[] = {"enq", "deliver", "qdrop", "loss", "down",
-                                       "dup", "corrupt", "ce", "cksum"};
+                                       "dup", "corrupt", "ce",    "cksum"};
         auto be32 = [&](size_t at) -> uint32_t {
           if (e.bytes.size() < at + 4) return 0;
           return (uint32_t{e.bytes[at]} << 24) | (uint32_t{e.bytes[at + 1]} << 16) |
@@ -271,7 +284,8 @@ class World {
   std::map<uint64_t, size_t> by_recv;   // recv wr_id -> index in wrs
   size_t seen[2] = {0, 0};              // completions checked so far per node
   size_t send_seen[2] = {0, 0}, recv_seen[2] = {0, 0};
-  bool expect_ok = true;                // every completion must be kOk
+  bool expect_ok = true;  // every completion must be kOk
+  bool stall_reported = false;
 
   uint32_t mtu() const {
     return std::min(h.config().endpoints[0].mtu, h.config().endpoints[1].mtu);
@@ -316,7 +330,7 @@ class World {
       case WrOpcode::kSendImm:
         w.needs_recv = true;
         w.recv_len = w.len + (recv_slack != UINT32_MAX ? recv_slack
-                                                        : static_cast<uint32_t>(r.range(0, 100)));
+                                                       : static_cast<uint32_t>(r.range(0, 100)));
         w.recv_off = mem[d].reserve(r, w.recv_len);
         w.dst_off = w.recv_off;
         break;
@@ -334,7 +348,9 @@ class World {
   }
 
   // Node whose dst holds the WR's data, and the source bytes.
-  int data_node(const PlannedWr& w) const { return w.op == WrOpcode::kRead ? w.sender : 1 - w.sender; }
+  int data_node(const PlannedWr& w) const {
+    return w.op == WrOpcode::kRead ? w.sender : 1 - w.sender;
+  }
   const uint8_t* source(const PlannedWr& w) const {
     const int n = w.op == WrOpcode::kRead ? 1 - w.sender : w.sender;
     return mem[n].src.data() + w.src_off;
@@ -363,10 +379,10 @@ class World {
     }
     for (int n = 0; n < 2; ++n) {
       ASSERT_EQ(h.ep(size_t(n)).register_memory(mem[n].src.data(), mem[n].src.size(), src_access,
-                                                 mem[n].src_mr),
+                                                mem[n].src_mr),
                 Status::kOk);
       ASSERT_EQ(h.ep(size_t(n)).register_memory(mem[n].dst.data(), mem[n].dst.size(), dst_access,
-                                                 mem[n].dst_mr),
+                                                mem[n].dst_mr),
                 Status::kOk);
     }
   }
@@ -404,7 +420,8 @@ class World {
   void post_recvs() {
     for (const auto& w : wrs)
       if (w.needs_recv) {
-        ASSERT_EQ(h.ep(size_t(1 - w.sender)).post_recv(conn[1 - w.sender], recv_wr(w)), Status::kOk);
+        ASSERT_EQ(h.ep(size_t(1 - w.sender)).post_recv(conn[1 - w.sender], recv_wr(w)),
+                  Status::kOk);
       }
   }
 
@@ -443,13 +460,18 @@ class World {
         last = i;
       }
     return std::to_string(wrong) + " of " + std::to_string(len) + " bytes wrong (" +
-           std::to_string(initial) + " never written), first at +" +
-           std::to_string(first) + ", last at +" + std::to_string(last);
+           std::to_string(initial) + " never written), first at +" + std::to_string(first) +
+           ", last at +" + std::to_string(last);
   }
 
   // Checks every completion polled since the last call. Returns false once
   // something failed (so run_until can stop early).
   bool check() {
+    if (h.stalled()) {
+      if (!stall_reported) ADD_FAILURE() << "harness stalled: " << h.stall_reason();
+      stall_reported = true;
+      return false;
+    }
     for (int n = 0; n < 2; ++n) {
       auto& cs = h.completions(size_t(n));
       while (seen[n] < cs.size()) {
@@ -479,13 +501,13 @@ class World {
     EXPECT_EQ(c.conn, conn[n]);
     EXPECT_EQ(c.op, completion_op(w.op));
     if (!expect_ok) return;
-    EXPECT_EQ(c.status, Status::kOk) << status_name(c.status) << " wr " << c.wr_id << " op "
-                                     << int(w.op) << " len " << w.len;
+    EXPECT_EQ(c.status, Status::kOk)
+        << status_name(c.status) << " wr " << c.wr_id << " op " << int(w.op) << " len " << w.len;
     if (c.status != Status::kOk) return;
     // COMP-1: a completed WRITE/SEND has been placed at the peer, a READ here.
     EXPECT_TRUE(range_placed(data_node(w), w.dst_off, w.len))
-        << "COMP-1: wr " << c.wr_id << " completed before its data was placed: "
-        << range_diff(data_node(w), w.dst_off, w.len);
+        << "COMP-1: wr " << c.wr_id
+        << " completed before its data was placed: " << range_diff(data_node(w), w.dst_off, w.len);
   }
 
   void check_recv(int n, const harness::CompletionRecord& c) {
@@ -502,7 +524,8 @@ class World {
     if (!expect_ok) return;
     EXPECT_EQ(c.status, Status::kOk) << status_name(c.status);
     if (c.status != Status::kOk) return;
-    EXPECT_EQ(c.op, w.op == WrOpcode::kWriteImm ? CompletionOp::kRecvWriteImm : CompletionOp::kRecv);
+    EXPECT_EQ(c.op,
+              w.op == WrOpcode::kWriteImm ? CompletionOp::kRecvWriteImm : CompletionOp::kRecv);
     EXPECT_EQ(c.byte_len, w.len);
     const bool imm = w.op == WrOpcode::kWriteImm || w.op == WrOpcode::kSendImm;
     EXPECT_EQ(c.has_imm, imm);
@@ -514,28 +537,30 @@ class World {
     for (const auto& o : wrs) {
       if (o.sender != w.sender || o.seq > w.seq || o.op == WrOpcode::kRead) continue;
       EXPECT_TRUE(range_placed(n, o.dst_off, o.len))
-          << "COMP-3: recv " << c.wr_id << " reported before wr " << o.wr_id << " was placed: "
-          << range_diff(n, o.dst_off, o.len);
+          << "COMP-3: recv " << c.wr_id << " reported before wr " << o.wr_id
+          << " was placed: " << range_diff(n, o.dst_off, o.len);
     }
   }
 
   std::string describe() const {
     std::string out;
     const auto& c = h.config();
-    out += "network: " + std::to_string(c.net.paths.size()) + " paths, udp_checksum=" +
-           std::to_string(c.net.udp_checksum) + ", gather=" + std::to_string(c.gather) + "\n";
+    out += "network: " + std::to_string(c.net.paths.size()) +
+           " paths, udp_checksum=" + std::to_string(c.net.udp_checksum) +
+           ", gather=" + std::to_string(c.gather) + "\n";
     for (size_t i = 0; i < c.net.paths.size(); ++i) {
       const auto& p = c.net.paths[i];
       const auto t = h.net().path_totals(uint32_t(i));
-      out += "  path " + std::to_string(i) + ": " + std::to_string(p.rate_bps / harness::kGbps) +
-             " Gb/s, " + std::to_string(p.delay_ns / 1000) + " us, q " +
-             std::to_string(p.queue_limit_bytes) + " ecn " +
-             (p.ecn_threshold_bytes == harness::kUnlimited ? std::string("off")
-                                                           : std::to_string(p.ecn_threshold_bytes)) +
-             ", loss " + std::to_string(p.loss) + " dup " + std::to_string(p.duplicate) +
-             " corrupt " + std::to_string(p.corrupt) + " | sent " + std::to_string(t.packets_sent) +
-             " lost " + std::to_string(t.lost) + " qdrop " + std::to_string(t.dropped_queue) +
-             " down " + std::to_string(t.dropped_down) + " ce " + std::to_string(t.ce_marked) + "\n";
+      out +=
+          "  path " + std::to_string(i) + ": " + std::to_string(p.rate_bps / harness::kGbps) +
+          " Gb/s, " + std::to_string(p.delay_ns / 1000) + " us, q " +
+          std::to_string(p.queue_limit_bytes) + " ecn " +
+          (p.ecn_threshold_bytes == harness::kUnlimited ? std::string("off")
+                                                        : std::to_string(p.ecn_threshold_bytes)) +
+          ", loss " + std::to_string(p.loss) + " dup " + std::to_string(p.duplicate) + " corrupt " +
+          std::to_string(p.corrupt) + " | sent " + std::to_string(t.packets_sent) + " lost " +
+          std::to_string(t.lost) + " qdrop " + std::to_string(t.dropped_queue) + " down " +
+          std::to_string(t.dropped_down) + " ce " + std::to_string(t.ce_marked) + "\n";
     }
     for (int n = 0; n < 2; ++n) {
       const auto& e = c.endpoints[size_t(n)];
@@ -551,7 +576,22 @@ class World {
                "/" + std::to_string(cs->naks_received) + " losses " +
                std::to_string(cs->losses_declared) + " timeouts " + std::to_string(cs->timeouts) +
                " retire " + std::to_string(cs->path_retirements) + " oow " +
-               std::to_string(cs->out_of_window) + "\n";
+               std::to_string(cs->out_of_window) + " rnr " + std::to_string(cs->rnr_naks_sent) +
+               "\n";
+        for (size_t i = 0; i < h.ep(size_t(n)).path_count(conn[n]); ++i) {
+          PathStats ps;
+          if (!h.ep(size_t(n)).path_stats(conn[n], i, ps)) continue;
+          if (ps.packets_sent == 0 && ps.probes_sent == 0) continue;
+          out += "    slot " + std::to_string(i) + " entropy " + std::to_string(ps.entropy) +
+                 (ps.state == PathState::kActive ? " active" : " probing") + " sent " +
+                 std::to_string(ps.packets_sent) + " retx " + std::to_string(ps.retransmissions) +
+                 " acked " + std::to_string(ps.packets_acked) + " losses " +
+                 std::to_string(ps.losses) + " timeouts " + std::to_string(ps.timeouts) +
+                 " retired " + std::to_string(ps.retirements) + " probes " +
+                 std::to_string(ps.probes_sent) + " inflight " + std::to_string(ps.inflight_bytes) +
+                 " cwnd " + std::to_string(ps.cwnd_bytes) + " srtt " + std::to_string(ps.srtt_ns) +
+                 "\n";
+        }
       }
     }
     for (const auto& w : wrs)
@@ -560,7 +600,10 @@ class World {
              std::to_string(w.posted) + " done " + std::to_string(w.send_done) +
              (w.needs_recv ? " recv_done " + std::to_string(w.recv_done) : std::string()) + "\n";
     out += "now " + std::to_string(h.now().ns) + " ns, steps " + std::to_string(h.steps()) +
-           ", stalled " + std::to_string(h.stalled()) + "\n";
+           ", timeouts handled " + std::to_string(h.timeouts_handled(0)) + "/" +
+           std::to_string(h.timeouts_handled(1)) + " (idle " + std::to_string(h.idle_timeouts(0)) +
+           "/" + std::to_string(h.idle_timeouts(1)) + ")" +
+           (h.stalled() ? ", STALLED: " + h.stall_reason() : std::string()) + "\n";
     return out;
   }
 
@@ -572,6 +615,7 @@ class World {
 
   // Final image: every target range correct, guards untouched, sources intact.
   void check_memory() {
+    (void)check();  // reports a stall and any completion not seen yet
     // Ranges of WRs that may have been partly placed: every byte must be the
     // initial one or the right one; then they are taken as they are.
     for (const auto& w : wrs) {
@@ -581,7 +625,8 @@ class World {
         const uint8_t got = mem[dn].dst[w.dst_off + i];
         const uint8_t want = mem[dn].expect[w.dst_off + i];
         if (got != want && got != static_cast<uint8_t>(want ^ 0xA5)) {
-          ADD_FAILURE() << "wr " << w.wr_id << " byte " << i << " holds neither the old nor the new value";
+          ADD_FAILURE() << "wr " << w.wr_id << " byte " << i
+                        << " holds neither the old nor the new value";
           break;
         }
       }
@@ -595,8 +640,8 @@ class World {
         std::string where = "guard";
         for (const auto& w : wrs)
           if (data_node(w) == n && first >= w.dst_off && first < w.dst_off + w.len)
-            where = "wr " + std::to_string(w.wr_id) + " op " + std::to_string(int(w.op)) +
-                    " at +" + std::to_string(first - w.dst_off) + " of " + std::to_string(w.len);
+            where = "wr " + std::to_string(w.wr_id) + " op " + std::to_string(int(w.op)) + " at +" +
+                    std::to_string(first - w.dst_off) + " of " + std::to_string(w.len);
         ADD_FAILURE() << "node " << n << " dst differs first at byte " << first << " (" << where
                       << ")";
       }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -47,11 +48,15 @@ struct HarnessConfig {
   // Guard against an endpoint whose next_timeout() never moves: after this
   // many consecutive steps at one instant the harness stops and stalled() is true.
   uint64_t max_steps_per_instant = 1'000'000;
+  // Guard against a timer that spins (next_timeout() a few ns ahead, again and
+  // again, with nothing done): after this many handle_timeout calls in a row
+  // on one node that produced no datagram, completion or event, at an average
+  // spacing under 100 ns, the harness stops and stalled() is true. 0: off.
+  uint64_t max_idle_timeouts = 10'000;
 
   // N identical paths (rate, delay) between two endpoints with default
   // configs; net.seed and the endpoint seeds derive from `seed`.
-  static HarnessConfig two_nodes(uint32_t num_paths, uint64_t seed,
-                                 PathConfig path = PathConfig{});
+  static HarnessConfig two_nodes(uint32_t num_paths, uint64_t seed, PathConfig path = PathConfig{});
 };
 
 class Harness {
@@ -102,6 +107,11 @@ class Harness {
   void advance_to(TimeNs t);
 
   [[nodiscard]] bool stalled() const { return stalled_; }
+  // Why the harness stalled ("" if it did not).
+  [[nodiscard]] const std::string& stall_reason() const { return stall_reason_; }
+  // handle_timeout calls per node, and those that produced nothing.
+  [[nodiscard]] uint64_t timeouts_handled(size_t node) const { return nodes_.at(node).timeouts; }
+  [[nodiscard]] uint64_t idle_timeouts(size_t node) const { return nodes_.at(node).idle_timeouts; }
   [[nodiscard]] uint64_t steps() const { return steps_; }
   [[nodiscard]] uint64_t datagrams_delivered() const { return delivered_; }
   // Datagrams an endpoint addressed to an unknown PeerAddr (dropped).
@@ -120,9 +130,15 @@ class Harness {
     std::vector<uint8_t> gatherbuf;
     std::vector<CompletionRecord> completions;
     std::vector<EventRecord> events;
+    uint64_t timeouts = 0;
+    uint64_t idle_timeouts = 0;
+    uint64_t idle_in_row = 0;
+    TimeNs idle_row_start;
   };
 
-  void drain(size_t node);
+  // Drains node's outputs; returns how many datagrams, completions and events.
+  uint64_t drain(size_t node);
+  void stall(std::string why);
   void deliver(const Delivery& d);
 
   HarnessConfig cfg_;
@@ -130,6 +146,7 @@ class Harness {
   std::vector<Node> nodes_;
   TimeNs now_;
   bool stalled_ = false;
+  std::string stall_reason_;
   uint64_t steps_ = 0;
   uint64_t steps_at_instant_ = 0;
   uint64_t delivered_ = 0;

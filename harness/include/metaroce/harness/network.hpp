@@ -43,17 +43,17 @@ inline constexpr uint8_t kEct0 = 2;
 inline constexpr uint8_t kCe = 3;
 
 struct PathConfig {
-  uint64_t rate_bps = 100 * kGbps;        // 0: infinitely fast (no serialization, no queue)
-  uint64_t delay_ns = 1000;               // one-way propagation delay
-  uint64_t queue_limit_bytes = kUnlimited;  // drop-tail limit on the backlog
+  uint64_t rate_bps = 100 * kGbps;            // 0: infinitely fast (no serialization, no queue)
+  uint64_t delay_ns = 1000;                   // one-way propagation delay
+  uint64_t queue_limit_bytes = kUnlimited;    // drop-tail limit on the backlog
   uint64_t ecn_threshold_bytes = kUnlimited;  // mark CE when the backlog exceeds this
-  uint32_t overhead_bytes = 0;            // per-packet bytes on the wire beyond the datagram
-                                          // (e.g. 8 UDP + 20 IPv4 + 18 Ethernet + 20 preamble/IFG)
-  double loss = 0.0;                      // random loss probability per packet
-  double duplicate = 0.0;                 // duplication probability per packet
-  double corrupt = 0.0;                   // probability of one flipped bit per packet
-  TimeNs down_at = TimeNs::never();       // path fails at this time ...
-  TimeNs up_at = TimeNs::never();         // ... and comes back at this one (never: stays down)
+  uint32_t overhead_bytes = 0;                // per-packet bytes on the wire beyond the datagram
+                                // (e.g. 8 UDP + 20 IPv4 + 18 Ethernet + 20 preamble/IFG)
+  double loss = 0.0;                 // random loss probability per packet
+  double duplicate = 0.0;            // duplication probability per packet
+  double corrupt = 0.0;              // probability of one flipped bit per packet
+  TimeNs down_at = TimeNs::never();  // path fails at this time ...
+  TimeNs up_at = TimeNs::never();    // ... and comes back at this one (never: stays down)
 };
 
 struct NetworkConfig {
@@ -68,16 +68,16 @@ struct NetworkConfig {
 
 // Counters of one link (one path, one direction).
 struct LinkStats {
-  uint64_t packets_sent = 0;    // datagrams offered to the link (copies not included)
+  uint64_t packets_sent = 0;  // datagrams offered to the link (copies not included)
   uint64_t bytes_sent = 0;
   uint64_t packets_delivered = 0;  // handed to the destination (copies included)
   uint64_t bytes_delivered = 0;
-  uint64_t dropped_queue = 0;   // drop-tail
-  uint64_t lost = 0;            // random loss
-  uint64_t corrupted = 0;       // bit flipped (delivered unless udp_checksum)
-  uint64_t duplicated = 0;      // extra copies created
+  uint64_t dropped_queue = 0;  // drop-tail
+  uint64_t lost = 0;           // random loss
+  uint64_t corrupted = 0;      // bit flipped (delivered unless udp_checksum)
+  uint64_t duplicated = 0;     // extra copies created
   uint64_t ce_marked = 0;
-  uint64_t dropped_down = 0;    // entered or in flight while the path was down
+  uint64_t dropped_down = 0;  // entered or in flight while the path was down
   uint64_t max_backlog_bytes = 0;
   // Time the last data packet (opcode 0x01..0x06 in byte 1) entered this link
   // while the path was down; TimeNs::never() if none did. Minus down_at, this
@@ -101,14 +101,14 @@ struct Delivery {
 };
 
 enum class NetTraceKind : uint8_t {
-  kEnqueue,     // accepted into the link queue (aux: backlog bytes before it)
-  kDeliver,     // handed to the destination
-  kDropQueue,   // drop-tail
-  kLoss,        // random loss
-  kDropDown,    // path down (on entry or in flight)
-  kDuplicate,   // a copy was made
-  kCorrupt,     // aux: flipped bit index
-  kCeMark,      // marked CE (aux: backlog bytes)
+  kEnqueue,       // accepted into the link queue (aux: backlog bytes before it)
+  kDeliver,       // handed to the destination
+  kDropQueue,     // drop-tail
+  kLoss,          // random loss
+  kDropDown,      // path down (on entry or in flight)
+  kDuplicate,     // a copy was made
+  kCorrupt,       // aux: flipped bit index
+  kCeMark,        // marked CE (aux: backlog bytes)
   kDropChecksum,  // corrupted and dropped by the modelled UDP checksum
 };
 
@@ -200,9 +200,9 @@ class Network {
     PathConfig cfg;
     Rng rng;
     Ring queue;
-    TimeNs busy_until;     // when the serializer finishes the last queued packet
-    TimeNs last_enqueue;   // last time a packet reached the serializer
-    uint64_t carry = 0;    // sub-nanosecond remainder of serialization (units: 1/rate s)
+    TimeNs busy_until;    // when the serializer finishes the last queued packet
+    TimeNs last_enqueue;  // last time a packet reached the serializer
+    uint64_t carry = 0;   // sub-nanosecond remainder of serialization (units: 1/rate s)
     LinkStats stats;
     uint32_t src = 0, dst = 0, path = 0;
   };

@@ -1,0 +1,177 @@
+// MetaRoCE over Linux UDP sockets: a driver that runs the sans-IO engine
+// (metaroce/engine.hpp) unchanged over one receive socket and one send socket
+// per entropy value (UDP source port).
+//
+//   auto ep = metaroce::udp::UdpEndpoint::open("127.0.0.1:4792", {}, err);
+//   ep->connect("127.0.0.1:4800", 1s, conn);          // blocking handshake
+//   ep->write(conn, wr_id, buf, len, mr.lkey, raddr, rkey);
+//   while (!ep->poll_completion(c)) ep->progress();   // or start_progress_thread()
+//
+// Ports: the endpoint receives on its address/port (default 4792, ENC-2) and
+// sends from a block of `entropy_count` consecutive ports (default: the 64
+// ports after the receive port). A CONNECT_REQ leaves from the receive port so
+// that the responder learns where to answer; every other packet leaves from its
+// path's entropy port. Incoming packets are matched to their peer by dst_conn.
+//
+// Threading: an endpoint is single-threaded. Either the application calls
+// progress() (or a blocking helper) itself, or it starts the busy-polling
+// progress thread; then every public call takes one mutex (per call, never per
+// packet).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metaroce/engine.hpp"
+
+namespace metaroce::udp {
+
+// An error from the UDP endpoint: a status, and where known the peer address
+// and connection id it concerns. ok() when status is kOk and message is empty.
+struct Error {
+  Status status = Status::kOk;
+  std::string message;  // human-readable, names peer and connection where known
+  std::string peer;     // "ip:port" or "[ip6]:port", empty if none
+  uint32_t conn = 0;    // connection id, 0 if none
+  [[nodiscard]] bool ok() const { return status == Status::kOk && message.empty(); }
+  explicit operator bool() const { return !ok(); }  // true when there is an error
+};
+
+// --- addresses (one place maps sockaddr <-> PeerAddr) ---
+// PeerAddr layout used by this driver: bytes[0..16) IPv6 address (IPv4 as
+// v4-mapped ::ffff:a.b.c.d), bytes[16..18) port big-endian, bytes[18] 4 or 6.
+// Parses "a.b.c.d[:port]", "[v6]:port", "v6" (no port) or a bare host name
+// resolved with getaddrinfo. default_port fills a missing port.
+[[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
+                                 std::string* why = nullptr);
+[[nodiscard]] std::string format_address(const PeerAddr& a);
+[[nodiscard]] uint16_t address_port(const PeerAddr& a);
+[[nodiscard]] bool address_is_v4(const PeerAddr& a);
+
+struct Options {
+  // Engine configuration. entropy_min/entropy_max are overwritten with the
+  // driver's port block; everything else is passed through.
+  EndpointConfig engine{};
+  // First source port of the block; 0: the receive port + 1.
+  uint16_t entropy_base = 0;
+  uint16_t entropy_count = 64;  // ports in the block (>= num_paths)
+  bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
+  uint32_t batch = 32;          // recvmmsg / sendmmsg batch
+  bool gso = true;              // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
+  bool gro = true;              // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
+  int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
+  int sndbuf_bytes = 4 << 20;   // SO_SNDBUF of each send socket
+  // Close(): how long to let DISCONNECT handshakes run before closing sockets.
+  std::chrono::milliseconds linger{100};
+};
+
+// Driver counters (the engine keeps its own: endpoint_stats()).
+struct IoStats {
+  uint64_t rx_datagrams = 0;   // after GRO splitting
+  uint64_t rx_syscalls = 0;    // recvmmsg calls that returned data
+  uint64_t rx_gro_batches = 0; // received buffers that carried more than one segment
+  uint64_t rx_ce = 0;          // datagrams with ECN CE
+  uint64_t rx_truncated = 0;   // datagrams larger than the receive buffer
+  uint64_t rx_foreign = 0;     // datagrams of another address family / too short
+  uint64_t tx_datagrams = 0;
+  uint64_t tx_syscalls = 0;    // sendmmsg calls
+  uint64_t tx_gso_msgs = 0;    // messages sent with UDP_SEGMENT (more than one segment)
+  uint64_t tx_eagain = 0;      // sendmmsg calls that hit a full socket buffer (retried)
+  uint64_t tx_errors = 0;      // datagrams dropped on a send error
+  uint64_t tx_remapped = 0;    // entropy outside our block mapped into it (ACK-7 with a foreign block)
+};
+
+// State of one connection as the driver saw it from engine events.
+enum class ConnState : uint8_t { kConnecting, kEstablished, kClosed, kError, kUnknown };
+
+class UdpEndpoint {
+ public:
+  // Opens the receive socket on `address` ("ip:port", "[ip6]:port"; port 0 or
+  // missing: 4792) and the send sockets of the entropy block. nullptr and err
+  // set on failure (e.g. a port of the block already in use).
+  [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
+                                                         const Options& opts, Error& err);
+  ~UdpEndpoint();  // close()
+  UdpEndpoint(const UdpEndpoint&) = delete;
+  UdpEndpoint& operator=(const UdpEndpoint&) = delete;
+
+  // Local address ("ip:port") and port of the receive socket; the entropy block.
+  [[nodiscard]] std::string local_address() const;
+  [[nodiscard]] uint16_t port() const;
+  [[nodiscard]] uint16_t entropy_min() const;
+  [[nodiscard]] uint16_t entropy_max() const;
+  [[nodiscard]] bool gso_enabled() const;
+  [[nodiscard]] bool gro_enabled() const;
+
+  // --- progress ---
+  // An epoll fd that becomes readable when progress() has work (a datagram or
+  // an engine timer). Do not read from it.
+  [[nodiscard]] int fd() const;
+  // One round: receive (up to a few batches), timers, transmit, and collect
+  // events. Returns the number of datagrams received and sent.
+  size_t progress();
+  // progress() until nothing moved, then waits on fd() at most `timeout`.
+  void wait(std::chrono::nanoseconds timeout);
+  // Busy-polling thread calling progress(); every public call then locks.
+  void start_progress_thread();
+  void stop_progress_thread();
+
+  // --- memory ---
+  Error register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out);
+  Error deregister_memory(uint32_t lkey);
+
+  // --- connections ---
+  // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
+  // kVersionMismatch, kInvalidArgument (bad address); all name peer and conn.
+  Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
+  // Next incoming connection; kConnectTimeout if none arrives in time.
+  Error accept(std::chrono::milliseconds timeout, ConnId& out);
+  // Non-blocking: the next accepted connection, if any.
+  bool try_accept(ConnId& out);
+  // Orderly close of one connection (outstanding work completes kFlushed).
+  void close(ConnId conn);
+  [[nodiscard]] ConnState state(ConnId conn) const;
+  [[nodiscard]] std::string peer_address(ConnId conn) const;
+
+  // --- work requests (queued; progress() sends them) ---
+  Error post_send(ConnId conn, const SendWr& wr);
+  Error post_recv(ConnId conn, const RecvWr& wr);
+  Error write(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey,
+              uint64_t remote_addr, uint64_t rkey);
+  Error write_imm(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey,
+                  uint64_t remote_addr, uint64_t rkey, uint32_t imm);
+  Error read(ConnId conn, uint64_t wr_id, void* local, uint32_t len, uint32_t lkey,
+             uint64_t remote_addr, uint64_t rkey);
+  Error send(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey);
+  Error recv(ConnId conn, uint64_t wr_id, void* local, uint32_t len, uint32_t lkey);
+
+  // --- completions ---
+  bool poll_completion(Completion& out);
+  size_t poll_completions(Completion* out, size_t max);
+  // progress()/wait until a completion arrives; false on timeout.
+  bool wait_completion(Completion& out, std::chrono::nanoseconds timeout);
+  // An Error describing a failed completion (peer, conn, status).
+  [[nodiscard]] Error completion_error(const Completion& c) const;
+
+  // --- statistics ---
+  [[nodiscard]] EndpointStats endpoint_stats() const;
+  [[nodiscard]] bool conn_stats(ConnId conn, ConnStats& out) const;
+  [[nodiscard]] std::vector<PathStats> path_stats(ConnId conn) const;
+  [[nodiscard]] IoStats io_stats() const;
+
+  // Closes every connection (orderly if graceful, waiting up to opts.linger),
+  // stops the progress thread and closes the sockets. Idempotent.
+  void close(bool graceful = true);
+
+  struct Impl;
+
+ private:
+  explicit UdpEndpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace metaroce::udp

@@ -1,0 +1,96 @@
+// A host NIC running the unmodified MetaRoCE engine (metaroce::Endpoint).
+//
+// The NIC pulls: whenever its link is idle it asks the engine for the next
+// datagram (poll_transmit_gather), so the engine's timestamps are the real
+// send times and there is no unbounded host queue. Every input (a datagram
+// arriving, the engine's timer, a new flow) is followed by draining
+// completions and events, a pull if the link is idle, and re-arming the
+// host's single timer at the engine's next_timeout().
+//
+// Payload bytes are not simulated. A packet carries the engine's header bytes
+// and ICRC trailer plus a payload length; the receiving engine gets a
+// datagram buffer of the right size whose payload region is scratch memory.
+// Endpoints run with cover_payload = false (ICRC over headers only) so the
+// scratch payload passes the check, and every endpoint registers one shared
+// scratch region that all WRITEs target (contents are meaningless).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "metaroce/engine.hpp"
+#include "metaroce/sim/network.hpp"
+#include "metaroce/sim/workload.hpp"
+
+namespace metaroce::sim {
+
+class MetaRoceHost;
+
+// State shared by all hosts of one simulation (no globals).
+struct MetaRoceShared {
+  MetaRoceShared(Network& n, FlowTable& f, uint64_t region_bytes, uint16_t mtu);
+  Network& net;
+  FlowTable& flows;
+  std::vector<uint8_t> region;  // registered by every endpoint
+  std::vector<uint8_t> txhdr;   // header buffer for poll_transmit_gather
+  std::vector<uint8_t> rxbuf;   // datagram buffer handed to handle_datagram
+  uint32_t wire_overhead = 66;
+  uint64_t wr_bytes = 256 * 1024;  // bytes per WRITE; flows are split into WRs of this size
+  std::vector<MetaRoceHost*> hosts;
+  uint64_t undeliverable = 0;
+  uint64_t connect_failures = 0;
+  uint64_t errors = 0;
+};
+
+struct TransportTotals {
+  uint64_t data_packets_sent = 0;
+  uint64_t retransmissions = 0;
+  uint64_t timeouts = 0;
+  uint64_t losses_declared = 0;
+  uint64_t path_retirements = 0;
+  uint64_t ce_received = 0;
+  uint64_t duplicates_received = 0;
+  uint64_t acks_sent = 0;
+  uint64_t bad_packets = 0;  // dropped by an endpoint's validation
+};
+
+class MetaRoceHost final : public Node, public EventSource {
+ public:
+  MetaRoceHost(MetaRoceShared& shared, uint32_t host, const EndpointConfig& cfg);
+  ~MetaRoceHost() override;
+
+  void start_flow(uint32_t flow, SimTime now);
+  void receive(Packet* p, uint32_t in_port, SimTime now) override;
+  void port_idle(uint32_t port, SimTime now) override;
+  void on_event(SimTime now) override;  // engine timer
+
+  [[nodiscard]] Endpoint& endpoint() { return ep_; }
+  [[nodiscard]] const MemoryRegion& region() const { return mr_; }
+  void add_totals(TransportTotals& t) const;
+  // All connections this host opened or accepted.
+  [[nodiscard]] std::vector<ConnId> connections() const;
+
+  static PeerAddr addr(uint32_t host);
+  static uint32_t host_of(const PeerAddr& a);
+
+ private:
+  struct Pending {
+    uint32_t flow;
+    SendWr wr;
+    ConnId conn;
+  };
+  void service(SimTime now);
+  void pull(SimTime now);
+  void post(const Pending& p, SimTime now);
+
+  MetaRoceShared& sh_;
+  Endpoint ep_;
+  MemoryRegion mr_;
+  std::unordered_map<uint32_t, ConnId> conns_;  // by destination host (opened here)
+  std::vector<ConnId> accepted_;
+  std::vector<Pending> backlog_;  // WRs refused with kQueueFull, in order
+};
+
+}  // namespace metaroce::sim

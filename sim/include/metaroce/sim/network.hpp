@@ -1,0 +1,232 @@
+// The network: nodes (switches and hosts) joined by full-duplex links. Each
+// direction of a link is a Port (output queue + serializer) feeding a Pipe
+// (propagation delay). Switches are output-queued with a per-port drop-tail
+// buffer, ECN marking (a threshold or a RED-like min..max ramp) and ECMP by a
+// salted hash of (src, dst, UDP source port = entropy, UDP destination port).
+// Faults act on links: down/up, degraded rate, gray (silent random) drops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "metaroce/sim/packet.hpp"
+#include "metaroce/sim/rng.hpp"
+#include "metaroce/sim/scheduler.hpp"
+#include "metaroce/sim/time.hpp"
+
+namespace metaroce::sim {
+
+class Network;
+class Port;
+
+// Anything with ports: a switch or a host NIC.
+class Node {
+ public:
+  virtual ~Node() = default;
+  // A packet finished arriving on `in_port`. The node owns it from now on.
+  virtual void receive(Packet* p, uint32_t in_port, SimTime now) = 0;
+  // Port `port` has finished sending and its queue is empty.
+  virtual void port_idle(uint32_t port, SimTime now) {
+    (void)port;
+    (void)now;
+  }
+  std::vector<Port*> ports;  // index = port number
+  uint32_t id = 0;           // node id (hosts first, then switches)
+};
+
+struct LinkSpec {
+  uint64_t rate_mbps = 100'000;
+  SimTime delay = SimTime::from_us(1);
+};
+
+// Output-queue parameters of a switch port. ecn_kmin == ecn_kmax: a step
+// threshold; otherwise the marking probability ramps linearly from 0 at kmin
+// to ecn_pmax at kmax and is 1 above kmax. ecn_kmax == 0 disables marking.
+struct QueueSpec {
+  uint64_t buffer_bytes = 175'000;
+  uint64_t ecn_kmin = 37'000;
+  uint64_t ecn_kmax = 145'000;
+  double ecn_pmax = 1.0;
+};
+
+struct PortStats {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t drops = 0;        // buffer overflow (drop-tail)
+  uint64_t fault_drops = 0;  // link down or gray failure
+  uint64_t ecn_marks = 0;
+  uint64_t max_queue_bytes = 0;
+};
+
+// Propagation: packets in flight on one direction of a link, in arrival
+// order (a FIFO: the port serializes, the delay is constant). Only the head
+// is scheduled.
+class Pipe final : public EventSource {
+ public:
+  void on_event(SimTime now) override;
+  void push(Packet* p, SimTime arrival, uint32_t epoch);
+
+  Port* port = nullptr;  // the port feeding this pipe
+  Node* to = nullptr;
+  uint32_t to_port = 0;
+  SimTime delay;
+
+ private:
+  struct InFlight {
+    SimTime at;
+    Packet* p;
+    uint32_t epoch;
+  };
+  Ring<InFlight> ring_;
+};
+
+// One direction of a link: an output queue and a serializer. A FIFO at a
+// fixed rate needs no event per packet: a packet's departure time is known
+// when it is queued (start = max(now, busy_until)), so the port hands it to
+// the pipe at once with its arrival time, and the queue occupancy at any
+// instant is the unserialized backlog, (busy_until - now) * rate. Drop-tail
+// and ECN marking act on that backlog when the packet is queued. A port
+// schedules an event only for an owner that asks to hear when it goes idle
+// (a host NIC pulling from its engine).
+class Port final : public EventSource {
+ public:
+  Port(Network& net, Node* owner, uint32_t index, const LinkSpec& link, const QueueSpec* queue,
+       uint64_t seed);
+  // Queues p for transmission (or drops it).
+  void enqueue(Packet* p, SimTime now);
+  [[nodiscard]] bool busy(SimTime now) const { return busy_until_ > now; }
+  // Bytes queued ahead of a packet arriving now (including the unsent part of
+  // the packet on the wire).
+  [[nodiscard]] uint64_t backlog_bytes(SimTime now) const {
+    return busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0;
+  }
+  [[nodiscard]] const PortStats& stats() const { return stats_; }
+  void on_event(SimTime now) override;  // went idle (only when notify_idle)
+  bool notify_idle = false;
+
+  // Faults. A rate change applies to packets queued after it.
+  void set_up(bool up, SimTime now);
+  [[nodiscard]] bool up() const { return up_; }
+  void set_rate(uint64_t rate_mbps) { rate_mbps_ = rate_mbps; }
+  [[nodiscard]] uint64_t rate_mbps() const { return rate_mbps_; }
+  void set_drop_fraction(double f) { drop_fraction_ = f; }
+
+  Pipe pipe;
+  Node* owner;
+  const uint32_t index;
+  uint32_t edge = 0;  // topology edge id
+
+ private:
+  friend class Pipe;
+  void drop(Packet* p, bool fault);
+
+  Network& net_;
+  SimTime busy_until_{0};
+  uint64_t rate_mbps_;
+  bool has_queue_limits_;
+  QueueSpec q_;
+  bool up_ = true;
+  uint32_t epoch_ = 0;  // bumped when the link goes down: queued packets die
+  double drop_fraction_ = 0;
+  Rng rng_;
+  PortStats stats_;
+};
+
+class Switch final : public Node {
+ public:
+  Switch(Network& net, uint64_t salt) : net_(net), salt_(salt) {}
+  void receive(Packet* p, uint32_t in_port, SimTime now) override;
+  // The output port ECMP picks for a packet (src, dst, entropy, dport).
+  [[nodiscard]] uint32_t select_port(uint32_t src, uint32_t dst, uint16_t entropy,
+                                     uint16_t dport) const;
+  // Ports on a shortest path to host `dst` (the ECMP group).
+  [[nodiscard]] std::span<const uint16_t> group_for(uint32_t dst) const {
+    const uint32_t r = route[dst];
+    return {group_ports.data() + (r >> 8), r & 0xff};
+  }
+
+  // dst host -> (offset into group_ports << 8) | group size: one load per
+  // forwarding decision, then one for the port.
+  std::vector<uint32_t> route;
+  std::vector<uint16_t> group_ports;
+  uint8_t tier = 0;
+
+ private:
+  Network& net_;
+  uint64_t salt_;
+};
+
+// The wiring of a network. Node ids: hosts [0, num_hosts), then switches.
+struct TopoGraph {
+  struct Edge {
+    uint32_t a = 0, b = 0;
+    LinkSpec spec;
+  };
+  std::string name;
+  uint32_t num_hosts = 0;
+  uint32_t num_switches = 0;
+  std::vector<uint8_t> switch_tier;  // per switch: 0 ToR/leaf, 1 agg/spine, 2 core
+  std::vector<Edge> edges;
+  uint64_t host_rate_mbps = 100'000;
+  uint32_t max_hops = 0;  // links on the longest host-to-host shortest path
+};
+
+struct NetworkStats {
+  uint64_t tx_packets = 0;
+  uint64_t drops = 0;
+  uint64_t fault_drops = 0;
+  uint64_t ecn_marks = 0;
+  uint64_t max_queue_bytes = 0;
+};
+
+class Network {
+ public:
+  // Builds switches and links; hosts are attached by the transport with
+  // attach_host() before any packet moves. Routes are computed here
+  // (shortest paths, all equal-cost next hops form the ECMP group).
+  Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed);
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+  ~Network();
+
+  void attach_host(uint32_t host, Node& node);
+
+  [[nodiscard]] Scheduler& sched() { return sched_; }
+  [[nodiscard]] PacketPool& pool() { return pool_; }
+  [[nodiscard]] const TopoGraph& graph() const { return graph_; }
+  [[nodiscard]] uint32_t num_hosts() const { return graph_.num_hosts; }
+  [[nodiscard]] Switch& sw(uint32_t i) { return *switches_[i]; }
+  [[nodiscard]] const Switch& sw(uint32_t i) const { return *switches_[i]; }
+  [[nodiscard]] size_t num_switches() const { return switches_.size(); }
+  // The host's NIC port (port 0 of the host).
+  [[nodiscard]] Port& host_port(uint32_t host) { return *host_ports_[host]; }
+  // The two directions of edge e: a->b and b->a.
+  [[nodiscard]] Port& edge_port(uint32_t e, bool reverse) {
+    return *ports_[2 * size_t{e} + (reverse ? 1 : 0)];
+  }
+
+  // Faults on both directions of edge e.
+  void set_link_up(uint32_t e, bool up, SimTime now);
+  void set_link_rate(uint32_t e, uint64_t rate_mbps);
+  void set_link_drop(uint32_t e, double fraction);
+
+  [[nodiscard]] NetworkStats stats() const;
+
+ private:
+  void compute_routes();
+
+  Scheduler& sched_;
+  TopoGraph graph_;
+  PacketPool pool_;
+  std::vector<std::unique_ptr<Switch>> switches_;
+  std::vector<std::unique_ptr<Port>> ports_;  // 2 per edge
+  std::vector<Port*> host_ports_;
+  std::vector<Node*> nodes_;  // by node id (hosts null until attached)
+  std::vector<std::unique_ptr<Node>> placeholders_;
+};
+
+}  // namespace metaroce::sim

@@ -1,0 +1,131 @@
+// One simulation: a scheduler, a network, hosts running a transport, a
+// workload and a fault schedule. No globals: simulations are independent
+// objects, and the same config (seed included) gives the same Report.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metaroce/config.hpp"
+#include "metaroce/sim/metaroce_host.hpp"
+#include "metaroce/sim/network.hpp"
+#include "metaroce/sim/scheduler.hpp"
+#include "metaroce/sim/workload.hpp"
+
+namespace metaroce::sim {
+
+enum class TransportKind : uint8_t {
+  kMetaRoce,   // the engine with its congestion control
+  kSprayNoCc,  // the same engine, cfg.cc.enabled = false (oblivious spraying)
+};
+[[nodiscard]] const char* transport_name(TransportKind t);
+[[nodiscard]] bool parse_transport(const std::string& s, TransportKind& out);
+
+struct FaultSpec {
+  enum class Kind : uint8_t { kLinkDown, kLinkUp, kRate, kGrayDrop };
+  SimTime at;
+  Kind kind = Kind::kLinkDown;
+  uint32_t edge = 0;
+  uint64_t rate_mbps = 0;  // kRate
+  double drop = 0;         // kGrayDrop: fraction of packets silently dropped (0 restores)
+};
+
+// EndpointConfig tuned for data-center timescales; the algorithms are the
+// engine's own.
+[[nodiscard]] EndpointConfig dc_endpoint_config();
+
+struct SimConfig {
+  std::string name = "custom";
+  TopoGraph topo;
+  QueueSpec queue;
+  std::vector<FlowSpec> flows;
+  std::vector<FaultSpec> faults;
+  TransportKind transport = TransportKind::kMetaRoce;
+  EndpointConfig endpoint = dc_endpoint_config();
+  uint64_t seed = 1;
+  SimTime time_limit = SimTime::from_ms(1000);  // stop here even if flows remain
+  uint32_t wire_overhead = kDefaultWireOverhead;
+  uint64_t wr_bytes = 256 * 1024;
+  bool progress = false;  // progress lines on stderr
+};
+
+struct Report {
+  std::string name;
+  std::string transport;
+  std::string topology;
+  uint64_t seed = 0;
+  uint32_t hosts = 0;
+  uint64_t flows = 0;
+  uint64_t flows_completed = 0;
+  uint64_t flows_failed = 0;
+  double completion_us = 0;  // last flow finish (from t = 0); sim end if some never finished
+  double ideal_us = 0;       // busiest host NIC's bytes at line rate (payload only)
+  double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
+  uint64_t drops = 0;        // switch buffer overflow
+  uint64_t fault_drops = 0;  // link down / gray failure
+  uint64_t ecn_marks = 0;
+  uint64_t max_queue_bytes = 0;
+  uint64_t packets_forwarded = 0;  // port transmissions, all hops
+  TransportTotals transport_totals;
+  uint64_t connect_failures = 0;
+  uint64_t errors = 0;
+  double pfc_pause_us = 0;  // no PFC in these transports
+  double sim_time_us = 0;
+  uint64_t events = 0;
+  uint64_t packet_pool_peak = 0;
+  uint64_t digest = 0;  // hash of every deterministic field and every flow's finish time
+  // Not deterministic:
+  double wall_s = 0;
+  double events_per_s = 0;
+  double peak_rss_mib = 0;
+
+  // timing = false leaves out wall_s, events_per_s and peak_rss_mib, so the
+  // output of two runs with one seed is byte-identical.
+  [[nodiscard]] std::string to_json(bool timing = true) const;
+  [[nodiscard]] std::string to_text(bool timing = true) const;
+};
+
+class Simulation {
+ public:
+  explicit Simulation(SimConfig cfg);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  // Runs until every flow finished, time_limit, or `until`; can be called
+  // again with a later `until` to continue.
+  void run(SimTime until = SimTime::never());
+  [[nodiscard]] bool finished() const;
+  [[nodiscard]] Report report() const;
+
+  [[nodiscard]] Scheduler& sched() { return sched_; }
+  [[nodiscard]] Network& net() { return *net_; }
+  [[nodiscard]] FlowTable& flows() { return *flows_; }
+  [[nodiscard]] MetaRoceHost& host(uint32_t i) { return *hosts_.at(i); }
+  [[nodiscard]] const SimConfig& config() const { return cfg_; }
+
+ private:
+  class Starter;
+  class Faults;
+  static void tick(void* ctx, const Scheduler& s);
+
+  SimConfig cfg_;
+  Scheduler sched_;
+  std::unique_ptr<Network> net_;
+  std::unique_ptr<FlowTable> flows_;
+  std::unique_ptr<MetaRoceShared> shared_;
+  std::vector<std::unique_ptr<MetaRoceHost>> hosts_;
+  std::unique_ptr<Starter> starter_;
+  std::unique_ptr<Faults> faults_;
+  double wall_s_ = 0;
+  double last_progress_wall_ = 0;
+};
+
+// Named scenarios (tools/sim and the tests).
+[[nodiscard]] std::vector<std::string> preset_names();
+// Throws std::invalid_argument for an unknown name.
+[[nodiscard]] SimConfig preset(const std::string& name, TransportKind transport, uint64_t seed);
+
+}  // namespace metaroce::sim

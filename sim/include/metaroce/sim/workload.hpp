@@ -1,0 +1,72 @@
+// Workloads: flows (src host, dst host, bytes, start time) and the table that
+// tracks their completion. A flow is one or more RDMA WRITEs on the
+// connection src -> dst; it completes when the sender's last send completion
+// arrives (the data is acknowledged).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "metaroce/sim/scheduler.hpp"
+#include "metaroce/sim/time.hpp"
+
+namespace metaroce::sim {
+
+struct FlowSpec {
+  uint32_t src = 0;
+  uint32_t dst = 0;
+  uint64_t bytes = 0;
+  SimTime start{0};
+  // Flows that must complete first (UINT32_MAX: none). A flow with
+  // dependencies starts when the last of them completes (and not before start).
+  uint32_t after[2] = {UINT32_MAX, UINT32_MAX};
+};
+
+// A random permutation without fixed points: host i sends to perm[i].
+std::vector<FlowSpec> permutation(uint32_t hosts, uint64_t bytes, uint64_t seed);
+// `senders` distinct hosts (not `receiver`), chosen at random, each send
+// `bytes` to `receiver`.
+std::vector<FlowSpec> incast(uint32_t hosts, uint32_t receiver, uint32_t senders, uint64_t bytes,
+                             uint64_t seed);
+// Every host sends `bytes` to every other host.
+std::vector<FlowSpec> all_to_all(uint32_t hosts, uint64_t bytes);
+// Ring all-reduce of `bytes` per host over hosts 0..n-1 in ring order:
+// 2(n-1) steps; in each, host i sends bytes/n to host i+1, after receiving
+// the previous step's chunk from host i-1 and finishing its own previous send.
+std::vector<FlowSpec> ring_allreduce(uint32_t hosts, uint64_t bytes);
+
+struct FlowState {
+  FlowSpec spec;
+  SimTime finish = SimTime::never();
+  uint32_t wrs_left = 0;
+  bool failed = false;
+  [[nodiscard]] bool done() const { return finish != SimTime::never(); }
+};
+
+class FlowTable {
+ public:
+  FlowTable(Scheduler& sched, std::vector<FlowSpec> flows);
+  // Called to start a flow whose dependencies have completed.
+  std::function<void(uint32_t flow, SimTime now)> start_dependent;
+  // Whether flow f waits for other flows (the starter skips it).
+  [[nodiscard]] bool has_deps(size_t f) const { return deps_left_[f] > 0; }
+  [[nodiscard]] size_t size() const { return flows_.size(); }
+  [[nodiscard]] FlowState& at(size_t i) { return flows_[i]; }
+  [[nodiscard]] const FlowState& at(size_t i) const { return flows_[i]; }
+  [[nodiscard]] size_t completed() const { return completed_; }
+  [[nodiscard]] size_t failed() const { return failed_; }
+  [[nodiscard]] bool all_done() const { return completed_ + failed_ == flows_.size(); }
+  // One WR of flow f completed (ok = success).
+  void wr_done(uint32_t f, bool ok, SimTime now);
+
+ private:
+  Scheduler& sched_;
+  std::vector<FlowState> flows_;
+  std::vector<uint32_t> deps_left_;
+  std::vector<std::vector<uint32_t>> dependents_;
+  size_t completed_ = 0;
+  size_t failed_ = 0;
+};
+
+}  // namespace metaroce::sim

@@ -1,0 +1,290 @@
+#include "metaroce/sim/network.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace metaroce::sim {
+namespace {
+
+// Stands in for a host until the transport attaches the real one.
+class HostStub final : public Node {
+ public:
+  explicit HostStub(PacketPool& pool) : pool_(pool) {}
+  void receive(Packet* p, uint32_t, SimTime) override { pool_.release(p); }
+
+ private:
+  PacketPool& pool_;
+};
+
+constexpr uint32_t kMaxHops = 64;
+
+}  // namespace
+
+// ------------------------------------------------------------------ Pipe
+
+void Pipe::push(Packet* p, SimTime arrival, uint32_t epoch) {
+  ring_.push(InFlight{arrival, p, epoch});
+  if (!pending()) port->net_.sched().schedule(*this, arrival);
+}
+
+void Pipe::on_event(SimTime now) {
+  const InFlight f = ring_.pop();
+  if (!ring_.empty()) {
+    port->net_.sched().schedule(*this, ring_.front().at);
+    __builtin_prefetch(ring_.front().p);  // touched when it arrives
+  }
+  if (!port->up_ || f.epoch != port->epoch_) {
+    port->drop(f.p, true);
+    return;
+  }
+  to->receive(f.p, to_port, now);
+}
+
+// ------------------------------------------------------------------ Port
+
+Port::Port(Network& net, Node* own, uint32_t idx, const LinkSpec& link, const QueueSpec* queue,
+           uint64_t seed)
+    : owner(own),
+      index(idx),
+      net_(net),
+      rate_mbps_(link.rate_mbps),
+      has_queue_limits_(queue != nullptr),
+      q_(queue != nullptr ? *queue : QueueSpec{}),
+      rng_(seed) {
+  pipe.port = this;
+  pipe.delay = link.delay;
+}
+
+void Port::drop(Packet* p, bool fault) {
+  if (fault)
+    ++stats_.fault_drops;
+  else
+    ++stats_.drops;
+  net_.pool().release(p);
+}
+
+void Port::enqueue(Packet* p, SimTime now) {
+  if (!up_) {
+    drop(p, true);
+    return;
+  }
+  if (has_queue_limits_) {
+    const uint64_t backlog = backlog_bytes(now);
+    if (backlog + p->wire_bytes > q_.buffer_bytes) {
+      drop(p, false);
+      return;
+    }
+    if (backlog > stats_.max_queue_bytes) stats_.max_queue_bytes = backlog;
+    if (p->ecn != kEcnNotEct && q_.ecn_kmax > 0 && backlog >= q_.ecn_kmin) {
+      bool mark;
+      if (backlog >= q_.ecn_kmax || q_.ecn_kmin == q_.ecn_kmax) {
+        mark = true;
+      } else {
+        const double f = static_cast<double>(backlog - q_.ecn_kmin) /
+                         static_cast<double>(q_.ecn_kmax - q_.ecn_kmin);
+        mark = rng_.chance(f * q_.ecn_pmax);
+      }
+      if (mark) {
+        p->ecn = kEcnCe;
+        ++stats_.ecn_marks;
+      }
+    }
+  }
+  const SimTime start = std::max(now, busy_until_);
+  busy_until_ = start + serialization_time(p->wire_bytes, rate_mbps_);
+  ++stats_.tx_packets;
+  stats_.tx_bytes += p->wire_bytes;
+  if (drop_fraction_ > 0 && rng_.chance(drop_fraction_)) {
+    drop(p, true);  // gray failure: the packet uses the link, then vanishes
+  } else {
+    pipe.push(p, busy_until_ + pipe.delay, epoch_);
+  }
+  if (notify_idle) net_.sched().schedule(*this, busy_until_);
+}
+
+void Port::on_event(SimTime now) { owner->port_idle(index, now); }
+
+void Port::set_up(bool up, SimTime now) {
+  if (!up && up_) {
+    ++epoch_;  // packets queued or on the wire are lost
+    busy_until_ = now;
+  }
+  up_ = up;
+}
+
+// ------------------------------------------------------------------ Switch
+
+uint32_t Switch::select_port(uint32_t src, uint32_t dst, uint16_t entropy, uint16_t dport) const {
+  const auto g = group_for(dst);
+  if (g.size() == 1) return g[0];
+  uint64_t x = fmix64(salt_ ^ ((uint64_t{src} << 32) | dst));
+  x = fmix64(x ^ ((uint64_t{entropy} << 16) | dport) ^ salt_);
+  return g[x % g.size()];
+}
+
+void Switch::receive(Packet* p, uint32_t in_port, SimTime now) {
+  (void)in_port;
+  if (++p->hops > kMaxHops || p->dst >= route.size()) {
+    net_.pool().release(p);
+    return;
+  }
+  ports[select_port(p->src, p->dst, p->entropy, p->dport)]->enqueue(p, now);
+}
+
+// ------------------------------------------------------------------ Network
+
+Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed)
+    : sched_(sched), graph_(graph) {
+  const uint32_t h = graph_.num_hosts;
+  const uint32_t n = h + graph_.num_switches;
+  nodes_.assign(n, nullptr);
+  for (uint32_t i = 0; i < h; ++i) {
+    placeholders_.push_back(std::make_unique<HostStub>(pool_));
+    nodes_[i] = placeholders_.back().get();
+    nodes_[i]->id = i;
+  }
+  for (uint32_t s = 0; s < graph_.num_switches; ++s) {
+    switches_.push_back(std::make_unique<Switch>(*this, derive_seed(seed, 0x73616c74, s)));
+    switches_.back()->tier = s < graph_.switch_tier.size() ? graph_.switch_tier[s] : 0;
+    nodes_[h + s] = switches_.back().get();
+    nodes_[h + s]->id = h + s;
+  }
+  host_ports_.assign(h, nullptr);
+  ports_.reserve(2 * graph_.edges.size());
+  for (uint32_t e = 0; e < graph_.edges.size(); ++e) {
+    const auto& ed = graph_.edges[e];
+    if (ed.a >= n || ed.b >= n || ed.a == ed.b) throw std::invalid_argument("bad topology edge");
+    Node* a = nodes_[ed.a];
+    Node* b = nodes_[ed.b];
+    const auto pa = static_cast<uint32_t>(a->ports.size());
+    const auto pb = static_cast<uint32_t>(b->ports.size());
+    auto mk = [&](Node* from, uint32_t idx, uint32_t dir) {
+      const bool is_switch = from->id >= h;
+      ports_.push_back(std::make_unique<Port>(*this, from, idx, ed.spec, is_switch ? &queue : nullptr,
+                                              derive_seed(seed, 0x706f7274, e, dir)));
+      ports_.back()->edge = e;
+      from->ports.push_back(ports_.back().get());
+      return ports_.back().get();
+    };
+    Port* ab = mk(a, pa, 0);
+    Port* ba = mk(b, pb, 1);
+    ab->pipe.to = b;
+    ab->pipe.to_port = pb;
+    ba->pipe.to = a;
+    ba->pipe.to_port = pa;
+    if (ed.a < h) {
+      if (host_ports_[ed.a] != nullptr) throw std::invalid_argument("host with two links");
+      host_ports_[ed.a] = ab;
+    }
+    if (ed.b < h) {
+      if (host_ports_[ed.b] != nullptr) throw std::invalid_argument("host with two links");
+      host_ports_[ed.b] = ba;
+    }
+  }
+  for (uint32_t i = 0; i < h; ++i)
+    if (host_ports_[i] == nullptr) throw std::invalid_argument("host without a link");
+  compute_routes();
+}
+
+Network::~Network() {
+  // Components deregister from the scheduler before they go away.
+  for (auto& p : ports_) {
+    sched_.cancel(*p);
+    sched_.cancel(p->pipe);
+  }
+}
+
+void Network::attach_host(uint32_t host, Node& node) {
+  Node* stub = nodes_.at(host);
+  node.id = host;
+  node.ports = stub->ports;
+  for (Port* p : node.ports) {
+    p->owner = &node;
+    // The other direction of the same edge delivers to the host.
+    Port& rev = edge_port(p->edge, p == &edge_port(p->edge, false));
+    rev.pipe.to = &node;
+  }
+  nodes_[host] = &node;
+}
+
+void Network::compute_routes() {
+  const uint32_t h = graph_.num_hosts;
+  const uint32_t n = h + graph_.num_switches;
+  // Adjacency: (neighbor node, local port).
+  std::vector<std::vector<std::pair<uint32_t, uint16_t>>> adj(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (Port* p : nodes_[i]->ports)
+      adj[i].push_back({p->pipe.to->id, static_cast<uint16_t>(p->index)});
+  }
+  std::vector<std::map<std::vector<uint16_t>, uint32_t>> dedup(switches_.size());
+  for (auto& s : switches_) s->route.assign(h, 0);
+  std::vector<uint32_t> dist(n);
+  std::vector<uint32_t> frontier;
+  std::vector<uint16_t> grp;
+  uint32_t max_dist = 0;
+  for (uint32_t dst = 0; dst < h; ++dst) {
+    std::fill(dist.begin(), dist.end(), UINT32_MAX);
+    dist[dst] = 0;
+    frontier.assign(1, dst);
+    for (size_t qi = 0; qi < frontier.size(); ++qi) {
+      const uint32_t u = frontier[qi];
+      if (u < h && u != dst) continue;  // hosts do not forward
+      for (auto [v, port] : adj[u]) {
+        (void)port;
+        if (dist[v] == UINT32_MAX) {
+          dist[v] = dist[u] + 1;
+          frontier.push_back(v);
+        }
+      }
+    }
+    for (uint32_t s = 0; s < switches_.size(); ++s) {
+      const uint32_t u = h + s;
+      grp.clear();
+      if (dist[u] != UINT32_MAX) {
+        for (auto [v, port] : adj[u])
+          if (dist[v] + 1 == dist[u] && (v >= h || v == dst)) grp.push_back(port);
+      }
+      if (grp.empty()) grp.push_back(0);  // unreachable: any port (never used by a connected graph)
+      if (grp.size() > 255) throw std::invalid_argument("ECMP group over 255 ports");
+      Switch& sw = *switches_[s];
+      auto [it, inserted] = dedup[s].try_emplace(
+          grp, static_cast<uint32_t>((sw.group_ports.size() << 8) | grp.size()));
+      if (inserted) sw.group_ports.insert(sw.group_ports.end(), grp.begin(), grp.end());
+      sw.route[dst] = it->second;
+    }
+    for (uint32_t src = 0; src < h; ++src)
+      if (dist[src] != UINT32_MAX) max_dist = std::max(max_dist, dist[src]);
+  }
+  graph_.max_hops = max_dist;
+}
+
+void Network::set_link_up(uint32_t e, bool up, SimTime now) {
+  edge_port(e, false).set_up(up, now);
+  edge_port(e, true).set_up(up, now);
+}
+
+void Network::set_link_rate(uint32_t e, uint64_t rate_mbps) {
+  edge_port(e, false).set_rate(rate_mbps);
+  edge_port(e, true).set_rate(rate_mbps);
+}
+
+void Network::set_link_drop(uint32_t e, double fraction) {
+  edge_port(e, false).set_drop_fraction(fraction);
+  edge_port(e, true).set_drop_fraction(fraction);
+}
+
+NetworkStats Network::stats() const {
+  NetworkStats s;
+  for (const auto& p : ports_) {
+    const PortStats& ps = p->stats();
+    s.tx_packets += ps.tx_packets;
+    s.drops += ps.drops;
+    s.fault_drops += ps.fault_drops;
+    s.ecn_marks += ps.ecn_marks;
+    s.max_queue_bytes = std::max(s.max_queue_bytes, ps.max_queue_bytes);
+  }
+  return s;
+}
+
+}  // namespace metaroce::sim

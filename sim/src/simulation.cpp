@@ -1,0 +1,468 @@
+#include "metaroce/sim/simulation.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "metaroce/sim/rng.hpp"
+#include "metaroce/sim/topology.hpp"
+
+namespace metaroce::sim {
+
+const char* transport_name(TransportKind t) {
+  switch (t) {
+    case TransportKind::kMetaRoce: return "metaroce";
+    case TransportKind::kSprayNoCc: return "spray-nocc";
+  }
+  return "?";
+}
+
+bool parse_transport(const std::string& s, TransportKind& out) {
+  if (s == "metaroce") {
+    out = TransportKind::kMetaRoce;
+  } else if (s == "spray-nocc") {
+    out = TransportKind::kSprayNoCc;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+EndpointConfig dc_endpoint_config() {
+  EndpointConfig c;
+  c.cover_payload = false;  // payload bytes are not simulated (see metaroce_host.hpp)
+  c.recovery.initial_rtt_ns = 15 * kMicrosecond;
+  c.recovery.min_rto_ns = 200 * kMicrosecond;
+  c.recovery.max_rto_ns = 10 * kMillisecond;
+  c.connect_retry_ns = 1 * kMillisecond;
+  return c;
+}
+
+// Starts flows at their start times: one pending event, for the next start.
+class Simulation::Starter final : public EventSource {
+ public:
+  explicit Starter(Simulation& s) : sim_(s) {
+    for (uint32_t i = 0; i < s.flows_->size(); ++i)
+      if (!s.flows_->has_deps(i)) order_.push_back(i);
+    std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+      return s.flows_->at(a).spec.start < s.flows_->at(b).spec.start;
+    });
+    if (!order_.empty()) s.sched_.schedule(*this, s.flows_->at(order_[0]).spec.start);
+  }
+  ~Starter() override { sim_.sched_.cancel(*this); }
+  void on_event(SimTime now) override {
+    while (next_ < order_.size() && sim_.flows_->at(order_[next_]).spec.start <= now) {
+      const uint32_t f = order_[next_++];
+      sim_.hosts_.at(sim_.flows_->at(f).spec.src)->start_flow(f, now);
+    }
+    if (next_ < order_.size()) sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
+  }
+
+ private:
+  Simulation& sim_;
+  std::vector<uint32_t> order_;
+  size_t next_ = 0;
+};
+
+class Simulation::Faults final : public EventSource {
+ public:
+  explicit Faults(Simulation& s) : sim_(s), list_(s.cfg_.faults) {
+    std::stable_sort(list_.begin(), list_.end(), [](auto& a, auto& b) { return a.at < b.at; });
+    if (!list_.empty()) s.sched_.schedule(*this, list_[0].at);
+  }
+  ~Faults() override { sim_.sched_.cancel(*this); }
+  void on_event(SimTime now) override {
+    while (next_ < list_.size() && list_[next_].at <= now) {
+      const FaultSpec& f = list_[next_++];
+      Network& n = *sim_.net_;
+      if (f.edge >= n.graph().edges.size()) continue;
+      switch (f.kind) {
+        case FaultSpec::Kind::kLinkDown: n.set_link_up(f.edge, false, now); break;
+        case FaultSpec::Kind::kLinkUp: n.set_link_up(f.edge, true, now); break;
+        case FaultSpec::Kind::kRate: n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps)); break;
+        case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
+      }
+    }
+    if (next_ < list_.size()) sim_.sched_.schedule(*this, list_[next_].at);
+  }
+
+ private:
+  Simulation& sim_;
+  std::vector<FaultSpec> list_;
+  size_t next_ = 0;
+};
+
+Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
+  net_ = std::make_unique<Network>(sched_, cfg_.topo, cfg_.queue, derive_seed(cfg_.seed, 0x6e6574));
+  for (const auto& f : cfg_.flows)
+    if (f.src >= net_->num_hosts() || f.dst >= net_->num_hosts() || f.src == f.dst)
+      throw std::invalid_argument("flow with a bad host");
+  flows_ = std::make_unique<FlowTable>(sched_, cfg_.flows);
+  EndpointConfig ec = cfg_.endpoint;
+  if (cfg_.transport == TransportKind::kSprayNoCc) ec.cc.enabled = false;
+  ec.cover_payload = false;
+  const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
+  shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
+  shared_->wire_overhead = cfg_.wire_overhead;
+  shared_->wr_bytes = cfg_.wr_bytes;
+  const uint32_t h = net_->num_hosts();
+  hosts_.reserve(h);
+  for (uint32_t i = 0; i < h; ++i) {
+    EndpointConfig hc = ec;
+    hc.seed = derive_seed(cfg_.seed, 0x686f7374, i);
+    hosts_.push_back(std::make_unique<MetaRoceHost>(*shared_, i, hc));
+    shared_->hosts.push_back(hosts_.back().get());
+    net_->attach_host(i, *hosts_.back());
+  }
+  flows_->start_dependent = [this](uint32_t f, SimTime now) {
+    hosts_.at(flows_->at(f).spec.src)->start_flow(f, now);
+  };
+  starter_ = std::make_unique<Starter>(*this);
+  faults_ = std::make_unique<Faults>(*this);
+  if (cfg_.progress) sched_.set_tick(&Simulation::tick, this);
+}
+
+Simulation::~Simulation() {
+  faults_.reset();
+  starter_.reset();
+  hosts_.clear();
+}
+
+namespace {
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void Simulation::tick(void* ctx, const Scheduler& s) {
+  auto* self = static_cast<Simulation*>(ctx);
+  const double w = wall_now();
+  if (w - self->last_progress_wall_ < 1.0) return;
+  self->last_progress_wall_ = w;
+  std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu\n", self->cfg_.name.c_str(),
+               s.now().us(), self->flows_->completed(), self->flows_->size(),
+               static_cast<unsigned long long>(s.events()));
+}
+
+bool Simulation::finished() const { return flows_->all_done() || sched_.now() >= cfg_.time_limit; }
+
+void Simulation::run(SimTime until) {
+  const double t0 = wall_now();
+  last_progress_wall_ = t0;
+  const SimTime end = std::min(until, cfg_.time_limit);
+  if (!flows_->all_done()) sched_.run(end);
+  wall_s_ += wall_now() - t0;
+}
+
+namespace {
+
+double pct(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(p * static_cast<double>(sorted.size()) + 0.999999);
+  rank = std::clamp<size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+uint64_t mix(uint64_t h, uint64_t v) { return fmix64(h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2))); }
+
+}  // namespace
+
+Report Simulation::report() const {
+  Report r;
+  r.name = cfg_.name;
+  r.transport = transport_name(cfg_.transport);
+  r.topology = cfg_.topo.name;
+  r.seed = cfg_.seed;
+  r.hosts = net_->num_hosts();
+  r.flows = flows_->size();
+  r.flows_completed = flows_->completed();
+  r.flows_failed = flows_->failed();
+  std::vector<double> fct;
+  SimTime last{0};
+  std::vector<uint64_t> sent(r.hosts), recvd(r.hosts);
+  uint64_t digest = 0x6d657461;
+  for (size_t i = 0; i < flows_->size(); ++i) {
+    const FlowState& f = flows_->at(i);
+    sent[f.spec.src] += f.spec.bytes;
+    recvd[f.spec.dst] += f.spec.bytes;
+    digest = mix(digest, f.finish.ps);
+    if (f.done()) {
+      fct.push_back((f.finish - f.spec.start).us());
+      last = std::max(last, f.finish);
+    }
+  }
+  std::sort(fct.begin(), fct.end());
+  r.fct_p50_us = pct(fct, 0.5);
+  r.fct_p99_us = pct(fct, 0.99);
+  r.fct_max_us = fct.empty() ? 0 : fct.back();
+  double sum = 0;
+  for (double v : fct) sum += v;
+  r.fct_mean_us = fct.empty() ? 0 : sum / static_cast<double>(fct.size());
+  r.completion_us = flows_->all_done() ? last.us() : sched_.now().us();
+  uint64_t busiest = 0;
+  for (uint32_t i = 0; i < r.hosts; ++i) busiest = std::max({busiest, sent[i], recvd[i]});
+  r.ideal_us = static_cast<double>(busiest) * 8.0 / static_cast<double>(cfg_.topo.host_rate_mbps);
+  const NetworkStats ns = net_->stats();
+  r.drops = ns.drops;
+  r.fault_drops = ns.fault_drops;
+  r.ecn_marks = ns.ecn_marks;
+  r.max_queue_bytes = ns.max_queue_bytes;
+  r.packets_forwarded = ns.tx_packets;
+  for (const auto& h : hosts_) h->add_totals(r.transport_totals);
+  r.connect_failures = shared_->connect_failures;
+  r.errors = shared_->errors;
+  r.sim_time_us = sched_.now().us();
+  r.events = sched_.events();
+  r.packet_pool_peak = net_->pool().peak();
+  const TransportTotals& t = r.transport_totals;
+  for (uint64_t v : {r.flows_completed, r.flows_failed, r.drops, r.fault_drops, r.ecn_marks,
+                     r.max_queue_bytes, r.packets_forwarded, t.data_packets_sent, t.retransmissions,
+                     t.timeouts, t.losses_declared, t.path_retirements, t.ce_received,
+                     t.duplicates_received, t.acks_sent, t.bad_packets, r.events, sched_.now().ps})
+    digest = mix(digest, v);
+  r.digest = digest;
+  r.wall_s = wall_s_;
+  r.events_per_s = wall_s_ > 0 ? static_cast<double>(r.events) / wall_s_ : 0;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  r.peak_rss_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  return r;
+}
+
+namespace {
+
+struct Out {
+  std::string s;
+  bool first = true;
+  void key(const char* k) {
+    s += first ? "\n  \"" : ",\n  \"";
+    first = false;
+    s += k;
+    s += "\": ";
+  }
+  void str(const char* k, const std::string& v) {
+    key(k);
+    s += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') s += '\\';
+      s += c;
+    }
+    s += '"';
+  }
+  void u(const char* k, uint64_t v) {
+    key(k);
+    s += std::to_string(v);
+  }
+  void d(const char* k, double v, int prec = 3) {
+    key(k);
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*f", prec, v);
+    s += b;
+  }
+};
+
+}  // namespace
+
+std::string Report::to_json(bool timing) const {
+  Out o;
+  o.s = "{";
+  o.str("preset", name);
+  o.str("transport", transport);
+  o.str("topology", topology);
+  o.u("seed", seed);
+  o.u("hosts", hosts);
+  o.u("flows", flows);
+  o.u("flows_completed", flows_completed);
+  o.u("flows_failed", flows_failed);
+  o.d("completion_us", completion_us);
+  o.d("ideal_us", ideal_us);
+  o.d("completion_over_ideal", ideal_us > 0 ? completion_us / ideal_us : 0, 4);
+  o.d("fct_p50_us", fct_p50_us);
+  o.d("fct_p99_us", fct_p99_us);
+  o.d("fct_max_us", fct_max_us);
+  o.d("fct_mean_us", fct_mean_us);
+  o.u("drops", drops);
+  o.u("fault_drops", fault_drops);
+  o.u("ecn_marks", ecn_marks);
+  o.u("max_queue_bytes", max_queue_bytes);
+  o.u("packets_forwarded", packets_forwarded);
+  o.u("data_packets_sent", transport_totals.data_packets_sent);
+  o.u("retransmissions", transport_totals.retransmissions);
+  o.u("timeouts", transport_totals.timeouts);
+  o.u("losses_declared", transport_totals.losses_declared);
+  o.u("path_retirements", transport_totals.path_retirements);
+  o.u("ce_received", transport_totals.ce_received);
+  o.u("duplicates_received", transport_totals.duplicates_received);
+  o.u("acks_sent", transport_totals.acks_sent);
+  o.u("bad_packets", transport_totals.bad_packets);
+  o.u("connect_failures", connect_failures);
+  o.u("errors", errors);
+  o.d("pfc_pause_us", pfc_pause_us);
+  o.d("sim_time_us", sim_time_us);
+  o.u("events", events);
+  o.u("packet_pool_peak", packet_pool_peak);
+  char dg[32];
+  std::snprintf(dg, sizeof dg, "%016llx", static_cast<unsigned long long>(digest));
+  o.str("digest", dg);
+  if (timing) {
+    o.d("wall_s", wall_s);
+    o.d("events_per_s", events_per_s, 0);
+    o.d("peak_rss_mib", peak_rss_mib, 1);
+  }
+  o.s += "\n}\n";
+  return o.s;
+}
+
+std::string Report::to_text(bool timing) const {
+  char b[2048];
+  std::string s;
+  std::snprintf(b, sizeof b,
+                "%s  transport=%s  seed=%llu\n  topology: %s, %u hosts\n"
+                "  flows: %llu/%llu completed (%llu failed)\n"
+                "  completion: %.3f us  (ideal %.3f us, ratio %.3f)\n"
+                "  FCT: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
+                "  network: %llu drops, %llu fault drops, %llu ECN marks, max queue %llu B, pfc pause %.1f us\n"
+                "  transport: %llu data packets, %llu retransmissions, %llu timeouts, %llu path "
+                "retirements, %llu CE received\n"
+                "  events: %llu  digest %016llx\n",
+                name.c_str(), transport.c_str(), static_cast<unsigned long long>(seed),
+                topology.c_str(), hosts, static_cast<unsigned long long>(flows_completed),
+                static_cast<unsigned long long>(flows), static_cast<unsigned long long>(flows_failed),
+                completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, fct_p50_us,
+                fct_p99_us, fct_max_us, fct_mean_us, static_cast<unsigned long long>(drops),
+                static_cast<unsigned long long>(fault_drops), static_cast<unsigned long long>(ecn_marks),
+                static_cast<unsigned long long>(max_queue_bytes), pfc_pause_us,
+                static_cast<unsigned long long>(transport_totals.data_packets_sent),
+                static_cast<unsigned long long>(transport_totals.retransmissions),
+                static_cast<unsigned long long>(transport_totals.timeouts),
+                static_cast<unsigned long long>(transport_totals.path_retirements),
+                static_cast<unsigned long long>(transport_totals.ce_received),
+                static_cast<unsigned long long>(events), static_cast<unsigned long long>(digest));
+  s += b;
+  if (timing) {
+    std::snprintf(b, sizeof b, "  wall: %.3f s  (%.0f events/s), peak RSS %.1f MiB\n", wall_s,
+                  events_per_s, peak_rss_mib);
+    s += b;
+  }
+  return s;
+}
+
+// ------------------------------------------------------------------ presets
+
+namespace {
+
+constexpr uint64_t kGbps = 1000;  // in Mb/s
+constexpr uint64_t kMiB = 1024 * 1024;
+
+struct PresetDef {
+  const char* name;
+  SimConfig (*make)(uint64_t seed);
+};
+
+SimConfig fattree_perm(uint32_t k, uint64_t bytes, uint64_t seed) {
+  SimConfig c;
+  const LinkSpec l{100 * kGbps, SimTime::from_us(1)};
+  c.topo = fat_tree(k, l, l);
+  c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
+  c.flows = permutation(c.topo.num_hosts, bytes, seed);
+  return c;
+}
+
+const PresetDef kPresets[] = {
+    {"fattree1024-perm2mb", [](uint64_t seed) { return fattree_perm(16, 2 * kMiB, seed); }},
+    {"fattree128-perm2mb", [](uint64_t seed) { return fattree_perm(8, 2 * kMiB, seed); }},
+    {"fattree16-perm", [](uint64_t seed) { return fattree_perm(4, 1 * kMiB, seed); }},
+    {"fattree16-perm-linkdown",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(4, 1 * kMiB, seed);
+       // ToR 0's first uplink and one agg-core link of pod 1 fail at 20 us.
+       c.faults.push_back({SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_tor_agg_edge(4, 0, 0)});
+       c.faults.push_back({SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 2, 0)});
+       return c;
+     }},
+    {"fattree16-perm-gray",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(4, 1 * kMiB, seed);
+       FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, fat_tree_agg_core_edge(4, 0, 0)};
+       f.drop = 0.05;
+       c.faults.push_back(f);
+       FaultSpec g{SimTime{0}, FaultSpec::Kind::kRate, fat_tree_tor_agg_edge(4, 2, 1)};
+       g.rate_mbps = 25 * kGbps;
+       c.faults.push_back(g);
+       return c;
+     }},
+    {"fattree16-alltoall",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(4, 64 * 1024, seed);
+       c.flows = all_to_all(c.topo.num_hosts, 64 * 1024);
+       return c;
+     }},
+    {"fattree16-allreduce",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(4, 1 * kMiB, seed);
+       c.flows = ring_allreduce(c.topo.num_hosts, 16 * kMiB);
+       return c;
+     }},
+    {"fattree128-allreduce",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(8, 1 * kMiB, seed);
+       c.flows = ring_allreduce(c.topo.num_hosts, 32 * kMiB);
+       return c;
+     }},
+    {"incast64-2mb",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(8, 2 * kMiB, seed);
+       c.flows = incast(c.topo.num_hosts, 0, 64, 2 * kMiB, seed);
+       return c;
+     }},
+    {"incast8-256k",
+     [](uint64_t seed) {
+       SimConfig c = fattree_perm(4, 256 * 1024, seed);
+       c.flows = incast(c.topo.num_hosts, 0, 8, 256 * 1024, seed);
+       return c;
+     }},
+    {"leafspine128-perm",
+     [](uint64_t seed) {
+       // 8 leaves x 16 hosts at 100G, 4 spines at 200G: 2:1 oversubscribed.
+       SimConfig c;
+       c.topo = leaf_spine(8, 16, 4, {100 * kGbps, SimTime::from_us(1)}, {200 * kGbps, SimTime::from_us(1)});
+       c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
+       c.flows = permutation(c.topo.num_hosts, 1 * kMiB, seed);
+       return c;
+     }},
+    {"rail128-perm",
+     [](uint64_t seed) {
+       // 16 servers x 8 rails at 400G, groups of 4 servers, 8 spines at 800G.
+       SimConfig c;
+       c.topo = rail_optimized(16, 8, 4, 8, {400 * kGbps, SimTime::from_us(1)}, {800 * kGbps, SimTime::from_us(1)});
+       c.queue = QueueSpec{700'000, 148'000, 580'000, 1.0};
+       c.flows = permutation(c.topo.num_hosts, 4 * kMiB, seed);
+       return c;
+     }},
+};
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> v;
+  for (const auto& p : kPresets) v.emplace_back(p.name);
+  return v;
+}
+
+SimConfig preset(const std::string& name, TransportKind transport, uint64_t seed) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) {
+      SimConfig c = p.make(seed);
+      c.name = name;
+      c.transport = transport;
+      c.seed = seed;
+      return c;
+    }
+  }
+  throw std::invalid_argument("unknown preset: " + name);
+}
+
+}  // namespace metaroce::sim

@@ -1,0 +1,224 @@
+// Simulator tests: scheduler order, determinism, a small fat-tree
+// permutation end to end, ECMP spreading, and failures mid-run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "metaroce/sim/scheduler.hpp"
+#include "metaroce/sim/simulation.hpp"
+#include "metaroce/sim/topology.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+class Recorder final : public EventSource {
+ public:
+  Recorder(std::vector<int>& log, int tag) : log_(log), tag_(tag) {}
+  void on_event(SimTime) override { log_.push_back(tag_); }
+
+ private:
+  std::vector<int>& log_;
+  int tag_;
+};
+
+TEST(Scheduler, OrdersByTimeThenScheduleOrderAndRearms) {
+  Scheduler s;
+  std::vector<int> log;
+  std::vector<std::unique_ptr<Recorder>> r;
+  for (int i = 0; i < 6; ++i) r.push_back(std::make_unique<Recorder>(log, i));
+  s.schedule(*r[0], SimTime::from_ns(5));
+  s.schedule(*r[1], SimTime::from_ns(3));
+  s.schedule(*r[2], SimTime::from_ns(5));  // ties run in schedule order
+  s.schedule(*r[3], SimTime::from_ns(1));
+  s.schedule(*r[4], SimTime::from_ns(9));
+  s.schedule(*r[5], SimTime::from_ns(2));
+  s.schedule(*r[4], SimTime::from_ns(4));  // re-arm earlier
+  s.schedule(*r[3], SimTime::from_ns(8));  // re-arm later
+  s.cancel(*r[5]);
+  EXPECT_EQ(s.pending_count(), 5u);
+  s.run();
+  EXPECT_EQ(log, (std::vector<int>{1, 4, 0, 2, 3}));
+  EXPECT_EQ(s.now(), SimTime::from_ns(8));
+  EXPECT_EQ(s.events(), 5u);
+}
+
+TEST(Time, ConvertsAtTheEngineBoundary) {
+  EXPECT_EQ(serialization_time(4190, 100'000).ps, 335'200u);  // 4190 B at 100G
+  EXPECT_EQ(serialization_time(1, 800'000).ps, 10u);
+  EXPECT_EQ(SimTime::from_ps(1'999).to_engine().ns, 1u);
+  EXPECT_EQ(SimTime::from_engine(TimeNs{7}).ps, 7'000u);
+  EXPECT_EQ(SimTime::from_engine(TimeNs::never()), SimTime::never());
+}
+
+Report run_preset(const std::string& name, uint64_t seed,
+                  TransportKind t = TransportKind::kMetaRoce) {
+  Simulation sim(preset(name, t, seed));
+  sim.run();
+  return sim.report();
+}
+
+TEST(Determinism, SameSeedSameBytes) {
+  const std::string a = run_preset("fattree16-perm", 7).to_json(false);
+  const std::string b = run_preset("fattree16-perm", 7).to_json(false);
+  EXPECT_EQ(a, b);
+  const Report c = run_preset("fattree16-perm", 8);
+  EXPECT_NE(a, c.to_json(false));
+}
+
+TEST(Determinism, TwoSimulationsInterleavedInOneProcess) {
+  // Two simulations advanced in alternating slices give exactly what each
+  // gives alone: no shared state.
+  const Report alone_a = run_preset("fattree16-perm", 3);
+  const Report alone_b = run_preset("fattree16-perm-linkdown", 4);
+  Simulation a(preset("fattree16-perm", TransportKind::kMetaRoce, 3));
+  Simulation b(preset("fattree16-perm-linkdown", TransportKind::kMetaRoce, 4));
+  for (uint64_t us = 5; !(a.finished() && b.finished()) && us < 100'000; us += 5) {
+    a.run(SimTime::from_us(us));
+    b.run(SimTime::from_us(us));
+  }
+  EXPECT_EQ(a.report().to_json(false), alone_a.to_json(false));
+  EXPECT_EQ(b.report().to_json(false), alone_b.to_json(false));
+}
+
+TEST(FatTree, ShapeOfK16) {
+  const LinkSpec l{};
+  const TopoGraph g = fat_tree(16, l, l);
+  EXPECT_EQ(g.num_hosts, 1024u);
+  EXPECT_EQ(std::count(g.switch_tier.begin(), g.switch_tier.end(), 0), 128);
+  EXPECT_EQ(std::count(g.switch_tier.begin(), g.switch_tier.end(), 1), 128);
+  EXPECT_EQ(std::count(g.switch_tier.begin(), g.switch_tier.end(), 2), 64);
+  EXPECT_EQ(g.edges.size(), 3u * 1024u);
+  Scheduler s;
+  Network n(s, g, QueueSpec{}, 1);
+  EXPECT_EQ(n.graph().max_hops, 6u);  // host-ToR-agg-core-agg-ToR-host
+}
+
+TEST(Ecmp, EntropySpreadsOverUplinksAndIsStable) {
+  const LinkSpec l{};
+  Scheduler s;
+  Network n(s, fat_tree(4, l, l), QueueSpec{}, 42);
+  // ToR 0 (switch 0): hosts 0, 1 below; 2 uplinks. Host 0 -> host 15 (pod 3).
+  const Switch& tor = n.sw(0);
+  ASSERT_EQ(tor.group_for(15).size(), 2u);
+  ASSERT_EQ(tor.group_for(1).size(), 1u);  // same ToR: straight down
+  std::map<uint32_t, int> hits;
+  for (uint16_t e = 49152; e < 49152 + 1000; ++e) hits[tor.select_port(0, 15, e, 4792)]++;
+  ASSERT_EQ(hits.size(), 2u);
+  for (auto& [port, count] : hits) {
+    EXPECT_GT(count, 400) << "port " << port;
+    EXPECT_EQ(tor.select_port(0, 15, 50000, 4792), tor.select_port(0, 15, 50000, 4792));
+  }
+  // An agg switch spreads over its 2 core uplinks too.
+  const Switch& agg = n.sw(8);  // first agg of pod 0
+  std::map<uint32_t, int> up;
+  for (uint16_t e = 49152; e < 49152 + 1000; ++e) up[agg.select_port(0, 15, e, 4792)]++;
+  EXPECT_EQ(up.size(), 2u);
+  // A different salt (seed) hashes differently.
+  Scheduler s2;
+  Network n2(s2, fat_tree(4, l, l), QueueSpec{}, 43);
+  int differ = 0;
+  for (uint16_t e = 49152; e < 49152 + 100; ++e)
+    differ += n2.sw(0).select_port(0, 15, e, 4792) != tor.select_port(0, 15, e, 4792) ? 1 : 0;
+  EXPECT_GT(differ, 20);
+}
+
+void expect_all_complete(const Report& r) {
+  EXPECT_EQ(r.flows_completed, r.flows) << r.to_text(false);
+  EXPECT_EQ(r.flows_failed, 0u);
+  EXPECT_EQ(r.errors, 0u);
+  EXPECT_EQ(r.connect_failures, 0u);
+  EXPECT_EQ(r.transport_totals.bad_packets, 0u);
+  EXPECT_GE(r.completion_us, r.ideal_us);
+}
+
+TEST(FatTree16, PermutationCompletesOverManyPaths) {
+  Simulation sim(preset("fattree16-perm", TransportKind::kMetaRoce, 1));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_EQ(r.flows, 16u);
+  EXPECT_EQ(r.fault_drops, 0u);
+  // Every flow's bytes arrived, and each connection used several distinct
+  // entropies that ECMP put on different ToR uplinks.
+  uint64_t received = 0;
+  for (uint32_t h = 0; h < 16; ++h) {
+    for (ConnId c : sim.host(h).connections()) received += sim.host(h).endpoint().conn_stats(c)->data_bytes_received;
+  }
+  EXPECT_EQ(received, 16u * 1024 * 1024);
+  Network& net = sim.net();
+  for (uint32_t h = 0; h < 16; ++h) {
+    const FlowState& f = sim.flows().at(h);
+    if (f.spec.dst / 2 == h / 2) continue;  // same ToR: one path
+    MetaRoceHost& host = sim.host(h);
+    const ConnId c = host.connections().at(0);
+    std::map<uint32_t, int> uplinks;
+    for (size_t p = 0; p < host.endpoint().path_count(c); ++p) {
+      PathStats ps;
+      ASSERT_TRUE(host.endpoint().path_stats(c, p, ps));
+      EXPECT_GT(ps.packets_sent, 0u);
+      uplinks[net.sw(h / 2).select_port(h, f.spec.dst, ps.entropy, 4792)]++;
+    }
+    EXPECT_EQ(uplinks.size(), 2u) << "host " << h;
+  }
+}
+
+TEST(FatTree16, SprayWithoutCcCompletes) {
+  expect_all_complete(run_preset("fattree16-perm", 1, TransportKind::kSprayNoCc));
+}
+
+TEST(FatTree16, AllToAllAndIncastComplete) {
+  expect_all_complete(run_preset("fattree16-alltoall", 2));
+  expect_all_complete(run_preset("incast8-256k", 2));
+}
+
+TEST(FatTree16, RingAllReduceRunsStepByStep) {
+  Simulation sim(preset("fattree16-allreduce", TransportKind::kMetaRoce, 1));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_EQ(r.flows, 16u * 30u);
+  // Step k of host i starts only after step k-1 of host i-1 completed.
+  for (uint32_t k = 1; k < 30; ++k)
+    for (uint32_t i = 0; i < 16; ++i)
+      EXPECT_GE(sim.flows().at(k * 16 + i).spec.start, sim.flows().at((k - 1) * 16 + (i + 15) % 16).finish);
+}
+
+TEST(Failures, LinkDownMidRunFlowsStillComplete) {
+  const Report r = run_preset("fattree16-perm-linkdown", 1);
+  expect_all_complete(r);
+  EXPECT_GT(r.fault_drops, 0u);
+  EXPECT_GT(r.transport_totals.retransmissions, 0u);
+}
+
+TEST(Failures, GrayDropAndDegradedLinkFlowsStillComplete) {
+  const Report r = run_preset("fattree16-perm-gray", 1);
+  expect_all_complete(r);
+  EXPECT_GT(r.fault_drops, 0u);
+}
+
+TEST(Failures, LinkDownAndUpAgain) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 5);
+  for (uint32_t j = 0; j < 2; ++j) {
+    c.faults.push_back({SimTime::from_us(10), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 0, j)});
+    c.faults.push_back({SimTime::from_us(300), FaultSpec::Kind::kLinkUp, fat_tree_agg_core_edge(4, 0, j)});
+  }
+  Simulation sim(std::move(c));
+  sim.run();
+  expect_all_complete(sim.report());
+}
+
+TEST(OtherTopologies, LeafSpineAndRailRouteEveryPair) {
+  const LinkSpec l{};
+  Scheduler s;
+  Network ls(s, leaf_spine(4, 8, 2, l, l), QueueSpec{}, 1);
+  EXPECT_EQ(ls.graph().max_hops, 4u);
+  EXPECT_EQ(ls.sw(0).group_for(31).size(), 2u);
+  Network rail(s, rail_optimized(8, 8, 4, 4, l, l), QueueSpec{}, 1);
+  EXPECT_EQ(rail.num_hosts(), 64u);
+  EXPECT_EQ(rail.graph().max_hops, 4u);
+}
+
+}  // namespace
+}  // namespace metaroce::sim

@@ -1,0 +1,425 @@
+// The UDP driver over loopback: handshake, WRITE / READ / SEND with every byte
+// checked, IPv6, connect errors (timeout, refusal, version mismatch), a peer
+// that disappears and one that closes, the progress thread, port conflicts.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "metaroce/udp.hpp"
+#include "metaroce/wire.hpp"
+
+using namespace std::chrono_literals;
+using metaroce::Completion;
+using metaroce::ConnId;
+using metaroce::MemoryRegion;
+using metaroce::Status;
+using metaroce::udp::Error;
+using metaroce::udp::Options;
+using metaroce::udp::UdpEndpoint;
+
+namespace {
+
+constexpr uint32_t kAllAccess =
+    metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
+
+uint16_t random_port() {
+  static std::mt19937 rng(std::random_device{}());
+  // Receive port + 16-port entropy block; stay below the ephemeral range.
+  return static_cast<uint16_t>(std::uniform_int_distribution<int>(20000, 32000)(rng));
+}
+
+Options test_options() {
+  Options o;
+  o.entropy_count = 16;
+  o.linger = 50ms;
+  return o;
+}
+
+// Opens an endpoint on host at a random free port (retrying on collisions).
+std::unique_ptr<UdpEndpoint> open_on(const std::string& host, Options o = test_options()) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const uint16_t port = random_port();
+    const std::string addr =
+        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    Error err;
+    auto ep = UdpEndpoint::open(addr, o, err);
+    if (ep) return ep;
+  }
+  ADD_FAILURE() << "no free port on " << host;
+  return nullptr;
+}
+
+bool ipv6_loopback_available() {
+  const int fd = ::socket(AF_INET6, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+void fill_pattern(std::vector<uint8_t>& v, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b = static_cast<uint8_t>(x);
+  }
+}
+
+// Drives both endpoints until `n` completions arrived on `ep` (or timeout).
+std::vector<Completion> drive(UdpEndpoint& ep, UdpEndpoint& other, size_t n,
+                              std::chrono::milliseconds timeout = 10s) {
+  std::vector<Completion> out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+    ep.progress();
+    other.progress();
+    Completion c;
+    while (ep.poll_completion(c)) out.push_back(c);
+  }
+  return out;
+}
+
+struct Pair {
+  std::unique_ptr<UdpEndpoint> server, client;
+  ConnId sconn, cconn;
+};
+
+// Connects client -> server; the server runs its progress thread for the
+// duration of the handshake only when asked.
+Pair connect_pair(const std::string& host, Options so = test_options(), Options co = test_options()) {
+  Pair p;
+  p.server = open_on(host, so);
+  p.client = open_on(host, co);
+  if (!p.server || !p.client) return p;
+  p.server->start_progress_thread();
+  const Error e = p.client->connect(p.server->local_address(), 2000ms, p.cconn);
+  EXPECT_FALSE(e) << e.message;
+  const Error a = p.server->accept(1000ms, p.sconn);
+  EXPECT_FALSE(a) << a.message;
+  p.server->stop_progress_thread();
+  return p;
+}
+
+void write_read_send(const std::string& host) {
+  Pair p = connect_pair(host);
+  ASSERT_TRUE(p.cconn.valid());
+  ASSERT_TRUE(p.sconn.valid());
+  EXPECT_EQ(p.client->peer_address(p.cconn), p.server->local_address());
+
+  constexpr size_t kLen = 1 << 20;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0), back(kLen, 0), msg(100000), rbuf(100000, 0);
+  fill_pattern(src, 7);
+  fill_pattern(msg, 9);
+  MemoryRegion smr, dmr, bmr, mmr, rmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(p.client->register_memory(back.data(), kLen, kAllAccess, bmr));
+  ASSERT_FALSE(p.client->register_memory(msg.data(), msg.size(), kAllAccess, mmr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  ASSERT_FALSE(p.server->register_memory(rbuf.data(), rbuf.size(), kAllAccess, rmr));
+
+  // WRITE the buffer in 16 messages of 64 KiB.
+  constexpr uint32_t kChunk = 64 * 1024;
+  for (uint32_t i = 0; i < kLen / kChunk; ++i) {
+    const Error e = p.client->write(p.cconn, i, src.data() + i * kChunk, kChunk, smr.lkey,
+                                    dmr.addr + i * kChunk, dmr.rkey);
+    ASSERT_FALSE(e) << e.message;
+  }
+  auto comps = drive(*p.client, *p.server, kLen / kChunk);
+  ASSERT_EQ(comps.size(), kLen / kChunk);
+  for (size_t i = 0; i < comps.size(); ++i) {
+    EXPECT_EQ(comps[i].status, Status::kOk) << p.client->completion_error(comps[i]).message;
+    EXPECT_EQ(comps[i].wr_id, i);  // completions in posting order
+  }
+  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+
+  // READ it back into another buffer.
+  ASSERT_FALSE(p.client->read(p.cconn, 100, back.data(), kLen, bmr.lkey, dmr.addr, dmr.rkey));
+  comps = drive(*p.client, *p.server, 1);
+  ASSERT_EQ(comps.size(), 1u);
+  EXPECT_EQ(comps[0].status, Status::kOk);
+  EXPECT_EQ(0, std::memcmp(src.data(), back.data(), kLen));
+
+  // SEND a message into a posted receive; WRITE_IMM too.
+  ASSERT_FALSE(p.server->recv(p.sconn, 200, rbuf.data(), static_cast<uint32_t>(rbuf.size()), rmr.lkey));
+  ASSERT_FALSE(p.server->recv(p.sconn, 201, rbuf.data(), 0, rmr.lkey));
+  ASSERT_FALSE(p.client->send(p.cconn, 300, msg.data(), static_cast<uint32_t>(msg.size()), mmr.lkey));
+  ASSERT_FALSE(p.client->write_imm(p.cconn, 301, src.data(), 4096, smr.lkey, dmr.addr, dmr.rkey, 0xabcd));
+  comps = drive(*p.client, *p.server, 2);
+  ASSERT_EQ(comps.size(), 2u);
+  EXPECT_EQ(comps[0].status, Status::kOk);
+  EXPECT_EQ(comps[1].status, Status::kOk);
+  auto rcomps = drive(*p.server, *p.client, 2);
+  ASSERT_EQ(rcomps.size(), 2u);
+  EXPECT_EQ(rcomps[0].wr_id, 200u);
+  EXPECT_EQ(rcomps[0].status, Status::kOk);
+  EXPECT_EQ(rcomps[0].byte_len, msg.size());
+  EXPECT_EQ(0, std::memcmp(msg.data(), rbuf.data(), msg.size()));
+  EXPECT_EQ(rcomps[1].wr_id, 201u);
+  EXPECT_TRUE(rcomps[1].has_imm);
+  EXPECT_EQ(rcomps[1].imm, 0xabcdu);
+
+  // Statistics: paths carried data, sockets saw datagrams.
+  const auto paths = p.client->path_stats(p.cconn);
+  EXPECT_EQ(paths.size(), 8u);
+  uint64_t sent = 0;
+  for (const auto& ps : paths) {
+    EXPECT_GE(ps.entropy, p.client->entropy_min());
+    EXPECT_LE(ps.entropy, p.client->entropy_max());
+    sent += ps.packets_sent;
+  }
+  EXPECT_GT(sent, 256u);
+  metaroce::ConnStats cs;
+  ASSERT_TRUE(p.client->conn_stats(p.cconn, cs));
+  EXPECT_GT(cs.data_packets_sent, 256u);
+  EXPECT_GT(p.client->io_stats().tx_datagrams, 256u);
+  EXPECT_GT(p.server->io_stats().rx_datagrams, 256u);
+
+  // Orderly close: both sides see it.
+  p.client->close(p.cconn);
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (p.client->state(p.cconn) != metaroce::udp::ConnState::kClosed ||
+          p.server->state(p.sconn) != metaroce::udp::ConnState::kClosed)) {
+    p.client->progress();
+    p.server->progress();
+  }
+  EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kClosed);
+}
+
+}  // namespace
+
+TEST(Udp, AddressParsing) {
+  metaroce::PeerAddr a;
+  ASSERT_TRUE(metaroce::udp::parse_address("127.0.0.1:5000", 4792, a));
+  EXPECT_TRUE(metaroce::udp::address_is_v4(a));
+  EXPECT_EQ(metaroce::udp::address_port(a), 5000);
+  EXPECT_EQ(metaroce::udp::format_address(a), "127.0.0.1:5000");
+  ASSERT_TRUE(metaroce::udp::parse_address("[::1]:6000", 4792, a));
+  EXPECT_FALSE(metaroce::udp::address_is_v4(a));
+  EXPECT_EQ(metaroce::udp::format_address(a), "[::1]:6000");
+  ASSERT_TRUE(metaroce::udp::parse_address("10.1.2.3", 4792, a));
+  EXPECT_EQ(metaroce::udp::format_address(a), "10.1.2.3:4792");
+  ASSERT_TRUE(metaroce::udp::parse_address("fe80::1", 4792, a));
+  EXPECT_EQ(metaroce::udp::format_address(a), "[fe80::1]:4792");
+  std::string why;
+  EXPECT_FALSE(metaroce::udp::parse_address("1.2.3.4:99999", 4792, a, &why));
+  EXPECT_NE(why.find("port"), std::string::npos);
+  EXPECT_FALSE(metaroce::udp::parse_address("[::1:5", 4792, a, &why));
+}
+
+TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
+
+TEST(Udp, WriteReadSendIPv6) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
+  write_read_send("::1");
+}
+
+TEST(Udp, ProgressThreadWrite) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  p.server->start_progress_thread();
+  p.client->start_progress_thread();
+  constexpr size_t kLen = 4 << 20;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  fill_pattern(src, 3);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  constexpr uint32_t kChunk = 256 * 1024;
+  for (uint32_t i = 0; i < kLen / kChunk; ++i)
+    ASSERT_FALSE(p.client->write(p.cconn, i, src.data() + i * kChunk, kChunk, smr.lkey,
+                                 dmr.addr + i * kChunk, dmr.rkey));
+  size_t done = 0;
+  Completion c;
+  while (done < kLen / kChunk && p.client->wait_completion(c, 5s)) {
+    EXPECT_EQ(c.status, Status::kOk);
+    ++done;
+  }
+  EXPECT_EQ(done, kLen / kChunk);
+  p.client->stop_progress_thread();
+  p.server->stop_progress_thread();
+  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+}
+
+TEST(Udp, ConnectTimeoutToClosedPort) {
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  // A port with nothing bound: reserve one by binding and closing.
+  const uint16_t port = random_port();
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  ConnId id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error e = client->connect(addr, 2000ms, id);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e.status, Status::kConnectTimeout);
+  EXPECT_EQ(e.peer, addr);
+  EXPECT_NE(e.conn, 0u);
+  EXPECT_NE(e.message.find(addr), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("conn 0x"), std::string::npos) << e.message;
+  EXPECT_LT(took, 1500ms);  // the engine gives up after 8 x 10 ms
+  EXPECT_FALSE(id.valid());
+}
+
+TEST(Udp, ConnectUserTimeout) {
+  Options o = test_options();
+  o.engine.connect_attempts = 1000;
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 150ms, id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e.status, Status::kConnectTimeout);
+  EXPECT_NE(e.message.find("timed out"), std::string::npos) << e.message;
+}
+
+TEST(Udp, ConnectRefused) {
+  Options so = test_options();
+  so.engine.accept_incoming = false;
+  auto server = open_on("127.0.0.1", so);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  server->start_progress_thread();
+  ConnId id;
+  const Error e = client->connect(server->local_address(), 2000ms, id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e.status, Status::kConnectRefused);
+  EXPECT_EQ(e.peer, server->local_address());
+  EXPECT_NE(e.message.find(server->local_address()), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("kConnectRefused"), std::string::npos) << e.message;
+}
+
+TEST(Udp, ConnectVersionMismatch) {
+  // A fake version-2 peer: answers every CONNECT_REQ with a REJECT 0x48.
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  uint16_t port = 0;
+  for (int i = 0; i < 50; ++i) {
+    port = random_port();
+    a.sin_port = htons(port);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) break;
+    port = 0;
+  }
+  ASSERT_NE(port, 0);
+  std::atomic<bool> stop{false};
+  std::thread fake([&] {
+    uint8_t buf[2048];
+    while (!stop) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, 20) <= 0) continue;
+      sockaddr_in from{};
+      socklen_t fl = sizeof(from);
+      const ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+      if (n <= 0) continue;
+      metaroce::wire::Packet pk;
+      if (metaroce::wire::decode({buf, static_cast<size_t>(n)}, pk) != metaroce::wire::ParseError::kOk ||
+          pk.bh.opcode != metaroce::wire::Opcode::kConnectReq)
+        continue;
+      metaroce::wire::BaseHeader bh;
+      bh.opcode = metaroce::wire::Opcode::kConnectReject;
+      bh.dst_conn = pk.connect.src_conn;
+      metaroce::wire::ConnectBody body;
+      body.code = static_cast<uint8_t>(Status::kVersionMismatch);
+      body.max_version = 1;
+      body.nonce = pk.connect.nonce;
+      uint8_t out[256];
+      const size_t h = metaroce::wire::write_connect(out, bh, body);
+      const size_t len = metaroce::wire::seal(out, h, 0);
+      (void)::sendto(fd, out, len, 0, reinterpret_cast<sockaddr*>(&from), fl);
+    }
+  });
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  ConnId id;
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const Error e = client->connect(addr, 2000ms, id);
+  stop = true;
+  fake.join();
+  ::close(fd);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e.status, Status::kVersionMismatch);
+  EXPECT_NE(e.message.find(addr), std::string::npos) << e.message;
+}
+
+TEST(Udp, PeerDisappears) {
+  Options co = test_options();
+  co.engine.recovery.peer_timeout_ns = 300 * metaroce::kMillisecond;
+  Pair p = connect_pair("127.0.0.1", test_options(), co);
+  ASSERT_TRUE(p.cconn.valid());
+  std::vector<uint8_t> src(1 << 20), dst(1 << 20);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  p.server->close(false);  // vanishes: no DISCONNECT, sockets gone
+  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr.addr, dmr.rkey));
+  ASSERT_FALSE(p.client->write(p.cconn, 2, src.data(), 100, smr.lkey, dmr.addr, dmr.rkey));
+  const auto t0 = std::chrono::steady_clock::now();
+  Completion c;
+  ASSERT_TRUE(p.client->wait_completion(c, 3s));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(c.wr_id, 1u);
+  EXPECT_EQ(c.status, Status::kPeerUnreachable);
+  const Error e = p.client->completion_error(c);
+  EXPECT_NE(e.message.find(p.server->local_address()), std::string::npos) << e.message;
+  EXPECT_LT(took, 1500ms);
+  ASSERT_TRUE(p.client->wait_completion(c, 1s));
+  EXPECT_EQ(c.wr_id, 2u);
+  EXPECT_NE(c.status, Status::kOk);
+  EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kError);
+}
+
+TEST(Udp, PeerClosesOutstandingRecvFlushed) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  std::vector<uint8_t> buf(4096);
+  MemoryRegion mr;
+  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
+  ASSERT_FALSE(p.client->recv(p.cconn, 5, buf.data(), 4096, mr.lkey));
+  p.server->start_progress_thread();
+  p.server->close(true);  // DISCONNECT handshake, then sockets closed
+  Completion c;
+  ASSERT_TRUE(p.client->wait_completion(c, 2s));
+  EXPECT_EQ(c.wr_id, 5u);
+  EXPECT_EQ(c.status, Status::kPeerClosed);
+}
+
+TEST(Udp, PortInUseIsAClearError) {
+  auto a = open_on("127.0.0.1");
+  ASSERT_TRUE(a);
+  Options o = test_options();
+  o.entropy_base = static_cast<uint16_t>(a->entropy_min() + 3);  // overlaps a's block
+  Error err;
+  auto b = UdpEndpoint::open("127.0.0.1:" + std::to_string(a->port() - 100), o, err);
+  EXPECT_FALSE(b);
+  EXPECT_EQ(err.status, Status::kResourceExhausted);
+  EXPECT_NE(err.message.find("in use"), std::string::npos) << err.message;
+  EXPECT_NE(err.message.find(std::to_string(a->entropy_min() + 3)), std::string::npos) << err.message;
+}
+
+TEST(Udp, IPv4EndpointRejectsIPv6Peer) {
+  auto a = open_on("127.0.0.1");
+  ASSERT_TRUE(a);
+  ConnId id;
+  const Error e = a->connect("[::1]:5000", 100ms, id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e.status, Status::kInvalidArgument);
+}

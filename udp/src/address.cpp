@@ -1,0 +1,145 @@
+// The one place where socket addresses and metaroce::PeerAddr meet.
+#include "address.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include <cstring>
+
+#include "metaroce/udp.hpp"
+
+namespace metaroce::udp {
+namespace {
+
+constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+void set_port(PeerAddr& a, uint16_t port) {
+  a.bytes[16] = static_cast<uint8_t>(port >> 8);
+  a.bytes[17] = static_cast<uint8_t>(port);
+}
+
+}  // namespace
+
+uint16_t address_port(const PeerAddr& a) {
+  return static_cast<uint16_t>((uint16_t{a.bytes[16]} << 8) | a.bytes[17]);
+}
+
+bool address_is_v4(const PeerAddr& a) { return a.len == kPeerAddrLen && a.bytes[18] == 4; }
+
+bool same_host(const PeerAddr& a, const PeerAddr& b) {
+  return a.len == kPeerAddrLen && b.len == kPeerAddrLen && std::memcmp(a.bytes, b.bytes, 16) == 0;
+}
+
+bool from_sockaddr(const sockaddr* sa, PeerAddr& out) {
+  out = PeerAddr{};
+  if (sa->sa_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(sa);
+    std::memcpy(out.bytes, kV4Mapped, 12);
+    std::memcpy(out.bytes + 12, &s4->sin_addr, 4);
+    set_port(out, ntohs(s4->sin_port));
+    out.bytes[18] = 4;
+  } else if (sa->sa_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    std::memcpy(out.bytes, &s6->sin6_addr, 16);
+    set_port(out, ntohs(s6->sin6_port));
+    // A v4-mapped source on a dual-stack socket is an IPv4 peer.
+    out.bytes[18] = std::memcmp(out.bytes, kV4Mapped, 12) == 0 ? 4 : 6;
+  } else {
+    return false;
+  }
+  out.len = kPeerAddrLen;
+  return true;
+}
+
+bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out, socklen_t& len) {
+  std::memset(&out, 0, sizeof(out));
+  if (a.len != kPeerAddrLen) return false;
+  const uint16_t port = address_port(a);
+  if (family == AF_INET) {
+    if (!address_is_v4(a)) return false;
+    auto* s4 = reinterpret_cast<sockaddr_in*>(&out);
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(port);
+    std::memcpy(&s4->sin_addr, a.bytes + 12, 4);
+    len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* s6 = reinterpret_cast<sockaddr_in6*>(&out);
+  s6->sin6_family = AF_INET6;
+  s6->sin6_port = htons(port);
+  std::memcpy(&s6->sin6_addr, a.bytes, 16);  // v4 peers as v4-mapped (dual-stack socket)
+  len = sizeof(sockaddr_in6);
+  return true;
+}
+
+bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
+                   std::string* why) {
+  auto fail = [&](const std::string& m) {
+    if (why != nullptr) *why = m;
+    return false;
+  };
+  std::string host;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos) return fail("missing ']' in \"" + text + "\"");
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') return fail("expected ':' after ']' in \"" + text + "\"");
+      port_text = text.substr(close + 2);
+    }
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon != std::string::npos && text.find(':') == colon) {  // exactly one ':': host:port
+      host = text.substr(0, colon);
+      port_text = text.substr(colon + 1);
+    } else {
+      host = text;  // IPv4, bare IPv6 or a name, without port
+    }
+  }
+  if (host.empty()) return fail("empty host in \"" + text + "\"");
+  uint16_t port = default_port;
+  if (!port_text.empty()) {
+    unsigned long v = 0;
+    for (char ch : port_text) {
+      if (ch < '0' || ch > '9') return fail("bad port in \"" + text + "\"");
+      v = v * 10 + static_cast<unsigned long>(ch - '0');
+      if (v > 65535) return fail("port out of range in \"" + text + "\"");
+    }
+    port = static_cast<uint16_t>(v);
+  }
+  sockaddr_storage ss{};
+  auto* s4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* s6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, host.c_str(), &s4->sin_addr) == 1) {
+    s4->sin_family = AF_INET;
+  } else if (inet_pton(AF_INET6, host.c_str(), &s6->sin6_addr) == 1) {
+    s6->sin6_family = AF_INET6;
+  } else {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr)
+      return fail("cannot resolve \"" + host + "\"");
+    std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+  }
+  if (!from_sockaddr(reinterpret_cast<const sockaddr*>(&ss), out))
+    return fail("unsupported address family for \"" + text + "\"");
+  set_port(out, port);
+  return true;
+}
+
+std::string format_address(const PeerAddr& a) {
+  if (a.len != kPeerAddrLen) return "?";
+  char buf[INET6_ADDRSTRLEN] = {};
+  const std::string port = std::to_string(address_port(a));
+  if (address_is_v4(a)) {
+    inet_ntop(AF_INET, a.bytes + 12, buf, sizeof(buf));
+    return std::string(buf) + ":" + port;
+  }
+  inet_ntop(AF_INET6, a.bytes, buf, sizeof(buf));
+  return "[" + std::string(buf) + "]:" + port;
+}
+
+}  // namespace metaroce::udp
