@@ -43,8 +43,14 @@ struct Path {
   bool any_acked = false;
   uint64_t srtt = 0, rttvar = 0, min_rtt = 0;
   TimeNs rto_deadline = TimeNs::never();
+  TimeNs tlp_deadline = TimeNs::never();  // tail-loss probe (LOSS-8)
+  uint32_t tlp_pseq = 0;                  // send-order number the outstanding TLP took
+  bool tlp_outstanding = false;
+  bool fresh = true;                      // new entropy: starts at the initial window
+  TimeNs last_congestion{0};              // last CE echo or delay signal (PATH-5)
   TimeNs probe_deadline = TimeNs::never();
   TimeNs last_decrease{0};
+  TimeNs next_send{0};  // pacing while cwnd is below one packet (CC-6)
   PathStats stats;
 
   [[nodiscard]] uint16_t tag(uint8_t slot) const {
@@ -151,6 +157,7 @@ struct Connection {
   bool owe_connect = false, owe_accept = false, owe_disconnect = false;
   bool owe_disconnect_ack = false, owe_nak = false;
   uint32_t probe_owed = 0;  // bit per path slot
+  uint32_t tlp_owed = 0;    // bit per path slot: tail-loss probes (LOSS-8)
   wire::NakBody nak;
   uint16_t nak_entropy = 0;
   Status error = Status::kOk;

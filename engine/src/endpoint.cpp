@@ -199,10 +199,12 @@ void Endpoint::Impl::compute_timer(Connection& c) {
   for (uint8_t i = 0; i < timed_paths; ++i) {
     const detail::Path& p = c.paths[i];
     if (p.inflight > 0) {
-      t = std::min(t, p.rto_deadline);
+      t = std::min(t, std::min(p.rto_deadline, p.tlp_deadline));
       outstanding = true;
     }
     if (p.state == PathState::kProbing) t = std::min(t, p.probe_deadline);
+    if (p.inflight == 0 && p.next_send > last_now && c.tx && c.tx->sq_seg != c.tx->sq_tail)
+      t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
   if (c.tx && (c.tx->retx_head != c.tx->retx_tail)) outstanding = true;
   if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail) t = std::min(t, c.rnr_until);
@@ -244,6 +246,10 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     for (uint8_t i = 0; i < c.num_paths; ++i) {
       detail::Path& p = c.paths[i];
       if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
+      if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
+        c.tlp_owed |= 1u << i;  // LOSS-8
+        p.tlp_deadline = TimeNs::never();
+      }
       if (p.state == PathState::kProbing && p.probe_deadline <= now) {
         // An unanswered probe is one more timeout (PATH-4); a new entropy can
         // hash onto the same broken link, so it too is replaced in the end.
@@ -290,7 +296,7 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
   // Cheap tests first: most calls find nothing to send.
   out.payload = {};
   const bool control =
-      (c.owe_connect | c.owe_accept | c.owe_disconnect | c.owe_nak) || c.probe_owed != 0;
+      (c.owe_connect | c.owe_accept | c.owe_disconnect | c.owe_nak) || (c.probe_owed | c.tlp_owed);
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) && emit_ack(c, now, buf, out)) &&

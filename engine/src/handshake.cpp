@@ -186,13 +186,24 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     h = wire::write_nak(buf, base_header(c, wire::Opcode::kNak, now), c.nak);
     ++c.stats.naks_sent;
     trace(now, TraceKind::kNakSent, c, 0, c.nak.nak_psn, c.nak.code);
-  } else if (c.probe_owed != 0 && c.state == ConnState::kEstablished) {
-    const auto slot = static_cast<uint8_t>(__builtin_ctz(c.probe_owed));
-    c.probe_owed &= ~(1u << slot);
+  } else if ((c.probe_owed | c.tlp_owed) != 0 && c.state == ConnState::kEstablished) {
+    const bool tlp = c.probe_owed == 0;
+    const auto slot = static_cast<uint8_t>(__builtin_ctz(tlp ? c.tlp_owed : c.probe_owed));
+    (tlp ? c.tlp_owed : c.probe_owed) &= ~(1u << slot);
     detail::Path& p = c.paths[slot];
     wire::BaseHeader bh = base_header(c, wire::Opcode::kProbe, now);
     bh.flags |= wire::kFlagAckRequested;
     bh.path_tag = p.tag(slot);
+    if (tlp) {
+      // LOSS-8: the probe takes a place in the path's send order and carries
+      // it in its psn field, so its echo says which earlier packets are gone.
+      if (!c.tx || p.inflight == 0 || p.state != PathState::kActive || !trim_ring(c, slot))
+        return emit_control(c, now, buf, out);
+      p.tlp_pseq = p.next_pseq++;
+      c.tx->path_rings[size_t{slot} * c.window() + (p.tlp_pseq & c.wmask())] = c.next_psn;
+      p.tlp_outstanding = true;
+      bh.psn = p.tlp_pseq;
+    }
     out.entropy = p.entropy;
     ++p.stats.probes_sent;
     h = wire::write_probe(buf, bh);

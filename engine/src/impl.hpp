@@ -6,6 +6,7 @@
 //   path.cpp      per-path congestion control and health (CC-*, PATH-*)
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -109,6 +110,10 @@ struct Endpoint::Impl {
                  bool gather);
   void on_ack(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  void on_tlp_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);
+  [[nodiscard]] uint64_t tlp_timeout(const detail::Path& p) const {
+    return 2 * p.srtt + cfg.ack_delay_ns;  // LOSS-8
+  }
   void mark_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
                   uint32_t& touched);
   void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now);
@@ -118,7 +123,18 @@ struct Endpoint::Impl {
   void on_rto(detail::Connection& c, uint8_t path, TimeNs now);
   void complete_sends(detail::Connection& c);
   void release_resp_jobs(detail::Connection& c);
-  int pick_path(detail::Connection& c, int avoid);
+  int pick_path(detail::Connection& c, int avoid, TimeNs now);
+  // CC-1: the initial window belongs to the connection; its paths share it,
+  // so spraying over more paths does not multiply the first burst.
+  [[nodiscard]] uint32_t initial_cwnd(const detail::Connection& c) const {
+    return std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c));
+  }
+  [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const {
+    // CC-6: the floor is per connection, shared by its paths, so an incast of
+    // many multipath senders can still back off below a packet each.
+    return std::max<uint32_t>(
+        std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1) * packet_cost(c.mtu) / c.num_paths, 64);
+  }
   bool trim_ring(detail::Connection& c, uint8_t path);
   void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
                    uint32_t& touched);

@@ -24,7 +24,7 @@ void Endpoint::Impl::init_paths(Connection& c) {
   for (uint8_t i = 0; i < c.num_paths; ++i) {
     Path& p = c.paths[i];
     p.entropy = static_cast<uint16_t>(cfg.entropy_min + (start + i) % range);
-    p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
+    p.cwnd = initial_cwnd(c);
     p.srtt = cfg.recovery.initial_rtt_ns;
     p.rttvar = cfg.recovery.initial_rtt_ns / 2;
   }
@@ -49,6 +49,7 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   p.consecutive_rtos = 0;
   p.backoff = 0;
   p.rto_deadline = p.inflight > 0 ? now + path_rto(c, p) : TimeNs::never();
+  p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
   ++p.win_pkts;
   p.win_acked += bytes;
   if (!cfg.cc.enabled) return;  // CC-8
@@ -85,7 +86,11 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     p.probe_deadline = TimeNs::never();
     p.consecutive_rtos = 0;
     p.backoff = 0;
-    p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
+    // A new entropy starts at the initial window; a path back from a timeout
+    // keeps the one packet LOSS-5 left it and slow-starts from there, so a
+    // congestion timeout does not end in a burst (PATH-4).
+    if (p.fresh) p.cwnd = initial_cwnd(c);
+    p.fresh = false;
     p.slow_start = true;
     trace(now, TraceKind::kPathState, c, slot, p.entropy, static_cast<uint32_t>(p.state));
   }
@@ -108,10 +113,11 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   if (ce) {
     ++p.stats.ce_marks;
     ++p.win_ce;
+    p.last_congestion = now;
   }
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
   const bool may_decrease = now.since(p.last_decrease) >= p.srtt;
-  const uint32_t floor = std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1) * packet_cost(c.mtu);
+  const uint32_t floor = cwnd_floor(c);
   if (ce && may_decrease) {  // CC-4
     p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);
     p.slow_start = false;
@@ -124,12 +130,16 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     p.cwnd -= static_cast<uint32_t>(cut);
     p.slow_start = false;
     p.last_decrease = now;
+    p.last_congestion = now;
   }
   p.cwnd = std::max(p.cwnd, floor);  // CC-6
 }
 
 void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
   Path& p = c.paths[path];
+  // PATH-5 looks for a broken path, not a busy one: drops that come with
+  // congestion signals (ECN, delay) in the last few RTTs are the queue's.
+  if (p.last_congestion.ns != 0 && now.since(p.last_congestion) < 4 * p.srtt) return;
   const uint32_t n = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
   p.loss_ewma += (kFix - p.loss_ewma) / n;
   ++p.outcomes;
@@ -159,7 +169,7 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   p.ring_head = pseq;
   p.entropy = fresh;
   p.state = PathState::kProbing;
-  p.cwnd = cfg.cc.initial_cwnd_packets * packet_cost(c.mtu);
+  p.cwnd = initial_cwnd(c);
   p.srtt = cfg.recovery.initial_rtt_ns;
   p.rttvar = cfg.recovery.initial_rtt_ns / 2;
   p.probe_deadline = now + path_rto(c, p);

@@ -91,7 +91,7 @@ bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf,
 
 void Endpoint::Impl::on_probe(Connection& c, const RxDatagram& dg, const wire::Packet& p,
                               TimeNs now) {
-  owe_ack(c, dg, p, 0, true, now);
+  owe_ack(c, dg, p, wire::kAckEchoProbe, true, now);
 }
 
 void Endpoint::Impl::complete_recvs(Connection& c) {

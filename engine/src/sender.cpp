@@ -46,7 +46,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   return Status::kOk;
 }
 
-int Endpoint::Impl::pick_path(Connection& c, int avoid) {
+int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   const uint32_t need = packet_cost(c.mtu);
   int fallback = -1;
   bool other_active = false;
@@ -55,7 +55,9 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid) {
     detail::Path& p = c.paths[i];
     if (p.state != PathState::kActive) continue;
     if (i != avoid) other_active = true;
-    if (p.inflight > 0 && p.inflight + need > p.cwnd) continue;
+    // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
+    if (p.inflight > 0 ? p.inflight + need > p.cwnd : (p.cwnd < need && now < p.next_send))
+      continue;
     if (p.next_pseq - p.ring_head >= c.window() && !trim_ring(c, i)) continue;
     if (i == avoid) {
       fallback = i;
@@ -154,6 +156,9 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + 1) : 1;
   t.path_rings[size_t{path} * c.window() + (r.pseq & mask)] = psn;
   if (p.inflight == 0) arm_rto(c, p, now);
+  p.tlp_deadline = now + tlp_timeout(p);
+  if (p.cwnd < packet_cost(c.mtu))
+    p.next_send = now + p.srtt * packet_cost(c.mtu) / std::max<uint32_t>(p.cwnd, 1);
   p.inflight += packet_cost(plen);
   ++p.stats.packets_sent;
   p.stats.bytes_sent += plen;
@@ -181,7 +186,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
       ++t.retx_head;
       continue;
     }
-    const int path = pick_path(c, r.path);
+    const int path = pick_path(c, r.path, now);
     if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
@@ -201,7 +206,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (e.sent == 0 && e.wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads)
       return false;  // READ-3
   }
-  const int path = pick_path(c, -1);
+  const int path = pick_path(c, -1, now);
   if (path < 0) return false;
   const uint32_t psn = c.next_psn;
   uint16_t slot;
@@ -297,6 +302,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
       mark_acked(c, t, base + static_cast<uint32_t>(k), now, touched);
     }
   }
+  if (a.flags & wire::kAckEchoProbe) on_tlp_echo(c, t, a, now);
   while (touched != 0) {
     const int i = __builtin_ctz(touched);
     touched &= touched - 1;
@@ -304,6 +310,28 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   }
   complete_sends(c);
   release_resp_jobs(c);
+}
+
+// LOSS-8: the path delivers in order, so once its tail-loss probe is echoed,
+// every packet sent before the probe on that path and still unacknowledged
+// (the ACK's SACK already covers all that arrived) was lost.
+void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a, TimeNs now) {
+  const uint8_t slot = a.echo_path_tag & 31;
+  if (slot >= c.num_paths) return;
+  detail::Path& p = c.paths[slot];
+  if ((a.echo_path_tag >> 5) != (p.generation & 0x7ff) || !p.tlp_outstanding ||
+      a.echo_psn != p.tlp_pseq)
+    return;
+  p.tlp_outstanding = false;
+  const uint32_t mask = c.wmask();
+  const uint32_t* ring = &t.path_rings[size_t{slot} * c.window()];
+  while (p.ring_head != p.next_pseq && static_cast<int32_t>(p.ring_head - p.tlp_pseq) < 0) {
+    const uint32_t psn = ring[p.ring_head & mask];
+    TxRecord& r = t.records[psn & mask];
+    const uint32_t pseq = p.ring_head++;
+    if (r.psn == psn && r.path == slot && r.pseq == pseq && (r.flags & detail::kRecInFlight))
+      declare_lost(c, t, r, now, false, true);
+  }
 }
 
 void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
@@ -408,6 +436,8 @@ void Endpoint::Impl::lose_path_inflight(Connection& c, uint8_t path, TimeNs now,
   p.ring_head = p.next_pseq;
   p.inflight = 0;
   p.rto_deadline = TimeNs::never();
+  p.tlp_deadline = TimeNs::never();
+  p.tlp_outstanding = false;
 }
 
 void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
@@ -425,6 +455,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   // PATH-4: a timed-out path carries no more data until a PROBE comes back,
   // so a dead link costs one RTO of traffic, not three.
   p.state = PathState::kProbing;
+  p.fresh = false;
   c.probe_owed |= 1u << path;
   p.probe_deadline = now + path_rto(c, p);
   trace(now, TraceKind::kPathState, c, path, p.entropy, static_cast<uint32_t>(p.state));

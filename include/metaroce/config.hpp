@@ -13,7 +13,7 @@ namespace metaroce {
 // delay target, one controller per path.
 struct CcConfig {
   bool enabled = true;                     // false: fixed window per path ("oblivious spraying")
-  uint32_t initial_cwnd_packets = 16;      // CC-1
+  uint32_t initial_cwnd_packets = 16;      // CC-1: per connection, split over its paths
   uint32_t min_cwnd_packets = 1;           // CC-6
   uint32_t max_cwnd_packets = 0;           // 0: the connection window (CC-6)
   uint32_t dctcp_g_shift = 4;              // alpha gain g = 1/16 (CC-3)
@@ -51,7 +51,10 @@ struct EndpointConfig {
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2
   uint32_t connect_attempts = 8;                  // CONN-2
   uint64_t context_idle_ns = 10 * kMillisecond;  // idle time before tracking contexts are pooled
-  uint64_t seed = 1;              // keys, entropy values, initial PSNs
+  // Keys, connection ids, entropy values and initial PSNs derive from it. The
+  // engine reads no entropy source (sans-IO): a driver in production MUST set
+  // a random seed, or remote keys are predictable (spec MR-1).
+  uint64_t seed = 1;
   CcConfig cc;
   RecoveryConfig recovery;
 };

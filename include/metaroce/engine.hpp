@@ -10,6 +10,12 @@
 //   getters    conn_stats, path_stats, endpoint_stats
 // No call re-enters the driver; nothing fires from inside an input.
 // An Endpoint is not thread-safe; one thread drives it.
+//
+// Drive it as: handle_datagram (or handle_timeout), then drain poll_transmit
+// until it returns false, then sleep until next_timeout() or the next
+// datagram. Drain after every input, also inside a receive batch: the ACK
+// policy (spec ACK-1..5) decides per arrival, and feeding a whole batch first
+// coalesces the ACKs of the batch into one.
 #pragma once
 
 #include <cstddef>

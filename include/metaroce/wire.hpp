@@ -40,6 +40,7 @@ inline constexpr uint8_t kFlagAckRequested = 0x4;    // receiver acks at once (A
 // Ack flag bits.
 inline constexpr uint8_t kAckEchoCe = 0x01;   // echoed packet arrived CE-marked
 inline constexpr uint8_t kAckEchoDup = 0x02;  // echoed packet was a duplicate
+inline constexpr uint8_t kAckEchoProbe = 0x04;  // echoed packet was a PROBE (LOSS-8)
 
 inline constexpr size_t kBaseHeaderSize = 16;
 inline constexpr size_t kMessageHeaderSize = 12;
