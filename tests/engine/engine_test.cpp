@@ -341,6 +341,54 @@ TEST(Engine, CloseFlushesBothSides) {  // CONN-7, COMP-5
   EXPECT_FALSE(loop.ep(1).is_established(b));
 }
 
+TEST(Engine, InitialWindowIsSplitOverPaths) {  // CC-1
+  Loop loop(cfg(110), cfg(111));
+  auto [a, b] = loop.connect();
+  const EndpointConfig& c = loop.ep(0).config();
+  uint64_t total = 0;
+  for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    total += ps.cwnd_bytes;
+  }
+  const uint64_t expect = uint64_t{c.cc.initial_cwnd_packets} * (c.mtu + 64);
+  EXPECT_LE(total, expect);
+  EXPECT_GE(total + loop.ep(0).path_count(a), expect);  // rounding only
+}
+
+TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
+  Loop loop(cfg(120), cfg(121));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x3c);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  auto write_and_wait = [&](uint64_t id) {
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, id)), Status::kOk);
+    std::vector<Completion> done;
+    EXPECT_TRUE(loop.run_until([&] {
+      auto d = loop.drain(0);
+      done.insert(done.end(), d.begin(), d.end());
+      return !done.empty();
+    }));
+    return done.empty() ? Status::kFlushed : done[0].status;
+  };
+  // Warm up: RTT samples on the path the next packet takes.
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(write_and_wait(i), Status::kOk);
+  bool dropped = false;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01 && !dropped) return dropped = true;
+    return false;
+  };
+  const TimeNs start = loop.now();
+  ASSERT_EQ(write_and_wait(99), Status::kOk);
+  EXPECT_TRUE(dropped);
+  // The only packet of the write was lost and nothing followed it on its
+  // path: the probe finds it well before the 1 ms minimum RTO.
+  EXPECT_LT(loop.now().since(start), 500 * kMicrosecond);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(st->retransmissions, 1u);
+}
+
 TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EndpointConfig c = cfg(100);
   c.recovery.peer_timeout_ns = 50 * kMillisecond;
