@@ -44,14 +44,16 @@ void Pipe::on_event(SimTime now) {
 // ------------------------------------------------------------------ Port
 
 Port::Port(Network& net, Node* own, uint32_t idx, const LinkSpec& link, const QueueSpec* queue,
-           uint64_t seed)
+           uint64_t seed, bool pfc)
     : owner(own),
       index(idx),
       net_(net),
       rate_mbps_(link.rate_mbps),
       has_queue_limits_(queue != nullptr),
       q_(queue != nullptr ? *queue : QueueSpec{}),
-      rng_(seed) {
+      rng_(seed),
+      pfc_(pfc) {
+  pfc_timer_.port = this;
   pipe.port = this;
   pipe.delay = link.delay;
 }
@@ -66,12 +68,13 @@ void Port::drop(Packet* p, bool fault) {
 
 void Port::enqueue(Packet* p, SimTime now) {
   if (!up_) {
+    released(p, now);
     drop(p, true);
     return;
   }
   if (has_queue_limits_) {
     const uint64_t backlog = backlog_bytes(now);
-    if (backlog + p->wire_bytes > q_.buffer_bytes) {
+    if (!pfc_ && backlog + p->wire_bytes > q_.buffer_bytes) {
       drop(p, false);
       return;
     }
@@ -91,6 +94,16 @@ void Port::enqueue(Packet* p, SimTime now) {
       }
     }
   }
+  if (pfc_ && (paused_ || busy_until_ > now || !fifo_.empty())) {
+    fifo_.push(p);
+    fifo_bytes_ += p->wire_bytes;
+    return;
+  }
+  transmit(p, now);
+}
+
+void Port::transmit(Packet* p, SimTime now) {
+  if (pfc_) released(p, now);
   const SimTime start = std::max(now, busy_until_);
   busy_until_ = start + serialization_time(p->wire_bytes, rate_mbps_);
   ++stats_.tx_packets;
@@ -100,15 +113,72 @@ void Port::enqueue(Packet* p, SimTime now) {
   } else {
     pipe.push(p, busy_until_ + pipe.delay, epoch_);
   }
-  if (notify_idle) net_.sched().schedule(*this, busy_until_);
+  if (notify_idle || pfc_) net_.sched().schedule(*this, busy_until_);
 }
 
-void Port::on_event(SimTime now) { owner->port_idle(index, now); }
+void Port::released(Packet* p, SimTime now) {
+  if (pfc_ && has_queue_limits_) static_cast<Switch*>(owner)->pfc_release(*p, now);
+}
+
+void Port::start_next(SimTime now) {
+  Packet* p = fifo_.pop();
+  fifo_bytes_ -= p->wire_bytes;
+  transmit(p, now);
+}
+
+void Port::on_event(SimTime now) {
+  if (pfc_) {
+    if (paused_) return;  // RESUME restarts it
+    if (!fifo_.empty()) {
+      start_next(now);
+      return;
+    }
+    if (!notify_idle) return;
+  }
+  owner->port_idle(index, now);
+}
+
+void Port::pfc_signal(bool pause, SimTime at) {
+  pfc_timer_.ring.push({at, pause});
+  if (!pfc_timer_.pending()) net_.sched().schedule(pfc_timer_, at);
+}
+
+void Port::PfcTimer::on_event(SimTime now) {
+  const auto [at, pause] = ring.pop();
+  (void)at;
+  if (!ring.empty()) port->net_.sched().schedule(*this, ring.front().first);
+  port->apply_pause(pause, now);
+}
+
+void Port::apply_pause(bool pause, SimTime now) {
+  if (pause == paused_) return;
+  paused_ = pause;
+  if (pause) {
+    paused_since_ = now;
+    ++stats_.pfc_pauses;
+    return;
+  }
+  stats_.pfc_paused += now - paused_since_;
+  if (busy_until_ > now || pending()) return;  // the end of the current packet restarts it
+  if (!fifo_.empty()) {
+    start_next(now);
+  } else if (notify_idle) {
+    owner->port_idle(index, now);
+  }
+}
+
+Port::~Port() { net_.sched().cancel(pfc_timer_); }
 
 void Port::set_up(bool up, SimTime now) {
   if (!up && up_) {
     ++epoch_;  // packets queued or on the wire are lost
     busy_until_ = now;
+    while (!fifo_.empty()) {
+      Packet* p = fifo_.pop();
+      fifo_bytes_ -= p->wire_bytes;
+      released(p, now);
+      drop(p, true);
+    }
   }
   up_ = up;
 }
@@ -129,7 +199,50 @@ void Switch::receive(Packet* p, uint32_t in_port, SimTime now) {
     net_.pool().release(p);
     return;
   }
+  if (pfc_) {
+    uint64_t& b = ingress_[in_port];
+    if (b + p->wire_bytes > pfc_limit_) {  // headroom exhausted: counted as a buffer drop
+      ports[in_port]->drop(p, false);
+      return;
+    }
+    b += p->wire_bytes;
+    p->in_port = static_cast<uint16_t>(in_port);
+    if (b > xoff_[in_port] && xoff_sent_[in_port] == 0) pfc_send(in_port, true, now);
+  }
   ports[select_port(p->src, p->dst, p->entropy, p->dport)]->enqueue(p, now);
+}
+
+void Switch::enable_pfc(const QueueSpec& q) {
+  pfc_ = true;
+  pfc_limit_ = q.buffer_bytes;
+  const size_t n = ports.size();
+  ingress_.assign(n, 0);
+  xoff_.assign(n, 0);
+  xon_.assign(n, 0);
+  xoff_sent_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Port& pt = *ports[i];
+    const uint64_t in_flight = pt.rate_mbps() * pt.pipe.delay.ps / 8'000'000;  // bytes per delay
+    const uint64_t headroom = 2 * in_flight + 2 * 4'200;
+    const uint64_t xoff = q.buffer_bytes > headroom + q.pfc_hysteresis_bytes
+                              ? q.buffer_bytes - headroom
+                              : q.pfc_hysteresis_bytes;
+    xoff_[i] = xoff;
+    xon_[i] = xoff - std::min(xoff, q.pfc_hysteresis_bytes);
+  }
+}
+
+void Switch::pfc_send(uint32_t in_port, bool pause, SimTime now) {
+  xoff_sent_[in_port] = pause ? 1 : 0;
+  const Port& toward = *ports[in_port];
+  Port& upstream = *toward.pipe.to->ports[toward.pipe.to_port];
+  upstream.pfc_signal(pause, now + toward.pipe.delay);
+}
+
+void Switch::pfc_release(const Packet& p, SimTime now) {
+  uint64_t& b = ingress_[p.in_port];
+  b -= std::min<uint64_t>(b, p.wire_bytes);
+  if (xoff_sent_[p.in_port] != 0 && b <= xon_[p.in_port]) pfc_send(p.in_port, false, now);
 }
 
 // ------------------------------------------------------------------ Network
@@ -162,7 +275,7 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
     auto mk = [&](Node* from, uint32_t idx, uint32_t dir) {
       const bool is_switch = from->id >= h;
       ports_.push_back(std::make_unique<Port>(*this, from, idx, ed.spec, is_switch ? &queue : nullptr,
-                                              derive_seed(seed, 0x706f7274, e, dir)));
+                                              derive_seed(seed, 0x706f7274, e, dir), queue.pfc));
       ports_.back()->edge = e;
       from->ports.push_back(ports_.back().get());
       return ports_.back().get();
@@ -184,6 +297,8 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
   }
   for (uint32_t i = 0; i < h; ++i)
     if (host_ports_[i] == nullptr) throw std::invalid_argument("host without a link");
+  if (queue.pfc)
+    for (auto& sw : switches_) sw->enable_pfc(queue);
   compute_routes();
 }
 
@@ -283,6 +398,8 @@ NetworkStats Network::stats() const {
     s.fault_drops += ps.fault_drops;
     s.ecn_marks += ps.ecn_marks;
     s.max_queue_bytes = std::max(s.max_queue_bytes, ps.max_queue_bytes);
+    s.pfc_pauses += ps.pfc_pauses;
+    s.pfc_paused += p->paused_time(sched_.now());
   }
   return s;
 }

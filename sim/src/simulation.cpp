@@ -16,6 +16,8 @@ const char* transport_name(TransportKind t) {
   switch (t) {
     case TransportKind::kMetaRoce: return "metaroce";
     case TransportKind::kSprayNoCc: return "spray-nocc";
+    case TransportKind::kRoceV2: return "rocev2";
+    case TransportKind::kIrn: return "irn";
   }
   return "?";
 }
@@ -25,6 +27,10 @@ bool parse_transport(const std::string& s, TransportKind& out) {
     out = TransportKind::kMetaRoce;
   } else if (s == "spray-nocc") {
     out = TransportKind::kSprayNoCc;
+  } else if (s == "rocev2") {
+    out = TransportKind::kRoceV2;
+  } else if (s == "irn") {
+    out = TransportKind::kIrn;
   } else {
     return false;
   }
@@ -96,26 +102,65 @@ class Simulation::Faults final : public EventSource {
 };
 
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
+  const bool baseline = cfg_.transport == TransportKind::kRoceV2 || cfg_.transport == TransportKind::kIrn;
+  if (baseline) {
+    cfg_.queue.pfc = cfg_.transport == TransportKind::kRoceV2;  // RoCEv2 needs a lossless fabric
+    if (cfg_.rc.own_ecn) {
+      cfg_.queue.ecn_kmin = cfg_.rc.ecn_kmin;
+      cfg_.queue.ecn_kmax = cfg_.rc.ecn_kmax;
+      cfg_.queue.ecn_pmax = cfg_.rc.ecn_pmax;
+    }
+  }
   net_ = std::make_unique<Network>(sched_, cfg_.topo, cfg_.queue, derive_seed(cfg_.seed, 0x6e6574));
   for (const auto& f : cfg_.flows)
     if (f.src >= net_->num_hosts() || f.dst >= net_->num_hosts() || f.src == f.dst)
       throw std::invalid_argument("flow with a bad host");
   flows_ = std::make_unique<FlowTable>(sched_, cfg_.flows);
-  EndpointConfig ec = cfg_.endpoint;
-  if (cfg_.transport == TransportKind::kSprayNoCc) ec.cc.enabled = false;
-  ec.cover_payload = false;
-  const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
-  shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
-  shared_->wire_overhead = cfg_.wire_overhead;
-  shared_->wr_bytes = cfg_.wr_bytes;
   const uint32_t h = net_->num_hosts();
   hosts_.reserve(h);
-  for (uint32_t i = 0; i < h; ++i) {
-    EndpointConfig hc = ec;
-    hc.seed = derive_seed(cfg_.seed, 0x686f7374, i);
-    hosts_.push_back(std::make_unique<MetaRoceHost>(*shared_, i, hc));
-    shared_->hosts.push_back(hosts_.back().get());
-    net_->attach_host(i, *hosts_.back());
+  if (baseline) {
+    RcParams prm = cfg_.rc;
+    if (cfg_.transport == TransportKind::kRoceV2) {
+      prm.go_back_n = true;
+      prm.window_packets = 0;
+      prm.rto_low_packets = 0;
+    } else {
+      // IRN: window = BDP of the longest path (propagation both ways, one
+      // MTU packet and one ACK serialized per hop), RTO_low below 3 packets.
+      prm.go_back_n = false;
+      const uint32_t hops = std::max<uint32_t>(1, net_->graph().max_hops);
+      const SimTime delay = cfg_.topo.edges.empty() ? SimTime{0} : cfg_.topo.edges[0].spec.delay;
+      const uint64_t rate = cfg_.topo.host_rate_mbps;
+      const SimTime rtt{2 * hops * delay.ps + hops * serialization_time(prm.mtu + 16 + cfg_.wire_overhead, rate).ps +
+                        hops * serialization_time(20 + cfg_.wire_overhead, rate).ps};
+      const uint64_t bdp = rtt.ps * rate / 8'000'000;
+      prm.window_packets = static_cast<uint32_t>(std::max<uint64_t>(1, (bdp + prm.mtu - 1) / prm.mtu));
+      prm.rto_low_packets = 3;
+    }
+    rc_shared_ = std::make_unique<RcShared>(*net_, *flows_, prm);
+    rc_shared_->wire_overhead = cfg_.wire_overhead;
+    for (uint32_t i = 0; i < h; ++i) {
+      auto host = std::make_unique<RcHost>(*rc_shared_, i, net_->host_port(i).rate_mbps());
+      rc_shared_->hosts.push_back(host.get());
+      net_->attach_host(i, *host);
+      hosts_.push_back(std::move(host));
+    }
+  } else {
+    EndpointConfig ec = cfg_.endpoint;
+    if (cfg_.transport == TransportKind::kSprayNoCc) ec.cc.enabled = false;
+    ec.cover_payload = false;
+    const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
+    shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
+    shared_->wire_overhead = cfg_.wire_overhead;
+    shared_->wr_bytes = cfg_.wr_bytes;
+    for (uint32_t i = 0; i < h; ++i) {
+      EndpointConfig hc = ec;
+      hc.seed = derive_seed(cfg_.seed, 0x686f7374, i);
+      auto host = std::make_unique<MetaRoceHost>(*shared_, i, hc);
+      shared_->hosts.push_back(host.get());
+      net_->attach_host(i, *host);
+      hosts_.push_back(std::move(host));
+    }
   }
   flows_->start_dependent = [this](uint32_t f, SimTime now) {
     hosts_.at(flows_->at(f).spec.src)->start_flow(f, now);
@@ -212,8 +257,10 @@ Report Simulation::report() const {
   r.max_queue_bytes = ns.max_queue_bytes;
   r.packets_forwarded = ns.tx_packets;
   for (const auto& h : hosts_) h->add_totals(r.transport_totals);
-  r.connect_failures = shared_->connect_failures;
-  r.errors = shared_->errors;
+  r.connect_failures = shared_ ? shared_->connect_failures : 0;
+  r.errors = shared_ ? shared_->errors : 0;
+  r.pfc_pause_us = ns.pfc_paused.us();
+  r.pfc_pauses = ns.pfc_pauses;
   r.sim_time_us = sched_.now().us();
   r.events = sched_.events();
   r.packet_pool_peak = net_->pool().peak();
@@ -223,6 +270,7 @@ Report Simulation::report() const {
                      t.timeouts, t.losses_declared, t.path_retirements, t.ce_received,
                      t.duplicates_received, t.acks_sent, t.bad_packets, r.events, sched_.now().ps})
     digest = mix(digest, v);
+  if (cfg_.queue.pfc) digest = mix(mix(digest, ns.pfc_paused.ps), r.pfc_pauses);  // (older digests unchanged)
   r.digest = digest;
   r.wall_s = wall_s_;
   r.events_per_s = wall_s_ > 0 ? static_cast<double>(r.events) / wall_s_ : 0;
@@ -301,6 +349,7 @@ std::string Report::to_json(bool timing) const {
   o.u("connect_failures", connect_failures);
   o.u("errors", errors);
   o.d("pfc_pause_us", pfc_pause_us);
+  o.u("pfc_pauses", pfc_pauses);
   o.d("sim_time_us", sim_time_us);
   o.u("events", events);
   o.u("packet_pool_peak", packet_pool_peak);
@@ -373,6 +422,26 @@ SimConfig fattree_perm(uint32_t k, uint64_t bytes, uint64_t seed) {
 
 const PresetDef kPresets[] = {
     {"fattree1024-perm2mb", [](uint64_t seed) { return fattree_perm(16, 2 * kMiB, seed); }},
+    {"fattree1024-perm2mb-degraded",
+     [](uint64_t seed) {
+       // 8 agg-core links (the first core uplink of the first agg of pods 0..7) at 25 % rate.
+       SimConfig c = fattree_perm(16, 2 * kMiB, seed);
+       for (uint32_t pod = 0; pod < 8; ++pod) {
+         FaultSpec f{SimTime{0}, FaultSpec::Kind::kRate, fat_tree_agg_core_edge(16, pod * 8, 0)};
+         f.rate_mbps = 25 * kGbps;
+         c.faults.push_back(f);
+       }
+       return c;
+     }},
+    {"fattree1024-perm2mb-gray",
+     [](uint64_t seed) {
+       // One agg-core link silently drops 1 % of packets (both directions).
+       SimConfig c = fattree_perm(16, 2 * kMiB, seed);
+       FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, fat_tree_agg_core_edge(16, 0, 0)};
+       f.drop = 0.01;
+       c.faults.push_back(f);
+       return c;
+     }},
     {"fattree128-perm2mb", [](uint64_t seed) { return fattree_perm(8, 2 * kMiB, seed); }},
     {"fattree16-perm", [](uint64_t seed) { return fattree_perm(4, 1 * kMiB, seed); }},
     {"fattree16-perm-linkdown",

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "metaroce/sim/rc_host.hpp"
 #include "metaroce/sim/scheduler.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/sim/topology.hpp"
@@ -207,6 +208,98 @@ TEST(Failures, LinkDownAndUpAgain) {
   Simulation sim(std::move(c));
   sim.run();
   expect_all_complete(sim.report());
+}
+
+// ------------------------------------------------------------------ baselines
+
+TEST(Baselines, RoceV2WithPfcCompletesLosslessly) {
+  const Report r = run_preset("fattree16-perm", 1, TransportKind::kRoceV2);
+  expect_all_complete(r);
+  EXPECT_EQ(r.transport, "rocev2");
+  EXPECT_EQ(r.drops, 0u) << r.to_text(false);  // PFC: lossless
+  EXPECT_EQ(r.fault_drops, 0u);
+  EXPECT_EQ(r.transport_totals.retransmissions, 0u);
+  EXPECT_GT(r.pfc_pause_us, 0.0);  // the permutation collides on ECMP paths
+  EXPECT_GT(r.ecn_marks, 0u);      // and DCQCN sees marks
+}
+
+TEST(Baselines, IrnCompletesAndRecoversSelectively) {
+  const Report r = run_preset("fattree16-perm", 1, TransportKind::kIrn);
+  expect_all_complete(r);
+  EXPECT_EQ(r.transport, "irn");
+  EXPECT_EQ(r.pfc_pause_us, 0.0);
+  // Every drop is recovered by exactly one retransmission or a timeout.
+  EXPECT_GE(r.transport_totals.retransmissions, r.drops);
+}
+
+TEST(Baselines, OnePathPerConnection) {
+  // Every data packet of a QP carries the same UDP source port: ECMP pins
+  // the connection to one path.
+  const uint16_t e = RcHost::entropy_of(5);
+  EXPECT_EQ(e, RcHost::entropy_of(5));
+  EXPECT_GE(e, 49152u);
+}
+
+TEST(Baselines, GoBackNRecoversFromGrayLoss) {
+  // 5 % gray loss on one link: the sequence NAK (and the timeout for a lost
+  // tail) recover; IRN retransmits only the holes.
+  const Report roce = run_preset("fattree16-perm-gray", 1, TransportKind::kRoceV2);
+  expect_all_complete(roce);
+  EXPECT_EQ(roce.drops, 0u);
+  const Report irn = run_preset("fattree16-perm-gray", 1, TransportKind::kIrn);
+  expect_all_complete(irn);
+  if (roce.fault_drops > 0) {
+    EXPECT_GT(roce.transport_totals.retransmissions, roce.fault_drops);
+  }
+}
+
+TEST(Baselines, IncastCompletes) {
+  const Report roce = run_preset("incast8-256k", 1, TransportKind::kRoceV2);
+  expect_all_complete(roce);
+  EXPECT_EQ(roce.drops, 0u);
+  EXPECT_GT(roce.pfc_pause_us, 0.0);
+  expect_all_complete(run_preset("incast8-256k", 1, TransportKind::kIrn));
+}
+
+TEST(Determinism, EachTransportSameSeedSameBytes) {
+  for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc, TransportKind::kRoceV2,
+                          TransportKind::kIrn}) {
+    const std::string a = run_preset("fattree16-perm", 9, t).to_json(false);
+    const std::string b = run_preset("fattree16-perm", 9, t).to_json(false);
+    EXPECT_EQ(a, b) << transport_name(t);
+  }
+}
+
+TEST(Determinism, BaselinesInterleavedInOneProcess) {
+  const Report alone_a = run_preset("fattree16-perm-gray", 3, TransportKind::kRoceV2);
+  const Report alone_b = run_preset("fattree16-perm-gray", 4, TransportKind::kIrn);
+  Simulation a(preset("fattree16-perm-gray", TransportKind::kRoceV2, 3));
+  Simulation b(preset("fattree16-perm-gray", TransportKind::kIrn, 4));
+  for (uint64_t us = 5; !(a.finished() && b.finished()) && us < 100'000; us += 5) {
+    a.run(SimTime::from_us(us));
+    b.run(SimTime::from_us(us));
+  }
+  EXPECT_EQ(a.report().to_json(false), alone_a.to_json(false));
+  EXPECT_EQ(b.report().to_json(false), alone_b.to_json(false));
+}
+
+TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
+  // Two hosts on one ToR (k=4 fat-tree, hosts 0 and 1), tiny buffers: host 0
+  // blasting at host 1 through a 10G ToR port fills the ingress and pauses
+  // host 0's NIC; nothing is dropped.
+  SimConfig c = preset("fattree16-perm", TransportKind::kRoceV2, 1);
+  c.flows = {FlowSpec{0, 1, 512 * 1024, SimTime{0}}};
+  FaultSpec slow{SimTime{0}, FaultSpec::Kind::kRate, 1};  // edge 1 = host 1's link
+  slow.rate_mbps = 10'000;
+  c.faults.push_back(slow);
+  c.queue.buffer_bytes = 60'000;
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_EQ(r.drops, 0u);
+  EXPECT_GT(r.pfc_pauses, 0u);
+  EXPECT_GT(r.pfc_pause_us, 100.0);  // most of the ~420 us transfer
 }
 
 TEST(OtherTopologies, LeafSpineAndRailRouteEveryPair) {

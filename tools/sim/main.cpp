@@ -1,4 +1,4 @@
-// metaroce-sim --preset NAME --transport metaroce|spray-nocc --seed N [--json]
+// metaroce-sim --preset NAME --transport metaroce|spray-nocc|rocev2|irn --seed N [--json]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -16,8 +16,9 @@ int main(int argc, char** argv) {
   bool json = false, list = false, no_timing = false, progress = false, quiet = false;
   double time_limit_ms = 0, min_rto_us = 0;
   int num_paths = 0;
+  bool fabric_ecn = false, no_dcqcn = false;
   app.add_option("--preset", preset_name, "scenario name (--list shows them)");
-  app.add_option("--transport", transport, "metaroce | spray-nocc");
+  app.add_option("--transport", transport, "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
   app.add_option("--seed", seed, "RNG seed (same seed => identical output)");
   app.add_flag("--json", json, "print a JSON report");
   app.add_flag("--list", list, "list presets and exit");
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_option("--time-limit-ms", time_limit_ms, "simulated-time limit (default 1000 ms)");
   app.add_option("--min-rto-us", min_rto_us, "override recovery.min_rto_ns");
   app.add_option("--paths", num_paths, "override num_paths (1..32)");
+  app.add_flag("--fabric-ecn", fabric_ecn,
+               "rocev2/irn: keep the preset's ECN marking (default: DCQCN's 5 KB / 200 KB / 1 %)");
+  app.add_flag("--no-dcqcn", no_dcqcn, "rocev2/irn: no rate control (no CNPs, line rate)");
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -35,7 +39,7 @@ int main(int argc, char** argv) {
   }
   TransportKind tk;
   if (!parse_transport(transport, tk)) {
-    std::cerr << "unknown transport '" << transport << "' (metaroce, spray-nocc)\n";
+    std::cerr << "unknown transport '" << transport << "' (metaroce, spray-nocc, rocev2, irn)\n";
     return 2;
   }
   SimConfig cfg;
@@ -48,6 +52,8 @@ int main(int argc, char** argv) {
   if (time_limit_ms > 0) cfg.time_limit = SimTime{static_cast<uint64_t>(time_limit_ms * 1e9)};
   if (min_rto_us > 0) cfg.endpoint.recovery.min_rto_ns = static_cast<uint64_t>(min_rto_us * 1000);
   if (num_paths > 0) cfg.endpoint.num_paths = static_cast<uint8_t>(std::min(num_paths, 32));
+  if (fabric_ecn) cfg.rc.own_ecn = false;
+  if (no_dcqcn) cfg.rc.dcqcn = false;
   cfg.progress = !quiet && (progress || isatty(STDERR_FILENO) != 0);
   Simulation sim(std::move(cfg));
   sim.run();

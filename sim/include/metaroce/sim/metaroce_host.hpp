@@ -56,19 +56,26 @@ struct TransportTotals {
   uint64_t bad_packets = 0;  // dropped by an endpoint's validation
 };
 
-class MetaRoceHost final : public Node, public EventSource {
+// A host NIC of any transport (the MetaRoCE engine or a baseline).
+class SimHost : public Node, public EventSource {
+ public:
+  virtual void start_flow(uint32_t flow, SimTime now) = 0;
+  virtual void add_totals(TransportTotals& t) const = 0;
+};
+
+class MetaRoceHost final : public SimHost {
  public:
   MetaRoceHost(MetaRoceShared& shared, uint32_t host, const EndpointConfig& cfg);
   ~MetaRoceHost() override;
 
-  void start_flow(uint32_t flow, SimTime now);
+  void start_flow(uint32_t flow, SimTime now) override;
   void receive(Packet* p, uint32_t in_port, SimTime now) override;
   void port_idle(uint32_t port, SimTime now) override;
   void on_event(SimTime now) override;  // engine timer
 
   [[nodiscard]] Endpoint& endpoint() { return ep_; }
   [[nodiscard]] const MemoryRegion& region() const { return mr_; }
-  void add_totals(TransportTotals& t) const;
+  void add_totals(TransportTotals& t) const override;
   // All connections this host opened or accepted.
   [[nodiscard]] std::vector<ConnId> connections() const;
 

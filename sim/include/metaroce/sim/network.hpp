@@ -46,11 +46,24 @@ struct LinkSpec {
 // Output-queue parameters of a switch port. ecn_kmin == ecn_kmax: a step
 // threshold; otherwise the marking probability ramps linearly from 0 at kmin
 // to ecn_pmax at kmax and is 1 above kmax. ecn_kmax == 0 disables marking.
+//
+// pfc = true makes the fabric lossless (priority flow control, one class):
+// every port becomes a real FIFO that can be paused, and each switch accounts
+// bytes per *ingress* port (from arrival until the packet starts leaving).
+// Above XOFF = buffer_bytes - headroom the switch sends PAUSE upstream, below
+// XON = XOFF - pfc_hysteresis_bytes it sends RESUME; either takes the link's
+// propagation delay to act. headroom = 2 x (rate x delay) + 2 x 4200 B (the
+// bytes that can still arrive after PAUSE is sent). Output ports then have no
+// drop-tail limit (their occupancy is bounded by the ingress limits); a packet
+// that would take an ingress over buffer_bytes is dropped and counted (it
+// does not happen when the headroom is right).
 struct QueueSpec {
   uint64_t buffer_bytes = 175'000;
   uint64_t ecn_kmin = 37'000;
   uint64_t ecn_kmax = 145'000;
   double ecn_pmax = 1.0;
+  bool pfc = false;
+  uint64_t pfc_hysteresis_bytes = 8'400;
 };
 
 struct PortStats {
@@ -60,6 +73,8 @@ struct PortStats {
   uint64_t fault_drops = 0;  // link down or gray failure
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
+  uint64_t pfc_pauses = 0;     // PAUSE frames that took effect on this port
+  SimTime pfc_paused{0};       // time spent paused (closed intervals)
 };
 
 // Propagation: packets in flight on one direction of a link, in arrival
@@ -91,21 +106,36 @@ class Pipe final : public EventSource {
 // instant is the unserialized backlog, (busy_until - now) * rate. Drop-tail
 // and ECN marking act on that backlog when the packet is queued. A port
 // schedules an event only for an owner that asks to hear when it goes idle
-// (a host NIC pulling from its engine).
+// (a host NIC pulling from its engine). With PFC (QueueSpec::pfc) a port can
+// be paused, so it keeps a real FIFO and schedules an event at the end of
+// every packet to start the next.
 class Port final : public EventSource {
  public:
   Port(Network& net, Node* owner, uint32_t index, const LinkSpec& link, const QueueSpec* queue,
-       uint64_t seed);
+       uint64_t seed, bool pfc = false);
+  ~Port() override;
   // Queues p for transmission (or drops it).
   void enqueue(Packet* p, SimTime now);
-  [[nodiscard]] bool busy(SimTime now) const { return busy_until_ > now; }
+  // Busy: serializing, or (PFC) paused or holding queued packets.
+  [[nodiscard]] bool busy(SimTime now) const {
+    return busy_until_ > now || (pfc_ && (paused_ || !fifo_.empty()));
+  }
   // Bytes queued ahead of a packet arriving now (including the unsent part of
   // the packet on the wire).
   [[nodiscard]] uint64_t backlog_bytes(SimTime now) const {
-    return busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0;
+    return (busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0) + fifo_bytes_;
   }
   [[nodiscard]] const PortStats& stats() const { return stats_; }
-  void on_event(SimTime now) override;  // went idle (only when notify_idle)
+  // Time paused so far, the open interval included.
+  [[nodiscard]] SimTime paused_time(SimTime now) const {
+    return stats_.pfc_paused + (paused_ ? now - paused_since_ : SimTime{0});
+  }
+  [[nodiscard]] bool paused() const { return paused_; }
+  // PFC: the peer asks this port to stop (pause) or go on; takes effect at `at`.
+  void pfc_signal(bool pause, SimTime at);
+  void on_event(SimTime now) override;  // went idle (notify_idle) / finished a packet (PFC)
+  // Counts and frees a packet lost here (fault: link down / gray).
+  void drop(Packet* p, bool fault);
   bool notify_idle = false;
 
   // Faults. A rate change applies to packets queued after it.
@@ -122,7 +152,18 @@ class Port final : public EventSource {
 
  private:
   friend class Pipe;
-  void drop(Packet* p, bool fault);
+  void transmit(Packet* p, SimTime now);  // starts serializing p now
+  void start_next(SimTime now);           // PFC: next queued packet, if allowed
+  void apply_pause(bool pause, SimTime now);
+  void released(Packet* p, SimTime now);  // p left this switch's buffer (PFC accounting)
+
+  // Delivers PAUSE/RESUME after the link delay (one pending event: the head).
+  class PfcTimer final : public EventSource {
+   public:
+    void on_event(SimTime now) override;
+    Port* port = nullptr;
+    Ring<std::pair<SimTime, bool>> ring;
+  };
 
   Network& net_;
   SimTime busy_until_{0};
@@ -134,6 +175,13 @@ class Port final : public EventSource {
   double drop_fraction_ = 0;
   Rng rng_;
   PortStats stats_;
+  // PFC mode.
+  bool pfc_ = false;
+  bool paused_ = false;
+  SimTime paused_since_{0};
+  Ring<Packet*> fifo_;  // waiting, not yet serializing
+  uint64_t fifo_bytes_ = 0;
+  PfcTimer pfc_timer_;
 };
 
 class Switch final : public Node {
@@ -155,9 +203,21 @@ class Switch final : public Node {
   std::vector<uint16_t> group_ports;
   uint8_t tier = 0;
 
+  // PFC ingress accounting (enabled by QueueSpec::pfc).
+  void enable_pfc(const QueueSpec& q);
+  // p (which arrived on p->in_port) left this switch's buffer.
+  void pfc_release(const Packet& p, SimTime now);
+  [[nodiscard]] uint64_t ingress_bytes(uint32_t port) const { return ingress_.at(port); }
+
  private:
+  void pfc_send(uint32_t in_port, bool pause, SimTime now);
+
   Network& net_;
   uint64_t salt_;
+  bool pfc_ = false;
+  uint64_t pfc_limit_ = 0;
+  std::vector<uint64_t> ingress_, xoff_, xon_;
+  std::vector<uint8_t> xoff_sent_;
 };
 
 // The wiring of a network. Node ids: hosts [0, num_hosts), then switches.
@@ -181,6 +241,8 @@ struct NetworkStats {
   uint64_t fault_drops = 0;
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
+  uint64_t pfc_pauses = 0;
+  SimTime pfc_paused{0};  // summed over ports, open intervals up to now
 };
 
 class Network {

@@ -11,6 +11,7 @@
 #include "metaroce/config.hpp"
 #include "metaroce/sim/metaroce_host.hpp"
 #include "metaroce/sim/network.hpp"
+#include "metaroce/sim/rc_host.hpp"
 #include "metaroce/sim/scheduler.hpp"
 #include "metaroce/sim/workload.hpp"
 
@@ -19,6 +20,8 @@ namespace metaroce::sim {
 enum class TransportKind : uint8_t {
   kMetaRoce,   // the engine with its congestion control
   kSprayNoCc,  // the same engine, cfg.cc.enabled = false (oblivious spraying)
+  kRoceV2,     // baseline: RoCEv2 RC, one ECMP path, go-back-N, DCQCN, PFC fabric (rc_host.hpp)
+  kIrn,        // baseline: IRN, one ECMP path, selective repeat, BDP cap, DCQCN, no PFC
 };
 [[nodiscard]] const char* transport_name(TransportKind t);
 [[nodiscard]] bool parse_transport(const std::string& s, TransportKind& out);
@@ -49,6 +52,9 @@ struct SimConfig {
   uint32_t wire_overhead = kDefaultWireOverhead;
   uint64_t wr_bytes = 256 * 1024;
   bool progress = false;  // progress lines on stderr
+  // Baselines (kRoceV2, kIrn): the transport fills in go_back_n, the window
+  // (IRN: the BDP) and RTO_low; the rest is taken from here.
+  RcParams rc;
 };
 
 struct Report {
@@ -71,7 +77,8 @@ struct Report {
   TransportTotals transport_totals;
   uint64_t connect_failures = 0;
   uint64_t errors = 0;
-  double pfc_pause_us = 0;  // no PFC in these transports
+  double pfc_pause_us = 0;  // total time ports spent paused by PFC (rocev2 only)
+  uint64_t pfc_pauses = 0;  // PAUSE frames that took effect
   double sim_time_us = 0;
   uint64_t events = 0;
   uint64_t packet_pool_peak = 0;
@@ -103,7 +110,9 @@ class Simulation {
   [[nodiscard]] Scheduler& sched() { return sched_; }
   [[nodiscard]] Network& net() { return *net_; }
   [[nodiscard]] FlowTable& flows() { return *flows_; }
-  [[nodiscard]] MetaRoceHost& host(uint32_t i) { return *hosts_.at(i); }
+  // The MetaRoCE host (throws std::bad_cast for a baseline transport).
+  [[nodiscard]] MetaRoceHost& host(uint32_t i) { return dynamic_cast<MetaRoceHost&>(*hosts_.at(i)); }
+  [[nodiscard]] SimHost& any_host(uint32_t i) { return *hosts_.at(i); }
   [[nodiscard]] const SimConfig& config() const { return cfg_; }
 
  private:
@@ -116,7 +125,8 @@ class Simulation {
   std::unique_ptr<Network> net_;
   std::unique_ptr<FlowTable> flows_;
   std::unique_ptr<MetaRoceShared> shared_;
-  std::vector<std::unique_ptr<MetaRoceHost>> hosts_;
+  std::unique_ptr<RcShared> rc_shared_;
+  std::vector<std::unique_ptr<SimHost>> hosts_;
   std::unique_ptr<Starter> starter_;
   std::unique_ptr<Faults> faults_;
   double wall_s_ = 0;

@@ -1,0 +1,366 @@
+#include "metaroce/sim/rc_host.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "metaroce/sim/rng.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+// Header bytes on the wire (RoCEv2): BTH 12, RETH 16, AETH 4, ICRC 4.
+constexpr uint32_t kBth = 12, kReth = 16, kAeth = 4, kIcrc = 4;
+constexpr uint8_t kEct0 = 2;
+
+struct Fields {
+  uint8_t type;
+  uint32_t flow, psn, aux;
+};
+
+void put(Packet* p, const Fields& f) {
+  p->hdr[0] = f.type;
+  std::memcpy(p->hdr + 1, &f.flow, 4);
+  std::memcpy(p->hdr + 5, &f.psn, 4);
+  std::memcpy(p->hdr + 9, &f.aux, 4);
+  p->header_len = 13;
+}
+
+Fields get(const Packet* p) {
+  Fields f{};
+  f.type = p->hdr[0];
+  std::memcpy(&f.flow, p->hdr + 1, 4);
+  std::memcpy(&f.psn, p->hdr + 5, 4);
+  std::memcpy(&f.aux, p->hdr + 9, 4);
+  return f;
+}
+
+}  // namespace
+
+RcShared::RcShared(Network& n, FlowTable& f, const RcParams& p)
+    : net(n), flows(f), prm(p), rx(f.size()), qp(f.size(), UINT32_MAX) {}
+
+uint16_t RcHost::entropy_of(uint32_t flow) {
+  return static_cast<uint16_t>(49152 + fmix64(uint64_t{flow} + 0x51505f) % 16384);
+}
+
+RcHost::RcHost(RcShared& shared, uint32_t host, uint64_t line_rate_mbps)
+    : sh_(shared), line_mbps_(line_rate_mbps) {
+  id = host;
+  sh_.net.host_port(host).notify_idle = true;
+}
+
+RcHost::~RcHost() {
+  sh_.net.sched().cancel(*this);
+  while (!ctrl_.empty()) sh_.net.pool().release(ctrl_.pop());
+}
+
+void RcHost::start_flow(uint32_t flow, SimTime now) {
+  FlowState& f = sh_.flows.at(flow);
+  f.wrs_left = 1;
+  Qp q;
+  q.flow = flow;
+  q.dst = f.spec.dst;
+  q.bytes = f.spec.bytes;
+  const uint32_t mtu = sh_.prm.mtu;
+  q.npkts = static_cast<uint32_t>(std::max<uint64_t>(1, (q.bytes + mtu - 1) / mtu));
+  q.entropy = entropy_of(flow);
+  q.rc = q.rt = static_cast<double>(line_mbps_);
+  q.next_send = now;
+  if (!sh_.prm.go_back_n) q.sacked.assign(q.npkts, 0);
+  sh_.qp[flow] = static_cast<uint32_t>(qps_.size());
+  active_.push_back(static_cast<uint32_t>(qps_.size()));
+  qps_.push_back(std::move(q));
+  service(now);
+}
+
+uint32_t RcHost::next_psn(Qp& q) {
+  const RcParams& prm = sh_.prm;
+  if (!prm.go_back_n && q.recovery) {
+    uint32_t c = std::max(q.cursor, q.una);
+    const uint32_t end = std::min(q.high_sack, q.nxt);
+    while (c < end && q.sacked[c] != 0) ++c;
+    q.cursor = c;
+    if (c < end) return c;
+  }
+  if (q.nxt >= q.npkts) return UINT32_MAX;
+  if (prm.window_packets > 0 && q.nxt - q.una >= prm.window_packets) return UINT32_MAX;
+  return q.nxt;
+}
+
+void RcHost::send_ctrl(uint8_t type, uint32_t flow, uint32_t dst, uint32_t psn, uint32_t aux,
+                       SimTime now) {
+  Packet* p = sh_.net.pool().alloc();
+  p->src = id;
+  p->dst = dst;
+  p->entropy = entropy_of(flow) ^ 1;  // the reverse QP's port (one path too)
+  p->dport = 4791;
+  p->ecn = 0;
+  p->payload_len = 0;
+  p->trailer_len = 0;
+  put(p, Fields{type, flow, psn, aux});
+  uint32_t hdr = kBth + kIcrc;
+  if (type == kAck || type == kNak) hdr += kAeth;
+  if (type == kSack) hdr += kAeth + 4;
+  if (type == kCnp) hdr += 16;
+  p->wire_bytes = hdr + sh_.wire_overhead;
+  if (type == kCnp) ++tot_.cnps;
+  else ++tot_.acks_sent;
+  if (type == kNak || type == kSack) ++tot_.naks;
+  ctrl_.push(p);
+  (void)now;
+}
+
+void RcHost::pull(SimTime now) {
+  Port& port = *ports[0];
+  if (port.busy(now)) return;
+  if (!ctrl_.empty()) {
+    port.enqueue(ctrl_.pop(), now);
+    return;
+  }
+  const size_t n = active_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = (rr_ + i) % n;
+    Qp& q = qps_[active_[k]];
+    if (q.next_send > now) continue;
+    const uint32_t psn = next_psn(q);
+    if (psn == UINT32_MAX) continue;
+    rr_ = k + 1;
+    const uint32_t mtu = sh_.prm.mtu;
+    const uint64_t off = uint64_t{psn} * mtu;
+    const auto payload = static_cast<uint32_t>(q.bytes > off ? std::min<uint64_t>(mtu, q.bytes - off) : 0);
+    Packet* p = sh_.net.pool().alloc();
+    p->src = id;
+    p->dst = q.dst;
+    p->entropy = q.entropy;
+    p->dport = 4791;
+    p->ecn = kEct0;
+    p->payload_len = payload;
+    p->trailer_len = 0;
+    put(p, Fields{kData, q.flow, psn, 0});
+    p->wire_bytes = payload + kBth + kIcrc + (psn == 0 ? kReth : 0) + sh_.wire_overhead;
+    ++tot_.data_packets_sent;
+    if (psn < q.max_sent) {
+      ++tot_.retransmissions;
+    } else {
+      q.max_sent = psn + 1;
+    }
+    if (psn == q.nxt) ++q.nxt;
+    else if (!sh_.prm.go_back_n) q.cursor = psn + 1;
+    if (q.rto_at == SimTime::never()) arm_rto(q, now);
+    if (sh_.prm.dcqcn) {
+      q.next_send = now + serialization_time(p->wire_bytes, std::max<uint64_t>(1, static_cast<uint64_t>(q.rc)));
+      q.bytes_since += payload;
+      if (q.bytes_since >= sh_.prm.byte_counter) {
+        q.bytes_since = 0;
+        ++q.bc_count;
+        rate_increase(q);
+      }
+    }
+    port.enqueue(p, now);
+    return;
+  }
+}
+
+void RcHost::arm_rto(Qp& q, SimTime now) {
+  const RcParams& prm = sh_.prm;
+  if (q.una >= q.nxt && !(q.recovery && q.una < q.high_sack)) {
+    q.rto_at = SimTime::never();
+    return;
+  }
+  const bool low = prm.rto_low_packets > 0 && q.nxt - q.una < prm.rto_low_packets;
+  q.rto_at = now + (low ? prm.rto_low : prm.rto_high);
+}
+
+void RcHost::rate_increase(Qp& q) {
+  const RcParams& prm = sh_.prm;
+  const uint32_t f = prm.fast_recovery_steps;
+  const uint32_t hi = std::max(q.t_count, q.bc_count), lo = std::min(q.t_count, q.bc_count);
+  if (lo > f) {
+    q.rt += static_cast<double>((lo - f) * prm.rhai_mbps);
+  } else if (hi > f) {
+    q.rt += static_cast<double>(prm.rai_mbps);
+  }
+  const auto line = static_cast<double>(line_mbps_);
+  q.rt = std::min(q.rt, line);
+  q.rc = std::min((q.rt + q.rc) / 2, line);
+}
+
+void RcHost::on_cnp(Qp& q, SimTime now) {
+  const RcParams& prm = sh_.prm;
+  if (!prm.dcqcn || q.done) return;
+  q.rt = q.rc;
+  q.rc = std::max(q.rc * (1.0 - q.alpha / 2.0), static_cast<double>(prm.min_rate_mbps));
+  q.alpha = (1.0 - prm.g) * q.alpha + prm.g;
+  q.t_count = q.bc_count = 0;
+  q.bytes_since = 0;
+  q.alpha_at = now + prm.alpha_timer;
+  q.inc_at = now + prm.increase_timer;
+}
+
+void RcHost::timers(Qp& q, SimTime now) {
+  const RcParams& prm = sh_.prm;
+  if (q.rto_at <= now) {
+    ++tot_.timeouts;
+    if (prm.go_back_n) {
+      q.nxt = q.una;
+    } else {
+      q.recovery = true;
+      q.recover = q.nxt;
+      q.cursor = q.una;
+      q.high_sack = q.nxt;  // everything unSACKed is lost
+    }
+    q.rto_at = SimTime::never();
+    arm_rto(q, now);
+  }
+  while (q.alpha_at <= now) {
+    q.alpha *= 1.0 - prm.g;
+    q.alpha_at += prm.alpha_timer;
+    if (q.alpha < 1e-4) q.alpha_at = SimTime::never();
+  }
+  while (q.inc_at <= now) {
+    ++q.t_count;
+    rate_increase(q);
+    q.inc_at += prm.increase_timer;
+    if (q.rc >= static_cast<double>(line_mbps_)) q.inc_at = SimTime::never();
+  }
+}
+
+void RcHost::on_data(Packet* p, SimTime now) {
+  const Fields f = get(p);
+  const uint32_t src = p->src;
+  const bool ce = p->ecn == kEcnCe;
+  sh_.net.pool().release(p);
+  RcRx& r = sh_.rx.at(f.flow);
+  if (ce) {
+    ++tot_.ce_received;
+    if (sh_.prm.dcqcn && (r.last_cnp == SimTime::never() || now >= r.last_cnp + sh_.prm.cnp_interval)) {
+      r.last_cnp = now;
+      send_ctrl(kCnp, f.flow, src, 0, 0, now);
+    }
+  }
+  if (sh_.prm.go_back_n) {
+    if (f.psn == r.expected) {
+      ++r.expected;
+      r.nak_sent = false;
+      send_ctrl(kAck, f.flow, src, r.expected, 0, now);
+    } else if (f.psn > r.expected) {
+      ++tot_.ooo_dropped;
+      if (!r.nak_sent) {
+        r.nak_sent = true;
+        send_ctrl(kNak, f.flow, src, r.expected, 0, now);
+      }
+    } else {
+      ++tot_.duplicates_received;
+      send_ctrl(kAck, f.flow, src, r.expected, 0, now);
+    }
+    return;
+  }
+  // IRN
+  if (f.psn >= r.got.size()) r.got.resize(std::max<size_t>(size_t{f.psn} + 1, r.got.size() * 2), 0);
+  if (f.psn < r.expected || r.got[f.psn] != 0) {
+    ++tot_.duplicates_received;
+    send_ctrl(kAck, f.flow, src, r.expected, 0, now);
+    return;
+  }
+  r.got[f.psn] = 1;
+  if (f.psn == r.expected) {
+    while (r.expected < r.got.size() && r.got[r.expected] != 0) ++r.expected;
+    send_ctrl(kAck, f.flow, src, r.expected, 0, now);
+  } else {
+    send_ctrl(kSack, f.flow, src, r.expected, f.psn, now);
+  }
+}
+
+void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, SimTime now) {
+  const uint32_t qi = sh_.qp.at(flow);
+  if (qi >= qps_.size()) return;
+  Qp& q = qps_[qi];
+  if (q.done) return;
+  const RcParams& prm = sh_.prm;
+  bool progress = false;
+  if (cum > q.una) {
+    q.una = std::min(cum, q.npkts);
+    progress = true;
+  }
+  if (prm.go_back_n) {
+    if (type == kNak && cum < q.nxt) q.nxt = std::max(cum, q.una);  // go back N
+    if (q.nxt < q.una) q.nxt = q.una;
+  } else {
+    if (q.nxt < q.una) q.nxt = q.una;
+    if (type == kSack && sack < q.npkts) {
+      q.sacked[sack] = 1;
+      q.high_sack = std::max(q.high_sack, sack + 1);
+      if (!q.recovery) {
+        q.recovery = true;
+        q.recover = q.nxt;
+        q.cursor = q.una;
+      }
+    }
+    if (q.recovery && q.una >= q.recover) q.recovery = false;
+  }
+  if (q.una >= q.npkts) {
+    q.done = true;
+    q.rto_at = q.alpha_at = q.inc_at = SimTime::never();
+    active_.erase(std::find(active_.begin(), active_.end(), qi));
+    sh_.flows.wr_done(flow, true, now);
+    return;
+  }
+  if (progress || type == kNak) arm_rto(q, now);
+}
+
+void RcHost::receive(Packet* p, uint32_t in_port, SimTime now) {
+  (void)in_port;
+  const Fields f = get(p);
+  switch (f.type) {
+    case kData: on_data(p, now); break;
+    case kCnp: {
+      sh_.net.pool().release(p);
+      const uint32_t qi = sh_.qp.at(f.flow);
+      if (qi < qps_.size()) on_cnp(qps_[qi], now);
+      break;
+    }
+    default:
+      sh_.net.pool().release(p);
+      on_ack(f.type, f.flow, f.psn, f.aux, now);
+      break;
+  }
+  service(now);
+}
+
+void RcHost::port_idle(uint32_t port, SimTime now) {
+  (void)port;
+  service(now);
+}
+
+void RcHost::on_event(SimTime now) {
+  for (uint32_t qi : active_) timers(qps_[qi], now);
+  service(now);
+}
+
+void RcHost::service(SimTime now) {
+  pull(now);
+  SimTime t = SimTime::never();
+  const bool idle = !ports[0]->busy(now);
+  for (uint32_t qi : active_) {
+    Qp& q = qps_[qi];
+    t = std::min({t, q.rto_at, q.alpha_at, q.inc_at});
+    if (idle && q.next_send > now && next_psn(q) != UINT32_MAX) t = std::min(t, q.next_send);
+  }
+  if (t == SimTime::never()) {
+    sh_.net.sched().cancel(*this);
+  } else {
+    sh_.net.sched().schedule(*this, std::max(t, now));
+  }
+}
+
+void RcHost::add_totals(TransportTotals& t) const {
+  t.data_packets_sent += tot_.data_packets_sent;
+  t.retransmissions += tot_.retransmissions;
+  t.timeouts += tot_.timeouts;
+  t.losses_declared += tot_.naks;
+  t.ce_received += tot_.ce_received;
+  t.duplicates_received += tot_.duplicates_received;
+  t.acks_sent += tot_.acks_sent;
+}
+
+}  // namespace metaroce::sim

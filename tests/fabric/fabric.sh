@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# A lossy multipath Ethernet fabric in network namespaces, for MetaRoCE tests
+# and benchmarks. Source it for the functions, or run it as a CLI:
+#
+#   fabric.sh up N RATE_MBIT [QUEUE_KB]   build the fabric (N parallel links)
+#   fabric.sh down                        remove it (also leftovers of a crashed run)
+#   fabric.sh run NS CMD...               run CMD in namespace NS (a, ra, rb, b or a full name)
+#   fabric.sh loss PPM [LINK...]          random loss, parts per million, on links (default all)
+#   fabric.sh ecn PPS BURST [LINK...]     CE-mark ECN-capable packets above PPS packets/s
+#   fabric.sh blackhole LINK | unblackhole LINK
+#   fabric.sh linkdown LINK | linkup LINK
+#   fabric.sh clear                       remove every fault
+#   fabric.sh route SPORT DPORT [PROTO]   which link A->B traffic with these ports takes
+#   fabric.sh status                      qdisc / nft counters
+#
+# Topology (addresses private to the namespaces; the root namespace is never touched):
+#
+#   mr-a  a0 10.77.0.1/24 (+ .11-.14 for MPTCP subflows)
+#     |
+#   mr-ra r0 10.77.0.2/24     l1..lN 10.77.(10+i).1/24   --- N parallel links ---
+#                                                            tbf RATE per egress,
+#                                                            nft faults in forward
+#   mr-rb l1..lN 10.77.(10+i).2/24     r0 10.77.1.2/24
+#     |
+#   mr-b  b0 10.77.1.1/24
+#
+# The routers hold multipath routes (nexthop via each link) with
+# fib_multipath_hash_policy=3 / fib_multipath_hash_fields=0x37 (addresses,
+# protocol, ports), so `ip route get ... sport X dport Y` predicts the link.
+# MTU 9000 everywhere (MetaRoCE packets carry 4 KiB payloads). GSO is split at
+# the hosts (gso_max_segs 1) so that faults apply per wire packet.
+#
+# Environment: MR_FAB_PREFIX (default "mr-") names the namespaces.
+
+FAB_PREFIX=${MR_FAB_PREFIX:-mr-}
+FAB_NS_A=${FAB_PREFIX}a
+FAB_NS_RA=${FAB_PREFIX}ra
+FAB_NS_RB=${FAB_PREFIX}rb
+FAB_NS_B=${FAB_PREFIX}b
+FAB_ADDR_A=10.77.0.1
+FAB_ADDR_B=10.77.1.1
+FAB_MTU=9000
+FAB_NFT_TABLE=mrfab
+
+fab_log() { echo "fabric: $*" >&2; }
+
+# fab_ns NAME: a, ra, rb, b -> namespace name; anything else is returned as is.
+fab_ns() {
+  case "$1" in
+    a) echo "$FAB_NS_A" ;; ra) echo "$FAB_NS_RA" ;; rb) echo "$FAB_NS_RB" ;; b) echo "$FAB_NS_B" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# fab_exec NS CMD...: runs CMD inside a fabric namespace.
+fab_exec() {
+  local ns
+  ns=$(fab_ns "$1")
+  shift
+  ip netns exec "$ns" "$@"
+}
+
+# fab_available: 0 when we are root and can create network namespaces.
+fab_available() {
+  [[ $EUID -eq 0 ]] || { echo "not root"; return 1; }
+  command -v ip >/dev/null || { echo "iproute2 (ip) not installed"; return 1; }
+  command -v tc >/dev/null || { echo "tc not installed"; return 1; }
+  command -v nft >/dev/null || { echo "nftables (nft) not installed"; return 1; }
+  local probe="${FAB_PREFIX}probe-$$"
+  ip netns add "$probe" 2>/dev/null || { echo "ip netns unavailable"; return 1; }
+  if ! ip netns exec "$probe" ip link set lo up 2>/dev/null; then
+    ip netns del "$probe" 2>/dev/null
+    echo "ip netns exec unavailable"
+    return 1
+  fi
+  if ! ip netns exec "$probe" nft add table inet probe 2>/dev/null; then
+    ip netns del "$probe" 2>/dev/null
+    echo "nftables unavailable in namespaces"
+    return 1
+  fi
+  ip netns del "$probe"
+  return 0
+}
+
+# fab_links: number of parallel links of the running fabric.
+fab_links() {
+  fab_exec ra ip -o link show 2>/dev/null | grep -c ': l[0-9]*@' || true
+}
+
+fab_down() {
+  local ns
+  # Kill processes left in our namespaces (only those; by pid).
+  for ns in "$FAB_NS_A" "$FAB_NS_RA" "$FAB_NS_RB" "$FAB_NS_B" $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${FAB_PREFIX}probe-"); do
+    if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$ns"; then
+      local pids
+      pids=$(ip netns pids "$ns" 2>/dev/null || true)
+      [[ -n "$pids" ]] && kill $pids 2>/dev/null || true
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
+  return 0
+}
+
+# fab_up N RATE_MBIT [QUEUE_KB]
+fab_up() {
+  local n=${1:?links} rate=${2:?rate mbit} qkb=${3:-400}
+  ((n >= 1 && n <= 16)) || { fab_log "links must be 1..16"; return 1; }
+  fab_down
+  local ns
+  for ns in "$FAB_NS_A" "$FAB_NS_RA" "$FAB_NS_RB" "$FAB_NS_B"; do
+    ip netns add "$ns" || return 1
+    fab_exec "$ns" ip link set lo up
+  done
+  # Host links (veth created directly in the namespaces: no names in the root namespace).
+  ip link add a0 netns "$FAB_NS_A" mtu $FAB_MTU type veth peer r0 netns "$FAB_NS_RA" mtu $FAB_MTU || return 1
+  ip link add b0 netns "$FAB_NS_B" mtu $FAB_MTU type veth peer r0 netns "$FAB_NS_RB" mtu $FAB_MTU || return 1
+  fab_exec a ip addr add $FAB_ADDR_A/24 dev a0
+  local k
+  for k in 11 12 13 14; do fab_exec a ip addr add 10.77.0.$k/24 dev a0; done
+  fab_exec ra ip addr add 10.77.0.2/24 dev r0
+  fab_exec b ip addr add $FAB_ADDR_B/24 dev b0
+  fab_exec rb ip addr add 10.77.1.2/24 dev r0
+  # Split GSO/TSO at the hosts: faults and shaping then see wire packets.
+  fab_exec a ip link set a0 gso_max_segs 1 2>/dev/null || fab_log "warning: cannot set gso_max_segs on a0"
+  fab_exec b ip link set b0 gso_max_segs 1 2>/dev/null || fab_log "warning: cannot set gso_max_segs on b0"
+  fab_exec a ip link set a0 up
+  fab_exec b ip link set b0 up
+  fab_exec ra ip link set r0 up
+  fab_exec rb ip link set r0 up
+  fab_exec a ip route add default via 10.77.0.2
+  fab_exec b ip route add default via 10.77.1.2
+
+  local i nh_a="" nh_b=""
+  for ((i = 1; i <= n; i++)); do
+    ip link add l$i netns "$FAB_NS_RA" mtu $FAB_MTU type veth peer l$i netns "$FAB_NS_RB" mtu $FAB_MTU || return 1
+    fab_exec ra ip addr add 10.77.$((10 + i)).1/24 dev l$i
+    fab_exec rb ip addr add 10.77.$((10 + i)).2/24 dev l$i
+    fab_exec ra ip link set l$i up
+    fab_exec rb ip link set l$i up
+    nh_a+=" nexthop via 10.77.$((10 + i)).2 dev l$i weight 1"
+    nh_b+=" nexthop via 10.77.$((10 + i)).1 dev l$i weight 1"
+  done
+  for ns in ra rb; do
+    fab_exec $ns sysctl -qw net.ipv4.ip_forward=1
+    fab_exec $ns sysctl -qw net.ipv4.fib_multipath_hash_policy=3
+    fab_exec $ns sysctl -qw net.ipv4.fib_multipath_hash_fields=0x37
+    fab_exec $ns sysctl -qw net.ipv4.conf.all.rp_filter=0
+    fab_exec $ns sysctl -qw net.ipv4.conf.default.rp_filter=0
+    fab_exec $ns sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1
+    for dev in r0 $(seq -f 'l%g' 1 "$n"); do
+      fab_exec $ns sysctl -qw net.ipv4.conf.$dev.rp_filter=0
+      fab_exec $ns sysctl -qw net.ipv4.conf.$dev.ignore_routes_with_linkdown=1
+    done
+  done
+  # shellcheck disable=SC2086
+  fab_exec ra ip route add 10.77.1.0/24 $nh_a || return 1
+  # shellcheck disable=SC2086
+  fab_exec rb ip route add 10.77.0.0/24 $nh_b || return 1
+  # MPTCP best case: subflow source addresses 10.77.0.11.. pinned to link 1..
+  # in both directions (falls back to the multipath route when the link is down).
+  for ((i = 1; i <= n && i <= 4; i++)); do
+    fab_exec ra ip route add 10.77.1.0/24 via 10.77.$((10 + i)).2 dev l$i table $((100 + i))
+    fab_exec ra ip rule add from 10.77.0.$((10 + i)) iif r0 lookup $((100 + i)) pref $((1000 + i))
+    fab_exec rb ip route add 10.77.0.$((10 + i))/32 via 10.77.$((10 + i)).1 dev l$i table $((100 + i))
+    fab_exec rb ip rule add to 10.77.0.$((10 + i)) iif r0 lookup $((100 + i)) pref $((1000 + i))
+  done
+  # Rate and queue limits on each router egress of each link.
+  local burst=$((rate * 1000 / 8 / 250))  # 4 ms of tokens, at least 64 KiB
+  ((burst < 65536)) && burst=65536
+  for ((i = 1; i <= n; i++)); do
+    for ns in ra rb; do
+      fab_exec $ns tc qdisc replace dev l$i root tbf rate ${rate}mbit burst $burst limit $((qkb * 1024)) || return 1
+    done
+  done
+  # Fault chains (empty for now).
+  for ns in ra rb; do
+    fab_exec $ns nft -f - <<EOF || return 1
+table inet $FAB_NFT_TABLE {
+  chain blackhole { }
+  chain loss { }
+  chain cemark { }
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    jump blackhole
+    jump loss
+    jump cemark
+  }
+}
+EOF
+  done
+  # Warm up neighbours so the first packets are not lost to ARP, and check
+  # that A reaches B (a TCP connect to a closed port: refused = reachable).
+  for ((i = 1; i <= n; i++)); do fab_probe ra 10.77.$((10 + i)).2 >/dev/null || true; done
+  if ! fab_probe a $FAB_ADDR_B; then
+    fab_log "A cannot reach B"
+    return 1
+  fi
+  FAB_N=$n
+  FAB_RATE=$rate
+  return 0
+}
+
+# fab_probe NS ADDR: 0 when ADDR answers a TCP connect (refused counts) within 2 s.
+fab_probe() {
+  local out
+  out=$(fab_exec "$1" timeout 2 bash -c "exec 3<>/dev/tcp/$2/9" 2>&1) && return 0
+  [[ $out == *refused* ]]
+}
+
+# fab_link_list [LINK...]: the given links, or all of them.
+fab_link_list() {
+  if (($# > 0)); then echo "$@"; else seq 1 "$(fab_links)"; fi
+}
+
+# fab_loss PPM [LINK...]: random loss on the links (both directions); PPM 0 removes it.
+fab_loss() {
+  local ppm=${1:?ppm}
+  shift
+  local ns i
+  for ns in ra rb; do
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss
+    ((ppm > 0)) || continue
+    for i in $(fab_link_list "$@"); do
+      fab_exec $ns nft add rule inet $FAB_NFT_TABLE loss oifname "l$i" numgen random mod 1000000 "<" "$ppm" counter drop
+    done
+  done
+}
+
+# fab_ecn PPS BURST [LINK...]: CE-mark ECN-capable packets above PPS packets/s per link.
+fab_ecn() {
+  local pps=${1:?pps} burst=${2:?burst}
+  shift 2
+  local ns i
+  for ns in ra rb; do
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE cemark
+    ((pps > 0)) || continue
+    for i in $(fab_link_list "$@"); do
+      fab_exec $ns nft add rule inet $FAB_NFT_TABLE cemark oifname "l$i" ip ecn "{ ect0, ect1 }" \
+        limit rate over "$pps/second" burst "$burst" packets counter ip ecn set ce
+    done
+  done
+}
+
+# fab_blackhole LINK: drop everything on the link (both directions), routes stay.
+fab_blackhole() {
+  local i=${1:?link} ns
+  for ns in ra rb; do
+    fab_exec $ns nft add rule inet $FAB_NFT_TABLE blackhole oifname "l$i" counter drop comment "\"bh$i\""
+  done
+}
+
+fab_unblackhole() {
+  local i=${1:?link} ns h
+  for ns in ra rb; do
+    for h in $(fab_exec $ns nft -a list chain inet $FAB_NFT_TABLE blackhole | awk -v c="\"bh$i\"" '$0 ~ c {print $NF}'); do
+      fab_exec $ns nft delete rule inet $FAB_NFT_TABLE blackhole handle "$h"
+    done
+  done
+}
+
+# fab_link_down LINK / fab_link_up LINK: administrative down of the link in RA
+# (RB sees carrier loss); routes through it are ignored until it is up.
+fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
+fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
+
+# fab_clear: remove every fault.
+fab_clear() {
+  local ns i
+  for ns in ra rb; do
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE blackhole
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE cemark
+  done
+  for i in $(seq 1 "$(fab_links)"); do fab_exec ra ip link set l$i up; done
+}
+
+# fab_route SPORT DPORT [PROTO]: the link A->B traffic takes (from RA's routing).
+fab_route() {
+  local sport=${1:?sport} dport=${2:?dport} proto=${3:-udp}
+  fab_exec ra ip route get $FAB_ADDR_B from $FAB_ADDR_A iif r0 ipproto "$proto" sport "$sport" dport "$dport" |
+    grep -o 'dev l[0-9]*' | head -1 | cut -c5-
+}
+
+# fab_link_tx LINK: bytes sent by RA on the link (A->B direction).
+fab_link_tx() { fab_exec ra cat "/sys/class/net/l${1:?link}/statistics/tx_bytes"; }
+
+fab_status() {
+  local ns
+  for ns in ra rb; do
+    echo "== $(fab_ns $ns)"
+    fab_exec $ns tc -s qdisc show | grep -A2 tbf
+    fab_exec $ns nft list table inet $FAB_NFT_TABLE
+  done
+}
+
+fab_main() {
+  local cmd=${1:-help}
+  shift || true
+  case "$cmd" in
+    up) fab_up "$@" ;;
+    down) fab_down ;;
+    run) fab_exec "$@" ;;
+    loss) fab_loss "$@" ;;
+    ecn) fab_ecn "$@" ;;
+    blackhole) fab_blackhole "$@" ;;
+    unblackhole) fab_unblackhole "$@" ;;
+    linkdown) fab_link_down "$@" ;;
+    linkup) fab_link_up "$@" ;;
+    clear) fab_clear ;;
+    route) fab_route "$@" ;;
+    status) fab_status ;;
+    check) fab_available ;;
+    *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ $cmd == help ]] ;;
+  esac
+}
+
+# Run as a command (not sourced): the CLI.
+if ! (return 0 2>/dev/null); then
+  fab_main "$@"
+fi
