@@ -84,7 +84,8 @@ int client(const std::string& addr, const std::string& text) {
   const auto len = static_cast<uint32_t>(std::min<size_t>(msg.size(), where.len));
   if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, len)))
     return fail(err);
-  if (!ep->wait_completion(c, 5s)) return fail({metaroce::Status::kPeerUnreachable, "no completion", "", conn.v});
+  if (!ep->wait_completion(c, 5s))
+    return fail({metaroce::Status::kPeerUnreachable, "no completion", "", conn.v});
   if (c.status != metaroce::Status::kOk) return fail(ep->completion_error(c));
   std::printf("wrote %u bytes to %s\n", len, ep->peer_address(conn).c_str());
   ep->close(true);
@@ -96,7 +97,8 @@ int client(const std::string& addr, const std::string& text) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "demo";
   if (mode == "server") return server(argc > 2 ? argv[2] : "0.0.0.0:4792");
-  if (mode == "client" && argc > 2) return client(argv[2], argc > 3 ? argv[3] : "hello, remote memory");
+  if (mode == "client" && argc > 2)
+    return client(argv[2], argc > 3 ? argv[3] : "hello, remote memory");
   if (mode == "demo") {
     const std::string addr = "127.0.0.1:" + std::string(argc > 2 ? argv[2] : "24792");
     int rc = 0;

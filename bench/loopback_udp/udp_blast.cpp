@@ -1,7 +1,7 @@
 // Raw UDP baselines on loopback for bench/loopback (no MetaRoCE involved).
 //
-//   loopback-udp-blast blast    [--seconds S] [--seg 4096] [--gso-segs 15] [--batch 32] [--no-gso] [--no-gro]
-//   loopback-udp-blast pingpong [--seconds S] [--size 8]
+//   loopback-udp-blast blast    [--seconds S] [--seg 4096] [--gso-segs 15] [--batch 32] [--no-gso]
+//   [--no-gro] loopback-udp-blast pingpong [--seconds S] [--size 8]
 //
 // blast: a sender thread sends S seconds of seg-byte datagrams with sendmmsg
 // (batch messages per call, each a UDP_SEGMENT super-datagram of gso-segs
@@ -121,7 +121,8 @@ int blast(const Args& a) {
         const uint32_t len = msgs[i].msg_len;
         bytes += len;
         uint32_t seg = len;
-        for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != nullptr; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c))
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != nullptr;
+             c = CMSG_NXTHDR(&msgs[i].msg_hdr, c))
           if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
             int g;
             std::memcpy(&g, CMSG_DATA(c), sizeof(g));
@@ -147,7 +148,8 @@ int blast(const Args& a) {
   }
   uint64_t tx_bytes = 0, calls = 0, eagain = 0;
   const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
   while (Clock::now() < end) {
     const int n = sendmmsg(sfd, msgs.data(), a.batch, 0);
     ++calls;
@@ -166,13 +168,16 @@ int blast(const Args& a) {
   const double rx_secs = std::chrono::duration<double>(last_rx - first_rx).count();
   const double secs = std::max(rx_secs, tx_secs * 0.5);
   std::printf(
-      "{\"mode\":\"blast\",\"seg\":%u,\"gso\":%s,\"gso_segs\":%u,\"gro\":%s,\"batch\":%u,\"seconds\":%.3f,"
+      "{\"mode\":\"blast\",\"seg\":%u,\"gso\":%s,\"gso_segs\":%u,\"gro\":%s,\"batch\":%u,"
+      "\"seconds\":%.3f,"
       "\"tx_gbps\":%.4f,\"rx_gbps\":%.4f,\"rx_bytes\":%llu,\"rx_datagrams\":%llu,\"tx_calls\":%llu,"
       "\"tx_eagain\":%llu,\"delivered\":%.4f}\n",
       a.seg, gso ? "true" : "false", nmsg, gro ? "true" : "false", a.batch, secs,
-      static_cast<double>(tx_bytes) * 8 / tx_secs / 1e9, static_cast<double>(rx_bytes.load()) * 8 / secs / 1e9,
-      static_cast<unsigned long long>(rx_bytes.load()), static_cast<unsigned long long>(rx_dgrams.load()),
-      static_cast<unsigned long long>(calls), static_cast<unsigned long long>(eagain),
+      static_cast<double>(tx_bytes) * 8 / tx_secs / 1e9,
+      static_cast<double>(rx_bytes.load()) * 8 / secs / 1e9,
+      static_cast<unsigned long long>(rx_bytes.load()),
+      static_cast<unsigned long long>(rx_dgrams.load()), static_cast<unsigned long long>(calls),
+      static_cast<unsigned long long>(eagain),
       tx_bytes ? static_cast<double>(rx_bytes.load()) / static_cast<double>(tx_bytes) : 0.0);
   close(rfd);
   close(sfd);
@@ -194,7 +199,8 @@ int pingpong(const Args& a) {
       sockaddr_in from{};
       socklen_t fl = sizeof(from);
       const ssize_t n = recvfrom(efd, b, sizeof(b), 0, reinterpret_cast<sockaddr*>(&from), &fl);
-      if (n > 0) (void)sendto(efd, b, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), fl);
+      if (n > 0)
+        (void)sendto(efd, b, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), fl);
     }
   });
   std::vector<char> msg(std::max<uint32_t>(a.size, 1), 'p');
@@ -203,7 +209,8 @@ int pingpong(const Args& a) {
   rtt.reserve(1 << 22);
   uint64_t lost = 0;
   const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
   while (Clock::now() < end && rtt.size() < rtt.capacity()) {
     const auto s = Clock::now();
     if (send(cfd, msg.data(), msg.size(), 0) < 0) die("send");
@@ -211,20 +218,23 @@ int pingpong(const Args& a) {
       ++lost;
       continue;
     }
-    rtt.push_back(static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s).count()));
+    rtt.push_back(static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s).count()));
   }
   stop = true;
   echo.join();
   auto pct = [&](double q) {
     if (rtt.empty()) return 0.0;
-    const size_t k = std::min(rtt.size() - 1, static_cast<size_t>(q * static_cast<double>(rtt.size())));
+    const size_t k =
+        std::min(rtt.size() - 1, static_cast<size_t>(q * static_cast<double>(rtt.size())));
     std::nth_element(rtt.begin(), rtt.begin() + static_cast<long>(k), rtt.end());
     return rtt[k] / 1000.0;
   };
   const double p50 = pct(0.5), p99 = pct(0.99), p999 = pct(0.999);
-  std::printf("{\"mode\":\"pingpong\",\"size\":%u,\"samples\":%zu,\"lost\":%llu,\"rtt_us\":{\"p50\":%.2f,"
-              "\"p99\":%.2f,\"p999\":%.2f}}\n",
-              a.size, rtt.size(), static_cast<unsigned long long>(lost), p50, p99, p999);
+  std::printf(
+      "{\"mode\":\"pingpong\",\"size\":%u,\"samples\":%zu,\"lost\":%llu,\"rtt_us\":{\"p50\":%.2f,"
+      "\"p99\":%.2f,\"p999\":%.2f}}\n",
+      a.size, rtt.size(), static_cast<unsigned long long>(lost), p50, p99, p999);
   close(efd);
   close(cfd);
   return 0;
@@ -235,8 +245,10 @@ int pingpong(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s blast|pingpong [--seconds S] [--seg N] [--gso-segs N] [--batch N] "
-                         "[--size N] [--no-gso] [--no-gro]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s blast|pingpong [--seconds S] [--seg N] [--gso-segs N] [--batch N] "
+                 "[--size N] [--no-gso] [--no-gro]\n",
+                 argv[0]);
     return 2;
   }
   a.mode = argv[1];
@@ -249,13 +261,20 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--seconds") a.seconds = std::atof(val());
-    else if (k == "--seg") a.seg = static_cast<uint32_t>(std::atoi(val()));
-    else if (k == "--gso-segs") a.gso_segs = static_cast<uint32_t>(std::atoi(val()));
-    else if (k == "--batch") a.batch = static_cast<uint32_t>(std::atoi(val()));
-    else if (k == "--size") a.size = static_cast<uint32_t>(std::atoi(val()));
-    else if (k == "--no-gso") a.gso = false;
-    else if (k == "--no-gro") a.gro = false;
+    if (k == "--seconds")
+      a.seconds = std::atof(val());
+    else if (k == "--seg")
+      a.seg = static_cast<uint32_t>(std::atoi(val()));
+    else if (k == "--gso-segs")
+      a.gso_segs = static_cast<uint32_t>(std::atoi(val()));
+    else if (k == "--batch")
+      a.batch = static_cast<uint32_t>(std::atoi(val()));
+    else if (k == "--size")
+      a.size = static_cast<uint32_t>(std::atoi(val()));
+    else if (k == "--no-gso")
+      a.gso = false;
+    else if (k == "--no-gro")
+      a.gro = false;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

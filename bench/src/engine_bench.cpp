@@ -196,7 +196,8 @@ int run_engine(const EngineOptions& o) {
   const double measured = measured_bytes_per_connection(o.connections);
 
   Report r("engine");
-  r.num("ns_per_packet", excl, "engine cost per 4 KiB packet, send+receive, excluding payload copies");
+  r.num("ns_per_packet", excl,
+        "engine cost per 4 KiB packet, send+receive, excluding payload copies");
   r.num("ns_per_packet_with_copy", with_copy, "same, with the send copy and the receive placement");
   r.num("ns_per_packet_gather", gather, "send side in gather mode (payload by reference)");
   r.num("ns_per_packet_full_crc", full_crc, "with copies and the ICRC over the payload (PC set)");

@@ -62,7 +62,8 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
   const uint64_t total = o.size_mib;
   const uint64_t slots = std::min<uint64_t>(total, 64);
   std::vector<uint8_t> src(slots * msg), dst(slots * msg, 0);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 131 + (i >> 12)) ^ o.seed);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<uint8_t>((i * 131 + (i >> 12)) ^ o.seed);
   MemoryRegion ms, md;
   (void)h.ep(0).register_memory(src.data(), src.size(), 0, ms);
   (void)h.ep(1).register_memory(dst.data(), dst.size(), kAccessRemoteWrite, md);
@@ -148,10 +149,14 @@ int run_harness(const HarnessOptions& o) {
   r.num("lossless_goodput_gbps", base_gbps, "same transfer, no loss, no failure");
   r.num("goodput_ratio", base_gbps > 0 ? gbps / base_gbps : 0, "goodput / lossless goodput");
   r.num("spurious_retx_fraction",
-        run.packets_sent ? static_cast<double>(run.duplicates) / static_cast<double>(run.packets_sent) : 0,
+        run.packets_sent
+            ? static_cast<double>(run.duplicates) / static_cast<double>(run.packets_sent)
+            : 0,
         "retransmissions whose original also arrived / data packets sent");
   r.num("retx_fraction",
-        run.packets_sent ? static_cast<double>(run.retransmissions) / static_cast<double>(run.packets_sent) : 0,
+        run.packets_sent
+            ? static_cast<double>(run.retransmissions) / static_cast<double>(run.packets_sent)
+            : 0,
         "retransmissions / data packets sent");
   r.num("data_errors", static_cast<double>(run.data_errors), "bytes that differ at the receiver");
   r.num("completed", static_cast<double>(run.completed), "1 MiB writes completed OK");

@@ -10,16 +10,20 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   metaroce::bench::EngineOptions eo;
   auto* engine = app.add_subcommand("engine", "engine cost per packet and bytes per connection");
-  engine->add_option("--packets", eo.packets, "data packets per measurement")->check(CLI::Range(1000ull, 1ull << 32));
+  engine->add_option("--packets", eo.packets, "data packets per measurement")
+      ->check(CLI::Range(1000ull, 1ull << 32));
   engine->add_option("--connections", eo.connections, "idle connections for the memory figure")
       ->check(CLI::Range(1u, 1'000'000u));
   engine->add_flag("--json", eo.json, "print one JSON object");
 
   metaroce::bench::HarnessOptions ho;
-  auto* harness = app.add_subcommand("harness", "goodput under loss and path failure in the seeded harness");
+  auto* harness =
+      app.add_subcommand("harness", "goodput under loss and path failure in the seeded harness");
   harness->add_option("--paths", ho.paths, "network paths")->check(CLI::Range(1u, 32u));
-  harness->add_option("--loss", ho.loss, "random loss on every path (0..1)")->check(CLI::Range(0.0, 0.5));
-  harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer")->check(CLI::Range(0, 31));
+  harness->add_option("--loss", ho.loss, "random loss on every path (0..1)")
+      ->check(CLI::Range(0.0, 0.5));
+  harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer")
+      ->check(CLI::Range(0, 31));
   harness->add_option("--size-mib", ho.size_mib, "MiB to move")->check(CLI::Range(1ull, 65536ull));
   harness->add_option("--seed", ho.seed, "seed");
   harness->add_flag("--json", ho.json, "print one JSON object");

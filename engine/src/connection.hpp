@@ -14,7 +14,7 @@
 
 namespace metaroce::detail {
 
-inline constexpr uint32_t kPacketOverhead = 64;  // bytes charged per packet on top of payload
+inline constexpr uint32_t kPacketOverhead = 64;    // bytes charged per packet on top of payload
 inline constexpr uint16_t kRespSlotFlag = 0x8000;  // TxRecord::slot names a READ response job
 inline constexpr uint32_t kFix = 1u << 16;         // fixed-point one for alpha and loss EWMA
 
@@ -28,26 +28,26 @@ struct Path {
   bool has_rtt = false;
   uint8_t consecutive_rtos = 0;
   uint8_t backoff = 0;
-  uint32_t cwnd = 0;      // bytes
-  uint32_t inflight = 0;  // bytes
-  uint32_t cwnd_frac = 0; // additive-increase accumulator
-  uint32_t alpha = kFix;  // DCTCP alpha, fixed point (CC-3)
-  uint32_t win_acked = 0; // bytes acked in the current alpha window
-  uint32_t win_pkts = 0;  // packets acked in the current alpha window
-  uint32_t win_ce = 0;    // CE echoes in the current alpha window
-  uint32_t loss_ewma = 0; // fixed point (PATH-5)
+  uint32_t cwnd = 0;       // bytes
+  uint32_t inflight = 0;   // bytes
+  uint32_t cwnd_frac = 0;  // additive-increase accumulator
+  uint32_t alpha = kFix;   // DCTCP alpha, fixed point (CC-3)
+  uint32_t win_acked = 0;  // bytes acked in the current alpha window
+  uint32_t win_pkts = 0;   // packets acked in the current alpha window
+  uint32_t win_ce = 0;     // CE echoes in the current alpha window
+  uint32_t loss_ewma = 0;  // fixed point (PATH-5)
   uint32_t outcomes = 0;
-  uint32_t next_pseq = 0;          // per-path transmission number (LOSS-1)
-  uint32_t ring_head = 0;          // oldest pseq still in the send-order ring
-  uint32_t highest_acked_pseq = 0; // valid when any_acked
+  uint32_t next_pseq = 0;           // per-path transmission number (LOSS-1)
+  uint32_t ring_head = 0;           // oldest pseq still in the send-order ring
+  uint32_t highest_acked_pseq = 0;  // valid when any_acked
   bool any_acked = false;
   uint64_t srtt = 0, rttvar = 0, min_rtt = 0;
   TimeNs rto_deadline = TimeNs::never();
   TimeNs tlp_deadline = TimeNs::never();  // tail-loss probe (LOSS-8)
   uint32_t tlp_pseq = 0;                  // send-order number the outstanding TLP took
   bool tlp_outstanding = false;
-  bool fresh = true;                      // new entropy: starts at the initial window
-  TimeNs last_congestion{0};              // last CE echo or delay signal (PATH-5)
+  bool fresh = true;          // new entropy: starts at the initial window
+  TimeNs last_congestion{0};  // last CE echo or delay signal (PATH-5)
   TimeNs probe_deadline = TimeNs::never();
   TimeNs last_decrease{0};
   TimeNs next_send{0};  // pacing while cwnd is below one packet (CC-6)
@@ -61,9 +61,9 @@ struct Path {
 // One entry per PSN in the send window, indexed by psn & (W-1).
 struct TxRecord {
   uint32_t psn = 0;
-  uint32_t pseq = 0;   // transmission number on `path` of the latest send
-  uint16_t slot = 0;   // send-queue slot, or kRespSlotFlag | response job slot
-  uint16_t len = 0;    // payload bytes
+  uint32_t pseq = 0;  // transmission number on `path` of the latest send
+  uint16_t slot = 0;  // send-queue slot, or kRespSlotFlag | response job slot
+  uint16_t len = 0;   // payload bytes
   uint8_t path = 0;
   uint8_t flags = 0;
   uint8_t tx_count = 0;
@@ -76,9 +76,9 @@ struct SqEntry {
   SendWr wr;
   const uint8_t* local = nullptr;  // resolved local buffer (source, or READ target)
   uint8_t* read_target = nullptr;
-  uint32_t npkts = 0;    // packets this WR sends (READ: 1 request)
-  uint32_t sent = 0;     // packets assigned a PSN so far
-  uint32_t msn = 0;      // RSN or read sequence
+  uint32_t npkts = 0;  // packets this WR sends (READ: 1 request)
+  uint32_t sent = 0;   // packets assigned a PSN so far
+  uint32_t msn = 0;    // RSN or read sequence
   uint32_t first_psn = 0;
   uint32_t resp_pkts = 0;      // READ: response packets expected
   uint32_t resp_received = 0;  // READ: response packets placed
@@ -98,16 +98,16 @@ struct RespJob {
 };
 
 struct TxCtx {
-  std::vector<TxRecord> records;       // W
-  std::vector<uint64_t> acked_bits;    // W bits: PSNs in [cum_acked, next_psn) acked
-  std::vector<uint32_t> path_rings;    // num_paths x W psns, in send order per path
-  std::vector<uint32_t> retx;          // W psns, FIFO
+  std::vector<TxRecord> records;     // W
+  std::vector<uint64_t> acked_bits;  // W bits: PSNs in [cum_acked, next_psn) acked
+  std::vector<uint32_t> path_rings;  // num_paths x W psns, in send order per path
+  std::vector<uint32_t> retx;        // W psns, FIFO
   uint32_t retx_head = 0, retx_tail = 0;
-  std::vector<SqEntry> sq;             // sq_depth
+  std::vector<SqEntry> sq;                        // sq_depth
   uint32_t sq_head = 0, sq_seg = 0, sq_tail = 0;  // complete <= head <= seg(menting) <= tail
-  std::vector<RespJob> resp;           // max_reads
+  std::vector<RespJob> resp;                      // max_reads
   uint32_t resp_head = 0, resp_seg = 0, resp_tail = 0;
-  std::vector<uint32_t> read_slot;     // read_seq % peer_max_reads -> sq index
+  std::vector<uint32_t> read_slot;  // read_seq % peer_max_reads -> sq index
 };
 
 struct RecvEntry {
@@ -131,8 +131,8 @@ struct Echo {
 };
 
 struct RxCtx {
-  std::vector<uint64_t> bits;  // W bits: PSNs in [cum, cum+W) received
-  std::vector<RecvEntry> rq;   // rq_depth
+  std::vector<uint64_t> bits;         // W bits: PSNs in [cum, cum+W) received
+  std::vector<RecvEntry> rq;          // rq_depth
   uint32_t rq_head = 0, rq_tail = 0;  // head = oldest not completed (rsn Connection::rsn_head)
 };
 
@@ -163,25 +163,25 @@ struct Connection {
   Status error = Status::kOk;
 
   // Sender side.
-  uint32_t next_psn = 0;     // next new PSN
-  uint32_t cum_acked = 0;    // every PSN before it acknowledged
-  uint32_t next_rsn = 0;     // receive sequence numbers we assign to SEND*/WRITE_IMM
+  uint32_t next_psn = 0;   // next new PSN
+  uint32_t cum_acked = 0;  // every PSN before it acknowledged
+  uint32_t next_rsn = 0;   // receive sequence numbers we assign to SEND*/WRITE_IMM
   uint32_t next_read_seq = 0;
   uint32_t reads_outstanding = 0;
   uint32_t sq_count = 0;
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
-  TimeNs last_activity{0};  // last work posted or packet handled: context release
+  TimeNs last_activity{0};                    // last work posted or packet handled: context release
   TimeNs control_deadline = TimeNs::never();  // connect / disconnect retry
 
   // Receiver side.
-  uint32_t rx_cum = 0;       // every PSN before it received
-  uint32_t rx_high = 0;      // one past the highest PSN received
+  uint32_t rx_cum = 0;   // every PSN before it received
+  uint32_t rx_high = 0;  // one past the highest PSN received
   uint32_t unacked = 0;
   TimeNs ack_deadline = TimeNs::never();
   std::array<Echo, 4> echoes{};  // ACKs owed now, oldest first
   uint8_t echo_count = 0;
-  Echo latest;                   // newest arrival, echoed when the ack delay expires
+  Echo latest;                     // newest arrival, echoed when the ack delay expires
   uint32_t expected_read_seq = 0;  // next READ_REQ read sequence we accept
   uint32_t rsn_head = 0;           // RSN of the oldest receive not yet completed
 

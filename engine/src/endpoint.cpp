@@ -155,7 +155,7 @@ void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s) {
 }
 
 wire::BaseHeader Endpoint::Impl::base_header(const Connection& c, wire::Opcode op,
-                                            TimeNs now) const {
+                                             TimeNs now) const {
   wire::BaseHeader bh;
   bh.opcode = op;
   bh.flags = cfg.cover_payload ? wire::kFlagPayloadCovered : 0;
@@ -207,7 +207,8 @@ void Endpoint::Impl::compute_timer(Connection& c) {
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
   if (c.tx && (c.tx->retx_head != c.tx->retx_tail)) outstanding = true;
-  if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail) t = std::min(t, c.rnr_until);
+  if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail)
+    t = std::min(t, c.rnr_until);
   if (outstanding && c.state == ConnState::kEstablished)
     t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
   if (tx_idle(c) || rx_idle(c)) t = std::min(t, c.last_activity + cfg.context_idle_ns);
@@ -281,7 +282,7 @@ bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
   bh.opcode = o.op;
   bh.dst_conn = o.dst_conn;
   size_t h = o.op == wire::Opcode::kConnectReject ? wire::write_connect(buf, bh, o.connect)
-                                                   : wire::write_disconnect(buf, bh, o.disconnect);
+                                                  : wire::write_disconnect(buf, bh, o.disconnect);
   out.peer = o.peer;
   out.entropy = o.entropy;
   out.ecn = kEcnEct0;
@@ -299,7 +300,8 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
       (c.owe_connect | c.owe_accept | c.owe_disconnect | c.owe_nak) || (c.probe_owed | c.tlp_owed);
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
-      !(c.echo_count != 0 && (open || c.state == ConnState::kError) && emit_ack(c, now, buf, out)) &&
+      !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
+        emit_ack(c, now, buf, out)) &&
       !(open && c.tx && emit_data(c, now, buf, out, gather)))
     return false;
   out.peer = c.peer;

@@ -225,8 +225,9 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
       if (!named && first != Status::kFlushed && first != Status::kPeerClosed) {
         // The WR holding the failed PSN gets the NAK's code (COMP-5); a
         // timeout names the oldest outstanding one.
-        const bool holds = e.sent > 0 && static_cast<int32_t>(failed_psn - e.first_psn) >= 0 &&
-                           static_cast<int32_t>(failed_psn - e.first_psn) < static_cast<int32_t>(e.sent);
+        const bool holds =
+            e.sent > 0 && static_cast<int32_t>(failed_psn - e.first_psn) >= 0 &&
+            static_cast<int32_t>(failed_psn - e.first_psn) < static_cast<int32_t>(e.sent);
         if (holds || first == Status::kPeerUnreachable || first == Status::kConnectTimeout ||
             first == Status::kLocalProtection) {
           s = first;

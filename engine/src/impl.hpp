@@ -34,7 +34,7 @@ struct Endpoint::Impl {
   void* trace_ctx = nullptr;
 
   std::vector<std::unique_ptr<detail::Connection>> conns;  // index -> connection
-  std::vector<uint16_t> generations;                        // index -> id generation
+  std::vector<uint16_t> generations;                       // index -> id generation
   std::vector<uint32_t> free_indices;
   std::vector<uint32_t> timer_pos;
   detail::TimerHeap timers;

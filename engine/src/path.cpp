@@ -33,7 +33,7 @@ void Endpoint::Impl::init_paths(Connection& c) {
 uint64_t Endpoint::Impl::path_rto(const Connection& c, const Path& p) const {
   (void)c;
   uint64_t rto = std::max(cfg.recovery.min_rto_ns, p.srtt + 4 * p.rttvar);  // LOSS-4
-  rto <<= p.backoff;                                                      // LOSS-5
+  rto <<= p.backoff;                                                        // LOSS-5
   return std::min(rto, cfg.recovery.max_rto_ns);
 }
 
@@ -55,8 +55,7 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   if (!cfg.cc.enabled) return;  // CC-8
   const uint32_t unit = packet_cost(c.mtu);
   const uint32_t max_cwnd =
-      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) *
-      unit;
+      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) * unit;
   if (p.slow_start) {
     p.cwnd += bytes;  // CC-2
   } else {
@@ -68,9 +67,10 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   }
   p.cwnd = std::min(p.cwnd, max_cwnd);
   if (p.win_acked >= p.cwnd) {  // CC-3: once per window of acknowledged data
-    const uint64_t f = std::min<uint64_t>(kFix, (uint64_t{p.win_ce} * kFix) / std::max(p.win_pkts, 1u));
-    const int64_t delta = (static_cast<int64_t>(f) - static_cast<int64_t>(p.alpha)) >>
-                          cfg.cc.dctcp_g_shift;
+    const uint64_t f =
+        std::min<uint64_t>(kFix, (uint64_t{p.win_ce} * kFix) / std::max(p.win_pkts, 1u));
+    const int64_t delta =
+        (static_cast<int64_t>(f) - static_cast<int64_t>(p.alpha)) >> cfg.cc.dctcp_g_shift;
     p.alpha = static_cast<uint32_t>(std::clamp<int64_t>(p.alpha + delta, 0, kFix));
     p.win_acked = p.win_pkts = p.win_ce = 0;
   }

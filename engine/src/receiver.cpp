@@ -186,15 +186,15 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
   if (why == Status::kOk && op == wire::Opcode::kReadReq) {
     detail::TxCtx& t = tx_ctx(c);
-    const uint8_t* src =
-        mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
+    const uint8_t* src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
     if (src != nullptr) {
       if (t.resp_tail - t.resp_head >= t.resp.size()) {
         why = Status::kRemoteInvalidRequest;  // READ-3
       } else {
         detail::RespJob& j = t.resp[t.resp_tail++ % t.resp.size()];
-        j = detail::RespJob{psn, src, mh.msg_len, mh.msn,
-                            mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu, 0, 0};
+        j = detail::RespJob{
+            psn, src, mh.msg_len, mh.msn, mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu,
+            0,   0};
       }
     }
   }
@@ -241,8 +241,8 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   c.last_progress = now;
   trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
 
-  const bool immediate = dg.ce || last || (p.bh.flags & wire::kFlagAckRequested) ||
-                         ++c.unacked >= cfg.ack_every;
+  const bool immediate =
+      dg.ce || last || (p.bh.flags & wire::kFlagAckRequested) || ++c.unacked >= cfg.ack_every;
   owe_ack(c, dg, p, dg.ce ? wire::kAckEchoCe : 0, immediate, now);
   if (c.rx_cum != old_cum) complete_recvs(c);
   if (op == wire::Opcode::kReadResp) complete_sends(c);

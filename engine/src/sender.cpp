@@ -20,8 +20,7 @@ uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + 
 Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   if (c.state != ConnState::kEstablished && c.state != ConnState::kConnecting)
     return Status::kNotConnected;
-  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) ||
-      wr.length > (1u << 31))
+  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) || wr.length > (1u << 31))
     return Status::kInvalidArgument;
   const uint8_t* local = nullptr;
   if (wr.length > 0) {

@@ -12,45 +12,45 @@ namespace metaroce {
 // Per-path congestion control (spec CC-*): DCTCP-style ECN response plus a
 // delay target, one controller per path.
 struct CcConfig {
-  bool enabled = true;                     // false: fixed window per path ("oblivious spraying")
-  uint32_t initial_cwnd_packets = 16;      // CC-1: per connection, split over its paths
-  uint32_t min_cwnd_packets = 1;           // CC-6
-  uint32_t max_cwnd_packets = 0;           // 0: the connection window (CC-6)
-  uint32_t dctcp_g_shift = 4;              // alpha gain g = 1/16 (CC-3)
+  bool enabled = true;                 // false: fixed window per path ("oblivious spraying")
+  uint32_t initial_cwnd_packets = 16;  // CC-1: per connection, split over its paths
+  uint32_t min_cwnd_packets = 1;       // CC-6
+  uint32_t max_cwnd_packets = 0;       // 0: the connection window (CC-6)
+  uint32_t dctcp_g_shift = 4;          // alpha gain g = 1/16 (CC-3)
   uint64_t target_queue_delay_ns = 50 * kMicrosecond;  // CC-5
-  uint32_t max_delay_decrease_pct = 50;    // at most one halving per RTT (CC-5)
+  uint32_t max_delay_decrease_pct = 50;                // at most one halving per RTT (CC-5)
 };
 
 // Loss recovery and path health (spec LOSS-*, PATH-*).
 struct RecoveryConfig {
-  uint32_t reorder_threshold = 3;               // LOSS-2: later packets acked on the same path
+  uint32_t reorder_threshold = 3;                // LOSS-2: later packets acked on the same path
   uint64_t initial_rtt_ns = 100 * kMicrosecond;  // before the first sample (LOSS-4)
-  uint64_t min_rto_ns = 1 * kMillisecond;       // LOSS-4
-  uint64_t max_rto_ns = 100 * kMillisecond;     // LOSS-5
-  uint32_t rto_failures_to_retire = 3;          // PATH-4: consecutive timeouts
-  uint32_t loss_window_packets = 128;           // PATH-5: loss EWMA gain 1/128
-  uint32_t retire_loss_pct = 10;                // PATH-5
-  uint64_t peer_timeout_ns = 2 * kSecond;       // PATH-7: no acknowledgement at all
-  uint64_t rnr_retry_ns = 100 * kMicrosecond;   // LOSS-7
+  uint64_t min_rto_ns = 1 * kMillisecond;        // LOSS-4
+  uint64_t max_rto_ns = 100 * kMillisecond;      // LOSS-5
+  uint32_t rto_failures_to_retire = 3;           // PATH-4: consecutive timeouts
+  uint32_t loss_window_packets = 128;            // PATH-5: loss EWMA gain 1/128
+  uint32_t retire_loss_pct = 10;                 // PATH-5
+  uint64_t peer_timeout_ns = 2 * kSecond;        // PATH-7: no acknowledgement at all
+  uint64_t rnr_retry_ns = 100 * kMicrosecond;    // LOSS-7
 };
 
 struct EndpointConfig {
-  uint16_t mtu = 4096;            // payload bytes per data packet (SEQ-5)
-  uint8_t window_log2 = 10;       // outstanding-PSN window, 1024 packets, 6..10 (SEQ-3)
-  uint8_t num_paths = 8;          // entropy values per connection (PATH-1), at most 32
-  uint16_t sq_depth = 256;        // send queue entries per connection
-  uint16_t rq_depth = 256;        // receive queue entries per connection
-  uint8_t max_reads = 16;         // outstanding READs a peer may ask of us (READ-3)
-  uint8_t ack_every = 2;          // ACK-1
+  uint16_t mtu = 4096;                        // payload bytes per data packet (SEQ-5)
+  uint8_t window_log2 = 10;                   // outstanding-PSN window, 1024 packets, 6..10 (SEQ-3)
+  uint8_t num_paths = 8;                      // entropy values per connection (PATH-1), at most 32
+  uint16_t sq_depth = 256;                    // send queue entries per connection
+  uint16_t rq_depth = 256;                    // receive queue entries per connection
+  uint8_t max_reads = 16;                     // outstanding READs a peer may ask of us (READ-3)
+  uint8_t ack_every = 2;                      // ACK-1
   uint64_t ack_delay_ns = 10 * kMicrosecond;  // ACK-5
-  uint16_t entropy_min = 49152;   // UDP source ports the paths draw from (ENC-3)
+  uint16_t entropy_min = 49152;               // UDP source ports the paths draw from (ENC-3)
   uint16_t entropy_max = 65535;
-  bool cover_payload = true;      // INT-2: ICRC over payload, or headers only
-  bool accept_incoming = true;    // answer CONNECT_REQ (a listening endpoint)
+  bool cover_payload = true;    // INT-2: ICRC over payload, or headers only
+  bool accept_incoming = true;  // answer CONNECT_REQ (a listening endpoint)
   uint32_t max_connections = 65536;
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2
   uint32_t connect_attempts = 8;                  // CONN-2
-  uint64_t context_idle_ns = 10 * kMillisecond;  // idle time before tracking contexts are pooled
+  uint64_t context_idle_ns = 10 * kMillisecond;   // idle time before tracking contexts are pooled
   // Keys, connection ids, entropy values and initial PSNs derive from it. The
   // engine reads no entropy source (sans-IO): a driver in production MUST set
   // a random seed, or remote keys are predictable (spec MR-1).

@@ -63,7 +63,15 @@ struct RecvWr {
   uint32_t lkey = 0;
 };
 
-enum class CompletionOp : uint8_t { kWrite, kWriteImm, kSend, kSendImm, kRead, kRecv, kRecvWriteImm };
+enum class CompletionOp : uint8_t {
+  kWrite,
+  kWriteImm,
+  kSend,
+  kSendImm,
+  kRead,
+  kRecv,
+  kRecvWriteImm
+};
 
 struct Completion {
   uint64_t wr_id = 0;

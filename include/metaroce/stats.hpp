@@ -9,21 +9,21 @@
 namespace metaroce {
 
 enum class PathState : uint8_t {
-  kActive,    // carrying data
-  kProbing,   // new entropy or after timeouts: only PROBE packets until one is answered
+  kActive,   // carrying data
+  kProbing,  // new entropy or after timeouts: only PROBE packets until one is answered
 };
 
 struct PathStats {
   uint16_t entropy = 0;  // UDP source port of this path now
   PathState state = PathState::kActive;
-  uint64_t packets_sent = 0;    // data packets, first transmissions and retransmissions
-  uint64_t bytes_sent = 0;      // payload bytes
-  uint64_t retransmissions = 0; // retransmissions sent on this path
-  uint64_t packets_acked = 0;   // data packets sent here and acknowledged
-  uint64_t ce_marks = 0;        // CE echoes received for packets sent here
-  uint64_t losses = 0;          // packets sent here and declared lost
-  uint64_t timeouts = 0;        // retransmission timeouts
-  uint64_t retirements = 0;     // times this slot's entropy was replaced
+  uint64_t packets_sent = 0;     // data packets, first transmissions and retransmissions
+  uint64_t bytes_sent = 0;       // payload bytes
+  uint64_t retransmissions = 0;  // retransmissions sent on this path
+  uint64_t packets_acked = 0;    // data packets sent here and acknowledged
+  uint64_t ce_marks = 0;         // CE echoes received for packets sent here
+  uint64_t losses = 0;           // packets sent here and declared lost
+  uint64_t timeouts = 0;         // retransmission timeouts
+  uint64_t retirements = 0;      // times this slot's entropy was replaced
   uint64_t probes_sent = 0;
   uint64_t srtt_ns = 0;
   uint64_t min_rtt_ns = 0;

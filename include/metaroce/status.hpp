@@ -39,8 +39,7 @@ enum class Status : uint8_t {
 [[nodiscard]] constexpr std::string_view status_name(Status s) {
   switch (s) {
 #define METAROCE_X(name, value, desc) \
-  case Status::name:                  \
-    return #name;
+  case Status::name: return #name;
     METAROCE_STATUS_CODES(METAROCE_X)
 #undef METAROCE_X
   }
@@ -50,8 +49,7 @@ enum class Status : uint8_t {
 [[nodiscard]] constexpr std::string_view status_text(Status s) {
   switch (s) {
 #define METAROCE_X(name, value, desc) \
-  case Status::name:                  \
-    return desc;
+  case Status::name: return desc;
     METAROCE_STATUS_CODES(METAROCE_X)
 #undef METAROCE_X
   }

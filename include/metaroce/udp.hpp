@@ -61,8 +61,8 @@ struct Options {
   uint16_t entropy_count = 64;  // ports in the block (>= num_paths)
   bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
   uint32_t batch = 32;          // recvmmsg / sendmmsg batch
-  bool gso = true;              // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
-  bool gro = true;              // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
+  bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
+  bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
   int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
   int sndbuf_bytes = 4 << 20;   // SO_SNDBUF of each send socket
   // Close(): how long to let DISCONNECT handshakes run before closing sockets.
@@ -71,18 +71,19 @@ struct Options {
 
 // Driver counters (the engine keeps its own: endpoint_stats()).
 struct IoStats {
-  uint64_t rx_datagrams = 0;   // after GRO splitting
-  uint64_t rx_syscalls = 0;    // recvmmsg calls that returned data
-  uint64_t rx_gro_batches = 0; // received buffers that carried more than one segment
-  uint64_t rx_ce = 0;          // datagrams with ECN CE
-  uint64_t rx_truncated = 0;   // datagrams larger than the receive buffer
-  uint64_t rx_foreign = 0;     // datagrams of another address family / too short
+  uint64_t rx_datagrams = 0;    // after GRO splitting
+  uint64_t rx_syscalls = 0;     // recvmmsg calls that returned data
+  uint64_t rx_gro_batches = 0;  // received buffers that carried more than one segment
+  uint64_t rx_ce = 0;           // datagrams with ECN CE
+  uint64_t rx_truncated = 0;    // datagrams larger than the receive buffer
+  uint64_t rx_foreign = 0;      // datagrams of another address family / too short
   uint64_t tx_datagrams = 0;
-  uint64_t tx_syscalls = 0;    // sendmmsg calls
-  uint64_t tx_gso_msgs = 0;    // messages sent with UDP_SEGMENT (more than one segment)
-  uint64_t tx_eagain = 0;      // sendmmsg calls that hit a full socket buffer (retried)
-  uint64_t tx_errors = 0;      // datagrams dropped on a send error
-  uint64_t tx_remapped = 0;    // entropy outside our block mapped into it (ACK-7 with a foreign block)
+  uint64_t tx_syscalls = 0;  // sendmmsg calls
+  uint64_t tx_gso_msgs = 0;  // messages sent with UDP_SEGMENT (more than one segment)
+  uint64_t tx_eagain = 0;    // sendmmsg calls that hit a full socket buffer (retried)
+  uint64_t tx_errors = 0;    // datagrams dropped on a send error
+  uint64_t tx_remapped =
+      0;  // entropy outside our block mapped into it (ACK-7 with a foreign block)
 };
 
 // State of one connection as the driver saw it from engine events.

@@ -38,8 +38,8 @@ inline constexpr uint8_t kFlagPayloadCovered = 0x8;  // ICRC covers the payload 
 inline constexpr uint8_t kFlagAckRequested = 0x4;    // receiver acks at once (ACK-4)
 
 // Ack flag bits.
-inline constexpr uint8_t kAckEchoCe = 0x01;   // echoed packet arrived CE-marked
-inline constexpr uint8_t kAckEchoDup = 0x02;  // echoed packet was a duplicate
+inline constexpr uint8_t kAckEchoCe = 0x01;     // echoed packet arrived CE-marked
+inline constexpr uint8_t kAckEchoDup = 0x02;    // echoed packet was a duplicate
 inline constexpr uint8_t kAckEchoProbe = 0x04;  // echoed packet was a PROBE (LOSS-8)
 
 inline constexpr size_t kBaseHeaderSize = 16;

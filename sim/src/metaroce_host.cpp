@@ -23,8 +23,8 @@ PeerAddr MetaRoceHost::addr(uint32_t host) {
 
 uint32_t MetaRoceHost::host_of(const PeerAddr& a) {
   if (a.len != 6) return UINT32_MAX;
-  return (uint32_t{a.bytes[0]} << 24) | (uint32_t{a.bytes[1]} << 16) |
-         (uint32_t{a.bytes[2]} << 8) | a.bytes[3];
+  return (uint32_t{a.bytes[0]} << 24) | (uint32_t{a.bytes[1]} << 16) | (uint32_t{a.bytes[2]} << 8) |
+         a.bytes[3];
 }
 
 MetaRoceHost::MetaRoceHost(MetaRoceShared& shared, uint32_t host, const EndpointConfig& cfg)
@@ -202,8 +202,8 @@ void MetaRoceHost::add_totals(TransportTotals& t) const {
     t.acks_sent += s->acks_sent;
   }
   const EndpointStats& es = ep_.endpoint_stats();
-  t.bad_packets += es.truncated + es.bad_version + es.bad_opcode + es.bad_checksum +
-                   es.bad_length + es.bad_field + es.unknown_connection + es.wrong_peer;
+  t.bad_packets += es.truncated + es.bad_version + es.bad_opcode + es.bad_checksum + es.bad_length +
+                   es.bad_field + es.unknown_connection + es.wrong_peer;
 }
 
 }  // namespace metaroce::sim

@@ -274,7 +274,8 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
     const auto pb = static_cast<uint32_t>(b->ports.size());
     auto mk = [&](Node* from, uint32_t idx, uint32_t dir) {
       const bool is_switch = from->id >= h;
-      ports_.push_back(std::make_unique<Port>(*this, from, idx, ed.spec, is_switch ? &queue : nullptr,
+      ports_.push_back(std::make_unique<Port>(*this, from, idx, ed.spec,
+                                              is_switch ? &queue : nullptr,
                                               derive_seed(seed, 0x706f7274, e, dir), queue.pfc));
       ports_.back()->edge = e;
       from->ports.push_back(ports_.back().get());

@@ -103,8 +103,10 @@ void RcHost::send_ctrl(uint8_t type, uint32_t flow, uint32_t dst, uint32_t psn, 
   if (type == kSack) hdr += kAeth + 4;
   if (type == kCnp) hdr += 16;
   p->wire_bytes = hdr + sh_.wire_overhead;
-  if (type == kCnp) ++tot_.cnps;
-  else ++tot_.acks_sent;
+  if (type == kCnp)
+    ++tot_.cnps;
+  else
+    ++tot_.acks_sent;
   if (type == kNak || type == kSack) ++tot_.naks;
   ctrl_.push(p);
   (void)now;
@@ -127,7 +129,8 @@ void RcHost::pull(SimTime now) {
     rr_ = k + 1;
     const uint32_t mtu = sh_.prm.mtu;
     const uint64_t off = uint64_t{psn} * mtu;
-    const auto payload = static_cast<uint32_t>(q.bytes > off ? std::min<uint64_t>(mtu, q.bytes - off) : 0);
+    const auto payload =
+        static_cast<uint32_t>(q.bytes > off ? std::min<uint64_t>(mtu, q.bytes - off) : 0);
     Packet* p = sh_.net.pool().alloc();
     p->src = id;
     p->dst = q.dst;
@@ -144,11 +147,14 @@ void RcHost::pull(SimTime now) {
     } else {
       q.max_sent = psn + 1;
     }
-    if (psn == q.nxt) ++q.nxt;
-    else if (!sh_.prm.go_back_n) q.cursor = psn + 1;
+    if (psn == q.nxt)
+      ++q.nxt;
+    else if (!sh_.prm.go_back_n)
+      q.cursor = psn + 1;
     if (q.rto_at == SimTime::never()) arm_rto(q, now);
     if (sh_.prm.dcqcn) {
-      q.next_send = now + serialization_time(p->wire_bytes, std::max<uint64_t>(1, static_cast<uint64_t>(q.rc)));
+      q.next_send = now + serialization_time(p->wire_bytes,
+                                             std::max<uint64_t>(1, static_cast<uint64_t>(q.rc)));
       q.bytes_since += payload;
       if (q.bytes_since >= sh_.prm.byte_counter) {
         q.bytes_since = 0;
@@ -233,7 +239,8 @@ void RcHost::on_data(Packet* p, SimTime now) {
   RcRx& r = sh_.rx.at(f.flow);
   if (ce) {
     ++tot_.ce_received;
-    if (sh_.prm.dcqcn && (r.last_cnp == SimTime::never() || now >= r.last_cnp + sh_.prm.cnp_interval)) {
+    if (sh_.prm.dcqcn &&
+        (r.last_cnp == SimTime::never() || now >= r.last_cnp + sh_.prm.cnp_interval)) {
       r.last_cnp = now;
       send_ctrl(kCnp, f.flow, src, 0, 0, now);
     }

@@ -64,7 +64,8 @@ class Simulation::Starter final : public EventSource {
       const uint32_t f = order_[next_++];
       sim_.hosts_.at(sim_.flows_->at(f).spec.src)->start_flow(f, now);
     }
-    if (next_ < order_.size()) sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
+    if (next_ < order_.size())
+      sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
   }
 
  private:
@@ -88,7 +89,9 @@ class Simulation::Faults final : public EventSource {
       switch (f.kind) {
         case FaultSpec::Kind::kLinkDown: n.set_link_up(f.edge, false, now); break;
         case FaultSpec::Kind::kLinkUp: n.set_link_up(f.edge, true, now); break;
-        case FaultSpec::Kind::kRate: n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps)); break;
+        case FaultSpec::Kind::kRate:
+          n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps));
+          break;
         case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
       }
     }
@@ -102,7 +105,8 @@ class Simulation::Faults final : public EventSource {
 };
 
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
-  const bool baseline = cfg_.transport == TransportKind::kRoceV2 || cfg_.transport == TransportKind::kIrn;
+  const bool baseline =
+      cfg_.transport == TransportKind::kRoceV2 || cfg_.transport == TransportKind::kIrn;
   if (baseline) {
     cfg_.queue.pfc = cfg_.transport == TransportKind::kRoceV2;  // RoCEv2 needs a lossless fabric
     if (cfg_.rc.own_ecn) {
@@ -131,10 +135,12 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
       const uint32_t hops = std::max<uint32_t>(1, net_->graph().max_hops);
       const SimTime delay = cfg_.topo.edges.empty() ? SimTime{0} : cfg_.topo.edges[0].spec.delay;
       const uint64_t rate = cfg_.topo.host_rate_mbps;
-      const SimTime rtt{2 * hops * delay.ps + hops * serialization_time(prm.mtu + 16 + cfg_.wire_overhead, rate).ps +
+      const SimTime rtt{2 * hops * delay.ps +
+                        hops * serialization_time(prm.mtu + 16 + cfg_.wire_overhead, rate).ps +
                         hops * serialization_time(20 + cfg_.wire_overhead, rate).ps};
       const uint64_t bdp = rtt.ps * rate / 8'000'000;
-      prm.window_packets = static_cast<uint32_t>(std::max<uint64_t>(1, (bdp + prm.mtu - 1) / prm.mtu));
+      prm.window_packets =
+          static_cast<uint32_t>(std::max<uint64_t>(1, (bdp + prm.mtu - 1) / prm.mtu));
       prm.rto_low_packets = 3;
     }
     rc_shared_ = std::make_unique<RcShared>(*net_, *flows_, prm);
@@ -211,7 +217,9 @@ double pct(const std::vector<double>& sorted, double p) {
   return sorted[rank - 1];
 }
 
-uint64_t mix(uint64_t h, uint64_t v) { return fmix64(h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2))); }
+uint64_t mix(uint64_t h, uint64_t v) {
+  return fmix64(h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2)));
+}
 
 }  // namespace
 
@@ -270,7 +278,8 @@ Report Simulation::report() const {
                      t.timeouts, t.losses_declared, t.path_retirements, t.ce_received,
                      t.duplicates_received, t.acks_sent, t.bad_packets, r.events, sched_.now().ps})
     digest = mix(digest, v);
-  if (cfg_.queue.pfc) digest = mix(mix(digest, ns.pfc_paused.ps), r.pfc_pauses);  // (older digests unchanged)
+  if (cfg_.queue.pfc)
+    digest = mix(mix(digest, ns.pfc_paused.ps), r.pfc_pauses);  // (older digests unchanged)
   r.digest = digest;
   r.wall_s = wall_s_;
   r.events_per_s = wall_s_ > 0 ? static_cast<double>(r.events) / wall_s_ : 0;
@@ -368,28 +377,30 @@ std::string Report::to_json(bool timing) const {
 std::string Report::to_text(bool timing) const {
   char b[2048];
   std::string s;
-  std::snprintf(b, sizeof b,
-                "%s  transport=%s  seed=%llu\n  topology: %s, %u hosts\n"
-                "  flows: %llu/%llu completed (%llu failed)\n"
-                "  completion: %.3f us  (ideal %.3f us, ratio %.3f)\n"
-                "  FCT: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
-                "  network: %llu drops, %llu fault drops, %llu ECN marks, max queue %llu B, pfc pause %.1f us\n"
-                "  transport: %llu data packets, %llu retransmissions, %llu timeouts, %llu path "
-                "retirements, %llu CE received\n"
-                "  events: %llu  digest %016llx\n",
-                name.c_str(), transport.c_str(), static_cast<unsigned long long>(seed),
-                topology.c_str(), hosts, static_cast<unsigned long long>(flows_completed),
-                static_cast<unsigned long long>(flows), static_cast<unsigned long long>(flows_failed),
-                completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, fct_p50_us,
-                fct_p99_us, fct_max_us, fct_mean_us, static_cast<unsigned long long>(drops),
-                static_cast<unsigned long long>(fault_drops), static_cast<unsigned long long>(ecn_marks),
-                static_cast<unsigned long long>(max_queue_bytes), pfc_pause_us,
-                static_cast<unsigned long long>(transport_totals.data_packets_sent),
-                static_cast<unsigned long long>(transport_totals.retransmissions),
-                static_cast<unsigned long long>(transport_totals.timeouts),
-                static_cast<unsigned long long>(transport_totals.path_retirements),
-                static_cast<unsigned long long>(transport_totals.ce_received),
-                static_cast<unsigned long long>(events), static_cast<unsigned long long>(digest));
+  std::snprintf(
+      b, sizeof b,
+      "%s  transport=%s  seed=%llu\n  topology: %s, %u hosts\n"
+      "  flows: %llu/%llu completed (%llu failed)\n"
+      "  completion: %.3f us  (ideal %.3f us, ratio %.3f)\n"
+      "  FCT: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
+      "  network: %llu drops, %llu fault drops, %llu ECN marks, max queue %llu B, pfc pause %.1f "
+      "us\n"
+      "  transport: %llu data packets, %llu retransmissions, %llu timeouts, %llu path "
+      "retirements, %llu CE received\n"
+      "  events: %llu  digest %016llx\n",
+      name.c_str(), transport.c_str(), static_cast<unsigned long long>(seed), topology.c_str(),
+      hosts, static_cast<unsigned long long>(flows_completed),
+      static_cast<unsigned long long>(flows), static_cast<unsigned long long>(flows_failed),
+      completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, fct_p50_us,
+      fct_p99_us, fct_max_us, fct_mean_us, static_cast<unsigned long long>(drops),
+      static_cast<unsigned long long>(fault_drops), static_cast<unsigned long long>(ecn_marks),
+      static_cast<unsigned long long>(max_queue_bytes), pfc_pause_us,
+      static_cast<unsigned long long>(transport_totals.data_packets_sent),
+      static_cast<unsigned long long>(transport_totals.retransmissions),
+      static_cast<unsigned long long>(transport_totals.timeouts),
+      static_cast<unsigned long long>(transport_totals.path_retirements),
+      static_cast<unsigned long long>(transport_totals.ce_received),
+      static_cast<unsigned long long>(events), static_cast<unsigned long long>(digest));
   s += b;
   if (timing) {
     std::snprintf(b, sizeof b, "  wall: %.3f s  (%.0f events/s), peak RSS %.1f MiB\n", wall_s,
@@ -448,8 +459,10 @@ const PresetDef kPresets[] = {
      [](uint64_t seed) {
        SimConfig c = fattree_perm(4, 1 * kMiB, seed);
        // ToR 0's first uplink and one agg-core link of pod 1 fail at 20 us.
-       c.faults.push_back({SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_tor_agg_edge(4, 0, 0)});
-       c.faults.push_back({SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 2, 0)});
+       c.faults.push_back(
+           {SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_tor_agg_edge(4, 0, 0)});
+       c.faults.push_back(
+           {SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 2, 0)});
        return c;
      }},
     {"fattree16-perm-gray",
@@ -497,7 +510,8 @@ const PresetDef kPresets[] = {
      [](uint64_t seed) {
        // 8 leaves x 16 hosts at 100G, 4 spines at 200G: 2:1 oversubscribed.
        SimConfig c;
-       c.topo = leaf_spine(8, 16, 4, {100 * kGbps, SimTime::from_us(1)}, {200 * kGbps, SimTime::from_us(1)});
+       c.topo = leaf_spine(8, 16, 4, {100 * kGbps, SimTime::from_us(1)},
+                           {200 * kGbps, SimTime::from_us(1)});
        c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
        c.flows = permutation(c.topo.num_hosts, 1 * kMiB, seed);
        return c;
@@ -506,7 +520,8 @@ const PresetDef kPresets[] = {
      [](uint64_t seed) {
        // 16 servers x 8 rails at 400G, groups of 4 servers, 8 spines at 800G.
        SimConfig c;
-       c.topo = rail_optimized(16, 8, 4, 8, {400 * kGbps, SimTime::from_us(1)}, {800 * kGbps, SimTime::from_us(1)});
+       c.topo = rail_optimized(16, 8, 4, 8, {400 * kGbps, SimTime::from_us(1)},
+                               {800 * kGbps, SimTime::from_us(1)});
        c.queue = QueueSpec{700'000, 148'000, 580'000, 1.0};
        c.flows = permutation(c.topo.num_hosts, 4 * kMiB, seed);
        return c;

@@ -24,11 +24,13 @@ TopoGraph fat_tree(uint32_t k, const LinkSpec& host_link, const LinkSpec& fabric
   for (uint32_t h = 0; h < hosts; ++h) g.edges.push_back({h, tor0 + h / half, host_link});
   for (uint32_t t = 0; t < tors; ++t) {
     const uint32_t pod = t / half;
-    for (uint32_t j = 0; j < half; ++j) g.edges.push_back({tor0 + t, agg0 + pod * half + j, fabric_link});
+    for (uint32_t j = 0; j < half; ++j)
+      g.edges.push_back({tor0 + t, agg0 + pod * half + j, fabric_link});
   }
   for (uint32_t a = 0; a < aggs; ++a) {
     const uint32_t j = a % half;
-    for (uint32_t m = 0; m < half; ++m) g.edges.push_back({agg0 + a, core0 + j * half + m, fabric_link});
+    for (uint32_t m = 0; m < half; ++m)
+      g.edges.push_back({agg0 + a, core0 + j * half + m, fabric_link});
   }
   return g;
 }
@@ -57,10 +59,12 @@ TopoGraph leaf_spine(uint32_t leaves, uint32_t hosts_per_leaf, uint32_t spines,
   g.switch_tier.assign(leaves, 0);
   g.switch_tier.insert(g.switch_tier.end(), spines, 1);
   const uint32_t leaf0 = g.num_hosts, spine0 = g.num_hosts + leaves;
-  for (uint32_t h = 0; h < g.num_hosts; ++h) g.edges.push_back({h, leaf0 + h / hosts_per_leaf, host_link});
+  for (uint32_t h = 0; h < g.num_hosts; ++h)
+    g.edges.push_back({h, leaf0 + h / hosts_per_leaf, host_link});
   for (uint32_t l = 0; l < leaves; ++l)
     for (uint32_t s = 0; s < spines; ++s)
-      for (uint32_t i = 0; i < links_per_spine; ++i) g.edges.push_back({leaf0 + l, spine0 + s, fabric_link});
+      for (uint32_t i = 0; i < links_per_spine; ++i)
+        g.edges.push_back({leaf0 + l, spine0 + s, fabric_link});
   return g;
 }
 
@@ -71,7 +75,8 @@ TopoGraph rail_optimized(uint32_t servers, uint32_t rails, uint32_t servers_per_
     throw std::invalid_argument("rail_optimized: bad dimensions");
   const uint32_t groups = servers / servers_per_group;
   TopoGraph g;
-  g.name = "rail-optimized " + std::to_string(servers) + " servers x " + std::to_string(rails) + " rails";
+  g.name = "rail-optimized " + std::to_string(servers) + " servers x " + std::to_string(rails) +
+           " rails";
   g.num_hosts = servers * rails;
   const uint32_t leaves = groups * rails;
   g.num_switches = leaves + spines;

@@ -26,7 +26,8 @@ std::vector<FlowSpec> permutation(uint32_t hosts, uint64_t bytes, uint64_t seed)
 
 std::vector<FlowSpec> incast(uint32_t hosts, uint32_t receiver, uint32_t senders, uint64_t bytes,
                              uint64_t seed) {
-  if (receiver >= hosts || senders >= hosts) throw std::invalid_argument("incast: too many senders");
+  if (receiver >= hosts || senders >= hosts)
+    throw std::invalid_argument("incast: too many senders");
   std::vector<uint32_t> cand;
   for (uint32_t i = 0; i < hosts; ++i)
     if (i != receiver) cand.push_back(i);
@@ -62,7 +63,7 @@ std::vector<FlowSpec> ring_allreduce(uint32_t hosts, uint64_t bytes) {
       FlowSpec s{i, (i + 1) % hosts, chunk, SimTime{0}};
       if (k > 0) {
         s.after[0] = (k - 1) * hosts + (i + hosts - 1) % hosts;  // chunk from the predecessor
-        s.after[1] = (k - 1) * hosts + i;                         // our previous send
+        s.after[1] = (k - 1) * hosts + i;                        // our previous send
       }
       f.push_back(s);
     }

@@ -168,13 +168,19 @@ TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
     Loop loop(cfg(10 + kind), cfg(20 + kind));
     auto [a, b] = loop.connect();
     Buf src(loop.ep(0), 65536, 0, 0x55);
-    Buf dst(loop.ep(1), 65536, kind == 2 ? kAccessRemoteRead : kAccessRemoteWrite | kAccessLocalWrite,
-            0x11);
+    Buf dst(loop.ep(1), 65536,
+            kind == 2 ? kAccessRemoteRead : kAccessRemoteWrite | kAccessLocalWrite, 0x11);
     SendWr wr = write_wr(src, dst, 65536, 1);
     Status expect = Status::kOk;
     switch (kind) {
-      case 0: wr.rkey ^= 1; expect = Status::kRemoteBadKey; break;
-      case 1: wr.remote_addr += 1; expect = Status::kRemoteOutOfBounds; break;
+      case 0:
+        wr.rkey ^= 1;
+        expect = Status::kRemoteBadKey;
+        break;
+      case 1:
+        wr.remote_addr += 1;
+        expect = Status::kRemoteOutOfBounds;
+        break;
       case 2: expect = Status::kRemoteAccessDenied; break;
       case 3:
         wr.op = WrOpcode::kSend;

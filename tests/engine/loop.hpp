@@ -46,7 +46,8 @@ class Loop {
         std::vector<uint8_t> bytes(buf.begin(), buf.begin() + static_cast<long>(tx.len));
         if (mutate) mutate(i, bytes);
         if (drop && drop(i, bytes)) continue;
-        InFlight f{now_ + delay_ns, 1 - i, RxDatagram{addr_[i], tx.entropy, false, {}}, std::move(bytes)};
+        InFlight f{now_ + delay_ns, 1 - i, RxDatagram{addr_[i], tx.entropy, false, {}},
+                   std::move(bytes)};
         q_.push_back(std::move(f));
       }
     }

@@ -145,7 +145,8 @@ TEST(FatTree16, PermutationCompletesOverManyPaths) {
   // entropies that ECMP put on different ToR uplinks.
   uint64_t received = 0;
   for (uint32_t h = 0; h < 16; ++h) {
-    for (ConnId c : sim.host(h).connections()) received += sim.host(h).endpoint().conn_stats(c)->data_bytes_received;
+    for (ConnId c : sim.host(h).connections())
+      received += sim.host(h).endpoint().conn_stats(c)->data_bytes_received;
   }
   EXPECT_EQ(received, 16u * 1024 * 1024);
   Network& net = sim.net();
@@ -183,7 +184,8 @@ TEST(FatTree16, RingAllReduceRunsStepByStep) {
   // Step k of host i starts only after step k-1 of host i-1 completed.
   for (uint32_t k = 1; k < 30; ++k)
     for (uint32_t i = 0; i < 16; ++i)
-      EXPECT_GE(sim.flows().at(k * 16 + i).spec.start, sim.flows().at((k - 1) * 16 + (i + 15) % 16).finish);
+      EXPECT_GE(sim.flows().at(k * 16 + i).spec.start,
+                sim.flows().at((k - 1) * 16 + (i + 15) % 16).finish);
 }
 
 TEST(Failures, LinkDownMidRunFlowsStillComplete) {
@@ -202,8 +204,10 @@ TEST(Failures, GrayDropAndDegradedLinkFlowsStillComplete) {
 TEST(Failures, LinkDownAndUpAgain) {
   SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 5);
   for (uint32_t j = 0; j < 2; ++j) {
-    c.faults.push_back({SimTime::from_us(10), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 0, j)});
-    c.faults.push_back({SimTime::from_us(300), FaultSpec::Kind::kLinkUp, fat_tree_agg_core_edge(4, 0, j)});
+    c.faults.push_back(
+        {SimTime::from_us(10), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 0, j)});
+    c.faults.push_back(
+        {SimTime::from_us(300), FaultSpec::Kind::kLinkUp, fat_tree_agg_core_edge(4, 0, j)});
   }
   Simulation sim(std::move(c));
   sim.run();
@@ -262,8 +266,8 @@ TEST(Baselines, IncastCompletes) {
 }
 
 TEST(Determinism, EachTransportSameSeedSameBytes) {
-  for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc, TransportKind::kRoceV2,
-                          TransportKind::kIrn}) {
+  for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
+                          TransportKind::kRoceV2, TransportKind::kIrn}) {
     const std::string a = run_preset("fattree16-perm", 9, t).to_json(false);
     const std::string b = run_preset("fattree16-perm", 9, t).to_json(false);
     EXPECT_EQ(a, b) << transport_name(t);

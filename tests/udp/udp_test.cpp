@@ -1,6 +1,8 @@
 // The UDP driver over loopback: handshake, WRITE / READ / SEND with every byte
 // checked, IPv6, connect errors (timeout, refusal, version mismatch), a peer
 // that disappears and one that closes, the progress thread, port conflicts.
+#include "metaroce/udp.hpp"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "metaroce/udp.hpp"
 #include "metaroce/wire.hpp"
 
 using namespace std::chrono_literals;
@@ -48,8 +49,8 @@ Options test_options() {
 std::unique_ptr<UdpEndpoint> open_on(const std::string& host, Options o = test_options()) {
   for (int attempt = 0; attempt < 50; ++attempt) {
     const uint16_t port = random_port();
-    const std::string addr =
-        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    const std::string addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                             std::to_string(port);
     Error err;
     auto ep = UdpEndpoint::open(addr, o, err);
     if (ep) return ep;
@@ -100,7 +101,8 @@ struct Pair {
 
 // Connects client -> server; the server runs its progress thread for the
 // duration of the handshake only when asked.
-Pair connect_pair(const std::string& host, Options so = test_options(), Options co = test_options()) {
+Pair connect_pair(const std::string& host, Options so = test_options(),
+                  Options co = test_options()) {
   Pair p;
   p.server = open_on(host, so);
   p.client = open_on(host, co);
@@ -154,10 +156,13 @@ void write_read_send(const std::string& host) {
   EXPECT_EQ(0, std::memcmp(src.data(), back.data(), kLen));
 
   // SEND a message into a posted receive; WRITE_IMM too.
-  ASSERT_FALSE(p.server->recv(p.sconn, 200, rbuf.data(), static_cast<uint32_t>(rbuf.size()), rmr.lkey));
+  ASSERT_FALSE(
+      p.server->recv(p.sconn, 200, rbuf.data(), static_cast<uint32_t>(rbuf.size()), rmr.lkey));
   ASSERT_FALSE(p.server->recv(p.sconn, 201, rbuf.data(), 0, rmr.lkey));
-  ASSERT_FALSE(p.client->send(p.cconn, 300, msg.data(), static_cast<uint32_t>(msg.size()), mmr.lkey));
-  ASSERT_FALSE(p.client->write_imm(p.cconn, 301, src.data(), 4096, smr.lkey, dmr.addr, dmr.rkey, 0xabcd));
+  ASSERT_FALSE(
+      p.client->send(p.cconn, 300, msg.data(), static_cast<uint32_t>(msg.size()), mmr.lkey));
+  ASSERT_FALSE(
+      p.client->write_imm(p.cconn, 301, src.data(), 4096, smr.lkey, dmr.addr, dmr.rkey, 0xabcd));
   comps = drive(*p.client, *p.server, 2);
   ASSERT_EQ(comps.size(), 2u);
   EXPECT_EQ(comps[0].status, Status::kOk);
@@ -327,10 +332,12 @@ TEST(Udp, ConnectVersionMismatch) {
       if (::poll(&pfd, 1, 20) <= 0) continue;
       sockaddr_in from{};
       socklen_t fl = sizeof(from);
-      const ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+      const ssize_t n =
+          ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
       if (n <= 0) continue;
       metaroce::wire::Packet pk;
-      if (metaroce::wire::decode({buf, static_cast<size_t>(n)}, pk) != metaroce::wire::ParseError::kOk ||
+      if (metaroce::wire::decode({buf, static_cast<size_t>(n)}, pk) !=
+              metaroce::wire::ParseError::kOk ||
           pk.bh.opcode != metaroce::wire::Opcode::kConnectReq)
         continue;
       metaroce::wire::BaseHeader bh;
@@ -412,7 +419,8 @@ TEST(Udp, PortInUseIsAClearError) {
   EXPECT_FALSE(b);
   EXPECT_EQ(err.status, Status::kResourceExhausted);
   EXPECT_NE(err.message.find("in use"), std::string::npos) << err.message;
-  EXPECT_NE(err.message.find(std::to_string(a->entropy_min() + 3)), std::string::npos) << err.message;
+  EXPECT_NE(err.message.find(std::to_string(a->entropy_min() + 3)), std::string::npos)
+      << err.message;
 }
 
 TEST(Udp, IPv4EndpointRejectsIPv6Peer) {

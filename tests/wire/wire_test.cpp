@@ -609,8 +609,8 @@ TEST(SpecBad4, ChecksumPrecedesFieldChecksWithoutPayload) {
     pkt[kBaseHeaderSize + 7] = 1;  // READ_REQ offset 1, not resealed
     EXPECT_EQ(decode_bytes(pkt), ParseError::kBadChecksum);
   }
-  for (const char* id : {"TV-06", "TV-08", "TV-09", "TV-10", "TV-11", "TV-12", "TV-13", "TV-14",
-                         "TV-15", "TV-16"}) {
+  for (const char* id :
+       {"TV-06", "TV-08", "TV-09", "TV-10", "TV-11", "TV-12", "TV-13", "TV-14", "TV-15", "TV-16"}) {
     SCOPED_TRACE(id);
     Bytes pkt = from_hex(spec_hex().at(id));
     // Payload on an opcode without one, ICRC left as it was.

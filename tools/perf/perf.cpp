@@ -10,12 +10,11 @@
 //   ... the test: WRITE (WRITE_IMM with imm = sequence number when verifying),
 //       READ, or SEND; with --bidir the server runs the same load back ...
 //   client -> server  Done    {messages, bytes}
-//   server -> client  Result  {verify errors, messages and bytes received, reverse-direction figures}
+//   server -> client  Result  {verify errors, messages and bytes received, reverse-direction
+//   figures}
 // Verification: the source of message `seq` holds pattern(seq) (READ: the
 // server's slot s holds pattern(s)); the receiving side checks every byte.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -23,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -61,7 +61,7 @@ struct Ctrl {
   uint64_t addr = 0;  // buffer the peer may WRITE/READ
   uint64_t rkey = 0;
   uint64_t len = 0;
-  uint64_t messages = 0;       // Done: sent; Result: received
+  uint64_t messages = 0;  // Done: sent; Result: received
   uint64_t bytes = 0;
   uint64_t verify_errors = 0;  // Result
   uint64_t rev_messages = 0;   // Result: the server's own load (bidir)
@@ -174,7 +174,8 @@ struct Sink {
   bool repost = true;     // put consumed buffers back (not the server's one-shot Hello buffer)
 
   // count 0: enough buffers for qd messages in flight plus control.
-  bool setup(UdpEndpoint& e, ConnId c, const TestParams& tp, uint32_t rq_depth, uint32_t count = 0) {
+  bool setup(UdpEndpoint& e, ConnId c, const TestParams& tp, uint32_t rq_depth,
+             uint32_t count = 0) {
     ep = &e;
     conn = c;
     p = tp;
@@ -213,7 +214,8 @@ struct Sink {
       const uint64_t seq = next_seq++;
       if (c.imm != static_cast<uint32_t>(seq)) ++verify_errors;
       if (p.verify)
-        verify_errors += pattern_check_slot(mem.data() + size_t{seq % p.qd} * p.size, p.size, seq, p.qd);
+        verify_errors +=
+            pattern_check_slot(mem.data() + size_t{seq % p.qd} * p.size, p.size, seq, p.qd);
       bytes += p.size;
     } else if (c.op == CompletionOp::kRecv) {
       const uint64_t seq = next_seq++;
@@ -266,7 +268,8 @@ struct Generator {
         case Op::kWrite:
           if (p.verify) {
             pattern_fill(s, p.size, seq);
-            e = ep->write_imm(conn, seq, s, p.size, mr.lkey, rslot, rkey, static_cast<uint32_t>(seq));
+            e = ep->write_imm(conn, seq, s, p.size, mr.lkey, rslot, rkey,
+                              static_cast<uint32_t>(seq));
           } else {
             e = ep->write(conn, seq, s, p.size, mr.lkey, rslot, rkey);
           }
@@ -326,12 +329,9 @@ double pct(std::vector<uint32_t>& v, double q) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kWrite:
-      return "write";
-    case Op::kRead:
-      return "read";
-    case Op::kSend:
-      return "send";
+    case Op::kWrite: return "write";
+    case Op::kRead: return "read";
+    case Op::kSend: return "send";
   }
   return "?";
 }
@@ -366,7 +366,8 @@ metaroce::udp::Options make_options(const Common& c) {
 
 // Waits for the next control message on the sink, driving the endpoint and
 // feeding other completions to the generator (if any).
-bool wait_ctrl(UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out, std::chrono::milliseconds to) {
+bool wait_ctrl(UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
+               std::chrono::milliseconds to) {
   const auto deadline = Clock::now() + to;
   while (sink.ctrl.empty()) {
     if (Clock::now() > deadline || g_stop) return false;
@@ -377,13 +378,15 @@ bool wait_ctrl(UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out, std::chro
       if (sink.on_completion(cs[i])) continue;
       if (gen != nullptr && gen->on_completion(cs[i])) continue;
       if ((cs[i].wr_id & kCtrlWrId) != 0 && cs[i].status != Status::kOk) {
-        std::fprintf(stderr, "control message failed: %s\n", ep.completion_error(cs[i]).message.c_str());
+        std::fprintf(stderr, "control message failed: %s\n",
+                     ep.completion_error(cs[i]).message.c_str());
         return false;
       }
     }
     if (n == 0) {
       const auto st = ep.state(sink.conn);
-      if (st == metaroce::udp::ConnState::kError || st == metaroce::udp::ConnState::kClosed) return false;
+      if (st == metaroce::udp::ConnState::kError || st == metaroce::udp::ConnState::kClosed)
+        return false;
     }
   }
   out = sink.ctrl.front();
@@ -513,8 +516,8 @@ int run_server(const std::string& addr, const Common& common, bool once) {
         }
       }
       (void)ep->deregister_memory(res_mr.lkey);
-      std::printf("test %s size %u qd %u: %" PRIu64 " messages received, %.3f Gb/s, verify_errors %" PRIu64
-                  "\n",
+      std::printf("test %s size %u qd %u: %" PRIu64
+                  " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
                   op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
                   data.verify_errors);
       std::fflush(stdout);
@@ -562,7 +565,8 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   const uint32_t rq_depth = metaroce::EndpointConfig{}.rq_depth;
   Sink sink;
-  if (!sink.setup(*ep, conn, a.tp, rq_depth) || (a.tp.bidir && !sink.expose(a.tp.size, a.tp.qd, a.tp.op == Op::kRead))) {
+  if (!sink.setup(*ep, conn, a.tp, rq_depth) ||
+      (a.tp.bidir && !sink.expose(a.tp.size, a.tp.qd, a.tp.op == Op::kRead))) {
     std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
     return 1;
   }
@@ -593,8 +597,10 @@ int run_client(const ClientArgs& a, const Common& common) {
   if (!gen.setup(*ep, conn, a.tp, ack.addr, ack.rkey)) return 1;
 
   const auto t0 = Clock::now();
-  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration));
-  auto next_report = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration));
+  auto next_report =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
   uint64_t last_bytes = 0;
   metaroce::ConnStats cst{};
   bool failed = false;
@@ -620,10 +626,11 @@ int run_client(const ClientArgs& a, const Common& common) {
       const double el = std::chrono::duration<double>(now - t0).count();
       std::fprintf(stderr, "[%5.1fs] %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "  rx %.3f Gb/s\n", el,
                    dbl(gen.bytes - last_bytes) * 8 / a.interval / 1e9,
-                   dbl(gen.bytes - last_bytes) / double(a.tp.size) / a.interval, cst.retransmissions,
-                   dbl(sink.bytes) * 8 / el / 1e9);
+                   dbl(gen.bytes - last_bytes) / double(a.tp.size) / a.interval,
+                   cst.retransmissions, dbl(sink.bytes) * 8 / el / 1e9);
       last_bytes = gen.bytes;
-      next_report += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+      next_report +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -647,7 +654,8 @@ int run_client(const ClientArgs& a, const Common& common) {
   const auto io = ep->io_stats();
   const uint64_t verify_errors =
       gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
-      (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1 : 0);
+      (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1
+                                                                                              : 0);
   std::vector<uint32_t> lat = gen.lat_ns;
   const double p50 = pct(lat, 0.5), p99 = pct(lat, 0.99), p999 = pct(lat, 0.999);
   const double gbps = dbl(gen.bytes) * 8 / secs / 1e9;
@@ -678,7 +686,8 @@ int run_client(const ClientArgs& a, const Common& common) {
       if (a.tp.bidir)
         j["reverse"] = {{"messages", result.rev_messages},
                         {"bytes", result.rev_bytes},
-                        {"goodput_gbps", result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0},
+                        {"goodput_gbps",
+                         result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0},
                         {"retransmitted_packets", result.rev_retx}};
     }
     nlohmann::json ps = nlohmann::json::array();
@@ -697,17 +706,22 @@ int run_client(const ClientArgs& a, const Common& common) {
                     {"retired", p.retirements > 0}});
     }
     j["paths"] = ps;
-    j["io"] = {{"tx_datagrams", io.tx_datagrams}, {"tx_syscalls", io.tx_syscalls},
-               {"tx_gso_msgs", io.tx_gso_msgs},   {"tx_eagain", io.tx_eagain},
-               {"tx_errors", io.tx_errors},       {"rx_datagrams", io.rx_datagrams},
-               {"rx_syscalls", io.rx_syscalls},   {"rx_gro_batches", io.rx_gro_batches},
-               {"rx_ce", io.rx_ce},               {"gso", ep->gso_enabled()},
+    j["io"] = {{"tx_datagrams", io.tx_datagrams},
+               {"tx_syscalls", io.tx_syscalls},
+               {"tx_gso_msgs", io.tx_gso_msgs},
+               {"tx_eagain", io.tx_eagain},
+               {"tx_errors", io.tx_errors},
+               {"rx_datagrams", io.rx_datagrams},
+               {"rx_syscalls", io.rx_syscalls},
+               {"rx_gro_batches", io.rx_gro_batches},
+               {"rx_ce", io.rx_ce},
+               {"gso", ep->gso_enabled()},
                {"gro", ep->gro_enabled()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u paths, %.2f s%s\n", op_name(a.tp.op),
-                a.addr.c_str(), a.tp.size, a.tp.qd, static_cast<unsigned>(paths.size()), secs,
-                a.tp.verify ? ", verified" : "");
+    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u paths, %.2f s%s\n",
+                op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
+                static_cast<unsigned>(paths.size()), secs, a.tp.verify ? ", verified" : "");
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
@@ -722,13 +736,15 @@ int run_client(const ClientArgs& a, const Common& common) {
                 " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO)\n",
                 io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
                 io.rx_gro_batches);
-    std::printf("\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  retired\n");
+    std::printf(
+        "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  retired\n");
     for (size_t i = 0; i < paths.size(); ++i) {
       const auto& p = paths[i];
-      std::printf("  %4zu %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64 "  %s\n", i,
-                  p.entropy, p.state == metaroce::PathState::kActive ? "active" : "probing",
-                  p.packets_sent, p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses,
-                  p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
+      std::printf(
+          "  %4zu %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64 "  %s\n", i,
+          p.entropy, p.state == metaroce::PathState::kActive ? "active" : "probing", p.packets_sent,
+          p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses,
+          p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
     }
   }
   ep->close(conn);
@@ -764,14 +780,18 @@ int main(int argc, char** argv) {
   ClientArgs ca;
   std::string op = "write";
   client->add_option("addr", ca.addr, "server address, ip:port or [ip6]:port")->required();
-  client->add_option("--op", op, "write | read | send")->check(CLI::IsMember({"write", "read", "send"}));
-  client->add_option("--size", ca.tp.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
+  client->add_option("--op", op, "write | read | send")
+      ->check(CLI::IsMember({"write", "read", "send"}));
+  client->add_option("--size", ca.tp.size, "message size in bytes")
+      ->check(CLI::Range(1u, 1u << 30));
   client->add_option("--qd", ca.tp.qd, "messages outstanding")->check(CLI::Range(1u, 200u));
   auto* dur = client->add_option("--duration", ca.duration, "seconds to run");
-  client->add_option("--iters", ca.iters, "messages to send (instead of --duration)")->excludes(dur);
+  client->add_option("--iters", ca.iters, "messages to send (instead of --duration)")
+      ->excludes(dur);
   client->add_option("--interval", ca.interval, "seconds between progress lines");
   client->add_flag("--bidir", ca.tp.bidir, "the server sends the same load back at the same time");
-  client->add_flag("--verify", ca.tp.verify, "fill sources with a pattern and check every received byte");
+  client->add_flag("--verify", ca.tp.verify,
+                   "fill sources with a pattern and check every received byte");
   client->add_flag("--json", ca.json, "print one JSON object");
   add_common(client);
   CLI11_PARSE(app, argc, argv);

@@ -18,11 +18,13 @@ int main(int argc, char** argv) {
   int num_paths = 0;
   bool fabric_ecn = false, no_dcqcn = false;
   app.add_option("--preset", preset_name, "scenario name (--list shows them)");
-  app.add_option("--transport", transport, "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
+  app.add_option("--transport", transport,
+                 "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
   app.add_option("--seed", seed, "RNG seed (same seed => identical output)");
   app.add_flag("--json", json, "print a JSON report");
   app.add_flag("--list", list, "list presets and exit");
-  app.add_flag("--no-timing", no_timing, "omit wall time, events/s and RSS (byte-identical output)");
+  app.add_flag("--no-timing", no_timing,
+               "omit wall time, events/s and RSS (byte-identical output)");
   app.add_flag("--progress", progress, "progress on stderr (default when stderr is a terminal)");
   app.add_flag("-q,--quiet", quiet, "no progress");
   app.add_option("--time-limit-ms", time_limit_ms, "simulated-time limit (default 1000 ms)");

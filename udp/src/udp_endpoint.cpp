@@ -5,8 +5,6 @@
 // drained from poll_transmit into preallocated slots, grouped by source port
 // (one socket per entropy value) and peer into sendmmsg calls, with runs of
 // equal-size datagrams to the same peer coalesced with UDP_SEGMENT (GSO).
-#include "metaroce/udp.hpp"
-
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -29,13 +27,14 @@
 #include <unordered_map>
 
 #include "address.hpp"
+#include "metaroce/udp.hpp"
 
 namespace metaroce::udp {
 namespace {
 
 constexpr uint16_t kDefaultPort = 4792;
-constexpr size_t kGsoMaxSegments = 64;    // UDP_MAX_SEGMENTS
-constexpr size_t kGsoMaxBytes = 65000;    // below the 64 KiB UDP length limit
+constexpr size_t kGsoMaxSegments = 64;  // UDP_MAX_SEGMENTS
+constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
 constexpr size_t kRxCtrlBytes = 128;
 constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
 constexpr int kRxBatchesPerRound = 4;
@@ -116,9 +115,9 @@ struct UdpEndpoint::Impl {
   std::vector<uint32_t> tx_msg_segs;
   std::vector<sockaddr_storage> tx_addr;
   std::vector<uint8_t> tx_ctrl;
-  size_t tx_count = 0;     // slots filled
-  size_t tx_msg_count = 0; // messages built
-  size_t tx_msg_next = 0;  // next message to send
+  size_t tx_count = 0;      // slots filled
+  size_t tx_msg_count = 0;  // messages built
+  size_t tx_msg_next = 0;   // next message to send
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
@@ -171,7 +170,8 @@ struct UdpEndpoint::Impl {
     if (p.len != 0) e.peer = format_address(p);
     e.message = what;
     if (!e.peer.empty()) e.message += " (peer " + e.peer;
-    if (conn.v != 0) e.message += e.peer.empty() ? " (conn " + hex(conn.v) : ", conn " + hex(conn.v);
+    if (conn.v != 0)
+      e.message += e.peer.empty() ? " (conn " + hex(conn.v) : ", conn " + hex(conn.v);
     if (!e.peer.empty() || conn.v != 0) e.message += ")";
     e.message += ": " + std::string(status_name(s)) + ": " + std::string(status_text(s));
     return e;
@@ -210,8 +210,8 @@ struct UdpEndpoint::Impl {
   }
 
   int open_bound(const PeerAddr& addr, bool is_rx, Error& err) {
-    const std::string what = std::string(is_rx ? "receive" : "send") + " socket " +
-                             format_address(addr);
+    const std::string what =
+        std::string(is_rx ? "receive" : "send") + " socket " + format_address(addr);
     const int fd = ::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       err.status = Status::kResourceExhausted;
@@ -230,7 +230,8 @@ struct UdpEndpoint::Impl {
     }
     sockaddr_storage ss;
     socklen_t len = 0;
-    if (!to_sockaddr(addr, family, ss, len) || ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    if (!to_sockaddr(addr, family, ss, len) ||
+        ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
       const int e = errno;
       err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
       err.message = what + ": bind(): " + errno_text(e) +
@@ -271,12 +272,14 @@ struct UdpEndpoint::Impl {
       }
     }
     ecount = opts.entropy_count;
-    const uint32_t base = opts.entropy_base != 0 ? opts.entropy_base : uint32_t{address_port(local)} + 1;
+    const uint32_t base =
+        opts.entropy_base != 0 ? opts.entropy_base : uint32_t{address_port(local)} + 1;
     if (ecount < std::max<uint16_t>(1, cfg.num_paths) || base + ecount - 1 > 65535 || base == 0) {
       err.status = Status::kInvalidArgument;
       err.message = "open " + address + ": entropy block " + std::to_string(base) + "+" +
-                    std::to_string(ecount) + " is invalid (needs at least num_paths=" +
-                    std::to_string(cfg.num_paths) + " ports below 65536)";
+                    std::to_string(ecount) +
+                    " is invalid (needs at least num_paths=" + std::to_string(cfg.num_paths) +
+                    " ports below 65536)";
       return false;
     }
     ebase = static_cast<uint16_t>(base);
@@ -391,7 +394,8 @@ struct UdpEndpoint::Impl {
         uint8_t tos = 0;
         size_t seg = len;
         for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
-          if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS)) {
+          if (c->cmsg_level == IPPROTO_IP &&
+              (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS)) {
             tos = *reinterpret_cast<const uint8_t*>(CMSG_DATA(c));
           } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
             int v = 0;
@@ -533,7 +537,8 @@ struct UdpEndpoint::Impl {
         if (errno == EINTR) continue;
         // The first message failed: drop it (the engine retransmits). A GSO
         // message the device cannot segment turns GSO off for good.
-        if (tx_msg_segs[tx_msg_next] > 1 && (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP))
+        if (tx_msg_segs[tx_msg_next] > 1 &&
+            (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP))
           gso = false;
         io.tx_errors += tx_msg_segs[tx_msg_next];
         ++tx_msg_next;
@@ -598,12 +603,8 @@ struct UdpEndpoint::Impl {
           accepted.push_back(ev.conn);
           break;
         case EventKind::kConnectFailed:
-        case EventKind::kError:
-          ci.state = ConnState::kError;
-          break;
-        case EventKind::kClosed:
-          ci.state = ConnState::kClosed;
-          break;
+        case EventKind::kError: ci.state = ConnState::kError; break;
+        case EventKind::kClosed: ci.state = ConnState::kClosed; break;
       }
     }
     return any;
@@ -661,7 +662,8 @@ struct UdpEndpoint::Impl {
         if (pred()) return true;
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) return false;
-        cv.wait_for(lk, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)));
+        cv.wait_for(
+            lk, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)));
       }
     }
     for (;;) {
@@ -669,8 +671,9 @@ struct UdpEndpoint::Impl {
       if (pred()) return true;
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return false;
-      if (moved == 0) block(std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)) +
-                            std::chrono::microseconds(999));
+      if (moved == 0)
+        block(std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)) +
+              std::chrono::microseconds(999));
     }
   }
 
@@ -738,7 +741,8 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
     err = Error{};
     auto impl = std::make_unique<Impl>();
     impl->opts = opts;
-    if (impl->open(address, err)) return std::unique_ptr<UdpEndpoint>(new UdpEndpoint(std::move(impl)));
+    if (impl->open(address, err))
+      return std::unique_ptr<UdpEndpoint>(new UdpEndpoint(std::move(impl)));
     if (err.status == Status::kOk) err.status = Status::kInvalidArgument;
     if (!any_port || err.status != Status::kResourceExhausted || attempt >= 16) return nullptr;
   }
@@ -760,11 +764,13 @@ size_t UdpEndpoint::progress() {
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool first = true;
-  (void)impl_->run_until([&] {
-    const bool r = !first;
-    first = false;
-    return r;
-  }, deadline);
+  (void)impl_->run_until(
+      [&] {
+        const bool r = !first;
+        first = false;
+        return r;
+      },
+      deadline);
 }
 
 void UdpEndpoint::start_progress_thread() {
@@ -787,14 +793,16 @@ Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, M
   auto lk = impl_->guard();
   const Status s = impl_->eng->register_memory(addr, length, access, out);
   if (s == Status::kOk) return {};
-  return impl_->make_error(s, "register_memory(" + std::to_string(length) + " bytes) failed", ConnId{});
+  return impl_->make_error(s, "register_memory(" + std::to_string(length) + " bytes) failed",
+                           ConnId{});
 }
 
 Error UdpEndpoint::deregister_memory(uint32_t lkey) {
   auto lk = impl_->guard();
   const Status s = impl_->eng->deregister_memory(lkey);
   if (s == Status::kOk) return {};
-  return impl_->make_error(s, "deregister_memory(lkey " + std::to_string(lkey) + ") failed", ConnId{});
+  return impl_->make_error(s, "deregister_memory(lkey " + std::to_string(lkey) + ") failed",
+                           ConnId{});
 }
 
 Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds timeout,
@@ -969,14 +977,14 @@ bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds time
 
 Error UdpEndpoint::completion_error(const Completion& c) const {
   if (c.status == Status::kOk) return {};
-  static constexpr const char* kOps[] = {"WRITE", "WRITE_IMM", "SEND",      "SEND_IMM",
+  static constexpr const char* kOps[] = {"WRITE", "WRITE_IMM", "SEND",          "SEND_IMM",
                                          "READ",  "RECV",      "RECV_WRITE_IMM"};
   const auto op = static_cast<size_t>(c.op);
   auto lk = impl_->guard();
-  return impl_->make_error(c.status,
-                           std::string(op < 7 ? kOps[op] : "?") + " wr_id " +
-                               std::to_string(c.wr_id) + " failed",
-                           c.conn);
+  return impl_->make_error(
+      c.status,
+      std::string(op < 7 ? kOps[op] : "?") + " wr_id " + std::to_string(c.wr_id) + " failed",
+      c.conn);
 }
 
 EndpointStats UdpEndpoint::endpoint_stats() const {

@@ -73,8 +73,8 @@ struct PortStats {
   uint64_t fault_drops = 0;  // link down or gray failure
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
-  uint64_t pfc_pauses = 0;     // PAUSE frames that took effect on this port
-  SimTime pfc_paused{0};       // time spent paused (closed intervals)
+  uint64_t pfc_pauses = 0;  // PAUSE frames that took effect on this port
+  SimTime pfc_paused{0};    // time spent paused (closed intervals)
 };
 
 // Propagation: packets in flight on one direction of a link, in arrival
@@ -123,7 +123,8 @@ class Port final : public EventSource {
   // Bytes queued ahead of a packet arriving now (including the unsent part of
   // the packet on the wire).
   [[nodiscard]] uint64_t backlog_bytes(SimTime now) const {
-    return (busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0) + fifo_bytes_;
+    return (busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0) +
+           fifo_bytes_;
   }
   [[nodiscard]] const PortStats& stats() const { return stats_; }
   // Time paused so far, the open interval included.

@@ -32,7 +32,7 @@ struct Packet {
   uint8_t trailer_len = 0;   // bytes after the payload (the ICRC)
   uint8_t trailer[4] = {};
   uint32_t hops = 0;
-  uint16_t in_port = 0;      // ingress port at the current switch (PFC accounting)
+  uint16_t in_port = 0;  // ingress port at the current switch (PFC accounting)
   uint8_t hdr[kMaxHeader];
 };
 

@@ -44,12 +44,13 @@
 namespace metaroce::sim {
 
 struct RcParams {
-  bool go_back_n = true;   // RoCEv2; false: IRN selective repeat
-  uint32_t mtu = 4096;     // payload bytes per packet
+  bool go_back_n = true;        // RoCEv2; false: IRN selective repeat
+  uint32_t mtu = 4096;          // payload bytes per packet
   uint32_t window_packets = 0;  // cap on PSNs outstanding (0: none; IRN: the BDP)
   SimTime rto_high = SimTime::from_us(320);
   SimTime rto_low = SimTime::from_us(100);
-  uint32_t rto_low_packets = 0;  // RTO_low when fewer than this many are in flight (0: never; IRN 3)
+  uint32_t rto_low_packets =
+      0;  // RTO_low when fewer than this many are in flight (0: never; IRN 3)
   // DCQCN.
   bool dcqcn = true;
   SimTime cnp_interval = SimTime::from_us(50);
@@ -58,8 +59,8 @@ struct RcParams {
   SimTime increase_timer = SimTime::from_us(55);
   uint64_t byte_counter = 10ull * 1024 * 1024;
   uint32_t fast_recovery_steps = 5;  // F
-  uint64_t rai_mbps = 100;           // additive increase (40 Mb/s at 40G in the paper, scaled to 100G)
-  uint64_t rhai_mbps = 1'000;        // hyper increase
+  uint64_t rai_mbps = 100;     // additive increase (40 Mb/s at 40G in the paper, scaled to 100G)
+  uint64_t rhai_mbps = 1'000;  // hyper increase
   uint64_t min_rate_mbps = 100;
   // Switch ECN marking used with the baselines (the DCQCN paper's RED
   // setting: 5 KB / 200 KB / 1 %); own_ecn = false keeps the preset's.
@@ -70,9 +71,9 @@ struct RcParams {
 
 class RcHost;
 
-struct RcRx {  // receiver state of one QP (one flow)
-  uint32_t expected = 0;    // next in-order PSN (cumulative ACK)
-  bool nak_sent = false;    // go-back-N: NAK outstanding for this gap
+struct RcRx {             // receiver state of one QP (one flow)
+  uint32_t expected = 0;  // next in-order PSN (cumulative ACK)
+  bool nak_sent = false;  // go-back-N: NAK outstanding for this gap
   SimTime last_cnp = SimTime::never();
   std::vector<uint8_t> got;  // IRN: out-of-order packets held (by PSN)
 };
@@ -129,7 +130,8 @@ class RcHost final : public SimHost {
 
   void service(SimTime now);
   void pull(SimTime now);
-  void send_ctrl(uint8_t type, uint32_t flow, uint32_t dst, uint32_t psn, uint32_t aux, SimTime now);
+  void send_ctrl(uint8_t type, uint32_t flow, uint32_t dst, uint32_t psn, uint32_t aux,
+                 SimTime now);
   // The PSN qp would send next, or UINT32_MAX.
   uint32_t next_psn(Qp& q);
   void on_data(Packet* p, SimTime now);

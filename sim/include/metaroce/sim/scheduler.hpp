@@ -49,7 +49,9 @@ class Scheduler {
   // time keeps its place in the tie order.
   void schedule(EventSource& src, SimTime t);
   void cancel(EventSource& src);
-  [[nodiscard]] SimTime next_time() const { return heap_.empty() ? SimTime::never() : heap_[0].when; }
+  [[nodiscard]] SimTime next_time() const {
+    return heap_.empty() ? SimTime::never() : heap_[0].when;
+  }
   // Runs one event; false when none is left.
   bool step();
   // Runs events until none is left, the next one lies after `until`, or

@@ -111,7 +111,9 @@ class Simulation {
   [[nodiscard]] Network& net() { return *net_; }
   [[nodiscard]] FlowTable& flows() { return *flows_; }
   // The MetaRoCE host (throws std::bad_cast for a baseline transport).
-  [[nodiscard]] MetaRoceHost& host(uint32_t i) { return dynamic_cast<MetaRoceHost&>(*hosts_.at(i)); }
+  [[nodiscard]] MetaRoceHost& host(uint32_t i) {
+    return dynamic_cast<MetaRoceHost&>(*hosts_.at(i));
+  }
   [[nodiscard]] SimHost& any_host(uint32_t i) { return *hosts_.at(i); }
   [[nodiscard]] const SimConfig& config() const { return cfg_; }
 

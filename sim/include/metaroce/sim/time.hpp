@@ -14,7 +14,9 @@ struct SimTime {
   uint64_t ps = 0;
   constexpr auto operator<=>(const SimTime&) const = default;
   [[nodiscard]] constexpr SimTime operator+(SimTime d) const { return {ps + d.ps}; }
-  [[nodiscard]] constexpr SimTime operator-(SimTime d) const { return {ps >= d.ps ? ps - d.ps : 0}; }
+  [[nodiscard]] constexpr SimTime operator-(SimTime d) const {
+    return {ps >= d.ps ? ps - d.ps : 0};
+  }
   SimTime& operator+=(SimTime d) {
     ps += d.ps;
     return *this;
