@@ -348,6 +348,7 @@ struct Common {
   uint32_t peer_timeout_ms = 2000;
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
+  bool payload_crc = false;
 };
 
 metaroce::udp::Options make_options(const Common& c) {
@@ -357,6 +358,7 @@ metaroce::udp::Options make_options(const Common& c) {
   o.engine.recovery.peer_timeout_ns = uint64_t{c.peer_timeout_ms} * metaroce::kMillisecond;
   o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
   o.engine.cc.enabled = !c.no_cc;
+  o.engine.cover_payload = c.payload_crc;
   o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
   o.entropy_base = c.entropy_base;
   o.gso = !c.no_gso;
@@ -766,6 +768,9 @@ int main(int argc, char** argv) {
     sub->add_option("--entropy-base", common.entropy_base, "first source port (default: port + 1)");
     sub->add_option("--peer-timeout-ms", common.peer_timeout_ms, "PATH-7 peer timeout");
     sub->add_flag("--no-gso", common.no_gso, "do not use UDP_SEGMENT");
+    sub->add_flag(
+        "--payload-crc", common.payload_crc,
+        "ICRC over the payload too (default: headers; the UDP checksum covers the payload)");
     sub->add_flag("--no-gro", common.no_gro, "do not use UDP_GRO");
     sub->add_flag("--no-cc", common.no_cc, "disable congestion control (fixed window per path)");
   };
