@@ -17,7 +17,8 @@
 #   METAROCE_SKIP_SETUP=1      do not call setup-deps.sh
 #   METAROCE_SKIP_ASAN=1       skip the sanitizer build
 #   METAROCE_SKIP_FUZZ=1       skip the fuzz build and runs
-#   METAROCE_ASAN_ALL=1        build every target (not only tests) in build-asan/
+#   METAROCE_ASAN_ALL=0        build only the targets ctest names in build-asan/ (default: all, so
+#                              that example programs under test are built too)
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -93,7 +94,7 @@ print("\n".join(sorted(out)))
 asan_build() {
   local dir=build-asan
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize || return 1
-  if [[ ${METAROCE_ASAN_ALL:-0} != 1 ]]; then
+  if [[ ${METAROCE_ASAN_ALL:-1} != 1 ]]; then
     local targets
     mapfile -t targets < <(test_targets "$dir")
     if ((${#targets[@]} > 0)); then
