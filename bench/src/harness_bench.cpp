@@ -23,6 +23,7 @@ struct Outcome {
   uint64_t packets_sent = 0, retransmissions = 0, duplicates = 0;
   uint64_t retirements = 0;
   double failover_ms = -1;
+  double detect_ms = -1;  // fault -> first timeout loss or path state change
   bool finished = false;
   std::vector<PathStats> paths;
 };
@@ -54,6 +55,23 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
     e.recovery.initial_rtt_ns = 50 * kMicrosecond;
   }
   Harness h(hc);
+  // The first timeout-declared loss or path state change after the fault is
+  // when the sender noticed (the engine's trace, not a guess from the wire).
+  struct Detect {
+    TimeNs fail_at;
+    TimeNs first = TimeNs::never();
+  } detect{fail_at};
+  if (fail_path >= 0) {
+    h.ep(0).set_trace(
+        [](void* ctx, const TraceEvent& ev) {
+          auto* d = static_cast<Detect*>(ctx);
+          const bool signal = (ev.kind == TraceKind::kLost && ev.aux == 1) ||
+                              ev.kind == TraceKind::kPathState ||
+                              ev.kind == TraceKind::kPathRetired;
+          if (signal && ev.time >= d->fail_at && d->first == TimeNs::never()) d->first = ev.time;
+        },
+        &detect);
+  }
   auto [a, b] = h.connect(0, 1);
   Outcome out;
   if (!a.valid()) return out;
@@ -117,6 +135,8 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
     if (h.ep(0).path_stats(a, i, ps)) out.paths.push_back(ps);
   }
   if (fail_path >= 0) {
+    if (detect.first != TimeNs::never())
+      out.detect_ms = static_cast<double>(detect.first.since(fail_at)) / 1e6;
     const auto& ls = h.net().stats(0, 1, static_cast<uint32_t>(fail_path));
     out.failover_ms = ls.last_data_while_down == TimeNs::never()
                           ? 0.0
@@ -164,6 +184,8 @@ int run_harness(const HarnessOptions& o) {
   r.num("path_retirements", static_cast<double>(run.retirements), "entropy values replaced");
   r.num("failover_ms", run.failover_ms,
         "path down -> last data packet sent onto it (-1: no failure)");
+  r.num("detect_ms", run.detect_ms,
+        "path down -> sender declares its packets lost by timeout / path leaves ACTIVE");
   r.print(o.json);
   if (!o.json) {
     std::printf("\n  %-4s %-7s %-7s %12s %8s %8s %8s %8s %6s %6s\n", "path", "entropy", "state",
