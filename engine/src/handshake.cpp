@@ -200,7 +200,7 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
       if (!c.tx || p.inflight == 0 || p.state != PathState::kActive || !trim_ring(c, slot))
         return emit_control(c, now, buf, out);
       p.tlp_pseq = p.next_pseq++;
-      c.tx->path_rings[size_t{slot} * c.window() + (p.tlp_pseq & c.wmask())] = c.next_psn;
+      ring_at(c, *c.tx, slot, p.tlp_pseq) = c.next_psn;  // names no live record
       p.tlp_outstanding = true;
       bh.psn = p.tlp_pseq;
     }

@@ -136,6 +136,9 @@ struct Endpoint::Impl {
         std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1) * packet_cost(c.mtu) / c.num_paths, 64);
   }
   bool trim_ring(detail::Connection& c, uint8_t path);
+  uint32_t& ring_at(detail::Connection& c, detail::TxCtx& t, uint8_t path, uint32_t pseq);
+  detail::TxRecord* in_flight_at(detail::Connection& c, detail::TxCtx& t, uint8_t path,
+                                 uint32_t pseq);
   void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
                    uint32_t& touched);
   bool build_data(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,

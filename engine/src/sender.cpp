@@ -153,7 +153,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   r.pseq = p.next_pseq++;
   r.flags = detail::kRecInFlight;
   r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + 1) : 1;
-  t.path_rings[size_t{path} * c.window() + (r.pseq & mask)] = psn;
+  ring_at(c, t, path, r.pseq) = psn;
   if (p.inflight == 0) arm_rto(c, p, now);
   p.tlp_deadline = now + tlp_timeout(p);
   if (p.cwnd < packet_cost(c.mtu))
@@ -322,14 +322,11 @@ void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a
       a.echo_psn != p.tlp_pseq)
     return;
   p.tlp_outstanding = false;
-  const uint32_t mask = c.wmask();
-  const uint32_t* ring = &t.path_rings[size_t{slot} * c.window()];
   while (p.ring_head != p.next_pseq && static_cast<int32_t>(p.ring_head - p.tlp_pseq) < 0) {
-    const uint32_t psn = ring[p.ring_head & mask];
-    TxRecord& r = t.records[psn & mask];
-    const uint32_t pseq = p.ring_head++;
-    if (r.psn == psn && r.path == slot && r.pseq == pseq && (r.flags & detail::kRecInFlight))
-      declare_lost(c, t, r, now, false, true);
+    TxRecord* r = in_flight_at(c, t, slot, p.ring_head);
+    // Advance first: a loss may retire the path, which resets ring_head.
+    ++p.ring_head;
+    if (r != nullptr) declare_lost(c, t, *r, now, false, true);
   }
 }
 
@@ -356,35 +353,38 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   enter_error(c, code, psn, now);  // NAK-3
 }
 
+uint32_t& Endpoint::Impl::ring_at(Connection& c, TxCtx& t, uint8_t path, uint32_t pseq) {
+  return t.path_rings[size_t{path} * c.window() + (pseq & c.wmask())];
+}
+
+// The record of the transmission that entry `pseq` of a path's send order
+// names, while that transmission is still in flight; nullptr once the packet
+// was acknowledged or resent since (a stale entry, skipped by every walk).
+TxRecord* Endpoint::Impl::in_flight_at(Connection& c, TxCtx& t, uint8_t path, uint32_t pseq) {
+  const uint32_t psn = ring_at(c, t, path, pseq);
+  TxRecord& r = t.records[psn & c.wmask()];
+  const bool live =
+      r.psn == psn && r.path == path && r.pseq == pseq && (r.flags & detail::kRecInFlight);
+  return live ? &r : nullptr;
+}
+
 // Drops send-order entries whose transmission is no longer in flight (acked,
 // or resent elsewhere, as after an RNR). detect_losses does this as ACKs
 // arrive; a path that hears none (RNR retries) needs it before it can take
 // more. Returns true if the ring has room.
 bool Endpoint::Impl::trim_ring(Connection& c, uint8_t path) {
   detail::Path& p = c.paths[path];
-  TxCtx& t = *c.tx;
-  const uint32_t mask = c.wmask();
-  const uint32_t* ring = &t.path_rings[size_t{path} * c.window()];
-  while (p.ring_head != p.next_pseq) {
-    const uint32_t psn = ring[p.ring_head & mask];
-    const TxRecord& r = t.records[psn & mask];
-    if (r.psn == psn && r.path == path && r.pseq == p.ring_head && (r.flags & detail::kRecInFlight))
-      break;
+  while (p.ring_head != p.next_pseq && in_flight_at(c, *c.tx, path, p.ring_head) == nullptr)
     ++p.ring_head;
-  }
   return p.next_pseq - p.ring_head < c.window();
 }
 
 void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now) {
   detail::Path& p = c.paths[path];
   if (!p.any_acked) return;
-  const uint32_t mask = c.wmask();
-  const uint32_t* ring = &t.path_rings[size_t{path} * c.window()];
   while (p.ring_head != p.next_pseq) {
-    const uint32_t psn = ring[p.ring_head & mask];
-    TxRecord& r = t.records[psn & mask];
-    if (r.psn != psn || r.path != path || r.pseq != p.ring_head ||
-        !(r.flags & detail::kRecInFlight)) {
+    TxRecord* r = in_flight_at(c, t, path, p.ring_head);
+    if (r == nullptr) {
       ++p.ring_head;  // acked, or resent since: not this transmission's concern
       continue;
     }
@@ -393,7 +393,7 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
         static_cast<int32_t>(cfg.recovery.reorder_threshold))
       break;
     ++p.ring_head;
-    declare_lost(c, t, r, now, false, true);
+    declare_lost(c, t, *r, now, false, true);
     if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
   }
 }
@@ -417,18 +417,13 @@ void Endpoint::Impl::lose_path_inflight(Connection& c, uint8_t path, TimeNs now,
   detail::Path& p = c.paths[path];
   if (c.tx) {
     TxCtx& t = *c.tx;
-    const uint32_t mask = c.wmask();
-    const uint32_t* ring = &t.path_rings[size_t{path} * c.window()];
     for (; p.ring_head != p.next_pseq; ++p.ring_head) {
-      const uint32_t psn = ring[p.ring_head & mask];
-      TxRecord& r = t.records[psn & mask];
-      if (r.psn == psn && r.path == path && r.pseq == p.ring_head &&
-          (r.flags & detail::kRecInFlight)) {
-        declare_lost(c, t, r, now, true, false);
-        if (count_outcome) {
-          ++p.stats.losses;
-          ++c.stats.losses_declared;
-        }
+      TxRecord* r = in_flight_at(c, t, path, p.ring_head);
+      if (r == nullptr) continue;
+      declare_lost(c, t, *r, now, true, false);
+      if (count_outcome) {
+        ++p.stats.losses;
+        ++c.stats.losses_declared;
       }
     }
   }
