@@ -7,7 +7,25 @@
 #include <utility>
 #include <vector>
 
+#include "metaroce/engine.hpp"
+
 namespace metaroce::bench {
+
+// The n-th WRITE of a stream that cycles through `slots` message-sized
+// places of a source and a destination region (wr_id n).
+inline SendWr slot_write(const MemoryRegion& src, const MemoryRegion& dst, uint32_t msg,
+                         uint64_t slots, uint64_t n) {
+  SendWr wr;
+  wr.wr_id = n;
+  wr.op = WrOpcode::kWrite;
+  const uint64_t off = (n % slots) * msg;
+  wr.local_addr = src.addr + off;
+  wr.length = msg;
+  wr.lkey = src.lkey;
+  wr.remote_addr = dst.addr + off;
+  wr.rkey = dst.rkey;
+  return wr;
+}
 
 struct EngineOptions {
   uint64_t packets = 2'000'000;

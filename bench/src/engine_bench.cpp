@@ -85,16 +85,7 @@ struct Pair {
     uint64_t sent = 0, posted = 0, done = 0;
     const uint32_t msg = kMsg;
     auto post = [&] {
-      SendWr wr;
-      wr.wr_id = posted;
-      wr.op = WrOpcode::kWrite;
-      const uint64_t off = (posted % kSlots) * msg;
-      wr.local_addr = msrc.addr + off;
-      wr.length = msg;
-      wr.lkey = msrc.lkey;
-      wr.remote_addr = mdst.addr + off;
-      wr.rkey = mdst.rkey;
-      if (a->post_send(ca, wr) == Status::kOk) ++posted;
+      if (a->post_send(ca, slot_write(msrc, mdst, msg, kSlots, posted)) == Status::kOk) ++posted;
     };
     for (int i = 0; i < 8; ++i) post();
     const auto t0 = Clock::now();

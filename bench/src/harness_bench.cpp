@@ -89,16 +89,7 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
   uint64_t posted = 0;
   const uint32_t qd = 8;
   auto post = [&] {
-    SendWr wr;
-    wr.wr_id = posted;
-    wr.op = WrOpcode::kWrite;
-    const uint64_t off = (posted % slots) * msg;
-    wr.local_addr = ms.addr + off;
-    wr.length = msg;
-    wr.lkey = ms.lkey;
-    wr.remote_addr = md.addr + off;
-    wr.rkey = md.rkey;
-    if (h.ep(0).post_send(a, wr) == Status::kOk) ++posted;
+    if (h.ep(0).post_send(a, slot_write(ms, md, msg, slots, posted)) == Status::kOk) ++posted;
   };
   const TimeNs start = h.now();
   for (uint32_t i = 0; i < qd && posted < total; ++i) post();
