@@ -112,7 +112,7 @@ struct Endpoint::Impl {
   void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_tlp_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);
   [[nodiscard]] uint64_t tlp_timeout(const detail::Path& p) const {
-    return 2 * p.srtt + cfg.ack_delay_ns;  // LOSS-8
+    return p.srtt + p.srtt / 4 + cfg.ack_delay_ns;  // LOSS-8
   }
   void mark_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
                   uint32_t& touched);

@@ -47,6 +47,11 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
 
 int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   const uint32_t need = packet_cost(c.mtu);
+  if (cfg.cc.max_inflight_packets != 0) {  // CC-9: the paths' windows do not bound their sum
+    uint32_t total = 0;
+    for (uint8_t k = 0; k < c.num_paths; ++k) total += c.paths[k].inflight;
+    if (total + need > cfg.cc.max_inflight_packets * need) return -1;
+  }
   int fallback = -1;
   bool other_active = false;
   for (uint8_t k = 0; k < c.num_paths; ++k) {

@@ -19,6 +19,7 @@ struct CcConfig {
   uint32_t dctcp_g_shift = 4;          // alpha gain g = 1/16 (CC-3)
   uint64_t target_queue_delay_ns = 50 * kMicrosecond;  // CC-5
   uint32_t max_delay_decrease_pct = 50;                // at most one halving per RTT (CC-5)
+  uint32_t max_inflight_packets = 0;  // CC-9: cap on the sum over paths, 0: none (set near the BDP)
 };
 
 // Loss recovery and path health (spec LOSS-*, PATH-*).

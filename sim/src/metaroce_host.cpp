@@ -39,17 +39,28 @@ MetaRoceHost::MetaRoceHost(MetaRoceShared& shared, uint32_t host, const Endpoint
 
 MetaRoceHost::~MetaRoceHost() { sh_.net.sched().cancel(*this); }
 
-void MetaRoceHost::start_flow(uint32_t flow, SimTime now) {
-  FlowState& f = sh_.flows.at(flow);
-  const uint32_t dst = f.spec.dst;
+const ConnId* MetaRoceHost::connection_to(uint32_t dst, SimTime now) {
   auto it = conns_.find(dst);
   if (it == conns_.end()) {
     ConnId c;
-    if (ep_.connect(addr(dst), now.to_engine(), c) != Status::kOk) {
-      sh_.flows.wr_done(flow, false, now);
-      return;
-    }
+    if (ep_.connect(addr(dst), now.to_engine(), c) != Status::kOk) return nullptr;
     it = conns_.emplace(dst, c).first;
+  }
+  return &it->second;
+}
+
+void MetaRoceHost::preconnect(uint32_t dst, SimTime now) {
+  if (connection_to(dst, now) == nullptr) ++sh_.connect_failures;
+  service(now);
+}
+
+void MetaRoceHost::start_flow(uint32_t flow, SimTime now) {
+  FlowState& f = sh_.flows.at(flow);
+  const uint32_t dst = f.spec.dst;
+  const ConnId* conn = connection_to(dst, now);
+  if (conn == nullptr) {
+    sh_.flows.wr_done(flow, false, now);
+    return;
   }
   const MemoryRegion& peer = sh_.hosts.at(dst)->region();
   const uint64_t chunk = std::max<uint64_t>(1, std::min<uint64_t>(sh_.wr_bytes, sh_.region.size()));
@@ -70,7 +81,7 @@ void MetaRoceHost::start_flow(uint32_t flow, SimTime now) {
     wr.lkey = mr_.lkey;
     wr.remote_addr = peer.addr;
     wr.rkey = peer.rkey;
-    post(Pending{flow, wr, it->second}, now);
+    post(Pending{flow, wr, *conn}, now);
   }
   service(now);
 }
@@ -159,7 +170,11 @@ void MetaRoceHost::service(SimTime now) {
   Event e;
   while (ep_.poll_event(e)) {
     if (e.kind == EventKind::kAccepted) accepted_.push_back(e.conn);
-    if (e.kind == EventKind::kConnectFailed) ++sh_.connect_failures;
+    if (e.kind == EventKind::kConnected) ++connects_settled_;
+    if (e.kind == EventKind::kConnectFailed) {
+      ++sh_.connect_failures;
+      ++connects_settled_;
+    }
     if (e.kind == EventKind::kError) ++sh_.errors;
   }
   // Completions free send-queue slots: retry the backlog in order.

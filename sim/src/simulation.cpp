@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
 #include "metaroce/sim/rng.hpp"
 #include "metaroce/sim/topology.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::sim {
 
@@ -56,6 +58,7 @@ class Simulation::Starter final : public EventSource {
     std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
       return s.flows_->at(a).spec.start < s.flows_->at(b).spec.start;
     });
+    for (uint32_t i = 0; i < s.flows_->size(); ++i) s.flows_->at(i).spec.start += s.origin_;
     if (!order_.empty()) s.sched_.schedule(*this, s.flows_->at(order_[0]).spec.start);
   }
   ~Starter() override { sim_.sched_.cancel(*this); }
@@ -77,6 +80,7 @@ class Simulation::Starter final : public EventSource {
 class Simulation::Faults final : public EventSource {
  public:
   explicit Faults(Simulation& s) : sim_(s), list_(s.cfg_.faults) {
+    for (FaultSpec& f : list_) f.at += s.origin_;
     std::stable_sort(list_.begin(), list_.end(), [](auto& a, auto& b) { return a.at < b.at; });
     if (!list_.empty()) s.sched_.schedule(*this, list_[0].at);
   }
@@ -129,18 +133,9 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
       prm.window_packets = 0;
       prm.rto_low_packets = 0;
     } else {
-      // IRN: window = BDP of the longest path (propagation both ways, one
-      // MTU packet and one ACK serialized per hop), RTO_low below 3 packets.
+      // IRN: window = BDP of the longest path, RTO_low below 3 packets.
       prm.go_back_n = false;
-      const uint32_t hops = std::max<uint32_t>(1, net_->graph().max_hops);
-      const SimTime delay = cfg_.topo.edges.empty() ? SimTime{0} : cfg_.topo.edges[0].spec.delay;
-      const uint64_t rate = cfg_.topo.host_rate_mbps;
-      const SimTime rtt{2 * hops * delay.ps +
-                        hops * serialization_time(prm.mtu + 16 + cfg_.wire_overhead, rate).ps +
-                        hops * serialization_time(20 + cfg_.wire_overhead, rate).ps};
-      const uint64_t bdp = rtt.ps * rate / 8'000'000;
-      prm.window_packets =
-          static_cast<uint32_t>(std::max<uint64_t>(1, (bdp + prm.mtu - 1) / prm.mtu));
+      prm.window_packets = bdp_packets(prm.mtu, prm.mtu + 16, 20);
       prm.rto_low_packets = 3;
     }
     rc_shared_ = std::make_unique<RcShared>(*net_, *flows_, prm);
@@ -154,6 +149,15 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   } else {
     EndpointConfig ec = cfg_.endpoint;
     if (cfg_.transport == TransportKind::kSprayNoCc) ec.cc.enabled = false;
+    // CC-9: the engine leaves the connection-wide cap to a driver that knows
+    // the fabric, as a NIC driver knows its link rate and the fabric's RTT.
+    if (ec.cc.max_inflight_packets == 0 && cfg_.inflight_cap_bdp > 0)
+      ec.cc.max_inflight_packets = static_cast<uint32_t>(
+          std::ceil(cfg_.inflight_cap_bdp *
+                    bdp_packets(ec.mtu,
+                                ec.mtu + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
+                                    wire::kRdmaHeaderSize + wire::kIcrcSize,
+                                wire::kBaseHeaderSize + wire::kAckFixedSize + wire::kIcrcSize)));
     ec.cover_payload = false;
     const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
     shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
@@ -171,6 +175,7 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   flows_->start_dependent = [this](uint32_t f, SimTime now) {
     hosts_.at(flows_->at(f).spec.src)->start_flow(f, now);
   };
+  if (cfg_.preconnect) warm_up();
   starter_ = std::make_unique<Starter>(*this);
   faults_ = std::make_unique<Faults>(*this);
   if (cfg_.progress) sched_.set_tick(&Simulation::tick, this);
@@ -198,12 +203,53 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
                static_cast<unsigned long long>(s.events()));
 }
 
-bool Simulation::finished() const { return flows_->all_done() || sched_.now() >= cfg_.time_limit; }
+uint32_t Simulation::bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const {
+  // The longest path's RTT: propagation both ways, one data packet and one
+  // ACK serialized per hop.
+  const uint32_t hops = std::max<uint32_t>(1, net_->graph().max_hops);
+  const SimTime delay = cfg_.topo.edges.empty() ? SimTime{0} : cfg_.topo.edges[0].spec.delay;
+  const uint64_t rate = cfg_.topo.host_rate_mbps;
+  const SimTime rtt{2 * hops * delay.ps +
+                    hops * serialization_time(data_bytes + cfg_.wire_overhead, rate).ps +
+                    hops * serialization_time(ack_bytes + cfg_.wire_overhead, rate).ps};
+  const uint64_t bdp = rtt.ps * rate / 8'000'000;
+  return static_cast<uint32_t>(std::max<uint64_t>(1, (bdp + mtu - 1) / mtu));
+}
+
+void Simulation::warm_up() {
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  pairs.reserve(flows_->size());
+  for (uint32_t i = 0; i < flows_->size(); ++i)
+    pairs.emplace_back(flows_->at(i).spec.src, flows_->at(i).spec.dst);
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  for (const auto& [src, dst] : pairs) hosts_.at(src)->preconnect(dst, sched_.now());
+  // Whole microseconds, so that flow start times stay round numbers; a
+  // handshake that never settles (a peer unreachable) gives up after the
+  // engine's own connect retries, which the loop bound covers.
+  const SimTime step = SimTime::from_us(1);
+  const SimTime limit = SimTime::from_ms(1000);
+  auto settled = [&] {
+    for (const auto& h : hosts_)
+      if (!h->connections_settled()) return false;
+    return true;
+  };
+  SimTime t = sched_.now();
+  while (!settled() && t < limit) {
+    t += step;
+    sched_.run(t);
+  }
+  origin_ = t;
+}
+
+bool Simulation::finished() const {
+  return flows_->all_done() || sched_.now() >= origin_ + cfg_.time_limit;
+}
 
 void Simulation::run(SimTime until) {
   const double t0 = wall_now();
   last_progress_wall_ = t0;
-  const SimTime end = std::min(until, cfg_.time_limit);
+  const SimTime end = std::min(until, origin_ + cfg_.time_limit);
   if (!flows_->all_done()) sched_.run(end);
   wall_s_ += wall_now() - t0;
 }
@@ -254,7 +300,8 @@ Report Simulation::report() const {
   double sum = 0;
   for (double v : fct) sum += v;
   r.fct_mean_us = fct.empty() ? 0 : sum / static_cast<double>(fct.size());
-  r.completion_us = flows_->all_done() ? last.us() : sched_.now().us();
+  r.completion_us = ((flows_->all_done() ? last : sched_.now()) - origin_).us();
+  r.warmup_us = origin_.us();
   uint64_t busiest = 0;
   for (uint32_t i = 0; i < r.hosts; ++i) busiest = std::max({busiest, sent[i], recvd[i]});
   r.ideal_us = static_cast<double>(busiest) * 8.0 / static_cast<double>(cfg_.topo.host_rate_mbps);
@@ -337,6 +384,7 @@ std::string Report::to_json(bool timing) const {
   o.d("completion_us", completion_us);
   o.d("ideal_us", ideal_us);
   o.d("completion_over_ideal", ideal_us > 0 ? completion_us / ideal_us : 0, 4);
+  o.d("warmup_us", warmup_us);
   o.d("fct_p50_us", fct_p50_us);
   o.d("fct_p99_us", fct_p99_us);
   o.d("fct_max_us", fct_max_us);
@@ -381,7 +429,7 @@ std::string Report::to_text(bool timing) const {
       b, sizeof b,
       "%s  transport=%s  seed=%llu\n  topology: %s, %u hosts\n"
       "  flows: %llu/%llu completed (%llu failed)\n"
-      "  completion: %.3f us  (ideal %.3f us, ratio %.3f)\n"
+      "  completion: %.3f us  (ideal %.3f us, ratio %.3f; after a %.1f us connection warm-up)\n"
       "  FCT: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
       "  network: %llu drops, %llu fault drops, %llu ECN marks, max queue %llu B, pfc pause %.1f "
       "us\n"
@@ -391,7 +439,7 @@ std::string Report::to_text(bool timing) const {
       name.c_str(), transport.c_str(), static_cast<unsigned long long>(seed), topology.c_str(),
       hosts, static_cast<unsigned long long>(flows_completed),
       static_cast<unsigned long long>(flows), static_cast<unsigned long long>(flows_failed),
-      completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, fct_p50_us,
+      completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, warmup_us, fct_p50_us,
       fct_p99_us, fct_max_us, fct_mean_us, static_cast<unsigned long long>(drops),
       static_cast<unsigned long long>(fault_drops), static_cast<unsigned long long>(ecn_marks),
       static_cast<unsigned long long>(max_queue_bytes), pfc_pause_us,

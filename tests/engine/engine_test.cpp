@@ -362,6 +362,40 @@ TEST(Engine, InitialWindowIsSplitOverPaths) {  // CC-1
   EXPECT_GE(total + loop.ep(0).path_count(a), expect);  // rounding only
 }
 
+// The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.
+uint64_t peak_connection_inflight(uint32_t cap_packets) {
+  EndpointConfig c = cfg(130);
+  c.num_paths = 8;
+  c.cc.max_inflight_packets = cap_packets;
+  Loop loop(c, cfg(131));
+  loop.delay_ns = 20'000;  // a long RTT, so that slow start opens every path wide
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 << 20, 0, 0x5a);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20)), Status::kOk);
+  uint64_t peak = 0;
+  bool done = false;
+  EXPECT_TRUE(loop.run_until([&] {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+      PathStats ps;
+      if (loop.ep(0).path_stats(a, i, ps)) sum += ps.inflight_bytes;
+    }
+    peak = std::max(peak, sum);
+    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
+    return done;
+  }));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  return peak;
+}
+
+TEST(Engine, ConnectionInflightCapBoundsTheSumOverPaths) {  // CC-9
+  const uint64_t packet = 4096 + 64;
+  EXPECT_LE(peak_connection_inflight(24), 24 * packet);
+  EXPECT_GT(peak_connection_inflight(0), 24 * packet);  // without the cap the sum runs past it
+}
+
 TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   Loop loop(cfg(120), cfg(121));
   auto [a, b] = loop.connect();

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   bool json = false, list = false, no_timing = false, progress = false, quiet = false;
   double time_limit_ms = 0, min_rto_us = 0;
   int num_paths = 0;
-  bool fabric_ecn = false, no_dcqcn = false;
+  bool fabric_ecn = false, no_dcqcn = false, cold = false;
   app.add_option("--preset", preset_name, "scenario name (--list shows them)");
   app.add_option("--transport", transport,
                  "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   app.add_option("--paths", num_paths, "override num_paths (1..32)");
   app.add_flag("--fabric-ecn", fabric_ecn,
                "rocev2/irn: keep the preset's ECN marking (default: DCQCN's 5 KB / 200 KB / 1 %)");
+  app.add_flag("--cold", cold,
+               "metaroce: open connections when the workload first needs them (default: a "
+               "warm-up establishes them before t = 0)");
   app.add_flag("--no-dcqcn", no_dcqcn, "rocev2/irn: no rate control (no CNPs, line rate)");
   CLI11_PARSE(app, argc, argv);
 
@@ -56,6 +59,7 @@ int main(int argc, char** argv) {
   if (num_paths > 0) cfg.endpoint.num_paths = static_cast<uint8_t>(std::min(num_paths, 32));
   if (fabric_ecn) cfg.rc.own_ecn = false;
   if (no_dcqcn) cfg.rc.dcqcn = false;
+  if (cold) cfg.preconnect = false;
   cfg.progress = !quiet && (progress || isatty(STDERR_FILENO) != 0);
   Simulation sim(std::move(cfg));
   sim.run();

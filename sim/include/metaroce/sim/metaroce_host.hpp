@@ -61,6 +61,14 @@ class SimHost : public Node, public EventSource {
  public:
   virtual void start_flow(uint32_t flow, SimTime now) = 0;
   virtual void add_totals(TransportTotals& t) const = 0;
+  // Warm-up (SimConfig::preconnect): open the connection to `dst` now, so that
+  // the workload finds it established. Transports without a handshake ignore it.
+  virtual void preconnect(uint32_t dst, SimTime now) {
+    (void)dst;
+    (void)now;
+  }
+  // Every connection preconnect() opened has been established or has failed.
+  [[nodiscard]] virtual bool connections_settled() const { return true; }
 };
 
 class MetaRoceHost final : public SimHost {
@@ -69,6 +77,10 @@ class MetaRoceHost final : public SimHost {
   ~MetaRoceHost() override;
 
   void start_flow(uint32_t flow, SimTime now) override;
+  void preconnect(uint32_t dst, SimTime now) override;
+  [[nodiscard]] bool connections_settled() const override {
+    return connects_settled_ >= conns_.size();
+  }
   void receive(Packet* p, uint32_t in_port, SimTime now) override;
   void port_idle(uint32_t port, SimTime now) override;
   void on_event(SimTime now) override;  // engine timer
@@ -91,12 +103,15 @@ class MetaRoceHost final : public SimHost {
   void service(SimTime now);
   void pull(SimTime now);
   void post(const Pending& p, SimTime now);
+  // The connection to `dst`, opened on first use; nullptr if connect() refused.
+  const ConnId* connection_to(uint32_t dst, SimTime now);
 
   MetaRoceShared& sh_;
   Endpoint ep_;
   MemoryRegion mr_;
   std::unordered_map<uint32_t, ConnId> conns_;  // by destination host (opened here)
   std::vector<ConnId> accepted_;
+  size_t connects_settled_ = 0;   // kConnected or kConnectFailed events seen
   std::vector<Pending> backlog_;  // WRs refused with kQueueFull, in order
 };
 
