@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   clang-format python3
   # network experiments, drivers and plots
-  iproute2 nftables iperf3 tshark mptcpd mptcpize libfabric-dev python3-matplotlib
+  iproute2 nftables iperf3 tshark mptcpd mptcpize libfabric-dev python3-matplotlib python3-numpy
 )
 
 missing=()

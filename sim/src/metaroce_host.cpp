@@ -203,6 +203,23 @@ std::vector<ConnId> MetaRoceHost::connections() const {
   return v;
 }
 
+bool MetaRoceHost::connection_to(uint32_t dst, ConnId& out) const {
+  const auto it = conns_.find(dst);
+  if (it == conns_.end()) return false;
+  out = it->second;
+  return true;
+}
+
+uint64_t MetaRoceHost::data_bytes_received() const {
+  uint64_t n = 0;
+  auto add = [&](ConnId c) {
+    if (const ConnStats* s = ep_.conn_stats(c)) n += s->data_bytes_received;
+  };
+  for (const auto& [dst, c] : conns_) add(c);
+  for (ConnId c : accepted_) add(c);
+  return n;
+}
+
 void MetaRoceHost::add_totals(TransportTotals& t) const {
   for (ConnId c : connections()) {
     const ConnStats* s = ep_.conn_stats(c);

@@ -106,6 +106,8 @@ void Port::transmit(Packet* p, SimTime now) {
   if (pfc_) released(p, now);
   const SimTime start = std::max(now, busy_until_);
   busy_until_ = start + serialization_time(p->wire_bytes, rate_mbps_);
+  if (tap != nullptr) [[unlikely]]
+    tap->on_transmit(*p, *this, now, start);
   ++stats_.tx_packets;
   stats_.tx_bytes += p->wire_bytes;
   if (drop_fraction_ > 0 && rng_.chance(drop_fraction_)) {

@@ -39,6 +39,83 @@ Fields get(const Packet* p) {
 RcShared::RcShared(Network& n, FlowTable& f, const RcParams& p)
     : net(n), flows(f), prm(p), rx(f.size()), qp(f.size(), UINT32_MAX) {}
 
+uint64_t RcShared::delivered_bytes(uint32_t flow) const {
+  const uint64_t in_order = uint64_t{rx[flow].expected} * prm.mtu;
+  return std::min(in_order, flows.at(flow).spec.bytes);
+}
+
+size_t RcShared::roce_headers(const Packet& p, uint8_t* out) const {
+  // IBTA opcodes (RC): RDMA WRITE First/Middle/Last/Only, Acknowledge, CNP.
+  constexpr uint8_t kWriteFirst = 0x06, kWriteMiddle = 0x07, kWriteLast = 0x08, kWriteOnly = 0x0a,
+                    kAcknowledge = 0x11, kCnpOpcode = 0x81;
+  constexpr uint8_t kSyndromeAck = 0x1f, kSyndromeNakSeq = 0x60;  // AETH
+  const Fields f = get(&p);
+  auto put24 = [](uint8_t* o, uint32_t v) {
+    o[0] = static_cast<uint8_t>(v >> 16);
+    o[1] = static_cast<uint8_t>(v >> 8);
+    o[2] = static_cast<uint8_t>(v);
+  };
+  auto put32 = [](uint8_t* o, uint32_t v) {
+    o[0] = static_cast<uint8_t>(v >> 24);
+    o[1] = static_cast<uint8_t>(v >> 16);
+    o[2] = static_cast<uint8_t>(v >> 8);
+    o[3] = static_cast<uint8_t>(v);
+  };
+  std::memset(out, 0, kMaxRoceHeader);
+  out[2] = 0xff;  // P_Key: default partition
+  out[3] = 0xff;
+  put24(out + 5, f.flow);  // destination QP: one QP per flow
+  size_t n = kBth;
+  uint32_t psn = f.psn;
+  switch (f.type) {
+    case RcHost::kData: {
+      const uint64_t bytes = flows.at(f.flow).spec.bytes;
+      const uint64_t npkts = std::max<uint64_t>(1, (bytes + prm.mtu - 1) / prm.mtu);
+      const bool first = f.psn == 0, last = f.psn + 1 >= npkts;
+      out[0] = first ? (last ? kWriteOnly : kWriteFirst) : (last ? kWriteLast : kWriteMiddle);
+      out[8] = 0x80;  // AckReq
+      if (first) {
+        put32(out + 12 + 8, f.flow);  // R_Key (virtual address 0)
+        put32(out + 12 + 12, static_cast<uint32_t>(bytes));
+        n += kReth;
+      }
+      break;
+    }
+    case RcHost::kAck:
+    case RcHost::kNak:
+    case RcHost::kSack:
+      out[0] = kAcknowledge;
+      // ACK: the last PSN received in order; NAK / NACK: the expected PSN.
+      if (f.type == RcHost::kAck) psn = f.psn - 1;
+      out[12] = f.type == RcHost::kAck ? kSyndromeAck : kSyndromeNakSeq;  // MSN left 0
+      n += kAeth;
+      if (f.type == RcHost::kSack) {
+        put32(out + 16, f.aux);  // IRN: the PSN that arrived out of order
+        n += 4;
+      }
+      break;
+    case RcHost::kCnp:
+      out[0] = kCnpOpcode;
+      n += 16;
+      break;
+    default: break;
+  }
+  put24(out + 9, psn);
+  return n;
+}
+
+bool RcHost::qp_state(uint32_t flow, RcQpState& out) const {
+  const uint32_t qi = flow < sh_.qp.size() ? sh_.qp[flow] : UINT32_MAX;
+  if (qi >= qps_.size() || qps_[qi].flow != flow) return false;
+  const Qp& q = qps_[qi];
+  out.entropy = q.entropy;
+  out.rate_mbps = q.rc;
+  out.alpha = q.alpha;
+  out.inflight = q.nxt - std::min(q.nxt, q.una);
+  out.recovery = q.recovery;
+  return true;
+}
+
 uint16_t RcHost::entropy_of(uint32_t flow) {
   return static_cast<uint16_t>(49152 + fmix64(uint64_t{flow} + 0x51505f) % 16384);
 }

@@ -80,8 +80,13 @@ void Scheduler::sift_down(uint32_t i) {
 bool Scheduler::step() {
   if (heap_.empty()) return false;
   EventSource* src = heap_[0].src;
-  now_ = heap_[0].when;
+  const SimTime t = heap_[0].when;
   remove_at(0);
+  if (src->observer_) [[unlikely]] {
+    src->on_event(t);
+    return true;
+  }
+  now_ = t;
   ++events_;
   src->on_event(now_);
   return true;

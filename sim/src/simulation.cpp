@@ -175,6 +175,10 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   flows_->start_dependent = [this](uint32_t f, SimTime now) {
     hosts_.at(flows_->at(f).spec.src)->start_flow(f, now);
   };
+  // Output first, so that the capture and time series include the warm-up's
+  // handshakes; their timestamps are simulated time, the workload starting at
+  // warmup_us.
+  if (cfg_.output.any()) output_ = std::make_unique<SimOutput>(*this);
   if (cfg_.preconnect) warm_up();
   starter_ = std::make_unique<Starter>(*this);
   faults_ = std::make_unique<Faults>(*this);
@@ -182,6 +186,7 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
 }
 
 Simulation::~Simulation() {
+  output_.reset();
   faults_.reset();
   starter_.reset();
   hosts_.clear();
@@ -196,11 +201,14 @@ double wall_now() {
 void Simulation::tick(void* ctx, const Scheduler& s) {
   auto* self = static_cast<Simulation*>(ctx);
   const double w = wall_now();
-  if (w - self->last_progress_wall_ < 1.0) return;
+  const double dt = w - self->last_progress_wall_;
+  if (dt < 1.0) return;
+  const double rate = static_cast<double>(s.events() - self->last_progress_events_) / dt;
   self->last_progress_wall_ = w;
-  std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu\n", self->cfg_.name.c_str(),
-               s.now().us(), self->flows_->completed(), self->flows_->size(),
-               static_cast<unsigned long long>(s.events()));
+  self->last_progress_events_ = s.events();
+  std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu  (%.2f M events/s)\n",
+               self->cfg_.name.c_str(), s.now().us(), self->flows_->completed(),
+               self->flows_->size(), static_cast<unsigned long long>(s.events()), rate / 1e6);
 }
 
 uint32_t Simulation::bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const {
@@ -249,6 +257,7 @@ bool Simulation::finished() const {
 void Simulation::run(SimTime until) {
   const double t0 = wall_now();
   last_progress_wall_ = t0;
+  last_progress_events_ = sched_.events();
   const SimTime end = std::min(until, origin_ + cfg_.time_limit);
   if (!flows_->all_done()) sched_.run(end);
   wall_s_ += wall_now() - t0;
@@ -319,6 +328,7 @@ Report Simulation::report() const {
   r.sim_time_us = sched_.now().us();
   r.events = sched_.events();
   r.packet_pool_peak = net_->pool().peak();
+  add_link_and_path_stats(r);
   const TransportTotals& t = r.transport_totals;
   for (uint64_t v : {r.flows_completed, r.flows_failed, r.drops, r.fault_drops, r.ecn_marks,
                      r.max_queue_bytes, r.packets_forwarded, t.data_packets_sent, t.retransmissions,
@@ -410,6 +420,29 @@ std::string Report::to_json(bool timing) const {
   o.d("sim_time_us", sim_time_us);
   o.u("events", events);
   o.u("packet_pool_peak", packet_pool_peak);
+  o.d("link_util_mean", link_util_mean, 4);
+  o.d("link_util_max", link_util_max, 4);
+  o.u("links_used", links_used);
+  if (!per_path.empty()) {
+    o.key("per_path");
+    o.s += "[";
+    for (size_t i = 0; i < per_path.size(); ++i) {
+      const PathSlotTotals& p = per_path[i];
+      char b[256];
+      std::snprintf(b, sizeof b,
+                    "%s\n    {\"slot\": %zu, \"packets_sent\": %llu, \"retransmissions\": %llu, "
+                    "\"ce_marks\": %llu, \"losses\": %llu, \"timeouts\": %llu, "
+                    "\"retirements\": %llu}",
+                    i == 0 ? "" : ",", i, static_cast<unsigned long long>(p.packets_sent),
+                    static_cast<unsigned long long>(p.retransmissions),
+                    static_cast<unsigned long long>(p.ce_marks),
+                    static_cast<unsigned long long>(p.losses),
+                    static_cast<unsigned long long>(p.timeouts),
+                    static_cast<unsigned long long>(p.retirements));
+      o.s += b;
+    }
+    o.s += "\n  ]";
+  }
   char dg[32];
   std::snprintf(dg, sizeof dg, "%016llx", static_cast<unsigned long long>(digest));
   o.str("digest", dg);
@@ -450,6 +483,23 @@ std::string Report::to_text(bool timing) const {
       static_cast<unsigned long long>(transport_totals.ce_received),
       static_cast<unsigned long long>(events), static_cast<unsigned long long>(digest));
   s += b;
+  std::snprintf(
+      b, sizeof b, "  links: utilization mean %.1f %%, max %.1f %% (%llu directions used)\n",
+      100 * link_util_mean, 100 * link_util_max, static_cast<unsigned long long>(links_used));
+  s += b;
+  if (!per_path.empty()) {
+    s += "  per path slot (data packets / retx / CE / timeouts):";
+    for (size_t i = 0; i < per_path.size(); ++i) {
+      const PathSlotTotals& p = per_path[i];
+      std::snprintf(b, sizeof b, "%s %zu: %llu/%llu/%llu/%llu", i == 0 ? "" : ",", i,
+                    static_cast<unsigned long long>(p.packets_sent),
+                    static_cast<unsigned long long>(p.retransmissions),
+                    static_cast<unsigned long long>(p.ce_marks),
+                    static_cast<unsigned long long>(p.timeouts));
+      s += b;
+    }
+    s += "\n";
+  }
   if (timing) {
     std::snprintf(b, sizeof b, "  wall: %.3f s  (%.0f events/s), peak RSS %.1f MiB\n", wall_s,
                   events_per_s, peak_rss_mib);

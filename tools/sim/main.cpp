@@ -1,8 +1,10 @@
 // metaroce-sim --preset NAME --transport metaroce|spray-nocc|rocev2|irn --seed N [--json]
+//   [--pcap LINK --pcap-file F] [--csv DIR --sample-us US --watch-link LINK] [--list-links]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "metaroce/sim/simulation.hpp"
@@ -16,7 +18,9 @@ int main(int argc, char** argv) {
   bool json = false, list = false, no_timing = false, progress = false, quiet = false;
   double time_limit_ms = 0, min_rto_us = 0;
   int num_paths = 0;
-  bool fabric_ecn = false, no_dcqcn = false, cold = false;
+  bool fabric_ecn = false, no_dcqcn = false, list_links_flag = false, cold = false;
+  OutputOptions out;
+  double sample_us = 5;
   app.add_option("--preset", preset_name, "scenario name (--list shows them)");
   app.add_option("--transport", transport,
                  "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
@@ -36,6 +40,20 @@ int main(int argc, char** argv) {
                "metaroce: open connections when the workload first needs them (default: a "
                "warm-up establishes them before t = 0)");
   app.add_flag("--no-dcqcn", no_dcqcn, "rocev2/irn: no rate control (no CNPs, line rate)");
+  app.add_flag("--list-links", list_links_flag,
+               "list the preset's links (edge index, both ends as host:H / sw:S:P) and exit");
+  app.add_option("--pcap", out.pcap_link,
+                 "capture the packets crossing LINK into a pcap file: E (edge index, as faults "
+                 "use), host:H[-up|-down], sw:S:P[-out|-in]");
+  app.add_option("--pcap-file", out.pcap_path,
+                 "pcap file for --pcap (default PRESET-TRANSPORT.pcap)");
+  app.add_option("--csv", out.csv_dir,
+                 "write throughput.csv, queues.csv, paths.csv, fcts.csv and report.json into DIR");
+  app.add_option("--sample-us", sample_us, "CSV sample interval in simulated us (default 5)");
+  app.add_option("--watch-link", out.watch_link,
+                 "link whose queue goes into queues.csv (default: the --pcap link)");
+  app.add_option("--csv-flows", out.sampled_flows,
+                 "flows whose connection's per-path state goes into paths.csv (default 4)");
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -60,10 +78,43 @@ int main(int argc, char** argv) {
   if (fabric_ecn) cfg.rc.own_ecn = false;
   if (no_dcqcn) cfg.rc.dcqcn = false;
   if (cold) cfg.preconnect = false;
+  if (list_links_flag) {
+    std::cout << list_links(cfg.topo);
+    return 0;
+  }
+  if (sample_us <= 0) {
+    std::cerr << "--sample-us must be > 0\n";
+    return 2;
+  }
+  out.sample_interval = SimTime{static_cast<uint64_t>(sample_us * 1e6)};
+  if (!out.pcap_link.empty() && out.pcap_path.empty())
+    out.pcap_path = preset_name + "-" + transport + ".pcap";
+  cfg.output = out;
   cfg.progress = !quiet && (progress || isatty(STDERR_FILENO) != 0);
-  Simulation sim(std::move(cfg));
-  sim.run();
-  const Report r = sim.report();
+  std::unique_ptr<Simulation> sim;
+  try {
+    sim = std::make_unique<Simulation>(std::move(cfg));
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  sim->run();
+  std::string err;
+  if (!sim->close_output(err)) {
+    std::cerr << err << "\n";
+    return 2;
+  }
+  const Report r = sim->report();
+  if (!out.csv_dir.empty()) {
+    std::ofstream(out.csv_dir + "/report.json") << r.to_json(false);
+  }
+  if (!out.pcap_link.empty() && !quiet) {
+    LinkRef l;
+    std::string e;
+    (void)parse_link(sim->net().graph(), out.pcap_link, l, e);
+    std::cerr << "pcap: " << sim->output()->pcap_records() << " packets of "
+              << link_name(sim->net().graph(), l) << " -> " << out.pcap_path << "\n";
+  }
   std::fputs((json ? r.to_json(!no_timing) : r.to_text(!no_timing)).c_str(), stdout);
   return r.flows_completed == r.flows ? 0 : 1;
 }

@@ -90,6 +90,10 @@ class MetaRoceHost final : public SimHost {
   void add_totals(TransportTotals& t) const override;
   // All connections this host opened or accepted.
   [[nodiscard]] std::vector<ConnId> connections() const;
+  // The connection this host opened to host dst (false: none yet).
+  [[nodiscard]] bool connection_to(uint32_t dst, ConnId& out) const;
+  // Payload bytes accepted by this host's connections (not duplicates).
+  [[nodiscard]] uint64_t data_bytes_received() const;
 
   static PeerAddr addr(uint32_t host);
   static uint32_t host_of(const PeerAddr& a);

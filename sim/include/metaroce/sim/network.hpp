@@ -77,6 +77,17 @@ struct PortStats {
   SimTime pfc_paused{0};    // time spent paused (closed intervals)
 };
 
+// Sees every packet a port starts to send (a capture point on one direction
+// of a link: --pcap). Ports have none unless one is asked for, so without a
+// capture a port pays one test of a null pointer per packet.
+class PacketTap {
+ public:
+  virtual ~PacketTap() = default;
+  // p starts crossing the link at `start` (>= now: it may wait behind the
+  // packets already queued); called at `now`, when p is queued.
+  virtual void on_transmit(const Packet& p, const Port& port, SimTime now, SimTime start) = 0;
+};
+
 // Propagation: packets in flight on one direction of a link, in arrival
 // order (a FIFO: the port serializes, the delay is constant). Only the head
 // is scheduled.
@@ -138,6 +149,7 @@ class Port final : public EventSource {
   // Counts and frees a packet lost here (fault: link down / gray).
   void drop(Packet* p, bool fault);
   bool notify_idle = false;
+  PacketTap* tap = nullptr;  // capture (--pcap); null: none
 
   // Faults. A rate change applies to packets queued after it.
   void set_up(bool up, SimTime now);

@@ -92,6 +92,24 @@ struct RcShared {
   std::vector<RcRx> rx;      // by flow id (the receiving host's state)
   std::vector<uint32_t> qp;  // by flow id: the QP's index in its sending host
   std::vector<RcHost*> hosts;
+
+  // Payload bytes of flow f the receiver has in order (its cumulative ACK).
+  [[nodiscard]] uint64_t delivered_bytes(uint32_t flow) const;
+  // The RoCEv2 headers p stands for (BTH, then RETH on a message's first
+  // packet, AETH on ACK/NAK, AETH + the SACKed PSN on an IRN NACK, 16 reserved
+  // bytes on a CNP; no ICRC), synthesized from the simulator's packet
+  // (captures, --pcap). Returns their length (at most kMaxRoceHeader).
+  static constexpr size_t kMaxRoceHeader = 32;
+  size_t roce_headers(const Packet& p, uint8_t* out) const;
+};
+
+// A QP's sending state, for the CSV time series.
+struct RcQpState {
+  uint16_t entropy = 0;
+  double rate_mbps = 0;   // DCQCN current rate (R_C)
+  double alpha = 0;       // DCQCN alpha
+  uint32_t inflight = 0;  // PSNs sent and not cumulatively acknowledged
+  bool recovery = false;  // IRN recovery episode
 };
 
 class RcHost final : public SimHost {
@@ -104,6 +122,8 @@ class RcHost final : public SimHost {
   void on_event(SimTime now) override;  // timers: pacing, RTO, DCQCN
   void add_totals(TransportTotals& t) const override;
   [[nodiscard]] const RcTotals& totals() const { return tot_; }
+  // The sending state of flow f's QP (false: not opened here).
+  [[nodiscard]] bool qp_state(uint32_t flow, RcQpState& out) const;
   // The UDP source port of flow f's QP (fixed: one ECMP path).
   static uint16_t entropy_of(uint32_t flow);
 
@@ -126,6 +146,7 @@ class RcHost final : public SimHost {
     uint64_t bytes_since = 0;
     bool done = false;
   };
+  friend struct RcShared;  // roce_headers() reads the packet types
   enum : uint8_t { kData = 1, kAck = 2, kNak = 3, kSack = 4, kCnp = 5 };
 
   void service(SimTime now);

@@ -29,11 +29,16 @@ class EventSource {
   virtual void on_event(SimTime now) = 0;
   [[nodiscard]] bool pending() const { return pos_ != kNone; }
   [[nodiscard]] SimTime when() const { return when_; }
+  // An observer (a sampler) only reads the simulation: its events are not
+  // counted in events() and do not move now(), so a run with observers gives
+  // the same report as one without. on_event gets the observer's own time.
+  void set_observer(bool on) { observer_ = on; }
 
  private:
   friend class Scheduler;
   static constexpr uint32_t kNone = UINT32_MAX;
   uint32_t pos_ = kNone;
+  bool observer_ = false;
   SimTime when_ = SimTime::never();
 };
 

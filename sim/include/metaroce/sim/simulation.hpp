@@ -11,6 +11,7 @@
 #include "metaroce/config.hpp"
 #include "metaroce/sim/metaroce_host.hpp"
 #include "metaroce/sim/network.hpp"
+#include "metaroce/sim/output.hpp"
 #include "metaroce/sim/rc_host.hpp"
 #include "metaroce/sim/scheduler.hpp"
 #include "metaroce/sim/workload.hpp"
@@ -64,6 +65,18 @@ struct SimConfig {
   // Baselines (kRoceV2, kIrn): the transport fills in go_back_n, the window
   // (IRN: the BDP) and RTO_low; the rest is taken from here.
   RcParams rc;
+  // Capture and time series (--pcap, --csv); none by default.
+  OutputOptions output;
+};
+
+// One path slot of the MetaRoCE connections, summed over all connections.
+struct PathSlotTotals {
+  uint64_t packets_sent = 0;
+  uint64_t retransmissions = 0;
+  uint64_t ce_marks = 0;
+  uint64_t losses = 0;
+  uint64_t timeouts = 0;
+  uint64_t retirements = 0;
 };
 
 struct Report {
@@ -93,6 +106,12 @@ struct Report {
   double sim_time_us = 0;
   uint64_t events = 0;
   uint64_t packet_pool_peak = 0;
+  // Link utilization (bytes on the wire over rate x sim time) over the link
+  // directions that carried at least one packet. Deterministic, but not in
+  // the digest (it follows from the counts the digest already has).
+  double link_util_mean = 0, link_util_max = 0;
+  uint64_t links_used = 0;
+  std::vector<PathSlotTotals> per_path;  // MetaRoCE only, by path slot
   uint64_t digest = 0;  // hash of every deterministic field and every flow's finish time
   // Not deterministic:
   double wall_s = 0;
@@ -127,14 +146,20 @@ class Simulation {
   }
   [[nodiscard]] SimHost& any_host(uint32_t i) { return *hosts_.at(i); }
   [[nodiscard]] const SimConfig& config() const { return cfg_; }
+  // Finishes the output files (--pcap, --csv), if any; also done by the
+  // destructor. False with a reason in err if a write failed.
+  bool close_output(std::string& err);
+  [[nodiscard]] const SimOutput* output() const { return output_.get(); }
 
  private:
+  friend class SimOutput;
   class Starter;
   class Faults;
   static void tick(void* ctx, const Scheduler& s);
   void warm_up();
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
+  void add_link_and_path_stats(Report& r) const;  // in output.cpp
 
   SimConfig cfg_;
   Scheduler sched_;
@@ -145,9 +170,11 @@ class Simulation {
   std::vector<std::unique_ptr<SimHost>> hosts_;
   std::unique_ptr<Starter> starter_;
   std::unique_ptr<Faults> faults_;
-  SimTime origin_{0};  // the workload's time zero (after warm_up)
+  SimTime origin_{0};                  // the workload's time zero (after warm_up)
+  std::unique_ptr<SimOutput> output_;  // after everything it observes
   double wall_s_ = 0;
   double last_progress_wall_ = 0;
+  uint64_t last_progress_events_ = 0;
 };
 
 // Named scenarios (tools/sim and the tests).

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Plots metaroce-sim --csv output (python3 + matplotlib + numpy only).
+
+usage: plot-sim.py [-o OUTDIR] [--title T] [--dpi N] DIR [DIR ...]
+
+Each DIR is one run's --csv folder (throughput.csv, queues.csv, paths.csv,
+fcts.csv, report.json); runs are labelled by the transport in report.json
+(else the folder name). Writes into OUTDIR (default: the first DIR):
+
+  fct_cdf.png      FCT CDF, every run on one plot
+  throughput.png   delivered goodput over time (Gbit/s, all flows)
+  queues.png       max and mean switch-port queue over time
+  cwnd.png         per-path cwnd over time of the first sampled connection
+                   of each run whose windows move (MetaRoCE with CC; one
+                   panel a run)
+
+Example:
+  metaroce-sim --preset fattree128-perm2mb --transport metaroce --csv out/metaroce
+  metaroce-sim --preset fattree128-perm2mb --transport irn --csv out/irn
+  scripts/plot-sim.py -o out out/metaroce out/irn
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def read_csv(path):
+    """Columns of a CSV file as a dict of lists of strings."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return {}
+    head, body = rows[0], rows[1:]
+    return {h: [r[i] if i < len(r) else "" for r in body] for i, h in enumerate(head)}
+
+
+def floats(col):
+    return np.array([float(v) if v != "" else np.nan for v in col])
+
+
+def label_of(d):
+    try:
+        with open(os.path.join(d, "report.json")) as f:
+            rep = json.load(f)
+        return rep.get("transport", os.path.basename(os.path.normpath(d))), rep
+    except (OSError, ValueError):
+        return os.path.basename(os.path.normpath(d)), {}
+
+
+def save(fig, out, name, dpi):
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    print(path)
+
+
+def plot_fct(runs, out, title, dpi):
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, d, _ in runs:
+        fct = floats(read_csv(os.path.join(d, "fcts.csv")).get("fct_us", []))
+        fct = np.sort(fct[~np.isnan(fct)])
+        if fct.size == 0:
+            continue
+        y = np.arange(1, fct.size + 1) / fct.size
+        ax.step(fct, y, where="post", label=f"{label} (p99 {np.percentile(fct, 99):.0f} us)")
+    ax.set_xlabel("flow completion time (us)")
+    ax.set_ylabel("CDF")
+    ax.set_ylim(0, 1.01)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{title}: FCT CDF")
+    save(fig, out, "fct_cdf.png", dpi)
+
+
+def plot_series(runs, out, title, dpi, fname, ycols, ylabel, scale=1.0):
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    styles = ["-", "--", ":"]
+    for i, (label, d, _) in enumerate(runs):
+        data = read_csv(os.path.join(d, fname))
+        if not data:
+            continue
+        t = floats(data["time_us"])
+        for j, (col, name) in enumerate(ycols):
+            if col not in data:
+                continue
+            y = floats(data[col]) * scale
+            ax.plot(t, y, styles[j % len(styles)], color=f"C{i}", lw=1.2,
+                    label=f"{label} {name}".strip())
+    ax.set_xlabel("simulated time (us)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig, ax
+
+
+def plot_cwnd(runs, out, title, dpi):
+    mr = []
+    for label, d, _ in runs:
+        data = read_csv(os.path.join(d, "paths.csv"))
+        cw = {v for v in data.get("cwnd_bytes", []) if v != ""} if data else set()
+        if len(cw) > 1:  # a window that moves (not the baselines, not spray-nocc)
+            mr.append((label, data))
+    if not mr:
+        return
+    fig, axes = plt.subplots(len(mr), 1, figsize=(6, 2.4 * len(mr) + 0.6), squeeze=False)
+    for ax, (label, data) in zip(axes[:, 0], mr):
+        flows = data["flow"]
+        first = flows[0]
+        sel = [i for i, f in enumerate(flows) if f == first]
+        t = floats([data["time_us"][i] for i in sel])
+        path = np.array([int(data["path"][i]) for i in sel])
+        cwnd = floats([data["cwnd_bytes"][i] for i in sel]) / 1024.0
+        for p in np.unique(path):
+            m = path == p
+            ax.plot(t[m], cwnd[m], lw=1, label=f"path {p}")
+        src, dst = data["src"][sel[0]], data["dst"][sel[0]]
+        ax.set_title(f"{label}: flow {first} ({src} -> {dst}) per-path cwnd", fontsize=9)
+        ax.set_ylabel("cwnd (KiB)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=4)
+    axes[-1, 0].set_xlabel("simulated time (us)")
+    save(fig, out, "cwnd.png", dpi)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", metavar="DIR", help="metaroce-sim --csv folders")
+    ap.add_argument("-o", "--out", help="folder for the PNGs (default: the first DIR)")
+    ap.add_argument("--title", help="plot title prefix (default: the preset)")
+    ap.add_argument("--dpi", type=int, default=80)
+    a = ap.parse_args(argv)
+    runs = []
+    for d in a.dirs:
+        if not os.path.isfile(os.path.join(d, "fcts.csv")):
+            ap.error(f"{d}: no fcts.csv (not a --csv folder?)")
+        label, rep = label_of(d)
+        runs.append((label, d, rep))
+    out = a.out or a.dirs[0]
+    os.makedirs(out, exist_ok=True)
+    title = a.title or runs[0][2].get("preset", "metaroce-sim")
+
+    plot_fct(runs, out, title, a.dpi)
+    fig, ax = plot_series(runs, out, title, a.dpi, "throughput.csv",
+                          [("goodput_gbps", "")], "goodput (Gbit/s)")
+    ax.set_title(f"{title}: delivered goodput")
+    save(fig, out, "throughput.png", a.dpi)
+    fig, ax = plot_series(runs, out, title, a.dpi, "queues.csv",
+                          [("max_queue_bytes", "max"), ("mean_queue_bytes", "mean")],
+                          "switch port queue (KB)", scale=1e-3)
+    ax.set_title(f"{title}: switch queues (max, mean over ports)")
+    save(fig, out, "queues.png", a.dpi)
+    plot_cwnd(runs, out, title, a.dpi)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

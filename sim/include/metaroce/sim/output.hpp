@@ -1,0 +1,102 @@
+// Output beyond the report: a packet capture of one link (classic libpcap),
+// CSV time series (goodput, switch queues, per-path congestion state) and
+// per-flow completion times, and the names by which links are given on the
+// command line. Nothing here runs unless asked for: a run without --pcap and
+// --csv builds none of it and pays nothing per packet.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metaroce/sim/network.hpp"
+#include "metaroce/sim/time.hpp"
+
+namespace metaroce::sim {
+
+class Simulation;
+
+// One link, or one direction of it: edge `edge` of the TopoGraph (the index
+// faults use); fwd is the direction from edge.a to edge.b.
+struct LinkRef {
+  uint32_t edge = 0;
+  bool fwd = true;
+  bool rev = true;
+};
+
+// Accepted forms:
+//   E, edge:E          both directions of edge E
+//   host:H             host H's link, both directions
+//   host:H-up          host H to its switch;  host:H-down: the switch to host H
+//   sw:S:P             switch S's port P (switch index, 0-based; ports are
+//                      numbered in edge order), both directions
+//   sw:S:P-out         what switch S sends on port P;  sw:S:P-in: what it receives
+// Returns false with a reason in err.
+bool parse_link(const TopoGraph& g, const std::string& text, LinkRef& out, std::string& err);
+// "host:H" or "sw:S:P": one end of edge e (b_side: edge.b, else edge.a).
+[[nodiscard]] std::string link_end_name(const TopoGraph& g, uint32_t edge, bool b_side);
+// "edge 12 (host:12 <-> sw:3:1)" plus " a->b" / " b->a" for one direction.
+[[nodiscard]] std::string link_name(const TopoGraph& g, const LinkRef& l);
+// One line per edge: index, both ends (with the switch tier), rate, delay.
+[[nodiscard]] std::string list_links(const TopoGraph& g);
+
+struct OutputOptions {
+  std::string pcap_link;   // capture this link (parse_link) ...
+  std::string pcap_path;   // ... into this file
+  std::string csv_dir;     // time series and fcts.csv here (the folder is created)
+  std::string watch_link;  // its queue goes into queues.csv (default: the pcap link)
+  SimTime sample_interval = SimTime::from_us(5);
+  uint32_t sampled_flows = 4;  // flows whose connection's paths go into paths.csv
+  [[nodiscard]] bool any() const { return !pcap_link.empty() || !csv_dir.empty(); }
+};
+
+// A classic libpcap file: nanosecond-resolution magic (a1b23c4d), link type
+// Ethernet, records buffered in memory and written in large blocks.
+class PcapFile {
+ public:
+  explicit PcapFile(const std::string& path);  // throws std::runtime_error
+  ~PcapFile();
+  PcapFile(const PcapFile&) = delete;
+  PcapFile& operator=(const PcapFile&) = delete;
+  void write(SimTime t, const uint8_t* frame, uint32_t caplen, uint32_t orig_len);
+  // Flushes and closes; false if a write failed.
+  bool close();
+  [[nodiscard]] uint64_t records() const { return records_; }
+
+  static constexpr uint32_t kMagicNs = 0xa1b23c4d;
+  static constexpr uint32_t kLinkTypeEthernet = 1;
+  static constexpr uint32_t kSnapLen = 65535;
+
+ private:
+  void flush();
+  FILE* f_ = nullptr;
+  std::vector<uint8_t> buf_;
+  uint64_t records_ = 0;
+  bool ok_ = true;
+};
+
+// The run's output files (--pcap, --csv), owned by the Simulation.
+class SimOutput {
+ public:
+  explicit SimOutput(Simulation& sim);  // throws std::runtime_error (bad link, file)
+  ~SimOutput();
+  SimOutput(const SimOutput&) = delete;
+  SimOutput& operator=(const SimOutput&) = delete;
+  // Writes what is left (the last sample, fcts.csv), closes every file.
+  // Idempotent; false with a reason in err if some write failed.
+  bool close(std::string& err);
+  [[nodiscard]] uint64_t pcap_records() const;
+
+ private:
+  class Capture;
+  class Sampler;
+  Simulation& sim_;
+  std::unique_ptr<PcapFile> pcap_;
+  std::unique_ptr<Capture> capture_;
+  std::unique_ptr<Sampler> sampler_;
+  bool closed_ = false;
+};
+
+}  // namespace metaroce::sim

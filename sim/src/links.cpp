@@ -1,0 +1,146 @@
+// Names of links on the command line (--pcap, --watch-link, --list-links).
+#include <charconv>
+#include <cstdio>
+#include <string_view>
+
+#include "metaroce/sim/output.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+bool parse_u32(std::string_view s, uint32_t& out) {
+  if (s.empty()) return false;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// Splits "X-suffix" into X and suffix ("" when none).
+std::string_view cut_suffix(std::string_view s, std::string_view& suffix) {
+  const size_t dash = s.rfind('-');
+  if (dash == std::string_view::npos) {
+    suffix = {};
+    return s;
+  }
+  suffix = s.substr(dash + 1);
+  return s.substr(0, dash);
+}
+
+// Port number of edge e at node n: ports are numbered in edge order.
+uint32_t port_at(const TopoGraph& g, uint32_t node, uint32_t edge) {
+  uint32_t port = 0;
+  for (uint32_t i = 0; i < edge; ++i)
+    if (g.edges[i].a == node || g.edges[i].b == node) ++port;
+  return port;
+}
+
+// One direction of out.edge from a suffix: `away` (from the named end, which
+// is edge.a when named_is_a) or `toward` it; no suffix: both directions.
+bool set_direction(LinkRef& out, bool named_is_a, std::string_view suffix, const char* away,
+                   const char* toward, std::string& err) {
+  if (suffix.empty()) return true;
+  if (suffix != away && suffix != toward) {
+    err = std::string("link direction must be -") + away + " or -" + toward;
+    return false;
+  }
+  out.fwd = (suffix == away) == named_is_a;
+  out.rev = !out.fwd;
+  return true;
+}
+
+const char* tier_name(const TopoGraph& g, uint32_t sw) {
+  static const char* const kNames[] = {"tor/leaf", "agg/spine", "core"};
+  const uint8_t t = sw < g.switch_tier.size() ? g.switch_tier[sw] : 0;
+  return t < 3 ? kNames[t] : "switch";
+}
+
+}  // namespace
+
+bool parse_link(const TopoGraph& g, const std::string& text, LinkRef& out, std::string& err) {
+  std::string_view s = text;
+  const auto n_edges = static_cast<uint32_t>(g.edges.size());
+  out = LinkRef{};
+  uint32_t v = 0;
+  if (s.starts_with("edge:")) s.remove_prefix(5);
+  if (parse_u32(s, v)) {
+    if (v >= n_edges) {
+      err = "edge " + std::to_string(v) + " out of range (" + std::to_string(n_edges) + " edges)";
+      return false;
+    }
+    out.edge = v;
+    return true;
+  }
+  std::string_view suffix;
+  if (s.starts_with("host:")) {
+    const std::string_view num = cut_suffix(s.substr(5), suffix);
+    if (!parse_u32(num, v) || v >= g.num_hosts) {
+      err = "no host '" + std::string(num) + "' (" + std::to_string(g.num_hosts) + " hosts)";
+      return false;
+    }
+    for (uint32_t e = 0; e < n_edges; ++e) {
+      const auto& ed = g.edges[e];
+      if (ed.a != v && ed.b != v) continue;
+      out.edge = e;
+      return set_direction(out, ed.a == v, suffix, "up", "down", err);
+    }
+    err = "host " + std::to_string(v) + " has no link";
+    return false;
+  }
+  if (s.starts_with("sw:")) {
+    std::string_view rest = cut_suffix(s.substr(3), suffix);
+    const size_t colon = rest.find(':');
+    uint32_t sw = 0, port = 0;
+    if (colon == std::string_view::npos || !parse_u32(rest.substr(0, colon), sw) ||
+        !parse_u32(rest.substr(colon + 1), port) || sw >= g.num_switches) {
+      err = "expected sw:S:P with S < " + std::to_string(g.num_switches);
+      return false;
+    }
+    const uint32_t node = g.num_hosts + sw;
+    uint32_t k = 0;
+    for (uint32_t e = 0; e < n_edges; ++e) {
+      const auto& ed = g.edges[e];
+      if (ed.a != node && ed.b != node) continue;
+      if (k++ != port) continue;
+      out.edge = e;
+      return set_direction(out, ed.a == node, suffix, "out", "in", err);
+    }
+    err = "switch " + std::to_string(sw) + " has " + std::to_string(k) + " ports";
+    return false;
+  }
+  err = "link '" + text + "': expected E, edge:E, host:H[-up|-down] or sw:S:P[-out|-in]";
+  return false;
+}
+
+std::string link_end_name(const TopoGraph& g, uint32_t edge, bool b_side) {
+  const uint32_t node = b_side ? g.edges[edge].b : g.edges[edge].a;
+  if (node < g.num_hosts) return "host:" + std::to_string(node);
+  return "sw:" + std::to_string(node - g.num_hosts) + ":" + std::to_string(port_at(g, node, edge));
+}
+
+std::string link_name(const TopoGraph& g, const LinkRef& l) {
+  std::string s = "edge " + std::to_string(l.edge) + " (" + link_end_name(g, l.edge, false) +
+                  " <-> " + link_end_name(g, l.edge, true) + ")";
+  if (l.fwd != l.rev) s += l.fwd ? " a->b" : " b->a";
+  return s;
+}
+
+std::string list_links(const TopoGraph& g) {
+  std::string s =
+      "# edge  a  b  rate  delay   (--pcap / --watch-link take E, host:H[-up|-down], "
+      "sw:S:P[-out|-in])\n";
+  char b[256];
+  for (uint32_t e = 0; e < g.edges.size(); ++e) {
+    const auto& ed = g.edges[e];
+    auto end = [&](uint32_t node, bool b_side) {
+      std::string n = link_end_name(g, e, b_side);
+      if (node >= g.num_hosts) n += std::string(" [") + tier_name(g, node - g.num_hosts) + "]";
+      return n;
+    };
+    std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us\n", e, end(ed.a, false).c_str(),
+                  end(ed.b, true).c_str(), static_cast<double>(ed.spec.rate_mbps) / 1000.0,
+                  ed.spec.delay.us());
+    s += b;
+  }
+  return s;
+}
+
+}  // namespace metaroce::sim

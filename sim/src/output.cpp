@@ -1,0 +1,450 @@
+// --pcap (a capture of one link) and --csv (time series, FCTs), and the
+// report's link utilization and per-path totals.
+#include "metaroce/sim/output.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "metaroce/sim/simulation.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+constexpr size_t kEthIpUdp = 14 + 20 + 8;  // synthesized framing in front of the datagram
+constexpr size_t kMaxFrame =
+    kEthIpUdp + std::max<size_t>(Packet::kMaxHeader + 4, RcShared::kMaxRoceHeader);
+
+void put16(uint8_t* o, uint16_t v) {
+  o[0] = static_cast<uint8_t>(v >> 8);
+  o[1] = static_cast<uint8_t>(v);
+}
+
+void put32(uint8_t* o, uint32_t v) {
+  put16(o, static_cast<uint16_t>(v >> 16));
+  put16(o + 2, static_cast<uint16_t>(v));
+}
+
+// Ethernet + IPv4 + UDP for p carrying a datagram of `datagram` bytes. Host
+// h is 10.0.0.0 + h with MAC 02:00:<h as 4 bytes>; TTL counts the switches
+// passed; the ECN field is the packet's (ECT(0), or CE where marked).
+void write_framing(const Packet& p, uint32_t datagram, uint8_t* o) {
+  o[0] = 0x02;
+  o[1] = 0x00;
+  put32(o + 2, p.dst);
+  o[6] = 0x02;
+  o[7] = 0x00;
+  put32(o + 8, p.src);
+  put16(o + 12, 0x0800);
+  uint8_t* ip = o + 14;
+  ip[0] = 0x45;
+  ip[1] = p.ecn & 3;  // DSCP 0
+  put16(ip + 2, static_cast<uint16_t>(std::min<uint32_t>(65535, 28 + datagram)));
+  put16(ip + 4, 0);
+  put16(ip + 6, 0x4000);  // DF
+  ip[8] = static_cast<uint8_t>(64 - std::min<uint32_t>(p.hops, 63));
+  ip[9] = 17;
+  put16(ip + 10, 0);
+  put32(ip + 12, 0x0a000000u + p.src);
+  put32(ip + 16, 0x0a000000u + p.dst);
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
+  while ((sum >> 16) != 0) sum = (sum & 0xffff) + (sum >> 16);
+  put16(ip + 10, static_cast<uint16_t>(~sum));
+  uint8_t* udp = ip + 20;
+  put16(udp, p.entropy);
+  put16(udp + 2, p.dport);
+  put16(udp + 4, static_cast<uint16_t>(std::min<uint32_t>(65535, 8 + datagram)));
+  put16(udp + 6, 0);  // no checksum (as RoCEv2)
+}
+
+FILE* open_or_throw(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot create " + path);
+  return f;
+}
+
+LinkRef parse_or_throw(const TopoGraph& g, const std::string& text) {
+  LinkRef l;
+  std::string err;
+  if (!parse_link(g, text, l, err)) throw std::runtime_error(err);
+  return l;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ PcapFile
+
+PcapFile::PcapFile(const std::string& path) : f_(open_or_throw(path)) {
+  buf_.reserve(1 << 20);
+  // Host byte order, as libpcap writes it (readers tell by the magic).
+  const uint32_t magic = kMagicNs, zone = 0, sigfigs = 0, snaplen = kSnapLen,
+                 network = kLinkTypeEthernet;
+  const uint16_t version[2] = {2, 4};
+  uint8_t h[24];
+  std::memcpy(h, &magic, 4);
+  std::memcpy(h + 4, version, 4);
+  std::memcpy(h + 8, &zone, 4);
+  std::memcpy(h + 12, &sigfigs, 4);
+  std::memcpy(h + 16, &snaplen, 4);
+  std::memcpy(h + 20, &network, 4);
+  buf_.insert(buf_.end(), h, h + sizeof h);
+}
+
+PcapFile::~PcapFile() { close(); }
+
+void PcapFile::write(SimTime t, const uint8_t* frame, uint32_t caplen, uint32_t orig_len) {
+  if (buf_.size() + 16 + caplen > buf_.capacity()) flush();
+  const uint32_t rec[4] = {static_cast<uint32_t>(t.ps / 1'000'000'000'000ull),
+                           static_cast<uint32_t>(t.ps % 1'000'000'000'000ull / 1000), caplen,
+                           orig_len};
+  const auto* r = reinterpret_cast<const uint8_t*>(rec);
+  buf_.insert(buf_.end(), r, r + sizeof rec);
+  buf_.insert(buf_.end(), frame, frame + caplen);
+  ++records_;
+}
+
+void PcapFile::flush() {
+  if (f_ != nullptr && !buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
+    ok_ = false;
+  buf_.clear();
+}
+
+bool PcapFile::close() {
+  if (f_ == nullptr) return ok_;
+  flush();
+  if (std::fclose(f_) != 0) ok_ = false;
+  f_ = nullptr;
+  return ok_;
+}
+
+// ------------------------------------------------------------------ Capture
+
+// Taps one or both directions of a link. A port announces a packet when it
+// is queued, with the time it will start to cross the link; records wait in
+// a per-direction FIFO until no earlier one can come (the other direction's
+// next start is at least `now`), so the file is in time order.
+class SimOutput::Capture final : public PacketTap {
+ public:
+  Capture(PcapFile& file, Simulation& sim, const LinkRef& link)
+      : file_(file), rc_(sim.rc_shared_.get()), overhead_(sim.cfg_.wire_overhead) {
+    if (link.fwd) dir_[0] = &sim.net_->edge_port(link.edge, false);
+    if (link.rev) dir_[1] = &sim.net_->edge_port(link.edge, true);
+    for (Port* p : dir_)
+      if (p != nullptr) p->tap = this;
+  }
+  ~Capture() override {
+    for (Port* p : dir_)
+      if (p != nullptr && p->tap == this) p->tap = nullptr;
+  }
+  Capture(const Capture&) = delete;
+  Capture& operator=(const Capture&) = delete;
+
+  void on_transmit(const Packet& p, const Port& port, SimTime now, SimTime start) override {
+    Rec r;
+    r.at = start;
+    const uint32_t datagram = p.wire_bytes > overhead_ ? p.wire_bytes - overhead_ : 0;
+    size_t hdr;
+    if (rc_ != nullptr) {
+      hdr = rc_->roce_headers(p, r.data + kEthIpUdp);
+    } else {
+      // The engine's own encoding, as the host handed it over; a packet
+      // without payload is whole (headers and ICRC), data stops at the payload.
+      hdr = p.header_len;
+      std::memcpy(r.data + kEthIpUdp, p.hdr, hdr);
+      if (p.payload_len == 0) {
+        std::memcpy(r.data + kEthIpUdp + hdr, p.trailer, p.trailer_len);
+        hdr += p.trailer_len;
+      }
+    }
+    write_framing(p, datagram, r.data);
+    r.orig = static_cast<uint32_t>(kEthIpUdp + datagram);
+    r.caplen = static_cast<uint32_t>(std::min<size_t>(kEthIpUdp + hdr, r.orig));
+    pending_[&port == dir_[0] ? 0 : 1].push(r);
+    emit(now);
+  }
+  // Writes every record that starts at or before t.
+  void emit(SimTime t) {
+    for (;;) {
+      int d = -1;
+      for (int i = 0; i < 2; ++i)
+        if (!pending_[i].empty() && pending_[i].front().at <= t &&
+            (d < 0 || pending_[i].front().at < pending_[d].front().at))
+          d = i;
+      if (d < 0) return;
+      const Rec& r = pending_[d].front();
+      file_.write(r.at, r.data, r.caplen, r.orig);
+      pending_[d].pop();
+    }
+  }
+
+ private:
+  struct Rec {
+    SimTime at;
+    uint32_t caplen = 0, orig = 0;
+    uint8_t data[kMaxFrame];
+  };
+  PcapFile& file_;
+  const RcShared* rc_;
+  uint32_t overhead_;
+  Port* dir_[2] = {nullptr, nullptr};
+  Ring<Rec> pending_[2];
+};
+
+// ------------------------------------------------------------------ Sampler
+
+// One observer event every sample interval (it neither counts as an event
+// nor moves the clock, so the report and digest are those of a run without
+// it). Writes throughput.csv, queues.csv and paths.csv as it goes.
+class SimOutput::Sampler final : public EventSource {
+ public:
+  Sampler(Simulation& sim, const std::string& dir, const LinkRef* watch)
+      : sim_(sim), dir_(dir), dt_(sim.cfg_.output.sample_interval) {
+    if (dt_.ps == 0) throw std::runtime_error("sample interval must be > 0");
+    thr_ = open_or_throw(dir + "/throughput.csv");
+    queues_ = open_or_throw(dir + "/queues.csv");
+    paths_ = open_or_throw(dir + "/paths.csv");
+    for (FILE* f : {thr_, queues_, paths_}) std::setvbuf(f, nullptr, _IOFBF, 1 << 16);
+    Network& net = *sim.net_;
+    for (size_t s = 0; s < net.num_switches(); ++s)
+      for (Port* p : net.sw(static_cast<uint32_t>(s)).ports) switch_ports_.push_back(p);
+    std::fputs("time_us,delivered_bytes,goodput_gbps,flows_completed\n", thr_);
+    std::fputs("time_us,max_queue_bytes,mean_queue_bytes,busy_ports", queues_);
+    if (watch != nullptr) {
+      const TopoGraph& g = net.graph();
+      for (int rev = 0; rev < 2; ++rev) {
+        if (!(rev != 0 ? watch->rev : watch->fwd)) continue;
+        watch_.push_back(&net.edge_port(watch->edge, rev != 0));
+        std::fprintf(queues_, ",%s>%s_bytes", link_end_name(g, watch->edge, rev != 0).c_str(),
+                     link_end_name(g, watch->edge, rev == 0).c_str());
+      }
+    }
+    std::fputs("\n", queues_);
+    std::fputs(
+        "time_us,flow,src,dst,path,entropy,state,cwnd_bytes,inflight_bytes,srtt_ns,rate_mbps,"
+        "alpha,ce_marks,losses,timeouts,retransmissions,packets_sent\n",
+        paths_);
+    const size_t nf = sim.flows_->size();
+    const size_t n = std::min<size_t>(sim.cfg_.output.sampled_flows, nf);
+    for (size_t i = 0; i < n; ++i) flows_.push_back(static_cast<uint32_t>(i * nf / n));
+    set_observer(true);
+    sim.sched_.schedule(*this, dt_);
+  }
+  ~Sampler() override {
+    sim_.sched_.cancel(*this);
+    for (FILE* f : {thr_, queues_, paths_})
+      if (f != nullptr) std::fclose(f);
+  }
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  void on_event(SimTime t) override {
+    sample(t);
+    // Nothing else pending: the run is over (no sample past its end).
+    if (sim_.sched_.pending_count() > 0 && !sim_.flows_->all_done())
+      sim_.sched_.schedule(*this, t + dt_);
+  }
+
+  // The last (partial) interval, fcts.csv; closes the files.
+  bool close(std::string& err) {
+    sim_.sched_.cancel(*this);
+    if (sim_.sched_.now() > last_) sample(sim_.sched_.now());
+    bool ok = true;
+    for (FILE** f : {&thr_, &queues_, &paths_}) {
+      if (std::ferror(*f) != 0 || std::fclose(*f) != 0) ok = false;
+      *f = nullptr;
+    }
+    if (!write_fcts()) ok = false;
+    if (!ok) err = "write error in " + dir_;
+    return ok;
+  }
+
+ private:
+  uint64_t delivered_bytes() const {
+    uint64_t n = 0;
+    if (sim_.shared_) {
+      for (const MetaRoceHost* h : sim_.shared_->hosts) n += h->data_bytes_received();
+    } else if (sim_.rc_shared_) {
+      for (uint32_t f = 0; f < sim_.flows_->size(); ++f) n += sim_.rc_shared_->delivered_bytes(f);
+    }
+    return n;
+  }
+
+  void sample(SimTime t) {
+    const uint64_t delivered = delivered_bytes();
+    const double interval = (t - last_).seconds();
+    const double gbps =
+        interval > 0 ? static_cast<double>(delivered - last_delivered_) * 8e-9 / interval : 0;
+    std::fprintf(thr_, "%.3f,%llu,%.3f,%zu\n", t.us(), static_cast<unsigned long long>(delivered),
+                 gbps, sim_.flows_->completed());
+    uint64_t mx = 0, sum = 0, busy = 0;
+    for (const Port* p : switch_ports_) {
+      const uint64_t b = p->backlog_bytes(t);
+      mx = std::max(mx, b);
+      sum += b;
+      busy += b > 0 ? 1 : 0;
+    }
+    std::fprintf(queues_, "%.3f,%llu,%.1f,%llu", t.us(), static_cast<unsigned long long>(mx),
+                 switch_ports_.empty()
+                     ? 0.0
+                     : static_cast<double>(sum) / static_cast<double>(switch_ports_.size()),
+                 static_cast<unsigned long long>(busy));
+    for (const Port* p : watch_)
+      std::fprintf(queues_, ",%llu", static_cast<unsigned long long>(p->backlog_bytes(t)));
+    std::fputs("\n", queues_);
+    for (uint32_t f : flows_) sample_paths(t, f);
+    last_ = t;
+    last_delivered_ = delivered;
+  }
+
+  void sample_paths(SimTime t, uint32_t flow) {
+    const FlowSpec& fs = sim_.flows_->at(flow).spec;
+    const double us = t.us();
+    if (sim_.shared_) {
+      MetaRoceHost& h = *sim_.shared_->hosts.at(fs.src);
+      ConnId c;
+      if (!h.connection_to(fs.dst, c)) return;
+      const size_t n = h.endpoint().path_count(c);
+      PathStats ps;
+      for (size_t i = 0; i < n; ++i) {
+        if (!h.endpoint().path_stats(c, i, ps)) continue;
+        std::fprintf(paths_, "%.3f,%u,%u,%u,%zu,%u,%s,%u,%u,%llu,,,%llu,%llu,%llu,%llu,%llu\n", us,
+                     flow, fs.src, fs.dst, i, ps.entropy,
+                     ps.state == PathState::kActive ? "active" : "probing", ps.cwnd_bytes,
+                     ps.inflight_bytes, static_cast<unsigned long long>(ps.srtt_ns),
+                     static_cast<unsigned long long>(ps.ce_marks),
+                     static_cast<unsigned long long>(ps.losses),
+                     static_cast<unsigned long long>(ps.timeouts),
+                     static_cast<unsigned long long>(ps.retransmissions),
+                     static_cast<unsigned long long>(ps.packets_sent));
+      }
+    } else if (sim_.rc_shared_) {
+      RcQpState q;
+      if (!sim_.rc_shared_->hosts.at(fs.src)->qp_state(flow, q)) return;
+      std::fprintf(paths_, "%.3f,%u,%u,%u,0,%u,%s,,%llu,,%.1f,%.4f,,,,,\n", us, flow, fs.src,
+                   fs.dst, q.entropy, q.recovery ? "recovery" : "active",
+                   static_cast<unsigned long long>(uint64_t{q.inflight} * sim_.rc_shared_->prm.mtu),
+                   q.rate_mbps, q.alpha);
+    }
+  }
+
+  bool write_fcts() const {
+    FILE* f = std::fopen((dir_ + "/fcts.csv").c_str(), "wb");
+    if (f == nullptr) return false;
+    std::fputs("flow,src,dst,bytes,start_us,finish_us,fct_us\n", f);
+    for (size_t i = 0; i < sim_.flows_->size(); ++i) {
+      const FlowState& s = sim_.flows_->at(i);
+      std::fprintf(f, "%zu,%u,%u,%llu,%.3f,", i, s.spec.src, s.spec.dst,
+                   static_cast<unsigned long long>(s.spec.bytes), s.spec.start.us());
+      if (s.done())
+        std::fprintf(f, "%.3f,%.3f\n", s.finish.us(), (s.finish - s.spec.start).us());
+      else
+        std::fputs(",\n", f);
+    }
+    const bool ok = std::ferror(f) == 0;
+    return std::fclose(f) == 0 && ok;
+  }
+
+  Simulation& sim_;
+  std::string dir_;
+  SimTime dt_;
+  FILE* thr_ = nullptr;
+  FILE* queues_ = nullptr;
+  FILE* paths_ = nullptr;
+  std::vector<const Port*> switch_ports_;
+  std::vector<const Port*> watch_;
+  std::vector<uint32_t> flows_;
+  SimTime last_{0};
+  uint64_t last_delivered_ = 0;
+};
+
+// ------------------------------------------------------------------ SimOutput
+
+SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
+  const OutputOptions& o = sim.cfg_.output;
+  const TopoGraph& g = sim.net_->graph();
+  LinkRef pcap_link, watch;
+  const LinkRef* watched = nullptr;
+  if (!o.pcap_link.empty()) {
+    pcap_link = parse_or_throw(g, o.pcap_link);
+    watch = pcap_link;
+    watched = &watch;
+    pcap_ = std::make_unique<PcapFile>(o.pcap_path.empty() ? "sim.pcap" : o.pcap_path);
+    capture_ = std::make_unique<Capture>(*pcap_, sim, pcap_link);
+  }
+  if (!o.watch_link.empty()) {
+    watch = parse_or_throw(g, o.watch_link);
+    watched = &watch;
+  }
+  if (!o.csv_dir.empty()) sampler_ = std::make_unique<Sampler>(sim, o.csv_dir, watched);
+}
+
+SimOutput::~SimOutput() {
+  std::string err;
+  close(err);
+}
+
+bool SimOutput::close(std::string& err) {
+  if (closed_) return true;
+  closed_ = true;
+  bool ok = true;
+  if (capture_) {
+    capture_->emit(SimTime::never());
+    capture_.reset();
+  }
+  if (pcap_ && !pcap_->close()) {
+    ok = false;
+    err = "write error in " + sim_.cfg_.output.pcap_path;
+  }
+  if (sampler_ && !sampler_->close(err)) ok = false;
+  sampler_.reset();
+  return ok;
+}
+
+uint64_t SimOutput::pcap_records() const { return pcap_ ? pcap_->records() : 0; }
+
+// ------------------------------------------------------------------ Simulation
+
+bool Simulation::close_output(std::string& err) { return output_ ? output_->close(err) : true; }
+
+void Simulation::add_link_and_path_stats(Report& r) const {
+  const double t = sched_.now().seconds();
+  double sum = 0;
+  Network& net = *net_;
+  for (uint32_t e = 0; e < net.graph().edges.size(); ++e) {
+    for (bool rev : {false, true}) {
+      const Port& p = net.edge_port(e, rev);
+      if (p.stats().tx_packets == 0 || t <= 0) continue;
+      const double u = static_cast<double>(p.stats().tx_bytes) * 8.0 /
+                       (static_cast<double>(p.rate_mbps()) * 1e6 * t);
+      sum += u;
+      r.link_util_max = std::max(r.link_util_max, u);
+      ++r.links_used;
+    }
+  }
+  r.link_util_mean = r.links_used > 0 ? sum / static_cast<double>(r.links_used) : 0;
+  if (!shared_) return;
+  PathStats ps;
+  for (MetaRoceHost* h : shared_->hosts) {
+    for (ConnId c : h->connections()) {
+      const size_t n = h->endpoint().path_count(c);
+      if (r.per_path.size() < n) r.per_path.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        if (!h->endpoint().path_stats(c, i, ps)) continue;
+        PathSlotTotals& s = r.per_path[i];
+        s.packets_sent += ps.packets_sent;
+        s.retransmissions += ps.retransmissions;
+        s.ce_marks += ps.ce_marks;
+        s.losses += ps.losses;
+        s.timeouts += ps.timeouts;
+        s.retirements += ps.retirements;
+      }
+    }
+  }
+}
+
+}  // namespace metaroce::sim

@@ -1,0 +1,286 @@
+// Simulator output: the pcap capture of a link (file format, record count,
+// headers that the engine's codec decodes), the CSV time series (columns,
+// same bytes for one seed), link names, and that output costs the run
+// nothing it could see (same report and digest with and without it).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "metaroce/sim/simulation.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("metaroce_sim_output_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+uint32_t le32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);  // pcap fields are in the writer's (host) byte order
+  return v;
+}
+uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+
+struct PcapRecord {
+  uint64_t ns = 0;
+  uint32_t orig_len = 0;
+  std::vector<uint8_t> bytes;  // caplen bytes
+};
+
+std::vector<PcapRecord> read_pcap(const fs::path& p) {
+  const std::string s = slurp(p);
+  const auto* d = reinterpret_cast<const uint8_t*>(s.data());
+  EXPECT_GE(s.size(), 24u);
+  EXPECT_EQ(le32(d), 0xa1b23c4du);  // nanosecond resolution
+  uint16_t ver[2];
+  std::memcpy(ver, d + 4, 4);
+  EXPECT_EQ(ver[0], 2);
+  EXPECT_EQ(ver[1], 4);
+  EXPECT_EQ(le32(d + 20), 1u);  // LINKTYPE_ETHERNET
+  std::vector<PcapRecord> out;
+  size_t off = 24;
+  while (off + 16 <= s.size()) {
+    PcapRecord r;
+    const uint32_t sec = le32(d + off), nsec = le32(d + off + 4), cap = le32(d + off + 8);
+    r.orig_len = le32(d + off + 12);
+    EXPECT_LT(nsec, 1'000'000'000u);
+    r.ns = uint64_t{sec} * 1'000'000'000 + nsec;
+    off += 16;
+    if (off + cap > s.size()) {
+      ADD_FAILURE() << "record runs past the end";
+      break;
+    }
+    r.bytes.assign(d + off, d + off + cap);
+    off += cap;
+    out.push_back(std::move(r));
+  }
+  EXPECT_EQ(off, s.size());
+  return out;
+}
+
+SimConfig small(const std::string& preset_name, TransportKind t, uint64_t seed = 1) {
+  return preset(preset_name, t, seed);
+}
+
+TEST(Pcap, MetaRoceLinkCaptureIsValidAndDecodes) {
+  const fs::path dir = temp_dir("pcap_metaroce");
+  SimConfig cfg = small("fattree16-perm", TransportKind::kMetaRoce);
+  cfg.output.pcap_link = "16";  // ToR 0 - agg: both directions
+  cfg.output.pcap_path = (dir / "l16.pcap").string();
+  Simulation sim(std::move(cfg));
+  sim.run();
+  ASSERT_TRUE(sim.finished());
+  std::string err;
+  ASSERT_TRUE(sim.close_output(err)) << err;
+  const uint64_t carried = sim.net().edge_port(16, false).stats().tx_packets +
+                           sim.net().edge_port(16, true).stats().tx_packets;
+  const auto recs = read_pcap(dir / "l16.pcap");
+  ASSERT_GT(carried, 100u);
+  EXPECT_EQ(recs.size(), carried);
+  EXPECT_EQ(sim.output()->pcap_records(), carried);
+
+  std::set<uint16_t> entropies;
+  uint64_t prev_ns = 0, data = 0, whole = 0, ce = 0;
+  for (const PcapRecord& r : recs) {
+    ASSERT_GE(r.bytes.size(), 42u + wire::kBaseHeaderSize);
+    EXPECT_GE(r.ns, prev_ns);  // time order
+    prev_ns = r.ns;
+    const uint8_t* e = r.bytes.data();
+    EXPECT_EQ(be16(e + 12), 0x0800);
+    const uint8_t* ip = e + 14;
+    EXPECT_EQ(ip[0], 0x45);
+    EXPECT_EQ(ip[9], 17);
+    EXPECT_EQ(be16(ip + 2) + 14u, r.orig_len);  // IP total length = the true size
+    const uint8_t ecn = ip[1] & 3;
+    EXPECT_TRUE(ecn == 2 || ecn == 3) << int{ecn};
+    ce += ecn == 3 ? 1 : 0;
+    uint32_t sum = 0;  // IPv4 header checksum verifies
+    for (int i = 0; i < 20; i += 2) sum += be16(ip + i);
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    EXPECT_EQ(sum, 0xffffu);
+    const uint8_t* udp = ip + 20;
+    entropies.insert(be16(udp));
+    EXPECT_EQ(be16(udp + 2), 4792);
+    EXPECT_EQ(be16(udp + 4) + 34u, r.orig_len);
+    const std::span<const uint8_t> got(r.bytes.data() + 42, r.bytes.size() - 42);
+    wire::Packet pkt;
+    if (r.bytes.size() == r.orig_len) {
+      // No payload: the whole datagram, ICRC included, as the engine sent it.
+      ASSERT_EQ(wire::decode(got, pkt), wire::ParseError::kOk);
+      ++whole;
+      continue;
+    }
+    // Data: headers only (caplen), the payload and ICRC are cut.
+    wire::BaseHeader bh;
+    ASSERT_EQ(wire::decode_base(got, bh), wire::ParseError::kOk);
+    ASSERT_TRUE(wire::carries_payload(bh.opcode));
+    ASSERT_EQ(got.size(), wire::header_size(bh.opcode));
+    const size_t payload = r.orig_len - r.bytes.size() - wire::kIcrcSize;
+    std::vector<uint8_t> dg(got.begin(), got.end());
+    dg.resize(got.size() + payload + wire::kIcrcSize, 0);
+    const uint32_t icrc = wire::crc32c(0, got.data(), got.size());  // cover_payload = false
+    for (int i = 0; i < 4; ++i)
+      dg[got.size() + payload + i] = static_cast<uint8_t>(icrc >> (24 - 8 * i));
+    ASSERT_EQ(wire::decode(dg, pkt), wire::ParseError::kOk);
+    EXPECT_EQ(pkt.payload.size(), payload);
+    ++data;
+  }
+  EXPECT_GT(data, 0u);
+  EXPECT_GT(whole, 0u);
+  EXPECT_GT(entropies.size(), 8u);  // many paths cross one uplink
+  (void)ce;
+}
+
+TEST(Pcap, BaselineCaptureCarriesRoceHeadersAndOneDirection) {
+  const fs::path dir = temp_dir("pcap_irn");
+  SimConfig cfg = small("fattree16-perm", TransportKind::kIrn);
+  cfg.output.pcap_link = "host:0-up";
+  cfg.output.pcap_path = (dir / "h0.pcap").string();
+  Simulation sim(std::move(cfg));
+  sim.run();
+  std::string err;
+  ASSERT_TRUE(sim.close_output(err)) << err;
+  const auto recs = read_pcap(dir / "h0.pcap");
+  EXPECT_EQ(recs.size(), sim.net().host_port(0).stats().tx_packets);
+  std::set<uint16_t> ports;
+  for (const PcapRecord& r : recs) {
+    ASSERT_GE(r.bytes.size(), 42u + 12);
+    const uint8_t* udp = r.bytes.data() + 34;
+    EXPECT_EQ(r.bytes[26 + 3], 0);  // source address: host 0
+    EXPECT_EQ(be16(udp + 2), 4791);
+    ports.insert(be16(udp));
+    const uint8_t op = udp[8];
+    EXPECT_TRUE(op == 0x06 || op == 0x07 || op == 0x08 || op == 0x0a || op == 0x11 || op == 0x81)
+        << int{op};
+  }
+  // One source port for host 0's QP, one for the ACKs of the flow it receives.
+  EXPECT_EQ(ports.size(), 2u);
+}
+
+TEST(Csv, FilesHaveTheirColumnsAndSameBytesForOneSeed) {
+  std::string files[2][4];
+  const char* names[] = {"throughput.csv", "queues.csv", "paths.csv", "fcts.csv"};
+  uint64_t total_bytes = 0;
+  for (int run = 0; run < 2; ++run) {
+    const fs::path dir = temp_dir("csv" + std::to_string(run));
+    SimConfig cfg = small("fattree16-perm", TransportKind::kMetaRoce, 5);
+    cfg.output.csv_dir = dir.string();
+    cfg.output.watch_link = "host:3-down";
+    total_bytes = 0;
+    for (const auto& f : cfg.flows) total_bytes += f.bytes;
+    Simulation sim(std::move(cfg));
+    sim.run();
+    std::string err;
+    ASSERT_TRUE(sim.close_output(err)) << err;
+    for (int i = 0; i < 4; ++i) files[run][i] = slurp(dir / names[i]);
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(files[0][i], files[1][i]) << names[i];
+  auto header = [](const std::string& s) { return s.substr(0, s.find('\n')); };
+  EXPECT_EQ(header(files[0][0]), "time_us,delivered_bytes,goodput_gbps,flows_completed");
+  EXPECT_EQ(header(files[0][1]),
+            "time_us,max_queue_bytes,mean_queue_bytes,busy_ports,sw:1:1>host:3_bytes");
+  EXPECT_EQ(header(files[0][2]),
+            "time_us,flow,src,dst,path,entropy,state,cwnd_bytes,inflight_bytes,srtt_ns,"
+            "rate_mbps,alpha,ce_marks,losses,timeouts,retransmissions,packets_sent");
+  EXPECT_EQ(header(files[0][3]), "flow,src,dst,bytes,start_us,finish_us,fct_us");
+  // Every flow has a row; the last throughput row has every byte delivered.
+  const std::string& fct = files[0][3];
+  EXPECT_EQ(std::count(fct.begin(), fct.end(), '\n'), 17);
+  const std::string& thr = files[0][0];
+  const size_t last = thr.rfind('\n', thr.size() - 2) + 1;
+  const std::string row = thr.substr(last);
+  EXPECT_EQ(row.substr(row.find(',') + 1, row.find(',', row.find(',') + 1) - row.find(',') - 1),
+            std::to_string(total_bytes));
+  EXPECT_GT(std::count(thr.begin(), thr.end(), '\n'), 10);
+  EXPECT_NE(files[0][2].find(",active,"), std::string::npos);
+}
+
+TEST(Output, LeavesReportAndDigestUnchanged) {
+  for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kRoceV2, TransportKind::kIrn}) {
+    for (const char* name : {"fattree16-perm-gray", "incast8-256k"}) {
+      Simulation off(small(name, t, 2));
+      off.run();
+      ASSERT_TRUE(off.flows().all_done()) << name;  // (a stuck run samples up to 1 s)
+      const fs::path dir = temp_dir(std::string("same_") + transport_name(t) + name);
+      SimConfig cfg = small(name, t, 2);
+      cfg.output.pcap_link = "sw:0:0";
+      cfg.output.pcap_path = (dir / "x.pcap").string();
+      cfg.output.csv_dir = dir.string();
+      cfg.output.sample_interval = SimTime::from_ns(700);
+      Simulation on(std::move(cfg));
+      on.run();
+      std::string err;
+      ASSERT_TRUE(on.close_output(err)) << err;
+      EXPECT_EQ(on.report().to_json(false), off.report().to_json(false))
+          << transport_name(t) << " " << name;
+    }
+  }
+}
+
+TEST(Scheduler, ObserverNeitherCountsNorMovesTheClock) {
+  struct Obs final : EventSource {
+    Scheduler* s = nullptr;
+    std::vector<SimTime> seen;
+    void on_event(SimTime t) override { seen.push_back(t); }
+  };
+  struct Ev final : EventSource {
+    void on_event(SimTime) override {}
+  };
+  Scheduler s;
+  Obs o;
+  Ev e;
+  o.set_observer(true);
+  s.schedule(e, SimTime::from_us(1));
+  s.schedule(o, SimTime::from_us(2));
+  s.run();
+  EXPECT_EQ(s.events(), 1u);
+  EXPECT_EQ(s.now(), SimTime::from_us(1));
+  ASSERT_EQ(o.seen.size(), 1u);
+  EXPECT_EQ(o.seen[0], SimTime::from_us(2));
+}
+
+TEST(Links, NamesParseToEdgesAndDirections) {
+  const SimConfig c = small("fattree16-perm", TransportKind::kMetaRoce);
+  const TopoGraph& g = c.topo;
+  LinkRef l;
+  std::string err;
+  ASSERT_TRUE(parse_link(g, "17", l, err));
+  EXPECT_EQ(l.edge, 17u);
+  EXPECT_TRUE(l.fwd && l.rev);
+  ASSERT_TRUE(parse_link(g, "host:5-up", l, err));
+  EXPECT_EQ(l.edge, 5u);  // fat-tree: host h is edge h, host on side a
+  EXPECT_TRUE(l.fwd && !l.rev);
+  ASSERT_TRUE(parse_link(g, "host:5-down", l, err));
+  EXPECT_TRUE(!l.fwd && l.rev);
+  ASSERT_TRUE(parse_link(g, "sw:0:2-in", l, err));  // ToR 0's first uplink, from the agg
+  EXPECT_EQ(l.edge, 16u);
+  EXPECT_TRUE(!l.fwd && l.rev);
+  EXPECT_EQ(link_name(g, l), "edge 16 (sw:0:2 <-> sw:8:0) b->a");
+  for (const char* bad : {"48", "host:16", "sw:20:0", "sw:0:9", "host:1-sideways", "x"})
+    EXPECT_FALSE(parse_link(g, bad, l, err)) << bad;
+  EXPECT_NE(list_links(g).find("16  sw:0:2 [tor/leaf]  sw:8:0 [agg/spine]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace metaroce::sim
