@@ -53,6 +53,8 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
     if (total + need > cfg.cc.max_inflight_packets * need) return -1;
   }
   int fallback = -1;
+  int best = -1;
+  uint64_t best_free = 0, best_cwnd = 1;
   bool other_active = false;
   for (uint8_t k = 0; k < c.num_paths; ++k) {
     const auto i = static_cast<uint8_t>((c.rr_next + k) % c.num_paths);
@@ -67,8 +69,18 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
       fallback = i;
       continue;
     }
-    c.rr_next = static_cast<uint8_t>((i + 1) % c.num_paths);
-    return i;
+    // SCHED-1: the emptiest window, as a fraction of the window (compared
+    // by cross-multiplying, no division per path).
+    const uint64_t free_bytes = p.cwnd - std::min(p.cwnd, p.inflight);
+    if (best < 0 || free_bytes * best_cwnd > best_free * p.cwnd) {
+      best = i;
+      best_free = free_bytes;
+      best_cwnd = p.cwnd;
+    }
+  }
+  if (best >= 0) {
+    c.rr_next = static_cast<uint8_t>((best + 1) % c.num_paths);
+    return best;
   }
   // LOSS-3: the original path only when no other path is active at all.
   if (fallback >= 0 && !other_active) {

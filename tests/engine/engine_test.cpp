@@ -396,6 +396,59 @@ TEST(Engine, ConnectionInflightCapBoundsTheSumOverPaths) {  // CC-9
   EXPECT_GT(peak_connection_inflight(0), 24 * packet);  // without the cap the sum runs past it
 }
 
+TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
+  EndpointConfig c = cfg(140);
+  c.num_paths = 4;
+  c.cc.max_inflight_packets = 12;  // CC-9 binds first, so windows keep room
+  Loop loop(c, cfg(141));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 << 20, 0, 0x11);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  PathStats first;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, first));
+  // Every packet on path 0 arrives CE-marked: its window shrinks while the
+  // others' grow, so the windows differ and the choice is visible.
+  loop.mark_ce = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    return from == 0 && tx.entropy == first.entropy;
+  };
+  std::vector<PathStats> before(4);
+  loop.before_poll = [&](int from) {
+    if (from != 0) return;
+    for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(loop.ep(0).path_stats(a, i, before[i]));
+  };
+  uint64_t checked = 0, on_marked = 0, violations = 0;
+  const uint64_t need = c.mtu + 64;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& bytes) {
+    if (from != 0 || bytes[1] != 0x01 || tx.len < size_t{c.mtu} + 48) return;  // full WRITEs
+    size_t used = 4;
+    for (size_t i = 0; i < 4; ++i)
+      if (before[i].entropy == tx.entropy) used = i;
+    ASSERT_LT(used, 4u);
+    auto free_of = [&](const PathStats& p) {
+      return uint64_t{p.cwnd_bytes} - std::min<uint64_t>(p.cwnd_bytes, p.inflight_bytes);
+    };
+    for (size_t i = 0; i < 4; ++i) {
+      const PathStats& p = before[i];
+      const bool room = p.inflight_bytes == 0 || p.inflight_bytes + need <= p.cwnd_bytes;
+      if (i == used || p.state != PathState::kActive || !room) continue;
+      // free_i / cwnd_i must not exceed free_used / cwnd_used
+      if (free_of(p) * before[used].cwnd_bytes > free_of(before[used]) * p.cwnd_bytes) ++violations;
+    }
+    ++checked;
+    on_marked += used == 0;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20)), Status::kOk);
+  bool done = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
+    return done;
+  }));
+  EXPECT_GT(checked, 900u);
+  EXPECT_EQ(violations, 0u);
+  EXPECT_LT(on_marked * 8, checked);  // the marked path carries well under its 1/4
+}
+
 TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   Loop loop(cfg(120), cfg(121));
   auto [a, b] = loop.connect();

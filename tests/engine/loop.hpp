@@ -36,17 +36,26 @@ class Loop {
   // Return true to drop. Called with sender index and the datagram bytes.
   std::function<bool(int from, const std::vector<uint8_t>&)> drop;
   std::function<void(int from, std::vector<uint8_t>&)> mutate;
+  // Return true to deliver the datagram with IP ECN = CE.
+  std::function<bool(int from, const TxDatagram& tx, const std::vector<uint8_t>&)> mark_ce;
+  // Called before each poll_transmit and with each datagram it returns.
+  std::function<void(int from)> before_poll;
+  std::function<void(int from, const TxDatagram& tx, const std::vector<uint8_t>&)> on_sent;
   uint64_t delivered = 0;
 
   void pump() {
     for (int i = 0; i < 2; ++i) {
       std::vector<uint8_t> buf(70000);
       TxDatagram tx;
-      while (ep_[i]->poll_transmit(now_, buf, tx)) {
+      for (;;) {
+        if (before_poll) before_poll(i);
+        if (!ep_[i]->poll_transmit(now_, buf, tx)) break;
         std::vector<uint8_t> bytes(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+        if (on_sent) on_sent(i, tx, bytes);
         if (mutate) mutate(i, bytes);
         if (drop && drop(i, bytes)) continue;
-        InFlight f{now_ + delay_ns, 1 - i, RxDatagram{addr_[i], tx.entropy, false, {}},
+        const bool ce = mark_ce && mark_ce(i, tx, bytes);
+        InFlight f{now_ + delay_ns, 1 - i, RxDatagram{addr_[i], tx.entropy, ce, {}},
                    std::move(bytes)};
         q_.push_back(std::move(f));
       }
