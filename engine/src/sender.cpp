@@ -457,7 +457,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   ++c.stats.timeouts;
   lose_path_inflight(c, path, now, true);  // LOSS-5
   p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
-  p.cwnd = packet_cost(c.mtu) * std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1);
+  p.cwnd = cwnd_floor(c);
   p.slow_start = true;
   if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
     retire_path(c, path, now);

@@ -149,15 +149,17 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   } else {
     EndpointConfig ec = cfg_.endpoint;
     if (cfg_.transport == TransportKind::kSprayNoCc) ec.cc.enabled = false;
-    // CC-9: the engine leaves the connection-wide cap to a driver that knows
-    // the fabric, as a NIC driver knows its link rate and the fabric's RTT.
+    // CC-1 and CC-9 leave the initial window and the connection-wide cap to a
+    // driver that knows the fabric, as a NIC driver knows its link rate and
+    // the fabric's RTT.
+    const uint32_t bdp = bdp_packets(ec.mtu,
+                                     ec.mtu + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
+                                         wire::kRdmaHeaderSize + wire::kIcrcSize,
+                                     wire::kBaseHeaderSize + wire::kAckFixedSize + wire::kIcrcSize);
     if (ec.cc.max_inflight_packets == 0 && cfg_.inflight_cap_bdp > 0)
-      ec.cc.max_inflight_packets = static_cast<uint32_t>(
-          std::ceil(cfg_.inflight_cap_bdp *
-                    bdp_packets(ec.mtu,
-                                ec.mtu + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
-                                    wire::kRdmaHeaderSize + wire::kIcrcSize,
-                                wire::kBaseHeaderSize + wire::kAckFixedSize + wire::kIcrcSize)));
+      ec.cc.max_inflight_packets = static_cast<uint32_t>(std::ceil(cfg_.inflight_cap_bdp * bdp));
+    if (cfg_.initial_window_bdp > 0)
+      ec.cc.initial_cwnd_packets = static_cast<uint32_t>(std::ceil(cfg_.initial_window_bdp * bdp));
     ec.cover_payload = false;
     const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
     shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);

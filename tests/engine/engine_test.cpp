@@ -449,6 +449,25 @@ TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
   EXPECT_LT(on_marked * 8, checked);  // the marked path carries well under its 1/4
 }
 
+TEST(Engine, TimedOutPathFallsToItsShareOfTheConnectionFloor) {  // LOSS-5, CC-6
+  Loop loop(cfg(150), cfg(151));                                 // 4 paths
+  auto [a, b] = loop.connect();
+  PathStats dead;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, dead));
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    // Data and PROBEs on slot 1: neither the tail-loss probe nor LOSS-2 can
+    // recover its packets, so only its RTO can.
+    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 1;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0, 0x21);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  PathStats ps;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).path_stats(a, 1, ps) && ps.timeouts > 0; }));
+  EXPECT_EQ(ps.state, PathState::kProbing);
+  EXPECT_EQ(ps.cwnd_bytes, (4096u + 64u) / 4);  // one packet shared by 4 paths
+}
+
 TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   Loop loop(cfg(120), cfg(121));
   auto [a, b] = loop.connect();

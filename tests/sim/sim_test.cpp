@@ -187,12 +187,14 @@ TEST(Warmup, ConnectionsAreEstablishedBeforeTheWorkloadStarts) {
     EXPECT_GE(w.flows().at(i).spec.start.us(), rw.warmup_us);
 }
 
-TEST(Warmup, ConnectionCapFollowsTheFabricBdp) {  // spec CC-9, set by the driver
+TEST(Warmup, InitialWindowAndConnectionCapFollowTheFabricBdp) {  // spec CC-1, CC-9
   Simulation sim(preset("fattree16-perm", TransportKind::kMetaRoce, 1));
-  // 6 hops of 1 us each way plus serialization at 100 Gbit/s: about 13 us, 40 packets.
-  const uint32_t cap = sim.host(0).endpoint().config().cc.max_inflight_packets;
-  EXPECT_GE(cap, 50u);
-  EXPECT_LE(cap, 70u);
+  // 6 hops of 1 us each way plus serialization at 100 Gbit/s: about 14 us,
+  // 43 packets of 4 KiB; the cap is 1.5 times that.
+  const CcConfig& cc = sim.host(0).endpoint().config().cc;
+  EXPECT_GE(cc.initial_cwnd_packets, 40u);
+  EXPECT_LE(cc.initial_cwnd_packets, 46u);
+  EXPECT_EQ(cc.max_inflight_packets, (cc.initial_cwnd_packets * 3 + 1) / 2);
 }
 
 TEST(FatTree16, SprayWithoutCcCompletes) {

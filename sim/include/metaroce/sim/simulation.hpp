@@ -59,6 +59,10 @@ struct SimConfig {
   // MetaRoCE: the connection-wide in-flight cap (spec CC-9) as a multiple of
   // the fabric's bandwidth-delay product; 0 leaves endpoint.cc as it is.
   double inflight_cap_bdp = 1.5;
+  // MetaRoCE: the connection's initial window (spec CC-1) as a multiple of the
+  // fabric's bandwidth-delay product, so that a flow starts at line rate as
+  // data-center transports that know their fabric do; 0 keeps endpoint.cc's.
+  double initial_window_bdp = 1.0;
   uint32_t wire_overhead = kDefaultWireOverhead;
   uint64_t wr_bytes = 256 * 1024;
   bool progress = false;  // progress lines on stderr
