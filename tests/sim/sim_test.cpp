@@ -190,11 +190,11 @@ TEST(Warmup, ConnectionsAreEstablishedBeforeTheWorkloadStarts) {
 TEST(Warmup, InitialWindowAndConnectionCapFollowTheFabricBdp) {  // spec CC-1, CC-9
   Simulation sim(preset("fattree16-perm", TransportKind::kMetaRoce, 1));
   // 6 hops of 1 us each way plus serialization at 100 Gbit/s: about 14 us,
-  // 43 packets of 4 KiB; the cap is 1.5 times that.
+  // 43 packets of 4 KiB; the cap is 1.25 times that.
   const CcConfig& cc = sim.host(0).endpoint().config().cc;
   EXPECT_GE(cc.initial_cwnd_packets, 40u);
   EXPECT_LE(cc.initial_cwnd_packets, 46u);
-  EXPECT_EQ(cc.max_inflight_packets, (cc.initial_cwnd_packets * 3 + 1) / 2);
+  EXPECT_EQ(cc.max_inflight_packets, (cc.initial_cwnd_packets * 5 + 3) / 4);
 }
 
 TEST(FatTree16, SprayWithoutCcCompletes) {

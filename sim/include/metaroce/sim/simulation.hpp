@@ -58,7 +58,7 @@ struct SimConfig {
   bool preconnect = true;
   // MetaRoCE: the connection-wide in-flight cap (spec CC-9) as a multiple of
   // the fabric's bandwidth-delay product; 0 leaves endpoint.cc as it is.
-  double inflight_cap_bdp = 1.5;
+  double inflight_cap_bdp = 1.25;
   // MetaRoCE: the connection's initial window (spec CC-1) as a multiple of the
   // fabric's bandwidth-delay product, so that a flow starts at line rate as
   // data-center transports that know their fabric do; 0 keeps endpoint.cc's.
