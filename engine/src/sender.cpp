@@ -56,8 +56,9 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   int best = -1;
   uint64_t best_free = 0, best_cwnd = 1;
   bool other_active = false;
-  for (uint8_t k = 0; k < c.num_paths; ++k) {
-    const auto i = static_cast<uint8_t>((c.rr_next + k) % c.num_paths);
+  const uint8_t n = c.num_paths;
+  uint8_t i = c.rr_next < n ? c.rr_next : 0;
+  for (uint8_t k = 0; k < n; ++k, i = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1)) {
     detail::Path& p = c.paths[i];
     if (p.state != PathState::kActive) continue;
     if (i != avoid) other_active = true;
@@ -76,15 +77,16 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
       best = i;
       best_free = free_bytes;
       best_cwnd = p.cwnd;
+      if (p.inflight == 0) break;  // an empty window: nothing can beat it
     }
   }
   if (best >= 0) {
-    c.rr_next = static_cast<uint8_t>((best + 1) % c.num_paths);
+    c.rr_next = static_cast<uint8_t>(best + 1 == n ? 0 : best + 1);
     return best;
   }
   // LOSS-3: the original path only when no other path is active at all.
   if (fallback >= 0 && !other_active) {
-    c.rr_next = static_cast<uint8_t>((fallback + 1) % c.num_paths);
+    c.rr_next = static_cast<uint8_t>(fallback + 1 == n ? 0 : fallback + 1);
     return fallback;
   }
   return -1;
