@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "metaroce/sim/simulation.hpp"
+#include "metaroce/sim/presets.hpp"
 
 int main(int argc, char** argv) {
   using namespace metaroce::sim;

@@ -135,9 +135,4 @@ class Simulation {
   double last_progress_wall_ = 0;
 };
 
-// Named scenarios (tools/sim and the tests).
-[[nodiscard]] std::vector<std::string> preset_names();
-// Throws std::invalid_argument for an unknown name.
-[[nodiscard]] SimConfig preset(const std::string& name, TransportKind transport, uint64_t seed);
-
 }  // namespace metaroce::sim
