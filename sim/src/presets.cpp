@@ -3,6 +3,7 @@
 #include "metaroce/sim/presets.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 #include "metaroce/sim/topology.hpp"
 #include "metaroce/sim/workload.hpp"
@@ -13,6 +14,20 @@ namespace {
 
 constexpr uint64_t kGbps = 1000;  // in Mb/s
 constexpr uint64_t kMiB = 1024 * 1024;
+constexpr QueueSpec kQueue100G{175'000, 37'000, 145'000, 1.0};
+// 400G ports: about one BDP of buffer with an ECN ramp (4x the 100G presets').
+constexpr QueueSpec kQueue400G{700'000, 148'000, 580'000, 1.0};
+
+// A link of `gbps` with a 1 us delay.
+LinkSpec link(uint64_t gbps) { return {gbps * kGbps, SimTime::from_us(1)}; }
+
+// A config with its fabric; the preset adds the flows (and faults).
+SimConfig on(TopoGraph topo, const QueueSpec& queue) {
+  SimConfig c;
+  c.topo = std::move(topo);
+  c.queue = queue;
+  return c;
+}
 
 struct PresetDef {
   const char* name;
@@ -20,10 +35,7 @@ struct PresetDef {
 };
 
 SimConfig fattree_perm(uint32_t k, uint64_t bytes, uint64_t seed) {
-  SimConfig c;
-  const LinkSpec l{100 * kGbps, SimTime::from_us(1)};
-  c.topo = fat_tree(k, l, l);
-  c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
+  SimConfig c = on(fat_tree(k, link(100), link(100)), kQueue100G);
   c.flows = permutation(c.topo.num_hosts, bytes, seed);
   return c;
 }
@@ -106,21 +118,35 @@ const PresetDef kPresets[] = {
     {"leafspine128-perm",
      [](uint64_t seed) {
        // 8 leaves x 16 hosts at 100G, 4 spines at 200G: 2:1 oversubscribed.
-       SimConfig c;
-       c.topo = leaf_spine(8, 16, 4, {100 * kGbps, SimTime::from_us(1)},
-                           {200 * kGbps, SimTime::from_us(1)});
-       c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
+       SimConfig c = on(leaf_spine(8, 16, 4, link(100), link(200)), kQueue100G);
        c.flows = permutation(c.topo.num_hosts, 1 * kMiB, seed);
        return c;
      }},
     {"rail128-perm",
      [](uint64_t seed) {
        // 16 servers x 8 rails at 400G, groups of 4 servers, 8 spines at 800G.
-       SimConfig c;
-       c.topo = rail_optimized(16, 8, 4, 8, {400 * kGbps, SimTime::from_us(1)},
-                               {800 * kGbps, SimTime::from_us(1)});
-       c.queue = QueueSpec{700'000, 148'000, 580'000, 1.0};
+       SimConfig c = on(rail_optimized(16, 8, 4, 8, link(400), link(800)), kQueue400G);
        c.flows = permutation(c.topo.num_hosts, 4 * kMiB, seed);
+       return c;
+     }},
+    {"rail1024-allreduce64m",
+     [](uint64_t seed) {
+       // 128 servers x 8 NICs at 400G (1024 GPUs). Rail r of the servers of
+       // group g (32 servers) shares leaf (g, r); every leaf has one 800G
+       // link to each of 16 spines (32 x 400G down, 16 x 800G up: non-blocking).
+       // One ring per rail over its 128 NICs, servers in a seeded random order,
+       // so most ring hops cross the spines; 64 MiB per GPU (512 KiB chunks,
+       // 254 dependent steps).
+       SimConfig c = on(rail_optimized(128, 8, 32, 16, link(400), link(800)), kQueue400G);
+       c.flows = ring_allreduce(rail_rings(128, 8, seed), 64 * kMiB);
+       return c;
+     }},
+    {"leafspine8192-perm1mb",
+     [](uint64_t seed) {
+       // 128 leaves x 64 hosts at 400G, 64 spines, one 400G link from every
+       // leaf to every spine: non-blocking (64 x 400G down, 64 x 400G up).
+       SimConfig c = on(leaf_spine(128, 64, 64, link(400), link(400)), kQueue400G);
+       c.flows = permutation(c.topo.num_hosts, 1 * kMiB, seed);
        return c;
      }},
 };

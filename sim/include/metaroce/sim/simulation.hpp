@@ -67,7 +67,10 @@ struct Report {
   uint64_t flows_completed = 0;
   uint64_t flows_failed = 0;
   double completion_us = 0;  // last flow finish (from t = 0); sim end if some never finished
-  double ideal_us = 0;       // busiest host NIC's bytes at line rate (payload only)
+  // The busiest host NIC's payload bytes at line rate; with dependent flows
+  // (rings), at least the longest chain of flows, each taking bytes at line
+  // rate plus its path's one-way propagation delay (sim/README.md).
+  double ideal_us = 0;
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
   uint64_t drops = 0;        // switch buffer overflow
   uint64_t fault_drops = 0;  // link down / gray failure
@@ -121,6 +124,9 @@ class Simulation {
   class Starter;
   class Faults;
   static void tick(void* ctx, const Scheduler& s);
+  // Report::ideal_us from the bytes each host sent and received.
+  [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
+                                        const std::vector<uint64_t>& recvd) const;
 
   SimConfig cfg_;
   Scheduler sched_;
