@@ -1,6 +1,5 @@
 #include "metaroce/sim/scheduler.hpp"
 
-#include <algorithm>
 #include <cassert>
 
 namespace metaroce::sim {
@@ -25,14 +24,6 @@ void Scheduler::schedule(EventSource& src, SimTime t) {
     return;
   }
   src.when_ = t;
-  if (&src == hole_) {
-    // The event now running re-arms itself: its new key takes the root's
-    // place and sinks once (instead of a removal and an insertion).
-    hole_ = nullptr;
-    place(0, Entry{t, seq_++, &src});
-    sift_down(0);
-    return;
-  }
   heap_.push_back(Entry{t, seq_++, &src});
   const auto i = static_cast<uint32_t>(heap_.size() - 1);
   src.pos_ = i;
@@ -90,33 +81,10 @@ bool Scheduler::step() {
   if (heap_.empty()) return false;
   EventSource* src = heap_[0].src;
   now_ = heap_[0].when;
-  // The root entry stays while src runs, as a hole with the smallest key (so
-  // nothing scheduled meanwhile can pass it), and src looks unscheduled. If
-  // src re-arms itself the new entry fills the hole; otherwise it goes after.
-  // The keys, and so the order of events, are those of a plain pop and push.
-  src->pos_ = EventSource::kNone;
-  src->when_ = SimTime::never();
-  hole_ = src;
+  remove_at(0);
   ++events_;
   src->on_event(now_);
-  if (hole_ != nullptr) {
-    hole_ = nullptr;
-    const Entry last = heap_.back();
-    heap_.pop_back();
-    if (!heap_.empty()) {
-      place(0, last);
-      sift_down(0);
-    }
-  }
   return true;
-}
-
-SimTime Scheduler::next_time() const {
-  if (hole_ == nullptr) return heap_.empty() ? SimTime::never() : heap_[0].when;
-  // During an event: the smallest of the hole's children.
-  SimTime t = SimTime::never();
-  for (size_t c = 1; c <= kArity && c < heap_.size(); ++c) t = std::min(t, heap_[c].when);
-  return t;
 }
 
 uint64_t Scheduler::run(SimTime until) {

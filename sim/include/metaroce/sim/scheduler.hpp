@@ -49,7 +49,9 @@ class Scheduler {
   // time keeps its place in the tie order.
   void schedule(EventSource& src, SimTime t);
   void cancel(EventSource& src);
-  [[nodiscard]] SimTime next_time() const;
+  [[nodiscard]] SimTime next_time() const {
+    return heap_.empty() ? SimTime::never() : heap_[0].when;
+  }
   // Runs one event; false when none is left.
   bool step();
   // Runs events until none is left, the next one lies after `until`, or
@@ -58,7 +60,7 @@ class Scheduler {
   void stop() { stop_ = true; }
   [[nodiscard]] bool stopped() const { return stop_; }
   [[nodiscard]] uint64_t events() const { return events_; }
-  [[nodiscard]] size_t pending_count() const { return heap_.size() - (hole_ != nullptr ? 1 : 0); }
+  [[nodiscard]] size_t pending_count() const { return heap_.size(); }
   // Called every 2^20 events from run() (progress reports); may call stop().
   void set_tick(void (*fn)(void*, const Scheduler&), void* ctx) {
     tick_fn_ = fn;
@@ -84,7 +86,6 @@ class Scheduler {
   void remove_at(uint32_t i);
 
   std::vector<Entry> heap_;
-  EventSource* hole_ = nullptr;  // the event running now, while its root entry is kept
   SimTime now_{0};
   uint64_t seq_ = 0;
   uint64_t events_ = 0;
