@@ -53,35 +53,38 @@ class Reader {
 
   TopoGraph topology(const toml::table& t) {
     const std::string kind = string(t, "topology", "kind");
+    std::vector<std::string_view> allowed;
+    if (kind == "fat_tree") {
+      allowed = {"k"};
+    } else if (kind == "leaf_spine") {
+      allowed = {"leaves", "hosts_per_leaf", "spines", "links_per_spine"};
+    } else if (kind == "rail") {
+      allowed = {"servers", "rails", "servers_per_group", "spines"};
+    } else {
+      fail(*t.get("kind"), "topology.kind: unknown '" + kind + "' (leaf_spine, fat_tree, rail)");
+    }
+    for (const char* k :
+         {"kind", "host_rate_gbps", "host_delay_us", "fabric_rate_gbps", "fabric_delay_us"})
+      allowed.emplace_back(k);
+    keys(t, "topology", allowed);  // a typo is named before the key it misspells is missed
     const LinkSpec host = link(t, "host"), fabric = link(t, "fabric");
     auto dim = [&](const char* k) { return u32(t, "topology", k); };
     if (kind == "fat_tree") {
-      keys(t, "topology",
-           {"kind", "k", "host_rate_gbps", "host_delay_us", "fabric_rate_gbps", "fabric_delay_us"});
       const uint32_t k = dim("k");
       if (k < 2 || k % 2 != 0 || k > 64) fail(*t.get("k"), "topology.k: an even number 2..64");
       return fat_tree(k, host, fabric);
     }
     if (kind == "leaf_spine") {
-      keys(t, "topology",
-           {"kind", "leaves", "hosts_per_leaf", "spines", "links_per_spine", "host_rate_gbps",
-            "host_delay_us", "fabric_rate_gbps", "fabric_delay_us"});
       const uint32_t lps = t.contains("links_per_spine") ? dim("links_per_spine") : 1;
-      return build(t, [&] {
-        return leaf_spine(dim("leaves"), dim("hosts_per_leaf"), dim("spines"), host, fabric, lps);
-      });
+      const uint32_t leaves = dim("leaves"), per_leaf = dim("hosts_per_leaf");
+      const uint32_t spines = dim("spines");
+      return build(t, [&] { return leaf_spine(leaves, per_leaf, spines, host, fabric, lps); });
     }
-    if (kind == "rail") {
-      keys(t, "topology",
-           {"kind", "servers", "rails", "servers_per_group", "spines", "host_rate_gbps",
-            "host_delay_us", "fabric_rate_gbps", "fabric_delay_us"});
-      rail_ = {dim("servers"), dim("rails")};
-      return build(t, [&] {
-        return rail_optimized(rail_->first, rail_->second, dim("servers_per_group"), dim("spines"),
-                              host, fabric);
-      });
-    }
-    fail(*t.get("kind"), "topology.kind: unknown '" + kind + "' (leaf_spine, fat_tree, rail)");
+    const uint32_t servers = dim("servers"), rails = dim("rails");
+    const uint32_t per_group = dim("servers_per_group"), spines = dim("spines");
+    rail_ = {servers, rails};
+    return build(t,
+                 [&] { return rail_optimized(servers, rails, per_group, spines, host, fabric); });
   }
 
   template <class F>
@@ -303,6 +306,10 @@ class Reader {
 
   void keys(const toml::table& t, const std::string& section,
             std::initializer_list<std::string_view> allowed) const {
+    keys(t, section, std::vector<std::string_view>(allowed));
+  }
+  void keys(const toml::table& t, const std::string& section,
+            const std::vector<std::string_view>& allowed) const {
     for (auto&& kv : t) {
       const toml::key& k = kv.first;
       bool ok = false;
