@@ -35,8 +35,10 @@ class Reader {
     keys(root, "", {"name", "time_limit_ms", "topology", "queue", "workload", "fault"});
     SimConfig c;
     c.name = opt_string(root, "", "name").value_or("config");
-    if (auto ms = opt_number(root, "", "time_limit_ms"))
-      c.time_limit = SimTime{static_cast<uint64_t>(positive(root, "time_limit_ms", *ms) * 1e9)};
+    if (auto ms = opt_number(root, "", "time_limit_ms")) {
+      if (!(*ms > 0 && *ms <= 1e9)) fail(*root.get("time_limit_ms"), "time_limit_ms: (0, 1e9]");
+      c.time_limit = SimTime{static_cast<uint64_t>(*ms * 1e9)};
+    }
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) c.queue = queue(table(root, "", "queue"));
     const toml::array& wl = array(root, "", "workload");
@@ -387,8 +389,8 @@ class Reader {
     if (!t.contains(key)) return SimTime{0};
     const toml::node& n = *t.get(key);
     const auto v = n.value<double>();
-    if (!n.is_number() || !v || !(*v >= 0))
-      fail(n, std::string(key) + ": expected a number of microseconds >= 0");
+    if (!n.is_number() || !v || !(*v >= 0 && *v <= 1e12))
+      fail(n, std::string(key) + ": expected a number of microseconds >= 0 (at most 1e12)");
     return SimTime{static_cast<uint64_t>(std::llround(*v * 1e6))};
   }
 

@@ -147,7 +147,8 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
                                   ")");
     if (src == dst) throw std::invalid_argument(where() + "src == dst");
     if (bytes == 0) throw std::invalid_argument(where() + "zero bytes");
-    if (!(start_us >= 0)) throw std::invalid_argument(where() + "negative start_us");
+    if (!(start_us >= 0 && start_us <= 1e12))
+      throw std::invalid_argument(where() + "start_us not in [0, 1e12]");
     f.push_back({static_cast<uint32_t>(src), static_cast<uint32_t>(dst), bytes,
                  SimTime{static_cast<uint64_t>(start_us * 1e6 + 0.5)}});
   }
