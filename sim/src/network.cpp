@@ -392,6 +392,20 @@ void Network::set_link_drop(uint32_t e, double fraction) {
   edge_port(e, true).set_drop_fraction(fraction);
 }
 
+SimTime Network::path_delay(uint32_t src, uint32_t dst) const {
+  const Port* p = host_ports_.at(src);
+  SimTime d{0};
+  for (uint32_t hop = 0; hop < kMaxHops; ++hop) {
+    d += p->pipe.delay;
+    const uint32_t at = p->pipe.to->id;
+    if (at == dst) return d;
+    if (at < graph_.num_hosts || dst >= graph_.num_hosts) break;
+    const Switch& s = *switches_[at - graph_.num_hosts];
+    p = s.ports[s.group_for(dst)[0]];
+  }
+  return SimTime::never();
+}
+
 NetworkStats Network::stats() const {
   NetworkStats s;
   for (const auto& p : ports_) {

@@ -280,6 +280,48 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 }  // namespace
 
+double Simulation::compute_ideal_us(const std::vector<uint64_t>& sent,
+                                    const std::vector<uint64_t>& recvd) const {
+  const auto rate = static_cast<double>(cfg_.topo.host_rate_mbps);  // bits per us
+  uint64_t busiest = 0;
+  for (size_t i = 0; i < sent.size(); ++i) busiest = std::max({busiest, sent[i], recvd[i]});
+  double ideal = static_cast<double>(busiest) * 8.0 / rate;
+  // Dependent flows (ring collectives): the longest chain, each flow taking
+  // its bytes at line rate plus its path's one-way propagation delay, from
+  // its configured start or its last dependency's ideal end.
+  const std::vector<FlowSpec>& fl = cfg_.flows;
+  const bool chained = std::any_of(fl.begin(), fl.end(), [](const FlowSpec& f) {
+    return f.after[0] != UINT32_MAX || f.after[1] != UINT32_MAX;
+  });
+  if (!chained) return ideal;
+  std::vector<uint32_t> waiting(fl.size(), 0);
+  std::vector<std::vector<uint32_t>> next(fl.size());
+  for (uint32_t i = 0; i < fl.size(); ++i)
+    for (uint32_t d : fl[i].after)
+      if (d != UINT32_MAX) {
+        ++waiting[i];
+        next[d].push_back(i);
+      }
+  std::vector<double> ready(fl.size());
+  std::vector<uint32_t> todo;
+  for (uint32_t i = 0; i < fl.size(); ++i) {
+    ready[i] = fl[i].start.us();
+    if (waiting[i] == 0) todo.push_back(i);
+  }
+  while (!todo.empty()) {
+    const uint32_t i = todo.back();
+    todo.pop_back();
+    const double end = ready[i] + static_cast<double>(fl[i].bytes) * 8.0 / rate +
+                       net_->path_delay(fl[i].src, fl[i].dst).us();
+    ideal = std::max(ideal, end);
+    for (uint32_t j : next[i]) {
+      ready[j] = std::max(ready[j], end);
+      if (--waiting[j] == 0) todo.push_back(j);
+    }
+  }
+  return ideal;
+}
+
 Report Simulation::report() const {
   Report r;
   r.name = cfg_.name;
@@ -313,9 +355,7 @@ Report Simulation::report() const {
   r.fct_mean_us = fct.empty() ? 0 : sum / static_cast<double>(fct.size());
   r.completion_us = ((flows_->all_done() ? last : sched_.now()) - origin_).us();
   r.warmup_us = origin_.us();
-  uint64_t busiest = 0;
-  for (uint32_t i = 0; i < r.hosts; ++i) busiest = std::max({busiest, sent[i], recvd[i]});
-  r.ideal_us = static_cast<double>(busiest) * 8.0 / static_cast<double>(cfg_.topo.host_rate_mbps);
+  r.ideal_us = compute_ideal_us(sent, recvd);
   const NetworkStats ns = net_->stats();
   r.drops = ns.drops;
   r.fault_drops = ns.fault_drops;
@@ -508,145 +548,6 @@ std::string Report::to_text(bool timing) const {
     s += b;
   }
   return s;
-}
-
-// ------------------------------------------------------------------ presets
-
-namespace {
-
-constexpr uint64_t kGbps = 1000;  // in Mb/s
-constexpr uint64_t kMiB = 1024 * 1024;
-
-struct PresetDef {
-  const char* name;
-  SimConfig (*make)(uint64_t seed);
-};
-
-SimConfig fattree_perm(uint32_t k, uint64_t bytes, uint64_t seed) {
-  SimConfig c;
-  const LinkSpec l{100 * kGbps, SimTime::from_us(1)};
-  c.topo = fat_tree(k, l, l);
-  c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
-  c.flows = permutation(c.topo.num_hosts, bytes, seed);
-  return c;
-}
-
-const PresetDef kPresets[] = {
-    {"fattree1024-perm2mb", [](uint64_t seed) { return fattree_perm(16, 2 * kMiB, seed); }},
-    {"fattree1024-perm2mb-degraded",
-     [](uint64_t seed) {
-       // 8 agg-core links (the first core uplink of the first agg of pods 0..7) at 25 % rate.
-       SimConfig c = fattree_perm(16, 2 * kMiB, seed);
-       for (uint32_t pod = 0; pod < 8; ++pod) {
-         FaultSpec f{SimTime{0}, FaultSpec::Kind::kRate, fat_tree_agg_core_edge(16, pod * 8, 0)};
-         f.rate_mbps = 25 * kGbps;
-         c.faults.push_back(f);
-       }
-       return c;
-     }},
-    {"fattree1024-perm2mb-gray",
-     [](uint64_t seed) {
-       // One agg-core link silently drops 1 % of packets (both directions).
-       SimConfig c = fattree_perm(16, 2 * kMiB, seed);
-       FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, fat_tree_agg_core_edge(16, 0, 0)};
-       f.drop = 0.01;
-       c.faults.push_back(f);
-       return c;
-     }},
-    {"fattree128-perm2mb", [](uint64_t seed) { return fattree_perm(8, 2 * kMiB, seed); }},
-    {"fattree16-perm", [](uint64_t seed) { return fattree_perm(4, 1 * kMiB, seed); }},
-    {"fattree16-perm-linkdown",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(4, 1 * kMiB, seed);
-       // ToR 0's first uplink and one agg-core link of pod 1 fail at 20 us.
-       c.faults.push_back(
-           {SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_tor_agg_edge(4, 0, 0)});
-       c.faults.push_back(
-           {SimTime::from_us(20), FaultSpec::Kind::kLinkDown, fat_tree_agg_core_edge(4, 2, 0)});
-       return c;
-     }},
-    {"fattree16-perm-gray",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(4, 1 * kMiB, seed);
-       FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, fat_tree_agg_core_edge(4, 0, 0)};
-       f.drop = 0.05;
-       c.faults.push_back(f);
-       FaultSpec g{SimTime{0}, FaultSpec::Kind::kRate, fat_tree_tor_agg_edge(4, 2, 1)};
-       g.rate_mbps = 25 * kGbps;
-       c.faults.push_back(g);
-       return c;
-     }},
-    {"fattree16-alltoall",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(4, 64 * 1024, seed);
-       c.flows = all_to_all(c.topo.num_hosts, 64 * 1024);
-       return c;
-     }},
-    {"fattree16-allreduce",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(4, 1 * kMiB, seed);
-       c.flows = ring_allreduce(c.topo.num_hosts, 16 * kMiB);
-       return c;
-     }},
-    {"fattree128-allreduce",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(8, 1 * kMiB, seed);
-       c.flows = ring_allreduce(c.topo.num_hosts, 32 * kMiB);
-       return c;
-     }},
-    {"incast64-2mb",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(8, 2 * kMiB, seed);
-       c.flows = incast(c.topo.num_hosts, 0, 64, 2 * kMiB, seed);
-       return c;
-     }},
-    {"incast8-256k",
-     [](uint64_t seed) {
-       SimConfig c = fattree_perm(4, 256 * 1024, seed);
-       c.flows = incast(c.topo.num_hosts, 0, 8, 256 * 1024, seed);
-       return c;
-     }},
-    {"leafspine128-perm",
-     [](uint64_t seed) {
-       // 8 leaves x 16 hosts at 100G, 4 spines at 200G: 2:1 oversubscribed.
-       SimConfig c;
-       c.topo = leaf_spine(8, 16, 4, {100 * kGbps, SimTime::from_us(1)},
-                           {200 * kGbps, SimTime::from_us(1)});
-       c.queue = QueueSpec{175'000, 37'000, 145'000, 1.0};
-       c.flows = permutation(c.topo.num_hosts, 1 * kMiB, seed);
-       return c;
-     }},
-    {"rail128-perm",
-     [](uint64_t seed) {
-       // 16 servers x 8 rails at 400G, groups of 4 servers, 8 spines at 800G.
-       SimConfig c;
-       c.topo = rail_optimized(16, 8, 4, 8, {400 * kGbps, SimTime::from_us(1)},
-                               {800 * kGbps, SimTime::from_us(1)});
-       c.queue = QueueSpec{700'000, 148'000, 580'000, 1.0};
-       c.flows = permutation(c.topo.num_hosts, 4 * kMiB, seed);
-       return c;
-     }},
-};
-
-}  // namespace
-
-std::vector<std::string> preset_names() {
-  std::vector<std::string> v;
-  for (const auto& p : kPresets) v.emplace_back(p.name);
-  return v;
-}
-
-SimConfig preset(const std::string& name, TransportKind transport, uint64_t seed) {
-  for (const auto& p : kPresets) {
-    if (name == p.name) {
-      SimConfig c = p.make(seed);
-      c.name = name;
-      c.transport = transport;
-      c.seed = seed;
-      return c;
-    }
-  }
-  throw std::invalid_argument("unknown preset: " + name);
 }
 
 }  // namespace metaroce::sim

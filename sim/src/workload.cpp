@@ -1,7 +1,10 @@
 #include "metaroce/sim/workload.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <istream>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 
 #include "metaroce/sim/rng.hpp"
@@ -53,20 +56,101 @@ std::vector<FlowSpec> all_to_all(uint32_t hosts, uint64_t bytes) {
 
 std::vector<FlowSpec> ring_allreduce(uint32_t hosts, uint64_t bytes) {
   if (hosts < 2) throw std::invalid_argument("ring_allreduce: need two hosts");
-  const uint64_t chunk = std::max<uint64_t>(1, bytes / hosts);
-  const uint32_t steps = 2 * (hosts - 1);
+  std::vector<uint32_t> ring(hosts);
+  std::iota(ring.begin(), ring.end(), 0u);
+  return ring_allreduce(std::vector<std::vector<uint32_t>>{std::move(ring)}, bytes);
+}
+
+std::vector<FlowSpec> ring_allreduce(const std::vector<std::vector<uint32_t>>& rings,
+                                     uint64_t bytes) {
+  size_t total = 0;
+  for (const auto& ring : rings) {
+    if (ring.size() < 2) throw std::invalid_argument("ring_allreduce: need two hosts");
+    total += 2 * (ring.size() - 1) * ring.size();
+  }
   std::vector<FlowSpec> f;
-  f.reserve(size_t{steps} * hosts);
-  // Flow index: step * hosts + sender.
-  for (uint32_t k = 0; k < steps; ++k) {
-    for (uint32_t i = 0; i < hosts; ++i) {
-      FlowSpec s{i, (i + 1) % hosts, chunk, SimTime{0}};
-      if (k > 0) {
-        s.after[0] = (k - 1) * hosts + (i + hosts - 1) % hosts;  // chunk from the predecessor
-        s.after[1] = (k - 1) * hosts + i;                        // our previous send
+  f.reserve(total);
+  for (const auto& ring : rings) {
+    const auto n = static_cast<uint32_t>(ring.size());
+    const uint64_t chunk = std::max<uint64_t>(1, bytes / n);
+    const uint32_t steps = 2 * (n - 1);
+    const auto base = static_cast<uint32_t>(f.size());
+    // Flow index: base + step * n + rank.
+    for (uint32_t k = 0; k < steps; ++k) {
+      for (uint32_t i = 0; i < n; ++i) {
+        FlowSpec s{ring[i], ring[(i + 1) % n], chunk, SimTime{0}};
+        if (k > 0) {
+          s.after[0] = base + (k - 1) * n + (i + n - 1) % n;  // chunk from the predecessor
+          s.after[1] = base + (k - 1) * n + i;                // our previous send
+        }
+        f.push_back(s);
       }
-      f.push_back(s);
     }
+  }
+  return f;
+}
+
+std::vector<std::vector<uint32_t>> rail_rings(uint32_t servers, uint32_t rails, uint64_t seed) {
+  if (servers < 2 || rails == 0) throw std::invalid_argument("rail_rings: bad dimensions");
+  std::vector<uint32_t> order(servers);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), Rng(derive_seed(seed, 0x72696e67)));
+  std::vector<std::vector<uint32_t>> rings(rails);
+  for (uint32_t r = 0; r < rails; ++r)
+    for (uint32_t s : order) rings[r].push_back(s * rails + r);
+  return rings;
+}
+
+std::vector<FlowSpec> background(uint32_t hosts, uint64_t bytes, uint32_t count, SimTime mean_gap,
+                                 SimTime start, uint64_t seed) {
+  if (hosts < 2 || bytes == 0) throw std::invalid_argument("background: need two hosts and bytes");
+  Rng rng(derive_seed(seed, 0x626b6772));
+  std::vector<FlowSpec> f;
+  f.reserve(count);
+  double t = static_cast<double>(start.ps);
+  for (uint32_t i = 0; i < count; ++i) {
+    t += -std::log1p(-rng.uniform()) * static_cast<double>(mean_gap.ps);
+    const auto src = static_cast<uint32_t>(rng.below(hosts));
+    auto dst = static_cast<uint32_t>(rng.below(hosts - 1));
+    if (dst >= src) ++dst;
+    f.push_back({src, dst, bytes, SimTime{static_cast<uint64_t>(t)}});
+  }
+  return f;
+}
+
+SimTime background_gap(uint32_t hosts, uint64_t bytes, uint64_t host_rate_mbps, double load) {
+  if (hosts == 0 || host_rate_mbps == 0 || !(load > 0))
+    throw std::invalid_argument("background: load must be > 0");
+  // Each flow keeps one NIC busy for bytes / rate; `hosts` NICs at `load`.
+  const double flow_ps = static_cast<double>(bytes) * 8e6 / static_cast<double>(host_rate_mbps);
+  return SimTime{static_cast<uint64_t>(flow_ps / (load * hosts))};
+}
+
+std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
+                                          const std::string& source) {
+  std::vector<FlowSpec> f;
+  std::string line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    std::istringstream ls(line);
+    int64_t src = -1, dst = -1;
+    uint64_t bytes = 0;
+    double start_us = -1;
+    std::string rest;
+    const auto where = [&] { return source + ":" + std::to_string(n) + ": "; };
+    if (!(ls >> src >> dst >> bytes >> start_us) || (ls >> rest))
+      throw std::invalid_argument(where() + "expected 'src dst bytes start_us', got '" + line +
+                                  "'");
+    if (src < 0 || dst < 0 || src >= hosts || dst >= hosts)
+      throw std::invalid_argument(where() + "host out of range (0.." + std::to_string(hosts - 1) +
+                                  ")");
+    if (src == dst) throw std::invalid_argument(where() + "src == dst");
+    if (bytes == 0) throw std::invalid_argument(where() + "zero bytes");
+    if (!(start_us >= 0 && start_us <= 1e12))
+      throw std::invalid_argument(where() + "start_us not in [0, 1e12]");
+    f.push_back({static_cast<uint32_t>(src), static_cast<uint32_t>(dst), bytes,
+                 SimTime{static_cast<uint64_t>(start_us * 1e6 + 0.5)}});
   }
   return f;
 }

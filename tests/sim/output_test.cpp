@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/wire.hpp"
 

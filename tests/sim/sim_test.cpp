@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/rc_host.hpp"
 #include "metaroce/sim/scheduler.hpp"
 #include "metaroce/sim/simulation.hpp"

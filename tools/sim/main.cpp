@@ -1,5 +1,6 @@
-// metaroce-sim --preset NAME --transport metaroce|spray-nocc|rocev2|irn --seed N [--json]
-//   [--pcap LINK --pcap-file F] [--csv DIR --sample-us US --watch-link LINK] [--list-links]
+// metaroce-sim --preset NAME | --config FILE.toml --transport metaroce|spray-nocc|rocev2|irn
+//   --seed N [--json] [--pcap LINK --pcap-file F] [--csv DIR --sample-us US --watch-link LINK]
+//   [--list-links]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -7,12 +8,14 @@
 #include <fstream>
 #include <iostream>
 
-#include "metaroce/sim/simulation.hpp"
+#include "metaroce/sim/config_file.hpp"
+#include "metaroce/sim/presets.hpp"
 
 int main(int argc, char** argv) {
   using namespace metaroce::sim;
   CLI::App app{"metaroce-sim: packet-level data-center simulator running the MetaRoCE engine"};
   std::string preset_name = "fattree16-perm";
+  std::string config_file;
   std::string transport = "metaroce";
   uint64_t seed = 1;
   bool json = false, list = false, no_timing = false, progress = false, quiet = false;
@@ -22,6 +25,9 @@ int main(int argc, char** argv) {
   OutputOptions out;
   double sample_us = 5;
   app.add_option("--preset", preset_name, "scenario name (--list shows them)");
+  app.add_option("--config", config_file,
+                 "scenario file (TOML: topology, queue, workloads, faults; see docs/sim/README.md)")
+      ->excludes(app.get_option("--preset"));
   app.add_option("--transport", transport,
                  "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
   app.add_option("--seed", seed, "RNG seed (same seed => identical output)");
@@ -66,11 +72,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   SimConfig cfg;
-  try {
-    cfg = preset(preset_name, tk, seed);
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << " (--list shows the presets)\n";
-    return 2;
+  if (!config_file.empty()) {
+    try {
+      cfg = load_config_file(config_file, tk, seed);
+    } catch (const ConfigError& e) {
+      std::cerr << "metaroce-sim: " << e.what() << "\n";
+      return 2;
+    }
+  } else {
+    try {
+      cfg = preset(preset_name, tk, seed);
+    } catch (const std::exception& e) {
+      std::cerr << e.what() << " (--list shows the presets)\n";
+      return 2;
+    }
   }
   if (time_limit_ms > 0) cfg.time_limit = SimTime{static_cast<uint64_t>(time_limit_ms * 1e9)};
   if (min_rto_us > 0) cfg.endpoint.recovery.min_rto_ns = static_cast<uint64_t>(min_rto_us * 1000);

@@ -290,6 +290,10 @@ class Network {
   void set_link_drop(uint32_t e, double fraction);
 
   [[nodiscard]] NetworkStats stats() const;
+  // Propagation delay from host src to host dst along the first port of each
+  // ECMP group (every shortest path has as many hops; with equal link delays,
+  // the same delay). SimTime::never() if dst is unreachable.
+  [[nodiscard]] SimTime path_delay(uint32_t src, uint32_t dst) const;
 
  private:
   void compute_routes();

@@ -95,7 +95,10 @@ struct Report {
   double completion_us =
       0;  // last flow finish (from the workload's start); sim end if some never finished
   double warmup_us = 0;  // connection warm-up before the workload started (preconnect)
-  double ideal_us = 0;   // busiest host NIC's bytes at line rate (payload only)
+  // The busiest host NIC's payload bytes at line rate; with dependent flows
+  // (rings), at least the longest chain of flows, each taking bytes at line
+  // rate plus its path's one-way propagation delay (sim/README.md).
+  double ideal_us = 0;
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
   uint64_t drops = 0;        // switch buffer overflow
   uint64_t fault_drops = 0;  // link down / gray failure
@@ -164,6 +167,9 @@ class Simulation {
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
   void add_link_and_path_stats(Report& r) const;  // in output.cpp
+  // Report::ideal_us from the bytes each host sent and received.
+  [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
+                                        const std::vector<uint64_t>& recvd) const;
 
   SimConfig cfg_;
   Scheduler sched_;
@@ -180,10 +186,5 @@ class Simulation {
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
 };
-
-// Named scenarios (tools/sim and the tests).
-[[nodiscard]] std::vector<std::string> preset_names();
-// Throws std::invalid_argument for an unknown name.
-[[nodiscard]] SimConfig preset(const std::string& name, TransportKind transport, uint64_t seed);
 
 }  // namespace metaroce::sim

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
+#include <string>
 #include <vector>
 
 #include "metaroce/sim/scheduler.hpp"
@@ -32,9 +34,36 @@ std::vector<FlowSpec> incast(uint32_t hosts, uint32_t receiver, uint32_t senders
 // Every host sends `bytes` to every other host.
 std::vector<FlowSpec> all_to_all(uint32_t hosts, uint64_t bytes);
 // Ring all-reduce of `bytes` per host over hosts 0..n-1 in ring order:
-// 2(n-1) steps; in each, host i sends bytes/n to host i+1, after receiving
-// the previous step's chunk from host i-1 and finishing its own previous send.
+// 2(n-1) steps (reduce-scatter, then all-gather); in each, host i sends
+// bytes/n to host i+1, after receiving the previous step's chunk from host
+// i-1 and finishing its own previous send. Flow index: step * n + i.
 std::vector<FlowSpec> ring_allreduce(uint32_t hosts, uint64_t bytes);
+// The same on each ring of `rings` at once (ring = host ids in rank order,
+// at least two, no host twice in one ring). Flows of ring r come in one block,
+// after those of rings 0..r-1; within it the index is step * n_r + rank.
+std::vector<FlowSpec> ring_allreduce(const std::vector<std::vector<uint32_t>>& rings,
+                                     uint64_t bytes);
+// NCCL-style rings on a rail-optimized cluster (topology.hpp: NIC r of server
+// s is host s * rails + r): ranks sit on the servers in one seeded random
+// order (a scheduler that fragments the job across racks), and ring r joins
+// NIC r of every server in that order, so ring r stays on rail r.
+std::vector<std::vector<uint32_t>> rail_rings(uint32_t servers, uint32_t rails, uint64_t seed);
+
+// Background traffic: `count` flows of `bytes` between uniformly random
+// distinct hosts, Poisson arrivals (exponential gaps of mean `mean_gap`
+// across the whole network) from `start` on.
+std::vector<FlowSpec> background(uint32_t hosts, uint64_t bytes, uint32_t count, SimTime mean_gap,
+                                 SimTime start, uint64_t seed);
+// The mean gap that makes background flows of `bytes` load every host NIC to
+// `load` (0..1] of `host_rate_mbps` on average.
+SimTime background_gap(uint32_t hosts, uint64_t bytes, uint64_t host_rate_mbps, double load);
+
+// A traffic matrix: one flow a line, `src dst bytes start_us` (whitespace
+// separated; blank lines and lines starting with '#' are skipped). Throws
+// std::invalid_argument naming `source`:line for a malformed line, a host
+// outside [0, hosts), src == dst or zero bytes.
+std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
+                                          const std::string& source = "traffic matrix");
 
 struct FlowState {
   FlowSpec spec;

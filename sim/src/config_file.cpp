@@ -1,0 +1,466 @@
+// TOML scenario files: one reader per section, each checking its keys, so a
+// typo or a wrong type is reported with its file, line and key.
+#include "metaroce/sim/config_file.hpp"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "metaroce/sim/topology.hpp"
+#include "metaroce/sim/workload.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+constexpr uint64_t kMbpsPerGbps = 1000;
+
+// "FILE:LINE:COLUMN: message"
+std::string located(const std::string& source, const toml::source_region& where,
+                    const std::string& msg) {
+  return source + ":" + std::to_string(where.begin.line) + ":" +
+         std::to_string(where.begin.column) + ": " + msg;
+}
+
+class Reader {
+ public:
+  Reader(std::string source, std::string base_dir, uint64_t seed)
+      : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed) {}
+
+  SimConfig read(const toml::table& root) {
+    keys(root, "", {"name", "time_limit_ms", "topology", "queue", "workload", "fault"});
+    SimConfig c;
+    c.name = opt_string(root, "", "name").value_or("config");
+    if (auto ms = opt_number(root, "", "time_limit_ms")) {
+      if (!(*ms > 0 && *ms <= 1e9)) fail(*root.get("time_limit_ms"), "time_limit_ms: (0, 1e9]");
+      c.time_limit = SimTime{static_cast<uint64_t>(*ms * 1e9)};
+    }
+    c.topo = topology(table(root, "", "topology"));
+    if (root.contains("queue")) c.queue = queue(table(root, "", "queue"));
+    const toml::array& wl = array(root, "", "workload");
+    if (wl.empty()) fail(root, "workload: at least one [[workload]] is needed");
+    for (const toml::node& w : wl) workload(as_table(w, "workload"), c);
+    if (root.contains("fault"))
+      for (const toml::node& f : array(root, "", "fault"))
+        c.faults.push_back(fault(as_table(f, "fault"), c.topo));
+    return c;
+  }
+
+ private:
+  // ---------------------------------------------------------------- sections
+
+  TopoGraph topology(const toml::table& t) {
+    const std::string kind = string(t, "topology", "kind");
+    std::vector<std::string_view> allowed;
+    if (kind == "fat_tree") {
+      allowed = {"k"};
+    } else if (kind == "leaf_spine") {
+      allowed = {"leaves", "hosts_per_leaf", "spines", "links_per_spine"};
+    } else if (kind == "rail") {
+      allowed = {"servers", "rails", "servers_per_group", "spines"};
+    } else {
+      fail(*t.get("kind"), "topology.kind: unknown '" + kind + "' (leaf_spine, fat_tree, rail)");
+    }
+    for (const char* k :
+         {"kind", "host_rate_gbps", "host_delay_us", "fabric_rate_gbps", "fabric_delay_us"})
+      allowed.emplace_back(k);
+    keys(t, "topology", allowed);  // a typo is named before the key it misspells is missed
+    const LinkSpec host = link(t, "host"), fabric = link(t, "fabric");
+    auto dim = [&](const char* k) { return u32(t, "topology", k); };
+    if (kind == "fat_tree") {
+      const uint32_t k = dim("k");
+      if (k < 2 || k % 2 != 0 || k > 64) fail(*t.get("k"), "topology.k: an even number 2..64");
+      return fat_tree(k, host, fabric);
+    }
+    if (kind == "leaf_spine") {
+      const uint32_t lps = t.contains("links_per_spine") ? dim("links_per_spine") : 1;
+      const uint32_t leaves = dim("leaves"), per_leaf = dim("hosts_per_leaf");
+      const uint32_t spines = dim("spines");
+      return build(t, [&] { return leaf_spine(leaves, per_leaf, spines, host, fabric, lps); });
+    }
+    const uint32_t servers = dim("servers"), rails = dim("rails");
+    const uint32_t per_group = dim("servers_per_group"), spines = dim("spines");
+    rail_ = {servers, rails};
+    return build(t,
+                 [&] { return rail_optimized(servers, rails, per_group, spines, host, fabric); });
+  }
+
+  template <class F>
+  TopoGraph build(const toml::table& t, F&& f) {
+    try {
+      TopoGraph g = f();
+      if (g.num_hosts > 65'536) fail(t, "topology: more than 65536 hosts");
+      return g;
+    } catch (const std::invalid_argument& e) {
+      fail(t, std::string("topology: ") + e.what());
+    }
+  }
+
+  LinkSpec link(const toml::table& t, const std::string& which) {
+    LinkSpec l;
+    const std::string rate = which + "_rate_gbps", delay = which + "_delay_us";
+    const double gbps = number(t, "topology", rate);
+    positive(*t.get(rate), "topology." + rate, gbps);
+    l.rate_mbps = static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps));
+    if (l.rate_mbps == 0) fail(*t.get(rate), "topology." + rate + ": below 1 Mb/s");
+    const double us = opt_number(t, "topology", delay).value_or(1.0);
+    if (!(us >= 0)) fail(*t.get(delay), "topology." + delay + ": must be >= 0");
+    l.delay = SimTime{static_cast<uint64_t>(std::llround(us * 1e6))};
+    return l;
+  }
+
+  QueueSpec queue(const toml::table& t) {
+    keys(t, "queue", {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax"});
+    QueueSpec q;
+    q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
+    q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin").value_or(q.ecn_kmin);
+    q.ecn_kmax = opt_bytes(t, "queue", "ecn_kmax").value_or(q.ecn_kmax);
+    q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
+    if (q.ecn_kmin > q.ecn_kmax) fail(t, "queue: ecn_kmin above ecn_kmax");
+    if (q.ecn_pmax < 0 || q.ecn_pmax > 1) fail(t, "queue.ecn_pmax: must be in [0, 1]");
+    return q;
+  }
+
+  void workload(const toml::table& t, SimConfig& c) {
+    const std::string kind = string(t, "workload", "kind");
+    const uint32_t hosts = c.topo.num_hosts;
+    // Each workload draws from its own seed (its position), so adding one
+    // does not change the others.
+    const uint64_t seed = derive_seed(seed_, 0x776b6c64, ++workloads_);
+    const SimTime start = time_us(t, "start_us");
+    std::vector<FlowSpec> f;
+    try {
+      if (kind == "permutation") {
+        keys(t, "workload", {"kind", "bytes", "start_us"});
+        f = permutation(hosts, bytes(t, "workload", "bytes"), seed);
+      } else if (kind == "all_to_all") {
+        keys(t, "workload", {"kind", "bytes", "start_us"});
+        f = all_to_all(hosts, bytes(t, "workload", "bytes"));
+      } else if (kind == "incast") {
+        keys(t, "workload", {"kind", "bytes", "start_us", "receiver", "senders"});
+        const uint32_t rx = t.contains("receiver") ? u32(t, "workload", "receiver") : 0;
+        f = incast(hosts, rx, u32(t, "workload", "senders"), bytes(t, "workload", "bytes"), seed);
+      } else if (kind == "allreduce") {
+        keys(t, "workload", {"kind", "bytes", "start_us", "rings", "hosts"});
+        f = ring_allreduce(rings(t, hosts), bytes(t, "workload", "bytes"));
+      } else if (kind == "background") {
+        keys(t, "workload", {"kind", "bytes", "start_us", "flows", "load", "mean_gap_us"});
+        const uint64_t b = bytes(t, "workload", "bytes");
+        SimTime gap;
+        if (t.contains("load") == t.contains("mean_gap_us"))
+          fail(t, "workload (background): give exactly one of 'load' and 'mean_gap_us'");
+        if (t.contains("load")) {
+          const double load = number(t, "workload", "load");
+          if (!(load > 0 && load <= 1)) fail(*t.get("load"), "workload.load: must be in (0, 1]");
+          gap = background_gap(hosts, b, c.topo.host_rate_mbps, load);
+        } else {
+          gap = time_us(t, "mean_gap_us");
+        }
+        f = background(hosts, b, u32(t, "workload", "flows"), gap, start, seed);
+      } else if (kind == "matrix") {
+        keys(t, "workload", {"kind", "file", "start_us"});
+        f = matrix(t, hosts);
+      } else {
+        fail(*t.get("kind"), "workload.kind: unknown '" + kind +
+                                 "' (permutation, all_to_all, incast, allreduce, background, "
+                                 "matrix)");
+      }
+    } catch (const std::invalid_argument& e) {
+      fail(t, std::string("workload (") + kind + "): " + e.what());
+    }
+    const auto base = static_cast<uint32_t>(c.flows.size());
+    for (FlowSpec& s : f) {
+      if (kind != "background") s.start += start;
+      for (uint32_t& d : s.after)
+        if (d != UINT32_MAX) d += base;  // dependencies index this workload's flows
+      c.flows.push_back(s);
+    }
+  }
+
+  std::vector<std::vector<uint32_t>> rings(const toml::table& t, uint32_t hosts) {
+    if (t.contains("hosts")) {
+      if (t.contains("rings")) fail(t, "workload (allreduce): give 'rings' or 'hosts', not both");
+      std::vector<uint32_t> ring;
+      std::vector<uint8_t> seen(hosts, 0);
+      for (const toml::node& n : array(t, "workload", "hosts")) {
+        const auto h = n.value<int64_t>();
+        if (!h || *h < 0 || *h >= hosts)
+          fail(n, "workload.hosts: host ids 0.." + std::to_string(hosts - 1));
+        if (seen[static_cast<size_t>(*h)]++ != 0) fail(n, "workload.hosts: a host twice");
+        ring.push_back(static_cast<uint32_t>(*h));
+      }
+      return {ring};
+    }
+    const std::string how = opt_string(t, "workload", "rings").value_or("hosts");
+    if (how == "hosts") {
+      std::vector<uint32_t> ring(hosts);
+      for (uint32_t i = 0; i < hosts; ++i) ring[i] = i;
+      return {ring};
+    }
+    if (how == "rails") {
+      if (!rail_)
+        fail(*t.get("rings"), "workload.rings = \"rails\" needs topology.kind = \"rail\"");
+      return rail_rings(rail_->first, rail_->second, derive_seed(seed_, 0x72616c73));
+    }
+    fail(*t.get("rings"), "workload.rings: unknown '" + how + "' (hosts, rails)");
+  }
+
+  std::vector<FlowSpec> matrix(const toml::table& t, uint32_t hosts) {
+    std::string path = string(t, "workload", "file");
+    if (!path.empty() && path[0] != '/' && !base_dir_.empty()) path = base_dir_ + "/" + path;
+    std::ifstream in(path);
+    if (!in) fail(*t.get("file"), "workload.file: cannot open '" + path + "'");
+    return read_traffic_matrix(in, hosts, path);
+  }
+
+  FaultSpec fault(const toml::table& t, const TopoGraph& g) {
+    keys(t, "fault", {"at_us", "kind", "edge", "link", "rate_gbps", "drop"});
+    FaultSpec f;
+    f.at = time_us(t, "at_us");
+    const std::string kind = string(t, "fault", "kind");
+    if (t.contains("edge") == t.contains("link"))
+      fail(t, "fault: give exactly one of 'edge' (an edge id) and 'link' (its two nodes)");
+    if (t.contains("edge")) {
+      f.edge = u32(t, "fault", "edge");
+      if (f.edge >= g.edges.size())
+        fail(*t.get("edge"), "fault.edge: edge ids 0.." + std::to_string(g.edges.size() - 1));
+    } else {
+      f.edge = edge_between(t, g);
+    }
+    auto only = [&](const char* allowed) {
+      for (const char* k : {"rate_gbps", "drop"})
+        if (t.contains(k) && std::string_view(k) != allowed)
+          fail(*t.get(k), std::string("fault.") + k + ": not used by kind '" + kind + "'");
+    };
+    if (kind == "link_down" || kind == "link_up") {
+      only("");
+      f.kind = kind == "link_down" ? FaultSpec::Kind::kLinkDown : FaultSpec::Kind::kLinkUp;
+    } else if (kind == "rate") {
+      only("rate_gbps");
+      f.kind = FaultSpec::Kind::kRate;
+      const double gbps = number(t, "fault", "rate_gbps");
+      positive(*t.get("rate_gbps"), "fault.rate_gbps", gbps);
+      f.rate_mbps = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps)));
+    } else if (kind == "gray") {
+      only("drop");
+      f.kind = FaultSpec::Kind::kGrayDrop;
+      f.drop = number(t, "fault", "drop");
+      if (!(f.drop >= 0 && f.drop <= 1)) fail(*t.get("drop"), "fault.drop: must be in [0, 1]");
+    } else {
+      fail(*t.get("kind"), "fault.kind: unknown '" + kind + "' (link_down, link_up, rate, gray)");
+    }
+    return f;
+  }
+
+  // `link = [A, B]`: node ids, or names "host N", "leaf N" / "tor N" (tier 0),
+  // "spine N" / "agg N" (tier 1), "core N" (tier 2); N counts within the tier.
+  uint32_t edge_between(const toml::table& t, const TopoGraph& g) {
+    const toml::array& a = array(t, "fault", "link");
+    if (a.size() != 2)
+      fail(*t.get("link"), "fault.link: two nodes, e.g. [\"leaf 0\", \"spine 3\"]");
+    const uint32_t x = node_id(*a.get(0), g), y = node_id(*a.get(1), g);
+    for (uint32_t e = 0; e < g.edges.size(); ++e)
+      if ((g.edges[e].a == x && g.edges[e].b == y) || (g.edges[e].a == y && g.edges[e].b == x))
+        return e;
+    fail(*t.get("link"), "fault.link: no link joins these two nodes");
+  }
+
+  uint32_t node_id(const toml::node& n, const TopoGraph& g) {
+    const uint32_t total = g.num_hosts + g.num_switches;
+    if (auto id = n.value<int64_t>()) {
+      if (*id < 0 || *id >= total) fail(n, "fault.link: node ids 0.." + std::to_string(total - 1));
+      return static_cast<uint32_t>(*id);
+    }
+    const auto s = n.value<std::string>();
+    std::istringstream in(s.value_or(""));
+    std::string word;
+    int64_t idx = -1;
+    std::string rest;
+    if (!s || !(in >> word >> idx) || (in >> rest) || idx < 0)
+      fail(n, "fault.link: a node is an id or \"host N\", \"leaf N\", \"spine N\", \"core N\"");
+    if (word == "host") {
+      if (idx >= g.num_hosts) fail(n, "fault.link: no " + *s);
+      return static_cast<uint32_t>(idx);
+    }
+    int tier = -1;
+    if (word == "leaf" || word == "tor") tier = 0;
+    if (word == "spine" || word == "agg") tier = 1;
+    if (word == "core") tier = 2;
+    if (tier < 0) fail(n, "fault.link: unknown node kind '" + word + "' (host, leaf, spine, core)");
+    int64_t seen = 0;
+    for (uint32_t i = 0; i < g.switch_tier.size(); ++i)
+      if (g.switch_tier[i] == tier && seen++ == idx) return g.num_hosts + i;
+    fail(n, "fault.link: no " + *s);
+  }
+
+  // ---------------------------------------------------------------- values
+
+  [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
+    fail(n.source(), msg);
+  }
+  [[noreturn]] void fail(const toml::source_region& where, const std::string& msg) const {
+    throw ConfigError(located(source_, where, msg));
+  }
+
+  void keys(const toml::table& t, const std::string& section,
+            std::initializer_list<std::string_view> allowed) const {
+    keys(t, section, std::vector<std::string_view>(allowed));
+  }
+  void keys(const toml::table& t, const std::string& section,
+            const std::vector<std::string_view>& allowed) const {
+    for (auto&& kv : t) {
+      const toml::key& k = kv.first;
+      bool ok = false;
+      for (std::string_view a : allowed) ok = ok || k.str() == a;
+      if (!ok)
+        fail(k.source(),
+             "unknown key '" + (section.empty() ? "" : section + ".") + std::string(k.str()) + "'");
+    }
+  }
+
+  const toml::node& need(const toml::table& t, const std::string& section,
+                         std::string_view key) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr)
+      fail(t, "missing key '" + (section.empty() ? "" : section + ".") + std::string(key) + "'");
+    return *n;
+  }
+
+  const toml::table& as_table(const toml::node& n, const std::string& what) const {
+    if (!n.is_table()) fail(n, what + ": expected a table");
+    return *n.as_table();
+  }
+
+  const toml::table& table(const toml::table& t, const std::string& section,
+                           std::string_view key) const {
+    return as_table(need(t, section, key), std::string(key));
+  }
+
+  const toml::array& array(const toml::table& t, const std::string& section,
+                           std::string_view key) const {
+    const toml::node& n = need(t, section, key);
+    if (!n.is_array()) fail(n, section + "." + std::string(key) + ": expected an array");
+    return *n.as_array();
+  }
+
+  std::string string(const toml::table& t, const std::string& section, std::string_view key) {
+    const toml::node& n = need(t, section, key);
+    if (!n.is_string()) fail(n, section + "." + std::string(key) + ": expected a string");
+    return n.as_string()->get();
+  }
+
+  std::optional<std::string> opt_string(const toml::table& t, const std::string& section,
+                                        std::string_view key) {
+    if (!t.contains(key)) return std::nullopt;
+    return string(t, section, key);
+  }
+
+  double number(const toml::table& t, const std::string& section, std::string_view key) const {
+    const toml::node& n = need(t, section, key);
+    if (!n.is_number()) fail(n, section + "." + std::string(key) + ": expected a number");
+    return *n.value<double>();
+  }
+
+  std::optional<double> opt_number(const toml::table& t, const std::string& section,
+                                   std::string_view key) const {
+    if (!t.contains(key)) return std::nullopt;
+    return number(t, section, key);
+  }
+
+  double positive(const toml::node& n, const std::string& what, double v) const {
+    if (!(v > 0)) fail(n, what + ": must be > 0");
+    return v;
+  }
+
+  uint32_t u32(const toml::table& t, const std::string& section, std::string_view key) const {
+    const toml::node& n = need(t, section, key);
+    const auto v = n.value_exact<int64_t>();
+    if (!v || *v < 0 || *v > UINT32_MAX)
+      fail(n, section + "." + std::string(key) + ": expected a whole number >= 0");
+    return static_cast<uint32_t>(*v);
+  }
+
+  // A time in microseconds (default 0), >= 0.
+  SimTime time_us(const toml::table& t, std::string_view key) const {
+    if (!t.contains(key)) return SimTime{0};
+    const toml::node& n = *t.get(key);
+    const auto v = n.value<double>();
+    if (!n.is_number() || !v || !(*v >= 0 && *v <= 1e12))
+      fail(n, std::string(key) + ": expected a number of microseconds >= 0 (at most 1e12)");
+    return SimTime{static_cast<uint64_t>(std::llround(*v * 1e6))};
+  }
+
+  // A byte count: a whole number, or a string with a unit ("64KiB", "2 MiB",
+  // "1MB", "4096B").
+  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key) const {
+    const toml::node& n = need(t, section, key);
+    const std::string what = section + "." + std::string(key);
+    if (auto v = n.value_exact<int64_t>()) {
+      if (*v <= 0) fail(n, what + ": must be > 0");
+      return static_cast<uint64_t>(*v);
+    }
+    const auto s = n.value<std::string>();
+    if (!s) fail(n, what + ": expected a byte count (4096 or \"64KiB\")");
+    std::istringstream in(*s);
+    double v = 0;
+    std::string unit, rest;
+    in >> v >> unit;
+    static const std::pair<const char*, double> kUnits[] = {{"B", 1},
+                                                            {"KB", 1e3},
+                                                            {"MB", 1e6},
+                                                            {"GB", 1e9},
+                                                            {"KiB", 1024},
+                                                            {"MiB", 1024 * 1024},
+                                                            {"GiB", 1024 * 1024 * 1024.0}};
+    double mult = 0;
+    for (const auto& [u, m] : kUnits)
+      if (unit == u) mult = m;
+    if (!in || mult == 0 || (in >> rest) || !(v > 0))
+      fail(n, what + ": '" + *s + "' is not a byte count (units B, KB, MB, GB, KiB, MiB, GiB)");
+    return static_cast<uint64_t>(std::llround(v * mult));
+  }
+
+  std::optional<uint64_t> opt_bytes(const toml::table& t, const std::string& section,
+                                    std::string_view key) const {
+    if (!t.contains(key)) return std::nullopt;
+    return bytes(t, section, key);
+  }
+
+  std::string source_;
+  std::string base_dir_;
+  uint64_t seed_;
+  uint64_t workloads_ = 0;
+  std::optional<std::pair<uint32_t, uint32_t>> rail_;  // (servers, rails) of a rail topology
+};
+
+}  // namespace
+
+SimConfig parse_config(std::string_view text, const std::string& source,
+                       const std::string& base_dir, TransportKind transport, uint64_t seed) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(located(source, e.source(), std::string(e.description())));
+  }
+  SimConfig c = Reader(source, base_dir, seed).read(root);
+  c.transport = transport;
+  c.seed = seed;
+  return c;
+}
+
+SimConfig load_config_file(const std::string& path, TransportKind transport, uint64_t seed) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  return parse_config(text.str(), path, dir, transport, seed);
+}
+
+}  // namespace metaroce::sim

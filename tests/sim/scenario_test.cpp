@@ -1,0 +1,320 @@
+// Scenario building: the large presets' shapes (without running them), rail
+// rings, background traffic, the traffic-matrix reader and TOML config files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "metaroce/sim/config_file.hpp"
+#include "metaroce/sim/presets.hpp"
+#include "metaroce/sim/simulation.hpp"
+#include "metaroce/sim/topology.hpp"
+#include "metaroce/sim/workload.hpp"
+
+namespace metaroce::sim {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+// ------------------------------------------------------------------ presets
+
+TEST(Presets, Rail1024AllReduceShape) {
+  const SimConfig c = preset("rail1024-allreduce64m", TransportKind::kMetaRoce, 1);
+  EXPECT_EQ(c.topo.num_hosts, 1024u);
+  EXPECT_EQ(c.topo.num_switches, 4u * 8u + 16u);  // 32 rail leaves, 16 spines
+  EXPECT_EQ(c.topo.edges.size(), 1024u + 32u * 16u);
+  EXPECT_EQ(c.topo.host_rate_mbps, 400'000u);
+  // 8 rings of 128 ranks, 2 x 127 steps each, 512 KiB a step.
+  ASSERT_EQ(c.flows.size(), 8u * 254u * 128u);
+  for (const FlowSpec& f : c.flows) {
+    EXPECT_EQ(f.bytes, 512u * 1024u);
+    EXPECT_EQ(f.src % 8, f.dst % 8);  // a ring stays on its rail
+  }
+  // Ring r's step-0 flows walk the rail's NICs in the seeded server order.
+  const auto rings = rail_rings(128, 8, 1);
+  for (uint32_t r = 0; r < 8; ++r) {
+    const size_t base = size_t{r} * 254 * 128;
+    for (uint32_t i = 0; i < 128; ++i) {
+      EXPECT_EQ(c.flows[base + i].src, rings[r][i]);
+      EXPECT_EQ(c.flows[base + i].dst, rings[r][(i + 1) % 128]);
+    }
+    // Step 1 of rank i waits for step 0 of ranks i-1 and i.
+    EXPECT_EQ(c.flows[base + 128 + 5].after[0], base + 4);
+    EXPECT_EQ(c.flows[base + 128 + 5].after[1], base + 5);
+  }
+}
+
+TEST(Presets, RailRingsArePermutationsOfEachRailSeededAndFragmented) {
+  const auto a = rail_rings(128, 8, 1);
+  ASSERT_EQ(a.size(), 8u);
+  for (uint32_t r = 0; r < 8; ++r) {
+    std::vector<uint32_t> sorted = a[r];
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<uint32_t> rail;
+    for (uint32_t s = 0; s < 128; ++s) rail.push_back(s * 8 + r);
+    EXPECT_EQ(sorted, rail) << "rail " << r;
+    for (uint32_t i = 0; i < 128; ++i) EXPECT_EQ(a[r][i] / 8, a[0][i] / 8);  // one server order
+  }
+  EXPECT_EQ(a, rail_rings(128, 8, 1));  // deterministic
+  EXPECT_NE(a, rail_rings(128, 8, 2));  // and the seed matters
+  // Fragmented: most ring hops leave the 32-server leaf group.
+  int cross = 0;
+  for (uint32_t i = 0; i < 128; ++i) cross += a[0][i] / 8 / 32 != a[0][(i + 1) % 128] / 8 / 32;
+  EXPECT_GT(cross, 64);
+}
+
+TEST(Presets, LeafSpine8192Shape) {
+  const SimConfig c = preset("leafspine8192-perm1mb", TransportKind::kMetaRoce, 3);
+  EXPECT_EQ(c.topo.num_hosts, 8192u);
+  EXPECT_EQ(c.topo.num_switches, 128u + 64u);
+  EXPECT_EQ(c.topo.edges.size(), 8192u + 128u * 64u);
+  ASSERT_EQ(c.flows.size(), 8192u);
+  std::set<uint32_t> dsts;
+  for (const FlowSpec& f : c.flows) {
+    EXPECT_NE(f.src, f.dst);
+    EXPECT_EQ(f.bytes, 1 * kMiB);
+    dsts.insert(f.dst);
+  }
+  EXPECT_EQ(dsts.size(), 8192u);  // a permutation
+}
+
+TEST(Presets, OldPresetsStillThere) {
+  const auto names = preset_names();
+  for (const char* n : {"fattree1024-perm2mb", "fattree16-perm", "rail128-perm", "incast64-2mb",
+                        "rail1024-allreduce64m", "leafspine8192-perm1mb"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  EXPECT_THROW((void)preset("no-such-preset", TransportKind::kMetaRoce, 1), std::invalid_argument);
+}
+
+TEST(IdealTime, RingAddsOneWayLatencyPerStep) {
+  // fattree16-allreduce: 30 steps of a 1 MiB chunk (83.886 us at 100G); the
+  // ring 0..15 has a hop across the core (6 links x 1 us) at every step.
+  Simulation sim(preset("fattree16-allreduce", TransportKind::kMetaRoce, 1));
+  EXPECT_EQ(sim.net().path_delay(3, 4), SimTime::from_us(6));
+  EXPECT_EQ(sim.net().path_delay(0, 1), SimTime::from_us(2));
+  const Report r = sim.report();  // ideal needs no run
+  EXPECT_NEAR(r.ideal_us, 30 * (kMiB * 8.0 / 100'000 + 6.0), 1e-6);
+}
+
+// ------------------------------------------------------------------ workloads
+
+TEST(Workloads, MultiRingAllReduceIndexesEachRingInABlock) {
+  const std::vector<std::vector<uint32_t>> rings = {{0, 2, 4}, {1, 3}};
+  const auto f = ring_allreduce(rings, 600);
+  ASSERT_EQ(f.size(), 4u * 3u + 2u * 2u);
+  EXPECT_EQ(f[0].src, 0u);
+  EXPECT_EQ(f[0].dst, 2u);
+  EXPECT_EQ(f[2].dst, 0u);
+  EXPECT_EQ(f[0].bytes, 200u);
+  EXPECT_EQ(f[12].src, 1u);
+  EXPECT_EQ(f[12].bytes, 300u);
+  EXPECT_EQ(f[14].after[0], 13u);  // ring 2, step 1, rank 0: after rank 1's step 0
+  EXPECT_EQ(f[14].after[1], 12u);
+  // The single-ring form is the same as ring 0..n-1.
+  const auto one = ring_allreduce(4, 4096);
+  const auto same = ring_allreduce(std::vector<std::vector<uint32_t>>{{0, 1, 2, 3}}, 4096);
+  ASSERT_EQ(one.size(), same.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(one[i].src, same[i].src);
+    EXPECT_EQ(one[i].after[0], same[i].after[0]);
+  }
+}
+
+TEST(Workloads, BackgroundIsSeededPoissonUniformPairs) {
+  const SimTime gap = SimTime::from_us(2);
+  const auto a = background(16, 4096, 2000, gap, SimTime::from_us(100), 5);
+  ASSERT_EQ(a.size(), 2000u);
+  SimTime prev = SimTime::from_us(100);
+  std::set<uint32_t> srcs;
+  for (const FlowSpec& f : a) {
+    EXPECT_NE(f.src, f.dst);
+    EXPECT_LT(f.dst, 16u);
+    EXPECT_GE(f.start, prev);
+    prev = f.start;
+    srcs.insert(f.src);
+  }
+  EXPECT_EQ(srcs.size(), 16u);
+  const double mean_gap_us = (a.back().start.us() - 100.0) / 2000.0;
+  EXPECT_NEAR(mean_gap_us, 2.0, 0.2);
+  const auto b = background(16, 4096, 2000, gap, SimTime::from_us(100), 5);
+  const auto c = background(16, 4096, 2000, gap, SimTime::from_us(100), 6);
+  EXPECT_EQ(a.back().start, b.back().start);
+  EXPECT_NE(a.back().start, c.back().start);
+  // 1 MB flows at 100G take 80 us of a NIC; 10 NICs at 50 %: one every 16 us.
+  EXPECT_EQ(background_gap(10, 1'000'000, 100'000, 0.5), SimTime::from_us(16));
+}
+
+TEST(TrafficMatrix, ReadsLinesSkipsCommentsAndBlanks) {
+  std::istringstream in("# src dst bytes start_us\n\n0 3 4096 0\n  3 0 100 12.5  \n\t# x\n");
+  const auto f = read_traffic_matrix(in, 4);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].src, 0u);
+  EXPECT_EQ(f[0].dst, 3u);
+  EXPECT_EQ(f[0].bytes, 4096u);
+  EXPECT_EQ(f[1].start, SimTime::from_ns(12'500));
+}
+
+TEST(TrafficMatrix, RejectsBadLinesWithTheirLineNumber) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"0 1 10 0\n0 1 10\n", "tm:2: expected"},  {"0 1 10 0 7\n", "tm:1: expected"},
+      {"0 4 10 0\n", "tm:1: host out of range"}, {"-1 2 10 0\n", "tm:1: host out of range"},
+      {"\n2 2 10 0\n", "tm:2: src == dst"},      {"0 1 0 0\n", "tm:1: zero bytes"},
+      {"0 1 10 -3\n", "tm:1: start_us not in"},  {"a b c d\n", "tm:1: expected"},
+  };
+  for (const auto& [text, want] : bad) {
+    std::istringstream in(text);
+    try {
+      (void)read_traffic_matrix(in, 4, "tm");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ------------------------------------------------------------------ config files
+
+const char* const kSmall = R"(
+name = "small"
+time_limit_ms = 20
+[topology]
+kind = "fat_tree"
+k = 4
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+fabric_delay_us = 0.5
+[queue]
+buffer_bytes = "175KB"
+[[workload]]
+kind = "permutation"
+bytes = "256KiB"
+[[workload]]
+kind = "allreduce"
+hosts = [0, 5, 10, 15]
+bytes = "64KiB"
+start_us = 5
+[[workload]]
+kind = "background"
+bytes = 16384
+flows = 40
+load = 0.3
+[[fault]]
+at_us = 30
+kind = "gray"
+link = ["agg 0", "core 0"]
+drop = 0.02
+[[fault]]
+at_us = 0
+kind = "rate"
+edge = 3
+rate_gbps = 50
+)";
+
+SimConfig parse(const std::string& text, uint64_t seed = 1) {
+  return parse_config(text, "t.toml", ".", TransportKind::kMetaRoce, seed);
+}
+
+TEST(ConfigFile, ParsesEverySection) {
+  const SimConfig c = parse(kSmall);
+  EXPECT_EQ(c.name, "small");
+  EXPECT_EQ(c.time_limit, SimTime::from_ms(20));
+  EXPECT_EQ(c.topo.num_hosts, 16u);
+  EXPECT_EQ(c.topo.edges.back().spec.delay, SimTime::from_ns(500));
+  EXPECT_EQ(c.queue.buffer_bytes, 175'000u);
+  ASSERT_EQ(c.flows.size(), 16u + 6u * 4u + 40u);
+  EXPECT_EQ(c.flows[0].bytes, 256u * 1024u);
+  // The allreduce's flows follow the permutation's: dependencies shifted.
+  EXPECT_EQ(c.flows[16].src, 0u);
+  EXPECT_EQ(c.flows[16].dst, 5u);
+  EXPECT_EQ(c.flows[16].start, SimTime::from_us(5));
+  EXPECT_EQ(c.flows[16 + 4].after[1], 16u);
+  ASSERT_EQ(c.faults.size(), 2u);
+  EXPECT_EQ(c.faults[0].kind, FaultSpec::Kind::kGrayDrop);
+  EXPECT_EQ(c.faults[0].edge, fat_tree_agg_core_edge(4, 0, 0));
+  EXPECT_EQ(c.faults[1].rate_mbps, 50'000u);
+  // Same seed, same flows; another seed, another permutation.
+  EXPECT_EQ(parse(kSmall).flows[3].dst, c.flows[3].dst);
+  bool differ = false;
+  const SimConfig d = parse(kSmall, 2);
+  for (size_t i = 0; i < 16; ++i) differ = differ || d.flows[i].dst != c.flows[i].dst;
+  EXPECT_TRUE(differ);
+}
+
+TEST(ConfigFile, SmallScenarioRunsToCompletion) {
+  Simulation sim(parse(kSmall));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.name, "small");
+  EXPECT_EQ(r.flows_completed, r.flows) << r.to_text(false);
+  EXPECT_EQ(r.errors, 0u);
+}
+
+TEST(ConfigFile, ExampleFileLoads) {
+  const SimConfig c =
+      load_config_file(std::string(METAROCE_SOURCE_DIR) + "/docs/sim/examples/leafspine-mixed.toml",
+                       TransportKind::kSprayNoCc, 1);
+  EXPECT_EQ(c.topo.num_hosts, 32u);
+  EXPECT_EQ(c.transport, TransportKind::kSprayNoCc);
+  EXPECT_EQ(c.faults.size(), 3u);
+  EXPECT_GT(c.flows.size(), 32u + 200u);
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(ConfigFile, BadInputsNameTheLineAndKey) {
+  const std::string s = kSmall;
+  const std::pair<std::string, std::string> bad[] = {
+      // syntax: toml++'s message with the line
+      {replace(s, "[topology]", "[topology"), "t.toml:4:"},
+      {replace(s, "k = 4", "k = 4\nk = 6"), "t.toml:7:"},
+      // unknown and missing keys, wrong types
+      {replace(s, "k = 4", "k = 4\nlayers = 3"), "t.toml:7:1: unknown key 'topology.layers'"},
+      {replace(s, "name = \"small\"", "nmae = 1"), "unknown key 'nmae'"},
+      {replace(s, "k = 4\n", ""), "missing key 'topology.k'"},
+      {replace(s, "host_rate_gbps = 100\n", ""), "missing key 'topology.host_rate_gbps'"},
+      {replace(s, "k = 4", "k = \"4\""), "topology.k: expected a whole number"},
+      {replace(s, "k = 4", "k = 5"), "topology.k: an even number"},
+      {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = -1"), "must be > 0"},
+      // unknown kinds
+      {replace(s, "\"fat_tree\"", "\"torus\""), "t.toml:5:8: topology.kind: unknown 'torus'"},
+      {replace(s, "\"permutation\"", "\"shuffle\""), "workload.kind: unknown 'shuffle'"},
+      {replace(s, "\"gray\"", "\"flaky\""), "fault.kind: unknown 'flaky'"},
+      // bad values
+      {replace(s, "\"256KiB\"", "\"256 parsecs\""), "workload.bytes: '256 parsecs'"},
+      {replace(s, "bytes = 16384", "bytes = 0"), "workload.bytes: must be > 0"},
+      {replace(s, "load = 0.3", "load = 1.5"), "workload.load: must be in (0, 1]"},
+      {replace(s, "load = 0.3", "load = 0.3\nmean_gap_us = 2"), "exactly one of 'load'"},
+      {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 5, 5]"), "a host twice"},
+      {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 16]"), "workload.hosts: host ids 0..15"},
+      {replace(s, "hosts = [0, 5, 10, 15]", "rings = \"rails\""), "needs topology.kind = \"rail\""},
+      {replace(s, "edge = 3", "edge = 99"), "fault.edge: edge ids 0..47"},
+      {replace(s, "\"core 0\"", "\"core 2\""), "fault.link: no link joins"},
+      {replace(s, "\"core 0\"", "\"router 0\""), "unknown node kind 'router'"},
+      {replace(s, "drop = 0.02", "drop = 0.02\nrate_gbps = 3"), "not used by kind 'gray'"},
+      {replace(s, "at_us = 30", "at_us = -30"), "at_us: expected a number of microseconds >= 0"},
+      {replace(s, "kind = \"background\"\nbytes = 16384\nflows = 40\nload = 0.3",
+               "kind = \"matrix\"\nfile = \"/nonexistent.tm\""),
+       "cannot open '/nonexistent.tm'"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      (void)parse(text);
+      ADD_FAILURE() << "accepted, wanted '" << want << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << "got: " << e.what() << "\nwanted: " << want;
+      EXPECT_EQ(std::string(e.what()).rfind("t.toml:", 0), 0u) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace metaroce::sim
