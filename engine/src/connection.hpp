@@ -46,7 +46,8 @@ struct Path {
   TimeNs tlp_deadline = TimeNs::never();  // tail-loss probe (LOSS-8)
   uint32_t tlp_pseq = 0;                  // send-order number the outstanding TLP took
   bool tlp_outstanding = false;
-  bool fresh = true;          // new entropy: starts at the initial window
+  bool held = false;  // LOSS-8: a tail packet was resent elsewhere; no new data until it answers
+  bool fresh = true;  // new entropy: starts at the initial window
   TimeNs last_congestion{0};  // last CE echo or delay signal (PATH-5)
   TimeNs probe_deadline = TimeNs::never();
   TimeNs last_decrease{0};

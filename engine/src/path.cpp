@@ -48,6 +48,7 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   ++p.outcomes;
   p.consecutive_rtos = 0;
   p.backoff = 0;
+  p.held = false;  // LOSS-8: a packet sent here arrived
   p.rto_deadline = p.inflight > 0 ? now + path_rto(c, p) : TimeNs::never();
   p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
   ++p.win_pkts;
@@ -81,6 +82,7 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   if (slot >= c.num_paths) return;
   Path& p = c.paths[slot];
   if ((ack.echo_path_tag >> 5) != (p.generation & 0x7ff)) return;  // PATH-3
+  p.held = false;                                                  // LOSS-8: the path answers
   if (p.state == PathState::kProbing) {
     p.state = PathState::kActive;  // PATH-6: the new entropy answered
     p.probe_deadline = TimeNs::never();

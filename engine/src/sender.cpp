@@ -60,7 +60,7 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   uint8_t i = c.rr_next < n ? c.rr_next : 0;
   for (uint8_t k = 0; k < n; ++k, i = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1)) {
     detail::Path& p = c.paths[i];
-    if (p.state != PathState::kActive) continue;
+    if (p.state != PathState::kActive || p.held) continue;  // LOSS-8: held until it answers
     if (i != avoid) other_active = true;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
     if (p.inflight > 0 ? p.inflight + need > p.cwnd : (p.cwnd < need && now < p.next_send))

@@ -491,8 +491,19 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
     return false;
   };
   const TimeNs start = loop.now();
+  // The tail packet is resent on another path when the timer fires, not one
+  // probe round trip later; with nothing else in flight no probe is needed.
+  TimeNs probe_at = TimeNs::never(), resend_at = TimeNs::never();
+  int writes = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0) return;
+    if (d[1] == 0x12 && probe_at == TimeNs::never()) probe_at = loop.now();
+    if (d[1] == 0x01 && ++writes == 2) resend_at = loop.now();
+  };
   ASSERT_EQ(write_and_wait(99), Status::kOk);
   EXPECT_TRUE(dropped);
+  EXPECT_NE(resend_at, TimeNs::never());
+  EXPECT_EQ(probe_at, TimeNs::never());
   // The only packet of the write was lost and nothing followed it on its
   // path: the probe finds it well before the 1 ms minimum RTO.
   EXPECT_LT(loop.now().since(start), 500 * kMicrosecond);
