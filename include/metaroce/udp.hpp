@@ -92,6 +92,8 @@ struct IoStats {
   uint64_t tx_errors = 0;    // datagrams dropped on a send error
   uint64_t tx_remapped =
       0;  // entropy outside our block mapped into it (ACK-7 with a foreign block)
+  uint64_t tx_materialized = 0;  // payloads copied because a full socket buffer held them
+                                 // past the end of a round (normally sent from memory)
 };
 
 // State of one connection as the driver saw it from engine events.

@@ -340,6 +340,32 @@ Error send_ctrl(UdpEndpoint& ep, ConnId conn, Ctrl& m, const MemoryRegion& mr, u
   return ep.send(conn, kCtrlWrId | id, &m, sizeof(m), mr.lkey);
 }
 
+// What a loop does when a round moved nothing: spin (--busy), or keep
+// polling for spin_us and then sleep on the endpoint's epoll fd until a
+// datagram or an engine timer arrives. Sleeping matters when the two ends
+// share cores: a spinning peer takes the core the other end needs.
+struct Idler {
+  bool busy = false;
+  Clock::duration spin{};
+  bool idle = false;
+  Clock::time_point since{};
+
+  void step(UdpEndpoint& ep, bool active, Clock::time_point now) {
+    if (busy || active) {
+      idle = false;
+      return;
+    }
+    if (!idle) {
+      idle = true;
+      since = now;
+    }
+    if (now - since >= spin) {
+      ep.wait(1ms);
+      idle = false;
+    }
+  }
+};
+
 struct Common {
   uint16_t mtu = 4096;
   uint32_t paths = 8;
@@ -349,6 +375,14 @@ struct Common {
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
   bool payload_crc = false;
+  bool busy = false;      // never sleep: poll the sockets continuously
+  uint32_t spin_us = 50;  // otherwise poll this long before sleeping
+  Idler idler() const {
+    Idler i;
+    i.busy = busy;
+    i.spin = std::chrono::microseconds(spin_us);
+    return i;
+  }
 };
 
 metaroce::udp::Options make_options(const Common& c) {
@@ -461,11 +495,14 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     const auto t0 = Clock::now();
     Ctrl done{};
     bool got_done = false;
+    Idler idler = common.idler();
     while (!g_stop && !got_done) {
-      ep->progress();
+      const size_t moved = ep->progress();
+      const uint64_t posted = gen.posted;
       if (bidir && !gen.pump(true)) break;
       Completion cs[64];
       const size_t n = ep->poll_completions(cs, 64);
+      idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
       for (size_t i = 0; i < n; ++i) {
         if (data.on_completion(cs[i])) continue;
         if (bidir) (void)gen.on_completion(cs[i]);
@@ -606,19 +643,22 @@ int run_client(const ClientArgs& a, const Common& common) {
   uint64_t last_bytes = 0;
   metaroce::ConnStats cst{};
   bool failed = false;
+  Idler idler = common.idler();
   for (;;) {
     const auto now = Clock::now();
     const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
+    const uint64_t posted = gen.posted;
     if (!gen.pump(may_post)) {
       failed = true;
       break;
     }
     if (!may_post && gen.completed >= gen.posted) break;
-    ep->progress();
+    const size_t moved = ep->progress();
     Completion cs[64];
     const size_t n = ep->poll_completions(cs, 64);
     for (size_t i = 0; i < n; ++i)
       if (!gen.on_completion(cs[i])) sink.on_completion(cs[i]);
+    idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, now);
     if (gen.errors != 0) {
       failed = true;
       break;
@@ -717,6 +757,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                {"rx_syscalls", io.rx_syscalls},
                {"rx_gro_batches", io.rx_gro_batches},
                {"rx_ce", io.rx_ce},
+               {"tx_materialized", io.tx_materialized},
                {"gso", ep->gso_enabled()},
                {"gro", ep->gro_enabled()}};
     std::printf("%s\n", j.dump().c_str());
@@ -773,6 +814,10 @@ int main(int argc, char** argv) {
         "ICRC over the payload too (default: headers; the UDP checksum covers the payload)");
     sub->add_flag("--no-gro", common.no_gro, "do not use UDP_GRO");
     sub->add_flag("--no-cc", common.no_cc, "disable congestion control (fixed window per path)");
+    sub->add_flag("--busy", common.busy,
+                  "busy-poll: never sleep on the epoll fd (best with a core per process)");
+    sub->add_option("--spin-us", common.spin_us,
+                    "without --busy: poll this long after the last activity before sleeping");
   };
   auto* server = app.add_subcommand("server", "wait for clients");
   std::string server_addr = "0.0.0.0:4792";

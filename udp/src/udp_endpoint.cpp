@@ -39,6 +39,7 @@ constexpr size_t kRxCtrlBytes = 128;
 constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
 constexpr int kRxBatchesPerRound = 4;
 constexpr uint8_t kOpConnectReq = 0x20;
+constexpr uint8_t kOpAck = 0x10;
 
 TimeNs clock_now() {
   return TimeNs{static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -70,10 +71,18 @@ struct ConnInfo {
   PeerAddr peer;
 };
 
+// One datagram taken from the engine. Gathered (payload != nullptr): the
+// headers are in the slot buffer, the payload stays in registered memory and
+// the ICRC trailer is kept here; the kernel copies them from three iovecs.
+// Otherwise the whole datagram is in the slot buffer.
 struct TxSlot {
   PeerAddr peer;
-  uint32_t len = 0;
+  const uint8_t* payload = nullptr;
+  uint32_t len = 0;   // whole datagram
+  uint16_t hlen = 0;  // headers in the slot buffer (gathered only)
   uint16_t sock = 0;  // index into Impl::tx_fds; entropy_count means the receive socket
+  uint16_t key = 0;   // grouping key: 2 * sock, + 1 for ACKs (see build_messages)
+  uint8_t trailer[4] = {};
 };
 
 }  // namespace
@@ -98,21 +107,26 @@ struct UdpEndpoint::Impl {
 
   // receive
   size_t rx_slot = 0;
+  uint32_t rx_used = 0;  // messages the last recvmmsg filled
   std::vector<uint8_t> rx_buf;
   std::vector<mmsghdr> rx_msgs;
   std::vector<iovec> rx_iov;
   std::vector<sockaddr_storage> rx_addr;
   std::vector<uint8_t> rx_ctrl;
 
-  // transmit: slots filled from poll_transmit, then messages built over them
+  // transmit: slots filled from poll_transmit_gather, then messages built
+  // over them (grouped by socket, runs coalesced with GSO)
   size_t tx_slot_size = 0;
+  size_t tx_cap = 0;  // slots
   std::vector<uint8_t> tx_buf;
   std::vector<TxSlot> tx_slots;
   std::vector<uint32_t> tx_order;
-  std::vector<iovec> tx_iov;
+  std::vector<uint32_t> tx_bucket;  // counting sort by TxSlot::key
+  std::vector<iovec> tx_iov;        // 3 per slot
   std::vector<mmsghdr> tx_msgs;
   std::vector<uint16_t> tx_msg_sock;
   std::vector<uint32_t> tx_msg_segs;
+  std::vector<uint32_t> tx_msg_first;  // first index into tx_order
   std::vector<sockaddr_storage> tx_addr;
   std::vector<uint8_t> tx_ctrl;
   size_t tx_count = 0;      // slots filled
@@ -339,16 +353,34 @@ struct UdpEndpoint::Impl {
     rx_iov.assign(batch, iovec{});
     rx_addr.assign(batch, sockaddr_storage{});
     rx_ctrl.assign(kRxCtrlBytes * batch, 0);
-    tx_slot_size = size_t{cfg.mtu} + 256;
-    tx_buf.assign(tx_slot_size * batch, 0);
-    tx_slots.assign(batch, TxSlot{});
-    tx_order.assign(batch, 0);
-    tx_iov.assign(batch, iovec{});
-    tx_msgs.assign(batch, mmsghdr{});
-    tx_msg_sock.assign(batch, 0);
-    tx_msg_segs.assign(batch, 0);
-    tx_addr.assign(batch, sockaddr_storage{});
-    tx_ctrl.assign(kTxCtrlBytes * batch, 0);
+    for (uint32_t i = 0; i < batch; ++i) {
+      rx_iov[i].iov_base = rx_buf.data() + i * rx_slot;
+      rx_iov[i].iov_len = rx_slot;
+      msghdr& h = rx_msgs[i].msg_hdr;
+      h.msg_name = &rx_addr[i];
+      h.msg_namelen = sizeof(sockaddr_storage);
+      h.msg_iov = &rx_iov[i];
+      h.msg_iovlen = 1;
+      h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
+      h.msg_controllen = kRxCtrlBytes;
+      h.msg_flags = 0;
+    }
+    // Transmit slots: several per socket of a connection's paths, so that
+    // each path's packets of one round form GSO runs (the engine sprays
+    // consecutive packets over the paths, one socket each).
+    tx_slot_size = (size_t{cfg.mtu} + 256 + 63) & ~size_t{63};
+    tx_cap = std::clamp<size_t>(size_t{batch} * 8, 64, 2048);
+    tx_buf.assign(tx_slot_size * tx_cap, 0);
+    tx_slots.assign(tx_cap, TxSlot{});
+    tx_order.assign(tx_cap, 0);
+    tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
+    tx_iov.assign(3 * tx_cap, iovec{});
+    tx_msgs.assign(tx_cap, mmsghdr{});
+    tx_msg_sock.assign(tx_cap, 0);
+    tx_msg_segs.assign(tx_cap, 0);
+    tx_msg_first.assign(tx_cap + 1, 0);
+    tx_addr.assign(tx_cap, sockaddr_storage{});
+    tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
     return true;
   }
 
@@ -369,20 +401,17 @@ struct UdpEndpoint::Impl {
   size_t receive(TimeNs now) {
     size_t got = 0;
     for (int round = 0; round < kRxBatchesPerRound; ++round) {
-      for (uint32_t i = 0; i < batch; ++i) {
-        rx_iov[i].iov_base = rx_buf.data() + i * rx_slot;
-        rx_iov[i].iov_len = rx_slot;
+      // Only the fields the kernel wrote in the last call need resetting.
+      for (uint32_t i = 0; i < rx_used; ++i) {
         msghdr& h = rx_msgs[i].msg_hdr;
-        h.msg_name = &rx_addr[i];
         h.msg_namelen = sizeof(sockaddr_storage);
-        h.msg_iov = &rx_iov[i];
-        h.msg_iovlen = 1;
-        h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
         h.msg_controllen = kRxCtrlBytes;
         h.msg_flags = 0;
       }
+      rx_used = 0;
       const int r = recvmmsg(rx_fd, rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
       if (r <= 0) break;
+      rx_used = static_cast<uint32_t>(r);
       ++io.rx_syscalls;
       for (int i = 0; i < r; ++i) {
         msghdr& h = rx_msgs[i].msg_hdr;
@@ -447,25 +476,56 @@ struct UdpEndpoint::Impl {
   // Fills slots from the engine; returns the number taken.
   size_t fill(TimeNs now) {
     TxDatagram tx;
-    while (tx_count < batch) {
-      std::span<uint8_t> buf(tx_buf.data() + tx_count * tx_slot_size, tx_slot_size);
-      if (!eng->poll_transmit(now, buf, tx)) break;
+    while (tx_count < tx_cap) {
+      uint8_t* buf = tx_buf.data() + tx_count * tx_slot_size;
+      if (!eng->poll_transmit_gather(now, std::span<uint8_t>(buf, tx_slot_size), tx)) break;
       TxSlot& s = tx_slots[tx_count];
       s.peer = tx.peer;
-      s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size));
-      s.sock = choose_socket(tx.entropy, buf.data(), s.len);
+      if (!tx.payload.empty() && tx.header_len + tx.payload.size() + 4 <= tx_slot_size) {
+        s.payload = tx.payload.data();
+        s.hlen = static_cast<uint16_t>(tx.header_len);
+        s.len = static_cast<uint32_t>(tx.header_len + tx.payload.size() + 4);
+        std::memcpy(s.trailer, tx.trailer, 4);
+      } else {
+        // Built whole: headers + trailer in the buffer (no payload).
+        s.payload = nullptr;
+        s.hlen = 0;
+        s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size));
+      }
+      s.sock = choose_socket(tx.entropy, buf, s.len);
+      s.key = static_cast<uint16_t>(2 * s.sock + (s.len >= 2 && buf[1] == kOpAck ? 1 : 0));
       ++tx_count;
     }
     return tx_count;
   }
 
+  // The iovecs of slot `slot` from tx_iov[at]; returns how many (1 or 3).
+  size_t slot_iov(uint32_t slot, size_t at) {
+    const TxSlot& s = tx_slots[slot];
+    uint8_t* buf = tx_buf.data() + size_t{slot} * tx_slot_size;
+    if (s.payload == nullptr) {
+      tx_iov[at] = {buf, s.len};
+      return 1;
+    }
+    tx_iov[at] = {buf, s.hlen};
+    tx_iov[at + 1] = {const_cast<uint8_t*>(s.payload), s.len - s.hlen - 4u};
+    tx_iov[at + 2] = {const_cast<uint8_t*>(s.trailer), 4};
+    return 3;
+  }
+
   void build_messages() {
-    for (size_t i = 0; i < tx_count; ++i) tx_order[i] = static_cast<uint32_t>(i);
-    // Stable sort by socket, then peer kept in arrival order: batch is small.
-    std::stable_sort(tx_order.begin(), tx_order.begin() + static_cast<long>(tx_count),
-                     [&](uint32_t a, uint32_t b) { return tx_slots[a].sock < tx_slots[b].sock; });
+    // Group by socket (a counting sort, stable): one sendmmsg per socket, and
+    // a path's packets of this batch adjacent so that they coalesce with GSO.
+    // ACKs form their own group after the socket's other packets so that
+    // they coalesce too; every other packet keeps its order on its socket.
+    std::fill(tx_bucket.begin(), tx_bucket.end(), 0);
+    for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[tx_slots[i].key + 1u];
+    for (size_t k = 1; k < tx_bucket.size(); ++k) tx_bucket[k] += tx_bucket[k - 1];
+    for (size_t i = 0; i < tx_count; ++i)
+      tx_order[tx_bucket[tx_slots[i].key]++] = static_cast<uint32_t>(i);
     tx_msg_count = 0;
     size_t i = 0;
+    size_t niov = 0;
     while (i < tx_count) {
       const TxSlot& first = tx_slots[tx_order[i]];
       size_t j = i + 1;
@@ -482,11 +542,6 @@ struct UdpEndpoint::Impl {
         }
       }
       const size_t m = tx_msg_count++;
-      for (size_t k = i; k < j; ++k) {
-        const uint32_t slot = tx_order[k];
-        tx_iov[k].iov_base = tx_buf.data() + slot * tx_slot_size;
-        tx_iov[k].iov_len = tx_slots[slot].len;
-      }
       msghdr& h = tx_msgs[m].msg_hdr;
       h = msghdr{};
       socklen_t alen = 0;
@@ -497,12 +552,14 @@ struct UdpEndpoint::Impl {
         i = j;
         continue;
       }
+      h.msg_iov = &tx_iov[niov];
+      for (size_t k = i; k < j; ++k) niov += slot_iov(tx_order[k], niov);
       h.msg_name = &tx_addr[m];
       h.msg_namelen = alen;
-      h.msg_iov = &tx_iov[i];
-      h.msg_iovlen = j - i;
+      h.msg_iovlen = static_cast<size_t>(&tx_iov[niov] - h.msg_iov);
       tx_msg_sock[m] = first.sock;
       tx_msg_segs[m] = static_cast<uint32_t>(j - i);
+      tx_msg_first[m] = static_cast<uint32_t>(i);
       if (j - i > 1) {
         uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
         std::memset(ctrl, 0, kTxCtrlBytes);
@@ -518,6 +575,32 @@ struct UdpEndpoint::Impl {
       i = j;
     }
     tx_msg_next = 0;
+  }
+
+  // Messages left unsent when a round ends (a full socket buffer) must not
+  // point into the application's memory any more: once progress() returns it
+  // may reuse a buffer whose request completed (the packet may be a
+  // retransmission). Copy their payloads into the slots; rare.
+  void materialize_pending() {
+    for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+      msghdr& h = tx_msgs[m].msg_hdr;
+      iovec* out = h.msg_iov;  // rewritten in place: never more iovecs than before
+      size_t n = 0;
+      for (uint32_t k = 0; k < tx_msg_segs[m]; ++k) {
+        const uint32_t slot = tx_order[tx_msg_first[m] + k];
+        TxSlot& s = tx_slots[slot];
+        uint8_t* buf = tx_buf.data() + size_t{slot} * tx_slot_size;
+        if (s.payload != nullptr) {
+          const size_t plen = s.len - s.hlen - 4u;
+          std::memcpy(buf + s.hlen, s.payload, plen);
+          std::memcpy(buf + s.hlen + plen, s.trailer, 4);
+          s.payload = nullptr;
+          ++io.tx_materialized;
+        }
+        out[n++] = {buf, s.len};
+      }
+      h.msg_iovlen = n;
+    }
   }
 
   // Sends built messages; false if a socket buffer was full (the rest waits).
@@ -567,14 +650,14 @@ struct UdpEndpoint::Impl {
       const size_t before = tx_count;
       fill(now);
       taken += tx_count - before;
-      if (tx_count < batch) return taken;
+      if (tx_count < tx_cap) return taken;
       build_messages();
     }
   }
 
   void end_round() {
     if (tx_count != 0 && tx_msg_count == 0) build_messages();
-    if (tx_msg_count != 0) (void)flush();
+    if (tx_msg_count != 0 && !flush()) materialize_pending();
   }
 
   void remember(const PeerAddr& p) {
@@ -615,6 +698,10 @@ struct UdpEndpoint::Impl {
     if (tx_msg_count != 0) next = std::min(next, now + 50 * kMicrosecond);  // retry a full socket
     const uint64_t want = next == TimeNs::never() ? 0 : std::max<uint64_t>(next.ns, 1);
     if (want == armed_ns) return;
+    // An armed deadline still ahead and no later than the wanted one stays:
+    // an early wake-up is harmless (progress() re-arms), and the deadline
+    // moves later on most rounds, which would otherwise cost a syscall each.
+    if (armed_ns > now.ns && (want == 0 || want > armed_ns)) return;
     armed_ns = want;
     itimerspec its{};
     if (want != 0) {
