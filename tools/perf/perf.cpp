@@ -14,8 +14,11 @@
 //   figures}
 // Verification: the source of message `seq` holds pattern(seq) (READ: the
 // server's slot s holds pattern(s)); the receiving side checks every byte.
+#include <sched.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <csignal>
@@ -343,7 +346,10 @@ Error send_ctrl(UdpEndpoint& ep, ConnId conn, Ctrl& m, const MemoryRegion& mr, u
 // What a loop does when a round moved nothing: spin (--busy), or keep
 // polling for spin_us and then sleep on the endpoint's epoll fd until a
 // datagram or an engine timer arrives. Sleeping matters when the two ends
-// share cores: a spinning peer takes the core the other end needs.
+// share cores (with each other or with other work): a spinning process takes
+// the core the other end needs. The cost: once one end sleeps, the kernel may
+// wake the other on the same core (wake-affine), and then each round trip
+// waits out the peer's spin; --busy or --cpu avoid that for latency tests.
 struct Idler {
   bool busy = false;
   Clock::duration spin{};
@@ -375,6 +381,7 @@ struct Common {
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
   bool payload_crc = false;
+  int cpu = -1;           // pin the process to this CPU (-1: no)
   bool busy = false;      // never sleep: poll the sockets continuously
   uint32_t spin_us = 50;  // otherwise poll this long before sleeping
   Idler idler() const {
@@ -559,6 +566,11 @@ int run_server(const std::string& addr, const Common& common, bool once) {
                   " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
                   op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
                   data.verify_errors);
+      const auto io = ep->io_stats();
+      std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
+                  " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO)\n",
+                  io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
+                  io.rx_gro_batches);
       std::fflush(stdout);
     }
     ep->close(conn);
@@ -818,6 +830,7 @@ int main(int argc, char** argv) {
                   "busy-poll: never sleep on the epoll fd (best with a core per process)");
     sub->add_option("--spin-us", common.spin_us,
                     "without --busy: poll this long after the last activity before sleeping");
+    sub->add_option("--cpu", common.cpu, "pin the process to this CPU");
   };
   auto* server = app.add_subcommand("server", "wait for clients");
   std::string server_addr = "0.0.0.0:4792";
@@ -846,6 +859,14 @@ int main(int argc, char** argv) {
   add_common(client);
   CLI11_PARSE(app, argc, argv);
 
+  if (common.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(common.cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+      std::fprintf(stderr, "metaroce-perf: cannot pin to CPU %d: %s\n", common.cpu,
+                   std::strerror(errno));
+  }
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });
   if (server->parsed()) return run_server(server_addr, common, once);
