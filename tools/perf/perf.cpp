@@ -343,13 +343,14 @@ Error send_ctrl(UdpEndpoint& ep, ConnId conn, Ctrl& m, const MemoryRegion& mr, u
   return ep.send(conn, kCtrlWrId | id, &m, sizeof(m), mr.lkey);
 }
 
-// What a loop does when a round moved nothing: spin (--busy), or keep
-// polling for spin_us and then sleep on the endpoint's epoll fd until a
-// datagram or an engine timer arrives. Sleeping matters when the two ends
-// share cores (with each other or with other work): a spinning process takes
-// the core the other end needs. The cost: once one end sleeps, the kernel may
-// wake the other on the same core (wake-affine), and then each round trip
-// waits out the peer's spin; --busy or --cpu avoid that for latency tests.
+// What a loop does when a round moved nothing. --busy: poll again at once
+// (lowest latency with a core per process). Otherwise: poll again after
+// sched_yield() until spin_us passed without activity, then sleep on the
+// endpoint's epoll fd until a datagram or an engine timer arrives. Sleeping
+// gives the core back when the two ends share cores with each other or with
+// other work; yielding matters because once one end sleeps, the kernel tends
+// to wake the other onto the same core (wake-affine), where a spinning
+// process would make every round trip wait out its peer's spin.
 struct Idler {
   bool busy = false;
   Clock::duration spin{};
@@ -357,7 +358,7 @@ struct Idler {
   Clock::time_point since{};
 
   void step(UdpEndpoint& ep, bool active, Clock::time_point now) {
-    if (busy || active) {
+    if (active || busy) {
       idle = false;
       return;
     }
@@ -365,10 +366,12 @@ struct Idler {
       idle = true;
       since = now;
     }
-    if (now - since >= spin) {
-      ep.wait(1ms);
-      idle = false;
+    if (now - since < spin) {
+      sched_yield();
+      return;
     }
+    ep.wait(1ms);
+    idle = false;
   }
 };
 
@@ -381,9 +384,10 @@ struct Common {
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
   bool payload_crc = false;
-  int cpu = -1;           // pin the process to this CPU (-1: no)
-  bool busy = false;      // never sleep: poll the sockets continuously
-  uint32_t spin_us = 50;  // otherwise poll this long before sleeping
+  int cpu = -1;            // pin the process to this CPU (-1: no)
+  uint32_t ack_every = 0;  // engine ack_every (ACK-1); 0: the engine default
+  bool busy = false;       // never sleep: poll the sockets continuously
+  uint32_t spin_us = 50;   // otherwise poll this long before sleeping
   Idler idler() const {
     Idler i;
     i.busy = busy;
@@ -400,6 +404,8 @@ metaroce::udp::Options make_options(const Common& c) {
   o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
   o.engine.cc.enabled = !c.no_cc;
   o.engine.cover_payload = c.payload_crc;
+  if (c.ack_every != 0)
+    o.engine.ack_every = static_cast<uint8_t>(std::min<uint32_t>(c.ack_every, 64));
   o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
   o.entropy_base = c.entropy_base;
   o.gso = !c.no_gso;
@@ -831,6 +837,8 @@ int main(int argc, char** argv) {
     sub->add_option("--spin-us", common.spin_us,
                     "without --busy: poll this long after the last activity before sleeping");
     sub->add_option("--cpu", common.cpu, "pin the process to this CPU");
+    sub->add_option("--ack-every", common.ack_every,
+                    "ACK after this many data packets (ACK-1; the receiving end's setting counts)");
   };
   auto* server = app.add_subcommand("server", "wait for clients");
   std::string server_addr = "0.0.0.0:4792";

@@ -481,7 +481,9 @@ struct UdpEndpoint::Impl {
       if (!eng->poll_transmit_gather(now, std::span<uint8_t>(buf, tx_slot_size), tx)) break;
       TxSlot& s = tx_slots[tx_count];
       s.peer = tx.peer;
-      if (!tx.payload.empty() && tx.header_len + tx.payload.size() + 4 <= tx_slot_size) {
+      // The slot holds mtu + 256 bytes, so a gathered packet also fits whole
+      // (materialize_pending): headers are under 64 bytes, payload <= mtu.
+      if (!tx.payload.empty()) {
         s.payload = tx.payload.data();
         s.hlen = static_cast<uint16_t>(tx.header_len);
         s.len = static_cast<uint32_t>(tx.header_len + tx.payload.size() + 4);
