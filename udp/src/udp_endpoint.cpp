@@ -2,9 +2,13 @@
 //
 // One progress round: recvmmsg batches from the receive socket (GRO segments
 // split, ECN CE read from IP_TOS / IPV6_TCLASS), engine timers, then datagrams
-// drained from poll_transmit into preallocated slots, grouped by source port
-// (one socket per entropy value) and peer into sendmmsg calls, with runs of
-// equal-size datagrams to the same peer coalesced with UDP_SEGMENT (GSO).
+// drained from poll_transmit_gather into preallocated slots (headers copied,
+// payloads left in registered memory and handed to the kernel as iovecs),
+// grouped by source port (one socket per entropy value) and peer into one
+// sendmmsg per socket, with runs of equal-size datagrams to the same peer
+// coalesced with UDP_SEGMENT (GSO). There are 8 x batch slots, flushed when
+// full and at the end of the round: the engine spreads consecutive packets
+// over the paths, so a path's share of a round is what one GSO run can hold.
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -38,6 +42,7 @@ constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
 constexpr size_t kRxCtrlBytes = 128;
 constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
 constexpr int kRxBatchesPerRound = 4;
+constexpr size_t kGatherMin = 512;  // payloads up to this size are copied, not gathered
 constexpr uint8_t kOpConnectReq = 0x20;
 constexpr uint8_t kOpAck = 0x10;
 
@@ -483,13 +488,18 @@ struct UdpEndpoint::Impl {
       s.peer = tx.peer;
       // The slot holds mtu + 256 bytes, so a gathered packet also fits whole
       // (materialize_pending): headers are under 64 bytes, payload <= mtu.
-      if (!tx.payload.empty()) {
+      if (tx.payload.size() > kGatherMin) {
         s.payload = tx.payload.data();
         s.hlen = static_cast<uint16_t>(tx.header_len);
         s.len = static_cast<uint32_t>(tx.header_len + tx.payload.size() + 4);
         std::memcpy(s.trailer, tx.trailer, 4);
       } else {
-        // Built whole: headers + trailer in the buffer (no payload).
+        // Whole in the buffer: built so (no payload), or a small payload is
+        // cheaper to copy than to describe with two more iovecs.
+        if (!tx.payload.empty()) {
+          std::memcpy(buf + tx.header_len, tx.payload.data(), tx.payload.size());
+          std::memcpy(buf + tx.header_len + tx.payload.size(), tx.trailer, 4);
+        }
         s.payload = nullptr;
         s.hlen = 0;
         s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size));
