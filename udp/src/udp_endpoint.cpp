@@ -137,6 +137,10 @@ struct UdpEndpoint::Impl {
   size_t tx_count = 0;      // slots filled
   size_t tx_msg_count = 0;  // messages built
   size_t tx_msg_next = 0;   // next message to send
+  // Test hook (env METAROCE_UDP_FAULT_EAGAIN=N): every Nth sendmmsg fails as
+  // if the socket buffer were full.
+  uint32_t fault_eagain_every = 0;
+  uint32_t fault_calls = 0;
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
@@ -275,6 +279,8 @@ struct UdpEndpoint::Impl {
     cfg = opts.engine;
     batch = std::clamp<uint32_t>(opts.batch, 1, 1024);
     gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
+    if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))
+      fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
     gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
     rx_fd = open_bound(local, true, err);
@@ -621,6 +627,10 @@ struct UdpEndpoint::Impl {
       const uint16_t sock = tx_msg_sock[tx_msg_next];
       size_t end = tx_msg_next + 1;
       while (end < tx_msg_count && tx_msg_sock[end] == sock) ++end;
+      if (fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0) {
+        ++io.tx_eagain;  // test hook: a full socket buffer (loopback never fills one)
+        return false;
+      }
       const int r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next],
                              static_cast<unsigned>(end - tx_msg_next), MSG_DONTWAIT);
       ++io.tx_syscalls;
