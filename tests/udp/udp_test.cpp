@@ -313,6 +313,44 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
   }
 }
 
+// An application that sleeps on fd() itself (progress() then arms the engine
+// timer every round): transfers complete, and no sleep times out while work
+// is outstanding.
+TEST(Udp, ExternalPollOnFd) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  constexpr size_t kLen = 1 << 20;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  fill_pattern(src, 5);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  pollfd fds[2] = {{p.client->fd(), POLLIN, 0}, {p.server->fd(), POLLIN, 0}};
+  constexpr uint32_t kSizes[] = {4096, 3 * 4096, 5 * 4096 + 100, 65536, 7 * 4096};
+  uint64_t off = 0;
+  int timeouts = 0;
+  for (uint32_t i = 0; i < 5; ++i) {
+    ASSERT_FALSE(p.client->write(p.cconn, i, src.data() + off, kSizes[i], smr.lkey, dmr.addr + off,
+                                 dmr.rkey));
+    Completion c;
+    bool done = false;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!done && std::chrono::steady_clock::now() < deadline) {
+      p.client->progress();
+      p.server->progress();
+      done = p.client->poll_completion(c);
+      if (!done && p.client->progress() == 0 && p.server->progress() == 0 &&
+          ::poll(fds, 2, 500) == 0)
+        ++timeouts;
+    }
+    ASSERT_TRUE(done);
+    EXPECT_EQ(c.status, Status::kOk);
+    off += kSizes[i];
+  }
+  EXPECT_EQ(timeouts, 0);
+  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), off));
+}
+
 TEST(Udp, ConnectTimeoutToClosedPort) {
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);

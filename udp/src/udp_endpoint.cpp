@@ -158,6 +158,11 @@ struct UdpEndpoint::Impl {
   std::atomic<bool> threaded{false};
   std::atomic<bool> running{false};
   std::atomic<bool> sleeping{false};
+  // The application asked for fd(): it may sleep on it, so every round arms
+  // the timerfd. Otherwise only the driver's own sleeps need it armed, and
+  // arming per round (the ACK delay moves every other packet) costs a
+  // timerfd_settime per two packets on a receiver.
+  std::atomic<bool> fd_exported{false};
 
   ~Impl() { close_fds(); }
 
@@ -743,7 +748,7 @@ struct UdpEndpoint::Impl {
     moved += pump_tx(now);
     end_round();
     if (drain_events()) moved += 1;
-    arm_timer(now);
+    if (fd_exported.load(std::memory_order_relaxed)) arm_timer(now);
     return moved;
   }
 
@@ -752,6 +757,7 @@ struct UdpEndpoint::Impl {
     if (timeout.count() <= 0) return;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     epoll_event evs[4];
+    arm_timer(clock_now());
     const int n = epoll_wait(epfd, evs, 4, static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
@@ -804,6 +810,10 @@ struct UdpEndpoint::Impl {
         continue;
       }
       // Long idle: sleep on the epoll fd (datagram, timer, or a post wakes us).
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        arm_timer(clock_now());
+      }
       sleeping.store(true, std::memory_order_release);
       epoll_event evs[4];
       const int n = epoll_wait(epfd, evs, 4, 1);
@@ -863,7 +873,10 @@ uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
 uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
 bool UdpEndpoint::gso_enabled() const { return impl_->gso; }
 bool UdpEndpoint::gro_enabled() const { return impl_->gro; }
-int UdpEndpoint::fd() const { return impl_->epfd; }
+int UdpEndpoint::fd() const {
+  impl_->fd_exported.store(true, std::memory_order_relaxed);
+  return impl_->epfd;
+}
 
 size_t UdpEndpoint::progress() {
   auto lk = impl_->guard();
