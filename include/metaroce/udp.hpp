@@ -68,7 +68,7 @@ struct Options {
   uint16_t entropy_base = 0;
   uint16_t entropy_count = 64;  // ports in the block (>= num_paths)
   bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
-  uint32_t batch = 32;          // recvmmsg / sendmmsg batch
+  uint32_t batch = 32;          // recvmmsg batch; transmit holds 8 x batch datagrams per round
   bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
   bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
   int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
@@ -92,6 +92,8 @@ struct IoStats {
   uint64_t tx_errors = 0;    // datagrams dropped on a send error
   uint64_t tx_remapped =
       0;  // entropy outside our block mapped into it (ACK-7 with a foreign block)
+  uint64_t tx_materialized = 0;  // payloads copied because a full socket buffer held them
+                                 // past the end of a round (normally sent from memory)
 };
 
 // State of one connection as the driver saw it from engine events.

@@ -14,8 +14,11 @@
 //   figures}
 // Verification: the source of message `seq` holds pattern(seq) (READ: the
 // server's slot s holds pattern(s)); the receiving side checks every byte.
+#include <sched.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <csignal>
@@ -340,6 +343,38 @@ Error send_ctrl(UdpEndpoint& ep, ConnId conn, Ctrl& m, const MemoryRegion& mr, u
   return ep.send(conn, kCtrlWrId | id, &m, sizeof(m), mr.lkey);
 }
 
+// What a loop does when a round moved nothing. --busy: poll again at once
+// (lowest latency with a core per process). Otherwise: poll again after
+// sched_yield() until spin_us passed without activity, then sleep on the
+// endpoint's epoll fd until a datagram or an engine timer arrives. Sleeping
+// gives the core back when the two ends share cores with each other or with
+// other work; yielding matters because once one end sleeps, the kernel tends
+// to wake the other onto the same core (wake-affine), where a spinning
+// process would make every round trip wait out its peer's spin.
+struct Idler {
+  bool busy = false;
+  Clock::duration spin{};
+  bool idle = false;
+  Clock::time_point since{};
+
+  void step(UdpEndpoint& ep, bool active, Clock::time_point now) {
+    if (active || busy) {
+      idle = false;
+      return;
+    }
+    if (!idle) {
+      idle = true;
+      since = now;
+    }
+    if (now - since < spin) {
+      sched_yield();
+      return;
+    }
+    ep.wait(1ms);
+    idle = false;
+  }
+};
+
 struct Common {
   uint16_t mtu = 4096;
   uint32_t paths = 8;
@@ -349,6 +384,16 @@ struct Common {
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
   bool payload_crc = false;
+  int cpu = -1;            // pin the process to this CPU (-1: no)
+  uint32_t ack_every = 0;  // engine ack_every (ACK-1); 0: the engine default
+  bool busy = false;       // never sleep: poll the sockets continuously
+  uint32_t spin_us = 50;   // otherwise poll this long before sleeping
+  Idler idler() const {
+    Idler i;
+    i.busy = busy;
+    i.spin = std::chrono::microseconds(spin_us);
+    return i;
+  }
 };
 
 metaroce::udp::Options make_options(const Common& c) {
@@ -359,6 +404,8 @@ metaroce::udp::Options make_options(const Common& c) {
   o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
   o.engine.cc.enabled = !c.no_cc;
   o.engine.cover_payload = c.payload_crc;
+  if (c.ack_every != 0)
+    o.engine.ack_every = static_cast<uint8_t>(std::min<uint32_t>(c.ack_every, 64));
   o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
   o.entropy_base = c.entropy_base;
   o.gso = !c.no_gso;
@@ -461,11 +508,14 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     const auto t0 = Clock::now();
     Ctrl done{};
     bool got_done = false;
+    Idler idler = common.idler();
     while (!g_stop && !got_done) {
-      ep->progress();
+      const size_t moved = ep->progress();
+      const uint64_t posted = gen.posted;
       if (bidir && !gen.pump(true)) break;
       Completion cs[64];
       const size_t n = ep->poll_completions(cs, 64);
+      idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
       for (size_t i = 0; i < n; ++i) {
         if (data.on_completion(cs[i])) continue;
         if (bidir) (void)gen.on_completion(cs[i]);
@@ -522,6 +572,11 @@ int run_server(const std::string& addr, const Common& common, bool once) {
                   " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
                   op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
                   data.verify_errors);
+      const auto io = ep->io_stats();
+      std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
+                  " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO)\n",
+                  io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
+                  io.rx_gro_batches);
       std::fflush(stdout);
     }
     ep->close(conn);
@@ -606,19 +661,22 @@ int run_client(const ClientArgs& a, const Common& common) {
   uint64_t last_bytes = 0;
   metaroce::ConnStats cst{};
   bool failed = false;
+  Idler idler = common.idler();
   for (;;) {
     const auto now = Clock::now();
     const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
+    const uint64_t posted = gen.posted;
     if (!gen.pump(may_post)) {
       failed = true;
       break;
     }
     if (!may_post && gen.completed >= gen.posted) break;
-    ep->progress();
+    const size_t moved = ep->progress();
     Completion cs[64];
     const size_t n = ep->poll_completions(cs, 64);
     for (size_t i = 0; i < n; ++i)
       if (!gen.on_completion(cs[i])) sink.on_completion(cs[i]);
+    idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, now);
     if (gen.errors != 0) {
       failed = true;
       break;
@@ -717,6 +775,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                {"rx_syscalls", io.rx_syscalls},
                {"rx_gro_batches", io.rx_gro_batches},
                {"rx_ce", io.rx_ce},
+               {"tx_materialized", io.tx_materialized},
                {"gso", ep->gso_enabled()},
                {"gro", ep->gro_enabled()}};
     std::printf("%s\n", j.dump().c_str());
@@ -773,6 +832,13 @@ int main(int argc, char** argv) {
         "ICRC over the payload too (default: headers; the UDP checksum covers the payload)");
     sub->add_flag("--no-gro", common.no_gro, "do not use UDP_GRO");
     sub->add_flag("--no-cc", common.no_cc, "disable congestion control (fixed window per path)");
+    sub->add_flag("--busy", common.busy,
+                  "busy-poll: never sleep on the epoll fd (best with a core per process)");
+    sub->add_option("--spin-us", common.spin_us,
+                    "without --busy: poll this long after the last activity before sleeping");
+    sub->add_option("--cpu", common.cpu, "pin the process to this CPU");
+    sub->add_option("--ack-every", common.ack_every,
+                    "ACK after this many data packets (ACK-1; the receiving end's setting counts)");
   };
   auto* server = app.add_subcommand("server", "wait for clients");
   std::string server_addr = "0.0.0.0:4792";
@@ -801,6 +867,14 @@ int main(int argc, char** argv) {
   add_common(client);
   CLI11_PARSE(app, argc, argv);
 
+  if (common.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(common.cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+      std::fprintf(stderr, "metaroce-perf: cannot pin to CPU %d: %s\n", common.cpu,
+                   std::strerror(errno));
+  }
   std::signal(SIGINT, [](int) { g_stop = 1; });
   std::signal(SIGTERM, [](int) { g_stop = 1; });
   if (server->parsed()) return run_server(server_addr, common, once);

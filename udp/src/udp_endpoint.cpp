@@ -2,9 +2,13 @@
 //
 // One progress round: recvmmsg batches from the receive socket (GRO segments
 // split, ECN CE read from IP_TOS / IPV6_TCLASS), engine timers, then datagrams
-// drained from poll_transmit into preallocated slots, grouped by source port
-// (one socket per entropy value) and peer into sendmmsg calls, with runs of
-// equal-size datagrams to the same peer coalesced with UDP_SEGMENT (GSO).
+// drained from poll_transmit_gather into preallocated slots (headers copied,
+// payloads left in registered memory and handed to the kernel as iovecs),
+// grouped by source port (one socket per entropy value) and peer into one
+// sendmmsg per socket, with runs of equal-size datagrams to the same peer
+// coalesced with UDP_SEGMENT (GSO). There are 8 x batch slots, flushed when
+// full and at the end of the round: the engine spreads consecutive packets
+// over the paths, so a path's share of a round is what one GSO run can hold.
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -38,7 +42,9 @@ constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
 constexpr size_t kRxCtrlBytes = 128;
 constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
 constexpr int kRxBatchesPerRound = 4;
+constexpr size_t kGatherMin = 512;  // payloads up to this size are copied, not gathered
 constexpr uint8_t kOpConnectReq = 0x20;
+constexpr uint8_t kOpAck = 0x10;
 
 TimeNs clock_now() {
   return TimeNs{static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -70,10 +76,18 @@ struct ConnInfo {
   PeerAddr peer;
 };
 
+// One datagram taken from the engine. Gathered (payload != nullptr): the
+// headers are in the slot buffer, the payload stays in registered memory and
+// the ICRC trailer is kept here; the kernel copies them from three iovecs.
+// Otherwise the whole datagram is in the slot buffer.
 struct TxSlot {
   PeerAddr peer;
-  uint32_t len = 0;
+  const uint8_t* payload = nullptr;
+  uint32_t len = 0;   // whole datagram
+  uint16_t hlen = 0;  // headers in the slot buffer (gathered only)
   uint16_t sock = 0;  // index into Impl::tx_fds; entropy_count means the receive socket
+  uint16_t key = 0;   // grouping key: 2 * sock, + 1 for ACKs (see build_messages)
+  uint8_t trailer[4] = {};
 };
 
 }  // namespace
@@ -98,26 +112,35 @@ struct UdpEndpoint::Impl {
 
   // receive
   size_t rx_slot = 0;
+  uint32_t rx_used = 0;  // messages the last recvmmsg filled
   std::vector<uint8_t> rx_buf;
   std::vector<mmsghdr> rx_msgs;
   std::vector<iovec> rx_iov;
   std::vector<sockaddr_storage> rx_addr;
   std::vector<uint8_t> rx_ctrl;
 
-  // transmit: slots filled from poll_transmit, then messages built over them
+  // transmit: slots filled from poll_transmit_gather, then messages built
+  // over them (grouped by socket, runs coalesced with GSO)
   size_t tx_slot_size = 0;
+  size_t tx_cap = 0;  // slots
   std::vector<uint8_t> tx_buf;
   std::vector<TxSlot> tx_slots;
   std::vector<uint32_t> tx_order;
-  std::vector<iovec> tx_iov;
+  std::vector<uint32_t> tx_bucket;  // counting sort by TxSlot::key
+  std::vector<iovec> tx_iov;        // 3 per slot
   std::vector<mmsghdr> tx_msgs;
   std::vector<uint16_t> tx_msg_sock;
   std::vector<uint32_t> tx_msg_segs;
+  std::vector<uint32_t> tx_msg_first;  // first index into tx_order
   std::vector<sockaddr_storage> tx_addr;
   std::vector<uint8_t> tx_ctrl;
   size_t tx_count = 0;      // slots filled
   size_t tx_msg_count = 0;  // messages built
   size_t tx_msg_next = 0;   // next message to send
+  // Test hook (env METAROCE_UDP_FAULT_EAGAIN=N): every Nth sendmmsg fails as
+  // if the socket buffer were full.
+  uint32_t fault_eagain_every = 0;
+  uint32_t fault_calls = 0;
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
@@ -135,6 +158,11 @@ struct UdpEndpoint::Impl {
   std::atomic<bool> threaded{false};
   std::atomic<bool> running{false};
   std::atomic<bool> sleeping{false};
+  // The application asked for fd(): it may sleep on it, so every round arms
+  // the timerfd. Otherwise only the driver's own sleeps need it armed, and
+  // arming per round (the ACK delay moves every other packet) costs a
+  // timerfd_settime per two packets on a receiver.
+  std::atomic<bool> fd_exported{false};
 
   ~Impl() { close_fds(); }
 
@@ -256,6 +284,8 @@ struct UdpEndpoint::Impl {
     cfg = opts.engine;
     batch = std::clamp<uint32_t>(opts.batch, 1, 1024);
     gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
+    if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))
+      fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
     gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
     rx_fd = open_bound(local, true, err);
@@ -339,16 +369,34 @@ struct UdpEndpoint::Impl {
     rx_iov.assign(batch, iovec{});
     rx_addr.assign(batch, sockaddr_storage{});
     rx_ctrl.assign(kRxCtrlBytes * batch, 0);
-    tx_slot_size = size_t{cfg.mtu} + 256;
-    tx_buf.assign(tx_slot_size * batch, 0);
-    tx_slots.assign(batch, TxSlot{});
-    tx_order.assign(batch, 0);
-    tx_iov.assign(batch, iovec{});
-    tx_msgs.assign(batch, mmsghdr{});
-    tx_msg_sock.assign(batch, 0);
-    tx_msg_segs.assign(batch, 0);
-    tx_addr.assign(batch, sockaddr_storage{});
-    tx_ctrl.assign(kTxCtrlBytes * batch, 0);
+    for (uint32_t i = 0; i < batch; ++i) {
+      rx_iov[i].iov_base = rx_buf.data() + i * rx_slot;
+      rx_iov[i].iov_len = rx_slot;
+      msghdr& h = rx_msgs[i].msg_hdr;
+      h.msg_name = &rx_addr[i];
+      h.msg_namelen = sizeof(sockaddr_storage);
+      h.msg_iov = &rx_iov[i];
+      h.msg_iovlen = 1;
+      h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
+      h.msg_controllen = kRxCtrlBytes;
+      h.msg_flags = 0;
+    }
+    // Transmit slots: several per socket of a connection's paths, so that
+    // each path's packets of one round form GSO runs (the engine sprays
+    // consecutive packets over the paths, one socket each).
+    tx_slot_size = (size_t{cfg.mtu} + 256 + 63) & ~size_t{63};
+    tx_cap = std::clamp<size_t>(size_t{batch} * 8, 64, 2048);
+    tx_buf.assign(tx_slot_size * tx_cap, 0);
+    tx_slots.assign(tx_cap, TxSlot{});
+    tx_order.assign(tx_cap, 0);
+    tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
+    tx_iov.assign(3 * tx_cap, iovec{});
+    tx_msgs.assign(tx_cap, mmsghdr{});
+    tx_msg_sock.assign(tx_cap, 0);
+    tx_msg_segs.assign(tx_cap, 0);
+    tx_msg_first.assign(tx_cap + 1, 0);
+    tx_addr.assign(tx_cap, sockaddr_storage{});
+    tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
     return true;
   }
 
@@ -369,20 +417,17 @@ struct UdpEndpoint::Impl {
   size_t receive(TimeNs now) {
     size_t got = 0;
     for (int round = 0; round < kRxBatchesPerRound; ++round) {
-      for (uint32_t i = 0; i < batch; ++i) {
-        rx_iov[i].iov_base = rx_buf.data() + i * rx_slot;
-        rx_iov[i].iov_len = rx_slot;
+      // Only the fields the kernel wrote in the last call need resetting.
+      for (uint32_t i = 0; i < rx_used; ++i) {
         msghdr& h = rx_msgs[i].msg_hdr;
-        h.msg_name = &rx_addr[i];
         h.msg_namelen = sizeof(sockaddr_storage);
-        h.msg_iov = &rx_iov[i];
-        h.msg_iovlen = 1;
-        h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
         h.msg_controllen = kRxCtrlBytes;
         h.msg_flags = 0;
       }
+      rx_used = 0;
       const int r = recvmmsg(rx_fd, rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
       if (r <= 0) break;
+      rx_used = static_cast<uint32_t>(r);
       ++io.rx_syscalls;
       for (int i = 0; i < r; ++i) {
         msghdr& h = rx_msgs[i].msg_hdr;
@@ -447,25 +492,63 @@ struct UdpEndpoint::Impl {
   // Fills slots from the engine; returns the number taken.
   size_t fill(TimeNs now) {
     TxDatagram tx;
-    while (tx_count < batch) {
-      std::span<uint8_t> buf(tx_buf.data() + tx_count * tx_slot_size, tx_slot_size);
-      if (!eng->poll_transmit(now, buf, tx)) break;
+    while (tx_count < tx_cap) {
+      uint8_t* buf = tx_buf.data() + tx_count * tx_slot_size;
+      if (!eng->poll_transmit_gather(now, std::span<uint8_t>(buf, tx_slot_size), tx)) break;
       TxSlot& s = tx_slots[tx_count];
       s.peer = tx.peer;
-      s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size));
-      s.sock = choose_socket(tx.entropy, buf.data(), s.len);
+      // The slot holds mtu + 256 bytes, so a gathered packet also fits whole
+      // (materialize_pending): headers are under 64 bytes, payload <= mtu.
+      if (tx.payload.size() > kGatherMin) {
+        s.payload = tx.payload.data();
+        s.hlen = static_cast<uint16_t>(tx.header_len);
+        s.len = static_cast<uint32_t>(tx.header_len + tx.payload.size() + 4);
+        std::memcpy(s.trailer, tx.trailer, 4);
+      } else {
+        // Whole in the buffer: built so (no payload), or a small payload is
+        // cheaper to copy than to describe with two more iovecs.
+        if (!tx.payload.empty()) {
+          std::memcpy(buf + tx.header_len, tx.payload.data(), tx.payload.size());
+          std::memcpy(buf + tx.header_len + tx.payload.size(), tx.trailer, 4);
+        }
+        s.payload = nullptr;
+        s.hlen = 0;
+        s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size));
+      }
+      s.sock = choose_socket(tx.entropy, buf, s.len);
+      s.key = static_cast<uint16_t>(2 * s.sock + (s.len >= 2 && buf[1] == kOpAck ? 1 : 0));
       ++tx_count;
     }
     return tx_count;
   }
 
+  // The iovecs of slot `slot` from tx_iov[at]; returns how many (1 or 3).
+  size_t slot_iov(uint32_t slot, size_t at) {
+    const TxSlot& s = tx_slots[slot];
+    uint8_t* buf = tx_buf.data() + size_t{slot} * tx_slot_size;
+    if (s.payload == nullptr) {
+      tx_iov[at] = {buf, s.len};
+      return 1;
+    }
+    tx_iov[at] = {buf, s.hlen};
+    tx_iov[at + 1] = {const_cast<uint8_t*>(s.payload), s.len - s.hlen - 4u};
+    tx_iov[at + 2] = {const_cast<uint8_t*>(s.trailer), 4};
+    return 3;
+  }
+
   void build_messages() {
-    for (size_t i = 0; i < tx_count; ++i) tx_order[i] = static_cast<uint32_t>(i);
-    // Stable sort by socket, then peer kept in arrival order: batch is small.
-    std::stable_sort(tx_order.begin(), tx_order.begin() + static_cast<long>(tx_count),
-                     [&](uint32_t a, uint32_t b) { return tx_slots[a].sock < tx_slots[b].sock; });
+    // Group by socket (a counting sort, stable): one sendmmsg per socket, and
+    // a path's packets of this batch adjacent so that they coalesce with GSO.
+    // ACKs form their own group after the socket's other packets so that
+    // they coalesce too; every other packet keeps its order on its socket.
+    std::fill(tx_bucket.begin(), tx_bucket.end(), 0);
+    for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[tx_slots[i].key + 1u];
+    for (size_t k = 1; k < tx_bucket.size(); ++k) tx_bucket[k] += tx_bucket[k - 1];
+    for (size_t i = 0; i < tx_count; ++i)
+      tx_order[tx_bucket[tx_slots[i].key]++] = static_cast<uint32_t>(i);
     tx_msg_count = 0;
     size_t i = 0;
+    size_t niov = 0;
     while (i < tx_count) {
       const TxSlot& first = tx_slots[tx_order[i]];
       size_t j = i + 1;
@@ -482,11 +565,6 @@ struct UdpEndpoint::Impl {
         }
       }
       const size_t m = tx_msg_count++;
-      for (size_t k = i; k < j; ++k) {
-        const uint32_t slot = tx_order[k];
-        tx_iov[k].iov_base = tx_buf.data() + slot * tx_slot_size;
-        tx_iov[k].iov_len = tx_slots[slot].len;
-      }
       msghdr& h = tx_msgs[m].msg_hdr;
       h = msghdr{};
       socklen_t alen = 0;
@@ -497,12 +575,14 @@ struct UdpEndpoint::Impl {
         i = j;
         continue;
       }
+      h.msg_iov = &tx_iov[niov];
+      for (size_t k = i; k < j; ++k) niov += slot_iov(tx_order[k], niov);
       h.msg_name = &tx_addr[m];
       h.msg_namelen = alen;
-      h.msg_iov = &tx_iov[i];
-      h.msg_iovlen = j - i;
+      h.msg_iovlen = static_cast<size_t>(&tx_iov[niov] - h.msg_iov);
       tx_msg_sock[m] = first.sock;
       tx_msg_segs[m] = static_cast<uint32_t>(j - i);
+      tx_msg_first[m] = static_cast<uint32_t>(i);
       if (j - i > 1) {
         uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
         std::memset(ctrl, 0, kTxCtrlBytes);
@@ -520,12 +600,42 @@ struct UdpEndpoint::Impl {
     tx_msg_next = 0;
   }
 
+  // Messages left unsent when a round ends (a full socket buffer) must not
+  // point into the application's memory any more: once progress() returns it
+  // may reuse a buffer whose request completed (the packet may be a
+  // retransmission). Copy their payloads into the slots; rare.
+  void materialize_pending() {
+    for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+      msghdr& h = tx_msgs[m].msg_hdr;
+      iovec* out = h.msg_iov;  // rewritten in place: never more iovecs than before
+      size_t n = 0;
+      for (uint32_t k = 0; k < tx_msg_segs[m]; ++k) {
+        const uint32_t slot = tx_order[tx_msg_first[m] + k];
+        TxSlot& s = tx_slots[slot];
+        uint8_t* buf = tx_buf.data() + size_t{slot} * tx_slot_size;
+        if (s.payload != nullptr) {
+          const size_t plen = s.len - s.hlen - 4u;
+          std::memcpy(buf + s.hlen, s.payload, plen);
+          std::memcpy(buf + s.hlen + plen, s.trailer, 4);
+          s.payload = nullptr;
+          ++io.tx_materialized;
+        }
+        out[n++] = {buf, s.len};
+      }
+      h.msg_iovlen = n;
+    }
+  }
+
   // Sends built messages; false if a socket buffer was full (the rest waits).
   bool flush() {
     while (tx_msg_next < tx_msg_count) {
       const uint16_t sock = tx_msg_sock[tx_msg_next];
       size_t end = tx_msg_next + 1;
       while (end < tx_msg_count && tx_msg_sock[end] == sock) ++end;
+      if (fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0) {
+        ++io.tx_eagain;  // test hook: a full socket buffer (loopback never fills one)
+        return false;
+      }
       const int r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next],
                              static_cast<unsigned>(end - tx_msg_next), MSG_DONTWAIT);
       ++io.tx_syscalls;
@@ -567,14 +677,14 @@ struct UdpEndpoint::Impl {
       const size_t before = tx_count;
       fill(now);
       taken += tx_count - before;
-      if (tx_count < batch) return taken;
+      if (tx_count < tx_cap) return taken;
       build_messages();
     }
   }
 
   void end_round() {
     if (tx_count != 0 && tx_msg_count == 0) build_messages();
-    if (tx_msg_count != 0) (void)flush();
+    if (tx_msg_count != 0 && !flush()) materialize_pending();
   }
 
   void remember(const PeerAddr& p) {
@@ -615,6 +725,10 @@ struct UdpEndpoint::Impl {
     if (tx_msg_count != 0) next = std::min(next, now + 50 * kMicrosecond);  // retry a full socket
     const uint64_t want = next == TimeNs::never() ? 0 : std::max<uint64_t>(next.ns, 1);
     if (want == armed_ns) return;
+    // An armed deadline still ahead and no later than the wanted one stays:
+    // an early wake-up is harmless (progress() re-arms), and the deadline
+    // moves later on most rounds, which would otherwise cost a syscall each.
+    if (armed_ns > now.ns && (want == 0 || want > armed_ns)) return;
     armed_ns = want;
     itimerspec its{};
     if (want != 0) {
@@ -634,7 +748,7 @@ struct UdpEndpoint::Impl {
     moved += pump_tx(now);
     end_round();
     if (drain_events()) moved += 1;
-    arm_timer(now);
+    if (fd_exported.load(std::memory_order_relaxed)) arm_timer(now);
     return moved;
   }
 
@@ -643,6 +757,7 @@ struct UdpEndpoint::Impl {
     if (timeout.count() <= 0) return;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     epoll_event evs[4];
+    arm_timer(clock_now());
     const int n = epoll_wait(epfd, evs, 4, static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
@@ -695,6 +810,10 @@ struct UdpEndpoint::Impl {
         continue;
       }
       // Long idle: sleep on the epoll fd (datagram, timer, or a post wakes us).
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        arm_timer(clock_now());
+      }
       sleeping.store(true, std::memory_order_release);
       epoll_event evs[4];
       const int n = epoll_wait(epfd, evs, 4, 1);
@@ -754,7 +873,10 @@ uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
 uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
 bool UdpEndpoint::gso_enabled() const { return impl_->gso; }
 bool UdpEndpoint::gro_enabled() const { return impl_->gro; }
-int UdpEndpoint::fd() const { return impl_->epfd; }
+int UdpEndpoint::fd() const {
+  impl_->fd_exported.store(true, std::memory_order_relaxed);
+  return impl_->epfd;
+}
 
 size_t UdpEndpoint::progress() {
   auto lk = impl_->guard();
