@@ -163,8 +163,13 @@ class Endpoint {
   // Writes the next datagram into buf (at least mtu + 128 bytes) and returns
   // true, or false when nothing is ready. Call until it returns false.
   [[nodiscard]] bool poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
-  // The same, but the payload is not copied: out.payload points into
-  // registered memory and stays valid until the next call into the endpoint.
+  // The same, but the payload is not copied: out.payload points into the
+  // registered memory the work request names (for a READ response, the region
+  // the READ names). The engine never moves or frees it; its bytes stay as
+  // they are until the application reuses that memory, which it may do once
+  // the work request's completion (success or error) has been polled, or
+  // after deregistering the region. A driver holding payloads past that
+  // point must copy them first.
   [[nodiscard]] bool poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf,
                                           TxDatagram& out);
   // Earliest time at which handle_timeout has work; TimeNs::never() if none.
