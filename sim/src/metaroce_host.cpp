@@ -39,7 +39,7 @@ MetaRoceHost::MetaRoceHost(MetaRoceShared& shared, uint32_t host, const Endpoint
 
 MetaRoceHost::~MetaRoceHost() { sh_.net.sched().cancel(*this); }
 
-const ConnId* MetaRoceHost::connection_to(uint32_t dst, SimTime now) {
+const ConnId* MetaRoceHost::open_connection(uint32_t dst, SimTime now) {
   auto it = conns_.find(dst);
   if (it == conns_.end()) {
     ConnId c;
@@ -50,14 +50,14 @@ const ConnId* MetaRoceHost::connection_to(uint32_t dst, SimTime now) {
 }
 
 void MetaRoceHost::preconnect(uint32_t dst, SimTime now) {
-  if (connection_to(dst, now) == nullptr) ++sh_.connect_failures;
+  if (open_connection(dst, now) == nullptr) ++sh_.connect_failures;
   service(now);
 }
 
 void MetaRoceHost::start_flow(uint32_t flow, SimTime now) {
   FlowState& f = sh_.flows.at(flow);
   const uint32_t dst = f.spec.dst;
-  const ConnId* conn = connection_to(dst, now);
+  const ConnId* conn = open_connection(dst, now);
   if (conn == nullptr) {
     sh_.flows.wr_done(flow, false, now);
     return;

@@ -107,8 +107,9 @@ class MetaRoceHost final : public SimHost {
   void service(SimTime now);
   void pull(SimTime now);
   void post(const Pending& p, SimTime now);
-  // The connection to `dst`, opened on first use; nullptr if connect() refused.
-  const ConnId* connection_to(uint32_t dst, SimTime now);
+  // The connection to `dst`, opened on first use (connection_to only looks it
+  // up); nullptr if connect() refused.
+  const ConnId* open_connection(uint32_t dst, SimTime now);
 
   MetaRoceShared& sh_;
   Endpoint ep_;
