@@ -63,8 +63,7 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
     if (p.state != PathState::kActive || p.held) continue;  // LOSS-8: held until it answers
     if (i != avoid) other_active = true;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
-    if (p.inflight > 0 ? p.inflight + need > p.cwnd : (p.cwnd < need && now < p.next_send))
-      continue;
+    if (p.inflight > 0 ? p.inflight >= p.cwnd : (p.cwnd < need && now < p.next_send)) continue;
     if (p.next_pseq - p.ring_head >= c.window() && !trim_ring(c, i)) continue;
     if (i == avoid) {
       fallback = i;

@@ -75,6 +75,12 @@ void MetaRoceHost::start_flow(uint32_t flow, SimTime now) {
     SendWr wr;
     wr.wr_id = flow;
     wr.op = WrOpcode::kWrite;
+    // A flow others wait for ends in a WRITE_IMM, as NCCL signals a chunk:
+    // its receive completion (COMP-3) says every byte before it is placed.
+    if (i + 1 == n && sh_.flows.has_dependents(flow)) {
+      wr.op = WrOpcode::kWriteImm;
+      wr.imm = flow;
+    }
     wr.length = static_cast<uint32_t>(std::min(left, chunk));
     left -= wr.length;
     wr.local_addr = mr_.addr;
@@ -97,6 +103,13 @@ void MetaRoceHost::post(const Pending& p, SimTime now) {
   } else if (s != Status::kOk) {
     sh_.flows.wr_done(p.flow, false, now);
   }
+}
+
+void MetaRoceHost::post_receive(ConnId conn) {
+  RecvWr r;
+  r.addr = mr_.addr;
+  r.lkey = mr_.lkey;
+  if (ep_.post_recv(conn, r) != Status::kOk) ++sh_.errors;
 }
 
 void MetaRoceHost::receive(Packet* p, uint32_t in_port, SimTime now) {
@@ -161,6 +174,13 @@ void MetaRoceHost::pull(SimTime now) {
 void MetaRoceHost::service(SimTime now) {
   Completion c;
   while (ep_.poll_completion(c)) {
+    if (c.op == CompletionOp::kRecvWriteImm) {
+      if (c.status == Status::kOk && c.has_imm && c.imm < sh_.flows.size())
+        sh_.flows.delivered(c.imm, now);
+      if (c.status != Status::kOk) ++sh_.errors;
+      if (c.status != Status::kFlushed) post_receive(c.conn);
+      continue;
+    }
     if (c.op == CompletionOp::kWrite || c.op == CompletionOp::kWriteImm ||
         c.op == CompletionOp::kSend || c.op == CompletionOp::kSendImm) {
       if (c.status != Status::kOk) ++sh_.errors;
@@ -169,7 +189,11 @@ void MetaRoceHost::service(SimTime now) {
   }
   Event e;
   while (ep_.poll_event(e)) {
-    if (e.kind == EventKind::kAccepted) accepted_.push_back(e.conn);
+    if (e.kind == EventKind::kAccepted) {
+      accepted_.push_back(e.conn);
+      if (sh_.signalled_flows)
+        for (uint32_t i = 0; i < kPostedReceives; ++i) post_receive(e.conn);
+    }
     if (e.kind == EventKind::kConnected) ++connects_settled_;
     if (e.kind == EventKind::kConnectFailed) {
       ++sh_.connect_failures;

@@ -106,6 +106,15 @@ void Port::transmit(Packet* p, SimTime now) {
   if (pfc_) released(p, now);
   const SimTime start = std::max(now, busy_until_);
   busy_until_ = start + serialization_time(p->wire_bytes, rate_mbps_);
+  if (!pfc_) {  // with PFC, now is when the packet left the FIFO, not when it was queued
+    if (p->wire_bytes >= kControlPacketBytes) {
+      stats_.data_wait += start - now;
+      ++stats_.data_packets;
+    } else {
+      stats_.ctrl_wait += start - now;
+      ++stats_.ctrl_packets;
+    }
+  }
   if (tap != nullptr) [[unlikely]]
     tap->on_transmit(*p, *this, now, start);
   ++stats_.tx_packets;

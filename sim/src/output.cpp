@@ -411,6 +411,41 @@ uint64_t SimOutput::pcap_records() const { return pcap_ ? pcap_->records() : 0; 
 
 bool Simulation::close_output(std::string& err) { return output_ ? output_->close(err) : true; }
 
+namespace {
+// Report::kPortKindNames order; kPortKinds for a link the names do not cover.
+size_t port_kind(const TopoGraph& g, const Port& p) {
+  const uint32_t from = p.owner->id, to = p.pipe.to->id;
+  if (from < g.num_hosts) return 0;
+  const int tier_from = g.switch_tier[from - g.num_hosts];
+  if (to < g.num_hosts) return tier_from == 0 ? 5 : Report::kPortKinds;
+  const int tier_to = g.switch_tier[to - g.num_hosts];
+  if (tier_to > tier_from) return tier_from == 0 ? 1 : tier_from == 1 ? 2 : Report::kPortKinds;
+  if (tier_to < tier_from) return tier_from == 2 ? 3 : tier_from == 1 ? 4 : Report::kPortKinds;
+  return Report::kPortKinds;
+}
+}  // namespace
+
+void Simulation::add_queue_waits(Report& r) const {
+  SimTime data[Report::kPortKinds] = {}, ctrl[Report::kPortKinds] = {};
+  uint64_t nd[Report::kPortKinds] = {}, nc[Report::kPortKinds] = {};
+  Network& net = *net_;
+  for (uint32_t e = 0; e < net.graph().edges.size(); ++e) {
+    for (bool rev : {false, true}) {
+      const Port& p = net.edge_port(e, rev);
+      const size_t k = port_kind(net.graph(), p);
+      if (k >= Report::kPortKinds) continue;
+      data[k] += p.stats().data_wait;
+      ctrl[k] += p.stats().ctrl_wait;
+      nd[k] += p.stats().data_packets;
+      nc[k] += p.stats().ctrl_packets;
+    }
+  }
+  for (size_t k = 0; k < Report::kPortKinds; ++k) {
+    r.data_wait_us[k] = nd[k] ? data[k].seconds() * 1e6 / static_cast<double>(nd[k]) : 0;
+    r.ctrl_wait_us[k] = nc[k] ? ctrl[k].seconds() * 1e6 / static_cast<double>(nc[k]) : 0;
+  }
+}
+
 void Simulation::add_link_and_path_stats(Report& r) const {
   const double t = sched_.now().seconds();
   double sum = 0;
@@ -427,6 +462,7 @@ void Simulation::add_link_and_path_stats(Report& r) const {
     }
   }
   r.link_util_mean = r.links_used > 0 ? sum / static_cast<double>(r.links_used) : 0;
+  add_queue_waits(r);
   if (!shared_) return;
   PathStats ps;
   for (MetaRoceHost* h : shared_->hosts) {

@@ -308,6 +308,10 @@ void RcHost::timers(Qp& q, SimTime now) {
   }
 }
 
+void RcHost::note_delivery(uint32_t flow, SimTime now) {
+  if (sh_.delivered_bytes(flow) == sh_.flows.at(flow).spec.bytes) sh_.flows.delivered(flow, now);
+}
+
 void RcHost::on_data(Packet* p, SimTime now) {
   const Fields f = get(p);
   const uint32_t src = p->src;
@@ -327,6 +331,7 @@ void RcHost::on_data(Packet* p, SimTime now) {
       ++r.expected;
       r.nak_sent = false;
       send_ctrl(kAck, f.flow, src, r.expected, 0, now);
+      note_delivery(f.flow, now);
     } else if (f.psn > r.expected) {
       ++tot_.ooo_dropped;
       if (!r.nak_sent) {
@@ -350,6 +355,7 @@ void RcHost::on_data(Packet* p, SimTime now) {
   if (f.psn == r.expected) {
     while (r.expected < r.got.size() && r.got[r.expected] != 0) ++r.expected;
     send_ctrl(kAck, f.flow, src, r.expected, 0, now);
+    note_delivery(f.flow, now);
   } else {
     send_ctrl(kSack, f.flow, src, r.expected, f.psn, now);
   }

@@ -42,6 +42,13 @@ bool parse_transport(const std::string& s, TransportKind& out) {
 EndpointConfig dc_endpoint_config() {
   EndpointConfig c;
   c.cover_payload = false;  // payload bytes are not simulated (see metaroce_host.hpp)
+  // 16 entropies, not the engine's default 8: a switch hashes a connection's
+  // entropies onto its uplinks at random, and 8 values over a fat-tree ToR's
+  // 8 uplinks reach only about 5 of them, some twice, a static imbalance that
+  // congestion control must then undo. 16 halve the variance of each uplink's
+  // share (fattree1024-perm2mb: 1.56x ideal with 8, 1.45x with 16; 32 gives
+  // 1.42x but doubles per-connection state and misses the incast target).
+  c.num_paths = 16;
   c.recovery.initial_rtt_ns = 15 * kMicrosecond;
   c.recovery.min_rto_ns = 200 * kMicrosecond;
   c.recovery.max_rto_ns = 10 * kMillisecond;
@@ -165,6 +172,8 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
     shared_->wire_overhead = cfg_.wire_overhead;
     shared_->wr_bytes = cfg_.wr_bytes;
+    for (uint32_t f = 0; f < flows_->size() && !shared_->signalled_flows; ++f)
+      shared_->signalled_flows = flows_->has_dependents(f);
     for (uint32_t i = 0; i < h; ++i) {
       EndpointConfig hc = ec;
       hc.seed = derive_seed(cfg_.seed, 0x686f7374, i);
@@ -465,6 +474,17 @@ std::string Report::to_json(bool timing) const {
   o.d("link_util_mean", link_util_mean, 4);
   o.d("link_util_max", link_util_max, 4);
   o.u("links_used", links_used);
+  for (const auto* which : {"queue_wait_data_us", "queue_wait_ctrl_us"}) {
+    const double* v = which[11] == 'd' ? data_wait_us : ctrl_wait_us;
+    o.key(which);
+    o.s += "{";
+    for (size_t k = 0; k < kPortKinds; ++k) {
+      char b[64];
+      std::snprintf(b, sizeof b, "%s\"%s\": %.3f", k ? ", " : "", kPortKindNames[k], v[k]);
+      o.s += b;
+    }
+    o.s += "}";
+  }
   if (!per_path.empty()) {
     o.key("per_path");
     o.s += "[";
@@ -529,6 +549,13 @@ std::string Report::to_text(bool timing) const {
       b, sizeof b, "  links: utilization mean %.1f %%, max %.1f %% (%llu directions used)\n",
       100 * link_util_mean, 100 * link_util_max, static_cast<unsigned long long>(links_used));
   s += b;
+  s += "  mean queue wait, us (data / control):";
+  for (size_t k = 0; k < kPortKinds; ++k) {
+    std::snprintf(b, sizeof b, "%s %s %.2f/%.2f", k ? "," : "", kPortKindNames[k], data_wait_us[k],
+                  ctrl_wait_us[k]);
+    s += b;
+  }
+  s += "\n";
   if (!per_path.empty()) {
     s += "  per path slot (data packets / retx / CE / timeouts):";
     for (size_t i = 0; i < per_path.size(); ++i) {

@@ -179,15 +179,22 @@ void FlowTable::wr_done(uint32_t f, bool ok, SimTime now) {
   } else if (st.wrs_left > 0 && --st.wrs_left == 0) {
     st.finish = now;
     ++completed_;
-    for (uint32_t d : dependents_[f]) {
-      if (--deps_left_[d] == 0 && start_dependent) {
-        FlowState& dep = flows_[d];
-        dep.spec.start = std::max(dep.spec.start, now);  // FCT counts from the real start
-        start_dependent(d, now);
-      }
-    }
+    delivered(f, now);
   }
   if (all_done()) sched_.stop();
+}
+
+void FlowTable::delivered(uint32_t f, SimTime now) {
+  FlowState& st = flows_.at(f);
+  if (st.delivered != SimTime::never()) return;
+  st.delivered = now;
+  for (uint32_t d : dependents_[f]) {
+    if (--deps_left_[d] == 0 && start_dependent) {
+      FlowState& dep = flows_[d];
+      dep.spec.start = std::max(dep.spec.start, now);  // FCT counts from the real start
+      start_dependent(d, now);
+    }
+  }
 }
 
 }  // namespace metaroce::sim

@@ -10,6 +10,7 @@
 
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
+#include "metaroce/sim/settings.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/sim/topology.hpp"
 #include "metaroce/sim/workload.hpp"
@@ -317,4 +318,33 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
 }
 
 }  // namespace
+TEST(Settings, SetChangesExactlyTheNamedField) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  std::string err;
+  ASSERT_TRUE(apply_setting(c, "cc.dctcp_g_shift=5", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "recovery.min_rto_us=250", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "inflight_cap_bdp=1.5", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "queue.ecn_kmin=20000", err)) << err;
+  EXPECT_EQ(c.endpoint.cc.dctcp_g_shift, 5u);
+  EXPECT_EQ(c.endpoint.recovery.min_rto_ns, 250'000u);
+  EXPECT_DOUBLE_EQ(c.inflight_cap_bdp, 1.5);
+  EXPECT_EQ(c.queue.ecn_kmin, 20'000u);
+  EXPECT_NE(settings_help().find("num_paths"), std::string::npos);
+}
+
+TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
+  const SimConfig before = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  SimConfig c = before;
+  std::string err;
+  EXPECT_FALSE(apply_setting(c, "cc.no_such_key=1", err));
+  EXPECT_NE(err.find("unknown key 'cc.no_such_key'"), std::string::npos) << err;
+  EXPECT_FALSE(apply_setting(c, "num_paths=33", err));  // out of range
+  EXPECT_NE(err.find("[1, 32]"), std::string::npos) << err;
+  EXPECT_FALSE(apply_setting(c, "num_paths=2.5", err));  // not an integer
+  EXPECT_FALSE(apply_setting(c, "num_paths=abc", err));
+  EXPECT_NE(err.find("not a number"), std::string::npos) << err;
+  EXPECT_FALSE(apply_setting(c, "num_paths", err));  // no '='
+  EXPECT_EQ(c.endpoint.num_paths, before.endpoint.num_paths);
+}
+
 }  // namespace metaroce::sim

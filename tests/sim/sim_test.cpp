@@ -213,11 +213,39 @@ TEST(FatTree16, RingAllReduceRunsStepByStep) {
   const Report r = sim.report();
   expect_all_complete(r);
   EXPECT_EQ(r.flows, 16u * 30u);
-  // Step k of host i starts only after step k-1 of host i-1 completed.
-  for (uint32_t k = 1; k < 30; ++k)
-    for (uint32_t i = 0; i < 16; ++i)
-      EXPECT_GE(sim.flows().at(k * 16 + i).spec.start,
-                sim.flows().at((k - 1) * 16 + (i + 15) % 16).finish);
+  // Step k of host i starts only after step k-1 of host i-1 was delivered to
+  // it (the WRITE_IMM's receive completion), which comes before its sender
+  // hears the ACK.
+  uint32_t early = 0;
+  for (uint32_t k = 0; k < 30; ++k) {
+    for (uint32_t i = 0; i < 16; ++i) {
+      const FlowState& f = sim.flows().at(k * 16 + i);
+      ASSERT_TRUE(f.delivered != SimTime::never());
+      EXPECT_LE(f.delivered, f.finish);
+      if (sim.flows().has_dependents(k * 16 + i)) early += f.delivered < f.finish;
+      if (k == 0) continue;
+      EXPECT_GE(f.spec.start, sim.flows().at((k - 1) * 16 + (i + 15) % 16).delivered);
+      EXPECT_GE(f.spec.start, sim.flows().at((k - 1) * 16 + i).delivered);
+    }
+  }
+  EXPECT_EQ(early, 16u * 29u);  // from the receiver, not the fallback (the last step has no
+                                // dependents, so it does not signal)
+  EXPECT_EQ(r.errors, 0u);
+}
+
+TEST(FatTree16, BaselineRingsStartOnDelivery) {
+  for (TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn}) {
+    Simulation sim(preset("fattree16-allreduce", t, 1));
+    sim.run();
+    expect_all_complete(sim.report());
+    for (uint32_t f = 0; f < 16u * 30u; ++f) {
+      const FlowState& s = sim.flows().at(f);
+      EXPECT_LT(s.delivered, s.finish) << transport_name(t) << " flow " << f;
+      if (f >= 16) {
+        EXPECT_GE(s.spec.start, sim.flows().at(f - 16 - f % 16 + (f + 15) % 16).delivered);
+      }
+    }
+  }
 }
 
 TEST(Failures, LinkDownMidRunFlowsStillComplete) {

@@ -10,6 +10,7 @@
 
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
+#include "metaroce/sim/settings.hpp"
 
 int main(int argc, char** argv) {
   using namespace metaroce::sim;
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   int num_paths = 0;
   bool fabric_ecn = false, no_dcqcn = false, list_links_flag = false, cold = false;
   OutputOptions out;
+  std::vector<std::string> settings;
+  bool list_settings = false;
   double sample_us = 5;
   app.add_option("--preset", preset_name, "scenario name (--list shows them)");
   app.add_option("--config", config_file,
@@ -60,10 +63,18 @@ int main(int argc, char** argv) {
                  "link whose queue goes into queues.csv (default: the --pcap link)");
   app.add_option("--csv-flows", out.sampled_flows,
                  "flows whose connection's per-path state goes into paths.csv (default 4)");
+  app.add_option("--set", settings,
+                 "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
+                 "applied after the preset or config file");
+  app.add_flag("--list-settings", list_settings, "list the keys --set takes and exit");
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
     for (const auto& n : preset_names()) std::cout << n << "\n";
+    return 0;
+  }
+  if (list_settings) {
+    std::cout << settings_help();
     return 0;
   }
   TransportKind tk;
@@ -93,6 +104,13 @@ int main(int argc, char** argv) {
   if (fabric_ecn) cfg.rc.own_ecn = false;
   if (no_dcqcn) cfg.rc.dcqcn = false;
   if (cold) cfg.preconnect = false;
+  for (const auto& s : settings) {
+    std::string err;
+    if (!apply_setting(cfg, s, err)) {
+      std::cerr << "metaroce-sim: " << err << "\n";
+      return 2;
+    }
+  }
   if (list_links_flag) {
     std::cout << list_links(cfg.topo);
     return 0;

@@ -38,6 +38,9 @@ struct MetaRoceShared {
   std::vector<uint8_t> rxbuf;   // datagram buffer handed to handle_datagram
   uint32_t wire_overhead = 66;
   uint64_t wr_bytes = 256 * 1024;  // bytes per WRITE; flows are split into WRs of this size
+  // Some flows have dependents, so receivers keep receives posted for the
+  // WRITE_IMM that ends each of them.
+  bool signalled_flows = false;
   std::vector<MetaRoceHost*> hosts;
   uint64_t undeliverable = 0;
   uint64_t connect_failures = 0;
@@ -107,6 +110,10 @@ class MetaRoceHost final : public SimHost {
   void service(SimTime now);
   void pull(SimTime now);
   void post(const Pending& p, SimTime now);
+  // A zero-length receive for a WRITE_IMM that signals a flow's delivery.
+  void post_receive(ConnId conn);
+  // Receives kept posted on each accepted connection when flows signal.
+  static constexpr uint32_t kPostedReceives = 32;
   // The connection to `dst`, opened on first use (connection_to only looks it
   // up); nullptr if connect() refused.
   const ConnId* open_connection(uint32_t dst, SimTime now);

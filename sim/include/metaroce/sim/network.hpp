@@ -75,6 +75,12 @@ struct PortStats {
   uint64_t max_queue_bytes = 0;
   uint64_t pfc_pauses = 0;  // PAUSE frames that took effect on this port
   SimTime pfc_paused{0};    // time spent paused (closed intervals)
+  // Time packets waited behind others before serialization started, split
+  // into data packets and small control packets (ACKs, NAKs, CNPs), which
+  // wait behind data. Not kept with PFC, where a packet's wait is not known
+  // when it is queued.
+  SimTime data_wait{0}, ctrl_wait{0};
+  uint64_t data_packets = 0, ctrl_packets = 0;
 };
 
 // Sees every packet a port starts to send (a capture point on one direction

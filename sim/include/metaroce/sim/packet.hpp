@@ -14,6 +14,9 @@ namespace metaroce::sim {
 
 // Ethernet header 14 + FCS 4 + IPv4 20 + UDP 8 + preamble/SFD 8 + IFG 12.
 inline constexpr uint32_t kDefaultWireOverhead = 66;
+// Packets smaller than this on the wire are control (ACK, NAK, CNP) in the
+// queueing statistics; every data packet of the presets is far larger.
+inline constexpr uint32_t kControlPacketBytes = 512;
 inline constexpr uint8_t kEcnNotEct = 0;
 inline constexpr uint8_t kEcnCe = 3;
 

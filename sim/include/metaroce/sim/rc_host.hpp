@@ -155,6 +155,8 @@ class RcHost final : public SimHost {
                  SimTime now);
   // The PSN qp would send next, or UINT32_MAX.
   uint32_t next_psn(Qp& q);
+  // Every byte of `flow` in order at this receiver: dependents may start.
+  void note_delivery(uint32_t flow, SimTime now);
   void on_data(Packet* p, SimTime now);
   void on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, SimTime now);
   void on_cnp(Qp& q, SimTime now);

@@ -118,6 +118,13 @@ struct Report {
   // the digest (it follows from the counts the digest already has).
   double link_util_mean = 0, link_util_max = 0;
   uint64_t links_used = 0;
+  // Mean time a packet waited in a port's queue, by the kind of port (the
+  // fat-tree's names; a leaf is a ToR, a spine an agg): where the RTT goes.
+  static constexpr size_t kPortKinds = 6;
+  static constexpr const char* kPortKindNames[kPortKinds] = {"nic",       "tor_up",   "agg_up",
+                                                             "core_down", "agg_down", "tor_down"};
+  double data_wait_us[kPortKinds] = {};
+  double ctrl_wait_us[kPortKinds] = {};
   std::vector<PathSlotTotals> per_path;  // MetaRoCE only, by path slot
   uint64_t digest = 0;  // hash of every deterministic field and every flow's finish time
   // Not deterministic:
@@ -167,6 +174,7 @@ class Simulation {
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
   void add_link_and_path_stats(Report& r) const;  // in output.cpp
+  void add_queue_waits(Report& r) const;          // in output.cpp
   // Report::ideal_us from the bytes each host sent and received.
   [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
                                         const std::vector<uint64_t>& recvd) const;

@@ -20,8 +20,10 @@ struct FlowSpec {
   uint32_t dst = 0;
   uint64_t bytes = 0;
   SimTime start{0};
-  // Flows that must complete first (UINT32_MAX: none). A flow with
-  // dependencies starts when the last of them completes (and not before start).
+  // Flows that must be delivered first (UINT32_MAX: none). A flow with
+  // dependencies starts when the last of them has been delivered, meaning all
+  // its bytes have been placed at its receiver, which a collective learns
+  // from a receive completion (and not before start).
   uint32_t after[2] = {UINT32_MAX, UINT32_MAX};
 };
 
@@ -35,8 +37,10 @@ std::vector<FlowSpec> incast(uint32_t hosts, uint32_t receiver, uint32_t senders
 std::vector<FlowSpec> all_to_all(uint32_t hosts, uint64_t bytes);
 // Ring all-reduce of `bytes` per host over hosts 0..n-1 in ring order:
 // 2(n-1) steps (reduce-scatter, then all-gather); in each, host i sends
-// bytes/n to host i+1, after receiving the previous step's chunk from host
-// i-1 and finishing its own previous send. Flow index: step * n + i.
+// bytes/n to host i+1, once the previous step's chunk from host i-1 has
+// arrived and its own previous chunk has arrived at i+1 (NCCL's ring moves on
+// when data lands, not when the sender hears it was acknowledged). Flow
+// index: step * n + i.
 std::vector<FlowSpec> ring_allreduce(uint32_t hosts, uint64_t bytes);
 // The same on each ring of `rings` at once (ring = host ids in rank order,
 // at least two, no host twice in one ring). Flows of ring r come in one block,
@@ -67,7 +71,8 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
 
 struct FlowState {
   FlowSpec spec;
-  SimTime finish = SimTime::never();
+  SimTime finish = SimTime::never();     // the sender's last completion
+  SimTime delivered = SimTime::never();  // the receiver had every byte
   uint32_t wrs_left = 0;
   bool failed = false;
   [[nodiscard]] bool done() const { return finish != SimTime::never(); }
@@ -86,8 +91,13 @@ class FlowTable {
   [[nodiscard]] size_t completed() const { return completed_; }
   [[nodiscard]] size_t failed() const { return failed_; }
   [[nodiscard]] bool all_done() const { return completed_ + failed_ == flows_.size(); }
-  // One WR of flow f completed (ok = success).
+  // One WR of flow f completed (ok = success). A flow complete at its sender
+  // is also delivered, if its transport did not say so earlier.
   void wr_done(uint32_t f, bool ok, SimTime now);
+  // Every byte of flow f has been placed at its receiver: dependents start.
+  void delivered(uint32_t f, SimTime now);
+  // Whether other flows wait for f (its transport then reports delivery).
+  [[nodiscard]] bool has_dependents(size_t f) const { return !dependents_[f].empty(); }
 
  private:
   Scheduler& sched_;

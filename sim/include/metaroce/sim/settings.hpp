@@ -1,0 +1,26 @@
+// Named overrides of a scenario's tunables (metaroce-sim --set KEY=VALUE, and
+// a config file's [set] table): the engine's congestion control and recovery
+// parameters, the driver's BDP-derived windows and the switch queues. They
+// exist for ablations and sensitivity studies: a preset stays fixed, and a run
+// says exactly what it changed.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "metaroce/sim/simulation.hpp"
+
+namespace metaroce::sim {
+
+// Applies `key` = `value` to `cfg`. Returns false with a message in `err` for
+// an unknown key or a value out of the key's range; `cfg` is then unchanged.
+[[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view key, double value,
+                                 std::string& err);
+
+// "KEY=VALUE" as given on a command line.
+[[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);
+
+// One line per key: name, unit and meaning (metaroce-sim --list-settings).
+[[nodiscard]] std::string settings_help();
+
+}  // namespace metaroce::sim

@@ -1,0 +1,129 @@
+// The table of --set keys. Each entry converts one number into one field, with
+// its range checked, so that a typo or a nonsense value fails the run up
+// front instead of quietly simulating something else.
+#include "metaroce/sim/settings.hpp"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+namespace metaroce::sim {
+namespace {
+
+struct Setting {
+  const char* key;
+  const char* help;
+  double min, max;
+  bool integer;
+  std::function<void(SimConfig&, double)> set;
+};
+
+uint64_t ns_from_us(double us) { return static_cast<uint64_t>(std::llround(us * 1000.0)); }
+
+const std::array<Setting, 22>& table() {
+  static const std::array<Setting, 22> t{{
+      {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
+       true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }},
+      {"cc.min_cwnd_packets", "CC-6 floor of a path's window, packets", 1, 1 << 16, true,
+       [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); }},
+      {"cc.max_cwnd_packets", "CC-6 ceiling of a path's window, packets (0: the connection window)",
+       0, 1 << 16, true,
+       [](SimConfig& c, double v) { c.endpoint.cc.max_cwnd_packets = static_cast<uint32_t>(v); }},
+      {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, 16, true,
+       [](SimConfig& c, double v) { c.endpoint.cc.dctcp_g_shift = static_cast<uint32_t>(v); }},
+      {"cc.target_queue_delay_us", "CC-5 queueing delay above the path's minimum RTT that cuts", 0,
+       1e6, false,
+       [](SimConfig& c, double v) { c.endpoint.cc.target_queue_delay_ns = ns_from_us(v); }},
+      {"cc.max_delay_decrease_pct", "CC-5 largest cut per RTT, percent", 0, 100, true,
+       [](SimConfig& c, double v) {
+         c.endpoint.cc.max_delay_decrease_pct = static_cast<uint32_t>(v);
+       }},
+      {"cc.max_inflight_packets", "CC-9 connection cap in packets (0: from inflight_cap_bdp)", 0,
+       1 << 20, true,
+       [](SimConfig& c, double v) {
+         c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
+       }},
+      {"inflight_cap_bdp", "CC-9 connection cap as a multiple of the fabric BDP (0: none)", 0, 1000,
+       false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }},
+      {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
+       1000, false, [](SimConfig& c, double v) { c.initial_window_bdp = v; }},
+      {"num_paths", "PATH-1 entropy values per connection", 1, 32, true,
+       [](SimConfig& c, double v) { c.endpoint.num_paths = static_cast<uint8_t>(v); }},
+      {"ack_every", "ACK-1 data packets per ACK", 1, 64, true,
+       [](SimConfig& c, double v) { c.endpoint.ack_every = static_cast<uint8_t>(v); }},
+      {"ack_delay_us", "ACK-5 longest an ACK waits", 0, 1e6, false,
+       [](SimConfig& c, double v) { c.endpoint.ack_delay_ns = ns_from_us(v); }},
+      {"recovery.reorder_threshold", "LOSS-2 later packets acked on the same path", 1, 1024, true,
+       [](SimConfig& c, double v) {
+         c.endpoint.recovery.reorder_threshold = static_cast<uint32_t>(v);
+       }},
+      {"recovery.min_rto_us", "LOSS-4 smallest retransmission timeout", 1, 1e7, false,
+       [](SimConfig& c, double v) { c.endpoint.recovery.min_rto_ns = ns_from_us(v); }},
+      {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100, true,
+       [](SimConfig& c, double v) {
+         c.endpoint.recovery.retire_loss_pct = static_cast<uint32_t>(v);
+       }},
+      {"queue.buffer_bytes", "drop-tail limit per switch port, bytes", 1, 1e12, true,
+       [](SimConfig& c, double v) { c.queue.buffer_bytes = static_cast<uint64_t>(v); }},
+      {"queue.ecn_kmin", "ECN marking starts above this queue, bytes", 0, 1e12, true,
+       [](SimConfig& c, double v) { c.queue.ecn_kmin = static_cast<uint64_t>(v); }},
+      {"queue.ecn_kmax", "ECN marking reaches ecn_pmax here, bytes", 0, 1e12, true,
+       [](SimConfig& c, double v) { c.queue.ecn_kmax = static_cast<uint64_t>(v); }},
+      {"queue.ecn_pmax", "ECN marking probability at ecn_kmax", 0, 1, false,
+       [](SimConfig& c, double v) { c.queue.ecn_pmax = v; }},
+      {"queue.pfc", "PFC in the fabric (rocev2 turns it on regardless)", 0, 1, true,
+       [](SimConfig& c, double v) { c.queue.pfc = v != 0; }},
+      {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes", 4096, 1e12, true,
+       [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
+      {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,
+       [](SimConfig& c, double v) { c.wire_overhead = static_cast<uint32_t>(v); }},
+  }};
+  return t;
+}
+
+}  // namespace
+
+bool apply_setting(SimConfig& cfg, std::string_view key, double value, std::string& err) {
+  for (const Setting& s : table()) {
+    if (key != s.key) continue;
+    if (!std::isfinite(value) || value < s.min || value > s.max ||
+        (s.integer && value != std::floor(value))) {
+      std::ostringstream o;
+      o << "--set " << key << ": " << value << " is not "
+        << (s.integer ? "an integer " : "a value ") << "in [" << s.min << ", " << s.max << "]";
+      err = o.str();
+      return false;
+    }
+    s.set(cfg, value);
+    return true;
+  }
+  err = "--set: unknown key '" + std::string(key) + "' (--list-settings shows them)";
+  return false;
+}
+
+bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos) {
+    err = "--set wants KEY=VALUE, got '" + std::string(assignment) + "'";
+    return false;
+  }
+  const std::string_view key = assignment.substr(0, eq);
+  const std::string text(assignment.substr(eq + 1));
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) {
+    err = "--set " + std::string(key) + ": '" + text + "' is not a number";
+    return false;
+  }
+  return apply_setting(cfg, key, value, err);
+}
+
+std::string settings_help() {
+  std::ostringstream o;
+  for (const Setting& s : table()) o << "  " << s.key << "\n      " << s.help << "\n";
+  return o.str();
+}
+
+}  // namespace metaroce::sim
