@@ -618,6 +618,61 @@ TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
   (void)b;
 }
 
+TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
+  // Both ends keep 16 READs of 100 KB outstanding at each other over windows
+  // too small to send a whole backlog of responses in one round trip, so
+  // each end always has READ responses queued. Its own READs must still go
+  // out: each end's reads make progress, not only one end's.
+  EndpointConfig ca = cfg(180), cb = cfg(181);
+  ca.cc.enabled = cb.cc.enabled = false;  // CC-8: 16 packets per connection, always
+  Loop loop(ca, cb);
+  auto [a, b] = loop.connect();
+  const ConnId conn[2] = {a, b};
+  constexpr uint32_t kLen = 100000, kQd = 16;
+  std::vector<std::unique_ptr<Buf>> src, dst;
+  for (int i = 0; i < 2; ++i) {
+    src.push_back(std::make_unique<Buf>(loop.ep(i), kQd * kLen, kAccessRemoteRead));
+    pattern(src.back()->bytes, static_cast<uint8_t>(i + 1));
+    dst.push_back(std::make_unique<Buf>(loop.ep(i), kQd * kLen, kAccessLocalWrite));
+  }
+  auto post_read = [&](int i, uint64_t slot) {
+    SendWr r;
+    r.wr_id = slot;
+    r.op = WrOpcode::kRead;
+    r.local_addr = dst[i]->addr(slot * kLen);
+    r.length = kLen;
+    r.lkey = dst[i]->mr.lkey;
+    r.remote_addr = src[1 - i]->addr(slot * kLen);
+    r.rkey = src[1 - i]->mr.rkey;
+    return loop.ep(i).post_send(conn[i], r);
+  };
+  // One end starts first: its READs reach the other end before that end's
+  // own READs are posted, behind a queue of responses.
+  for (uint64_t s = 0; s < kQd; ++s) ASSERT_EQ(post_read(0, s), Status::kOk);
+  const TimeNs start = loop.now();
+  loop.run_until([&] { return loop.now().since(start) >= 10 * kMicrosecond; });
+  for (uint64_t s = 0; s < kQd; ++s) ASSERT_EQ(post_read(1, s), Status::kOk);
+  uint64_t completed[2] = {0, 0};
+  bool failed = false;
+  loop.run_until(
+      [&] {
+        for (int i = 0; i < 2; ++i) {
+          for (const Completion& d : loop.drain(i)) {
+            failed |= d.status != Status::kOk;
+            ++completed[i];
+            if (post_read(i, d.wr_id) != Status::kOk) failed = true;
+          }
+        }
+        return failed || completed[0] + completed[1] >= 400;
+      },
+      50 * kMillisecond);
+  EXPECT_FALSE(failed);
+  std::printf("reads completed: %lu and %lu\n", static_cast<unsigned long>(completed[0]),
+              static_cast<unsigned long>(completed[1]));
+  EXPECT_GE(completed[0], 100u);
+  EXPECT_GE(completed[1], 100u);
+}
+
 TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EndpointConfig c = cfg(100);
   c.recovery.peer_timeout_ns = 50 * kMillisecond;
