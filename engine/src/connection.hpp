@@ -170,6 +170,7 @@ struct Connection {
   uint32_t next_read_seq = 0;
   uint32_t reads_outstanding = 0;
   uint32_t sq_count = 0;
+  bool resp_turn = true;  // SCHED-4: a READ response goes next if both queues have a message ready
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
   TimeNs last_activity{0};                    // last work posted or packet handled: context release

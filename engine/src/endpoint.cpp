@@ -193,6 +193,11 @@ void Endpoint::Impl::compute_timer(Connection& c) {
   TimeNs t = c.control_deadline;
   t = std::min(t, c.ack_deadline);
   bool outstanding = false;
+  // CC-6: a paced path with nothing in flight hears no ACK and runs no RTO,
+  // so its pacing deadline is what wakes the sender, whatever it has left to
+  // send: new messages, READ responses (READ-2) or retransmissions (SCHED-2).
+  const bool unsent = c.tx && (c.tx->sq_seg != c.tx->sq_tail || c.tx->resp_seg != c.tx->resp_tail ||
+                               c.tx->retx_head != c.tx->retx_tail);
   // Path timers run only on an established connection (run_timers serves
   // them only then); counting them in other states would spin the driver.
   const uint8_t timed_paths = c.state == ConnState::kEstablished ? c.num_paths : 0;
@@ -203,7 +208,7 @@ void Endpoint::Impl::compute_timer(Connection& c) {
       outstanding = true;
     }
     if (p.state == PathState::kProbing) t = std::min(t, p.probe_deadline);
-    if (p.inflight == 0 && p.next_send > last_now && c.tx && c.tx->sq_seg != c.tx->sq_tail)
+    if (p.inflight == 0 && p.next_send > last_now && unsent)
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
   if (c.tx && (c.tx->retx_head != c.tx->retx_tail)) outstanding = true;

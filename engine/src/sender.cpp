@@ -211,31 +211,41 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
-  // started is finished before another begins. Otherwise READ responses go
-  // first; READ-5: a READ is answered only once every packet sent before it
-  // has arrived, so it never returns data an earlier WRITE is still replacing.
-  const bool sq_started = t.sq_seg != t.sq_tail && t.sq[t.sq_seg % t.sq.size()].sent > 0;
-  const bool have_resp = !sq_started && t.resp_seg != t.resp_tail &&
-                         before(t.resp[t.resp_seg % t.resp.size()].req_psn, c.rx_cum);
-  if (!have_resp && t.sq_seg == t.sq_tail) return false;
-  if (!have_resp) {
-    detail::SqEntry& e = t.sq[t.sq_seg % t.sq.size()];
-    if (e.sent == 0 && e.wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads)
-      return false;  // READ-3
+  // started is finished before another begins. SCHED-4: between messages,
+  // READ responses and the send queue take turns while both have one ready,
+  // so that a steady stream of incoming READs cannot starve our own work,
+  // nor the reverse. READ-5: a READ is answered only once every packet sent
+  // before it has arrived, so it never returns data an earlier WRITE is
+  // still replacing.
+  detail::SqEntry* head = t.sq_seg != t.sq_tail ? &t.sq[t.sq_seg % t.sq.size()] : nullptr;
+  detail::RespJob* job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg % t.resp.size()] : nullptr;
+  bool use_resp;
+  if (head != nullptr && head->sent > 0) {
+    use_resp = false;
+  } else if (job != nullptr && job->sent > 0) {
+    use_resp = true;
+  } else {
+    const bool resp_ready = job != nullptr && before(job->req_psn, c.rx_cum);
+    const bool sq_ready = head != nullptr && !(head->wr.op == WrOpcode::kRead &&
+                                               c.reads_outstanding >= c.peer_max_reads);  // READ-3
+    if (!resp_ready && !sq_ready) return false;
+    use_resp = resp_ready && (!sq_ready || c.resp_turn);
   }
   const int path = pick_path(c, -1, now);
   if (path < 0) return false;
   const uint32_t psn = c.next_psn;
   uint16_t slot;
-  if (have_resp) {
+  if (use_resp) {
     const auto ji = static_cast<uint32_t>(t.resp_seg % t.resp.size());
-    detail::RespJob& j = t.resp[ji];
-    if (j.sent == 0) j.first_psn = psn;
-    if (++j.sent == j.npkts) ++t.resp_seg;
+    if (job->sent == 0) {
+      job->first_psn = psn;
+      c.resp_turn = false;  // SCHED-4: the send queue's turn next
+    }
+    if (++job->sent == job->npkts) ++t.resp_seg;
     slot = static_cast<uint16_t>(detail::kRespSlotFlag | ji);
   } else {
     const auto si = static_cast<uint32_t>(t.sq_seg % t.sq.size());
-    detail::SqEntry& e = t.sq[si];
+    detail::SqEntry& e = *head;
     if (e.sent == 0) {
       e.first_psn = psn;
       e.npkts = e.wr.op == WrOpcode::kRead ? 1 : packets_for(e.wr.length, c.mtu);
@@ -244,6 +254,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
         t.read_slot[e.msn % t.read_slot.size()] = si;
         ++c.reads_outstanding;
       }
+      c.resp_turn = true;  // SCHED-4: the responses' turn next
     }
     if (++e.sent == e.npkts) ++t.sq_seg;
     slot = static_cast<uint16_t>(si);

@@ -537,6 +537,167 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   EXPECT_EQ(st->retransmissions, 1u);
 }
 
+// CC-6 pacing with nothing to wake it. A sender whose paths are all below
+// one packet (here from the start: one packet of initial window shared by 8
+// paths) sends one packet per path, then each path waits srtt * packet / cwnd
+// before the next. When its tail-loss probe (LOSS-8) then takes those packets
+// out of flight, no ACK, RTO or PROBE is coming: only the pacing deadline can
+// restart the sender. The application keeps a receive buffer posted, as any
+// that takes SENDs does, so the context-release timer does not wake it either,
+// and without the pacing deadline the connection sits until the peer timeout
+// (PATH-7) fails it.
+EndpointConfig paced_cfg(uint64_t seed) {
+  EndpointConfig c = cfg(seed);
+  c.num_paths = 8;
+  c.cc.initial_cwnd_packets = 1;
+  return c;
+}
+
+void post_one_recv(Endpoint& ep, ConnId conn, Buf& buf) {
+  ASSERT_EQ(ep.post_recv(conn, RecvWr{1, buf.addr(), 64, buf.mr.lkey}), Status::kOk);
+}
+
+TEST(Engine, PacedReadResponsesResumeWithoutAnAck) {  // CC-6, LOSS-8, READ-2
+  // The requester's ACKs for the first response packets are late (a busy
+  // host): the tail-loss probe queues them for retransmission and empties
+  // every path, then the late ACKs acknowledge them after all. The
+  // responder is left with READ responses to send, every path paced and
+  // nothing in flight; the requester has its READs out and waits.
+  Loop loop(cfg(160), paced_cfg(161));
+  auto [a, b] = loop.connect();
+  Buf rq(loop.ep(1), 64, kAccessLocalWrite);
+  post_one_recv(loop.ep(1), b, rq);
+  uint32_t responses = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x06) ++responses;
+    // The link is FIFO: later datagrams queue behind a late one.
+    loop.delay_ns = from == 0 && d[1] == 0x10 && responses <= 8 && responses > 0
+                        ? 300 * kMicrosecond  // beyond the 135 us probe timer
+                        : 2 * kMicrosecond;
+  };
+  constexpr uint32_t kLen = 100000;
+  Buf remote(loop.ep(1), 4 * kLen, kAccessRemoteRead);
+  pattern(remote.bytes, 5);
+  Buf local(loop.ep(0), 4 * kLen, kAccessLocalWrite);
+  const TimeNs start = loop.now();
+  for (uint64_t i = 0; i < 4; ++i) {
+    SendWr r;
+    r.wr_id = i;
+    r.op = WrOpcode::kRead;
+    r.local_addr = local.addr(i * kLen);
+    r.length = kLen;
+    r.lkey = local.mr.lkey;
+    r.remote_addr = remote.addr(i * kLen);
+    r.rkey = remote.mr.rkey;
+    ASSERT_EQ(loop.ep(0).post_send(a, r), Status::kOk);
+  }
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until(
+      [&] {
+        auto d = loop.drain(0);
+        done.insert(done.end(), d.begin(), d.end());
+        return done.size() == 4;
+      },
+      100 * kMillisecond));
+  ASSERT_EQ(done.size(), 4u);
+  for (const Completion& d : done) EXPECT_EQ(d.status, Status::kOk);
+  EXPECT_EQ(local.bytes, remote.bytes);
+  const ConnStats* st = loop.ep(1).conn_stats(b);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(st->retransmissions, 0u);  // the probe's resends were acknowledged before they left
+  EXPECT_LT(loop.now().since(start), 5 * kMillisecond);  // the first pacing gap is 0.8 ms
+}
+
+TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
+  // The message's packets, one per path, are all lost: once the tail-loss
+  // probe has queued them, the retransmission queue is all there is to send.
+  Loop loop(paced_cfg(170), cfg(171));
+  auto [a, b] = loop.connect();
+  Buf rq(loop.ep(0), 64, kAccessLocalWrite);
+  post_one_recv(loop.ep(0), a, rq);
+  uint32_t data = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && data++ < 8;
+  };
+  constexpr uint32_t kLen = 8 * 4096;
+  Buf src(loop.ep(0), kLen, 0);
+  pattern(src.bytes, 11);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  const TimeNs start = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen)), Status::kOk);
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until(
+      [&] {
+        auto d = loop.drain(0);
+        done.insert(done.end(), d.begin(), d.end());
+        return !done.empty();
+      },
+      100 * kMillisecond));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(st->retransmissions, 8u);
+  EXPECT_LT(loop.now().since(start), 5 * kMillisecond);
+  (void)b;
+}
+
+TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
+  // Both ends keep 16 READs of 100 KB outstanding at each other over windows
+  // too small to send a whole backlog of responses in one round trip, so
+  // each end always has READ responses queued. Its own READs must still go
+  // out: each end's reads make progress, not only one end's.
+  EndpointConfig ca = cfg(180), cb = cfg(181);
+  ca.cc.enabled = cb.cc.enabled = false;  // CC-8: 16 packets per connection, always
+  Loop loop(ca, cb);
+  auto [a, b] = loop.connect();
+  const ConnId conn[2] = {a, b};
+  constexpr uint32_t kLen = 100000, kQd = 16;
+  std::vector<std::unique_ptr<Buf>> src, dst;
+  for (int i = 0; i < 2; ++i) {
+    src.push_back(std::make_unique<Buf>(loop.ep(i), kQd * kLen, kAccessRemoteRead));
+    pattern(src.back()->bytes, static_cast<uint8_t>(i + 1));
+    dst.push_back(std::make_unique<Buf>(loop.ep(i), kQd * kLen, kAccessLocalWrite));
+  }
+  auto post_read = [&](int i, uint64_t slot) {
+    SendWr r;
+    r.wr_id = slot;
+    r.op = WrOpcode::kRead;
+    r.local_addr = dst[i]->addr(slot * kLen);
+    r.length = kLen;
+    r.lkey = dst[i]->mr.lkey;
+    r.remote_addr = src[1 - i]->addr(slot * kLen);
+    r.rkey = src[1 - i]->mr.rkey;
+    return loop.ep(i).post_send(conn[i], r);
+  };
+  // One end starts first: its READs reach the other end before that end's
+  // own READs are posted, behind a queue of responses.
+  for (uint64_t s = 0; s < kQd; ++s) ASSERT_EQ(post_read(0, s), Status::kOk);
+  const TimeNs start = loop.now();
+  loop.run_until([&] { return loop.now().since(start) >= 10 * kMicrosecond; });
+  for (uint64_t s = 0; s < kQd; ++s) ASSERT_EQ(post_read(1, s), Status::kOk);
+  uint64_t completed[2] = {0, 0};
+  bool failed = false;
+  loop.run_until(
+      [&] {
+        for (int i = 0; i < 2; ++i) {
+          for (const Completion& d : loop.drain(i)) {
+            failed |= d.status != Status::kOk;
+            ++completed[i];
+            if (post_read(i, d.wr_id) != Status::kOk) failed = true;
+          }
+        }
+        return failed || completed[0] + completed[1] >= 400;
+      },
+      50 * kMillisecond);
+  EXPECT_FALSE(failed);
+  std::printf("reads completed: %lu and %lu\n", static_cast<unsigned long>(completed[0]),
+              static_cast<unsigned long>(completed[1]));
+  EXPECT_GE(completed[0], 100u);
+  EXPECT_GE(completed[1], 100u);
+}
+
 TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EndpointConfig c = cfg(100);
   c.recovery.peer_timeout_ns = 50 * kMillisecond;
