@@ -26,6 +26,7 @@
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -662,6 +663,11 @@ int run_client(const ClientArgs& a, const Common& common) {
   metaroce::ConnStats cst{};
   bool failed = false;
   Idler idler = common.idler();
+  // Outstanding requests normally finish within a few RTTs of the last post;
+  // a peer that stopped answering must not keep the client forever, and a
+  // second Ctrl-C (or SIGTERM) ends it at once.
+  constexpr auto kDrainLimit = std::chrono::seconds(10);
+  std::optional<Clock::time_point> drain_since;
   for (;;) {
     const auto now = Clock::now();
     const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
@@ -671,6 +677,16 @@ int run_client(const ClientArgs& a, const Common& common) {
       break;
     }
     if (!may_post && gen.completed >= gen.posted) break;
+    if (!may_post && !drain_since) drain_since = now;
+    if (drain_since && (g_stop > 1 || now - *drain_since > kDrainLimit)) {
+      gen.last_error.message = std::to_string(gen.posted - gen.completed) +
+                               " requests still outstanding " +
+                               (g_stop > 1 ? std::string("at the second signal")
+                                           : std::string("10 s after the last post: the peer "
+                                                         "stopped answering"));
+      failed = true;
+      break;
+    }
     const size_t moved = ep->progress();
     Completion cs[64];
     const size_t n = ep->poll_completions(cs, 64);
@@ -875,8 +891,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "metaroce-perf: cannot pin to CPU %d: %s\n", common.cpu,
                    std::strerror(errno));
   }
-  std::signal(SIGINT, [](int) { g_stop = 1; });
-  std::signal(SIGTERM, [](int) { g_stop = 1; });
+  // The first signal stops posting and drains; a second one gives up.
+  std::signal(SIGINT, [](int) { g_stop = g_stop + 1; });
+  std::signal(SIGTERM, [](int) { g_stop = g_stop + 1; });
   if (server->parsed()) return run_server(server_addr, common, once);
   ca.tp.op = op == "read" ? Op::kRead : op == "send" ? Op::kSend : Op::kWrite;
   return run_client(ca, common);

@@ -45,5 +45,26 @@ for op in write read send; do
     echo "FAIL: $op"; cat "$tmp/$op.err"; fail=1
   fi
 done
+# A server that stops answering mid-run (frozen with SIGSTOP): the client must
+# give up on its own with an error, not wait forever for its outstanding
+# requests, even after Ctrl-C.
+"$PERF" client "127.0.0.1:$port" --op write --size 65536 --qd 16 --duration 60 \
+  >"$tmp/frozen.json" 2>"$tmp/frozen.err" &
+client_pid=$!
+sleep 1
+kill -STOP "$server_pid"
+sleep 0.5
+kill -INT "$client_pid" 2>/dev/null || true
+start=$SECONDS
+set +e
+timeout -s KILL 30 tail --pid="$client_pid" -f /dev/null
+wait "$client_pid"
+rc=$?
+set -e
+kill -CONT "$server_pid"
+echo "frozen server: client rc=$rc after $((SECONDS - start)) s: $(tail -1 "$tmp/frozen.err")"
+if [[ $rc -eq 0 || $((SECONDS - start)) -gt 20 ]]; then
+  echo "FAIL: frozen server"; cat "$tmp/frozen.err"; fail=1
+fi
 if [[ $fail -ne 0 ]]; then echo "--- server log"; cat "$tmp/server.log"; exit 1; fi
 echo "PASS"
