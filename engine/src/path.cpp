@@ -141,7 +141,17 @@ void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
   Path& p = c.paths[path];
   // PATH-5 looks for a broken path, not a busy one: drops that come with
   // congestion signals (ECN, delay) in the last few RTTs are the queue's.
-  if (p.last_congestion.ns != 0 && now.since(p.last_congestion) < 4 * p.srtt) return;
+  if (p.last_congestion.ns != 0 && now.since(p.last_congestion) < 4 * p.srtt) {
+    // CC-7: such a drop is a full queue's, and in an incast most packets of
+    // a path can be dropped before one CE mark comes back: it halves the
+    // window, at most once per RTT.
+    if (cfg.cc.enabled && now.since(p.last_decrease) >= p.srtt) {
+      p.cwnd = std::max(p.cwnd / 2, cwnd_floor(c));
+      p.slow_start = false;
+      p.last_decrease = now;
+    }
+    return;
+  }
   const uint32_t n = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
   p.loss_ewma += (kFix - p.loss_ewma) / n;
   ++p.outcomes;

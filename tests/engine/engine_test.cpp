@@ -396,6 +396,59 @@ TEST(Engine, ConnectionInflightCapBoundsTheSumOverPaths) {  // CC-9
   EXPECT_GT(peak_connection_inflight(0), 24 * packet);  // without the cap the sum runs past it
 }
 
+// Path 0's window, averaged over the polls of an 8 MiB WRITE, when every
+// `drop_every`-th and every `ce_every`-th data packet on it is dropped or
+// CE-marked (0: none).
+double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
+  EndpointConfig c = cfg(170);
+  c.cc.max_cwnd_packets = 24;  // without any signal slow start would not stop
+  Loop loop(c, cfg(171));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 8 << 20, 0, 0x33);
+  Buf dst(loop.ep(1), 8 << 20, kAccessRemoteWrite);
+  PathStats p0;
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  uint64_t seen = 0, marked = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01 || ((d[2] << 8 | d[3]) & 31) != 0) return false;
+    return drop_every != 0 && ++seen % drop_every == 0;
+  };
+  loop.mark_ce = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && tx.entropy == p0.entropy && ce_every != 0 &&
+           ++marked % ce_every == 0;
+  };
+  double sum = 0;
+  uint64_t samples = 0;
+  loop.before_poll = [&](int from) {
+    PathStats ps;
+    if (from == 0 && loop.ep(0).path_stats(a, 0, ps)) {
+      sum += ps.cwnd_bytes;
+      ++samples;
+    }
+  };
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
+  bool done = false;
+  EXPECT_TRUE(loop.run_until([&] {
+    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
+    return done;
+  }));
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  return samples ? sum / static_cast<double>(samples) : 0;
+}
+
+TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
+  const double clean = mean_cwnd_of_a_lossy_path(0, 0);
+  const double random_drops = mean_cwnd_of_a_lossy_path(10, 0);
+  const double marks = mean_cwnd_of_a_lossy_path(0, 16);
+  const double marks_and_drops = mean_cwnd_of_a_lossy_path(10, 16);
+  // Random drops alone are not congestion: the window stays as it was.
+  EXPECT_GT(random_drops, 0.8 * clean);
+  // The same drops on a path that is also being CE-marked are a full
+  // queue's: each halves the window (once per RTT), well below marks alone.
+  EXPECT_LT(marks_and_drops, 0.75 * marks);
+}
+
 TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
   EndpointConfig c = cfg(140);
   c.num_paths = 4;
