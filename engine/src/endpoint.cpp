@@ -46,7 +46,6 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     generations.push_back(0);
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
-    ready.reserve(conns.size());
   }
   auto c = std::make_unique<Connection>();
   generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);
@@ -83,7 +82,7 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
 void Endpoint::Impl::mark_ready(Connection& c) {
   if (in_ready[c.index]) return;
   in_ready[c.index] = 1;
-  ready.push_back(c.index);
+  ready.push(c.index);
 }
 
 detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
@@ -339,16 +338,12 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
     return true;
   }
   // Round-robin: one datagram per ready connection per turn.
-  while (ready_head < ready.size()) {
-    const uint32_t index = ready[ready_head++];
+  while (!ready.empty()) {
+    const uint32_t index = ready.pop();
     Connection* c = conns[index].get();
     if (c == nullptr || !in_ready[index]) continue;
     if (emit_for(*c, now, buf, out, gather)) {
-      ready.push_back(index);  // stays ready: it may have more
-      if (ready_head > 4096 && ready_head * 2 > ready.size()) {
-        ready.erase(ready.begin(), ready.begin() + static_cast<std::ptrdiff_t>(ready_head));
-        ready_head = 0;
-      }
+      ready.push(index);  // stays ready: it may have more
       update_timer(*c);
       ++estats.datagrams_sent;
       return true;
@@ -357,7 +352,6 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
     update_timer(*c);
   }
   ready.clear();
-  ready_head = 0;
   return false;
 }
 

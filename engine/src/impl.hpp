@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "connection.hpp"
+#include "index_fifo.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/wire.hpp"
 #include "mr_table.hpp"
@@ -41,9 +42,8 @@ struct Endpoint::Impl {
   std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)
 
   // Connections with something to send, round-robin.
-  std::vector<uint32_t> ready;
+  detail::IndexFifo ready;
   std::vector<uint8_t> in_ready;
-  size_t ready_head = 0;
 
   // Pools of tracking contexts.
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
