@@ -1,5 +1,6 @@
 // Endpoint: public API, datagram dispatch, timers and output scheduling.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "impl.hpp"
@@ -19,7 +20,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 10);
   cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, 32);
   cfg.mtu = std::clamp<uint16_t>(cfg.mtu, 256, 65000);
-  cfg.sq_depth = std::max<uint16_t>(cfg.sq_depth, 1);
+  // TxRecord::slot holds a send-queue index below kRespSlotFlag.
+  cfg.sq_depth = std::clamp<uint16_t>(cfg.sq_depth, 1, detail::kRespSlotFlag);
   cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
   cfg.max_reads = std::max<uint8_t>(cfg.max_reads, 1);
   cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
@@ -100,9 +102,11 @@ detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
   t.path_rings.assign(size_t{c.num_paths} * w, 0);
   t.retx.assign(w, 0);
   t.retx_head = t.retx_tail = 0;
-  t.sq.assign(cfg.sq_depth, detail::SqEntry{});
+  t.sq.assign(std::bit_ceil(uint32_t{cfg.sq_depth}), detail::SqEntry{});
+  t.sq_mask = static_cast<uint32_t>(t.sq.size() - 1);
   t.sq_head = t.sq_seg = t.sq_tail = 0;
-  t.resp.assign(size_t{cfg.max_reads} * 4, detail::RespJob{});  // slack: see READ-3
+  t.resp.assign(std::bit_ceil(resp_depth()), detail::RespJob{});
+  t.resp_mask = static_cast<uint32_t>(t.resp.size() - 1);
   t.resp_head = t.resp_seg = t.resp_tail = 0;
   t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
@@ -119,7 +123,8 @@ detail::RxCtx& Endpoint::Impl::rx_ctx(Connection& c) {
   }
   detail::RxCtx& r = *c.rx;
   r.bits.assign(c.window() / 64, 0);
-  r.rq.assign(cfg.rq_depth, detail::RecvEntry{});
+  r.rq.assign(std::bit_ceil(uint32_t{cfg.rq_depth}), detail::RecvEntry{});
+  r.rq_mask = static_cast<uint32_t>(r.rq.size() - 1);
   r.rq_head = r.rq_tail = 0;
   return r;
 }
@@ -598,9 +603,11 @@ size_t Endpoint::active_context_bytes() const {
   const EndpointConfig& c = impl_->cfg;
   const size_t w = size_t{1} << c.window_log2;
   const size_t tx = sizeof(detail::TxCtx) + w * sizeof(detail::TxRecord) + w / 8 +
-                    size_t{c.num_paths} * w * 4 + w * 4 + c.sq_depth * sizeof(detail::SqEntry) +
-                    c.max_reads * (sizeof(detail::RespJob) + 4);
-  const size_t rx = sizeof(detail::RxCtx) + w / 8 + c.rq_depth * sizeof(detail::RecvEntry);
+                    size_t{c.num_paths} * w * 4 + w * 4 +
+                    std::bit_ceil(uint32_t{c.sq_depth}) * sizeof(detail::SqEntry) +
+                    std::bit_ceil(impl_->resp_depth()) * sizeof(detail::RespJob) + c.max_reads * 4;
+  const size_t rx = sizeof(detail::RxCtx) + w / 8 +
+                    std::bit_ceil(uint32_t{c.rq_depth}) * sizeof(detail::RecvEntry);
   return tx + rx;
 }
 

@@ -220,7 +220,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
     detail::TxCtx& t = *c.tx;
     bool named = false;
     for (uint32_t i = t.sq_head; i != t.sq_tail; ++i) {
-      detail::SqEntry& e = t.sq[i % t.sq.size()];
+      detail::SqEntry& e = t.sq[i & t.sq_mask];
       Status s = Status::kFlushed;
       if (!named && first != Status::kFlushed && first != Status::kPeerClosed) {
         // The WR holding the failed PSN gets the NAK's code (COMP-5); a
@@ -251,7 +251,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
   if (c.rx) {
     detail::RxCtx& r = *c.rx;
     for (uint32_t i = r.rq_head; i != r.rq_tail; ++i) {
-      const detail::RecvEntry& e = r.rq[i % r.rq.size()];
+      const detail::RecvEntry& e = r.rq[i & r.rq_mask];
       Completion comp;
       comp.wr_id = e.wr.wr_id;
       comp.conn = c.id;

@@ -85,6 +85,8 @@ struct Endpoint::Impl {
   void complete(const detail::Connection& c, const Completion& comp);
   void push_event(EventKind k, const detail::Connection& c, Status s);
   detail::TxCtx& tx_ctx(detail::Connection& c);
+  // READ responses we hold at most (READ-3's limit, with slack).
+  [[nodiscard]] uint32_t resp_depth() const { return uint32_t{cfg.max_reads} * 4; }
   detail::RxCtx& rx_ctx(detail::Connection& c);
   void maybe_release_ctx(detail::Connection& c, TimeNs now);
   bool tx_idle(const detail::Connection& c) const;

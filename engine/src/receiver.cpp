@@ -25,8 +25,8 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
     if (buf == nullptr) return why;
   }
   detail::RxCtx& r = rx_ctx(c);
-  if (r.rq_tail - r.rq_head >= r.rq.size()) return Status::kQueueFull;
-  detail::RecvEntry& e = r.rq[r.rq_tail % r.rq.size()];
+  if (r.rq_tail - r.rq_head >= cfg.rq_depth) return Status::kQueueFull;
+  detail::RecvEntry& e = r.rq[r.rq_tail & r.rq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
   e.buf = buf;
@@ -98,7 +98,7 @@ void Endpoint::Impl::complete_recvs(Connection& c) {
   if (!c.rx) return;
   detail::RxCtx& r = *c.rx;
   while (r.rq_head != r.rq_tail) {
-    const detail::RecvEntry& e = r.rq[r.rq_head % r.rq.size()];
+    const detail::RecvEntry& e = r.rq[r.rq_head & r.rq_mask];
     if (!e.has_last || !before(e.last_psn, c.rx_cum)) break;  // COMP-3
     Completion comp;
     comp.wr_id = e.wr.wr_id;
@@ -175,7 +175,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     if (idx >= r.rq_tail - r.rq_head) {
       why = Status::kRnr;
     } else {
-      rq_entry = &r.rq[(r.rq_head + idx) % r.rq.size()];
+      rq_entry = &r.rq[(r.rq_head + idx) & r.rq_mask];
       if (op != wire::Opcode::kWriteImm) {
         if (mh.msg_len > rq_entry->wr.length)
           why = Status::kRemoteLengthError;
@@ -188,10 +188,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     detail::TxCtx& t = tx_ctx(c);
     const uint8_t* src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
     if (src != nullptr) {
-      if (t.resp_tail - t.resp_head >= t.resp.size()) {
+      if (t.resp_tail - t.resp_head >= resp_depth()) {
         why = Status::kRemoteInvalidRequest;  // READ-3
       } else {
-        detail::RespJob& j = t.resp[t.resp_tail++ % t.resp.size()];
+        detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
         j = detail::RespJob{
             psn, src, mh.msg_len, mh.msn, mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu,
             0,   0};

@@ -30,8 +30,8 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
     if (local == nullptr) return why;
   }
   TxCtx& t = tx_ctx(c);
-  if (t.sq_tail - t.sq_head >= t.sq.size()) return Status::kQueueFull;
-  detail::SqEntry& e = t.sq[t.sq_tail % t.sq.size()];
+  if (t.sq_tail - t.sq_head >= cfg.sq_depth) return Status::kQueueFull;
+  detail::SqEntry& e = t.sq[t.sq_tail & t.sq_mask];
   e = detail::SqEntry{};
   e.wr = wr;
   e.local = local;
@@ -215,12 +215,12 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   // started is finished before another begins. Otherwise READ responses go
   // first; READ-5: a READ is answered only once every packet sent before it
   // has arrived, so it never returns data an earlier WRITE is still replacing.
-  const bool sq_started = t.sq_seg != t.sq_tail && t.sq[t.sq_seg % t.sq.size()].sent > 0;
+  const bool sq_started = t.sq_seg != t.sq_tail && t.sq[t.sq_seg & t.sq_mask].sent > 0;
   const bool have_resp = !sq_started && t.resp_seg != t.resp_tail &&
-                         before(t.resp[t.resp_seg % t.resp.size()].req_psn, c.rx_cum);
+                         before(t.resp[t.resp_seg & t.resp_mask].req_psn, c.rx_cum);
   if (!have_resp && t.sq_seg == t.sq_tail) return false;
   if (!have_resp) {
-    detail::SqEntry& e = t.sq[t.sq_seg % t.sq.size()];
+    detail::SqEntry& e = t.sq[t.sq_seg & t.sq_mask];
     if (e.sent == 0 && e.wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads)
       return false;  // READ-3
   }
@@ -229,13 +229,13 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   const uint32_t psn = c.next_psn;
   uint16_t slot;
   if (have_resp) {
-    const auto ji = static_cast<uint32_t>(t.resp_seg % t.resp.size());
+    const auto ji = t.resp_seg & t.resp_mask;
     detail::RespJob& j = t.resp[ji];
     if (j.sent == 0) j.first_psn = psn;
     if (++j.sent == j.npkts) ++t.resp_seg;
     slot = static_cast<uint16_t>(detail::kRespSlotFlag | ji);
   } else {
-    const auto si = static_cast<uint32_t>(t.sq_seg % t.sq.size());
+    const auto si = t.sq_seg & t.sq_mask;
     detail::SqEntry& e = t.sq[si];
     if (e.sent == 0) {
       e.first_psn = psn;
@@ -477,7 +477,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
 void Endpoint::Impl::complete_sends(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.sq_head != t.sq_seg) {
-    detail::SqEntry& e = t.sq[t.sq_head % t.sq.size()];
+    detail::SqEntry& e = t.sq[t.sq_head & t.sq_mask];
     const uint32_t last = e.first_psn + e.npkts - 1;
     if (!before(last, c.cum_acked)) break;  // COMP-1
     if (e.wr.op == WrOpcode::kRead && e.resp_received < e.resp_pkts) break;
@@ -497,7 +497,7 @@ void Endpoint::Impl::complete_sends(Connection& c) {
 void Endpoint::Impl::release_resp_jobs(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.resp_head != t.resp_seg) {
-    const detail::RespJob& j = t.resp[t.resp_head % t.resp.size()];
+    const detail::RespJob& j = t.resp[t.resp_head & t.resp_mask];
     if (!before(j.first_psn + j.npkts - 1, c.cum_acked)) break;
     ++t.resp_head;
   }
