@@ -31,6 +31,7 @@ struct Endpoint::Impl {
   EndpointStats estats;
   TimeNs last_now{0};  // the latest time an input or output call carried
   wire::Packet rx_packet;
+  wire::AckBody tx_ack;
   TraceFn trace_fn = nullptr;
   void* trace_ctx = nullptr;
 
@@ -118,6 +119,9 @@ struct Endpoint::Impl {
   }
   void mark_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
                   uint32_t& touched);
+  // mark_acked without recording the PSN in the acked set.
+  void on_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
+                uint32_t& touched);
   void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now);
   void declare_lost(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r, TimeNs now,
                     bool timeout, bool count_outcome);

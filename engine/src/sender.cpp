@@ -259,9 +259,13 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
 
 void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
                                 uint32_t& touched) {
-  const uint32_t mask = c.wmask();
-  detail::bit_set(t.acked_bits, psn, mask);
-  TxRecord& r = t.records[psn & mask];
+  detail::bit_set(t.acked_bits, psn, c.wmask());
+  on_acked(c, t, psn, now, touched);
+}
+
+void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
+                              uint32_t& touched) {
+  TxRecord& r = t.records[psn & c.wmask()];
   if (r.psn != psn) return;
   if (r.flags & detail::kRecInFlight) {
     detail::Path& p = c.paths[r.path];
@@ -282,10 +286,24 @@ void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs no
 
 void Endpoint::Impl::advance_cum(Connection& c, TxCtx& t, uint32_t cum, TimeNs now,
                                  uint32_t& touched) {
+  // A word of the acked set at a time: PSNs a SACK already acknowledged are
+  // skipped with one mask, and the bits leaving the window cleared together.
   const uint32_t mask = c.wmask();
-  for (uint32_t psn = c.cum_acked; psn != cum; ++psn) {
-    if (!detail::bit_get(t.acked_bits, psn, mask)) mark_acked(c, t, psn, now, touched);
-    detail::bit_clear(t.acked_bits, psn, mask);
+  uint32_t psn = c.cum_acked;
+  while (psn != cum) {
+    const uint32_t bit = psn & 63;  // the window is a whole number of words
+    const uint32_t n = std::min<uint32_t>(cum - psn, 64 - bit);
+    uint64_t& word = t.acked_bits[(psn & mask) >> 6];
+    const uint64_t range = detail::low_bits(n) << bit;
+    uint64_t fresh = ~word & range;
+    word &= ~range;
+    const uint32_t base = psn - bit;
+    while (fresh != 0) {
+      const int k = __builtin_ctzll(fresh);
+      fresh &= fresh - 1;
+      on_acked(c, t, base + static_cast<uint32_t>(k), now, touched);
+    }
+    psn += n;
   }
   c.cum_acked = cum;
 }
