@@ -60,7 +60,10 @@ bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf,
   const detail::Echo e = c.echoes[0];
   for (uint8_t i = 1; i < c.echo_count; ++i) c.echoes[i - 1] = c.echoes[i];
   --c.echo_count;
-  wire::AckBody a;
+  // Reused: a fresh AckBody zeroes all its SACK words, and write_ack reads
+  // only the first sack_words of them.
+  wire::AckBody& a = tx_ack;
+  a.sack_words = 0;
   a.cum_psn = c.rx_cum;
   a.echo_psn = e.psn;
   a.echo_tsval = e.tsval;
@@ -228,12 +231,26 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     rq_entry->imm = p.imm;
   }
 
-  detail::bit_set(r.bits, psn, mask);
-  if (!before(psn, c.rx_high)) c.rx_high = psn + 1;
   const uint32_t old_cum = c.rx_cum;
-  while (c.rx_cum != c.rx_high && detail::bit_get(r.bits, c.rx_cum, mask)) {
-    detail::bit_clear(r.bits, c.rx_cum, mask);
-    ++c.rx_cum;
+  if (psn == c.rx_cum && c.rx_high == c.rx_cum) {
+    // In order with nothing received beyond it: the PSN leaves the window at
+    // once, so its bit is never set.
+    c.rx_cum = c.rx_high = psn + 1;
+  } else {
+    detail::bit_set(r.bits, psn, mask);
+    if (!before(psn, c.rx_high)) c.rx_high = psn + 1;
+    // Advance over the received run a word at a time, clearing its bits.
+    while (c.rx_cum != c.rx_high) {
+      const uint32_t bit = c.rx_cum & 63;  // the window is a whole number of words
+      uint64_t& word = r.bits[(c.rx_cum & mask) >> 6];
+      const uint32_t room = std::min<uint32_t>(64 - bit, c.rx_high - c.rx_cum);
+      const uint64_t ones = ~(word >> bit);  // lowest set bit: the first PSN missing
+      const uint32_t run = ones == 0 ? 64 - bit : static_cast<uint32_t>(__builtin_ctzll(ones));
+      const uint32_t n = std::min(run, room);
+      word &= ~(detail::low_bits(n) << bit);
+      c.rx_cum += n;
+      if (n < room) break;
+    }
   }
   ++c.stats.data_packets_received;
   c.stats.data_bytes_received += plen;
