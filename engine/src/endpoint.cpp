@@ -87,8 +87,7 @@ void Endpoint::Impl::mark_ready(Connection& c) {
   ready.push(c.index);
 }
 
-detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
-  if (c.tx) return *c.tx;
+detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   if (!tx_pool.empty()) {
     c.tx = std::move(tx_pool.back());
     tx_pool.pop_back();
@@ -113,8 +112,7 @@ detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
   return t;
 }
 
-detail::RxCtx& Endpoint::Impl::rx_ctx(Connection& c) {
-  if (c.rx) return *c.rx;
+detail::RxCtx& Endpoint::Impl::borrow_rx(Connection& c) {
   if (!rx_pool.empty()) {
     c.rx = std::move(rx_pool.back());
     rx_pool.pop_back();

@@ -85,10 +85,14 @@ struct Endpoint::Impl {
   }
   void complete(const detail::Connection& c, const Completion& comp);
   void push_event(EventKind k, const detail::Connection& c, Status s);
-  detail::TxCtx& tx_ctx(detail::Connection& c);
+  // The contexts, borrowed from the pools on first use. Inline: every data
+  // packet asks, and nearly always the connection holds one already.
+  detail::TxCtx& tx_ctx(detail::Connection& c) { return c.tx ? *c.tx : borrow_tx(c); }
+  detail::RxCtx& rx_ctx(detail::Connection& c) { return c.rx ? *c.rx : borrow_rx(c); }
+  detail::TxCtx& borrow_tx(detail::Connection& c);
+  detail::RxCtx& borrow_rx(detail::Connection& c);
   // READ responses we hold at most (READ-3's limit, with slack).
   [[nodiscard]] uint32_t resp_depth() const { return uint32_t{cfg.max_reads} * 4; }
-  detail::RxCtx& rx_ctx(detail::Connection& c);
   void maybe_release_ctx(detail::Connection& c, TimeNs now);
   bool tx_idle(const detail::Connection& c) const;
   bool rx_idle(const detail::Connection& c) const;
