@@ -33,6 +33,21 @@ uint32_t crc_table(uint32_t crc, const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t crc_hw(uint32_t crc, const uint8_t* p, size_t n) {
   uint64_t c = crc;
+  // Four words per turn: the loop's own bookkeeping was a third of the
+  // instructions for a 40-odd-byte header.
+  while (n >= 32) {
+    uint64_t w0, w1, w2, w3;
+    std::memcpy(&w0, p, 8);
+    std::memcpy(&w1, p + 8, 8);
+    std::memcpy(&w2, p + 16, 8);
+    std::memcpy(&w3, p + 24, 8);
+    c = _mm_crc32_u64(c, w0);
+    c = _mm_crc32_u64(c, w1);
+    c = _mm_crc32_u64(c, w2);
+    c = _mm_crc32_u64(c, w3);
+    p += 32;
+    n -= 32;
+  }
   while (n >= 8) {
     uint64_t w;
     std::memcpy(&w, p, 8);
