@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -161,8 +162,10 @@ struct Connection {
   bool timer_dirty = false;  // deadline to recompute (Impl::flush_timers)
 
   // Control packets owed.
-  bool owe_connect = false, owe_accept = false, owe_disconnect = false;
-  bool owe_disconnect_ack = false, owe_nak = false;
+  struct Owed {
+    bool connect = false, accept = false, disconnect = false, nak = false;
+  };
+  Owed owe;
   uint32_t probe_owed = 0;  // bit per path slot
   uint32_t tlp_owed = 0;    // bit per path slot: tail-loss probes (LOSS-8)
   wire::NakBody nak;
@@ -198,6 +201,13 @@ struct Connection {
   ConnStats stats;
 
   [[nodiscard]] uint32_t window() const { return 1u << window_log2; }
+  // Whether anything in `owe` is set: asked on every poll, so one load.
+  [[nodiscard]] bool owes_control() const {
+    static_assert(sizeof(Owed) == sizeof(uint32_t));
+    uint32_t v;
+    std::memcpy(&v, &owe, sizeof v);
+    return v != 0;
+  }
   [[nodiscard]] uint32_t wmask() const { return window() - 1; }
 };
 

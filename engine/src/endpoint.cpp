@@ -231,14 +231,14 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         destroy_connection(c);
         return;
       }
-      c.owe_connect = true;
+      c.owe.connect = true;
     } else if (c.state == ConnState::kClosing) {
       if (c.attempts >= cfg.connect_attempts) {
         push_event(EventKind::kClosed, c, Status::kPeerUnreachable);
         destroy_connection(c);
         return;
       }
-      c.owe_disconnect = true;
+      c.owe.disconnect = true;
     }
   }
   if (c.ack_deadline <= now) {
@@ -310,8 +310,7 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
                               bool gather) {
   // Cheap tests first: most calls find nothing to send.
   out.payload = {};
-  const bool control =
-      (c.owe_connect | c.owe_accept | c.owe_disconnect | c.owe_nak) || (c.probe_owed | c.tlp_owed);
+  const bool control = c.owes_control() || (c.probe_owed | c.tlp_owed);
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
@@ -440,7 +439,7 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
       if (c->state == ConnState::kEstablished) {
         m.on_probe(*c, dg, p, now);
       } else if (c->state == ConnState::kError && c->nak.code != 0) {
-        c->owe_nak = true;  // NAK-2: a sender probing its paths must still hear why
+        c->owe.nak = true;  // NAK-2: a sender probing its paths must still hear why
         c->nak_entropy = dg.entropy;
       }
       break;

@@ -139,7 +139,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
                              TimeNs now) {
   if (c.state == ConnState::kError) {
     if (c.nak.code != 0) {  // NAK-2: we failed this connection; say so again
-      c.owe_nak = true;
+      c.owe.nak = true;
       c.nak_entropy = dg.entropy;
     }
     return;
@@ -206,7 +206,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   if (why == Status::kRnr) {
     ++c.stats.rnr_naks_sent;
     c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
-    c.owe_nak = true;
+    c.owe.nak = true;
     c.nak_entropy = dg.entropy;
     return;
   }
@@ -216,7 +216,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       return;
     }
     c.nak = wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum};
-    c.owe_nak = true;
+    c.owe.nak = true;
     c.nak_entropy = dg.entropy;
     enter_error(c, why, psn, now);  // NAK-2
     return;
