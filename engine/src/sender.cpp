@@ -55,13 +55,11 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   int fallback = -1;
   int best = -1;
   uint64_t best_free = 0, best_cwnd = 1;
-  bool other_active = false;
   const uint8_t n = c.num_paths;
   uint8_t i = c.rr_next < n ? c.rr_next : 0;
   for (uint8_t k = 0; k < n; ++k, i = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1)) {
     detail::Path& p = c.paths[i];
     if (p.state != PathState::kActive || p.held) continue;  // LOSS-8: held until it answers
-    if (i != avoid) other_active = true;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
     if (p.inflight > 0 ? p.inflight + need > p.cwnd : (p.cwnd < need && now < p.next_send))
       continue;
@@ -84,7 +82,13 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
     c.rr_next = static_cast<uint8_t>(best + 1 == n ? 0 : best + 1);
     return best;
   }
-  // LOSS-3: the original path only when no other path is active at all.
+  // LOSS-3: the original path only when no other path is active at all
+  // (asked only here, so the scan above need not track it).
+  bool other_active = false;
+  for (uint8_t k = 0; fallback >= 0 && k < n && !other_active; ++k) {
+    const detail::Path& p = c.paths[k];
+    other_active = k != avoid && p.state == PathState::kActive && !p.held;
+  }
   if (fallback >= 0 && !other_active) {
     c.rr_next = static_cast<uint8_t>(fallback + 1 == n ? 0 : fallback + 1);
     return fallback;
@@ -418,7 +422,12 @@ bool Endpoint::Impl::trim_ring(Connection& c, uint8_t path) {
 
 void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now) {
   detail::Path& p = c.paths[path];
-  if (!p.any_acked) return;
+  const auto threshold = static_cast<int32_t>(cfg.recovery.reorder_threshold);
+  // Nothing from ring_head on can be lost yet (LOSS-2), so skip the walk;
+  // the acknowledged entries before the first in flight are dropped later,
+  // by this walk or by trim_ring, which every other reader of the ring
+  // tolerates (they skip entries no longer in flight).
+  if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) return;
   while (p.ring_head != p.next_pseq) {
     TxRecord* r = in_flight_at(c, t, path, p.ring_head);
     if (r == nullptr) {
@@ -426,9 +435,7 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
       continue;
     }
     // LOSS-2: a later transmission on the same path was acknowledged.
-    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) <
-        static_cast<int32_t>(cfg.recovery.reorder_threshold))
-      break;
+    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) break;
     ++p.ring_head;
     declare_lost(c, t, *r, now, false, true);
     if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
