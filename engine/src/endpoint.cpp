@@ -387,8 +387,9 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
   ++m.estats.datagrams_received;
-  wire::Packet& p = m.rx_packet;  // reused: constructing one per datagram costs more than decoding
-  const wire::ParseError err = wire::decode(dg.bytes, p);
+  // Reused, and not cleared: each handler reads only its opcode's fields.
+  wire::Packet& p = m.rx_packet;
+  const wire::ParseError err = wire::decode_fields(dg.bytes, p);
   switch (err) {
     case wire::ParseError::kOk: break;
     case wire::ParseError::kTruncated: ++m.estats.truncated; return;

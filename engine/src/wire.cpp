@@ -128,10 +128,10 @@ void reset(Packet& out) {
   out.disconnect = DisconnectBody{};
   out.payload = {};
 }
-}  // namespace
 
-ParseError decode(std::span<const uint8_t> d, Packet& out) {
-  reset(out);
+// Sets bh and payload and every field of the opcode's own group (data: mh,
+// rh, imm; ACK; NAK; connect; disconnect), leaving the other groups as they are.
+ParseError parse(std::span<const uint8_t> d, Packet& out) {
   const size_t size = d.size();
   if (size < kBaseHeaderSize + kIcrcSize) return ParseError::kTruncated;
   const uint8_t* p = d.data();
@@ -174,6 +174,8 @@ ParseError decode(std::span<const uint8_t> d, Packet& out) {
       out.rh.rkey = load64(q);
       out.rh.raddr = load64(q + 8);
       q += kRdmaHeaderSize;
+    } else {
+      out.rh = RdmaHeader{};
     }
     out.imm = has_imm(op) ? load32(q) : 0;
     // A packet never reaches past its message (BAD-5); READ_REQ has no payload.
@@ -211,6 +213,14 @@ ParseError decode(std::span<const uint8_t> d, Packet& out) {
   out.payload = std::span<const uint8_t>(p + hlen, payload_len);
   return ParseError::kOk;
 }
+}  // namespace
+
+ParseError decode(std::span<const uint8_t> d, Packet& out) {
+  reset(out);
+  return parse(d, out);
+}
+
+ParseError decode_fields(std::span<const uint8_t> d, Packet& out) { return parse(d, out); }
 
 size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const MessageHeader& mh,
                           const RdmaHeader* rh, uint32_t imm) {
