@@ -27,6 +27,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kIndexMask);
+  loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
+  loss_window_shift = std::has_single_bit(loss_window) ? std::countr_zero(loss_window) : -1;
 }
 
 Connection* Endpoint::Impl::find(ConnId id) const {

@@ -173,6 +173,14 @@ struct Endpoint::Impl {
   void retire_path(detail::Connection& c, uint8_t path, TimeNs now);
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
   void arm_rto(detail::Connection& c, detail::Path& p, TimeNs now);
+  // x / loss_window_packets (PATH-5's EWMA gain), for every packet
+  // acknowledged: a shift when the window is a power of two (the default)
+  // rather than a division.
+  [[nodiscard]] uint32_t per_loss_window(uint32_t x) const {
+    return loss_window_shift >= 0 ? x >> loss_window_shift : x / loss_window;
+  }
+  uint32_t loss_window = 1;
+  int loss_window_shift = 0;  // log2(loss_window), or -1 if not a power of two
   [[nodiscard]] uint32_t packet_cost(uint32_t payload) const {
     return payload + detail::kPacketOverhead;
   }
