@@ -76,7 +76,7 @@ struct Endpoint::Impl {
   void run_timers(detail::Connection& c, TimeNs now);
   bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
   bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
-  bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
+  [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
                 bool gather);
   void trace(TimeNs t, TraceKind k, const detail::Connection& c, uint8_t path, uint32_t psn,
@@ -102,14 +102,16 @@ struct Endpoint::Impl {
   // ---- handshake.cpp ----
   Status connect(const PeerAddr& peer, TimeNs now, ConnId& out);
   void close(detail::Connection& c, TimeNs now);
-  void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
-  bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
-  void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
-  void reject_bad_version(const RxDatagram& dg);
-  void establish(detail::Connection& c, const wire::ConnectBody& peer_body, TimeNs now);
+  [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] void reject_bad_version(const RxDatagram& dg);
+  [[gnu::cold]] void establish(detail::Connection& c, const wire::ConnectBody& peer_body,
+                               TimeNs now);
   bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
-  void enter_error(detail::Connection& c, Status why, uint32_t failed_psn, TimeNs now);
-  void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
+  [[gnu::cold]] void enter_error(detail::Connection& c, Status why, uint32_t failed_psn,
+                                 TimeNs now);
+  [[gnu::cold]] void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
 
   // ---- sender.cpp ----
   Status post_send(detail::Connection& c, const SendWr& wr);
