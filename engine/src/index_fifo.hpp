@@ -11,10 +11,11 @@ namespace metaroce::detail {
 
 class IndexFifo {
  public:
+  IndexFifo() : buf_(64), mask_(63) {}
   [[nodiscard]] bool empty() const { return head_ == tail_; }
   uint32_t pop() { return buf_[head_++ & mask_]; }
   void push(uint32_t v) {
-    if (tail_ - head_ == buf_.size()) [[unlikely]]
+    if (tail_ - head_ > mask_) [[unlikely]]
       grow();
     buf_[tail_++ & mask_] = v;
   }
@@ -22,7 +23,7 @@ class IndexFifo {
 
  private:
   [[gnu::noinline]] void grow() {
-    std::vector<uint32_t> bigger(buf_.empty() ? 64 : buf_.size() * 2);
+    std::vector<uint32_t> bigger(buf_.size() * 2);
     const uint32_t n = tail_ - head_;
     for (uint32_t i = 0; i < n; ++i) bigger[i] = buf_[(head_ + i) & mask_];
     buf_ = std::move(bigger);
