@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -104,9 +105,14 @@ struct TxCtx {
   std::vector<uint32_t> path_rings;  // num_paths x W psns, in send order per path
   std::vector<uint32_t> retx;        // W psns, FIFO
   uint32_t retx_head = 0, retx_tail = 0;
-  std::vector<SqEntry> sq;                        // sq_depth
+  // The send queue and READ responses are rings of power-of-two capacity
+  // (at least the configured depth), indexed by masking the free-running
+  // counters: a modulo by a run-time size was a division on every packet.
+  std::vector<SqEntry> sq;  // sq_depth, rounded up
+  uint32_t sq_mask = 0;
   uint32_t sq_head = 0, sq_seg = 0, sq_tail = 0;  // complete <= head <= seg(menting) <= tail
-  std::vector<RespJob> resp;                      // max_reads
+  std::vector<RespJob> resp;                      // 4 x max_reads, rounded up
+  uint32_t resp_mask = 0;
   uint32_t resp_head = 0, resp_seg = 0, resp_tail = 0;
   std::vector<uint32_t> read_slot;  // read_seq % peer_max_reads -> sq index
 };
@@ -132,8 +138,9 @@ struct Echo {
 };
 
 struct RxCtx {
-  std::vector<uint64_t> bits;         // W bits: PSNs in [cum, cum+W) received
-  std::vector<RecvEntry> rq;          // rq_depth
+  std::vector<uint64_t> bits;  // W bits: PSNs in [cum, cum+W) received
+  std::vector<RecvEntry> rq;   // rq_depth, rounded up to a power of two
+  uint32_t rq_mask = 0;
   uint32_t rq_head = 0, rq_tail = 0;  // head = oldest not completed (rsn Connection::rsn_head)
 };
 
@@ -155,8 +162,10 @@ struct Connection {
   bool timer_dirty = false;  // deadline to recompute (Impl::flush_timers)
 
   // Control packets owed.
-  bool owe_connect = false, owe_accept = false, owe_disconnect = false;
-  bool owe_disconnect_ack = false, owe_nak = false;
+  struct Owed {
+    bool connect = false, accept = false, disconnect = false, nak = false;
+  };
+  Owed owe;
   uint32_t probe_owed = 0;  // bit per path slot
   uint32_t tlp_owed = 0;    // bit per path slot: tail-loss probes (LOSS-8)
   wire::NakBody nak;
@@ -193,6 +202,13 @@ struct Connection {
   ConnStats stats;
 
   [[nodiscard]] uint32_t window() const { return 1u << window_log2; }
+  // Whether anything in `owe` is set: asked on every poll, so one load.
+  [[nodiscard]] bool owes_control() const {
+    static_assert(sizeof(Owed) == sizeof(uint32_t));
+    uint32_t v;
+    std::memcpy(&v, &owe, sizeof v);
+    return v != 0;
+  }
   [[nodiscard]] uint32_t wmask() const { return window() - 1; }
 };
 

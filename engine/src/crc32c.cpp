@@ -33,6 +33,21 @@ uint32_t crc_table(uint32_t crc, const uint8_t* p, size_t n) {
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t crc_hw(uint32_t crc, const uint8_t* p, size_t n) {
   uint64_t c = crc;
+  // Four words per turn: the loop's own bookkeeping was a third of the
+  // instructions for a 40-odd-byte header.
+  while (n >= 32) {
+    uint64_t w0, w1, w2, w3;
+    std::memcpy(&w0, p, 8);
+    std::memcpy(&w1, p + 8, 8);
+    std::memcpy(&w2, p + 16, 8);
+    std::memcpy(&w3, p + 24, 8);
+    c = _mm_crc32_u64(c, w0);
+    c = _mm_crc32_u64(c, w1);
+    c = _mm_crc32_u64(c, w2);
+    c = _mm_crc32_u64(c, w3);
+    p += 32;
+    n -= 32;
+  }
   while (n >= 8) {
     uint64_t w;
     std::memcpy(&w, p, 8);
@@ -40,11 +55,22 @@ __attribute__((target("sse4.2"))) uint32_t crc_hw(uint32_t crc, const uint8_t* p
     p += 8;
     n -= 8;
   }
+  // Headers end on 4-byte boundaries (a data packet's are 44 bytes): finish
+  // in at most three steps rather than a byte at a time.
   auto c32 = static_cast<uint32_t>(c);
-  while (n > 0) {
-    c32 = _mm_crc32_u8(c32, *p++);
-    --n;
+  if (n & 4) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    c32 = _mm_crc32_u32(c32, w);
+    p += 4;
   }
+  if (n & 2) {
+    uint16_t w;
+    std::memcpy(&w, p, 2);
+    c32 = _mm_crc32_u16(c32, w);
+    p += 2;
+  }
+  if (n & 1) c32 = _mm_crc32_u8(c32, *p);
   return c32;
 }
 const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");

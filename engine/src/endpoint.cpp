@@ -1,5 +1,6 @@
 // Endpoint: public API, datagram dispatch, timers and output scheduling.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "impl.hpp"
@@ -19,12 +20,15 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 10);
   cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, 32);
   cfg.mtu = std::clamp<uint16_t>(cfg.mtu, 256, 65000);
-  cfg.sq_depth = std::max<uint16_t>(cfg.sq_depth, 1);
+  // TxRecord::slot holds a send-queue index below kRespSlotFlag.
+  cfg.sq_depth = std::clamp<uint16_t>(cfg.sq_depth, 1, detail::kRespSlotFlag);
   cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
   cfg.max_reads = std::max<uint8_t>(cfg.max_reads, 1);
   cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kIndexMask);
+  loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
+  loss_window_shift = std::has_single_bit(loss_window) ? std::countr_zero(loss_window) : -1;
 }
 
 Connection* Endpoint::Impl::find(ConnId id) const {
@@ -46,7 +50,6 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     generations.push_back(0);
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
-    ready.reserve(conns.size());
   }
   auto c = std::make_unique<Connection>();
   generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);
@@ -83,11 +86,10 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
 void Endpoint::Impl::mark_ready(Connection& c) {
   if (in_ready[c.index]) return;
   in_ready[c.index] = 1;
-  ready.push_back(c.index);
+  ready.push(c.index);
 }
 
-detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
-  if (c.tx) return *c.tx;
+detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   if (!tx_pool.empty()) {
     c.tx = std::move(tx_pool.back());
     tx_pool.pop_back();
@@ -101,17 +103,18 @@ detail::TxCtx& Endpoint::Impl::tx_ctx(Connection& c) {
   t.path_rings.assign(size_t{c.num_paths} * w, 0);
   t.retx.assign(w, 0);
   t.retx_head = t.retx_tail = 0;
-  t.sq.assign(cfg.sq_depth, detail::SqEntry{});
+  t.sq.assign(std::bit_ceil(uint32_t{cfg.sq_depth}), detail::SqEntry{});
+  t.sq_mask = static_cast<uint32_t>(t.sq.size() - 1);
   t.sq_head = t.sq_seg = t.sq_tail = 0;
-  t.resp.assign(size_t{cfg.max_reads} * 4, detail::RespJob{});  // slack: see READ-3
+  t.resp.assign(std::bit_ceil(resp_depth()), detail::RespJob{});
+  t.resp_mask = static_cast<uint32_t>(t.resp.size() - 1);
   t.resp_head = t.resp_seg = t.resp_tail = 0;
   t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   return t;
 }
 
-detail::RxCtx& Endpoint::Impl::rx_ctx(Connection& c) {
-  if (c.rx) return *c.rx;
+detail::RxCtx& Endpoint::Impl::borrow_rx(Connection& c) {
   if (!rx_pool.empty()) {
     c.rx = std::move(rx_pool.back());
     rx_pool.pop_back();
@@ -120,7 +123,8 @@ detail::RxCtx& Endpoint::Impl::rx_ctx(Connection& c) {
   }
   detail::RxCtx& r = *c.rx;
   r.bits.assign(c.window() / 64, 0);
-  r.rq.assign(cfg.rq_depth, detail::RecvEntry{});
+  r.rq.assign(std::bit_ceil(uint32_t{cfg.rq_depth}), detail::RecvEntry{});
+  r.rq_mask = static_cast<uint32_t>(r.rq.size() - 1);
   r.rq_head = r.rq_tail = 0;
   return r;
 }
@@ -234,14 +238,14 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         destroy_connection(c);
         return;
       }
-      c.owe_connect = true;
+      c.owe.connect = true;
     } else if (c.state == ConnState::kClosing) {
       if (c.attempts >= cfg.connect_attempts) {
         push_event(EventKind::kClosed, c, Status::kPeerUnreachable);
         destroy_connection(c);
         return;
       }
-      c.owe_disconnect = true;
+      c.owe.disconnect = true;
     }
   }
   if (c.ack_deadline <= now) {
@@ -313,8 +317,7 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
                               bool gather) {
   // Cheap tests first: most calls find nothing to send.
   out.payload = {};
-  const bool control =
-      (c.owe_connect | c.owe_accept | c.owe_disconnect | c.owe_nak) || (c.probe_owed | c.tlp_owed);
+  const bool control = c.owes_control() || (c.probe_owed | c.tlp_owed);
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
@@ -344,16 +347,12 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
     return true;
   }
   // Round-robin: one datagram per ready connection per turn.
-  while (ready_head < ready.size()) {
-    const uint32_t index = ready[ready_head++];
+  while (!ready.empty()) {
+    const uint32_t index = ready.pop();
     Connection* c = conns[index].get();
     if (c == nullptr || !in_ready[index]) continue;
     if (emit_for(*c, now, buf, out, gather)) {
-      ready.push_back(index);  // stays ready: it may have more
-      if (ready_head > 4096 && ready_head * 2 > ready.size()) {
-        ready.erase(ready.begin(), ready.begin() + static_cast<std::ptrdiff_t>(ready_head));
-        ready_head = 0;
-      }
+      ready.push(index);  // stays ready: it may have more
       update_timer(*c);
       ++estats.datagrams_sent;
       return true;
@@ -362,7 +361,6 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
     update_timer(*c);
   }
   ready.clear();
-  ready_head = 0;
   return false;
 }
 
@@ -396,8 +394,9 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
   ++m.estats.datagrams_received;
-  wire::Packet& p = m.rx_packet;  // reused: constructing one per datagram costs more than decoding
-  const wire::ParseError err = wire::decode(dg.bytes, p);
+  // Reused, and not cleared: each handler reads only its opcode's fields.
+  wire::Packet& p = m.rx_packet;
+  const wire::ParseError err = wire::decode_fields(dg.bytes, p);
   switch (err) {
     case wire::ParseError::kOk: break;
     case wire::ParseError::kTruncated: ++m.estats.truncated; return;
@@ -448,7 +447,7 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
       if (c->state == ConnState::kEstablished) {
         m.on_probe(*c, dg, p, now);
       } else if (c->state == ConnState::kError && c->nak.code != 0) {
-        c->owe_nak = true;  // NAK-2: a sender probing its paths must still hear why
+        c->owe.nak = true;  // NAK-2: a sender probing its paths must still hear why
         c->nak_entropy = dg.entropy;
       }
       break;
@@ -609,9 +608,11 @@ size_t Endpoint::active_context_bytes() const {
   const EndpointConfig& c = impl_->cfg;
   const size_t w = size_t{1} << c.window_log2;
   const size_t tx = sizeof(detail::TxCtx) + w * sizeof(detail::TxRecord) + w / 8 +
-                    size_t{c.num_paths} * w * 4 + w * 4 + c.sq_depth * sizeof(detail::SqEntry) +
-                    c.max_reads * (sizeof(detail::RespJob) + 4);
-  const size_t rx = sizeof(detail::RxCtx) + w / 8 + c.rq_depth * sizeof(detail::RecvEntry);
+                    size_t{c.num_paths} * w * 4 + w * 4 +
+                    std::bit_ceil(uint32_t{c.sq_depth}) * sizeof(detail::SqEntry) +
+                    std::bit_ceil(impl_->resp_depth()) * sizeof(detail::RespJob) + c.max_reads * 4;
+  const size_t rx = sizeof(detail::RxCtx) + w / 8 +
+                    std::bit_ceil(uint32_t{c.rq_depth}) * sizeof(detail::RecvEntry);
   return tx + rx;
 }
 

@@ -16,7 +16,7 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
     c->nonce = rng.next();
   } while (c->nonce == 0 || by_nonce.count(c->nonce) != 0);
   by_nonce[c->nonce] = c->index;
-  c->owe_connect = true;
+  c->owe.connect = true;
   c->last_progress = now;
   out = c->id;
   mark_ready(*c);
@@ -65,7 +65,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   if (it != by_nonce.end()) {
     Connection* c = conns[it->second].get();
     if (c != nullptr && !c->is_requester && c->peer == dg.peer && c->peer_conn == b.src_conn) {
-      c->owe_accept = true;  // CONN-3: our ACCEPT was lost; say it again
+      c->owe.accept = true;  // CONN-3: our ACCEPT was lost; say it again
       mark_ready(*c);
       return;
     }
@@ -90,7 +90,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   c->nonce = b.nonce;
   by_nonce[b.nonce] = c->index;
   establish(*c, b, now);
-  c->owe_accept = true;
+  c->owe.accept = true;
   push_event(EventKind::kAccepted, *c, Status::kOk);
   mark_ready(*c);
   update_timer(*c);
@@ -124,7 +124,7 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
   flush_all(c, Status::kFlushed, 0);
   c.state = ConnState::kClosing;
   c.attempts = 0;
-  c.owe_disconnect = true;
+  c.owe.disconnect = true;
   c.last_progress = now;
   mark_ready(c);
   update_timer(c);
@@ -159,28 +159,28 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
   body.nonce = c.nonce;
   out.entropy = c.paths[0].entropy;
   size_t h = 0;
-  if (c.owe_connect) {
-    c.owe_connect = false;
+  if (c.owe.connect) {
+    c.owe.connect = false;
     ++c.attempts;
     c.control_deadline = now + cfg.connect_retry_ns;
     body.initial_psn = c.initial_psn;
     wire::BaseHeader bh = base_header(c, wire::Opcode::kConnectReq, now);
     bh.dst_conn = 0;
     h = wire::write_connect(buf, bh, body);
-  } else if (c.owe_accept) {
-    c.owe_accept = false;
+  } else if (c.owe.accept) {
+    c.owe.accept = false;
     body.initial_psn = c.initial_psn;
     body.mtu = c.mtu;
     body.window_log2 = c.window_log2;
     h = wire::write_connect(buf, base_header(c, wire::Opcode::kConnectAccept, now), body);
-  } else if (c.owe_disconnect) {
-    c.owe_disconnect = false;
+  } else if (c.owe.disconnect) {
+    c.owe.disconnect = false;
     ++c.attempts;
     c.control_deadline = now + cfg.connect_retry_ns;
     wire::DisconnectBody d{c.id.v, 0};
     h = wire::write_disconnect(buf, base_header(c, wire::Opcode::kDisconnect, now), d);
-  } else if (c.owe_nak) {
-    c.owe_nak = false;
+  } else if (c.owe.nak) {
+    c.owe.nak = false;
     out.entropy = c.nak_entropy;
     c.nak.cum_psn = c.rx_cum;
     h = wire::write_nak(buf, base_header(c, wire::Opcode::kNak, now), c.nak);
@@ -220,7 +220,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
     detail::TxCtx& t = *c.tx;
     bool named = false;
     for (uint32_t i = t.sq_head; i != t.sq_tail; ++i) {
-      detail::SqEntry& e = t.sq[i % t.sq.size()];
+      detail::SqEntry& e = t.sq[i & t.sq_mask];
       Status s = Status::kFlushed;
       if (!named && first != Status::kFlushed && first != Status::kPeerClosed) {
         // The WR holding the failed PSN gets the NAK's code (COMP-5); a
@@ -251,7 +251,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
   if (c.rx) {
     detail::RxCtx& r = *c.rx;
     for (uint32_t i = r.rq_head; i != r.rq_tail; ++i) {
-      const detail::RecvEntry& e = r.rq[i % r.rq.size()];
+      const detail::RecvEntry& e = r.rq[i & r.rq_mask];
       Completion comp;
       comp.wr_id = e.wr.wr_id;
       comp.conn = c.id;

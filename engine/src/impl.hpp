@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "connection.hpp"
+#include "index_fifo.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/wire.hpp"
 #include "mr_table.hpp"
@@ -30,6 +31,7 @@ struct Endpoint::Impl {
   EndpointStats estats;
   TimeNs last_now{0};  // the latest time an input or output call carried
   wire::Packet rx_packet;
+  wire::AckBody tx_ack;
   TraceFn trace_fn = nullptr;
   void* trace_ctx = nullptr;
 
@@ -41,9 +43,8 @@ struct Endpoint::Impl {
   std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)
 
   // Connections with something to send, round-robin.
-  std::vector<uint32_t> ready;
+  detail::IndexFifo ready;
   std::vector<uint8_t> in_ready;
-  size_t ready_head = 0;
 
   // Pools of tracking contexts.
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
@@ -75,7 +76,7 @@ struct Endpoint::Impl {
   void run_timers(detail::Connection& c, TimeNs now);
   bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
   bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
-  bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
+  [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
                 bool gather);
   void trace(TimeNs t, TraceKind k, const detail::Connection& c, uint8_t path, uint32_t psn,
@@ -84,8 +85,14 @@ struct Endpoint::Impl {
   }
   void complete(const detail::Connection& c, const Completion& comp);
   void push_event(EventKind k, const detail::Connection& c, Status s);
-  detail::TxCtx& tx_ctx(detail::Connection& c);
-  detail::RxCtx& rx_ctx(detail::Connection& c);
+  // The contexts, borrowed from the pools on first use. Inline: every data
+  // packet asks, and nearly always the connection holds one already.
+  detail::TxCtx& tx_ctx(detail::Connection& c) { return c.tx ? *c.tx : borrow_tx(c); }
+  detail::RxCtx& rx_ctx(detail::Connection& c) { return c.rx ? *c.rx : borrow_rx(c); }
+  detail::TxCtx& borrow_tx(detail::Connection& c);
+  detail::RxCtx& borrow_rx(detail::Connection& c);
+  // READ responses we hold at most (READ-3's limit, with slack).
+  [[nodiscard]] uint32_t resp_depth() const { return uint32_t{cfg.max_reads} * 4; }
   void maybe_release_ctx(detail::Connection& c, TimeNs now);
   bool tx_idle(const detail::Connection& c) const;
   bool rx_idle(const detail::Connection& c) const;
@@ -95,14 +102,16 @@ struct Endpoint::Impl {
   // ---- handshake.cpp ----
   Status connect(const PeerAddr& peer, TimeNs now, ConnId& out);
   void close(detail::Connection& c, TimeNs now);
-  void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
-  bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
-  void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
-  void reject_bad_version(const RxDatagram& dg);
-  void establish(detail::Connection& c, const wire::ConnectBody& peer_body, TimeNs now);
+  [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] void reject_bad_version(const RxDatagram& dg);
+  [[gnu::cold]] void establish(detail::Connection& c, const wire::ConnectBody& peer_body,
+                               TimeNs now);
   bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
-  void enter_error(detail::Connection& c, Status why, uint32_t failed_psn, TimeNs now);
-  void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
+  [[gnu::cold]] void enter_error(detail::Connection& c, Status why, uint32_t failed_psn,
+                                 TimeNs now);
+  [[gnu::cold]] void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
 
   // ---- sender.cpp ----
   Status post_send(detail::Connection& c, const SendWr& wr);
@@ -116,6 +125,9 @@ struct Endpoint::Impl {
   }
   void mark_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
                   uint32_t& touched);
+  // mark_acked without recording the PSN in the acked set.
+  void on_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
+                uint32_t& touched);
   void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now);
   void declare_lost(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r, TimeNs now,
                     bool timeout, bool count_outcome);
@@ -163,6 +175,14 @@ struct Endpoint::Impl {
   void retire_path(detail::Connection& c, uint8_t path, TimeNs now);
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
   void arm_rto(detail::Connection& c, detail::Path& p, TimeNs now);
+  // x / loss_window_packets (PATH-5's EWMA gain), for every packet
+  // acknowledged: a shift when the window is a power of two (the default)
+  // rather than a division.
+  [[nodiscard]] uint32_t per_loss_window(uint32_t x) const {
+    return loss_window_shift >= 0 ? x >> loss_window_shift : x / loss_window;
+  }
+  uint32_t loss_window = 1;
+  int loss_window_shift = 0;  // log2(loss_window), or -1 if not a power of two
   [[nodiscard]] uint32_t packet_cost(uint32_t payload) const {
     return payload + detail::kPacketOverhead;
   }

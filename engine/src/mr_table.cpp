@@ -8,10 +8,6 @@ uint64_t mix(uint64_t k) {
   k ^= k >> 33;
   return k;
 }
-bool range_inside(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
-  // Written to avoid overflow: addr >= base and addr - base + len <= length.
-  return addr >= base && addr - base <= length && len <= length - (addr - base);
-}
 constexpr uint32_t kAllAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 }  // namespace
 
@@ -40,6 +36,7 @@ Status MrTable::remove(uint32_t lkey) {
   const uint32_t slot = find_slot(r.rkey);
   if (slot != kNone) hash_[slot].index = kTombstone;
   r.valid = false;
+  last_index_ = kNone;
   return Status::kOk;
 }
 
@@ -85,24 +82,12 @@ uint8_t* MrTable::local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t nee
   return r.base + (addr - base);
 }
 
-uint8_t* MrTable::remote(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t need,
-                         Status& why) const {
+uint32_t MrTable::lookup(uint64_t rkey) const {
   const uint32_t slot = find_slot(rkey);
-  if (slot == kNone) {
-    why = Status::kRemoteBadKey;
-    return nullptr;
-  }
-  const Region& r = regions_[hash_[slot].index];
-  if ((r.access & need) != need) {
-    why = Status::kRemoteAccessDenied;
-    return nullptr;
-  }
-  const auto base = reinterpret_cast<uint64_t>(r.base);
-  if (!range_inside(base, r.length, addr, len)) {
-    why = Status::kRemoteOutOfBounds;
-    return nullptr;
-  }
-  return r.base + (addr - base);
+  if (slot == kNone) return kNone;
+  last_rkey_ = rkey;
+  last_index_ = hash_[slot].index;
+  return last_index_;
 }
 
 }  // namespace metaroce::detail

@@ -35,14 +35,39 @@ class MrTable {
   // Remote access check (PLACE-2, READ-2): the whole range [addr, addr+len)
   // must lie inside the region named by rkey, which must grant `need`.
   [[nodiscard]] uint8_t* remote(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t need,
-                                Status& why) const;
+                                Status& why) const {
+    // Consecutive packets almost always name the same region (a message
+    // spans many): remember the last rkey found and skip the hash probe.
+    const uint32_t index = rkey == last_rkey_ && last_index_ != kNone ? last_index_ : lookup(rkey);
+    if (index == kNone) {
+      why = Status::kRemoteBadKey;
+      return nullptr;
+    }
+    const Region& r = regions_[index];
+    if ((r.access & need) != need) {
+      why = Status::kRemoteAccessDenied;
+      return nullptr;
+    }
+    const auto base = reinterpret_cast<uint64_t>(r.base);
+    if (!range_inside(base, r.length, addr, len)) {
+      why = Status::kRemoteOutOfBounds;
+      return nullptr;
+    }
+    return r.base + (addr - base);
+  }
 
   [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kTombstone = UINT32_MAX - 1;
+  static bool range_inside(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
+    // Written to avoid overflow: addr >= base and addr - base + len <= length.
+    return addr >= base && addr - base <= length && len <= length - (addr - base);
+  }
   [[nodiscard]] uint32_t find_slot(uint64_t rkey) const;
+  // Region index for rkey (kNone if unknown), remembered for the next call.
+  [[nodiscard]] uint32_t lookup(uint64_t rkey) const;
   void rehash(size_t capacity);
 
   std::vector<Region> regions_;  // lkey = index + 1; never reused
@@ -52,6 +77,8 @@ class MrTable {
   };
   std::vector<Slot> hash_;  // power-of-two size, load <= 1/2
   size_t hash_used_ = 0;
+  mutable uint64_t last_rkey_ = 0;
+  mutable uint32_t last_index_ = kNone;  // region of last_rkey_; kNone after a remove
 };
 
 }  // namespace metaroce::detail

@@ -43,8 +43,7 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
 
 void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
   Path& p = c.paths[path];
-  const uint32_t n = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
-  p.loss_ewma -= p.loss_ewma / n;
+  p.loss_ewma -= per_loss_window(p.loss_ewma);
   ++p.outcomes;
   p.consecutive_rtos = 0;
   p.backoff = 0;

@@ -25,8 +25,8 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
     if (buf == nullptr) return why;
   }
   detail::RxCtx& r = rx_ctx(c);
-  if (r.rq_tail - r.rq_head >= r.rq.size()) return Status::kQueueFull;
-  detail::RecvEntry& e = r.rq[r.rq_tail % r.rq.size()];
+  if (r.rq_tail - r.rq_head >= cfg.rq_depth) return Status::kQueueFull;
+  detail::RecvEntry& e = r.rq[r.rq_tail & r.rq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
   e.buf = buf;
@@ -60,7 +60,10 @@ bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf,
   const detail::Echo e = c.echoes[0];
   for (uint8_t i = 1; i < c.echo_count; ++i) c.echoes[i - 1] = c.echoes[i];
   --c.echo_count;
-  wire::AckBody a;
+  // Reused: a fresh AckBody zeroes all its SACK words, and write_ack reads
+  // only the first sack_words of them.
+  wire::AckBody& a = tx_ack;
+  a.sack_words = 0;
   a.cum_psn = c.rx_cum;
   a.echo_psn = e.psn;
   a.echo_tsval = e.tsval;
@@ -98,7 +101,7 @@ void Endpoint::Impl::complete_recvs(Connection& c) {
   if (!c.rx) return;
   detail::RxCtx& r = *c.rx;
   while (r.rq_head != r.rq_tail) {
-    const detail::RecvEntry& e = r.rq[r.rq_head % r.rq.size()];
+    const detail::RecvEntry& e = r.rq[r.rq_head & r.rq_mask];
     if (!e.has_last || !before(e.last_psn, c.rx_cum)) break;  // COMP-3
     Completion comp;
     comp.wr_id = e.wr.wr_id;
@@ -136,7 +139,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
                              TimeNs now) {
   if (c.state == ConnState::kError) {
     if (c.nak.code != 0) {  // NAK-2: we failed this connection; say so again
-      c.owe_nak = true;
+      c.owe.nak = true;
       c.nak_entropy = dg.entropy;
     }
     return;
@@ -175,7 +178,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     if (idx >= r.rq_tail - r.rq_head) {
       why = Status::kRnr;
     } else {
-      rq_entry = &r.rq[(r.rq_head + idx) % r.rq.size()];
+      rq_entry = &r.rq[(r.rq_head + idx) & r.rq_mask];
       if (op != wire::Opcode::kWriteImm) {
         if (mh.msg_len > rq_entry->wr.length)
           why = Status::kRemoteLengthError;
@@ -188,10 +191,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     detail::TxCtx& t = tx_ctx(c);
     const uint8_t* src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
     if (src != nullptr) {
-      if (t.resp_tail - t.resp_head >= t.resp.size()) {
+      if (t.resp_tail - t.resp_head >= resp_depth()) {
         why = Status::kRemoteInvalidRequest;  // READ-3
       } else {
-        detail::RespJob& j = t.resp[t.resp_tail++ % t.resp.size()];
+        detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
         j = detail::RespJob{
             psn, src, mh.msg_len, mh.msn, mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu,
             0,   0};
@@ -203,7 +206,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   if (why == Status::kRnr) {
     ++c.stats.rnr_naks_sent;
     c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
-    c.owe_nak = true;
+    c.owe.nak = true;
     c.nak_entropy = dg.entropy;
     return;
   }
@@ -213,7 +216,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       return;
     }
     c.nak = wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum};
-    c.owe_nak = true;
+    c.owe.nak = true;
     c.nak_entropy = dg.entropy;
     enter_error(c, why, psn, now);  // NAK-2
     return;
@@ -228,12 +231,26 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     rq_entry->imm = p.imm;
   }
 
-  detail::bit_set(r.bits, psn, mask);
-  if (!before(psn, c.rx_high)) c.rx_high = psn + 1;
   const uint32_t old_cum = c.rx_cum;
-  while (c.rx_cum != c.rx_high && detail::bit_get(r.bits, c.rx_cum, mask)) {
-    detail::bit_clear(r.bits, c.rx_cum, mask);
-    ++c.rx_cum;
+  if (psn == c.rx_cum && c.rx_high == c.rx_cum) {
+    // In order with nothing received beyond it: the PSN leaves the window at
+    // once, so its bit is never set.
+    c.rx_cum = c.rx_high = psn + 1;
+  } else {
+    detail::bit_set(r.bits, psn, mask);
+    if (!before(psn, c.rx_high)) c.rx_high = psn + 1;
+    // Advance over the received run a word at a time, clearing its bits.
+    while (c.rx_cum != c.rx_high) {
+      const uint32_t bit = c.rx_cum & 63;  // the window is a whole number of words
+      uint64_t& word = r.bits[(c.rx_cum & mask) >> 6];
+      const uint32_t room = std::min<uint32_t>(64 - bit, c.rx_high - c.rx_cum);
+      const uint64_t ones = ~(word >> bit);  // lowest set bit: the first PSN missing
+      const uint32_t run = ones == 0 ? 64 - bit : static_cast<uint32_t>(__builtin_ctzll(ones));
+      const uint32_t n = std::min(run, room);
+      word &= ~(detail::low_bits(n) << bit);
+      c.rx_cum += n;
+      if (n < room) break;
+    }
   }
   ++c.stats.data_packets_received;
   c.stats.data_bytes_received += plen;

@@ -30,8 +30,8 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
     if (local == nullptr) return why;
   }
   TxCtx& t = tx_ctx(c);
-  if (t.sq_tail - t.sq_head >= t.sq.size()) return Status::kQueueFull;
-  detail::SqEntry& e = t.sq[t.sq_tail % t.sq.size()];
+  if (t.sq_tail - t.sq_head >= cfg.sq_depth) return Status::kQueueFull;
+  detail::SqEntry& e = t.sq[t.sq_tail & t.sq_mask];
   e = detail::SqEntry{};
   e.wr = wr;
   e.local = local;
@@ -55,13 +55,11 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   int fallback = -1;
   int best = -1;
   uint64_t best_free = 0, best_cwnd = 1;
-  bool other_active = false;
   const uint8_t n = c.num_paths;
   uint8_t i = c.rr_next < n ? c.rr_next : 0;
   for (uint8_t k = 0; k < n; ++k, i = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1)) {
     detail::Path& p = c.paths[i];
     if (p.state != PathState::kActive || p.held) continue;  // LOSS-8: held until it answers
-    if (i != avoid) other_active = true;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
     if (p.inflight > 0 ? p.inflight >= p.cwnd : (p.cwnd < need && now < p.next_send)) continue;
     if (p.next_pseq - p.ring_head >= c.window() && !trim_ring(c, i)) continue;
@@ -83,7 +81,13 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
     c.rr_next = static_cast<uint8_t>(best + 1 == n ? 0 : best + 1);
     return best;
   }
-  // LOSS-3: the original path only when no other path is active at all.
+  // LOSS-3: the original path only when no other path is active at all
+  // (asked only here, so the scan above need not track it).
+  bool other_active = false;
+  for (uint8_t k = 0; fallback >= 0 && k < n && !other_active; ++k) {
+    const detail::Path& p = c.paths[k];
+    other_active = k != avoid && p.state == PathState::kActive && !p.held;
+  }
   if (fallback >= 0 && !other_active) {
     c.rr_next = static_cast<uint8_t>(fallback + 1 == n ? 0 : fallback + 1);
     return fallback;
@@ -217,8 +221,8 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   // nor the reverse. READ-5: a READ is answered only once every packet sent
   // before it has arrived, so it never returns data an earlier WRITE is
   // still replacing.
-  detail::SqEntry* head = t.sq_seg != t.sq_tail ? &t.sq[t.sq_seg % t.sq.size()] : nullptr;
-  detail::RespJob* job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg % t.resp.size()] : nullptr;
+  detail::SqEntry* head = t.sq_seg != t.sq_tail ? &t.sq[t.sq_seg & t.sq_mask] : nullptr;
+  detail::RespJob* job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg & t.resp_mask] : nullptr;
   bool use_resp;
   if (head != nullptr && head->sent > 0) {
     use_resp = false;
@@ -236,7 +240,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   const uint32_t psn = c.next_psn;
   uint16_t slot;
   if (use_resp) {
-    const auto ji = static_cast<uint32_t>(t.resp_seg % t.resp.size());
+    const auto ji = t.resp_seg & t.resp_mask;
     if (job->sent == 0) {
       job->first_psn = psn;
       c.resp_turn = false;  // SCHED-4: the send queue's turn next
@@ -244,7 +248,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (++job->sent == job->npkts) ++t.resp_seg;
     slot = static_cast<uint16_t>(detail::kRespSlotFlag | ji);
   } else {
-    const auto si = static_cast<uint32_t>(t.sq_seg % t.sq.size());
+    const auto si = t.sq_seg & t.sq_mask;
     detail::SqEntry& e = *head;
     if (e.sent == 0) {
       e.first_psn = psn;
@@ -269,9 +273,13 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
 
 void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
                                 uint32_t& touched) {
-  const uint32_t mask = c.wmask();
-  detail::bit_set(t.acked_bits, psn, mask);
-  TxRecord& r = t.records[psn & mask];
+  detail::bit_set(t.acked_bits, psn, c.wmask());
+  on_acked(c, t, psn, now, touched);
+}
+
+void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
+                              uint32_t& touched) {
+  TxRecord& r = t.records[psn & c.wmask()];
   if (r.psn != psn) return;
   if (r.flags & detail::kRecInFlight) {
     detail::Path& p = c.paths[r.path];
@@ -292,10 +300,24 @@ void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs no
 
 void Endpoint::Impl::advance_cum(Connection& c, TxCtx& t, uint32_t cum, TimeNs now,
                                  uint32_t& touched) {
+  // A word of the acked set at a time: PSNs a SACK already acknowledged are
+  // skipped with one mask, and the bits leaving the window cleared together.
   const uint32_t mask = c.wmask();
-  for (uint32_t psn = c.cum_acked; psn != cum; ++psn) {
-    if (!detail::bit_get(t.acked_bits, psn, mask)) mark_acked(c, t, psn, now, touched);
-    detail::bit_clear(t.acked_bits, psn, mask);
+  uint32_t psn = c.cum_acked;
+  while (psn != cum) {
+    const uint32_t bit = psn & 63;  // the window is a whole number of words
+    const uint32_t n = std::min<uint32_t>(cum - psn, 64 - bit);
+    uint64_t& word = t.acked_bits[(psn & mask) >> 6];
+    const uint64_t range = detail::low_bits(n) << bit;
+    uint64_t fresh = ~word & range;
+    word &= ~range;
+    const uint32_t base = psn - bit;
+    while (fresh != 0) {
+      const int k = __builtin_ctzll(fresh);
+      fresh &= fresh - 1;
+      on_acked(c, t, base + static_cast<uint32_t>(k), now, touched);
+    }
+    psn += n;
   }
   c.cum_acked = cum;
 }
@@ -410,7 +432,12 @@ bool Endpoint::Impl::trim_ring(Connection& c, uint8_t path) {
 
 void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now) {
   detail::Path& p = c.paths[path];
-  if (!p.any_acked) return;
+  const auto threshold = static_cast<int32_t>(cfg.recovery.reorder_threshold);
+  // Nothing from ring_head on can be lost yet (LOSS-2), so skip the walk;
+  // the acknowledged entries before the first in flight are dropped later,
+  // by this walk or by trim_ring, which every other reader of the ring
+  // tolerates (they skip entries no longer in flight).
+  if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) return;
   while (p.ring_head != p.next_pseq) {
     TxRecord* r = in_flight_at(c, t, path, p.ring_head);
     if (r == nullptr) {
@@ -418,9 +445,7 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
       continue;
     }
     // LOSS-2: a later transmission on the same path was acknowledged.
-    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) <
-        static_cast<int32_t>(cfg.recovery.reorder_threshold))
-      break;
+    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) break;
     ++p.ring_head;
     declare_lost(c, t, *r, now, false, true);
     if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
@@ -487,7 +512,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
 void Endpoint::Impl::complete_sends(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.sq_head != t.sq_seg) {
-    detail::SqEntry& e = t.sq[t.sq_head % t.sq.size()];
+    detail::SqEntry& e = t.sq[t.sq_head & t.sq_mask];
     const uint32_t last = e.first_psn + e.npkts - 1;
     if (!before(last, c.cum_acked)) break;  // COMP-1
     if (e.wr.op == WrOpcode::kRead && e.resp_received < e.resp_pkts) break;
@@ -507,7 +532,7 @@ void Endpoint::Impl::complete_sends(Connection& c) {
 void Endpoint::Impl::release_resp_jobs(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.resp_head != t.resp_seg) {
-    const detail::RespJob& j = t.resp[t.resp_head % t.resp.size()];
+    const detail::RespJob& j = t.resp[t.resp_head & t.resp_mask];
     if (!before(j.first_psn + j.npkts - 1, c.cum_acked)) break;
     ++t.resp_head;
   }

@@ -31,9 +31,33 @@ const char* opcode_name(Opcode op) {
   return "UNKNOWN";
 }
 
-bool is_known_opcode(uint8_t v) {
-  return (v >= 0x01 && v <= 0x06) || (v >= 0x10 && v <= 0x12) || (v >= 0x20 && v <= 0x24);
+namespace {
+// What the codec needs to know of an opcode, found with one table lookup per
+// packet instead of a chain of comparisons at every use.
+struct OpInfo {
+  uint8_t header = 0;  // bytes before the payload (ACK: without SACK words); 0: unknown
+  bool payload = false;
+};
+constexpr std::array<OpInfo, 0x25> make_ops() {
+  std::array<OpInfo, 0x25> t{};
+  for (uint8_t v = 0x01; v <= 0x06; ++v) {
+    const auto op = static_cast<Opcode>(v);
+    size_t n = kBaseHeaderSize + kMessageHeaderSize;
+    if (has_rdma_header(op)) n += kRdmaHeaderSize;
+    if (has_imm(op)) n += kImmSize;
+    t[v] = {static_cast<uint8_t>(n), carries_payload(op)};
+  }
+  t[0x10] = {kBaseHeaderSize + kAckFixedSize, false};
+  t[0x11] = {kBaseHeaderSize + kNakBodySize, false};
+  t[0x12] = {kBaseHeaderSize, false};
+  for (uint8_t v = 0x20; v <= 0x22; ++v) t[v] = {kBaseHeaderSize + kConnectBodySize, false};
+  for (uint8_t v = 0x23; v <= 0x24; ++v) t[v] = {kBaseHeaderSize + kDisconnectBodySize, false};
+  return t;
 }
+constexpr auto kOps = make_ops();
+}  // namespace
+
+bool is_known_opcode(uint8_t v) { return v < kOps.size() && kOps[v].header != 0; }
 
 const char* parse_error_name(ParseError e) {
   switch (e) {
@@ -49,24 +73,9 @@ const char* parse_error_name(ParseError e) {
 }
 
 size_t header_size(Opcode op, uint8_t sack_words) {
-  size_t n = kBaseHeaderSize;
-  if (is_data(op)) {
-    n += kMessageHeaderSize;
-    if (has_rdma_header(op)) n += kRdmaHeaderSize;
-    if (has_imm(op)) n += kImmSize;
-    return n;
-  }
-  switch (op) {
-    case Opcode::kAck: return n + kAckFixedSize + size_t{sack_words} * 8;
-    case Opcode::kNak: return n + kNakBodySize;
-    case Opcode::kProbe: return n;
-    case Opcode::kConnectReq:
-    case Opcode::kConnectAccept:
-    case Opcode::kConnectReject: return n + kConnectBodySize;
-    case Opcode::kDisconnect:
-    case Opcode::kDisconnectAck: return n + kDisconnectBodySize;
-    default: return n;
-  }
+  const auto v = static_cast<uint8_t>(op);
+  if (!is_known_opcode(v)) return kBaseHeaderSize;
+  return kOps[v].header + (op == Opcode::kAck ? size_t{sack_words} * 8 : 0);
 }
 
 namespace {
@@ -119,34 +128,41 @@ void reset(Packet& out) {
   out.disconnect = DisconnectBody{};
   out.payload = {};
 }
-}  // namespace
 
-ParseError decode(std::span<const uint8_t> d, Packet& out) {
-  reset(out);
-  if (ParseError e = decode_base(d, out.bh); e != ParseError::kOk) return e;
+// Sets bh and payload and every field of the opcode's own group (data: mh,
+// rh, imm; ACK; NAK; connect; disconnect), leaving the other groups as they are.
+ParseError parse(std::span<const uint8_t> d, Packet& out) {
+  const size_t size = d.size();
+  if (size < kBaseHeaderSize + kIcrcSize) return ParseError::kTruncated;
   const uint8_t* p = d.data();
+  get_base(p, out.bh);
+  if (out.bh.version != kVersion) return ParseError::kBadVersion;
+  const auto opv = static_cast<uint8_t>(out.bh.opcode);
+  if (!is_known_opcode(opv)) return ParseError::kBadOpcode;
   const Opcode op = out.bh.opcode;
-  // A packet without payload has its ICRC over everything before it, so check
-  // it before trusting any length field in it (BAD-4 before BAD-5/6).
-  if (!carries_payload(op)) {
-    if (d.size() < header_size(op) + kIcrcSize) return ParseError::kTruncated;
-    if (crc32c(0, p, d.size() - kIcrcSize) != load32(p + d.size() - kIcrcSize))
-      return ParseError::kBadChecksum;
-  }
+  size_t hlen = kOps[opv].header;
+  if (size < hlen + kIcrcSize) return ParseError::kTruncated;
+  size_t payload_len = 0;
   uint8_t sack_words = 0;
-  if (op == Opcode::kAck) {
-    if (d.size() < kBaseHeaderSize + kAckFixedSize + kIcrcSize) return ParseError::kTruncated;
-    sack_words = p[kBaseHeaderSize + 15];
-    if (sack_words > kMaxSackWords) return ParseError::kBadField;
+  if (!kOps[opv].payload) {
+    // A packet without payload has its ICRC over everything before it, so
+    // check it before trusting any length field in it (BAD-4 before BAD-5/6).
+    // That also covers the headers: no second pass below.
+    if (crc32c(0, p, size - kIcrcSize) != load32(p + size - kIcrcSize))
+      return ParseError::kBadChecksum;
+    if (op == Opcode::kAck) {
+      sack_words = p[kBaseHeaderSize + 15];
+      if (sack_words > kMaxSackWords) return ParseError::kBadField;
+      hlen += size_t{sack_words} * 8;
+      if (size < hlen + kIcrcSize) return ParseError::kTruncated;
+    }
+    if (size != hlen + kIcrcSize) return ParseError::kBadLength;
+  } else {
+    payload_len = size - hlen - kIcrcSize;
+    const bool covered = (out.bh.flags & kFlagPayloadCovered) != 0;
+    const size_t crc_len = covered ? hlen + payload_len : hlen;
+    if (crc32c(0, p, crc_len) != load32(p + hlen + payload_len)) return ParseError::kBadChecksum;
   }
-  const size_t hlen = header_size(op, sack_words);
-  if (d.size() < hlen + kIcrcSize) return ParseError::kTruncated;
-  const size_t payload_len = d.size() - hlen - kIcrcSize;
-  if (payload_len != 0 && !carries_payload(op)) return ParseError::kBadLength;
-
-  const bool covered = (out.bh.flags & kFlagPayloadCovered) != 0;
-  const size_t crc_len = covered ? hlen + payload_len : hlen;
-  if (crc32c(0, p, crc_len) != load32(p + hlen + payload_len)) return ParseError::kBadChecksum;
 
   const uint8_t* q = p + kBaseHeaderSize;
   if (is_data(op)) {
@@ -158,6 +174,8 @@ ParseError decode(std::span<const uint8_t> d, Packet& out) {
       out.rh.rkey = load64(q);
       out.rh.raddr = load64(q + 8);
       q += kRdmaHeaderSize;
+    } else {
+      out.rh = RdmaHeader{};
     }
     out.imm = has_imm(op) ? load32(q) : 0;
     // A packet never reaches past its message (BAD-5); READ_REQ has no payload.
@@ -192,9 +210,17 @@ ParseError decode(std::span<const uint8_t> d, Packet& out) {
     out.disconnect.src_conn = load32(q);
     out.disconnect.reason = q[4];
   }
-  out.payload = d.subspan(hlen, payload_len);
+  out.payload = std::span<const uint8_t>(p + hlen, payload_len);
   return ParseError::kOk;
 }
+}  // namespace
+
+ParseError decode(std::span<const uint8_t> d, Packet& out) {
+  reset(out);
+  return parse(d, out);
+}
+
+ParseError decode_fields(std::span<const uint8_t> d, Packet& out) { return parse(d, out); }
 
 size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const MessageHeader& mh,
                           const RdmaHeader* rh, uint32_t imm) {

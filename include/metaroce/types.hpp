@@ -2,9 +2,12 @@
 // Everything here is header-only and free of I/O.
 #pragma once
 
+#include <bit>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace metaroce {
 
@@ -54,9 +57,29 @@ struct PeerAddr {
   uint8_t len = 0;
   constexpr bool operator==(const PeerAddr& o) const {
     if (len != o.len) return false;
-    for (uint8_t i = 0; i < len; ++i)
-      if (bytes[i] != o.bytes[i]) return false;
-    return true;
+    const uint8_t n = len < sizeof bytes ? len : sizeof bytes;
+    if (std::is_constant_evaluated() || std::endian::native != std::endian::little) {
+      for (uint8_t i = 0; i < n; ++i)
+        if (bytes[i] != o.bytes[i]) return false;
+      return true;
+    }
+    // Every received datagram is checked against its connection's peer (an
+    // IPv6 address is 19 bytes): compare words, the last one masked to len
+    // bytes, rather than byte by byte.
+    uint64_t a0, a1, b0, b1;
+    uint32_t a2, b2;
+    std::memcpy(&a0, bytes, 8);
+    std::memcpy(&b0, o.bytes, 8);
+    const uint64_t x0 = a0 ^ b0;
+    const auto low = [](uint32_t k) { return (uint64_t{1} << (8 * k)) - 1; };  // k < 8 bytes
+    if (n < 8) return (x0 & low(n)) == 0;
+    std::memcpy(&a1, bytes + 8, 8);
+    std::memcpy(&b1, o.bytes + 8, 8);
+    const uint64_t x1 = a1 ^ b1;
+    if (n < 16) return (x0 | (x1 & low(n - 8u))) == 0;
+    std::memcpy(&a2, bytes + 16, 4);
+    std::memcpy(&b2, o.bytes + 16, 4);
+    return (x0 | x1 | ((a2 ^ b2) & low(n - 16u))) == 0;
   }
 };
 

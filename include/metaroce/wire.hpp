@@ -156,6 +156,13 @@ struct Packet {
 // as `out` only ever passed through decode).
 [[nodiscard]] ParseError decode(std::span<const uint8_t> datagram, Packet& out);
 
+// decode() without the reset: the same checks, and on success bh, payload and
+// every field of the packet's own group (data: mh, rh, imm; ack; nak; connect;
+// disconnect) are set, while the other groups keep whatever they held. For a
+// receiver that reads only the group its opcode names (the engine: it saves
+// clearing a whole Packet per datagram).
+[[nodiscard]] ParseError decode_fields(std::span<const uint8_t> datagram, Packet& out);
+
 // Only the base header, for a receiver that rejects early (and the fuzzers).
 [[nodiscard]] ParseError decode_base(std::span<const uint8_t> datagram, BaseHeader& out);
 

@@ -725,6 +725,66 @@ TEST(Decode, ResetsThePacketFirst) {
   EXPECT_TRUE(p.payload.empty());
 }
 
+// decode_fields (the engine's decoder) keeps other groups' stale fields but
+// must set everything of the packet's own group exactly as decode does.
+TEST(Decode, FieldsVariantSetsTheWholeOwnGroup) {
+  for (const auto& [name, hex] : spec_hex()) {
+    SCOPED_TRACE(name);
+    const Bytes pkt = from_hex(hex);
+    Packet ref;
+    const ParseError want = decode(pkt, ref);
+    for (const auto& [other_name, other_hex] : spec_hex()) {
+      Packet p;
+      (void)decode_fields(from_hex(other_hex), p);  // leave another packet's fields behind
+      ASSERT_EQ(decode_fields(pkt, p), want);
+      if (want != ParseError::kOk) continue;
+      EXPECT_EQ(p.bh.flags, ref.bh.flags);
+      EXPECT_EQ(p.bh.opcode, ref.bh.opcode);
+      EXPECT_EQ(p.bh.path_tag, ref.bh.path_tag);
+      EXPECT_EQ(p.bh.dst_conn, ref.bh.dst_conn);
+      EXPECT_EQ(p.bh.psn, ref.bh.psn);
+      EXPECT_EQ(p.bh.tsval, ref.bh.tsval);
+      EXPECT_EQ(p.payload.data(), ref.payload.empty() ? p.payload.data() : ref.payload.data());
+      EXPECT_EQ(p.payload.size(), ref.payload.size());
+      const Opcode op = ref.bh.opcode;
+      if (is_data(op)) {
+        EXPECT_EQ(p.mh.msn, ref.mh.msn);
+        EXPECT_EQ(p.mh.offset, ref.mh.offset);
+        EXPECT_EQ(p.mh.msg_len, ref.mh.msg_len);
+        EXPECT_EQ(p.rh.rkey, ref.rh.rkey);
+        EXPECT_EQ(p.rh.raddr, ref.rh.raddr);
+        EXPECT_EQ(p.imm, ref.imm);
+      } else if (op == Opcode::kAck) {
+        EXPECT_EQ(p.ack.cum_psn, ref.ack.cum_psn);
+        EXPECT_EQ(p.ack.echo_psn, ref.ack.echo_psn);
+        EXPECT_EQ(p.ack.echo_tsval, ref.ack.echo_tsval);
+        EXPECT_EQ(p.ack.echo_path_tag, ref.ack.echo_path_tag);
+        EXPECT_EQ(p.ack.flags, ref.ack.flags);
+        ASSERT_EQ(p.ack.sack_words, ref.ack.sack_words);
+        for (size_t i = 0; i < ref.ack.sack_words; ++i) EXPECT_EQ(p.ack.sack[i], ref.ack.sack[i]);
+      } else if (op == Opcode::kNak) {
+        EXPECT_EQ(p.nak.nak_psn, ref.nak.nak_psn);
+        EXPECT_EQ(p.nak.code, ref.nak.code);
+        EXPECT_EQ(p.nak.msn, ref.nak.msn);
+        EXPECT_EQ(p.nak.cum_psn, ref.nak.cum_psn);
+      } else if (op == Opcode::kConnectReq || op == Opcode::kConnectAccept ||
+                 op == Opcode::kConnectReject) {
+        EXPECT_EQ(p.connect.src_conn, ref.connect.src_conn);
+        EXPECT_EQ(p.connect.initial_psn, ref.connect.initial_psn);
+        EXPECT_EQ(p.connect.mtu, ref.connect.mtu);
+        EXPECT_EQ(p.connect.window_log2, ref.connect.window_log2);
+        EXPECT_EQ(p.connect.max_reads, ref.connect.max_reads);
+        EXPECT_EQ(p.connect.code, ref.connect.code);
+        EXPECT_EQ(p.connect.max_version, ref.connect.max_version);
+        EXPECT_EQ(p.connect.nonce, ref.connect.nonce);
+      } else if (op == Opcode::kDisconnect || op == Opcode::kDisconnectAck) {
+        EXPECT_EQ(p.disconnect.src_conn, ref.disconnect.src_conn);
+        EXPECT_EQ(p.disconnect.reason, ref.disconnect.reason);
+      }
+    }
+  }
+}
+
 // --- spec SEQ-2: serial-number arithmetic ---------------------------------
 
 TEST(SpecSeq2, PsnComparisonWrapsModulo2To32) {
