@@ -25,7 +25,9 @@ inline uint64_t bits64(const std::vector<uint64_t>& b, uint32_t start, uint32_t 
   const uint32_t w = i >> 6, sh = i & 63;
   const uint64_t lo = b[w] >> sh;
   if (sh == 0) return lo;
-  const uint64_t hi = b[(w + 1) % b.size()] << (64 - sh);
+  // The window is a power of two of at least 64 bits, so is its word count:
+  // wrap with a mask, not a division.
+  const uint64_t hi = b[(w + 1) & (b.size() - 1)] << (64 - sh);
   return lo | hi;
 }
 // Mask keeping the first n bits (n may exceed 64).
