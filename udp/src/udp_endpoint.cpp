@@ -460,6 +460,11 @@ struct UdpEndpoint::Impl {
         const bool ce = (tos & 3) == 3;
         const uint8_t* base = static_cast<const uint8_t*>(rx_iov[i].iov_base);
         if (seg < len) ++io.rx_gro_batches;
+        // A GRO buffer's segments share path and ECN field: ACK-1 lets them
+        // draw one ACK, so the engine is drained once per buffer (ACKs were
+        // half of all datagrams, each a sendmmsg of its own on the path's
+        // socket). CE-marked segments are drained one by one: every CE mark
+        // keeps its own ACK (ACK-2).
         for (size_t off = 0; off < len; off += seg) {
           const size_t n = std::min(seg, len - off);
           RxDatagram dg;
@@ -468,11 +473,12 @@ struct UdpEndpoint::Impl {
           dg.ce = ce;
           dg.bytes = std::span<const uint8_t>(base + off, n);
           eng->handle_datagram(dg, now);
-          (void)pump_tx(now);
+          if (ce) (void)pump_tx(now);
           ++io.rx_datagrams;
           io.rx_ce += ce ? 1 : 0;
           ++got;
         }
+        if (!ce) (void)pump_tx(now);
       }
       if (static_cast<uint32_t>(r) < batch) break;
     }
@@ -667,9 +673,9 @@ struct UdpEndpoint::Impl {
   }
 
   // Drains the engine into free slots, sending each full batch. Called after
-  // every input (the engine expects its outputs drained after each one), so
-  // ACKs are not coalesced across a whole receive batch. Slots that are
-  // filled but not full wait for end_round().
+  // every input, or every GRO buffer (see receive), so ACKs are not
+  // coalesced across a whole receive batch. Slots that are filled but not
+  // full wait for end_round().
   size_t pump_tx(TimeNs now) {
     size_t taken = 0;
     for (;;) {
