@@ -465,12 +465,19 @@ struct UdpEndpoint::Impl {
         // half of all datagrams, each a sendmmsg of its own on the path's
         // socket). CE-marked segments are drained one by one: every CE mark
         // keeps its own ACK (ACK-2).
+        RxDatagram dg;
+        dg.entropy = address_port(src);
+        dg.ce = ce;
+        uint32_t resolved_dc = 0;  // the segments of a buffer normally share dst_conn
+        bool resolved = false;
         for (size_t off = 0; off < len; off += seg) {
           const size_t n = std::min(seg, len - off);
-          RxDatagram dg;
-          dg.peer = resolve_peer(src, base + off, n);
-          dg.entropy = address_port(src);
-          dg.ce = ce;
+          const uint32_t dc = n >= 8 ? be32(base + off + 4) : 0;
+          if (!resolved || dc != resolved_dc || dc == 0) {
+            dg.peer = resolve_peer(src, base + off, n);
+            resolved_dc = dc;
+            resolved = true;
+          }
           dg.bytes = std::span<const uint8_t>(base + off, n);
           eng->handle_datagram(dg, now);
           if (ce) (void)pump_tx(now);
