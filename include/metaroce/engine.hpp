@@ -15,7 +15,9 @@
 // until it returns false, then sleep until next_timeout() or the next
 // datagram. Drain after every input, also inside a receive batch: the ACK
 // policy (spec ACK-1..5) decides per arrival, and feeding a whole batch first
-// coalesces the ACKs of the batch into one.
+// coalesces the ACKs of the batch into one. One exception: the packets of one
+// GRO buffer (one path, one ECN field) that are not CE-marked may be fed
+// before draining, and then draw one ACK (ACK-1).
 #pragma once
 
 #include <cstddef>

@@ -751,6 +751,47 @@ TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
   EXPECT_GE(completed[1], 100u);
 }
 
+// ACK-1's exception for a receive buffer of one path (a UDP GRO buffer): fed
+// before draining, its packets draw one ACK covering them all; CE-marked ones
+// fed packet by packet still draw one each (ACK-2), as the UDP driver does.
+TEST(Engine, BurstFedBeforeDrainingDrawsOneAck) {  // ACK-1, ACK-2
+  for (const bool ce : {false, true}) {
+    EndpointConfig c = cfg(150);
+    c.num_paths = 1;  // one path: the burst is what one GRO buffer would hold
+    Loop loop(c, cfg(151));
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    constexpr uint32_t kPackets = 8;  // within the initial window (CC-1)
+    Buf src(loop.ep(0), kPackets * c.mtu, 0, 0x5a);
+    Buf dst(loop.ep(1), kPackets * c.mtu, kAccessRemoteWrite);
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * c.mtu)), Status::kOk);
+    std::vector<std::vector<uint8_t>> burst;
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    uint16_t entropy = 0;
+    while (loop.ep(0).poll_transmit(loop.now(), buf, tx)) {
+      burst.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+      entropy = tx.entropy;
+    }
+    ASSERT_EQ(burst.size(), kPackets);
+    size_t acks = 0;
+    auto drain = [&] {
+      while (loop.ep(1).poll_transmit(loop.now(), buf, tx))
+        acks += buf[1] == static_cast<uint8_t>(wire::Opcode::kAck) ? 1 : 0;
+    };
+    for (const auto& bytes : burst) {
+      loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), entropy, ce, bytes}, loop.now());
+      if (ce) drain();
+    }
+    drain();
+    EXPECT_EQ(acks, ce ? kPackets : 1u) << (ce ? "CE-marked" : "plain");
+    EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin()));
+    const ConnStats* st = loop.ep(1).conn_stats(b);
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(st->data_packets_received, kPackets);
+  }
+}
+
 TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EndpointConfig c = cfg(100);
   c.recovery.peer_timeout_ns = 50 * kMillisecond;

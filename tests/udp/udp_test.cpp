@@ -313,6 +313,44 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
   }
 }
 
+// ACK-1: the segments of a GRO buffer draw one ACK (the driver drains the
+// engine once per buffer), so a bulk WRITE draws fewer than one ACK per two
+// packets; without GRO every second packet draws its own.
+TEST(Udp, GroBufferDrawsOneAck) {
+  for (const bool gro : {true, false}) {
+    Options so = test_options();
+    so.gro = gro;
+    Pair p = connect_pair("127.0.0.1", so);
+    ASSERT_TRUE(p.cconn.valid());
+    if (gro && (!p.server->gro_enabled() || !p.client->gso_enabled()))
+      GTEST_SKIP() << "no UDP GSO/GRO on this kernel";
+    constexpr size_t kLen = 4 << 20;
+    constexpr uint32_t kChunk = 64 * 1024;
+    std::vector<uint8_t> src(kLen), dst(kLen, 0);
+    fill_pattern(src, 13);
+    MemoryRegion smr, dmr;
+    ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
+    ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+    for (uint32_t i = 0; i < kLen / kChunk; ++i)
+      ASSERT_FALSE(p.client->write(p.cconn, i, src.data() + i * kChunk, kChunk, smr.lkey,
+                                   dmr.addr + i * kChunk, dmr.rkey));
+    const auto comps = drive(*p.client, *p.server, kLen / kChunk, 20s);
+    ASSERT_EQ(comps.size(), kLen / kChunk);
+    for (const Completion& c : comps) EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+    metaroce::ConnStats st{};
+    ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
+    const auto io = p.server->io_stats();
+    if (gro) {
+      EXPECT_GT(io.rx_gro_batches, 0u);
+      EXPECT_LT(st.acks_sent * 2, st.data_packets_received) << "acks " << st.acks_sent;
+    } else {
+      EXPECT_EQ(io.rx_gro_batches, 0u);
+      EXPECT_GE(st.acks_sent * 2, st.data_packets_received) << "acks " << st.acks_sent;
+    }
+  }
+}
+
 // An application that sleeps on fd() itself (progress() then arms the engine
 // timer every round): transfers complete, and no sleep times out while work
 // is outstanding.

@@ -385,10 +385,12 @@ struct Common {
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
   bool payload_crc = false;
-  int cpu = -1;            // pin the process to this CPU (-1: no)
-  uint32_t ack_every = 0;  // engine ack_every (ACK-1); 0: the engine default
-  bool busy = false;       // never sleep: poll the sockets continuously
-  uint32_t spin_us = 50;   // otherwise poll this long before sleeping
+  int cpu = -1;                  // pin the process to this CPU (-1: no)
+  uint32_t ack_every = 0;        // engine ack_every (ACK-1); 0: the engine default
+  uint32_t min_rto_us = 0;       // LOSS-4 min_rto; 0: the driver's default
+  uint32_t target_delay_us = 0;  // CC-5 target queue delay; 0: the driver's default
+  bool busy = false;             // never sleep: poll the sockets continuously
+  uint32_t spin_us = 50;         // otherwise poll this long before sleeping
   Idler idler() const {
     Idler i;
     i.busy = busy;
@@ -407,6 +409,10 @@ metaroce::udp::Options make_options(const Common& c) {
   o.engine.cover_payload = c.payload_crc;
   if (c.ack_every != 0)
     o.engine.ack_every = static_cast<uint8_t>(std::min<uint32_t>(c.ack_every, 64));
+  if (c.min_rto_us != 0)
+    o.engine.recovery.min_rto_ns = uint64_t{c.min_rto_us} * metaroce::kMicrosecond;
+  if (c.target_delay_us != 0)
+    o.engine.cc.target_queue_delay_ns = uint64_t{c.target_delay_us} * metaroce::kMicrosecond;
   o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
   o.entropy_base = c.entropy_base;
   o.gso = !c.no_gso;
@@ -779,6 +785,8 @@ int run_client(const ClientArgs& a, const Common& common) {
                     {"losses", p.losses},
                     {"timeouts", p.timeouts},
                     {"retirements", p.retirements},
+                    {"probes", p.probes_sent},
+                    {"cwnd_bytes", p.cwnd_bytes},
                     {"retired", p.retirements > 0}});
     }
     j["paths"] = ps;
@@ -853,6 +861,10 @@ int main(int argc, char** argv) {
     sub->add_option("--spin-us", common.spin_us,
                     "without --busy: poll this long after the last activity before sleeping");
     sub->add_option("--cpu", common.cpu, "pin the process to this CPU");
+    sub->add_option("--min-rto-us", common.min_rto_us,
+                    "LOSS-4 min_rto in microseconds (the sending end's setting counts)");
+    sub->add_option("--target-delay-us", common.target_delay_us,
+                    "CC-5 target queue delay in microseconds (the sending end's setting counts)");
     sub->add_option("--ack-every", common.ack_every,
                     "ACK after this many data packets (ACK-1; the receiving end's setting counts)");
   };
