@@ -425,7 +425,9 @@ size_t port_kind(const TopoGraph& g, const Port& p) {
 }
 }  // namespace
 
-void Simulation::add_queue_waits(Report& r) const {
+void Simulation::add_link_and_path_stats(Report& r) const {
+  const double t = sched_.now().seconds();
+  double sum = 0;
   SimTime data[Report::kPortKinds] = {}, ctrl[Report::kPortKinds] = {};
   uint64_t nd[Report::kPortKinds] = {}, nc[Report::kPortKinds] = {};
   Network& net = *net_;
@@ -433,26 +435,12 @@ void Simulation::add_queue_waits(Report& r) const {
     for (bool rev : {false, true}) {
       const Port& p = net.edge_port(e, rev);
       const size_t k = port_kind(net.graph(), p);
-      if (k >= Report::kPortKinds) continue;
-      data[k] += p.stats().data_wait;
-      ctrl[k] += p.stats().ctrl_wait;
-      nd[k] += p.stats().data_packets;
-      nc[k] += p.stats().ctrl_packets;
-    }
-  }
-  for (size_t k = 0; k < Report::kPortKinds; ++k) {
-    r.data_wait_us[k] = nd[k] ? data[k].seconds() * 1e6 / static_cast<double>(nd[k]) : 0;
-    r.ctrl_wait_us[k] = nc[k] ? ctrl[k].seconds() * 1e6 / static_cast<double>(nc[k]) : 0;
-  }
-}
-
-void Simulation::add_link_and_path_stats(Report& r) const {
-  const double t = sched_.now().seconds();
-  double sum = 0;
-  Network& net = *net_;
-  for (uint32_t e = 0; e < net.graph().edges.size(); ++e) {
-    for (bool rev : {false, true}) {
-      const Port& p = net.edge_port(e, rev);
+      if (k < Report::kPortKinds) {
+        data[k] += p.stats().data_wait;
+        ctrl[k] += p.stats().ctrl_wait;
+        nd[k] += p.stats().data_packets;
+        nc[k] += p.stats().ctrl_packets;
+      }
       if (p.stats().tx_packets == 0 || t <= 0) continue;
       const double u = static_cast<double>(p.stats().tx_bytes) * 8.0 /
                        (static_cast<double>(p.rate_mbps()) * 1e6 * t);
@@ -462,7 +450,10 @@ void Simulation::add_link_and_path_stats(Report& r) const {
     }
   }
   r.link_util_mean = r.links_used > 0 ? sum / static_cast<double>(r.links_used) : 0;
-  add_queue_waits(r);
+  for (size_t k = 0; k < Report::kPortKinds; ++k) {
+    r.data_wait_us[k] = nd[k] ? data[k].seconds() * 1e6 / static_cast<double>(nd[k]) : 0;
+    r.ctrl_wait_us[k] = nc[k] ? ctrl[k].seconds() * 1e6 / static_cast<double>(nc[k]) : 0;
+  }
   if (!shared_) return;
   PathStats ps;
   for (MetaRoceHost* h : shared_->hosts) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
 
 #include "metaroce/sim/rng.hpp"
 #include "metaroce/sim/topology.hpp"
@@ -474,9 +475,10 @@ std::string Report::to_json(bool timing) const {
   o.d("link_util_mean", link_util_mean, 4);
   o.d("link_util_max", link_util_max, 4);
   o.u("links_used", links_used);
-  for (const auto* which : {"queue_wait_data_us", "queue_wait_ctrl_us"}) {
-    const double* v = which[11] == 'd' ? data_wait_us : ctrl_wait_us;
-    o.key(which);
+  const std::pair<const char*, const double*> waits[] = {{"queue_wait_data_us", data_wait_us},
+                                                         {"queue_wait_ctrl_us", ctrl_wait_us}};
+  for (const auto& [key, v] : waits) {
+    o.key(key);
     o.s += "{";
     for (size_t k = 0; k < kPortKinds; ++k) {
       char b[64];

@@ -174,7 +174,6 @@ class Simulation {
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
   void add_link_and_path_stats(Report& r) const;  // in output.cpp
-  void add_queue_waits(Report& r) const;          // in output.cpp
   // Report::ideal_us from the bytes each host sent and received.
   [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
                                         const std::vector<uint64_t>& recvd) const;
