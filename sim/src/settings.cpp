@@ -3,10 +3,10 @@
 // front instead of quietly simulating something else.
 #include "metaroce/sim/settings.hpp"
 
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <span>
 #include <sstream>
 
 namespace metaroce::sim {
@@ -22,8 +22,8 @@ struct Setting {
 
 uint64_t ns_from_us(double us) { return static_cast<uint64_t>(std::llround(us * 1000.0)); }
 
-const std::array<Setting, 22>& table() {
-  static const std::array<Setting, 22> t{{
+std::span<const Setting> table() {
+  static const Setting t[] = {
       {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
        true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }},
       {"cc.min_cwnd_packets", "CC-6 floor of a path's window, packets", 1, 1 << 16, true,
@@ -79,7 +79,7 @@ const std::array<Setting, 22>& table() {
        [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,
        [](SimConfig& c, double v) { c.wire_overhead = static_cast<uint32_t>(v); }},
-  }};
+  };
   return t;
 }
 
