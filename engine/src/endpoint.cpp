@@ -29,6 +29,9 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kIndexMask);
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
   loss_window_shift = std::has_single_bit(loss_window) ? std::countr_zero(loss_window) : -1;
+  // A connection's mtu never exceeds the endpoint's (CONN-3 takes the smaller).
+  min_tx_buffer[1] = wire::largest_header_size() + wire::kIcrcSize;
+  min_tx_buffer[0] = min_tx_buffer[1] + cfg.mtu;
 }
 
 Connection* Endpoint::Impl::find(ConnId id) const {
@@ -331,6 +334,12 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
 
 bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
   last_now = now;
+  // Refused up front: a packet that no longer fits once its PSN and path are
+  // taken would leave a hole that no retransmission fills.
+  if (buf.size() < min_tx_buffer[gather]) [[unlikely]] {
+    ++estats.tx_buffer_too_small;
+    return false;
+  }
   if (!poll_one(now, buf, out, gather)) return false;
   if (gather && out.payload.empty()) {
     // Packets without payload are built whole; present them in the gather
@@ -565,6 +574,8 @@ Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
 }
 
 const EndpointStats& Endpoint::endpoint_stats() const { return impl_->estats; }
+
+size_t Endpoint::transmit_buffer_bytes(bool gather) const { return impl_->min_tx_buffer[gather]; }
 
 const ConnStats* Endpoint::conn_stats(ConnId conn) const {
   const Connection* c = impl_->find(conn);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -29,7 +30,8 @@ struct Endpoint::Impl {
   detail::Rng rng;
   detail::MrTable mrs;
   EndpointStats estats;
-  TimeNs last_now{0};  // the latest time an input or output call carried
+  std::array<size_t, 2> min_tx_buffer{};  // poll_transmit's smallest buf, [gather]
+  TimeNs last_now{0};                     // the latest time an input or output call carried
   wire::Packet rx_packet;
   wire::AckBody tx_ack;
   TraceFn trace_fn = nullptr;

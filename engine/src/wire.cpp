@@ -78,6 +78,14 @@ size_t header_size(Opcode op, uint8_t sack_words) {
   return kOps[v].header + (op == Opcode::kAck ? size_t{sack_words} * 8 : 0);
 }
 
+size_t largest_header_size() {
+  size_t most = kBaseHeaderSize;
+  for (size_t v = 0; v < kOps.size(); ++v)
+    if (kOps[v].header != 0)
+      most = std::max(most, header_size(static_cast<Opcode>(v), kMaxSackWords));
+  return most;
+}
+
 namespace {
 
 void put_base(uint8_t* p, const BaseHeader& bh) {

@@ -162,8 +162,10 @@ class Endpoint {
   void handle_timeout(TimeNs now);
 
   // --- outputs ---
-  // Writes the next datagram into buf (at least mtu + 128 bytes) and returns
-  // true, or false when nothing is ready. Call until it returns false.
+  // Writes the next datagram into buf and returns true, or false when nothing
+  // is ready. Call until it returns false. A buf smaller than
+  // transmit_buffer_bytes(false) is refused before anything is taken from a
+  // queue: the call returns false and counts EndpointStats::tx_buffer_too_small.
   [[nodiscard]] bool poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   // The same, but the payload is not copied: out.payload points into the
   // registered memory the work request names (for a READ response, the region
@@ -172,8 +174,13 @@ class Endpoint {
   // the work request's completion (success or error) has been polled, or
   // after deregistering the region. A driver holding payloads past that
   // point must copy them first.
+  // header_buf takes headers, and whole packets that carry no payload: at
+  // least transmit_buffer_bytes(true) bytes, refused as above otherwise.
   [[nodiscard]] bool poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf,
                                           TxDatagram& out);
+  // The smallest buffer poll_transmit (gather false) or poll_transmit_gather
+  // (gather true) accepts with this endpoint's mtu.
+  [[nodiscard]] size_t transmit_buffer_bytes(bool gather) const;
   // Earliest time at which handle_timeout has work; TimeNs::never() if none.
   [[nodiscard]] TimeNs next_timeout() const;
   [[nodiscard]] bool poll_completion(Completion& out);

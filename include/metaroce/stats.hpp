@@ -67,6 +67,7 @@ struct EndpointStats {
   uint64_t unknown_connection = 0;
   uint64_t wrong_peer = 0;
   uint64_t connects_refused = 0;
+  uint64_t tx_buffer_too_small = 0;  // poll_transmit calls refused (transmit_buffer_bytes)
 };
 
 }  // namespace metaroce

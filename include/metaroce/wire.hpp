@@ -126,6 +126,9 @@ struct DisconnectBody {
 
 // Bytes between the start of the packet and the payload (or the ICRC).
 [[nodiscard]] size_t header_size(Opcode op, uint8_t sack_words = 0);
+// The largest header_size of any packet, an ACK with every SACK word included:
+// with the payload and the ICRC, it bounds every datagram.
+[[nodiscard]] size_t largest_header_size();
 
 enum class ParseError : uint8_t {
   kOk,

@@ -60,11 +60,7 @@ TEST(Engine, WriteLandsExactly) {  // PLACE-2, COMP-1
   Buf dst(loop.ep(1), (1 << 20) + 128, kAccessRemoteWrite, 0xEE);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, 7, 64)), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until([&] {
-    auto d = loop.drain(0);
-    done.insert(done.end(), d.begin(), d.end());
-    return !done.empty();
-  }));
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, Status::kOk);
   EXPECT_EQ(done[0].wr_id, 7u);
@@ -144,11 +140,7 @@ TEST(Engine, SurvivesLossWithSelectiveRetransmission) {  // LOSS-2, LOSS-3
   for (uint64_t i = 0; i < 4; ++i)
     ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, i, i << 20)), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until([&] {
-    auto d = loop.drain(0);
-    done.insert(done.end(), d.begin(), d.end());
-    return done.size() == 4;
-  }));
+  ASSERT_TRUE(loop.run_until_completions(0, 4, done));
   for (auto& c : done) EXPECT_EQ(c.status, Status::kOk);
   EXPECT_EQ(src.bytes, dst.bytes);
   const ConnStats* st = loop.ep(0).conn_stats(a);
@@ -191,11 +183,7 @@ TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
     ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
     ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
     std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until([&] {
-      auto d = loop.drain(0);
-      done.insert(done.end(), d.begin(), d.end());
-      return done.size() == 2;
-    }));
+    ASSERT_TRUE(loop.run_until_completions(0, 2, done));
     EXPECT_EQ(done[0].status, expect);
     EXPECT_EQ(done[1].status, Status::kFlushed);
     for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
@@ -254,6 +242,33 @@ TEST(Engine, LocalBufferChecks) {
   EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
 }
 
+TEST(Engine, TooSmallTransmitBufferIsRefusedAndLosesNothing) {
+  Loop loop(cfg(42), cfg(43));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Endpoint& ep = loop.ep(0);
+  EXPECT_EQ(ep.transmit_buffer_bytes(false), ep.transmit_buffer_bytes(true) + ep.config().mtu);
+  Buf src(ep, 64 * 1024, 0);
+  pattern(src.bytes, 9);
+  Buf dst(loop.ep(1), 64 * 1024, kAccessRemoteWrite);
+  ASSERT_EQ(ep.post_send(a, write_wr(src, dst, 64 * 1024, 5)), Status::kOk);
+  // One byte short in each mode: neither may take a PSN it cannot send.
+  std::vector<uint8_t> small(ep.transmit_buffer_bytes(false) - 1);
+  TxDatagram tx;
+  EXPECT_FALSE(ep.poll_transmit(loop.now(), small, tx));
+  small.resize(ep.transmit_buffer_bytes(true) - 1);
+  EXPECT_FALSE(ep.poll_transmit_gather(loop.now(), small, tx));
+  EXPECT_EQ(ep.endpoint_stats().tx_buffer_too_small, 2u);
+  small.resize(ep.transmit_buffer_bytes(true));
+  ASSERT_TRUE(ep.poll_transmit_gather(loop.now(), small, tx));  // the first packet, dropped
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NE(ep.conn_stats(a), nullptr);
+  EXPECT_EQ(ep.conn_stats(a)->retransmissions, 1u);  // only the packet dropped on purpose
+}
 TEST(Engine, DeregisteredKeyIsRejected) {  // MR: bad key after deregistration
   Loop loop(cfg(50), cfg(51));
   auto [a, b] = loop.connect();
@@ -262,11 +277,7 @@ TEST(Engine, DeregisteredKeyIsRejected) {  // MR: bad key after deregistration
   ASSERT_EQ(loop.ep(1).deregister_memory(dst.mr.lkey), Status::kOk);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until([&] {
-    auto d = loop.drain(0);
-    done.insert(done.end(), d.begin(), d.end());
-    return !done.empty();
-  }));
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   EXPECT_EQ(done[0].status, Status::kRemoteBadKey);
   for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
 }
@@ -317,11 +328,7 @@ TEST(Engine, CorruptPacketsAreDroppedAndRepaired) {  // BAD-4, INT-1
   Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until([&] {
-    auto d = loop.drain(0);
-    done.insert(done.end(), d.begin(), d.end());
-    return !done.empty();
-  }));
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   EXPECT_EQ(done[0].status, Status::kOk);
   EXPECT_EQ(src.bytes, dst.bytes);
   EXPECT_GT(loop.ep(1).endpoint_stats().bad_checksum + loop.ep(0).endpoint_stats().bad_checksum,
@@ -554,11 +561,7 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   auto write_and_wait = [&](uint64_t id) {
     EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, id)), Status::kOk);
     std::vector<Completion> done;
-    EXPECT_TRUE(loop.run_until([&] {
-      auto d = loop.drain(0);
-      done.insert(done.end(), d.begin(), d.end());
-      return !done.empty();
-    }));
+    EXPECT_TRUE(loop.run_until_completions(0, 1, done));
     return done.empty() ? Status::kFlushed : done[0].status;
   };
   // Warm up: RTT samples on the path the next packet takes.
@@ -645,13 +648,7 @@ TEST(Engine, PacedReadResponsesResumeWithoutAnAck) {  // CC-6, LOSS-8, READ-2
     ASSERT_EQ(loop.ep(0).post_send(a, r), Status::kOk);
   }
   std::vector<Completion> done;
-  EXPECT_TRUE(loop.run_until(
-      [&] {
-        auto d = loop.drain(0);
-        done.insert(done.end(), d.begin(), d.end());
-        return done.size() == 4;
-      },
-      100 * kMillisecond));
+  EXPECT_TRUE(loop.run_until_completions(0, 4, done, 100 * kMillisecond));
   ASSERT_EQ(done.size(), 4u);
   for (const Completion& d : done) EXPECT_EQ(d.status, Status::kOk);
   EXPECT_EQ(local.bytes, remote.bytes);
@@ -679,13 +676,7 @@ TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
   const TimeNs start = loop.now();
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen)), Status::kOk);
   std::vector<Completion> done;
-  EXPECT_TRUE(loop.run_until(
-      [&] {
-        auto d = loop.drain(0);
-        done.insert(done.end(), d.begin(), d.end());
-        return !done.empty();
-      },
-      100 * kMillisecond));
+  EXPECT_TRUE(loop.run_until_completions(0, 1, done, 100 * kMillisecond));
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, Status::kOk);
   EXPECT_EQ(src.bytes, dst.bytes);
@@ -802,11 +793,7 @@ TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   Buf dst(loop.ep(1), 65536, kAccessRemoteWrite);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until([&] {
-    auto d = loop.drain(0);
-    done.insert(done.end(), d.begin(), d.end());
-    return !done.empty();
-  }));
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
 }
 

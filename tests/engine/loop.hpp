@@ -109,6 +109,17 @@ class Loop {
     return out;
   }
 
+  // Runs until endpoint i has reported n completions (appended to done).
+  bool run_until_completions(int i, size_t n, std::vector<Completion>& done,
+                             uint64_t limit_ns = 5'000'000'000ull) {
+    return run_until(
+        [&] {
+          for (Completion& c : drain(i)) done.push_back(c);
+          return done.size() >= n;
+        },
+        limit_ns);
+  }
+
  private:
   std::unique_ptr<Endpoint> ep_[2];
   PeerAddr addr_[2];
