@@ -31,7 +31,8 @@ struct Endpoint::Impl {
   detail::MrTable mrs;
   EndpointStats estats;
   std::array<size_t, 2> min_tx_buffer{};  // poll_transmit's smallest buf, [gather]
-  TimeNs last_now{0};                     // the latest time an input or output call carried
+  uint8_t signalled_slot = 0xff;  // the path the ACK in hand echoes a congestion signal for (CC-2)
+  TimeNs last_now{0};             // the latest time an input or output call carried
   wire::Packet rx_packet;
   wire::AckBody tx_ack;
   TraceFn trace_fn = nullptr;

@@ -56,7 +56,12 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   const uint32_t unit = packet_cost(c.mtu);
   const uint32_t max_cwnd =
       (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) * unit;
-  if (p.slow_start) {
+  if (path == signalled_slot) {
+    // CC-2: no increase on an ACK that echoes a congestion signal for the
+    // path (as RFC 3168 has it). Below a packet, one ACK covers more than the
+    // window: its increase would undo the cut it has just made, and hold an
+    // incast of many senders at twice their share.
+  } else if (p.slow_start) {
     p.cwnd += bytes;  // CC-2
   } else {
     p.cwnd_frac += bytes;
@@ -117,14 +122,15 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     p.last_congestion = now;
   }
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
+  const bool delayed = rtt < 4 * kSecond && rtt > p.min_rtt + cfg.cc.target_queue_delay_ns;
+  if (ce || delayed) signalled_slot = slot;  // CC-2: no increase on this ACK
   const bool may_decrease = now.since(p.last_decrease) >= p.srtt;
   const uint32_t floor = cwnd_floor(c);
   if (ce && may_decrease) {  // CC-4
     p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);
     p.slow_start = false;
     p.last_decrease = now;
-  } else if (may_decrease && rtt < 4 * kSecond &&
-             rtt > p.min_rtt + cfg.cc.target_queue_delay_ns) {  // CC-5
+  } else if (may_decrease && delayed) {  // CC-5
     const uint64_t excess = rtt - p.min_rtt - cfg.cc.target_queue_delay_ns;
     const uint64_t cut = std::min<uint64_t>(uint64_t{p.cwnd} * excess / rtt,
                                             uint64_t{p.cwnd} * cfg.cc.max_delay_decrease_pct / 100);

@@ -326,6 +326,12 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.acks_received;
   c.last_progress = now;
   on_path_echo(c, p.ack, now);
+  // CC-2: the echo's congestion signal holds back its path's increase for
+  // the packets this same ACK acknowledges.
+  struct ClearSignal {
+    uint8_t& slot;
+    ~ClearSignal() { slot = 0xff; }
+  } clear{signalled_slot};
   if (!c.tx) return;
   TxCtx& t = *c.tx;
   const wire::AckBody& a = p.ack;

@@ -456,6 +456,41 @@ TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
   EXPECT_LT(marks_and_drops, 0.75 * marks);
 }
 
+TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
+  // Every data packet CE-marked, one path: its window falls to the floor (one
+  // packet) and must stay there. An increase on the ACK that also cut the
+  // window would hold it near two packets (DCTCP's balance of a halving and
+  // one packet per RTT), and below a packet, where one ACK covers more than
+  // the window, at twice the floor: an incast of many multipath senders at
+  // twice its share of the bottleneck.
+  EndpointConfig c = cfg(180);
+  c.num_paths = 1;
+  Loop loop(c, cfg(181));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 1 << 20, 0, 0x44);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01;
+  };
+  uint32_t floor = UINT32_MAX, highest_after_floor = 0;
+  loop.before_poll = [&](int from) {
+    PathStats ps;
+    if (from != 0 || !loop.ep(0).path_stats(a, 0, ps)) return;
+    if (ps.cwnd_bytes <= floor)
+      floor = ps.cwnd_bytes;
+    else
+      highest_after_floor = std::max(highest_after_floor, ps.cwnd_bytes);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_LT(floor, 4096u + 256);  // one packet with its headers
+  EXPECT_EQ(highest_after_floor, 0u) << "the window grew again after reaching the floor";
+}
+
 TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
   EndpointConfig c = cfg(140);
   c.num_paths = 4;
@@ -490,7 +525,9 @@ TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
     for (size_t i = 0; i < 4; ++i) {
       const PathStats& p = before[i];
       const bool room = p.inflight_bytes < p.cwnd_bytes;
-      if (i == used || p.state != PathState::kActive || !room) continue;
+      // Below a packet a path paces (CC-6): its turn comes by time, not room.
+      const bool paces = p.cwnd_bytes < c.mtu + 256u;
+      if (i == used || p.state != PathState::kActive || !room || paces) continue;
       // free_i / cwnd_i must not exceed free_used / cwnd_used
       if (free_of(p) * before[used].cwnd_bytes > free_of(before[used]) * p.cwnd_bytes) ++violations;
     }
