@@ -258,8 +258,12 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   c.last_progress = now;
   trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
 
-  const bool immediate =
-      dg.ce || last || (p.bh.flags & wire::kFlagAckRequested) || ++c.unacked >= cfg.ack_every;
+  // ACK-4: a packet that fills the last gap (it carries the cumulative PSN
+  // past packets that arrived before it) is what a sprayed message's
+  // completion waits for; delaying its ACK would delay the completion.
+  const bool fills_last_gap = c.rx_cum == c.rx_high && c.rx_cum - old_cum > 1;
+  const bool immediate = dg.ce || last || fills_last_gap ||
+                         (p.bh.flags & wire::kFlagAckRequested) || ++c.unacked >= cfg.ack_every;
   owe_ack(c, dg, p, dg.ce ? wire::kAckEchoCe : 0, immediate, now);
   if (c.rx_cum != old_cum) complete_recvs(c);
   if (op == wire::Opcode::kReadResp) complete_sends(c);

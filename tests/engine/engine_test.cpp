@@ -782,6 +782,39 @@ TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
 // ACK-1's exception for a receive buffer of one path (a UDP GRO buffer): fed
 // before draining, its packets draw one ACK covering them all; CE-marked ones
 // fed packet by packet still draw one each (ACK-2), as the UDP driver does.
+TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
+  // Four packets on one path; the 2nd and 3rd are held back 5 and 8 us, as
+  // a sprayed message's packets arrive over paths of unequal queueing.
+  EndpointConfig rc = cfg(191);
+  rc.ack_every = 8;  // only ACK-4 and ACK-5 decide
+  EndpointConfig sc = cfg(190);
+  sc.num_paths = 1;
+  Loop loop(sc, rc);
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x55);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  int data_sent = 0;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != 0x01) return 0;
+    const int k = data_sent++;
+    return k == 1 ? 5'000 : k == 2 ? 8'000 : 0;
+  };
+  const TimeNs t0 = loop.now();
+  std::vector<uint64_t> acks_at;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10) acks_at.push_back(loop.now().ns - t0.ns);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // At 2 us the last packet (and the first) arrive: an ACK at once. At 7 us
+  // the 2nd fills a gap but leaves the 3rd missing: no ACK yet. At 10 us the
+  // 3rd fills the last gap: an ACK at once, not at 17 us (ack_delay).
+  EXPECT_EQ(acks_at, (std::vector<uint64_t>{loop.delay_ns, loop.delay_ns + 8'000}));
+  EXPECT_LT(loop.now().ns - t0.ns, 2 * loop.delay_ns + 8'000 + 1'000);
+}
+
 TEST(Engine, BurstFedBeforeDrainingDrawsOneAck) {  // ACK-1, ACK-2
   for (const bool ce : {false, true}) {
     EndpointConfig c = cfg(150);

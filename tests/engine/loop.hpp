@@ -4,6 +4,7 @@
 // independent of it.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -41,6 +42,8 @@ class Loop {
   // Called before each poll_transmit and with each datagram it returns.
   std::function<void(int from)> before_poll;
   std::function<void(int from, const TxDatagram& tx, const std::vector<uint8_t>&)> on_sent;
+  // Nanoseconds a datagram waits on top of delay_ns (reordering).
+  std::function<uint64_t(int from, const std::vector<uint8_t>&)> extra_delay;
   uint64_t delivered = 0;
 
   void pump() {
@@ -55,9 +58,12 @@ class Loop {
         if (mutate) mutate(i, bytes);
         if (drop && drop(i, bytes)) continue;
         const bool ce = mark_ce && mark_ce(i, tx, bytes);
-        InFlight f{now_ + delay_ns, 1 - i, RxDatagram{addr_[i], tx.entropy, ce, {}},
-                   std::move(bytes)};
-        q_.push_back(std::move(f));
+        const uint64_t wait = delay_ns + (extra_delay ? extra_delay(i, bytes) : 0);
+        InFlight f{now_ + wait, 1 - i, RxDatagram{addr_[i], tx.entropy, ce, {}}, std::move(bytes)};
+        // Kept in arrival order; equal times keep their sending order.
+        auto at = std::upper_bound(q_.begin(), q_.end(), f.at,
+                                   [](TimeNs t, const InFlight& g) { return t < g.at; });
+        q_.insert(at, std::move(f));
       }
     }
   }
