@@ -49,7 +49,15 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   p.backoff = 0;
   p.held = false;  // LOSS-8: a packet sent here arrived
   p.rto_deadline = p.inflight > 0 ? now + path_rto(c, p) : TimeNs::never();
-  p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
+  // LOSS-8: the probe timer runs from the path's latest transmission. ACKs
+  // for earlier packets that keep coming after a lost tail packet was sent
+  // would otherwise put its repair back by up to a round trip.
+  if (p.inflight == 0)
+    p.tlp_deadline = TimeNs::never();
+  else if (p.tlp_deadline == TimeNs::never())
+    p.tlp_deadline = now + tlp_timeout(p);
+  else
+    p.tlp_deadline = std::max(p.tlp_deadline, now + p.srtt / 4);
   ++p.win_pkts;
   p.win_acked += bytes;
   if (!cfg.cc.enabled) return;  // CC-8

@@ -630,6 +630,49 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   EXPECT_EQ(st->retransmissions, 1u);
 }
 
+TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
+  // One path; a 4-packet WRITE whose last packet is lost. The ACKs of the
+  // first three arrive a round trip after all four left: they must not put
+  // the repair of the fourth back by that round trip.
+  EndpointConfig c = cfg(196);
+  c.num_paths = 1;
+  Loop loop(c, cfg(197));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x3d);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  }
+  int data_sent = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++data_sent == 4;
+  };
+  TimeNs resend_at = TimeNs::never(), last_ack_at{0};
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10) last_ack_at = loop.now() + loop.delay_ns;
+    if (from != 0 || d[1] != 0x01 || data_sent != 4 || resend_at != TimeNs::never()) return;
+    resend_at = loop.now();
+    PathStats ps;
+    if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
+  };
+  const TimeNs start = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NE(resend_at, TimeNs::never());
+  ASSERT_GT(srtt_then, 0u);
+  const uint64_t timer = srtt_then + srtt_then / 4 + c.ack_delay_ns;
+  EXPECT_GE(last_ack_at.since(start), 2 * loop.delay_ns);  // the late ACKs came
+  EXPECT_LE(resend_at.since(start), timer + 1'000);        // from the transmission
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 // CC-6 pacing with nothing to wake it. A sender whose paths are all below
 // one packet (here from the start: one packet of initial window shared by 8
 // paths) sends one packet per path, then each path waits srtt * packet / cwnd
