@@ -128,10 +128,10 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     ++p.stats.ce_marks;
     ++p.win_ce;
     p.last_congestion = now;
+    signalled_slot = slot;  // CC-2: no increase on this ACK
   }
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
   const bool delayed = rtt < 4 * kSecond && rtt > p.min_rtt + cfg.cc.target_queue_delay_ns;
-  if (ce || delayed) signalled_slot = slot;  // CC-2: no increase on this ACK
   const bool may_decrease = now.since(p.last_decrease) >= p.srtt;
   const uint32_t floor = cwnd_floor(c);
   if (ce && may_decrease) {  // CC-4
