@@ -153,9 +153,13 @@ struct Endpoint::Impl {
                                  uint32_t pseq);
   void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
                    uint32_t& touched);
-  bool build_data(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
-                  uint8_t path, bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                  bool gather);
+  bool build_headers(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
+                     uint8_t path, TimeNs now, std::span<uint8_t> buf, const uint8_t*& src,
+                     uint32_t& plen, size_t& h);
+  [[gnu::always_inline]] inline bool build_data(detail::Connection& c, detail::TxCtx& t,
+                                                uint16_t slot, uint32_t psn, uint8_t path,
+                                                bool retx, TimeNs now, std::span<uint8_t> buf,
+                                                TxDatagram& out, bool gather);
 
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);

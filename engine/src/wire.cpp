@@ -243,6 +243,16 @@ size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const Me
   return n;
 }
 
+void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, uint32_t tsval,
+                        uint32_t offset, uint64_t raddr) {
+  // The offsets put_base and write_data_headers use.
+  store16(p + 2, path_tag);
+  store32(p + 8, psn);
+  store32(p + 12, tsval);
+  store32(p + kBaseHeaderSize + 4, offset);
+  if (has_rdma_header(op)) store64(p + kBaseHeaderSize + kMessageHeaderSize + 8, raddr);
+}
+
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack) {
   const uint8_t words = ack.sack_words > kMaxSackWords ? kMaxSackWords : ack.sack_words;
   const size_t n = header_size(Opcode::kAck, words);

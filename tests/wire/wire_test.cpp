@@ -668,6 +668,41 @@ TEST(Writers, DataHeadersNeedDataOpcodeAndRdmaHeader) {
   EXPECT_EQ(write_data_headers(buf, bh, {}, nullptr, 0), header_size(Opcode::kSend));
 }
 
+// A sender writes a message's headers once and patches each packet's own
+// fields: the result must be the bytes write_data_headers gives that packet.
+TEST(Writers, PatchedDataHeadersEqualWrittenOnes) {
+  for (Opcode op :
+       {Opcode::kWrite, Opcode::kWriteImm, Opcode::kSend, Opcode::kSendImm, Opcode::kReadResp}) {
+    SCOPED_TRACE(opcode_name(op));
+    BaseHeader first;
+    first.opcode = op;
+    first.flags = kFlagPayloadCovered;
+    first.path_tag = 0x0123;
+    first.dst_conn = 0xdeadbeef;
+    first.psn = 0xfffffffe;
+    first.tsval = 7;
+    const MessageHeader mh{0x01020304, 0, 3 * 4096};
+    const RdmaHeader rh{0x1122334455667788, 0x8000000000001000};
+    std::array<uint8_t, 64> patched{};
+    ASSERT_NE(write_data_headers(patched, first, mh, &rh, 0xa5a5a5a5), 0u);
+
+    BaseHeader next = first;
+    next.path_tag = 0x7fe1;
+    next.psn = 1;  // across the PSN wrap
+    next.tsval = 0x90abcdef;
+    MessageHeader next_mh = mh;
+    next_mh.offset = 2 * 4096;
+    RdmaHeader next_rh = rh;
+    next_rh.raddr += next_mh.offset;
+    std::array<uint8_t, 64> written{};
+    const size_t hlen = write_data_headers(written, next, next_mh, &next_rh, 0xa5a5a5a5);
+    patch_data_headers(patched.data(), op, next.path_tag, next.psn, next.tsval, next_mh.offset,
+                       next_rh.raddr);
+    EXPECT_EQ(Bytes(patched.begin(), patched.begin() + hlen),
+              Bytes(written.begin(), written.begin() + hlen));
+  }
+}
+
 // write_connect and write_disconnect take the opcode from the base header,
 // so they refuse any opcode that is not theirs and write nothing.
 TEST(Writers, ConnectAndDisconnectRefuseOtherOpcodes) {
