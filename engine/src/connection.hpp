@@ -161,6 +161,7 @@ struct Connection {
   bool is_requester = false;
   PeerAddr peer;
   uint32_t peer_conn = 0;
+  uint32_t cwnd_floor = 0;  // CC-6, bytes per path (Impl::set_cwnd_floor)
   uint64_t nonce = 0;
   uint32_t initial_psn = 0;
   uint16_t mtu = 0;

@@ -63,6 +63,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   c->next_psn = static_cast<uint32_t>(rng.next());
   c->cum_acked = c->next_psn;
   c->initial_psn = c->next_psn;
+  set_cwnd_floor(*c);
   init_paths(*c);
   conns[index] = std::move(c);
   return conns[index].get();

@@ -141,10 +141,13 @@ struct Endpoint::Impl {
   [[nodiscard]] uint32_t initial_cwnd(const detail::Connection& c) const {
     return std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c));
   }
-  [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const {
+  [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const { return c.cwnd_floor; }
+  // Sets c.cwnd_floor; called whenever the MTU or the path count is set.
+  // Kept rather than computed: every ACK asks, and it costs a division.
+  void set_cwnd_floor(detail::Connection& c) const {
     // CC-6: the floor is per connection, shared by its paths, so an incast of
     // many multipath senders can still back off below a packet each.
-    return std::max<uint32_t>(
+    c.cwnd_floor = std::max<uint32_t>(
         std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1) * packet_cost(c.mtu) / c.num_paths, 64);
   }
   bool trim_ring(detail::Connection& c, uint8_t path);
