@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bitmap.hpp"
+#include "crc32c.hpp"
 #include "impl.hpp"
 
 namespace metaroce {
@@ -206,7 +207,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   out.header_len = h;
   if (gather && plen > 0) {  // without payload the packet is built whole (see poll)
     out.payload = std::span<const uint8_t>(src, plen);
-    uint32_t crc = wire::crc32c(0, buf.data(), h);
+    uint32_t crc = wire::detail::crc32c_short(buf.data(), h);
     if (cfg.cover_payload) crc = wire::crc32c(crc, src, plen);
     out.trailer[0] = static_cast<uint8_t>(crc >> 24);
     out.trailer[1] = static_cast<uint8_t>(crc >> 16);

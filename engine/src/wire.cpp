@@ -1,6 +1,7 @@
 #include "metaroce/wire.hpp"
 
 #include "bytes.hpp"
+#include "crc32c.hpp"
 #include "metaroce/status.hpp"
 
 namespace metaroce::wire {
@@ -148,7 +149,7 @@ ParseError parse(std::span<const uint8_t> d, Packet& out) {
     // A packet without payload has its ICRC over everything before it, so
     // check it before trusting any length field in it (BAD-4 before BAD-5/6).
     // That also covers the headers: no second pass below.
-    if (crc32c(0, p, size - kIcrcSize) != load32(p + size - kIcrcSize))
+    if (detail::crc32c_short(p, size - kIcrcSize) != load32(p + size - kIcrcSize))
       return ParseError::kBadChecksum;
     if (op == Opcode::kAck) {
       sack_words = p[kBaseHeaderSize + 15];
@@ -161,7 +162,8 @@ ParseError parse(std::span<const uint8_t> d, Packet& out) {
     payload_len = size - hlen - kIcrcSize;
     const bool covered = (out.bh.flags & kFlagPayloadCovered) != 0;
     const size_t crc_len = covered ? hlen + payload_len : hlen;
-    if (crc32c(0, p, crc_len) != load32(p + hlen + payload_len)) return ParseError::kBadChecksum;
+    if (detail::crc32c_short(p, crc_len) != load32(p + hlen + payload_len))
+      return ParseError::kBadChecksum;
   }
 
   const uint8_t* q = p + kBaseHeaderSize;
@@ -335,7 +337,7 @@ size_t seal(std::span<uint8_t> out, size_t header_len, size_t payload_len) {
   if (out.size() < total || header_len < kBaseHeaderSize) return 0;
   const bool covered = (out[0] & kFlagPayloadCovered) != 0;
   const size_t crc_len = covered ? header_len + payload_len : header_len;
-  store32(out.data() + header_len + payload_len, crc32c(0, out.data(), crc_len));
+  store32(out.data() + header_len + payload_len, detail::crc32c_short(out.data(), crc_len));
   return total;
 }
 
