@@ -350,15 +350,19 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
   }
   // Round-robin: one datagram per ready connection per turn.
   while (!ready.empty()) {
-    const uint32_t index = ready.pop();
+    const uint32_t index = ready.front();
     Connection* c = conns[index].get();
-    if (c == nullptr || !in_ready[index]) continue;
+    if (c == nullptr || !in_ready[index]) {
+      ready.pop();
+      continue;
+    }
     if (emit_for(*c, now, buf, out, gather)) {
-      ready.push(index);  // stays ready: it may have more
+      ready.rotate();  // stays ready, behind the others: it may have more
       update_timer(*c);
       ++estats.datagrams_sent;
       return true;
     }
+    ready.pop();
     in_ready[index] = 0;
     update_timer(*c);
   }
