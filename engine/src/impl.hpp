@@ -154,8 +154,10 @@ struct Endpoint::Impl {
   uint32_t& ring_at(detail::Connection& c, detail::TxCtx& t, uint8_t path, uint32_t pseq);
   detail::TxRecord* in_flight_at(detail::Connection& c, detail::TxCtx& t, uint8_t path,
                                  uint32_t pseq);
-  void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
-                   uint32_t& touched);
+  // Inlined: every ACK calls it, and the call's register saves cost about as
+  // much as the one or two PSNs an ACK usually advances over.
+  [[gnu::always_inline]] inline void advance_cum(detail::Connection& c, detail::TxCtx& t,
+                                                 uint32_t cum, TimeNs now, uint32_t& touched);
   bool build_headers(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
                      uint8_t path, TimeNs now, std::span<uint8_t> buf, const uint8_t*& src,
                      uint32_t& plen, size_t& h);
