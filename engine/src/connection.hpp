@@ -119,12 +119,14 @@ struct TxCtx {
   uint32_t resp_mask = 0;
   uint32_t resp_head = 0, resp_seg = 0, resp_tail = 0;
   std::vector<uint32_t> read_slot;  // read_seq % peer_max_reads -> sq index
-  // The data headers of one WRITE or SEND message, written whole at its first
-  // packet and patched for the others (wire::patch_data_headers): building
-  // every field of every packet was a third of the cost of sending one.
+  // The data headers of one WRITE or SEND message, patched for each of its
+  // packets (wire::patch_data_headers): building every field of every packet
+  // was a third of the cost of sending one. Written whole for the first
+  // message of an opcode; a later message of the same opcode patches only
+  // its own fields (wire::patch_message_headers).
   std::array<uint8_t, kHeaderTemplateSize> hdr{};
   uint32_t hdr_slot = kNoSlot;  // send-queue slot whose message `hdr` holds
-  uint8_t hdr_len = 0;
+  uint8_t hdr_len = 0;          // 0: `hdr` holds nothing of this connection's
 };
 
 struct RecvEntry {

@@ -112,6 +112,7 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.resp_head = t.resp_seg = t.resp_tail = 0;
   t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
   t.hdr_slot = detail::kNoSlot;  // the template names the previous owner's peer
+  t.hdr_len = 0;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   return t;
 }

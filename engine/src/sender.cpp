@@ -182,11 +182,17 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     }
     const wire::Opcode op = data_opcode(e.wr.op);
     if (t.hdr_slot != slot) {
-      const wire::BaseHeader bh = base_header(c, op, now);
-      const bool rsn = op != wire::Opcode::kWrite;  // SEND*, WRITE_IMM: a receive sequence
-      const wire::RdmaHeader rh{e.wr.rkey, e.wr.remote_addr};
-      t.hdr_len = static_cast<uint8_t>(
-          wire::write_data_headers(t.hdr, bh, {rsn ? e.msn : 0, 0, e.wr.length}, &rh, e.wr.imm));
+      const uint32_t msn = op != wire::Opcode::kWrite ? e.msn : 0;  // SEND*, WRITE_IMM: an RSN
+      if (t.hdr_len != 0 && t.hdr[1] == static_cast<uint8_t>(op)) {
+        // The previous message's headers, of the same opcode: only its
+        // message fields differ.
+        wire::patch_message_headers(t.hdr.data(), op, msn, e.wr.length, e.wr.rkey, e.wr.imm);
+      } else {
+        const wire::BaseHeader bh = base_header(c, op, now);
+        const wire::RdmaHeader rh{e.wr.rkey, e.wr.remote_addr};
+        t.hdr_len = static_cast<uint8_t>(
+            wire::write_data_headers(t.hdr, bh, {msn, 0, e.wr.length}, &rh, e.wr.imm));
+      }
       t.hdr_slot = slot;
     }
     const uint32_t off = (psn - e.first_psn) * mtu;

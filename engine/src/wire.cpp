@@ -255,6 +255,19 @@ void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, 
   if (has_rdma_header(op)) store64(p + kBaseHeaderSize + kMessageHeaderSize + 8, raddr);
 }
 
+void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len, uint64_t rkey,
+                           uint32_t imm) {
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, msn);
+  store32(q + 8, msg_len);
+  q += kMessageHeaderSize;
+  if (has_rdma_header(op)) {
+    store64(q, rkey);
+    q += kRdmaHeaderSize;
+  }
+  if (has_imm(op)) store32(q, imm);
+}
+
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack) {
   const uint8_t words = ack.sack_words > kMaxSackWords ? kMaxSackWords : ack.sack_words;
   const size_t n = header_size(Opcode::kAck, words);

@@ -681,38 +681,44 @@ TEST(Writers, DataHeadersNeedDataOpcodeAndRdmaHeader) {
   EXPECT_EQ(write_data_headers(buf, bh, {}, nullptr, 0), header_size(Opcode::kSend));
 }
 
-// A sender writes a message's headers once and patches each packet's own
-// fields: the result must be the bytes write_data_headers gives that packet.
+// A sender writes headers once and patches them: each packet its own fields,
+// and a later message of the same opcode its message fields. Both must give
+// the bytes write_data_headers writes for that packet.
 TEST(Writers, PatchedDataHeadersEqualWrittenOnes) {
   for (Opcode op :
        {Opcode::kWrite, Opcode::kWriteImm, Opcode::kSend, Opcode::kSendImm, Opcode::kReadResp}) {
     SCOPED_TRACE(opcode_name(op));
-    BaseHeader first;
-    first.opcode = op;
-    first.flags = kFlagPayloadCovered;
-    first.path_tag = 0x0123;
-    first.dst_conn = 0xdeadbeef;
-    first.psn = 0xfffffffe;
-    first.tsval = 7;
-    const MessageHeader mh{0x01020304, 0, 3 * 4096};
-    const RdmaHeader rh{0x1122334455667788, 0x8000000000001000};
+    BaseHeader bh;
+    bh.opcode = op;
+    bh.flags = kFlagPayloadCovered;
+    bh.path_tag = 0x0123;
+    bh.dst_conn = 0xdeadbeef;
+    bh.psn = 0xfffffffe;
+    bh.tsval = 7;
+    MessageHeader mh{0x01020304, 0, 3 * 4096};
+    RdmaHeader rh{0x1122334455667788, 0x8000000000001000};
+    uint32_t imm = 0xa5a5a5a5;
     std::array<uint8_t, 64> patched{};
-    ASSERT_NE(write_data_headers(patched, first, mh, &rh, 0xa5a5a5a5), 0u);
-
-    BaseHeader next = first;
-    next.path_tag = 0x7fe1;
-    next.psn = 1;  // across the PSN wrap
-    next.tsval = 0x90abcdef;
-    MessageHeader next_mh = mh;
-    next_mh.offset = 2 * 4096;
-    RdmaHeader next_rh = rh;
-    next_rh.raddr += next_mh.offset;
-    std::array<uint8_t, 64> written{};
-    const size_t hlen = write_data_headers(written, next, next_mh, &next_rh, 0xa5a5a5a5);
-    patch_data_headers(patched.data(), op, next.path_tag, next.psn, next.tsval, next_mh.offset,
-                       next_rh.raddr);
-    EXPECT_EQ(Bytes(patched.begin(), patched.begin() + hlen),
-              Bytes(written.begin(), written.begin() + hlen));
+    ASSERT_NE(write_data_headers(patched, bh, mh, &rh, imm), 0u);
+    for (const bool next_message : {false, true}) {
+      SCOPED_TRACE(next_message ? "next message" : "next packet");
+      if (next_message) {
+        mh = {0x89abcdef, 0, 0x10000};
+        rh = {0x8877665544332211, 0x9000};
+        imm = 0x22222222;
+        patch_message_headers(patched.data(), op, mh.msn, mh.msg_len, rh.rkey, imm);
+      }
+      bh.path_tag = static_cast<uint16_t>(bh.path_tag + 0x7e1);
+      bh.psn += 3;  // the first time across the PSN wrap
+      bh.tsval = 0x90abcdef;
+      mh.offset += 2 * 4096;
+      rh.raddr += 2 * 4096;
+      std::array<uint8_t, 64> written{};
+      const size_t hlen = write_data_headers(written, bh, mh, &rh, imm);
+      patch_data_headers(patched.data(), op, bh.path_tag, bh.psn, bh.tsval, mh.offset, rh.raddr);
+      EXPECT_EQ(Bytes(patched.begin(), patched.begin() + hlen),
+                Bytes(written.begin(), written.begin() + hlen));
+    }
   }
 }
 
