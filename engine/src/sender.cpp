@@ -349,6 +349,12 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
       p.highest_acked_pseq = r.pseq;
       p.any_acked = true;
     }
+    // The path's oldest entry, acknowledged (in-order delivery: nearly every
+    // time) leaves the send-order ring now. Every walk of the ring skips
+    // entries no longer in flight, so this changes no outcome, but
+    // detect_losses then returns at its first test instead of walking to
+    // drop this entry.
+    if (r.pseq == p.ring_head) ++p.ring_head;
     ++p.stats.packets_acked;
     touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);
