@@ -18,6 +18,10 @@ namespace metaroce::detail {
 inline constexpr uint32_t kPacketOverhead = 64;    // bytes charged per packet on top of payload
 inline constexpr uint16_t kRespSlotFlag = 0x8000;  // TxRecord::slot names a READ response job
 inline constexpr uint32_t kFix = 1u << 16;         // fixed-point one for alpha and loss EWMA
+inline constexpr uint32_t kNoSlot = UINT32_MAX;
+// Room for the longest data headers (WRITE_IMM: 48 bytes), copied whole.
+inline constexpr size_t kHeaderTemplateSize =
+    wire::kBaseHeaderSize + wire::kMessageHeaderSize + wire::kRdmaHeaderSize + wire::kImmSize;
 
 enum class ConnState : uint8_t { kConnecting, kEstablished, kError, kClosing, kClosed };
 
@@ -115,6 +119,14 @@ struct TxCtx {
   uint32_t resp_mask = 0;
   uint32_t resp_head = 0, resp_seg = 0, resp_tail = 0;
   std::vector<uint32_t> read_slot;  // read_seq % peer_max_reads -> sq index
+  // The data headers of one WRITE or SEND message, patched for each of its
+  // packets (wire::patch_data_headers): building every field of every packet
+  // was a third of the cost of sending one. Written whole for the first
+  // message of an opcode; a later message of the same opcode patches only
+  // its own fields (wire::patch_message_headers).
+  std::array<uint8_t, kHeaderTemplateSize> hdr{};
+  uint32_t hdr_slot = kNoSlot;  // send-queue slot whose message `hdr` holds
+  uint8_t hdr_len = 0;          // 0: `hdr` holds nothing of this connection's
 };
 
 struct RecvEntry {
@@ -151,6 +163,7 @@ struct Connection {
   bool is_requester = false;
   PeerAddr peer;
   uint32_t peer_conn = 0;
+  uint32_t cwnd_floor = 0;  // CC-6, bytes per path (Impl::set_cwnd_floor)
   uint64_t nonce = 0;
   uint32_t initial_psn = 0;
   uint16_t mtu = 0;

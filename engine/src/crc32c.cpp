@@ -1,5 +1,7 @@
 // CRC-32C for the ICRC. Uses the SSE4.2 crc32 instruction when the CPU has it
 // (every x86-64 server since 2008); otherwise a byte-wise table.
+#include "crc32c.hpp"
+
 #include <array>
 #include <cstring>
 
@@ -73,15 +75,20 @@ __attribute__((target("sse4.2"))) uint32_t crc_hw(uint32_t crc, const uint8_t* p
   if (n & 1) c32 = _mm_crc32_u8(c32, *p);
   return c32;
 }
-const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
 #endif
 
 }  // namespace
 
+#if defined(__x86_64__)
+const bool detail::kCrcInstruction = __builtin_cpu_supports("sse4.2");
+#else
+const bool detail::kCrcInstruction = false;
+#endif
+
 uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t len) {
   uint32_t c = ~crc;
 #if defined(__x86_64__)
-  c = kHaveSse42 ? crc_hw(c, data, len) : crc_table(c, data, len);
+  c = detail::kCrcInstruction ? crc_hw(c, data, len) : crc_table(c, data, len);
 #else
   c = crc_table(c, data, len);
 #endif

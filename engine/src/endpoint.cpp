@@ -66,6 +66,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   c->next_psn = static_cast<uint32_t>(rng.next());
   c->cum_acked = c->next_psn;
   c->initial_psn = c->next_psn;
+  set_cwnd_floor(*c);
   init_paths(*c);
   conns[index] = std::move(c);
   return conns[index].get();
@@ -113,6 +114,8 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.resp_mask = static_cast<uint32_t>(t.resp.size() - 1);
   t.resp_head = t.resp_seg = t.resp_tail = 0;
   t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
+  t.hdr_slot = detail::kNoSlot;  // the template names the previous owner's peer
+  t.hdr_len = 0;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   return t;
 }
@@ -357,15 +360,19 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
   }
   // Round-robin: one datagram per ready connection per turn.
   while (!ready.empty()) {
-    const uint32_t index = ready.pop();
+    const uint32_t index = ready.front();
     Connection* c = conns[index].get();
-    if (c == nullptr || !in_ready[index]) continue;
+    if (c == nullptr || !in_ready[index]) {
+      ready.pop();
+      continue;
+    }
     if (emit_for(*c, now, buf, out, gather)) {
-      ready.push(index);  // stays ready: it may have more
+      ready.rotate();  // stays ready, behind the others: it may have more
       update_timer(*c);
       ++estats.datagrams_sent;
       return true;
     }
+    ready.pop();
     in_ready[index] = 0;
     update_timer(*c);
   }

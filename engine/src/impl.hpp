@@ -144,21 +144,30 @@ struct Endpoint::Impl {
   [[nodiscard]] uint32_t initial_cwnd(const detail::Connection& c) const {
     return std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c));
   }
-  [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const {
+  [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const { return c.cwnd_floor; }
+  // Sets c.cwnd_floor; called whenever the MTU or the path count is set.
+  // Kept rather than computed: every ACK asks, and it costs a division.
+  void set_cwnd_floor(detail::Connection& c) const {
     // CC-6: the floor is per connection, shared by its paths, so an incast of
     // many multipath senders can still back off below a packet each.
-    return std::max<uint32_t>(
+    c.cwnd_floor = std::max<uint32_t>(
         std::max<uint32_t>(cfg.cc.min_cwnd_packets, 1) * packet_cost(c.mtu) / c.num_paths, 64);
   }
   bool trim_ring(detail::Connection& c, uint8_t path);
   uint32_t& ring_at(detail::Connection& c, detail::TxCtx& t, uint8_t path, uint32_t pseq);
   detail::TxRecord* in_flight_at(detail::Connection& c, detail::TxCtx& t, uint8_t path,
                                  uint32_t pseq);
-  void advance_cum(detail::Connection& c, detail::TxCtx& t, uint32_t cum, TimeNs now,
-                   uint32_t& touched);
-  bool build_data(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
-                  uint8_t path, bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                  bool gather);
+  // Inlined: every ACK calls it, and the call's register saves cost about as
+  // much as the one or two PSNs an ACK usually advances over.
+  [[gnu::always_inline]] inline void advance_cum(detail::Connection& c, detail::TxCtx& t,
+                                                 uint32_t cum, TimeNs now, uint32_t& touched);
+  bool build_headers(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
+                     uint8_t path, TimeNs now, std::span<uint8_t> buf, const uint8_t*& src,
+                     uint32_t& plen, size_t& h);
+  [[gnu::always_inline]] inline bool build_data(detail::Connection& c, detail::TxCtx& t,
+                                                uint16_t slot, uint32_t psn, uint8_t path,
+                                                bool retx, TimeNs now, std::span<uint8_t> buf,
+                                                TxDatagram& out, bool gather);
 
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);

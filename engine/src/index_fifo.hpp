@@ -13,7 +13,14 @@ class IndexFifo {
  public:
   IndexFifo() : buf_(64), mask_(63) {}
   [[nodiscard]] bool empty() const { return head_ == tail_; }
+  [[nodiscard]] uint32_t front() const { return buf_[head_ & mask_]; }
   uint32_t pop() { return buf_[head_++ & mask_]; }
+  // Moves the front to the back: pop() then push() of the same value, with
+  // nothing to do when it is the only one (a single busy connection, polled
+  // for every packet it sends).
+  void rotate() {
+    if (tail_ - head_ > 1) buf_[tail_++ & mask_] = buf_[head_++ & mask_];
+  }
   void push(uint32_t v) {
     if (tail_ - head_ > mask_) [[unlikely]]
       grow();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bitmap.hpp"
+#include "crc32c.hpp"
 #include "impl.hpp"
 
 namespace metaroce {
@@ -15,6 +16,16 @@ using detail::TxRecord;
 namespace {
 bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
+wire::Opcode data_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kWrite: return wire::Opcode::kWrite;
+    case WrOpcode::kWriteImm: return wire::Opcode::kWriteImm;
+    case WrOpcode::kSend: return wire::Opcode::kSend;
+    case WrOpcode::kSendImm: return wire::Opcode::kSendImm;
+    case WrOpcode::kRead: break;
+  }
+  return wire::Opcode::kReadReq;
+}
 }  // namespace
 
 Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
@@ -32,6 +43,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   TxCtx& t = tx_ctx(c);
   if (t.sq_tail - t.sq_head >= cfg.sq_depth) return Status::kQueueFull;
   detail::SqEntry& e = t.sq[t.sq_tail & t.sq_mask];
+  if (t.hdr_slot == (t.sq_tail & t.sq_mask)) t.hdr_slot = detail::kNoSlot;  // a new message
   e = detail::SqEntry{};
   e.wr = wr;
   e.local = local;
@@ -95,16 +107,18 @@ int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
   return -1;
 }
 
-bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
-                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                                bool gather) {
+// Headers built field by field: READ requests and responses, and any
+// packet when the buffer is shorter than a header template. Returns false
+// (after entering the error state) if the request's memory was deregistered;
+// h is 0 if the headers did not fit.
+bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn,
+                                   uint8_t path, TimeNs now, std::span<uint8_t> buf,
+                                   const uint8_t*& src, uint32_t& plen, size_t& h) {
   const uint32_t mtu = c.mtu;
   wire::BaseHeader bh = base_header(c, wire::Opcode::kWrite, now);
   wire::MessageHeader mh;
   wire::RdmaHeader rh;
   uint32_t imm = 0;
-  const uint8_t* src = nullptr;
-  uint32_t plen = 0;
   if (slot & detail::kRespSlotFlag) {
     const detail::RespJob& j = t.resp[slot & ~detail::kRespSlotFlag];
     const uint32_t off = (psn - j.first_psn) * mtu;
@@ -115,15 +129,14 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   } else {
     const detail::SqEntry& e = t.sq[slot];
     const uint32_t off = (psn - e.first_psn) * mtu;
+    bh.opcode = data_opcode(e.wr.op);
     switch (e.wr.op) {
       case WrOpcode::kRead:
-        bh.opcode = wire::Opcode::kReadReq;
         mh = {e.msn, 0, e.wr.length};
         rh = {e.wr.rkey, e.wr.remote_addr};
         break;
       case WrOpcode::kWrite:
       case WrOpcode::kWriteImm:
-        bh.opcode = e.wr.op == WrOpcode::kWrite ? wire::Opcode::kWrite : wire::Opcode::kWriteImm;
         plen = std::min(mtu, e.wr.length - off);
         mh = {e.wr.op == WrOpcode::kWrite ? 0 : e.msn, off, e.wr.length};
         rh = {e.wr.rkey, e.wr.remote_addr + off};
@@ -132,7 +145,6 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
         break;
       case WrOpcode::kSend:
       case WrOpcode::kSendImm:
-        bh.opcode = e.wr.op == WrOpcode::kSend ? wire::Opcode::kSend : wire::Opcode::kSendImm;
         plen = std::min(mtu, e.wr.length - off);
         mh = {e.msn, off, e.wr.length};
         imm = e.wr.imm;
@@ -145,17 +157,64 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
       return false;
     }
   }
-  detail::Path& p = c.paths[path];
   bh.psn = psn;
-  bh.path_tag = p.tag(path);
-  const size_t h = wire::write_data_headers(buf, bh, mh, &rh, imm);
-  if (h == 0 || (!gather && buf.size() < h + plen + wire::kIcrcSize)) return false;
+  bh.path_tag = c.paths[path].tag(path);
+  h = wire::write_data_headers(buf, bh, mh, &rh, imm);
+  return true;
+}
+
+bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
+                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                                bool gather) {
+  const uint32_t mtu = c.mtu;
+  detail::Path& p = c.paths[path];
+  const auto tsval = static_cast<uint32_t>(now.ns);
+  const uint8_t* src = nullptr;
+  uint32_t plen = 0;
+  size_t h = 0;
+  if (!(slot & detail::kRespSlotFlag) && t.sq[slot].wr.op != WrOpcode::kRead &&
+      buf.size() >= detail::kHeaderTemplateSize) {
+    // WRITE and SEND: the message's headers, patched.
+    const detail::SqEntry& e = t.sq[slot];
+    if (!mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
+      enter_error(c, Status::kLocalProtection, psn, now);
+      return false;
+    }
+    const wire::Opcode op = data_opcode(e.wr.op);
+    if (t.hdr_slot != slot) {
+      const uint32_t msn = op != wire::Opcode::kWrite ? e.msn : 0;  // SEND*, WRITE_IMM: an RSN
+      if (t.hdr_len != 0 && t.hdr[1] == static_cast<uint8_t>(op)) {
+        // The previous message's headers, of the same opcode: only its
+        // message fields differ.
+        wire::patch_message_headers(t.hdr.data(), op, msn, e.wr.length, e.wr.rkey, e.wr.imm);
+      } else {
+        const wire::BaseHeader bh = base_header(c, op, now);
+        const wire::RdmaHeader rh{e.wr.rkey, e.wr.remote_addr};
+        t.hdr_len = static_cast<uint8_t>(
+            wire::write_data_headers(t.hdr, bh, {msn, 0, e.wr.length}, &rh, e.wr.imm));
+      }
+      t.hdr_slot = slot;
+    }
+    const uint32_t off = (psn - e.first_psn) * mtu;
+    plen = std::min(mtu, e.wr.length - off);
+    src = e.local + off;
+    h = t.hdr_len;
+    if (!gather && buf.size() < h + plen + wire::kIcrcSize) return false;
+    // Copied whole (a fixed-size copy is a few moves): what lies past the
+    // headers is overwritten by the payload and ICRC, or is not the packet's.
+    std::memcpy(buf.data(), t.hdr.data(), detail::kHeaderTemplateSize);
+    wire::patch_data_headers(buf.data(), op, p.tag(path), psn, tsval, off, e.wr.remote_addr + off);
+  } else if (!build_headers(c, t, slot, psn, path, now, buf, src, plen, h)) {
+    return false;
+  } else if (h == 0 || (!gather && buf.size() < h + plen + wire::kIcrcSize)) {
+    return false;
+  }
   out.entropy = p.entropy;
   out.header_len = h;
   if (gather && plen > 0) {  // without payload the packet is built whole (see poll)
     out.payload = std::span<const uint8_t>(src, plen);
-    uint32_t crc = wire::crc32c(0, buf.data(), h);
-    if (bh.flags & wire::kFlagPayloadCovered) crc = wire::crc32c(crc, src, plen);
+    uint32_t crc = wire::detail::crc32c_short(buf.data(), h);
+    if (cfg.cover_payload) crc = wire::crc32c(crc, src, plen);
     out.trailer[0] = static_cast<uint8_t>(crc >> 24);
     out.trailer[1] = static_cast<uint8_t>(crc >> 16);
     out.trailer[2] = static_cast<uint8_t>(crc >> 8);
@@ -290,6 +349,12 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
       p.highest_acked_pseq = r.pseq;
       p.any_acked = true;
     }
+    // The path's oldest entry, acknowledged (in-order delivery: nearly every
+    // time) leaves the send-order ring now. Every walk of the ring skips
+    // entries no longer in flight, so this changes no outcome, but
+    // detect_losses then returns at its first test instead of walking to
+    // drop this entry.
+    if (r.pseq == p.ring_head) ++p.ring_head;
     ++p.stats.packets_acked;
     touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);

@@ -1,6 +1,7 @@
 #include "metaroce/wire.hpp"
 
 #include "bytes.hpp"
+#include "crc32c.hpp"
 #include "metaroce/status.hpp"
 
 namespace metaroce::wire {
@@ -156,7 +157,7 @@ ParseError parse(std::span<const uint8_t> d, Packet& out) {
     // A packet without payload has its ICRC over everything before it, so
     // check it before trusting any length field in it (BAD-4 before BAD-5/6).
     // That also covers the headers: no second pass below.
-    if (crc32c(0, p, size - kIcrcSize) != load32(p + size - kIcrcSize))
+    if (detail::crc32c_short(p, size - kIcrcSize) != load32(p + size - kIcrcSize))
       return ParseError::kBadChecksum;
     if (op == Opcode::kAck) {
       sack_words = p[kBaseHeaderSize + 15];
@@ -169,7 +170,8 @@ ParseError parse(std::span<const uint8_t> d, Packet& out) {
     payload_len = size - hlen - kIcrcSize;
     const bool covered = (out.bh.flags & kFlagPayloadCovered) != 0;
     const size_t crc_len = covered ? hlen + payload_len : hlen;
-    if (crc32c(0, p, crc_len) != load32(p + hlen + payload_len)) return ParseError::kBadChecksum;
+    if (detail::crc32c_short(p, crc_len) != load32(p + hlen + payload_len))
+      return ParseError::kBadChecksum;
   }
 
   const uint8_t* q = p + kBaseHeaderSize;
@@ -249,6 +251,29 @@ size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const Me
   }
   if (has_imm(bh.opcode)) store32(q, imm);
   return n;
+}
+
+void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, uint32_t tsval,
+                        uint32_t offset, uint64_t raddr) {
+  // The offsets put_base and write_data_headers use.
+  store16(p + 2, path_tag);
+  store32(p + 8, psn);
+  store32(p + 12, tsval);
+  store32(p + kBaseHeaderSize + 4, offset);
+  if (has_rdma_header(op)) store64(p + kBaseHeaderSize + kMessageHeaderSize + 8, raddr);
+}
+
+void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len, uint64_t rkey,
+                           uint32_t imm) {
+  uint8_t* q = p + kBaseHeaderSize;
+  store32(q, msn);
+  store32(q + 8, msg_len);
+  q += kMessageHeaderSize;
+  if (has_rdma_header(op)) {
+    store64(q, rkey);
+    q += kRdmaHeaderSize;
+  }
+  if (has_imm(op)) store32(q, imm);
 }
 
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack) {
@@ -333,7 +358,7 @@ size_t seal(std::span<uint8_t> out, size_t header_len, size_t payload_len) {
   if (out.size() < total || header_len < kBaseHeaderSize) return 0;
   const bool covered = (out[0] & kFlagPayloadCovered) != 0;
   const size_t crc_len = covered ? header_len + payload_len : header_len;
-  store32(out.data() + header_len + payload_len, crc32c(0, out.data(), crc_len));
+  store32(out.data() + header_len + payload_len, detail::crc32c_short(out.data(), crc_len));
   return total;
 }
 

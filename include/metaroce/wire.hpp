@@ -174,6 +174,18 @@ struct Packet {
 // puts the payload right after the headers and calls seal().
 size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const MessageHeader& mh,
                           const RdmaHeader* rh, uint32_t imm);
+// Rewrites, in data headers that write_data_headers wrote for another packet
+// of the same message, the fields that differ from packet to packet: path
+// tag, PSN, timestamp, offset, and the remote address where the opcode has an
+// RDMA header. `p` holds at least header_size(op) bytes. A sender builds a
+// message's headers once and patches them for each of its packets.
+void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, uint32_t tsval,
+                        uint32_t offset, uint64_t raddr);
+// Rewrites, in such headers, the fields that differ from message to message
+// of the same opcode and connection: sequence, message length, and the rkey
+// and immediate where the opcode has them.
+void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len, uint64_t rkey,
+                           uint32_t imm);
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack);
 size_t write_nak(std::span<uint8_t> out, const BaseHeader& bh, const NakBody& nak);
 size_t write_probe(std::span<uint8_t> out, const BaseHeader& bh);

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "crc32c.hpp"
 #include "metaroce/config.hpp"
 #include "metaroce/status.hpp"
 #include "metaroce/types.hpp"
@@ -212,6 +213,18 @@ TEST(Crc32c, MatchesBitwiseDefinitionForAllLengthsAndAlignments) {
   for (size_t start = 0; start < 8; ++start)
     for (size_t len = 0; start + len <= data.size(); ++len)
       ASSERT_EQ(crc32c(0, data.data() + start, len), crc32c_reference(data.data() + start, len))
+          << "start " << start << " len " << len;
+}
+
+// The codec's inline CRC for headers unrolls up to 64 bytes and hands longer
+// runs to crc32c: both sides of that limit, every alignment.
+TEST(Crc32c, ShortVariantMatchesForAllLengthsAndAlignments) {
+  std::array<uint8_t, 100> data{};
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t start = 0; start < 8; ++start)
+    for (size_t len = 0; start + len <= data.size(); ++len)
+      ASSERT_EQ(detail::crc32c_short(data.data() + start, len),
+                crc32c_reference(data.data() + start, len))
           << "start " << start << " len " << len;
 }
 
@@ -666,6 +679,47 @@ TEST(Writers, DataHeadersNeedDataOpcodeAndRdmaHeader) {
   EXPECT_EQ(write_data_headers(buf, bh, {}, nullptr, 0), 0u);
   bh.opcode = Opcode::kSend;
   EXPECT_EQ(write_data_headers(buf, bh, {}, nullptr, 0), header_size(Opcode::kSend));
+}
+
+// A sender writes headers once and patches them: each packet its own fields,
+// and a later message of the same opcode its message fields. Both must give
+// the bytes write_data_headers writes for that packet.
+TEST(Writers, PatchedDataHeadersEqualWrittenOnes) {
+  for (Opcode op :
+       {Opcode::kWrite, Opcode::kWriteImm, Opcode::kSend, Opcode::kSendImm, Opcode::kReadResp}) {
+    SCOPED_TRACE(opcode_name(op));
+    BaseHeader bh;
+    bh.opcode = op;
+    bh.flags = kFlagPayloadCovered;
+    bh.path_tag = 0x0123;
+    bh.dst_conn = 0xdeadbeef;
+    bh.psn = 0xfffffffe;
+    bh.tsval = 7;
+    MessageHeader mh{0x01020304, 0, 3 * 4096};
+    RdmaHeader rh{0x1122334455667788, 0x8000000000001000};
+    uint32_t imm = 0xa5a5a5a5;
+    std::array<uint8_t, 64> patched{};
+    ASSERT_NE(write_data_headers(patched, bh, mh, &rh, imm), 0u);
+    for (const bool next_message : {false, true}) {
+      SCOPED_TRACE(next_message ? "next message" : "next packet");
+      if (next_message) {
+        mh = {0x89abcdef, 0, 0x10000};
+        rh = {0x8877665544332211, 0x9000};
+        imm = 0x22222222;
+        patch_message_headers(patched.data(), op, mh.msn, mh.msg_len, rh.rkey, imm);
+      }
+      bh.path_tag = static_cast<uint16_t>(bh.path_tag + 0x7e1);
+      bh.psn += 3;  // the first time across the PSN wrap
+      bh.tsval = 0x90abcdef;
+      mh.offset += 2 * 4096;
+      rh.raddr += 2 * 4096;
+      std::array<uint8_t, 64> written{};
+      const size_t hlen = write_data_headers(written, bh, mh, &rh, imm);
+      patch_data_headers(patched.data(), op, bh.path_tag, bh.psn, bh.tsval, mh.offset, rh.raddr);
+      EXPECT_EQ(Bytes(patched.begin(), patched.begin() + hlen),
+                Bytes(written.begin(), written.begin() + hlen));
+    }
+  }
 }
 
 // write_connect and write_disconnect take the opcode from the base header,

@@ -1,0 +1,72 @@
+// CRC-32C over the short runs every packet checks or seals (its headers),
+// inline: calling wire::crc32c, which picks an implementation per call and
+// makes its caller save registers, cost as much as the crc32 instructions
+// themselves. Longer runs (a payload the ICRC covers, long SACKs) and CPUs
+// without SSE4.2 go to wire::crc32c.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "metaroce/wire.hpp"
+
+namespace metaroce::wire::detail {
+
+extern const bool kCrcInstruction;  // the CPU has SSE4.2's crc32 (crc32c.cpp)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The instruction through inline assembly: an intrinsic would need the
+// sse4.2 target on every function this is inlined into.
+inline uint64_t crc_step(uint64_t c, const uint8_t* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  asm("crc32q %1, %0" : "+r"(c) : "rm"(w));
+  return c;
+}
+inline uint32_t crc_step(uint32_t c, const uint8_t* p, uint32_t) {
+  uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  asm("crc32l %1, %0" : "+r"(c) : "rm"(w));
+  return c;
+}
+inline uint32_t crc_step(uint32_t c, const uint8_t* p, uint16_t) {
+  uint16_t w;
+  std::memcpy(&w, p, sizeof w);
+  asm("crc32w %1, %0" : "+r"(c) : "rm"(w));
+  return c;
+}
+inline uint32_t crc_step(uint32_t c, const uint8_t* p, uint8_t) {
+  asm("crc32b %1, %0" : "+r"(c) : "rm"(*p));
+  return c;
+}
+
+// wire::crc32c(0, p, n).
+inline uint32_t crc32c_short(const uint8_t* p, size_t n) {
+  if (n > 64 || !kCrcInstruction) return crc32c(0, p, n);
+  uint64_t c = 0xffffffffu;
+  // Straight into an unrolled run of the whole words, in order: no loop
+  // bookkeeping per word.
+  const uint8_t* end = p + (n & ~size_t{7});
+  switch (n >> 3) {
+    case 8: c = crc_step(c, end - 64); [[fallthrough]];
+    case 7: c = crc_step(c, end - 56); [[fallthrough]];
+    case 6: c = crc_step(c, end - 48); [[fallthrough]];
+    case 5: c = crc_step(c, end - 40); [[fallthrough]];
+    case 4: c = crc_step(c, end - 32); [[fallthrough]];
+    case 3: c = crc_step(c, end - 24); [[fallthrough]];
+    case 2: c = crc_step(c, end - 16); [[fallthrough]];
+    case 1: c = crc_step(c, end - 8); [[fallthrough]];
+    default: break;
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  if (n & 4) c32 = crc_step(c32, end, uint32_t{});
+  if (n & 2) c32 = crc_step(c32, end + (n & 4), uint16_t{});
+  if (n & 1) c32 = crc_step(c32, end + (n & 6), uint8_t{});
+  return ~c32;
+}
+#else
+inline uint32_t crc32c_short(const uint8_t* p, size_t n) { return crc32c(0, p, n); }
+#endif
+
+}  // namespace metaroce::wire::detail
