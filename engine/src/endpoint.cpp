@@ -29,9 +29,12 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kIndexMask);
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
   loss_window_shift = std::has_single_bit(loss_window) ? std::countr_zero(loss_window) : -1;
-  // A connection's mtu never exceeds the endpoint's (CONN-3 takes the smaller).
+  // The largest datagram: a data packet with the longest headers and a full
+  // payload, or a control packet with every SACK word. A connection's mtu
+  // never exceeds the endpoint's (CONN-3 takes the smaller).
   min_tx_buffer[1] = wire::largest_header_size() + wire::kIcrcSize;
-  min_tx_buffer[0] = min_tx_buffer[1] + cfg.mtu;
+  min_tx_buffer[0] =
+      std::max(min_tx_buffer[1], detail::kHeaderTemplateSize + cfg.mtu + wire::kIcrcSize);
 }
 
 Connection* Endpoint::Impl::find(ConnId id) const {

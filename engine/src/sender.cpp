@@ -390,13 +390,13 @@ void Endpoint::Impl::advance_cum(Connection& c, TxCtx& t, uint32_t cum, TimeNs n
 void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.acks_received;
   c.last_progress = now;
-  on_path_echo(c, p.ack, now);
   // CC-2: the echo's congestion signal holds back its path's increase for
-  // the packets this same ACK acknowledges.
+  // the packets this same ACK acknowledges, and for no other ACK.
   struct ClearSignal {
     uint8_t& slot;
     ~ClearSignal() { slot = 0xff; }
   } clear{signalled_slot};
+  on_path_echo(c, p.ack, now);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
   const wire::AckBody& a = p.ack;

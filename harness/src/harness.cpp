@@ -56,8 +56,8 @@ Harness::Harness(HarnessConfig cfg) : cfg_(normalize(std::move(cfg))), net_(cfg_
     Node& n = nodes_[i];
     n.ep = std::make_unique<Endpoint>(cfg_.endpoints[i]);
     n.addr = harness_addr(i);
-    n.txbuf.resize(size_t{cfg_.endpoints[i].mtu} + 256);
-    n.gatherbuf.resize(256);
+    n.txbuf.resize(n.ep->transmit_buffer_bytes(false));
+    n.gatherbuf.resize(n.ep->transmit_buffer_bytes(true));
   }
 }
 

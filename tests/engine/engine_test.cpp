@@ -247,7 +247,9 @@ TEST(Engine, TooSmallTransmitBufferIsRefusedAndLosesNothing) {
   auto [a, b] = loop.connect();
   ASSERT_TRUE(a.valid() && b.valid());
   Endpoint& ep = loop.ep(0);
-  EXPECT_EQ(ep.transmit_buffer_bytes(false), ep.transmit_buffer_bytes(true) + ep.config().mtu);
+  // The largest datagram, and no more: mtu + 128 was the documented size.
+  EXPECT_EQ(ep.transmit_buffer_bytes(false), ep.config().mtu + 48u + wire::kIcrcSize);
+  EXPECT_GE(ep.transmit_buffer_bytes(true), wire::header_size(wire::Opcode::kAck, 16) + 4);
   Buf src(ep, 64 * 1024, 0);
   pattern(src.bytes, 9);
   Buf dst(loop.ep(1), 64 * 1024, kAccessRemoteWrite);
@@ -525,8 +527,9 @@ TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
     for (size_t i = 0; i < 4; ++i) {
       const PathStats& p = before[i];
       const bool room = p.inflight_bytes < p.cwnd_bytes;
-      // Below a packet a path paces (CC-6): its turn comes by time, not room.
-      const bool paces = p.cwnd_bytes < c.mtu + 256u;
+      // Below a packet (payload + 64 bytes charged) a path paces (CC-6): its
+      // turn comes by time, not room.
+      const bool paces = p.cwnd_bytes < c.mtu + 64u;
       if (i == used || p.state != PathState::kActive || !room || paces) continue;
       // free_i / cwnd_i must not exceed free_used / cwnd_used
       if (free_of(p) * before[used].cwnd_bytes > free_of(before[used]) * p.cwnd_bytes) ++violations;
