@@ -265,7 +265,13 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     for (uint8_t i = 0; i < c.num_paths; ++i) {
       detail::Path& p = c.paths[i];
       if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
-      if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
+      if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now &&
+          p.tlp_outstanding && p.held) {
+        // LOSS-8: nothing came back on the path since its tail-loss probe,
+        // answer included: the path's RTO, early, rather than leaving the
+        // rest of its packets to wait for the real one.
+        on_rto(c, i, now);
+      } else if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
         c.tlp_owed |= 1u << i;  // LOSS-8
         p.tlp_deadline = TimeNs::never();
         // LOSS-8: the path's oldest packet goes again on another path now,

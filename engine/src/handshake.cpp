@@ -204,6 +204,9 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
       ring_at(c, *c.tx, slot, p.tlp_pseq) = c.next_psn;  // names no live record
       p.tlp_outstanding = true;
       bh.psn = p.tlp_pseq;
+      // An answer is due within the same timer; none means the path is dead
+      // or far slower than its srtt says (run_timers).
+      p.tlp_deadline = now + tlp_timeout(p);
     }
     out.entropy = p.entropy;
     ++p.stats.probes_sent;

@@ -676,6 +676,39 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
+TEST(Engine, UnansweredTailProbeTimesThePathOutEarly) {  // LOSS-8, LOSS-5, PATH-4
+  // Path 0 goes dark with several packets in flight. The tail-loss timer
+  // resends its oldest elsewhere and probes; the probe's silence must end the
+  // path's round then, not the RTO (1 ms) a while later.
+  EndpointConfig c = cfg(198);
+  c.num_paths = 2;
+  Loop loop(c, cfg(199));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 16 * 4096, 0, 0x4e);
+  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples on both paths, in turn
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  }
+  // Everything sent on path 0 from now on is lost, PROBEs included.
+  loop.drop = [](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && (d[3] & 31) == 0 && (d[1] == 0x01 || d[1] == 0x12);
+  };
+  const TimeNs start = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // Two tail-loss timers (about 1.25 srtt + ack_delay each) and a round trip.
+  EXPECT_LT(loop.now().since(start), 100 * kMicrosecond);
+  PathStats after;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
+  EXPECT_EQ(after.timeouts, 1u);
+  EXPECT_NE(after.state, PathState::kActive);
+}
+
 // CC-6 pacing with nothing to wake it. A sender whose paths are all below
 // one packet (here from the start: one packet of initial window shared by 8
 // paths) sends one packet per path, then each path waits srtt * packet / cwnd
