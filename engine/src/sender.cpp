@@ -565,8 +565,10 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   ++c.stats.timeouts;
   lose_path_inflight(c, path, now, true);  // LOSS-5
   p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
-  p.cwnd = cwnd_floor(c);
-  p.slow_start = true;
+  if (cfg.cc.enabled) {  // CC-8: without congestion control the window never moves
+    p.cwnd = cwnd_floor(c);
+    p.slow_start = true;
+  }
   if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
     retire_path(c, path, now);
     return;

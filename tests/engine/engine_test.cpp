@@ -676,37 +676,57 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
-TEST(Engine, UnansweredTailProbeTimesThePathOutEarly) {  // LOSS-8, LOSS-5, PATH-4
-  // Path 0 goes dark with several packets in flight. The tail-loss timer
-  // resends its oldest elsewhere and probes; the probe's silence must end the
-  // path's round then, not the RTO (1 ms) a while later.
+// Path 0 of two goes dark (PROBEs included) under a 16-packet WRITE, after
+// RTT samples on both paths. Returns path 0's state after the WRITE completed
+// and how long that took.
+struct DarkPathRun {
+  PathStats path0;
+  PathStats path0_before;
+  uint64_t took_ns = 0;
+};
+DarkPathRun run_with_a_dark_path(bool cc_enabled) {
   EndpointConfig c = cfg(198);
   c.num_paths = 2;
+  c.cc.enabled = cc_enabled;
   Loop loop(c, cfg(199));
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 16 * 4096, 0, 0x4e);
   Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  DarkPathRun out;
   for (uint64_t i = 0; i < 8; ++i) {  // RTT samples on both paths, in turn
-    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
     std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    EXPECT_TRUE(loop.run_until_completions(0, 1, done));
   }
-  // Everything sent on path 0 from now on is lost, PROBEs included.
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0_before));
   loop.drop = [](int from, const std::vector<uint8_t>& d) {
     return from == 0 && (d[3] & 31) == 0 && (d[1] == 0x01 || d[1] == 0x12);
   };
   const TimeNs start = loop.now();
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 99)), Status::kOk);
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 99)), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done.at(0).status, Status::kOk);
   EXPECT_EQ(src.bytes, dst.bytes);
+  out.took_ns = loop.now().since(start);
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0));
+  return out;
+}
+
+TEST(Engine, UnansweredTailProbeTimesThePathOutEarly) {  // LOSS-8, LOSS-5, PATH-4
+  // The tail-loss timer resends path 0's oldest packet elsewhere and probes;
+  // the probe's silence must end the path's round then, not the RTO (1 ms).
+  const DarkPathRun r = run_with_a_dark_path(true);
   // Two tail-loss timers (about 1.25 srtt + ack_delay each) and a round trip.
-  EXPECT_LT(loop.now().since(start), 100 * kMicrosecond);
-  PathStats after;
-  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
-  EXPECT_EQ(after.timeouts, 1u);
-  EXPECT_NE(after.state, PathState::kActive);
+  EXPECT_LT(r.took_ns, 100 * kMicrosecond);
+  EXPECT_EQ(r.path0.timeouts, 1u);
+  EXPECT_NE(r.path0.state, PathState::kActive);
+}
+
+TEST(Engine, DisabledCongestionControlKeepsTheWindowThroughATimeout) {  // CC-8, LOSS-5
+  const DarkPathRun r = run_with_a_dark_path(false);
+  EXPECT_EQ(r.path0.timeouts, 1u);
+  EXPECT_EQ(r.path0.cwnd_bytes, r.path0_before.cwnd_bytes);
 }
 
 // CC-6 pacing with nothing to wake it. A sender whose paths are all below
