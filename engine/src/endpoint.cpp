@@ -265,25 +265,26 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     for (uint8_t i = 0; i < c.num_paths; ++i) {
       detail::Path& p = c.paths[i];
       if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
-      if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now &&
-          p.tlp_outstanding && p.held) {
-        // LOSS-8: nothing came back on the path since its tail-loss probe,
-        // answer included: the path's RTO, early, rather than leaving the
-        // rest of its packets to wait for the real one.
-        on_rto(c, i, now);
-      } else if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
-        c.tlp_owed |= 1u << i;  // LOSS-8
-        p.tlp_deadline = TimeNs::never();
-        // LOSS-8: the path's oldest packet goes again on another path now,
-        // rather than one probe round trip later; the path takes no new data
-        // until it answers, so a dead path is not refilled meanwhile.
-        if (c.tx) {
-          trim_ring(c, i);
-          if (detail::TxRecord* r = in_flight_at(c, *c.tx, i, p.ring_head)) {
-            declare_lost(c, *c.tx, *r, now, false, false);
-            // Held only while packets stay in flight: their RTO (LOSS-5) then
-            // still guards the path if the probe gets no answer.
-            p.held = p.inflight > 0;
+      if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
+        if (p.tlp_outstanding && p.held) {
+          // LOSS-8: nothing came back on the path since its tail-loss probe,
+          // answer included: the path's RTO, early, rather than leaving the
+          // rest of its packets to wait for the real one.
+          on_rto(c, i, now);
+        } else {
+          c.tlp_owed |= 1u << i;  // LOSS-8
+          p.tlp_deadline = TimeNs::never();
+          // LOSS-8: the path's oldest packet goes again on another path now,
+          // rather than one probe round trip later; the path takes no new
+          // data until it answers, so a dead path is not refilled meanwhile.
+          if (c.tx) {
+            trim_ring(c, i);
+            if (detail::TxRecord* r = in_flight_at(c, *c.tx, i, p.ring_head)) {
+              declare_lost(c, *c.tx, *r, now, false, false);
+              // Held only while packets stay in flight: their RTO (LOSS-5)
+              // then still guards the path if the probe gets no answer.
+              p.held = p.inflight > 0;
+            }
           }
         }
       }
