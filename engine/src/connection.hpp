@@ -50,6 +50,7 @@ struct Path {
   TimeNs rto_deadline = TimeNs::never();
   TimeNs tlp_deadline = TimeNs::never();  // tail-loss probe (LOSS-8)
   uint32_t tlp_pseq = 0;                  // send-order number the outstanding TLP took
+  TimeNs tlp_sent{0};                     // when the outstanding TLP was sent
   bool tlp_outstanding = false;
   bool held = false;  // LOSS-8: a tail packet was resent elsewhere; no new data until it answers
   bool fresh = true;  // new entropy: starts at the initial window

@@ -267,10 +267,17 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
       if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
         if (p.tlp_outstanding && p.held) {
-          // LOSS-8: nothing came back on the path since its tail-loss probe,
-          // answer included: the path's RTO, early, rather than leaving the
-          // rest of its packets to wait for the real one.
-          on_rto(c, i, now);
+          if (c.last_progress > p.tlp_sent) {
+            // LOSS-8: nothing came back on the path since its tail-loss
+            // probe, answer included, while the peer was heard from: the
+            // path's RTO, early, rather than leaving the rest of its packets
+            // to wait for the real one.
+            on_rto(c, i, now);
+          } else {
+            // The peer itself is silent (a paused process, a busy host): no
+            // path is to blame. Look again a timer later; the RTO guards.
+            p.tlp_deadline = now + tlp_timeout(p);
+          }
         } else {
           c.tlp_owed |= 1u << i;  // LOSS-8
           p.tlp_deadline = TimeNs::never();

@@ -203,6 +203,7 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
       p.tlp_pseq = p.next_pseq++;
       ring_at(c, *c.tx, slot, p.tlp_pseq) = c.next_psn;  // names no live record
       p.tlp_outstanding = true;
+      p.tlp_sent = now;
       bh.psn = p.tlp_pseq;
       // An answer is due within the same timer; none means the path is dead
       // or far slower than its srtt says (run_timers).

@@ -723,6 +723,42 @@ TEST(Engine, UnansweredTailProbeTimesThePathOutEarly) {  // LOSS-8, LOSS-5, PATH
   EXPECT_NE(r.path0.state, PathState::kActive);
 }
 
+TEST(Engine, SilentPeerTimesNoPathOutEarly) {  // LOSS-8, LOSS-5
+  // The receiving process pauses (a busy host): for 300 us everything it
+  // sends waits, on every path alike, then leaves in order. That is many
+  // tail-loss timers (srtt is a few us) but less than min_rto (1 ms). The
+  // probes' silence blames no path: none may time out, and no window is cut
+  // to the floor for it.
+  EndpointConfig c = cfg(196);
+  c.num_paths = 4;
+  Loop loop(c, cfg(197));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 64 * 4096, 0, 0x3c);
+  Buf dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));  // RTT samples on every path
+  const TimeNs pause_start = loop.now();
+  const TimeNs pause_end = pause_start + 300 * kMicrosecond;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>&) -> uint64_t {
+    return from == 1 && loop.now() < pause_end ? pause_end.since(loop.now()) : 0;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 64 * 4096, 2)), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  EXPECT_EQ(done.at(1).status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GT(loop.now().since(pause_start), 300 * kMicrosecond);
+  uint64_t probes = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    EXPECT_EQ(ps.timeouts, 0u) << "path " << i;
+    EXPECT_EQ(ps.retirements, 0u) << "path " << i;
+    probes += ps.probes_sent;
+  }
+  EXPECT_GT(probes, 0u);  // the tail-loss timers did run during the pause
+}
+
 TEST(Engine, DisabledCongestionControlKeepsTheWindowThroughATimeout) {  // CC-8, LOSS-5
   const DarkPathRun r = run_with_a_dark_path(false);
   EXPECT_EQ(r.path0.timeouts, 1u);
