@@ -351,6 +351,32 @@ TEST(Udp, GroBufferDrawsOneAck) {
   }
 }
 
+// IoStats::rx_wait_ns_*: a receiver that does not run for 30 ms while data
+// waits for it reports that wait (kernel arrival to handling), so a process
+// short of CPU shows up in its own statistics.
+TEST(Udp, TimeInTheSocketIsReported) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  const auto before = p.server->io_stats();
+  constexpr size_t kLen = 64 * 1024;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  fill_pattern(src, 21);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), kLen, smr.lkey, dmr.addr, dmr.rkey));
+  for (int i = 0; i < 20; ++i) p.client->progress();  // sent; the server is not running
+  std::this_thread::sleep_for(30ms);
+  const auto comps = drive(*p.client, *p.server, 1);
+  ASSERT_EQ(comps.size(), 1u);
+  EXPECT_EQ(comps[0].status, Status::kOk);
+  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+  const auto io = p.server->io_stats();
+  EXPECT_GE(io.rx_wait_ns_max, 25'000'000u);
+  EXPECT_GT(io.rx_wait_ns_total - before.rx_wait_ns_total, 25'000'000u);
+  EXPECT_LT(io.rx_wait_ns_max, 10'000'000'000u);  // a clock mix-up would be seconds off
+}
+
 // An application that sleeps on fd() itself (progress() then arms the engine
 // timer every round): transfers complete, and no sleep times out while work
 // is outstanding.

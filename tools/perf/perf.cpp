@@ -340,6 +340,20 @@ const char* op_name(Op op) {
   return "?";
 }
 
+double mean_rx_wait_us(const metaroce::udp::IoStats& io) {
+  return io.rx_datagrams ? dbl(io.rx_wait_ns_total) / dbl(io.rx_datagrams) / 1e3 : 0.0;
+}
+
+void print_io(const metaroce::udp::IoStats& io) {
+  std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
+              " received in %" PRIu64 " recvmmsg (%" PRIu64
+              " GRO); waited in the socket %.1f us"
+              " mean, %.1f max; %" PRIu64 " rounds left datagrams unread\n",
+              io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
+              io.rx_gro_batches, mean_rx_wait_us(io), dbl(io.rx_wait_ns_max) / 1e3,
+              io.rx_backlogged_rounds);
+}
+
 Error send_ctrl(UdpEndpoint& ep, ConnId conn, Ctrl& m, const MemoryRegion& mr, uint64_t id) {
   return ep.send(conn, kCtrlWrId | id, &m, sizeof(m), mr.lkey);
 }
@@ -579,11 +593,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
                   " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
                   op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
                   data.verify_errors);
-      const auto io = ep->io_stats();
-      std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
-                  " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO)\n",
-                  io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
-                  io.rx_gro_batches);
+      print_io(ep->io_stats());
       std::fflush(stdout);
     }
     ep->close(conn);
@@ -800,6 +810,9 @@ int run_client(const ClientArgs& a, const Common& common) {
                {"rx_gro_batches", io.rx_gro_batches},
                {"rx_ce", io.rx_ce},
                {"tx_materialized", io.tx_materialized},
+               {"rx_wait_us_mean", mean_rx_wait_us(io)},
+               {"rx_wait_us_max", dbl(io.rx_wait_ns_max) / 1e3},
+               {"rx_backlogged_rounds", io.rx_backlogged_rounds},
                {"gso", ep->gso_enabled()},
                {"gro", ep->gro_enabled()}};
     std::printf("%s\n", j.dump().c_str());
@@ -817,10 +830,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     if (a.tp.bidir && have_result)
       std::printf("  reverse goodput      %10.3f Gb/s (server -> client)\n",
                   result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0);
-    std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
-                " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO)\n",
-                io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
-                io.rx_gro_batches);
+    print_io(io);
     std::printf(
         "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  retired\n");
     for (size_t i = 0; i < paths.size(); ++i) {

@@ -58,6 +58,12 @@ TimeNs clock_now() {
                                           .count())};
 }
 
+int64_t realtime_ns() {
+  timespec ts{};
+  (void)clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 bool env_disabled(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 ||
@@ -234,6 +240,10 @@ struct UdpEndpoint::Impl {
       (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
     }
     if (is_rx) {
+      // Kernel arrival times, for IoStats::rx_wait_ns_*: how long datagrams
+      // sat in the socket before this process read them (a process short of
+      // CPU shows it there first, and its RTT samples include it).
+      (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
       const int sz = opts.rcvbuf_bytes;
       if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
         (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
@@ -423,6 +433,7 @@ struct UdpEndpoint::Impl {
 
   size_t receive(TimeNs now) {
     size_t got = 0;
+    const int64_t real_to_mono = static_cast<int64_t>(now.ns) - realtime_ns();
     for (int round = 0; round < kRxBatchesPerRound; ++round) {
       // Only the fields the kernel wrote in the last call need resetting.
       for (uint32_t i = 0; i < rx_used; ++i) {
@@ -435,6 +446,8 @@ struct UdpEndpoint::Impl {
       const int r = recvmmsg(rx_fd, rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
       if (r <= 0) break;
       rx_used = static_cast<uint32_t>(r);
+      if (static_cast<uint32_t>(r) == batch && round + 1 == kRxBatchesPerRound)
+        ++io.rx_backlogged_rounds;
       ++io.rx_syscalls;
       for (int i = 0; i < r; ++i) {
         msghdr& h = rx_msgs[i].msg_hdr;
@@ -445,6 +458,7 @@ struct UdpEndpoint::Impl {
         }
         uint8_t tos = 0;
         size_t seg = len;
+        int64_t arrived = 0;  // kernel receive time, on the engine's clock
         for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
           if (c->cmsg_level == IPPROTO_IP &&
               (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS)) {
@@ -457,7 +471,17 @@ struct UdpEndpoint::Impl {
             int v = 0;
             std::memcpy(&v, CMSG_DATA(c), sizeof(v));
             if (v > 0) seg = static_cast<size_t>(v);
+          } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            timespec ts{};
+            std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+            arrived = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + real_to_mono;
           }
+        }
+        if (arrived != 0) {
+          const auto waited =
+              static_cast<uint64_t>(std::max<int64_t>(static_cast<int64_t>(now.ns) - arrived, 0));
+          io.rx_wait_ns_total += waited * ((len + seg - 1) / seg);  // per datagram
+          io.rx_wait_ns_max = std::max(io.rx_wait_ns_max, waited);
         }
         PeerAddr src;
         if (!from_sockaddr(reinterpret_cast<const sockaddr*>(&rx_addr[i]), src)) {
