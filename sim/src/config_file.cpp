@@ -32,12 +32,17 @@ class Reader {
       : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed) {}
 
   SimConfig read(const toml::table& root) {
-    keys(root, "", {"name", "time_limit_ms", "topology", "queue", "workload", "fault"});
+    keys(root, "",
+         {"name", "time_limit_ms", "reroute_us", "topology", "queue", "workload", "fault"});
     SimConfig c;
     c.name = opt_string(root, "", "name").value_or("config");
     if (auto ms = opt_number(root, "", "time_limit_ms")) {
       if (!(*ms > 0 && *ms <= 1e9)) fail(*root.get("time_limit_ms"), "time_limit_ms: (0, 1e9]");
       c.time_limit = SimTime{static_cast<uint64_t>(*ms * 1e9)};
+    }
+    if (auto us = opt_number(root, "", "reroute_us")) {
+      if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
+      c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
     }
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) c.queue = queue(table(root, "", "queue"));

@@ -342,10 +342,14 @@ void Network::compute_routes() {
   std::vector<std::vector<std::pair<uint32_t, uint16_t>>> adj(n);
   for (uint32_t i = 0; i < n; ++i) {
     for (Port* p : nodes_[i]->ports)
-      adj[i].push_back({p->pipe.to->id, static_cast<uint16_t>(p->index)});
+      if (p->up()) adj[i].push_back({p->pipe.to->id, static_cast<uint16_t>(p->index)});
   }
   std::vector<std::map<std::vector<uint16_t>, uint32_t>> dedup(switches_.size());
-  for (auto& s : switches_) s->route.assign(h, 0);
+  for (auto& s : switches_) {
+    s->route.assign(h, 0);
+    s->group_ports.clear();
+  }
+  const bool first = graph_.max_hops == 0;
   std::vector<uint32_t> dist(n);
   std::vector<uint32_t> frontier;
   std::vector<uint16_t> grp;
@@ -383,7 +387,7 @@ void Network::compute_routes() {
     for (uint32_t src = 0; src < h; ++src)
       if (dist[src] != UINT32_MAX) max_dist = std::max(max_dist, dist[src]);
   }
-  graph_.max_hops = max_dist;
+  if (first) graph_.max_hops = max_dist;
 }
 
 void Network::set_link_up(uint32_t e, bool up, SimTime now) {

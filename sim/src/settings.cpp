@@ -45,6 +45,13 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
        }},
+      {"reroute_us",
+       "switches recompute ECMP groups without down links this long after a link goes down or "
+       "up (-1: never, the default)",
+       -1, 1e9, false,
+       [](SimConfig& c, double v) {
+         c.reroute_after = v < 0 ? SimTime::never() : SimTime{static_cast<uint64_t>(v * 1e6)};
+       }},
       {"inflight_cap_bdp", "CC-9 connection cap as a multiple of the fabric BDP (0: none)", 0, 1000,
        false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,

@@ -89,6 +89,14 @@ class Simulation::Faults final : public EventSource {
  public:
   explicit Faults(Simulation& s) : sim_(s), list_(s.cfg_.faults) {
     for (FaultSpec& f : list_) f.at += s.origin_;
+    if (s.cfg_.reroute_after != SimTime::never()) {
+      const size_t n = list_.size();
+      for (size_t i = 0; i < n; ++i) {
+        const FaultSpec f = list_[i];
+        if (f.kind == FaultSpec::Kind::kLinkDown || f.kind == FaultSpec::Kind::kLinkUp)
+          list_.push_back({f.at + s.cfg_.reroute_after, FaultSpec::Kind::kReroute, 0, 0, 0});
+      }
+    }
     std::stable_sort(list_.begin(), list_.end(), [](auto& a, auto& b) { return a.at < b.at; });
     if (!list_.empty()) s.sched_.schedule(*this, list_[0].at);
   }
@@ -97,6 +105,10 @@ class Simulation::Faults final : public EventSource {
     while (next_ < list_.size() && list_[next_].at <= now) {
       const FaultSpec& f = list_[next_++];
       Network& n = *sim_.net_;
+      if (f.kind == FaultSpec::Kind::kReroute) {
+        n.reroute();
+        continue;
+      }
       if (f.edge >= n.graph().edges.size()) continue;
       switch (f.kind) {
         case FaultSpec::Kind::kLinkDown: n.set_link_up(f.edge, false, now); break;
@@ -105,6 +117,7 @@ class Simulation::Faults final : public EventSource {
           n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps));
           break;
         case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
+        case FaultSpec::Kind::kReroute: break;
       }
     }
     if (next_ < list_.size()) sim_.sched_.schedule(*this, list_[next_].at);

@@ -218,10 +218,21 @@ SimConfig parse(const std::string& text, uint64_t seed = 1) {
   return parse_config(text, "t.toml", ".", TransportKind::kMetaRoce, seed);
 }
 
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
 TEST(ConfigFile, ParsesEverySection) {
   const SimConfig c = parse(kSmall);
   EXPECT_EQ(c.name, "small");
   EXPECT_EQ(c.time_limit, SimTime::from_ms(20));
+  EXPECT_EQ(c.reroute_after, SimTime::never());
+  const std::string rerouting =
+      replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nreroute_us = 250\n");
+  EXPECT_EQ(parse(rerouting).reroute_after, SimTime::from_us(250));
   EXPECT_EQ(c.topo.num_hosts, 16u);
   EXPECT_EQ(c.topo.edges.back().spec.delay, SimTime::from_ns(500));
   EXPECT_EQ(c.queue.buffer_bytes, 175'000u);
@@ -263,13 +274,6 @@ TEST(ConfigFile, ExampleFileLoads) {
   EXPECT_GT(c.flows.size(), 32u + 200u);
 }
 
-std::string replace(std::string s, const std::string& from, const std::string& to) {
-  const auto at = s.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  if (at != std::string::npos) s.replace(at, from.size(), to);
-  return s;
-}
-
 TEST(ConfigFile, BadInputsNameTheLineAndKey) {
   const std::string s = kSmall;
   const std::pair<std::string, std::string> bad[] = {
@@ -300,6 +304,8 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "\"core 0\"", "\"core 2\""), "fault.link: no link joins"},
       {replace(s, "\"core 0\"", "\"router 0\""), "unknown node kind 'router'"},
       {replace(s, "drop = 0.02", "drop = 0.02\nrate_gbps = 3"), "not used by kind 'gray'"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -1"),
+       "reroute_us: [0, 1e9]"},
       {replace(s, "at_us = 30", "at_us = -30"), "at_us: expected a number of microseconds >= 0"},
       {replace(s, "kind = \"background\"\nbytes = 16384\nflows = 40\nload = 0.3",
                "kind = \"matrix\"\nfile = \"/nonexistent.tm\""),
@@ -325,6 +331,10 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   ASSERT_TRUE(apply_setting(c, "recovery.min_rto_us=250", err)) << err;
   ASSERT_TRUE(apply_setting(c, "inflight_cap_bdp=1.5", err)) << err;
   ASSERT_TRUE(apply_setting(c, "queue.ecn_kmin=20000", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "reroute_us=500", err)) << err;
+  EXPECT_EQ(c.reroute_after, SimTime::from_us(500));
+  ASSERT_TRUE(apply_setting(c, "reroute_us=-1", err)) << err;
+  EXPECT_EQ(c.reroute_after, SimTime::never());
   EXPECT_EQ(c.endpoint.cc.dctcp_g_shift, 5u);
   EXPECT_EQ(c.endpoint.recovery.min_rto_ns, 250'000u);
   EXPECT_DOUBLE_EQ(c.inflight_cap_bdp, 1.5);

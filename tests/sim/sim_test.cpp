@@ -274,6 +274,47 @@ TEST(Failures, LinkDownAndUpAgain) {
   expect_all_complete(sim.report());
 }
 
+// Routing convergence (SimConfig::reroute_after): groups are recomputed over
+// the links that are up, and a link that comes back rejoins them.
+TEST(Routing, RerouteLeavesDownLinksOutOfEveryGroup) {
+  const LinkSpec l{};
+  Scheduler s;
+  Network n(s, fat_tree(4, l, l), QueueSpec{}, 42);
+  const uint32_t e = fat_tree_tor_agg_edge(4, 0, 0);  // ToR 0 - its first agg
+  const uint32_t up_port = n.edge_port(e, false).index;
+  ASSERT_EQ(n.sw(0).group_for(15).size(), 2u);
+  const uint32_t hops = n.graph().max_hops;
+  n.set_link_up(e, false, SimTime{0});
+  ASSERT_EQ(n.sw(0).group_for(15).size(), 2u) << "no route changes before convergence";
+  n.reroute();
+  for (uint32_t sw = 0; sw < n.num_switches(); ++sw)
+    for (uint32_t dst = 0; dst < 16; ++dst)
+      for (const uint16_t port : n.sw(sw).group_for(dst))
+        EXPECT_TRUE(n.sw(sw).ports[port]->up()) << "switch " << sw << " to host " << dst;
+  const auto g = n.sw(0).group_for(15);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_NE(g[0], up_port);
+  EXPECT_EQ(n.graph().max_hops, hops);  // the ideal's hop count is the fabric's
+  n.set_link_up(e, true, SimTime{0});
+  n.reroute();
+  EXPECT_EQ(n.sw(0).group_for(15).size(), 2u);
+}
+
+// A single-path baseline whose flow hashes onto a dead link cannot finish
+// until routing steers it away; with convergence after 100 us every flow does.
+TEST(Routing, SinglePathFlowsFinishOnceRoutesConverge) {
+  SimConfig c = preset("fattree16-perm-linkdown", TransportKind::kRoceV2, 1);
+  c.time_limit = SimTime::from_ms(5);
+  SimConfig converging = c;
+  converging.reroute_after = SimTime::from_us(100);
+  Simulation stuck(std::move(c));
+  stuck.run();
+  EXPECT_LT(stuck.report().flows_completed, stuck.report().flows);
+  Simulation sim(std::move(converging));
+  sim.run();
+  expect_all_complete(sim.report());
+}
+
 // ------------------------------------------------------------------ baselines
 
 TEST(Baselines, RoceV2WithPfcCompletesLosslessly) {

@@ -28,7 +28,7 @@ enum class TransportKind : uint8_t {
 [[nodiscard]] bool parse_transport(const std::string& s, TransportKind& out);
 
 struct FaultSpec {
-  enum class Kind : uint8_t { kLinkDown, kLinkUp, kRate, kGrayDrop };
+  enum class Kind : uint8_t { kLinkDown, kLinkUp, kRate, kGrayDrop, kReroute };
   SimTime at;
   Kind kind = Kind::kLinkDown;
   uint32_t edge = 0;
@@ -56,6 +56,12 @@ struct SimConfig {
   // this warm-up, so a handshake round trip is not charged to the workload.
   // Baselines have no handshake; for them it changes nothing.
   bool preconnect = true;
+  // Routing convergence: this long after a link goes down or comes back,
+  // every switch's ECMP groups are recomputed over the links that are up (a
+  // link-state protocol converging, or the fabric manager of an AI cluster).
+  // never (the default): switches keep hashing onto a dead link, so only the
+  // transport can steer around it.
+  SimTime reroute_after = SimTime::never();
   // MetaRoCE: the connection-wide in-flight cap (spec CC-9) as a multiple of
   // the fabric's bandwidth-delay product; 0 leaves endpoint.cc as it is.
   double inflight_cap_bdp = 1.25;
