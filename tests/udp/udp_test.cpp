@@ -116,6 +116,29 @@ Pair connect_pair(const std::string& host, Options so = test_options(),
   return p;
 }
 
+// A patterned source registered on the client and a zeroed destination
+// registered on the server.
+struct WriteBuffers {
+  std::vector<uint8_t> src, dst;
+  MemoryRegion smr{}, dmr{};
+  WriteBuffers(const Pair& p, size_t len, uint32_t seed) : src(len), dst(len, 0) {
+    fill_pattern(src, seed);
+    EXPECT_FALSE(p.client->register_memory(src.data(), len, kAllAccess, smr));
+    EXPECT_FALSE(p.server->register_memory(dst.data(), len, kAllAccess, dmr));
+  }
+  // WRITEs `len` bytes at `off` of the source to the same offset of the
+  // destination.
+  [[nodiscard]] bool post_write(const Pair& p, uint64_t id, uint64_t off, uint32_t len) {
+    return !p.client->write(p.cconn, id, src.data() + off, len, smr.lkey, dmr.addr + off, dmr.rkey);
+  }
+  // The whole source in WRITEs of `chunk` bytes, wr_id = chunk index.
+  [[nodiscard]] bool post_writes(const Pair& p, uint32_t chunk) {
+    for (uint32_t i = 0; i < src.size() / chunk; ++i)
+      if (!post_write(p, i, uint64_t{i} * chunk, chunk)) return false;
+    return true;
+  }
+};
+
 void write_read_send(const std::string& host) {
   Pair p = connect_pair(host);
   ASSERT_TRUE(p.cconn.valid());
@@ -240,15 +263,9 @@ TEST(Udp, ProgressThreadWrite) {
   p.server->start_progress_thread();
   p.client->start_progress_thread();
   constexpr size_t kLen = 4 << 20;
-  std::vector<uint8_t> src(kLen), dst(kLen, 0);
-  fill_pattern(src, 3);
-  MemoryRegion smr, dmr;
-  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
-  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
   constexpr uint32_t kChunk = 256 * 1024;
-  for (uint32_t i = 0; i < kLen / kChunk; ++i)
-    ASSERT_FALSE(p.client->write(p.cconn, i, src.data() + i * kChunk, kChunk, smr.lkey,
-                                 dmr.addr + i * kChunk, dmr.rkey));
+  WriteBuffers b(p, kLen, 3);
+  ASSERT_TRUE(b.post_writes(p, kChunk));
   size_t done = 0;
   Completion c;
   while (done < kLen / kChunk && p.client->wait_completion(c, 5s)) {
@@ -258,7 +275,7 @@ TEST(Udp, ProgressThreadWrite) {
   EXPECT_EQ(done, kLen / kChunk);
   p.client->stop_progress_thread();
   p.server->stop_progress_thread();
-  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+  EXPECT_EQ(b.src, b.dst);
 }
 
 // Payloads are sent from registered memory (gather); when a full socket
@@ -326,18 +343,12 @@ TEST(Udp, GroBufferDrawsOneAck) {
       GTEST_SKIP() << "no UDP GSO/GRO on this kernel";
     constexpr size_t kLen = 4 << 20;
     constexpr uint32_t kChunk = 64 * 1024;
-    std::vector<uint8_t> src(kLen), dst(kLen, 0);
-    fill_pattern(src, 13);
-    MemoryRegion smr, dmr;
-    ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
-    ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
-    for (uint32_t i = 0; i < kLen / kChunk; ++i)
-      ASSERT_FALSE(p.client->write(p.cconn, i, src.data() + i * kChunk, kChunk, smr.lkey,
-                                   dmr.addr + i * kChunk, dmr.rkey));
+    WriteBuffers b(p, kLen, 13);
+    ASSERT_TRUE(b.post_writes(p, kChunk));
     const auto comps = drive(*p.client, *p.server, kLen / kChunk, 20s);
     ASSERT_EQ(comps.size(), kLen / kChunk);
     for (const Completion& c : comps) EXPECT_EQ(c.status, Status::kOk);
-    EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+    EXPECT_EQ(b.src, b.dst);
     metaroce::ConnStats st{};
     ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
     const auto io = p.server->io_stats();
@@ -358,19 +369,14 @@ TEST(Udp, TimeInTheSocketIsReported) {
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.cconn.valid());
   const auto before = p.server->io_stats();
-  constexpr size_t kLen = 64 * 1024;
-  std::vector<uint8_t> src(kLen), dst(kLen, 0);
-  fill_pattern(src, 21);
-  MemoryRegion smr, dmr;
-  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
-  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
-  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), kLen, smr.lkey, dmr.addr, dmr.rkey));
+  WriteBuffers b(p, 64 * 1024, 21);
+  ASSERT_TRUE(b.post_writes(p, 64 * 1024));
   for (int i = 0; i < 20; ++i) p.client->progress();  // sent; the server is not running
   std::this_thread::sleep_for(30ms);
   const auto comps = drive(*p.client, *p.server, 1);
   ASSERT_EQ(comps.size(), 1u);
   EXPECT_EQ(comps[0].status, Status::kOk);
-  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+  EXPECT_EQ(b.src, b.dst);
   const auto io = p.server->io_stats();
   EXPECT_GE(io.rx_wait_ns_max, 25'000'000u);
   EXPECT_GT(io.rx_wait_ns_total - before.rx_wait_ns_total, 25'000'000u);
@@ -383,19 +389,13 @@ TEST(Udp, TimeInTheSocketIsReported) {
 TEST(Udp, ExternalPollOnFd) {
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.cconn.valid());
-  constexpr size_t kLen = 1 << 20;
-  std::vector<uint8_t> src(kLen), dst(kLen, 0);
-  fill_pattern(src, 5);
-  MemoryRegion smr, dmr;
-  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
-  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  WriteBuffers b(p, 1 << 20, 5);
   pollfd fds[2] = {{p.client->fd(), POLLIN, 0}, {p.server->fd(), POLLIN, 0}};
   constexpr uint32_t kSizes[] = {4096, 3 * 4096, 5 * 4096 + 100, 65536, 7 * 4096};
   uint64_t off = 0;
   int timeouts = 0;
   for (uint32_t i = 0; i < 5; ++i) {
-    ASSERT_FALSE(p.client->write(p.cconn, i, src.data() + off, kSizes[i], smr.lkey, dmr.addr + off,
-                                 dmr.rkey));
+    ASSERT_TRUE(b.post_write(p, i, off, kSizes[i]));
     Completion c;
     bool done = false;
     const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -412,7 +412,7 @@ TEST(Udp, ExternalPollOnFd) {
     off += kSizes[i];
   }
   EXPECT_EQ(timeouts, 0);
-  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), off));
+  EXPECT_EQ(0, std::memcmp(b.src.data(), b.dst.data(), off));
 }
 
 TEST(Udp, ConnectTimeoutToClosedPort) {
