@@ -40,6 +40,10 @@ struct HarnessOptions {
   uint64_t size_mib = 256;
   uint64_t seed = 1;
   bool json = false;
+  // bench/fabric's network in the harness (see harness_bench.cpp): --paths
+  // links, `entropies` paths per connection, the UDP driver's engine settings.
+  bool fabric = false;
+  uint32_t entropies = 16;
 };
 
 int run_engine(const EngineOptions& o);

@@ -1,6 +1,7 @@
 // metaroce-bench: the figures the issues ask for, printed by a program.
 //   metaroce-bench engine [--json]
 //   metaroce-bench harness --paths 4 --loss 0.01 [--fail-path 1] [--json]
+//   metaroce-bench harness --fabric --paths 4 --loss 0.05 [--entropies 16] [--json]
 #include <CLI/CLI.hpp>
 
 #include "bench.hpp"
@@ -26,6 +27,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 31));
   harness->add_option("--size-mib", ho.size_mib, "MiB to move")->check(CLI::Range(1ull, 65536ull));
   harness->add_option("--seed", ho.seed, "seed");
+  harness->add_flag("--fabric", ho.fabric,
+                    "bench/fabric's network instead: --paths links of 500 Mbit/s, 400 KB drop-tail "
+                    "queues, no ECN marking, 50 us one way; endpoints as the UDP driver sets them");
+  harness
+      ->add_option("--entropies", ho.entropies, "--fabric: paths per connection (entropy values)")
+      ->check(CLI::Range(1u, 32u));
   harness->add_flag("--json", ho.json, "print one JSON object");
   CLI11_PARSE(app, argc, argv);
   if (*engine) return metaroce::bench::run_engine(eo);
