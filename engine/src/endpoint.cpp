@@ -276,7 +276,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
           } else {
             // The peer itself is silent (a paused process, a busy host): no
             // path is to blame. Look again a timer later; the RTO guards.
-            p.tlp_deadline = now + tlp_timeout(p);
+            p.tlp_deadline = now + tlp_answer_timeout(p);
           }
         } else {
           c.tlp_owed |= 1u << i;  // LOSS-8

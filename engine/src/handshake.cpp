@@ -207,7 +207,7 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
       bh.psn = p.tlp_pseq;
       // An answer is due within the same timer; none means the path is dead
       // or far slower than its srtt says (run_timers).
-      p.tlp_deadline = now + tlp_timeout(p);
+      p.tlp_deadline = now + tlp_answer_timeout(p);
     }
     out.entropy = p.entropy;
     ++p.stats.probes_sent;

@@ -123,8 +123,18 @@ struct Endpoint::Impl {
   void on_ack(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_tlp_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);
+  // LOSS-8: the tail-loss timer, from a path's latest transmission. Its
+  // variance term (as in QUIC's probe timeout) keeps a path whose RTT
+  // swings, from a queue it shares with other paths or a busy host, from
+  // resending and probing for packets that are only late.
   [[nodiscard]] uint64_t tlp_timeout(const detail::Path& p) const {
-    return p.srtt + p.srtt / 4 + cfg.ack_delay_ns;  // LOSS-8
+    return p.srtt + std::max(p.srtt / 4, 4 * p.rttvar) + cfg.ack_delay_ns;
+  }
+  // LOSS-8: how long a PROBE's answer may take. It is asked for at once and
+  // follows the path's packets in order, so no variance term: a path that
+  // stays silent this long is timed out early (run_timers).
+  [[nodiscard]] uint64_t tlp_answer_timeout(const detail::Path& p) const {
+    return p.srtt + p.srtt / 4 + cfg.ack_delay_ns;
   }
   void mark_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn, TimeNs now,
                   uint32_t& touched);

@@ -633,6 +633,42 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   EXPECT_EQ(st->retransmissions, 1u);
 }
 
+TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
+  // Path 0's queue swings between empty and 50 us (a link it shares with
+  // other traffic, a busy host), in order, with nothing lost: every 200 us
+  // its delay climbs at half the rate of time and falls back as fast. A timer
+  // of 1.25 srtt + ack_delay expires on the climbs and resends packets that
+  // are only late; with the RTT variance in it, nothing is resent.
+  constexpr uint64_t kSwing = 200 * kMicrosecond;
+  EndpointConfig c = cfg(194);
+  Loop loop(c, cfg(195));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  const TimeNs start = loop.now();
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    // Data and PROBEs (0x12) on path 0 share its queue, in order.
+    const bool on_path0 =
+        from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 0;
+    if (!on_path0) return 0;
+    const uint64_t phase = loop.now().since(start) % kSwing;
+    return phase < kSwing / 2 ? phase / 2 : (kSwing - phase) / 2;
+  };
+  Buf src(loop.ep(0), 32 << 20, 0, 0x2b);
+  Buf dst(loop.ep(1), 32 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 32 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GT(loop.now().since(start), 2 * kSwing);
+  const ConnStats* rx = loop.ep(1).conn_stats(b);
+  ASSERT_NE(rx, nullptr);
+  EXPECT_EQ(rx->duplicates_received, 0u) << "packets resent that were only late";
+  PathStats p0;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  EXPECT_EQ(p0.timeouts, 0u);
+}
+
 TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   // One path; a 4-packet WRITE whose last packet is lost. The ACKs of the
   // first three arrive a round trip after all four left: they must not put
