@@ -112,6 +112,9 @@ struct UdpEndpoint::Impl {
   int family = AF_INET;
   int rx_fd = -1;
   std::vector<int> tx_fds;  // entropy_count send sockets, then rx_fd (not owned twice)
+  // The peer each send socket is connected to (see connect_send_socket).
+  std::vector<PeerAddr> tx_peer;
+  std::vector<uint8_t> tx_peer_tried;
   int epfd = -1;
   int timer_fd = -1;
   int wake_fd = -1;
@@ -406,6 +409,8 @@ struct UdpEndpoint::Impl {
     tx_buf.assign(tx_slot_size * tx_cap, 0);
     tx_slots.assign(tx_cap, TxSlot{});
     tx_order.assign(tx_cap, 0);
+    tx_peer.assign(ecount, PeerAddr{});
+    tx_peer_tried.assign(ecount, 0);
     tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
     tx_iov.assign(3 * tx_cap, iovec{});
     tx_msgs.assign(tx_cap, mmsghdr{});
@@ -533,6 +538,24 @@ struct UdpEndpoint::Impl {
 
   int sock_fd(uint16_t s) const { return s == ecount ? rx_fd : tx_fds[s]; }
 
+  // A send socket is connected to the first peer it sends to, and messages
+  // to that peer then leave without an address: a connected UDP socket keeps
+  // its route, an unconnected one looks it up for every message (a FIB
+  // lookup, ~1% of a loopback sender's CPU). Messages to other peers still
+  // carry their address. Nothing is received on send sockets, so the filter
+  // a connect() installs changes nothing; ICMP errors it lets through come
+  // back as ECONNREFUSED from a later send (see flush). Once per socket.
+  bool use_connected(uint16_t sock, const PeerAddr& peer, const sockaddr_storage& ss,
+                     socklen_t len) {
+    if (sock == ecount) return false;  // the receive socket answers every peer
+    if (tx_peer_tried[sock] == 0) {
+      tx_peer_tried[sock] = 1;
+      if (::connect(tx_fds[sock], reinterpret_cast<const sockaddr*>(&ss), len) == 0)
+        tx_peer[sock] = peer;
+    }
+    return tx_peer[sock].len != 0 && tx_peer[sock] == peer;
+  }
+
   // Fills slots from the engine; returns the number taken.
   size_t fill(TimeNs now) {
     TxDatagram tx;
@@ -637,8 +660,10 @@ struct UdpEndpoint::Impl {
       }
       h.msg_iov = &tx_iov[niov];
       niov += message_iov(i, j, niov);
-      h.msg_name = &tx_addr[m];
-      h.msg_namelen = alen;
+      if (!use_connected(first.sock, first.peer, tx_addr[m], alen)) {
+        h.msg_name = &tx_addr[m];
+        h.msg_namelen = alen;
+      }
       h.msg_iovlen = static_cast<size_t>(&tx_iov[niov] - h.msg_iov);
       tx_msg_sock[m] = first.sock;
       tx_msg_segs[m] = static_cast<uint32_t>(j - i);
@@ -688,6 +713,7 @@ struct UdpEndpoint::Impl {
 
   // Sends built messages; false if a socket buffer was full (the rest waits).
   bool flush() {
+    bool refused = false;  // the last call reported a stale ICMP error
     while (tx_msg_next < tx_msg_count) {
       const uint16_t sock = tx_msg_sock[tx_msg_next];
       size_t end = tx_msg_next + 1;
@@ -705,6 +731,13 @@ struct UdpEndpoint::Impl {
           return false;
         }
         if (errno == EINTR) continue;
+        // A connected socket reports an ICMP error (e.g. a port unreachable
+        // for an earlier datagram) once, on a later send that itself did not
+        // go out: try that message again, once.
+        if (errno == ECONNREFUSED && !refused) {
+          refused = true;
+          continue;
+        }
         // The first message failed: drop it (the engine retransmits). A GSO
         // message the device cannot segment turns GSO off for good.
         if (tx_msg_segs[tx_msg_next] > 1 &&
@@ -712,6 +745,7 @@ struct UdpEndpoint::Impl {
           gso = false;
         io.tx_errors += tx_msg_segs[tx_msg_next];
         ++tx_msg_next;
+        refused = false;
         continue;
       }
       for (int k = 0; k < r; ++k) {
@@ -719,6 +753,7 @@ struct UdpEndpoint::Impl {
         if (tx_msg_segs[tx_msg_next + k] > 1) ++io.tx_gso_msgs;
       }
       tx_msg_next += static_cast<size_t>(r);
+      refused = false;
     }
     tx_count = 0;
     tx_msg_count = 0;
