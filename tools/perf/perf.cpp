@@ -366,11 +366,20 @@ Error send_ctrl(UdpEndpoint& ep, ConnId conn, Ctrl& m, const MemoryRegion& mr, u
 // other work; yielding matters because once one end sleeps, the kernel tends
 // to wake the other onto the same core (wake-affine), where a spinning
 // process would make every round trip wait out its peer's spin.
+// A yield that returns late found the core shared: another task ran. Then
+// the loop sleeps at once whenever idle, for kSharedFor, before it tries a
+// yield again. On a loaded host a yield hands a slice to every other task,
+// while a sleeper is woken by its next datagram ahead of them; on a pair of
+// otherwise idle cores a yield returns at once and the loop keeps polling,
+// which spares its peer a wake-up per burst.
 struct Idler {
+  static constexpr auto kSharedYield = std::chrono::microseconds(50);
+  static constexpr auto kSharedFor = std::chrono::milliseconds(100);
   bool busy = false;
   Clock::duration spin{};
   bool idle = false;
   Clock::time_point since{};
+  Clock::time_point shared_until{};
 
   void step(UdpEndpoint& ep, bool active, Clock::time_point now) {
     if (active || busy) {
@@ -381,8 +390,11 @@ struct Idler {
       idle = true;
       since = now;
     }
-    if (now - since < spin) {
+    if (now - since < spin && now >= shared_until) {
+      const auto before = Clock::now();
       sched_yield();
+      const auto after = Clock::now();
+      if (after - before > kSharedYield) shared_until = after + kSharedFor;
       return;
     }
     ep.wait(1ms);
