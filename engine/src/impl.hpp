@@ -138,7 +138,23 @@ struct Endpoint::Impl {
   void on_rto(detail::Connection& c, uint8_t path, TimeNs now);
   void complete_sends(detail::Connection& c);
   void release_resp_jobs(detail::Connection& c);
-  int pick_path(detail::Connection& c, int avoid, TimeNs now);
+  // SCHED-1's choice. Inline, the case that ends its scan at the first path
+  // it looks at: the round-robin's next path open, idle and not the one to
+  // avoid (an empty window, which nothing can beat). The call and the scan's
+  // setup cost more than that test; any other case takes the whole scan.
+  [[gnu::always_inline]] int pick_path(detail::Connection& c, int avoid, TimeNs now) {
+    const uint8_t n = c.num_paths;
+    const uint8_t i = c.rr_next < n ? c.rr_next : 0;
+    const detail::Path& p = c.paths[i];
+    if (cfg.cc.max_inflight_packets == 0 && p.inflight == 0 && p.state == PathState::kActive &&
+        !p.held && (p.cwnd >= packet_cost(c.mtu) || now >= p.next_send) &&
+        p.next_pseq - p.ring_head < c.window() && i != avoid) {
+      c.rr_next = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1);
+      return i;
+    }
+    return pick_path_scan(c, avoid, now);
+  }
+  int pick_path_scan(detail::Connection& c, int avoid, TimeNs now);
   // CC-1: the initial window belongs to the connection; its paths share it,
   // so spraying over more paths does not multiply the first burst.
   [[nodiscard]] uint32_t initial_cwnd(const detail::Connection& c) const {

@@ -57,7 +57,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   return Status::kOk;
 }
 
-int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
+int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   const uint32_t need = packet_cost(c.mtu);
   if (cfg.cc.max_inflight_packets != 0) {  // CC-9: the paths' windows do not bound their sum
     uint32_t total = 0;
