@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bytes.hpp"
 #include "metaroce/wire.hpp"
 
 namespace metaroce::wire::detail {
@@ -41,8 +42,9 @@ inline uint32_t crc_step(uint32_t c, const uint8_t* p, uint8_t) {
   return c;
 }
 
-// wire::crc32c(0, p, n).
-inline uint32_t crc32c_short(const uint8_t* p, size_t n) {
+// wire::crc32c(0, p, n). Always inlined: left to itself, the compiler
+// moved it out of line once the ACK path grew, which cost as much as it saves.
+[[gnu::always_inline]] inline uint32_t crc32c_short(const uint8_t* p, size_t n) {
   if (n > 64 || !kCrcInstruction) return crc32c(0, p, n);
   uint64_t c = 0xffffffffu;
   // Straight into an unrolled run of the whole words, in order: no loop
@@ -68,5 +70,18 @@ inline uint32_t crc32c_short(const uint8_t* p, size_t n) {
 #else
 inline uint32_t crc32c_short(const uint8_t* p, size_t n) { return crc32c(0, p, n); }
 #endif
+
+// wire::seal, inline for the engine's per-packet callers (a data packet and
+// an ACK each), where the call cost more than the checks.
+[[gnu::always_inline]] inline size_t seal_inline(std::span<uint8_t> out, size_t header_len,
+                                                 size_t payload_len) {
+  const size_t total = header_len + payload_len + kIcrcSize;
+  if (out.size() < total || header_len < kBaseHeaderSize) return 0;
+  const bool covered = (out[0] & kFlagPayloadCovered) != 0;
+  const size_t crc_len = covered ? header_len + payload_len : header_len;
+  const uint32_t crc = crc32c_short(out.data(), crc_len);
+  store32(out.data() + header_len + payload_len, crc);
+  return total;
+}
 
 }  // namespace metaroce::wire::detail

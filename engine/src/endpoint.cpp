@@ -177,10 +177,6 @@ wire::BaseHeader Endpoint::Impl::base_header(const Connection& c, wire::Opcode o
   return bh;
 }
 
-size_t Endpoint::Impl::finish(std::span<uint8_t> buf, size_t hlen, size_t plen) const {
-  return wire::seal(buf, hlen, plen);
-}
-
 // ---------------------------------------------------------------- timers
 
 // Deadlines are recomputed lazily: a connection touched by many packets in
