@@ -634,7 +634,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   trace(now, TraceKind::kPathState, c, path, p.entropy, static_cast<uint32_t>(p.state));
 }
 
-void Endpoint::Impl::complete_sends(Connection& c) {
+void Endpoint::Impl::complete_sends_from(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.sq_head != t.sq_seg) {
     detail::SqEntry& e = t.sq[t.sq_head & t.sq_mask];
