@@ -178,7 +178,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
       buf.size() >= detail::kHeaderTemplateSize) {
     // WRITE and SEND: the message's headers, patched.
     const detail::SqEntry& e = t.sq[slot];
-    if (!mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
+    if (mrs.any_removed() && !mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
       enter_error(c, Status::kLocalProtection, psn, now);
       return false;
     }
