@@ -64,7 +64,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   c->index = index;
   c->peer = peer;
   c->mtu = cfg.mtu;
-  c->window_log2 = cfg.window_log2;
+  c->set_window_log2(cfg.window_log2);
   c->num_paths = cfg.num_paths;
   c->next_psn = static_cast<uint32_t>(rng.next());
   c->cum_acked = c->next_psn;
