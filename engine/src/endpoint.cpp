@@ -38,8 +38,9 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
 }
 
 Connection* Endpoint::Impl::find(ConnId id) const {
+  // An invalid id (0) wraps to an index past any table.
   const uint32_t index = (id.v & kIndexMask) - 1;
-  if (!id.valid() || index >= conns.size() || !conns[index]) return nullptr;
+  if (index >= conns.size() || !conns[index]) return nullptr;
   Connection* c = conns[index].get();
   return c->id == id ? c : nullptr;
 }
