@@ -84,7 +84,8 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   }
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
   const bool delayed = rtt < 4 * kSecond && rtt > p.min_rtt + cfg.cc.target_queue_delay_ns;
-  const bool may_decrease = now.since(p.last_decrease) >= p.srtt;
+  // Asked only with a signal in hand: most ACKs carry none.
+  const bool may_decrease = (ce || delayed) && now.since(p.last_decrease) >= p.srtt;
   const uint32_t floor = cwnd_floor(c);
   if (ce && may_decrease) {  // CC-4
     p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);
