@@ -411,7 +411,13 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     // drop this entry.
     if (r.pseq == p.ring_head) ++p.ring_head;
     ++p.stats.packets_acked;
-    touched |= 1u << r.path;
+    // detect_losses would return at its first test unless the path's newest
+    // acknowledgement is a reorder threshold past its oldest entry (LOSS-2).
+    // Only a later acknowledgement on the same path can widen that gap again
+    // before the ACK's loss walks, and it asks again: other paths are skipped.
+    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) >=
+        static_cast<int32_t>(cfg.recovery.reorder_threshold))
+      touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);
   }
   r.flags = static_cast<uint8_t>((r.flags | detail::kRecAcked) & ~detail::kRecQueued);
