@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -163,13 +164,15 @@ struct Connection {
   ConnState state = ConnState::kConnecting;
   bool is_requester = false;
   PeerAddr peer;
+  uint8_t peer_max_reads = 0;  // here, it fills the padding after `peer`
   uint32_t peer_conn = 0;
   uint32_t cwnd_floor = 0;  // CC-6, bytes per path (Impl::set_cwnd_floor)
   uint64_t nonce = 0;
   uint32_t initial_psn = 0;
   uint16_t mtu = 0;
-  uint8_t window_log2 = 0;
-  uint8_t peer_max_reads = 0;
+  // window() - 1, kept rather than the log2: the per-packet ring indexing
+  // and window tests then load it, not shift it into place each time.
+  uint16_t window_mask = 0;
   uint8_t num_paths = 0;
   uint8_t rr_next = 0;
   uint8_t attempts = 0;
@@ -215,7 +218,11 @@ struct Connection {
   std::vector<Path> paths;  // num_paths entries, sized once at creation
   ConnStats stats;
 
-  [[nodiscard]] uint32_t window() const { return 1u << window_log2; }
+  [[nodiscard]] uint32_t window() const { return uint32_t{window_mask} + 1; }
+  [[nodiscard]] uint8_t window_log2() const {
+    return static_cast<uint8_t>(std::countr_one(window_mask));
+  }
+  void set_window_log2(uint8_t log2) { window_mask = static_cast<uint16_t>((1u << log2) - 1); }
   // Whether anything in `owe` is set: asked on every poll, so one load.
   [[nodiscard]] bool owes_control() const {
     static_assert(sizeof(Owed) == sizeof(uint32_t));
@@ -223,7 +230,7 @@ struct Connection {
     std::memcpy(&v, &owe, sizeof v);
     return v != 0;
   }
-  [[nodiscard]] uint32_t wmask() const { return window() - 1; }
+  [[nodiscard]] uint32_t wmask() const { return window_mask; }
 };
 
 }  // namespace metaroce::detail

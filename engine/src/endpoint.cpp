@@ -38,8 +38,9 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
 }
 
 Connection* Endpoint::Impl::find(ConnId id) const {
+  // An invalid id (0) wraps to an index past any table.
   const uint32_t index = (id.v & kIndexMask) - 1;
-  if (!id.valid() || index >= conns.size() || !conns[index]) return nullptr;
+  if (index >= conns.size() || !conns[index]) return nullptr;
   Connection* c = conns[index].get();
   return c->id == id ? c : nullptr;
 }
@@ -64,7 +65,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   c->index = index;
   c->peer = peer;
   c->mtu = cfg.mtu;
-  c->window_log2 = cfg.window_log2;
+  c->set_window_log2(cfg.window_log2);
   c->num_paths = cfg.num_paths;
   c->next_psn = static_cast<uint32_t>(rng.next());
   c->cum_acked = c->next_psn;
@@ -175,10 +176,6 @@ wire::BaseHeader Endpoint::Impl::base_header(const Connection& c, wire::Opcode o
   bh.dst_conn = c.peer_conn;
   bh.tsval = static_cast<uint32_t>(now.ns);
   return bh;
-}
-
-size_t Endpoint::Impl::finish(std::span<uint8_t> buf, size_t hlen, size_t plen) const {
-  return wire::seal(buf, hlen, plen);
 }
 
 // ---------------------------------------------------------------- timers

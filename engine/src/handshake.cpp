@@ -28,7 +28,7 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   c.peer_conn = peer_body.src_conn;
   c.mtu = std::min<uint16_t>(cfg.mtu, std::max<uint16_t>(peer_body.mtu, 256));
   set_cwnd_floor(c);
-  c.window_log2 = std::clamp<uint8_t>(peer_body.window_log2, 6, cfg.window_log2);  // SEQ-3
+  c.set_window_log2(std::clamp<uint8_t>(peer_body.window_log2, 6, cfg.window_log2));  // SEQ-3
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
   c.rx_cum = peer_body.initial_psn;
   c.rx_high = peer_body.initial_psn;
@@ -172,7 +172,7 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     c.owe.accept = false;
     body.initial_psn = c.initial_psn;
     body.mtu = c.mtu;
-    body.window_log2 = c.window_log2;
+    body.window_log2 = c.window_log2();
     h = wire::write_connect(buf, base_header(c, wire::Opcode::kConnectAccept, now), body);
   } else if (c.owe.disconnect) {
     c.owe.disconnect = false;

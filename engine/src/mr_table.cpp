@@ -36,6 +36,7 @@ Status MrTable::remove(uint32_t lkey) {
   const uint32_t slot = find_slot(r.rkey);
   if (slot != kNone) hash_[slot].index = kTombstone;
   r.valid = false;
+  any_removed_ = true;
   last_index_ = kNone;
   return Status::kOk;
 }

@@ -31,6 +31,10 @@ class MrTable {
   [[nodiscard]] bool lkey_valid(uint32_t lkey) const {
     return lkey >= 1 && lkey <= regions_.size() && regions_[lkey - 1].valid;
   }
+  // Whether an lkey that was valid once may no longer be: keys are never
+  // reused, so only a remove() ends one. Asked before lkey_valid for every
+  // packet of a posted request, whose lkey was checked when it was posted.
+  [[nodiscard]] bool any_removed() const { return any_removed_; }
 
   // Remote access check (PLACE-2, READ-2): the whole range [addr, addr+len)
   // must lie inside the region named by rkey, which must grant `need`.
@@ -77,6 +81,7 @@ class MrTable {
   };
   std::vector<Slot> hash_;  // power-of-two size, load <= 1/2
   size_t hash_used_ = 0;
+  bool any_removed_ = false;
   mutable uint64_t last_rkey_ = 0;
   mutable uint32_t last_index_ = kNone;  // region of last_rkey_; kNone after a remove
 };

@@ -41,54 +41,6 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
   p.rto_deadline = now + path_rto(c, p);
 }
 
-void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
-  Path& p = c.paths[path];
-  p.loss_ewma -= per_loss_window(p.loss_ewma);
-  ++p.outcomes;
-  p.consecutive_rtos = 0;
-  p.backoff = 0;
-  p.held = false;  // LOSS-8: a packet sent here arrived
-  p.rto_deadline = p.inflight > 0 ? now + path_rto(c, p) : TimeNs::never();
-  // LOSS-8: the probe timer runs from the path's latest transmission. ACKs
-  // for earlier packets that keep coming after a lost tail packet was sent
-  // would otherwise put its repair back by up to a round trip.
-  if (p.inflight == 0)
-    p.tlp_deadline = TimeNs::never();
-  else if (p.tlp_deadline == TimeNs::never())
-    p.tlp_deadline = now + tlp_timeout(p);
-  else
-    p.tlp_deadline = std::max(p.tlp_deadline, now + p.srtt / 4);
-  ++p.win_pkts;
-  p.win_acked += bytes;
-  if (!cfg.cc.enabled) return;  // CC-8
-  const uint32_t unit = packet_cost(c.mtu);
-  const uint32_t max_cwnd =
-      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) * unit;
-  if (path == signalled_slot) {
-    // CC-2: no increase on an ACK that echoes a congestion signal for the
-    // path (as RFC 3168 has it). Below a packet, one ACK covers more than the
-    // window: its increase would undo the cut it has just made, and hold an
-    // incast of many senders at twice their share.
-  } else if (p.slow_start) {
-    p.cwnd += bytes;  // CC-2
-  } else {
-    p.cwnd_frac += bytes;
-    if (p.cwnd_frac >= p.cwnd) {
-      p.cwnd_frac -= p.cwnd;
-      p.cwnd += unit;
-    }
-  }
-  p.cwnd = std::min(p.cwnd, max_cwnd);
-  if (p.win_acked >= p.cwnd) {  // CC-3: once per window of acknowledged data
-    const uint64_t f =
-        std::min<uint64_t>(kFix, (uint64_t{p.win_ce} * kFix) / std::max(p.win_pkts, 1u));
-    const int64_t delta =
-        (static_cast<int64_t>(f) - static_cast<int64_t>(p.alpha)) >> cfg.cc.dctcp_g_shift;
-    p.alpha = static_cast<uint32_t>(std::clamp<int64_t>(p.alpha + delta, 0, kFix));
-    p.win_acked = p.win_pkts = p.win_ce = 0;
-  }
-}
-
 void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeNs now) {
   const uint8_t slot = ack.echo_path_tag & 31;
   if (slot >= c.num_paths) return;
@@ -132,7 +84,8 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   }
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
   const bool delayed = rtt < 4 * kSecond && rtt > p.min_rtt + cfg.cc.target_queue_delay_ns;
-  const bool may_decrease = now.since(p.last_decrease) >= p.srtt;
+  // Asked only with a signal in hand: most ACKs carry none.
+  const bool may_decrease = (ce || delayed) && now.since(p.last_decrease) >= p.srtt;
   const uint32_t floor = cwnd_floor(c);
   if (ce && may_decrease) {  // CC-4
     p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);

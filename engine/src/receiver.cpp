@@ -148,7 +148,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   const uint32_t mask = c.wmask();
   const uint32_t psn = p.bh.psn;
   const auto d = static_cast<int32_t>(psn - c.rx_cum);
-  if (d < 0 || (d < static_cast<int32_t>(c.window()) && detail::bit_get(r.bits, psn, mask))) {
+  // rx_cum's own bit is never set (the PSN would have advanced it), so the
+  // next expected packet needs no look at the bitmap.
+  if (d < 0 ||
+      (d > 0 && d < static_cast<int32_t>(c.window()) && detail::bit_get(r.bits, psn, mask))) {
     ++c.stats.duplicates_received;  // SEQ-4, PLACE-5
     trace(now, TraceKind::kDuplicate, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, 0);
     owe_ack(c, dg, p, wire::kAckEchoDup | (dg.ce ? wire::kAckEchoCe : 0), true, now);  // ACK-3
@@ -231,10 +234,14 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     rq_entry->imm = p.imm;
   }
 
+  // ACK-4: a packet that fills the last gap (it carries the cumulative PSN
+  // past packets that arrived before it) is what a sprayed message's
+  // completion waits for; delaying its ACK would delay the completion.
+  bool fills_last_gap = false;
   const uint32_t old_cum = c.rx_cum;
   if (psn == c.rx_cum && c.rx_high == c.rx_cum) {
     // In order with nothing received beyond it: the PSN leaves the window at
-    // once, so its bit is never set.
+    // once, so its bit is never set, and there was no gap to fill.
     c.rx_cum = c.rx_high = psn + 1;
   } else {
     detail::bit_set(r.bits, psn, mask);
@@ -251,6 +258,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       c.rx_cum += n;
       if (n < room) break;
     }
+    fills_last_gap = c.rx_cum == c.rx_high && c.rx_cum - old_cum > 1;
   }
   ++c.stats.data_packets_received;
   c.stats.data_bytes_received += plen;
@@ -258,10 +266,6 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   c.last_progress = now;
   trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
 
-  // ACK-4: a packet that fills the last gap (it carries the cumulative PSN
-  // past packets that arrived before it) is what a sprayed message's
-  // completion waits for; delaying its ACK would delay the completion.
-  const bool fills_last_gap = c.rx_cum == c.rx_high && c.rx_cum - old_cum > 1;
   const bool immediate = dg.ce || last || fills_last_gap ||
                          (p.bh.flags & wire::kFlagAckRequested) || ++c.unacked >= cfg.ack_every;
   owe_ack(c, dg, p, dg.ce ? wire::kAckEchoCe : 0, immediate, now);

@@ -10,6 +10,8 @@
 namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
+using detail::kFix;
+using detail::Path;
 using detail::TxCtx;
 using detail::TxRecord;
 
@@ -57,7 +59,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   return Status::kOk;
 }
 
-int Endpoint::Impl::pick_path(Connection& c, int avoid, TimeNs now) {
+int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   const uint32_t need = packet_cost(c.mtu);
   if (cfg.cc.max_inflight_packets != 0) {  // CC-9: the paths' windows do not bound their sum
     uint32_t total = 0;
@@ -176,7 +178,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
       buf.size() >= detail::kHeaderTemplateSize) {
     // WRITE and SEND: the message's headers, patched.
     const detail::SqEntry& e = t.sq[slot];
-    if (!mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
+    if (mrs.any_removed() && !mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
       enter_error(c, Status::kLocalProtection, psn, now);
       return false;
     }
@@ -221,7 +223,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     out.trailer[3] = static_cast<uint8_t>(crc);
     out.len = h + plen + wire::kIcrcSize;
   } else {
-    if (plen > 0) std::memcpy(buf.data() + h, src, plen);
+    if (plen > 0 && cfg.cover_payload) std::memcpy(buf.data() + h, src, plen);
     out.len = finish(buf, h, plen);
   }
 
@@ -249,6 +251,9 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     ++c.stats.retransmissions;
   }
   trace(now, TraceKind::kSent, c, path, psn, retx ? 1 : 0);
+  // An ICRC over headers only is sealed without the payload, which is then
+  // copied last: here the call has few live values to save around it.
+  if (!gather && plen > 0 && !cfg.cover_payload) std::memcpy(buf.data() + h, src, plen);
   return true;
 }
 
@@ -336,6 +341,56 @@ void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs no
   on_acked(c, t, psn, now, touched);
 }
 
+// CC-2, CC-3 and the path's timers for one packet acknowledged: path.cpp's
+// business, kept here so that it inlines into on_acked, its only caller.
+void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
+  Path& p = c.paths[path];
+  p.loss_ewma -= per_loss_window(p.loss_ewma);
+  ++p.outcomes;
+  p.consecutive_rtos = 0;
+  p.backoff = 0;
+  p.held = false;  // LOSS-8: a packet sent here arrived
+  p.rto_deadline = p.inflight > 0 ? now + path_rto(c, p) : TimeNs::never();
+  // LOSS-8: the probe timer runs from the path's latest transmission. ACKs
+  // for earlier packets that keep coming after a lost tail packet was sent
+  // would otherwise put its repair back by up to a round trip.
+  if (p.inflight == 0)
+    p.tlp_deadline = TimeNs::never();
+  else if (p.tlp_deadline == TimeNs::never())
+    p.tlp_deadline = now + tlp_timeout(p);
+  else
+    p.tlp_deadline = std::max(p.tlp_deadline, now + p.srtt / 4);
+  ++p.win_pkts;
+  p.win_acked += bytes;
+  if (!cfg.cc.enabled) return;  // CC-8
+  const uint32_t unit = packet_cost(c.mtu);
+  const uint32_t max_cwnd =
+      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) * unit;
+  if (path == signalled_slot) {
+    // CC-2: no increase on an ACK that echoes a congestion signal for the
+    // path (as RFC 3168 has it). Below a packet, one ACK covers more than the
+    // window: its increase would undo the cut it has just made, and hold an
+    // incast of many senders at twice their share.
+  } else if (p.slow_start) {
+    p.cwnd += bytes;  // CC-2
+  } else {
+    p.cwnd_frac += bytes;
+    if (p.cwnd_frac >= p.cwnd) {
+      p.cwnd_frac -= p.cwnd;
+      p.cwnd += unit;
+    }
+  }
+  p.cwnd = std::min(p.cwnd, max_cwnd);
+  if (p.win_acked >= p.cwnd) {  // CC-3: once per window of acknowledged data
+    const uint64_t f =
+        std::min<uint64_t>(kFix, (uint64_t{p.win_ce} * kFix) / std::max(p.win_pkts, 1u));
+    const int64_t delta =
+        (static_cast<int64_t>(f) - static_cast<int64_t>(p.alpha)) >> cfg.cc.dctcp_g_shift;
+    p.alpha = static_cast<uint32_t>(std::clamp<int64_t>(p.alpha + delta, 0, kFix));
+    p.win_acked = p.win_pkts = p.win_ce = 0;
+  }
+}
+
 void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
                               uint32_t& touched) {
   TxRecord& r = t.records[psn & c.wmask()];
@@ -356,7 +411,13 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     // drop this entry.
     if (r.pseq == p.ring_head) ++p.ring_head;
     ++p.stats.packets_acked;
-    touched |= 1u << r.path;
+    // detect_losses would return at its first test unless the path's newest
+    // acknowledgement is a reorder threshold past its oldest entry (LOSS-2).
+    // Only a later acknowledgement on the same path can widen that gap again
+    // before the ACK's loss walks, and it asks again: other paths are skipped.
+    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) >=
+        static_cast<int32_t>(cfg.recovery.reorder_threshold))
+      touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);
   }
   r.flags = static_cast<uint8_t>((r.flags | detail::kRecAcked) & ~detail::kRecQueued);
@@ -582,7 +643,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   trace(now, TraceKind::kPathState, c, path, p.entropy, static_cast<uint32_t>(p.state));
 }
 
-void Endpoint::Impl::complete_sends(Connection& c) {
+void Endpoint::Impl::complete_sends_from(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.sq_head != t.sq_seg) {
     detail::SqEntry& e = t.sq[t.sq_head & t.sq_mask];

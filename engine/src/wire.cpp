@@ -354,12 +354,7 @@ size_t write_disconnect(std::span<uint8_t> out, const BaseHeader& bh, const Disc
 }
 
 size_t seal(std::span<uint8_t> out, size_t header_len, size_t payload_len) {
-  const size_t total = header_len + payload_len + kIcrcSize;
-  if (out.size() < total || header_len < kBaseHeaderSize) return 0;
-  const bool covered = (out[0] & kFlagPayloadCovered) != 0;
-  const size_t crc_len = covered ? header_len + payload_len : header_len;
-  store32(out.data() + header_len + payload_len, detail::crc32c_short(out.data(), crc_len));
-  return total;
+  return detail::seal_inline(out, header_len, payload_len);
 }
 
 }  // namespace metaroce::wire
