@@ -1050,17 +1050,38 @@ bool acks(const wire::AckBody& a, uint32_t psn) {
   return i / 64 < a.sack_words && ((a.sack[i / 64] >> (i % 64)) & 1) != 0;
 }
 
+// A connection from a sender configured as `sender` to cfg(seed), a
+// patterned source of `packets` full packets, and a destination of `fill`.
+struct WriteSetup {
+  Loop loop;
+  std::pair<ConnId, ConnId> conn;
+  Buf src, dst;
+  WriteSetup(const EndpointConfig& sender, uint64_t seed, uint32_t packets, uint8_t fill)
+      : loop(sender, cfg(seed)),
+        conn(loop.connect()),
+        src(loop.ep(0), packets * 4096, 0),
+        dst(loop.ep(1), packets * 4096, kAccessRemoteWrite, fill) {
+    pattern(src.bytes, static_cast<uint8_t>(seed));
+  }
+  // Writes the whole source as one WRITE; it completes and lands exactly.
+  void write_all() {
+    const auto len = static_cast<uint32_t>(src.bytes.size());
+    ASSERT_EQ(loop.ep(0).post_send(conn.first, write_wr(src, dst, len)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    EXPECT_EQ(done[0].status, Status::kOk);
+    EXPECT_EQ(src.bytes, dst.bytes);
+  }
+};
+
 TEST(Engine, TrimmedPacketIsEchoedAtOnceAndNotPlaced) {  // TRIM-2
   for (const bool pc : {true, false}) {
     SCOPED_TRACE(pc ? "PC set" : "PC clear");
     EndpointConfig sc = cfg(200);
     sc.cover_payload = pc;
-    Loop loop(sc, cfg(201));
-    auto [a, b] = loop.connect();
     constexpr uint32_t kPackets = 8;
-    Buf src(loop.ep(0), kPackets * 4096, 0);
-    pattern(src.bytes, 5);
-    Buf dst(loop.ep(1), kPackets * 4096, kAccessRemoteWrite, 0xEE);
+    WriteSetup w(sc, 201, kPackets, 0xEE);
+    Loop& loop = w.loop;
     int writes = 0;
     wire::Packet cut{};
     TimeNs cut_arrives{0};
@@ -1082,29 +1103,22 @@ TEST(Engine, TrimmedPacketIsEchoedAtOnceAndNotPlaced) {  // TRIM-2
       EXPECT_EQ(p.ack.echo_tsval, cut.bh.tsval);
       EXPECT_EQ(loop.now(), cut_arrives);  // at once, not after ack_delay
       EXPECT_FALSE(acks(p.ack, cut.bh.psn));
-      const auto at = dst.bytes.begin() + cut.mh.offset;
+      const auto at = w.dst.bytes.begin() + cut.mh.offset;
       EXPECT_TRUE(std::all_of(at, at + 4096, [](uint8_t v) { return v == 0xEE; }));
     };
-    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * 4096)), Status::kOk);
-    std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-    EXPECT_EQ(done[0].status, Status::kOk);
+    w.write_all();
     EXPECT_EQ(echoes, 1);
-    EXPECT_EQ(src.bytes, dst.bytes);
-    EXPECT_EQ(loop.ep(1).conn_stats(b)->trimmed_received, 1u);
-    EXPECT_EQ(loop.ep(1).conn_stats(b)->data_packets_received, kPackets);
+    EXPECT_EQ(loop.ep(1).conn_stats(w.conn.second)->trimmed_received, 1u);
+    EXPECT_EQ(loop.ep(1).conn_stats(w.conn.second)->data_packets_received, kPackets);
   }
 }
 
 // One packet per path, so that only the echo (not LOSS-2) can find the cut
 // one before the tail-loss timer (LOSS-8) does.
 TEST(Engine, TrimEchoResendsAtOnceElsewhereAndCutsThePath) {  // TRIM-3, TRIM-4
-  Loop loop(cfg(210), cfg(211));
-  auto [a, b] = loop.connect();
-  constexpr uint32_t kPackets = 4;
-  Buf src(loop.ep(0), kPackets * 4096, 0);
-  pattern(src.bytes, 7);
-  Buf dst(loop.ep(1), kPackets * 4096, kAccessRemoteWrite);
+  WriteSetup w(cfg(210), 211, 4, 0);
+  Loop& loop = w.loop;
+  const ConnId a = w.conn.first;
   auto slot_of = [&](uint16_t entropy) {
     PathStats ps;
     for (size_t i = 0; i < loop.ep(0).path_count(a); ++i)
@@ -1140,10 +1154,7 @@ TEST(Engine, TrimEchoResendsAtOnceElsewhereAndCutsThePath) {  // TRIM-3, TRIM-4
     cut_payload(d);
     return true;
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * 4096)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(src.bytes, dst.bytes);
+  w.write_all();
   // The echo left the receiver on the cut packet's arrival and was acted on
   // on its own arrival: one round trip, far below the tail-loss timer.
   EXPECT_EQ(resent.ns - cut_sent.ns, 2 * loop.delay_ns);
@@ -1162,22 +1173,14 @@ TEST(Engine, TrimEchoResendsAtOnceElsewhereAndCutsThePath) {  // TRIM-3, TRIM-4
 TEST(Engine, ShortPayloadWithoutTheFlagIsDropped) {  // TRIM-5
   EndpointConfig sc = cfg(220);
   sc.cover_payload = false;
-  Loop loop(sc, cfg(221));
-  auto [a, b] = loop.connect();
-  constexpr uint32_t kPackets = 8;
-  Buf src(loop.ep(0), kPackets * 4096, 0);
-  pattern(src.bytes, 9);
-  Buf dst(loop.ep(1), kPackets * 4096, kAccessRemoteWrite);
+  WriteSetup w(sc, 221, 8, 0);
   int writes = 0;
-  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+  w.loop.mutate = [&](int from, std::vector<uint8_t>& d) {
     if (is_write(from, d) && ++writes == 3) cut_payload(d);
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * 4096)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(src.bytes, dst.bytes);
-  EXPECT_EQ(loop.ep(1).endpoint_stats().bad_length, 1u);
-  EXPECT_EQ(loop.ep(1).conn_stats(b)->trimmed_received, 0u);
+  w.write_all();
+  EXPECT_EQ(w.loop.ep(1).endpoint_stats().bad_length, 1u);
+  EXPECT_EQ(w.loop.ep(1).conn_stats(w.conn.second)->trimmed_received, 0u);
 }
 
 TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
