@@ -9,6 +9,8 @@
 //     dst_conn and a real rkey/raddr patched in), with CE and the UDP source
 //     port taken from the input, from the real peer or a stranger;
 //   - a captured legitimate datagram replayed with a few byte edits;
+//   - either of those flagged trimmed (TRIM-2), a data packet first cut to its
+//     headers and ICRC as a trimming switch does;
 //   - normal traffic (lossless, or with drops and CE marks from the input);
 //   - time passing, a jump to the next timer, or one more work request.
 // Finally both sides close and the clock runs out the disconnect.
@@ -401,12 +403,13 @@ class World {
   }
 
   void deliver(int to, const PeerAddr& from, uint16_t entropy, bool ce,
-               std::span<const uint8_t> bytes) {
+               std::span<const uint8_t> bytes, bool trimmed = false) {
     RxDatagram rx;
     rx.peer = from;
     rx.entropy = entropy;
     rx.ce = ce;
     rx.bytes = bytes;
+    rx.trimmed = trimmed;
     side_[to].ep->handle_datagram(rx, now_);
   }
 
@@ -501,7 +504,16 @@ class World {
       if (k & 8) put64(d, rh + 8, mr.addr + at % (kRegionSize[r] + 64));
     }
     if (flags & 0x08) reseal(d);
-    deliver(to, flags & 0x04 ? stranger_ : side_[1 - to].self, entropy, (flags & 0x02) != 0, d);
+    // TRIM-1: the payload goes, the ICRC stays last (after any reseal, as
+    // the switch cuts what the sender sealed).
+    const bool trimmed = (flags & 0x40) != 0;
+    if (trimmed && d.size() >= 2 && wire::is_known_opcode(d[1])) {
+      const size_t h = wire::header_size(static_cast<wire::Opcode>(d[1]));
+      if (d.size() > h + wire::kIcrcSize)
+        d.erase(d.begin() + static_cast<long>(h), d.end() - static_cast<long>(wire::kIcrcSize));
+    }
+    deliver(to, flags & 0x04 ? stranger_ : side_[1 - to].self, entropy, (flags & 0x02) != 0, d,
+            trimmed);
     drain();
   }
 

@@ -426,7 +426,7 @@ void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
   ++m.estats.datagrams_received;
   // Reused, and not cleared: each handler reads only its opcode's fields.
   wire::Packet& p = m.rx_packet;
-  const wire::ParseError err = wire::decode_fields(dg.bytes, p);
+  const wire::ParseError err = wire::decode_fields(dg.bytes, p, dg.trimmed);
   switch (err) {
     case wire::ParseError::kOk: break;
     case wire::ParseError::kTruncated: ++m.estats.truncated; return;

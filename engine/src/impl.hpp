@@ -126,6 +126,7 @@ struct Endpoint::Impl {
   void on_ack(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_tlp_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);
+  void on_trim_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);
   // LOSS-8: the tail-loss timer, from a path's latest transmission. Its
   // variance term (as in QUIC's probe timeout) keeps a path whose RTT
   // swings, from a queue it shares with other paths or a busy host, from
@@ -212,6 +213,8 @@ struct Endpoint::Impl {
   Status post_recv(detail::Connection& c, const RecvWr& wr);
   void on_data(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_probe(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  void on_trimmed(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  [[nodiscard]] static bool payload_short(const detail::Connection& c, const wire::Packet& p);
   void owe_ack(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, uint8_t flags,
                bool immediate, TimeNs now);
   bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);

@@ -76,8 +76,12 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     }
   }
   const bool ce = (ack.flags & wire::kAckEchoCe) != 0;
-  if (ce) {
-    ++p.stats.ce_marks;
+  // TRIM-4: a trimmed packet met a full queue, a signal at least as strong as
+  // a CE mark: it counts in alpha (CC-3), cuts (CC-4) and makes later drops
+  // the queue's (CC-7, PATH-5) just as one.
+  const bool signal = ce || (ack.flags & wire::kAckEchoTrimmed) != 0;
+  if (ce) ++p.stats.ce_marks;
+  if (signal) {
     ++p.win_ce;
     p.last_congestion = now;
     signalled_slot = slot;  // CC-2: no increase on this ACK
@@ -85,9 +89,9 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
   const bool delayed = rtt < 4 * kSecond && rtt > p.min_rtt + cfg.cc.target_queue_delay_ns;
   // Asked only with a signal in hand: most ACKs carry none.
-  const bool may_decrease = (ce || delayed) && now.since(p.last_decrease) >= p.srtt;
+  const bool may_decrease = (signal || delayed) && now.since(p.last_decrease) >= p.srtt;
   const uint32_t floor = cwnd_floor(c);
-  if (ce && may_decrease) {  // CC-4
+  if (signal && may_decrease) {  // CC-4
     p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);
     p.slow_start = false;
     p.last_decrease = now;

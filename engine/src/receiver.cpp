@@ -97,6 +97,16 @@ void Endpoint::Impl::on_probe(Connection& c, const RxDatagram& dg, const wire::P
   owe_ack(c, dg, p, wire::kAckEchoProbe, true, now);
 }
 
+// TRIM-2: a switch cut the payload; the headers still say which packet.
+// It is not received (nothing placed, no bit set, cum unmoved), and its
+// sender hears at once, so it resends now rather than once LOSS-2 or the
+// tail-loss probe (LOSS-8) finds the gap.
+void Endpoint::Impl::on_trimmed(Connection& c, const RxDatagram& dg, const wire::Packet& p,
+                                TimeNs now) {
+  ++c.stats.trimmed_received;
+  owe_ack(c, dg, p, wire::kAckEchoTrimmed | (dg.ce ? wire::kAckEchoCe : 0), true, now);
+}
+
 void Endpoint::Impl::complete_recvs(Connection& c) {
   if (!c.rx) return;
   detail::RxCtx& r = *c.rx;
@@ -135,13 +145,30 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   why = Status::kOk;
 }
 
+// TRIM-5: every packet of a message but its last carries exactly mtu bytes
+// (SEQ-5). One with fewer lost them on the way: a trimmed packet whose
+// TRIMMED code point a later hop rewrote passes the ICRC when PC is clear,
+// and would otherwise be marked received with nothing placed.
+bool Endpoint::Impl::payload_short(const Connection& c, const wire::Packet& p) {
+  if (p.trimmed || p.bh.opcode == wire::Opcode::kReadReq) return false;
+  return p.payload.size() != std::min<uint32_t>(c.mtu, p.mh.msg_len - p.mh.offset);
+}
+
 void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Packet& p,
                              TimeNs now) {
+  if (payload_short(c, p)) {
+    ++estats.bad_length;
+    return;
+  }
   if (c.state == ConnState::kError) {
     if (c.nak.code != 0) {  // NAK-2: we failed this connection; say so again
       c.owe.nak = true;
       c.nak_entropy = dg.entropy;
     }
+    return;
+  }
+  if (p.trimmed) {
+    on_trimmed(c, dg, p, now);
     return;
   }
   detail::RxCtx& r = rx_ctx(c);

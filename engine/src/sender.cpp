@@ -485,6 +485,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
     }
   }
   if (a.flags & wire::kAckEchoProbe) on_tlp_echo(c, t, a, now);
+  if (a.flags & wire::kAckEchoTrimmed) on_trim_echo(c, t, a, now);
   while (touched != 0) {
     const int i = __builtin_ctz(touched);
     touched &= touched - 1;
@@ -511,6 +512,25 @@ void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a
     ++p.ring_head;
     if (r != nullptr) declare_lost(c, t, *r, now, false, true);
   }
+}
+
+// TRIM-3: the echoed transmission reached the receiver without its payload,
+// so it is lost for certain: it goes again now, away from its path (LOSS-3),
+// instead of when LOSS-2 or LOSS-8 would find it. Not a PATH-5 outcome: a
+// full queue cut it, not a broken link (its congestion signal is taken in
+// on_path_echo). Only the path's current generation names the transmission
+// in flight: after a retirement the PSN may be in flight again on the slot.
+void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& a, TimeNs now) {
+  const uint8_t slot = a.echo_path_tag & 31;
+  if (slot >= c.num_paths) return;
+  detail::Path& p = c.paths[slot];
+  if ((a.echo_path_tag >> 5) != (p.generation & 0x7ff)) return;
+  if (before(a.echo_psn, c.cum_acked) || !before(a.echo_psn, c.next_psn)) return;
+  TxRecord& r = t.records[a.echo_psn & c.wmask()];
+  if (r.psn != a.echo_psn || r.path != slot || !(r.flags & detail::kRecInFlight)) return;
+  ++p.stats.trims;
+  ++c.stats.trims_echoed;
+  declare_lost(c, t, r, now, false, false);
 }
 
 void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {

@@ -106,6 +106,10 @@ struct RxDatagram {
   uint16_t entropy = 0;  // the UDP source port it arrived with
   bool ce = false;       // IP ECN field was CE (11)
   std::span<const uint8_t> bytes;
+  // The IP DSCP was the TRIMMED code point (TRIM-1): a switch may have cut
+  // the payload. Last, so that positional initializers of the fields above
+  // stay valid.
+  bool trimmed = false;
 };
 
 inline constexpr uint8_t kEcnNotEct = 0;

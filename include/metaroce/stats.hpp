@@ -22,6 +22,7 @@ struct PathStats {
   uint64_t packets_acked = 0;    // data packets sent here and acknowledged
   uint64_t ce_marks = 0;         // CE echoes received for packets sent here
   uint64_t losses = 0;           // packets sent here and declared lost
+  uint64_t trims = 0;            // packets sent here echoed ECHO_TRIMMED and resent (TRIM-3)
   uint64_t timeouts = 0;         // retransmission timeouts
   uint64_t retirements = 0;      // times this slot's entropy was replaced
   uint64_t probes_sent = 0;
@@ -46,6 +47,8 @@ struct ConnStats {
   uint64_t naks_received = 0;
   uint64_t ce_received = 0;  // CE-marked data packets that arrived
   uint64_t losses_declared = 0;
+  uint64_t trimmed_received = 0;  // data packets that arrived cut to their headers (TRIM-2)
+  uint64_t trims_echoed = 0;      // packets of ours ECHO_TRIMMED declared lost (TRIM-3)
   uint64_t path_retirements = 0;
   uint64_t timeouts = 0;
   uint64_t out_of_window = 0;  // data packets dropped outside the PSN window (SEQ-4)

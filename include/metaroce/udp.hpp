@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "metaroce/engine.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::udp {
 
@@ -82,6 +83,9 @@ struct Options {
   uint32_t batch = 32;          // recvmmsg batch; transmit holds 8 x batch datagrams per round
   bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
   bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
+  // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
+  // that arrive with it are handed to the engine flagged trimmed.
+  uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
   int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
   int sndbuf_bytes = 4 << 20;   // SO_SNDBUF of each send socket
   // Close(): how long to let DISCONNECT handshakes run before closing sockets.

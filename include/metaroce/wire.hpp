@@ -38,9 +38,15 @@ inline constexpr uint8_t kFlagPayloadCovered = 0x8;  // ICRC covers the payload 
 inline constexpr uint8_t kFlagAckRequested = 0x4;    // receiver acks at once (ACK-4)
 
 // Ack flag bits.
-inline constexpr uint8_t kAckEchoCe = 0x01;     // echoed packet arrived CE-marked
-inline constexpr uint8_t kAckEchoDup = 0x02;    // echoed packet was a duplicate
-inline constexpr uint8_t kAckEchoProbe = 0x04;  // echoed packet was a PROBE (LOSS-8)
+inline constexpr uint8_t kAckEchoCe = 0x01;       // echoed packet arrived CE-marked
+inline constexpr uint8_t kAckEchoDup = 0x02;      // echoed packet was a duplicate
+inline constexpr uint8_t kAckEchoProbe = 0x04;    // echoed packet was a PROBE (LOSS-8)
+inline constexpr uint8_t kAckEchoTrimmed = 0x08;  // echoed packet lost its payload (TRIM-2)
+
+// DSCP a trimming switch gives a packet whose payload it cut (TRIM-1): from
+// pool 2 (xxxx11, RFC 2474: experimental or local use), so no standard class
+// collides with it. Drivers make it configurable.
+inline constexpr uint8_t kDefaultTrimmedDscp = 0x3f;
 
 inline constexpr size_t kBaseHeaderSize = 16;
 inline constexpr size_t kMessageHeaderSize = 12;
@@ -152,6 +158,10 @@ struct Packet {
   ConnectBody connect;
   DisconnectBody disconnect;
   std::span<const uint8_t> payload;
+  // A data packet whose payload a switch cut (TRIM-2): its headers only, to
+  // be echoed, never placed. Set only by a decode told the datagram was
+  // flagged trimmed.
+  bool trimmed = false;
 };
 
 // Parses and verifies one datagram (UDP payload). Every field of `out` not
@@ -159,12 +169,17 @@ struct Packet {
 // as `out` only ever passed through decode).
 [[nodiscard]] ParseError decode(std::span<const uint8_t> datagram, Packet& out);
 
-// decode() without the reset: the same checks, and on success bh, payload and
-// every field of the packet's own group (data: mh, rh, imm; ack; nak; connect;
-// disconnect) are set, while the other groups keep whatever they held. For a
-// receiver that reads only the group its opcode names (the engine: it saves
-// clearing a whole Packet per datagram).
-[[nodiscard]] ParseError decode_fields(std::span<const uint8_t> datagram, Packet& out);
+// decode() without the reset: the same checks, and on success bh, payload,
+// trimmed and every field of the packet's own group (data: mh, rh, imm; ack;
+// nak; connect; disconnect) are set, while the other groups keep whatever
+// they held. For a receiver that reads only the group its opcode names (the
+// engine: it saves clearing a whole Packet per datagram).
+// flagged_trimmed: the driver saw the TRIMMED code point (RxDatagram::trimmed).
+// A data packet so flagged that is exactly its headers and ICRC decodes with
+// out.trimmed set, its ICRC checked only when PC is clear (TRIM-2: with PC set
+// it covered the payload that is gone). Any other datagram ignores the flag.
+[[nodiscard]] ParseError decode_fields(std::span<const uint8_t> datagram, Packet& out,
+                                       bool flagged_trimmed = false);
 
 // Only the base header, for a receiver that rejects early (and the fuzzers).
 [[nodiscard]] ParseError decode_base(std::span<const uint8_t> datagram, BaseHeader& out);

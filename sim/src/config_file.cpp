@@ -119,12 +119,16 @@ class Reader {
   }
 
   QueueSpec queue(const toml::table& t) {
-    keys(t, "queue", {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax"});
+    keys(t, "queue",
+         {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes"});
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
     q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin").value_or(q.ecn_kmin);
     q.ecn_kmax = opt_bytes(t, "queue", "ecn_kmax").value_or(q.ecn_kmax);
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
+    q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
+    if (t.contains("trim_allowance_bytes"))  // 0 allowed: headers only within the buffer
+      q.trim_allowance_bytes = u32(t, "queue", "trim_allowance_bytes");
     if (q.ecn_kmin > q.ecn_kmax) fail(t, "queue: ecn_kmin above ecn_kmax");
     if (q.ecn_pmax < 0 || q.ecn_pmax > 1) fail(t, "queue.ecn_pmax: must be in [0, 1]");
     return q;
@@ -374,6 +378,14 @@ class Reader {
                                    std::string_view key) const {
     if (!t.contains(key)) return std::nullopt;
     return number(t, section, key);
+  }
+
+  std::optional<bool> opt_boolean(const toml::table& t, const std::string& section,
+                                  std::string_view key) const {
+    if (!t.contains(key)) return std::nullopt;
+    const toml::node& n = *t.get(key);
+    if (!n.is_boolean()) fail(n, section + "." + std::string(key) + ": expected true or false");
+    return n.as_boolean()->get();
   }
 
   double positive(const toml::node& n, const std::string& what, double v) const {

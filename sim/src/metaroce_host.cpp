@@ -126,6 +126,7 @@ void MetaRoceHost::receive(Packet* p, uint32_t in_port, SimTime now) {
   rx.peer = addr(p->src);
   rx.entropy = p->entropy;
   rx.ce = p->ecn == kEcnCe;
+  rx.trimmed = p->trimmed;  // the TRIMMED DSCP, as a driver reads it (TRIM-2)
   rx.bytes = std::span<const uint8_t>(buf, total);
   sh_.net.pool().release(p);
   ep_.handle_datagram(rx, now.to_engine());

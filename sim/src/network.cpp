@@ -4,6 +4,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::sim {
 namespace {
 
@@ -74,7 +76,7 @@ void Port::enqueue(Packet* p, SimTime now) {
   }
   if (has_queue_limits_) {
     const uint64_t backlog = backlog_bytes(now);
-    if (!pfc_ && backlog + p->wire_bytes > q_.buffer_bytes) {
+    if (!pfc_ && backlog + p->wire_bytes > q_.buffer_bytes && !(q_.trim && trim(p, backlog))) {
       drop(p, false);
       return;
     }
@@ -100,6 +102,23 @@ void Port::enqueue(Packet* p, SimTime now) {
     return;
   }
   transmit(p, now);
+}
+
+// TRIM-1: the payload goes, the headers and ICRC stay, so the receiver can
+// name the lost packet at once. Only MetaRoCE data packets: a switch that
+// trims knows the protocol's port and opcodes, and the baselines' packets are
+// not MetaRoCE. A packet trimmed upstream is trimmed again for nothing.
+bool Port::trim(Packet* p, uint64_t backlog) {
+  if (p->dport != wire::kDefaultUdpPort || p->header_len < 2 ||
+      !wire::is_data(static_cast<wire::Opcode>(p->hdr[1])))
+    return false;
+  const uint32_t bytes = p->wire_bytes - p->payload_len;
+  if (backlog + bytes > q_.buffer_bytes + q_.trim_allowance_bytes) return false;
+  if (!p->trimmed) ++stats_.trimmed;
+  p->wire_bytes = bytes;
+  p->payload_len = 0;
+  p->trimmed = true;
+  return true;
 }
 
 void Port::transmit(Packet* p, SimTime now) {
@@ -425,6 +444,7 @@ NetworkStats Network::stats() const {
     const PortStats& ps = p->stats();
     s.tx_packets += ps.tx_packets;
     s.drops += ps.drops;
+    s.trimmed += ps.trimmed;
     s.fault_drops += ps.fault_drops;
     s.ecn_marks += ps.ecn_marks;
     s.max_queue_bytes = std::max(s.max_queue_bytes, ps.max_queue_bytes);

@@ -381,6 +381,7 @@ Report Simulation::report() const {
   r.ideal_us = compute_ideal_us(sent, recvd);
   const NetworkStats ns = net_->stats();
   r.drops = ns.drops;
+  r.trimmed = ns.trimmed;
   r.fault_drops = ns.fault_drops;
   r.ecn_marks = ns.ecn_marks;
   r.max_queue_bytes = ns.max_queue_bytes;
@@ -402,6 +403,7 @@ Report Simulation::report() const {
     digest = mix(digest, v);
   if (cfg_.queue.pfc)
     digest = mix(mix(digest, ns.pfc_paused.ps), r.pfc_pauses);  // (older digests unchanged)
+  if (cfg_.queue.trim) digest = mix(digest, r.trimmed);         // (the same)
   r.digest = digest;
   r.wall_s = wall_s_;
   r.events_per_s = wall_s_ > 0 ? static_cast<double>(r.events) / wall_s_ : 0;
@@ -465,6 +467,7 @@ std::string Report::to_json(bool timing) const {
   o.d("fct_max_us", fct_max_us);
   o.d("fct_mean_us", fct_mean_us);
   o.u("drops", drops);
+  o.u("trimmed", trimmed);
   o.u("fault_drops", fault_drops);
   o.u("ecn_marks", ecn_marks);
   o.u("max_queue_bytes", max_queue_bytes);
@@ -541,8 +544,8 @@ std::string Report::to_text(bool timing) const {
       "  flows: %llu/%llu completed (%llu failed)\n"
       "  completion: %.3f us  (ideal %.3f us, ratio %.3f; after a %.1f us connection warm-up)\n"
       "  FCT: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
-      "  network: %llu drops, %llu fault drops, %llu ECN marks, max queue %llu B, pfc pause %.1f "
-      "us\n"
+      "  network: %llu drops, %llu trimmed, %llu fault drops, %llu ECN marks, max queue %llu B, "
+      "pfc pause %.1f us\n"
       "  transport: %llu data packets, %llu retransmissions, %llu timeouts, %llu path "
       "retirements, %llu CE received\n"
       "  events: %llu  digest %016llx\n",
@@ -551,9 +554,9 @@ std::string Report::to_text(bool timing) const {
       static_cast<unsigned long long>(flows), static_cast<unsigned long long>(flows_failed),
       completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, warmup_us, fct_p50_us,
       fct_p99_us, fct_max_us, fct_mean_us, static_cast<unsigned long long>(drops),
-      static_cast<unsigned long long>(fault_drops), static_cast<unsigned long long>(ecn_marks),
-      static_cast<unsigned long long>(max_queue_bytes), pfc_pause_us,
-      static_cast<unsigned long long>(transport_totals.data_packets_sent),
+      static_cast<unsigned long long>(trimmed), static_cast<unsigned long long>(fault_drops),
+      static_cast<unsigned long long>(ecn_marks), static_cast<unsigned long long>(max_queue_bytes),
+      pfc_pause_us, static_cast<unsigned long long>(transport_totals.data_packets_sent),
       static_cast<unsigned long long>(transport_totals.retransmissions),
       static_cast<unsigned long long>(transport_totals.timeouts),
       static_cast<unsigned long long>(transport_totals.path_retirements),

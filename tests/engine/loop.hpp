@@ -42,6 +42,10 @@ class Loop {
   // Called before each poll_transmit and with each datagram it returns.
   std::function<void(int from)> before_poll;
   std::function<void(int from, const TxDatagram& tx, const std::vector<uint8_t>&)> on_sent;
+  // Return true to deliver the datagram flagged trimmed (RxDatagram::trimmed,
+  // the driver's TRIMMED code point, TRIM-1); the hook may cut its bytes as a
+  // trimming switch would. Called after mutate, for datagrams not dropped.
+  std::function<bool(int from, std::vector<uint8_t>&)> trim;
   // Nanoseconds a datagram waits on top of delay_ns (reordering).
   std::function<uint64_t(int from, const std::vector<uint8_t>&)> extra_delay;
   uint64_t delivered = 0;
@@ -58,8 +62,10 @@ class Loop {
         if (mutate) mutate(i, bytes);
         if (drop && drop(i, bytes)) continue;
         const bool ce = mark_ce && mark_ce(i, tx, bytes);
+        const bool trimmed = trim && trim(i, bytes);
         const uint64_t wait = delay_ns + (extra_delay ? extra_delay(i, bytes) : 0);
-        InFlight f{now_ + wait, 1 - i, RxDatagram{addr_[i], tx.entropy, ce, {}}, std::move(bytes)};
+        InFlight f{now_ + wait, 1 - i, RxDatagram{addr_[i], tx.entropy, ce, {}, trimmed},
+                   std::move(bytes)};
         // Kept in arrival order; equal times keep their sending order.
         auto at = std::upper_bound(q_.begin(), q_.end(), f.at,
                                    [](TimeNs t, const InFlight& g) { return t < g.at; });

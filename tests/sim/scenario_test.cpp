@@ -255,6 +255,27 @@ TEST(ConfigFile, ParsesEverySection) {
   EXPECT_TRUE(differ);
 }
 
+TEST(ConfigFile, QueueTrimKeys) {
+  const SimConfig off = parse(kSmall);
+  EXPECT_FALSE(off.queue.trim);
+  const SimConfig on = parse(replace(kSmall, "buffer_bytes = \"175KB\"\n",
+                                     "buffer_bytes = \"175KB\"\ntrim = true\n"
+                                     "trim_allowance_bytes = 4096\n"));
+  EXPECT_TRUE(on.queue.trim);
+  EXPECT_EQ(on.queue.trim_allowance_bytes, 4096u);
+  for (const auto& [line, want] :
+       {std::pair<std::string, std::string>{"trim = 1", "queue.trim: expected true or false"},
+        {"trim_allowance_bytes = -1", "queue.trim_allowance_bytes: expected a whole number"}}) {
+    try {
+      (void)parse(replace(kSmall, "buffer_bytes = \"175KB\"\n",
+                          "buffer_bytes = \"175KB\"\n" + line + "\n"));
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ConfigFile, SmallScenarioRunsToCompletion) {
   Simulation sim(parse(kSmall));
   sim.run();
@@ -333,6 +354,12 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   ASSERT_TRUE(apply_setting(c, "queue.ecn_kmin=20000", err)) << err;
   ASSERT_TRUE(apply_setting(c, "reroute_us=500", err)) << err;
   EXPECT_EQ(c.reroute_after, SimTime::from_us(500));
+  EXPECT_FALSE(c.queue.trim);
+  ASSERT_TRUE(apply_setting(c, "queue.trim=1", err)) << err;
+  EXPECT_TRUE(c.queue.trim);
+  ASSERT_TRUE(apply_setting(c, "queue.trim_allowance_bytes=0", err)) << err;
+  EXPECT_EQ(c.queue.trim_allowance_bytes, 0u);
+  EXPECT_FALSE(apply_setting(c, "queue.trim=2", err));
   ASSERT_TRUE(apply_setting(c, "reroute_us=-1", err)) << err;
   EXPECT_EQ(c.reroute_after, SimTime::never());
   EXPECT_EQ(c.endpoint.cc.dctcp_g_shift, 5u);

@@ -1,6 +1,7 @@
 // The UDP driver over loopback: handshake, WRITE / READ / SEND with every byte
 // checked, IPv6, connect errors (timeout, refusal, version mismatch), a peer
-// that disappears and one that closes, the progress thread, port conflicts.
+// that disappears and one that closes, the progress thread, port conflicts,
+// the TRIMMED DSCP.
 #include "metaroce/udp.hpp"
 
 #include <arpa/inet.h>
@@ -584,4 +585,39 @@ TEST(Udp, IPv4EndpointRejectsIPv6Peer) {
   const Error e = a->connect("[::1]:5000", 100ms, id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e.status, Status::kInvalidArgument);
+}
+
+// TRIM-2: a datagram with the TRIMMED DSCP (what a trimming switch forwards)
+// reaches the engine flagged trimmed, and is echoed. Unflagged, its missing
+// payload would get it dropped (TRIM-5).
+TEST(Udp, TrimmedDscpReachesTheEngine) {
+  namespace w = metaroce::wire;
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.server && p.client);
+  w::BaseHeader bh;
+  bh.opcode = w::Opcode::kWrite;
+  bh.dst_conn = p.sconn.v;
+  bh.psn = 1;
+  const w::MessageHeader mh{0, 0, 4096};
+  const w::RdmaHeader rh{1, 0x1000};
+  uint8_t cut[64];
+  const size_t len = w::seal(cut, w::write_data_headers(cut, bh, mh, &rh, 0), 0);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  const int tos = (w::kDefaultTrimmedDscp << 2) | metaroce::kEcnEct0;
+  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)), 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(p.server->port());
+  const ssize_t sent = ::sendto(fd, cut, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+  ::close(fd);
+  ASSERT_EQ(sent, static_cast<ssize_t>(len));
+  metaroce::ConnStats st{};
+  for (int i = 0; i < 200 && st.trimmed_received == 0; ++i) {
+    p.server->wait(5ms);
+    ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
+  }
+  EXPECT_EQ(st.trimmed_received, 1u);
+  EXPECT_EQ(p.server->endpoint_stats().bad_length, 0u);
 }

@@ -615,6 +615,63 @@ TEST(SpecSection3_9, SixteenSackWordsRoundTrip) {
   EXPECT_EQ(p.ack.sack, ack.sack);
 }
 
+// Section 3.9: ECHO_TRIMMED is bit 0x08 of the ACK flags, beside the others.
+TEST(SpecSection3_9, EchoTrimmedFlagRoundTrips) {
+  EXPECT_EQ(kAckEchoTrimmed, 0x08);
+  EXPECT_EQ(kAckEchoTrimmed & (kAckEchoCe | kAckEchoDup | kAckEchoProbe), 0);
+  BaseHeader bh;
+  bh.flags = kFlagPayloadCovered;
+  AckBody ack;
+  ack.echo_psn = 0x1002;
+  ack.flags = kAckEchoTrimmed | kAckEchoCe;
+  std::array<uint8_t, 64> buf{};
+  const size_t n = seal(buf, write_ack(buf, bh, ack), 0);
+  ASSERT_EQ(n, 40u);
+  EXPECT_EQ(buf[kBaseHeaderSize + 14], 0x09);
+  Packet p;
+  ASSERT_EQ(decode(std::span<const uint8_t>(buf.data(), n), p), ParseError::kOk);
+  EXPECT_EQ(p.ack.flags, kAckEchoTrimmed | kAckEchoCe);
+}
+
+// TRIM-1, TRIM-2: a data packet cut to its headers and ICRC decodes as
+// trimmed only when the driver flags it; its ICRC is checked when PC is clear
+// and cannot be when PC is set. The flag means nothing on anything else.
+TEST(SpecTrim2, CutPacketDecodesAsTrimmedOnlyWhenFlagged) {
+  for (const char* id : {"TV-01", "TV-02", "TV-03", "TV-04", "TV-07"}) {
+    SCOPED_TRACE(id);
+    const Bytes whole = from_hex(spec_hex().at(id));
+    const size_t hlen = header_size(static_cast<Opcode>(whole[1]));
+    Bytes cut(whole.begin(), whole.begin() + static_cast<long>(hlen));
+    cut.insert(cut.end(), whole.end() - kIcrcSize, whole.end());
+    const bool pc = (whole[0] & kFlagPayloadCovered) != 0;
+    Packet p;
+    if (pc) {
+      EXPECT_EQ(decode_fields(cut, p), ParseError::kBadChecksum);
+    }
+    ASSERT_EQ(decode_fields(cut, p, true), ParseError::kOk);
+    EXPECT_TRUE(p.trimmed);
+    EXPECT_TRUE(p.payload.empty());
+    Packet orig;
+    ASSERT_EQ(decode(whole, orig), ParseError::kOk);
+    EXPECT_EQ(p.bh.psn, orig.bh.psn);
+    EXPECT_EQ(p.bh.path_tag, orig.bh.path_tag);
+    EXPECT_EQ(p.mh.offset, orig.mh.offset);
+    ASSERT_EQ(decode_fields(whole, p, true), ParseError::kOk);
+    EXPECT_FALSE(p.trimmed);  // it carries its payload: not cut
+    ASSERT_EQ(decode(cut, p) == ParseError::kOk, !pc);
+    EXPECT_FALSE(p.trimmed);  // decode() is never told of a flag
+    if (!pc) {
+      Bytes bad = cut;
+      bad[9] ^= 0x01;  // the PSN: headers stay protected
+      EXPECT_EQ(decode_fields(bad, p, true), ParseError::kBadChecksum);
+    }
+  }
+  const Bytes ack = from_hex(spec_hex().at("TV-08"));
+  Packet p;
+  ASSERT_EQ(decode_fields(ack, p, true), ParseError::kOk);
+  EXPECT_FALSE(p.trimmed);
+}
+
 // BAD-4 before BAD-5/BAD-6 for opcodes without payload: a corrupted packet
 // whose damage also makes a field invalid is a checksum failure.
 TEST(SpecBad4, ChecksumPrecedesFieldChecksWithoutPayload) {

@@ -504,6 +504,9 @@ struct UdpEndpoint::Impl {
         RxDatagram dg;
         dg.entropy = address_port(src);
         dg.ce = ce;
+        // TRIM-2. IP GRO never merges datagrams of different TOS, so a whole
+        // buffer shares the flag.
+        dg.trimmed = (tos >> 2) == opts.trimmed_dscp;
         uint32_t resolved_dc = 0;  // the segments of a buffer normally share dst_conn
         bool resolved = false;
         for (size_t off = 0; off < len; off += seg) {

@@ -57,6 +57,13 @@ struct LinkSpec {
 // drop-tail limit (their occupancy is bounded by the ingress limits); a packet
 // that would take an ingress over buffer_bytes is dropped and counted (it
 // does not happen when the headroom is right).
+//
+// trim = true (not with PFC) makes switches trim (spec TRIM-1): a MetaRoCE
+// data packet that would overflow buffer_bytes loses its payload instead and
+// is queued, marked trimmed, if its headers fit within buffer_bytes +
+// trim_allowance_bytes; otherwise it is dropped. Trimmed headers wait in the
+// same FIFO as everything else (no header queue ahead of data). Baseline
+// (RoCEv2, IRN) packets are never trimmed.
 struct QueueSpec {
   uint64_t buffer_bytes = 175'000;
   uint64_t ecn_kmin = 37'000;
@@ -64,12 +71,15 @@ struct QueueSpec {
   double ecn_pmax = 1.0;
   bool pfc = false;
   uint64_t pfc_hysteresis_bytes = 8'400;
+  bool trim = false;
+  uint64_t trim_allowance_bytes = 16'384;
 };
 
 struct PortStats {
   uint64_t tx_packets = 0;
   uint64_t tx_bytes = 0;
   uint64_t drops = 0;        // buffer overflow (drop-tail)
+  uint64_t trimmed = 0;      // data packets cut to their headers instead (QueueSpec::trim)
   uint64_t fault_drops = 0;  // link down or gray failure
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
@@ -174,7 +184,8 @@ class Port final : public EventSource {
   void transmit(Packet* p, SimTime now);  // starts serializing p now
   void start_next(SimTime now);           // PFC: next queued packet, if allowed
   void apply_pause(bool pause, SimTime now);
-  void released(Packet* p, SimTime now);  // p left this switch's buffer (PFC accounting)
+  void released(Packet* p, SimTime now);   // p left this switch's buffer (PFC accounting)
+  bool trim(Packet* p, uint64_t backlog);  // cuts p to fit, if it may be (QueueSpec::trim)
 
   // Delivers PAUSE/RESUME after the link delay (one pending event: the head).
   class PfcTimer final : public EventSource {
@@ -257,6 +268,7 @@ struct TopoGraph {
 struct NetworkStats {
   uint64_t tx_packets = 0;
   uint64_t drops = 0;
+  uint64_t trimmed = 0;
   uint64_t fault_drops = 0;
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;

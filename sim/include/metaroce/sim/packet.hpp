@@ -32,6 +32,7 @@ struct Packet {
   uint16_t dport = 4792;     // UDP destination port
   uint16_t header_len = 0;   // bytes of hdr[] before the payload
   uint8_t ecn = 0;           // IP ECN field (0 not-ECT, 2 ECT(0), 3 CE)
+  bool trimmed = false;      // a switch cut the payload: the TRIMMED DSCP (spec TRIM-1)
   uint8_t trailer_len = 0;   // bytes after the payload (the ICRC)
   uint8_t trailer[4] = {};
   uint32_t hops = 0;
@@ -51,6 +52,7 @@ class PacketPool {
     free_ = p->next;
     p->next = nullptr;
     p->hops = 0;
+    p->trimmed = false;
     ++live_;
     if (live_ > peak_) peak_ = live_;
     return p;

@@ -106,7 +106,8 @@ struct Report {
   // rate plus its path's one-way propagation delay (sim/README.md).
   double ideal_us = 0;
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
-  uint64_t drops = 0;        // switch buffer overflow
+  uint64_t drops = 0;        // switch buffer overflow (packets lost, not trimmed ones)
+  uint64_t trimmed = 0;      // data packets switches cut to their headers (QueueSpec::trim)
   uint64_t fault_drops = 0;  // link down / gray failure
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
