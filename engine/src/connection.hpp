@@ -219,6 +219,14 @@ struct Connection {
   ConnStats stats;
 
   [[nodiscard]] uint32_t window() const { return uint32_t{window_mask} + 1; }
+  // The slot an ACK's echo_path_tag names (Path::tag), or -1 when there is
+  // no such slot or it has since moved to a new generation (PATH-3): an echo
+  // of a replaced entropy says nothing about its successor.
+  [[nodiscard]] int echoed_slot(uint16_t tag) const {
+    const uint8_t slot = tag & 31;
+    if (slot >= num_paths || (tag >> 5) != (paths[slot].generation & 0x7ff)) return -1;
+    return slot;
+  }
   [[nodiscard]] uint8_t window_log2() const {
     return static_cast<uint8_t>(std::countr_one(window_mask));
   }

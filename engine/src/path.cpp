@@ -42,11 +42,11 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
 }
 
 void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeNs now) {
-  const uint8_t slot = ack.echo_path_tag & 31;
-  if (slot >= c.num_paths) return;
+  const int echoed = c.echoed_slot(ack.echo_path_tag);  // PATH-3
+  if (echoed < 0) return;
+  const auto slot = static_cast<uint8_t>(echoed);
   Path& p = c.paths[slot];
-  if ((ack.echo_path_tag >> 5) != (p.generation & 0x7ff)) return;  // PATH-3
-  p.held = false;                                                  // LOSS-8: the path answers
+  p.held = false;  // LOSS-8: the path answers
   if (p.state == PathState::kProbing) {
     p.state = PathState::kActive;  // PATH-6: the new entropy answered
     p.probe_deadline = TimeNs::never();

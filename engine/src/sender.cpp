@@ -499,15 +499,13 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
 // every packet sent before the probe on that path and still unacknowledged
 // (the ACK's SACK already covers all that arrived) was lost.
 void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a, TimeNs now) {
-  const uint8_t slot = a.echo_path_tag & 31;
-  if (slot >= c.num_paths) return;
-  detail::Path& p = c.paths[slot];
-  if ((a.echo_path_tag >> 5) != (p.generation & 0x7ff) || !p.tlp_outstanding ||
-      a.echo_psn != p.tlp_pseq)
-    return;
+  const int slot = c.echoed_slot(a.echo_path_tag);
+  if (slot < 0) return;
+  detail::Path& p = c.paths[static_cast<size_t>(slot)];
+  if (!p.tlp_outstanding || a.echo_psn != p.tlp_pseq) return;
   p.tlp_outstanding = false;
   while (p.ring_head != p.next_pseq && static_cast<int32_t>(p.ring_head - p.tlp_pseq) < 0) {
-    TxRecord* r = in_flight_at(c, t, slot, p.ring_head);
+    TxRecord* r = in_flight_at(c, t, static_cast<uint8_t>(slot), p.ring_head);
     // Advance first: a loss may retire the path, which resets ring_head.
     ++p.ring_head;
     if (r != nullptr) declare_lost(c, t, *r, now, false, true);
@@ -521,10 +519,9 @@ void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a
 // on_path_echo). Only the path's current generation names the transmission
 // in flight: after a retirement the PSN may be in flight again on the slot.
 void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& a, TimeNs now) {
-  const uint8_t slot = a.echo_path_tag & 31;
-  if (slot >= c.num_paths) return;
-  detail::Path& p = c.paths[slot];
-  if ((a.echo_path_tag >> 5) != (p.generation & 0x7ff)) return;
+  const int slot = c.echoed_slot(a.echo_path_tag);
+  if (slot < 0) return;
+  detail::Path& p = c.paths[static_cast<size_t>(slot)];
   if (before(a.echo_psn, c.cum_acked) || !before(a.echo_psn, c.next_psn)) return;
   TxRecord& r = t.records[a.echo_psn & c.wmask()];
   if (r.psn != a.echo_psn || r.path != slot || !(r.flags & detail::kRecInFlight)) return;

@@ -330,7 +330,7 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
     if (host_ports_[i] == nullptr) throw std::invalid_argument("host without a link");
   if (queue.pfc)
     for (auto& sw : switches_) sw->enable_pfc(queue);
-  compute_routes();
+  graph_.max_hops = compute_routes();
 }
 
 Network::~Network() {
@@ -354,7 +354,7 @@ void Network::attach_host(uint32_t host, Node& node) {
   nodes_[host] = &node;
 }
 
-void Network::compute_routes() {
+uint32_t Network::compute_routes() {
   const uint32_t h = graph_.num_hosts;
   const uint32_t n = h + graph_.num_switches;
   // Adjacency: (neighbor node, local port).
@@ -368,7 +368,6 @@ void Network::compute_routes() {
     s->route.assign(h, 0);
     s->group_ports.clear();
   }
-  const bool first = graph_.max_hops == 0;
   std::vector<uint32_t> dist(n);
   std::vector<uint32_t> frontier;
   std::vector<uint16_t> grp;
@@ -406,7 +405,7 @@ void Network::compute_routes() {
     for (uint32_t src = 0; src < h; ++src)
       if (dist[src] != UINT32_MAX) max_dist = std::max(max_dist, dist[src]);
   }
-  if (first) graph_.max_hops = max_dist;
+  return max_dist;
 }
 
 void Network::set_link_up(uint32_t e, bool up, SimTime now) {

@@ -105,10 +105,6 @@ class Simulation::Faults final : public EventSource {
     while (next_ < list_.size() && list_[next_].at <= now) {
       const FaultSpec& f = list_[next_++];
       Network& n = *sim_.net_;
-      if (f.kind == FaultSpec::Kind::kReroute) {
-        n.reroute();
-        continue;
-      }
       if (f.edge >= n.graph().edges.size()) continue;
       switch (f.kind) {
         case FaultSpec::Kind::kLinkDown: n.set_link_up(f.edge, false, now); break;
@@ -117,7 +113,7 @@ class Simulation::Faults final : public EventSource {
           n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps));
           break;
         case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
-        case FaultSpec::Kind::kReroute: break;
+        case FaultSpec::Kind::kReroute: n.reroute(); break;  // edge 0: any fabric has it
       }
     }
     if (next_ < list_.size()) sim_.sched_.schedule(*this, list_[next_].at);

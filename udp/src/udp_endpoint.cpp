@@ -112,7 +112,7 @@ struct UdpEndpoint::Impl {
   int family = AF_INET;
   int rx_fd = -1;
   std::vector<int> tx_fds;  // entropy_count send sockets, then rx_fd (not owned twice)
-  // The peer each send socket is connected to (see connect_send_socket).
+  // The peer each send socket is connected to (see use_connected).
   std::vector<PeerAddr> tx_peer;
   std::vector<uint8_t> tx_peer_tried;
   int epfd = -1;

@@ -305,7 +305,8 @@ class Network {
   // Faults on both directions of edge e.
   void set_link_up(uint32_t e, bool up, SimTime now);
   // Routing converges: ECMP groups recomputed without the links that are down.
-  void reroute() { compute_routes(); }
+  // (The ideal's hop count, graph().max_hops, stays the whole fabric's.)
+  void reroute() { (void)compute_routes(); }
   void set_link_rate(uint32_t e, uint64_t rate_mbps);
   void set_link_drop(uint32_t e, double fraction);
 
@@ -316,9 +317,9 @@ class Network {
   [[nodiscard]] SimTime path_delay(uint32_t src, uint32_t dst) const;
 
  private:
-  // ECMP groups over the links that are up; the first call also sets
-  // graph_.max_hops (the ideal's hop count stays that of the whole fabric).
-  void compute_routes();
+  // ECMP groups over the links that are up; returns the links on the longest
+  // host-to-host shortest path.
+  uint32_t compute_routes();
 
   Scheduler& sched_;
   TopoGraph graph_;
