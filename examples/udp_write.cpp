@@ -4,9 +4,11 @@
 //
 //   udp_write server 127.0.0.1:4792
 //   udp_write client 127.0.0.1:4792 "hello, remote memory"
-//   udp_write demo                     (both in one process, on loopback)
+//   udp_write demo [PORT]              (both in one process, on loopback;
+//                                       any free port by default)
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -31,12 +33,20 @@ int fail(const mu::Error& e) {
   return 1;
 }
 
-int server(const std::string& addr) {
+std::unique_ptr<mu::UdpEndpoint> open_server(const std::string& addr) {
   mu::Error err;
   auto ep = mu::UdpEndpoint::open(addr, {}, err);
-  if (!ep) return fail(err);
+  if (!ep) {
+    fail(err);
+    return nullptr;
+  }
   std::printf("server on %s\n", ep->local_address().c_str());
   std::fflush(stdout);
+  return ep;
+}
+
+int serve(mu::UdpEndpoint* ep) {
+  mu::Error err;
   char buf[4096] = {};
   Where where{};
   metaroce::MemoryRegion buf_mr, where_mr;
@@ -96,14 +106,21 @@ int client(const std::string& addr, const std::string& text) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "demo";
-  if (mode == "server") return server(argc > 2 ? argv[2] : "0.0.0.0:4792");
+  if (mode == "server") {
+    auto ep = open_server(argc > 2 ? argv[2] : "0.0.0.0:4792");
+    return ep ? serve(ep.get()) : 1;
+  }
   if (mode == "client" && argc > 2)
     return client(argv[2], argc > 3 ? argv[3] : "hello, remote memory");
   if (mode == "demo") {
-    const std::string addr = "127.0.0.1:" + std::string(argc > 2 ? argv[2] : "24792");
+    // The server's socket is bound before the client starts, so the client
+    // never races it; port 0 leaves the choice to the kernel, so the demo
+    // cannot collide with anything else on the machine (tests run in parallel).
+    auto ep = open_server("127.0.0.1:" + std::string(argc > 2 ? argv[2] : "0"));
+    if (!ep) return 1;
+    const std::string addr = ep->local_address();
     int rc = 0;
-    std::thread s([&] { rc = server(addr); });
-    std::this_thread::sleep_for(100ms);
+    std::thread s([&] { rc = serve(ep.get()); });
     const int rc2 = client(addr, "hello, remote memory");
     s.join();
     return rc != 0 ? rc : rc2;
