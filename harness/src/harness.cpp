@@ -137,6 +137,7 @@ void Harness::deliver(const Delivery& d) {
   rx.peer = nodes_[d.src].addr;
   rx.entropy = d.entropy;
   rx.ce = d.ce();
+  rx.trimmed = d.trimmed;
   rx.bytes = d.bytes;
   n.ep->handle_datagram(rx, now_);
   ++delivered_;

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::harness {
 namespace {
 
@@ -14,12 +16,22 @@ bool is_data_opcode(std::span<const uint8_t> bytes) {
   return bytes.size() >= 2 && bytes[1] >= 0x01 && bytes[1] <= 0x06;
 }
 
+// TRIM-1: what a trimming switch keeps of a data packet, its headers and
+// the ICRC; 0 for a packet it would not trim (not data, or too short to hold
+// the headers its opcode names: dropped as before).
+size_t trimmed_size(std::span<const uint8_t> bytes) {
+  if (!is_data_opcode(bytes)) return 0;
+  const size_t kept = wire::header_size(static_cast<wire::Opcode>(bytes[1])) + wire::kIcrcSize;
+  return bytes.size() >= kept ? kept : 0;
+}
+
 void accumulate(LinkStats& sum, const LinkStats& s) {
   sum.packets_sent += s.packets_sent;
   sum.bytes_sent += s.bytes_sent;
   sum.packets_delivered += s.packets_delivered;
   sum.bytes_delivered += s.bytes_delivered;
   sum.dropped_queue += s.dropped_queue;
+  sum.trimmed += s.trimmed;
   sum.lost += s.lost;
   sum.corrupted += s.corrupted;
   sum.duplicated += s.duplicated;
@@ -196,12 +208,24 @@ bool Network::enqueue_one(Link& l, std::span<const uint8_t> bytes, uint16_t entr
     l.carry = 0;
   }
   l.last_enqueue = now;
-  const uint64_t wire = bytes.size() + c.overhead_bytes;
+  uint64_t wire = bytes.size() + c.overhead_bytes;
   const uint64_t q = backlog(l, now);
+  bool trimmed = false;
   if (c.queue_limit_bytes != kUnlimited && q + wire > c.queue_limit_bytes) {
-    l.stats.dropped_queue++;
-    trace(NetTraceKind::kDropQueue, l, now, entropy, bytes, q);
-    return false;
+    const size_t kept = c.trim ? trimmed_size(bytes) : 0;
+    if (kept == 0 || q + kept + c.overhead_bytes > c.queue_limit_bytes + c.trim_allowance_bytes) {
+      l.stats.dropped_queue++;
+      trace(NetTraceKind::kDropQueue, l, now, entropy, bytes, q);
+      return false;
+    }
+    l.stats.trimmed++;
+    trace(NetTraceKind::kTrim, l, now, entropy, bytes, q);
+    const size_t h = kept - wire::kIcrcSize;
+    trim_buf_.assign(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(h));
+    trim_buf_.insert(trim_buf_.end(), bytes.end() - wire::kIcrcSize, bytes.end());
+    bytes = trim_buf_;
+    wire = kept + c.overhead_bytes;
+    trimmed = true;
   }
   bool mark = false;
   if ((ecn == kEct0 || ecn == kEct1) && c.ecn_threshold_bytes != kUnlimited &&
@@ -242,6 +266,7 @@ bool Network::enqueue_one(Link& l, std::span<const uint8_t> bytes, uint16_t entr
   p.entropy = entropy;
   p.ecn = ecn;
   p.corrupted = false;
+  p.trimmed = trimmed;
   p.data.assign(bytes.begin(), bytes.end());
   if (l.rng.chance(c.corrupt) && !p.data.empty()) {
     const uint64_t bit = l.rng.below(p.data.size() * 8);
@@ -298,6 +323,7 @@ bool Network::pop_delivery(TimeNs now, Delivery& out) {
     out.entropy = p.entropy;
     out.ecn = p.ecn;
     out.corrupted = p.corrupted;
+    out.trimmed = p.trimmed;
     out.bytes = bytes;
     return true;
   }

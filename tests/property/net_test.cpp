@@ -1,11 +1,13 @@
 // Unit tests of the network model alone (harness/network.hpp): no engine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "metaroce/harness/network.hpp"
+#include "metaroce/wire.hpp"
 
 namespace mh = metaroce::harness;
 using metaroce::TimeNs;
@@ -152,6 +154,48 @@ TEST(NetModel, DropTail) {
   EXPECT_EQ(arr[3].seq, 6u);
   EXPECT_EQ(arr[4].seq, 7u);
   EXPECT_EQ(net.stats(0, 1, 0).packets_delivered, 5u);
+}
+
+// TRIM-1 in the model: a data packet that would overflow the queue is cut to
+// its opcode's headers + the ICRC (the last 4 bytes) and delivered flagged;
+// control packets are dropped as before, and so is a header that finds no
+// room within the allowance.
+TEST(NetModel, TrimmingKeepsHeadersAndIcrcOfDataOnly) {
+  namespace wire = metaroce::wire;
+  mh::PathConfig p;
+  p.rate_bps = 1 * mh::kGbps;
+  p.delay_ns = 1000;
+  p.queue_limit_bytes = 3000;
+  p.trim = true;
+  p.trim_allowance_bytes = 60;
+  mh::Network net(one_path(p));
+  for (uint64_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 0x01, i), TimeNs{0}));
+  auto write = datagram(1000, 0x02, 3);  // WRITE_IMM: base + message + RDMA + immediate headers
+  for (size_t i = 0; i < 4; ++i) write[write.size() - 4 + i] = static_cast<uint8_t>(0xa0 + i);
+  EXPECT_TRUE(net.send(0, 1, 0, mh::kEct0, write, TimeNs{0}));                     // trimmed
+  EXPECT_FALSE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 0x10, 4), TimeNs{0}));  // an ACK
+  EXPECT_FALSE(net.send(0, 1, 0, mh::kEct0, datagram(30, 0x01, 5), TimeNs{0}));    // too short
+  const size_t kept = wire::header_size(wire::Opcode::kWriteImm) + wire::kIcrcSize;
+  ASSERT_LE(kept, 60u);  // the allowance holds one header, not two
+  // A second header no longer fits within limit + allowance.
+  EXPECT_FALSE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 0x01, 6), TimeNs{0}));
+  EXPECT_EQ(net.stats(0, 1, 0).trimmed, 1u);
+  EXPECT_EQ(net.stats(0, 1, 0).dropped_queue, 3u);
+  EXPECT_EQ(net.backlog_bytes(0, 1, 0, TimeNs{0}), 3000 + kept);
+
+  mh::Delivery d;
+  size_t delivered = 0;
+  while (net.next_delivery() != TimeNs::never()) {
+    ASSERT_TRUE(net.pop_delivery(net.next_delivery(), d));
+    ++delivered;
+    EXPECT_EQ(d.trimmed, seq_of(d.bytes) == 3);
+    if (!d.trimmed) continue;
+    ASSERT_EQ(d.bytes.size(), kept);
+    EXPECT_TRUE(std::equal(d.bytes.begin(), d.bytes.end() - 4, write.begin()));
+    EXPECT_TRUE(std::equal(d.bytes.end() - 4, d.bytes.end(), write.end() - 4));
+  }
+  EXPECT_EQ(delivered, 4u);
 }
 
 TEST(NetModel, EcnMarkingThreshold) {

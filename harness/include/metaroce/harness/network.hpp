@@ -49,9 +49,15 @@ struct PathConfig {
   uint64_t ecn_threshold_bytes = kUnlimited;  // mark CE when the backlog exceeds this
   uint32_t overhead_bytes = 0;                // per-packet bytes on the wire beyond the datagram
                                 // (e.g. 8 UDP + 20 IPv4 + 18 Ethernet + 20 preamble/IFG)
-  double loss = 0.0;                 // random loss probability per packet
-  double duplicate = 0.0;            // duplication probability per packet
-  double corrupt = 0.0;              // probability of one flipped bit per packet
+  double loss = 0.0;       // random loss probability per packet
+  double duplicate = 0.0;  // duplication probability per packet
+  double corrupt = 0.0;    // probability of one flipped bit per packet
+  // Packet trimming (spec TRIM-1): a data packet that would overflow
+  // queue_limit_bytes is cut to its headers + ICRC and queued (same FIFO)
+  // if the header fits within the limit + trim_allowance_bytes; it arrives
+  // flagged trimmed, as a driver reads the TRIMMED code point (TRIM-2).
+  bool trim = false;
+  uint64_t trim_allowance_bytes = 16 * 1024;
   TimeNs down_at = TimeNs::never();  // path fails at this time ...
   TimeNs up_at = TimeNs::never();    // ... and comes back at this one (never: stays down)
 };
@@ -73,6 +79,7 @@ struct LinkStats {
   uint64_t packets_delivered = 0;  // handed to the destination (copies included)
   uint64_t bytes_delivered = 0;
   uint64_t dropped_queue = 0;  // drop-tail
+  uint64_t trimmed = 0;        // cut to headers instead of dropped (PathConfig::trim)
   uint64_t lost = 0;           // random loss
   uint64_t corrupted = 0;      // bit flipped (delivered unless udp_checksum)
   uint64_t duplicated = 0;     // extra copies created
@@ -97,6 +104,7 @@ struct Delivery {
   uint8_t ecn = kNotEct;
   bool ce() const { return ecn == kCe; }
   bool corrupted = false;
+  bool trimmed = false;  // cut by a trimming queue (RxDatagram::trimmed)
   std::span<const uint8_t> bytes;
 };
 
@@ -104,6 +112,7 @@ enum class NetTraceKind : uint8_t {
   kEnqueue,       // accepted into the link queue (aux: backlog bytes before it)
   kDeliver,       // handed to the destination
   kDropQueue,     // drop-tail
+  kTrim,          // cut to headers + ICRC instead of dropped (aux: backlog bytes)
   kLoss,          // random loss
   kDropDown,      // path down (on entry or in flight)
   kDuplicate,     // a copy was made
@@ -176,6 +185,7 @@ class Network {
     uint16_t entropy = 0;
     uint8_t ecn = 0;
     bool corrupted = false;
+    bool trimmed = false;
     std::vector<uint8_t> data;  // capacity kept when the slot is reused
   };
   // A FIFO ring of packets whose slots keep their buffers, so a warmed-up
@@ -218,6 +228,7 @@ class Network {
   NetworkConfig cfg_;
   std::vector<Link> links_;  // index(src, dst, path); src == dst entries unused
   NetTraceFn trace_;
+  std::vector<uint8_t> trim_buf_;  // a trimmed datagram on its way into a queue
 };
 
 }  // namespace metaroce::harness
