@@ -120,13 +120,15 @@ class Reader {
 
   QueueSpec queue(const toml::table& t) {
     keys(t, "queue",
-         {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes"});
+         {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
+          "trim_priority"});
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
     q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin").value_or(q.ecn_kmin);
     q.ecn_kmax = opt_bytes(t, "queue", "ecn_kmax").value_or(q.ecn_kmax);
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
+    q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
     if (t.contains("trim_allowance_bytes"))  // 0 allowed: headers only within the buffer
       q.trim_allowance_bytes = u32(t, "queue", "trim_allowance_bytes");
     if (q.ecn_kmin > q.ecn_kmax) fail(t, "queue: ecn_kmin above ecn_kmax");

@@ -260,9 +260,12 @@ TEST(ConfigFile, QueueTrimKeys) {
   EXPECT_FALSE(off.queue.trim);
   const SimConfig on = parse(replace(kSmall, "buffer_bytes = \"175KB\"\n",
                                      "buffer_bytes = \"175KB\"\ntrim = true\n"
-                                     "trim_allowance_bytes = 4096\n"));
+                                     "trim_allowance_bytes = 4096\n"
+                                     "trim_priority = false\n"));
+  EXPECT_TRUE(off.queue.trim_priority);
   EXPECT_TRUE(on.queue.trim);
   EXPECT_EQ(on.queue.trim_allowance_bytes, 4096u);
+  EXPECT_FALSE(on.queue.trim_priority);
   for (const auto& [line, want] :
        {std::pair<std::string, std::string>{"trim = 1", "queue.trim: expected true or false"},
         {"trim_allowance_bytes = -1", "queue.trim_allowance_bytes: expected a whole number"}}) {
@@ -359,6 +362,8 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   EXPECT_TRUE(c.queue.trim);
   ASSERT_TRUE(apply_setting(c, "queue.trim_allowance_bytes=0", err)) << err;
   EXPECT_EQ(c.queue.trim_allowance_bytes, 0u);
+  ASSERT_TRUE(apply_setting(c, "queue.trim_priority=0", err)) << err;
+  EXPECT_FALSE(c.queue.trim_priority);
   EXPECT_FALSE(apply_setting(c, "queue.trim=2", err));
   ASSERT_TRUE(apply_setting(c, "reroute_us=-1", err)) << err;
   EXPECT_EQ(c.reroute_after, SimTime::never());

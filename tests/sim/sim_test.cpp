@@ -12,6 +12,7 @@
 #include "metaroce/sim/scheduler.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/sim/topology.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::sim {
 namespace {
@@ -352,6 +353,58 @@ TEST(Trimming, IncastTrimsInsteadOfDropping) {
   EXPECT_GT(trimmed_received, 0u);
   EXPECT_LE(trimmed_received, r.trimmed);  // each cut packet arrives at most once
   EXPECT_GT(trims_echoed, 0u);
+}
+
+// TRIM-1's header queue (QueueSpec::trim_priority): a packet trimmed at a
+// full port reaches the next hop ahead of the data queued before it; without
+// the header lane it waits behind them. The ToR port toward host 1 of a k=4
+// fat-tree, five data packets filling its buffer, a sixth trimmed.
+TEST(Trimming, TrimmedHeadersOvertakeQueuedData) {
+  struct Sink final : Node {
+    PacketPool* pool = nullptr;
+    std::vector<std::pair<uint32_t, bool>> got;  // (sequence, trimmed)
+    void receive(Packet* p, uint32_t, SimTime) override {
+      got.emplace_back(p->src, p->trimmed);
+      pool->release(p);
+    }
+  };
+  for (const bool priority : {true, false}) {
+    const LinkSpec l{};
+    constexpr uint32_t kWire = 4096 + 48 + kDefaultWireOverhead;
+    QueueSpec q;
+    q.buffer_bytes = 5 * kWire;
+    q.trim = true;
+    q.trim_priority = priority;
+    Scheduler s;
+    Network n(s, fat_tree(4, l, l), q, 42);
+    Sink sink;
+    sink.pool = &n.pool();
+    n.attach_host(1, sink);
+    Port& down = n.edge_port(1, true);  // edge 1: host 1's link; reverse: toward the host
+    ASSERT_EQ(down.pipe.to, &sink);
+    for (uint32_t seq = 0; seq < 6; ++seq) {
+      Packet* p = n.pool().alloc();
+      p->src = seq;
+      p->dst = 1;
+      p->dport = wire::kDefaultUdpPort;
+      p->header_len = static_cast<uint16_t>(wire::header_size(wire::Opcode::kWrite));
+      p->hdr[1] = static_cast<uint8_t>(wire::Opcode::kWrite);
+      p->payload_len = 4096;
+      p->trailer_len = 4;
+      p->wire_bytes = kWire;
+      p->ecn = 2;
+      down.enqueue(p, SimTime{0});
+    }
+    while (s.step()) {
+    }
+    ASSERT_EQ(sink.got.size(), 6u) << "priority " << priority;
+    const auto trimmed =
+        std::find_if(sink.got.begin(), sink.got.end(), [](const auto& g) { return g.second; });
+    ASSERT_NE(trimmed, sink.got.end());
+    EXPECT_EQ(trimmed->first, 5u);
+    EXPECT_EQ(trimmed - sink.got.begin(), priority ? 0 : 5) << "priority " << priority;
+    EXPECT_EQ(down.stats().trimmed, 1u);
+  }
 }
 
 TEST(Trimming, BaselinePacketsAreNeverTrimmed) {

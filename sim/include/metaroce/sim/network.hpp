@@ -61,9 +61,12 @@ struct LinkSpec {
 // trim = true (not with PFC) makes switches trim (spec TRIM-1): a MetaRoCE
 // data packet that would overflow buffer_bytes loses its payload instead and
 // is queued, marked trimmed, if its headers fit within buffer_bytes +
-// trim_allowance_bytes; otherwise it is dropped. Trimmed headers wait in the
-// same FIFO as everything else (no header queue ahead of data). Baseline
-// (RoCEv2, IRN) packets are never trimmed.
+// trim_allowance_bytes; otherwise it is dropped. With trim_priority (the
+// default, as TRIM-1 recommends and NDP-style switches do) trimmed headers
+// leave through a header lane ahead of the data queue, at this and every
+// later hop, so the news of a loss is not held up by the queue that caused
+// it; without it they wait in the same FIFO as data. Baseline (RoCEv2, IRN)
+// packets are never trimmed.
 struct QueueSpec {
   uint64_t buffer_bytes = 175'000;
   uint64_t ecn_kmin = 37'000;
@@ -73,6 +76,7 @@ struct QueueSpec {
   uint64_t pfc_hysteresis_bytes = 8'400;
   bool trim = false;
   uint64_t trim_allowance_bytes = 16'384;
+  bool trim_priority = true;
 };
 
 struct PortStats {
@@ -174,15 +178,23 @@ class Port final : public EventSource {
   [[nodiscard]] uint64_t rate_mbps() const { return rate_mbps_; }
   void set_drop_fraction(double f) { drop_fraction_ = f; }
 
+  // The far end of the link, for both lanes.
+  void deliver_to(Node* to, uint32_t to_port);
+
   Pipe pipe;
+  // Trimmed headers (QueueSpec::trim_priority): the same link, a lane of its
+  // own so that a header may overtake queued data.
+  Pipe header_pipe;
   Node* owner;
   const uint32_t index;
   uint32_t edge = 0;  // topology edge id
 
  private:
   friend class Pipe;
-  void transmit(Packet* p, SimTime now);  // starts serializing p now
-  void start_next(SimTime now);           // PFC: next queued packet, if allowed
+  void transmit(Packet* p, SimTime now);         // starts serializing p now
+  void transmit_header(Packet* p, SimTime now);  // a trimmed header, ahead of queued data
+  void put_on_wire(Packet* p, SimTime end, Pipe& lane);
+  void start_next(SimTime now);  // PFC: next queued packet, if allowed
   void apply_pause(bool pause, SimTime now);
   void released(Packet* p, SimTime now);   // p left this switch's buffer (PFC accounting)
   bool trim(Packet* p, uint64_t backlog);  // cuts p to fit, if it may be (QueueSpec::trim)
@@ -197,6 +209,7 @@ class Port final : public EventSource {
 
   Network& net_;
   SimTime busy_until_{0};
+  SimTime header_busy_until_{0};
   uint64_t rate_mbps_;
   bool has_queue_limits_;
   QueueSpec q_;
