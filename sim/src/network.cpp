@@ -30,6 +30,12 @@ void Pipe::push(Packet* p, SimTime arrival, uint32_t epoch) {
   if (!pending()) port->net_.sched().schedule(*this, arrival);
 }
 
+SimTime Pipe::serializing_until(SimTime now) const {
+  for (size_t i = 0; i < ring_.size(); ++i)
+    if (ring_[i].at - delay > now) return ring_[i].at - delay;
+  return now;
+}
+
 void Pipe::on_event(SimTime now) {
   const InFlight f = ring_.pop();
   if (!ring_.empty()) {
@@ -151,14 +157,14 @@ void Port::transmit(Packet* p, SimTime now) {
   if (notify_idle || pfc_) net_.sched().schedule(*this, busy_until_);
 }
 
-// Strict priority over the data queue, not preemption of the packet on the
-// wire: the header waits for at most the rest of that packet, which the
-// data queue's virtual FIFO does not record, so it is not charged (at most
-// one packet time, 0.33 us at 100 Gbit/s). Its bytes still take the link's
-// time: queued data leaves as scheduled and data queued from now on starts
-// that much later, so the link never carries more than its rate.
+// Strict priority over the data queue, without preemption: the header waits
+// for the data packet on the wire, then goes. The queued data's departures
+// were fixed when it was queued, so the header's bytes are charged to the
+// data lane instead: data queued from now on starts that much later, and
+// the link never carries more than its rate.
 void Port::transmit_header(Packet* p, SimTime now) {
-  const SimTime start = std::max(now, header_busy_until_);
+  const SimTime on_wire_until = busy_until_ > now ? pipe.serializing_until(now) : now;
+  const SimTime start = std::max(on_wire_until, header_busy_until_);
   const SimTime ser = serialization_time(p->wire_bytes, rate_mbps_);
   header_busy_until_ = start + ser;
   busy_until_ = std::max(busy_until_, now) + ser;

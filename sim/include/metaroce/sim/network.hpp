@@ -115,6 +115,10 @@ class Pipe final : public EventSource {
  public:
   void on_event(SimTime now) override;
   void push(Packet* p, SimTime arrival, uint32_t epoch);
+  // When the packet being serialized at `now` is done (`now` if none is):
+  // the first in the ring that has not left the port yet. Its predecessors
+  // are propagating, so the walk is short.
+  [[nodiscard]] SimTime serializing_until(SimTime now) const;
 
   Port* port = nullptr;  // the port feeding this pipe
   Node* to = nullptr;

@@ -94,6 +94,8 @@ class Ring {
     buf_[tail_++ & mask_] = v;
   }
   T pop() { return buf_[head_++ & mask_]; }
+  // The i-th element from the front (i < size()).
+  const T& operator[](size_t i) const { return buf_[(head_ + i) & mask_]; }
 
  private:
   void grow() {
