@@ -216,7 +216,7 @@ struct Endpoint::Impl {
   void on_trimmed(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[nodiscard]] static bool payload_short(const detail::Connection& c, const wire::Packet& p);
   void owe_ack(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, uint8_t flags,
-               bool immediate, TimeNs now);
+               bool immediate, TimeNs now, bool counted = false);
   bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void complete_recvs(detail::Connection& c);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);

@@ -35,8 +35,13 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
 }
 
 void Endpoint::Impl::owe_ack(Connection& c, const RxDatagram& dg, const wire::Packet& p,
-                             uint8_t flags, bool immediate, TimeNs now) {
-  const detail::Echo e{p.bh.psn, p.bh.tsval, p.bh.path_tag, dg.entropy, flags};
+                             uint8_t flags, bool immediate, TimeNs now, bool counted) {
+  detail::Echo e{p.bh.psn, p.bh.tsval, p.bh.path_tag, dg.entropy, flags};
+  // ACK-6: an ACK that covers several counted arrivals echoes one of them
+  // drawn uniformly (reservoir sampling: the k-th replaces the choice with
+  // probability 1/k). Always the newest, a path whose packets arrive in
+  // step with the ACK count would never be echoed and so never measured.
+  if (counted && c.unacked > 1 && rng.below32(c.unacked) != 0) e = c.latest;
   c.latest = e;
   if (!immediate) {
     if (c.ack_deadline == TimeNs::never()) c.ack_deadline = now + cfg.ack_delay_ns;  // ACK-5
@@ -293,9 +298,11 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   c.last_progress = now;
   trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
 
-  const bool immediate = dg.ce || last || fills_last_gap ||
-                         (p.bh.flags & wire::kFlagAckRequested) || ++c.unacked >= cfg.ack_every;
-  owe_ack(c, dg, p, dg.ce ? wire::kAckEchoCe : 0, immediate, now);
+  // ACK-2, ACK-4: these are acknowledged at once and echo themselves; the
+  // others count towards ACK-1 and may be echoed by an ACK that covers several.
+  const bool own = dg.ce || last || fills_last_gap || (p.bh.flags & wire::kFlagAckRequested);
+  const bool immediate = own || ++c.unacked >= cfg.ack_every;
+  owe_ack(c, dg, p, dg.ce ? wire::kAckEchoCe : 0, immediate, now, !own);
   if (c.rx_cum != old_cum) complete_recvs(c);
   if (op == wire::Opcode::kReadResp) complete_sends(c);
 }

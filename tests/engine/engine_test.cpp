@@ -1024,6 +1024,56 @@ TEST(Engine, BurstFedBeforeDrainingDrawsOneAck) {  // ACK-1, ACK-2
   }
 }
 
+TEST(Engine, AckEchoesEveryPathOfAStrictlyAlternatingSender) {  // ACK-1, ACK-5, ACK-6
+  // Two paths whose packets arrive strictly in turn (0, 1, 0, 1, ...) and an
+  // ACK for every second one: echoing the newest arrival would name path 1
+  // every time and leave path 0 with no RTT sample, and so with no delay
+  // signal (CC-5) and no way to tell its queue's drops from a broken link's
+  // (CC-7, PATH-5). Each ACK names one of the packets it covers at random.
+  EndpointConfig sc = cfg(230);
+  sc.num_paths = 2;
+  Loop loop(sc, cfg(231));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  constexpr uint32_t kPackets = 256;
+  Buf src(loop.ep(0), kPackets * sc.mtu, 0, 0x3c);
+  Buf dst(loop.ep(1), kPackets * sc.mtu, kAccessRemoteWrite);
+  // Data arrives 100 ns apart at least, as off a link: one packet at a time.
+  uint64_t last_arrival = 0;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kWrite)) return 0;
+    const uint64_t at = loop.now().ns + loop.delay_ns;
+    last_arrival = std::max(at, last_arrival + 100);
+    return last_arrival - at;
+  };
+  std::vector<uint16_t> sent_slots;
+  uint32_t echoes[2] = {0, 0};
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk) return;
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite))
+      sent_slots.push_back(p.bh.path_tag & 31);
+    if (from == 1 && p.bh.opcode == wire::Opcode::kAck) ++echoes[p.ack.echo_path_tag & 1];
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * sc.mtu)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // The premise: the sender alternated (SCHED-1's round robin between equal
+  // windows), so the arrivals did too (one fixed delay).
+  size_t turns = 0;
+  for (size_t i = 1; i < sent_slots.size(); ++i) turns += sent_slots[i] != sent_slots[i - 1];
+  ASSERT_GE(turns * 10, sent_slots.size() * 9);
+  const uint32_t acks = echoes[0] + echoes[1];
+  ASSERT_GE(acks, kPackets / 2 - 4);
+  EXPECT_GE(echoes[0] * 4, acks) << echoes[0] << " of " << acks << " ACKs echo path 0";
+  EXPECT_GE(echoes[1] * 4, acks) << echoes[1] << " of " << acks << " ACKs echo path 1";
+  PathStats p0, p1;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, p0) && loop.ep(0).path_stats(a, 1, p1));
+  EXPECT_GT(p0.min_rtt_ns, 0u);
+  EXPECT_GT(p1.min_rtt_ns, 0u);
+}
+
 // What a trimming switch does to a data packet (TRIM-1): the payload goes,
 // the ICRC stays its last four bytes.
 void cut_payload(std::vector<uint8_t>& d) {
