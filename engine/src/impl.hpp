@@ -215,8 +215,11 @@ struct Endpoint::Impl {
   void on_probe(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_trimmed(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[nodiscard]] static bool payload_short(const detail::Connection& c, const wire::Packet& p);
-  void owe_ack(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, uint8_t flags,
-               bool immediate, TimeNs now, bool counted = false);
+  // The echo an ACK for packet `p` carries (ACK-6).
+  static detail::Echo echo_of(const RxDatagram& dg, const wire::Packet& p, uint8_t flags) {
+    return {p.bh.psn, p.bh.tsval, p.bh.path_tag, dg.entropy, flags};
+  }
+  void owe_ack(detail::Connection& c, detail::Echo e, bool immediate, TimeNs now);
   bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void complete_recvs(detail::Connection& c);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);

@@ -17,9 +17,6 @@ class Rng {
   }
   // Uniform in [0, n), n > 0.
   uint64_t below(uint64_t n) { return next() % n; }
-  // Uniform in [0, n), n > 0, to within 2^-32, with a multiply instead of a
-  // division (per-packet use).
-  uint32_t below32(uint32_t n) { return static_cast<uint32_t>(((next() >> 32) * n) >> 32); }
 
  private:
   uint64_t state_;
