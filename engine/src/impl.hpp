@@ -147,8 +147,12 @@ struct Endpoint::Impl {
   [[gnu::always_inline]] inline void on_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn,
                                               TimeNs now, uint32_t& touched);
   void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now);
+  // count_outcome: a loss of the path's own (not a timeout's, not a resend
+  // chosen early); judge: hand it to on_path_loss (CC-7, PATH-5), which the
+  // second and later of a run of a path's consecutive packets lost together
+  // are not.
   void declare_lost(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r, TimeNs now,
-                    bool timeout, bool count_outcome);
+                    bool timeout, bool count_outcome, bool judge = true);
   void lose_path_inflight(detail::Connection& c, uint8_t path, TimeNs now, bool count_outcome);
   void on_rto(detail::Connection& c, uint8_t path, TimeNs now);
   // COMP-1. Inline up to the test of the oldest message: most ACKs complete

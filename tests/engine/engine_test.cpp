@@ -458,6 +458,43 @@ TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
   EXPECT_LT(marks_and_drops, 0.75 * marks);
 }
 
+// Path 0 of 4 loses the data packets `drop(n)` picks (n counts its data
+// packets from 1); returns how many times its entropy was retired.
+uint64_t retirements_of_a_lossy_path(const std::function<bool(uint64_t)>& drop) {
+  EndpointConfig c = cfg(172);
+  c.cc.max_cwnd_packets = 64;
+  Loop loop(c, cfg(173));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 8 << 20, 0, 0x35);
+  Buf dst(loop.ep(1), 8 << 20, kAccessRemoteWrite);
+  uint64_t seen = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01 || ((d[2] << 8 | d[3]) & 31) != 0) return false;
+    return drop(++seen);
+  };
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
+  bool done = false;
+  EXPECT_TRUE(loop.run_until([&] {
+    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
+    return done;
+  }));
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  PathStats p0;
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  EXPECT_GT(p0.losses, 0u);
+  return p0.retirements;
+}
+
+TEST(Engine, LossRunOnAPathCountsOnceTowardsItsRetirement) {  // PATH-5
+  // A drop-tail queue that overflows drops a run of a path's consecutive
+  // packets: one outcome, not 20 (20 would lift the loss EWMA from about 0
+  // to 15 % and retire a path that is merely busy).
+  EXPECT_EQ(retirements_of_a_lossy_path([](uint64_t n) { return n > 300 && n <= 320; }), 0u);
+  // A link that drops every fifth packet is still found out.
+  EXPECT_GE(retirements_of_a_lossy_path([](uint64_t n) { return n % 5 == 0; }), 1u);
+}
+
 TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
   // Every data packet CE-marked, one path: its window falls to the floor (one
   // packet) and must stay there. An increase on the ACK that also cut the
