@@ -405,13 +405,17 @@ TEST(Engine, ConnectionInflightCapBoundsTheSumOverPaths) {  // CC-9
   EXPECT_GT(peak_connection_inflight(0), 24 * packet);  // without the cap the sum runs past it
 }
 
-// Path 0's window, averaged over the polls of an 8 MiB WRITE, when every
-// `drop_every`-th and every `ce_every`-th data packet on it is dropped or
-// CE-marked (0: none).
-double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
-  EndpointConfig c = cfg(170);
-  c.cc.max_cwnd_packets = 24;  // without any signal slow start would not stop
-  Loop loop(c, cfg(171));
+// An 8 MiB WRITE over 4 paths (10 us each way, seeds `seed` and seed + 1)
+// on which path 0 loses the data packets `drop(n)` picks and delivers CE-marked
+// those `mark(n)` picks (n counts its data packets from 1); `poll` sees path
+// 0 before each of the sender's polls. Returns path 0's stats at the end.
+PathStats write_over_a_lossy_path(uint64_t seed, uint32_t max_cwnd_packets,
+                                  const std::function<bool(uint64_t)>& drop,
+                                  const std::function<bool(uint64_t)>& mark,
+                                  const std::function<void(const PathStats&)>& poll) {
+  EndpointConfig c = cfg(seed);
+  c.cc.max_cwnd_packets = max_cwnd_packets;  // without any signal slow start would not stop
+  Loop loop(c, cfg(seed + 1));
   loop.delay_ns = 10'000;
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 8 << 20, 0, 0x33);
@@ -421,20 +425,14 @@ double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
   uint64_t seen = 0, marked = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     if (from != 0 || d[1] != 0x01 || ((d[2] << 8 | d[3]) & 31) != 0) return false;
-    return drop_every != 0 && ++seen % drop_every == 0;
+    return drop(++seen);
   };
   loop.mark_ce = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
-    return from == 0 && d[1] == 0x01 && tx.entropy == p0.entropy && ce_every != 0 &&
-           ++marked % ce_every == 0;
+    return from == 0 && d[1] == 0x01 && tx.entropy == p0.entropy && mark(++marked);
   };
-  double sum = 0;
-  uint64_t samples = 0;
   loop.before_poll = [&](int from) {
     PathStats ps;
-    if (from == 0 && loop.ep(0).path_stats(a, 0, ps)) {
-      sum += ps.cwnd_bytes;
-      ++samples;
-    }
+    if (from == 0 && loop.ep(0).path_stats(a, 0, ps)) poll(ps);
   };
   EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
   bool done = false;
@@ -443,6 +441,23 @@ double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
     return done;
   }));
   EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  return p0;
+}
+
+// Path 0's window, averaged over the polls of an 8 MiB WRITE, when every
+// `drop_every`-th and every `ce_every`-th data packet on it is dropped or
+// CE-marked (0: none).
+double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
+  double sum = 0;
+  uint64_t samples = 0;
+  write_over_a_lossy_path(
+      170, 24, [&](uint64_t n) { return drop_every != 0 && n % drop_every == 0; },
+      [&](uint64_t n) { return ce_every != 0 && n % ce_every == 0; },
+      [&](const PathStats& ps) {
+        sum += ps.cwnd_bytes;
+        ++samples;
+      });
   return samples ? sum / static_cast<double>(samples) : 0;
 }
 
@@ -458,30 +473,11 @@ TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
   EXPECT_LT(marks_and_drops, 0.75 * marks);
 }
 
-// Path 0 of 4 loses the data packets `drop(n)` picks (n counts its data
-// packets from 1); returns how many times its entropy was retired.
+// How many times path 0's entropy is retired when it loses the data packets
+// `drop(n)` picks (write_over_a_lossy_path).
 uint64_t retirements_of_a_lossy_path(const std::function<bool(uint64_t)>& drop) {
-  EndpointConfig c = cfg(172);
-  c.cc.max_cwnd_packets = 64;
-  Loop loop(c, cfg(173));
-  loop.delay_ns = 10'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 8 << 20, 0, 0x35);
-  Buf dst(loop.ep(1), 8 << 20, kAccessRemoteWrite);
-  uint64_t seen = 0;
-  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-    if (from != 0 || d[1] != 0x01 || ((d[2] << 8 | d[3]) & 31) != 0) return false;
-    return drop(++seen);
-  };
-  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
-  bool done = false;
-  EXPECT_TRUE(loop.run_until([&] {
-    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
-    return done;
-  }));
-  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
-  PathStats p0;
-  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  const PathStats p0 = write_over_a_lossy_path(
+      172, 64, drop, [](uint64_t) { return false; }, [](const PathStats&) {});
   EXPECT_GT(p0.losses, 0u);
   return p0.retirements;
 }
