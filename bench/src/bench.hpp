@@ -44,6 +44,10 @@ struct HarnessOptions {
   // links, `entropies` paths per connection, the UDP driver's engine settings.
   bool fabric = false;
   uint32_t entropies = 16;
+  // Print every path state change and retirement of the lossy run to stderr:
+  // which rule (PATH-4 timeouts, PATH-5 loss rate), the path's loss rate and
+  // RTT then, and how many paths each network path carries afterwards.
+  bool trace_paths = false;
 };
 
 int run_engine(const EngineOptions& o);

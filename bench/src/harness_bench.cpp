@@ -81,24 +81,76 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
   Harness h(hc);
   // The first timeout-declared loss or path state change after the fault is
   // when the sender noticed (the engine's trace, not a guess from the wire).
-  struct Detect {
-    TimeNs fail_at;
+  // With --trace-paths the same trace reports each path change on stderr.
+  struct Watch {
+    TimeNs fail_at{0};
     TimeNs first = TimeNs::never();
-  } detect{fail_at};
-  if (fail_path >= 0) {
+    const HarnessOptions* o = nullptr;
+    Harness* h = nullptr;
+    uint32_t links = 1;
+    std::vector<PathStats> before;  // each path's stats at its latest loss
+    std::vector<TimeNs> counted;    // each path's latest loss by the reordering rule
+    std::vector<uint16_t> entropy;  // each path's entropy now
+  } watch;
+  watch.fail_at = fail_at;
+  watch.o = &o;
+  watch.h = &h;
+  watch.links = o.paths;
+  const bool tracing = fail_path >= 0 || o.trace_paths;
+  if (tracing) {
     h.ep(0).set_trace(
         [](void* ctx, const TraceEvent& ev) {
-          auto* d = static_cast<Detect*>(ctx);
+          auto* w = static_cast<Watch*>(ctx);
           const bool signal = (ev.kind == TraceKind::kLost && ev.aux == 1) ||
                               ev.kind == TraceKind::kPathState ||
                               ev.kind == TraceKind::kPathRetired;
-          if (signal && ev.time >= d->fail_at && d->first == TimeNs::never()) d->first = ev.time;
+          if (signal && ev.time >= w->fail_at && w->first == TimeNs::never()) w->first = ev.time;
+          if (!w->o->trace_paths || ev.path >= w->before.size()) return;
+          if (ev.kind == TraceKind::kLost) {
+            (void)w->h->ep(0).path_stats(ev.conn, ev.path, w->before[ev.path]);
+            if (ev.aux == 0) w->counted[ev.path] = ev.time;
+            return;
+          }
+          if (ev.kind != TraceKind::kPathRetired && ev.kind != TraceKind::kPathState) return;
+          const PathStats& b = w->before[ev.path];
+          const uint16_t old = w->entropy[ev.path];
+          w->entropy[ev.path] = static_cast<uint16_t>(ev.psn);
+          const char* what = "state";
+          if (ev.kind == TraceKind::kPathRetired) {
+            // PATH-5 retires an ACTIVE path at a loss it counted; PATH-4
+            // one whose probes or RTOs timed out.
+            what = b.state != PathState::kActive    ? "PATH-4 probes"
+                   : w->counted[ev.path] == ev.time ? "PATH-5 loss"
+                                                    : "PATH-4 rto";
+          }
+          std::fprintf(stderr, "%9.3f ms path %2u %-13s link %u -> %u",
+                       static_cast<double>(ev.time.ns) / 1e6, ev.path, what, old % w->links,
+                       ev.psn % w->links);
+          if (ev.kind == TraceKind::kPathState)
+            std::fprintf(stderr, " now %s", ev.aux == 0 ? "active" : "probing");
+          else
+            std::fprintf(stderr, " loss %u.%u%% srtt %.0f us min_rtt %.0f us cwnd %u",
+                         b.loss_rate_permille / 10, b.loss_rate_permille % 10,
+                         static_cast<double>(b.srtt_ns) / 1e3,
+                         static_cast<double>(b.min_rtt_ns) / 1e3, b.cwnd_bytes);
+          std::fprintf(stderr, " | paths per link:");
+          std::vector<uint32_t> per(w->links, 0);
+          for (uint16_t e : w->entropy) ++per[e % w->links];
+          for (uint32_t n : per) std::fprintf(stderr, " %u", n);
+          std::fprintf(stderr, "\n");
         },
-        &detect);
+        &watch);
   }
   auto [a, b] = h.connect(0, 1);
   Outcome out;
   if (!a.valid()) return out;
+  for (size_t i = 0; i < h.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    (void)h.ep(0).path_stats(a, i, ps);
+    watch.before.push_back(ps);
+    watch.counted.push_back(TimeNs::never());
+    watch.entropy.push_back(ps.entropy);
+  }
 
   const uint32_t msg = 1u << 20;
   const uint64_t total = o.size_mib;
@@ -149,9 +201,21 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
     PathStats ps;
     if (h.ep(0).path_stats(a, i, ps)) out.paths.push_back(ps);
   }
+  if (o.trace_paths) {
+    for (uint32_t l = 0; l < o.paths; ++l) {
+      const auto& ls = h.net().stats(0, 1, l);
+      std::fprintf(stderr,
+                   "link %u: %llu packets delivered, %llu queue drops, %llu random losses, "
+                   "highest backlog %llu KB\n",
+                   l, static_cast<unsigned long long>(ls.packets_delivered),
+                   static_cast<unsigned long long>(ls.dropped_queue),
+                   static_cast<unsigned long long>(ls.lost),
+                   static_cast<unsigned long long>(ls.max_backlog_bytes / 1024));
+    }
+  }
   if (fail_path >= 0) {
-    if (detect.first != TimeNs::never())
-      out.detect_ms = static_cast<double>(detect.first.since(fail_at)) / 1e6;
+    if (watch.first != TimeNs::never())
+      out.detect_ms = static_cast<double>(watch.first.since(fail_at)) / 1e6;
     const auto& ls = h.net().stats(0, 1, static_cast<uint32_t>(fail_path));
     out.failover_ms = ls.last_data_while_down == TimeNs::never()
                           ? 0.0
@@ -167,7 +231,9 @@ int run_harness(const HarnessOptions& o) {
     std::fprintf(stderr, "--fail-path %d: only %u paths\n", o.fail_path, o.paths);
     return 2;
   }
-  const Outcome base = transfer(o, 0.0, -1, TimeNs::never());
+  HarnessOptions quiet = o;
+  quiet.trace_paths = false;  // the lossy run's paths only
+  const Outcome base = transfer(quiet, 0.0, -1, TimeNs::never());
   // The failure comes halfway through the baseline's transfer time.
   const TimeNs fail_at{static_cast<uint64_t>(base.seconds * 1e9 / 2) + 1'000'000};
   const Outcome run = transfer(o, o.loss, o.fail_path, fail_at);

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   harness
       ->add_option("--entropies", ho.entropies, "--fabric: paths per connection (entropy values)")
       ->check(CLI::Range(1u, 32u));
+  harness->add_flag("--trace-paths", ho.trace_paths,
+                    "print the lossy run's path state changes and retirements to stderr");
   harness->add_flag("--json", ho.json, "print one JSON object");
   CLI11_PARSE(app, argc, argv);
   if (*engine) return metaroce::bench::run_engine(eo);

@@ -209,7 +209,7 @@ struct Connection {
   TimeNs ack_deadline = TimeNs::never();
   std::array<Echo, 4> echoes{};  // ACKs owed now, oldest first
   uint8_t echo_count = 0;
-  Echo latest;                     // newest arrival, echoed when the ack delay expires
+  Echo latest;                     // arrival the next delayed ACK echoes (ACK-5, ACK-6)
   uint32_t expected_read_seq = 0;  // next READ_REQ read sequence we accept
   uint32_t rsn_head = 0;           // RSN of the oldest receive not yet completed
 

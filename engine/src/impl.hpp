@@ -147,8 +147,12 @@ struct Endpoint::Impl {
   [[gnu::always_inline]] inline void on_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn,
                                               TimeNs now, uint32_t& touched);
   void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now);
+  // count_outcome: a loss of the path's own (not a timeout's, not a resend
+  // chosen early); judge: hand it to on_path_loss (CC-7, PATH-5), which the
+  // second and later of a run of a path's consecutive packets lost together
+  // are not.
   void declare_lost(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r, TimeNs now,
-                    bool timeout, bool count_outcome);
+                    bool timeout, bool count_outcome, bool judge = true);
   void lose_path_inflight(detail::Connection& c, uint8_t path, TimeNs now, bool count_outcome);
   void on_rto(detail::Connection& c, uint8_t path, TimeNs now);
   // COMP-1. Inline up to the test of the oldest message: most ACKs complete
@@ -215,8 +219,11 @@ struct Endpoint::Impl {
   void on_probe(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_trimmed(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[nodiscard]] static bool payload_short(const detail::Connection& c, const wire::Packet& p);
-  void owe_ack(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, uint8_t flags,
-               bool immediate, TimeNs now);
+  // The echo an ACK for packet `p` carries (ACK-6).
+  static detail::Echo echo_of(const RxDatagram& dg, const wire::Packet& p, uint8_t flags) {
+    return {p.bh.psn, p.bh.tsval, p.bh.path_tag, dg.entropy, flags};
+  }
+  void owe_ack(detail::Connection& c, detail::Echo e, bool immediate, TimeNs now);
   bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void complete_recvs(detail::Connection& c);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);

@@ -504,11 +504,13 @@ void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a
   detail::Path& p = c.paths[static_cast<size_t>(slot)];
   if (!p.tlp_outstanding || a.echo_psn != p.tlp_pseq) return;
   p.tlp_outstanding = false;
+  bool run = false;  // PATH-5: consecutive losses are one outcome (detect_losses)
   while (p.ring_head != p.next_pseq && static_cast<int32_t>(p.ring_head - p.tlp_pseq) < 0) {
     TxRecord* r = in_flight_at(c, t, static_cast<uint8_t>(slot), p.ring_head);
     // Advance first: a loss may retire the path, which resets ring_head.
     ++p.ring_head;
-    if (r != nullptr) declare_lost(c, t, *r, now, false, true);
+    if (r != nullptr) declare_lost(c, t, *r, now, false, true, !run);
+    run = r != nullptr;
   }
 }
 
@@ -587,22 +589,28 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
   // by this walk or by trim_ring, which every other reader of the ring
   // tolerates (they skip entries no longer in flight).
   if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) return;
+  bool run = false;  // the entry before was declared lost here (PATH-5)
   while (p.ring_head != p.next_pseq) {
     TxRecord* r = in_flight_at(c, t, path, p.ring_head);
     if (r == nullptr) {
       ++p.ring_head;  // acked, or resent since: not this transmission's concern
+      run = false;
       continue;
     }
     // LOSS-2: a later transmission on the same path was acknowledged.
     if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) break;
     ++p.ring_head;
-    declare_lost(c, t, *r, now, false, true);
+    // PATH-5: a run of the path's consecutive packets lost together (a
+    // drop-tail queue's overflow) is one outcome; CC-7 cuts once for it
+    // anyway (at most once per srtt).
+    declare_lost(c, t, *r, now, false, true, !run);
+    run = true;
     if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
   }
 }
 
 void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs now, bool timeout,
-                                  bool count_outcome) {
+                                  bool count_outcome, bool judge) {
   detail::Path& p = c.paths[r.path];
   p.inflight -= std::min(p.inflight, packet_cost(r.len));
   r.flags = static_cast<uint8_t>((r.flags & ~detail::kRecInFlight) | detail::kRecQueued);
@@ -611,7 +619,7 @@ void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs n
   if (count_outcome) {
     ++p.stats.losses;
     ++c.stats.losses_declared;
-    on_path_loss(c, r.path, now);
+    if (judge) on_path_loss(c, r.path, now);
   }
 }
 

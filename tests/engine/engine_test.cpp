@@ -405,13 +405,17 @@ TEST(Engine, ConnectionInflightCapBoundsTheSumOverPaths) {  // CC-9
   EXPECT_GT(peak_connection_inflight(0), 24 * packet);  // without the cap the sum runs past it
 }
 
-// Path 0's window, averaged over the polls of an 8 MiB WRITE, when every
-// `drop_every`-th and every `ce_every`-th data packet on it is dropped or
-// CE-marked (0: none).
-double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
-  EndpointConfig c = cfg(170);
-  c.cc.max_cwnd_packets = 24;  // without any signal slow start would not stop
-  Loop loop(c, cfg(171));
+// An 8 MiB WRITE over 4 paths (10 us each way, seeds `seed` and seed + 1)
+// on which path 0 loses the data packets `drop(n)` picks and delivers CE-marked
+// those `mark(n)` picks (n counts its data packets from 1); `poll` sees path
+// 0 before each of the sender's polls. Returns path 0's stats at the end.
+PathStats write_over_a_lossy_path(uint64_t seed, uint32_t max_cwnd_packets,
+                                  const std::function<bool(uint64_t)>& drop,
+                                  const std::function<bool(uint64_t)>& mark,
+                                  const std::function<void(const PathStats&)>& poll) {
+  EndpointConfig c = cfg(seed);
+  c.cc.max_cwnd_packets = max_cwnd_packets;  // without any signal slow start would not stop
+  Loop loop(c, cfg(seed + 1));
   loop.delay_ns = 10'000;
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 8 << 20, 0, 0x33);
@@ -421,20 +425,14 @@ double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
   uint64_t seen = 0, marked = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     if (from != 0 || d[1] != 0x01 || ((d[2] << 8 | d[3]) & 31) != 0) return false;
-    return drop_every != 0 && ++seen % drop_every == 0;
+    return drop(++seen);
   };
   loop.mark_ce = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
-    return from == 0 && d[1] == 0x01 && tx.entropy == p0.entropy && ce_every != 0 &&
-           ++marked % ce_every == 0;
+    return from == 0 && d[1] == 0x01 && tx.entropy == p0.entropy && mark(++marked);
   };
-  double sum = 0;
-  uint64_t samples = 0;
   loop.before_poll = [&](int from) {
     PathStats ps;
-    if (from == 0 && loop.ep(0).path_stats(a, 0, ps)) {
-      sum += ps.cwnd_bytes;
-      ++samples;
-    }
+    if (from == 0 && loop.ep(0).path_stats(a, 0, ps)) poll(ps);
   };
   EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
   bool done = false;
@@ -443,6 +441,23 @@ double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
     return done;
   }));
   EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  return p0;
+}
+
+// Path 0's window, averaged over the polls of an 8 MiB WRITE, when every
+// `drop_every`-th and every `ce_every`-th data packet on it is dropped or
+// CE-marked (0: none).
+double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
+  double sum = 0;
+  uint64_t samples = 0;
+  write_over_a_lossy_path(
+      170, 24, [&](uint64_t n) { return drop_every != 0 && n % drop_every == 0; },
+      [&](uint64_t n) { return ce_every != 0 && n % ce_every == 0; },
+      [&](const PathStats& ps) {
+        sum += ps.cwnd_bytes;
+        ++samples;
+      });
   return samples ? sum / static_cast<double>(samples) : 0;
 }
 
@@ -456,6 +471,24 @@ TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
   // The same drops on a path that is also being CE-marked are a full
   // queue's: each halves the window (once per RTT), well below marks alone.
   EXPECT_LT(marks_and_drops, 0.75 * marks);
+}
+
+// How many times path 0's entropy is retired when it loses the data packets
+// `drop(n)` picks (write_over_a_lossy_path).
+uint64_t retirements_of_a_lossy_path(const std::function<bool(uint64_t)>& drop) {
+  const PathStats p0 = write_over_a_lossy_path(
+      172, 64, drop, [](uint64_t) { return false; }, [](const PathStats&) {});
+  EXPECT_GT(p0.losses, 0u);
+  return p0.retirements;
+}
+
+TEST(Engine, LossRunOnAPathCountsOnceTowardsItsRetirement) {  // PATH-5
+  // A drop-tail queue that overflows drops a run of a path's consecutive
+  // packets: one outcome, not 20 (20 would lift the loss EWMA from about 0
+  // to 15 % and retire a path that is merely busy).
+  EXPECT_EQ(retirements_of_a_lossy_path([](uint64_t n) { return n > 300 && n <= 320; }), 0u);
+  // A link that drops every fifth packet is still found out.
+  EXPECT_GE(retirements_of_a_lossy_path([](uint64_t n) { return n % 5 == 0; }), 1u);
 }
 
 TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
@@ -1022,6 +1055,56 @@ TEST(Engine, BurstFedBeforeDrainingDrawsOneAck) {  // ACK-1, ACK-2
     ASSERT_NE(st, nullptr);
     EXPECT_EQ(st->data_packets_received, kPackets);
   }
+}
+
+TEST(Engine, AckEchoesEveryPathOfAStrictlyAlternatingSender) {  // ACK-1, ACK-5, ACK-6
+  // Two paths whose packets arrive strictly in turn (0, 1, 0, 1, ...) and an
+  // ACK for every second one: echoing the newest arrival would name path 1
+  // every time and leave path 0 with no RTT sample, and so with no delay
+  // signal (CC-5) and no way to tell its queue's drops from a broken link's
+  // (CC-7, PATH-5). Each ACK names one of the packets it covers at random.
+  EndpointConfig sc = cfg(230);
+  sc.num_paths = 2;
+  Loop loop(sc, cfg(231));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  constexpr uint32_t kPackets = 256;
+  Buf src(loop.ep(0), kPackets * sc.mtu, 0, 0x3c);
+  Buf dst(loop.ep(1), kPackets * sc.mtu, kAccessRemoteWrite);
+  // Data arrives 100 ns apart at least, as off a link: one packet at a time.
+  uint64_t last_arrival = 0;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kWrite)) return 0;
+    const uint64_t at = loop.now().ns + loop.delay_ns;
+    last_arrival = std::max(at, last_arrival + 100);
+    return last_arrival - at;
+  };
+  std::vector<uint16_t> sent_slots;
+  uint32_t echoes[2] = {0, 0};
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk) return;
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite))
+      sent_slots.push_back(p.bh.path_tag & 31);
+    if (from == 1 && p.bh.opcode == wire::Opcode::kAck) ++echoes[p.ack.echo_path_tag & 1];
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * sc.mtu)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // The premise: the sender alternated (SCHED-1's round robin between equal
+  // windows), so the arrivals did too (one fixed delay).
+  size_t turns = 0;
+  for (size_t i = 1; i < sent_slots.size(); ++i) turns += sent_slots[i] != sent_slots[i - 1];
+  ASSERT_GE(turns * 10, sent_slots.size() * 9);
+  const uint32_t acks = echoes[0] + echoes[1];
+  ASSERT_GE(acks, kPackets / 2 - 4);
+  EXPECT_GE(echoes[0] * 4, acks) << echoes[0] << " of " << acks << " ACKs echo path 0";
+  EXPECT_GE(echoes[1] * 4, acks) << echoes[1] << " of " << acks << " ACKs echo path 1";
+  PathStats p0, p1;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, p0) && loop.ep(0).path_stats(a, 1, p1));
+  EXPECT_GT(p0.min_rtt_ns, 0u);
+  EXPECT_GT(p1.min_rtt_ns, 0u);
 }
 
 // What a trimming switch does to a data packet (TRIM-1): the payload goes,
