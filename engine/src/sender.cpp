@@ -165,9 +165,9 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
   return true;
 }
 
+template <bool gather>
 bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
-                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                                bool gather) {
+                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   const uint32_t mtu = c.mtu;
   detail::Path& p = c.paths[path];
   const auto tsval = static_cast<uint32_t>(now.ns);
@@ -257,8 +257,8 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   return true;
 }
 
-bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                               bool gather) {
+template <bool gather>
+bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   if (!c.tx || now < c.rnr_until) return false;
   TxCtx& t = *c.tx;
   const uint32_t mask = c.wmask();
@@ -275,7 +275,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
-    return build_data(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out, gather);
+    return build_data<gather>(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out);
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
@@ -330,8 +330,11 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   detail::bit_clear(t.acked_bits, psn, mask);
   t.records[psn & mask].tx_count = 0;
   ++c.next_psn;
-  return build_data(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out, gather);
+  return build_data<gather>(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out);
 }
+template bool Endpoint::Impl::emit_data<false>(Connection&, TimeNs, std::span<uint8_t>,
+                                               TxDatagram&);
+template bool Endpoint::Impl::emit_data<true>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
 
 // ---------------------------------------------------------------- acks
 
