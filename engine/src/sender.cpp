@@ -402,7 +402,6 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     detail::Path& p = c.paths[r.path];
     const uint32_t cost = packet_cost(r.len);
     p.inflight -= std::min(p.inflight, cost);
-    r.flags &= static_cast<uint8_t>(~detail::kRecInFlight);
     if (!p.any_acked || static_cast<int32_t>(r.pseq - p.highest_acked_pseq) > 0) {
       p.highest_acked_pseq = r.pseq;
       p.any_acked = true;
@@ -423,7 +422,11 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
       touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);
   }
-  r.flags = static_cast<uint8_t>((r.flags | detail::kRecAcked) & ~detail::kRecQueued);
+  // One store for the record's new state (not in flight, acked, not queued)
+  // after the path's updates: a byte store may alias anything, and one
+  // between them made the compiler reload what it had.
+  r.flags = static_cast<uint8_t>((r.flags & ~(detail::kRecInFlight | detail::kRecQueued)) |
+                                 detail::kRecAcked);
   trace(now, TraceKind::kAcked, c, r.path, psn, 0);
 }
 
