@@ -192,9 +192,13 @@ struct Endpoint::Impl {
     return std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c));
   }
   [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const { return c.cwnd_floor; }
-  // Sets c.cwnd_floor; called whenever the MTU or the path count is set.
-  // Kept rather than computed: every ACK asks, and it costs a division.
+  // Sets c.cwnd_floor and c.max_cwnd; called whenever the MTU, the window
+  // or the path count is set. Kept rather than computed: every ACK asks,
+  // and the floor costs a division.
   void set_cwnd_floor(detail::Connection& c) const {
+    c.max_cwnd =
+        (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) *
+        packet_cost(c.mtu);
     // CC-6: the floor is per connection, shared by its paths, so an incast of
     // many multipath senders can still back off below a packet each.
     c.cwnd_floor = std::max<uint32_t>(

@@ -367,8 +367,7 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   p.win_acked += bytes;
   if (!cfg.cc.enabled) return;  // CC-8
   const uint32_t unit = packet_cost(c.mtu);
-  const uint32_t max_cwnd =
-      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) * unit;
+  const uint32_t max_cwnd = c.max_cwnd;
   if (path == signalled_slot) {
     // CC-2: no increase on an ACK that echoes a congestion signal for the
     // path (as RFC 3168 has it). Below a packet, one ACK covers more than the
