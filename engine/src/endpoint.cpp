@@ -422,7 +422,11 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
-void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
+// The per-packet entries (this one and the two poll_transmit) are marked hot:
+// GCC optimizes them, with all that inlines into them, more aggressively and
+// groups them in .text.hot. Measured: ~10 fewer instructions per data packet
+// (scripts/engine-instructions.sh).
+[[gnu::hot]] void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
   ++m.estats.datagrams_received;
@@ -521,11 +525,12 @@ TimeNs Endpoint::next_timeout() const {
   return impl_->timers.top_time();
 }
 
-bool Endpoint::poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+[[gnu::hot]] bool Endpoint::poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   return impl_->poll<false>(now, buf, out);
 }
 
-bool Endpoint::poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf, TxDatagram& out) {
+[[gnu::hot]] bool Endpoint::poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf,
+                                                 TxDatagram& out) {
   return impl_->poll<true>(now, header_buf, out);
 }
 
