@@ -32,8 +32,10 @@ struct Endpoint::Impl {
   detail::MrTable mrs;
   EndpointStats estats;
   std::array<size_t, 2> min_tx_buffer{};  // poll_transmit's smallest buf, [gather]
-  uint8_t signalled_slot = 0xff;  // the path the ACK in hand echoes a congestion signal for (CC-2)
-  TimeNs last_now{0};             // the latest time an input or output call carried
+  // The path the ACK in hand echoes a congestion signal for (CC-2), 0xff for
+  // none: set afresh by on_ack and on_nak before anything reads it.
+  uint8_t signalled_slot = 0xff;
+  TimeNs last_now{0};  // the latest time an input or output call carried
   wire::Packet rx_packet;
   wire::AckBody tx_ack;
   TraceFn trace_fn = nullptr;

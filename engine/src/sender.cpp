@@ -457,11 +457,11 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.acks_received;
   c.last_progress = now;
   // CC-2: the echo's congestion signal holds back its path's increase for
-  // the packets this same ACK acknowledges, and for no other ACK.
-  struct ClearSignal {
-    uint8_t& slot;
-    ~ClearSignal() { slot = 0xff; }
-  } clear{signalled_slot};
+  // the packets this same ACK acknowledges, and for no other ACK: cleared
+  // here, set by on_path_echo if the echo carries one. (Cleared before, not
+  // after, by a destructor: its unwinding path cost ~15 instructions per
+  // data packet.)
+  signalled_slot = 0xff;
   on_path_echo(c, p.ack, now);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
@@ -552,6 +552,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
     return;
   }
   uint32_t touched = 0;
+  signalled_slot = 0xff;  // CC-2: a NAK echoes no congestion signal
   if (before(c.cum_acked, p.nak.cum_psn) && !before(c.next_psn, p.nak.cum_psn))
     advance_cum(c, t, p.nak.cum_psn, now, touched);
   complete_sends(c);
