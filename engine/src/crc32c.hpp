@@ -56,14 +56,17 @@ template <size_t N>
 // wire::crc32c(0, p, n). Always inlined: left to itself, the compiler
 // moved it out of line once the ACK path grew, which cost as much as it saves.
 [[gnu::always_inline]] inline uint32_t crc32c_short(const uint8_t* p, size_t n) {
-  if (n > 64 || !kCrcInstruction) return crc32c(0, p, n);
+  if (!kCrcInstruction) [[unlikely]]
+    return crc32c(0, p, n);
   // The lengths of nearly every packet, a WRITE's headers and an ACK without
   // SACK words, without the jump into the general sequence and its tail
-  // tests: they were most of the cost of the CRC.
+  // tests: they were most of the cost of the CRC. Tested before the length
+  // limit, which they are within.
   if (n == kBaseHeaderSize + kMessageHeaderSize + kRdmaHeaderSize) {
     return crc_fixed<kBaseHeaderSize + kMessageHeaderSize + kRdmaHeaderSize>(p);
   }
   if (n == kBaseHeaderSize + kAckFixedSize) return crc_fixed<kBaseHeaderSize + kAckFixedSize>(p);
+  if (n > 64) return crc32c(0, p, n);
   uint64_t c = 0xffffffffu;
   // Straight into an unrolled run of the whole words, in order: no loop
   // bookkeeping per word.

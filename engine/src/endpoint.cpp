@@ -333,23 +333,24 @@ bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
   return out.len > 0;
 }
 
-bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                              bool gather) {
+template <bool gather>
+bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   // Cheap tests first: most calls find nothing to send.
   out.payload = {};
   const bool control = c.owes_control() || (c.probe_owed | c.tlp_owed);
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
-        emit_ack(c, now, buf, out)) &&
-      !(open && c.tx && emit_data(c, now, buf, out, gather)))
+        emit_ack<gather>(c, now, buf, out)) &&
+      !(open && c.tx && emit_data<gather>(c, now, buf, out)))
     return false;
   out.peer = c.peer;
   out.ecn = kEcnEct0;
   return true;
 }
 
-bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
+template <bool gather>
+bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   last_now = now;
   // Refused up front: a packet that no longer fits once its PSN and path are
   // taken would leave a hole that no retransmission fills.
@@ -357,7 +358,7 @@ bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, b
     ++estats.tx_buffer_too_small;
     return false;
   }
-  if (!poll_one(now, buf, out, gather)) return false;
+  if (!poll_one<gather>(now, buf, out)) return false;
   if (gather && out.payload.empty()) {
     // Packets without payload are built whole; present them in the gather
     // shape too: headers, no payload, the ICRC as the trailer.
@@ -367,7 +368,8 @@ bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, b
   return true;
 }
 
-bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather) {
+template <bool gather>
+bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   if (!orphans.empty() && emit_orphan(buf, out)) {
     ++estats.datagrams_sent;
     return true;
@@ -380,7 +382,7 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
       ready.pop();
       continue;
     }
-    if (emit_for(*c, now, buf, out, gather)) {
+    if (emit_for<gather>(*c, now, buf, out)) {
       ready.rotate();  // stays ready, behind the others: it may have more
       update_timer(*c);
       ++estats.datagrams_sent;
@@ -420,7 +422,11 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
-void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
+// The per-packet entries (this one and the two poll_transmit) are marked hot:
+// GCC optimizes them, with all that inlines into them, more aggressively and
+// groups them in .text.hot. Measured: ~10 fewer instructions per data packet
+// (scripts/engine-instructions.sh).
+[[gnu::hot]] void Endpoint::handle_datagram(const RxDatagram& dg, TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
   ++m.estats.datagrams_received;
@@ -519,12 +525,13 @@ TimeNs Endpoint::next_timeout() const {
   return impl_->timers.top_time();
 }
 
-bool Endpoint::poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
-  return impl_->poll(now, buf, out, false);
+[[gnu::hot]] bool Endpoint::poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  return impl_->poll<false>(now, buf, out);
 }
 
-bool Endpoint::poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf, TxDatagram& out) {
-  return impl_->poll(now, header_buf, out, true);
+[[gnu::hot]] bool Endpoint::poll_transmit_gather(TimeNs now, std::span<uint8_t> header_buf,
+                                                 TxDatagram& out) {
+  return impl_->poll<true>(now, header_buf, out);
 }
 
 bool Endpoint::poll_completion(Completion& out) {

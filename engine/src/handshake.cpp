@@ -27,8 +27,8 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
 void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
   c.peer_conn = peer_body.src_conn;
   c.mtu = std::min<uint16_t>(cfg.mtu, std::max<uint16_t>(peer_body.mtu, 256));
-  set_cwnd_floor(c);
   c.set_window_log2(std::clamp<uint8_t>(peer_body.window_log2, 6, cfg.window_log2));  // SEQ-3
+  set_cwnd_floor(c);
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
   c.rx_cum = peer_body.initial_psn;
   c.rx_high = peer_body.initial_psn;

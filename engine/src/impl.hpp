@@ -32,8 +32,10 @@ struct Endpoint::Impl {
   detail::MrTable mrs;
   EndpointStats estats;
   std::array<size_t, 2> min_tx_buffer{};  // poll_transmit's smallest buf, [gather]
-  uint8_t signalled_slot = 0xff;  // the path the ACK in hand echoes a congestion signal for (CC-2)
-  TimeNs last_now{0};             // the latest time an input or output call carried
+  // The path the ACK in hand echoes a congestion signal for (CC-2), 0xff for
+  // none: set afresh by on_ack and on_nak before anything reads it.
+  uint8_t signalled_slot = 0xff;
+  TimeNs last_now{0};  // the latest time an input or output call carried
   wire::Packet rx_packet;
   wire::AckBody tx_ack;
   TraceFn trace_fn = nullptr;
@@ -78,11 +80,18 @@ struct Endpoint::Impl {
   void compute_timer(detail::Connection& c);
   std::vector<uint32_t> timer_dirty;
   void run_timers(detail::Connection& c, TimeNs now);
-  bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
-  bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out, bool gather);
+  // The output path, one instance per mode (poll_transmit, and gather for
+  // poll_transmit_gather): each function of it then has one caller, and the
+  // optimizer inlines the whole path into its entry, as it did while only
+  // one mode was linked in, rather than leaving a call in every poll (~35
+  // instructions per data packet); the mode's own tests fold away.
+  template <bool gather>
+  bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  template <bool gather>
+  bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
-  bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                bool gather);
+  template <bool gather>
+  bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void trace(TimeNs t, TraceKind k, const detail::Connection& c, uint8_t path, uint32_t psn,
              uint32_t aux) const {
     if (trace_fn != nullptr) trace_fn(trace_ctx, TraceEvent{t, k, path, c.id, psn, aux});
@@ -121,8 +130,8 @@ struct Endpoint::Impl {
 
   // ---- sender.cpp ----
   Status post_send(detail::Connection& c, const SendWr& wr);
-  bool emit_data(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                 bool gather);
+  template <bool gather>
+  bool emit_data(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void on_ack(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_tlp_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);
@@ -189,9 +198,13 @@ struct Endpoint::Impl {
     return std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c));
   }
   [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const { return c.cwnd_floor; }
-  // Sets c.cwnd_floor; called whenever the MTU or the path count is set.
-  // Kept rather than computed: every ACK asks, and it costs a division.
+  // Sets c.cwnd_floor and c.max_cwnd; called whenever the MTU, the window
+  // or the path count is set. Kept rather than computed: every ACK asks,
+  // and the floor costs a division.
   void set_cwnd_floor(detail::Connection& c) const {
+    c.max_cwnd =
+        (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) *
+        packet_cost(c.mtu);
     // CC-6: the floor is per connection, shared by its paths, so an incast of
     // many multipath senders can still back off below a packet each.
     c.cwnd_floor = std::max<uint32_t>(
@@ -208,10 +221,11 @@ struct Endpoint::Impl {
   bool build_headers(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
                      uint8_t path, TimeNs now, std::span<uint8_t> buf, const uint8_t*& src,
                      uint32_t& plen, size_t& h);
+  template <bool gather>
   [[gnu::always_inline]] inline bool build_data(detail::Connection& c, detail::TxCtx& t,
                                                 uint16_t slot, uint32_t psn, uint8_t path,
                                                 bool retx, TimeNs now, std::span<uint8_t> buf,
-                                                TxDatagram& out, bool gather);
+                                                TxDatagram& out);
 
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);
@@ -224,6 +238,9 @@ struct Endpoint::Impl {
     return {p.bh.psn, p.bh.tsval, p.bh.path_tag, dg.entropy, flags};
   }
   void owe_ack(detail::Connection& c, detail::Echo e, bool immediate, TimeNs now);
+  // One copy per output mode, though the ACK is the same in both: each copy
+  // then has one caller, emit_for<gather>, and is inlined into it.
+  template <bool gather>
   bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void complete_recvs(detail::Connection& c);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);

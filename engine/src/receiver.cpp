@@ -62,6 +62,7 @@ void Endpoint::Impl::owe_ack(Connection& c, detail::Echo e, bool immediate, Time
   c.ack_deadline = TimeNs::never();
 }
 
+template <bool gather>
 bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   if (c.echo_count == 0) return false;
   const detail::Echo e = c.echoes[0];
@@ -98,6 +99,8 @@ bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf,
   ++c.stats.acks_sent;
   return out.len > 0;
 }
+template bool Endpoint::Impl::emit_ack<false>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
+template bool Endpoint::Impl::emit_ack<true>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
 
 void Endpoint::Impl::on_probe(Connection& c, const RxDatagram& dg, const wire::Packet& p,
                               TimeNs now) {

@@ -165,9 +165,9 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
   return true;
 }
 
+template <bool gather>
 bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
-                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                                bool gather) {
+                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   const uint32_t mtu = c.mtu;
   detail::Path& p = c.paths[path];
   const auto tsval = static_cast<uint32_t>(now.ns);
@@ -257,8 +257,8 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   return true;
 }
 
-bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
-                               bool gather) {
+template <bool gather>
+bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   if (!c.tx || now < c.rnr_until) return false;
   TxCtx& t = *c.tx;
   const uint32_t mask = c.wmask();
@@ -275,7 +275,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
-    return build_data(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out, gather);
+    return build_data<gather>(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out);
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
@@ -330,8 +330,11 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   detail::bit_clear(t.acked_bits, psn, mask);
   t.records[psn & mask].tx_count = 0;
   ++c.next_psn;
-  return build_data(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out, gather);
+  return build_data<gather>(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out);
 }
+template bool Endpoint::Impl::emit_data<false>(Connection&, TimeNs, std::span<uint8_t>,
+                                               TxDatagram&);
+template bool Endpoint::Impl::emit_data<true>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
 
 // ---------------------------------------------------------------- acks
 
@@ -364,8 +367,7 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   p.win_acked += bytes;
   if (!cfg.cc.enabled) return;  // CC-8
   const uint32_t unit = packet_cost(c.mtu);
-  const uint32_t max_cwnd =
-      (cfg.cc.max_cwnd_packets ? std::min(cfg.cc.max_cwnd_packets, c.window()) : c.window()) * unit;
+  const uint32_t max_cwnd = c.max_cwnd;
   if (path == signalled_slot) {
     // CC-2: no increase on an ACK that echoes a congestion signal for the
     // path (as RFC 3168 has it). Below a packet, one ACK covers more than the
@@ -399,7 +401,6 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     detail::Path& p = c.paths[r.path];
     const uint32_t cost = packet_cost(r.len);
     p.inflight -= std::min(p.inflight, cost);
-    r.flags &= static_cast<uint8_t>(~detail::kRecInFlight);
     if (!p.any_acked || static_cast<int32_t>(r.pseq - p.highest_acked_pseq) > 0) {
       p.highest_acked_pseq = r.pseq;
       p.any_acked = true;
@@ -420,7 +421,11 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
       touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);
   }
-  r.flags = static_cast<uint8_t>((r.flags | detail::kRecAcked) & ~detail::kRecQueued);
+  // One store for the record's new state (not in flight, acked, not queued)
+  // after the path's updates: a byte store may alias anything, and one
+  // between them made the compiler reload what it had.
+  r.flags = static_cast<uint8_t>((r.flags & ~(detail::kRecInFlight | detail::kRecQueued)) |
+                                 detail::kRecAcked);
   trace(now, TraceKind::kAcked, c, r.path, psn, 0);
 }
 
@@ -452,11 +457,11 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.acks_received;
   c.last_progress = now;
   // CC-2: the echo's congestion signal holds back its path's increase for
-  // the packets this same ACK acknowledges, and for no other ACK.
-  struct ClearSignal {
-    uint8_t& slot;
-    ~ClearSignal() { slot = 0xff; }
-  } clear{signalled_slot};
+  // the packets this same ACK acknowledges, and for no other ACK: cleared
+  // here, set by on_path_echo if the echo carries one. (Cleared before, not
+  // after, by a destructor: its unwinding path cost ~15 instructions per
+  // data packet.)
+  signalled_slot = 0xff;
   on_path_echo(c, p.ack, now);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
@@ -549,6 +554,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
     return;
   }
   uint32_t touched = 0;
+  signalled_slot = 0xff;  // CC-2: a NAK echoes no congestion signal
   if (before(c.cum_acked, p.nak.cum_psn) && !before(c.next_psn, p.nak.cum_psn))
     advance_cum(c, t, p.nak.cum_psn, now, touched);
   complete_sends(c);

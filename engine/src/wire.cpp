@@ -148,16 +148,18 @@ ParseError parse(std::span<const uint8_t> d, Packet& out, bool flagged_trimmed) 
   get_base(p, out.bh);
   if (out.bh.version != kVersion) return ParseError::kBadVersion;
   const auto opv = static_cast<uint8_t>(out.bh.opcode);
-  if (!is_known_opcode(opv)) return ParseError::kBadOpcode;
+  // is_known_opcode, with the entry it reads kept for the tests below.
+  const OpInfo info = opv < kOps.size() ? kOps[opv] : OpInfo{};
+  if (info.header == 0) return ParseError::kBadOpcode;
   const Opcode op = out.bh.opcode;
-  size_t hlen = kOps[opv].header;
+  size_t hlen = info.header;
   if (size < hlen + kIcrcSize) return ParseError::kTruncated;
   // TRIM-2: the flag counts only on what a trimming switch leaves, a data
   // packet cut to its headers; a flagged packet with payload was not cut.
   out.trimmed = flagged_trimmed && is_data(op) && size == hlen + kIcrcSize;
   size_t payload_len = 0;
   uint8_t sack_words = 0;
-  if (!kOps[opv].payload) {
+  if (!info.payload) {
     // A packet without payload has its ICRC over everything before it, so
     // check it before trusting any length field in it (BAD-4 before BAD-5/6).
     // That also covers the headers: no second pass below.

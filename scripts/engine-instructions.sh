@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Instructions per data packet of the engine benchmark's header-only loop,
+# counted by callgrind: the figure BENCHMARKS.md quotes as "instructions per
+# data packet". Send side, receive side and the ACKs both ways, for one
+# 4 KiB WRITE packet; the payload copies (memcpy/memmove) are taken off.
+#
+#   bash scripts/engine-instructions.sh [build-dir] [packets]
+#       build-dir  default build (needs its metaroce-engine-probe:
+#                  ninja -C build metaroce-engine-probe)
+#       packets    data packets counted, default 20000
+#   METAROCE_CALLGRIND_OUT=file keeps the callgrind output for
+#   `callgrind_annotate --inclusive=yes file` (a breakdown by function).
+#
+# Needs valgrind (callgrind and callgrind_annotate). Not part of the tests:
+# it runs for a few seconds and says nothing about correctness.
+set -euo pipefail
+build=${1:-build}
+packets=${2:-20000}
+probe=$build/bench/metaroce-engine-probe
+if [[ ! -x $probe ]]; then
+  echo "no $probe: build it with 'ninja -C $build metaroce-engine-probe'" >&2
+  exit 2
+fi
+out=${METAROCE_CALLGRIND_OUT:-$(mktemp)}
+[[ -n ${METAROCE_CALLGRIND_OUT:-} ]] || trap 'rm -f "$out"' EXIT
+moved=$(valgrind --tool=callgrind --callgrind-out-file="$out" \
+  --toggle-collect='metaroce::bench::measured*' "$probe" "$packets" 2>/dev/null |
+  awk '/^data_packets/ {print $2}')
+# Self cost per function: the total, and the copy routines' share of it.
+callgrind_annotate --auto=no --threshold=100 "$out" 2>/dev/null | awk -v n="$moved" '
+  { v = $1; gsub(",", "", v) }
+  v !~ /^[0-9]+$/ { next }
+  /PROGRAM TOTALS/ { total = v; next }
+  /memcpy|memmove/ { copies += v }
+  END {
+    if (n == 0 || total == 0) { print "no data from callgrind" > "/dev/stderr"; exit 1 }
+    printf "data packets %d\ninstructions %d (copies %d)\n", n, total, copies
+    printf "instructions per data packet, copies taken off: %.1f\n", (total - copies) / n
+  }'
