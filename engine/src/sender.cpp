@@ -174,6 +174,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   const uint8_t* src = nullptr;
   uint32_t plen = 0;
   size_t h = 0;
+  bool ends_message = false;  // ACK-4: the receiver acknowledges it at once
   if (!(slot & detail::kRespSlotFlag) && t.sq[slot].wr.op != WrOpcode::kRead &&
       buf.size() >= detail::kHeaderTemplateSize) {
     // WRITE and SEND: the message's headers, patched.
@@ -199,6 +200,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     }
     const uint32_t off = (psn - e.first_psn) * mtu;
     plen = std::min(mtu, e.wr.length - off);
+    ends_message = off + plen == e.wr.length;
     src = e.local + off;
     h = t.hdr_len;
     if (!gather && buf.size() < h + plen + wire::kIcrcSize) return false;
@@ -238,7 +240,8 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + 1) : 1;
   ring_at(c, t, path, r.pseq) = psn;
   if (p.inflight == 0) arm_rto(c, p, now);
-  p.tlp_deadline = now + tlp_timeout(p);
+  // LOSS-8: no allowance for a delayed ACK when the packet draws one at once.
+  p.tlp_deadline = now + (tlp_timeout(p) - (ends_message ? cfg.ack_delay_ns : 0));
   if (p.cwnd < packet_cost(c.mtu))
     p.next_send = now + p.srtt * packet_cost(c.mtu) / std::max<uint32_t>(p.cwnd, 1);
   p.inflight += packet_cost(plen);
@@ -413,12 +416,12 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     if (r.pseq == p.ring_head) ++p.ring_head;
     ++p.stats.packets_acked;
     // detect_losses would return at its first test unless the path's newest
-    // acknowledgement is a reorder threshold past its oldest entry (LOSS-2).
-    // Only a later acknowledgement on the same path can widen that gap again
-    // before the ACK's loss walks, and it asks again: other paths are skipped.
-    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) >=
-        static_cast<int32_t>(cfg.recovery.reorder_threshold))
-      touched |= 1u << r.path;
+    // acknowledgement is past its oldest entry (LOSS-2: a gap of the reorder
+    // threshold, or of one for its time form). In-order delivery never leaves
+    // one. Only a later acknowledgement on the same path can widen that gap
+    // again before the ACK's loss walks, and it asks again: other paths are
+    // skipped.
+    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) > 0) touched |= 1u << r.path;
     on_path_acked(c, r.path, cost, now);
   }
   // One store for the record's new state (not in flight, acked, not queued)
@@ -494,10 +497,36 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   while (touched != 0) {
     const int i = __builtin_ctz(touched);
     touched &= touched - 1;
-    detect_losses(c, t, static_cast<uint8_t>(i), now);
+    detect_losses(c, t, static_cast<uint8_t>(i), now, cfg.recovery.reorder_threshold);
   }
+  if (t.sq_seg == t.sq_tail && t.resp_seg == t.resp_tail && t.retx_head == t.retx_tail &&
+      c.cum_acked != c.next_psn)
+    chase_lone_tail(c, t, now);
   complete_sends(c);
   release_resp_jobs(c);
+}
+
+// LOSS-8, the connection's tail: nothing is left to send, the newest PSN
+// has come back, and what is still in flight is all on one path. Packets
+// sent after those came back over other paths, so the variance term that
+// waits out a path's swinging RTT is not needed to tell late from lost:
+// the path's timer is brought forward to a quarter round trip from this ACK.
+// (Mid-stream the next packets on the path would show a loss, LOSS-2; at
+// the tail there are none, and a flow's last packets decide when it ends.)
+void Endpoint::Impl::chase_lone_tail(Connection& c, TxCtx& t, TimeNs now) {
+  const uint32_t newest = c.next_psn - 1;
+  const TxRecord& nr = t.records[newest & c.wmask()];
+  if (nr.psn != newest || !(nr.flags & detail::kRecAcked)) return;
+  int lone = -1;
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    if (c.paths[i].inflight == 0) continue;
+    if (lone >= 0) return;  // two paths still carry packets
+    lone = i;
+  }
+  if (lone < 0) return;
+  detail::Path& p = c.paths[static_cast<size_t>(lone)];
+  if (p.state != PathState::kActive || p.tlp_outstanding) return;
+  p.tlp_deadline = std::min(p.tlp_deadline, now + p.srtt / 4);
 }
 
 // LOSS-8: the path delivers in order, so once its tail-loss probe is echoed,
@@ -587,14 +616,15 @@ bool Endpoint::Impl::trim_ring(Connection& c, uint8_t path) {
   return p.next_pseq - p.ring_head < c.window();
 }
 
-void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now) {
+void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now,
+                                   uint32_t packet_threshold) {
   detail::Path& p = c.paths[path];
-  const auto threshold = static_cast<int32_t>(cfg.recovery.reorder_threshold);
-  // Nothing from ring_head on can be lost yet (LOSS-2), so skip the walk;
-  // the acknowledged entries before the first in flight are dropped later,
-  // by this walk or by trim_ring, which every other reader of the ring
-  // tolerates (they skip entries no longer in flight).
-  if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) return;
+  const auto threshold = static_cast<int32_t>(std::max<uint32_t>(packet_threshold, 1));
+  // Nothing before the newest acknowledgement can be missing, so skip the
+  // walk; the acknowledged entries before the first in flight are dropped
+  // later, by this walk or by trim_ring, which every other reader of the
+  // ring tolerates (they skip entries no longer in flight).
+  if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) <= 0) return;
   bool run = false;  // the entry before was declared lost here (PATH-5)
   while (p.ring_head != p.next_pseq) {
     TxRecord* r = in_flight_at(c, t, path, p.ring_head);
@@ -604,7 +634,17 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
       continue;
     }
     // LOSS-2: a later transmission on the same path was acknowledged.
-    if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) < threshold) break;
+    const auto gap = static_cast<int32_t>(p.highest_acked_pseq - p.ring_head);
+    if (gap < threshold) {
+      // LOSS-2's time form: fewer than the threshold came after it, yet a
+      // path delivers in order, so it is lost or at most barely late; the
+      // tail-loss timer gives it a quarter round trip more (run_timers).
+      // Without this a path's last packets before it fell quiet waited for
+      // the tail-loss timer's full variance term.
+      if (gap > 0 && p.state == PathState::kActive)
+        p.tlp_deadline = std::min(p.tlp_deadline, now + p.srtt / 4);
+      break;
+    }
     ++p.ring_head;
     // PATH-5: a run of the path's consecutive packets lost together (a
     // drop-tail queue's overflow) is one outcome; CC-7 cuts once for it

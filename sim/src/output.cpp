@@ -362,6 +362,88 @@ class SimOutput::Sampler final : public EventSource {
   uint64_t last_delivered_ = 0;
 };
 
+// ------------------------------------------------------------------ FlowTrace
+
+// The engine's own trace (metaroce/trace.hpp) of both ends of one flow, one
+// CSV line per event, so that a flow's slow finish can be read packet by
+// packet: when each was sent, on which path, when it was declared lost and
+// why. Each end's endpoint carries its other connections too (in a
+// permutation a host also receives one flow); the conn column tells them apart.
+class SimOutput::FlowTrace {
+ public:
+  FlowTrace(Simulation& sim, uint32_t flow, const std::string& path) {
+    if (flow >= sim.flows_->size())
+      throw std::runtime_error("--trace-flow " + std::to_string(flow) + ": the workload has " +
+                               std::to_string(sim.flows_->size()) + " flows");
+    const FlowSpec& spec = sim.flows_->at(flow).spec;
+    auto* src = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get());
+    auto* dst = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get());
+    if (src == nullptr || dst == nullptr)
+      throw std::runtime_error("--trace-flow needs a transport that runs the engine");
+    f_ = open_or_throw(path);
+    std::setvbuf(f_, nullptr, _IOFBF, 1 << 16);
+    std::fprintf(f_, "# flow %u: host %u -> host %u\n", flow, spec.src, spec.dst);
+    std::fputs("time_us,host,conn,event,path,psn,aux\n", f_);
+    sinks_[0] = {this, spec.src};
+    sinks_[1] = {this, spec.dst};
+    src->endpoint().set_trace(&FlowTrace::record, &sinks_[0]);
+    if (dst != src) dst->endpoint().set_trace(&FlowTrace::record, &sinks_[1]);
+    hosts_[0] = src;
+    hosts_[1] = dst;
+  }
+  ~FlowTrace() {
+    for (MetaRoceHost* h : hosts_) h->endpoint().set_trace(nullptr, nullptr);
+    std::string ignored;
+    (void)close(ignored);
+  }
+  FlowTrace(const FlowTrace&) = delete;
+  FlowTrace& operator=(const FlowTrace&) = delete;
+
+  bool close(std::string& err) {
+    if (f_ == nullptr) return true;
+    const bool ok = std::fclose(f_) == 0 && !failed_;
+    f_ = nullptr;
+    if (!ok) err = "write error in the --trace-flow file";
+    return ok;
+  }
+
+ private:
+  struct Sink {
+    FlowTrace* self = nullptr;
+    uint32_t host = 0;
+  };
+
+  static const char* kind_name(TraceKind k) {
+    switch (k) {
+      case TraceKind::kSent: return "sent";
+      case TraceKind::kReceived: return "received";
+      case TraceKind::kDuplicate: return "duplicate";
+      case TraceKind::kAcked: return "acked";
+      case TraceKind::kLost: return "lost";
+      case TraceKind::kPathState: return "path_state";
+      case TraceKind::kPathRetired: return "path_retired";
+      case TraceKind::kNakSent: return "nak_sent";
+      case TraceKind::kNakReceived: return "nak_received";
+      case TraceKind::kConnState: return "conn_state";
+    }
+    return "unknown";
+  }
+
+  static void record(void* ctx, const TraceEvent& ev) {
+    auto* sink = static_cast<Sink*>(ctx);
+    FlowTrace& t = *sink->self;
+    if (t.f_ == nullptr) return;
+    if (std::fprintf(t.f_, "%.3f,%u,%u,%s,%u,%u,%u\n", static_cast<double>(ev.time.ns) * 1e-3,
+                     sink->host, ev.conn.v, kind_name(ev.kind), ev.path, ev.psn, ev.aux) < 0)
+      t.failed_ = true;
+  }
+
+  FILE* f_ = nullptr;
+  bool failed_ = false;
+  Sink sinks_[2];
+  MetaRoceHost* hosts_[2] = {};
+};
+
 // ------------------------------------------------------------------ SimOutput
 
 SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
@@ -381,6 +463,10 @@ SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
     watched = &watch;
   }
   if (!o.csv_dir.empty()) sampler_ = std::make_unique<Sampler>(sim, o.csv_dir, watched);
+  if (o.trace_flow >= 0)
+    trace_ = std::make_unique<FlowTrace>(
+        sim, static_cast<uint32_t>(o.trace_flow),
+        o.trace_path.empty() ? "trace-flow" + std::to_string(o.trace_flow) + ".csv" : o.trace_path);
 }
 
 SimOutput::~SimOutput() {
@@ -402,6 +488,8 @@ bool SimOutput::close(std::string& err) {
   }
   if (sampler_ && !sampler_->close(err)) ok = false;
   sampler_.reset();
+  if (trace_ && !trace_->close(err)) ok = false;
+  trace_.reset();
   return ok;
 }
 

@@ -705,7 +705,8 @@ TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
 TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   // One path; a 4-packet WRITE whose last packet is lost. The ACKs of the
   // first three arrive a round trip after all four left: they must not put
-  // the repair of the fourth back by that round trip.
+  // the repair of the fourth back by that round trip. Nor does the timer
+  // wait for a delayed ACK the last packet of a message never draws.
   EndpointConfig c = cfg(196);
   c.num_paths = 1;
   Loop loop(c, cfg(197));
@@ -739,9 +740,121 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_NE(resend_at, TimeNs::never());
   ASSERT_GT(srtt_then, 0u);
-  const uint64_t timer = srtt_then + srtt_then / 4 + c.ack_delay_ns;
+  // The lost packet ends its message, so the receiver would have acknowledged
+  // it at once (ACK-4): the timer has no ack_delay allowance.
+  const uint64_t timer = srtt_then + srtt_then / 4;
   EXPECT_GE(last_ack_at.since(start), 2 * loop.delay_ns);  // the late ACKs came
   EXPECT_LE(resend_at.since(start), timer + 1'000);        // from the transmission
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
+TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-2, LOSS-8
+  // One path; the 2nd packet of a 3-packet WRITE is lost. Only one later
+  // packet arrives, short of reorder_threshold (3), but a path delivers in
+  // order: the ACK that shows the gap has it resent srtt/4 later (LOSS-2's
+  // time form), not when the tail-loss timer would fire (srtt, its variance
+  // term and ack_delay after the path's last transmission), and with no
+  // PROBE, since it was not a tail.
+  EndpointConfig c = cfg(212);
+  c.num_paths = 1;
+  Loop loop(c, cfg(213));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x3e);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  }
+  int dropped = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++dropped == 2;
+  };
+  int data_sent = 0, probes = 0;
+  TimeNs last_new_at{0}, gap_ack_at = TimeNs::never(), resend_at = TimeNs::never();
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10 && gap_ack_at == TimeNs::never())
+      gap_ack_at = loop.now() + loop.delay_ns;  // when it reaches the sender
+    if (from != 0) return;
+    if (d[1] == 0x12) ++probes;
+    if (d[1] != 0x01) return;
+    if (++data_sent <= 3) {
+      last_new_at = loop.now();
+    } else if (resend_at == TimeNs::never()) {
+      resend_at = loop.now();
+      PathStats ps;
+      if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
+    }
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(data_sent, 4);  // three, and one resend
+  ASSERT_NE(resend_at, TimeNs::never());
+  ASSERT_NE(gap_ack_at, TimeNs::never());
+  ASSERT_GT(srtt_then, 0u);
+  EXPECT_GE(resend_at.since(gap_ack_at), srtt_then / 4 - 500);
+  EXPECT_LE(resend_at.since(gap_ack_at), srtt_then / 4 + 500);
+  // Sooner than the tail-loss timer, whose least is srtt + srtt/4 + ack_delay.
+  EXPECT_LT(resend_at.since(last_new_at), srtt_then + c.ack_delay_ns);
+  EXPECT_EQ(probes, 0);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->retransmissions, 1u);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
+}
+
+TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8
+  // Two paths; of a 4-packet WRITE the 3rd is lost and the 4th, the newest,
+  // goes on the other path and comes back. Nothing is left to send and only
+  // the 3rd's path has a packet in flight: its timer comes forward to srtt/4
+  // after that ACK, not the full tail-loss timer from its transmission.
+  EndpointConfig c = cfg(214);
+  c.num_paths = 2;
+  Loop loop(c, cfg(215));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples on both paths
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  }
+  int dropped = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++dropped == 3;
+  };
+  std::vector<int> slots;
+  std::vector<TimeNs> sent_at;
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return;
+    slots.push_back(d[3] & 31);
+    sent_at.push_back(loop.now());
+    PathStats ps;
+    if (slots.size() == 5 && loop.ep(0).path_stats(a, static_cast<size_t>(slots[2]), ps))
+      srtt_then = ps.srtt_ns;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_GE(slots.size(), 5u);
+  // The premise: the 3rd and the 4th on different paths, nothing after the
+  // 3rd on its own.
+  ASSERT_NE(slots[2], slots[3]);
+  ASSERT_GT(srtt_then, 0u);
+  const TimeNs resend_at = sent_at[4];
+  // The ACK for the 4th reached the sender a round trip after it left.
+  const TimeNs newest_acked_at = sent_at[3] + 2 * loop.delay_ns;
+  EXPECT_LE(resend_at.since(newest_acked_at), srtt_then / 4 + 1'000);
+  EXPECT_LT(resend_at.since(sent_at[2]), srtt_then + srtt_then / 4 + c.ack_delay_ns);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
@@ -987,21 +1100,24 @@ TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
 // before draining, its packets draw one ACK covering them all; CE-marked ones
 // fed packet by packet still draw one each (ACK-2), as the UDP driver does.
 TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
-  // Four packets on one path; the 2nd and 3rd are held back 5 and 8 us, as
-  // a sprayed message's packets arrive over paths of unequal queueing.
+  // Four packets on four paths; the 2nd path's and the 3rd's are held back 5
+  // and 8 us, as a sprayed message's packets arrive over paths of unequal
+  // queueing. (Held back on one path, later packets overtaking them would
+  // declare them lost: LOSS-2's time form.)
   EndpointConfig rc = cfg(191);
   rc.ack_every = 8;  // only ACK-4 and ACK-5 decide
   EndpointConfig sc = cfg(190);
-  sc.num_paths = 1;
+  sc.num_paths = 4;
   Loop loop(sc, rc);
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 4 * 4096, 0, 0x55);
   Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
-  int data_sent = 0;
+  std::vector<int> slots;
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || d[1] != 0x01) return 0;
-    const int k = data_sent++;
-    return k == 1 ? 5'000 : k == 2 ? 8'000 : 0;
+    const int slot = d[3] & 31;  // the path tag's slot (base header bytes 2-3)
+    slots.push_back(slot);
+    return slot == 1 ? 5'000 : slot == 2 ? 8'000 : 0;
   };
   const TimeNs t0 = loop.now();
   std::vector<uint64_t> acks_at;
@@ -1015,6 +1131,7 @@ TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
   // At 2 us the last packet (and the first) arrive: an ACK at once. At 7 us
   // the 2nd fills a gap but leaves the 3rd missing: no ACK yet. At 10 us the
   // 3rd fills the last gap: an ACK at once, not at 17 us (ack_delay).
+  ASSERT_EQ(slots, (std::vector<int>{0, 1, 2, 3}));  // the premise: one packet per path
   EXPECT_EQ(acks_at, (std::vector<uint64_t>{loop.delay_ns, loop.delay_ns + 8'000}));
   EXPECT_LT(loop.now().ns - t0.ns, 2 * loop.delay_ns + 8'000 + 1'000);
 }

@@ -239,6 +239,45 @@ TEST(Output, LeavesReportAndDigestUnchanged) {
   }
 }
 
+TEST(Trace, FlowTraceHasBothEndsAndLeavesTheDigestUnchanged) {
+  Simulation off(small("fattree16-perm-gray", TransportKind::kMetaRoce, 3));
+  off.run();
+  const fs::path dir = temp_dir("trace");
+  SimConfig cfg = small("fattree16-perm-gray", TransportKind::kMetaRoce, 3);
+  const FlowSpec spec = cfg.flows.at(2);
+  cfg.output.trace_flow = 2;
+  cfg.output.trace_path = (dir / "t.csv").string();
+  Simulation on(std::move(cfg));
+  on.run();
+  std::string err;
+  ASSERT_TRUE(on.close_output(err)) << err;
+  EXPECT_EQ(on.report().to_json(false), off.report().to_json(false));
+  const std::string t = slurp(dir / "t.csv");
+  EXPECT_EQ(t.substr(0, t.find('\n')),
+            "# flow 2: host " + std::to_string(spec.src) + " -> host " + std::to_string(spec.dst));
+  EXPECT_NE(t.find("\ntime_us,host,conn,event,path,psn,aux\n"), std::string::npos);
+  // The sender's data packets and the receiver's acceptance of them.
+  const std::string src = "," + std::to_string(spec.src) + ",";
+  const std::string dst = "," + std::to_string(spec.dst) + ",";
+  size_t sent = 0, received = 0;
+  for (size_t at = t.find('\n'); at != std::string::npos; at = t.find('\n', at + 1)) {
+    const std::string line = t.substr(at + 1, t.find('\n', at + 1) - at - 1);
+    const size_t host_at = line.find(',');
+    if (host_at == std::string::npos) continue;
+    const std::string host = line.substr(host_at, line.find(',', host_at + 1) - host_at + 1);
+    if (host == src && line.find(",sent,") != std::string::npos) ++sent;
+    if (host == dst && line.find(",received,") != std::string::npos) ++received;
+  }
+  const size_t packets = (spec.bytes + 4095) / 4096;
+  EXPECT_GE(sent, packets);
+  EXPECT_GE(received, packets);
+  // A baseline runs no engine: a clear error, not an empty file.
+  SimConfig rc = small("fattree16-perm-gray", TransportKind::kRoceV2, 3);
+  rc.output.trace_flow = 2;
+  rc.output.trace_path = (dir / "r.csv").string();
+  EXPECT_THROW(Simulation{std::move(rc)}, std::runtime_error);
+}
+
 TEST(Scheduler, ObserverNeitherCountsNorMovesTheClock) {
   struct Obs final : EventSource {
     Scheduler* s = nullptr;

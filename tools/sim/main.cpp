@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
                  "link whose queue goes into queues.csv (default: the --pcap link)");
   app.add_option("--csv-flows", out.sampled_flows,
                  "flows whose connection's per-path state goes into paths.csv (default 4)");
+  app.add_option("--trace-flow", out.trace_flow,
+                 "metaroce, spray-nocc: write the engine trace of both ends of flow N (as "
+                 "fcts.csv numbers flows) as CSV");
+  app.add_option("--trace-file", out.trace_path, "file for --trace-flow (default trace-flowN.csv)");
   app.add_option("--set", settings,
                  "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
                  "applied after the preset or config file");

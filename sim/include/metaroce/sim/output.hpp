@@ -1,8 +1,9 @@
 // Output beyond the report: a packet capture of one link (classic libpcap),
-// CSV time series (goodput, switch queues, per-path congestion state) and
-// per-flow completion times, and the names by which links are given on the
-// command line. Nothing here runs unless asked for: a run without --pcap and
-// --csv builds none of it and pays nothing per packet.
+// CSV time series (goodput, switch queues, per-path congestion state),
+// per-flow completion times, the engine trace of one flow, and the names by
+// which links are given on the command line. Nothing here runs unless asked
+// for: a run without --pcap, --csv and --trace-flow builds none of it and pays
+// nothing per packet.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,13 @@ struct OutputOptions {
   std::string watch_link;  // its queue goes into queues.csv (default: the pcap link)
   SimTime sample_interval = SimTime::from_us(5);
   uint32_t sampled_flows = 4;  // flows whose connection's paths go into paths.csv
-  [[nodiscard]] bool any() const { return !pcap_link.empty() || !csv_dir.empty(); }
+  // MetaRoCE: the engine trace (sent, received, acked, lost, path changes) of
+  // both ends of this flow goes into trace_path as CSV; -1: none.
+  int64_t trace_flow = -1;
+  std::string trace_path;
+  [[nodiscard]] bool any() const {
+    return !pcap_link.empty() || !csv_dir.empty() || trace_flow >= 0;
+  }
 };
 
 // A classic libpcap file: nanosecond-resolution magic (a1b23c4d), link type
@@ -92,10 +99,12 @@ class SimOutput {
  private:
   class Capture;
   class Sampler;
+  class FlowTrace;
   Simulation& sim_;
   std::unique_ptr<PcapFile> pcap_;
   std::unique_ptr<Capture> capture_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<FlowTrace> trace_;
   bool closed_ = false;
 };
 
