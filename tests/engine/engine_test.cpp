@@ -44,6 +44,17 @@ SendWr write_wr(const Buf& src, const Buf& dst, uint32_t len, uint64_t id = 1, s
   return wr;
 }
 
+// One-packet WRITEs, one at a time, so that the paths have RTT samples before
+// the case under test. False if one did not complete.
+bool warm_up_paths(Loop& loop, ConnId a, const Buf& src, const Buf& dst, uint64_t writes = 8) {
+  for (uint64_t i = 0; i < writes; ++i) {
+    if (loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)) != Status::kOk) return false;
+    std::vector<Completion> done;
+    if (!loop.run_until_completions(0, 1, done)) return false;
+  }
+  return true;
+}
+
 TEST(Engine, IdleConnectionIsSmall) {
   // Issue budget: 10,000 idle connections on one endpoint.
   const size_t idle = Endpoint::idle_connection_bytes();
@@ -714,11 +725,7 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 4 * 4096, 0, 0x3d);
   Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
-  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples
-    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
-    std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  }
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
   int data_sent = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01 && ++data_sent == 4;
@@ -762,11 +769,7 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 3 * 4096, 0, 0x3e);
   Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
-  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples
-    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
-    std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  }
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
   int dropped = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01 && ++dropped == 2;
@@ -820,11 +823,7 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
   Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
-  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples on both paths
-    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
-    std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  }
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
   int dropped = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01 && ++dropped == 3;
@@ -875,11 +874,7 @@ DarkPathRun run_with_a_dark_path(bool cc_enabled) {
   Buf src(loop.ep(0), 16 * 4096, 0, 0x4e);
   Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
   DarkPathRun out;
-  for (uint64_t i = 0; i < 8; ++i) {  // RTT samples on both paths, in turn
-    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
-    std::vector<Completion> done;
-    EXPECT_TRUE(loop.run_until_completions(0, 1, done));
-  }
+  EXPECT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths, in turn
   EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0_before));
   loop.drop = [](int from, const std::vector<uint8_t>& d) {
     return from == 0 && (d[3] & 31) == 0 && (d[1] == 0x01 || d[1] == 0x12);
