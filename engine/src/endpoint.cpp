@@ -275,11 +275,10 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
             // path is to blame. Look again a timer later; the RTO guards.
             p.tlp_deadline = now + tlp_answer_timeout(p);
           }
-        } else if (c.tx && reorder_gap(c, i)) {
+        } else if (c.tx && detect_losses(c, *c.tx, i, now, 1)) {
           // LOSS-2's time form: a later packet of the path was acknowledged
           // a quarter round trip ago and these were not. Lost, not a tail:
           // no probe is needed to find them.
-          detect_losses(c, *c.tx, i, now, 1);
           p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
         } else {
           c.tlp_owed |= 1u << i;  // LOSS-8

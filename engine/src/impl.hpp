@@ -156,17 +156,10 @@ struct Endpoint::Impl {
   // for every packet acknowledged, and its call cost a fifth of its work.
   [[gnu::always_inline]] inline void on_acked(detail::Connection& c, detail::TxCtx& t, uint32_t psn,
                                               TimeNs now, uint32_t& touched);
-  // LOSS-2: a packet of the path is still in flight while a later one was
-  // acknowledged (drops the ring's leading entries no longer in flight).
-  [[nodiscard]] bool reorder_gap(detail::Connection& c, uint8_t path) {
-    detail::Path& p = c.paths[path];
-    (void)trim_ring(c, path);
-    return p.any_acked && p.ring_head != p.next_pseq &&
-           static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) > 0;
-  }
   // LOSS-2 with a packet threshold: reorder_threshold from ACKs; 1 for its
   // time form, when the tail-loss timer that an ACK brought forward expires.
-  void detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now,
+  // True if it declared a packet lost.
+  bool detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now,
                      uint32_t threshold);
   // count_outcome: a loss of the path's own (not a timeout's, not a resend
   // chosen early); judge: hand it to on_path_loss (CC-7, PATH-5), which the

@@ -616,7 +616,7 @@ bool Endpoint::Impl::trim_ring(Connection& c, uint8_t path) {
   return p.next_pseq - p.ring_head < c.window();
 }
 
-void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now,
+bool Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs now,
                                    uint32_t packet_threshold) {
   detail::Path& p = c.paths[path];
   const auto threshold = static_cast<int32_t>(std::max<uint32_t>(packet_threshold, 1));
@@ -624,7 +624,8 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
   // walk; the acknowledged entries before the first in flight are dropped
   // later, by this walk or by trim_ring, which every other reader of the
   // ring tolerates (they skip entries no longer in flight).
-  if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) <= 0) return;
+  if (!p.any_acked || static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) <= 0) return false;
+  bool any = false;
   bool run = false;  // the entry before was declared lost here (PATH-5)
   while (p.ring_head != p.next_pseq) {
     TxRecord* r = in_flight_at(c, t, path, p.ring_head);
@@ -650,9 +651,10 @@ void Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
     // drop-tail queue's overflow) is one outcome; CC-7 cuts once for it
     // anyway (at most once per srtt).
     declare_lost(c, t, *r, now, false, true, !run);
-    run = true;
+    run = any = true;
     if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
   }
+  return any;
 }
 
 void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs now, bool timeout,
