@@ -109,7 +109,7 @@ void Port::enqueue(Packet* p, SimTime now) {
       }
     }
   }
-  if (p->trimmed && q_.trim_priority) {
+  if ((p->trimmed && q_.trim_priority) || p->control_class) {
     transmit_header(p, now);
     return;
   }
@@ -173,6 +173,8 @@ void Port::transmit_header(Packet* p, SimTime now) {
   if (tap != nullptr) [[unlikely]]
     tap->on_transmit(*p, *this, now, start);
   put_on_wire(p, header_busy_until_, header_pipe);
+  // The data lane's next start moved: whoever waits for it must hear when.
+  if (notify_idle || pfc_) net_.sched().schedule(*this, busy_until_);
 }
 
 void Port::put_on_wire(Packet* p, SimTime end, Pipe& lane) {
@@ -268,7 +270,7 @@ void Switch::receive(Packet* p, uint32_t in_port, SimTime now) {
     net_.pool().release(p);
     return;
   }
-  if (pfc_) {
+  if (pfc_ && !p->control_class) {
     uint64_t& b = ingress_[in_port];
     if (b + p->wire_bytes > pfc_limit_) {  // headroom exhausted: counted as a buffer drop
       ports[in_port]->drop(p, false);

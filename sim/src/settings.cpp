@@ -21,6 +21,7 @@ struct Setting {
 };
 
 uint64_t ns_from_us(double us) { return static_cast<uint64_t>(std::llround(us * 1000.0)); }
+SimTime time_from_us(double us) { return SimTime{static_cast<uint64_t>(std::llround(us * 1e6))}; }
 
 std::span<const Setting> table() {
   static const Setting t[] = {
@@ -91,6 +92,30 @@ std::span<const Setting> table() {
       {"queue.trim_allowance_bytes", "trimmed headers may take a port this far past buffer_bytes",
        0, 1e12, true,
        [](SimConfig& c, double v) { c.queue.trim_allowance_bytes = static_cast<uint64_t>(v); }},
+      {"rc.ecn_kmin",
+       "rocev2/irn: RED marking starts above this queue, bytes (not with --fabric-ecn)", 0, 1e12,
+       true, [](SimConfig& c, double v) { c.rc.ecn_kmin = static_cast<uint64_t>(v); }},
+      {"rc.ecn_kmax", "rocev2/irn: RED marking reaches rc.ecn_pmax here, bytes", 0, 1e12, true,
+       [](SimConfig& c, double v) { c.rc.ecn_kmax = static_cast<uint64_t>(v); }},
+      {"rc.ecn_pmax", "rocev2/irn: RED marking probability at rc.ecn_kmax", 0, 1, false,
+       [](SimConfig& c, double v) { c.rc.ecn_pmax = v; }},
+      {"rc.cnp_interval_us", "DCQCN: a receiver sends at most one CNP per flow this often", 0, 1e6,
+       false, [](SimConfig& c, double v) { c.rc.cnp_interval = time_from_us(v); }},
+      {"rc.g", "DCQCN: alpha gain", 0, 1, false, [](SimConfig& c, double v) { c.rc.g = v; }},
+      {"rc.alpha_timer_us", "DCQCN: alpha decays once per this interval without a CNP", 0.001, 1e6,
+       false, [](SimConfig& c, double v) { c.rc.alpha_timer = time_from_us(v); }},
+      {"rc.increase_timer_us", "DCQCN: rate-increase timer", 0.001, 1e6, false,
+       [](SimConfig& c, double v) { c.rc.increase_timer = time_from_us(v); }},
+      {"rc.byte_counter", "DCQCN: bytes sent per rate-increase step", 1, 1e12, true,
+       [](SimConfig& c, double v) { c.rc.byte_counter = static_cast<uint64_t>(v); }},
+      {"rc.fast_recovery_steps", "DCQCN: F, fast-recovery steps before additive increase", 0, 1000,
+       true, [](SimConfig& c, double v) { c.rc.fast_recovery_steps = static_cast<uint32_t>(v); }},
+      {"rc.rai_mbps", "DCQCN: additive increase, Mbit/s", 0, 1e7, true,
+       [](SimConfig& c, double v) { c.rc.rai_mbps = static_cast<uint64_t>(v); }},
+      {"rc.rhai_mbps", "DCQCN: hyper increase, Mbit/s", 0, 1e7, true,
+       [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }},
+      {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, true,
+       [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }},
       {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes", 4096, 1e12, true,
        [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,

@@ -392,6 +392,13 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   EXPECT_DOUBLE_EQ(c.inflight_cap_bdp, 1.5);
   EXPECT_EQ(c.queue.ecn_kmin, 20'000u);
   EXPECT_NE(settings_help().find("num_paths"), std::string::npos);
+  ASSERT_TRUE(apply_setting(c, "rc.byte_counter=32767", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "rc.increase_timer_us=2.5", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "rc.g=0.0625", err)) << err;
+  EXPECT_EQ(c.rc.byte_counter, 32'767u);
+  EXPECT_EQ(c.rc.increase_timer, SimTime::from_ps(2'500'000));
+  EXPECT_DOUBLE_EQ(c.rc.g, 0.0625);
+  EXPECT_FALSE(apply_setting(c, "rc.g=2", err));
 }
 
 TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {

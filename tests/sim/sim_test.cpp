@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <vector>
@@ -355,36 +356,48 @@ TEST(Trimming, IncastTrimsInsteadOfDropping) {
   EXPECT_GT(trims_echoed, 0u);
 }
 
-// TRIM-1's header queue (QueueSpec::trim_priority): a packet trimmed at a
-// full port reaches the next hop ahead of the data queued before it (though
-// not of the one on the wire: no preemption); without the header lane it
-// waits behind them. The ToR port toward host 1 of a k=4
-// fat-tree, five data packets filling its buffer, a sixth trimmed.
-TEST(Trimming, TrimmedHeadersOvertakeQueuedData) {
+// The ToR port toward host 1 of a k=4 fat-tree, with a sink at host 1 that
+// records what arrives, in order: for tests of one switch port's queueing.
+struct ArrivalRecord {
+  uint32_t src;
+  bool trimmed, control_class;
+};
+struct OnePortBench {
   struct Sink final : Node {
     PacketPool* pool = nullptr;
-    std::vector<std::pair<uint32_t, bool>> got;  // (sequence, trimmed)
+    std::vector<ArrivalRecord> got;
     void receive(Packet* p, uint32_t, SimTime) override {
-      got.emplace_back(p->src, p->trimmed);
+      got.push_back({p->src, p->trimmed, p->control_class});
       pool->release(p);
     }
   };
+  explicit OnePortBench(const QueueSpec& q)
+      : net(sched, fat_tree(4, LinkSpec{}, LinkSpec{}), q, 42), down(net.edge_port(1, true)) {
+    sink.pool = &net.pool();
+    net.attach_host(1, sink);  // edge 1: host 1's link; reverse: toward the host
+  }
+  Scheduler sched;
+  Network net;
+  Sink sink;
+  Port& down;
+};
+
+// TRIM-1's header queue (QueueSpec::trim_priority): a packet trimmed at a
+// full port reaches the next hop ahead of the data queued before it (though
+// not of the one on the wire: no preemption); without the header lane it
+// waits behind them. Five data packets fill the port's buffer, a sixth is
+// trimmed.
+TEST(Trimming, TrimmedHeadersOvertakeQueuedData) {
   for (const bool priority : {true, false}) {
-    const LinkSpec l{};
     constexpr uint32_t kWire = 4096 + 48 + kDefaultWireOverhead;
     QueueSpec q;
     q.buffer_bytes = 5 * kWire;
     q.trim = true;
     q.trim_priority = priority;
-    Scheduler s;
-    Network n(s, fat_tree(4, l, l), q, 42);
-    Sink sink;
-    sink.pool = &n.pool();
-    n.attach_host(1, sink);
-    Port& down = n.edge_port(1, true);  // edge 1: host 1's link; reverse: toward the host
-    ASSERT_EQ(down.pipe.to, &sink);
+    OnePortBench b(q);
+    ASSERT_EQ(b.down.pipe.to, &b.sink);
     for (uint32_t seq = 0; seq < 6; ++seq) {
-      Packet* p = n.pool().alloc();
+      Packet* p = b.net.pool().alloc();
       p->src = seq;
       p->dst = 1;
       p->dport = wire::kDefaultUdpPort;
@@ -394,18 +407,19 @@ TEST(Trimming, TrimmedHeadersOvertakeQueuedData) {
       p->trailer_len = 4;
       p->wire_bytes = kWire;
       p->ecn = 2;
-      down.enqueue(p, SimTime{0});
+      b.down.enqueue(p, SimTime{0});
     }
-    while (s.step()) {
+    while (b.sched.step()) {
     }
-    ASSERT_EQ(sink.got.size(), 6u) << "priority " << priority;
+    const auto& got = b.sink.got;
+    ASSERT_EQ(got.size(), 6u) << "priority " << priority;
     const auto trimmed =
-        std::find_if(sink.got.begin(), sink.got.end(), [](const auto& g) { return g.second; });
-    ASSERT_NE(trimmed, sink.got.end());
-    EXPECT_EQ(trimmed->first, 5u);
+        std::find_if(got.begin(), got.end(), [](const ArrivalRecord& g) { return g.trimmed; });
+    ASSERT_NE(trimmed, got.end());
+    EXPECT_EQ(trimmed->src, 5u);
     // With the lane: right behind the packet that was on the wire when it came.
-    EXPECT_EQ(trimmed - sink.got.begin(), priority ? 1 : 5) << "priority " << priority;
-    EXPECT_EQ(down.stats().trimmed, 1u);
+    EXPECT_EQ(trimmed - got.begin(), priority ? 1 : 5) << "priority " << priority;
+    EXPECT_EQ(b.down.stats().trimmed, 1u);
   }
 }
 
@@ -445,6 +459,47 @@ TEST(Baselines, OnePathPerConnection) {
   const uint16_t e = RcHost::entropy_of(5);
   EXPECT_EQ(e, RcHost::entropy_of(5));
   EXPECT_GE(e, 49152u);
+}
+
+// Flows that ECMP puts on the busiest link of a single-path run: each QP's
+// route walked hop by hop with the switches' own hash.
+uint32_t most_flows_on_one_link(Network& net, const std::vector<FlowSpec>& flows) {
+  std::map<const Port*, uint32_t> load;
+  uint32_t most = 0;
+  for (uint32_t f = 0; f < flows.size(); ++f) {
+    Port* p = &net.host_port(flows[f].src);
+    for (;;) {
+      most = std::max(most, ++load[p]);
+      auto* sw = dynamic_cast<Switch*>(p->pipe.to);
+      if (sw == nullptr) break;
+      p = sw->ports[sw->select_port(flows[f].src, flows[f].dst, RcHost::entropy_of(f), 4791)];
+    }
+  }
+  return most;
+}
+
+// The simulator's fidelity for single-path ECMP: with no rate control and
+// buffers that never drop, the run takes as long as the busiest link needs
+// to carry its flows one after another, which is what hash collisions cost
+// any one-path transport (the "about 5x at the tail" at k=16).
+TEST(Baselines, SinglePathRunTakesWhatItsBusiestLinkCarries) {
+  for (uint64_t seed : {1, 2, 3}) {
+    SimConfig c = preset("fattree16-perm", TransportKind::kIrn, seed);
+    c.rc.dcqcn = false;
+    c.queue.buffer_bytes = uint64_t{1} << 40;
+    Simulation sim(std::move(c));
+    const uint32_t most = most_flows_on_one_link(sim.net(), sim.config().flows);
+    sim.run();
+    const Report r = sim.report();
+    expect_all_complete(r);
+    EXPECT_EQ(r.drops, 0u);
+    EXPECT_GE(most, 2u) << "seed " << seed;  // 16 flows on 2-way ECMP collide
+    EXPECT_GE(r.completion_us, most * r.ideal_us) << "seed " << seed;
+    EXPECT_LE(r.completion_us, most * r.ideal_us * 1.35) << "seed " << seed;
+    std::printf("seed %llu: busiest link %u flows, completion %.1f us = %.2f x ideal\n",
+                static_cast<unsigned long long>(seed), most, r.completion_us,
+                r.completion_us / r.ideal_us);
+  }
 }
 
 TEST(Baselines, GoBackNRecoversFromGrayLoss) {
@@ -507,6 +562,35 @@ TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
   EXPECT_EQ(r.drops, 0u);
   EXPECT_GT(r.pfc_pauses, 0u);
   EXPECT_GT(r.pfc_pause_us, 100.0);  // most of the ~420 us transfer
+}
+
+// RoCEv2 deployments send CNPs in a strict-priority class of their own: a
+// PAUSE of the data class holds data, never the congestion feedback about it.
+TEST(Pfc, ControlClassPassesAPausedPort) {
+  QueueSpec q;
+  q.pfc = true;
+  OnePortBench b(q);
+  b.down.pfc_signal(true, SimTime{0});
+  b.sched.run(SimTime::from_us(1));
+  ASSERT_TRUE(b.down.paused());
+  for (const bool control : {false, true}) {
+    Packet* p = b.net.pool().alloc();
+    p->dst = 1;
+    p->wire_bytes = control ? 128 : 4096;
+    p->control_class = control;
+    b.down.enqueue(p, SimTime::from_us(1));
+  }
+  auto classes = [&b] {
+    std::vector<bool> c;
+    for (const ArrivalRecord& g : b.sink.got) c.push_back(g.control_class);
+    return c;
+  };
+  b.sched.run(SimTime::from_us(50));
+  ASSERT_EQ(classes(), std::vector<bool>{true});  // the CNP went; the data waits
+  b.down.pfc_signal(false, SimTime::from_us(50));
+  while (b.sched.step()) {
+  }
+  EXPECT_EQ(classes(), (std::vector<bool>{true, false}));
 }
 
 TEST(OtherTopologies, LeafSpineAndRailRouteEveryPair) {

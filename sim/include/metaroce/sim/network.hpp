@@ -186,8 +186,9 @@ class Port final : public EventSource {
   void deliver_to(Node* to, uint32_t to_port);
 
   Pipe pipe;
-  // Trimmed headers (QueueSpec::trim_priority): the same link, a lane of its
-  // own so that a header may overtake queued data.
+  // Trimmed headers (QueueSpec::trim_priority) and the network-control class
+  // (Packet::control_class): the same link, a lane of its own so that they
+  // may overtake queued or paused data.
   Pipe header_pipe;
   Node* owner;
   const uint32_t index;
@@ -196,7 +197,7 @@ class Port final : public EventSource {
  private:
   friend class Pipe;
   void transmit(Packet* p, SimTime now);         // starts serializing p now
-  void transmit_header(Packet* p, SimTime now);  // a trimmed header, ahead of queued data
+  void transmit_header(Packet* p, SimTime now);  // header lane: ahead of queued data
   void put_on_wire(Packet* p, SimTime end, Pipe& lane);
   void start_next(SimTime now);  // PFC: next queued packet, if allowed
   void apply_pause(bool pause, SimTime now);

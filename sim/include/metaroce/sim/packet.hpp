@@ -33,7 +33,11 @@ struct Packet {
   uint16_t header_len = 0;   // bytes of hdr[] before the payload
   uint8_t ecn = 0;           // IP ECN field (0 not-ECT, 2 ECT(0), 3 CE)
   bool trimmed = false;      // a switch cut the payload: the TRIMMED DSCP (spec TRIM-1)
-  uint8_t trailer_len = 0;   // bytes after the payload (the ICRC)
+  // Network-control class (RoCEv2 CNPs, DSCP 48 in deployments): strict
+  // priority in every queue and outside PFC's lossless class, so congestion
+  // feedback is neither queued behind nor paused with the data it is about.
+  bool control_class = false;
+  uint8_t trailer_len = 0;  // bytes after the payload (the ICRC)
   uint8_t trailer[4] = {};
   uint32_t hops = 0;
   uint16_t in_port = 0;  // ingress port at the current switch (PFC accounting)
@@ -53,6 +57,7 @@ class PacketPool {
     p->next = nullptr;
     p->hops = 0;
     p->trimmed = false;
+    p->control_class = false;
     ++live_;
     if (live_ > peak_) peak_ = live_;
     return p;
