@@ -48,6 +48,8 @@ struct HarnessOptions {
   // which rule (PATH-4 timeouts, PATH-5 loss rate), the path's loss rate and
   // RTT then, and how many paths each network path carries afterwards.
   bool trace_paths = false;
+  // PATH-8's interval in ms for both endpoints; negative: the engine's default.
+  double explore_ms = -1;
 };
 
 int run_engine(const EngineOptions& o);

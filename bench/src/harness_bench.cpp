@@ -59,6 +59,7 @@ PathConfig fabric_link() {
 
 Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fail_at) {
   HarnessConfig hc = HarnessConfig::two_nodes(o.paths, o.seed);
+  hc.net.hash_paths = o.fabric;  // bench/fabric's routers hash ports (policy 3)
   for (uint32_t i = 0; i < o.paths; ++i) {
     hc.net.paths[i] = o.fabric ? fabric_link() : path_config(i);
     hc.net.paths[i].loss = loss;
@@ -66,17 +67,18 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
   if (fail_path >= 0) hc.net.paths[static_cast<size_t>(fail_path)].down_at = fail_at;
   for (auto& e : hc.endpoints) {
     if (o.fabric) {
-      // The harness puts entropy e on link e % links, as hashing would.
+      // Entropies reach links by a seeded hash, as on bench/fabric.
       const uint64_t seed = e.seed;
       e = udp::Options{}.engine;
       e.seed = seed;
       e.num_paths = static_cast<uint8_t>(o.entropies);
-      continue;
+    } else {
+      e.num_paths = static_cast<uint8_t>(o.paths);
+      // Data-center timer scale: RTTs here are 4-40 us plus queueing.
+      e.recovery.min_rto_ns = 500 * kMicrosecond;
+      e.recovery.initial_rtt_ns = 50 * kMicrosecond;
     }
-    e.num_paths = static_cast<uint8_t>(o.paths);
-    // Data-center timer scale: RTTs here are 4-40 us plus queueing.
-    e.recovery.min_rto_ns = 500 * kMicrosecond;
-    e.recovery.initial_rtt_ns = 50 * kMicrosecond;
+    if (o.explore_ms >= 0) e.cc.explore_interval_ns = static_cast<uint64_t>(o.explore_ms * 1e6);
   }
   Harness h(hc);
   // The first timeout-declared loss or path state change after the fault is

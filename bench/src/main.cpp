@@ -33,6 +33,11 @@ int main(int argc, char** argv) {
   harness
       ->add_option("--entropies", ho.entropies, "--fabric: paths per connection (entropy values)")
       ->check(CLI::Range(1u, 32u));
+  harness
+      ->add_option("--explore-ms", ho.explore_ms,
+                   "PATH-8: how often a busy connection moves its slowest path (0: never; "
+                   "default: the engine's)")
+      ->check(CLI::Range(0.0, 1e6));
   harness->add_flag("--trace-paths", ho.trace_paths,
                     "print the lossy run's path state changes and retirements to stderr");
   harness->add_flag("--json", ho.json, "print one JSON object");

@@ -20,6 +20,7 @@ inline constexpr uint32_t kPacketOverhead = 64;    // bytes charged per packet o
 inline constexpr uint16_t kRespSlotFlag = 0x8000;  // TxRecord::slot names a READ response job
 inline constexpr uint32_t kFix = 1u << 16;         // fixed-point one for alpha and loss EWMA
 inline constexpr uint32_t kNoSlot = UINT32_MAX;
+inline constexpr uint8_t kNoPath = 0xff;
 // Room for the longest data headers (WRITE_IMM: 48 bytes), copied whole.
 inline constexpr size_t kHeaderTemplateSize =
     wire::kBaseHeaderSize + wire::kMessageHeaderSize + wire::kRdmaHeaderSize + wire::kImmSize;
@@ -177,6 +178,10 @@ struct Connection {
   uint8_t rr_next = 0;
   uint8_t attempts = 0;
   bool timer_dirty = false;  // deadline to recompute (Impl::flush_timers)
+  // PATH-8: the slot emptying before it moves to a new entropy (kNoPath:
+  // none), and when the next one may be chosen (0: not yet timed).
+  uint8_t draining_slot = kNoPath;
+  TimeNs next_explore{0};
 
   // Control packets owed.
   struct Owed {

@@ -35,6 +35,8 @@ struct Endpoint::Impl {
   // The path the ACK in hand echoes a congestion signal for (CC-2), 0xff for
   // none: set afresh by on_ack and on_nak before anything reads it.
   uint8_t signalled_slot = 0xff;
+  // The ACK on_ack is handling (LOSS-2's echo test); null while a NAK is.
+  const wire::AckBody* ack_in_hand = nullptr;
   TimeNs last_now{0};  // the latest time an input or output call carried
   wire::Packet rx_packet;
   wire::AckBody tx_ack;
@@ -190,7 +192,7 @@ struct Endpoint::Impl {
     const detail::Path& p = c.paths[i];
     if (cfg.cc.max_inflight_packets == 0 && p.inflight == 0 && p.state == PathState::kActive &&
         !p.held && (p.cwnd >= packet_cost(c.mtu) || now >= p.next_send) &&
-        p.next_pseq - p.ring_head < c.window() && i != avoid) {
+        p.next_pseq - p.ring_head < c.window() && i != avoid && i != c.draining_slot) {
       c.rr_next = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1);
       return i;
     }
@@ -258,6 +260,20 @@ struct Endpoint::Impl {
   void on_path_echo(detail::Connection& c, const wire::AckBody& ack, TimeNs now);
   void on_path_loss(detail::Connection& c, uint8_t path, TimeNs now);
   void retire_path(detail::Connection& c, uint8_t path, TimeNs now);
+  // PATH-6's new entropy, generation and probe, for a retired or explored path.
+  void renew_path(detail::Connection& c, uint8_t path, TimeNs now);
+  // PATH-8. Rarely runs (once per explore interval, or while a path drains):
+  // kept out of the ACK path it is called from.
+  [[gnu::noinline, gnu::cold]] void explore(detail::Connection& c, TimeNs now);
+  // LOSS-2: whether the ACK being handled echoes r's latest transmission:
+  // its PSN, on r's path, in that path's current generation. Asked only of
+  // resent PSNs.
+  [[nodiscard]] bool echo_names_latest(const detail::Connection& c,
+                                       const detail::TxRecord& r) const {
+    const wire::AckBody* a = ack_in_hand;
+    return a != nullptr && a->echo_psn == r.psn && !(a->flags & wire::kAckEchoProbe) &&
+           c.echoed_slot(a->echo_path_tag) == r.path;
+  }
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
   void arm_rto(detail::Connection& c, detail::Path& p, TimeNs now);
   // x / loss_window_packets (PATH-5's EWMA gain), for every packet

@@ -66,7 +66,7 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     if (!p.has_rtt) {
       p.srtt = rtt;
       p.rttvar = rtt / 2;
-      p.min_rtt = rtt;
+      p.min_rtt = p.min_rtt != 0 ? std::min(p.min_rtt, rtt) : rtt;  // PATH-8 keeps one
       p.has_rtt = true;
     } else {
       const uint64_t err = p.srtt > rtt ? p.srtt - rtt : rtt - p.srtt;
@@ -130,8 +130,69 @@ void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
 }
 
 void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
-  Path& p = c.paths[path];
   lose_path_inflight(c, path, now, false);
+  const uint16_t old = c.paths[path].entropy;
+  renew_path(c, path, now);
+  Path& p = c.paths[path];
+  ++p.stats.retirements;
+  ++c.stats.path_retirements;
+  trace(now, TraceKind::kPathRetired, c, path, p.entropy, old);
+}
+
+// PATH-8. Paths are spread over links by a hash of their entropy, so a few
+// of them can leave a link with no path at all (16 paths on 4 links: one run
+// in 25), and nothing then tells the sender: every path it has is equally
+// busy. Now and then the slowest path (least cwnd / srtt) is moved to a new
+// entropy: a path that lands on an idle link grows there and stays the
+// fastest, while one that lands on a busy link is soon the slowest again.
+// The path first drains (no new data) so that moving it loses nothing.
+void Endpoint::Impl::explore(Connection& c, TimeNs now) {
+  if (c.draining_slot != detail::kNoPath) {
+    const uint8_t slot = c.draining_slot;
+    Path& p = c.paths[slot];
+    // A retirement meanwhile already moved it; a path in trouble keeps its
+    // packets' recovery until they are acknowledged or declared lost.
+    if (p.state != PathState::kActive || p.inflight == 0) c.draining_slot = detail::kNoPath;
+    if (p.state == PathState::kActive && p.inflight == 0) {
+      const uint16_t old = p.entropy;
+      const uint64_t srtt = p.srtt, rttvar = p.rttvar, min_rtt = p.min_rtt;
+      renew_path(c, slot, now);
+      // The same two hosts: the probe waits as long as the path's packets
+      // did, not the initial RTT's timeout, which a deep queue outlasts
+      // (PATH-4 would count that a timeout); and queueing delay (CC-5) is
+      // measured from the base RTT the old path saw, not from the first
+      // sample, which a busy link's queue inflates.
+      Path& q = c.paths[slot];
+      q.srtt = srtt;
+      q.rttvar = rttvar;
+      q.min_rtt = min_rtt;
+      q.probe_deadline = now + path_rto(c, q);
+      ++q.stats.explorations;
+      ++c.stats.path_explorations;
+      trace(now, TraceKind::kPathExplored, c, slot, q.entropy, old);
+    }
+    return;
+  }
+  const uint64_t interval = cfg.cc.explore_interval_ns;
+  if (interval == 0 || c.state != detail::ConnState::kEstablished) return;
+  const bool first = c.next_explore.ns == 0;
+  c.next_explore = now + interval;
+  if (first) return;  // the clock starts with the first ACK
+  int slowest = -1;
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    const Path& p = c.paths[i];
+    // Only among settled paths: one still probing is being moved already.
+    if (p.state != PathState::kActive || !p.has_rtt) return;
+    const Path* s = slowest < 0 ? nullptr : &c.paths[static_cast<size_t>(slowest)];
+    if (s == nullptr || uint64_t{p.cwnd} * s->srtt < uint64_t{s->cwnd} * p.srtt) slowest = i;
+  }
+  if (slowest < 0 || c.num_paths < 2) return;
+  c.draining_slot = static_cast<uint8_t>(slowest);
+  explore(c, now);  // an empty path moves at once
+}
+
+void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now) {
+  Path& p = c.paths[path];
   const uint16_t old = p.entropy;
   const uint32_t range = uint32_t{cfg.entropy_max} - cfg.entropy_min + 1;
   uint16_t fresh = old;
@@ -156,9 +217,6 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   p.rttvar = cfg.recovery.initial_rtt_ns / 2;
   p.probe_deadline = now + path_rto(c, p);
   c.probe_owed |= 1u << path;
-  ++p.stats.retirements;
-  ++c.stats.path_retirements;
-  trace(now, TraceKind::kPathRetired, c, path, fresh, old);
   mark_ready(c);
 }
 

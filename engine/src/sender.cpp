@@ -73,7 +73,8 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   uint8_t i = c.rr_next < n ? c.rr_next : 0;
   for (uint8_t k = 0; k < n; ++k, i = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1)) {
     detail::Path& p = c.paths[i];
-    if (p.state != PathState::kActive || p.held) continue;  // LOSS-8: held until it answers
+    // LOSS-8: held until it answers; PATH-8: draining before it moves.
+    if (p.state != PathState::kActive || p.held || i == c.draining_slot) continue;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
     if (p.inflight > 0 ? p.inflight >= p.cwnd : (p.cwnd < need && now < p.next_send)) continue;
     if (p.next_pseq - p.ring_head >= c.window() && !trim_ring(c, i)) continue;
@@ -100,7 +101,7 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   bool other_active = false;
   for (uint8_t k = 0; fallback >= 0 && k < n && !other_active; ++k) {
     const detail::Path& p = c.paths[k];
-    other_active = k != avoid && p.state == PathState::kActive && !p.held;
+    other_active = k != avoid && p.state == PathState::kActive && !p.held && k != c.draining_slot;
   }
   if (fallback >= 0 && !other_active) {
     c.rr_next = static_cast<uint8_t>(fallback + 1 == n ? 0 : fallback + 1);
@@ -237,7 +238,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   r.path = path;
   r.pseq = p.next_pseq++;
   r.flags = detail::kRecInFlight;
-  r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + 1) : 1;
+  r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + (r.tx_count < 255)) : 1;  // LOSS-2
   ring_at(c, t, path, r.pseq) = psn;
   if (p.inflight == 0) arm_rto(c, p, now);
   // LOSS-8: no allowance for a delayed ACK when the packet draws one at once.
@@ -404,7 +405,14 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     detail::Path& p = c.paths[r.path];
     const uint32_t cost = packet_cost(r.len);
     p.inflight -= std::min(p.inflight, cost);
-    if (!p.any_acked || static_cast<int32_t>(r.pseq - p.highest_acked_pseq) > 0) {
+    // LOSS-2 orders a path's transmissions by what came back. A PSN sent
+    // more than once may have been delivered by an earlier transmission on
+    // another path (a late original after a spurious resend): its
+    // acknowledgement says nothing about this path's order, and counting it
+    // would declare everything sent here before the resend lost; unless the
+    // ACK's echo names this very transmission.
+    if ((r.tx_count == 1 || echo_names_latest(c, r)) &&
+        (!p.any_acked || static_cast<int32_t>(r.pseq - p.highest_acked_pseq) > 0)) {
       p.highest_acked_pseq = r.pseq;
       p.any_acked = true;
     }
@@ -465,6 +473,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   // after, by a destructor: its unwinding path cost ~15 instructions per
   // data packet.)
   signalled_slot = 0xff;
+  ack_in_hand = &p.ack;
   on_path_echo(c, p.ack, now);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
@@ -502,6 +511,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   if (t.sq_seg == t.sq_tail && t.resp_seg == t.resp_tail && t.retx_head == t.retx_tail &&
       c.cum_acked != c.next_psn)
     chase_lone_tail(c, t, now);
+  if (now >= c.next_explore || c.draining_slot != detail::kNoPath) explore(c, now);
   complete_sends(c);
   release_resp_jobs(c);
 }
@@ -584,6 +594,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   }
   uint32_t touched = 0;
   signalled_slot = 0xff;  // CC-2: a NAK echoes no congestion signal
+  ack_in_hand = nullptr;  // nor names a transmission (LOSS-2)
   if (before(c.cum_acked, p.nak.cum_psn) && !before(c.next_psn, p.nak.cum_psn))
     advance_cum(c, t, p.nak.cum_psn, now, touched);
   complete_sends(c);

@@ -20,6 +20,9 @@ struct CcConfig {
   uint64_t target_queue_delay_ns = 50 * kMicrosecond;  // CC-5
   uint32_t max_delay_decrease_pct = 50;                // at most one halving per RTT (CC-5)
   uint32_t max_inflight_packets = 0;  // CC-9: cap on the sum over paths, 0: none (set near the BDP)
+  // PATH-8: how often a busy connection moves its slowest path to a new
+  // entropy, so that paths hashed onto the same links find unused ones. 0: never.
+  uint64_t explore_interval_ns = 20 * kMillisecond;
 };
 
 // Loss recovery and path health (spec LOSS-*, PATH-*).

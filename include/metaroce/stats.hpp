@@ -24,7 +24,8 @@ struct PathStats {
   uint64_t losses = 0;           // packets sent here and declared lost
   uint64_t trims = 0;            // packets sent here echoed ECHO_TRIMMED and resent (TRIM-3)
   uint64_t timeouts = 0;         // retransmission timeouts
-  uint64_t retirements = 0;      // times this slot's entropy was replaced
+  uint64_t retirements = 0;      // times this slot's entropy was replaced as failed (PATH-6)
+  uint64_t explorations = 0;     // times it was moved to a new entropy to explore (PATH-8)
   uint64_t probes_sent = 0;
   uint64_t srtt_ns = 0;
   uint64_t min_rtt_ns = 0;
@@ -50,6 +51,7 @@ struct ConnStats {
   uint64_t trimmed_received = 0;  // data packets that arrived cut to their headers (TRIM-2)
   uint64_t trims_echoed = 0;      // packets of ours ECHO_TRIMMED declared lost (TRIM-3)
   uint64_t path_retirements = 0;
+  uint64_t path_explorations = 0;  // PATH-8
   uint64_t timeouts = 0;
   uint64_t out_of_window = 0;  // data packets dropped outside the PSN window (SEQ-4)
   uint64_t rnr_naks_sent = 0;

@@ -422,6 +422,7 @@ class SimOutput::FlowTrace {
       case TraceKind::kLost: return "lost";
       case TraceKind::kPathState: return "path_state";
       case TraceKind::kPathRetired: return "path_retired";
+      case TraceKind::kPathExplored: return "path_explored";
       case TraceKind::kNakSent: return "nak_sent";
       case TraceKind::kNakReceived: return "nak_received";
       case TraceKind::kConnState: return "conn_state";

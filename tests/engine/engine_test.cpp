@@ -811,6 +811,124 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
   EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
 }
 
+TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
+  // Two paths. The first data packet of a WRITE is held 60 us on path 0:
+  // the packets after it on that path overtake it and it is resent on path
+  // 1, behind packets still in flight there. Then the original arrives. Its
+  // acknowledgement does not say which transmission got there, so it must
+  // not count as path 1's newest delivery: path 1's earlier packets are not
+  // lost. Only the resend arrives twice. (Counted as path 1's, it had 29 of
+  // them declared lost and resent, each arriving twice: a late original on
+  // bench/fabric's deep queues set off such a cascade.)
+  EndpointConfig c = cfg(216);
+  c.num_paths = 2;
+  Loop loop(c, cfg(217));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kLen = 256 * 4096;
+  Buf src(loop.ep(0), kLen, 0, 0x40);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  // Each path a link that takes 2 us per packet, path 1 longer: its
+  // packets are in flight across the resend.
+  bool hold = false;
+  std::array<TimeNs, 2> link_free{};
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != 0x01) return 0;
+    if (hold) {  // the held packet: late, past the link's queue
+      hold = false;
+      return 60'000;
+    }
+    const int slot = d[3] & 1;
+    const uint64_t base = slot == 1 ? 40'000 : 20'000;
+    TimeNs& free_at = link_free[static_cast<size_t>(slot)];
+    const TimeNs arrive = std::max(loop.now() + base, free_at + 2'000);
+    free_at = arrive;
+    return arrive.since(loop.now());
+  };
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 16));  // both paths' RTTs known
+  hold = true;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 98)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_FALSE(hold);
+  loop.run_until([] { return false; }, 1'000'000);  // the late original arrives
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->retransmissions, 1u);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 1u);
+  PathStats slow;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, slow));
+  EXPECT_EQ(slow.losses, 0u);
+}
+
+// PATH-8's test bed: two links of 2 us per packet, path 1's 40 us longer
+// (the slower), and a 4 MiB WRITE that keeps both busy for about 2 ms.
+struct ExploreOutcome {
+  std::vector<uint8_t> moved;  // slots, in the order they moved
+  PathStats slow_before, slow_after;
+  ConnStats conn;
+  bool ok = false;
+};
+
+ExploreOutcome run_explore(uint64_t interval_ns) {
+  ExploreOutcome out;
+  EndpointConfig c = cfg(218);
+  c.num_paths = 2;
+  c.cc.explore_interval_ns = interval_ns;
+  Loop loop(c, cfg(219));
+  loop.delay_ns = 5'000;
+  std::array<TimeNs, 2> link_free{};
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;  // data and PROBEs
+    const int slot = d[3] & 1;
+    TimeNs& free_at = link_free[static_cast<size_t>(slot)];
+    const TimeNs arrive = std::max(loop.now(), free_at + 2'000);
+    free_at = arrive;
+    return arrive.since(loop.now()) + (slot == 1 ? 40'000 : 0);
+  };
+  auto [a, b] = loop.connect();
+  if (!loop.ep(0).path_stats(a, 1, out.slow_before)) return out;
+  loop.ep(0).set_trace(
+      [](void* ctx, const TraceEvent& ev) {
+        if (ev.kind == TraceKind::kPathExplored)
+          static_cast<ExploreOutcome*>(ctx)->moved.push_back(ev.path);
+      },
+      &out);
+  constexpr uint32_t kLen = 1024 * 4096;
+  Buf src(loop.ep(0), kLen, 0, 0x41);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  if (loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97)) != Status::kOk) return out;
+  std::vector<Completion> done;
+  if (!loop.run_until_completions(0, 1, done)) return out;
+  out.ok = done[0].status == Status::kOk && src.bytes == dst.bytes &&
+           loop.ep(0).path_stats(a, 1, out.slow_after);
+  out.conn = *loop.ep(0).conn_stats(a);
+  return out;
+}
+
+TEST(Engine, SlowestPathMovesToANewEntropyOnceEmpty) {  // PATH-8
+  // Every explore interval the slowest path (least cwnd / srtt) stops taking
+  // data, and once nothing is in flight on it takes a new entropy and
+  // probes; nothing is resent for it.
+  const ExploreOutcome r = run_explore(500'000);
+  ASSERT_TRUE(r.ok);
+  ASSERT_FALSE(r.moved.empty());
+  EXPECT_EQ(r.moved[0], 1u);  // the slow one first
+  EXPECT_NE(r.slow_after.entropy, r.slow_before.entropy);
+  EXPECT_GE(r.slow_after.explorations, 1u);
+  EXPECT_EQ(r.slow_after.retirements, 0u);
+  EXPECT_EQ(r.conn.path_explorations, r.moved.size());
+  EXPECT_EQ(r.conn.retransmissions, 0u);
+  EXPECT_EQ(r.conn.path_retirements, 0u);
+  // Off: the same run moves nothing.
+  const ExploreOutcome off = run_explore(0);
+  ASSERT_TRUE(off.ok);
+  EXPECT_TRUE(off.moved.empty());
+  EXPECT_EQ(off.conn.path_explorations, 0u);
+  EXPECT_EQ(off.slow_after.entropy, off.slow_before.entropy);
+}
+
 TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8
   // Two paths; of a 4-packet WRITE the 3rd is lost and the 4th, the newest,
   // goes on the other path and comes back. Nothing is left to send and only

@@ -4,7 +4,10 @@
 // how to read byte 1 (the opcode) for the failover counter.
 //
 // Path selection: a datagram with entropy e (its UDP source port) goes on path
-// e % N, like a switch doing ECMP with modulo hashing of the source port.
+// e % N, like a switch doing ECMP with modulo hashing of the source port; or,
+// with NetworkConfig::hash_paths, on path hash(e, seed) % N, like Linux's L4
+// multipath hash with its per-boot key: consecutive ports then land anywhere,
+// and a few values may leave a path unused.
 //
 // Each link (src node, dst node, path) is a FIFO:
 //   * serialization at `rate_bps` (wire size = datagram + overhead_bytes),
@@ -70,6 +73,8 @@ struct NetworkConfig {
   // dropped at delivery instead of handed to the node. Off by default, so
   // corruption reaches the endpoint and exercises its ICRC check.
   bool udp_checksum = false;
+  // Paths chosen by a seeded hash of the entropy instead of entropy % N.
+  bool hash_paths = false;
 };
 
 // Counters of one link (one path, one direction).
@@ -142,10 +147,13 @@ class Network {
 
   [[nodiscard]] uint32_t num_nodes() const { return cfg_.num_nodes; }
   [[nodiscard]] uint32_t num_paths() const { return static_cast<uint32_t>(cfg_.paths.size()); }
-  [[nodiscard]] uint32_t path_of(uint16_t entropy) const { return entropy % num_paths(); }
+  [[nodiscard]] uint32_t path_of(uint16_t entropy) const {
+    if (!cfg_.hash_paths) return entropy % num_paths();
+    return static_cast<uint32_t>(mix_seed(cfg_.seed, 0x6563'6d70, entropy) % num_paths());
+  }
   [[nodiscard]] const NetworkConfig& config() const { return cfg_; }
 
-  // Offers a datagram to link (src, dst, entropy % N) at time `now`. Returns
+  // Offers a datagram to link (src, dst, path_of(entropy)) at time `now`. Returns
   // false when it was dropped on entry (down, drop-tail or random loss); a
   // duplicate copy may still have been queued. ecn is the IP ECN codepoint.
   bool send(uint32_t src, uint32_t dst, uint16_t entropy, uint8_t ecn,
