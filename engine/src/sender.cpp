@@ -719,7 +719,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   // so a dead link costs one RTO of traffic, not three.
   p.state = PathState::kProbing;
   p.fresh = false;
-  c.probe_owed |= 1u << path;
+  c.owe.probe |= 1u << path;
   p.probe_deadline = now + path_rto(c, p);
   trace(now, TraceKind::kPathState, c, path, p.entropy, static_cast<uint32_t>(p.state));
 }
