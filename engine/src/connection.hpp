@@ -80,6 +80,8 @@ inline constexpr uint8_t kRecInFlight = 0x01;
 inline constexpr uint8_t kRecAcked = 0x02;
 inline constexpr uint8_t kRecQueued = 0x04;  // waiting in the retransmit queue
 
+// post_send sets every field in place (no clearing of the whole entry first):
+// a field added here is to be set there too.
 struct SqEntry {
   SendWr wr;
   const uint8_t* local = nullptr;  // resolved local buffer (source, or READ target)

@@ -46,14 +46,19 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   if (t.sq_tail - t.sq_head >= cfg.sq_depth) return Status::kQueueFull;
   detail::SqEntry& e = t.sq[t.sq_tail & t.sq_mask];
   if (t.hdr_slot == (t.sq_tail & t.sq_mask)) t.hdr_slot = detail::kNoSlot;  // a new message
-  e = detail::SqEntry{};
+  // Each field set in place: `e = SqEntry{}` first cleared the whole entry
+  // (a rep stos per message), to overwrite most of it at once.
   e.wr = wr;
   e.local = local;
   e.read_target = wr.op == WrOpcode::kRead ? const_cast<uint8_t*>(local) : nullptr;
+  e.npkts = e.sent = e.first_psn = e.resp_pkts = e.resp_received = 0;
+  e.msn = 0;
   if (wr.op == WrOpcode::kSend || wr.op == WrOpcode::kSendImm || wr.op == WrOpcode::kWriteImm)
     e.msn = c.next_rsn++;
   else if (wr.op == WrOpcode::kRead)
     e.msn = c.next_read_seq++;
+  e.status = Status::kOk;
+  e.failed = false;
   ++t.sq_tail;
   ++c.sq_count;
   return Status::kOk;
