@@ -81,6 +81,8 @@ inline constexpr uint8_t kRecInFlight = 0x01;
 inline constexpr uint8_t kRecAcked = 0x02;
 inline constexpr uint8_t kRecQueued = 0x04;  // waiting in the retransmit queue
 
+// post_send sets every field in place (no clearing of the whole entry first):
+// a field added here is to be set there too.
 struct SqEntry {
   SendWr wr;
   const uint8_t* local = nullptr;  // resolved local buffer (source, or READ target)
@@ -183,13 +185,15 @@ struct Connection {
   uint8_t draining_slot = kNoPath;
   TimeNs next_explore{0};
 
-  // Control packets owed.
+  // Control packets owed, in one block of two words: every poll asks whether
+  // any is (owes_control), and two loads and an OR answer.
   struct Owed {
     bool connect = false, accept = false, disconnect = false, nak = false;
+    uint32_t probe = 0;  // bit per path slot
+    uint32_t tlp = 0;    // bit per path slot: tail-loss probes (LOSS-8)
+    uint32_t spare = 0;  // always zero: completes the second word
   };
   Owed owe;
-  uint32_t probe_owed = 0;  // bit per path slot
-  uint32_t tlp_owed = 0;    // bit per path slot: tail-loss probes (LOSS-8)
   wire::NakBody nak;
   uint16_t nak_entropy = 0;
   Status error = Status::kOk;
@@ -239,12 +243,12 @@ struct Connection {
     return static_cast<uint8_t>(std::countr_one(window_mask));
   }
   void set_window_log2(uint8_t log2) { window_mask = static_cast<uint16_t>((1u << log2) - 1); }
-  // Whether anything in `owe` is set: asked on every poll, so one load.
+  // Whether anything in `owe` is set: asked on every poll, so two loads.
   [[nodiscard]] bool owes_control() const {
-    static_assert(sizeof(Owed) == sizeof(uint32_t));
-    uint32_t v;
-    std::memcpy(&v, &owe, sizeof v);
-    return v != 0;
+    static_assert(sizeof(Owed) == 2 * sizeof(uint64_t));
+    uint64_t v[2];
+    std::memcpy(v, &owe, sizeof v);
+    return (v[0] | v[1]) != 0;
   }
   [[nodiscard]] uint32_t wmask() const { return window_mask; }
 };

@@ -281,7 +281,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
           // no probe is needed to find them.
           p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
         } else {
-          c.tlp_owed |= 1u << i;  // LOSS-8
+          c.owe.tlp |= 1u << i;  // LOSS-8
           p.tlp_deadline = TimeNs::never();
           // LOSS-8: the path's oldest packet goes again on another path now,
           // rather than one probe round trip later; the path takes no new
@@ -304,7 +304,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
           retire_path(c, i, now);
         } else {
-          c.probe_owed |= 1u << i;
+          c.owe.probe |= 1u << i;
           p.probe_deadline = now + path_rto(c, p);
         }
       }
@@ -342,7 +342,7 @@ template <bool gather>
 bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   // Cheap tests first: most calls find nothing to send.
   out.payload = {};
-  const bool control = c.owes_control() || (c.probe_owed | c.tlp_owed);
+  const bool control = c.owes_control();
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&

@@ -187,10 +187,10 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     h = wire::write_nak(buf, base_header(c, wire::Opcode::kNak, now), c.nak);
     ++c.stats.naks_sent;
     trace(now, TraceKind::kNakSent, c, 0, c.nak.nak_psn, c.nak.code);
-  } else if ((c.probe_owed | c.tlp_owed) != 0 && c.state == ConnState::kEstablished) {
-    const bool tlp = c.probe_owed == 0;
-    const auto slot = static_cast<uint8_t>(__builtin_ctz(tlp ? c.tlp_owed : c.probe_owed));
-    (tlp ? c.tlp_owed : c.probe_owed) &= ~(1u << slot);
+  } else if ((c.owe.probe | c.owe.tlp) != 0 && c.state == ConnState::kEstablished) {
+    const bool tlp = c.owe.probe == 0;
+    const auto slot = static_cast<uint8_t>(__builtin_ctz(tlp ? c.owe.tlp : c.owe.probe));
+    (tlp ? c.owe.tlp : c.owe.probe) &= ~(1u << slot);
     detail::Path& p = c.paths[slot];
     wire::BaseHeader bh = base_header(c, wire::Opcode::kProbe, now);
     bh.flags |= wire::kFlagAckRequested;

@@ -39,7 +39,7 @@ struct Endpoint::Impl {
   const wire::AckBody* ack_in_hand = nullptr;
   TimeNs last_now{0};  // the latest time an input or output call carried
   wire::Packet rx_packet;
-  wire::AckBody tx_ack;
+  std::array<uint64_t, wire::kMaxSackWords> tx_sack{};  // the ACK being built (emit_ack)
   TraceFn trace_fn = nullptr;
   void* trace_ctx = nullptr;
 
@@ -249,6 +249,22 @@ struct Endpoint::Impl {
   // then has one caller, emit_for<gather>, and is inlined into it.
   template <bool gather>
   bool emit_ack(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // emit_ack's rare case, out of line so that the usual one makes no call.
+  [[gnu::noinline]] bool emit_sack_ack(detail::Connection& c, const detail::Echo& e, TimeNs now,
+                                       std::span<uint8_t> buf, TxDatagram& out);
+  // The end of emit_ack, once the ACK is written (len 0: it did not fit).
+  [[gnu::always_inline]] bool ack_built(detail::Connection& c, const detail::Echo& e, size_t h,
+                                        size_t len, TxDatagram& out) {
+    out.entropy = e.entropy;  // ACK-7
+    out.header_len = h;
+    out.len = len;
+    if (c.echo_count == 0) {
+      c.unacked = 0;
+      c.ack_deadline = TimeNs::never();
+    }
+    ++c.stats.acks_sent;
+    return len > 0;
+  }
   void complete_recvs(detail::Connection& c);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
 

@@ -38,6 +38,7 @@ Status MrTable::remove(uint32_t lkey) {
   r.valid = false;
   any_removed_ = true;
   last_index_ = kNone;
+  granted_ = Granted{};
   return Status::kOk;
 }
 

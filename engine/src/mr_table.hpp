@@ -37,9 +37,16 @@ class MrTable {
   [[nodiscard]] bool any_removed() const { return any_removed_; }
 
   // Remote access check (PLACE-2, READ-2): the whole range [addr, addr+len)
-  // must lie inside the region named by rkey, which must grant `need`.
+  // must lie inside the region named by rkey, which must grant `need` (some
+  // access bit: never 0).
   [[nodiscard]] uint8_t* remote(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t need,
                                 Status& why) const {
+    // Every packet of a message asks about the same range (the message's),
+    // so the last range granted is remembered with its answer: the checks
+    // below then run once per message, not once per packet.
+    if (rkey == granted_.rkey && addr == granted_.addr && len == granted_.len &&
+        need == granted_.need)
+      return granted_.ptr;
     // Consecutive packets almost always name the same region (a message
     // spans many): remember the last rkey found and skip the hash probe.
     const uint32_t index = rkey == last_rkey_ && last_index_ != kNone ? last_index_ : lookup(rkey);
@@ -57,7 +64,8 @@ class MrTable {
       why = Status::kRemoteOutOfBounds;
       return nullptr;
     }
-    return r.base + (addr - base);
+    granted_ = Granted{rkey, addr, len, r.base + (addr - base), need};
+    return granted_.ptr;
   }
 
   [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
@@ -82,6 +90,13 @@ class MrTable {
   std::vector<Slot> hash_;  // power-of-two size, load <= 1/2
   size_t hash_used_ = 0;
   bool any_removed_ = false;
+  // The last range remote() granted; need 0 (never asked for) while none is.
+  struct Granted {
+    uint64_t rkey = 0, addr = 0, len = 0;
+    uint8_t* ptr = nullptr;
+    uint32_t need = 0;
+  };
+  mutable Granted granted_;
   mutable uint64_t last_rkey_ = 0;
   mutable uint32_t last_index_ = kNone;  // region of last_rkey_; kNone after a remove
 };

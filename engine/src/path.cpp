@@ -216,7 +216,7 @@ void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now) {
   p.srtt = cfg.recovery.initial_rtt_ns;
   p.rttvar = cfg.recovery.initial_rtt_ns / 2;
   p.probe_deadline = now + path_rto(c, p);
-  c.probe_owed |= 1u << path;
+  c.owe.probe |= 1u << path;
   mark_ready(c);
 }
 

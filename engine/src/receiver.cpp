@@ -68,39 +68,35 @@ bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf,
   const detail::Echo e = c.echoes[0];
   for (uint8_t i = 1; i < c.echo_count; ++i) c.echoes[i - 1] = c.echoes[i];
   --c.echo_count;
-  // Reused: a fresh AckBody zeroes all its SACK words, and write_ack reads
-  // only the first sack_words of them.
-  wire::AckBody& a = tx_ack;
-  a.sack_words = 0;
-  a.cum_psn = c.rx_cum;
-  a.echo_psn = e.psn;
-  a.echo_tsval = e.tsval;
-  a.echo_path_tag = e.tag;
-  a.flags = e.flags;
-  // ACK-8: the fewest words that reach the highest PSN received.
-  if (c.rx && before(c.rx_cum + 1, c.rx_high)) {
-    const uint32_t span = c.rx_high - (c.rx_cum + 1);
-    const uint32_t words = std::min<uint32_t>(wire::kMaxSackWords, (span + 63) / 64);
-    a.sack_words = static_cast<uint8_t>(words);
-    for (uint32_t j = 0; j < words; ++j) {
-      const uint32_t base = c.rx_cum + 1 + 64 * j;
-      a.sack[j] = detail::bits64(c.rx->bits, base, c.wmask()) & detail::low_bits(c.rx_high - base);
-    }
-  }
-  wire::BaseHeader bh = base_header(c, wire::Opcode::kAck, now);
-  const size_t h = wire::write_ack(buf, bh, a);
-  out.entropy = e.entropy;  // ACK-7
-  out.header_len = h;
-  out.len = finish(buf, h, 0);
-  if (c.echo_count == 0) {
-    c.unacked = 0;
-    c.ack_deadline = TimeNs::never();
-  }
-  ++c.stats.acks_sent;
-  return out.len > 0;
+  // ACK-8: SACK words only when something beyond rx_cum arrived. Nearly every
+  // ACK has none and is built here without a call, so without the register
+  // saves that a call on the way would cost.
+  if (c.rx && before(c.rx_cum + 1, c.rx_high)) return emit_sack_ack(c, e, now, buf, out);
+  // The fields straight from the echo, not through an AckBody: the header's
+  // stores may alias it, so each field was stored there and loaded back.
+  const size_t h = wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn,
+                                   e.tsval, e.tag, e.flags, {});
+  constexpr size_t kPlainAck = wire::kBaseHeaderSize + wire::kAckFixedSize;
+  return ack_built(c, e, h, h == kPlainAck ? wire::detail::seal_fixed<kPlainAck>(buf) : 0, out);
 }
 template bool Endpoint::Impl::emit_ack<false>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
 template bool Endpoint::Impl::emit_ack<true>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
+
+// emit_ack with SACK words: ACK-8, the fewest words that reach the highest
+// PSN received.
+bool Endpoint::Impl::emit_sack_ack(Connection& c, const detail::Echo& e, TimeNs now,
+                                   std::span<uint8_t> buf, TxDatagram& out) {
+  const uint32_t span = c.rx_high - (c.rx_cum + 1);
+  const uint32_t words = std::min<uint32_t>(wire::kMaxSackWords, (span + 63) / 64);
+  for (uint32_t j = 0; j < words; ++j) {
+    const uint32_t base = c.rx_cum + 1 + 64 * j;
+    tx_sack[j] = detail::bits64(c.rx->bits, base, c.wmask()) & detail::low_bits(c.rx_high - base);
+  }
+  const size_t h =
+      wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn, e.tsval, e.tag,
+                      e.flags, std::span<const uint64_t>(tx_sack.data(), words));
+  return ack_built(c, e, h, finish(buf, h, 0), out);
+}
 
 void Endpoint::Impl::on_probe(Connection& c, const RxDatagram& dg, const wire::Packet& p,
                               TimeNs now) {

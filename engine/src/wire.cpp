@@ -289,21 +289,29 @@ void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len
 
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack) {
   const uint8_t words = ack.sack_words > kMaxSackWords ? kMaxSackWords : ack.sack_words;
-  const size_t n = header_size(Opcode::kAck, words);
+  return write_ack(out, bh, ack.cum_psn, ack.echo_psn, ack.echo_tsval, ack.echo_path_tag, ack.flags,
+                   std::span<const uint64_t>(ack.sack.data(), words));
+}
+
+size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, uint32_t cum_psn, uint32_t echo_psn,
+                 uint32_t echo_tsval, uint16_t echo_path_tag, uint8_t flags,
+                 std::span<const uint64_t> sack) {
+  const size_t words = sack.size() > kMaxSackWords ? kMaxSackWords : sack.size();
+  const size_t n = header_size(Opcode::kAck, static_cast<uint8_t>(words));
   if (out.size() < n) return 0;
   uint8_t* p = out.data();
   BaseHeader b = bh;
   b.opcode = Opcode::kAck;
   put_base(p, b);
   uint8_t* q = p + kBaseHeaderSize;
-  store32(q, ack.cum_psn);
-  store32(q + 4, ack.echo_psn);
-  store32(q + 8, ack.echo_tsval);
-  store16(q + 12, ack.echo_path_tag);
-  q[14] = ack.flags;
-  q[15] = words;
+  store32(q, cum_psn);
+  store32(q + 4, echo_psn);
+  store32(q + 8, echo_tsval);
+  store16(q + 12, echo_path_tag);
+  q[14] = flags;
+  q[15] = static_cast<uint8_t>(words);
   store32(q + 16, 0);
-  for (size_t i = 0; i < words; ++i) store64(q + kAckFixedSize + 8 * i, ack.sack[i]);
+  for (size_t i = 0; i < words; ++i) store64(q + kAckFixedSize + 8 * i, sack[i]);
   return n;
 }
 

@@ -202,6 +202,12 @@ void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, 
 void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len, uint64_t rkey,
                            uint32_t imm);
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack);
+// write_ack with the fixed fields passed one by one and the SACK words (at
+// most kMaxSackWords are written) from `sack`: for a sender that builds an ACK
+// per packet, where filling an AckBody first costs a store and a reload per field.
+size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, uint32_t cum_psn, uint32_t echo_psn,
+                 uint32_t echo_tsval, uint16_t echo_path_tag, uint8_t flags,
+                 std::span<const uint64_t> sack);
 size_t write_nak(std::span<uint8_t> out, const BaseHeader& bh, const NakBody& nak);
 size_t write_probe(std::span<uint8_t> out, const BaseHeader& bh);
 size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const ConnectBody& body);

@@ -4,6 +4,7 @@
 // property tests on the harness (tests/property).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "loop.hpp"
@@ -292,6 +293,25 @@ TEST(Engine, DeregisteredKeyIsRejected) {  // MR: bad key after deregistration
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   EXPECT_EQ(done[0].status, Status::kRemoteBadKey);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
+}
+// The receiver remembers the last range it granted (MrTable::remote): a
+// deregistration must end that grant, for the very same range.
+TEST(Engine, DeregisteredKeyIsRejectedAfterUse) {  // MR: bad key after deregistration
+  Loop loop(cfg(52), cfg(53));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 1);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 9);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  std::fill(dst.bytes.begin(), dst.bytes.end(), uint8_t{9});
+  ASSERT_EQ(loop.ep(1).deregister_memory(dst.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  EXPECT_EQ(done[1].status, Status::kRemoteBadKey);
   for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
 }
 
