@@ -415,6 +415,7 @@ struct Common {
   uint32_t ack_every = 0;        // engine ack_every (ACK-1); 0: the engine default
   uint32_t min_rto_us = 0;       // LOSS-4 min_rto; 0: the driver's default
   uint32_t target_delay_us = 0;  // CC-5 target queue delay; 0: the driver's default
+  int64_t explore_ms = -1;       // PATH-8 interval; 0: off, negative: the engine's default
   bool busy = false;             // never sleep: poll the sockets continuously
   uint32_t spin_us = 50;         // otherwise poll this long before sleeping
   Idler idler() const {
@@ -439,6 +440,8 @@ metaroce::udp::Options make_options(const Common& c) {
     o.engine.recovery.min_rto_ns = uint64_t{c.min_rto_us} * metaroce::kMicrosecond;
   if (c.target_delay_us != 0)
     o.engine.cc.target_queue_delay_ns = uint64_t{c.target_delay_us} * metaroce::kMicrosecond;
+  if (c.explore_ms >= 0)
+    o.engine.cc.explore_interval_ns = static_cast<uint64_t>(c.explore_ms) * metaroce::kMillisecond;
   o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
   o.entropy_base = c.entropy_base;
   o.gso = !c.no_gso;
@@ -780,6 +783,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["data_packets_sent"] = cst.data_packets_sent;
     j["losses_declared"] = cst.losses_declared;
     j["path_retirements"] = cst.path_retirements;
+    j["path_explorations"] = cst.path_explorations;
     j["ce_received"] = cst.ce_received;
     j["verify"] = a.tp.verify;
     j["verify_errors"] = verify_errors;
@@ -807,6 +811,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                     {"losses", p.losses},
                     {"timeouts", p.timeouts},
                     {"retirements", p.retirements},
+                    {"explorations", p.explorations},
                     {"probes", p.probes_sent},
                     {"cwnd_bytes", p.cwnd_bytes},
                     {"retired", p.retirements > 0}});
@@ -844,13 +849,15 @@ int run_client(const ClientArgs& a, const Common& common) {
                   result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0);
     print_io(io);
     std::printf(
-        "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  retired\n");
+        "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");
     for (size_t i = 0; i < paths.size(); ++i) {
       const auto& p = paths[i];
       std::printf(
-          "  %4zu %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64 "  %s\n", i,
-          p.entropy, p.state == metaroce::PathState::kActive ? "active" : "probing", p.packets_sent,
-          p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses,
+          "  %4zu %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64 " %6" PRIu64
+          "  %s\n",
+          i, p.entropy, p.state == metaroce::PathState::kActive ? "active" : "probing",
+          p.packets_sent, p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses,
+          p.explorations,
           p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
     }
   }
@@ -887,6 +894,10 @@ int main(int argc, char** argv) {
                     "LOSS-4 min_rto in microseconds (the sending end's setting counts)");
     sub->add_option("--target-delay-us", common.target_delay_us,
                     "CC-5 target queue delay in microseconds (the sending end's setting counts)");
+    sub->add_option("--explore-ms", common.explore_ms,
+                    "PATH-8: move the slowest path to a new entropy this often, in ms (0: never; "
+                    "default 20; the sending end's setting counts)")
+        ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
     sub->add_option("--ack-every", common.ack_every,
                     "ACK after this many data packets (ACK-1; the receiving end's setting counts)");
   };
