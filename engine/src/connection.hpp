@@ -181,9 +181,8 @@ struct Connection {
   uint8_t attempts = 0;
   bool timer_dirty = false;  // deadline to recompute (Impl::flush_timers)
   // PATH-8: the slot emptying before it moves to a new entropy (kNoPath:
-  // none), and when the next one may be chosen (0: not yet timed).
+  // none); read for every packet sent, so kept here, not in `explore`.
   uint8_t draining_slot = kNoPath;
-  TimeNs next_explore{0};
 
   // Control packets owed, in one block of two words: every poll asks whether
   // any is (owes_control), and two loads and an OR answer.
@@ -224,6 +223,19 @@ struct Connection {
   // CC-6: the largest window of a path, bytes (Impl::set_cwnd_floor). Here,
   // it fills the padding before the contexts.
   uint32_t max_cwnd = 0;
+
+  // PATH-8: a move is a trial, measured against the interval before it.
+  struct Exploration {
+    TimeNs next{0};           // next tick; 0: not started; never: a moved path is not back yet
+    TimeNs mark_time{0};      // start of the window being measured
+    uint64_t mark_acked = 0;  // packets acknowledged on all paths by mark_time
+    uint64_t before_acked = 0, before_ns = 0;  // the window before the move
+    uint16_t old_entropy = 0;                  // the moved path's entropy before the move
+    uint8_t trial = kNoPath;                   // the moved path, until its trial is judged
+    uint8_t backoff = 0;                       // failed trials in a row: the interval doubles
+    bool reverting = false;                    // the draining path goes back to old_entropy
+  };
+  Exploration explore;
 
   std::unique_ptr<TxCtx> tx;
   std::unique_ptr<RxCtx> rx;

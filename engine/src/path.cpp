@@ -59,6 +59,7 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     p.fresh = false;
     p.slow_start = true;
     trace(now, TraceKind::kPathState, c, slot, p.entropy, static_cast<uint32_t>(p.state));
+    explore_moved_path_back(c, slot, now);  // PATH-8
   }
   // LOSS-6: the sample is exact because the echo names this generation.
   const uint64_t rtt = static_cast<uint32_t>(static_cast<uint32_t>(now.ns) - ack.echo_tsval);
@@ -143,20 +144,34 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
 // of them can leave a link with no path at all (16 paths on 4 links: one run
 // in 25), and nothing then tells the sender: every path it has is equally
 // busy. Now and then the slowest path (least cwnd / srtt) is moved to a new
-// entropy: a path that lands on an idle link grows there and stays the
-// fastest, while one that lands on a busy link is soon the slowest again.
-// The path first drains (no new data) so that moving it loses nothing.
+// entropy, as a trial: the connection's delivery rate in a short window once
+// the path is back is compared with the interval before the move, and a move
+// that lost more than 1/16 of it is undone (the path returns to its old
+// entropy) and the next trial waits twice as long. A path that lands on an
+// idle link raises the rate and stays; moving a path that had a link to
+// itself empties that link, and is undone. A path drains (takes no new data
+// until nothing is in flight on it) before it moves, so moving loses nothing.
+namespace {
+uint64_t packets_acked(const Connection& c) {
+  uint64_t n = 0;
+  for (uint8_t i = 0; i < c.num_paths; ++i) n += c.paths[i].stats.packets_acked;
+  return n;
+}
+}  // namespace
+
 void Endpoint::Impl::explore(Connection& c, TimeNs now) {
+  Connection::Exploration& x = c.explore;
   if (c.draining_slot != detail::kNoPath) {
     const uint8_t slot = c.draining_slot;
     Path& p = c.paths[slot];
-    // A retirement meanwhile already moved it; a path in trouble keeps its
-    // packets' recovery until they are acknowledged or declared lost.
+    // A path in trouble keeps its packets' recovery (PATH-4 may move it).
     if (p.state != PathState::kActive || p.inflight == 0) c.draining_slot = detail::kNoPath;
+    if (p.state != PathState::kActive) x.reverting = false;
     if (p.state == PathState::kActive && p.inflight == 0) {
       const uint16_t old = p.entropy;
       const uint64_t srtt = p.srtt, rttvar = p.rttvar, min_rtt = p.min_rtt;
-      renew_path(c, slot, now);
+      renew_path(c, slot, now, x.reverting ? x.old_entropy : -1);
+      x.reverting = false;
       // The same two hosts: the probe waits as long as the path's packets
       // did, not the initial RTT's timeout, which a deep queue outlasts
       // (PATH-4 would count that a timeout); and queueing delay (CC-5) is
@@ -175,9 +190,33 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   }
   const uint64_t interval = cfg.cc.explore_interval_ns;
   if (interval == 0 || c.state != detail::ConnState::kEstablished) return;
-  const bool first = c.next_explore.ns == 0;
-  c.next_explore = now + interval;
-  if (first) return;  // the clock starts with the first ACK
+  const uint64_t acked = packets_acked(c);
+  const uint64_t window_acked = acked - x.mark_acked;
+  const uint64_t window_ns = now.since(x.mark_time);
+  const bool first = x.next.ns == 0;
+  x.mark_acked = acked;
+  x.mark_time = now;
+  if (first) {  // the clock starts with the first ACK
+    x.next = now + interval;
+    return;
+  }
+  if (x.trial != detail::kNoPath) {  // the window after a move ended: judge it
+    const uint8_t slot = x.trial;
+    x.trial = detail::kNoPath;
+    const bool worse = window_acked * x.before_ns * 16 < x.before_acked * window_ns * 15;
+    const bool better = window_acked * x.before_ns * 16 > x.before_acked * window_ns * 17;
+    if (worse && c.paths[slot].state == PathState::kActive) {
+      x.backoff = static_cast<uint8_t>(std::min(x.backoff + 1, 6));
+      x.reverting = true;
+      c.draining_slot = slot;
+    } else if (better) {
+      x.backoff = 0;
+    }
+    x.next = now + (interval << x.backoff);
+    if (x.reverting) explore(c, now);  // an empty path moves back at once
+    return;
+  }
+  x.next = now + (interval << x.backoff);
   int slowest = -1;
   for (uint8_t i = 0; i < c.num_paths; ++i) {
     const Path& p = c.paths[i];
@@ -186,17 +225,36 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
     const Path* s = slowest < 0 ? nullptr : &c.paths[static_cast<size_t>(slowest)];
     if (s == nullptr || uint64_t{p.cwnd} * s->srtt < uint64_t{s->cwnd} * p.srtt) slowest = i;
   }
-  if (slowest < 0 || c.num_paths < 2) return;
+  if (slowest < 0 || c.num_paths < 2 || window_acked == 0) return;
+  x.before_acked = window_acked;
+  x.before_ns = window_ns;
+  x.trial = static_cast<uint8_t>(slowest);
+  x.old_entropy = c.paths[static_cast<size_t>(slowest)].entropy;
+  x.next = TimeNs::never();  // until the moved path is back
   c.draining_slot = static_cast<uint8_t>(slowest);
   explore(c, now);  // an empty path moves at once
 }
 
-void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now) {
+// The moved path answered its probe: the window its trial is judged by
+// starts now, a quarter interval long.
+void Endpoint::Impl::explore_moved_path_back(Connection& c, uint8_t slot, TimeNs now) {
+  Connection::Exploration& x = c.explore;
+  if (slot != x.trial || x.next != TimeNs::never()) return;
+  x.mark_acked = packets_acked(c);
+  x.mark_time = now;
+  x.next = now + std::max<uint64_t>(cfg.cc.explore_interval_ns / 4, 1);
+}
+
+void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int entropy) {
   Path& p = c.paths[path];
   const uint16_t old = p.entropy;
   const uint32_t range = uint32_t{cfg.entropy_max} - cfg.entropy_min + 1;
-  uint16_t fresh = old;
-  for (int tries = 0; tries < 64; ++tries) {  // PATH-6: not in use by another path
+  // An asked-for entropy (PATH-8's return), unless another path took it meanwhile.
+  bool draw = entropy < 0;
+  for (uint8_t i = 0; i < c.num_paths && !draw; ++i)
+    draw = i != path && c.paths[i].entropy == static_cast<uint16_t>(entropy);
+  uint16_t fresh = draw ? old : static_cast<uint16_t>(entropy);
+  for (int tries = 0; draw && tries < 64; ++tries) {  // PATH-6: not in use by another path
     fresh = draw_entropy(rng, cfg);
     bool used = fresh == old;
     for (uint8_t i = 0; i < c.num_paths && !used; ++i) used = c.paths[i].entropy == fresh;

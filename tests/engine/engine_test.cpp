@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <numeric>
 
 #include "loop.hpp"
@@ -882,33 +884,48 @@ TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
   EXPECT_EQ(slow.losses, 0u);
 }
 
-// PATH-8's test bed: two links of 2 us per packet, path 1's 40 us longer
-// (the slower), and a 4 MiB WRITE that keeps both busy for about 2 ms.
+// PATH-8's test bed: two links, each a FIFO that takes `gap_ns` per packet,
+// and a route from entropy to link, as a hashing switch would have it. A
+// 4 MiB WRITE over two paths keeps them busy for a few ms.
+struct TestLink {
+  uint64_t gap_ns, delay_ns;
+};
 struct ExploreOutcome {
-  std::vector<uint8_t> moved;  // slots, in the order they moved
-  PathStats slow_before, slow_after;
+  std::vector<uint8_t> moved;  // slots, in the order they moved (a return counts)
+  std::array<uint16_t, 2> entropy_before{}, entropy_after{};
   ConnStats conn;
   bool ok = false;
 };
 
-ExploreOutcome run_explore(uint64_t interval_ns) {
+ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
+                           const std::function<int(uint16_t entropy, uint16_t path0_entropy,
+                                                   uint16_t path1_entropy)>& route) {
   ExploreOutcome out;
   EndpointConfig c = cfg(218);
   c.num_paths = 2;
   c.cc.explore_interval_ns = interval_ns;
   Loop loop(c, cfg(219));
   loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  for (size_t i = 0; i < 2; ++i) {
+    PathStats ps;
+    if (!loop.ep(0).path_stats(a, i, ps)) return out;
+    out.entropy_before[i] = ps.entropy;
+  }
   std::array<TimeNs, 2> link_free{};
+  uint16_t sent_entropy = 0;
+  loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    sent_entropy = tx.entropy;
+  };
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;  // data and PROBEs
-    const int slot = d[3] & 1;
-    TimeNs& free_at = link_free[static_cast<size_t>(slot)];
-    const TimeNs arrive = std::max(loop.now(), free_at + 2'000);
+    const int l = route(sent_entropy, out.entropy_before[0], out.entropy_before[1]);
+    const TestLink& link = links[static_cast<size_t>(l)];
+    TimeNs& free_at = link_free[static_cast<size_t>(l)];
+    const TimeNs arrive = std::max(loop.now(), free_at + link.gap_ns);
     free_at = arrive;
-    return arrive.since(loop.now()) + (slot == 1 ? 40'000 : 0);
+    return arrive.since(loop.now()) + link.delay_ns;
   };
-  auto [a, b] = loop.connect();
-  if (!loop.ep(0).path_stats(a, 1, out.slow_before)) return out;
   loop.ep(0).set_trace(
       [](void* ctx, const TraceEvent& ev) {
         if (ev.kind == TraceKind::kPathExplored)
@@ -918,35 +935,57 @@ ExploreOutcome run_explore(uint64_t interval_ns) {
   constexpr uint32_t kLen = 1024 * 4096;
   Buf src(loop.ep(0), kLen, 0, 0x41);
   Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
-  if (loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97)) != Status::kOk) return out;
+  for (uint64_t i = 0; i < 4; ++i)
+    if (loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97 + i)) != Status::kOk) return out;
   std::vector<Completion> done;
-  if (!loop.run_until_completions(0, 1, done)) return out;
-  out.ok = done[0].status == Status::kOk && src.bytes == dst.bytes &&
-           loop.ep(0).path_stats(a, 1, out.slow_after);
+  if (!loop.run_until_completions(0, 4, done)) return out;
+  out.ok = src.bytes == dst.bytes;
+  for (const Completion& d : done) out.ok = out.ok && d.status == Status::kOk;
+  for (size_t i = 0; i < 2; ++i) {
+    PathStats ps;
+    out.ok = out.ok && loop.ep(0).path_stats(a, i, ps);
+    out.entropy_after[i] = ps.entropy;
+  }
   out.conn = *loop.ep(0).conn_stats(a);
   return out;
 }
 
-TEST(Engine, SlowestPathMovesToANewEntropyOnceEmpty) {  // PATH-8
-  // Every explore interval the slowest path (least cwnd / srtt) stops taking
-  // data, and once nothing is in flight on it takes a new entropy and
-  // probes; nothing is resent for it.
-  const ExploreOutcome r = run_explore(500'000);
+TEST(Engine, MovedPathThatFindsAnIdleLinkStays) {  // PATH-8
+  // Both paths start on link 0; every other entropy leads to link 1, idle.
+  // A move there raises the delivery rate: it is kept. Nothing is resent
+  // for moving (a path moves once nothing is in flight on it).
+  const auto route = [](uint16_t e, uint16_t e0, uint16_t e1) {
+    return e == e0 || e == e1 ? 0 : 1;
+  };
+  const ExploreOutcome r = run_explore(500'000, {TestLink{2'000, 0}, TestLink{2'000, 0}}, route);
   ASSERT_TRUE(r.ok);
   ASSERT_FALSE(r.moved.empty());
-  EXPECT_EQ(r.moved[0], 1u);  // the slow one first
-  EXPECT_NE(r.slow_after.entropy, r.slow_before.entropy);
-  EXPECT_GE(r.slow_after.explorations, 1u);
-  EXPECT_EQ(r.slow_after.retirements, 0u);
+  const bool left =
+      r.entropy_after[0] != r.entropy_before[0] || r.entropy_after[1] != r.entropy_before[1];
+  EXPECT_TRUE(left) << "the move to the idle link was undone";
   EXPECT_EQ(r.conn.path_explorations, r.moved.size());
   EXPECT_EQ(r.conn.retransmissions, 0u);
   EXPECT_EQ(r.conn.path_retirements, 0u);
   // Off: the same run moves nothing.
-  const ExploreOutcome off = run_explore(0);
+  const ExploreOutcome off = run_explore(0, {TestLink{2'000, 0}, TestLink{2'000, 0}}, route);
   ASSERT_TRUE(off.ok);
   EXPECT_TRUE(off.moved.empty());
   EXPECT_EQ(off.conn.path_explorations, 0u);
-  EXPECT_EQ(off.slow_after.entropy, off.slow_before.entropy);
+}
+
+TEST(Engine, MoveThatEmptiesALinkIsUndone) {  // PATH-8
+  // Path 1 alone on link 1, slower than link 0 (the slowest path, so the
+  // one moved); every new entropy leads to link 0. The move leaves link 1
+  // empty and the rate falls: path 1 goes back to its old entropy.
+  const auto route = [](uint16_t e, uint16_t, uint16_t e1) { return e == e1 ? 1 : 0; };
+  const ExploreOutcome r =
+      run_explore(500'000, {TestLink{2'000, 0}, TestLink{6'000, 20'000}}, route);
+  ASSERT_TRUE(r.ok);
+  ASSERT_GE(r.moved.size(), 2u);
+  EXPECT_EQ(r.moved[0], 1u);
+  EXPECT_EQ(r.moved[1], 1u);  // and back
+  EXPECT_EQ(r.entropy_after[1], r.entropy_before[1]);
+  EXPECT_EQ(r.conn.retransmissions, 0u);
 }
 
 TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8
