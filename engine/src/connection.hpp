@@ -114,6 +114,20 @@ struct TxCtx {
   std::vector<uint32_t> path_rings;  // num_paths x W psns, in send order per path
   std::vector<uint32_t> retx;        // W psns, FIFO
   uint32_t retx_head = 0, retx_tail = 0;
+  // PATH-8: a move is a trial, measured against the interval before it.
+  // Here, not in Connection: only a sending connection explores, and an idle
+  // one starts afresh.
+  struct Exploration {
+    TimeNs next{0};           // next tick; 0: not started; never: a moved path is not back yet
+    TimeNs mark_time{0};      // start of the window being measured
+    uint64_t mark_acked = 0;  // packets acknowledged on all paths by mark_time
+    uint64_t before_acked = 0, before_ns = 0;  // the window before the move
+    uint16_t old_entropy = 0;                  // the moved path's entropy before the move
+    uint8_t trial = kNoPath;                   // the moved path, until its trial is judged
+    uint8_t backoff = 0;                       // failed trials in a row: the interval doubles
+    bool reverting = false;                    // the draining path goes back to old_entropy
+  };
+  Exploration explore;
   // The send queue and READ responses are rings of power-of-two capacity
   // (at least the configured depth), indexed by masking the free-running
   // counters: a modulo by a run-time size was a division on every packet.
@@ -223,19 +237,6 @@ struct Connection {
   // CC-6: the largest window of a path, bytes (Impl::set_cwnd_floor). Here,
   // it fills the padding before the contexts.
   uint32_t max_cwnd = 0;
-
-  // PATH-8: a move is a trial, measured against the interval before it.
-  struct Exploration {
-    TimeNs next{0};           // next tick; 0: not started; never: a moved path is not back yet
-    TimeNs mark_time{0};      // start of the window being measured
-    uint64_t mark_acked = 0;  // packets acknowledged on all paths by mark_time
-    uint64_t before_acked = 0, before_ns = 0;  // the window before the move
-    uint16_t old_entropy = 0;                  // the moved path's entropy before the move
-    uint8_t trial = kNoPath;                   // the moved path, until its trial is judged
-    uint8_t backoff = 0;                       // failed trials in a row: the interval doubles
-    bool reverting = false;                    // the draining path goes back to old_entropy
-  };
-  Exploration explore;
 
   std::unique_ptr<TxCtx> tx;
   std::unique_ptr<RxCtx> rx;

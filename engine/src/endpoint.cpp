@@ -120,6 +120,8 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
   t.hdr_slot = detail::kNoSlot;  // the template names the previous owner's peer
   t.hdr_len = 0;
+  t.explore = {};  // PATH-8 starts afresh, with no path half moved
+  c.draining_slot = detail::kNoPath;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   return t;
 }

@@ -160,7 +160,8 @@ uint64_t packets_acked(const Connection& c) {
 }  // namespace
 
 void Endpoint::Impl::explore(Connection& c, TimeNs now) {
-  Connection::Exploration& x = c.explore;
+  if (!c.tx) return;
+  detail::TxCtx::Exploration& x = c.tx->explore;
   if (c.draining_slot != detail::kNoPath) {
     const uint8_t slot = c.draining_slot;
     Path& p = c.paths[slot];
@@ -238,7 +239,8 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
 // The moved path answered its probe: the window its trial is judged by
 // starts now, a quarter interval long.
 void Endpoint::Impl::explore_moved_path_back(Connection& c, uint8_t slot, TimeNs now) {
-  Connection::Exploration& x = c.explore;
+  if (!c.tx) return;
+  detail::TxCtx::Exploration& x = c.tx->explore;
   if (slot != x.trial || x.next != TimeNs::never()) return;
   x.mark_acked = packets_acked(c);
   x.mark_time = now;

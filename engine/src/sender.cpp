@@ -524,7 +524,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   if (t.sq_seg == t.sq_tail && t.resp_seg == t.resp_tail && t.retx_head == t.retx_tail &&
       c.cum_acked != c.next_psn)
     chase_lone_tail(c, t, now);
-  if (now >= c.explore.next || c.draining_slot != detail::kNoPath) explore(c, now);
+  if (now >= t.explore.next || c.draining_slot != detail::kNoPath) explore(c, now);
   complete_sends(c);
   release_resp_jobs(c);
 }
