@@ -52,6 +52,7 @@ void fingerprint_stats(World& w, Fingerprint& fp) {
 struct RunTotals {
   uint64_t trimmed = 0;       // cut by the network
   uint64_t trims_echoed = 0;  // declared lost by the senders on ECHO_TRIMMED
+  uint64_t explorations = 0;  // paths moved to a new entropy (PATH-8)
 };
 
 void run_random(uint64_t seed, Fingerprint* fp = nullptr,
@@ -88,8 +89,10 @@ void run_random(uint64_t seed, Fingerprint* fp = nullptr,
   if (totals != nullptr) {
     totals->trimmed += w.h.net().totals().trimmed;
     for (int n = 0; n < 2; ++n)
-      if (const ConnStats* s = w.h.ep(size_t(n)).conn_stats(w.conn[n]))
+      if (const ConnStats* s = w.h.ep(size_t(n)).conn_stats(w.conn[n])) {
         totals->trims_echoed += s->trims_echoed;
+        totals->explorations += s->path_explorations;
+      }
   }
 }
 
@@ -123,6 +126,27 @@ TEST(Property, TrimmingNetworkPlacesEveryByteAndCompletesInOrder) {
   }
   std::printf("trimmed %llu, trims echoed %llu\n", static_cast<unsigned long long>(totals.trimmed),
               static_cast<unsigned long long>(totals.trims_echoed));
+}
+
+// PATH-8 under everything else the random network does: entropies hashed
+// onto paths, and a path moved every few hundred microseconds (drained, moved,
+// probed, judged and perhaps moved back) while packets are lost, duplicated,
+// corrupted and reordered. Every byte still lands exactly once.
+TEST(Property, ExploringConnectionsPlaceEveryByteAndCompleteInOrder) {
+  RunTotals totals;
+  for_each_seed(seed_range(0.25, 20), [&](uint64_t s) {
+    run_random(
+        s, nullptr,
+        [](HarnessConfig& c, Rng& r) {
+          c.net.hash_paths = true;
+          for (auto& e : c.endpoints) e.cc.explore_interval_ns = r.range(50, 500) * kMicrosecond;
+        },
+        &totals);
+  });
+  if (seed_range(0.25, 20).count >= 20) {
+    EXPECT_GT(totals.explorations, 0u);
+  }
+  std::printf("paths moved %llu\n", static_cast<unsigned long long>(totals.explorations));
 }
 
 // Same seed => same run: completions (with times), events, stats.
