@@ -92,17 +92,21 @@ template <size_t N>
 inline uint32_t crc32c_short(const uint8_t* p, size_t n) { return crc32c(0, p, n); }
 #endif
 
+// The ICRC of a datagram known to fit, over the headers and, if `covered`
+// (the PC flag), the payload; returns the datagram's length.
+[[gnu::always_inline]] inline size_t seal_fitting(uint8_t* p, size_t header_len, size_t payload_len,
+                                                  bool covered) {
+  const size_t crc_len = covered ? header_len + payload_len : header_len;
+  store32(p + header_len + payload_len, crc32c_short(p, crc_len));
+  return header_len + payload_len + kIcrcSize;
+}
+
 // wire::seal, inline for the engine's per-packet callers (a data packet and
 // an ACK each), where the call cost more than the checks.
 [[gnu::always_inline]] inline size_t seal_inline(std::span<uint8_t> out, size_t header_len,
                                                  size_t payload_len) {
-  const size_t total = header_len + payload_len + kIcrcSize;
-  if (out.size() < total || header_len < kBaseHeaderSize) return 0;
-  const bool covered = (out[0] & kFlagPayloadCovered) != 0;
-  const size_t crc_len = covered ? header_len + payload_len : header_len;
-  const uint32_t crc = crc32c_short(out.data(), crc_len);
-  store32(out.data() + header_len + payload_len, crc);
-  return total;
+  if (out.size() < header_len + payload_len + kIcrcSize || header_len < kBaseHeaderSize) return 0;
+  return seal_fitting(out.data(), header_len, payload_len, (out[0] & kFlagPayloadCovered) != 0);
 }
 
 // seal_inline for N bytes of headers and no payload, N known at compile time

@@ -237,9 +237,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     } else {
       // finish() without its tests: the datagram was found to fit above,
       // and the headers' PC flag is cfg.cover_payload (base_header).
-      const size_t crc_len = cfg.cover_payload ? h + plen : h;
-      wire::detail::store32(buf.data() + h + plen, wire::detail::crc32c_short(buf.data(), crc_len));
-      out.len = h + plen + wire::kIcrcSize;
+      out.len = wire::detail::seal_fitting(buf.data(), h, plen, cfg.cover_payload);
     }
   }
 
