@@ -277,8 +277,10 @@ struct Endpoint::Impl {
   void on_path_loss(detail::Connection& c, uint8_t path, TimeNs now);
   void retire_path(detail::Connection& c, uint8_t path, TimeNs now);
   // PATH-6's new entropy, generation and probe, for a retired or explored path.
-  // entropy < 0: a fresh random one.
-  void renew_path(detail::Connection& c, uint8_t path, TimeNs now, int entropy = -1);
+  // entropy < 0: a fresh random one. keep_rtt (PATH-8): the RTT estimate and
+  // min_rtt carry over as starting values instead of restarting.
+  void renew_path(detail::Connection& c, uint8_t path, TimeNs now, int entropy = -1,
+                  bool keep_rtt = false);
   void explore_moved_path_back(detail::Connection& c, uint8_t slot, TimeNs now);
   // PATH-8. Rarely runs (once per explore interval, or while a path drains):
   // kept out of the ACK path it is called from.

@@ -165,28 +165,20 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   if (c.draining_slot != detail::kNoPath) {
     const uint8_t slot = c.draining_slot;
     Path& p = c.paths[slot];
-    // A path in trouble keeps its packets' recovery (PATH-4 may move it).
-    if (p.state != PathState::kActive || p.inflight == 0) c.draining_slot = detail::kNoPath;
-    if (p.state != PathState::kActive) x.reverting = false;
-    if (p.state == PathState::kActive && p.inflight == 0) {
-      const uint16_t old = p.entropy;
-      const uint64_t srtt = p.srtt, rttvar = p.rttvar, min_rtt = p.min_rtt;
-      renew_path(c, slot, now, x.reverting ? x.old_entropy : -1);
+    if (p.state != PathState::kActive) {
+      // A path in trouble keeps its packets' recovery (PATH-4 may move it).
+      c.draining_slot = detail::kNoPath;
       x.reverting = false;
-      // The same two hosts: the probe waits as long as the path's packets
-      // did, not the initial RTT's timeout, which a deep queue outlasts
-      // (PATH-4 would count that a timeout); and queueing delay (CC-5) is
-      // measured from the base RTT the old path saw, not from the first
-      // sample, which a busy link's queue inflates.
-      Path& q = c.paths[slot];
-      q.srtt = srtt;
-      q.rttvar = rttvar;
-      q.min_rtt = min_rtt;
-      q.probe_deadline = now + path_rto(c, q);
-      ++q.stats.explorations;
-      ++c.stats.path_explorations;
-      trace(now, TraceKind::kPathExplored, c, slot, q.entropy, old);
+      return;
     }
+    if (p.inflight != 0) return;
+    c.draining_slot = detail::kNoPath;
+    const uint16_t old = p.entropy;
+    renew_path(c, slot, now, x.reverting ? x.old_entropy : -1, true);
+    x.reverting = false;
+    ++p.stats.explorations;
+    ++c.stats.path_explorations;
+    trace(now, TraceKind::kPathExplored, c, slot, p.entropy, old);
     return;
   }
   const uint64_t interval = cfg.cc.explore_interval_ns;
@@ -247,7 +239,8 @@ void Endpoint::Impl::explore_moved_path_back(Connection& c, uint8_t slot, TimeNs
   x.next = now + std::max<uint64_t>(cfg.cc.explore_interval_ns / 4, 1);
 }
 
-void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int entropy) {
+void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int entropy,
+                                bool keep_rtt) {
   Path& p = c.paths[path];
   const uint16_t old = p.entropy;
   const uint32_t range = uint32_t{cfg.entropy_max} - cfg.entropy_min + 1;
@@ -265,6 +258,7 @@ void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int ent
   const PathStats keep = p.stats;
   const uint16_t gen = static_cast<uint16_t>((p.generation + 1) & 0x7ff);
   const uint32_t pseq = p.next_pseq;
+  const uint64_t srtt = p.srtt, rttvar = p.rttvar, min_rtt = p.min_rtt;
   p = Path{};
   p.stats = keep;
   p.generation = gen;
@@ -273,8 +267,19 @@ void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int ent
   p.entropy = fresh;
   p.state = PathState::kProbing;
   p.cwnd = initial_cwnd(c);
-  p.srtt = cfg.recovery.initial_rtt_ns;
-  p.rttvar = cfg.recovery.initial_rtt_ns / 2;
+  if (keep_rtt) {
+    // PATH-8: the same two hosts. The probe waits as long as the path's
+    // packets did, not the initial RTT's timeout, which a deep queue outlasts
+    // (PATH-4 would count that a timeout); and queueing delay (CC-5) is
+    // measured from the base RTT the old path saw, not from the first
+    // sample, which a busy link's queue inflates.
+    p.srtt = srtt;
+    p.rttvar = rttvar;
+    p.min_rtt = min_rtt;
+  } else {
+    p.srtt = cfg.recovery.initial_rtt_ns;
+    p.rttvar = cfg.recovery.initial_rtt_ns / 2;
+  }
   p.probe_deadline = now + path_rto(c, p);
   c.owe.probe |= 1u << path;
   mark_ready(c);
