@@ -163,11 +163,11 @@ void Endpoint::Impl::maybe_release_ctx(Connection& c, TimeNs now) {
 
 void Endpoint::Impl::complete(const Connection& c, const Completion& comp) {
   (void)c;
-  completions.push_back(comp);
+  completions.push(comp);
 }
 
 void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s) {
-  events.push_back(Event{k, c.id, s, c.peer});
+  events.push(Event{k, c.id, s, c.peer});
 }
 
 wire::BaseHeader Endpoint::Impl::base_header(const Connection& c, wire::Opcode op,
@@ -324,8 +324,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
 // ---------------------------------------------------------------- output
 
 bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
-  const Orphan o = orphans.front();
-  orphans.pop_front();
+  const Orphan o = orphans.pop();
   wire::BaseHeader bh;
   bh.opcode = o.op;
   bh.dst_conn = o.dst_conn;
@@ -420,7 +419,7 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
   uint64_t nonce = 0;
   for (int i = 0; i < 8; ++i) nonce = (nonce << 8) | q[16 + i];
   o.connect.nonce = nonce;
-  if (orphans.size() < 1024) orphans.push_back(o);
+  if (orphans.size() < 1024) orphans.push(o);
 }
 
 }  // namespace metaroce
@@ -543,15 +542,13 @@ TimeNs Endpoint::next_timeout() const {
 
 bool Endpoint::poll_completion(Completion& out) {
   if (impl_->completions.empty()) return false;
-  out = impl_->completions.front();
-  impl_->completions.pop_front();
+  out = impl_->completions.pop();
   return true;
 }
 
 bool Endpoint::poll_event(Event& out) {
   if (impl_->events.empty()) return false;
-  out = impl_->events.front();
-  impl_->events.pop_front();
+  out = impl_->events.pop();
   return true;
 }
 

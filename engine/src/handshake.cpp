@@ -81,7 +81,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
     o.connect.code = static_cast<uint8_t>(code);
     o.connect.max_version = wire::kVersion;
     o.connect.nonce = b.nonce;
-    if (orphans.size() < 1024) orphans.push_back(o);
+    if (orphans.size() < 1024) orphans.push(o);
   };
   if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
   if (b.src_conn == 0 || b.nonce == 0) return;  // malformed: nothing to answer to
@@ -146,7 +146,7 @@ void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, 
   o.op = wire::Opcode::kDisconnectAck;
   o.dst_conn = p.disconnect.src_conn;
   o.disconnect.src_conn = p.bh.dst_conn;
-  if (orphans.size() < 1024) orphans.push_back(o);
+  if (orphans.size() < 1024) orphans.push(o);
 }
 
 bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> buf,

@@ -8,14 +8,13 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "connection.hpp"
 #include "crc32c.hpp"
-#include "index_fifo.hpp"
+#include "fifo.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/wire.hpp"
 #include "mr_table.hpp"
@@ -51,15 +50,15 @@ struct Endpoint::Impl {
   std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)
 
   // Connections with something to send, round-robin.
-  detail::IndexFifo ready;
+  detail::Fifo<uint32_t> ready;
   std::vector<uint8_t> in_ready;
 
   // Pools of tracking contexts.
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
   std::vector<std::unique_ptr<detail::RxCtx>> rx_pool;
 
-  std::deque<Completion> completions;
-  std::deque<Event> events;
+  detail::Fifo<Completion> completions;
+  detail::Fifo<Event> events;
 
   // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
   struct Orphan {
@@ -70,7 +69,7 @@ struct Endpoint::Impl {
     wire::DisconnectBody disconnect;
     uint32_t dst_conn;
   };
-  std::deque<Orphan> orphans;
+  detail::Fifo<Orphan> orphans;
 
   // ---- endpoint.cpp ----
   detail::Connection* find(ConnId id) const;

@@ -1,0 +1,62 @@
+// detail::Fifo, the ring behind the engine's ready list and its completion,
+// event and orphan queues: order survives growth while the ring is wrapped,
+// and rotate() keeps a lone entry where it is.
+#include "fifo.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace metaroce::detail {
+namespace {
+
+struct Item {
+  uint64_t id = 0;
+  uint32_t tag = 0;
+};
+
+TEST(Fifo, KeepsOrderAcrossWrapAndGrowth) {
+  Fifo<Item> q;
+  uint64_t next_in = 0, next_out = 0;
+  // Wrap the initial 64 slots several times, then grow to 1,024 while the
+  // head sits mid-ring, then drain: every item comes out once, in order.
+  for (int round = 0; round < 200; ++round) {
+    for (int i = 0; i < 3; ++i)
+      q.push(Item{next_in, static_cast<uint32_t>(next_in * 7)}), ++next_in;
+    for (int i = 0; i < 2; ++i) {
+      const Item it = q.pop();
+      EXPECT_EQ(it.id, next_out);
+      EXPECT_EQ(it.tag, static_cast<uint32_t>(next_out * 7));
+      ++next_out;
+    }
+  }
+  for (int i = 0; i < 800; ++i)
+    q.push(Item{next_in, static_cast<uint32_t>(next_in * 7)}), ++next_in;
+  EXPECT_EQ(q.size(), next_in - next_out);
+  while (!q.empty()) {
+    EXPECT_EQ(q.front().id, next_out);
+    EXPECT_EQ(q.pop().id, next_out);
+    ++next_out;
+  }
+  EXPECT_EQ(next_out, next_in);
+}
+
+TEST(Fifo, RotateMovesTheFrontBehindTheOthers) {
+  Fifo<uint32_t> q;
+  q.push(5);
+  q.rotate();  // alone: stays
+  EXPECT_EQ(q.front(), 5u);
+  q.push(6);
+  q.push(7);
+  q.rotate();
+  EXPECT_EQ(q.pop(), 6u);
+  EXPECT_EQ(q.pop(), 7u);
+  EXPECT_EQ(q.pop(), 5u);
+  EXPECT_TRUE(q.empty());
+  q.push(1);
+  q.clear();
+  EXPECT_TRUE(q.empty());
+}
+
+}  // namespace
+}  // namespace metaroce::detail
