@@ -1,0 +1,643 @@
+-- Wireshark dissector for the MetaRoCE wire protocol, version 1
+-- (docs/spec/metaroce-v0.1.md, section 3; trimmed packets, section 9.3).
+-- Wireshark 4.0 Lua API. Load with `-X lua_script:metaroce.lua` or copy into
+-- the personal Lua plugins folder (tools/wireshark/README.md).
+--
+-- Every length is checked before a byte is read: malformed input ends in an
+-- expert-info error, never in a Lua error (the pcall at the bottom is only a
+-- safety net, reported as a dissector bug).
+
+local metaroce = Proto("metaroce", "MetaRoCE")
+
+local DEFAULT_UDP_PORT = 4792 -- ENC-2
+local DEFAULT_TRIMMED_DSCP = 63 -- TRIM-1
+local VERSION = 1
+local BH_LEN, MH_LEN, RH_LEN, IMM_LEN, ICRC_LEN = 16, 12, 16, 4, 4
+local ACK_FIXED_LEN, SACK_WORD_LEN, MAX_SACK_WORDS = 20, 8, 16
+local MIN_DATAGRAM = BH_LEN + ICRC_LEN -- BAD-1: nothing is shorter than a PROBE
+
+local FLAG_PC, FLAG_AR, FLAG_RESERVED = 0x08, 0x04, 0x03
+local ECHO_CE, ECHO_DUP, ECHO_PROBE, ECHO_TRIMMED = 0x01, 0x02, 0x04, 0x08
+
+---------------------------------------------------------------- value tables
+
+local opcode_names = {
+  [0x01] = "WRITE", [0x02] = "WRITE_IMM", [0x03] = "SEND", [0x04] = "SEND_IMM",
+  [0x05] = "READ_REQ", [0x06] = "READ_RESP", [0x10] = "ACK", [0x11] = "NAK",
+  [0x12] = "PROBE", [0x20] = "CONNECT_REQ", [0x21] = "CONNECT_ACCEPT",
+  [0x22] = "CONNECT_REJECT", [0x23] = "DISCONNECT", [0x24] = "DISCONNECT_ACK",
+}
+
+-- Which headers each opcode carries (3.2); a receiver knows them from byte 1.
+local layouts = {
+  [0x01] = { mh = true, rh = true, payload = true },
+  [0x02] = { mh = true, rh = true, imm = true, payload = true },
+  [0x03] = { mh = true, payload = true },
+  [0x04] = { mh = true, imm = true, payload = true },
+  [0x05] = { mh = true, rh = true },
+  [0x06] = { mh = true, payload = true },
+  [0x10] = { body = "ack", body_len = ACK_FIXED_LEN },
+  [0x11] = { body = "nak", body_len = 16 },
+  [0x12] = {},
+  [0x20] = { body = "connect", body_len = 24 },
+  [0x21] = { body = "connect", body_len = 24 },
+  [0x22] = { body = "connect", body_len = 24 },
+  [0x23] = { body = "disconnect", body_len = 8 },
+  [0x24] = { body = "disconnect", body_len = 8 },
+}
+
+local nak_code_names = {
+  [0x01] = "RNR", [0x02] = "REMOTE_BAD_KEY", [0x03] = "REMOTE_OUT_OF_BOUNDS",
+  [0x04] = "REMOTE_ACCESS_DENIED", [0x05] = "REMOTE_LENGTH_ERROR",
+  [0x06] = "REMOTE_INVALID_REQUEST",
+}
+
+-- Appendix A; CONNECT_REJECT uses 0x47, 0x48 and 0x4a.
+local status_names = {
+  [0x00] = "kOk", [0x01] = "kRnr", [0x02] = "kRemoteBadKey", [0x03] = "kRemoteOutOfBounds",
+  [0x04] = "kRemoteAccessDenied", [0x05] = "kRemoteLengthError",
+  [0x06] = "kRemoteInvalidRequest", [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
+  [0x42] = "kQueueFull", [0x43] = "kNoSuchConnection", [0x44] = "kNotConnected",
+  [0x45] = "kFlushed", [0x46] = "kPeerUnreachable", [0x47] = "kConnectRefused",
+  [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
+  [0x4b] = "kPeerClosed",
+}
+
+local ICRC_BAD, ICRC_GOOD, ICRC_UNVERIFIED = 0, 1, 2
+local icrc_status_names = { [ICRC_BAD] = "Bad", [ICRC_GOOD] = "Good", [ICRC_UNVERIFIED] = "Unverified" }
+
+---------------------------------------------------------------- fields
+
+local pf = {
+  -- Base Header (3.3)
+  version = ProtoField.uint8("metaroce.version", "Version", base.DEC, nil, 0xF0),
+  flags = ProtoField.uint8("metaroce.flags", "Flags", base.HEX, nil, 0x0F),
+  flag_pc = ProtoField.bool("metaroce.flags.pc", "Payload covered (PC)", 8, nil, FLAG_PC),
+  flag_ar = ProtoField.bool("metaroce.flags.ar", "Ack requested (AR)", 8, nil, FLAG_AR),
+  flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil, FLAG_RESERVED),
+  opcode = ProtoField.uint8("metaroce.opcode", "Opcode", base.HEX, opcode_names),
+  path_tag = ProtoField.uint16("metaroce.path_tag", "Path tag", base.HEX),
+  path_generation = ProtoField.uint16("metaroce.path_tag.generation", "Generation", base.DEC, nil, 0xFFE0),
+  path_slot = ProtoField.uint16("metaroce.path_tag.slot", "Slot", base.DEC, nil, 0x001F),
+  dst_conn = ProtoField.uint32("metaroce.dst_conn", "Destination connection id", base.HEX),
+  psn = ProtoField.uint32("metaroce.psn", "PSN", base.HEX),
+  tsval = ProtoField.uint32("metaroce.tsval", "TSval (ns)", base.HEX),
+  -- Any connection id in the packet, so one filter finds both directions.
+  conn = ProtoField.uint32("metaroce.conn", "Connection id", base.HEX),
+  entropy = ProtoField.uint16("metaroce.entropy", "Path entropy (UDP source port)", base.DEC),
+  -- Message Header (3.5)
+  msn = ProtoField.uint32("metaroce.msn", "MSN", base.DEC),
+  offset = ProtoField.uint32("metaroce.offset", "Offset", base.DEC),
+  msg_len = ProtoField.uint32("metaroce.msg_len", "Message length", base.DEC),
+  -- RDMA Header (3.6) and immediate (3.7)
+  rkey = ProtoField.uint64("metaroce.rkey", "Remote key", base.HEX),
+  raddr = ProtoField.uint64("metaroce.raddr", "Remote address", base.HEX),
+  imm = ProtoField.uint32("metaroce.imm", "Immediate data", base.HEX),
+  payload_len = ProtoField.uint32("metaroce.payload_len", "Payload length", base.DEC),
+  trimmed = ProtoField.bool("metaroce.trimmed", "Trimmed (payload cut by a switch)"),
+  -- ICRC (3.8)
+  icrc = ProtoField.uint32("metaroce.icrc", "ICRC", base.HEX),
+  icrc_status = ProtoField.uint8("metaroce.icrc.status", "ICRC status", base.DEC, icrc_status_names),
+  icrc_computed = ProtoField.uint32("metaroce.icrc.computed", "Computed ICRC", base.HEX),
+  icrc_covered = ProtoField.uint32("metaroce.icrc.covered_len", "Bytes covered", base.DEC),
+  -- ACK body (3.9)
+  ack_cum_psn = ProtoField.uint32("metaroce.ack.cum_psn", "Cumulative PSN", base.HEX),
+  ack_echo_psn = ProtoField.uint32("metaroce.ack.echo_psn", "Echo PSN", base.HEX),
+  ack_echo_tsval = ProtoField.uint32("metaroce.ack.echo_tsval", "Echo TSval", base.HEX),
+  ack_echo_path_tag = ProtoField.uint16("metaroce.ack.echo_path_tag", "Echo path tag", base.HEX),
+  ack_echo_generation = ProtoField.uint16("metaroce.ack.echo_path_tag.generation", "Generation", base.DEC, nil, 0xFFE0),
+  ack_echo_slot = ProtoField.uint16("metaroce.ack.echo_path_tag.slot", "Slot", base.DEC, nil, 0x001F),
+  ack_flags = ProtoField.uint8("metaroce.ack.flags", "Ack flags", base.HEX),
+  ack_echo_ce = ProtoField.bool("metaroce.ack.flags.echo_ce", "ECHO_CE", 8, nil, ECHO_CE),
+  ack_echo_dup = ProtoField.bool("metaroce.ack.flags.echo_dup", "ECHO_DUP", 8, nil, ECHO_DUP),
+  ack_echo_probe = ProtoField.bool("metaroce.ack.flags.echo_probe", "ECHO_PROBE", 8, nil, ECHO_PROBE),
+  ack_echo_trimmed = ProtoField.bool("metaroce.ack.flags.echo_trimmed", "ECHO_TRIMMED", 8, nil, ECHO_TRIMMED),
+  ack_flags_reserved = ProtoField.uint8("metaroce.ack.flags.reserved", "Reserved", base.HEX, nil, 0xF0),
+  ack_sack_words = ProtoField.uint8("metaroce.ack.sack_words", "SACK words", base.DEC),
+  ack_reserved = ProtoField.uint32("metaroce.ack.reserved", "Reserved", base.HEX),
+  ack_sack = ProtoField.uint64("metaroce.ack.sack", "SACK word", base.HEX),
+  ack_sack_psn = ProtoField.uint32("metaroce.ack.sack.psn", "SACKed PSN", base.HEX),
+  ack_sack_count = ProtoField.uint32("metaroce.ack.sack.count", "PSNs SACKed", base.DEC),
+  -- NAK body (3.10)
+  nak_psn = ProtoField.uint32("metaroce.nak.nak_psn", "NAK PSN", base.HEX),
+  nak_code = ProtoField.uint8("metaroce.nak.code", "Code", base.HEX, nak_code_names),
+  nak_reserved = ProtoField.uint24("metaroce.nak.reserved", "Reserved", base.HEX),
+  nak_msn = ProtoField.uint32("metaroce.nak.msn", "MSN", base.DEC),
+  nak_cum_psn = ProtoField.uint32("metaroce.nak.cum_psn", "Cumulative PSN", base.HEX),
+  -- Connection body (3.12)
+  conn_src_conn = ProtoField.uint32("metaroce.connect.src_conn", "Source connection id", base.HEX),
+  conn_initial_psn = ProtoField.uint32("metaroce.connect.initial_psn", "Initial PSN", base.HEX),
+  conn_mtu = ProtoField.uint16("metaroce.connect.mtu", "MTU", base.DEC),
+  conn_window_log2 = ProtoField.uint8("metaroce.connect.window_log2", "Window log2", base.DEC),
+  conn_max_reads = ProtoField.uint8("metaroce.connect.max_reads", "Max reads", base.DEC),
+  conn_code = ProtoField.uint8("metaroce.connect.code", "Code", base.HEX, status_names),
+  conn_max_version = ProtoField.uint8("metaroce.connect.max_version", "Max version", base.DEC),
+  conn_reserved = ProtoField.uint16("metaroce.connect.reserved", "Reserved", base.HEX),
+  conn_nonce = ProtoField.uint64("metaroce.connect.nonce", "Nonce", base.HEX),
+  -- Disconnect body (3.13)
+  disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id", base.HEX),
+  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX),
+  disc_reserved = ProtoField.uint24("metaroce.disconnect.reserved", "Reserved", base.HEX),
+}
+local field_list = {}
+for _, f in pairs(pf) do field_list[#field_list + 1] = f end
+metaroce.fields = field_list
+
+local ex = {
+  truncated = ProtoExpert.new("metaroce.truncated", "Truncated packet (BAD-1)",
+    expert.group.MALFORMED, expert.severity.ERROR),
+  bad_version = ProtoExpert.new("metaroce.bad_version", "Unknown version (BAD-2)",
+    expert.group.MALFORMED, expert.severity.ERROR),
+  bad_opcode = ProtoExpert.new("metaroce.bad_opcode", "Unknown opcode (BAD-3)",
+    expert.group.MALFORMED, expert.severity.ERROR),
+  icrc_bad = ProtoExpert.new("metaroce.icrc_bad", "Bad ICRC (BAD-4)",
+    expert.group.CHECKSUM, expert.severity.ERROR),
+  icrc_unverified = ProtoExpert.new("metaroce.icrc_unverified", "ICRC not verified",
+    expert.group.CHECKSUM, expert.severity.NOTE),
+  bad_length = ProtoExpert.new("metaroce.bad_length", "Length inconsistent with the headers (BAD-5)",
+    expert.group.MALFORMED, expert.severity.ERROR),
+  bad_field = ProtoExpert.new("metaroce.bad_field", "Field out of range (BAD-6)",
+    expert.group.MALFORMED, expert.severity.ERROR),
+  reserved = ProtoExpert.new("metaroce.reserved_not_zero", "Reserved bits not zero",
+    expert.group.PROTOCOL, expert.severity.WARN),
+  trimmed = ProtoExpert.new("metaroce.trimmed_packet", "Payload trimmed by a switch (9.3)",
+    expert.group.SEQUENCE, expert.severity.NOTE),
+  not_captured = ProtoExpert.new("metaroce.not_captured", "Packet cut short by the capture snap length",
+    expert.group.UNDECODED, expert.severity.NOTE),
+  dissector_bug = ProtoExpert.new("metaroce.dissector_bug", "MetaRoCE dissector failure",
+    expert.group.MALFORMED, expert.severity.ERROR),
+}
+metaroce.experts = {
+  ex.truncated, ex.bad_version, ex.bad_opcode, ex.icrc_bad, ex.icrc_unverified, ex.bad_length,
+  ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug,
+}
+
+metaroce.prefs.udp_port = Pref.uint("UDP port", DEFAULT_UDP_PORT,
+  "UDP destination port of MetaRoCE traffic (ENC-2); more ports via Decode As")
+metaroce.prefs.trimmed_dscp = Pref.uint("TRIMMED DSCP", DEFAULT_TRIMMED_DSCP,
+  "IP DSCP a trimming switch gives a packet whose payload it cut (TRIM-1)")
+metaroce.prefs.verify_icrc = Pref.bool("Verify ICRC", true, "Compute the CRC-32C and compare it with the trailer")
+
+-- The trimming flag lives in the IP header, below us.
+local ip_dscp = Field.new("ip.dsfield.dscp")
+local ipv6_dscp = Field.new("ipv6.tclass.dscp")
+local data_dissector = Dissector.get("data")
+
+---------------------------------------------------------------- CRC-32C
+
+-- Lua 5.2 (Wireshark 4.0) has bit32; later Lua builds keep Wireshark's `bit`.
+-- BitOp's results are signed, hence the final modulo.
+local bits = bit32 or bit
+local band, bxor, rshift = bits.band, bits.bxor, bits.rshift
+
+local crc_table = {}
+for i = 0, 255 do
+  local c = i
+  for _ = 1, 8 do
+    if band(c, 1) ~= 0 then c = bxor(rshift(c, 1), 0x82F63B78) else c = rshift(c, 1) end
+  end
+  crc_table[i] = c
+end
+
+local function crc32c(bytes)
+  local crc = 0xFFFFFFFF
+  for i = 1, #bytes do
+    crc = bxor(crc_table[band(bxor(crc, bytes:byte(i)), 0xFF)], rshift(crc, 8))
+  end
+  return bxor(crc, 0xFFFFFFFF) % 4294967296
+end
+assert(crc32c("123456789") == 0xE3069283, "metaroce.lua: CRC-32C self-test failed")
+
+---------------------------------------------------------------- helpers
+
+local function hex(v) return string.format("0x%x", v) end
+
+local function is_set(value, mask) return band(value, mask) ~= 0 end
+
+-- Bit i of a 64-bit SACK word, from its two 32-bit halves.
+local function sack_bit(lo, hi, i)
+  if i < 32 then return is_set(lo, bits.lshift(1, i)) end
+  return is_set(hi, bits.lshift(1, i - 32))
+end
+
+-- "0x1001,0x1003-0x1005" from a sorted PSN list; long lists are cut.
+local function psn_ranges(psns)
+  local parts, i = {}, 1
+  while i <= #psns and #parts < 4 do
+    local j = i
+    while j < #psns and psns[j + 1] == (psns[j] + 1) % 4294967296 do j = j + 1 end
+    parts[#parts + 1] = (j == i) and hex(psns[i]) or (hex(psns[i]) .. "-" .. hex(psns[j]))
+    i = j + 1
+  end
+  if i <= #psns then parts[#parts + 1] = "..." end
+  return table.concat(parts, ",")
+end
+
+local function trimmed_dscp_seen()
+  local last
+  for _, f in ipairs({ ip_dscp() }) do last = f end
+  for _, f in ipairs({ ipv6_dscp() }) do last = f end
+  return last ~= nil and last.value == metaroce.prefs.trimmed_dscp
+end
+
+-- One packet's decoding state, passed to each header's function.
+-- `captured` is what the capture holds, `datagram` the UDP payload's true
+-- length (they differ when the snap length, e.g. the simulator's, cut it).
+local function new_state(tvb, pinfo, tree)
+  return {
+    tvb = tvb, pinfo = pinfo, root = tree,
+    captured = tvb:len(), datagram = tvb:reported_len(),
+    info = {}, suffix = {},
+  }
+end
+
+local function captured(st, off, len) return off + len <= st.captured end
+
+local function add_info(st, text) st.info[#st.info + 1] = text end
+
+local function reserved_zero(st, item, value, what)
+  if value ~= 0 then
+    item:add_proto_expert_info(ex.reserved, what .. " is " .. hex(value) .. ", must be zero")
+  end
+end
+
+---------------------------------------------------------------- headers
+
+local function dissect_base_header(st, tree)
+  local tvb = st.tvb
+  local bh = tree:add(tvb(0, BH_LEN), "Base Header")
+  local byte0 = tvb(0, 1):uint()
+  bh:add(pf.version, tvb(0, 1))
+  local flags_item = bh:add(pf.flags, tvb(0, 1))
+  flags_item:add(pf.flag_pc, tvb(0, 1))
+  flags_item:add(pf.flag_ar, tvb(0, 1))
+  local res_item = flags_item:add(pf.flag_reserved, tvb(0, 1))
+  reserved_zero(st, res_item, band(byte0, FLAG_RESERVED), "Flag bits 1-0")
+  bh:add(pf.opcode, tvb(1, 1))
+  local tag_item = bh:add(pf.path_tag, tvb(2, 2))
+  tag_item:add(pf.path_generation, tvb(2, 2))
+  tag_item:add(pf.path_slot, tvb(2, 2))
+  bh:add(pf.dst_conn, tvb(4, 4))
+  bh:add(pf.conn, tvb(4, 4)):set_hidden()
+  bh:add(pf.psn, tvb(8, 4))
+  bh:add(pf.tsval, tvb(12, 4))
+
+  st.version = rshift(byte0, 4)
+  st.pc = is_set(byte0, FLAG_PC)
+  st.ar = is_set(byte0, FLAG_AR)
+  st.path_tag = tvb(2, 2):uint()
+  st.dst_conn = tvb(4, 4):uint()
+  st.psn = tvb(8, 4):uint()
+end
+
+local function dissect_message_header(st, tree, off)
+  local tvb = st.tvb
+  local mh = tree:add(tvb(off, MH_LEN), "Message Header")
+  mh:add(pf.msn, tvb(off, 4))
+  mh:add(pf.offset, tvb(off + 4, 4))
+  mh:add(pf.msg_len, tvb(off + 8, 4))
+  st.msn = tvb(off, 4):uint()
+  st.offset = tvb(off + 4, 4):uint()
+  st.msg_len = tvb(off + 8, 4):uint()
+end
+
+local function dissect_rdma_header(st, tree, off)
+  local tvb = st.tvb
+  local rh = tree:add(tvb(off, RH_LEN), "RDMA Header")
+  rh:add(pf.rkey, tvb(off, 8))
+  rh:add(pf.raddr, tvb(off + 8, 8))
+  st.rkey = tvb(off, 8):uint64()
+end
+
+-- Returns the full ACK length (fixed part plus SACK words as sack_words says).
+local function dissect_ack(st, tree, off)
+  local tvb = st.tvb
+  local words = tvb(off + 15, 1):uint()
+  local ack = tree:add(tvb(off, ACK_FIXED_LEN), "ACK")
+  local cum = tvb(off, 4):uint()
+  ack:add(pf.ack_cum_psn, tvb(off, 4))
+  ack:add(pf.ack_echo_psn, tvb(off + 4, 4))
+  ack:add(pf.ack_echo_tsval, tvb(off + 8, 4))
+  local tag = ack:add(pf.ack_echo_path_tag, tvb(off + 12, 2))
+  tag:add(pf.ack_echo_generation, tvb(off + 12, 2))
+  tag:add(pf.ack_echo_slot, tvb(off + 12, 2))
+  local aflags = tvb(off + 14, 1):uint()
+  local fl = ack:add(pf.ack_flags, tvb(off + 14, 1))
+  fl:add(pf.ack_echo_ce, tvb(off + 14, 1))
+  fl:add(pf.ack_echo_dup, tvb(off + 14, 1))
+  fl:add(pf.ack_echo_probe, tvb(off + 14, 1))
+  fl:add(pf.ack_echo_trimmed, tvb(off + 14, 1))
+  reserved_zero(st, fl:add(pf.ack_flags_reserved, tvb(off + 14, 1)), band(aflags, 0xF0), "Ack flag bits 7-4")
+  local words_item = ack:add(pf.ack_sack_words, tvb(off + 15, 1))
+  reserved_zero(st, ack:add(pf.ack_reserved, tvb(off + 16, 4)), tvb(off + 16, 4):uint(), "Reserved")
+
+  if words > MAX_SACK_WORDS then
+    words_item:add_proto_expert_info(ex.bad_field,
+      "sack_words " .. words .. " is above " .. MAX_SACK_WORDS)
+  end
+  -- Only the words that are really there; a short datagram is reported by the caller.
+  local sacked = {}
+  local shown = 0
+  for j = 0, words - 1 do
+    local w = off + ACK_FIXED_LEN + SACK_WORD_LEN * j
+    if not captured(st, w, SACK_WORD_LEN) or w + SACK_WORD_LEN > st.datagram - ICRC_LEN then break end
+    local word = tvb(w, SACK_WORD_LEN):uint64()
+    local witem = ack:add(pf.ack_sack, tvb(w, SACK_WORD_LEN))
+    witem:append_text(" [" .. j .. "]")
+    local lo, hi = word:lower(), word:higher()
+    for i = 0, 63 do
+      if sack_bit(lo, hi, i) then
+        local psn = (cum + 1 + 64 * j + i) % 4294967296
+        sacked[#sacked + 1] = psn
+        witem:add(pf.ack_sack_psn, psn):set_generated()
+      end
+    end
+    shown = shown + 1
+  end
+  if shown > 0 then ack:set_len(ACK_FIXED_LEN + SACK_WORD_LEN * shown) end
+  ack:add(pf.ack_sack_count, #sacked):set_generated()
+
+  add_info(st, "cum=" .. hex(cum))
+  if #sacked > 0 then add_info(st, "sack=" .. psn_ranges(sacked)) end
+  add_info(st, "echo=" .. hex(tvb(off + 4, 4):uint()))
+  if is_set(aflags, ECHO_CE) then st.suffix[#st.suffix + 1] = "CE" end
+  if is_set(aflags, ECHO_DUP) then st.suffix[#st.suffix + 1] = "DUP" end
+  if is_set(aflags, ECHO_PROBE) then st.suffix[#st.suffix + 1] = "PROBE" end
+  if is_set(aflags, ECHO_TRIMMED) then st.suffix[#st.suffix + 1] = "TRIMMED" end
+  return ACK_FIXED_LEN + SACK_WORD_LEN * words
+end
+
+local function dissect_nak(st, tree, off)
+  local tvb = st.tvb
+  local nak = tree:add(tvb(off, 16), "NAK")
+  local code = tvb(off + 4, 1):uint()
+  nak:add(pf.nak_psn, tvb(off, 4))
+  local code_item = nak:add(pf.nak_code, tvb(off + 4, 1))
+  reserved_zero(st, nak:add(pf.nak_reserved, tvb(off + 5, 3)), tvb(off + 5, 3):uint(), "Reserved")
+  nak:add(pf.nak_msn, tvb(off + 8, 4))
+  nak:add(pf.nak_cum_psn, tvb(off + 12, 4))
+  if nak_code_names[code] == nil then
+    code_item:add_proto_expert_info(ex.bad_field, "NAK code " .. hex(code) .. " is outside 0x01-0x06")
+  end
+  add_info(st, nak_code_names[code] or ("code=" .. hex(code)))
+  add_info(st, "psn=" .. hex(tvb(off, 4):uint()))
+  add_info(st, "cum=" .. hex(tvb(off + 12, 4):uint()))
+end
+
+local function dissect_connect(st, tree, off)
+  local tvb = st.tvb
+  local body = tree:add(tvb(off, 24), "Connection")
+  body:add(pf.conn_src_conn, tvb(off, 4))
+  body:add(pf.conn, tvb(off, 4)):set_hidden()
+  body:add(pf.conn_initial_psn, tvb(off + 4, 4))
+  body:add(pf.conn_mtu, tvb(off + 8, 2))
+  body:add(pf.conn_window_log2, tvb(off + 10, 1))
+  body:add(pf.conn_max_reads, tvb(off + 11, 1))
+  body:add(pf.conn_code, tvb(off + 12, 1))
+  body:add(pf.conn_max_version, tvb(off + 13, 1))
+  reserved_zero(st, body:add(pf.conn_reserved, tvb(off + 14, 2)), tvb(off + 14, 2):uint(), "Reserved")
+  body:add(pf.conn_nonce, tvb(off + 16, 8))
+  add_info(st, "src=" .. hex(tvb(off, 4):uint()))
+  if st.opcode == 0x22 then
+    local code = tvb(off + 12, 1):uint()
+    add_info(st, "code=" .. (status_names[code] or hex(code)))
+  else
+    add_info(st, "ipsn=" .. hex(tvb(off + 4, 4):uint()))
+    add_info(st, "mtu=" .. tvb(off + 8, 2):uint())
+  end
+end
+
+local function dissect_disconnect(st, tree, off)
+  local tvb = st.tvb
+  local body = tree:add(tvb(off, 8), "Disconnect")
+  body:add(pf.disc_src_conn, tvb(off, 4))
+  body:add(pf.conn, tvb(off, 4)):set_hidden()
+  body:add(pf.disc_reason, tvb(off + 4, 1))
+  reserved_zero(st, body:add(pf.disc_reserved, tvb(off + 5, 3)), tvb(off + 5, 3):uint(), "Reserved")
+  add_info(st, "src=" .. hex(tvb(off, 4):uint()))
+end
+
+local body_dissectors = { ack = dissect_ack, nak = dissect_nak, connect = dissect_connect,
+  disconnect = dissect_disconnect }
+
+---------------------------------------------------------------- payload, ICRC
+
+-- Data packets: payload between the headers and the ICRC (BAD-5 checks,
+-- TRIM-2 detection). Control packets and READ_REQ carry none.
+local function dissect_payload(st, tree, hdr_len, layout)
+  local payload_len = st.datagram - hdr_len - ICRC_LEN
+  st.payload_len = payload_len
+  if not layout.mh then
+    if payload_len > 0 then
+      local item = tree:add(pf.payload_len, payload_len)
+      item:set_generated()
+      item:add_proto_expert_info(ex.bad_length, payload_len .. " bytes after the " ..
+        st.opname .. " headers, which carry none")
+    end
+    return
+  end
+  local len_item = tree:add(pf.payload_len, payload_len)
+  len_item:set_generated()
+  if not layout.payload and payload_len > 0 then
+    len_item:add_proto_expert_info(ex.bad_length, "READ_REQ carries " .. payload_len .. " payload bytes")
+  end
+  if st.opcode == 0x05 and st.offset ~= 0 then
+    len_item:add_proto_expert_info(ex.bad_field, "READ_REQ offset is " .. st.offset .. ", must be 0")
+  end
+  if st.offset > st.msg_len then
+    len_item:add_proto_expert_info(ex.bad_length, "offset " .. st.offset .. " is beyond msg_len " .. st.msg_len)
+  elseif layout.payload and payload_len > st.msg_len - st.offset then
+    len_item:add_proto_expert_info(ex.bad_length, "payload " .. payload_len ..
+      " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
+  end
+
+  -- TRIM-2: a data packet with headers and ICRC only that the TRIMMED DSCP
+  -- flags. READ_REQ and empty messages have nothing to lose, so only the
+  -- DSCP tells; elsewhere a missing payload tells too (a capture
+  -- without the DSCP, like the simulator's, still shows the cut).
+  if payload_len == 0 then
+    local by_dscp = trimmed_dscp_seen()
+    local missing = layout.payload and st.msg_len > st.offset
+    if by_dscp or missing then
+      st.trimmed = true
+      local item = tree:add(pf.trimmed, true)
+      item:set_generated()
+      item:add_proto_expert_info(ex.trimmed, by_dscp and "TRIMMED DSCP, no payload"
+        or ("no payload though msg_len - offset = " .. (st.msg_len - st.offset)))
+    end
+  end
+
+  local in_capture = math.min(payload_len, st.captured - hdr_len)
+  if in_capture > 0 then
+    data_dissector:call(st.tvb(hdr_len, in_capture):tvb(), st.pinfo, tree)
+  end
+end
+
+local function dissect_icrc(st, tree, hdr_len)
+  local tvb = st.tvb
+  local icrc_off = st.datagram - ICRC_LEN
+  -- INT-1/INT-2: PC set covers everything before the ICRC, PC clear the headers.
+  local covered = st.pc and icrc_off or hdr_len
+  local function unverified(item, why)
+    tree:add(pf.icrc_status, ICRC_UNVERIFIED):set_generated()
+    item:add_proto_expert_info(ex.icrc_unverified, "ICRC not verified: " .. why)
+  end
+
+  if not captured(st, icrc_off, ICRC_LEN) then
+    local item = tree:add(pf.icrc_status, ICRC_UNVERIFIED)
+    item:set_generated()
+    item:add_proto_expert_info(ex.not_captured, "Capture holds " .. st.captured .. " of " ..
+      st.datagram .. " bytes: " .. (st.payload_len and st.payload_len > 0 and "payload and " or "") ..
+      "ICRC not captured")
+    return
+  end
+  local stored = tvb(icrc_off, ICRC_LEN):uint()
+  local item = tree:add(pf.icrc, tvb(icrc_off, ICRC_LEN))
+  if st.trimmed and st.pc then
+    -- TRIM-2: the ICRC covered the payload that is gone.
+    unverified(item, "PC set and the payload was trimmed")
+    return
+  end
+  if not metaroce.prefs.verify_icrc then
+    unverified(item, "disabled in the preferences")
+    return
+  end
+  local computed = crc32c(tvb:raw(0, covered))
+  tree:add(pf.icrc_covered, covered):set_generated()
+  tree:add(pf.icrc_computed, computed):set_generated()
+  if computed == stored then
+    item:append_text(" [correct]")
+    tree:add(pf.icrc_status, ICRC_GOOD):set_generated()
+  else
+    item:append_text(" [incorrect, should be " .. string.format("0x%08x", computed) .. "]")
+    tree:add(pf.icrc_status, ICRC_BAD):set_generated()
+    item:add_proto_expert_info(ex.icrc_bad, string.format(
+      "ICRC 0x%08x does not match 0x%08x computed over bytes 0..%d", stored, computed, covered - 1))
+    st.suffix[#st.suffix + 1] = "ICRC BAD"
+  end
+end
+
+---------------------------------------------------------------- dissector
+
+local function set_columns(st)
+  st.pinfo.cols.protocol = "MetaRoCE"
+  local text = table.concat(st.info, " ")
+  if #st.suffix > 0 then text = text .. " [" .. table.concat(st.suffix, ",") .. "]" end
+  st.pinfo.cols.info = text
+  st.root:append_text(", " .. text)
+end
+
+local function dissect(st)
+  local tvb, tree = st.tvb, st.root
+  tree:add(pf.entropy, st.pinfo.src_port):set_generated()
+
+  if st.captured < BH_LEN then
+    add_info(st, st.datagram < MIN_DATAGRAM and "Truncated" or "Not captured")
+    local e = st.datagram < MIN_DATAGRAM and ex.truncated or ex.not_captured
+    tree:add_proto_expert_info(e, "Datagram of " .. st.datagram .. " bytes (" .. st.captured ..
+      " captured); the Base Header alone is " .. BH_LEN)
+    return
+  end
+  dissect_base_header(st, tree)
+  st.opcode = tvb(1, 1):uint()
+  st.opname = opcode_names[st.opcode] or ("opcode " .. hex(st.opcode))
+  add_info(st, st.opname)
+
+  if st.version ~= VERSION then
+    tree:add_proto_expert_info(ex.bad_version, "Version " .. st.version .. ", this dissector knows " .. VERSION)
+    st.suffix[#st.suffix + 1] = "BAD VERSION"
+    return
+  end
+  local layout = layouts[st.opcode]
+  if layout == nil then
+    tree:add_proto_expert_info(ex.bad_opcode, "Unknown opcode " .. hex(st.opcode))
+    st.suffix[#st.suffix + 1] = "BAD OPCODE"
+    return
+  end
+  if st.datagram < MIN_DATAGRAM then
+    tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram ..
+      " bytes is shorter than " .. MIN_DATAGRAM)
+    st.suffix[#st.suffix + 1] = "TRUNCATED"
+    return
+  end
+
+  -- Fixed part of the headers; ACK adds its SACK words once byte 31 is read.
+  local hdr_len = BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
+      (layout.imm and IMM_LEN or 0) + (layout.body_len or 0)
+  local function truncated(need)
+    tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram .. " bytes; " ..
+      st.opname .. " needs " .. need .. " (headers and ICRC)")
+    st.suffix[#st.suffix + 1] = "TRUNCATED"
+  end
+  if st.datagram < hdr_len + ICRC_LEN then return truncated(hdr_len + ICRC_LEN) end
+  if not captured(st, 0, hdr_len) then
+    tree:add_proto_expert_info(ex.not_captured, "Capture holds " .. st.captured .. " of the " ..
+      hdr_len .. " header bytes")
+    return
+  end
+
+  local off = BH_LEN
+  if layout.mh then
+    dissect_message_header(st, tree, off)
+    off = off + MH_LEN
+  end
+  if layout.rh then
+    dissect_rdma_header(st, tree, off)
+    off = off + RH_LEN
+  end
+  if layout.imm then
+    tree:add(pf.imm, tvb(off, IMM_LEN))
+    off = off + IMM_LEN
+  end
+  if layout.mh then
+    add_info(st, "psn=" .. hex(st.psn))
+    add_info(st, "conn=" .. hex(st.dst_conn))
+    if st.opcode ~= 0x01 then add_info(st, "msn=" .. st.msn) end
+    add_info(st, "off=" .. st.offset)
+  elseif st.opcode == 0x12 then
+    add_info(st, "conn=" .. hex(st.dst_conn))
+    add_info(st, "slot=" .. band(st.path_tag, 0x1F))
+    add_info(st, "gen=" .. rshift(st.path_tag, 5))
+  else
+    add_info(st, "conn=" .. hex(st.dst_conn))
+  end
+  if layout.body then
+    local body_len = body_dissectors[layout.body](st, tree, off)
+    if body_len and body_len > layout.body_len then
+      -- ACK: sack_words decides the length; check it against the datagram.
+      hdr_len = hdr_len - layout.body_len + body_len
+      if st.datagram < hdr_len + ICRC_LEN then return truncated(hdr_len + ICRC_LEN) end
+    end
+  end
+  dissect_payload(st, tree, hdr_len, layout)
+  if st.payload_len and layout.mh and layout.payload then add_info(st, "len=" .. st.payload_len) end
+  dissect_icrc(st, tree, hdr_len)
+  if st.ar then st.suffix[#st.suffix + 1] = "AR" end
+  if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
+end
+
+function metaroce.dissector(tvb, pinfo, tree)
+  if tvb:reported_len() == 0 then return 0 end
+  local root = tvb:len() > 0 and tree:add(metaroce, tvb()) or tree:add(metaroce)
+  local st = new_state(tvb, pinfo, root)
+  local ok, err = pcall(dissect, st)
+  if not ok then
+    root:add_proto_expert_info(ex.dissector_bug, "Dissector failure: " .. tostring(err))
+  end
+  set_columns(st)
+  return st.captured
+end
+
+---------------------------------------------------------------- registration
+
+local udp_port_table = DissectorTable.get("udp.port")
+local registered_port = DEFAULT_UDP_PORT
+udp_port_table:add(registered_port, metaroce)
+
+function metaroce.prefs_changed()
+  if metaroce.prefs.udp_port ~= registered_port then
+    udp_port_table:remove(registered_port, metaroce)
+    registered_port = metaroce.prefs.udp_port
+    udp_port_table:add(registered_port, metaroce)
+  end
+end
