@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""Checks tools/wireshark/metaroce.lua with tshark.
+
+1. Every test vector of the spec (docs/spec/metaroce-v0.1.md, 3.15), framed
+   in Ethernet/IPv4/UDP to port 4792, decodes to the field values the spec
+   lists for it, with a good ICRC.
+2. Broken copies (truncated, bad ICRC, unknown version or opcode, length
+   fields pointing past the datagram, fields out of range) and trimmed or
+   snap-length-cut packets give the expected expert info.
+3. With --sim PATH, a short metaroce-sim capture decodes as MetaRoCE with no
+   malformed packet.
+Nowhere may "Lua Error" appear: a Lua error would hide every later field.
+
+Usage: dissector_test.py [--sim PATH_TO_METAROCE_SIM] [--keep DIR]
+"""
+import argparse
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPEC = os.path.join(ROOT, "docs", "spec", "metaroce-v0.1.md")
+LUA = os.path.join(ROOT, "tools", "wireshark", "metaroce.lua")
+PORT = 4792
+TRIMMED_DSCP = 63
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL: " + what)
+    return ok
+
+
+# ------------------------------------------------------------ spec vectors
+
+# Spec line tag -> prefix of the dissector's field names.
+SECTION_PREFIX = {"BH": "metaroce.", "MH": "metaroce.", "RH": "metaroce.",
+                  "ACK": "metaroce.ack.", "NAK": "metaroce.nak.",
+                  "CONN": "metaroce.connect.", "DISC": "metaroce.disconnect."}
+HEX_LINE = re.compile(r"^(?:[0-9a-f]{2} )*[0-9a-f]{2}$")
+ASSIGNMENT = re.compile(r"(\w+)(?:\[(\d+)\])?=(0x[0-9a-f]+|\d+)")
+
+
+def parse_vectors(text):
+    """[(name, opcode name, bytes, {field: [values]})] from section 3.15."""
+    vectors = []
+    for block in re.split(r"^#### ", text, flags=re.M)[1:]:
+        m = re.match(r"(TV-\d+) (\w+), (\d+) bytes", block)
+        if not m:
+            continue
+        name, opname, size = m.group(1), m.group(2), int(m.group(3))
+        body = block.split("```text", 1)[1].split("```", 1)[0]
+        raw, fields, section = bytearray(), {}, None
+        for line in body.splitlines():
+            if not line.strip():
+                continue
+            if HEX_LINE.match(line.strip()) and not line.startswith(" "):
+                raw += bytes.fromhex(line)
+                continue
+            tag = line.split()[0] if line and not line[0].isspace() else section
+            section = tag
+            if tag == "IMM":
+                fields["metaroce.imm"] = [int(line.split()[1], 16)]
+            elif tag == "DATA":
+                fields["metaroce.payload_len"] = [int(line.split()[1])]
+            elif tag == "ICRC":
+                fields["metaroce.icrc"] = [int(line.split()[1], 16)]
+            elif tag in SECTION_PREFIX:
+                for key, index, value in ASSIGNMENT.findall(line):
+                    field = SECTION_PREFIX[tag] + key
+                    if tag == "ACK" and key == "sack":
+                        field = "metaroce.ack.sack"
+                    fields.setdefault(field, []).append(int(value, 0))
+                for slot, gen in re.findall(r"\(slot (\d+), generation (\d+)\)", line):
+                    fields["metaroce.path_tag.slot"] = [int(slot)]
+                    fields["metaroce.path_tag.generation"] = [int(gen)]
+        if check(len(raw) == size, f"{name}: {len(raw)} bytes of hex, header says {size}"):
+            vectors.append((name, opname, bytes(raw), fields))
+    return vectors
+
+
+# ------------------------------------------------------------ pcap writing
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def reseal(packet, covered=None):
+    """The packet with its ICRC recomputed over `covered` bytes (default: all but the ICRC)."""
+    body = packet[:-4]
+    return body + struct.pack(">I", crc32c(body[:covered] if covered else body))
+
+
+def ip_checksum(header):
+    total = sum(struct.unpack(">10H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT):
+    """Ethernet/IPv4/UDP around `datagram`; datagram_len overrides the lengths
+    in the IP and UDP headers (to fake a snap-length cut)."""
+    length = len(datagram) if datagram_len is None else datagram_len
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, (dscp << 2) | 0x02, 20 + 8 + length, 0, 0x4000,
+                     64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+    ip = ip[:10] + struct.pack(">H", ip_checksum(ip)) + ip[12:]
+    udp = struct.pack(">HHHH", sport, dport, 8 + length, 0)
+    eth = bytes.fromhex("020000000002" "020000000001" "0800")
+    return eth + ip + udp + datagram
+
+
+def write_pcap(path, frames):
+    """frames: [(bytes, original length or None)]."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, (data, orig) in enumerate(frames):
+            f.write(struct.pack("<IIII", i, 0, len(data), orig or len(data)))
+            f.write(data)
+
+
+# ------------------------------------------------------------ tshark
+
+FIELDS = [
+    "frame.number", "_ws.col.Info", "_ws.expert.message", "_ws.malformed", "metaroce.opcode",
+    "metaroce.version", "metaroce.flags", "metaroce.path_tag", "metaroce.path_tag.slot",
+    "metaroce.path_tag.generation", "metaroce.dst_conn", "metaroce.psn", "metaroce.tsval",
+    "metaroce.entropy", "metaroce.msn", "metaroce.offset", "metaroce.msg_len", "metaroce.rkey",
+    "metaroce.raddr", "metaroce.imm", "metaroce.payload_len", "metaroce.icrc",
+    "metaroce.icrc.status", "metaroce.trimmed", "metaroce.ack.cum_psn", "metaroce.ack.echo_psn",
+    "metaroce.ack.echo_tsval", "metaroce.ack.echo_path_tag", "metaroce.ack.flags",
+    "metaroce.ack.sack_words", "metaroce.ack.sack", "metaroce.ack.sack.psn",
+    "metaroce.nak.nak_psn", "metaroce.nak.code", "metaroce.nak.msn", "metaroce.nak.cum_psn",
+    "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
+    "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
+    "metaroce.connect.max_version", "metaroce.connect.nonce", "metaroce.disconnect.src_conn",
+    "metaroce.disconnect.reason",
+]
+
+
+def tshark(args):
+    cmd = ["tshark", "-X", "lua_script:" + LUA] + args
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    output = run.stdout + run.stderr
+    check(run.returncode == 0, f"tshark exit {run.returncode}: {' '.join(cmd)}\n{run.stderr}")
+    check("lua error" not in output.lower() and "lua: error" not in output.lower(),
+          "Lua error in tshark output:\n" + "\n".join(
+              l for l in output.splitlines() if "lua" in l.lower())[:2000])
+    return run.stdout
+
+
+def decode(pcap, options=()):
+    """One dict per frame: field -> list of values (strings)."""
+    args = list(options) + ["-r", pcap, "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a",
+            "-E", "aggregator=|"]
+    for f in FIELDS:
+        args += ["-e", f]
+    rows = []
+    for line in tshark(args).splitlines():
+        cols = line.split("\t")
+        rows.append({f: [v for v in c.split("|") if v != ""] for f, c in zip(FIELDS, cols)})
+    return rows
+
+
+def number(text):
+    text = text.strip()
+    if text in ("True", "False"):
+        return int(text == "True")
+    return int(text, 0)
+
+
+# ------------------------------------------------------------ checks
+
+def check_vectors(vectors, rows):
+    for (name, opname, _, fields), row in zip(vectors, rows):
+        info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+        check(info.split(" ")[0] == opname, f"{name}: Info '{info}' does not start with {opname}")
+        for field, want in sorted(fields.items()):
+            got = [number(v) for v in row.get(field, [])]
+            check(got == want, f"{name}: {field} is {got}, spec says {want}")
+        check(row["metaroce.icrc.status"] == ["1"],
+              f"{name}: ICRC status {row['metaroce.icrc.status']}, want 1 (good)")
+        check(not row["_ws.expert.message"] and not row["_ws.malformed"],
+              f"{name}: unexpected expert info {row['_ws.expert.message']}")
+    sacked = rows[7]["metaroce.ack.sack.psn"]  # TV-08 SACKs 0x1001 and 0x1003
+    check([number(v) for v in sacked] == [0x1001, 0x1003], f"TV-08: SACKed PSNs {sacked}")
+
+
+def broken_frames(vectors):
+    """(description, frame, original length, expected expert text, extra check)."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    ack = bytearray(tv["TV-08"])
+    ack[31] = 3  # sack_words = 3 with one word present, ICRC resealed
+    sack17 = bytearray(tv["TV-09"])
+    sack17[31] = 17
+    nak9 = bytearray(tv["TV-10"])
+    nak9[20] = 0x09
+    past_end = bytearray(tv["TV-03"])
+    past_end[27] = 4  # msg_len 4, 8 payload bytes
+    bad_version = bytearray(tv["TV-11"])
+    bad_version[0] = 0x2C
+    bad_opcode = bytearray(tv["TV-11"])
+    bad_opcode[1] = 0x13
+    corrupt = bytearray(tv["TV-08"])
+    corrupt[-1] ^= 0x01
+    flipped = bytearray(tv["TV-01"])
+    flipped[50] ^= 0x80  # a payload bit, covered with PC set
+    write_hdrs = tv["TV-01"][:44]
+    send_hdrs = tv["TV-04"][:28]
+    return [
+        ("truncated WRITE (30 bytes)", frame(tv["TV-01"][:30], 50000), None, "Datagram of 30 bytes", {}),
+        ("4-byte datagram", frame(tv["TV-11"][:4], 50001), None, "Base Header alone", {}),
+        ("corrupted ICRC", frame(bytes(corrupt), 50002), None, "does not match", {"metaroce.icrc.status": ["0"]}),
+        ("flipped payload bit", frame(bytes(flipped), 50003), None, "does not match", {"metaroce.icrc.status": ["0"]}),
+        ("sack_words past the end", frame(reseal(bytes(ack)), 50004), None, "needs 64", {}),
+        ("sack_words 17", frame(reseal(bytes(sack17)), 50005), None, "sack_words 17 is above 16", {}),
+        ("NAK code 0x09", frame(reseal(bytes(nak9)), 50006), None, "NAK code 0x9", {}),
+        ("payload past msg_len", frame(reseal(bytes(past_end)), 50007), None, "longer than msg_len", {}),
+        ("unknown version", frame(bytes(bad_version), 50008), None, "Version 2", {}),
+        ("unknown opcode", frame(bytes(bad_opcode), 50009), None, "Unknown opcode 0x13", {}),
+        # TRIM-2 with PC set: the ICRC covered the cut payload.
+        ("trimmed WRITE, PC set", frame(write_hdrs + tv["TV-01"][-4:], 50010, TRIMMED_DSCP), None,
+         "payload was trimmed", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["2"]}),
+        # With PC clear the ICRC covers just the headers that are left.
+        ("trimmed SEND, PC clear", frame(send_hdrs + tv["TV-04"][-4:], 50011, TRIMMED_DSCP), None,
+         "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        # Like the simulator's records: headers captured, payload and ICRC not.
+        ("snap-length WRITE", frame(write_hdrs, 50012, 0, len(tv["TV-01"]))[:14 + 28 + 44],
+         14 + 28 + len(tv["TV-01"]), "ICRC not captured",
+         {"metaroce.payload_len": ["8"], "metaroce.icrc.status": ["2"]}),
+    ]
+
+
+def check_broken(cases, rows):
+    for (what, _, _, expert, fields), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(expert in messages, f"{what}: expert info '{messages}' lacks '{expert}'")
+        for field, want in fields.items():
+            check(row[field] == want, f"{what}: {field} is {row[field]}, want {want}")
+        check("Dissector failure" not in messages, f"{what}: dissector failure: {messages}")
+
+
+def check_other_port(vectors, workdir):
+    """Another port is MetaRoCE only through Decode As or the port preference."""
+    pcap = os.path.join(workdir, "port5000.pcap")
+    write_pcap(pcap, [(frame(vectors[2][2], 49152, dport=5000), None)])
+    for options, want in (((), []), (("-d", "udp.port==5000,metaroce"), ["0x03"]),
+                          (("-o", "metaroce.udp_port:5000"), ["0x03"])):
+        rows = decode(pcap, options)
+        got = rows[0]["metaroce.opcode"] if rows else None
+        check(got == want, f"port 5000 with options {list(options)}: opcode {got}, want {want}")
+
+
+def check_sim(sim, workdir):
+    pcap = os.path.join(workdir, "sim.pcap")
+    cmd = [sim, "--preset", "fattree16-perm", "--transport", "metaroce", "--pcap", "host:0",
+           "--pcap-file", pcap, "--quiet", "--no-timing"]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if not check(run.returncode == 0, f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr}"):
+        return
+    rows = decode(pcap)
+    check(len(rows) > 100, f"simulator capture has only {len(rows)} packets")
+    ops, statuses = {}, {}
+    for row in rows:
+        n = row["frame.number"][0]
+        check(len(row["metaroce.opcode"]) == 1, f"sim frame {n}: not decoded as MetaRoCE")
+        check(not row["_ws.malformed"], f"sim frame {n}: malformed")
+        for m in row["_ws.expert.message"]:
+            check(not re.search(r"BAD-|Unknown|Truncated|does not match|failure", m),
+                  f"sim frame {n}: expert error '{m}'")
+        op = row["_ws.col.Info"][0].split(" ")[0] if row["_ws.col.Info"] else "?"
+        ops[op] = ops.get(op, 0) + 1
+        status = "/".join(row["metaroce.icrc.status"])
+        statuses[status] = statuses.get(status, 0) + 1
+        # Control packets are whole in the capture, so their ICRC must verify.
+        if op in ("ACK", "NAK", "PROBE", "CONNECT_REQ", "CONNECT_ACCEPT", "DISCONNECT", "DISCONNECT_ACK"):
+            check(status == "1", f"sim frame {n}: {op} ICRC status {status}")
+    print(f"simulator: {len(rows)} packets, opcodes {ops}, ICRC status "
+          f"(1 good, 2 not captured) {statuses}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sim", help="metaroce-sim binary (step 3 is skipped without it)")
+    parser.add_argument("--keep", help="write the pcaps into this folder and keep them")
+    args = parser.parse_args()
+
+    if shutil.which("tshark") is None:
+        print("FAIL: tshark not found (scripts/setup-deps.sh installs it)")
+        return 1
+    # As root, Wireshark runs -X lua_script only if init.lua allows it.
+    load = subprocess.run(["tshark", "-G", "fields", "-X", "lua_script:" + LUA],
+                          capture_output=True, text=True)
+    if "\tmetaroce.psn\t" not in load.stdout:
+        print("FAIL: tshark did not load metaroce.lua (a Lua error, or running as root with "
+              "run_user_scripts_when_superuser false in Wireshark's init.lua; see "
+              "tools/wireshark/README.md)\n" + load.stderr)
+        return 1
+
+    workdir = args.keep or tempfile.mkdtemp(prefix="metaroce-wireshark-")
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        with open(SPEC, encoding="utf-8") as f:
+            vectors = parse_vectors(f.read())
+        check(len(vectors) == 16, f"found {len(vectors)} test vectors in the spec, want 16")
+        vectors_pcap = os.path.join(workdir, "vectors.pcap")
+        write_pcap(vectors_pcap, [(frame(raw, 49152 + i), None) for i, (_, _, raw, _) in enumerate(vectors)])
+        rows = decode(vectors_pcap)
+        if check(len(rows) == len(vectors), f"tshark read {len(rows)} of {len(vectors)} frames"):
+            check_vectors(vectors, rows)
+            check(all(r["metaroce.entropy"] == [str(49152 + i)] for i, r in enumerate(rows)),
+                  "metaroce.entropy differs from the UDP source port")
+        print(f"vectors: {len(rows)} decoded, "
+              f"{sum(len(v[3]) for v in vectors)} spec field values compared")
+
+        cases = broken_frames(vectors)
+        broken_pcap = os.path.join(workdir, "broken.pcap")
+        write_pcap(broken_pcap, [(c[1], c[2]) for c in cases])
+        rows = decode(broken_pcap)
+        if check(len(rows) == len(cases), f"tshark read {len(rows)} of {len(cases)} broken frames"):
+            check_broken(cases, rows)
+        print(f"broken and trimmed packets: {len(cases)} cases")
+
+        check_other_port(vectors, workdir)
+        print("port 5000: decoded only with Decode As or the udp_port preference")
+
+        # Full text output too: the Lua error check covers every tree line.
+        tshark(["-r", vectors_pcap, "-V"])
+        tshark(["-r", broken_pcap, "-V"])
+
+        if args.sim and os.path.exists(args.sim):
+            check_sim(args.sim, workdir)
+        elif args.sim:
+            print(f"simulator capture: not checked ({args.sim} is not built)")
+        else:
+            print("simulator capture: not checked (no --sim)")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
