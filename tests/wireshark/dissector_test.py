@@ -6,15 +6,18 @@
    lists for it, with a good ICRC.
 2. Broken copies (truncated, bad ICRC, unknown version or opcode, length
    fields pointing past the datagram, fields out of range) and trimmed or
-   snap-length-cut packets give the expected expert info.
-3. With --sim PATH, a short metaroce-sim capture decodes as MetaRoCE with no
-   malformed packet.
+   snap-length-cut packets give the expected expert info; every prefix of
+   every vector and seeded random byte changes decode without a failure.
+3. Another port is MetaRoCE through Decode As or the port preference only.
+4. With --sim PATH, two short metaroce-sim captures (one with trimming
+   switches) decode as MetaRoCE with no malformed packet or error.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
 
 Usage: dissector_test.py [--sim PATH_TO_METAROCE_SIM] [--keep DIR]
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import struct
@@ -135,13 +138,13 @@ def write_pcap(path, frames):
 
 FIELDS = [
     "frame.number", "_ws.col.Info", "_ws.expert.message", "_ws.malformed", "metaroce.opcode",
-    "metaroce.version", "metaroce.flags", "metaroce.path_tag", "metaroce.path_tag.slot",
+    "metaroce.version", "metaroce.flags", "metaroce.flags.pc", "metaroce.path_tag", "metaroce.path_tag.slot",
     "metaroce.path_tag.generation", "metaroce.dst_conn", "metaroce.psn", "metaroce.tsval",
     "metaroce.entropy", "metaroce.msn", "metaroce.offset", "metaroce.msg_len", "metaroce.rkey",
     "metaroce.raddr", "metaroce.imm", "metaroce.payload_len", "metaroce.icrc",
     "metaroce.icrc.status", "metaroce.trimmed", "metaroce.ack.cum_psn", "metaroce.ack.echo_psn",
     "metaroce.ack.echo_tsval", "metaroce.ack.echo_path_tag", "metaroce.ack.flags",
-    "metaroce.ack.sack_words", "metaroce.ack.sack", "metaroce.ack.sack.psn",
+    "metaroce.ack.flags.echo_trimmed", "metaroce.ack.sack_words", "metaroce.ack.sack", "metaroce.ack.sack.psn",
     "metaroce.nak.nak_psn", "metaroce.nak.code", "metaroce.nak.msn", "metaroce.nak.cum_psn",
     "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
@@ -263,37 +266,78 @@ def check_other_port(vectors, workdir):
         check(got == want, f"port 5000 with options {list(options)}: opcode {got}, want {want}")
 
 
+# (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
+SIM_RUNS = [
+    ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
+    ("incast8-256k trimming", ["--preset", "incast8-256k", "--set", "queue.trim=1", "--pcap", "host:0"]),
+]
+CONTROL_OPS = ("ACK", "NAK", "PROBE", "CONNECT_REQ", "CONNECT_ACCEPT", "CONNECT_REJECT",
+               "DISCONNECT", "DISCONNECT_ACK")
+
+
 def check_sim(sim, workdir):
-    pcap = os.path.join(workdir, "sim.pcap")
-    cmd = [sim, "--preset", "fattree16-perm", "--transport", "metaroce", "--pcap", "host:0",
-           "--pcap-file", pcap, "--quiet", "--no-timing"]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if not check(run.returncode == 0, f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr}"):
-        return
+    for name, sim_args in SIM_RUNS:
+        pcap = os.path.join(workdir, name.split()[0] + ".pcap")
+        cmd = [sim, "--transport", "metaroce", "--pcap-file", pcap, "--quiet", "--no-timing"] + sim_args
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if not check(run.returncode == 0, f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr}"):
+            continue
+        rows = decode(pcap)
+        check(len(rows) > 100, f"{name}: simulator capture has only {len(rows)} packets")
+        ops, statuses, trimmed = {}, {}, 0
+        for row in rows:
+            n = row["frame.number"][0]
+            check(len(row["metaroce.opcode"]) == 1, f"{name} frame {n}: not decoded as MetaRoCE")
+            check(not row["_ws.malformed"], f"{name} frame {n}: malformed")
+            for m in row["_ws.expert.message"]:
+                check(not re.search(r"BAD-|Unknown|Truncated|Datagram of|does not match|failure|is [0-9a-fx]+, must be", m),
+                      f"{name} frame {n}: expert error '{m}'")
+            op = row["_ws.col.Info"][0].split(" ")[0] if row["_ws.col.Info"] else "?"
+            ops[op] = ops.get(op, 0) + 1
+            status = "/".join(row["metaroce.icrc.status"])
+            statuses[status] = statuses.get(status, 0) + 1
+            trimmed += row["metaroce.trimmed"] == ["1"]
+            # Control packets are whole in the capture, so their ICRC must verify;
+            # a data record is cut after its headers unless trimmed or empty.
+            if op in CONTROL_OPS:
+                check(status == "1", f"{name} frame {n}: {op} ICRC status {status}")
+            # The simulator clears PC, so a trimmed packet's ICRC covers what is left.
+            if row["metaroce.trimmed"] == ["1"] and row["metaroce.flags.pc"] == ["0"]:
+                check(status == "1", f"{name} frame {n}: trimmed, PC clear, ICRC status {status}")
+        if "trim" in name:
+            check(trimmed > 0, f"{name}: no trimmed packet recognised")
+        print(f"simulator, {name}: {len(rows)} packets, opcodes {ops}, ICRC status "
+              f"(1 good, 2 unverified) {statuses}, {trimmed} trimmed")
+
+
+def check_mutations(vectors, workdir):
+    """Every prefix of every vector, and seeded random byte changes: each
+    decodes without a dissector failure, and every prefix draws an error."""
+    rng = random.Random(4792)
+    prefixes, mutants = [], []
+    for _, _, raw, _ in vectors:
+        prefixes += [raw[:n] for n in range(1, len(raw))]  # UDP hands no empty payload on
+        for _ in range(20):
+            m = bytearray(raw)
+            for _ in range(rng.randint(1, 3)):
+                m[rng.randrange(len(m))] = rng.randrange(256)
+            mutants.append(bytes(m))
+    pcap = os.path.join(workdir, "mutations.pcap")
+    write_pcap(pcap, [(frame(d, 50000 + i % 1000), None) for i, d in enumerate(prefixes + mutants)])
     rows = decode(pcap)
-    check(len(rows) > 100, f"simulator capture has only {len(rows)} packets")
-    ops, statuses = {}, {}
-    for row in rows:
-        n = row["frame.number"][0]
-        check(len(row["metaroce.opcode"]) == 1, f"sim frame {n}: not decoded as MetaRoCE")
-        check(not row["_ws.malformed"], f"sim frame {n}: malformed")
-        for m in row["_ws.expert.message"]:
-            check(not re.search(r"BAD-|Unknown|Truncated|does not match|failure", m),
-                  f"sim frame {n}: expert error '{m}'")
-        op = row["_ws.col.Info"][0].split(" ")[0] if row["_ws.col.Info"] else "?"
-        ops[op] = ops.get(op, 0) + 1
-        status = "/".join(row["metaroce.icrc.status"])
-        statuses[status] = statuses.get(status, 0) + 1
-        # Control packets are whole in the capture, so their ICRC must verify.
-        if op in ("ACK", "NAK", "PROBE", "CONNECT_REQ", "CONNECT_ACCEPT", "DISCONNECT", "DISCONNECT_ACK"):
-            check(status == "1", f"sim frame {n}: {op} ICRC status {status}")
-    print(f"simulator: {len(rows)} packets, opcodes {ops}, ICRC status "
-          f"(1 good, 2 not captured) {statuses}")
+    if not check(len(rows) == len(prefixes) + len(mutants), f"mutations: read {len(rows)} frames"):
+        return
+    for i, row in enumerate(rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check("Dissector failure" not in messages, f"mutation frame {i + 1}: {messages}")
+        if i < len(prefixes):
+            check(messages != "", f"prefix frame {i + 1} ({len(prefixes[i])} bytes): no expert info")
+    print(f"mutations: {len(prefixes)} prefixes, {len(mutants)} random changes")
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sim", help="metaroce-sim binary (step 3 is skipped without it)")
+    parser.add_argument("--sim", help="metaroce-sim binary (step 4 is skipped without it)")
     parser.add_argument("--keep", help="write the pcaps into this folder and keep them")
     args = parser.parse_args()
 
@@ -333,6 +377,7 @@ def main():
             check_broken(cases, rows)
         print(f"broken and trimmed packets: {len(cases)} cases")
 
+        check_mutations(vectors, workdir)
         check_other_port(vectors, workdir)
         print("port 5000: decoded only with Decode As or the udp_port preference")
 
