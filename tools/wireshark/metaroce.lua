@@ -64,7 +64,9 @@ local status_names = {
 }
 
 local ICRC_BAD, ICRC_GOOD, ICRC_UNVERIFIED = 0, 1, 2
-local icrc_status_names = { [ICRC_BAD] = "Bad", [ICRC_GOOD] = "Good", [ICRC_UNVERIFIED] = "Unverified" }
+local icrc_status_names = {
+  [ICRC_BAD] = "Bad", [ICRC_GOOD] = "Good", [ICRC_UNVERIFIED] = "Unverified",
+}
 
 ---------------------------------------------------------------- fields
 
@@ -74,10 +76,12 @@ local pf = {
   flags = ProtoField.uint8("metaroce.flags", "Flags", base.HEX, nil, 0x0F),
   flag_pc = ProtoField.bool("metaroce.flags.pc", "Payload covered (PC)", 8, nil, FLAG_PC),
   flag_ar = ProtoField.bool("metaroce.flags.ar", "Ack requested (AR)", 8, nil, FLAG_AR),
-  flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil, FLAG_RESERVED),
+  flag_reserved = ProtoField.uint8("metaroce.flags.reserved", "Reserved", base.HEX, nil,
+    FLAG_RESERVED),
   opcode = ProtoField.uint8("metaroce.opcode", "Opcode", base.HEX, opcode_names),
   path_tag = ProtoField.uint16("metaroce.path_tag", "Path tag", base.HEX),
-  path_generation = ProtoField.uint16("metaroce.path_tag.generation", "Generation", base.DEC, nil, 0xFFE0),
+  path_generation = ProtoField.uint16("metaroce.path_tag.generation", "Generation", base.DEC, nil,
+    0xFFE0),
   path_slot = ProtoField.uint16("metaroce.path_tag.slot", "Slot", base.DEC, nil, 0x001F),
   dst_conn = ProtoField.uint32("metaroce.dst_conn", "Destination connection id", base.HEX),
   psn = ProtoField.uint32("metaroce.psn", "PSN", base.HEX),
@@ -97,7 +101,8 @@ local pf = {
   trimmed = ProtoField.bool("metaroce.trimmed", "Trimmed (payload cut by a switch)"),
   -- ICRC (3.8)
   icrc = ProtoField.uint32("metaroce.icrc", "ICRC", base.HEX),
-  icrc_status = ProtoField.uint8("metaroce.icrc.status", "ICRC status", base.DEC, icrc_status_names),
+  icrc_status = ProtoField.uint8("metaroce.icrc.status", "ICRC status", base.DEC,
+    icrc_status_names),
   icrc_computed = ProtoField.uint32("metaroce.icrc.computed", "Computed ICRC", base.HEX),
   icrc_covered = ProtoField.uint32("metaroce.icrc.covered_len", "Bytes covered", base.DEC),
   -- ACK body (3.9)
@@ -105,14 +110,19 @@ local pf = {
   ack_echo_psn = ProtoField.uint32("metaroce.ack.echo_psn", "Echo PSN", base.HEX),
   ack_echo_tsval = ProtoField.uint32("metaroce.ack.echo_tsval", "Echo TSval", base.HEX),
   ack_echo_path_tag = ProtoField.uint16("metaroce.ack.echo_path_tag", "Echo path tag", base.HEX),
-  ack_echo_generation = ProtoField.uint16("metaroce.ack.echo_path_tag.generation", "Generation", base.DEC, nil, 0xFFE0),
-  ack_echo_slot = ProtoField.uint16("metaroce.ack.echo_path_tag.slot", "Slot", base.DEC, nil, 0x001F),
+  ack_echo_generation = ProtoField.uint16("metaroce.ack.echo_path_tag.generation", "Generation",
+    base.DEC, nil, 0xFFE0),
+  ack_echo_slot = ProtoField.uint16("metaroce.ack.echo_path_tag.slot", "Slot", base.DEC, nil,
+    0x001F),
   ack_flags = ProtoField.uint8("metaroce.ack.flags", "Ack flags", base.HEX),
   ack_echo_ce = ProtoField.bool("metaroce.ack.flags.echo_ce", "ECHO_CE", 8, nil, ECHO_CE),
   ack_echo_dup = ProtoField.bool("metaroce.ack.flags.echo_dup", "ECHO_DUP", 8, nil, ECHO_DUP),
-  ack_echo_probe = ProtoField.bool("metaroce.ack.flags.echo_probe", "ECHO_PROBE", 8, nil, ECHO_PROBE),
-  ack_echo_trimmed = ProtoField.bool("metaroce.ack.flags.echo_trimmed", "ECHO_TRIMMED", 8, nil, ECHO_TRIMMED),
-  ack_flags_reserved = ProtoField.uint8("metaroce.ack.flags.reserved", "Reserved", base.HEX, nil, 0xF0),
+  ack_echo_probe = ProtoField.bool("metaroce.ack.flags.echo_probe", "ECHO_PROBE", 8, nil,
+    ECHO_PROBE),
+  ack_echo_trimmed = ProtoField.bool("metaroce.ack.flags.echo_trimmed", "ECHO_TRIMMED", 8, nil,
+    ECHO_TRIMMED),
+  ack_flags_reserved = ProtoField.uint8("metaroce.ack.flags.reserved", "Reserved", base.HEX, nil,
+    0xF0),
   ack_sack_words = ProtoField.uint8("metaroce.ack.sack_words", "SACK words", base.DEC),
   ack_reserved = ProtoField.uint32("metaroce.ack.reserved", "Reserved", base.HEX),
   ack_sack = ProtoField.uint64("metaroce.ack.sack", "SACK word", base.HEX),
@@ -135,7 +145,8 @@ local pf = {
   conn_reserved = ProtoField.uint16("metaroce.connect.reserved", "Reserved", base.HEX),
   conn_nonce = ProtoField.uint64("metaroce.connect.nonce", "Nonce", base.HEX),
   -- Disconnect body (3.13)
-  disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id", base.HEX),
+  disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id",
+    base.HEX),
   disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX),
   disc_reserved = ProtoField.uint24("metaroce.disconnect.reserved", "Reserved", base.HEX),
 }
@@ -154,7 +165,8 @@ local ex = {
     expert.group.CHECKSUM, expert.severity.ERROR),
   icrc_unverified = ProtoExpert.new("metaroce.icrc_unverified", "ICRC not verified",
     expert.group.CHECKSUM, expert.severity.NOTE),
-  bad_length = ProtoExpert.new("metaroce.bad_length", "Length inconsistent with the headers (BAD-5)",
+  bad_length = ProtoExpert.new("metaroce.bad_length",
+    "Length inconsistent with the headers (BAD-5)",
     expert.group.MALFORMED, expert.severity.ERROR),
   bad_field = ProtoExpert.new("metaroce.bad_field", "Field out of range (BAD-6)",
     expert.group.MALFORMED, expert.severity.ERROR),
@@ -162,7 +174,8 @@ local ex = {
     expert.group.PROTOCOL, expert.severity.WARN),
   trimmed = ProtoExpert.new("metaroce.trimmed_packet", "Payload trimmed by a switch (9.3)",
     expert.group.SEQUENCE, expert.severity.NOTE),
-  not_captured = ProtoExpert.new("metaroce.not_captured", "Packet cut short by the capture snap length",
+  not_captured = ProtoExpert.new("metaroce.not_captured",
+    "Packet cut short by the capture snap length",
     expert.group.UNDECODED, expert.severity.NOTE),
   dissector_bug = ProtoExpert.new("metaroce.dissector_bug", "MetaRoCE dissector failure",
     expert.group.MALFORMED, expert.severity.ERROR),
@@ -176,7 +189,8 @@ metaroce.prefs.udp_port = Pref.uint("UDP port", DEFAULT_UDP_PORT,
   "UDP destination port of MetaRoCE traffic (ENC-2); more ports via Decode As")
 metaroce.prefs.trimmed_dscp = Pref.uint("TRIMMED DSCP", DEFAULT_TRIMMED_DSCP,
   "IP DSCP a trimming switch gives a packet whose payload it cut (TRIM-1)")
-metaroce.prefs.verify_icrc = Pref.bool("Verify ICRC", true, "Compute the CRC-32C and compare it with the trailer")
+metaroce.prefs.verify_icrc = Pref.bool("Verify ICRC", true,
+  "Compute the CRC-32C and compare it with the trailer")
 
 -- The trimming flag lives in the IP header, below us.
 local ip_dscp = Field.new("ip.dsfield.dscp")
@@ -327,7 +341,8 @@ local function dissect_ack(st, tree, off)
   fl:add(pf.ack_echo_dup, tvb(off + 14, 1))
   fl:add(pf.ack_echo_probe, tvb(off + 14, 1))
   fl:add(pf.ack_echo_trimmed, tvb(off + 14, 1))
-  reserved_zero(st, fl:add(pf.ack_flags_reserved, tvb(off + 14, 1)), band(aflags, 0xF0), "Ack flag bits 7-4")
+  reserved_zero(st, fl:add(pf.ack_flags_reserved, tvb(off + 14, 1)), band(aflags, 0xF0),
+    "Ack flag bits 7-4")
   local words_item = ack:add(pf.ack_sack_words, tvb(off + 15, 1))
   reserved_zero(st, ack:add(pf.ack_reserved, tvb(off + 16, 4)), tvb(off + 16, 4):uint(), "Reserved")
 
@@ -340,7 +355,9 @@ local function dissect_ack(st, tree, off)
   local shown = 0
   for j = 0, words - 1 do
     local w = off + ACK_FIXED_LEN + SACK_WORD_LEN * j
-    if not captured(st, w, SACK_WORD_LEN) or w + SACK_WORD_LEN > st.datagram - ICRC_LEN then break end
+    if not captured(st, w, SACK_WORD_LEN) or w + SACK_WORD_LEN > st.datagram - ICRC_LEN then
+      break
+    end
     local word = tvb(w, SACK_WORD_LEN):uint64()
     local witem = ack:add(pf.ack_sack, tvb(w, SACK_WORD_LEN))
     witem:append_text(" [" .. j .. "]")
@@ -377,7 +394,8 @@ local function dissect_nak(st, tree, off)
   nak:add(pf.nak_msn, tvb(off + 8, 4))
   nak:add(pf.nak_cum_psn, tvb(off + 12, 4))
   if nak_code_names[code] == nil then
-    code_item:add_proto_expert_info(ex.bad_field, "NAK code " .. hex(code) .. " is outside 0x01-0x06")
+    code_item:add_proto_expert_info(ex.bad_field,
+      "NAK code " .. hex(code) .. " is outside 0x01-0x06")
   end
   add_info(st, nak_code_names[code] or ("code=" .. hex(code)))
   add_info(st, "psn=" .. hex(tvb(off, 4):uint()))
@@ -395,7 +413,8 @@ local function dissect_connect(st, tree, off)
   body:add(pf.conn_max_reads, tvb(off + 11, 1))
   body:add(pf.conn_code, tvb(off + 12, 1))
   body:add(pf.conn_max_version, tvb(off + 13, 1))
-  reserved_zero(st, body:add(pf.conn_reserved, tvb(off + 14, 2)), tvb(off + 14, 2):uint(), "Reserved")
+  reserved_zero(st, body:add(pf.conn_reserved, tvb(off + 14, 2)), tvb(off + 14, 2):uint(),
+    "Reserved")
   body:add(pf.conn_nonce, tvb(off + 16, 8))
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
   if st.opcode == 0x22 then
@@ -439,13 +458,16 @@ local function dissect_payload(st, tree, hdr_len, layout)
   local len_item = tree:add(pf.payload_len, payload_len)
   len_item:set_generated()
   if not layout.payload and payload_len > 0 then
-    len_item:add_proto_expert_info(ex.bad_length, "READ_REQ carries " .. payload_len .. " payload bytes")
+    len_item:add_proto_expert_info(ex.bad_length,
+      "READ_REQ carries " .. payload_len .. " payload bytes")
   end
   if st.opcode == 0x05 and st.offset ~= 0 then
-    len_item:add_proto_expert_info(ex.bad_field, "READ_REQ offset is " .. st.offset .. ", must be 0")
+    len_item:add_proto_expert_info(ex.bad_field,
+      "READ_REQ offset is " .. st.offset .. ", must be 0")
   end
   if st.offset > st.msg_len then
-    len_item:add_proto_expert_info(ex.bad_length, "offset " .. st.offset .. " is beyond msg_len " .. st.msg_len)
+    len_item:add_proto_expert_info(ex.bad_length,
+      "offset " .. st.offset .. " is beyond msg_len " .. st.msg_len)
   elseif layout.payload and payload_len > st.msg_len - st.offset then
     len_item:add_proto_expert_info(ex.bad_length, "payload " .. payload_len ..
       " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
@@ -486,9 +508,9 @@ local function dissect_icrc(st, tree, hdr_len)
   if not captured(st, icrc_off, ICRC_LEN) then
     local item = tree:add(pf.icrc_status, ICRC_UNVERIFIED)
     item:set_generated()
+    local lost = (st.payload_len and st.payload_len > 0) and "payload and ICRC" or "ICRC"
     item:add_proto_expert_info(ex.not_captured, "Capture holds " .. st.captured .. " of " ..
-      st.datagram .. " bytes: " .. (st.payload_len and st.payload_len > 0 and "payload and " or "") ..
-      "ICRC not captured")
+      st.datagram .. " bytes: " .. lost .. " not captured")
     return
   end
   local stored = tvb(icrc_off, ICRC_LEN):uint()
@@ -544,7 +566,8 @@ local function dissect(st)
   add_info(st, st.opname)
 
   if st.version ~= VERSION then
-    tree:add_proto_expert_info(ex.bad_version, "Version " .. st.version .. ", this dissector knows " .. VERSION)
+    tree:add_proto_expert_info(ex.bad_version,
+      "Version " .. st.version .. ", this dissector knows " .. VERSION)
     st.suffix[#st.suffix + 1] = "BAD VERSION"
     return
   end
