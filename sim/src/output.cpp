@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "metaroce/sim/simulation.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::sim {
 namespace {
@@ -28,7 +29,8 @@ void put32(uint8_t* o, uint32_t v) {
 
 // Ethernet + IPv4 + UDP for p carrying a datagram of `datagram` bytes. Host
 // h is 10.0.0.0 + h with MAC 02:00:<h as 4 bytes>; TTL counts the switches
-// passed; the ECN field is the packet's (ECT(0), or CE where marked).
+// passed; the ECN field is the packet's (ECT(0), or CE where marked); the
+// DSCP is 0, or the TRIMMED code point on a packet a switch cut (TRIM-1).
 void write_framing(const Packet& p, uint32_t datagram, uint8_t* o) {
   o[0] = 0x02;
   o[1] = 0x00;
@@ -39,7 +41,8 @@ void write_framing(const Packet& p, uint32_t datagram, uint8_t* o) {
   put16(o + 12, 0x0800);
   uint8_t* ip = o + 14;
   ip[0] = 0x45;
-  ip[1] = p.ecn & 3;  // DSCP 0
+  const uint8_t dscp = p.trimmed ? wire::kDefaultTrimmedDscp : 0;
+  ip[1] = static_cast<uint8_t>((dscp << 2) | (p.ecn & 3));
   put16(ip + 2, static_cast<uint16_t>(std::min<uint32_t>(65535, 28 + datagram)));
   put16(ip + 4, 0);
   put16(ip + 6, 0x4000);  // DF

@@ -135,7 +135,7 @@ def write_pcap(path, frames):
 # ------------------------------------------------------------ tshark
 
 FIELDS = [
-    "frame.number", "_ws.col.Info", "_ws.expert.message", "_ws.malformed", "metaroce.opcode",
+    "frame.number", "ip.dsfield.dscp", "_ws.col.Info", "_ws.expert.message", "_ws.malformed", "metaroce.opcode",
     "metaroce.version", "metaroce.flags", "metaroce.flags.pc", "metaroce.path_tag",
     "metaroce.path_tag.slot",
     "metaroce.path_tag.generation", "metaroce.dst_conn", "metaroce.psn", "metaroce.tsval",
@@ -305,6 +305,10 @@ def check_sim(sim, workdir):
             status = "/".join(row["metaroce.icrc.status"])
             statuses[status] = statuses.get(status, 0) + 1
             trimmed += row["metaroce.trimmed"] == ["1"]
+            # TRIM-1: a switch that cuts a packet marks it with the TRIMMED DSCP.
+            want_dscp = str(TRIMMED_DSCP) if row["metaroce.trimmed"] == ["1"] else "0"
+            check(row["ip.dsfield.dscp"] == [want_dscp],
+                  f"{name} frame {n}: DSCP {row['ip.dsfield.dscp']}, want {want_dscp}")
             # Control packets are whole in the capture, so their ICRC must verify;
             # a data record is cut after its headers unless trimmed or empty.
             if op in CONTROL_OPS:
