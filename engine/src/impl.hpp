@@ -14,8 +14,8 @@
 
 #include "connection.hpp"
 #include "crc32c.hpp"
-#include "fifo.hpp"
 #include "metaroce/engine.hpp"
+#include "metaroce/ring.hpp"
 #include "metaroce/wire.hpp"
 #include "mr_table.hpp"
 #include "rng.hpp"
@@ -50,15 +50,15 @@ struct Endpoint::Impl {
   std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)
 
   // Connections with something to send, round-robin.
-  detail::Fifo<uint32_t> ready;
+  Ring<uint32_t> ready;
   std::vector<uint8_t> in_ready;
 
   // Pools of tracking contexts.
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
   std::vector<std::unique_ptr<detail::RxCtx>> rx_pool;
 
-  detail::Fifo<Completion> completions;
-  detail::Fifo<Event> events;
+  Ring<Completion> completions;
+  Ring<Event> events;
 
   // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
   struct Orphan {
@@ -69,7 +69,7 @@ struct Endpoint::Impl {
     wire::DisconnectBody disconnect;
     uint32_t dst_conn;
   };
-  detail::Fifo<Orphan> orphans;
+  Ring<Orphan> orphans;
 
   // ---- endpoint.cpp ----
   detail::Connection* find(ConnId id) const;

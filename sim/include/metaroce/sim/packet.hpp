@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "metaroce/ring.hpp"
+
 namespace metaroce::sim {
 
 // Ethernet header 14 + FCS 4 + IPv4 20 + UDP 8 + preamble/SFD 8 + IFG 12.
@@ -87,36 +89,7 @@ class PacketPool {
   size_t peak_ = 0;
 };
 
-// A FIFO ring that grows (doubling) and never shrinks: no allocation once warm.
-template <typename T>
-class Ring {
- public:
-  [[nodiscard]] bool empty() const { return head_ == tail_; }
-  [[nodiscard]] size_t size() const { return tail_ - head_; }
-  T& front() { return buf_[head_ & mask_]; }
-  void push(const T& v) {
-    if (size() == buf_.size()) grow();
-    buf_[tail_++ & mask_] = v;
-  }
-  T pop() { return buf_[head_++ & mask_]; }
-  // The i-th element from the front (i < size()).
-  const T& operator[](size_t i) const { return buf_[(head_ + i) & mask_]; }
-
- private:
-  void grow() {
-    const size_t n = buf_.empty() ? 16 : buf_.size() * 2;
-    std::vector<T> nb(n);
-    const size_t count = size();
-    for (size_t i = 0; i < count; ++i) nb[i] = buf_[(head_ + i) & mask_];
-    buf_ = std::move(nb);
-    mask_ = n - 1;
-    head_ = 0;
-    tail_ = count;
-  }
-  std::vector<T> buf_;
-  size_t mask_ = 0;
-  size_t head_ = 0;
-  size_t tail_ = 0;
-};
+// The simulator's FIFOs are the engine's ring (metaroce/ring.hpp).
+using metaroce::Ring;
 
 }  // namespace metaroce::sim

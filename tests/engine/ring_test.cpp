@@ -1,13 +1,14 @@
-// detail::Fifo, the ring behind the engine's ready list and its completion,
-// event and orphan queues: order survives growth while the ring is wrapped,
-// and rotate() keeps a lone entry where it is.
-#include "fifo.hpp"
+// metaroce::Ring, behind the engine's ready list and its completion, event
+// and orphan queues and the simulator's links and queues: order survives
+// growth while the ring is wrapped, and rotate() keeps a lone entry where it
+// is.
+#include "metaroce/ring.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-namespace metaroce::detail {
+namespace metaroce {
 namespace {
 
 struct Item {
@@ -15,8 +16,8 @@ struct Item {
   uint32_t tag = 0;
 };
 
-TEST(Fifo, KeepsOrderAcrossWrapAndGrowth) {
-  Fifo<Item> q;
+TEST(Ring, KeepsOrderAcrossWrapAndGrowth) {
+  Ring<Item> q;
   uint64_t next_in = 0, next_out = 0;
   // Wrap the initial 64 slots several times, then grow to 1,024 while the
   // head sits mid-ring, then drain: every item comes out once, in order.
@@ -33,6 +34,7 @@ TEST(Fifo, KeepsOrderAcrossWrapAndGrowth) {
   for (int i = 0; i < 800; ++i)
     q.push(Item{next_in, static_cast<uint32_t>(next_in * 7)}), ++next_in;
   EXPECT_EQ(q.size(), next_in - next_out);
+  for (size_t i = 0; i < q.size(); i += 97) EXPECT_EQ(q[i].id, next_out + i);
   while (!q.empty()) {
     EXPECT_EQ(q.front().id, next_out);
     EXPECT_EQ(q.pop().id, next_out);
@@ -41,8 +43,8 @@ TEST(Fifo, KeepsOrderAcrossWrapAndGrowth) {
   EXPECT_EQ(next_out, next_in);
 }
 
-TEST(Fifo, RotateMovesTheFrontBehindTheOthers) {
-  Fifo<uint32_t> q;
+TEST(Ring, RotateMovesTheFrontBehindTheOthers) {
+  Ring<uint32_t> q;
   q.push(5);
   q.rotate();  // alone: stays
   EXPECT_EQ(q.front(), 5u);
@@ -59,4 +61,4 @@ TEST(Fifo, RotateMovesTheFrontBehindTheOthers) {
 }
 
 }  // namespace
-}  // namespace metaroce::detail
+}  // namespace metaroce

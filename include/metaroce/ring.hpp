@@ -1,0 +1,60 @@
+// metaroce::Ring, a FIFO in a power-of-two ring, shared by the engine (its
+// round-robin of connections with something to send, and its queues of
+// completions, events and orphan replies) and the simulator (links' packets
+// in flight, ports' queues). Not part of the endpoint API.
+//
+// A push is a store and an increment, with no out-of-line growth check on the
+// per-packet path; the ring grows by doubling, only while the queue is longer
+// than it has ever been, and never shrinks, so a queue in steady use
+// allocates nothing (a std::deque allocates a node every few pushes and frees
+// one every few pops). It starts empty: a simulation holds thousands of
+// endpoints, most of which never queue an orphan reply.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace metaroce {
+
+template <typename T>
+class Ring {
+ public:
+  [[nodiscard]] bool empty() const { return head_ == tail_; }
+  [[nodiscard]] size_t size() const { return tail_ - head_; }
+  // front(), pop() and operator[] need a non-empty ring (i < size()).
+  [[nodiscard]] T& front() { return buf_[head_ & mask_]; }
+  [[nodiscard]] const T& front() const { return buf_[head_ & mask_]; }
+  [[nodiscard]] const T& operator[](size_t i) const { return buf_[(head_ + i) & mask_]; }
+  T pop() { return buf_[head_++ & mask_]; }
+  void push(const T& v) {
+    if (size() == buf_.size()) [[unlikely]]
+      grow();
+    buf_[tail_++ & mask_] = v;
+  }
+  // Moves the front to the back: pop() then push() of the same value, with
+  // nothing to do when it is the only one (a single busy connection, polled
+  // for every packet it sends).
+  void rotate() {
+    if (size() > 1) buf_[tail_++ & mask_] = buf_[head_++ & mask_];
+  }
+  void clear() { head_ = tail_ = 0; }
+
+ private:
+  [[gnu::noinline]] void grow() {
+    const size_t n = buf_.empty() ? 16 : buf_.size() * 2;
+    std::vector<T> bigger(n);
+    const size_t count = size();
+    for (size_t i = 0; i < count; ++i) bigger[i] = std::move(buf_[(head_ + i) & mask_]);
+    buf_ = std::move(bigger);
+    mask_ = n - 1;
+    head_ = 0;
+    tail_ = count;
+  }
+
+  std::vector<T> buf_;
+  size_t mask_ = 0;
+  size_t head_ = 0, tail_ = 0;
+};
+
+}  // namespace metaroce
