@@ -18,16 +18,16 @@ using detail::TxRecord;
 namespace {
 bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
-wire::Opcode data_opcode(WrOpcode op) {
-  switch (op) {
-    case WrOpcode::kWrite: return wire::Opcode::kWrite;
-    case WrOpcode::kWriteImm: return wire::Opcode::kWriteImm;
-    case WrOpcode::kSend: return wire::Opcode::kSend;
-    case WrOpcode::kSendImm: return wire::Opcode::kSendImm;
-    case WrOpcode::kRead: break;
-  }
-  return wire::Opcode::kReadReq;
+// The work request's opcodes are listed in the wire opcodes' order, one
+// below them: an addition per packet, not a switch.
+constexpr wire::Opcode data_opcode(WrOpcode op) {
+  return static_cast<wire::Opcode>(static_cast<uint8_t>(op) + 1);
 }
+static_assert(data_opcode(WrOpcode::kWrite) == wire::Opcode::kWrite &&
+              data_opcode(WrOpcode::kWriteImm) == wire::Opcode::kWriteImm &&
+              data_opcode(WrOpcode::kSend) == wire::Opcode::kSend &&
+              data_opcode(WrOpcode::kSendImm) == wire::Opcode::kSendImm &&
+              data_opcode(WrOpcode::kRead) == wire::Opcode::kReadReq);
 }  // namespace
 
 Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
@@ -115,8 +115,7 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   return -1;
 }
 
-// Headers built field by field: READ requests and responses, and any
-// packet when the buffer is shorter than a header template. Returns false
+// Headers built field by field: READ requests and responses. Returns false
 // (after entering the error state) if the request's memory was deregistered;
 // h is 0 if the headers did not fit.
 bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn,
@@ -181,8 +180,10 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   uint32_t plen = 0;
   size_t h = 0;
   bool ends_message = false;  // ACK-4: the receiver acknowledges it at once
-  if (!(slot & detail::kRespSlotFlag) && t.sq[slot].wr.op != WrOpcode::kRead &&
-      buf.size() >= detail::kHeaderTemplateSize) {
+  // poll() refused any buffer shorter than min_tx_buffer, which holds a
+  // header template (and, without gather, a template, a payload of the
+  // endpoint's MTU and the ICRC): neither size is tested again here.
+  if (!(slot & detail::kRespSlotFlag) && t.sq[slot].wr.op != WrOpcode::kRead) {
     // WRITE and SEND: the message's headers, patched.
     const detail::SqEntry& e = t.sq[slot];
     if (mrs.any_removed() && !mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
@@ -209,7 +210,6 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     ends_message = off + plen == e.wr.length;
     src = e.local + off;
     h = t.hdr_len;
-    if (!gather && buf.size() < h + plen + wire::kIcrcSize) return false;
     // Copied whole (a fixed-size copy is a few moves): what lies past the
     // headers is overwritten by the payload and ICRC, or is not the packet's.
     std::memcpy(buf.data(), t.hdr.data(), detail::kHeaderTemplateSize);
