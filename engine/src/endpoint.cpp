@@ -348,7 +348,7 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
-        emit_ack<gather>(c, now, buf, out)) &&
+        emit_ack(c, now, buf, out)) &&
       !(open && c.tx && emit_data<gather>(c, now, buf, out)))
     return false;
   out.peer = c.peer;

@@ -62,26 +62,6 @@ void Endpoint::Impl::owe_ack(Connection& c, detail::Echo e, bool immediate, Time
   c.ack_deadline = TimeNs::never();
 }
 
-template <bool gather>
-bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
-  if (c.echo_count == 0) return false;
-  const detail::Echo e = c.echoes[0];
-  for (uint8_t i = 1; i < c.echo_count; ++i) c.echoes[i - 1] = c.echoes[i];
-  --c.echo_count;
-  // ACK-8: SACK words only when something beyond rx_cum arrived. Nearly every
-  // ACK has none and is built here without a call, so without the register
-  // saves that a call on the way would cost.
-  if (c.rx && before(c.rx_cum + 1, c.rx_high)) return emit_sack_ack(c, e, now, buf, out);
-  // The fields straight from the echo, not through an AckBody: the header's
-  // stores may alias it, so each field was stored there and loaded back.
-  const size_t h = wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn,
-                                   e.tsval, e.tag, e.flags, {});
-  constexpr size_t kPlainAck = wire::kBaseHeaderSize + wire::kAckFixedSize;
-  return ack_built(c, e, h, h == kPlainAck ? wire::detail::seal_fixed<kPlainAck>(buf) : 0, out);
-}
-template bool Endpoint::Impl::emit_ack<false>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
-template bool Endpoint::Impl::emit_ack<true>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
-
 // emit_ack with SACK words: ACK-8, the fewest words that reach the highest
 // PSN received.
 bool Endpoint::Impl::emit_sack_ack(Connection& c, const detail::Echo& e, TimeNs now,
