@@ -342,8 +342,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (++e.sent == e.npkts) ++t.sq_seg;
     slot = static_cast<uint16_t>(si);
   }
-  detail::bit_clear(t.acked_bits, psn, mask);
-  t.records[psn & mask].tx_count = 0;
+  // Nothing to clear for the new PSN: the acked set holds bits only for
+  // [cum_acked, next_psn) (mark_acked sets none outside it, advance_cum
+  // clears those it leaves), and build_data writes the whole record (its
+  // tx_count read only for a PSN sent before).
   ++c.next_psn;
   return build_data<gather>(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out);
 }
