@@ -301,18 +301,20 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   // before it has arrived, so it never returns data an earlier WRITE is
   // still replacing.
   detail::SqEntry* head = t.sq_seg != t.sq_tail ? &t.sq[t.sq_seg & t.sq_mask] : nullptr;
-  detail::RespJob* job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg & t.resp_mask] : nullptr;
-  bool use_resp;
-  if (head != nullptr && head->sent > 0) {
-    use_resp = false;
-  } else if (job != nullptr && job->sent > 0) {
-    use_resp = true;
-  } else {
-    const bool resp_ready = job != nullptr && before(job->req_psn, c.rx_cum);
-    const bool sq_ready = head != nullptr && !(head->wr.op == WrOpcode::kRead &&
-                                               c.reads_outstanding >= c.peer_max_reads);  // READ-3
-    if (!resp_ready && !sq_ready) return false;
-    use_resp = resp_ready && (!sq_ready || c.resp_turn);
+  detail::RespJob* job = nullptr;  // looked up only between messages
+  bool use_resp = false;
+  if (head == nullptr || head->sent == 0) {
+    job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg & t.resp_mask] : nullptr;
+    if (job != nullptr && job->sent > 0) {
+      use_resp = true;
+    } else {
+      const bool resp_ready = job != nullptr && before(job->req_psn, c.rx_cum);
+      const bool sq_ready =
+          head != nullptr &&
+          !(head->wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads);  // READ-3
+      if (!resp_ready && !sq_ready) return false;
+      use_resp = resp_ready && (!sq_ready || c.resp_turn);
+    }
   }
   const int path = pick_path(c, -1, now);
   if (path < 0) return false;
