@@ -214,10 +214,17 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     // headers is overwritten by the payload and ICRC, or is not the packet's.
     std::memcpy(buf.data(), t.hdr.data(), detail::kHeaderTemplateSize);
     wire::patch_data_headers(buf.data(), op, p.tag(path), psn, tsval, off, e.wr.remote_addr + off);
-  } else if (!build_headers(c, t, slot, psn, path, now, buf, src, plen, h)) {
-    return false;
-  } else if (h == 0 || (!gather && buf.size() < h + plen + wire::kIcrcSize)) {
-    return false;
+  } else {
+    // Through copies: the template path's src, plen and h, had their
+    // addresses been taken, would live in memory, not registers.
+    const uint8_t* hsrc = nullptr;
+    uint32_t hplen = 0;
+    size_t hh = 0;
+    if (!build_headers(c, t, slot, psn, path, now, buf, hsrc, hplen, hh)) return false;
+    if (hh == 0 || (!gather && buf.size() < hh + hplen + wire::kIcrcSize)) return false;
+    src = hsrc;
+    plen = hplen;
+    h = hh;
   }
   out.entropy = p.entropy;
   out.header_len = h;
