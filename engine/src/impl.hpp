@@ -266,7 +266,7 @@ struct Endpoint::Impl {
     constexpr size_t kPlainAck = wire::kBaseHeaderSize + wire::kAckFixedSize;
     const std::span<uint8_t> dgram = buf.first(kPlainAck + wire::kIcrcSize);
     const size_t h = wire::write_ack(dgram, base_header(c, wire::Opcode::kAck, now), c.rx_cum,
-                                     e.psn, e.tsval, e.tag, e.flags, {});
+                                     e.psn, e.tsval, e.tag, static_cast<uint8_t>(e.flags), {});
     return ack_built(c, e, h, h == kPlainAck ? wire::detail::seal_fixed<kPlainAck>(dgram) : 0, out);
   }
   // emit_ack's rare case, out of line so that the usual one makes no call.

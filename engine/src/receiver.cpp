@@ -72,9 +72,9 @@ bool Endpoint::Impl::emit_sack_ack(Connection& c, const detail::Echo& e, TimeNs 
     const uint32_t base = c.rx_cum + 1 + 64 * j;
     tx_sack[j] = detail::bits64(c.rx->bits, base, c.wmask()) & detail::low_bits(c.rx_high - base);
   }
-  const size_t h =
-      wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn, e.tsval, e.tag,
-                      e.flags, std::span<const uint64_t>(tx_sack.data(), words));
+  const size_t h = wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn,
+                                   e.tsval, e.tag, static_cast<uint8_t>(e.flags),
+                                   std::span<const uint64_t>(tx_sack.data(), words));
   return ack_built(c, e, h, finish(buf, h, 0), out);
 }
 
