@@ -45,6 +45,11 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
 
 void Endpoint::Impl::owe_ack(Connection& c, detail::Echo e, bool immediate, TimeNs now) {
   c.latest = e;
+  owe_latest(c, immediate, now);
+}
+
+void Endpoint::Impl::owe_latest(Connection& c, bool immediate, TimeNs now) {
+  const detail::Echo& e = c.latest;
   if (!immediate) {
     if (c.ack_deadline == TimeNs::never()) c.ack_deadline = now + cfg.ack_delay_ns;  // ACK-5
     return;
@@ -290,10 +295,9 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   // The draw hashes the packet's PSN and timestamp (echo_draw): drawing from
   // the endpoint's PRNG instead cost ~40 instructions per data packet in the
   // engine bench (callgrind), this ~8.
-  if (!own && c.unacked > 1 && echo_draw(dg, c.unacked) != 0)
-    owe_ack(c, c.latest, immediate, now);
-  else
-    owe_ack(c, echo_of(dg, p, dg.ce ? wire::kAckEchoCe : 0), immediate, now);
+  if (own || c.unacked <= 1 || echo_draw(dg, c.unacked) == 0)
+    c.latest = echo_of(dg, p, dg.ce ? wire::kAckEchoCe : 0);
+  owe_latest(c, immediate, now);
   if (c.rx_cum != old_cum) complete_recvs(c);
   if (op == wire::Opcode::kReadResp) complete_sends(c);
   // PLACE-1. The copy is made last (nothing above reads the destination, and
