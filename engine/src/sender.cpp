@@ -374,7 +374,9 @@ void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs no
 // business, kept here so that it inlines into on_acked, its only caller.
 void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
   Path& p = c.paths[path];
-  p.loss_ewma -= per_loss_window(p.loss_ewma);
+  // PATH-5's decay toward no loss; a path that never lost one (nearly
+  // every path, nearly always) is at zero already.
+  if (p.loss_ewma != 0) p.loss_ewma -= per_loss_window(p.loss_ewma);
   ++p.outcomes;
   p.consecutive_rtos = 0;
   p.backoff = 0;
