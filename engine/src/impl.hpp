@@ -228,11 +228,13 @@ struct Endpoint::Impl {
   bool build_headers(detail::Connection& c, detail::TxCtx& t, uint16_t slot, uint32_t psn,
                      uint8_t path, TimeNs now, std::span<uint8_t> buf, const uint8_t*& src,
                      uint32_t& plen, size_t& h);
+  // sq: the send-queue entry `slot` names, null for a READ response job
+  // (passed in, as the caller has it at hand, rather than looked up again).
   template <bool gather>
   [[gnu::always_inline]] inline bool build_data(detail::Connection& c, detail::TxCtx& t,
-                                                uint16_t slot, uint32_t psn, uint8_t path,
-                                                bool retx, TimeNs now, std::span<uint8_t> buf,
-                                                TxDatagram& out);
+                                                uint16_t slot, const detail::SqEntry* sq,
+                                                uint32_t psn, uint8_t path, bool retx, TimeNs now,
+                                                std::span<uint8_t> buf, TxDatagram& out);
 
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);

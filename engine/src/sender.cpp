@@ -171,8 +171,9 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
 }
 
 template <bool gather>
-bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
-                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const detail::SqEntry* sq,
+                                uint32_t psn, uint8_t path, bool retx, TimeNs now,
+                                std::span<uint8_t> buf, TxDatagram& out) {
   const uint32_t mtu = c.mtu;
   detail::Path& p = c.paths[path];
   const auto tsval = static_cast<uint32_t>(now.ns);
@@ -183,9 +184,9 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   // poll() refused any buffer shorter than min_tx_buffer, which holds a
   // header template (and, without gather, a template, a payload of the
   // endpoint's MTU and the ICRC): neither size is tested again here.
-  if (!(slot & detail::kRespSlotFlag) && t.sq[slot].wr.op != WrOpcode::kRead) {
+  if (sq != nullptr && sq->wr.op != WrOpcode::kRead) {
     // WRITE and SEND: the message's headers, patched.
-    const detail::SqEntry& e = t.sq[slot];
+    const detail::SqEntry& e = *sq;
     if (mrs.any_removed() && !mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
       enter_error(c, Status::kLocalProtection, psn, now);
       return false;
@@ -297,7 +298,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
-    return build_data<gather>(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out);
+    const uint16_t rslot = r.slot;
+    const detail::SqEntry* sq = rslot & detail::kRespSlotFlag ? nullptr : &t.sq[rslot];
+    return build_data<gather>(c, t, rslot, sq, psn, static_cast<uint8_t>(path), true, now, buf,
+                              out);
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
@@ -327,6 +331,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   if (path < 0) return false;
   const uint32_t psn = c.next_psn;
   uint16_t slot;
+  const detail::SqEntry* sq = nullptr;
   if (use_resp) {
     const auto ji = t.resp_seg & t.resp_mask;
     if (job->sent == 0) {
@@ -350,13 +355,14 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     }
     if (++e.sent == e.npkts) ++t.sq_seg;
     slot = static_cast<uint16_t>(si);
+    sq = head;
   }
   // Nothing to clear for the new PSN: the acked set holds bits only for
   // [cum_acked, next_psn) (mark_acked sets none outside it, advance_cum
   // clears those it leaves), and build_data writes the whole record (its
   // tx_count read only for a PSN sent before).
   ++c.next_psn;
-  return build_data<gather>(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out);
+  return build_data<gather>(c, t, slot, sq, psn, static_cast<uint8_t>(path), false, now, buf, out);
 }
 template bool Endpoint::Impl::emit_data<false>(Connection&, TimeNs, std::span<uint8_t>,
                                                TxDatagram&);
