@@ -384,11 +384,13 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
   // Round-robin: one datagram per ready connection per turn.
   while (!ready.empty()) {
     const uint32_t index = ready.front();
-    Connection* c = conns[index].get();
-    if (c == nullptr || !in_ready[index]) {
+    if (!in_ready[index]) {
       ready.pop();
       continue;
     }
+    // mark_ready sets the flag for a live connection only, and
+    // destroy_connection clears it: a set flag names one, never null.
+    Connection* c = conns[index].get();
     if (emit_for<gather>(*c, now, buf, out)) {
       ready.rotate();  // stays ready, behind the others: it may have more
       update_timer(*c);
