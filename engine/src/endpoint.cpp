@@ -40,7 +40,7 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
 Connection* Endpoint::Impl::find(ConnId id) const {
   // An invalid id (0) wraps to an index past any table.
   const uint32_t index = (id.v & kIndexMask) - 1;
-  if (index >= conns.size() || !conns[index]) return nullptr;
+  if (index >= conn_slots || !conns[index]) return nullptr;
   Connection* c = conns[index].get();
   return c->id == id ? c : nullptr;
 }
@@ -54,6 +54,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     if (conns.size() >= cfg.max_connections) return nullptr;
     index = static_cast<uint32_t>(conns.size());
     conns.emplace_back();
+    conn_slots = static_cast<uint32_t>(conns.size());
     generations.push_back(0);
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);

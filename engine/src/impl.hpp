@@ -44,7 +44,10 @@ struct Endpoint::Impl {
   void* trace_ctx = nullptr;
 
   std::vector<std::unique_ptr<detail::Connection>> conns;  // index -> connection
-  std::vector<uint16_t> generations;                       // index -> id generation
+  // conns.size(), kept: find() bounds every received datagram's index by it,
+  // and the vector's size is a subtraction and a shift of two loads.
+  uint32_t conn_slots = 0;
+  std::vector<uint16_t> generations;  // index -> id generation
   std::vector<uint32_t> free_indices;
   std::vector<uint32_t> timer_pos;
   detail::TimerHeap timers;
