@@ -253,7 +253,8 @@ struct Connection {
   // of a replaced entropy says nothing about its successor.
   [[nodiscard]] int echoed_slot(uint16_t tag) const {
     const uint8_t slot = tag & 31;
-    if (slot >= num_paths || (tag >> 5) != (paths[slot].generation & 0x7ff)) return -1;
+    // A generation is kept below 2^11 (renew_path), so it needs no mask.
+    if (slot >= num_paths || (tag >> 5) != paths[slot].generation) return -1;
     return slot;
   }
   [[nodiscard]] uint8_t window_log2() const {
