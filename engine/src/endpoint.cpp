@@ -40,7 +40,7 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
 Connection* Endpoint::Impl::find(ConnId id) const {
   // An invalid id (0) wraps to an index past any table.
   const uint32_t index = (id.v & kIndexMask) - 1;
-  if (index >= conns.size() || !conns[index]) return nullptr;
+  if (index >= conn_slots || !conns[index]) return nullptr;
   Connection* c = conns[index].get();
   return c->id == id ? c : nullptr;
 }
@@ -54,6 +54,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     if (conns.size() >= cfg.max_connections) return nullptr;
     index = static_cast<uint32_t>(conns.size());
     conns.emplace_back();
+    conn_slots = static_cast<uint32_t>(conns.size());
     generations.push_back(0);
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
@@ -347,7 +348,7 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
   const bool open = c.state == ConnState::kEstablished;
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
-        emit_ack<gather>(c, now, buf, out)) &&
+        emit_ack(c, now, buf, out)) &&
       !(open && c.tx && emit_data<gather>(c, now, buf, out)))
     return false;
   out.peer = c.peer;
@@ -383,11 +384,13 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
   // Round-robin: one datagram per ready connection per turn.
   while (!ready.empty()) {
     const uint32_t index = ready.front();
-    Connection* c = conns[index].get();
-    if (c == nullptr || !in_ready[index]) {
+    if (!in_ready[index]) {
       ready.pop();
       continue;
     }
+    // mark_ready sets the flag for a live connection only, and
+    // destroy_connection clears it: a set flag names one, never null.
+    Connection* c = conns[index].get();
     if (emit_for<gather>(*c, now, buf, out)) {
       ready.rotate();  // stays ready, behind the others: it may have more
       update_timer(*c);

@@ -45,6 +45,11 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
 
 void Endpoint::Impl::owe_ack(Connection& c, detail::Echo e, bool immediate, TimeNs now) {
   c.latest = e;
+  owe_latest(c, immediate, now);
+}
+
+void Endpoint::Impl::owe_latest(Connection& c, bool immediate, TimeNs now) {
+  const detail::Echo& e = c.latest;
   if (!immediate) {
     if (c.ack_deadline == TimeNs::never()) c.ack_deadline = now + cfg.ack_delay_ns;  // ACK-5
     return;
@@ -62,26 +67,6 @@ void Endpoint::Impl::owe_ack(Connection& c, detail::Echo e, bool immediate, Time
   c.ack_deadline = TimeNs::never();
 }
 
-template <bool gather>
-bool Endpoint::Impl::emit_ack(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
-  if (c.echo_count == 0) return false;
-  const detail::Echo e = c.echoes[0];
-  for (uint8_t i = 1; i < c.echo_count; ++i) c.echoes[i - 1] = c.echoes[i];
-  --c.echo_count;
-  // ACK-8: SACK words only when something beyond rx_cum arrived. Nearly every
-  // ACK has none and is built here without a call, so without the register
-  // saves that a call on the way would cost.
-  if (c.rx && before(c.rx_cum + 1, c.rx_high)) return emit_sack_ack(c, e, now, buf, out);
-  // The fields straight from the echo, not through an AckBody: the header's
-  // stores may alias it, so each field was stored there and loaded back.
-  const size_t h = wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn,
-                                   e.tsval, e.tag, e.flags, {});
-  constexpr size_t kPlainAck = wire::kBaseHeaderSize + wire::kAckFixedSize;
-  return ack_built(c, e, h, h == kPlainAck ? wire::detail::seal_fixed<kPlainAck>(buf) : 0, out);
-}
-template bool Endpoint::Impl::emit_ack<false>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
-template bool Endpoint::Impl::emit_ack<true>(Connection&, TimeNs, std::span<uint8_t>, TxDatagram&);
-
 // emit_ack with SACK words: ACK-8, the fewest words that reach the highest
 // PSN received.
 bool Endpoint::Impl::emit_sack_ack(Connection& c, const detail::Echo& e, TimeNs now,
@@ -92,9 +77,9 @@ bool Endpoint::Impl::emit_sack_ack(Connection& c, const detail::Echo& e, TimeNs 
     const uint32_t base = c.rx_cum + 1 + 64 * j;
     tx_sack[j] = detail::bits64(c.rx->bits, base, c.wmask()) & detail::low_bits(c.rx_high - base);
   }
-  const size_t h =
-      wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn, e.tsval, e.tag,
-                      e.flags, std::span<const uint64_t>(tx_sack.data(), words));
+  const size_t h = wire::write_ack(buf, base_header(c, wire::Opcode::kAck, now), c.rx_cum, e.psn,
+                                   e.tsval, e.tag, static_cast<uint8_t>(e.flags),
+                                   std::span<const uint64_t>(tx_sack.data(), words));
   return ack_built(c, e, h, finish(buf, h, 0), out);
 }
 
@@ -258,7 +243,6 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     enter_error(c, why, psn, now);  // NAK-2
     return;
   }
-  if (dst != nullptr && plen > 0) std::memcpy(dst, p.payload.data(), plen);
   if (rq_entry != nullptr && last) {
     rq_entry->has_last = true;
     rq_entry->last_psn = psn;
@@ -311,12 +295,15 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   // The draw hashes the packet's PSN and timestamp (echo_draw): drawing from
   // the endpoint's PRNG instead cost ~40 instructions per data packet in the
   // engine bench (callgrind), this ~8.
-  if (!own && c.unacked > 1 && echo_draw(dg, c.unacked) != 0)
-    owe_ack(c, c.latest, immediate, now);
-  else
-    owe_ack(c, echo_of(dg, p, dg.ce ? wire::kAckEchoCe : 0), immediate, now);
+  if (own || c.unacked <= 1 || echo_draw(dg, c.unacked) == 0)
+    c.latest = echo_of(dg, p, dg.ce ? wire::kAckEchoCe : 0);
+  owe_latest(c, immediate, now);
   if (c.rx_cum != old_cum) complete_recvs(c);
   if (op == wire::Opcode::kReadResp) complete_sends(c);
+  // PLACE-1. The copy is made last (nothing above reads the destination, and
+  // none of it is seen before this call returns): here the call has few live
+  // values to save around it.
+  if (dst != nullptr && plen > 0) std::memcpy(dst, p.payload.data(), plen);
 }
 
 }  // namespace metaroce

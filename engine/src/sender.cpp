@@ -18,16 +18,16 @@ using detail::TxRecord;
 namespace {
 bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
-wire::Opcode data_opcode(WrOpcode op) {
-  switch (op) {
-    case WrOpcode::kWrite: return wire::Opcode::kWrite;
-    case WrOpcode::kWriteImm: return wire::Opcode::kWriteImm;
-    case WrOpcode::kSend: return wire::Opcode::kSend;
-    case WrOpcode::kSendImm: return wire::Opcode::kSendImm;
-    case WrOpcode::kRead: break;
-  }
-  return wire::Opcode::kReadReq;
+// The work request's opcodes are listed in the wire opcodes' order, one
+// below them: an addition per packet, not a switch.
+constexpr wire::Opcode data_opcode(WrOpcode op) {
+  return static_cast<wire::Opcode>(static_cast<uint8_t>(op) + 1);
 }
+static_assert(data_opcode(WrOpcode::kWrite) == wire::Opcode::kWrite &&
+              data_opcode(WrOpcode::kWriteImm) == wire::Opcode::kWriteImm &&
+              data_opcode(WrOpcode::kSend) == wire::Opcode::kSend &&
+              data_opcode(WrOpcode::kSendImm) == wire::Opcode::kSendImm &&
+              data_opcode(WrOpcode::kRead) == wire::Opcode::kReadReq);
 }  // namespace
 
 Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
@@ -115,8 +115,7 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   return -1;
 }
 
-// Headers built field by field: READ requests and responses, and any
-// packet when the buffer is shorter than a header template. Returns false
+// Headers built field by field: READ requests and responses. Returns false
 // (after entering the error state) if the request's memory was deregistered;
 // h is 0 if the headers did not fit.
 bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn,
@@ -172,8 +171,9 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
 }
 
 template <bool gather>
-bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t psn, uint8_t path,
-                                bool retx, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const detail::SqEntry* sq,
+                                uint32_t psn, uint8_t path, bool retx, TimeNs now,
+                                std::span<uint8_t> buf, TxDatagram& out) {
   const uint32_t mtu = c.mtu;
   detail::Path& p = c.paths[path];
   const auto tsval = static_cast<uint32_t>(now.ns);
@@ -181,10 +181,12 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
   uint32_t plen = 0;
   size_t h = 0;
   bool ends_message = false;  // ACK-4: the receiver acknowledges it at once
-  if (!(slot & detail::kRespSlotFlag) && t.sq[slot].wr.op != WrOpcode::kRead &&
-      buf.size() >= detail::kHeaderTemplateSize) {
+  // poll() refused any buffer shorter than min_tx_buffer, which holds a
+  // header template (and, without gather, a template, a payload of the
+  // endpoint's MTU and the ICRC): neither size is tested again here.
+  if (sq != nullptr && sq->wr.op != WrOpcode::kRead) {
     // WRITE and SEND: the message's headers, patched.
-    const detail::SqEntry& e = t.sq[slot];
+    const detail::SqEntry& e = *sq;
     if (mrs.any_removed() && !mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
       enter_error(c, Status::kLocalProtection, psn, now);
       return false;
@@ -209,15 +211,21 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, uint32_t
     ends_message = off + plen == e.wr.length;
     src = e.local + off;
     h = t.hdr_len;
-    if (!gather && buf.size() < h + plen + wire::kIcrcSize) return false;
     // Copied whole (a fixed-size copy is a few moves): what lies past the
     // headers is overwritten by the payload and ICRC, or is not the packet's.
     std::memcpy(buf.data(), t.hdr.data(), detail::kHeaderTemplateSize);
     wire::patch_data_headers(buf.data(), op, p.tag(path), psn, tsval, off, e.wr.remote_addr + off);
-  } else if (!build_headers(c, t, slot, psn, path, now, buf, src, plen, h)) {
-    return false;
-  } else if (h == 0 || (!gather && buf.size() < h + plen + wire::kIcrcSize)) {
-    return false;
+  } else {
+    // Through copies: the template path's src, plen and h, had their
+    // addresses been taken, would live in memory, not registers.
+    const uint8_t* hsrc = nullptr;
+    uint32_t hplen = 0;
+    size_t hh = 0;
+    if (!build_headers(c, t, slot, psn, path, now, buf, hsrc, hplen, hh)) return false;
+    if (hh == 0 || (!gather && buf.size() < hh + hplen + wire::kIcrcSize)) return false;
+    src = hsrc;
+    plen = hplen;
+    h = hh;
   }
   out.entropy = p.entropy;
   out.header_len = h;
@@ -290,7 +298,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
-    return build_data<gather>(c, t, r.slot, psn, static_cast<uint8_t>(path), true, now, buf, out);
+    const uint16_t rslot = r.slot;
+    const detail::SqEntry* sq = rslot & detail::kRespSlotFlag ? nullptr : &t.sq[rslot];
+    return build_data<gather>(c, t, rslot, sq, psn, static_cast<uint8_t>(path), true, now, buf,
+                              out);
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
@@ -301,23 +312,26 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   // before it has arrived, so it never returns data an earlier WRITE is
   // still replacing.
   detail::SqEntry* head = t.sq_seg != t.sq_tail ? &t.sq[t.sq_seg & t.sq_mask] : nullptr;
-  detail::RespJob* job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg & t.resp_mask] : nullptr;
-  bool use_resp;
-  if (head != nullptr && head->sent > 0) {
-    use_resp = false;
-  } else if (job != nullptr && job->sent > 0) {
-    use_resp = true;
-  } else {
-    const bool resp_ready = job != nullptr && before(job->req_psn, c.rx_cum);
-    const bool sq_ready = head != nullptr && !(head->wr.op == WrOpcode::kRead &&
-                                               c.reads_outstanding >= c.peer_max_reads);  // READ-3
-    if (!resp_ready && !sq_ready) return false;
-    use_resp = resp_ready && (!sq_ready || c.resp_turn);
+  detail::RespJob* job = nullptr;  // looked up only between messages
+  bool use_resp = false;
+  if (head == nullptr || head->sent == 0) {
+    job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg & t.resp_mask] : nullptr;
+    if (job != nullptr && job->sent > 0) {
+      use_resp = true;
+    } else {
+      const bool resp_ready = job != nullptr && before(job->req_psn, c.rx_cum);
+      const bool sq_ready =
+          head != nullptr &&
+          !(head->wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads);  // READ-3
+      if (!resp_ready && !sq_ready) return false;
+      use_resp = resp_ready && (!sq_ready || c.resp_turn);
+    }
   }
   const int path = pick_path(c, -1, now);
   if (path < 0) return false;
   const uint32_t psn = c.next_psn;
   uint16_t slot;
+  const detail::SqEntry* sq = nullptr;
   if (use_resp) {
     const auto ji = t.resp_seg & t.resp_mask;
     if (job->sent == 0) {
@@ -341,11 +355,14 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     }
     if (++e.sent == e.npkts) ++t.sq_seg;
     slot = static_cast<uint16_t>(si);
+    sq = head;
   }
-  detail::bit_clear(t.acked_bits, psn, mask);
-  t.records[psn & mask].tx_count = 0;
+  // Nothing to clear for the new PSN: the acked set holds bits only for
+  // [cum_acked, next_psn) (mark_acked sets none outside it, advance_cum
+  // clears those it leaves), and build_data writes the whole record (its
+  // tx_count read only for a PSN sent before).
   ++c.next_psn;
-  return build_data<gather>(c, t, slot, psn, static_cast<uint8_t>(path), false, now, buf, out);
+  return build_data<gather>(c, t, slot, sq, psn, static_cast<uint8_t>(path), false, now, buf, out);
 }
 template bool Endpoint::Impl::emit_data<false>(Connection&, TimeNs, std::span<uint8_t>,
                                                TxDatagram&);
@@ -363,7 +380,9 @@ void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs no
 // business, kept here so that it inlines into on_acked, its only caller.
 void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
   Path& p = c.paths[path];
-  p.loss_ewma -= per_loss_window(p.loss_ewma);
+  // PATH-5's decay toward no loss; a path that never lost one (nearly
+  // every path, nearly always) is at zero already.
+  if (p.loss_ewma != 0) p.loss_ewma -= per_loss_window(p.loss_ewma);
   ++p.outcomes;
   p.consecutive_rtos = 0;
   p.backoff = 0;

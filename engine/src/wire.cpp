@@ -39,8 +39,9 @@ struct OpInfo {
   uint8_t header = 0;  // bytes before the payload (ACK: without SACK words); 0: unknown
   bool payload = false;
 };
-constexpr std::array<OpInfo, 0x25> make_ops() {
-  std::array<OpInfo, 0x25> t{};
+// An entry for every byte value, so that a lookup needs no range test.
+constexpr std::array<OpInfo, 256> make_ops() {
+  std::array<OpInfo, 256> t{};
   for (uint8_t v = 0x01; v <= 0x06; ++v) {
     const auto op = static_cast<Opcode>(v);
     size_t n = kBaseHeaderSize + kMessageHeaderSize;
@@ -58,7 +59,7 @@ constexpr std::array<OpInfo, 0x25> make_ops() {
 constexpr auto kOps = make_ops();
 }  // namespace
 
-bool is_known_opcode(uint8_t v) { return v < kOps.size() && kOps[v].header != 0; }
+bool is_known_opcode(uint8_t v) { return kOps[v].header != 0; }
 
 const char* parse_error_name(ParseError e) {
   switch (e) {
@@ -149,7 +150,7 @@ ParseError parse(std::span<const uint8_t> d, Packet& out, bool flagged_trimmed) 
   if (out.bh.version != kVersion) return ParseError::kBadVersion;
   const auto opv = static_cast<uint8_t>(out.bh.opcode);
   // is_known_opcode, with the entry it reads kept for the tests below.
-  const OpInfo info = opv < kOps.size() ? kOps[opv] : OpInfo{};
+  const OpInfo info = kOps[opv];
   if (info.header == 0) return ParseError::kBadOpcode;
   const Opcode op = out.bh.opcode;
   size_t hlen = info.header;
