@@ -20,6 +20,9 @@ inline constexpr uint32_t kPacketOverhead = 64;    // bytes charged per packet o
 inline constexpr uint16_t kRespSlotFlag = 0x8000;  // TxRecord::slot names a READ response job
 inline constexpr uint32_t kFix = 1u << 16;         // fixed-point one for alpha and loss EWMA
 inline constexpr uint32_t kNoSlot = UINT32_MAX;
+
+// Sequence order modulo 2^32 (SEQ-2): a comes before b.
+[[nodiscard]] inline bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 inline constexpr uint8_t kNoPath = 0xff;
 // Room for the longest data headers (WRITE_IMM: 48 bytes), copied whole.
 inline constexpr size_t kHeaderTemplateSize =

@@ -263,8 +263,7 @@ struct Endpoint::Impl {
     // ACK-8: SACK words only when something beyond rx_cum arrived. Nearly
     // every ACK has none and is built here without a call, so without the
     // register saves that a call on the way would cost.
-    if (c.rx && static_cast<int32_t>(c.rx_cum + 1 - c.rx_high) < 0)
-      return emit_sack_ack(c, e, now, buf, out);
+    if (c.rx && detail::before(c.rx_cum + 1, c.rx_high)) return emit_sack_ack(c, e, now, buf, out);
     // The fields straight from the echo, not through an AckBody: the header's
     // stores may alias it, so each field was stored there and loaded back.
     // Written into the datagram's own length of buf, which poll() found at

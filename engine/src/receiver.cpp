@@ -9,12 +9,11 @@
 #include "impl.hpp"
 
 namespace metaroce {
+using detail::before;
 using detail::Connection;
 using detail::ConnState;
 
 namespace {
-bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
-
 // ACK-6's random draw, in [0, k): the packet's PSN and timestamp (BH bytes
 // 8-15) hashed (Fibonacci hashing: times 2^64 / golden ratio, the top 32
 // bits) and scaled. No state: deterministic for a deterministic sender.

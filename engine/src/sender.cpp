@@ -8,6 +8,7 @@
 #include "impl.hpp"
 
 namespace metaroce {
+using detail::before;
 using detail::Connection;
 using detail::ConnState;
 using detail::kFix;
@@ -16,7 +17,6 @@ using detail::TxCtx;
 using detail::TxRecord;
 
 namespace {
-bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 // The work request's opcodes are listed in the wire opcodes' order, one
 // below them: an addition per packet, not a switch.
