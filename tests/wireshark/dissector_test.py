@@ -31,6 +31,10 @@ LUA = os.path.join(ROOT, "tools", "wireshark", "metaroce.lua")
 PORT = 4792
 TRIMMED_DSCP = 63
 
+# The spec checker's CRC-32C (tools/spec_vectors/check_spec.py), not a second one.
+sys.path.insert(0, os.path.join(ROOT, "tools", "spec_vectors"))
+from check_spec import crc32c  # noqa: E402
+
 failures = []
 
 
@@ -88,15 +92,6 @@ def parse_vectors(text):
 
 
 # ------------------------------------------------------------ pcap writing
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
 
 def reseal(packet, covered=None):
     """The packet with its ICRC recomputed over `covered` bytes (default: all but the ICRC)."""
