@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "metaroce/bytes.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/wire.hpp"
 
@@ -17,16 +18,6 @@ constexpr size_t kEthIpUdp = 14 + 20 + 8;  // synthesized framing in front of th
 constexpr size_t kMaxFrame =
     kEthIpUdp + std::max<size_t>(Packet::kMaxHeader + 4, RcShared::kMaxRoceHeader);
 
-void put16(uint8_t* o, uint16_t v) {
-  o[0] = static_cast<uint8_t>(v >> 8);
-  o[1] = static_cast<uint8_t>(v);
-}
-
-void put32(uint8_t* o, uint32_t v) {
-  put16(o, static_cast<uint16_t>(v >> 16));
-  put16(o + 2, static_cast<uint16_t>(v));
-}
-
 // Ethernet + IPv4 + UDP for p carrying a datagram of `datagram` bytes. Host
 // h is 10.0.0.0 + h with MAC 02:00:<h as 4 bytes>; TTL counts the switches
 // passed; the ECN field is the packet's (ECT(0), or CE where marked); the
@@ -34,32 +25,32 @@ void put32(uint8_t* o, uint32_t v) {
 void write_framing(const Packet& p, uint32_t datagram, uint8_t* o) {
   o[0] = 0x02;
   o[1] = 0x00;
-  put32(o + 2, p.dst);
+  be::store32(o + 2, p.dst);
   o[6] = 0x02;
   o[7] = 0x00;
-  put32(o + 8, p.src);
-  put16(o + 12, 0x0800);
+  be::store32(o + 8, p.src);
+  be::store16(o + 12, 0x0800);
   uint8_t* ip = o + 14;
   ip[0] = 0x45;
   const uint8_t dscp = p.trimmed ? wire::kDefaultTrimmedDscp : 0;
   ip[1] = static_cast<uint8_t>((dscp << 2) | (p.ecn & 3));
-  put16(ip + 2, static_cast<uint16_t>(std::min<uint32_t>(65535, 28 + datagram)));
-  put16(ip + 4, 0);
-  put16(ip + 6, 0x4000);  // DF
+  be::store16(ip + 2, static_cast<uint16_t>(std::min<uint32_t>(65535, 28 + datagram)));
+  be::store16(ip + 4, 0);
+  be::store16(ip + 6, 0x4000);  // DF
   ip[8] = static_cast<uint8_t>(64 - std::min<uint32_t>(p.hops, 63));
   ip[9] = 17;
-  put16(ip + 10, 0);
-  put32(ip + 12, 0x0a000000u + p.src);
-  put32(ip + 16, 0x0a000000u + p.dst);
+  be::store16(ip + 10, 0);
+  be::store32(ip + 12, 0x0a000000u + p.src);
+  be::store32(ip + 16, 0x0a000000u + p.dst);
   uint32_t sum = 0;
-  for (int i = 0; i < 20; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
+  for (int i = 0; i < 20; i += 2) sum += be::load16(ip + i);
   while ((sum >> 16) != 0) sum = (sum & 0xffff) + (sum >> 16);
-  put16(ip + 10, static_cast<uint16_t>(~sum));
+  be::store16(ip + 10, static_cast<uint16_t>(~sum));
   uint8_t* udp = ip + 20;
-  put16(udp, p.entropy);
-  put16(udp + 2, p.dport);
-  put16(udp + 4, static_cast<uint16_t>(std::min<uint32_t>(65535, 8 + datagram)));
-  put16(udp + 6, 0);  // no checksum (as RoCEv2)
+  be::store16(udp, p.entropy);
+  be::store16(udp + 2, p.dport);
+  be::store16(udp + 4, static_cast<uint16_t>(std::min<uint32_t>(65535, 8 + datagram)));
+  be::store16(udp + 6, 0);  // no checksum (as RoCEv2)
 }
 
 FILE* open_or_throw(const std::string& path) {

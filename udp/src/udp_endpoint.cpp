@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include "address.hpp"
+#include "metaroce/bytes.hpp"
 #include "metaroce/udp.hpp"
 
 namespace metaroce::udp {
@@ -76,10 +77,6 @@ std::string hex(uint32_t v) {
   char b[16];
   std::snprintf(b, sizeof(b), "0x%x", v);
   return b;
-}
-
-uint32_t be32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
 struct ConnInfo {
@@ -425,7 +422,7 @@ struct UdpEndpoint::Impl {
   // --- receive ---
   PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n) {
     if (n >= 8) {
-      const uint32_t dc = be32(p + 4);
+      const uint32_t dc = be::load32(p + 4);
       if (dc != 0) {
         const PeerAddr known = eng->peer_of(ConnId{dc});
         if (known.len != 0 && same_host(known, src)) return known;
@@ -511,7 +508,7 @@ struct UdpEndpoint::Impl {
         bool resolved = false;
         for (size_t off = 0; off < len; off += seg) {
           const size_t n = std::min(seg, len - off);
-          const uint32_t dc = n >= 8 ? be32(base + off + 4) : 0;
+          const uint32_t dc = n >= 8 ? be::load32(base + off + 4) : 0;
           if (!resolved || dc != resolved_dc || dc == 0) {
             dg.peer = resolve_peer(src, base + off, n);
             resolved_dc = dc;
