@@ -1,0 +1,206 @@
+// metaroce-perf's control messages (a fixed big-endian layout that a server
+// checks before it allocates anything) and its verification pattern.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "control.hpp"
+#include "pattern.hpp"
+#include "session.hpp"
+
+namespace metaroce::perf {
+namespace {
+
+Ctrl every_field_set() {
+  Ctrl m;
+  m.type = MsgType::kResult;
+  m.op = 2;
+  m.size = 0x01020304;
+  m.qd = 17;
+  m.verify = 1;
+  m.bidir = 1;
+  m.refusal = 3;
+  m.addr = 0x1122334455667788;
+  m.rkey = 0x99aabbccddeeff00;
+  m.len = 1ull << 40;
+  m.messages = 5;
+  m.bytes = 6;
+  m.verify_errors = 7;
+  m.rev_messages = 8;
+  m.rev_bytes = 9;
+  m.rev_retx = 10;
+  m.rev_ns = 11;
+  return m;
+}
+
+TEST(PerfControl, RoundTripsEveryField) {
+  const Ctrl m = every_field_set();
+  uint8_t bytes[kCtrlBytes];
+  encode(m, bytes);
+  Ctrl out;
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.type, m.type);
+  EXPECT_EQ(out.op, m.op);
+  EXPECT_EQ(out.size, m.size);
+  EXPECT_EQ(out.qd, m.qd);
+  EXPECT_EQ(out.verify, m.verify);
+  EXPECT_EQ(out.bidir, m.bidir);
+  EXPECT_EQ(out.refusal, m.refusal);
+  EXPECT_EQ(out.addr, m.addr);
+  EXPECT_EQ(out.rkey, m.rkey);
+  EXPECT_EQ(out.len, m.len);
+  EXPECT_EQ(out.messages, m.messages);
+  EXPECT_EQ(out.bytes, m.bytes);
+  EXPECT_EQ(out.verify_errors, m.verify_errors);
+  EXPECT_EQ(out.rev_messages, m.rev_messages);
+  EXPECT_EQ(out.rev_bytes, m.rev_bytes);
+  EXPECT_EQ(out.rev_retx, m.rev_retx);
+  EXPECT_EQ(out.rev_ns, m.rev_ns);
+}
+
+TEST(PerfControl, FieldsAreBigEndianAtTheirOffsets) {
+  uint8_t bytes[kCtrlBytes];
+  encode(every_field_set(), bytes);
+  const std::vector<uint8_t> magic(bytes, bytes + 4), size(bytes + 12, bytes + 16),
+      addr(bytes + 32, bytes + 40), rev_ns(bytes + 104, bytes + 112);
+  EXPECT_EQ(magic, (std::vector<uint8_t>{'M', 'R', 'P', 'F'}));
+  EXPECT_EQ(size, (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_EQ(addr, (std::vector<uint8_t>{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}));
+  EXPECT_EQ(rev_ns, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 11}));
+}
+
+TEST(PerfControl, OtherBytesAreNotAControlMessage) {
+  uint8_t bytes[kCtrlBytes];
+  encode(every_field_set(), bytes);
+  Ctrl out;
+  EXPECT_FALSE(decode(std::span<const uint8_t>(bytes, kCtrlBytes - 1), out));  // truncated
+  std::vector<uint8_t> longer(bytes, bytes + kCtrlBytes);
+  longer.push_back(0);
+  EXPECT_FALSE(decode(longer, out));  // a SEND of another size
+  uint8_t bad[kCtrlBytes];
+  std::copy(bytes, bytes + kCtrlBytes, bad);
+  bad[0] ^= 1;  // magic
+  EXPECT_FALSE(decode(bad, out));
+  std::copy(bytes, bytes + kCtrlBytes, bad);
+  bad[7] = 9;  // type
+  EXPECT_FALSE(decode(bad, out));
+  bad[7] = 0;
+  EXPECT_FALSE(decode(bad, out));
+}
+
+TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
+  Ctrl hello;
+  hello.op = 0;
+  hello.size = 65536;
+  hello.qd = 16;
+  EXPECT_EQ(check_hello(hello), Refusal::kNone);
+  Ctrl h = hello;
+  h.op = 3;
+  EXPECT_EQ(check_hello(h), Refusal::kBadOp);
+  h = hello;
+  h.size = 0;
+  EXPECT_EQ(check_hello(h), Refusal::kBadSize);
+  h.size = kMaxSize + 1;
+  EXPECT_EQ(check_hello(h), Refusal::kBadSize);
+  h = hello;
+  h.qd = 0;
+  EXPECT_EQ(check_hello(h), Refusal::kBadQd);
+  h.qd = 0xffffffff;  // size x qd would not even fit in memory
+  EXPECT_EQ(check_hello(h), Refusal::kBadQd);
+  EXPECT_NE(refusal_text(Refusal::kBadSize).find("1..1073741824"), std::string::npos);
+}
+
+TEST(PerfPattern, CheckCountsEveryWrongByte) {
+  for (size_t n : {1u, 7u, 8u, 4096u, 4099u}) {
+    std::vector<uint8_t> buf(n);
+    pattern_fill(buf.data(), n, 42);
+    EXPECT_EQ(pattern_check(buf.data(), n, 42), 0u) << n;
+    // Another message's pattern: nearly every byte differs (1 in 256 agree by chance).
+    EXPECT_GE(pattern_check(buf.data(), n, 43), n < 8 ? 1 : n * 9 / 10) << n;
+    buf[n - 1] ^= 0xff;
+    buf[0] ^= 0x01;
+    EXPECT_EQ(pattern_check(buf.data(), n, 42), n == 1 ? 1u : 2u) << n;
+  }
+}
+
+TEST(PerfPattern, IsTheSameBytesOnEveryMachine) {
+  uint8_t a[16];
+  pattern_fill(a, sizeof a, 0);
+  // Words are stored big-endian: the first word's most significant byte first.
+  uint8_t b[16];
+  pattern_fill(b, sizeof b, 0);
+  EXPECT_EQ(std::vector<uint8_t>(a, a + 16), std::vector<uint8_t>(b, b + 16));
+  const uint64_t first = (uint64_t{a[0]} << 56) | (uint64_t{a[1]} << 48) | (uint64_t{a[2]} << 40) |
+                         (uint64_t{a[3]} << 32) | (uint64_t{a[4]} << 24) | (uint64_t{a[5]} << 16) |
+                         (uint64_t{a[6]} << 8) | a[7];
+  const uint64_t second = (uint64_t{a[8]} << 56) | (uint64_t{a[9]} << 48) |
+                          (uint64_t{a[10]} << 40) | (uint64_t{a[11]} << 32) |
+                          (uint64_t{a[12]} << 24) | (uint64_t{a[13]} << 16) |
+                          (uint64_t{a[14]} << 8) | a[15];
+  EXPECT_EQ(second - first, 8 * 0x9e3779b97f4a7c15ull);
+}
+
+TEST(PerfPattern, ReusedWriteSlotMayHoldALaterMessage) {
+  const size_t n = 4096;
+  const uint64_t stride = 16;
+  std::vector<uint8_t> slot(n);
+  pattern_fill(slot.data(), n, 5 + 2 * stride);  // the sender reused the slot twice since
+  EXPECT_EQ(pattern_check_slot(slot.data(), n, 5, stride), 0u);
+  pattern_fill(slot.data(), n, 6);  // another slot's message
+  EXPECT_GT(pattern_check_slot(slot.data(), n, 5, stride), 0u);
+}
+
+// A Hello that asks for more than a server serves (here: 2 GiB messages)
+// gets a HelloAck that says why, and the server stays up for the next client.
+TEST(PerfServer, RefusesAnOversizedHelloWithItsReason) {
+  using namespace std::chrono_literals;
+  Common common;
+  common.paths = 2;
+  common.entropy_count = 4;
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::string addr = "127.0.0.1:" + std::to_string(20000 + rng() % 12000);
+    std::atomic<bool> ended{false};
+    g_stop = 0;
+    std::thread server([&] {
+      (void)run_server(addr, common, false);
+      ended = true;
+    });
+    std::this_thread::sleep_for(200ms);
+    if (ended) {  // its ports were taken: another port
+      server.join();
+      continue;
+    }
+    udp::Error err;
+    auto ep = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
+    ASSERT_TRUE(ep) << err.message;
+    ConnId conn;
+    err = ep->connect(addr, 3000ms, conn);
+    ASSERT_FALSE(err) << err.message;
+    Sink sink;
+    ASSERT_TRUE(sink.setup(*ep, conn, TestParams{}, EndpointConfig{}.rq_depth));
+    Ctrl hello;
+    hello.type = MsgType::kHello;
+    hello.size = 2u << 30;
+    hello.qd = 16;
+    CtrlOut out;
+    ASSERT_FALSE(send_ctrl(*ep, conn, hello, out, 1));
+    Ctrl ack;
+    ASSERT_TRUE(wait_ctrl(*ep, sink, nullptr, ack, 5000ms));
+    EXPECT_EQ(ack.type, MsgType::kHelloAck);
+    EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kBadSize);
+    EXPECT_EQ(ack.rkey, 0u);
+    EXPECT_FALSE(ended);
+    g_stop = 1;
+    server.join();
+    g_stop = 0;
+    return;
+  }
+  FAIL() << "no free port for the server in 5 tries";
+}
+
+}  // namespace
+}  // namespace metaroce::perf

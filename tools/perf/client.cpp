@@ -1,0 +1,251 @@
+// metaroce-perf client: connects, asks the server for a test (Hello), keeps
+// qd messages outstanding for --duration or --iters, then collects the
+// server's result and prints the report (a table, or --json).
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "session.hpp"
+
+namespace metaroce::perf {
+
+using namespace std::chrono_literals;
+using udp::Error;
+using udp::UdpEndpoint;
+
+int run_client(const ClientArgs& a, const Common& common) {
+  Error err;
+  std::string local = a.addr.find('[') == 0 || std::count(a.addr.begin(), a.addr.end(), ':') > 1
+                          ? "[::]:0"
+                          : "0.0.0.0:0";
+  auto ep = UdpEndpoint::open(local, make_options(common), err);
+  if (!ep) {
+    std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
+    return 1;
+  }
+  ConnId conn;
+  err = ep->connect(a.addr, 3000ms, conn);
+  if (err) {
+    std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
+    return 1;
+  }
+  const uint32_t rq_depth = EndpointConfig{}.rq_depth;
+  Sink sink;
+  if (!sink.setup(*ep, conn, a.tp, rq_depth) ||
+      (a.tp.bidir && !sink.expose(a.tp.size, a.tp.qd, a.tp.op == Op::kRead))) {
+    std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
+    return 1;
+  }
+  Ctrl hello;
+  hello.type = MsgType::kHello;
+  hello.op = static_cast<uint32_t>(a.tp.op);
+  hello.size = a.tp.size;
+  hello.qd = a.tp.qd;
+  hello.verify = a.tp.verify ? 1 : 0;
+  hello.bidir = a.tp.bidir ? 1 : 0;
+  if (a.tp.bidir) {
+    hello.addr = sink.mem_mr.addr;
+    hello.rkey = sink.mem_mr.rkey;
+    hello.len = sink.mem_mr.length;
+  }
+  CtrlOut hello_out;
+  if ((err = send_ctrl(*ep, conn, hello, hello_out, 1))) {
+    std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
+    return 1;
+  }
+  Ctrl ack;
+  if (!wait_ctrl(*ep, sink, nullptr, ack, 5000ms) || ack.type != MsgType::kHelloAck) {
+    std::fprintf(stderr, "metaroce-perf client: no answer from server %s\n", a.addr.c_str());
+    return 1;
+  }
+  if (ack.refusal != 0) {
+    std::fprintf(stderr, "metaroce-perf client: server %s refused the test: %s\n", a.addr.c_str(),
+                 refusal_text(static_cast<Refusal>(ack.refusal)).c_str());
+    return 1;
+  }
+  Generator gen;
+  if (!gen.setup(*ep, conn, a.tp, ack.addr, ack.rkey)) return 1;
+
+  const auto t0 = Clock::now();
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration));
+  auto next_report =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+  uint64_t last_bytes = 0;
+  ConnStats cst{};
+  bool failed = false;
+  Idler idler = common.idler();
+  // Outstanding requests normally finish within a few RTTs of the last post;
+  // a peer that stopped answering must not keep the client forever, and a
+  // second Ctrl-C (or SIGTERM) ends it at once.
+  constexpr auto kDrainLimit = std::chrono::seconds(10);
+  std::optional<Clock::time_point> drain_since;
+  for (;;) {
+    const auto now = Clock::now();
+    const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
+    const uint64_t posted = gen.posted;
+    if (!gen.pump(may_post)) {
+      failed = true;
+      break;
+    }
+    if (!may_post && gen.completed >= gen.posted) break;
+    if (!may_post && !drain_since) drain_since = now;
+    if (drain_since && (g_stop > 1 || now - *drain_since > kDrainLimit)) {
+      gen.last_error.message = std::to_string(gen.posted - gen.completed) +
+                               " requests still outstanding " +
+                               (g_stop > 1 ? std::string("at the second signal")
+                                           : std::string("10 s after the last post: the peer "
+                                                         "stopped answering"));
+      failed = true;
+      break;
+    }
+    const size_t moved = ep->progress();
+    Completion cs[64];
+    const size_t n = ep->poll_completions(cs, 64);
+    for (size_t i = 0; i < n; ++i)
+      if (!gen.on_completion(cs[i])) sink.on_completion(cs[i]);
+    idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, now);
+    if (gen.errors != 0) {
+      failed = true;
+      break;
+    }
+    if (now >= next_report && a.duration >= 2 && a.iters == 0) {
+      (void)ep->conn_stats(conn, cst);
+      const double el = std::chrono::duration<double>(now - t0).count();
+      std::fprintf(stderr, "[%5.1fs] %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "  rx %.3f Gb/s\n", el,
+                   dbl(gen.bytes - last_bytes) * 8 / a.interval / 1e9,
+                   dbl(gen.bytes - last_bytes) / double(a.tp.size) / a.interval,
+                   cst.retransmissions, dbl(sink.bytes) * 8 / el / 1e9);
+      last_bytes = gen.bytes;
+      next_report +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+    }
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (failed) std::fprintf(stderr, "metaroce-perf client: %s\n", gen.last_error.message.c_str());
+
+  Ctrl result{};
+  bool have_result = false;
+  CtrlOut done_out;
+  if (!failed) {
+    Ctrl done;
+    done.type = MsgType::kDone;
+    done.messages = gen.completed;
+    done.bytes = gen.bytes;
+    (void)send_ctrl(*ep, conn, done, done_out, 2);
+    have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms) && result.type == MsgType::kResult;
+    if (!have_result) std::fprintf(stderr, "metaroce-perf client: no result from the server\n");
+  }
+  (void)ep->conn_stats(conn, cst);
+  const auto paths = ep->path_stats(conn);
+  const auto io = ep->io_stats();
+  const uint64_t verify_errors =
+      gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
+      (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1
+                                                                                              : 0);
+  std::vector<uint32_t> lat = gen.lat_ns;
+  const double p50 = pct(lat, 0.5), p99 = pct(lat, 0.99), p999 = pct(lat, 0.999);
+  const double gbps = dbl(gen.bytes) * 8 / secs / 1e9;
+  const double rate = dbl(gen.completed - gen.errors) / secs;
+
+  if (a.json) {
+    nlohmann::json j;
+    j["op"] = op_name(a.tp.op);
+    j["size"] = a.tp.size;
+    j["qd"] = a.tp.qd;
+    j["seconds"] = secs;
+    j["messages"] = gen.completed - gen.errors;
+    j["bytes"] = gen.bytes;
+    j["goodput_gbps"] = gbps;
+    j["msg_rate"] = rate;
+    j["lat_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}};
+    j["retransmitted_packets"] = cst.retransmissions;
+    j["data_packets_sent"] = cst.data_packets_sent;
+    j["losses_declared"] = cst.losses_declared;
+    j["path_retirements"] = cst.path_retirements;
+    j["path_explorations"] = cst.path_explorations;
+    j["ce_received"] = cst.ce_received;
+    j["verify"] = a.tp.verify;
+    j["verify_errors"] = verify_errors;
+    j["errors"] = gen.errors;
+    if (failed) j["error"] = gen.last_error.message;
+    if (have_result) {
+      j["server_messages_received"] = result.messages;
+      if (a.tp.bidir)
+        j["reverse"] = {{"messages", result.rev_messages},
+                        {"bytes", result.rev_bytes},
+                        {"goodput_gbps",
+                         result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0},
+                        {"retransmitted_packets", result.rev_retx}};
+    }
+    nlohmann::json ps = nlohmann::json::array();
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const auto& p = paths[i];
+      ps.push_back({{"slot", i},
+                    {"entropy", p.entropy},
+                    {"state", p.state == PathState::kActive ? "active" : "probing"},
+                    {"packets", p.packets_sent},
+                    {"retransmissions", p.retransmissions},
+                    {"ce_marks", p.ce_marks},
+                    {"srtt_us", dbl(p.srtt_ns) / 1000.0},
+                    {"losses", p.losses},
+                    {"timeouts", p.timeouts},
+                    {"retirements", p.retirements},
+                    {"explorations", p.explorations},
+                    {"probes", p.probes_sent},
+                    {"cwnd_bytes", p.cwnd_bytes},
+                    {"retired", p.retirements > 0}});
+    }
+    j["paths"] = ps;
+    j["io"] = {{"tx_datagrams", io.tx_datagrams},
+               {"tx_syscalls", io.tx_syscalls},
+               {"tx_gso_msgs", io.tx_gso_msgs},
+               {"tx_eagain", io.tx_eagain},
+               {"tx_errors", io.tx_errors},
+               {"rx_datagrams", io.rx_datagrams},
+               {"rx_syscalls", io.rx_syscalls},
+               {"rx_gro_batches", io.rx_gro_batches},
+               {"rx_ce", io.rx_ce},
+               {"tx_materialized", io.tx_materialized},
+               {"rx_wait_us_mean", mean_rx_wait_us(io)},
+               {"rx_wait_us_max", dbl(io.rx_wait_ns_max) / 1e3},
+               {"rx_backlogged_rounds", io.rx_backlogged_rounds},
+               {"gso", ep->gso_enabled()},
+               {"gro", ep->gro_enabled()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u paths, %.2f s%s\n",
+                op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
+                static_cast<unsigned>(paths.size()), secs, a.tp.verify ? ", verified" : "");
+    std::printf("  goodput              %10.3f Gb/s\n", gbps);
+    std::printf("  message rate         %10.0f msg/s\n", rate);
+    std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
+    std::printf("  retransmitted pkts   %10" PRIu64 "  (of %" PRIu64 " data packets, %" PRIu64
+                " declared lost)\n",
+                cst.retransmissions, cst.data_packets_sent, cst.losses_declared);
+    if (a.tp.verify) std::printf("  verify errors        %10" PRIu64 "\n", verify_errors);
+    if (a.tp.bidir && have_result)
+      std::printf("  reverse goodput      %10.3f Gb/s (server -> client)\n",
+                  result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0);
+    print_io(io);
+    std::printf(
+        "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const auto& p = paths[i];
+      std::printf(
+          "  %4zu %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64 " %6" PRIu64
+          "  %s\n",
+          i, p.entropy, p.state == PathState::kActive ? "active" : "probing", p.packets_sent,
+          p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses, p.explorations,
+          p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
+    }
+  }
+  ep->close(conn);
+  for (int i = 0; i < 50 && ep->state(conn) == udp::ConnState::kEstablished; ++i) ep->wait(1ms);
+  return failed || !have_result || verify_errors != 0 ? 2 : 0;
+}
+
+}  // namespace metaroce::perf

@@ -1,0 +1,84 @@
+#include "control.hpp"
+
+#include "metaroce/bytes.hpp"
+
+namespace metaroce::perf {
+
+void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]) {
+  uint8_t* p = out;
+  be::store32(p + 0, kCtrlMagic);
+  be::store32(p + 4, static_cast<uint32_t>(m.type));
+  be::store32(p + 8, m.op);
+  be::store32(p + 12, m.size);
+  be::store32(p + 16, m.qd);
+  be::store32(p + 20, m.verify);
+  be::store32(p + 24, m.bidir);
+  be::store32(p + 28, m.refusal);
+  be::store64(p + 32, m.addr);
+  be::store64(p + 40, m.rkey);
+  be::store64(p + 48, m.len);
+  be::store64(p + 56, m.messages);
+  be::store64(p + 64, m.bytes);
+  be::store64(p + 72, m.verify_errors);
+  be::store64(p + 80, m.rev_messages);
+  be::store64(p + 88, m.rev_bytes);
+  be::store64(p + 96, m.rev_retx);
+  be::store64(p + 104, m.rev_ns);
+}
+
+bool decode(std::span<const uint8_t> in, Ctrl& out) {
+  if (in.size() != kCtrlBytes) return false;
+  const uint8_t* p = in.data();
+  if (be::load32(p) != kCtrlMagic) return false;
+  const uint32_t type = be::load32(p + 4);
+  if (type < static_cast<uint32_t>(MsgType::kHello) ||
+      type > static_cast<uint32_t>(MsgType::kResult))
+    return false;
+  out.type = static_cast<MsgType>(type);
+  out.op = be::load32(p + 8);
+  out.size = be::load32(p + 12);
+  out.qd = be::load32(p + 16);
+  out.verify = be::load32(p + 20);
+  out.bidir = be::load32(p + 24);
+  out.refusal = be::load32(p + 28);
+  out.addr = be::load64(p + 32);
+  out.rkey = be::load64(p + 40);
+  out.len = be::load64(p + 48);
+  out.messages = be::load64(p + 56);
+  out.bytes = be::load64(p + 64);
+  out.verify_errors = be::load64(p + 72);
+  out.rev_messages = be::load64(p + 80);
+  out.rev_bytes = be::load64(p + 88);
+  out.rev_retx = be::load64(p + 96);
+  out.rev_ns = be::load64(p + 104);
+  return true;
+}
+
+Refusal check_hello(const Ctrl& hello) {
+  if (hello.op > static_cast<uint32_t>(Op::kSend)) return Refusal::kBadOp;
+  if (hello.size == 0 || hello.size > kMaxSize) return Refusal::kBadSize;
+  if (hello.qd == 0 || hello.qd > kMaxQd) return Refusal::kBadQd;
+  return Refusal::kNone;
+}
+
+std::string refusal_text(Refusal r) {
+  switch (r) {
+    case Refusal::kNone: return "accepted";
+    case Refusal::kBadOp: return "unknown operation";
+    case Refusal::kBadSize: return "message size outside 1.." + std::to_string(kMaxSize);
+    case Refusal::kBadQd: return "queue depth outside 1.." + std::to_string(kMaxQd);
+    case Refusal::kNoMemory: return "the server cannot register buffers for this size and depth";
+  }
+  return "refusal " + std::to_string(static_cast<uint32_t>(r));
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kWrite: return "write";
+    case Op::kRead: return "read";
+    case Op::kSend: return "send";
+  }
+  return "?";
+}
+
+}  // namespace metaroce::perf

@@ -1,0 +1,77 @@
+// metaroce-perf's control messages: how a client and a server agree on a
+// test and report its result, sent over the engine's own SEND/RECV on the
+// test connection. A fixed layout of big-endian fields, so that a client and
+// a server built for different machines understand each other:
+//
+//   offset size field
+//        0    4 magic "MRPF"
+//        4    4 type (1 Hello, 2 HelloAck, 3 Done, 4 Result)
+//        8    4 op (0 write, 1 read, 2 send)      Hello
+//       12    4 size (message bytes)              Hello
+//       16    4 qd (messages outstanding)         Hello
+//       20    4 verify (0 / 1)                    Hello
+//       24    4 bidir (0 / 1)                     Hello
+//       28    4 refusal (0: accepted)             HelloAck
+//       32    8 addr  \  memory the peer may       Hello (bidir), HelloAck
+//       40    8 rkey   > WRITE to or READ from
+//       48    8 len   /
+//       56    8 messages (Done: sent; Result: received)
+//       64    8 bytes
+//       72    8 verify_errors                      Result
+//       80    8 rev_messages \                     Result: the server's own
+//       88    8 rev_bytes     | load (bidir)
+//       96    8 rev_retx      |
+//      104    8 rev_ns       /
+//      112      (end)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace metaroce::perf {
+
+enum class Op : uint32_t { kWrite = 0, kRead = 1, kSend = 2 };
+enum class MsgType : uint32_t { kHello = 1, kHelloAck = 2, kDone = 3, kResult = 4 };
+
+// Why a server refused a Hello (HelloAck.refusal).
+enum class Refusal : uint32_t { kNone = 0, kBadOp = 1, kBadSize = 2, kBadQd = 3, kNoMemory = 4 };
+
+inline constexpr uint32_t kCtrlMagic = 0x4d525046;  // "MRPF"
+inline constexpr size_t kCtrlBytes = 112;
+// What a server accepts; the client's options are checked against the same.
+inline constexpr uint32_t kMaxSize = 1u << 30;
+inline constexpr uint32_t kMaxQd = 200;
+
+struct Ctrl {
+  MsgType type = MsgType::kHello;
+  uint32_t op = 0;
+  uint32_t size = 0;
+  uint32_t qd = 0;
+  uint32_t verify = 0;
+  uint32_t bidir = 0;
+  uint32_t refusal = 0;
+  uint64_t addr = 0;
+  uint64_t rkey = 0;
+  uint64_t len = 0;
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  uint64_t verify_errors = 0;
+  uint64_t rev_messages = 0;
+  uint64_t rev_bytes = 0;
+  uint64_t rev_retx = 0;
+  uint64_t rev_ns = 0;
+};
+
+void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]);
+// False when the bytes are not a control message (wrong length, magic or
+// type); `out` is then unspecified.
+bool decode(std::span<const uint8_t> in, Ctrl& out);
+
+// Whether a server can run the test a Hello asks for.
+Refusal check_hello(const Ctrl& hello);
+std::string refusal_text(Refusal r);
+const char* op_name(Op op);
+
+}  // namespace metaroce::perf

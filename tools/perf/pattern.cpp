@@ -1,0 +1,71 @@
+#include "pattern.hpp"
+
+#include "metaroce/bytes.hpp"
+
+namespace metaroce::perf {
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+void pattern_fill(uint8_t* p, size_t n, uint64_t seq) {
+  const uint64_t base = mix(seq + 1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    be::store64(p + i, base + i * 0x9e3779b97f4a7c15ull);
+  }
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>((base >> (i & 7) * 8) + i);
+}
+
+uint64_t pattern_check(const uint8_t* p, size_t n, uint64_t seq) {
+  const uint64_t base = mix(seq + 1);
+  uint64_t bad = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t w = base + i * 0x9e3779b97f4a7c15ull;
+    const uint64_t got = be::load64(p + i);
+    if (got != w) {
+      for (int b = 0; b < 8; ++b) bad += ((got ^ w) >> (b * 8) & 0xff) != 0 ? 1 : 0;
+    }
+  }
+  for (; i < n; ++i) bad += p[i] != static_cast<uint8_t>((base >> (i & 7) * 8) + i) ? 1 : 0;
+  return bad;
+}
+
+// For a WRITE target slot: by the time the receiver sees message seq's
+// completion, the sender may legitimately have reused the slot for seq +
+// stride, seq + 2 stride ... (its completion for seq only needs the ACK, which
+// can leave before the receiving application polls). Each 8-byte word must
+// equal the pattern of seq or of one of those later messages.
+uint64_t pattern_check_slot(const uint8_t* p, size_t n, uint64_t seq, uint64_t stride) {
+  constexpr int kAlts = 8;
+  uint64_t base[kAlts + 1];
+  for (int a = 0; a <= kAlts; ++a) base[a] = mix(seq + uint64_t(a) * stride + 1);
+  uint64_t bad = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t got = be::load64(p + i);
+    if (got == base[0] + i * 0x9e3779b97f4a7c15ull) continue;
+    bool ok = false;
+    for (int a = 1; a <= kAlts && !ok; ++a) ok = got == base[a] + i * 0x9e3779b97f4a7c15ull;
+    if (!ok) {
+      const uint64_t diff = got ^ (base[0] + i * 0x9e3779b97f4a7c15ull);
+      for (int b = 0; b < 8; ++b) bad += (diff >> (b * 8) & 0xff) != 0 ? 1 : 0;
+    }
+  }
+  for (; i < n; ++i) {
+    bool ok = false;
+    for (int a = 0; a <= kAlts && !ok; ++a)
+      ok = p[i] == static_cast<uint8_t>((base[a] >> (i & 7) * 8) + i);
+    bad += ok ? 0 : 1;
+  }
+  return bad;
+}
+
+}  // namespace metaroce::perf

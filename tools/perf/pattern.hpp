@@ -1,0 +1,19 @@
+// --verify's data pattern: message `seq` is filled with pattern(seq), so a
+// byte that lands in the wrong message, the wrong place or not at all shows.
+// Its 8-byte words are stored big-endian, so that a pattern written on one
+// machine checks on another of the other byte order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace metaroce::perf {
+
+void pattern_fill(uint8_t* p, size_t n, uint64_t seq);
+// Bytes that differ from pattern(seq).
+uint64_t pattern_check(const uint8_t* p, size_t n, uint64_t seq);
+// The same for a WRITE target slot that the sender reuses every `stride`
+// messages: each 8-byte word may also hold a later message's pattern.
+uint64_t pattern_check_slot(const uint8_t* p, size_t n, uint64_t seq, uint64_t stride);
+
+}  // namespace metaroce::perf

@@ -1,0 +1,182 @@
+// metaroce-perf server: accepts one test at a time, sets up its buffers as
+// the client's Hello asks, sinks (and with --bidir generates) the load, and
+// reports the result back.
+#include <cinttypes>
+#include <cstdio>
+
+#include "session.hpp"
+
+namespace metaroce::perf {
+namespace {
+
+using namespace std::chrono_literals;
+using udp::Error;
+using udp::UdpEndpoint;
+
+// Closes the connection and drains its last completions (flushed receives,
+// control sends), so that the next test starts clean.
+void close_and_drain(udp::UdpEndpoint& ep, ConnId conn) {
+  ep.close(conn);
+  for (int i = 0; i < 20; ++i) ep.progress();
+  Completion c;
+  while (ep.poll_completion(c)) {
+  }
+}
+
+}  // namespace
+
+int run_server(const std::string& addr, const Common& common, bool once) {
+  Error err;
+  auto ep = UdpEndpoint::open(addr, make_options(common), err);
+  if (!ep) {
+    std::fprintf(stderr, "metaroce-perf server: %s\n", err.message.c_str());
+    return 1;
+  }
+  std::printf("metaroce-perf server listening on %s (entropy ports %u-%u, gso %s, gro %s)\n",
+              ep->local_address().c_str(), ep->entropy_min(), ep->entropy_max(),
+              ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off");
+  std::fflush(stdout);
+  const uint32_t rq_depth = EndpointConfig{}.rq_depth;
+  while (!g_stop) {
+    ConnId conn;
+    if (ep->accept(500ms, conn)) continue;
+    std::printf("connection from %s\n", ep->peer_address(conn).c_str());
+    std::fflush(stdout);
+    Sink sink;
+    // One buffer for the Hello; the data ring is posted once the Hello says
+    // what to expect (receive buffers are consumed in posting order).
+    TestParams ctl;
+    ctl.qd = 1;
+    ctl.op = Op::kWrite;
+    sink.repost = false;
+    if (!sink.setup(*ep, conn, ctl, rq_depth, 1)) {
+      std::fprintf(stderr, "setup failed\n");
+      close_and_drain(*ep, conn);
+      continue;
+    }
+    Ctrl hello;
+    if (!wait_ctrl(*ep, sink, nullptr, hello, 5000ms) || hello.type != MsgType::kHello) {
+      std::fprintf(stderr, "no Hello from %s\n", ep->peer_address(conn).c_str());
+      close_and_drain(*ep, conn);
+      (void)ep->deregister_memory(sink.rbuf_mr.lkey);
+      continue;
+    }
+    Ctrl ack;
+    ack.type = MsgType::kHelloAck;
+    CtrlOut ack_out;
+    // A Hello this server cannot serve (another build's client, or a hostile
+    // one) is refused with its reason, before anything is allocated for it.
+    Refusal refusal = check_hello(hello);
+    TestParams tp;
+    tp.op = static_cast<Op>(hello.op);
+    tp.size = hello.size;
+    tp.qd = hello.qd;
+    tp.verify = hello.verify != 0;
+    tp.bidir = hello.bidir != 0;
+    Sink data;
+    Generator gen;
+    const bool bidir = tp.bidir && hello.addr != 0;
+    // Every buffer is deregistered before it is freed, also on a refusal
+    // after part of the setup succeeded (unregistered keys are 0: a no-op).
+    auto release = [&] {
+      for (const MemoryRegion* mr : {&sink.rbuf_mr, &data.rbuf_mr, &data.mem_mr, &gen.mr})
+        if (mr->lkey != 0) (void)ep->deregister_memory(mr->lkey);
+    };
+    if (refusal == Refusal::kNone &&
+        (!data.setup(*ep, conn, tp, rq_depth) || !data.expose(tp.size, tp.qd, tp.op == Op::kRead) ||
+         (bidir && !gen.setup(*ep, conn, tp, hello.addr, hello.rkey))))
+      refusal = Refusal::kNoMemory;
+    if (refusal != Refusal::kNone) {
+      std::fprintf(stderr, "refused a test from %s: %s (op %u size %u qd %u)\n",
+                   ep->peer_address(conn).c_str(), refusal_text(refusal).c_str(), hello.op,
+                   hello.size, hello.qd);
+      ack.refusal = static_cast<uint32_t>(refusal);
+      if (!send_ctrl(*ep, conn, ack, ack_out, 1)) {
+        const auto until = Clock::now() + 1s;  // let the refusal reach the client
+        Completion c;
+        while (Clock::now() < until && !ep->poll_completion(c)) ep->progress();
+      }
+      close_and_drain(*ep, conn);
+      release();
+      continue;
+    }
+    ack.addr = data.mem_mr.addr;
+    ack.rkey = data.mem_mr.rkey;
+    ack.len = data.mem_mr.length;
+    (void)send_ctrl(*ep, conn, ack, ack_out, 1);
+    CtrlOut res_out;
+    const auto t0 = Clock::now();
+    Ctrl done{};
+    bool got_done = false;
+    Idler idler = common.idler();
+    while (!g_stop && !got_done) {
+      const size_t moved = ep->progress();
+      const uint64_t posted = gen.posted;
+      if (bidir && !gen.pump(true)) break;
+      Completion cs[64];
+      const size_t n = ep->poll_completions(cs, 64);
+      idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
+      for (size_t i = 0; i < n; ++i) {
+        if (data.on_completion(cs[i])) continue;
+        if (bidir) (void)gen.on_completion(cs[i]);
+      }
+      while (!data.ctrl.empty()) {
+        const Ctrl m = data.ctrl.front();
+        data.ctrl.pop_front();
+        if (m.type == MsgType::kDone) {
+          done = m;
+          got_done = true;
+        }
+      }
+      const auto st = ep->state(conn);
+      if (st == udp::ConnState::kError || st == udp::ConnState::kClosed) break;
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!got_done) {
+      std::fprintf(stderr, "test from %s ended without Done (connection state %d)\n",
+                   ep->peer_address(conn).c_str(), static_cast<int>(ep->state(conn)));
+    } else {
+      // Let the generator's outstanding work finish before reporting.
+      const auto until = Clock::now() + 2s;
+      while (bidir && gen.completed < gen.posted && Clock::now() < until) {
+        ep->progress();
+        Completion cs[64];
+        const size_t n = ep->poll_completions(cs, 64);
+        for (size_t i = 0; i < n; ++i)
+          if (!gen.on_completion(cs[i])) data.on_completion(cs[i]);
+      }
+      ConnStats cst{};
+      (void)ep->conn_stats(conn, cst);
+      Ctrl res;
+      res.type = MsgType::kResult;
+      res.messages = data.next_seq;
+      res.bytes = data.bytes;
+      res.verify_errors = data.verify_errors + gen.verify_errors;
+      res.rev_messages = gen.completed - gen.errors;
+      res.rev_bytes = gen.bytes;
+      res.rev_retx = cst.retransmissions;
+      res.rev_ns = static_cast<uint64_t>(secs * 1e9);
+      (void)send_ctrl(*ep, conn, res, res_out, 2);
+      // Wait for the peer to close (or a short while).
+      const auto end = Clock::now() + 3s;
+      while (Clock::now() < end && ep->state(conn) == udp::ConnState::kEstablished) {
+        ep->progress();
+        Completion c;
+        while (ep->poll_completion(c)) {
+        }
+      }
+      std::printf("test %s size %u qd %u: %" PRIu64
+                  " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
+                  op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
+                  data.verify_errors);
+      print_io(ep->io_stats());
+      std::fflush(stdout);
+    }
+    close_and_drain(*ep, conn);
+    release();
+    if (once) break;
+  }
+  return 0;
+}
+
+}  // namespace metaroce::perf

@@ -1,0 +1,126 @@
+#include "session.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+namespace metaroce::perf {
+
+using namespace std::chrono_literals;
+
+volatile std::sig_atomic_t g_stop = 0;
+
+void Idler::step(udp::UdpEndpoint& ep, bool active, Clock::time_point now) {
+  if (active || busy) {
+    idle = false;
+    return;
+  }
+  if (!idle) {
+    idle = true;
+    since = now;
+  }
+  if (now - since < spin && now >= shared_until) {
+    const auto before = Clock::now();
+    sched_yield();
+    const auto after = Clock::now();
+    if (after - before > kSharedYield) shared_until = after + kSharedFor;
+    return;
+  }
+  ep.wait(1ms);
+  idle = false;
+}
+
+Idler Common::idler() const {
+  Idler i;
+  i.busy = busy;
+  i.spin = std::chrono::microseconds(spin_us);
+  return i;
+}
+
+udp::Options make_options(const Common& c) {
+  udp::Options o;
+  o.engine.mtu = c.mtu;
+  o.engine.num_paths = static_cast<uint8_t>(std::clamp<uint32_t>(c.paths, 1, 32));
+  o.engine.recovery.peer_timeout_ns = uint64_t{c.peer_timeout_ms} * kMillisecond;
+  o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
+  o.engine.cc.enabled = !c.no_cc;
+  o.engine.cover_payload = c.payload_crc;
+  if (c.ack_every != 0)
+    o.engine.ack_every = static_cast<uint8_t>(std::min<uint32_t>(c.ack_every, 64));
+  if (c.min_rto_us != 0) o.engine.recovery.min_rto_ns = uint64_t{c.min_rto_us} * kMicrosecond;
+  if (c.target_delay_us != 0)
+    o.engine.cc.target_queue_delay_ns = uint64_t{c.target_delay_us} * kMicrosecond;
+  if (c.explore_ms >= 0)
+    o.engine.cc.explore_interval_ns = static_cast<uint64_t>(c.explore_ms) * kMillisecond;
+  o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
+  o.entropy_base = c.entropy_base;
+  o.gso = !c.no_gso;
+  o.gro = !c.no_gro;
+  return o;
+}
+
+CtrlOut::~CtrlOut() {
+  if (ep != nullptr) (void)ep->deregister_memory(mr.lkey);
+}
+
+udp::Error send_ctrl(udp::UdpEndpoint& ep, ConnId conn, const Ctrl& m, CtrlOut& out, uint64_t id) {
+  encode(m, out.bytes);
+  if (out.ep == nullptr) {
+    if (udp::Error e = ep.register_memory(out.bytes, sizeof(out.bytes), kAllAccess, out.mr))
+      return e;
+    out.ep = &ep;
+  }
+  return ep.send(conn, kCtrlWrId | id, out.bytes, sizeof(out.bytes), out.mr.lkey);
+}
+
+bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
+               std::chrono::milliseconds to) {
+  const auto deadline = Clock::now() + to;
+  while (sink.ctrl.empty()) {
+    if (Clock::now() > deadline || g_stop) return false;
+    ep.progress();
+    Completion cs[64];
+    const size_t n = ep.poll_completions(cs, 64);
+    for (size_t i = 0; i < n; ++i) {
+      if (sink.on_completion(cs[i])) continue;
+      if (gen != nullptr && gen->on_completion(cs[i])) continue;
+      if ((cs[i].wr_id & kCtrlWrId) != 0 && cs[i].status != Status::kOk) {
+        std::fprintf(stderr, "control message failed: %s\n",
+                     ep.completion_error(cs[i]).message.c_str());
+        return false;
+      }
+    }
+    if (n == 0) {
+      const auto st = ep.state(sink.conn);
+      if (st == udp::ConnState::kError || st == udp::ConnState::kClosed) return false;
+    }
+  }
+  out = sink.ctrl.front();
+  sink.ctrl.pop_front();
+  return true;
+}
+
+double pct(std::vector<uint32_t>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return v[k] / 1000.0;
+}
+
+double mean_rx_wait_us(const udp::IoStats& io) {
+  return io.rx_datagrams ? dbl(io.rx_wait_ns_total) / dbl(io.rx_datagrams) / 1e3 : 0.0;
+}
+
+void print_io(const udp::IoStats& io) {
+  std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
+              " received in %" PRIu64 " recvmmsg (%" PRIu64
+              " GRO); waited in the socket %.1f us"
+              " mean, %.1f max; %" PRIu64 " rounds left datagrams unread\n",
+              io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
+              io.rx_gro_batches, mean_rx_wait_us(io), dbl(io.rx_wait_ns_max) / 1e3,
+              io.rx_backlogged_rounds);
+}
+
+}  // namespace metaroce::perf

@@ -1,0 +1,103 @@
+// What the server and the client share: the options both take, the idle
+// policy of their loops, control-message exchange and the I/O report.
+#pragma once
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <vector>
+
+#include "control.hpp"
+#include "metaroce/udp.hpp"
+#include "traffic.hpp"
+
+namespace metaroce::perf {
+
+// Signals seen: the first stops posting and drains, a second gives up.
+extern volatile std::sig_atomic_t g_stop;
+
+inline double dbl(uint64_t v) { return static_cast<double>(v); }
+
+// What a loop does when a round moved nothing. --busy: poll again at once
+// (lowest latency with a core per process). Otherwise: poll again after
+// sched_yield() until spin_us passed without activity, then sleep on the
+// endpoint's epoll fd until a datagram or an engine timer arrives. Sleeping
+// gives the core back when the two ends share cores with each other or with
+// other work; yielding matters because once one end sleeps, the kernel tends
+// to wake the other onto the same core (wake-affine), where a spinning
+// process would make every round trip wait out its peer's spin.
+// A yield that returns late found the core shared: another task ran. Then
+// the loop sleeps at once whenever idle, for kSharedFor, before it tries a
+// yield again. On a loaded host a yield hands a slice to every other task,
+// while a sleeper is woken by its next datagram ahead of them; on a pair of
+// otherwise idle cores a yield returns at once and the loop keeps polling,
+// which spares its peer a wake-up per burst.
+struct Idler {
+  static constexpr auto kSharedYield = std::chrono::microseconds(50);
+  static constexpr auto kSharedFor = std::chrono::milliseconds(100);
+  bool busy = false;
+  Clock::duration spin{};
+  bool idle = false;
+  Clock::time_point since{};
+  Clock::time_point shared_until{};
+
+  void step(udp::UdpEndpoint& ep, bool active, Clock::time_point now);
+};
+
+struct Common {
+  uint16_t mtu = 4096;
+  uint32_t paths = 8;
+  uint32_t entropy_count = 64;
+  uint16_t entropy_base = 0;
+  uint32_t peer_timeout_ms = 2000;
+  bool no_gso = false, no_gro = false;
+  bool no_cc = false;
+  bool payload_crc = false;
+  int cpu = -1;                  // pin the process to this CPU (-1: no)
+  uint32_t ack_every = 0;        // engine ack_every (ACK-1); 0: the engine default
+  uint32_t min_rto_us = 0;       // LOSS-4 min_rto; 0: the driver's default
+  uint32_t target_delay_us = 0;  // CC-5 target queue delay; 0: the driver's default
+  int64_t explore_ms = -1;       // PATH-8 interval; 0: off, negative: the engine's default
+  bool busy = false;             // never sleep: poll the sockets continuously
+  uint32_t spin_us = 50;         // otherwise poll this long before sleeping
+  Idler idler() const;
+};
+
+udp::Options make_options(const Common& c);
+
+// A control message on its way out: its encoded bytes, registered while the
+// send is in flight.
+struct CtrlOut {
+  uint8_t bytes[kCtrlBytes] = {};
+  MemoryRegion mr;
+  udp::UdpEndpoint* ep = nullptr;
+  CtrlOut() = default;
+  CtrlOut(const CtrlOut&) = delete;
+  CtrlOut& operator=(const CtrlOut&) = delete;
+  ~CtrlOut();
+};
+udp::Error send_ctrl(udp::UdpEndpoint& ep, ConnId conn, const Ctrl& m, CtrlOut& out, uint64_t id);
+
+// Waits for the next control message on the sink, driving the endpoint and
+// feeding other completions to the generator (if any).
+bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
+               std::chrono::milliseconds to);
+
+// The q-quantile of v in microseconds (v holds nanoseconds; reordered).
+double pct(std::vector<uint32_t>& v, double q);
+double mean_rx_wait_us(const udp::IoStats& io);
+void print_io(const udp::IoStats& io);
+
+int run_server(const std::string& addr, const Common& common, bool once);
+
+struct ClientArgs {
+  std::string addr;
+  TestParams tp;
+  double duration = 5;
+  uint64_t iters = 0;
+  bool json = false;
+  double interval = 1.0;
+};
+int run_client(const ClientArgs& a, const Common& common);
+
+}  // namespace metaroce::perf

@@ -1,0 +1,134 @@
+#include "traffic.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "pattern.hpp"
+
+namespace metaroce::perf {
+
+bool Sink::setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint32_t rq_depth,
+                 uint32_t count) {
+  ep = &e;
+  conn = c;
+  p = tp;
+  rslot = std::max<uint32_t>(static_cast<uint32_t>(kCtrlBytes), p.op == Op::kSend ? p.size : 0);
+  rcount = count != 0 ? count : std::min<uint32_t>(rq_depth - 4, 2 * p.qd + 16);
+  rbuf.resize(size_t{rslot} * rcount);
+  if (ep->register_memory(rbuf.data(), rbuf.size(), kAllAccess, rbuf_mr)) return false;
+  for (uint32_t i = 0; i < rcount; ++i)
+    if (post(i)) return false;
+  return true;
+}
+
+bool Sink::expose(uint32_t size, uint32_t qd, bool fill) {
+  mem.resize(size_t{size} * qd);
+  if (fill)
+    for (uint32_t s = 0; s < qd; ++s) pattern_fill(mem.data() + size_t{s} * size, size, s);
+  return !ep->register_memory(mem.data(), mem.size(), kAllAccess, mem_mr);
+}
+
+udp::Error Sink::post(uint32_t i) {
+  return ep->recv(conn, kSinkWrId | i, rbuf.data() + size_t{i} * rslot, rslot, rbuf_mr.lkey);
+}
+
+bool Sink::on_completion(const Completion& c) {
+  if ((c.wr_id & kSinkWrId) == 0) return false;
+  const auto i = static_cast<uint32_t>(c.wr_id & 0xffffffff);
+  if (c.status != Status::kOk) return true;  // flushed at the end
+  const uint8_t* buf = rbuf.data() + size_t{i} * rslot;
+  Ctrl m;
+  if (c.op == CompletionOp::kRecv && decode({buf, std::min<size_t>(c.byte_len, rslot)}, m)) {
+    ctrl.push_back(m);
+  } else if (c.op == CompletionOp::kRecvWriteImm) {
+    // WRITE_IMM with imm = low bits of seq: the slot holds pattern(seq).
+    const uint64_t seq = next_seq++;
+    if (c.imm != static_cast<uint32_t>(seq)) ++verify_errors;
+    if (p.verify)
+      verify_errors +=
+          pattern_check_slot(mem.data() + size_t{seq % p.qd} * p.size, p.size, seq, p.qd);
+    bytes += p.size;
+  } else if (c.op == CompletionOp::kRecv) {
+    const uint64_t seq = next_seq++;
+    if (p.verify) {
+      verify_errors += c.byte_len != p.size ? 1 : 0;
+      verify_errors += pattern_check(buf, std::min(c.byte_len, p.size), seq);
+    }
+    bytes += c.byte_len;
+  }
+  if (repost) (void)post(i);
+  return true;
+}
+
+bool Generator::setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint64_t ra,
+                      uint64_t rk) {
+  ep = &e;
+  conn = c;
+  p = tp;
+  raddr = ra;
+  rkey = rk;
+  buf.resize(size_t{p.size} * p.qd);
+  post_time.assign(p.qd, Clock::time_point{});
+  lat_ns.reserve(4 << 20);
+  return !ep->register_memory(buf.data(), buf.size(), kAllAccess, mr);
+}
+
+bool Generator::pump(bool may_post) {
+  while (may_post && posted - completed < p.qd) {
+    const uint64_t seq = posted;
+    uint8_t* s = slot(seq);
+    const uint64_t rslot = raddr + (seq % p.qd) * p.size;
+    udp::Error e;
+    switch (p.op) {
+      case Op::kWrite:
+        if (p.verify) {
+          pattern_fill(s, p.size, seq);
+          e = ep->write_imm(conn, seq, s, p.size, mr.lkey, rslot, rkey, static_cast<uint32_t>(seq));
+        } else {
+          e = ep->write(conn, seq, s, p.size, mr.lkey, rslot, rkey);
+        }
+        break;
+      case Op::kRead:
+        if (p.verify && p.size >= 16) {  // poison head and tail: stale data must not pass
+          std::memset(s, 0xa5, 8);
+          std::memset(s + p.size - 8, 0x5a, 8);
+        }
+        e = ep->read(conn, seq, s, p.size, mr.lkey, rslot, rkey);
+        break;
+      case Op::kSend:
+        if (p.verify) pattern_fill(s, p.size, seq);
+        e = ep->send(conn, seq, s, p.size, mr.lkey);
+        break;
+    }
+    if (e) {
+      if (e.status == Status::kQueueFull) break;
+      last_error = e;
+      return false;
+    }
+    post_time[seq % p.qd] = Clock::now();
+    ++posted;
+  }
+  return true;
+}
+
+bool Generator::on_completion(const Completion& c) {
+  if ((c.wr_id & (kCtrlWrId | kSinkWrId)) != 0) return false;
+  const uint64_t seq = c.wr_id;
+  if (c.status != Status::kOk) {
+    ++errors;
+    if (!last_error) last_error = ep->completion_error(c);
+    ++completed;
+    return true;
+  }
+  const auto now = Clock::now();
+  if (lat_ns.size() < lat_ns.capacity())
+    lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - post_time[seq % p.qd]).count(),
+        UINT32_MAX)));
+  if (p.op == Op::kRead && p.verify) verify_errors += pattern_check(slot(seq), p.size, seq % p.qd);
+  bytes += p.size;
+  ++completed;
+  return true;
+}
+
+}  // namespace metaroce::perf
