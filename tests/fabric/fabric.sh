@@ -82,6 +82,21 @@ fab_available() {
   return 0
 }
 
+# fab_lock [SECONDS]: takes this prefix's fabric lock for as long as the calling
+# shell lives (an flock on a file in /run/lock), waiting up to SECONDS (600).
+# Two runs with the same MR_FAB_PREFIX would otherwise tear down and rebuild
+# each other's namespaces mid-test; with it the second waits. bench/fabric
+# takes the same lock.
+fab_lock() {
+  local dir=/run/lock
+  [[ -d $dir && -w $dir ]] || dir=${TMPDIR:-/tmp}
+  exec {FAB_LOCK_FD}>"$dir/metaroce-fabric-${FAB_PREFIX}lock" || return 1
+  if ! flock -n "$FAB_LOCK_FD"; then
+    fab_log "another run holds the ${FAB_PREFIX} fabric; waiting (up to ${1:-600} s)"
+    flock -w "${1:-600}" "$FAB_LOCK_FD" || return 1
+  fi
+}
+
 # fab_links: number of parallel links of the running fabric.
 fab_links() {
   fab_exec ra ip -o link show 2>/dev/null | grep -c ': l[0-9]*@' || true

@@ -40,6 +40,8 @@ fi
 [[ -x "$PERF" ]] || { echo "FAIL: $PERF not executable"; exit 1; }
 command -v python3 >/dev/null || { echo "SKIP: python3 missing"; exit 77; }
 
+fab_lock 300 || { echo "FAIL: another run held the fabric for 300 s"; exit 1; }
+
 tmp=$(mktemp -d)
 fault_pid=""
 cleanup() {
