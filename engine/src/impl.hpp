@@ -296,8 +296,8 @@ struct Endpoint::Impl {
   // ---- path.cpp ----
   void init_paths(detail::Connection& c);
   // Inlined into on_acked, for the same reason.
-  [[gnu::always_inline]] inline void on_path_acked(detail::Connection& c, uint8_t path,
-                                                   uint32_t bytes, TimeNs now);
+  [[gnu::always_inline]] inline void on_path_acked(detail::Connection& c, const detail::TxCtx& t,
+                                                   uint8_t path, uint32_t bytes, TimeNs now);
   void on_path_echo(detail::Connection& c, const wire::AckBody& ack, TimeNs now);
   void on_path_loss(detail::Connection& c, uint8_t path, TimeNs now);
   void retire_path(detail::Connection& c, uint8_t path, TimeNs now);

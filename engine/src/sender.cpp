@@ -295,7 +295,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
       continue;
     }
     const int path = pick_path(c, r.path, now);
-    if (path < 0) break;
+    if (path < 0) {
+      t.held_back = now;  // CC-2
+      break;
+    }
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
     const uint16_t rslot = r.slot;
@@ -303,7 +306,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     return build_data<gather>(c, t, rslot, sq, psn, static_cast<uint8_t>(path), true, now, buf,
                               out);
   }
-  if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
+  if (c.next_psn - c.cum_acked >= c.window()) {  // SEQ-3
+    t.held_back = now;                           // CC-2
+    return false;
+  }
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
   // started is finished before another begins. SCHED-4: between messages,
   // READ responses and the send queue take turns while both have one ready,
@@ -328,7 +334,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     }
   }
   const int path = pick_path(c, -1, now);
-  if (path < 0) return false;
+  if (path < 0) {
+    t.held_back = now;  // CC-2
+    return false;
+  }
   const uint32_t psn = c.next_psn;
   uint16_t slot;
   const detail::SqEntry* sq = nullptr;
@@ -378,7 +387,8 @@ void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs no
 
 // CC-2, CC-3 and the path's timers for one packet acknowledged: path.cpp's
 // business, kept here so that it inlines into on_acked, its only caller.
-void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, TimeNs now) {
+void Endpoint::Impl::on_path_acked(Connection& c, const TxCtx& t, uint8_t path, uint32_t bytes,
+                                   TimeNs now) {
   Path& p = c.paths[path];
   // PATH-5's decay toward no loss; a path that never lost one (nearly
   // every path, nearly always) is at zero already.
@@ -402,7 +412,11 @@ void Endpoint::Impl::on_path_acked(Connection& c, uint8_t path, uint32_t bytes, 
   if (!cfg.cc.enabled) return;  // CC-8
   const uint32_t unit = packet_cost(c.mtu);
   const uint32_t max_cwnd = c.max_cwnd;
-  if (path == signalled_slot) {
+  if (now.ns - t.held_back.ns > p.srtt) {  // a clock that stepped back skips a raise
+    // CC-2: the sender had less to send than its windows allowed for a round
+    // trip (application-limited); a window it does not fill tells nothing
+    // about the network, and growing it would license a burst later.
+  } else if (path == signalled_slot) {
     // CC-2: no increase on an ACK that echoes a congestion signal for the
     // path (as RFC 3168 has it). Below a packet, one ACK covers more than the
     // window: its increase would undo the cut it has just made, and hold an
@@ -460,7 +474,7 @@ void Endpoint::Impl::on_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
     // again before the ACK's loss walks, and it asks again: other paths are
     // skipped.
     if (static_cast<int32_t>(p.highest_acked_pseq - p.ring_head) > 0) touched |= 1u << r.path;
-    on_path_acked(c, r.path, cost, now);
+    on_path_acked(c, t, r.path, cost, now);
   }
   // One store for the record's new state (not in flight, acked, not queued)
   // after the path's updates: a byte store may alias anything, and one

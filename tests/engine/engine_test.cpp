@@ -404,6 +404,42 @@ TEST(Engine, InitialWindowIsSplitOverPaths) {  // CC-1
   EXPECT_GE(total + loop.ep(0).path_count(a), expect);  // rounding only
 }
 
+uint64_t window_sum(Loop& loop, ConnId a) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    if (loop.ep(0).path_stats(a, i, ps)) sum += ps.cwnd_bytes;
+  }
+  return sum;
+}
+
+// An application that keeps one packet in flight leaves its windows where
+// they started: they were never what held it back, so ACKs say nothing
+// about how much more the network would take, and a window grown on them
+// would let a later large message out as one burst. A connection whose
+// windows do hold it back still grows them (slow start, CC-2).
+TEST(Engine, WindowsGrowOnlyWhileTheyHoldTheSenderBack) {  // CC-2
+  Loop loop(cfg(150), cfg(151));
+  auto [a, b] = loop.connect();
+  const EndpointConfig& c = loop.ep(0).config();
+  const uint64_t initial = uint64_t{c.cc.initial_cwnd_packets} * (c.mtu + 64);
+  Buf src(loop.ep(0), 4 << 20, 0, 0x6b);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 2000; ++i) {
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  }
+  EXPECT_LE(window_sum(loop, a), initial + loop.ep(0).path_count(a));  // rounding only
+  // Now a message larger than the windows: they hold it back, and grow.
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20, 9000)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_GT(window_sum(loop, a), 4 * initial);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+}
+
 // The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.
 uint64_t peak_connection_inflight(uint32_t cap_packets) {
   EndpointConfig c = cfg(130);
