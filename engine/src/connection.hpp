@@ -118,7 +118,7 @@ struct TxCtx {
   std::vector<uint32_t> retx;        // W psns, FIFO
   uint32_t retx_head = 0, retx_tail = 0;
   // CC-2: the latest time the sender had data that a window (a path's cwnd,
-  // SEQ-3's or CC-9's) held back; windows grow only within a round trip of it.
+  // SEQ-3's or CC-9's) held back; windows grow only within two round trips of it.
   TimeNs held_back{0};
   // PATH-8: a move is a trial, measured against the interval before it.
   // Here, not in Connection: only a sending connection explores, and an idle
