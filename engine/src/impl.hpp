@@ -93,6 +93,39 @@ struct Endpoint::Impl {
   bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
   bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // poll_one past the orphan replies. Inlined into poll_transmit, it drops a
+  // front connection that surely has nothing to send (may_emit) without the
+  // register saves of the output path, and otherwise jumps to emit_from: a
+  // receiver's last poll after each data packet finds only its own
+  // connection, with nothing to send.
+  template <bool gather>
+  bool poll_ready(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // poll_ready's rare cases: the front entry no longer ready, or more
+  // connections behind a dropped one.
+  template <bool gather>
+  [[gnu::noinline]] bool poll_next(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // poll_one with orphan replies queued.
+  template <bool gather>
+  [[gnu::noinline, gnu::cold]] bool poll_orphan(TimeNs now, std::span<uint8_t> buf,
+                                                TxDatagram& out);
+  // The connection at the front of the round-robin, once the entries of
+  // connections no longer ready are dropped; null, the round-robin emptied,
+  // if none is left.
+  detail::Connection* front_ready();
+  // The round-robin's turn from c, its front, on: the output path. c comes
+  // last, so that the other arguments stay in the registers poll_transmit
+  // took them in and the jump from poll_ready moves none.
+  template <bool gather>
+  [[gnu::noinline, gnu::hot]] bool emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                                             detail::Connection& c);
+  // False only if emit_for surely finds nothing to send: no control packet
+  // or ACK owed, and no message, READ response or retransmission waiting.
+  [[nodiscard]] static bool may_emit(const detail::Connection& c) {
+    const detail::TxCtx* t = c.tx.get();
+    return c.owes_control() || c.echo_count != 0 ||
+           (t != nullptr && (t->sq_seg != t->sq_tail || t->resp_seg != t->resp_tail ||
+                             t->retx_head != t->retx_tail));
+  }
   [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
   bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
