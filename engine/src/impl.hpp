@@ -118,13 +118,15 @@ struct Endpoint::Impl {
   template <bool gather>
   [[gnu::noinline, gnu::hot]] bool emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
                                              detail::Connection& c);
-  // False only if emit_for surely finds nothing to send: no control packet
-  // or ACK owed, and no message, READ response or retransmission waiting.
+  // False only if emit_for surely finds nothing to send: no ACK or control
+  // packet owed, and no message, READ response or retransmission waiting.
+  // The usual answers first: an ACK owed, a message being sent.
   [[nodiscard]] static bool may_emit(const detail::Connection& c) {
     const detail::TxCtx* t = c.tx.get();
-    return c.owes_control() || c.echo_count != 0 ||
+    return c.echo_count != 0 ||
            (t != nullptr && (t->sq_seg != t->sq_tail || t->resp_seg != t->resp_tail ||
-                             t->retx_head != t->retx_tail));
+                             t->retx_head != t->retx_tail)) ||
+           c.owes_control();
   }
   [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
