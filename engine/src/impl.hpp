@@ -325,7 +325,8 @@ struct Endpoint::Impl {
     ++c.stats.acks_sent;
     return len > 0;
   }
-  void complete_recvs(detail::Connection& c);
+  // r: c's receive context, which the caller has at hand.
+  void complete_recvs(detail::Connection& c, detail::RxCtx& r);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
 
   // ---- path.cpp ----
