@@ -30,6 +30,9 @@ inline uint64_t bits64(const std::vector<uint64_t>& b, uint32_t start, uint32_t 
   const uint64_t hi = b[(w + 1) & (b.size() - 1)] << (64 - sh);
   return lo | hi;
 }
+// Mask of the n bits from bit `at` on, 1 <= n <= 64 - at: shifts only, no
+// test for a whole word as low_bits needs.
+inline uint64_t bit_run(uint32_t at, uint32_t n) { return (~uint64_t{0} >> (64 - n)) << at; }
 // Mask keeping the first n bits (n may exceed 64).
 inline uint64_t low_bits(uint32_t n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
 

@@ -378,20 +378,68 @@ bool Endpoint::Impl::poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
 
 template <bool gather>
 bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
-  if (!orphans.empty() && emit_orphan(buf, out)) {
+  if (!orphans.empty()) [[unlikely]]
+    return poll_orphan<gather>(now, buf, out);
+  return poll_ready<gather>(now, buf, out);
+}
+
+template <bool gather>
+bool Endpoint::Impl::poll_orphan(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  if (emit_orphan(buf, out)) {
     ++estats.datagrams_sent;
     return true;
   }
-  // Round-robin: one datagram per ready connection per turn.
+  return poll_ready<gather>(now, buf, out);
+}
+
+template <bool gather>
+bool Endpoint::Impl::poll_ready(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  if (ready.empty()) {
+    ready.clear();
+    return false;
+  }
+  const uint32_t index = ready.front();
+  if (!in_ready[index]) [[unlikely]]
+    return poll_next<gather>(now, buf, out);
+  // mark_ready sets the flag for a live connection only, and
+  // destroy_connection clears it: a set flag names one, never null.
+  Connection& c = *conns[index];
+  if (may_emit(c) || !c.timer_dirty) return emit_from<gather>(now, buf, out, c);
+  // Nothing to send, and the timer marked already: dropped as emit_from
+  // would. The flag is cleared first: its byte store may alias the ring's
+  // head, which pop() then reloads rather than keeping it in a register
+  // that the tests above need.
+  in_ready[c.index] = 0;
+  ready.pop();
+  if (ready.empty()) {
+    ready.clear();
+    return false;
+  }
+  return poll_next<gather>(now, buf, out);
+}
+
+template <bool gather>
+bool Endpoint::Impl::poll_next(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  Connection* c = front_ready();
+  return c != nullptr && emit_from<gather>(now, buf, out, *c);
+}
+
+Connection* Endpoint::Impl::front_ready() {
   while (!ready.empty()) {
     const uint32_t index = ready.front();
-    if (!in_ready[index]) {
-      ready.pop();
-      continue;
-    }
-    // mark_ready sets the flag for a live connection only, and
-    // destroy_connection clears it: a set flag names one, never null.
-    Connection* c = conns[index].get();
+    if (in_ready[index]) return conns[index].get();
+    ready.pop();
+  }
+  ready.clear();
+  return nullptr;
+}
+
+template <bool gather>
+bool Endpoint::Impl::emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                               Connection& first) {
+  // Round-robin: one datagram per ready connection per turn.
+  Connection* c = &first;
+  do {
     if (emit_for<gather>(*c, now, buf, out)) {
       ready.rotate();  // stays ready, behind the others: it may have more
       update_timer(*c);
@@ -399,10 +447,10 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
       return true;
     }
     ready.pop();
-    in_ready[index] = 0;
+    in_ready[c->index] = 0;
     update_timer(*c);
-  }
-  ready.clear();
+    c = front_ready();
+  } while (c != nullptr);
   return false;
 }
 

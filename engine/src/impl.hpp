@@ -93,6 +93,41 @@ struct Endpoint::Impl {
   bool poll(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
   bool poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // poll_one past the orphan replies. Inlined into poll_transmit, it drops a
+  // front connection that surely has nothing to send (may_emit) without the
+  // register saves of the output path, and otherwise jumps to emit_from: a
+  // receiver's last poll after each data packet finds only its own
+  // connection, with nothing to send.
+  template <bool gather>
+  bool poll_ready(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // poll_ready's rare cases: the front entry no longer ready, or more
+  // connections behind a dropped one.
+  template <bool gather>
+  [[gnu::noinline]] bool poll_next(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // poll_one with orphan replies queued.
+  template <bool gather>
+  [[gnu::noinline, gnu::cold]] bool poll_orphan(TimeNs now, std::span<uint8_t> buf,
+                                                TxDatagram& out);
+  // The connection at the front of the round-robin, once the entries of
+  // connections no longer ready are dropped; null, the round-robin emptied,
+  // if none is left.
+  detail::Connection* front_ready();
+  // The round-robin's turn from c, its front, on: the output path. c comes
+  // last, so that the other arguments stay in the registers poll_transmit
+  // took them in and the jump from poll_ready moves none.
+  template <bool gather>
+  [[gnu::noinline, gnu::hot]] bool emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
+                                             detail::Connection& c);
+  // False only if emit_for surely finds nothing to send: no ACK or control
+  // packet owed, and no message, READ response or retransmission waiting.
+  // The usual answers first: an ACK owed, a message being sent.
+  [[nodiscard]] static bool may_emit(const detail::Connection& c) {
+    const detail::TxCtx* t = c.tx.get();
+    return c.echo_count != 0 ||
+           (t != nullptr && (t->sq_seg != t->sq_tail || t->resp_seg != t->resp_tail ||
+                             t->retx_head != t->retx_tail)) ||
+           c.owes_control();
+  }
   [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
   bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
@@ -290,7 +325,8 @@ struct Endpoint::Impl {
     ++c.stats.acks_sent;
     return len > 0;
   }
-  void complete_recvs(detail::Connection& c);
+  // r: c's receive context, which the caller has at hand.
+  void complete_recvs(detail::Connection& c, detail::RxCtx& r);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
 
   // ---- path.cpp ----

@@ -97,9 +97,7 @@ void Endpoint::Impl::on_trimmed(Connection& c, const RxDatagram& dg, const wire:
   owe_ack(c, echo_of(dg, p, wire::kAckEchoTrimmed | (dg.ce ? wire::kAckEchoCe : 0)), true, now);
 }
 
-void Endpoint::Impl::complete_recvs(Connection& c) {
-  if (!c.rx) return;
-  detail::RxCtx& r = *c.rx;
+void Endpoint::Impl::complete_recvs(Connection& c, detail::RxCtx& r) {
   while (r.rq_head != r.rq_tail) {
     const detail::RecvEntry& e = r.rq[r.rq_head & r.rq_mask];
     if (!e.has_last || !before(e.last_psn, c.rx_cum)) break;  // COMP-3
@@ -297,7 +295,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   if (own || c.unacked <= 1 || echo_draw(dg, c.unacked) == 0)
     c.latest = echo_of(dg, p, dg.ce ? wire::kAckEchoCe : 0);
   owe_latest(c, immediate, now);
-  if (c.rx_cum != old_cum) complete_recvs(c);
+  if (c.rx_cum != old_cum) complete_recvs(c, r);
   if (op == wire::Opcode::kReadResp) complete_sends(c);
   // PLACE-1. The copy is made last (nothing above reads the destination, and
   // none of it is seen before this call returns): here the call has few live

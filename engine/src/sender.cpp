@@ -494,7 +494,7 @@ void Endpoint::Impl::advance_cum(Connection& c, TxCtx& t, uint32_t cum, TimeNs n
     const uint32_t bit = psn & 63;  // the window is a whole number of words
     const uint32_t n = std::min<uint32_t>(cum - psn, 64 - bit);
     uint64_t& word = t.acked_bits[(psn & mask) >> 6];
-    const uint64_t range = detail::low_bits(n) << bit;
+    const uint64_t range = detail::bit_run(bit, n);  // n >= 1: psn != cum
     uint64_t fresh = ~word & range;
     word &= ~range;
     const uint32_t base = psn - bit;

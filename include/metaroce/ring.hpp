@@ -29,7 +29,9 @@ class Ring {
   [[nodiscard]] const T& operator[](size_t i) const { return buf_[(head_ + i) & mask_]; }
   T pop() { return buf_[head_++ & mask_]; }
   void push(const T& v) {
-    if (size() == buf_.size()) [[unlikely]]
+    // Full when the size is the capacity, mask_ + 1 (0 before the first
+    // push): one load, where the vector's size is two and a shift.
+    if (tail_ - head_ == mask_ + 1) [[unlikely]]
       grow();
     buf_[tail_++ & mask_] = v;
   }
@@ -57,7 +59,7 @@ class Ring {
   // 32-bit positions (wrapping, so tail_ - head_ is the size): under 2^32
   // entries is plenty, and the engine's per-packet ready list is about 9
   // instructions per data packet cheaper than with 64-bit ones.
-  uint32_t mask_ = 0;
+  uint32_t mask_ = UINT32_MAX;  // capacity - 1; wraps to capacity 0 while empty
   uint32_t head_ = 0, tail_ = 0;
 };
 
