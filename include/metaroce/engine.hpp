@@ -167,7 +167,8 @@ class Endpoint {
 
   // --- outputs ---
   // Writes the next datagram into buf and returns true, or false when nothing
-  // is ready. Call until it returns false. A buf smaller than
+  // is ready (`out` is then unspecified: it may hold an earlier datagram). Call until it
+  // returns false. A buf smaller than
   // transmit_buffer_bytes(false) (mtu + 52; mtu + 128 always suffices) is
   // refused before anything is taken from a queue: the call returns false and
   // counts EndpointStats::tx_buffer_too_small.
