@@ -167,11 +167,11 @@ class Endpoint {
 
   // --- outputs ---
   // Writes the next datagram into buf and returns true, or false when nothing
-  // is ready (`out` is then unspecified: it may hold an earlier datagram). Call until it
-  // returns false. A buf smaller than
-  // transmit_buffer_bytes(false) (mtu + 52; mtu + 128 always suffices) is
-  // refused before anything is taken from a queue: the call returns false and
-  // counts EndpointStats::tx_buffer_too_small.
+  // is ready (`out` is then unspecified: it may hold an earlier datagram).
+  // Call until it returns false. A buf smaller than transmit_buffer_bytes(false)
+  // (mtu + 52; mtu + 128 always suffices) is refused before anything is taken
+  // from a queue: the call returns false and counts
+  // EndpointStats::tx_buffer_too_small.
   [[nodiscard]] bool poll_transmit(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   // The same, but the payload is not copied: out.payload points into the
   // registered memory the work request names (for a READ response, the region
