@@ -110,7 +110,14 @@ TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
   EXPECT_EQ(check_hello(h), Refusal::kBadQd);
   h.qd = 0xffffffff;  // size x qd would not even fit in memory
   EXPECT_EQ(check_hello(h), Refusal::kBadQd);
+  h = hello;
+  h.size = kMaxSize;  // each allowed alone, 200 GiB together
+  h.qd = kMaxQd;
+  EXPECT_EQ(check_hello(h), Refusal::kTooLarge);
+  h.qd = 4;  // 4 GiB
+  EXPECT_EQ(check_hello(h), Refusal::kNone);
   EXPECT_NE(refusal_text(Refusal::kBadSize).find("1..1073741824"), std::string::npos);
+  EXPECT_NE(refusal_text(Refusal::kTooLarge).find("4 GiB"), std::string::npos);
 }
 
 TEST(PerfPattern, CheckCountsEveryWrongByte) {

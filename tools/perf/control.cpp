@@ -58,6 +58,7 @@ Refusal check_hello(const Ctrl& hello) {
   if (hello.op > static_cast<uint32_t>(Op::kSend)) return Refusal::kBadOp;
   if (hello.size == 0 || hello.size > kMaxSize) return Refusal::kBadSize;
   if (hello.qd == 0 || hello.qd > kMaxQd) return Refusal::kBadQd;
+  if (uint64_t{hello.size} * hello.qd > kMaxBufferBytes) return Refusal::kTooLarge;
   return Refusal::kNone;
 }
 
@@ -68,6 +69,8 @@ std::string refusal_text(Refusal r) {
     case Refusal::kBadSize: return "message size outside 1.." + std::to_string(kMaxSize);
     case Refusal::kBadQd: return "queue depth outside 1.." + std::to_string(kMaxQd);
     case Refusal::kNoMemory: return "the server cannot register buffers for this size and depth";
+    case Refusal::kTooLarge:
+      return "message size x queue depth over " + std::to_string(kMaxBufferBytes >> 30) + " GiB";
   }
   return "refusal " + std::to_string(static_cast<uint32_t>(r));
 }

@@ -36,13 +36,23 @@ enum class Op : uint32_t { kWrite = 0, kRead = 1, kSend = 2 };
 enum class MsgType : uint32_t { kHello = 1, kHelloAck = 2, kDone = 3, kResult = 4 };
 
 // Why a server refused a Hello (HelloAck.refusal).
-enum class Refusal : uint32_t { kNone = 0, kBadOp = 1, kBadSize = 2, kBadQd = 3, kNoMemory = 4 };
+enum class Refusal : uint32_t {
+  kNone = 0,
+  kBadOp = 1,
+  kBadSize = 2,
+  kBadQd = 3,
+  kNoMemory = 4,
+  kTooLarge = 5,  // size x qd over kMaxBufferBytes
+};
 
 inline constexpr uint32_t kCtrlMagic = 0x4d525046;  // "MRPF"
 inline constexpr size_t kCtrlBytes = 112;
 // What a server accepts; the client's options are checked against the same.
 inline constexpr uint32_t kMaxSize = 1u << 30;
 inline constexpr uint32_t kMaxQd = 200;
+// Each end allocates size x qd bytes (x 2 with --bidir on the server): the
+// largest size and depth together would be 200 GiB.
+inline constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;
 
 struct Ctrl {
   MsgType type = MsgType::kHello;
