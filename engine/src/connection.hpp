@@ -117,6 +117,10 @@ struct TxCtx {
   std::vector<uint32_t> path_rings;  // num_paths x W psns, in send order per path
   std::vector<uint32_t> retx;        // W psns, FIFO
   uint32_t retx_head = 0, retx_tail = 0;
+  // A message, READ response or retransmission is waiting to be sent.
+  [[nodiscard]] bool has_unsent() const {
+    return sq_seg != sq_tail || resp_seg != resp_tail || retx_head != retx_tail;
+  }
   // CC-2: the latest time the sender had data that a window (a path's cwnd,
   // SEQ-3's or CC-9's) held back; windows grow only within two round trips of it.
   TimeNs held_back{0};

@@ -210,8 +210,7 @@ void Endpoint::Impl::compute_timer(Connection& c) {
   // CC-6: a paced path with nothing in flight hears no ACK and runs no RTO,
   // so its pacing deadline is what wakes the sender, whatever it has left to
   // send: new messages, READ responses (READ-2) or retransmissions (SCHED-2).
-  const bool unsent = c.tx && (c.tx->sq_seg != c.tx->sq_tail || c.tx->resp_seg != c.tx->resp_tail ||
-                               c.tx->retx_head != c.tx->retx_tail);
+  const bool unsent = c.tx && c.tx->has_unsent();
   // Path timers run only on an established connection (run_timers serves
   // them only then); counting them in other states would spin the driver.
   const uint8_t timed_paths = c.state == ConnState::kEstablished ? c.num_paths : 0;

@@ -122,11 +122,7 @@ struct Endpoint::Impl {
   // packet owed, and no message, READ response or retransmission waiting.
   // The usual answers first: an ACK owed, a message being sent.
   [[nodiscard]] static bool may_emit(const detail::Connection& c) {
-    const detail::TxCtx* t = c.tx.get();
-    return c.echo_count != 0 ||
-           (t != nullptr && (t->sq_seg != t->sq_tail || t->resp_seg != t->resp_tail ||
-                             t->retx_head != t->retx_tail)) ||
-           c.owes_control();
+    return c.echo_count != 0 || (c.tx && c.tx->has_unsent()) || c.owes_control();
   }
   [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
