@@ -17,6 +17,18 @@ using udp::Error;
 using udp::UdpEndpoint;
 
 int run_client(const ClientArgs& a, const Common& common) {
+  Ctrl hello;
+  hello.type = MsgType::kHello;
+  hello.op = static_cast<uint32_t>(a.tp.op);
+  hello.size = a.tp.size;
+  hello.qd = a.tp.qd;
+  hello.verify = a.tp.verify ? 1 : 0;
+  hello.bidir = a.tp.bidir ? 1 : 0;
+  // The server's own check, before this end allocates the same buffers.
+  if (const Refusal r = check_hello(hello); r != Refusal::kNone) {
+    std::fprintf(stderr, "metaroce-perf client: %s\n", refusal_text(r).c_str());
+    return 1;
+  }
   Error err;
   std::string local = a.addr.find('[') == 0 || std::count(a.addr.begin(), a.addr.end(), ':') > 1
                           ? "[::]:0"
@@ -39,13 +51,6 @@ int run_client(const ClientArgs& a, const Common& common) {
     std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
     return 1;
   }
-  Ctrl hello;
-  hello.type = MsgType::kHello;
-  hello.op = static_cast<uint32_t>(a.tp.op);
-  hello.size = a.tp.size;
-  hello.qd = a.tp.qd;
-  hello.verify = a.tp.verify ? 1 : 0;
-  hello.bidir = a.tp.bidir ? 1 : 0;
   if (a.tp.bidir) {
     hello.addr = sink.mem_mr.addr;
     hello.rkey = sink.mem_mr.rkey;

@@ -79,7 +79,8 @@ void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]);
 // type); `out` is then unspecified.
 bool decode(std::span<const uint8_t> in, Ctrl& out);
 
-// Whether a server can run the test a Hello asks for.
+// Whether a server can run the test a Hello asks for (the client asks too,
+// before it allocates its own buffers).
 Refusal check_hello(const Ctrl& hello);
 std::string refusal_text(Refusal r);
 const char* op_name(Op op);

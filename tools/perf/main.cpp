@@ -89,12 +89,6 @@ int main(int argc, char** argv) {
   client->add_flag("--json", ca.json, "print one JSON object");
   add_common(client);
   CLI11_PARSE(app, argc, argv);
-  if (client->parsed() && uint64_t{ca.tp.size} * ca.tp.qd > metaroce::perf::kMaxBufferBytes) {
-    std::fprintf(stderr, "metaroce-perf client: --size x --qd is over %llu GiB\n",
-                 static_cast<unsigned long long>(metaroce::perf::kMaxBufferBytes >> 30));
-    return 1;
-  }
-
   if (common.cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
