@@ -29,6 +29,7 @@ inline SendWr slot_write(const MemoryRegion& src, const MemoryRegion& dst, uint3
 
 struct EngineOptions {
   uint64_t packets = 2'000'000;
+  uint32_t rounds = 10;
   uint32_t connections = 10'000;
   bool json = false;
 };

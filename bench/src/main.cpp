@@ -11,8 +11,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   metaroce::bench::EngineOptions eo;
   auto* engine = app.add_subcommand("engine", "engine cost per packet and bytes per connection");
-  engine->add_option("--packets", eo.packets, "data packets per measurement")
+  engine->add_option("--packets", eo.packets, "data packets timed, over all rounds")
       ->check(CLI::Range(1000ull, 1ull << 32));
+  engine
+      ->add_option("--rounds", eo.rounds,
+                   "rounds of engine, copies and clock timed back to back; figures are medians")
+      ->check(CLI::Range(1u, 1000u));
   engine->add_option("--connections", eo.connections, "idle connections for the memory figure")
       ->check(CLI::Range(1u, 1'000'000u));
   engine->add_flag("--json", eo.json, "print one JSON object");
