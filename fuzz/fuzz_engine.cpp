@@ -169,6 +169,10 @@ struct Side {
   bool gather = false;
   std::map<uint64_t, uint32_t> send_outstanding;  // wr_id -> length
   std::map<uint64_t, uint32_t> recv_outstanding;  // wr_id -> buffer length
+  // Shared receives (PLACE-6) posted and not completed. A closing connection
+  // gives them back rather than completing them, so finish() asks nothing of
+  // them; a completion must still name one of them, once.
+  std::map<uint64_t, uint32_t> shared_outstanding;
   std::array<MemoryRegion, kNumRegions> mr{};
 };
 
@@ -191,6 +195,7 @@ class World {
     EndpointConfig b_cfg = cfg;
     b_cfg.seed = 22;
     b_cfg.accept_incoming = true;
+    b_cfg.shared_rq_depth = 4;
     side_[0].ep = std::make_unique<Endpoint>(a_cfg);
     side_[1].ep = std::make_unique<Endpoint>(b_cfg);
     side_[0].self = make_peer(1);
@@ -223,7 +228,8 @@ class World {
     if (!established(0) || !side_[1].conn.valid()) fail("setup: handshake did not complete");
 
     // Receive buffers, then work requests both ways.
-    for (uint32_t i = 0; i < 4; ++i) post_recv(1, kBRecv, i * 1024, 1024);
+    for (uint32_t i = 0; i < 2; ++i) post_recv(1, kBRecv, i * 1024, 1024);
+    for (uint32_t i = 2; i < 4; ++i) post_shared_recv(kBRecv, i * 1024, 1024);
     for (uint32_t i = 0; i < 2; ++i) post_recv(0, kARecv, i * 1024, 1024);
     post_menu(0, 0);  // WRITE 3000
     post_menu(0, 1);  // WRITE_IMM 100
@@ -288,6 +294,12 @@ class World {
     if (sd.ep->post_recv(sd.conn, wr) == Status::kOk) sd.recv_outstanding[wr.wr_id] = len;
   }
 
+  void post_shared_recv(Region r, uint32_t at, uint32_t len) {
+    Side& sd = side_[1];
+    const RecvWr wr{next_wr_id_++, arena().addr(r, at), len, sd.mr[r].lkey};
+    if (sd.ep->post_shared_recv(wr) == Status::kOk) sd.shared_outstanding[wr.wr_id] = len;
+  }
+
   // A small menu of work requests; all stay inside registered memory.
   void post_menu(int s, uint8_t pick) {
     Side& sd = side_[s];
@@ -325,7 +337,12 @@ class World {
           wr.op = WrOpcode::kRead;
           wr.length = 1;
           break;
-        case 7: post_recv(1, kBRecv, (pick >> 3) % 4 * 1024, 1024); return;
+        case 7:
+          if (pick & 0x20)
+            post_shared_recv(kBRecv, (pick >> 3) % 4 * 1024, 1024);
+          else
+            post_recv(1, kBRecv, (pick >> 3) % 4 * 1024, 1024);
+          return;
       }
       if (wr.op == WrOpcode::kRead) {
         wr.local_addr = arena().addr(kADst, pick >> 3);
@@ -555,13 +572,15 @@ class World {
       while (sd.ep->poll_completion(c)) {
         const bool recv =
             c.op == metaroce::CompletionOp::kRecv || c.op == metaroce::CompletionOp::kRecvWriteImm;
-        auto& outstanding = recv ? sd.recv_outstanding : sd.send_outstanding;
-        auto it = outstanding.find(c.wr_id);
-        if (it == outstanding.end()) fail("completion for a work request not outstanding", c.wr_id);
+        auto* outstanding = recv ? &sd.recv_outstanding : &sd.send_outstanding;
+        if (recv && sd.shared_outstanding.count(c.wr_id) != 0) outstanding = &sd.shared_outstanding;
+        auto it = outstanding->find(c.wr_id);
+        if (it == outstanding->end())
+          fail("completion for a work request not outstanding", c.wr_id);
         if (recv && c.status == Status::kOk && c.op == metaroce::CompletionOp::kRecv &&
             c.byte_len > it->second)
           fail("receive completion longer than its buffer", c.byte_len);
-        outstanding.erase(it);
+        outstanding->erase(it);
       }
       Event ev;
       while (sd.ep->poll_event(ev)) {

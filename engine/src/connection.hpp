@@ -167,6 +167,7 @@ struct RecvEntry {
   bool has_last = false;
   bool has_imm = false;
   bool write_imm = false;
+  bool shared = false;  // taken from the endpoint's shared queue (PLACE-6)
 };
 
 // An ACK we owe (ACK-6, ACK-7): the packet it echoes and where it goes.

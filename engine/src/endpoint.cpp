@@ -27,6 +27,11 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kIndexMask);
+  if (cfg.shared_rq_depth > 0) {
+    cfg.shared_rq_depth = std::min<uint32_t>(cfg.shared_rq_depth, 1u << 24);
+    srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});
+    srq_mask = static_cast<uint32_t>(srq.size() - 1);
+  }
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
   loss_window_shift = std::has_single_bit(loss_window) ? std::countr_zero(loss_window) : -1;
   // The largest datagram: a data packet with the longest headers and a full
@@ -655,6 +660,8 @@ Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
   c->last_activity = impl_->last_now;
   return impl_->post_recv(*c, wr);
 }
+
+Status Endpoint::post_shared_recv(const RecvWr& wr) { return impl_->post_shared_recv(wr); }
 
 const EndpointStats& Endpoint::endpoint_stats() const { return impl_->estats; }
 

@@ -255,8 +255,10 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
   }
   if (c.rx) {
     detail::RxCtx& r = *c.rx;
+    if (!srq.empty()) give_back_shared(r);  // PLACE-6
     for (uint32_t i = r.rq_head; i != r.rq_tail; ++i) {
       const detail::RecvEntry& e = r.rq[i & r.rq_mask];
+      if (e.shared) continue;
       Completion comp;
       comp.wr_id = e.wr.wr_id;
       comp.conn = c.id;

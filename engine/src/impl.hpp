@@ -60,6 +60,16 @@ struct Endpoint::Impl {
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
   std::vector<std::unique_ptr<detail::RxCtx>> rx_pool;
 
+  // PLACE-6: the shared receive queue, a ring of the posted receives no
+  // connection has taken yet. srq_outstanding counts those plus the ones
+  // connections took and have not completed; it never exceeds
+  // shared_rq_depth, so receives given back by a failing connection always
+  // fit in front of the ring again.
+  std::vector<detail::RecvEntry> srq;
+  uint32_t srq_mask = 0;
+  uint32_t srq_head = 0, srq_tail = 0;
+  uint32_t srq_outstanding = 0;
+
   Ring<Completion> completions;
   Ring<Event> events;
 
@@ -271,6 +281,14 @@ struct Endpoint::Impl {
 
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);
+  Status post_shared_recv(const RecvWr& wr);
+  // PLACE-6: moves shared receives, oldest first, into the connection's
+  // queue until it holds receive `idx` (counted from its oldest); false if
+  // the shared queue or the connection's queue runs out first.
+  [[gnu::cold, gnu::noinline]] bool take_shared(detail::RxCtx& r, uint32_t idx);
+  // Hands the shared receives a closing or failing connection holds back to
+  // the front of the shared queue, in their order.
+  void give_back_shared(detail::RxCtx& r);
   void on_data(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_probe(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_trimmed(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);

@@ -42,6 +42,49 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
   return Status::kOk;
 }
 
+Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
+  if (srq.empty()) return Status::kInvalidArgument;
+  uint8_t* buf = nullptr;
+  if (wr.length > 0) {
+    Status why = Status::kOk;
+    buf = mrs.local(wr.lkey, wr.addr, wr.length, kAccessLocalWrite, why);
+    if (buf == nullptr) return why;
+  }
+  if (srq_outstanding >= cfg.shared_rq_depth) return Status::kQueueFull;
+  detail::RecvEntry& e = srq[srq_tail++ & srq_mask];
+  e = detail::RecvEntry{};
+  e.wr = wr;
+  e.buf = buf;
+  e.shared = true;
+  ++srq_outstanding;
+  return Status::kOk;
+}
+
+bool Endpoint::Impl::take_shared(detail::RxCtx& r, uint32_t idx) {
+  while (idx >= r.rq_tail - r.rq_head) {
+    if (srq_head == srq_tail || r.rq_tail - r.rq_head >= cfg.rq_depth) return false;
+    r.rq[r.rq_tail++ & r.rq_mask] = srq[srq_head++ & srq_mask];
+    ++estats.shared_recvs_taken;
+  }
+  return true;
+}
+
+void Endpoint::Impl::give_back_shared(detail::RxCtx& r) {
+  // Newest first, each in front of the ring: they come out again in the
+  // order they were posted, ahead of receives posted since. Whatever a
+  // message of the failed connection placed in one is not data anyone was
+  // promised; the next message to take it overwrites what it covers.
+  for (uint32_t i = r.rq_tail; i != r.rq_head;) {
+    const detail::RecvEntry& e = r.rq[--i & r.rq_mask];
+    if (!e.shared) continue;
+    detail::RecvEntry& back = srq[--srq_head & srq_mask];
+    back = detail::RecvEntry{};
+    back.wr = e.wr;
+    back.buf = e.buf;
+    back.shared = true;
+  }
+}
+
 void Endpoint::Impl::owe_ack(Connection& c, detail::Echo e, bool immediate, TimeNs now) {
   c.latest = e;
   owe_latest(c, immediate, now);
@@ -110,6 +153,7 @@ void Endpoint::Impl::complete_recvs(Connection& c, detail::RxCtx& r) {
     comp.has_imm = e.has_imm;
     complete(c, comp);
     ++c.stats.recv_completions;
+    srq_outstanding -= e.shared;
     ++r.rq_head;
     ++c.rsn_head;
   }
@@ -194,7 +238,11 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
   if (why == Status::kOk && uses_rq) {
     const uint32_t idx = mh.msn - c.rsn_head;
-    if (idx >= r.rq_tail - r.rq_head) {
+    // PLACE-6: each RSN from the oldest open one to this has a message whose
+    // last packet lies between cum and this packet, so an RSN further ahead
+    // than this packet's PSN is garbage and takes nothing.
+    if (idx >= r.rq_tail - r.rq_head &&
+        (srq.empty() || idx > static_cast<uint32_t>(d) || !take_shared(r, idx))) {
       why = Status::kRnr;
     } else {
       rq_entry = &r.rq[(r.rq_head + idx) & r.rq_mask];

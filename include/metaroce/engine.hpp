@@ -159,6 +159,16 @@ class Endpoint {
   // nothing is queued. Work requests may be posted while connecting.
   [[nodiscard]] Status post_send(ConnId conn, const SendWr& wr);
   [[nodiscard]] Status post_recv(ConnId conn, const RecvWr& wr);
+  // Posts a receive to the endpoint's shared queue (PLACE-6): a SEND or
+  // WRITE_IMM that finds no receive posted on its connection takes shared
+  // ones, oldest first. Its completion names the connection that used it; a
+  // connection that closes or fails gives back the shared receives it took
+  // and had not completed, so each completes once, on the connection whose
+  // message filled it. kInvalidArgument if shared_rq_depth is 0, kQueueFull
+  // when shared_rq_depth receives are outstanding (waiting here or taken and
+  // not yet completed), kLocalProtection for a buffer not registered for
+  // local write.
+  [[nodiscard]] Status post_shared_recv(const RecvWr& wr);
 
   // --- inputs ---
   void handle_datagram(const RxDatagram& dg, TimeNs now);

@@ -73,6 +73,7 @@ struct EndpointStats {
   uint64_t wrong_peer = 0;
   uint64_t connects_refused = 0;
   uint64_t tx_buffer_too_small = 0;  // poll_transmit calls refused (transmit_buffer_bytes)
+  uint64_t shared_recvs_taken = 0;   // receives connections took from the shared queue (PLACE-6)
 };
 
 }  // namespace metaroce
