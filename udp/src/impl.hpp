@@ -1,0 +1,224 @@
+// UdpEndpoint::Impl: the UDP driver's internals (include/metaroce/udp.hpp),
+// split by job over several files:
+//   setup.cpp         sockets opened and configured, GSO/GRO detected, batches
+//                     preallocated; descriptors closed
+//   receive.cpp       recvmmsg batches handed to the engine
+//   transmit.cpp      the engine's datagrams into slots, then sendmmsg messages
+//   progress.cpp      the progress round, events, the timerfd, blocking waits
+//                     and the progress thread
+//   errors.cpp        the Error values the public calls return
+//   udp_endpoint.cpp  the public UdpEndpoint methods
+//
+// One progress round: recvmmsg batches from the receive socket (GRO segments
+// split, ECN CE read from IP_TOS / IPV6_TCLASS), engine timers, then datagrams
+// drained from poll_transmit_gather into preallocated slots (headers copied,
+// payloads left in registered memory and handed to the kernel as iovecs),
+// grouped by source port (one socket per entropy value) and peer into one
+// sendmmsg per socket, with runs of equal-size datagrams to the same peer
+// coalesced with UDP_SEGMENT (GSO). There are 8 x batch slots, flushed when
+// full and at the end of the round: the engine spreads consecutive packets
+// over the paths, so a path's share of a round is what one GSO run can hold.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "metaroce/udp.hpp"
+
+namespace metaroce::udp {
+
+inline constexpr uint16_t kDefaultPort = 4792;
+inline constexpr size_t kRxCtrlBytes = 128;
+inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
+inline constexpr size_t kIcrc = 4;  // the trailer after a gathered payload
+// Each transmit slot starts with room for the previous segment's trailer, so
+// that in a GSO message that trailer and this segment's headers go to the
+// kernel as one iovec: 2 per gathered segment instead of 3. The kernel's copy
+// loop pays per iovec; a loopback sender's copy took about 10% less.
+inline constexpr size_t kTxLead = kIcrc;
+
+inline TimeNs clock_now() {
+  return TimeNs{static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count())};
+}
+
+struct ConnInfo {
+  ConnState state = ConnState::kConnecting;
+  Status status = Status::kOk;
+  PeerAddr peer;
+};
+
+// One datagram taken from the engine. Gathered (payload != nullptr): the
+// headers are in the slot buffer, the payload stays in registered memory and
+// the ICRC trailer is kept here; the kernel copies them from iovecs.
+// Otherwise the whole datagram is in the slot buffer. Either way it starts
+// kTxLead bytes into the buffer (slot_buf).
+struct TxSlot {
+  PeerAddr peer;
+  const uint8_t* payload = nullptr;
+  uint32_t len = 0;   // whole datagram
+  uint16_t hlen = 0;  // headers in the slot buffer (gathered only)
+  uint16_t sock = 0;  // index into Impl::tx_fds; entropy_count means the receive socket
+  uint16_t key = 0;   // grouping key: 2 * sock, + 1 for ACKs (see build_messages)
+  uint8_t trailer[4] = {};
+};
+
+struct UdpEndpoint::Impl {
+  Options opts;
+  EndpointConfig cfg;
+  std::unique_ptr<Endpoint> eng;
+  int family = AF_INET;
+  int rx_fd = -1;
+  std::vector<int> tx_fds;  // entropy_count send sockets, then rx_fd (not owned twice)
+  // The peer each send socket is connected to (see use_connected).
+  std::vector<PeerAddr> tx_peer;
+  std::vector<uint8_t> tx_peer_tried;
+  int epfd = -1;
+  int timer_fd = -1;
+  int wake_fd = -1;
+  PeerAddr local;
+  uint16_t ebase = 0;
+  uint16_t ecount = 0;
+  bool gso = false;
+  bool gro = false;
+  bool closed = false;
+  uint32_t batch = 32;
+
+  // receive
+  size_t rx_slot = 0;
+  uint32_t rx_used = 0;  // messages the last recvmmsg filled
+  std::vector<uint8_t> rx_buf;
+  std::vector<mmsghdr> rx_msgs;
+  std::vector<iovec> rx_iov;
+  std::vector<sockaddr_storage> rx_addr;
+  std::vector<uint8_t> rx_ctrl;
+
+  // transmit: slots filled from poll_transmit_gather, then messages built
+  // over them (grouped by socket, runs coalesced with GSO)
+  size_t tx_slot_size = 0;
+  size_t tx_cap = 0;  // slots
+  std::vector<uint8_t> tx_buf;
+  std::vector<TxSlot> tx_slots;
+  std::vector<uint32_t> tx_order;
+  std::vector<uint32_t> tx_bucket;  // counting sort by TxSlot::key
+  std::vector<iovec> tx_iov;        // 3 per slot
+  std::vector<mmsghdr> tx_msgs;
+  std::vector<uint16_t> tx_msg_sock;
+  std::vector<uint32_t> tx_msg_segs;
+  std::vector<uint32_t> tx_msg_first;  // first index into tx_order
+  std::vector<sockaddr_storage> tx_addr;
+  std::vector<uint8_t> tx_ctrl;
+  size_t tx_count = 0;      // slots filled
+  size_t tx_msg_count = 0;  // messages built
+  size_t tx_msg_next = 0;   // next message to send
+  // Test hook (env METAROCE_UDP_FAULT_EAGAIN=N): every Nth sendmmsg fails as
+  // if the socket buffer were full.
+  uint32_t fault_eagain_every = 0;
+  uint32_t fault_calls = 0;
+
+  // connections as seen from events
+  std::unordered_map<uint32_t, ConnInfo> conns;
+  std::deque<ConnId> accepted;
+  PeerAddr recent[16];
+  size_t recent_next = 0;
+
+  IoStats io;
+  uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)
+
+  // threading
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread thread;
+  std::atomic<bool> threaded{false};
+  std::atomic<bool> running{false};
+  std::atomic<bool> sleeping{false};
+  // The application asked for fd(): it may sleep on it, so every round arms
+  // the timerfd. Otherwise only the driver's own sleeps need it armed, and
+  // arming per round (the ACK delay moves every other packet) costs a
+  // timerfd_settime per two packets on a receiver.
+  std::atomic<bool> fd_exported{false};
+
+  ~Impl() { close_fds(); }
+
+  // setup.cpp
+  void close_fds();
+  bool setup_socket(int fd, bool is_rx, Error& err, const std::string& what);
+  int open_bound(const PeerAddr& addr, bool is_rx, Error& err);
+  bool open(const std::string& address, Error& err);
+
+  // receive.cpp
+  PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n);
+  size_t receive(TimeNs now);
+
+  // transmit.cpp
+  uint16_t choose_socket(uint16_t entropy, const uint8_t* p, size_t n);
+  int sock_fd(uint16_t s) const { return s == ecount ? rx_fd : tx_fds[s]; }
+  bool use_connected(uint16_t sock, const PeerAddr& peer, const sockaddr_storage& ss,
+                     socklen_t len);
+  size_t fill(TimeNs now);
+  uint8_t* slot_buf(size_t slot) { return tx_buf.data() + slot * tx_slot_size + kTxLead; }
+  size_t message_iov(size_t i, size_t j, size_t at);
+  void build_messages();
+  void materialize_pending();
+  bool flush();
+  size_t pump_tx(TimeNs now);
+
+  // progress.cpp
+  std::unique_lock<std::mutex> guard() {
+    return threaded.load(std::memory_order_acquire) ? std::unique_lock<std::mutex>(mu)
+                                                    : std::unique_lock<std::mutex>();
+  }
+  void wake_thread();
+  void end_round();
+  void remember(const PeerAddr& p);
+  bool drain_events();
+  void arm_timer(TimeNs now);
+  size_t progress_locked();
+  void block(std::chrono::nanoseconds timeout);
+
+  // Runs until pred() (checked under the lock) or the deadline.
+  template <class Pred>
+  bool run_until(Pred pred, std::chrono::steady_clock::time_point deadline) {
+    if (threaded.load(std::memory_order_acquire)) {
+      std::unique_lock<std::mutex> lk(mu);
+      for (;;) {
+        if (pred()) return true;
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) return false;
+        cv.wait_for(
+            lk, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)));
+      }
+    }
+    for (;;) {
+      const size_t moved = progress_locked();
+      if (pred()) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      if (moved == 0)
+        block(std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)) +
+              std::chrono::microseconds(999));
+    }
+  }
+
+  void thread_main();
+
+  // errors.cpp
+  Error make_error(Status s, const std::string& what, ConnId conn) const;
+  Error check_post(Status s, ConnId conn, const char* what);
+};
+
+}  // namespace metaroce::udp

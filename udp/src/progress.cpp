@@ -1,0 +1,147 @@
+// The progress round (see impl.hpp) and what drives it: engine events into
+// connection states, the timerfd, blocking on the epoll fd, and the progress
+// thread.
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "impl.hpp"
+
+namespace metaroce::udp {
+
+void UdpEndpoint::Impl::wake_thread() {
+  if (sleeping.load(std::memory_order_acquire)) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd, &one, sizeof(one));
+  }
+}
+
+void UdpEndpoint::Impl::end_round() {
+  if (tx_count != 0 && tx_msg_count == 0) build_messages();
+  if (tx_msg_count != 0 && !flush()) materialize_pending();
+}
+
+void UdpEndpoint::Impl::remember(const PeerAddr& p) {
+  for (const PeerAddr& r : recent)
+    if (r == p) return;
+  recent[recent_next] = p;
+  recent_next = (recent_next + 1) % (sizeof(recent) / sizeof(recent[0]));
+}
+
+bool UdpEndpoint::Impl::drain_events() {
+  bool any = false;
+  Event ev;
+  while (eng->poll_event(ev)) {
+    any = true;
+    ConnInfo& ci = conns[ev.conn.v];
+    if (ev.peer.len != 0) ci.peer = ev.peer;
+    ci.status = ev.status;
+    switch (ev.kind) {
+      case EventKind::kConnected:
+        ci.state = ConnState::kEstablished;
+        remember(ci.peer);
+        break;
+      case EventKind::kAccepted:
+        ci.state = ConnState::kEstablished;
+        remember(ci.peer);
+        accepted.push_back(ev.conn);
+        break;
+      case EventKind::kConnectFailed:
+      case EventKind::kError: ci.state = ConnState::kError; break;
+      case EventKind::kClosed: ci.state = ConnState::kClosed; break;
+    }
+  }
+  return any;
+}
+
+void UdpEndpoint::Impl::arm_timer(TimeNs now) {
+  TimeNs next = eng->next_timeout();
+  if (tx_msg_count != 0) next = std::min(next, now + 50 * kMicrosecond);  // retry a full socket
+  const uint64_t want = next == TimeNs::never() ? 0 : std::max<uint64_t>(next.ns, 1);
+  if (want == armed_ns) return;
+  // An armed deadline still ahead and no later than the wanted one stays:
+  // an early wake-up is harmless (progress() re-arms), and the deadline
+  // moves later on most rounds, which would otherwise cost a syscall each.
+  if (armed_ns > now.ns && (want == 0 || want > armed_ns)) return;
+  armed_ns = want;
+  itimerspec its{};
+  if (want != 0) {
+    its.it_value.tv_sec = static_cast<time_t>(want / kSecond);
+    its.it_value.tv_nsec = static_cast<long>(want % kSecond);
+  }
+  (void)timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+size_t UdpEndpoint::Impl::progress_locked() {
+  if (closed) return 0;
+  TimeNs now = clock_now();
+  size_t moved = pump_tx(now);  // work posted since the last round
+  moved += receive(now);
+  now = clock_now();
+  if (eng->next_timeout() <= now) eng->handle_timeout(now);
+  moved += pump_tx(now);
+  end_round();
+  if (drain_events()) moved += 1;
+  if (fd_exported.load(std::memory_order_relaxed)) arm_timer(now);
+  return moved;
+}
+
+// Blocks on the epoll fd (non-threaded mode).
+void UdpEndpoint::Impl::block(std::chrono::nanoseconds timeout) {
+  if (timeout.count() <= 0) return;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  epoll_event evs[4];
+  arm_timer(clock_now());
+  const int n = epoll_wait(epfd, evs, 4, static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
+      uint64_t v;
+      (void)!::read(evs[i].data.fd, &v, sizeof(v));
+      if (evs[i].data.fd == timer_fd) armed_ns = 0;
+    }
+  }
+}
+
+void UdpEndpoint::Impl::thread_main() {
+  uint32_t idle = 0;
+  while (running.load(std::memory_order_acquire)) {
+    size_t moved;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      moved = progress_locked();
+    }
+    if (moved != 0) {
+      idle = 0;
+      cv.notify_all();
+      continue;
+    }
+    if (++idle < 20000) {
+      std::this_thread::yield();
+      continue;
+    }
+    // Long idle: sleep on the epoll fd (datagram, timer, or a post wakes us).
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      arm_timer(clock_now());
+    }
+    sleeping.store(true, std::memory_order_release);
+    epoll_event evs[4];
+    const int n = epoll_wait(epfd, evs, 4, 1);
+    sleeping.store(false, std::memory_order_release);
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
+        uint64_t v;
+        (void)!::read(evs[i].data.fd, &v, sizeof(v));
+        if (evs[i].data.fd == timer_fd) {
+          std::lock_guard<std::mutex> lk(mu);
+          armed_ns = 0;
+        }
+      }
+    }
+    if (n > 0) idle = 0;
+  }
+}
+
+}  // namespace metaroce::udp

@@ -1,0 +1,137 @@
+// The receive side of a progress round: recvmmsg batches from the receive
+// socket, GRO buffers split into datagrams, ECN and kernel arrival times read
+// from the control messages, each datagram matched to its peer and handed to
+// the engine.
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "address.hpp"
+#include "impl.hpp"
+#include "metaroce/bytes.hpp"
+
+namespace metaroce::udp {
+namespace {
+
+constexpr int kRxBatchesPerRound = 4;
+
+int64_t realtime_ns() {
+  timespec ts{};
+  (void)clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n) {
+  if (n >= 8) {
+    const uint32_t dc = be::load32(p + 4);
+    if (dc != 0) {
+      const PeerAddr known = eng->peer_of(ConnId{dc});
+      if (known.len != 0 && same_host(known, src)) return known;
+      for (const PeerAddr& r : recent)  // a connection already gone (e.g. repeated DISCONNECT)
+        if (r.len != 0 && same_host(r, src)) return r;
+    }
+  }
+  return src;  // CONNECT_REQ: sent from the peer's receive port
+}
+
+size_t UdpEndpoint::Impl::receive(TimeNs now) {
+  size_t got = 0;
+  const int64_t real_to_mono = static_cast<int64_t>(now.ns) - realtime_ns();
+  for (int round = 0; round < kRxBatchesPerRound; ++round) {
+    // Only the fields the kernel wrote in the last call need resetting.
+    for (uint32_t i = 0; i < rx_used; ++i) {
+      msghdr& h = rx_msgs[i].msg_hdr;
+      h.msg_namelen = sizeof(sockaddr_storage);
+      h.msg_controllen = kRxCtrlBytes;
+      h.msg_flags = 0;
+    }
+    rx_used = 0;
+    const int r = recvmmsg(rx_fd, rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
+    if (r <= 0) break;
+    rx_used = static_cast<uint32_t>(r);
+    if (static_cast<uint32_t>(r) == batch && round + 1 == kRxBatchesPerRound)
+      ++io.rx_backlogged_rounds;
+    ++io.rx_syscalls;
+    for (int i = 0; i < r; ++i) {
+      msghdr& h = rx_msgs[i].msg_hdr;
+      const size_t len = rx_msgs[i].msg_len;
+      if ((h.msg_flags & MSG_TRUNC) != 0) {
+        ++io.rx_truncated;
+        continue;
+      }
+      uint8_t tos = 0;
+      size_t seg = len;
+      int64_t arrived = 0;  // kernel receive time, on the engine's clock
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS)) {
+          tos = *reinterpret_cast<const uint8_t*>(CMSG_DATA(c));
+        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+          int v = 0;
+          std::memcpy(&v, CMSG_DATA(c), sizeof(v));
+          tos = static_cast<uint8_t>(v);
+        } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          int v = 0;
+          std::memcpy(&v, CMSG_DATA(c), sizeof(v));
+          if (v > 0) seg = static_cast<size_t>(v);
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+          timespec ts{};
+          std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+          arrived = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + real_to_mono;
+        }
+      }
+      if (arrived != 0) {
+        const auto waited =
+            static_cast<uint64_t>(std::max<int64_t>(static_cast<int64_t>(now.ns) - arrived, 0));
+        io.rx_wait_ns_total += waited * ((len + seg - 1) / seg);  // per datagram
+        io.rx_wait_ns_max = std::max(io.rx_wait_ns_max, waited);
+      }
+      PeerAddr src;
+      if (!from_sockaddr(reinterpret_cast<const sockaddr*>(&rx_addr[i]), src)) {
+        ++io.rx_foreign;
+        continue;
+      }
+      const bool ce = (tos & 3) == 3;
+      const uint8_t* base = static_cast<const uint8_t*>(rx_iov[i].iov_base);
+      if (seg < len) ++io.rx_gro_batches;
+      // A GRO buffer's segments share path and ECN field: ACK-1 lets them
+      // draw one ACK, so the engine is drained once per buffer (ACKs were
+      // half of all datagrams, each a sendmmsg of its own on the path's
+      // socket). CE-marked segments are drained one by one: every CE mark
+      // keeps its own ACK (ACK-2).
+      RxDatagram dg;
+      dg.entropy = address_port(src);
+      dg.ce = ce;
+      // TRIM-2. IP GRO never merges datagrams of different TOS, so a whole
+      // buffer shares the flag.
+      dg.trimmed = (tos >> 2) == opts.trimmed_dscp;
+      uint32_t resolved_dc = 0;  // the segments of a buffer normally share dst_conn
+      bool resolved = false;
+      for (size_t off = 0; off < len; off += seg) {
+        const size_t n = std::min(seg, len - off);
+        const uint32_t dc = n >= 8 ? be::load32(base + off + 4) : 0;
+        if (!resolved || dc != resolved_dc || dc == 0) {
+          dg.peer = resolve_peer(src, base + off, n);
+          resolved_dc = dc;
+          resolved = true;
+        }
+        dg.bytes = std::span<const uint8_t>(base + off, n);
+        eng->handle_datagram(dg, now);
+        if (ce) (void)pump_tx(now);
+        ++io.rx_datagrams;
+        io.rx_ce += ce ? 1 : 0;
+        ++got;
+      }
+      if (!ce) (void)pump_tx(now);
+    }
+    if (static_cast<uint32_t>(r) < batch) break;
+  }
+  return got;
+}
+
+}  // namespace metaroce::udp

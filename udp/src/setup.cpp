@@ -1,0 +1,245 @@
+// Opening a UdpEndpoint: the receive socket, one send socket per entropy
+// value, GSO/GRO detection, the epoll/timerfd/eventfd trio, the engine and the
+// preallocated receive and transmit batches; and closing the descriptors.
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/udp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "address.hpp"
+#include "impl.hpp"
+
+namespace metaroce::udp {
+namespace {
+
+bool env_disabled(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 ||
+                          std::strcmp(v, "false") == 0 || std::strcmp(v, "no") == 0);
+}
+
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
+
+}  // namespace
+
+void UdpEndpoint::Impl::close_fds() {
+  for (int fd : tx_fds)
+    if (fd >= 0) ::close(fd);
+  tx_fds.clear();
+  for (int* fd : {&rx_fd, &epfd, &timer_fd, &wake_fd}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+bool UdpEndpoint::Impl::setup_socket(int fd, bool is_rx, Error& err, const std::string& what) {
+  const int one = 1;
+  const int ect0 = kEcnEct0;
+  if (family == AF_INET) {
+    if (setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof(ect0)) != 0) {
+      err.status = Status::kInvalidArgument;
+      err.message = what + ": setsockopt(IP_TOS): " + errno_text(errno);
+      return false;
+    }
+    (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
+  } else {
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &ect0, sizeof(ect0)) != 0) {
+      err.status = Status::kInvalidArgument;
+      err.message = what + ": setsockopt(IPV6_TCLASS): " + errno_text(errno);
+      return false;
+    }
+    (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof(ect0));  // v4-mapped peers
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
+  }
+  if (is_rx) {
+    // Kernel arrival times, for IoStats::rx_wait_ns_*: how long datagrams
+    // sat in the socket before this process read them (a process short of
+    // CPU shows it there first, and its RTT samples include it).
+    (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+    const int sz = opts.rcvbuf_bytes;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) != 0)
+      (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+  }
+  const int snd = opts.sndbuf_bytes;
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd)) != 0)
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof(snd));
+  return true;
+}
+
+int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) {
+  const std::string what =
+      std::string(is_rx ? "receive" : "send") + " socket " + format_address(addr);
+  const int fd = ::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    err.status = Status::kResourceExhausted;
+    err.message = what + ": socket(): " + errno_text(errno);
+    return -1;
+  }
+  if (family == AF_INET6) {
+    // Dual-stack only when bound to the wildcard address.
+    const bool any = std::all_of(addr.bytes, addr.bytes + 16, [](uint8_t b) { return b == 0; });
+    const int v6only = any ? 0 : 1;
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+  }
+  if (!setup_socket(fd, is_rx, err, what)) {
+    ::close(fd);
+    return -1;
+  }
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  if (!to_sockaddr(addr, family, ss, len) ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    const int e = errno;
+    err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
+    err.message = what + ": bind(): " + errno_text(e) +
+                  (e == EADDRINUSE ? " (the port is used by another socket or process; choose "
+                                     "another address or entropy block)"
+                                   : "");
+    err.peer = format_address(addr);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
+  std::string why;
+  if (!parse_address(address, kDefaultPort, local, &why)) {
+    err.status = Status::kInvalidArgument;
+    err.message = "open " + address + ": " + why;
+    return false;
+  }
+  family = address_is_v4(local) ? AF_INET : AF_INET6;
+  cfg = opts.engine;
+  batch = std::clamp<uint32_t>(opts.batch, 1, 1024);
+  gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))
+    fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
+
+  rx_fd = open_bound(local, true, err);
+  if (rx_fd < 0) return false;
+  {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getsockname(rx_fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      PeerAddr bound;
+      if (from_sockaddr(reinterpret_cast<sockaddr*>(&ss), bound)) {
+        local.bytes[16] = bound.bytes[16];
+        local.bytes[17] = bound.bytes[17];
+      }
+    }
+  }
+  ecount = opts.entropy_count;
+  const uint32_t base =
+      opts.entropy_base != 0 ? opts.entropy_base : uint32_t{address_port(local)} + 1;
+  if (ecount < std::max<uint16_t>(1, cfg.num_paths) || base + ecount - 1 > 65535 || base == 0) {
+    err.status = Status::kInvalidArgument;
+    err.message = "open " + address + ": entropy block " + std::to_string(base) + "+" +
+                  std::to_string(ecount) +
+                  " is invalid (needs at least num_paths=" + std::to_string(cfg.num_paths) +
+                  " ports below 65536)";
+    return false;
+  }
+  ebase = static_cast<uint16_t>(base);
+  cfg.entropy_min = ebase;
+  cfg.entropy_max = static_cast<uint16_t>(base + ecount - 1);
+  if (opts.random_seed) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+      seed = static_cast<uint64_t>(clock_now().ns) ^ static_cast<uint64_t>(::getpid());
+    cfg.seed = seed | 1;
+  }
+
+  tx_fds.assign(ecount, -1);
+  for (uint16_t i = 0; i < ecount; ++i) {
+    PeerAddr a = local;
+    const auto port = static_cast<uint16_t>(ebase + i);
+    a.bytes[16] = static_cast<uint8_t>(port >> 8);
+    a.bytes[17] = static_cast<uint8_t>(port);
+    tx_fds[i] = open_bound(a, false, err);
+    if (tx_fds[i] < 0) return false;
+  }
+  // GSO / GRO: detect at open.
+  if (gso) {
+    const int seg = 1200;
+    gso = setsockopt(tx_fds[0], SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) == 0;
+    if (gso) {
+      const int zero = 0;
+      (void)setsockopt(tx_fds[0], SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
+    }
+  }
+  if (gro) {
+    const int one = 1;
+    gro = setsockopt(rx_fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+  }
+
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epfd < 0 || timer_fd < 0 || wake_fd < 0) {
+    err.status = Status::kResourceExhausted;
+    err.message = "open " + address + ": epoll/timerfd/eventfd: " + errno_text(errno);
+    return false;
+  }
+  for (int fd : {rx_fd, timer_fd, wake_fd}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    (void)epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+  }
+
+  eng = std::make_unique<Endpoint>(cfg);
+
+  // Preallocated batches: nothing below allocates per packet.
+  rx_slot = gro ? 65536 : size_t{cfg.mtu} + 512;
+  rx_buf.assign(rx_slot * batch, 0);
+  rx_msgs.assign(batch, mmsghdr{});
+  rx_iov.assign(batch, iovec{});
+  rx_addr.assign(batch, sockaddr_storage{});
+  rx_ctrl.assign(kRxCtrlBytes * batch, 0);
+  for (uint32_t i = 0; i < batch; ++i) {
+    rx_iov[i].iov_base = rx_buf.data() + i * rx_slot;
+    rx_iov[i].iov_len = rx_slot;
+    msghdr& h = rx_msgs[i].msg_hdr;
+    h.msg_name = &rx_addr[i];
+    h.msg_namelen = sizeof(sockaddr_storage);
+    h.msg_iov = &rx_iov[i];
+    h.msg_iovlen = 1;
+    h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
+    h.msg_controllen = kRxCtrlBytes;
+    h.msg_flags = 0;
+  }
+  // Transmit slots: several per socket of a connection's paths, so that
+  // each path's packets of one round form GSO runs (the engine sprays
+  // consecutive packets over the paths, one socket each).
+  tx_slot_size = (size_t{cfg.mtu} + 256 + 63) & ~size_t{63};
+  tx_cap = std::clamp<size_t>(size_t{batch} * 8, 64, 2048);
+  tx_buf.assign(tx_slot_size * tx_cap, 0);
+  tx_slots.assign(tx_cap, TxSlot{});
+  tx_order.assign(tx_cap, 0);
+  tx_peer.assign(ecount, PeerAddr{});
+  tx_peer_tried.assign(ecount, 0);
+  tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
+  tx_iov.assign(3 * tx_cap, iovec{});
+  tx_msgs.assign(tx_cap, mmsghdr{});
+  tx_msg_sock.assign(tx_cap, 0);
+  tx_msg_segs.assign(tx_cap, 0);
+  tx_msg_first.assign(tx_cap + 1, 0);
+  tx_addr.assign(tx_cap, sockaddr_storage{});
+  tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
+  return true;
+}
+
+}  // namespace metaroce::udp

@@ -1,0 +1,268 @@
+// The transmit side of a progress round: datagrams drained from the engine
+// into slots, grouped by socket and peer into sendmmsg messages (runs
+// coalesced with GSO), sent, and copied out of the application's memory when
+// a full socket buffer holds them past the round.
+#include <netinet/udp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "address.hpp"
+#include "impl.hpp"
+
+namespace metaroce::udp {
+namespace {
+
+constexpr size_t kGsoMaxSegments = 64;  // UDP_MAX_SEGMENTS
+constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
+constexpr size_t kGatherMin = 512;      // payloads up to this size are copied, not gathered
+constexpr uint8_t kOpConnectReq = 0x20;
+constexpr uint8_t kOpAck = 0x10;
+
+}  // namespace
+
+uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, size_t n) {
+  if (n >= 2 && p[1] == kOpConnectReq) return ecount;  // from the receive port (see udp.hpp)
+  if (entropy >= ebase && entropy - ebase < ecount) return static_cast<uint16_t>(entropy - ebase);
+  ++io.tx_remapped;  // an echo of the peer's port (ACK-7) outside our block
+  return static_cast<uint16_t>(entropy % ecount);
+}
+
+// A send socket is connected to the first peer it sends to, and messages
+// to that peer then leave without an address: a connected UDP socket keeps
+// its route, an unconnected one looks it up for every message (a FIB
+// lookup, ~1% of a loopback sender's CPU). Messages to other peers still
+// carry their address. Nothing is received on send sockets, so the filter
+// a connect() installs changes nothing; ICMP errors it lets through come
+// back as ECONNREFUSED from a later send (see flush). Once per socket.
+bool UdpEndpoint::Impl::use_connected(uint16_t sock, const PeerAddr& peer,
+                                      const sockaddr_storage& ss, socklen_t len) {
+  if (sock == ecount) return false;  // the receive socket answers every peer
+  if (tx_peer_tried[sock] == 0) {
+    tx_peer_tried[sock] = 1;
+    if (::connect(tx_fds[sock], reinterpret_cast<const sockaddr*>(&ss), len) == 0)
+      tx_peer[sock] = peer;
+  }
+  return tx_peer[sock].len != 0 && tx_peer[sock] == peer;
+}
+
+// Fills slots from the engine; returns the number taken.
+size_t UdpEndpoint::Impl::fill(TimeNs now) {
+  TxDatagram tx;
+  while (tx_count < tx_cap) {
+    uint8_t* buf = slot_buf(tx_count);
+    if (!eng->poll_transmit_gather(now, std::span<uint8_t>(buf, tx_slot_size - kTxLead), tx)) break;
+    TxSlot& s = tx_slots[tx_count];
+    s.peer = tx.peer;
+    // The slot holds mtu + 256 bytes, so a gathered packet also fits whole
+    // (materialize_pending): headers are under 64 bytes, payload <= mtu.
+    if (tx.payload.size() > kGatherMin) {
+      s.payload = tx.payload.data();
+      s.hlen = static_cast<uint16_t>(tx.header_len);
+      s.len = static_cast<uint32_t>(tx.header_len + tx.payload.size() + kIcrc);
+      std::memcpy(s.trailer, tx.trailer, kIcrc);
+    } else {
+      // Whole in the buffer: built so (no payload), or a small payload is
+      // cheaper to copy than to describe with two more iovecs.
+      if (!tx.payload.empty()) {
+        std::memcpy(buf + tx.header_len, tx.payload.data(), tx.payload.size());
+        std::memcpy(buf + tx.header_len + tx.payload.size(), tx.trailer, kIcrc);
+      }
+      s.payload = nullptr;
+      s.hlen = 0;
+      s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size - kTxLead));
+    }
+    s.sock = choose_socket(tx.entropy, buf, s.len);
+    s.key = static_cast<uint16_t>(2 * s.sock + (s.len >= 2 && buf[1] == kOpAck ? 1 : 0));
+    ++tx_count;
+  }
+  return tx_count;
+}
+
+// The iovecs of the segments tx_order[i, j) from tx_iov[at]; returns how
+// many. A gathered segment's trailer is copied in front of the next
+// segment's headers (kTxLead) and sent with them.
+size_t UdpEndpoint::Impl::message_iov(size_t i, size_t j, size_t at) {
+  const size_t first = at;
+  const TxSlot* pending = nullptr;  // trailer not yet described
+  for (size_t k = i; k < j; ++k) {
+    const TxSlot& s = tx_slots[tx_order[k]];
+    uint8_t* buf = slot_buf(tx_order[k]);
+    size_t lead = 0;
+    if (pending != nullptr) {
+      std::memcpy(buf - kTxLead, pending->trailer, kIcrc);
+      lead = kTxLead;
+      pending = nullptr;
+    }
+    if (s.payload == nullptr) {
+      tx_iov[at++] = {buf - lead, lead + s.len};
+      continue;
+    }
+    tx_iov[at++] = {buf - lead, lead + s.hlen};
+    tx_iov[at++] = {const_cast<uint8_t*>(s.payload), s.len - s.hlen - kIcrc};
+    pending = &s;
+  }
+  if (pending != nullptr) tx_iov[at++] = {const_cast<uint8_t*>(pending->trailer), kIcrc};
+  return at - first;
+}
+
+void UdpEndpoint::Impl::build_messages() {
+  // Group by socket (a counting sort, stable): one sendmmsg per socket, and
+  // a path's packets of this batch adjacent so that they coalesce with GSO.
+  // ACKs form their own group after the socket's other packets so that
+  // they coalesce too; every other packet keeps its order on its socket.
+  std::fill(tx_bucket.begin(), tx_bucket.end(), 0);
+  for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[tx_slots[i].key + 1u];
+  for (size_t k = 1; k < tx_bucket.size(); ++k) tx_bucket[k] += tx_bucket[k - 1];
+  for (size_t i = 0; i < tx_count; ++i)
+    tx_order[tx_bucket[tx_slots[i].key]++] = static_cast<uint32_t>(i);
+  tx_msg_count = 0;
+  size_t i = 0;
+  size_t niov = 0;
+  while (i < tx_count) {
+    const TxSlot& first = tx_slots[tx_order[i]];
+    size_t j = i + 1;
+    size_t bytes = first.len;
+    if (gso) {
+      while (j < tx_count && j - i < kGsoMaxSegments) {
+        const TxSlot& s = tx_slots[tx_order[j]];
+        if (s.sock != first.sock || !(s.peer == first.peer) || s.len > first.len ||
+            bytes + s.len > kGsoMaxBytes)
+          break;
+        bytes += s.len;
+        ++j;
+        if (s.len < first.len) break;  // a shorter segment ends the run
+      }
+    }
+    const size_t m = tx_msg_count++;
+    msghdr& h = tx_msgs[m].msg_hdr;
+    h = msghdr{};
+    socklen_t alen = 0;
+    if (!to_sockaddr(first.peer, family, tx_addr[m], alen)) {
+      // e.g. an IPv6 peer on an IPv4 endpoint: nothing to send it on.
+      io.tx_errors += j - i;
+      --tx_msg_count;
+      i = j;
+      continue;
+    }
+    h.msg_iov = &tx_iov[niov];
+    niov += message_iov(i, j, niov);
+    if (!use_connected(first.sock, first.peer, tx_addr[m], alen)) {
+      h.msg_name = &tx_addr[m];
+      h.msg_namelen = alen;
+    }
+    h.msg_iovlen = static_cast<size_t>(&tx_iov[niov] - h.msg_iov);
+    tx_msg_sock[m] = first.sock;
+    tx_msg_segs[m] = static_cast<uint32_t>(j - i);
+    tx_msg_first[m] = static_cast<uint32_t>(i);
+    if (j - i > 1) {
+      uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
+      std::memset(ctrl, 0, kTxCtrlBytes);
+      h.msg_control = ctrl;
+      h.msg_controllen = kTxCtrlBytes;
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const auto seg = static_cast<uint16_t>(first.len);
+      std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+    }
+    i = j;
+  }
+  tx_msg_next = 0;
+}
+
+// Messages left unsent when a round ends (a full socket buffer) must not
+// point into the application's memory any more: once progress() returns it
+// may reuse a buffer whose request completed (the packet may be a
+// retransmission). Copy their payloads into the slots; rare.
+void UdpEndpoint::Impl::materialize_pending() {
+  for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+    msghdr& h = tx_msgs[m].msg_hdr;
+    iovec* out = h.msg_iov;  // rewritten in place: never more iovecs than before
+    size_t n = 0;
+    for (uint32_t k = 0; k < tx_msg_segs[m]; ++k) {
+      const uint32_t slot = tx_order[tx_msg_first[m] + k];
+      TxSlot& s = tx_slots[slot];
+      uint8_t* buf = slot_buf(slot);
+      if (s.payload != nullptr) {
+        const size_t plen = s.len - s.hlen - kIcrc;
+        std::memcpy(buf + s.hlen, s.payload, plen);
+        std::memcpy(buf + s.hlen + plen, s.trailer, kIcrc);
+        s.payload = nullptr;
+        ++io.tx_materialized;
+      }
+      out[n++] = {buf, s.len};
+    }
+    h.msg_iovlen = n;
+  }
+}
+
+// Sends built messages; false if a socket buffer was full (the rest waits).
+bool UdpEndpoint::Impl::flush() {
+  bool refused = false;  // the last call reported a stale ICMP error
+  while (tx_msg_next < tx_msg_count) {
+    const uint16_t sock = tx_msg_sock[tx_msg_next];
+    size_t end = tx_msg_next + 1;
+    while (end < tx_msg_count && tx_msg_sock[end] == sock) ++end;
+    if (fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0) {
+      ++io.tx_eagain;  // test hook: a full socket buffer (loopback never fills one)
+      return false;
+    }
+    const int r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next],
+                           static_cast<unsigned>(end - tx_msg_next), MSG_DONTWAIT);
+    ++io.tx_syscalls;
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+        ++io.tx_eagain;
+        return false;
+      }
+      if (errno == EINTR) continue;
+      // A connected socket reports an ICMP error (e.g. a port unreachable
+      // for an earlier datagram) once, on a later send that itself did not
+      // go out: try that message again, once.
+      if (errno == ECONNREFUSED && !refused) {
+        refused = true;
+        continue;
+      }
+      // The first message failed: drop it (the engine retransmits). A GSO
+      // message the device cannot segment turns GSO off for good.
+      if (tx_msg_segs[tx_msg_next] > 1 && (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP))
+        gso = false;
+      io.tx_errors += tx_msg_segs[tx_msg_next];
+      ++tx_msg_next;
+      refused = false;
+      continue;
+    }
+    for (int k = 0; k < r; ++k) {
+      io.tx_datagrams += tx_msg_segs[tx_msg_next + k];
+      if (tx_msg_segs[tx_msg_next + k] > 1) ++io.tx_gso_msgs;
+    }
+    tx_msg_next += static_cast<size_t>(r);
+    refused = false;
+  }
+  tx_count = 0;
+  tx_msg_count = 0;
+  tx_msg_next = 0;
+  return true;
+}
+
+// Drains the engine into free slots, sending each full batch. Called after
+// every input, or every GRO buffer (see receive), so ACKs are not
+// coalesced across a whole receive batch. Slots that are filled but not
+// full wait for end_round().
+size_t UdpEndpoint::Impl::pump_tx(TimeNs now) {
+  size_t taken = 0;
+  for (;;) {
+    if (tx_msg_count != 0 && !flush()) return taken;  // a socket buffer is full
+    const size_t before = tx_count;
+    fill(now);
+    taken += tx_count - before;
+    if (tx_count < tx_cap) return taken;
+    build_messages();
+  }
+}
+
+}  // namespace metaroce::udp
