@@ -169,6 +169,10 @@ class UdpEndpoint {
   // --- work requests (queued; progress() sends them) ---
   Error post_send(ConnId conn, const SendWr& wr);
   Error post_recv(ConnId conn, const RecvWr& wr);
+  // A receive any connection may take (spec PLACE-6), for endpoints that
+  // serve many peers; needs Options::engine.shared_rq_depth > 0. Its
+  // completion names the connection whose message filled it.
+  Error post_shared_recv(const RecvWr& wr);
   Error write(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey,
               uint64_t remote_addr, uint64_t rkey);
   Error write_imm(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey,

@@ -1,7 +1,7 @@
 // The UDP driver over loopback: handshake, WRITE / READ / SEND with every byte
 // checked, IPv6, connect errors (timeout, refusal, version mismatch), a peer
 // that disappears and one that closes, the progress thread, port conflicts,
-// the TRIMMED DSCP.
+// the TRIMMED DSCP, shared receives serving two peers.
 #include "metaroce/udp.hpp"
 
 #include <arpa/inet.h>
@@ -547,6 +547,69 @@ TEST(Udp, PeerDisappears) {
   EXPECT_EQ(c.wr_id, 2u);
   EXPECT_NE(c.status, Status::kOk);
   EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kError);
+}
+
+// Two clients (two peers, as a libfabric RDM endpoint sees them) SEND to a
+// server that posts receives only to its shared queue (spec PLACE-6).
+TEST(Udp, SharedReceivesServeTwoPeers) {
+  Options so = test_options();
+  so.engine.shared_rq_depth = 8;
+  auto server = open_on("127.0.0.1", so);
+  auto c1 = open_on("127.0.0.1");
+  auto c2 = open_on("127.0.0.1");
+  ASSERT_TRUE(server && c1 && c2);
+  constexpr uint32_t kBuf = 16384;
+  std::vector<uint8_t> rbuf(4 * kBuf, 0), src(4 * kBuf);
+  fill_pattern(src, 77);
+  MemoryRegion rmr, s1, s2;
+  ASSERT_FALSE(server->register_memory(rbuf.data(), rbuf.size(), kAllAccess, rmr));
+  ASSERT_FALSE(c1->register_memory(src.data(), src.size(), kAllAccess, s1));
+  ASSERT_FALSE(c2->register_memory(src.data(), src.size(), kAllAccess, s2));
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_FALSE(server->post_shared_recv({i, rmr.addr + i * kBuf, kBuf, rmr.lkey}));
+  const Error none = c1->post_shared_recv({9, s1.addr, 10, s1.lkey});
+  EXPECT_EQ(none.status, Status::kInvalidArgument) << none.message;
+  server->start_progress_thread();
+  ConnId k1, k2, a1, a2;
+  ASSERT_FALSE(c1->connect(server->local_address(), 2000ms, k1));
+  ASSERT_FALSE(server->accept(1000ms, a1));
+  ASSERT_FALSE(c2->connect(server->local_address(), 2000ms, k2));
+  ASSERT_FALSE(server->accept(1000ms, a2));
+  server->stop_progress_thread();
+  // Each client: two SENDs; {source offset, length} per message.
+  const std::pair<uint32_t, uint32_t> m1[] = {{0, 5000}, {kBuf, kBuf}};
+  const std::pair<uint32_t, uint32_t> m2[] = {{2 * kBuf, 1}, {3 * kBuf, 9000}};
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_FALSE(c1->send(k1, i, src.data() + m1[i].first, m1[i].second, s1.lkey));
+    ASSERT_FALSE(c2->send(k2, i, src.data() + m2[i].first, m2[i].second, s2.lkey));
+  }
+  std::vector<Completion> got;
+  size_t sent = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while ((got.size() < 4 || sent < 4) && std::chrono::steady_clock::now() < deadline) {
+    server->progress();
+    c1->progress();
+    c2->progress();
+    Completion c;
+    while (server->poll_completion(c)) got.push_back(c);
+    while (c1->poll_completion(c) || c2->poll_completion(c)) {
+      EXPECT_EQ(c.status, Status::kOk);
+      ++sent;
+    }
+  }
+  ASSERT_EQ(got.size(), 4u);
+  size_t on1 = 0, on2 = 0;
+  for (const Completion& c : got) {
+    ASSERT_EQ(c.status, Status::kOk);
+    ASSERT_TRUE(c.conn == a1 || c.conn == a2);
+    // Each connection's receives complete in the order its messages were sent.
+    const auto [off, len] = c.conn == a1 ? m1[on1++] : m2[on2++];
+    EXPECT_EQ(c.byte_len, len);
+    ASSERT_LT(c.wr_id, 4u);
+    EXPECT_EQ(0, std::memcmp(rbuf.data() + c.wr_id * kBuf, src.data() + off, len));
+  }
+  EXPECT_EQ(on1, 2u);
+  EXPECT_EQ(on2, 2u);
 }
 
 TEST(Udp, PeerClosesOutstandingRecvFlushed) {

@@ -198,6 +198,11 @@ Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   return impl_->check_post(impl_->eng->post_recv(conn, wr), conn, "post_recv");
 }
 
+Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
+  auto lk = impl_->guard();
+  return impl_->check_post(impl_->eng->post_shared_recv(wr), ConnId{}, "post_shared_recv");
+}
+
 namespace {
 SendWr make_wr(uint64_t wr_id, WrOpcode op, const void* local, uint32_t len, uint32_t lkey,
                uint64_t raddr, uint64_t rkey, uint32_t imm) {
