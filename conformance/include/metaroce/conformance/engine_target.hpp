@@ -1,0 +1,49 @@
+// The reference engine as a conformance target: one Endpoint in process, a
+// simulated clock that run_for() advances from timer to timer, and memory
+// the agent allocates itself.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "metaroce/conformance/target.hpp"
+
+namespace metaroce::conformance {
+
+class EngineTarget : public Target {
+ public:
+  // The settings the checks assume of a reference endpoint: 4 paths, the
+  // spec's defaults otherwise, accepting connections.
+  static EndpointConfig default_config();
+  explicit EngineTarget(const EndpointConfig& cfg = default_config());
+  ~EngineTarget() override;
+
+  [[nodiscard]] std::string name() const override { return "metaroce engine (in process)"; }
+  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+               bool stranger) override;
+  std::vector<Sent> run_for(uint64_t ns) override;
+  bool register_memory(uint64_t length, uint32_t access, Region& out) override;
+  bool deregister_memory(const Region& r) override;
+  std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
+  void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
+  bool connect_to_tester(ConnId& out) override;
+  ConnId accepted() override { return accepted_; }
+  size_t accepted_count() override { return accepted_count_; }
+  Status post_send(ConnId conn, const SendWr& wr) override;
+  Status post_recv(ConnId conn, const RecvWr& wr) override;
+  bool poll_completion(Completion& out) override;
+
+ private:
+  void collect(std::vector<Sent>& out);
+
+  std::unique_ptr<Endpoint> ep_;
+  TimeNs now_{1'000'000'000};
+  PeerAddr tester_, stranger_;
+  std::map<uint32_t, std::vector<uint8_t>> memory_;  // by lkey
+  std::vector<uint8_t> buf_;
+  ConnId accepted_;
+  size_t accepted_count_ = 0;
+};
+
+}  // namespace metaroce::conformance

@@ -1,0 +1,71 @@
+// The implementation under test (IUT), as the conformance suite sees it: a
+// wire on which a scripted peer (the tester) exchanges datagrams with it, and
+// an agent that performs the IUT's application-side actions (register memory,
+// post work, poll completions). The suite knows nothing else about the IUT:
+// a NIC or another software stack conforms by implementing this interface
+// over its own packet I/O and verbs. EngineTarget (engine_target.hpp) is the
+// reference engine, in process, with a simulated clock.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "metaroce/engine.hpp"
+
+namespace metaroce::conformance {
+
+// A datagram the IUT sent to the tester.
+struct Sent {
+  std::vector<uint8_t> bytes;  // the UDP payload
+  uint16_t entropy = 0;        // its UDP source port
+  uint8_t ecn = 0;             // its IP ECN codepoint (kEcnEct0 expected, ENC-4)
+  bool to_stranger = false;    // addressed to the stranger address of Target::deliver
+};
+
+// Memory the IUT registered for a check: where the tester may aim its
+// packets (addr, rkey) and the IUT's own handle for local use (lkey).
+struct Region {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint64_t rkey = 0;
+  uint32_t lkey = 0;
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  // ---- the wire ----
+  // Hands the IUT a datagram from the tester's address (or, with `stranger`,
+  // from another address the IUT has never seen), sent from UDP source port
+  // `entropy`, with the IP ECN field CE when `ce`.
+  virtual void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+                       bool stranger = false) = 0;
+  // Lets `ns` nanoseconds pass and returns what the IUT sent to the tester
+  // meanwhile, in sending order. An in-process target simulates the time.
+  virtual std::vector<Sent> run_for(uint64_t ns) = 0;
+
+  // ---- the agent ----
+  // Registers `length` bytes of zeroed memory with the access bits of
+  // metaroce::kAccess*.
+  [[nodiscard]] virtual bool register_memory(uint64_t length, uint32_t access, Region& out) = 0;
+  [[nodiscard]] virtual bool deregister_memory(const Region& r) = 0;
+  [[nodiscard]] virtual std::vector<uint8_t> read_memory(const Region& r, uint64_t offset,
+                                                         uint64_t length) = 0;
+  virtual void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) = 0;
+  // Starts a connection from the IUT to the tester (its CONNECT_REQ follows
+  // on the wire).
+  [[nodiscard]] virtual bool connect_to_tester(ConnId& out) = 0;
+  // The connection the IUT accepted from the tester's latest CONNECT_REQ, if
+  // any, and how many it has accepted in all.
+  [[nodiscard]] virtual ConnId accepted() = 0;
+  [[nodiscard]] virtual size_t accepted_count() = 0;
+  [[nodiscard]] virtual Status post_send(ConnId conn, const SendWr& wr) = 0;
+  [[nodiscard]] virtual Status post_recv(ConnId conn, const RecvWr& wr) = 0;
+  [[nodiscard]] virtual bool poll_completion(Completion& out) = 0;
+};
+
+}  // namespace metaroce::conformance

@@ -1,0 +1,65 @@
+// The checks of the suite (suite.cpp lists them in spec order) and the steps
+// several of them share.
+#pragma once
+
+#include <string>
+
+#include "metaroce/conformance/suite.hpp"
+#include "peer.hpp"
+
+namespace metaroce::conformance {
+
+inline Outcome fail(std::string why) { return {false, std::move(why)}; }
+inline Outcome pass(std::string what = {}) { return {true, std::move(what)}; }
+
+// The tester connects to the target; false with `why` if it did not answer.
+bool tester_connects(Peer& peer, std::string& why, uint64_t nonce = 0xC0FFEE);
+// The same, and the target registers `r` (4 KiB, REMOTE_WRITE unless told)
+// for the tester's packets.
+bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& why,
+                               uint32_t access = kAccessRemoteWrite, uint64_t length = 4096,
+                               std::vector<Reply>* handshake = nullptr);
+// The target connects to the tester, which accepts (advertising max_reads);
+// `req` receives the target's CONNECT_REQ.
+bool target_connects(Target& t, Peer& peer, ConnId& conn, std::vector<Reply>& req, std::string& why,
+                     uint8_t max_reads = 16);
+// Work from the target to the tester: `op` of `len` bytes of `local`, at an
+// address and key the tester makes up.
+SendWr to_tester(WrOpcode op, const Region& local, uint32_t len, uint64_t wr_id);
+// A WRITE from the target to the tester: `len` bytes of a registered region.
+bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::string& why);
+// The target connects to the tester and WRITEs `len` bytes to it; `sent`
+// receives the next 200 us of what it sends.
+bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector<Reply>& sent,
+                                std::string& why);
+constexpr uint64_t kTesterRkey = 0x1111222233334444ull;
+constexpr uint64_t kTesterAddr = 0x10000;
+
+// wire.cpp
+Outcome check_enc1(Target& t);
+Outcome check_enc3(Target& t);
+Outcome check_enc4(Target& t);
+Outcome check_bad7(Target& t);
+Outcome check_bad8(Target& t);
+// connection.cpp
+Outcome check_conn1(Target& t);
+Outcome check_conn3(Target& t);
+Outcome check_conn6(Target& t);
+Outcome check_seq1(Target& t);
+// data.cpp
+Outcome check_seq4(Target& t);
+Outcome check_seq6(Target& t);
+Outcome check_ack7(Target& t);
+Outcome check_path1(Target& t);
+Outcome check_path2(Target& t);
+Outcome check_place2(Target& t);
+Outcome check_mr1(Target& t);
+Outcome check_mr2(Target& t);
+Outcome check_mr3(Target& t);
+// read.cpp
+Outcome check_read1(Target& t);
+Outcome check_read3(Target& t);
+Outcome check_read4(Target& t);
+Outcome check_read5(Target& t);
+
+}  // namespace metaroce::conformance

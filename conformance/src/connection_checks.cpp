@@ -1,0 +1,103 @@
+// CONN-* and SEQ-1: handshakes and where each PSN space starts.
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+
+Outcome check_conn1(Target& t) {
+  Peer p(t);
+  ConnId a, b;
+  if (!t.connect_to_tester(a) || !t.connect_to_tester(b)) return fail("connect failed");
+  const std::vector<Reply> rs = p.run(1000);
+  const auto reqs = of(rs, wire::Opcode::kConnectReq);
+  if (reqs.size() != 2) return fail("expected 2 CONNECT_REQs, saw " + std::to_string(reqs.size()));
+  for (const Reply* r : reqs) {
+    const wire::Packet& k = r->pkt;
+    if (k.bh.dst_conn != 0) return fail("dst_conn " + hex32(k.bh.dst_conn) + ", not 0");
+    if (k.connect.src_conn == 0) return fail("src_conn 0");
+    if (k.bh.version != 1 || k.connect.max_version != 1)
+      return fail("version " + std::to_string(k.bh.version) + ", max_version " +
+                  std::to_string(k.connect.max_version));
+    if (k.connect.nonce == 0) return fail("nonce 0");
+    if (k.connect.window_log2 < 6 || k.connect.window_log2 > 10)
+      return fail("window_log2 " + std::to_string(k.connect.window_log2) + " outside 6..10");
+  }
+  if (reqs[0]->pkt.connect.nonce == reqs[1]->pkt.connect.nonce)
+    return fail("two requests share a nonce");
+  if (reqs[0]->pkt.connect.src_conn == reqs[1]->pkt.connect.src_conn)
+    return fail("two connections share a src_conn");
+  return pass();
+}
+
+Outcome check_conn3(Target& t) {
+  Peer p(t);
+  const Bytes req = p.connect_req(0xC3);
+  const std::vector<Reply> first = p.exchange(req);
+  const std::vector<Reply> second = p.exchange(req);
+  const auto a = of(first, wire::Opcode::kConnectAccept);
+  const auto b = of(second, wire::Opcode::kConnectAccept);
+  if (a.empty() || b.empty()) return fail("a CONNECT_REQ drew no ACCEPT");
+  const wire::ConnectBody &x = a.front()->pkt.connect, &y = b.front()->pkt.connect;
+  if (x.src_conn != y.src_conn || x.initial_psn != y.initial_psn || x.nonce != y.nonce)
+    return fail("the repeated request drew a different ACCEPT");
+  if (t.accepted_count() != 1)
+    return fail(std::to_string(t.accepted_count()) + " connections accepted, not 1");
+  return pass();
+}
+
+Outcome check_conn6(Target& t) {
+  Peer p(t);
+  Region r;
+  if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
+  ConnId conn;
+  if (!t.connect_to_tester(conn)) return fail("connect failed");
+  std::string why;
+  if (!target_writes(t, conn, 1000, 1, why)) return fail(why);
+  const std::vector<Reply> first = p.run(1000);
+  const auto reqs = of(first, wire::Opcode::kConnectReq);
+  if (reqs.empty()) return fail("no CONNECT_REQ");
+  if (!of(first, wire::Opcode::kWrite).empty()) return fail("data went out before the ACCEPT");
+  // The responder (the tester) may send at once; the ACCEPT is "lost".
+  p.target_conn = reqs.front()->pkt.connect.src_conn;
+  const Bytes payload = {9, 8, 7, 6};
+  const Bytes early = p.write(Peer::kInitialPsn, r.rkey, r.addr, payload);
+  const std::vector<Reply> before = p.exchange(early, 1000);
+  if (!of(before, wire::Opcode::kAck).empty())
+    return fail("data before the ACCEPT was acknowledged");
+  if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))
+    return fail("data before the ACCEPT was written");
+  p.accept(*reqs.front());
+  const std::vector<Reply> after = p.run(1000);
+  if (of(after, wire::Opcode::kWrite).empty()) return fail("no data after the ACCEPT");
+  bool acked = false;
+  const std::vector<Reply> resent = p.exchange(early);
+  for (const Reply* a : of(resent, wire::Opcode::kAck))
+    acked |= a->pkt.ack.echo_psn == Peer::kInitialPsn;
+  if (!acked) return fail("the resent packet was not acknowledged");
+  if (t.read_memory(r, 0, payload.size()) != payload) return fail("the resent packet did not land");
+  return pass();
+}
+
+Outcome check_seq1(Target& t) {
+  Peer p1(t, 0x7e57), p2(t, 0x7e58);
+  ConnId c1, c2;
+  std::vector<Reply> req1, req2;
+  std::string why;
+  if (!target_connects(t, p1, c1, req1, why) || !target_connects(t, p2, c2, req2, why))
+    return fail(why);
+  if (!target_writes(t, c1, 100, 1, why) || !target_writes(t, c2, 100, 2, why)) return fail(why);
+  const std::vector<Reply> rs = p1.run(100'000);
+  for (const Peer* p : {&p1, &p2}) {
+    const Reply* first = nullptr;
+    for (const Reply* d : of(rs, wire::Opcode::kWrite))
+      if (d->pkt.bh.dst_conn == p->conn() && first == nullptr) first = d;
+    if (first == nullptr) return fail("no data on connection " + hex32(p->conn()));
+    if (first->pkt.bh.psn != p->target_initial_psn)
+      return fail("first PSN " + hex32(first->pkt.bh.psn) + ", announced " +
+                  hex32(p->target_initial_psn));
+  }
+  if (p1.target_initial_psn == p2.target_initial_psn)
+    return fail("two connections announced the same initial PSN");
+  return pass();
+}
+
+}  // namespace metaroce::conformance

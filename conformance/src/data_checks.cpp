@@ -1,0 +1,221 @@
+// Data packets: SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+#include <map>
+#include <set>
+
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+namespace {
+
+const Bytes kPayload = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4};
+
+const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn) {
+  for (const Reply* r : of(rs, wire::Opcode::kAck))
+    if (r->pkt.ack.echo_psn == psn) return r;
+  return nullptr;
+}
+
+const Reply* nak_of(const std::vector<Reply>& rs) {
+  const auto naks = of(rs, wire::Opcode::kNak);
+  return naks.empty() ? nullptr : naks.front();
+}
+
+// Sends a WRITE on a fresh connection of the tester and expects NAK `code`
+// with nothing written.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code) {
+  Peer p(t, conn_id);
+  std::string why;
+  if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
+  const Bytes before = t.read_memory(r, 0, r.length);
+  const Bytes payload(len, 0x77);
+  const std::vector<Reply> rs = p.exchange(p.write(p.next_psn, rkey, raddr, payload));
+  const Reply* nak = nak_of(rs);
+  if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
+  if (nak->pkt.nak.code != code)
+    return fail("NAK code " + hex32(nak->pkt.nak.code) + ", expected " + hex32(code));
+  if (nak->pkt.nak.nak_psn != p.next_psn) return fail("the NAK names another PSN");
+  if (t.read_memory(r, 0, r.length) != before) return fail("the refused WRITE changed memory");
+  return pass();
+}
+
+}  // namespace
+
+Outcome check_seq4(Target& t) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 8192)) return fail(why);
+  const uint32_t psn = p.next_psn++;
+  if (ack_of(p.exchange(p.write(psn, r.rkey, r.addr, kPayload)), psn) == nullptr)
+    return fail("no ACK for the first WRITE");
+  // The duplicate, without AR: it is answered before any ACK delay (ACK-3).
+  const std::vector<Reply> dup =
+      p.exchange(p.write(psn, r.rkey, r.addr, kPayload, 1, /*ack_requested=*/false), 1000);
+  const Reply* a = ack_of(dup, psn);
+  if (a == nullptr) return fail("no ACK within 1 us of a duplicate");
+  if (!(a->pkt.ack.flags & wire::kAckEchoDup)) return fail("the duplicate's ACK lacks ECHO_DUP");
+  const Bytes other = {5, 5, 5, 5};
+  const std::vector<Reply> far =
+      p.exchange(p.write(psn + 100000, r.rkey, r.addr + 4096, other), 1'000'000);
+  if (!far.empty()) return fail("a PSN far outside the window drew a reply");
+  if (t.read_memory(r, 4096, other.size()) != Bytes(other.size(), 0))
+    return fail("a PSN far outside the window was written");
+  return pass();
+}
+
+Outcome check_seq6(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::vector<Reply> req;
+  std::string why;
+  if (!target_connects(t, p, conn, req, why) || !target_writes(t, conn, 1000, 1, why))
+    return fail(why);
+  std::vector<Reply> first = p.run(1000);
+  const auto sent = of(first, wire::Opcode::kWrite);
+  if (sent.size() != 1) return fail("expected one data packet");
+  // No ACK: the target must send the packet again.
+  const std::vector<Reply> later = p.run(100'000'000);
+  const Reply* again = nullptr;
+  for (const Reply* d : of(later, wire::Opcode::kWrite))
+    if (d->pkt.bh.psn == sent.front()->pkt.bh.psn) again = d;
+  if (again == nullptr) return fail("no retransmission within 100 ms");
+  const Bytes &x = sent.front()->bytes, &y = again->bytes;
+  if (x.size() != y.size()) return fail("the retransmission has another length");
+  for (size_t i = 0; i + wire::kIcrcSize < x.size(); ++i) {
+    const bool may_differ = (i == 0) || i == 2 || i == 3 || (i >= 12 && i < 16);
+    const uint8_t mask = i == 0 ? static_cast<uint8_t>(~wire::kFlagPayloadCovered) : 0xff;
+    if (!may_differ && x[i] != y[i]) return fail("byte " + std::to_string(i) + " differs");
+    if (i == 0 && (x[i] & mask) != (y[i] & mask)) return fail("byte 0 differs outside the PC flag");
+  }
+  return pass();
+}
+
+Outcome check_ack7(Target& t) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  for (uint16_t port : {uint16_t{50001}, uint16_t{50002}, uint16_t{50003}, uint16_t{50002}}) {
+    const uint32_t psn = p.next_psn++;
+    const std::vector<Reply> rs = p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, port);
+    const Reply* a = ack_of(rs, psn);
+    if (a == nullptr) return fail("no ACK for a WRITE from port " + std::to_string(port));
+    if (a->entropy != port)
+      return fail("the ACK of a packet from port " + std::to_string(port) + " left from port " +
+                  std::to_string(a->entropy));
+  }
+  return pass();
+}
+
+Outcome check_path1(Target& t) {
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
+  std::set<uint16_t> ports;
+  for (const Reply* d : of(rs, wire::Opcode::kWrite)) ports.insert(d->entropy);
+  if (ports.size() < 2) return fail("a 64 KiB WRITE used fewer than 2 source ports");
+  if (*ports.rbegin() - *ports.begin() + 1u != ports.size())
+    return fail("the source ports are not consecutive");
+  return pass(std::to_string(ports.size()) + " ports from " + std::to_string(*ports.begin()));
+}
+
+Outcome check_path2(Target& t) {
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
+  const auto data = of(rs, wire::Opcode::kWrite);
+  if (data.empty()) return fail("no data");
+  std::map<uint16_t, uint16_t> port_of_tag;
+  std::map<uint16_t, uint16_t> generation_of_slot;
+  uint32_t last = 0;
+  for (const Reply* d : data) {
+    const uint16_t tag = d->pkt.bh.path_tag;
+    const auto [it, fresh] = port_of_tag.emplace(tag, d->entropy);
+    if (!fresh && it->second != d->entropy)
+      return fail("path_tag " + hex32(tag) + " on two source ports");
+    const auto [g, gfresh] = generation_of_slot.emplace(tag & 31, tag >> 5);
+    if (!gfresh && g->second != (tag >> 5))
+      return fail("a slot changed generation on an unchanged entropy");
+    last = std::max(last, d->pkt.bh.psn);
+  }
+  // Echoing the tags back completes the WRITE: the target reads them as its own.
+  p.send(p.ack(last + 1, *data.back()), data.back()->entropy);
+  (void)p.run(100'000);
+  Completion c;
+  if (!t.poll_completion(c) || c.status != Status::kOk)
+    return fail("the WRITE did not complete once acknowledged");
+  return pass(std::to_string(port_of_tag.size()) + " path tags");
+}
+
+Outcome check_place2(Target& t) {
+  Region r;
+  if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
+  Outcome o = expect_nak(t, 0x7e61, r, r.rkey ^ 1, r.addr, 8, 0x02);
+  if (!o.passed) return fail("bad key: " + o.detail);
+  o = expect_nak(t, 0x7e62, r, r.rkey, r.addr + 4096 - 10, 100, 0x03);
+  if (!o.passed) return fail("range past the region: " + o.detail);
+  Region ro;
+  if (!t.register_memory(4096, kAccessRemoteRead, ro)) return fail("register_memory failed");
+  o = expect_nak(t, 0x7e63, ro, ro.rkey, ro.addr, 8, 0x04);
+  if (!o.passed) return fail("no REMOTE_WRITE right: " + o.detail);
+  return pass();
+}
+
+Outcome check_mr1(Target& t) {
+  std::set<uint64_t> keys;
+  std::vector<Region> regions(64);
+  for (Region& r : regions) {
+    if (!t.register_memory(64, kAccessRemoteWrite, r)) return fail("register_memory failed");
+    if (r.rkey == 0) return fail("an rkey of 0");
+    keys.insert(r.rkey);
+  }
+  if (keys.size() != regions.size()) return fail("two regions share an rkey");
+  const Region gone = regions[7];
+  if (!t.deregister_memory(gone)) return fail("deregister_memory failed");
+  const Outcome o = expect_nak(t, 0x7e64, regions[8], gone.rkey, gone.addr, 8, 0x02);
+  if (!o.passed) return fail("deregistered key: " + o.detail);
+  return pass();
+}
+
+Outcome check_mr2(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::vector<Reply> req;
+  std::string why;
+  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  Region none, local;
+  if (!t.register_memory(4096, 0, none) || !t.register_memory(4096, kAccessLocalWrite, local))
+    return fail("register_memory failed");
+  if (t.post_send(conn, to_tester(WrOpcode::kRead, none, 100, 0)) != Status::kLocalProtection)
+    return fail("a READ into memory without LOCAL_WRITE was not refused kLocalProtection");
+  if (t.post_recv(conn, RecvWr{1, none.addr, 100, none.lkey}) != Status::kLocalProtection)
+    return fail("a receive buffer without LOCAL_WRITE was not refused kLocalProtection");
+  if (t.post_recv(conn, RecvWr{2, local.addr + 4000, 97, local.lkey}) != Status::kLocalProtection)
+    return fail("a receive buffer one byte past its region was not refused kLocalProtection");
+  if (!target_writes(t, conn, 100, 3, why))
+    return fail("a WRITE from memory with no rights: " + why);
+  const std::vector<Reply> sent = p.run(100'000);
+  if (of(sent, wire::Opcode::kWrite).empty()) return fail("that WRITE was not sent");
+  return pass();
+}
+
+Outcome check_mr3(Target& t) {
+  Region r;
+  if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
+  const Outcome o = expect_nak(t, 0x7e65, r, r.rkey, ~uint64_t{0} - 50, 100, 0x03);
+  if (!o.passed) return fail("wrapping range: " + o.detail);
+  Peer p(t, 0x7e66);
+  std::string why;
+  if (!tester_connects(p, why, 0xE66)) return fail(why);
+  const Bytes tail(100, 0x42);
+  const uint32_t psn = p.next_psn++;
+  if (ack_of(p.exchange(p.write(psn, r.rkey, r.addr + 4096 - 100, tail)), psn) == nullptr)
+    return fail("a range ending at the region's end was not acknowledged");
+  if (t.read_memory(r, 4096 - 100, 100) != tail) return fail("it was not written");
+  return pass();
+}
+
+}  // namespace metaroce::conformance

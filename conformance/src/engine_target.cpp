@@ -1,0 +1,104 @@
+#include "metaroce/conformance/engine_target.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace metaroce::conformance {
+
+EndpointConfig EngineTarget::default_config() {
+  EndpointConfig c;
+  c.num_paths = 4;
+  c.seed = 0x5eed;
+  c.accept_incoming = true;
+  return c;
+}
+
+EngineTarget::EngineTarget(const EndpointConfig& cfg)
+    : ep_(std::make_unique<Endpoint>(cfg)), buf_(70000) {
+  tester_.len = stranger_.len = 1;
+  tester_.bytes[0] = 'T';
+  stranger_.bytes[0] = 'S';
+}
+
+EngineTarget::~EngineTarget() = default;
+
+void EngineTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+                           bool stranger) {
+  ep_->handle_datagram(RxDatagram{stranger ? stranger_ : tester_, entropy, ce, datagram}, now_);
+}
+
+void EngineTarget::collect(std::vector<Sent>& out) {
+  TxDatagram tx;
+  while (ep_->poll_transmit(now_, buf_, tx)) {
+    Sent s;
+    s.bytes.assign(buf_.begin(), buf_.begin() + static_cast<long>(tx.len));
+    s.entropy = tx.entropy;
+    s.ecn = tx.ecn;
+    s.to_stranger = tx.peer == stranger_;
+    out.push_back(std::move(s));
+  }
+  Event ev;
+  while (ep_->poll_event(ev)) {
+    if (ev.kind == EventKind::kAccepted) {
+      accepted_ = ev.conn;
+      ++accepted_count_;
+    }
+  }
+}
+
+std::vector<Sent> EngineTarget::run_for(uint64_t ns) {
+  std::vector<Sent> out;
+  const TimeNs end = now_ + ns;
+  collect(out);
+  for (;;) {
+    const TimeNs next = ep_->next_timeout();
+    if (next == TimeNs::never() || next > end) break;
+    now_ = std::max(now_, next);
+    ep_->handle_timeout(now_);
+    collect(out);
+  }
+  now_ = end;
+  collect(out);
+  return out;
+}
+
+bool EngineTarget::register_memory(uint64_t length, uint32_t access, Region& out) {
+  std::vector<uint8_t> mem(length, 0);
+  MemoryRegion mr;
+  if (ep_->register_memory(mem.data(), mem.size(), access, mr) != Status::kOk) return false;
+  out = Region{mr.addr, length, mr.rkey, mr.lkey};
+  memory_[mr.lkey] = std::move(mem);  // the heap block does not move with the vector
+  return true;
+}
+
+bool EngineTarget::deregister_memory(const Region& r) {
+  return ep_->deregister_memory(r.lkey) == Status::kOk;
+}
+
+std::vector<uint8_t> EngineTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
+  const auto it = memory_.find(r.lkey);
+  if (it == memory_.end() || offset > it->second.size() || length > it->second.size() - offset)
+    return {};
+  const auto from = it->second.begin() + static_cast<long>(offset);
+  return {from, from + static_cast<long>(length)};
+}
+
+void EngineTarget::write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) {
+  const auto it = memory_.find(r.lkey);
+  if (it == memory_.end() || offset > it->second.size() ||
+      bytes.size() > it->second.size() - offset)
+    return;
+  std::memcpy(it->second.data() + offset, bytes.data(), bytes.size());
+}
+
+bool EngineTarget::connect_to_tester(ConnId& out) {
+  return ep_->connect(tester_, now_, out) == Status::kOk;
+}
+
+Status EngineTarget::post_send(ConnId conn, const SendWr& wr) { return ep_->post_send(conn, wr); }
+
+Status EngineTarget::post_recv(ConnId conn, const RecvWr& wr) { return ep_->post_recv(conn, wr); }
+
+bool EngineTarget::poll_completion(Completion& out) { return ep_->poll_completion(out); }
+
+}  // namespace metaroce::conformance

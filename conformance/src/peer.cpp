@@ -1,0 +1,170 @@
+#include "peer.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+#include "metaroce/bytes.hpp"
+
+namespace metaroce::conformance {
+namespace {
+
+Bytes seal(Bytes p, size_t header_len, size_t payload_len) {
+  p.resize(header_len + payload_len + wire::kIcrcSize);
+  p.resize(wire::seal(p, header_len, payload_len));
+  return p;
+}
+
+}  // namespace
+
+std::string hex32(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op) {
+  std::vector<const Reply*> out;
+  for (const Reply& r : rs)
+    if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == op) out.push_back(&r);
+  return out;
+}
+
+wire::BaseHeader Peer::header(wire::Opcode op, uint32_t psn, uint16_t path_tag) const {
+  wire::BaseHeader bh;
+  bh.flags = wire::kFlagPayloadCovered;
+  bh.opcode = op;
+  bh.path_tag = path_tag;
+  bh.dst_conn = target_conn;
+  bh.psn = psn;
+  bh.tsval = 1000;
+  return bh;
+}
+
+Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
+  wire::BaseHeader bh = header(wire::Opcode::kConnectReq, 0);
+  bh.dst_conn = 0;
+  wire::ConnectBody b;
+  b.src_conn = conn_;
+  b.initial_psn = kInitialPsn;
+  b.mtu = 4096;
+  b.window_log2 = 10;
+  b.max_reads = 16;
+  b.max_version = 1;
+  b.nonce = nonce;
+  Bytes p(256);
+  const size_t h = wire::write_connect(p, bh, b);
+  p = seal(std::move(p), h, 0);
+  p[0] = static_cast<uint8_t>((version << 4) | (p[0] & 0x0f));
+  if (version != wire::kVersion) {  // reseal with the other version in place
+    p.resize(p.size() - wire::kIcrcSize);
+    p = seal(std::move(p), h, 0);
+  }
+  return p;
+}
+
+bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies) {
+  std::vector<Reply> own;
+  std::vector<Reply>& rs = replies != nullptr ? *replies : own;
+  rs = exchange(connect_req(nonce));
+  for (const Reply& r : rs) {
+    if (r.error != wire::ParseError::kOk || r.pkt.bh.opcode != wire::Opcode::kConnectAccept)
+      continue;
+    if (r.pkt.connect.nonce != nonce || r.pkt.bh.dst_conn != conn_) continue;
+    target_conn = r.pkt.connect.src_conn;
+    target_initial_psn = r.pkt.connect.initial_psn;
+    return true;
+  }
+  why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";
+  return false;
+}
+
+void Peer::accept(const Reply& req, uint8_t max_reads) {
+  target_conn = req.pkt.connect.src_conn;
+  target_initial_psn = req.pkt.connect.initial_psn;
+  wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
+  wire::ConnectBody b;
+  b.src_conn = conn_;
+  b.initial_psn = kInitialPsn;
+  b.mtu = 4096;
+  b.window_log2 = 10;
+  b.max_reads = max_reads;
+  b.max_version = 1;
+  b.nonce = req.pkt.connect.nonce;
+  Bytes p(256);
+  const size_t h = wire::write_connect(p, bh, b);
+  send(seal(std::move(p), h, 0), req.entropy);
+}
+
+Bytes Peer::write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
+                  uint16_t path_tag, bool ack_requested) const {
+  wire::BaseHeader bh = header(wire::Opcode::kWrite, psn, path_tag);
+  if (ack_requested) bh.flags |= wire::kFlagAckRequested;
+  const wire::MessageHeader mh{0, 0, static_cast<uint32_t>(payload.size())};
+  const wire::RdmaHeader rh{rkey, raddr};
+  Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
+  const size_t h = wire::write_data_headers(p, bh, mh, &rh, 0);
+  std::memcpy(p.data() + h, payload.data(), payload.size());
+  return seal(std::move(p), h, payload.size());
+}
+
+Bytes Peer::read_req(uint32_t psn, uint32_t read_seq, uint64_t rkey, uint64_t raddr,
+                     uint32_t len) const {
+  wire::BaseHeader bh = header(wire::Opcode::kReadReq, psn, 1);
+  bh.flags |= wire::kFlagAckRequested;
+  const wire::MessageHeader mh{read_seq, 0, len};
+  const wire::RdmaHeader rh{rkey, raddr};
+  Bytes p(wire::largest_header_size() + wire::kIcrcSize);
+  const size_t h = wire::write_data_headers(p, bh, mh, &rh, 0);
+  return seal(std::move(p), h, 0);
+}
+
+Bytes Peer::read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t msg_len,
+                      std::span<const uint8_t> payload) const {
+  wire::BaseHeader bh = header(wire::Opcode::kReadResp, psn, 1);
+  bh.flags |= wire::kFlagAckRequested;
+  const wire::MessageHeader mh{read_seq, offset, msg_len};
+  Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
+  const size_t h = wire::write_data_headers(p, bh, mh, nullptr, 0);
+  std::memcpy(p.data() + h, payload.data(), payload.size());
+  return seal(std::move(p), h, payload.size());
+}
+
+Bytes Peer::ack(uint32_t cum, const Reply& echo) const {
+  wire::BaseHeader bh = header(wire::Opcode::kAck, 0);
+  bh.flags = 0;
+  wire::AckBody a;
+  a.cum_psn = cum;
+  a.echo_psn = echo.pkt.bh.psn;
+  a.echo_tsval = echo.pkt.bh.tsval;
+  a.echo_path_tag = echo.pkt.bh.path_tag;
+  Bytes p(256);
+  const size_t h = wire::write_ack(p, bh, a);
+  return seal(std::move(p), h, 0);
+}
+
+Bytes Peer::with_dst_conn(Bytes p, uint32_t dst_conn) {
+  wire::Packet pkt;
+  if (wire::decode(p, pkt) != wire::ParseError::kOk) return p;
+  const size_t payload = pkt.payload.size();
+  const size_t h = p.size() - payload - wire::kIcrcSize;
+  be::store32(p.data() + 4, dst_conn);
+  p.resize(p.size() - wire::kIcrcSize);
+  return seal(std::move(p), h, payload);
+}
+
+std::vector<Reply> Peer::run(uint64_t ns) {
+  std::vector<Reply> out;
+  for (Sent& s : t_.run_for(ns)) {
+    Reply r;
+    r.bytes = std::move(s.bytes);
+    r.entropy = s.entropy;
+    r.ecn = s.ecn;
+    r.to_stranger = s.to_stranger;
+    out.push_back(std::move(r));
+  }
+  // Decoded once every Reply has its final address: pkt.payload points into bytes.
+  for (Reply& r : out) r.error = wire::decode(r.bytes, r.pkt);
+  return out;
+}
+
+}  // namespace metaroce::conformance

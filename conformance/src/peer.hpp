@@ -1,0 +1,93 @@
+// The tester's side of a connection, built packet by packet with the engine's
+// own codecs (include/metaroce/wire.hpp): handshakes in either direction,
+// data packets, ACKs and READ responses, and decoding what the target sends.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "metaroce/conformance/target.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::conformance {
+
+// A datagram the target sent, decoded. `bytes` owns what `pkt` points into.
+struct Reply {
+  std::vector<uint8_t> bytes;
+  uint16_t entropy = 0;
+  uint8_t ecn = 0;
+  bool to_stranger = false;
+  wire::ParseError error = wire::ParseError::kOk;
+  wire::Packet pkt;
+};
+
+using Bytes = std::vector<uint8_t>;
+
+class Peer {
+ public:
+  static constexpr uint16_t kEntropy = 50000;  // the tester's default source port
+  static constexpr uint32_t kInitialPsn = 0x00100000;
+
+  Peer(Target& t, uint32_t conn_id = 0x7e57) : t_(t), conn_(conn_id) {}
+
+  // ---- the tester connects to the target ----
+  Bytes connect_req(uint64_t nonce, uint8_t version = wire::kVersion) const;
+  // Sends a CONNECT_REQ and waits for the ACCEPT; false (and why) if none.
+  // `replies` (when given) receives everything the target sent meanwhile.
+  bool connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies = nullptr);
+
+  // ---- the target connects to the tester ----
+  // Answers a CONNECT_REQ the target sent with an ACCEPT, advertising
+  // `max_reads`; the target's connection then names this peer's conn id.
+  void accept(const Reply& req, uint8_t max_reads = 16);
+
+  // ---- packets ----
+  // A WRITE of `payload` at rkey/raddr as one message of one packet, with the
+  // AR flag (acknowledge at once) unless told otherwise.
+  Bytes write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
+              uint16_t path_tag = 1, bool ack_requested = true) const;
+  Bytes read_req(uint32_t psn, uint32_t read_seq, uint64_t rkey, uint64_t raddr,
+                 uint32_t len) const;
+  Bytes read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t msg_len,
+                  std::span<const uint8_t> payload) const;
+  // An ACK of everything before `cum`, echoing `echo` (a data packet of the
+  // target's).
+  Bytes ack(uint32_t cum, const Reply& echo) const;
+  // A packet with its dst_conn replaced (BAD-7) and the ICRC made good.
+  static Bytes with_dst_conn(Bytes p, uint32_t dst_conn);
+
+  // ---- the wire ----
+  void send(std::span<const uint8_t> p, uint16_t entropy = kEntropy, bool ce = false,
+            bool stranger = false) {
+    t_.deliver(p, entropy, ce, stranger);
+  }
+  // Lets `ns` pass and returns what the target sent, decoded.
+  std::vector<Reply> run(uint64_t ns = 100'000);
+  std::vector<Reply> exchange(std::span<const uint8_t> p, uint64_t ns = 100'000,
+                              uint16_t entropy = kEntropy, bool ce = false) {
+    send(p, entropy, ce);
+    return run(ns);
+  }
+
+  // The target's side of the connection: its conn id, the PSN it started at
+  // and our next PSN toward it.
+  uint32_t target_conn = 0;
+  uint32_t target_initial_psn = 0;
+  uint32_t next_psn = kInitialPsn;
+  uint32_t conn() const { return conn_; }
+
+ private:
+  wire::BaseHeader header(wire::Opcode op, uint32_t psn, uint16_t path_tag = 0) const;
+  Target& t_;
+  uint32_t conn_;
+};
+
+// Replies of one opcode: pointers into `rs`, which must outlive them (a
+// temporary would not, in a range-for: hence the deleted overload).
+std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op);
+std::vector<const Reply*> of(std::vector<Reply>&& rs, wire::Opcode op) = delete;
+std::string hex32(uint64_t v);
+
+}  // namespace metaroce::conformance

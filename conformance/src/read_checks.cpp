@@ -1,0 +1,128 @@
+// READ-1, READ-3, READ-4: READs in both directions.
+#include <algorithm>
+#include <numeric>
+
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+namespace {
+
+// The target posts a READ of `len` bytes from the tester into `into`.
+bool target_reads(Target& t, ConnId conn, const Region& into, uint32_t len, uint64_t wr_id) {
+  return t.post_send(conn, to_tester(WrOpcode::kRead, into, len, wr_id)) == Status::kOk;
+}
+
+}  // namespace
+
+Outcome check_read1(Target& t) {
+  Peer p(t);
+  Region into;
+  if (!t.register_memory(10000, kAccessLocalWrite, into)) return fail("register_memory failed");
+  ConnId conn;
+  std::vector<Reply> req;
+  std::string why;
+  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  if (!target_reads(t, conn, into, 10000, 5)) return fail("the target refused a READ");
+  const std::vector<Reply> rs = p.run(100'000);
+  const auto reqs = of(rs, wire::Opcode::kReadReq);
+  if (reqs.size() != 1) return fail("expected one READ_REQ, saw " + std::to_string(reqs.size()));
+  const wire::Packet& k = reqs.front()->pkt;
+  if (k.bh.psn != p.target_initial_psn) return fail("the READ_REQ is not the first PSN");
+  if (k.mh.msn != 0 || k.mh.offset != 0 || k.mh.msg_len != 10000 || !k.payload.empty())
+    return fail("msn/offset/msg_len/payload " + std::to_string(k.mh.msn) + "/" +
+                std::to_string(k.mh.offset) + "/" + std::to_string(k.mh.msg_len) + "/" +
+                std::to_string(k.payload.size()));
+  if (k.rh.rkey != kTesterRkey || k.rh.raddr != kTesterAddr) return fail("rkey or raddr wrong");
+  // Acknowledge it and answer in the tester's PSN space (READ-2).
+  p.send(p.ack(k.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
+  Bytes data(10000);
+  std::iota(data.begin(), data.end(), uint8_t{3});
+  for (uint32_t off = 0; off < data.size(); off += 4096) {
+    const uint32_t n = std::min<uint32_t>(4096, static_cast<uint32_t>(data.size()) - off);
+    p.send(p.read_resp(p.next_psn++, 0, off, 10000, {data.data() + off, n}));
+  }
+  (void)p.run(100'000);
+  Completion c;
+  if (!t.poll_completion(c)) return fail("the READ did not complete");
+  if (c.status != Status::kOk || c.wr_id != 5) return fail("the READ completed with an error");
+  if (t.read_memory(into, 0, data.size()) != data) return fail("the response was not placed");
+  return pass();
+}
+
+Outcome check_read3(Target& t) {
+  Peer p(t);
+  Region into;
+  if (!t.register_memory(300, kAccessLocalWrite, into)) return fail("register_memory failed");
+  ConnId conn;
+  std::vector<Reply> req;
+  std::string why;
+  if (!target_connects(t, p, conn, req, why, /*max_reads=*/1)) return fail(why);
+  for (uint64_t i = 0; i < 3; ++i) {
+    Region part{into.addr + i * 100, 100, into.rkey, into.lkey};
+    if (!target_reads(t, conn, part, 100, i)) return fail("the target refused a READ");
+  }
+  const std::vector<Reply> rs = p.run(100'000);
+  const auto reqs = of(rs, wire::Opcode::kReadReq);
+  if (reqs.size() != 1)
+    return fail(std::to_string(reqs.size()) + " READ_REQs outstanding against max_reads 1");
+  // Answer it: the next one may go.
+  p.send(p.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
+  const Bytes data(100, 0x31);
+  p.send(p.read_resp(p.next_psn++, 0, 0, 100, data));
+  const std::vector<Reply> after = p.run(100'000);
+  if (of(after, wire::Opcode::kReadReq).size() != 1)
+    return fail("the second READ did not follow the first one's response");
+  return pass();
+}
+
+Outcome check_read4(Target& t) {
+  Peer p(t);
+  Region src;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, 8000)) return fail(why);
+  Bytes data(8000);
+  std::iota(data.begin(), data.end(), uint8_t{11});
+  t.write_memory(src, 0, data);
+  const uint32_t psn = p.next_psn++;
+  const Bytes rq = p.read_req(psn, 0, src.rkey, src.addr, 8000);
+  const std::vector<Reply> first = p.exchange(rq);
+  const auto resp = of(first, wire::Opcode::kReadResp);
+  if (resp.size() != 2) return fail("expected 2 READ_RESPs, saw " + std::to_string(resp.size()));
+  uint32_t last = 0;
+  for (const Reply* r : resp) last = std::max(last, r->pkt.bh.psn);
+  for (const Reply* r : resp) p.send(p.ack(last + 1, *r), r->entropy);
+  (void)p.run(100'000);
+  const std::vector<Reply> again = p.exchange(rq, 200'000);
+  if (!of(again, wire::Opcode::kReadResp).empty())
+    return fail("a duplicate READ_REQ was answered again");
+  bool dup = false;
+  for (const Reply* a : of(again, wire::Opcode::kAck))
+    dup |= a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoDup);
+  if (!dup) return fail("the duplicate READ_REQ drew no ECHO_DUP ACK");
+  return pass();
+}
+
+Outcome check_read5(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, mem, why, kAccessRemoteWrite | kAccessRemoteRead))
+    return fail(why);
+  const Bytes data(64, 0x5c);
+  const uint32_t w = p.next_psn++;
+  const uint32_t rd = p.next_psn++;
+  const Bytes write = p.write(w, mem.rkey, mem.addr, data);
+  // The WRITE is held back; the READ of the same bytes arrives first.
+  const std::vector<Reply> early = p.exchange(p.read_req(rd, 0, mem.rkey, mem.addr, 64));
+  if (!of(early, wire::Opcode::kReadResp).empty())
+    return fail("a READ was answered while an earlier WRITE was missing");
+  const std::vector<Reply> late = p.exchange(write);
+  const auto resp = of(late, wire::Opcode::kReadResp);
+  if (resp.empty()) return fail("no READ_RESP once the WRITE arrived");
+  const auto& payload = resp.front()->pkt.payload;
+  if (!std::equal(payload.begin(), payload.end(), data.begin(), data.end()))
+    return fail("the READ_RESP does not carry the WRITE's data");
+  return pass();
+}
+
+}  // namespace metaroce::conformance

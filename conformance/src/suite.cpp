@@ -1,0 +1,71 @@
+#include "metaroce/conformance/suite.hpp"
+
+#include <array>
+
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+namespace {
+
+constexpr std::array kChecks = {
+    Check{"ENC-1", "every datagram decodes as exactly one packet; one byte more does not",
+          check_enc1},
+    Check{"ENC-3", "a path keeps its source port, paths differ; a peer may change its port",
+          check_enc3},
+    Check{"ENC-4", "every datagram is ECT(0); a CE-marked packet is echoed ECHO_CE", check_enc4},
+    Check{"BAD-7", "data for an unknown dst_conn draws nothing and changes nothing", check_bad7},
+    Check{"BAD-8", "a packet for a connection from another address is dropped", check_bad8},
+    Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},
+    Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
+          check_conn3},
+    Check{"CONN-6", "data before the ACCEPT is dropped unacknowledged, accepted when resent",
+          check_conn6},
+    Check{"SEQ-1", "the first PSN is the announced initial PSN; connections start apart",
+          check_seq1},
+    Check{"SEQ-4, ACK-3", "a duplicate draws an ECHO_DUP ACK at once; outside the window, nothing",
+          check_seq4},
+    Check{"SEQ-6", "a retransmission differs only in path_tag, tsval and ICRC", check_seq6},
+    Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
+    Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
+          check_path1},
+    Check{"PATH-2", "data packets carry slot | generation << 5 in path_tag", check_path2},
+    Check{"PLACE-2", "a bad key or a range past the region writes nothing and draws the NAK",
+          check_place2},
+    Check{"MR-1", "remote keys are nonzero and distinct; a deregistered key draws NAK 0x02",
+          check_mr1},
+    Check{"MR-2", "work naming memory without the local right, or past it, is refused", check_mr2},
+    Check{"MR-3",
+          "a range that wraps past 2^64 draws NAK 0x03; one ending at the region's end "
+          "is accepted",
+          check_mr3},
+    Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",
+          check_read1},
+    Check{"READ-3", "no more READs outstanding than the peer's max_reads", check_read3},
+    Check{"READ-4", "a duplicate READ_REQ is acknowledged, not answered again", check_read4},
+    Check{"READ-5", "a READ is answered only once every earlier packet has arrived", check_read5},
+};
+
+bool names(std::string_view list, std::string_view rule) {
+  for (size_t at = list.find(rule); at != std::string_view::npos; at = list.find(rule, at + 1)) {
+    const size_t end = at + rule.size();
+    if ((at == 0 || list[at - 1] == ' ') && (end == list.size() || list[end] == ',')) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::span<const Check> checks() { return kChecks; }
+
+std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make,
+                        std::string_view rule) {
+  std::vector<Result> out;
+  for (const Check& c : kChecks) {
+    if (!rule.empty() && !names(c.rule, rule)) continue;
+    std::unique_ptr<Target> t = make();
+    out.push_back({&c, c.run(*t)});
+  }
+  return out;
+}
+
+}  // namespace metaroce::conformance

@@ -1,0 +1,124 @@
+// ENC-* and BAD-7/8: what goes on the wire, and packets that must be ignored.
+#include <functional>
+#include <map>
+#include <set>
+
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+namespace {
+
+const Bytes kPayload = {1, 2, 3, 4, 5, 6, 7, 8};
+
+bool acked(const std::vector<Reply>& rs, uint32_t psn) {
+  for (const Reply* r : of(rs, wire::Opcode::kAck))
+    if (r->pkt.ack.echo_psn == psn) return true;
+  return false;
+}
+
+}  // namespace
+
+Outcome check_enc1(Target& t) {
+  Peer p(t);
+  std::vector<Reply> all;
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
+  std::vector<Reply> more = p.exchange(p.write(p.next_psn++, r.rkey, r.addr, kPayload));
+  size_t n = 0;
+  for (const std::vector<Reply>* rs : {&all, &more}) {
+    for (const Reply& x : *rs) {
+      if (x.error != wire::ParseError::kOk)
+        return fail(std::string("a datagram does not decode: ") + wire::parse_error_name(x.error));
+      Bytes longer = x.bytes;
+      longer.push_back(0);
+      wire::Packet pkt;
+      if (wire::decode(longer, pkt) == wire::ParseError::kOk)
+        return fail("a datagram still decodes with one byte appended");
+      ++n;
+    }
+  }
+  if (n < 2) return fail("expected an ACCEPT and an ACK, saw " + std::to_string(n) + " datagrams");
+  return pass(std::to_string(n) + " datagrams");
+}
+
+Outcome check_enc3(Target& t) {
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
+  std::map<uint16_t, uint16_t> port_of_slot;
+  for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
+    const uint16_t slot = d->pkt.bh.path_tag & 31;
+    const auto [it, fresh] = port_of_slot.emplace(slot, d->entropy);
+    if (!fresh && it->second != d->entropy)
+      return fail("path slot " + std::to_string(slot) + " sent from ports " +
+                  std::to_string(it->second) + " and " + std::to_string(d->entropy));
+  }
+  std::set<uint16_t> ports;
+  for (const auto& [slot, port] : port_of_slot) ports.insert(port);
+  if (port_of_slot.size() < 2) return fail("the 64 KiB WRITE used fewer than 2 paths");
+  if (ports.size() != port_of_slot.size()) return fail("two path slots share a source port");
+  // The tester's own source port changes mid-connection: still served.
+  Region r;
+  if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
+  for (uint16_t port : {uint16_t{50001}, uint16_t{50777}}) {
+    const uint32_t psn = p.next_psn++;
+    if (!acked(p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, port), psn))
+      return fail("no ACK for a WRITE from source port " + std::to_string(port));
+  }
+  return pass(std::to_string(ports.size()) + " paths, one port each");
+}
+
+Outcome check_enc4(Target& t) {
+  Peer p(t);
+  std::vector<Reply> all;
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
+  const uint32_t psn = p.next_psn++;
+  std::vector<Reply> more =
+      p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, Peer::kEntropy, /*ce=*/true);
+  bool echoed = false;
+  for (const Reply* a : of(more, wire::Opcode::kAck))
+    echoed |= a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoCe);
+  if (!echoed) return fail("no ACK with ECHO_CE for a CE-marked WRITE");
+  for (const std::vector<Reply>* rs : {&all, &more})
+    for (const Reply& x : *rs)
+      if (x.ecn != kEcnEct0) return fail("a datagram left with ECN " + std::to_string(x.ecn));
+  return pass();
+}
+
+// BAD-7, BAD-8: `send_bad` delivers a variant of a good WRITE that the
+// target must ignore (`what` says how it is bad); the good one must then
+// land as if nothing had come before.
+Outcome ignored_then_served(Target& t, const std::string& what,
+                            const std::function<void(Peer&, const Bytes& good)>& send_bad) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  const uint32_t psn = p.next_psn;
+  const Bytes good = p.write(psn, r.rkey, r.addr, kPayload);
+  send_bad(p, good);
+  if (!p.run().empty()) return fail(what + " drew a reply");
+  if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
+    return fail(what + " wrote memory");
+  if (!acked(p.exchange(good), psn)) return fail("the good packet was not acknowledged after it");
+  if (t.read_memory(r, 0, kPayload.size()) != kPayload) return fail("the good packet did not land");
+  return pass();
+}
+
+Outcome check_bad7(Target& t) {
+  return ignored_then_served(t, "a packet for an unknown dst_conn", [](Peer& p, const Bytes& good) {
+    p.send(Peer::with_dst_conn(good, p.target_conn ^ 0x5a5a00));
+  });
+}
+
+Outcome check_bad8(Target& t) {
+  return ignored_then_served(t, "a packet from another address", [](Peer& p, const Bytes& good) {
+    p.send(good, Peer::kEntropy, false, /*stranger=*/true);
+  });
+}
+
+}  // namespace metaroce::conformance

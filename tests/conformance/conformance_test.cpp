@@ -1,0 +1,127 @@
+// The conformance suite (conformance/): every check passes on the reference
+// engine, and each of the faults below, planted in a target that wraps the
+// engine, makes the checks of the rule it breaks fail (a check that cannot
+// fail proves nothing).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "metaroce/conformance/engine_target.hpp"
+#include "metaroce/conformance/suite.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::conformance {
+namespace {
+
+TEST(Conformance, EveryCheckPassesOnTheEngine) {
+  const auto results = run([] { return std::make_unique<EngineTarget>(); });
+  ASSERT_EQ(results.size(), checks().size());
+  for (const Result& r : results)
+    EXPECT_TRUE(r.outcome.passed) << r.check->rule << ": " << r.outcome.detail;
+}
+
+// The engine with one fault: what it sends passes through `mutate`, and with
+// `confuse_peers` a stranger's packets arrive as the tester's.
+class FaultyTarget : public EngineTarget {
+ public:
+  std::function<void(std::vector<Sent>&)> mutate;
+  bool confuse_peers = false;
+  void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
+    EngineTarget::deliver(d, entropy, ce, stranger && !confuse_peers);
+  }
+  std::vector<Sent> run_for(uint64_t ns) override {
+    std::vector<Sent> out = EngineTarget::run_for(ns);
+    if (mutate) mutate(out);
+    return out;
+  }
+};
+
+uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
+
+// Runs the checks of `rule` on targets with the fault `plant` and expects
+// every one of them to fail.
+void expect_fails(const std::string& rule, const std::function<void(FaultyTarget&)>& plant) {
+  const auto results = run(
+      [&] {
+        auto t = std::make_unique<FaultyTarget>();
+        plant(*t);
+        return t;
+      },
+      rule);
+  ASSERT_FALSE(results.empty()) << rule;
+  for (const Result& r : results)
+    EXPECT_FALSE(r.outcome.passed) << r.check->rule << " passed with the fault planted";
+}
+
+TEST(Conformance, AckFromAnotherPortFailsAck7) {
+  expect_fails("ACK-7", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v)
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck)) ++s.entropy;
+    };
+  });
+}
+
+TEST(Conformance, TrailingByteFailsEnc1) {
+  expect_fails("ENC-1", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v) s.bytes.push_back(0);
+    };
+  });
+}
+
+TEST(Conformance, NotEctFailsEnc4) {
+  expect_fails("ENC-4", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v) s.ecn = kEcnNotEct;
+    };
+  });
+}
+
+TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
+  expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
+}
+
+TEST(Conformance, LostNaksFailPlace2Mr1Mr3) {
+  for (const char* rule : {"PLACE-2", "MR-1", "MR-3"}) {
+    expect_fails(rule, [](FaultyTarget& t) {
+      t.mutate = [](std::vector<Sent>& v) {
+        std::erase_if(
+            v, [](const Sent& s) { return opcode(s) == static_cast<uint8_t>(wire::Opcode::kNak); });
+      };
+    });
+  }
+}
+
+TEST(Conformance, NoAcksFailSeq4) {
+  expect_fails("SEQ-4", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      std::erase_if(
+          v, [](const Sent& s) { return opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck); });
+    };
+  });
+}
+
+TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
+  expect_fails("CONN-1", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v) {
+        if (opcode(s) != static_cast<uint8_t>(wire::Opcode::kConnectReq)) continue;
+        // The nonce (packet offset 32, 8 bytes) zeroed and the ICRC made good.
+        std::fill(s.bytes.begin() + 32, s.bytes.begin() + 40, 0);
+        const size_t h = s.bytes.size() - wire::kIcrcSize;
+        ASSERT_EQ(wire::seal(s.bytes, h, 0), s.bytes.size());
+      }
+    };
+  });
+}
+
+TEST(Conformance, UnknownRuleRunsNothing) {
+  EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
+  EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
+  EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "ACK-3").size(), 1u);
+}
+
+}  // namespace
+}  // namespace metaroce::conformance

@@ -1,0 +1,60 @@
+// metaroce-conform: the conformance suite against the reference engine.
+//   metaroce-conform [--rule ID] [--json] [--list]
+// Exit status 0 when every check run passed, 1 otherwise, 2 on bad options.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "metaroce/conformance/engine_target.hpp"
+#include "metaroce/conformance/suite.hpp"
+
+namespace mc = metaroce::conformance;
+
+int main(int argc, char** argv) {
+  CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
+  std::string rule;
+  bool json = false, list = false;
+  app.add_option("--rule", rule, "run only the checks of this rule ID (e.g. PLACE-2)");
+  app.add_flag("--json", json, "print one JSON object");
+  app.add_flag("--list", list, "list the checks and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (list) {
+    for (const mc::Check& c : mc::checks())
+      std::printf("%-14.*s %.*s\n", static_cast<int>(c.rule.size()), c.rule.data(),
+                  static_cast<int>(c.title.size()), c.title.data());
+    return 0;
+  }
+  const auto target = [] { return std::make_unique<mc::EngineTarget>(); };
+  const std::string name = mc::EngineTarget().name();
+  const std::vector<mc::Result> results = mc::run(target, rule);
+  if (results.empty()) {
+    std::fprintf(stderr, "metaroce-conform: no check names rule '%s' (--list shows them)\n",
+                 rule.c_str());
+    return 2;
+  }
+  size_t passed = 0;
+  for (const mc::Result& r : results) passed += r.outcome.passed;
+  if (json) {
+    nlohmann::ordered_json j;
+    j["target"] = name;
+    j["passed"] = passed;
+    j["failed"] = results.size() - passed;
+    j["checks"] = nlohmann::json::array();
+    for (const mc::Result& r : results)
+      j["checks"].push_back({{"rule", r.check->rule},
+                             {"title", r.check->title},
+                             {"passed", r.outcome.passed},
+                             {"detail", r.outcome.detail}});
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("target: %s\n", name.c_str());
+    for (const mc::Result& r : results)
+      std::printf("  %-4s %-14.*s %.*s%s%s\n", r.outcome.passed ? "ok" : "FAIL",
+                  static_cast<int>(r.check->rule.size()), r.check->rule.data(),
+                  static_cast<int>(r.check->title.size()), r.check->title.data(),
+                  r.outcome.detail.empty() ? "" : ": ", r.outcome.detail.c_str());
+    std::printf("%zu passed, %zu failed\n", passed, results.size() - passed);
+  }
+  return passed == results.size() ? 0 : 1;
+}
