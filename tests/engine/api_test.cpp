@@ -1,0 +1,189 @@
+// Engine unit tests over a fixed-delay shuttle (loop.hpp): the API contract
+// and memory protection. Local checks on posted work requests and
+// registrations, exact placement of each operation, completions in posting
+// order, the transmit buffer's size, and remote keys that die with their
+// deregistration. Rule IDs refer to docs/spec/metaroce-v0.1.md. Lossy
+// multipath behaviour is covered by the property tests on the harness
+// (tests/property).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::test {
+namespace {
+
+TEST(Engine, IdleConnectionIsSmall) {
+  // Issue budget: 10,000 idle connections on one endpoint.
+  const size_t idle = Endpoint::idle_connection_bytes();
+  std::printf("idle connection: %zu bytes\n", idle);
+  EXPECT_LT(idle, 4096u);
+}
+
+TEST(Engine, WriteLandsExactly) {  // PLACE-2, COMP-1
+  Loop loop(cfg(1), cfg(2));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 1 << 20, 0);
+  pattern(src.bytes, 3);
+  Buf dst(loop.ep(1), (1 << 20) + 128, kAccessRemoteWrite, 0xEE);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, 7, 64)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(done[0].wr_id, 7u);
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin() + 64));
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(dst.bytes[i], 0xEE);
+  for (size_t i = 64 + (1 << 20); i < dst.bytes.size(); ++i) EXPECT_EQ(dst.bytes[i], 0xEE);
+}
+
+TEST(Engine, SendWriteImmAndReadComplete) {  // PLACE-3, PLACE-4, COMP-2, COMP-3
+  Loop loop(cfg(3), cfg(4));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 100000, kAccessLocalWrite);
+  pattern(src.bytes, 9);
+  Buf rbuf(loop.ep(1), 200000, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+  pattern(rbuf.bytes, 1);
+  std::vector<uint8_t> remote_copy = rbuf.bytes;
+  Buf rd(loop.ep(0), 50000, kAccessLocalWrite);
+
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{100, rbuf.addr(0), 100000, rbuf.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{101, rbuf.addr(0), 0, 0}), Status::kOk);
+  SendWr s;
+  s.wr_id = 1;
+  s.op = WrOpcode::kSendImm;
+  s.local_addr = src.addr();
+  s.length = 99999;
+  s.lkey = src.mr.lkey;
+  s.imm = 0xABCD;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  SendWr wi = write_wr(src, rbuf, 5000, 2, 150000);
+  wi.op = WrOpcode::kWriteImm;
+  wi.imm = 77;
+  ASSERT_EQ(loop.ep(0).post_send(a, wi), Status::kOk);
+  SendWr r;
+  r.wr_id = 3;
+  r.op = WrOpcode::kRead;
+  r.local_addr = rd.addr();
+  r.length = 50000;
+  r.lkey = rd.mr.lkey;
+  r.remote_addr = rbuf.addr(100000);
+  r.rkey = rbuf.mr.rkey;
+  ASSERT_EQ(loop.ep(0).post_send(a, r), Status::kOk);
+
+  std::vector<Completion> c0, c1;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(0);
+    c0.insert(c0.end(), d.begin(), d.end());
+    d = loop.drain(1);
+    c1.insert(c1.end(), d.begin(), d.end());
+    return c0.size() == 3 && c1.size() == 2;
+  }));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(c0[i].status, Status::kOk);
+    EXPECT_EQ(c0[i].wr_id, i + 1);  // COMP-2: posting order
+  }
+  EXPECT_EQ(c1[0].wr_id, 100u);
+  EXPECT_EQ(c1[0].byte_len, 99999u);
+  EXPECT_TRUE(c1[0].has_imm);
+  EXPECT_EQ(c1[0].imm, 0xABCDu);
+  EXPECT_EQ(c1[1].wr_id, 101u);
+  EXPECT_EQ(c1[1].op, CompletionOp::kRecvWriteImm);
+  EXPECT_EQ(c1[1].imm, 77u);
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.begin() + 99999, rbuf.bytes.begin()));
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.begin() + 5000, rbuf.bytes.begin() + 150000));
+  EXPECT_TRUE(std::equal(rd.bytes.begin(), rd.bytes.end(), remote_copy.begin() + 100000));
+}
+
+TEST(Engine, LocalBufferChecks) {
+  Loop loop(cfg(40), cfg(41));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0);
+  SendWr wr = write_wr(src, src, 8192, 1);
+  EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection);
+  wr.length = 100;
+  wr.lkey = 999;
+  EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection);
+  wr.op = WrOpcode::kRead;
+  wr.lkey = src.mr.lkey;
+  EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection);  // needs local write
+  EXPECT_EQ(loop.ep(0).post_send(ConnId{12345}, wr), Status::kNoSuchConnection);
+  MemoryRegion mr;
+  EXPECT_EQ(loop.ep(0).register_memory(nullptr, 10, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(loop.ep(0).register_memory(src.bytes.data(), 0, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(loop.ep(0).register_memory(src.bytes.data(), 10, 0x80, mr), Status::kInvalidArgument);
+  EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
+}
+
+TEST(Engine, TooSmallTransmitBufferIsRefusedAndLosesNothing) {
+  Loop loop(cfg(42), cfg(43));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Endpoint& ep = loop.ep(0);
+  // The largest datagram, and no more: mtu + 128 was the documented size.
+  EXPECT_EQ(ep.transmit_buffer_bytes(false), ep.config().mtu + 48u + wire::kIcrcSize);
+  EXPECT_GE(ep.transmit_buffer_bytes(true), wire::header_size(wire::Opcode::kAck, 16) + 4);
+  Buf src(ep, 64 * 1024, 0);
+  pattern(src.bytes, 9);
+  Buf dst(loop.ep(1), 64 * 1024, kAccessRemoteWrite);
+  ASSERT_EQ(ep.post_send(a, write_wr(src, dst, 64 * 1024, 5)), Status::kOk);
+  // One byte short in each mode: neither may take a PSN it cannot send.
+  std::vector<uint8_t> small(ep.transmit_buffer_bytes(false) - 1);
+  TxDatagram tx;
+  EXPECT_FALSE(ep.poll_transmit(loop.now(), small, tx));
+  small.resize(ep.transmit_buffer_bytes(true) - 1);
+  EXPECT_FALSE(ep.poll_transmit_gather(loop.now(), small, tx));
+  EXPECT_EQ(ep.endpoint_stats().tx_buffer_too_small, 2u);
+  small.resize(ep.transmit_buffer_bytes(true));
+  ASSERT_TRUE(ep.poll_transmit_gather(loop.now(), small, tx));  // the first packet, dropped
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NE(ep.conn_stats(a), nullptr);
+  EXPECT_EQ(ep.conn_stats(a)->retransmissions, 1u);  // only the packet dropped on purpose
+}
+
+TEST(Engine, DeregisteredKeyIsRejected) {  // MR: bad key after deregistration
+  Loop loop(cfg(50), cfg(51));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 1);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 9);
+  ASSERT_EQ(loop.ep(1).deregister_memory(dst.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kRemoteBadKey);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
+}
+
+// The receiver remembers the last range it granted (MrTable::remote): a
+// deregistration must end that grant, for the very same range.
+TEST(Engine, DeregisteredKeyIsRejectedAfterUse) {  // MR: bad key after deregistration
+  Loop loop(cfg(52), cfg(53));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 1);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 9);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  std::fill(dst.bytes.begin(), dst.bytes.end(), uint8_t{9});
+  ASSERT_EQ(loop.ep(1).deregister_memory(dst.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  EXPECT_EQ(done[1].status, Status::kRemoteBadKey);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
+}
+
+}  // namespace
+}  // namespace metaroce::test

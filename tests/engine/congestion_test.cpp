@@ -1,0 +1,262 @@
+// Per-path congestion control (spec 8.3): the initial window split over
+// paths, growth only while the windows hold the sender back, the
+// connection's in-flight cap, drops that cut the window only alongside
+// congestion signals, the window floor, and pacing below one packet that
+// must restart the sender with nothing else to wake it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+
+namespace metaroce::test {
+namespace {
+
+TEST(Engine, InitialWindowIsSplitOverPaths) {  // CC-1
+  Loop loop(cfg(110), cfg(111));
+  auto [a, b] = loop.connect();
+  const EndpointConfig& c = loop.ep(0).config();
+  uint64_t total = 0;
+  for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    total += ps.cwnd_bytes;
+  }
+  const uint64_t expect = uint64_t{c.cc.initial_cwnd_packets} * (c.mtu + 64);
+  EXPECT_LE(total, expect);
+  EXPECT_GE(total + loop.ep(0).path_count(a), expect);  // rounding only
+}
+
+uint64_t window_sum(Loop& loop, ConnId a) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    if (loop.ep(0).path_stats(a, i, ps)) sum += ps.cwnd_bytes;
+  }
+  return sum;
+}
+
+// An application that keeps one packet in flight leaves its windows where
+// they started: they were never what held it back, so ACKs say nothing
+// about how much more the network would take, and a window grown on them
+// would let a later large message out as one burst. A connection whose
+// windows do hold it back still grows them (slow start, CC-2).
+TEST(Engine, WindowsGrowOnlyWhileTheyHoldTheSenderBack) {  // CC-2
+  Loop loop(cfg(150), cfg(151));
+  auto [a, b] = loop.connect();
+  const EndpointConfig& c = loop.ep(0).config();
+  const uint64_t initial = uint64_t{c.cc.initial_cwnd_packets} * (c.mtu + 64);
+  Buf src(loop.ep(0), 4 << 20, 0, 0x6b);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 2000; ++i) {
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  }
+  EXPECT_LE(window_sum(loop, a), initial + loop.ep(0).path_count(a));  // rounding only
+  // Now a message larger than the windows: they hold it back, and grow.
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20, 9000)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_GT(window_sum(loop, a), 4 * initial);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+}
+
+// The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.
+uint64_t peak_connection_inflight(uint32_t cap_packets) {
+  EndpointConfig c = cfg(130);
+  c.num_paths = 8;
+  c.cc.max_inflight_packets = cap_packets;
+  Loop loop(c, cfg(131));
+  loop.delay_ns = 20'000;  // a long RTT, so that slow start opens every path wide
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 << 20, 0, 0x5a);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20)), Status::kOk);
+  uint64_t peak = 0;
+  bool done = false;
+  EXPECT_TRUE(loop.run_until([&] {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+      PathStats ps;
+      if (loop.ep(0).path_stats(a, i, ps)) sum += ps.inflight_bytes;
+    }
+    peak = std::max(peak, sum);
+    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
+    return done;
+  }));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  return peak;
+}
+
+TEST(Engine, ConnectionInflightCapBoundsTheSumOverPaths) {  // CC-9
+  const uint64_t packet = 4096 + 64;
+  EXPECT_LE(peak_connection_inflight(24), 24 * packet);
+  EXPECT_GT(peak_connection_inflight(0), 24 * packet);  // without the cap the sum runs past it
+}
+
+// Path 0's window, averaged over the polls of an 8 MiB WRITE, when every
+// `drop_every`-th and every `ce_every`-th data packet on it is dropped or
+// CE-marked (0: none).
+double mean_cwnd_of_a_lossy_path(uint32_t drop_every, uint32_t ce_every) {
+  double sum = 0;
+  uint64_t samples = 0;
+  write_over_a_lossy_path(
+      170, 24, [&](uint64_t n) { return drop_every != 0 && n % drop_every == 0; },
+      [&](uint64_t n) { return ce_every != 0 && n % ce_every == 0; },
+      [&](const PathStats& ps) {
+        sum += ps.cwnd_bytes;
+        ++samples;
+      });
+  return samples ? sum / static_cast<double>(samples) : 0;
+}
+
+TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
+  const double clean = mean_cwnd_of_a_lossy_path(0, 0);
+  const double random_drops = mean_cwnd_of_a_lossy_path(10, 0);
+  const double marks = mean_cwnd_of_a_lossy_path(0, 16);
+  const double marks_and_drops = mean_cwnd_of_a_lossy_path(10, 16);
+  // Random drops alone are not congestion: the window stays as it was.
+  EXPECT_GT(random_drops, 0.8 * clean);
+  // The same drops on a path that is also being CE-marked are a full
+  // queue's: each halves the window (once per RTT), well below marks alone.
+  EXPECT_LT(marks_and_drops, 0.75 * marks);
+}
+
+TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
+  // Every data packet CE-marked, one path: its window falls to the floor (one
+  // packet) and must stay there. An increase on the ACK that also cut the
+  // window would hold it near two packets (DCTCP's balance of a halving and
+  // one packet per RTT), and below a packet, where one ACK covers more than
+  // the window, at twice the floor: an incast of many multipath senders at
+  // twice its share of the bottleneck.
+  EndpointConfig c = cfg(180);
+  c.num_paths = 1;
+  Loop loop(c, cfg(181));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 1 << 20, 0, 0x44);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01;
+  };
+  uint32_t floor = UINT32_MAX, highest_after_floor = 0;
+  loop.before_poll = [&](int from) {
+    PathStats ps;
+    if (from != 0 || !loop.ep(0).path_stats(a, 0, ps)) return;
+    if (ps.cwnd_bytes <= floor)
+      floor = ps.cwnd_bytes;
+    else
+      highest_after_floor = std::max(highest_after_floor, ps.cwnd_bytes);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_LT(floor, 4096u + 256);  // one packet with its headers
+  EXPECT_EQ(highest_after_floor, 0u) << "the window grew again after reaching the floor";
+}
+
+// CC-6 pacing with nothing to wake it. A sender whose paths are all below
+// one packet (here from the start: one packet of initial window shared by 8
+// paths) sends one packet per path, then each path waits srtt * packet / cwnd
+// before the next. When its tail-loss probe (LOSS-8) then takes those packets
+// out of flight, no ACK, RTO or PROBE is coming: only the pacing deadline can
+// restart the sender. The application keeps a receive buffer posted, as any
+// that takes SENDs does, so the context-release timer does not wake it either,
+// and without the pacing deadline the connection sits until the peer timeout
+// (PATH-7) fails it.
+EndpointConfig paced_cfg(uint64_t seed) {
+  EndpointConfig c = cfg(seed);
+  c.num_paths = 8;
+  c.cc.initial_cwnd_packets = 1;
+  return c;
+}
+
+void post_one_recv(Endpoint& ep, ConnId conn, Buf& buf) {
+  ASSERT_EQ(ep.post_recv(conn, RecvWr{1, buf.addr(), 64, buf.mr.lkey}), Status::kOk);
+}
+
+TEST(Engine, PacedReadResponsesResumeWithoutAnAck) {  // CC-6, LOSS-8, READ-2
+  // The requester's ACKs for the first response packets are late (a busy
+  // host): the tail-loss probe queues them for retransmission and empties
+  // every path, then the late ACKs acknowledge them after all. The
+  // responder is left with READ responses to send, every path paced and
+  // nothing in flight; the requester has its READs out and waits.
+  Loop loop(cfg(160), paced_cfg(161));
+  auto [a, b] = loop.connect();
+  Buf rq(loop.ep(1), 64, kAccessLocalWrite);
+  post_one_recv(loop.ep(1), b, rq);
+  uint32_t responses = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x06) ++responses;
+    // The link is FIFO: later datagrams queue behind a late one.
+    loop.delay_ns = from == 0 && d[1] == 0x10 && responses <= 8 && responses > 0
+                        ? 300 * kMicrosecond  // beyond the 135 us probe timer
+                        : 2 * kMicrosecond;
+  };
+  constexpr uint32_t kLen = 100000;
+  Buf remote(loop.ep(1), 4 * kLen, kAccessRemoteRead);
+  pattern(remote.bytes, 5);
+  Buf local(loop.ep(0), 4 * kLen, kAccessLocalWrite);
+  const TimeNs start = loop.now();
+  for (uint64_t i = 0; i < 4; ++i) {
+    SendWr r;
+    r.wr_id = i;
+    r.op = WrOpcode::kRead;
+    r.local_addr = local.addr(i * kLen);
+    r.length = kLen;
+    r.lkey = local.mr.lkey;
+    r.remote_addr = remote.addr(i * kLen);
+    r.rkey = remote.mr.rkey;
+    ASSERT_EQ(loop.ep(0).post_send(a, r), Status::kOk);
+  }
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until_completions(0, 4, done, 100 * kMillisecond));
+  ASSERT_EQ(done.size(), 4u);
+  for (const Completion& d : done) EXPECT_EQ(d.status, Status::kOk);
+  EXPECT_EQ(local.bytes, remote.bytes);
+  const ConnStats* st = loop.ep(1).conn_stats(b);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(st->retransmissions, 0u);  // the probe's resends were acknowledged before they left
+  EXPECT_LT(loop.now().since(start), 5 * kMillisecond);  // the first pacing gap is 0.8 ms
+}
+
+TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
+  // The message's packets, one per path, are all lost: once the tail-loss
+  // probe has queued them, the retransmission queue is all there is to send.
+  Loop loop(paced_cfg(170), cfg(171));
+  auto [a, b] = loop.connect();
+  Buf rq(loop.ep(0), 64, kAccessLocalWrite);
+  post_one_recv(loop.ep(0), a, rq);
+  uint32_t data = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && data++ < 8;
+  };
+  constexpr uint32_t kLen = 8 * 4096;
+  Buf src(loop.ep(0), kLen, 0);
+  pattern(src.bytes, 11);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  const TimeNs start = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen)), Status::kOk);
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until_completions(0, 1, done, 100 * kMillisecond));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(st->retransmissions, 8u);
+  EXPECT_LT(loop.now().since(start), 5 * kMillisecond);
+  (void)b;
+}
+
+}  // namespace
+}  // namespace metaroce::test

@@ -1,0 +1,176 @@
+// Connection setup, close and errors (spec sections 4 and 11): refused,
+// timed-out and version-mismatched handshakes, close flushing both sides,
+// remote errors that write nothing and flush what follows (NAKs), receiver
+// not ready, corrupt packets, and a peer that disappears.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+
+namespace metaroce::test {
+namespace {
+
+struct BadCase {
+  const char* name;
+  Status expect;
+};
+
+TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
+  for (int kind = 0; kind < 4; ++kind) {
+    SCOPED_TRACE(kind);
+    Loop loop(cfg(10 + kind), cfg(20 + kind));
+    auto [a, b] = loop.connect();
+    Buf src(loop.ep(0), 65536, 0, 0x55);
+    Buf dst(loop.ep(1), 65536,
+            kind == 2 ? kAccessRemoteRead : kAccessRemoteWrite | kAccessLocalWrite, 0x11);
+    SendWr wr = write_wr(src, dst, 65536, 1);
+    Status expect = Status::kOk;
+    switch (kind) {
+      case 0:
+        wr.rkey ^= 1;
+        expect = Status::kRemoteBadKey;
+        break;
+      case 1:
+        wr.remote_addr += 1;
+        expect = Status::kRemoteOutOfBounds;
+        break;
+      case 2: expect = Status::kRemoteAccessDenied; break;
+      case 3:
+        wr.op = WrOpcode::kSend;
+        ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, dst.addr(), 100, dst.mr.lkey}), Status::kOk);
+        expect = Status::kRemoteLengthError;
+        break;
+    }
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+    EXPECT_EQ(done[0].status, expect);
+    EXPECT_EQ(done[1].status, Status::kFlushed);
+    for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
+    Event ev;
+    bool err = false;
+    while (loop.ep(0).poll_event(ev)) err |= ev.kind == EventKind::kError;
+    EXPECT_TRUE(err);
+  }
+}
+
+TEST(Engine, ReceiverNotReadyRetriesUntilPosted) {  // NAK-4, LOSS-7
+  Loop loop(cfg(30), cfg(31));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10000, 0, 0x42);
+  Buf dst(loop.ep(1), 10000, kAccessLocalWrite);
+  SendWr s;
+  s.op = WrOpcode::kSend;
+  s.local_addr = src.addr();
+  s.length = 10000;
+  s.lkey = src.mr.lkey;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  loop.run_until([] { return false; }, 300'000);
+  EXPECT_GT(loop.ep(1).conn_stats(b)->rnr_naks_sent, 0u);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, dst.addr(), 10000, dst.mr.lkey}), Status::kOk);
+  std::vector<Completion> c0, c1;
+  ASSERT_TRUE(loop.run_until([&] {
+    auto d = loop.drain(1);
+    c1.insert(c1.end(), d.begin(), d.end());
+    d = loop.drain(0);
+    c0.insert(c0.end(), d.begin(), d.end());
+    return !c1.empty() && !c0.empty();
+  }));
+  EXPECT_EQ(c1[0].status, Status::kOk);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x42);
+  ASSERT_EQ(c0.size(), 1u);
+  EXPECT_EQ(c0[0].status, Status::kOk);
+}
+
+TEST(Engine, ConnectRefusedAndTimeout) {  // CONN-2, CONN-4
+  EndpointConfig closed = cfg(61);
+  closed.accept_incoming = false;
+  Loop loop(cfg(60), closed);
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  Event ev{};
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kConnectRefused);
+
+  Loop dead(cfg(62), cfg(63));
+  dead.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  ASSERT_EQ(dead.ep(0).connect(dead.addr(1), dead.now(), a), Status::kOk);
+  ASSERT_TRUE(dead.run_until([&] { return dead.ep(0).poll_event(ev); }));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kConnectTimeout);
+}
+
+TEST(Engine, VersionMismatchIsRejected) {  // CONN-5
+  Loop loop(cfg(70), cfg(71));
+  loop.mutate = [](int from, std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x20) {
+      d[0] = static_cast<uint8_t>((2 << 4) | (d[0] & 0x0f));
+    }
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  Event ev{};
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kVersionMismatch);
+}
+
+TEST(Engine, CorruptPacketsAreDroppedAndRepaired) {  // BAD-4, INT-1
+  Loop loop(cfg(80), cfg(81));
+  auto [a, b] = loop.connect();
+  int n = 0;
+  loop.mutate = [&](int, std::vector<uint8_t>& d) {
+    if (++n % 7 == 0) d[d.size() / 2] ^= 0x10;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0);
+  pattern(src.bytes, 77);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GT(loop.ep(1).endpoint_stats().bad_checksum + loop.ep(0).endpoint_stats().bad_checksum,
+            0u);
+}
+
+TEST(Engine, CloseFlushesBothSides) {  // CONN-7, COMP-5
+  Loop loop(cfg(90), cfg(91));
+  auto [a, b] = loop.connect();
+  Buf dst(loop.ep(1), 4096, kAccessLocalWrite);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{1, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  loop.ep(0).close(a, loop.now());
+  bool closed0 = false, closed1 = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
+    while (loop.ep(1).poll_event(ev)) closed1 |= ev.kind == EventKind::kClosed;
+    return closed0 && closed1;
+  }));
+  auto c1 = loop.drain(1);
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].status, Status::kPeerClosed);
+  EXPECT_FALSE(loop.ep(1).is_established(b));
+}
+
+TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
+  EndpointConfig c = cfg(100);
+  c.recovery.peer_timeout_ns = 50 * kMillisecond;
+  Loop loop(c, cfg(101));
+  auto [a, b] = loop.connect();
+  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  Buf src(loop.ep(0), 65536, 0);
+  Buf dst(loop.ep(1), 65536, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+}
+
+}  // namespace
+}  // namespace metaroce::test

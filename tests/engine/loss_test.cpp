@@ -1,0 +1,312 @@
+// Loss recovery (spec 9.1): selective retransmission, the tail-loss probe
+// and its timer, the time form of reorder detection on a path that
+// delivers in order, and ACKs of resent packets that must not make a path
+// look reordered.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+
+namespace metaroce::test {
+namespace {
+
+TEST(Engine, SurvivesLossWithSelectiveRetransmission) {  // LOSS-2, LOSS-3
+  Loop loop(cfg(5), cfg(6));
+  auto [a, b] = loop.connect();
+  int n = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && (++n % 13) == 0;
+  };
+  Buf src(loop.ep(0), 4 << 20, 0);
+  pattern(src.bytes, 5);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, i, i << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 4, done));
+  for (auto& c : done) EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  EXPECT_GT(st->retransmissions, 0u);
+  EXPECT_LE(st->retransmissions, static_cast<uint64_t>(n / 13 + 10));
+}
+
+TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
+  Loop loop(cfg(120), cfg(121));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x3c);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  auto write_and_wait = [&](uint64_t id) {
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, id)), Status::kOk);
+    std::vector<Completion> done;
+    EXPECT_TRUE(loop.run_until_completions(0, 1, done));
+    return done.empty() ? Status::kFlushed : done[0].status;
+  };
+  // Warm up: RTT samples on the path the next packet takes.
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(write_and_wait(i), Status::kOk);
+  bool dropped = false;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01 && !dropped) return dropped = true;
+    return false;
+  };
+  const TimeNs start = loop.now();
+  // The tail packet is resent on another path when the timer fires, not one
+  // probe round trip later; with nothing else in flight no probe is needed.
+  TimeNs probe_at = TimeNs::never(), resend_at = TimeNs::never();
+  int writes = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0) return;
+    if (d[1] == 0x12 && probe_at == TimeNs::never()) probe_at = loop.now();
+    if (d[1] == 0x01 && ++writes == 2) resend_at = loop.now();
+  };
+  ASSERT_EQ(write_and_wait(99), Status::kOk);
+  EXPECT_TRUE(dropped);
+  EXPECT_NE(resend_at, TimeNs::never());
+  EXPECT_EQ(probe_at, TimeNs::never());
+  // The only packet of the write was lost and nothing followed it on its
+  // path: the probe finds it well before the 1 ms minimum RTO.
+  EXPECT_LT(loop.now().since(start), 500 * kMicrosecond);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(st->retransmissions, 1u);
+}
+
+TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
+  // Path 0's queue swings between empty and 50 us (a link it shares with
+  // other traffic, a busy host), in order, with nothing lost: every 200 us
+  // its delay climbs at half the rate of time and falls back as fast. A timer
+  // of 1.25 srtt + ack_delay expires on the climbs and resends packets that
+  // are only late; with the RTT variance in it, nothing is resent.
+  constexpr uint64_t kSwing = 200 * kMicrosecond;
+  EndpointConfig c = cfg(194);
+  Loop loop(c, cfg(195));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  const TimeNs start = loop.now();
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    // Data and PROBEs (0x12) on path 0 share its queue, in order.
+    const bool on_path0 =
+        from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 0;
+    if (!on_path0) return 0;
+    const uint64_t phase = loop.now().since(start) % kSwing;
+    return phase < kSwing / 2 ? phase / 2 : (kSwing - phase) / 2;
+  };
+  Buf src(loop.ep(0), 32 << 20, 0, 0x2b);
+  Buf dst(loop.ep(1), 32 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 32 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GT(loop.now().since(start), 2 * kSwing);
+  const ConnStats* rx = loop.ep(1).conn_stats(b);
+  ASSERT_NE(rx, nullptr);
+  EXPECT_EQ(rx->duplicates_received, 0u) << "packets resent that were only late";
+  PathStats p0;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  EXPECT_EQ(p0.timeouts, 0u);
+}
+
+TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
+  // One path; a 4-packet WRITE whose last packet is lost. The ACKs of the
+  // first three arrive a round trip after all four left: they must not put
+  // the repair of the fourth back by that round trip. Nor does the timer
+  // wait for a delayed ACK the last packet of a message never draws.
+  EndpointConfig c = cfg(196);
+  c.num_paths = 1;
+  Loop loop(c, cfg(197));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x3d);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
+  int data_sent = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++data_sent == 4;
+  };
+  TimeNs resend_at = TimeNs::never(), last_ack_at{0};
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10) last_ack_at = loop.now() + loop.delay_ns;
+    if (from != 0 || d[1] != 0x01 || data_sent != 4 || resend_at != TimeNs::never()) return;
+    resend_at = loop.now();
+    PathStats ps;
+    if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
+  };
+  const TimeNs start = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NE(resend_at, TimeNs::never());
+  ASSERT_GT(srtt_then, 0u);
+  // The lost packet ends its message, so the receiver would have acknowledged
+  // it at once (ACK-4): the timer has no ack_delay allowance.
+  const uint64_t timer = srtt_then + srtt_then / 4;
+  EXPECT_GE(last_ack_at.since(start), 2 * loop.delay_ns);  // the late ACKs came
+  EXPECT_LE(resend_at.since(start), timer + 1'000);        // from the transmission
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
+TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-2, LOSS-8
+  // One path; the 2nd packet of a 3-packet WRITE is lost. Only one later
+  // packet arrives, short of reorder_threshold (3), but a path delivers in
+  // order: the ACK that shows the gap has it resent srtt/4 later (LOSS-2's
+  // time form), not when the tail-loss timer would fire (srtt, its variance
+  // term and ack_delay after the path's last transmission), and with no
+  // PROBE, since it was not a tail.
+  EndpointConfig c = cfg(212);
+  c.num_paths = 1;
+  Loop loop(c, cfg(213));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x3e);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
+  int dropped = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++dropped == 2;
+  };
+  int data_sent = 0, probes = 0;
+  TimeNs last_new_at{0}, gap_ack_at = TimeNs::never(), resend_at = TimeNs::never();
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10 && gap_ack_at == TimeNs::never())
+      gap_ack_at = loop.now() + loop.delay_ns;  // when it reaches the sender
+    if (from != 0) return;
+    if (d[1] == 0x12) ++probes;
+    if (d[1] != 0x01) return;
+    if (++data_sent <= 3) {
+      last_new_at = loop.now();
+    } else if (resend_at == TimeNs::never()) {
+      resend_at = loop.now();
+      PathStats ps;
+      if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
+    }
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(data_sent, 4);  // three, and one resend
+  ASSERT_NE(resend_at, TimeNs::never());
+  ASSERT_NE(gap_ack_at, TimeNs::never());
+  ASSERT_GT(srtt_then, 0u);
+  EXPECT_GE(resend_at.since(gap_ack_at), srtt_then / 4 - 500);
+  EXPECT_LE(resend_at.since(gap_ack_at), srtt_then / 4 + 500);
+  // Sooner than the tail-loss timer, whose least is srtt + srtt/4 + ack_delay.
+  EXPECT_LT(resend_at.since(last_new_at), srtt_then + c.ack_delay_ns);
+  EXPECT_EQ(probes, 0);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->retransmissions, 1u);
+  EXPECT_EQ(st->timeouts, 0u);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
+}
+
+TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
+  // Two paths. The first data packet of a WRITE is held 60 us on path 0:
+  // the packets after it on that path overtake it and it is resent on path
+  // 1, behind packets still in flight there. Then the original arrives. Its
+  // acknowledgement does not say which transmission got there, so it must
+  // not count as path 1's newest delivery: path 1's earlier packets are not
+  // lost. Only the resend arrives twice. (Counted as path 1's, it had 29 of
+  // them declared lost and resent, each arriving twice: a late original on
+  // bench/fabric's deep queues set off such a cascade.)
+  EndpointConfig c = cfg(216);
+  c.num_paths = 2;
+  Loop loop(c, cfg(217));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kLen = 256 * 4096;
+  Buf src(loop.ep(0), kLen, 0, 0x40);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  // Each path a link that takes 2 us per packet, path 1 longer: its
+  // packets are in flight across the resend.
+  bool hold = false;
+  std::array<TimeNs, 2> link_free{};
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != 0x01) return 0;
+    if (hold) {  // the held packet: late, past the link's queue
+      hold = false;
+      return 60'000;
+    }
+    const int slot = d[3] & 1;
+    const uint64_t base = slot == 1 ? 40'000 : 20'000;
+    TimeNs& free_at = link_free[static_cast<size_t>(slot)];
+    const TimeNs arrive = std::max(loop.now() + base, free_at + 2'000);
+    free_at = arrive;
+    return arrive.since(loop.now());
+  };
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 16));  // both paths' RTTs known
+  hold = true;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 98)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_FALSE(hold);
+  loop.run_until([] { return false; }, 1'000'000);  // the late original arrives
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->retransmissions, 1u);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 1u);
+  PathStats slow;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, slow));
+  EXPECT_EQ(slow.losses, 0u);
+}
+
+TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8
+  // Two paths; of a 4-packet WRITE the 3rd is lost and the 4th, the newest,
+  // goes on the other path and comes back. Nothing is left to send and only
+  // the 3rd's path has a packet in flight: its timer comes forward to srtt/4
+  // after that ACK, not the full tail-loss timer from its transmission.
+  EndpointConfig c = cfg(214);
+  c.num_paths = 2;
+  Loop loop(c, cfg(215));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
+  int dropped = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++dropped == 3;
+  };
+  std::vector<int> slots;
+  std::vector<TimeNs> sent_at;
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return;
+    slots.push_back(d[3] & 31);
+    sent_at.push_back(loop.now());
+    PathStats ps;
+    if (slots.size() == 5 && loop.ep(0).path_stats(a, static_cast<size_t>(slots[2]), ps))
+      srtt_then = ps.srtt_ns;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_GE(slots.size(), 5u);
+  // The premise: the 3rd and the 4th on different paths, nothing after the
+  // 3rd on its own.
+  ASSERT_NE(slots[2], slots[3]);
+  ASSERT_GT(srtt_then, 0u);
+  const TimeNs resend_at = sent_at[4];
+  // The ACK for the 4th reached the sender a round trip after it left.
+  const TimeNs newest_acked_at = sent_at[3] + 2 * loop.delay_ns;
+  EXPECT_LE(resend_at.since(newest_acked_at), srtt_then / 4 + 1'000);
+  EXPECT_LT(resend_at.since(sent_at[2]), srtt_then + srtt_then / 4 + c.ack_delay_ns);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
+}  // namespace
+}  // namespace metaroce::test

@@ -1,0 +1,246 @@
+// Path failure, retirement and exploration (spec 9.2, with LOSS-5): a
+// timed-out path's window and state, a silent path found by its unanswered
+// probe while a silent peer blames none, a loss run counted once towards a
+// retirement, and paths moved to other links and back.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+
+namespace metaroce::test {
+namespace {
+
+// How many times path 0's entropy is retired when it loses the data packets
+// `drop(n)` picks (write_over_a_lossy_path).
+uint64_t retirements_of_a_lossy_path(const std::function<bool(uint64_t)>& drop) {
+  const PathStats p0 = write_over_a_lossy_path(
+      172, 64, drop, [](uint64_t) { return false; }, [](const PathStats&) {});
+  EXPECT_GT(p0.losses, 0u);
+  return p0.retirements;
+}
+
+TEST(Engine, LossRunOnAPathCountsOnceTowardsItsRetirement) {  // PATH-5
+  // A drop-tail queue that overflows drops a run of a path's consecutive
+  // packets: one outcome, not 20 (20 would lift the loss EWMA from about 0
+  // to 15 % and retire a path that is merely busy).
+  EXPECT_EQ(retirements_of_a_lossy_path([](uint64_t n) { return n > 300 && n <= 320; }), 0u);
+  // A link that drops every fifth packet is still found out.
+  EXPECT_GE(retirements_of_a_lossy_path([](uint64_t n) { return n % 5 == 0; }), 1u);
+}
+
+TEST(Engine, TimedOutPathFallsToItsShareOfTheConnectionFloor) {  // LOSS-5, CC-6
+  Loop loop(cfg(150), cfg(151));                                 // 4 paths
+  auto [a, b] = loop.connect();
+  PathStats dead;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, dead));
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    // Data and PROBEs on slot 1: neither the tail-loss probe nor LOSS-2 can
+    // recover its packets, so only its RTO can.
+    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 1;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0, 0x21);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  PathStats ps;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).path_stats(a, 1, ps) && ps.timeouts > 0; }));
+  EXPECT_EQ(ps.state, PathState::kProbing);
+  EXPECT_EQ(ps.cwnd_bytes, (4096u + 64u) / 4);  // one packet shared by 4 paths
+}
+
+// Path 0 of two goes dark (PROBEs included) under a 16-packet WRITE, after
+// RTT samples on both paths. Returns path 0's state after the WRITE completed
+// and how long that took.
+struct DarkPathRun {
+  PathStats path0;
+  PathStats path0_before;
+  uint64_t took_ns = 0;
+};
+DarkPathRun run_with_a_dark_path(bool cc_enabled) {
+  EndpointConfig c = cfg(198);
+  c.num_paths = 2;
+  c.cc.enabled = cc_enabled;
+  Loop loop(c, cfg(199));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 16 * 4096, 0, 0x4e);
+  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  DarkPathRun out;
+  EXPECT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths, in turn
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0_before));
+  loop.drop = [](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && (d[3] & 31) == 0 && (d[1] == 0x01 || d[1] == 0x12);
+  };
+  const TimeNs start = loop.now();
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done.at(0).status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  out.took_ns = loop.now().since(start);
+  EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0));
+  return out;
+}
+
+TEST(Engine, UnansweredTailProbeTimesThePathOutEarly) {  // LOSS-8, LOSS-5, PATH-4
+  // The tail-loss timer resends path 0's oldest packet elsewhere and probes;
+  // the probe's silence must end the path's round then, not the RTO (1 ms).
+  const DarkPathRun r = run_with_a_dark_path(true);
+  // Two tail-loss timers (about 1.25 srtt + ack_delay each) and a round trip.
+  EXPECT_LT(r.took_ns, 100 * kMicrosecond);
+  EXPECT_EQ(r.path0.timeouts, 1u);
+  EXPECT_NE(r.path0.state, PathState::kActive);
+}
+
+TEST(Engine, SilentPeerTimesNoPathOutEarly) {  // LOSS-8, LOSS-5
+  // The receiving process pauses (a busy host): for 300 us everything it
+  // sends waits, on every path alike, then leaves in order. That is many
+  // tail-loss timers (srtt is a few us) but less than min_rto (1 ms). The
+  // probes' silence blames no path: none may time out, and no window is cut
+  // to the floor for it.
+  EndpointConfig c = cfg(196);
+  c.num_paths = 4;
+  Loop loop(c, cfg(197));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 64 * 4096, 0, 0x3c);
+  Buf dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));  // RTT samples on every path
+  const TimeNs pause_start = loop.now();
+  const TimeNs pause_end = pause_start + 300 * kMicrosecond;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>&) -> uint64_t {
+    return from == 1 && loop.now() < pause_end ? pause_end.since(loop.now()) : 0;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 64 * 4096, 2)), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  EXPECT_EQ(done.at(1).status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GT(loop.now().since(pause_start), 300 * kMicrosecond);
+  uint64_t probes = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    EXPECT_EQ(ps.timeouts, 0u) << "path " << i;
+    EXPECT_EQ(ps.retirements, 0u) << "path " << i;
+    probes += ps.probes_sent;
+  }
+  EXPECT_GT(probes, 0u);  // the tail-loss timers did run during the pause
+}
+
+TEST(Engine, DisabledCongestionControlKeepsTheWindowThroughATimeout) {  // CC-8, LOSS-5
+  const DarkPathRun r = run_with_a_dark_path(false);
+  EXPECT_EQ(r.path0.timeouts, 1u);
+  EXPECT_EQ(r.path0.cwnd_bytes, r.path0_before.cwnd_bytes);
+}
+
+// PATH-8's test bed: two links, each a FIFO that takes `gap_ns` per packet,
+// and a route from entropy to link, as a hashing switch would have it. A
+// 4 MiB WRITE over two paths keeps them busy for a few ms.
+struct TestLink {
+  uint64_t gap_ns, delay_ns;
+};
+struct ExploreOutcome {
+  std::vector<uint8_t> moved;  // slots, in the order they moved (a return counts)
+  std::array<uint16_t, 2> entropy_before{}, entropy_after{};
+  ConnStats conn;
+  bool ok = false;
+};
+
+ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
+                           const std::function<int(uint16_t entropy, uint16_t path0_entropy,
+                                                   uint16_t path1_entropy)>& route) {
+  ExploreOutcome out;
+  EndpointConfig c = cfg(218);
+  c.num_paths = 2;
+  c.cc.explore_interval_ns = interval_ns;
+  Loop loop(c, cfg(219));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  for (size_t i = 0; i < 2; ++i) {
+    PathStats ps;
+    if (!loop.ep(0).path_stats(a, i, ps)) return out;
+    out.entropy_before[i] = ps.entropy;
+  }
+  std::array<TimeNs, 2> link_free{};
+  uint16_t sent_entropy = 0;
+  loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    sent_entropy = tx.entropy;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;  // data and PROBEs
+    const int l = route(sent_entropy, out.entropy_before[0], out.entropy_before[1]);
+    const TestLink& link = links[static_cast<size_t>(l)];
+    TimeNs& free_at = link_free[static_cast<size_t>(l)];
+    const TimeNs arrive = std::max(loop.now(), free_at + link.gap_ns);
+    free_at = arrive;
+    return arrive.since(loop.now()) + link.delay_ns;
+  };
+  loop.ep(0).set_trace(
+      [](void* ctx, const TraceEvent& ev) {
+        if (ev.kind == TraceKind::kPathExplored)
+          static_cast<ExploreOutcome*>(ctx)->moved.push_back(ev.path);
+      },
+      &out);
+  constexpr uint32_t kLen = 1024 * 4096;
+  Buf src(loop.ep(0), kLen, 0, 0x41);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 4; ++i)
+    if (loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97 + i)) != Status::kOk) return out;
+  std::vector<Completion> done;
+  if (!loop.run_until_completions(0, 4, done)) return out;
+  out.ok = src.bytes == dst.bytes;
+  for (const Completion& d : done) out.ok = out.ok && d.status == Status::kOk;
+  for (size_t i = 0; i < 2; ++i) {
+    PathStats ps;
+    out.ok = out.ok && loop.ep(0).path_stats(a, i, ps);
+    out.entropy_after[i] = ps.entropy;
+  }
+  out.conn = *loop.ep(0).conn_stats(a);
+  return out;
+}
+
+TEST(Engine, MovedPathThatFindsAnIdleLinkStays) {  // PATH-8
+  // Both paths start on link 0; every other entropy leads to link 1, idle.
+  // A move there raises the delivery rate: it is kept. Nothing is resent
+  // for moving (a path moves once nothing is in flight on it).
+  const auto route = [](uint16_t e, uint16_t e0, uint16_t e1) {
+    return e == e0 || e == e1 ? 0 : 1;
+  };
+  const ExploreOutcome r = run_explore(500'000, {TestLink{2'000, 0}, TestLink{2'000, 0}}, route);
+  ASSERT_TRUE(r.ok);
+  ASSERT_FALSE(r.moved.empty());
+  const bool left =
+      r.entropy_after[0] != r.entropy_before[0] || r.entropy_after[1] != r.entropy_before[1];
+  EXPECT_TRUE(left) << "the move to the idle link was undone";
+  EXPECT_EQ(r.conn.path_explorations, r.moved.size());
+  EXPECT_EQ(r.conn.retransmissions, 0u);
+  EXPECT_EQ(r.conn.path_retirements, 0u);
+  // Off: the same run moves nothing.
+  const ExploreOutcome off = run_explore(0, {TestLink{2'000, 0}, TestLink{2'000, 0}}, route);
+  ASSERT_TRUE(off.ok);
+  EXPECT_TRUE(off.moved.empty());
+  EXPECT_EQ(off.conn.path_explorations, 0u);
+}
+
+TEST(Engine, MoveThatEmptiesALinkIsUndone) {  // PATH-8
+  // Path 1 alone on link 1, slower than link 0 (the slowest path, so the
+  // one moved); every new entropy leads to link 0. The move leaves link 1
+  // empty and the rate falls: path 1 goes back to its old entropy.
+  const auto route = [](uint16_t e, uint16_t, uint16_t e1) { return e == e1 ? 1 : 0; };
+  const ExploreOutcome r =
+      run_explore(500'000, {TestLink{2'000, 0}, TestLink{6'000, 20'000}}, route);
+  ASSERT_TRUE(r.ok);
+  ASSERT_GE(r.moved.size(), 2u);
+  EXPECT_EQ(r.moved[0], 1u);
+  EXPECT_EQ(r.moved[1], 1u);  // and back
+  EXPECT_EQ(r.entropy_after[1], r.entropy_before[1]);
+  EXPECT_EQ(r.conn.retransmissions, 0u);
+}
+
+}  // namespace
+}  // namespace metaroce::test

@@ -1,0 +1,155 @@
+// Scheduling (spec 8.2): which path the next packet takes, how full a
+// path's window may get, and READ responses sharing the sender with the
+// send queue.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+
+namespace metaroce::test {
+namespace {
+
+TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
+  EndpointConfig c = cfg(140);
+  c.num_paths = 4;
+  c.cc.max_inflight_packets = 12;  // CC-9 binds first, so windows keep room
+  Loop loop(c, cfg(141));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 << 20, 0, 0x11);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  PathStats first;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, first));
+  // Every packet on path 0 arrives CE-marked: its window shrinks while the
+  // others' grow, so the windows differ and the choice is visible.
+  loop.mark_ce = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    return from == 0 && tx.entropy == first.entropy;
+  };
+  std::vector<PathStats> before(4);
+  loop.before_poll = [&](int from) {
+    if (from != 0) return;
+    for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(loop.ep(0).path_stats(a, i, before[i]));
+  };
+  uint64_t checked = 0, on_marked = 0, violations = 0;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& bytes) {
+    if (from != 0 || bytes[1] != 0x01 || tx.len < size_t{c.mtu} + 48) return;  // full WRITEs
+    size_t used = 4;
+    for (size_t i = 0; i < 4; ++i)
+      if (before[i].entropy == tx.entropy) used = i;
+    ASSERT_LT(used, 4u);
+    auto free_of = [&](const PathStats& p) {
+      return uint64_t{p.cwnd_bytes} - std::min<uint64_t>(p.cwnd_bytes, p.inflight_bytes);
+    };
+    for (size_t i = 0; i < 4; ++i) {
+      const PathStats& p = before[i];
+      const bool room = p.inflight_bytes < p.cwnd_bytes;
+      // Below a packet (payload + 64 bytes charged) a path paces (CC-6): its
+      // turn comes by time, not room.
+      const bool paces = p.cwnd_bytes < c.mtu + 64u;
+      if (i == used || p.state != PathState::kActive || !room || paces) continue;
+      // free_i / cwnd_i must not exceed free_used / cwnd_used
+      if (free_of(p) * before[used].cwnd_bytes > free_of(before[used]) * p.cwnd_bytes) ++violations;
+    }
+    ++checked;
+    on_marked += used == 0;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20)), Status::kOk);
+  bool done = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    for (const Completion& d : loop.drain(0)) done |= d.status == Status::kOk;
+    return done;
+  }));
+  EXPECT_GT(checked, 900u);
+  EXPECT_EQ(violations, 0u);
+  EXPECT_LT(on_marked * 8, checked);  // the marked path carries well under its 1/4
+}
+
+TEST(Engine, PathSendsWhileItsWindowIsNotFull) {  // SCHED-1
+  // 6 packets over 4 paths: 1.5 packets each. Waiting for room for a whole
+  // packet would send one per path and leave a third of the window unused.
+  EndpointConfig c = cfg(160);
+  c.cc.initial_cwnd_packets = 6;
+  Loop loop(c, cfg(161));
+  loop.delay_ns = 50'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 1 << 20, 0, 0x22);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  uint64_t data_sent = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& bytes) {
+    if (from == 0 && bytes[1] == 0x01) ++data_sent;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  // Nothing can be acknowledged before one delay has passed.
+  ASSERT_FALSE(loop.run_until([] { return false; }, 40'000));
+  EXPECT_EQ(data_sent, 8u);  // two per path: each sends until inflight reaches cwnd
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    EXPECT_GE(ps.inflight_bytes, ps.cwnd_bytes);
+    EXPECT_LT(ps.inflight_bytes, ps.cwnd_bytes + c.mtu + 64);  // over by less than a packet
+  }
+}
+
+TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
+  // Both ends keep 16 READs of 100 KB outstanding at each other over windows
+  // too small to send a whole backlog of responses in one round trip, so
+  // each end always has READ responses queued. Its own READs must still go
+  // out: each end's reads make progress, not only one end's.
+  EndpointConfig ca = cfg(180), cb = cfg(181);
+  ca.cc.enabled = cb.cc.enabled = false;  // CC-8: 16 packets per connection, always
+  Loop loop(ca, cb);
+  auto [a, b] = loop.connect();
+  const ConnId conn[2] = {a, b};
+  constexpr uint32_t kLen = 100000, kQd = 16;
+  std::vector<std::unique_ptr<Buf>> src, dst;
+  for (int i = 0; i < 2; ++i) {
+    src.push_back(std::make_unique<Buf>(loop.ep(i), kQd * kLen, kAccessRemoteRead));
+    pattern(src.back()->bytes, static_cast<uint8_t>(i + 1));
+    dst.push_back(std::make_unique<Buf>(loop.ep(i), kQd * kLen, kAccessLocalWrite));
+  }
+  auto post_read = [&](int i, uint64_t slot) {
+    SendWr r;
+    r.wr_id = slot;
+    r.op = WrOpcode::kRead;
+    r.local_addr = dst[i]->addr(slot * kLen);
+    r.length = kLen;
+    r.lkey = dst[i]->mr.lkey;
+    r.remote_addr = src[1 - i]->addr(slot * kLen);
+    r.rkey = src[1 - i]->mr.rkey;
+    return loop.ep(i).post_send(conn[i], r);
+  };
+  // One end starts first: its READs reach the other end before that end's
+  // own READs are posted, behind a queue of responses.
+  for (uint64_t s = 0; s < kQd; ++s) ASSERT_EQ(post_read(0, s), Status::kOk);
+  const TimeNs start = loop.now();
+  loop.run_until([&] { return loop.now().since(start) >= 10 * kMicrosecond; });
+  for (uint64_t s = 0; s < kQd; ++s) ASSERT_EQ(post_read(1, s), Status::kOk);
+  uint64_t completed[2] = {0, 0};
+  bool failed = false;
+  loop.run_until(
+      [&] {
+        for (int i = 0; i < 2; ++i) {
+          for (const Completion& d : loop.drain(i)) {
+            failed |= d.status != Status::kOk;
+            ++completed[i];
+            if (post_read(i, d.wr_id) != Status::kOk) failed = true;
+          }
+        }
+        return failed || completed[0] + completed[1] >= 400;
+      },
+      50 * kMillisecond);
+  EXPECT_FALSE(failed);
+  std::printf("reads completed: %lu and %lu\n", static_cast<unsigned long>(completed[0]),
+              static_cast<unsigned long>(completed[1]));
+  EXPECT_GE(completed[0], 100u);
+  EXPECT_GE(completed[1], 100u);
+}
+
+}  // namespace
+}  // namespace metaroce::test
