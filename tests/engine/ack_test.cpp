@@ -13,9 +13,6 @@
 namespace metaroce::test {
 namespace {
 
-// ACK-1's exception for a receive buffer of one path (a UDP GRO buffer): fed
-// before draining, its packets draw one ACK covering them all; CE-marked ones
-// fed packet by packet still draw one each (ACK-2), as the UDP driver does.
 TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
   // Four packets on four paths; the 2nd path's and the 3rd's are held back 5
   // and 8 us, as a sprayed message's packets arrive over paths of unequal
@@ -53,6 +50,9 @@ TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
   EXPECT_LT(loop.now().ns - t0.ns, 2 * loop.delay_ns + 8'000 + 1'000);
 }
 
+// ACK-1's exception for a receive buffer of one path (a UDP GRO buffer): fed
+// before draining, its packets draw one ACK covering them all; CE-marked ones
+// fed packet by packet still draw one each (ACK-2), as the UDP driver does.
 TEST(Engine, BurstFedBeforeDrainingDrawsOneAck) {  // ACK-1, ACK-2
   for (const bool ce : {false, true}) {
     EndpointConfig c = cfg(150);

@@ -255,7 +255,6 @@ TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
   EXPECT_EQ(st->timeouts, 0u);
   EXPECT_EQ(st->retransmissions, 8u);
   EXPECT_LT(loop.now().since(start), 5 * kMillisecond);
-  (void)b;
 }
 
 }  // namespace

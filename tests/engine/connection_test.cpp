@@ -13,11 +13,6 @@
 namespace metaroce::test {
 namespace {
 
-struct BadCase {
-  const char* name;
-  Status expect;
-};
-
 TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
   for (int kind = 0; kind < 4; ++kind) {
     SCOPED_TRACE(kind);
