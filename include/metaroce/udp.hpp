@@ -157,6 +157,12 @@ class UdpEndpoint {
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
   // kVersionMismatch, kInvalidArgument (bad address); all name peer and conn.
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
+  // Non-blocking: starts the handshake and returns the connection at once,
+  // CONNECTING. Work may be posted on it right away; it goes out once the
+  // peer accepts (spec CONN-6), as a connectionless endpoint that connects on
+  // first use needs. progress() runs the handshake; state() tells how it
+  // ended (a failure also flushes the posted work with its status).
+  Error connect_start(const std::string& address, ConnId& out);
   // Next incoming connection; kConnectTimeout if none arrives in time.
   Error accept(std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: the next accepted connection, if any.

@@ -549,6 +549,33 @@ TEST(Udp, PeerDisappears) {
   EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kError);
 }
 
+// Connection on first use: a WRITE posted right after connect_start, before
+// the handshake, goes out once the server accepts.
+TEST(Udp, WritePostedWhileConnectingLands) {
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  std::vector<uint8_t> src(100000), dst(100000, 0);
+  fill_pattern(src, 5);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  ConnId c;
+  ASSERT_FALSE(client->connect_start(server->local_address(), c));
+  EXPECT_EQ(client->state(c), metaroce::udp::ConnState::kConnecting);
+  ASSERT_FALSE(client->write(c, 1, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                             dmr.addr, dmr.rkey));
+  const auto done = drive(*client, *server, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(client->state(c), metaroce::udp::ConnState::kEstablished);
+  EXPECT_EQ(src, dst);
+  ConnId a;
+  EXPECT_TRUE(server->try_accept(a));
+  const Error bad = client->connect_start("not an address", c);
+  EXPECT_EQ(bad.status, Status::kInvalidArgument) << bad.message;
+}
+
 // Two clients (two peers, as a libfabric RDM endpoint sees them) SEND to a
 // server that posts receives only to its shared queue (spec PLACE-6).
 TEST(Udp, SharedReceivesServeTwoPeers) {

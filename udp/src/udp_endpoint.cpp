@@ -94,6 +94,37 @@ Error UdpEndpoint::deregister_memory(uint32_t lkey) {
 Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds timeout,
                            ConnId& out) {
   out = ConnId{};
+  ConnId id;
+  if (Error e = connect_start(address, id)) return e;
+  PeerAddr peer;
+  {
+    auto lk = impl_->guard();
+    peer = impl_->conns[id.v].peer;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const bool done = impl_->run_until(
+      [&] { return impl_->conns[id.v].state != ConnState::kConnecting; }, deadline);
+  auto lk = impl_->guard();
+  const ConnInfo ci = impl_->conns[id.v];
+  if (done && ci.state == ConnState::kEstablished) {
+    out = id;
+    return {};
+  }
+  if (!done) {
+    impl_->eng->close(id, clock_now());
+    impl_->conns[id.v].state = ConnState::kError;
+    impl_->conns[id.v].status = Status::kConnectTimeout;
+    return impl_->make_error(Status::kConnectTimeout,
+                             "connect to " + format_address(peer) + " timed out after " +
+                                 std::to_string(timeout.count()) + " ms",
+                             id);
+  }
+  return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
+                           "connect to " + format_address(peer) + " failed", id);
+}
+
+Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
+  out = ConnId{};
   PeerAddr peer;
   std::string why;
   if (!parse_address(address, kDefaultPort, peer, &why)) {
@@ -125,26 +156,8 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
     ci.peer = peer;
   }
   impl_->wake_thread();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const bool done = impl_->run_until(
-      [&] { return impl_->conns[id.v].state != ConnState::kConnecting; }, deadline);
-  auto lk = impl_->guard();
-  const ConnInfo ci = impl_->conns[id.v];
-  if (done && ci.state == ConnState::kEstablished) {
-    out = id;
-    return {};
-  }
-  if (!done) {
-    impl_->eng->close(id, clock_now());
-    impl_->conns[id.v].state = ConnState::kError;
-    impl_->conns[id.v].status = Status::kConnectTimeout;
-    return impl_->make_error(Status::kConnectTimeout,
-                             "connect to " + format_address(peer) + " timed out after " +
-                                 std::to_string(timeout.count()) + " ms",
-                             id);
-  }
-  return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
-                           "connect to " + format_address(peer) + " failed", id);
+  out = id;
+  return {};
 }
 
 bool UdpEndpoint::try_accept(ConnId& out) {
