@@ -2,6 +2,7 @@
 // several of them share.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "metaroce/conformance/suite.hpp"
@@ -32,6 +33,12 @@ bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::st
 // receives the next 200 us of what it sends.
 bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector<Reply>& sent,
                                 std::string& why);
+// The first data packet of each path slot among `data`: what the target's
+// paths were "at first" (a path retired since sends from a new entropy
+// under a new generation, PATH-2).
+std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data);
+// Fails unless every path_tag among `data` was sent from one source port.
+bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
 constexpr uint64_t kTesterRkey = 0x1111222233334444ull;
 constexpr uint64_t kTesterAddr = 0x10000;
 

@@ -1,5 +1,6 @@
 #include "peer.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -26,6 +27,15 @@ std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op) {
   std::vector<const Reply*> out;
   for (const Reply& r : rs)
     if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == op) out.push_back(&r);
+  return out;
+}
+
+std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs) {
+  std::vector<const Reply*> out;
+  for (const Reply* r : rs)
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const Reply* o) { return o->pkt.bh.psn == r->pkt.bh.psn; }))
+      out.push_back(r);
   return out;
 }
 

@@ -88,6 +88,9 @@ class Peer {
 // temporary would not, in a range-for: hence the deleted overload).
 std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op);
 std::vector<const Reply*> of(std::vector<Reply>&& rs, wire::Opcode op) = delete;
+// The first copy of each PSN among `rs`: a target in real time may resend a
+// packet (its tail-loss probe) before the tester answers it.
+std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs);
 std::string hex32(uint64_t v);
 
 }  // namespace metaroce::conformance

@@ -24,7 +24,7 @@ Outcome check_read1(Target& t) {
   if (!target_connects(t, p, conn, req, why)) return fail(why);
   if (!target_reads(t, conn, into, 10000, 5)) return fail("the target refused a READ");
   const std::vector<Reply> rs = p.run(100'000);
-  const auto reqs = of(rs, wire::Opcode::kReadReq);
+  const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.size() != 1) return fail("expected one READ_REQ, saw " + std::to_string(reqs.size()));
   const wire::Packet& k = reqs.front()->pkt;
   if (k.bh.psn != p.target_initial_psn) return fail("the READ_REQ is not the first PSN");
@@ -62,7 +62,7 @@ Outcome check_read3(Target& t) {
     if (!target_reads(t, conn, part, 100, i)) return fail("the target refused a READ");
   }
   const std::vector<Reply> rs = p.run(100'000);
-  const auto reqs = of(rs, wire::Opcode::kReadReq);
+  const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.size() != 1)
     return fail(std::to_string(reqs.size()) + " READ_REQs outstanding against max_reads 1");
   // Answer it: the next one may go.
@@ -70,8 +70,10 @@ Outcome check_read3(Target& t) {
   const Bytes data(100, 0x31);
   p.send(p.read_resp(p.next_psn++, 0, 0, 100, data));
   const std::vector<Reply> after = p.run(100'000);
-  if (of(after, wire::Opcode::kReadReq).size() != 1)
-    return fail("the second READ did not follow the first one's response");
+  size_t fresh = 0;  // READ_REQs other than the first (its resends do not count)
+  for (const Reply* r : firsts(of(after, wire::Opcode::kReadReq)))
+    fresh += r->pkt.bh.psn != reqs.front()->pkt.bh.psn;
+  if (fresh != 1) return fail("the second READ did not follow the first one's response");
   return pass();
 }
 
@@ -86,15 +88,17 @@ Outcome check_read4(Target& t) {
   const uint32_t psn = p.next_psn++;
   const Bytes rq = p.read_req(psn, 0, src.rkey, src.addr, 8000);
   const std::vector<Reply> first = p.exchange(rq);
-  const auto resp = of(first, wire::Opcode::kReadResp);
+  const auto resp = firsts(of(first, wire::Opcode::kReadResp));
   if (resp.size() != 2) return fail("expected 2 READ_RESPs, saw " + std::to_string(resp.size()));
   uint32_t last = 0;
   for (const Reply* r : resp) last = std::max(last, r->pkt.bh.psn);
   for (const Reply* r : resp) p.send(p.ack(last + 1, *r), r->entropy);
   (void)p.run(100'000);
   const std::vector<Reply> again = p.exchange(rq, 200'000);
-  if (!of(again, wire::Opcode::kReadResp).empty())
-    return fail("a duplicate READ_REQ was answered again");
+  // Resends of the first response may still come; a second response would
+  // take new PSNs.
+  for (const Reply* r : of(again, wire::Opcode::kReadResp))
+    if (r->pkt.bh.psn > last) return fail("a duplicate READ_REQ was answered again");
   bool dup = false;
   for (const Reply* a : of(again, wire::Opcode::kAck))
     dup |= a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoDup);

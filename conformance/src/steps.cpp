@@ -56,6 +56,25 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
   return true;
 }
 
+std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data) {
+  std::map<uint16_t, const Reply*> out;
+  for (const Reply* d : data) out.emplace(d->pkt.bh.path_tag & 31, d);
+  return out;
+}
+
+bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why) {
+  std::map<uint16_t, uint16_t> port_of_tag;
+  for (const Reply* d : data) {
+    const auto [it, fresh] = port_of_tag.emplace(d->pkt.bh.path_tag, d->entropy);
+    if (!fresh && it->second != d->entropy) {
+      why = "path_tag " + hex32(d->pkt.bh.path_tag) + " sent from ports " +
+            std::to_string(it->second) + " and " + std::to_string(d->entropy);
+      return false;
+    }
+  }
+  return true;
+}
+
 bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::string& why) {
   Region src;
   if (!t.register_memory(len, 0, src)) {

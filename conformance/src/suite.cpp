@@ -63,7 +63,7 @@ std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make,
   for (const Check& c : kChecks) {
     if (!rule.empty() && !names(c.rule, rule)) continue;
     std::unique_ptr<Target> t = make();
-    out.push_back({&c, c.run(*t)});
+    out.push_back({&c, t ? c.run(*t) : Outcome{false, "the target could not be opened"}});
   }
   return out;
 }

@@ -47,22 +47,17 @@ Outcome check_enc3(Target& t) {
   std::vector<Reply> rs;
   std::string why;
   if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
-  std::map<uint16_t, uint16_t> port_of_slot;
-  for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
-    const uint16_t slot = d->pkt.bh.path_tag & 31;
-    const auto [it, fresh] = port_of_slot.emplace(slot, d->entropy);
-    if (!fresh && it->second != d->entropy)
-      return fail("path slot " + std::to_string(slot) + " sent from ports " +
-                  std::to_string(it->second) + " and " + std::to_string(d->entropy));
-  }
+  const auto data = of(rs, wire::Opcode::kWrite);
+  if (!one_port_per_tag(data, why)) return fail(why);
+  const auto first = first_per_slot(data);
   std::set<uint16_t> ports;
-  for (const auto& [slot, port] : port_of_slot) ports.insert(port);
-  if (port_of_slot.size() < 2) return fail("the 64 KiB WRITE used fewer than 2 paths");
-  if (ports.size() != port_of_slot.size()) return fail("two path slots share a source port");
+  for (const auto& [slot, d] : first) ports.insert(d->entropy);
+  if (first.size() < 2) return fail("the 64 KiB WRITE used fewer than 2 paths");
+  if (ports.size() != first.size()) return fail("two path slots share a source port");
   // The tester's own source port changes mid-connection: still served.
   Region r;
   if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
-  for (uint16_t port : {uint16_t{50001}, uint16_t{50777}}) {
+  for (uint16_t port : {uint16_t{50001}, uint16_t{50007}}) {
     const uint32_t psn = p.next_psn++;
     if (!acked(p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, port), psn))
       return fail("no ACK for a WRITE from source port " + std::to_string(port));

@@ -1,5 +1,7 @@
-// metaroce-conform: the conformance suite against the reference engine.
-//   metaroce-conform [--rule ID] [--json] [--list]
+// metaroce-conform: the conformance suite against the reference engine, in
+// process (--target engine) or behind the UDP driver on real sockets
+// (--target udp).
+//   metaroce-conform [--target engine|udp] [--rule ID] [--json] [--list]
 // Exit status 0 when every check run passed, 1 otherwise, 2 on bad options.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -7,13 +9,16 @@
 
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/suite.hpp"
+#include "metaroce/conformance/udp_target.hpp"
 
 namespace mc = metaroce::conformance;
 
 int main(int argc, char** argv) {
   CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
-  std::string rule;
+  std::string rule, which = "engine";
   bool json = false, list = false;
+  app.add_option("--target", which, "the implementation under test")
+      ->check(CLI::IsMember({"engine", "udp"}));
   app.add_option("--rule", rule, "run only the checks of this rule ID (e.g. PLACE-2)");
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--list", list, "list the checks and exit");
@@ -25,8 +30,21 @@ int main(int argc, char** argv) {
                   static_cast<int>(c.title.size()), c.title.data());
     return 0;
   }
-  const auto target = [] { return std::make_unique<mc::EngineTarget>(); };
-  const std::string name = mc::EngineTarget().name();
+  std::string name, why;
+  const auto target = [&]() -> std::unique_ptr<mc::Target> {
+    std::unique_ptr<mc::Target> t;
+    if (which == "udp")
+      t = mc::UdpTarget::open(why);
+    else
+      t = std::make_unique<mc::EngineTarget>();
+    if (t) name = t->name();
+    return t;
+  };
+  if (!target()) {
+    std::fprintf(stderr, "metaroce-conform: cannot open the %s target: %s\n", which.c_str(),
+                 why.c_str());
+    return 2;
+  }
   const std::vector<mc::Result> results = mc::run(target, rule);
   if (results.empty()) {
     std::fprintf(stderr, "metaroce-conform: no check names rule '%s' (--list shows them)\n",

@@ -1,0 +1,60 @@
+// The reference UDP driver (include/metaroce/udp.hpp) as a conformance
+// target, over real sockets and in real time: the implementation under test
+// is a UdpEndpoint on 127.0.0.1, the tester sends from its own sockets on
+// 127.0.0.3 and a stranger's on 127.0.0.4. The tester's source ports
+// 50000-50015 of the checks are mapped onto a block of 16 ports chosen at
+// open(), and so are the target's own entropy values (its block is the same
+// 16 numbers), so that ACK-7's "reply from the port of the packet echoed"
+// holds exactly and reads the same as with the engine in process.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metaroce/conformance/target.hpp"
+#include "metaroce/udp.hpp"
+
+namespace metaroce::conformance {
+
+class UdpTarget : public Target {
+ public:
+  static constexpr uint16_t kTesterPorts = 16;  // check ports 50000..50015
+  // nullptr and `why` when the sockets cannot be had (no free port block, or
+  // no 127.0.0.3 / 127.0.0.4 on this host).
+  static std::unique_ptr<UdpTarget> open(std::string& why);
+  ~UdpTarget() override;
+
+  [[nodiscard]] std::string name() const override;
+  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+               bool stranger) override;
+  // Real time, at least 2 ms: a reply the engine sends at once must cross
+  // the kernel and a progress round first.
+  std::vector<Sent> run_for(uint64_t ns) override;
+  bool register_memory(uint64_t length, uint32_t access, Region& out) override;
+  bool deregister_memory(const Region& r) override;
+  std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
+  void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
+  bool connect_to_tester(ConnId& out) override;
+  ConnId accepted() override { return accepted_; }
+  size_t accepted_count() override { return accepted_count_; }
+  Status post_send(ConnId conn, const SendWr& wr) override;
+  Status post_recv(ConnId conn, const RecvWr& wr) override;
+  bool poll_completion(Completion& out) override;
+
+ private:
+  UdpTarget() = default;
+  void receive(int fd, bool stranger, std::vector<Sent>& out);
+
+  std::unique_ptr<udp::UdpEndpoint> iut_;
+  uint16_t base_ = 0;                                // the real port of check port 50000
+  std::vector<int> tester_fds_;                      // 127.0.0.3:base_ + i
+  int stranger_fd_ = -1;                             // 127.0.0.4:base_
+  std::map<uint32_t, std::vector<uint8_t>> memory_;  // by lkey
+  std::vector<uint8_t> buf_ = std::vector<uint8_t>(70000);
+  ConnId accepted_;
+  size_t accepted_count_ = 0;
+};
+
+}  // namespace metaroce::conformance
