@@ -67,7 +67,7 @@ bool EngineTarget::register_memory(uint64_t length, uint32_t access, Region& out
   MemoryRegion mr;
   if (ep_->register_memory(mem.data(), mem.size(), access, mr) != Status::kOk) return false;
   out = Region{mr.addr, length, mr.rkey, mr.lkey};
-  memory_[mr.lkey] = std::move(mem);  // the heap block does not move with the vector
+  memory_.add(mr.lkey, std::move(mem));
   return true;
 }
 
@@ -76,19 +76,11 @@ bool EngineTarget::deregister_memory(const Region& r) {
 }
 
 std::vector<uint8_t> EngineTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
-  const auto it = memory_.find(r.lkey);
-  if (it == memory_.end() || offset > it->second.size() || length > it->second.size() - offset)
-    return {};
-  const auto from = it->second.begin() + static_cast<long>(offset);
-  return {from, from + static_cast<long>(length)};
+  return memory_.read(r.lkey, offset, length);
 }
 
 void EngineTarget::write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) {
-  const auto it = memory_.find(r.lkey);
-  if (it == memory_.end() || offset > it->second.size() ||
-      bytes.size() > it->second.size() - offset)
-    return;
-  std::memcpy(it->second.data() + offset, bytes.data(), bytes.size());
+  memory_.write(r.lkey, offset, bytes);
 }
 
 bool EngineTarget::connect_to_tester(ConnId& out) {

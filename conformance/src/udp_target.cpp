@@ -146,26 +146,18 @@ bool UdpTarget::register_memory(uint64_t length, uint32_t access, Region& out) {
   MemoryRegion mr;
   if (iut_->register_memory(mem.data(), mem.size(), access, mr)) return false;
   out = Region{mr.addr, length, mr.rkey, mr.lkey};
-  memory_[mr.lkey] = std::move(mem);
+  memory_.add(mr.lkey, std::move(mem));
   return true;
 }
 
 bool UdpTarget::deregister_memory(const Region& r) { return !iut_->deregister_memory(r.lkey); }
 
 std::vector<uint8_t> UdpTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
-  const auto it = memory_.find(r.lkey);
-  if (it == memory_.end() || offset > it->second.size() || length > it->second.size() - offset)
-    return {};
-  const auto from = it->second.begin() + static_cast<long>(offset);
-  return {from, from + static_cast<long>(length)};
+  return memory_.read(r.lkey, offset, length);
 }
 
 void UdpTarget::write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) {
-  const auto it = memory_.find(r.lkey);
-  if (it == memory_.end() || offset > it->second.size() ||
-      bytes.size() > it->second.size() - offset)
-    return;
-  std::memcpy(it->second.data() + offset, bytes.data(), bytes.size());
+  memory_.write(r.lkey, offset, bytes);
 }
 
 bool UdpTarget::connect_to_tester(ConnId& out) {

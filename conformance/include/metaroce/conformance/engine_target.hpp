@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "metaroce/conformance/memory_store.hpp"
 #include "metaroce/conformance/target.hpp"
 
 namespace metaroce::conformance {
@@ -40,7 +41,7 @@ class EngineTarget : public Target {
   std::unique_ptr<Endpoint> ep_;
   TimeNs now_{1'000'000'000};
   PeerAddr tester_, stranger_;
-  std::map<uint32_t, std::vector<uint8_t>> memory_;  // by lkey
+  MemoryStore memory_;
   std::vector<uint8_t> buf_;
   ConnId accepted_;
   size_t accepted_count_ = 0;

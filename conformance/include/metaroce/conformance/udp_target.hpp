@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "metaroce/conformance/memory_store.hpp"
 #include "metaroce/conformance/target.hpp"
 #include "metaroce/udp.hpp"
 
@@ -48,10 +49,10 @@ class UdpTarget : public Target {
   void receive(int fd, bool stranger, std::vector<Sent>& out);
 
   std::unique_ptr<udp::UdpEndpoint> iut_;
-  uint16_t base_ = 0;                                // the real port of check port 50000
-  std::vector<int> tester_fds_;                      // 127.0.0.3:base_ + i
-  int stranger_fd_ = -1;                             // 127.0.0.4:base_
-  std::map<uint32_t, std::vector<uint8_t>> memory_;  // by lkey
+  uint16_t base_ = 0;            // the real port of check port 50000
+  std::vector<int> tester_fds_;  // 127.0.0.3:base_ + i
+  int stranger_fd_ = -1;         // 127.0.0.4:base_
+  MemoryStore memory_;
   std::vector<uint8_t> buf_ = std::vector<uint8_t>(70000);
   ConnId accepted_;
   size_t accepted_count_ = 0;

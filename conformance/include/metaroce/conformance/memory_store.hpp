@@ -1,0 +1,38 @@
+// Memory a target's agent allocated for the checks, by local key, with the
+// bounds-checked reads and writes both targets give the checks.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <span>
+#include <vector>
+
+namespace metaroce::conformance {
+
+class MemoryStore {
+ public:
+  // Keeps `mem` (registered by the caller under `lkey`); its bytes do not move.
+  void add(uint32_t lkey, std::vector<uint8_t> mem) { regions_[lkey] = std::move(mem); }
+  // Empty when the range is not inside the region.
+  [[nodiscard]] std::vector<uint8_t> read(uint32_t lkey, uint64_t offset, uint64_t length) const {
+    const auto it = regions_.find(lkey);
+    if (it == regions_.end() || offset > it->second.size() || length > it->second.size() - offset)
+      return {};
+    const auto from = it->second.begin() + static_cast<long>(offset);
+    return {from, from + static_cast<long>(length)};
+  }
+  // Nothing when the range is not inside the region.
+  void write(uint32_t lkey, uint64_t offset, std::span<const uint8_t> bytes) {
+    const auto it = regions_.find(lkey);
+    if (it == regions_.end() || offset > it->second.size() ||
+        bytes.size() > it->second.size() - offset)
+      return;
+    std::memcpy(it->second.data() + offset, bytes.data(), bytes.size());
+  }
+
+ private:
+  std::map<uint32_t, std::vector<uint8_t>> regions_;
+};
+
+}  // namespace metaroce::conformance
