@@ -1,7 +1,9 @@
 // Endpoint::Impl: the engine's internals, split by job over several files:
 //   endpoint.cpp  dispatch, timers, output scheduling, getters
 //   handshake.cpp connection setup and teardown (CONN-*)
-//   sender.cpp    send queue, segmentation, ACK/NAK processing, loss (LOSS-*)
+//   sender.cpp    send queue, path choice, segmentation, data packets (SCHED-*)
+//   acks.cpp      ACK/NAK processing and the completions they release (ACK-*, NAK-*)
+//   loss.cpp      per-path send order, loss detection, timeouts (LOSS-*)
 //   receiver.cpp  validation, placement, ACK generation (SEQ-*, PLACE-*, ACK-*)
 //   path.cpp      per-path congestion control and health (CC-*, PATH-*)
 #pragma once
@@ -173,7 +175,7 @@ struct Endpoint::Impl {
                                  TimeNs now);
   [[gnu::cold]] void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
 
-  // ---- sender.cpp ----
+  // ---- sender.cpp (sending), acks.cpp (what comes back), loss.cpp (losses, timeouts) ----
   Status post_send(detail::Connection& c, const SendWr& wr);
   template <bool gather>
   bool emit_data(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
