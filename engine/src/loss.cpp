@@ -8,8 +8,6 @@
 namespace metaroce {
 using detail::before;
 using detail::Connection;
-using detail::ConnState;
-using detail::kFix;
 using detail::Path;
 using detail::TxCtx;
 using detail::TxRecord;
