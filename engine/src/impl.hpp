@@ -1,5 +1,8 @@
 // Endpoint::Impl: the engine's internals, split by job over several files:
-//   endpoint.cpp  dispatch, timers, output scheduling, getters
+//   endpoint.cpp  construction, connection table, contexts, public API, getters
+//   input.cpp     datagram decoding and dispatch
+//   output.cpp    output scheduling (which connection sends next) and orphan replies
+//   timers.cpp    the timer heap and what each deadline does
 //   handshake.cpp connection setup and teardown (CONN-*)
 //   sender.cpp    send queue, path choice, segmentation, data packets (SCHED-*)
 //   acks.cpp      ACK/NAK processing and the completions they release (ACK-*, NAK-*)
@@ -24,6 +27,11 @@
 #include "timer_heap.hpp"
 
 namespace metaroce {
+
+// A connection id: the generation of its table slot above the slot's index
+// + 1 (0 is no connection), so that a reused slot does not answer an old id.
+inline constexpr uint32_t kConnIndexBits = 20;
+inline constexpr uint32_t kConnIndexMask = (1u << kConnIndexBits) - 1;
 
 struct Endpoint::Impl {
   explicit Impl(const EndpointConfig& c);
@@ -87,11 +95,29 @@ struct Endpoint::Impl {
   Ring<Orphan> orphans;
 
   // ---- endpoint.cpp ----
-  detail::Connection* find(ConnId id) const;
+  // Inline: every datagram and every API call looks its connection up.
+  [[nodiscard]] detail::Connection* find(ConnId id) const {
+    // An invalid id (0) wraps to an index past any table.
+    const uint32_t index = (id.v & kConnIndexMask) - 1;
+    if (index >= conn_slots || !conns[index]) return nullptr;
+    detail::Connection* c = conns[index].get();
+    return c->id == id ? c : nullptr;
+  }
   detail::Connection* create_connection(const PeerAddr& peer);
   void destroy_connection(detail::Connection& c);
-  void mark_ready(detail::Connection& c);
-  void update_timer(detail::Connection& c);
+  void mark_ready(detail::Connection& c) {
+    if (in_ready[c.index]) return;
+    in_ready[c.index] = 1;
+    ready.push(c.index);
+  }
+  // Deadlines are recomputed lazily: a connection touched by many packets in
+  // one batch is marked once and its deadline computed once, when the driver
+  // next asks for next_timeout() or hands in a timeout (timers.cpp).
+  void update_timer(detail::Connection& c) {
+    if (c.timer_dirty) return;
+    c.timer_dirty = true;
+    timer_dirty.push_back(c.index);
+  }
   void flush_timers();
   void compute_timer(detail::Connection& c);
   std::vector<uint32_t> timer_dirty;

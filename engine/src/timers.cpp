@@ -1,0 +1,171 @@
+// Timers: each connection's next deadline, kept lazily in one heap, and
+// what happens when it passes (handshake retries, RTOs, tail-loss probes,
+// pacing, delayed ACKs, context release; spec CONN-2, LOSS-4/5/8, ACK-5).
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "impl.hpp"
+
+namespace metaroce {
+using detail::Connection;
+using detail::ConnState;
+
+// The deadlines update_timer (impl.hpp) marked, computed once each.
+void Endpoint::Impl::flush_timers() {
+  for (const uint32_t index : timer_dirty) {
+    Connection* c = conns[index].get();
+    if (c == nullptr || !c->timer_dirty) continue;
+    c->timer_dirty = false;
+    compute_timer(*c);
+  }
+  timer_dirty.clear();
+}
+
+void Endpoint::Impl::compute_timer(Connection& c) {
+  TimeNs t = c.control_deadline;
+  t = std::min(t, c.ack_deadline);
+  bool outstanding = false;
+  // CC-6: a paced path with nothing in flight hears no ACK and runs no RTO,
+  // so its pacing deadline is what wakes the sender, whatever it has left to
+  // send: new messages, READ responses (READ-2) or retransmissions (SCHED-2).
+  const bool unsent = c.tx && c.tx->has_unsent();
+  // Path timers run only on an established connection (run_timers serves
+  // them only then); counting them in other states would spin the driver.
+  const uint8_t timed_paths = c.state == ConnState::kEstablished ? c.num_paths : 0;
+  for (uint8_t i = 0; i < timed_paths; ++i) {
+    const detail::Path& p = c.paths[i];
+    if (p.inflight > 0) {
+      t = std::min(t, std::min(p.rto_deadline, p.tlp_deadline));
+      outstanding = true;
+    }
+    if (p.state == PathState::kProbing) t = std::min(t, p.probe_deadline);
+    if (p.inflight == 0 && p.next_send > last_now && unsent)
+      t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
+  }
+  if (c.tx && (c.tx->retx_head != c.tx->retx_tail)) outstanding = true;
+  if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail)
+    t = std::min(t, c.rnr_until);
+  if (outstanding && c.state == ConnState::kEstablished)
+    t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
+  if (tx_idle(c) || rx_idle(c)) t = std::min(t, c.last_activity + cfg.context_idle_ns);
+  // A deadline already passed is due at the next call, never in a loop
+  // inside this one.
+  if (t != TimeNs::never() && t <= last_now) t = last_now + 1;
+  timers.set(c.index, t, timer_pos);
+}
+
+void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
+  if (c.rnr_until <= now) c.rnr_until = TimeNs{0};
+  if (c.control_deadline <= now) {
+    c.control_deadline = TimeNs::never();
+    if (c.state == ConnState::kConnecting) {
+      if (c.attempts >= cfg.connect_attempts) {
+        push_event(EventKind::kConnectFailed, c, Status::kConnectTimeout);
+        flush_all(c, Status::kConnectTimeout, 0);
+        destroy_connection(c);
+        return;
+      }
+      c.owe.connect = true;
+    } else if (c.state == ConnState::kClosing) {
+      if (c.attempts >= cfg.connect_attempts) {
+        push_event(EventKind::kClosed, c, Status::kPeerUnreachable);
+        destroy_connection(c);
+        return;
+      }
+      c.owe.disconnect = true;
+    }
+  }
+  if (c.ack_deadline <= now) {
+    c.ack_deadline = TimeNs::never();
+    if (c.unacked > 0 && c.echo_count == 0) c.echoes[c.echo_count++] = c.latest;  // ACK-5
+  }
+  if (c.state == ConnState::kEstablished) {
+    for (uint8_t i = 0; i < c.num_paths; ++i) {
+      detail::Path& p = c.paths[i];
+      if (p.inflight > 0 && p.rto_deadline <= now) on_rto(c, i, now);
+      if (p.inflight > 0 && p.state == PathState::kActive && p.tlp_deadline <= now) {
+        if (p.tlp_outstanding && p.held) {
+          if (c.last_progress > p.tlp_sent) {
+            // LOSS-8: nothing came back on the path since its tail-loss
+            // probe, answer included, while the peer was heard from: the
+            // path's RTO, early, rather than leaving the rest of its packets
+            // to wait for the real one.
+            on_rto(c, i, now);
+          } else {
+            // The peer itself is silent (a paused process, a busy host): no
+            // path is to blame. Look again a timer later; the RTO guards.
+            p.tlp_deadline = now + tlp_answer_timeout(p);
+          }
+        } else if (c.tx && detect_losses(c, *c.tx, i, now, 1)) {
+          // LOSS-2's time form: a later packet of the path was acknowledged
+          // a quarter round trip ago and these were not. Lost, not a tail:
+          // no probe is needed to find them.
+          p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
+        } else {
+          c.owe.tlp |= 1u << i;  // LOSS-8
+          p.tlp_deadline = TimeNs::never();
+          // LOSS-8: the path's oldest packet goes again on another path now,
+          // rather than one probe round trip later; the path takes no new
+          // data until it answers, so a dead path is not refilled meanwhile.
+          if (c.tx) {
+            trim_ring(c, i);
+            if (detail::TxRecord* r = in_flight_at(c, *c.tx, i, p.ring_head)) {
+              declare_lost(c, *c.tx, *r, now, false, false);
+              // Held only while packets stay in flight: their RTO (LOSS-5)
+              // then still guards the path if the probe gets no answer.
+              p.held = p.inflight > 0;
+            }
+          }
+        }
+      }
+      if (p.state == PathState::kProbing && p.probe_deadline <= now) {
+        // An unanswered probe is one more timeout (PATH-4); a new entropy can
+        // hash onto the same broken link, so it too is replaced in the end.
+        p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
+        if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
+          retire_path(c, i, now);
+        } else {
+          c.owe.probe |= 1u << i;
+          p.probe_deadline = now + path_rto(c, p);
+        }
+      }
+    }
+    bool outstanding = c.tx && (c.cum_acked != c.next_psn || c.tx->retx_head != c.tx->retx_tail);
+    if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
+      enter_error(c, Status::kPeerUnreachable, c.cum_acked, now);
+    }
+  }
+  maybe_release_ctx(c, now);
+  mark_ready(c);
+  update_timer(c);
+}
+
+void Endpoint::handle_timeout(TimeNs now) {
+  Impl& m = *impl_;
+  m.last_now = now;
+  m.flush_timers();
+  while (!m.timers.empty() && m.timers.top_time() <= now) {
+    const uint32_t index = m.timers.top_id();
+    Connection* c = m.conns[index].get();
+    if (c == nullptr) {
+      m.timers.remove(index, m.timer_pos);
+      continue;
+    }
+    m.timers.set(index, TimeNs::never(), m.timer_pos);
+    m.run_timers(*c, now);
+    // run_timers only marks: compute now, so that this loop sees the result.
+    if (m.conns[index] && m.conns[index]->timer_dirty) {
+      m.conns[index]->timer_dirty = false;
+      m.compute_timer(*m.conns[index]);
+    }
+  }
+  m.flush_timers();
+}
+
+TimeNs Endpoint::next_timeout() const {
+  impl_->flush_timers();
+  return impl_->timers.top_time();
+}
+
+}  // namespace metaroce
