@@ -12,6 +12,7 @@ namespace metaroce::conformance {
 
 inline Outcome fail(std::string why) { return {false, std::move(why)}; }
 inline Outcome pass(std::string what = {}) { return {true, std::move(what)}; }
+inline Outcome skip(std::string why) { return {true, std::move(why), true}; }
 
 // The tester connects to the target; false with `why` if it did not answer.
 bool tester_connects(Peer& peer, std::string& why, uint64_t nonce = 0xC0FFEE);
@@ -63,6 +64,9 @@ Outcome check_place2(Target& t);
 Outcome check_mr1(Target& t);
 Outcome check_mr2(Target& t);
 Outcome check_mr3(Target& t);
+// timing_checks.cpp
+Outcome check_loss4(Target& t);
+Outcome check_cc3(Target& t);
 // read.cpp
 Outcome check_read1(Target& t);
 Outcome check_read3(Target& t);

@@ -93,4 +93,8 @@ Status EngineTarget::post_recv(ConnId conn, const RecvWr& wr) { return ep_->post
 
 bool EngineTarget::poll_completion(Completion& out) { return ep_->poll_completion(out); }
 
+bool EngineTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
+  return ep_->path_stats(conn, path, out);
+}
+
 }  // namespace metaroce::conformance

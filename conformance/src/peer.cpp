@@ -139,7 +139,7 @@ Bytes Peer::read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t
   return seal(std::move(p), h, payload.size());
 }
 
-Bytes Peer::ack(uint32_t cum, const Reply& echo) const {
+Bytes Peer::ack(uint32_t cum, const Reply& echo, uint8_t flags) const {
   wire::BaseHeader bh = header(wire::Opcode::kAck, 0);
   bh.flags = 0;
   wire::AckBody a;
@@ -147,6 +147,7 @@ Bytes Peer::ack(uint32_t cum, const Reply& echo) const {
   a.echo_psn = echo.pkt.bh.psn;
   a.echo_tsval = echo.pkt.bh.tsval;
   a.echo_path_tag = echo.pkt.bh.path_tag;
+  a.flags = flags;
   Bytes p(256);
   const size_t h = wire::write_ack(p, bh, a);
   return seal(std::move(p), h, 0);

@@ -53,8 +53,8 @@ class Peer {
   Bytes read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t msg_len,
                   std::span<const uint8_t> payload) const;
   // An ACK of everything before `cum`, echoing `echo` (a data packet of the
-  // target's).
-  Bytes ack(uint32_t cum, const Reply& echo) const;
+  // target's) with the echo flags `flags` (wire::kAckEcho*).
+  Bytes ack(uint32_t cum, const Reply& echo, uint8_t flags = 0) const;
   // A packet with its dst_conn replaced (BAD-7) and the ICRC made good.
   static Bytes with_dst_conn(Bytes p, uint32_t dst_conn);
 

@@ -38,6 +38,8 @@ constexpr std::array kChecks = {
           "a range that wraps past 2^64 draws NAK 0x03; one ending at the region's end "
           "is accepted",
           check_mr3},
+    Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
+    Check{"CC-3", "alpha starts at 1 and converges to the marked fraction of packets", check_cc3},
     Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",
           check_read1},
     Check{"READ-3", "no more READs outstanding than the peer's max_reads", check_read3},

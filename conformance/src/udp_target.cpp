@@ -174,4 +174,11 @@ Status UdpTarget::post_recv(ConnId conn, const RecvWr& wr) {
 
 bool UdpTarget::poll_completion(Completion& out) { return iut_->poll_completion(out); }
 
+bool UdpTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
+  const std::vector<PathStats> all = iut_->path_stats(conn);
+  if (path >= all.size()) return false;
+  out = all[path];
+  return true;
+}
+
 }  // namespace metaroce::conformance

@@ -17,8 +17,10 @@ namespace {
 TEST(Conformance, EveryCheckPassesOnTheEngine) {
   const auto results = run([] { return std::make_unique<EngineTarget>(); });
   ASSERT_EQ(results.size(), checks().size());
-  for (const Result& r : results)
+  for (const Result& r : results) {
     EXPECT_TRUE(r.outcome.passed) << r.check->rule << ": " << r.outcome.detail;
+    EXPECT_FALSE(r.outcome.skipped) << r.check->rule << ": " << r.outcome.detail;
+  }
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -26,9 +28,13 @@ TEST(Conformance, EveryCheckPassesOnTheEngine) {
 class FaultyTarget : public EngineTarget {
  public:
   std::function<void(std::vector<Sent>&)> mutate;
+  // What the target receives passes through `mutate_in` first.
+  std::function<void(std::vector<uint8_t>&)> mutate_in;
   bool confuse_peers = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
-    EngineTarget::deliver(d, entropy, ce, stranger && !confuse_peers);
+    std::vector<uint8_t> bytes(d.begin(), d.end());
+    if (mutate_in) mutate_in(bytes);
+    EngineTarget::deliver(bytes, entropy, ce, stranger && !confuse_peers);
   }
   std::vector<Sent> run_for(uint64_t ns) override {
     std::vector<Sent> out = EngineTarget::run_for(ns);
@@ -113,6 +119,28 @@ TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
         const size_t h = s.bytes.size() - wire::kIcrcSize;
         ASSERT_EQ(wire::seal(s.bytes, h, 0), s.bytes.size());
       }
+    };
+  });
+}
+
+TEST(Conformance, IgnoredCeEchoesFailCc3) {
+  expect_fails("CC-3", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoCe);
+      d.assign(256, 0);
+      d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+    };
+  });
+}
+
+// An ACK that reaches the engine 50 us late: every RTT sample reads long.
+TEST(Conformance, LateAcksFailLoss4) {
+  expect_fails("LOSS-4", [](FaultyTarget& t) {
+    t.mutate_in = [&t](std::vector<uint8_t>& d) {
+      if (d.size() > 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck))
+        (void)t.EngineTarget::run_for(50'000);
     };
   });
 }

@@ -51,28 +51,37 @@ int main(int argc, char** argv) {
                  rule.c_str());
     return 2;
   }
-  size_t passed = 0;
-  for (const mc::Result& r : results) passed += r.outcome.passed;
+  size_t passed = 0, skipped = 0;
+  for (const mc::Result& r : results) {
+    skipped += r.outcome.skipped;
+    passed += r.outcome.passed && !r.outcome.skipped;
+  }
+  const size_t failed = results.size() - passed - skipped;
   if (json) {
     nlohmann::ordered_json j;
     j["target"] = name;
     j["passed"] = passed;
-    j["failed"] = results.size() - passed;
+    j["failed"] = failed;
+    j["skipped"] = skipped;
     j["checks"] = nlohmann::json::array();
     for (const mc::Result& r : results)
       j["checks"].push_back({{"rule", r.check->rule},
                              {"title", r.check->title},
                              {"passed", r.outcome.passed},
+                             {"skipped", r.outcome.skipped},
                              {"detail", r.outcome.detail}});
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("target: %s\n", name.c_str());
     for (const mc::Result& r : results)
-      std::printf("  %-4s %-14.*s %.*s%s%s\n", r.outcome.passed ? "ok" : "FAIL",
+      std::printf("  %-4s %-14.*s %.*s%s%s\n",
+                  r.outcome.skipped  ? "skip"
+                  : r.outcome.passed ? "ok"
+                                     : "FAIL",
                   static_cast<int>(r.check->rule.size()), r.check->rule.data(),
                   static_cast<int>(r.check->title.size()), r.check->title.data(),
                   r.outcome.detail.empty() ? "" : ": ", r.outcome.detail.c_str());
-    std::printf("%zu passed, %zu failed\n", passed, results.size() - passed);
+    std::printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
   }
-  return passed == results.size() ? 0 : 1;
+  return failed == 0 ? 0 : 1;
 }

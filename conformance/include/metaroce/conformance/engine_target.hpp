@@ -21,6 +21,7 @@ class EngineTarget : public Target {
   ~EngineTarget() override;
 
   [[nodiscard]] std::string name() const override { return "metaroce engine (in process)"; }
+  [[nodiscard]] bool simulated_time() const override { return true; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
   std::vector<Sent> run_for(uint64_t ns) override;
@@ -34,6 +35,7 @@ class EngineTarget : public Target {
   Status post_send(ConnId conn, const SendWr& wr) override;
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
+  bool path_stats(ConnId conn, size_t path, PathStats& out) override;
 
  private:
   void collect(std::vector<Sent>& out);

@@ -17,7 +17,8 @@ namespace metaroce::conformance {
 
 struct Outcome {
   bool passed = true;
-  std::string detail;  // why it failed, or what was observed
+  std::string detail;    // why it failed, or what was observed
+  bool skipped = false;  // the target cannot be checked for this (detail says why)
 };
 
 struct Check {
@@ -26,7 +27,7 @@ struct Check {
   Outcome (*run)(Target&);
 };
 
-// Every check, in spec order.
+// Every check, grouped by topic.
 [[nodiscard]] std::span<const Check> checks();
 
 struct Result {

@@ -37,6 +37,8 @@ class Target {
  public:
   virtual ~Target() = default;
   [[nodiscard]] virtual std::string name() const = 0;
+  // Whether run_for() simulates time exactly (checks of timing rules need it).
+  [[nodiscard]] virtual bool simulated_time() const = 0;
 
   // ---- the wire ----
   // Hands the IUT a datagram from the tester's address (or, with `stranger`,
@@ -66,6 +68,8 @@ class Target {
   [[nodiscard]] virtual Status post_send(ConnId conn, const SendWr& wr) = 0;
   [[nodiscard]] virtual Status post_recv(ConnId conn, const RecvWr& wr) = 0;
   [[nodiscard]] virtual bool poll_completion(Completion& out) = 0;
+  // The state of path slot `path` of a connection (spec PathStats).
+  [[nodiscard]] virtual bool path_stats(ConnId conn, size_t path, PathStats& out) = 0;
 };
 
 }  // namespace metaroce::conformance

@@ -28,6 +28,7 @@ class UdpTarget : public Target {
   ~UdpTarget() override;
 
   [[nodiscard]] std::string name() const override;
+  [[nodiscard]] bool simulated_time() const override { return false; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
   // Real time, at least 2 ms: a reply the engine sends at once must cross
@@ -43,6 +44,7 @@ class UdpTarget : public Target {
   Status post_send(ConnId conn, const SendWr& wr) override;
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
+  bool path_stats(ConnId conn, size_t path, PathStats& out) override;
 
  private:
   UdpTarget() = default;
