@@ -39,14 +39,12 @@ struct RecoveryConfig {
 };
 
 struct EndpointConfig {
-  uint16_t mtu = 4096;       // payload bytes per data packet (SEQ-5)
-  uint8_t window_log2 = 10;  // outstanding-PSN window, 1024 packets, 6..10 (SEQ-3)
-  uint8_t num_paths = 8;     // entropy values per connection (PATH-1), at most 32
-  uint16_t sq_depth = 256;   // send queue entries per connection
-  uint16_t rq_depth = 256;   // receive queue entries per connection
-  // Receives shared by every connection (PLACE-6), for endpoints with many
-  // peers that cannot post buffers on each: 0 = no shared receive queue.
-  uint32_t shared_rq_depth = 0;
+  uint16_t mtu = 4096;                        // payload bytes per data packet (SEQ-5)
+  uint8_t window_log2 = 10;                   // outstanding-PSN window, 1024 packets, 6..10 (SEQ-3)
+  uint8_t num_paths = 8;                      // entropy values per connection (PATH-1), at most 32
+  uint16_t sq_depth = 256;                    // send queue entries per connection
+  uint16_t rq_depth = 256;                    // receive queue entries per connection
+  uint32_t shared_rq_depth = 0;               // receives any connection may take (PLACE-6); 0: none
   uint8_t max_reads = 16;                     // outstanding READs a peer may ask of us (READ-3)
   uint8_t ack_every = 2;                      // ACK-1
   uint64_t ack_delay_ns = 10 * kMicrosecond;  // ACK-5
