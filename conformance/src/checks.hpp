@@ -67,6 +67,7 @@ Outcome check_mr3(Target& t);
 // timing_checks.cpp
 Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);
+Outcome check_path3(Target& t);
 // read.cpp
 Outcome check_read1(Target& t);
 Outcome check_read3(Target& t);

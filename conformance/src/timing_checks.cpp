@@ -23,6 +23,13 @@ bool one_packet(Target& t, Peer& p, ConnId conn, uint64_t wr_id, std::vector<Rep
   return true;
 }
 
+// The target connects to the tester and sends its first single-packet WRITE.
+bool connected_first_packet(Target& t, Peer& p, ConnId& conn, std::vector<Reply>& rs,
+                            const Reply*& d, std::string& why) {
+  std::vector<Reply> req;
+  return target_connects(t, p, conn, req, why) && one_packet(t, p, conn, 0, rs, d, why);
+}
+
 }  // namespace
 
 Outcome check_loss4(Target& t) {
@@ -60,15 +67,44 @@ Outcome check_loss4(Target& t) {
   return fail("no second packet on the first packet's path in 16 messages");
 }
 
+Outcome check_path3(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::vector<Reply> rs;
+  const Reply* d = nullptr;
+  std::string why;
+  if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
+  const size_t slot = d->pkt.bh.path_tag & 31;
+  PathStats before, after;
+  if (!t.path_stats(conn, slot, before)) return fail("no state for the path");
+  // The ACK names another generation of the slot (as one answering a packet
+  // sent before the slot's entropy was replaced would), 300 us late and
+  // CE-marked: it acknowledges the PSN and nothing else.
+  Reply old = *d;
+  const uint16_t generation = d->pkt.bh.path_tag >> 5;
+  old.pkt.bh.path_tag = static_cast<uint16_t>(slot | (((generation + 2047) & 2047) << 5));
+  (void)p.run(299'000);
+  p.send(p.ack(d->pkt.bh.psn + 1, old, wire::kAckEchoCe), d->entropy);
+  (void)p.run(1000);
+  Completion c;
+  if (!t.poll_completion(c) || c.status != Status::kOk)
+    return fail("the acknowledged WRITE did not complete");
+  if (!t.path_stats(conn, slot, after)) return fail("no state for the path");
+  if (after.srtt_ns != before.srtt_ns)
+    return fail("srtt moved from " + std::to_string(before.srtt_ns) + " to " +
+                std::to_string(after.srtt_ns) + " ns on an old generation's echo");
+  if (after.cwnd_bytes != before.cwnd_bytes || after.alpha_permille != before.alpha_permille)
+    return fail("cwnd or alpha moved on an old generation's CE echo");
+  return pass();
+}
+
 Outcome check_cc3(Target& t) {
   Peer p(t);
   ConnId conn;
-  std::vector<Reply> req;
-  std::string why;
-  if (!target_connects(t, p, conn, req, why)) return fail(why);
   std::vector<Reply> rs;
   const Reply* d = nullptr;
-  if (!one_packet(t, p, conn, 0, rs, d, why)) return fail(why);
+  std::string why;
+  if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
   PathStats ps;
   const size_t first = d->pkt.bh.path_tag & 31;
   if (!t.path_stats(conn, first, ps)) return fail("no state for the path");

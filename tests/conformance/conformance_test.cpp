@@ -4,7 +4,9 @@
 // fail proves nothing).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "metaroce/conformance/engine_target.hpp"
@@ -141,6 +143,27 @@ TEST(Conformance, LateAcksFailLoss4) {
     t.mutate_in = [&t](std::vector<uint8_t>& d) {
       if (d.size() > 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck))
         (void)t.EngineTarget::run_for(50'000);
+    };
+  });
+}
+
+// Every echo read as naming its slot's current generation (the latest tag
+// the target sent on that slot): an old generation's echo then times the path.
+TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
+  expect_fails("PATH-3", [](FaultyTarget& t) {
+    auto latest = std::make_shared<std::array<uint16_t, 32>>();
+    t.mutate = [latest](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (const Sent& s : v)
+        if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
+          (*latest)[p.bh.path_tag & 31] = p.bh.path_tag;
+    };
+    t.mutate_in = [latest](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+      p.ack.echo_path_tag = (*latest)[p.ack.echo_path_tag & 31];
+      d.assign(256, 0);
+      d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
   });
 }

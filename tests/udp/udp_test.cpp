@@ -251,6 +251,26 @@ TEST(Udp, AddressParsing) {
   EXPECT_FALSE(metaroce::udp::parse_address("[::1:5", 4792, a, &why));
 }
 
+// ENC-2: an address without a port means the default UDP port, for the
+// endpoint that listens and for the one that connects.
+TEST(Udp, DefaultPortIs4792) {
+  Options o = test_options();
+  o.entropy_base = 40000;  // the block after 4792 may be taken on a busy host
+  Error err;
+  auto server = UdpEndpoint::open("127.0.0.1", o, err);
+  if (!server && err.status == Status::kResourceExhausted)
+    GTEST_SKIP() << "port 4792 is in use here: " << err.message;
+  ASSERT_TRUE(server) << err.message;
+  EXPECT_EQ(server->port(), metaroce::wire::kDefaultUdpPort);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  server->start_progress_thread();
+  ConnId c;
+  const Error e = client->connect("127.0.0.1", 2000ms, c);
+  EXPECT_FALSE(e) << e.message;
+  server->stop_progress_thread();
+}
+
 TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
 
 TEST(Udp, WriteReadSendIPv6) {

@@ -40,7 +40,7 @@
 
 namespace metaroce::udp {
 
-inline constexpr uint16_t kDefaultPort = 4792;
+inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
 inline constexpr size_t kRxCtrlBytes = 128;
 inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
 inline constexpr size_t kIcrc = 4;  // the trailer after a gathered payload
