@@ -57,6 +57,7 @@ Outcome check_seq1(Target& t);
 // data.cpp
 Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
+Outcome check_sched2(Target& t);
 Outcome check_ack7(Target& t);
 Outcome check_path1(Target& t);
 Outcome check_path2(Target& t);

@@ -90,6 +90,49 @@ Outcome check_seq6(Target& t) {
   return pass();
 }
 
+Outcome check_sched2(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::vector<Reply> req;
+  std::string why;
+  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  // Two 64 KiB WRITEs: the first window goes out, the rest waits.
+  if (!target_writes(t, conn, 65536, 1, why) || !target_writes(t, conn, 65536, 2, why))
+    return fail(why);
+  const std::vector<Reply> first = p.run(1000);
+  const auto sent = firsts(of(first, wire::Opcode::kWrite));
+  // A path with four packets in flight: its first is lost once the other
+  // three are acknowledged (LOSS-2), everything else is acknowledged too.
+  std::map<uint16_t, std::vector<const Reply*>> by_slot;
+  uint32_t highest = 0;
+  for (const Reply* d : sent) {
+    by_slot[d->pkt.bh.path_tag & 31].push_back(d);
+    highest = std::max(highest, d->pkt.bh.psn);
+  }
+  const Reply* lost = nullptr;
+  for (const auto& [slot, ds] : by_slot)
+    if (ds.size() >= 4 && lost == nullptr) lost = ds.front();
+  if (lost == nullptr) return fail("no path carried 4 packets of the first window");
+  // Everything below the lost packet is acknowledged cumulatively, the rest
+  // selectively.
+  std::vector<uint32_t> sacked;
+  for (const Reply* d : sent)
+    if (d->pkt.bh.psn > lost->pkt.bh.psn) sacked.push_back(d->pkt.bh.psn);
+  const Reply* echo = by_slot[lost->pkt.bh.path_tag & 31].back();
+  p.send(p.sack(lost->pkt.bh.psn, sacked, *echo), echo->entropy);
+  const std::vector<Reply> after = p.run(1000);
+  const auto next = of(after, wire::Opcode::kWrite);
+  if (next.empty()) return fail("nothing sent after the ACK");
+  if (next.front()->pkt.bh.psn != lost->pkt.bh.psn)
+    return fail("PSN " + hex32(next.front()->pkt.bh.psn) + " went before the retransmission of " +
+                hex32(lost->pkt.bh.psn));
+  bool fresh = false;
+  for (const Reply* d : next) fresh |= d->pkt.bh.psn > highest;
+  if (!fresh) return fail("no new data followed: the check saw no choice being made");
+  return pass();
+}
+
 Outcome check_ack7(Target& t) {
   Peer p(t);
   Region r;

@@ -140,6 +140,11 @@ Bytes Peer::read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t
 }
 
 Bytes Peer::ack(uint32_t cum, const Reply& echo, uint8_t flags) const {
+  return sack(cum, {}, echo, flags);
+}
+
+Bytes Peer::sack(uint32_t cum, const std::vector<uint32_t>& sacked, const Reply& echo,
+                 uint8_t flags) const {
   wire::BaseHeader bh = header(wire::Opcode::kAck, 0);
   bh.flags = 0;
   wire::AckBody a;
@@ -148,7 +153,13 @@ Bytes Peer::ack(uint32_t cum, const Reply& echo, uint8_t flags) const {
   a.echo_tsval = echo.pkt.bh.tsval;
   a.echo_path_tag = echo.pkt.bh.path_tag;
   a.flags = flags;
-  Bytes p(256);
+  for (uint32_t psn : sacked) {
+    const uint32_t bit = psn - cum - 1;  // bit i of word j: PSN cum + 1 + 64 j + i
+    if (bit >= 64 * wire::kMaxSackWords) continue;
+    a.sack[bit / 64] |= uint64_t{1} << (bit % 64);
+    a.sack_words = std::max<uint8_t>(a.sack_words, static_cast<uint8_t>(bit / 64 + 1));
+  }
+  Bytes p(512);
   const size_t h = wire::write_ack(p, bh, a);
   return seal(std::move(p), h, 0);
 }

@@ -55,6 +55,9 @@ class Peer {
   // An ACK of everything before `cum`, echoing `echo` (a data packet of the
   // target's) with the echo flags `flags` (wire::kAckEcho*).
   Bytes ack(uint32_t cum, const Reply& echo, uint8_t flags = 0) const;
+  // The same with the PSNs `sacked` (all beyond `cum`) in its SACK words.
+  Bytes sack(uint32_t cum, const std::vector<uint32_t>& sacked, const Reply& echo,
+             uint8_t flags = 0) const;
   // A packet with its dst_conn replaced (BAD-7) and the ICRC made good.
   static Bytes with_dst_conn(Bytes p, uint32_t dst_conn);
 

@@ -25,6 +25,8 @@ constexpr std::array kChecks = {
     Check{"SEQ-4, ACK-3", "a duplicate draws an ECHO_DUP ACK at once; outside the window, nothing",
           check_seq4},
     Check{"SEQ-6", "a retransmission differs only in path_tag, tsval and ICRC", check_seq6},
+    Check{"SCHED-2", "a packet declared lost is resent before new data waiting beside it",
+          check_sched2},
     Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
     Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
           check_path1},

@@ -4,6 +4,7 @@
 // fail proves nothing).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <memory>
@@ -165,6 +166,14 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
       d.assign(256, 0);
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
+  });
+}
+
+// What the target sends in one go comes out in reverse: new data before the
+// retransmission that was chosen first.
+TEST(Conformance, ReorderedOutputFailsSched2) {
+  expect_fails("SCHED-2", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) { std::reverse(v.begin(), v.end()); };
   });
 }
 
