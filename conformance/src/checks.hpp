@@ -21,19 +21,17 @@ bool tester_connects(Peer& peer, std::string& why, uint64_t nonce = 0xC0FFEE);
 bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& why,
                                uint32_t access = kAccessRemoteWrite, uint64_t length = 4096,
                                std::vector<Reply>* handshake = nullptr);
-// The target connects to the tester, which accepts (advertising max_reads);
-// `req` receives the target's CONNECT_REQ.
-bool target_connects(Target& t, Peer& peer, ConnId& conn, std::vector<Reply>& req, std::string& why,
-                     uint8_t max_reads = 16);
+// The target connects to the tester, which accepts (advertising max_reads).
+bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads = 16);
 // Work from the target to the tester: `op` of `len` bytes of `local`, at an
 // address and key the tester makes up.
 SendWr to_tester(WrOpcode op, const Region& local, uint32_t len, uint64_t wr_id);
 // A WRITE from the target to the tester: `len` bytes of a registered region.
 bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::string& why);
 // The target connects to the tester and WRITEs `len` bytes to it; `sent`
-// receives the next 200 us of what it sends.
+// receives what it sends in the next `ns` (200 us unless told).
 bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector<Reply>& sent,
-                                std::string& why);
+                                std::string& why, uint64_t ns = 200'000);
 // The first data packet of each path slot among `data`: what the target's
 // paths were "at first" (a path retired since sends from a new entropy
 // under a new generation, PATH-2).

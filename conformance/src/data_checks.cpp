@@ -66,13 +66,10 @@ Outcome check_seq4(Target& t) {
 
 Outcome check_seq6(Target& t) {
   Peer p(t);
-  ConnId conn;
-  std::vector<Reply> req;
+  std::vector<Reply> rs;
   std::string why;
-  if (!target_connects(t, p, conn, req, why) || !target_writes(t, conn, 1000, 1, why))
-    return fail(why);
   // No ACK: the target must send its one packet again.
-  const std::vector<Reply> rs = p.run(100'000'000);
+  if (!target_connects_and_writes(t, p, 1000, rs, why, 100'000'000)) return fail(why);
   const auto sent = of(rs, wire::Opcode::kWrite);
   if (sent.empty()) return fail("no data packet");
   const Reply* again = nullptr;
@@ -94,9 +91,8 @@ Outcome check_sched2(Target& t) {
   if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
-  std::vector<Reply> req;
   std::string why;
-  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  if (!target_connects(t, p, conn, why)) return fail(why);
   // Two 64 KiB WRITEs: the first window goes out, the rest waits.
   if (!target_writes(t, conn, 65536, 1, why) || !target_writes(t, conn, 65536, 2, why))
     return fail(why);
@@ -238,9 +234,8 @@ Outcome check_mr1(Target& t) {
 Outcome check_mr2(Target& t) {
   Peer p(t);
   ConnId conn;
-  std::vector<Reply> req;
   std::string why;
-  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  if (!target_connects(t, p, conn, why)) return fail(why);
   Region none, local;
   if (!t.register_memory(4096, 0, none) || !t.register_memory(4096, kAccessLocalWrite, local))
     return fail("register_memory failed");

@@ -19,9 +19,8 @@ Outcome check_read1(Target& t) {
   Region into;
   if (!t.register_memory(10000, kAccessLocalWrite, into)) return fail("register_memory failed");
   ConnId conn;
-  std::vector<Reply> req;
   std::string why;
-  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  if (!target_connects(t, p, conn, why)) return fail(why);
   if (!target_reads(t, conn, into, 10000, 5)) return fail("the target refused a READ");
   const std::vector<Reply> rs = p.run(100'000);
   const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
@@ -54,9 +53,8 @@ Outcome check_read3(Target& t) {
   Region into;
   if (!t.register_memory(300, kAccessLocalWrite, into)) return fail("register_memory failed");
   ConnId conn;
-  std::vector<Reply> req;
   std::string why;
-  if (!target_connects(t, p, conn, req, why, /*max_reads=*/1)) return fail(why);
+  if (!target_connects(t, p, conn, why, /*max_reads=*/1)) return fail(why);
   for (uint64_t i = 0; i < 3; ++i) {
     Region part{into.addr + i * 100, 100, into.rkey, into.lkey};
     if (!target_reads(t, conn, part, 100, i)) return fail("the target refused a READ");

@@ -18,14 +18,13 @@ bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& wh
   return false;
 }
 
-bool target_connects(Target& t, Peer& peer, ConnId& conn, std::vector<Reply>& req, std::string& why,
-                     uint8_t max_reads) {
+bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads) {
   if (!t.connect_to_tester(conn)) {
     why = "the target could not start a connection";
     return false;
   }
-  req = peer.run(1000);
-  const auto reqs = of(req, wire::Opcode::kConnectReq);
+  const std::vector<Reply> sent = peer.run(1000);
+  const auto reqs = of(sent, wire::Opcode::kConnectReq);
   if (reqs.empty()) {
     why = "no CONNECT_REQ after connect";
     return false;
@@ -47,12 +46,10 @@ SendWr to_tester(WrOpcode op, const Region& local, uint32_t len, uint64_t wr_id)
 }
 
 bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector<Reply>& sent,
-                                std::string& why) {
+                                std::string& why, uint64_t ns) {
   ConnId conn;
-  std::vector<Reply> req;
-  if (!target_connects(t, peer, conn, req, why) || !target_writes(t, conn, len, 1, why))
-    return false;
-  sent = peer.run(200'000);
+  if (!target_connects(t, peer, conn, why) || !target_writes(t, conn, len, 1, why)) return false;
+  sent = peer.run(ns);
   return true;
 }
 

@@ -26,8 +26,7 @@ bool one_packet(Target& t, Peer& p, ConnId conn, uint64_t wr_id, std::vector<Rep
 // The target connects to the tester and sends its first single-packet WRITE.
 bool connected_first_packet(Target& t, Peer& p, ConnId& conn, std::vector<Reply>& rs,
                             const Reply*& d, std::string& why) {
-  std::vector<Reply> req;
-  return target_connects(t, p, conn, req, why) && one_packet(t, p, conn, 0, rs, d, why);
+  return target_connects(t, p, conn, why) && one_packet(t, p, conn, 0, rs, d, why);
 }
 
 }  // namespace
@@ -36,9 +35,8 @@ Outcome check_loss4(Target& t) {
   if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
-  std::vector<Reply> req;
   std::string why;
-  if (!target_connects(t, p, conn, req, why)) return fail(why);
+  if (!target_connects(t, p, conn, why)) return fail(why);
   // The first packet of a slot is acknowledged 100 us after it left, the
   // next one on the same slot 200 us after: srtt 100, then 7/8 * 100 + 1/8 *
   // 200 = 112.5 us. Packets on other slots are answered after 100 us.
