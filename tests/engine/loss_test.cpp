@@ -11,6 +11,7 @@
 
 #include "engine_util.hpp"
 #include "loop.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::test {
 namespace {
@@ -260,6 +261,66 @@ TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
   PathStats slow;
   ASSERT_TRUE(loop.ep(0).path_stats(a, 1, slow));
   EXPECT_EQ(slow.losses, 0u);
+}
+
+TEST(Engine, ALostResendIsFoundByTheLaterPacketsOfItsOwnPath) {  // LOSS-1, LOSS-2, LOSS-3
+  // Two paths. A packet is lost, resent on the other path (LOSS-3), and
+  // lost again there. The sender measures each transmission against the
+  // path it went on, in that path's send order: the resend's loss is found
+  // by the packets sent after it on the second path (LOSS-2, long before
+  // any timer), and each loss counts against the path that lost it. Keyed
+  // to its first transmission, the packet would have been declared lost
+  // again the moment it was resent (its first path's later packets were
+  // already acknowledged) and both losses charged to the first path.
+  EndpointConfig c = cfg(218);
+  c.num_paths = 2;
+  Loop loop(c, cfg(219));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kLen = 64 * 4096;
+  Buf src(loop.ep(0), kLen, 0, 0x41);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
+  int data_sent = 0;
+  uint32_t victim = 0;
+  std::vector<int> victim_slots;
+  std::vector<TimeNs> victim_sent_at;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (from != 0 || wire::decode(d, p) != wire::ParseError::kOk ||
+        p.bh.opcode != wire::Opcode::kWrite)
+      return false;
+    if (++data_sent == 10) victim = p.bh.psn;
+    if (data_sent < 10 || p.bh.psn != victim) return false;
+    victim_slots.push_back(p.bh.path_tag & 31);
+    victim_sent_at.push_back(loop.now());
+    return victim_slots.size() <= 2;  // the first transmission and the first resend
+  };
+  int probes = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(victim_slots.size(), 3u);           // sent, resent, resent again
+  ASSERT_NE(victim_slots[0], victim_slots[1]);  // LOSS-3: the resend took the other path
+  PathStats first, second;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, static_cast<size_t>(victim_slots[0]), first));
+  ASSERT_TRUE(loop.ep(0).path_stats(a, static_cast<size_t>(victim_slots[1]), second));
+  EXPECT_EQ(first.losses, 1u);
+  EXPECT_EQ(second.losses, 1u);
+  // Found by the second path's later packets: after their round trip, well
+  // before the tail-loss timer (more than srtt after the resend), and with
+  // no PROBE or timeout.
+  const uint64_t gap = victim_sent_at[2].since(victim_sent_at[1]);
+  EXPECT_GE(gap, 2 * loop.delay_ns);
+  EXPECT_LT(gap, second.srtt_ns + second.srtt_ns / 4);
+  EXPECT_EQ(probes, 0);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, 2u);
 }
 
 TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8

@@ -53,6 +53,38 @@ TEST(Engine, TimedOutPathFallsToItsShareOfTheConnectionFloor) {  // LOSS-5, CC-6
   EXPECT_EQ(ps.cwnd_bytes, (4096u + 64u) / 4);  // one packet shared by 4 paths
 }
 
+TEST(Engine, ProbingPathCarriesOnlyProbes) {  // SCHED-3, PATH-4, PATH-6
+  // Slot 1 of 4 goes dark for good, PROBEs included, under an 8 MiB WRITE:
+  // it times out, probes, is retired and probes again on new entropies.
+  // While it is PROBING nothing but PROBEs may leave on it; the WRITE goes
+  // on over the other three.
+  Loop loop(cfg(220), cfg(221));  // 4 paths
+  auto [a, b] = loop.connect();
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 1;
+  };
+  int data_while_probing = 0, probes = 0, data_elsewhere = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0) return;
+    PathStats ps;
+    const bool probing = loop.ep(0).path_stats(a, 1, ps) && ps.state == PathState::kProbing;
+    if (!probing) return;
+    const bool on_slot_1 = ((d[2] << 8 | d[3]) & 31) == 1;
+    if (d[1] == 0x12) probes += on_slot_1;
+    if (d[1] == 0x01) (on_slot_1 ? data_while_probing : data_elsewhere)++;
+  };
+  Buf src(loop.ep(0), 8 << 20, 0, 0x22);
+  Buf dst(loop.ep(1), 8 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_EQ(data_while_probing, 0);
+  EXPECT_GE(probes, 1);            // the premise: slot 1 was PROBING and said so
+  EXPECT_GT(data_elsewhere, 100);  // while the WRITE went on
+}
+
 // Path 0 of two goes dark (PROBEs included) under a 16-packet WRITE, after
 // RTT samples on both paths. Returns path 0's state after the WRITE completed
 // and how long that took.
