@@ -41,18 +41,18 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
 constexpr uint64_t kTesterRkey = 0x1111222233334444ull;
 constexpr uint64_t kTesterAddr = 0x10000;
 
-// wire.cpp
+// wire_checks.cpp
 Outcome check_enc1(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
 Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
-// connection.cpp
+// connection_checks.cpp
 Outcome check_conn1(Target& t);
 Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
 Outcome check_seq1(Target& t);
-// data.cpp
+// data_checks.cpp
 Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
 Outcome check_sched2(Target& t);
@@ -67,7 +67,7 @@ Outcome check_mr3(Target& t);
 Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);
 Outcome check_path3(Target& t);
-// read.cpp
+// read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);

@@ -190,11 +190,16 @@ Endpoint::~Endpoint() = default;
 const EndpointConfig& Endpoint::config() const { return impl_->cfg; }
 
 Status Endpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
+  return register_memory_at(addr, length, reinterpret_cast<uint64_t>(addr), access, out);
+}
+
+Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
+                                    MemoryRegion& out) {
   uint64_t rkey;
   do {
     rkey = impl_->rng.next();
   } while (rkey == 0 || impl_->mrs.rkey_in_use(rkey));
-  return impl_->mrs.add(addr, length, access, rkey, out);
+  return impl_->mrs.add(addr, length, base, access, rkey, out);
 }
 
 Status Endpoint::deregister_memory(uint32_t lkey) { return impl_->mrs.remove(lkey); }

@@ -11,12 +11,15 @@ uint64_t mix(uint64_t k) {
 constexpr uint32_t kAllAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 }  // namespace
 
-Status MrTable::add(void* addr, size_t length, uint32_t access, uint64_t rkey, MemoryRegion& out) {
-  if (addr == nullptr || length == 0 || (access & ~kAllAccess) != 0 || rkey == 0)
+Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
+                    MemoryRegion& out) {
+  // MR-4: the last byte's address, base + length - 1, must not wrap.
+  if (addr == nullptr || length == 0 || (access & ~kAllAccess) != 0 || rkey == 0 ||
+      length - 1 > UINT64_MAX - base)
     return Status::kInvalidArgument;
   if (regions_.size() >= (1u << 30)) return Status::kResourceExhausted;
   if ((hash_used_ + 1) * 2 > hash_.size()) rehash(hash_.empty() ? 64 : hash_.size() * 2);
-  regions_.push_back(Region{static_cast<uint8_t*>(addr), length, rkey, access, true});
+  regions_.push_back(Region{static_cast<uint8_t*>(addr), base, length, rkey, access, true});
   const auto index = static_cast<uint32_t>(regions_.size() - 1);
   const size_t mask = hash_.size() - 1;
   for (size_t i = mix(rkey) & mask;; i = (i + 1) & mask) {
@@ -26,7 +29,7 @@ Status MrTable::add(void* addr, size_t length, uint32_t access, uint64_t rkey, M
       break;
     }
   }
-  out = MemoryRegion{index + 1, rkey, reinterpret_cast<uint64_t>(addr), length, access};
+  out = MemoryRegion{index + 1, rkey, base, length, access};
   return Status::kOk;
 }
 
@@ -76,12 +79,11 @@ uint8_t* MrTable::local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t nee
     return nullptr;
   }
   const Region& r = regions_[lkey - 1];
-  const auto base = reinterpret_cast<uint64_t>(r.base);
-  if ((r.access & need) != need || !range_inside(base, r.length, addr, len)) {
+  if ((r.access & need) != need || !range_inside(r.base, r.length, addr, len)) {
     why = Status::kLocalProtection;
     return nullptr;
   }
-  return r.base + (addr - base);
+  return r.bytes + (addr - r.base);
 }
 
 uint32_t MrTable::lookup(uint64_t rkey) const {

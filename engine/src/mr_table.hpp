@@ -13,14 +13,16 @@ namespace metaroce::detail {
 class MrTable {
  public:
   struct Region {
-    uint8_t* base = nullptr;
+    uint8_t* bytes = nullptr;  // where the region lies in this process
+    uint64_t base = 0;         // the address that names its first byte (MR-4)
     uint64_t length = 0;
     uint64_t rkey = 0;
     uint32_t access = 0;
     bool valid = false;
   };
 
-  [[nodiscard]] Status add(void* addr, size_t length, uint32_t access, uint64_t rkey,
+  // The region's bytes at `addr` are named base..base+length-1 (MR-4).
+  [[nodiscard]] Status add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
                            MemoryRegion& out);
   [[nodiscard]] Status remove(uint32_t lkey);
 
@@ -59,12 +61,11 @@ class MrTable {
       why = Status::kRemoteAccessDenied;
       return nullptr;
     }
-    const auto base = reinterpret_cast<uint64_t>(r.base);
-    if (!range_inside(base, r.length, addr, len)) {
+    if (!range_inside(r.base, r.length, addr, len)) {
       why = Status::kRemoteOutOfBounds;
       return nullptr;
     }
-    granted_ = Granted{rkey, addr, len, r.base + (addr - base), need};
+    granted_ = Granted{rkey, addr, len, r.bytes + (addr - r.base), need};
     return granted_.ptr;
   }
 

@@ -139,8 +139,17 @@ class Endpoint {
 
   // --- memory (MR-*) ---
   // kInvalidArgument for a null or empty range or unknown access bits.
+  // Work requests and peers name the region's bytes by their addresses in
+  // this process.
   [[nodiscard]] Status register_memory(void* addr, size_t length, uint32_t access,
                                        MemoryRegion& out);
+  // The same, with the region's bytes named base..base+length-1 whatever
+  // their addresses here (MR-4): base 0 makes every address an offset into
+  // the region (libfabric without FI_MR_VIRT_ADDR; verbs' iova), and a
+  // simulator's fixed bases keep its packets independent of where the heap
+  // lies. kInvalidArgument also if base + length - 1 wraps past 2^64.
+  [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
+                                          MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
   // completes kLocalProtection. kInvalidArgument if lkey is unknown.
   [[nodiscard]] Status deregister_memory(uint32_t lkey);

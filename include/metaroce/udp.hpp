@@ -151,6 +151,12 @@ class UdpEndpoint {
 
   // --- memory ---
   Error register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out);
+  // The region's bytes named base..base+length-1 (spec MR-4; base 0: peers
+  // name them by offset). The pointer helpers below (write, read, send,
+  // recv) name local memory by its address here, so they fit only regions
+  // registered at their own address: name others through post_send/post_recv.
+  Error register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
+                           MemoryRegion& out);
   Error deregister_memory(uint32_t lkey);
 
   // --- connections ---

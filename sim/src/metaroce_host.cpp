@@ -27,13 +27,19 @@ uint32_t MetaRoceHost::host_of(const PeerAddr& a) {
          a.bytes[3];
 }
 
+namespace {
+constexpr uint64_t kRegionBase = 0x100000000ull;
+}  // namespace
+
 MetaRoceHost::MetaRoceHost(MetaRoceShared& shared, uint32_t host, const EndpointConfig& cfg)
     : sh_(shared), ep_(cfg) {
   id = host;
   sh_.net.host_port(host).notify_idle = true;
-  if (ep_.register_memory(sh_.region.data(), sh_.region.size(),
-                          kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead,
-                          mr_) != Status::kOk)
+  // A fixed base (MR-4), not the heap address: the WRITEs' raddr fields are
+  // in every --pcap capture, which must be the same for the same seed.
+  if (ep_.register_memory_at(sh_.region.data(), sh_.region.size(), kRegionBase,
+                             kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead,
+                             mr_) != Status::kOk)
     throw std::runtime_error("register_memory failed");
 }
 

@@ -122,6 +122,69 @@ TEST(Engine, LocalBufferChecks) {
   EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
 }
 
+TEST(Engine, RegionsNamedFromAChosenBase) {  // MR-4, MR-3
+  // The source is named from 0 (addresses are offsets), the target from
+  // just below 2^64, a READ's landing area from 0 again on the other side:
+  // one address range for two regions, told apart by their keys.
+  Loop loop(cfg(42), cfg(43));
+  auto [a, b] = loop.connect();
+  constexpr size_t kLen = 3 * 4096 + 100;
+  constexpr uint32_t kAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+  Buf src(loop.ep(0), kLen, kAccessLocalWrite, 0, 0);
+  pattern(src.bytes, 11);
+  Buf landing(loop.ep(0), kLen, kAccessLocalWrite, 0, 0);
+  Buf dst(loop.ep(1), kLen, kAll, 0xEE, UINT64_MAX - kLen + 1);
+  Buf rbuf(loop.ep(1), kLen, kAll, 0, 0);
+  ASSERT_EQ(src.mr.addr, 0u);
+  ASSERT_EQ(dst.mr.addr + (kLen - 1), UINT64_MAX);
+  // WRITE 100.. of the source to 50.. of the target, READ it back, SEND it.
+  SendWr rd;
+  rd.wr_id = 2;
+  rd.op = WrOpcode::kRead;
+  rd.local_addr = landing.addr();
+  rd.length = kLen - 100;
+  rd.lkey = landing.mr.lkey;
+  rd.remote_addr = dst.addr(50);
+  rd.rkey = dst.mr.rkey;
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, rbuf.addr(10), kLen - 10, rbuf.mr.lkey}),
+            Status::kOk);
+  SendWr send;
+  send.wr_id = 3;
+  send.op = WrOpcode::kSend;
+  send.local_addr = src.addr(100);
+  send.length = kLen - 100;
+  send.lkey = src.mr.lkey;
+  SendWr write = write_wr(src, dst, kLen - 100, 1, 50);
+  write.local_addr = src.addr(100);
+  ASSERT_EQ(loop.ep(0).post_send(a, write), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, rd), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, send), Status::kOk);
+  std::vector<Completion> done, recvd;
+  ASSERT_TRUE(loop.run_until_completions(0, 3, done));
+  ASSERT_TRUE(loop.run_until_completions(1, 1, recvd));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << c.wr_id;
+  EXPECT_EQ(recvd.at(0).status, Status::kOk);
+  EXPECT_TRUE(std::equal(src.bytes.begin() + 100, src.bytes.end(), dst.bytes.begin() + 50));
+  EXPECT_TRUE(std::equal(src.bytes.begin() + 100, src.bytes.end(), landing.bytes.begin()));
+  EXPECT_TRUE(std::equal(src.bytes.begin() + 100, src.bytes.end(), rbuf.bytes.begin() + 10));
+  // The process's own addresses name nothing in a region named from 0.
+  SendWr by_pointer = write_wr(src, dst, 100);
+  by_pointer.local_addr = reinterpret_cast<uint64_t>(src.bytes.data());
+  EXPECT_EQ(loop.ep(0).post_send(a, by_pointer), Status::kLocalProtection);
+  // A base whose range would wrap past 2^64 is refused.
+  MemoryRegion mr;
+  EXPECT_EQ(loop.ep(0).register_memory_at(src.bytes.data(), kLen, UINT64_MAX - kLen + 2,
+                                          kAccessLocalWrite, mr),
+            Status::kInvalidArgument);
+  // One byte past the target's end: NAKed out of bounds, nothing written.
+  const std::vector<uint8_t> before = dst.bytes;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 5, kLen - 99)), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done.at(0).status, Status::kRemoteOutOfBounds);
+  EXPECT_EQ(dst.bytes, before);
+}
+
 TEST(Engine, TooSmallTransmitBufferIsRefusedAndLosesNothing) {
   Loop loop(cfg(42), cfg(43));
   auto [a, b] = loop.connect();

@@ -27,6 +27,10 @@ struct Buf {
   Buf(Endpoint& ep, size_t n, uint32_t access, uint8_t fill = 0) : bytes(n, fill) {
     EXPECT_EQ(ep.register_memory(bytes.data(), n, access, mr), Status::kOk);
   }
+  // Registered with its bytes named from `base` (MR-4).
+  Buf(Endpoint& ep, size_t n, uint32_t access, uint8_t fill, uint64_t base) : bytes(n, fill) {
+    EXPECT_EQ(ep.register_memory_at(bytes.data(), n, base, access, mr), Status::kOk);
+  }
   uint64_t addr(size_t off = 0) const { return mr.addr + off; }
 };
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -151,6 +153,28 @@ TEST(Pcap, MetaRoceLinkCaptureIsValidAndDecodes) {
   EXPECT_GT(whole, 0u);
   EXPECT_GT(entropies.size(), 8u);  // many paths cross one uplink
   (void)ce;
+}
+
+TEST(Pcap, SameSeedSameBytesWhileAnotherSimulationLives) {
+  // Two runs of one seed, the first still alive while the second runs, so
+  // that nothing of the second sits where the first's did: their captures
+  // hold the same bytes. (The WRITEs' raddr once carried a heap address.)
+  const fs::path dir = temp_dir("pcap_twice");
+  std::vector<std::unique_ptr<Simulation>> sims;
+  std::string bytes[2];
+  for (int run = 0; run < 2; ++run) {
+    SimConfig cfg = small("fattree16-perm", TransportKind::kMetaRoce);
+    cfg.output.pcap_link = "16";
+    cfg.output.pcap_path = (dir / ("run" + std::to_string(run) + ".pcap")).string();
+    sims.push_back(std::make_unique<Simulation>(std::move(cfg)));
+    sims.back()->run();
+    std::string err;
+    ASSERT_TRUE(sims.back()->close_output(err)) << err;
+    std::ifstream in(dir / ("run" + std::to_string(run) + ".pcap"), std::ios::binary);
+    bytes[run].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes[0].size(), 10'000u);
+  EXPECT_TRUE(bytes[0] == bytes[1]);
 }
 
 TEST(Pcap, BaselineCaptureCarriesRoceHeadersAndOneDirection) {

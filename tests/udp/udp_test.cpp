@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -594,6 +595,31 @@ TEST(Udp, WritePostedWhileConnectingLands) {
   EXPECT_TRUE(server->try_accept(a));
   const Error bad = client->connect_start("not an address", c);
   EXPECT_EQ(bad.status, Status::kInvalidArgument) << bad.message;
+}
+
+TEST(Udp, PeersNameARegionByOffset) {  // MR-4
+  // The server names its region from 0, as a libfabric provider without
+  // FI_MR_VIRT_ADDR does: the client WRITEs to offset 1000 and READs back.
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.server && p.client);
+  std::vector<uint8_t> src(20000), dst(30000, 0), back(20000, 0);
+  fill_pattern(src, 9);
+  MemoryRegion smr, dmr, bmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.client->register_memory(back.data(), back.size(), kAllAccess, bmr));
+  ASSERT_FALSE(p.server->register_memory_at(dst.data(), dst.size(), 0, kAllAccess, dmr));
+  EXPECT_EQ(dmr.addr, 0u);
+  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), 20000, smr.lkey, 1000, dmr.rkey));
+  ASSERT_FALSE(p.client->read(p.cconn, 2, back.data(), 20000, bmr.lkey, 1000, dmr.rkey));
+  const auto done = drive(*p.client, *p.server, 2);
+  ASSERT_EQ(done.size(), 2u);
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << c.wr_id;
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 1000));
+  EXPECT_EQ(back, src);
+  MemoryRegion wraps;
+  const Error e =
+      p.server->register_memory_at(dst.data(), dst.size(), UINT64_MAX, kAllAccess, wraps);
+  EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
 }
 
 // Two clients (two peers, as a libfabric RDM endpoint sees them) SEND to a

@@ -76,10 +76,17 @@ void UdpEndpoint::stop_progress_thread() {
 }
 
 Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
+  return register_memory_at(addr, length, reinterpret_cast<uint64_t>(addr), access, out);
+}
+
+Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
+                                      MemoryRegion& out) {
   auto lk = impl_->guard();
-  const Status s = impl_->eng->register_memory(addr, length, access, out);
+  const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
   if (s == Status::kOk) return {};
-  return impl_->make_error(s, "register_memory(" + std::to_string(length) + " bytes) failed",
+  return impl_->make_error(s,
+                           "register_memory(" + std::to_string(length) + " bytes at base " +
+                               std::to_string(base) + ") failed",
                            ConnId{});
 }
 
