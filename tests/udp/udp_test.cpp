@@ -7,12 +7,14 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/ip.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -595,6 +597,53 @@ TEST(Udp, WritePostedWhileConnectingLands) {
   EXPECT_TRUE(server->try_accept(a));
   const Error bad = client->connect_start("not an address", c);
   EXPECT_EQ(bad.status, Status::kInvalidArgument) << bad.message;
+}
+
+TEST(Udp, DataCarriesTheUdpChecksumOrCoversThePayload) {  // ENC-5, INT-2
+  // The driver leaves the ICRC off the payload (PC clear) because the UDP
+  // checksum covers it: it must never send data with the checksum off
+  // (zero). A raw socket sees the server's arriving datagrams, UDP header
+  // included. On loopback the kernel leaves the checksum to "hardware", so
+  // the field holds the partial sum of the pseudo-header: nonzero, but not
+  // the final value; SO_NO_CHECK would make it 0.
+  const int raw = ::socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK, IPPROTO_UDP);
+  if (raw < 0) GTEST_SKIP() << "no raw socket (needs CAP_NET_RAW): " << std::strerror(errno);
+  const int big = 8 << 20;
+  (void)::setsockopt(raw, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+  for (const bool cover : {false, true}) {
+    Options o = test_options();
+    o.engine.cover_payload = cover;
+    Pair p = connect_pair("127.0.0.1", o, o);
+    ASSERT_TRUE(p.cconn.valid());
+    const std::string addr = p.server->local_address();
+    const auto port = static_cast<uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1)));
+    std::vector<uint8_t> pkt(70000);
+    while (::recv(raw, pkt.data(), pkt.size(), 0) > 0) {
+    }
+    WriteBuffers b(p, 256 * 1024, 3);
+    ASSERT_TRUE(b.post_writes(p, 64 * 1024));
+    ASSERT_EQ(drive(*p.client, *p.server, 4).size(), 4u);
+    EXPECT_EQ(b.src, b.dst);
+    int data = 0, uncovered = 0, without_checksum = 0;
+    for (ssize_t n; (n = ::recv(raw, pkt.data(), pkt.size(), 0)) > 0;) {
+      const size_t ihl = size_t{pkt[0] & 15u} * 4;
+      if (static_cast<size_t>(n) < ihl + 8 + 2) continue;
+      const uint8_t* udp = pkt.data() + ihl;
+      if ((udp[2] << 8 | udp[3]) != port) continue;
+      const uint8_t* bth = udp + 8;
+      if (bth[1] != static_cast<uint8_t>(metaroce::wire::Opcode::kWrite)) continue;
+      ++data;
+      const bool covered = (bth[0] & metaroce::wire::kFlagPayloadCovered) != 0;
+      EXPECT_EQ(covered, cover);
+      uncovered += !covered;
+      without_checksum += (udp[6] | udp[7]) == 0;
+      EXPECT_TRUE(covered || (udp[6] | udp[7]) != 0) << "a data packet with neither";
+    }
+    EXPECT_GT(data, 0) << "the raw socket saw no data packet";
+    std::printf("PC %d: %d data datagrams, %d without PC, %d with a zero UDP checksum\n",
+                int{cover}, data, uncovered, without_checksum);
+  }
+  ::close(raw);
 }
 
 TEST(Udp, PeersNameARegionByOffset) {  // MR-4
