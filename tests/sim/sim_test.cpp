@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "metaroce/sim/presets.hpp"
@@ -316,6 +318,43 @@ TEST(Routing, SinglePathFlowsFinishOnceRoutesConverge) {
   Simulation sim(std::move(converging));
   sim.run();
   expect_all_complete(sim.report());
+}
+
+// ------------------------------------------------------------------ report
+
+// One flow alone on an idle k=4 fat-tree (100 Gbit/s, 1 us per link), host 0
+// to host 15 in another pod: nothing competes with it, so it runs at line rate.
+SimConfig lone_flow(TransportKind t, uint64_t bytes) {
+  const LinkSpec l{};
+  SimConfig c;
+  c.name = "lone";
+  c.topo = fat_tree(4, l, l);
+  c.flows = {FlowSpec{0, 15, bytes, SimTime{0}, {UINT32_MAX, UINT32_MAX}}};
+  c.transport = t;
+  c.time_limit = SimTime::from_ms(50);
+  return c;
+}
+
+// goodput_gbps = payload delivered / completion time. A lone flow's is the
+// line rate times the payload's share of each frame (MetaRoCE: 4096 of
+// 4096 + 48 header + 66 framing bytes; RoCEv2: BTH and ICRC, 16), less
+// the one round trip (14 us) the completion time adds to 1.4 ms of data.
+TEST(Report, GoodputOfALoneFlowIsLineRateTimesThePayloadShare) {
+  constexpr uint64_t kBytes = 16ull << 20;
+  for (const auto& [t, headers] :
+       {std::pair{TransportKind::kMetaRoce, 48.0}, std::pair{TransportKind::kRoceV2, 16.0}}) {
+    Simulation sim(lone_flow(t, kBytes));
+    sim.run();
+    const Report r = sim.report();
+    expect_all_complete(r);
+    EXPECT_EQ(r.delivered_bytes, kBytes) << r.transport;
+    EXPECT_NEAR(r.goodput_gbps, static_cast<double>(kBytes) * 8 / (r.completion_us * 1e3), 1e-9);
+    const double share = 100.0 * 4096 / (4096 + headers + kDefaultWireOverhead);
+    EXPECT_LT(r.goodput_gbps, share) << r.transport;
+    EXPECT_GT(r.goodput_gbps, 0.98 * share) << r.transport;
+    EXPECT_NE(r.to_json(false).find("\"goodput_gbps\": "), std::string::npos);
+    EXPECT_NE(r.to_text(false).find("goodput: "), std::string::npos);
+  }
 }
 
 // ------------------------------------------------------------------ trimming

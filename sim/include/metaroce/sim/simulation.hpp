@@ -106,6 +106,12 @@ struct Report {
   // rate plus its path's one-way propagation delay (sim/README.md).
   double ideal_us = 0;
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
+  // Payload bytes the receivers took, duplicates and headers excluded (the
+  // counter of --csv's throughput.csv), and their rate over the run:
+  // goodput_gbps = delivered_bytes x 8 / completion_us, all flows together.
+  // Not in the digest (the flows' finish times already are).
+  uint64_t delivered_bytes = 0;
+  double goodput_gbps = 0;
   uint64_t drops = 0;        // switch buffer overflow (packets lost, not trimmed ones)
   uint64_t trimmed = 0;      // data packets switches cut to their headers (QueueSpec::trim)
   uint64_t fault_drops = 0;  // link down / gray failure
@@ -167,6 +173,9 @@ class Simulation {
   }
   [[nodiscard]] SimHost& any_host(uint32_t i) { return *hosts_.at(i); }
   [[nodiscard]] const SimConfig& config() const { return cfg_; }
+  // Payload bytes delivered so far, all flows (MetaRoCE: bytes the receivers'
+  // connections accepted, duplicates excluded; baselines: in-order bytes).
+  [[nodiscard]] uint64_t delivered_bytes() const;
   // Finishes the output files (--pcap, --csv), if any; also done by the
   // destructor. False with a reason in err if a write failed.
   bool close_output(std::string& err);
