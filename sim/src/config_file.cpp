@@ -33,7 +33,7 @@ class Reader {
 
   SimConfig read(const toml::table& root) {
     keys(root, "",
-         {"name", "time_limit_ms", "reroute_us", "topology", "queue", "workload", "fault"});
+         {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "workload", "fault"});
     SimConfig c;
     c.name = opt_string(root, "", "name").value_or("config");
     if (auto ms = opt_number(root, "", "time_limit_ms")) {
@@ -43,6 +43,12 @@ class Reader {
     if (auto us = opt_number(root, "", "reroute_us")) {
       if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
       c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
+    }
+    if (auto mtu = opt_bytes(root, "", "mtu")) {
+      if (*mtu < kMinMtu || *mtu > kMaxMtu)
+        fail(*root.get("mtu"), "mtu: payload bytes per packet, " + std::to_string(kMinMtu) + ".." +
+                                   std::to_string(kMaxMtu) + " (got " + std::to_string(*mtu) + ")");
+      c.set_mtu(static_cast<uint32_t>(*mtu));
     }
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) c.queue = queue(table(root, "", "queue"));

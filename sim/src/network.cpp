@@ -294,12 +294,11 @@ void Switch::enable_pfc(const QueueSpec& q) {
   for (size_t i = 0; i < n; ++i) {
     const Port& pt = *ports[i];
     const uint64_t in_flight = pt.rate_mbps() * pt.pipe.delay.ps / 8'000'000;  // bytes per delay
-    const uint64_t headroom = 2 * in_flight + 2 * 4'200;
-    const uint64_t xoff = q.buffer_bytes > headroom + q.pfc_hysteresis_bytes
-                              ? q.buffer_bytes - headroom
-                              : q.pfc_hysteresis_bytes;
+    const uint64_t headroom = 2 * in_flight + 2 * q.pfc_frame_bytes;
+    const uint64_t gap = 2 * q.pfc_frame_bytes;
+    const uint64_t xoff = q.buffer_bytes > headroom + gap ? q.buffer_bytes - headroom : gap;
     xoff_[i] = xoff;
-    xon_[i] = xoff - std::min(xoff, q.pfc_hysteresis_bytes);
+    xon_[i] = xoff - std::min(xoff, gap);
   }
 }
 

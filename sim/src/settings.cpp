@@ -116,6 +116,10 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }},
       {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, true,
        [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }},
+      {"mtu",
+       "payload bytes per data packet, every transport (default 4096; frame sizes, BDP windows "
+       "and the PFC headroom follow)",
+       kMinMtu, kMaxMtu, true, [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
       {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes", 4096, 1e12, true,
        [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,

@@ -128,6 +128,9 @@ class Simulation::Faults final : public EventSource {
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   const bool baseline =
       cfg_.transport == TransportKind::kRoceV2 || cfg_.transport == TransportKind::kIrn;
+  // One MTU-sized frame, for the PFC headroom and XON gap: payload, headers and
+  // framing, 4200 bytes at the default 4096 (RoCEv2's are 4194, MetaRoCE's 4210).
+  cfg_.queue.pfc_frame_bytes = uint64_t{baseline ? cfg_.rc.mtu : cfg_.endpoint.mtu} + 104;
   if (baseline) {
     cfg_.queue.pfc = cfg_.transport == TransportKind::kRoceV2;  // RoCEv2 needs a lossless fabric
     if (cfg_.rc.own_ecn) {

@@ -255,6 +255,30 @@ TEST(ConfigFile, ParsesEverySection) {
   EXPECT_TRUE(differ);
 }
 
+TEST(ConfigFile, MtuSetsEveryTransport) {
+  const SimConfig d = parse(kSmall);
+  EXPECT_EQ(d.endpoint.mtu, 4096u);
+  EXPECT_EQ(d.rc.mtu, 4096u);
+  const SimConfig c =
+      parse(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = 2048\n"));
+  EXPECT_EQ(c.endpoint.mtu, 2048u);
+  EXPECT_EQ(c.rc.mtu, 2048u);
+  EXPECT_EQ(parse(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = \"1KiB\"\n"))
+                .endpoint.mtu,
+            1024u);
+  for (const char* line : {"mtu = 100", "mtu = 65536", "mtu = \"16KiB\""}) {
+    try {
+      (void)parse(replace(kSmall, "time_limit_ms = 20\n",
+                          std::string("time_limit_ms = 20\n") + line + "\n"));
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("t.toml:4:7: mtu: payload bytes per packet, 256..9000"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ConfigFile, QueueTrimKeys) {
   const SimConfig off = parse(kSmall);
   EXPECT_FALSE(off.queue.trim);
@@ -399,6 +423,9 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   EXPECT_EQ(c.rc.increase_timer, SimTime::from_ps(2'500'000));
   EXPECT_DOUBLE_EQ(c.rc.g, 0.0625);
   EXPECT_FALSE(apply_setting(c, "rc.g=2", err));
+  ASSERT_TRUE(apply_setting(c, "mtu=2048", err)) << err;
+  EXPECT_EQ(c.endpoint.mtu, 2048u);
+  EXPECT_EQ(c.rc.mtu, 2048u);
 }
 
 TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
@@ -414,6 +441,13 @@ TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
   EXPECT_NE(err.find("not a number"), std::string::npos) << err;
   EXPECT_FALSE(apply_setting(c, "num_paths", err));  // no '='
   EXPECT_EQ(c.endpoint.num_paths, before.endpoint.num_paths);
+  for (const char* bad : {"mtu=255", "mtu=9001", "mtu=1500.5"}) {
+    EXPECT_FALSE(apply_setting(c, bad, err)) << bad;
+    EXPECT_NE(err.find("--set mtu: "), std::string::npos) << err;
+    EXPECT_NE(err.find("[256, 9000]"), std::string::npos) << err;
+  }
+  EXPECT_EQ(c.endpoint.mtu, 4096u);
+  EXPECT_EQ(c.rc.mtu, 4096u);
 }
 
 }  // namespace metaroce::sim

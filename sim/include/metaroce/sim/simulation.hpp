@@ -40,6 +40,11 @@ struct FaultSpec {
 // engine's own.
 [[nodiscard]] EndpointConfig dc_endpoint_config();
 
+// The payload MTUs a scenario may set (SimConfig::set_mtu: --set mtu, a
+// config file's mtu): the engine's smallest, and a jumbo frame's.
+inline constexpr uint32_t kMinMtu = 256;
+inline constexpr uint32_t kMaxMtu = 9000;
+
 struct SimConfig {
   std::string name = "custom";
   TopoGraph topo;
@@ -77,6 +82,14 @@ struct SimConfig {
   RcParams rc;
   // Capture and time series (--pcap, --csv); none by default.
   OutputOptions output;
+
+  // The payload MTU of every transport (endpoint.mtu, rc.mtu; 4096 by
+  // default), in [kMinMtu, kMaxMtu]. Frame sizes follow, and with them the
+  // BDP-derived windows and the PFC headroom (QueueSpec::pfc_frame_bytes).
+  void set_mtu(uint32_t mtu) {
+    endpoint.mtu = static_cast<uint16_t>(mtu);
+    rc.mtu = mtu;
+  }
 };
 
 // One path slot of the MetaRoCE connections, summed over all connections.
