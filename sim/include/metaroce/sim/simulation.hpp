@@ -134,7 +134,7 @@ struct Report {
   TransportTotals transport_totals;
   uint64_t connect_failures = 0;
   uint64_t errors = 0;
-  double pfc_pause_us = 0;  // total time ports spent paused by PFC (rocev2 only)
+  double pfc_pause_us = 0;  // total time ports spent paused by PFC (rocev2, or queue.pfc)
   uint64_t pfc_pauses = 0;  // PAUSE frames that took effect
   double sim_time_us = 0;
   uint64_t events = 0;
