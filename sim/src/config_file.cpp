@@ -33,7 +33,7 @@ class Reader {
 
   SimConfig read(const toml::table& root) {
     keys(root, "",
-         {"name", "time_limit_ms", "reroute_us", "topology", "queue", "workload", "fault"});
+         {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "workload", "fault"});
     SimConfig c;
     c.name = opt_string(root, "", "name").value_or("config");
     if (auto ms = opt_number(root, "", "time_limit_ms")) {
@@ -43,6 +43,12 @@ class Reader {
     if (auto us = opt_number(root, "", "reroute_us")) {
       if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
       c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
+    }
+    if (auto mtu = opt_bytes(root, "", "mtu")) {
+      if (*mtu < kMinMtu || *mtu > kMaxMtu)
+        fail(*root.get("mtu"), "mtu: payload bytes per packet, " + std::to_string(kMinMtu) + ".." +
+                                   std::to_string(kMaxMtu) + " (got " + std::to_string(*mtu) + ")");
+      c.set_mtu(static_cast<uint32_t>(*mtu));
     }
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) c.queue = queue(table(root, "", "queue"));
@@ -121,7 +127,7 @@ class Reader {
   QueueSpec queue(const toml::table& t) {
     keys(t, "queue",
          {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
-          "trim_priority"});
+          "trim_priority", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
     q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin").value_or(q.ecn_kmin);
@@ -131,6 +137,11 @@ class Reader {
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
     if (t.contains("trim_allowance_bytes"))  // 0 allowed: headers only within the buffer
       q.trim_allowance_bytes = u32(t, "queue", "trim_allowance_bytes");
+    q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
+    q.pfc_xoff_bytes = opt_bytes(t, "queue", "pfc_xoff_bytes", true);
+    q.pfc_xon_bytes = opt_bytes(t, "queue", "pfc_xon_bytes", true);
+    if (const std::string e = pfc_threshold_error(q); !e.empty())
+      fail(t.contains("pfc_xon_bytes") ? *t.get("pfc_xon_bytes") : *t.get("pfc_xoff_bytes"), e);
     if (q.ecn_kmin > q.ecn_kmax) fail(t, "queue: ecn_kmin above ecn_kmax");
     if (q.ecn_pmax < 0 || q.ecn_pmax > 1) fail(t, "queue.ecn_pmax: must be in [0, 1]");
     return q;
@@ -415,11 +426,13 @@ class Reader {
 
   // A byte count: a whole number, or a string with a unit ("64KiB", "2 MiB",
   // "1MB", "4096B").
-  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key) const {
+  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key,
+                 bool zero_ok = false) const {
     const toml::node& n = need(t, section, key);
     const std::string what = section + "." + std::string(key);
     if (auto v = n.value_exact<int64_t>()) {
-      if (*v <= 0) fail(n, what + ": must be > 0");
+      if (*v < 0 || (*v == 0 && !zero_ok))
+        fail(n, what + (zero_ok ? ": must be >= 0" : ": must be > 0"));
       return static_cast<uint64_t>(*v);
     }
     const auto s = n.value<std::string>();
@@ -438,15 +451,15 @@ class Reader {
     double mult = 0;
     for (const auto& [u, m] : kUnits)
       if (unit == u) mult = m;
-    if (!in || mult == 0 || (in >> rest) || !(v > 0))
+    if (!in || mult == 0 || (in >> rest) || !(v > 0 || (zero_ok && v == 0)))
       fail(n, what + ": '" + *s + "' is not a byte count (units B, KB, MB, GB, KiB, MiB, GiB)");
     return static_cast<uint64_t>(std::llround(v * mult));
   }
 
   std::optional<uint64_t> opt_bytes(const toml::table& t, const std::string& section,
-                                    std::string_view key) const {
+                                    std::string_view key, bool zero_ok = false) const {
     if (!t.contains(key)) return std::nullopt;
-    return bytes(t, section, key);
+    return bytes(t, section, key, zero_ok);
   }
 
   std::string source_;

@@ -294,13 +294,31 @@ void Switch::enable_pfc(const QueueSpec& q) {
   for (size_t i = 0; i < n; ++i) {
     const Port& pt = *ports[i];
     const uint64_t in_flight = pt.rate_mbps() * pt.pipe.delay.ps / 8'000'000;  // bytes per delay
-    const uint64_t headroom = 2 * in_flight + 2 * 4'200;
-    const uint64_t xoff = q.buffer_bytes > headroom + q.pfc_hysteresis_bytes
-                              ? q.buffer_bytes - headroom
-                              : q.pfc_hysteresis_bytes;
+    const uint64_t headroom = 2 * in_flight + 2 * q.pfc_frame_bytes;
+    const uint64_t gap = 2 * q.pfc_frame_bytes;
+    const uint64_t xoff = q.pfc_xoff_bytes.value_or(
+        q.buffer_bytes > headroom + gap ? q.buffer_bytes - headroom : gap);
+    const uint64_t xon = q.pfc_xon_bytes.value_or(xoff - std::min(xoff, gap));
+    if (xon > xoff)  // only with XOFF derived: pfc_threshold_error() checks the rest
+      throw std::invalid_argument("queue.pfc_xon_bytes (" + std::to_string(xon) +
+                                  ") is above the XOFF derived for port " + std::to_string(i) +
+                                  " of switch " + std::to_string(id - net_.num_hosts()) + " (" +
+                                  std::to_string(xoff) + " bytes); set queue.pfc_xoff_bytes too");
     xoff_[i] = xoff;
-    xon_[i] = xoff - std::min(xoff, q.pfc_hysteresis_bytes);
+    xon_[i] = xon;
   }
+}
+
+std::string pfc_threshold_error(const QueueSpec& q) {
+  if (q.pfc_xoff_bytes && *q.pfc_xoff_bytes > q.buffer_bytes)
+    return "queue.pfc_xoff_bytes (" + std::to_string(*q.pfc_xoff_bytes) +
+           ") is above queue.buffer_bytes (" + std::to_string(q.buffer_bytes) +
+           "): a port would drop before it pauses";
+  if (q.pfc_xoff_bytes && q.pfc_xon_bytes && *q.pfc_xon_bytes > *q.pfc_xoff_bytes)
+    return "queue.pfc_xon_bytes (" + std::to_string(*q.pfc_xon_bytes) +
+           ") is above queue.pfc_xoff_bytes (" + std::to_string(*q.pfc_xoff_bytes) +
+           "): XON must not exceed XOFF";
+  return {};
 }
 
 void Switch::pfc_send(uint32_t in_port, bool pause, SimTime now) {
@@ -320,6 +338,7 @@ void Switch::pfc_release(const Packet& p, SimTime now) {
 
 Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed)
     : sched_(sched), graph_(graph) {
+  if (const std::string e = pfc_threshold_error(queue); !e.empty()) throw std::invalid_argument(e);
   const uint32_t h = graph_.num_hosts;
   const uint32_t n = h + graph_.num_switches;
   nodes_.assign(n, nullptr);

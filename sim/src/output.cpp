@@ -258,18 +258,8 @@ class SimOutput::Sampler final : public EventSource {
   }
 
  private:
-  uint64_t delivered_bytes() const {
-    uint64_t n = 0;
-    if (sim_.shared_) {
-      for (const MetaRoceHost* h : sim_.shared_->hosts) n += h->data_bytes_received();
-    } else if (sim_.rc_shared_) {
-      for (uint32_t f = 0; f < sim_.flows_->size(); ++f) n += sim_.rc_shared_->delivered_bytes(f);
-    }
-    return n;
-  }
-
   void sample(SimTime t) {
-    const uint64_t delivered = delivered_bytes();
+    const uint64_t delivered = sim_.delivered_bytes();
     const double interval = (t - last_).seconds();
     const double gbps =
         interval > 0 ? static_cast<double>(delivered - last_delivered_) * 8e-9 / interval : 0;

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <span>
 #include <sstream>
 
@@ -22,6 +23,11 @@ struct Setting {
 
 uint64_t ns_from_us(double us) { return static_cast<uint64_t>(std::llround(us * 1000.0)); }
 SimTime time_from_us(double us) { return SimTime{static_cast<uint64_t>(std::llround(us * 1e6))}; }
+// A PFC threshold in bytes; -1: derived (QueueSpec).
+std::optional<uint64_t> threshold(double v) {
+  if (v < 0) return std::nullopt;
+  return static_cast<uint64_t>(v);
+}
 
 std::span<const Setting> table() {
   static const Setting t[] = {
@@ -81,8 +87,16 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) { c.queue.ecn_kmax = static_cast<uint64_t>(v); }},
       {"queue.ecn_pmax", "ECN marking probability at ecn_kmax", 0, 1, false,
        [](SimConfig& c, double v) { c.queue.ecn_pmax = v; }},
-      {"queue.pfc", "PFC in the fabric (rocev2 turns it on regardless)", 0, 1, true,
-       [](SimConfig& c, double v) { c.queue.pfc = v != 0; }},
+      {"queue.pfc", "PFC in the fabric (rocev2 turns it on and irn off, whatever this says)", 0, 1,
+       true, [](SimConfig& c, double v) { c.queue.pfc = v != 0; }},
+      {"queue.pfc_xoff_bytes",
+       "PFC: a switch pauses an ingress port holding more than this, bytes (-1: buffer_bytes "
+       "less the headroom, the default)",
+       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xoff_bytes = threshold(v); }},
+      {"queue.pfc_xon_bytes",
+       "PFC: a switch resumes a paused ingress port at or below this, bytes, not above XOFF (-1: "
+       "XOFF less two frames, the default)",
+       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xon_bytes = threshold(v); }},
       {"queue.trim",
        "switches cut MetaRoCE data packets to their headers instead of dropping them (TRIM-1)", 0,
        1, true, [](SimConfig& c, double v) { c.queue.trim = v != 0; }},
@@ -116,6 +130,10 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }},
       {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, true,
        [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }},
+      {"mtu",
+       "payload bytes per data packet, every transport (default 4096; frame sizes, BDP windows "
+       "and the PFC headroom follow)",
+       kMinMtu, kMaxMtu, true, [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
       {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes", 4096, 1e12, true,
        [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,

@@ -255,6 +255,30 @@ TEST(ConfigFile, ParsesEverySection) {
   EXPECT_TRUE(differ);
 }
 
+TEST(ConfigFile, MtuSetsEveryTransport) {
+  const SimConfig d = parse(kSmall);
+  EXPECT_EQ(d.endpoint.mtu, 4096u);
+  EXPECT_EQ(d.rc.mtu, 4096u);
+  const SimConfig c =
+      parse(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = 2048\n"));
+  EXPECT_EQ(c.endpoint.mtu, 2048u);
+  EXPECT_EQ(c.rc.mtu, 2048u);
+  EXPECT_EQ(parse(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = \"1KiB\"\n"))
+                .endpoint.mtu,
+            1024u);
+  for (const char* line : {"mtu = 100", "mtu = 65536", "mtu = \"16KiB\""}) {
+    try {
+      (void)parse(replace(kSmall, "time_limit_ms = 20\n",
+                          std::string("time_limit_ms = 20\n") + line + "\n"));
+      ADD_FAILURE() << "accepted " << line;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("t.toml:4:7: mtu: payload bytes per packet, 256..9000"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ConfigFile, QueueTrimKeys) {
   const SimConfig off = parse(kSmall);
   EXPECT_FALSE(off.queue.trim);
@@ -276,6 +300,83 @@ TEST(ConfigFile, QueueTrimKeys) {
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
+  }
+}
+
+// PFC from a config file: on for any transport but irn, with its thresholds.
+const char* const kPfcIncast = R"(
+name = "pfc-incast"
+time_limit_ms = 50
+[topology]
+kind = "fat_tree"
+k = 4
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[queue]
+pfc = true
+[[workload]]
+kind = "incast"
+bytes = "256KiB"
+senders = 8
+)";
+
+Report run_config(const std::string& text, TransportKind t) {
+  Simulation sim(parse_config(text, "t.toml", ".", t, 1));
+  sim.run();
+  return sim.report();
+}
+
+TEST(ConfigFile, PfcAndItsThresholdsAreSettableAndMoveThePauseTime) {
+  EXPECT_FALSE(parse(kSmall).queue.pfc);
+  const SimConfig d = parse(kPfcIncast);
+  EXPECT_TRUE(d.queue.pfc);
+  EXPECT_FALSE(d.queue.pfc_xoff_bytes);  // derived, as before
+  EXPECT_FALSE(d.queue.pfc_xon_bytes);
+  const std::string low = replace(kPfcIncast, "pfc = true\n",
+                                  "pfc = true\npfc_xoff_bytes = \"30KB\"\npfc_xon_bytes = 0\n");
+  const SimConfig c = parse(low);
+  EXPECT_EQ(c.queue.pfc_xoff_bytes, 30'000u);
+  EXPECT_EQ(c.queue.pfc_xon_bytes, 0u);
+  for (const TransportKind t : {TransportKind::kMetaRoce, TransportKind::kRoceV2}) {
+    const Report a = run_config(kPfcIncast, t), b = run_config(low, t);
+    for (const Report* r : {&a, &b}) {
+      EXPECT_EQ(r->flows_completed, r->flows) << r->to_text(false);
+      EXPECT_EQ(r->drops, 0u) << r->to_text(false);  // lossless either way
+      EXPECT_GT(r->pfc_pauses, 0u) << r->to_text(false);
+    }
+    // Pausing at 30 KB instead of 141.6 KB, and resuming only when empty,
+    // holds the senders' links paused for longer.
+    EXPECT_GT(b.pfc_pause_us, a.pfc_pause_us * 1.5) << a.transport;
+  }
+}
+
+TEST(ConfigFile, BadPfcThresholdsAreRefused) {
+  const std::pair<std::string, std::string> bad[] = {
+      {"pfc = true\npfc_xoff_bytes = 50000\npfc_xon_bytes = 60000",
+       "t.toml:12:17: queue.pfc_xon_bytes (60000) is above queue.pfc_xoff_bytes (50000): XON "
+       "must not exceed XOFF"},
+      {"pfc = true\npfc_xoff_bytes = \"200KB\"",
+       "t.toml:11:18: queue.pfc_xoff_bytes (200000) is above queue.buffer_bytes (175000)"},
+      {"pfc = true\npfc_xon_bytes = -1", "queue.pfc_xon_bytes: must be >= 0"},
+      {"pfc = 1", "queue.pfc: expected true or false"},
+  };
+  for (const auto& [lines, want] : bad) {
+    try {
+      (void)parse(replace(kPfcIncast, "pfc = true\n", lines + "\n"));
+      ADD_FAILURE() << "accepted " << lines;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  // XON alone is checked against each port's derived XOFF (141.6 KB here).
+  SimConfig c = parse(replace(kPfcIncast, "pfc = true\n", "pfc = true\npfc_xon_bytes = 150000\n"));
+  try {
+    Simulation sim(std::move(c));
+    ADD_FAILURE() << "accepted an XON above the derived XOFF";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("queue.pfc_xon_bytes (150000) is above the XOFF derived"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -399,6 +500,16 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   EXPECT_EQ(c.rc.increase_timer, SimTime::from_ps(2'500'000));
   EXPECT_DOUBLE_EQ(c.rc.g, 0.0625);
   EXPECT_FALSE(apply_setting(c, "rc.g=2", err));
+  ASSERT_TRUE(apply_setting(c, "queue.pfc_xoff_bytes=60000", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "queue.pfc_xon_bytes=0", err)) << err;
+  EXPECT_EQ(c.queue.pfc_xoff_bytes, 60'000u);
+  EXPECT_EQ(c.queue.pfc_xon_bytes, 0u);
+  ASSERT_TRUE(apply_setting(c, "queue.pfc_xoff_bytes=-1", err)) << err;
+  EXPECT_FALSE(c.queue.pfc_xoff_bytes);  // derived again
+  EXPECT_FALSE(apply_setting(c, "queue.pfc_xon_bytes=-2", err));
+  ASSERT_TRUE(apply_setting(c, "mtu=2048", err)) << err;
+  EXPECT_EQ(c.endpoint.mtu, 2048u);
+  EXPECT_EQ(c.rc.mtu, 2048u);
 }
 
 TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
@@ -414,6 +525,13 @@ TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
   EXPECT_NE(err.find("not a number"), std::string::npos) << err;
   EXPECT_FALSE(apply_setting(c, "num_paths", err));  // no '='
   EXPECT_EQ(c.endpoint.num_paths, before.endpoint.num_paths);
+  for (const char* bad : {"mtu=255", "mtu=9001", "mtu=1500.5"}) {
+    EXPECT_FALSE(apply_setting(c, bad, err)) << bad;
+    EXPECT_NE(err.find("--set mtu: "), std::string::npos) << err;
+    EXPECT_NE(err.find("[256, 9000]"), std::string::npos) << err;
+  }
+  EXPECT_EQ(c.endpoint.mtu, 4096u);
+  EXPECT_EQ(c.rc.mtu, 4096u);
 }
 
 }  // namespace metaroce::sim

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,9 +52,14 @@ struct LinkSpec {
 // every port becomes a real FIFO that can be paused, and each switch accounts
 // bytes per *ingress* port (from arrival until the packet starts leaving).
 // Above XOFF = buffer_bytes - headroom the switch sends PAUSE upstream, below
-// XON = XOFF - pfc_hysteresis_bytes it sends RESUME; either takes the link's
-// propagation delay to act. headroom = 2 x (rate x delay) + 2 x 4200 B (the
-// bytes that can still arrive after PAUSE is sent). Output ports then have no
+// XON = XOFF - 2 x pfc_frame_bytes it sends RESUME; either takes the link's
+// propagation delay to act. headroom = 2 x (rate x delay) + 2 x
+// pfc_frame_bytes (the bytes that can still arrive after PAUSE is sent; the
+// simulation sets a frame to the transport's mtu + 104, 4200 B at the default
+// MTU). pfc_xoff_bytes and pfc_xon_bytes, when set, replace the derived
+// thresholds at every switch port (XON alone: XOFF stays derived; XOFF alone:
+// XON = XOFF - 2 frames); pfc_threshold_error() says what is wrong with them,
+// and Network refuses them. Output ports then have no
 // drop-tail limit (their occupancy is bounded by the ingress limits); a packet
 // that would take an ingress over buffer_bytes is dropped and counted (it
 // does not happen when the headroom is right).
@@ -73,11 +79,18 @@ struct QueueSpec {
   uint64_t ecn_kmax = 145'000;
   double ecn_pmax = 1.0;
   bool pfc = false;
-  uint64_t pfc_hysteresis_bytes = 8'400;
+  uint64_t pfc_frame_bytes = 4'200;          // about one MTU-sized frame (PFC headroom, XON gap)
+  std::optional<uint64_t> pfc_xoff_bytes{};  // PAUSE above this many ingress bytes; unset: derived
+  std::optional<uint64_t> pfc_xon_bytes{};   // RESUME at or below; unset: derived
   bool trim = false;
   uint64_t trim_allowance_bytes = 16'384;
   bool trim_priority = true;
 };
+
+// Why q's PFC thresholds cannot work, naming the keys (queue.pfc_xon_bytes
+// above queue.pfc_xoff_bytes, or XOFF above buffer_bytes); empty if they can.
+// A threshold left to be derived is checked per port by Network.
+[[nodiscard]] std::string pfc_threshold_error(const QueueSpec& q);
 
 struct PortStats {
   uint64_t tx_packets = 0;

@@ -40,6 +40,11 @@ struct FaultSpec {
 // engine's own.
 [[nodiscard]] EndpointConfig dc_endpoint_config();
 
+// The payload MTUs a scenario may set (SimConfig::set_mtu: --set mtu, a
+// config file's mtu): the engine's smallest, and a jumbo frame's.
+inline constexpr uint32_t kMinMtu = 256;
+inline constexpr uint32_t kMaxMtu = 9000;
+
 struct SimConfig {
   std::string name = "custom";
   TopoGraph topo;
@@ -77,6 +82,14 @@ struct SimConfig {
   RcParams rc;
   // Capture and time series (--pcap, --csv); none by default.
   OutputOptions output;
+
+  // The payload MTU of every transport (endpoint.mtu, rc.mtu; 4096 by
+  // default), in [kMinMtu, kMaxMtu]. Frame sizes follow, and with them the
+  // BDP-derived windows and the PFC headroom (QueueSpec::pfc_frame_bytes).
+  void set_mtu(uint32_t mtu) {
+    endpoint.mtu = static_cast<uint16_t>(mtu);
+    rc.mtu = mtu;
+  }
 };
 
 // One path slot of the MetaRoCE connections, summed over all connections.
@@ -106,6 +119,12 @@ struct Report {
   // rate plus its path's one-way propagation delay (sim/README.md).
   double ideal_us = 0;
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
+  // Payload bytes the receivers took, duplicates and headers excluded (the
+  // counter of --csv's throughput.csv), and their rate over the run:
+  // goodput_gbps = delivered_bytes x 8 / completion_us, all flows together.
+  // Not in the digest (the flows' finish times already are).
+  uint64_t delivered_bytes = 0;
+  double goodput_gbps = 0;
   uint64_t drops = 0;        // switch buffer overflow (packets lost, not trimmed ones)
   uint64_t trimmed = 0;      // data packets switches cut to their headers (QueueSpec::trim)
   uint64_t fault_drops = 0;  // link down / gray failure
@@ -115,7 +134,7 @@ struct Report {
   TransportTotals transport_totals;
   uint64_t connect_failures = 0;
   uint64_t errors = 0;
-  double pfc_pause_us = 0;  // total time ports spent paused by PFC (rocev2 only)
+  double pfc_pause_us = 0;  // total time ports spent paused by PFC (rocev2, or queue.pfc)
   uint64_t pfc_pauses = 0;  // PAUSE frames that took effect
   double sim_time_us = 0;
   uint64_t events = 0;
@@ -167,6 +186,9 @@ class Simulation {
   }
   [[nodiscard]] SimHost& any_host(uint32_t i) { return *hosts_.at(i); }
   [[nodiscard]] const SimConfig& config() const { return cfg_; }
+  // Payload bytes delivered so far, all flows (MetaRoCE: bytes the receivers'
+  // connections accepted, duplicates excluded; baselines: in-order bytes).
+  [[nodiscard]] uint64_t delivered_bytes() const;
   // Finishes the output files (--pcap, --csv), if any; also done by the
   // destructor. False with a reason in err if a write failed.
   bool close_output(std::string& err);
