@@ -1,8 +1,8 @@
-// Named overrides of a scenario's tunables (metaroce-sim --set KEY=VALUE, and
-// a config file's [set] table): the engine's congestion control and recovery
-// parameters, the driver's BDP-derived windows and the switch queues. They
-// exist for ablations and sensitivity studies: a preset stays fixed, and a run
-// says exactly what it changed.
+// Named overrides of a scenario's tunables (metaroce-sim --set KEY=VALUE; a
+// config file sets some of them as keys of its own): the engine's congestion
+// control and recovery parameters, the driver's BDP-derived windows and the
+// switch queues. They exist for ablations and sensitivity studies: a preset
+// stays fixed, and a run says exactly what it changed.
 #pragma once
 
 #include <string>
