@@ -64,7 +64,10 @@ size_t RcShared::roce_headers(const Packet& p, uint8_t* out) const {
   std::memset(out, 0, kMaxRoceHeader);
   out[2] = 0xff;  // P_Key: default partition
   out[3] = 0xff;
-  put24(out + 5, f.flow);  // destination QP: one QP per flow
+  // Destination QP: one per flow, from 0x100: QPs 0 and 1 are InfiniBand's
+  // management QPs (SMI, GSI), which Wireshark decodes as MADs.
+  constexpr uint32_t kFirstQpn = 0x100;
+  put24(out + 5, kFirstQpn + f.flow);
   size_t n = kBth;
   uint32_t psn = f.psn;
   switch (f.type) {
