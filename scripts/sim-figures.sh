@@ -8,6 +8,7 @@
 #           PNGs at the top)
 #   SIM     env: the metaroce-sim binary (default build/tools/sim/metaroce-sim)
 #   SAMPLE_US env: CSV sample interval (default 5)
+#   TRANSPORTS env: the transports to run (default "metaroce spray-nocc irn rocev2")
 #   PYTHON  env: interpreter with matplotlib + numpy (default python3, else /usr/bin/python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ sim=${SIM:-build/tools/sim/metaroce-sim}
 [[ -x "$sim" ]] || { echo "sim-figures: $sim not built (cmake --build build --target metaroce-sim)" >&2; exit 1; }
 mkdir -p "$out"
 dirs=()
-for t in metaroce spray-nocc irn rocev2; do
+for t in ${TRANSPORTS:-metaroce spray-nocc irn rocev2}; do
   echo "sim-figures: $preset $t" >&2
   # Exit status 1 (some flow unfinished) still leaves CSVs worth plotting.
   "$sim" --preset "$preset" --transport "$t" --seed "$seed" -q \
