@@ -138,6 +138,16 @@ struct WriteBuffers {
       if (!post_write(p, i, uint64_t{i} * chunk, chunk)) return false;
     return true;
   }
+  // post_writes, then drives both ends until every WRITE completed: each
+  // must succeed and the destination equal the source.
+  void write_all_and_check(const Pair& p, uint32_t chunk) {
+    ASSERT_TRUE(post_writes(p, chunk));
+    const auto comps = drive(*p.client, *p.server, src.size() / chunk, 20s);
+    ASSERT_EQ(comps.size(), src.size() / chunk);
+    for (const Completion& c : comps)
+      EXPECT_EQ(c.status, Status::kOk) << p.client->completion_error(c).message;
+    EXPECT_EQ(src, dst);
+  }
 };
 
 void write_read_send(const std::string& host) {
@@ -351,6 +361,35 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
   }
 }
 
+// A device that refuses UDP_SEGMENT at run time (EIO from sendmmsg; the
+// hook fails every GSO message from the 4th on): GSO is turned off for good,
+// the refused datagrams are retransmitted without it and every byte lands.
+TEST(Udp, GsoRefusedAtRunTimeFallsBack) {
+  ::setenv("METAROCE_UDP_FAULT_GSO", "4", 1);
+  Pair p = connect_pair("127.0.0.1");
+  ::unsetenv("METAROCE_UDP_FAULT_GSO");
+  ASSERT_TRUE(p.cconn.valid());
+  if (!p.client->gso_enabled()) GTEST_SKIP() << "no UDP GSO here";
+  constexpr size_t kLen = 4 << 20;
+  constexpr uint32_t kChunk = 64 * 1024;
+  WriteBuffers b(p, kLen, 21);
+  ASSERT_NO_FATAL_FAILURE(b.write_all_and_check(p, kChunk));
+  EXPECT_FALSE(p.client->gso_enabled());
+  const auto io = p.client->io_stats();
+  EXPECT_EQ(io.tx_gso_msgs, 3u);  // the three before the refusal
+  EXPECT_GT(io.tx_errors, 0u);    // the refused message(s), dropped and resent
+  // The server's GSO is refused too (its answers and ACKs): a READ back.
+  std::vector<uint8_t> back(kLen, 0);
+  MemoryRegion bmr;
+  ASSERT_FALSE(p.client->register_memory(back.data(), kLen, kAllAccess, bmr));
+  ASSERT_FALSE(p.client->read(p.cconn, 100, back.data(), kLen, bmr.lkey, b.dmr.addr, b.dmr.rkey));
+  const auto r = drive(*p.client, *p.server, 1, 20s);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, Status::kOk);
+  EXPECT_EQ(b.src, back);
+  EXPECT_FALSE(p.server->gso_enabled());
+}
+
 // ACK-1: the segments of a GRO buffer draw one ACK (the driver drains the
 // engine once per buffer), so a bulk WRITE draws fewer than one ACK per two
 // packets; without GRO every second packet draws its own.
@@ -365,11 +404,7 @@ TEST(Udp, GroBufferDrawsOneAck) {
     constexpr size_t kLen = 4 << 20;
     constexpr uint32_t kChunk = 64 * 1024;
     WriteBuffers b(p, kLen, 13);
-    ASSERT_TRUE(b.post_writes(p, kChunk));
-    const auto comps = drive(*p.client, *p.server, kLen / kChunk, 20s);
-    ASSERT_EQ(comps.size(), kLen / kChunk);
-    for (const Completion& c : comps) EXPECT_EQ(c.status, Status::kOk);
-    EXPECT_EQ(b.src, b.dst);
+    ASSERT_NO_FATAL_FAILURE(b.write_all_and_check(p, kChunk));
     metaroce::ConnStats st{};
     ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
     const auto io = p.server->io_stats();
