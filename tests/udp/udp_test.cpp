@@ -102,14 +102,20 @@ struct Pair {
 
 // Connects client -> server; the server runs its progress thread for the
 // duration of the handshake only when asked.
-Pair connect_pair(const std::string& host, Options so = test_options(),
-                  Options co = test_options()) {
+// The server may listen on another address than the one the client reaches
+// it at (a wildcard): connect_host then names the latter.
+Pair connect_pair(const std::string& host, Options so = test_options(), Options co = test_options(),
+                  const std::string& server_host = "") {
   Pair p;
-  p.server = open_on(host, so);
+  p.server = open_on(server_host.empty() ? host : server_host, so);
   p.client = open_on(host, co);
   if (!p.server || !p.client) return p;
   p.server->start_progress_thread();
-  const Error e = p.client->connect(p.server->local_address(), 2000ms, p.cconn);
+  const std::string to = server_host.empty() ? p.server->local_address()
+                         : host.find(':') != std::string::npos
+                             ? "[" + host + "]:" + std::to_string(p.server->port())
+                             : host + ":" + std::to_string(p.server->port());
+  const Error e = p.client->connect(to, 2000ms, p.cconn);
   EXPECT_FALSE(e) << e.message;
   const Error a = p.server->accept(1000ms, p.sconn);
   EXPECT_FALSE(a) << a.message;
@@ -150,11 +156,15 @@ struct WriteBuffers {
   }
 };
 
-void write_read_send(const std::string& host) {
-  Pair p = connect_pair(host);
+// WRITE, READ, SEND and WRITE_IMM between a client on `host` and a server
+// on `server_host` (default: the same), every byte checked.
+void write_read_send(const std::string& host, const std::string& server_host = "") {
+  Pair p = connect_pair(host, test_options(), test_options(), server_host);
   ASSERT_TRUE(p.cconn.valid());
   ASSERT_TRUE(p.sconn.valid());
-  EXPECT_EQ(p.client->peer_address(p.cconn), p.server->local_address());
+  if (server_host.empty()) {
+    EXPECT_EQ(p.client->peer_address(p.cconn), p.server->local_address());
+  }
 
   constexpr size_t kLen = 1 << 20;
   std::vector<uint8_t> src(kLen), dst(kLen, 0), back(kLen, 0), msg(100000), rbuf(100000, 0);
@@ -286,6 +296,17 @@ TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
 TEST(Udp, WriteReadSendIPv6) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
   write_read_send("::1");
+}
+
+// A dual-stack endpoint (bound to [::]) serves an IPv4 client: the client's
+// datagrams arrive as v4-mapped addresses and the answers go back to it.
+TEST(Udp, WildcardIPv6EndpointServesIPv4Peer) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6";
+  write_read_send("127.0.0.1", "::");
+  Pair p = connect_pair("127.0.0.1", test_options(), test_options(), "::");
+  ASSERT_TRUE(p.sconn.valid());
+  EXPECT_NE(p.server->peer_address(p.sconn).find("127.0.0.1"), std::string::npos)
+      << p.server->peer_address(p.sconn);
 }
 
 TEST(Udp, ProgressThreadWrite) {
