@@ -291,6 +291,20 @@ TEST(Udp, DefaultPortIs4792) {
   server->stop_progress_thread();
 }
 
+// Port 0 is not the default port: the kernel chooses a free one (what
+// udp.hpp says, and what the examples and tools rely on to avoid collisions).
+TEST(Udp, PortZeroIsAPortTheKernelChooses) {
+  Error err;
+  auto a = UdpEndpoint::open("127.0.0.1:0", test_options(), err);
+  ASSERT_TRUE(a) << err.message;
+  auto b = UdpEndpoint::open("127.0.0.1:0", test_options(), err);
+  ASSERT_TRUE(b) << err.message;
+  EXPECT_NE(a->port(), 0);
+  EXPECT_NE(a->port(), b->port());
+  EXPECT_EQ(a->entropy_min(), a->port() + 1);
+  EXPECT_EQ(a->local_address(), "127.0.0.1:" + std::to_string(a->port()));
+}
+
 TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
 
 TEST(Udp, WriteReadSendIPv6) {
