@@ -175,7 +175,8 @@ for line in open(f"{tmp}/client.err"):
     if m: samples.append((float(m.group(1)), float(m.group(2))))
 def mean(xs): return sum(xs) / len(xs) if xs else None
 if case in ("linkdown", "blackhole"):
-    before = mean([v for t, v in samples if 1.0 <= t <= t_fault])
+    lo = 1.0 if t_fault >= 1.5 else 0.5  # skip the start where the run allows it
+    before = mean([v for t, v in samples if lo <= t <= t_fault])
     until = t_heal if case == "linkdown" else 1e9
     # Lines whose interval (0.5 s) starts at least 0.5 s after the fault.
     after = mean([v for t, v in samples if t - 0.5 >= t_fault + 0.5 and t <= until + 0.1])
