@@ -269,8 +269,11 @@ int run_client(const ClientArgs& a, const Common& common) {
           cst.retransmissions);
     if (a.tp.verify) std::printf("  verify errors        %10" PRIu64 "\n", verify_errors);
     if (a.tp.bidir && have_result)
-      std::printf("  reverse goodput      %10.3f Gb/s (server -> client)\n",
-                  result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0);
+      std::printf("  reverse goodput      %10.3f Gb/s (the server's %s; %" PRIu64
+                  " packets retransmitted by the %s)\n",
+                  result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0,
+                  data_from_server ? "READs, data client -> server" : "load, server -> client",
+                  rev_retx, data_from_server ? "client" : "server");
     print_io(io);
     std::printf(
         "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");
