@@ -119,9 +119,12 @@ enum class ConnState : uint8_t { kConnecting, kEstablished, kClosed, kError, kUn
 
 class UdpEndpoint {
  public:
-  // Opens the receive socket on `address` ("ip:port", "[ip6]:port"; port 0 or
-  // missing: 4792) and the send sockets of the entropy block. nullptr and err
-  // set on failure (e.g. a port of the block already in use).
+  // Opens the receive socket on `address` ("ip:port", "[ip6]:port"; port
+  // missing: 4792, ENC-2; port 0: a free port the kernel chooses, see port())
+  // and the send sockets of the entropy block (default: the entropy_count
+  // ports after the receive port; with port 0 and no entropy_base, open tries
+  // again when they are taken). nullptr and err set on failure (e.g. a port of
+  // the block already in use).
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
   ~UdpEndpoint();  // close()

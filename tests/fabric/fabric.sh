@@ -9,6 +9,7 @@
 #   fabric.sh ecn PPS BURST [LINK...]     CE-mark ECN-capable packets above PPS packets/s
 #   fabric.sh blackhole LINK | unblackhole LINK
 #   fabric.sh linkdown LINK | linkup LINK
+#   fabric.sh rate LINK RATE_MBIT [QUEUE_KB] another rate for one link (both directions)
 #   fabric.sh clear                       remove every fault
 #   fabric.sh route SPORT DPORT [PROTO]   which link A->B traffic with these ports takes
 #   fabric.sh status                      qdisc / nft counters
@@ -278,6 +279,17 @@ fab_unblackhole() {
 fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
 fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
 
+# fab_rate LINK RATE_MBIT [QUEUE_KB]: shape one link (both directions) at
+# another rate than fab_up's; links of unequal rate reorder across paths.
+fab_rate() {
+  local i=${1:?link} rate=${2:?rate mbit} qkb=${3:-400} ns
+  local burst=$((rate * 1000 / 8 / 250))
+  ((burst < 65536)) && burst=65536
+  for ns in ra rb; do
+    fab_exec $ns tc qdisc replace dev "l$i" root tbf rate "${rate}mbit" burst $burst limit $((qkb * 1024)) || return 1
+  done
+}
+
 # fab_clear: remove every fault.
 fab_clear() {
   local ns i
@@ -321,11 +333,12 @@ fab_main() {
     unblackhole) fab_unblackhole "$@" ;;
     linkdown) fab_link_down "$@" ;;
     linkup) fab_link_up "$@" ;;
+    rate) fab_rate "$@" ;;
     clear) fab_clear ;;
     route) fab_route "$@" ;;
     status) fab_status ;;
     check) fab_available ;;
-    *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ $cmd == help ]] ;;
+    *) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ $cmd == help ]] ;;
   esac
 }
 

@@ -160,6 +160,78 @@ TEST(PerfPattern, ReusedWriteSlotMayHoldALaterMessage) {
   EXPECT_GT(pattern_check_slot(slot.data(), n, 5, stride), 0u);
 }
 
+TEST(PerfPattern, PoisonDiffersFromThePatternInEveryByte) {
+  for (size_t n : {1u, 7u, 8u, 4096u, 4099u}) {
+    std::vector<uint8_t> buf(n);
+    pattern_poison(buf.data(), n, 42);
+    EXPECT_EQ(pattern_check(buf.data(), n, 42), n) << n;
+  }
+}
+
+// A loopback pair: `server` accepted `client`'s connection.
+struct PerfPair {
+  std::unique_ptr<udp::UdpEndpoint> server, client;
+  ConnId sconn, cconn;
+};
+
+PerfPair perf_pair(const Common& common) {
+  using namespace std::chrono_literals;
+  PerfPair p;
+  udp::Error err;
+  p.server = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
+  p.client = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
+  if (!p.server || !p.client) {
+    ADD_FAILURE() << err.message;
+    return p;
+  }
+  p.server->start_progress_thread();
+  err = p.client->connect(p.server->local_address(), 3000ms, p.cconn);
+  EXPECT_FALSE(err) << err.message;
+  err = p.server->accept(1000ms, p.sconn);
+  EXPECT_FALSE(err) << err.message;
+  p.server->stop_progress_thread();
+  return p;
+}
+
+// --op read --verify: each generator slot is read again from the same server
+// slot every qd messages, so it already holds the expected pattern. Before a
+// READ is posted, every byte of its slot must be poisoned: a byte the READ
+// does not deliver then fails the check (not only the first and last 8).
+TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
+  Common common;
+  common.paths = 2;
+  common.entropy_count = 4;
+  PerfPair p = perf_pair(common);
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  TestParams tp;
+  tp.op = Op::kRead;
+  tp.size = 4096;
+  tp.qd = 4;
+  tp.verify = true;
+  Sink data;
+  ASSERT_TRUE(data.setup(*p.server, p.sconn, tp, EndpointConfig{}.rq_depth));
+  ASSERT_TRUE(data.expose(tp.size, tp.qd, true));
+  Generator gen;
+  ASSERT_TRUE(gen.setup(*p.client, p.cconn, tp, data.mem_mr.addr, data.mem_mr.rkey));
+  // What an earlier round of READs left in the slots.
+  for (uint32_t s = 0; s < tp.qd; ++s) pattern_fill(gen.slot(s), tp.size, s);
+  ASSERT_TRUE(gen.pump(true));
+  ASSERT_EQ(gen.posted, tp.qd);
+  // Nothing has moved yet (no progress call): no byte may pass as delivered.
+  for (uint32_t s = 0; s < tp.qd; ++s)
+    EXPECT_EQ(pattern_check(gen.slot(s), tp.size, s), tp.size) << "slot " << s;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (gen.completed < gen.posted && Clock::now() < deadline) {
+    p.server->progress();
+    p.client->progress();
+    Completion c;
+    while (p.client->poll_completion(c)) EXPECT_TRUE(gen.on_completion(c));
+  }
+  EXPECT_EQ(gen.completed, tp.qd);
+  EXPECT_EQ(gen.errors, 0u);
+  EXPECT_EQ(gen.verify_errors, 0u);
+}
+
 // A Hello that asks for more than a server serves (here: 2 GiB messages)
 // gets a HelloAck that says why, and the server stays up for the next client.
 TEST(PerfServer, RefusesAnOversizedHelloWithItsReason) {

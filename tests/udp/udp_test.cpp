@@ -105,14 +105,20 @@ struct Pair {
 
 // Connects client -> server; the server runs its progress thread for the
 // duration of the handshake only when asked.
-Pair connect_pair(const std::string& host, Options so = test_options(),
-                  Options co = test_options()) {
+// The server may listen on another address than the one the client reaches
+// it at (a wildcard): connect_host then names the latter.
+Pair connect_pair(const std::string& host, Options so = test_options(), Options co = test_options(),
+                  const std::string& server_host = "") {
   Pair p;
-  p.server = open_on(host, so);
+  p.server = open_on(server_host.empty() ? host : server_host, so);
   p.client = open_on(host, co);
   if (!p.server || !p.client) return p;
   p.server->start_progress_thread();
-  const Error e = p.client->connect(p.server->local_address(), 2000ms, p.cconn);
+  const std::string to = server_host.empty() ? p.server->local_address()
+                         : host.find(':') != std::string::npos
+                             ? "[" + host + "]:" + std::to_string(p.server->port())
+                             : host + ":" + std::to_string(p.server->port());
+  const Error e = p.client->connect(to, 2000ms, p.cconn);
   EXPECT_FALSE(e) << e.message;
   const Error a = p.server->accept(1000ms, p.sconn);
   EXPECT_FALSE(a) << a.message;
@@ -141,13 +147,27 @@ struct WriteBuffers {
       if (!post_write(p, i, uint64_t{i} * chunk, chunk)) return false;
     return true;
   }
+  // post_writes, then drives both ends until every WRITE completed: each
+  // must succeed and the destination equal the source.
+  void write_all_and_check(const Pair& p, uint32_t chunk) {
+    ASSERT_TRUE(post_writes(p, chunk));
+    const auto comps = drive(*p.client, *p.server, src.size() / chunk, 20s);
+    ASSERT_EQ(comps.size(), src.size() / chunk);
+    for (const Completion& c : comps)
+      EXPECT_EQ(c.status, Status::kOk) << p.client->completion_error(c).message;
+    EXPECT_EQ(src, dst);
+  }
 };
 
-void write_read_send(const std::string& host) {
-  Pair p = connect_pair(host);
+// WRITE, READ, SEND and WRITE_IMM between a client on `host` and a server
+// on `server_host` (default: the same), every byte checked.
+void write_read_send(const std::string& host, const std::string& server_host = "") {
+  Pair p = connect_pair(host, test_options(), test_options(), server_host);
   ASSERT_TRUE(p.cconn.valid());
   ASSERT_TRUE(p.sconn.valid());
-  EXPECT_EQ(p.client->peer_address(p.cconn), p.server->local_address());
+  if (server_host.empty()) {
+    EXPECT_EQ(p.client->peer_address(p.cconn), p.server->local_address());
+  }
 
   constexpr size_t kLen = 1 << 20;
   std::vector<uint8_t> src(kLen), dst(kLen, 0), back(kLen, 0), msg(100000), rbuf(100000, 0);
@@ -274,11 +294,36 @@ TEST(Udp, DefaultPortIs4792) {
   server->stop_progress_thread();
 }
 
+// Port 0 is not the default port: the kernel chooses a free one (what
+// udp.hpp says, and what the examples and tools rely on to avoid collisions).
+TEST(Udp, PortZeroIsAPortTheKernelChooses) {
+  Error err;
+  auto a = UdpEndpoint::open("127.0.0.1:0", test_options(), err);
+  ASSERT_TRUE(a) << err.message;
+  auto b = UdpEndpoint::open("127.0.0.1:0", test_options(), err);
+  ASSERT_TRUE(b) << err.message;
+  EXPECT_NE(a->port(), 0);
+  EXPECT_NE(a->port(), b->port());
+  EXPECT_EQ(a->entropy_min(), a->port() + 1);
+  EXPECT_EQ(a->local_address(), "127.0.0.1:" + std::to_string(a->port()));
+}
+
 TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
 
 TEST(Udp, WriteReadSendIPv6) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
   write_read_send("::1");
+}
+
+// A dual-stack endpoint (bound to [::]) serves an IPv4 client: the client's
+// datagrams arrive as v4-mapped addresses and the answers go back to it.
+TEST(Udp, WildcardIPv6EndpointServesIPv4Peer) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6";
+  write_read_send("127.0.0.1", "::");
+  Pair p = connect_pair("127.0.0.1", test_options(), test_options(), "::");
+  ASSERT_TRUE(p.sconn.valid());
+  EXPECT_NE(p.server->peer_address(p.sconn).find("127.0.0.1"), std::string::npos)
+      << p.server->peer_address(p.sconn);
 }
 
 TEST(Udp, ProgressThreadWrite) {
@@ -354,6 +399,35 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
   }
 }
 
+// A device that refuses UDP_SEGMENT at run time (EIO from sendmmsg; the
+// hook fails every GSO message from the 4th on): GSO is turned off for good,
+// the refused datagrams are retransmitted without it and every byte lands.
+TEST(Udp, GsoRefusedAtRunTimeFallsBack) {
+  ::setenv("METAROCE_UDP_FAULT_GSO", "4", 1);
+  Pair p = connect_pair("127.0.0.1");
+  ::unsetenv("METAROCE_UDP_FAULT_GSO");
+  ASSERT_TRUE(p.cconn.valid());
+  if (!p.client->gso_enabled()) GTEST_SKIP() << "no UDP GSO here";
+  constexpr size_t kLen = 4 << 20;
+  constexpr uint32_t kChunk = 64 * 1024;
+  WriteBuffers b(p, kLen, 21);
+  ASSERT_NO_FATAL_FAILURE(b.write_all_and_check(p, kChunk));
+  EXPECT_FALSE(p.client->gso_enabled());
+  const auto io = p.client->io_stats();
+  EXPECT_EQ(io.tx_gso_msgs, 3u);  // the three before the refusal
+  EXPECT_GT(io.tx_errors, 0u);    // the refused message(s), dropped and resent
+  // The server's GSO is refused too (its answers and ACKs): a READ back.
+  std::vector<uint8_t> back(kLen, 0);
+  MemoryRegion bmr;
+  ASSERT_FALSE(p.client->register_memory(back.data(), kLen, kAllAccess, bmr));
+  ASSERT_FALSE(p.client->read(p.cconn, 100, back.data(), kLen, bmr.lkey, b.dmr.addr, b.dmr.rkey));
+  const auto r = drive(*p.client, *p.server, 1, 20s);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, Status::kOk);
+  EXPECT_EQ(b.src, back);
+  EXPECT_FALSE(p.server->gso_enabled());
+}
+
 // ACK-1: the segments of a GRO buffer draw one ACK (the driver drains the
 // engine once per buffer), so a bulk WRITE draws fewer than one ACK per two
 // packets; without GRO every second packet draws its own.
@@ -368,11 +442,7 @@ TEST(Udp, GroBufferDrawsOneAck) {
     constexpr size_t kLen = 4 << 20;
     constexpr uint32_t kChunk = 64 * 1024;
     WriteBuffers b(p, kLen, 13);
-    ASSERT_TRUE(b.post_writes(p, kChunk));
-    const auto comps = drive(*p.client, *p.server, kLen / kChunk, 20s);
-    ASSERT_EQ(comps.size(), kLen / kChunk);
-    for (const Completion& c : comps) EXPECT_EQ(c.status, Status::kOk);
-    EXPECT_EQ(b.src, b.dst);
+    ASSERT_NO_FATAL_FAILURE(b.write_all_and_check(p, kChunk));
     metaroce::ConnStats st{};
     ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
     const auto io = p.server->io_stats();

@@ -3,6 +3,7 @@
 // server's result and prints the report (a table, or --json).
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,13 @@ using udp::Error;
 using udp::UdpEndpoint;
 
 int run_client(const ClientArgs& a, const Common& common) {
+  if (!(a.interval > 0) || !std::isfinite(a.interval)) {
+    std::fprintf(stderr,
+                 "metaroce-perf client: --interval must be a positive number of seconds (got "
+                 "%g)\n",
+                 a.interval);
+    return 1;
+  }
   Ctrl hello;
   hello.type = MsgType::kHello;
   hello.op = static_cast<uint32_t>(a.tp.op);
@@ -77,8 +85,10 @@ int run_client(const ClientArgs& a, const Common& common) {
   const auto t0 = Clock::now();
   const auto end =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration));
-  auto next_report =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+  const auto interval =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+  auto next_report = t0 + interval;
+  auto last_report = t0;
   uint64_t last_bytes = 0;
   ConnStats cst{};
   bool failed = false;
@@ -103,7 +113,8 @@ int run_client(const ClientArgs& a, const Common& common) {
                                " requests still outstanding " +
                                (g_stop > 1 ? std::string("at the second signal")
                                            : std::string("10 s after the last post: the peer "
-                                                         "stopped answering"));
+                                                         "stopped answering")) +
+                               " (" + peer_and_conn(*ep, conn) + ")";
       failed = true;
       break;
     }
@@ -117,16 +128,18 @@ int run_client(const ClientArgs& a, const Common& common) {
       failed = true;
       break;
     }
-    if (now >= next_report && a.duration >= 2 && a.iters == 0) {
+    // A progress line every interval, for any run that lasts longer (--iters too).
+    if (now >= next_report) {
       (void)ep->conn_stats(conn, cst);
       const double el = std::chrono::duration<double>(now - t0).count();
+      const double span = std::chrono::duration<double>(now - last_report).count();
       std::fprintf(stderr, "[%5.1fs] %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "  rx %.3f Gb/s\n", el,
-                   dbl(gen.bytes - last_bytes) * 8 / a.interval / 1e9,
-                   dbl(gen.bytes - last_bytes) / double(a.tp.size) / a.interval,
-                   cst.retransmissions, dbl(sink.bytes) * 8 / el / 1e9);
+                   dbl(gen.bytes - last_bytes) * 8 / span / 1e9,
+                   dbl(gen.bytes - last_bytes) / double(a.tp.size) / span, cst.retransmissions,
+                   dbl(sink.bytes) * 8 / el / 1e9);
       last_bytes = gen.bytes;
-      next_report +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
+      last_report = now;
+      while (next_report <= now) next_report += interval;
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -151,6 +164,13 @@ int run_client(const ClientArgs& a, const Common& common) {
       gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
       (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1
                                                                                               : 0);
+  // Retransmissions of the end that sends the test's data: the client for
+  // write and send, the server (its Result) for read, where the client only
+  // sends the requests. The reverse load (--bidir) the other way round.
+  const bool data_from_server = a.tp.op == Op::kRead;
+  const bool have_retx = !data_from_server || have_result;  // read: the server reported
+  const uint64_t retx = data_from_server ? result.rev_retx : cst.retransmissions;
+  const uint64_t rev_retx = data_from_server ? cst.retransmissions : result.rev_retx;
   std::vector<uint32_t> lat = gen.lat_ns;
   const double p50 = pct(lat, 0.5), p99 = pct(lat, 0.99), p999 = pct(lat, 0.999);
   const double gbps = dbl(gen.bytes) * 8 / secs / 1e9;
@@ -167,7 +187,12 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["goodput_gbps"] = gbps;
     j["msg_rate"] = rate;
     j["lat_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}};
-    j["retransmitted_packets"] = cst.retransmissions;
+    if (have_retx)
+      j["retransmitted_packets"] = retx;
+    else
+      j["retransmitted_packets"] = nullptr;  // read: the server did not report
+    j["retransmitted_by"] = data_from_server ? "server" : "client";
+    j["client_retransmitted_packets"] = cst.retransmissions;
     j["data_packets_sent"] = cst.data_packets_sent;
     j["losses_declared"] = cst.losses_declared;
     j["path_retirements"] = cst.path_retirements;
@@ -184,7 +209,8 @@ int run_client(const ClientArgs& a, const Common& common) {
                         {"bytes", result.rev_bytes},
                         {"goodput_gbps",
                          result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0},
-                        {"retransmitted_packets", result.rev_retx}};
+                        {"retransmitted_packets", rev_retx},
+                        {"retransmitted_by", data_from_server ? "client" : "server"}};
     }
     nlohmann::json ps = nlohmann::json::array();
     for (size_t i = 0; i < paths.size(); ++i) {
@@ -228,13 +254,26 @@ int run_client(const ClientArgs& a, const Common& common) {
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
-    std::printf("  retransmitted pkts   %10" PRIu64 "  (of %" PRIu64 " data packets, %" PRIu64
-                " declared lost)\n",
-                cst.retransmissions, cst.data_packets_sent, cst.losses_declared);
+    if (!data_from_server)
+      std::printf("  retransmitted pkts   %10" PRIu64 "  (of %" PRIu64 " data packets, %" PRIu64
+                  " declared lost)\n",
+                  cst.retransmissions, cst.data_packets_sent, cst.losses_declared);
+    else if (have_retx)
+      std::printf("  retransmitted pkts   %10" PRIu64
+                  "  (by the server, which sends the data; the client's requests: %" PRIu64 ")\n",
+                  retx, cst.retransmissions);
+    else
+      std::printf(
+          "  retransmitted pkts          n/a  (the server did not report; the client's "
+          "requests: %" PRIu64 ")\n",
+          cst.retransmissions);
     if (a.tp.verify) std::printf("  verify errors        %10" PRIu64 "\n", verify_errors);
     if (a.tp.bidir && have_result)
-      std::printf("  reverse goodput      %10.3f Gb/s (server -> client)\n",
-                  result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0);
+      std::printf("  reverse goodput      %10.3f Gb/s (the server's %s; %" PRIu64
+                  " packets retransmitted by the %s)\n",
+                  result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0,
+                  data_from_server ? "READs, data client -> server" : "load, server -> client",
+                  rev_retx, data_from_server ? "client" : "server");
     print_io(io);
     std::printf(
         "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");

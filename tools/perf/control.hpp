@@ -20,7 +20,9 @@
 //       72    8 verify_errors                      Result
 //       80    8 rev_messages \                     Result: the server's own
 //       88    8 rev_bytes     | load (bidir)
-//       96    8 rev_retx      |
+//       96    8 rev_retx      |  (rev_retx: every packet the server
+//                                            retransmitted, also for a READ's
+//                                            responses without bidir)
 //      104    8 rev_ns       /
 //      112      (end)
 #pragma once

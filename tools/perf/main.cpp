@@ -20,9 +20,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <string>
 
 #include "session.hpp"
 
@@ -82,11 +85,28 @@ int main(int argc, char** argv) {
   auto* dur = client->add_option("--duration", ca.duration, "seconds to run");
   client->add_option("--iters", ca.iters, "messages to send (instead of --duration)")
       ->excludes(dur);
-  client->add_option("--interval", ca.interval, "seconds between progress lines");
+  client
+      ->add_option("--interval", ca.interval,
+                   "seconds between progress lines (default 1), for any run longer than that")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            double d = 0;
+            try {
+              d = std::stod(v);
+            } catch (const std::exception&) {
+              d = 0;
+            }
+            return d > 0 && std::isfinite(d) ? std::string()
+                                             : "must be a positive number of seconds, not " + v;
+          },
+          "SECONDS>0"));
   client->add_flag("--bidir", ca.tp.bidir, "the server sends the same load back at the same time");
   client->add_flag("--verify", ca.tp.verify,
                    "fill sources with a pattern and check every received byte");
-  client->add_flag("--json", ca.json, "print one JSON object");
+  client->add_flag("--json", ca.json,
+                   "print one JSON object; its retransmitted_packets counts the packets that the "
+                   "end sending the data retransmitted: the client's for write and send, the "
+                   "server's for read (client_retransmitted_packets: the client's own)");
   add_common(client);
   CLI11_PARSE(app, argc, argv);
   if (common.cpu >= 0) {

@@ -38,6 +38,11 @@ uint64_t pattern_check(const uint8_t* p, size_t n, uint64_t seq) {
   return bad;
 }
 
+void pattern_poison(uint8_t* p, size_t n, uint64_t seq) {
+  pattern_fill(p, n, seq);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(~p[i]);
+}
+
 // For a WRITE target slot: by the time the receiver sees message seq's
 // completion, the sender may legitimately have reused the slot for seq +
 // stride, seq + 2 stride ... (its completion for seq only needs the ACK, which

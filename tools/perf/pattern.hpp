@@ -12,6 +12,10 @@ namespace metaroce::perf {
 void pattern_fill(uint8_t* p, size_t n, uint64_t seq);
 // Bytes that differ from pattern(seq).
 uint64_t pattern_check(const uint8_t* p, size_t n, uint64_t seq);
+// Fills p with bytes that each differ from pattern(seq): a destination about
+// to receive pattern(seq) again, so that every byte that does not arrive fails
+// pattern_check.
+void pattern_poison(uint8_t* p, size_t n, uint64_t seq);
 // The same for a WRITE target slot that the sender reuses every `stride`
 // messages: each 8-byte word may also hold a later message's pattern.
 uint64_t pattern_check_slot(const uint8_t* p, size_t n, uint64_t seq, uint64_t stride);

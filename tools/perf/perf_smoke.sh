@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Runs metaroce-perf server + client on loopback for ~2 s per op with --verify
-# and checks verify_errors == 0 in the client's --json output.
-# Usage: perf_smoke.sh path/to/metaroce-perf [seconds]
+# and checks verify_errors == 0 in the client's --json output. On 127.0.0.1
+# also: --interval's check, progress lines, and a server that stops answering.
+# Usage: perf_smoke.sh path/to/metaroce-perf [seconds] [host]
+#   host: 127.0.0.1 (default) or ::1 (exit 77, a skip, without IPv6 loopback)
 set -euo pipefail
-PERF=${1:?usage: perf_smoke.sh path/to/metaroce-perf [seconds]}
+PERF=${1:?usage: perf_smoke.sh path/to/metaroce-perf [seconds] [host]}
 SECS=${2:-2}
+HOST=${3:-127.0.0.1}
+if [[ $HOST == *:* ]]; then
+  if ! python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).bind(("::1", 0))' 2>/dev/null; then
+    echo "SKIP: no IPv6 loopback"; exit 77
+  fi
+  hostport() { echo "[$HOST]:$1"; }
+else
+  hostport() { echo "$HOST:$1"; }
+fi
 tmp=$(mktemp -d)
 server_pid=""
 cleanup() {
-  if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  if [[ -n "$server_pid" ]]; then kill -CONT "$server_pid" 2>/dev/null || true; kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -16,7 +27,7 @@ trap cleanup EXIT
 start_server() {
   for _ in $(seq 1 20); do
     port=$((20000 + RANDOM % 12000))
-    "$PERF" server "127.0.0.1:$port" >"$tmp/server.log" 2>&1 &
+    "$PERF" server "$(hostport "$port")" >"$tmp/server.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 1 50); do
       if grep -q listening "$tmp/server.log"; then return 0; fi
@@ -29,13 +40,45 @@ start_server() {
   echo "could not start the server"; cat "$tmp/server.log"; return 1
 }
 
+finish() {
+  if [[ $fail -ne 0 ]]; then echo "--- server log"; cat "$tmp/server.log"; exit 1; fi
+  echo "PASS"
+  exit 0
+}
+
+# run_frozen NAME SIGNALS [ARGS...]: a client WRITEs for up to 60 s; after
+# 1 s the server is frozen (SIGSTOP) and the client gets SIGNALS Ctrl-Cs,
+# 0.3 s apart. Sets rc and waited (seconds from the last signal to the
+# client's end), then thaws the server.
+run_frozen() {
+  local name=$1 signals=$2 pid start k
+  shift 2
+  "$PERF" client "$(hostport "$port")" --op write --size 65536 --qd 16 --duration 60 "$@" \
+    >"$tmp/$name.json" 2>"$tmp/$name.err" &
+  pid=$!
+  sleep 1
+  kill -STOP "$server_pid"
+  for ((k = 0; k < signals; k++)); do
+    sleep 0.3
+    kill -INT "$pid" 2>/dev/null || true
+  done
+  start=$SECONDS
+  set +e
+  timeout -s KILL 30 tail --pid="$pid" -f /dev/null
+  wait "$pid"
+  rc=$?
+  set -e
+  waited=$((SECONDS - start))
+  kill -CONT "$server_pid"
+}
+
 start_server
 fail=0
 for op in write read send; do
   dur=$SECS
   [[ $op != write ]] && dur=0.5
   set +e
-  "$PERF" client "127.0.0.1:$port" --op "$op" --size 65536 --qd 16 --duration "$dur" --verify --json \
+  "$PERF" client "$(hostport "$port")" --op "$op" --size 65536 --qd 16 --duration "$dur" --verify --json \
     >"$tmp/$op.json" 2>"$tmp/$op.err"
   rc=$?
   set -e
@@ -45,26 +88,61 @@ for op in write read send; do
     echo "FAIL: $op"; cat "$tmp/$op.err"; fail=1
   fi
 done
-# A server that stops answering mid-run (frozen with SIGSTOP): the client must
-# give up on its own with an error, not wait forever for its outstanding
-# requests, even after Ctrl-C.
-"$PERF" client "127.0.0.1:$port" --op write --size 65536 --qd 16 --duration 60 \
-  >"$tmp/frozen.json" 2>"$tmp/frozen.err" &
-client_pid=$!
-sleep 1
-kill -STOP "$server_pid"
-sleep 0.5
-kill -INT "$client_pid" 2>/dev/null || true
-start=$SECONDS
+[[ $HOST == *:* ]] && finish
+
+# --interval must be a positive number of seconds: 0 would print endless
+# -nan / inf progress lines.
+for bad in 0 -1 abc; do
+  set +e
+  timeout 10 "$PERF" client "$(hostport "$port")" --iters 10 --interval "$bad" >"$tmp/bad.out" 2>&1
+  rc=$?
+  set -e
+  if [[ $rc -eq 0 || $rc -eq 124 ]] || ! grep -q -- "--interval" "$tmp/bad.out"; then
+    echo "FAIL: --interval $bad: rc=$rc"; cat "$tmp/bad.out"; fail=1
+  fi
+done
+# Progress lines every --interval for any run longer than that, --iters too:
+# 30000 round trips one at a time take well over 0.05 s.
 set +e
-timeout -s KILL 30 tail --pid="$client_pid" -f /dev/null
-wait "$client_pid"
+"$PERF" client "$(hostport "$port")" --op write --size 1024 --qd 1 --iters 30000 --interval 0.05 \
+  --json >"$tmp/iters.json" 2>"$tmp/iters.err"
 rc=$?
 set -e
-kill -CONT "$server_pid"
-echo "frozen server: client rc=$rc after $((SECONDS - start)) s: $(tail -1 "$tmp/frozen.err")"
-if [[ $rc -eq 0 || $((SECONDS - start)) -gt 20 ]]; then
+lines=$(grep -c '^\[' "$tmp/iters.err" || true)
+secs=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seconds"])' "$tmp/iters.json" 2>/dev/null || echo 0)
+echo "iters: rc=$rc, $lines progress lines in $secs s"
+if [[ $rc -ne 0 ]] || ! python3 -c 'import sys; s, n = float(sys.argv[1]), int(sys.argv[2]); sys.exit(0 if n >= max(1, int(s / 0.05) // 2) else 1)' "$secs" "$lines" ||
+   grep -q 'nan\|inf' "$tmp/iters.err"; then
+  echo "FAIL: progress lines with --iters"; cat "$tmp/iters.err"; fail=1
+fi
+
+# A frozen server (SIGSTOP), a long peer timeout and a second Ctrl-C: the
+# client gives up on its outstanding requests at once and says whose; once
+# thawed, the server reads the client's DISCONNECT and says whose test ended
+# without Done.
+run_frozen frozen2 2 --peer-timeout-ms 30000
+echo "second signal: client rc=$rc after $waited s: $(tail -1 "$tmp/frozen2.err")"
+if [[ $rc -eq 0 || $waited -gt 5 ]] ||
+   ! tail -1 "$tmp/frozen2.err" | grep -q "outstanding at the second signal (peer 127.0.0.1:$port, conn 0x[0-9a-f]*)"; then
+  echo "FAIL: second signal"; cat "$tmp/frozen2.err"; fail=1
+fi
+for _ in $(seq 1 100); do
+  grep -q "without Done" "$tmp/server.log" && break
+  sleep 0.05
+done
+echo "server: $(grep "without Done" "$tmp/server.log" || true)"
+if ! grep "without Done" "$tmp/server.log" | grep -q "(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*"; then
+  echo "FAIL: the server's message lacks the peer and connection"; fail=1
+fi
+
+# A server that stops answering mid-run: the client must give up on its own
+# with an error that names the peer and connection (here the driver's peer
+# timeout), not wait forever for its outstanding requests, even after Ctrl-C.
+# Last: this client vanishes without a DISCONNECT, so the server waits on.
+run_frozen frozen 1
+echo "frozen server: client rc=$rc after $waited s: $(tail -1 "$tmp/frozen.err")"
+if [[ $rc -eq 0 || $waited -gt 20 ]] ||
+   ! tail -1 "$tmp/frozen.err" | grep -q "(peer 127.0.0.1:$port, conn 0x[0-9a-f]*)"; then
   echo "FAIL: frozen server"; cat "$tmp/frozen.err"; fail=1
 fi
-if [[ $fail -ne 0 ]]; then echo "--- server log"; cat "$tmp/server.log"; exit 1; fi
-echo "PASS"
+finish

@@ -133,8 +133,8 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!got_done) {
-      std::fprintf(stderr, "test from %s ended without Done (connection state %d)\n",
-                   ep->peer_address(conn).c_str(), static_cast<int>(ep->state(conn)));
+      std::fprintf(stderr, "test ended without Done (%s, connection state %d)\n",
+                   peer_and_conn(*ep, conn).c_str(), static_cast<int>(ep->state(conn)));
     } else {
       // Let the generator's outstanding work finish before reporting.
       const auto until = Clock::now() + 2s;

@@ -102,6 +102,12 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
   return true;
 }
 
+std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn) {
+  char id[16];
+  std::snprintf(id, sizeof(id), "0x%x", conn.v);
+  return "peer " + ep.peer_address(conn) + ", conn " + id;
+}
+
 double pct(std::vector<uint32_t>& v, double q) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));

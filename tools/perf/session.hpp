@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "control.hpp"
@@ -82,6 +83,10 @@ udp::Error send_ctrl(udp::UdpEndpoint& ep, ConnId conn, const Ctrl& m, CtrlOut& 
 // feeding other completions to the generator (if any).
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
                std::chrono::milliseconds to);
+
+// "peer ADDR, conn 0xID": who a message about a connection is about, as the
+// driver's own errors say it.
+std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn);
 
 // The q-quantile of v in microseconds (v holds nanoseconds; reordered).
 double pct(std::vector<uint32_t>& v, double q);

@@ -1,7 +1,6 @@
 #include "traffic.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "pattern.hpp"
 
@@ -89,10 +88,10 @@ bool Generator::pump(bool may_post) {
         }
         break;
       case Op::kRead:
-        if (p.verify && p.size >= 16) {  // poison head and tail: stale data must not pass
-          std::memset(s, 0xa5, 8);
-          std::memset(s + p.size - 8, 0x5a, 8);
-        }
+        // The slot still holds an earlier READ of the same server slot, that
+        // is the same pattern: poison every byte, so that a byte this READ
+        // does not deliver fails the check.
+        if (p.verify) pattern_poison(s, p.size, seq % p.qd);
         e = ep->read(conn, seq, s, p.size, mr.lkey, rslot, rkey);
         break;
       case Op::kSend:

@@ -129,6 +129,11 @@ struct UdpEndpoint::Impl {
   // if the socket buffer were full.
   uint32_t fault_eagain_every = 0;
   uint32_t fault_calls = 0;
+  // Test hook (env METAROCE_UDP_FAULT_GSO=N): from the Nth message sent with
+  // UDP_SEGMENT on, every such message fails with EIO, as from a device that
+  // refuses GSO at run time.
+  uint32_t fault_gso_from = 0;
+  uint32_t fault_gso_msgs = 0;
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;

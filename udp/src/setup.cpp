@@ -126,6 +126,8 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))
     fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO"))
+    fault_gso_from = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);

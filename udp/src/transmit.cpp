@@ -206,14 +206,21 @@ bool UdpEndpoint::Impl::flush() {
   while (tx_msg_next < tx_msg_count) {
     const uint16_t sock = tx_msg_sock[tx_msg_next];
     size_t end = tx_msg_next + 1;
-    while (end < tx_msg_count && tx_msg_sock[end] == sock) ++end;
+    // (Under the GSO test hook one message per call, so that it counts each.)
+    while (end < tx_msg_count && tx_msg_sock[end] == sock && fault_gso_from == 0) ++end;
     if (fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0) {
       ++io.tx_eagain;  // test hook: a full socket buffer (loopback never fills one)
       return false;
     }
-    const int r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next],
-                           static_cast<unsigned>(end - tx_msg_next), MSG_DONTWAIT);
-    ++io.tx_syscalls;
+    int r;
+    if (fault_gso_from != 0 && tx_msg_segs[tx_msg_next] > 1 && ++fault_gso_msgs >= fault_gso_from) {
+      r = -1;  // test hook: the device refuses GSO
+      errno = EIO;
+    } else {
+      r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next], static_cast<unsigned>(end - tx_msg_next),
+                   MSG_DONTWAIT);
+      ++io.tx_syscalls;
+    }
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
         ++io.tx_eagain;
