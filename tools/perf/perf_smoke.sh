@@ -138,11 +138,29 @@ fi
 # A server that stops answering mid-run: the client must give up on its own
 # with an error that names the peer and connection (here the driver's peer
 # timeout), not wait forever for its outstanding requests, even after Ctrl-C.
-# Last: this client vanishes without a DISCONNECT, so the server waits on.
+# This client vanishes without a DISCONNECT: once thawed, the server hears
+# nothing from it for its peer timeout (2 s), gives the test up naming the
+# peer, and serves the next client.
 run_frozen frozen 1
 echo "frozen server: client rc=$rc after $waited s: $(tail -1 "$tmp/frozen.err")"
 if [[ $rc -eq 0 || $waited -gt 20 ]] ||
    ! tail -1 "$tmp/frozen.err" | grep -q "(peer 127.0.0.1:$port, conn 0x[0-9a-f]*)"; then
   echo "FAIL: frozen server"; cat "$tmp/frozen.err"; fail=1
+fi
+for _ in $(seq 1 100); do
+  grep -q "test abandoned" "$tmp/server.log" && break
+  sleep 0.05
+done
+echo "server: $(grep "test abandoned" "$tmp/server.log" || true)"
+if ! grep "test abandoned" "$tmp/server.log" | grep -q "(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*"; then
+  echo "FAIL: the server did not give up on a vanished client"; fail=1
+fi
+set +e
+timeout 20 "$PERF" client "$(hostport "$port")" --op write --size 65536 --duration 0.5 --verify --json \
+  >"$tmp/after.json" 2>"$tmp/after.err"
+rc=$?
+set -e
+if [[ $rc -ne 0 ]] || ! grep -q '"verify_errors":0' "$tmp/after.json"; then
+  echo "FAIL: no test served after a vanished client: rc=$rc"; cat "$tmp/after.err"; fail=1
 fi
 finish

@@ -109,6 +109,14 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     Ctrl done{};
     bool got_done = false;
     Idler idler = common.idler();
+    // A client that vanished without a DISCONNECT leaves a connection with
+    // nothing outstanding here, which the engine's PATH-7 never times out:
+    // the server gives the test up after the same peer timeout of silence
+    // (a test's client always sends something: data, requests or ACKs).
+    const auto silence_limit = std::chrono::milliseconds(common.peer_timeout_ms);
+    uint64_t heard = 0;
+    auto heard_at = t0, checked_at = t0;
+    bool silent = false;
     while (!g_stop && !got_done) {
       const size_t moved = ep->progress();
       const uint64_t posted = gen.posted;
@@ -130,9 +138,26 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       }
       const auto st = ep->state(conn);
       if (st == udp::ConnState::kError || st == udp::ConnState::kClosed) break;
+      if (const auto now = Clock::now(); now - checked_at >= 100ms) {
+        checked_at = now;
+        ConnStats st_now{};
+        (void)ep->conn_stats(conn, st_now);
+        const uint64_t h = st_now.data_packets_received + st_now.duplicates_received +
+                           st_now.acks_received + st_now.naks_received + st_now.out_of_window;
+        if (h != heard) {
+          heard = h;
+          heard_at = now;
+        } else if (now - heard_at >= silence_limit) {
+          silent = true;
+          break;
+        }
+      }
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!got_done) {
+    if (silent) {
+      std::fprintf(stderr, "test abandoned: nothing heard for %u ms, the peer timeout (%s)\n",
+                   common.peer_timeout_ms, peer_and_conn(*ep, conn).c_str());
+    } else if (!got_done) {
       std::fprintf(stderr, "test ended without Done (%s, connection state %d)\n",
                    peer_and_conn(*ep, conn).c_str(), static_cast<int>(ep->state(conn)));
     } else {
