@@ -72,6 +72,19 @@ run_frozen() {
   kill -CONT "$server_pid"
 }
 
+# expect_server_says WHAT WHY: within 5 s the server logs a line with WHAT
+# that names the peer and connection; else a failure, saying WHY.
+expect_server_says() {
+  for _ in $(seq 1 100); do
+    grep -q "$1" "$tmp/server.log" && break
+    sleep 0.05
+  done
+  echo "server: $(grep "$1" "$tmp/server.log" || true)"
+  if ! grep "$1" "$tmp/server.log" | grep -q "(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*"; then
+    echo "FAIL: $2"; fail=1
+  fi
+}
+
 start_server
 fail=0
 for op in write read send; do
@@ -126,14 +139,7 @@ if [[ $rc -eq 0 || $waited -gt 5 ]] ||
    ! tail -1 "$tmp/frozen2.err" | grep -q "outstanding at the second signal (peer 127.0.0.1:$port, conn 0x[0-9a-f]*)"; then
   echo "FAIL: second signal"; cat "$tmp/frozen2.err"; fail=1
 fi
-for _ in $(seq 1 100); do
-  grep -q "without Done" "$tmp/server.log" && break
-  sleep 0.05
-done
-echo "server: $(grep "without Done" "$tmp/server.log" || true)"
-if ! grep "without Done" "$tmp/server.log" | grep -q "(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*"; then
-  echo "FAIL: the server's message lacks the peer and connection"; fail=1
-fi
+expect_server_says "without Done" "the server's message lacks the peer and connection"
 
 # A server that stops answering mid-run: the client must give up on its own
 # with an error that names the peer and connection (here the driver's peer
@@ -147,14 +153,7 @@ if [[ $rc -eq 0 || $waited -gt 20 ]] ||
    ! tail -1 "$tmp/frozen.err" | grep -q "(peer 127.0.0.1:$port, conn 0x[0-9a-f]*)"; then
   echo "FAIL: frozen server"; cat "$tmp/frozen.err"; fail=1
 fi
-for _ in $(seq 1 100); do
-  grep -q "test abandoned" "$tmp/server.log" && break
-  sleep 0.05
-done
-echo "server: $(grep "test abandoned" "$tmp/server.log" || true)"
-if ! grep "test abandoned" "$tmp/server.log" | grep -q "(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*"; then
-  echo "FAIL: the server did not give up on a vanished client"; fail=1
-fi
+expect_server_says "test abandoned" "the server did not give up on a vanished client"
 set +e
 timeout 20 "$PERF" client "$(hostport "$port")" --op write --size 65536 --duration 0.5 --verify --json \
   >"$tmp/after.json" 2>"$tmp/after.err"
