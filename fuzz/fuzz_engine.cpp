@@ -89,8 +89,9 @@ class Input {
 
 // --------------------------------------------------------------- memory ----
 // One arena holds every buffer, with unregistered guard bytes between them.
-// It is allocated once so addresses (and so raddr values) are stable across
-// inputs, which keeps inputs reproducible within a run.
+// Its regions are registered at fixed bases (kRegionBase, below), so raddr
+// values do not depend on where the arena lies: an input reproduces in any
+// process.
 enum Region : size_t {
   kASrc,    // A: WRITE/SEND source, REMOTE_READ only           never changes
   kADst,    // A: READ destination, B's WRITE target             may change
@@ -104,6 +105,11 @@ enum Region : size_t {
 };
 constexpr size_t kRegionSize[kNumRegions] = {4096, 4096, 2048, 4096, 2048, 4096, 1024, 1024};
 constexpr bool kMayChange[kNumRegions] = {false, true, true, true, false, true, false, false};
+// The address each region's first byte is named by (MR-4): offsets from 0,
+// ranges that overlap on one endpoint (the keys tell them apart), and one
+// region whose last byte is 2^64 - 1, so that raddr patches wrap past it.
+constexpr uint64_t kRegionBase[kNumRegions] = {0,      0, uint64_t{1} << 40, UINT64_MAX - 4096 + 1,
+                                               0x1000, 0, uint64_t{1} << 20, uint64_t{1} << 40};
 constexpr size_t kGuard = 256;
 
 struct Arena {
@@ -131,7 +137,7 @@ struct Arena {
   }
   void reset() { std::memcpy(bytes.data(), initial.data(), bytes.size()); }
   uint8_t* ptr(Region r, size_t at = 0) { return bytes.data() + off[r] + at; }
-  uint64_t addr(Region r, size_t at = 0) { return reinterpret_cast<uintptr_t>(ptr(r, at)); }
+  static uint64_t addr(Region r, size_t at = 0) { return kRegionBase[r] + at; }
   void check() const {
     for (const auto& [begin, end] : frozen) {
       if (std::memcmp(bytes.data() + begin, initial.data() + begin, end - begin) == 0) continue;
@@ -279,7 +285,8 @@ class World {
 
   void reg(int s, Region r, uint32_t access) {
     MemoryRegion mr;
-    CHECK(side_[s].ep->register_memory(arena().ptr(r), kRegionSize[r], access, mr) == Status::kOk);
+    CHECK(side_[s].ep->register_memory_at(arena().ptr(r), kRegionSize[r], kRegionBase[r], access,
+                                          mr) == Status::kOk);
     CHECK(mr.addr == arena().addr(r) && mr.length == kRegionSize[r]);
     side_[s].mr[r] = mr;
   }
