@@ -28,7 +28,8 @@ rc=2
 for attempt in 1 2 3 4 5 6 7 8; do
   base=$((33000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 1500 * 16))
   iut=127.0.0.1:$((base - 1))
-  "$agent" --listen 127.0.0.1:0 --iut "$iut" --entropy-base "$base" --entropy-count 16 \
+  # timeout: an agent outlives nothing, not even a test killed outright.
+  timeout 600 "$agent" --listen 127.0.0.1:0 --iut "$iut" --entropy-base "$base" --entropy-count 16 \
     >"$dir/agent.out" 2>"$dir/agent.err" &
   agent_pid=$!
   listen=
