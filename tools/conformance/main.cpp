@@ -1,13 +1,17 @@
 // metaroce-conform: the conformance suite against the reference engine, in
-// process (--target engine) or behind the UDP driver on real sockets
-// (--target udp).
+// process (--target engine), behind the UDP driver on real sockets
+// (--target udp), or an implementation at a network address driven by an
+// agent (--target remote; conformance/README.md, "The agent protocol").
 //   metaroce-conform [--target engine|udp] [--rule ID] [--json] [--list]
+//   metaroce-conform --target remote --agent HOST:PORT --iut A.B.C.D:PORT
+//                    --entropy-base N --entropy-count M [--tester IP] [--stranger IP]
 // Exit status 0 when every check run passed, 1 otherwise, 2 on bad options.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "metaroce/conformance/engine_target.hpp"
+#include "metaroce/conformance/remote_target.hpp"
 #include "metaroce/conformance/suite.hpp"
 #include "metaroce/conformance/udp_target.hpp"
 
@@ -17,8 +21,23 @@ int main(int argc, char** argv) {
   CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
   std::string rule, which = "engine";
   bool json = false, list = false;
+  mc::RemoteOptions remote;
   app.add_option("--target", which, "the implementation under test")
-      ->check(CLI::IsMember({"engine", "udp"}));
+      ->check(CLI::IsMember({"engine", "udp", "remote"}));
+  app.add_option("--agent", remote.agent, "remote: the agent's HOST:PORT (TCP)");
+  app.add_option("--iut", remote.iut, "remote: the A.B.C.D:PORT the IUT receives on (UDP)");
+  app.add_option("--entropy-base", remote.entropy_base,
+                 "remote: the IUT's first UDP source port (the tester binds the same ports)");
+  app.add_option("--entropy-count", remote.entropy_count,
+                 "remote: source ports in the IUT's block (at least 16)");
+  app.add_option("--min-wait-us", remote.min_wait_us,
+                 "remote: the least time the tester waits for the IUT's reply")
+      ->capture_default_str();
+  app.add_option("--tester", remote.tester_ip, "remote: the tester's IPv4 address")
+      ->capture_default_str();
+  app.add_option("--stranger", remote.stranger_ip,
+                 "remote: another local IPv4 address, unknown to the IUT")
+      ->capture_default_str();
   app.add_option("--rule", rule, "run only the checks of this rule ID (e.g. PLACE-2)");
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--list", list, "list the checks and exit");
@@ -30,21 +49,30 @@ int main(int argc, char** argv) {
                   static_cast<int>(c.title.size()), c.title.data());
     return 0;
   }
+  if (which == "remote" && (remote.agent.empty() || remote.iut.empty() ||
+                            remote.entropy_base == 0 || remote.entropy_count == 0)) {
+    std::fprintf(stderr,
+                 "metaroce-conform: --target remote needs --agent, --iut, --entropy-base and "
+                 "--entropy-count\n");
+    return 2;
+  }
   std::string name, why;
   const auto target = [&]() -> std::unique_ptr<mc::Target> {
     std::unique_ptr<mc::Target> t;
     if (which == "udp")
       t = mc::UdpTarget::open(why);
+    else if (which == "remote")
+      t = mc::RemoteTarget::open(remote, why);
     else
       t = std::make_unique<mc::EngineTarget>();
-    if (t) name = t->name();
+    if (t)
+      name = t->name();
+    else  // also when a check's own target fails to open
+      std::fprintf(stderr, "metaroce-conform: cannot open the %s target: %s\n", which.c_str(),
+                   why.c_str());
     return t;
   };
-  if (!target()) {
-    std::fprintf(stderr, "metaroce-conform: cannot open the %s target: %s\n", which.c_str(),
-                 why.c_str());
-    return 2;
-  }
+  if (!target()) return 2;
   const std::vector<mc::Result> results = mc::run(target, rule);
   if (results.empty()) {
     std::fprintf(stderr, "metaroce-conform: no check names rule '%s' (--list shows them)\n",

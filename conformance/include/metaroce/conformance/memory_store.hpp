@@ -14,6 +14,12 @@ class MemoryStore {
  public:
   // Keeps `mem` (registered by the caller under `lkey`); its bytes do not move.
   void add(uint32_t lkey, std::vector<uint8_t> mem) { regions_[lkey] = std::move(mem); }
+  // Whether offset..offset+length lies inside region `lkey`.
+  [[nodiscard]] bool holds(uint32_t lkey, uint64_t offset, uint64_t length) const {
+    const auto it = regions_.find(lkey);
+    return it != regions_.end() && offset <= it->second.size() &&
+           length <= it->second.size() - offset;
+  }
   // Empty when the range is not inside the region.
   [[nodiscard]] std::vector<uint8_t> read(uint32_t lkey, uint64_t offset, uint64_t length) const {
     const auto it = regions_.find(lkey);

@@ -5,7 +5,8 @@
 // 50000-50015 of the checks are mapped onto a block of 16 ports chosen at
 // open(), and so are the target's own entropy values (its block is the same
 // 16 numbers), so that ACK-7's "reply from the port of the packet echoed"
-// holds exactly and reads the same as with the engine in process.
+// holds exactly and reads the same as with the engine in process. The wire
+// half is TesterWire (tester_wire.hpp), which RemoteTarget shares.
 #pragma once
 
 #include <map>
@@ -15,13 +16,14 @@
 
 #include "metaroce/conformance/memory_store.hpp"
 #include "metaroce/conformance/target.hpp"
+#include "metaroce/conformance/tester_wire.hpp"
 #include "metaroce/udp.hpp"
 
 namespace metaroce::conformance {
 
 class UdpTarget : public Target {
  public:
-  static constexpr uint16_t kTesterPorts = 16;  // check ports 50000..50015
+  static constexpr uint16_t kTesterPorts = TesterWire::kPorts;  // check ports 50000..50015
   // nullptr and `why` when the sockets cannot be had (no free port block, or
   // no 127.0.0.3 / 127.0.0.4 on this host).
   static std::unique_ptr<UdpTarget> open(std::string& why);
@@ -48,14 +50,9 @@ class UdpTarget : public Target {
 
  private:
   UdpTarget() = default;
-  void receive(int fd, bool stranger, std::vector<Sent>& out);
-
   std::unique_ptr<udp::UdpEndpoint> iut_;
-  uint16_t base_ = 0;            // the real port of check port 50000
-  std::vector<int> tester_fds_;  // 127.0.0.3:base_ + i
-  int stranger_fd_ = -1;         // 127.0.0.4:base_
+  TesterWire wire_;  // 127.0.0.3:base + i, 127.0.0.4:base
   MemoryStore memory_;
-  std::vector<uint8_t> buf_ = std::vector<uint8_t>(70000);
   ConnId accepted_;
   size_t accepted_count_ = 0;
 };

@@ -1,0 +1,82 @@
+// An implementation under test (IUT) in another process or on a NIC: the
+// tester's packets go over real UDP sockets to the IUT's address (the wire
+// half, TesterWire), and its application side is driven through an agent
+// speaking the agent protocol over TCP (agent_protocol.hpp; the reference
+// agent is tools/conformance/agent.cpp). Real time, like UdpTarget: the
+// checks of timing rules that need a simulated clock skip.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "metaroce/conformance/agent_protocol.hpp"
+#include "metaroce/conformance/target.hpp"
+#include "metaroce/conformance/tester_wire.hpp"
+
+namespace metaroce::conformance {
+
+struct RemoteOptions {
+  std::string agent;                      // the agent, TCP "host:port"
+  std::string iut;                        // where the IUT receives, UDP "a.b.c.d:port"
+  uint16_t entropy_base = 0;              // the IUT's first source port ...
+  uint16_t entropy_count = 0;             // ... and how many (at least TesterWire::kPorts)
+  std::string tester_ip = "127.0.0.3";    // the tester's address, reachable from the IUT
+  std::string stranger_ip = "127.0.0.4";  // another local address the IUT never saw
+  int timeout_ms = 10000;                 // for the agent's reply to each request
+  // The least run_for() waits: a reply crosses the kernel twice and waits
+  // for the agent's process to get a CPU (on a busy host, a scheduler slice).
+  int min_wait_us = 5000;
+};
+
+class RemoteTarget : public Target {
+ public:
+  // Connects to the agent (a fresh IUT for this target: hello) and binds the
+  // tester's sockets on the IUT's entropy block; nullptr and `why` if not.
+  static std::unique_ptr<RemoteTarget> open(const RemoteOptions& o, std::string& why);
+
+  [[nodiscard]] std::string name() const override { return name_; }
+  [[nodiscard]] bool simulated_time() const override { return false; }
+  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+               bool stranger) override;
+  // Real time, at least RemoteOptions::min_wait_us.
+  std::vector<Sent> run_for(uint64_t ns) override;
+  bool register_memory(uint64_t length, uint32_t access, Region& out) override;
+  bool deregister_memory(const Region& r) override;
+  std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
+  void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
+  bool connect_to_tester(ConnId& out) override;
+  ConnId accepted() override;
+  size_t accepted_count() override;
+  Status post_send(ConnId conn, const SendWr& wr) override;
+  Status post_recv(ConnId conn, const RecvWr& wr) override;
+  bool poll_completion(Completion& out) override;
+  bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+
+  // The last failure of the agent connection itself (empty if none); the
+  // target answers every later request as failed.
+  [[nodiscard]] const std::string& broken() const { return broken_; }
+
+ private:
+  RemoteTarget(int fd, const RemoteOptions& o)
+      : channel_(fd), timeout_ms_(o.timeout_ms), min_wait_us_(o.min_wait_us) {}
+  // Sends one request and reads its reply. False when the agent answered
+  // "ok": false (`reply` holds its "error") or the connection broke (then
+  // broken_ says how, once on stderr too).
+  bool call(const nlohmann::json& request, nlohmann::json& reply);
+  // Unsigned field `key` of a reply to `op` (at most `max`); a reply
+  // without it breaks the connection as malformed.
+  bool field(const nlohmann::json& reply, const char* op, const char* key, uint64_t& out,
+             uint64_t max = UINT64_MAX);
+  bool broke(const std::string& op, const std::string& why);
+
+  agent::LineChannel channel_;
+  int timeout_ms_;
+  int min_wait_us_;
+  TesterWire wire_;
+  std::string name_;
+  std::string broken_;
+};
+
+}  // namespace metaroce::conformance

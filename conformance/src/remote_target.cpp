@@ -1,0 +1,269 @@
+#include "metaroce/conformance/remote_target.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace metaroce::conformance {
+
+using nlohmann::json;
+
+std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::string& why) {
+  if (o.entropy_count < TesterWire::kPorts) {
+    why = "--entropy-count " + std::to_string(o.entropy_count) + ": the checks need " +
+          std::to_string(TesterWire::kPorts) + " ports of the IUT's entropy block";
+    return nullptr;
+  }
+  std::string iut_host;
+  uint16_t iut_port = 0;
+  if (!agent::split_host_port(o.iut, iut_host, iut_port)) {
+    why = "--iut '" + o.iut + "' is not an a.b.c.d:port";
+    return nullptr;
+  }
+  // The agent answers hello once its IUT is fresh; only then do the
+  // tester's sockets open, so that nothing of an earlier session reaches them.
+  // An agent still closing the previous check's session may answer "busy":
+  // then again, for up to the timeout.
+  std::unique_ptr<RemoteTarget> t;
+  json reply;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
+  for (;;) {
+    const int fd = agent::tcp_connect(o.agent, o.timeout_ms, why);
+    if (fd < 0) return nullptr;
+    t.reset(new RemoteTarget(fd, o));
+    if (t->call({{"op", "hello"}, {"protocol", agent::kProtocolVersion}}, reply)) break;
+    why = "agent " + o.agent + ": " + reply.value("error", std::string("no answer"));
+    if (why.find(": busy") == std::string::npos || std::chrono::steady_clock::now() > end)
+      return nullptr;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!t->wire_.set_iut(iut_host, iut_port)) {
+    why = "--iut '" + o.iut + "' is not an IPv4 a.b.c.d:port";
+    return nullptr;
+  }
+  if (!t->wire_.open(o.tester_ip, o.stranger_ip, o.entropy_base, why)) return nullptr;
+  const auto it = reply.find("name");
+  t->name_ = (it != reply.end() && it->is_string() ? it->get<std::string>() : "an IUT") + " at " +
+             o.iut + " (agent " + o.agent + ")";
+  return t;
+}
+
+bool RemoteTarget::broke(const std::string& op, const std::string& why) {
+  if (broken_.empty()) {
+    broken_ = "agent, " + op + ": " + why;
+    std::fprintf(stderr, "metaroce-conform: %s\n", broken_.c_str());
+  }
+  return false;
+}
+
+bool RemoteTarget::call(const json& request, json& reply) {
+  const std::string op = request.value("op", std::string());
+  std::string why, line;
+  if (broken_.empty() &&
+      (!channel_.write_line(request.dump(), why) || !channel_.read_line(line, timeout_ms_, why)))
+    broke(op, why);
+  if (broken_.empty()) {
+    reply = json::parse(line, nullptr, false);
+    const auto ok = reply.is_object() ? reply.find("ok") : reply.end();
+    if (reply.is_discarded() || !reply.is_object() || ok == reply.end() || !ok->is_boolean())
+      broke(op, "a reply that is not a JSON object with \"ok\": " + line.substr(0, 200));
+    else if (ok->get<bool>())
+      return true;
+    else if (!reply.contains("error") || !reply["error"].is_string())
+      reply["error"] = "(no error text)";
+  }
+  if (!broken_.empty()) reply = json{{"ok", false}, {"error", broken_}};
+  return false;
+}
+
+bool RemoteTarget::field(const json& reply, const char* op, const char* key, uint64_t& out,
+                         uint64_t max) {
+  const auto it = reply.find(key);
+  if (it == reply.end() || !it->is_number_unsigned() || it->get<uint64_t>() > max)
+    return broke(op, std::string("a reply without an unsigned \"") + key + "\" (at most " +
+                         std::to_string(max) + "): " + reply.dump());
+  out = it->get<uint64_t>();
+  return true;
+}
+
+void RemoteTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+                           bool stranger) {
+  wire_.deliver(datagram, entropy, ce, stranger);
+}
+
+std::vector<Sent> RemoteTarget::run_for(uint64_t ns) {
+  // The IUT progresses by itself: the rounds only receive.
+  return wire_.run_for(
+      std::chrono::nanoseconds(std::max<uint64_t>(ns, uint64_t(min_wait_us_) * 1000)), {});
+}
+
+bool RemoteTarget::register_memory(uint64_t length, uint32_t access, Region& out) {
+  json r;
+  if (!call({{"op", "register_memory"}, {"length", length}, {"access", access}}, r)) return false;
+  uint64_t lkey = 0;
+  Region g;
+  if (!field(r, "register_memory", "addr", g.addr) ||
+      !field(r, "register_memory", "length", g.length) ||
+      !field(r, "register_memory", "rkey", g.rkey) ||
+      !field(r, "register_memory", "lkey", lkey, UINT32_MAX))
+    return false;
+  g.lkey = static_cast<uint32_t>(lkey);
+  out = g;
+  return true;
+}
+
+bool RemoteTarget::deregister_memory(const Region& r) {
+  json reply;
+  return call({{"op", "deregister_memory"}, {"lkey", r.lkey}}, reply);
+}
+
+std::vector<uint8_t> RemoteTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
+  json reply;
+  if (!call({{"op", "read_memory"}, {"lkey", r.lkey}, {"offset", offset}, {"length", length}},
+            reply))
+    return {};
+  const auto it = reply.find("hex");
+  auto bytes =
+      it != reply.end() && it->is_string() ? agent::from_hex(it->get<std::string>()) : std::nullopt;
+  if (!bytes) {
+    broke("read_memory", "a reply without a \"hex\" string of bytes: " + reply.dump());
+    return {};
+  }
+  return *bytes;
+}
+
+void RemoteTarget::write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) {
+  json reply;
+  (void)call({{"op", "write_memory"},
+              {"lkey", r.lkey},
+              {"offset", offset},
+              {"hex", agent::to_hex(bytes.data(), bytes.size())}},
+             reply);
+}
+
+bool RemoteTarget::connect_to_tester(ConnId& out) {
+  json r;
+  uint64_t conn = 0;
+  if (!call({{"op", "connect_to_tester"}, {"address", wire_.tester_address()}}, r) ||
+      !field(r, "connect_to_tester", "conn", conn, UINT32_MAX))
+    return false;
+  out = ConnId{static_cast<uint32_t>(conn)};
+  return true;
+}
+
+ConnId RemoteTarget::accepted() {
+  json r;
+  uint64_t conn = 0;
+  if (!call({{"op", "accepted"}}, r) || !field(r, "accepted", "conn", conn, UINT32_MAX)) return {};
+  return ConnId{static_cast<uint32_t>(conn)};
+}
+
+size_t RemoteTarget::accepted_count() {
+  json r;
+  uint64_t count = 0;
+  if (!call({{"op", "accepted"}}, r) || !field(r, "accepted", "count", count)) return 0;
+  return count;
+}
+
+namespace {
+
+// The status of a post_send / post_recv reply (kInvalidArgument when the
+// request itself failed).
+Status posted(bool ok, const json& r) {
+  const auto it = r.find("status");
+  if (!ok || it == r.end() || !it->is_number_unsigned() || it->get<uint64_t>() > 255)
+    return Status::kInvalidArgument;
+  return static_cast<Status>(it->get<uint64_t>());
+}
+
+}  // namespace
+
+Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
+  json r;
+  const bool ok = call({{"op", "post_send"},
+                        {"conn", conn.v},
+                        {"wr_id", wr.wr_id},
+                        {"opcode", agent::kWrOpcodes[static_cast<size_t>(wr.op)]},
+                        {"local_addr", wr.local_addr},
+                        {"length", wr.length},
+                        {"lkey", wr.lkey},
+                        {"remote_addr", wr.remote_addr},
+                        {"rkey", wr.rkey},
+                        {"imm", wr.imm}},
+                       r);
+  return posted(ok, r);
+}
+
+Status RemoteTarget::post_recv(ConnId conn, const RecvWr& wr) {
+  json r;
+  const bool ok = call({{"op", "post_recv"},
+                        {"conn", conn.v},
+                        {"wr_id", wr.wr_id},
+                        {"addr", wr.addr},
+                        {"length", wr.length},
+                        {"lkey", wr.lkey}},
+                       r);
+  return posted(ok, r);
+}
+
+bool RemoteTarget::poll_completion(Completion& out) {
+  json r;
+  if (!call({{"op", "poll_completion"}}, r)) return false;
+  const auto it = r.find("completion");
+  if (it == r.end() || it->is_null()) return false;
+  constexpr const char* kOp = "poll_completion";
+  uint64_t conn = 0, status = 0, byte_len = 0, imm = 0;
+  Completion c;
+  const auto op = it->is_object() && it->contains("op") && (*it)["op"].is_string()
+                      ? agent::completion_op((*it)["op"].get<std::string>())
+                      : std::nullopt;
+  if (!it->is_object() || !op || !it->contains("has_imm") || !(*it)["has_imm"].is_boolean())
+    return broke(kOp, "a completion without a known \"op\" or \"has_imm\": " + r.dump());
+  if (!field(*it, kOp, "wr_id", c.wr_id) || !field(*it, kOp, "conn", conn, UINT32_MAX) ||
+      !field(*it, kOp, "status", status, 255) ||
+      !field(*it, kOp, "byte_len", byte_len, UINT32_MAX) ||
+      !field(*it, kOp, "imm", imm, UINT32_MAX))
+    return false;
+  c.conn = ConnId{static_cast<uint32_t>(conn)};
+  c.status = static_cast<Status>(status);
+  c.op = *op;
+  c.byte_len = static_cast<uint32_t>(byte_len);
+  c.imm = static_cast<uint32_t>(imm);
+  c.has_imm = (*it)["has_imm"].get<bool>();
+  out = c;
+  return true;
+}
+
+bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
+  json r;
+  if (!call({{"op", "path_stats"}, {"conn", conn.v}, {"slot", path}}, r)) return false;
+  constexpr const char* kOp = "path_stats";
+  uint64_t srtt = 0, cwnd = 0, alpha = 0;
+  // The fields the checks read; the agent may send the rest of PathStats too.
+  if (!field(r, kOp, "srtt_ns", srtt) || !field(r, kOp, "cwnd_bytes", cwnd, UINT32_MAX) ||
+      !field(r, kOp, "alpha_permille", alpha, UINT32_MAX))
+    return false;
+  PathStats ps;
+  ps.srtt_ns = srtt;
+  ps.cwnd_bytes = static_cast<uint32_t>(cwnd);
+  ps.alpha_permille = static_cast<uint32_t>(alpha);
+  const auto opt = [&](const char* key, auto& v) {
+    const auto f = r.find(key);
+    if (f != r.end() && f->is_number_unsigned()) v = f->template get<std::decay_t<decltype(v)>>();
+  };
+  opt("entropy", ps.entropy);
+  opt("packets_sent", ps.packets_sent);
+  opt("packets_acked", ps.packets_acked);
+  opt("retransmissions", ps.retransmissions);
+  opt("ce_marks", ps.ce_marks);
+  opt("losses", ps.losses);
+  opt("timeouts", ps.timeouts);
+  opt("min_rtt_ns", ps.min_rtt_ns);
+  opt("inflight_bytes", ps.inflight_bytes);
+  out = ps;
+  return true;
+}
+
+}  // namespace metaroce::conformance
