@@ -91,6 +91,104 @@ TEST(PerfControl, OtherBytesAreNotAControlMessage) {
   EXPECT_FALSE(decode(bad, out));
 }
 
+TEST(PerfControl, HelloAndAckCarryPathReportsAtOffset56) {
+  Ctrl hello;
+  hello.type = MsgType::kHelloAck;
+  hello.path_reports = 8;
+  hello.messages = 99;  // not a HelloAck's field: not sent
+  uint8_t bytes[kCtrlBytes];
+  encode(hello, bytes);
+  EXPECT_EQ(std::vector<uint8_t>(bytes + 56, bytes + 64),
+            (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 8}));
+  Ctrl out;
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.path_reports, 8u);
+  EXPECT_EQ(out.messages, 0u);
+  // A Result's offset 56 is its messages, never path_reports.
+  Ctrl res = every_field_set();
+  res.path_reports = 3;
+  encode(res, bytes);
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.messages, 5u);
+  EXPECT_EQ(out.path_reports, 0u);
+}
+
+PathReport every_report_field_set() {
+  PathReport r;
+  r.slot = 3;
+  r.slots = 8;
+  r.entropy = 0xc001;
+  r.state = 1;
+  r.packets = 0x0102030405060708;
+  r.retransmissions = 2;
+  r.ce_marks = 3;
+  r.srtt_ns = 4;
+  r.losses = 5;
+  r.timeouts = 6;
+  r.retirements = 7;
+  r.explorations = 8;
+  r.probes = 9;
+  r.cwnd_bytes = 0x0a0b0c0d;
+  r.bytes = 11;
+  return r;
+}
+
+TEST(PerfControl, PathReportRoundTripsEveryFieldBigEndian) {
+  const PathReport r = every_report_field_set();
+  uint8_t bytes[kCtrlBytes];
+  encode(r, bytes);
+  EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + 8),
+            (std::vector<uint8_t>{'M', 'R', 'P', 'F', 0, 0, 0, 5}));
+  EXPECT_EQ(std::vector<uint8_t>(bytes + 24, bytes + 32),
+            (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(std::vector<uint8_t>(bytes + 96, bytes + 100),
+            (std::vector<uint8_t>{0x0a, 0x0b, 0x0c, 0x0d}));
+  EXPECT_EQ(std::vector<uint8_t>(bytes + 104, bytes + 112),
+            (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 11}));
+  PathReport out;
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.slot, r.slot);
+  EXPECT_EQ(out.slots, r.slots);
+  EXPECT_EQ(out.entropy, r.entropy);
+  EXPECT_EQ(out.state, r.state);
+  EXPECT_EQ(out.packets, r.packets);
+  EXPECT_EQ(out.retransmissions, r.retransmissions);
+  EXPECT_EQ(out.ce_marks, r.ce_marks);
+  EXPECT_EQ(out.srtt_ns, r.srtt_ns);
+  EXPECT_EQ(out.losses, r.losses);
+  EXPECT_EQ(out.timeouts, r.timeouts);
+  EXPECT_EQ(out.retirements, r.retirements);
+  EXPECT_EQ(out.explorations, r.explorations);
+  EXPECT_EQ(out.probes, r.probes);
+  EXPECT_EQ(out.cwnd_bytes, r.cwnd_bytes);
+  EXPECT_EQ(out.bytes, r.bytes);
+  // A PathReport is no Ctrl, and a Ctrl no PathReport.
+  Ctrl ctrl;
+  EXPECT_FALSE(decode(bytes, ctrl));
+  uint8_t result[kCtrlBytes];
+  encode(every_field_set(), result);
+  EXPECT_FALSE(decode(result, out));
+}
+
+TEST(PerfControl, OtherBytesAreNotAPathReport) {
+  uint8_t bytes[kCtrlBytes];
+  encode(every_report_field_set(), bytes);
+  PathReport out;
+  EXPECT_FALSE(decode(std::span<const uint8_t>(bytes, kCtrlBytes - 1), out));  // truncated
+  std::vector<uint8_t> longer(bytes, bytes + kCtrlBytes);
+  longer.push_back(0);
+  EXPECT_FALSE(decode(longer, out));
+  uint8_t bad[kCtrlBytes];
+  std::copy(bytes, bytes + kCtrlBytes, bad);
+  bad[3] ^= 1;  // magic
+  EXPECT_FALSE(decode(bad, out));
+  std::copy(bytes, bytes + kCtrlBytes, bad);
+  bad[7] = 6;  // type
+  EXPECT_FALSE(decode(bad, out));
+  bad[7] = 0;
+  EXPECT_FALSE(decode(bad, out));
+}
+
 TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
   Ctrl hello;
   hello.op = 0;

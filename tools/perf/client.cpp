@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "session.hpp"
 
@@ -16,6 +17,54 @@ namespace metaroce::perf {
 using namespace std::chrono_literals;
 using udp::Error;
 using udp::UdpEndpoint;
+
+namespace {
+
+nlohmann::json path_json(const PathReport& p) {
+  return {{"slot", p.slot},
+          {"entropy", p.entropy},
+          {"state", p.state == 0 ? "active" : "probing"},
+          {"packets", p.packets},
+          {"retransmissions", p.retransmissions},
+          {"ce_marks", p.ce_marks},
+          {"srtt_us", dbl(p.srtt_ns) / 1000.0},
+          {"losses", p.losses},
+          {"timeouts", p.timeouts},
+          {"retirements", p.retirements},
+          {"explorations", p.explorations},
+          {"probes", p.probes},
+          {"cwnd_bytes", p.cwnd_bytes},
+          {"retired", p.retirements > 0}};
+}
+
+// whose: a title line, or none (nullptr).
+void print_paths(const char* whose, const std::vector<PathReport>& paths) {
+  if (whose != nullptr) std::printf("\n  %s", whose);
+  std::printf(
+      "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");
+  for (const PathReport& p : paths)
+    std::printf("  %4u %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64
+                " %6" PRIu64 "  %s\n",
+                p.slot, p.entropy, p.state == 0 ? "active" : "probing", p.packets,
+                p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses, p.explorations,
+                p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
+}
+
+// Waits (a short while) for the n PathReports that the server's HelloAck
+// announced, which follow its Result.
+void wait_path_reports(UdpEndpoint& ep, Sink& sink, Generator& gen, size_t n) {
+  const auto deadline = Clock::now() + 2s;
+  while (sink.path_reports.size() < n && Clock::now() < deadline && !g_stop) {
+    ep.progress();
+    Completion cs[64];
+    const size_t got = ep.poll_completions(cs, 64);
+    for (size_t i = 0; i < got; ++i)
+      if (!sink.on_completion(cs[i])) (void)gen.on_completion(cs[i]);
+    if (got == 0) ep.wait(1ms);
+  }
+}
+
+}  // namespace
 
 int run_client(const ClientArgs& a, const Common& common) {
   if (!(a.interval > 0) || !std::isfinite(a.interval)) {
@@ -32,6 +81,9 @@ int run_client(const ClientArgs& a, const Common& common) {
   hello.qd = a.tp.qd;
   hello.verify = a.tp.verify ? 1 : 0;
   hello.bidir = a.tp.bidir ? 1 : 0;
+  // A read's data travels on the server's paths: ask for their figures.
+  const bool read = a.tp.op == Op::kRead;
+  hello.path_reports = read ? 1 : 0;
   // The server's own check, before this end allocates the same buffers.
   if (const Refusal r = check_hello(hello); r != Refusal::kNone) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", refusal_text(r).c_str());
@@ -54,7 +106,11 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   const uint32_t rq_depth = EndpointConfig{}.rq_depth;
   Sink sink;
-  if (!sink.setup(*ep, conn, a.tp, rq_depth) ||
+  // Receives for qd messages in flight and control, and (read) the server's
+  // PathReports, which arrive together after its Result.
+  const uint32_t receives =
+      std::min<uint32_t>(rq_depth - 4, 2 * a.tp.qd + 16 + (read ? kMaxPathReports : 0));
+  if (!sink.setup(*ep, conn, a.tp, rq_depth, receives) ||
       (a.tp.bidir && !sink.expose(a.tp.size, a.tp.qd, a.tp.op == Op::kRead))) {
     std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
     return 1;
@@ -157,8 +213,23 @@ int run_client(const ClientArgs& a, const Common& common) {
     have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms) && result.type == MsgType::kResult;
     if (!have_result) std::fprintf(stderr, "metaroce-perf client: no result from the server\n");
   }
+  // An older server announces no PathReports and sends none.
+  const size_t want_reports = std::min<uint64_t>(ack.path_reports, kMaxPathReports);
+  if (have_result && want_reports != 0) {
+    wait_path_reports(*ep, sink, gen, want_reports);
+    if (sink.path_reports.size() < want_reports)
+      std::fprintf(stderr, "metaroce-perf client: the server reported %zu of its %zu paths\n",
+                   sink.path_reports.size(), want_reports);
+  }
   (void)ep->conn_stats(conn, cst);
-  const auto paths = ep->path_stats(conn);
+  const auto client_stats = ep->path_stats(conn);
+  std::vector<PathReport> client_paths;
+  for (size_t i = 0; i < client_stats.size(); ++i)
+    client_paths.push_back(path_report(client_stats[i], i, client_stats.size()));
+  const std::vector<PathReport> server_paths(sink.path_reports.begin(), sink.path_reports.end());
+  // The paths shown are those that carried the test's data: the server's for
+  // a read (when it reported them), else the client's own.
+  const bool server_paths_shown = read && !server_paths.empty();
   const auto io = ep->io_stats();
   const uint64_t verify_errors =
       gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
@@ -212,25 +283,15 @@ int run_client(const ClientArgs& a, const Common& common) {
                         {"retransmitted_packets", rev_retx},
                         {"retransmitted_by", data_from_server ? "client" : "server"}};
     }
-    nlohmann::json ps = nlohmann::json::array();
-    for (size_t i = 0; i < paths.size(); ++i) {
-      const auto& p = paths[i];
-      ps.push_back({{"slot", i},
-                    {"entropy", p.entropy},
-                    {"state", p.state == PathState::kActive ? "active" : "probing"},
-                    {"packets", p.packets_sent},
-                    {"retransmissions", p.retransmissions},
-                    {"ce_marks", p.ce_marks},
-                    {"srtt_us", dbl(p.srtt_ns) / 1000.0},
-                    {"losses", p.losses},
-                    {"timeouts", p.timeouts},
-                    {"retirements", p.retirements},
-                    {"explorations", p.explorations},
-                    {"probes", p.probes_sent},
-                    {"cwnd_bytes", p.cwnd_bytes},
-                    {"retired", p.retirements > 0}});
-    }
+    nlohmann::json ps = nlohmann::json::array(), cps = nlohmann::json::array();
+    for (const PathReport& p : server_paths_shown ? server_paths : client_paths)
+      ps.push_back(path_json(p));
     j["paths"] = ps;
+    j["paths_of"] = server_paths_shown ? "server" : "client";
+    if (server_paths_shown) {
+      for (const PathReport& p : client_paths) cps.push_back(path_json(p));
+      j["client_paths"] = cps;
+    }
     j["io"] = {{"tx_datagrams", io.tx_datagrams},
                {"tx_syscalls", io.tx_syscalls},
                {"tx_gso_msgs", io.tx_gso_msgs},
@@ -250,7 +311,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   } else {
     std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u paths, %.2f s%s\n",
                 op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
-                static_cast<unsigned>(paths.size()), secs, a.tp.verify ? ", verified" : "");
+                static_cast<unsigned>(client_paths.size()), secs, a.tp.verify ? ", verified" : "");
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
@@ -275,16 +336,13 @@ int run_client(const ClientArgs& a, const Common& common) {
                   data_from_server ? "READs, data client -> server" : "load, server -> client",
                   rev_retx, data_from_server ? "client" : "server");
     print_io(io);
-    std::printf(
-        "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");
-    for (size_t i = 0; i < paths.size(); ++i) {
-      const auto& p = paths[i];
-      std::printf(
-          "  %4zu %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64 " %6" PRIu64
-          "  %s\n",
-          i, p.entropy, p.state == PathState::kActive ? "active" : "probing", p.packets_sent,
-          p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses, p.explorations,
-          p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
+    if (server_paths_shown) {
+      print_paths("the server's paths (they carry the read's data):", server_paths);
+      print_paths("the client's paths (they carry the requests):", client_paths);
+    } else {
+      print_paths(
+          read ? "the client's paths (the requests; the server did not report its own):" : nullptr,
+          client_paths);
     }
   }
   ep->close(conn);

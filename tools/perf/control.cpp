@@ -17,7 +17,8 @@ void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]) {
   be::store64(p + 32, m.addr);
   be::store64(p + 40, m.rkey);
   be::store64(p + 48, m.len);
-  be::store64(p + 56, m.messages);
+  const bool hello = m.type == MsgType::kHello || m.type == MsgType::kHelloAck;
+  be::store64(p + 56, hello ? m.path_reports : m.messages);
   be::store64(p + 64, m.bytes);
   be::store64(p + 72, m.verify_errors);
   be::store64(p + 80, m.rev_messages);
@@ -44,13 +45,60 @@ bool decode(std::span<const uint8_t> in, Ctrl& out) {
   out.addr = be::load64(p + 32);
   out.rkey = be::load64(p + 40);
   out.len = be::load64(p + 48);
-  out.messages = be::load64(p + 56);
+  const bool hello = out.type == MsgType::kHello || out.type == MsgType::kHelloAck;
+  out.messages = hello ? 0 : be::load64(p + 56);
+  out.path_reports = hello ? be::load64(p + 56) : 0;
   out.bytes = be::load64(p + 64);
   out.verify_errors = be::load64(p + 72);
   out.rev_messages = be::load64(p + 80);
   out.rev_bytes = be::load64(p + 88);
   out.rev_retx = be::load64(p + 96);
   out.rev_ns = be::load64(p + 104);
+  return true;
+}
+
+void encode(const PathReport& r, uint8_t (&out)[kCtrlBytes]) {
+  uint8_t* p = out;
+  be::store32(p + 0, kCtrlMagic);
+  be::store32(p + 4, static_cast<uint32_t>(MsgType::kPathReport));
+  be::store32(p + 8, r.slot);
+  be::store32(p + 12, r.slots);
+  be::store32(p + 16, r.entropy);
+  be::store32(p + 20, r.state);
+  be::store64(p + 24, r.packets);
+  be::store64(p + 32, r.retransmissions);
+  be::store64(p + 40, r.ce_marks);
+  be::store64(p + 48, r.srtt_ns);
+  be::store64(p + 56, r.losses);
+  be::store64(p + 64, r.timeouts);
+  be::store64(p + 72, r.retirements);
+  be::store64(p + 80, r.explorations);
+  be::store64(p + 88, r.probes);
+  be::store32(p + 96, r.cwnd_bytes);
+  be::store32(p + 100, 0);
+  be::store64(p + 104, r.bytes);
+}
+
+bool decode(std::span<const uint8_t> in, PathReport& out) {
+  if (in.size() != kCtrlBytes) return false;
+  const uint8_t* p = in.data();
+  if (be::load32(p) != kCtrlMagic) return false;
+  if (be::load32(p + 4) != static_cast<uint32_t>(MsgType::kPathReport)) return false;
+  out.slot = be::load32(p + 8);
+  out.slots = be::load32(p + 12);
+  out.entropy = be::load32(p + 16);
+  out.state = be::load32(p + 20);
+  out.packets = be::load64(p + 24);
+  out.retransmissions = be::load64(p + 32);
+  out.ce_marks = be::load64(p + 40);
+  out.srtt_ns = be::load64(p + 48);
+  out.losses = be::load64(p + 56);
+  out.timeouts = be::load64(p + 64);
+  out.retirements = be::load64(p + 72);
+  out.explorations = be::load64(p + 80);
+  out.probes = be::load64(p + 88);
+  out.cwnd_bytes = be::load32(p + 96);
+  out.bytes = be::load64(p + 104);
   return true;
 }
 

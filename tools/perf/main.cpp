@@ -6,13 +6,16 @@
 //
 // Control exchange (control.hpp), over the engine's own SEND/RECV on the test
 // connection:
-//   client -> server  Hello    {op, size, qd, verify, bidir, client buffer addr/rkey/len}
-//   server -> client  HelloAck {server buffer addr/rkey/len, or why the test is refused}
+//   client -> server  Hello    {op, size, qd, verify, bidir, client buffer addr/rkey/len,
+//                               whether to send PathReports (read)}
+//   server -> client  HelloAck {server buffer addr/rkey/len, how many PathReports will follow
+//                               the Result, or why the test is refused}
 //   ... the test: WRITE (WRITE_IMM with imm = sequence number when verifying),
 //       READ, or SEND; with --bidir the server runs the same load back ...
 //   client -> server  Done     {messages, bytes}
 //   server -> client  Result   {verify errors, messages and bytes received, reverse-direction
 //   figures}
+//   server -> client  PathReport x N (if asked) {one of the server's path slots' figures}
 // Verification (pattern.hpp): the source of message `seq` holds pattern(seq)
 // (READ: the server's slot s holds pattern(s)); the receiving side checks
 // every byte.
@@ -106,7 +109,9 @@ int main(int argc, char** argv) {
   client->add_flag("--json", ca.json,
                    "print one JSON object; its retransmitted_packets counts the packets that the "
                    "end sending the data retransmitted: the client's for write and send, the "
-                   "server's for read (client_retransmitted_packets: the client's own)");
+                   "server's for read (client_retransmitted_packets: the client's own); its paths "
+                   "are those that carried the data (paths_of): the client's for write and "
+                   "send, the server's for read (client_paths: the client's own)");
   add_common(client);
   CLI11_PARSE(app, argc, argv);
   if (common.cpu >= 0) {

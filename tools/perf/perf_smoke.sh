@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs metaroce-perf server + client on loopback for ~2 s per op with --verify
-# and checks verify_errors == 0 in the client's --json output. On 127.0.0.1
+# and checks verify_errors == 0 in the client's --json output (for read also
+# that its paths are the server's). On 127.0.0.1
 # also: --interval's check, progress lines, and a server that stops answering.
 # Usage: perf_smoke.sh path/to/metaroce-perf [seconds] [host]
 #   host: 127.0.0.1 (default) or ::1 (exit 77, a skip, without IPv6 loopback)
@@ -99,6 +100,22 @@ for op in write read send; do
   echo "$op: rc=$rc $json" | cut -c1-400
   if [[ $rc -ne 0 ]] || ! grep -q '"verify_errors":0' "$tmp/$op.json" || grep -q '"messages":0,' "$tmp/$op.json"; then
     echo "FAIL: $op"; cat "$tmp/$op.err"; fail=1
+  fi
+  # A read's data travels on the server's paths: the JSON's paths are the
+  # server's (its PathReports), at least one packet per MTU of data moved,
+  # and the client's own request paths carry far fewer.
+  if [[ $op == read ]] && ! python3 - "$tmp/read.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+moved = j["messages"] * -(-j["size"] // 4096)
+server = sum(p["packets"] for p in j["paths"])
+client = sum(p["packets"] for p in j.get("client_paths", []))
+print(f"read paths: of {j.get('paths_of')}, {server} packets (data packets moved >= {moved}); "
+      f"client's {client}")
+sys.exit(0 if j.get("paths_of") == "server" and server >= moved and 0 < client * 4 < server else 1)
+PY
+  then
+    echo "FAIL: read's paths are not the server's"; fail=1
   fi
 done
 [[ $HOST == *:* ]] && finish

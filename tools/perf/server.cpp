@@ -1,6 +1,8 @@
 // metaroce-perf server: accepts one test at a time, sets up its buffers as
 // the client's Hello asks, sinks (and with --bidir generates) the load, and
 // reports the result back.
+#include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 
@@ -20,6 +22,23 @@ void close_and_drain(udp::UdpEndpoint& ep, ConnId conn) {
   for (int i = 0; i < 20; ++i) ep.progress();
   Completion c;
   while (ep.poll_completion(c)) {
+  }
+}
+
+// The first n path slots' figures, one PathReport each (after the Result).
+void send_path_reports(udp::UdpEndpoint& ep, ConnId conn, size_t n,
+                       std::array<CtrlOut, kMaxPathReports>& out) {
+  const auto paths = ep.path_stats(conn);
+  n = std::min(n, paths.size());
+  for (size_t i = 0; i < n; ++i) {
+    const PathReport r = path_report(paths[i], i, n);
+    // A full send queue drains as the engine progresses.
+    const auto until = Clock::now() + 1s;
+    Error e;
+    while ((e = send_path_report(ep, conn, r, out[i], 3 + i)) && e.status == Status::kQueueFull &&
+           Clock::now() < until)
+      ep.progress();
+    if (e) return;
   }
 }
 
@@ -103,8 +122,13 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     ack.addr = data.mem_mr.addr;
     ack.rkey = data.mem_mr.rkey;
     ack.len = data.mem_mr.length;
+    // A client that asks for them gets the figures of this end's paths after
+    // the Result (a read's data travels on them); HelloAck says how many.
+    if (hello.path_reports != 0)
+      ack.path_reports = std::min<size_t>(ep->path_stats(conn).size(), kMaxPathReports);
     (void)send_ctrl(*ep, conn, ack, ack_out, 1);
     CtrlOut res_out;
+    std::array<CtrlOut, kMaxPathReports> report_out;
     const auto t0 = Clock::now();
     Ctrl done{};
     bool got_done = false;
@@ -182,6 +206,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       res.rev_retx = cst.retransmissions;
       res.rev_ns = static_cast<uint64_t>(secs * 1e9);
       (void)send_ctrl(*ep, conn, res, res_out, 2);
+      send_path_reports(*ep, conn, static_cast<size_t>(ack.path_reports), report_out);
       // Wait for the peer to close (or a short while).
       const auto end = Clock::now() + 3s;
       while (Clock::now() < end && ep->state(conn) == udp::ConnState::kEstablished) {

@@ -65,14 +65,28 @@ CtrlOut::~CtrlOut() {
   if (ep != nullptr) (void)ep->deregister_memory(mr.lkey);
 }
 
-udp::Error send_ctrl(udp::UdpEndpoint& ep, ConnId conn, const Ctrl& m, CtrlOut& out, uint64_t id) {
-  encode(m, out.bytes);
+namespace {
+
+udp::Error send_encoded(udp::UdpEndpoint& ep, ConnId conn, CtrlOut& out, uint64_t id) {
   if (out.ep == nullptr) {
     if (udp::Error e = ep.register_memory(out.bytes, sizeof(out.bytes), kAllAccess, out.mr))
       return e;
     out.ep = &ep;
   }
   return ep.send(conn, kCtrlWrId | id, out.bytes, sizeof(out.bytes), out.mr.lkey);
+}
+
+}  // namespace
+
+udp::Error send_ctrl(udp::UdpEndpoint& ep, ConnId conn, const Ctrl& m, CtrlOut& out, uint64_t id) {
+  encode(m, out.bytes);
+  return send_encoded(ep, conn, out, id);
+}
+
+udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport& r, CtrlOut& out,
+                            uint64_t id) {
+  encode(r, out.bytes);
+  return send_encoded(ep, conn, out, id);
 }
 
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
@@ -100,6 +114,26 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
   out = sink.ctrl.front();
   sink.ctrl.pop_front();
   return true;
+}
+
+PathReport path_report(const PathStats& p, size_t slot, size_t slots) {
+  PathReport r;
+  r.slot = static_cast<uint32_t>(slot);
+  r.slots = static_cast<uint32_t>(slots);
+  r.entropy = p.entropy;
+  r.state = p.state == PathState::kActive ? 0 : 1;
+  r.packets = p.packets_sent;
+  r.retransmissions = p.retransmissions;
+  r.ce_marks = p.ce_marks;
+  r.srtt_ns = p.srtt_ns;
+  r.losses = p.losses;
+  r.timeouts = p.timeouts;
+  r.retirements = p.retirements;
+  r.explorations = p.explorations;
+  r.probes = p.probes_sent;
+  r.cwnd_bytes = p.cwnd_bytes;
+  r.bytes = p.bytes_sent;
+  return r;
 }
 
 std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn) {

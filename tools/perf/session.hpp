@@ -78,11 +78,16 @@ struct CtrlOut {
   ~CtrlOut();
 };
 udp::Error send_ctrl(udp::UdpEndpoint& ep, ConnId conn, const Ctrl& m, CtrlOut& out, uint64_t id);
+udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport& r, CtrlOut& out,
+                            uint64_t id);
 
 // Waits for the next control message on the sink, driving the endpoint and
 // feeding other completions to the generator (if any).
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
                std::chrono::milliseconds to);
+
+// One path slot's figures as a PathReport carries them.
+PathReport path_report(const PathStats& p, size_t slot, size_t slots);
 
 // "peer ADDR, conn 0xID": who a message about a connection is about, as the
 // driver's own errors say it.

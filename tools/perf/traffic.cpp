@@ -37,8 +37,12 @@ bool Sink::on_completion(const Completion& c) {
   if (c.status != Status::kOk) return true;  // flushed at the end
   const uint8_t* buf = rbuf.data() + size_t{i} * rslot;
   Ctrl m;
-  if (c.op == CompletionOp::kRecv && decode({buf, std::min<size_t>(c.byte_len, rslot)}, m)) {
+  PathReport r;
+  const std::span<const uint8_t> got{buf, std::min<size_t>(c.byte_len, rslot)};
+  if (c.op == CompletionOp::kRecv && decode(got, m)) {
     ctrl.push_back(m);
+  } else if (c.op == CompletionOp::kRecv && decode(got, r)) {
+    path_reports.push_back(r);
   } else if (c.op == CompletionOp::kRecvWriteImm) {
     // WRITE_IMM with imm = low bits of seq: the slot holds pattern(seq).
     const uint64_t seq = next_seq++;

@@ -49,8 +49,9 @@ struct Sink {
   uint64_t next_seq = 0;  // data messages received (SEND / WRITE_IMM)
   uint64_t bytes = 0;
   uint64_t verify_errors = 0;
-  std::deque<Ctrl> ctrl;  // control messages that arrived
-  bool repost = true;     // put consumed buffers back (not the server's one-shot Hello buffer)
+  std::deque<Ctrl> ctrl;                // control messages that arrived
+  std::deque<PathReport> path_reports;  // the server's, after its Result
+  bool repost = true;  // put consumed buffers back (not the server's one-shot Hello buffer)
 
   // count 0: enough buffers for qd messages in flight plus control.
   bool setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint32_t rq_depth,
