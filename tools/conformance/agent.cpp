@@ -19,8 +19,7 @@
 #include <string>
 
 #include "metaroce/conformance/agent_protocol.hpp"
-#include "metaroce/conformance/memory_store.hpp"
-#include "metaroce/udp.hpp"
+#include "metaroce/conformance/reference_iut.hpp"
 
 namespace mc = metaroce::conformance;
 namespace agent = metaroce::conformance::agent;
@@ -59,28 +58,25 @@ json status_reply(const metaroce::udp::Error& e) {
 
 class Agent {
  public:
-  Agent(std::string iut, metaroce::udp::Options opts) : iut_(std::move(iut)), opts_(opts) {}
+  Agent(std::string address, metaroce::udp::Options opts)
+      : address_(std::move(address)), opts_(opts) {}
 
   // A fresh endpoint (closing the old one at once): no connections, no
   // regions, nothing accepted. False and open_error_ when it cannot open.
   bool reset() {
-    if (ep_) ep_->close(false);
-    ep_.reset();
-    memory_ = mc::MemoryStore();
-    accepted_ = {};
-    accepted_count_ = 0;
-    metaroce::udp::Error err;
-    ep_ = metaroce::udp::UdpEndpoint::open(iut_, opts_, err);
-    open_error_ = ep_ ? "" : err.message;
-    return ep_ != nullptr;
+    if (iut_) iut_->ep().close(false);
+    iut_.reset();
+    open_error_.clear();
+    iut_ = mc::ReferenceIut::open(address_, opts_, open_error_);
+    return iut_ != nullptr;
   }
   [[nodiscard]] const std::string& open_error() const { return open_error_; }
-  [[nodiscard]] int ep_fd() const { return ep_ ? ep_->fd() : -1; }
-  [[nodiscard]] std::string local_address() const { return ep_ ? ep_->local_address() : ""; }
+  [[nodiscard]] int ep_fd() const { return iut_ ? iut_->ep().fd() : -1; }
+  [[nodiscard]] std::string local_address() const { return iut_ ? iut_->ep().local_address() : ""; }
 
   // progress() until nothing moves (a bounded number of rounds).
   void pump() {
-    for (int i = 0; ep_ && i < 64 && ep_->progress() != 0; ++i) {
+    for (int i = 0; iut_ && i < 64 && iut_->ep().progress() != 0; ++i) {
     }
   }
 
@@ -99,19 +95,19 @@ class Agent {
  private:
   json dispatch(const std::string& op, const json& req) {
     if (op == "hello") {
-      if (!ep_ && !reset()) return fail("the IUT cannot open: " + open_error_);
-      return json{
-          {"ok", true},
-          {"protocol", agent::kProtocolVersion},
-          {"name", "metaroce UDP driver on " + ep_->local_address() + " (reference agent)"}};
+      if (!iut_ && !reset()) return fail("the IUT cannot open: " + open_error_);
+      return json{{"ok", true},
+                  {"protocol", agent::kProtocolVersion},
+                  {"name", "metaroce UDP driver on " + local_address() + " (reference agent)"}};
     }
-    if (!ep_) return fail("no IUT: " + open_error_);
+    if (!iut_) return fail("no IUT: " + open_error_);
+    metaroce::udp::UdpEndpoint& ep = iut_->ep();
     Args a{req, {}};
     if (op == "register_memory") return register_memory(a);
     if (op == "deregister_memory") {
       const auto lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
       if (!a.error.empty()) return fail(a.error);
-      const auto e = ep_->deregister_memory(lkey);
+      const auto e = ep.deregister_memory(lkey);
       return e ? fail(e.message) : json{{"ok", true}};
     }
     if (op == "read_memory" || op == "write_memory") return memory(op, a);
@@ -119,16 +115,12 @@ class Agent {
       const std::string address = a.s("address");
       if (!a.error.empty()) return fail(a.error);
       metaroce::ConnId conn;
-      const auto e = ep_->connect_start(address, conn);
+      const auto e = ep.connect_start(address, conn);
       return e ? fail(e.message) : json{{"ok", true}, {"conn", conn.v}};
     }
     if (op == "accepted") {
-      metaroce::ConnId c;
-      while (ep_->try_accept(c)) {
-        accepted_ = c;
-        ++accepted_count_;
-      }
-      return json{{"ok", true}, {"conn", accepted_.v}, {"count", accepted_count_}};
+      iut_->collect_accepted();
+      return json{{"ok", true}, {"conn", iut_->accepted().v}, {"count", iut_->accepted_count()}};
     }
     if (op == "post_send") return post_send(a);
     if (op == "post_recv") {
@@ -139,7 +131,7 @@ class Agent {
       wr.length = static_cast<uint32_t>(a.u("length", UINT32_MAX));
       wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
       if (!a.error.empty()) return fail(a.error);
-      return status_reply(ep_->post_recv(conn, wr));
+      return status_reply(ep.post_recv(conn, wr));
     }
     if (op == "poll_completion") return poll_completion();
     if (op == "path_stats") return path_stats(a);
@@ -150,11 +142,9 @@ class Agent {
     const uint64_t length = a.u("length", agent::kMaxRegion);
     const auto access = static_cast<uint32_t>(a.u("access", UINT32_MAX));
     if (!a.error.empty()) return fail(a.error);
-    std::vector<uint8_t> mem(length, 0);
     metaroce::MemoryRegion mr;
-    if (const auto e = ep_->register_memory(mem.data(), mem.size(), access, mr))
+    if (const auto e = iut_->register_memory(length, access, mr))
       return fail(e.message.empty() ? std::string(metaroce::status_text(e.status)) : e.message);
-    memory_.add(mr.lkey, std::move(mem));
     return json{
         {"ok", true}, {"addr", mr.addr}, {"length", length}, {"rkey", mr.rkey}, {"lkey", mr.lkey}};
   }
@@ -165,18 +155,18 @@ class Agent {
     if (op == "read_memory") {
       const uint64_t length = a.u("length");
       if (!a.error.empty()) return fail(a.error);
-      if (!memory_.holds(lkey, offset, length))
+      if (!iut_->memory().holds(lkey, offset, length))
         return fail("no region with lkey " + std::to_string(lkey) + " holds that range");
-      const std::vector<uint8_t> bytes = memory_.read(lkey, offset, length);
+      const std::vector<uint8_t> bytes = iut_->memory().read(lkey, offset, length);
       return json{{"ok", true}, {"hex", agent::to_hex(bytes.data(), bytes.size())}};
     }
     const std::string hex = a.s("hex");
     if (!a.error.empty()) return fail(a.error);
     const auto bytes = agent::from_hex(hex);
     if (!bytes) return fail("\"hex\": an even number of hex digits is required");
-    if (!memory_.holds(lkey, offset, bytes->size()))
+    if (!iut_->memory().holds(lkey, offset, bytes->size()))
       return fail("no region with lkey " + std::to_string(lkey) + " holds that range");
-    memory_.write(lkey, offset, *bytes);
+    iut_->memory().write(lkey, offset, *bytes);
     return json{{"ok", true}};
   }
 
@@ -195,12 +185,12 @@ class Agent {
     const auto op = agent::wr_opcode(opcode);
     if (!op) return fail("\"opcode\": unknown opcode \"" + opcode + "\"");
     wr.op = *op;
-    return status_reply(ep_->post_send(conn, wr));
+    return status_reply(iut_->ep().post_send(conn, wr));
   }
 
   json poll_completion() {
     metaroce::Completion c;
-    if (!ep_->poll_completion(c)) return json{{"ok", true}, {"completion", nullptr}};
+    if (!iut_->ep().poll_completion(c)) return json{{"ok", true}, {"completion", nullptr}};
     return json{{"ok", true},
                 {"completion",
                  {{"wr_id", c.wr_id},
@@ -217,11 +207,11 @@ class Agent {
     const metaroce::ConnId conn{static_cast<uint32_t>(a.u("conn", UINT32_MAX))};
     const uint64_t slot = a.u("slot");
     if (!a.error.empty()) return fail(a.error);
-    const std::vector<metaroce::PathStats> all = ep_->path_stats(conn);
-    if (slot >= all.size())
+    metaroce::PathStats p;
+    if (!iut_->path_stats(conn, slot, p))
       return fail("connection " + std::to_string(conn.v) + " has no path slot " +
-                  std::to_string(slot) + " (" + std::to_string(all.size()) + " slots)");
-    const metaroce::PathStats& p = all[slot];
+                  std::to_string(slot) + " (" + std::to_string(iut_->ep().path_stats(conn).size()) +
+                  " slots)");
     return json{{"ok", true},
                 {"entropy", p.entropy},
                 {"state", p.state == metaroce::PathState::kActive ? "active" : "probing"},
@@ -240,13 +230,10 @@ class Agent {
                 {"loss_rate_permille", p.loss_rate_permille}};
   }
 
-  std::string iut_;
+  std::string address_;  // where the IUT listens (--iut)
   metaroce::udp::Options opts_;
-  std::unique_ptr<metaroce::udp::UdpEndpoint> ep_;
+  std::unique_ptr<mc::ReferenceIut> iut_;
   std::string open_error_;
-  mc::MemoryStore memory_;
-  metaroce::ConnId accepted_;
-  size_t accepted_count_ = 0;
 };
 
 int accept_one(int listen_fd) {
@@ -311,12 +298,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 32));
   CLI11_PARSE(app, argc, argv);
 
-  metaroce::udp::Options o;
-  o.entropy_base = entropy_base;
-  o.entropy_count = entropy_count != 0 ? entropy_count : 16;
-  o.engine.num_paths = static_cast<uint8_t>(paths);
-  o.linger = std::chrono::milliseconds(0);
-  Agent ag(iut, o);
+  Agent ag(iut, mc::ReferenceIut::options(entropy_base, entropy_count != 0 ? entropy_count : 16,
+                                          static_cast<uint8_t>(paths)));
   if (!ag.reset()) {
     std::fprintf(stderr, "metaroce-conform-agent: cannot open the IUT on %s: %s\n", iut.c_str(),
                  ag.open_error().c_str());

@@ -3,11 +3,26 @@
 #include "metaroce/bytes.hpp"
 
 namespace metaroce::perf {
+namespace {
+
+// The head every control message starts with: the magic, then the type.
+void store_head(uint8_t* p, MsgType type) {
+  be::store32(p + 0, kCtrlMagic);
+  be::store32(p + 4, static_cast<uint32_t>(type));
+}
+
+// The type field of a control message, or 0 when the bytes are not one
+// (wrong length or magic).
+uint32_t message_type(std::span<const uint8_t> in) {
+  if (in.size() != kCtrlBytes || be::load32(in.data()) != kCtrlMagic) return 0;
+  return be::load32(in.data() + 4);
+}
+
+}  // namespace
 
 void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]) {
   uint8_t* p = out;
-  be::store32(p + 0, kCtrlMagic);
-  be::store32(p + 4, static_cast<uint32_t>(m.type));
+  store_head(p, m.type);
   be::store32(p + 8, m.op);
   be::store32(p + 12, m.size);
   be::store32(p + 16, m.qd);
@@ -28,10 +43,8 @@ void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]) {
 }
 
 bool decode(std::span<const uint8_t> in, Ctrl& out) {
-  if (in.size() != kCtrlBytes) return false;
+  const uint32_t type = message_type(in);
   const uint8_t* p = in.data();
-  if (be::load32(p) != kCtrlMagic) return false;
-  const uint32_t type = be::load32(p + 4);
   if (type < static_cast<uint32_t>(MsgType::kHello) ||
       type > static_cast<uint32_t>(MsgType::kResult))
     return false;
@@ -59,8 +72,7 @@ bool decode(std::span<const uint8_t> in, Ctrl& out) {
 
 void encode(const PathReport& r, uint8_t (&out)[kCtrlBytes]) {
   uint8_t* p = out;
-  be::store32(p + 0, kCtrlMagic);
-  be::store32(p + 4, static_cast<uint32_t>(MsgType::kPathReport));
+  store_head(p, MsgType::kPathReport);
   be::store32(p + 8, r.slot);
   be::store32(p + 12, r.slots);
   be::store32(p + 16, r.entropy);
@@ -80,10 +92,8 @@ void encode(const PathReport& r, uint8_t (&out)[kCtrlBytes]) {
 }
 
 bool decode(std::span<const uint8_t> in, PathReport& out) {
-  if (in.size() != kCtrlBytes) return false;
+  if (message_type(in) != static_cast<uint32_t>(MsgType::kPathReport)) return false;
   const uint8_t* p = in.data();
-  if (be::load32(p) != kCtrlMagic) return false;
-  if (be::load32(p + 4) != static_cast<uint32_t>(MsgType::kPathReport)) return false;
   out.slot = be::load32(p + 8);
   out.slots = be::load32(p + 12);
   out.entropy = be::load32(p + 16);

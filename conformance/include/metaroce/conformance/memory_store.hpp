@@ -22,19 +22,14 @@ class MemoryStore {
   }
   // Empty when the range is not inside the region.
   [[nodiscard]] std::vector<uint8_t> read(uint32_t lkey, uint64_t offset, uint64_t length) const {
-    const auto it = regions_.find(lkey);
-    if (it == regions_.end() || offset > it->second.size() || length > it->second.size() - offset)
-      return {};
-    const auto from = it->second.begin() + static_cast<long>(offset);
+    if (!holds(lkey, offset, length)) return {};
+    const auto from = regions_.at(lkey).begin() + static_cast<long>(offset);
     return {from, from + static_cast<long>(length)};
   }
   // Nothing when the range is not inside the region.
   void write(uint32_t lkey, uint64_t offset, std::span<const uint8_t> bytes) {
-    const auto it = regions_.find(lkey);
-    if (it == regions_.end() || offset > it->second.size() ||
-        bytes.size() > it->second.size() - offset)
-      return;
-    std::memcpy(it->second.data() + offset, bytes.data(), bytes.size());
+    if (!holds(lkey, offset, bytes.size())) return;
+    std::memcpy(regions_.at(lkey).data() + offset, bytes.data(), bytes.size());
   }
 
  private:

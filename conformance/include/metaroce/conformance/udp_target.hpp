@@ -14,10 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "metaroce/conformance/memory_store.hpp"
+#include "metaroce/conformance/reference_iut.hpp"
 #include "metaroce/conformance/target.hpp"
 #include "metaroce/conformance/tester_wire.hpp"
-#include "metaroce/udp.hpp"
 
 namespace metaroce::conformance {
 
@@ -41,8 +40,8 @@ class UdpTarget : public Target {
   std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
   void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
   bool connect_to_tester(ConnId& out) override;
-  ConnId accepted() override { return accepted_; }
-  size_t accepted_count() override { return accepted_count_; }
+  ConnId accepted() override { return iut_->accepted(); }
+  size_t accepted_count() override { return iut_->accepted_count(); }
   Status post_send(ConnId conn, const SendWr& wr) override;
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
@@ -50,11 +49,8 @@ class UdpTarget : public Target {
 
  private:
   UdpTarget() = default;
-  std::unique_ptr<udp::UdpEndpoint> iut_;
+  std::unique_ptr<ReferenceIut> iut_;
   TesterWire wire_;  // 127.0.0.3:base + i, 127.0.0.4:base
-  MemoryStore memory_;
-  ConnId accepted_;
-  size_t accepted_count_ = 0;
 };
 
 }  // namespace metaroce::conformance

@@ -1,0 +1,50 @@
+#include "metaroce/conformance/reference_iut.hpp"
+
+#include <chrono>
+#include <vector>
+
+namespace metaroce::conformance {
+
+udp::Options ReferenceIut::options(uint16_t entropy_base, uint16_t entropy_count, uint8_t paths) {
+  udp::Options o;
+  o.entropy_base = entropy_base;
+  o.entropy_count = entropy_count;
+  o.engine.num_paths = paths;
+  o.linger = std::chrono::milliseconds(0);
+  return o;
+}
+
+std::unique_ptr<ReferenceIut> ReferenceIut::open(const std::string& addr, const udp::Options& o,
+                                                 std::string& why) {
+  udp::Error err;
+  auto ep = udp::UdpEndpoint::open(addr, o, err);
+  if (!ep) {
+    why = err.message;
+    return nullptr;
+  }
+  return std::unique_ptr<ReferenceIut>(new ReferenceIut(std::move(ep)));
+}
+
+void ReferenceIut::collect_accepted() {
+  ConnId c;
+  while (ep_->try_accept(c)) {
+    accepted_ = c;
+    ++accepted_count_;
+  }
+}
+
+udp::Error ReferenceIut::register_memory(uint64_t length, uint32_t access, MemoryRegion& out) {
+  std::vector<uint8_t> mem(length, 0);
+  udp::Error e = ep_->register_memory(mem.data(), mem.size(), access, out);
+  if (!e) memory_.add(out.lkey, std::move(mem));
+  return e;
+}
+
+bool ReferenceIut::path_stats(ConnId conn, size_t path, PathStats& out) const {
+  const std::vector<PathStats> all = ep_->path_stats(conn);
+  if (path >= all.size()) return false;
+  out = all[path];
+  return true;
+}
+
+}  // namespace metaroce::conformance
