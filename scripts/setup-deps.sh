@@ -10,6 +10,7 @@ PACKAGES=(
   build-essential cmake ninja-build g++ clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libtomlplusplus-dev  # metaroce-sim --config (sim/src/config_file.cpp)
+  liburing-dev pkg-config  # the UDP driver's io_uring transmit (udp/CMakeLists.txt)
   clang-format python3
   # network experiments, drivers and plots
   iproute2 nftables iperf3 tshark mptcpd mptcpize libfabric-dev python3-matplotlib python3-numpy

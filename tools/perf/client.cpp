@@ -306,7 +306,8 @@ int run_client(const ClientArgs& a, const Common& common) {
                {"rx_wait_us_max", dbl(io.rx_wait_ns_max) / 1e3},
                {"rx_backlogged_rounds", io.rx_backlogged_rounds},
                {"gso", ep->gso_enabled()},
-               {"gro", ep->gro_enabled()}};
+               {"gro", ep->gro_enabled()},
+               {"io_uring", ep->uring_enabled()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u paths, %.2f s%s\n",

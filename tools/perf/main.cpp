@@ -22,6 +22,7 @@
 #include <sched.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -83,8 +84,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"write", "read", "send"}));
   client->add_option("--size", ca.tp.size, "message size in bytes")
       ->check(CLI::Range(1u, metaroce::perf::kMaxSize));
-  client->add_option("--qd", ca.tp.qd, "messages outstanding")
-      ->check(CLI::Range(1u, metaroce::perf::kMaxQd));
+  auto* qd = client
+                 ->add_option("--qd", ca.tp.qd,
+                              "messages outstanding (default 64, fewer for messages over 4 MiB: "
+                              "together at most 256 MiB)")
+                 ->check(CLI::Range(1u, metaroce::perf::kMaxQd));
   auto* dur = client->add_option("--duration", ca.duration, "seconds to run");
   client->add_option("--iters", ca.iters, "messages to send (instead of --duration)")
       ->excludes(dur);
@@ -127,5 +131,8 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, [](int) { metaroce::perf::g_stop = metaroce::perf::g_stop + 1; });
   if (server->parsed()) return metaroce::perf::run_server(server_addr, common, once);
   ca.tp.op = op == "read" ? Op::kRead : op == "send" ? Op::kSend : Op::kWrite;
+  if (qd->count() == 0)
+    ca.tp.qd = static_cast<uint32_t>(
+        std::clamp<uint64_t>((uint64_t{256} << 20) / ca.tp.size, 1, ca.tp.qd));
   return metaroce::perf::run_client(ca, common);
 }

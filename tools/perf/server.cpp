@@ -51,9 +51,11 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     std::fprintf(stderr, "metaroce-perf server: %s\n", err.message.c_str());
     return 1;
   }
-  std::printf("metaroce-perf server listening on %s (entropy ports %u-%u, gso %s, gro %s)\n",
-              ep->local_address().c_str(), ep->entropy_min(), ep->entropy_max(),
-              ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off");
+  std::printf(
+      "metaroce-perf server listening on %s (entropy ports %u-%u, gso %s, gro %s, io_uring %s)\n",
+      ep->local_address().c_str(), ep->entropy_min(), ep->entropy_max(),
+      ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off",
+      ep->uring_enabled() ? "on" : "off");
   std::fflush(stdout);
   const uint32_t rq_depth = EndpointConfig{}.rq_depth;
   while (!g_stop) {

@@ -38,6 +38,8 @@
 
 #include "metaroce/udp.hpp"
 
+struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
+
 namespace metaroce::udp {
 
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
@@ -125,13 +127,13 @@ struct UdpEndpoint::Impl {
   size_t tx_count = 0;      // slots filled
   size_t tx_msg_count = 0;  // messages built
   size_t tx_msg_next = 0;   // next message to send
-  // Test hook (env METAROCE_UDP_FAULT_EAGAIN=N): every Nth sendmmsg fails as
-  // if the socket buffer were full.
+  // Options::io_uring: one submission sends a round's messages on every
+  // socket (flush_uring); nullptr where io_uring is off or unavailable.
+  ::io_uring* ring = nullptr;
+  std::vector<int32_t> tx_msg_res;  // each message's completion (bytes or -errno)
+  // Test hooks (eagain_fault, gso_fault in transmit.cpp).
   uint32_t fault_eagain_every = 0;
   uint32_t fault_calls = 0;
-  // Test hook (env METAROCE_UDP_FAULT_GSO=N): from the Nth message sent with
-  // UDP_SEGMENT on, every such message fails with EIO, as from a device that
-  // refuses GSO at run time.
   uint32_t fault_gso_from = 0;
   uint32_t fault_gso_msgs = 0;
 
@@ -180,6 +182,14 @@ struct UdpEndpoint::Impl {
   void build_messages();
   void materialize_pending();
   bool flush();
+  bool flush_sendmmsg();
+  bool flush_uring();
+  bool eagain_fault();
+  bool gso_fault(size_t m);
+  void drop_failed(size_t m, int err);
+  void count_sent(size_t m);
+  void reset_tx();
+  void setup_uring();
   size_t pump_tx(TimeNs now);
 
   // progress.cpp

@@ -19,6 +19,10 @@
 #include "address.hpp"
 #include "impl.hpp"
 
+#if METAROCE_HAVE_URING
+#include <liburing.h>
+#endif
+
 namespace metaroce::udp {
 namespace {
 
@@ -33,6 +37,13 @@ std::string errno_text(int e) { return std::string(std::strerror(e)); }
 }  // namespace
 
 void UdpEndpoint::Impl::close_fds() {
+#if METAROCE_HAVE_URING
+  if (ring != nullptr) {
+    io_uring_queue_exit(ring);
+    delete ring;
+    ring = nullptr;
+  }
+#endif
   for (int fd : tx_fds)
     if (fd >= 0) ::close(fd);
   tx_fds.clear();
@@ -241,7 +252,24 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_msg_first.assign(tx_cap + 1, 0);
   tx_addr.assign(tx_cap, sockaddr_storage{});
   tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
+  tx_msg_res.assign(tx_cap, 0);
+  setup_uring();
   return true;
+}
+
+// Options::io_uring: a ring with an entry for every message a round can
+// build. Where io_uring is missing or forbidden (an old kernel,
+// kernel.io_uring_disabled, a container's seccomp filter) sendmmsg does it.
+void UdpEndpoint::Impl::setup_uring() {
+#if METAROCE_HAVE_URING
+  if (!opts.io_uring || env_disabled("METAROCE_UDP_URING")) return;
+  auto* r = new ::io_uring{};
+  if (io_uring_queue_init(static_cast<unsigned>(tx_cap), r, 0) != 0) {
+    delete r;
+    return;
+  }
+  ring = r;
+#endif
 }
 
 }  // namespace metaroce::udp

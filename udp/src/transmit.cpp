@@ -7,10 +7,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "address.hpp"
 #include "impl.hpp"
+
+#if METAROCE_HAVE_URING
+#include <liburing.h>
+#endif
 
 namespace metaroce::udp {
 namespace {
@@ -201,20 +206,52 @@ void UdpEndpoint::Impl::materialize_pending() {
 }
 
 // Sends built messages; false if a socket buffer was full (the rest waits).
-bool UdpEndpoint::Impl::flush() {
+bool UdpEndpoint::Impl::flush() { return ring != nullptr ? flush_uring() : flush_sendmmsg(); }
+
+// Test hooks (loopback never fills a socket buffer, and its device always
+// segments): METAROCE_UDP_FAULT_EAGAIN=N makes every Nth send (a sendmmsg
+// call, or one message of an io_uring submission) meet a full buffer;
+// METAROCE_UDP_FAULT_GSO=N makes every GSO message from the Nth on fail as
+// from a device that refuses to segment it.
+bool UdpEndpoint::Impl::eagain_fault() {
+  return fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0;
+}
+bool UdpEndpoint::Impl::gso_fault(size_t m) {
+  return fault_gso_from != 0 && tx_msg_segs[m] > 1 && ++fault_gso_msgs >= fault_gso_from;
+}
+
+// Message m could not be sent (errno err, not a full buffer): it is dropped
+// and the engine retransmits its packets. A GSO message the device cannot
+// segment turns GSO off for good.
+void UdpEndpoint::Impl::drop_failed(size_t m, int err) {
+  if (tx_msg_segs[m] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP)) gso = false;
+  io.tx_errors += tx_msg_segs[m];
+}
+
+void UdpEndpoint::Impl::count_sent(size_t m) {
+  io.tx_datagrams += tx_msg_segs[m];
+  if (tx_msg_segs[m] > 1) ++io.tx_gso_msgs;
+}
+
+void UdpEndpoint::Impl::reset_tx() {
+  tx_count = 0;
+  tx_msg_count = 0;
+  tx_msg_next = 0;
+}
+
+bool UdpEndpoint::Impl::flush_sendmmsg() {
   bool refused = false;  // the last call reported a stale ICMP error
   while (tx_msg_next < tx_msg_count) {
     const uint16_t sock = tx_msg_sock[tx_msg_next];
     size_t end = tx_msg_next + 1;
     // (Under the GSO test hook one message per call, so that it counts each.)
     while (end < tx_msg_count && tx_msg_sock[end] == sock && fault_gso_from == 0) ++end;
-    if (fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0) {
-      ++io.tx_eagain;  // test hook: a full socket buffer (loopback never fills one)
-      return false;
-    }
     int r;
-    if (fault_gso_from != 0 && tx_msg_segs[tx_msg_next] > 1 && ++fault_gso_msgs >= fault_gso_from) {
-      r = -1;  // test hook: the device refuses GSO
+    if (eagain_fault()) {
+      r = -1;
+      errno = EAGAIN;
+    } else if (gso_fault(tx_msg_next)) {
+      r = -1;
       errno = EIO;
     } else {
       r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next], static_cast<unsigned>(end - tx_msg_next),
@@ -234,26 +271,94 @@ bool UdpEndpoint::Impl::flush() {
         refused = true;
         continue;
       }
-      // The first message failed: drop it (the engine retransmits). A GSO
-      // message the device cannot segment turns GSO off for good.
-      if (tx_msg_segs[tx_msg_next] > 1 && (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP))
-        gso = false;
-      io.tx_errors += tx_msg_segs[tx_msg_next];
-      ++tx_msg_next;
+      drop_failed(tx_msg_next++, errno);  // the first message failed
       refused = false;
       continue;
     }
-    for (int k = 0; k < r; ++k) {
-      io.tx_datagrams += tx_msg_segs[tx_msg_next + k];
-      if (tx_msg_segs[tx_msg_next + k] > 1) ++io.tx_gso_msgs;
-    }
+    for (int k = 0; k < r; ++k) count_sent(tx_msg_next + static_cast<size_t>(k));
     tx_msg_next += static_cast<size_t>(r);
     refused = false;
   }
-  tx_count = 0;
-  tx_msg_count = 0;
-  tx_msg_next = 0;
+  reset_tx();
   return true;
+}
+
+// One submission for every message of the round, whatever its socket. Each
+// completes during the submission (MSG_DONTWAIT: a full buffer fails with
+// EAGAIN instead of waiting), in order per socket. Messages that met a full
+// buffer stay, in their order, for the next try; the rest are done.
+bool UdpEndpoint::Impl::flush_uring() {
+#if METAROCE_HAVE_URING
+  constexpr int32_t kPending = INT32_MIN;
+  unsigned queued = 0;
+  for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+    const bool full = eagain_fault();
+    if (full || gso_fault(m)) {
+      tx_msg_res[m] = full ? -EAGAIN : -EIO;
+      continue;
+    }
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);  // the ring holds tx_cap entries
+    io_uring_prep_sendmsg(sqe, sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT);
+    io_uring_sqe_set_data64(sqe, m);
+    tx_msg_res[m] = kPending;
+    ++queued;
+  }
+  if (queued != 0) {
+    // Completed during the call: the completions are read without another.
+    int taken;
+    do {
+      taken = io_uring_submit(ring);
+    } while (taken == -EINTR);
+    ++io.tx_syscalls;
+    unsigned seen = 0;
+    while (taken > 0 && seen < static_cast<unsigned>(taken)) {
+      io_uring_cqe* cqe = nullptr;
+      const int r = io_uring_wait_cqe(ring, &cqe);
+      if (r == -EINTR) continue;
+      if (r != 0) break;
+      tx_msg_res[io_uring_cqe_get_data64(cqe)] = cqe->res;
+      io_uring_cqe_seen(ring, cqe);
+      ++seen;
+    }
+    if (taken != static_cast<int>(queued) || seen != queued) {
+      // The kernel refused some (out of memory, a ring in a bad state):
+      // give io_uring up. What it did not complete counts as a full buffer
+      // and goes out with sendmmsg on the next try.
+      io_uring_queue_exit(ring);
+      delete ring;
+      ring = nullptr;
+      for (size_t m = tx_msg_next; m < tx_msg_count; ++m)
+        if (tx_msg_res[m] == kPending) tx_msg_res[m] = -EAGAIN;
+    }
+  }
+#endif
+  size_t kept = 0;
+  for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+    int res = tx_msg_res[m];
+    if (res == -ECONNREFUSED) {  // a stale ICMP error (see flush_sendmmsg): once more
+      res = ::sendmsg(sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT) >= 0 ? 0 : -errno;
+      ++io.tx_syscalls;
+    }
+    if (res >= 0) {
+      count_sent(m);
+    } else if (res == -EAGAIN || res == -EWOULDBLOCK || res == -ENOBUFS) {
+      tx_msgs[kept] = tx_msgs[m];  // keeps its iovecs, address and control
+      tx_msg_sock[kept] = tx_msg_sock[m];
+      tx_msg_segs[kept] = tx_msg_segs[m];
+      tx_msg_first[kept] = tx_msg_first[m];
+      ++kept;
+    } else {
+      drop_failed(m, -res);
+    }
+  }
+  if (kept == 0) {
+    reset_tx();
+    return true;
+  }
+  ++io.tx_eagain;
+  tx_msg_next = 0;
+  tx_msg_count = kept;
+  return false;
 }
 
 // Drains the engine into free slots, sending each full batch. Called after

@@ -37,6 +37,7 @@ uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
 uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
 bool UdpEndpoint::gso_enabled() const { return impl_->gso; }
 bool UdpEndpoint::gro_enabled() const { return impl_->gro; }
+bool UdpEndpoint::uring_enabled() const { return impl_->ring != nullptr; }
 int UdpEndpoint::fd() const {
   impl_->fd_exported.store(true, std::memory_order_relaxed);
   return impl_->epfd;
