@@ -112,7 +112,7 @@ struct IoStats {
   uint64_t tx_datagrams = 0;
   uint64_t tx_syscalls = 0;  // sendmmsg calls, or io_uring submissions (uring_enabled())
   uint64_t tx_gso_msgs = 0;  // messages sent with UDP_SEGMENT (more than one segment)
-  uint64_t tx_eagain = 0;    // sendmmsg calls that hit a full socket buffer (retried)
+  uint64_t tx_eagain = 0;    // sends that left messages for a full socket buffer (retried)
   uint64_t tx_errors = 0;    // datagrams dropped on a send error
   uint64_t tx_remapped =
       0;  // entropy outside our block mapped into it (ACK-7 with a foreign block)

@@ -311,6 +311,22 @@ fab_route() {
 # fab_link_tx LINK: bytes sent by RA on the link (A->B direction).
 fab_link_tx() { fab_exec ra cat "/sys/class/net/l${1:?link}/statistics/tx_bytes"; }
 
+# fab_busiest_link [SECONDS]: the link that carried the most A->B bytes in
+# the next SECONDS (default 0.3): one that surely carries traffic now, where
+# a fixed link may carry none of a flow's hashed paths.
+fab_busiest_link() {
+  local secs=${1:-0.3} n i best=1 most=-1 d
+  n=$(fab_links)
+  local -a before
+  for i in $(seq 1 "$n"); do before[i]=$(fab_link_tx "$i"); done
+  sleep "$secs"
+  for i in $(seq 1 "$n"); do
+    d=$(($(fab_link_tx "$i") - before[i]))
+    if ((d > most)); then most=$d; best=$i; fi
+  done
+  echo "$best"
+}
+
 fab_status() {
   local ns
   for ns in ra rb; do

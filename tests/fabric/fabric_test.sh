@@ -14,7 +14,8 @@
 #                        goodput before the fault (on a CPU-starved CI machine
 #                        the CPU, not the links, caps both); blackhole: at
 #                        least one of the client's paths timed out or was
-#                        retired (the routes stay: only the transport can tell)
+#                        retired (the routes stay: only the transport can tell);
+#                        the link blackholed is the one busiest just before
 #   loss1                then a READ run under the same loss: its
 #                        retransmitted_packets is the server's count (the
 #                        server sends the data), at least 0.3 % of the data
@@ -96,7 +97,11 @@ case "$CASE" in
     fault_pid=$!
     ;;
   blackhole)
-    (sleep "$t_fault"; fab_blackhole 3; echo "fault: l3 blackholed at ${t_fault}s") &
+    # The busiest link, so that some path surely crosses it: with 8 hashed
+    # paths on 4 links none lands on a given link one run in ten, and the
+    # blackhole would then be noticed only if a path moved there (PATH-8).
+    (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"; l=$(fab_busiest_link 0.3)
+      fab_blackhole "$l"; echo "fault: l$l (the busiest) blackholed at ${t_fault}s") &
     fault_pid=$!
     ;;
   ecn) fab_ecn 8000 32 || { echo "FAIL: cannot set up CE marking"; exit 1; } ;;

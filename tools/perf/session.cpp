@@ -154,7 +154,7 @@ double mean_rx_wait_us(const udp::IoStats& io) {
 }
 
 void print_io(const udp::IoStats& io) {
-  std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " sendmmsg (%" PRIu64 " GSO), %" PRIu64
+  std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " send calls (%" PRIu64 " GSO), %" PRIu64
               " received in %" PRIu64 " recvmmsg (%" PRIu64
               " GRO); waited in the socket %.1f us"
               " mean, %.1f max; %" PRIu64 " rounds left datagrams unread\n",

@@ -130,7 +130,8 @@ struct UdpEndpoint::Impl {
   // Options::io_uring: one submission sends a round's messages on every
   // socket (flush_uring); nullptr where io_uring is off or unavailable.
   ::io_uring* ring = nullptr;
-  std::vector<int32_t> tx_msg_res;  // each message's completion (bytes or -errno)
+  std::vector<int32_t> tx_msg_res;     // each message's completion (bytes or -errno)
+  std::vector<uint8_t> tx_msg_queued;  // submitted in this flush (not failed by a test hook)
   // Test hooks (eagain_fault, gso_fault in transmit.cpp).
   uint32_t fault_eagain_every = 0;
   uint32_t fault_calls = 0;

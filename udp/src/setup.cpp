@@ -253,6 +253,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_addr.assign(tx_cap, sockaddr_storage{});
   tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
   tx_msg_res.assign(tx_cap, 0);
+  tx_msg_queued.assign(tx_cap, 0);
   setup_uring();
   return true;
 }
@@ -265,6 +266,16 @@ void UdpEndpoint::Impl::setup_uring() {
   if (!opts.io_uring || env_disabled("METAROCE_UDP_URING")) return;
   auto* r = new ::io_uring{};
   if (io_uring_queue_init(static_cast<unsigned>(tx_cap), r, 0) != 0) {
+    delete r;
+    return;
+  }
+  // A kernel with io_uring but without its sendmsg (5.1, 5.2, or a sandbox
+  // that offers only some operations) would fail every message.
+  io_uring_probe* probe = io_uring_get_probe_ring(r);
+  const bool sendmsg_ok = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_SENDMSG);
+  if (probe != nullptr) io_uring_free_probe(probe);
+  if (!sendmsg_ok) {
+    io_uring_queue_exit(r);
     delete r;
     return;
   }

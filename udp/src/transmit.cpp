@@ -285,22 +285,40 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
 
 // One submission for every message of the round, whatever its socket. Each
 // completes during the submission (MSG_DONTWAIT: a full buffer fails with
-// EAGAIN instead of waiting), in order per socket. Messages that met a full
-// buffer stay, in their order, for the next try; the rest are done.
+// EAGAIN instead of waiting). A socket's messages are linked, so that one
+// that meets a full buffer cancels those after it on that socket: they stay,
+// in their order, for the next try, and a path's packets never overtake each
+// other (sendmmsg also stops at the first). The rest are done.
 bool UdpEndpoint::Impl::flush_uring() {
 #if METAROCE_HAVE_URING
   constexpr int32_t kPending = INT32_MIN;
   unsigned queued = 0;
+  io_uring_sqe* prev = nullptr;  // the last queued message's, to link to the next on its socket
+  uint16_t prev_sock = 0;
+  bool hooked = false;  // a test hook failed a message on hooked_sock: the later ones wait
+  uint16_t hooked_sock = 0;
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+    const uint16_t sock = tx_msg_sock[m];
+    tx_msg_queued[m] = 0;
+    if (hooked && hooked_sock == sock) {
+      tx_msg_res[m] = -ECANCELED;  // as the link would have
+      continue;
+    }
     const bool full = eagain_fault();
     if (full || gso_fault(m)) {
       tx_msg_res[m] = full ? -EAGAIN : -EIO;
+      hooked = true;
+      hooked_sock = sock;
       continue;
     }
+    if (prev != nullptr && prev_sock == sock) prev->flags |= IOSQE_IO_LINK;
     io_uring_sqe* sqe = io_uring_get_sqe(ring);  // the ring holds tx_cap entries
-    io_uring_prep_sendmsg(sqe, sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT);
+    io_uring_prep_sendmsg(sqe, sock_fd(sock), &tx_msgs[m].msg_hdr, MSG_DONTWAIT);
     io_uring_sqe_set_data64(sqe, m);
     tx_msg_res[m] = kPending;
+    tx_msg_queued[m] = 1;
+    prev = sqe;
+    prev_sock = sock;
     ++queued;
   }
   if (queued != 0) {
@@ -322,13 +340,20 @@ bool UdpEndpoint::Impl::flush_uring() {
     }
     if (taken != static_cast<int>(queued) || seen != queued) {
       // The kernel refused some (out of memory, a ring in a bad state):
-      // give io_uring up. What it did not complete counts as a full buffer
-      // and goes out with sendmmsg on the next try.
+      // give io_uring up and use sendmmsg from now on. What it never took
+      // is left for that; what it took without a completion read back is
+      // counted as sent, so that nothing goes out twice (the engine
+      // retransmits whatever was not). Not seen on any kernel here.
+      // The kernel takes entries in order: the first `taken` queued ones.
+      int position = 0;
+      for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+        if (tx_msg_queued[m] == 0) continue;
+        ++position;
+        if (tx_msg_res[m] == kPending) tx_msg_res[m] = position <= taken ? 0 : -EAGAIN;
+      }
       io_uring_queue_exit(ring);
       delete ring;
       ring = nullptr;
-      for (size_t m = tx_msg_next; m < tx_msg_count; ++m)
-        if (tx_msg_res[m] == kPending) tx_msg_res[m] = -EAGAIN;
     }
   }
 #endif
@@ -341,7 +366,7 @@ bool UdpEndpoint::Impl::flush_uring() {
     }
     if (res >= 0) {
       count_sent(m);
-    } else if (res == -EAGAIN || res == -EWOULDBLOCK || res == -ENOBUFS) {
+    } else if (res == -EAGAIN || res == -EWOULDBLOCK || res == -ENOBUFS || res == -ECANCELED) {
       tx_msgs[kept] = tx_msgs[m];  // keeps its iovecs, address and control
       tx_msg_sock[kept] = tx_msg_sock[m];
       tx_msg_segs[kept] = tx_msg_segs[m];
