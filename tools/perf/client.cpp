@@ -81,9 +81,11 @@ int run_client(const ClientArgs& a, const Common& common) {
   hello.qd = a.tp.qd;
   hello.verify = a.tp.verify ? 1 : 0;
   hello.bidir = a.tp.bidir ? 1 : 0;
-  // A read's data travels on the server's paths: ask for their figures.
+  // A read's data, and the reverse load of a write or send with --bidir,
+  // travel on the server's paths: ask for their figures.
   const bool read = a.tp.op == Op::kRead;
-  hello.path_reports = read ? 1 : 0;
+  const bool ask_reports = read || a.tp.bidir;
+  hello.path_reports = ask_reports ? 1 : 0;
   // The server's own check, before this end allocates the same buffers.
   if (const Refusal r = check_hello(hello); r != Refusal::kNone) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", refusal_text(r).c_str());
@@ -106,10 +108,19 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   const uint32_t rq_depth = EndpointConfig{}.rq_depth;
   Sink sink;
-  // Receives for qd messages in flight and control, and (read) the server's
-  // PathReports, which arrive together after its Result.
-  const uint32_t receives =
-      std::min<uint32_t>(rq_depth - 4, 2 * a.tp.qd + 16 + (read ? kMaxPathReports : 0));
+  // Receives for qd messages in flight and control. The server's Result and
+  // its PathReports (up to kMaxPathReports) arrive together at the end, when
+  // up to qd receives may still hold the reverse load's last SENDs or
+  // WRITE_IMMs (--bidir write or send; a READ takes none), not yet polled
+  // and posted again: the ring keeps room for all of them besides those.
+  // (Should more wait, the engine's RNR retry, LOSS-7, delivers the rest as
+  // the client posts them again.)
+  static_assert(kMaxQd + 1 + kMaxPathReports <= EndpointConfig{}.rq_depth - 4u,
+                "the Result and every PathReport find receives at any depth");
+  const uint32_t reverse_held = a.tp.bidir && !read ? a.tp.qd : 0;
+  const uint32_t receives = std::min<uint32_t>(
+      rq_depth - 4,
+      std::max<uint32_t>(2 * a.tp.qd + 16, ask_reports ? reverse_held + 1 + kMaxPathReports : 0));
   if (!sink.setup(*ep, conn, a.tp, rq_depth, receives) ||
       (a.tp.bidir && !sink.expose(a.tp.size, a.tp.qd, a.tp.op == Op::kRead))) {
     std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
@@ -230,6 +241,11 @@ int run_client(const ClientArgs& a, const Common& common) {
   // The paths shown are those that carried the test's data: the server's for
   // a read (when it reported them), else the client's own.
   const bool server_paths_shown = read && !server_paths.empty();
+  // With --bidir also those that carried the reverse load: the server's for
+  // a write or send (when it reported them: an older server sends none), the
+  // client's own for a read, whose reverse READs fetch the client's memory.
+  const bool reverse_paths_known = a.tp.bidir && (read || !server_paths.empty());
+  const std::vector<PathReport>& reverse_paths = read ? client_paths : server_paths;
   const auto io = ep->io_stats();
   const uint64_t verify_errors =
       gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
@@ -275,13 +291,20 @@ int run_client(const ClientArgs& a, const Common& common) {
     if (failed) j["error"] = gen.last_error.message;
     if (have_result) {
       j["server_messages_received"] = result.messages;
-      if (a.tp.bidir)
+      if (a.tp.bidir) {
         j["reverse"] = {{"messages", result.rev_messages},
                         {"bytes", result.rev_bytes},
                         {"goodput_gbps",
                          result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0},
                         {"retransmitted_packets", rev_retx},
                         {"retransmitted_by", data_from_server ? "client" : "server"}};
+        if (reverse_paths_known) {
+          nlohmann::json rps = nlohmann::json::array();
+          for (const PathReport& p : reverse_paths) rps.push_back(path_json(p));
+          j["reverse"]["paths"] = rps;
+          j["reverse"]["paths_of"] = read ? "client" : "server";
+        }
+      }
     }
     nlohmann::json ps = nlohmann::json::array(), cps = nlohmann::json::array();
     for (const PathReport& p : server_paths_shown ? server_paths : client_paths)
@@ -337,13 +360,28 @@ int run_client(const ClientArgs& a, const Common& common) {
                   data_from_server ? "READs, data client -> server" : "load, server -> client",
                   rev_retx, data_from_server ? "client" : "server");
     print_io(io);
+    const bool reverse_shown = reverse_paths_known && have_result;
     if (server_paths_shown) {
       print_paths("the server's paths (they carry the read's data):", server_paths);
-      print_paths("the client's paths (they carry the requests):", client_paths);
+      print_paths(reverse_shown ? "the client's paths (they carry the requests, and the reverse "
+                                  "load: the server's READs):"
+                                : "the client's paths (they carry the requests):",
+                  client_paths);
+    } else if (read) {
+      print_paths(reverse_shown ? "the client's paths (the requests and the reverse load; the "
+                                  "server did not report its own):"
+                                : "the client's paths (the requests; the server did not report "
+                                  "its own):",
+                  client_paths);
+    } else if (reverse_shown) {
+      print_paths("the client's paths (they carry the test's data):", client_paths);
+      print_paths("the server's paths (they carry the reverse load, server -> client):",
+                  server_paths);
     } else {
-      print_paths(
-          read ? "the client's paths (the requests; the server did not report its own):" : nullptr,
-          client_paths);
+      print_paths(a.tp.bidir ? "the client's paths (the server did not report its own, which "
+                               "carry the reverse load):"
+                             : nullptr,
+                  client_paths);
     }
   }
   ep->close(conn);

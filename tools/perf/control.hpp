@@ -32,7 +32,8 @@
 //
 // A PathReport (type 5) has the same size and header and carries the
 // figures of one of the server's path slots; a server that was asked sends
-// one per slot right after the Result (a read's data travels on them):
+// one per slot right after the Result (a read's data travels on them, and
+// the reverse load of a write or send with --bidir):
 //
 //   offset size field
 //        0    4 magic "MRPF"

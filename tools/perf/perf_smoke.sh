@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs metaroce-perf server + client on loopback for ~2 s per op with --verify
 # and checks verify_errors == 0 in the client's --json output (for read also
-# that its paths are the server's). On 127.0.0.1
-# also: --interval's check, progress lines, and a server that stops answering.
+# that its paths are the server's). On 127.0.0.1 also: a --bidir write's
+# reverse.paths (the server's), --interval's check, progress lines, and a
+# server that stops answering.
 # Usage: perf_smoke.sh path/to/metaroce-perf [seconds] [host]
 #   host: 127.0.0.1 (default) or ::1 (exit 77, a skip, without IPv6 loopback)
 set -euo pipefail
@@ -119,6 +120,35 @@ PY
   fi
 done
 [[ $HOST == *:* ]] && finish
+
+# A write with --bidir: the server WRITEs back as much at once, on its own
+# paths, which it reports after its Result: the JSON's paths stay the
+# client's (the forward data) and reverse.paths are the server's, with the
+# packets of the reverse load on them.
+set +e
+"$PERF" client "$(hostport "$port")" --op write --size 65536 --qd 16 --duration 1 --verify --bidir \
+  --json >"$tmp/bidir.json" 2>"$tmp/bidir.err"
+rc=$?
+set -e
+echo "bidir write: rc=$rc $(cat "$tmp/bidir.json")" | cut -c1-400
+if [[ $rc -ne 0 ]] || ! python3 - "$tmp/bidir.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+rev = j.get("reverse", {})
+paths = rev.get("paths", [])
+forward = sum(p["packets"] for p in j["paths"])
+backward = sum(p["packets"] for p in paths)
+moved = rev.get("messages", 0) * -(-j["size"] // 4096)
+print(f"bidir write: verify_errors {j['verify_errors']}, paths of {j.get('paths_of')} "
+      f"({forward} packets), reverse: {rev.get('messages')} messages, {len(paths)} paths of "
+      f"{rev.get('paths_of')} ({backward} packets, data packets moved >= {moved})")
+sys.exit(0 if j["verify_errors"] == 0 and j.get("paths_of") == "client" and forward > 0 and
+         rev.get("paths_of") == "server" and len(paths) > 0 and backward > 0 and
+         backward >= moved > 0 else 1)
+PY
+then
+  echo "FAIL: bidir write's reverse.paths"; cat "$tmp/bidir.err"; fail=1
+fi
 
 # --interval must be a positive number of seconds: 0 would print endless
 # -nan / inf progress lines.

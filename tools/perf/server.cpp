@@ -125,7 +125,8 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     ack.rkey = data.mem_mr.rkey;
     ack.len = data.mem_mr.length;
     // A client that asks for them gets the figures of this end's paths after
-    // the Result (a read's data travels on them); HelloAck says how many.
+    // the Result (a read's data travels on them, and with --bidir a write's
+    // or send's reverse load); HelloAck says how many.
     if (hello.path_reports != 0)
       ack.path_reports = std::min<size_t>(ep->path_stats(conn).size(), kMaxPathReports);
     (void)send_ctrl(*ep, conn, ack, ack_out, 1);
