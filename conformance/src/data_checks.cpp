@@ -29,7 +29,9 @@ Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, 
   if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
   const Bytes before = t.read_memory(r, 0, r.length);
   const Bytes payload(len, 0x77);
-  const std::vector<Reply> rs = p.exchange(p.write(p.next_psn, rkey, raddr, payload));
+  const std::vector<Reply> rs =
+      p.exchange_until(p.write(p.next_psn, rkey, raddr, payload),
+                       [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
   const Reply* nak = nak_of(rs);
   if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
   if (nak->pkt.nak.code != code)

@@ -75,13 +75,18 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
 bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies) {
   std::vector<Reply> own;
   std::vector<Reply>& rs = replies != nullptr ? *replies : own;
-  rs = exchange(connect_req(nonce));
-  for (const Reply& r : rs) {
-    if (r.error != wire::ParseError::kOk || r.pkt.bh.opcode != wire::Opcode::kConnectAccept)
-      continue;
-    if (r.pkt.connect.nonce != nonce || r.pkt.bh.dst_conn != conn_) continue;
-    target_conn = r.pkt.connect.src_conn;
-    target_initial_psn = r.pkt.connect.initial_psn;
+  auto accept_of = [&](const std::vector<Reply>& got) -> const Reply* {
+    for (const Reply& r : got)
+      if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == wire::Opcode::kConnectAccept &&
+          r.pkt.connect.nonce == nonce && r.pkt.bh.dst_conn == conn_)
+        return &r;
+    return nullptr;
+  };
+  rs = exchange_until(connect_req(nonce),
+                      [&](const std::vector<Reply>& got) { return accept_of(got) != nullptr; });
+  if (const Reply* r = accept_of(rs)) {
+    target_conn = r->pkt.connect.src_conn;
+    target_initial_psn = r->pkt.connect.initial_psn;
     return true;
   }
   why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";

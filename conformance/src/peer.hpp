@@ -73,6 +73,30 @@ class Peer {
     send(p, entropy, ce);
     return run(ns);
   }
+  // run(ns), and on a target in real time (another process, perhaps on a
+  // loaded host, that may not get a CPU within one wait) more waits of `ns`,
+  // up to `patience_ns` in all, until `want` holds for what arrived; after
+  // such a late arrival, one more wait gathers what follows it. Silence is
+  // still judged with run(): only waits for a reply take this.
+  template <class Want>
+  std::vector<Reply> run_until(Want want, uint64_t ns = 100'000,
+                               uint64_t patience_ns = 500'000'000) {
+    std::vector<Reply> rs = run(ns);
+    if (want(rs) || t_.simulated_time()) return rs;
+    for (uint64_t waited = ns; waited < patience_ns; waited += ns) {
+      for (Reply& r : run(ns)) rs.push_back(std::move(r));  // bytes keep their storage
+      if (want(rs)) {
+        for (Reply& r : run(ns)) rs.push_back(std::move(r));
+        break;
+      }
+    }
+    return rs;
+  }
+  template <class Want>
+  std::vector<Reply> exchange_until(std::span<const uint8_t> p, Want want, uint64_t ns = 100'000) {
+    send(p);
+    return run_until(want, ns);
+  }
 
   // The target's side of the connection: its conn id, the PSN it started at
   // and our next PSN toward it.
