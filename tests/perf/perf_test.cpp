@@ -2,8 +2,10 @@
 // checks before it allocates anything) and its verification pattern.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -214,8 +216,112 @@ TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
   EXPECT_EQ(check_hello(h), Refusal::kTooLarge);
   h.qd = 4;  // 4 GiB
   EXPECT_EQ(check_hello(h), Refusal::kNone);
+  h.bidir = 1;  // 4 GiB twice at each end, but no one buffer over 4 GiB
+  EXPECT_EQ(check_hello(h), Refusal::kNone);
   EXPECT_NE(refusal_text(Refusal::kBadSize).find("1..1073741824"), std::string::npos);
   EXPECT_NE(refusal_text(Refusal::kTooLarge).find("4 GiB"), std::string::npos);
+}
+
+// A send's receive ring holds qd + 1 messages at the fewest, at the server
+// (and with --bidir at the client): check_hello counts it, which size x qd
+// alone does not.
+TEST(PerfControl, RefusesASendWhoseReceivesAloneAreTooLarge) {
+  Ctrl h;
+  h.op = static_cast<uint32_t>(Op::kSend);
+  h.size = kMaxSize;  // 1 GiB
+  h.qd = 1;
+  EXPECT_EQ(check_hello(h), Refusal::kNone);  // 2 GiB of receives at the server
+  h.qd = 3;
+  EXPECT_EQ(check_hello(h), Refusal::kNone);  // 4 GiB of receives, 3 GiB to send
+  h.qd = 4;  // size x qd is 4 GiB, but the server's receives would be 5 GiB
+  EXPECT_EQ(check_hello(h), Refusal::kTooLarge);
+  h.op = static_cast<uint32_t>(Op::kWrite);  // the same as a write: 4 GiB, no large receives
+  EXPECT_EQ(check_hello(h), Refusal::kNone);
+  h.op = static_cast<uint32_t>(Op::kSend);
+  h.size = 512u << 20;
+  h.qd = 7;  // 4 GiB of receives
+  EXPECT_EQ(check_hello(h), Refusal::kNone);
+  h.qd = 8;
+  EXPECT_EQ(check_hello(h), Refusal::kTooLarge);
+  EXPECT_NE(refusal_text(Refusal::kTooLarge).find("queue depth + 1"), std::string::npos);
+}
+
+// The old client of --op send --size 1 GiB --qd 1 registered 18 receives of
+// 1 GiB (2 qd + 16), although only control messages reach it, and the server
+// as many besides 1 GiB of WRITE/READ target that a send never touches.
+TEST(PerfBuffers, SendWithoutBidirGivesTheClientControlSizedReceives) {
+  const Buffers c = plan_buffers(Side::kClient, Op::kSend, kMaxSize, 1, false);
+  EXPECT_EQ(c.ring.slot, kCtrlBytes);
+  EXPECT_EQ(c.ring.count, 18u);  // 2 qd + 16, as before
+  EXPECT_EQ(c.generator, uint64_t{kMaxSize});
+  EXPECT_EQ(c.exposed, 0u);
+  const Buffers s = plan_buffers(Side::kServer, Op::kSend, kMaxSize, 1, false);
+  EXPECT_EQ(s.ring.slot, kMaxSize);
+  EXPECT_EQ(s.ring.count, 2u);  // qd + 1: over kRecvRingBudget, the fewest
+  EXPECT_EQ(s.exposed, 0u);     // a send needs no WRITE/READ target
+  EXPECT_EQ(s.generator, 0u);
+}
+
+TEST(PerfBuffers, SendWithBidirGivesBothEndsMessageSizedReceives) {
+  const uint32_t size = 256u << 20;
+  const Buffers c = plan_buffers(Side::kClient, Op::kSend, size, 1, true);
+  EXPECT_EQ(c.ring.slot, size);
+  EXPECT_EQ(c.ring.count, 2u);  // not qd + 1 + kMaxPathReports (34) x 256 MiB
+  EXPECT_EQ(c.exposed, 0u);     // the server's SENDs take receives
+  EXPECT_EQ(c.generator, uint64_t{size});
+  const Buffers s = plan_buffers(Side::kServer, Op::kSend, size, 1, true);
+  EXPECT_EQ(s.ring.slot, size);
+  EXPECT_EQ(s.ring.count, 2u);
+  EXPECT_EQ(s.exposed, 0u);
+  EXPECT_EQ(s.generator, uint64_t{size});
+}
+
+// Large messages: as many receives as kRecvRingBudget holds, never fewer than
+// qd + 1; small ones: the counts of before (2 qd + 16, or room for the
+// client's PathReports), whatever the op.
+TEST(PerfBuffers, MessageSizedReceivesStayWithinTheBudget) {
+  const auto ring = [](Side side, uint32_t size, uint32_t qd, bool bidir) {
+    return plan_buffers(side, Op::kSend, size, qd, bidir).ring;
+  };
+  EXPECT_EQ(ring(Side::kServer, 64 << 10, 64, false).count, 144u);  // 9 MiB: as before
+  EXPECT_EQ(ring(Side::kServer, 64 << 10, 64, false).slot, 64u << 10);
+  EXPECT_EQ(ring(Side::kClient, 64 << 10, 64, true).count, 144u);
+  EXPECT_EQ(ring(Side::kServer, 64 << 10, 200, false).count, 252u);  // rq_depth - 4
+  EXPECT_EQ(ring(Side::kServer, 4 << 20, 16, false).count, 48u);     // 192 MiB
+  EXPECT_EQ(ring(Side::kServer, 8 << 20, 16, false).count, 32u);     // 256 MiB, not 384
+  EXPECT_EQ(ring(Side::kServer, 64 << 20, 16, false).count, 17u);    // qd + 1, over the budget
+  EXPECT_EQ(ring(Side::kClient, 2 << 20, 64, true).count, 128u);     // 256 MiB, not 288
+  const uint32_t rq_depth = EndpointConfig{}.rq_depth;
+  for (const Op op : {Op::kWrite, Op::kRead, Op::kSend})
+    for (const Side side : {Side::kClient, Side::kServer})
+      for (const bool bidir : {false, true})
+        for (const uint32_t qd : {1u, 2u, 16u, 64u, 200u})
+          for (uint64_t size = 1; size <= kMaxSize; size *= 4) {
+            const auto sz = static_cast<uint32_t>(size);
+            const Buffers b = plan_buffers(side, op, sz, qd, bidir);
+            const bool client = side == Side::kClient;
+            const bool data = op == Op::kSend && (!client || bidir);
+            const bool reports = client && (op == Op::kRead || bidir);
+            const uint32_t before = std::min<uint32_t>(
+                rq_depth - 4,
+                std::max<uint32_t>(2 * qd + 16,
+                                   reports ? (bidir && op != Op::kRead ? qd : 0) + 33 : 0));
+            const std::string what = std::string(client ? "client " : "server ") + op_name(op) +
+                                     (bidir ? " bidir" : "") + " size " + std::to_string(size) +
+                                     " qd " + std::to_string(qd);
+            EXPECT_EQ(b.ring.slot, data ? std::max<uint32_t>(sz, kCtrlBytes) : kCtrlBytes) << what;
+            EXPECT_LE(b.ring.count, before) << what;
+            EXPECT_GE(b.ring.count, qd + 1) << what;
+            if (!data || uint64_t{b.ring.slot} * before <= kRecvRingBudget)
+              EXPECT_EQ(b.ring.count, before) << what;  // as before
+            else
+              EXPECT_LE(b.ring.bytes(), std::max(kRecvRingBudget, uint64_t{b.ring.slot} * (qd + 1)))
+                  << what;
+            // Memory for WRITEs and READs only where they land or are read.
+            const bool target = op != Op::kSend && (!client || bidir);
+            EXPECT_EQ(b.exposed, target ? size * qd : 0) << what;
+            EXPECT_EQ(b.generator, client || bidir ? size * qd : 0) << what;
+          }
 }
 
 TEST(PerfPattern, CheckCountsEveryWrongByte) {
@@ -307,7 +413,8 @@ TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
   tp.qd = 4;
   tp.verify = true;
   Sink data;
-  ASSERT_TRUE(data.setup(*p.server, p.sconn, tp, EndpointConfig{}.rq_depth));
+  ASSERT_TRUE(data.setup(*p.server, p.sconn, tp,
+                         plan_buffers(Side::kServer, tp.op, tp.size, tp.qd, tp.bidir).ring));
   ASSERT_TRUE(data.expose(tp.size, tp.qd, true));
   Generator gen;
   ASSERT_TRUE(gen.setup(*p.client, p.cconn, tp, data.mem_mr.addr, data.mem_mr.rkey));
@@ -358,7 +465,7 @@ TEST(PerfServer, RefusesAnOversizedHelloWithItsReason) {
     err = ep->connect(addr, 3000ms, conn);
     ASSERT_FALSE(err) << err.message;
     Sink sink;
-    ASSERT_TRUE(sink.setup(*ep, conn, TestParams{}, EndpointConfig{}.rq_depth));
+    ASSERT_TRUE(sink.setup(*ep, conn, TestParams{}, RecvRing{kCtrlBytes, 16}));
     Ctrl hello;
     hello.type = MsgType::kHello;
     hello.size = 2u << 30;

@@ -100,30 +100,34 @@ int run_client(const ClientArgs& a, const Common& common) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
     return 1;
   }
+  // Every buffer of this end (those check_hello accepted) before it
+  // connects: the server waits only a while for the Hello, and for anything
+  // from the client once it has answered. The ring holds data-sized buffers
+  // only where the server's SENDs arrive (send with --bidir), else control
+  // messages (the server's HelloAck, Result and PathReports) and WRITE_IMM
+  // notices.
+  const Buffers plan = plan_buffers(Side::kClient, a.tp.op, a.tp.size, a.tp.qd, a.tp.bidir);
+  Sink sink;
+  Generator gen;
+  // With --bidir the memory the server WRITEs to or READs from; for a send,
+  // whose reverse load takes receives, a token region: an older server takes
+  // a Hello without one as no --bidir.
+  const bool exposed = plan.exposed != 0;
+  if (!sink.prepare(*ep, a.tp, plan.ring) ||
+      (a.tp.bidir &&
+       !sink.expose(exposed ? a.tp.size : 8, exposed ? a.tp.qd : 1, exposed && read)) ||
+      !gen.prepare(*ep, a.tp)) {
+    std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
+    return 1;
+  }
   ConnId conn;
   err = ep->connect(a.addr, 3000ms, conn);
   if (err) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
     return 1;
   }
-  const uint32_t rq_depth = EndpointConfig{}.rq_depth;
-  Sink sink;
-  // Receives for qd messages in flight and control. The server's Result and
-  // its PathReports (up to kMaxPathReports) arrive together at the end, when
-  // up to qd receives may still hold the reverse load's last SENDs or
-  // WRITE_IMMs (--bidir write or send; a READ takes none), not yet polled
-  // and posted again: the ring keeps room for all of them besides those.
-  // (Should more wait, the engine's RNR retry, LOSS-7, delivers the rest as
-  // the client posts them again.)
-  static_assert(kMaxQd + 1 + kMaxPathReports <= EndpointConfig{}.rq_depth - 4u,
-                "the Result and every PathReport find receives at any depth");
-  const uint32_t reverse_held = a.tp.bidir && !read ? a.tp.qd : 0;
-  const uint32_t receives = std::min<uint32_t>(
-      rq_depth - 4,
-      std::max<uint32_t>(2 * a.tp.qd + 16, ask_reports ? reverse_held + 1 + kMaxPathReports : 0));
-  if (!sink.setup(*ep, conn, a.tp, rq_depth, receives) ||
-      (a.tp.bidir && !sink.expose(a.tp.size, a.tp.qd, a.tp.op == Op::kRead))) {
-    std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
+  if (!sink.post_ring(conn)) {
+    std::fprintf(stderr, "metaroce-perf client: cannot post receives\n");
     return 1;
   }
   if (a.tp.bidir) {
@@ -136,8 +140,14 @@ int run_client(const ClientArgs& a, const Common& common) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
     return 1;
   }
+  // The server allocates its buffers before it answers: 4 s per GiB of them
+  // besides the 5 s, for a loaded host.
+  const Buffers server = plan_buffers(Side::kServer, a.tp.op, a.tp.size, a.tp.qd, a.tp.bidir);
+  const auto ack_wait =
+      5000ms +
+      std::chrono::milliseconds((server.ring.bytes() + server.exposed + server.generator) >> 18);
   Ctrl ack;
-  if (!wait_ctrl(*ep, sink, nullptr, ack, 5000ms) || ack.type != MsgType::kHelloAck) {
+  if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait) || ack.type != MsgType::kHelloAck) {
     std::fprintf(stderr, "metaroce-perf client: no answer from server %s\n", a.addr.c_str());
     return 1;
   }
@@ -146,8 +156,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                  refusal_text(static_cast<Refusal>(ack.refusal)).c_str());
     return 1;
   }
-  Generator gen;
-  if (!gen.setup(*ep, conn, a.tp, ack.addr, ack.rkey)) return 1;
+  gen.start(conn, ack.addr, ack.rkey);
 
   const auto t0 = Clock::now();
   const auto end =

@@ -1,5 +1,7 @@
 #include "control.hpp"
 
+#include <algorithm>
+
 #include "metaroce/bytes.hpp"
 
 namespace metaroce::perf {
@@ -112,11 +114,63 @@ bool decode(std::span<const uint8_t> in, PathReport& out) {
   return true;
 }
 
+static_assert(kMaxQd + 1 + kMaxPathReports <= EndpointConfig{}.rq_depth - 4u,
+              "a client's Result and every PathReport find receives at any depth");
+
+Buffers plan_buffers(Side side, Op op, uint32_t size, uint32_t qd, bool bidir, uint32_t rq_depth) {
+  const uint64_t messages = uint64_t{size} * qd;
+  const bool client = side == Side::kClient;
+  const bool send = op == Op::kSend;
+  Buffers b;
+  // The client's generator always runs; the server's only with --bidir. A
+  // send's target is the peer's receive ring: the server exposes memory for
+  // write and read only, the client (with --bidir) for the server's WRITEs
+  // and READs.
+  b.generator = client || bidir ? messages : 0;
+  b.exposed = !send && (!client || bidir) ? messages : 0;
+  // Receives for qd messages in flight and control, with qd + 16 to spare
+  // (at most rq_depth - 4). The client's also hold the server's Result and
+  // its PathReports (up to kMaxPathReports, when asked for: a read, or
+  // --bidir), which arrive together at the end, when up to qd receives may
+  // still hold the reverse load's last SENDs or WRITE_IMMs (--bidir write or
+  // send; a READ takes none), not yet polled and posted again: the ring
+  // keeps room for all of them besides those.
+  const bool reports = client && (op == Op::kRead || bidir);
+  const uint32_t reverse_held = client && bidir && op != Op::kRead ? qd : 0;
+  const uint32_t limit = rq_depth > 4 ? rq_depth - 4 : 1;
+  const uint32_t full = std::min<uint32_t>(
+      limit, std::max<uint32_t>(2 * qd + 16, reports ? reverse_held + 1 + kMaxPathReports : 0));
+  const bool data = send && (!client || bidir);  // data SENDs reach this ring
+  b.ring.slot = std::max<uint32_t>(static_cast<uint32_t>(kCtrlBytes), data ? size : 0);
+  b.ring.count = full;
+  if (data && b.ring.bytes() > kRecvRingBudget) {
+    // Message-sized buffers: as many as kRecvRingBudget holds, but qd + 1 at
+    // the fewest, qd for the messages in flight and one for the control
+    // message that follows them (the client's Done, the server's Result) or
+    // for a receive consumed but not yet posted again. Only messages over
+    // 256 MiB / (qd + 1) (1.27 MiB at qd 200) get no more, and each takes
+    // longer on the wire than an end takes to poll and post a receive again.
+    // A SEND that still finds none, like PathReports past the first few, is
+    // retried every 100 us (RNR, LOSS-7) until the peer has posted one
+    // again: that costs time, not the test.
+    const uint32_t fewest = std::min(full, qd + 1);
+    b.ring.count =
+        static_cast<uint32_t>(std::clamp<uint64_t>(kRecvRingBudget / b.ring.slot, fewest, full));
+  }
+  return b;
+}
+
 Refusal check_hello(const Ctrl& hello) {
   if (hello.op > static_cast<uint32_t>(Op::kSend)) return Refusal::kBadOp;
   if (hello.size == 0 || hello.size > kMaxSize) return Refusal::kBadSize;
   if (hello.qd == 0 || hello.qd > kMaxQd) return Refusal::kBadQd;
+  // The generator's and the exposed memory.
   if (uint64_t{hello.size} * hello.qd > kMaxBufferBytes) return Refusal::kTooLarge;
+  // The receive rings, which for a send hold qd + 1 messages at the fewest.
+  for (const Side side : {Side::kClient, Side::kServer})
+    if (plan_buffers(side, static_cast<Op>(hello.op), hello.size, hello.qd, hello.bidir != 0)
+            .ring.bytes() > kMaxBufferBytes)
+      return Refusal::kTooLarge;
   return Refusal::kNone;
 }
 
@@ -128,7 +182,9 @@ std::string refusal_text(Refusal r) {
     case Refusal::kBadQd: return "queue depth outside 1.." + std::to_string(kMaxQd);
     case Refusal::kNoMemory: return "the server cannot register buffers for this size and depth";
     case Refusal::kTooLarge:
-      return "message size x queue depth over " + std::to_string(kMaxBufferBytes >> 30) + " GiB";
+      return "message size x queue depth, or for a send its receive buffers (size x (queue "
+             "depth + 1)), over " +
+             std::to_string(kMaxBufferBytes >> 30) + " GiB";
   }
   return "refusal " + std::to_string(static_cast<uint32_t>(r));
 }

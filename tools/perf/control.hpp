@@ -30,6 +30,10 @@
 //      104    8 rev_ns       /
 //      112      (end)
 //
+// A send's target is the peer's receives: its HelloAck's addr, rkey and len
+// are 0, and a --bidir send's Hello names a token region that nothing reaches
+// (an older server takes a --bidir Hello with addr 0 as none).
+//
 // A PathReport (type 5) has the same size and header and carries the
 // figures of one of the server's path slots; a server that was asked sends
 // one per slot right after the Result (a read's data travels on them, and
@@ -62,6 +66,8 @@
 #include <span>
 #include <string>
 
+#include "metaroce/config.hpp"
+
 namespace metaroce::perf {
 
 enum class Op : uint32_t { kWrite = 0, kRead = 1, kSend = 2 };
@@ -80,7 +86,7 @@ enum class Refusal : uint32_t {
   kBadSize = 2,
   kBadQd = 3,
   kNoMemory = 4,
-  kTooLarge = 5,  // size x qd over kMaxBufferBytes
+  kTooLarge = 5,  // a buffer over kMaxBufferBytes (size x qd, or a send's receive ring)
 };
 
 inline constexpr uint32_t kCtrlMagic = 0x4d525046;  // "MRPF"
@@ -90,9 +96,15 @@ inline constexpr uint32_t kMaxPathReports = 32;
 // What a server accepts; the client's options are checked against the same.
 inline constexpr uint32_t kMaxSize = 1u << 30;
 inline constexpr uint32_t kMaxQd = 200;
-// Each end allocates size x qd bytes (x 2 with --bidir on the server): the
-// largest size and depth together would be 200 GiB.
+// The most bytes of any one buffer an end allocates for a test (plan_buffers:
+// its generator's, the memory it exposes, its receive ring), so at most two
+// of them, 8 GiB, with --bidir: the largest size and depth together would be
+// 200 GiB.
 inline constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;
+// The most bytes of a receive ring whose buffers must each hold a whole
+// message (plan_buffers), unless qd + 1 of them are more. metaroce-perf's
+// default depth keeps size x qd within the same 256 MiB.
+inline constexpr uint64_t kRecvRingBudget = uint64_t{256} << 20;
 
 struct Ctrl {
   MsgType type = MsgType::kHello;
@@ -142,8 +154,39 @@ void encode(const PathReport& r, uint8_t (&out)[kCtrlBytes]);
 // False when the bytes are not a PathReport (wrong length, magic or type).
 bool decode(std::span<const uint8_t> in, PathReport& out);
 
+enum class Side { kClient, kServer };
+
+// The receive buffers one end posts on the test connection: `count` of
+// `slot` bytes each, consumed in posting order and posted again as they are.
+struct RecvRing {
+  uint32_t slot = 0;
+  uint32_t count = 0;
+  uint64_t bytes() const { return uint64_t{slot} * count; }
+};
+
+// What one end of a test allocates (and registers) for it.
+struct Buffers {
+  RecvRing ring;
+  uint64_t exposed = 0;    // the memory the peer WRITEs to or READs from
+  uint64_t generator = 0;  // the generator's qd message slots
+};
+
+// The buffers `side` allocates for a test of `op`, `size`, `qd` (and
+// --bidir), with receive queues of `rq_depth` entries. SENDs consume
+// receives in posting order, control and data on one ring, so a ring that
+// data SENDs reach (the server's for send, the client's for send with
+// --bidir) holds `size` bytes per buffer; every other holds one control
+// message (kCtrlBytes), which a WRITE_IMM's notice also fits. A ring of
+// control-sized buffers posts 2 qd + 16 (the client's with PathReports to
+// come: at least qd + 1 + kMaxPathReports); a message-sized one as many
+// while they fit in kRecvRingBudget, else as many as fit, and never fewer
+// than qd + 1 (see control.cpp).
+Buffers plan_buffers(Side side, Op op, uint32_t size, uint32_t qd, bool bidir,
+                     uint32_t rq_depth = EndpointConfig{}.rq_depth);
+
 // Whether a server can run the test a Hello asks for (the client asks too,
-// before it allocates its own buffers).
+// before it allocates its own buffers): besides the fields' ranges, every
+// buffer plan_buffers gives either end is at most kMaxBufferBytes.
 Refusal check_hello(const Ctrl& hello);
 std::string refusal_text(Refusal r);
 const char* op_name(Op op);

@@ -2,8 +2,8 @@
 # Runs metaroce-perf server + client on loopback for ~2 s per op with --verify
 # and checks verify_errors == 0 in the client's --json output (for read also
 # that its paths are the server's). On 127.0.0.1 also: a --bidir write's
-# reverse.paths (the server's), --interval's check, progress lines, and a
-# server that stops answering.
+# reverse.paths (the server's), a send of 256 MiB messages in modest memory,
+# --interval's check, progress lines, and a server that stops answering.
 # Usage: perf_smoke.sh path/to/metaroce-perf [seconds] [host]
 #   host: 127.0.0.1 (default) or ::1 (exit 77, a skip, without IPv6 loopback)
 set -euo pipefail
@@ -148,6 +148,34 @@ sys.exit(0 if j["verify_errors"] == 0 and j.get("paths_of") == "client" and forw
 PY
 then
   echo "FAIL: bidir write's reverse.paths"; cat "$tmp/bidir.err"; fail=1
+fi
+
+# A send of 256 MiB messages, one at a time, verified: the client receives
+# no data SENDs, so its receives hold control messages only, and the
+# server's hold qd + 1 = 2 messages (the fewest, over the 256 MiB budget),
+# with no WRITE/READ target. Each end's peak RSS stays under 1 GiB: the
+# client's 256 MiB of messages, the server's 512 MiB of receives (both used to
+# post 2 qd + 16 = 18 receives of 256 MiB, 4.5 GiB). The client's RSS is
+# /usr/bin/time's (skipped without it), the server's its VmHWM.
+set +e
+rss=()
+[[ -x /usr/bin/time ]] && rss=(/usr/bin/time -f %M -o "$tmp/big.rss")
+timeout 40 ${rss[@]+"${rss[@]}"} "$PERF" client "$(hostport "$port")" --op send --size 268435456 \
+  --qd 1 --iters 2 --verify --json >"$tmp/big.json" 2>"$tmp/big.err"
+rc=$?
+set -e
+client_kib=$(tail -1 "$tmp/big.rss" 2>/dev/null || echo skipped)
+server_kib=$(awk '/^VmHWM:/ { print $2 }' "/proc/$server_pid/status" 2>/dev/null || echo skipped)
+echo "send 256 MiB x 2: rc=$rc, peak RSS client $client_kib KiB, server $server_kib KiB"
+if [[ $rc -ne 0 ]] || ! python3 - "$tmp/big.json" "$client_kib" "$server_kib" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+rss = [int(v) for v in sys.argv[2:] if v.isdigit()]
+sys.exit(0 if j["verify_errors"] == 0 and j["messages"] == 2 and
+         j.get("server_messages_received") == 2 and all(v < 1 << 20 for v in rss) else 1)
+PY
+then
+  echo "FAIL: send of 256 MiB messages"; cat "$tmp/big.err"; fail=1
 fi
 
 # --interval must be a positive number of seconds: 0 would print endless

@@ -70,7 +70,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     ctl.qd = 1;
     ctl.op = Op::kWrite;
     sink.repost = false;
-    if (!sink.setup(*ep, conn, ctl, rq_depth, 1)) {
+    if (!sink.setup(*ep, conn, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1})) {
       std::fprintf(stderr, "setup failed\n");
       close_and_drain(*ep, conn);
       continue;
@@ -96,15 +96,24 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     tp.bidir = hello.bidir != 0;
     Sink data;
     Generator gen;
-    const bool bidir = tp.bidir && hello.addr != 0;
+    // The reverse load: WRITEs to or READs from the memory the client
+    // exposes, SENDs to its receives (a client exposes a token region then
+    // too, for older servers, which take none as no --bidir).
+    const bool bidir = tp.bidir && (hello.addr != 0 || tp.op == Op::kSend);
     // Every buffer is deregistered before it is freed, also on a refusal
     // after part of the setup succeeded (unregistered keys are 0: a no-op).
     auto release = [&] {
       for (const MemoryRegion* mr : {&sink.rbuf_mr, &data.rbuf_mr, &data.mem_mr, &gen.mr})
         if (mr->lkey != 0) (void)ep->deregister_memory(mr->lkey);
     };
+    // Receives sized for the SENDs that reach them (plan_buffers), and the
+    // memory the client WRITEs to or READs from (none for a send).
+    const Buffers plan = refusal == Refusal::kNone ? plan_buffers(Side::kServer, tp.op, tp.size,
+                                                                  tp.qd, tp.bidir, rq_depth)
+                                                   : Buffers{};
     if (refusal == Refusal::kNone &&
-        (!data.setup(*ep, conn, tp, rq_depth) || !data.expose(tp.size, tp.qd, tp.op == Op::kRead) ||
+        (!data.setup(*ep, conn, tp, plan.ring) ||
+         (plan.exposed != 0 && !data.expose(tp.size, tp.qd, tp.op == Op::kRead)) ||
          (bidir && !gen.setup(*ep, conn, tp, hello.addr, hello.rkey))))
       refusal = Refusal::kNoMemory;
     if (refusal != Refusal::kNone) {

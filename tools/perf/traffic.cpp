@@ -6,22 +6,24 @@
 
 namespace metaroce::perf {
 
-bool Sink::setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint32_t rq_depth,
-                 uint32_t count) {
+bool Sink::prepare(udp::UdpEndpoint& e, const TestParams& tp, RecvRing ring) {
   ep = &e;
-  conn = c;
   p = tp;
-  rslot = std::max<uint32_t>(static_cast<uint32_t>(kCtrlBytes), p.op == Op::kSend ? p.size : 0);
-  rcount = count != 0 ? count : std::min<uint32_t>(rq_depth - 4, 2 * p.qd + 16);
-  rbuf.resize(size_t{rslot} * rcount);
-  if (ep->register_memory(rbuf.data(), rbuf.size(), kAllAccess, rbuf_mr)) return false;
+  rslot = ring.slot;
+  rcount = ring.count;
+  if (!rbuf.resize(ring.bytes())) return false;
+  return !ep->register_memory(rbuf.data(), rbuf.size(), kAllAccess, rbuf_mr);
+}
+
+bool Sink::post_ring(ConnId c) {
+  conn = c;
   for (uint32_t i = 0; i < rcount; ++i)
     if (post(i)) return false;
   return true;
 }
 
 bool Sink::expose(uint32_t size, uint32_t qd, bool fill) {
-  mem.resize(size_t{size} * qd);
+  if (!mem.resize(size_t{size} * qd)) return false;
   if (fill)
     for (uint32_t s = 0; s < qd; ++s) pattern_fill(mem.data() + size_t{s} * size, size, s);
   return !ep->register_memory(mem.data(), mem.size(), kAllAccess, mem_mr);
@@ -63,14 +65,10 @@ bool Sink::on_completion(const Completion& c) {
   return true;
 }
 
-bool Generator::setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint64_t ra,
-                      uint64_t rk) {
+bool Generator::prepare(udp::UdpEndpoint& e, const TestParams& tp) {
   ep = &e;
-  conn = c;
   p = tp;
-  raddr = ra;
-  rkey = rk;
-  buf.resize(size_t{p.size} * p.qd);
+  if (!buf.resize(size_t{p.size} * p.qd)) return false;
   post_time.assign(p.qd, Clock::time_point{});
   lat_ns.reserve(4 << 20);
   return !ep->register_memory(buf.data(), buf.size(), kAllAccess, mr);

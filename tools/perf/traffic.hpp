@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "control.hpp"
@@ -20,12 +22,29 @@ inline constexpr uint32_t kAllAccess =
 inline constexpr uint64_t kCtrlWrId = 1ull << 62;  // control work requests
 inline constexpr uint64_t kSinkWrId = 1ull << 61;  // sink receive buffers
 
-// 8-byte aligned, so that the pattern's words are aligned stores.
+// 8-byte aligned, so that the pattern's words are aligned stores. Zeroed
+// memory from calloc: large buffers are fresh mappings whose pages the kernel
+// supplies as they are first touched, so that resize returns at once (an end
+// that faulted in gigabytes first would leave its peer unanswered past its
+// peer timeout on a loaded host) and the RSS counts only what a test touched.
 struct AlignedBuf {
-  std::vector<uint64_t> words;
-  uint8_t* data() { return reinterpret_cast<uint8_t*>(words.data()); }
-  void resize(size_t bytes) { words.assign((bytes + 7) / 8 + 8, 0); }
-  size_t size() const { return words.size() * 8; }
+  struct Free {
+    void operator()(uint64_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint64_t[], Free> words;
+  size_t bytes = 0;
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(words.get()); }
+  // False when the memory cannot be had (under a ulimit -v, say).
+  bool resize(size_t n) {
+    words.reset();
+    bytes = 0;
+    const size_t count = (n + 7) / 8 + 8;
+    words.reset(static_cast<uint64_t*>(std::calloc(count, 8)));
+    if (words == nullptr) return false;
+    bytes = count * 8;
+    return true;
+  }
+  size_t size() const { return bytes; }
 };
 
 struct TestParams {
@@ -56,9 +75,16 @@ struct Sink {
   std::deque<PathReport> path_reports;  // the server's, after its Result
   bool repost = true;  // put consumed buffers back (not the server's one-shot Hello buffer)
 
-  // count 0: enough buffers for qd messages in flight plus control.
-  bool setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint32_t rq_depth,
-             uint32_t count = 0);
+  // Allocates and registers the receive ring: plan_buffers' for this end,
+  // or one control buffer for the server's Hello. A client does it before it
+  // connects, as all its allocation: the server waits only a while for the
+  // Hello, and for anything from the client after its HelloAck.
+  bool prepare(udp::UdpEndpoint& e, const TestParams& tp, RecvRing ring);
+  // Posts the ring's receives on connection c.
+  bool post_ring(ConnId c);
+  bool setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, RecvRing ring) {
+    return prepare(e, tp, ring) && post_ring(c);
+  }
   bool expose(uint32_t size, uint32_t qd, bool fill);
   udp::Error post(uint32_t i);
   // A receive completion for this sink; returns false if it is not ours.
@@ -77,7 +103,20 @@ struct Generator {
   std::vector<uint32_t> lat_ns;  // preallocated sample buffer
   udp::Error last_error;
 
-  bool setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint64_t ra, uint64_t rk);
+  // Allocates and registers the qd message slots (a client before it
+  // connects, as Sink::prepare), then aims at connection c and the peer's
+  // memory ra / rk (a send's target is the peer's receives: none).
+  bool prepare(udp::UdpEndpoint& e, const TestParams& tp);
+  void start(ConnId c, uint64_t ra, uint64_t rk) {
+    conn = c;
+    raddr = ra;
+    rkey = rk;
+  }
+  bool setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, uint64_t ra, uint64_t rk) {
+    if (!prepare(e, tp)) return false;
+    start(c, ra, rk);
+    return true;
+  }
   uint8_t* slot(uint64_t seq) { return buf.data() + size_t{seq % p.qd} * p.size; }
   // Posts until qd outstanding; false on a post error.
   bool pump(bool may_post);
