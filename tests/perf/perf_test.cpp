@@ -286,12 +286,12 @@ TEST(PerfBuffers, MessageSizedReceivesStayWithinTheBudget) {
   EXPECT_EQ(ring(Side::kServer, 64 << 10, 64, false).count, 144u);  // 9 MiB: as before
   EXPECT_EQ(ring(Side::kServer, 64 << 10, 64, false).slot, 64u << 10);
   EXPECT_EQ(ring(Side::kClient, 64 << 10, 64, true).count, 144u);
-  EXPECT_EQ(ring(Side::kServer, 64 << 10, 200, false).count, 252u);  // rq_depth - 4
+  EXPECT_EQ(ring(Side::kServer, 64 << 10, 200, false).count, 416u);  // 2 qd + 16 (kRqDepth)
   EXPECT_EQ(ring(Side::kServer, 4 << 20, 16, false).count, 48u);     // 192 MiB
   EXPECT_EQ(ring(Side::kServer, 8 << 20, 16, false).count, 32u);     // 256 MiB, not 384
   EXPECT_EQ(ring(Side::kServer, 64 << 20, 16, false).count, 17u);    // qd + 1, over the budget
   EXPECT_EQ(ring(Side::kClient, 2 << 20, 64, true).count, 128u);     // 256 MiB, not 288
-  const uint32_t rq_depth = EndpointConfig{}.rq_depth;
+  const uint32_t rq_depth = kRqDepth;
   for (const Op op : {Op::kWrite, Op::kRead, Op::kSend})
     for (const Side side : {Side::kClient, Side::kServer})
       for (const bool bidir : {false, true})

@@ -291,6 +291,8 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["client_retransmitted_packets"] = cst.retransmissions;
     j["data_packets_sent"] = cst.data_packets_sent;
     j["losses_declared"] = cst.losses_declared;
+    j["naks_received"] = cst.naks_received;  // e.g. RNR: the server had no receive posted
+    j["rnr_naks_sent"] = cst.rnr_naks_sent;  // the client had none for a reverse SEND
     j["path_retirements"] = cst.path_retirements;
     j["path_explorations"] = cst.path_explorations;
     j["ce_received"] = cst.ce_received;

@@ -114,8 +114,9 @@ bool decode(std::span<const uint8_t> in, PathReport& out) {
   return true;
 }
 
-static_assert(kMaxQd + 1 + kMaxPathReports <= EndpointConfig{}.rq_depth - 4u,
-              "a client's Result and every PathReport find receives at any depth");
+static_assert(kMaxQd + 1 + kMaxPathReports <= kRqDepth - 4u && 2 * kMaxQd + 16 <= kRqDepth - 4u,
+              "a client's Result and every PathReport find receives at any depth, and every "
+              "ring its 2 qd + 16");
 
 Buffers plan_buffers(Side side, Op op, uint32_t size, uint32_t qd, bool bidir, uint32_t rq_depth) {
   const uint64_t messages = uint64_t{size} * qd;

@@ -96,6 +96,11 @@ inline constexpr uint32_t kMaxPathReports = 32;
 // What a server accepts; the client's options are checked against the same.
 inline constexpr uint32_t kMaxSize = 1u << 30;
 inline constexpr uint32_t kMaxQd = 200;
+// Receive queue entries per connection on both ends (the engine's default is
+// 256): enough for the 2 qd + 16 receives plan_buffers gives at kMaxQd. With
+// 256 the rings stopped growing at qd 118, and a send --bidir at qd 200 drew
+// 23-28 thousand RNR NAKs.
+inline constexpr uint16_t kRqDepth = 512;
 // The most bytes of any one buffer an end allocates for a test (plan_buffers:
 // its generator's, the memory it exposes, its receive ring), so at most two
 // of them, 8 GiB, with --bidir: the largest size and depth together would be
@@ -182,7 +187,7 @@ struct Buffers {
 // while they fit in kRecvRingBudget, else as many as fit, and never fewer
 // than qd + 1 (see control.cpp).
 Buffers plan_buffers(Side side, Op op, uint32_t size, uint32_t qd, bool bidir,
-                     uint32_t rq_depth = EndpointConfig{}.rq_depth);
+                     uint32_t rq_depth = kRqDepth);
 
 // Whether a server can run the test a Hello asks for (the client asks too,
 // before it allocates its own buffers): besides the fields' ranges, every

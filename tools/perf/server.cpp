@@ -57,7 +57,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off",
       ep->uring_enabled() ? "on" : "off");
   std::fflush(stdout);
-  const uint32_t rq_depth = EndpointConfig{}.rq_depth;
+  const uint32_t rq_depth = kRqDepth;
   while (!g_stop) {
     ConnId conn;
     if (ep->accept(500ms, conn)) continue;

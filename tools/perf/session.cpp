@@ -43,6 +43,7 @@ udp::Options make_options(const Common& c) {
   udp::Options o;
   o.engine.mtu = c.mtu;
   o.engine.num_paths = static_cast<uint8_t>(std::clamp<uint32_t>(c.paths, 1, 32));
+  o.engine.rq_depth = kRqDepth;
   o.engine.recovery.peer_timeout_ns = uint64_t{c.peer_timeout_ms} * kMillisecond;
   o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
   o.engine.cc.enabled = !c.no_cc;
