@@ -418,21 +418,30 @@ TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
   ASSERT_TRUE(data.expose(tp.size, tp.qd, true));
   Generator gen;
   ASSERT_TRUE(gen.setup(*p.client, p.cconn, tp, data.mem_mr.addr, data.mem_mr.rkey));
-  // What an earlier round of READs left in the slots.
+  const auto drive = [&](uint64_t want) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (gen.completed < want && Clock::now() < deadline) {
+      p.server->progress();
+      p.client->progress();
+      Completion c;
+      while (p.client->poll_completion(c)) EXPECT_TRUE(gen.on_completion(c));
+    }
+  };
+  // The first round (its slots poisoned before the client connects).
+  for (uint32_t s = 0; s < tp.qd; ++s)
+    EXPECT_EQ(pattern_check(gen.slot(s), tp.size, s), tp.size) << "slot " << s;
+  ASSERT_TRUE(gen.pump(true));
+  drive(tp.qd);
+  ASSERT_EQ(gen.completed, tp.qd);
+  // The slots now hold what the first round's READs delivered (made sure of).
   for (uint32_t s = 0; s < tp.qd; ++s) pattern_fill(gen.slot(s), tp.size, s);
   ASSERT_TRUE(gen.pump(true));
-  ASSERT_EQ(gen.posted, tp.qd);
+  ASSERT_EQ(gen.posted, 2u * tp.qd);
   // Nothing has moved yet (no progress call): no byte may pass as delivered.
   for (uint32_t s = 0; s < tp.qd; ++s)
     EXPECT_EQ(pattern_check(gen.slot(s), tp.size, s), tp.size) << "slot " << s;
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (gen.completed < gen.posted && Clock::now() < deadline) {
-    p.server->progress();
-    p.client->progress();
-    Completion c;
-    while (p.client->poll_completion(c)) EXPECT_TRUE(gen.on_completion(c));
-  }
-  EXPECT_EQ(gen.completed, tp.qd);
+  drive(2u * tp.qd);
+  EXPECT_EQ(gen.completed, 2u * tp.qd);
   EXPECT_EQ(gen.errors, 0u);
   EXPECT_EQ(gen.verify_errors, 0u);
 }
@@ -484,6 +493,14 @@ TEST(PerfServer, RefusesAnOversizedHelloWithItsReason) {
     return;
   }
   FAIL() << "no free port for the server in 5 tries";
+}
+
+// Both ends open their connections with kRqDepth receive queue entries, so
+// that plan_buffers' rings (2 qd + 16 at kMaxQd) can be posted whole.
+TEST(PerfBuffers, EndpointsTakeTheReceiveQueueTheRingsNeed) {
+  EXPECT_EQ(make_options(Common{}).engine.rq_depth, kRqDepth);
+  EXPECT_EQ(plan_buffers(Side::kServer, Op::kWrite, 64 << 10, kMaxQd, false).ring.count,
+            2 * kMaxQd + 16);
 }
 
 }  // namespace

@@ -160,8 +160,8 @@ fi
 set +e
 rss=()
 [[ -x /usr/bin/time ]] && rss=(/usr/bin/time -f %M -o "$tmp/big.rss")
-timeout 40 ${rss[@]+"${rss[@]}"} "$PERF" client "$(hostport "$port")" --op send --size 268435456 \
-  --qd 1 --iters 2 --verify --json >"$tmp/big.json" 2>"$tmp/big.err"
+${rss[@]+"${rss[@]}"} timeout -k 2 40 "$PERF" client "$(hostport "$port")" --op send \
+  --size 268435456 --qd 1 --iters 2 --verify --json >"$tmp/big.json" 2>"$tmp/big.err"
 rc=$?
 set -e
 client_kib=$(tail -1 "$tmp/big.rss" 2>/dev/null || echo skipped)

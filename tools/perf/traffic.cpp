@@ -71,7 +71,23 @@ bool Generator::prepare(udp::UdpEndpoint& e, const TestParams& tp) {
   if (!buf.resize(size_t{p.size} * p.qd)) return false;
   post_time.assign(p.qd, Clock::time_point{});
   lat_ns.reserve(4 << 20);
+  // --verify: the first qd messages' patterns now, before the client
+  // connects. Filled at the first pump instead, up to 4 GiB of first touches
+  // and pattern held the first message back for seconds with GiB messages,
+  // and the server gave up on a silent client (--peer-timeout-ms).
+  if (p.verify)
+    for (uint64_t seq = 0; seq < p.qd; ++seq) prepare_slot(seq);
   return !ep->register_memory(buf.data(), buf.size(), kAllAccess, mr);
+}
+
+void Generator::prepare_slot(uint64_t seq) {
+  if (p.op == Op::kRead)
+    // The slot still holds an earlier READ of the same server slot, that
+    // is the same pattern: poison every byte, so that a byte this READ
+    // does not deliver fails the check.
+    pattern_poison(slot(seq), p.size, seq % p.qd);
+  else
+    pattern_fill(slot(seq), p.size, seq);
 }
 
 bool Generator::pump(bool may_post) {
@@ -83,21 +99,18 @@ bool Generator::pump(bool may_post) {
     switch (p.op) {
       case Op::kWrite:
         if (p.verify) {
-          pattern_fill(s, p.size, seq);
+          if (seq >= p.qd) prepare_slot(seq);
           e = ep->write_imm(conn, seq, s, p.size, mr.lkey, rslot, rkey, static_cast<uint32_t>(seq));
         } else {
           e = ep->write(conn, seq, s, p.size, mr.lkey, rslot, rkey);
         }
         break;
       case Op::kRead:
-        // The slot still holds an earlier READ of the same server slot, that
-        // is the same pattern: poison every byte, so that a byte this READ
-        // does not deliver fails the check.
-        if (p.verify) pattern_poison(s, p.size, seq % p.qd);
+        if (p.verify && seq >= p.qd) prepare_slot(seq);
         e = ep->read(conn, seq, s, p.size, mr.lkey, rslot, rkey);
         break;
       case Op::kSend:
-        if (p.verify) pattern_fill(s, p.size, seq);
+        if (p.verify && seq >= p.qd) prepare_slot(seq);
         e = ep->send(conn, seq, s, p.size, mr.lkey);
         break;
     }

@@ -118,6 +118,8 @@ struct Generator {
     return true;
   }
   uint8_t* slot(uint64_t seq) { return buf.data() + size_t{seq % p.qd} * p.size; }
+  // --verify: message seq's pattern in its slot (a READ's slot poisoned).
+  void prepare_slot(uint64_t seq);
   // Posts until qd outstanding; false on a post error.
   bool pump(bool may_post);
   // A send-queue completion (wr_id = seq); returns false if not ours.
