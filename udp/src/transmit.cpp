@@ -295,24 +295,32 @@ bool UdpEndpoint::Impl::flush_uring() {
   unsigned queued = 0;
   io_uring_sqe* prev = nullptr;  // the last queued message's, to link to the next on its socket
   uint16_t prev_sock = 0;
-  bool hooked = false;  // a test hook failed a message on hooked_sock: the later ones wait
-  uint16_t hooked_sock = 0;
+  // A message on stalled_sock was not submitted (a test hook, or no ring
+  // entry): the later ones on that socket wait too, in order.
+  bool stalled = false;
+  uint16_t stalled_sock = 0;
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
     const uint16_t sock = tx_msg_sock[m];
     tx_msg_queued[m] = 0;
-    if (hooked && hooked_sock == sock) {
+    if (stalled && stalled_sock == sock) {
       tx_msg_res[m] = -ECANCELED;  // as the link would have
       continue;
     }
     const bool full = eagain_fault();
     if (full || gso_fault(m)) {
       tx_msg_res[m] = full ? -EAGAIN : -EIO;
-      hooked = true;
-      hooked_sock = sock;
+      stalled = true;
+      stalled_sock = sock;
+      continue;
+    }
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);  // the ring holds tx_cap entries: never null
+    if (sqe == nullptr) {
+      tx_msg_res[m] = -EAGAIN;
+      stalled = true;
+      stalled_sock = sock;
       continue;
     }
     if (prev != nullptr && prev_sock == sock) prev->flags |= IOSQE_IO_LINK;
-    io_uring_sqe* sqe = io_uring_get_sqe(ring);  // the ring holds tx_cap entries
     io_uring_prep_sendmsg(sqe, sock_fd(sock), &tx_msgs[m].msg_hdr, MSG_DONTWAIT);
     io_uring_sqe_set_data64(sqe, m);
     tx_msg_res[m] = kPending;
