@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   }
   out.sample_interval = SimTime{static_cast<uint64_t>(sample_us * 1e6)};
   if (!out.pcap_link.empty() && out.pcap_path.empty())
-    out.pcap_path = preset_name + "-" + transport + ".pcap";
+    out.pcap_path = cfg.name + "-" + transport + ".pcap";  // the preset's or config file's name
   cfg.output = out;
   cfg.progress = !quiet && (progress || isatty(STDERR_FILENO) != 0);
   std::unique_ptr<Simulation> sim;
