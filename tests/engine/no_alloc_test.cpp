@@ -1,0 +1,583 @@
+// The hot paths allocate nothing per packet: this executable replaces the
+// global operator new / delete (every overload) with counting versions and
+// checks that, once two endpoints have warmed up, a steady stream of 64 KiB
+// WRITEs (with their ACKs, with and without loss) and the completions polled
+// for them take no allocation at all:
+//   * the engine, two Endpoints joined in memory by a preallocated FIFO;
+//   * the UDP driver, two UdpEndpoints over 127.0.0.1 driven by progress().
+// On the first allocation inside a counted window the stack is recorded with
+// backtrace() (no allocation: its buffer is static) and printed, symbolized,
+// in the failure message after the window closes. Nothing inside a window
+// uses gtest macros; results are checked after it.
+#include <cxxabi.h>
+#include <execinfo.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "metaroce/engine.hpp"
+#include "metaroce/udp.hpp"
+
+// ------------------------------------------------------------ counting new
+
+namespace {
+
+std::atomic<bool> g_armed{false};
+std::atomic<uint64_t> g_news{0};
+std::atomic<uint64_t> g_deletes{0};
+std::atomic<bool> g_have_stack{false};
+constexpr int kMaxFrames = 64;
+void* g_stack[kMaxFrames];
+int g_frames = 0;
+uint64_t g_first_size = 0;
+thread_local bool t_in_hook = false;
+
+void note_new(size_t size) {
+  if (!g_armed.load(std::memory_order_relaxed) || t_in_hook) return;
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (!g_have_stack.exchange(true)) {
+    t_in_hook = true;
+    g_first_size = size;
+    g_frames = backtrace(g_stack, kMaxFrames);
+    t_in_hook = false;
+  }
+}
+
+void note_delete(void* p) {
+  if (p != nullptr && g_armed.load(std::memory_order_relaxed) && !t_in_hook)
+    g_deletes.fetch_add(1, std::memory_order_relaxed);
+}
+
+void* alloc(size_t size) {
+  note_new(size);
+  return std::malloc(size == 0 ? 1 : size);
+}
+
+void* alloc_aligned(size_t size, std::align_val_t al) {
+  note_new(size);
+  const auto a = static_cast<size_t>(al);
+  const size_t rounded = (std::max<size_t>(size, 1) + a - 1) / a * a;
+  return std::aligned_alloc(a, rounded);
+}
+
+// Not inlined into the operators: GCC's -Wmismatched-new-delete would see
+// free() of operator new's pointer.
+[[gnu::noinline]] void release(void* p) {
+  note_delete(p);
+  std::free(p);
+}
+
+}  // namespace
+
+void* operator new(size_t n) {
+  if (void* p = alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) {
+  if (void* p = alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return alloc(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return alloc(n); }
+void* operator new(size_t n, std::align_val_t a) {
+  if (void* p = alloc_aligned(n, a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n, std::align_val_t a) {
+  if (void* p = alloc_aligned(n, a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return alloc_aligned(n, a);
+}
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return alloc_aligned(n, a);
+}
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, size_t) noexcept { release(p); }
+void operator delete[](void* p, size_t) noexcept { release(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+
+namespace {
+
+// What one counted window saw.
+struct Window {
+  uint64_t news = 0;
+  uint64_t deletes = 0;
+  std::string first_stack;  // symbolized stack of the first allocation, if any
+};
+
+class Counting {
+ public:
+  Counting() {
+    // backtrace() loads libgcc_s on its first call (which allocates): do it
+    // now, outside the window.
+    void* warm[4];
+    (void)backtrace(warm, 4);
+    g_news = 0;
+    g_deletes = 0;
+    g_have_stack = false;
+    g_frames = 0;
+    g_armed = true;
+  }
+  Window stop() {
+    g_armed = false;
+    Window w;
+    w.news = g_news.load();
+    w.deletes = g_deletes.load();
+    if (g_have_stack.load()) w.first_stack = symbolize();
+    return w;
+  }
+  ~Counting() { g_armed = false; }
+
+ private:
+  static std::string symbolize() {
+    std::string out =
+        "first allocation in the window: operator new(" + std::to_string(g_first_size) + ") from\n";
+    char** names = backtrace_symbols(g_stack, g_frames);
+    for (int i = 0; i < g_frames; ++i) {
+      std::string line = names != nullptr ? names[i] : "?";
+      // "binary(mangled+0x12) [0x...]": demangle the part in parentheses.
+      const size_t open = line.find('('), plus = line.find('+', open);
+      if (open != std::string::npos && plus != std::string::npos && plus > open + 1) {
+        const std::string mangled = line.substr(open + 1, plus - open - 1);
+        int status = 0;
+        char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+        if (status == 0 && d != nullptr) line.replace(open + 1, plus - open - 1, d);
+        std::free(d);
+      }
+      out += "  #" + std::to_string(i) + " " + line + "\n";
+    }
+    std::free(names);
+    return out;
+  }
+};
+
+// Keeps the compiler from eliding the self-test's allocation.
+std::vector<int>* volatile g_sink = nullptr;
+
+// The counter sees what it should: one allocation and one release.
+TEST(NoAlloc, CounterCountsEveryAllocation) {
+  Window w;
+  {
+    Counting c;
+    g_sink = new std::vector<int>();
+    delete g_sink;
+    w = c.stop();
+  }
+  EXPECT_EQ(w.news, 1u);
+  EXPECT_EQ(w.deletes, 1u);
+  EXPECT_NE(w.first_stack.find("operator new"), std::string::npos) << w.first_stack;
+  {
+    Counting c;
+    auto* a = new (std::align_val_t{64}) uint8_t[100];
+    auto* b = new (std::nothrow) int[3];
+    ::operator delete[](a, std::align_val_t{64});
+    delete[] b;
+    w = c.stop();
+  }
+  EXPECT_EQ(w.news, 2u);
+  EXPECT_EQ(w.deletes, 2u);
+}
+
+// ------------------------------------------------------------ engine
+
+using metaroce::Completion;
+using metaroce::ConnId;
+using metaroce::Endpoint;
+using metaroce::EndpointConfig;
+using metaroce::MemoryRegion;
+using metaroce::PeerAddr;
+using metaroce::RxDatagram;
+using metaroce::SendWr;
+using metaroce::Status;
+using metaroce::TimeNs;
+using metaroce::TxDatagram;
+using metaroce::WrOpcode;
+
+constexpr uint32_t kChunk = 64 * 1024;
+constexpr size_t kBufBytes = 4 << 20;  // WRITEs cycle through this buffer
+constexpr size_t kOutstanding = 16;    // WRITEs kept posted
+
+// Two endpoints joined by one fixed delay, in memory, with every buffer
+// allocated up front. (tests/engine/loop.hpp copies each datagram into a new
+// vector and the harness's Network grows its link queues on demand: both
+// allocate per packet themselves.) A constant delay keeps arrivals in sending
+// order, so the wire is one FIFO ring of fixed-size slots.
+class Wire {
+ public:
+  static constexpr size_t kSlots = 8192;
+  static constexpr size_t kSlotBytes = 4096 + 128;  // mtu + 128 (engine.hpp)
+  static constexpr uint64_t kDelayNs = 2000;
+  uint64_t drop_every = 0;  // drop every Nth datagram sent (either way); 0: none
+  uint64_t burst = 1;       // ... and the burst - 1 datagrams after it
+  uint64_t dropped = 0;
+  uint64_t overflowed = 0;  // datagrams lost because the ring was full (a test bug)
+
+  explicit Wire(uint64_t seed) : slots_(kSlots), txbuf_(kSlotBytes) {
+    for (int i = 0; i < 2; ++i) {
+      EndpointConfig c;
+      c.seed = seed + static_cast<uint64_t>(i);
+      c.num_paths = 4;
+      ep_[i] = std::make_unique<Endpoint>(c);
+      addr_[i].len = 1;
+      addr_[i].bytes[0] = static_cast<uint8_t>('A' + i);
+    }
+  }
+  Endpoint& ep(int i) { return *ep_[i]; }
+
+  std::pair<ConnId, ConnId> connect() {
+    ConnId a, b;
+    if (ep_[0]->connect(addr_[1], now_, a) != Status::kOk) return {};
+    bool up = false;
+    for (int steps = 0; steps < 100000 && !(up && b.valid()); ++steps) {
+      if (!step()) break;
+      metaroce::Event ev;
+      while (ep_[1]->poll_event(ev))
+        if (ev.kind == metaroce::EventKind::kAccepted) b = ev.conn;
+      while (ep_[0]->poll_event(ev))
+        if (ev.kind == metaroce::EventKind::kConnected) up = true;
+    }
+    if (!up) return {};
+    return {a, b};
+  }
+
+  // Sends what both endpoints have, advances to the next arrival or timer and
+  // handles everything due then. False when nothing is left to do.
+  bool step() {
+    pump();
+    TimeNs next = std::min(ep_[0]->next_timeout(), ep_[1]->next_timeout());
+    if (count_ != 0) next = std::min(next, slots_[head_].at);
+    if (next == TimeNs::never()) return false;
+    now_ = std::max(now_, next);
+    while (count_ != 0 && slots_[head_].at <= now_) {
+      const Slot& s = slots_[head_];
+      RxDatagram dg;
+      dg.peer = addr_[1 - s.to];
+      dg.entropy = s.entropy;
+      dg.bytes = std::span<const uint8_t>(s.bytes, s.len);
+      ep_[s.to]->handle_datagram(dg, now_);
+      head_ = (head_ + 1) % kSlots;
+      --count_;
+      pump();  // drain after every input (engine.hpp)
+    }
+    for (int i = 0; i < 2; ++i)
+      if (ep_[i]->next_timeout() <= now_) ep_[i]->handle_timeout(now_);
+    pump();
+    return true;
+  }
+
+ private:
+  struct Slot {
+    TimeNs at;
+    int to = 0;
+    uint16_t entropy = 0;
+    size_t len = 0;
+    uint8_t bytes[kSlotBytes];
+  };
+
+  void pump() {
+    TxDatagram tx;
+    for (int i = 0; i < 2; ++i) {
+      while (ep_[i]->poll_transmit(now_, txbuf_, tx)) {
+        if (drop_every != 0 && ++sent_ % drop_every < burst) {
+          ++dropped;
+          continue;
+        }
+        if (count_ == kSlots || tx.len > kSlotBytes) {
+          ++overflowed;
+          continue;
+        }
+        Slot& s = slots_[(head_ + count_) % kSlots];
+        ++count_;
+        s.at = now_ + kDelayNs;
+        s.to = 1 - i;
+        s.entropy = tx.entropy;
+        s.len = tx.len;
+        std::memcpy(s.bytes, txbuf_.data(), tx.len);
+      }
+    }
+  }
+
+  std::unique_ptr<Endpoint> ep_[2];
+  PeerAddr addr_[2];
+  TimeNs now_{1'000'000};
+  std::vector<Slot> slots_;
+  std::vector<uint8_t> txbuf_;
+  size_t head_ = 0, count_ = 0;
+  uint64_t sent_ = 0;
+};
+
+struct EngineRun {
+  uint64_t completed = 0;
+  uint64_t failed = 0;   // completions with a status other than kOk
+  uint64_t refused = 0;  // post_send that did not return kOk
+  bool stuck = false;    // nothing left to do before every WRITE completed
+};
+
+// A WRITE stream from endpoint 0 to endpoint 1 with kOutstanding WRITEs of
+// kChunk bytes posted at all times, until `writes` have completed.
+class EngineStream {
+ public:
+  EngineStream(Wire& w, ConnId conn) : w_(w), conn_(conn), src_(kBufBytes), dst_(kBufBytes) {
+    for (size_t i = 0; i < src_.size(); ++i) src_[i] = static_cast<uint8_t>(i * 7 + (i >> 9));
+    EXPECT_EQ(w.ep(0).register_memory(src_.data(), src_.size(), 0, smr_), Status::kOk);
+    EXPECT_EQ(w.ep(1).register_memory(dst_.data(), dst_.size(), metaroce::kAccessRemoteWrite, dmr_),
+              Status::kOk);
+  }
+
+  EngineRun run(uint64_t writes) {
+    EngineRun r;
+    uint64_t posted = 0;
+    const auto post = [&] {
+      const uint64_t off = (next_id_ * kChunk) % kBufBytes;
+      SendWr wr;
+      wr.wr_id = next_id_++;
+      wr.op = WrOpcode::kWrite;
+      wr.local_addr = smr_.addr + off;
+      wr.length = kChunk;
+      wr.lkey = smr_.lkey;
+      wr.remote_addr = dmr_.addr + off;
+      wr.rkey = dmr_.rkey;
+      if (w_.ep(0).post_send(conn_, wr) != Status::kOk) ++r.refused;
+      ++posted;
+    };
+    while (posted < std::min<uint64_t>(writes, kOutstanding)) post();
+    while (r.completed < writes) {
+      if (!w_.step()) {
+        r.stuck = true;
+        break;
+      }
+      Completion c;
+      while (w_.ep(0).poll_completion(c)) {
+        ++r.completed;
+        if (c.status != Status::kOk) ++r.failed;
+        if (posted < writes) post();
+      }
+    }
+    return r;
+  }
+
+  bool dst_matches_src() const { return src_ == dst_; }
+
+ private:
+  Wire& w_;
+  ConnId conn_;
+  std::vector<uint8_t> src_, dst_;
+  MemoryRegion smr_{}, dmr_{};
+  uint64_t next_id_ = 0;
+};
+
+// Warm-up of `warm_writes`, then a counted window of `writes` WRITEs; with
+// drop_every, every drop_every-th datagram (data and ACKs) is lost in both.
+void engine_steady_state(uint64_t drop_every, uint64_t warm_writes, uint64_t writes,
+                         uint64_t burst = 1) {
+  auto w = std::make_unique<Wire>(42);
+  auto [a, b] = w->connect();
+  ASSERT_TRUE(a.valid());
+  ASSERT_TRUE(b.valid());
+  w->drop_every = drop_every;
+  w->burst = burst;
+  EngineStream s(*w, a);
+
+  const EngineRun warm = s.run(warm_writes);
+  ASSERT_FALSE(warm.stuck);
+  ASSERT_EQ(warm.completed, warm_writes);
+  ASSERT_EQ(warm.failed, 0u);
+  ASSERT_EQ(warm.refused, 0u);
+
+  ASSERT_NE(w->ep(0).conn_stats(a), nullptr);
+  const uint64_t retx_before = w->ep(0).conn_stats(a)->retransmissions;
+  const uint64_t timeouts_before = w->ep(0).conn_stats(a)->timeouts;
+  const uint64_t dropped_before = w->dropped;
+  Window win;
+  EngineRun r;
+  {
+    Counting c;
+    r = s.run(writes);
+    win = c.stop();
+  }
+  const uint64_t retx = w->ep(0).conn_stats(a)->retransmissions - retx_before;
+  const uint64_t timeouts = w->ep(0).conn_stats(a)->timeouts - timeouts_before;
+  EXPECT_FALSE(r.stuck);
+  EXPECT_EQ(r.completed, writes);
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_EQ(r.refused, 0u);
+  EXPECT_EQ(w->overflowed, 0u);
+  EXPECT_TRUE(s.dst_matches_src());
+  if (drop_every != 0) {
+    EXPECT_GT(retx, 0u) << "the lossy run retransmitted nothing";
+  }
+  if (burst > 1) {
+    EXPECT_GT(timeouts, 0u) << "the burst losses fired no retransmission timeout";
+  }
+  std::printf(
+      "engine, drop %llu of every %llu: %llu WRITEs of %u bytes (%llu dropped, %llu "
+      "retransmits, %llu timeouts): %llu news, %llu deletes\n",
+      static_cast<unsigned long long>(drop_every == 0 ? 0 : burst),
+      static_cast<unsigned long long>(drop_every), static_cast<unsigned long long>(writes), kChunk,
+      static_cast<unsigned long long>(w->dropped - dropped_before),
+      static_cast<unsigned long long>(retx), static_cast<unsigned long long>(timeouts),
+      static_cast<unsigned long long>(win.news), static_cast<unsigned long long>(win.deletes));
+  EXPECT_EQ(win.news, 0u) << win.first_stack;
+  EXPECT_EQ(win.deletes, 0u);
+}
+
+// 16 MiB of warm-up, then 32 MiB counted.
+TEST(NoAlloc, EngineSteadyWrites) { engine_steady_state(0, 256, 512); }
+
+// Every 97th datagram lost, data and ACKs alike: loss detection, fast
+// retransmits and retransmission timeouts run inside the window.
+TEST(NoAlloc, EngineSteadyWritesWithLoss) { engine_steady_state(97, 256, 512); }
+
+// Every 5th datagram lost: enough that retransmissions are lost too and
+// retransmission timeouts fire.
+TEST(NoAlloc, EngineSteadyWritesWithHeavyLoss) { engine_steady_state(5, 256, 512); }
+
+// 600 datagrams in a row lost out of every 4000: whole windows vanish, so
+// retransmission timeouts fire.
+TEST(NoAlloc, EngineSteadyWritesWithBurstLoss) { engine_steady_state(4000, 256, 512, 600); }
+
+// ------------------------------------------------------------ UDP driver
+
+using metaroce::udp::Error;
+using metaroce::udp::Options;
+using metaroce::udp::UdpEndpoint;
+
+constexpr uint32_t kAllAccess =
+    metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
+
+std::unique_ptr<UdpEndpoint> open_loopback(const Options& o) {
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(20000, 32000)(rng);
+    Error err;
+    auto ep = UdpEndpoint::open("127.0.0.1:" + std::to_string(port), o, err);
+    if (ep) return ep;
+  }
+  return nullptr;
+}
+
+struct UdpRun {
+  uint64_t completed = 0;
+  uint64_t failed = 0;
+  uint64_t refused = 0;
+  bool timed_out = false;
+};
+
+// kOutstanding WRITEs posted at all times until `writes` completed, both ends
+// driven by progress() on this thread.
+UdpRun udp_stream(UdpEndpoint& client, UdpEndpoint& server, ConnId conn, const uint8_t* src,
+                  const MemoryRegion& smr, const MemoryRegion& dmr, uint64_t& next_id,
+                  uint64_t writes) {
+  UdpRun r;
+  uint64_t posted = 0;
+  const auto post = [&] {
+    const uint64_t off = (next_id * kChunk) % kBufBytes;
+    const Error e =
+        client.write(conn, next_id, src + off, kChunk, smr.lkey, dmr.addr + off, dmr.rkey);
+    if (e) ++r.refused;
+    ++next_id;
+    ++posted;
+  };
+  while (posted < std::min<uint64_t>(writes, kOutstanding)) post();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (r.completed < writes) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      r.timed_out = true;
+      break;
+    }
+    client.progress();
+    server.progress();
+    Completion c;
+    while (client.poll_completion(c)) {
+      ++r.completed;
+      if (c.status != Status::kOk) ++r.failed;
+      if (posted < writes) post();
+    }
+  }
+  return r;
+}
+
+void udp_steady_state(bool offloads) {
+  Options o;
+  o.entropy_count = 16;
+  o.gso = o.gro = o.io_uring = offloads;
+  o.linger = std::chrono::milliseconds(50);
+  auto server = open_loopback(o);
+  auto client = open_loopback(o);
+  ASSERT_TRUE(server && client);
+  server->start_progress_thread();
+  ConnId cconn, sconn;
+  const Error ce = client->connect(server->local_address(), std::chrono::milliseconds(2000), cconn);
+  ASSERT_FALSE(ce) << ce.message;
+  const Error ae = server->accept(std::chrono::milliseconds(1000), sconn);
+  ASSERT_FALSE(ae) << ae.message;
+  server->stop_progress_thread();
+
+  std::vector<uint8_t> src(kBufBytes), dst(kBufBytes, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + (i >> 11));
+  MemoryRegion smr{}, dmr{};
+  ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+
+  uint64_t next_id = 0;
+  const UdpRun warm = udp_stream(*client, *server, cconn, src.data(), smr, dmr, next_id, 256);
+  ASSERT_FALSE(warm.timed_out);
+  ASSERT_EQ(warm.completed, 256u);
+  ASSERT_EQ(warm.failed, 0u);
+  ASSERT_EQ(warm.refused, 0u);
+
+  constexpr uint64_t kWrites = 1024;  // 64 MiB
+  Window w;
+  UdpRun r;
+  {
+    Counting c;
+    r = udp_stream(*client, *server, cconn, src.data(), smr, dmr, next_id, kWrites);
+    w = c.stop();
+  }
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.completed, kWrites);
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_EQ(r.refused, 0u);
+  EXPECT_EQ(src, dst);
+  const metaroce::udp::IoStats io = client->io_stats();
+  std::printf(
+      "udp: %llu WRITEs of %u bytes (gso %d, gro %d, io_uring %d; %llu tx datagrams "
+      "total): %llu news, %llu deletes\n",
+      static_cast<unsigned long long>(kWrites), kChunk, client->gso_enabled(),
+      client->gro_enabled(), client->uring_enabled(),
+      static_cast<unsigned long long>(io.tx_datagrams), static_cast<unsigned long long>(w.news),
+      static_cast<unsigned long long>(w.deletes));
+  EXPECT_EQ(w.news, 0u) << w.first_stack;
+  EXPECT_EQ(w.deletes, 0u);
+}
+
+// GSO, GRO and io_uring where the kernel offers them (the defaults).
+TEST(NoAlloc, UdpSteadyWrites) { udp_steady_state(true); }
+
+// One datagram per message, sendmmsg / recvmmsg.
+TEST(NoAlloc, UdpSteadyWritesWithoutOffloads) { udp_steady_state(false); }
+
+}  // namespace
