@@ -22,12 +22,12 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <random>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../udp/udp_pair.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/udp.hpp"
 
@@ -468,17 +468,6 @@ using metaroce::udp::UdpEndpoint;
 constexpr uint32_t kAllAccess =
     metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
 
-std::unique_ptr<UdpEndpoint> open_loopback(const Options& o) {
-  std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int port = std::uniform_int_distribution<int>(20000, 32000)(rng);
-    Error err;
-    auto ep = UdpEndpoint::open("127.0.0.1:" + std::to_string(port), o, err);
-    if (ep) return ep;
-  }
-  return nullptr;
-}
-
 struct UdpRun {
   uint64_t completed = 0;
   uint64_t failed = 0;
@@ -521,20 +510,13 @@ UdpRun udp_stream(UdpEndpoint& client, UdpEndpoint& server, ConnId conn, const u
 }
 
 void udp_steady_state(bool offloads) {
-  Options o;
-  o.entropy_count = 16;
+  Options o = metaroce::udp::test::test_options();
   o.gso = o.gro = o.io_uring = offloads;
-  o.linger = std::chrono::milliseconds(50);
-  auto server = open_loopback(o);
-  auto client = open_loopback(o);
-  ASSERT_TRUE(server && client);
-  server->start_progress_thread();
-  ConnId cconn, sconn;
-  const Error ce = client->connect(server->local_address(), std::chrono::milliseconds(2000), cconn);
-  ASSERT_FALSE(ce) << ce.message;
-  const Error ae = server->accept(std::chrono::milliseconds(1000), sconn);
-  ASSERT_FALSE(ae) << ae.message;
-  server->stop_progress_thread();
+  metaroce::udp::test::Pair p = metaroce::udp::test::connect_pair("127.0.0.1", o, o);
+  ASSERT_TRUE(p.server && p.client && p.cconn.valid() && p.sconn.valid());
+  UdpEndpoint* const client = p.client.get();
+  UdpEndpoint* const server = p.server.get();
+  const ConnId cconn = p.cconn;
 
   std::vector<uint8_t> src(kBufBytes), dst(kBufBytes, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + (i >> 11));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "metaroce/wire.hpp"
+#include "udp_pair.hpp"
 
 using namespace std::chrono_literals;
 using metaroce::Completion;
@@ -30,38 +31,16 @@ using metaroce::Status;
 using metaroce::udp::Error;
 using metaroce::udp::Options;
 using metaroce::udp::UdpEndpoint;
+using metaroce::udp::test::connect_pair;
+using metaroce::udp::test::open_on;
+using metaroce::udp::test::Pair;
+using metaroce::udp::test::random_port;
+using metaroce::udp::test::test_options;
 
 namespace {
 
 constexpr uint32_t kAllAccess =
     metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
-
-uint16_t random_port() {
-  static std::mt19937 rng(std::random_device{}());
-  // Receive port + 16-port entropy block; stay below the ephemeral range.
-  return static_cast<uint16_t>(std::uniform_int_distribution<int>(20000, 32000)(rng));
-}
-
-Options test_options() {
-  Options o;
-  o.entropy_count = 16;
-  o.linger = 50ms;
-  return o;
-}
-
-// Opens an endpoint on host at a random free port (retrying on collisions).
-std::unique_ptr<UdpEndpoint> open_on(const std::string& host, Options o = test_options()) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const uint16_t port = random_port();
-    const std::string addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                             std::to_string(port);
-    Error err;
-    auto ep = UdpEndpoint::open(addr, o, err);
-    if (ep) return ep;
-  }
-  ADD_FAILURE() << "no free port on " << host;
-  return nullptr;
-}
 
 bool ipv6_loopback_available() {
   const int fd = ::socket(AF_INET6, SOCK_DGRAM, 0);
@@ -96,34 +75,6 @@ std::vector<Completion> drive(UdpEndpoint& ep, UdpEndpoint& other, size_t n,
     while (ep.poll_completion(c)) out.push_back(c);
   }
   return out;
-}
-
-struct Pair {
-  std::unique_ptr<UdpEndpoint> server, client;
-  ConnId sconn, cconn;
-};
-
-// Connects client -> server; the server runs its progress thread for the
-// duration of the handshake only when asked.
-// The server may listen on another address than the one the client reaches
-// it at (a wildcard): connect_host then names the latter.
-Pair connect_pair(const std::string& host, Options so = test_options(), Options co = test_options(),
-                  const std::string& server_host = "") {
-  Pair p;
-  p.server = open_on(server_host.empty() ? host : server_host, so);
-  p.client = open_on(host, co);
-  if (!p.server || !p.client) return p;
-  p.server->start_progress_thread();
-  const std::string to = server_host.empty() ? p.server->local_address()
-                         : host.find(':') != std::string::npos
-                             ? "[" + host + "]:" + std::to_string(p.server->port())
-                             : host + ":" + std::to_string(p.server->port());
-  const Error e = p.client->connect(to, 2000ms, p.cconn);
-  EXPECT_FALSE(e) << e.message;
-  const Error a = p.server->accept(1000ms, p.sconn);
-  EXPECT_FALSE(a) << a.message;
-  p.server->stop_progress_thread();
-  return p;
 }
 
 // A patterned source registered on the client and a zeroed destination

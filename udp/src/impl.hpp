@@ -191,6 +191,7 @@ struct UdpEndpoint::Impl {
   void count_sent(size_t m);
   void reset_tx();
   void setup_uring();
+  void release_ring();  // io_uring given up (or the endpoint closed): sendmmsg from now on
   size_t pump_tx(TimeNs now);
 
   // progress.cpp

@@ -36,7 +36,7 @@ std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
 }  // namespace
 
-void UdpEndpoint::Impl::close_fds() {
+void UdpEndpoint::Impl::release_ring() {
 #if METAROCE_HAVE_URING
   if (ring != nullptr) {
     io_uring_queue_exit(ring);
@@ -44,6 +44,10 @@ void UdpEndpoint::Impl::close_fds() {
     ring = nullptr;
   }
 #endif
+}
+
+void UdpEndpoint::Impl::close_fds() {
+  release_ring();
   for (int fd : tx_fds)
     if (fd >= 0) ::close(fd);
   tx_fds.clear();
@@ -269,17 +273,13 @@ void UdpEndpoint::Impl::setup_uring() {
     delete r;
     return;
   }
+  ring = r;
   // A kernel with io_uring but without its sendmsg (5.1, 5.2, or a sandbox
   // that offers only some operations) would fail every message.
-  io_uring_probe* probe = io_uring_get_probe_ring(r);
+  io_uring_probe* probe = io_uring_get_probe_ring(ring);
   const bool sendmsg_ok = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_SENDMSG);
   if (probe != nullptr) io_uring_free_probe(probe);
-  if (!sendmsg_ok) {
-    io_uring_queue_exit(r);
-    delete r;
-    return;
-  }
-  ring = r;
+  if (!sendmsg_ok) release_ring();
 #endif
 }
 

@@ -26,6 +26,10 @@ constexpr size_t kGatherMin = 512;      // payloads up to this size are copied, 
 constexpr uint8_t kOpConnectReq = 0x20;
 constexpr uint8_t kOpAck = 0x10;
 
+// A send that failed only because the socket buffer was full: the message
+// waits for the next try.
+bool buffer_full(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS; }
+
 }  // namespace
 
 uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, size_t n) {
@@ -259,7 +263,7 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
       ++io.tx_syscalls;
     }
     if (r < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+      if (buffer_full(errno)) {
         ++io.tx_eagain;
         return false;
       }
@@ -359,9 +363,7 @@ bool UdpEndpoint::Impl::flush_uring() {
         ++position;
         if (tx_msg_res[m] == kPending) tx_msg_res[m] = position <= taken ? 0 : -EAGAIN;
       }
-      io_uring_queue_exit(ring);
-      delete ring;
-      ring = nullptr;
+      release_ring();
     }
   }
 #endif
@@ -374,8 +376,8 @@ bool UdpEndpoint::Impl::flush_uring() {
     }
     if (res >= 0) {
       count_sent(m);
-    } else if (res == -EAGAIN || res == -EWOULDBLOCK || res == -ENOBUFS || res == -ECANCELED) {
-      tx_msgs[kept] = tx_msgs[m];  // keeps its iovecs, address and control
+    } else if (buffer_full(-res) || res == -ECANCELED) {  // cancelled: behind one that was
+      tx_msgs[kept] = tx_msgs[m];                         // keeps its iovecs, address and control
       tx_msg_sock[kept] = tx_msg_sock[m];
       tx_msg_segs[kept] = tx_msg_segs[m];
       tx_msg_first[kept] = tx_msg_first[m];
