@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# scripts/sim-figures.sh and scripts/plot-sim.py on a small preset: every
+# figure the docs show is drawn, and is a PNG. Without this the plotting
+# path (CSV columns, matplotlib calls) could rot unnoticed between stops.
+#
+# usage: figures_test.sh METAROCE_SIM
+set -euo pipefail
+sim=$1
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+SIM="$sim" TRANSPORTS="metaroce rocev2" SAMPLE_US=2 \
+  bash "$root/scripts/sim-figures.sh" fattree16-perm "$out" 1 2> "$out/log" ||
+  { cat "$out/log" >&2; exit 1; }
+for f in fct_cdf throughput queues cwnd; do
+  png="$out/$f.png"
+  if [[ ! -s "$png" ]] || [[ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" != 89504e470d0a1a0a ]]; then
+    echo "figures_test: $f.png missing or not a PNG" >&2
+    cat "$out/log" >&2
+    exit 1
+  fi
+done
+# Each transport's CSV folder feeds the plots; an empty FCT file would plot
+# an empty CDF without any error.
+for t in metaroce rocev2; do
+  [[ $(wc -l < "$out/$t/fcts.csv") -gt 1 ]] || { echo "figures_test: $t/fcts.csv has no rows" >&2; exit 1; }
+done
+echo "figures_test: 4 figures drawn for metaroce and rocev2"
