@@ -1,7 +1,8 @@
 // The UDP driver over loopback: handshake, WRITE / READ / SEND with every byte
 // checked, IPv6, connect errors (timeout, refusal, version mismatch), a peer
 // that disappears and one that closes, the progress thread, port conflicts,
-// the TRIMMED DSCP, shared receives serving two peers.
+// the TRIMMED DSCP, ECN CE marks over IPv4 and IPv6, shared receives serving
+// two peers.
 #include "metaroce/udp.hpp"
 
 #include <arpa/inet.h>
@@ -13,10 +14,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -204,6 +207,190 @@ void write_read_send(const std::string& host, const std::string& server_host = "
   EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kClosed);
 }
 
+// IP ECN field CE (RFC 3168); the engine's header names only what it sends.
+constexpr int kEcnCe = 3;
+
+sockaddr_storage loopback(bool v6, uint16_t port, socklen_t& len) {
+  sockaddr_storage ss{};
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    a->sin6_port = htons(port);
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a->sin_port = htons(port);
+    len = sizeof(sockaddr_in);
+  }
+  return ss;
+}
+
+// Forwards datagrams between a client and a server on loopback, setting the
+// ECN field of those towards the server to mark(): a congested switch on the
+// driver's own traffic. The driver's sockets set ECT(0) themselves and a test
+// cannot reach them, so marks have to be applied on a hop of their own; the
+// kernel keeps the TOS / traffic class a sender sets on loopback.
+class EcnRelay {
+ public:
+  EcnRelay(bool v6, uint16_t client_port, uint16_t server_port) : v6_(v6) {
+    client_ = loopback(v6, client_port, client_len_);
+    server_ = loopback(v6, server_port, server_len_);
+    front_ = bound_socket();
+    back_ = bound_socket();
+    if (front_ >= 0 && back_ >= 0) thread_ = std::thread([this] { run(); });
+  }
+  ~EcnRelay() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    for (const int fd : {front_, back_})
+      if (fd >= 0) ::close(fd);
+  }
+  EcnRelay(const EcnRelay&) = delete;
+  EcnRelay& operator=(const EcnRelay&) = delete;
+
+  [[nodiscard]] bool ok() const { return thread_.joinable(); }
+  // What the client connects to; the server sees the client at the back socket.
+  [[nodiscard]] std::string address() const {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (::getsockname(front_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+    const uint16_t port = ntohs(v6_ ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                    : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    return (v6_ ? "[::1]:" : "127.0.0.1:") + std::to_string(port);
+  }
+  void mark(int ecn) { ecn_ = ecn; }
+  // Datagrams that left towards the server with CE.
+  [[nodiscard]] uint64_t marked() const { return marked_; }
+
+ private:
+  int bound_socket() const {
+    const int fd = ::socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    // A WRITE's first flight arrives as one burst.
+    const int big = 4 << 20;
+    (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    socklen_t len = 0;
+    const sockaddr_storage any_port = loopback(v6_, 0, len);
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&any_port), len) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  void run() {
+    std::vector<uint8_t> buf(65536);
+    int applied = -1;
+    pollfd pfd[2] = {{front_, POLLIN, 0}, {back_, POLLIN, 0}};
+    while (!stop_) {
+      if (::poll(pfd, 2, 10) <= 0) continue;
+      for (ssize_t n; (n = ::recv(front_, buf.data(), buf.size(), MSG_DONTWAIT)) > 0;) {
+        const int ecn = ecn_;
+        if (ecn != applied) {
+          // The whole TOS byte / traffic class: DSCP 0, so never TRIMMED.
+          if (v6_)
+            (void)::setsockopt(back_, IPPROTO_IPV6, IPV6_TCLASS, &ecn, sizeof(ecn));
+          else
+            (void)::setsockopt(back_, IPPROTO_IP, IP_TOS, &ecn, sizeof(ecn));
+          applied = ecn;
+        }
+        if (::sendto(back_, buf.data(), static_cast<size_t>(n), 0,
+                     reinterpret_cast<const sockaddr*>(&server_), server_len_) == n &&
+            ecn == kEcnCe)
+          ++marked_;
+      }
+      for (ssize_t n; (n = ::recv(back_, buf.data(), buf.size(), MSG_DONTWAIT)) > 0;)
+        (void)::sendto(front_, buf.data(), static_cast<size_t>(n), 0,
+                       reinterpret_cast<const sockaddr*>(&client_), client_len_);
+    }
+  }
+
+  bool v6_;
+  sockaddr_storage client_{}, server_{};
+  socklen_t client_len_ = 0, server_len_ = 0;
+  int front_ = -1, back_ = -1;
+  std::atomic<int> ecn_{metaroce::kEcnEct0};
+  std::atomic<uint64_t> marked_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+uint64_t ce_echoes(const UdpEndpoint& ep, ConnId conn) {
+  uint64_t n = 0;
+  for (const auto& ps : ep.path_stats(conn)) n += ps.ce_marks;
+  return n;
+}
+
+// CC-4 through the driver: a client on `host` WRITEs to a server through an
+// EcnRelay, first unmarked, then with every datagram towards the server CE.
+// The receive path must read the ECN field of each datagram (IP_RECVTOS, or
+// IPV6_RECVTCLASS on IPv6, whose control message is another one), count it
+// in IoStats::rx_ce and hand it to the engine, which counts it
+// (ConnStats::ce_received) and echoes it to the sender (PathStats::ce_marks).
+void ce_marks_reach_the_engine(const std::string& host) {
+  const bool v6 = host.find(':') != std::string::npos;
+  Pair p;
+  // The relay's thread is one more hop to schedule: on a loaded host the
+  // engine's 8 tries 10 ms apart can pass before it forwards anything.
+  Options co = test_options();
+  co.engine.connect_attempts = 200;
+  p.server = open_on(host);
+  p.client = open_on(host, co);
+  ASSERT_TRUE(p.server && p.client);
+  EcnRelay relay(v6, p.client->port(), p.server->port());
+  ASSERT_TRUE(relay.ok()) << std::strerror(errno);
+  p.server->start_progress_thread();
+  const Error conn_err = p.client->connect(relay.address(), 2000ms, p.cconn);
+  ASSERT_FALSE(conn_err) << conn_err.message;
+  const Error ae = p.server->accept(1000ms, p.sconn);
+  ASSERT_FALSE(ae) << ae.message;
+  p.server->stop_progress_thread();
+
+  constexpr uint32_t kLen = 256 * 1024;
+  WriteBuffers b(p, 2 * kLen, 31);
+  const auto write_and_settle = [&](uint64_t id, uint64_t off) {
+    ASSERT_TRUE(b.post_write(p, id, off, kLen));
+    const auto done = drive(*p.client, *p.server, 1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, Status::kOk) << p.client->completion_error(done[0]).message;
+    // Whatever the client still sends (a late probe) must reach the server
+    // before its counters are read, or it would count in the next phase.
+    for (int i = 0; i < 20; ++i) {
+      p.client->progress();
+      p.server->wait(1ms);
+    }
+    for (int i = 0; i < 20; ++i) p.server->wait(1ms);
+  };
+  metaroce::ConnStats st0{}, st1{};
+
+  // ECT(0), as the driver sends it, is not CE.
+  ASSERT_NO_FATAL_FAILURE(write_and_settle(0, 0));
+  const auto io0 = p.server->io_stats();
+  ASSERT_TRUE(p.server->conn_stats(p.sconn, st0));
+  EXPECT_GT(io0.rx_datagrams, 0u);
+  EXPECT_GT(st0.data_packets_received, 0u);
+  EXPECT_EQ(io0.rx_ce, 0u);
+  EXPECT_EQ(st0.ce_received, 0u);
+  EXPECT_EQ(ce_echoes(*p.client, p.cconn), 0u);
+
+  relay.mark(kEcnCe);
+  ASSERT_NO_FATAL_FAILURE(write_and_settle(1, kLen));
+  EXPECT_EQ(b.src, b.dst);
+  const auto io1 = p.server->io_stats();
+  ASSERT_TRUE(p.server->conn_stats(p.sconn, st1));
+  const uint64_t arrived = io1.rx_datagrams - io0.rx_datagrams;
+  EXPECT_GT(relay.marked(), 0u);
+  EXPECT_GT(arrived, 0u);
+  EXPECT_EQ(io1.rx_ce, arrived) << relay.marked() << " datagrams sent CE";
+  EXPECT_GT(st1.ce_received, 0u);
+  EXPECT_EQ(st1.ce_received, st1.data_packets_received - st0.data_packets_received);
+  EXPECT_GT(ce_echoes(*p.client, p.cconn), 0u);
+  EXPECT_EQ(p.client->io_stats().rx_ce, 0u);  // the way back stays unmarked
+}
+
 }  // namespace
 
 TEST(Udp, AddressParsing) {
@@ -264,6 +451,13 @@ TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
 TEST(Udp, WriteReadSendIPv6) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
   write_read_send("::1");
+}
+
+TEST(Udp, CeMarksReachTheEngineIPv4) { ce_marks_reach_the_engine("127.0.0.1"); }
+
+TEST(Udp, CeMarksReachTheEngineIPv6) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
+  ce_marks_reach_the_engine("::1");
 }
 
 // A dual-stack endpoint (bound to [::]) serves an IPv4 client: the client's
