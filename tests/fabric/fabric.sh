@@ -279,6 +279,12 @@ fab_unblackhole() {
 fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
 fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
 
+# fab_link_routed LINK: 0 when RA's multipath route to B uses the link (its
+# nexthop is neither dead nor linkdown).
+fab_link_routed() {
+  fab_exec ra ip route show $FAB_ADDR_B/24 | grep "nexthop .* dev l${1:?link} " | grep -qv 'dead\|linkdown'
+}
+
 # fab_rate LINK RATE_MBIT [QUEUE_KB]: shape one link (both directions) at
 # another rate than fab_up's; links of unequal rate reorder across paths.
 fab_rate() {
@@ -308,8 +314,24 @@ fab_route() {
     grep -o 'dev l[0-9]*' | head -1 | cut -c5-
 }
 
-# fab_link_tx LINK: bytes sent by RA on the link (A->B direction).
-fab_link_tx() { fab_exec ra cat "/sys/class/net/l${1:?link}/statistics/tx_bytes"; }
+# fab_routes DPORT SPORT...: "SPORT LINK" a line, what fab_route says for
+# each source port, from one `ip -batch` (a namespace exec per port takes
+# up to 0.1 s on a loaded machine).
+fab_routes() {
+  local dport=${1:?dport}
+  shift
+  (($# > 0)) || return 0
+  paste -d' ' <(printf '%s\n' "$@") \
+    <(printf "route get $FAB_ADDR_B from $FAB_ADDR_A iif r0 ipproto udp sport %s dport $dport\n" "$@" |
+      fab_exec ra ip -o -batch - | grep -o 'dev l[0-9]*' | cut -c5-)
+}
+
+# fab_link_tx LINK...: bytes sent by RA on each link (A->B direction), one a line.
+fab_link_tx() {
+  local i files=()
+  for i in "${@:?link}"; do files+=("/sys/class/net/l$i/statistics/tx_bytes"); done
+  fab_exec ra cat "${files[@]}"
+}
 
 # fab_busiest_link [SECONDS]: the link that carried the most A->B bytes in
 # the next SECONDS (default 0.3): one that surely carries traffic now, where
@@ -317,14 +339,55 @@ fab_link_tx() { fab_exec ra cat "/sys/class/net/l${1:?link}/statistics/tx_bytes"
 fab_busiest_link() {
   local secs=${1:-0.3} n i best=1 most=-1 d
   n=$(fab_links)
-  local -a before
-  for i in $(seq 1 "$n"); do before[i]=$(fab_link_tx "$i"); done
+  local -a before after
+  # All links in one read: one exec per link took longer than SECONDS.
+  mapfile -t before < <(fab_link_tx $(seq 1 "$n"))
   sleep "$secs"
-  for i in $(seq 1 "$n"); do
-    d=$(($(fab_link_tx "$i") - before[i]))
+  mapfile -t after < <(fab_link_tx $(seq 1 "$n"))
+  for ((i = 1; i <= n; i++)); do
+    d=$((after[i - 1] - before[i - 1]))
     if ((d > most)); then most=$d; best=$i; fi
   done
   echo "$best"
+}
+
+# fab_watch: from now on RA records the UDP source ports of A's packets as
+# they arrive (before any fault) and counts per link the packets it
+# forwards onto it (after the faults: a blackholed link's drops are not
+# counted); fab_watched_ports and fab_forwarded read them. Once per fab_up,
+# and on demand only: it costs every packet two more rules.
+fab_watch() {
+  local n i counters="" rules=""
+  n=$(fab_links)
+  for ((i = 1; i <= n; i++)); do
+    counters+="counter fwd$i { }"$'\n'
+    rules+="oifname \"l$i\" counter name \"fwd$i\""$'\n'
+  done
+  fab_exec ra nft -f - <<EOF
+table inet $FAB_NFT_TABLE {
+  set sports { type inet_service; flags dynamic; }
+  $counters
+  chain watch_in {
+    type filter hook prerouting priority 0; policy accept;
+    iifname "r0" meta l4proto udp add @sports { udp sport }
+  }
+  chain watch_out {
+    type filter hook forward priority 10; policy accept;
+    $rules
+  }
+}
+EOF
+}
+
+# fab_watched_ports: the source ports fab_watch recorded, one a line.
+fab_watched_ports() {
+  fab_exec ra nft list set inet $FAB_NFT_TABLE sports | tr -d '\n' |
+    grep -o 'elements = {[^}]*}' | grep -o '[0-9][0-9]*'
+}
+
+# fab_forwarded LINK: packets RA forwarded onto the link since fab_watch.
+fab_forwarded() {
+  fab_exec ra nft list counter inet $FAB_NFT_TABLE "fwd${1:?link}" | grep -o 'packets [0-9]*' | cut -d' ' -f2
 }
 
 fab_status() {

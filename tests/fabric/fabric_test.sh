@@ -15,7 +15,14 @@
 #                        the CPU, not the links, caps both); blackhole: at
 #                        least one of the client's paths timed out or was
 #                        retired (the routes stay: only the transport can tell);
-#                        the link blackholed is the one busiest just before
+#                        the link taken down or blackholed is the one busiest
+#                        just before; linkdown: once the link is back, it is
+#                        in the router's multipath route again, and if any
+#                        port in use since (one the router saw, or a path's
+#                        last entropy) hashes onto it (fab_routes), the router
+#                        forwarded some of the traffic onto it; if none does
+#                        (rare: the link had paths before the fault), the
+#                        check is skipped and the PASS line says so
 #   loss1                then a READ run under the same loss: its
 #                        retransmitted_packets is the server's count (the
 #                        server sends the data), at least 0.3 % of the data
@@ -93,7 +100,15 @@ case "$CASE" in
   loss1) fab_loss 10000 ;;
   loss5) fab_loss 50000 ;;
   linkdown)
-    (sleep "$t_fault"; fab_link_down 2; echo "fault: l2 down at ${t_fault}s"; sleep "$(awk -v a="$t_heal" -v b="$t_fault" 'BEGIN{print a-b}')"; fab_link_up 2; echo "fault: l2 up at ${t_heal}s") &
+    # The busiest link, as for the blackhole: paths hash onto it, so some
+    # port in use once it is back almost surely does too, and the check
+    # below (traffic returns there) is seldom skipped. It needs the ports
+    # A sends from after the heal and what RA forwards onto the link:
+    # fab_watch.
+    (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"; l=$(fab_busiest_link 0.3)
+      fab_link_down "$l"; echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) down at ${t_fault}s"
+      sleep "$(awk -v a="$t_heal" -v b="$t_fault" 'BEGIN { print a - b }')"; fab_link_up "$l"; fab_watch
+      echo "fault: l$l up at ${t_heal}s") &
     fault_pid=$!
     ;;
   blackhole)
@@ -119,6 +134,21 @@ rc=$?
 elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 [[ -n "$fault_pid" ]] && wait "$fault_pid" 2>/dev/null
 fault_pid=""
+# linkdown: the ports in use after the heal, those RA saw and the client's
+# paths' last ones, and the link each hashes onto, asked now that all links
+# are up (policy 3: a function of the ports alone, as it was before the
+# fault).
+if [[ $CASE == linkdown && -s $tmp/link ]]; then
+  healed=$(cat "$tmp/link")
+  fab_link_routed "$healed" && echo yes >"$tmp/routed"
+  fab_forwarded "$healed" >"$tmp/forwarded"
+  fab_watched_ports >"$tmp/watched"
+  # A write's JSON names entropies only in its (the client's) paths; a grep
+  # spares a python start, half a second here.
+  grep -o '"entropy": *[0-9]*' "$tmp/client.json" | grep -o '[0-9]*$' >"$tmp/last"
+  # shellcheck disable=SC2046
+  fab_routes 4792 $(sort -un "$tmp/watched" "$tmp/last") >"$tmp/routes"
+fi
 # loss1: a READ under the same loss, where the server sends the data.
 rc_read=0
 if [[ $CASE == loss1 ]]; then
@@ -193,6 +223,39 @@ if case in ("linkdown", "blackhole"):
         summary += (f"; before the fault {before:.3f}, after {after:.3f} "
                     f"(>= {need:.3f} = 0.5 x min({left:.2f} left, before))")
         if after < need: problems.append(f"goodput after the fault {after:.3f} under {need:.3f}")
+if case == "linkdown":
+    # Traffic must return to the healed link if a port in use since it came
+    # back hashes onto it: one that the router saw arrive (this catches a
+    # link that drops what it gets, which drives the paths off it again
+    # before the end) or a path's last one (each sends at least a PROBE from
+    # it: a path that stays silent is a fault too). If none does, as paths
+    # move (PATH-6, PATH-8) and hash where they will, nothing is owed to the
+    # link: the check is skipped, not failed.
+    def lines(name):
+        try: return open(f"{tmp}/{name}").read().splitlines()
+        except OSError: return []
+    link, forwarded = lines("link"), lines("forwarded")
+    routes = dict(l.split() for l in lines("routes") if len(l.split()) == 2)
+    seen, last = set(lines("watched")), set(lines("last"))
+    if not link:
+        problems.append("no link was taken down")
+    else:
+        l = f"l{link[0]}"
+        if not lines("routed"):
+            problems.append(f"{l} is not back in the router's multipath route")
+        there = sorted(p for p in seen | last if routes.get(p) == l)
+        which = (f"{len(there)} of the {len(seen | last)} ports in use since ({len(seen)} "
+                 f"seen by the router, {len(last)} the paths' last) hash onto it")
+        if not there:
+            summary += f"; {l} back: {which}, so no traffic is owed to it (check skipped)"
+        elif not forwarded:
+            problems.append(f"cannot read what the router forwarded onto {l} after it came back")
+        else:
+            summary += (f"; {l} back: {which} ({' '.join(there)}), "
+                        f"{forwarded[0]} packets forwarded onto it")
+            if int(forwarded[0]) == 0:
+                problems.append(f"no traffic returned to {l} after it came back, though "
+                                f"{len(there)} port(s) in use hash onto it")
 if case == "blackhole" and timeouts == 0 and retired == 0:
     problems.append("no path timed out or was retired: the blackhole went unnoticed")
 if case == "ecn" and ce == 0:
