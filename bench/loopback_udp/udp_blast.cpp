@@ -1,17 +1,25 @@
 // Raw UDP baselines on loopback for bench/loopback (no MetaRoCE involved).
 //
 //   loopback-udp-blast blast    [--seconds S] [--seg 4096] [--gso-segs 15] [--batch 32] [--no-gso]
-//   [--no-gro] loopback-udp-blast pingpong [--seconds S] [--size 8]
+//                               [--no-gro] [--header N]
+//   loopback-udp-blast pingpong [--seconds S] [--size 8]
 //
 // blast: a sender thread sends S seconds of seg-byte datagrams with sendmmsg
 // (batch messages per call, each a UDP_SEGMENT super-datagram of gso-segs
 // segments); a receiver thread drains them with recvmmsg + UDP_GRO. Prints one
-// JSON object with the goodput the receiver saw (payload bytes / second).
+// JSON object with the goodput the receiver saw (payload bytes / second) and
+// the sender thread's CPU time per GB of payload.
+// --header N sends each datagram as MetaRoCE's UDP driver does: an N-byte
+// header and the seg-byte payload as two iovecs, the payloads read from a
+// 4 MiB ring (metaroce-perf's 64 slots of 64 KiB). The kernel's copy of such
+// a gathered message costs more per byte than one iovec; this measures it
+// without MetaRoCE (BENCHMARKS.md, section 3).
 // pingpong: one thread echoes, the other sends size-byte datagrams one at a
 // time and waits for the echo; prints round-trip p50/p99/p999 in microseconds.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -44,6 +52,7 @@ struct Args {
   uint32_t gso_segs = 15;  // 15 x 4096 = 61440 <= 65507
   uint32_t batch = 32;
   uint32_t size = 8;
+  uint32_t header = 0;  // > 0: header + payload iovecs per datagram
   bool gso = true, gro = true;
 };
 
@@ -82,8 +91,9 @@ int blast(const Args& a) {
   if (connect(sfd, reinterpret_cast<sockaddr*>(&raddr), sizeof(raddr)) != 0) die("connect");
   bool gso = a.gso;
   const uint32_t per_msg = gso ? std::max<uint32_t>(1, a.gso_segs) : 1;
+  const uint32_t dgram = a.header + a.seg;
   if (gso) {
-    int sz = static_cast<int>(a.seg);
+    int sz = static_cast<int>(dgram);
     if (setsockopt(sfd, IPPROTO_UDP, UDP_SEGMENT, &sz, sizeof(sz)) != 0) gso = false;
   }
   const uint32_t nmsg = gso ? per_msg : 1;
@@ -136,21 +146,44 @@ int blast(const Args& a) {
     rx_dgrams = dgrams;
   });
 
-  const size_t msg_bytes = size_t{a.seg} * nmsg;
-  std::vector<char> payload(msg_bytes * a.batch, 'x');
+  const size_t msg_bytes = size_t{dgram} * nmsg;
+  const size_t msg_payload = size_t{a.seg} * nmsg;
   std::vector<mmsghdr> msgs(a.batch);
-  std::vector<iovec> iov(a.batch);
+  // One iovec a message, or header + payload a datagram (--header).
+  const size_t iov_per_msg = a.header > 0 ? 2 * size_t{nmsg} : 1;
+  std::vector<iovec> iov(a.batch * iov_per_msg);
+  constexpr size_t kSlot = 65536, kSlots = 64;
+  std::vector<char> payload(
+      a.header > 0 ? std::max(kSlot, msg_payload) * kSlots : msg_bytes * a.batch, 'x');
+  std::vector<char> headers(size_t{a.header} * nmsg * a.batch, 'h');
+  size_t next_slot = 0;
+  // Gathered messages take the next slots of the ring each call, as a
+  // stream of WRITEs reads on through the source memory.
+  auto fill_gathered = [&] {
+    for (uint32_t i = 0; i < a.batch; ++i) {
+      const char* src = payload.data() + next_slot * std::max(kSlot, msg_payload);
+      next_slot = (next_slot + 1) % kSlots;
+      iovec* v = &iov[i * iov_per_msg];
+      for (uint32_t k = 0; k < nmsg; ++k) {
+        v[2 * k] = {headers.data() + (size_t{i} * nmsg + k) * a.header, a.header};
+        v[2 * k + 1] = {const_cast<char*>(src) + size_t{k} * a.seg, a.seg};
+      }
+    }
+  };
   for (uint32_t i = 0; i < a.batch; ++i) {
-    iov[i] = {payload.data() + i * msg_bytes, msg_bytes};
+    if (a.header == 0) iov[i] = {payload.data() + i * msg_bytes, msg_bytes};
     msgs[i].msg_hdr = {};
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_iov = &iov[i * iov_per_msg];
+    msgs[i].msg_hdr.msg_iovlen = iov_per_msg;
   }
   uint64_t tx_bytes = 0, calls = 0, eagain = 0;
+  rusage ru0{}, ru1{};
+  (void)getrusage(RUSAGE_THREAD, &ru0);
   const auto t0 = Clock::now();
   const auto end =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
   while (Clock::now() < end) {
+    if (a.header > 0) fill_gathered();
     const int n = sendmmsg(sfd, msgs.data(), a.batch, 0);
     ++calls;
     if (n < 0) {
@@ -163,22 +196,32 @@ int blast(const Args& a) {
     tx_bytes += uint64_t(n) * msg_bytes;
   }
   const double tx_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  (void)getrusage(RUSAGE_THREAD, &ru1);
+  auto cpu_s = [](const rusage& r) {
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+  };
+  const double tx_payload_gb = static_cast<double>(tx_bytes) / static_cast<double>(msg_bytes) *
+                               static_cast<double>(msg_payload) / 1e9;
   stop = true;
   rx.join();
   const double rx_secs = std::chrono::duration<double>(last_rx - first_rx).count();
   const double secs = std::max(rx_secs, tx_secs * 0.5);
+  // Payload only: --header's bytes are the transport's, not the goodput's.
+  const double payload_share = static_cast<double>(a.seg) / static_cast<double>(dgram);
   std::printf(
-      "{\"mode\":\"blast\",\"seg\":%u,\"gso\":%s,\"gso_segs\":%u,\"gro\":%s,\"batch\":%u,"
-      "\"seconds\":%.3f,"
+      "{\"mode\":\"blast\",\"seg\":%u,\"header\":%u,\"gso\":%s,\"gso_segs\":%u,\"gro\":%s,"
+      "\"batch\":%u,\"seconds\":%.3f,"
       "\"tx_gbps\":%.4f,\"rx_gbps\":%.4f,\"rx_bytes\":%llu,\"rx_datagrams\":%llu,\"tx_calls\":%llu,"
-      "\"tx_eagain\":%llu,\"delivered\":%.4f}\n",
-      a.seg, gso ? "true" : "false", nmsg, gro ? "true" : "false", a.batch, secs,
-      static_cast<double>(tx_bytes) * 8 / tx_secs / 1e9,
-      static_cast<double>(rx_bytes.load()) * 8 / secs / 1e9,
+      "\"tx_eagain\":%llu,\"delivered\":%.4f,\"tx_cpu_s_per_gb\":%.4f}\n",
+      a.seg, a.header, gso ? "true" : "false", nmsg, gro ? "true" : "false", a.batch, secs,
+      static_cast<double>(tx_bytes) * payload_share * 8 / tx_secs / 1e9,
+      static_cast<double>(rx_bytes.load()) * payload_share * 8 / secs / 1e9,
       static_cast<unsigned long long>(rx_bytes.load()),
       static_cast<unsigned long long>(rx_dgrams.load()), static_cast<unsigned long long>(calls),
       static_cast<unsigned long long>(eagain),
-      tx_bytes ? static_cast<double>(rx_bytes.load()) / static_cast<double>(tx_bytes) : 0.0);
+      tx_bytes ? static_cast<double>(rx_bytes.load()) / static_cast<double>(tx_bytes) : 0.0,
+      tx_payload_gb > 0 ? (cpu_s(ru1) - cpu_s(ru0)) / tx_payload_gb : 0.0);
   close(rfd);
   close(sfd);
   return 0;
@@ -247,7 +290,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s blast|pingpong [--seconds S] [--seg N] [--gso-segs N] [--batch N] "
-                 "[--size N] [--no-gso] [--no-gro]\n",
+                 "[--size N] [--no-gso] [--no-gro] [--header N]\n",
                  argv[0]);
     return 2;
   }
@@ -275,13 +318,16 @@ int main(int argc, char** argv) {
       a.gso = false;
     else if (k == "--no-gro")
       a.gro = false;
+    else if (k == "--header")
+      a.header = static_cast<uint32_t>(std::atoi(val()));
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  if (a.seg == 0 || a.batch == 0 || a.seg * std::max<uint32_t>(1, a.gso_segs) > 65507) {
-    std::fprintf(stderr, "bad sizes: seg * gso-segs must be <= 65507\n");
+  if (a.seg == 0 || a.batch == 0 ||
+      (a.header + a.seg) * std::max<uint32_t>(1, a.gso_segs) > 65507) {
+    std::fprintf(stderr, "bad sizes: (header + seg) * gso-segs must be <= 65507\n");
     return 2;
   }
   if (a.mode == "blast") return blast(a);

@@ -16,7 +16,7 @@ bad = []
 def positive(key, v):
     if not isinstance(v, (int, float)) or v <= 0:
         bad.append(f"{key}={v!r}")
-for k in ("metaroce_gbps", "raw_udp_gbps", "tcp_gbps", "ratio"):
+for k in ("metaroce_gbps", "raw_udp_gbps", "raw_udp_gathered_gbps", "tcp_gbps", "ratio", "ratio_gathered"):
     positive(k, r.get(k))
 for k in ("metaroce_lat_us", "raw_udp_rtt_us"):
     for q in ("p50", "p99"):
