@@ -172,6 +172,10 @@ class UdpEndpoint {
   // --- connections ---
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
   // kVersionMismatch, kInvalidArgument (bad address); all name peer and conn.
+  // It ends at the earlier of `timeout` and the engine's own budget (spec
+  // CONN-2: Options::engine.connect_attempts requests connect_retry_ns apart,
+  // 8 x 10 ms by default): to wait for a peer that starts later, raise
+  // connect_attempts as well.
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING. Work may be posted on it right away; it goes out once the

@@ -127,8 +127,18 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
                                  std::to_string(timeout.count()) + " ms",
                              id);
   }
-  return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
-                           "connect to " + format_address(peer) + " failed", id);
+  if (ci.status == Status::kOk || ci.status == Status::kConnectTimeout) {
+    // The engine's CONN-2 budget ran out before the caller's timeout: say so,
+    // or a caller who passed seconds sees a failure after 80 ms unexplained.
+    const EndpointConfig& ec = impl_->cfg;
+    return impl_->make_error(Status::kConnectTimeout,
+                             "connect to " + format_address(peer) + ": no answer to " +
+                                 std::to_string(ec.connect_attempts) + " requests " +
+                                 std::to_string(ec.connect_retry_ns / 1'000'000) +
+                                 " ms apart (Options::engine.connect_attempts)",
+                             id);
+  }
+  return impl_->make_error(ci.status, "connect to " + format_address(peer) + " failed", id);
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
