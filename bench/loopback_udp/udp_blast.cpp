@@ -1,7 +1,7 @@
 // Raw UDP baselines on loopback for bench/loopback (no MetaRoCE involved).
 //
 //   loopback-udp-blast blast    [--seconds S] [--seg 4096] [--gso-segs 15] [--batch 32] [--no-gso]
-//                               [--no-gro] [--header N]
+//                               [--no-gro] [--header N] [--ring]
 //   loopback-udp-blast pingpong [--seconds S] [--size 8]
 //
 // blast: a sender thread sends S seconds of seg-byte datagrams with sendmmsg
@@ -13,7 +13,9 @@
 // header and the seg-byte payload as two iovecs, the payloads read from a
 // 4 MiB ring (metaroce-perf's 64 slots of 64 KiB). The kernel's copy of such
 // a gathered message costs more per byte than one iovec; this measures it
-// without MetaRoCE (BENCHMARKS.md, section 3).
+// without MetaRoCE (BENCHMARKS.md, section 3). --ring alone keeps one iovec
+// a message but reads it from that ring: the control that tells the cost of
+// the iovecs from the cost of the larger source.
 // pingpong: one thread echoes, the other sends size-byte datagrams one at a
 // time and waits for the echo; prints round-trip p50/p99/p999 in microseconds.
 #include <arpa/inet.h>
@@ -26,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +56,7 @@ struct Args {
   uint32_t batch = 32;
   uint32_t size = 8;
   uint32_t header = 0;  // > 0: header + payload iovecs per datagram
+  bool ring = false;    // payloads from the 4 MiB ring (implied by --header)
   bool gso = true, gro = true;
 };
 
@@ -153,25 +157,30 @@ int blast(const Args& a) {
   const size_t iov_per_msg = a.header > 0 ? 2 * size_t{nmsg} : 1;
   std::vector<iovec> iov(a.batch * iov_per_msg);
   constexpr size_t kSlot = 65536, kSlots = 64;
-  std::vector<char> payload(
-      a.header > 0 ? std::max(kSlot, msg_payload) * kSlots : msg_bytes * a.batch, 'x');
+  const bool ring = a.ring || a.header > 0;
+  const size_t slot_bytes = std::max(kSlot, msg_bytes);
+  std::vector<char> payload(ring ? slot_bytes * kSlots : msg_bytes * a.batch, 'x');
   std::vector<char> headers(size_t{a.header} * nmsg * a.batch, 'h');
   size_t next_slot = 0;
-  // Gathered messages take the next slots of the ring each call, as a
-  // stream of WRITEs reads on through the source memory.
-  auto fill_gathered = [&] {
+  // From the ring, messages take its next slots each call, as a stream of
+  // WRITEs reads on through the source memory.
+  auto fill_from_ring = [&] {
     for (uint32_t i = 0; i < a.batch; ++i) {
-      const char* src = payload.data() + next_slot * std::max(kSlot, msg_payload);
+      char* src = payload.data() + next_slot * slot_bytes;
       next_slot = (next_slot + 1) % kSlots;
       iovec* v = &iov[i * iov_per_msg];
+      if (a.header == 0) {
+        v[0] = {src, msg_bytes};
+        continue;
+      }
       for (uint32_t k = 0; k < nmsg; ++k) {
         v[2 * k] = {headers.data() + (size_t{i} * nmsg + k) * a.header, a.header};
-        v[2 * k + 1] = {const_cast<char*>(src) + size_t{k} * a.seg, a.seg};
+        v[2 * k + 1] = {src + size_t{k} * a.seg, a.seg};
       }
     }
   };
   for (uint32_t i = 0; i < a.batch; ++i) {
-    if (a.header == 0) iov[i] = {payload.data() + i * msg_bytes, msg_bytes};
+    if (!ring) iov[i] = {payload.data() + i * msg_bytes, msg_bytes};
     msgs[i].msg_hdr = {};
     msgs[i].msg_hdr.msg_iov = &iov[i * iov_per_msg];
     msgs[i].msg_hdr.msg_iovlen = iov_per_msg;
@@ -183,7 +192,7 @@ int blast(const Args& a) {
   const auto end =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
   while (Clock::now() < end) {
-    if (a.header > 0) fill_gathered();
+    if (ring) fill_from_ring();
     const int n = sendmmsg(sfd, msgs.data(), a.batch, 0);
     ++calls;
     if (n < 0) {
@@ -210,11 +219,13 @@ int blast(const Args& a) {
   // Payload only: --header's bytes are the transport's, not the goodput's.
   const double payload_share = static_cast<double>(a.seg) / static_cast<double>(dgram);
   std::printf(
-      "{\"mode\":\"blast\",\"seg\":%u,\"header\":%u,\"gso\":%s,\"gso_segs\":%u,\"gro\":%s,"
+      "{\"mode\":\"blast\",\"seg\":%u,\"header\":%u,\"ring\":%s,\"gso\":%s,\"gso_segs\":%u,\"gro\":"
+      "%s,"
       "\"batch\":%u,\"seconds\":%.3f,"
       "\"tx_gbps\":%.4f,\"rx_gbps\":%.4f,\"rx_bytes\":%llu,\"rx_datagrams\":%llu,\"tx_calls\":%llu,"
       "\"tx_eagain\":%llu,\"delivered\":%.4f,\"tx_cpu_s_per_gb\":%.4f}\n",
-      a.seg, a.header, gso ? "true" : "false", nmsg, gro ? "true" : "false", a.batch, secs,
+      a.seg, a.header, ring ? "true" : "false", gso ? "true" : "false", nmsg,
+      gro ? "true" : "false", a.batch, secs,
       static_cast<double>(tx_bytes) * payload_share * 8 / tx_secs / 1e9,
       static_cast<double>(rx_bytes.load()) * payload_share * 8 / secs / 1e9,
       static_cast<unsigned long long>(rx_bytes.load()),
@@ -290,7 +301,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s blast|pingpong [--seconds S] [--seg N] [--gso-segs N] [--batch N] "
-                 "[--size N] [--no-gso] [--no-gro] [--header N]\n",
+                 "[--size N] [--no-gso] [--no-gro] [--header N] [--ring]\n",
                  argv[0]);
     return 2;
   }
@@ -304,29 +315,43 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
+    // A count in [lo, hi], or exit 2 naming the option: atoi let
+    // "--header -4096" wrap into a size check that passed.
+    auto count = [&](uint32_t lo, uint32_t hi) -> uint32_t {
+      const char* v = val();
+      char* rest = nullptr;
+      errno = 0;
+      const unsigned long n = std::strtoul(v, &rest, 10);
+      if (errno != 0 || rest == v || *rest != '\0' || v[0] == '-' || n < lo || n > hi) {
+        std::fprintf(stderr, "%s: want a whole number in %u..%u, got '%s'\n", k.c_str(), lo, hi, v);
+        std::exit(2);
+      }
+      return static_cast<uint32_t>(n);
+    };
     if (k == "--seconds")
       a.seconds = std::atof(val());
     else if (k == "--seg")
-      a.seg = static_cast<uint32_t>(std::atoi(val()));
+      a.seg = count(1, 65507);
     else if (k == "--gso-segs")
-      a.gso_segs = static_cast<uint32_t>(std::atoi(val()));
+      a.gso_segs = count(1, 64);  // UDP_MAX_SEGMENTS
     else if (k == "--batch")
-      a.batch = static_cast<uint32_t>(std::atoi(val()));
+      a.batch = count(1, 1024);  // UIO_MAXIOV for sendmmsg's vector
     else if (k == "--size")
-      a.size = static_cast<uint32_t>(std::atoi(val()));
+      a.size = count(1, 65507);
     else if (k == "--no-gso")
       a.gso = false;
     else if (k == "--no-gro")
       a.gro = false;
     else if (k == "--header")
-      a.header = static_cast<uint32_t>(std::atoi(val()));
+      a.header = count(0, 1024);
+    else if (k == "--ring")
+      a.ring = true;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  if (a.seg == 0 || a.batch == 0 ||
-      (a.header + a.seg) * std::max<uint32_t>(1, a.gso_segs) > 65507) {
+  if (uint64_t{a.header + a.seg} * a.gso_segs > 65507) {
     std::fprintf(stderr, "bad sizes: (header + seg) * gso-segs must be <= 65507\n");
     return 2;
   }

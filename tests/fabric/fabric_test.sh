@@ -107,7 +107,7 @@ case "$CASE" in
     # fab_watch.
     (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"; l=$(fab_busiest_link 0.3)
       fab_link_down "$l"; echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) down at ${t_fault}s"
-      sleep "$(awk -v a="$t_heal" -v b="$t_fault" 'BEGIN { print a - b }')"; fab_link_up "$l"; fab_watch
+      sleep "$(awk -v a="$t_heal" -v b="$t_fault" 'BEGIN { print a - b }')"; fab_link_up "$l"; fab_watch || echo "fault: fab_watch failed: no ports or counters to judge the heal by" >&2
       echo "fault: l$l up at ${t_heal}s") &
     fault_pid=$!
     ;;

@@ -262,19 +262,28 @@ class EcnRelay {
     return (v6_ ? "[::1]:" : "127.0.0.1:") + std::to_string(port);
   }
   void mark(int ecn) { ecn_ = ecn; }
-  // Datagrams that left towards the server with CE.
+  // Datagrams that left towards the server with CE, and in all.
   [[nodiscard]] uint64_t marked() const { return marked_; }
+  [[nodiscard]] uint64_t forwarded() const { return forwarded_; }
+  // errno of a socket that could not be set up (ok() false).
+  [[nodiscard]] int setup_errno() const { return setup_errno_; }
 
  private:
-  int bound_socket() const {
+  int bound_socket() {
     const int fd = ::socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    // A WRITE's first flight arrives as one burst.
+    if (fd < 0) {
+      setup_errno_ = errno;
+      return -1;
+    }
+    // A WRITE's first flight arrives as one burst; SO_RCVBUF alone is capped
+    // at rmem_max (about 208 KiB), too little for it.
     const int big = 4 << 20;
-    (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) != 0)
+      (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
     socklen_t len = 0;
     const sockaddr_storage any_port = loopback(v6_, 0, len);
     if (::bind(fd, reinterpret_cast<const sockaddr*>(&any_port), len) != 0) {
+      setup_errno_ = errno;
       ::close(fd);
       return -1;
     }
@@ -298,9 +307,10 @@ class EcnRelay {
           applied = ecn;
         }
         if (::sendto(back_, buf.data(), static_cast<size_t>(n), 0,
-                     reinterpret_cast<const sockaddr*>(&server_), server_len_) == n &&
-            ecn == kEcnCe)
-          ++marked_;
+                     reinterpret_cast<const sockaddr*>(&server_), server_len_) == n) {
+          ++forwarded_;
+          if (ecn == kEcnCe) ++marked_;
+        }
       }
       for (ssize_t n; (n = ::recv(back_, buf.data(), buf.size(), MSG_DONTWAIT)) > 0;)
         (void)::sendto(front_, buf.data(), static_cast<size_t>(n), 0,
@@ -313,7 +323,8 @@ class EcnRelay {
   socklen_t client_len_ = 0, server_len_ = 0;
   int front_ = -1, back_ = -1;
   std::atomic<int> ecn_{metaroce::kEcnEct0};
-  std::atomic<uint64_t> marked_{0};
+  std::atomic<uint64_t> marked_{0}, forwarded_{0};
+  int setup_errno_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -341,7 +352,7 @@ void ce_marks_reach_the_engine(const std::string& host) {
   p.client = open_on(host, co);
   ASSERT_TRUE(p.server && p.client);
   EcnRelay relay(v6, p.client->port(), p.server->port());
-  ASSERT_TRUE(relay.ok()) << std::strerror(errno);
+  ASSERT_TRUE(relay.ok()) << std::strerror(relay.setup_errno());
   p.server->start_progress_thread();
   const Error conn_err = p.client->connect(relay.address(), 2000ms, p.cconn);
   ASSERT_FALSE(conn_err) << conn_err.message;
@@ -356,13 +367,22 @@ void ce_marks_reach_the_engine(const std::string& host) {
     const auto done = drive(*p.client, *p.server, 1);
     ASSERT_EQ(done.size(), 1u);
     EXPECT_EQ(done[0].status, Status::kOk) << p.client->completion_error(done[0]).message;
-    // Whatever the client still sends (a late probe) must reach the server
-    // before its counters are read, or it would count in the next phase.
-    for (int i = 0; i < 20; ++i) {
+    // Whatever the relay forwarded (a late probe too) must have reached the
+    // server before its counters are read, or a datagram relayed before
+    // mark() could count in the next phase unmarked: settled when the server
+    // has read every forwarded datagram and nothing new came for 5 ms.
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    uint64_t seen = ~uint64_t{0};
+    int quiet = 0;
+    while (quiet < 5 && std::chrono::steady_clock::now() < deadline) {
       p.client->progress();
       p.server->wait(1ms);
+      const uint64_t fwd = relay.forwarded();
+      quiet = fwd == seen && p.server->io_stats().rx_datagrams == fwd ? quiet + 1 : 0;
+      seen = fwd;
     }
-    for (int i = 0; i < 20; ++i) p.server->wait(1ms);
+    ASSERT_EQ(quiet, 5) << "the server read " << p.server->io_stats().rx_datagrams << " of "
+                        << relay.forwarded() << " relayed datagrams";
   };
   metaroce::ConnStats st0{}, st1{};
 

@@ -127,18 +127,21 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
                                  std::to_string(timeout.count()) + " ms",
                              id);
   }
-  if (ci.status == Status::kOk || ci.status == Status::kConnectTimeout) {
+  if (ci.status == Status::kConnectTimeout) {
     // The engine's CONN-2 budget ran out before the caller's timeout: say so,
     // or a caller who passed seconds sees a failure after 80 ms unexplained.
     const EndpointConfig& ec = impl_->cfg;
+    const uint64_t retry_us = ec.connect_retry_ns / 1000;
+    const std::string apart = retry_us % 1000 == 0 ? std::to_string(retry_us / 1000) + " ms"
+                                                   : std::to_string(retry_us) + " us";
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + ": no answer to " +
-                                 std::to_string(ec.connect_attempts) + " requests " +
-                                 std::to_string(ec.connect_retry_ns / 1'000'000) +
-                                 " ms apart (Options::engine.connect_attempts)",
+                                 std::to_string(ec.connect_attempts) + " requests " + apart +
+                                 " apart (Options::engine.connect_attempts)",
                              id);
   }
-  return impl_->make_error(ci.status, "connect to " + format_address(peer) + " failed", id);
+  return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
+                           "connect to " + format_address(peer) + " failed", id);
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
