@@ -15,6 +15,11 @@ const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn) {
   return nullptr;
 }
 
+// A wait's condition: an ACK that echoes `psn` came.
+auto acks(uint32_t psn) {
+  return [psn](const std::vector<Reply>& rs) { return ack_of(rs, psn) != nullptr; };
+}
+
 const Reply* nak_of(const std::vector<Reply>& rs) {
   const auto naks = of(rs, wire::Opcode::kNak);
   return naks.empty() ? nullptr : naks.front();
@@ -49,7 +54,7 @@ Outcome check_seq4(Target& t) {
   std::string why;
   if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 8192)) return fail(why);
   const uint32_t psn = p.next_psn++;
-  if (ack_of(p.exchange(p.write(psn, r.rkey, r.addr, kPayload)), psn) == nullptr)
+  if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn)), psn) == nullptr)
     return fail("no ACK for the first WRITE");
   // The duplicate, without AR: it is answered before any ACK delay (ACK-3).
   const std::vector<Reply> dup =
@@ -138,7 +143,8 @@ Outcome check_ack7(Target& t) {
   if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
   for (uint16_t port : {uint16_t{50001}, uint16_t{50002}, uint16_t{50003}, uint16_t{50002}}) {
     const uint32_t psn = p.next_psn++;
-    const std::vector<Reply> rs = p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, port);
+    const std::vector<Reply> rs =
+        p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port);
     const Reply* a = ack_of(rs, psn);
     if (a == nullptr) return fail("no ACK for a WRITE from port " + std::to_string(port));
     if (a->entropy != port)
@@ -196,9 +202,8 @@ Outcome check_path2(Target& t) {
   }
   // Echoing the tags back completes the WRITE: the target reads them as its own.
   p.send(p.ack(last + 1, *data.back()), data.back()->entropy);
-  (void)p.run(100'000);
   Completion c;
-  if (!t.poll_completion(c) || c.status != Status::kOk)
+  if (!p.await_completion(c) || c.status != Status::kOk)
     return fail("the WRITE did not complete once acknowledged");
   return pass(std::to_string(port_of_generation.size()) + " path slots");
 }
@@ -264,7 +269,8 @@ Outcome check_mr3(Target& t) {
   if (!tester_connects(p, why, 0xE66)) return fail(why);
   const Bytes tail(100, 0x42);
   const uint32_t psn = p.next_psn++;
-  if (ack_of(p.exchange(p.write(psn, r.rkey, r.addr + 4096 - 100, tail)), psn) == nullptr)
+  if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr + 4096 - 100, tail), acks(psn)), psn) ==
+      nullptr)
     return fail("a range ending at the region's end was not acknowledged");
   if (t.read_memory(r, 4096 - 100, 100) != tail) return fail("it was not written");
   return pass();

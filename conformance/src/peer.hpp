@@ -92,9 +92,22 @@ class Peer {
     }
     return rs;
   }
+  // Lets `ns` pass, then on a real-time target more waits of `ns`, up to
+  // `patience_ns` in all, until the target reports a completion into `c`.
+  // What the target sends meanwhile is dropped.
+  bool await_completion(Completion& c, uint64_t ns = 100'000, uint64_t patience_ns = 500'000'000) {
+    (void)run(ns);
+    if (t_.poll_completion(c)) return true;
+    for (uint64_t waited = ns; !t_.simulated_time() && waited < patience_ns; waited += ns) {
+      (void)run(ns);
+      if (t_.poll_completion(c)) return true;
+    }
+    return false;
+  }
   template <class Want>
-  std::vector<Reply> exchange_until(std::span<const uint8_t> p, Want want, uint64_t ns = 100'000) {
-    send(p);
+  std::vector<Reply> exchange_until(std::span<const uint8_t> p, Want want, uint64_t ns = 100'000,
+                                    uint16_t entropy = kEntropy, bool ce = false) {
+    send(p, entropy, ce);
     return run_until(want, ns);
   }
 

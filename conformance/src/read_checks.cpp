@@ -12,6 +12,13 @@ bool target_reads(Target& t, ConnId conn, const Region& into, uint32_t len, uint
   return t.post_send(conn, to_tester(WrOpcode::kRead, into, len, wr_id)) == Status::kOk;
 }
 
+// A wait's condition: `n` distinct READ_REQs (by PSN) came.
+auto read_reqs(size_t n) {
+  return [n](const std::vector<Reply>& rs) {
+    return firsts(of(rs, wire::Opcode::kReadReq)).size() >= n;
+  };
+}
+
 }  // namespace
 
 Outcome check_read1(Target& t) {
@@ -22,7 +29,7 @@ Outcome check_read1(Target& t) {
   std::string why;
   if (!target_connects(t, p, conn, why)) return fail(why);
   if (!target_reads(t, conn, into, 10000, 5)) return fail("the target refused a READ");
-  const std::vector<Reply> rs = p.run(100'000);
+  const std::vector<Reply> rs = p.run_until(read_reqs(1));
   const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.size() != 1) return fail("expected one READ_REQ, saw " + std::to_string(reqs.size()));
   const wire::Packet& k = reqs.front()->pkt;
@@ -40,9 +47,8 @@ Outcome check_read1(Target& t) {
     const uint32_t n = std::min<uint32_t>(4096, static_cast<uint32_t>(data.size()) - off);
     p.send(p.read_resp(p.next_psn++, 0, off, 10000, {data.data() + off, n}));
   }
-  (void)p.run(100'000);
   Completion c;
-  if (!t.poll_completion(c)) return fail("the READ did not complete");
+  if (!p.await_completion(c)) return fail("the READ did not complete");
   if (c.status != Status::kOk || c.wr_id != 5) return fail("the READ completed with an error");
   if (t.read_memory(into, 0, data.size()) != data) return fail("the response was not placed");
   return pass();
@@ -59,7 +65,8 @@ Outcome check_read3(Target& t) {
     Region part{into.addr + i * 100, 100, into.rkey, into.lkey};
     if (!target_reads(t, conn, part, 100, i)) return fail("the target refused a READ");
   }
-  const std::vector<Reply> rs = p.run(100'000);
+  // Waits for the first; the others, held back by max_reads, must not follow.
+  const std::vector<Reply> rs = p.run_until(read_reqs(1));
   const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.size() != 1)
     return fail(std::to_string(reqs.size()) + " READ_REQs outstanding against max_reads 1");
@@ -67,7 +74,13 @@ Outcome check_read3(Target& t) {
   p.send(p.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
   const Bytes data(100, 0x31);
   p.send(p.read_resp(p.next_psn++, 0, 0, 100, data));
-  const std::vector<Reply> after = p.run(100'000);
+  const uint32_t first_psn = reqs.front()->pkt.bh.psn;
+  const auto fresh_req = [first_psn](const std::vector<Reply>& got) {
+    for (const Reply* r : of(got, wire::Opcode::kReadReq))
+      if (r->pkt.bh.psn != first_psn) return true;
+    return false;
+  };
+  const std::vector<Reply> after = p.run_until(fresh_req);
   size_t fresh = 0;  // READ_REQs other than the first (its resends do not count)
   for (const Reply* r : firsts(of(after, wire::Opcode::kReadReq)))
     fresh += r->pkt.bh.psn != reqs.front()->pkt.bh.psn;
@@ -85,14 +98,23 @@ Outcome check_read4(Target& t) {
   t.write_memory(src, 0, data);
   const uint32_t psn = p.next_psn++;
   const Bytes rq = p.read_req(psn, 0, src.rkey, src.addr, 8000);
-  const std::vector<Reply> first = p.exchange(rq);
+  const std::vector<Reply> first = p.exchange_until(rq, [](const std::vector<Reply>& rs) {
+    return firsts(of(rs, wire::Opcode::kReadResp)).size() >= 2;
+  });
   const auto resp = firsts(of(first, wire::Opcode::kReadResp));
   if (resp.size() != 2) return fail("expected 2 READ_RESPs, saw " + std::to_string(resp.size()));
   uint32_t last = 0;
   for (const Reply* r : resp) last = std::max(last, r->pkt.bh.psn);
   for (const Reply* r : resp) p.send(p.ack(last + 1, *r), r->entropy);
   (void)p.run(100'000);
-  const std::vector<Reply> again = p.exchange(rq, 200'000);
+  const std::vector<Reply> again = p.exchange_until(
+      rq,
+      [psn](const std::vector<Reply>& rs) {
+        for (const Reply* a : of(rs, wire::Opcode::kAck))
+          if (a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoDup)) return true;
+        return false;
+      },
+      200'000);
   // Resends of the first response may still come; a second response would
   // take new PSNs.
   for (const Reply* r : of(again, wire::Opcode::kReadResp))
@@ -118,7 +140,8 @@ Outcome check_read5(Target& t) {
   const std::vector<Reply> early = p.exchange(p.read_req(rd, 0, mem.rkey, mem.addr, 64));
   if (!of(early, wire::Opcode::kReadResp).empty())
     return fail("a READ was answered while an earlier WRITE was missing");
-  const std::vector<Reply> late = p.exchange(write);
+  const std::vector<Reply> late = p.exchange_until(
+      write, [](const std::vector<Reply>& rs) { return !of(rs, wire::Opcode::kReadResp).empty(); });
   const auto resp = of(late, wire::Opcode::kReadResp);
   if (resp.empty()) return fail("no READ_RESP once the WRITE arrived");
   const auto& payload = resp.front()->pkt.payload;

@@ -16,6 +16,11 @@ bool acked(const std::vector<Reply>& rs, uint32_t psn) {
   return false;
 }
 
+// A wait's condition: an ACK that echoes `psn` came.
+auto acks(uint32_t psn) {
+  return [psn](const std::vector<Reply>& got) { return acked(got, psn); };
+}
+
 }  // namespace
 
 Outcome check_enc1(Target& t) {
@@ -24,7 +29,8 @@ Outcome check_enc1(Target& t) {
   Region r;
   std::string why;
   if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
-  std::vector<Reply> more = p.exchange(p.write(p.next_psn++, r.rkey, r.addr, kPayload));
+  const uint32_t psn = p.next_psn++;
+  std::vector<Reply> more = p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn));
   size_t n = 0;
   for (const std::vector<Reply>* rs : {&all, &more}) {
     for (const Reply& x : *rs) {
@@ -59,7 +65,8 @@ Outcome check_enc3(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
   for (uint16_t port : {uint16_t{50001}, uint16_t{50007}}) {
     const uint32_t psn = p.next_psn++;
-    if (!acked(p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, port), psn))
+    if (!acked(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port),
+               psn))
       return fail("no ACK for a WRITE from source port " + std::to_string(port));
   }
   return pass(std::to_string(ports.size()) + " paths, one port each");
@@ -73,7 +80,8 @@ Outcome check_enc4(Target& t) {
   if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
   const uint32_t psn = p.next_psn++;
   std::vector<Reply> more =
-      p.exchange(p.write(psn, r.rkey, r.addr, kPayload), 100'000, Peer::kEntropy, /*ce=*/true);
+      p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, Peer::kEntropy,
+                       /*ce=*/true);
   bool echoed = false;
   for (const Reply* a : of(more, wire::Opcode::kAck))
     echoed |= a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoCe);
@@ -99,7 +107,8 @@ Outcome ignored_then_served(Target& t, const std::string& what,
   if (!p.run().empty()) return fail(what + " drew a reply");
   if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
     return fail(what + " wrote memory");
-  if (!acked(p.exchange(good), psn)) return fail("the good packet was not acknowledged after it");
+  if (!acked(p.exchange_until(good, acks(psn)), psn))
+    return fail("the good packet was not acknowledged after it");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload) return fail("the good packet did not land");
   return pass();
 }
