@@ -207,7 +207,9 @@ struct Connection {
   uint16_t window_mask = 0;
   uint8_t num_paths = 0;
   uint8_t rr_next = 0;
-  uint8_t attempts = 0;
+  // CONN-2 requests (or DISCONNECTs) sent; two bytes, because a budget above
+  // 255 wrapped a one-byte count and the connection never gave up.
+  uint16_t attempts = 0;
   bool timer_dirty = false;  // deadline to recompute (Impl::flush_timers)
   // PATH-8: the slot emptying before it moves to a new entropy (kNoPath:
   // none); read for every packet sent, so kept here, not in `explore`.

@@ -3,6 +3,7 @@
 // pacing, delayed ACKs, context release; spec CONN-2, LOSS-4/5/8, ACK-5).
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 
 #include "impl.hpp"
@@ -59,8 +60,10 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
   if (c.rnr_until <= now) c.rnr_until = TimeNs{0};
   if (c.control_deadline <= now) {
     c.control_deadline = TimeNs::never();
+    // At most 65,535 requests whatever the config says: what `attempts` holds.
+    const uint32_t budget = std::min<uint32_t>(cfg.connect_attempts, UINT16_MAX);
     if (c.state == ConnState::kConnecting) {
-      if (c.attempts >= cfg.connect_attempts) {
+      if (c.attempts >= budget) {
         push_event(EventKind::kConnectFailed, c, Status::kConnectTimeout);
         flush_all(c, Status::kConnectTimeout, 0);
         destroy_connection(c);
@@ -68,7 +71,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       }
       c.owe.connect = true;
     } else if (c.state == ConnState::kClosing) {
-      if (c.attempts >= cfg.connect_attempts) {
+      if (c.attempts >= budget) {
         push_event(EventKind::kClosed, c, Status::kPeerUnreachable);
         destroy_connection(c);
         return;

@@ -54,7 +54,7 @@ struct EndpointConfig {
   bool accept_incoming = true;  // answer CONNECT_REQ (a listening endpoint)
   uint32_t max_connections = 65536;
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2
-  uint32_t connect_attempts = 8;                  // CONN-2
+  uint32_t connect_attempts = 8;                  // CONN-2 (at most 65,535 are sent)
   uint64_t context_idle_ns = 10 * kMillisecond;   // idle time before tracking contexts are pooled
   // Keys, connection ids, entropy values and initial PSNs derive from it. The
   // engine reads no entropy source (sans-IO): a driver in production MUST set

@@ -100,6 +100,31 @@ TEST(Engine, ConnectRefusedAndTimeout) {  // CONN-2, CONN-4
   EXPECT_EQ(ev.status, Status::kConnectTimeout);
 }
 
+// CONN-2 with a budget past what one byte counts: the requester still gives
+// up after exactly connect_attempts requests (a wrapping counter never did,
+// and the connection stayed CONNECTING for good).
+TEST(Engine, ConnectBudgetAbove255RequestsStillEnds) {  // CONN-2
+  EndpointConfig req = cfg(64);
+  req.connect_attempts = 300;
+  Loop dead(req, cfg(65));
+  uint32_t requests = 0;
+  dead.drop = [&](int from, const std::vector<uint8_t>& d) {
+    requests += from == 0 && d.size() > 1 && d[1] == 0x20 ? 1 : 0;  // CONNECT_REQ
+    return true;
+  };
+  ConnId a;
+  const TimeNs start = dead.now();
+  ASSERT_EQ(dead.ep(0).connect(dead.addr(1), start, a), Status::kOk);
+  Event ev{};
+  ASSERT_TRUE(dead.run_until([&] { return dead.ep(0).poll_event(ev); }, 10'000'000'000ull));
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kConnectTimeout);
+  EXPECT_EQ(requests, 300u);
+  const uint64_t took = dead.now().ns - start.ns;
+  EXPECT_GE(took, 300 * req.connect_retry_ns);
+  EXPECT_LT(took, 301 * req.connect_retry_ns);
+}
+
 TEST(Engine, VersionMismatchIsRejected) {  // CONN-5
   Loop loop(cfg(70), cfg(71));
   loop.mutate = [](int from, std::vector<uint8_t>& d) {
