@@ -31,11 +31,8 @@ Outcome check_conn1(Target& t) {
 Outcome check_conn3(Target& t) {
   Peer p(t);
   const Bytes req = p.connect_req(0xC3);
-  const auto accepted = [](const std::vector<Reply>& rs) {
-    return !of(rs, wire::Opcode::kConnectAccept).empty();
-  };
-  const std::vector<Reply> first = p.exchange_until(req, accepted);
-  const std::vector<Reply> second = p.exchange_until(req, accepted);
+  const std::vector<Reply> first = p.exchange_until(req, has(wire::Opcode::kConnectAccept));
+  const std::vector<Reply> second = p.exchange_until(req, has(wire::Opcode::kConnectAccept));
   const auto a = of(first, wire::Opcode::kConnectAccept);
   const auto b = of(second, wire::Opcode::kConnectAccept);
   if (a.empty() || b.empty()) return fail("a CONNECT_REQ drew no ACCEPT");
@@ -55,9 +52,6 @@ Outcome check_conn6(Target& t) {
   if (!t.connect_to_tester(conn)) return fail("connect failed");
   std::string why;
   if (!target_writes(t, conn, 1000, 1, why)) return fail(why);
-  const auto has = [](wire::Opcode op) {
-    return [op](const std::vector<Reply>& rs) { return !of(rs, op).empty(); };
-  };
   const std::vector<Reply> first = p.run_until(has(wire::Opcode::kConnectReq), 1000);
   const auto reqs = of(first, wire::Opcode::kConnectReq);
   if (reqs.empty()) return fail("no CONNECT_REQ");
@@ -74,15 +68,9 @@ Outcome check_conn6(Target& t) {
   p.accept(*reqs.front());
   const std::vector<Reply> after = p.run_until(has(wire::Opcode::kWrite), 1000);
   if (of(after, wire::Opcode::kWrite).empty()) return fail("no data after the ACCEPT");
-  bool acked = false;
-  const std::vector<Reply> resent = p.exchange_until(early, [](const std::vector<Reply>& rs) {
-    for (const Reply* a : of(rs, wire::Opcode::kAck))
-      if (a->pkt.ack.echo_psn == Peer::kInitialPsn) return true;
-    return false;
-  });
-  for (const Reply* a : of(resent, wire::Opcode::kAck))
-    acked |= a->pkt.ack.echo_psn == Peer::kInitialPsn;
-  if (!acked) return fail("the resent packet was not acknowledged");
+  const std::vector<Reply> resent = p.exchange_until(early, acks(Peer::kInitialPsn));
+  if (ack_of(resent, Peer::kInitialPsn) == nullptr)
+    return fail("the resent packet was not acknowledged");
   if (t.read_memory(r, 0, payload.size()) != payload) return fail("the resent packet did not land");
   return pass();
 }

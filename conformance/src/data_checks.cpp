@@ -9,17 +9,6 @@ namespace {
 
 const Bytes kPayload = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4};
 
-const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn) {
-  for (const Reply* r : of(rs, wire::Opcode::kAck))
-    if (r->pkt.ack.echo_psn == psn) return r;
-  return nullptr;
-}
-
-// A wait's condition: an ACK that echoes `psn` came.
-auto acks(uint32_t psn) {
-  return [psn](const std::vector<Reply>& rs) { return ack_of(rs, psn) != nullptr; };
-}
-
 const Reply* nak_of(const std::vector<Reply>& rs) {
   const auto naks = of(rs, wire::Opcode::kNak);
   return naks.empty() ? nullptr : naks.front();

@@ -30,6 +30,12 @@ std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op) {
   return out;
 }
 
+const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn, uint8_t echo_flags) {
+  for (const Reply* r : of(rs, wire::Opcode::kAck))
+    if (r->pkt.ack.echo_psn == psn && (r->pkt.ack.flags & echo_flags) == echo_flags) return r;
+  return nullptr;
+}
+
 std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs) {
   std::vector<const Reply*> out;
   for (const Reply* r : rs)

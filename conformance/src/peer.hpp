@@ -92,17 +92,13 @@ class Peer {
     }
     return rs;
   }
-  // Lets `ns` pass, then on a real-time target more waits of `ns`, up to
-  // `patience_ns` in all, until the target reports a completion into `c`.
-  // What the target sends meanwhile is dropped.
-  bool await_completion(Completion& c, uint64_t ns = 100'000, uint64_t patience_ns = 500'000'000) {
-    (void)run(ns);
-    if (t_.poll_completion(c)) return true;
-    for (uint64_t waited = ns; !t_.simulated_time() && waited < patience_ns; waited += ns) {
-      (void)run(ns);
-      if (t_.poll_completion(c)) return true;
-    }
-    return false;
+  // run_until the target reports a completion into `c`; what it sends
+  // meanwhile is dropped.
+  bool await_completion(Completion& c, uint64_t ns = 100'000) {
+    bool got = false;
+    (void)run_until([&](const std::vector<Reply>&) { return got = got || t_.poll_completion(c); },
+                    ns);
+    return got;
   }
   template <class Want>
   std::vector<Reply> exchange_until(std::span<const uint8_t> p, Want want, uint64_t ns = 100'000,
@@ -131,6 +127,19 @@ std::vector<const Reply*> of(std::vector<Reply>&& rs, wire::Opcode op) = delete;
 // The first copy of each PSN among `rs`: a target in real time may resend a
 // packet (its tail-loss probe) before the tester answers it.
 std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs);
+// The first ACK among `rs` that echoes `psn` with every flag of `echo_flags`
+// (wire::kAckEcho*), or null.
+const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn, uint8_t echo_flags = 0);
+// Conditions for Peer::run_until and exchange_until: a reply of opcode `op`
+// came; an ACK as ack_of finds it came.
+inline auto has(wire::Opcode op) {
+  return [op](const std::vector<Reply>& rs) { return !of(rs, op).empty(); };
+}
+inline auto acks(uint32_t psn, uint8_t echo_flags = 0) {
+  return [psn, echo_flags](const std::vector<Reply>& rs) {
+    return ack_of(rs, psn, echo_flags) != nullptr;
+  };
+}
 std::string hex32(uint64_t v);
 
 }  // namespace metaroce::conformance

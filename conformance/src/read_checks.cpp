@@ -107,22 +107,13 @@ Outcome check_read4(Target& t) {
   for (const Reply* r : resp) last = std::max(last, r->pkt.bh.psn);
   for (const Reply* r : resp) p.send(p.ack(last + 1, *r), r->entropy);
   (void)p.run(100'000);
-  const std::vector<Reply> again = p.exchange_until(
-      rq,
-      [psn](const std::vector<Reply>& rs) {
-        for (const Reply* a : of(rs, wire::Opcode::kAck))
-          if (a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoDup)) return true;
-        return false;
-      },
-      200'000);
+  const std::vector<Reply> again = p.exchange_until(rq, acks(psn, wire::kAckEchoDup), 200'000);
   // Resends of the first response may still come; a second response would
   // take new PSNs.
   for (const Reply* r : of(again, wire::Opcode::kReadResp))
     if (r->pkt.bh.psn > last) return fail("a duplicate READ_REQ was answered again");
-  bool dup = false;
-  for (const Reply* a : of(again, wire::Opcode::kAck))
-    dup |= a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoDup);
-  if (!dup) return fail("the duplicate READ_REQ drew no ECHO_DUP ACK");
+  if (ack_of(again, psn, wire::kAckEchoDup) == nullptr)
+    return fail("the duplicate READ_REQ drew no ECHO_DUP ACK");
   return pass();
 }
 
@@ -140,8 +131,7 @@ Outcome check_read5(Target& t) {
   const std::vector<Reply> early = p.exchange(p.read_req(rd, 0, mem.rkey, mem.addr, 64));
   if (!of(early, wire::Opcode::kReadResp).empty())
     return fail("a READ was answered while an earlier WRITE was missing");
-  const std::vector<Reply> late = p.exchange_until(
-      write, [](const std::vector<Reply>& rs) { return !of(rs, wire::Opcode::kReadResp).empty(); });
+  const std::vector<Reply> late = p.exchange_until(write, has(wire::Opcode::kReadResp));
   const auto resp = of(late, wire::Opcode::kReadResp);
   if (resp.empty()) return fail("no READ_RESP once the WRITE arrived");
   const auto& payload = resp.front()->pkt.payload;

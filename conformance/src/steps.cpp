@@ -23,9 +23,7 @@ bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint
     why = "the target could not start a connection";
     return false;
   }
-  const std::vector<Reply> sent = peer.run_until(
-      [](const std::vector<Reply>& got) { return !of(got, wire::Opcode::kConnectReq).empty(); },
-      1000);
+  const std::vector<Reply> sent = peer.run_until(has(wire::Opcode::kConnectReq), 1000);
   const auto reqs = of(sent, wire::Opcode::kConnectReq);
   if (reqs.empty()) {
     why = "no CONNECT_REQ after connect";
@@ -51,8 +49,7 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
                                 std::string& why, uint64_t ns) {
   ConnId conn;
   if (!target_connects(t, peer, conn, why) || !target_writes(t, conn, len, 1, why)) return false;
-  sent = peer.run_until(
-      [](const std::vector<Reply>& got) { return !of(got, wire::Opcode::kWrite).empty(); }, ns);
+  sent = peer.run_until(has(wire::Opcode::kWrite), ns);
   return true;
 }
 

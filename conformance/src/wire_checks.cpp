@@ -10,17 +10,6 @@ namespace {
 
 const Bytes kPayload = {1, 2, 3, 4, 5, 6, 7, 8};
 
-bool acked(const std::vector<Reply>& rs, uint32_t psn) {
-  for (const Reply* r : of(rs, wire::Opcode::kAck))
-    if (r->pkt.ack.echo_psn == psn) return true;
-  return false;
-}
-
-// A wait's condition: an ACK that echoes `psn` came.
-auto acks(uint32_t psn) {
-  return [psn](const std::vector<Reply>& got) { return acked(got, psn); };
-}
-
 }  // namespace
 
 Outcome check_enc1(Target& t) {
@@ -65,8 +54,8 @@ Outcome check_enc3(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
   for (uint16_t port : {uint16_t{50001}, uint16_t{50007}}) {
     const uint32_t psn = p.next_psn++;
-    if (!acked(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port),
-               psn))
+    if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port),
+               psn) == nullptr)
       return fail("no ACK for a WRITE from source port " + std::to_string(port));
   }
   return pass(std::to_string(ports.size()) + " paths, one port each");
@@ -82,10 +71,8 @@ Outcome check_enc4(Target& t) {
   std::vector<Reply> more =
       p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, Peer::kEntropy,
                        /*ce=*/true);
-  bool echoed = false;
-  for (const Reply* a : of(more, wire::Opcode::kAck))
-    echoed |= a->pkt.ack.echo_psn == psn && (a->pkt.ack.flags & wire::kAckEchoCe);
-  if (!echoed) return fail("no ACK with ECHO_CE for a CE-marked WRITE");
+  if (ack_of(more, psn, wire::kAckEchoCe) == nullptr)
+    return fail("no ACK with ECHO_CE for a CE-marked WRITE");
   for (const std::vector<Reply>* rs : {&all, &more})
     for (const Reply& x : *rs)
       if (x.ecn != kEcnEct0) return fail("a datagram left with ECN " + std::to_string(x.ecn));
@@ -107,7 +94,7 @@ Outcome ignored_then_served(Target& t, const std::string& what,
   if (!p.run().empty()) return fail(what + " drew a reply");
   if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
     return fail(what + " wrote memory");
-  if (!acked(p.exchange_until(good, acks(psn)), psn))
+  if (ack_of(p.exchange_until(good, acks(psn)), psn) == nullptr)
     return fail("the good packet was not acknowledged after it");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload) return fail("the good packet did not land");
   return pass();
