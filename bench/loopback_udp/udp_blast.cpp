@@ -151,7 +151,8 @@ int blast(const Args& a) {
   });
 
   const size_t msg_bytes = size_t{dgram} * nmsg;
-  const size_t msg_payload = size_t{a.seg} * nmsg;
+  // Payload only: --header's bytes are the transport's, not the goodput's.
+  const double payload_share = static_cast<double>(a.seg) / static_cast<double>(dgram);
   std::vector<mmsghdr> msgs(a.batch);
   // One iovec a message, or header + payload a datagram (--header).
   const size_t iov_per_msg = a.header > 0 ? 2 * size_t{nmsg} : 1;
@@ -210,14 +211,11 @@ int blast(const Args& a) {
     return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
            static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
   };
-  const double tx_payload_gb = static_cast<double>(tx_bytes) / static_cast<double>(msg_bytes) *
-                               static_cast<double>(msg_payload) / 1e9;
+  const double tx_payload_gb = static_cast<double>(tx_bytes) * payload_share / 1e9;
   stop = true;
   rx.join();
   const double rx_secs = std::chrono::duration<double>(last_rx - first_rx).count();
   const double secs = std::max(rx_secs, tx_secs * 0.5);
-  // Payload only: --header's bytes are the transport's, not the goodput's.
-  const double payload_share = static_cast<double>(a.seg) / static_cast<double>(dgram);
   std::printf(
       "{\"mode\":\"blast\",\"seg\":%u,\"header\":%u,\"ring\":%s,\"gso\":%s,\"gso_segs\":%u,\"gro\":"
       "%s,"

@@ -45,25 +45,30 @@ struct Pair {
   ConnId sconn, cconn;
 };
 
-// Connects a client on `host` to a server, which runs its progress thread for
-// the handshake only. The server may listen on another address than the one
-// the client reaches it at: `server_host` (e.g. a wildcard) names the former.
+// The client connects to the server at `to` (its own address, or a hop in
+// front of it), which runs its progress thread for the handshake only.
+inline void handshake(Pair& p, const std::string& to) {
+  p.server->start_progress_thread();
+  const Error e = p.client->connect(to, std::chrono::milliseconds(2000), p.cconn);
+  EXPECT_FALSE(e) << e.message;
+  const Error a = p.server->accept(std::chrono::milliseconds(1000), p.sconn);
+  EXPECT_FALSE(a) << a.message;
+  p.server->stop_progress_thread();
+}
+
+// Connects a client on `host` to a server. The server may listen on another
+// address than the one the client reaches it at: `server_host` (e.g. a
+// wildcard) names the former.
 inline Pair connect_pair(const std::string& host, Options so = test_options(),
                          Options co = test_options(), const std::string& server_host = "") {
   Pair p;
   p.server = open_on(server_host.empty() ? host : server_host, so);
   p.client = open_on(host, co);
   if (!p.server || !p.client) return p;
-  p.server->start_progress_thread();
-  const std::string to = server_host.empty() ? p.server->local_address()
-                         : host.find(':') != std::string::npos
-                             ? "[" + host + "]:" + std::to_string(p.server->port())
-                             : host + ":" + std::to_string(p.server->port());
-  const Error e = p.client->connect(to, std::chrono::milliseconds(2000), p.cconn);
-  EXPECT_FALSE(e) << e.message;
-  const Error a = p.server->accept(std::chrono::milliseconds(1000), p.sconn);
-  EXPECT_FALSE(a) << a.message;
-  p.server->stop_progress_thread();
+  handshake(p, server_host.empty() ? p.server->local_address()
+               : host.find(':') != std::string::npos
+                   ? "[" + host + "]:" + std::to_string(p.server->port())
+                   : host + ":" + std::to_string(p.server->port()));
   return p;
 }
 

@@ -35,6 +35,7 @@ using metaroce::udp::Error;
 using metaroce::udp::Options;
 using metaroce::udp::UdpEndpoint;
 using metaroce::udp::test::connect_pair;
+using metaroce::udp::test::handshake;
 using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
 using metaroce::udp::test::random_port;
@@ -353,12 +354,8 @@ void ce_marks_reach_the_engine(const std::string& host) {
   ASSERT_TRUE(p.server && p.client);
   EcnRelay relay(v6, p.client->port(), p.server->port());
   ASSERT_TRUE(relay.ok()) << std::strerror(relay.setup_errno());
-  p.server->start_progress_thread();
-  const Error conn_err = p.client->connect(relay.address(), 2000ms, p.cconn);
-  ASSERT_FALSE(conn_err) << conn_err.message;
-  const Error ae = p.server->accept(1000ms, p.sconn);
-  ASSERT_FALSE(ae) << ae.message;
-  p.server->stop_progress_thread();
+  handshake(p, relay.address());
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
 
   constexpr uint32_t kLen = 256 * 1024;
   WriteBuffers b(p, 2 * kLen, 31);

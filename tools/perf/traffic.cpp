@@ -96,23 +96,18 @@ bool Generator::pump(bool may_post) {
     uint8_t* s = slot(seq);
     const uint64_t rslot = raddr + (seq % p.qd) * p.size;
     udp::Error e;
+    // The first qd slots were prepared with the buffer (prepare()).
+    if (p.verify && seq >= p.qd) prepare_slot(seq);
     switch (p.op) {
       case Op::kWrite:
         if (p.verify) {
-          if (seq >= p.qd) prepare_slot(seq);
           e = ep->write_imm(conn, seq, s, p.size, mr.lkey, rslot, rkey, static_cast<uint32_t>(seq));
         } else {
           e = ep->write(conn, seq, s, p.size, mr.lkey, rslot, rkey);
         }
         break;
-      case Op::kRead:
-        if (p.verify && seq >= p.qd) prepare_slot(seq);
-        e = ep->read(conn, seq, s, p.size, mr.lkey, rslot, rkey);
-        break;
-      case Op::kSend:
-        if (p.verify && seq >= p.qd) prepare_slot(seq);
-        e = ep->send(conn, seq, s, p.size, mr.lkey);
-        break;
+      case Op::kRead: e = ep->read(conn, seq, s, p.size, mr.lkey, rslot, rkey); break;
+      case Op::kSend: e = ep->send(conn, seq, s, p.size, mr.lkey); break;
     }
     if (e) {
       if (e.status == Status::kQueueFull) break;
