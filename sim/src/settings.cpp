@@ -47,6 +47,8 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_delay_decrease_pct = static_cast<uint32_t>(v);
        }},
+      {"cc.explore_interval_us", "PATH-8 time between trials of a new entropy (0: off)", 0, 1e9,
+       false, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); }},
       {"cc.max_inflight_packets", "CC-9 connection cap in packets (0: from inflight_cap_bdp)", 0,
        1 << 20, true,
        [](SimConfig& c, double v) {

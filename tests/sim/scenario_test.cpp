@@ -477,6 +477,8 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   ASSERT_TRUE(apply_setting(c, "inflight_cap_bdp=1.5", err)) << err;
   ASSERT_TRUE(apply_setting(c, "queue.ecn_kmin=20000", err)) << err;
   ASSERT_TRUE(apply_setting(c, "reroute_us=500", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "cc.explore_interval_us=40", err)) << err;
+  EXPECT_EQ(c.endpoint.cc.explore_interval_ns, 40'000u);
   EXPECT_EQ(c.reroute_after, SimTime::from_us(500));
   EXPECT_FALSE(c.queue.trim);
   ASSERT_TRUE(apply_setting(c, "queue.trim=1", err)) << err;
