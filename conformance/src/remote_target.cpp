@@ -19,7 +19,7 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   std::string iut_host;
   uint16_t iut_port = 0;
   if (!agent::split_host_port(o.iut, iut_host, iut_port)) {
-    why = "--iut '" + o.iut + "' is not an a.b.c.d:port";
+    why = "--iut '" + o.iut + "' is not an a.b.c.d:port or [ipv6]:port";
     return nullptr;
   }
   // The agent answers hello once its IUT is fresh; only then do the
@@ -39,11 +39,12 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
       return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (!t->wire_.set_iut(iut_host, iut_port)) {
-    why = "--iut '" + o.iut + "' is not an IPv4 a.b.c.d:port";
+  if (!t->wire_.open(o.tester_ip, o.stranger_ip, o.entropy_base, why)) return nullptr;
+  std::string bad_iut;
+  if (!t->wire_.set_iut(iut_host, iut_port, bad_iut)) {
+    why = "--iut '" + o.iut + "': " + bad_iut;
     return nullptr;
   }
-  if (!t->wire_.open(o.tester_ip, o.stranger_ip, o.entropy_base, why)) return nullptr;
   const auto it = reply.find("name");
   t->name_ = (it != reply.end() && it->is_string() ? it->get<std::string>() : "an IUT") + " at " +
              o.iut + " (agent " + o.agent + ")";

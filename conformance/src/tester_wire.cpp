@@ -14,25 +14,56 @@ namespace {
 
 constexpr uint16_t kCheckPortBase = 50000;  // Peer::kEntropy
 
-int bound_socket(const std::string& ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1) {
+// "a.b.c.d", "x:y::z" or "[x:y::z]" with `port`; false on anything else.
+bool parse_ip(std::string ip, uint16_t port, sockaddr_storage& out, socklen_t& len) {
+  out = {};
+  if (ip.size() >= 2 && ip.front() == '[' && ip.back() == ']') ip = ip.substr(1, ip.size() - 2);
+  auto* a4 = reinterpret_cast<sockaddr_in*>(&out);
+  if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(port);
+    len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&out);
+  if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(port);
+    len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+int bound_socket(const std::string& ip, uint16_t port, int& family) {
+  sockaddr_storage a{};
+  socklen_t len = 0;
+  if (!parse_ip(ip, port, a, len)) {
     errno = EINVAL;
     return -1;
   }
-  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  family = a.ss_family;
+  const int fd = ::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   const int one = 1;
-  (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  if (family == AF_INET6) {
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+  } else {
+    (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
     const int e = errno;
     ::close(fd);
     errno = e;
     return -1;
   }
   return fd;
+}
+
+uint16_t port_of(const sockaddr_storage& a) {
+  return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(a).sin6_port
+                                       : reinterpret_cast<const sockaddr_in&>(a).sin_port);
 }
 
 }  // namespace
@@ -51,31 +82,46 @@ bool TesterWire::open(const std::string& tester_ip, const std::string& stranger_
     return false;
   }
   for (uint16_t i = 0; i < kPorts; ++i) {
-    const int fd = bound_socket(tester_ip, static_cast<uint16_t>(base_ + i));
+    const int fd = bound_socket(tester_ip, static_cast<uint16_t>(base_ + i), family_);
     if (fd < 0) {
-      why = "tester socket " + tester_ip + ":" + std::to_string(base_ + i) + ": " +
+      why = "tester socket " + tester_ip + " port " + std::to_string(base_ + i) + ": " +
             std::strerror(errno);
       return false;
     }
     tester_fds_.push_back(fd);
   }
-  stranger_fd_ = bound_socket(stranger_ip, base_);
+  int stranger_family = 0;
+  stranger_fd_ = bound_socket(stranger_ip, base_, stranger_family);
   if (stranger_fd_ < 0) {
-    why = "stranger socket " + stranger_ip + ":" + std::to_string(base_) + ": " +
+    why = "stranger socket " + stranger_ip + " port " + std::to_string(base_) + ": " +
           std::strerror(errno);
+    return false;
+  }
+  if (stranger_family != family_) {
+    why = "the stranger's address " + stranger_ip + " is not of the tester's (" + tester_ip +
+          ") address family";
     return false;
   }
   return true;
 }
 
-bool TesterWire::set_iut(const std::string& ip, uint16_t port) {
-  iut_ = sockaddr_in{};
-  iut_.sin_family = AF_INET;
-  iut_.sin_port = htons(port);
-  return inet_pton(AF_INET, ip.c_str(), &iut_.sin_addr) == 1;
+bool TesterWire::set_iut(const std::string& ip, uint16_t port, std::string& why) {
+  if (!parse_ip(ip, port, iut_, iut_len_)) {
+    why = "'" + ip + "' is not an IPv4 or IPv6 address";
+    return false;
+  }
+  if (family_ != 0 && iut_.ss_family != family_) {
+    why = "the IUT's address " + ip + " is not of the tester's (" + tester_ip_ +
+          ") address family: give --tester and --stranger addresses of the same family";
+    return false;
+  }
+  return true;
 }
 
-std::string TesterWire::tester_address() const { return tester_ip_ + ":" + std::to_string(base_); }
+std::string TesterWire::tester_address() const {
+  const bool v6 = family_ == AF_INET6 && tester_ip_.front() != '[';
+  return (v6 ? "[" + tester_ip_ + "]" : tester_ip_) + ":" + std::to_string(base_);
+}
 
 void TesterWire::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                          bool stranger) {
@@ -83,9 +129,12 @@ void TesterWire::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bo
   const int fd = stranger ? stranger_fd_ : tester_fds_[off >= 0 && off < kPorts ? off : 0];
   // The IP ECN field of this one datagram: ECT(0), or CE when asked.
   const int tos = ce ? 3 : 2;
-  (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+  if (family_ == AF_INET6)
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos));
+  else
+    (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
   (void)::sendto(fd, datagram.data(), datagram.size(), 0, reinterpret_cast<sockaddr*>(&iut_),
-                 sizeof(iut_));
+                 iut_len_);
 }
 
 void TesterWire::receive(std::vector<Sent>& out) {
@@ -107,7 +156,7 @@ std::vector<Sent> TesterWire::run_for(std::chrono::nanoseconds ns,
 
 void TesterWire::receive(int fd, bool stranger, std::vector<Sent>& out) {
   for (;;) {
-    sockaddr_in from{};
+    sockaddr_storage from{};
     iovec iov{buf_.data(), buf_.size()};
     alignas(cmsghdr) uint8_t ctrl[64];
     msghdr h{};
@@ -121,11 +170,17 @@ void TesterWire::receive(int fd, bool stranger, std::vector<Sent>& out) {
     if (n < 0) return;
     Sent s;
     s.bytes.assign(buf_.begin(), buf_.begin() + n);
-    s.entropy = static_cast<uint16_t>(ntohs(from.sin_port) - base_ + kCheckPortBase);
+    s.entropy = static_cast<uint16_t>(port_of(from) - base_ + kCheckPortBase);
     s.to_stranger = stranger;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c))
-      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS)
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
         s.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+        int tclass = 0;  // an int here, where IP_TOS gives one byte
+        std::memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
+        s.ecn = static_cast<uint8_t>(tclass & 3);
+      }
+    }
     out.push_back(std::move(s));
   }
 }

@@ -24,7 +24,7 @@ std::unique_ptr<UdpTarget> UdpTarget::open(std::string& why) {
     t->iut_ = ReferenceIut::open("127.0.0.1:" + std::to_string(base - 1),
                                  ReferenceIut::options(base, kTesterPorts), why);
     if (!t->iut_) continue;
-    (void)t->wire_.set_iut("127.0.0.1", t->iut_->ep().port());
+    if (!t->wire_.set_iut("127.0.0.1", t->iut_->ep().port(), why)) return nullptr;
     return t;
   }
   return nullptr;

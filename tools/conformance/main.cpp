@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   app.add_option("--target", which, "the implementation under test")
       ->check(CLI::IsMember({"engine", "udp", "remote"}));
   app.add_option("--agent", remote.agent, "remote: the agent's HOST:PORT (TCP)");
-  app.add_option("--iut", remote.iut, "remote: the A.B.C.D:PORT the IUT receives on (UDP)");
+  app.add_option("--iut", remote.iut,
+                 "remote: the A.B.C.D:PORT or [IPV6]:PORT the IUT receives on (UDP)");
   app.add_option("--entropy-base", remote.entropy_base,
                  "remote: the IUT's first UDP source port (the tester binds the same ports)");
   app.add_option("--entropy-count", remote.entropy_count,
@@ -33,10 +34,11 @@ int main(int argc, char** argv) {
   app.add_option("--min-wait-us", remote.min_wait_us,
                  "remote: the least time the tester waits for the IUT's reply")
       ->capture_default_str();
-  app.add_option("--tester", remote.tester_ip, "remote: the tester's IPv4 address")
+  app.add_option("--tester", remote.tester_ip,
+                 "remote: the tester's address, of the IUT's family (IPv4 or IPv6)")
       ->capture_default_str();
   app.add_option("--stranger", remote.stranger_ip,
-                 "remote: another local IPv4 address, unknown to the IUT")
+                 "remote: another local address of that family, unknown to the IUT")
       ->capture_default_str();
   app.add_option("--rule", rule, "run only the checks of this rule ID (e.g. PLACE-2)");
   app.add_flag("--json", json, "print one JSON object");

@@ -5,10 +5,33 @@
 # Ports are random (the agent's TCP port is the kernel's choice; the IUT's
 # block is drawn as UdpTarget draws its own) and taken again on a collision.
 # The agent is always killed.
-#   remote_test.sh METAROCE_CONFORM METAROCE_CONFORM_AGENT
+# With "ipv6" the IUT, the tester and the stranger speak IPv6: the test
+# re-runs itself in a network namespace of its own (root: unshare -n; it
+# skips, exit 77, where it cannot) whose loopback gets the tester's and the
+# stranger's addresses, so the host's own addresses are never touched.
+#   remote_test.sh METAROCE_CONFORM METAROCE_CONFORM_AGENT [ipv6]
 set -u
 conform=$1
 agent=$2
+family=${3:-ipv4}
+if [ "$family" = ipv6 ] && [ -z "${MR_CONFORM_NETNS:-}" ]; then
+  if ! unshare -n true 2>/dev/null; then
+    echo "conformance.remote-ipv6: skipped (needs root for a network namespace)"
+    exit 77
+  fi
+  MR_CONFORM_NETNS=1 exec unshare -n sh "$0" "$@"
+fi
+tester_args=
+listen_host=127.0.0.1
+iut_host=127.0.0.1
+if [ "$family" = ipv6 ]; then
+  ip link set lo up &&
+    ip -6 addr add fd00:6d72::3/128 dev lo nodad &&
+    ip -6 addr add fd00:6d72::4/128 dev lo nodad || exit 1
+  tester_args="--tester fd00:6d72::3 --stranger fd00:6d72::4"
+  listen_host='[::1]'
+  iut_host='[::1]'
+fi
 dir=$(mktemp -d)
 agent_pid=
 stop_agent() {
@@ -27,9 +50,9 @@ udp_rc=$?
 rc=2
 for attempt in 1 2 3 4 5 6 7 8; do
   base=$((33000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 1500 * 16))
-  iut=127.0.0.1:$((base - 1))
+  iut=$iut_host:$((base - 1))
   # timeout: an agent outlives nothing, not even a test killed outright.
-  timeout 600 "$agent" --listen 127.0.0.1:0 --iut "$iut" --entropy-base "$base" --entropy-count 16 \
+  timeout 600 "$agent" --listen "$listen_host:0" --iut "$iut" --entropy-base "$base" --entropy-count 16 \
     >"$dir/agent.out" 2>"$dir/agent.err" &
   agent_pid=$!
   listen=
@@ -44,8 +67,9 @@ for attempt in 1 2 3 4 5 6 7 8; do
     stop_agent
     continue
   fi
+  # shellcheck disable=SC2086 # tester_args: none, or two options and their values
   "$conform" --target remote --agent "$listen" --iut "$iut" --entropy-base "$base" \
-    --entropy-count 16 >"$dir/remote.txt"
+    --entropy-count 16 $tester_args >"$dir/remote.txt"
   rc=$?
   stop_agent
   [ "$rc" -ne 2 ] && break
@@ -65,4 +89,4 @@ if ! diff "$dir/udp.cmp" "$dir/remote.cmp"; then
   echo "the remote target's outcomes differ from the udp target's" >&2
   exit 1
 fi
-echo "conformance.remote: the same outcomes as --target udp"
+echo "conformance.remote ($family): the same outcomes as --target udp"

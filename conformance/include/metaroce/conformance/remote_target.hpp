@@ -18,11 +18,12 @@
 namespace metaroce::conformance {
 
 struct RemoteOptions {
-  std::string agent;                      // the agent, TCP "host:port"
-  std::string iut;                        // where the IUT receives, UDP "a.b.c.d:port"
-  uint16_t entropy_base = 0;              // the IUT's first source port ...
-  uint16_t entropy_count = 0;             // ... and how many (at least TesterWire::kPorts)
-  std::string tester_ip = "127.0.0.3";    // the tester's address, reachable from the IUT
+  std::string agent;           // the agent, TCP "host:port"
+  std::string iut;             // where the IUT receives, UDP "a.b.c.d:port" / "[v6]:port"
+  uint16_t entropy_base = 0;   // the IUT's first source port ...
+  uint16_t entropy_count = 0;  // ... and how many (at least TesterWire::kPorts)
+  std::string tester_ip =
+      "127.0.0.3";  // the tester's address (the IUT's family), reachable from it
   std::string stranger_ip = "127.0.0.4";  // another local address the IUT never saw
   int timeout_ms = 10000;                 // for the agent's reply to each request
   // The least run_for() waits: a reply crosses the kernel twice and waits

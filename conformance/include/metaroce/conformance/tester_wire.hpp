@@ -1,6 +1,6 @@
-// The tester's half of a conformance target on real sockets (IPv4): one UDP
-// socket per source port the checks send from, on the tester's address, and
-// one on a stranger's address. The checks' source ports Peer::kEntropy + i
+// The tester's half of a conformance target on real sockets (IPv4 or IPv6):
+// one UDP socket per source port the checks send from, on the tester's
+// address, and one on a stranger's address. The checks' source ports Peer::kEntropy + i
 // (i < kPorts) are the real ports base + i, and the ports the implementation
 // under test (IUT) sends from map back the same way: with `base` the first
 // port of the IUT's own entropy block, ACK-7's "reply from the port of the
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdint>
@@ -29,12 +30,14 @@ class TesterWire {
   TesterWire& operator=(const TesterWire&) = delete;
   ~TesterWire();
 
-  // Binds tester_ip:base..base+15 and stranger_ip:base; false and `why`
-  // (the address and errno) when a port is taken or an address is missing.
+  // Binds tester_ip:base..base+15 and stranger_ip:base (both IPv4, or both
+  // IPv6, brackets optional); false and `why` (the address and errno) when a
+  // port is taken or an address is missing or malformed.
   [[nodiscard]] bool open(const std::string& tester_ip, const std::string& stranger_ip,
                           uint16_t base, std::string& why);
-  // Where deliver() sends: the IUT's receive address. False on a bad address.
-  [[nodiscard]] bool set_iut(const std::string& ip, uint16_t port);
+  // Where deliver() sends: the IUT's receive address, of the tester's
+  // address family once open() has run. False and `why` if not.
+  [[nodiscard]] bool set_iut(const std::string& ip, uint16_t port, std::string& why);
   // Sends `datagram` to the IUT from check port `entropy` (outside the 16:
   // the first), or from the stranger, with IP ECN ECT(0), or CE when `ce`.
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce, bool stranger);
@@ -44,7 +47,7 @@ class TesterWire {
   // Real time: until `ns` passed, rounds of `round()` (the IUT's own
   // progress, where it runs in this process) and receive(), 20 us apart.
   std::vector<Sent> run_for(std::chrono::nanoseconds ns, const std::function<void()>& round);
-  // The tester's first socket ("ip:base"), where the IUT connects to.
+  // The tester's first socket ("ip:base", "[ip]:base"), where the IUT connects to.
   [[nodiscard]] std::string tester_address() const;
   [[nodiscard]] uint16_t base() const { return base_; }
 
@@ -55,7 +58,9 @@ class TesterWire {
   uint16_t base_ = 0;
   std::vector<int> tester_fds_;  // tester_ip:base_ + i
   int stranger_fd_ = -1;         // stranger_ip:base_
-  sockaddr_in iut_{};
+  sockaddr_storage iut_{};
+  socklen_t iut_len_ = 0;
+  int family_ = 0;  // AF_INET or AF_INET6, from open()
   std::vector<uint8_t> buf_ = std::vector<uint8_t>(70000);
 };
 
