@@ -105,7 +105,7 @@ struct IoStats {
   uint64_t rx_gro_batches = 0;    // received buffers that carried more than one segment
   uint64_t rx_ce = 0;             // datagrams with ECN CE
   uint64_t rx_truncated = 0;      // datagrams larger than the receive buffer
-  uint64_t rx_foreign = 0;        // datagrams of another address family / too short
+  uint64_t rx_foreign = 0;        // datagrams of another address family, or empty
   uint64_t rx_wait_ns_total = 0;  // summed over datagrams: kernel arrival to handling
   uint64_t rx_wait_ns_max = 0;
   uint64_t rx_backlogged_rounds = 0;  // rounds that left datagrams unread (batch limit)

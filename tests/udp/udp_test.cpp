@@ -1044,6 +1044,32 @@ TEST(Udp, IPv4EndpointRejectsIPv6Peer) {
   EXPECT_EQ(e.status, Status::kInvalidArgument);
 }
 
+// Anyone who reaches the port can send an empty or a runt datagram: the
+// driver drops the empty one (rx_foreign), the engine the runt (truncated),
+// and the endpoint goes on answering. An empty datagram used to stop the
+// process (a division by its zero length).
+TEST(Udp, EmptyAndRuntDatagramsAreDroppedAndTheEndpointGoesOn) {
+  Pair p;
+  p.server = open_on("127.0.0.1");
+  p.client = open_on("127.0.0.1");
+  ASSERT_TRUE(p.server && p.client);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(p.server->port());
+  const uint8_t runt[3] = {1, 2, 3};
+  for (const size_t len : {size_t{0}, sizeof(runt), size_t{0}})
+    ASSERT_EQ(::sendto(fd, runt, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              static_cast<ssize_t>(len));
+  ::close(fd);
+  for (int i = 0; i < 200 && p.server->io_stats().rx_foreign < 2; ++i) p.server->wait(5ms);
+  EXPECT_EQ(p.server->io_stats().rx_foreign, 2u);
+  EXPECT_EQ(p.server->endpoint_stats().truncated, 1u);
+  handshake(p, p.server->local_address());
+}
+
 // TRIM-2: a datagram with the TRIMMED DSCP (what a trimming switch forwards)
 // reaches the engine flagged trimmed, and is echoed. Unflagged, its missing
 // payload would get it dropped (TRIM-5).

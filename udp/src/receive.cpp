@@ -65,6 +65,12 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         ++io.rx_truncated;
         continue;
       }
+      // An empty datagram is no packet of any protocol here, and its length
+      // would divide the GRO segment arithmetic below by zero.
+      if (len == 0) {
+        ++io.rx_foreign;
+        continue;
+      }
       uint8_t tos = 0;
       size_t seg = len;
       int64_t arrived = 0;  // kernel receive time, on the engine's clock
