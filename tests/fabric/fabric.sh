@@ -11,27 +11,39 @@
 #   fabric.sh linkdown LINK | linkup LINK
 #   fabric.sh rate LINK RATE_MBIT [QUEUE_KB] another rate for one link (both directions)
 #   fabric.sh clear                       remove every fault
-#   fabric.sh route SPORT DPORT [PROTO]   which link A->B traffic with these ports takes
+#   fabric.sh route SPORT DPORT [PROTO]   which link A->B traffic with these ports takes (IPv4)
 #   fabric.sh status                      qdisc / nft counters
 #
-# Topology (addresses private to the namespaces; the root namespace is never touched):
+# Topology (addresses private to the namespaces; the root namespace is never touched),
+# dual-stack: each IPv4 address 10.77.X.Y/24 has an IPv6 twin fd00:77:X::Y/64
+# (where the kernel lacks IPv6 or its settings below, fab_up warns and builds
+# the IPv4 half alone: FAB_IPV6=0):
 #
-#   mr-a  a0 10.77.0.1/24 (+ .11-.14 for MPTCP subflows)
+#   mr-a  a0 10.77.0.1/24 (+ .11-.14 for MPTCP subflows)     fd00:77:0::1/64
 #     |
 #   mr-ra r0 10.77.0.2/24     l1..lN 10.77.(10+i).1/24   --- N parallel links ---
-#                                                            tbf RATE per egress,
+#         (fd00:77:0::2)             (fd00:77:(10+i)::1)     tbf RATE per egress,
 #                                                            nft faults in forward
 #   mr-rb l1..lN 10.77.(10+i).2/24     r0 10.77.1.2/24
+#                (fd00:77:(10+i)::2)      (fd00:77:1::2)
 #     |
-#   mr-b  b0 10.77.1.1/24
+#   mr-b  b0 10.77.1.1/24                                     fd00:77:1::1/64
 #
-# The routers hold multipath routes (nexthop via each link) with
-# fib_multipath_hash_policy=3 / fib_multipath_hash_fields=0x37 (addresses,
-# protocol, ports), so `ip route get ... sport X dport Y` predicts the link.
+# The routers hold multipath routes (nexthop via each link), IPv4 and IPv6,
+# with fib_multipath_hash_policy=3 / fib_multipath_hash_fields=0x37
+# (addresses, protocol, ports; for IPv6 not the flow label, 0x08). For IPv4
+# `ip route get ... sport X dport Y` predicts the link; for IPv6 it does not
+# (Linux hashes a forwarded IPv6 packet's fields under policy 3 once more,
+# jhash_2words(outer, inner), but not a route query's), so fab_route and
+# fab_routes answer for IPv4 only. The faults (nftables, family inet) apply
+# to both; the MPTCP source-address pinning is IPv4 only.
+# IPv6 DAD is off in the namespaces: addresses are usable at once.
 # MTU 9000 everywhere (MetaRoCE packets carry 4 KiB payloads). GSO is split at
 # the hosts (gso_max_segs 1) so that faults apply per wire packet.
 #
-# Environment: MR_FAB_PREFIX (default "mr-") names the namespaces.
+# Environment: MR_FAB_PREFIX (default "mr-") names the namespaces;
+# MR_FAB_FAMILY (4, the default, or 6) the address family of the route
+# fab_link_routed looks at.
 
 FAB_PREFIX=${MR_FAB_PREFIX:-mr-}
 FAB_NS_A=${FAB_PREFIX}a
@@ -40,10 +52,23 @@ FAB_NS_RB=${FAB_PREFIX}rb
 FAB_NS_B=${FAB_PREFIX}b
 FAB_ADDR_A=10.77.0.1
 FAB_ADDR_B=10.77.1.1
+FAB_ADDR6_A=fd00:77:0::1
+FAB_ADDR6_B=fd00:77:1::1
+FAB_FAMILY=${MR_FAB_FAMILY:-4}
 FAB_MTU=9000
 FAB_NFT_TABLE=mrfab
 
 fab_log() { echo "fabric: $*" >&2; }
+
+# fab_addr a|b [FAMILY]: host A's or B's address, IPv4 or IPv6 (default
+# FAB_FAMILY).
+fab_addr() {
+  case "${2:-$FAB_FAMILY}:${1:?a or b}" in
+    4:a) echo "$FAB_ADDR_A" ;; 4:b) echo "$FAB_ADDR_B" ;;
+    6:a) echo "$FAB_ADDR6_A" ;; 6:b) echo "$FAB_ADDR6_B" ;;
+    *) fab_log "fab_addr: no address for host '$1', family '${2:-$FAB_FAMILY}'"; return 1 ;;
+  esac
+}
 
 # fab_ns NAME: a, ra, rb, b -> namespace name; anything else is returned as is.
 fab_ns() {
@@ -126,6 +151,8 @@ fab_up() {
   for ns in "$FAB_NS_A" "$FAB_NS_RA" "$FAB_NS_RB" "$FAB_NS_B"; do
     ip netns add "$ns" || return 1
     fab_exec "$ns" ip link set lo up
+    # IPv6 without DAD, before any veth exists so that every one inherits it.
+    fab_exec "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 2>/dev/null
   done
   # Host links (veth created directly in the namespaces: no names in the root namespace).
   ip link add a0 netns "$FAB_NS_A" mtu $FAB_MTU type veth peer r0 netns "$FAB_NS_RA" mtu $FAB_MTU || return 1
@@ -211,9 +238,58 @@ EOF
     fab_log "A cannot reach B"
     return 1
   fi
+  FAB_IPV6=0
+  if fab_up6 "$n"; then
+    FAB_IPV6=1
+  else
+    fab_log "warning: no IPv6 fabric (IPv4 only)"
+  fi
   FAB_N=$n
   FAB_RATE=$rate
   return 0
+}
+
+# fab_up6 N: the IPv6 half of fab_up's fabric over its links: the IPv4
+# one's addresses' twins, routes and router settings. 1 where the kernel
+# lacks any of it (fab_up then builds an IPv4 fabric, FAB_IPV6=0).
+fab_up6() {
+  local n=${1:?links} i ns dev nh_a="" nh_b="" addr_a="" addr_b=""
+  local -a sysctls
+  fab_exec a ip -6 addr add $FAB_ADDR6_A/64 dev a0 nodad || return 1
+  fab_exec b ip -6 addr add $FAB_ADDR6_B/64 dev b0 nodad || return 1
+  fab_exec a ip -6 route add default via fd00:77:0::2 || return 1
+  fab_exec b ip -6 route add default via fd00:77:1::2 || return 1
+  # One exec per router for its addresses and one for its settings (an exec
+  # takes up to 0.1 s on a loaded machine).
+  addr_a="addr add fd00:77:0::2/64 dev r0 nodad"$'\n'
+  addr_b="addr add fd00:77:1::2/64 dev r0 nodad"$'\n'
+  for ((i = 1; i <= n; i++)); do
+    addr_a+="addr add fd00:77:$((10 + i))::1/64 dev l$i nodad"$'\n'
+    addr_b+="addr add fd00:77:$((10 + i))::2/64 dev l$i nodad"$'\n'
+    nh_a+=" nexthop via fd00:77:$((10 + i))::2 dev l$i weight 1"
+    nh_b+=" nexthop via fd00:77:$((10 + i))::1 dev l$i weight 1"
+  done
+  fab_exec ra ip -6 -batch - <<<"$addr_a" || return 1
+  fab_exec rb ip -6 -batch - <<<"$addr_b" || return 1
+  sysctls=(net.ipv6.conf.all.forwarding=1 net.ipv6.fib_multipath_hash_policy=3
+    net.ipv6.fib_multipath_hash_fields=0x37 net.ipv6.conf.all.ignore_routes_with_linkdown=1)
+  for dev in r0 $(seq -f 'l%g' 1 "$n"); do
+    # keep_addr_on_down: addresses stay when the link goes down (fab_link_down).
+    sysctls+=("net.ipv6.conf.$dev.ignore_routes_with_linkdown=1" "net.ipv6.conf.$dev.keep_addr_on_down=1")
+  done
+  for ns in ra rb; do
+    fab_exec $ns sysctl -qw "${sysctls[@]}" || return 1
+  done
+  # shellcheck disable=SC2086
+  fab_exec ra ip -6 route add fd00:77:1::/64 $nh_a || return 1
+  # shellcheck disable=SC2086
+  fab_exec rb ip -6 route add fd00:77:0::/64 $nh_b || return 1
+  # Neighbour discovery done before the first packets, and A reaches B.
+  for ((i = 1; i <= n; i++)); do fab_probe ra fd00:77:$((10 + i))::2 >/dev/null || true; done
+  if ! fab_probe a $FAB_ADDR6_B; then
+    fab_log "A cannot reach B over IPv6"
+    return 1
+  fi
 }
 
 # fab_probe NS ADDR: 0 when ADDR answers a TCP connect (refused counts) within 2 s.
@@ -242,17 +318,21 @@ fab_loss() {
   done
 }
 
-# fab_ecn PPS BURST [LINK...]: CE-mark ECN-capable packets above PPS packets/s per link.
+# fab_ecn PPS BURST [LINK...]: CE-mark ECN-capable packets above PPS packets/s per link
+# (the limit counts IPv4 and IPv6 packets apart: a rule for each).
 fab_ecn() {
   local pps=${1:?pps} burst=${2:?burst}
   shift 2
-  local ns i
+  local ns i ip ips=ip
+  [[ -d /proc/sys/net/ipv6 ]] && ips+=" ip6"
   for ns in ra rb; do
     fab_exec $ns nft flush chain inet $FAB_NFT_TABLE cemark
     ((pps > 0)) || continue
     for i in $(fab_link_list "$@"); do
-      fab_exec $ns nft add rule inet $FAB_NFT_TABLE cemark oifname "l$i" ip ecn "{ ect0, ect1 }" \
-        limit rate over "$pps/second" burst "$burst" packets counter ip ecn set ce
+      for ip in $ips; do
+        fab_exec $ns nft add rule inet $FAB_NFT_TABLE cemark oifname "l$i" "$ip" ecn "{ ect0, ect1 }" \
+          limit rate over "$pps/second" burst "$burst" packets counter "$ip" ecn set ce || return 1
+      done
     done
   done
 }
@@ -279,10 +359,12 @@ fab_unblackhole() {
 fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
 fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
 
-# fab_link_routed LINK: 0 when RA's multipath route to B uses the link (its
-# nexthop is neither dead nor linkdown).
+# fab_link_routed LINK: 0 when RA's multipath route to B (FAB_FAMILY's) uses
+# the link (its nexthop is neither dead nor linkdown).
 fab_link_routed() {
-  fab_exec ra ip route show $FAB_ADDR_B/24 | grep "nexthop .* dev l${1:?link} " | grep -qv 'dead\|linkdown'
+  local prefix=$FAB_ADDR_B/24
+  [[ $FAB_FAMILY == 6 ]] && prefix=fd00:77:1::/64
+  fab_exec ra ip -"$FAB_FAMILY" route show "$prefix" | grep "nexthop .* dev l${1:?link} " | grep -qv 'dead\|linkdown'
 }
 
 # fab_rate LINK RATE_MBIT [QUEUE_KB]: shape one link (both directions) at
@@ -307,9 +389,19 @@ fab_clear() {
   for i in $(seq 1 "$(fab_links)"); do fab_exec ra ip link set l$i up; done
 }
 
-# fab_route SPORT DPORT [PROTO]: the link A->B traffic takes (from RA's routing).
+# fab_route_ipv4: 0 when FAB_FAMILY is 4; fab_route and fab_routes can
+# predict IPv4's links only (see the top).
+fab_route_ipv4() {
+  [[ $FAB_FAMILY == 4 ]] && return 0
+  fab_log "ip route get does not predict an IPv6 packet's link under hash policy 3"
+  return 1
+}
+
+# fab_route SPORT DPORT [PROTO]: the link A->B traffic takes (from RA's
+# routing; IPv4).
 fab_route() {
   local sport=${1:?sport} dport=${2:?dport} proto=${3:-udp}
+  fab_route_ipv4 || return 1
   fab_exec ra ip route get $FAB_ADDR_B from $FAB_ADDR_A iif r0 ipproto "$proto" sport "$sport" dport "$dport" |
     grep -o 'dev l[0-9]*' | head -1 | cut -c5-
 }
@@ -321,6 +413,7 @@ fab_routes() {
   local dport=${1:?dport}
   shift
   (($# > 0)) || return 0
+  fab_route_ipv4 || return 1
   paste -d' ' <(printf '%s\n' "$@") \
     <(printf "route get $FAB_ADDR_B from $FAB_ADDR_A iif r0 ipproto udp sport %s dport $dport\n" "$@" |
       fab_exec ra ip -o -batch - | grep -o 'dev l[0-9]*' | cut -c5-)

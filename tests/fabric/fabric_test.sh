@@ -3,11 +3,17 @@
 # across 4 shaped parallel links (tests/fabric/fabric.sh), --verify --json.
 #
 #   fabric_test.sh CASE path/to/metaroce-perf
-#   CASE: clean | loss1 | loss5 | linkdown | blackhole | ecn | unequal
+#   CASE: clean | loss1 | loss5 | linkdown | blackhole | ecn | unequal (over IPv4)
+#         | clean6 | ecn6 (clean and ecn over IPv6: the same run and checks)
 #
 # Passes when the client finishes in time (no hang), exits 0, reports
 # verify_errors == 0, goodput over the whole run is above the case's floor,
 # and the case's own checks hold:
+#   clean                32 paths, not 8: every link carried at least 1 % of
+#                        the bytes RA sent towards B during the run (ECMP
+#                        over the paths' UDP source ports spreads them; 8
+#                        hashed paths leave a link without any one run in
+#                        three, 32 one in 2,500)
 #   linkdown, blackhole  goodput after the fault (the client's progress lines
 #                        from 0.5 s after it; linkdown: until the link is back)
 #                        >= 0.5 x the smaller of the capacity left and the
@@ -28,18 +34,25 @@
 #                        server sends the data), at least 0.3 % of the data
 #                        packets (1 % are lost; the client's own requests are
 #                        one packet in 16, so its count would stay under that)
-#   ecn                  links CE-mark above 8000 packets/s each: the client's
-#                        paths count CE echoes
+#   ecn                  links CE-mark above 8000 packets/s each (the IP or
+#                        IPv6 header's ECN field): the client's paths count
+#                        CE echoes
 #   unequal              links of 500, 500, 200 and 100 Mbit/s (reordering
 #                        across paths, no loss): retransmissions stay under 1 %
 #                        of the data packets
-# Exit 77 (skip) when not root or network namespaces are unavailable.
+# Exit 77 (skip) when not root or network namespaces are unavailable, or for
+# clean6 and ecn6 when the fabric could not be given IPv6.
 #
 # Environment: MR_FAB_SECONDS (transfer seconds; default 8, ecn and unequal 5),
 # MR_FAB_FLOOR_GBPS (override the whole-run goodput floor), MR_FAB_RATE
 # (Mbit/s per link, default 500), MR_FAB_PREFIX (namespace names, default mr-).
 set -uo pipefail
 CASE=${1:?usage: fabric_test.sh CASE path/to/metaroce-perf}
+NAME=$CASE
+FAMILY=4
+case "$CASE" in
+  clean6 | ecn6) FAMILY=6; CASE=${CASE%6} ;;
+esac
 PERF=${2:?usage: fabric_test.sh CASE path/to/metaroce-perf}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=fabric.sh
@@ -52,8 +65,9 @@ LINKS=4
 # fifth of it, where an idle 2-core machine reaches 0.75-0.97 (BENCHMARKS.md),
 # because CI shares those two cores between both ends, the fabric's
 # forwarding and other tests.
+PATHS=8
 case "$CASE" in
-  clean) FRAC=0.2 ;;
+  clean) FRAC=0.2; PATHS=32 ;;
   loss1) FRAC=0.15 ;;
   loss5) FRAC=0.1 ;;
   linkdown) FRAC=0.15 ;;
@@ -85,8 +99,16 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 fab_up $LINKS "$RATE" || { echo "FAIL: cannot build the fabric"; exit 1; }
+if ((FAMILY == 6 && FAB_IPV6 != 1)); then
+  echo "SKIP: $NAME: the fabric has no IPv6 here (fab_up said why)"
+  exit 77
+fi
 
-fab_exec b "$PERF" server "$FAB_ADDR_B:4792" >"$tmp/server.log" 2>&1 &
+# B's address and port as metaroce-perf takes them: ip:port or [ip6]:port.
+ADDR_B=$(fab_addr b "$FAMILY")
+PEER="$ADDR_B:4792"
+((FAMILY == 6)) && PEER="[$ADDR_B]:4792"
+fab_exec b "$PERF" server "$PEER" >"$tmp/server.log" 2>&1 &
 for _ in $(seq 1 50); do
   grep -q listening "$tmp/server.log" && break
   sleep 0.05
@@ -127,13 +149,16 @@ case "$CASE" in
 esac
 
 limit=$(awk -v s="$SECS" 'BEGIN { printf "%d", s + 20 }')
+# clean: the bytes RA sends on each link (towards B) during the run.
+[[ $CASE == clean ]] && fab_link_tx $(seq 1 $LINKS) >"$tmp/tx_before"
 start=$(date +%s.%N)
-fab_exec a timeout -k 2 "$limit" "$PERF" client "$FAB_ADDR_B:4792" --op write --size 65536 --qd 16 \
-  --paths 8 --duration "$SECS" --interval 0.5 --verify --json >"$tmp/client.json" 2>"$tmp/client.err"
+fab_exec a timeout -k 2 "$limit" "$PERF" client "$PEER" --op write --size 65536 --qd 16 \
+  --paths "$PATHS" --duration "$SECS" --interval 0.5 --verify --json >"$tmp/client.json" 2>"$tmp/client.err"
 rc=$?
 elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 [[ -n "$fault_pid" ]] && wait "$fault_pid" 2>/dev/null
 fault_pid=""
+[[ $CASE == clean ]] && fab_link_tx $(seq 1 $LINKS) >"$tmp/tx_after"
 # linkdown: the ports in use after the heal, those RA saw and the client's
 # paths' last ones, and the link each hashes onto, asked now that all links
 # are up (policy 3: a function of the ports alone, as it was before the
@@ -152,7 +177,7 @@ fi
 # loss1: a READ under the same loss, where the server sends the data.
 rc_read=0
 if [[ $CASE == loss1 ]]; then
-  fab_exec a timeout -k 2 20 "$PERF" client "$FAB_ADDR_B:4792" --op read --size 65536 --qd 16 \
+  fab_exec a timeout -k 2 20 "$PERF" client "$PEER" --op read --size 65536 --qd 16 \
     --paths 8 --duration 3 --verify --json >"$tmp/read.json" 2>"$tmp/read.err"
   rc_read=$?
 fi
@@ -175,15 +200,15 @@ if ((rc == 124 || rc == 137 || rc_read == 124 || rc_read == 137)); then
 fi
 
 verdict=$(python3 - "$tmp" "$FLOOR" "$rc" "$CASE" "$elapsed" "$rc_read" "$t_fault" "$t_heal" \
-  "$CAPACITY" "$LINKS" <<'EOF'
+  "$CAPACITY" "$LINKS" "$NAME" "$FAMILY" <<'EOF'
 import json, re, sys
 tmp, floor, rc, case, elapsed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rc_read, t_fault, t_heal = int(sys.argv[6]), float(sys.argv[7]), float(sys.argv[8])
-capacity, links = float(sys.argv[9]), int(sys.argv[10])
+capacity, links, name, family = float(sys.argv[9]), int(sys.argv[10]), sys.argv[11], sys.argv[12]
 try:
     j = json.load(open(f"{tmp}/client.json"))
 except Exception as e:
-    print(f"FAIL: {case}: no JSON from the client (rc {rc}): {e}")
+    print(f"FAIL: {name}: no JSON from the client (rc {rc}): {e}")
     sys.exit(1)
 g = j.get("goodput_gbps", 0.0)
 ve = j.get("verify_errors", -1)
@@ -193,7 +218,7 @@ sent = j.get("data_packets_sent") or 0
 timeouts = sum(p.get("timeouts", 0) for p in paths)
 retired = sum(1 for p in paths if p.get("retired"))
 ce = sum(p.get("ce_marks", 0) for p in paths)
-summary = (f"{case}: goodput {g:.3f} Gb/s (floor {floor:.3g}), verify_errors {ve}, "
+summary = (f"{name} (IPv{family}): goodput {g:.3f} Gb/s (floor {floor:.3g}), verify_errors {ve}, "
            f"retransmitted {retx} of {sent} packets, {j.get('messages')} messages, "
            f"{len(paths)} paths, retired {retired}, timeouts {timeouts}, CE marks {ce}, {elapsed} s")
 problems = []
@@ -256,6 +281,18 @@ if case == "linkdown":
             if int(forwarded[0]) == 0:
                 problems.append(f"no traffic returned to {l} after it came back, though "
                                 f"{len(there)} port(s) in use hash onto it")
+if case == "clean":
+    try:
+        before = [int(x) for x in open(f"{tmp}/tx_before").read().split()]
+        after = [int(x) for x in open(f"{tmp}/tx_after").read().split()]
+        per_link = [a - b for a, b in zip(after, before)]
+        if len(per_link) != links: raise ValueError(f"{len(per_link)} counters for {links} links")
+        total = max(sum(per_link), 1)
+        summary += "; per link " + " ".join(f"l{i + 1} {s / total:.0%}" for i, s in enumerate(per_link))
+        idle = [f"l{i + 1}" for i, s in enumerate(per_link) if s < 0.01 * total]
+        if idle: problems.append(f"traffic not spread: {' '.join(idle)} carried under 1 %")
+    except (OSError, ValueError) as e:
+        problems.append(f"cannot read the links' byte counters: {e}")
 if case == "blackhole" and timeouts == 0 and retired == 0:
     problems.append("no path timed out or was retired: the blackhole went unnoticed")
 if case == "ecn" and ce == 0:
