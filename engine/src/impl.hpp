@@ -382,6 +382,7 @@ struct Endpoint::Impl {
   // PATH-6's new entropy, generation and probe, for a retired or explored path.
   // entropy < 0: a fresh random one. keep_rtt (PATH-8): the RTT estimate and
   // min_rtt carry over as starting values instead of restarting.
+  uint16_t unused_entropy(const detail::Connection& c, uint16_t old, uint32_t range);
   void renew_path(detail::Connection& c, uint8_t path, TimeNs now, int entropy = -1,
                   bool keep_rtt = false);
   void explore_moved_path_back(detail::Connection& c, uint8_t slot, TimeNs now);

@@ -183,6 +183,9 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   }
   const uint64_t interval = cfg.cc.explore_interval_ns;
   if (interval == 0 || c.state != detail::ConnState::kEstablished) return;
+  // PATH-8: every value of the block is some path's already; a move has
+  // nowhere to go.
+  if (uint32_t{cfg.entropy_max} - cfg.entropy_min + 1 <= c.num_paths) return;
   const uint64_t acked = packets_acked(c);
   const uint64_t window_acked = acked - x.mark_acked;
   const uint64_t window_ns = now.since(x.mark_time);
@@ -239,6 +242,29 @@ void Endpoint::Impl::explore_moved_path_back(Connection& c, uint8_t slot, TimeNs
   x.next = now + std::max<uint64_t>(cfg.cc.explore_interval_ns / 4, 1);
 }
 
+// PATH-6: a random entropy that no path of the connection uses, or `old`
+// when the block has none left (as many paths as entropy values): two paths
+// on one value would be one route counted twice.
+uint16_t Endpoint::Impl::unused_entropy(const Connection& c, uint16_t old, uint32_t range) {
+  const auto used = [&](uint16_t e) {
+    bool u = e == old;
+    for (uint8_t i = 0; i < c.num_paths && !u; ++i) u = c.paths[i].entropy == e;
+    return u;
+  };
+  if (range <= c.num_paths) return old;
+  for (int tries = 0; tries < 64; ++tries) {
+    const uint16_t e = draw_entropy(rng, cfg);
+    if (!used(e)) return e;
+  }
+  // A block barely larger than the paths: look through it in order.
+  const uint32_t start = static_cast<uint32_t>(rng.below(range));
+  for (uint32_t k = 0; k < range; ++k) {
+    const auto e = static_cast<uint16_t>(cfg.entropy_min + (start + k) % range);
+    if (!used(e)) return e;
+  }
+  return old;
+}
+
 void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int entropy,
                                 bool keep_rtt) {
   Path& p = c.paths[path];
@@ -249,12 +275,7 @@ void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int ent
   for (uint8_t i = 0; i < c.num_paths && !draw; ++i)
     draw = i != path && c.paths[i].entropy == static_cast<uint16_t>(entropy);
   uint16_t fresh = draw ? old : static_cast<uint16_t>(entropy);
-  for (int tries = 0; draw && tries < 64; ++tries) {  // PATH-6: not in use by another path
-    fresh = draw_entropy(rng, cfg);
-    bool used = fresh == old;
-    for (uint8_t i = 0; i < c.num_paths && !used; ++i) used = c.paths[i].entropy == fresh;
-    if (!used || range <= c.num_paths) break;
-  }
+  if (draw) fresh = unused_entropy(c, old, range);
   const PathStats keep = p.stats;
   const uint16_t gen = static_cast<uint16_t>((p.generation + 1) & 0x7ff);
   const uint32_t pseq = p.next_pseq;

@@ -183,13 +183,16 @@ struct ExploreOutcome {
   bool ok = false;
 };
 
+// `entropies`: the sender's block of entropy values (0: the default block).
 ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
                            const std::function<int(uint16_t entropy, uint16_t path0_entropy,
-                                                   uint16_t path1_entropy)>& route) {
+                                                   uint16_t path1_entropy)>& route,
+                           uint16_t entropies = 0) {
   ExploreOutcome out;
   EndpointConfig c = cfg(218);
   c.num_paths = 2;
   c.cc.explore_interval_ns = interval_ns;
+  if (entropies != 0) c.entropy_max = static_cast<uint16_t>(c.entropy_min + entropies - 1);
   Loop loop(c, cfg(219));
   loop.delay_ns = 5'000;
   auto [a, b] = loop.connect();
@@ -257,6 +260,29 @@ TEST(Engine, MovedPathThatFindsAnIdleLinkStays) {  // PATH-8
   ASSERT_TRUE(off.ok);
   EXPECT_TRUE(off.moved.empty());
   EXPECT_EQ(off.conn.path_explorations, 0u);
+}
+
+// PATH-6, PATH-8: with as many entropy values as paths there is nowhere to
+// move, so nothing moves (a move used to put two paths on one value); with
+// one value to spare, a move takes exactly that one.
+TEST(Engine, ExplorationNeverPutsTwoPathsOnOneEntropy) {
+  const auto route = [](uint16_t e, uint16_t e0, uint16_t e1) {
+    return e == e0 || e == e1 ? 0 : 1;
+  };
+  const std::array<TestLink, 2> links{TestLink{2'000, 0}, TestLink{2'000, 0}};
+  const ExploreOutcome full = run_explore(500'000, links, route, 2);
+  ASSERT_TRUE(full.ok);
+  EXPECT_TRUE(full.moved.empty());
+  EXPECT_EQ(full.entropy_after, full.entropy_before);
+  const ExploreOutcome spare = run_explore(500'000, links, route, 3);
+  ASSERT_TRUE(spare.ok);
+  ASSERT_FALSE(spare.moved.empty());
+  EXPECT_NE(spare.entropy_after[0], spare.entropy_after[1]);
+  const uint32_t lo = EndpointConfig{}.entropy_min;
+  for (const uint16_t e : spare.entropy_after) {  // within the sender's 3-value block
+    EXPECT_GE(e, lo);
+    EXPECT_LE(e, lo + 2);
+  }
 }
 
 TEST(Engine, MoveThatEmptiesALinkIsUndone) {  // PATH-8
