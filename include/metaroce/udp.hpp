@@ -190,6 +190,10 @@ class UdpEndpoint {
   // Orderly close of one connection (outstanding work completes kFlushed).
   void close(ConnId conn);
   [[nodiscard]] ConnState state(ConnId conn) const;
+  // Why a connection in kError ended: the status that ended it (a NAK's code
+  // such as kRemoteLengthError, kPeerUnreachable, kConnectTimeout, ...) with
+  // its peer and id. An empty Error for a connection in any other state.
+  [[nodiscard]] Error conn_error(ConnId conn) const;
   [[nodiscard]] std::string peer_address(ConnId conn) const;
 
   // --- work requests (queued; progress() sends them) ---

@@ -1021,6 +1021,36 @@ TEST(Udp, PeerClosesOutstandingRecvFlushed) {
   EXPECT_EQ(c.status, Status::kPeerClosed);
 }
 
+// NAK-2: a SEND longer than the receive it lands in ends the connection at
+// both ends. Each end can then ask why (conn_error), and a later post says
+// what ended the connection, not just that it is not established.
+TEST(Udp, FailedConnectionSaysWhatEndedIt) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  EXPECT_FALSE(p.client->conn_error(p.cconn));
+  std::vector<uint8_t> src(4096, 7), dst(100);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  ASSERT_FALSE(p.server->recv(p.sconn, 1, dst.data(), 100, dmr.lkey));
+  ASSERT_FALSE(p.client->send(p.cconn, 2, src.data(), 4096, smr.lkey));
+  p.server->start_progress_thread();
+  Completion c;
+  ASSERT_TRUE(p.client->wait_completion(c, 2s));
+  EXPECT_EQ(c.status, Status::kRemoteLengthError);
+  p.server->stop_progress_thread();
+  for (UdpEndpoint* ep : {p.client.get(), p.server.get()}) {
+    const ConnId id = ep == p.client.get() ? p.cconn : p.sconn;
+    const Error why = ep->conn_error(id);
+    EXPECT_EQ(why.status, Status::kRemoteLengthError) << why.message;
+    EXPECT_NE(why.message.find("kRemoteLengthError"), std::string::npos) << why.message;
+  }
+  const Error again = p.client->send(p.cconn, 3, src.data(), 10, smr.lkey);
+  EXPECT_EQ(again.status, Status::kNotConnected);
+  EXPECT_NE(again.message.find("ended with kRemoteLengthError"), std::string::npos)
+      << again.message;
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

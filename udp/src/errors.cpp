@@ -36,6 +36,16 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
     wake_thread();
     return {};
   }
+  // The engine says only "not established" of a connection that failed:
+  // name what ended it, which the application otherwise has to ask for.
+  auto it = conns.find(conn.v);
+  if (s == Status::kNotConnected && it != conns.end() && it->second.state == ConnState::kError &&
+      it->second.status != Status::kOk)
+    return make_error(s,
+                      std::string(what) + " failed: the connection ended with " +
+                          std::string(status_name(it->second.status)) + " (" +
+                          std::string(status_text(it->second.status)) + ")",
+                      conn);
   return make_error(s, std::string(what) + " failed", conn);
 }
 

@@ -214,6 +214,13 @@ ConnState UdpEndpoint::state(ConnId conn) const {
   return it == impl_->conns.end() ? ConnState::kUnknown : it->second.state;
 }
 
+Error UdpEndpoint::conn_error(ConnId conn) const {
+  auto lk = impl_->guard();
+  auto it = impl_->conns.find(conn.v);
+  if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
+  return impl_->make_error(it->second.status, "connection failed", conn);
+}
+
 std::string UdpEndpoint::peer_address(ConnId conn) const {
   auto lk = impl_->guard();
   auto it = impl_->conns.find(conn.v);
