@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -25,6 +26,22 @@ uint16_t address_port(const PeerAddr& a) {
 }
 
 bool address_is_v4(const PeerAddr& a) { return a.len == kPeerAddrLen && a.bytes[18] == 4; }
+
+uint32_t route_mtu(const PeerAddr& a, int family) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (!to_sockaddr(a, family, ss, len)) return 0;
+  const int fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  int mtu = 0;
+  socklen_t ml = sizeof(mtu);
+  // connect() on UDP only looks the route up; nothing is sent.
+  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) == 0 &&
+                  (family == AF_INET6 ? getsockopt(fd, IPPROTO_IPV6, IPV6_MTU, &mtu, &ml)
+                                      : getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &ml)) == 0;
+  ::close(fd);
+  return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : 0;
+}
 
 bool same_host(const PeerAddr& a, const PeerAddr& b) {
   return a.len == kPeerAddrLen && b.len == kPeerAddrLen && std::memcmp(a.bytes, b.bytes, 16) == 0;

@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <string>
 
+#include "address.hpp"
 #include "impl.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::udp {
 namespace {
@@ -28,6 +30,30 @@ Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId co
   if (conn.v != 0) e.message += e.peer.empty() ? " (conn " + hex(conn.v) : ", conn " + hex(conn.v);
   if (!e.peer.empty() || conn.v != 0) e.message += ")";
   e.message += ": " + std::string(status_name(s)) + ": " + std::string(status_text(s));
+  return e;
+}
+
+// The largest datagram is a full data packet: its headers (WRITE_IMM's, the
+// longest), the payload and the ICRC, in UDP and IP. On a route whose MTU
+// is smaller, IP fragments it, and fragments after the first carry no UDP
+// ports: ECMP cannot spray them, and one lost fragment loses the packet.
+Error UdpEndpoint::Impl::check_route_mtu(const PeerAddr& peer) const {
+  const uint32_t have = route_mtu(peer, family);
+  const uint32_t ip = address_is_v4(peer) ? 20 : 40;
+  const uint32_t overhead = ip + 8 + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
+                            wire::kRdmaHeaderSize + wire::kImmSize + wire::kIcrcSize;
+  const uint32_t mtu = eng->config().mtu;
+  if (have == 0 || mtu + overhead <= have) return {};
+  Error e;
+  e.status = Status::kInvalidArgument;
+  e.peer = format_address(peer);
+  e.message = "connect to " + e.peer + ": the route's MTU is " + std::to_string(have) +
+              " bytes, and a data packet of mtu " + std::to_string(mtu) + " takes " +
+              std::to_string(mtu + overhead) +
+              " with its headers: IP would fragment it, and ECMP cannot spray fragments. "
+              "Set Options::engine.mtu (metaroce-perf --mtu) to at most " +
+              std::to_string(have > overhead ? have - overhead : 0) +
+              ", or raise the interface MTU (jumbo frames)";
   return e;
 }
 

@@ -163,6 +163,7 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
                 ") cannot reach an IPv6 peer";
     return e;
   }
+  if (Error e = impl_->check_route_mtu(peer); e) return e;
   ConnId id;
   {
     auto lk = impl_->guard();
