@@ -64,13 +64,23 @@ bool names(std::string_view list, std::string_view rule) {
 
 std::span<const Check> checks() { return kChecks; }
 
-std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make,
-                        std::string_view rule) {
+std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, std::string_view rule,
+                        Abort* aborted) {
   std::vector<Result> out;
   for (const Check& c : kChecks) {
     if (!rule.empty() && !names(c.rule, rule)) continue;
     std::unique_ptr<Target> t = make();
-    out.push_back({&c, t ? c.run(*t) : Outcome{false, "the target could not be opened"}});
+    Abort stop{&c, t ? std::string() : "it could not be opened"};
+    if (t) {
+      Outcome o = c.run(*t);
+      stop.why = t->lost();
+      if (stop.why.empty()) {
+        out.push_back({&c, std::move(o)});
+        continue;
+      }
+    }
+    if (aborted != nullptr) *aborted = std::move(stop);
+    break;
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "metaroce/sim/settings.hpp"
 #include "metaroce/sim/topology.hpp"
 #include "metaroce/sim/workload.hpp"
 
@@ -36,9 +37,10 @@ class Reader {
          {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "workload", "fault"});
     SimConfig c;
     c.name = opt_string(root, "", "name").value_or("config");
-    if (auto ms = opt_number(root, "", "time_limit_ms")) {
-      if (!(*ms > 0 && *ms <= 1e9)) fail(*root.get("time_limit_ms"), "time_limit_ms: (0, 1e9]");
-      c.time_limit = SimTime{static_cast<uint64_t>(*ms * 1e9)};
+    if (auto ms = opt_number(root, "", "time_limit_ms")) {  // --set's range (settings.cpp)
+      std::string err;
+      if (!apply_setting(c, "time_limit_ms", *ms, err, "time_limit_ms"))
+        fail(*root.get("time_limit_ms"), err);
     }
     if (auto us = opt_number(root, "", "reroute_us")) {
       if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
@@ -140,10 +142,11 @@ class Reader {
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
     q.pfc_xoff_bytes = opt_bytes(t, "queue", "pfc_xoff_bytes", true);
     q.pfc_xon_bytes = opt_bytes(t, "queue", "pfc_xon_bytes", true);
-    if (const std::string e = pfc_threshold_error(q); !e.empty())
-      fail(t.contains("pfc_xon_bytes") ? *t.get("pfc_xon_bytes") : *t.get("pfc_xoff_bytes"), e);
-    if (q.ecn_kmin > q.ecn_kmax) fail(t, "queue: ecn_kmin above ecn_kmax");
-    if (q.ecn_pmax < 0 || q.ecn_pmax > 1) fail(t, "queue.ecn_pmax: must be in [0, 1]");
+    if (const std::string e = queue_spec_error(q); !e.empty()) {
+      // Located at the key the message starts with ("queue.KEY (...").
+      const std::string key = e.substr(6, e.find(' ') - 6);
+      fail(t.contains(key) ? *t.get(key) : static_cast<const toml::node&>(t), e);
+    }
     return q;
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "metaroce/wire.hpp"
@@ -299,7 +300,7 @@ void Switch::enable_pfc(const QueueSpec& q) {
     const uint64_t xoff = q.pfc_xoff_bytes.value_or(
         q.buffer_bytes > headroom + gap ? q.buffer_bytes - headroom : gap);
     const uint64_t xon = q.pfc_xon_bytes.value_or(xoff - std::min(xoff, gap));
-    if (xon > xoff)  // only with XOFF derived: pfc_threshold_error() checks the rest
+    if (xon > xoff)  // only with XOFF derived: queue_spec_error() checks the rest
       throw std::invalid_argument("queue.pfc_xon_bytes (" + std::to_string(xon) +
                                   ") is above the XOFF derived for port " + std::to_string(i) +
                                   " of switch " + std::to_string(id - net_.num_hosts()) + " (" +
@@ -309,7 +310,15 @@ void Switch::enable_pfc(const QueueSpec& q) {
   }
 }
 
-std::string pfc_threshold_error(const QueueSpec& q) {
+std::string queue_spec_error(const QueueSpec& q) {
+  if (q.ecn_kmin > q.ecn_kmax)
+    return "queue.ecn_kmin (" + std::to_string(q.ecn_kmin) + ") is above queue.ecn_kmax (" +
+           std::to_string(q.ecn_kmax) + ")";
+  if (!(q.ecn_pmax >= 0 && q.ecn_pmax <= 1)) {
+    std::ostringstream o;
+    o << "queue.ecn_pmax (" << q.ecn_pmax << ") is not in [0, 1]";
+    return o.str();
+  }
   if (q.pfc_xoff_bytes && *q.pfc_xoff_bytes > q.buffer_bytes)
     return "queue.pfc_xoff_bytes (" + std::to_string(*q.pfc_xoff_bytes) +
            ") is above queue.buffer_bytes (" + std::to_string(q.buffer_bytes) +
@@ -338,7 +347,7 @@ void Switch::pfc_release(const Packet& p, SimTime now) {
 
 Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed)
     : sched_(sched), graph_(graph) {
-  if (const std::string e = pfc_threshold_error(queue); !e.empty()) throw std::invalid_argument(e);
+  if (const std::string e = queue_spec_error(queue); !e.empty()) throw std::invalid_argument(e);
   const uint32_t h = graph_.num_hosts;
   const uint32_t n = h + graph_.num_switches;
   nodes_.assign(n, nullptr);

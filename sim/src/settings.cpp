@@ -54,6 +54,13 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
        }},
+      {"time_limit_ms",
+       "simulated-time limit, ms (default 1000; metaroce-sim --time-limit-ms, a config file's "
+       "time_limit_ms)",
+       1e-6, 1e9, false,
+       [](SimConfig& c, double v) {
+         c.time_limit = SimTime{static_cast<uint64_t>(std::llround(v * 1e9))};
+       }},
       {"reroute_us",
        "switches recompute ECMP groups without down links this long after a link goes down or "
        "up (-1: never, the default)",
@@ -146,14 +153,19 @@ std::span<const Setting> table() {
 
 }  // namespace
 
-bool apply_setting(SimConfig& cfg, std::string_view key, double value, std::string& err) {
+bool apply_setting(SimConfig& cfg, std::string_view key, double value, std::string& err,
+                   std::string_view option) {
   for (const Setting& s : table()) {
     if (key != s.key) continue;
     if (!std::isfinite(value) || value < s.min || value > s.max ||
         (s.integer && value != std::floor(value))) {
       std::ostringstream o;
-      o << "--set " << key << ": " << value << " is not "
-        << (s.integer ? "an integer " : "a value ") << "in [" << s.min << ", " << s.max << "]";
+      if (option.empty())
+        o << "--set " << key;
+      else
+        o << option;
+      o << ": " << value << " is not " << (s.integer ? "an integer " : "a value ") << "in ["
+        << s.min << ", " << s.max << "]";
       err = o.str();
       return false;
     }

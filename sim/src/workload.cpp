@@ -29,8 +29,14 @@ std::vector<FlowSpec> permutation(uint32_t hosts, uint64_t bytes, uint64_t seed)
 
 std::vector<FlowSpec> incast(uint32_t hosts, uint32_t receiver, uint32_t senders, uint64_t bytes,
                              uint64_t seed) {
-  if (receiver >= hosts || senders >= hosts)
-    throw std::invalid_argument("incast: too many senders");
+  if (receiver >= hosts)
+    throw std::invalid_argument("incast: receiver " + std::to_string(receiver) +
+                                " is not a host (" + std::to_string(hosts) + " hosts: 0.." +
+                                std::to_string(hosts - 1) + ")");
+  if (senders >= hosts)
+    throw std::invalid_argument("incast: " + std::to_string(senders) + " senders, at most " +
+                                std::to_string(hosts - 1) + " (" + std::to_string(hosts) +
+                                " hosts, one the receiver)");
   std::vector<uint32_t> cand;
   for (uint32_t i = 0; i < hosts; ++i)
     if (i != receiver) cand.push_back(i);

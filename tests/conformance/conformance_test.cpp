@@ -26,6 +26,50 @@ TEST(Conformance, EveryCheckPassesOnTheEngine) {
   }
 }
 
+// A target that cannot be opened, or is lost (Target::lost(): a remote
+// target's agent went away), stops the run there: the checks that could not
+// run are not recorded as failed, and `Abort` says where and why.
+class LosableTarget : public EngineTarget {
+ public:
+  std::string why;
+  [[nodiscard]] std::string lost() const override { return why; }
+};
+
+TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
+  size_t opened = 0;
+  Abort abort;
+  auto results = run(
+      [&]() -> std::unique_ptr<Target> {
+        if (++opened == 3) return nullptr;
+        return std::make_unique<EngineTarget>();
+      },
+      {}, &abort);
+  EXPECT_EQ(opened, 3u);
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) EXPECT_TRUE(r.outcome.passed) << r.check->rule;
+  EXPECT_EQ(abort.check, &checks()[2]);
+  EXPECT_EQ(abort.why, "it could not be opened");
+
+  opened = 0;
+  abort = {};
+  const auto losing = [&] {
+    auto t = std::make_unique<LosableTarget>();
+    if (++opened == 5) t->why = "agent, post_send: connection reset by peer";
+    return t;
+  };
+  results = run(losing, {}, &abort);
+  EXPECT_EQ(opened, 5u);
+  EXPECT_EQ(results.size(), 4u);  // the fifth check's outcome is dropped
+  EXPECT_EQ(abort.check, &checks()[4]);
+  EXPECT_EQ(abort.why, "agent, post_send: connection reset by peer");
+  opened = 0;
+  EXPECT_EQ(run(losing).size(), 4u);  // the same stop without an Abort to fill
+
+  abort = {};  // a run to the end leaves it empty
+  EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "PLACE-2", &abort).size(), 1u);
+  EXPECT_EQ(abort.check, nullptr);
+}
+
 // The engine with one fault: what it sends passes through `mutate`, and with
 // `confuse_peers` a stranger's packets arrive as the tester's.
 class FaultyTarget : public EngineTarget {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <string>
@@ -452,6 +453,21 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -1"),
        "reroute_us: [0, 1e9]"},
       {replace(s, "at_us = 30", "at_us = -30"), "at_us: expected a number of microseconds >= 0"},
+      // the ranges --set and metaroce-sim's options check (settings.cpp)
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 2e10"),
+       "t.toml:3:17: time_limit_ms: 2e+10 is not a value in [1e-06, 1e+09]"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 0"), "t.toml:3:17: time_limit_ms: 0 is"},
+      // the queue as a whole: the check --set's overrides get too (queue_spec_error)
+      {replace(s, "buffer_bytes = \"175KB\"",
+               "buffer_bytes = \"175KB\"\necn_kmin = 200000\necn_kmax = 100000"),
+       "t.toml:12:12: queue.ecn_kmin (200000) is above queue.ecn_kmax (100000)"},
+      {replace(s, "buffer_bytes = \"175KB\"", "buffer_bytes = \"175KB\"\necn_pmax = 1.5"),
+       "t.toml:12:12: queue.ecn_pmax (1.5) is not in [0, 1]"},
+      // an incast's receiver outside the topology is named as such
+      {replace(s, "kind = \"permutation\"", "kind = \"incast\"\nreceiver = 9999\nsenders = 4"),
+       "workload (incast): incast: receiver 9999 is not a host (16 hosts: 0..15)"},
+      {replace(s, "kind = \"permutation\"", "kind = \"incast\"\nsenders = 16"),
+       "workload (incast): incast: 16 senders, at most 15 (16 hosts, one the receiver)"},
       {replace(s, "kind = \"background\"\nbytes = 16384\nflows = 40\nload = 0.3",
                "kind = \"matrix\"\nfile = \"/nonexistent.tm\""),
        "cannot open '/nonexistent.tm'"},
@@ -534,6 +550,54 @@ TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
   }
   EXPECT_EQ(c.endpoint.mtu, 4096u);
   EXPECT_EQ(c.rc.mtu, 4096u);
+}
+
+// metaroce-sim's --paths, --time-limit-ms and --min-rto-us go through the
+// table under their own names: out of range, or not finite, they are refused
+// with the option named (they were clamped, ignored or overflowed).
+TEST(Settings, OptionsOfTheirOwnNameAreCheckedByTheTable) {
+  const SimConfig before = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  SimConfig c = before;
+  std::string err;
+  const struct {
+    const char* key;
+    double value;
+    const char* option;
+    const char* range;
+  } bad[] = {
+      {"num_paths", 0, "--paths", "an integer in [1, 32]"},
+      {"num_paths", -1, "--paths", "an integer in [1, 32]"},
+      {"num_paths", 33, "--paths", "an integer in [1, 32]"},
+      {"time_limit_ms", -5, "--time-limit-ms", "a value in [1e-06, 1e+09]"},
+      {"time_limit_ms", std::nan(""), "--time-limit-ms", "a value in [1e-06, 1e+09]"},
+      {"time_limit_ms", 2e10, "--time-limit-ms", "a value in [1e-06, 1e+09]"},
+      {"recovery.min_rto_us", -1, "--min-rto-us", "a value in [1, 1e+07]"},
+  };
+  for (const auto& b : bad) {
+    EXPECT_FALSE(apply_setting(c, b.key, b.value, err, b.option)) << b.option << " " << b.value;
+    EXPECT_EQ(err.rfind(std::string(b.option) + ": ", 0), 0u) << err;
+    EXPECT_NE(err.find(b.range), std::string::npos) << err;
+  }
+  EXPECT_EQ(c.endpoint.num_paths, before.endpoint.num_paths);
+  EXPECT_EQ(c.time_limit, before.time_limit);
+  EXPECT_EQ(c.endpoint.recovery.min_rto_ns, before.endpoint.recovery.min_rto_ns);
+  ASSERT_TRUE(apply_setting(c, "time_limit_ms", 5, err, "--time-limit-ms")) << err;
+  EXPECT_EQ(c.time_limit, SimTime::from_us(5000));
+  ASSERT_TRUE(apply_setting(c, "time_limit_ms", 1e9, err, "--time-limit-ms")) << err;
+  EXPECT_EQ(c.time_limit.ps, uint64_t{1'000'000'000} * 1'000'000'000);  // no overflow
+}
+
+// Each --set is in range, but together they may not be: the queue is then
+// checked as a config file's [queue] is, with the same message.
+TEST(Settings, QueueIsCheckedAsAWholeAfterTheOverrides) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  std::string err;
+  EXPECT_EQ(queue_spec_error(c.queue), "");
+  ASSERT_TRUE(apply_setting(c, "queue.ecn_kmin=200000", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "queue.ecn_kmax=100000", err)) << err;
+  EXPECT_EQ(queue_spec_error(c.queue), "queue.ecn_kmin (200000) is above queue.ecn_kmax (100000)");
+  ASSERT_TRUE(apply_setting(c, "queue.ecn_kmax=200000", err)) << err;  // kmin == kmax: a step
+  EXPECT_EQ(queue_spec_error(c.queue), "");
 }
 
 }  // namespace metaroce::sim

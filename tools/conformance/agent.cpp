@@ -12,12 +12,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/cli_parse.hpp"
 #include "metaroce/conformance/agent_protocol.hpp"
 #include "metaroce/conformance/reference_iut.hpp"
 
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
   app.add_option("--entropy-count", entropy_count, "source ports in the block (default 16)");
   app.add_option("--paths", paths, "paths per connection (the checks assume 4)")
       ->check(CLI::Range(1, 32));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   Agent ag(iut, mc::ReferenceIut::options(entropy_base, entropy_count != 0 ? entropy_count : 16,
                                           static_cast<uint8_t>(paths)));

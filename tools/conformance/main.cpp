@@ -5,17 +5,22 @@
 //   metaroce-conform [--target engine|udp] [--rule ID] [--json] [--list]
 //   metaroce-conform --target remote --agent HOST:PORT --iut A.B.C.D:PORT
 //                    --entropy-base N --entropy-count M [--tester IP] [--stranger IP]
-// Exit status 0 when every check run passed, 1 otherwise, 2 on bad options.
-#include <CLI/CLI.hpp>
+// Exit status 0 when every check passed (or skipped), 1 when one failed, 2
+// on bad options or when the target cannot be opened (nothing was checked), 3
+// when the target was lost during the run (an agent gone): the run stopped,
+// and its verdict is not the IUT's.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/cli_parse.hpp"
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/remote_target.hpp"
 #include "metaroce/conformance/suite.hpp"
 #include "metaroce/conformance/udp_target.hpp"
 
 namespace mc = metaroce::conformance;
+
+constexpr int kExitTargetLost = 3;
 
 int main(int argc, char** argv) {
   CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
@@ -24,26 +29,30 @@ int main(int argc, char** argv) {
   mc::RemoteOptions remote;
   app.add_option("--target", which, "the implementation under test")
       ->check(CLI::IsMember({"engine", "udp", "remote"}));
-  app.add_option("--agent", remote.agent, "remote: the agent's HOST:PORT (TCP)");
-  app.add_option("--iut", remote.iut,
-                 "remote: the A.B.C.D:PORT or [IPV6]:PORT the IUT receives on (UDP)");
-  app.add_option("--entropy-base", remote.entropy_base,
-                 "remote: the IUT's first UDP source port (the tester binds the same ports)");
-  app.add_option("--entropy-count", remote.entropy_count,
-                 "remote: source ports in the IUT's block (at least 16)");
-  app.add_option("--min-wait-us", remote.min_wait_us,
-                 "remote: the least time the tester waits for the IUT's reply")
-      ->capture_default_str();
-  app.add_option("--tester", remote.tester_ip,
-                 "remote: the tester's address, of the IUT's family (IPv4 or IPv6)")
-      ->capture_default_str();
-  app.add_option("--stranger", remote.stranger_ip,
-                 "remote: another local address of that family, unknown to the IUT")
-      ->capture_default_str();
+  // Options of --target remote only: with another target they would be
+  // ignored, and a vendor who forgot --target would see the engine pass.
+  const CLI::Option* const remote_only[] = {
+      app.add_option("--agent", remote.agent, "remote: the agent's HOST:PORT (TCP)"),
+      app.add_option("--iut", remote.iut,
+                     "remote: the A.B.C.D:PORT or [IPV6]:PORT the IUT receives on (UDP)"),
+      app.add_option("--entropy-base", remote.entropy_base,
+                     "remote: the IUT's first UDP source port (the tester binds the same ports)"),
+      app.add_option("--entropy-count", remote.entropy_count,
+                     "remote: source ports in the IUT's block (at least 16)"),
+      app.add_option("--min-wait-us", remote.min_wait_us,
+                     "remote: the least time the tester waits for the IUT's reply")
+          ->capture_default_str(),
+      app.add_option("--tester", remote.tester_ip,
+                     "remote: the tester's address, of the IUT's family (IPv4 or IPv6)")
+          ->capture_default_str(),
+      app.add_option("--stranger", remote.stranger_ip,
+                     "remote: another local address of that family, unknown to the IUT")
+          ->capture_default_str(),
+  };
   app.add_option("--rule", rule, "run only the checks of this rule ID (e.g. PLACE-2)");
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--list", list, "list the checks and exit");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   if (list) {
     for (const mc::Check& c : mc::checks())
@@ -51,6 +60,14 @@ int main(int argc, char** argv) {
                   static_cast<int>(c.title.size()), c.title.data());
     return 0;
   }
+  if (which != "remote")
+    for (const CLI::Option* o : remote_only)
+      if (o->count() > 0) {
+        std::fprintf(stderr,
+                     "metaroce-conform: %s is an option of --target remote (the target is %s)\n",
+                     o->get_name().c_str(), which.c_str());
+        return metaroce::tools::kExitBadOptions;
+      }
   if (which == "remote" && (remote.agent.empty() || remote.iut.empty() ||
                             remote.entropy_base == 0 || remote.entropy_count == 0)) {
     std::fprintf(stderr,
@@ -61,22 +78,32 @@ int main(int argc, char** argv) {
   std::string name, why;
   const auto target = [&]() -> std::unique_ptr<mc::Target> {
     std::unique_ptr<mc::Target> t;
+    why.clear();
     if (which == "udp")
       t = mc::UdpTarget::open(why);
     else if (which == "remote")
       t = mc::RemoteTarget::open(remote, why);
     else
       t = std::make_unique<mc::EngineTarget>();
-    if (t)
-      name = t->name();
-    else  // also when a check's own target fails to open
-      std::fprintf(stderr, "metaroce-conform: cannot open the %s target: %s\n", which.c_str(),
-                   why.c_str());
+    if (t) name = t->name();
     return t;
   };
-  if (!target()) return 2;
-  const std::vector<mc::Result> results = mc::run(target, rule);
-  if (results.empty()) {
+  if (!target()) {
+    std::fprintf(stderr, "metaroce-conform: cannot open the %s target: %s\n", which.c_str(),
+                 why.c_str());
+    return metaroce::tools::kExitBadOptions;
+  }
+  mc::Abort abort;
+  const std::vector<mc::Result> results = mc::run(target, rule, &abort);
+  std::string stopped;  // why the run stopped early: no verdict on the IUT
+  if (abort.check != nullptr) {
+    if (!why.empty()) abort.why += ": " + why;  // why the target did not open
+    stopped = "stopped during check " + std::string(abort.check->rule) + " (" +
+              std::to_string(results.size()) +
+              " checks done): " + (which == "remote" ? "the agent" : "the target") +
+              " was lost: " + abort.why;
+    std::fprintf(stderr, "metaroce-conform: %s\n", stopped.c_str());
+  } else if (results.empty()) {
     std::fprintf(stderr, "metaroce-conform: no check names rule '%s' (--list shows them)\n",
                  rule.c_str());
     return 2;
@@ -93,6 +120,7 @@ int main(int argc, char** argv) {
     j["passed"] = passed;
     j["failed"] = failed;
     j["skipped"] = skipped;
+    if (!stopped.empty()) j["stopped"] = stopped;
     j["checks"] = nlohmann::json::array();
     for (const mc::Result& r : results)
       j["checks"].push_back({{"rule", r.check->rule},
@@ -111,7 +139,9 @@ int main(int argc, char** argv) {
                   static_cast<int>(r.check->rule.size()), r.check->rule.data(),
                   static_cast<int>(r.check->title.size()), r.check->title.data(),
                   r.outcome.detail.empty() ? "" : ": ", r.outcome.detail.c_str());
-    std::printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
+    std::printf("%zu passed, %zu failed, %zu skipped%s\n", passed, failed, skipped,
+                stopped.empty() ? "" : "; the run STOPPED, the other checks did not run");
   }
+  if (!stopped.empty()) return kExitTargetLost;
   return failed == 0 ? 0 : 1;
 }

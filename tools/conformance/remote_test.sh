@@ -3,7 +3,9 @@
 # 127.0.0.1 and the suite against it through --target remote; every check
 # must end as it does with --target udp (the same driver in process).
 # Ports are random (the agent's TCP port is the kernel's choice; the IUT's
-# block is drawn as UdpTarget draws its own) and taken again on a collision.
+# block is drawn as UdpTarget draws its own) and taken again on a collision
+# (metaroce-conform exit 2, or 3 with the agent still alive); an agent that
+# dies during the run fails the test.
 # The agent is always killed.
 # With "ipv6" the IUT, the tester and the stranger speak IPv6: the test
 # re-runs itself in a network namespace of its own (root: unshare -n; it
@@ -33,14 +35,8 @@ if [ "$family" = ipv6 ]; then
   iut_host='[::1]'
 fi
 dir=$(mktemp -d)
-agent_pid=
-stop_agent() {
-  if [ -n "$agent_pid" ]; then
-    kill "$agent_pid" 2>/dev/null
-    wait "$agent_pid" 2>/dev/null
-    agent_pid=
-  fi
-}
+# shellcheck source=SCRIPTDIR/agent.sh
+. "$(dirname "$0")/agent.sh"
 trap 'stop_agent; rm -rf "$dir"' EXIT
 trap 'exit 1' INT TERM HUP
 
@@ -49,31 +45,27 @@ trap 'exit 1' INT TERM HUP
 udp_rc=$?
 rc=2
 for attempt in 1 2 3 4 5 6 7 8; do
-  base=$((33000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 1500 * 16))
-  iut=$iut_host:$((base - 1))
-  # timeout: an agent outlives nothing, not even a test killed outright.
-  timeout 600 "$agent" --listen "$listen_host:0" --iut "$iut" --entropy-base "$base" --entropy-count 16 \
-    >"$dir/agent.out" 2>"$dir/agent.err" &
-  agent_pid=$!
-  listen=
-  for _ in $(seq 200); do
-    listen=$(sed -n 's/.*listening on \([^,]*\),.*/\1/p' "$dir/agent.out")
-    [ -n "$listen" ] && break
-    kill -0 "$agent_pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if [ -z "$listen" ]; then
+  if ! start_agent "$agent" "$listen_host" "$iut_host" "$dir"; then
     echo "attempt $attempt: the agent did not start: $(cat "$dir/agent.err")" >&2
-    stop_agent
     continue
   fi
   # shellcheck disable=SC2086 # tester_args: none, or two options and their values
   "$conform" --target remote --agent "$listen" --iut "$iut" --entropy-base "$base" \
     --entropy-count 16 $tester_args >"$dir/remote.txt"
   rc=$?
+  # metaroce-conform: 2, the target did not open (before any check: the
+  # tester's or the IUT's ports taken); 3, it was lost midway (the agent
+  # died, or could not open a fresh IUT: a port taken since). A dead agent is
+  # a failure of its own; otherwise another block.
+  agent_died=
+  kill -0 "$agent_pid" 2>/dev/null || agent_died=1
   stop_agent
-  [ "$rc" -ne 2 ] && break
-  echo "attempt $attempt: the tester could not open its ports; another block" >&2
+  if [ "$rc" -eq 3 ] && [ -n "$agent_died" ]; then
+    echo "attempt $attempt: the agent died during the run" >&2
+    break
+  fi
+  [ "$rc" -ne 2 ] && [ "$rc" -ne 3 ] && break
+  echo "attempt $attempt: the target could not be opened (exit $rc); another block" >&2
 done
 
 echo "--- --target udp (exit $udp_rc)"

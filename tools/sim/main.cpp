@@ -3,11 +3,11 @@
 //   [--list-links]
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
+#include "common/cli_parse.hpp"
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/settings.hpp"
@@ -20,8 +20,19 @@ int main(int argc, char** argv) {
   std::string transport = "metaroce";
   uint64_t seed = 1;
   bool json = false, list = false, no_timing = false, progress = false, quiet = false;
-  double time_limit_ms = 0, min_rto_us = 0;
-  int num_paths = 0;
+  // Options that are --set keys under a name of their own: the table's range
+  // checks (settings.cpp) hold for them too.
+  struct Alias {
+    const char* option;
+    const char* key;
+    const char* help;
+    double value = 0;
+  };
+  Alias aliases[] = {
+      {"--time-limit-ms", "time_limit_ms", "simulated-time limit (default 1000 ms)"},
+      {"--min-rto-us", "recovery.min_rto_us", "override recovery.min_rto_ns"},
+      {"--paths", "num_paths", "override num_paths (1..32)"},
+  };
   bool fabric_ecn = false, no_dcqcn = false, list_links_flag = false, cold = false;
   OutputOptions out;
   std::vector<std::string> settings;
@@ -40,9 +51,7 @@ int main(int argc, char** argv) {
                "omit wall time, events/s and RSS (byte-identical output)");
   app.add_flag("--progress", progress, "progress on stderr (default when stderr is a terminal)");
   app.add_flag("-q,--quiet", quiet, "no progress");
-  app.add_option("--time-limit-ms", time_limit_ms, "simulated-time limit (default 1000 ms)");
-  app.add_option("--min-rto-us", min_rto_us, "override recovery.min_rto_ns");
-  app.add_option("--paths", num_paths, "override num_paths (1..32)");
+  for (Alias& a : aliases) app.add_option(a.option, a.value, a.help);
   app.add_flag("--fabric-ecn", fabric_ecn,
                "rocev2/irn: keep the preset's ECN marking (default: DCQCN's 5 KB / 200 KB / 1 %)");
   app.add_flag("--cold", cold,
@@ -71,7 +80,7 @@ int main(int argc, char** argv) {
                  "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
                  "applied after the preset or config file");
   app.add_flag("--list-settings", list_settings, "list the keys --set takes and exit");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   if (list) {
     for (const auto& n : preset_names()) std::cout << n << "\n";
@@ -102,27 +111,28 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (time_limit_ms > 0) cfg.time_limit = SimTime{static_cast<uint64_t>(time_limit_ms * 1e9)};
-  if (min_rto_us > 0) cfg.endpoint.recovery.min_rto_ns = static_cast<uint64_t>(min_rto_us * 1000);
-  if (num_paths > 0) cfg.endpoint.num_paths = static_cast<uint8_t>(std::min(num_paths, 32));
+  const auto bad_option = [](const std::string& why) {
+    std::cerr << "metaroce-sim: " << why << "\n";
+    return metaroce::tools::kExitBadOptions;
+  };
+  std::string err;
+  for (const Alias& a : aliases)
+    if (app.count(a.option) > 0 && !apply_setting(cfg, a.key, a.value, err, a.option))
+      return bad_option(err);
   if (fabric_ecn) cfg.rc.own_ecn = false;
   if (no_dcqcn) cfg.rc.dcqcn = false;
   if (cold) cfg.preconnect = false;
-  for (const auto& s : settings) {
-    std::string err;
-    if (!apply_setting(cfg, s, err)) {
-      std::cerr << "metaroce-sim: " << err << "\n";
-      return 2;
-    }
-  }
+  for (const auto& s : settings)
+    if (!apply_setting(cfg, s, err)) return bad_option(err);
+  // The queue as a whole, as a config file's [queue] is checked: each --set
+  // was in range, but ecn_kmin may now be above ecn_kmax.
+  if (const std::string e = queue_spec_error(cfg.queue); !e.empty()) return bad_option(e);
   if (list_links_flag) {
     std::cout << list_links(cfg.topo);
     return 0;
   }
-  if (sample_us <= 0) {
-    std::cerr << "--sample-us must be > 0\n";
-    return 2;
-  }
+  if (!(sample_us > 0 && sample_us <= 1e9))  // nan too; 1e9 us in ps fits 64 bits
+    return bad_option("--sample-us: " + std::to_string(sample_us) + " is not in (0, 1e9]");
   out.sample_interval = SimTime{static_cast<uint64_t>(sample_us * 1e6)};
   if (!out.pcap_link.empty() && out.pcap_path.empty())
     out.pcap_path = cfg.name + "-" + transport + ".pcap";  // the preset's or config file's name
@@ -136,7 +146,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   sim->run();
-  std::string err;
   if (!sim->close_output(err)) {
     std::cerr << err << "\n";
     return 2;

@@ -55,16 +55,16 @@ class RemoteTarget : public Target {
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
 
-  // The last failure of the agent connection itself (empty if none); the
-  // target answers every later request as failed.
-  [[nodiscard]] const std::string& broken() const { return broken_; }
+  // The failure of the agent connection itself (empty if none); the target
+  // answers every later request as failed.
+  [[nodiscard]] std::string lost() const override { return broken_; }
 
  private:
   RemoteTarget(int fd, const RemoteOptions& o)
       : channel_(fd), timeout_ms_(o.timeout_ms), min_wait_us_(o.min_wait_us) {}
   // Sends one request and reads its reply. False when the agent answered
   // "ok": false (`reply` holds its "error") or the connection broke (then
-  // broken_ says how, once on stderr too).
+  // broken_ says how).
   bool call(const nlohmann::json& request, nlohmann::json& reply);
   // Unsigned field `key` of a reply to `op` (at most `max`); a reply
   // without it breaks the connection as malformed.

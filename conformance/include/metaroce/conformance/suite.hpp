@@ -35,9 +35,19 @@ struct Result {
   Outcome outcome;
 };
 
+// Why a run stopped before its last check: the target of `check` could not
+// be opened (`make` gave nullptr) or was lost during it (Target::lost(), in
+// `why`). Either says nothing of the IUT: no result is recorded for `check`.
+struct Abort {
+  const Check* check = nullptr;  // nullptr: the run was not aborted
+  std::string why;
+};
+
 // Runs the checks whose rule list names `rule` (all when empty), each on a
-// target of its own from `make`.
+// target of its own from `make`, and returns the results of those that ran
+// to the end. When a target cannot be opened or is lost, the run stops there
+// and `*aborted` (if given) says at which check and why.
 [[nodiscard]] std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make,
-                                      std::string_view rule = {});
+                                      std::string_view rule = {}, Abort* aborted = nullptr);
 
 }  // namespace metaroce::conformance

@@ -70,6 +70,11 @@ class Target {
   [[nodiscard]] virtual bool poll_completion(Completion& out) = 0;
   // The state of path slot `path` of a connection (spec PathStats).
   [[nodiscard]] virtual bool path_stats(ConnId conn, size_t path, PathStats& out) = 0;
+
+  // Why the target itself can no longer be driven (a remote target's agent
+  // went away or broke the protocol), empty while it can. The suite then
+  // stops: what the IUT did after that says nothing about it.
+  [[nodiscard]] virtual std::string lost() const { return {}; }
 };
 
 }  // namespace metaroce::conformance

@@ -58,7 +58,7 @@ struct LinkSpec {
 // simulation sets a frame to the transport's mtu + 104, 4200 B at the default
 // MTU). pfc_xoff_bytes and pfc_xon_bytes, when set, replace the derived
 // thresholds at every switch port (XON alone: XOFF stays derived; XOFF alone:
-// XON = XOFF - 2 frames); pfc_threshold_error() says what is wrong with them,
+// XON = XOFF - 2 frames); queue_spec_error() says what is wrong with them,
 // and Network refuses them. Output ports then have no
 // drop-tail limit (their occupancy is bounded by the ingress limits); a packet
 // that would take an ingress over buffer_bytes is dropped and counted (it
@@ -87,10 +87,13 @@ struct QueueSpec {
   bool trim_priority = true;
 };
 
-// Why q's PFC thresholds cannot work, naming the keys (queue.pfc_xon_bytes
-// above queue.pfc_xoff_bytes, or XOFF above buffer_bytes); empty if they can.
-// A threshold left to be derived is checked per port by Network.
-[[nodiscard]] std::string pfc_threshold_error(const QueueSpec& q);
+// Why q cannot work, in one line that starts with the key at fault
+// ("queue.KEY (VALUE) ..."): ecn_kmin above ecn_kmax, ecn_pmax outside
+// [0, 1], pfc_xon_bytes above pfc_xoff_bytes, or XOFF above buffer_bytes;
+// empty if it can. The one check of a [queue] table (config_file.cpp), of
+// the queue after metaroce-sim's --set overrides, and of Network's own
+// argument. A PFC threshold left to be derived is checked per port by Network.
+[[nodiscard]] std::string queue_spec_error(const QueueSpec& q);
 
 struct PortStats {
   uint64_t tx_packets = 0;

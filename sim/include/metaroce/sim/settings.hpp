@@ -13,9 +13,11 @@
 namespace metaroce::sim {
 
 // Applies `key` = `value` to `cfg`. Returns false with a message in `err` for
-// an unknown key or a value out of the key's range; `cfg` is then unchanged.
+// an unknown key or a value out of the key's range (or not finite); `cfg` is
+// then unchanged. The message names the value as `option` ("--paths", a
+// config file's key), or as "--set KEY" when `option` is empty.
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view key, double value,
-                                 std::string& err);
+                                 std::string& err, std::string_view option = {});
 
 // "KEY=VALUE" as given on a command line.
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);

@@ -1,0 +1,65 @@
+#!/bin/sh
+# ctest conformance.cli: metaroce-conform and metaroce-conform-agent exit 2
+# on bad command lines (CLI11's errors included; --help exits 0), the
+# options of --target remote are refused with any other target (the engine
+# would be checked instead, and pass), and a run whose agent dies midway
+# stops with exit 3, naming the check, instead of failing the checks left
+# (conformance/README.md, exit statuses).
+#   cli_test.sh METAROCE_CONFORM METAROCE_CONFORM_AGENT
+set -u
+conform=$1
+agent=$2
+here=$(dirname "$0")
+# shellcheck source=SCRIPTDIR/../expect_exit.sh
+. "$here/../expect_exit.sh"
+# shellcheck source=SCRIPTDIR/../../tools/conformance/agent.sh
+. "$here/../../tools/conformance/agent.sh"
+
+only='is an option of --target remote \(the target is (engine|udp)\)'
+expect 2 "^metaroce-conform: --agent $only" "$conform" --agent 127.0.0.1:7000 \
+  --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16
+expect 2 "^metaroce-conform: --iut $only" "$conform" --target engine --iut 127.0.0.1:40000
+expect 2 "^metaroce-conform: --entropy-base $only" "$conform" --entropy-base 40001
+expect 2 "^metaroce-conform: --entropy-count $only" "$conform" --target udp --entropy-count 16
+expect 2 "^metaroce-conform: --tester $only" "$conform" --tester 127.0.0.3
+expect 2 "^metaroce-conform: --stranger $only" "$conform" --stranger 127.0.0.4
+expect 2 "^metaroce-conform: --min-wait-us $only" "$conform" --min-wait-us 5000
+expect 2 'needs --agent, --iut' "$conform" --target remote --agent 127.0.0.1:7000
+# CLI11's own errors: its message, the documented exit status.
+expect 2 'no-such-option' "$conform" --no-such-option
+expect 2 'target' "$conform" --target nic
+expect 2 'entropy-base' "$conform" --target remote --entropy-base 70000
+expect 0 '' "$conform" --help
+expect 2 'no-such-option' "$agent" --listen 127.0.0.1:0 --iut 127.0.0.1:40000 --no-such-option
+expect 2 'listen' "$agent" --iut 127.0.0.1:40000
+expect 0 '' "$agent" --help
+
+# The agent dies during a run (which lasts several seconds): exit 3, the
+# check that was running named, no verdict.
+dir=$(mktemp -d)
+trap 'stop_agent; rm -rf "$dir"' EXIT
+trap 'exit 1' INT TERM HUP
+rc=2
+for _ in 1 2 3 4 5; do
+  start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+  timeout 120 "$conform" --target remote --agent "$listen" --iut "$iut" --entropy-base "$base" \
+    --entropy-count 16 >"$dir/run.out" 2>"$dir/run.err" &
+  conform_pid=$!
+  sleep 1
+  stop_agent
+  wait "$conform_pid"
+  rc=$?
+  [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
+done
+cat "$dir/run.out" "$dir/run.err"
+if [ "$rc" -ne 3 ]; then
+  echo "FAIL: the agent killed midway: exit $rc, wanted 3"
+  failures=$((failures + 1))
+elif ! grep -Eq '^metaroce-conform: stopped during check [A-Z]+-[0-9].*: the agent was lost: ' \
+  "$dir/run.err"; then
+  echo "FAIL: the agent killed midway: no 'stopped during check ...: the agent was lost' line"
+  failures=$((failures + 1))
+else
+  echo "ok:   the agent killed midway -> exit 3"
+fi
+finish

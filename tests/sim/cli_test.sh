@@ -1,0 +1,35 @@
+#!/bin/sh
+# ctest sim.cli.bad-options-exit-2: metaroce-sim refuses bad option values
+# and bad command lines with exit 2 (docs/sim/README.md) and one line naming
+# the option and its range, instead of clamping, ignoring or overflowing
+# them; --help still exits 0.
+#   cli_test.sh METAROCE_SIM
+set -u
+sim=$1
+# shellcheck source=SCRIPTDIR/../expect_exit.sh
+. "$(dirname "$0")/../expect_exit.sh"
+# sim_expect RC PATTERN ARGS...: expect, quietly and without timings.
+sim_expect() {
+  want=$1 pat=$2
+  shift 2
+  expect "$want" "$pat" "$sim" -q --no-timing "$@"
+}
+paths='--paths: .* is not an integer in \[1, 32\]'
+for v in 0 -1 33 2.5; do sim_expect 2 "^metaroce-sim: $paths" --paths "$v"; done
+limit='--time-limit-ms: .* is not a value in \[1e-06, 1e\+09\]'
+for v in -5 nan 2e10 0; do sim_expect 2 "^metaroce-sim: $limit" --time-limit-ms "$v"; done
+sim_expect 2 '^metaroce-sim: --min-rto-us: -1 is not a value in \[1, 1e\+07\]' --min-rto-us -1
+sim_expect 2 '^metaroce-sim: --set num_paths: 0 is not' --set num_paths=0
+for v in 0 nan; do sim_expect 2 '^metaroce-sim: --sample-us: .* is not in \(0, 1e9\]' --sample-us "$v"; done
+# Each in range, together not: the config file's rule and message.
+sim_expect 2 '^metaroce-sim: queue.ecn_kmin \(200000\) is above queue.ecn_kmax \(100000\)$' \
+  --set queue.ecn_kmin=200000 --set queue.ecn_kmax=100000
+# CLI11's own errors: its message, the tools' exit status for bad options.
+sim_expect 2 'no-such-option' --no-such-option
+sim_expect 2 'seed' --seed abc
+sim_expect 2 '' --paths
+sim_expect 0 '' --help
+# Values in range still run (a small preset, a short limit).
+sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
+  --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000
+finish
