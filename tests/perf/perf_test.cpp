@@ -495,6 +495,28 @@ Common small_common() {
   return common;
 }
 
+// The server's messages about a connection name its state and what ended
+// it: for a failed one the status the driver kept (it said "state 3").
+TEST(PerfSession, ConnectionStateTextSaysWhatEndedIt) {
+  Common common = small_common();
+  common.peer_timeout_ms = kMinPeerTimeoutMs;
+  PerfPair p = perf_pair(common);
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  EXPECT_EQ(conn_state_text(*p.server, p.sconn), "established");
+  p.client->close(false);  // gone without a DISCONNECT
+  CtrlOut out;
+  Ctrl m;
+  m.type = MsgType::kResult;
+  ASSERT_FALSE(send_ctrl(*p.server, p.sconn, m, out, 1));  // never acknowledged
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (p.server->state(p.sconn) == udp::ConnState::kEstablished && Clock::now() < deadline)
+    p.server->wait(std::chrono::milliseconds(1));
+  ASSERT_EQ(p.server->state(p.sconn), udp::ConnState::kError);
+  EXPECT_EQ(conn_state_text(*p.server, p.sconn),
+            "failed: ended with kPeerUnreachable (" +
+                std::string(status_text(Status::kPeerUnreachable)) + ")");
+}
+
 // --iters N: the generator posts exactly N messages, however deep the
 // queue (it used to fill the depth past the last: --iters 1 sent 64).
 TEST(PerfGenerator, PostsNoMoreThanItsLimitInAll) {

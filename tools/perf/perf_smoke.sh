@@ -273,8 +273,10 @@ if [[ $rc -eq 0 || $waited -gt 5 ]] ||
   echo "FAIL: second signal"; cat "$tmp/frozen2.err"; fail=1
 fi
 expect_server_says "without Done" "the server's message lacks the peer and connection"
-# ... and names the connection's state (it said "connection state 2").
-if ! grep "without Done" "$tmp/server.log" | grep -qE "\): connection (closed|failed)"; then
+# ... and names the connection's state and what ended it (it said
+# "connection state 2").
+if ! grep "without Done" "$tmp/server.log" |
+   grep -qE "\): connection (closed|failed): ended with k[A-Za-z]+ \("; then
   echo "FAIL: the server's message does not name the connection's state"; fail=1
 fi
 

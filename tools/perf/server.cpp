@@ -141,7 +141,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
     // A client that gave up waiting has closed by now, say.
     std::fprintf(stderr, "no test with %s: %s (connection %s)\n", peer_and_conn(ep, conn).c_str(),
                  err ? err.message.c_str() : "cannot register a receive buffer for its Hello",
-                 conn_state_name(ep.state(conn)));
+                 conn_state_text(ep, conn).c_str());
     close_and_drain(ep, conn);
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
@@ -149,7 +149,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
   Ctrl hello;
   if (!wait_ctrl(ep, sink, nullptr, hello, 5000ms) || hello.type != MsgType::kHello) {
     std::fprintf(stderr, "no Hello from %s within 5 s (connection %s)\n",
-                 peer_and_conn(ep, conn).c_str(), conn_state_name(ep.state(conn)));
+                 peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn).c_str());
     close_and_drain(ep, conn);
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
@@ -280,14 +280,11 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
   } else if (!got_done && g_stop) {
     std::fprintf(stderr, "test interrupted (%s)\n", peer_and_conn(ep, conn).c_str());
   } else if (!got_done) {
-    const auto st = ep.state(conn);
     Completion c;  // those of the round that found the connection gone
     while (cause == Status::kOk && ep.poll_completion(c))
       if (!busy.on_completion(c)) note(c);
-    std::fprintf(stderr, "test ended without Done (%s): connection %s%s%s\n",
-                 peer_and_conn(ep, conn).c_str(), conn_state_name(st),
-                 cause != Status::kOk ? ": " : "",
-                 cause != Status::kOk ? std::string(status_text(cause)).c_str() : "");
+    std::fprintf(stderr, "test ended without Done (%s): connection %s\n",
+                 peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn, cause).c_str());
   } else {
     // Let the generator's outstanding work finish before reporting.
     const auto until = Clock::now() + 2s;

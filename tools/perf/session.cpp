@@ -151,15 +151,19 @@ std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn) {
   return "peer " + ep.peer_address(conn) + ", conn " + id;
 }
 
-const char* conn_state_name(udp::ConnState s) {
-  switch (s) {
-    case udp::ConnState::kConnecting: return "connecting";
-    case udp::ConnState::kEstablished: return "established";
-    case udp::ConnState::kClosed: return "closed";
-    case udp::ConnState::kError: return "failed (error state)";
-    case udp::ConnState::kUnknown: return "unknown (gone)";
+std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen) {
+  const char* name = "?";
+  switch (ep.state(conn)) {
+    case udp::ConnState::kConnecting: name = "connecting"; break;
+    case udp::ConnState::kEstablished: name = "established"; break;
+    case udp::ConnState::kClosed: name = "closed"; break;
+    case udp::ConnState::kError: name = "failed"; break;
+    case udp::ConnState::kUnknown: name = "unknown (gone)"; break;
   }
-  return "?";
+  if (const udp::Error e = ep.conn_error(conn)) seen = e.status;
+  if (seen == Status::kOk) return name;
+  return std::string(name) + ": ended with " + std::string(status_name(seen)) + " (" +
+         std::string(status_text(seen)) + ")";
 }
 
 double pct(std::vector<uint32_t>& v, double q) {

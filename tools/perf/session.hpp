@@ -106,8 +106,11 @@ PathReport path_report(const PathStats& p, size_t slot, size_t slots);
 // driver's own errors say it.
 std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn);
 
-// "established", "closed", "error"...: a connection state as a message says it.
-const char* conn_state_name(udp::ConnState s);
+// A connection's state as a message says it ("established", "closed"...),
+// with what ended it: for a failed one the status the driver kept
+// (conn_error), else `seen` (a failed completion's, say) unless kOk:
+// "failed: ended with kPeerUnreachable (peer unreachable: ...)".
+std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen = Status::kOk);
 
 // The q-quantile of v in microseconds (v holds nanoseconds; reordered).
 double pct(std::vector<uint32_t>& v, double q);
