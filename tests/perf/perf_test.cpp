@@ -222,6 +222,38 @@ TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
   EXPECT_NE(refusal_text(Refusal::kTooLarge).find("4 GiB"), std::string::npos);
 }
 
+// A busy refusal names the client whose test runs in bytes 64..111 of the
+// HelloAck; an older server's HelloAck has zeros there: no name.
+TEST(PerfControl, BusyHelloAckNamesTheRunningClient) {
+  Ctrl ack;
+  ack.type = MsgType::kHelloAck;
+  ack.refusal = static_cast<uint32_t>(Refusal::kBusy);
+  ack.busy_with = "[fd00::1234:5678:9abc:def0]:4792";
+  uint8_t bytes[kCtrlBytes];
+  encode(ack, bytes);
+  Ctrl out;
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(static_cast<Refusal>(out.refusal), Refusal::kBusy);
+  EXPECT_EQ(out.busy_with, ack.busy_with);
+  EXPECT_EQ(out.bytes, 0u);
+  EXPECT_EQ(refusal_text(Refusal::kBusy, out.busy_with),
+            "server busy: a test with [fd00::1234:5678:9abc:def0]:4792 is running");
+  EXPECT_EQ(refusal_text(Refusal::kBusy), "server busy: another test is running");
+  ack.busy_with = std::string(60, 'x');  // kept within the message, NUL-terminated
+  encode(ack, bytes);
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.busy_with, std::string(kBusyWithBytes - 1, 'x'));
+  ack.busy_with.clear();
+  encode(ack, bytes);
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.busy_with, "");
+  // Other messages keep their fields there.
+  encode(every_field_set(), bytes);
+  ASSERT_TRUE(decode(bytes, out));
+  EXPECT_EQ(out.busy_with, "");
+  EXPECT_EQ(out.rev_ns, 11u);
+}
+
 // A send's receive ring holds qd + 1 messages at the fewest, at the server
 // (and with --bidir at the client): check_hello counts it, which size x qd
 // alone does not.
@@ -397,6 +429,18 @@ PerfPair perf_pair(const Common& common) {
   return p;
 }
 
+// The server's Sink for `tp` (with the memory a write or read reaches, a
+// read's filled with the pattern) and the client's Generator aimed at it.
+testing::AssertionResult aim_generator(PerfPair& p, const TestParams& tp, Sink& data,
+                                       Generator& gen) {
+  if (!data.setup(*p.server, p.sconn, tp,
+                  plan_buffers(Side::kServer, tp.op, tp.size, tp.qd, tp.bidir).ring) ||
+      !data.expose(tp.size, tp.qd, tp.op == Op::kRead) ||
+      !gen.setup(*p.client, p.cconn, tp, data.mem_mr.addr, data.mem_mr.rkey))
+    return testing::AssertionFailure() << "cannot register the buffers";
+  return testing::AssertionSuccess();
+}
+
 // --op read --verify: each generator slot is read again from the same server
 // slot every qd messages, so it already holds the expected pattern. Before a
 // READ is posted, every byte of its slot must be poisoned: a byte the READ
@@ -413,11 +457,8 @@ TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
   tp.qd = 4;
   tp.verify = true;
   Sink data;
-  ASSERT_TRUE(data.setup(*p.server, p.sconn, tp,
-                         plan_buffers(Side::kServer, tp.op, tp.size, tp.qd, tp.bidir).ring));
-  ASSERT_TRUE(data.expose(tp.size, tp.qd, true));
   Generator gen;
-  ASSERT_TRUE(gen.setup(*p.client, p.cconn, tp, data.mem_mr.addr, data.mem_mr.rkey));
+  ASSERT_TRUE(aim_generator(p, tp, data, gen));
   const auto drive = [&](uint64_t want) {
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     while (gen.completed < want && Clock::now() < deadline) {
@@ -430,12 +471,12 @@ TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
   // The first round (its slots poisoned before the client connects).
   for (uint32_t s = 0; s < tp.qd; ++s)
     EXPECT_EQ(pattern_check(gen.slot(s), tp.size, s), tp.size) << "slot " << s;
-  ASSERT_TRUE(gen.pump(true));
+  ASSERT_TRUE(gen.pump(Generator::kNoLimit));
   drive(tp.qd);
   ASSERT_EQ(gen.completed, tp.qd);
   // The slots now hold what the first round's READs delivered (made sure of).
   for (uint32_t s = 0; s < tp.qd; ++s) pattern_fill(gen.slot(s), tp.size, s);
-  ASSERT_TRUE(gen.pump(true));
+  ASSERT_TRUE(gen.pump(Generator::kNoLimit));
   ASSERT_EQ(gen.posted, 2u * tp.qd);
   // Nothing has moved yet (no progress call): no byte may pass as delivered.
   for (uint32_t s = 0; s < tp.qd; ++s)
@@ -446,53 +487,215 @@ TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
   EXPECT_EQ(gen.verify_errors, 0u);
 }
 
-// A Hello that asks for more than a server serves (here: 2 GiB messages)
-// gets a HelloAck that says why, and the server stays up for the next client.
-TEST(PerfServer, RefusesAnOversizedHelloWithItsReason) {
-  using namespace std::chrono_literals;
+// Two paths over four source ports: enough on loopback.
+Common small_common() {
   Common common;
   common.paths = 2;
   common.entropy_count = 4;
-  std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    const std::string addr = "127.0.0.1:" + std::to_string(20000 + rng() % 12000);
-    std::atomic<bool> ended{false};
-    g_stop = 0;
-    std::thread server([&] {
-      (void)run_server(addr, common, false);
-      ended = true;
-    });
-    std::this_thread::sleep_for(200ms);
-    if (ended) {  // its ports were taken: another port
-      server.join();
-      continue;
+  return common;
+}
+
+// The server's messages about a connection name its state and what ended
+// it: for a failed one the status the driver kept (it said "state 3").
+TEST(PerfSession, ConnectionStateTextSaysWhatEndedIt) {
+  Common common = small_common();
+  common.peer_timeout_ms = kMinPeerTimeoutMs;
+  PerfPair p = perf_pair(common);
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  EXPECT_EQ(conn_state_text(*p.server, p.sconn), "established");
+  p.client->close(false);  // gone without a DISCONNECT
+  CtrlOut out;
+  Ctrl m;
+  m.type = MsgType::kResult;
+  ASSERT_FALSE(send_ctrl(*p.server, p.sconn, m, out, 1));  // never acknowledged
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (p.server->state(p.sconn) == udp::ConnState::kEstablished && Clock::now() < deadline)
+    p.server->wait(std::chrono::milliseconds(1));
+  ASSERT_EQ(p.server->state(p.sconn), udp::ConnState::kError);
+  EXPECT_EQ(conn_state_text(*p.server, p.sconn),
+            "failed: ended with kPeerUnreachable (" +
+                std::string(status_text(Status::kPeerUnreachable)) + ")");
+}
+
+// --iters N: the generator posts exactly N messages, however deep the
+// queue (it used to fill the depth past the last: --iters 1 sent 64).
+TEST(PerfGenerator, PostsNoMoreThanItsLimitInAll) {
+  PerfPair p = perf_pair(small_common());
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  TestParams tp;
+  tp.size = 1024;
+  tp.qd = 16;
+  Sink data;
+  Generator gen;
+  ASSERT_TRUE(aim_generator(p, tp, data, gen));
+  const auto drive = [&](uint64_t upto) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while ((gen.posted < upto || gen.completed < gen.posted) && Clock::now() < deadline) {
+      EXPECT_TRUE(gen.pump(upto));
+      EXPECT_LE(gen.posted, upto);
+      p.server->progress();
+      p.client->progress();
+      Completion c;
+      while (p.client->poll_completion(c)) EXPECT_TRUE(gen.on_completion(c));
+      while (p.server->poll_completion(c)) (void)data.on_completion(c);
     }
-    udp::Error err;
-    auto ep = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
-    ASSERT_TRUE(ep) << err.message;
-    ConnId conn;
-    err = ep->connect(addr, 3000ms, conn);
-    ASSERT_FALSE(err) << err.message;
-    Sink sink;
-    ASSERT_TRUE(sink.setup(*ep, conn, TestParams{}, RecvRing{kCtrlBytes, 16}));
-    Ctrl hello;
-    hello.type = MsgType::kHello;
-    hello.size = 2u << 30;
-    hello.qd = 16;
-    CtrlOut out;
-    ASSERT_FALSE(send_ctrl(*ep, conn, hello, out, 1));
-    Ctrl ack;
-    ASSERT_TRUE(wait_ctrl(*ep, sink, nullptr, ack, 5000ms));
-    EXPECT_EQ(ack.type, MsgType::kHelloAck);
-    EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kBadSize);
-    EXPECT_EQ(ack.rkey, 0u);
-    EXPECT_FALSE(ended);
-    g_stop = 1;
-    server.join();
-    g_stop = 0;
-    return;
+  };
+  ASSERT_TRUE(gen.pump(1));
+  EXPECT_EQ(gen.posted, 1u);
+  drive(1);
+  EXPECT_EQ(gen.completed, 1u);
+  ASSERT_TRUE(gen.pump(0));  // nothing now
+  ASSERT_TRUE(gen.pump(1));
+  EXPECT_EQ(gen.posted, 1u);
+  drive(100);  // more than the depth, not a multiple of it
+  EXPECT_EQ(gen.posted, 100u);
+  EXPECT_EQ(gen.completed, 100u);
+  EXPECT_EQ(gen.errors, 0u);
+  ASSERT_TRUE(gen.pump(Generator::kNoLimit));  // without a limit: the whole depth
+  EXPECT_EQ(gen.posted, 100u + tp.qd);
+}
+
+// run_server in a thread of its own, on a free loopback port.
+struct ServerThread {
+  std::string addr;
+  std::atomic<bool> ended{false};
+  int rc = -1;
+  std::thread thread;
+
+  // False when no port was free in 5 tries.
+  bool start(const Common& common, bool once) {
+    using namespace std::chrono_literals;
+    std::mt19937 rng(std::random_device{}());
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      addr = "127.0.0.1:" + std::to_string(20000 + rng() % 12000);
+      ended = false;
+      g_stop = 0;
+      thread = std::thread([this, common, once] {
+        rc = run_server(addr, common, once);
+        ended = true;
+      });
+      std::this_thread::sleep_for(200ms);
+      if (!ended) return true;
+      thread.join();  // its ports were taken: another port
+    }
+    return false;
   }
-  FAIL() << "no free port for the server in 5 tries";
+  // Whether the server ends by itself within `limit`.
+  bool ends_within(std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    while (!ended && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return ended;
+  }
+  ~ServerThread() {
+    g_stop = 1;
+    if (thread.joinable()) thread.join();
+    g_stop = 0;
+  }
+};
+
+// A client that connects to a ServerThread and sends it a Hello.
+struct TestClient {
+  std::unique_ptr<udp::UdpEndpoint> ep;
+  ConnId conn;
+  Sink sink;
+  CtrlOut out;
+
+  explicit TestClient(const Common& common) {
+    udp::Error err;
+    ep = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
+    EXPECT_TRUE(ep) << err.message;
+  }
+  bool connect(const std::string& addr) {
+    using namespace std::chrono_literals;
+    if (!ep) return false;
+    const udp::Error err = ep->connect(addr, 3000ms, conn);
+    EXPECT_FALSE(err) << err.message;
+    return !err && sink.setup(*ep, conn, TestParams{}, RecvRing{kCtrlBytes, 16});
+  }
+  // Sends `hello` and waits for the server's answer.
+  bool hello(const Ctrl& hello, Ctrl& ack) {
+    using namespace std::chrono_literals;
+    return !send_ctrl(*ep, conn, hello, out, 1) && wait_ctrl(*ep, sink, nullptr, ack, 5000ms);
+  }
+};
+
+Ctrl hello_for(uint32_t size, uint32_t qd) {
+  Ctrl hello;
+  hello.type = MsgType::kHello;
+  hello.size = size;
+  hello.qd = qd;
+  return hello;
+}
+
+// A ServerThread started with `common` and `once`, and a client connected to it.
+struct ServerAndClient {
+  ServerThread server;
+  TestClient client;
+  ServerAndClient(const Common& common, bool once) : client(common) {
+    if (!server.start(common, once))
+      ADD_FAILURE() << "no free port for the server in 5 tries";
+    else
+      EXPECT_TRUE(client.connect(server.addr));
+  }
+};
+
+// A Hello for 2 GiB messages gets a HelloAck refusing them, and why.
+void expect_oversized_hello_refused(TestClient& client) {
+  Ctrl ack;
+  ASSERT_TRUE(client.hello(hello_for(2u << 30, 16), ack));
+  EXPECT_EQ(ack.type, MsgType::kHelloAck);
+  EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kBadSize);
+  EXPECT_EQ(ack.rkey, 0u);
+}
+
+// A Hello that asks for more than a server serves (here: 2 GiB messages)
+// gets a HelloAck that says why, and the server stays up for the next client.
+TEST(PerfServer, RefusesAnOversizedHelloWithItsReason) {
+  ServerAndClient sc(small_common(), false);
+  expect_oversized_hello_refused(sc.client);
+  EXPECT_FALSE(sc.server.ended);
+}
+
+// While a test runs, a second client's Hello is refused at once, busy, with
+// the first client's address (it used to wait 5 s for no answer).
+TEST(PerfServer, RefusesASecondClientWhileATestRuns) {
+  Common common = small_common();
+  common.peer_timeout_ms = 20000;  // the first client sends nothing more
+  ServerAndClient sc(common, false);
+  TestClient& first = sc.client;
+  TestClient second(common);
+  Ctrl ack;
+  ASSERT_TRUE(first.hello(hello_for(4096, 1), ack));
+  ASSERT_EQ(ack.type, MsgType::kHelloAck);
+  ASSERT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone);
+  ASSERT_TRUE(second.connect(sc.server.addr));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(second.hello(hello_for(4096, 1), ack));
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(ack.type, MsgType::kHelloAck);
+  EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kBusy);
+  EXPECT_EQ(ack.busy_with, first.ep->local_address());
+  EXPECT_EQ(ack.rkey, 0u);
+  EXPECT_FALSE(sc.server.ended);
+}
+
+// --once: the server exits after its first connection whatever became of
+// it, non-zero when no test ran: a refused Hello, or none at all.
+TEST(PerfServer, OnceExitsAfterARefusedTest) {
+  ServerAndClient sc(small_common(), true);
+  expect_oversized_hello_refused(sc.client);
+  ASSERT_TRUE(sc.server.ends_within(std::chrono::seconds(5)));
+  EXPECT_EQ(sc.server.rc, 1);
+}
+
+TEST(PerfServer, OnceExitsAfterAConnectionWithoutHello) {
+  ServerAndClient sc(small_common(), true);
+  ASSERT_TRUE(sc.client.conn.valid());
+  sc.client.ep->start_progress_thread();  // answers the server, sends no Hello
+  EXPECT_TRUE(sc.server.ends_within(std::chrono::seconds(10)));  // after its 5 s for a Hello
+  EXPECT_EQ(sc.server.rc, 1);
+  sc.client.ep->stop_progress_thread();
 }
 
 // Both ends open their connections with kRqDepth receive queue entries, so

@@ -3,11 +3,11 @@
 // server's result and prints the report (a table, or --json).
 #include <algorithm>
 #include <cinttypes>
-#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "session.hpp"
@@ -67,13 +67,13 @@ void wait_path_reports(UdpEndpoint& ep, Sink& sink, Generator& gen, size_t n) {
 }  // namespace
 
 int run_client(const ClientArgs& a, const Common& common) {
-  if (!(a.interval > 0) || !std::isfinite(a.interval)) {
-    std::fprintf(stderr,
-                 "metaroce-perf client: --interval must be a positive number of seconds (got "
-                 "%g)\n",
-                 a.interval);
-    return 1;
-  }
+  // main.cpp checks them too; callers of run_client may not have.
+  for (const auto& [name, secs] : {std::pair{"--duration", a.iters == 0 ? a.duration : 1.0},
+                                   std::pair{"--interval", a.interval}})
+    if (const std::string why = seconds_problem(secs); !why.empty()) {
+      std::fprintf(stderr, "metaroce-perf client: %s %s\n", name, why.c_str());
+      return 1;
+    }
   Ctrl hello;
   hello.type = MsgType::kHello;
   hello.op = static_cast<uint32_t>(a.tp.op);
@@ -126,8 +126,8 @@ int run_client(const ClientArgs& a, const Common& common) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
     return 1;
   }
-  if (!sink.post_ring(conn)) {
-    std::fprintf(stderr, "metaroce-perf client: cannot post receives\n");
+  if ((err = sink.post_ring(conn))) {
+    std::fprintf(stderr, "metaroce-perf client: cannot post receives: %s\n", err.message.c_str());
     return 1;
   }
   if (a.tp.bidir) {
@@ -153,7 +153,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   if (ack.refusal != 0) {
     std::fprintf(stderr, "metaroce-perf client: server %s refused the test: %s\n", a.addr.c_str(),
-                 refusal_text(static_cast<Refusal>(ack.refusal)).c_str());
+                 refusal_text(static_cast<Refusal>(ack.refusal), ack.busy_with).c_str());
     return 1;
   }
   gen.start(conn, ack.addr, ack.rkey);
@@ -178,7 +178,9 @@ int run_client(const ClientArgs& a, const Common& common) {
     const auto now = Clock::now();
     const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
     const uint64_t posted = gen.posted;
-    if (!gen.pump(may_post)) {
+    // --iters N posts exactly N messages, not the whole depth past the last.
+    const uint64_t upto = !may_post ? 0 : a.iters != 0 ? a.iters : Generator::kNoLimit;
+    if (!gen.pump(upto)) {
       failed = true;
       break;
     }

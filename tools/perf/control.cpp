@@ -1,6 +1,7 @@
 #include "control.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "metaroce/bytes.hpp"
 
@@ -42,6 +43,11 @@ void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]) {
   be::store64(p + 88, m.rev_bytes);
   be::store64(p + 96, m.rev_retx);
   be::store64(p + 104, m.rev_ns);
+  if (m.type == MsgType::kHelloAck) {
+    std::fill(p + kBusyWithOffset, p + kCtrlBytes, uint8_t{0});
+    std::copy_n(m.busy_with.begin(), std::min(m.busy_with.size(), kBusyWithBytes - 1),
+                p + kBusyWithOffset);
+  }
 }
 
 bool decode(std::span<const uint8_t> in, Ctrl& out) {
@@ -69,6 +75,13 @@ bool decode(std::span<const uint8_t> in, Ctrl& out) {
   out.rev_bytes = be::load64(p + 88);
   out.rev_retx = be::load64(p + 96);
   out.rev_ns = be::load64(p + 104);
+  out.busy_with.clear();
+  if (out.type == MsgType::kHelloAck) {
+    const auto* name = reinterpret_cast<const char*>(p + kBusyWithOffset);
+    out.busy_with.assign(name, strnlen(name, kBusyWithBytes - 1));
+    out.bytes = out.verify_errors = out.rev_messages = out.rev_bytes = out.rev_retx = out.rev_ns =
+        0;
+  }
   return true;
 }
 
@@ -175,7 +188,7 @@ Refusal check_hello(const Ctrl& hello) {
   return Refusal::kNone;
 }
 
-std::string refusal_text(Refusal r) {
+std::string refusal_text(Refusal r, const std::string& busy_with) {
   switch (r) {
     case Refusal::kNone: return "accepted";
     case Refusal::kBadOp: return "unknown operation";
@@ -186,6 +199,9 @@ std::string refusal_text(Refusal r) {
       return "message size x queue depth, or for a send its receive buffers (size x (queue "
              "depth + 1)), over " +
              std::to_string(kMaxBufferBytes >> 30) + " GiB";
+    case Refusal::kBusy:
+      return busy_with.empty() ? "server busy: another test is running"
+                               : "server busy: a test with " + busy_with + " is running";
   }
   return "refusal " + std::to_string(static_cast<uint32_t>(r));
 }

@@ -20,7 +20,7 @@
 //                 path_reports (Hello: 1 asks for PathReports;
 //                 HelloAck: how many follow the Result, 0 from a
 //                 server that sends none)
-//       64    8 bytes
+//       64    8 bytes                             (HelloAck: busy_with, below)
 //       72    8 verify_errors                      Result
 //       80    8 rev_messages \                     Result: the server's own
 //       88    8 rev_bytes     | load (bidir)
@@ -29,6 +29,11 @@
 //                                            responses without bidir)
 //      104    8 rev_ns       /
 //      112      (end)
+//
+// A HelloAck that refuses a test because another one runs (refusal 6,
+// busy) names that test's client in bytes 64..111 instead: its address as
+// ASCII ("ip:port" or "[ip6]:port", 47 bytes at most), NUL-padded. Every
+// other HelloAck has zeros there (an older server's too): no name.
 //
 // A send's target is the peer's receives: its HelloAck's addr, rkey and len
 // are 0, and a --bidir send's Hello names a token region that nothing reaches
@@ -87,6 +92,7 @@ enum class Refusal : uint32_t {
   kBadQd = 3,
   kNoMemory = 4,
   kTooLarge = 5,  // a buffer over kMaxBufferBytes (size x qd, or a send's receive ring)
+  kBusy = 6,      // another client's test is running (HelloAck.busy_with names it)
 };
 
 inline constexpr uint32_t kCtrlMagic = 0x4d525046;  // "MRPF"
@@ -130,7 +136,12 @@ struct Ctrl {
   uint64_t rev_bytes = 0;
   uint64_t rev_retx = 0;
   uint64_t rev_ns = 0;
+  // HelloAck: the client whose test keeps the server busy (kBusy), at offset
+  // 64 instead of bytes..rev_ns; at most kBusyWithBytes - 1 characters.
+  std::string busy_with;
 };
+inline constexpr size_t kBusyWithOffset = 64;
+inline constexpr size_t kBusyWithBytes = kCtrlBytes - kBusyWithOffset;
 
 void encode(const Ctrl& m, uint8_t (&out)[kCtrlBytes]);
 // False when the bytes are not a control message (wrong length, magic or
@@ -193,7 +204,9 @@ Buffers plan_buffers(Side side, Op op, uint32_t size, uint32_t qd, bool bidir,
 // before it allocates its own buffers): besides the fields' ranges, every
 // buffer plan_buffers gives either end is at most kMaxBufferBytes.
 Refusal check_hello(const Ctrl& hello);
-std::string refusal_text(Refusal r);
+// Why a server refused; for kBusy with the client whose test runs (busy_with
+// of the HelloAck), when known.
+std::string refusal_text(Refusal r, const std::string& busy_with = {});
 const char* op_name(Op op);
 
 }  // namespace metaroce::perf

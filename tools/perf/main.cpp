@@ -41,12 +41,29 @@ int main(int argc, char** argv) {
   CLI::App app{"metaroce-perf: MetaRoCE over UDP throughput / latency"};
   app.require_subcommand(1);
   Common common;
+  using metaroce::perf::kMaxPaths;
   auto add_common = [&](CLI::App* sub) {
-    sub->add_option("--mtu", common.mtu, "payload bytes per packet (both ends use the minimum)");
-    sub->add_option("--paths", common.paths, "paths (entropy values) per connection, 1-32");
-    sub->add_option("--entropy-count", common.entropy_count, "source ports in the entropy block");
-    sub->add_option("--entropy-base", common.entropy_base, "first source port (default: port + 1)");
-    sub->add_option("--peer-timeout-ms", common.peer_timeout_ms, "PATH-7 peer timeout");
+    sub->add_option("--mtu", common.mtu,
+                    "payload bytes per packet, " + std::to_string(metaroce::perf::kMinMtu) + "-" +
+                        std::to_string(metaroce::perf::kMaxMtu) +
+                        " (default 4096; both ends use the minimum)")
+        ->check(CLI::Range(metaroce::perf::kMinMtu, metaroce::perf::kMaxMtu));
+    sub->add_option(
+           "--paths", common.paths,
+           "paths (entropy values) per connection, 1-" + std::to_string(kMaxPaths) + " (default 8)")
+        ->check(CLI::Range(1u, kMaxPaths));
+    sub->add_option("--entropy-count", common.entropy_count,
+                    "source ports in the entropy block, at least --paths, at most 65535 "
+                    "(default 64)")
+        ->check(CLI::Range(1u, 65535u));
+    sub->add_option("--entropy-base", common.entropy_base,
+                    "first source port, 1-65535 (default: port + 1)")
+        ->check(CLI::Range(1, 65535));
+    sub->add_option("--peer-timeout-ms", common.peer_timeout_ms,
+                    "PATH-7 peer timeout in ms, " +
+                        std::to_string(metaroce::perf::kMinPeerTimeoutMs) + "-" +
+                        std::to_string(metaroce::perf::kMaxPeerTimeoutMs) + " (default 2000)")
+        ->check(CLI::Range(metaroce::perf::kMinPeerTimeoutMs, metaroce::perf::kMaxPeerTimeoutMs));
     sub->add_flag("--no-gso", common.no_gso, "do not use UDP_SEGMENT");
     sub->add_flag(
         "--payload-crc", common.payload_crc,
@@ -56,18 +73,32 @@ int main(int argc, char** argv) {
     sub->add_flag("--busy", common.busy,
                   "busy-poll: never sleep on the epoll fd (best with a core per process)");
     sub->add_option("--spin-us", common.spin_us,
-                    "without --busy: poll this long after the last activity before sleeping");
-    sub->add_option("--cpu", common.cpu, "pin the process to this CPU");
+                    "without --busy: poll this long after the last activity before sleeping, "
+                    "0-" +
+                        std::to_string(metaroce::perf::kMaxSpinUs) + " us (default 50)")
+        ->check(CLI::Range(0u, metaroce::perf::kMaxSpinUs));
+    sub->add_option("--cpu", common.cpu,
+                    "pin the process to this CPU, 0-" + std::to_string(CPU_SETSIZE - 1))
+        ->check(CLI::Range(0, CPU_SETSIZE - 1));
     sub->add_option("--min-rto-us", common.min_rto_us,
-                    "LOSS-4 min_rto in microseconds (the sending end's setting counts)");
+                    "LOSS-4 min_rto in microseconds, 1-" +
+                        std::to_string(metaroce::perf::kMaxMinRtoUs) +
+                        " (default 1000; the sending end's setting counts)")
+        ->check(CLI::Range(1u, metaroce::perf::kMaxMinRtoUs));
     sub->add_option("--target-delay-us", common.target_delay_us,
-                    "CC-5 target queue delay in microseconds (the sending end's setting counts)");
+                    "CC-5 target queue delay in microseconds, 1-" +
+                        std::to_string(metaroce::perf::kMaxTargetDelayUs) +
+                        " (default 50; the sending end's setting counts)")
+        ->check(CLI::Range(1u, metaroce::perf::kMaxTargetDelayUs));
     sub->add_option("--explore-ms", common.explore_ms,
-                    "PATH-8: move the slowest path to a new entropy this often, in ms (0: never; "
-                    "default 20; the sending end's setting counts)")
+                    "PATH-8: move the slowest path to a new entropy this often, in ms, "
+                    "0-3600000 (0: never; default 20; the sending end's setting counts)")
         ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
     sub->add_option("--ack-every", common.ack_every,
-                    "ACK after this many data packets (ACK-1; the receiving end's setting counts)");
+                    "ACK after this many data packets, 1-" +
+                        std::to_string(metaroce::perf::kMaxAckEvery) +
+                        " (ACK-1, default 2; the receiving end's setting counts)")
+        ->check(CLI::Range(1u, metaroce::perf::kMaxAckEvery));
   };
   auto* server = app.add_subcommand("server", "wait for clients");
   std::string server_addr = "0.0.0.0:4792";
@@ -89,24 +120,38 @@ int main(int argc, char** argv) {
                               "messages outstanding (default 64, fewer for messages over 4 MiB: "
                               "together at most 256 MiB)")
                  ->check(CLI::Range(1u, metaroce::perf::kMaxQd));
-  auto* dur = client->add_option("--duration", ca.duration, "seconds to run");
-  client->add_option("--iters", ca.iters, "messages to send (instead of --duration)")
+  // A bound far beyond any run, that also keeps "-1" (which CLI11 takes as
+  // 2^64 - 1 for an unsigned option) out.
+  constexpr uint64_t kMaxIters = 1'000'000'000'000'000;
+  // --duration and --interval: a positive number of seconds up to kMaxSeconds.
+  const CLI::Validator seconds(
+      [](std::string& v) {
+        size_t used = 0;
+        double d = std::nan("");
+        try {
+          d = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size()) return "must be a positive number of seconds, not " + v;
+        return metaroce::perf::seconds_problem(d);
+      },
+      "SECONDS");
+  const std::string up_to =
+      " (at most " + std::to_string(static_cast<long>(metaroce::perf::kMaxSeconds)) + ")";
+  auto* dur = client->add_option("--duration", ca.duration, "seconds to run (default 5)" + up_to)
+                  ->check(seconds);
+  client
+      ->add_option(
+          "--iters", ca.iters,
+          "messages to send, exactly, 1-" + std::to_string(kMaxIters) + " (instead of --duration)")
+      ->check(CLI::Range(uint64_t{1}, kMaxIters))
       ->excludes(dur);
   client
-      ->add_option("--interval", ca.interval,
-                   "seconds between progress lines (default 1), for any run longer than that")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            double d = 0;
-            try {
-              d = std::stod(v);
-            } catch (const std::exception&) {
-              d = 0;
-            }
-            return d > 0 && std::isfinite(d) ? std::string()
-                                             : "must be a positive number of seconds, not " + v;
-          },
-          "SECONDS>0"));
+      ->add_option(
+          "--interval", ca.interval,
+          "seconds between progress lines (default 1), for any run longer than that" + up_to)
+      ->check(seconds);
   client->add_flag("--bidir", ca.tp.bidir, "the server sends the same load back at the same time");
   client->add_flag("--verify", ca.tp.verify,
                    "fill sources with a pattern and check every received byte");
@@ -117,7 +162,18 @@ int main(int argc, char** argv) {
                    "are those that carried the data (paths_of): the client's for write and "
                    "send, the server's for read (client_paths: the client's own)");
   add_common(client);
-  CLI11_PARSE(app, argc, argv);
+  // A bad command line (an option out of range among them) is a test that
+  // could not start: exit 1, as the client's other such failures.
+  try {
+    app.parse(argc, argv);
+    if (common.entropy_count < common.paths)
+      throw CLI::ValidationError("--entropy-count",
+                                 "must be at least --paths (" + std::to_string(common.paths) +
+                                     "): each path needs a source port of its own, not " +
+                                     std::to_string(common.entropy_count));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;
+  }
   if (common.cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);

@@ -3,7 +3,9 @@
 # and checks verify_errors == 0 in the client's --json output (for read also
 # that its paths are the server's). On 127.0.0.1 also: a --bidir write's
 # reverse.paths (the server's), a send of 256 MiB messages in modest memory,
-# --interval's check, progress lines, and a server that stops answering.
+# that --iters N sends exactly N, that out-of-range options are refused, that
+# a busy server refuses a second client, progress lines, and a server that
+# stops answering.
 # Usage: perf_smoke.sh path/to/metaroce-perf [seconds] [host]
 #   host: 127.0.0.1 (default) or ::1 (exit 77, a skip, without IPv6 loopback)
 set -euo pipefail
@@ -178,17 +180,73 @@ then
   echo "FAIL: send of 256 MiB messages"; cat "$tmp/big.err"; fail=1
 fi
 
-# --interval must be a positive number of seconds: 0 would print endless
-# -nan / inf progress lines.
-for bad in 0 -1 abc; do
+# --iters N sends exactly N messages (it used to fill the queue depth past
+# the last: --iters 1 sent 64, --iters 100 sent 102): the client's count and,
+# where the server counts them (a verified write's WRITE_IMMs, a send's
+# SENDs), the server's.
+for run in "write 1" "write 100" "send 100" "read 1" "write 100 --bidir" "send 1 --bidir"; do
+  read -r op n extra <<<"$run"
   set +e
-  timeout 10 "$PERF" client "$(hostport "$port")" --iters 10 --interval "$bad" >"$tmp/bad.out" 2>&1
+  timeout 30 "$PERF" client "$(hostport "$port")" --op "$op" --size 4096 --iters "$n" --verify \
+    ${extra:+"$extra"} --json >"$tmp/exact.json" 2>"$tmp/exact.err"
   rc=$?
   set -e
-  if [[ $rc -eq 0 || $rc -eq 124 ]] || ! grep -q -- "--interval" "$tmp/bad.out"; then
-    echo "FAIL: --interval $bad: rc=$rc"; cat "$tmp/bad.out"; fail=1
+  counts=$(python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print(j["messages"], j.get("server_messages_received"))' "$tmp/exact.json" 2>/dev/null || echo "none none")
+  echo "--op $op --iters $n $extra: rc=$rc, messages (client, server): $counts"
+  want="$n $n"
+  [[ $op == read ]] && want="$n 0"  # a server counts no READs
+  if [[ $rc -ne 0 || $counts != "$want" ]]; then
+    echo "FAIL: --op $op --iters $n $extra did not send exactly $n"; cat "$tmp/exact.err"; fail=1
   fi
 done
+
+# Out-of-range options are refused up front, exit 1, with a line that names
+# the option (they used to be clamped or truncated silently, and a --duration
+# of 0, -5, nan, inf or 1e10 ran no message and exited 0). --interval 0 would
+# print endless -nan / inf progress lines.
+for bad in "--interval 0" "--interval -1" "--interval abc" "--interval 1e10" "--duration 0" \
+  "--duration -5" "--duration nan" "--duration inf" "--duration 1e10" "--iters 0" "--iters -1" \
+  "--paths 0" "--paths 33" "--entropy-count 65600" "--entropy-count 0" "--entropy-count 4" \
+  "--mtu 0" "--mtu 100" "--mtu 65535" "--ack-every 0" "--ack-every 65" "--peer-timeout-ms 0"; do
+  read -r opt val <<<"$bad"
+  iters=(--iters 10)
+  [[ $opt == --duration || $opt == --iters ]] && iters=()
+  set +e
+  timeout 10 "$PERF" client "$(hostport "$port")" "${iters[@]}" "$opt" "$val" >"$tmp/bad.out" 2>&1
+  rc=$?
+  set -e
+  if [[ $rc -ne 1 ]] || ! head -1 "$tmp/bad.out" | grep -q -- "^$opt: "; then
+    echo "FAIL: $bad: rc=$rc"; cat "$tmp/bad.out"; fail=1
+  fi
+done
+set +e
+timeout 10 "$PERF" server "$(hostport 1)" --paths 33 >"$tmp/bad.out" 2>&1
+rc=$?
+set -e
+if [[ $rc -ne 1 ]] || ! grep -q -- "^--paths: " "$tmp/bad.out"; then
+  echo "FAIL: server --paths 33: rc=$rc"; cat "$tmp/bad.out"; fail=1
+fi
+
+# A second client while a test runs is refused at once, naming the client
+# whose test runs (it used to wait 5 s for "no answer from server"); the
+# first test runs on undisturbed.
+"$PERF" client "$(hostport "$port")" --op write --size 65536 --duration 3 --json \
+  >"$tmp/first.json" 2>"$tmp/first.err" &
+first_pid=$!
+sleep 1
+start=$SECONDS
+set +e
+timeout 20 "$PERF" client "$(hostport "$port")" --iters 10 >"$tmp/second.out" 2>&1
+rc=$?
+wait "$first_pid"
+first_rc=$?
+set -e
+echo "busy server: second client rc=$rc after $((SECONDS - start)) s: $(tail -1 "$tmp/second.out")"
+if [[ $rc -ne 1 || $((SECONDS - start)) -gt 3 || $first_rc -ne 0 ]] ||
+   ! grep -q "refused the test: server busy: a test with 127.0.0.1:[0-9]* is running" "$tmp/second.out" ||
+   ! grep -q "refused a test from peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*: server busy" "$tmp/server.log"; then
+  echo "FAIL: busy server (first client rc=$first_rc)"; cat "$tmp/second.out" "$tmp/first.err"; fail=1
+fi
 # Progress lines every --interval for any run longer than that, --iters too:
 # 30000 round trips one at a time take well over 0.05 s.
 set +e
@@ -215,6 +273,12 @@ if [[ $rc -eq 0 || $waited -gt 5 ]] ||
   echo "FAIL: second signal"; cat "$tmp/frozen2.err"; fail=1
 fi
 expect_server_says "without Done" "the server's message lacks the peer and connection"
+# ... and names the connection's state and what ended it (it said
+# "connection state 2").
+if ! grep "without Done" "$tmp/server.log" |
+   grep -qE "\): connection (closed|failed): ended with k[A-Za-z]+ \("; then
+  echo "FAIL: the server's message does not name the connection's state"; fail=1
+fi
 
 # A server that stops answering mid-run: the client must give up on its own
 # with an error that names the peer and connection (here the driver's peer

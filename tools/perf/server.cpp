@@ -5,6 +5,9 @@
 #include <array>
 #include <cinttypes>
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "session.hpp"
 
@@ -42,6 +45,292 @@ void send_path_reports(udp::UdpEndpoint& ep, ConnId conn, size_t n,
   }
 }
 
+// Clients that connect while a test runs (the loop accepts none then): each
+// gets a HelloAck refusing its test at once, busy, naming the client whose
+// test runs, and one receive for its Hello; the connection closes once the
+// refusal is delivered (or after a while).
+class BusyRefuser {
+ public:
+  explicit BusyRefuser(const std::string& running) : running_(running) {}
+  BusyRefuser(const BusyRefuser&) = delete;
+  BusyRefuser& operator=(const BusyRefuser&) = delete;
+  ~BusyRefuser() = default;
+
+  // Refuses every connection accepted since the last call (with `accept`);
+  // closes those whose refusal arrived or that took too long.
+  void step(UdpEndpoint& ep, bool accept = true) {
+    const auto now = Clock::now();
+    ConnId c;
+    while (accept && ep.try_accept(c)) {
+      auto& r = *refused_.emplace_back(std::make_unique<Refused>());
+      r.conn = c;
+      r.until = now + kDeliverWithin;
+      Ctrl ack;
+      ack.type = MsgType::kHelloAck;
+      ack.refusal = static_cast<uint32_t>(Refusal::kBusy);
+      ack.busy_with = running_;
+      TestParams ctl;
+      ctl.qd = 1;
+      r.sink.repost = false;
+      Error e;
+      if (!r.sink.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}) ||
+          (e = r.sink.post_ring(c)) || (e = send_ctrl(ep, c, ack, r.out, 1))) {
+        std::fprintf(stderr, "cannot refuse %s: %s\n", peer_and_conn(ep, c).c_str(),
+                     e ? e.message.c_str() : "cannot register a receive buffer");
+        r.delivered = true;  // nothing more to wait for
+        continue;
+      }
+      std::fprintf(stderr, "refused a test from %s: %s\n", peer_and_conn(ep, c).c_str(),
+                   refusal_text(Refusal::kBusy, running_).c_str());
+    }
+    std::erase_if(refused_, [&](const std::unique_ptr<Refused>& r) {
+      const auto st = ep.state(r->conn);
+      if (!r->delivered && now < r->until && st == udp::ConnState::kEstablished) return false;
+      ep.close(r->conn);
+      (void)ep.deregister_memory(r->sink.rbuf_mr.lkey);
+      return true;
+    });
+  }
+  // A completion of one of these connections; false when it is not.
+  bool on_completion(const Completion& c) {
+    for (const auto& r : refused_)
+      if (r->conn == c.conn) {
+        if ((c.wr_id & kCtrlWrId) != 0) r->delivered = true;  // the HelloAck
+        return true;
+      }
+    return false;
+  }
+  // Waits (a short while) until every refusal is delivered, then closes all.
+  void finish(UdpEndpoint& ep) {
+    while (!refused_.empty()) {
+      ep.progress();
+      Completion c;
+      while (ep.poll_completion(c)) (void)on_completion(c);
+      step(ep, false);
+    }
+  }
+
+ private:
+  static constexpr auto kDeliverWithin = 1s;
+  struct Refused {
+    ConnId conn;
+    Sink sink;
+    CtrlOut out;
+    bool delivered = false;
+    Clock::time_point until;
+  };
+  std::string running_;
+  std::vector<std::unique_ptr<Refused>> refused_;
+};
+
+// One client's test, from its connection to its Result; true when it ran to
+// the end and the Result went back.
+bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
+  std::printf("connection from %s\n", ep.peer_address(conn).c_str());
+  std::fflush(stdout);
+  Sink sink;
+  // One buffer for the Hello; the data ring is posted once the Hello says
+  // what to expect (receive buffers are consumed in posting order).
+  TestParams ctl;
+  ctl.qd = 1;
+  ctl.op = Op::kWrite;
+  sink.repost = false;
+  Error err;
+  if (!sink.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}) ||
+      (err = sink.post_ring(conn))) {
+    // A client that gave up waiting has closed by now, say.
+    std::fprintf(stderr, "no test with %s: %s (connection %s)\n", peer_and_conn(ep, conn).c_str(),
+                 err ? err.message.c_str() : "cannot register a receive buffer for its Hello",
+                 conn_state_text(ep, conn).c_str());
+    close_and_drain(ep, conn);
+    (void)ep.deregister_memory(sink.rbuf_mr.lkey);
+    return false;
+  }
+  Ctrl hello;
+  if (!wait_ctrl(ep, sink, nullptr, hello, 5000ms) || hello.type != MsgType::kHello) {
+    std::fprintf(stderr, "no Hello from %s within 5 s (connection %s)\n",
+                 peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn).c_str());
+    close_and_drain(ep, conn);
+    (void)ep.deregister_memory(sink.rbuf_mr.lkey);
+    return false;
+  }
+  Ctrl ack;
+  ack.type = MsgType::kHelloAck;
+  CtrlOut ack_out;
+  // A Hello this server cannot serve (another build's client, or a hostile
+  // one) is refused with its reason, before anything is allocated for it.
+  Refusal refusal = check_hello(hello);
+  TestParams tp;
+  tp.op = static_cast<Op>(hello.op);
+  tp.size = hello.size;
+  tp.qd = hello.qd;
+  tp.verify = hello.verify != 0;
+  tp.bidir = hello.bidir != 0;
+  Sink data;
+  Generator gen;
+  // The reverse load: WRITEs to or READs from the memory the client
+  // exposes, SENDs to its receives (a client exposes a token region then
+  // too, for older servers, which take none as no --bidir).
+  const bool bidir = tp.bidir && (hello.addr != 0 || tp.op == Op::kSend);
+  // Every buffer is deregistered before it is freed, also on a refusal
+  // after part of the setup succeeded (unregistered keys are 0: a no-op).
+  auto release = [&] {
+    for (const MemoryRegion* mr : {&sink.rbuf_mr, &data.rbuf_mr, &data.mem_mr, &gen.mr})
+      if (mr->lkey != 0) (void)ep.deregister_memory(mr->lkey);
+  };
+  // Receives sized for the SENDs that reach them (plan_buffers), and the
+  // memory the client WRITEs to or READs from (none for a send).
+  const Buffers plan = refusal == Refusal::kNone
+                           ? plan_buffers(Side::kServer, tp.op, tp.size, tp.qd, tp.bidir, kRqDepth)
+                           : Buffers{};
+  if (refusal == Refusal::kNone &&
+      (!data.setup(ep, conn, tp, plan.ring) ||
+       (plan.exposed != 0 && !data.expose(tp.size, tp.qd, tp.op == Op::kRead)) ||
+       (bidir && !gen.setup(ep, conn, tp, hello.addr, hello.rkey))))
+    refusal = Refusal::kNoMemory;
+  if (refusal != Refusal::kNone) {
+    std::fprintf(stderr, "refused a test from %s: %s (op %u size %u qd %u)\n",
+                 ep.peer_address(conn).c_str(), refusal_text(refusal).c_str(), hello.op, hello.size,
+                 hello.qd);
+    ack.refusal = static_cast<uint32_t>(refusal);
+    if (!send_ctrl(ep, conn, ack, ack_out, 1)) {
+      const auto until = Clock::now() + 1s;  // let the refusal reach the client
+      Completion c;
+      while (Clock::now() < until && !ep.poll_completion(c)) ep.progress();
+    }
+    close_and_drain(ep, conn);
+    release();
+    return false;
+  }
+  ack.addr = data.mem_mr.addr;
+  ack.rkey = data.mem_mr.rkey;
+  ack.len = data.mem_mr.length;
+  // A client that asks for them gets the figures of this end's paths after
+  // the Result (a read's data travels on them, and with --bidir a write's
+  // or send's reverse load); HelloAck says how many.
+  if (hello.path_reports != 0)
+    ack.path_reports = std::min<size_t>(ep.path_stats(conn).size(), kMaxPathReports);
+  (void)send_ctrl(ep, conn, ack, ack_out, 1);
+  CtrlOut res_out;
+  std::array<CtrlOut, kMaxPathReports> report_out;
+  const auto t0 = Clock::now();
+  bool ok = false;
+  Ctrl done{};
+  bool got_done = false;
+  Idler idler = common.idler();
+  // A client that vanished without a DISCONNECT leaves a connection with
+  // nothing outstanding here, which the engine's PATH-7 never times out:
+  // the server gives the test up after the same peer timeout of silence
+  // (a test's client always sends something: data, requests or ACKs).
+  const auto silence_limit = std::chrono::milliseconds(common.peer_timeout_ms);
+  uint64_t heard = 0;
+  auto heard_at = t0, checked_at = t0;
+  bool silent = false;
+  // Why the connection failed, when a completion says (the first status
+  // besides kFlushed, which every other outstanding request gets).
+  Status cause = Status::kOk;
+  const auto note = [&cause](const Completion& c) {
+    if (cause == Status::kOk && c.status != Status::kFlushed) cause = c.status;
+  };
+  // Clients that connect meanwhile learn at once that this one's test runs.
+  BusyRefuser busy(ep.peer_address(conn));
+  while (!g_stop && !got_done) {
+    const size_t moved = ep.progress();
+    const uint64_t posted = gen.posted;
+    if (bidir && !gen.pump(Generator::kNoLimit)) break;
+    Completion cs[64];
+    const size_t n = ep.poll_completions(cs, 64);
+    idler.step(ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
+    for (size_t i = 0; i < n; ++i) {
+      if (busy.on_completion(cs[i])) continue;
+      note(cs[i]);
+      if (data.on_completion(cs[i])) continue;
+      if (bidir) (void)gen.on_completion(cs[i]);
+    }
+    busy.step(ep);
+    while (!data.ctrl.empty()) {
+      const Ctrl m = data.ctrl.front();
+      data.ctrl.pop_front();
+      if (m.type == MsgType::kDone) {
+        done = m;
+        got_done = true;
+      }
+    }
+    const auto st = ep.state(conn);
+    if (st == udp::ConnState::kError || st == udp::ConnState::kClosed) break;
+    if (const auto now = Clock::now(); now - checked_at >= 100ms) {
+      checked_at = now;
+      ConnStats st_now{};
+      (void)ep.conn_stats(conn, st_now);
+      const uint64_t h = st_now.data_packets_received + st_now.duplicates_received +
+                         st_now.acks_received + st_now.naks_received + st_now.out_of_window;
+      if (h != heard) {
+        heard = h;
+        heard_at = now;
+      } else if (now - heard_at >= silence_limit) {
+        silent = true;
+        break;
+      }
+    }
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (silent) {
+    std::fprintf(stderr, "test abandoned: nothing heard for %u ms, the peer timeout (%s)\n",
+                 common.peer_timeout_ms, peer_and_conn(ep, conn).c_str());
+  } else if (!got_done && g_stop) {
+    std::fprintf(stderr, "test interrupted (%s)\n", peer_and_conn(ep, conn).c_str());
+  } else if (!got_done) {
+    Completion c;  // those of the round that found the connection gone
+    while (cause == Status::kOk && ep.poll_completion(c))
+      if (!busy.on_completion(c)) note(c);
+    std::fprintf(stderr, "test ended without Done (%s): connection %s\n",
+                 peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn, cause).c_str());
+  } else {
+    // Let the generator's outstanding work finish before reporting.
+    const auto until = Clock::now() + 2s;
+    while (bidir && gen.completed < gen.posted && Clock::now() < until) {
+      ep.progress();
+      Completion cs[64];
+      const size_t n = ep.poll_completions(cs, 64);
+      for (size_t i = 0; i < n; ++i)
+        if (!busy.on_completion(cs[i]) && !gen.on_completion(cs[i])) data.on_completion(cs[i]);
+      busy.step(ep);
+    }
+    ConnStats cst{};
+    (void)ep.conn_stats(conn, cst);
+    Ctrl res;
+    res.type = MsgType::kResult;
+    res.messages = data.next_seq;
+    res.bytes = data.bytes;
+    res.verify_errors = data.verify_errors + gen.verify_errors;
+    res.rev_messages = gen.completed - gen.errors;
+    res.rev_bytes = gen.bytes;
+    res.rev_retx = cst.retransmissions;
+    res.rev_ns = static_cast<uint64_t>(secs * 1e9);
+    (void)send_ctrl(ep, conn, res, res_out, 2);
+    send_path_reports(ep, conn, static_cast<size_t>(ack.path_reports), report_out);
+    // Wait for the peer to close (or a short while).
+    const auto end = Clock::now() + 3s;
+    while (Clock::now() < end && ep.state(conn) == udp::ConnState::kEstablished) {
+      ep.progress();
+      Completion c;
+      while (ep.poll_completion(c)) (void)busy.on_completion(c);
+      busy.step(ep);
+    }
+    ok = true;
+    std::printf("test %s size %u qd %u: %" PRIu64
+                " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
+                op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
+                data.verify_errors);
+    print_io(ep.io_stats());
+    std::fflush(stdout);
+  }
+  busy.finish(ep);
+  close_and_drain(ep, conn);
+  release();
+  return ok;
+}
+
 }  // namespace
 
 int run_server(const std::string& addr, const Common& common, bool once) {
@@ -57,186 +346,12 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off",
       ep->uring_enabled() ? "on" : "off");
   std::fflush(stdout);
-  const uint32_t rq_depth = kRqDepth;
   while (!g_stop) {
     ConnId conn;
     if (ep->accept(500ms, conn)) continue;
-    std::printf("connection from %s\n", ep->peer_address(conn).c_str());
-    std::fflush(stdout);
-    Sink sink;
-    // One buffer for the Hello; the data ring is posted once the Hello says
-    // what to expect (receive buffers are consumed in posting order).
-    TestParams ctl;
-    ctl.qd = 1;
-    ctl.op = Op::kWrite;
-    sink.repost = false;
-    if (!sink.setup(*ep, conn, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1})) {
-      std::fprintf(stderr, "setup failed\n");
-      close_and_drain(*ep, conn);
-      continue;
-    }
-    Ctrl hello;
-    if (!wait_ctrl(*ep, sink, nullptr, hello, 5000ms) || hello.type != MsgType::kHello) {
-      std::fprintf(stderr, "no Hello from %s\n", ep->peer_address(conn).c_str());
-      close_and_drain(*ep, conn);
-      (void)ep->deregister_memory(sink.rbuf_mr.lkey);
-      continue;
-    }
-    Ctrl ack;
-    ack.type = MsgType::kHelloAck;
-    CtrlOut ack_out;
-    // A Hello this server cannot serve (another build's client, or a hostile
-    // one) is refused with its reason, before anything is allocated for it.
-    Refusal refusal = check_hello(hello);
-    TestParams tp;
-    tp.op = static_cast<Op>(hello.op);
-    tp.size = hello.size;
-    tp.qd = hello.qd;
-    tp.verify = hello.verify != 0;
-    tp.bidir = hello.bidir != 0;
-    Sink data;
-    Generator gen;
-    // The reverse load: WRITEs to or READs from the memory the client
-    // exposes, SENDs to its receives (a client exposes a token region then
-    // too, for older servers, which take none as no --bidir).
-    const bool bidir = tp.bidir && (hello.addr != 0 || tp.op == Op::kSend);
-    // Every buffer is deregistered before it is freed, also on a refusal
-    // after part of the setup succeeded (unregistered keys are 0: a no-op).
-    auto release = [&] {
-      for (const MemoryRegion* mr : {&sink.rbuf_mr, &data.rbuf_mr, &data.mem_mr, &gen.mr})
-        if (mr->lkey != 0) (void)ep->deregister_memory(mr->lkey);
-    };
-    // Receives sized for the SENDs that reach them (plan_buffers), and the
-    // memory the client WRITEs to or READs from (none for a send).
-    const Buffers plan = refusal == Refusal::kNone ? plan_buffers(Side::kServer, tp.op, tp.size,
-                                                                  tp.qd, tp.bidir, rq_depth)
-                                                   : Buffers{};
-    if (refusal == Refusal::kNone &&
-        (!data.setup(*ep, conn, tp, plan.ring) ||
-         (plan.exposed != 0 && !data.expose(tp.size, tp.qd, tp.op == Op::kRead)) ||
-         (bidir && !gen.setup(*ep, conn, tp, hello.addr, hello.rkey))))
-      refusal = Refusal::kNoMemory;
-    if (refusal != Refusal::kNone) {
-      std::fprintf(stderr, "refused a test from %s: %s (op %u size %u qd %u)\n",
-                   ep->peer_address(conn).c_str(), refusal_text(refusal).c_str(), hello.op,
-                   hello.size, hello.qd);
-      ack.refusal = static_cast<uint32_t>(refusal);
-      if (!send_ctrl(*ep, conn, ack, ack_out, 1)) {
-        const auto until = Clock::now() + 1s;  // let the refusal reach the client
-        Completion c;
-        while (Clock::now() < until && !ep->poll_completion(c)) ep->progress();
-      }
-      close_and_drain(*ep, conn);
-      release();
-      continue;
-    }
-    ack.addr = data.mem_mr.addr;
-    ack.rkey = data.mem_mr.rkey;
-    ack.len = data.mem_mr.length;
-    // A client that asks for them gets the figures of this end's paths after
-    // the Result (a read's data travels on them, and with --bidir a write's
-    // or send's reverse load); HelloAck says how many.
-    if (hello.path_reports != 0)
-      ack.path_reports = std::min<size_t>(ep->path_stats(conn).size(), kMaxPathReports);
-    (void)send_ctrl(*ep, conn, ack, ack_out, 1);
-    CtrlOut res_out;
-    std::array<CtrlOut, kMaxPathReports> report_out;
-    const auto t0 = Clock::now();
-    Ctrl done{};
-    bool got_done = false;
-    Idler idler = common.idler();
-    // A client that vanished without a DISCONNECT leaves a connection with
-    // nothing outstanding here, which the engine's PATH-7 never times out:
-    // the server gives the test up after the same peer timeout of silence
-    // (a test's client always sends something: data, requests or ACKs).
-    const auto silence_limit = std::chrono::milliseconds(common.peer_timeout_ms);
-    uint64_t heard = 0;
-    auto heard_at = t0, checked_at = t0;
-    bool silent = false;
-    while (!g_stop && !got_done) {
-      const size_t moved = ep->progress();
-      const uint64_t posted = gen.posted;
-      if (bidir && !gen.pump(true)) break;
-      Completion cs[64];
-      const size_t n = ep->poll_completions(cs, 64);
-      idler.step(*ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
-      for (size_t i = 0; i < n; ++i) {
-        if (data.on_completion(cs[i])) continue;
-        if (bidir) (void)gen.on_completion(cs[i]);
-      }
-      while (!data.ctrl.empty()) {
-        const Ctrl m = data.ctrl.front();
-        data.ctrl.pop_front();
-        if (m.type == MsgType::kDone) {
-          done = m;
-          got_done = true;
-        }
-      }
-      const auto st = ep->state(conn);
-      if (st == udp::ConnState::kError || st == udp::ConnState::kClosed) break;
-      if (const auto now = Clock::now(); now - checked_at >= 100ms) {
-        checked_at = now;
-        ConnStats st_now{};
-        (void)ep->conn_stats(conn, st_now);
-        const uint64_t h = st_now.data_packets_received + st_now.duplicates_received +
-                           st_now.acks_received + st_now.naks_received + st_now.out_of_window;
-        if (h != heard) {
-          heard = h;
-          heard_at = now;
-        } else if (now - heard_at >= silence_limit) {
-          silent = true;
-          break;
-        }
-      }
-    }
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (silent) {
-      std::fprintf(stderr, "test abandoned: nothing heard for %u ms, the peer timeout (%s)\n",
-                   common.peer_timeout_ms, peer_and_conn(*ep, conn).c_str());
-    } else if (!got_done) {
-      std::fprintf(stderr, "test ended without Done (%s, connection state %d)\n",
-                   peer_and_conn(*ep, conn).c_str(), static_cast<int>(ep->state(conn)));
-    } else {
-      // Let the generator's outstanding work finish before reporting.
-      const auto until = Clock::now() + 2s;
-      while (bidir && gen.completed < gen.posted && Clock::now() < until) {
-        ep->progress();
-        Completion cs[64];
-        const size_t n = ep->poll_completions(cs, 64);
-        for (size_t i = 0; i < n; ++i)
-          if (!gen.on_completion(cs[i])) data.on_completion(cs[i]);
-      }
-      ConnStats cst{};
-      (void)ep->conn_stats(conn, cst);
-      Ctrl res;
-      res.type = MsgType::kResult;
-      res.messages = data.next_seq;
-      res.bytes = data.bytes;
-      res.verify_errors = data.verify_errors + gen.verify_errors;
-      res.rev_messages = gen.completed - gen.errors;
-      res.rev_bytes = gen.bytes;
-      res.rev_retx = cst.retransmissions;
-      res.rev_ns = static_cast<uint64_t>(secs * 1e9);
-      (void)send_ctrl(*ep, conn, res, res_out, 2);
-      send_path_reports(*ep, conn, static_cast<size_t>(ack.path_reports), report_out);
-      // Wait for the peer to close (or a short while).
-      const auto end = Clock::now() + 3s;
-      while (Clock::now() < end && ep->state(conn) == udp::ConnState::kEstablished) {
-        ep->progress();
-        Completion c;
-        while (ep->poll_completion(c)) {
-        }
-      }
-      std::printf("test %s size %u qd %u: %" PRIu64
-                  " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
-                  op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
-                  data.verify_errors);
-      print_io(ep->io_stats());
-      std::fflush(stdout);
-    }
-    close_and_drain(*ep, conn);
-    release();
-    if (once) break;
+    const bool ok = serve(*ep, conn, common);
+    // --once: one session, whatever its outcome; its exit status tells which.
+    if (once) return ok ? 0 : 1;
   }
   return 0;
 }

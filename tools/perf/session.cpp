@@ -42,20 +42,20 @@ Idler Common::idler() const {
 udp::Options make_options(const Common& c) {
   udp::Options o;
   o.engine.mtu = c.mtu;
-  o.engine.num_paths = static_cast<uint8_t>(std::clamp<uint32_t>(c.paths, 1, 32));
+  // main.cpp's checks keep every value in range: none is clamped here.
+  o.engine.num_paths = static_cast<uint8_t>(c.paths);
   o.engine.rq_depth = kRqDepth;
   o.engine.recovery.peer_timeout_ns = uint64_t{c.peer_timeout_ms} * kMillisecond;
   o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
   o.engine.cc.enabled = !c.no_cc;
   o.engine.cover_payload = c.payload_crc;
-  if (c.ack_every != 0)
-    o.engine.ack_every = static_cast<uint8_t>(std::min<uint32_t>(c.ack_every, 64));
+  if (c.ack_every != 0) o.engine.ack_every = static_cast<uint8_t>(c.ack_every);
   if (c.min_rto_us != 0) o.engine.recovery.min_rto_ns = uint64_t{c.min_rto_us} * kMicrosecond;
   if (c.target_delay_us != 0)
     o.engine.cc.target_queue_delay_ns = uint64_t{c.target_delay_us} * kMicrosecond;
   if (c.explore_ms >= 0)
     o.engine.cc.explore_interval_ns = static_cast<uint64_t>(c.explore_ms) * kMillisecond;
-  o.entropy_count = static_cast<uint16_t>(std::max<uint32_t>(c.entropy_count, o.engine.num_paths));
+  o.entropy_count = static_cast<uint16_t>(c.entropy_count);
   o.entropy_base = c.entropy_base;
   o.gso = !c.no_gso;
   o.gro = !c.no_gro;
@@ -137,10 +137,33 @@ PathReport path_report(const PathStats& p, size_t slot, size_t slots) {
   return r;
 }
 
+std::string seconds_problem(double s) {
+  if (s > 0 && s <= kMaxSeconds) return "";  // false for nan
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "must be a positive number of seconds up to %g, not %g",
+                kMaxSeconds, s);
+  return buf;
+}
+
 std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn) {
   char id[16];
   std::snprintf(id, sizeof(id), "0x%x", conn.v);
   return "peer " + ep.peer_address(conn) + ", conn " + id;
+}
+
+std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen) {
+  const char* name = "?";
+  switch (ep.state(conn)) {
+    case udp::ConnState::kConnecting: name = "connecting"; break;
+    case udp::ConnState::kEstablished: name = "established"; break;
+    case udp::ConnState::kClosed: name = "closed"; break;
+    case udp::ConnState::kError: name = "failed"; break;
+    case udp::ConnState::kUnknown: name = "unknown (gone)"; break;
+  }
+  if (const udp::Error e = ep.conn_error(conn)) seen = e.status;
+  if (seen == Status::kOk) return name;
+  return std::string(name) + ": ended with " + std::string(status_name(seen)) + " (" +
+         std::string(status_text(seen)) + ")";
 }
 
 double pct(std::vector<uint32_t>& v, double q) {

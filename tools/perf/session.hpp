@@ -45,6 +45,19 @@ struct Idler {
   void step(udp::UdpEndpoint& ep, bool active, Clock::time_point now);
 };
 
+// The ranges of the options both ends take (main.cpp rejects a value outside
+// them): the engine's own limits (config.hpp, spec appendix B), which it
+// would otherwise clamp silently.
+inline constexpr uint32_t kMinMtu = 256, kMaxMtu = 65000;  // endpoint.cpp clamps to these
+inline constexpr uint32_t kMaxPaths = 32;                  // PATH-1
+inline constexpr uint32_t kMaxAckEvery = 64;
+// Below the longest RTO (LOSS-5, 100 ms) a connection fails before its
+// retransmissions have run their course; 0 failed it at once.
+inline constexpr uint32_t kMinPeerTimeoutMs = 100, kMaxPeerTimeoutMs = 3'600'000;
+inline constexpr uint32_t kMaxMinRtoUs = 100'000;  // max_rto (LOSS-5): a longer min_rto acts as it
+inline constexpr uint32_t kMaxTargetDelayUs = 1'000'000;
+inline constexpr uint32_t kMaxSpinUs = 1'000'000;
+
 struct Common {
   uint16_t mtu = 4096;
   uint32_t paths = 8;
@@ -93,12 +106,25 @@ PathReport path_report(const PathStats& p, size_t slot, size_t slots);
 // driver's own errors say it.
 std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn);
 
+// A connection's state as a message says it ("established", "closed"...),
+// with what ended it: for a failed one the status the driver kept
+// (conn_error), else `seen` (a failed completion's, say) unless kOk:
+// "failed: ended with kPeerUnreachable (peer unreachable: ...)".
+std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen = Status::kOk);
+
 // The q-quantile of v in microseconds (v holds nanoseconds; reordered).
 double pct(std::vector<uint32_t>& v, double q);
 double mean_rx_wait_us(const udp::IoStats& io);
 void print_io(const udp::IoStats& io);
 
 int run_server(const std::string& addr, const Common& common, bool once);
+
+// The longest --duration or --interval, in seconds (11.6 days); far longer
+// ones (1e10, inf) overflowed the clock's duration and ran nothing.
+inline constexpr double kMaxSeconds = 1e6;
+// Why `s` is not a number of seconds that --duration and --interval take (a
+// positive finite number up to kMaxSeconds), or "" when it is one.
+std::string seconds_problem(double s);
 
 struct ClientArgs {
   std::string addr;

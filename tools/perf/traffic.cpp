@@ -15,11 +15,11 @@ bool Sink::prepare(udp::UdpEndpoint& e, const TestParams& tp, RecvRing ring) {
   return !ep->register_memory(rbuf.data(), rbuf.size(), kAllAccess, rbuf_mr);
 }
 
-bool Sink::post_ring(ConnId c) {
+udp::Error Sink::post_ring(ConnId c) {
   conn = c;
   for (uint32_t i = 0; i < rcount; ++i)
-    if (post(i)) return false;
-  return true;
+    if (udp::Error e = post(i)) return e;
+  return {};
 }
 
 bool Sink::expose(uint32_t size, uint32_t qd, bool fill) {
@@ -90,8 +90,8 @@ void Generator::prepare_slot(uint64_t seq) {
     pattern_fill(slot(seq), p.size, seq);
 }
 
-bool Generator::pump(bool may_post) {
-  while (may_post && posted - completed < p.qd) {
+bool Generator::pump(uint64_t upto) {
+  while (posted < upto && posted - completed < p.qd) {
     const uint64_t seq = posted;
     uint8_t* s = slot(seq);
     const uint64_t rslot = raddr + (seq % p.qd) * p.size;

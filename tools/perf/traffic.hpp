@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -80,10 +81,10 @@ struct Sink {
   // connects, as all its allocation: the server waits only a while for the
   // Hello, and for anything from the client after its HelloAck.
   bool prepare(udp::UdpEndpoint& e, const TestParams& tp, RecvRing ring);
-  // Posts the ring's receives on connection c.
-  bool post_ring(ConnId c);
+  // Posts the ring's receives on connection c (an error says why not).
+  udp::Error post_ring(ConnId c);
   bool setup(udp::UdpEndpoint& e, ConnId c, const TestParams& tp, RecvRing ring) {
-    return prepare(e, tp, ring) && post_ring(c);
+    return prepare(e, tp, ring) && !post_ring(c);
   }
   bool expose(uint32_t size, uint32_t qd, bool fill);
   udp::Error post(uint32_t i);
@@ -120,8 +121,12 @@ struct Generator {
   uint8_t* slot(uint64_t seq) { return buf.data() + size_t{seq % p.qd} * p.size; }
   // --verify: message seq's pattern in its slot (a READ's slot poisoned).
   void prepare_slot(uint64_t seq);
-  // Posts until qd outstanding; false on a post error.
-  bool pump(bool may_post);
+  // Posts until qd messages are outstanding or `upto` have been posted in
+  // all (kNoLimit: no such bound; `posted` or less: none now); false on a
+  // post error.
+  static constexpr uint64_t kNoLimit = UINT64_MAX;
+  bool pump(uint64_t upto);
+  bool pump(std::same_as<bool> auto) = delete;  // a flag would mean "1 message in all"
   // A send-queue completion (wr_id = seq); returns false if not ours.
   bool on_completion(const Completion& c);
 };
