@@ -16,8 +16,10 @@ bool one_packet(Target& t, Peer& p, ConnId conn, uint64_t wr_id, std::vector<Rep
   if (!target_writes(t, conn, 1000, wr_id, why)) return false;
   rs = p.run(1000);
   // A target in real time may be paced (CC-6: a window cut below a packet
-  // by CE echoes sends one per srtt) or kept off its CPU a while.
-  for (int i = 0; i < 100 && !t.simulated_time() && of(rs, wire::Opcode::kWrite).empty(); ++i) {
+  // by CE echoes sends one per srtt) or kept off its CPU a while. On a busy
+  // host srtt takes in the scheduler's delays, and a path at its floor of a
+  // quarter packet waits four of them: up to 2 s, ended by the WRITE.
+  for (int i = 0; i < 1000 && !t.simulated_time() && of(rs, wire::Opcode::kWrite).empty(); ++i) {
     std::vector<Reply> more = p.run(2'000'000);
     rs.insert(rs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
