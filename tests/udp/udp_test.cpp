@@ -427,6 +427,10 @@ TEST(Udp, AddressParsing) {
   EXPECT_FALSE(metaroce::udp::parse_address("1.2.3.4:99999", 4792, a, &why));
   EXPECT_NE(why.find("port"), std::string::npos);
   EXPECT_FALSE(metaroce::udp::parse_address("[::1:5", 4792, a, &why));
+  EXPECT_FALSE(metaroce::udp::parse_address("[::1]:", 4792, a, &why));
+  EXPECT_NE(why.find("empty port"), std::string::npos) << why;
+  EXPECT_FALSE(metaroce::udp::parse_address("10.1.2.3:", 4792, a, &why));
+  EXPECT_NE(why.find("empty port"), std::string::npos) << why;
 }
 
 // ENC-2: an address without a port means the default UDP port, for the
@@ -1049,6 +1053,30 @@ TEST(Udp, FailedConnectionSaysWhatEndedIt) {
   EXPECT_EQ(again.status, Status::kNotConnected);
   EXPECT_NE(again.message.find("ended with kRemoteLengthError"), std::string::npos)
       << again.message;
+}
+
+// Invalid requests say which field is wrong, not just "invalid argument".
+TEST(Udp, InvalidRequestsSayWhichField) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  std::vector<uint8_t> buf(64);
+  MemoryRegion mr;
+  Error e = p.client->register_memory(buf.data(), 0, kAllAccess, mr);
+  EXPECT_EQ(e.status, Status::kInvalidArgument);
+  EXPECT_NE(e.message.find("zero length"), std::string::npos) << e.message;
+  e = p.client->register_memory(buf.data(), buf.size(), 1u << 7, mr);
+  EXPECT_NE(e.message.find("unknown access bits"), std::string::npos) << e.message;
+  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
+  metaroce::SendWr wr;
+  wr.op = metaroce::WrOpcode::kWrite;
+  wr.wr_id = 9;
+  wr.lkey = mr.lkey;
+  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  wr.length = 3u << 30;
+  e = p.client->post_send(p.cconn, wr);
+  EXPECT_EQ(e.status, Status::kInvalidArgument);
+  EXPECT_NE(e.message.find("above the largest message, 2 GiB"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("wr_id 9"), std::string::npos) << e.message;
 }
 
 TEST(Udp, PortInUseIsAClearError) {

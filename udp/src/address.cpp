@@ -104,12 +104,14 @@ bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out
     if (close + 1 < text.size()) {
       if (text[close + 1] != ':') return fail("expected ':' after ']' in \"" + text + "\"");
       port_text = text.substr(close + 2);
+      if (port_text.empty()) return fail("empty port after ':' in \"" + text + "\"");
     }
   } else {
     const size_t colon = text.rfind(':');
     if (colon != std::string::npos && text.find(':') == colon) {  // exactly one ':': host:port
       host = text.substr(0, colon);
       port_text = text.substr(colon + 1);
+      if (port_text.empty()) return fail("empty port after ':' in \"" + text + "\"");
     } else {
       host = text;  // IPv4, bare IPv6 or a name, without port
     }

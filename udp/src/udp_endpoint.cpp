@@ -85,9 +85,18 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
   auto lk = impl_->guard();
   const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
   if (s == Status::kOk) return {};
+  std::string why = "failed";
+  if (s == Status::kInvalidArgument) {
+    why = addr == nullptr ? "failed: no address"
+          : length == 0   ? "failed: zero length"
+          : (access & ~(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead)) != 0
+              ? "failed: unknown access bits"
+          : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
+                                           : "failed";
+  }
   return impl_->make_error(s,
                            "register_memory(" + std::to_string(length) + " bytes at base " +
-                               std::to_string(base) + ") failed",
+                               std::to_string(base) + ") " + why,
                            ConnId{});
 }
 
@@ -232,7 +241,17 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
 
 Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
-  return impl_->check_post(impl_->eng->post_send(conn, wr), conn, "post_send");
+  const Status s = impl_->eng->post_send(conn, wr);
+  // The engine's invalid request, in words: which field, and its limit.
+  if (s == Status::kInvalidArgument) {
+    const std::string why = static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead)
+                                ? "unknown opcode " + std::to_string(static_cast<unsigned>(wr.op))
+                            : wr.length > (1u << 31) ? "length " + std::to_string(wr.length) +
+                                                           " is above the largest message, 2 GiB"
+                                                     : "invalid request";
+    return impl_->make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
+  }
+  return impl_->check_post(s, conn, "post_send");
 }
 
 Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
