@@ -1079,6 +1079,23 @@ TEST(Udp, InvalidRequestsSayWhichField) {
   EXPECT_NE(e.message.find("wr_id 9"), std::string::npos) << e.message;
 }
 
+// After close() a connect or an accept fails at once and says why, rather
+// than waiting out its timeout.
+TEST(Udp, ClosedEndpointSaysSo) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  ep->close(true);
+  ConnId id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error c = ep->connect("127.0.0.1:9", 2000ms, id);
+  const Error a = ep->accept(2000ms, id);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  for (const Error& e : {c, a}) {
+    EXPECT_EQ(e.status, Status::kNotConnected);
+    EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
+  }
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

@@ -57,6 +57,15 @@ Error UdpEndpoint::Impl::check_route_mtu(const PeerAddr& peer) const {
   return e;
 }
 
+// After close() the sockets are gone: a connect or an accept would only
+// wait out its timeout.
+Error UdpEndpoint::Impl::closed_error(const std::string& what) const {
+  Error e;
+  e.status = Status::kNotConnected;
+  e.message = what + ": the endpoint is closed (close() was called); open a new one";
+  return e;
+}
+
 Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
   if (s == Status::kOk) {
     wake_thread();

@@ -236,6 +236,7 @@ struct UdpEndpoint::Impl {
   // errors.cpp
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   [[nodiscard]] Error check_route_mtu(const PeerAddr& peer) const;
+  [[nodiscard]] Error closed_error(const std::string& what) const;
   Error check_post(Status s, ConnId conn, const char* what);
 };
 

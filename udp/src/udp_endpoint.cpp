@@ -155,6 +155,7 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
   out = ConnId{};
+  if (impl_->closed) return impl_->closed_error("connect to " + address);
   PeerAddr peer;
   std::string why;
   if (!parse_address(address, kDefaultPort, peer, &why)) {
@@ -201,6 +202,7 @@ bool UdpEndpoint::try_accept(ConnId& out) {
 
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   out = ConnId{};
+  if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!impl_->run_until([&] { return !impl_->accepted.empty(); }, deadline)) {
     Error e;
