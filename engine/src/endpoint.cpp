@@ -16,7 +16,7 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   // packet outside every SACK is never mistaken for a lost one.
   cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 10);
   cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, 32);
-  cfg.mtu = std::clamp<uint16_t>(cfg.mtu, 256, 65000);
+  cfg.mtu = std::clamp<uint16_t>(cfg.mtu, kMinMtu, 65000);
   // TxRecord::slot holds a send-queue index below kRespSlotFlag.
   cfg.sq_depth = std::clamp<uint16_t>(cfg.sq_depth, 1, detail::kRespSlotFlag);
   cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
@@ -204,8 +204,8 @@ Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, ui
 
 Status Endpoint::deregister_memory(uint32_t lkey) { return impl_->mrs.remove(lkey); }
 
-Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
-  return impl_->connect(peer, now, out);
+Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
+  return impl_->connect(peer, now, out, max_mtu);
 }
 
 void Endpoint::close(ConnId conn, TimeNs now) {

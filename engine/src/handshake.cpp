@@ -7,10 +7,12 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
-Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
+Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
+  if (max_mtu != 0 && max_mtu < kMinMtu) return Status::kInvalidArgument;
   Connection* c = create_connection(peer);
   if (c == nullptr) return Status::kResourceExhausted;
   c->is_requester = true;
+  if (max_mtu != 0) c->mtu = std::min(c->mtu, max_mtu);  // CONN-1: what the route carries
   c->state = ConnState::kConnecting;
   do {
     c->nonce = rng.next();
@@ -26,7 +28,8 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out) {
 
 void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
   c.peer_conn = peer_body.src_conn;
-  c.mtu = std::min<uint16_t>(cfg.mtu, std::max<uint16_t>(peer_body.mtu, 256));
+  // CONN-3; c.mtu is the endpoint's, or less where the requester's route asked (CONN-1).
+  c.mtu = std::min<uint16_t>(c.mtu, std::max<uint16_t>(peer_body.mtu, kMinMtu));
   c.set_window_log2(std::clamp<uint8_t>(peer_body.window_log2, 6, cfg.window_log2));  // SEQ-3
   set_cwnd_floor(c);
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
@@ -153,7 +156,7 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
                                   TxDatagram& out) {
   wire::ConnectBody body;
   body.src_conn = c.id.v;
-  body.mtu = cfg.mtu;
+  body.mtu = c.mtu;
   body.window_log2 = cfg.window_log2;
   body.max_reads = cfg.max_reads;
   body.max_version = wire::kVersion;

@@ -188,7 +188,7 @@ struct Endpoint::Impl {
   }
 
   // ---- handshake.cpp ----
-  Status connect(const PeerAddr& peer, TimeNs now, ConnId& out);
+  Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu);
   void close(detail::Connection& c, TimeNs now);
   [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);

@@ -38,6 +38,9 @@ struct RecoveryConfig {
   uint64_t rnr_retry_ns = 100 * kMicrosecond;    // LOSS-7
 };
 
+// The smallest mtu a connection uses (SEQ-5); EndpointConfig::mtu is raised to it.
+inline constexpr uint16_t kMinMtu = 256;
+
 struct EndpointConfig {
   uint16_t mtu = 4096;                        // payload bytes per data packet (SEQ-5)
   uint8_t window_log2 = 10;                   // outstanding-PSN window, 1024 packets, 6..10 (SEQ-3)

@@ -156,7 +156,9 @@ class Endpoint {
 
   // --- connections (CONN-*) ---
   // Starts the handshake; an Event kConnected or kConnectFailed follows.
-  [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out);
+  // max_mtu (0: none) lowers the mtu this connection offers below the
+  // endpoint's, for a route that cannot carry the endpoint's (CONN-1).
+  [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu = 0);
   // Orderly close: outstanding work completes kFlushed, the peer is told.
   void close(ConnId conn, TimeNs now);
   [[nodiscard]] bool is_established(ConnId conn) const;

@@ -311,7 +311,7 @@ void Switch::enable_pfc(const QueueSpec& q) {
 }
 
 std::string queue_spec_error(const QueueSpec& q) {
-  if (q.ecn_kmin > q.ecn_kmax)
+  if (q.ecn_kmax != 0 && q.ecn_kmin > q.ecn_kmax)  // ecn_kmax 0: no marking at all
     return "queue.ecn_kmin (" + std::to_string(q.ecn_kmin) + ") is above queue.ecn_kmax (" +
            std::to_string(q.ecn_kmax) + ")";
   if (!(q.ecn_pmax >= 0 && q.ecn_pmax <= 1)) {

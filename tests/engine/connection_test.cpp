@@ -100,6 +100,37 @@ TEST(Engine, ConnectRefusedAndTimeout) {  // CONN-2, CONN-4
   EXPECT_EQ(ev.status, Status::kConnectTimeout);
 }
 
+// CONN-1, CONN-3: a requester whose route carries less than its mtu offers
+// less, and the connection runs at that size both ways (the responder's
+// packets too), so that IP fragments none of them. Below the least mtu, 256,
+// the connect is refused.
+TEST(Engine, ConnectOffersTheMtuItsRouteCarries) {
+  Loop loop(cfg(66), cfg(67));
+  size_t largest[2] = {0, 0};
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    largest[from] = std::max(largest[from], tx.len);
+  };
+  auto [a, b] = loop.connect(1000);
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src0(loop.ep(0), 20000, 0, 0x21), dst1(loop.ep(1), 20000, kAccessRemoteWrite);
+  Buf src1(loop.ep(1), 20000, 0, 0x12), dst0(loop.ep(0), 20000, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src0, dst1, 20000, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src1, dst0, 20000, 2)), Status::kOk);
+  std::vector<Completion> c0, c1;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, c0));
+  ASSERT_TRUE(loop.run_until_completions(1, 1, c1));
+  EXPECT_EQ(c0[0].status, Status::kOk);
+  EXPECT_EQ(c1[0].status, Status::kOk);
+  EXPECT_EQ(dst1.bytes, src0.bytes);
+  EXPECT_EQ(dst0.bytes, src1.bytes);
+  // 1000 payload bytes and a WRITE's 48 of headers and ICRC, each way.
+  EXPECT_EQ(largest[0], 1048u);
+  EXPECT_EQ(largest[1], 1048u);
+  ConnId refused;
+  EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), refused, kMinMtu - 1),
+            Status::kInvalidArgument);
+}
+
 // CONN-2 with a budget past what one byte counts: the requester still gives
 // up after exactly connect_attempts requests (a wrapping counter never did,
 // and the connection stayed CONNECTING for good).

@@ -98,9 +98,10 @@ class Loop {
   }
 
   // Connects 0 -> 1; returns {conn on 0, conn on 1}.
-  std::pair<ConnId, ConnId> connect() {
+  // max_mtu: what endpoint 0's connection offers, if less than its mtu (CONN-1).
+  std::pair<ConnId, ConnId> connect(uint16_t max_mtu = 0) {
     ConnId a;
-    if (ep_[0]->connect(addr_[1], now_, a) != Status::kOk) return {};
+    if (ep_[0]->connect(addr_[1], now_, a, max_mtu) != Status::kOk) return {};
     ConnId b;
     bool up = false;
     run_until([&] {

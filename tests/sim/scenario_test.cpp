@@ -598,6 +598,8 @@ TEST(Settings, QueueIsCheckedAsAWholeAfterTheOverrides) {
   EXPECT_EQ(queue_spec_error(c.queue), "queue.ecn_kmin (200000) is above queue.ecn_kmax (100000)");
   ASSERT_TRUE(apply_setting(c, "queue.ecn_kmax=200000", err)) << err;  // kmin == kmax: a step
   EXPECT_EQ(queue_spec_error(c.queue), "");
+  ASSERT_TRUE(apply_setting(c, "queue.ecn_kmax=0", err)) << err;  // no marking, whatever kmin
+  EXPECT_EQ(queue_spec_error(c.queue), "");
 }
 
 }  // namespace metaroce::sim

@@ -1,7 +1,8 @@
-// Command-line parsing for the tools: CLI11's own message, but the exit
-// status the tools document for bad options (2) instead of CLI11's error
-// codes (105 ExtrasError, 106 ConversionError, 108 ..., what CLI11_PARSE
-// returns). --help and --help-all still exit 0.
+// Command-line parsing for metaroce-sim and metaroce-conform(-agent):
+// CLI11's own message, but the exit status those tools document for bad
+// options (2) instead of CLI11's error codes (105 ExtrasError, 106
+// ConversionError, 108 ..., what CLI11_PARSE returns). --help and --help-all
+// still exit 0. (metaroce-perf keeps its documented 1.)
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -27,9 +27,12 @@ tester_args=
 listen_host=127.0.0.1
 iut_host=127.0.0.1
 if [ "$family" = ipv6 ]; then
-  ip link set lo up &&
-    ip -6 addr add fd00:6d72::3/128 dev lo nodad &&
-    ip -6 addr add fd00:6d72::4/128 dev lo nodad || exit 1
+  ip link set lo up || exit 1
+  if [ ! -d /proc/sys/net/ipv6 ] || ! ip -6 addr add fd00:6d72::3/128 dev lo nodad ||
+    ! ip -6 addr add fd00:6d72::4/128 dev lo nodad; then
+    echo "conformance.remote-ipv6: skipped (no IPv6 in this kernel)"
+    exit 77
+  fi
   tester_args="--tester fd00:6d72::3 --stranger fd00:6d72::4"
   listen_host='[::1]'
   iut_host='[::1]'

@@ -233,7 +233,12 @@ fi
 "$PERF" client "$(hostport "$port")" --op write --size 65536 --duration 3 --json \
   >"$tmp/first.json" 2>"$tmp/first.err" &
 first_pid=$!
-sleep 1
+# The first test runs once its client prints a progress line (a sleep alone
+# may end before its Hello, on a loaded machine, and the second is queued).
+for _ in $(seq 400); do
+  grep -q '^\[' "$tmp/first.err" 2>/dev/null && break
+  sleep 0.05
+done
 start=$SECONDS
 set +e
 timeout 20 "$PERF" client "$(hostport "$port")" --iters 10 >"$tmp/second.out" 2>&1

@@ -242,7 +242,9 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
     const size_t n = ep.poll_completions(cs, 64);
     idler.step(ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
     for (size_t i = 0; i < n; ++i) {
-      if (busy.on_completion(cs[i])) continue;
+      // Another connection's (a refused client's work, flushed once it is
+      // closed) is never this test's.
+      if (busy.on_completion(cs[i]) || cs[i].conn != conn) continue;
       note(cs[i]);
       if (data.on_completion(cs[i])) continue;
       if (bidir) (void)gen.on_completion(cs[i]);
@@ -282,7 +284,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
   } else if (!got_done) {
     Completion c;  // those of the round that found the connection gone
     while (cause == Status::kOk && ep.poll_completion(c))
-      if (!busy.on_completion(c)) note(c);
+      if (!busy.on_completion(c) && c.conn == conn) note(c);
     std::fprintf(stderr, "test ended without Done (%s): connection %s\n",
                  peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn, cause).c_str());
   } else {
@@ -293,8 +295,9 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
       Completion cs[64];
       const size_t n = ep.poll_completions(cs, 64);
       for (size_t i = 0; i < n; ++i)
-        if (!busy.on_completion(cs[i]) && !gen.on_completion(cs[i])) data.on_completion(cs[i]);
-      busy.step(ep);
+        if (!busy.on_completion(cs[i]) && cs[i].conn == conn && !gen.on_completion(cs[i]))
+          data.on_completion(cs[i]);
+      busy.step(ep, false);  // a client that connects now is served next
     }
     ConnStats cst{};
     (void)ep.conn_stats(conn, cst);
@@ -315,7 +318,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
       ep.progress();
       Completion c;
       while (ep.poll_completion(c)) (void)busy.on_completion(c);
-      busy.step(ep);
+      busy.step(ep, false);  // a client that connects now is served next
     }
     ok = true;
     std::printf("test %s size %u qd %u: %" PRIu64

@@ -27,12 +27,18 @@ uint16_t address_port(const PeerAddr& a) {
 
 bool address_is_v4(const PeerAddr& a) { return a.len == kPeerAddrLen && a.bytes[18] == 4; }
 
-uint32_t route_mtu(const PeerAddr& a, int family) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
+uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from) {
+  sockaddr_storage ss{}, src{};
+  socklen_t len = 0, src_len = 0;
   if (!to_sockaddr(a, family, ss, len)) return 0;
   const int fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
+  // From the endpoint's own address (port 0: any), so that source-based
+  // routing picks the route its packets take.
+  PeerAddr any_port = from;
+  set_port(any_port, 0);
+  if (to_sockaddr(any_port, family, src, src_len))
+    (void)::bind(fd, reinterpret_cast<const sockaddr*>(&src), src_len);
   int mtu = 0;
   socklen_t ml = sizeof(mtu);
   // connect() on UDP only looks the route up; nothing is sent.

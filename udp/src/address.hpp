@@ -16,9 +16,10 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 // both (IPv4 as v4-mapped).
 [[nodiscard]] bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out,
                                socklen_t& len);
-// The MTU of the kernel's route to `a` from a socket of `family` (the
-// interface's, or a smaller path MTU the kernel learned), or 0 if unknown.
-[[nodiscard]] uint32_t route_mtu(const PeerAddr& a, int family);
+// The MTU of the kernel's route to `a` from a socket of `family` bound to
+// `from`'s address (the interface's MTU, or a smaller path MTU the kernel
+// learned), or 0 if unknown.
+[[nodiscard]] uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from);
 // Same IP address (port ignored).
 [[nodiscard]] bool same_host(const PeerAddr& a, const PeerAddr& b);
 

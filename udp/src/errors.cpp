@@ -36,24 +36,28 @@ Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId co
 // The largest datagram is a full data packet: its headers (WRITE_IMM's, the
 // longest), the payload and the ICRC, in UDP and IP. On a route whose MTU
 // is smaller, IP fragments it, and fragments after the first carry no UDP
-// ports: ECMP cannot spray them, and one lost fragment loses the packet.
-Error UdpEndpoint::Impl::check_route_mtu(const PeerAddr& peer) const {
-  const uint32_t have = route_mtu(peer, family);
+// ports: ECMP cannot spray them, and one lost fragment loses the packet. So
+// the connection offers the mtu the route carries (CONN-1), and the peer
+// agrees to the smaller of the two (CONN-3); a route too small for the
+// least mtu is refused.
+Error UdpEndpoint::Impl::route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const {
+  cap = 0;
+  const uint32_t have = route_mtu(peer, family, local);
   const uint32_t ip = address_is_v4(peer) ? 20 : 40;
   const uint32_t overhead = ip + 8 + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
                             wire::kRdmaHeaderSize + wire::kImmSize + wire::kIcrcSize;
-  const uint32_t mtu = eng->config().mtu;
-  if (have == 0 || mtu + overhead <= have) return {};
+  if (have == 0 || eng->config().mtu + overhead <= have) return {};
+  if (have >= kMinMtu + overhead) {
+    cap = static_cast<uint16_t>(have - overhead);
+    return {};
+  }
   Error e;
   e.status = Status::kInvalidArgument;
   e.peer = format_address(peer);
   e.message = "connect to " + e.peer + ": the route's MTU is " + std::to_string(have) +
-              " bytes, and a data packet of mtu " + std::to_string(mtu) + " takes " +
-              std::to_string(mtu + overhead) +
-              " with its headers: IP would fragment it, and ECMP cannot spray fragments. "
-              "Set Options::engine.mtu (metaroce-perf --mtu) to at most " +
-              std::to_string(have > overhead ? have - overhead : 0) +
-              ", or raise the interface MTU (jumbo frames)";
+              " bytes, too small for a data packet of the least mtu, " + std::to_string(kMinMtu) +
+              ", and its " + std::to_string(overhead) +
+              " bytes of headers: IP would fragment every packet, and ECMP cannot spray fragments";
   return e;
 }
 

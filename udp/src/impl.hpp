@@ -235,7 +235,8 @@ struct UdpEndpoint::Impl {
 
   // errors.cpp
   Error make_error(Status s, const std::string& what, ConnId conn) const;
-  [[nodiscard]] Error check_route_mtu(const PeerAddr& peer) const;
+  // CONN-1: the mtu (0: the endpoint's) a connection to `peer` offers.
+  [[nodiscard]] Error route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const;
   [[nodiscard]] Error closed_error(const std::string& what) const;
   Error check_post(Status s, ConnId conn, const char* what);
 };

@@ -173,11 +173,12 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
                 ") cannot reach an IPv6 peer";
     return e;
   }
-  if (Error e = impl_->check_route_mtu(peer); e) return e;
+  uint16_t max_mtu = 0;
+  if (Error e = impl_->route_mtu_cap(peer, max_mtu); e) return e;
   ConnId id;
   {
     auto lk = impl_->guard();
-    const Status s = impl_->eng->connect(peer, clock_now(), id);
+    const Status s = impl_->eng->connect(peer, clock_now(), id, max_mtu);
     if (s != Status::kOk) {
       Error e = impl_->make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
       e.peer = format_address(peer);
