@@ -25,7 +25,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$(pwd)
 JOBS=${METAROCE_JOBS:-2}
 FUZZ_SECONDS=${METAROCE_FUZZ_SECONDS:-30}
-FUZZ_TARGETS=(fuzz_decode fuzz_engine)
+FUZZ_TARGETS=(fuzz_decode fuzz_engine fuzz_udp)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
