@@ -25,8 +25,7 @@ inline constexpr uint32_t kNoSlot = UINT32_MAX;
 [[nodiscard]] inline bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 inline constexpr uint8_t kNoPath = 0xff;
 // Room for the longest data headers (WRITE_IMM: 48 bytes), copied whole.
-inline constexpr size_t kHeaderTemplateSize =
-    wire::kBaseHeaderSize + wire::kMessageHeaderSize + wire::kRdmaHeaderSize + wire::kImmSize;
+inline constexpr size_t kHeaderTemplateSize = wire::kMaxDataHeaderSize;
 
 enum class ConnState : uint8_t { kConnecting, kEstablished, kError, kClosing, kClosed };
 

@@ -8,13 +8,12 @@ uint64_t mix(uint64_t k) {
   k ^= k >> 33;
   return k;
 }
-constexpr uint32_t kAllAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 }  // namespace
 
 Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
                     MemoryRegion& out) {
   // MR-4: the last byte's address, base + length - 1, must not wrap.
-  if (addr == nullptr || length == 0 || (access & ~kAllAccess) != 0 || rkey == 0 ||
+  if (addr == nullptr || length == 0 || (access & ~kAccessKnown) != 0 || rkey == 0 ||
       length - 1 > UINT64_MAX - base)
     return Status::kInvalidArgument;
   if (regions_.size() >= (1u << 30)) return Status::kResourceExhausted;

@@ -33,7 +33,8 @@ static_assert(data_opcode(WrOpcode::kWrite) == wire::Opcode::kWrite &&
 Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   if (c.state != ConnState::kEstablished && c.state != ConnState::kConnecting)
     return Status::kNotConnected;
-  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) || wr.length > (1u << 31))
+  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) ||
+      wr.length > kMaxMessageLength)
     return Status::kInvalidArgument;
   const uint8_t* local = nullptr;
   if (wr.length > 0) {

@@ -43,6 +43,9 @@ struct MemoryRegion {
 
 enum class WrOpcode : uint8_t { kWrite, kWriteImm, kSend, kSendImm, kRead };
 
+// The longest message a work request may carry, 2 GiB; longer is kInvalidArgument.
+inline constexpr uint32_t kMaxMessageLength = 1u << 31;
+
 // A send-queue work request. local_addr..+length must lie in region `lkey`
 // (with kAccessLocalWrite for READ). For WRITE*/READ, remote_addr/rkey name
 // the peer's memory.

@@ -93,5 +93,7 @@ enum Access : uint32_t {
   kAccessRemoteWrite = 1u << 1,
   kAccessRemoteRead = 1u << 2,
 };
+// Every right there is; other bits make a registration invalid.
+inline constexpr uint32_t kAccessKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 
 }  // namespace metaroce

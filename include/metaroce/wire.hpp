@@ -53,6 +53,10 @@ inline constexpr size_t kMessageHeaderSize = 12;
 inline constexpr size_t kRdmaHeaderSize = 16;
 inline constexpr size_t kImmSize = 4;
 inline constexpr size_t kIcrcSize = 4;
+// The longest data packet headers (WRITE_IMM's): a data packet is at most
+// these, its payload (mtu) and the ICRC.
+inline constexpr size_t kMaxDataHeaderSize =
+    kBaseHeaderSize + kMessageHeaderSize + kRdmaHeaderSize + kImmSize;
 inline constexpr size_t kAckFixedSize = 20;  // after the base header
 inline constexpr size_t kMaxSackWords = 16;  // 1024 PSNs beyond cum_psn: the largest window (SEQ-3)
 inline constexpr size_t kNakBodySize = 16;

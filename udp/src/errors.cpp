@@ -44,8 +44,7 @@ Error UdpEndpoint::Impl::route_mtu_cap(const PeerAddr& peer, uint16_t& cap) cons
   cap = 0;
   const uint32_t have = route_mtu(peer, family, local);
   const uint32_t ip = address_is_v4(peer) ? 20 : 40;
-  const uint32_t overhead = ip + 8 + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
-                            wire::kRdmaHeaderSize + wire::kImmSize + wire::kIcrcSize;
+  const uint32_t overhead = ip + 8 + wire::kMaxDataHeaderSize + wire::kIcrcSize;
   if (have == 0 || eng->config().mtu + overhead <= have) return {};
   if (have >= kMinMtu + overhead) {
     cap = static_cast<uint16_t>(have - overhead);

@@ -87,10 +87,9 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
   if (s == Status::kOk) return {};
   std::string why = "failed";
   if (s == Status::kInvalidArgument) {
-    why = addr == nullptr ? "failed: no address"
-          : length == 0   ? "failed: zero length"
-          : (access & ~(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead)) != 0
-              ? "failed: unknown access bits"
+    why = addr == nullptr                  ? "failed: no address"
+          : length == 0                    ? "failed: zero length"
+          : (access & ~kAccessKnown) != 0  ? "failed: unknown access bits"
           : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
                                            : "failed";
   }
@@ -247,11 +246,12 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   const Status s = impl_->eng->post_send(conn, wr);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
-    const std::string why = static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead)
-                                ? "unknown opcode " + std::to_string(static_cast<unsigned>(wr.op))
-                            : wr.length > (1u << 31) ? "length " + std::to_string(wr.length) +
-                                                           " is above the largest message, 2 GiB"
-                                                     : "invalid request";
+    const std::string why =
+        static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead)
+            ? "unknown opcode " + std::to_string(static_cast<unsigned>(wr.op))
+        : wr.length > kMaxMessageLength
+            ? "length " + std::to_string(wr.length) + " is above the largest message, 2 GiB"
+            : "invalid request";
     return impl_->make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
   }
   return impl_->check_post(s, conn, "post_send");
