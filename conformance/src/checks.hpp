@@ -45,6 +45,7 @@ constexpr uint64_t kTesterAddr = 0x10000;
 Outcome check_enc1(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
+Outcome check_enc6(Target& t);
 Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
 // connection_checks.cpp

@@ -34,6 +34,7 @@ void EngineTarget::collect(std::vector<Sent>& out) {
     s.bytes.assign(buf_.begin(), buf_.begin() + static_cast<long>(tx.len));
     s.entropy = tx.entropy;
     s.ecn = tx.ecn;
+    s.dscp = tx.dscp;
     s.to_stranger = tx.peer == stranger_;
     out.push_back(std::move(s));
   }

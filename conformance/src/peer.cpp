@@ -192,6 +192,7 @@ std::vector<Reply> Peer::run(uint64_t ns) {
     r.bytes = std::move(s.bytes);
     r.entropy = s.entropy;
     r.ecn = s.ecn;
+    r.dscp = s.dscp;
     r.to_stranger = s.to_stranger;
     out.push_back(std::move(r));
   }

@@ -18,6 +18,7 @@ struct Reply {
   std::vector<uint8_t> bytes;
   uint16_t entropy = 0;
   uint8_t ecn = 0;
+  uint8_t dscp = 0;
   bool to_stranger = false;
   wire::ParseError error = wire::ParseError::kOk;
   wire::Packet pkt;

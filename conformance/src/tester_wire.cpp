@@ -175,10 +175,12 @@ void TesterWire::receive(int fd, bool stranger, std::vector<Sent>& out) {
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
         s.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
+        s.dscp = static_cast<uint8_t>(*CMSG_DATA(c) >> 2);
       } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
         int tclass = 0;  // an int here, where IP_TOS gives one byte
         std::memcpy(&tclass, CMSG_DATA(c), sizeof(tclass));
         s.ecn = static_cast<uint8_t>(tclass & 3);
+        s.dscp = static_cast<uint8_t>((tclass >> 2) & 0x3f);
       }
     }
     out.push_back(std::move(s));

@@ -79,6 +79,42 @@ Outcome check_enc4(Target& t) {
   return pass();
 }
 
+// ENC-6, with the reference's defaults: control_dscp 48, data_dscp 0. The
+// target acknowledges a WRITE, answers a READ with data (its data class),
+// then refuses a WRITE with a key it never gave (a NAK).
+Outcome check_enc6(Target& t) {
+  Peer p(t);
+  std::vector<Reply> all;
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite | kAccessRemoteRead, 4096, &all))
+    return fail(why);
+  auto keep = [&all](std::vector<Reply> rs) {
+    for (Reply& x : rs) all.push_back(std::move(x));
+  };
+  const uint32_t w = p.next_psn++;
+  keep(p.exchange_until(p.write(w, r.rkey, r.addr, kPayload), acks(w)));
+  const uint32_t rd = p.next_psn++;
+  keep(p.exchange_until(p.read_req(rd, 0, r.rkey, r.addr, 64), has(wire::Opcode::kReadResp)));
+  keep(p.exchange_until(p.write(p.next_psn, r.rkey ^ 0x5a5a5a5a00000000ull, r.addr, kPayload),
+                        has(wire::Opcode::kNak)));
+  size_t control = 0, data = 0;
+  for (const Reply& x : all) {
+    if (x.error != wire::ParseError::kOk) continue;
+    const bool ack = wire::is_acknowledgement(static_cast<uint8_t>(x.pkt.bh.opcode));
+    const uint8_t want = ack ? kDefaultControlDscp : 0;
+    if (x.dscp != want)
+      return fail(std::string(wire::opcode_name(x.pkt.bh.opcode)) + " left with DSCP " +
+                  std::to_string(x.dscp) + ", expected " + std::to_string(want));
+    ++(ack ? control : data);
+  }
+  if (of(all, wire::Opcode::kAck).empty() || of(all, wire::Opcode::kNak).empty() ||
+      of(all, wire::Opcode::kReadResp).empty())
+    return fail("expected an ACK, a NAK and a READ_RESP, saw " + std::to_string(control) +
+                " ACK or NAK and " + std::to_string(data) + " other packets");
+  return pass();
+}
+
 // BAD-7, BAD-8: `send_bad` delivers a variant of a good WRITE that the
 // target must ignore (`what` says how it is bad); the good one must then
 // land as if nothing had come before.

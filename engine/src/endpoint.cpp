@@ -22,6 +22,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
   cfg.max_reads = std::max<uint8_t>(cfg.max_reads, 1);
   cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
+  cfg.control_dscp = std::min(cfg.control_dscp, kMaxDscp);
+  cfg.data_dscp = std::min(cfg.data_dscp, kMaxDscp);
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kConnIndexMask);
   if (cfg.shared_rq_depth > 0) {

@@ -20,6 +20,7 @@ bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
   out.peer = o.peer;
   out.entropy = o.entropy;
   out.ecn = kEcnEct0;
+  out.dscp = cfg.data_dscp;
   out.len = finish(buf, h, 0);
   out.header_len = h;
   out.payload = {};
@@ -39,6 +40,9 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
     return false;
   out.peer = c.peer;
   out.ecn = kEcnEct0;
+  // ENC-6: feedback skips the data queues where the fabric gives its class
+  // priority, so an RTT sample measures the data direction's queues only.
+  out.dscp = wire::is_acknowledgement(buf[1]) ? cfg.control_dscp : cfg.data_dscp;
   return true;
 }
 

@@ -38,6 +38,11 @@ struct RecoveryConfig {
   uint64_t rnr_retry_ns = 100 * kMicrosecond;    // LOSS-7
 };
 
+// ENC-6: CS6, the class RoCEv2 deployments give CNPs; fabrics serve it at
+// strict priority, so acknowledgements do not queue behind data.
+inline constexpr uint8_t kDefaultControlDscp = 48;
+inline constexpr uint8_t kMaxDscp = 63;
+
 // The smallest mtu a connection uses (SEQ-5); EndpointConfig::mtu is raised to it.
 inline constexpr uint16_t kMinMtu = 256;
 
@@ -53,7 +58,10 @@ struct EndpointConfig {
   uint64_t ack_delay_ns = 10 * kMicrosecond;  // ACK-5
   uint16_t entropy_min = 49152;               // UDP source ports the paths draw from (ENC-3)
   uint16_t entropy_max = 65535;
-  bool cover_payload = true;    // INT-2: ICRC over payload, or headers only
+  bool cover_payload = true;  // INT-2: ICRC over payload, or headers only
+  // ENC-6: the IP DSCP of ACKs and NAKs, and of every other packet (0..63).
+  uint8_t control_dscp = kDefaultControlDscp;
+  uint8_t data_dscp = 0;
   bool accept_incoming = true;  // answer CONNECT_REQ (a listening endpoint)
   uint32_t max_connections = 65536;
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2

@@ -118,13 +118,15 @@ struct RxDatagram {
 inline constexpr uint8_t kEcnNotEct = 0;
 inline constexpr uint8_t kEcnEct0 = 2;
 
-// A datagram for the driver to send: UDP source port `entropy`, IP ECN `ecn`.
+// A datagram for the driver to send: UDP source port `entropy`, IP ECN `ecn`,
+// IP DSCP `dscp` (ENC-6: the control class for acknowledgements).
 // In gather mode the packet is buf[0, header_len) + payload + trailer (the ICRC);
 // otherwise it is buf[0, len).
 struct TxDatagram {
   PeerAddr peer;
   uint16_t entropy = 0;
   uint8_t ecn = kEcnEct0;
+  uint8_t dscp = 0;
   size_t len = 0;  // whole datagram length
   size_t header_len = 0;
   std::span<const uint8_t> payload;  // gather mode only

@@ -33,6 +33,13 @@ enum class Opcode : uint8_t {
   kDisconnectAck = 0x24,
 };
 
+// ENC-6: ACK and NAK travel in the control class (EndpointConfig::control_dscp).
+// Takes byte 1 of a packet, its opcode.
+constexpr bool is_acknowledgement(uint8_t opcode) {
+  return opcode == static_cast<uint8_t>(Opcode::kAck) ||
+         opcode == static_cast<uint8_t>(Opcode::kNak);
+}
+
 // Base Header flag bits (low nibble of byte 0).
 inline constexpr uint8_t kFlagPayloadCovered = 0x8;  // ICRC covers the payload (INT-2)
 inline constexpr uint8_t kFlagAckRequested = 0x4;    // receiver acks at once (ACK-4)

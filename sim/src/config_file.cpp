@@ -129,7 +129,7 @@ class Reader {
   QueueSpec queue(const toml::table& t) {
     keys(t, "queue",
          {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
-          "trim_priority", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
+          "trim_priority", "priority_dscp", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
     q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin").value_or(q.ecn_kmin);
@@ -139,6 +139,12 @@ class Reader {
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
     if (t.contains("trim_allowance_bytes"))  // 0 allowed: headers only within the buffer
       q.trim_allowance_bytes = u32(t, "queue", "trim_allowance_bytes");
+    if (t.contains("priority_dscp")) {
+      const uint32_t d = u32(t, "queue", "priority_dscp");
+      if (d > kNoPriorityDscp)
+        fail(*t.get("priority_dscp"), "queue.priority_dscp: 0-63, or 64 for no priority class");
+      q.priority_dscp = static_cast<uint8_t>(d);
+    }
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
     q.pfc_xoff_bytes = opt_bytes(t, "queue", "pfc_xoff_bytes", true);
     q.pfc_xon_bytes = opt_bytes(t, "queue", "pfc_xon_bytes", true);

@@ -169,6 +169,7 @@ void MetaRoceHost::pull(SimTime now) {
   p->entropy = tx.entropy;
   p->dport = 4792;
   p->ecn = tx.ecn;
+  p->dscp = tx.dscp;
   p->header_len = static_cast<uint16_t>(tx.header_len);
   p->payload_len = static_cast<uint32_t>(tx.payload.size());
   p->trailer_len = static_cast<uint8_t>(trailer);

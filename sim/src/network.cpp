@@ -110,7 +110,7 @@ void Port::enqueue(Packet* p, SimTime now) {
       }
     }
   }
-  if ((p->trimmed && q_.trim_priority) || p->control_class) {
+  if ((p->trimmed && q_.trim_priority) || p->dscp == q_.priority_dscp) {
     transmit_header(p, now);
     return;
   }
@@ -271,7 +271,7 @@ void Switch::receive(Packet* p, uint32_t in_port, SimTime now) {
     net_.pool().release(p);
     return;
   }
-  if (pfc_ && !p->control_class) {
+  if (pfc_ && p->dscp != priority_dscp_) {
     uint64_t& b = ingress_[in_port];
     if (b + p->wire_bytes > pfc_limit_) {  // headroom exhausted: counted as a buffer drop
       ports[in_port]->drop(p, false);
@@ -286,6 +286,7 @@ void Switch::receive(Packet* p, uint32_t in_port, SimTime now) {
 
 void Switch::enable_pfc(const QueueSpec& q) {
   pfc_ = true;
+  priority_dscp_ = q.priority_dscp;
   pfc_limit_ = q.buffer_bytes;
   const size_t n = ports.size();
   ingress_.assign(n, 0);

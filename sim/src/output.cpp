@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <stdexcept>
 
@@ -32,7 +33,7 @@ void write_framing(const Packet& p, uint32_t datagram, uint8_t* o) {
   be::store16(o + 12, 0x0800);
   uint8_t* ip = o + 14;
   ip[0] = 0x45;
-  const uint8_t dscp = p.trimmed ? wire::kDefaultTrimmedDscp : 0;
+  const uint8_t dscp = p.trimmed ? wire::kDefaultTrimmedDscp : p.dscp;
   ip[1] = static_cast<uint8_t>((dscp << 2) | (p.ecn & 3));
   be::store16(ip + 2, static_cast<uint16_t>(std::min<uint32_t>(65535, 28 + datagram)));
   be::store16(ip + 4, 0);
@@ -120,8 +121,11 @@ bool PcapFile::close() {
 
 // Taps one or both directions of a link. A port announces a packet when it
 // is queued, with the time it will start to cross the link; records wait in
-// a per-direction FIFO until no earlier one can come (the other direction's
-// next start is at least `now`), so the file is in time order.
+// a per-direction queue, ordered by start, until no earlier one can come
+// (every later announcement starts at or after its `now`), so the file is in
+// time order. A packet of the priority lane (network.hpp) starts before data
+// queued ahead of it, so it is inserted, not appended; equal starts keep
+// their order.
 class SimOutput::Capture final : public PacketTap {
  public:
   Capture(PcapFile& file, Simulation& sim, const LinkRef& link)
@@ -158,7 +162,10 @@ class SimOutput::Capture final : public PacketTap {
     write_framing(p, datagram, r.data);
     r.orig = static_cast<uint32_t>(kEthIpUdp + datagram);
     r.caplen = static_cast<uint32_t>(std::min<size_t>(kEthIpUdp + hdr, r.orig));
-    pending_[&port == dir_[0] ? 0 : 1].push(r);
+    std::deque<Rec>& q = pending_[&port == dir_[0] ? 0 : 1];
+    q.insert(std::upper_bound(q.begin(), q.end(), r.at,
+                              [](SimTime at, const Rec& e) { return at < e.at; }),
+             r);
     emit(now);
   }
   // Writes every record that starts at or before t.
@@ -172,7 +179,7 @@ class SimOutput::Capture final : public PacketTap {
       if (d < 0) return;
       const Rec& r = pending_[d].front();
       file_.write(r.at, r.data, r.caplen, r.orig);
-      pending_[d].pop();
+      pending_[d].pop_front();
     }
   }
 
@@ -186,7 +193,7 @@ class SimOutput::Capture final : public PacketTap {
   const RcShared* rc_;
   uint32_t overhead_;
   Port* dir_[2] = {nullptr, nullptr};
-  Ring<Rec> pending_[2];
+  std::deque<Rec> pending_[2];
 };
 
 // ------------------------------------------------------------------ Sampler

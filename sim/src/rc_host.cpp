@@ -178,7 +178,7 @@ void RcHost::send_ctrl(uint8_t type, uint32_t flow, uint32_t dst, uint32_t psn, 
   p->payload_len = 0;
   p->trailer_len = 0;
   put(p, Fields{type, flow, psn, aux});
-  p->control_class = type == kCnp;
+  p->dscp = type == kCnp ? kControlDscp : 0;
   uint32_t hdr = kBth + kIcrc;
   if (type == kAck || type == kNak) hdr += kAeth;
   if (type == kSack) hdr += kAeth + 4;

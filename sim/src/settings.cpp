@@ -112,6 +112,11 @@ std::span<const Setting> table() {
       {"queue.trim_priority",
        "trimmed headers overtake queued data (a header lane); 0: they wait in the data FIFO", 0, 1,
        true, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }},
+      {"queue.priority_dscp",
+       "switches serve this DSCP (CNPs; MetaRoCE ACKs and NAKs, ENC-6) at strict priority, "
+       "outside PFC; 64: no such class",
+       0, 64, true,
+       [](SimConfig& c, double v) { c.queue.priority_dscp = static_cast<uint8_t>(v); }},
       {"queue.trim_allowance_bytes", "trimmed headers may take a port this far past buffer_bytes",
        0, 1e12, true,
        [](SimConfig& c, double v) { c.queue.trim_allowance_bytes = static_cast<uint64_t>(v); }},

@@ -132,6 +132,20 @@ TEST(Conformance, NotEctFailsEnc4) {
   });
 }
 
+TEST(Conformance, AcksInTheDataClassOrDataInTheControlClassFailEnc6) {
+  const auto ack = static_cast<uint8_t>(wire::Opcode::kAck);
+  const auto nak = static_cast<uint8_t>(wire::Opcode::kNak);
+  const auto read_resp = static_cast<uint8_t>(wire::Opcode::kReadResp);
+  for (const uint8_t op : {ack, nak, read_resp}) {
+    expect_fails("ENC-6", [op](FaultyTarget& t) {
+      t.mutate = [op](std::vector<Sent>& v) {
+        for (Sent& s : v)
+          if (opcode(s) == op) s.dscp = s.dscp == 0 ? kDefaultControlDscp : 0;
+      };
+    });
+  }
+}
+
 TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
 }

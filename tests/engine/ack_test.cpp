@@ -13,6 +13,40 @@
 namespace metaroce::test {
 namespace {
 
+// ENC-6: ACKs in the control class, everything else (the handshake, data,
+// READ responses) in the data class, each as configured; a DSCP past 6 bits
+// is clamped.
+TEST(Engine, AcksLeaveInTheControlClassAndTheRestInTheDataClass) {
+  EndpointConfig c0 = cfg(80), c1 = cfg(81);
+  for (EndpointConfig* c : {&c0, &c1}) {
+    c->control_dscp = 46;
+    c->data_dscp = 10;
+  }
+  Loop loop(c0, c1);
+  size_t acks = 0, others = 0;
+  loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    ASSERT_GE(d.size(), 2u);
+    const bool ack = wire::is_acknowledgement(d[1]);
+    EXPECT_EQ(tx.dscp, ack ? 46 : 10) << "opcode " << int{d[1]};
+    ++(ack ? acks : others);
+  };
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x3c), dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_GT(acks, 0u);
+  EXPECT_GE(others, 5u);  // CONNECT_REQ, CONNECT_ACCEPT, 3 WRITEs
+
+  EndpointConfig wide = cfg(82);
+  wide.control_dscp = 200;
+  wide.data_dscp = 64;
+  const Endpoint ep(wide);
+  EXPECT_EQ(ep.config().control_dscp, kMaxDscp);
+  EXPECT_EQ(ep.config().data_dscp, kMaxDscp);
+}
+
 TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
   // Four packets on four paths; the 2nd path's and the 3rd's are held back 5
   // and 8 us, as a sprayed message's packets arrive over paths of unequal

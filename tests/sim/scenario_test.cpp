@@ -304,6 +304,27 @@ TEST(ConfigFile, QueueTrimKeys) {
   }
 }
 
+TEST(ConfigFile, QueuePriorityDscp) {
+  EXPECT_EQ(parse(kSmall).queue.priority_dscp, kControlDscp);
+  const auto with = [](const std::string& line) {
+    return parse(
+        replace(kSmall, "buffer_bytes = \"175KB\"\n", "buffer_bytes = \"175KB\"\n" + line + "\n"));
+  };
+  EXPECT_EQ(with("priority_dscp = 64").queue.priority_dscp, kNoPriorityDscp);
+  EXPECT_EQ(with("priority_dscp = 46").queue.priority_dscp, 46);
+  try {
+    (void)with("priority_dscp = 65");
+    ADD_FAILURE() << "accepted priority_dscp = 65";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("queue.priority_dscp"), std::string::npos) << e.what();
+  }
+  SimConfig c;
+  std::string err;
+  ASSERT_TRUE(apply_setting(c, "queue.priority_dscp=64", err)) << err;
+  EXPECT_EQ(c.queue.priority_dscp, kNoPriorityDscp);
+  EXPECT_FALSE(apply_setting(c, "queue.priority_dscp=65", err));
+}
+
 // PFC from a config file: on for any transport but irn, with its thresholds.
 const char* const kPfcIncast = R"(
 name = "pfc-incast"

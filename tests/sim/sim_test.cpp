@@ -443,7 +443,7 @@ struct OnePortBench {
     PacketPool* pool = nullptr;
     std::vector<ArrivalRecord> got;
     void receive(Packet* p, uint32_t, SimTime) override {
-      got.push_back({p->src, p->trimmed, p->control_class});
+      got.push_back({p->src, p->trimmed, p->dscp == kControlDscp});
       pool->release(p);
     }
   };
@@ -640,20 +640,51 @@ TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
   EXPECT_GT(r.pfc_pause_us, 100.0);  // most of the ~420 us transfer
 }
 
-// RoCEv2 deployments send CNPs in a strict-priority class of their own: a
-// PAUSE of the data class holds data, never the congestion feedback about it.
-TEST(Pfc, ControlClassPassesAPausedPort) {
+// ENC-6: an ACK (the control DSCP) queued behind data overtakes it, though
+// not the packet already on the wire; with queue.priority_dscp = 64 it waits
+// its turn.
+TEST(PriorityClass, ControlDscpOvertakesQueuedData) {
+  for (const uint8_t priority : {kControlDscp, kNoPriorityDscp}) {
+    QueueSpec q;
+    q.priority_dscp = priority;
+    OnePortBench b(q);
+    for (uint32_t i = 0; i < 6; ++i) {
+      Packet* p = b.net.pool().alloc();
+      p->src = i;
+      p->dst = 1;
+      const bool ack = i == 5;
+      p->wire_bytes = ack ? 128 : 4096;
+      p->dscp = ack ? kControlDscp : 0;
+      b.down.enqueue(p, SimTime{0});
+    }
+    while (b.sched.step()) {
+    }
+    std::vector<uint32_t> order;
+    for (const ArrivalRecord& g : b.sink.got) order.push_back(g.src);
+    if (priority == kControlDscp)
+      EXPECT_EQ(order, (std::vector<uint32_t>{0, 5, 1, 2, 3, 4}));
+    else
+      EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+  }
+}
+
+// A PFC port with the given priority class, paused at 0; at 1 us a data
+// packet and then a control-class one (a CNP) are queued; at 50 us it
+// resumes. Returns, in arrival order, whether each packet that arrived was
+// the control one: those before the resume, then all.
+std::pair<std::vector<bool>, std::vector<bool>> paused_port_passes(uint8_t priority_dscp) {
   QueueSpec q;
   q.pfc = true;
+  q.priority_dscp = priority_dscp;
   OnePortBench b(q);
   b.down.pfc_signal(true, SimTime{0});
   b.sched.run(SimTime::from_us(1));
-  ASSERT_TRUE(b.down.paused());
+  EXPECT_TRUE(b.down.paused());
   for (const bool control : {false, true}) {
     Packet* p = b.net.pool().alloc();
     p->dst = 1;
     p->wire_bytes = control ? 128 : 4096;
-    p->control_class = control;
+    p->dscp = control ? kControlDscp : 0;
     b.down.enqueue(p, SimTime::from_us(1));
   }
   auto classes = [&b] {
@@ -662,11 +693,27 @@ TEST(Pfc, ControlClassPassesAPausedPort) {
     return c;
   };
   b.sched.run(SimTime::from_us(50));
-  ASSERT_EQ(classes(), std::vector<bool>{true});  // the CNP went; the data waits
+  std::vector<bool> paused = classes();
   b.down.pfc_signal(false, SimTime::from_us(50));
   while (b.sched.step()) {
   }
-  EXPECT_EQ(classes(), (std::vector<bool>{true, false}));
+  return {paused, classes()};
+}
+
+// RoCEv2 deployments send CNPs in a strict-priority class of their own: a
+// PAUSE of the data class holds data, never the congestion feedback about it.
+TEST(Pfc, ControlClassPassesAPausedPort) {
+  const auto [paused, all] = paused_port_passes(kControlDscp);
+  EXPECT_EQ(paused, std::vector<bool>{true});  // the CNP went; the data waits
+  EXPECT_EQ(all, (std::vector<bool>{true, false}));
+}
+
+// queue.priority_dscp = 64: no class is exempt, so the CNP waits behind the
+// paused data like any packet.
+TEST(Pfc, WithoutAPriorityClassTheControlPacketIsPausedToo) {
+  const auto [paused, all] = paused_port_passes(kNoPriorityDscp);
+  EXPECT_TRUE(paused.empty());
+  EXPECT_EQ(all, (std::vector<bool>{false, true}));  // FIFO order: the data first
 }
 
 TEST(OtherTopologies, LeafSpineAndRailRouteEveryPair) {

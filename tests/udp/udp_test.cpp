@@ -492,6 +492,51 @@ TEST(Udp, WildcardIPv6EndpointServesIPv4Peer) {
       << p.server->peer_address(p.sconn);
 }
 
+// ENC-6: the control class's TOS goes with each ACK message as a cmsg (an
+// IP_TOS one for a v4 peer of a dual-stack socket), beside GSO's. A cmsg the
+// kernel refused would fail the message (tx_errors) and turn GSO off.
+void classes_travel(const std::string& host, const std::string& server_host = "") {
+  Options o = test_options();
+  o.engine.control_dscp = 46;
+  o.engine.data_dscp = 10;
+  Pair p = connect_pair(host, o, o, server_host);
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  constexpr uint32_t kLen = 1 << 20;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  fill_pattern(src, 46);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), kLen, smr.lkey, dmr.addr, dmr.rkey));
+  const auto done = drive(*p.client, *p.server, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src, dst);
+  for (const UdpEndpoint* ep : {p.client.get(), p.server.get()}) {
+    EXPECT_EQ(ep->io_stats().tx_errors, 0u);
+    EXPECT_GT(ep->io_stats().tx_gso_msgs, 0u);  // the server's: ACKs
+  }
+}
+
+TEST(Udp, ConfiguredClassesTravelIPv4) { classes_travel("127.0.0.1"); }
+
+TEST(Udp, ConfiguredClassesTravelIPv6AndToAV4PeerOfADualStackSocket) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
+  classes_travel("::1");
+  classes_travel("127.0.0.1", "::");
+}
+
+TEST(Udp, DscpOutOfRangeIsRefused) {
+  for (const bool control : {true, false}) {
+    Options o = test_options();
+    (control ? o.engine.control_dscp : o.engine.data_dscp) = 64;
+    Error err;
+    EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr);
+    EXPECT_EQ(err.status, Status::kInvalidArgument);
+    EXPECT_NE(err.message.find("DSCP"), std::string::npos) << err.message;
+  }
+}
+
 TEST(Udp, ProgressThreadWrite) {
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.cconn.valid());

@@ -30,6 +30,7 @@ SPEC = os.path.join(ROOT, "docs", "spec", "metaroce-v0.1.md")
 LUA = os.path.join(ROOT, "tools", "wireshark", "metaroce.lua")
 PORT = 4792
 TRIMMED_DSCP = 63
+CONTROL_DSCP = 48  # ENC-6
 
 # The spec checker's CRC-32C (tools/spec_vectors/check_spec.py), not a second one.
 sys.path.insert(0, os.path.join(ROOT, "tools", "spec_vectors"))
@@ -300,8 +301,12 @@ def check_sim(sim, workdir):
             status = "/".join(row["metaroce.icrc.status"])
             statuses[status] = statuses.get(status, 0) + 1
             trimmed += row["metaroce.trimmed"] == ["1"]
-            # TRIM-1: a switch that cuts a packet marks it with the TRIMMED DSCP.
-            want_dscp = str(TRIMMED_DSCP) if row["metaroce.trimmed"] == ["1"] else "0"
+            # TRIM-1: a switch that cuts a packet marks it with the TRIMMED DSCP;
+            # ENC-6: ACK and NAK leave in the control class, the rest DSCP 0.
+            if row["metaroce.trimmed"] == ["1"]:
+                want_dscp = str(TRIMMED_DSCP)
+            else:
+                want_dscp = str(CONTROL_DSCP) if op in ("ACK", "NAK") else "0"
             check(row["ip.dsfield.dscp"] == [want_dscp],
                   f"{name} frame {n}: DSCP {row['ip.dsfield.dscp']}, want {want_dscp}")
             # Control packets are whole in the capture, so their ICRC must verify;

@@ -94,6 +94,13 @@ int main(int argc, char** argv) {
                     "PATH-8: move the slowest path to a new entropy this often, in ms, "
                     "0-3600000 (0: never; default 20; the sending end's setting counts)")
         ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+    sub->add_option("--control-dscp", common.control_dscp,
+                    "IP DSCP of this end's ACKs and NAKs, 0-63 (ENC-6, default 48: a class "
+                    "switches can serve first)")
+        ->check(CLI::Range(0u, uint32_t{metaroce::kMaxDscp}));
+    sub->add_option("--data-dscp", common.data_dscp,
+                    "IP DSCP of this end's other packets, 0-63 (ENC-6, default 0)")
+        ->check(CLI::Range(0u, uint32_t{metaroce::kMaxDscp}));
     sub->add_option("--ack-every", common.ack_every,
                     "ACK after this many data packets, 1-" +
                         std::to_string(metaroce::perf::kMaxAckEvery) +

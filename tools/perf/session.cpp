@@ -49,6 +49,8 @@ udp::Options make_options(const Common& c) {
   o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
   o.engine.cc.enabled = !c.no_cc;
   o.engine.cover_payload = c.payload_crc;
+  o.engine.control_dscp = static_cast<uint8_t>(c.control_dscp);
+  o.engine.data_dscp = static_cast<uint8_t>(c.data_dscp);
   if (c.ack_every != 0) o.engine.ack_every = static_cast<uint8_t>(c.ack_every);
   if (c.min_rto_us != 0) o.engine.recovery.min_rto_ns = uint64_t{c.min_rto_us} * kMicrosecond;
   if (c.target_delay_us != 0)

@@ -74,6 +74,8 @@ struct Common {
   int64_t explore_ms = -1;       // PATH-8 interval; 0: off, negative: the engine's default
   bool busy = false;             // never sleep: poll the sockets continuously
   uint32_t spin_us = 50;         // otherwise poll this long before sleeping
+  uint32_t control_dscp = kDefaultControlDscp;  // ENC-6: ACKs and NAKs
+  uint32_t data_dscp = 0;                       // ENC-6: every other packet
   Idler idler() const;
 };
 

@@ -166,9 +166,13 @@ _CXX_UNITS = {"kMicrosecond": 1000, "kMillisecond": 1000 ** 2, "kSecond": 1000 *
 
 
 def config_fields():
-    """{struct: {field: default}} from config.hpp (ints, bools, N * kUnit)."""
+    """{struct: {field: default}} from config.hpp (ints, bools, N * kUnit, and
+    integer constants the header defines: `inline constexpr T kName = N;`)."""
     out = {}
-    for m in re.finditer(r"struct (\w+) \{(.*?)\n\};", CONFIG_HPP.read_text(), re.S):
+    text = CONFIG_HPP.read_text()
+    constants = {c.group(1): int(c.group(2))
+                 for c in re.finditer(r"inline constexpr \w+ (k\w+) = (\d+);", text)}
+    for m in re.finditer(r"struct (\w+) \{(.*?)\n\};", text, re.S):
         fields = {}
         for f in re.finditer(r"^\s*[\w:]+ (\w+) = ([^;]+);", m.group(2), re.M):
             expr = f.group(2).strip()
@@ -176,6 +180,8 @@ def config_fields():
                 fields[f.group(1)] = expr == "true"
             elif re.fullmatch(r"\d+", expr):
                 fields[f.group(1)] = int(expr)
+            elif expr in constants:
+                fields[f.group(1)] = constants[expr]
             elif (u := re.fullmatch(r"(\d+) \* (k\w+)", expr)) and u.group(2) in _CXX_UNITS:
                 fields[f.group(1)] = int(u.group(1)) * _CXX_UNITS[u.group(2)]
         out[m.group(1)] = fields

@@ -44,7 +44,9 @@ namespace metaroce::udp {
 
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
 inline constexpr size_t kRxCtrlBytes = 128;
-inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t));
+// A message's control data: its GSO segment size, and the IP TOS of a
+// control-class message (ENC-6), whose DSCP differs from the socket's.
+inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int));
 inline constexpr size_t kIcrc = 4;  // the trailer after a gathered payload
 // Each transmit slot starts with room for the previous segment's trailer, so
 // that in a GSO message that trailer and this segment's headers go to the
@@ -76,6 +78,7 @@ struct TxSlot {
   uint16_t hlen = 0;  // headers in the slot buffer (gathered only)
   uint16_t sock = 0;  // index into Impl::tx_fds; entropy_count means the receive socket
   uint16_t key = 0;   // grouping key: 2 * sock, + 1 for ACKs (see build_messages)
+  uint8_t dscp = 0;   // ENC-6: a GSO run never mixes classes
   uint8_t trailer[4] = {};
 };
 
@@ -84,6 +87,7 @@ struct UdpEndpoint::Impl {
   EndpointConfig cfg;
   std::unique_ptr<Endpoint> eng;
   int family = AF_INET;
+  uint8_t data_dscp = 0;  // every send socket's own (setup_socket); others per message
   int rx_fd = -1;
   std::vector<int> tx_fds;  // entropy_count send sockets, then rx_fd (not owned twice)
   // The peer each send socket is connected to (see use_connected).
@@ -180,6 +184,7 @@ struct UdpEndpoint::Impl {
   size_t fill(TimeNs now);
   uint8_t* slot_buf(size_t slot) { return tx_buf.data() + slot * tx_slot_size + kTxLead; }
   size_t message_iov(size_t i, size_t j, size_t at);
+  void set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s);
   void build_messages();
   void materialize_pending();
   bool flush();

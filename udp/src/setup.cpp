@@ -59,7 +59,8 @@ void UdpEndpoint::Impl::close_fds() {
 
 bool UdpEndpoint::Impl::setup_socket(int fd, bool is_rx, Error& err, const std::string& what) {
   const int one = 1;
-  const int ect0 = kEcnEct0;
+  // ENC-4 and ENC-6: ECT(0) and the data class's DSCP, unless a message says otherwise.
+  const int ect0 = (data_dscp << 2) | kEcnEct0;
   if (family == AF_INET) {
     if (setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof(ect0)) != 0) {
       err.status = Status::kInvalidArgument;
@@ -137,6 +138,14 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   }
   family = address_is_v4(local) ? AF_INET : AF_INET6;
   cfg = opts.engine;
+  if (cfg.control_dscp > kMaxDscp || cfg.data_dscp > kMaxDscp) {
+    err.status = Status::kInvalidArgument;
+    err.message = "open " + address + ": a DSCP is 0-63 (control_dscp " +
+                  std::to_string(cfg.control_dscp) + ", data_dscp " +
+                  std::to_string(cfg.data_dscp) + ")";
+    return false;
+  }
+  data_dscp = cfg.data_dscp;
   batch = std::clamp<uint32_t>(opts.batch, 1, 1024);
   gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))

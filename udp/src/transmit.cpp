@@ -83,11 +83,44 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
       s.hlen = 0;
       s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size - kTxLead));
     }
+    s.dscp = tx.dscp;
     s.sock = choose_socket(tx.entropy, buf, s.len);
     s.key = static_cast<uint16_t>(2 * s.sock + (s.len >= 2 && buf[1] == kOpAck ? 1 : 0));
     ++tx_count;
   }
   return tx_count;
+}
+
+// Message m's control data: UDP_SEGMENT when gso_size is not 0, and the IP
+// TOS when the slot's DSCP is not the socket's (ENC-6; IP_TOS also for a
+// v4 peer of a dual-stack socket, whose IPv4 path ignores IPV6_TCLASS).
+void UdpEndpoint::Impl::set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s) {
+  const bool tos = s.dscp != data_dscp;
+  if (gso_size == 0 && !tos) return;
+  uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
+  std::memset(ctrl, 0, kTxCtrlBytes);
+  h.msg_control = ctrl;
+  h.msg_controllen = kTxCtrlBytes;
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  size_t used = 0;
+  if (gso_size != 0) {
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    std::memcpy(CMSG_DATA(c), &gso_size, sizeof(gso_size));
+    used += CMSG_SPACE(sizeof(uint16_t));
+    c = CMSG_NXTHDR(&h, c);
+  }
+  if (tos) {
+    const int value = (s.dscp << 2) | kEcnEct0;
+    const bool v4 = address_is_v4(s.peer);
+    c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
+    c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &value, sizeof(value));
+    used += CMSG_SPACE(sizeof(int));
+  }
+  h.msg_controllen = used;
 }
 
 // The iovecs of the segments tx_order[i, j) from tx_iov[at]; returns how
@@ -137,8 +170,8 @@ void UdpEndpoint::Impl::build_messages() {
     if (gso) {
       while (j < tx_count && j - i < kGsoMaxSegments) {
         const TxSlot& s = tx_slots[tx_order[j]];
-        if (s.sock != first.sock || !(s.peer == first.peer) || s.len > first.len ||
-            bytes + s.len > kGsoMaxBytes)
+        if (s.sock != first.sock || !(s.peer == first.peer) || s.dscp != first.dscp ||
+            s.len > first.len || bytes + s.len > kGsoMaxBytes)
           break;
         bytes += s.len;
         ++j;
@@ -166,18 +199,7 @@ void UdpEndpoint::Impl::build_messages() {
     tx_msg_sock[m] = first.sock;
     tx_msg_segs[m] = static_cast<uint32_t>(j - i);
     tx_msg_first[m] = static_cast<uint32_t>(i);
-    if (j - i > 1) {
-      uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
-      std::memset(ctrl, 0, kTxCtrlBytes);
-      h.msg_control = ctrl;
-      h.msg_controllen = kTxCtrlBytes;
-      cmsghdr* c = CMSG_FIRSTHDR(&h);
-      c->cmsg_level = SOL_UDP;
-      c->cmsg_type = UDP_SEGMENT;
-      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-      const auto seg = static_cast<uint16_t>(first.len);
-      std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-    }
+    set_control(h, m, j - i > 1 ? static_cast<uint16_t>(first.len) : 0, first);
     i = j;
   }
   tx_msg_next = 0;

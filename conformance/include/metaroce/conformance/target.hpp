@@ -21,6 +21,7 @@ struct Sent {
   std::vector<uint8_t> bytes;  // the UDP payload
   uint16_t entropy = 0;        // its UDP source port
   uint8_t ecn = 0;             // its IP ECN codepoint (kEcnEct0 expected, ENC-4)
+  uint8_t dscp = 0;            // its IP DSCP (the control class for ACK and NAK, ENC-6)
   bool to_stranger = false;    // addressed to the stranger address of Target::deliver
 };
 

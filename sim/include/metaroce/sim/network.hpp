@@ -73,6 +73,11 @@ struct LinkSpec {
 // later hop, so the news of a loss is not held up by the queue that caused
 // it; without it they wait in the same FIFO as data. Baseline (RoCEv2, IRN)
 // packets are never trimmed.
+// The DSCP of the network-control class: CS6, the engine's default for ACKs
+// and NAKs (kDefaultControlDscp, ENC-6) and deployments' class for CNPs.
+inline constexpr uint8_t kControlDscp = 48;
+inline constexpr uint8_t kNoPriorityDscp = 64;
+
 struct QueueSpec {
   uint64_t buffer_bytes = 175'000;
   uint64_t ecn_kmin = 37'000;
@@ -85,6 +90,9 @@ struct QueueSpec {
   bool trim = false;
   uint64_t trim_allowance_bytes = 16'384;
   bool trim_priority = true;
+  // Packets of this DSCP take the header lane at every port and are never
+  // paused (Packet::dscp); kNoPriorityDscp: no such class.
+  uint8_t priority_dscp = kControlDscp;
 };
 
 // Why q cannot work, in one line that starts with the key at fault
@@ -203,7 +211,7 @@ class Port final : public EventSource {
 
   Pipe pipe;
   // Trimmed headers (QueueSpec::trim_priority) and the network-control class
-  // (Packet::control_class): the same link, a lane of its own so that they
+  // (QueueSpec::priority_dscp): the same link, a lane of its own so that they
   // may overtake queued or paused data.
   Pipe header_pipe;
   Node* owner;
@@ -279,6 +287,7 @@ class Switch final : public Node {
   Network& net_;
   uint64_t salt_;
   bool pfc_ = false;
+  uint8_t priority_dscp_ = kNoPriorityDscp;  // never paused
   uint64_t pfc_limit_ = 0;
   std::vector<uint64_t> ingress_, xoff_, xon_;
   std::vector<uint8_t> xoff_sent_;

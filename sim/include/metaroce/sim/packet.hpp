@@ -35,10 +35,12 @@ struct Packet {
   uint16_t header_len = 0;   // bytes of hdr[] before the payload
   uint8_t ecn = 0;           // IP ECN field (0 not-ECT, 2 ECT(0), 3 CE)
   bool trimmed = false;      // a switch cut the payload: the TRIMMED DSCP (spec TRIM-1)
-  // Network-control class (RoCEv2 CNPs, DSCP 48 in deployments): strict
-  // priority in every queue and outside PFC's lossless class, so congestion
-  // feedback is neither queued behind nor paused with the data it is about.
-  bool control_class = false;
+  // IP DSCP. The network-control class (QueueSpec::priority_dscp, 48 as
+  // deployments give RoCEv2 CNPs; MetaRoCE ACKs and NAKs, ENC-6) has strict
+  // priority in every queue and stays outside PFC's lossless class, so
+  // congestion feedback is neither queued behind nor paused with the data it
+  // is about.
+  uint8_t dscp = 0;
   uint8_t trailer_len = 0;  // bytes after the payload (the ICRC)
   uint8_t trailer[4] = {};
   uint32_t hops = 0;
@@ -59,7 +61,7 @@ class PacketPool {
     p->next = nullptr;
     p->hops = 0;
     p->trimmed = false;
-    p->control_class = false;
+    p->dscp = 0;
     ++live_;
     if (live_ > peak_) peak_ = live_;
     return p;
