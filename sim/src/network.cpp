@@ -53,7 +53,7 @@ void Pipe::on_event(SimTime now) {
 // ------------------------------------------------------------------ Port
 
 Port::Port(Network& net, Node* own, uint32_t idx, const LinkSpec& link, const QueueSpec* queue,
-           uint64_t seed, bool pfc)
+           uint64_t seed, bool pfc, uint8_t priority_dscp)
     : owner(own),
       index(idx),
       net_(net),
@@ -62,6 +62,7 @@ Port::Port(Network& net, Node* own, uint32_t idx, const LinkSpec& link, const Qu
       q_(queue != nullptr ? *queue : QueueSpec{}),
       rng_(seed),
       pfc_(pfc) {
+  if (queue == nullptr) q_.priority_dscp = priority_dscp;
   pfc_timer_.port = this;
   pipe.port = this;
   pipe.delay = link.delay;
@@ -374,9 +375,9 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
     const auto pb = static_cast<uint32_t>(b->ports.size());
     auto mk = [&](Node* from, uint32_t idx, uint32_t dir) {
       const bool is_switch = from->id >= h;
-      ports_.push_back(std::make_unique<Port>(*this, from, idx, ed.spec,
-                                              is_switch ? &queue : nullptr,
-                                              derive_seed(seed, 0x706f7274, e, dir), queue.pfc));
+      ports_.push_back(std::make_unique<Port>(
+          *this, from, idx, ed.spec, is_switch ? &queue : nullptr,
+          derive_seed(seed, 0x706f7274, e, dir), queue.pfc, queue.priority_dscp));
       ports_.back()->edge = e;
       from->ports.push_back(ports_.back().get());
       return ports_.back().get();

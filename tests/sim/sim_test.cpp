@@ -599,6 +599,25 @@ TEST(Baselines, IncastCompletes) {
   expect_all_complete(run_preset("incast8-256k", 1, TransportKind::kIrn));
 }
 
+// ENC-6 in the simulator: ACKs in the data class (the engine's control_dscp
+// 0) and a fabric with no priority class (queue.priority_dscp 64, host NICs
+// included) are the same run, byte for byte; with both left at their
+// defaults ACKs overtake queued data and the run differs.
+TEST(PriorityClass, AcksInTheDataClassRunAsOnAFabricWithoutTheClass) {
+  const auto run = [](uint8_t control_dscp, uint8_t priority_dscp) {
+    SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 5);
+    c.endpoint.control_dscp = control_dscp;
+    c.queue.priority_dscp = priority_dscp;
+    Simulation sim(std::move(c));
+    sim.run();
+    expect_all_complete(sim.report());
+    return sim.report().to_json(false);
+  };
+  const std::string data_class = run(0, kControlDscp);
+  EXPECT_EQ(data_class, run(kDefaultControlDscp, kNoPriorityDscp));
+  EXPECT_NE(data_class, run(kDefaultControlDscp, kControlDscp));
+}
+
 TEST(Determinism, EachTransportSameSeedSameBytes) {
   for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
                           TransportKind::kRoceV2, TransportKind::kIrn}) {
