@@ -22,8 +22,10 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
   cfg.max_reads = std::max<uint8_t>(cfg.max_reads, 1);
   cfg.ack_every = std::max<uint8_t>(cfg.ack_every, 1);
-  cfg.control_dscp = std::min(cfg.control_dscp, kMaxDscp);
-  cfg.data_dscp = std::min(cfg.data_dscp, kMaxDscp);
+  // ENC-6: a DSCP past 6 bits takes the default, not 63, which is the
+  // TRIMMED code point (TRIM-1) a receiver would read as a cut packet.
+  if (cfg.control_dscp > kMaxDscp) cfg.control_dscp = kDefaultControlDscp;
+  if (cfg.data_dscp > kMaxDscp) cfg.data_dscp = 0;
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kConnIndexMask);
   if (cfg.shared_rq_depth > 0) {

@@ -141,8 +141,9 @@ class Reader {
       q.trim_allowance_bytes = u32(t, "queue", "trim_allowance_bytes");
     if (t.contains("priority_dscp")) {
       const uint32_t d = u32(t, "queue", "priority_dscp");
-      if (d > kNoPriorityDscp)
-        fail(*t.get("priority_dscp"), "queue.priority_dscp: 0-63, or 64 for no priority class");
+      if (d == 0 || d > kNoPriorityDscp)
+        fail(*t.get("priority_dscp"),
+             "queue.priority_dscp: 1-63 (0 is the data's class), or 64 for no priority class");
       q.priority_dscp = static_cast<uint8_t>(d);
     }
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);

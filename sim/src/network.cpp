@@ -89,6 +89,12 @@ void Port::enqueue(Packet* p, SimTime now) {
     drop(p, true);
     return;
   }
+  // The priority class is a queue of its own: the data queue's backlog
+  // neither drops nor marks it (ECN marks per queue, as switches do).
+  if (p->dscp == q_.priority_dscp) {
+    transmit_header(p, now);
+    return;
+  }
   if (has_queue_limits_) {
     const uint64_t backlog = backlog_bytes(now);
     if (!pfc_ && backlog + p->wire_bytes > q_.buffer_bytes && !(q_.trim && trim(p, backlog))) {
@@ -111,7 +117,7 @@ void Port::enqueue(Packet* p, SimTime now) {
       }
     }
   }
-  if ((p->trimmed && q_.trim_priority) || p->dscp == q_.priority_dscp) {
+  if (p->trimmed && q_.trim_priority) {
     transmit_header(p, now);
     return;
   }
@@ -329,6 +335,9 @@ std::string queue_spec_error(const QueueSpec& q) {
     return "queue.pfc_xon_bytes (" + std::to_string(*q.pfc_xon_bytes) +
            ") is above queue.pfc_xoff_bytes (" + std::to_string(*q.pfc_xoff_bytes) +
            "): XON must not exceed XOFF";
+  if (q.priority_dscp == 0 || q.priority_dscp > kNoPriorityDscp)
+    return "queue.priority_dscp (" + std::to_string(q.priority_dscp) +
+           ") is not 1-63 or 64 (none): 0 is the data's class";
   return {};
 }
 

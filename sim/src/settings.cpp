@@ -68,8 +68,12 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) {
          c.reroute_after = v < 0 ? SimTime::never() : SimTime{static_cast<uint64_t>(v * 1e6)};
        }},
-      {"inflight_cap_bdp", "CC-9 connection cap as a multiple of the fabric BDP (0: none)", 0, 1000,
-       false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }},
+      {"inflight_cap_bdp",
+       "CC-9 connection cap: this multiple of the fabric BDP, plus inflight_cap_packets (0: none)",
+       0, 1000, false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }},
+      {"inflight_cap_packets", "CC-9 connection cap: packets of queue on top of the BDP share", 0,
+       1e6, true,
+       [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); }},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
        1000, false, [](SimConfig& c, double v) { c.initial_window_bdp = v; }},
       {"num_paths", "PATH-1 entropy values per connection", 1, 32, true,
@@ -113,9 +117,9 @@ std::span<const Setting> table() {
        "trimmed headers overtake queued data (a header lane); 0: they wait in the data FIFO", 0, 1,
        true, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }},
       {"queue.priority_dscp",
-       "switches serve this DSCP (CNPs; MetaRoCE ACKs and NAKs, ENC-6) at strict priority, "
-       "outside PFC; 64: no such class",
-       0, 64, true,
+       "switches and NICs serve this DSCP at strict priority, outside PFC (48: where CNPs and "
+       "MetaRoCE's ACKs and NAKs travel, ENC-6); 1-63, 64: no such class (0 is the data's)",
+       1, 64, true,
        [](SimConfig& c, double v) { c.queue.priority_dscp = static_cast<uint8_t>(v); }},
       {"queue.trim_allowance_bytes", "trimmed headers may take a port this far past buffer_bytes",
        0, 1e12, true,

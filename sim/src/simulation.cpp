@@ -177,7 +177,8 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
                                          wire::kRdmaHeaderSize + wire::kIcrcSize,
                                      wire::kBaseHeaderSize + wire::kAckFixedSize + wire::kIcrcSize);
     if (ec.cc.max_inflight_packets == 0 && cfg_.inflight_cap_bdp > 0)
-      ec.cc.max_inflight_packets = static_cast<uint32_t>(std::ceil(cfg_.inflight_cap_bdp * bdp));
+      ec.cc.max_inflight_packets =
+          static_cast<uint32_t>(std::ceil(cfg_.inflight_cap_bdp * bdp)) + cfg_.inflight_cap_packets;
     if (cfg_.initial_window_bdp > 0)
       ec.cc.initial_cwnd_packets = static_cast<uint32_t>(std::ceil(cfg_.initial_window_bdp * bdp));
     ec.cover_payload = false;

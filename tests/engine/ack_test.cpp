@@ -15,7 +15,7 @@ namespace {
 
 // ENC-6: ACKs in the control class, everything else (the handshake, data,
 // READ responses) in the data class, each as configured; a DSCP past 6 bits
-// is clamped.
+// takes the default (63, the largest, is the TRIMMED code point).
 TEST(Engine, AcksLeaveInTheControlClassAndTheRestInTheDataClass) {
   EndpointConfig c0 = cfg(80), c1 = cfg(81);
   for (EndpointConfig* c : {&c0, &c1}) {
@@ -43,8 +43,8 @@ TEST(Engine, AcksLeaveInTheControlClassAndTheRestInTheDataClass) {
   wide.control_dscp = 200;
   wide.data_dscp = 64;
   const Endpoint ep(wide);
-  EXPECT_EQ(ep.config().control_dscp, kMaxDscp);
-  EXPECT_EQ(ep.config().data_dscp, kMaxDscp);
+  EXPECT_EQ(ep.config().control_dscp, kDefaultControlDscp);
+  EXPECT_EQ(ep.config().data_dscp, 0);
 }
 
 TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5

@@ -312,17 +312,21 @@ TEST(ConfigFile, QueuePriorityDscp) {
   };
   EXPECT_EQ(with("priority_dscp = 64").queue.priority_dscp, kNoPriorityDscp);
   EXPECT_EQ(with("priority_dscp = 46").queue.priority_dscp, 46);
-  try {
-    (void)with("priority_dscp = 65");
-    ADD_FAILURE() << "accepted priority_dscp = 65";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("queue.priority_dscp"), std::string::npos) << e.what();
+  // 0 is the data's class: every packet would skip the buffer and PFC.
+  for (const char* bad : {"priority_dscp = 65", "priority_dscp = 0"}) {
+    try {
+      (void)with(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("queue.priority_dscp"), std::string::npos) << e.what();
+    }
   }
   SimConfig c;
   std::string err;
   ASSERT_TRUE(apply_setting(c, "queue.priority_dscp=64", err)) << err;
   EXPECT_EQ(c.queue.priority_dscp, kNoPriorityDscp);
   EXPECT_FALSE(apply_setting(c, "queue.priority_dscp=65", err));
+  EXPECT_FALSE(apply_setting(c, "queue.priority_dscp=0", err));
 }
 
 // PFC from a config file: on for any transport but irn, with its thresholds.
@@ -512,6 +516,9 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   ASSERT_TRUE(apply_setting(c, "cc.dctcp_g_shift=5", err)) << err;
   ASSERT_TRUE(apply_setting(c, "recovery.min_rto_us=250", err)) << err;
   ASSERT_TRUE(apply_setting(c, "inflight_cap_bdp=1.5", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "inflight_cap_packets=3", err)) << err;
+  EXPECT_EQ(c.inflight_cap_packets, 3u);
+  EXPECT_FALSE(apply_setting(c, "inflight_cap_packets=2.5", err));
   ASSERT_TRUE(apply_setting(c, "queue.ecn_kmin=20000", err)) << err;
   ASSERT_TRUE(apply_setting(c, "reroute_us=500", err)) << err;
   ASSERT_TRUE(apply_setting(c, "cc.explore_interval_us=40", err)) << err;

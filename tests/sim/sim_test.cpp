@@ -197,11 +197,25 @@ TEST(Warmup, ConnectionsAreEstablishedBeforeTheWorkloadStarts) {
 TEST(Warmup, InitialWindowAndConnectionCapFollowTheFabricBdp) {  // spec CC-1, CC-9
   Simulation sim(preset("fattree16-perm", TransportKind::kMetaRoce, 1));
   // 6 hops of 1 us each way plus serialization at 100 Gbit/s: about 14 us,
-  // 43 packets of 4 KiB; the cap is 1.25 times that.
+  // 43 packets of 4 KiB; the cap is one BDP and 11 packets of queue, 1.25
+  // BDP here.
   const CcConfig& cc = sim.host(0).endpoint().config().cc;
   EXPECT_GE(cc.initial_cwnd_packets, 40u);
   EXPECT_LE(cc.initial_cwnd_packets, 46u);
+  EXPECT_EQ(cc.max_inflight_packets, cc.initial_cwnd_packets + 11);
   EXPECT_EQ(cc.max_inflight_packets, (cc.initial_cwnd_packets * 5 + 3) / 4);
+  // At 400G the BDP is 4 times as many packets and the headroom the same 11.
+  Simulation fast(preset("rail128-perm", TransportKind::kMetaRoce, 1));
+  const CcConfig& fc = fast.host(0).endpoint().config().cc;
+  EXPECT_GT(fc.initial_cwnd_packets, 2 * cc.initial_cwnd_packets);
+  EXPECT_EQ(fc.max_inflight_packets, fc.initial_cwnd_packets + 11);
+  // inflight_cap_bdp alone (inflight_cap_packets 0) is the rule before stop 20.
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  c.inflight_cap_bdp = 1.5;
+  c.inflight_cap_packets = 0;
+  Simulation old(std::move(c));
+  EXPECT_EQ(old.host(0).endpoint().config().cc.max_inflight_packets,
+            (cc.initial_cwnd_packets * 3 + 1) / 2);
 }
 
 TEST(FatTree16, SprayWithoutCcCompletes) {

@@ -526,14 +526,16 @@ TEST(Udp, ConfiguredClassesTravelIPv6AndToAV4PeerOfADualStackSocket) {
   classes_travel("127.0.0.1", "::");
 }
 
-TEST(Udp, DscpOutOfRangeIsRefused) {
+TEST(Udp, DscpOutOfRangeOrTrimmedIsRefused) {
   for (const bool control : {true, false}) {
-    Options o = test_options();
-    (control ? o.engine.control_dscp : o.engine.data_dscp) = 64;
-    Error err;
-    EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr);
-    EXPECT_EQ(err.status, Status::kInvalidArgument);
-    EXPECT_NE(err.message.find("DSCP"), std::string::npos) << err.message;
+    for (const uint8_t dscp : {uint8_t{64}, metaroce::wire::kDefaultTrimmedDscp}) {
+      Options o = test_options();
+      (control ? o.engine.control_dscp : o.engine.data_dscp) = dscp;
+      Error err;
+      EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << int{dscp};
+      EXPECT_EQ(err.status, Status::kInvalidArgument);
+      EXPECT_NE(err.message.find("DSCP"), std::string::npos) << err.message;
+    }
   }
 }
 

@@ -77,7 +77,7 @@ struct TxSlot {
   uint32_t len = 0;   // whole datagram
   uint16_t hlen = 0;  // headers in the slot buffer (gathered only)
   uint16_t sock = 0;  // index into Impl::tx_fds; entropy_count means the receive socket
-  uint16_t key = 0;   // grouping key: 2 * sock, + 1 for ACKs (see build_messages)
+  uint16_t key = 0;   // grouping key: sock for ACKs and NAKs, else entropy_count + 1 + sock
   uint8_t dscp = 0;   // ENC-6: a GSO run never mixes classes
   uint8_t trailer[4] = {};
 };

@@ -138,9 +138,13 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   }
   family = address_is_v4(local) ? AF_INET : AF_INET6;
   cfg = opts.engine;
-  if (cfg.control_dscp > kMaxDscp || cfg.data_dscp > kMaxDscp) {
+  // ENC-6: each class a DSCP of its own; neither may be the TRIMMED code
+  // point, or every packet of that class would arrive as a cut one (TRIM-2).
+  if (cfg.control_dscp > kMaxDscp || cfg.data_dscp > kMaxDscp ||
+      cfg.control_dscp == opts.trimmed_dscp || cfg.data_dscp == opts.trimmed_dscp) {
     err.status = Status::kInvalidArgument;
-    err.message = "open " + address + ": a DSCP is 0-63 (control_dscp " +
+    err.message = "open " + address + ": a DSCP is 0-63 and not the TRIMMED one, " +
+                  std::to_string(opts.trimmed_dscp) + " (control_dscp " +
                   std::to_string(cfg.control_dscp) + ", data_dscp " +
                   std::to_string(cfg.data_dscp) + ")";
     return false;

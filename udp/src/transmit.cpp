@@ -24,7 +24,6 @@ constexpr size_t kGsoMaxSegments = 64;  // UDP_MAX_SEGMENTS
 constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
 constexpr size_t kGatherMin = 512;      // payloads up to this size are copied, not gathered
 constexpr uint8_t kOpConnectReq = 0x20;
-constexpr uint8_t kOpAck = 0x10;
 
 // A send that failed only because the socket buffer was full: the message
 // waits for the next try.
@@ -85,7 +84,8 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
     }
     s.dscp = tx.dscp;
     s.sock = choose_socket(tx.entropy, buf, s.len);
-    s.key = static_cast<uint16_t>(2 * s.sock + (s.len >= 2 && buf[1] == kOpAck ? 1 : 0));
+    const bool ack = s.len >= 2 && wire::is_acknowledgement(buf[1]);
+    s.key = static_cast<uint16_t>(ack ? s.sock : ecount + 1 + s.sock);
     ++tx_count;
   }
   return tx_count;
@@ -151,10 +151,12 @@ size_t UdpEndpoint::Impl::message_iov(size_t i, size_t j, size_t at) {
 }
 
 void UdpEndpoint::Impl::build_messages() {
-  // Group by socket (a counting sort, stable): one sendmmsg per socket, and
-  // a path's packets of this batch adjacent so that they coalesce with GSO.
-  // ACKs form their own group after the socket's other packets so that
-  // they coalesce too; every other packet keeps its order on its socket.
+  // Group by socket (a counting sort, stable): a path's packets of this
+  // batch adjacent so that they coalesce with GSO. ACKs and NAKs form
+  // groups of their own, which coalesce too and go before every socket's
+  // data: the control class (ENC-6) should not wait behind a round of data
+  // in the host's own queues either. Every other packet keeps its order on
+  // its socket.
   std::fill(tx_bucket.begin(), tx_bucket.end(), 0);
   for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[tx_slots[i].key + 1u];
   for (size_t k = 1; k < tx_bucket.size(); ++k) tx_bucket[k] += tx_bucket[k - 1];

@@ -67,9 +67,15 @@ struct SimConfig {
   // never (the default): switches keep hashing onto a dead link, so only the
   // transport can steer around it.
   SimTime reroute_after = SimTime::never();
-  // MetaRoCE: the connection-wide in-flight cap (spec CC-9) as a multiple of
-  // the fabric's bandwidth-delay product; 0 leaves endpoint.cc as it is.
-  double inflight_cap_bdp = 1.25;
+  // MetaRoCE: the connection-wide in-flight cap (spec CC-9): the fabric's
+  // bandwidth-delay product times inflight_cap_bdp, plus inflight_cap_packets
+  // of queue. A fixed number of packets, not a share of the BDP: the queue a
+  // connection may keep is what the cap adds, and 25 % of a 400G BDP (26
+  // packets) filled the leaf-spine's uplinks (docs/sim/README.md). 1 BDP + 11
+  // is 1.25 BDP on the 100G fat-trees. inflight_cap_bdp 0 leaves endpoint.cc
+  // as it is.
+  double inflight_cap_bdp = 1.0;
+  uint32_t inflight_cap_packets = 11;
   // MetaRoCE: the connection's initial window (spec CC-1) as a multiple of the
   // fabric's bandwidth-delay product, so that a flow starts at line rate as
   // data-center transports that know their fabric do; 0 keeps endpoint.cc's.
