@@ -100,10 +100,14 @@ struct Options {
 
 // Driver counters (the engine keeps its own: endpoint_stats()).
 struct IoStats {
-  uint64_t rx_datagrams = 0;      // after GRO splitting
-  uint64_t rx_syscalls = 0;       // recvmmsg calls that returned data
-  uint64_t rx_gro_batches = 0;    // received buffers that carried more than one segment
-  uint64_t rx_ce = 0;             // datagrams with ECN CE
+  uint64_t rx_datagrams = 0;    // after GRO splitting
+  uint64_t rx_syscalls = 0;     // recvmmsg calls that returned data
+  uint64_t rx_gro_batches = 0;  // received buffers that carried more than one segment
+  uint64_t rx_ce = 0;           // datagrams with ECN CE
+  // Datagrams with the control class's DSCP (ENC-6): the peer's ACKs and
+  // NAKs where it marks them as this endpoint does. None while ACKs arrive
+  // means the network rewrote the DSCP, and switches cannot serve them first.
+  uint64_t rx_control_class = 0;
   uint64_t rx_truncated = 0;      // datagrams larger than the receive buffer
   uint64_t rx_foreign = 0;        // datagrams of another address family, or empty
   uint64_t rx_wait_ns_total = 0;  // summed over datagrams: kernel arrival to handling

@@ -337,6 +337,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                {"rx_syscalls", io.rx_syscalls},
                {"rx_gro_batches", io.rx_gro_batches},
                {"rx_ce", io.rx_ce},
+               {"rx_control_class", io.rx_control_class},
                {"tx_materialized", io.tx_materialized},
                {"rx_wait_us_mean", mean_rx_wait_us(io)},
                {"rx_wait_us_max", dbl(io.rx_wait_ns_max) / 1e3},

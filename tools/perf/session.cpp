@@ -181,12 +181,12 @@ double mean_rx_wait_us(const udp::IoStats& io) {
 
 void print_io(const udp::IoStats& io) {
   std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " send calls (%" PRIu64 " GSO), %" PRIu64
-              " received in %" PRIu64 " recvmmsg (%" PRIu64
-              " GRO); waited in the socket %.1f us"
+              " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO, %" PRIu64
+              " in the control class); waited in the socket %.1f us"
               " mean, %.1f max; %" PRIu64 " rounds left datagrams unread\n",
               io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
-              io.rx_gro_batches, mean_rx_wait_us(io), dbl(io.rx_wait_ns_max) / 1e3,
-              io.rx_backlogged_rounds);
+              io.rx_gro_batches, io.rx_control_class, mean_rx_wait_us(io),
+              dbl(io.rx_wait_ns_max) / 1e3, io.rx_backlogged_rounds);
 }
 
 }  // namespace metaroce::perf

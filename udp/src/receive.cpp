@@ -103,6 +103,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         continue;
       }
       const bool ce = (tos & 3) == 3;
+      const bool control = (tos >> 2) == cfg.control_dscp && cfg.control_dscp != cfg.data_dscp;
       const uint8_t* base = static_cast<const uint8_t*>(rx_iov[i].iov_base);
       if (seg < len) ++io.rx_gro_batches;
       // A GRO buffer's segments share path and ECN field: ACK-1 lets them
@@ -131,6 +132,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         if (ce) (void)pump_tx(now);
         ++io.rx_datagrams;
         io.rx_ce += ce ? 1 : 0;
+        io.rx_control_class += control ? 1 : 0;
         ++got;
       }
       if (!ce) (void)pump_tx(now);
