@@ -48,6 +48,9 @@ inline constexpr size_t kRxCtrlBytes = 128;
 // control-class message (ENC-6), whose DSCP differs from the socket's.
 inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int));
 inline constexpr size_t kIcrc = 4;  // the trailer after a gathered payload
+// The IP TOS byte of a packet of class `dscp` (ENC-6), always ECT(0) (ENC-4):
+// every send socket's own for the data class, a message's cmsg for another.
+inline int tos_byte(uint8_t dscp) { return (dscp << 2) | kEcnEct0; }
 // Each transmit slot starts with room for the previous segment's trailer, so
 // that in a GSO message that trailer and this segment's headers go to the
 // kernel as one iovec: 2 per gathered segment instead of 3. The kernel's copy
@@ -87,7 +90,6 @@ struct UdpEndpoint::Impl {
   EndpointConfig cfg;
   std::unique_ptr<Endpoint> eng;
   int family = AF_INET;
-  uint8_t data_dscp = 0;  // every send socket's own (setup_socket); others per message
   int rx_fd = -1;
   std::vector<int> tx_fds;  // entropy_count send sockets, then rx_fd (not owned twice)
   // The peer each send socket is connected to (see use_connected).

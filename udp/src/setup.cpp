@@ -59,22 +59,21 @@ void UdpEndpoint::Impl::close_fds() {
 
 bool UdpEndpoint::Impl::setup_socket(int fd, bool is_rx, Error& err, const std::string& what) {
   const int one = 1;
-  // ENC-4 and ENC-6: ECT(0) and the data class's DSCP, unless a message says otherwise.
-  const int ect0 = (data_dscp << 2) | kEcnEct0;
+  const int tos = tos_byte(cfg.data_dscp);  // unless a message says otherwise
   if (family == AF_INET) {
-    if (setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof(ect0)) != 0) {
+    if (setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) != 0) {
       err.status = Status::kInvalidArgument;
       err.message = what + ": setsockopt(IP_TOS): " + errno_text(errno);
       return false;
     }
     (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
   } else {
-    if (setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &ect0, sizeof(ect0)) != 0) {
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos)) != 0) {
       err.status = Status::kInvalidArgument;
       err.message = what + ": setsockopt(IPV6_TCLASS): " + errno_text(errno);
       return false;
     }
-    (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &ect0, sizeof(ect0));  // v4-mapped peers
+    (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));  // v4-mapped peers
     (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
     (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
   }
@@ -149,7 +148,6 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
                   std::to_string(cfg.data_dscp) + ")";
     return false;
   }
-  data_dscp = cfg.data_dscp;
   batch = std::clamp<uint32_t>(opts.batch, 1, 1024);
   gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))

@@ -95,7 +95,7 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
 // TOS when the slot's DSCP is not the socket's (ENC-6; IP_TOS also for a
 // v4 peer of a dual-stack socket, whose IPv4 path ignores IPV6_TCLASS).
 void UdpEndpoint::Impl::set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s) {
-  const bool tos = s.dscp != data_dscp;
+  const bool tos = s.dscp != cfg.data_dscp;
   if (gso_size == 0 && !tos) return;
   uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
   std::memset(ctrl, 0, kTxCtrlBytes);
@@ -112,7 +112,7 @@ void UdpEndpoint::Impl::set_control(msghdr& h, size_t m, uint16_t gso_size, cons
     c = CMSG_NXTHDR(&h, c);
   }
   if (tos) {
-    const int value = (s.dscp << 2) | kEcnEct0;
+    const int value = tos_byte(s.dscp);
     const bool v4 = address_is_v4(s.peer);
     c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
     c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "metaroce/config.hpp"
 #include "metaroce/sim/packet.hpp"
 #include "metaroce/sim/rng.hpp"
 #include "metaroce/sim/scheduler.hpp"
@@ -74,8 +75,8 @@ struct LinkSpec {
 // it; without it they wait in the same FIFO as data. Baseline (RoCEv2, IRN)
 // packets are never trimmed.
 // The DSCP of the network-control class: CS6, the engine's default for ACKs
-// and NAKs (kDefaultControlDscp, ENC-6) and deployments' class for CNPs.
-inline constexpr uint8_t kControlDscp = 48;
+// and NAKs (ENC-6) and deployments' class for CNPs.
+inline constexpr uint8_t kControlDscp = kDefaultControlDscp;
 inline constexpr uint8_t kNoPriorityDscp = 64;
 
 struct QueueSpec {
