@@ -14,9 +14,9 @@ using detail::ConnState;
 Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d657461726f6365ull) {
   // SEQ-3: the window never exceeds what one ACK can describe (ACK-8), so a
   // packet outside every SACK is never mistaken for a lost one.
-  cfg.window_log2 = std::clamp<uint8_t>(cfg.window_log2, 6, 10);
-  cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, 32);
-  cfg.mtu = std::clamp<uint16_t>(cfg.mtu, kMinMtu, 65000);
+  cfg.window_log2 = std::clamp(cfg.window_log2, kMinWindowLog2, kMaxWindowLog2);
+  cfg.num_paths = std::clamp<uint8_t>(cfg.num_paths, 1, kMaxPaths);
+  cfg.mtu = std::clamp(cfg.mtu, kMinMtu, kMaxMtu);
   // TxRecord::slot holds a send-queue index below kRespSlotFlag.
   cfg.sq_depth = std::clamp<uint16_t>(cfg.sq_depth, 1, detail::kRespSlotFlag);
   cfg.rq_depth = std::max<uint16_t>(cfg.rq_depth, 1);
@@ -27,9 +27,16 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   if (cfg.control_dscp > kMaxDscp) cfg.control_dscp = kDefaultControlDscp;
   if (cfg.data_dscp > kMaxDscp) cfg.data_dscp = 0;
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
+  // CC-3: a shift past alpha's width is undefined behaviour, not a tiny gain.
+  cfg.cc.dctcp_g_shift = std::min(cfg.cc.dctcp_g_shift, kMaxDctcpGShift);
+  // CC-1, CC-6, CC-9: windows and the cap times a packet's cost are 32-bit
+  // byte counts.
+  for (uint32_t* packets : {&cfg.cc.initial_cwnd_packets, &cfg.cc.min_cwnd_packets,
+                            &cfg.cc.max_cwnd_packets, &cfg.cc.max_inflight_packets})
+    *packets = std::min(*packets, kMaxPacketCount);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kConnIndexMask);
   if (cfg.shared_rq_depth > 0) {
-    cfg.shared_rq_depth = std::min<uint32_t>(cfg.shared_rq_depth, 1u << 24);
+    cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
     srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});
     srq_mask = static_cast<uint32_t>(srq.size() - 1);
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "metaroce/types.hpp"
 
@@ -43,8 +44,19 @@ struct RecoveryConfig {
 inline constexpr uint8_t kDefaultControlDscp = 48;
 inline constexpr uint8_t kMaxDscp = 63;
 
-// The smallest mtu a connection uses (SEQ-5); EndpointConfig::mtu is raised to it.
+// The ranges config_error() checks. mtu: payload bytes of a data packet
+// (SEQ-5); the largest keeps a datagram under UDP's 64 KiB.
 inline constexpr uint16_t kMinMtu = 256;
+inline constexpr uint16_t kMaxMtu = 65000;
+// SEQ-3: the window never exceeds what one ACK's SACK words describe (ACK-8).
+inline constexpr uint8_t kMinWindowLog2 = 6;
+inline constexpr uint8_t kMaxWindowLog2 = 10;
+inline constexpr uint8_t kMaxPaths = 32;  // PATH-2: a path_tag's slot has 5 bits
+inline constexpr uint32_t kMaxSharedRqDepth = 1u << 24;
+inline constexpr uint32_t kMaxDctcpGShift = 16;  // CC-3: alpha has 17 fractional bits
+// Window and cap sizes in packets: times the largest packet's cost, they stay
+// 32-bit byte counts.
+inline constexpr uint32_t kMaxPacketCount = 65535;
 
 struct EndpointConfig {
   uint16_t mtu = 4096;                        // payload bytes per data packet (SEQ-5)
@@ -74,5 +86,12 @@ struct EndpointConfig {
   CcConfig cc;
   RecoveryConfig recovery;
 };
+
+// What is wrong with `cfg`: empty when every field is in its range, else the
+// first field out of range, its value and the range, e.g. "num_paths 40 is
+// out of range 1..32 (PATH-1)". Drivers refuse such a configuration with this
+// text (the UDP driver's open() does). Endpoint's constructor brings fields
+// into range instead, silently, as a backstop: it cannot fail.
+[[nodiscard]] std::string config_error(const EndpointConfig& cfg);
 
 }  // namespace metaroce

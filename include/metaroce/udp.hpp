@@ -55,7 +55,8 @@ struct Error {
 
 struct Options {
   // Engine configuration. entropy_min/entropy_max are overwritten with the
-  // driver's port block; everything else is passed through.
+  // driver's port block; everything else is passed through, and open()
+  // refuses a field out of its range (config_error(), kInvalidArgument).
   // Changes from the engine defaults, all because this driver runs in a
   // process on a general-purpose host:
   // - The ICRC covers headers only, since the UDP checksum (always computed

@@ -182,6 +182,10 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     if (cfg_.initial_window_bdp > 0)
       ec.cc.initial_cwnd_packets = static_cast<uint32_t>(std::ceil(cfg_.initial_window_bdp * bdp));
     ec.cover_payload = false;
+    // The engine would clamp a field out of range; a scenario that asks for
+    // one (a cap of 1000 BDP at 800G) is refused with the field named.
+    if (const std::string e = config_error(ec); !e.empty())
+      throw std::invalid_argument("the simulated NICs' engine configuration: " + e);
     const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
     shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
     shared_->wire_overhead = cfg_.wire_overhead;

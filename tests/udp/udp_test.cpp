@@ -542,9 +542,34 @@ TEST(Udp, DscpOutOfRangeOrTrimmedIsRefused) {
       Error err;
       EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << int{dscp};
       EXPECT_EQ(err.status, Status::kInvalidArgument);
-      EXPECT_NE(err.message.find("DSCP"), std::string::npos) << err.message;
+      EXPECT_NE(err.message.find(control ? "control_dscp" : "data_dscp"), std::string::npos)
+          << err.message;
     }
   }
+}
+
+// Options::engine is judged by config_error before any socket opens: a field
+// out of range is refused with its name and range, where the engine would
+// clamp it silently.
+TEST(Udp, EngineOptionOutOfRangeIsRefused) {
+  Options o = test_options();
+  o.engine.num_paths = 40;
+  Error err;
+  EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr);
+  EXPECT_EQ(err.status, Status::kInvalidArgument);
+  EXPECT_NE(err.message.find("Options::engine.num_paths 40 is out of range 1..32"),
+            std::string::npos)
+      << err.message;
+  o = test_options();
+  o.engine.recovery.min_rto_ns = 2 * o.engine.recovery.max_rto_ns;
+  EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr);
+  EXPECT_NE(err.message.find("recovery.min_rto_ns"), std::string::npos) << err.message;
+  // The caller's entropy range is the driver's to replace, not to judge.
+  o = test_options();
+  o.engine.entropy_min = 60000;
+  o.engine.entropy_max = 50000;
+  auto ep = UdpEndpoint::open("127.0.0.1:0", o, err);
+  EXPECT_NE(ep, nullptr) << err.message;
 }
 
 TEST(Udp, ProgressThreadWrite) {

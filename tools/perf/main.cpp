@@ -41,17 +41,16 @@ int main(int argc, char** argv) {
   CLI::App app{"metaroce-perf: MetaRoCE over UDP throughput / latency"};
   app.require_subcommand(1);
   Common common;
-  using metaroce::perf::kMaxPaths;
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("--mtu", common.mtu,
-                    "payload bytes per packet, " + std::to_string(metaroce::perf::kMinMtu) + "-" +
-                        std::to_string(metaroce::perf::kMaxMtu) +
+                    "payload bytes per packet, " + std::to_string(metaroce::kMinMtu) + "-" +
+                        std::to_string(metaroce::kMaxMtu) +
                         " (default 4096; both ends use the minimum)")
-        ->check(CLI::Range(metaroce::perf::kMinMtu, metaroce::perf::kMaxMtu));
-    sub->add_option(
-           "--paths", common.paths,
-           "paths (entropy values) per connection, 1-" + std::to_string(kMaxPaths) + " (default 8)")
-        ->check(CLI::Range(1u, kMaxPaths));
+        ->check(CLI::Range(uint32_t{metaroce::kMinMtu}, uint32_t{metaroce::kMaxMtu}));
+    sub->add_option("--paths", common.paths,
+                    "paths (entropy values) per connection, 1-" +
+                        std::to_string(metaroce::kMaxPaths) + " (default 8)")
+        ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
     sub->add_option("--entropy-count", common.entropy_count,
                     "source ports in the entropy block, at least --paths, at most 65535 "
                     "(default 64)")

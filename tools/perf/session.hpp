@@ -46,10 +46,8 @@ struct Idler {
 };
 
 // The ranges of the options both ends take (main.cpp rejects a value outside
-// them): the engine's own limits (config.hpp, spec appendix B), which it
-// would otherwise clamp silently.
-inline constexpr uint32_t kMinMtu = 256, kMaxMtu = 65000;  // endpoint.cpp clamps to these
-inline constexpr uint32_t kMaxPaths = 32;                  // PATH-1
+// them), where they are narrower than the engine's own (config.hpp's
+// config_error, which open() applies).
 inline constexpr uint32_t kMaxAckEvery = 64;
 // Below the longest RTO (LOSS-5, 100 ms) a connection fails before its
 // retransmissions have run their course; 0 failed it at once.

@@ -7,7 +7,7 @@
 2. Checks that tests/wire/wire_test.cpp carries the same hex as the spec.
 3. Checks the spec against the code it describes: the SACK word limit of
    include/metaroce/wire.hpp (sections 3.2, 3.9, ACK-8, BAD-6 and
-   tests/wire), the window_log2 range the engine clamps to (SEQ-3), and the
+   tests/wire), the ranges config.hpp gives window_log2, mtu and num_paths, and the
    parameter tables of sections 8.3, 9 and appendix B against the fields and
    defaults of include/metaroce/config.hpp (no parameter the code lacks, every
    CcConfig / RecoveryConfig field listed, the same default).
@@ -27,7 +27,6 @@ SPEC = ROOT / "docs/spec/metaroce-v0.1.md"
 TEST = ROOT / "tests/wire/wire_test.cpp"
 WIRE_HPP = ROOT / "include/metaroce/wire.hpp"
 CONFIG_HPP = ROOT / "include/metaroce/config.hpp"
-ENDPOINT_CPP = ROOT / "engine/src/endpoint.cpp"
 
 
 def _table():
@@ -135,8 +134,12 @@ def check_limits(spec, test):
     """SACK word limit and window range: code, spec and wire tests agree."""
     bad = []
     words = int(_one(r"kMaxSackWords\s*=\s*(\d+)", WIRE_HPP.read_text(), "kMaxSackWords").group(1))
-    lo, hi = map(int, _one(r"cfg\.window_log2\s*=\s*std::clamp<uint8_t>\(cfg\.window_log2,\s*(\d+),\s*(\d+)\)",
-                           ENDPOINT_CPP.read_text(), "the window_log2 clamp").groups())
+    config = CONFIG_HPP.read_text()
+    lo = int(_one(r"kMinWindowLog2 = (\d+);", config, "kMinWindowLog2").group(1))
+    hi = int(_one(r"kMaxWindowLog2 = (\d+);", config, "kMaxWindowLog2").group(1))
+    min_mtu = int(_one(r"kMinMtu = (\d+);", config, "kMinMtu").group(1))
+    max_mtu = int(_one(r"kMaxMtu = (\d+);", config, "kMaxMtu").group(1))
+    max_paths = int(_one(r"kMaxPaths = (\d+);", config, "kMaxPaths").group(1))
     if words * 64 != 1 << hi:
         bad.append(f"code: {words} SACK words cover {words * 64} PSNs, the largest window is {1 << hi}")
     claims = {
@@ -148,6 +151,13 @@ def check_limits(spec, test):
         "BAD-6": (r"\*\*BAD-6\*\*[^\n]*\n?[^\n]*`sack_words` above (\d+)", words),
         "SEQ-3 low": (r"`window_log2` lies in (\d+)\.\.\d+", lo),
         "SEQ-3 high": (r"`window_log2` lies in \d+\.\.(\d+)", hi),
+        "appendix B window_log2 low": (r"\| `window_log2` \| [^|]*range (\d+)\.\.", lo),
+        "appendix B window_log2 high": (r"\| `window_log2` \| [^|]*range \d+\.\.(\d+)", hi),
+        "appendix B mtu low": (r"\| `mtu` \| [^|]*\((\d+)\.\.", min_mtu),
+        "appendix B mtu high": (r"\| `mtu` \| [^|]*\(\d+\.\.(\d+)", max_mtu),
+        "appendix B num_paths": (r"\| `num_paths` \| [^|]*\(1\.\.(\d+)", max_paths),
+        "PATH-1 paths": (r"\*\*PATH-1\*\* \(MUST\) A connection uses `num_paths` entropy values "
+                         r"\(default 8, at most (\d+)\)", max_paths),
     }
     for what, (pattern, want) in claims.items():
         m = re.search(pattern, spec)

@@ -137,10 +137,22 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   }
   family = address_is_v4(local) ? AF_INET : AF_INET6;
   cfg = opts.engine;
-  // ENC-6: each class a DSCP of its own; neither may be the TRIMMED code
-  // point, or every packet of that class would arrive as a cut one (TRIM-2).
-  if (cfg.control_dscp > kMaxDscp || cfg.data_dscp > kMaxDscp ||
-      cfg.control_dscp == opts.trimmed_dscp || cfg.data_dscp == opts.trimmed_dscp) {
+  {
+    // The entropy range is the driver's to assign (the block below), so the
+    // caller's is not judged.
+    EndpointConfig judged = cfg;
+    judged.entropy_min = 0;
+    judged.entropy_max = UINT16_MAX;
+    if (std::string bad = config_error(judged); !bad.empty()) {
+      err.status = Status::kInvalidArgument;
+      err.message = "open " + address + ": Options::engine." + bad;
+      return false;
+    }
+  }
+  // ENC-6: neither class may take the TRIMMED code point (config_error has
+  // checked that each is 0-63), or every packet of that class would arrive
+  // as a cut one (TRIM-2).
+  if (cfg.control_dscp == opts.trimmed_dscp || cfg.data_dscp == opts.trimmed_dscp) {
     err.status = Status::kInvalidArgument;
     err.message = "open " + address + ": a DSCP is 0-63 and not the TRIMMED one, " +
                   std::to_string(opts.trimmed_dscp) + " (control_dscp " +

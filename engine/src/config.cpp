@@ -1,0 +1,87 @@
+// config_error: the ranges EndpointConfig's fields must lie in, checked in
+// one place so that every driver refuses a bad option with the same words.
+// The constructor's own normalization (endpoint.cpp) stays as a backstop for
+// drivers that skip this check; a field it cannot repair (a shift past the
+// width of alpha) is in range there too.
+#include <string>
+
+#include "impl.hpp"
+
+namespace metaroce {
+namespace {
+
+// Durations above a day are surely a unit mistake (seconds read as
+// nanoseconds the other way round), and they keep `now + d` far from
+// wrapping a 64-bit nanosecond clock.
+constexpr uint64_t kMaxDurationNs = 24 * 3600 * kSecond;
+
+struct Check {
+  std::string error;
+
+  void range(const char* name, uint64_t value, uint64_t lo, uint64_t hi, const char* rule) {
+    if (!error.empty() || (value >= lo && value <= hi)) return;
+    error = std::string(name) + " " + std::to_string(value) + " is out of range " +
+            std::to_string(lo) + ".." + std::to_string(hi) + " (" + rule + ")";
+  }
+  void duration(const char* name, uint64_t ns, bool zero_allowed, const char* rule) {
+    range(name, ns, zero_allowed ? 0 : 1, kMaxDurationNs, rule);
+  }
+  void require(bool ok, const std::string& why) {
+    if (error.empty() && !ok) error = why;
+  }
+};
+
+}  // namespace
+
+std::string config_error(const EndpointConfig& cfg) {
+  Check k;
+  k.range("mtu", cfg.mtu, kMinMtu, kMaxMtu, "SEQ-5");
+  k.range("window_log2", cfg.window_log2, kMinWindowLog2, kMaxWindowLog2, "SEQ-3");
+  k.range("num_paths", cfg.num_paths, 1, kMaxPaths, "PATH-1");
+  k.range("sq_depth", cfg.sq_depth, 1, detail::kRespSlotFlag, "send queue");
+  k.range("rq_depth", cfg.rq_depth, 1, UINT16_MAX, "receive queue");
+  k.range("shared_rq_depth", cfg.shared_rq_depth, 0, kMaxSharedRqDepth, "PLACE-6");
+  k.range("max_reads", cfg.max_reads, 1, UINT8_MAX, "READ-3");
+  k.range("ack_every", cfg.ack_every, 1, UINT8_MAX, "ACK-1");
+  k.duration("ack_delay_ns", cfg.ack_delay_ns, true, "ACK-5");
+  k.require(
+      cfg.entropy_min <= cfg.entropy_max && cfg.entropy_max - cfg.entropy_min + 1u >= cfg.num_paths,
+      "entropy range " + std::to_string(cfg.entropy_min) + ".." + std::to_string(cfg.entropy_max) +
+          " holds fewer than num_paths " + std::to_string(cfg.num_paths) + " values (PATH-1)");
+  k.range("control_dscp", cfg.control_dscp, 0, kMaxDscp, "ENC-6");
+  k.range("data_dscp", cfg.data_dscp, 0, kMaxDscp, "ENC-6");
+  k.range("max_connections", cfg.max_connections, 1, kConnIndexMask, "connection ids");
+  k.duration("connect_retry_ns", cfg.connect_retry_ns, false, "CONN-2");
+  k.range("connect_attempts", cfg.connect_attempts, 1, UINT32_MAX, "CONN-2");
+  k.duration("context_idle_ns", cfg.context_idle_ns, true, "context pooling");
+
+  const CcConfig& cc = cfg.cc;
+  k.range("cc.initial_cwnd_packets", cc.initial_cwnd_packets, 1, kMaxPacketCount, "CC-1");
+  k.range("cc.min_cwnd_packets", cc.min_cwnd_packets, 1, kMaxPacketCount, "CC-6");
+  k.range("cc.max_cwnd_packets", cc.max_cwnd_packets, 0, kMaxPacketCount, "CC-6");
+  k.require(cc.max_cwnd_packets == 0 || cc.max_cwnd_packets >= cc.min_cwnd_packets,
+            "cc.max_cwnd_packets " + std::to_string(cc.max_cwnd_packets) +
+                " is below cc.min_cwnd_packets " + std::to_string(cc.min_cwnd_packets) + " (CC-6)");
+  k.range("cc.dctcp_g_shift", cc.dctcp_g_shift, 0, kMaxDctcpGShift, "CC-3");
+  k.duration("cc.target_queue_delay_ns", cc.target_queue_delay_ns, true, "CC-5");
+  k.range("cc.max_delay_decrease_pct", cc.max_delay_decrease_pct, 0, 100, "CC-5");
+  k.range("cc.max_inflight_packets", cc.max_inflight_packets, 0, kMaxPacketCount, "CC-9");
+  k.duration("cc.explore_interval_ns", cc.explore_interval_ns, true, "PATH-8");
+
+  const RecoveryConfig& r = cfg.recovery;
+  k.range("recovery.reorder_threshold", r.reorder_threshold, 1, kMaxPacketCount, "LOSS-2");
+  k.duration("recovery.initial_rtt_ns", r.initial_rtt_ns, false, "LOSS-4");
+  k.duration("recovery.min_rto_ns", r.min_rto_ns, false, "LOSS-4");
+  k.duration("recovery.max_rto_ns", r.max_rto_ns, false, "LOSS-5");
+  k.require(r.min_rto_ns <= r.max_rto_ns, "recovery.min_rto_ns " + std::to_string(r.min_rto_ns) +
+                                              " is above recovery.max_rto_ns " +
+                                              std::to_string(r.max_rto_ns) + " (LOSS-4)");
+  k.range("recovery.rto_failures_to_retire", r.rto_failures_to_retire, 1, UINT8_MAX, "PATH-4");
+  k.range("recovery.loss_window_packets", r.loss_window_packets, 1, kMaxPacketCount, "PATH-5");
+  k.range("recovery.retire_loss_pct", r.retire_loss_pct, 0, 100, "PATH-5");
+  k.duration("recovery.peer_timeout_ns", r.peer_timeout_ns, false, "PATH-7");
+  k.duration("recovery.rnr_retry_ns", r.rnr_retry_ns, false, "LOSS-7");
+  return k.error;
+}
+
+}  // namespace metaroce
