@@ -52,17 +52,17 @@ void Pipe::on_event(SimTime now) {
 
 // ------------------------------------------------------------------ Port
 
-Port::Port(Network& net, Node* own, uint32_t idx, const LinkSpec& link, const QueueSpec* queue,
-           uint64_t seed, bool pfc, uint8_t priority_dscp)
+Port::Port(Network& net, Node* own, uint32_t idx, const LinkSpec& link, const QueueSpec& fabric,
+           bool switch_port, uint64_t seed)
     : owner(own),
       index(idx),
       net_(net),
       rate_mbps_(link.rate_mbps),
-      has_queue_limits_(queue != nullptr),
-      q_(queue != nullptr ? *queue : QueueSpec{}),
+      has_queue_limits_(switch_port),
+      q_(switch_port ? fabric : QueueSpec{}),
       rng_(seed),
-      pfc_(pfc) {
-  if (queue == nullptr) q_.priority_dscp = priority_dscp;
+      pfc_(fabric.pfc) {
+  q_.priority_dscp = fabric.priority_dscp;
   pfc_timer_.port = this;
   pipe.port = this;
   pipe.delay = link.delay;
@@ -383,10 +383,8 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
     const auto pa = static_cast<uint32_t>(a->ports.size());
     const auto pb = static_cast<uint32_t>(b->ports.size());
     auto mk = [&](Node* from, uint32_t idx, uint32_t dir) {
-      const bool is_switch = from->id >= h;
-      ports_.push_back(std::make_unique<Port>(
-          *this, from, idx, ed.spec, is_switch ? &queue : nullptr,
-          derive_seed(seed, 0x706f7274, e, dir), queue.pfc, queue.priority_dscp));
+      ports_.push_back(std::make_unique<Port>(*this, from, idx, ed.spec, queue, from->id >= h,
+                                              derive_seed(seed, 0x706f7274, e, dir)));
       ports_.back()->edge = e;
       from->ports.push_back(ports_.back().get());
       return ports_.back().get();

@@ -23,7 +23,6 @@ namespace {
 constexpr size_t kGsoMaxSegments = 64;  // UDP_MAX_SEGMENTS
 constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
 constexpr size_t kGatherMin = 512;      // payloads up to this size are copied, not gathered
-constexpr uint8_t kOpConnectReq = 0x20;
 
 // A send that failed only because the socket buffer was full: the message
 // waits for the next try.
@@ -32,7 +31,8 @@ bool buffer_full(int err) { return err == EAGAIN || err == EWOULDBLOCK || err ==
 }  // namespace
 
 uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, size_t n) {
-  if (n >= 2 && p[1] == kOpConnectReq) return ecount;  // from the receive port (see udp.hpp)
+  // A CONNECT_REQ leaves from the receive port (see udp.hpp); byte 1 is the opcode (spec 3.1).
+  if (n >= 2 && p[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq)) return ecount;
   if (entropy >= ebase && entropy - ebase < ecount) return static_cast<uint16_t>(entropy - ebase);
   ++io.tx_remapped;  // an echo of the peer's port (ACK-7) outside our block
   return static_cast<uint16_t>(entropy % ecount);

@@ -171,11 +171,12 @@ class Pipe final : public EventSource {
 // every packet to start the next.
 class Port final : public EventSource {
  public:
-  // queue: a switch port's buffer, ECN and trimming; null for a host NIC,
-  // which has none of them but serves the fabric's priority class
-  // (`priority_dscp`) first too, as a NIC's strict-priority traffic class.
-  Port(Network& net, Node* owner, uint32_t index, const LinkSpec& link, const QueueSpec* queue,
-       uint64_t seed, bool pfc = false, uint8_t priority_dscp = kControlDscp);
+  // fabric: the fabric's queue settings. A switch port (switch_port) takes
+  // its buffer, ECN and trimming; a host NIC has none of them but obeys PFC
+  // and serves the priority class (`priority_dscp`) first too, as a NIC's
+  // strict-priority traffic class.
+  Port(Network& net, Node* owner, uint32_t index, const LinkSpec& link, const QueueSpec& fabric,
+       bool switch_port, uint64_t seed);
   ~Port() override;
   // Queues p for transmission (or drops it).
   void enqueue(Packet* p, SimTime now);
