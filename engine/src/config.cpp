@@ -1,8 +1,9 @@
 // config_error: the ranges EndpointConfig's fields must lie in, checked in
 // one place so that every driver refuses a bad option with the same words.
-// The constructor's own normalization (endpoint.cpp) stays as a backstop for
-// drivers that skip this check; a field it cannot repair (a shift past the
-// width of alpha) is in range there too.
+// The constructor (endpoint.cpp) clamps, as a backstop for callers that skip
+// this check, the fields whose raw values would break the engine's own
+// arithmetic (a byte count overflowing, a shift of 64 or more); the others it
+// runs with as given, which config_error would have refused.
 #include <string>
 
 #include "impl.hpp"
@@ -52,16 +53,21 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("data_dscp", cfg.data_dscp, 0, kMaxDscp, "ENC-6");
   k.range("max_connections", cfg.max_connections, 1, kConnIndexMask, "connection ids");
   k.duration("connect_retry_ns", cfg.connect_retry_ns, false, "CONN-2");
-  k.range("connect_attempts", cfg.connect_attempts, 1, UINT32_MAX, "CONN-2");
+  k.range("connect_attempts", cfg.connect_attempts, 1, UINT16_MAX, "CONN-2");
   k.duration("context_idle_ns", cfg.context_idle_ns, true, "context pooling");
 
   const CcConfig& cc = cfg.cc;
   k.range("cc.initial_cwnd_packets", cc.initial_cwnd_packets, 1, kMaxPacketCount, "CC-1");
   k.range("cc.min_cwnd_packets", cc.min_cwnd_packets, 1, kMaxPacketCount, "CC-6");
   k.range("cc.max_cwnd_packets", cc.max_cwnd_packets, 0, kMaxPacketCount, "CC-6");
-  k.require(cc.max_cwnd_packets == 0 || cc.max_cwnd_packets >= cc.min_cwnd_packets,
-            "cc.max_cwnd_packets " + std::to_string(cc.max_cwnd_packets) +
-                " is below cc.min_cwnd_packets " + std::to_string(cc.min_cwnd_packets) + " (CC-6)");
+  // CC-6: the floor is the connection's, split over its paths; the ceiling
+  // is each path's.
+  k.require(cc.max_cwnd_packets == 0 ||
+                uint64_t{cc.max_cwnd_packets} * std::max<uint8_t>(cfg.num_paths, 1) >=
+                    cc.min_cwnd_packets,
+            "cc.max_cwnd_packets " + std::to_string(cc.max_cwnd_packets) + " times num_paths " +
+                std::to_string(cfg.num_paths) + " is below cc.min_cwnd_packets " +
+                std::to_string(cc.min_cwnd_packets) + " (CC-6)");
   k.range("cc.dctcp_g_shift", cc.dctcp_g_shift, 0, kMaxDctcpGShift, "CC-3");
   k.duration("cc.target_queue_delay_ns", cc.target_queue_delay_ns, true, "CC-5");
   k.range("cc.max_delay_decrease_pct", cc.max_delay_decrease_pct, 0, 100, "CC-5");

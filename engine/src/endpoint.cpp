@@ -27,7 +27,7 @@ Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d6574617
   if (cfg.control_dscp > kMaxDscp) cfg.control_dscp = kDefaultControlDscp;
   if (cfg.data_dscp > kMaxDscp) cfg.data_dscp = 0;
   if (cfg.entropy_max < cfg.entropy_min) std::swap(cfg.entropy_min, cfg.entropy_max);
-  // CC-3: a shift past alpha's width is undefined behaviour, not a tiny gain.
+  // CC-3: a shift of 64 or more would be undefined behaviour.
   cfg.cc.dctcp_g_shift = std::min(cfg.cc.dctcp_g_shift, kMaxDctcpGShift);
   // CC-1, CC-6, CC-9: windows and the cap times a packet's cost are 32-bit
   // byte counts.

@@ -30,7 +30,7 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   c.peer_conn = peer_body.src_conn;
   // CONN-3; c.mtu is the endpoint's, or less where the requester's route asked (CONN-1).
   c.mtu = std::min<uint16_t>(c.mtu, std::max<uint16_t>(peer_body.mtu, kMinMtu));
-  c.set_window_log2(std::clamp<uint8_t>(peer_body.window_log2, 6, cfg.window_log2));  // SEQ-3
+  c.set_window_log2(std::clamp(peer_body.window_log2, kMinWindowLog2, cfg.window_log2));  // SEQ-3
   set_cwnd_floor(c);
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
   c.rx_cum = peer_body.initial_psn;

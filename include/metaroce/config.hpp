@@ -53,7 +53,9 @@ inline constexpr uint8_t kMinWindowLog2 = 6;
 inline constexpr uint8_t kMaxWindowLog2 = 10;
 inline constexpr uint8_t kMaxPaths = 32;  // PATH-2: a path_tag's slot has 5 bits
 inline constexpr uint32_t kMaxSharedRqDepth = 1u << 24;
-inline constexpr uint32_t kMaxDctcpGShift = 16;  // CC-3: alpha has 17 fractional bits
+// CC-3: alpha has 16 fractional bits; at g = 1/2^10 an update still moves it
+// by up to 64 units, and at 1/2^16 it would hardly move at all.
+inline constexpr uint32_t kMaxDctcpGShift = 10;
 // Window and cap sizes in packets: times the largest packet's cost, they stay
 // 32-bit byte counts.
 inline constexpr uint32_t kMaxPacketCount = 65535;
@@ -89,9 +91,11 @@ struct EndpointConfig {
 
 // What is wrong with `cfg`: empty when every field is in its range, else the
 // first field out of range, its value and the range, e.g. "num_paths 40 is
-// out of range 1..32 (PATH-1)". Drivers refuse such a configuration with this
-// text (the UDP driver's open() does). Endpoint's constructor brings fields
-// into range instead, silently, as a backstop: it cannot fail.
+// out of range 1..32 (PATH-1)". A driver refuses such a configuration with
+// this text (the UDP driver's open() and the simulator do). Endpoint's
+// constructor cannot fail: as a backstop it clamps the fields whose raw
+// values would break its arithmetic (mtu, window_log2, num_paths, the window
+// and cap sizes, dctcp_g_shift, ...), and runs with the rest as given.
 [[nodiscard]] std::string config_error(const EndpointConfig& cfg);
 
 }  // namespace metaroce

@@ -33,12 +33,13 @@ std::span<const Setting> table() {
   static const Setting t[] = {
       {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
        true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }},
-      {"cc.min_cwnd_packets", "CC-6 floor of a path's window, packets", 1, 1 << 16, true,
+      {"cc.min_cwnd_packets", "CC-6 floor of a connection's windows, packets", 1, kMaxPacketCount,
+       true,
        [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); }},
       {"cc.max_cwnd_packets", "CC-6 ceiling of a path's window, packets (0: the connection window)",
-       0, 1 << 16, true,
+       0, kMaxPacketCount, true,
        [](SimConfig& c, double v) { c.endpoint.cc.max_cwnd_packets = static_cast<uint32_t>(v); }},
-      {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, 16, true,
+      {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, kMaxDctcpGShift, true,
        [](SimConfig& c, double v) { c.endpoint.cc.dctcp_g_shift = static_cast<uint32_t>(v); }},
       {"cc.target_queue_delay_us", "CC-5 queueing delay above the path's minimum RTT that cuts", 0,
        1e6, false,
@@ -50,7 +51,7 @@ std::span<const Setting> table() {
       {"cc.explore_interval_us", "PATH-8 time between trials of a new entropy (0: off)", 0, 1e9,
        false, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); }},
       {"cc.max_inflight_packets", "CC-9 connection cap in packets (0: from inflight_cap_bdp)", 0,
-       1 << 20, true,
+       kMaxPacketCount, true,
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
        }},
@@ -86,8 +87,14 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) {
          c.endpoint.recovery.reorder_threshold = static_cast<uint32_t>(v);
        }},
-      {"recovery.min_rto_us", "LOSS-4 smallest retransmission timeout", 1, 1e7, false,
-       [](SimConfig& c, double v) { c.endpoint.recovery.min_rto_ns = ns_from_us(v); }},
+      {"recovery.min_rto_us",
+       "LOSS-4 smallest retransmission timeout (raises LOSS-5's max_rto, 10 ms, to it)", 1, 1e7,
+       false,
+       [](SimConfig& c, double v) {
+         RecoveryConfig& r = c.endpoint.recovery;
+         r.min_rto_ns = ns_from_us(v);
+         r.max_rto_ns = std::max(r.max_rto_ns, r.min_rto_ns);
+       }},
       {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100, true,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.retire_loss_pct = static_cast<uint32_t>(v);

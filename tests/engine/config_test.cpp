@@ -56,18 +56,20 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
       {"max_connections 2000000 ", [](auto& c) { c.max_connections = 2'000'000; }},
       {"connect_retry_ns 0 ", [](auto& c) { c.connect_retry_ns = 0; }},
       {"connect_attempts 0 ", [](auto& c) { c.connect_attempts = 0; }},
+      {"connect_attempts 65536 is out of range 1..65535 (CONN-2)",
+       [](auto& c) { c.connect_attempts = 65536; }},
       {"ack_delay_ns 86400000000001 ", [](auto& c) { c.ack_delay_ns = 86'400'000'000'001; }},
       {"cc.initial_cwnd_packets 0 ", [](auto& c) { c.cc.initial_cwnd_packets = 0; }},
       {"cc.initial_cwnd_packets 70000 is out of range 1..65535 (CC-1)",
        [](auto& c) { c.cc.initial_cwnd_packets = 70000; }},
       {"cc.min_cwnd_packets 0 ", [](auto& c) { c.cc.min_cwnd_packets = 0; }},
-      {"cc.max_cwnd_packets 2 is below cc.min_cwnd_packets 4 (CC-6)",
+      {"cc.max_cwnd_packets 2 times num_paths 8 is below cc.min_cwnd_packets 17 (CC-6)",
        [](auto& c) {
-         c.cc.min_cwnd_packets = 4;
+         c.cc.min_cwnd_packets = 17;
          c.cc.max_cwnd_packets = 2;
        }},
-      {"cc.dctcp_g_shift 17 is out of range 0..16 (CC-3)",
-       [](auto& c) { c.cc.dctcp_g_shift = 17; }},
+      {"cc.dctcp_g_shift 11 is out of range 0..10 (CC-3)",
+       [](auto& c) { c.cc.dctcp_g_shift = 11; }},
       {"cc.max_delay_decrease_pct 101 ", [](auto& c) { c.cc.max_delay_decrease_pct = 101; }},
       {"cc.max_inflight_packets 65536 ", [](auto& c) { c.cc.max_inflight_packets = 65536; }},
       {"recovery.reorder_threshold 0 ", [](auto& c) { c.recovery.reorder_threshold = 0; }},
@@ -103,10 +105,16 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
   c.cc.max_delay_decrease_pct = 100;
   c.recovery.min_rto_ns = c.recovery.max_rto_ns;
   c.recovery.retire_loss_pct = 0;
+  // CC-6: a floor of 16 packets for the connection, 32 paths of at most one
+  // packet each.
+  c.cc.min_cwnd_packets = 16;
+  c.cc.max_cwnd_packets = 1;
   EXPECT_EQ(config_error(c), "");
   c.mtu = kMaxMtu;
   c.window_log2 = kMaxWindowLog2;
   c.num_paths = 1;
+  EXPECT_NE(config_error(c), "");  // one path of at most one packet, a floor of 16
+  c.cc.max_cwnd_packets = 16;
   EXPECT_EQ(config_error(c), "");
 }
 
@@ -145,13 +153,17 @@ TEST(Config, TheConstructorBringsFieldsIntoRange) {
   wide.cc.initial_cwnd_packets = 4'000'000'000u;
   wide.cc.max_inflight_packets = 4'000'000'000u;
   wide.cc.max_cwnd_packets = 4'000'000'000u;
+  wide.cc.min_cwnd_packets = 4'000'000'000u;
   wide.window_log2 = 30;
   wide.num_paths = 200;
   transfer_completes(wide);
   const EndpointConfig got = Endpoint(wide).config();
+  EXPECT_EQ(got.cc.initial_cwnd_packets, kMaxPacketCount);
+  EXPECT_EQ(got.cc.max_cwnd_packets, kMaxPacketCount);
   EXPECT_EQ(got.cc.max_inflight_packets, kMaxPacketCount);
   EXPECT_EQ(got.window_log2, kMaxWindowLog2);
   EXPECT_EQ(got.num_paths, kMaxPaths);
+  EXPECT_EQ(got.cc.min_cwnd_packets, kMaxPacketCount);
 }
 
 }  // namespace

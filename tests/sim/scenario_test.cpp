@@ -536,6 +536,13 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   EXPECT_EQ(c.reroute_after, SimTime::never());
   EXPECT_EQ(c.endpoint.cc.dctcp_g_shift, 5u);
   EXPECT_EQ(c.endpoint.recovery.min_rto_ns, 250'000u);
+  EXPECT_EQ(c.endpoint.recovery.max_rto_ns, 10'000'000u);  // the simulator's
+  // A min_rto above the simulator's max_rto (10 ms) raises it: LOSS-5's
+  // ceiling is never below LOSS-4's floor (config_error refuses that).
+  SimConfig slow = c;
+  ASSERT_TRUE(apply_setting(slow, "recovery.min_rto_us=20000", err)) << err;
+  EXPECT_EQ(slow.endpoint.recovery.max_rto_ns, 20'000'000u);
+  EXPECT_EQ(config_error(slow.endpoint), "");
   EXPECT_DOUBLE_EQ(c.inflight_cap_bdp, 1.5);
   EXPECT_EQ(c.queue.ecn_kmin, 20'000u);
   EXPECT_NE(settings_help().find("num_paths"), std::string::npos);

@@ -557,7 +557,7 @@ TEST(Udp, EngineOptionOutOfRangeIsRefused) {
   Error err;
   EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr);
   EXPECT_EQ(err.status, Status::kInvalidArgument);
-  EXPECT_NE(err.message.find("Options::engine.num_paths 40 is out of range 1..32"),
+  EXPECT_NE(err.message.find("Options::engine: num_paths 40 is out of range 1..32"),
             std::string::npos)
       << err.message;
   o = test_options();

@@ -145,7 +145,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     judged.entropy_max = UINT16_MAX;
     if (std::string bad = config_error(judged); !bad.empty()) {
       err.status = Status::kInvalidArgument;
-      err.message = "open " + address + ": Options::engine." + bad;
+      err.message = "open " + address + ": Options::engine: " + bad;
       return false;
     }
   }
