@@ -7,8 +7,8 @@
 2. Checks that tests/wire/wire_test.cpp carries the same hex as the spec.
 3. Checks the spec against the code it describes: the SACK word limit of
    include/metaroce/wire.hpp (sections 3.2, 3.9, ACK-8, BAD-6 and
-   tests/wire), the ranges config.hpp gives window_log2, mtu and num_paths, and the
-   parameter tables of sections 8.3, 9 and appendix B against the fields and
+   tests/wire), the ranges config.hpp gives window_log2, mtu, num_paths and
+   dctcp_g_shift, and the parameter tables of sections 8.3, 9 and appendix B against the fields and
    defaults of include/metaroce/config.hpp (no parameter the code lacks, every
    CcConfig / RecoveryConfig field listed, the same default).
 4. With --design PATH: checks every rule ID of the design notes is stated in
@@ -140,6 +140,7 @@ def check_limits(spec, test):
     min_mtu = int(_one(r"kMinMtu = (\d+);", config, "kMinMtu").group(1))
     max_mtu = int(_one(r"kMaxMtu = (\d+);", config, "kMaxMtu").group(1))
     max_paths = int(_one(r"kMaxPaths = (\d+);", config, "kMaxPaths").group(1))
+    max_g_shift = int(_one(r"kMaxDctcpGShift = (\d+);", config, "kMaxDctcpGShift").group(1))
     if words * 64 != 1 << hi:
         bad.append(f"code: {words} SACK words cover {words * 64} PSNs, the largest window is {1 << hi}")
     claims = {
@@ -156,6 +157,7 @@ def check_limits(spec, test):
         "appendix B mtu low": (r"\| `mtu` \| [^|]*\((\d+)\.\.", min_mtu),
         "appendix B mtu high": (r"\| `mtu` \| [^|]*\(\d+\.\.(\d+)", max_mtu),
         "appendix B num_paths": (r"\| `num_paths` \| [^|]*\(1\.\.(\d+)", max_paths),
+        "8.3 dctcp_g_shift": (r"\| `dctcp_g_shift` \| [^|]*\(0\.\.(\d+)\)", max_g_shift),
         "PATH-1 paths": (r"\*\*PATH-1\*\* \(MUST\) A connection uses `num_paths` entropy values "
                          r"\(default 8, at most (\d+)\)", max_paths),
     }
