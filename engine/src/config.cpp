@@ -61,13 +61,20 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("cc.min_cwnd_packets", cc.min_cwnd_packets, 1, kMaxPacketCount, "CC-6");
   k.range("cc.max_cwnd_packets", cc.max_cwnd_packets, 0, kMaxPacketCount, "CC-6");
   // CC-6: the floor is the connection's, split over its paths; the ceiling
-  // is each path's.
-  k.require(cc.max_cwnd_packets == 0 ||
-                uint64_t{cc.max_cwnd_packets} * std::max<uint8_t>(cfg.num_paths, 1) >=
-                    cc.min_cwnd_packets,
-            "cc.max_cwnd_packets " + std::to_string(cc.max_cwnd_packets) + " times num_paths " +
-                std::to_string(cfg.num_paths) + " is below cc.min_cwnd_packets " +
-                std::to_string(cc.min_cwnd_packets) + " (CC-6)");
+  // is each path's, max_cwnd_packets or the window (SEQ-3), whichever is
+  // smaller. A floor above the ceilings would keep every cut from biting.
+  // (The handshake may agree a smaller window with the peer; this judges
+  // the endpoint's own.)
+  if (cfg.window_log2 >= kMinWindowLog2 && cfg.window_log2 <= kMaxWindowLog2) {
+    const uint64_t window = uint64_t{1} << cfg.window_log2;
+    const uint64_t ceiling =
+        cc.max_cwnd_packets == 0 ? window : std::min<uint64_t>(cc.max_cwnd_packets, window);
+    k.require(ceiling * std::max<uint8_t>(cfg.num_paths, 1) >= cc.min_cwnd_packets,
+              "cc.min_cwnd_packets " + std::to_string(cc.min_cwnd_packets) +
+                  " is above num_paths " + std::to_string(cfg.num_paths) +
+                  " times a path's largest window, " + std::to_string(ceiling) +
+                  " packets (cc.max_cwnd_packets or the window; CC-6)");
+  }
   k.range("cc.dctcp_g_shift", cc.dctcp_g_shift, 0, kMaxDctcpGShift, "CC-3");
   k.duration("cc.target_queue_delay_ns", cc.target_queue_delay_ns, true, "CC-5");
   k.range("cc.max_delay_decrease_pct", cc.max_delay_decrease_pct, 0, 100, "CC-5");

@@ -63,10 +63,16 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
       {"cc.initial_cwnd_packets 70000 is out of range 1..65535 (CC-1)",
        [](auto& c) { c.cc.initial_cwnd_packets = 70000; }},
       {"cc.min_cwnd_packets 0 ", [](auto& c) { c.cc.min_cwnd_packets = 0; }},
-      {"cc.max_cwnd_packets 2 times num_paths 8 is below cc.min_cwnd_packets 17 (CC-6)",
+      {"cc.min_cwnd_packets 17 is above num_paths 8 times a path's largest window, 2 packets",
        [](auto& c) {
          c.cc.min_cwnd_packets = 17;
          c.cc.max_cwnd_packets = 2;
+       }},
+      {"cc.min_cwnd_packets 1000 is above num_paths 1 times a path's largest window, 64 packets",
+       [](auto& c) {
+         c.num_paths = 1;
+         c.window_log2 = 6;
+         c.cc.min_cwnd_packets = 1000;
        }},
       {"cc.dctcp_g_shift 11 is out of range 0..10 (CC-3)",
        [](auto& c) { c.cc.dctcp_g_shift = 11; }},
@@ -100,6 +106,7 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
   c.entropy_min = 1000;
   c.entropy_max = 1000 + kMaxPaths - 1;
   c.control_dscp = kMaxDscp;
+  c.connect_attempts = UINT16_MAX;
   c.cc.dctcp_g_shift = kMaxDctcpGShift;
   c.cc.max_inflight_packets = kMaxPacketCount;
   c.cc.max_delay_decrease_pct = 100;
@@ -120,8 +127,8 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
 
 // A driver that skips config_error still gets a working endpoint: the
 // fields whose raw values would overflow a byte count (a window or the CC-9
-// cap times a packet's cost) or shift alpha past its width (CC-3) are brought
-// into range, and a transfer completes with each.
+// cap times a packet's cost) or make CC-3's shift undefined (64 or more) are
+// brought into range, and a transfer completes with each.
 void transfer_completes(const EndpointConfig& a) {
   ASSERT_NE(config_error(a), "");
   Loop loop(a, cfg(6));
