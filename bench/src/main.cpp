@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   metaroce::bench::HarnessOptions ho;
   auto* harness =
       app.add_subcommand("harness", "goodput under loss and path failure in the seeded harness");
-  harness->add_option("--paths", ho.paths, "network paths")->check(CLI::Range(1u, 32u));
+  harness->add_option("--paths", ho.paths, "network paths")
+      ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
   harness->add_option("--loss", ho.loss, "random loss on every path (0..1)")
       ->check(CLI::Range(0.0, 0.5));
   harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer")
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
                     "queues, no ECN marking, 50 us one way; endpoints as the UDP driver sets them");
   harness
       ->add_option("--entropies", ho.entropies, "--fabric: paths per connection (entropy values)")
-      ->check(CLI::Range(1u, 32u));
+      ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
   harness
       ->add_option("--explore-ms", ho.explore_ms,
                    "PATH-8: how often a busy connection moves its slowest path (0: never; "

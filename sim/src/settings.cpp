@@ -77,7 +77,7 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); }},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
        1000, false, [](SimConfig& c, double v) { c.initial_window_bdp = v; }},
-      {"num_paths", "PATH-1 entropy values per connection", 1, 32, true,
+      {"num_paths", "PATH-1 entropy values per connection", 1, kMaxPaths, true,
        [](SimConfig& c, double v) { c.endpoint.num_paths = static_cast<uint8_t>(v); }},
       {"ack_every", "ACK-1 data packets per ACK", 1, 64, true,
        [](SimConfig& c, double v) { c.endpoint.ack_every = static_cast<uint8_t>(v); }},

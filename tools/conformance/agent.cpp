@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
                  "first UDP source port of the IUT (default: the --iut port + 1)");
   app.add_option("--entropy-count", entropy_count, "source ports in the block (default 16)");
   app.add_option("--paths", paths, "paths per connection (the checks assume 4)")
-      ->check(CLI::Range(1, 32));
+      ->check(CLI::Range(1, int{metaroce::kMaxPaths}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   Agent ag(iut, mc::ReferenceIut::options(entropy_base, entropy_count != 0 ? entropy_count : 16,
