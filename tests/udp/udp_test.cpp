@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -738,6 +739,51 @@ TEST(Udp, GroBufferDrawsOneAck) {
       EXPECT_GE(st.acks_sent * 2, st.data_packets_received) << "acks " << st.acks_sent;
     }
   }
+}
+
+// A recvmmsg asks for as many datagrams as about 512 KiB holds, judged by the
+// last call's: the kernel copies a whole call before the first datagram is
+// placed, and 32 GRO buffers (2 MiB) left them to be read back from beyond
+// L2. 24 GRO buffers of 60,000 bytes take three calls of 8; 64 small
+// datagrams after them take three (8, then 32 and the rest), not eight.
+TEST(Udp, ReceiveCallsAreSizedToTheirDatagrams) {
+  auto server = open_on("127.0.0.1");
+  ASSERT_TRUE(server);
+  if (!server->gro_enabled()) GTEST_SKIP() << "no UDP GRO on this kernel";
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(server->port());
+  // Not MetaRoCE packets (version 15): the engine counts and drops them.
+  std::vector<uint8_t> junk(60000, 0xff);
+  auto send_all = [&](size_t count, size_t len) {
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(::sendto(fd, junk.data(), len, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+                static_cast<ssize_t>(len));
+  };
+  auto receive_all = [&](uint64_t datagrams) {
+    for (int i = 0; i < 400 && server->io_stats().rx_datagrams < datagrams; ++i) server->wait(5ms);
+    ASSERT_EQ(server->io_stats().rx_datagrams, datagrams);
+  };
+  const int seg = 4000;
+  if (::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0) {
+    ::close(fd);
+    GTEST_SKIP() << "no UDP GSO on this kernel";
+  }
+  send_all(24, junk.size());
+  ASSERT_NO_FATAL_FAILURE(receive_all(24 * 15));
+  const metaroce::udp::IoStats large = server->io_stats();
+  EXPECT_EQ(large.rx_gro_batches, 24u);
+  EXPECT_EQ(large.rx_syscalls, 3u);
+  const int none = 0;
+  ASSERT_EQ(::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &none, sizeof(none)), 0);
+  send_all(64, 100);
+  ASSERT_NO_FATAL_FAILURE(receive_all(24 * 15 + 64));
+  ::close(fd);
+  EXPECT_EQ(server->io_stats().rx_syscalls - large.rx_syscalls, 3u);
+  EXPECT_EQ(server->endpoint_stats().bad_version, 24u * 15 + 64);
 }
 
 // IoStats::rx_wait_ns_*: a receiver that does not run for 30 ms while data

@@ -44,6 +44,12 @@ namespace metaroce::udp {
 
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
 inline constexpr size_t kRxCtrlBytes = 128;
+// What one recvmmsg may bring in. The kernel copies a whole call's
+// datagrams before the first is handled, and the placement copy then reads
+// them back: 32 GRO buffers of 64 KiB (2 MiB, this VM's L2) had them read
+// from L3, and a loopback WRITE's receiver, which bounded it, moved 48-49
+// Gbit/s; 8-16 buffers a call, 56-61 (BENCHMARKS.md section 3, stop 22).
+inline constexpr size_t kRxBytesPerCall = 512 * 1024;
 // A message's control data: its GSO segment size, and the IP TOS of a
 // control-class message (ENC-6), whose DSCP differs from the socket's.
 inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int));
@@ -108,7 +114,12 @@ struct UdpEndpoint::Impl {
 
   // receive
   size_t rx_slot = 0;
-  uint32_t rx_used = 0;  // messages the last recvmmsg filled
+  uint32_t rx_used = 0;      // messages the last recvmmsg filled
+  uint32_t rx_per_call = 1;  // messages the next recvmmsg asks for: rx_count_for
+  [[nodiscard]] uint32_t rx_count_for(size_t bytes_per_msg) const {
+    return static_cast<uint32_t>(
+        std::clamp<size_t>(kRxBytesPerCall / std::max<size_t>(bytes_per_msg, 1), 1, batch));
+  }
   std::vector<uint8_t> rx_buf;
   std::vector<mmsghdr> rx_msgs;
   std::vector<iovec> rx_iov;

@@ -52,12 +52,18 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       h.msg_flags = 0;
     }
     rx_used = 0;
-    const int r = recvmmsg(rx_fd, rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
+    const uint32_t asked = rx_per_call;
+    const int r = recvmmsg(rx_fd, rx_msgs.data(), asked, MSG_DONTWAIT, nullptr);
     if (r <= 0) break;
     rx_used = static_cast<uint32_t>(r);
-    if (static_cast<uint32_t>(r) == batch && round + 1 == kRxBatchesPerRound)
+    if (static_cast<uint32_t>(r) == asked && round + 1 == kRxBatchesPerRound)
       ++io.rx_backlogged_rounds;
     ++io.rx_syscalls;
+    size_t call_bytes = 0;
+    for (int i = 0; i < r; ++i) call_bytes += rx_msgs[i].msg_len;
+    // Sized on this call's mean datagram: ACKs and unbatched packets fill
+    // the whole batch, GRO buffers as many as kRxBytesPerCall holds.
+    rx_per_call = rx_count_for(call_bytes / static_cast<size_t>(r));
     for (int i = 0; i < r; ++i) {
       msghdr& h = rx_msgs[i].msg_hdr;
       const size_t len = rx_msgs[i].msg_len;
@@ -137,7 +143,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       }
       if (!ce) (void)pump_tx(now);
     }
-    if (static_cast<uint32_t>(r) < batch) break;
+    if (static_cast<uint32_t>(r) < asked) break;
   }
   return got;
 }

@@ -244,6 +244,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
 
   // Preallocated batches: nothing below allocates per packet.
   rx_slot = gro ? 65536 : size_t{cfg.mtu} + 512;
+  rx_per_call = rx_count_for(rx_slot);  // until a call shows the datagrams' size
   rx_buf.assign(rx_slot * batch, 0);
   rx_msgs.assign(batch, mmsghdr{});
   rx_iov.assign(batch, iovec{});
