@@ -599,7 +599,10 @@ TEST(Udp, ProgressThreadWrite) {
 // driver's slots first. Simulate full buffers (the loopback never fills one)
 // and check every byte, with GSO and without, sent with io_uring (where a
 // message meets the full buffer while later ones of its round go out) and
-// with sendmmsg.
+// with sendmmsg. The ICRC covers the payloads (PC), so a datagram sent with
+// other bytes than its own is dropped and counted (bad_checksum), even one
+// whose PSN a retransmission has already delivered: a message may be held
+// over several rounds, and copied only once.
 TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
   for (const bool gso : {true, false})
     for (const bool uring : {true, false}) {
@@ -609,6 +612,7 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
       Options o = test_options();
       o.gso = gso;
       o.io_uring = uring;
+      o.engine.cover_payload = true;
       Pair p = connect_pair("127.0.0.1", o, o);
       ::unsetenv("METAROCE_UDP_FAULT_EAGAIN");
       ASSERT_TRUE(p.cconn.valid());
@@ -649,6 +653,8 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
       EXPECT_GT(io.tx_eagain, 0u);
       EXPECT_GT(io.tx_materialized, 0u);
       EXPECT_EQ(io.tx_errors, 0u);
+      EXPECT_EQ(p.server->endpoint_stats().bad_checksum, 0u);
+      EXPECT_EQ(p.client->endpoint_stats().bad_checksum, 0u);
     }
 }
 

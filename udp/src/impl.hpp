@@ -15,7 +15,7 @@
 // payloads left in registered memory and handed to the kernel as iovecs),
 // grouped by source port (one socket per entropy value) and peer into one
 // sendmmsg per socket, with runs of equal-size datagrams to the same peer
-// coalesced with UDP_SEGMENT (GSO). There are 8 x batch slots, flushed when
+// coalesced with UDP_SEGMENT (GSO). There are 32 x batch slots, flushed when
 // full and at the end of the round: the engine spreads consecutive packets
 // over the paths, so a path's share of a round is what one GSO run can hold.
 #pragma once
@@ -62,6 +62,7 @@ inline int tos_byte(uint8_t dscp) { return (dscp << 2) | kEcnEct0; }
 // kernel as one iovec: 2 per gathered segment instead of 3. The kernel's copy
 // loop pays per iovec; a loopback sender's copy took about 10% less.
 inline constexpr size_t kTxLead = kIcrc;
+inline constexpr size_t kGatherMin = 512;  // payloads up to this size are copied, not gathered
 
 inline TimeNs clock_now() {
   return TimeNs{static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -83,11 +84,12 @@ struct ConnInfo {
 struct TxSlot {
   PeerAddr peer;
   const uint8_t* payload = nullptr;
-  uint32_t len = 0;   // whole datagram
-  uint16_t hlen = 0;  // headers in the slot buffer (gathered only)
-  uint16_t sock = 0;  // index into Impl::tx_fds; entropy_count means the receive socket
-  uint16_t key = 0;   // grouping key: sock for ACKs and NAKs, else entropy_count + 1 + sock
-  uint8_t dscp = 0;   // ENC-6: a GSO run never mixes classes
+  uint32_t len = 0;     // whole datagram
+  uint16_t hlen = 0;    // headers in the slot buffer (gathered only)
+  uint16_t sock = 0;    // index into Impl::tx_fds; entropy_count means the receive socket
+  uint16_t key = 0;     // grouping key: sock for ACKs and NAKs, else entropy_count + 1 + sock
+  bool copied = false;  // whole in tx_whole (materialize_pending), not in the slot's head
+  uint8_t dscp = 0;     // ENC-6: a GSO run never mixes classes
   uint8_t trailer[4] = {};
 };
 
@@ -128,9 +130,16 @@ struct UdpEndpoint::Impl {
 
   // transmit: slots filled from poll_transmit_gather, then messages built
   // over them (grouped by socket, runs coalesced with GSO)
-  size_t tx_slot_size = 0;
+  // A slot's head (tx_head_size bytes in tx_head): the lead, then headers,
+  // or a whole datagram without payload or with a small one. Heads are
+  // packed, so a round's headers share pages and cache lines. The room
+  // to copy a gathered datagram whole (tx_whole) is touched only when a full
+  // socket buffer makes that necessary, so its pages stay unallocated.
+  size_t tx_head_size = 0;
+  size_t tx_whole_size = 0;
   size_t tx_cap = 0;  // slots
-  std::vector<uint8_t> tx_buf;
+  std::vector<uint8_t> tx_head;
+  std::unique_ptr<uint8_t[]> tx_whole;
   std::vector<TxSlot> tx_slots;
   std::vector<uint32_t> tx_order;
   std::vector<uint32_t> tx_bucket;  // counting sort by TxSlot::key
@@ -195,7 +204,8 @@ struct UdpEndpoint::Impl {
   bool use_connected(uint16_t sock, const PeerAddr& peer, const sockaddr_storage& ss,
                      socklen_t len);
   size_t fill(TimeNs now);
-  uint8_t* slot_buf(size_t slot) { return tx_buf.data() + slot * tx_slot_size + kTxLead; }
+  uint8_t* slot_buf(size_t slot) { return tx_head.data() + slot * tx_head_size + kTxLead; }
+  uint8_t* whole_buf(size_t slot) { return tx_whole.get() + slot * tx_whole_size; }
   size_t message_iov(size_t i, size_t j, size_t at);
   void set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s);
   void build_messages();

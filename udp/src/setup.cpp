@@ -262,12 +262,21 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     h.msg_controllen = kRxCtrlBytes;
     h.msg_flags = 0;
   }
-  // Transmit slots: several per socket of a connection's paths, so that
-  // each path's packets of one round form GSO runs (the engine sprays
-  // consecutive packets over the paths, one socket each).
-  tx_slot_size = (size_t{cfg.mtu} + 256 + 63) & ~size_t{63};
-  tx_cap = std::clamp<size_t>(size_t{batch} * 8, 64, 2048);
-  tx_buf.assign(tx_slot_size * tx_cap, 0);
+  // Transmit slots: many per socket of a connection's paths, so that each
+  // path's packets of one round form long GSO runs (the engine sprays
+  // consecutive packets over the paths, one socket each). 32 per recvmmsg
+  // batch: with 8 (256 slots) a loopback WRITE over 8 paths made runs of
+  // 12.2 segments and one submission per 200 datagrams; with 32, 13.6 and
+  // 400, and moved 5 % more (BENCHMARKS.md section 3, stop 22).
+  tx_head_size =
+      (kTxLead +
+       std::max(eng->transmit_buffer_bytes(true), wire::kMaxDataHeaderSize + kGatherMin + kIcrc) +
+       63) &
+      ~size_t{63};
+  tx_whole_size = wire::kMaxDataHeaderSize + cfg.mtu + kIcrc;
+  tx_cap = std::clamp<size_t>(size_t{batch} * 32, 64, 4096);
+  tx_head.assign(tx_head_size * tx_cap, 0);
+  tx_whole = std::make_unique_for_overwrite<uint8_t[]>(tx_whole_size * tx_cap);  // see impl.hpp
   tx_slots.assign(tx_cap, TxSlot{});
   tx_order.assign(tx_cap, 0);
   tx_peer.assign(ecount, PeerAddr{});

@@ -22,7 +22,6 @@ namespace {
 
 constexpr size_t kGsoMaxSegments = 64;  // UDP_MAX_SEGMENTS
 constexpr size_t kGsoMaxBytes = 65000;  // below the 64 KiB UDP length limit
-constexpr size_t kGatherMin = 512;      // payloads up to this size are copied, not gathered
 
 // A send that failed only because the socket buffer was full: the message
 // waits for the next try.
@@ -61,11 +60,10 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
   TxDatagram tx;
   while (tx_count < tx_cap) {
     uint8_t* buf = slot_buf(tx_count);
-    if (!eng->poll_transmit_gather(now, std::span<uint8_t>(buf, tx_slot_size - kTxLead), tx)) break;
+    if (!eng->poll_transmit_gather(now, std::span<uint8_t>(buf, tx_head_size - kTxLead), tx)) break;
     TxSlot& s = tx_slots[tx_count];
     s.peer = tx.peer;
-    // The slot holds mtu + 256 bytes, so a gathered packet also fits whole
-    // (materialize_pending): headers are under 64 bytes, payload <= mtu.
+    s.copied = false;
     if (tx.payload.size() > kGatherMin) {
       s.payload = tx.payload.data();
       s.hlen = static_cast<uint16_t>(tx.header_len);
@@ -73,14 +71,15 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
       std::memcpy(s.trailer, tx.trailer, kIcrc);
     } else {
       // Whole in the buffer: built so (no payload), or a small payload is
-      // cheaper to copy than to describe with two more iovecs.
+      // cheaper to copy than to describe with two more iovecs (the head
+      // holds the largest headers, kGatherMin bytes and the ICRC: setup).
       if (!tx.payload.empty()) {
         std::memcpy(buf + tx.header_len, tx.payload.data(), tx.payload.size());
         std::memcpy(buf + tx.header_len + tx.payload.size(), tx.trailer, kIcrc);
       }
       s.payload = nullptr;
       s.hlen = 0;
-      s.len = static_cast<uint32_t>(std::min(tx.len, tx_slot_size - kTxLead));
+      s.len = static_cast<uint32_t>(std::min(tx.len, tx_head_size - kTxLead));
     }
     s.dscp = tx.dscp;
     s.sock = choose_socket(tx.entropy, buf, s.len);
@@ -210,7 +209,8 @@ void UdpEndpoint::Impl::build_messages() {
 // Messages left unsent when a round ends (a full socket buffer) must not
 // point into the application's memory any more: once progress() returns it
 // may reuse a buffer whose request completed (the packet may be a
-// retransmission). Copy their payloads into the slots; rare.
+// retransmission). Copy them whole into tx_whole; rare. A message may be
+// left over more than one round: its copied slots are not copied again.
 void UdpEndpoint::Impl::materialize_pending() {
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
     msghdr& h = tx_msgs[m].msg_hdr;
@@ -219,15 +219,17 @@ void UdpEndpoint::Impl::materialize_pending() {
     for (uint32_t k = 0; k < tx_msg_segs[m]; ++k) {
       const uint32_t slot = tx_order[tx_msg_first[m] + k];
       TxSlot& s = tx_slots[slot];
-      uint8_t* buf = slot_buf(slot);
       if (s.payload != nullptr) {
+        uint8_t* whole = whole_buf(slot);
         const size_t plen = s.len - s.hlen - kIcrc;
-        std::memcpy(buf + s.hlen, s.payload, plen);
-        std::memcpy(buf + s.hlen + plen, s.trailer, kIcrc);
+        std::memcpy(whole, slot_buf(slot), s.hlen);
+        std::memcpy(whole + s.hlen, s.payload, plen);
+        std::memcpy(whole + s.hlen + plen, s.trailer, kIcrc);
         s.payload = nullptr;
+        s.copied = true;
         ++io.tx_materialized;
       }
-      out[n++] = {buf, s.len};
+      out[n++] = {s.copied ? whole_buf(slot) : slot_buf(slot), s.len};
     }
     h.msg_iovlen = n;
   }
