@@ -131,6 +131,7 @@ PathReport every_report_field_set() {
   r.explorations = 8;
   r.probes = 9;
   r.cwnd_bytes = 0x0a0b0c0d;
+  r.min_rtt_ns = 0x01020304;
   r.bytes = 11;
   return r;
 }
@@ -145,6 +146,8 @@ TEST(PerfControl, PathReportRoundTripsEveryFieldBigEndian) {
             (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_EQ(std::vector<uint8_t>(bytes + 96, bytes + 100),
             (std::vector<uint8_t>{0x0a, 0x0b, 0x0c, 0x0d}));
+  EXPECT_EQ(std::vector<uint8_t>(bytes + 100, bytes + 104),
+            (std::vector<uint8_t>{0x01, 0x02, 0x03, 0x04}));
   EXPECT_EQ(std::vector<uint8_t>(bytes + 104, bytes + 112),
             (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 11}));
   PathReport out;
@@ -163,6 +166,7 @@ TEST(PerfControl, PathReportRoundTripsEveryFieldBigEndian) {
   EXPECT_EQ(out.explorations, r.explorations);
   EXPECT_EQ(out.probes, r.probes);
   EXPECT_EQ(out.cwnd_bytes, r.cwnd_bytes);
+  EXPECT_EQ(out.min_rtt_ns, r.min_rtt_ns);
   EXPECT_EQ(out.bytes, r.bytes);
   // A PathReport is no Ctrl, and a Ctrl no PathReport.
   Ctrl ctrl;

@@ -28,6 +28,7 @@ nlohmann::json path_json(const PathReport& p) {
           {"retransmissions", p.retransmissions},
           {"ce_marks", p.ce_marks},
           {"srtt_us", dbl(p.srtt_ns) / 1000.0},
+          {"min_rtt_us", dbl(p.min_rtt_ns) / 1000.0},
           {"losses", p.losses},
           {"timeouts", p.timeouts},
           {"retirements", p.retirements},

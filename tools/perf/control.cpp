@@ -102,7 +102,7 @@ void encode(const PathReport& r, uint8_t (&out)[kCtrlBytes]) {
   be::store64(p + 80, r.explorations);
   be::store64(p + 88, r.probes);
   be::store32(p + 96, r.cwnd_bytes);
-  be::store32(p + 100, 0);
+  be::store32(p + 100, r.min_rtt_ns);
   be::store64(p + 104, r.bytes);
 }
 
@@ -123,6 +123,7 @@ bool decode(std::span<const uint8_t> in, PathReport& out) {
   out.explorations = be::load64(p + 80);
   out.probes = be::load64(p + 88);
   out.cwnd_bytes = be::load32(p + 96);
+  out.min_rtt_ns = be::load32(p + 100);
   out.bytes = be::load64(p + 104);
   return true;
 }

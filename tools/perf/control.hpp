@@ -61,7 +61,7 @@
 //       80    8 explorations
 //       88    8 probes
 //       96    4 cwnd_bytes
-//      100    4 (zero)
+//      100    4 min_rtt_ns (the least RTT sample; an older server sends 0)
 //      104    8 bytes (payload bytes sent)
 //      112      (end)
 #pragma once
@@ -163,6 +163,7 @@ struct PathReport {
   uint64_t explorations = 0;
   uint64_t probes = 0;
   uint32_t cwnd_bytes = 0;
+  uint32_t min_rtt_ns = 0;  // the least RTT sample (CC-5's base); below 4 s
   uint64_t bytes = 0;
 };
 

@@ -135,6 +135,7 @@ PathReport path_report(const PathStats& p, size_t slot, size_t slots) {
   r.explorations = p.explorations;
   r.probes = p.probes_sent;
   r.cwnd_bytes = p.cwnd_bytes;
+  r.min_rtt_ns = static_cast<uint32_t>(std::min<uint64_t>(p.min_rtt_ns, UINT32_MAX));
   r.bytes = p.bytes_sent;
   return r;
 }
