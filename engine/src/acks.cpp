@@ -47,10 +47,13 @@ void Endpoint::Impl::on_path_acked(Connection& c, const TxCtx& t, uint8_t path, 
   if (!cfg.cc.enabled) return;  // CC-8
   const uint32_t unit = packet_cost(c.mtu);
   const uint32_t max_cwnd = c.max_cwnd;
-  if (now.ns - t.held_back.ns > 2 * p.srtt) {  // a clock that stepped back skips a raise
-    // CC-2: the sender had less to send than its windows allowed for two
-    // round trips (application-limited); a window it does not fill tells
-    // nothing about the network, and growing it would license a burst later.
+  // A clock that stepped back skips a raise.
+  if (now.ns - p.window_full.ns > 2 * p.srtt && now.ns - t.capped.ns > 2 * p.srtt) {
+    // CC-2: this path had room for another packet throughout the last two
+    // of its round trips, and CC-9's cap held nothing back (the sender had
+    // less to send than the window allowed, or sent it on other paths); a
+    // window it does not fill tells nothing about the network, and growing
+    // it would license a burst later.
   } else if (path == signalled_slot) {
     // CC-2: no increase on an ACK that echoes a congestion signal for the
     // path (as RFC 3168 has it). Below a packet, one ACK covers more than the

@@ -62,6 +62,9 @@ struct Path {
   TimeNs probe_deadline = TimeNs::never();
   TimeNs last_decrease{0};
   TimeNs next_send{0};  // pacing while cwnd is below one packet (CC-6)
+  // CC-2: the latest time SCHED-1 passed this path over with data to send,
+  // its window full; the window grows only within two of its round trips.
+  TimeNs window_full{0};
   PathStats stats;
 
   [[nodiscard]] uint16_t tag(uint8_t slot) const {
@@ -120,9 +123,9 @@ struct TxCtx {
   [[nodiscard]] bool has_unsent() const {
     return sq_seg != sq_tail || resp_seg != resp_tail || retx_head != retx_tail;
   }
-  // CC-2: the latest time the sender had data that a window (a path's cwnd,
-  // SEQ-3's or CC-9's) held back; windows grow only within two round trips of it.
-  TimeNs held_back{0};
+  // CC-2: the latest time CC-9's cap held data back; every path's window may
+  // grow within two of its round trips of it.
+  TimeNs capped{0};
   // PATH-8: a move is a trial, measured against the interval before it.
   // Here, not in Connection: only a sending connection explores, and an idle
   // one starts afresh.

@@ -121,7 +121,7 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.hdr_slot = detail::kNoSlot;  // the template names the previous owner's peer
   t.hdr_len = 0;
   t.explore = {};  // PATH-8 starts afresh, with no path half moved
-  t.held_back = {};
+  t.capped = {};
   c.draining_slot = detail::kNoPath;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   return t;

@@ -70,7 +70,10 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   if (cfg.cc.max_inflight_packets != 0) {  // CC-9: the paths' windows do not bound their sum
     uint32_t total = 0;
     for (uint8_t k = 0; k < c.num_paths; ++k) total += c.paths[k].inflight;
-    if (total + need > cfg.cc.max_inflight_packets * need) return -1;
+    if (total + need > cfg.cc.max_inflight_packets * need) {
+      if (c.tx) c.tx->capped = now;  // CC-2
+      return -1;
+    }
   }
   int fallback = -1;
   int best = -1;
@@ -82,7 +85,10 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
     // LOSS-8: held until it answers; PATH-8: draining before it moves.
     if (p.state != PathState::kActive || p.held || i == c.draining_slot) continue;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
-    if (p.inflight > 0 ? p.inflight >= p.cwnd : (p.cwnd < need && now < p.next_send)) continue;
+    if (p.inflight > 0 ? p.inflight >= p.cwnd : (p.cwnd < need && now < p.next_send)) {
+      p.window_full = now;  // CC-2
+      continue;
+    }
     if (p.next_pseq - p.ring_head >= c.window() && !trim_ring(c, i)) continue;
     if (i == avoid) {
       fallback = i;
@@ -296,10 +302,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
       continue;
     }
     const int path = pick_path(c, r.path, now);
-    if (path < 0) {
-      t.held_back = now;  // CC-2
-      break;
-    }
+    if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
     const uint16_t rslot = r.slot;
@@ -307,10 +310,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     return build_data<gather>(c, t, rslot, sq, psn, static_cast<uint8_t>(path), true, now, buf,
                               out);
   }
-  if (c.next_psn - c.cum_acked >= c.window()) {  // SEQ-3
-    t.held_back = now;                           // CC-2
-    return false;
-  }
+  if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
   // started is finished before another begins. SCHED-4: between messages,
   // READ responses and the send queue take turns while both have one ready,
@@ -335,10 +335,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     }
   }
   const int path = pick_path(c, -1, now);
-  if (path < 0) {
-    t.held_back = now;  // CC-2
-    return false;
-  }
+  if (path < 0) return false;
   const uint32_t psn = c.next_psn;
   uint16_t slot;
   const detail::SqEntry* sq = nullptr;

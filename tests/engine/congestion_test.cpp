@@ -67,6 +67,34 @@ TEST(Engine, WindowsGrowOnlyWhileTheyHoldTheSenderBack) {  // CC-2
   EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
 }
 
+// A path grows only when its own window holds the sender back. Here the PSN
+// window (SEQ-3, 64 packets) does: 8 paths of 32 packets each never fill
+// during a 4 MiB WRITE, so none grows. Counting any hold-up as a reason for
+// every path to grow let such paths grow to the whole window each (8 x 64
+// packets here); on a fabric with a blackholed link, paths that had room
+// grew without bound, took most of what was in flight and kept their links'
+// queues overflowing (BENCHMARKS.md section 4, stop 22).
+TEST(Engine, OnlyAPathWhoseWindowHoldsTheSenderBackGrows) {  // CC-2
+  EndpointConfig c = cfg(152);
+  c.num_paths = 8;
+  c.window_log2 = 6;
+  c.cc.initial_cwnd_packets = 256;
+  EndpointConfig d = cfg(153);
+  d.window_log2 = 6;
+  Loop loop(c, d);
+  auto [a, b] = loop.connect();
+  const uint64_t initial = window_sum(loop, a);
+  EXPECT_GE(initial, 255u * (c.mtu + 64));
+  Buf src(loop.ep(0), 4 << 20, 0, 0x3c);
+  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
+  EXPECT_EQ(window_sum(loop, a), initial);
+}
+
 // The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.
 uint64_t peak_connection_inflight(uint32_t cap_packets) {
   EndpointConfig c = cfg(130);
