@@ -51,6 +51,18 @@ inline SendWr write_wr(const Buf& src, const Buf& dst, uint32_t len, uint64_t id
   return wr;
 }
 
+// One WRITE of `len` bytes (a pattern from `fill`) from endpoint 0 over
+// connection a; it must complete, every byte landed.
+inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {
+  Buf src(loop.ep(0), len, 0, fill);
+  Buf dst(loop.ep(1), len, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, len)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
 // One-packet WRITEs, one at a time, so that the paths have RTT samples before
 // the case under test. False if one did not complete.
 inline bool warm_up_paths(Loop& loop, ConnId a, const Buf& src, const Buf& dst,

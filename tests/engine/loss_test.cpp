@@ -98,13 +98,7 @@ TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
     const uint64_t phase = loop.now().since(start) % kSwing;
     return phase < kSwing / 2 ? phase / 2 : (kSwing - phase) / 2;
   };
-  Buf src(loop.ep(0), 32 << 20, 0, 0x2b);
-  Buf dst(loop.ep(1), 32 << 20, kAccessRemoteWrite);
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 32 << 20)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
-  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 32 << 20, 0x2b));
   EXPECT_GT(loop.now().since(start), 2 * kSwing);
   const ConnStats* rx = loop.ep(1).conn_stats(b);
   ASSERT_NE(rx, nullptr);

@@ -73,13 +73,7 @@ TEST(Engine, ProbingPathCarriesOnlyProbes) {  // SCHED-3, PATH-4, PATH-6
     if (d[1] == 0x12) probes += on_slot_1;
     if (d[1] == 0x01) (on_slot_1 ? data_while_probing : data_elsewhere)++;
   };
-  Buf src(loop.ep(0), 8 << 20, 0, 0x22);
-  Buf dst(loop.ep(1), 8 << 20, kAccessRemoteWrite);
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
-  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 8 << 20, 0x22));
   EXPECT_EQ(data_while_probing, 0);
   EXPECT_GE(probes, 1);            // the premise: slot 1 was PROBING and said so
   EXPECT_GT(data_elsewhere, 100);  // while the WRITE went on
