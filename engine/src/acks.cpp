@@ -49,11 +49,13 @@ void Endpoint::Impl::on_path_acked(Connection& c, const TxCtx& t, uint8_t path, 
   const uint32_t max_cwnd = c.max_cwnd;
   // A clock that stepped back skips a raise.
   if (now.ns - p.window_full.ns > 2 * p.srtt && now.ns - t.capped.ns > 2 * p.srtt) {
-    // CC-2: this path had room for another packet throughout the last two
-    // of its round trips, and CC-9's cap held nothing back (the sender had
-    // less to send than the window allowed, or sent it on other paths); a
-    // window it does not fill tells nothing about the network, and growing
-    // it would license a burst later.
+    // CC-2: SCHED-1's scan has not passed this path over as full (or
+    // pacing) in the last two of its round trips, and CC-9's cap held nothing
+    // back: whatever limited the sender, it was not this window. A window it
+    // does not fill tells nothing about the network, and growing it would
+    // license a burst later. (A full path is not passed over on every
+    // packet: the scan starts after the path chosen last and stops at an
+    // empty one; but it comes round to each path within a few packets.)
   } else if (path == signalled_slot) {
     // CC-2: no increase on an ACK that echoes a congestion signal for the
     // path (as RFC 3168 has it). Below a packet, one ACK covers more than the

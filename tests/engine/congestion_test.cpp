@@ -89,6 +89,59 @@ TEST(Engine, OnlyAPathWhoseWindowHoldsTheSenderBackGrows) {  // CC-2
   EXPECT_EQ(window_sum(loop, a), initial);
 }
 
+// Per path: 4 one-packet WRITEs kept outstanding over 2 paths. Every data
+// packet on slot 1 comes back CE-marked, so that path falls to its floor and
+// paces: SCHED-1 passes it over as full again and again. Slot 0 always has
+// room, and its window must not grow for slot 1's being full (a rule that
+// grew every path whenever one was held back would grow it).
+TEST(Engine, APathWithRoomDoesNotGrowForAnotherBeingFull) {  // CC-2
+  EndpointConfig c = cfg(154);
+  c.num_paths = 2;
+  c.cc.initial_cwnd_packets = 16;
+  Loop loop(c, cfg(155));
+  loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return from == 0 && d.size() > 4 && d[1] == 0x01 && ((d[2] << 8 | d[3]) & 31) == 1;
+  };
+  auto [a, b] = loop.connect();
+  PathStats roomy0;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, roomy0));
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x5d);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i, i * 4096)), Status::kOk);
+  for (int n = 0; n < 2000;) {
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    for (const Completion& d : done) {
+      ASSERT_EQ(d.status, Status::kOk);
+      ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, d.wr_id, d.wr_id * 4096)),
+                Status::kOk);
+      ++n;
+    }
+  }
+  PathStats roomy, marked;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, roomy));
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, marked));
+  EXPECT_GT(marked.ce_marks, 10u);           // the premise: slot 1 was marked
+  EXPECT_LT(marked.cwnd_bytes, c.mtu + 64);  // and paces below a packet
+  EXPECT_EQ(roomy.cwnd_bytes, roomy0.cwnd_bytes);
+}
+
+// CC-9's cap (24 packets) holds back a WRITE over 8 paths of 32 packets
+// each, none of them full: the cap counts as window-limited for every path,
+// so their windows grow and keep the headroom the cap needs.
+TEST(Engine, TheConnectionCapLetsEveryPathGrow) {  // CC-2, CC-9
+  EndpointConfig c = cfg(156);
+  c.num_paths = 8;
+  c.cc.initial_cwnd_packets = 256;
+  c.cc.max_inflight_packets = 24;
+  Loop loop(c, cfg(157));
+  auto [a, b] = loop.connect();
+  const uint64_t initial = window_sum(loop, a);
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 4 << 20, 0x4e));
+  EXPECT_GT(window_sum(loop, a), initial);
+}
+
 // The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.
 uint64_t peak_connection_inflight(uint32_t cap_packets) {
   EndpointConfig c = cfg(130);

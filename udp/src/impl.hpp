@@ -134,7 +134,8 @@ struct UdpEndpoint::Impl {
   // or a whole datagram without payload or with a small one. Heads are
   // packed, so a round's headers share pages and cache lines. The room
   // to copy a gathered datagram whole (tx_whole) is touched only when a full
-  // socket buffer makes that necessary, so its pages stay unallocated.
+  // socket buffer makes that necessary, so its pages usually stay unallocated
+  // (glibc maps a block this large on its own).
   size_t tx_head_size = 0;
   size_t tx_whole_size = 0;
   size_t tx_cap = 0;  // slots
