@@ -116,7 +116,7 @@ struct IoStats {
   uint64_t rx_wait_ns_total = 0;  // summed over datagrams: kernel arrival to handling
   uint64_t rx_wait_ns_max = 0;
   // Rounds whose last recvmmsg came back full (4 calls a round, each of up to
-  // `batch` datagrams and about 512 KiB): datagrams may have been left unread.
+  // `batch` datagrams, sized to about 512 KiB): datagrams may have been left unread.
   uint64_t rx_backlogged_rounds = 0;
   uint64_t tx_datagrams = 0;
   uint64_t tx_syscalls = 0;  // sendmmsg calls, or io_uring submissions (uring_enabled())
