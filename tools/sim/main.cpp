@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
   };
   Alias aliases[] = {
       {"--time-limit-ms", "time_limit_ms", "simulated-time limit (default 1000 ms)"},
-      {"--min-rto-us", "recovery.min_rto_us", "override recovery.min_rto_ns"},
-      {"--paths", "num_paths", "override num_paths (1..32)"},
+      {"--min-rto-us", "recovery.min_rto_us",
+       "MetaRoCE's recovery.min_rto (metaroce, spray-nocc; rocev2 and irn keep their own RTOs)"},
+      {"--paths", "num_paths", "MetaRoCE's num_paths, 1..32 (rocev2 and irn use one path a flow)"},
   };
   bool fabric_ecn = false, no_dcqcn = false, list_links_flag = false, cold = false;
   OutputOptions out;
