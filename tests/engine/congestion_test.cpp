@@ -31,12 +31,19 @@ TEST(Engine, InitialWindowIsSplitOverPaths) {  // CC-1
   EXPECT_GE(total + loop.ep(0).path_count(a), expect);  // rounding only
 }
 
-uint64_t window_sum(Loop& loop, ConnId a) {
-  uint64_t sum = 0;
+// Each of a's paths' windows, in slot order.
+std::vector<uint32_t> windows(Loop& loop, ConnId a) {
+  std::vector<uint32_t> w;
   for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
     PathStats ps;
-    if (loop.ep(0).path_stats(a, i, ps)) sum += ps.cwnd_bytes;
+    if (loop.ep(0).path_stats(a, i, ps)) w.push_back(ps.cwnd_bytes);
   }
+  return w;
+}
+
+uint64_t window_sum(Loop& loop, ConnId a) {
+  uint64_t sum = 0;
+  for (const uint32_t w : windows(loop, a)) sum += w;
   return sum;
 }
 
@@ -137,18 +144,12 @@ TEST(Engine, TheConnectionCapLetsEveryPathGrow) {  // CC-2, CC-9
   c.cc.max_inflight_packets = 24;
   Loop loop(c, cfg(157));
   auto [a, b] = loop.connect();
-  std::vector<uint32_t> initial(c.num_paths);
-  for (size_t i = 0; i < initial.size(); ++i) {
-    PathStats ps;
-    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
-    initial[i] = ps.cwnd_bytes;
-  }
+  const std::vector<uint32_t> initial = windows(loop, a);
+  ASSERT_EQ(initial.size(), c.num_paths);
   ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 4 << 20, 0x4e));
-  for (size_t i = 0; i < initial.size(); ++i) {
-    PathStats ps;
-    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
-    EXPECT_GT(ps.cwnd_bytes, initial[i]) << "path " << i;
-  }
+  const std::vector<uint32_t> after = windows(loop, a);
+  ASSERT_EQ(after.size(), c.num_paths);
+  for (size_t i = 0; i < initial.size(); ++i) EXPECT_GT(after[i], initial[i]) << "path " << i;
 }
 
 // The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.

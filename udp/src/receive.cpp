@@ -60,13 +60,10 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       ++io.rx_backlogged_rounds;
     ++io.rx_syscalls;
     size_t call_bytes = 0;
-    for (int i = 0; i < r; ++i) call_bytes += rx_msgs[i].msg_len;
-    // Sized on this call's mean datagram: ACKs and unbatched packets fill
-    // the whole batch, GRO buffers as many as kRxBytesPerCall holds.
-    rx_per_call = rx_count_for(call_bytes / static_cast<size_t>(r));
     for (int i = 0; i < r; ++i) {
       msghdr& h = rx_msgs[i].msg_hdr;
       const size_t len = rx_msgs[i].msg_len;
+      call_bytes += len;
       if ((h.msg_flags & MSG_TRUNC) != 0) {
         ++io.rx_truncated;
         continue;
@@ -143,6 +140,9 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       }
       if (!ce) (void)pump_tx(now);
     }
+    // The next call is sized on this one's mean datagram: ACKs and unbatched
+    // packets fill the whole batch, GRO buffers as many as kRxBytesPerCall holds.
+    rx_per_call = rx_count_for(call_bytes / static_cast<size_t>(r));
     if (static_cast<uint32_t>(r) < asked) break;
   }
   return got;
