@@ -328,6 +328,8 @@ struct Endpoint::Impl {
   void owe_ack(detail::Connection& c, detail::Echo e, bool immediate, TimeNs now);
   // owe_ack for the echo c.latest already holds (ACK-6 kept its choice).
   void owe_latest(detail::Connection& c, bool immediate, TimeNs now);
+  // ACK-6: the newest plain echo meets one still pending (owe_latest).
+  void coalesce_echo(detail::Connection& c);
   // ACK generation (receiver.cpp's business), here so that it inlines into
   // emit_for, its only caller: left to the link-time optimizer it stayed a
   // call, which cost ~6 instructions per data packet.

@@ -21,6 +21,17 @@ uint32_t echo_draw(const RxDatagram& dg, uint32_t k) {
   const uint64_t h = wire::detail::load64(dg.bytes.data() + 8) * 0x9E3779B97F4A7C15ull;
   return static_cast<uint32_t>(((h >> 32) * k) >> 32);
 }
+
+// ACK-6's draw between a pending echo and a newer one, in [0, k): a hash of
+// the newer echo's PSN and timestamp mixed further than echo_draw's (the
+// echo was itself chosen by echo_draw's hash being small).
+uint32_t echo_pick(const detail::Echo& e, uint32_t k) {
+  uint64_t h = (uint64_t{e.psn} << 32 | e.tsval) + 0x9E3779B97F4A7C15ull;
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  h ^= h >> 31;
+  return static_cast<uint32_t>(((h >> 32) * k) >> 32);
+}
 }  // namespace
 
 Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
@@ -97,16 +108,30 @@ void Endpoint::Impl::owe_latest(Connection& c, bool immediate, TimeNs now) {
     return;
   }
   // Coalesce into a plain pending echo; keep every CE and duplicate echo
-  // (ACK-2) separate while there is room.
+  // (ACK-2) separate while there is room. ACK-6: a plain echo that meets a
+  // plain one still pending (a driver drains once per receive batch, ACK-1)
+  // takes its place with probability arrivals / all arrivals so far, so the
+  // ACK echoes any packet of the batch alike; the newest would always name
+  // the path whose buffer the batch happened to end with.
   if (c.echo_count > 0 && c.echoes[c.echo_count - 1].flags == 0) {
-    c.echoes[c.echo_count - 1] = e;
-  } else if (c.echo_count < c.echoes.size()) {
-    c.echoes[c.echo_count++] = e;
+    coalesce_echo(c);
   } else {
-    c.echoes[c.echo_count - 1] = e;
+    c.echoes[c.echo_count < c.echoes.size() ? c.echo_count++ : c.echo_count - 1] = e;
+    c.echo_weight = static_cast<uint16_t>(c.unacked);  // below 256: ACK-1's count is 8 bits
   }
   c.unacked = 0;
   c.ack_deadline = TimeNs::never();
+}
+
+// The weights are the arrivals ACK-1 counted for each echo, at least one (an
+// ACK-4 trigger is not counted, and stands for itself).
+void Endpoint::Impl::coalesce_echo(Connection& c) {
+  const detail::Echo& e = c.latest;
+  const uint32_t arrivals = std::max<uint32_t>(c.unacked, 1);
+  const uint32_t all =
+      std::min<uint32_t>(std::max<uint32_t>(c.echo_weight, 1) + arrivals, UINT16_MAX);
+  c.echo_weight = static_cast<uint16_t>(all);
+  if (e.flags != 0 || echo_pick(e, all) < arrivals) c.echoes[c.echo_count - 1] = e;
 }
 
 // emit_ack with SACK words: ACK-8, the fewest words that reach the highest

@@ -81,7 +81,10 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
   }
   if (c.ack_deadline <= now) {
     c.ack_deadline = TimeNs::never();
-    if (c.unacked > 0 && c.echo_count == 0) c.echoes[c.echo_count++] = c.latest;  // ACK-5
+    if (c.unacked > 0 && c.echo_count == 0) {  // ACK-5
+      c.echoes[c.echo_count++] = c.latest;
+      c.echo_weight = static_cast<uint16_t>(c.unacked);  // below 256, as in owe_latest
+    }
   }
   if (c.state == ConnState::kEstablished) {
     for (uint8_t i = 0; i < c.num_paths; ++i) {

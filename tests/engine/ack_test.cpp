@@ -125,6 +125,74 @@ TEST(Engine, BurstFedBeforeDrainingDrawsOneAck) {  // ACK-1, ACK-2
   }
 }
 
+// ACK-1, ACK-6: a driver that drains once per receive call hands the engine
+// several paths' buffers before one ACK goes out. That ACK echoes any packet
+// of the batch alike, not the newest: fed path by path in the same order
+// every time, the newest would always name the last path, and the others
+// would get no RTT sample (see the test below).
+TEST(Engine, AckForSeveralPathsBuffersEchoesAnyOfThem) {
+  EndpointConfig sc = cfg(240);
+  sc.num_paths = 4;
+  sc.cc.max_cwnd_packets = 4;  // many small batches: four packets a path
+  Loop loop(sc, cfg(241));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  constexpr uint32_t kPackets = 2048;
+  Buf src(loop.ep(0), kPackets * sc.mtu, 0, 0x4d);
+  Buf dst(loop.ep(1), kPackets * sc.mtu, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * sc.mtu)), Status::kOk);
+  TimeNs now = loop.now();
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  uint32_t echoes[4] = {0, 0, 0, 0};
+  size_t batches = 0, acks = 0;
+  for (int round = 0; round < 4 * static_cast<int>(kPackets); ++round) {
+    std::vector<std::vector<uint8_t>> by_path[4];
+    uint16_t entropy[4] = {0, 0, 0, 0};
+    while (loop.ep(0).poll_transmit(now, buf, tx)) {
+      wire::Packet p;
+      ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), p),
+                wire::ParseError::kOk);
+      const uint32_t path = p.bh.path_tag & 31u;
+      ASSERT_LT(path, 4u);
+      by_path[path].emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+      entropy[path] = tx.entropy;
+    }
+    now = now + 5'000;
+    for (uint32_t path = 0; path < 4; ++path)
+      for (const auto& bytes : by_path[path])
+        loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), entropy[path], false, bytes}, now);
+    size_t batch_acks = 0;
+    std::vector<std::vector<uint8_t>> back;
+    while (loop.ep(1).poll_transmit(now, buf, tx)) {
+      wire::Packet p;
+      ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), p),
+                wire::ParseError::kOk);
+      if (p.bh.opcode == wire::Opcode::kAck) {
+        ++batch_acks;
+        ++echoes[(p.ack.echo_path_tag & 31u) % 4];
+      }
+      back.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+    }
+    now = now + 5'000;
+    for (const auto& bytes : back)
+      loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 0, false, bytes}, now);
+    if (!by_path[0].empty() && !by_path[3].empty()) {
+      ++batches;
+      acks += batch_acks;
+    }
+    if (loop.ep(0).next_timeout() <= now) loop.ep(0).handle_timeout(now);
+    if (loop.ep(1).next_timeout() <= now) loop.ep(1).handle_timeout(now);
+    if (std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin())) break;
+  }
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_GE(batches, 100u);  // the premise: many batches holding several paths
+  EXPECT_LE(acks, batches + batches / 8) << "one ACK per batch";
+  const uint32_t all = echoes[0] + echoes[1] + echoes[2] + echoes[3];
+  for (uint32_t path = 0; path < 4; ++path)
+    EXPECT_GE(echoes[path] * 8, all) << echoes[path] << " of " << all << " ACKs echo path " << path;
+}
+
 TEST(Engine, AckEchoesEveryPathOfAStrictlyAlternatingSender) {  // ACK-1, ACK-5, ACK-6
   // Two paths whose packets arrive strictly in turn (0, 1, 0, 1, ...) and an
   // ACK for every second one: echoing the newest arrival would name path 1

@@ -109,11 +109,6 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       const bool control = (tos >> 2) == cfg.control_dscp && cfg.control_dscp != cfg.data_dscp;
       const uint8_t* base = static_cast<const uint8_t*>(rx_iov[i].iov_base);
       if (seg < len) ++io.rx_gro_batches;
-      // A GRO buffer's segments share path and ECN field: ACK-1 lets them
-      // draw one ACK, so the engine is drained once per buffer (ACKs were
-      // half of all datagrams, each a sendmmsg of its own on the path's
-      // socket). CE-marked segments are drained one by one: every CE mark
-      // keeps its own ACK (ACK-2).
       RxDatagram dg;
       dg.entropy = address_port(src);
       dg.ce = ce;
@@ -138,8 +133,14 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         io.rx_control_class += control ? 1 : 0;
         ++got;
       }
-      if (!ce) (void)pump_tx(now);
     }
+    // ACK-1 lets the datagrams of one receive call draw one ACK per
+    // connection, so the engine is drained once per call. Drained once per
+    // GRO buffer, a loopback receiver sent an ACK per 13 data packets and its
+    // sender spent 8 % of its core receiving them; once per call, one per 110
+    // and 5-7 % more goodput (BENCHMARKS.md, section 3). CE-marked segments
+    // were drained one by one above: every CE mark keeps its own ACK (ACK-2).
+    (void)pump_tx(now);
     // The next call is sized on this one's mean datagram: ACKs and unbatched
     // packets fill the whole batch, GRO buffers as many as kRxBytesPerCall holds.
     rx_per_call = rx_count_for(call_bytes / static_cast<size_t>(r));

@@ -423,9 +423,9 @@ bool UdpEndpoint::Impl::flush_uring() {
 }
 
 // Drains the engine into free slots, sending each full batch. Called after
-// every input, or every GRO buffer (see receive), so ACKs are not
-// coalesced across a whole receive batch. Slots that are filled but not
-// full wait for end_round().
+// every input, or every receive call (see receive: one ACK per connection
+// for a call's datagrams, ACK-1). Slots that are filled but not full wait
+// for end_round().
 size_t UdpEndpoint::Impl::pump_tx(TimeNs now) {
   size_t taken = 0;
   for (;;) {
