@@ -84,6 +84,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     if (c.unacked > 0 && c.echo_count == 0) {  // ACK-5
       c.echoes[c.echo_count++] = c.latest;
       c.echo_weight = static_cast<uint16_t>(c.unacked);  // below 256, as in owe_latest
+      c.unacked = 0;  // counted once: arrivals before this ACK goes are weighed apart
     }
   }
   if (c.state == ConnState::kEstablished) {

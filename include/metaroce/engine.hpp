@@ -13,11 +13,11 @@
 //
 // Drive it as: handle_datagram (or handle_timeout), then drain poll_transmit
 // until it returns false, then sleep until next_timeout() or the next
-// datagram. Drain after every input, also inside a receive batch: the ACK
-// policy (spec ACK-1..5) decides per arrival, and feeding a whole batch first
-// coalesces the ACKs of the batch into one. One exception: the packets of one
-// GRO buffer (one path, one ECN field) that are not CE-marked may be fed
-// before draining, and then draw one ACK (ACK-1).
+// datagram. Drain after every input, with one exception: the datagrams of
+// one receive batch (what one receive call returned) may be fed before
+// draining, and then draw one ACK per connection (ACK-1; ACK-6 picks its
+// echo), except those that must be answered one by one: CE-marked (ACK-2)
+// and trimmed (TRIM-2) ones, each drained after it is fed.
 #pragma once
 
 #include <cstddef>

@@ -1278,20 +1278,17 @@ TEST(Udp, EmptyAndRuntDatagramsAreDroppedAndTheEndpointGoesOn) {
 }
 
 // TRIM-2: a datagram with the TRIMMED DSCP (what a trimming switch forwards)
-// reaches the engine flagged trimmed, and is echoed. Unflagged, its missing
-// payload would get it dropped (TRIM-5).
+// reaches the engine flagged trimmed, and is echoed at once. Unflagged, its
+// missing payload would get it dropped (TRIM-5). Eight in one receive call
+// draw eight ACKs: drained once for the call, a connection would have kept
+// four pending echoes and lost the rest.
 TEST(Udp, TrimmedDscpReachesTheEngine) {
   namespace w = metaroce::wire;
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.server && p.client);
-  w::BaseHeader bh;
-  bh.opcode = w::Opcode::kWrite;
-  bh.dst_conn = p.sconn.v;
-  bh.psn = 1;
-  const w::MessageHeader mh{0, 0, 4096};
-  const w::RdmaHeader rh{1, 0x1000};
-  uint8_t cut[64];
-  const size_t len = w::seal(cut, w::write_data_headers(cut, bh, mh, &rh, 0), 0);
+  metaroce::ConnStats before{};
+  ASSERT_TRUE(p.server->conn_stats(p.sconn, before));
+  const uint64_t calls_before = p.server->io_stats().rx_syscalls;
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   ASSERT_GE(fd, 0);
   const int tos = (w::kDefaultTrimmedDscp << 2) | metaroce::kEcnEct0;
@@ -1300,14 +1297,28 @@ TEST(Udp, TrimmedDscpReachesTheEngine) {
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   to.sin_port = htons(p.server->port());
-  const ssize_t sent = ::sendto(fd, cut, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+  constexpr uint32_t kTrimmed = 8;
+  for (uint32_t psn = 1; psn <= kTrimmed; ++psn) {
+    w::BaseHeader bh;
+    bh.opcode = w::Opcode::kWrite;
+    bh.dst_conn = p.sconn.v;
+    bh.psn = psn;
+    const w::MessageHeader mh{0, 0, 4096 * (kTrimmed + 1)};
+    const w::RdmaHeader rh{1, 0x1000};
+    uint8_t cut[64];
+    const size_t len = w::seal(cut, w::write_data_headers(cut, bh, mh, &rh, 0), 0);
+    const ssize_t sent = ::sendto(fd, cut, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+    ASSERT_EQ(sent, static_cast<ssize_t>(len));
+  }
   ::close(fd);
-  ASSERT_EQ(sent, static_cast<ssize_t>(len));
   metaroce::ConnStats st{};
-  for (int i = 0; i < 200 && st.trimmed_received == 0; ++i) {
+  for (int i = 0; i < 200 && st.trimmed_received < kTrimmed; ++i) {
     p.server->wait(5ms);
     ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
   }
-  EXPECT_EQ(st.trimmed_received, 1u);
+  EXPECT_EQ(st.trimmed_received, kTrimmed);
+  EXPECT_EQ(st.acks_sent - before.acks_sent, kTrimmed);
+  // The premise: calls that held several.
+  EXPECT_LE(p.server->io_stats().rx_syscalls - calls_before, kTrimmed / 2);
   EXPECT_EQ(p.server->endpoint_stats().bad_length, 0u);
 }

@@ -127,7 +127,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         }
         dg.bytes = std::span<const uint8_t>(base + off, n);
         eng->handle_datagram(dg, now);
-        if (ce) (void)pump_tx(now);
+        if (ce || dg.trimmed) (void)pump_tx(now);  // ACK-2, TRIM-2: each answered at once
         ++io.rx_datagrams;
         io.rx_ce += ce ? 1 : 0;
         io.rx_control_class += control ? 1 : 0;
@@ -138,8 +138,9 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
     // connection, so the engine is drained once per call. Drained once per
     // GRO buffer, a loopback receiver sent an ACK per 13 data packets and its
     // sender spent 8 % of its core receiving them; once per call, one per 110
-    // and 5-7 % more goodput (BENCHMARKS.md, section 3). CE-marked segments
-    // were drained one by one above: every CE mark keeps its own ACK (ACK-2).
+    // and 5-7 % more goodput (BENCHMARKS.md, section 3). CE-marked and trimmed
+    // segments were drained one by one above: each keeps its own ACK (ACK-2,
+    // TRIM-2), where four pending echoes would be all a connection keeps.
     (void)pump_tx(now);
     // The next call is sized on this one's mean datagram: ACKs and unbatched
     // packets fill the whole batch, GRO buffers as many as kRxBytesPerCall holds.
