@@ -264,6 +264,9 @@ class EcnRelay {
     return (v6_ ? "[::1]:" : "127.0.0.1:") + std::to_string(port);
   }
   void mark(int ecn) { ecn_ = ecn; }
+  // From now on every k-th datagram towards the server CE, the others ECT(0)
+  // (0: every datagram as mark() says).
+  void mark_every(uint32_t k) { every_ = k; }
   // Datagrams that left towards the server with CE, and in all.
   [[nodiscard]] uint64_t marked() const { return marked_; }
   [[nodiscard]] uint64_t forwarded() const { return forwarded_; }
@@ -299,7 +302,10 @@ class EcnRelay {
     while (!stop_) {
       if (::poll(pfd, 2, 10) <= 0) continue;
       for (ssize_t n; (n = ::recv(front_, buf.data(), buf.size(), MSG_DONTWAIT)) > 0;) {
-        const int ecn = ecn_;
+        const uint32_t every = every_;
+        const int ecn = every == 0                ? ecn_.load()
+                        : ++counted_ % every == 0 ? kEcnCe
+                                                  : metaroce::kEcnEct0;
         if (ecn != applied) {
           // The whole TOS byte / traffic class: DSCP 0, so never TRIMMED.
           if (v6_)
@@ -325,6 +331,8 @@ class EcnRelay {
   socklen_t client_len_ = 0, server_len_ = 0;
   int front_ = -1, back_ = -1;
   std::atomic<int> ecn_{metaroce::kEcnEct0};
+  std::atomic<uint32_t> every_{0};
+  uint64_t counted_ = 0;  // the relay thread's own
   std::atomic<uint64_t> marked_{0}, forwarded_{0};
   int setup_errno_ = 0;
   std::atomic<bool> stop_{false};
@@ -473,6 +481,63 @@ TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
 TEST(Udp, WriteReadSendIPv6) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
   write_read_send("::1");
+}
+
+// ACK-1, ACK-2, ACK-6: a receive call holding plain packets and then a
+// CE-marked one sends what the plain ones owe before the CE mark's own ACK.
+// Handled first, the CE mark's echo would take the place of the pending plain
+// echo (the flag is the signal), and the plain packets' RTT sample with it.
+// Every third datagram towards the server is CE-marked, and the server reads
+// the client's first flight only once it has all arrived: each CE mark that
+// follows two plain packets draws two ACKs.
+TEST(Udp, CeMarkedPacketLeavesTheCallsPlainAckItsOwn) {
+  Pair p;
+  Options co = test_options();
+  co.engine.connect_attempts = 200;  // the relay is one more hop to schedule
+  // No probe or timeout while the server does not read: duplicates draw ACKs
+  // of their own (ACK-3), which would hide the count.
+  co.engine.recovery.initial_rtt_ns = 50'000'000;
+  co.engine.recovery.min_rto_ns = 100'000'000;
+  p.server = open_on("127.0.0.1");
+  p.client = open_on("127.0.0.1", co);
+  ASSERT_TRUE(p.server && p.client);
+  EcnRelay relay(false, p.client->port(), p.server->port());
+  ASSERT_TRUE(relay.ok()) << std::strerror(relay.setup_errno());
+  handshake(p, relay.address());
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  constexpr uint32_t kLen = 256 * 1024;
+  WriteBuffers b(p, kLen, 41);
+  metaroce::ConnStats before{};
+  ASSERT_TRUE(p.server->conn_stats(p.sconn, before));
+  relay.mark_every(3);
+  ASSERT_TRUE(b.post_write(p, 0, 0, kLen));
+  // The first flight, relayed while the server does not read.
+  uint64_t seen = relay.forwarded();
+  for (int quiet = 0, i = 0; quiet < 10 && i < 400; ++i) {
+    p.client->progress();
+    std::this_thread::sleep_for(1ms);
+    const uint64_t now_seen = relay.forwarded();
+    quiet = now_seen == seen ? quiet + 1 : 0;
+    seen = now_seen;
+  }
+  const uint64_t calls_before = p.server->io_stats().rx_syscalls;
+  const uint64_t queued = relay.forwarded();
+  for (int i = 0; i < 400 && p.server->io_stats().rx_datagrams < queued; ++i) p.server->wait(1ms);
+  metaroce::ConnStats st{};
+  ASSERT_TRUE(p.server->conn_stats(p.sconn, st));
+  const uint64_t packets = st.data_packets_received - before.data_packets_received;
+  const uint64_t ce = st.ce_received - before.ce_received;
+  const uint64_t acks = st.acks_sent - before.acks_sent;
+  // The premise: calls that each held several of the flight's packets.
+  ASSERT_GE(packets, 9u);
+  ASSERT_LE((p.server->io_stats().rx_syscalls - calls_before) * 4, packets);
+  EXPECT_GE(acks, 2 * ce - 1) << acks << " ACKs for " << packets << " packets, " << ce
+                              << " CE-marked";
+  relay.mark_every(0);
+  const auto done = drive(*p.client, *p.server, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk) << p.client->completion_error(done[0]).message;
+  EXPECT_EQ(b.src, b.dst);
 }
 
 TEST(Udp, CeMarksReachTheEngineIPv4) { ce_marks_reach_the_engine("127.0.0.1"); }

@@ -115,6 +115,9 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       // TRIM-2. IP GRO never merges datagrams of different TOS, so a whole
       // buffer shares the flag.
       dg.trimmed = (tos >> 2) == opts.trimmed_dscp;
+      // What the call owes so far goes first: a flagged echo would take the
+      // place of a plain one still pending, and its RTT sample with it (ACK-6).
+      if (ce || dg.trimmed) (void)pump_tx(now);
       uint32_t resolved_dc = 0;  // the segments of a buffer normally share dst_conn
       bool resolved = false;
       for (size_t off = 0; off < len; off += seg) {
@@ -137,10 +140,11 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
     // ACK-1 lets the datagrams of one receive call draw one ACK per
     // connection, so the engine is drained once per call. Drained once per
     // GRO buffer, a loopback receiver sent an ACK per 13 data packets and its
-    // sender spent 8 % of its core receiving them; once per call, one per 110
-    // and 5-7 % more goodput (BENCHMARKS.md, section 3). CE-marked and trimmed
-    // segments were drained one by one above: each keeps its own ACK (ACK-2,
-    // TRIM-2), where four pending echoes would be all a connection keeps.
+    // sender spent 8 % of its core receiving them; once per call, one per
+    // about 120 and 4-10 % more goodput (BENCHMARKS.md, section 3). CE-marked
+    // and trimmed segments were drained one by one above: each keeps its own
+    // ACK (ACK-2, TRIM-2), where four pending echoes would be all a connection
+    // keeps.
     (void)pump_tx(now);
     // The next call is sized on this one's mean datagram: ACKs and unbatched
     // packets fill the whole batch, GRO buffers as many as kRxBytesPerCall holds.
