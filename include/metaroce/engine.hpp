@@ -17,7 +17,9 @@
 // one receive batch (what one receive call returned) may be fed before
 // draining, and then draw one ACK per connection (ACK-1; ACK-6 picks its
 // echo), except those that must be answered one by one: CE-marked (ACK-2)
-// and trimmed (TRIM-2) ones, each drained after it is fed.
+// and trimmed (TRIM-2) ones, each drained before it is fed (what the batch
+// owes goes first, or its flagged echo takes the plain one's place) and
+// after.
 #pragma once
 
 #include <cstddef>
