@@ -507,18 +507,21 @@ TEST(Udp, CeMarkedPacketLeavesTheCallsPlainAckItsOwn) {
   ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
   constexpr uint32_t kLen = 256 * 1024;
   WriteBuffers b(p, kLen, 41);
-  metaroce::ConnStats before{};
+  metaroce::ConnStats before{}, sent0{}, sent{};
   ASSERT_TRUE(p.server->conn_stats(p.sconn, before));
+  ASSERT_TRUE(p.client->conn_stats(p.cconn, sent0));
+  const uint64_t forwarded0 = relay.forwarded();
   relay.mark_every(3);
   ASSERT_TRUE(b.post_write(p, 0, 0, kLen));
-  // The first flight, relayed while the server does not read.
-  uint64_t seen = relay.forwarded();
-  for (int quiet = 0, i = 0; quiet < 10 && i < 400; ++i) {
+  // The first flight, relayed while the server does not read: done once the
+  // relay has forwarded every packet the client sent, and nothing more came.
+  for (int quiet = 0, i = 0; quiet < 3 && i < 2000; ++i) {
     p.client->progress();
     std::this_thread::sleep_for(1ms);
-    const uint64_t now_seen = relay.forwarded();
-    quiet = now_seen == seen ? quiet + 1 : 0;
-    seen = now_seen;
+    ASSERT_TRUE(p.client->conn_stats(p.cconn, sent));
+    const uint64_t flight = sent.data_packets_sent - sent0.data_packets_sent;
+    const bool all_relayed = flight > 0 && relay.forwarded() - forwarded0 >= flight;
+    quiet = all_relayed ? quiet + 1 : 0;
   }
   const uint64_t calls_before = p.server->io_stats().rx_syscalls;
   const uint64_t queued = relay.forwarded();
@@ -528,6 +531,9 @@ TEST(Udp, CeMarkedPacketLeavesTheCallsPlainAckItsOwn) {
   const uint64_t packets = st.data_packets_received - before.data_packets_received;
   const uint64_t ce = st.ce_received - before.ce_received;
   const uint64_t acks = st.acks_sent - before.acks_sent;
+  // A timer that fired on a slow machine resent packets, whose duplicates
+  // draw ACKs of their own (ACK-3): the count says nothing then.
+  if (st.duplicates_received != before.duplicates_received) GTEST_SKIP() << "a timer resent";
   // The premise: calls that each held several of the flight's packets.
   ASSERT_GE(packets, 9u);
   ASSERT_LE((p.server->io_stats().rx_syscalls - calls_before) * 4, packets);
