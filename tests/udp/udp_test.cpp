@@ -339,6 +339,28 @@ class EcnRelay {
   std::thread thread_;
 };
 
+// A client connected to a server on `host` through an EcnRelay (the relay
+// last, so that it stops before the endpoints close).
+struct RelayedPair {
+  Pair pair;
+  std::unique_ptr<EcnRelay> relay;
+};
+
+void connect_through_relay(const std::string& host, Options client_options, RelayedPair& out) {
+  // The relay's thread is one more hop to schedule: on a loaded host the
+  // engine's 8 tries 10 ms apart can pass before it forwards anything.
+  client_options.engine.connect_attempts = 200;
+  Pair& p = out.pair;
+  p.server = open_on(host);
+  p.client = open_on(host, client_options);
+  ASSERT_TRUE(p.server && p.client);
+  out.relay = std::make_unique<EcnRelay>(host.find(':') != std::string::npos, p.client->port(),
+                                         p.server->port());
+  ASSERT_TRUE(out.relay->ok()) << std::strerror(out.relay->setup_errno());
+  handshake(p, out.relay->address());
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+}
+
 uint64_t ce_echoes(const UdpEndpoint& ep, ConnId conn) {
   uint64_t n = 0;
   for (const auto& ps : ep.path_stats(conn)) n += ps.ce_marks;
@@ -352,19 +374,10 @@ uint64_t ce_echoes(const UdpEndpoint& ep, ConnId conn) {
 // in IoStats::rx_ce and hand it to the engine, which counts it
 // (ConnStats::ce_received) and echoes it to the sender (PathStats::ce_marks).
 void ce_marks_reach_the_engine(const std::string& host) {
-  const bool v6 = host.find(':') != std::string::npos;
-  Pair p;
-  // The relay's thread is one more hop to schedule: on a loaded host the
-  // engine's 8 tries 10 ms apart can pass before it forwards anything.
-  Options co = test_options();
-  co.engine.connect_attempts = 200;
-  p.server = open_on(host);
-  p.client = open_on(host, co);
-  ASSERT_TRUE(p.server && p.client);
-  EcnRelay relay(v6, p.client->port(), p.server->port());
-  ASSERT_TRUE(relay.ok()) << std::strerror(relay.setup_errno());
-  handshake(p, relay.address());
-  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  RelayedPair rp;
+  ASSERT_NO_FATAL_FAILURE(connect_through_relay(host, test_options(), rp));
+  Pair& p = rp.pair;
+  EcnRelay& relay = *rp.relay;
 
   constexpr uint32_t kLen = 256 * 1024;
   WriteBuffers b(p, 2 * kLen, 31);
@@ -491,20 +504,15 @@ TEST(Udp, WriteReadSendIPv6) {
 // the client's first flight only once it has all arrived: each CE mark that
 // follows two plain packets draws two ACKs.
 TEST(Udp, CeMarkedPacketLeavesTheCallsPlainAckItsOwn) {
-  Pair p;
   Options co = test_options();
-  co.engine.connect_attempts = 200;  // the relay is one more hop to schedule
   // No probe or timeout while the server does not read: duplicates draw ACKs
   // of their own (ACK-3), which would hide the count.
   co.engine.recovery.initial_rtt_ns = 50'000'000;
   co.engine.recovery.min_rto_ns = 100'000'000;
-  p.server = open_on("127.0.0.1");
-  p.client = open_on("127.0.0.1", co);
-  ASSERT_TRUE(p.server && p.client);
-  EcnRelay relay(false, p.client->port(), p.server->port());
-  ASSERT_TRUE(relay.ok()) << std::strerror(relay.setup_errno());
-  handshake(p, relay.address());
-  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  RelayedPair rp;
+  ASSERT_NO_FATAL_FAILURE(connect_through_relay("127.0.0.1", co, rp));
+  Pair& p = rp.pair;
+  EcnRelay& relay = *rp.relay;
   constexpr uint32_t kLen = 256 * 1024;
   WriteBuffers b(p, kLen, 41);
   metaroce::ConnStats before{}, sent0{}, sent{};
