@@ -2,7 +2,7 @@
 //
 //   loopback-udp-blast blast    [--seconds S] [--seg 4096] [--gso-segs 15] [--batch 32] [--no-gso]
 //                               [--no-gro] [--header N] [--ring]
-//   loopback-udp-blast pingpong [--seconds S] [--size 8]
+//   loopback-udp-blast pingpong [--seconds S] [--size 8] [--busy]
 //
 // blast: a sender thread sends S seconds of seg-byte datagrams with sendmmsg
 // (batch messages per call, each a UDP_SEGMENT super-datagram of gso-segs
@@ -18,6 +18,9 @@
 // the iovecs from the cost of the larger source.
 // pingpong: one thread echoes, the other sends size-byte datagrams one at a
 // time and waits for the echo; prints round-trip p50/p99/p999 in microseconds.
+// Both threads sleep in recv; --busy makes both spin on non-blocking reads
+// instead, the like of metaroce-perf --busy (a sleeping receiver's round trip
+// is mostly two wake-ups, which a busy-polled transport never pays).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -57,6 +60,7 @@ struct Args {
   uint32_t size = 8;
   uint32_t header = 0;  // > 0: header + payload iovecs per datagram
   bool ring = false;    // payloads from the 4 MiB ring (implied by --header)
+  bool busy = false;    // pingpong: spin on MSG_DONTWAIT reads, never sleep
   bool gso = true, gro = true;
 };
 
@@ -236,6 +240,16 @@ int blast(const Args& a) {
   return 0;
 }
 
+// The echo of the datagram sent at `sent`: a blocking recv (its SO_RCVTIMEO
+// of 200 ms bounds the wait), or with MSG_DONTWAIT a spin bounded the same.
+bool await_echo(int fd, std::vector<char>& in, int flags, Clock::time_point sent) {
+  for (;;) {
+    if (recv(fd, in.data(), in.size(), flags) >= 0) return true;
+    if (flags == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    if (Clock::now() - sent > std::chrono::milliseconds(200)) return false;
+  }
+}
+
 int pingpong(const Args& a) {
   sockaddr_in eaddr{}, caddr{};
   const int efd = udp_socket(eaddr);
@@ -245,12 +259,14 @@ int pingpong(const Args& a) {
   (void)setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   if (connect(cfd, reinterpret_cast<sockaddr*>(&eaddr), sizeof(eaddr)) != 0) die("connect");
   std::atomic<bool> stop{false};
+  const int rflags = a.busy ? MSG_DONTWAIT : 0;
   std::thread echo([&] {
     char b[65536];
-    while (!stop.load()) {
+    while (!stop.load(std::memory_order_relaxed)) {
       sockaddr_in from{};
       socklen_t fl = sizeof(from);
-      const ssize_t n = recvfrom(efd, b, sizeof(b), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+      const ssize_t n =
+          recvfrom(efd, b, sizeof(b), rflags, reinterpret_cast<sockaddr*>(&from), &fl);
       if (n > 0)
         (void)sendto(efd, b, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), fl);
     }
@@ -266,7 +282,7 @@ int pingpong(const Args& a) {
   while (Clock::now() < end && rtt.size() < rtt.capacity()) {
     const auto s = Clock::now();
     if (send(cfd, msg.data(), msg.size(), 0) < 0) die("send");
-    if (recv(cfd, in.data(), in.size(), 0) < 0) {
+    if (!await_echo(cfd, in, rflags, s)) {
       ++lost;
       continue;
     }
@@ -284,9 +300,9 @@ int pingpong(const Args& a) {
   };
   const double p50 = pct(0.5), p99 = pct(0.99), p999 = pct(0.999);
   std::printf(
-      "{\"mode\":\"pingpong\",\"size\":%u,\"samples\":%zu,\"lost\":%llu,\"rtt_us\":{\"p50\":%.2f,"
-      "\"p99\":%.2f,\"p999\":%.2f}}\n",
-      a.size, rtt.size(), static_cast<unsigned long long>(lost), p50, p99, p999);
+      "{\"mode\":\"pingpong\",\"size\":%u,\"busy\":%s,\"samples\":%zu,\"lost\":%llu,"
+      "\"rtt_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f}}\n",
+      a.size, a.busy ? "true" : "false", rtt.size(), static_cast<unsigned long long>(lost), p50, p99, p999);
   close(efd);
   close(cfd);
   return 0;
@@ -299,7 +315,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s blast|pingpong [--seconds S] [--seg N] [--gso-segs N] [--batch N] "
-                 "[--size N] [--no-gso] [--no-gro] [--header N] [--ring]\n",
+                 "[--size N] [--no-gso] [--no-gro] [--header N] [--ring] [--busy]\n",
                  argv[0]);
     return 2;
   }
@@ -344,6 +360,8 @@ int main(int argc, char** argv) {
       a.header = count(0, 1024);
     else if (k == "--ring")
       a.ring = true;
+    else if (k == "--busy")
+      a.busy = true;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -18,7 +18,7 @@ def positive(key, v):
         bad.append(f"{key}={v!r}")
 for k in ("metaroce_gbps", "raw_udp_gbps", "raw_udp_gathered_gbps", "tcp_gbps", "ratio", "ratio_gathered"):
     positive(k, r.get(k))
-for k in ("metaroce_lat_us", "raw_udp_rtt_us"):
+for k in ("metaroce_lat_us", "raw_udp_rtt_us", "raw_udp_busy_rtt_us"):
     for q in ("p50", "p99"):
         positive(f"{k}.{q}", (r.get(k) or {}).get(q))
 if r.get("notes"):

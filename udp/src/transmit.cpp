@@ -236,7 +236,17 @@ void UdpEndpoint::Impl::materialize_pending() {
 }
 
 // Sends built messages; false if a socket buffer was full (the rest waits).
-bool UdpEndpoint::Impl::flush() { return ring != nullptr ? flush_uring() : flush_sendmmsg(); }
+// io_uring pays where a round spans sockets (one submission instead of a
+// sendmmsg per socket); a round on one socket (a latency-bound exchange, a
+// receiver's ACKs) takes the one sendmmsg call, without the ring's own cost:
+// about 0.5 us of an 8-byte WRITE's round trip (BENCHMARKS.md, section 3).
+bool UdpEndpoint::Impl::flush() {
+  if (ring == nullptr) return flush_sendmmsg();
+  const uint16_t sock = tx_msg_sock[tx_msg_next];
+  for (size_t m = tx_msg_next + 1; m < tx_msg_count; ++m)
+    if (tx_msg_sock[m] != sock) return flush_uring();
+  return flush_sendmmsg();
+}
 
 // Test hooks (loopback never fills a socket buffer, and its device always
 // segments): METAROCE_UDP_FAULT_EAGAIN=N makes every Nth send (a sendmmsg
