@@ -302,7 +302,8 @@ int pingpong(const Args& a) {
   std::printf(
       "{\"mode\":\"pingpong\",\"size\":%u,\"busy\":%s,\"samples\":%zu,\"lost\":%llu,"
       "\"rtt_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f}}\n",
-      a.size, a.busy ? "true" : "false", rtt.size(), static_cast<unsigned long long>(lost), p50, p99, p999);
+      a.size, a.busy ? "true" : "false", rtt.size(), static_cast<unsigned long long>(lost), p50,
+      p99, p999);
   close(efd);
   close(cfd);
   return 0;
