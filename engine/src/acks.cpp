@@ -262,13 +262,15 @@ void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& 
 
 void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.naks_received;
-  c.last_progress = now;
   trace(now, TraceKind::kNakReceived, c, 0, p.nak.nak_psn, p.nak.code);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
   const auto code = static_cast<Status>(p.nak.code);
   const uint32_t psn = p.nak.nak_psn;
   if (!before(psn, c.next_psn) || before(psn, c.cum_acked)) return;  // not outstanding
+  // Progress only for a NAK about work still outstanding: a stale one,
+  // repeated, must not keep PATH-7's peer timeout from ever firing.
+  c.last_progress = now;
   if (code == Status::kRnr) {
     // LOSS-7: not a path loss; resend after the receiver had time to post.
     TxRecord& r = t.records[psn & c.wmask()];

@@ -72,6 +72,12 @@ struct Path {
   }
 };
 
+// The packets a message of len bytes takes (SEQ-5): 1 for an empty one.
+// Computed in 64 bits: a 32-bit len + mtu - 1 wraps for len near 2^32.
+[[nodiscard]] inline uint32_t packets_for(uint32_t len, uint32_t mtu) {
+  return len == 0 ? 1 : static_cast<uint32_t>((uint64_t{len} + mtu - 1) / mtu);
+}
+
 // One entry per PSN in the send window, indexed by psn & (W-1).
 struct TxRecord {
   uint32_t psn = 0;
@@ -105,6 +111,7 @@ struct SqEntry {
 // A READ we are serving (READ-2): response packets in our PSN space.
 struct RespJob {
   uint32_t req_psn = 0;  // served once every PSN up to the request has arrived (READ-5)
+  uint32_t lkey = 0;     // the region src lies in: served only while it is registered
   const uint8_t* src = nullptr;
   uint32_t len = 0;
   uint32_t read_seq = 0;
@@ -227,6 +234,11 @@ struct Connection {
   };
   Owed owe;
   wire::NakBody nak;
+  // NAK-2: this end failed the connection with a fatal NAK, which it repeats
+  // to whatever the peer sends. An RNR NAK sent earlier is no such answer.
+  [[nodiscard]] bool sent_fatal_nak() const {
+    return nak.code != 0 && nak.code != static_cast<uint8_t>(Status::kRnr);
+  }
   uint16_t nak_entropy = 0;
   Status error = Status::kOk;
 

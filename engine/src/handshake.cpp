@@ -188,7 +188,10 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     out.entropy = c.nak_entropy;
     c.nak.cum_psn = c.rx_cum;
     h = wire::write_nak(buf, base_header(c, wire::Opcode::kNak, now), c.nak);
-    ++c.stats.naks_sent;
+    // Section 11.3's counters: RNR NAKs apart from the fatal ones, each
+    // counted as it leaves (several RNR'd packets may draw one NAK).
+    ++(c.nak.code == static_cast<uint8_t>(Status::kRnr) ? c.stats.rnr_naks_sent
+                                                        : c.stats.naks_sent);
     trace(now, TraceKind::kNakSent, c, 0, c.nak.nak_psn, c.nak.code);
   } else if ((c.owe.probe | c.owe.tlp) != 0 && c.state == ConnState::kEstablished) {
     const bool tlp = c.owe.probe == 0;

@@ -88,7 +88,7 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
     case wire::Opcode::kProbe:
       if (c->state == ConnState::kEstablished) {
         m.on_probe(*c, dg, p, now);
-      } else if (c->state == ConnState::kError && c->nak.code != 0) {
+      } else if (c->state == ConnState::kError && c->sent_fatal_nak()) {
         c->owe.nak = true;  // NAK-2: a sender probing its paths must still hear why
         c->nak_entropy = dg.entropy;
       }

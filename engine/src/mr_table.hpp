@@ -70,6 +70,18 @@ class MrTable {
   }
 
   [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
+  // The lkey of the region rkey names; 0 if none does.
+  [[nodiscard]] uint32_t lkey_of(uint64_t rkey) const {
+    const uint32_t index = lookup(rkey);
+    return index == kNone ? 0 : index + 1;
+  }
+  // Whether work posted with lkey may still touch its buffer: a request of
+  // nonzero length whose region was deregistered since it was posted (its
+  // lkey checked then) may not, so that no byte of memory the application
+  // took back is read or written (MR-5).
+  [[nodiscard]] bool still_registered(uint32_t lkey, uint64_t length) const {
+    return !any_removed_ || length == 0 || lkey_valid(lkey);
+  }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;

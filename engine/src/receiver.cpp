@@ -197,6 +197,10 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   if (e.wr.op != WrOpcode::kRead || e.sent == 0 || e.msn != p.mh.msn ||
       p.mh.msg_len != e.wr.length || e.resp_received >= e.resp_pkts)
     return;
+  if (!mrs.still_registered(e.wr.lkey, e.wr.length)) {
+    why = Status::kLocalProtection;  // MR-5: the READ's target was deregistered
+    return;
+  }
   if (len > 0) std::memcpy(e.read_target + p.mh.offset, p.payload.data(), len);
   ++e.resp_received;
   why = Status::kOk;
@@ -218,7 +222,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     return;
   }
   if (c.state == ConnState::kError) {
-    if (c.nak.code != 0) {  // NAK-2: we failed this connection; say so again
+    if (c.sent_fatal_nak()) {  // NAK-2: we failed this connection; say so again
       c.owe.nak = true;
       c.nak_entropy = dg.entropy;
     }
@@ -274,6 +278,8 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       if (op != wire::Opcode::kWriteImm) {
         if (mh.msg_len > rq_entry->wr.length)
           why = Status::kRemoteLengthError;
+        else if (!mrs.still_registered(rq_entry->wr.lkey, rq_entry->wr.length))
+          why = Status::kLocalProtection;  // MR-5
         else
           dst = rq_entry->buf + mh.offset;
       }
@@ -281,22 +287,34 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
   if (why == Status::kOk && op == wire::Opcode::kReadReq) {
     detail::TxCtx& t = tx_ctx(c);
-    const uint8_t* src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
+    const uint8_t* src =
+        mh.msg_len > kMaxMessageLength  // READ-2: no requester may ask for more
+            ? nullptr
+            : mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
+    if (src == nullptr && why == Status::kOk) why = Status::kRemoteInvalidRequest;
     if (src != nullptr) {
       if (t.resp_tail - t.resp_head >= resp_depth()) {
         why = Status::kRemoteInvalidRequest;  // READ-3
       } else {
         detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
-        j = detail::RespJob{
-            psn, src, mh.msg_len, mh.msn, mh.msg_len == 0 ? 1 : (mh.msg_len + c.mtu - 1) / c.mtu,
-            0,   0};
+        j = detail::RespJob{psn,    mrs.lkey_of(p.rh.rkey),
+                            src,    mh.msg_len,
+                            mh.msn, detail::packets_for(mh.msg_len, c.mtu),
+                            0,      0};
       }
     }
   }
   if (why == Status::kOk && op == wire::Opcode::kReadResp) on_read_resp(c, p, why);
+  if (why == Status::kLocalProtection) {
+    // MR-5: the buffer this packet would fill was deregistered under posted
+    // work. The fault is this application's, not the peer's: no NAK (no wire
+    // code says it); the connection fails here, and the peer's outstanding
+    // work ends by its peer timeout (PATH-7).
+    enter_error(c, why, psn, now);
+    return;
+  }
 
   if (why == Status::kRnr) {
-    ++c.stats.rnr_naks_sent;
     c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
     c.owe.nak = true;
     c.nak_entropy = dg.entropy;

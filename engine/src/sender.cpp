@@ -12,12 +12,12 @@ namespace metaroce {
 using detail::before;
 using detail::Connection;
 using detail::ConnState;
+using detail::packets_for;
 using detail::Path;
 using detail::TxCtx;
 using detail::TxRecord;
 
 namespace {
-uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 // The work request's opcodes are listed in the wire opcodes' order, one
 // below them: an addition per packet, not a switch.
 constexpr wire::Opcode data_opcode(WrOpcode op) {
@@ -135,6 +135,12 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
   uint32_t imm = 0;
   if (slot & detail::kRespSlotFlag) {
     const detail::RespJob& j = t.resp[slot & ~detail::kRespSlotFlag];
+    if (!mrs.still_registered(j.lkey, j.len)) {
+      // MR-5: the region the READ named was deregistered since: none of its
+      // bytes go out. The requester's READ ends by its peer timeout.
+      enter_error(c, Status::kLocalProtection, psn, now);
+      return false;
+    }
     const uint32_t off = (psn - j.first_psn) * mtu;
     plen = std::min(mtu, j.len - off);
     bh.opcode = wire::Opcode::kReadResp;

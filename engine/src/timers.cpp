@@ -44,7 +44,9 @@ void Endpoint::Impl::compute_timer(Connection& c) {
     if (p.inflight == 0 && p.next_send > last_now && unsent)
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
-  if (c.tx && (c.tx->retx_head != c.tx->retx_tail)) outstanding = true;
+  // PATH-7: a READ whose request was acknowledged still waits for its
+  // responses; a responder gone since would otherwise leave it waiting.
+  if (c.tx && (c.tx->retx_head != c.tx->retx_tail || c.reads_outstanding > 0)) outstanding = true;
   if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail)
     t = std::min(t, c.rnr_until);
   if (outstanding && c.state == ConnState::kEstablished)
@@ -138,7 +140,8 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         }
       }
     }
-    bool outstanding = c.tx && (c.cum_acked != c.next_psn || c.tx->retx_head != c.tx->retx_tail);
+    bool outstanding = c.tx && (c.cum_acked != c.next_psn || c.tx->retx_head != c.tx->retx_tail ||
+                                c.reads_outstanding > 0);
     if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
       enter_error(c, Status::kPeerUnreachable, c.cum_acked, now);
     }

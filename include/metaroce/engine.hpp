@@ -158,7 +158,10 @@ class Endpoint {
   [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                           MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
-  // completes kLocalProtection. kInvalidArgument if lkey is unknown.
+  // completes kLocalProtection. Work already posted never touches the region
+  // again (MR-5): a receive buffer, a READ target or a READ being answered
+  // from it fails its connection with kLocalProtection instead. The memory
+  // may be reused as soon as this returns. kInvalidArgument if lkey is unknown.
   [[nodiscard]] Status deregister_memory(uint32_t lkey);
 
   // --- connections (CONN-*) ---

@@ -51,6 +51,16 @@ inline SendWr write_wr(const Buf& src, const Buf& dst, uint32_t len, uint64_t id
   return wr;
 }
 
+// A READ of len bytes from the peer's (raddr, rkey) into `into`.
+inline SendWr read_wr(const Buf& into, uint64_t raddr, uint64_t rkey, uint32_t len,
+                      uint64_t id = 1) {
+  SendWr wr = write_wr(into, into, len, id);
+  wr.op = WrOpcode::kRead;
+  wr.remote_addr = raddr;
+  wr.rkey = rkey;
+  return wr;
+}
+
 // One WRITE of `len` bytes (a pattern from `fill`) from endpoint 0 over
 // connection a; it must complete, every byte landed.
 inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {
