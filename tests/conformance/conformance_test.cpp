@@ -124,6 +124,19 @@ TEST(Conformance, TrailingByteFailsEnc1) {
   });
 }
 
+// A target that ignores bytes after a packet's ICRC: what it receives with
+// one byte too many is taken as the packet without it.
+TEST(Conformance, TrailingByteAcceptedFailsEnc1) {
+  expect_fails("ENC-1", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (d.size() > 1 && wire::decode(d, p) != wire::ParseError::kOk &&
+          wire::decode(std::span<const uint8_t>(d).first(d.size() - 1), p) == wire::ParseError::kOk)
+        d.pop_back();
+    };
+  });
+}
+
 TEST(Conformance, NotEctFailsEnc4) {
   expect_fails("ENC-4", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
