@@ -217,6 +217,8 @@ def broken_frames(vectors):
     flipped = bytearray(tv["TV-01"])
     flipped[50] ^= 0x80  # a payload bit, covered with PC set
     write_hdrs = tv["TV-01"][:44]
+    empty_write = bytearray(write_hdrs)
+    empty_write[24:28] = empty_write[20:24]  # msg_len = offset: nothing to cut
     send_hdrs = tv["TV-04"][:28]
     bad_icrc = {"metaroce.icrc.status": ["0"]}
     return [
@@ -238,6 +240,13 @@ def broken_frames(vectors):
          "payload was trimmed", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["2"]}),
         # With PC clear the ICRC covers just the headers that are left.
         ("trimmed SEND, PC clear", frame(send_hdrs + tv["TV-04"][-4:], 50011, TRIMMED_DSCP), None,
+         "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        # Flagged, PC set, but nothing was cut (READ_REQ, an empty message): the
+        # ICRC covers the headers, all there, and is checked (TRIM-2).
+        ("flagged READ_REQ, PC set", frame(tv["TV-06"], 50013, TRIMMED_DSCP), None,
+         "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        ("flagged empty WRITE, PC set", frame(reseal(bytes(empty_write) + bytes(4)), 50014,
+                                              TRIMMED_DSCP), None,
          "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
         # Like the simulator's records: headers captured, payload and ICRC not.
         ("snap-length WRITE", frame(write_hdrs, 50012, 0, len(tv["TV-01"]))[:14 + 28 + 44],

@@ -482,6 +482,7 @@ local function dissect_payload(st, tree, hdr_len, layout)
     local missing = layout.payload and st.msg_len > st.offset
     if by_dscp or missing then
       st.trimmed = true
+      st.payload_cut = missing -- READ_REQ and empty messages lose nothing
       local item = tree:add(pf.trimmed, true)
       item:set_generated()
       item:add_proto_expert_info(ex.trimmed, by_dscp and "TRIMMED DSCP, no payload"
@@ -515,8 +516,9 @@ local function dissect_icrc(st, tree, hdr_len)
   end
   local stored = tvb(icrc_off, ICRC_LEN):uint()
   local item = tree:add(pf.icrc, tvb(icrc_off, ICRC_LEN))
-  if st.trimmed and st.pc then
-    -- TRIM-2: the ICRC covered the payload that is gone.
+  if st.trimmed and st.pc and st.payload_cut then
+    -- TRIM-2: the ICRC covered the payload that is gone. (A flagged READ_REQ
+    -- or empty message lost nothing: its ICRC, over the headers, is checked.)
     unverified(item, "PC set and the payload was trimmed")
     return
   end
