@@ -148,23 +148,47 @@ Outcome check_path1(Target& t) {
   std::vector<Reply> rs;
   std::string why;
   if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
-  // Slot by slot, each first entropy is the one before plus one, except for
-  // one wrap from the top of the entropy range to its bottom.
+  // Slot i's first entropy is min + (start - min + i) mod (max - min + 1),
+  // start the first observed slot's, counted by slot number (a slot not seen
+  // leaves its value out, it does not shift the others); all distinct.
   const auto first = first_per_slot(of(rs, wire::Opcode::kWrite));
   if (first.size() < 2) return fail("a 64 KiB WRITE used fewer than 2 paths");
   std::string list;
+  for (const auto& [slot, d] : first)
+    list += " " + std::to_string(slot) + ":" + std::to_string(d->entropy);
+  const auto range = t.entropy_range();
+  const uint16_t slot0 = first.begin()->first;
+  const uint32_t start = first.begin()->second->entropy;
+  if (range && (start < range->first || start > range->second))
+    return fail("port " + std::to_string(start) + " is outside the entropy range " +
+                std::to_string(range->first) + "-" + std::to_string(range->second) + " (slot:port" +
+                list + ")");
+  std::set<uint16_t> seen;
+  uint32_t seg_port = start;  // without the range: the run of ports since the one wrap
+  uint16_t seg_slot = slot0;
   int wraps = 0;
-  uint16_t prev = 0;
   for (const auto& [slot, d] : first) {
-    list += " " + std::to_string(d->entropy);
-    if (slot != first.begin()->first && d->entropy != prev + 1) {
-      if (d->entropy > prev) return fail("slot " + std::to_string(slot) + " skips ports:" + list);
-      ++wraps;
+    if (!seen.insert(d->entropy).second)
+      return fail("slot " + std::to_string(slot) + " reuses port " + std::to_string(d->entropy) +
+                  " (slot:port" + list + ")");
+    uint32_t want = 0;
+    if (range) {
+      const uint32_t lo = range->first, n = uint32_t{range->second} - lo + 1;
+      want = lo + (start - lo + (slot - slot0)) % n;
+    } else {
+      want = seg_port + (slot - seg_slot);
+      // The range unknown, one wrap to a port below the first is allowed.
+      if (d->entropy != want && wraps == 0 && d->entropy < start) {
+        ++wraps;
+        seg_port = want = d->entropy;
+        seg_slot = slot;
+      }
     }
-    prev = d->entropy;
+    if (d->entropy != want)
+      return fail("slot " + std::to_string(slot) + " is on port " + std::to_string(d->entropy) +
+                  ", not " + std::to_string(want) + " (slot:port" + list + ")");
   }
-  if (wraps > 1) return fail("the ports wrap more than once:" + list);
-  return pass(std::to_string(first.size()) + " paths on ports" + list);
+  return pass(std::to_string(first.size()) + " paths on ports (slot:port)" + list);
 }
 
 Outcome check_path2(Target& t) {

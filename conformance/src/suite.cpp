@@ -8,7 +8,9 @@ namespace metaroce::conformance {
 namespace {
 
 constexpr std::array kChecks = {
-    Check{"ENC-1", "every datagram decodes as exactly one packet; one byte more does not",
+    Check{"ENC-1",
+          "every datagram decodes as exactly one packet; a WRITE with a byte after its ICRC is "
+          "dropped",
           check_enc1},
     Check{"ENC-3", "a path keeps its source port, paths differ; a peer may change its port",
           check_enc3},

@@ -12,7 +12,7 @@
 namespace metaroce::conformance {
 namespace {
 
-constexpr uint16_t kCheckPortBase = 50000;  // Peer::kEntropy
+constexpr uint16_t kCheckPortBase = TesterWire::kFirstCheckPort;  // Peer::kEntropy
 
 // "a.b.c.d", "x:y::z" or "[x:y::z]" with `port`; false on anything else.
 bool parse_ip(std::string ip, uint16_t port, sockaddr_storage& out, socklen_t& len) {

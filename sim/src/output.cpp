@@ -22,7 +22,8 @@ constexpr size_t kMaxFrame =
 // Ethernet + IPv4 + UDP for p carrying a datagram of `datagram` bytes. Host
 // h is 10.0.0.0 + h with MAC 02:00:<h as 4 bytes>; TTL counts the switches
 // passed; the ECN field is the packet's (ECT(0), or CE where marked); the
-// DSCP is 0, or the TRIMMED code point on a packet a switch cut (TRIM-1).
+// DSCP is the packet's (the control class on ACK, NAK and CNP, ENC-6; 0
+// otherwise), or the TRIMMED code point on a packet a switch cut (TRIM-1).
 void write_framing(const Packet& p, uint32_t datagram, uint8_t* o) {
   o[0] = 0x02;
   o[1] = 0x00;

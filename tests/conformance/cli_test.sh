@@ -29,6 +29,13 @@ expect 2 'needs --agent, --iut' "$conform" --target remote --agent 127.0.0.1:700
 expect 2 'no-such-option' "$conform" --no-such-option
 expect 2 'target' "$conform" --target nic
 expect 2 'entropy-base' "$conform" --target remote --entropy-base 70000
+# --min-wait-us out of 1000..10000000: 0 or -1 would wait no time at all and
+# blame the IUT for every reply.
+for w in 0 -1 999 10000001; do
+  expect 2 "^--min-wait-us: Value $w not in range 1000 to 10000000" "$conform" --target remote \
+    --agent 127.0.0.1:7000 --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16 \
+    --min-wait-us "$w"
+done
 expect 0 '' "$conform" --help
 expect 2 'no-such-option' "$agent" --listen 127.0.0.1:0 --iut 127.0.0.1:40000 --no-such-option
 expect 2 'listen' "$agent" --iut 127.0.0.1:40000

@@ -124,6 +124,19 @@ TEST(Conformance, TrailingByteFailsEnc1) {
   });
 }
 
+// A target that ignores bytes after a packet's ICRC: what it receives with
+// one byte too many is taken as the packet without it.
+TEST(Conformance, TrailingByteAcceptedFailsEnc1) {
+  expect_fails("ENC-1", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (d.size() > 1 && wire::decode(d, p) != wire::ParseError::kOk &&
+          wire::decode(std::span<const uint8_t>(d).first(d.size() - 1), p) == wire::ParseError::kOk)
+        d.pop_back();
+    };
+  });
+}
+
 TEST(Conformance, NotEctFailsEnc4) {
   expect_fails("ENC-4", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
@@ -225,6 +238,47 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
   });
+}
+
+// PATH-1's ports, slot by slot, moved by `shift(slot)` (the engine's own
+// are consecutive from a random start).
+void shift_data_ports(FaultyTarget& t, std::function<int(uint16_t)> shift) {
+  t.mutate = [shift = std::move(shift)](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (Sent& s : v)
+      if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
+        s.entropy = static_cast<uint16_t>(s.entropy + shift(p.bh.path_tag & 31));
+  };
+}
+
+// Slots 0..3 on ports a, a+1, a+1, a+2: two slots share a port, and the one
+// step that is not +1 used to pass as "the wrap".
+TEST(Conformance, TwoSlotsOnOnePortFailPath1) {
+  expect_fails("PATH-1", [](FaultyTarget& t) {
+    shift_data_ports(t, [](uint16_t slot) { return slot >= 2 ? -1 : 0; });
+  });
+}
+
+// Slots 2 and 3 on ports 100 below where they belong: a "wrap" to a port
+// that is not the bottom of the entropy range.
+TEST(Conformance, AWrapToTheWrongPortFailsPath1) {
+  expect_fails("PATH-1", [](FaultyTarget& t) {
+    shift_data_ports(t, [](uint16_t slot) { return slot >= 2 ? -100 : 0; });
+  });
+}
+
+// A range of as many ports as paths: most starts wrap at its top, which
+// PATH-1 takes (the slot's port modulo the range), whatever the seed.
+TEST(Conformance, AWrapAtTheTopOfTheRangePassesPath1) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    EndpointConfig cfg = EngineTarget::default_config();
+    cfg.seed = seed;
+    cfg.entropy_min = 50000;
+    cfg.entropy_max = static_cast<uint16_t>(50000 + cfg.num_paths - 1);
+    const auto results = run([&] { return std::make_unique<EngineTarget>(cfg); }, "PATH-1");
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_TRUE(results[0].outcome.passed) << "seed " << seed << ": " << results[0].outcome.detail;
+  }
 }
 
 // What the target sends in one go comes out in reverse: new data before the

@@ -21,6 +21,19 @@ for v in -5 nan 2e10 0; do sim_expect 2 "^metaroce-sim: $limit" --time-limit-ms 
 sim_expect 2 '^metaroce-sim: --min-rto-us: -1 is not a value in \[1, 1e\+07\]' --min-rto-us -1
 sim_expect 2 '^metaroce-sim: --set num_paths: 0 is not' --set num_paths=0
 for v in 0 nan; do sim_expect 2 '^metaroce-sim: --sample-us: .* is not in \(0, 1e9\]' --sample-us "$v"; done
+# An output option without the one it qualifies would be ignored.
+sim_expect 2 '^metaroce-sim: --pcap-file qualifies --pcap, which is not given$' --pcap-file x.pcap
+sim_expect 2 '^metaroce-sim: --trace-file qualifies --trace-flow, which is not given$' \
+  --trace-file t.csv
+sim_expect 2 '^metaroce-sim: --sample-us qualifies --csv, which is not given$' --sample-us 10
+sim_expect 2 '^metaroce-sim: --csv-flows qualifies --csv, which is not given$' --csv-flows 2
+sim_expect 2 '^metaroce-sim: --watch-link qualifies --csv, which is not given$' --watch-link bogus
+sim_expect 2 '^metaroce-sim: --watch-link qualifies --csv, which is not given$' --watch-link bogus \
+  --pcap 0 --pcap-file /dev/null
+# Negative numbers: not "off", not 2^64 - 1.
+sim_expect 2 '^--trace-flow: must not be negative, not -5' --trace-flow -5
+sim_expect 2 '^--seed: must not be negative, not -1' --seed -1
+sim_expect 2 '^--csv-flows: must not be negative, not -1' --csv-flows -1
 # Each in range, together not: the config file's rule and message.
 sim_expect 2 '^metaroce-sim: queue.ecn_kmin \(200000\) is above queue.ecn_kmax \(100000\)$' \
   --set queue.ecn_kmin=200000 --set queue.ecn_kmax=100000

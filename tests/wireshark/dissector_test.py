@@ -8,7 +8,10 @@
    fields pointing past the datagram, fields out of range) and trimmed or
    snap-length-cut packets give the expected expert info; every prefix of
    every vector and seeded random byte changes decode without a failure.
-3. Another port is MetaRoCE through Decode As or the port preference only.
+3. Off port 4792 (a server's replies from its entropy ports to a client's
+   port) the heuristic dissector decodes what parses as MetaRoCE, ICRC
+   included, and nothing else; with it disabled, Decode As or the port
+   preference do.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
    switches) decode as MetaRoCE with no malformed packet or error.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
@@ -217,6 +220,8 @@ def broken_frames(vectors):
     flipped = bytearray(tv["TV-01"])
     flipped[50] ^= 0x80  # a payload bit, covered with PC set
     write_hdrs = tv["TV-01"][:44]
+    empty_write = bytearray(write_hdrs)
+    empty_write[24:28] = empty_write[20:24]  # msg_len = offset: nothing to cut
     send_hdrs = tv["TV-04"][:28]
     bad_icrc = {"metaroce.icrc.status": ["0"]}
     return [
@@ -239,6 +244,13 @@ def broken_frames(vectors):
         # With PC clear the ICRC covers just the headers that are left.
         ("trimmed SEND, PC clear", frame(send_hdrs + tv["TV-04"][-4:], 50011, TRIMMED_DSCP), None,
          "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        # Flagged, PC set, but nothing was cut (READ_REQ, an empty message): the
+        # ICRC covers the headers, all there, and is checked (TRIM-2).
+        ("flagged READ_REQ, PC set", frame(tv["TV-06"], 50013, TRIMMED_DSCP), None,
+         "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        ("flagged empty WRITE, PC set", frame(reseal(bytes(empty_write) + bytes(4)), 50014,
+                                              TRIMMED_DSCP), None,
+         "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
         # Like the simulator's records: headers captured, payload and ICRC not.
         ("snap-length WRITE", frame(write_hdrs, 50012, 0, len(tv["TV-01"]))[:14 + 28 + 44],
          14 + 28 + len(tv["TV-01"]), "ICRC not captured",
@@ -255,12 +267,56 @@ def check_broken(cases, rows):
         check("Dissector failure" not in messages, f"{what}: dissector failure: {messages}")
 
 
-def check_other_port(vectors, workdir):
-    """Another port is MetaRoCE only through Decode As or the port preference."""
+def other_port_frames(vectors):
+    """(description, frame, opcodes the heuristic should decode) off port 4792."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    corrupt = bytearray(tv["TV-08"])
+    corrupt[-1] ^= 0x01
+    bad_version = bytearray(tv["TV-11"])
+    bad_version[0] = 0x2C
+    trimmed_write = tv["TV-01"][:44] + tv["TV-01"][-4:]
+    rng = random.Random(4793)
+    noise = bytes([0x18, 0x01]) + bytes(rng.randrange(256) for _ in range(54))
+    return [
+        ("server ACK, entropy port 4793 -> client port 40000",
+         frame(tv["TV-08"], 4793, CONTROL_DSCP, dport=40000), ["0x10"]),
+        ("WRITE, port 40000 -> 4856 (neither is 4792)", frame(tv["TV-01"], 40000, dport=4856),
+         ["0x01"]),
+        ("CONNECT_ACCEPT, 4792 -> 40000 (the port table takes it)",
+         frame(tv["TV-13"], 4792, dport=40000), ["0x21"]),
+        ("SEND to port 5000", frame(tv["TV-03"], 49152, dport=5000), ["0x03"]),
+        ("trimmed WRITE, PC set, TRIMMED DSCP", frame(trimmed_write, 40000, TRIMMED_DSCP,
+                                                      dport=4800), ["0x01"]),
+        ("trimmed WRITE, PC set, no TRIMMED DSCP", frame(trimmed_write, 40000, dport=4800), []),
+        ("ACK with a bad ICRC", frame(bytes(corrupt), 4793, dport=40000), []),
+        ("ACK with a byte more", frame(tv["TV-08"] + b"\0", 4793, dport=40000), []),
+        ("ACK cut short", frame(tv["TV-08"][:40], 4793, dport=40000), []),
+        ("version 2 PROBE", frame(reseal(bytes(bad_version)), 4793, dport=40000), []),
+        ("WRITE-shaped noise", frame(noise, 4793, dport=40000), []),
+        ("DNS-sized zeros", frame(bytes(40), 40000, dport=4800), []),
+    ]
+
+
+def check_other_ports(vectors, workdir):
+    """Off port 4792 the heuristic decodes what parses as MetaRoCE and nothing
+    else; without it, Decode As or the port preference still do."""
+    cases = other_port_frames(vectors)
+    pcap = os.path.join(workdir, "other-ports.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    rows = decode(pcap)
+    if check(len(rows) == len(cases), f"other ports: read {len(rows)} of {len(cases)} frames"):
+        for (what, _, want), row in zip(cases, rows):
+            check(row["metaroce.opcode"] == want,
+                  f"{what}: opcode {row['metaroce.opcode']}, want {want}")
+            if want:
+                messages = " / ".join(row["_ws.expert.message"])
+                check(not row["_ws.malformed"] and "BAD" not in messages.upper(),
+                      f"{what}: unexpected expert info '{messages}'")
     pcap = os.path.join(workdir, "port5000.pcap")
     write_pcap(pcap, [(frame(vectors[2][2], 49152, dport=5000), None)])
-    for options, want in (((), []), (("-d", "udp.port==5000,metaroce"), ["0x03"]),
-                          (("-o", "metaroce.udp_port:5000"), ["0x03"])):
+    off = ("--disable-heuristic", "metaroce_udp")
+    for options, want in ((off, []), (off + ("-d", "udp.port==5000,metaroce"), ["0x03"]),
+                          (off + ("-o", "metaroce.udp_port:5000"), ["0x03"])):
         rows = decode(pcap, options)
         got = rows[0]["metaroce.opcode"] if rows else None
         check(got == want, f"port 5000 with options {list(options)}: opcode {got}, want {want}")
@@ -392,8 +448,9 @@ def main():
         print(f"broken and trimmed packets: {len(cases)} cases")
 
         check_mutations(vectors, workdir)
-        check_other_port(vectors, workdir)
-        print("port 5000: decoded only with Decode As or the udp_port preference")
+        check_other_ports(vectors, workdir)
+        print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
+              "As or the udp_port preference")
 
         # Full text output too: the Lua error check covers every tree line.
         tshark(["-r", vectors_pcap, "-V"])

@@ -21,6 +21,8 @@
 namespace mc = metaroce::conformance;
 
 constexpr int kExitTargetLost = 3;
+constexpr int kMinWaitUsFloor = 1000;          // --min-wait-us: the least ...
+constexpr int kMinWaitUsCeiling = 10'000'000;  // ... and the most (10 s)
 
 int main(int argc, char** argv) {
   CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
@@ -39,8 +41,12 @@ int main(int argc, char** argv) {
                      "remote: the IUT's first UDP source port (the tester binds the same ports)"),
       app.add_option("--entropy-count", remote.entropy_count,
                      "remote: source ports in the IUT's block (at least 16)"),
+      // Below 1 ms a check would blame the IUT for a reply still on its
+      // way; 0 or a negative value would not wait at all.
       app.add_option("--min-wait-us", remote.min_wait_us,
-                     "remote: the least time the tester waits for the IUT's reply")
+                     "remote: the least time the tester waits for the IUT's reply "
+                     "(1000 to 10000000)")
+          ->check(CLI::Range(kMinWaitUsFloor, kMinWaitUsCeiling))
           ->capture_default_str(),
       app.add_option("--tester", remote.tester_ip,
                      "remote: the tester's address, of the IUT's family (IPv4 or IPv6)")

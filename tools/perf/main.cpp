@@ -30,6 +30,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "session.hpp"
 
@@ -106,17 +107,30 @@ int main(int argc, char** argv) {
                         " (ACK-1, default 2; the receiving end's setting counts)")
         ->check(CLI::Range(1u, metaroce::perf::kMaxAckEvery));
   };
+  // An address: ip:port, [ip6]:port, a host name. A bare number ("9999")
+  // would reach getaddrinfo, which reads it as the IPv4 address 0.0.39.15:
+  // refused, as it is most likely a port without its host.
+  const CLI::Validator address(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) return {};
+        return "'" + v + "' is a bare number, not an address; for a port, write HOST:" + v +
+               " (e.g. 0.0.0.0:" + v + " or 127.0.0.1:" + v + ")";
+      },
+      "ADDR");
   auto* server = app.add_subcommand("server", "wait for clients");
   std::string server_addr = "0.0.0.0:4792";
   bool once = false;
-  server->add_option("addr", server_addr, "address to listen on, ip:port or [ip6]:port");
+  server->add_option("addr", server_addr, "address to listen on, ip:port or [ip6]:port")
+      ->check(address);
   server->add_flag("--once", once, "exit after one test");
   add_common(server);
 
   auto* client = app.add_subcommand("client", "run a test against a server");
   ClientArgs ca;
   std::string op = "write";
-  client->add_option("addr", ca.addr, "server address, ip:port or [ip6]:port")->required();
+  client->add_option("addr", ca.addr, "server address, ip:port or [ip6]:port")
+      ->required()
+      ->check(address);
   client->add_option("--op", op, "write | read | send")
       ->check(CLI::IsMember({"write", "read", "send"}));
   client->add_option("--size", ca.tp.size, "message size in bytes")
@@ -177,6 +191,22 @@ int main(int argc, char** argv) {
                                  "must be at least --paths (" + std::to_string(common.paths) +
                                      "): each path needs a source port of its own, not " +
                                      std::to_string(common.entropy_count));
+    // The block is entropy_base .. entropy_base + entropy_count - 1, all of
+    // them ports (without --entropy-base the endpoint checks it at open).
+    if (common.entropy_base != 0 &&
+        uint32_t{common.entropy_base} + common.entropy_count > uint32_t{65536})
+      throw CLI::ValidationError(
+          "--entropy-base", std::to_string(common.entropy_base) + " with --entropy-count " +
+                                std::to_string(common.entropy_count) + " ends at port " +
+                                std::to_string(common.entropy_base + common.entropy_count - 1) +
+                                ": the last port, base + count - 1, must be at most 65535");
+    // ENC-6 / TRIM-1: the trimmed code point marks a cut packet.
+    for (const auto& [name, dscp] : {std::pair{"--control-dscp", common.control_dscp},
+                                     std::pair{"--data-dscp", common.data_dscp}})
+      if (dscp == metaroce::wire::kDefaultTrimmedDscp)
+        throw CLI::ValidationError(name,
+                                   "must not be " + std::to_string(dscp) +
+                                       ", the DSCP a trimming switch gives a cut packet (TRIM-1)");
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;
   }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 #include "common/cli_parse.hpp"
 #include "metaroce/sim/config_file.hpp"
@@ -45,7 +46,16 @@ int main(int argc, char** argv) {
       ->excludes(app.get_option("--preset"));
   app.add_option("--transport", transport,
                  "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
-  app.add_option("--seed", seed, "RNG seed (same seed => identical output)");
+  // CLI11 reads "-1" into an unsigned option as 2^64 - 1 and a negative
+  // --trace-flow would mean "off": a leading '-' is refused.
+  const CLI::Validator non_negative(
+      [](std::string& v) -> std::string {
+        if (v.find_first_not_of(" \t") != std::string::npos && v[v.find_first_not_of(" \t")] == '-')
+          return "must not be negative, not " + v;
+        return {};
+      },
+      "NON-NEGATIVE");
+  app.add_option("--seed", seed, "RNG seed (same seed => identical output)")->check(non_negative);
   app.add_flag("--json", json, "print a JSON report");
   app.add_flag("--list", list, "list presets and exit");
   app.add_flag("--no-timing", no_timing,
@@ -72,10 +82,12 @@ int main(int argc, char** argv) {
   app.add_option("--watch-link", out.watch_link,
                  "link whose queue goes into queues.csv (default: the --pcap link)");
   app.add_option("--csv-flows", out.sampled_flows,
-                 "flows whose connection's per-path state goes into paths.csv (default 4)");
+                 "flows whose connection's per-path state goes into paths.csv (default 4)")
+      ->check(non_negative);
   app.add_option("--trace-flow", out.trace_flow,
                  "metaroce, spray-nocc: write the engine trace of both ends of flow N (as "
-                 "fcts.csv numbers flows) as CSV");
+                 "fcts.csv numbers flows) as CSV")
+      ->check(non_negative);
   app.add_option("--trace-file", out.trace_path, "file for --trace-flow (default trace-flowN.csv)");
   app.add_option("--set", settings,
                  "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
@@ -134,6 +146,15 @@ int main(int argc, char** argv) {
   }
   if (!(sample_us > 0 && sample_us <= 1e9))  // nan too; 1e9 us in ps fits 64 bits
     return bad_option("--sample-us: " + std::to_string(sample_us) + " is not in (0, 1e9]");
+  // An option that qualifies another is refused without it: it would be
+  // ignored, and the file or column it names never written.
+  static constexpr std::pair<const char*, const char*> kNeeds[] = {
+      {"--pcap-file", "--pcap"}, {"--sample-us", "--csv"},         {"--watch-link", "--csv"},
+      {"--csv-flows", "--csv"},  {"--trace-file", "--trace-flow"},
+  };
+  for (const auto& [option, needed] : kNeeds)
+    if (app.count(option) > 0 && app.count(needed) == 0)
+      return bad_option(std::string(option) + " qualifies " + needed + ", which is not given");
   out.sample_interval = SimTime{static_cast<uint64_t>(sample_us * 1e6)};
   if (!out.pcap_link.empty() && out.pcap_path.empty())
     out.pcap_path = cfg.name + "-" + transport + ".pcap";  // the preset's or config file's name

@@ -482,6 +482,7 @@ local function dissect_payload(st, tree, hdr_len, layout)
     local missing = layout.payload and st.msg_len > st.offset
     if by_dscp or missing then
       st.trimmed = true
+      st.payload_cut = missing -- READ_REQ and empty messages lose nothing
       local item = tree:add(pf.trimmed, true)
       item:set_generated()
       item:add_proto_expert_info(ex.trimmed, by_dscp and "TRIMMED DSCP, no payload"
@@ -515,8 +516,9 @@ local function dissect_icrc(st, tree, hdr_len)
   end
   local stored = tvb(icrc_off, ICRC_LEN):uint()
   local item = tree:add(pf.icrc, tvb(icrc_off, ICRC_LEN))
-  if st.trimmed and st.pc then
-    -- TRIM-2: the ICRC covered the payload that is gone.
+  if st.trimmed and st.pc and st.payload_cut then
+    -- TRIM-2: the ICRC covered the payload that is gone. (A flagged READ_REQ
+    -- or empty message lost nothing: its ICRC, over the headers, is checked.)
     unverified(item, "PC set and the payload was trimmed")
     return
   end
@@ -651,11 +653,62 @@ function metaroce.dissector(tvb, pinfo, tree)
   return st.captured
 end
 
+---------------------------------------------------------------- heuristic
+
+-- Whether a UDP datagram on another port is MetaRoCE: version 1 with the
+-- reserved flag bits clear, a known opcode, a length that fits its headers
+-- (sack_words at most 16, no payload where none is carried, payload within
+-- msg_len - offset), and a matching ICRC wherever it can be computed (all of
+-- the datagram captured, and no payload the ICRC covered cut by a switch,
+-- which the TRIMMED DSCP must then flag). Replies come from a server's
+-- entropy ports (ENC-3) to a client's own port, neither of them 4792.
+local function looks_like_metaroce(tvb)
+  local captured_len, datagram = tvb:len(), tvb:reported_len()
+  if datagram < MIN_DATAGRAM or captured_len < BH_LEN then return false end
+  local byte0 = tvb(0, 1):uint()
+  if rshift(byte0, 4) ~= VERSION or band(byte0, FLAG_RESERVED) ~= 0 then return false end
+  local layout = layouts[tvb(1, 1):uint()]
+  if layout == nil then return false end
+  local hdr_len = BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
+      (layout.imm and IMM_LEN or 0) + (layout.body_len or 0)
+  if datagram < hdr_len + ICRC_LEN or captured_len < hdr_len then return false end
+  if layout.body == "ack" then
+    local words = tvb(BH_LEN + 15, 1):uint()
+    if words > MAX_SACK_WORDS then return false end
+    hdr_len = hdr_len + words * SACK_WORD_LEN
+    if datagram < hdr_len + ICRC_LEN then return false end
+  end
+  local payload_len = datagram - hdr_len - ICRC_LEN
+  local cut = false
+  if layout.payload then
+    local offset, msg_len = tvb(BH_LEN + 4, 4):uint(), tvb(BH_LEN + 8, 4):uint()
+    if offset > msg_len or payload_len > msg_len - offset then return false end
+    cut = payload_len == 0 and msg_len > offset
+  elseif payload_len ~= 0 then
+    return false
+  end
+  local pc = is_set(byte0, FLAG_PC)
+  if cut and pc then return trimmed_dscp_seen() end -- TRIM-2: the ICRC covered what is gone
+  if captured_len < datagram then return true end -- the snap length took the ICRC
+  local covered = (pc and layout.payload) and datagram - ICRC_LEN or hdr_len
+  return crc32c(tvb:raw(0, covered)) == tvb(datagram - ICRC_LEN, ICRC_LEN):uint()
+end
+
+local function heuristic(tvb, pinfo, tree)
+  if not looks_like_metaroce(tvb) then return false end
+  metaroce.dissector(tvb, pinfo, tree)
+  return true
+end
+
 ---------------------------------------------------------------- registration
 
+-- The port (ENC-2) for everything sent to it, and the heuristic ("metaroce_udp"
+-- in Analyze > Enabled Protocols) for the rest: a server's replies from its
+-- entropy ports, traffic to another configured port.
 local udp_port_table = DissectorTable.get("udp.port")
 local registered_port = DEFAULT_UDP_PORT
 udp_port_table:add(registered_port, metaroce)
+metaroce:register_heuristic("udp", heuristic)
 
 function metaroce.prefs_changed()
   if metaroce.prefs.udp_port ~= registered_port then

@@ -189,7 +189,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     err.message = "open " + address + ": entropy block " + std::to_string(base) + "+" +
                   std::to_string(ecount) +
                   " is invalid (needs at least num_paths=" + std::to_string(cfg.num_paths) +
-                  " ports below 65536)";
+                  " ports, the first at least 1 and the last, base + count - 1, at most 65535)";
     return false;
   }
   ebase = static_cast<uint16_t>(base);

@@ -36,6 +36,9 @@ class EngineTarget : public Target {
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+  [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
+    return std::pair{ep_->config().entropy_min, ep_->config().entropy_max};
+  }
 
  private:
   void collect(std::vector<Sent>& out);

@@ -54,6 +54,13 @@ class RemoteTarget : public Target {
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+  // --entropy-base..+count-1, mapped as the tester maps it (from 50000);
+  // unknown for a block so large that its mapping wraps past 65535.
+  [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
+    const uint32_t last = uint32_t{TesterWire::kFirstCheckPort} + entropy_count_ - 1;
+    if (entropy_count_ == 0 || last > 65535) return std::nullopt;
+    return std::pair{TesterWire::kFirstCheckPort, static_cast<uint16_t>(last)};
+  }
 
   // The failure of the agent connection itself (empty if none); the target
   // answers every later request as failed.
@@ -61,7 +68,10 @@ class RemoteTarget : public Target {
 
  private:
   RemoteTarget(int fd, const RemoteOptions& o)
-      : channel_(fd), timeout_ms_(o.timeout_ms), min_wait_us_(o.min_wait_us) {}
+      : channel_(fd),
+        timeout_ms_(o.timeout_ms),
+        min_wait_us_(o.min_wait_us),
+        entropy_count_(o.entropy_count) {}
   // Sends one request and reads its reply. False when the agent answered
   // "ok": false (`reply` holds its "error") or the connection broke (then
   // broken_ says how).
@@ -75,6 +85,7 @@ class RemoteTarget : public Target {
   agent::LineChannel channel_;
   int timeout_ms_;
   int min_wait_us_;
+  uint16_t entropy_count_;
   TesterWire wire_;
   std::string name_;
   std::string broken_;

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "metaroce/engine.hpp"
@@ -71,6 +73,12 @@ class Target {
   [[nodiscard]] virtual bool poll_completion(Completion& out) = 0;
   // The state of path slot `path` of a connection (spec PathStats).
   [[nodiscard]] virtual bool path_stats(ConnId conn, size_t path, PathStats& out) = 0;
+  // The IUT's entropy range (the UDP source ports its paths draw from, spec
+  // PATH-1), {min, max} as Sent::entropy reads them; nullopt when the target
+  // does not know it (PATH-1 then checks what it can without it).
+  [[nodiscard]] virtual std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const {
+    return std::nullopt;
+  }
 
   // Why the target itself can no longer be driven (a remote target's agent
   // went away or broke the protocol), empty while it can. The suite then

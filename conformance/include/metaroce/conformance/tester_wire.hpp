@@ -24,7 +24,8 @@ namespace metaroce::conformance {
 
 class TesterWire {
  public:
-  static constexpr uint16_t kPorts = 16;  // check ports 50000..50015
+  static constexpr uint16_t kPorts = 16;              // check ports 50000..50015
+  static constexpr uint16_t kFirstCheckPort = 50000;  // Peer::kEntropy: the IUT's base maps here
   TesterWire() = default;
   TesterWire(const TesterWire&) = delete;
   TesterWire& operator=(const TesterWire&) = delete;

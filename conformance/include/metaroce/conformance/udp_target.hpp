@@ -46,6 +46,11 @@ class UdpTarget : public Target {
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+  // Its block, base..base+15, maps onto the check ports 50000..50015.
+  [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
+    return std::pair{TesterWire::kFirstCheckPort,
+                     static_cast<uint16_t>(TesterWire::kFirstCheckPort + kTesterPorts - 1)};
+  }
 
  private:
   UdpTarget() = default;
