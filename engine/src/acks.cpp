@@ -150,6 +150,9 @@ void Endpoint::Impl::advance_cum(Connection& c, TxCtx& t, uint32_t cum, TimeNs n
 
 void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.acks_received;
+  // An ACK naming PSNs we never sent is bogus: it measures no path and is no
+  // progress (checked before its echo touches RTT or window).
+  if (before(c.next_psn, p.ack.cum_psn)) return;
   c.last_progress = now;
   // CC-2: the echo's congestion signal holds back its path's increase for
   // the packets this same ACK acknowledges, and for no other ACK: cleared
@@ -162,9 +165,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   if (!c.tx) return;
   TxCtx& t = *c.tx;
   const wire::AckBody& a = p.ack;
-  // An ACK naming PSNs we never sent is bogus; one older than what we know is stale.
-  if (before(c.next_psn, a.cum_psn)) return;
-  uint32_t touched = 0;
+  uint32_t touched = 0;  // one older than what we know is stale: it advances nothing
   if (before(c.cum_acked, a.cum_psn)) advance_cum(c, t, a.cum_psn, now, touched);
   const uint32_t mask = c.wmask();
   for (uint32_t j = 0; j < a.sack_words; ++j) {

@@ -243,5 +243,38 @@ TEST(Engine, AckEchoesEveryPathOfAStrictlyAlternatingSender) {  // ACK-1, ACK-5,
   EXPECT_GT(p1.min_rtt_ns, 0u);
 }
 
+// An ACK whose cum_psn names PSNs never sent is bogus: dropped whole, its
+// echo signals nothing to any path (the echo was read first, and its CE cut
+// the path's window).
+TEST(Engine, BogusAckChangesNoPath) {
+  Loop loop(cfg(71), cfg(72));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 3);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  int forged = 0;
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d.size() < 2 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck)) return;
+    ++forged;
+    const size_t at = wire::kBaseHeaderSize;  // cum_psn, the ACK body's first field
+    const uint32_t cum = static_cast<uint32_t>(d[at]) << 24 |
+                         static_cast<uint32_t>(d[at + 1]) << 16 |
+                         static_cast<uint32_t>(d[at + 2]) << 8 | d[at + 3];
+    const uint32_t ahead = cum + 100000;
+    for (int i = 0; i < 4; ++i) d[at + i] = static_cast<uint8_t>(ahead >> (24 - 8 * i));
+    d[at + 14] |= wire::kAckEchoCe;  // flags: a CE echo would cut the path's window
+    ASSERT_EQ(wire::seal(d, d.size() - wire::kIcrcSize, 0), d.size());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  loop.run_until([&] { return forged >= 1; });
+  loop.run_until([] { return false; }, 200'000);  // the forged ACK's arrival, and after
+  ASSERT_GE(forged, 1);
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    EXPECT_EQ(ps.ce_marks, 0u) << "path " << i;
+    EXPECT_EQ(ps.packets_acked, 0u) << "path " << i;
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::test
