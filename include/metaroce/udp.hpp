@@ -139,7 +139,10 @@ class UdpEndpoint {
   // and the send sockets of the entropy block (default: the entropy_count
   // ports after the receive port; with port 0 and no entropy_base, open tries
   // again when they are taken). nullptr and err set on failure (e.g. a port of
-  // the block already in use).
+  // the block already in use). An endpoint on a wildcard address (0.0.0.0,
+  // or [::], which serves IPv4 peers too) answers each peer from the address
+  // that peer reached it at, as a peer takes a connection's packets only from
+  // the address it knows.
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
   ~UdpEndpoint();  // close()

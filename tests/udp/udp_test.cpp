@@ -572,6 +572,55 @@ TEST(Udp, WildcardIPv6EndpointServesIPv4Peer) {
       << p.server->peer_address(p.sconn);
 }
 
+// A server bound to a wildcard address answers from the address the client
+// reached, not from the one the kernel's route would pick (127.0.0.1 here):
+// a client connected to 127.0.0.2 takes only answers from 127.0.0.2. Before,
+// the server's answers left from 127.0.0.1 and the client dropped every one
+// (its connect timed out). Over IPv4 (IP_PKTINFO) and to a v4 peer of a
+// dual-stack socket; ::1 is IPv6 loopback's only address, but an IPv6 client
+// after the IPv4 ones finds send sockets connected to them (IPV6_PKTINFO).
+// Each client keeps writing after the next one connected.
+void wildcard_server_answers_from_the_address_reached(const std::string& server_host) {
+  std::vector<std::pair<std::string, std::string>> routes = {{"127.0.0.1", "127.0.0.2"},
+                                                             {"127.0.0.1", "127.0.0.3"}};
+  if (server_host == "::") routes.emplace_back("::1", "[::1]");
+  std::vector<Pair> pairs(routes.size());
+  std::unique_ptr<UdpEndpoint> server = open_on(server_host);
+  ASSERT_TRUE(server);
+  // Pair i owns the server while it is driven.
+  const auto with_server = [&](Pair& p, const auto& f) {
+    p.server = std::move(server);
+    f(p);
+    server = std::move(p.server);
+  };
+  for (size_t i = 0; i < routes.size(); ++i) {
+    SCOPED_TRACE(routes[i].second);
+    pairs[i].client = open_on(routes[i].first);
+    ASSERT_TRUE(pairs[i].client);
+    with_server(pairs[i], [&](Pair& p) {
+      handshake(p, routes[i].second + ":" + std::to_string(p.server->port()));
+    });
+    ASSERT_TRUE(pairs[i].cconn.valid() && pairs[i].sconn.valid());
+    for (size_t j = 0; j <= i; ++j) {  // the earlier clients still reach it too
+      SCOPED_TRACE(routes[j].second);
+      with_server(pairs[j], [&](Pair& p) {
+        WriteBuffers b(p, 256 * 1024, static_cast<uint32_t>(11 + j));
+        b.write_all_and_check(p, 64 * 1024);
+      });
+    }
+    EXPECT_EQ(server->io_stats().tx_errors, 0u);
+  }
+}
+
+TEST(Udp, WildcardIPv4ServerAnswersFromTheAddressReached) {
+  wildcard_server_answers_from_the_address_reached("0.0.0.0");
+}
+
+TEST(Udp, WildcardIPv6ServerAnswersFromTheAddressReached) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6";
+  wildcard_server_answers_from_the_address_reached("::");
+}
+
 // ENC-6: the control class's TOS goes with each ACK message as a cmsg (an
 // IP_TOS one for a v4 peer of a dual-stack socket), beside GSO's. A cmsg the
 // kernel refused would fail the message (tx_errors) and turn GSO off; one it

@@ -20,6 +20,7 @@
 // over the paths, so a path's share of a round is what one GSO run can hold.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -43,16 +45,23 @@ struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
 namespace metaroce::udp {
 
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
-inline constexpr size_t kRxCtrlBytes = 128;
+// A datagram's control data: the IP TOS / IPV6_TCLASS (24 bytes), UDP_GRO's
+// segment size (24), SCM_TIMESTAMPNS (32) and, on a wildcard-bound endpoint,
+// the address it arrived at (IP_PKTINFO 32, IPV6_PKTINFO 40): at most 120.
+inline constexpr size_t kRxCtrlBytes = 160;
 // What one recvmmsg may bring in. The kernel copies a whole call's
 // datagrams before the first is handled, and the placement copy then reads
 // them back: 32 GRO buffers of 64 KiB (2 MiB, this VM's L2) had them read
 // from L3, and a loopback WRITE's receiver, which bounded it, moved 48-49
 // Gbit/s; 8-16 buffers a call, 56-61 (BENCHMARKS.md section 3, stop 22).
 inline constexpr size_t kRxBytesPerCall = 512 * 1024;
-// A message's control data: its GSO segment size, and the IP TOS of a
-// control-class message (ENC-6), whose DSCP differs from the socket's.
-inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int));
+// A message's control data: its GSO segment size, the IP TOS of a
+// control-class message (ENC-6), whose DSCP differs from the socket's, and
+// on a wildcard-bound endpoint the source address (IP_PKTINFO /
+// IPV6_PKTINFO: the address the peer reaches us at, see Impl::peer_src).
+inline constexpr size_t kTxCtrlBytes =
+    CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int)) +
+    std::max(CMSG_SPACE(sizeof(in_pktinfo)), CMSG_SPACE(sizeof(in6_pktinfo)));
 inline constexpr size_t kIcrc = 4;  // the trailer after a gathered payload
 // The IP TOS byte of a packet of class `dscp` (ENC-6), always ECT(0) (ENC-4):
 // every send socket's own for the data class, a message's cmsg for another.
@@ -69,6 +78,24 @@ inline TimeNs clock_now() {
                                           std::chrono::steady_clock::now().time_since_epoch())
                                           .count())};
 }
+
+// An IP address (IPv4 as v4-mapped), as in PeerAddr::bytes[0..16).
+struct LocalIp {
+  uint8_t b[16] = {};
+  bool operator==(const LocalIp&) const = default;
+};
+
+// PeerAddr as an unordered_map key: its address and port.
+struct PeerAddrHash {
+  size_t operator()(const PeerAddr& p) const {
+    uint64_t a, b;
+    std::memcpy(&a, p.bytes, 8);
+    std::memcpy(&b, p.bytes + 8, 8);
+    const uint64_t port = (uint64_t{p.bytes[16]} << 8) | p.bytes[17];
+    return static_cast<size_t>((a * 0x9e3779b97f4a7c15ULL) ^
+                               (b + (port << 40)) * 0xc2b2ae3d27d4eb4fULL);
+  }
+};
 
 struct ConnInfo {
   ConnState state = ConnState::kConnecting;
@@ -107,6 +134,20 @@ struct UdpEndpoint::Impl {
   int timer_fd = -1;
   int wake_fd = -1;
   PeerAddr local;
+  // Bound to the wildcard address (0.0.0.0 or ::): the kernel would pick a
+  // datagram's source address by route, which need not be the address the
+  // peer sent to (and takes answers from: a peer matches a connection's
+  // datagrams by address). So the receive socket reports each datagram's
+  // destination (IP_PKTINFO / IPV6_RECVPKTINFO), peer_src keeps the latest
+  // for each peer (keyed as the engine names peers: the address and port of
+  // its receive socket, what resolve_peer returns), and a message to that
+  // peer names it as its source (set_control), unless the message leaves on
+  // a send socket connected from that address already (tx_src).
+  bool wild = false;
+  std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
+  PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
+  LocalIp src_cache;
+  std::vector<LocalIp> tx_src;  // each connected send socket's source address
   uint16_t ebase = 0;
   uint16_t ecount = 0;
   bool gso = false;
@@ -197,6 +238,7 @@ struct UdpEndpoint::Impl {
 
   // receive.cpp
   PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n);
+  void note_source(const PeerAddr& peer, const LocalIp& at);
   size_t receive(TimeNs now);
 
   // transmit.cpp
@@ -208,7 +250,8 @@ struct UdpEndpoint::Impl {
   uint8_t* slot_buf(size_t slot) { return tx_head.data() + slot * tx_head_size + kTxLead; }
   uint8_t* whole_buf(size_t slot) { return tx_whole.get() + slot * tx_whole_size; }
   size_t message_iov(size_t i, size_t j, size_t at);
-  void set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s);
+  const LocalIp* source_for(const PeerAddr& peer);
+  void set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s, const LocalIp* src);
   void build_messages();
   void materialize_pending();
   bool flush();
@@ -231,6 +274,7 @@ struct UdpEndpoint::Impl {
   void wake_thread();
   void end_round();
   void remember(const PeerAddr& p);
+  void forget_source(const PeerAddr& p);
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();

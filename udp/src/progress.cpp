@@ -30,6 +30,17 @@ void UdpEndpoint::Impl::remember(const PeerAddr& p) {
   recent_next = (recent_next + 1) % (sizeof(recent) / sizeof(recent[0]));
 }
 
+// A closed connection's peer_src entry goes, unless another connection to
+// that peer is still open (a later datagram from the peer would add it again).
+void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
+  if (peer_src.empty()) return;
+  for (const auto& [id, ci] : conns)
+    if ((ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) && ci.peer == p)
+      return;
+  peer_src.erase(p);
+  if (src_cache_peer == p) src_cache_peer = PeerAddr{};
+}
+
 bool UdpEndpoint::Impl::drain_events() {
   bool any = false;
   Event ev;
@@ -49,8 +60,14 @@ bool UdpEndpoint::Impl::drain_events() {
         accepted.push_back(ev.conn);
         break;
       case EventKind::kConnectFailed:
-      case EventKind::kError: ci.state = ConnState::kError; break;
-      case EventKind::kClosed: ci.state = ConnState::kClosed; break;
+      case EventKind::kError:
+        ci.state = ConnState::kError;
+        forget_source(ci.peer);
+        break;
+      case EventKind::kClosed:
+        ci.state = ConnState::kClosed;
+        forget_source(ci.peer);
+        break;
     }
   }
   return any;
