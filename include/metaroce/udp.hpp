@@ -183,10 +183,12 @@ class UdpEndpoint {
 
   // --- connections ---
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
-  // kVersionMismatch, kInvalidArgument (bad address); all name peer and conn.
-  // It ends at the earlier of `timeout` and the engine's own budget (spec
-  // CONN-2: Options::engine.connect_attempts requests connect_retry_ns apart,
-  // 8 x 10 ms by default): to wait for a peer that starts later, raise
+  // kVersionMismatch, kInvalidArgument (bad address, port 0); all name peer
+  // and conn. A request the kernel refused to send (no route, a broadcast
+  // address, ...) is dropped like a lost one, and the error names the
+  // kernel's ("sending failed: sendmmsg: Network is unreachable"). It ends at the earlier of
+  // `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts requests
+  // connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later, raise
   // connect_attempts as well.
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
@@ -204,7 +206,8 @@ class UdpEndpoint {
   [[nodiscard]] ConnState state(ConnId conn) const;
   // Why a connection in kError ended: the status that ended it (a NAK's code
   // such as kRemoteLengthError, kPeerUnreachable, kConnectTimeout, ...) with
-  // its peer and id. An empty Error for a connection in any other state.
+  // its peer and id, and the kernel's error if the last send to the peer
+  // failed. An empty Error for a connection in any other state.
   [[nodiscard]] Error conn_error(ConnId conn) const;
   [[nodiscard]] std::string peer_address(ConnId conn) const;
 

@@ -995,6 +995,43 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
   EXPECT_FALSE(id.valid());
 }
 
+// Port 0 names no socket: every request would fail with EINVAL, and the
+// connect used to report only that nobody answered.
+TEST(Udp, ConnectToPortZeroIsRefused) {
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  ConnId id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error e = client->connect("127.0.0.1:0", 2000ms, id);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+  EXPECT_NE(e.message.find("port 0"), std::string::npos) << e.message;
+  EXPECT_FALSE(id.valid());
+}
+
+// A request the kernel refuses to send (here the broadcast address, without
+// SO_BROADCAST: EACCES) is dropped like a lost one, but the failed connect
+// says what the kernel said, as does conn_error, rather than only "no answer".
+TEST(Udp, ConnectWhoseRequestsCannotBeSentSaysWhy) {
+  for (const bool user_timeout : {false, true}) {
+    SCOPED_TRACE(user_timeout ? "the caller's timeout" : "the engine's attempts");
+    Options o = test_options();
+    if (user_timeout) o.engine.connect_attempts = 1000;
+    auto client = open_on("127.0.0.1", o);
+    ASSERT_TRUE(client);
+    ConnId id;
+    const Error e = client->connect("255.255.255.255:" + std::to_string(random_port()), 300ms, id);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.status, Status::kConnectTimeout);
+    const std::string said = std::string("sendmmsg: ") + std::strerror(EACCES);
+    EXPECT_NE(e.message.find(said), std::string::npos) << e.message;
+    EXPECT_GT(client->io_stats().tx_errors, 0u);
+    const Error why = client->conn_error(ConnId{e.conn});
+    EXPECT_EQ(why.status, Status::kConnectTimeout) << why.message;
+    EXPECT_NE(why.message.find(said), std::string::npos) << why.message;
+  }
+}
+
 TEST(Udp, ConnectUserTimeout) {
   Options o = test_options();
   o.engine.connect_attempts = 1000;

@@ -97,10 +97,19 @@ struct PeerAddrHash {
   }
 };
 
+// A send to a peer that failed other than for a full socket buffer (e.g.
+// ENETUNREACH, EACCES): the message is dropped and the engine only sees
+// silence, so its error says what the kernel said.
+struct SendFailure {
+  int err = 0;  // errno; 0: none
+  const char* call = "";
+};
+
 struct ConnInfo {
   ConnState state = ConnState::kConnecting;
   Status status = Status::kOk;
   PeerAddr peer;
+  SendFailure send_failure;  // the peer's last, when the connection ended
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -209,6 +218,9 @@ struct UdpEndpoint::Impl {
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
   std::deque<ConnId> accepted;
+  // Each peer's last failed send (drop_failed), until a connection to it
+  // is established or its last one ends; rare, so a map.
+  std::unordered_map<PeerAddr, SendFailure, PeerAddrHash> send_failed;
   PeerAddr recent[16];
   size_t recent_next = 0;
 
@@ -259,7 +271,7 @@ struct UdpEndpoint::Impl {
   bool flush_uring();
   bool eagain_fault();
   bool gso_fault(size_t m);
-  void drop_failed(size_t m, int err);
+  void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
   void reset_tx();
   void setup_uring();
@@ -311,6 +323,9 @@ struct UdpEndpoint::Impl {
   // CONN-1: the mtu (0: the endpoint's) a connection to `peer` offers.
   [[nodiscard]] Error route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const;
   [[nodiscard]] Error closed_error(const std::string& what) const;
+  // "sendmmsg: Network is unreachable" for the peer's last failed send, or "".
+  [[nodiscard]] std::string send_failure_text(const PeerAddr& peer) const;
+  [[nodiscard]] static std::string send_failure_text(const SendFailure& f);
   Error check_post(Status s, ConnId conn, const char* what);
 };
 

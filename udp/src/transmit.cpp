@@ -312,10 +312,15 @@ bool UdpEndpoint::Impl::gso_fault(size_t m) {
 
 // Message m could not be sent (errno err, not a full buffer): it is dropped
 // and the engine retransmits its packets. A GSO message the device cannot
-// segment turns GSO off for good.
-void UdpEndpoint::Impl::drop_failed(size_t m, int err) {
-  if (tx_msg_segs[m] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP)) gso = false;
+// segment turns GSO off for good. Otherwise the error is kept for the peer,
+// so that a connection that fails for it says so (Impl::send_failed).
+void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   io.tx_errors += tx_msg_segs[m];
+  if (tx_msg_segs[m] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP)) {
+    gso = false;
+    return;
+  }
+  send_failed[tx_slots[tx_order[tx_msg_first[m]]].peer] = SendFailure{err, call};
 }
 
 void UdpEndpoint::Impl::count_sent(size_t m) {
@@ -361,7 +366,7 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
         refused = true;
         continue;
       }
-      drop_failed(tx_msg_next++, errno);  // the first message failed
+      drop_failed(tx_msg_next++, errno, "sendmmsg");  // the first message failed
       refused = false;
       continue;
     }
@@ -469,7 +474,7 @@ bool UdpEndpoint::Impl::flush_uring() {
       tx_msg_first[kept] = tx_msg_first[m];
       ++kept;
     } else {
-      drop_failed(m, -res);
+      drop_failed(m, -res, "sendmsg");
     }
   }
   if (kept == 0) {
