@@ -183,13 +183,14 @@ class UdpEndpoint {
 
   // --- connections ---
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
-  // kVersionMismatch, kInvalidArgument (bad address, port 0); all name peer
-  // and conn. A request the kernel refused to send (no route, a broadcast
-  // address, ...) is dropped like a lost one, and the error names the
-  // kernel's ("sending failed: sendmmsg: Network is unreachable"). It ends at the earlier of
-  // `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts requests
-  // connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later, raise
-  // connect_attempts as well.
+  // kVersionMismatch, kInvalidArgument (bad address, port 0, a peer of the
+  // other family: an IPv4 endpoint reaches only IPv4 peers, one bound to an
+  // IPv6 address only IPv6 ones, one on [::] both); all name peer and conn. A request the kernel
+  // refused to send (no route, a broadcast address, ...) is dropped like a lost one, and the error
+  // names the kernel's ("sending failed: sendmmsg: Network is unreachable"). It ends at the earlier
+  // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
+  // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
+  // raise connect_attempts as well.
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING. Work may be posted on it right away; it goes out once the

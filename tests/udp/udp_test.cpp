@@ -1416,6 +1416,24 @@ TEST(Udp, IPv4EndpointRejectsIPv6Peer) {
   EXPECT_EQ(e.status, Status::kInvalidArgument);
 }
 
+// Bound to one IPv6 address, an endpoint's sockets are IPv6-only: an IPv4
+// peer is refused at once, not left to a connect whose every request fails
+// (ENETUNREACH). A dual-stack endpoint ([::]) still reaches it (see
+// WildcardIPv6EndpointServesIPv4Peer).
+TEST(Udp, SpecificIPv6EndpointRejectsIPv4Peer) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
+  auto server = open_on("127.0.0.1");
+  auto a = open_on("::1");
+  ASSERT_TRUE(server && a);
+  ConnId id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error e = a->connect(server->local_address(), 2000ms, id);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+  EXPECT_NE(e.message.find("cannot reach an IPv4 peer"), std::string::npos) << e.message;
+  EXPECT_FALSE(id.valid());
+}
+
 // Anyone who reaches the port can send an empty or a runt datagram: the
 // driver drops the empty one (rx_foreign), the engine the runt (truncated),
 // and the endpoint goes on answering. An empty datagram used to stop the

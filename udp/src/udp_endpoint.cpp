@@ -191,6 +191,17 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
                 ") cannot reach an IPv6 peer";
     return e;
   }
+  if (impl_->family == AF_INET6 && !impl_->wild && address_is_v4(peer)) {
+    // Bound to one IPv6 address, the sockets are IPv6-only (IPV6_V6ONLY):
+    // every send to an IPv4 peer would fail with ENETUNREACH.
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.peer = format_address(peer);
+    e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" +
+                local_address() +
+                ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
+    return e;
+  }
   uint16_t max_mtu = 0;
   if (Error e = impl_->route_mtu_cap(peer, max_mtu); e) return e;
   ConnId id;
