@@ -50,6 +50,9 @@ bool UdpEndpoint::Impl::drain_events() {
     any = true;
     ConnInfo& ci = conns[ev.conn.v];
     if (ev.peer.len != 0) ci.peer = ev.peer;
+    // The first error stays: the close that follows one (the engine's
+    // kClosed after connect() gave up, say) must not leave conn_error() empty.
+    if (ci.state == ConnState::kError) continue;
     ci.status = ev.status;
     switch (ev.kind) {
       case EventKind::kConnected:
