@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "impl.hpp"  // udp/src: tx_group_key
 #include "metaroce/wire.hpp"
 #include "udp_pair.hpp"
 
@@ -1450,6 +1451,32 @@ TEST(Udp, SpecificIPv6EndpointRejectsIPv4Peer) {
   EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
   EXPECT_NE(e.message.find("cannot reach an IPv4 peer"), std::string::npos) << e.message;
   EXPECT_FALSE(id.valid());
+}
+
+// A round's ACKs and NAKs go before its data (ENC-6) through the send
+// path's counting sort: every socket's control key below every data key,
+// and every key inside the bucket array (2 * (entropy_count + 1) + 1), for
+// any entropy_count the driver accepts. Keys were 16-bit and wrapped from
+// entropy_count 32768 on (metaroce-perf takes up to 65535), sorting data
+// among the ACKs.
+TEST(Udp, SendGroupKeysKeepAcksFirstForEveryEntropyCount) {
+  using metaroce::udp::tx_group_key;
+  for (const uint32_t n : {1u, 64u, 32766u, 32767u, 40000u, 65535u}) {
+    SCOPED_TRACE(n);
+    const auto ecount = static_cast<uint16_t>(n);
+    const uint64_t buckets = 2 * (uint64_t{ecount} + 1) + 1;
+    uint32_t max_ack = 0;
+    uint32_t min_data = UINT32_MAX;
+    uint32_t max_data = 0;
+    for (uint32_t s = 0; s <= ecount; ++s) {  // sock ecount: the receive socket
+      max_ack = std::max(max_ack, tx_group_key(true, static_cast<uint16_t>(s), ecount));
+      const uint32_t d = tx_group_key(false, static_cast<uint16_t>(s), ecount);
+      min_data = std::min(min_data, d);
+      max_data = std::max(max_data, d);
+    }
+    EXPECT_LT(max_ack, min_data);
+    EXPECT_LT(uint64_t{max_data} + 1, buckets);
+  }
 }
 
 // Anyone who reaches the port can send an empty or a runt datagram: the

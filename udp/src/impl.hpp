@@ -123,11 +123,20 @@ struct TxSlot {
   uint32_t len = 0;     // whole datagram
   uint16_t hlen = 0;    // headers in the slot buffer (gathered only)
   uint16_t sock = 0;    // index into Impl::tx_fds; entropy_count means the receive socket
-  uint16_t key = 0;     // grouping key: sock for ACKs and NAKs, else entropy_count + 1 + sock
+  bool ack = false;     // an ACK or NAK: grouped before data (tx_group_key)
   bool copied = false;  // whole in tx_whole (materialize_pending), not in the slot's head
   uint8_t dscp = 0;     // ENC-6: a GSO run never mixes classes
   uint8_t trailer[4] = {};
 };
+
+// A slot's group in build_messages' counting sort: each socket's ACKs and
+// NAKs (sock), then each socket's data (entropy_count + 1 + sock), so that a
+// round's control class goes first. Sockets run to entropy_count (the
+// receive socket), which may be 65535: up to 131071 keys, so 32 bits (16
+// wrapped from entropy_count 32768 on and put data among the ACKs).
+inline uint32_t tx_group_key(bool ack, uint16_t sock, uint16_t ecount) {
+  return ack ? uint32_t{sock} : uint32_t{ecount} + 1 + sock;
+}
 
 struct UdpEndpoint::Impl {
   Options opts;
@@ -193,7 +202,7 @@ struct UdpEndpoint::Impl {
   std::unique_ptr<uint8_t[]> tx_whole;
   std::vector<TxSlot> tx_slots;
   std::vector<uint32_t> tx_order;
-  std::vector<uint32_t> tx_bucket;  // counting sort by TxSlot::key
+  std::vector<uint32_t> tx_bucket;  // counting sort by tx_group_key
   std::vector<iovec> tx_iov;        // 3 per slot
   std::vector<mmsghdr> tx_msgs;
   std::vector<uint16_t> tx_msg_sock;

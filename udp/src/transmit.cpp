@@ -94,7 +94,7 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
     s.dscp = tx.dscp;
     s.sock = choose_socket(tx.entropy, buf, s.len);
     const bool ack = s.len >= 2 && wire::is_acknowledgement(buf[1]);
-    s.key = static_cast<uint16_t>(ack ? s.sock : ecount + 1 + s.sock);
+    s.ack = ack;
     ++tx_count;
   }
   return tx_count;
@@ -201,10 +201,11 @@ void UdpEndpoint::Impl::build_messages() {
   // in the host's own queues either. Every other packet keeps its order on
   // its socket.
   std::fill(tx_bucket.begin(), tx_bucket.end(), 0);
-  for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[tx_slots[i].key + 1u];
+  const auto key = [&](const TxSlot& t) { return tx_group_key(t.ack, t.sock, ecount); };
+  for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[key(tx_slots[i]) + 1u];
   for (size_t k = 1; k < tx_bucket.size(); ++k) tx_bucket[k] += tx_bucket[k - 1];
   for (size_t i = 0; i < tx_count; ++i)
-    tx_order[tx_bucket[tx_slots[i].key]++] = static_cast<uint32_t>(i);
+    tx_order[tx_bucket[key(tx_slots[i])]++] = static_cast<uint32_t>(i);
   tx_msg_count = 0;
   size_t i = 0;
   size_t niov = 0;
