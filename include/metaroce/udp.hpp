@@ -139,7 +139,10 @@ class UdpEndpoint {
   // and the send sockets of the entropy block (default: the entropy_count
   // ports after the receive port; with port 0 and no entropy_base, open tries
   // again when they are taken). nullptr and err set on failure (e.g. a port of
-  // the block already in use).
+  // the block already in use). An endpoint on a wildcard address (0.0.0.0,
+  // or [::], which serves IPv4 peers too) answers each peer from the address
+  // that peer reached it at, as a peer takes a connection's packets only from
+  // the address it knows.
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
   ~UdpEndpoint();  // close()
@@ -180,11 +183,14 @@ class UdpEndpoint {
 
   // --- connections ---
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
-  // kVersionMismatch, kInvalidArgument (bad address); all name peer and conn.
-  // It ends at the earlier of `timeout` and the engine's own budget (spec
-  // CONN-2: Options::engine.connect_attempts requests connect_retry_ns apart,
-  // 8 x 10 ms by default): to wait for a peer that starts later, raise
-  // connect_attempts as well.
+  // kVersionMismatch, kInvalidArgument (bad address, port 0, a peer of the
+  // other family: an IPv4 endpoint reaches only IPv4 peers, one bound to an
+  // IPv6 address only IPv6 ones, one on [::] both); all name peer and conn. A request the kernel
+  // refused to send (no route, a broadcast address, ...) is dropped like a lost one, and the error
+  // names the kernel's ("sending failed: sendmmsg: Network is unreachable"). It ends at the earlier
+  // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
+  // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
+  // raise connect_attempts as well.
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING. Work may be posted on it right away; it goes out once the
@@ -201,7 +207,8 @@ class UdpEndpoint {
   [[nodiscard]] ConnState state(ConnId conn) const;
   // Why a connection in kError ended: the status that ended it (a NAK's code
   // such as kRemoteLengthError, kPeerUnreachable, kConnectTimeout, ...) with
-  // its peer and id. An empty Error for a connection in any other state.
+  // its peer and id, and the kernel's error if the last send to the peer
+  // failed. An empty Error for a connection in any other state.
   [[nodiscard]] Error conn_error(ConnId conn) const;
   [[nodiscard]] std::string peer_address(ConnId conn) const;
 

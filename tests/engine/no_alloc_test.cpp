@@ -509,10 +509,10 @@ UdpRun udp_stream(UdpEndpoint& client, UdpEndpoint& server, ConnId conn, const u
   return r;
 }
 
-void udp_steady_state(bool offloads) {
+void udp_steady_state(bool offloads, const std::string& server_host = "") {
   Options o = metaroce::udp::test::test_options();
   o.gso = o.gro = o.io_uring = offloads;
-  metaroce::udp::test::Pair p = metaroce::udp::test::connect_pair("127.0.0.1", o, o);
+  metaroce::udp::test::Pair p = metaroce::udp::test::connect_pair("127.0.0.1", o, o, server_host);
   ASSERT_TRUE(p.server && p.client && p.cconn.valid() && p.sconn.valid());
   UdpEndpoint* const client = p.client.get();
   UdpEndpoint* const server = p.server.get();
@@ -561,5 +561,9 @@ TEST(NoAlloc, UdpSteadyWrites) { udp_steady_state(true); }
 
 // One datagram per message, sendmmsg / recvmmsg.
 TEST(NoAlloc, UdpSteadyWritesWithoutOffloads) { udp_steady_state(false); }
+
+// A server bound to 0.0.0.0 names each answer's source (IP_PKTINFO) from
+// what it learned of the peer: without allocating per packet either.
+TEST(NoAlloc, UdpSteadyWritesToAWildcardServer) { udp_steady_state(true, "0.0.0.0"); }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "impl.hpp"  // udp/src: tx_group_key
 #include "metaroce/wire.hpp"
 #include "udp_pair.hpp"
 
@@ -572,6 +573,55 @@ TEST(Udp, WildcardIPv6EndpointServesIPv4Peer) {
       << p.server->peer_address(p.sconn);
 }
 
+// A server bound to a wildcard address answers from the address the client
+// reached, not from the one the kernel's route would pick (127.0.0.1 here):
+// a client connected to 127.0.0.2 takes only answers from 127.0.0.2. Before,
+// the server's answers left from 127.0.0.1 and the client dropped every one
+// (its connect timed out). Over IPv4 (IP_PKTINFO) and to a v4 peer of a
+// dual-stack socket; ::1 is IPv6 loopback's only address, but an IPv6 client
+// after the IPv4 ones finds send sockets connected to them (IPV6_PKTINFO).
+// Each client keeps writing after the next one connected.
+void wildcard_server_answers_from_the_address_reached(const std::string& server_host) {
+  std::vector<std::pair<std::string, std::string>> routes = {{"127.0.0.1", "127.0.0.2"},
+                                                             {"127.0.0.1", "127.0.0.3"}};
+  if (server_host == "::") routes.emplace_back("::1", "[::1]");
+  std::vector<Pair> pairs(routes.size());
+  std::unique_ptr<UdpEndpoint> server = open_on(server_host);
+  ASSERT_TRUE(server);
+  // Pair i owns the server while it is driven.
+  const auto with_server = [&](Pair& p, const auto& f) {
+    p.server = std::move(server);
+    f(p);
+    server = std::move(p.server);
+  };
+  for (size_t i = 0; i < routes.size(); ++i) {
+    SCOPED_TRACE(routes[i].second);
+    pairs[i].client = open_on(routes[i].first);
+    ASSERT_TRUE(pairs[i].client);
+    with_server(pairs[i], [&](Pair& p) {
+      handshake(p, routes[i].second + ":" + std::to_string(p.server->port()));
+    });
+    ASSERT_TRUE(pairs[i].cconn.valid() && pairs[i].sconn.valid());
+    for (size_t j = 0; j <= i; ++j) {  // the earlier clients still reach it too
+      SCOPED_TRACE(routes[j].second);
+      with_server(pairs[j], [&](Pair& p) {
+        WriteBuffers b(p, 256 * 1024, static_cast<uint32_t>(11 + j));
+        b.write_all_and_check(p, 64 * 1024);
+      });
+    }
+    EXPECT_EQ(server->io_stats().tx_errors, 0u);
+  }
+}
+
+TEST(Udp, WildcardIPv4ServerAnswersFromTheAddressReached) {
+  wildcard_server_answers_from_the_address_reached("0.0.0.0");
+}
+
+TEST(Udp, WildcardIPv6ServerAnswersFromTheAddressReached) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6";
+  wildcard_server_answers_from_the_address_reached("::");
+}
+
 // ENC-6: the control class's TOS goes with each ACK message as a cmsg (an
 // IP_TOS one for a v4 peer of a dual-stack socket), beside GSO's. A cmsg the
 // kernel refused would fail the message (tx_errors) and turn GSO off; one it
@@ -946,6 +996,43 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
   EXPECT_FALSE(id.valid());
 }
 
+// Port 0 names no socket: every request would fail with EINVAL, and the
+// connect used to report only that nobody answered.
+TEST(Udp, ConnectToPortZeroIsRefused) {
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  ConnId id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error e = client->connect("127.0.0.1:0", 2000ms, id);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+  EXPECT_NE(e.message.find("port 0"), std::string::npos) << e.message;
+  EXPECT_FALSE(id.valid());
+}
+
+// A request the kernel refuses to send (here the broadcast address, without
+// SO_BROADCAST: EACCES) is dropped like a lost one, but the failed connect
+// says what the kernel said, as does conn_error, rather than only "no answer".
+TEST(Udp, ConnectWhoseRequestsCannotBeSentSaysWhy) {
+  for (const bool user_timeout : {false, true}) {
+    SCOPED_TRACE(user_timeout ? "the caller's timeout" : "the engine's attempts");
+    Options o = test_options();
+    if (user_timeout) o.engine.connect_attempts = 1000;
+    auto client = open_on("127.0.0.1", o);
+    ASSERT_TRUE(client);
+    ConnId id;
+    const Error e = client->connect("255.255.255.255:" + std::to_string(random_port()), 300ms, id);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e.status, Status::kConnectTimeout);
+    const std::string said = std::string("sendmmsg: ") + std::strerror(EACCES);
+    EXPECT_NE(e.message.find(said), std::string::npos) << e.message;
+    EXPECT_GT(client->io_stats().tx_errors, 0u);
+    const Error why = client->conn_error(ConnId{e.conn});
+    EXPECT_EQ(why.status, Status::kConnectTimeout) << why.message;
+    EXPECT_NE(why.message.find(said), std::string::npos) << why.message;
+  }
+}
+
 TEST(Udp, ConnectUserTimeout) {
   Options o = test_options();
   o.engine.connect_attempts = 1000;
@@ -956,6 +1043,24 @@ TEST(Udp, ConnectUserTimeout) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e.status, Status::kConnectTimeout);
   EXPECT_NE(e.message.find("timed out"), std::string::npos) << e.message;
+}
+
+// A connect that ran out of the caller's time leaves its connection in
+// kError with kConnectTimeout, and the events of the close that follows (the
+// engine's kClosed) do not turn it into a plain kClosed with no error.
+TEST(Udp, ConnectTimeoutStaysTheConnectionsError) {
+  Options o = test_options();
+  o.engine.connect_attempts = 1000;
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 100ms, id);
+  ASSERT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  const ConnId conn{e.conn};
+  for (int i = 0; i < 20; ++i) client->wait(5ms);
+  EXPECT_EQ(client->state(conn), metaroce::udp::ConnState::kError);
+  const Error why = client->conn_error(conn);
+  EXPECT_EQ(why.status, Status::kConnectTimeout) << why.message;
 }
 
 TEST(Udp, ConnectRefused) {
@@ -1328,6 +1433,50 @@ TEST(Udp, IPv4EndpointRejectsIPv6Peer) {
   const Error e = a->connect("[::1]:5000", 100ms, id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e.status, Status::kInvalidArgument);
+}
+
+// Bound to one IPv6 address, an endpoint's sockets are IPv6-only: an IPv4
+// peer is refused at once, not left to a connect whose every request fails
+// (ENETUNREACH). A dual-stack endpoint ([::]) still reaches it (see
+// WildcardIPv6EndpointServesIPv4Peer).
+TEST(Udp, SpecificIPv6EndpointRejectsIPv4Peer) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
+  auto server = open_on("127.0.0.1");
+  auto a = open_on("::1");
+  ASSERT_TRUE(server && a);
+  ConnId id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error e = a->connect(server->local_address(), 2000ms, id);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+  EXPECT_NE(e.message.find("cannot reach an IPv4 peer"), std::string::npos) << e.message;
+  EXPECT_FALSE(id.valid());
+}
+
+// A round's ACKs and NAKs go before its data (ENC-6) through the send
+// path's counting sort: every socket's control key below every data key,
+// and every key inside the bucket array (2 * (entropy_count + 1) + 1), for
+// any entropy_count the driver accepts. Keys were 16-bit and wrapped from
+// entropy_count 32768 on (metaroce-perf takes up to 65535), sorting data
+// among the ACKs.
+TEST(Udp, SendGroupKeysKeepAcksFirstForEveryEntropyCount) {
+  using metaroce::udp::tx_group_key;
+  for (const uint32_t n : {1u, 64u, 32766u, 32767u, 40000u, 65535u}) {
+    SCOPED_TRACE(n);
+    const auto ecount = static_cast<uint16_t>(n);
+    const uint64_t buckets = 2 * (uint64_t{ecount} + 1) + 1;
+    uint32_t max_ack = 0;
+    uint32_t min_data = UINT32_MAX;
+    uint32_t max_data = 0;
+    for (uint32_t s = 0; s <= ecount; ++s) {  // sock ecount: the receive socket
+      max_ack = std::max(max_ack, tx_group_key(true, static_cast<uint16_t>(s), ecount));
+      const uint32_t d = tx_group_key(false, static_cast<uint16_t>(s), ecount);
+      min_data = std::min(min_data, d);
+      max_data = std::max(max_data, d);
+    }
+    EXPECT_LT(max_ack, min_data);
+    EXPECT_LT(uint64_t{max_data} + 1, buckets);
+  }
 }
 
 // Anyone who reaches the port can send an empty or a runt datagram: the

@@ -1,6 +1,7 @@
 // The Error values the public calls return: status, peer and connection in
 // one message.
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "address.hpp"
@@ -60,6 +61,15 @@ Error UdpEndpoint::Impl::route_mtu_cap(const PeerAddr& peer, uint16_t& cap) cons
   return e;
 }
 
+std::string UdpEndpoint::Impl::send_failure_text(const SendFailure& f) {
+  return f.err == 0 ? std::string() : std::string(f.call) + ": " + std::strerror(f.err);
+}
+
+std::string UdpEndpoint::Impl::send_failure_text(const PeerAddr& peer) const {
+  const auto it = send_failed.find(peer);
+  return it == send_failed.end() ? std::string() : send_failure_text(it->second);
+}
+
 // After close() the sockets are gone: a connect or an accept would only
 // wait out its timeout.
 Error UdpEndpoint::Impl::closed_error(const std::string& what) const {
@@ -78,12 +88,15 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
   // name what ended it, which the application otherwise has to ask for.
   auto it = conns.find(conn.v);
   if (s == Status::kNotConnected && it != conns.end() && it->second.state == ConnState::kError &&
-      it->second.status != Status::kOk)
+      it->second.status != Status::kOk) {
+    const std::string sent = send_failure_text(it->second.send_failure);
     return make_error(s,
                       std::string(what) + " failed: the connection ended with " +
                           std::string(status_name(it->second.status)) + " (" +
-                          std::string(status_text(it->second.status)) + ")",
+                          std::string(status_text(it->second.status)) + ")" +
+                          (sent.empty() ? "" : "; the last send to the peer failed: " + sent),
                       conn);
+  }
   return make_error(s, std::string(what) + " failed", conn);
 }
 

@@ -20,6 +20,7 @@
 // over the paths, so a path's share of a round is what one GSO run can hold.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -43,16 +45,23 @@ struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
 namespace metaroce::udp {
 
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
-inline constexpr size_t kRxCtrlBytes = 128;
+// A datagram's control data: the IP TOS / IPV6_TCLASS (24 bytes), UDP_GRO's
+// segment size (24), SCM_TIMESTAMPNS (32) and, on a wildcard-bound endpoint,
+// the address it arrived at (IP_PKTINFO 32, IPV6_PKTINFO 40): at most 120.
+inline constexpr size_t kRxCtrlBytes = 160;
 // What one recvmmsg may bring in. The kernel copies a whole call's
 // datagrams before the first is handled, and the placement copy then reads
 // them back: 32 GRO buffers of 64 KiB (2 MiB, this VM's L2) had them read
 // from L3, and a loopback WRITE's receiver, which bounded it, moved 48-49
 // Gbit/s; 8-16 buffers a call, 56-61 (BENCHMARKS.md section 3, stop 22).
 inline constexpr size_t kRxBytesPerCall = 512 * 1024;
-// A message's control data: its GSO segment size, and the IP TOS of a
-// control-class message (ENC-6), whose DSCP differs from the socket's.
-inline constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int));
+// A message's control data: its GSO segment size, the IP TOS of a
+// control-class message (ENC-6), whose DSCP differs from the socket's, and
+// on a wildcard-bound endpoint the source address (IP_PKTINFO /
+// IPV6_PKTINFO: the address the peer reaches us at, see Impl::peer_src).
+inline constexpr size_t kTxCtrlBytes =
+    CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int)) +
+    std::max(CMSG_SPACE(sizeof(in_pktinfo)), CMSG_SPACE(sizeof(in6_pktinfo)));
 inline constexpr size_t kIcrc = 4;  // the trailer after a gathered payload
 // The IP TOS byte of a packet of class `dscp` (ENC-6), always ECT(0) (ENC-4):
 // every send socket's own for the data class, a message's cmsg for another.
@@ -70,10 +79,37 @@ inline TimeNs clock_now() {
                                           .count())};
 }
 
+// An IP address (IPv4 as v4-mapped), as in PeerAddr::bytes[0..16).
+struct LocalIp {
+  uint8_t b[16] = {};
+  bool operator==(const LocalIp&) const = default;
+};
+
+// PeerAddr as an unordered_map key: its address and port.
+struct PeerAddrHash {
+  size_t operator()(const PeerAddr& p) const {
+    uint64_t a, b;
+    std::memcpy(&a, p.bytes, 8);
+    std::memcpy(&b, p.bytes + 8, 8);
+    const uint64_t port = (uint64_t{p.bytes[16]} << 8) | p.bytes[17];
+    return static_cast<size_t>((a * 0x9e3779b97f4a7c15ULL) ^
+                               (b + (port << 40)) * 0xc2b2ae3d27d4eb4fULL);
+  }
+};
+
+// A send to a peer that failed other than for a full socket buffer (e.g.
+// ENETUNREACH, EACCES): the message is dropped and the engine only sees
+// silence, so its error says what the kernel said.
+struct SendFailure {
+  int err = 0;  // errno; 0: none
+  const char* call = "";
+};
+
 struct ConnInfo {
   ConnState state = ConnState::kConnecting;
   Status status = Status::kOk;
   PeerAddr peer;
+  SendFailure send_failure;  // the peer's last, when the connection ended
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -87,11 +123,20 @@ struct TxSlot {
   uint32_t len = 0;     // whole datagram
   uint16_t hlen = 0;    // headers in the slot buffer (gathered only)
   uint16_t sock = 0;    // index into Impl::tx_fds; entropy_count means the receive socket
-  uint16_t key = 0;     // grouping key: sock for ACKs and NAKs, else entropy_count + 1 + sock
+  bool ack = false;     // an ACK or NAK: grouped before data (tx_group_key)
   bool copied = false;  // whole in tx_whole (materialize_pending), not in the slot's head
   uint8_t dscp = 0;     // ENC-6: a GSO run never mixes classes
   uint8_t trailer[4] = {};
 };
+
+// A slot's group in build_messages' counting sort: each socket's ACKs and
+// NAKs (sock), then each socket's data (entropy_count + 1 + sock), so that a
+// round's control class goes first. Sockets run to entropy_count (the
+// receive socket), which may be 65535: up to 131071 keys, so 32 bits (16
+// wrapped from entropy_count 32768 on and put data among the ACKs).
+inline uint32_t tx_group_key(bool ack, uint16_t sock, uint16_t ecount) {
+  return ack ? uint32_t{sock} : uint32_t{ecount} + 1 + sock;
+}
 
 struct UdpEndpoint::Impl {
   Options opts;
@@ -107,6 +152,20 @@ struct UdpEndpoint::Impl {
   int timer_fd = -1;
   int wake_fd = -1;
   PeerAddr local;
+  // Bound to the wildcard address (0.0.0.0 or ::): the kernel would pick a
+  // datagram's source address by route, which need not be the address the
+  // peer sent to (and takes answers from: a peer matches a connection's
+  // datagrams by address). So the receive socket reports each datagram's
+  // destination (IP_PKTINFO / IPV6_RECVPKTINFO), peer_src keeps the latest
+  // for each peer (keyed as the engine names peers: the address and port of
+  // its receive socket, what resolve_peer returns), and a message to that
+  // peer names it as its source (set_control), unless the message leaves on
+  // a send socket connected from that address already (tx_src).
+  bool wild = false;
+  std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
+  PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
+  LocalIp src_cache;
+  std::vector<LocalIp> tx_src;  // each connected send socket's source address
   uint16_t ebase = 0;
   uint16_t ecount = 0;
   bool gso = false;
@@ -143,7 +202,7 @@ struct UdpEndpoint::Impl {
   std::unique_ptr<uint8_t[]> tx_whole;
   std::vector<TxSlot> tx_slots;
   std::vector<uint32_t> tx_order;
-  std::vector<uint32_t> tx_bucket;  // counting sort by TxSlot::key
+  std::vector<uint32_t> tx_bucket;  // counting sort by tx_group_key
   std::vector<iovec> tx_iov;        // 3 per slot
   std::vector<mmsghdr> tx_msgs;
   std::vector<uint16_t> tx_msg_sock;
@@ -168,6 +227,9 @@ struct UdpEndpoint::Impl {
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
   std::deque<ConnId> accepted;
+  // Each peer's last failed send (drop_failed), until a connection to it
+  // is established or its last one ends; rare, so a map.
+  std::unordered_map<PeerAddr, SendFailure, PeerAddrHash> send_failed;
   PeerAddr recent[16];
   size_t recent_next = 0;
 
@@ -197,6 +259,7 @@ struct UdpEndpoint::Impl {
 
   // receive.cpp
   PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n);
+  void note_source(const PeerAddr& peer, const LocalIp& at);
   size_t receive(TimeNs now);
 
   // transmit.cpp
@@ -208,7 +271,8 @@ struct UdpEndpoint::Impl {
   uint8_t* slot_buf(size_t slot) { return tx_head.data() + slot * tx_head_size + kTxLead; }
   uint8_t* whole_buf(size_t slot) { return tx_whole.get() + slot * tx_whole_size; }
   size_t message_iov(size_t i, size_t j, size_t at);
-  void set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s);
+  const LocalIp* source_for(const PeerAddr& peer);
+  void set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s, const LocalIp* src);
   void build_messages();
   void materialize_pending();
   bool flush();
@@ -216,7 +280,7 @@ struct UdpEndpoint::Impl {
   bool flush_uring();
   bool eagain_fault();
   bool gso_fault(size_t m);
-  void drop_failed(size_t m, int err);
+  void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
   void reset_tx();
   void setup_uring();
@@ -231,6 +295,7 @@ struct UdpEndpoint::Impl {
   void wake_thread();
   void end_round();
   void remember(const PeerAddr& p);
+  void forget_source(const PeerAddr& p);
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();
@@ -267,6 +332,9 @@ struct UdpEndpoint::Impl {
   // CONN-1: the mtu (0: the endpoint's) a connection to `peer` offers.
   [[nodiscard]] Error route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const;
   [[nodiscard]] Error closed_error(const std::string& what) const;
+  // "sendmmsg: Network is unreachable" for the peer's last failed send, or "".
+  [[nodiscard]] std::string send_failure_text(const PeerAddr& peer) const;
+  [[nodiscard]] static std::string send_failure_text(const SendFailure& f);
   Error check_post(Status s, ConnId conn, const char* what);
 };
 

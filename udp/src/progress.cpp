@@ -30,6 +30,19 @@ void UdpEndpoint::Impl::remember(const PeerAddr& p) {
   recent_next = (recent_next + 1) % (sizeof(recent) / sizeof(recent[0]));
 }
 
+// A closed connection's peer_src and send_failed entries go, unless another
+// connection to that peer is still open (a later datagram from the peer
+// would add the first again).
+void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
+  if (peer_src.empty() && send_failed.empty()) return;
+  for (const auto& [id, ci] : conns)
+    if ((ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) && ci.peer == p)
+      return;
+  send_failed.erase(p);
+  peer_src.erase(p);
+  if (src_cache_peer == p) src_cache_peer = PeerAddr{};
+}
+
 bool UdpEndpoint::Impl::drain_events() {
   bool any = false;
   Event ev;
@@ -37,20 +50,33 @@ bool UdpEndpoint::Impl::drain_events() {
     any = true;
     ConnInfo& ci = conns[ev.conn.v];
     if (ev.peer.len != 0) ci.peer = ev.peer;
+    // The first error stays: the close that follows one (the engine's
+    // kClosed after connect() gave up, say) must not leave conn_error() empty.
+    if (ci.state == ConnState::kError) continue;
     ci.status = ev.status;
     switch (ev.kind) {
       case EventKind::kConnected:
         ci.state = ConnState::kEstablished;
         remember(ci.peer);
+        if (!send_failed.empty()) send_failed.erase(ci.peer);  // it got through since
         break;
       case EventKind::kAccepted:
         ci.state = ConnState::kEstablished;
         remember(ci.peer);
+        if (!send_failed.empty()) send_failed.erase(ci.peer);
         accepted.push_back(ev.conn);
         break;
       case EventKind::kConnectFailed:
-      case EventKind::kError: ci.state = ConnState::kError; break;
-      case EventKind::kClosed: ci.state = ConnState::kClosed; break;
+      case EventKind::kError:
+        ci.state = ConnState::kError;
+        if (auto it = send_failed.find(ci.peer); it != send_failed.end())
+          ci.send_failure = it->second;
+        forget_source(ci.peer);
+        break;
+      case EventKind::kClosed:
+        ci.state = ConnState::kClosed;
+        forget_source(ci.peer);
+        break;
     }
   }
   return any;

@@ -40,6 +40,16 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
   return src;  // CONNECT_REQ: sent from the peer's receive port
 }
 
+// A wildcard-bound endpoint learns the address `peer` reaches it at (see
+// Impl::wild). Checked once per received buffer: the cache holds the last
+// peer, so a busy connection costs a comparison.
+void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at) {
+  if (src_cache_peer == peer && src_cache == at) return;
+  peer_src[peer] = at;  // allocates for a new peer only
+  src_cache_peer = peer;
+  src_cache = at;
+}
+
 size_t UdpEndpoint::Impl::receive(TimeNs now) {
   size_t got = 0;
   const int64_t real_to_mono = static_cast<int64_t>(now.ns) - realtime_ns();
@@ -77,6 +87,8 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       uint8_t tos = 0;
       size_t seg = len;
       int64_t arrived = 0;  // kernel receive time, on the engine's clock
+      LocalIp dst;          // the address it was sent to (wild only)
+      bool have_dst = false;
       for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
         if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS)) {
           tos = *reinterpret_cast<const uint8_t*>(CMSG_DATA(c));
@@ -92,6 +104,17 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
           timespec ts{};
           std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
           arrived = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + real_to_mono;
+        } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+          in_pktinfo pi{};
+          std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+          dst.b[10] = dst.b[11] = 0xff;  // v4-mapped
+          std::memcpy(dst.b + 12, &pi.ipi_addr, 4);
+          have_dst = true;
+        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+          in6_pktinfo pi{};
+          std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+          std::memcpy(dst.b, &pi.ipi6_addr, 16);  // an IPv4 one v4-mapped on a dual-stack socket
+          have_dst = true;
         }
       }
       if (arrived != 0) {
@@ -127,6 +150,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
           dg.peer = resolve_peer(src, base + off, n);
           resolved_dc = dc;
           resolved = true;
+          if (have_dst) note_source(dg.peer, dst);
         }
         dg.bytes = std::span<const uint8_t>(base + off, n);
         eng->handle_datagram(dg, now);

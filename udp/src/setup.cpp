@@ -77,6 +77,14 @@ bool UdpEndpoint::Impl::setup_socket(int fd, bool is_rx, Error& err, const std::
     (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
     (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
   }
+  if (is_rx && wild) {
+    // Each datagram's destination address, to answer from it (Impl::wild).
+    // An IPv4 datagram on a dual-stack socket reports it as v4-mapped.
+    if (family == AF_INET)
+      (void)setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
+    else
+      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
+  }
   if (is_rx) {
     // Kernel arrival times, for IoStats::rx_wait_ns_*: how long datagrams
     // sat in the socket before this process read them (a process short of
@@ -136,6 +144,11 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     return false;
   }
   family = address_is_v4(local) ? AF_INET : AF_INET6;
+  {
+    const bool v4 = family == AF_INET;
+    wild = std::all_of(local.bytes + (v4 ? 12 : 0), local.bytes + 16,
+                       [](uint8_t b) { return b == 0; });
+  }
   cfg = opts.engine;
   {
     // The entropy range is the driver's to assign (the block below), so the
@@ -281,6 +294,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_order.assign(tx_cap, 0);
   tx_peer.assign(ecount, PeerAddr{});
   tx_peer_tried.assign(ecount, 0);
+  tx_src.assign(ecount, LocalIp{});
   tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
   tx_iov.assign(3 * tx_cap, iovec{});
   tx_msgs.assign(tx_cap, mmsghdr{});

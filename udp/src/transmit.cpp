@@ -2,6 +2,7 @@
 // into slots, grouped by socket and peer into sendmmsg messages (runs
 // coalesced with GSO), sent, and copied out of the application's memory when
 // a full socket buffer holds them past the round.
+#include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 
@@ -49,8 +50,17 @@ bool UdpEndpoint::Impl::use_connected(uint16_t sock, const PeerAddr& peer,
   if (sock == ecount) return false;  // the receive socket answers every peer
   if (tx_peer_tried[sock] == 0) {
     tx_peer_tried[sock] = 1;
-    if (::connect(tx_fds[sock], reinterpret_cast<const sockaddr*>(&ss), len) == 0)
+    if (::connect(tx_fds[sock], reinterpret_cast<const sockaddr*>(&ss), len) == 0) {
       tx_peer[sock] = peer;
+      if (wild) {  // the source the kernel chose for it (see build_messages)
+        sockaddr_storage me{};
+        socklen_t ml = sizeof(me);
+        PeerAddr a;
+        if (getsockname(tx_fds[sock], reinterpret_cast<sockaddr*>(&me), &ml) == 0 &&
+            from_sockaddr(reinterpret_cast<const sockaddr*>(&me), a))
+          std::memcpy(tx_src[sock].b, a.bytes, 16);
+      }
+    }
   }
   return tx_peer[sock].len != 0 && tx_peer[sock] == peer;
 }
@@ -84,18 +94,32 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
     s.dscp = tx.dscp;
     s.sock = choose_socket(tx.entropy, buf, s.len);
     const bool ack = s.len >= 2 && wire::is_acknowledgement(buf[1]);
-    s.key = static_cast<uint16_t>(ack ? s.sock : ecount + 1 + s.sock);
+    s.ack = ack;
     ++tx_count;
   }
   return tx_count;
 }
 
-// Message m's control data: UDP_SEGMENT when gso_size is not 0, and the IP
-// TOS when the slot's DSCP is not the socket's (ENC-6; IP_TOS also for a
-// v4 peer of a dual-stack socket, whose IPv4 path ignores IPV6_TCLASS).
-void UdpEndpoint::Impl::set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s) {
+// The address `peer` reaches this wildcard-bound endpoint at, if known (see
+// Impl::wild). Once per message; the cache holds the last peer.
+const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
+  if (src_cache_peer == peer) return &src_cache;
+  const auto it = peer_src.find(peer);
+  if (it == peer_src.end()) return nullptr;
+  src_cache_peer = peer;
+  src_cache = it->second;
+  return &src_cache;
+}
+
+// Message m's control data: UDP_SEGMENT when gso_size is not 0, the IP TOS
+// when the slot's DSCP is not the socket's (ENC-6; IP_TOS also for a v4 peer
+// of a dual-stack socket, whose IPv4 path ignores IPV6_TCLASS), and the
+// source address when src is not null (IP_PKTINFO to a v4 peer, also from a
+// dual-stack socket, IPV6_PKTINFO to a v6 one).
+void UdpEndpoint::Impl::set_control(msghdr& h, size_t m, uint16_t gso_size, const TxSlot& s,
+                                    const LocalIp* src) {
   const bool tos = s.dscp != cfg.data_dscp;
-  if (gso_size == 0 && !tos) return;
+  if (gso_size == 0 && !tos && src == nullptr) return;
   uint8_t* ctrl = tx_ctrl.data() + m * kTxCtrlBytes;
   std::memset(ctrl, 0, kTxCtrlBytes);
   h.msg_control = ctrl;
@@ -118,6 +142,26 @@ void UdpEndpoint::Impl::set_control(msghdr& h, size_t m, uint16_t gso_size, cons
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &value, sizeof(value));
     used += CMSG_SPACE(sizeof(int));
+    c = CMSG_NXTHDR(&h, c);
+  }
+  if (src != nullptr) {
+    if (address_is_v4(s.peer)) {
+      in_pktinfo pi{};  // interface 0: the route picks it
+      std::memcpy(&pi.ipi_spec_dst, src->b + 12, 4);
+      c->cmsg_level = IPPROTO_IP;
+      c->cmsg_type = IP_PKTINFO;
+      c->cmsg_len = CMSG_LEN(sizeof(pi));
+      std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+      used += CMSG_SPACE(sizeof(pi));
+    } else {
+      in6_pktinfo pi{};
+      std::memcpy(&pi.ipi6_addr, src->b, 16);
+      c->cmsg_level = IPPROTO_IPV6;
+      c->cmsg_type = IPV6_PKTINFO;
+      c->cmsg_len = CMSG_LEN(sizeof(pi));
+      std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+      used += CMSG_SPACE(sizeof(pi));
+    }
   }
   h.msg_controllen = used;
 }
@@ -157,10 +201,11 @@ void UdpEndpoint::Impl::build_messages() {
   // in the host's own queues either. Every other packet keeps its order on
   // its socket.
   std::fill(tx_bucket.begin(), tx_bucket.end(), 0);
-  for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[tx_slots[i].key + 1u];
+  const auto key = [&](const TxSlot& t) { return tx_group_key(t.ack, t.sock, ecount); };
+  for (size_t i = 0; i < tx_count; ++i) ++tx_bucket[key(tx_slots[i]) + 1u];
   for (size_t k = 1; k < tx_bucket.size(); ++k) tx_bucket[k] += tx_bucket[k - 1];
   for (size_t i = 0; i < tx_count; ++i)
-    tx_order[tx_bucket[tx_slots[i].key]++] = static_cast<uint32_t>(i);
+    tx_order[tx_bucket[key(tx_slots[i])]++] = static_cast<uint32_t>(i);
   tx_msg_count = 0;
   size_t i = 0;
   size_t niov = 0;
@@ -192,7 +237,13 @@ void UdpEndpoint::Impl::build_messages() {
     }
     h.msg_iov = &tx_iov[niov];
     niov += message_iov(i, j, niov);
-    if (!use_connected(first.sock, first.peer, tx_addr[m], alen)) {
+    const bool connected = use_connected(first.sock, first.peer, tx_addr[m], alen);
+    // A wildcard-bound endpoint answers from the address the peer reached
+    // (Impl::wild); a socket connected from that address already needs no
+    // cmsg, which would cost the kernel a route lookup per message.
+    const LocalIp* src = wild ? source_for(first.peer) : nullptr;
+    if (src != nullptr && connected && tx_src[first.sock] == *src) src = nullptr;
+    if (!connected || src != nullptr) {
       h.msg_name = &tx_addr[m];
       h.msg_namelen = alen;
     }
@@ -200,7 +251,7 @@ void UdpEndpoint::Impl::build_messages() {
     tx_msg_sock[m] = first.sock;
     tx_msg_segs[m] = static_cast<uint32_t>(j - i);
     tx_msg_first[m] = static_cast<uint32_t>(i);
-    set_control(h, m, j - i > 1 ? static_cast<uint16_t>(first.len) : 0, first);
+    set_control(h, m, j - i > 1 ? static_cast<uint16_t>(first.len) : 0, first, src);
     i = j;
   }
   tx_msg_next = 0;
@@ -262,10 +313,15 @@ bool UdpEndpoint::Impl::gso_fault(size_t m) {
 
 // Message m could not be sent (errno err, not a full buffer): it is dropped
 // and the engine retransmits its packets. A GSO message the device cannot
-// segment turns GSO off for good.
-void UdpEndpoint::Impl::drop_failed(size_t m, int err) {
-  if (tx_msg_segs[m] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP)) gso = false;
+// segment turns GSO off for good. Otherwise the error is kept for the peer,
+// so that a connection that fails for it says so (Impl::send_failed).
+void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   io.tx_errors += tx_msg_segs[m];
+  if (tx_msg_segs[m] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP)) {
+    gso = false;
+    return;
+  }
+  send_failed[tx_slots[tx_order[tx_msg_first[m]]].peer] = SendFailure{err, call};
 }
 
 void UdpEndpoint::Impl::count_sent(size_t m) {
@@ -311,7 +367,7 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
         refused = true;
         continue;
       }
-      drop_failed(tx_msg_next++, errno);  // the first message failed
+      drop_failed(tx_msg_next++, errno, "sendmmsg");  // the first message failed
       refused = false;
       continue;
     }
@@ -419,7 +475,7 @@ bool UdpEndpoint::Impl::flush_uring() {
       tx_msg_first[kept] = tx_msg_first[m];
       ++kept;
     } else {
-      drop_failed(m, -res);
+      drop_failed(m, -res, "sendmsg");
     }
   }
   if (kept == 0) {

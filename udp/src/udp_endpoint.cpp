@@ -126,15 +126,27 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
     out = id;
     return {};
   }
+  // A request the kernel refused to send (e.g. no route): its error, rather
+  // than only the silence that followed.
+  const std::string unsent = ci.send_failure.err != 0 ? Impl::send_failure_text(ci.send_failure)
+                                                      : impl_->send_failure_text(peer);
+  const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
   if (!done) {
     impl_->eng->close(id, clock_now());
     impl_->conns[id.v].state = ConnState::kError;
     impl_->conns[id.v].status = Status::kConnectTimeout;
+    if (auto it = impl_->send_failed.find(peer); it != impl_->send_failed.end())
+      impl_->conns[id.v].send_failure = it->second;
     return impl_->make_error(Status::kConnectTimeout,
-                             "connect to " + format_address(peer) + " timed out after " +
-                                 std::to_string(timeout.count()) + " ms",
+                             "connect to " + format_address(peer) + because +
+                                 (because.empty() ? " timed out after " : " (timed out after ") +
+                                 std::to_string(timeout.count()) +
+                                 (because.empty() ? " ms" : " ms)"),
                              id);
   }
+  if (!unsent.empty())
+    return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
+                             "connect to " + format_address(peer) + because, id);
   if (ci.status == Status::kConnectTimeout) {
     // The engine's CONN-2 budget ran out before the caller's timeout: say so,
     // or a caller who passed seconds sees a failure after 80 ms unexplained.
@@ -164,12 +176,30 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
     e.message = "connect to " + address + ": " + why;
     return e;
   }
+  if (address_port(peer) == 0) {  // no socket has it: every request would fail (EINVAL)
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.peer = format_address(peer);
+    e.message = "connect to " + e.peer + ": port 0 names no socket; give the peer's port";
+    return e;
+  }
   if (impl_->family == AF_INET && !address_is_v4(peer)) {
     Error e;
     e.status = Status::kInvalidArgument;
     e.peer = format_address(peer);
     e.message = "connect to " + e.peer + ": an IPv4 endpoint (" + local_address() +
                 ") cannot reach an IPv6 peer";
+    return e;
+  }
+  if (impl_->family == AF_INET6 && !impl_->wild && address_is_v4(peer)) {
+    // Bound to one IPv6 address, the sockets are IPv6-only (IPV6_V6ONLY):
+    // every send to an IPv4 peer would fail with ENETUNREACH.
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.peer = format_address(peer);
+    e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" +
+                local_address() +
+                ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
     return e;
   }
   uint16_t max_mtu = 0;
@@ -230,7 +260,12 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   auto lk = impl_->guard();
   auto it = impl_->conns.find(conn.v);
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
-  return impl_->make_error(it->second.status, "connection failed", conn);
+  const std::string sent = Impl::send_failure_text(it->second.send_failure);
+  return impl_->make_error(it->second.status,
+                           sent.empty()
+                               ? "connection failed"
+                               : "connection failed; the last send to the peer failed: " + sent,
+                           conn);
 }
 
 std::string UdpEndpoint::peer_address(ConnId conn) const {
