@@ -14,6 +14,16 @@ using detail::Path;
 using detail::TxCtx;
 using detail::TxRecord;
 
+namespace {
+// A packet the receiver places only with a posted receive buffer (PLACE-3),
+// so one it refuses with RNR when the oldest refused packet was too.
+bool needs_receive_buffer(const TxCtx& t, const TxRecord& r) {
+  if (r.slot & detail::kRespSlotFlag) return false;  // a READ response
+  const WrOpcode op = t.sq[r.slot].wr.op;
+  return op == WrOpcode::kSend || op == WrOpcode::kSendImm || op == WrOpcode::kWriteImm;
+}
+}  // namespace
+
 void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
                                 uint32_t& touched) {
   detail::bit_set(t.acked_bits, psn, c.wmask());
@@ -274,8 +284,16 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   c.last_progress = now;
   if (code == Status::kRnr) {
     // LOSS-7: not a path loss; resend after the receiver had time to post.
-    TxRecord& r = t.records[psn & c.wmask()];
-    if (r.psn == psn && (r.flags & detail::kRecInFlight)) declare_lost(c, t, r, now, false, false);
+    // The receiver refused every later packet that needs a receive buffer
+    // too (it names only the oldest), so those are resent with it rather
+    // than found missing one by one and counted against their paths.
+    const uint32_t mask = c.wmask();
+    for (uint32_t q = psn; before(q, c.next_psn); ++q) {
+      TxRecord& r = t.records[q & mask];
+      if (r.psn != q || !(r.flags & detail::kRecInFlight)) continue;
+      if (q != psn && !needs_receive_buffer(t, r)) continue;
+      declare_lost(c, t, r, now, false, false);
+    }
     c.rnr_until = now + cfg.recovery.rnr_retry_ns;
     return;
   }

@@ -315,6 +315,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
 
   if (why == Status::kRnr) {
+    // LOSS-7: a pending RNR NAK keeps naming the oldest refused PSN; the
+    // sender resends from there.
+    if (c.owe.nak && c.nak.code == static_cast<uint8_t>(Status::kRnr) && before(c.nak.nak_psn, psn))
+      return;
     c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
     c.owe.nak = true;
     c.nak_entropy = dg.entropy;

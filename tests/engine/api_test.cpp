@@ -248,5 +248,36 @@ TEST(Engine, DeregisteredKeyIsRejectedAfterUse) {  // MR: bad key after deregist
   for (uint8_t v : dst.bytes) ASSERT_EQ(v, 9);
 }
 
+// LOSS-7: a SEND whose packets all arrive before its receive is posted draws
+// RNR for each; none of them is a loss. The receive is posted when the first
+// RNR NAK leaves.
+TEST(Engine, RnrRefusedMessageCountsNoLoss) {  // LOSS-7, NAK-4
+  Loop loop(cfg(73), cfg(74));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 8 * 4096, 0, 7);
+  Buf rbuf(loop.ep(1), 8 * 4096, kAccessLocalWrite, 0);
+  bool posted = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1 || posted || d.size() < 2 || d[1] != static_cast<uint8_t>(wire::Opcode::kNak))
+      return;
+    posted = true;
+    ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 8 * 4096, rbuf.mr.lkey}), Status::kOk);
+  };
+  SendWr s;
+  s.wr_id = 1;
+  s.op = WrOpcode::kSend;
+  s.local_addr = src.addr();
+  s.length = 8 * 4096;
+  s.lkey = src.mr.lkey;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, rbuf.bytes);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->losses_declared, 0u);
+  EXPECT_GE(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
+}
+
 }  // namespace
 }  // namespace metaroce::test
