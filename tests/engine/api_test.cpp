@@ -263,12 +263,7 @@ TEST(Engine, RnrRefusedMessageCountsNoLoss) {  // LOSS-7, NAK-4
     posted = true;
     ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 8 * 4096, rbuf.mr.lkey}), Status::kOk);
   };
-  SendWr s;
-  s.wr_id = 1;
-  s.op = WrOpcode::kSend;
-  s.local_addr = src.addr();
-  s.length = 8 * 4096;
-  s.lkey = src.mr.lkey;
+  const SendWr s = send_wr(src, 0, 8 * 4096);
   ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));

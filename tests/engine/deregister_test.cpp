@@ -43,12 +43,7 @@ TEST(Deregister, SendIntoDeregisteredReceiveBufferWritesNothing) {  // MR-5, NAK
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 3 * 4096, 0, 5);
   Buf rbuf(loop.ep(1), 3 * 4096, kAccessLocalWrite, 0xAB);
-  SendWr s;
-  s.wr_id = 1;
-  s.op = WrOpcode::kSend;
-  s.local_addr = src.addr();
-  s.length = 3 * 4096;
-  s.lkey = src.mr.lkey;
+  const SendWr s = send_wr(src, 0, 3 * 4096);
   // No receive posted yet: the first packet draws RNR. Then the receive is
   // posted and its memory deregistered before the retry arrives.
   int rnr_after_error = 0;

@@ -51,6 +51,17 @@ inline SendWr write_wr(const Buf& src, const Buf& dst, uint32_t len, uint64_t id
   return wr;
 }
 
+// A SEND of len bytes from src at offset off.
+inline SendWr send_wr(const Buf& src, size_t off, uint32_t len, uint64_t id = 1) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.op = WrOpcode::kSend;
+  wr.local_addr = src.addr(off);
+  wr.length = len;
+  wr.lkey = src.mr.lkey;
+  return wr;
+}
+
 // A READ of len bytes from the peer's (raddr, rkey) into `into`.
 inline SendWr read_wr(const Buf& into, uint64_t raddr, uint64_t rkey, uint32_t len,
                       uint64_t id = 1) {

@@ -23,16 +23,6 @@ EndpointConfig shared_cfg(uint64_t seed, uint32_t depth) {
   return c;
 }
 
-SendWr send_wr(const Buf& src, size_t off, uint32_t len, uint64_t id) {
-  SendWr wr;
-  wr.wr_id = id;
-  wr.op = WrOpcode::kSend;
-  wr.local_addr = src.addr(off);
-  wr.length = len;
-  wr.lkey = src.mr.lkey;
-  return wr;
-}
-
 // Receive buffer `slot` of a region cut into kSlot-byte buffers.
 RecvWr slot_recv(const Buf& buf, uint64_t slot) {
   return RecvWr{slot, buf.addr(slot * kSlot), kSlot, buf.mr.lkey};

@@ -1033,6 +1033,10 @@ TEST(Udp, ConnectWhoseRequestsCannotBeSentSaysWhy) {
   }
 }
 
+// A connect that runs out of the caller's time fails kConnectTimeout and
+// leaves its connection in kError with that status: the events of the close
+// that follows (the engine's kClosed) do not turn it into a plain kClosed
+// with no error.
 TEST(Udp, ConnectUserTimeout) {
   Options o = test_options();
   o.engine.connect_attempts = 1000;
@@ -1040,22 +1044,8 @@ TEST(Udp, ConnectUserTimeout) {
   ASSERT_TRUE(client);
   ConnId id;
   const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 150ms, id);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e.status, Status::kConnectTimeout);
-  EXPECT_NE(e.message.find("timed out"), std::string::npos) << e.message;
-}
-
-// A connect that ran out of the caller's time leaves its connection in
-// kError with kConnectTimeout, and the events of the close that follows (the
-// engine's kClosed) do not turn it into a plain kClosed with no error.
-TEST(Udp, ConnectTimeoutStaysTheConnectionsError) {
-  Options o = test_options();
-  o.engine.connect_attempts = 1000;
-  auto client = open_on("127.0.0.1", o);
-  ASSERT_TRUE(client);
-  ConnId id;
-  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 100ms, id);
   ASSERT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  EXPECT_NE(e.message.find("timed out"), std::string::npos) << e.message;
   const ConnId conn{e.conn};
   for (int i = 0; i < 20; ++i) client->wait(5ms);
   EXPECT_EQ(client->state(conn), metaroce::udp::ConnState::kError);
