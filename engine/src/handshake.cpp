@@ -66,6 +66,7 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
 void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
   const wire::ConnectBody& b = p.connect;
   auto it = by_nonce.find(b.nonce);
+  bool taken = false;  // the nonce belongs to another connection (CONN-3)
   if (it != by_nonce.end()) {
     Connection* c = conns[it->second].get();
     if (c != nullptr && !c->is_requester && c->peer == dg.peer && c->peer_conn == b.src_conn) {
@@ -73,6 +74,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
       mark_ready(*c);
       return;
     }
+    taken = c != nullptr;
   }
   auto reject = [&](Status code) {
     ++estats.connects_refused;
@@ -88,6 +90,10 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   };
   if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
   if (b.src_conn == 0 || b.nonce == 0) return;  // malformed: nothing to answer to
+  // A replay from another address (or a request reusing the nonce of one of
+  // ours) must not take the nonce over: the original peer's repeated request
+  // would then no longer find its connection, and would create a second one.
+  if (taken) return reject(Status::kConnectRefused);
   Connection* c = create_connection(dg.peer);
   if (c == nullptr) return reject(Status::kResourceExhausted);
   c->is_requester = false;

@@ -1,0 +1,81 @@
+// Handshake and teardown against crafted or replayed connection packets
+// (spec CONN-*, BAD-7): datagrams handed straight to an endpoint, and what it
+// sends back read off poll_transmit.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+#include "metaroce/bytes.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::test {
+namespace {
+
+constexpr uint8_t kConnectReq = static_cast<uint8_t>(wire::Opcode::kConnectReq);
+constexpr uint8_t kConnectAccept = static_cast<uint8_t>(wire::Opcode::kConnectAccept);
+constexpr uint8_t kConnectReject = static_cast<uint8_t>(wire::Opcode::kConnectReject);
+
+PeerAddr other_addr() {
+  PeerAddr p;
+  p.len = 1;
+  p.bytes[0] = 'C';
+  return p;
+}
+
+void deliver(Loop& loop, int to, const PeerAddr& from, const std::vector<uint8_t>& d) {
+  RxDatagram dg{from, 1234, false, d};
+  loop.ep(to).handle_datagram(dg, loop.now());
+}
+
+// Everything endpoint i has to send now.
+std::vector<std::vector<uint8_t>> sent(Loop& loop, int i) {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  while (loop.ep(i).poll_transmit(loop.now(), buf, tx))
+    out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+  return out;
+}
+
+int accepted_events(Endpoint& ep) {
+  int n = 0;
+  Event ev;
+  while (ep.poll_event(ev)) n += ev.kind == EventKind::kAccepted;
+  return n;
+}
+
+// CONN-3: a CONNECT_REQ replayed from another address with the nonce of an
+// accepted connection is refused and does not take the nonce over, so the
+// original requester's repeated request still draws the same ACCEPT and
+// creates no second connection.
+TEST(Handshake, ReplayedNonceFromAnotherPeerIsRefused) {
+  Loop loop(cfg(301), cfg(302));
+  std::vector<uint8_t> req;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kConnectReq) req = d;
+  };
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  ASSERT_FALSE(req.empty());
+  EXPECT_EQ(accepted_events(loop.ep(1)), 0);  // connect() took the first
+
+  deliver(loop, 1, other_addr(), req);
+  auto out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kConnectReject);
+  EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+
+  deliver(loop, 1, loop.addr(0), req);  // the requester's ACCEPT was lost
+  out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kConnectAccept);
+  EXPECT_EQ(be::load32(out[0].data() + wire::kBaseHeaderSize), b.v);  // the same connection
+  EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+  EXPECT_EQ(loop.ep(1).endpoint_stats().connects_refused, 1u);
+}
+
+}  // namespace
+}  // namespace metaroce::test
