@@ -143,7 +143,10 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
 void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
   (void)now;
   Connection* c = find(ConnId{p.bh.dst_conn});
-  if (c != nullptr && c->peer == dg.peer && c->peer_conn == p.disconnect.src_conn) {
+  // CONN-7: only a connection that knows the peer's id can match it; a
+  // requester still connecting has none yet (peer_conn 0).
+  if (c != nullptr && c->state != ConnState::kConnecting && c->peer == dg.peer &&
+      c->peer_conn == p.disconnect.src_conn) {
     flush_all(*c, Status::kPeerClosed, 0);
     push_event(EventKind::kClosed, *c, Status::kPeerClosed);
     destroy_connection(*c);

@@ -77,5 +77,35 @@ TEST(Handshake, ReplayedNonceFromAnotherPeerIsRefused) {
   EXPECT_EQ(loop.ep(1).endpoint_stats().connects_refused, 1u);
 }
 
+// CONN-7: a requester still connecting knows no peer connection id, so a
+// DISCONNECT from the peer's address with src_conn 0 and a guessed dst_conn
+// matches nothing; the connection comes up when the ACCEPT arrives.
+TEST(Handshake, DisconnectDoesNotEndAConnectingConnection) {
+  Loop loop(cfg(303), cfg(304));
+  bool hold_accept = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return hold_accept && from == 1 && d[1] == kConnectAccept;
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  loop.run_until([] { return false; }, 3'000'000);  // a REQ or two, ACCEPTs lost
+  std::vector<uint8_t> disc(wire::kBaseHeaderSize + wire::kDisconnectBodySize + wire::kIcrcSize);
+  wire::BaseHeader bh;
+  bh.opcode = wire::Opcode::kDisconnect;
+  bh.dst_conn = a.v;
+  const size_t h = wire::write_disconnect(disc, bh, wire::DisconnectBody{0, 0});
+  disc.resize(wire::seal(disc, h, 0));
+  deliver(loop, 0, loop.addr(1), disc);
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kClosed);
+  hold_accept = false;
+  bool up = false;
+  EXPECT_TRUE(loop.run_until([&] {
+    while (loop.ep(0).poll_event(ev)) up |= ev.kind == EventKind::kConnected;
+    return up;
+  }));
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+}
+
 }  // namespace
 }  // namespace metaroce::test
