@@ -141,17 +141,32 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
 }
 
 void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
-  (void)now;
   Connection* c = find(ConnId{p.bh.dst_conn});
   // CONN-7: only a connection that knows the peer's id can match it; a
   // requester still connecting has none yet (peer_conn 0).
-  if (c != nullptr && c->state != ConnState::kConnecting && c->peer == dg.peer &&
-      c->peer_conn == p.disconnect.src_conn) {
-    flush_all(*c, Status::kPeerClosed, 0);
-    push_event(EventKind::kClosed, *c, Status::kPeerClosed);
-    destroy_connection(*c);
-  }
-  // CONN-7: always answer, also a repeat for a connection already gone.
+  if (c == nullptr || c->state == ConnState::kConnecting || !(c->peer == dg.peer) ||
+      c->peer_conn != p.disconnect.src_conn)
+    return;
+  Closed& r = recently_closed[closed_next];
+  closed_next = (closed_next + 1) % kClosedKept;
+  // The peer resends its DISCONNECT at most connect_attempts times,
+  // connect_retry apart (CONN-2 timing), from its first one: this one.
+  r = Closed{c->id, c->peer_conn, c->peer,
+             now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns};
+  flush_all(*c, Status::kPeerClosed, 0);
+  push_event(EventKind::kClosed, *c, Status::kPeerClosed);
+  destroy_connection(*c);
+  ack_disconnect(dg, p);
+}
+
+bool Endpoint::Impl::on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p) {
+  const Closed* r = find_closed(ConnId{p.bh.dst_conn});
+  if (r == nullptr || !(r->peer == dg.peer) || r->peer_conn != p.disconnect.src_conn) return false;
+  ack_disconnect(dg, p);  // CONN-7: our DISCONNECT_ACK was lost; say it again
+  return true;
+}
+
+void Endpoint::Impl::ack_disconnect(const RxDatagram& dg, const wire::Packet& p) {
   Orphan o{};
   o.peer = dg.peer;
   o.entropy = dg.entropy;

@@ -59,8 +59,10 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
   }
   Connection* c = m.find(ConnId{p.bh.dst_conn});
   if (c == nullptr) {
-    ++m.estats.unknown_connection;
-    if (op == wire::Opcode::kDisconnect) m.on_disconnect(dg, p, now);  // ack a repeat
+    // BAD-7: no reply, except a repeat of the DISCONNECT that closed a
+    // connection a moment ago (CONN-7: our DISCONNECT_ACK was lost).
+    if (op != wire::Opcode::kDisconnect || !m.on_closed_disconnect(dg, p))
+      ++m.estats.unknown_connection;
     return;
   }
   if (!(c->peer == dg.peer)) {

@@ -17,6 +17,8 @@ namespace {
 constexpr uint8_t kConnectReq = static_cast<uint8_t>(wire::Opcode::kConnectReq);
 constexpr uint8_t kConnectAccept = static_cast<uint8_t>(wire::Opcode::kConnectAccept);
 constexpr uint8_t kConnectReject = static_cast<uint8_t>(wire::Opcode::kConnectReject);
+constexpr uint8_t kDisconnect = static_cast<uint8_t>(wire::Opcode::kDisconnect);
+constexpr uint8_t kDisconnectAck = static_cast<uint8_t>(wire::Opcode::kDisconnectAck);
 
 PeerAddr other_addr() {
   PeerAddr p;
@@ -25,9 +27,10 @@ PeerAddr other_addr() {
   return p;
 }
 
-void deliver(Loop& loop, int to, const PeerAddr& from, const std::vector<uint8_t>& d) {
+void deliver(Loop& loop, int to, const PeerAddr& from, const std::vector<uint8_t>& d,
+             uint64_t later_ns = 0) {
   RxDatagram dg{from, 1234, false, d};
-  loop.ep(to).handle_datagram(dg, loop.now());
+  loop.ep(to).handle_datagram(dg, loop.now() + later_ns);
 }
 
 // Everything endpoint i has to send now.
@@ -105,6 +108,56 @@ TEST(Handshake, DisconnectDoesNotEndAConnectingConnection) {
     return up;
   }));
   EXPECT_TRUE(loop.ep(0).is_established(a));
+}
+
+// CONN-7, BAD-7: a DISCONNECT is answered again only while it repeats the one
+// that closed a connection a moment ago, from that connection's peer; one
+// for any other unknown id, or from another address, draws nothing (the
+// reply would go to whatever address the sender forged) and is counted.
+TEST(Handshake, OnlyARepeatedDisconnectIsAnsweredForAConnectionGone) {
+  Loop loop(cfg(305), cfg(306));
+  auto [a, b] = loop.connect();
+  std::vector<uint8_t> disc;
+  int acks = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kDisconnect) disc = d;
+    if (from == 1 && d[1] == kDisconnectAck) ++acks;
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 1 && d[1] == kDisconnectAck && acks == 1;  // the first ACK is lost
+  };
+  loop.ep(0).close(a, loop.now());
+  bool closed = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
+    return closed;
+  }));
+  EXPECT_EQ(acks, 2);  // the repeat was answered
+  ASSERT_FALSE(disc.empty());
+  EXPECT_FALSE(loop.ep(1).is_established(b));
+  EXPECT_EQ(loop.ep(1).peer_of(b), loop.addr(0));  // for the driver (resolve_peer)
+
+  const uint64_t unknown = loop.ep(1).endpoint_stats().unknown_connection;
+  deliver(loop, 1, other_addr(), disc);
+  EXPECT_TRUE(sent(loop, 1).empty());
+  std::vector<uint8_t> guess = disc;  // another id, from the peer's address
+  guess[7] ^= 0x40;
+  ASSERT_GT(wire::seal(guess, wire::kBaseHeaderSize + wire::kDisconnectBodySize, 0), 0u);
+  deliver(loop, 1, loop.addr(0), guess);
+  EXPECT_TRUE(sent(loop, 1).empty());
+  EXPECT_EQ(loop.ep(1).endpoint_stats().unknown_connection, unknown + 2);
+
+  deliver(loop, 1, loop.addr(0), disc);
+  auto out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kDisconnectAck);
+
+  // Once the peer's DISCONNECTs have surely stopped, the id is forgotten.
+  const EndpointConfig c = cfg(306);
+  deliver(loop, 1, loop.addr(0), disc, c.connect_attempts * c.connect_retry_ns + 1);
+  EXPECT_EQ(loop.ep(1).peer_of(b).len, 0u);
+  EXPECT_TRUE(sent(loop, 1).empty());
 }
 
 }  // namespace
