@@ -78,15 +78,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   }
   auto reject = [&](Status code) {
     ++estats.connects_refused;
-    Orphan o{};
-    o.peer = dg.peer;
-    o.entropy = dg.entropy;
-    o.op = wire::Opcode::kConnectReject;
-    o.dst_conn = b.src_conn;
-    o.connect.code = static_cast<uint8_t>(code);
-    o.connect.max_version = wire::kVersion;
-    o.connect.nonce = b.nonce;
-    if (orphans.size() < 1024) orphans.push(o);
+    queue_reject(dg, b.src_conn, b.nonce, code);
   };
   if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
   if (b.src_conn == 0 || b.nonce == 0) return;  // malformed: nothing to answer to

@@ -217,6 +217,10 @@ struct Endpoint::Impl {
   [[gnu::cold]] bool on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p);
   void ack_disconnect(const RxDatagram& dg, const wire::Packet& p);
   [[gnu::cold]] void reject_bad_version(const RxDatagram& dg);
+  // Queues a CONNECT_REJECT with `code` to the request from dg that carried
+  // src_conn and nonce (CONN-4, CONN-5).
+  [[gnu::cold]] void queue_reject(const RxDatagram& dg, uint32_t src_conn, uint64_t nonce,
+                                  Status code);
   [[gnu::cold]] void establish(detail::Connection& c, const wire::ConnectBody& peer_body,
                                TimeNs now);
   bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);

@@ -222,10 +222,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     return;
   }
   if (c.state == ConnState::kError) {
-    if (c.sent_fatal_nak()) {  // NAK-2: we failed this connection; say so again
-      c.owe.nak = true;
-      c.nak_entropy = dg.entropy;
-    }
+    if (c.sent_fatal_nak()) c.owe_nak(dg.entropy);  // NAK-2: we failed it; say so again
     return;
   }
   if (p.trimmed) {
@@ -315,9 +312,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
 
   if (why == Status::kRnr) {
-    c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
-    c.owe.nak = true;
-    c.nak_entropy = dg.entropy;
+    c.owe_nak(wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum}, dg.entropy);
     return;
   }
   if (why != Status::kOk) {
@@ -325,9 +320,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       ++estats.bad_length;  // PLACE-4: dropped, not NAKed
       return;
     }
-    c.nak = wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum};
-    c.owe.nak = true;
-    c.nak_entropy = dg.entropy;
+    c.owe_nak(wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum}, dg.entropy);
     enter_error(c, why, psn, now);  // NAK-2
     return;
   }
