@@ -29,7 +29,8 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
 void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
   c.peer_conn = peer_body.src_conn;
   // CONN-3; c.mtu is the endpoint's, or less where the requester's route asked (CONN-1).
-  c.mtu = std::min<uint16_t>(c.mtu, std::max<uint16_t>(peer_body.mtu, kMinMtu));
+  // The peer's offer is at least kMinMtu (refused otherwise).
+  c.mtu = std::min<uint16_t>(c.mtu, peer_body.mtu);
   c.set_window_log2(std::clamp(peer_body.window_log2, kMinWindowLog2, cfg.window_log2));  // SEQ-3
   set_cwnd_floor(c);
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
@@ -86,6 +87,9 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   // ours) must not take the nonce over: the original peer's repeated request
   // would then no longer find its connection, and would create a second one.
   if (taken) return reject(Status::kConnectRefused);
+  // CONN-1: no end offers less than the least mtu; raising the offer would
+  // send the peer larger packets than it accepts.
+  if (b.mtu < kMinMtu) return reject(Status::kConnectRefused);
   Connection* c = create_connection(dg.peer);
   if (c == nullptr) return reject(Status::kResourceExhausted);
   c->is_requester = false;
@@ -100,13 +104,16 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
 
 bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, TimeNs now) {
   if (c.state != ConnState::kConnecting || p.connect.nonce != c.nonce) return true;
-  if (p.bh.opcode == wire::Opcode::kConnectAccept) {
+  const bool accepted = p.bh.opcode == wire::Opcode::kConnectAccept;
+  if (accepted && p.connect.mtu >= kMinMtu) {
     establish(c, p.connect, now);
     c.control_deadline = TimeNs::never();
     push_event(EventKind::kConnected, c, Status::kOk);
     return true;
   }
-  Status why = static_cast<Status>(p.connect.code);
+  // CONN-3: an ACCEPT offering less than the least mtu fails the connection
+  // as a REJECT would.
+  Status why = accepted ? Status::kConnectRefused : static_cast<Status>(p.connect.code);
   if (why != Status::kVersionMismatch && why != Status::kResourceExhausted)
     why = Status::kConnectRefused;
   push_event(EventKind::kConnectFailed, c, why);

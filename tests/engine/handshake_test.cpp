@@ -160,5 +160,28 @@ TEST(Handshake, OnlyARepeatedDisconnectIsAnsweredForAConnectionGone) {
   EXPECT_TRUE(sent(loop, 1).empty());
 }
 
+// CONN-1, CONN-3: an end that offers an mtu below 256 breaks CONN-1; raising
+// its offer to 256 would send it larger packets than it accepts, so a
+// CONNECT_REQ offering one is refused, and so is a CONNECT_ACCEPT.
+TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
+  for (const int from_end : {0, 1}) {
+    SCOPED_TRACE(from_end == 0 ? "CONNECT_REQ" : "CONNECT_ACCEPT");
+    Loop loop(cfg(307), cfg(308));
+    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+      if (from != from_end || (d[1] != kConnectReq && d[1] != kConnectAccept)) return;
+      d[wire::kBaseHeaderSize + 8] = 0;
+      d[wire::kBaseHeaderSize + 9] = 200;
+      ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
+    };
+    ConnId a;
+    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+    Event ev{};
+    ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+    EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+    EXPECT_EQ(ev.status, Status::kConnectRefused);
+    EXPECT_EQ(accepted_events(loop.ep(1)), from_end == 0 ? 0 : 1);
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::test
