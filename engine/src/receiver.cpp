@@ -255,8 +255,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   const bool last = mh.offset + plen == mh.msg_len;
   detail::RecvEntry* rq_entry = nullptr;
   const wire::Opcode op = p.bh.opcode;
-  const bool uses_rq = op == wire::Opcode::kSend || op == wire::Opcode::kSendImm ||
-                       (op == wire::Opcode::kWriteImm && last);
+  // NAK-1, PLACE-3: every packet of a WRITE_IMM, not only its last, needs
+  // its receive buffer posted; one that finds none draws RNR and is not placed.
+  const bool uses_rq =
+      op == wire::Opcode::kSend || op == wire::Opcode::kSendImm || op == wire::Opcode::kWriteImm;
   uint8_t* dst = nullptr;
   if (op == wire::Opcode::kWrite || op == wire::Opcode::kWriteImm) {
     dst = mrs.remote(p.rh.rkey, p.rh.raddr - mh.offset, mh.msg_len, kAccessRemoteWrite, why);
