@@ -240,6 +240,16 @@ struct Connection {
     return nak.code != 0 && nak.code != static_cast<uint8_t>(Status::kRnr);
   }
   uint16_t nak_entropy = 0;
+  // A NAK is owed: `nak` again (NAK-2's repeat), or a new one. It leaves on
+  // the entropy of the packet it answers.
+  void owe_nak(uint16_t entropy) {
+    owe.nak = true;
+    nak_entropy = entropy;
+  }
+  void owe_nak(const wire::NakBody& body, uint16_t entropy) {
+    nak = body;
+    owe_nak(entropy);
+  }
   Status error = Status::kOk;
 
   // Sender side.

@@ -230,7 +230,9 @@ bool Endpoint::is_established(ConnId conn) const {
 
 PeerAddr Endpoint::peer_of(ConnId conn) const {
   const Connection* c = impl_->find(conn);
-  return c != nullptr ? c->peer : PeerAddr{};
+  if (c != nullptr) return c->peer;
+  const Impl::Closed* r = impl_->find_closed(conn);
+  return r != nullptr ? r->peer : PeerAddr{};
 }
 
 Status Endpoint::post_send(ConnId conn, const SendWr& wr) {

@@ -29,7 +29,8 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
 void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
   c.peer_conn = peer_body.src_conn;
   // CONN-3; c.mtu is the endpoint's, or less where the requester's route asked (CONN-1).
-  c.mtu = std::min<uint16_t>(c.mtu, std::max<uint16_t>(peer_body.mtu, kMinMtu));
+  // The peer's offer is at least kMinMtu (refused otherwise).
+  c.mtu = std::min<uint16_t>(c.mtu, peer_body.mtu);
   c.set_window_log2(std::clamp(peer_body.window_log2, kMinWindowLog2, cfg.window_log2));  // SEQ-3
   set_cwnd_floor(c);
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
@@ -66,6 +67,7 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
 void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
   const wire::ConnectBody& b = p.connect;
   auto it = by_nonce.find(b.nonce);
+  bool taken = false;  // the nonce belongs to another connection (CONN-3)
   if (it != by_nonce.end()) {
     Connection* c = conns[it->second].get();
     if (c != nullptr && !c->is_requester && c->peer == dg.peer && c->peer_conn == b.src_conn) {
@@ -73,21 +75,21 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
       mark_ready(*c);
       return;
     }
+    taken = c != nullptr;
   }
   auto reject = [&](Status code) {
     ++estats.connects_refused;
-    Orphan o{};
-    o.peer = dg.peer;
-    o.entropy = dg.entropy;
-    o.op = wire::Opcode::kConnectReject;
-    o.dst_conn = b.src_conn;
-    o.connect.code = static_cast<uint8_t>(code);
-    o.connect.max_version = wire::kVersion;
-    o.connect.nonce = b.nonce;
-    if (orphans.size() < 1024) orphans.push(o);
+    queue_reject(dg, b.src_conn, b.nonce, code);
   };
   if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
   if (b.src_conn == 0 || b.nonce == 0) return;  // malformed: nothing to answer to
+  // A replay from another address (or a request reusing the nonce of one of
+  // ours) must not take the nonce over: the original peer's repeated request
+  // would then no longer find its connection, and would create a second one.
+  if (taken) return reject(Status::kConnectRefused);
+  // CONN-1: no end offers less than the least mtu; raising the offer would
+  // send the peer larger packets than it accepts.
+  if (b.mtu < kMinMtu) return reject(Status::kConnectRefused);
   Connection* c = create_connection(dg.peer);
   if (c == nullptr) return reject(Status::kResourceExhausted);
   c->is_requester = false;
@@ -102,13 +104,16 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
 
 bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, TimeNs now) {
   if (c.state != ConnState::kConnecting || p.connect.nonce != c.nonce) return true;
-  if (p.bh.opcode == wire::Opcode::kConnectAccept) {
+  const bool accepted = p.bh.opcode == wire::Opcode::kConnectAccept;
+  if (accepted && p.connect.mtu >= kMinMtu) {
     establish(c, p.connect, now);
     c.control_deadline = TimeNs::never();
     push_event(EventKind::kConnected, c, Status::kOk);
     return true;
   }
-  Status why = static_cast<Status>(p.connect.code);
+  // CONN-3: an ACCEPT offering less than the least mtu fails the connection
+  // as a REJECT would.
+  Status why = accepted ? Status::kConnectRefused : static_cast<Status>(p.connect.code);
   if (why != Status::kVersionMismatch && why != Status::kResourceExhausted)
     why = Status::kConnectRefused;
   push_event(EventKind::kConnectFailed, c, why);
@@ -135,14 +140,32 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
 }
 
 void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
-  (void)now;
   Connection* c = find(ConnId{p.bh.dst_conn});
-  if (c != nullptr && c->peer == dg.peer && c->peer_conn == p.disconnect.src_conn) {
-    flush_all(*c, Status::kPeerClosed, 0);
-    push_event(EventKind::kClosed, *c, Status::kPeerClosed);
-    destroy_connection(*c);
-  }
-  // CONN-7: always answer, also a repeat for a connection already gone.
+  // CONN-7: only a connection that knows the peer's id can match it; a
+  // requester still connecting has none yet (peer_conn 0).
+  if (c == nullptr || c->state == ConnState::kConnecting || !(c->peer == dg.peer) ||
+      c->peer_conn != p.disconnect.src_conn)
+    return;
+  Closed& r = recently_closed[closed_next];
+  closed_next = (closed_next + 1) % kClosedKept;
+  // The peer resends its DISCONNECT at most connect_attempts times,
+  // connect_retry apart (CONN-2 timing), from its first one: this one.
+  r = Closed{c->id, c->peer_conn, c->peer,
+             now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns};
+  flush_all(*c, Status::kPeerClosed, 0);
+  push_event(EventKind::kClosed, *c, Status::kPeerClosed);
+  destroy_connection(*c);
+  ack_disconnect(dg, p);
+}
+
+bool Endpoint::Impl::on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p) {
+  const Closed* r = find_closed(ConnId{p.bh.dst_conn});
+  if (r == nullptr || !(r->peer == dg.peer) || r->peer_conn != p.disconnect.src_conn) return false;
+  ack_disconnect(dg, p);  // CONN-7: our DISCONNECT_ACK was lost; say it again
+  return true;
+}
+
+void Endpoint::Impl::ack_disconnect(const RxDatagram& dg, const wire::Packet& p) {
   Orphan o{};
   o.peer = dg.peer;
   o.entropy = dg.entropy;

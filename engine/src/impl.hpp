@@ -94,6 +94,25 @@ struct Endpoint::Impl {
   };
   Ring<Orphan> orphans;
 
+  // CONN-7: the last connections a peer's DISCONNECT closed, each kept while
+  // the peer may still repeat that DISCONNECT (its DISCONNECT_ACK lost), so
+  // that the repeat is answered; a DISCONNECT for any other unknown id is
+  // dropped (BAD-7). peer_of answers for them too, for the driver.
+  struct Closed {
+    ConnId id;
+    uint32_t peer_conn = 0;
+    PeerAddr peer;
+    TimeNs until{0};  // the peer's DISCONNECTs have stopped by then
+  };
+  static constexpr size_t kClosedKept = 16;
+  std::array<Closed, kClosedKept> recently_closed{};
+  uint32_t closed_next = 0;
+  [[nodiscard]] const Closed* find_closed(ConnId id) const {
+    for (const Closed& r : recently_closed)
+      if (r.id == id && last_now < r.until) return &r;
+    return nullptr;
+  }
+
   // ---- endpoint.cpp ----
   // Inline: every datagram and every API call looks its connection up.
   [[nodiscard]] detail::Connection* find(ConnId id) const {
@@ -193,7 +212,15 @@ struct Endpoint::Impl {
   [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  // A DISCONNECT whose dst_conn names no connection: answered (true) if it
+  // repeats the one that closed a connection still in recently_closed.
+  [[gnu::cold]] bool on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p);
+  void ack_disconnect(const RxDatagram& dg, const wire::Packet& p);
   [[gnu::cold]] void reject_bad_version(const RxDatagram& dg);
+  // Queues a CONNECT_REJECT with `code` to the request from dg that carried
+  // src_conn and nonce (CONN-4, CONN-5).
+  [[gnu::cold]] void queue_reject(const RxDatagram& dg, uint32_t src_conn, uint64_t nonce,
+                                  Status code);
   [[gnu::cold]] void establish(detail::Connection& c, const wire::ConnectBody& peer_body,
                                TimeNs now);
   bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);

@@ -15,15 +15,22 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
   // body is long enough to echo; everything else of another version is dropped.
   if (dg.bytes.size() < wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize) return;
   const uint8_t* q = dg.bytes.data() + wire::kBaseHeaderSize;
+  const uint32_t src_conn =
+      (uint32_t{q[0]} << 24) | (uint32_t{q[1]} << 16) | (uint32_t{q[2]} << 8) | q[3];
+  uint64_t nonce = 0;
+  for (int i = 0; i < 8; ++i) nonce = (nonce << 8) | q[16 + i];
+  queue_reject(dg, src_conn, nonce, Status::kVersionMismatch);
+}
+
+void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint64_t nonce,
+                                  Status code) {
   Orphan o{};
   o.peer = dg.peer;
   o.entropy = dg.entropy;
   o.op = wire::Opcode::kConnectReject;
-  o.dst_conn = (uint32_t{q[0]} << 24) | (uint32_t{q[1]} << 16) | (uint32_t{q[2]} << 8) | q[3];
-  o.connect.code = static_cast<uint8_t>(Status::kVersionMismatch);
+  o.dst_conn = src_conn;
+  o.connect.code = static_cast<uint8_t>(code);
   o.connect.max_version = wire::kVersion;
-  uint64_t nonce = 0;
-  for (int i = 0; i < 8; ++i) nonce = (nonce << 8) | q[16 + i];
   o.connect.nonce = nonce;
   if (orphans.size() < 1024) orphans.push(o);
 }
@@ -59,8 +66,10 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
   }
   Connection* c = m.find(ConnId{p.bh.dst_conn});
   if (c == nullptr) {
-    ++m.estats.unknown_connection;
-    if (op == wire::Opcode::kDisconnect) m.on_disconnect(dg, p, now);  // ack a repeat
+    // BAD-7: no reply, except a repeat of the DISCONNECT that closed a
+    // connection a moment ago (CONN-7: our DISCONNECT_ACK was lost).
+    if (op != wire::Opcode::kDisconnect || !m.on_closed_disconnect(dg, p))
+      ++m.estats.unknown_connection;
     return;
   }
   if (!(c->peer == dg.peer)) {
@@ -89,8 +98,7 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
       if (c->state == ConnState::kEstablished) {
         m.on_probe(*c, dg, p, now);
       } else if (c->state == ConnState::kError && c->sent_fatal_nak()) {
-        c->owe.nak = true;  // NAK-2: a sender probing its paths must still hear why
-        c->nak_entropy = dg.entropy;
+        c->owe_nak(dg.entropy);  // NAK-2: a sender probing its paths must still hear why
       }
       break;
     default:

@@ -222,10 +222,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     return;
   }
   if (c.state == ConnState::kError) {
-    if (c.sent_fatal_nak()) {  // NAK-2: we failed this connection; say so again
-      c.owe.nak = true;
-      c.nak_entropy = dg.entropy;
-    }
+    if (c.sent_fatal_nak()) c.owe_nak(dg.entropy);  // NAK-2: we failed it; say so again
     return;
   }
   if (p.trimmed) {
@@ -258,8 +255,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   const bool last = mh.offset + plen == mh.msg_len;
   detail::RecvEntry* rq_entry = nullptr;
   const wire::Opcode op = p.bh.opcode;
-  const bool uses_rq = op == wire::Opcode::kSend || op == wire::Opcode::kSendImm ||
-                       (op == wire::Opcode::kWriteImm && last);
+  // NAK-1, PLACE-3: every packet of a WRITE_IMM, not only its last, needs
+  // its receive buffer posted; one that finds none draws RNR and is not placed.
+  const bool uses_rq =
+      op == wire::Opcode::kSend || op == wire::Opcode::kSendImm || op == wire::Opcode::kWriteImm;
   uint8_t* dst = nullptr;
   if (op == wire::Opcode::kWrite || op == wire::Opcode::kWriteImm) {
     dst = mrs.remote(p.rh.rkey, p.rh.raddr - mh.offset, mh.msg_len, kAccessRemoteWrite, why);
@@ -319,9 +318,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     // sender resends from there.
     if (c.owe.nak && c.nak.code == static_cast<uint8_t>(Status::kRnr) && before(c.nak.nak_psn, psn))
       return;
-    c.nak = wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum};
-    c.owe.nak = true;
-    c.nak_entropy = dg.entropy;
+    c.owe_nak(wire::NakBody{psn, static_cast<uint8_t>(Status::kRnr), mh.msn, c.rx_cum}, dg.entropy);
     return;
   }
   if (why != Status::kOk) {
@@ -329,9 +326,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       ++estats.bad_length;  // PLACE-4: dropped, not NAKed
       return;
     }
-    c.nak = wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum};
-    c.owe.nak = true;
-    c.nak_entropy = dg.entropy;
+    c.owe_nak(wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum}, dg.entropy);
     enter_error(c, why, psn, now);  // NAK-2
     return;
   }

@@ -172,6 +172,9 @@ class Endpoint {
   // Orderly close: outstanding work completes kFlushed, the peer is told.
   void close(ConnId conn, TimeNs now);
   [[nodiscard]] bool is_established(ConnId conn) const;
+  // The connection's peer; also, for a while, the peer of a connection that
+  // the peer's DISCONNECT closed (its repeats are answered, CONN-7); empty
+  // (len 0) for any other id.
   [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
 
   // --- work requests ---

@@ -81,6 +81,34 @@ TEST(Engine, ReceiverNotReadyRetriesUntilPosted) {  // NAK-4, LOSS-7
   EXPECT_EQ(c0[0].status, Status::kOk);
 }
 
+// NAK-1, PLACE-3: a WRITE_IMM consumes a receive buffer, and each of its
+// packets, not only the last, is checked for it: none is placed at raddr
+// before the receive is posted (the first two used to be, and only the last
+// drew RNR).
+TEST(Engine, WriteImmWaitsForItsReceiveOnEveryPacket) {
+  Loop loop(cfg(32), cfg(33));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x42);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite, 0);
+  SendWr w = write_wr(src, dst, 3 * 4096, 7);
+  w.op = WrOpcode::kWriteImm;
+  w.imm = 0x1234;
+  ASSERT_EQ(loop.ep(0).post_send(a, w), Status::kOk);
+  loop.run_until([] { return false; }, 300'000);
+  EXPECT_GE(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, 0, 0, 0}), Status::kOk);
+  std::vector<Completion> c1;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, c1));
+  EXPECT_EQ(c1[0].status, Status::kOk);
+  EXPECT_EQ(c1[0].op, CompletionOp::kRecvWriteImm);
+  EXPECT_EQ(c1[0].imm, 0x1234u);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  std::vector<Completion> c0;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, c0));
+  EXPECT_EQ(c0[0].status, Status::kOk);
+}
+
 TEST(Engine, ConnectRefusedAndTimeout) {  // CONN-2, CONN-4
   EndpointConfig closed = cfg(61);
   closed.accept_incoming = false;

@@ -230,8 +230,6 @@ struct UdpEndpoint::Impl {
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
   std::unordered_map<PeerAddr, SendFailure, PeerAddrHash> send_failed;
-  PeerAddr recent[16];
-  size_t recent_next = 0;
 
   IoStats io;
   uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)
@@ -294,7 +292,6 @@ struct UdpEndpoint::Impl {
   }
   void wake_thread();
   void end_round();
-  void remember(const PeerAddr& p);
   void forget_source(const PeerAddr& p);
   bool drain_events();
   void arm_timer(TimeNs now);

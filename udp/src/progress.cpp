@@ -23,13 +23,6 @@ void UdpEndpoint::Impl::end_round() {
   if (tx_msg_count != 0 && !flush()) materialize_pending();
 }
 
-void UdpEndpoint::Impl::remember(const PeerAddr& p) {
-  for (const PeerAddr& r : recent)
-    if (r == p) return;
-  recent[recent_next] = p;
-  recent_next = (recent_next + 1) % (sizeof(recent) / sizeof(recent[0]));
-}
-
 // A closed connection's peer_src and send_failed entries go, unless another
 // connection to that peer is still open (a later datagram from the peer
 // would add the first again).
@@ -57,12 +50,10 @@ bool UdpEndpoint::Impl::drain_events() {
     switch (ev.kind) {
       case EventKind::kConnected:
         ci.state = ConnState::kEstablished;
-        remember(ci.peer);
         if (!send_failed.empty()) send_failed.erase(ci.peer);  // it got through since
         break;
       case EventKind::kAccepted:
         ci.state = ConnState::kEstablished;
-        remember(ci.peer);
         if (!send_failed.empty()) send_failed.erase(ci.peer);
         accepted.push_back(ev.conn);
         break;

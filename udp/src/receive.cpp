@@ -31,10 +31,10 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
   if (n >= 8) {
     const uint32_t dc = be::load32(p + 4);
     if (dc != 0) {
+      // The engine also names the peer of a connection a DISCONNECT closed
+      // a moment ago, so that the DISCONNECT's repeats find it (CONN-7).
       const PeerAddr known = eng->peer_of(ConnId{dc});
       if (known.len != 0 && same_host(known, src)) return known;
-      for (const PeerAddr& r : recent)  // a connection already gone (e.g. repeated DISCONNECT)
-        if (r.len != 0 && same_host(r, src)) return r;
     }
   }
   return src;  // CONNECT_REQ: sent from the peer's receive port

@@ -1,0 +1,187 @@
+// Handshake and teardown against crafted or replayed connection packets
+// (spec CONN-*, BAD-7): datagrams handed straight to an endpoint, and what it
+// sends back read off poll_transmit.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+#include "metaroce/bytes.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::test {
+namespace {
+
+constexpr uint8_t kConnectReq = static_cast<uint8_t>(wire::Opcode::kConnectReq);
+constexpr uint8_t kConnectAccept = static_cast<uint8_t>(wire::Opcode::kConnectAccept);
+constexpr uint8_t kConnectReject = static_cast<uint8_t>(wire::Opcode::kConnectReject);
+constexpr uint8_t kDisconnect = static_cast<uint8_t>(wire::Opcode::kDisconnect);
+constexpr uint8_t kDisconnectAck = static_cast<uint8_t>(wire::Opcode::kDisconnectAck);
+
+PeerAddr other_addr() {
+  PeerAddr p;
+  p.len = 1;
+  p.bytes[0] = 'C';
+  return p;
+}
+
+void deliver(Loop& loop, int to, const PeerAddr& from, const std::vector<uint8_t>& d,
+             uint64_t later_ns = 0) {
+  RxDatagram dg{from, 1234, false, d};
+  loop.ep(to).handle_datagram(dg, loop.now() + later_ns);
+}
+
+// Everything endpoint i has to send now.
+std::vector<std::vector<uint8_t>> sent(Loop& loop, int i) {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  while (loop.ep(i).poll_transmit(loop.now(), buf, tx))
+    out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+  return out;
+}
+
+int accepted_events(Endpoint& ep) {
+  int n = 0;
+  Event ev;
+  while (ep.poll_event(ev)) n += ev.kind == EventKind::kAccepted;
+  return n;
+}
+
+// CONN-3: a CONNECT_REQ replayed from another address with the nonce of an
+// accepted connection is refused and does not take the nonce over, so the
+// original requester's repeated request still draws the same ACCEPT and
+// creates no second connection.
+TEST(Handshake, ReplayedNonceFromAnotherPeerIsRefused) {
+  Loop loop(cfg(301), cfg(302));
+  std::vector<uint8_t> req;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kConnectReq) req = d;
+  };
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  ASSERT_FALSE(req.empty());
+  EXPECT_EQ(accepted_events(loop.ep(1)), 0);  // connect() took the first
+
+  deliver(loop, 1, other_addr(), req);
+  auto out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kConnectReject);
+  EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+
+  deliver(loop, 1, loop.addr(0), req);  // the requester's ACCEPT was lost
+  out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kConnectAccept);
+  EXPECT_EQ(be::load32(out[0].data() + wire::kBaseHeaderSize), b.v);  // the same connection
+  EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+  EXPECT_EQ(loop.ep(1).endpoint_stats().connects_refused, 1u);
+}
+
+// CONN-7: a requester still connecting knows no peer connection id, so a
+// DISCONNECT from the peer's address with src_conn 0 and a guessed dst_conn
+// matches nothing; the connection comes up when the ACCEPT arrives.
+TEST(Handshake, DisconnectDoesNotEndAConnectingConnection) {
+  Loop loop(cfg(303), cfg(304));
+  bool hold_accept = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return hold_accept && from == 1 && d[1] == kConnectAccept;
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  loop.run_until([] { return false; }, 3'000'000);  // a REQ or two, ACCEPTs lost
+  std::vector<uint8_t> disc(wire::kBaseHeaderSize + wire::kDisconnectBodySize + wire::kIcrcSize);
+  wire::BaseHeader bh;
+  bh.opcode = wire::Opcode::kDisconnect;
+  bh.dst_conn = a.v;
+  const size_t h = wire::write_disconnect(disc, bh, wire::DisconnectBody{0, 0});
+  disc.resize(wire::seal(disc, h, 0));
+  deliver(loop, 0, loop.addr(1), disc);
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kClosed);
+  hold_accept = false;
+  bool up = false;
+  EXPECT_TRUE(loop.run_until([&] {
+    while (loop.ep(0).poll_event(ev)) up |= ev.kind == EventKind::kConnected;
+    return up;
+  }));
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+}
+
+// CONN-7, BAD-7: a DISCONNECT is answered again only while it repeats the one
+// that closed a connection a moment ago, from that connection's peer; one
+// for any other unknown id, or from another address, draws nothing (the
+// reply would go to whatever address the sender forged) and is counted.
+TEST(Handshake, OnlyARepeatedDisconnectIsAnsweredForAConnectionGone) {
+  Loop loop(cfg(305), cfg(306));
+  auto [a, b] = loop.connect();
+  std::vector<uint8_t> disc;
+  int acks = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kDisconnect) disc = d;
+    if (from == 1 && d[1] == kDisconnectAck) ++acks;
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 1 && d[1] == kDisconnectAck && acks == 1;  // the first ACK is lost
+  };
+  loop.ep(0).close(a, loop.now());
+  bool closed = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
+    return closed;
+  }));
+  EXPECT_EQ(acks, 2);  // the repeat was answered
+  ASSERT_FALSE(disc.empty());
+  EXPECT_FALSE(loop.ep(1).is_established(b));
+  EXPECT_EQ(loop.ep(1).peer_of(b), loop.addr(0));  // for the driver (resolve_peer)
+
+  const uint64_t unknown = loop.ep(1).endpoint_stats().unknown_connection;
+  deliver(loop, 1, other_addr(), disc);
+  EXPECT_TRUE(sent(loop, 1).empty());
+  std::vector<uint8_t> guess = disc;  // another id, from the peer's address
+  guess[7] ^= 0x40;
+  ASSERT_GT(wire::seal(guess, wire::kBaseHeaderSize + wire::kDisconnectBodySize, 0), 0u);
+  deliver(loop, 1, loop.addr(0), guess);
+  EXPECT_TRUE(sent(loop, 1).empty());
+  EXPECT_EQ(loop.ep(1).endpoint_stats().unknown_connection, unknown + 2);
+
+  deliver(loop, 1, loop.addr(0), disc);
+  auto out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kDisconnectAck);
+
+  // Once the peer's DISCONNECTs have surely stopped, the id is forgotten.
+  const EndpointConfig c = cfg(306);
+  deliver(loop, 1, loop.addr(0), disc, c.connect_attempts * c.connect_retry_ns + 1);
+  EXPECT_EQ(loop.ep(1).peer_of(b).len, 0u);
+  EXPECT_TRUE(sent(loop, 1).empty());
+}
+
+// CONN-1, CONN-3: an end that offers an mtu below 256 breaks CONN-1; raising
+// its offer to 256 would send it larger packets than it accepts, so a
+// CONNECT_REQ offering one is refused, and so is a CONNECT_ACCEPT.
+TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
+  for (const int from_end : {0, 1}) {
+    SCOPED_TRACE(from_end == 0 ? "CONNECT_REQ" : "CONNECT_ACCEPT");
+    Loop loop(cfg(307), cfg(308));
+    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+      if (from != from_end || (d[1] != kConnectReq && d[1] != kConnectAccept)) return;
+      d[wire::kBaseHeaderSize + 8] = 0;
+      d[wire::kBaseHeaderSize + 9] = 200;
+      ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
+    };
+    ConnId a;
+    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+    Event ev{};
+    ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+    EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+    EXPECT_EQ(ev.status, Status::kConnectRefused);
+    EXPECT_EQ(accepted_events(loop.ep(1)), from_end == 0 ? 0 : 1);
+  }
+}
+
+}  // namespace
+}  // namespace metaroce::test
