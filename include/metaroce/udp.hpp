@@ -242,8 +242,15 @@ class UdpEndpoint {
   [[nodiscard]] std::vector<PathStats> path_stats(ConnId conn) const;
   [[nodiscard]] IoStats io_stats() const;
 
-  // Closes every connection (orderly if graceful, waiting up to opts.linger),
-  // stops the progress thread and closes the sockets. Idempotent.
+  // Closes every connection, stops the progress thread and closes the
+  // sockets. Graceful: the peers are told (DISCONNECT) and close() waits up
+  // to opts.linger for their answers; otherwise they are not told. Either
+  // way each connection's outstanding work completes kFlushed (its
+  // completions can still be polled after close()), and state() reads
+  // kClosed for every connection that was open (kError stays). Afterwards
+  // post_*, connect and accept return kNotConnected ("the endpoint is
+  // closed"), and wait_completion returns false at once when no completion
+  // is left. Idempotent.
   void close(bool graceful = true);
 
   struct Impl;

@@ -1412,6 +1412,42 @@ TEST(Udp, ClosedEndpointSaysSo) {
   }
 }
 
+// close(false) closes every connection too: posted work completes kFlushed
+// (not waiting out the caller's timeout), state() says kClosed, and a post
+// after close() is refused. A graceful close whose linger runs out (the peer
+// is gone and never answers the DISCONNECT) ends in kClosed as well.
+TEST(Udp, CloseFlushesPostedWorkAndEndsEveryConnection) {
+  for (const bool graceful : {false, true}) {
+    SCOPED_TRACE(graceful ? "graceful" : "abrupt");
+    Pair p = connect_pair("127.0.0.1", test_options(), test_options());
+    ASSERT_TRUE(p.cconn.valid());
+    std::vector<uint8_t> src(64 << 10), dst(64 << 10);
+    MemoryRegion smr, dmr;
+    ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    if (graceful) p.server->close(false);  // gone: the DISCONNECT is never answered
+    ASSERT_FALSE(p.client->write(p.cconn, 7, src.data(), static_cast<uint32_t>(src.size()),
+                                 smr.lkey, dmr.addr, dmr.rkey));
+    p.client->close(graceful);
+    EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kClosed);
+    const auto t0 = std::chrono::steady_clock::now();
+    Completion c;
+    ASSERT_TRUE(p.client->wait_completion(c, 2s));
+    EXPECT_EQ(c.wr_id, 7u);
+    EXPECT_EQ(c.status, Status::kFlushed);
+    EXPECT_FALSE(p.client->wait_completion(c, 2s));  // nothing more, and no waiting for it
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+    const Error e = p.client->write(p.cconn, 8, src.data(), 100, smr.lkey, dmr.addr, dmr.rkey);
+    EXPECT_EQ(e.status, Status::kNotConnected);
+    EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
+    if (!graceful) {
+      EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kEstablished);
+      p.server->close(false);
+      EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kClosed);
+    }
+  }
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

@@ -308,6 +308,7 @@ struct UdpEndpoint::Impl {
       std::unique_lock<std::mutex> lk(mu);
       for (;;) {
         if (pred()) return true;
+        if (closed) return false;  // nothing more will come
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) return false;
         cv.wait_for(
@@ -317,6 +318,7 @@ struct UdpEndpoint::Impl {
     for (;;) {
       const size_t moved = progress_locked();
       if (pred()) return true;
+      if (closed) return false;  // no sockets: nothing more will come
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return false;
       if (moved == 0)

@@ -278,6 +278,8 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
 
 Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
+  if (impl_->closed)
+    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")");
   const Status s = impl_->eng->post_send(conn, wr);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
@@ -294,11 +296,15 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
 
 Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
+  if (impl_->closed)
+    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")");
   return impl_->check_post(impl_->eng->post_recv(conn, wr), conn, "post_recv");
 }
 
 Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
   auto lk = impl_->guard();
+  if (impl_->closed)
+    return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
   return impl_->check_post(impl_->eng->post_shared_recv(wr), ConnId{}, "post_shared_recv");
 }
 
@@ -405,7 +411,11 @@ IoStats UdpEndpoint::io_stats() const {
 void UdpEndpoint::close(bool graceful) {
   if (impl_->closed) return;
   stop_progress_thread();
-  if (graceful && impl_->eng) {
+  if (impl_->eng) {
+    // Every connection is closed in the engine, graceful or not: its posted
+    // work completes kFlushed at once (poll_completion still returns it after
+    // close), and the graceful close lets the DISCONNECT handshakes run.
+    (void)impl_->drain_events();  // connections accepted since the last round
     std::vector<ConnId> open;
     const TimeNs now = clock_now();
     for (auto& [id, ci] : impl_->conns) {
@@ -414,18 +424,21 @@ void UdpEndpoint::close(bool graceful) {
         open.push_back(ConnId{id});
       }
     }
-    if (!open.empty()) {
+    auto live = [&](ConnId c) {
+      const auto it = impl_->conns.find(c.v);
+      return it != impl_->conns.end() && (it->second.state == ConnState::kEstablished ||
+                                          it->second.state == ConnState::kConnecting);
+    };
+    if (graceful && !open.empty()) {
       const auto deadline = std::chrono::steady_clock::now() + impl_->opts.linger;
-      (void)impl_->run_until(
-          [&] {
-            for (ConnId c : open) {
-              const ConnState s = impl_->conns[c.v].state;
-              if (s == ConnState::kEstablished || s == ConnState::kConnecting) return false;
-            }
-            return true;
-          },
-          deadline);
+      (void)impl_->run_until([&] { return std::none_of(open.begin(), open.end(), live); },
+                             deadline);
     }
+    (void)impl_->drain_events();
+    // Not closed by the peer within the linger (or not asked to be): closed
+    // here all the same, the sockets go now.
+    for (ConnId c : open)
+      if (live(c)) impl_->conns[c.v].state = ConnState::kClosed;
   }
   impl_->closed = true;
   impl_->close_fds();
