@@ -250,7 +250,8 @@ class UdpEndpoint {
   // kClosed for every connection that was open (kError stays). Afterwards
   // post_*, connect and accept return kNotConnected ("the endpoint is
   // closed"), and wait_completion returns false at once when no completion
-  // is left. Idempotent.
+  // is left. With the progress thread running, other threads' calls wait
+  // until close() is done (it holds the endpoint's mutex). Idempotent.
   void close(bool graceful = true);
 
   struct Impl;

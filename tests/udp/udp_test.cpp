@@ -1448,6 +1448,44 @@ TEST(Udp, CloseFlushesPostedWorkAndEndsEveryConnection) {
   }
 }
 
+// close() holds the endpoint's mutex until it is done: a thread waiting in
+// wait_completion (with the progress thread running) is kept out of the
+// engine while close() lingers, and then gets the kFlushed completion.
+TEST(Udp, CloseKeepsOtherThreadsOutOfTheEngineWhileItLingers) {
+  Options co = test_options();
+  co.linger = 300ms;
+  co.engine.connect_attempts = 1000;  // the DISCONNECT is repeated all through the linger
+  Pair p = connect_pair("127.0.0.1", test_options(), co);
+  ASSERT_TRUE(p.cconn.valid());
+  std::vector<uint8_t> src(64 << 10), dst(64 << 10);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  p.server->close(false);  // gone: the client's DISCONNECT is never answered
+  p.client->start_progress_thread();
+  ASSERT_FALSE(p.client->write(p.cconn, 7, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr.addr, dmr.rkey));
+  std::atomic<bool> waiting{false};
+  Completion c;
+  bool got = false;
+  std::chrono::steady_clock::time_point done;
+  std::thread waiter([&] {
+    waiting = true;
+    got = p.client->wait_completion(c, 5s);
+    done = std::chrono::steady_clock::now();
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(20ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.client->close(true);
+  waiter.join();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(c.wr_id, 7u);
+  EXPECT_EQ(c.status, Status::kFlushed);
+  EXPECT_GE(done - t0, 250ms);  // not while close() lingered with the engine
+  EXPECT_LT(done - t0, 2000ms);
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

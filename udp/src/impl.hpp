@@ -170,7 +170,7 @@ struct UdpEndpoint::Impl {
   uint16_t ecount = 0;
   bool gso = false;
   bool gro = false;
-  bool closed = false;
+  std::atomic<bool> closed{false};  // set under mu; read unlocked by connect_start, accept
   uint32_t batch = 32;
 
   // receive
@@ -293,6 +293,7 @@ struct UdpEndpoint::Impl {
                                                     : std::unique_lock<std::mutex>();
   }
   void wake_thread();
+  void join_thread();  // stops the progress thread; `threaded` stays as it is
   void end_round();
   void remember(const PeerAddr& p);
   void forget_source(const PeerAddr& p);

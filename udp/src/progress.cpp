@@ -18,6 +18,14 @@ void UdpEndpoint::Impl::wake_thread() {
   }
 }
 
+void UdpEndpoint::Impl::join_thread() {
+  if (!running.load()) return;
+  running.store(false, std::memory_order_release);
+  const uint64_t one = 1;
+  (void)!::write(wake_fd, &one, sizeof(one));
+  if (thread.joinable()) thread.join();
+}
+
 void UdpEndpoint::Impl::end_round() {
   if (tx_count != 0 && tx_msg_count == 0) build_messages();
   if (tx_msg_count != 0 && !flush()) materialize_pending();

@@ -69,10 +69,7 @@ void UdpEndpoint::start_progress_thread() {
 
 void UdpEndpoint::stop_progress_thread() {
   if (!impl_->running.load()) return;
-  impl_->running.store(false, std::memory_order_release);
-  const uint64_t one = 1;
-  (void)!::write(impl_->wake_fd, &one, sizeof(one));
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->join_thread();
   impl_->threaded.store(false, std::memory_order_release);
 }
 
@@ -410,7 +407,12 @@ IoStats UdpEndpoint::io_stats() const {
 
 void UdpEndpoint::close(bool graceful) {
   if (impl_->closed) return;
-  stop_progress_thread();
+  // The thread stops, but `threaded` stays: other threads' calls (one
+  // waiting in wait_completion, say) keep taking the mutex, and close()
+  // holds it until it is done, so the engine never has two threads at once.
+  impl_->join_thread();
+  std::unique_lock<std::mutex> lk(impl_->mu);
+  if (impl_->closed) return;  // closed by another thread meanwhile
   if (impl_->eng) {
     // Every connection is closed in the engine, graceful or not: its posted
     // work completes kFlushed at once (poll_completion still returns it after
@@ -429,10 +431,18 @@ void UdpEndpoint::close(bool graceful) {
       return it != impl_->conns.end() && (it->second.state == ConnState::kEstablished ||
                                           it->second.state == ConnState::kConnecting);
     };
-    if (graceful && !open.empty()) {
+    if (graceful && !open.empty()) {  // run_until, but under the mutex held here
       const auto deadline = std::chrono::steady_clock::now() + impl_->opts.linger;
-      (void)impl_->run_until([&] { return std::none_of(open.begin(), open.end(), live); },
-                             deadline);
+      for (;;) {
+        const size_t moved = impl_->progress_locked();
+        if (std::none_of(open.begin(), open.end(), live)) break;
+        const auto t = std::chrono::steady_clock::now();
+        if (t >= deadline) break;
+        if (moved == 0)
+          impl_->block(
+              std::min<std::chrono::nanoseconds>(deadline - t, std::chrono::milliseconds(1)) +
+              std::chrono::microseconds(999));
+      }
     }
     (void)impl_->drain_events();
     // Not closed by the peer within the linger (or not asked to be): closed
