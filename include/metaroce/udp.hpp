@@ -204,6 +204,11 @@ class UdpEndpoint {
   bool try_accept(ConnId& out);
   // Orderly close of one connection (outstanding work completes kFlushed).
   void close(ConnId conn);
+  // kUnknown for an id this endpoint never had. A connection that ended
+  // (kClosed, kError) is remembered, for state(), conn_error() and
+  // peer_address(), until 1024 later ones have ended; then it reads
+  // kUnknown (with an empty conn_error() and peer_address()), so that an
+  // endpoint serving peers for a long time keeps only the latest.
   [[nodiscard]] ConnState state(ConnId conn) const;
   // Why a connection in kError ended: the status that ended it (a NAK's code
   // such as kRemoteLengthError, kPeerUnreachable, kConnectTimeout, ...) with

@@ -1486,6 +1486,49 @@ TEST(Udp, CloseKeepsOtherThreadsOutOfTheEngineWhileItLingers) {
   EXPECT_LT(done - t0, 2000ms);
 }
 
+// An ended connection is remembered (state, conn_error) until 1024 later
+// ones have ended, and then forgotten: the table of connections does not
+// grow with every connection a long-running endpoint ever made.
+TEST(Udp, EndedConnectionsAreForgottenAfterTheLatest1024) {
+  Options o = test_options();
+  o.engine.connect_attempts = 1000;
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(server && client);
+  ConnId failed;
+  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 30ms, failed);
+  ASSERT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  failed = ConnId{e.conn};
+  server->start_progress_thread();
+  const std::string to = server->local_address();
+  constexpr size_t kKept = metaroce::udp::UdpEndpoint::Impl::kEndedKept;
+  ConnId first, last;
+  for (size_t i = 0; i < kKept; ++i) {
+    ConnId c;
+    const Error ce = client->connect(to, 2000ms, c);
+    ASSERT_FALSE(ce) << i << ": " << ce.message;
+    client->close(c);
+    // Each close ends (DISCONNECT answered) before the next connect.
+    for (int k = 0; k < 2000 && client->state(c) != metaroce::udp::ConnState::kClosed; ++k)
+      client->wait(1ms);
+    ASSERT_EQ(client->state(c), metaroce::udp::ConnState::kClosed) << i;
+    if (i == 0) first = c;
+    last = c;
+    ConnId s;
+    while (server->try_accept(s)) {
+    }
+    if (i + 2 == kKept) {  // 1024 ended so far: the failed one is still known
+      EXPECT_EQ(client->state(failed), metaroce::udp::ConnState::kError);
+      EXPECT_EQ(client->conn_error(failed).status, Status::kConnectTimeout);
+    }
+  }
+  EXPECT_EQ(client->state(failed), metaroce::udp::ConnState::kUnknown);
+  EXPECT_FALSE(client->conn_error(failed));
+  EXPECT_EQ(client->state(first), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(client->state(last), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(client->peer_address(last), to);
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

@@ -226,6 +226,11 @@ struct UdpEndpoint::Impl {
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
+  // Connections that ended (kClosed, kError), oldest first: each keeps its
+  // entry in conns, for state(), conn_error() and peer_address(), until
+  // kEndedKept later ones have ended; then it goes (end_conn).
+  static constexpr size_t kEndedKept = 1024;
+  std::deque<uint32_t> ended;
   std::deque<ConnId> accepted;
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
@@ -297,6 +302,7 @@ struct UdpEndpoint::Impl {
   void end_round();
   void remember(const PeerAddr& p);
   void forget_source(const PeerAddr& p);
+  void end_conn(uint32_t id, ConnInfo& ci, ConnState s);  // s: kClosed or kError
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();

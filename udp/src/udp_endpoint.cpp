@@ -112,13 +112,20 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   PeerAddr peer;
   {
     auto lk = impl_->guard();
-    peer = impl_->conns[id.v].peer;
+    if (auto it = impl_->conns.find(id.v); it != impl_->conns.end()) peer = it->second.peer;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const bool done = impl_->run_until(
-      [&] { return impl_->conns[id.v].state != ConnState::kConnecting; }, deadline);
+      [&] {
+        const auto it = impl_->conns.find(id.v);
+        return it == impl_->conns.end() || it->second.state != ConnState::kConnecting;
+      },
+      deadline);
   auto lk = impl_->guard();
-  const ConnInfo ci = impl_->conns[id.v];
+  const auto at = impl_->conns.find(id.v);
+  ConnInfo ci;  // (no entry: ended long ago, kUnknown)
+  ci.state = ConnState::kUnknown;
+  if (at != impl_->conns.end()) ci = at->second;
   if (done && ci.state == ConnState::kEstablished) {
     out = id;
     return {};
@@ -130,10 +137,13 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
   if (!done) {
     impl_->eng->close(id, clock_now());
-    impl_->conns[id.v].state = ConnState::kError;
-    impl_->conns[id.v].status = Status::kConnectTimeout;
-    if (auto it = impl_->send_failed.find(peer); it != impl_->send_failed.end())
-      impl_->conns[id.v].send_failure = it->second;
+    if (at != impl_->conns.end()) {
+      ConnInfo& c = at->second;
+      impl_->end_conn(id.v, c, ConnState::kError);
+      c.status = Status::kConnectTimeout;
+      if (auto it = impl_->send_failed.find(peer); it != impl_->send_failed.end())
+        c.send_failure = it->second;
+    }
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + because +
                                  (because.empty() ? " timed out after " : " (timed out after ") +
@@ -448,7 +458,7 @@ void UdpEndpoint::close(bool graceful) {
     // Not closed by the peer within the linger (or not asked to be): closed
     // here all the same, the sockets go now.
     for (ConnId c : open)
-      if (live(c)) impl_->conns[c.v].state = ConnState::kClosed;
+      if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
   }
   impl_->closed = true;
   impl_->close_fds();
