@@ -853,6 +853,56 @@ TEST(Udp, IoUringSendsEveryPathInOneCall) {
 // about one ACK per call (ACK-5's delayed ACKs when the sender pauses between
 // calls may add a few), where draining once per GRO buffer drew one per
 // buffer (about 8 a call) and draining per datagram one per two packets.
+// A peer gone: the ICMP port unreachables for its datagrams come back as
+// ECONNREFUSED from a later send on each send socket, which is connected to
+// it, whatever peer that send is for. That send is tried again, and with
+// io_uring the messages its failure cancelled go out in the same flush too:
+// a live peer's data never waits for a later round as if a socket buffer
+// were full (tx_eagain, and payloads copied for it).
+TEST(Udp, StaleIcmpErrorHoldsNoMessageBack) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    Options o = test_options();
+    o.io_uring = uring;
+    o.gso = false;        // a message per datagram: several on each socket a flush
+    o.entropy_count = 8;  // = num_paths: both connections use every socket
+    auto gone = open_on("127.0.0.1");
+    auto live = open_on("127.0.0.1");
+    auto client = open_on("127.0.0.1", o);
+    ASSERT_TRUE(gone && live && client);
+    if (uring && !client->uring_enabled()) continue;  // no io_uring here
+    gone->start_progress_thread();
+    live->start_progress_thread();
+    ConnId to_gone, to_live, s;
+    ASSERT_FALSE(client->connect(gone->local_address(), 2000ms, to_gone));
+    ASSERT_FALSE(gone->accept(1000ms, s));
+    std::vector<uint8_t> src(4 << 20), dst(4 << 20), dst2(4 << 20);
+    MemoryRegion smr, dmr, dmr2;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(gone->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    ASSERT_FALSE(live->register_memory(dst2.data(), dst2.size(), kAllAccess, dmr2));
+    // The send sockets connect to the first peer they send to: `gone`.
+    Completion c;
+    ASSERT_FALSE(client->write(to_gone, 1, src.data(), 256 << 10, smr.lkey, dmr.addr, dmr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 2s));
+    ASSERT_EQ(c.status, Status::kOk);
+    ASSERT_FALSE(client->connect(live->local_address(), 2000ms, to_live));
+    gone->close(false);  // its ports now answer with ICMP port unreachable
+    ASSERT_FALSE(client->write(to_gone, 2, src.data(), 1 << 20, smr.lkey, dmr.addr, dmr.rkey));
+    for (int i = 0; i < 5; ++i) client->progress();
+    const auto before = client->io_stats();
+    ASSERT_FALSE(client->write(to_live, 3, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr2.addr, dmr2.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 5s));
+    EXPECT_EQ(c.wr_id, 3u);
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(std::memcmp(src.data(), dst2.data(), src.size()), 0);
+    const auto io = client->io_stats();
+    EXPECT_EQ(io.tx_eagain - before.tx_eagain, 0u);
+    EXPECT_EQ(io.tx_materialized - before.tx_materialized, 0u);
+  }
+}
+
 TEST(Udp, ReceiveCallDrawsOneAck) {
   for (const bool gro : {true, false}) {
     Options so = test_options();
