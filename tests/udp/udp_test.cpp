@@ -1579,6 +1579,27 @@ TEST(Udp, EndedConnectionsAreForgottenAfterTheLatest1024) {
   EXPECT_EQ(client->peer_address(last), to);
 }
 
+// A thread waiting in accept (progress thread running) while another
+// closes the endpoint returns at once, saying why (examples/udp_write's demo
+// ends its server so when its client fails).
+TEST(Udp, AcceptEndsWhenAnotherThreadCloses) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  ep->start_progress_thread();
+  Error a;
+  std::thread t([&] {
+    ConnId id;
+    a = ep->accept(30000ms, id);
+  });
+  std::this_thread::sleep_for(20ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ep->close(false);
+  t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  EXPECT_EQ(a.status, Status::kNotConnected);
+  EXPECT_NE(a.message.find("the endpoint is closed"), std::string::npos) << a.message;
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

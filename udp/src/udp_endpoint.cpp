@@ -242,6 +242,7 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!impl_->run_until([&] { return !impl_->accepted.empty(); }, deadline)) {
+    if (impl_->closed) return impl_->closed_error("accept");  // by another thread meanwhile
     Error e;
     e.status = Status::kConnectTimeout;
     e.message = "accept on " + local_address() + ": no connection within " +
