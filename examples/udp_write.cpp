@@ -6,6 +6,7 @@
 //   udp_write client 127.0.0.1:4792 "hello, remote memory"
 //   udp_write demo [PORT]              (both in one process, on loopback;
 //                                       any free port by default)
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -62,24 +63,29 @@ int serve(mu::UdpEndpoint* ep) {
   if ((err = ep->send(conn, 2, &where, sizeof(where), where_mr.lkey))) return fail(err);
 
   metaroce::Completion c;
-  while (ep->wait_completion(c, 10s)) {
+  do {
+    if (!ep->wait_completion(c, 10s))
+      return fail({metaroce::Status::kPeerUnreachable, "no WRITE_IMM within 10 s", "", conn.v});
     if (c.status != metaroce::Status::kOk) return fail(ep->completion_error(c));
-    if (c.op == metaroce::CompletionOp::kRecvWriteImm) {
-      std::printf("received %u bytes: \"%.*s\"\n", c.imm, static_cast<int>(c.imm), buf);
-      break;
-    }
-  }
+  } while (c.op != metaroce::CompletionOp::kRecvWriteImm);
+  // The peer chooses imm (here: the length it wrote): never read past buf.
+  const uint32_t len = std::min<uint32_t>(c.imm, sizeof(buf));
+  std::printf("received %u bytes: \"%.*s\"\n", len, static_cast<int>(len), buf);
   ep->close(true);  // orderly: DISCONNECT, then sockets closed
   return 0;
 }
 
 int client(const std::string& addr, const std::string& text) {
   mu::Error err;
+  metaroce::PeerAddr peer;  // resolved first: its family chooses ours
+  std::string why;
+  if (!mu::parse_address(addr, 4792, peer, &why))
+    return fail({metaroce::Status::kInvalidArgument, addr + ": " + why, addr, 0});
   // Port 0: any free port (the entropy block is the 64 ports after it).
-  auto ep = mu::UdpEndpoint::open(addr.find('[') == 0 ? "[::]:0" : "0.0.0.0:0", {}, err);
+  auto ep = mu::UdpEndpoint::open(mu::address_is_v4(peer) ? "0.0.0.0:0" : "[::]:0", {}, err);
   if (!ep) return fail(err);
   metaroce::ConnId conn;
-  if ((err = ep->connect(addr, 2000ms, conn))) return fail(err);
+  if ((err = ep->connect(mu::format_address(peer), 2000ms, conn))) return fail(err);
 
   Where where{};
   std::string msg = text;
@@ -88,9 +94,10 @@ int client(const std::string& addr, const std::string& text) {
   if ((err = ep->register_memory(msg.data(), msg.size(), kAccess, msg_mr))) return fail(err);
   if ((err = ep->recv(conn, 1, &where, sizeof(where), where_mr.lkey))) return fail(err);
 
-  metaroce::Completion c;
-  if (!ep->wait_completion(c, 5s) || c.status != metaroce::Status::kOk)
-    return fail(ep->completion_error(c));  // the server's Where arrived
+  metaroce::Completion c;  // the server's Where arrives
+  if (!ep->wait_completion(c, 5s))
+    return fail({metaroce::Status::kPeerUnreachable, "no reply within 5 s", "", conn.v});
+  if (c.status != metaroce::Status::kOk) return fail(ep->completion_error(c));
   const auto len = static_cast<uint32_t>(std::min<size_t>(msg.size(), where.len));
   if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, len)))
     return fail(err);
@@ -120,8 +127,10 @@ int main(int argc, char** argv) {
     if (!ep) return 1;
     const std::string addr = ep->local_address();
     int rc = 0;
+    ep->start_progress_thread();  // so that close() below may come from this thread
     std::thread s([&] { rc = serve(ep.get()); });
     const int rc2 = client(addr, "hello, remote memory");
+    if (rc2 != 0) ep->close(false);  // the server's waits end at once
     s.join();
     return rc != 0 ? rc : rc2;
   }

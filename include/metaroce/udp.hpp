@@ -204,6 +204,11 @@ class UdpEndpoint {
   bool try_accept(ConnId& out);
   // Orderly close of one connection (outstanding work completes kFlushed).
   void close(ConnId conn);
+  // kUnknown for an id this endpoint never had. A connection that ended
+  // (kClosed, kError) is remembered, for state(), conn_error() and
+  // peer_address(), until 1024 later ones have ended; then it reads
+  // kUnknown (with an empty conn_error() and peer_address()), so that an
+  // endpoint serving peers for a long time keeps only the latest.
   [[nodiscard]] ConnState state(ConnId conn) const;
   // Why a connection in kError ended: the status that ended it (a NAK's code
   // such as kRemoteLengthError, kPeerUnreachable, kConnectTimeout, ...) with
@@ -242,8 +247,16 @@ class UdpEndpoint {
   [[nodiscard]] std::vector<PathStats> path_stats(ConnId conn) const;
   [[nodiscard]] IoStats io_stats() const;
 
-  // Closes every connection (orderly if graceful, waiting up to opts.linger),
-  // stops the progress thread and closes the sockets. Idempotent.
+  // Closes every connection, stops the progress thread and closes the
+  // sockets. Graceful: the peers are told (DISCONNECT) and close() waits up
+  // to opts.linger for their answers; otherwise they are not told. Either
+  // way each connection's outstanding work completes kFlushed (its
+  // completions can still be polled after close()), and state() reads
+  // kClosed for every connection that was open (kError stays). Afterwards
+  // post_*, connect and accept return kNotConnected ("the endpoint is
+  // closed"), and wait_completion returns false at once when no completion
+  // is left. With the progress thread running, other threads' calls wait
+  // until close() is done (it holds the endpoint's mutex). Idempotent.
   void close(bool graceful = true);
 
   struct Impl;

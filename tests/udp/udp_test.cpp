@@ -853,6 +853,56 @@ TEST(Udp, IoUringSendsEveryPathInOneCall) {
 // about one ACK per call (ACK-5's delayed ACKs when the sender pauses between
 // calls may add a few), where draining once per GRO buffer drew one per
 // buffer (about 8 a call) and draining per datagram one per two packets.
+// A peer gone: the ICMP port unreachables for its datagrams come back as
+// ECONNREFUSED from a later send on each send socket, which is connected to
+// it, whatever peer that send is for. That send is tried again, and with
+// io_uring the messages its failure cancelled go out in the same flush too:
+// a live peer's data never waits for a later round as if a socket buffer
+// were full (tx_eagain, and payloads copied for it).
+TEST(Udp, StaleIcmpErrorHoldsNoMessageBack) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    Options o = test_options();
+    o.io_uring = uring;
+    o.gso = false;        // a message per datagram: several on each socket a flush
+    o.entropy_count = 8;  // = num_paths: both connections use every socket
+    auto gone = open_on("127.0.0.1");
+    auto live = open_on("127.0.0.1");
+    auto client = open_on("127.0.0.1", o);
+    ASSERT_TRUE(gone && live && client);
+    if (uring && !client->uring_enabled()) continue;  // no io_uring here
+    gone->start_progress_thread();
+    live->start_progress_thread();
+    ConnId to_gone, to_live, s;
+    ASSERT_FALSE(client->connect(gone->local_address(), 2000ms, to_gone));
+    ASSERT_FALSE(gone->accept(1000ms, s));
+    std::vector<uint8_t> src(4 << 20), dst(4 << 20), dst2(4 << 20);
+    MemoryRegion smr, dmr, dmr2;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(gone->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    ASSERT_FALSE(live->register_memory(dst2.data(), dst2.size(), kAllAccess, dmr2));
+    // The send sockets connect to the first peer they send to: `gone`.
+    Completion c;
+    ASSERT_FALSE(client->write(to_gone, 1, src.data(), 256 << 10, smr.lkey, dmr.addr, dmr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 2s));
+    ASSERT_EQ(c.status, Status::kOk);
+    ASSERT_FALSE(client->connect(live->local_address(), 2000ms, to_live));
+    gone->close(false);  // its ports now answer with ICMP port unreachable
+    ASSERT_FALSE(client->write(to_gone, 2, src.data(), 1 << 20, smr.lkey, dmr.addr, dmr.rkey));
+    for (int i = 0; i < 5; ++i) client->progress();
+    const auto before = client->io_stats();
+    ASSERT_FALSE(client->write(to_live, 3, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr2.addr, dmr2.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 5s));
+    EXPECT_EQ(c.wr_id, 3u);
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(std::memcmp(src.data(), dst2.data(), src.size()), 0);
+    const auto io = client->io_stats();
+    EXPECT_EQ(io.tx_eagain - before.tx_eagain, 0u);
+    EXPECT_EQ(io.tx_materialized - before.tx_materialized, 0u);
+  }
+}
+
 TEST(Udp, ReceiveCallDrawsOneAck) {
   for (const bool gro : {true, false}) {
     Options so = test_options();
@@ -1400,6 +1450,144 @@ TEST(Udp, ClosedEndpointSaysSo) {
     EXPECT_EQ(e.status, Status::kNotConnected);
     EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
   }
+}
+
+// close(false) closes every connection too: posted work completes kFlushed
+// (not waiting out the caller's timeout), state() says kClosed, and a post
+// after close() is refused. A graceful close whose linger runs out (the peer
+// is gone and never answers the DISCONNECT) ends in kClosed as well.
+TEST(Udp, CloseFlushesPostedWorkAndEndsEveryConnection) {
+  for (const bool graceful : {false, true}) {
+    SCOPED_TRACE(graceful ? "graceful" : "abrupt");
+    Pair p = connect_pair("127.0.0.1", test_options(), test_options());
+    ASSERT_TRUE(p.cconn.valid());
+    std::vector<uint8_t> src(64 << 10), dst(64 << 10);
+    MemoryRegion smr, dmr;
+    ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    if (graceful) p.server->close(false);  // gone: the DISCONNECT is never answered
+    ASSERT_FALSE(p.client->write(p.cconn, 7, src.data(), static_cast<uint32_t>(src.size()),
+                                 smr.lkey, dmr.addr, dmr.rkey));
+    p.client->close(graceful);
+    EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kClosed);
+    const auto t0 = std::chrono::steady_clock::now();
+    Completion c;
+    ASSERT_TRUE(p.client->wait_completion(c, 2s));
+    EXPECT_EQ(c.wr_id, 7u);
+    EXPECT_EQ(c.status, Status::kFlushed);
+    EXPECT_FALSE(p.client->wait_completion(c, 2s));  // nothing more, and no waiting for it
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+    const Error e = p.client->write(p.cconn, 8, src.data(), 100, smr.lkey, dmr.addr, dmr.rkey);
+    EXPECT_EQ(e.status, Status::kNotConnected);
+    EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
+    if (!graceful) {
+      EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kEstablished);
+      p.server->close(false);
+      EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kClosed);
+    }
+  }
+}
+
+// close() holds the endpoint's mutex until it is done: a thread waiting in
+// wait_completion (with the progress thread running) is kept out of the
+// engine while close() lingers, and then gets the kFlushed completion.
+TEST(Udp, CloseKeepsOtherThreadsOutOfTheEngineWhileItLingers) {
+  Options co = test_options();
+  co.linger = 300ms;
+  co.engine.connect_attempts = 1000;  // the DISCONNECT is repeated all through the linger
+  Pair p = connect_pair("127.0.0.1", test_options(), co);
+  ASSERT_TRUE(p.cconn.valid());
+  std::vector<uint8_t> src(64 << 10), dst(64 << 10);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  p.server->close(false);  // gone: the client's DISCONNECT is never answered
+  p.client->start_progress_thread();
+  ASSERT_FALSE(p.client->write(p.cconn, 7, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr.addr, dmr.rkey));
+  std::atomic<bool> waiting{false};
+  Completion c;
+  bool got = false;
+  std::chrono::steady_clock::time_point done;
+  std::thread waiter([&] {
+    waiting = true;
+    got = p.client->wait_completion(c, 5s);
+    done = std::chrono::steady_clock::now();
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(20ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.client->close(true);
+  waiter.join();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(c.wr_id, 7u);
+  EXPECT_EQ(c.status, Status::kFlushed);
+  EXPECT_GE(done - t0, 250ms);  // not while close() lingered with the engine
+  EXPECT_LT(done - t0, 2000ms);
+}
+
+// An ended connection is remembered (state, conn_error) until 1024 later
+// ones have ended, and then forgotten: the table of connections does not
+// grow with every connection a long-running endpoint ever made.
+TEST(Udp, EndedConnectionsAreForgottenAfterTheLatest1024) {
+  Options o = test_options();
+  o.engine.connect_attempts = 1000;
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(server && client);
+  ConnId failed;
+  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 30ms, failed);
+  ASSERT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  failed = ConnId{e.conn};
+  server->start_progress_thread();
+  const std::string to = server->local_address();
+  constexpr size_t kKept = metaroce::udp::UdpEndpoint::Impl::kEndedKept;
+  ConnId first, last;
+  for (size_t i = 0; i < kKept; ++i) {
+    ConnId c;
+    const Error ce = client->connect(to, 2000ms, c);
+    ASSERT_FALSE(ce) << i << ": " << ce.message;
+    client->close(c);
+    // Each close ends (DISCONNECT answered) before the next connect.
+    for (int k = 0; k < 2000 && client->state(c) != metaroce::udp::ConnState::kClosed; ++k)
+      client->wait(1ms);
+    ASSERT_EQ(client->state(c), metaroce::udp::ConnState::kClosed) << i;
+    if (i == 0) first = c;
+    last = c;
+    ConnId s;
+    while (server->try_accept(s)) {
+    }
+    if (i + 2 == kKept) {  // 1024 ended so far: the failed one is still known
+      EXPECT_EQ(client->state(failed), metaroce::udp::ConnState::kError);
+      EXPECT_EQ(client->conn_error(failed).status, Status::kConnectTimeout);
+    }
+  }
+  EXPECT_EQ(client->state(failed), metaroce::udp::ConnState::kUnknown);
+  EXPECT_FALSE(client->conn_error(failed));
+  EXPECT_EQ(client->state(first), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(client->state(last), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(client->peer_address(last), to);
+}
+
+// A thread waiting in accept (progress thread running) while another
+// closes the endpoint returns at once, saying why (examples/udp_write's demo
+// ends its server so when its client fails).
+TEST(Udp, AcceptEndsWhenAnotherThreadCloses) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  ep->start_progress_thread();
+  Error a;
+  std::thread t([&] {
+    ConnId id;
+    a = ep->accept(30000ms, id);
+  });
+  std::this_thread::sleep_for(20ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ep->close(false);
+  t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  EXPECT_EQ(a.status, Status::kNotConnected);
+  EXPECT_NE(a.message.find("the endpoint is closed"), std::string::npos) << a.message;
 }
 
 TEST(Udp, PortInUseIsAClearError) {

@@ -170,7 +170,7 @@ struct UdpEndpoint::Impl {
   uint16_t ecount = 0;
   bool gso = false;
   bool gro = false;
-  bool closed = false;
+  std::atomic<bool> closed{false};  // set under mu; read unlocked by connect_start, accept
   uint32_t batch = 32;
 
   // receive
@@ -226,6 +226,11 @@ struct UdpEndpoint::Impl {
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
+  // Connections that ended (kClosed, kError), oldest first: each keeps its
+  // entry in conns, for state(), conn_error() and peer_address(), until
+  // kEndedKept later ones have ended; then it goes (end_conn).
+  static constexpr size_t kEndedKept = 1024;
+  std::deque<uint32_t> ended;
   std::deque<ConnId> accepted;
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
@@ -291,8 +296,10 @@ struct UdpEndpoint::Impl {
                                                     : std::unique_lock<std::mutex>();
   }
   void wake_thread();
+  void join_thread();  // stops the progress thread; `threaded` stays as it is
   void end_round();
   void forget_source(const PeerAddr& p);
+  void end_conn(uint32_t id, ConnInfo& ci, ConnState s);  // s: kClosed or kError
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();
@@ -305,6 +312,7 @@ struct UdpEndpoint::Impl {
       std::unique_lock<std::mutex> lk(mu);
       for (;;) {
         if (pred()) return true;
+        if (closed) return false;  // nothing more will come
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) return false;
         cv.wait_for(
@@ -314,6 +322,7 @@ struct UdpEndpoint::Impl {
     for (;;) {
       const size_t moved = progress_locked();
       if (pred()) return true;
+      if (closed) return false;  // no sockets: nothing more will come
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return false;
       if (moved == 0)

@@ -18,6 +18,14 @@ void UdpEndpoint::Impl::wake_thread() {
   }
 }
 
+void UdpEndpoint::Impl::join_thread() {
+  if (!running.load()) return;
+  running.store(false, std::memory_order_release);
+  const uint64_t one = 1;
+  (void)!::write(wake_fd, &one, sizeof(one));
+  if (thread.joinable()) thread.join();
+}
+
 void UdpEndpoint::Impl::end_round() {
   if (tx_count != 0 && tx_msg_count == 0) build_messages();
   if (tx_msg_count != 0 && !flush()) materialize_pending();
@@ -36,12 +44,38 @@ void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
   if (src_cache_peer == p) src_cache_peer = PeerAddr{};
 }
 
+namespace {
+bool live(ConnState s) { return s == ConnState::kConnecting || s == ConnState::kEstablished; }
+}  // namespace
+
+// A connection ends once; the oldest of more than kEndedKept ended ones
+// loses its entry, so that a server that serves many peers over time keeps
+// only the connections open now and the latest to end.
+void UdpEndpoint::Impl::end_conn(uint32_t id, ConnInfo& ci, ConnState s) {
+  const bool was_live = live(ci.state);
+  ci.state = s;
+  if (!was_live) return;
+  ended.push_back(id);
+  while (ended.size() > kEndedKept) {
+    const auto it = conns.find(ended.front());
+    if (it != conns.end() && !live(it->second.state)) conns.erase(it);  // (not an id reused since)
+    ended.pop_front();
+  }
+}
+
 bool UdpEndpoint::Impl::drain_events() {
   bool any = false;
   Event ev;
   while (eng->poll_event(ev)) {
     any = true;
-    ConnInfo& ci = conns[ev.conn.v];
+    auto at = conns.find(ev.conn.v);
+    if (at == conns.end()) {
+      // A connection of ours has its entry from connect_start; one that
+      // ended long ago may have lost it: nothing to report.
+      if (ev.kind != EventKind::kAccepted) continue;
+      at = conns.emplace(ev.conn.v, ConnInfo{}).first;
+    }
+    ConnInfo& ci = at->second;
     if (ev.peer.len != 0) ci.peer = ev.peer;
     // The first error stays: the close that follows one (the engine's
     // kClosed after connect() gave up, say) must not leave conn_error() empty.
@@ -59,13 +93,13 @@ bool UdpEndpoint::Impl::drain_events() {
         break;
       case EventKind::kConnectFailed:
       case EventKind::kError:
-        ci.state = ConnState::kError;
+        end_conn(ev.conn.v, ci, ConnState::kError);
         if (auto it = send_failed.find(ci.peer); it != send_failed.end())
           ci.send_failure = it->second;
         forget_source(ci.peer);
         break;
       case EventKind::kClosed:
-        ci.state = ConnState::kClosed;
+        end_conn(ev.conn.v, ci, ConnState::kClosed);
         forget_source(ci.peer);
         break;
     }

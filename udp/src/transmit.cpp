@@ -384,7 +384,9 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
 // EAGAIN instead of waiting). A socket's messages are linked, so that one
 // that meets a full buffer cancels those after it on that socket: they stay,
 // in their order, for the next try, and a path's packets never overtake each
-// other (sendmmsg also stops at the first). The rest are done.
+// other (sendmmsg also stops at the first). The rest are done. One that
+// fails otherwise (a stale ICMP error on a connected socket, say) also
+// cancels those after it: they are sent here, in order, one call each.
 bool UdpEndpoint::Impl::flush_uring() {
 #if METAROCE_HAVE_URING
   constexpr int32_t kPending = INT32_MIN;
@@ -459,21 +461,33 @@ bool UdpEndpoint::Impl::flush_uring() {
     }
   }
 #endif
+  auto send_now = [&](size_t m) {
+    ++io.tx_syscalls;
+    return ::sendmsg(sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT) >= 0 ? 0 : -errno;
+  };
   size_t kept = 0;
+  // The previous message on socket `go_sock` was done with here (sent, or
+  // dropped for an error other than a full buffer): the ones its failure
+  // cancelled go now, in their order, as sendmmsg goes on after such an error.
+  bool go_on = false;
+  uint16_t go_sock = 0;
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
+    const uint16_t sock = tx_msg_sock[m];
     int res = tx_msg_res[m];
-    if (res == -ECONNREFUSED) {  // a stale ICMP error (see flush_sendmmsg): once more
-      res = ::sendmsg(sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT) >= 0 ? 0 : -errno;
-      ++io.tx_syscalls;
-    }
+    if (res == -ECANCELED && go_on && go_sock == sock)  // (the test hooks apply: a send)
+      res = eagain_fault() ? -EAGAIN : gso_fault(m) ? -EIO : send_now(m);
+    if (res == -ECONNREFUSED) res = send_now(m);  // a stale ICMP error (see flush_sendmmsg)
+    go_on = true;
+    go_sock = sock;
     if (res >= 0) {
       count_sent(m);
     } else if (buffer_full(-res) || res == -ECANCELED) {  // cancelled: behind one that was
       tx_msgs[kept] = tx_msgs[m];                         // keeps its iovecs, address and control
-      tx_msg_sock[kept] = tx_msg_sock[m];
+      tx_msg_sock[kept] = sock;
       tx_msg_segs[kept] = tx_msg_segs[m];
       tx_msg_first[kept] = tx_msg_first[m];
       ++kept;
+      go_on = false;  // the rest of its socket's waits behind it
     } else {
       drop_failed(m, -res, "sendmsg");
     }

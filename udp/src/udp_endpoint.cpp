@@ -69,10 +69,7 @@ void UdpEndpoint::start_progress_thread() {
 
 void UdpEndpoint::stop_progress_thread() {
   if (!impl_->running.load()) return;
-  impl_->running.store(false, std::memory_order_release);
-  const uint64_t one = 1;
-  (void)!::write(impl_->wake_fd, &one, sizeof(one));
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->join_thread();
   impl_->threaded.store(false, std::memory_order_release);
 }
 
@@ -115,13 +112,20 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   PeerAddr peer;
   {
     auto lk = impl_->guard();
-    peer = impl_->conns[id.v].peer;
+    if (auto it = impl_->conns.find(id.v); it != impl_->conns.end()) peer = it->second.peer;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const bool done = impl_->run_until(
-      [&] { return impl_->conns[id.v].state != ConnState::kConnecting; }, deadline);
+      [&] {
+        const auto it = impl_->conns.find(id.v);
+        return it == impl_->conns.end() || it->second.state != ConnState::kConnecting;
+      },
+      deadline);
   auto lk = impl_->guard();
-  const ConnInfo ci = impl_->conns[id.v];
+  const auto at = impl_->conns.find(id.v);
+  ConnInfo ci;  // (no entry: ended long ago, kUnknown)
+  ci.state = ConnState::kUnknown;
+  if (at != impl_->conns.end()) ci = at->second;
   if (done && ci.state == ConnState::kEstablished) {
     out = id;
     return {};
@@ -133,10 +137,13 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
   if (!done) {
     impl_->eng->close(id, clock_now());
-    impl_->conns[id.v].state = ConnState::kError;
-    impl_->conns[id.v].status = Status::kConnectTimeout;
-    if (auto it = impl_->send_failed.find(peer); it != impl_->send_failed.end())
-      impl_->conns[id.v].send_failure = it->second;
+    if (at != impl_->conns.end()) {
+      ConnInfo& c = at->second;
+      impl_->end_conn(id.v, c, ConnState::kError);
+      c.status = Status::kConnectTimeout;
+      if (auto it = impl_->send_failed.find(peer); it != impl_->send_failed.end())
+        c.send_failure = it->second;
+    }
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + because +
                                  (because.empty() ? " timed out after " : " (timed out after ") +
@@ -235,6 +242,7 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!impl_->run_until([&] { return !impl_->accepted.empty(); }, deadline)) {
+    if (impl_->closed) return impl_->closed_error("accept");  // by another thread meanwhile
     Error e;
     e.status = Status::kConnectTimeout;
     e.message = "accept on " + local_address() + ": no connection within " +
@@ -278,6 +286,8 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
 
 Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
+  if (impl_->closed)
+    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")");
   const Status s = impl_->eng->post_send(conn, wr);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
@@ -294,11 +304,15 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
 
 Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
+  if (impl_->closed)
+    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")");
   return impl_->check_post(impl_->eng->post_recv(conn, wr), conn, "post_recv");
 }
 
 Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
   auto lk = impl_->guard();
+  if (impl_->closed)
+    return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
   return impl_->check_post(impl_->eng->post_shared_recv(wr), ConnId{}, "post_shared_recv");
 }
 
@@ -404,8 +418,17 @@ IoStats UdpEndpoint::io_stats() const {
 
 void UdpEndpoint::close(bool graceful) {
   if (impl_->closed) return;
-  stop_progress_thread();
-  if (graceful && impl_->eng) {
+  // The thread stops, but `threaded` stays: other threads' calls (one
+  // waiting in wait_completion, say) keep taking the mutex, and close()
+  // holds it until it is done, so the engine never has two threads at once.
+  impl_->join_thread();
+  std::unique_lock<std::mutex> lk(impl_->mu);
+  if (impl_->closed) return;  // closed by another thread meanwhile
+  if (impl_->eng) {
+    // Every connection is closed in the engine, graceful or not: its posted
+    // work completes kFlushed at once (poll_completion still returns it after
+    // close), and the graceful close lets the DISCONNECT handshakes run.
+    (void)impl_->drain_events();  // connections accepted since the last round
     std::vector<ConnId> open;
     const TimeNs now = clock_now();
     for (auto& [id, ci] : impl_->conns) {
@@ -414,18 +437,29 @@ void UdpEndpoint::close(bool graceful) {
         open.push_back(ConnId{id});
       }
     }
-    if (!open.empty()) {
+    auto live = [&](ConnId c) {
+      const auto it = impl_->conns.find(c.v);
+      return it != impl_->conns.end() && (it->second.state == ConnState::kEstablished ||
+                                          it->second.state == ConnState::kConnecting);
+    };
+    if (graceful && !open.empty()) {  // run_until, but under the mutex held here
       const auto deadline = std::chrono::steady_clock::now() + impl_->opts.linger;
-      (void)impl_->run_until(
-          [&] {
-            for (ConnId c : open) {
-              const ConnState s = impl_->conns[c.v].state;
-              if (s == ConnState::kEstablished || s == ConnState::kConnecting) return false;
-            }
-            return true;
-          },
-          deadline);
+      for (;;) {
+        const size_t moved = impl_->progress_locked();
+        if (std::none_of(open.begin(), open.end(), live)) break;
+        const auto t = std::chrono::steady_clock::now();
+        if (t >= deadline) break;
+        if (moved == 0)
+          impl_->block(
+              std::min<std::chrono::nanoseconds>(deadline - t, std::chrono::milliseconds(1)) +
+              std::chrono::microseconds(999));
+      }
     }
+    (void)impl_->drain_events();
+    // Not closed by the peer within the linger (or not asked to be): closed
+    // here all the same, the sockets go now.
+    for (ConnId c : open)
+      if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
   }
   impl_->closed = true;
   impl_->close_fds();
