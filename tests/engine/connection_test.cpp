@@ -113,17 +113,13 @@ TEST(Engine, ConnectRefusedAndTimeout) {  // CONN-2, CONN-4
   EndpointConfig closed = cfg(61);
   closed.accept_incoming = false;
   Loop loop(cfg(60), closed);
-  ConnId a;
-  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
-  Event ev{};
-  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  Event ev = first_connect_event(loop);
   EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
   EXPECT_EQ(ev.status, Status::kConnectRefused);
 
   Loop dead(cfg(62), cfg(63));
   dead.drop = [](int, const std::vector<uint8_t>&) { return true; };
-  ASSERT_EQ(dead.ep(0).connect(dead.addr(1), dead.now(), a), Status::kOk);
-  ASSERT_TRUE(dead.run_until([&] { return dead.ep(0).poll_event(ev); }));
+  ev = first_connect_event(dead);
   EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
   EXPECT_EQ(ev.status, Status::kConnectTimeout);
 }
@@ -191,10 +187,7 @@ TEST(Engine, VersionMismatchIsRejected) {  // CONN-5
       d[0] = static_cast<uint8_t>((2 << 4) | (d[0] & 0x0f));
     }
   };
-  ConnId a;
-  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
-  Event ev{};
-  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  Event ev = first_connect_event(loop);
   EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
   EXPECT_EQ(ev.status, Status::kVersionMismatch);
 }

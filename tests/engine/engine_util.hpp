@@ -72,6 +72,16 @@ inline SendWr read_wr(const Buf& into, uint64_t raddr, uint64_t rkey, uint32_t l
   return wr;
 }
 
+// Starts a connect from endpoint 0 to 1 and runs until endpoint 0 reports
+// an event (connected, or why not): that event.
+inline Event first_connect_event(Loop& loop) {
+  ConnId a;
+  Event ev{};
+  EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  EXPECT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+  return ev;
+}
+
 // One WRITE of `len` bytes (a pattern from `fill`) from endpoint 0 over
 // connection a; it must complete, every byte landed.
 inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {

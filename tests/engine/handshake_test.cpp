@@ -173,10 +173,7 @@ TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
       d[wire::kBaseHeaderSize + 9] = 200;
       ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
     };
-    ConnId a;
-    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
-    Event ev{};
-    ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+    const Event ev = first_connect_event(loop);
     EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
     EXPECT_EQ(ev.status, Status::kConnectRefused);
     EXPECT_EQ(accepted_events(loop.ep(1)), from_end == 0 ? 0 : 1);
