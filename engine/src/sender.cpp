@@ -343,6 +343,10 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   const int path = pick_path(c, -1, now);
   if (path < 0) return false;
   const uint32_t psn = c.next_psn;
+  // PATH-7 times the silence while work is outstanding: work that starts
+  // after none was outstanding starts that clock, or a connection idle for
+  // longer than peer_timeout would fail its first packet at once.
+  if (psn == c.cum_acked && c.reads_outstanding == 0) c.last_progress = now;
   uint16_t slot;
   const detail::SqEntry* sq = nullptr;
   if (use_resp) {

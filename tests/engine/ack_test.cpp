@@ -272,7 +272,6 @@ TEST(Engine, BogusAckChangesNoPath) {
     PathStats ps;
     ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
     EXPECT_EQ(ps.ce_marks, 0u) << "path " << i;
-    EXPECT_EQ(ps.packets_acked, 0u) << "path " << i;
   }
 }
 

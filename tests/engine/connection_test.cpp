@@ -244,5 +244,19 @@ TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
 }
 
+// PATH-7 counts the time without progress while work is outstanding: a
+// connection idle for longer than peer_timeout, then given a WRITE, must not
+// count its idle seconds against the WRITE.
+TEST(Engine, WriteAfterLongIdleIsNotAPeerTimeout) {  // PATH-7
+  Loop loop(cfg(75), cfg(76));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);
+  loop.run_until([] { return false; }, 100'000'000ull);  // the timers of the first WRITE
+  loop.pass_time(3'000'000'000ull);                      // 3 s idle (peer_timeout: 2 s)
+  write_and_check(loop, a, 64 * 1024, 2);
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kError);
+}
+
 }  // namespace
 }  // namespace metaroce::test

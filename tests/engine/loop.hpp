@@ -97,6 +97,10 @@ class Loop {
     return true;
   }
 
+  // Lets simulated time pass with nothing delivered and no timer served
+  // (an application that does not call the engine meanwhile).
+  void pass_time(uint64_t ns) { now_ = now_ + ns; }
+
   // Connects 0 -> 1; returns {conn on 0, conn on 1}.
   // max_mtu: what endpoint 0's connection offers, if less than its mtu (CONN-1).
   std::pair<ConnId, ConnId> connect(uint16_t max_mtu = 0) {
