@@ -187,7 +187,8 @@ class UdpEndpoint {
   // other family: an IPv4 endpoint reaches only IPv4 peers, one bound to an
   // IPv6 address only IPv6 ones, one on [::] both); all name peer and conn. A request the kernel
   // refused to send (no route, a broadcast address, ...) is dropped like a lost one, and the error
-  // names the kernel's ("sending failed: sendmmsg: Network is unreachable"). It ends at the earlier
+  // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
+  // when the round went through io_uring). It ends at the earlier
   // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
   // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
   // raise connect_attempts as well.
@@ -207,8 +208,10 @@ class UdpEndpoint {
   // kUnknown for an id this endpoint never had. A connection that ended
   // (kClosed, kError) is remembered, for state(), conn_error() and
   // peer_address(), until 1024 later ones have ended; then it reads
-  // kUnknown (with an empty conn_error() and peer_address()), so that an
-  // endpoint serving peers for a long time keeps only the latest.
+  // kUnknown (with an empty conn_error(); peer_address() still names the
+  // peer while the engine holds the connection or remembers it as recently
+  // closed), so that an endpoint serving peers for a long time keeps only
+  // the latest.
   [[nodiscard]] ConnState state(ConnId conn) const;
   // Why a connection in kError ended: the status that ended it (a NAK's code
   // such as kRemoteLengthError, kPeerUnreachable, kConnectTimeout, ...) with

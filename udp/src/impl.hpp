@@ -163,7 +163,8 @@ struct UdpEndpoint::Impl {
   // a send socket connected from that address already (tx_src).
   bool wild = false;
   std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
-  PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
+  static constexpr size_t kMaxPeerSources = 4096;  // see note_source
+  PeerAddr src_cache_peer;                         // the last peer_src entry looked up or stored
   LocalIp src_cache;
   std::vector<LocalIp> tx_src;  // each connected send socket's source address
   uint16_t ebase = 0;

@@ -19,8 +19,9 @@ void UdpEndpoint::Impl::wake_thread() {
 }
 
 void UdpEndpoint::Impl::join_thread() {
-  if (!running.load()) return;
-  running.store(false, std::memory_order_release);
+  // One caller joins: two threads closing at once both saw `running` with a
+  // load and a store apart, and a second join() of one thread terminates.
+  if (!running.exchange(false, std::memory_order_acq_rel)) return;
   const uint64_t one = 1;
   (void)!::write(wake_fd, &one, sizeof(one));
   if (thread.joinable()) thread.join();

@@ -45,6 +45,14 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
 // peer, so a busy connection costs a comparison.
 void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at) {
   if (src_cache_peer == peer && src_cache == at) return;
+  // Bounded: datagrams are noted before the engine has judged them, so junk
+  // from many addresses (or late packets of connections gone) would grow
+  // the map without end. Past the bound it starts again; a live peer's next
+  // datagram notes it anew.
+  if (peer_src.size() >= kMaxPeerSources && peer_src.find(peer) == peer_src.end()) {
+    peer_src.clear();
+    src_cache_peer = PeerAddr{};
+  }
   peer_src[peer] = at;  // allocates for a new peer only
   src_cache_peer = peer;
   src_cache = at;
@@ -108,13 +116,15 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
           in_pktinfo pi{};
           std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
           dst.b[10] = dst.b[11] = 0xff;  // v4-mapped
-          std::memcpy(dst.b + 12, &pi.ipi_addr, 4);
+          // The local address (for a broadcast datagram, the interface's),
+          // not the header's destination, which may be no address of ours.
+          std::memcpy(dst.b + 12, &pi.ipi_spec_dst, 4);
           have_dst = true;
         } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
           in6_pktinfo pi{};
           std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
           std::memcpy(dst.b, &pi.ipi6_addr, 16);  // an IPv4 one v4-mapped on a dual-stack socket
-          have_dst = true;
+          have_dst = !IN6_IS_ADDR_MULTICAST(&pi.ipi6_addr);  // no source to answer from
         }
       }
       if (arrived != 0) {

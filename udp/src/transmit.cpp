@@ -321,7 +321,12 @@ void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
     gso = false;
     return;
   }
-  send_failed[tx_slots[tx_order[tx_msg_first[m]]].peer] = SendFailure{err, call};
+  const PeerAddr& peer = tx_slots[tx_order[tx_msg_first[m]]].peer;
+  // Bounded as peer_src is (note_source): replies to junk from many
+  // addresses may fail too, and nothing else ends their entries.
+  if (send_failed.size() >= kMaxPeerSources && send_failed.find(peer) == send_failed.end())
+    send_failed.clear();
+  send_failed[peer] = SendFailure{err, call};
 }
 
 void UdpEndpoint::Impl::count_sent(size_t m) {
