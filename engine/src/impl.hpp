@@ -297,6 +297,14 @@ struct Endpoint::Impl {
     return pick_path_scan(c, avoid, now);
   }
   int pick_path_scan(detail::Connection& c, int avoid, TimeNs now);
+  // PATH-7 times the silence while work is outstanding: a message that
+  // starts after none was outstanding starts that clock, or a connection
+  // idle for longer than peer_timeout would fail its first packet at once.
+  // (Within a message, whatever acknowledged everything before a packet was
+  // progress already, so it is asked once per message, not per packet.)
+  static void start_message_clock(detail::Connection& c, TimeNs now) {
+    if (c.next_psn == c.cum_acked && c.reads_outstanding == 0) c.last_progress = now;
+  }
   // CC-1: the initial window belongs to the connection; its paths share it,
   // so spraying over more paths does not multiply the first burst.
   [[nodiscard]] uint32_t initial_cwnd(const detail::Connection& c) const {

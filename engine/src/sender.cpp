@@ -343,15 +343,12 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   const int path = pick_path(c, -1, now);
   if (path < 0) return false;
   const uint32_t psn = c.next_psn;
-  // PATH-7 times the silence while work is outstanding: work that starts
-  // after none was outstanding starts that clock, or a connection idle for
-  // longer than peer_timeout would fail its first packet at once.
-  if (psn == c.cum_acked && c.reads_outstanding == 0) c.last_progress = now;
   uint16_t slot;
   const detail::SqEntry* sq = nullptr;
   if (use_resp) {
     const auto ji = t.resp_seg & t.resp_mask;
     if (job->sent == 0) {
+      start_message_clock(c, now);
       job->first_psn = psn;
       c.resp_turn = false;  // SCHED-4: the send queue's turn next
     }
@@ -361,6 +358,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     const auto si = t.sq_seg & t.sq_mask;
     detail::SqEntry& e = *head;
     if (e.sent == 0) {
+      start_message_clock(c, now);
       e.first_psn = psn;
       e.npkts = e.wr.op == WrOpcode::kRead ? 1 : packets_for(e.wr.length, c.mtu);
       if (e.wr.op == WrOpcode::kRead) {
