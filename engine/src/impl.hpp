@@ -297,13 +297,17 @@ struct Endpoint::Impl {
     return pick_path_scan(c, avoid, now);
   }
   int pick_path_scan(detail::Connection& c, int avoid, TimeNs now);
-  // PATH-7 times the silence while work is outstanding: a message that
-  // starts after none was outstanding starts that clock, or a connection
-  // idle for longer than peer_timeout would fail its first packet at once.
-  // (Within a message, whatever acknowledged everything before a packet was
-  // progress already, so it is asked once per message, not per packet.)
-  static void start_message_clock(detail::Connection& c, TimeNs now) {
-    if (c.next_psn == c.cum_acked && c.reads_outstanding == 0) c.last_progress = now;
+  // PATH-7 times the silence while work is outstanding: a new packet sent
+  // when nothing was outstanding starts that clock, or a connection idle
+  // for longer than peer_timeout would fail its first packet at once.
+  // Asked only when the packet's path had nothing in flight (every path is
+  // empty then), so not on every packet.
+  // A READ request counts itself in reads_outstanding already.
+  static void start_silence_clock(detail::Connection& c, const detail::SqEntry* sq, uint32_t psn,
+                                  bool retx, TimeNs now) {
+    if (retx || psn != c.cum_acked) return;
+    const uint32_t own = sq != nullptr && sq->wr.op == WrOpcode::kRead ? 1 : 0;
+    if (c.reads_outstanding == own) c.last_progress = now;
   }
   // CC-1: the initial window belongs to the connection; its paths share it,
   // so spraying over more paths does not multiply the first burst.

@@ -272,7 +272,10 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
   r.flags = detail::kRecInFlight;
   r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + (r.tx_count < 255)) : 1;  // LOSS-2
   ring_at(c, t, path, r.pseq) = psn;
-  if (p.inflight == 0) arm_rto(c, p, now);
+  if (p.inflight == 0) {
+    arm_rto(c, p, now);
+    start_silence_clock(c, sq, psn, retx, now);  // nothing in flight on any path, perhaps
+  }
   // LOSS-8: no allowance for a delayed ACK when the packet draws one at once.
   p.tlp_deadline = now + (tlp_timeout(p) - (ends_message ? cfg.ack_delay_ns : 0));
   if (p.cwnd < packet_cost(c.mtu))
@@ -348,7 +351,6 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   if (use_resp) {
     const auto ji = t.resp_seg & t.resp_mask;
     if (job->sent == 0) {
-      start_message_clock(c, now);
       job->first_psn = psn;
       c.resp_turn = false;  // SCHED-4: the send queue's turn next
     }
@@ -358,7 +360,6 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     const auto si = t.sq_seg & t.sq_mask;
     detail::SqEntry& e = *head;
     if (e.sent == 0) {
-      start_message_clock(c, now);
       e.first_psn = psn;
       e.npkts = e.wr.op == WrOpcode::kRead ? 1 : packets_for(e.wr.length, c.mtu);
       if (e.wr.op == WrOpcode::kRead) {

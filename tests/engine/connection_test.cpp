@@ -254,6 +254,17 @@ TEST(Engine, WriteAfterLongIdleIsNotAPeerTimeout) {  // PATH-7
   loop.run_until([] { return false; }, 100'000'000ull);  // the timers of the first WRITE
   loop.pass_time(3'000'000'000ull);                      // 3 s idle (peer_timeout: 2 s)
   write_and_check(loop, a, 64 * 1024, 2);
+  // A READ too: its request counts itself as a READ outstanding.
+  loop.run_until([] { return false; }, 100'000'000ull);
+  loop.pass_time(3'000'000'000ull);
+  Buf remote(loop.ep(1), 64 * 1024, kAccessRemoteRead, 9);
+  Buf into(loop.ep(0), 64 * 1024, kAccessLocalWrite, 0);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(into, remote.addr(), remote.mr.rkey, 64 * 1024)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(into.bytes, remote.bytes);
   Event ev;
   while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kError);
 }

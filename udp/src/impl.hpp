@@ -164,7 +164,8 @@ struct UdpEndpoint::Impl {
   bool wild = false;
   std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
   static constexpr size_t kMaxPeerSources = 4096;  // see note_source
-  PeerAddr src_cache_peer;                         // the last peer_src entry looked up or stored
+  size_t peer_src_limit = kMaxPeerSources;
+  PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
   LocalIp src_cache;
   std::vector<LocalIp> tx_src;  // each connected send socket's source address
   uint16_t ebase = 0;
@@ -246,6 +247,9 @@ struct UdpEndpoint::Impl {
   std::thread thread;
   std::atomic<bool> threaded{false};
   std::atomic<bool> running{false};
+  // Held by join_thread from the stop to the join: a second caller (two
+  // threads closing at once) waits until the thread is joined.
+  std::mutex join_mu;
   std::atomic<bool> sleeping{false};
   // The application asked for fd(): it may sleep on it, so every round arms
   // the timerfd. Otherwise only the driver's own sleeps need it armed, and
@@ -300,6 +304,7 @@ struct UdpEndpoint::Impl {
   void join_thread();  // stops the progress thread; `threaded` stays as it is
   void end_round();
   void forget_source(const PeerAddr& p);
+  void evict_idle_sources();
   void end_conn(uint32_t id, ConnInfo& ci, ConnState s);  // s: kClosed or kError
   bool drain_events();
   void arm_timer(TimeNs now);

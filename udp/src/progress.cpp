@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "impl.hpp"
 
@@ -19,8 +20,11 @@ void UdpEndpoint::Impl::wake_thread() {
 }
 
 void UdpEndpoint::Impl::join_thread() {
-  // One caller joins: two threads closing at once both saw `running` with a
-  // load and a store apart, and a second join() of one thread terminates.
+  // One caller joins, the other waits for it: two threads closing at once
+  // both saw `running` with a load and a store apart, and a second join() of
+  // one thread terminates; and a second caller that returned at once could
+  // close the fds (wake_fd too) before the first had woken and joined.
+  std::lock_guard<std::mutex> joining(join_mu);
   if (!running.exchange(false, std::memory_order_acq_rel)) return;
   const uint64_t one = 1;
   (void)!::write(wake_fd, &one, sizeof(one));
@@ -48,6 +52,20 @@ void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
 namespace {
 bool live(ConnState s) { return s == ConnState::kConnecting || s == ConnState::kEstablished; }
 }  // namespace
+
+// peer_src reached its limit (note_source): the entries of peers with no
+// live connection go, and the limit becomes twice what is left, so that a
+// flood of new sources costs a sweep now and then, not one per datagram. A
+// live peer keeps its entry: cleared, its replies would leave from the
+// address the route picks, which it may drop as another peer's (BAD-8).
+void UdpEndpoint::Impl::evict_idle_sources() {
+  std::unordered_set<PeerAddr, PeerAddrHash> keep;
+  for (const auto& [id, ci] : conns)
+    if (live(ci.state)) keep.insert(ci.peer);
+  std::erase_if(peer_src, [&](const auto& kv) { return keep.find(kv.first) == keep.end(); });
+  peer_src_limit = std::max(kMaxPeerSources, 2 * peer_src.size());
+  src_cache_peer = PeerAddr{};
+}
 
 // A connection ends once; the oldest of more than kEndedKept ended ones
 // loses its entry, so that a server that serves many peers over time keeps

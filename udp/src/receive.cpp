@@ -47,12 +47,9 @@ void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at) {
   if (src_cache_peer == peer && src_cache == at) return;
   // Bounded: datagrams are noted before the engine has judged them, so junk
   // from many addresses (or late packets of connections gone) would grow
-  // the map without end. Past the bound it starts again; a live peer's next
-  // datagram notes it anew.
-  if (peer_src.size() >= kMaxPeerSources && peer_src.find(peer) == peer_src.end()) {
-    peer_src.clear();
-    src_cache_peer = PeerAddr{};
-  }
+  // the map without end.
+  if (peer_src.size() >= peer_src_limit && peer_src.find(peer) == peer_src.end())
+    evict_idle_sources();
   peer_src[peer] = at;  // allocates for a new peer only
   src_cache_peer = peer;
   src_cache = at;
@@ -124,7 +121,10 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
           in6_pktinfo pi{};
           std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
           std::memcpy(dst.b, &pi.ipi6_addr, 16);  // an IPv4 one v4-mapped on a dual-stack socket
-          have_dst = !IN6_IS_ADDR_MULTICAST(&pi.ipi6_addr);  // no source to answer from
+          // A group or broadcast destination (a v4-mapped one from 224.0.0.0
+          // up on a dual-stack socket) is no source to answer from.
+          have_dst = !IN6_IS_ADDR_MULTICAST(&pi.ipi6_addr) &&
+                     !(IN6_IS_ADDR_V4MAPPED(&pi.ipi6_addr) && pi.ipi6_addr.s6_addr[12] >= 224);
         }
       }
       if (arrived != 0) {
