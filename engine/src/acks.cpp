@@ -19,8 +19,7 @@ namespace {
 // so one it refuses with RNR when the oldest refused packet was too.
 bool needs_receive_buffer(const TxCtx& t, const TxRecord& r) {
   if (r.slot & detail::kRespSlotFlag) return false;  // a READ response
-  const WrOpcode op = t.sq[r.slot].wr.op;
-  return op == WrOpcode::kSend || op == WrOpcode::kSendImm || op == WrOpcode::kWriteImm;
+  return wire::consumes_receive(detail::data_opcode(t.sq[r.slot].wr.op));
 }
 }  // namespace
 

@@ -72,6 +72,17 @@ struct Path {
   }
 };
 
+// The work request's opcodes are listed in the wire opcodes' order, one
+// below them: an addition per packet, not a switch.
+constexpr wire::Opcode data_opcode(WrOpcode op) {
+  return static_cast<wire::Opcode>(static_cast<uint8_t>(op) + 1);
+}
+static_assert(data_opcode(WrOpcode::kWrite) == wire::Opcode::kWrite &&
+              data_opcode(WrOpcode::kWriteImm) == wire::Opcode::kWriteImm &&
+              data_opcode(WrOpcode::kSend) == wire::Opcode::kSend &&
+              data_opcode(WrOpcode::kSendImm) == wire::Opcode::kSendImm &&
+              data_opcode(WrOpcode::kRead) == wire::Opcode::kReadReq);
+
 // The packets a message of len bytes takes (SEQ-5): 1 for an empty one.
 // Computed in 64 bits: a 32-bit len + mtu - 1 wraps for len near 2^32.
 [[nodiscard]] inline uint32_t packets_for(uint32_t len, uint32_t mtu) {

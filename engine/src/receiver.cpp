@@ -257,8 +257,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   const wire::Opcode op = p.bh.opcode;
   // NAK-1, PLACE-3: every packet of a WRITE_IMM, not only its last, needs
   // its receive buffer posted; one that finds none draws RNR and is not placed.
-  const bool uses_rq =
-      op == wire::Opcode::kSend || op == wire::Opcode::kSendImm || op == wire::Opcode::kWriteImm;
+  const bool uses_rq = wire::consumes_receive(op);
   uint8_t* dst = nullptr;
   if (op == wire::Opcode::kWrite || op == wire::Opcode::kWriteImm) {
     dst = mrs.remote(p.rh.rkey, p.rh.raddr - mh.offset, mh.msg_len, kAccessRemoteWrite, why);
@@ -286,11 +285,11 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
   if (why == Status::kOk && op == wire::Opcode::kReadReq) {
     detail::TxCtx& t = tx_ctx(c);
-    const uint8_t* src =
-        mh.msg_len > kMaxMessageLength  // READ-2: no requester may ask for more
-            ? nullptr
-            : mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
-    if (src == nullptr && why == Status::kOk) why = Status::kRemoteInvalidRequest;
+    const uint8_t* src = nullptr;
+    if (mh.msg_len > kMaxMessageLength)  // READ-2: no requester may ask for more
+      why = Status::kRemoteInvalidRequest;
+    else
+      src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
     if (src != nullptr) {
       if (t.resp_tail - t.resp_head >= resp_depth()) {
         why = Status::kRemoteInvalidRequest;  // READ-3

@@ -12,6 +12,15 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
+namespace {
+// Outstanding work besides packets in flight (PATH-7): resends queued, or a
+// READ whose request was acknowledged and whose responses are still due (a
+// responder gone since would otherwise leave it waiting).
+bool awaits_peer(const Connection& c) {
+  return c.tx && (c.tx->retx_head != c.tx->retx_tail || c.reads_outstanding > 0);
+}
+}  // namespace
+
 // The deadlines update_timer (impl.hpp) marked, computed once each.
 void Endpoint::Impl::flush_timers() {
   for (const uint32_t index : timer_dirty) {
@@ -44,9 +53,7 @@ void Endpoint::Impl::compute_timer(Connection& c) {
     if (p.inflight == 0 && p.next_send > last_now && unsent)
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
-  // PATH-7: a READ whose request was acknowledged still waits for its
-  // responses; a responder gone since would otherwise leave it waiting.
-  if (c.tx && (c.tx->retx_head != c.tx->retx_tail || c.reads_outstanding > 0)) outstanding = true;
+  if (awaits_peer(c)) outstanding = true;
   if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail)
     t = std::min(t, c.rnr_until);
   if (outstanding && c.state == ConnState::kEstablished)
@@ -140,8 +147,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         }
       }
     }
-    bool outstanding = c.tx && (c.cum_acked != c.next_psn || c.tx->retx_head != c.tx->retx_tail ||
-                                c.reads_outstanding > 0);
+    const bool outstanding = (c.tx && c.cum_acked != c.next_psn) || awaits_peer(c);
     if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
       enter_error(c, Status::kPeerUnreachable, c.cum_acked, now);
     }

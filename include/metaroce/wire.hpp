@@ -135,6 +135,11 @@ struct DisconnectBody {
 [[nodiscard]] constexpr bool has_imm(Opcode op) {
   return op == Opcode::kWriteImm || op == Opcode::kSendImm;
 }
+// Placed only with a posted receive buffer, every packet of the message
+// (PLACE-3); refused with RNR when none is (NAK-4).
+[[nodiscard]] constexpr bool consumes_receive(Opcode op) {
+  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
+}
 [[nodiscard]] constexpr bool carries_payload(Opcode op) {
   return is_data(op) && op != Opcode::kReadReq;
 }
