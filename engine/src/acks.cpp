@@ -21,6 +21,17 @@ bool needs_receive_buffer(const TxCtx& t, const TxRecord& r) {
   if (r.slot & detail::kRespSlotFlag) return false;  // a READ response
   return wire::consumes_receive(detail::data_opcode(t.sq[r.slot].wr.op));
 }
+
+// MR-5: a responder that can no longer answer a READ names the READ_REQ,
+// which the cumulative ACK may have passed long before; the READ is still
+// open until its last response is placed.
+bool names_open_read(const TxCtx& t, const wire::NakBody& n) {
+  const uint32_t si = t.read_slot[n.msn % t.read_slot.size()];
+  if (si >= t.sq.size()) return false;
+  const detail::SqEntry& e = t.sq[si];
+  return e.wr.op == WrOpcode::kRead && e.sent > 0 && e.msn == n.msn && e.first_psn == n.nak_psn &&
+         e.resp_received < e.resp_pkts;
+}
 }  // namespace
 
 void Endpoint::Impl::mark_acked(Connection& c, TxCtx& t, uint32_t psn, TimeNs now,
@@ -277,7 +288,9 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   TxCtx& t = *c.tx;
   const auto code = static_cast<Status>(p.nak.code);
   const uint32_t psn = p.nak.nak_psn;
-  if (!before(psn, c.next_psn) || before(psn, c.cum_acked)) return;  // not outstanding
+  if (!before(psn, c.next_psn)) return;  // never sent
+  if (before(psn, c.cum_acked) && (code == Status::kRnr || !names_open_read(t, p.nak)))
+    return;  // not outstanding
   // Progress only for a NAK about work still outstanding: a stale one,
   // repeated, must not keep PATH-7's peer timeout from ever firing.
   c.last_progress = now;

@@ -305,9 +305,13 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   if (why == Status::kOk && op == wire::Opcode::kReadResp) on_read_resp(c, p, why);
   if (why == Status::kLocalProtection) {
     // MR-5: the buffer this packet would fill was deregistered under posted
-    // work. The fault is this application's, not the peer's: no NAK (no wire
-    // code says it); the connection fails here, and the peer's outstanding
-    // work ends by its peer timeout (PATH-7).
+    // work. The fault is this application's: it fails with kLocalProtection,
+    // and the peer hears REMOTE_OPERATION_ERROR at once (as InfiniBand's
+    // Remote Operational Error) rather than waiting out PATH-7's timeout for
+    // an answer that will never come.
+    c.owe_nak(
+        wire::NakBody{psn, static_cast<uint8_t>(Status::kRemoteOperationError), mh.msn, c.rx_cum},
+        dg.entropy);
     enter_error(c, why, psn, now);
     return;
   }

@@ -126,7 +126,11 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
     const detail::RespJob& j = t.resp[slot & ~detail::kRespSlotFlag];
     if (!mrs.still_registered(j.lkey, j.len)) {
       // MR-5: the region the READ named was deregistered since: none of its
-      // bytes go out. The requester's READ ends by its peer timeout.
+      // bytes go out, and the requester hears REMOTE_OPERATION_ERROR naming
+      // its READ_REQ (which its on_nak accepts though acknowledged long ago).
+      c.owe_nak(wire::NakBody{j.req_psn, static_cast<uint8_t>(Status::kRemoteOperationError),
+                              j.read_seq, c.rx_cum},
+                c.paths[path].entropy);
       enter_error(c, Status::kLocalProtection, psn, now);
       return false;
     }

@@ -17,6 +17,7 @@ namespace metaroce {
   X(kRemoteAccessDenied, 0x04, "memory region lacks the access right")                    \
   X(kRemoteLengthError, 0x05, "message longer than the posted receive buffer")            \
   X(kRemoteInvalidRequest, 0x06, "request violates the protocol (e.g. too many reads)")   \
+  X(kRemoteOperationError, 0x07, "peer failed the request for a fault of its own")        \
   X(kLocalProtection, 0x40, "local buffer not inside a registered region with the right") \
   X(kInvalidArgument, 0x41, "invalid argument")                                           \
   X(kQueueFull, 0x42, "work queue full")                                                  \
@@ -57,6 +58,6 @@ enum class Status : uint8_t {
 }
 
 // True for codes a peer may put in a NAK.
-[[nodiscard]] constexpr bool is_wire_nak_code(uint8_t v) { return v >= 0x01 && v <= 0x06; }
+[[nodiscard]] constexpr bool is_wire_nak_code(uint8_t v) { return v >= 0x01 && v <= 0x07; }
 
 }  // namespace metaroce

@@ -33,12 +33,15 @@ bool untouched(const Buf& b, uint8_t fill) {
   return std::all_of(b.bytes.begin(), b.bytes.end(), [&](uint8_t v) { return v == fill; });
 }
 
+// Well inside the peer timeout (PATH-7's 2 s): the peer was told, not left
+// to find out by silence.
+constexpr uint64_t kPromptly = 100'000'000;
+
 // A receive buffer deregistered after it was posted takes nothing; the
-// receiver fails the connection, and an RNR NAK it sent before is not
-// repeated afterwards as if it were fatal (NAK-2): the sender, hearing
-// nothing, ends its SEND by the peer timeout (PATH-7) instead of retrying
-// that stale RNR for ever.
-TEST(Deregister, SendIntoDeregisteredReceiveBufferWritesNothing) {  // MR-5, NAK-2, PATH-7
+// receiver fails the connection and says so with REMOTE_OPERATION_ERROR, and
+// an RNR NAK it sent before is not repeated afterwards as if it were fatal
+// (NAK-2): the sender's SEND fails at once instead of retrying that stale RNR.
+TEST(Deregister, SendIntoDeregisteredReceiveBufferWritesNothing) {  // MR-5, NAK-2
   Loop loop(cfg(61), cfg(62));
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 3 * 4096, 0, 5);
@@ -47,11 +50,13 @@ TEST(Deregister, SendIntoDeregisteredReceiveBufferWritesNothing) {  // MR-5, NAK
   // No receive posted yet: the first packet draws RNR. Then the receive is
   // posted and its memory deregistered before the retry arrives.
   int rnr_after_error = 0;
+  int op_errors = 0;
   bool posted = false;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from != 1 || d.size() < 21 || d[1] != kNak) return;
     const uint8_t code = d[wire::kBaseHeaderSize + 4];
     if (code == static_cast<uint8_t>(Status::kRnr) && posted) ++rnr_after_error;
+    if (code == static_cast<uint8_t>(Status::kRemoteOperationError)) ++op_errors;
     if (code == static_cast<uint8_t>(Status::kRnr) && !posted) {
       posted = true;
       ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, rbuf.addr(), 3 * 4096, rbuf.mr.lkey}),
@@ -61,15 +66,18 @@ TEST(Deregister, SendIntoDeregisteredReceiveBufferWritesNothing) {  // MR-5, NAK
   };
   ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 10'000'000'000ull));
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
   ASSERT_TRUE(posted);
-  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_EQ(error_of(loop, 0), Status::kRemoteOperationError);
   EXPECT_EQ(error_of(loop, 1), Status::kLocalProtection);
   EXPECT_TRUE(untouched(rbuf, 0xAB));
   EXPECT_EQ(rnr_after_error, 0);
+  EXPECT_GE(op_errors, 1);
 }
 
-// A READ's target deregistered while its responses travel: none is placed.
+// A READ's target deregistered while its responses travel: none is placed,
+// and the responder, told, stops serving it and fails at once.
 TEST(Deregister, ReadIntoDeregisteredTargetWritesNothing) {  // MR-5
   Loop loop(cfg(63), cfg(64));
   auto [a, b] = loop.connect();
@@ -90,12 +98,14 @@ TEST(Deregister, ReadIntoDeregisteredTargetWritesNothing) {  // MR-5
   EXPECT_EQ(done[0].status, Status::kLocalProtection);
   EXPECT_EQ(error_of(loop, 0), Status::kLocalProtection);
   EXPECT_TRUE(untouched(target, 0xCD));
+  loop.run_until([] { return false; }, kPromptly);
+  EXPECT_EQ(error_of(loop, 1), Status::kRemoteOperationError);
 }
 
 // The responder's region deregistered while it answers a READ: no byte of
 // it leaves after that, and the requester's READ, its request long since
-// acknowledged, still ends (PATH-7) rather than waiting for ever.
-TEST(Deregister, ReadFromDeregisteredRegionSendsNothingMore) {  // MR-5, PATH-7
+// acknowledged, fails at once on the NAK that names that request.
+TEST(Deregister, ReadFromDeregisteredRegionSendsNothingMore) {  // MR-5, NAK-3
   Loop loop(cfg(65), cfg(66));
   auto [a, b] = loop.connect();
   Buf remote(loop.ep(1), 64 * 4096, kAccessRemoteRead, 0x22);
@@ -114,10 +124,11 @@ TEST(Deregister, ReadFromDeregisteredRegionSendsNothingMore) {  // MR-5, PATH-7
   ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 64 * 4096, 4)),
             Status::kOk);
   std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 10'000'000'000ull));
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
   ASSERT_TRUE(gone);
   EXPECT_EQ(responses_after, 0);
-  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_EQ(error_of(loop, 0), Status::kRemoteOperationError);
   EXPECT_EQ(error_of(loop, 1), Status::kLocalProtection);
 }
 

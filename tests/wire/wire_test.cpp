@@ -720,7 +720,7 @@ TEST(SpecBad6, NakCodeMustBeAWireCode) {
     Bytes pkt = nak;
     pkt[kBaseHeaderSize + 4] = static_cast<uint8_t>(code);
     reseal(pkt, header_size(Opcode::kNak));
-    const bool valid = code >= 0x01 && code <= 0x06;
+    const bool valid = code >= 0x01 && code <= 0x07;
     EXPECT_EQ(decode_bytes(pkt), valid ? ParseError::kOk : ParseError::kBadField)
         << "code " << code;
   }

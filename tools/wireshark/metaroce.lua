@@ -49,14 +49,14 @@ local layouts = {
 local nak_code_names = {
   [0x01] = "RNR", [0x02] = "REMOTE_BAD_KEY", [0x03] = "REMOTE_OUT_OF_BOUNDS",
   [0x04] = "REMOTE_ACCESS_DENIED", [0x05] = "REMOTE_LENGTH_ERROR",
-  [0x06] = "REMOTE_INVALID_REQUEST",
+  [0x06] = "REMOTE_INVALID_REQUEST", [0x07] = "REMOTE_OPERATION_ERROR",
 }
 
 -- Appendix A; CONNECT_REJECT uses 0x47, 0x48 and 0x4a.
 local status_names = {
   [0x00] = "kOk", [0x01] = "kRnr", [0x02] = "kRemoteBadKey", [0x03] = "kRemoteOutOfBounds",
   [0x04] = "kRemoteAccessDenied", [0x05] = "kRemoteLengthError",
-  [0x06] = "kRemoteInvalidRequest", [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
+  [0x06] = "kRemoteInvalidRequest", [0x07] = "kRemoteOperationError", [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
   [0x42] = "kQueueFull", [0x43] = "kNoSuchConnection", [0x44] = "kNotConnected",
   [0x45] = "kFlushed", [0x46] = "kPeerUnreachable", [0x47] = "kConnectRefused",
   [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
@@ -395,7 +395,7 @@ local function dissect_nak(st, tree, off)
   nak:add(pf.nak_cum_psn, tvb(off + 12, 4))
   if nak_code_names[code] == nil then
     code_item:add_proto_expert_info(ex.bad_field,
-      "NAK code " .. hex(code) .. " is outside 0x01-0x06")
+      "NAK code " .. hex(code) .. " is outside 0x01-0x07")
   end
   add_info(st, nak_code_names[code] or ("code=" .. hex(code)))
   add_info(st, "psn=" .. hex(tvb(off, 4):uint()))
