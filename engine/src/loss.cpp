@@ -83,6 +83,10 @@ void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs n
                                   bool count_outcome, bool judge) {
   detail::Path& p = c.paths[r.path];
   p.inflight -= std::min(p.inflight, packet_cost(r.len));
+  // LOSS-8 holds a path only while packets stay in flight on it: with none
+  // left (an RNR NAK took the rest), no ACK, timer or probe would ever
+  // release it, and the path would carry nothing again.
+  if (p.inflight == 0) p.held = false;
   r.flags = static_cast<uint8_t>((r.flags & ~detail::kRecInFlight) | detail::kRecQueued);
   t.retx[t.retx_tail++ & c.wmask()] = r.psn;
   trace(now, TraceKind::kLost, c, r.path, r.psn, timeout ? 1 : 0);

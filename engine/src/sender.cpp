@@ -97,14 +97,9 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
     c.rr_next = static_cast<uint8_t>(best + 1 == n ? 0 : best + 1);
     return best;
   }
-  // LOSS-3: the original path only when no other path is active at all
-  // (asked only here, so the scan above need not track it).
-  bool other_active = false;
-  for (uint8_t k = 0; fallback >= 0 && k < n && !other_active; ++k) {
-    const detail::Path& p = c.paths[k];
-    other_active = k != avoid && p.state == PathState::kActive && !p.held && k != c.draining_slot;
-  }
-  if (fallback >= 0 && !other_active) {
+  // LOSS-3: the original path only when no other path has room. Waiting for
+  // one instead would let new data take this very path first (SCHED-2).
+  if (fallback >= 0) {
     c.rr_next = static_cast<uint8_t>(fallback + 1 == n ? 0 : fallback + 1);
     return fallback;
   }

@@ -363,5 +363,98 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
+// LOSS-8 holds a path only while packets stay in flight on it. Here the
+// tail-loss timer holds the only path (its oldest packet resent, its PROBE
+// lost), then a late RNR NAK declares the rest of the path's SEND packets
+// lost: nothing is left in flight, so no ACK, timer or probe could release
+// the path. Held, it carried nothing more, and PATH-7 failed the connection
+// 2 s later with the peer alive and its receive posted.
+TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
+  EndpointConfig c = cfg(301);
+  c.num_paths = 1;
+  Loop loop(c, cfg(302));
+  auto [a, b] = loop.connect();
+  Buf wsrc(loop.ep(0), 4096, 0, 1);
+  Buf wdst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 8));
+  Buf src(loop.ep(0), 4 * 4096, 0, 7);
+  Buf rbuf(loop.ep(1), 4 * 4096, kAccessLocalWrite, 0);
+  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
+  constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);
+  bool posted = false;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 1 && d[1] == kNak ? 300'000 : 0;  // the RNR NAK comes late
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) { return from == 0 && d[1] == kProbe; };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1 || posted || d[1] != kNak) return;
+    posted = true;
+    ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 4 * 4096, rbuf.mr.lkey}), Status::kOk);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4 * 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 100'000'000));
+  EXPECT_TRUE(posted);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(rbuf.bytes, src.bytes);
+}
+
+// SCHED-2, LOSS-3: a lost packet goes before new data. When no other path
+// has room it goes on the path it was lost on; it used to wait for room
+// elsewhere while new data took that very path (here path 1's data is
+// slow, so its window stays full for a long round trip).
+TEST(Engine, NoNewDataLeavesWhileAResendWaits) {  // SCHED-2, LOSS-3
+  struct Rec {
+    TraceKind kind;
+    uint8_t path;
+    uint32_t psn;
+    uint32_t retx;
+  };
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SCOPED_TRACE(seed);
+    EndpointConfig c = cfg(400 + seed);
+    c.num_paths = 2;
+    Loop loop(c, cfg(500 + seed));
+    loop.delay_ns = 5'000;
+    auto [a, b] = loop.connect();
+    constexpr uint32_t kLen = 512 * 4096;
+    Buf src(loop.ep(0), kLen, 0, 0x40);
+    Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+    loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+      return from == 0 && d[1] == 0x01 && (d[3] & 31) == 1 ? 60'000 : 0;
+    };
+    ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
+    std::vector<Rec> ev;
+    loop.ep(0).set_trace(
+        [](void* ctx, const TraceEvent& e) {
+          static_cast<std::vector<Rec>*>(ctx)->push_back({e.kind, e.path, e.psn, e.aux});
+        },
+        &ev);
+    uint64_t n = 0;
+    loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+      return from == 0 && d[1] == 0x01 && (d[3] & 31) == 0 && ++n == 20 + seed;
+    };
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 9)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    loop.ep(0).set_trace(nullptr, nullptr);
+    EXPECT_EQ(done[0].status, Status::kOk);
+    EXPECT_EQ(src.bytes, dst.bytes);
+    int losses = 0;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      if (ev[i].kind != TraceKind::kLost) continue;
+      ++losses;
+      for (size_t j = i + 1; j < ev.size(); ++j) {
+        if (ev[j].psn == ev[i].psn &&
+            (ev[j].kind == TraceKind::kSent || ev[j].kind == TraceKind::kAcked))
+          break;
+        EXPECT_FALSE(ev[j].kind == TraceKind::kSent && ev[j].retx == 0)
+            << "new psn " << ev[j].psn << " left before the resend of " << ev[i].psn;
+      }
+    }
+    EXPECT_GE(losses, 1);
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::test
