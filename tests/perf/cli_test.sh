@@ -3,6 +3,9 @@
 # and a line naming the option: an entropy block that runs past port 65535,
 # the trimmed DSCP (63) for either class, and a bare number as the address
 # (getaddrinfo would read "9999" as 0.0.39.15). Host names still resolve.
+# Then, against a server on loopback: one SIGINT keeps the client's result,
+# a plain write's server count, the --paths note, the --bidir reverse count
+# check, the progress line's reverse rate and the server's summary lines.
 #   cli_test.sh METAROCE_PERF
 set -u
 perf=$1
