@@ -3,6 +3,9 @@
 # and a line naming the option: an entropy block that runs past port 65535,
 # the trimmed DSCP (63) for either class, and a bare number as the address
 # (getaddrinfo would read "9999" as 0.0.39.15). Host names still resolve.
+# Then, against a server on loopback: one SIGINT keeps the client's result,
+# a plain write's server count, the --paths note, the --bidir reverse count
+# check, the progress line's reverse rate and the server's summary lines.
 #   cli_test.sh METAROCE_PERF
 set -u
 perf=$1
@@ -37,4 +40,76 @@ for args in "localhost:1 --entropy-base 65472" "127.0.0.1:1 --control-dscp 62 --
     echo "ok:   metaroce-perf client $args -> past the command line"
   fi
 done
+
+# Runs against a server on loopback (port 0: the kernel's choice, read from
+# its first line). Each metaroce-perf started here is killed by its pid.
+out=$(mktemp -d)
+"$perf" server 127.0.0.1:0 --spin-us 0 >"$out/server" 2>&1 &
+server=$!
+for _ in $(seq 50); do
+  port=$(sed -n 's/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$out/server")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+check() {  # check WHAT CONDITION-EXIT-STATUS
+  if [ "$2" -eq 0 ]; then echo "ok:   $1"; else
+    echo "FAIL: $1"
+    failures=$((failures + 1))
+  fi
+}
+if [ -z "$port" ]; then
+  check "a server on 127.0.0.1:0 starts: $(cat "$out/server")" 1
+else
+  addr=127.0.0.1:$port
+  # One SIGINT stops the posting; the client drains, sends Done and still
+  # gets the server's Result: a report and exit 0 (it used to print "no
+  # result from the server" and exit 2).
+  "$perf" client "$addr" --op write --duration 5 --verify --json >"$out/int.json" 2>"$out/int.err" &
+  client=$!
+  sleep 1.5
+  kill -INT "$client"
+  wait "$client"
+  rc=$?
+  check "one SIGINT: the run ends with its result, exit $rc: $(cat "$out/int.err")" \
+    "$([ "$rc" -eq 0 ] && grep -q '"server_messages_received":[1-9]' "$out/int.json" &&
+      ! grep -q 'no result' "$out/int.err"; echo $?)"
+  # A plain write (no --verify): the server counts what arrived (it used to
+  # report 0 messages received).
+  timeout 30 "$perf" client "$addr" --op write --iters 100 --size 4096 --json >"$out/w.json" 2>&1
+  check "a plain write's server_messages_received is 100: $(cat "$out/w.json")" \
+    "$(grep -q '"server_messages_received":100[,}]' "$out/w.json"; echo $?)"
+  # --paths applies to the client's own sending: a read's data comes on the
+  # server's 8 paths, and the client says so (it used to look as if it had
+  # asked for 2).
+  timeout 30 "$perf" client "$addr" --op read --iters 100 --size 4096 --paths 2 --entropy-count 4 \
+    --json >"$out/r.json" 2>"$out/r.err"
+  check "read --paths 2: the note and both path counts: $(cat "$out/r.err")" \
+    "$(grep -q "note: --paths (2) applies to the client's own sending" "$out/r.err" &&
+      grep -q '"client_path_count":2[,}]' "$out/r.json" &&
+      grep -q '"server_path_count":8[,}]' "$out/r.json"; echo $?)"
+  # A send --bidir --verify: the reverse messages the client received match
+  # those the server completed (now checked, and reported).
+  timeout 30 "$perf" client "$addr" --op send --bidir --verify --iters 500 --size 4096 --json \
+    >"$out/s.json" 2>&1
+  rc=$?
+  rev=$(sed -n 's/.*"reverse":{[^}]*"messages":\([0-9]*\).*/\1/p' "$out/s.json")
+  check "send --bidir: the reverse messages received are the server's $rev, exit $rc" \
+    "$([ "$rc" -eq 0 ] && [ -n "$rev" ] &&
+      grep -q "\"messages_received\":$rev[,}]" "$out/s.json"; echo $?)"
+  # The progress line's reverse column is this interval's, from the bytes
+  # the connection received: a plain write --bidir shows its reverse load
+  # (the old rx column read 0.000 without --verify).
+  timeout 30 "$perf" client "$addr" --op write --bidir --duration 2.5 --size 16384 \
+    >/dev/null 2>"$out/b.err"
+  check "write --bidir progress lines show a reverse rate: $(cat "$out/b.err")" \
+    "$(grep -Eq '^\[ *2\.[0-9]s\].*reverse [0-9]+\.[0-9]+ Gb/s' "$out/b.err" &&
+      ! grep -Eq 'reverse 0\.000 Gb/s' "$out/b.err"; echo $?)"
+  # The server's summary names every test's messages, and its io: line is
+  # that test's alone.
+  check "the server's summary lines count messages: $(grep '^test' "$out/server")" \
+    "$(! grep -q '^test .*: 0 messages' "$out/server"; echo $?)"
+fi
+kill -INT "$server" 2>/dev/null
+wait "$server"
+rm -rf "$out"
 finish

@@ -710,5 +710,154 @@ TEST(PerfBuffers, EndpointsTakeTheReceiveQueueTheRingsNeed) {
             2 * kMaxQd + 16);
 }
 
+// A message that took longer than 4.29 s keeps its time (samples were
+// uint32 nanoseconds, clamped at 4,294,967,295).
+TEST(PerfLatency, KeepsARoundTripOverFourSeconds) {
+  Generator gen;
+  gen.p.qd = 1;
+  gen.p.size = 1;
+  gen.post_time.assign(1, Clock::now() - std::chrono::seconds(5));
+  Completion c{};
+  c.wr_id = 0;
+  c.status = Status::kOk;
+  ASSERT_TRUE(gen.on_completion(c));
+  ASSERT_EQ(gen.lat.samples.size(), 1u);
+  EXPECT_GE(gen.lat.samples[0], uint64_t{5'000'000'000});
+  std::vector<uint64_t> v = gen.lat.samples;
+  EXPECT_GE(pct(v, 0.5), 5e6);  // microseconds
+}
+
+// Past its capacity the sampler keeps a uniform subset of the whole run (it
+// used to keep only the first 4,194,304 messages).
+TEST(PerfLatency, SamplesSpreadOverTheWholeRun) {
+  LatencySampler s(8);
+  for (uint64_t i = 0; i < 100; ++i) s.add(i);
+  EXPECT_EQ(s.stride, 16u);
+  EXPECT_EQ(s.samples, (std::vector<uint64_t>{0, 16, 32, 48, 64, 80, 96}));
+  LatencySampler big(1000);
+  for (uint64_t i = 0; i < 1'000'000; ++i) big.add(i);
+  EXPECT_LE(big.samples.size(), 1000u);
+  EXPECT_GE(big.samples.size(), 500u);
+  std::vector<uint64_t> v = big.samples;
+  EXPECT_NEAR(pct(v, 0.5) * 1000, 500'000, 2'000);  // the run's median, not its first messages'
+  EXPECT_GT(big.samples.back(), 990'000u);
+}
+
+// Percentiles are nearest ranks: the ceil(q n)-th smallest.
+TEST(PerfSession, PercentilesAreNearestRanks) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = 100; i >= 1; --i) v.push_back(i * 1000);  // 1..100 us
+  EXPECT_EQ(pct(v, 0.5), 50);                                 // floor(q n) gave 51
+  EXPECT_EQ(pct(v, 0.99), 99);
+  EXPECT_EQ(pct(v, 0.999), 100);
+  EXPECT_EQ(pct(v, 0), 1);
+  std::vector<uint64_t> one{7000};
+  EXPECT_EQ(pct(one, 0.5), 7);
+  std::vector<uint64_t> none;
+  EXPECT_EQ(pct(none, 0.5), 0);
+}
+
+// The server's io: line covers its test: the counters less those at its start.
+TEST(PerfSession, IoSinceIsTheDifference) {
+  udp::IoStats before, now;
+  before.rx_datagrams = 10;
+  before.tx_datagrams = 20;
+  before.rx_wait_ns_total = 1000;
+  before.rx_wait_ns_max = 50;
+  before.tx_gso_msgs = 3;
+  now = before;
+  now.rx_datagrams += 5;
+  now.tx_datagrams += 7;
+  now.rx_wait_ns_total += 500;
+  now.tx_gso_msgs += 1;
+  const udp::IoStats d = io_since(now, before);
+  EXPECT_EQ(d.rx_datagrams, 5u);
+  EXPECT_EQ(d.tx_datagrams, 7u);
+  EXPECT_EQ(d.rx_wait_ns_total, 500u);
+  EXPECT_EQ(d.tx_gso_msgs, 1u);
+  EXPECT_EQ(d.rx_syscalls, 0u);
+  EXPECT_EQ(d.rx_wait_ns_max, 50u);  // a maximum: the endpoint's
+  EXPECT_DOUBLE_EQ(mean_rx_wait_us(d), 0.1);
+}
+
+// The client resolves the server's address before it opens its socket, and
+// opens one of the resolved family: an IPv6 peer gets [::]:0 whatever its
+// text looks like (a host name resolving only to IPv6 got 0.0.0.0:0).
+TEST(PerfSession, ClientOpensTheFamilyOfTheResolvedPeer) {
+  std::string local, peer, why;
+  ASSERT_TRUE(client_local_address("127.0.0.1:5000", local, peer, why)) << why;
+  EXPECT_EQ(local, "0.0.0.0:0");
+  EXPECT_EQ(peer, "127.0.0.1:5000");
+  ASSERT_TRUE(client_local_address("[::1]:5000", local, peer, why)) << why;
+  EXPECT_EQ(local, "[::]:0");
+  ASSERT_TRUE(client_local_address("localhost:5000", local, peer, why)) << why;
+  PeerAddr resolved;
+  ASSERT_TRUE(udp::parse_address("localhost:5000", 4792, resolved));
+  EXPECT_EQ(local, udp::address_is_v4(resolved) ? "0.0.0.0:0" : "[::]:0");
+  // A name that resolves only to IPv6, where this host has one.
+  for (const char* name : {"ip6-localhost", "ip6-loopback", "localhost6"}) {
+    PeerAddr a;
+    const std::string text = std::string(name) + ":5000";
+    if (!udp::parse_address(text, 4792, a) || udp::address_is_v4(a)) continue;
+    ASSERT_TRUE(client_local_address(text, local, peer, why)) << why;
+    EXPECT_EQ(local, "[::]:0") << name;
+  }
+  EXPECT_FALSE(client_local_address("no-such-host.invalid:5000", local, peer, why));
+  EXPECT_FALSE(why.empty());
+}
+
+// What a server reports of the forward load: its Sink's count where every
+// message leaves a completion; for a plain write the bytes that arrived
+// (less the Hello and the Done); for a read the client's Done. A plain write
+// and a read used to report 0.
+TEST(PerfServer, ForwardCountCoversEveryOp) {
+  TestParams tp;
+  tp.size = 4096;
+  Sink data;
+  data.next_seq = 3;
+  data.bytes = 3 * 4096;
+  ConnStats cst{};
+  cst.data_bytes_received = 2 * kCtrlBytes + 10 * 4096;
+  Ctrl done;
+  done.messages = 12;
+  done.bytes = 12 * 4096;
+  tp.op = Op::kWrite;
+  ForwardCount f = forward_count(tp, data, cst, done);
+  EXPECT_EQ(f.messages, 10u);
+  EXPECT_EQ(f.bytes, 10u * 4096);
+  tp.verify = true;  // WRITE_IMM: the sink counts
+  EXPECT_EQ(forward_count(tp, data, cst, done).messages, 3u);
+  tp.verify = false;
+  tp.op = Op::kSend;
+  EXPECT_EQ(forward_count(tp, data, cst, done).messages, 3u);
+  tp.op = Op::kRead;
+  f = forward_count(tp, data, cst, done);
+  EXPECT_EQ(f.messages, 12u);
+  EXPECT_EQ(f.bytes, 12u * 4096);
+}
+
+// A server that never answers the Hello: the client's error names the
+// connection as well as the address.
+TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
+  udp::Error err;
+  auto silent = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
+  ASSERT_TRUE(silent) << err.message;
+  silent->start_progress_thread();  // accepts, posts no receive, answers nothing
+  ClientArgs a;
+  a.addr = silent->local_address();
+  a.iters = 1;
+  a.tp.size = 64;
+  a.tp.qd = 1;
+  g_stop = 0;
+  testing::internal::CaptureStderr();
+  const int rc = run_client(a, small_common());
+  const std::string out = testing::internal::GetCapturedStderr();
+  silent->stop_progress_thread();
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("no answer from server " + a.addr + " (peer " + a.addr + ", conn 0x"),
+            std::string::npos)
+      << out;
+}
+
 }  // namespace
 }  // namespace metaroce::perf

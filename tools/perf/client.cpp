@@ -55,7 +55,7 @@ void print_paths(const char* whose, const std::vector<PathReport>& paths) {
 // announced, which follow its Result.
 void wait_path_reports(UdpEndpoint& ep, Sink& sink, Generator& gen, size_t n) {
   const auto deadline = Clock::now() + 2s;
-  while (sink.path_reports.size() < n && Clock::now() < deadline && !g_stop) {
+  while (sink.path_reports.size() < n && Clock::now() < deadline && g_stop < kClientGivesUpAt) {
     ep.progress();
     Completion cs[64];
     const size_t got = ep.poll_completions(cs, 64);
@@ -93,9 +93,14 @@ int run_client(const ClientArgs& a, const Common& common) {
     return 1;
   }
   Error err;
-  std::string local = a.addr.find('[') == 0 || std::count(a.addr.begin(), a.addr.end(), ':') > 1
-                          ? "[::]:0"
-                          : "0.0.0.0:0";
+  // The peer's address first, then a local socket of its family: a host
+  // name that resolves only to IPv6 needs [::]:0 (the family used to be
+  // guessed from the address's text, and such a name got 0.0.0.0:0).
+  std::string local, peer, why;
+  if (!client_local_address(a.addr, local, peer, why)) {
+    std::fprintf(stderr, "metaroce-perf client: %s: %s\n", a.addr.c_str(), why.c_str());
+    return 1;
+  }
   auto ep = UdpEndpoint::open(local, make_options(common), err);
   if (!ep) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
@@ -122,7 +127,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     return 1;
   }
   ConnId conn;
-  err = ep->connect(a.addr, 3000ms, conn);
+  err = ep->connect(peer, 3000ms, conn);
   if (err) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
     return 1;
@@ -148,8 +153,10 @@ int run_client(const ClientArgs& a, const Common& common) {
       5000ms +
       std::chrono::milliseconds((server.ring.bytes() + server.exposed + server.generator) >> 18);
   Ctrl ack;
-  if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait) || ack.type != MsgType::kHelloAck) {
-    std::fprintf(stderr, "metaroce-perf client: no answer from server %s\n", a.addr.c_str());
+  if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait, kClientGivesUpAt) ||
+      ack.type != MsgType::kHelloAck) {
+    std::fprintf(stderr, "metaroce-perf client: no answer from server %s (%s)\n", a.addr.c_str(),
+                 peer_and_conn(*ep, conn).c_str());
     return 1;
   }
   if (ack.refusal != 0) {
@@ -167,6 +174,14 @@ int run_client(const ClientArgs& a, const Common& common) {
   auto next_report = t0 + interval;
   auto last_report = t0;
   uint64_t last_bytes = 0;
+  // With --bidir the reverse load's payload bytes so far, as this end's
+  // connection counts them: received for a write's or send's (the server's
+  // WRITEs arrive without a completion here unless --verify makes them
+  // WRITE_IMMs), sent for a read's (this end answers the server's READs).
+  const auto reverse_bytes = [read](const ConnStats& s) {
+    return read ? s.data_bytes_sent : s.data_bytes_received;
+  };
+  uint64_t last_reverse = 0;
   ConnStats cst{};
   bool failed = false;
   Idler idler = common.idler();
@@ -212,11 +227,19 @@ int run_client(const ClientArgs& a, const Common& common) {
       (void)ep->conn_stats(conn, cst);
       const double el = std::chrono::duration<double>(now - t0).count();
       const double span = std::chrono::duration<double>(now - last_report).count();
-      std::fprintf(stderr, "[%5.1fs] %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "  rx %.3f Gb/s\n", el,
+      // The reverse column, like the others, covers this interval only (it
+      // used to be the mean since the start, of WRITE_IMM and SEND data
+      // only: 0 for a read, or a write without --verify).
+      char rev[48] = "";
+      if (a.tp.bidir)
+        std::snprintf(rev, sizeof(rev), "  reverse %.3f Gb/s",
+                      dbl(reverse_bytes(cst) - last_reverse) * 8 / span / 1e9);
+      std::fprintf(stderr, "[%5.1fs] %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "%s\n", el,
                    dbl(gen.bytes - last_bytes) * 8 / span / 1e9,
                    dbl(gen.bytes - last_bytes) / double(a.tp.size) / span, cst.retransmissions,
-                   dbl(sink.bytes) * 8 / el / 1e9);
+                   rev);
       last_bytes = gen.bytes;
+      last_reverse = reverse_bytes(cst);
       last_report = now;
       while (next_report <= now) next_report += interval;
     }
@@ -233,8 +256,13 @@ int run_client(const ClientArgs& a, const Common& common) {
     done.messages = gen.completed;
     done.bytes = gen.bytes;
     (void)send_ctrl(*ep, conn, done, done_out, 2);
-    have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms) && result.type == MsgType::kResult;
-    if (!have_result) std::fprintf(stderr, "metaroce-perf client: no result from the server\n");
+    // A first signal only stopped the posting: the Result still counts.
+    have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms, kClientGivesUpAt) &&
+                  result.type == MsgType::kResult;
+    if (!have_result)
+      std::fprintf(stderr, "metaroce-perf client: no result from the server (%s)%s\n",
+                   peer_and_conn(*ep, conn).c_str(),
+                   g_stop >= kClientGivesUpAt ? ": gave up at the second signal" : "");
   }
   // An older server announces no PathReports and sends none.
   const size_t want_reports = std::min<uint64_t>(ack.path_reports, kMaxPathReports);
@@ -258,11 +286,41 @@ int run_client(const ClientArgs& a, const Common& common) {
   // client's own for a read, whose reverse READs fetch the client's memory.
   const bool reverse_paths_known = a.tp.bidir && (read || !server_paths.empty());
   const std::vector<PathReport>& reverse_paths = read ? client_paths : server_paths;
+  // --paths sets this end's path count only: the engine fixes one per
+  // endpoint, so a server sends a read's data and a --bidir reverse load on
+  // its own paths (its --paths), whatever the client asked. Say so where
+  // the two differ (the client's --paths used to look as if it applied).
+  const uint64_t server_path_count = ask_reports ? ack.path_reports : 0;  // 0: not known
+  std::string paths_note;
+  if (server_path_count != 0 && server_path_count != client_stats.size())
+    paths_note = "--paths (" + std::to_string(client_stats.size()) +
+                 ") applies to the client's own sending (" +
+                 (read ? std::string(a.tp.bidir ? "the requests and the reverse load's READ "
+                                                  "responses"
+                                                : "the requests")
+                       : std::string("the test's data")) +
+                 "); the server sent " + (read ? "the read's data" : "the reverse load") +
+                 " on its own " + std::to_string(server_path_count) +
+                 " paths (the server's --paths)";
+  if (!paths_note.empty())
+    std::fprintf(stderr, "metaroce-perf client: note: %s\n", paths_note.c_str());
   const auto io = ep->io_stats();
+  // The reverse load's messages this end saw arrive (a send's SENDs, a
+  // write's WRITE_IMMs with --verify; plain WRITEs and a read's READs leave
+  // no completion here) against those the server completed.
+  const bool reverse_counted =
+      a.tp.bidir && have_result && (a.tp.op == Op::kSend || (a.tp.op == Op::kWrite && a.tp.verify));
+  const bool reverse_mismatch = reverse_counted && sink.next_seq != result.rev_messages;
+  if (reverse_mismatch)
+    std::fprintf(stderr,
+                 "metaroce-perf client: the server completed %" PRIu64
+                 " reverse messages, this end received %" PRIu64 "\n",
+                 result.rev_messages, sink.next_seq);
   const uint64_t verify_errors =
       gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
       (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1
-                                                                                              : 0);
+                                                                                              : 0) +
+      (a.tp.verify && reverse_mismatch ? 1 : 0);
   // Retransmissions of the end that sends the test's data: the client for
   // write and send, the server (its Result) for read, where the client only
   // sends the requests. The reverse load (--bidir) the other way round.
@@ -270,7 +328,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   const bool have_retx = !data_from_server || have_result;  // read: the server reported
   const uint64_t retx = data_from_server ? result.rev_retx : cst.retransmissions;
   const uint64_t rev_retx = data_from_server ? cst.retransmissions : result.rev_retx;
-  std::vector<uint32_t> lat = gen.lat_ns;
+  std::vector<uint64_t> lat = gen.lat.samples;
   const double p50 = pct(lat, 0.5), p99 = pct(lat, 0.99), p999 = pct(lat, 0.999);
   const double gbps = dbl(gen.bytes) * 8 / secs / 1e9;
   const double rate = dbl(gen.completed - gen.errors) / secs;
@@ -312,6 +370,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                          result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0},
                         {"retransmitted_packets", rev_retx},
                         {"retransmitted_by", data_from_server ? "client" : "server"}};
+        if (reverse_counted) j["reverse"]["messages_received"] = sink.next_seq;
         if (reverse_paths_known) {
           nlohmann::json rps = nlohmann::json::array();
           for (const PathReport& p : reverse_paths) rps.push_back(path_json(p));
@@ -325,6 +384,12 @@ int run_client(const ClientArgs& a, const Common& common) {
       ps.push_back(path_json(p));
     j["paths"] = ps;
     j["paths_of"] = server_paths_shown ? "server" : "client";
+    j["client_path_count"] = client_stats.size();
+    if (server_path_count != 0)
+      j["server_path_count"] = server_path_count;
+    else
+      j["server_path_count"] = nullptr;  // not asked for (write, send) or not reported
+    if (!paths_note.empty()) j["paths_note"] = paths_note;
     if (server_paths_shown) {
       for (const PathReport& p : client_paths) cps.push_back(path_json(p));
       j["client_paths"] = cps;
@@ -348,9 +413,12 @@ int run_client(const ClientArgs& a, const Common& common) {
                {"io_uring", ep->uring_enabled()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u paths, %.2f s%s\n",
+    const std::string server_count =
+        server_path_count != 0 ? ", the server's " + std::to_string(server_path_count) : "";
+    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u client paths%s, %.2f s%s\n",
                 op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
-                static_cast<unsigned>(client_paths.size()), secs, a.tp.verify ? ", verified" : "");
+                static_cast<unsigned>(client_paths.size()), server_count.c_str(), secs,
+                a.tp.verify ? ", verified" : "");
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
@@ -401,7 +469,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   ep->close(conn);
   for (int i = 0; i < 50 && ep->state(conn) == udp::ConnState::kEstablished; ++i) ep->wait(1ms);
-  return failed || !have_result || verify_errors != 0 ? 2 : 0;
+  return failed || !have_result || verify_errors != 0 || reverse_mismatch ? 2 : 0;
 }
 
 }  // namespace metaroce::perf

@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(uint32_t{metaroce::kMinMtu}, uint32_t{metaroce::kMaxMtu}));
     sub->add_option("--paths", common.paths,
                     "paths (entropy values) per connection, 1-" +
-                        std::to_string(metaroce::kMaxPaths) + " (default 8)")
+                        std::to_string(metaroce::kMaxPaths) +
+                        " (default 8), for what this end sends: a read's data and a --bidir "
+                        "reverse load travel on the server's own paths (its --paths)")
         ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
     sub->add_option("--entropy-count", common.entropy_count,
                     "source ports in the entropy block, at least --paths, at most 65535 "
@@ -175,12 +177,14 @@ int main(int argc, char** argv) {
   client->add_flag("--bidir", ca.tp.bidir, "the server sends the same load back at the same time");
   client->add_flag("--verify", ca.tp.verify,
                    "fill sources with a pattern and check every received byte");
-  client->add_flag("--json", ca.json,
-                   "print one JSON object; its retransmitted_packets counts the packets that the "
-                   "end sending the data retransmitted: the client's for write and send, the "
-                   "server's for read (client_retransmitted_packets: the client's own); its paths "
-                   "are those that carried the data (paths_of): the client's for write and "
-                   "send, the server's for read (client_paths: the client's own)");
+  client->add_flag(
+      "--json", ca.json,
+      "print one JSON object; its retransmitted_packets counts the packets that the "
+      "end sending the data retransmitted: the client's for write and send, the "
+      "server's for read (client_retransmitted_packets: the client's own); its paths "
+      "are those that carried the data (paths_of): the client's for write and "
+      "send, the server's for read (client_paths: the client's own); lat_us are nearest-rank "
+      "percentiles of up to 4,194,304 round trips sampled uniformly over the run");
   add_common(client);
   // A bad command line (an option out of range among them) is a test that
   // could not start: exit 1, as the client's other such failures.

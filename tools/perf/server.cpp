@@ -126,6 +126,9 @@ class BusyRefuser {
 // One client's test, from its connection to its Result; true when it ran to
 // the end and the Result went back.
 bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
+  // The io: line reports this test's share (the counters run since the
+  // endpoint opened; it used to print them whole, every test's together).
+  const udp::IoStats io_at_start = ep.io_stats();
   std::printf("connection from %s\n", ep.peer_address(conn).c_str());
   std::fflush(stdout);
   Sink sink;
@@ -275,6 +278,9 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
       }
     }
   }
+  // The forward load ends with the client's Done; the reverse load's bytes
+  // and time are both taken after its drain, below (its time used to be this
+  // one, its bytes those of up to 2 s later: an inflated reverse goodput).
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (silent) {
     std::fprintf(stderr, "test abandoned: nothing heard for %u ms, the peer timeout (%s)\n",
@@ -299,17 +305,22 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
           data.on_completion(cs[i]);
       busy.step(ep, false);  // a client that connects now is served next
     }
+    const auto rev_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
     ConnStats cst{};
     (void)ep.conn_stats(conn, cst);
+    const ForwardCount fwd = forward_count(tp, data, cst, done);
     Ctrl res;
     res.type = MsgType::kResult;
-    res.messages = data.next_seq;
-    res.bytes = data.bytes;
+    // A read's messages are the client's to count: the Result keeps 0 there
+    // (server_messages_received), the summary line below gives the Done's.
+    const bool served = tp.op != Op::kRead;
+    res.messages = served ? fwd.messages : 0;
+    res.bytes = served ? fwd.bytes : 0;
     res.verify_errors = data.verify_errors + gen.verify_errors;
     res.rev_messages = gen.completed - gen.errors;
     res.rev_bytes = gen.bytes;
     res.rev_retx = cst.retransmissions;
-    res.rev_ns = static_cast<uint64_t>(secs * 1e9);
+    res.rev_ns = static_cast<uint64_t>(rev_ns.count());
     (void)send_ctrl(ep, conn, res, res_out, 2);
     send_path_reports(ep, conn, static_cast<size_t>(ack.path_reports), report_out);
     // Wait for the peer to close (or a short while).
@@ -321,11 +332,17 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
       busy.step(ep, false);  // a client that connects now is served next
     }
     ok = true;
-    std::printf("test %s size %u qd %u: %" PRIu64
-                " messages received, %.3f Gb/s, verify_errors %" PRIu64 "\n",
-                op_name(tp.op), tp.size, tp.qd, data.next_seq, dbl(data.bytes) * 8 / secs / 1e9,
-                data.verify_errors);
-    print_io(ep.io_stats());
+    // Every op's figures (a plain write and a read used to print 0 messages
+    // and 0 Gb/s: only receive completions counted), and both ends' of the
+    // server's verify errors (the reverse READs' were left out).
+    std::printf("test %s size %u qd %u: %" PRIu64 " messages %s, %.3f Gb/s, verify_errors %" PRIu64
+                "\n",
+                op_name(tp.op), tp.size, tp.qd, fwd.messages, fwd.how,
+                dbl(fwd.bytes) * 8 / secs / 1e9, res.verify_errors);
+    if (bidir)
+      std::printf("  reverse: %" PRIu64 " messages, %.3f Gb/s\n", res.rev_messages,
+                  res.rev_ns ? dbl(res.rev_bytes) * 8.0 / dbl(res.rev_ns) : 0.0);
+    print_io(io_since(ep.io_stats(), io_at_start), true);
     std::fflush(stdout);
   }
   busy.finish(ep);
@@ -335,6 +352,19 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
 }
 
 }  // namespace
+
+ForwardCount forward_count(const TestParams& tp, const Sink& data, const ConnStats& cst,
+                           const Ctrl& done) {
+  if (tp.op == Op::kSend || (tp.op == Op::kWrite && tp.verify))
+    return {data.next_seq, data.bytes, "received"};
+  if (tp.op == Op::kWrite) {
+    const uint64_t control = 2 * kCtrlBytes;  // the Hello and the Done
+    const uint64_t bytes =
+        cst.data_bytes_received > control ? cst.data_bytes_received - control : 0;
+    return {bytes / tp.size, bytes, "received (from the bytes that arrived)"};
+  }
+  return {done.messages, done.bytes, "read by the client (its count)"};
+}
 
 int run_server(const std::string& addr, const Common& common, bool once) {
   Error err;

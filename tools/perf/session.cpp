@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 namespace metaroce::perf {
@@ -93,10 +94,10 @@ udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport&
 }
 
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
-               std::chrono::milliseconds to) {
+               std::chrono::milliseconds to, int give_up_at) {
   const auto deadline = Clock::now() + to;
   while (sink.ctrl.empty()) {
-    if (Clock::now() > deadline || g_stop) return false;
+    if (Clock::now() > deadline || g_stop >= give_up_at) return false;
     ep.progress();
     Completion cs[64];
     const size_t n = ep.poll_completions(cs, 64);
@@ -169,25 +170,59 @@ std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen
          std::string(status_text(seen)) + ")";
 }
 
-double pct(std::vector<uint32_t>& v, double q) {
+double pct(std::vector<uint64_t>& v, double q) {
   if (v.empty()) return 0;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  // Nearest rank: the ceil(q n)-th smallest, index ceil(q n) - 1 (floor(q n)
+  // gave the next one up: 51 for the median of 1..100).
+  const double rank = std::ceil(q * static_cast<double>(v.size()));
+  const size_t k = std::min(v.size() - 1, rank < 1 ? size_t{0} : static_cast<size_t>(rank) - 1);
   std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
-  return v[k] / 1000.0;
+  return dbl(v[k]) / 1000.0;
+}
+
+udp::IoStats io_since(const udp::IoStats& now, const udp::IoStats& b) {
+  udp::IoStats d = now;
+  d.rx_datagrams -= b.rx_datagrams;
+  d.rx_syscalls -= b.rx_syscalls;
+  d.rx_gro_batches -= b.rx_gro_batches;
+  d.rx_ce -= b.rx_ce;
+  d.rx_control_class -= b.rx_control_class;
+  d.rx_truncated -= b.rx_truncated;
+  d.rx_foreign -= b.rx_foreign;
+  d.rx_wait_ns_total -= b.rx_wait_ns_total;
+  d.rx_backlogged_rounds -= b.rx_backlogged_rounds;
+  d.tx_datagrams -= b.tx_datagrams;
+  d.tx_syscalls -= b.tx_syscalls;
+  d.tx_gso_msgs -= b.tx_gso_msgs;
+  d.tx_eagain -= b.tx_eagain;
+  d.tx_errors -= b.tx_errors;
+  d.tx_remapped -= b.tx_remapped;
+  d.tx_materialized -= b.tx_materialized;
+  return d;
+}
+
+bool client_local_address(const std::string& addr, std::string& local, std::string& peer,
+                          std::string& why) {
+  PeerAddr p;
+  if (!udp::parse_address(addr, 4792, p, &why)) return false;
+  local = udp::address_is_v4(p) ? "0.0.0.0:0" : "[::]:0";
+  peer = udp::format_address(p);
+  return true;
 }
 
 double mean_rx_wait_us(const udp::IoStats& io) {
   return io.rx_datagrams ? dbl(io.rx_wait_ns_total) / dbl(io.rx_datagrams) / 1e3 : 0.0;
 }
 
-void print_io(const udp::IoStats& io) {
+void print_io(const udp::IoStats& io, bool max_since_start) {
   std::printf("  io: %" PRIu64 " datagrams in %" PRIu64 " send calls (%" PRIu64 " GSO), %" PRIu64
               " received in %" PRIu64 " recvmmsg (%" PRIu64 " GRO, %" PRIu64
               " in the control class); waited in the socket %.1f us"
-              " mean, %.1f max; %" PRIu64 " rounds left datagrams unread\n",
+              " mean, %.1f max%s; %" PRIu64 " rounds left datagrams unread\n",
               io.tx_datagrams, io.tx_syscalls, io.tx_gso_msgs, io.rx_datagrams, io.rx_syscalls,
               io.rx_gro_batches, io.rx_control_class, mean_rx_wait_us(io),
-              dbl(io.rx_wait_ns_max) / 1e3, io.rx_backlogged_rounds);
+              dbl(io.rx_wait_ns_max) / 1e3, max_since_start ? " since the server started" : "",
+              io.rx_backlogged_rounds);
 }
 
 }  // namespace metaroce::perf

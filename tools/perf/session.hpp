@@ -95,9 +95,14 @@ udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport&
                             uint64_t id);
 
 // Waits for the next control message on the sink, driving the endpoint and
-// feeding other completions to the generator (if any).
+// feeding other completions to the generator (if any). Gives up after `to`,
+// or once g_stop has counted `give_up_at` signals: the server stops at the
+// first, a client at the second (its first stops posting, and the client
+// still collects the server's Result, as main.cpp promises).
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
-               std::chrono::milliseconds to);
+               std::chrono::milliseconds to, int give_up_at = 1);
+// Signals after which a client gives up waiting: the second.
+inline constexpr int kClientGivesUpAt = 2;
 
 // One path slot's figures as a PathReport carries them.
 PathReport path_report(const PathStats& p, size_t slot, size_t slots);
@@ -112,10 +117,37 @@ std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn);
 // "failed: ended with kPeerUnreachable (peer unreachable: ...)".
 std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen = Status::kOk);
 
-// The q-quantile of v in microseconds (v holds nanoseconds; reordered).
-double pct(std::vector<uint32_t>& v, double q);
+// The q-quantile of v in microseconds (v holds nanoseconds; reordered): the
+// nearest rank, the ceil(q n)-th smallest (the median of 1..100 is 50).
+double pct(std::vector<uint64_t>& v, double q);
 double mean_rx_wait_us(const udp::IoStats& io);
-void print_io(const udp::IoStats& io);
+// What happened between `before` and `now` (a server's test): each counter's
+// difference; rx_wait_ns_max, a maximum, stays `now`'s.
+udp::IoStats io_since(const udp::IoStats& now, const udp::IoStats& before);
+// max_since_start: rx_wait_ns_max is the endpoint's since it opened, not
+// the other figures' span (a server's io_since).
+void print_io(const udp::IoStats& io, bool max_since_start = false);
+
+// The local address a client opens for a peer at `addr`: resolved first
+// (parse_address: ip:port, [ip6]:port, a host name), "0.0.0.0:0" for an
+// IPv4 peer, "[::]:0" for an IPv6 one; `peer` gets the resolved address,
+// which connect() takes. False (and `why`) when it does not resolve.
+bool client_local_address(const std::string& addr, std::string& local, std::string& peer,
+                          std::string& why);
+
+// The test's forward load as a server reports it (its Result's messages and
+// bytes, its summary line): what its Sink counted where every message
+// leaves a completion there (a send, a write with --verify: WRITE_IMM);
+// for a plain write the payload bytes the connection accepted (`cst`) less
+// the client's control SENDs (Hello, Done), in messages of `size`; for a
+// read, whose responses leave nothing at the server, the client's Done.
+struct ForwardCount {
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  const char* how = "";  // for the summary line
+};
+ForwardCount forward_count(const TestParams& tp, const Sink& data, const ConnStats& cst,
+                           const Ctrl& done);
 
 int run_server(const std::string& addr, const Common& common, bool once);
 

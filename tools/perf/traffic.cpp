@@ -70,7 +70,7 @@ bool Generator::prepare(udp::UdpEndpoint& e, const TestParams& tp) {
   p = tp;
   if (!buf.resize(size_t{p.size} * p.qd)) return false;
   post_time.assign(p.qd, Clock::time_point{});
-  lat_ns.reserve(4 << 20);
+  lat.reserve(LatencySampler::kDefaultCapacity);
   // --verify: the first qd messages' patterns now, before the client
   // connects. Filled at the first pump instead, up to 4 GiB of first touches
   // and pattern held the first message back for seconds with GiB messages,
@@ -130,10 +130,9 @@ bool Generator::on_completion(const Completion& c) {
     return true;
   }
   const auto now = Clock::now();
-  if (lat_ns.size() < lat_ns.capacity())
-    lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - post_time[seq % p.qd]).count(),
-        UINT32_MAX)));
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - post_time[seq % p.qd]).count();
+  lat.add(static_cast<uint64_t>(std::max<int64_t>(ns, 0)));
   if (p.op == Op::kRead && p.verify) verify_errors += pattern_check(slot(seq), p.size, seq % p.qd);
   bytes += p.size;
   ++completed;

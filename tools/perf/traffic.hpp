@@ -3,6 +3,7 @@
 // messages) and exposes the memory the peer writes to or reads from.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -92,6 +93,44 @@ struct Sink {
   bool on_completion(const Completion& c);
 };
 
+// Round-trip times of a test's messages, in nanoseconds (64-bit: a sample
+// never clamps; it used to be capped at 4.29 s). Holds at most `capacity`
+// samples spread uniformly over the whole run: once full, it keeps every
+// other sample and from then on takes every second message (then every
+// fourth, ...), so that a long run's later messages count as much as its
+// first ones (it used to keep only the first 4,194,304 messages).
+struct LatencySampler {
+  static constexpr size_t kDefaultCapacity = size_t{4} << 20;
+  std::vector<uint64_t> samples;
+  uint64_t seen = 0;    // messages offered
+  uint64_t stride = 1;  // samples holds message i when i % stride == 0
+
+  explicit LatencySampler(size_t capacity = kDefaultCapacity) { reserve(capacity); }
+  void reserve(size_t capacity) {
+    cap_ = std::max<size_t>(2, capacity & ~size_t{1});  // even: a halving keeps the stride's grid
+    samples.clear();
+    samples.reserve(cap_);
+    seen = 0;
+    stride = 1;
+  }
+  size_t capacity() const { return cap_; }
+  void add(uint64_t ns) {
+    const uint64_t i = seen++;
+    if (i % stride != 0) return;
+    if (samples.size() == cap_) {
+      size_t k = 0;
+      for (size_t j = 0; j < samples.size(); j += 2) samples[k++] = samples[j];
+      samples.resize(k);
+      stride *= 2;
+      if (i % stride != 0) return;
+    }
+    samples.push_back(ns);
+  }
+
+ private:
+  size_t cap_ = 2;
+};
+
 struct Generator {
   udp::UdpEndpoint* ep = nullptr;
   ConnId conn;
@@ -101,7 +140,7 @@ struct Generator {
   MemoryRegion mr;
   uint64_t posted = 0, completed = 0, bytes = 0, errors = 0, verify_errors = 0;
   std::vector<Clock::time_point> post_time;
-  std::vector<uint32_t> lat_ns;  // preallocated sample buffer
+  LatencySampler lat;  // preallocated sample buffer
   udp::Error last_error;
 
   // Allocates and registers the qd message slots (a client before it
