@@ -173,7 +173,6 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   // An ACK naming PSNs we never sent is bogus: it measures no path and is no
   // progress (checked before its echo touches RTT or window).
   if (before(c.next_psn, p.ack.cum_psn)) return;
-  c.last_progress = now;
   // CC-2: the echo's congestion signal holds back its path's increase for
   // the packets this same ACK acknowledges, and for no other ACK: cleared
   // here, set by on_path_echo if the echo carries one. (Cleared before, not
@@ -186,7 +185,14 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
   TxCtx& t = *c.tx;
   const wire::AckBody& a = p.ack;
   uint32_t touched = 0;  // one older than what we know is stale: it advances nothing
-  if (before(c.cum_acked, a.cum_psn)) advance_cum(c, t, a.cum_psn, now, touched);
+  // PATH-7: progress is work acknowledged for the first time. An ACK that
+  // only answers a PROBE or repeats what is known says the peer lives, not
+  // that data gets through: with packets of our MTU dropped on every path and
+  // PROBEs answered, counting it kept the connection waiting for ever.
+  if (before(c.cum_acked, a.cum_psn)) {
+    advance_cum(c, t, a.cum_psn, now, touched);
+    c.last_progress = now;
+  }
   const uint32_t mask = c.wmask();
   for (uint32_t j = 0; j < a.sack_words; ++j) {
     const uint32_t base = a.cum_psn + 1 + 64 * j;
@@ -200,6 +206,7 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
     } else {
       fresh &= ~detail::bits64(t.acked_bits, base, mask);
     }
+    if (fresh != 0) c.last_progress = now;  // PATH-7
     while (fresh != 0) {
       const int k = __builtin_ctzll(fresh);
       fresh &= fresh - 1;

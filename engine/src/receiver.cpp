@@ -371,7 +371,9 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   ++c.stats.data_packets_received;
   c.stats.data_bytes_received += plen;
   if (dg.ce) ++c.stats.ce_received;
-  c.last_progress = now;
+  // PATH-7: a READ's response is progress of our own work; the peer's other
+  // data says only that it lives.
+  if (op == wire::Opcode::kReadResp) c.last_progress = now;
   trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
 
   // ACK-2, ACK-4: these are acknowledged at once and echo themselves; the

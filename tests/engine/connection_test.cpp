@@ -244,6 +244,43 @@ TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
 }
 
+// PATH-7 counts acknowledged work, not signs of life. With every packet
+// of the connection's MTU dropped on every path (a link of smaller MTU on
+// the way, say) and everything small delivered, each path times out,
+// probes, hears its PROBE answered and tries again, and the peer's own
+// WRITEs keep arriving: the connection waited for ever. Now it fails.
+TEST(Engine, DataThatNeverGetsThroughFailsThoughThePeerAnswers) {  // PATH-7
+  EndpointConfig c = cfg(102);
+  c.recovery.peer_timeout_ns = 200 * kMillisecond;
+  Loop loop(c, cfg(103));
+  auto [a, b] = loop.connect();
+  loop.drop = [](int from, const std::vector<uint8_t>& d) { return from == 0 && d.size() > 1000; };
+  Buf src(loop.ep(0), 65536, 0);
+  Buf dst(loop.ep(1), 65536, kAccessRemoteWrite);
+  Buf back_src(loop.ep(1), 256, 0, 3);
+  Buf back_dst(loop.ep(0), 256, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
+  std::vector<Completion> done;
+  uint64_t back = 0;
+  ASSERT_TRUE(loop.run_until(
+      [&] {
+        for (const Completion& d : loop.drain(1)) EXPECT_EQ(d.status, Status::kOk);
+        // The peer writes small messages back all along.
+        if (back < 400 && loop.now().ns > 1'000'000 + back * 1'000'000) {
+          EXPECT_EQ(loop.ep(1).post_send(b, write_wr(back_src, back_dst, 256, 100 + back)),
+                    Status::kOk);
+          ++back;
+        }
+        for (const Completion& d : loop.drain(0)) done.push_back(d);
+        return !done.empty();
+      },
+      2'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  EXPECT_GT(st->data_packets_received, 10u);
+}
+
 // PATH-7 counts the time without progress while work is outstanding: a
 // connection idle for longer than peer_timeout, then given a WRITE, must not
 // count its idle seconds against the WRITE.
