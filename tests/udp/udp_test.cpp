@@ -927,6 +927,25 @@ TEST(Udp, ReceiveCallDrawsOneAck) {
   }
 }
 
+// LOSS-6 over real sockets: a receive round read the clock before its sends
+// and earlier receive batches, so an ACK of this round's own sends read as a
+// round trip of 0 ns and left a path's min_rtt at 0 (CC-5's empty-queue
+// delay). No round trip is shorter than the kernel's.
+TEST(Udp, RoundTripSamplesAreNeverZero) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  constexpr size_t kLen = 16 << 20;
+  WriteBuffers b(p, kLen, 17);
+  for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(b.write_all_and_check(p, 64 * 1024));
+  size_t timed = 0;
+  for (const metaroce::PathStats& ps : p.client->path_stats(p.cconn)) {
+    if (ps.packets_acked == 0 || ps.srtt_ns == 0) continue;
+    ++timed;
+    EXPECT_GT(ps.min_rtt_ns, 0u) << "path " << ps.entropy << ", srtt " << ps.srtt_ns << " ns";
+  }
+  EXPECT_GT(timed, 0u);
+}
+
 // A recvmmsg asks for as many datagrams as about 512 KiB holds, judged by the
 // last call's: the kernel copies a whole call before the first datagram is
 // placed, and 32 GRO buffers (2 MiB) left them to be read back from beyond

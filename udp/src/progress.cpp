@@ -146,10 +146,10 @@ void UdpEndpoint::Impl::arm_timer(TimeNs now) {
 
 size_t UdpEndpoint::Impl::progress_locked() {
   if (closed) return 0;
-  TimeNs now = clock_now();
-  size_t moved = pump_tx(now);  // work posted since the last round
-  moved += receive(now);
-  now = clock_now();
+  size_t moved = pump_tx(clock_now());  // work posted since the last round
+  // Read again after those sends: receive() times the ACKs it hands over.
+  moved += receive(clock_now());
+  const TimeNs now = clock_now();
   if (eng->next_timeout() <= now) eng->handle_timeout(now);
   moved += pump_tx(now);
   end_round();

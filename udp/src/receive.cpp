@@ -70,6 +70,12 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
     const uint32_t asked = rx_per_call;
     const int r = recvmmsg(rx_fd, rx_msgs.data(), asked, MSG_DONTWAIT, nullptr);
     if (r <= 0) break;
+    // The engine times paths by the echoes these datagrams carry (LOSS-6):
+    // the round's clock, read before its sends and earlier batches, would
+    // date an ACK before packets it echoes had left. On loopback it did: ACKs
+    // of this round's own sends read as 0 ns round trips, and every path's
+    // min_rtt was 0, which CC-5 takes as the path's empty-queue delay.
+    if (round > 0) now = clock_now();
     rx_used = static_cast<uint32_t>(r);
     if (static_cast<uint32_t>(r) == asked && round + 1 == kRxBatchesPerRound)
       ++io.rx_backlogged_rounds;
