@@ -85,7 +85,10 @@ void Port::drop(Packet* p, bool fault) {
 
 void Port::enqueue(Packet* p, SimTime now) {
   if (!up_) {
-    released(p, now);
+    // Only packets the switch counted at ingress give bytes back: the
+    // priority class (CNPs, MetaRoCE ACKs) is never counted, and its in_port
+    // is not this switch's.
+    if (p->dscp != q_.priority_dscp) released(p, now);
     drop(p, true);
     return;
   }

@@ -760,5 +760,19 @@ TEST(OtherTopologies, LeafSpineAndRailRouteEveryPair) {
   EXPECT_EQ(rail.graph().max_hops, 4u);
 }
 
+// ------------------------------------------------------------------ review fixes
+
+// A pooled packet never carries a former owner's ingress port.
+TEST(PacketPool, AllocationResetsTheIngressPort) {
+  PacketPool pool;
+  Packet* p = pool.alloc();
+  p->in_port = 7;
+  pool.release(p);
+  Packet* q = pool.alloc();
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(q->in_port, 0u);
+  pool.release(q);
+}
+
 }  // namespace
 }  // namespace metaroce::sim
