@@ -241,12 +241,14 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
 }
 
 uint32_t Simulation::bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const {
-  // The longest path's RTT: propagation both ways, one data packet and one
-  // ACK serialized per hop.
+  // The longest path's RTT: propagation both ways along the path whose links'
+  // delays add up to the most (not one link's delay times the hops: a fabric
+  // whose host links are short and fabric links long has its RTT in the
+  // fabric), one data packet and one ACK serialized per hop.
   const uint32_t hops = std::max<uint32_t>(1, net_->graph().max_hops);
-  const SimTime delay = cfg_.topo.edges.empty() ? SimTime{0} : cfg_.topo.edges[0].spec.delay;
+  const SimTime delay = net_->graph().max_path_delay;
   const uint64_t rate = cfg_.topo.host_rate_mbps;
-  const SimTime rtt{2 * hops * delay.ps +
+  const SimTime rtt{2 * delay.ps +
                     hops * serialization_time(data_bytes + cfg_.wire_overhead, rate).ps +
                     hops * serialization_time(ack_bytes + cfg_.wire_overhead, rate).ps};
   const uint64_t bdp = rtt.ps * rate / 8'000'000;

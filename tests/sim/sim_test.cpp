@@ -774,5 +774,42 @@ TEST(PacketPool, AllocationResetsTheIngressPort) {
   pool.release(q);
 }
 
+// A lone flow host 0 -> host 15 across the core of a k=4 fat-tree whose
+// host links and fabric links have the given delays.
+SimConfig lone_flow_delays(double host_us, double fabric_us, uint64_t bytes) {
+  LinkSpec h{}, f{};
+  h.delay = SimTime{static_cast<uint64_t>(host_us * 1e6)};
+  f.delay = SimTime{static_cast<uint64_t>(fabric_us * 1e6)};
+  SimConfig c;
+  c.name = "lone-delays";
+  c.topo = fat_tree(4, h, f);
+  c.flows = {FlowSpec{0, 15, bytes, SimTime{0}, {UINT32_MAX, UINT32_MAX}}};
+  c.time_limit = SimTime::from_ms(50);
+  return c;
+}
+
+// The window and in-flight cap cover the path's RTT, not 2 x hops x the host
+// link's delay: 0.1 us host links and 5 us fabric links have the same 20.2 us
+// one way as 3.37 us everywhere, and a lone flow runs as fast on either
+// (it took 5 times as long when the BDP counted 0.6 us).
+TEST(Warmup, BdpFollowsTheSumOfTheLinkDelaysAlongThePath) {
+  Simulation skewed(lone_flow_delays(0.1, 5, 2 << 20));
+  EXPECT_EQ(skewed.net().graph().max_path_delay, SimTime::from_ns(20'200));
+  Simulation even(lone_flow_delays(20.2 / 6, 20.2 / 6, 2 << 20));
+  EXPECT_EQ(skewed.host(0).endpoint().config().cc.initial_cwnd_packets,
+            even.host(0).endpoint().config().cc.initial_cwnd_packets);
+  skewed.run();
+  even.run();
+  const Report a = skewed.report(), b = even.report();
+  expect_all_complete(a);
+  expect_all_complete(b);
+  EXPECT_LT(a.completion_us, 1.05 * b.completion_us);
+  // Uniform delays: hops x delay, as before.
+  const LinkSpec l{};
+  Scheduler s;
+  Network n(s, fat_tree(4, l, l), QueueSpec{}, 1);
+  EXPECT_EQ(n.graph().max_path_delay, SimTime::from_us(6));
+}
+
 }  // namespace
 }  // namespace metaroce::sim

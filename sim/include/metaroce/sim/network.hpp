@@ -311,6 +311,10 @@ struct TopoGraph {
   std::vector<Edge> edges;
   uint64_t host_rate_mbps = 100'000;
   uint32_t max_hops = 0;  // links on the longest host-to-host shortest path
+  // One-way propagation delay (the links' delays summed) of the slowest
+  // host-to-host shortest path of the healthy fabric: the fabric's RTT is
+  // twice this plus serialization, whatever the links' delays per tier.
+  SimTime max_path_delay{0};
 };
 
 struct NetworkStats {
@@ -354,7 +358,7 @@ class Network {
   void set_link_up(uint32_t e, bool up, SimTime now);
   // Routing converges: ECMP groups recomputed without the links that are down.
   // (The ideal's hop count, graph().max_hops, stays the whole fabric's.)
-  void reroute() { (void)compute_routes(); }
+  void reroute() { (void)compute_routes(false); }
   void set_link_rate(uint32_t e, uint64_t rate_mbps);
   void set_link_drop(uint32_t e, double fraction);
 
@@ -366,8 +370,9 @@ class Network {
 
  private:
   // ECMP groups over the links that are up; returns the links on the longest
-  // host-to-host shortest path.
-  uint32_t compute_routes();
+  // host-to-host shortest path. With measure_delay (at construction, the
+  // healthy fabric) it also sets graph_.max_path_delay.
+  uint32_t compute_routes(bool measure_delay);
 
   Scheduler& sched_;
   TopoGraph graph_;
