@@ -507,9 +507,9 @@ void Network::set_link_up(uint32_t e, bool up, SimTime now) {
   edge_port(e, true).set_up(up, now);
 }
 
-void Network::set_link_rate(uint32_t e, uint64_t rate_mbps) {
-  edge_port(e, false).set_rate(rate_mbps);
-  edge_port(e, true).set_rate(rate_mbps);
+void Network::set_link_rate(uint32_t e, uint64_t rate_mbps, SimTime now) {
+  edge_port(e, false).set_rate(rate_mbps, now);
+  edge_port(e, true).set_rate(rate_mbps, now);
 }
 
 void Network::set_link_drop(uint32_t e, double fraction) {

@@ -110,7 +110,7 @@ class Simulation::Faults final : public EventSource {
         case FaultSpec::Kind::kLinkDown: n.set_link_up(f.edge, false, now); break;
         case FaultSpec::Kind::kLinkUp: n.set_link_up(f.edge, true, now); break;
         case FaultSpec::Kind::kRate:
-          n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps));
+          n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps), now);
           break;
         case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
         case FaultSpec::Kind::kReroute: n.reroute(); break;  // edge 0: any fabric has it

@@ -811,5 +811,22 @@ TEST(Warmup, BdpFollowsTheSumOfTheLinkDelaysAlongThePath) {
   EXPECT_EQ(n.graph().max_path_delay, SimTime::from_us(6));
 }
 
+// After a rate fault a link's utilization is against the capacity it had
+// over time, each rate for as long as it lasted: at most 100 %.
+TEST(Report, LinkUtilizationAfterARateFaultIsAtMostOne) {
+  SimConfig c = lone_flow_delays(1, 1, 2 << 20);
+  {
+    Simulation probe(lone_flow_delays(1, 1, 4096));
+    c.faults.push_back(
+        {SimTime::from_us(50), FaultSpec::Kind::kRate, probe.net().host_port(0).edge, 10'000});
+  }
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_GT(r.link_util_max, 0.5);
+  EXPECT_LE(r.link_util_max, 1.0);
+}
+
 }  // namespace
 }  // namespace metaroce::sim
