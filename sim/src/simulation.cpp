@@ -186,7 +186,15 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     // one (a cap of 1000 BDP at 800G) is refused with the field named.
     if (const std::string e = config_error(ec); !e.empty())
       throw std::invalid_argument("the simulated NICs' engine configuration: " + e);
-    const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
+    // A WR's length is 32 bits: a larger wr_bytes would post truncated WRs.
+    if (cfg_.wr_bytes == 0 || cfg_.wr_bytes > UINT32_MAX)
+      throw std::invalid_argument("wr_bytes (" + std::to_string(cfg_.wr_bytes) +
+                                  ") is not in [1, 4294967295]");
+    // Every WRITE targets one scratch region as large as the largest WRITE:
+    // wr_bytes, or the largest flow if every flow is smaller.
+    uint64_t largest = 0;
+    for (const auto& f : cfg_.flows) largest = std::max(largest, f.bytes);
+    const uint64_t region = std::max<uint64_t>(std::min(cfg_.wr_bytes, largest), 4096);
     shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
     shared_->wire_overhead = cfg_.wire_overhead;
     shared_->wr_bytes = cfg_.wr_bytes;

@@ -828,5 +828,24 @@ TEST(Report, LinkUtilizationAfterARateFaultIsAtMostOne) {
   EXPECT_LE(r.link_util_max, 1.0);
 }
 
+// WRs are 32 bits long: wr_bytes of 4 GiB or more is refused; below that a
+// flow still delivers every byte, and the scratch region is the largest
+// flow's size, not wr_bytes (a region of wr_bytes = 4 GiB - 1 per run).
+TEST(WrBytes, CappedBelowFourGiBAndTheRegionFitsTheLargestFlow) {
+  SimConfig big = lone_flow_delays(1, 1, 1 << 20);
+  big.wr_bytes = uint64_t{1} << 32;
+  EXPECT_THROW(Simulation{std::move(big)}, std::invalid_argument);
+  std::string err;
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  EXPECT_FALSE(apply_setting(c, "wr_bytes=4294967296", err));
+  EXPECT_TRUE(apply_setting(c, "wr_bytes=4294967295", err)) << err;
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_EQ(r.delivered_bytes, uint64_t{1} << 20);
+  EXPECT_LT(r.peak_rss_mib, 1024.0);
+}
+
 }  // namespace
 }  // namespace metaroce::sim
