@@ -70,14 +70,7 @@ class Simulation::Starter final : public EventSource {
     if (!order_.empty()) s.sched_.schedule(*this, s.flows_->at(order_[0]).spec.start);
   }
   ~Starter() override { sim_.sched_.cancel(*this); }
-  void on_event(SimTime now) override {
-    while (next_ < order_.size() && sim_.flows_->at(order_[next_]).spec.start <= now) {
-      const uint32_t f = order_[next_++];
-      sim_.hosts_.at(sim_.flows_->at(f).spec.src)->start_flow(f, now);
-    }
-    if (next_ < order_.size())
-      sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
-  }
+  void on_event(SimTime now) override;  // after Faults, whose due faults it applies first
 
  private:
   Simulation& sim_;
@@ -101,7 +94,10 @@ class Simulation::Faults final : public EventSource {
     if (!list_.empty()) s.sched_.schedule(*this, list_[0].at);
   }
   ~Faults() override { sim_.sched_.cancel(*this); }
-  void on_event(SimTime now) override {
+  void on_event(SimTime now) override { apply_due(now); }
+  // Applies every fault due at or before now and re-arms for the next one.
+  void apply_due(SimTime now) {
+    if (next_ >= list_.size() || list_[next_].at > now) return;
     while (next_ < list_.size() && list_[next_].at <= now) {
       const FaultSpec& f = list_[next_++];
       Network& n = *sim_.net_;
@@ -116,7 +112,10 @@ class Simulation::Faults final : public EventSource {
         case FaultSpec::Kind::kReroute: n.reroute(); break;  // edge 0: any fabric has it
       }
     }
-    if (next_ < list_.size()) sim_.sched_.schedule(*this, list_[next_].at);
+    if (next_ < list_.size())
+      sim_.sched_.schedule(*this, list_[next_].at);
+    else
+      sim_.sched_.cancel(*this);
   }
 
  private:
@@ -124,6 +123,16 @@ class Simulation::Faults final : public EventSource {
   std::vector<FaultSpec> list_;
   size_t next_ = 0;
 };
+
+// Faults due at this instant first: the flows starting now see them.
+void Simulation::Starter::on_event(SimTime now) {
+  sim_.faults_->apply_due(now);
+  while (next_ < order_.size() && sim_.flows_->at(order_[next_]).spec.start <= now) {
+    const uint32_t f = order_[next_++];
+    sim_.hosts_.at(sim_.flows_->at(f).spec.src)->start_flow(f, now);
+  }
+  if (next_ < order_.size()) sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
+}
 
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   const bool baseline =
@@ -143,6 +152,13 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   for (const auto& f : cfg_.flows)
     if (f.src >= net_->num_hosts() || f.dst >= net_->num_hosts() || f.src == f.dst)
       throw std::invalid_argument("flow with a bad host");
+  // A fault on a link the topology lacks would be skipped when due: refused.
+  for (size_t i = 0; i < cfg_.faults.size(); ++i)
+    if (cfg_.faults[i].kind != FaultSpec::Kind::kReroute &&
+        cfg_.faults[i].edge >= cfg_.topo.edges.size())
+      throw std::invalid_argument(
+          "fault " + std::to_string(i) + ": edge " + std::to_string(cfg_.faults[i].edge) +
+          " is not in the topology (" + std::to_string(cfg_.topo.edges.size()) + " edges)");
   flows_ = std::make_unique<FlowTable>(sched_, cfg_.flows);
   const uint32_t h = net_->num_hosts();
   hosts_.reserve(h);
@@ -217,8 +233,11 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   // warmup_us.
   if (cfg_.output.any()) output_ = std::make_unique<SimOutput>(*this);
   if (cfg_.preconnect) warm_up();
-  starter_ = std::make_unique<Starter>(*this);
+  // Faults before flows at one instant: a fault at t = 0 is in place when
+  // the flows starting at t = 0 send (ties run in the order scheduled, and
+  // the Starter also applies the faults due before it starts anything).
   faults_ = std::make_unique<Faults>(*this);
+  starter_ = std::make_unique<Starter>(*this);
   if (cfg_.progress) sched_.set_tick(&Simulation::tick, this);
 }
 
@@ -308,7 +327,11 @@ void Simulation::run(SimTime until) {
   last_progress_wall_ = t0;
   last_progress_events_ = sched_.events();
   const SimTime end = std::min(until, origin_ + cfg_.time_limit);
-  if (!flows_->all_done()) sched_.run(end);
+  if (!flows_->all_done()) {
+    sched_.run(end);
+    // No event left before `end`: simulated time still got there.
+    if (!sched_.stopped()) reached_ = std::max(reached_, end);
+  }
   wall_s_ += wall_now() - t0;
 }
 
@@ -400,7 +423,10 @@ Report Simulation::report() const {
   double sum = 0;
   for (double v : fct) sum += v;
   r.fct_mean_us = fct.empty() ? 0 : sum / static_cast<double>(fct.size());
-  r.completion_us = ((flows_->all_done() ? last : sched_.now()) - origin_).us();
+  // Unfinished: the end of simulated time, origin + time_limit once run()
+  // got there, not the last event's time (which may come well before).
+  const SimTime end = std::max(sched_.now(), reached_);
+  r.completion_us = ((flows_->all_done() ? last : end) - origin_).us();
   r.warmup_us = origin_.us();
   r.ideal_us = compute_ideal_us(sent, recvd);
   r.delivered_bytes = delivered_bytes();

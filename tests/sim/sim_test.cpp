@@ -828,6 +828,39 @@ TEST(Report, LinkUtilizationAfterARateFaultIsAtMostOne) {
   EXPECT_LE(r.link_util_max, 1.0);
 }
 
+uint32_t host_edge(const SimConfig& c, uint32_t host) {
+  Scheduler s;
+  Network n(s, c.topo, QueueSpec{}, 1);
+  return n.host_port(host).edge;
+}
+
+// A fault at t = 0 is in place before the flows starting at t = 0 send: with
+// host 0's link dropping everything from t = 0, not even the first packet
+// (pulled at t = 0) gets through. And a run that ends unfinished reports the
+// time limit as its completion, not its last event's time.
+TEST(Faults, AtTimeZeroTheyPrecedeTheFlowsAndUnfinishedRunsEndAtTheLimit) {
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, host_edge(c, 0)};
+  f.drop = 1.0;
+  c.faults.push_back(f);
+  c.time_limit = SimTime::from_us(1000);
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 0u);
+  EXPECT_EQ(r.delivered_bytes, 0u);
+  EXPECT_GT(r.fault_drops, 0u);
+  EXPECT_LT(r.sim_time_us - r.warmup_us, 1000.0);  // the last event came before the limit
+  EXPECT_DOUBLE_EQ(r.completion_us, 1000.0);
+}
+
+// A fault on an edge the topology lacks is refused, not skipped when due.
+TEST(Faults, UnknownEdgeIsRefused) {
+  SimConfig c = lone_flow_delays(1, 1, 4096);
+  c.faults.push_back({SimTime::from_us(5), FaultSpec::Kind::kLinkDown, 100'000});
+  EXPECT_THROW(Simulation{std::move(c)}, std::invalid_argument);
+}
+
 // WRs are 32 bits long: wr_bytes of 4 GiB or more is refused; below that a
 // flow still delivers every byte, and the scratch region is the largest
 // flow's size, not wr_bytes (a region of wr_bytes = 4 GiB - 1 per run).

@@ -227,6 +227,8 @@ class Simulation {
   double wall_s_ = 0;
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
+  // The simulated time run() got to (events or not).
+  SimTime reached_{0};
 };
 
 }  // namespace metaroce::sim
