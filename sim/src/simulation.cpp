@@ -160,6 +160,14 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
           "fault " + std::to_string(i) + ": edge " + std::to_string(cfg_.faults[i].edge) +
           " is not in the topology (" + std::to_string(cfg_.topo.edges.size()) + " edges)");
   flows_ = std::make_unique<FlowTable>(sched_, cfg_.flows);
+  // The ideal's chains use the healthy fabric's paths: routes recomputed
+  // after a fault (reroute_us) may leave a host unreachable.
+  if (std::any_of(cfg_.flows.begin(), cfg_.flows.end(), [](const FlowSpec& f) {
+        return f.after[0] != UINT32_MAX || f.after[1] != UINT32_MAX;
+      })) {
+    ideal_path_delay_.reserve(cfg_.flows.size());
+    for (const auto& f : cfg_.flows) ideal_path_delay_.push_back(net_->path_delay(f.src, f.dst));
+  }
   const uint32_t h = net_->num_hosts();
   hosts_.reserve(h);
   if (baseline) {
@@ -381,8 +389,8 @@ double Simulation::compute_ideal_us(const std::vector<uint64_t>& sent,
   while (!todo.empty()) {
     const uint32_t i = todo.back();
     todo.pop_back();
-    const double end = ready[i] + static_cast<double>(fl[i].bytes) * 8.0 / rate +
-                       net_->path_delay(fl[i].src, fl[i].dst).us();
+    const double end =
+        ready[i] + static_cast<double>(fl[i].bytes) * 8.0 / rate + ideal_path_delay_.at(i).us();
     ideal = std::max(ideal, end);
     for (uint32_t j : next[i]) {
       ready[j] = std::max(ready[j], end);

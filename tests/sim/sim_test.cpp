@@ -861,6 +861,23 @@ TEST(Faults, UnknownEdgeIsRefused) {
   EXPECT_THROW(Simulation{std::move(c)}, std::invalid_argument);
 }
 
+// The ideal's chains use the healthy fabric's paths: a host link left down
+// and routes recomputed without it (reroute_after) do not make it unreachable
+// for the ideal (it read ~1e14 us).
+TEST(IdealTime, UsesTheHealthyFabricAfterAReroute) {
+  SimConfig c = preset("fattree16-allreduce", TransportKind::kMetaRoce, 1);
+  const double healthy = [&] {
+    Simulation s{SimConfig(c)};
+    return s.report().ideal_us;
+  }();
+  c.faults.push_back({SimTime::from_us(10), FaultSpec::Kind::kLinkDown, host_edge(c, 3)});
+  c.reroute_after = SimTime::from_us(1);
+  c.time_limit = SimTime::from_us(100);
+  Simulation sim(std::move(c));
+  sim.run();
+  EXPECT_DOUBLE_EQ(sim.report().ideal_us, healthy);
+}
+
 // WRs are 32 bits long: wr_bytes of 4 GiB or more is refused; below that a
 // flow still delivers every byte, and the scratch region is the largest
 // flow's size, not wr_bytes (a region of wr_bytes = 4 GiB - 1 per run).
