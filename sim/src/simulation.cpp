@@ -143,6 +143,11 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   if (baseline) {
     cfg_.queue.pfc = cfg_.transport == TransportKind::kRoceV2;  // RoCEv2 needs a lossless fabric
     if (cfg_.rc.own_ecn) {
+      // Named as the user set them (--set rc.ecn_kmin), not as the queue's.
+      if (cfg_.rc.ecn_kmax != 0 && cfg_.rc.ecn_kmin > cfg_.rc.ecn_kmax)
+        throw std::invalid_argument("rc.ecn_kmin (" + std::to_string(cfg_.rc.ecn_kmin) +
+                                    ") is above rc.ecn_kmax (" + std::to_string(cfg_.rc.ecn_kmax) +
+                                    ")");
       cfg_.queue.ecn_kmin = cfg_.rc.ecn_kmin;
       cfg_.queue.ecn_kmax = cfg_.rc.ecn_kmax;
       cfg_.queue.ecn_pmax = cfg_.rc.ecn_pmax;
