@@ -132,8 +132,10 @@ class Reader {
           "trim_priority", "priority_dscp", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
-    q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin").value_or(q.ecn_kmin);
-    q.ecn_kmax = opt_bytes(t, "queue", "ecn_kmax").value_or(q.ecn_kmax);
+    // 0 allowed, as --set allows it: ecn_kmin 0 marks from an empty queue
+    // on, ecn_kmax 0 turns marking off.
+    q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin", true).value_or(q.ecn_kmin);
+    q.ecn_kmax = opt_bytes(t, "queue", "ecn_kmax", true).value_or(q.ecn_kmax);
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
@@ -463,7 +465,13 @@ class Reader {
       if (unit == u) mult = m;
     if (!in || mult == 0 || (in >> rest) || !(v > 0 || (zero_ok && v == 0)))
       fail(n, what + ": '" + *s + "' is not a byte count (units B, KB, MB, GB, KiB, MiB, GiB)");
-    return static_cast<uint64_t>(std::llround(v * mult));
+    // In range before rounding (llround of 1e39 is undefined), and a
+    // positive count stays positive (0.4 B would round to 0).
+    const double b = v * mult;
+    if (!(b <= 9e18)) fail(n, what + ": '" + *s + "' is more than 9e18 bytes");
+    const auto r = static_cast<uint64_t>(std::llround(b));
+    if (r == 0 && v > 0) fail(n, what + ": '" + *s + "' is less than one byte");
+    return r;
   }
 
   std::optional<uint64_t> opt_bytes(const toml::table& t, const std::string& section,

@@ -214,7 +214,7 @@ void MetaRoceHost::service(SimTime now) {
     const Pending p = backlog_.front();
     const Status s = ep_.post_send(p.conn, p.wr);
     if (s == Status::kQueueFull) break;
-    backlog_.erase(backlog_.begin());
+    backlog_.pop_front();
     if (s != Status::kOk) sh_.flows.wr_done(p.flow, false, now);
   }
   pull(now);

@@ -85,7 +85,10 @@ void Port::drop(Packet* p, bool fault) {
 
 void Port::enqueue(Packet* p, SimTime now) {
   if (!up_) {
-    released(p, now);
+    // Only packets the switch counted at ingress give bytes back: the
+    // priority class (CNPs, MetaRoCE ACKs) is never counted, and its in_port
+    // is not this switch's.
+    if (p->dscp != q_.priority_dscp) released(p, now);
     drop(p, true);
     return;
   }
@@ -406,7 +409,8 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
     if (host_ports_[i] == nullptr) throw std::invalid_argument("host without a link");
   if (queue.pfc)
     for (auto& sw : switches_) sw->enable_pfc(queue);
-  graph_.max_hops = compute_routes();
+  graph_.max_path_delay = SimTime{0};
+  graph_.max_hops = compute_routes(true);
 }
 
 Network::~Network() {
@@ -431,7 +435,7 @@ void Network::attach_host(uint32_t host, Node& node) {
   nodes_[host] = &node;
 }
 
-uint32_t Network::compute_routes() {
+uint32_t Network::compute_routes(bool measure_delay) {
   const uint32_t h = graph_.num_hosts;
   const uint32_t n = h + graph_.num_switches;
   // Adjacency: (neighbor node, local port).
@@ -440,6 +444,9 @@ uint32_t Network::compute_routes() {
     for (Port* p : nodes_[i]->ports)
       if (p->up()) adj[i].push_back({p->pipe.to->id, static_cast<uint16_t>(p->index)});
   }
+  // With measure_delay: the longest one-way propagation delay to dst over
+  // the shortest paths, per node (filled in BFS order, nearest first).
+  std::vector<uint64_t> far_ps(measure_delay ? n : 0);
   std::vector<std::map<std::vector<uint16_t>, uint32_t>> dedup(switches_.size());
   for (auto& s : switches_) {
     s->route.assign(h, 0);
@@ -481,6 +488,16 @@ uint32_t Network::compute_routes() {
     }
     for (uint32_t src = 0; src < h; ++src)
       if (dist[src] != UINT32_MAX) max_dist = std::max(max_dist, dist[src]);
+    if (!measure_delay) continue;
+    for (const uint32_t u : frontier) {
+      uint64_t d = 0;
+      if (u != dst)
+        for (auto [v, port] : adj[u])
+          if (dist[v] + 1 == dist[u] && (v >= h || v == dst))
+            d = std::max(d, nodes_[u]->ports[port]->pipe.delay.ps + far_ps[v]);
+      far_ps[u] = d;
+      if (u < h) graph_.max_path_delay = std::max(graph_.max_path_delay, SimTime{d});
+    }
   }
   return max_dist;
 }
@@ -490,9 +507,9 @@ void Network::set_link_up(uint32_t e, bool up, SimTime now) {
   edge_port(e, true).set_up(up, now);
 }
 
-void Network::set_link_rate(uint32_t e, uint64_t rate_mbps) {
-  edge_port(e, false).set_rate(rate_mbps);
-  edge_port(e, true).set_rate(rate_mbps);
+void Network::set_link_rate(uint32_t e, uint64_t rate_mbps, SimTime now) {
+  edge_port(e, false).set_rate(rate_mbps, now);
+  edge_port(e, true).set_rate(rate_mbps, now);
 }
 
 void Network::set_link_drop(uint32_t e, double fraction) {

@@ -507,7 +507,7 @@ size_t port_kind(const TopoGraph& g, const Port& p) {
 }  // namespace
 
 void Simulation::add_link_and_path_stats(Report& r) const {
-  const double t = sched_.now().seconds();
+  const SimTime now = sched_.now();
   double sum = 0;
   SimTime data[Report::kPortKinds] = {}, ctrl[Report::kPortKinds] = {};
   uint64_t nd[Report::kPortKinds] = {}, nc[Report::kPortKinds] = {};
@@ -522,9 +522,12 @@ void Simulation::add_link_and_path_stats(Report& r) const {
         nd[k] += p.stats().data_packets;
         nc[k] += p.stats().ctrl_packets;
       }
-      if (p.stats().tx_packets == 0 || t <= 0) continue;
-      const double u = static_cast<double>(p.stats().tx_bytes) * 8.0 /
-                       (static_cast<double>(p.rate_mbps()) * 1e6 * t);
+      // Against the capacity the link had over the run, each rate for as
+      // long as it lasted: after a rate fault, the final rate would count
+      // the time before it at the wrong rate (and give more than 100 %).
+      const double capacity = p.capacity_bits(now);
+      if (p.stats().tx_packets == 0 || !(capacity > 0)) continue;
+      const double u = static_cast<double>(p.stats().tx_bytes) * 8.0 / capacity;
       sum += u;
       r.link_util_max = std::max(r.link_util_max, u);
       ++r.links_used;

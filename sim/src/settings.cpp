@@ -159,8 +159,9 @@ std::span<const Setting> table() {
        "payload bytes per data packet, every transport (default 4096; frame sizes, BDP windows "
        "and the PFC headroom follow)",
        kMinMtu, kMaxMtu, true, [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
-      {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes", 4096, 1e12, true,
-       [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
+      // A WR's length is 32 bits (SendWr::length).
+      {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes (below 4 GiB)", 4096, 4294967295.0,
+       true, [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,
        [](SimConfig& c, double v) { c.wire_overhead = static_cast<uint32_t>(v); }},
   };

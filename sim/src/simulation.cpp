@@ -70,14 +70,7 @@ class Simulation::Starter final : public EventSource {
     if (!order_.empty()) s.sched_.schedule(*this, s.flows_->at(order_[0]).spec.start);
   }
   ~Starter() override { sim_.sched_.cancel(*this); }
-  void on_event(SimTime now) override {
-    while (next_ < order_.size() && sim_.flows_->at(order_[next_]).spec.start <= now) {
-      const uint32_t f = order_[next_++];
-      sim_.hosts_.at(sim_.flows_->at(f).spec.src)->start_flow(f, now);
-    }
-    if (next_ < order_.size())
-      sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
-  }
+  void on_event(SimTime now) override;  // after Faults, whose due faults it applies first
 
  private:
   Simulation& sim_;
@@ -101,7 +94,10 @@ class Simulation::Faults final : public EventSource {
     if (!list_.empty()) s.sched_.schedule(*this, list_[0].at);
   }
   ~Faults() override { sim_.sched_.cancel(*this); }
-  void on_event(SimTime now) override {
+  void on_event(SimTime now) override { apply_due(now); }
+  // Applies every fault due at or before now and re-arms for the next one.
+  void apply_due(SimTime now) {
+    if (next_ >= list_.size() || list_[next_].at > now) return;
     while (next_ < list_.size() && list_[next_].at <= now) {
       const FaultSpec& f = list_[next_++];
       Network& n = *sim_.net_;
@@ -110,13 +106,16 @@ class Simulation::Faults final : public EventSource {
         case FaultSpec::Kind::kLinkDown: n.set_link_up(f.edge, false, now); break;
         case FaultSpec::Kind::kLinkUp: n.set_link_up(f.edge, true, now); break;
         case FaultSpec::Kind::kRate:
-          n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps));
+          n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps), now);
           break;
         case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
         case FaultSpec::Kind::kReroute: n.reroute(); break;  // edge 0: any fabric has it
       }
     }
-    if (next_ < list_.size()) sim_.sched_.schedule(*this, list_[next_].at);
+    if (next_ < list_.size())
+      sim_.sched_.schedule(*this, list_[next_].at);
+    else
+      sim_.sched_.cancel(*this);
   }
 
  private:
@@ -124,6 +123,16 @@ class Simulation::Faults final : public EventSource {
   std::vector<FaultSpec> list_;
   size_t next_ = 0;
 };
+
+// Faults due at this instant first: the flows starting now see them.
+void Simulation::Starter::on_event(SimTime now) {
+  sim_.faults_->apply_due(now);
+  while (next_ < order_.size() && sim_.flows_->at(order_[next_]).spec.start <= now) {
+    const uint32_t f = order_[next_++];
+    sim_.hosts_.at(sim_.flows_->at(f).spec.src)->start_flow(f, now);
+  }
+  if (next_ < order_.size()) sim_.sched_.schedule(*this, sim_.flows_->at(order_[next_]).spec.start);
+}
 
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   const bool baseline =
@@ -134,6 +143,11 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   if (baseline) {
     cfg_.queue.pfc = cfg_.transport == TransportKind::kRoceV2;  // RoCEv2 needs a lossless fabric
     if (cfg_.rc.own_ecn) {
+      // Named as the user set them (--set rc.ecn_kmin), not as the queue's.
+      if (cfg_.rc.ecn_kmax != 0 && cfg_.rc.ecn_kmin > cfg_.rc.ecn_kmax)
+        throw std::invalid_argument("rc.ecn_kmin (" + std::to_string(cfg_.rc.ecn_kmin) +
+                                    ") is above rc.ecn_kmax (" + std::to_string(cfg_.rc.ecn_kmax) +
+                                    ")");
       cfg_.queue.ecn_kmin = cfg_.rc.ecn_kmin;
       cfg_.queue.ecn_kmax = cfg_.rc.ecn_kmax;
       cfg_.queue.ecn_pmax = cfg_.rc.ecn_pmax;
@@ -143,7 +157,22 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   for (const auto& f : cfg_.flows)
     if (f.src >= net_->num_hosts() || f.dst >= net_->num_hosts() || f.src == f.dst)
       throw std::invalid_argument("flow with a bad host");
+  // A fault on a link the topology lacks would be skipped when due: refused.
+  for (size_t i = 0; i < cfg_.faults.size(); ++i)
+    if (cfg_.faults[i].kind != FaultSpec::Kind::kReroute &&
+        cfg_.faults[i].edge >= cfg_.topo.edges.size())
+      throw std::invalid_argument(
+          "fault " + std::to_string(i) + ": edge " + std::to_string(cfg_.faults[i].edge) +
+          " is not in the topology (" + std::to_string(cfg_.topo.edges.size()) + " edges)");
   flows_ = std::make_unique<FlowTable>(sched_, cfg_.flows);
+  // The ideal's chains use the healthy fabric's paths: routes recomputed
+  // after a fault (reroute_us) may leave a host unreachable.
+  if (std::any_of(cfg_.flows.begin(), cfg_.flows.end(), [](const FlowSpec& f) {
+        return f.after[0] != UINT32_MAX || f.after[1] != UINT32_MAX;
+      })) {
+    ideal_path_delay_.reserve(cfg_.flows.size());
+    for (const auto& f : cfg_.flows) ideal_path_delay_.push_back(net_->path_delay(f.src, f.dst));
+  }
   const uint32_t h = net_->num_hosts();
   hosts_.reserve(h);
   if (baseline) {
@@ -186,7 +215,15 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     // one (a cap of 1000 BDP at 800G) is refused with the field named.
     if (const std::string e = config_error(ec); !e.empty())
       throw std::invalid_argument("the simulated NICs' engine configuration: " + e);
-    const uint64_t region = std::max<uint64_t>(cfg_.wr_bytes, 4096);
+    // A WR's length is 32 bits: a larger wr_bytes would post truncated WRs.
+    if (cfg_.wr_bytes == 0 || cfg_.wr_bytes > UINT32_MAX)
+      throw std::invalid_argument("wr_bytes (" + std::to_string(cfg_.wr_bytes) +
+                                  ") is not in [1, 4294967295]");
+    // Every WRITE targets one scratch region as large as the largest WRITE:
+    // wr_bytes, or the largest flow if every flow is smaller.
+    uint64_t largest = 0;
+    for (const auto& f : cfg_.flows) largest = std::max(largest, f.bytes);
+    const uint64_t region = std::max<uint64_t>(std::min(cfg_.wr_bytes, largest), 4096);
     shared_ = std::make_unique<MetaRoceShared>(*net_, *flows_, region, ec.mtu);
     shared_->wire_overhead = cfg_.wire_overhead;
     shared_->wr_bytes = cfg_.wr_bytes;
@@ -209,8 +246,11 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   // warmup_us.
   if (cfg_.output.any()) output_ = std::make_unique<SimOutput>(*this);
   if (cfg_.preconnect) warm_up();
-  starter_ = std::make_unique<Starter>(*this);
+  // Faults before flows at one instant: a fault at t = 0 is in place when
+  // the flows starting at t = 0 send (ties run in the order scheduled, and
+  // the Starter also applies the faults due before it starts anything).
   faults_ = std::make_unique<Faults>(*this);
+  starter_ = std::make_unique<Starter>(*this);
   if (cfg_.progress) sched_.set_tick(&Simulation::tick, this);
 }
 
@@ -241,12 +281,14 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
 }
 
 uint32_t Simulation::bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const {
-  // The longest path's RTT: propagation both ways, one data packet and one
-  // ACK serialized per hop.
+  // The longest path's RTT: propagation both ways along the path whose links'
+  // delays add up to the most (not one link's delay times the hops: a fabric
+  // whose host links are short and fabric links long has its RTT in the
+  // fabric), one data packet and one ACK serialized per hop.
   const uint32_t hops = std::max<uint32_t>(1, net_->graph().max_hops);
-  const SimTime delay = cfg_.topo.edges.empty() ? SimTime{0} : cfg_.topo.edges[0].spec.delay;
+  const SimTime delay = net_->graph().max_path_delay;
   const uint64_t rate = cfg_.topo.host_rate_mbps;
-  const SimTime rtt{2 * hops * delay.ps +
+  const SimTime rtt{2 * delay.ps +
                     hops * serialization_time(data_bytes + cfg_.wire_overhead, rate).ps +
                     hops * serialization_time(ack_bytes + cfg_.wire_overhead, rate).ps};
   const uint64_t bdp = rtt.ps * rate / 8'000'000;
@@ -298,7 +340,11 @@ void Simulation::run(SimTime until) {
   last_progress_wall_ = t0;
   last_progress_events_ = sched_.events();
   const SimTime end = std::min(until, origin_ + cfg_.time_limit);
-  if (!flows_->all_done()) sched_.run(end);
+  if (!flows_->all_done()) {
+    sched_.run(end);
+    // No event left before `end`: simulated time still got there.
+    if (!sched_.stopped()) reached_ = std::max(reached_, end);
+  }
   wall_s_ += wall_now() - t0;
 }
 
@@ -348,8 +394,8 @@ double Simulation::compute_ideal_us(const std::vector<uint64_t>& sent,
   while (!todo.empty()) {
     const uint32_t i = todo.back();
     todo.pop_back();
-    const double end = ready[i] + static_cast<double>(fl[i].bytes) * 8.0 / rate +
-                       net_->path_delay(fl[i].src, fl[i].dst).us();
+    const double end =
+        ready[i] + static_cast<double>(fl[i].bytes) * 8.0 / rate + ideal_path_delay_.at(i).us();
     ideal = std::max(ideal, end);
     for (uint32_t j : next[i]) {
       ready[j] = std::max(ready[j], end);
@@ -390,7 +436,10 @@ Report Simulation::report() const {
   double sum = 0;
   for (double v : fct) sum += v;
   r.fct_mean_us = fct.empty() ? 0 : sum / static_cast<double>(fct.size());
-  r.completion_us = ((flows_->all_done() ? last : sched_.now()) - origin_).us();
+  // Unfinished: the end of simulated time, origin + time_limit once run()
+  // got there, not the last event's time (which may come well before).
+  const SimTime end = std::max(sched_.now(), reached_);
+  r.completion_us = ((flows_->all_done() ? last : end) - origin_).us();
   r.warmup_us = origin_.us();
   r.ideal_us = compute_ideal_us(sent, recvd);
   r.delivered_bytes = delivered_bytes();

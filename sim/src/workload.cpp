@@ -1,6 +1,7 @@
 #include "metaroce/sim/workload.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <istream>
 #include <numeric>
@@ -132,6 +133,28 @@ SimTime background_gap(uint32_t hosts, uint64_t bytes, uint64_t host_rate_mbps, 
   return SimTime{static_cast<uint64_t>(flow_ps / (load * hosts))};
 }
 
+namespace {
+
+// A whole token of decimal digits (no sign, no fraction, no exponent).
+bool whole_number(const std::string& t, uint64_t& v) {
+  if (t.empty() || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  return ec == std::errc{} && end == t.data() + t.size();
+}
+
+// A whole token of a non-negative decimal number (12, 12.5, 1e3; no sign,
+// no inf, nan or hex).
+bool plain_decimal(const std::string& t, double& v) {
+  if (t.empty() || !((t[0] >= '0' && t[0] <= '9') || t[0] == '.') ||
+      t.find_first_not_of("0123456789.eE+-") != std::string::npos)
+    return false;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  return ec == std::errc{} && end == t.data() + t.size() && std::isfinite(v);
+}
+
+}  // namespace
+
 std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
                                           const std::string& source) {
   std::vector<FlowSpec> f;
@@ -139,22 +162,27 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
   for (size_t n = 1; std::getline(in, line); ++n) {
     const auto first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
-    std::istringstream ls(line);
-    int64_t src = -1, dst = -1;
-    uint64_t bytes = 0;
-    double start_us = -1;
-    std::string rest;
     const auto where = [&] { return source + ":" + std::to_string(n) + ": "; };
-    if (!(ls >> src >> dst >> bytes >> start_us) || (ls >> rest))
+    // Whole tokens, exactly four: a stream's >> would read "1.5" as the
+    // bytes 1 and the start 0.5, and "-4096" as 2^64 - 4096.
+    std::istringstream ls(line);
+    std::vector<std::string> tok;
+    for (std::string t; ls >> t;) tok.push_back(t);
+    if (tok.size() != 4)
       throw std::invalid_argument(where() + "expected 'src dst bytes start_us', got '" + line +
                                   "'");
-    if (src < 0 || dst < 0 || src >= hosts || dst >= hosts)
+    uint64_t src = 0, dst = 0, bytes = 0;
+    double start_us = 0;
+    if (!whole_number(tok[0], src) || !whole_number(tok[1], dst) || src >= hosts || dst >= hosts)
       throw std::invalid_argument(where() + "host out of range (0.." + std::to_string(hosts - 1) +
-                                  ")");
+                                  "): '" + tok[0] + " " + tok[1] + "'");
     if (src == dst) throw std::invalid_argument(where() + "src == dst");
+    if (!whole_number(tok[2], bytes))
+      throw std::invalid_argument(where() + "bytes '" + tok[2] +
+                                  "' is not a whole number of bytes");
     if (bytes == 0) throw std::invalid_argument(where() + "zero bytes");
-    if (!(start_us >= 0 && start_us <= 1e12))
-      throw std::invalid_argument(where() + "start_us not in [0, 1e12]");
+    if (!plain_decimal(tok[3], start_us) || !(start_us <= 1e12))
+      throw std::invalid_argument(where() + "start_us '" + tok[3] + "' not in [0, 1e12]");
     f.push_back({static_cast<uint32_t>(src), static_cast<uint32_t>(dst), bytes,
                  SimTime{static_cast<uint64_t>(start_us * 1e6 + 0.5)}});
   }

@@ -37,6 +37,13 @@ sim_expect 2 '^--csv-flows: must not be negative, not -1' --csv-flows -1
 # Each in range, together not: the config file's rule and message.
 sim_expect 2 '^metaroce-sim: queue.ecn_kmin \(200000\) is above queue.ecn_kmax \(100000\)$' \
   --set queue.ecn_kmin=200000 --set queue.ecn_kmax=100000
+# The baselines' own RED setting, checked as the user named it, with the prefix.
+sim_expect 2 '^metaroce-sim: rc.ecn_kmin \(300000\) is above rc.ecn_kmax \(200000\)$' \
+  --preset fattree16-perm --transport rocev2 --set rc.ecn_kmin=300000
+sim_expect 2 '^metaroce-sim: --set wr_bytes: ' --set wr_bytes=4294967296
+# The example scenario under rocev2 (PFC, a link down and up) runs to the end.
+sim_expect 0 '' --config "$(dirname "$0")/../../docs/sim/examples/leafspine-mixed.toml" \
+  --transport rocev2 --seed 1
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc

@@ -760,5 +760,142 @@ TEST(OtherTopologies, LeafSpineAndRailRouteEveryPair) {
   EXPECT_EQ(rail.graph().max_hops, 4u);
 }
 
+// ------------------------------------------------------------------ review fixes
+
+// A pooled packet never carries a former owner's ingress port.
+TEST(PacketPool, AllocationResetsTheIngressPort) {
+  PacketPool pool;
+  Packet* p = pool.alloc();
+  p->in_port = 7;
+  pool.release(p);
+  Packet* q = pool.alloc();
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(q->in_port, 0u);
+  pool.release(q);
+}
+
+// A lone flow host 0 -> host 15 across the core of a k=4 fat-tree whose
+// host links and fabric links have the given delays.
+SimConfig lone_flow_delays(double host_us, double fabric_us, uint64_t bytes) {
+  LinkSpec h{}, f{};
+  h.delay = SimTime{static_cast<uint64_t>(host_us * 1e6)};
+  f.delay = SimTime{static_cast<uint64_t>(fabric_us * 1e6)};
+  SimConfig c;
+  c.name = "lone-delays";
+  c.topo = fat_tree(4, h, f);
+  c.flows = {FlowSpec{0, 15, bytes, SimTime{0}, {UINT32_MAX, UINT32_MAX}}};
+  c.time_limit = SimTime::from_ms(50);
+  return c;
+}
+
+// The window and in-flight cap cover the path's RTT, not 2 x hops x the host
+// link's delay: 0.1 us host links and 5 us fabric links have the same 20.2 us
+// one way as 3.37 us everywhere, and a lone flow runs as fast on either
+// (it took 5 times as long when the BDP counted 0.6 us).
+TEST(Warmup, BdpFollowsTheSumOfTheLinkDelaysAlongThePath) {
+  Simulation skewed(lone_flow_delays(0.1, 5, 2 << 20));
+  EXPECT_EQ(skewed.net().graph().max_path_delay, SimTime::from_ns(20'200));
+  Simulation even(lone_flow_delays(20.2 / 6, 20.2 / 6, 2 << 20));
+  EXPECT_EQ(skewed.host(0).endpoint().config().cc.initial_cwnd_packets,
+            even.host(0).endpoint().config().cc.initial_cwnd_packets);
+  skewed.run();
+  even.run();
+  const Report a = skewed.report(), b = even.report();
+  expect_all_complete(a);
+  expect_all_complete(b);
+  EXPECT_LT(a.completion_us, 1.05 * b.completion_us);
+  // Uniform delays: hops x delay, as before.
+  const LinkSpec l{};
+  Scheduler s;
+  Network n(s, fat_tree(4, l, l), QueueSpec{}, 1);
+  EXPECT_EQ(n.graph().max_path_delay, SimTime::from_us(6));
+}
+
+// After a rate fault a link's utilization is against the capacity it had
+// over time, each rate for as long as it lasted: at most 100 %.
+TEST(Report, LinkUtilizationAfterARateFaultIsAtMostOne) {
+  SimConfig c = lone_flow_delays(1, 1, 2 << 20);
+  {
+    Simulation probe(lone_flow_delays(1, 1, 4096));
+    c.faults.push_back(
+        {SimTime::from_us(50), FaultSpec::Kind::kRate, probe.net().host_port(0).edge, 10'000});
+  }
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_GT(r.link_util_max, 0.5);
+  EXPECT_LE(r.link_util_max, 1.0);
+}
+
+uint32_t host_edge(const SimConfig& c, uint32_t host) {
+  Scheduler s;
+  Network n(s, c.topo, QueueSpec{}, 1);
+  return n.host_port(host).edge;
+}
+
+// A fault at t = 0 is in place before the flows starting at t = 0 send: with
+// host 0's link dropping everything from t = 0, not even the first packet
+// (pulled at t = 0) gets through. And a run that ends unfinished reports the
+// time limit as its completion, not its last event's time.
+TEST(Faults, AtTimeZeroTheyPrecedeTheFlowsAndUnfinishedRunsEndAtTheLimit) {
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, host_edge(c, 0)};
+  f.drop = 1.0;
+  c.faults.push_back(f);
+  c.time_limit = SimTime::from_us(1000);
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 0u);
+  EXPECT_EQ(r.delivered_bytes, 0u);
+  EXPECT_GT(r.fault_drops, 0u);
+  EXPECT_LT(r.sim_time_us - r.warmup_us, 1000.0);  // the last event came before the limit
+  EXPECT_DOUBLE_EQ(r.completion_us, 1000.0);
+}
+
+// A fault on an edge the topology lacks is refused, not skipped when due.
+TEST(Faults, UnknownEdgeIsRefused) {
+  SimConfig c = lone_flow_delays(1, 1, 4096);
+  c.faults.push_back({SimTime::from_us(5), FaultSpec::Kind::kLinkDown, 100'000});
+  EXPECT_THROW(Simulation{std::move(c)}, std::invalid_argument);
+}
+
+// The ideal's chains use the healthy fabric's paths: a host link left down
+// and routes recomputed without it (reroute_after) do not make it unreachable
+// for the ideal (it read ~1e14 us).
+TEST(IdealTime, UsesTheHealthyFabricAfterAReroute) {
+  SimConfig c = preset("fattree16-allreduce", TransportKind::kMetaRoce, 1);
+  const double healthy = [&] {
+    Simulation s{SimConfig(c)};
+    return s.report().ideal_us;
+  }();
+  c.faults.push_back({SimTime::from_us(10), FaultSpec::Kind::kLinkDown, host_edge(c, 3)});
+  c.reroute_after = SimTime::from_us(1);
+  c.time_limit = SimTime::from_us(100);
+  Simulation sim(std::move(c));
+  sim.run();
+  EXPECT_DOUBLE_EQ(sim.report().ideal_us, healthy);
+}
+
+// WRs are 32 bits long: wr_bytes of 4 GiB or more is refused; below that a
+// flow still delivers every byte, and the scratch region is the largest
+// flow's size, not wr_bytes (a region of wr_bytes = 4 GiB - 1 per run).
+TEST(WrBytes, CappedBelowFourGiBAndTheRegionFitsTheLargestFlow) {
+  SimConfig big = lone_flow_delays(1, 1, 1 << 20);
+  big.wr_bytes = uint64_t{1} << 32;
+  EXPECT_THROW(Simulation{std::move(big)}, std::invalid_argument);
+  std::string err;
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  EXPECT_FALSE(apply_setting(c, "wr_bytes=4294967296", err));
+  EXPECT_TRUE(apply_setting(c, "wr_bytes=4294967295", err)) << err;
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_EQ(r.delivered_bytes, uint64_t{1} << 20);
+  EXPECT_LT(r.peak_rss_mib, 1024.0);
+}
+
 }  // namespace
 }  // namespace metaroce::sim

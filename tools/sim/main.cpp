@@ -164,8 +164,7 @@ int main(int argc, char** argv) {
   try {
     sim = std::make_unique<Simulation>(std::move(cfg));
   } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
+    return bad_option(e.what());
   }
   sim->run();
   if (!sim->close_output(err)) {

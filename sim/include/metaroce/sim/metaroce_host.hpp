@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -123,8 +124,8 @@ class MetaRoceHost final : public SimHost {
   MemoryRegion mr_;
   std::unordered_map<uint32_t, ConnId> conns_;  // by destination host (opened here)
   std::vector<ConnId> accepted_;
-  size_t connects_settled_ = 0;   // kConnected or kConnectFailed events seen
-  std::vector<Pending> backlog_;  // WRs refused with kQueueFull, in order
+  size_t connects_settled_ = 0;  // kConnected or kConnectFailed events seen
+  std::deque<Pending> backlog_;  // WRs refused with kQueueFull, in order
 };
 
 }  // namespace metaroce::sim

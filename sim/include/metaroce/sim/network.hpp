@@ -207,8 +207,17 @@ class Port final : public EventSource {
   // Faults. A rate change applies to packets queued after it.
   void set_up(bool up, SimTime now);
   [[nodiscard]] bool up() const { return up_; }
-  void set_rate(uint64_t rate_mbps) { rate_mbps_ = rate_mbps; }
+  void set_rate(uint64_t rate_mbps, SimTime now) {
+    rate_bits_ += rate_bits_since(now);
+    rate_since_ = now;
+    rate_mbps_ = rate_mbps;
+  }
   [[nodiscard]] uint64_t rate_mbps() const { return rate_mbps_; }
+  // The bits the link could have carried from time 0 to now, at the rate it
+  // had at each instant (for utilization after a rate change).
+  [[nodiscard]] double capacity_bits(SimTime now) const {
+    return rate_bits_ + rate_bits_since(now);
+  }
   void set_drop_fraction(double f) { drop_fraction_ = f; }
 
   // The far end of the link, for both lanes.
@@ -232,6 +241,9 @@ class Port final : public EventSource {
   void apply_pause(bool pause, SimTime now);
   void released(Packet* p, SimTime now);   // p left this switch's buffer (PFC accounting)
   bool trim(Packet* p, uint64_t backlog);  // cuts p to fit, if it may be (QueueSpec::trim)
+  [[nodiscard]] double rate_bits_since(SimTime now) const {
+    return static_cast<double>(rate_mbps_) * 1e-6 * static_cast<double>(now.ps - rate_since_.ps);
+  }
 
   // Delivers PAUSE/RESUME after the link delay (one pending event: the head).
   class PfcTimer final : public EventSource {
@@ -245,6 +257,8 @@ class Port final : public EventSource {
   SimTime busy_until_{0};
   SimTime header_busy_until_{0};
   uint64_t rate_mbps_;
+  double rate_bits_ = 0;   // capacity before rate_since_ (set_rate)
+  SimTime rate_since_{0};  // when rate_mbps_ took effect
   bool has_queue_limits_;
   QueueSpec q_;
   bool up_ = true;
@@ -311,6 +325,10 @@ struct TopoGraph {
   std::vector<Edge> edges;
   uint64_t host_rate_mbps = 100'000;
   uint32_t max_hops = 0;  // links on the longest host-to-host shortest path
+  // One-way propagation delay (the links' delays summed) of the slowest
+  // host-to-host shortest path of the healthy fabric: the fabric's RTT is
+  // twice this plus serialization, whatever the links' delays per tier.
+  SimTime max_path_delay{0};
 };
 
 struct NetworkStats {
@@ -354,8 +372,8 @@ class Network {
   void set_link_up(uint32_t e, bool up, SimTime now);
   // Routing converges: ECMP groups recomputed without the links that are down.
   // (The ideal's hop count, graph().max_hops, stays the whole fabric's.)
-  void reroute() { (void)compute_routes(); }
-  void set_link_rate(uint32_t e, uint64_t rate_mbps);
+  void reroute() { (void)compute_routes(false); }
+  void set_link_rate(uint32_t e, uint64_t rate_mbps, SimTime now);
   void set_link_drop(uint32_t e, double fraction);
 
   [[nodiscard]] NetworkStats stats() const;
@@ -366,8 +384,9 @@ class Network {
 
  private:
   // ECMP groups over the links that are up; returns the links on the longest
-  // host-to-host shortest path.
-  uint32_t compute_routes();
+  // host-to-host shortest path. With measure_delay (at construction, the
+  // healthy fabric) it also sets graph_.max_path_delay.
+  uint32_t compute_routes(bool measure_delay);
 
   Scheduler& sched_;
   TopoGraph graph_;

@@ -62,6 +62,7 @@ class PacketPool {
     p->hops = 0;
     p->trimmed = false;
     p->dscp = 0;
+    p->in_port = 0;  // set by the switch that counts it; never a former owner's
     ++live_;
     if (live_ > peak_) peak_ = live_;
     return p;

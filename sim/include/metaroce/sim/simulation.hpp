@@ -227,6 +227,12 @@ class Simulation {
   double wall_s_ = 0;
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
+  // The simulated time run() got to (events or not).
+  SimTime reached_{0};
+  // Per flow, when some flow depends on others: its path's one-way delay on
+  // the healthy fabric (routes as built, before any fault or reroute), for
+  // the ideal's chains.
+  std::vector<SimTime> ideal_path_delay_;
 };
 
 }  // namespace metaroce::sim
