@@ -26,7 +26,7 @@ bool needs_receive_buffer(const TxCtx& t, const TxRecord& r) {
 // which the cumulative ACK may have passed long before; the READ is still
 // open until its last response is placed.
 bool names_open_read(const TxCtx& t, const wire::NakBody& n) {
-  const uint32_t si = t.read_slot[n.msn % t.read_slot.size()];
+  const uint32_t si = t.read_slot_of(n.msn);
   if (si >= t.sq.size()) return false;
   const detail::SqEntry& e = t.sq[si];
   return e.wr.op == WrOpcode::kRead && e.sent > 0 && e.msn == n.msn && e.first_psn == n.nak_psn &&
@@ -322,7 +322,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   if (before(c.cum_acked, p.nak.cum_psn) && !before(c.next_psn, p.nak.cum_psn))
     advance_cum(c, t, p.nak.cum_psn, now, touched);
   complete_sends(c);
-  enter_error(c, code, psn, now);  // NAK-3
+  enter_error(c, code, detail::Culprit::send_psn(psn), now);  // NAK-3
 }
 
 void Endpoint::Impl::complete_sends_from(Connection& c) {

@@ -167,7 +167,17 @@ struct TxCtx {
   std::vector<RespJob> resp;                      // 4 x max_reads, rounded up
   uint32_t resp_mask = 0;
   uint32_t resp_head = 0, resp_seg = 0, resp_tail = 0;
-  std::vector<uint32_t> read_slot;  // read_seq % peer_max_reads -> sq index
+  // read_seq -> sq index of an outstanding READ. A power of two in size, so
+  // that the mapping stays one across read_seq's 32-bit wrap (2^32 is a
+  // multiple of it): sized peer_max_reads, 10 say, two READs either side of
+  // the wrap shared a slot and the older one's responses were all dropped.
+  std::vector<uint32_t> read_slot;
+  [[nodiscard]] uint32_t& read_slot_of(uint32_t read_seq) {
+    return read_slot[read_seq & (read_slot.size() - 1)];
+  }
+  [[nodiscard]] uint32_t read_slot_of(uint32_t read_seq) const {
+    return read_slot[read_seq & (read_slot.size() - 1)];
+  }
   // The data headers of one WRITE or SEND message, patched for each of its
   // packets (wire::patch_data_headers): building every field of every packet
   // was a third of the cost of sending one. Written whole for the first
@@ -176,6 +186,20 @@ struct TxCtx {
   std::array<uint8_t, kHeaderTemplateSize> hdr{};
   uint32_t hdr_slot = kNoSlot;  // send-queue slot whose message `hdr` holds
   uint8_t hdr_len = 0;          // 0: `hdr` holds nothing of this connection's
+};
+
+// The work request a failure names (COMP-5, NAK-3, MR-5); every other one
+// completes kFlushed. A PSN the peer sent names none of ours: our own send
+// queue's PSNs are another numbering, and one compared against them could
+// blame a request that has nothing to do with the fault.
+struct Culprit {
+  enum class Kind : uint8_t { kNone, kSendPsn, kOldestSend, kRecv };
+  Kind kind = Kind::kNone;
+  uint32_t at = 0;  // kSendPsn: a PSN of our send queue; kRecv: the receive's rq position
+  static Culprit none() { return {}; }
+  static Culprit send_psn(uint32_t psn) { return {Kind::kSendPsn, psn}; }
+  static Culprit oldest_send() { return {Kind::kOldestSend, 0}; }  // a timeout
+  static Culprit recv(uint32_t rq_pos) { return {Kind::kRecv, rq_pos}; }
 };
 
 struct RecvEntry {

@@ -117,7 +117,7 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.resp.assign(std::bit_ceil(resp_depth()), detail::RespJob{});
   t.resp_mask = static_cast<uint32_t>(t.resp.size() - 1);
   t.resp_head = t.resp_seg = t.resp_tail = 0;
-  t.read_slot.assign(std::max<uint8_t>(c.peer_max_reads, 1), 0);
+  t.read_slot.assign(std::bit_ceil(std::max<uint32_t>(c.peer_max_reads, 1)), 0);
   t.hdr_slot = detail::kNoSlot;  // the template names the previous owner's peer
   t.hdr_len = 0;
   t.explore = {};  // PATH-8 starts afresh, with no path half moved

@@ -117,7 +117,7 @@ bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, Time
   if (why != Status::kVersionMismatch && why != Status::kResourceExhausted)
     why = Status::kConnectRefused;
   push_event(EventKind::kConnectFailed, c, why);
-  flush_all(c, why, 0);
+  flush_all(c, why, detail::Culprit::none());
   destroy_connection(c);
   return false;
 }
@@ -125,12 +125,12 @@ bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, Time
 void Endpoint::Impl::close(Connection& c, TimeNs now) {
   if (c.state == ConnState::kClosing || c.state == ConnState::kClosed) return;
   if (c.state == ConnState::kConnecting) {
-    flush_all(c, Status::kFlushed, 0);
+    flush_all(c, Status::kFlushed, detail::Culprit::none());
     push_event(EventKind::kClosed, c, Status::kOk);
     destroy_connection(c);
     return;
   }
-  flush_all(c, Status::kFlushed, 0);
+  flush_all(c, Status::kFlushed, detail::Culprit::none());
   c.state = ConnState::kClosing;
   c.attempts = 0;
   c.owe.disconnect = true;
@@ -152,7 +152,7 @@ void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, 
   // connect_retry apart (CONN-2 timing), from its first one: this one.
   r = Closed{c->id, c->peer_conn, c->peer,
              now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns};
-  flush_all(*c, Status::kPeerClosed, 0);
+  flush_all(*c, Status::kPeerClosed, detail::Culprit::none());
   push_event(EventKind::kClosed, *c, Status::kPeerClosed);
   destroy_connection(*c);
   ack_disconnect(dg, p);
@@ -249,26 +249,22 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
   return out.len > 0;
 }
 
-void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn) {
+void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who) {
+  using Kind = detail::Culprit::Kind;
   if (c.tx) {
     detail::TxCtx& t = *c.tx;
     bool named = false;
     for (uint32_t i = t.sq_head; i != t.sq_tail; ++i) {
       detail::SqEntry& e = t.sq[i & t.sq_mask];
-      Status s = Status::kFlushed;
-      if (!named && first != Status::kFlushed && first != Status::kPeerClosed) {
+      Status s = first == Status::kPeerClosed ? Status::kPeerClosed : Status::kFlushed;
+      if (!named && (who.kind == Kind::kSendPsn || who.kind == Kind::kOldestSend)) {
         // The WR holding the failed PSN gets the NAK's code (COMP-5); a
         // timeout names the oldest outstanding one.
-        const bool holds =
-            e.sent > 0 && static_cast<int32_t>(failed_psn - e.first_psn) >= 0 &&
-            static_cast<int32_t>(failed_psn - e.first_psn) < static_cast<int32_t>(e.sent);
-        if (holds || first == Status::kPeerUnreachable || first == Status::kConnectTimeout ||
-            first == Status::kLocalProtection) {
-          s = first;
-          named = true;
-        }
+        const auto d = static_cast<int32_t>(who.at - e.first_psn);
+        named = who.kind == Kind::kOldestSend ||
+                (e.sent > 0 && d >= 0 && d < static_cast<int32_t>(e.sent));
+        if (named) s = first;
       }
-      if (first == Status::kPeerClosed) s = Status::kPeerClosed;
       Completion comp;
       comp.wr_id = e.wr.wr_id;
       comp.conn = c.id;
@@ -284,14 +280,18 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
   }
   if (c.rx) {
     detail::RxCtx& r = *c.rx;
-    if (!srq.empty()) give_back_shared(r);  // PLACE-6
+    const detail::RecvEntry* culprit =
+        who.kind == Kind::kRecv ? &r.rq[who.at & r.rq_mask] : nullptr;
+    if (!srq.empty()) give_back_shared(r, culprit);  // PLACE-6
     for (uint32_t i = r.rq_head; i != r.rq_tail; ++i) {
       const detail::RecvEntry& e = r.rq[i & r.rq_mask];
-      if (e.shared) continue;
+      if (e.shared && &e != culprit) continue;
       Completion comp;
       comp.wr_id = e.wr.wr_id;
       comp.conn = c.id;
-      comp.status = first == Status::kPeerClosed ? Status::kPeerClosed : Status::kFlushed;
+      comp.status = &e == culprit                  ? first
+                    : first == Status::kPeerClosed ? Status::kPeerClosed
+                                                   : Status::kFlushed;
       comp.op = CompletionOp::kRecv;
       complete(c, comp);
       ++c.stats.recv_completions;
@@ -304,13 +304,13 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, uint32_t failed_psn)
   }
 }
 
-void Endpoint::Impl::enter_error(Connection& c, Status why, uint32_t failed_psn, TimeNs now) {
+void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who, TimeNs now) {
   if (c.state == ConnState::kError) return;
-  flush_all(c, why, failed_psn);
+  flush_all(c, why, who);
   c.state = ConnState::kError;
   c.error = why;
   c.ack_deadline = TimeNs::never();
-  trace(now, TraceKind::kConnState, c, 0, failed_psn, static_cast<uint32_t>(ConnState::kError));
+  trace(now, TraceKind::kConnState, c, 0, who.at, static_cast<uint32_t>(ConnState::kError));
   push_event(EventKind::kError, c, why);
 }
 

@@ -224,9 +224,9 @@ struct Endpoint::Impl {
   [[gnu::cold]] void establish(detail::Connection& c, const wire::ConnectBody& peer_body,
                                TimeNs now);
   bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
-  [[gnu::cold]] void enter_error(detail::Connection& c, Status why, uint32_t failed_psn,
+  [[gnu::cold]] void enter_error(detail::Connection& c, Status why, detail::Culprit who,
                                  TimeNs now);
-  [[gnu::cold]] void flush_all(detail::Connection& c, Status first, uint32_t failed_psn);
+  [[gnu::cold]] void flush_all(detail::Connection& c, Status first, detail::Culprit who);
 
   // ---- sender.cpp (sending), acks.cpp (what comes back), loss.cpp (losses, timeouts) ----
   Status post_send(detail::Connection& c, const SendWr& wr);
@@ -355,7 +355,9 @@ struct Endpoint::Impl {
   [[gnu::cold, gnu::noinline]] bool take_shared(detail::RxCtx& r, uint32_t idx);
   // Hands the shared receives a closing or failing connection holds back to
   // the front of the shared queue, in their order.
-  void give_back_shared(detail::RxCtx& r);
+  // `keep` (a receive at fault, MR-5) is completed, not given back: given
+  // back, it would fail every connection that took it after.
+  void give_back_shared(detail::RxCtx& r, const detail::RecvEntry* keep);
   void on_data(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_probe(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   void on_trimmed(detail::Connection& c, const RxDatagram& dg, const wire::Packet& p, TimeNs now);

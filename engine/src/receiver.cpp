@@ -80,14 +80,14 @@ bool Endpoint::Impl::take_shared(detail::RxCtx& r, uint32_t idx) {
   return true;
 }
 
-void Endpoint::Impl::give_back_shared(detail::RxCtx& r) {
+void Endpoint::Impl::give_back_shared(detail::RxCtx& r, const detail::RecvEntry* keep) {
   // Newest first, each in front of the ring: they come out again in the
   // order they were posted, ahead of receives posted since. Whatever a
   // message of the failed connection placed in one is not data anyone was
   // promised; the next message to take it overwrites what it covers.
   for (uint32_t i = r.rq_tail; i != r.rq_head;) {
     const detail::RecvEntry& e = r.rq[--i & r.rq_mask];
-    if (!e.shared) continue;
+    if (!e.shared || &e == keep) continue;
     detail::RecvEntry& back = srq[--srq_head & srq_mask];
     back = detail::RecvEntry{};
     back.wr = e.wr;
@@ -190,7 +190,7 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   why = Status::kRemoteInvalidRequest;
   if (!c.tx) return;
   detail::TxCtx& t = *c.tx;
-  const uint32_t si = t.read_slot[p.mh.msn % t.read_slot.size()];
+  const uint32_t si = t.read_slot_of(p.mh.msn);
   if (si >= t.sq.size()) return;
   detail::SqEntry& e = t.sq[si];
   const auto len = static_cast<uint32_t>(p.payload.size());
@@ -254,6 +254,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   const auto plen = static_cast<uint32_t>(p.payload.size());
   const bool last = mh.offset + plen == mh.msg_len;
   detail::RecvEntry* rq_entry = nullptr;
+  uint32_t rq_pos = 0;
   const wire::Opcode op = p.bh.opcode;
   // NAK-1, PLACE-3: every packet of a WRITE_IMM, not only its last, needs
   // its receive buffer posted; one that finds none draws RNR and is not placed.
@@ -272,7 +273,8 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
         (srq.empty() || idx > static_cast<uint32_t>(d) || !take_shared(r, idx))) {
       why = Status::kRnr;
     } else {
-      rq_entry = &r.rq[(r.rq_head + idx) & r.rq_mask];
+      rq_pos = r.rq_head + idx;
+      rq_entry = &r.rq[rq_pos & r.rq_mask];
       if (op != wire::Opcode::kWriteImm) {
         if (mh.msg_len > rq_entry->wr.length)
           why = Status::kRemoteLengthError;
@@ -312,7 +314,12 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     c.owe_nak(
         wire::NakBody{psn, static_cast<uint8_t>(Status::kRemoteOperationError), mh.msn, c.rx_cum},
         dg.entropy);
-    enter_error(c, why, psn, now);
+    // The request at fault: the receive, or the READ whose target went.
+    enter_error(c, why,
+                rq_entry != nullptr
+                    ? detail::Culprit::recv(rq_pos)
+                    : detail::Culprit::send_psn(c.tx->sq[c.tx->read_slot_of(mh.msn)].first_psn),
+                now);
     return;
   }
 
@@ -330,7 +337,8 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       return;
     }
     c.owe_nak(wire::NakBody{psn, static_cast<uint8_t>(why), mh.msn, c.rx_cum}, dg.entropy);
-    enter_error(c, why, psn, now);  // NAK-2
+    // NAK-2: the fault is the peer's request; none of ours is named.
+    enter_error(c, why, detail::Culprit::none(), now);
     return;
   }
   if (rq_entry != nullptr && last) {

@@ -126,7 +126,7 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
       c.owe_nak(wire::NakBody{j.req_psn, static_cast<uint8_t>(Status::kRemoteOperationError),
                               j.read_seq, c.rx_cum},
                 c.paths[path].entropy);
-      enter_error(c, Status::kLocalProtection, psn, now);
+      enter_error(c, Status::kLocalProtection, detail::Culprit::none(), now);
       return false;
     }
     const uint32_t off = (psn - j.first_psn) * mtu;
@@ -161,7 +161,7 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
     }
     if (!mrs.still_registered(e.wr.lkey, e.wr.length)) {
       // MR-5: the application deregistered memory under an outstanding request.
-      enter_error(c, Status::kLocalProtection, psn, now);
+      enter_error(c, Status::kLocalProtection, detail::Culprit::send_psn(psn), now);
       return false;
     }
   }
@@ -191,7 +191,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
     // MR-5: MrTable::still_registered written out; the call compiled to about
     // six more instructions per packet here (scripts/engine-instructions.sh).
     if (mrs.any_removed() && !mrs.lkey_valid(e.wr.lkey) && e.wr.length > 0) {
-      enter_error(c, Status::kLocalProtection, psn, now);
+      enter_error(c, Status::kLocalProtection, detail::Culprit::send_psn(psn), now);
       return false;
     }
     const wire::Opcode op = data_opcode(e.wr.op);
@@ -354,7 +354,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
       e.npkts = e.wr.op == WrOpcode::kRead ? 1 : packets_for(e.wr.length, c.mtu);
       if (e.wr.op == WrOpcode::kRead) {
         e.resp_pkts = packets_for(e.wr.length, c.mtu);
-        t.read_slot[e.msn % t.read_slot.size()] = si;
+        t.read_slot_of(e.msn) = si;
         ++c.reads_outstanding;
       }
       c.resp_turn = true;  // SCHED-4: the responses' turn next

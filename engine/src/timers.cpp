@@ -74,7 +74,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     if (c.state == ConnState::kConnecting) {
       if (c.attempts >= budget) {
         push_event(EventKind::kConnectFailed, c, Status::kConnectTimeout);
-        flush_all(c, Status::kConnectTimeout, 0);
+        flush_all(c, Status::kConnectTimeout, detail::Culprit::oldest_send());
         destroy_connection(c);
         return;
       }
@@ -149,7 +149,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     }
     const bool outstanding = (c.tx && c.cum_acked != c.next_psn) || awaits_peer(c);
     if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
-      enter_error(c, Status::kPeerUnreachable, c.cum_acked, now);
+      enter_error(c, Status::kPeerUnreachable, detail::Culprit::oldest_send(), now);
     }
   }
   maybe_release_ctx(c, now);

@@ -132,6 +132,75 @@ TEST(Deregister, ReadFromDeregisteredRegionSendsNothingMore) {  // MR-5, NAK-3
   EXPECT_EQ(error_of(loop, 1), Status::kLocalProtection);
 }
 
+// MR-5, COMP-5: the request whose memory went is the one that fails
+// kLocalProtection; every other completes kFlushed. The oldest outstanding
+// request took the error, whichever it was.
+TEST(Deregister, TheRequestWhoseSourceWentIsTheOneNamed) {  // MR-5, COMP-5
+  Loop loop(cfg(69), cfg(70));
+  auto [a, b] = loop.connect();
+  Buf s1(loop.ep(0), 64 * 4096, 0, 1);
+  Buf s2(loop.ep(0), 4096, 0, 2);
+  Buf d(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(s1, d, 64 * 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(s2, d, 4096, 2)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(s2.mr.lkey), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, kPromptly));
+  for (const Completion& c : done)
+    EXPECT_EQ(c.status, c.wr_id == 2 ? Status::kLocalProtection : Status::kFlushed)
+        << "wr " << c.wr_id;
+}
+
+// A receive whose buffer went is named, not the receiver's own WRITE in
+// flight, whose PSNs are another numbering than the SEND's that found it.
+TEST(Deregister, TheReceiveWhoseBufferWentIsTheOneNamed) {  // MR-5, COMP-5
+  Loop loop(cfg(71), cfg(72));
+  auto [a, b] = loop.connect();
+  Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0xAB);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{77, rbuf.addr(), 4096, rbuf.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(rbuf.mr.lkey), Status::kOk);
+  Buf own(loop.ep(1), 64 * 4096, 0, 3);
+  Buf own_dst(loop.ep(0), 64 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(own, own_dst, 64 * 4096, 55)), Status::kOk);
+  Buf src(loop.ep(0), 4096, 0, 4);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096, 9)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(1, 2, done, kPromptly));
+  for (const Completion& c : done)
+    EXPECT_EQ(c.status, c.wr_id == 77 ? Status::kLocalProtection : Status::kFlushed)
+        << "wr " << c.wr_id;
+  EXPECT_TRUE(untouched(rbuf, 0xAB));
+}
+
+// A shared receive whose buffer went is completed with the error, not given
+// back to the shared queue (PLACE-6), where it failed every connection that
+// took it next.
+TEST(Deregister, ASharedReceiveWhoseBufferWentFailsOneConnectionOnly) {  // MR-5, PLACE-6
+  EndpointConfig cb = cfg(74);
+  cb.shared_rq_depth = 4;
+  Loop loop(cfg(73), cb);
+  auto [a1, b1] = loop.connect();
+  auto [a2, b2] = loop.connect();
+  Buf bad(loop.ep(1), 4096, kAccessLocalWrite, 0xAB);
+  Buf good(loop.ep(1), 4096, kAccessLocalWrite, 0);
+  ASSERT_EQ(loop.ep(1).post_shared_recv(RecvWr{1, bad.addr(), 4096, bad.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_shared_recv(RecvWr{2, good.addr(), 4096, good.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(bad.mr.lkey), Status::kOk);
+  Buf src(loop.ep(0), 4096, 0, 6);
+  ASSERT_EQ(loop.ep(0).post_send(a1, send_wr(src, 0, 4096, 10)), Status::kOk);
+  std::vector<Completion> at_b;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, at_b, kPromptly));
+  EXPECT_EQ(at_b[0].wr_id, 1u);
+  EXPECT_EQ(at_b[0].status, Status::kLocalProtection);
+  ASSERT_EQ(loop.ep(0).post_send(a2, send_wr(src, 0, 4096, 11)), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(1, 2, at_b, kPromptly));
+  EXPECT_EQ(at_b[1].wr_id, 2u);
+  EXPECT_EQ(at_b[1].status, Status::kOk);
+  EXPECT_EQ(at_b[1].conn.v, b2.v);
+  EXPECT_EQ(good.bytes, src.bytes);
+  EXPECT_TRUE(untouched(bad, 0xAB));
+}
+
 // READ-2: a READ_REQ for more than kMaxMessageLength bytes is refused with
 // NAK 0x06 before any byte is read, even against a region that large. Its
 // msg_len near 2^32 made the responder's packet count wrap to 0, and it then
