@@ -54,8 +54,9 @@ void Endpoint::Impl::compute_timer(Connection& c) {
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
   if (awaits_peer(c)) outstanding = true;
-  if (c.rnr_until.ns > 0 && c.tx && c.tx->retx_head != c.tx->retx_tail)
-    t = std::min(t, c.rnr_until);
+  // LOSS-7's pause holds back everything unsent, not only the resends the
+  // RNR queued (a stale RNR NAK queues none): whatever waits, wakes then.
+  if (c.rnr_until.ns > 0 && unsent) t = std::min(t, c.rnr_until);
   if (outstanding && c.state == ConnState::kEstablished)
     t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
   if (tx_idle(c) || rx_idle(c)) t = std::min(t, c.last_activity + cfg.context_idle_ns);
