@@ -413,6 +413,10 @@ struct Endpoint::Impl {
   // r: c's receive context, which the caller has at hand.
   void complete_recvs(detail::Connection& c, detail::RxCtx& r);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
+  [[gnu::cold]] [[gnu::noinline]] void on_memory_gone(detail::Connection& c, const RxDatagram& dg,
+                                                      const wire::Packet& p,
+                                                      const detail::RecvEntry* rq_entry,
+                                                      TimeNs now);
 
   // ---- path.cpp ----
   void init_paths(detail::Connection& c);

@@ -206,6 +206,24 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   why = Status::kOk;
 }
 
+// MR-5: the buffer this packet would fill was deregistered under posted
+// work. The fault is this application's: it fails with kLocalProtection,
+// and the peer hears REMOTE_OPERATION_ERROR at once (as InfiniBand's Remote
+// Operational Error) rather than waiting out PATH-7's timeout for an answer
+// that will never come. Out of line: on_data's hot path kept its registers.
+void Endpoint::Impl::on_memory_gone(Connection& c, const RxDatagram& dg, const wire::Packet& p,
+                                    const detail::RecvEntry* rq_entry, TimeNs now) {
+  c.owe_nak(wire::NakBody{p.bh.psn, static_cast<uint8_t>(Status::kRemoteOperationError), p.mh.msn,
+                          c.rx_cum},
+            dg.entropy);
+  // The request at fault: the receive, or the READ whose target went.
+  const detail::Culprit who =
+      rq_entry != nullptr
+          ? detail::Culprit::recv(static_cast<uint32_t>(rq_entry - c.rx->rq.data()))
+          : detail::Culprit::send_psn(c.tx->sq[c.tx->read_slot_of(p.mh.msn)].first_psn);
+  enter_error(c, Status::kLocalProtection, who, now);
+}
+
 // TRIM-5: every packet of a message but its last carries exactly mtu bytes
 // (SEQ-5). One with fewer lost them on the way: a trimmed packet whose
 // TRIMMED code point a later hop rewrote passes the ICRC when PC is clear,
@@ -254,7 +272,6 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   const auto plen = static_cast<uint32_t>(p.payload.size());
   const bool last = mh.offset + plen == mh.msg_len;
   detail::RecvEntry* rq_entry = nullptr;
-  uint32_t rq_pos = 0;
   const wire::Opcode op = p.bh.opcode;
   // NAK-1, PLACE-3: every packet of a WRITE_IMM, not only its last, needs
   // its receive buffer posted; one that finds none draws RNR and is not placed.
@@ -273,8 +290,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
         (srq.empty() || idx > static_cast<uint32_t>(d) || !take_shared(r, idx))) {
       why = Status::kRnr;
     } else {
-      rq_pos = r.rq_head + idx;
-      rq_entry = &r.rq[rq_pos & r.rq_mask];
+      rq_entry = &r.rq[(r.rq_head + idx) & r.rq_mask];
       if (op != wire::Opcode::kWriteImm) {
         if (mh.msg_len > rq_entry->wr.length)
           why = Status::kRemoteLengthError;
@@ -306,20 +322,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   }
   if (why == Status::kOk && op == wire::Opcode::kReadResp) on_read_resp(c, p, why);
   if (why == Status::kLocalProtection) {
-    // MR-5: the buffer this packet would fill was deregistered under posted
-    // work. The fault is this application's: it fails with kLocalProtection,
-    // and the peer hears REMOTE_OPERATION_ERROR at once (as InfiniBand's
-    // Remote Operational Error) rather than waiting out PATH-7's timeout for
-    // an answer that will never come.
-    c.owe_nak(
-        wire::NakBody{psn, static_cast<uint8_t>(Status::kRemoteOperationError), mh.msn, c.rx_cum},
-        dg.entropy);
-    // The request at fault: the receive, or the READ whose target went.
-    enter_error(c, why,
-                rq_entry != nullptr
-                    ? detail::Culprit::recv(rq_pos)
-                    : detail::Culprit::send_psn(c.tx->sq[c.tx->read_slot_of(mh.msn)].first_psn),
-                now);
+    on_memory_gone(c, dg, p, rq_entry, now);
     return;
   }
 
