@@ -296,7 +296,8 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   const auto code = static_cast<Status>(p.nak.code);
   const uint32_t psn = p.nak.nak_psn;
   if (!before(psn, c.next_psn)) return;  // never sent
-  if (before(psn, c.cum_acked) && (code == Status::kRnr || !names_open_read(t, p.nak)))
+  if (before(psn, c.cum_acked) &&
+      (code != Status::kRemoteOperationError || !names_open_read(t, p.nak)))
     return;  // not outstanding
   // Progress only for a NAK about work still outstanding: a stale one,
   // repeated, must not keep PATH-7's peer timeout from ever firing.

@@ -292,6 +292,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
       comp.status = &e == culprit                  ? first
                     : first == Status::kPeerClosed ? Status::kPeerClosed
                                                    : Status::kFlushed;
+      srq_outstanding -= e.shared;  // a shared receive at fault is completed here
       comp.op = CompletionOp::kRecv;
       complete(c, comp);
       ++c.stats.recv_completions;

@@ -36,7 +36,11 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
         emit_ack(c, now, buf, out)) &&
-      !(open && c.tx && emit_data<gather>(c, now, buf, out)))
+      !(open && c.tx && emit_data<gather>(c, now, buf, out)) &&
+      // MR-5: a READ response that found its region gone owes a NAK, owed
+      // inside emit_data; left for the next turn, it waited for some other
+      // datagram to make the connection ready again.
+      !(c.owes_control() && emit_control(c, now, buf, out)))
     return false;
   out.peer = c.peer;
   out.ecn = kEcnEct0;

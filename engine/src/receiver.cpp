@@ -382,9 +382,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   ++c.stats.data_packets_received;
   c.stats.data_bytes_received += plen;
   if (dg.ce) ++c.stats.ce_received;
-  // PATH-7: a READ's response is progress of our own work; the peer's other
-  // data says only that it lives.
-  if (op == wire::Opcode::kReadResp) c.last_progress = now;
+  // PATH-7: a READ's response is progress of our own work. The peer's other
+  // data is too while a READ of ours is outstanding: its responses wait
+  // behind the message the peer has started (SEQ-5), however long that is.
+  if (op == wire::Opcode::kReadResp || c.reads_outstanding > 0) c.last_progress = now;
   trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
 
   // ACK-2, ACK-4: these are acknowledged at once and echo themselves; the

@@ -105,9 +105,9 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         if (p.tlp_outstanding && p.held) {
           if (c.last_progress > p.tlp_sent) {
             // LOSS-8: nothing came back on the path since its tail-loss
-            // probe, answer included, while the peer was heard from: the
-            // path's RTO, early, rather than leaving the rest of its packets
-            // to wait for the real one.
+            // probe, answer included, while work of the connection was
+            // acknowledged (PATH-7's progress): the path's RTO, early, rather
+            // than leaving the rest of its packets to wait for the real one.
             on_rto(c, i, now);
           } else {
             // The peer itself is silent (a paused process, a busy host): no

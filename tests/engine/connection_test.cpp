@@ -266,7 +266,7 @@ TEST(Engine, DataThatNeverGetsThroughFailsThoughThePeerAnswers) {  // PATH-7
       [&] {
         for (const Completion& d : loop.drain(1)) EXPECT_EQ(d.status, Status::kOk);
         // The peer writes small messages back all along.
-        if (back < 400 && loop.now().ns > 1'000'000 + back * 1'000'000) {
+        if (loop.now().ns > 1'000'000 + back * 1'000'000) {
           EXPECT_EQ(loop.ep(1).post_send(b, write_wr(back_src, back_dst, 256, 100 + back)),
                     Status::kOk);
           ++back;
@@ -276,9 +276,36 @@ TEST(Engine, DataThatNeverGetsThroughFailsThoughThePeerAnswers) {  // PATH-7
       },
       2'000'000'000ull));
   EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  EXPECT_LT(loop.now().ns, 500'000'000u);  // the peer timeout's 200 ms and a few RTOs
   const ConnStats* st = loop.ep(0).conn_stats(a);
   ASSERT_NE(st, nullptr);
   EXPECT_GT(st->data_packets_received, 10u);
+}
+
+// ... but while a READ is outstanding the peer's data counts: the READ's
+// responses wait behind the message the peer has started (SEQ-5), however
+// long it takes, and the READ failed kPeerUnreachable meanwhile.
+TEST(Engine, ReadWaitingBehindThePeersLongMessageIsNotAPeerTimeout) {  // PATH-7, SEQ-5
+  EndpointConfig ca = cfg(104);
+  ca.recovery.peer_timeout_ns = 20 * kMillisecond;
+  EndpointConfig cb = cfg(105);
+  cb.cc.max_inflight_packets = 4;
+  Loop loop(ca, cb);
+  loop.delay_ns = 500'000;
+  auto [a, b] = loop.connect();
+  Buf long_src(loop.ep(1), 4 << 20, 0, 1);
+  Buf long_dst(loop.ep(0), 4 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(long_src, long_dst, 4 << 20, 7)), Status::kOk);
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).conn_stats(a)->data_packets_received > 8; }));
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 9);
+  Buf into(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(into, remote.addr(), remote.mr.rkey, 4096, 8)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 2'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(into.bytes, remote.bytes);
+  EXPECT_GT(loop.now().ns, 100'000'000u);  // the READ waited far longer than the peer timeout
 }
 
 // PATH-7 counts the time without progress while work is outstanding: a

@@ -199,6 +199,54 @@ TEST(Deregister, ASharedReceiveWhoseBufferWentFailsOneConnectionOnly) {  // MR-5
   EXPECT_EQ(at_b[1].conn.v, b2.v);
   EXPECT_EQ(good.bytes, src.bytes);
   EXPECT_TRUE(untouched(bad, 0xAB));
+  // Both completed, so the shared queue holds none: four fit again, not three.
+  for (uint64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(loop.ep(1).post_shared_recv(RecvWr{20 + i, good.addr(), 4096, good.mr.lkey}),
+              Status::kOk);
+  EXPECT_EQ(loop.ep(1).post_shared_recv(RecvWr{30, good.addr(), 4096, good.mr.lkey}),
+            Status::kQueueFull);
+}
+
+// The responder's REMOTE_OPERATION_ERROR leaves at once even when nothing
+// else of the connection does: it was owed while building a response, and
+// waited for some other datagram (the context timer's, 10 ms by default, or
+// never) to make the connection ready again. Here the READ waits behind a
+// lost WRITE (READ-5), and its region goes once the WRITE's resend lets it
+// be served: the requester then has nothing more to send.
+TEST(Deregister, AResponderWhoseRegionWentSaysSoAtOnce) {  // MR-5
+  EndpointConfig cb = cfg(76);
+  cb.context_idle_ns = 10'000'000'000ull;
+  Loop loop(cfg(75), cb);
+  auto [a, b] = loop.connect();
+  Buf w_src(loop.ep(0), 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  int writes = 0;
+  bool gone = false;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d.size() > 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) &&
+           ++writes == 1;
+  };
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    // The WRITE's resend is on its way: the region goes before the READ is served.
+    if (from == 0 && !gone && writes == 1 && d.size() > 1 &&
+        d[1] == static_cast<uint8_t>(wire::Opcode::kWrite)) {
+      gone = true;
+      ASSERT_EQ(loop.ep(1).deregister_memory(remote.mr.lkey), Status::kOk);
+    }
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 2)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 3'000'000'000ull));
+  ASSERT_TRUE(gone);
+  EXPECT_LT(loop.now().ns, 1'000'000 + kPromptly);
+  for (const Completion& c : done)
+    EXPECT_EQ(c.status, c.wr_id == 2 ? Status::kRemoteOperationError : Status::kOk)
+        << "wr " << c.wr_id;
+  EXPECT_TRUE(untouched(target, 0));
 }
 
 // READ-2: a READ_REQ for more than kMaxMessageLength bytes is refused with
