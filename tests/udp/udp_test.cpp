@@ -114,6 +114,18 @@ struct WriteBuffers {
       EXPECT_EQ(c.status, Status::kOk) << p.client->completion_error(c).message;
     EXPECT_EQ(src, dst);
   }
+  // post_writes, then waits for every WRITE's completion while both ends'
+  // progress threads (the caller's to start) drive them.
+  void write_all_threaded(const Pair& p, uint32_t chunk) {
+    ASSERT_TRUE(post_writes(p, chunk));
+    size_t done = 0;
+    Completion c;
+    while (done < src.size() / chunk && p.client->wait_completion(c, 5s)) {
+      EXPECT_EQ(c.status, Status::kOk);
+      ++done;
+    }
+    EXPECT_EQ(done, src.size() / chunk);
+  }
 };
 
 // WRITE, READ, SEND and WRITE_IMM between a client on `host` and a server
@@ -711,14 +723,7 @@ TEST(Udp, ProgressThreadWrite) {
   constexpr size_t kLen = 4 << 20;
   constexpr uint32_t kChunk = 256 * 1024;
   WriteBuffers b(p, kLen, 3);
-  ASSERT_TRUE(b.post_writes(p, kChunk));
-  size_t done = 0;
-  Completion c;
-  while (done < kLen / kChunk && p.client->wait_completion(c, 5s)) {
-    EXPECT_EQ(c.status, Status::kOk);
-    ++done;
-  }
-  EXPECT_EQ(done, kLen / kChunk);
+  ASSERT_NO_FATAL_FAILURE(b.write_all_threaded(p, kChunk));
   p.client->stop_progress_thread();
   p.server->stop_progress_thread();
   EXPECT_EQ(b.src, b.dst);
@@ -941,16 +946,8 @@ TEST(Udp, RoundTripSamplesAreNeverZero) {
   constexpr size_t kLen = 4 << 20;
   constexpr uint32_t kChunk = 256 * 1024;
   WriteBuffers b(p, kLen, 17);
-  for (int round = 0; round < 24; ++round) {
-    ASSERT_TRUE(b.post_writes(p, kChunk));
-    size_t done = 0;
-    Completion c;
-    while (done < kLen / kChunk && p.client->wait_completion(c, 5s)) {
-      ASSERT_EQ(c.status, Status::kOk);
-      ++done;
-    }
-    ASSERT_EQ(done, kLen / kChunk);
-  }
+  for (int round = 0; round < 24 && !HasFailure(); ++round)
+    ASSERT_NO_FATAL_FAILURE(b.write_all_threaded(p, kChunk));
   p.client->stop_progress_thread();
   p.server->stop_progress_thread();
   size_t timed = 0;
