@@ -36,11 +36,7 @@ bool Endpoint::Impl::emit_for(Connection& c, TimeNs now, std::span<uint8_t> buf,
   if (!(control && emit_control(c, now, buf, out)) &&
       !(c.echo_count != 0 && (open || c.state == ConnState::kError) &&
         emit_ack(c, now, buf, out)) &&
-      !(open && c.tx && emit_data<gather>(c, now, buf, out)) &&
-      // MR-5: a READ response that found its region gone owes a NAK, owed
-      // inside emit_data; left for the next turn, it waited for some other
-      // datagram to make the connection ready again.
-      !(c.owes_control() && emit_control(c, now, buf, out)))
+      !(open && c.tx && emit_data<gather>(c, now, buf, out)))
     return false;
   out.peer = c.peer;
   out.ecn = kEcnEct0;
@@ -132,6 +128,7 @@ bool Endpoint::Impl::emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& o
                                Connection& first) {
   // Round-robin: one datagram per ready connection per turn.
   Connection* c = &first;
+  bool again = false;
   do {
     if (emit_for<gather>(*c, now, buf, out)) {
       ready.rotate();  // stays ready, behind the others: it may have more
@@ -139,6 +136,12 @@ bool Endpoint::Impl::emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& o
       ++estats.datagrams_sent;
       return true;
     }
+    // MR-5: a READ response that found its region gone owes a NAK, owed
+    // inside emit_data after the control turn; dropped from the ready ring
+    // now, it waited for some other datagram to make the connection ready.
+    again = !again && c->owes_control();
+    if (again) [[unlikely]]
+      continue;
     ready.pop();
     in_ready[c->index] = 0;
     update_timer(*c);
