@@ -25,12 +25,9 @@ bool needs_receive_buffer(const TxCtx& t, const TxRecord& r) {
 // MR-5: a responder that can no longer answer a READ names the READ_REQ,
 // which the cumulative ACK may have passed long before; the READ is still
 // open until its last response is placed.
-bool names_open_read(const TxCtx& t, const wire::NakBody& n) {
-  const uint32_t si = t.read_slot_of(n.msn);
-  if (si >= t.sq.size()) return false;
-  const detail::SqEntry& e = t.sq[si];
-  return e.wr.op == WrOpcode::kRead && e.sent > 0 && e.msn == n.msn && e.first_psn == n.nak_psn &&
-         e.resp_received < e.resp_pkts;
+bool names_open_read(TxCtx& t, const wire::NakBody& n) {
+  const detail::SqEntry* e = t.open_read(n.msn);
+  return e != nullptr && e->first_psn == n.nak_psn;
 }
 }  // namespace
 

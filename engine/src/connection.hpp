@@ -175,8 +175,16 @@ struct TxCtx {
   [[nodiscard]] uint32_t& read_slot_of(uint32_t read_seq) {
     return read_slot[read_seq & (read_slot.size() - 1)];
   }
-  [[nodiscard]] uint32_t read_slot_of(uint32_t read_seq) const {
-    return read_slot[read_seq & (read_slot.size() - 1)];
+  // The READ of ours with this read sequence that still awaits responses,
+  // or null: what a READ_RESP (PLACE-4) or a NAK naming a READ (MR-5) must
+  // match.
+  [[nodiscard]] SqEntry* open_read(uint32_t read_seq) {
+    const uint32_t si = read_slot_of(read_seq);
+    if (si >= sq.size()) return nullptr;
+    SqEntry& e = sq[si];
+    const bool open = e.wr.op == WrOpcode::kRead && e.sent > 0 && e.msn == read_seq &&
+                      e.resp_received < e.resp_pkts;
+    return open ? &e : nullptr;
   }
   // The data headers of one WRITE or SEND message, patched for each of its
   // packets (wire::patch_data_headers): building every field of every packet

@@ -189,14 +189,10 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   // match an outstanding READ is dropped (a protocol error by the peer).
   why = Status::kRemoteInvalidRequest;
   if (!c.tx) return;
-  detail::TxCtx& t = *c.tx;
-  const uint32_t si = t.read_slot_of(p.mh.msn);
-  if (si >= t.sq.size()) return;
-  detail::SqEntry& e = t.sq[si];
+  detail::SqEntry* const read = c.tx->open_read(p.mh.msn);
+  if (read == nullptr || p.mh.msg_len != read->wr.length) return;
+  detail::SqEntry& e = *read;
   const auto len = static_cast<uint32_t>(p.payload.size());
-  if (e.wr.op != WrOpcode::kRead || e.sent == 0 || e.msn != p.mh.msn ||
-      p.mh.msg_len != e.wr.length || e.resp_received >= e.resp_pkts)
-    return;
   if (!mrs.still_registered(e.wr.lkey, e.wr.length)) {
     why = Status::kLocalProtection;  // MR-5: the READ's target was deregistered
     return;
@@ -218,9 +214,8 @@ void Endpoint::Impl::on_memory_gone(Connection& c, const RxDatagram& dg, const w
             dg.entropy);
   // The request at fault: the receive, or the READ whose target went.
   const detail::Culprit who =
-      rq_entry != nullptr
-          ? detail::Culprit::recv(static_cast<uint32_t>(rq_entry - c.rx->rq.data()))
-          : detail::Culprit::send_psn(c.tx->sq[c.tx->read_slot_of(p.mh.msn)].first_psn);
+      rq_entry != nullptr ? detail::Culprit::recv(static_cast<uint32_t>(rq_entry - c.rx->rq.data()))
+                          : detail::Culprit::send_psn(c.tx->open_read(p.mh.msn)->first_psn);
   enter_error(c, Status::kLocalProtection, who, now);
 }
 
