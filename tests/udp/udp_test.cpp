@@ -114,17 +114,24 @@ struct WriteBuffers {
       EXPECT_EQ(c.status, Status::kOk) << p.client->completion_error(c).message;
     EXPECT_EQ(src, dst);
   }
-  // post_writes, then waits for every WRITE's completion while both ends'
-  // progress threads (the caller's to start) drive them.
-  void write_all_threaded(const Pair& p, uint32_t chunk) {
-    ASSERT_TRUE(post_writes(p, chunk));
-    size_t done = 0;
-    Completion c;
-    while (done < src.size() / chunk && p.client->wait_completion(c, 5s)) {
-      EXPECT_EQ(c.status, Status::kOk);
-      ++done;
+  // `rounds` times the whole source in WRITEs of `chunk` bytes, each round
+  // waited for while both ends run their own progress threads, as
+  // applications run them; the threads are stopped before it returns.
+  void write_all_threaded(const Pair& p, uint32_t chunk, int rounds = 1) {
+    p.server->start_progress_thread();
+    p.client->start_progress_thread();
+    for (int round = 0; round < rounds && !::testing::Test::HasFailure(); ++round) {
+      ASSERT_TRUE(post_writes(p, chunk));
+      size_t done = 0;
+      Completion c;
+      while (done < src.size() / chunk && p.client->wait_completion(c, 5s)) {
+        EXPECT_EQ(c.status, Status::kOk);
+        ++done;
+      }
+      EXPECT_EQ(done, src.size() / chunk);
     }
-    EXPECT_EQ(done, src.size() / chunk);
+    p.client->stop_progress_thread();
+    p.server->stop_progress_thread();
   }
 };
 
@@ -718,14 +725,8 @@ TEST(Udp, EngineOptionOutOfRangeIsRefused) {
 TEST(Udp, ProgressThreadWrite) {
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.cconn.valid());
-  p.server->start_progress_thread();
-  p.client->start_progress_thread();
-  constexpr size_t kLen = 4 << 20;
-  constexpr uint32_t kChunk = 256 * 1024;
-  WriteBuffers b(p, kLen, 3);
-  ASSERT_NO_FATAL_FAILURE(b.write_all_threaded(p, kChunk));
-  p.client->stop_progress_thread();
-  p.server->stop_progress_thread();
+  WriteBuffers b(p, 4 << 20, 3);
+  ASSERT_NO_FATAL_FAILURE(b.write_all_threaded(p, 256 * 1024));
   EXPECT_EQ(b.src, b.dst);
 }
 
@@ -939,17 +940,10 @@ TEST(Udp, ReceiveCallDrawsOneAck) {
 TEST(Udp, RoundTripSamplesAreNeverZero) {
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.cconn.valid());
-  // Both ends on their own threads, as applications run them: ACKs then come
-  // back while the sender's round is still going.
-  p.server->start_progress_thread();
-  p.client->start_progress_thread();
-  constexpr size_t kLen = 4 << 20;
-  constexpr uint32_t kChunk = 256 * 1024;
-  WriteBuffers b(p, kLen, 17);
-  for (int round = 0; round < 24 && !HasFailure(); ++round)
-    ASSERT_NO_FATAL_FAILURE(b.write_all_threaded(p, kChunk));
-  p.client->stop_progress_thread();
-  p.server->stop_progress_thread();
+  // Both ends on their own threads: ACKs then come back while the sender's
+  // round is still going.
+  WriteBuffers b(p, 4 << 20, 17);
+  ASSERT_NO_FATAL_FAILURE(b.write_all_threaded(p, 256 * 1024, 24));
   size_t timed = 0;
   for (const metaroce::PathStats& ps : p.client->path_stats(p.cconn)) {
     // A path moved to a new entropy and not timed since restarts at the
