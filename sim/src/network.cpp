@@ -26,8 +26,8 @@ constexpr uint32_t kMaxHops = 64;
 
 // ------------------------------------------------------------------ Pipe
 
-void Pipe::push(Packet* p, SimTime arrival, uint32_t epoch) {
-  ring_.push(InFlight{arrival, p, epoch});
+void Pipe::push(Packet* p, SimTime arrival) {
+  ring_.push(InFlight{arrival, p});
   if (!pending()) port->net_.sched().schedule(*this, arrival);
 }
 
@@ -43,11 +43,12 @@ void Pipe::on_event(SimTime now) {
     port->net_.sched().schedule(*this, ring_.front().at);
     __builtin_prefetch(ring_.front().p);  // touched when it arrives
   }
-  if (!port->up_ || f.epoch != port->epoch_) {
-    port->drop(f.p, true);
-    return;
-  }
   to->receive(f.p, to_port, now);
+}
+
+void Pipe::cut() {
+  port->net_.sched().cancel(*this);
+  while (!ring_.empty()) port->drop(ring_.pop().p, true);
 }
 
 // ------------------------------------------------------------------ Port
@@ -194,7 +195,7 @@ void Port::put_on_wire(Packet* p, SimTime end, Pipe& lane) {
   if (drop_fraction_ > 0 && rng_.chance(drop_fraction_)) {
     drop(p, true);  // gray failure: the packet uses the link, then vanishes
   } else {
-    lane.push(p, end + lane.delay, epoch_);
+    lane.push(p, end + lane.delay);
   }
 }
 
@@ -251,10 +252,40 @@ void Port::apply_pause(bool pause, SimTime now) {
 
 Port::~Port() { net_.sched().cancel(pfc_timer_); }
 
+void Port::set_rate(uint64_t rate_mbps, SimTime now) {
+  rate_bits_ += rate_bits_since(now);
+  rate_since_ = now;
+  std::erase_if(earlier_rates_, [now](const RateStretch& s) { return s.until <= now; });
+  if (busy_until_ > now) {
+    earlier_rates_.push_back({busy_until_, rate_mbps_});
+    earlier_rates_until_ = busy_until_;
+  }
+  rate_mbps_ = rate_mbps;
+}
+
+uint64_t Port::backlog_across_rate_changes(SimTime now) const {
+  uint64_t bytes = 0;
+  SimTime from = now;
+  for (const RateStretch& s : earlier_rates_) {
+    if (s.until <= from) continue;
+    bytes += (s.until.ps - from.ps) * s.rate_mbps / 8'000'000;
+    from = s.until;
+  }
+  if (busy_until_ > from) bytes += (busy_until_.ps - from.ps) * rate_mbps_ / 8'000'000;
+  return bytes;
+}
+
 void Port::set_up(bool up, SimTime now) {
   if (!up && up_) {
-    ++epoch_;  // packets queued or on the wire are lost
+    // Packets queued or on the wire are lost now: left in the pipes, they
+    // would hold back the packets sent once the link is up again (a pipe
+    // delivers in order).
+    pipe.cut();
+    header_pipe.cut();
     busy_until_ = now;
+    header_busy_until_ = now;
+    earlier_rates_.clear();
+    earlier_rates_until_ = SimTime{0};
     while (!fifo_.empty()) {
       Packet* p = fifo_.pop();
       fifo_bytes_ -= p->wire_bytes;

@@ -451,13 +451,14 @@ TEST(Trimming, IncastTrimsInsteadOfDropping) {
 struct ArrivalRecord {
   uint32_t src;
   bool trimmed, control_class;
+  SimTime at;
 };
 struct OnePortBench {
   struct Sink final : Node {
     PacketPool* pool = nullptr;
     std::vector<ArrivalRecord> got;
-    void receive(Packet* p, uint32_t, SimTime) override {
-      got.push_back({p->src, p->trimmed, p->dscp == kControlDscp});
+    void receive(Packet* p, uint32_t, SimTime now) override {
+      got.push_back({p->src, p->trimmed, p->dscp == kControlDscp, now});
       pool->release(p);
     }
   };
@@ -699,6 +700,62 @@ TEST(PriorityClass, ControlDscpOvertakesQueuedData) {
     else
       EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
   }
+}
+
+Packet* one_port_packet(OnePortBench& b, uint32_t src, bool control) {
+  Packet* p = b.net.pool().alloc();
+  p->src = src;
+  p->dst = 1;
+  p->wire_bytes = control ? 128 : 4096;
+  p->dscp = control ? kControlDscp : 0;
+  return p;
+}
+
+// A rate fault: the packets already queued leave at the rate they were
+// queued at, so the bytes ahead of a new arrival (what drop-tail and ECN
+// read) are theirs, not their time left re-read at the new rate (which put
+// a 100G queue at a quarter of its bytes after a cut to 25G).
+TEST(RateFault, QueuedBytesAreCountedAtTheRateTheyWereQueuedAt) {
+  constexpr uint64_t kPacketPs = 327'680;  // 4096 bytes at 100 Gbit/s
+  OnePortBench b(QueueSpec{});
+  for (uint32_t i = 0; i < 4; ++i) b.down.enqueue(one_port_packet(b, i, false), SimTime{0});
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{0}), 4u * 4096);
+  b.down.set_rate(25'000, SimTime{0});
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{0}), 4u * 4096);
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{kPacketPs}), 3u * 4096);
+  b.down.enqueue(one_port_packet(b, 4, false), SimTime{kPacketPs});  // at 25G: 4 x as long
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{kPacketPs}), 4u * 4096);
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{4 * kPacketPs}), 4096u);
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{6 * kPacketPs}), 2048u);
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{8 * kPacketPs}), 0u);
+  // A second cut while the first stretch drains.
+  b.down.enqueue(one_port_packet(b, 5, false), SimTime{8 * kPacketPs});
+  b.down.set_rate(50'000, SimTime{9 * kPacketPs});
+  b.down.enqueue(one_port_packet(b, 6, false), SimTime{9 * kPacketPs});
+  EXPECT_EQ(b.down.backlog_bytes(SimTime{9 * kPacketPs}), 3u * 1024 + 4096);
+  while (b.sched.step()) {
+  }
+  ASSERT_EQ(b.sink.got.size(), 7u);
+  EXPECT_EQ(b.sink.got[4].at, SimTime{8 * kPacketPs} + SimTime::from_us(1));
+  EXPECT_EQ(b.sink.got[6].at, SimTime{14 * kPacketPs} + SimTime::from_us(1));
+}
+
+// A link that goes down loses what it held, header lane included: a control
+// packet sent once it is back up leaves at once, not after the headers that
+// died with the link.
+TEST(LinkDown, TheHeaderLaneStartsAfreshWhenTheLinkComesBack) {
+  OnePortBench b(QueueSpec{});
+  b.down.enqueue(one_port_packet(b, 0, false), SimTime{0});
+  b.down.enqueue(one_port_packet(b, 1, false), SimTime{0});
+  b.down.enqueue(one_port_packet(b, 2, true), SimTime{0});  // behind packet 0 on the wire
+  b.down.set_up(false, SimTime{0});
+  b.down.set_up(true, SimTime{0});
+  b.down.enqueue(one_port_packet(b, 3, true), SimTime{0});
+  while (b.sched.step()) {
+  }
+  ASSERT_EQ(b.sink.got.size(), 1u);
+  EXPECT_EQ(b.sink.got[0].src, 3u);
+  EXPECT_EQ(b.sink.got[0].at, SimTime{10'240} + SimTime::from_us(1));  // 128 bytes at 100G
 }
 
 // A PFC port with the given priority class, paused at 0; at 1 us a data

@@ -139,7 +139,9 @@ class PacketTap {
 class Pipe final : public EventSource {
  public:
   void on_event(SimTime now) override;
-  void push(Packet* p, SimTime arrival, uint32_t epoch);
+  void push(Packet* p, SimTime arrival);
+  // The link went down: what is on it is lost.
+  void cut();
   // When the packet being serialized at `now` is done (`now` if none is):
   // the first in the ring that has not left the port yet. Its predecessors
   // are propagating, so the walk is short.
@@ -154,7 +156,6 @@ class Pipe final : public EventSource {
   struct InFlight {
     SimTime at;
     Packet* p;
-    uint32_t epoch;
   };
   Ring<InFlight> ring_;
 };
@@ -187,8 +188,10 @@ class Port final : public EventSource {
   // Bytes queued ahead of a packet arriving now (including the unsent part of
   // the packet on the wire).
   [[nodiscard]] uint64_t backlog_bytes(SimTime now) const {
-    return (busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0) +
-           fifo_bytes_;
+    if (now >= earlier_rates_until_) [[likely]]
+      return (busy_until_ > now ? (busy_until_.ps - now.ps) * rate_mbps_ / 8'000'000 : 0) +
+             fifo_bytes_;
+    return backlog_across_rate_changes(now) + fifo_bytes_;
   }
   [[nodiscard]] const PortStats& stats() const { return stats_; }
   // Time paused so far, the open interval included.
@@ -207,11 +210,7 @@ class Port final : public EventSource {
   // Faults. A rate change applies to packets queued after it.
   void set_up(bool up, SimTime now);
   [[nodiscard]] bool up() const { return up_; }
-  void set_rate(uint64_t rate_mbps, SimTime now) {
-    rate_bits_ += rate_bits_since(now);
-    rate_since_ = now;
-    rate_mbps_ = rate_mbps;
-  }
+  void set_rate(uint64_t rate_mbps, SimTime now);
   [[nodiscard]] uint64_t rate_mbps() const { return rate_mbps_; }
   // The bits the link could have carried from time 0 to now, at the rate it
   // had at each instant (for utilization after a rate change).
@@ -241,6 +240,7 @@ class Port final : public EventSource {
   void apply_pause(bool pause, SimTime now);
   void released(Packet* p, SimTime now);   // p left this switch's buffer (PFC accounting)
   bool trim(Packet* p, uint64_t backlog);  // cuts p to fit, if it may be (QueueSpec::trim)
+  [[nodiscard]] uint64_t backlog_across_rate_changes(SimTime now) const;
   [[nodiscard]] double rate_bits_since(SimTime now) const {
     return static_cast<double>(rate_mbps_) * 1e-6 * static_cast<double>(now.ps - rate_since_.ps);
   }
@@ -259,10 +259,18 @@ class Port final : public EventSource {
   uint64_t rate_mbps_;
   double rate_bits_ = 0;   // capacity before rate_since_ (set_rate)
   SimTime rate_since_{0};  // when rate_mbps_ took effect
+  // Data queued before a rate change leaves at the rate it was queued at:
+  // each entry is the end of such a stretch of the lane and its rate, oldest
+  // first; rate_mbps_ serializes from the last end to busy_until_.
+  struct RateStretch {
+    SimTime until;
+    uint64_t rate_mbps;
+  };
+  std::vector<RateStretch> earlier_rates_;
+  SimTime earlier_rates_until_{0};  // the last stretch's end; 0: none
   bool has_queue_limits_;
   QueueSpec q_;
   bool up_ = true;
-  uint32_t epoch_ = 0;  // bumped when the link goes down: queued packets die
   double drop_fraction_ = 0;
   Rng rng_;
   PortStats stats_;
