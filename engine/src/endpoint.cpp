@@ -82,7 +82,17 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   return conns[index].get();
 }
 
+void Endpoint::Impl::remember_closed(const Connection& c) {
+  Closed& r = recently_closed[closed_next];
+  closed_next = (closed_next + 1) % kClosedKept;
+  // The peer resends a CONNECT_REQ or DISCONNECT at most connect_attempts
+  // times, connect_retry apart (CONN-2 timing): both have stopped by then.
+  r = Closed{c.id, c.peer_conn, c.peer, c.is_requester ? 0 : c.nonce,
+             last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns};
+}
+
 void Endpoint::Impl::destroy_connection(Connection& c) {
+  if (c.peer_conn != 0) remember_closed(c);  // past the handshake
   timers.remove(c.index, timer_pos);
   c.timer_dirty = false;
   if (c.nonce != 0) {

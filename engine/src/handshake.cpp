@@ -38,10 +38,9 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   c.rx_high = peer_body.initial_psn;
   c.state = ConnState::kEstablished;
   c.last_progress = now;
-  for (uint8_t i = 0; i < c.num_paths; ++i) {
-    detail::Path& p = c.paths[i];
-    p.cwnd = std::min(p.cwnd, c.window() * packet_cost(c.mtu));
-  }
+  // CC-1: the paths were given the endpoint's mtu's window; nothing has been
+  // sent yet, so they start again at the agreed mtu's.
+  for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].cwnd = initial_cwnd(c);
   // Work posted while connecting was queued with the configured window; a
   // smaller negotiated window or read limit re-sizes the contexts (nothing is
   // in flight yet).
@@ -81,8 +80,11 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
     ++estats.connects_refused;
     queue_reject(dg, b.src_conn, b.nonce, code);
   };
-  if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
   if (b.src_conn == 0 || b.nonce == 0) return;  // malformed: nothing to answer to
+  // CONN-3: a repeat of a request whose connection has closed since, delayed
+  // in the network; its requester has gone too, or will not hear an ACCEPT.
+  if (it == by_nonce.end() && answered_request_closed(dg.peer, b.src_conn, b.nonce)) return;
+  if (!cfg.accept_incoming) return reject(Status::kConnectRefused);
   // A replay from another address (or a request reusing the nonce of one of
   // ours) must not take the nonce over: the original peer's repeated request
   // would then no longer find its connection, and would create a second one.
@@ -105,6 +107,10 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
 bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, TimeNs now) {
   if (c.state != ConnState::kConnecting || p.connect.nonce != c.nonce) return true;
   const bool accepted = p.bh.opcode == wire::Opcode::kConnectAccept;
+  // CONN-3: an ACCEPT without the responder's id is malformed (every packet
+  // sent on it would name connection 0); the requester keeps resending.
+  if (accepted && p.connect.src_conn == 0) return true;
+  c.owe.connect = false;  // CONN-2: a resend the timer asked for is moot now
   if (accepted && p.connect.mtu >= kMinMtu) {
     establish(c, p.connect, now);
     c.control_deadline = TimeNs::never();
@@ -139,19 +145,13 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
   update_timer(c);
 }
 
-void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
+void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p) {
   Connection* c = find(ConnId{p.bh.dst_conn});
   // CONN-7: only a connection that knows the peer's id can match it; a
   // requester still connecting has none yet (peer_conn 0).
   if (c == nullptr || c->state == ConnState::kConnecting || !(c->peer == dg.peer) ||
       c->peer_conn != p.disconnect.src_conn)
     return;
-  Closed& r = recently_closed[closed_next];
-  closed_next = (closed_next + 1) % kClosedKept;
-  // The peer resends its DISCONNECT at most connect_attempts times,
-  // connect_retry apart (CONN-2 timing), from its first one: this one.
-  r = Closed{c->id, c->peer_conn, c->peer,
-             now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns};
   flush_all(*c, Status::kPeerClosed, detail::Culprit::none());
   push_event(EventKind::kClosed, *c, Status::kPeerClosed);
   destroy_connection(*c);

@@ -94,17 +94,20 @@ struct Endpoint::Impl {
   };
   Ring<Orphan> orphans;
 
-  // CONN-7: the last connections a peer's DISCONNECT closed, each kept while
-  // the peer may still repeat that DISCONNECT (its DISCONNECT_ACK lost), so
-  // that the repeat is answered; a DISCONNECT for any other unknown id is
-  // dropped (BAD-7). peer_of answers for them too, for the driver.
+  // The last connections closed after their handshake, each kept while the
+  // peer may still repeat a control packet of theirs: its DISCONNECT (our
+  // DISCONNECT_ACK lost) is answered again (CONN-7), and its CONNECT_REQ
+  // (delayed in the network past the close) makes no new connection
+  // (CONN-3). A DISCONNECT for any other unknown id is dropped (BAD-7).
+  // peer_of answers for them too, for the driver.
   struct Closed {
     ConnId id;
     uint32_t peer_conn = 0;
     PeerAddr peer;
-    TimeNs until{0};  // the peer's DISCONNECTs have stopped by then
+    uint64_t nonce = 0;  // the peer's request it answered; 0: ours (a requester)
+    TimeNs until{0};     // the peer's resends have stopped by then
   };
-  static constexpr size_t kClosedKept = 16;
+  static constexpr size_t kClosedKept = 64;
   std::array<Closed, kClosedKept> recently_closed{};
   uint32_t closed_next = 0;
   [[nodiscard]] const Closed* find_closed(ConnId id) const {
@@ -112,6 +115,14 @@ struct Endpoint::Impl {
       if (r.id == id && last_now < r.until) return &r;
     return nullptr;
   }
+  [[nodiscard]] bool answered_request_closed(const PeerAddr& peer, uint32_t src_conn,
+                                             uint64_t nonce) const {
+    for (const Closed& r : recently_closed)
+      if (r.nonce == nonce && r.peer_conn == src_conn && r.peer == peer && last_now < r.until)
+        return true;
+    return false;
+  }
+  [[gnu::cold]] void remember_closed(const detail::Connection& c);
 
   // ---- endpoint.cpp ----
   // Inline: every datagram and every API call looks its connection up.
@@ -211,7 +222,7 @@ struct Endpoint::Impl {
   void close(detail::Connection& c, TimeNs now);
   [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
-  [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
+  [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p);
   // A DISCONNECT whose dst_conn names no connection: answered (true) if it
   // repeats the one that closed a connection still in recently_closed.
   [[gnu::cold]] bool on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p);
@@ -312,7 +323,10 @@ struct Endpoint::Impl {
   // CC-1: the initial window belongs to the connection; its paths share it,
   // so spraying over more paths does not multiply the first burst.
   [[nodiscard]] uint32_t initial_cwnd(const detail::Connection& c) const {
-    return std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c));
+    // CC-6 bounds it as it does every window.
+    return std::min(
+        std::max(cfg.cc.initial_cwnd_packets * packet_cost(c.mtu) / c.num_paths, cwnd_floor(c)),
+        c.max_cwnd);
   }
   [[nodiscard]] uint32_t cwnd_floor(const detail::Connection& c) const { return c.cwnd_floor; }
   // Sets c.cwnd_floor and c.max_cwnd; called whenever the MTU, the window

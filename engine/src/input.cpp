@@ -81,9 +81,10 @@ void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint6
     case wire::Opcode::kConnectReject:
       if (!m.on_connect_reply(*c, p, now)) return;  // rejected: connection is gone
       break;
-    case wire::Opcode::kDisconnect: m.on_disconnect(dg, p, now); return;
+    case wire::Opcode::kDisconnect: m.on_disconnect(dg, p); return;
     case wire::Opcode::kDisconnectAck:
-      if (c->state == ConnState::kClosing) {
+      // CONN-7: as a DISCONNECT, it names the peer's connection id too.
+      if (c->state == ConnState::kClosing && p.disconnect.src_conn == c->peer_conn) {
         m.push_event(EventKind::kClosed, *c, Status::kOk);
         m.destroy_connection(*c);
       }

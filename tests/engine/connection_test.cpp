@@ -217,13 +217,7 @@ TEST(Engine, CloseFlushesBothSides) {  // CONN-7, COMP-5
   Buf dst(loop.ep(1), 4096, kAccessLocalWrite);
   ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{1, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
   loop.ep(0).close(a, loop.now());
-  bool closed0 = false, closed1 = false;
-  ASSERT_TRUE(loop.run_until([&] {
-    Event ev;
-    while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
-    while (loop.ep(1).poll_event(ev)) closed1 |= ev.kind == EventKind::kClosed;
-    return closed0 && closed1;
-  }));
+  ASSERT_TRUE(run_until_both_closed(loop));
   auto c1 = loop.drain(1);
   ASSERT_EQ(c1.size(), 1u);
   EXPECT_EQ(c1[0].status, Status::kPeerClosed);

@@ -82,6 +82,17 @@ inline Event first_connect_event(Loop& loop) {
   return ev;
 }
 
+// Runs until both endpoints have reported a connection closed.
+inline bool run_until_both_closed(Loop& loop) {
+  bool closed0 = false, closed1 = false;
+  return loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
+    while (loop.ep(1).poll_event(ev)) closed1 |= ev.kind == EventKind::kClosed;
+    return closed0 && closed1;
+  });
+}
+
 // One WRITE of `len` bytes (a pattern from `fill`) from endpoint 0 over
 // connection a; it must complete, every byte landed.
 inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {

@@ -180,5 +180,94 @@ TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
   }
 }
 
+// CONN-3: a copy of the CONNECT_REQ delayed in the network past the close of
+// the connection it opened (whichever end closed) makes no new connection:
+// the requester is gone or does not expect an ACCEPT, and the responder's
+// application would be handed a connection that no one uses. A new request
+// from the same peer still connects.
+TEST(Handshake, ARequestDelayedPastTheCloseMakesNoConnection) {
+  for (const int closer : {0, 1}) {
+    SCOPED_TRACE(closer);
+    Loop loop(cfg(309), cfg(310));
+    std::vector<uint8_t> req;
+    loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+      if (from == 0 && d[1] == kConnectReq) req = d;
+    };
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    EXPECT_EQ(accepted_events(loop.ep(1)), 0);  // connect() took it
+    loop.ep(closer).close(closer == 0 ? a : b, loop.now());
+    ASSERT_TRUE(run_until_both_closed(loop));
+    deliver(loop, 1, loop.addr(0), req);
+    EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+    EXPECT_TRUE(sent(loop, 1).empty());
+    auto [a2, b2] = loop.connect();
+    EXPECT_TRUE(a2.valid() && b2.valid());
+  }
+}
+
+// CONN-2: a resend the retry timer asked for does not leave once the ACCEPT
+// has come (it counted against the DISCONNECT budget of a quick close).
+TEST(Handshake, NoRequestLeavesAfterTheAccept) {
+  Loop loop(cfg(311), cfg(312));
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  auto req = sent(loop, 0);
+  ASSERT_EQ(req.size(), 1u);
+  deliver(loop, 1, loop.addr(0), req[0]);
+  auto acc = sent(loop, 1);
+  ASSERT_EQ(acc.size(), 1u);
+  ASSERT_EQ(acc[0][1], kConnectAccept);
+  const TimeNs t = loop.ep(0).next_timeout();  // the retry timer
+  ASSERT_LE(t.ns, loop.now().ns + cfg(311).connect_retry_ns + 1);
+  loop.ep(0).handle_timeout(t);  // a resend is due
+  loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 1234, false, acc[0]}, t);
+  ASSERT_TRUE(loop.ep(0).is_established(a));
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  while (loop.ep(0).poll_transmit(t, buf, tx)) EXPECT_NE(buf[1], kConnectReq);
+}
+
+// CONN-3: an ACCEPT without the responder's connection id (0, which no end
+// picks) is malformed; taking it would name connection 0 in every packet.
+TEST(Handshake, AcceptWithoutAConnectionIdIsIgnored) {
+  Loop loop(cfg(313), cfg(314));
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != kConnectAccept) return;
+    for (size_t i = 0; i < 4; ++i) d[wire::kBaseHeaderSize + i] = 0;  // src_conn
+    ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
+  };
+  const Event ev = first_connect_event(loop);
+  EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+  EXPECT_EQ(ev.status, Status::kConnectTimeout);
+}
+
+// CONN-7: a DISCONNECT_ACK ends a closing connection only if it names the
+// peer's connection id, as a DISCONNECT must.
+TEST(Handshake, DisconnectAckForAnotherConnectionIdIsIgnored) {
+  Loop loop(cfg(315), cfg(316));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  loop.ep(0).close(a, loop.now());
+  std::vector<uint8_t> ack(wire::kBaseHeaderSize + wire::kDisconnectBodySize + wire::kIcrcSize);
+  wire::BaseHeader bh;
+  bh.opcode = wire::Opcode::kDisconnectAck;
+  bh.dst_conn = a.v;
+  const size_t h = wire::write_disconnect(ack, bh, wire::DisconnectBody{b.v ^ 0x10000, 0});
+  ack.resize(wire::seal(ack, h, 0));
+  deliver(loop, 0, loop.addr(1), ack);
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kClosed);
+  bool closed = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    while (loop.ep(0).poll_event(ev)) {
+      if (ev.kind != EventKind::kClosed) continue;
+      closed = true;
+      EXPECT_EQ(ev.status, Status::kOk);  // the real DISCONNECT_ACK came
+    }
+    return closed;
+  }));
+}
+
 }  // namespace
 }  // namespace metaroce::test
