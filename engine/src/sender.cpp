@@ -71,8 +71,10 @@ int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
   uint8_t i = c.rr_next < n ? c.rr_next : 0;
   for (uint8_t k = 0; k < n; ++k, i = static_cast<uint8_t>(i + 1 == n ? 0 : i + 1)) {
     detail::Path& p = c.paths[i];
-    // LOSS-8: held until it answers; PATH-8: draining before it moves.
-    if (p.state != PathState::kActive || p.held || i == c.draining_slot) continue;
+    // LOSS-8: held until it answers, for new data and other paths' resends
+    // (its own may still fall back to it, LOSS-3); PATH-8: draining before
+    // it moves.
+    if (p.state != PathState::kActive || (p.held && i != avoid) || i == c.draining_slot) continue;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
     if (p.inflight > 0 ? p.inflight >= p.cwnd : (p.cwnd < need && now < p.next_send)) {
       p.window_full = now;  // CC-2

@@ -399,6 +399,41 @@ TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
   EXPECT_EQ(rbuf.bytes, src.bytes);
 }
 
+// LOSS-8 with LOSS-3: the tail-loss timer resends the path's oldest packet
+// at once even when no other path has room (here there is none): the path
+// is held for new data, not for its own resend, which used to wait for the
+// PROBE's answer, a round trip.
+TEST(Engine, TailLossResendOnAHeldPathDoesNotWaitForTheProbe) {  // LOSS-3, LOSS-8
+  EndpointConfig c = cfg(303);
+  c.num_paths = 1;
+  Loop loop(c, cfg(304));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x21);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
+  constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);
+  int writes = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return false;
+    ++writes;
+    return writes == 2 || writes == 3;  // the last two packets' first copies
+  };
+  TimeNs probe_at = TimeNs::never(), resend_at = TimeNs::never();
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0) return;
+    if (d[1] == kProbe && probe_at == TimeNs::never()) probe_at = loop.now();
+    if (d[1] == 0x01 && writes == 3 && resend_at == TimeNs::never()) resend_at = loop.now();
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 7)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  ASSERT_NE(probe_at, TimeNs::never());
+  EXPECT_EQ(resend_at, probe_at);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 // SCHED-2, LOSS-3: a lost packet goes before new data. When no other path
 // has room it goes on the path it was lost on; it used to wait for room
 // elsewhere while new data took that very path (here path 1's data is
