@@ -63,6 +63,12 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     generations.push_back(0);
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
+    // A context is held by a connection or pooled; establish() holds a second
+    // one for a moment. Room for all of them now, so that giving one back to
+    // the pool in steady traffic (maybe_release_ctx) never allocates.
+    const size_t contexts = std::bit_ceil(conns.size() + 1);
+    tx_pool.reserve(contexts);
+    rx_pool.reserve(contexts);
   }
   auto c = std::make_unique<Connection>();
   generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);

@@ -185,9 +185,14 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
   body.max_version = wire::kVersion;
   body.nonce = c.nonce;
   out.entropy = c.paths[0].entropy;
+  // CONN-2: each resend of a handshake or teardown packet takes the next
+  // path's entropy, so one dead link on its way (or on the answer's way
+  // back) does not fail the handshake or leave the peer open.
+  const uint16_t rotated = c.paths[c.attempts % c.num_paths].entropy;
   size_t h = 0;
   if (c.owe.connect) {
     c.owe.connect = false;
+    out.entropy = rotated;
     ++c.attempts;
     c.control_deadline = now + cfg.connect_retry_ns;
     body.initial_psn = c.initial_psn;
@@ -196,12 +201,15 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     h = wire::write_connect(buf, bh, body);
   } else if (c.owe.accept) {
     c.owe.accept = false;
+    out.entropy = rotated;
+    ++c.attempts;  // a responder's count of ACCEPTs; close() starts it again
     body.initial_psn = c.initial_psn;
     body.mtu = c.mtu;
     body.window_log2 = c.window_log2();
     h = wire::write_connect(buf, base_header(c, wire::Opcode::kConnectAccept, now), body);
   } else if (c.owe.disconnect) {
     c.owe.disconnect = false;
+    out.entropy = rotated;
     ++c.attempts;
     c.control_deadline = now + cfg.connect_retry_ns;
     wire::DisconnectBody d{c.id.v, 0};

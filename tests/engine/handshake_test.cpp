@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -267,6 +268,34 @@ TEST(Handshake, DisconnectAckForAnotherConnectionIdIsIgnored) {
     }
     return closed;
   }));
+}
+
+// CONN-2, CONN-7: handshake and teardown packets try the connection's paths
+// in turn. Here every datagram on either end's first path is lost (a dead
+// link both ways): on that path alone the connect timed out, and the close
+// ended kPeerUnreachable with the peer left open.
+TEST(Handshake, ResendsTryTheOtherPaths) {
+  Loop loop(cfg(317), cfg(318));
+  std::optional<uint16_t> dead[2];
+  bool lost = false;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    if (!dead[from]) dead[from] = tx.entropy;
+    lost = tx.entropy == *dead[from];
+  };
+  loop.drop = [&](int, const std::vector<uint8_t>&) { return lost; };
+  const Event ev = first_connect_event(loop);
+  ASSERT_EQ(ev.kind, EventKind::kConnected);
+  loop.ep(0).close(ev.conn, loop.now());
+  Event got;
+  std::optional<Status> closed[2];
+  ASSERT_TRUE(loop.run_until([&] {
+    for (int i = 0; i < 2; ++i)
+      while (loop.ep(i).poll_event(got))
+        if (got.kind == EventKind::kClosed) closed[i] = got.status;
+    return closed[0] && closed[1];
+  }));
+  EXPECT_EQ(closed[0], Status::kOk);
+  EXPECT_EQ(closed[1], Status::kPeerClosed);
 }
 
 }  // namespace

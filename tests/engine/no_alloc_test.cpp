@@ -288,6 +288,14 @@ class Wire {
     return true;
   }
 
+  // Runs everything due within the next `ns`, then lets the clock reach it.
+  void idle_for(uint64_t ns) {
+    const TimeNs end = now_ + ns;
+    while (std::min(ep_[0]->next_timeout(), ep_[1]->next_timeout()) <= end && step()) {
+    }
+    now_ = std::max(now_, end);
+  }
+
  private:
   struct Slot {
     TimeNs at;
@@ -440,6 +448,31 @@ void engine_steady_state(uint64_t drop_every, uint64_t warm_writes, uint64_t wri
       static_cast<unsigned long long>(w->dropped - dropped_before),
       static_cast<unsigned long long>(retx), static_cast<unsigned long long>(timeouts),
       static_cast<unsigned long long>(win.news), static_cast<unsigned long long>(win.deletes));
+  EXPECT_EQ(win.news, 0u) << win.first_stack;
+  EXPECT_EQ(win.deletes, 0u);
+}
+
+// A connection quiet for context_idle_ns gives its tracking contexts back to
+// the endpoint's pools and takes them again with its next WRITE: neither
+// allocates. The first give-back grew the pool (a pointer) and allocated in
+// the middle of steady traffic whenever a loaded host paused it that long.
+TEST(NoAlloc, EngineIdleConnectionGivesBackAndRetakesItsContexts) {
+  auto w = std::make_unique<Wire>(43);
+  auto [a, b] = w->connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  EngineStream s(*w, a);
+  ASSERT_EQ(s.run(64).completed, 64u);
+  const uint64_t idle = 2 * w->ep(0).config().context_idle_ns;
+  Window win;
+  {
+    Counting c;
+    for (int round = 0; round < 3; ++round) {
+      w->idle_for(idle);
+      EXPECT_EQ(s.run(64).completed, 64u);
+    }
+    win = c.stop();
+  }
+  EXPECT_TRUE(s.dst_matches_src());
   EXPECT_EQ(win.news, 0u) << win.first_stack;
   EXPECT_EQ(win.deletes, 0u);
 }
