@@ -855,6 +855,104 @@ TEST(Udp, IoUringSendsEveryPathInOneCall) {
       << calls[1] << " for " << datagrams[1];
 }
 
+namespace {
+
+uint16_t inet_checksum(const uint8_t* p, size_t n) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < n; i += 2) sum += (uint32_t{p[i]} << 8) | p[i + 1];
+  if (n % 2 != 0) sum += uint32_t{p[n - 1]} << 8;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// Sends 127.0.0.1 an ICMP destination unreachable (code 13: communication
+// administratively prohibited) for a datagram from 127.0.0.1:from to
+// 127.0.0.1:to, as a firewall on the path would. Needs a raw socket (root).
+bool inject_admin_prohibited(uint16_t from, uint16_t to) {
+  const int fd = ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
+  if (fd < 0) return false;
+  uint8_t m[8 + 20 + 8] = {};
+  m[0] = 3;   // destination unreachable
+  m[1] = 13;  // administratively prohibited: EHOSTUNREACH, fatal
+  uint8_t* ip = m + 8;
+  ip[0] = 0x45;
+  ip[3] = 28 + 100;  // the datagram's length: 100 bytes of payload
+  ip[8] = 64;
+  ip[9] = IPPROTO_UDP;
+  const uint32_t lo = htonl(INADDR_LOOPBACK);
+  std::memcpy(ip + 12, &lo, 4);
+  std::memcpy(ip + 16, &lo, 4);
+  const uint16_t ipsum = htons(inet_checksum(ip, 20));
+  std::memcpy(ip + 10, &ipsum, 2);
+  uint8_t* udp = ip + 20;
+  udp[0] = static_cast<uint8_t>(from >> 8);
+  udp[1] = static_cast<uint8_t>(from);
+  udp[2] = static_cast<uint8_t>(to >> 8);
+  udp[3] = static_cast<uint8_t>(to);
+  udp[5] = 108;
+  const uint16_t sum = htons(inet_checksum(m, sizeof(m)));
+  std::memcpy(m + 2, &sum, 2);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_addr.s_addr = lo;
+  const bool ok = ::sendto(fd, m, sizeof(m), 0, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) ==
+                  static_cast<ssize_t>(sizeof(m));
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// Any fatal ICMP error for a connected send socket's peer, not only a port
+// unreachable, comes back from the socket's next send, whatever peer that
+// send is for: here an administratively prohibited for a peer A, from a
+// firewall, met by a WRITE to a live peer B on every send socket. That send
+// is tried again: nothing is dropped (tx_errors, which every dropped message
+// counts, as it records the failure against its peer, stays as it was).
+TEST(Udp, AnyStaleIcmpErrorIsNotBlamedOnTheNextPeer) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    Options o = test_options();
+    o.io_uring = uring;
+    o.entropy_count = 8;  // = num_paths: both connections use every socket
+    auto a = open_on("127.0.0.1");
+    auto b = open_on("127.0.0.1");
+    auto client = open_on("127.0.0.1", o);
+    ASSERT_TRUE(a && b && client);
+    if (uring && !client->uring_enabled()) continue;  // no io_uring here
+    a->start_progress_thread();
+    b->start_progress_thread();
+    ConnId to_a, to_b, s;
+    ASSERT_FALSE(client->connect(a->local_address(), 2000ms, to_a));
+    ASSERT_FALSE(a->accept(1000ms, s));
+    ASSERT_FALSE(client->connect(b->local_address(), 2000ms, to_b));
+    ASSERT_FALSE(b->accept(1000ms, s));
+    std::vector<uint8_t> src(1 << 20), dst(1 << 20), dst2(1 << 20);
+    MemoryRegion smr, dmr, dmr2;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(a->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    ASSERT_FALSE(b->register_memory(dst2.data(), dst2.size(), kAllAccess, dmr2));
+    // The send sockets connect to the first peer they send data to: A.
+    Completion c;
+    ASSERT_FALSE(client->write(to_a, 1, src.data(), 256 << 10, smr.lkey, dmr.addr, dmr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 2s));
+    ASSERT_EQ(c.status, Status::kOk);
+    for (uint32_t port = client->entropy_min(); port <= client->entropy_max(); ++port)
+      if (!inject_admin_prohibited(static_cast<uint16_t>(port), a->port()))
+        GTEST_SKIP() << "no raw socket here (needs root)";
+    std::this_thread::sleep_for(20ms);
+    const auto before = client->io_stats();
+    ASSERT_FALSE(client->write(to_b, 2, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr2.addr, dmr2.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 5s));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(src, dst2);
+    EXPECT_EQ(client->io_stats().tx_errors - before.tx_errors, 0u);
+    EXPECT_EQ(client->state(to_b), metaroce::udp::ConnState::kEstablished);
+  }
+}
+
 // ACK-1: the datagrams of one receive call draw one ACK (the driver drains
 // the engine once per call), with GRO or without: a bulk WRITE draws at most
 // about one ACK per call (ACK-5's delayed ACKs when the sender pauses between

@@ -288,6 +288,7 @@ struct UdpEndpoint::Impl {
   bool flush_uring();
   bool eagain_fault();
   bool gso_fault(size_t m);
+  static bool stale_error(int err);
   void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
   void reset_tx();

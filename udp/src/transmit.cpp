@@ -44,7 +44,7 @@ uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, si
 // lookup, ~1% of a loopback sender's CPU). Messages to other peers still
 // carry their address. Nothing is received on send sockets, so the filter
 // a connect() installs changes nothing; ICMP errors it lets through come
-// back as ECONNREFUSED from a later send (see flush). Once per socket.
+// back from a later send (see stale_error). Once per socket.
 bool UdpEndpoint::Impl::use_connected(uint16_t sock, const PeerAddr& peer,
                                       const sockaddr_storage& ss, socklen_t len) {
   if (sock == ecount) return false;  // the receive socket answers every peer
@@ -311,6 +311,16 @@ bool UdpEndpoint::Impl::gso_fault(size_t m) {
   return fault_gso_from != 0 && tx_msg_segs[m] > 1 && ++fault_gso_msgs >= fault_gso_from;
 }
 
+// A send that failed with err may have failed for an earlier datagram: a
+// connected socket keeps the fatal ICMP error for one (port unreachable as
+// ECONNREFUSED, admin prohibited or host unreachable as EHOSTUNREACH, net
+// unreachable, frag needed as EMSGSIZE, ...) and any socket the error of a
+// sendmmsg that sent some messages first (the kernel keeps it for the next
+// call), and reports it once, on the next send, whatever its peer; that send
+// did not go out. So a failed message is tried again, once, before it is
+// dropped and its peer blamed; a full buffer or EINTR is no such error.
+bool UdpEndpoint::Impl::stale_error(int err) { return !buffer_full(err) && err != EINTR; }
+
 // Message m could not be sent (errno err, not a full buffer): it is dropped
 // and the engine retransmits its packets. A GSO message the device cannot
 // segment turns GSO off for good. Otherwise the error is kept for the peer,
@@ -341,7 +351,7 @@ void UdpEndpoint::Impl::reset_tx() {
 }
 
 bool UdpEndpoint::Impl::flush_sendmmsg() {
-  bool refused = false;  // the last call reported a stale ICMP error
+  bool refused = false;  // the last call's error may have been stale: tried again
   while (tx_msg_next < tx_msg_count) {
     const uint16_t sock = tx_msg_sock[tx_msg_next];
     size_t end = tx_msg_next + 1;
@@ -365,10 +375,7 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
         return false;
       }
       if (errno == EINTR) continue;
-      // A connected socket reports an ICMP error (e.g. a port unreachable
-      // for an earlier datagram) once, on a later send that itself did not
-      // go out: try that message again, once.
-      if (errno == ECONNREFUSED && !refused) {
+      if (stale_error(errno) && !refused) {
         refused = true;
         continue;
       }
@@ -481,7 +488,8 @@ bool UdpEndpoint::Impl::flush_uring() {
     int res = tx_msg_res[m];
     if (res == -ECANCELED && go_on && go_sock == sock)  // (the test hooks apply: a send)
       res = eagain_fault() ? -EAGAIN : gso_fault(m) ? -EIO : send_now(m);
-    if (res == -ECONNREFUSED) res = send_now(m);  // a stale ICMP error (see flush_sendmmsg)
+    if (res < 0 && res != -ECANCELED && stale_error(-res))  // (the GSO hook applies: a send)
+      res = gso_fault(m) ? -EIO : send_now(m);
     go_on = true;
     go_sock = sock;
     if (res >= 0) {
