@@ -83,6 +83,17 @@ std::vector<Completion> drive(UdpEndpoint& ep, UdpEndpoint& other, size_t n,
   return out;
 }
 
+// The client connects to servers a and b, which run their progress threads.
+void connect_two(UdpEndpoint& client, UdpEndpoint& a, UdpEndpoint& b, ConnId& to_a, ConnId& to_b) {
+  a.start_progress_thread();
+  b.start_progress_thread();
+  ConnId s;
+  ASSERT_FALSE(client.connect(a.local_address(), 2000ms, to_a));
+  ASSERT_FALSE(a.accept(1000ms, s));
+  ASSERT_FALSE(client.connect(b.local_address(), 2000ms, to_b));
+  ASSERT_FALSE(b.accept(1000ms, s));
+}
+
 // A patterned source registered on the client and a zeroed destination
 // registered on the server.
 struct WriteBuffers {
@@ -828,6 +839,51 @@ TEST(Udp, GsoRefusedAtRunTimeFallsBack) {
   }
 }
 
+// A route that refuses a GSO message (EINVAL: its path MTU fell below a
+// segment and its headers, say; the hook refuses every GSO message to peer
+// A's port) says nothing of other routes: the refused datagrams go at once
+// without GSO, so none is dropped, A's messages go without it from then on,
+// and B's still go with it.
+TEST(Udp, GsoRefusedByOneRouteFallsBackForThatPeerOnly) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    auto a = open_on("127.0.0.1");
+    auto b = open_on("127.0.0.1");
+    ASSERT_TRUE(a && b);
+    ::setenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT", std::to_string(a->port()).c_str(), 1);
+    Options o = test_options();
+    o.io_uring = uring;
+    auto client = open_on("127.0.0.1", o);
+    ::unsetenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT");
+    ASSERT_TRUE(client);
+    if (!client->gso_enabled()) GTEST_SKIP() << "no UDP GSO here";
+    ConnId to_a, to_b;
+    ASSERT_NO_FATAL_FAILURE(connect_two(*client, *a, *b, to_a, to_b));
+    std::vector<uint8_t> src(4 << 20), dst_a(4 << 20, 0), dst_b(4 << 20, 0);
+    fill_pattern(src, 31);
+    MemoryRegion smr, amr, bmr;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(a->register_memory(dst_a.data(), dst_a.size(), kAllAccess, amr));
+    ASSERT_FALSE(b->register_memory(dst_b.data(), dst_b.size(), kAllAccess, bmr));
+    const auto len = static_cast<uint32_t>(src.size());
+    Completion c;
+    ASSERT_FALSE(client->write(to_a, 1, src.data(), len, smr.lkey, amr.addr, amr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 10s));
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(src, dst_a);
+    const auto after_a = client->io_stats();
+    EXPECT_EQ(after_a.tx_errors, 0u);  // the refused message's datagrams went without GSO
+    ASSERT_FALSE(client->write(to_b, 2, src.data(), len, smr.lkey, bmr.addr, bmr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 10s));
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(src, dst_b);
+    EXPECT_TRUE(client->gso_enabled());
+    const auto io = client->io_stats();
+    EXPECT_GT(io.tx_gso_msgs, after_a.tx_gso_msgs);  // B's route takes GSO
+    EXPECT_EQ(io.tx_errors, 0u);
+  }
+}
+
 // Options::io_uring: a round's messages for all of a connection's sockets
 // (one per path) go out in one submission, where sendmmsg takes a call per
 // socket. The same 8 MiB over 8 paths both ways, every byte checked.
@@ -920,13 +976,8 @@ TEST(Udp, AnyStaleIcmpErrorIsNotBlamedOnTheNextPeer) {
     auto client = open_on("127.0.0.1", o);
     ASSERT_TRUE(a && b && client);
     if (uring && !client->uring_enabled()) continue;  // no io_uring here
-    a->start_progress_thread();
-    b->start_progress_thread();
-    ConnId to_a, to_b, s;
-    ASSERT_FALSE(client->connect(a->local_address(), 2000ms, to_a));
-    ASSERT_FALSE(a->accept(1000ms, s));
-    ASSERT_FALSE(client->connect(b->local_address(), 2000ms, to_b));
-    ASSERT_FALSE(b->accept(1000ms, s));
+    ConnId to_a, to_b;
+    ASSERT_NO_FATAL_FAILURE(connect_two(*client, *a, *b, to_a, to_b));
     std::vector<uint8_t> src(1 << 20), dst(1 << 20), dst2(1 << 20);
     MemoryRegion smr, dmr, dmr2;
     ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));

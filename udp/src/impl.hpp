@@ -36,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "metaroce/udp.hpp"
@@ -225,6 +226,9 @@ struct UdpEndpoint::Impl {
   uint32_t fault_calls = 0;
   uint32_t fault_gso_from = 0;
   uint32_t fault_gso_msgs = 0;
+  uint16_t fault_gso_port = 0;
+  // Peers whose route refused a GSO message (drop_failed): sent without.
+  std::unordered_set<PeerAddr, PeerAddrHash> gso_refused;
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
@@ -287,8 +291,9 @@ struct UdpEndpoint::Impl {
   bool flush_sendmmsg();
   bool flush_uring();
   bool eagain_fault();
-  bool gso_fault(size_t m);
+  int gso_fault(size_t m);
   static bool stale_error(int err);
+  size_t send_unsegmented(size_t m, int& err);
   void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
   void reset_tx();

@@ -36,15 +36,17 @@ void UdpEndpoint::Impl::end_round() {
   if (tx_msg_count != 0 && !flush()) materialize_pending();
 }
 
-// A closed connection's peer_src and send_failed entries go, unless another
+// A closed connection's peer_src, send_failed and gso_refused entries go
+// (a new connection agrees an mtu for the route as it is now), unless another
 // connection to that peer is still open (a later datagram from the peer
 // would add the first again).
 void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
-  if (peer_src.empty() && send_failed.empty()) return;
+  if (peer_src.empty() && send_failed.empty() && gso_refused.empty()) return;
   for (const auto& [id, ci] : conns)
     if ((ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) && ci.peer == p)
       return;
   send_failed.erase(p);
+  gso_refused.erase(p);
   peer_src.erase(p);
   if (src_cache_peer == p) src_cache_peer = PeerAddr{};
 }

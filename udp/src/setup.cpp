@@ -179,6 +179,8 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO"))
     fault_gso_from = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT"))
+    fault_gso_port = static_cast<uint16_t>(std::strtoul(f, nullptr, 10));
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);
