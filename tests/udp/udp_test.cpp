@@ -1203,6 +1203,19 @@ TEST(Udp, ExternalPollOnFd) {
   EXPECT_EQ(0, std::memcmp(b.src.data(), b.dst.data(), off));
 }
 
+// The progress thread, stopped, leaves fd() quiet: the wake-up the stop
+// wrote, which a busy thread never read, would keep it readable for ever and
+// an application polling it would spin.
+TEST(Udp, StoppedProgressThreadLeavesFdQuiet) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  ep->start_progress_thread();
+  ep->stop_progress_thread();
+  ep->progress();
+  pollfd p{ep->fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 50), 0);
+}
+
 TEST(Udp, ConnectTimeoutToClosedPort) {
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);

@@ -29,6 +29,10 @@ void UdpEndpoint::Impl::join_thread() {
   const uint64_t one = 1;
   (void)!::write(wake_fd, &one, sizeof(one));
   if (thread.joinable()) thread.join();
+  // A busy thread never read it: fd() would stay readable for ever, and an
+  // application polling it would spin.
+  uint64_t v;
+  (void)!::read(wake_fd, &v, sizeof(v));
 }
 
 void UdpEndpoint::Impl::end_round() {
