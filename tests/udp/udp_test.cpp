@@ -1644,6 +1644,28 @@ TEST(Udp, ClosedEndpointSaysSo) {
   }
 }
 
+// A post on a connection of a closed endpoint, and a connect, name the
+// peer and the connection, which are still known, as every other error does.
+TEST(Udp, ClosedEndpointErrorsNameThePeerAndConnection) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  const std::string peer = p.client->peer_address(p.cconn);
+  p.client->close(false);
+  uint8_t buf[64] = {};
+  for (const Error& e : {p.client->write(p.cconn, 1, buf, sizeof(buf), 0, 0, 0),
+                         p.client->recv(p.cconn, 2, buf, sizeof(buf), 0)}) {
+    EXPECT_EQ(e.status, Status::kNotConnected);
+    EXPECT_EQ(e.conn, p.cconn.v);
+    EXPECT_EQ(e.peer, peer);
+    EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find(peer), std::string::npos) << e.message;
+  }
+  ConnId id;
+  const Error c = p.client->connect(peer, 1000ms, id);
+  EXPECT_EQ(c.status, Status::kNotConnected);
+  EXPECT_EQ(c.peer, peer);
+}
+
 // close(false) closes every connection too: posted work completes kFlushed
 // (not waiting out the caller's timeout), state() says kClosed, and a post
 // after close() is refused. A graceful close whose linger runs out (the peer

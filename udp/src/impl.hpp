@@ -346,10 +346,12 @@ struct UdpEndpoint::Impl {
   void thread_main();
 
   // errors.cpp
+  std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   // CONN-1: the mtu (0: the endpoint's) a connection to `peer` offers.
   [[nodiscard]] Error route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const;
-  [[nodiscard]] Error closed_error(const std::string& what) const;
+  [[nodiscard]] Error closed_error(const std::string& what, ConnId conn = ConnId{},
+                                   const std::string& peer = "") const;
   // "sendmmsg: Network is unreachable" for the peer's last failed send, or "".
   [[nodiscard]] std::string send_failure_text(const PeerAddr& peer) const;
   [[nodiscard]] static std::string send_failure_text(const SendFailure& f);

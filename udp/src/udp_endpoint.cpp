@@ -173,7 +173,12 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
   out = ConnId{};
-  if (impl_->closed) return impl_->closed_error("connect to " + address);
+  if (impl_->closed) {
+    PeerAddr p;
+    return impl_->closed_error(
+        "connect to " + address, ConnId{},
+        parse_address(address, kDefaultPort, p) ? format_address(p) : address);
+  }
   PeerAddr peer;
   std::string why;
   if (!parse_address(address, kDefaultPort, peer, &why)) {
@@ -287,7 +292,7 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
 Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
-    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")");
+    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
   const Status s = impl_->eng->post_send(conn, wr);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
@@ -305,7 +310,7 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
 Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
-    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")");
+    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
   return impl_->check_post(impl_->eng->post_recv(conn, wr), conn, "post_recv");
 }
 
