@@ -257,9 +257,10 @@ class UdpEndpoint {
   // completions can still be polled after close()), and state() reads
   // kClosed for every connection that was open (kError stays). Afterwards
   // post_*, connect and accept return kNotConnected ("the endpoint is
-  // closed"), and wait_completion returns false at once when no completion
-  // is left. With the progress thread running, other threads' calls wait
-  // until close() is done (it holds the endpoint's mutex). Idempotent.
+  // closed", naming the connection or peer), as do a connect and an accept
+  // that another thread's close() ends, and wait_completion returns false at once when no
+  // completion is left. With the progress thread running, other threads' calls wait until close()
+  // is done (it holds the endpoint's mutex). Idempotent.
   void close(bool graceful = true);
 
   struct Impl;

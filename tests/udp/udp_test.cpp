@@ -1804,6 +1804,36 @@ TEST(Udp, AcceptEndsWhenAnotherThreadCloses) {
   EXPECT_NE(a.message.find("the endpoint is closed"), std::string::npos) << a.message;
 }
 
+// So does a thread waiting in connect, to a peer that never answers: the
+// endpoint is closed, not the connect timed out.
+TEST(Udp, ConnectEndsWhenAnotherThreadCloses) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  const int silent = ::socket(AF_INET, SOCK_DGRAM, 0);  // takes requests, never answers
+  ASSERT_GE(silent, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string to = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ep->start_progress_thread();
+  Error c;
+  ConnId id;
+  std::thread t([&] { c = ep->connect(to, 30000ms, id); });
+  std::this_thread::sleep_for(20ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ep->close(false);
+  t.join();
+  ::close(silent);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  EXPECT_EQ(c.status, Status::kNotConnected) << c.message;
+  EXPECT_NE(c.message.find("the endpoint is closed"), std::string::npos) << c.message;
+  EXPECT_EQ(c.peer, to);
+  EXPECT_NE(c.conn, 0u);
+}
+
 TEST(Udp, PortInUseIsAClearError) {
   auto a = open_on("127.0.0.1");
   ASSERT_TRUE(a);

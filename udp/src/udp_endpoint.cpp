@@ -126,10 +126,15 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   ConnInfo ci;  // (no entry: ended long ago, kUnknown)
   ci.state = ConnState::kUnknown;
   if (at != impl_->conns.end()) ci = at->second;
-  if (done && ci.state == ConnState::kEstablished) {
+  // Established, even if only after the deadline: the lock was let go in
+  // between, and closing it now would throw away a connection both ends have.
+  if (ci.state == ConnState::kEstablished) {
     out = id;
     return {};
   }
+  // Closed by another thread meanwhile (its close ended this connection):
+  // that, rather than a timeout, is why.
+  if (impl_->closed) return impl_->closed_error("connect to " + format_address(peer), id);
   // A request the kernel refused to send (e.g. no route): its error, rather
   // than only the silence that followed.
   const std::string unsent = ci.send_failure.err != 0 ? Impl::send_failure_text(ci.send_failure)
