@@ -46,7 +46,12 @@ struct Error {
 // PeerAddr layout used by this driver: bytes[0..16) IPv6 address (IPv4 as
 // v4-mapped ::ffff:a.b.c.d), bytes[16..18) port big-endian, bytes[18] 4 or 6.
 // Parses "a.b.c.d[:port]", "[v6]:port", "v6" (no port) or a bare host name
-// resolved with getaddrinfo. default_port fills a missing port.
+// resolved with getaddrinfo (its first answer; connect and open resolve a
+// name to the addresses the endpoint reaches: an IPv4 endpoint's IPv4, one
+// bound to an IPv6 address IPv6, one on [::] either). default_port fills a
+// missing port. A link-local IPv6 address's interface ("[fe80::1%eth0]")
+// is not kept in PeerAddr: an endpoint opened on one reaches link-local
+// peers through that interface, and only it can.
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why = nullptr);
 [[nodiscard]] std::string format_address(const PeerAddr& a);

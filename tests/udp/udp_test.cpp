@@ -11,14 +11,19 @@
 #include <netinet/ip.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -485,6 +490,95 @@ TEST(Udp, AddressParsing) {
   EXPECT_NE(why.find("empty port"), std::string::npos) << why;
   EXPECT_FALSE(metaroce::udp::parse_address("10.1.2.3:", 4792, a, &why));
   EXPECT_NE(why.find("empty port"), std::string::npos) << why;
+}
+
+namespace {
+
+// Runs body in a child process with network and mount namespaces of its own
+// (root), loopback up; returns its exit status: 0 when body returned "" (else
+// it prints what did), 77 when the namespaces could not be made.
+int in_namespaces(const std::function<std::string()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNET | CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        std::system("ip link set lo up") != 0)
+      ::_exit(77);
+    const std::string failed = body();
+    if (!failed.empty()) std::fprintf(stderr, "%s\n", failed.c_str());
+    std::fflush(nullptr);
+    ::_exit(failed.empty() ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Opens a server at `server` and a client at `client` (port 0 each), and
+// WRITEs 64 KiB from the client to the server reached at `to` (its port
+// appended); "" when every byte landed.
+std::string write_between(const std::string& server, const std::string& client,
+                          const std::string& to) {
+  Error err;
+  auto s = UdpEndpoint::open(server, test_options(), err);
+  if (!s) return "open " + server + ": " + err.message;
+  auto c = UdpEndpoint::open(client, test_options(), err);
+  if (!c) return "open " + client + ": " + err.message;
+  s->start_progress_thread();
+  ConnId cc, sc;
+  if (Error e = c->connect(to + ":" + std::to_string(s->port()), 2000ms, cc)) return e.message;
+  if (Error e = s->accept(1000ms, sc)) return e.message;
+  std::vector<uint8_t> src(64 << 10), dst(64 << 10, 0);
+  fill_pattern(src, 41);
+  MemoryRegion smr, dmr;
+  if (c->register_memory(src.data(), src.size(), kAllAccess, smr) ||
+      s->register_memory(dst.data(), dst.size(), kAllAccess, dmr))
+    return "register_memory failed";
+  if (Error e = c->write(cc, 1, src.data(), static_cast<uint32_t>(src.size()), smr.lkey, dmr.addr,
+                         dmr.rkey))
+    return e.message;
+  Completion done;
+  if (!c->wait_completion(done, 5s) || done.status != Status::kOk) return "the WRITE failed";
+  s->stop_progress_thread();
+  return src == dst ? "" : "the bytes differ";
+}
+
+}  // namespace
+
+// A name resolves to addresses of the family the endpoint reaches: here
+// "dual.test" answers ::1 first (a hosts file of the test's own), and an
+// IPv4 endpoint connects to its IPv4 address rather than refusing the IPv6
+// one.
+TEST(Udp, NameResolvesToTheEndpointsFamily) {
+  const int r = in_namespaces([] {
+    char path[] = "/tmp/metaroce-hosts-XXXXXX";
+    const int fd = ::mkstemp(path);
+    const std::string hosts = "::1 dual.test\n127.0.0.1 dual.test\n";
+    if (fd < 0 || ::write(fd, hosts.data(), hosts.size()) != static_cast<ssize_t>(hosts.size()))
+      return std::string("cannot write a hosts file");
+    ::close(fd);
+    const bool mounted = ::mount(path, "/etc/hosts", nullptr, MS_BIND, nullptr) == 0;
+    ::unlink(path);
+    if (!mounted) ::_exit(77);
+    return write_between("127.0.0.1:0", "127.0.0.1:0", "dual.test");
+  });
+  if (r == 77) GTEST_SKIP() << "needs root (network and mount namespaces)";
+  EXPECT_EQ(r, 0);
+}
+
+// A link-local address names its interface ("fe80::1%lo"): an endpoint opens
+// on one, and reaches a link-local peer through it (here two addresses on
+// the loopback of a network namespace).
+TEST(Udp, LinkLocalAddressesCarryTheirInterface) {
+  const int r = in_namespaces([] {
+    if (std::system("ip addr add fe80::1/64 dev lo nodad && ip addr add fe80::2/64 dev lo nodad") !=
+        0)
+      ::_exit(77);
+    return write_between("[fe80::1%lo]:0", "[fe80::2%lo]:0", "[fe80::1%lo]");
+  });
+  if (r == 77) GTEST_SKIP() << "needs root (a network namespace)";
+  EXPECT_EQ(r, 0);
 }
 
 // ENC-2: an address without a port means the default UDP port, for the

@@ -52,7 +52,7 @@ Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId co
 // least mtu is refused.
 Error UdpEndpoint::Impl::route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const {
   cap = 0;
-  const uint32_t have = route_mtu(peer, family, local);
+  const uint32_t have = route_mtu(peer, family, local, scope);
   const uint32_t ip = address_is_v4(peer) ? 20 : 40;
   const uint32_t overhead = ip + 8 + wire::kMaxDataHeaderSize + wire::kIcrcSize;
   if (have == 0 || eng->config().mtu + overhead <= have) return {};

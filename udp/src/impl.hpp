@@ -163,6 +163,9 @@ struct UdpEndpoint::Impl {
   // peer names it as its source (set_control), unless the message leaves on
   // a send socket connected from that address already (tx_src).
   bool wild = false;
+  // The interface of a link-local address the endpoint is bound to
+  // ("[fe80::1%eth0]:port"): link-local peers are reached through it.
+  uint32_t scope = 0;
   std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
   static constexpr size_t kMaxPeerSources = 4096;  // see note_source
   size_t peer_src_limit = kMaxPeerSources;

@@ -121,7 +121,7 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
   }
   sockaddr_storage ss;
   socklen_t len = 0;
-  if (!to_sockaddr(addr, family, ss, len) ||
+  if (!to_sockaddr(addr, family, ss, len, scope) ||
       ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     const int e = errno;
     err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
@@ -138,7 +138,7 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
 
 bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   std::string why;
-  if (!parse_address(address, kDefaultPort, local, &why)) {
+  if (!parse_address(address, kDefaultPort, local, &why, AF_UNSPEC, &scope)) {
     err.status = Status::kInvalidArgument;
     err.message = "open " + address + ": " + why;
     return false;

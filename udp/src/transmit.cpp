@@ -228,7 +228,7 @@ void UdpEndpoint::Impl::build_messages() {
     msghdr& h = tx_msgs[m].msg_hdr;
     h = msghdr{};
     socklen_t alen = 0;
-    if (!to_sockaddr(first.peer, family, tx_addr[m], alen)) {
+    if (!to_sockaddr(first.peer, family, tx_addr[m], alen, scope)) {
       // e.g. an IPv6 peer on an IPv4 endpoint: nothing to send it on.
       io.tx_errors += j - i;
       --tx_msg_count;

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "address.hpp"
 #include "impl.hpp"
 
 namespace metaroce::udp {
@@ -186,7 +187,11 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
   }
   PeerAddr peer;
   std::string why;
-  if (!parse_address(address, kDefaultPort, peer, &why)) {
+  // A name resolves to the addresses this endpoint reaches: an IPv4 one's
+  // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
+  const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
+  uint32_t peer_scope = 0;
+  if (!parse_address(address, kDefaultPort, peer, &why, reach, &peer_scope)) {
     Error e;
     e.status = Status::kInvalidArgument;
     e.peer = address;
@@ -217,6 +222,17 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
     e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" +
                 local_address() +
                 ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
+    return e;
+  }
+  if (is_link_local(peer) &&
+      (impl_->scope == 0 || (peer_scope != 0 && peer_scope != impl_->scope))) {
+    // PeerAddr holds no interface: the endpoint's is the only one it knows.
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.peer = address;
+    e.message = "connect to " + address + ": a link-local peer is reached through the interface " +
+                "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
+                local_address() + " has " + (impl_->scope == 0 ? "none" : "another");
     return e;
   }
   uint16_t max_mtu = 0;
