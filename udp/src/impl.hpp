@@ -174,7 +174,9 @@ struct UdpEndpoint::Impl {
   std::vector<LocalIp> tx_src;  // each connected send socket's source address
   uint16_t ebase = 0;
   uint16_t ecount = 0;
-  bool gso = false;
+  // Written by the round that gives GSO up (drop_failed), which may be the
+  // progress thread's, and read unlocked by gso_enabled().
+  std::atomic<bool> gso{false};
   bool gro = false;
   std::atomic<bool> closed{false};  // set under mu; read unlocked by connect_start, accept
   uint32_t batch = 32;

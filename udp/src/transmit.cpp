@@ -213,7 +213,8 @@ void UdpEndpoint::Impl::build_messages() {
     const TxSlot& first = tx_slots[tx_order[i]];
     size_t j = i + 1;
     size_t bytes = first.len;
-    if (gso && (gso_refused.empty() || !gso_refused.contains(first.peer))) {
+    if (gso.load(std::memory_order_relaxed) &&
+        (gso_refused.empty() || !gso_refused.contains(first.peer))) {
       while (j < tx_count && j - i < kGsoMaxSegments) {
         const TxSlot& s = tx_slots[tx_order[j]];
         if (s.sock != first.sock || !(s.peer == first.peer) || s.dscp != first.dscp ||
@@ -378,7 +379,7 @@ void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   size_t sent = 0;
   if (tx_msg_segs[m] > 1 && (err == EIO || err == EOPNOTSUPP)) {
     io.tx_errors += tx_msg_segs[m];
-    gso = false;
+    gso.store(false, std::memory_order_relaxed);
     return;
   }
   if (tx_msg_segs[m] > 1 && err == EINVAL) {

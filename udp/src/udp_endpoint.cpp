@@ -36,9 +36,12 @@ std::string UdpEndpoint::local_address() const { return format_address(impl_->lo
 uint16_t UdpEndpoint::port() const { return address_port(impl_->local); }
 uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
 uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
-bool UdpEndpoint::gso_enabled() const { return impl_->gso; }
+bool UdpEndpoint::gso_enabled() const { return impl_->gso.load(std::memory_order_relaxed); }
 bool UdpEndpoint::gro_enabled() const { return impl_->gro; }
-bool UdpEndpoint::uring_enabled() const { return impl_->ring != nullptr; }
+bool UdpEndpoint::uring_enabled() const {
+  auto lk = impl_->guard();  // the progress thread's round may give the ring up (release_ring)
+  return impl_->ring != nullptr;
+}
 int UdpEndpoint::fd() const {
   impl_->fd_exported.store(true, std::memory_order_relaxed);
   return impl_->epfd;
