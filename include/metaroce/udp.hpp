@@ -143,11 +143,10 @@ class UdpEndpoint {
   // missing: 4792, ENC-2; port 0: a free port the kernel chooses, see port())
   // and the send sockets of the entropy block (default: the entropy_count
   // ports after the receive port; with port 0 and no entropy_base, open tries
-  // again when they are taken). nullptr and err set on failure (e.g. a port of
-  // the block already in use). An endpoint on a wildcard address (0.0.0.0,
-  // or [::], which serves IPv4 peers too) answers each peer from the address
-  // that peer reached it at, as a peer takes a connection's packets only from
-  // the address it knows.
+  // again when they are taken or would run past 65535). nullptr and err set on failure (e.g. a port
+  // of the block already in use). An endpoint on a wildcard address (0.0.0.0, or [::], which serves
+  // IPv4 peers too) answers each peer from the address that peer reached it at, as a peer takes a
+  // connection's packets only from the address it knows.
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
   ~UdpEndpoint();  // close()

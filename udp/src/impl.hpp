@@ -172,6 +172,9 @@ struct UdpEndpoint::Impl {
   PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
   LocalIp src_cache;
   std::vector<LocalIp> tx_src;  // each connected send socket's source address
+  // open: the port the kernel chose leaves no room for the entropy block
+  // after it (another port may).
+  bool block_past_end = false;
   uint16_t ebase = 0;
   uint16_t ecount = 0;
   // Written by the round that gives GSO up (drop_failed), which may be the

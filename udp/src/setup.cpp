@@ -200,6 +200,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   const uint32_t base =
       opts.entropy_base != 0 ? opts.entropy_base : uint32_t{address_port(local)} + 1;
   if (ecount < std::max<uint16_t>(1, cfg.num_paths) || base + ecount - 1 > 65535 || base == 0) {
+    block_past_end = base + ecount - 1 > 65535 && opts.entropy_base == 0;
     err.status = Status::kInvalidArgument;
     err.message = "open " + address + ": entropy block " + std::to_string(base) + "+" +
                   std::to_string(ecount) +

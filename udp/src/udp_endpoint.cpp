@@ -17,7 +17,7 @@ UdpEndpoint::~UdpEndpoint() {
 std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const Options& opts,
                                                Error& err) {
   // Port 0 asks the kernel for a receive port; the entropy block after it may
-  // be taken, so try a few.
+  // be taken, or run past 65535, so try a few.
   PeerAddr want;
   const bool any_port = parse_address(address, kDefaultPort, want) && address_port(want) == 0 &&
                         opts.entropy_base == 0;
@@ -28,7 +28,9 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
     if (impl->open(address, err))
       return std::unique_ptr<UdpEndpoint>(new UdpEndpoint(std::move(impl)));
     if (err.status == Status::kOk) err.status = Status::kInvalidArgument;
-    if (!any_port || err.status != Status::kResourceExhausted || attempt >= 16) return nullptr;
+    if (!any_port || attempt >= 16 ||
+        (err.status != Status::kResourceExhausted && !impl->block_past_end))
+      return nullptr;
   }
 }
 
