@@ -169,7 +169,10 @@ class UdpEndpoint {
   // One round: receive (up to a few batches), timers, transmit, and collect
   // events. Returns the number of datagrams received and sent.
   size_t progress();
-  // progress() until nothing moved, then waits on fd() at most `timeout`.
+  // One progress() round; if nothing moved, waits on fd() (a datagram, a
+  // timer, a post) at most `timeout`, and runs another, until one moves
+  // something. With the progress thread: until one of its rounds moves
+  // something, at most `timeout`.
   void wait(std::chrono::nanoseconds timeout);
   // Busy-polling thread calling progress(); every public call then locks.
   void start_progress_thread();

@@ -1315,6 +1315,36 @@ TEST(Udp, ExternalPollOnFd) {
   EXPECT_EQ(0, std::memcmp(b.src.data(), b.dst.data(), off));
 }
 
+// wait(timeout) on an endpoint with nothing to do waits the timeout out (it
+// returned after 1-2 ms whatever the timeout), with the progress thread or
+// without; and returns as soon as something arrives.
+TEST(Udp, WaitWaitsForItsTimeout) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  uint8_t b[8] = {}, d[8] = {};
+  MemoryRegion mr, dmr;
+  ASSERT_FALSE(p.client->register_memory(b, sizeof(b), kAllAccess, mr));
+  ASSERT_FALSE(p.server->register_memory(d, sizeof(d), kAllAccess, dmr));
+  for (const bool threaded : {false, true}) {
+    SCOPED_TRACE(threaded ? "progress thread" : "progress()");
+    if (threaded) p.server->start_progress_thread();
+    for (int i = 0; i < 20; ++i) p.server->progress();  // (the handshake's last ACKs)
+    auto t0 = std::chrono::steady_clock::now();
+    p.server->wait(200ms);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
+    std::thread poke([&] {
+      std::this_thread::sleep_for(20ms);
+      EXPECT_FALSE(p.client->write(p.cconn, 1, b, sizeof(b), mr.lkey, dmr.addr, dmr.rkey));
+      for (int k = 0; k < 20; ++k) p.client->progress();
+    });
+    t0 = std::chrono::steady_clock::now();
+    p.server->wait(2000ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+    poke.join();
+    if (threaded) p.server->stop_progress_thread();
+  }
+}
+
 // The progress thread, stopped, leaves fd() quiet: the wake-up the stop
 // wrote, which a busy thread never read, would keep it readable for ever and
 // an application polling it would spin.

@@ -55,15 +55,22 @@ size_t UdpEndpoint::progress() {
 }
 
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
+  // (run_until's waits are 1-2 ms slices, for predicates it checks between
+  // them: here there is none, so the whole timeout is waited for.)
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool first = true;
-  (void)impl_->run_until(
-      [&] {
-        const bool r = !first;
-        first = false;
-        return r;
-      },
-      deadline);
+  Impl& im = *impl_;
+  if (im.threaded.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lk(im.mu);
+    if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
+    return;
+  }
+  if (im.progress_locked() != 0) return;
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (im.closed || now >= deadline) return;
+    im.block(deadline - now);
+    if (im.progress_locked() != 0) return;
+  }
 }
 
 void UdpEndpoint::start_progress_thread() {
