@@ -206,7 +206,10 @@ class UdpEndpoint {
   // first use needs. progress() runs the handshake; state() tells how it
   // ended (a failure also flushes the posted work with its status).
   Error connect_start(const std::string& address, ConnId& out);
-  // Next incoming connection; kConnectTimeout if none arrives in time.
+  // Next incoming connection; kConnectTimeout if none arrives in time. Every
+  // connection a peer opens waits in a queue until accept() or try_accept()
+  // takes it, ended or not (a few bytes each, without bound): an endpoint
+  // that peers connect to must take them, even if only to close them.
   Error accept(std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: the next accepted connection, if any.
   bool try_accept(ConnId& out);

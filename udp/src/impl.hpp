@@ -245,6 +245,8 @@ struct UdpEndpoint::Impl {
   // kEndedKept later ones have ended; then it goes (end_conn).
   static constexpr size_t kEndedKept = 1024;
   std::deque<uint32_t> ended;
+  // Unbounded: a connection dropped from it would stay open, unknown to
+  // the application (udp.hpp, accept()).
   std::deque<ConnId> accepted;
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
