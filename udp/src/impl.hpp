@@ -171,6 +171,12 @@ struct UdpEndpoint::Impl {
   size_t peer_src_limit = kMaxPeerSources;
   PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
   LocalIp src_cache;
+  // Sources no connection vouches for yet (a CONNECT_REQ's, or junk's):
+  // their latest, in a ring allocated at open, so that datagrams from ever
+  // new addresses (a spoofed flood) allocate nothing. It holds the sources
+  // of a receive call at least, which the call's answers (an ACCEPT) need.
+  std::vector<std::pair<PeerAddr, LocalIp>> recent_src;
+  size_t recent_next = 0;
   std::vector<LocalIp> tx_src;  // each connected send socket's source address
   // open: the port the kernel chose leaves no room for the entropy block
   // after it (another port may).
@@ -280,8 +286,8 @@ struct UdpEndpoint::Impl {
   bool open(const std::string& address, Error& err);
 
   // receive.cpp
-  PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n);
-  void note_source(const PeerAddr& peer, const LocalIp& at);
+  PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n, bool& known);
+  void note_source(const PeerAddr& peer, const LocalIp& at, bool known);
   size_t receive(TimeNs now);
 
   // transmit.cpp

@@ -52,6 +52,8 @@ void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
   send_failed.erase(p);
   gso_refused.erase(p);
   peer_src.erase(p);
+  for (auto& r : recent_src)
+    if (r.first == p) r.first = PeerAddr{};
   if (src_cache_peer == p) src_cache_peer = PeerAddr{};
 }
 

@@ -104,11 +104,21 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
 // Impl::wild). Once per message; the cache holds the last peer.
 const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
   if (src_cache_peer == peer) return &src_cache;
-  const auto it = peer_src.find(peer);
-  if (it == peer_src.end()) return nullptr;
-  src_cache_peer = peer;
-  src_cache = it->second;
-  return &src_cache;
+  if (const auto it = peer_src.find(peer); it != peer_src.end()) {
+    src_cache_peer = peer;
+    src_cache = it->second;
+    return &src_cache;
+  }
+  // (A peer no connection names yet, answered in the call that heard it.)
+  for (size_t k = recent_src.size(); k > 0; --k) {  // the newest first
+    const auto& [p, at] = recent_src[(recent_next + k - 1) % recent_src.size()];
+    if (p == peer) {
+      src_cache_peer = peer;
+      src_cache = at;
+      return &src_cache;
+    }
+  }
+  return nullptr;
 }
 
 // Message m's control data: UDP_SEGMENT when gso_size is not 0, the IP TOS
