@@ -68,7 +68,10 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
     if (im.closed || now >= deadline) return;
-    im.block(deadline - now);
+    // Rounded up to epoll's milliseconds: rounded down, the last one would
+    // be spent spinning on epoll_wait(0), a core taken from the peer's
+    // process on a loaded host.
+    im.block(deadline - now + std::chrono::microseconds(999));
     if (im.progress_locked() != 0) return;
   }
 }
