@@ -46,7 +46,12 @@ struct Error {
 // PeerAddr layout used by this driver: bytes[0..16) IPv6 address (IPv4 as
 // v4-mapped ::ffff:a.b.c.d), bytes[16..18) port big-endian, bytes[18] 4 or 6.
 // Parses "a.b.c.d[:port]", "[v6]:port", "v6" (no port) or a bare host name
-// resolved with getaddrinfo. default_port fills a missing port.
+// resolved with getaddrinfo (its first answer; connect and open resolve a
+// name to the addresses the endpoint reaches: an IPv4 endpoint's IPv4, one
+// bound to an IPv6 address IPv6, one on [::] either). default_port fills a
+// missing port. A link-local IPv6 address's interface ("[fe80::1%eth0]")
+// is not kept in PeerAddr: an endpoint opened on one reaches link-local
+// peers through that interface, and only it can.
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why = nullptr);
 [[nodiscard]] std::string format_address(const PeerAddr& a);
@@ -138,11 +143,10 @@ class UdpEndpoint {
   // missing: 4792, ENC-2; port 0: a free port the kernel chooses, see port())
   // and the send sockets of the entropy block (default: the entropy_count
   // ports after the receive port; with port 0 and no entropy_base, open tries
-  // again when they are taken). nullptr and err set on failure (e.g. a port of
-  // the block already in use). An endpoint on a wildcard address (0.0.0.0,
-  // or [::], which serves IPv4 peers too) answers each peer from the address
-  // that peer reached it at, as a peer takes a connection's packets only from
-  // the address it knows.
+  // again when they are taken or would run past 65535). nullptr and err set on failure (e.g. a port
+  // of the block already in use). An endpoint on a wildcard address (0.0.0.0, or [::], which serves
+  // IPv4 peers too) answers each peer from the address that peer reached it at, as a peer takes a
+  // connection's packets only from the address it knows.
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
   ~UdpEndpoint();  // close()
@@ -165,7 +169,10 @@ class UdpEndpoint {
   // One round: receive (up to a few batches), timers, transmit, and collect
   // events. Returns the number of datagrams received and sent.
   size_t progress();
-  // progress() until nothing moved, then waits on fd() at most `timeout`.
+  // One progress() round; if nothing moved, waits on fd() (a datagram, a
+  // timer, a post) at most `timeout`, and runs another, until one moves
+  // something. With the progress thread: until one of its rounds moves
+  // something, at most `timeout`.
   void wait(std::chrono::nanoseconds timeout);
   // Busy-polling thread calling progress(); every public call then locks.
   void start_progress_thread();
@@ -199,7 +206,10 @@ class UdpEndpoint {
   // first use needs. progress() runs the handshake; state() tells how it
   // ended (a failure also flushes the posted work with its status).
   Error connect_start(const std::string& address, ConnId& out);
-  // Next incoming connection; kConnectTimeout if none arrives in time.
+  // Next incoming connection; kConnectTimeout if none arrives in time. Every
+  // connection a peer opens waits in a queue until accept() or try_accept()
+  // takes it, ended or not (a few bytes each, without bound): an endpoint
+  // that peers connect to must take them, even if only to close them.
   Error accept(std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: the next accepted connection, if any.
   bool try_accept(ConnId& out);
@@ -257,9 +267,10 @@ class UdpEndpoint {
   // completions can still be polled after close()), and state() reads
   // kClosed for every connection that was open (kError stays). Afterwards
   // post_*, connect and accept return kNotConnected ("the endpoint is
-  // closed"), and wait_completion returns false at once when no completion
-  // is left. With the progress thread running, other threads' calls wait
-  // until close() is done (it holds the endpoint's mutex). Idempotent.
+  // closed", naming the connection or peer), as do a connect and an accept
+  // that another thread's close() ends, and wait_completion returns false at once when no
+  // completion is left. With the progress thread running, other threads' calls wait until close()
+  // is done (it holds the endpoint's mutex). Idempotent.
   void close(bool graceful = true);
 
   struct Impl;

@@ -9,9 +9,13 @@
 // backtrace() (no allocation: its buffer is static) and printed, symbolized,
 // in the failure message after the window closes. Nothing inside a window
 // uses gtest macros; results are checked after it.
+#include <arpa/inet.h>
 #include <cxxabi.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -600,3 +604,43 @@ TEST(NoAlloc, UdpSteadyWritesWithoutOffloads) { udp_steady_state(false); }
 TEST(NoAlloc, UdpSteadyWritesToAWildcardServer) { udp_steady_state(true, "0.0.0.0"); }
 
 }  // namespace
+
+// A wildcard-bound server notes the address each datagram reached it at
+// before the engine has judged the datagram: junk from ever new sources (a
+// flood with spoofed addresses) must cost no allocation per source.
+TEST(NoAlloc, UdpJunkFromNewSourcesToAWildcardServer) {
+  auto server = metaroce::udp::test::open_on("0.0.0.0");
+  ASSERT_TRUE(server);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(server->port());
+  std::vector<int> fds;  // one source port each
+  for (int i = 0; i < 300; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in me = to;
+    me.sin_port = 0;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof(me)), 0);
+    fds.push_back(fd);
+  }
+  uint8_t junk[64];
+  std::memset(junk, 0x5a, sizeof(junk));  // a dst_conn no connection has
+  auto flood = [&](size_t from, size_t to_fd) {
+    for (size_t i = from; i < to_fd; ++i) {
+      (void)::sendto(fds[i], junk, sizeof(junk), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+      if (i % 16 == 15) server->progress();
+    }
+    for (int k = 0; k < 20; ++k) server->progress();
+  };
+  flood(0, 44);  // warm-up
+  Window w;
+  {
+    Counting c;
+    flood(44, fds.size());
+    w = c.stop();
+  }
+  for (const int fd : fds) ::close(fd);
+  EXPECT_EQ(server->io_stats().rx_datagrams, fds.size());
+  EXPECT_EQ(w.news, 0u) << w.first_stack;
+}

@@ -11,14 +11,19 @@
 #include <netinet/ip.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -81,6 +86,17 @@ std::vector<Completion> drive(UdpEndpoint& ep, UdpEndpoint& other, size_t n,
     while (ep.poll_completion(c)) out.push_back(c);
   }
   return out;
+}
+
+// The client connects to servers a and b, which run their progress threads.
+void connect_two(UdpEndpoint& client, UdpEndpoint& a, UdpEndpoint& b, ConnId& to_a, ConnId& to_b) {
+  a.start_progress_thread();
+  b.start_progress_thread();
+  ConnId s;
+  ASSERT_FALSE(client.connect(a.local_address(), 2000ms, to_a));
+  ASSERT_FALSE(a.accept(1000ms, s));
+  ASSERT_FALSE(client.connect(b.local_address(), 2000ms, to_b));
+  ASSERT_FALSE(b.accept(1000ms, s));
 }
 
 // A patterned source registered on the client and a zeroed destination
@@ -476,6 +492,95 @@ TEST(Udp, AddressParsing) {
   EXPECT_NE(why.find("empty port"), std::string::npos) << why;
 }
 
+namespace {
+
+// Runs body in a child process with network and mount namespaces of its own
+// (root), loopback up; returns its exit status: 0 when body returned "" (else
+// it prints what did), 77 when the namespaces could not be made.
+int in_namespaces(const std::function<std::string()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNET | CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        std::system("ip link set lo up") != 0)
+      ::_exit(77);
+    const std::string failed = body();
+    if (!failed.empty()) std::fprintf(stderr, "%s\n", failed.c_str());
+    std::fflush(nullptr);
+    ::_exit(failed.empty() ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Opens a server at `server` and a client at `client` (port 0 each), and
+// WRITEs 64 KiB from the client to the server reached at `to` (its port
+// appended); "" when every byte landed.
+std::string write_between(const std::string& server, const std::string& client,
+                          const std::string& to) {
+  Error err;
+  auto s = UdpEndpoint::open(server, test_options(), err);
+  if (!s) return "open " + server + ": " + err.message;
+  auto c = UdpEndpoint::open(client, test_options(), err);
+  if (!c) return "open " + client + ": " + err.message;
+  s->start_progress_thread();
+  ConnId cc, sc;
+  if (Error e = c->connect(to + ":" + std::to_string(s->port()), 2000ms, cc)) return e.message;
+  if (Error e = s->accept(1000ms, sc)) return e.message;
+  std::vector<uint8_t> src(64 << 10), dst(64 << 10, 0);
+  fill_pattern(src, 41);
+  MemoryRegion smr, dmr;
+  if (c->register_memory(src.data(), src.size(), kAllAccess, smr) ||
+      s->register_memory(dst.data(), dst.size(), kAllAccess, dmr))
+    return "register_memory failed";
+  if (Error e = c->write(cc, 1, src.data(), static_cast<uint32_t>(src.size()), smr.lkey, dmr.addr,
+                         dmr.rkey))
+    return e.message;
+  Completion done;
+  if (!c->wait_completion(done, 5s) || done.status != Status::kOk) return "the WRITE failed";
+  s->stop_progress_thread();
+  return src == dst ? "" : "the bytes differ";
+}
+
+}  // namespace
+
+// A name resolves to addresses of the family the endpoint reaches: here
+// "dual.test" answers ::1 first (a hosts file of the test's own), and an
+// IPv4 endpoint connects to its IPv4 address rather than refusing the IPv6
+// one.
+TEST(Udp, NameResolvesToTheEndpointsFamily) {
+  const int r = in_namespaces([] {
+    char path[] = "/tmp/metaroce-hosts-XXXXXX";
+    const int fd = ::mkstemp(path);
+    const std::string hosts = "::1 dual.test\n127.0.0.1 dual.test\n";
+    if (fd < 0 || ::write(fd, hosts.data(), hosts.size()) != static_cast<ssize_t>(hosts.size()))
+      return std::string("cannot write a hosts file");
+    ::close(fd);
+    const bool mounted = ::mount(path, "/etc/hosts", nullptr, MS_BIND, nullptr) == 0;
+    ::unlink(path);
+    if (!mounted) ::_exit(77);
+    return write_between("127.0.0.1:0", "127.0.0.1:0", "dual.test");
+  });
+  if (r == 77) GTEST_SKIP() << "needs root (network and mount namespaces)";
+  EXPECT_EQ(r, 0);
+}
+
+// A link-local address names its interface ("fe80::1%lo"): an endpoint opens
+// on one, and reaches a link-local peer through it (here two addresses on
+// the loopback of a network namespace).
+TEST(Udp, LinkLocalAddressesCarryTheirInterface) {
+  const int r = in_namespaces([] {
+    if (std::system("ip addr add fe80::1/64 dev lo nodad && ip addr add fe80::2/64 dev lo nodad") !=
+        0)
+      ::_exit(77);
+    return write_between("[fe80::1%lo]:0", "[fe80::2%lo]:0", "[fe80::1%lo]");
+  });
+  if (r == 77) GTEST_SKIP() << "needs root (a network namespace)";
+  EXPECT_EQ(r, 0);
+}
+
 // ENC-2: an address without a port means the default UDP port, for the
 // endpoint that listens and for the one that connects.
 TEST(Udp, DefaultPortIs4792) {
@@ -508,6 +613,24 @@ TEST(Udp, PortZeroIsAPortTheKernelChooses) {
   EXPECT_NE(a->port(), b->port());
   EXPECT_EQ(a->entropy_min(), a->port() + 1);
   EXPECT_EQ(a->local_address(), "127.0.0.1:" + std::to_string(a->port()));
+}
+
+// The kernel may choose a port too near 65535 for the entropy block after
+// it: open tries another, as when the block is taken. Here the kernel
+// chooses among 65500-65535 (a network namespace's ip_local_port_range), and
+// 16 entropy ports fit after 20 of those 36.
+TEST(Udp, PortZeroTooNearTheEndIsChosenAgain) {
+  const int r = in_namespaces([] {
+    if (std::system("echo 65500 65535 > /proc/sys/net/ipv4/ip_local_port_range") != 0) ::_exit(77);
+    for (int i = 0; i < 20; ++i) {
+      Error err;
+      auto ep = UdpEndpoint::open("127.0.0.1:0", test_options(), err);
+      if (!ep) return err.message;
+    }
+    return std::string();
+  });
+  if (r == 77) GTEST_SKIP() << "needs root (a network namespace)";
+  EXPECT_EQ(r, 0);
 }
 
 TEST(Udp, WriteReadSendIPv4) { write_read_send("127.0.0.1"); }
@@ -828,6 +951,51 @@ TEST(Udp, GsoRefusedAtRunTimeFallsBack) {
   }
 }
 
+// A route that refuses a GSO message (EINVAL: its path MTU fell below a
+// segment and its headers, say; the hook refuses every GSO message to peer
+// A's port) says nothing of other routes: the refused datagrams go at once
+// without GSO, so none is dropped, A's messages go without it from then on,
+// and B's still go with it.
+TEST(Udp, GsoRefusedByOneRouteFallsBackForThatPeerOnly) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    auto a = open_on("127.0.0.1");
+    auto b = open_on("127.0.0.1");
+    ASSERT_TRUE(a && b);
+    ::setenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT", std::to_string(a->port()).c_str(), 1);
+    Options o = test_options();
+    o.io_uring = uring;
+    auto client = open_on("127.0.0.1", o);
+    ::unsetenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT");
+    ASSERT_TRUE(client);
+    if (!client->gso_enabled()) GTEST_SKIP() << "no UDP GSO here";
+    ConnId to_a, to_b;
+    ASSERT_NO_FATAL_FAILURE(connect_two(*client, *a, *b, to_a, to_b));
+    std::vector<uint8_t> src(4 << 20), dst_a(4 << 20, 0), dst_b(4 << 20, 0);
+    fill_pattern(src, 31);
+    MemoryRegion smr, amr, bmr;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(a->register_memory(dst_a.data(), dst_a.size(), kAllAccess, amr));
+    ASSERT_FALSE(b->register_memory(dst_b.data(), dst_b.size(), kAllAccess, bmr));
+    const auto len = static_cast<uint32_t>(src.size());
+    Completion c;
+    ASSERT_FALSE(client->write(to_a, 1, src.data(), len, smr.lkey, amr.addr, amr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 10s));
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(src, dst_a);
+    const auto after_a = client->io_stats();
+    EXPECT_EQ(after_a.tx_errors, 0u);  // the refused message's datagrams went without GSO
+    ASSERT_FALSE(client->write(to_b, 2, src.data(), len, smr.lkey, bmr.addr, bmr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 10s));
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(src, dst_b);
+    EXPECT_TRUE(client->gso_enabled());
+    const auto io = client->io_stats();
+    EXPECT_GT(io.tx_gso_msgs, after_a.tx_gso_msgs);  // B's route takes GSO
+    EXPECT_EQ(io.tx_errors, 0u);
+  }
+}
+
 // Options::io_uring: a round's messages for all of a connection's sockets
 // (one per path) go out in one submission, where sendmmsg takes a call per
 // socket. The same 8 MiB over 8 paths both ways, every byte checked.
@@ -853,6 +1021,99 @@ TEST(Udp, IoUringSendsEveryPathInOneCall) {
             0.6 * static_cast<double>(calls[1]) / static_cast<double>(datagrams[1]))
       << "io_uring " << calls[0] << " calls for " << datagrams[0] << " datagrams, sendmmsg "
       << calls[1] << " for " << datagrams[1];
+}
+
+namespace {
+
+uint16_t inet_checksum(const uint8_t* p, size_t n) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < n; i += 2) sum += (uint32_t{p[i]} << 8) | p[i + 1];
+  if (n % 2 != 0) sum += uint32_t{p[n - 1]} << 8;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// Sends 127.0.0.1 an ICMP destination unreachable (code 13: communication
+// administratively prohibited) for a datagram from 127.0.0.1:from to
+// 127.0.0.1:to, as a firewall on the path would. Needs a raw socket (root).
+bool inject_admin_prohibited(uint16_t from, uint16_t to) {
+  const int fd = ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
+  if (fd < 0) return false;
+  uint8_t m[8 + 20 + 8] = {};
+  m[0] = 3;   // destination unreachable
+  m[1] = 13;  // administratively prohibited: EHOSTUNREACH, fatal
+  uint8_t* ip = m + 8;
+  ip[0] = 0x45;
+  ip[3] = 28 + 100;  // the datagram's length: 100 bytes of payload
+  ip[8] = 64;
+  ip[9] = IPPROTO_UDP;
+  const uint32_t lo = htonl(INADDR_LOOPBACK);
+  std::memcpy(ip + 12, &lo, 4);
+  std::memcpy(ip + 16, &lo, 4);
+  const uint16_t ipsum = htons(inet_checksum(ip, 20));
+  std::memcpy(ip + 10, &ipsum, 2);
+  uint8_t* udp = ip + 20;
+  udp[0] = static_cast<uint8_t>(from >> 8);
+  udp[1] = static_cast<uint8_t>(from);
+  udp[2] = static_cast<uint8_t>(to >> 8);
+  udp[3] = static_cast<uint8_t>(to);
+  udp[5] = 108;
+  const uint16_t sum = htons(inet_checksum(m, sizeof(m)));
+  std::memcpy(m + 2, &sum, 2);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_addr.s_addr = lo;
+  const bool ok = ::sendto(fd, m, sizeof(m), 0, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) ==
+                  static_cast<ssize_t>(sizeof(m));
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// Any fatal ICMP error for a connected send socket's peer, not only a port
+// unreachable, comes back from the socket's next send, whatever peer that
+// send is for: here an administratively prohibited for a peer A, from a
+// firewall, met by a WRITE to a live peer B on every send socket. That send
+// is tried again: nothing is dropped (tx_errors, which every dropped message
+// counts, as it records the failure against its peer, stays as it was).
+TEST(Udp, AnyStaleIcmpErrorIsNotBlamedOnTheNextPeer) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    Options o = test_options();
+    o.io_uring = uring;
+    o.entropy_count = 8;  // = num_paths: both connections use every socket
+    auto a = open_on("127.0.0.1");
+    auto b = open_on("127.0.0.1");
+    auto client = open_on("127.0.0.1", o);
+    ASSERT_TRUE(a && b && client);
+    if (uring && !client->uring_enabled()) continue;  // no io_uring here
+    ConnId to_a, to_b;
+    ASSERT_NO_FATAL_FAILURE(connect_two(*client, *a, *b, to_a, to_b));
+    std::vector<uint8_t> src(1 << 20), dst(1 << 20), dst2(1 << 20);
+    MemoryRegion smr, dmr, dmr2;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(a->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    ASSERT_FALSE(b->register_memory(dst2.data(), dst2.size(), kAllAccess, dmr2));
+    // The send sockets connect to the first peer they send data to: A.
+    Completion c;
+    ASSERT_FALSE(client->write(to_a, 1, src.data(), 256 << 10, smr.lkey, dmr.addr, dmr.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 2s));
+    ASSERT_EQ(c.status, Status::kOk);
+    for (uint32_t port = client->entropy_min(); port <= client->entropy_max(); ++port)
+      if (!inject_admin_prohibited(static_cast<uint16_t>(port), a->port()))
+        GTEST_SKIP() << "no raw socket here (needs root)";
+    std::this_thread::sleep_for(20ms);
+    const auto before = client->io_stats();
+    ASSERT_FALSE(client->write(to_b, 2, src.data(), static_cast<uint32_t>(src.size()), smr.lkey,
+                               dmr2.addr, dmr2.rkey));
+    ASSERT_TRUE(client->wait_completion(c, 5s));
+    EXPECT_EQ(c.wr_id, 2u);
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(src, dst2);
+    EXPECT_EQ(client->io_stats().tx_errors - before.tx_errors, 0u);
+    EXPECT_EQ(client->state(to_b), metaroce::udp::ConnState::kEstablished);
+  }
 }
 
 // ACK-1: the datagrams of one receive call draw one ACK (the driver drains
@@ -1052,6 +1313,49 @@ TEST(Udp, ExternalPollOnFd) {
   }
   EXPECT_EQ(timeouts, 0);
   EXPECT_EQ(0, std::memcmp(b.src.data(), b.dst.data(), off));
+}
+
+// wait(timeout) on an endpoint with nothing to do waits the timeout out (it
+// returned after 1-2 ms whatever the timeout), with the progress thread or
+// without; and returns as soon as something arrives.
+TEST(Udp, WaitWaitsForItsTimeout) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  uint8_t b[8] = {}, d[8] = {};
+  MemoryRegion mr, dmr;
+  ASSERT_FALSE(p.client->register_memory(b, sizeof(b), kAllAccess, mr));
+  ASSERT_FALSE(p.server->register_memory(d, sizeof(d), kAllAccess, dmr));
+  for (const bool threaded : {false, true}) {
+    SCOPED_TRACE(threaded ? "progress thread" : "progress()");
+    if (threaded) p.server->start_progress_thread();
+    for (int i = 0; i < 20; ++i) p.server->progress();  // (the handshake's last ACKs)
+    auto t0 = std::chrono::steady_clock::now();
+    p.server->wait(200ms);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
+    std::thread poke([&] {
+      std::this_thread::sleep_for(20ms);
+      EXPECT_FALSE(p.client->write(p.cconn, 1, b, sizeof(b), mr.lkey, dmr.addr, dmr.rkey));
+      for (int k = 0; k < 20; ++k) p.client->progress();
+    });
+    t0 = std::chrono::steady_clock::now();
+    p.server->wait(2000ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+    poke.join();
+    if (threaded) p.server->stop_progress_thread();
+  }
+}
+
+// The progress thread, stopped, leaves fd() quiet: the wake-up the stop
+// wrote, which a busy thread never read, would keep it readable for ever and
+// an application polling it would spin.
+TEST(Udp, StoppedProgressThreadLeavesFdQuiet) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  ep->start_progress_thread();
+  ep->stop_progress_thread();
+  ep->progress();
+  pollfd p{ep->fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 50), 0);
 }
 
 TEST(Udp, ConnectTimeoutToClosedPort) {
@@ -1482,6 +1786,28 @@ TEST(Udp, ClosedEndpointSaysSo) {
   }
 }
 
+// A post on a connection of a closed endpoint, and a connect, name the
+// peer and the connection, which are still known, as every other error does.
+TEST(Udp, ClosedEndpointErrorsNameThePeerAndConnection) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  const std::string peer = p.client->peer_address(p.cconn);
+  p.client->close(false);
+  uint8_t buf[64] = {};
+  for (const Error& e : {p.client->write(p.cconn, 1, buf, sizeof(buf), 0, 0, 0),
+                         p.client->recv(p.cconn, 2, buf, sizeof(buf), 0)}) {
+    EXPECT_EQ(e.status, Status::kNotConnected);
+    EXPECT_EQ(e.conn, p.cconn.v);
+    EXPECT_EQ(e.peer, peer);
+    EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find(peer), std::string::npos) << e.message;
+  }
+  ConnId id;
+  const Error c = p.client->connect(peer, 1000ms, id);
+  EXPECT_EQ(c.status, Status::kNotConnected);
+  EXPECT_EQ(c.peer, peer);
+}
+
 // close(false) closes every connection too: posted work completes kFlushed
 // (not waiting out the caller's timeout), state() says kClosed, and a post
 // after close() is refused. A graceful close whose linger runs out (the peer
@@ -1618,6 +1944,36 @@ TEST(Udp, AcceptEndsWhenAnotherThreadCloses) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
   EXPECT_EQ(a.status, Status::kNotConnected);
   EXPECT_NE(a.message.find("the endpoint is closed"), std::string::npos) << a.message;
+}
+
+// So does a thread waiting in connect, to a peer that never answers: the
+// endpoint is closed, not the connect timed out.
+TEST(Udp, ConnectEndsWhenAnotherThreadCloses) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  const int silent = ::socket(AF_INET, SOCK_DGRAM, 0);  // takes requests, never answers
+  ASSERT_GE(silent, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string to = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ep->start_progress_thread();
+  Error c;
+  ConnId id;
+  std::thread t([&] { c = ep->connect(to, 30000ms, id); });
+  std::this_thread::sleep_for(20ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ep->close(false);
+  t.join();
+  ::close(silent);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  EXPECT_EQ(c.status, Status::kNotConnected) << c.message;
+  EXPECT_NE(c.message.find("the endpoint is closed"), std::string::npos) << c.message;
+  EXPECT_EQ(c.peer, to);
+  EXPECT_NE(c.conn, 0u);
 }
 
 TEST(Udp, PortInUseIsAClearError) {

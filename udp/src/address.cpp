@@ -27,17 +27,17 @@ uint16_t address_port(const PeerAddr& a) {
 
 bool address_is_v4(const PeerAddr& a) { return a.len == kPeerAddrLen && a.bytes[18] == 4; }
 
-uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from) {
+uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from, uint32_t scope) {
   sockaddr_storage ss{}, src{};
   socklen_t len = 0, src_len = 0;
-  if (!to_sockaddr(a, family, ss, len)) return 0;
+  if (!to_sockaddr(a, family, ss, len, scope)) return 0;
   const int fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   // From the endpoint's own address (port 0: any), so that source-based
   // routing picks the route its packets take.
   PeerAddr any_port = from;
   set_port(any_port, 0);
-  if (to_sockaddr(any_port, family, src, src_len))
+  if (to_sockaddr(any_port, family, src, src_len, scope))
     (void)::bind(fd, reinterpret_cast<const sockaddr*>(&src), src_len);
   int mtu = 0;
   socklen_t ml = sizeof(mtu);
@@ -74,7 +74,12 @@ bool from_sockaddr(const sockaddr* sa, PeerAddr& out) {
   return true;
 }
 
-bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out, socklen_t& len) {
+bool is_link_local(const PeerAddr& a) {
+  return a.len == kPeerAddrLen && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80;
+}
+
+bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out, socklen_t& len,
+                 uint32_t scope) {
   std::memset(&out, 0, sizeof(out));
   if (a.len != kPeerAddrLen) return false;
   const uint16_t port = address_port(a);
@@ -91,12 +96,19 @@ bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out, socklen_t
   s6->sin6_family = AF_INET6;
   s6->sin6_port = htons(port);
   std::memcpy(&s6->sin6_addr, a.bytes, 16);  // v4 peers as v4-mapped (dual-stack socket)
+  if (is_link_local(a)) s6->sin6_scope_id = scope;
   len = sizeof(sockaddr_in6);
   return true;
 }
 
 bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                    std::string* why) {
+  return parse_address(text, default_port, out, why, AF_UNSPEC, nullptr);
+}
+
+bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out, std::string* why,
+                   int family, uint32_t* scope) {
+  if (scope != nullptr) *scope = 0;
   auto fail = [&](const std::string& m) {
     if (why != nullptr) *why = m;
     return false;
@@ -141,13 +153,21 @@ bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out
   } else if (inet_pton(AF_INET6, host.c_str(), &s6->sin6_addr) == 1) {
     s6->sin6_family = AF_INET6;
   } else {
+    // A name: its addresses of the family the caller can reach (its first
+    // answer may be the other's, "localhost" as ::1 first, say); a literal
+    // with a scope ("fe80::1%eth0") comes here too, its scope id kept.
     addrinfo hints{};
+    hints.ai_family = family;
     hints.ai_socktype = SOCK_DGRAM;
     addrinfo* res = nullptr;
     if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr)
-      return fail("cannot resolve \"" + host + "\"");
+      return fail("cannot resolve \"" + host + "\"" +
+                  (family == AF_INET    ? " to an IPv4 address"
+                   : family == AF_INET6 ? " to an IPv6 address"
+                                        : ""));
     std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
+    if (ss.ss_family == AF_INET6 && scope != nullptr) *scope = s6->sin6_scope_id;
   }
   if (!from_sockaddr(reinterpret_cast<const sockaddr*>(&ss), out))
     return fail("unsupported address family for \"" + text + "\"");

@@ -4,6 +4,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdint>
+#include <string>
+
 #include "metaroce/types.hpp"
 
 namespace metaroce::udp {
@@ -13,13 +16,22 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 // false for a family other than AF_INET / AF_INET6.
 [[nodiscard]] bool from_sockaddr(const sockaddr* sa, PeerAddr& out);
 // For an AF_INET socket only IPv4 peers convert; an AF_INET6 socket takes
-// both (IPv4 as v4-mapped).
-[[nodiscard]] bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out,
-                               socklen_t& len);
+// both (IPv4 as v4-mapped). A link-local IPv6 address gets `scope` (an
+// interface index), which PeerAddr does not hold: the endpoint's.
+[[nodiscard]] bool to_sockaddr(const PeerAddr& a, int family, sockaddr_storage& out, socklen_t& len,
+                               uint32_t scope = 0);
+// parse_address, a name resolved to `family`'s addresses (AF_UNSPEC: either)
+// and, where scope is not null, the scope id of a link-local IPv6 address
+// ("fe80::1%eth0") in *scope (0: none).
+[[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
+                                 std::string* why, int family, uint32_t* scope);
+// fe80::/10, which needs an interface to be reached.
+[[nodiscard]] bool is_link_local(const PeerAddr& a);
 // The MTU of the kernel's route to `a` from a socket of `family` bound to
 // `from`'s address (the interface's MTU, or a smaller path MTU the kernel
 // learned), or 0 if unknown.
-[[nodiscard]] uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from);
+[[nodiscard]] uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from,
+                                 uint32_t scope);
 // Same IP address (port ignored).
 [[nodiscard]] bool same_host(const PeerAddr& a, const PeerAddr& b);
 

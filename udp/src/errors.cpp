@@ -19,18 +19,27 @@ std::string hex(uint32_t v) {
 
 }  // namespace
 
+// e's connection and peer (the connection's, unless e names one already),
+// and the " (peer ..., conn ...)" that names them in a message.
+std::string UdpEndpoint::Impl::name_in_error(Error& e, ConnId conn) const {
+  e.conn = conn.v;
+  if (e.peer.empty()) {
+    auto it = conns.find(conn.v);
+    PeerAddr p = it != conns.end() ? it->second.peer : eng->peer_of(conn);
+    if (p.len != 0) e.peer = format_address(p);
+  }
+  std::string names;
+  if (!e.peer.empty()) names += " (peer " + e.peer;
+  if (conn.v != 0) names += e.peer.empty() ? " (conn " + hex(conn.v) : ", conn " + hex(conn.v);
+  if (!e.peer.empty() || conn.v != 0) names += ")";
+  return names;
+}
+
 Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId conn) const {
   Error e;
   e.status = s;
-  e.conn = conn.v;
-  auto it = conns.find(conn.v);
-  PeerAddr p = it != conns.end() ? it->second.peer : eng->peer_of(conn);
-  if (p.len != 0) e.peer = format_address(p);
-  e.message = what;
-  if (!e.peer.empty()) e.message += " (peer " + e.peer;
-  if (conn.v != 0) e.message += e.peer.empty() ? " (conn " + hex(conn.v) : ", conn " + hex(conn.v);
-  if (!e.peer.empty() || conn.v != 0) e.message += ")";
-  e.message += ": " + std::string(status_name(s)) + ": " + std::string(status_text(s));
+  e.message = what + name_in_error(e, conn) + ": " + std::string(status_name(s)) + ": " +
+              std::string(status_text(s));
   return e;
 }
 
@@ -43,7 +52,7 @@ Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId co
 // least mtu is refused.
 Error UdpEndpoint::Impl::route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const {
   cap = 0;
-  const uint32_t have = route_mtu(peer, family, local);
+  const uint32_t have = route_mtu(peer, family, local, scope);
   const uint32_t ip = address_is_v4(peer) ? 20 : 40;
   const uint32_t overhead = ip + 8 + wire::kMaxDataHeaderSize + wire::kIcrcSize;
   if (have == 0 || eng->config().mtu + overhead <= have) return {};
@@ -71,11 +80,15 @@ std::string UdpEndpoint::Impl::send_failure_text(const PeerAddr& peer) const {
 }
 
 // After close() the sockets are gone: a connect or an accept would only
-// wait out its timeout.
-Error UdpEndpoint::Impl::closed_error(const std::string& what) const {
+// wait out its timeout. The connection (and its peer, still known) or the
+// peer asked for are named as in every other error.
+Error UdpEndpoint::Impl::closed_error(const std::string& what, ConnId conn,
+                                      const std::string& peer) const {
   Error e;
   e.status = Status::kNotConnected;
-  e.message = what + ": the endpoint is closed (close() was called); open a new one";
+  e.peer = peer;
+  e.message = what + name_in_error(e, conn) +
+              ": the endpoint is closed (close() was called); open a new one";
   return e;
 }
 

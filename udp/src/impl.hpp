@@ -36,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "metaroce/udp.hpp"
@@ -162,15 +163,29 @@ struct UdpEndpoint::Impl {
   // peer names it as its source (set_control), unless the message leaves on
   // a send socket connected from that address already (tx_src).
   bool wild = false;
+  // The interface of a link-local address the endpoint is bound to
+  // ("[fe80::1%eth0]:port"): link-local peers are reached through it.
+  uint32_t scope = 0;
   std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
   static constexpr size_t kMaxPeerSources = 4096;  // see note_source
   size_t peer_src_limit = kMaxPeerSources;
   PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
   LocalIp src_cache;
+  // Sources no connection vouches for yet (a CONNECT_REQ's, or junk's):
+  // their latest, in a ring allocated at open, so that datagrams from ever
+  // new addresses (a spoofed flood) allocate nothing. It holds the sources
+  // of a receive call at least, which the call's answers (an ACCEPT) need.
+  std::vector<std::pair<PeerAddr, LocalIp>> recent_src;
+  size_t recent_next = 0;
   std::vector<LocalIp> tx_src;  // each connected send socket's source address
+  // open: the port the kernel chose leaves no room for the entropy block
+  // after it (another port may).
+  bool block_past_end = false;
   uint16_t ebase = 0;
   uint16_t ecount = 0;
-  bool gso = false;
+  // Written by the round that gives GSO up (drop_failed), which may be the
+  // progress thread's, and read unlocked by gso_enabled().
+  std::atomic<bool> gso{false};
   bool gro = false;
   std::atomic<bool> closed{false};  // set under mu; read unlocked by connect_start, accept
   uint32_t batch = 32;
@@ -225,6 +240,9 @@ struct UdpEndpoint::Impl {
   uint32_t fault_calls = 0;
   uint32_t fault_gso_from = 0;
   uint32_t fault_gso_msgs = 0;
+  uint16_t fault_gso_port = 0;
+  // Peers whose route refused a GSO message (drop_failed): sent without.
+  std::unordered_set<PeerAddr, PeerAddrHash> gso_refused;
 
   // connections as seen from events
   std::unordered_map<uint32_t, ConnInfo> conns;
@@ -233,6 +251,8 @@ struct UdpEndpoint::Impl {
   // kEndedKept later ones have ended; then it goes (end_conn).
   static constexpr size_t kEndedKept = 1024;
   std::deque<uint32_t> ended;
+  // Unbounded: a connection dropped from it would stay open, unknown to
+  // the application (udp.hpp, accept()).
   std::deque<ConnId> accepted;
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
@@ -266,8 +286,8 @@ struct UdpEndpoint::Impl {
   bool open(const std::string& address, Error& err);
 
   // receive.cpp
-  PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n);
-  void note_source(const PeerAddr& peer, const LocalIp& at);
+  PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n, bool& known);
+  void note_source(const PeerAddr& peer, const LocalIp& at, bool known);
   size_t receive(TimeNs now);
 
   // transmit.cpp
@@ -287,7 +307,9 @@ struct UdpEndpoint::Impl {
   bool flush_sendmmsg();
   bool flush_uring();
   bool eagain_fault();
-  bool gso_fault(size_t m);
+  int gso_fault(size_t m);
+  static bool stale_error(int err);
+  size_t send_unsegmented(size_t m, int& err);
   void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
   void reset_tx();
@@ -340,10 +362,12 @@ struct UdpEndpoint::Impl {
   void thread_main();
 
   // errors.cpp
+  std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   // CONN-1: the mtu (0: the endpoint's) a connection to `peer` offers.
   [[nodiscard]] Error route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const;
-  [[nodiscard]] Error closed_error(const std::string& what) const;
+  [[nodiscard]] Error closed_error(const std::string& what, ConnId conn = ConnId{},
+                                   const std::string& peer = "") const;
   // "sendmmsg: Network is unreachable" for the peer's last failed send, or "".
   [[nodiscard]] std::string send_failure_text(const PeerAddr& peer) const;
   [[nodiscard]] static std::string send_failure_text(const SendFailure& f);

@@ -29,6 +29,10 @@ void UdpEndpoint::Impl::join_thread() {
   const uint64_t one = 1;
   (void)!::write(wake_fd, &one, sizeof(one));
   if (thread.joinable()) thread.join();
+  // A busy thread never read it: fd() would stay readable for ever, and an
+  // application polling it would spin.
+  uint64_t v;
+  (void)!::read(wake_fd, &v, sizeof(v));
 }
 
 void UdpEndpoint::Impl::end_round() {
@@ -36,16 +40,20 @@ void UdpEndpoint::Impl::end_round() {
   if (tx_msg_count != 0 && !flush()) materialize_pending();
 }
 
-// A closed connection's peer_src and send_failed entries go, unless another
+// A closed connection's peer_src, send_failed and gso_refused entries go
+// (a new connection agrees an mtu for the route as it is now), unless another
 // connection to that peer is still open (a later datagram from the peer
 // would add the first again).
 void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
-  if (peer_src.empty() && send_failed.empty()) return;
+  if (peer_src.empty() && send_failed.empty() && gso_refused.empty()) return;
   for (const auto& [id, ci] : conns)
     if ((ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) && ci.peer == p)
       return;
   send_failed.erase(p);
+  gso_refused.erase(p);
   peer_src.erase(p);
+  for (auto& r : recent_src)
+    if (r.first == p) r.first = PeerAddr{};
   if (src_cache_peer == p) src_cache_peer = PeerAddr{};
 }
 

@@ -27,14 +27,20 @@ int64_t realtime_ns() {
 
 }  // namespace
 
-PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n) {
+// known: a connection of the engine's names the peer.
+PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n,
+                                         bool& known) {
+  known = false;
   if (n >= 8) {
     const uint32_t dc = be::load32(p + 4);
     if (dc != 0) {
       // The engine also names the peer of a connection a DISCONNECT closed
       // a moment ago, so that the DISCONNECT's repeats find it (CONN-7).
-      const PeerAddr known = eng->peer_of(ConnId{dc});
-      if (known.len != 0 && same_host(known, src)) return known;
+      if (const PeerAddr conn_peer = eng->peer_of(ConnId{dc});
+          conn_peer.len != 0 && same_host(conn_peer, src)) {
+        known = true;
+        return conn_peer;
+      }
     }
   }
   return src;  // CONNECT_REQ: sent from the peer's receive port
@@ -42,15 +48,21 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
 
 // A wildcard-bound endpoint learns the address `peer` reaches it at (see
 // Impl::wild). Checked once per received buffer: the cache holds the last
-// peer, so a busy connection costs a comparison.
-void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at) {
+// peer, so a busy connection costs a comparison. Only a peer a connection
+// names (known) gets an entry in peer_src; others go to recent_src.
+void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at, bool known) {
   if (src_cache_peer == peer && src_cache == at) return;
-  // Bounded: datagrams are noted before the engine has judged them, so junk
-  // from many addresses (or late packets of connections gone) would grow
-  // the map without end.
-  if (peer_src.size() >= peer_src_limit && peer_src.find(peer) == peer_src.end())
-    evict_idle_sources();
-  peer_src[peer] = at;  // allocates for a new peer only
+  if (auto it = peer_src.find(peer); it != peer_src.end()) {
+    it->second = at;
+  } else if (!known) {
+    if (recent_src.empty()) return;
+    recent_src[recent_next] = {peer, at};
+    recent_next = (recent_next + 1) % recent_src.size();
+  } else {
+    // Bounded: late packets of connections gone would grow it without end.
+    if (peer_src.size() >= peer_src_limit) evict_idle_sources();
+    peer_src[peer] = at;  // allocates for a new peer only
+  }
   src_cache_peer = peer;
   src_cache = at;
 }
@@ -163,10 +175,11 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         const size_t n = std::min(seg, len - off);
         const uint32_t dc = n >= 8 ? be::load32(base + off + 4) : 0;
         if (!resolved || dc != resolved_dc || dc == 0) {
-          dg.peer = resolve_peer(src, base + off, n);
+          bool known = false;
+          dg.peer = resolve_peer(src, base + off, n, known);
           resolved_dc = dc;
           resolved = true;
-          if (have_dst) note_source(dg.peer, dst);
+          if (have_dst) note_source(dg.peer, dst, known);
         }
         dg.bytes = std::span<const uint8_t>(base + off, n);
         eng->handle_datagram(dg, now);

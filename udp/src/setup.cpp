@@ -121,7 +121,7 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
   }
   sockaddr_storage ss;
   socklen_t len = 0;
-  if (!to_sockaddr(addr, family, ss, len) ||
+  if (!to_sockaddr(addr, family, ss, len, scope) ||
       ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     const int e = errno;
     err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
@@ -138,7 +138,7 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
 
 bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   std::string why;
-  if (!parse_address(address, kDefaultPort, local, &why)) {
+  if (!parse_address(address, kDefaultPort, local, &why, AF_UNSPEC, &scope)) {
     err.status = Status::kInvalidArgument;
     err.message = "open " + address + ": " + why;
     return false;
@@ -179,6 +179,8 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO"))
     fault_gso_from = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT"))
+    fault_gso_port = static_cast<uint16_t>(std::strtoul(f, nullptr, 10));
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);
@@ -198,6 +200,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   const uint32_t base =
       opts.entropy_base != 0 ? opts.entropy_base : uint32_t{address_port(local)} + 1;
   if (ecount < std::max<uint16_t>(1, cfg.num_paths) || base + ecount - 1 > 65535 || base == 0) {
+    block_past_end = base + ecount - 1 > 65535 && opts.entropy_base == 0;
     err.status = Status::kInvalidArgument;
     err.message = "open " + address + ": entropy block " + std::to_string(base) + "+" +
                   std::to_string(ecount) +
@@ -295,6 +298,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_peer.assign(ecount, PeerAddr{});
   tx_peer_tried.assign(ecount, 0);
   tx_src.assign(ecount, LocalIp{});
+  recent_src.assign(wild ? std::max<size_t>(64, batch) : 0, {});
   tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
   tx_iov.assign(3 * tx_cap, iovec{});
   tx_msgs.assign(tx_cap, mmsghdr{});

@@ -44,7 +44,7 @@ uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, si
 // lookup, ~1% of a loopback sender's CPU). Messages to other peers still
 // carry their address. Nothing is received on send sockets, so the filter
 // a connect() installs changes nothing; ICMP errors it lets through come
-// back as ECONNREFUSED from a later send (see flush). Once per socket.
+// back from a later send (see stale_error). Once per socket.
 bool UdpEndpoint::Impl::use_connected(uint16_t sock, const PeerAddr& peer,
                                       const sockaddr_storage& ss, socklen_t len) {
   if (sock == ecount) return false;  // the receive socket answers every peer
@@ -104,11 +104,21 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
 // Impl::wild). Once per message; the cache holds the last peer.
 const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
   if (src_cache_peer == peer) return &src_cache;
-  const auto it = peer_src.find(peer);
-  if (it == peer_src.end()) return nullptr;
-  src_cache_peer = peer;
-  src_cache = it->second;
-  return &src_cache;
+  if (const auto it = peer_src.find(peer); it != peer_src.end()) {
+    src_cache_peer = peer;
+    src_cache = it->second;
+    return &src_cache;
+  }
+  // (A peer no connection names yet, answered in the call that heard it.)
+  for (size_t k = recent_src.size(); k > 0; --k) {  // the newest first
+    const auto& [p, at] = recent_src[(recent_next + k - 1) % recent_src.size()];
+    if (p == peer) {
+      src_cache_peer = peer;
+      src_cache = at;
+      return &src_cache;
+    }
+  }
+  return nullptr;
 }
 
 // Message m's control data: UDP_SEGMENT when gso_size is not 0, the IP TOS
@@ -213,7 +223,8 @@ void UdpEndpoint::Impl::build_messages() {
     const TxSlot& first = tx_slots[tx_order[i]];
     size_t j = i + 1;
     size_t bytes = first.len;
-    if (gso) {
+    if (gso.load(std::memory_order_relaxed) &&
+        (gso_refused.empty() || !gso_refused.contains(first.peer))) {
       while (j < tx_count && j - i < kGsoMaxSegments) {
         const TxSlot& s = tx_slots[tx_order[j]];
         if (s.sock != first.sock || !(s.peer == first.peer) || s.dscp != first.dscp ||
@@ -228,7 +239,7 @@ void UdpEndpoint::Impl::build_messages() {
     msghdr& h = tx_msgs[m].msg_hdr;
     h = msghdr{};
     socklen_t alen = 0;
-    if (!to_sockaddr(first.peer, family, tx_addr[m], alen)) {
+    if (!to_sockaddr(first.peer, family, tx_addr[m], alen, scope)) {
       // e.g. an IPv6 peer on an IPv4 endpoint: nothing to send it on.
       io.tx_errors += j - i;
       --tx_msg_count;
@@ -303,25 +314,92 @@ bool UdpEndpoint::Impl::flush() {
 // segments): METAROCE_UDP_FAULT_EAGAIN=N makes every Nth send (a sendmmsg
 // call, or one message of an io_uring submission) meet a full buffer;
 // METAROCE_UDP_FAULT_GSO=N makes every GSO message from the Nth on fail as
-// from a device that refuses to segment it.
+// from a device that refuses to segment it (EIO);
+// METAROCE_UDP_FAULT_GSO_EINVAL_PORT=P every GSO message to a peer at port P
+// as on a route that cannot take it (EINVAL). Returns the errno, or 0.
 bool UdpEndpoint::Impl::eagain_fault() {
   return fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0;
 }
-bool UdpEndpoint::Impl::gso_fault(size_t m) {
-  return fault_gso_from != 0 && tx_msg_segs[m] > 1 && ++fault_gso_msgs >= fault_gso_from;
+int UdpEndpoint::Impl::gso_fault(size_t m) {
+  if (tx_msg_segs[m] <= 1) return 0;
+  if (fault_gso_from != 0 && ++fault_gso_msgs >= fault_gso_from) return EIO;
+  if (fault_gso_port != 0 &&
+      address_port(tx_slots[tx_order[tx_msg_first[m]]].peer) == fault_gso_port)
+    return EINVAL;
+  return 0;
+}
+
+// A send that failed with err may have failed for an earlier datagram: a
+// connected socket keeps the fatal ICMP error for one (port unreachable as
+// ECONNREFUSED, admin prohibited or host unreachable as EHOSTUNREACH, net
+// unreachable, frag needed as EMSGSIZE, ...) and any socket the error of a
+// sendmmsg that sent some messages first (the kernel keeps it for the next
+// call), and reports it once, on the next send, whatever its peer; that send
+// did not go out. So a failed message is tried again, once, before it is
+// dropped and its peer blamed; a full buffer or EINTR is no such error.
+bool UdpEndpoint::Impl::stale_error(int err) { return !buffer_full(err) && err != EINTR; }
+
+// Message m's datagrams one call each, without UDP_SEGMENT; returns how many
+// went, and err the errno of the first that did not.
+size_t UdpEndpoint::Impl::send_unsegmented(size_t m, int& err) {
+  msghdr h = tx_msgs[m].msg_hdr;
+  constexpr size_t kSegCmsg = CMSG_SPACE(sizeof(uint16_t));  // first, where set (set_control)
+  if (h.msg_controllen > kSegCmsg) {
+    h.msg_control = static_cast<uint8_t*>(h.msg_control) + kSegCmsg;
+    h.msg_controllen -= kSegCmsg;
+  } else {
+    h.msg_control = nullptr;
+    h.msg_controllen = 0;
+  }
+  for (uint32_t k = 0; k < tx_msg_segs[m]; ++k) {
+    const uint32_t slot = tx_order[tx_msg_first[m] + k];
+    TxSlot& s = tx_slots[slot];
+    iovec iov[3];
+    size_t n = 0;
+    if (s.payload == nullptr) {
+      iov[n++] = {s.copied ? whole_buf(slot) : slot_buf(slot), s.len};
+    } else {
+      iov[n++] = {slot_buf(slot), s.hlen};
+      iov[n++] = {const_cast<uint8_t*>(s.payload), s.len - s.hlen - kIcrc};
+      iov[n++] = {s.trailer, kIcrc};
+    }
+    h.msg_iov = iov;
+    h.msg_iovlen = n;
+    ++io.tx_syscalls;
+    if (::sendmsg(sock_fd(tx_msg_sock[m]), &h, MSG_DONTWAIT) < 0) {
+      err = errno;
+      return k;
+    }
+    ++io.tx_datagrams;
+  }
+  return tx_msg_segs[m];
 }
 
 // Message m could not be sent (errno err, not a full buffer): it is dropped
 // and the engine retransmits its packets. A GSO message the device cannot
-// segment turns GSO off for good. Otherwise the error is kept for the peer,
-// so that a connection that fails for it says so (Impl::send_failed).
+// segment (EIO: no checksum offload; EOPNOTSUPP) turns GSO off for good. One
+// the route refused (EINVAL: its path MTU fell below a segment with headers,
+// or a PKTINFO source is no longer local) says nothing of other peers' routes:
+// that peer's messages go without GSO from now on (until its last connection
+// ends, forget_source) and this one's datagrams go now, one by one. Otherwise
+// the error is kept for the peer, so that a connection that fails for it says
+// so (Impl::send_failed).
 void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
-  io.tx_errors += tx_msg_segs[m];
-  if (tx_msg_segs[m] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP)) {
-    gso = false;
+  const PeerAddr& peer = tx_slots[tx_order[tx_msg_first[m]]].peer;
+  size_t sent = 0;
+  if (tx_msg_segs[m] > 1 && (err == EIO || err == EOPNOTSUPP)) {
+    io.tx_errors += tx_msg_segs[m];
+    gso.store(false, std::memory_order_relaxed);
     return;
   }
-  const PeerAddr& peer = tx_slots[tx_order[tx_msg_first[m]]].peer;
+  if (tx_msg_segs[m] > 1 && err == EINVAL) {
+    if (gso_refused.size() >= kMaxPeerSources) gso_refused.clear();  // bounded as send_failed
+    gso_refused.insert(peer);
+    sent = send_unsegmented(m, err);
+    if (sent == tx_msg_segs[m]) return;
+  }
+  io.tx_errors += tx_msg_segs[m] - sent;
+  if (buffer_full(err)) return;  // (while sending unsegmented): the engine retransmits
   // Bounded as peer_src is (note_source): replies to junk from many
   // addresses may fail too, and nothing else ends their entries.
   if (send_failed.size() >= kMaxPeerSources && send_failed.find(peer) == send_failed.end())
@@ -341,19 +419,22 @@ void UdpEndpoint::Impl::reset_tx() {
 }
 
 bool UdpEndpoint::Impl::flush_sendmmsg() {
-  bool refused = false;  // the last call reported a stale ICMP error
+  bool refused = false;  // the last call's error may have been stale: tried again
   while (tx_msg_next < tx_msg_count) {
     const uint16_t sock = tx_msg_sock[tx_msg_next];
     size_t end = tx_msg_next + 1;
     // (Under the GSO test hook one message per call, so that it counts each.)
-    while (end < tx_msg_count && tx_msg_sock[end] == sock && fault_gso_from == 0) ++end;
+    while (end < tx_msg_count && tx_msg_sock[end] == sock && fault_gso_from == 0 &&
+           fault_gso_port == 0)
+      ++end;
     int r;
+    int fault = 0;
     if (eagain_fault()) {
       r = -1;
       errno = EAGAIN;
-    } else if (gso_fault(tx_msg_next)) {
+    } else if ((fault = gso_fault(tx_msg_next)) != 0) {
       r = -1;
-      errno = EIO;
+      errno = fault;
     } else {
       r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next], static_cast<unsigned>(end - tx_msg_next),
                    MSG_DONTWAIT);
@@ -365,10 +446,7 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
         return false;
       }
       if (errno == EINTR) continue;
-      // A connected socket reports an ICMP error (e.g. a port unreachable
-      // for an earlier datagram) once, on a later send that itself did not
-      // go out: try that message again, once.
-      if (errno == ECONNREFUSED && !refused) {
+      if (stale_error(errno) && !refused) {
         refused = true;
         continue;
       }
@@ -409,9 +487,9 @@ bool UdpEndpoint::Impl::flush_uring() {
       tx_msg_res[m] = -ECANCELED;  // as the link would have
       continue;
     }
-    const bool full = eagain_fault();
-    if (full || gso_fault(m)) {
-      tx_msg_res[m] = full ? -EAGAIN : -EIO;
+    const int fault = eagain_fault() ? EAGAIN : gso_fault(m);
+    if (fault != 0) {
+      tx_msg_res[m] = -fault;
       stalled = true;
       stalled_sock = sock;
       continue;
@@ -466,7 +544,9 @@ bool UdpEndpoint::Impl::flush_uring() {
     }
   }
 #endif
+  // A send here (the test hooks for GSO apply).
   auto send_now = [&](size_t m) {
+    if (const int fault = gso_fault(m); fault != 0) return -fault;
     ++io.tx_syscalls;
     return ::sendmsg(sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT) >= 0 ? 0 : -errno;
   };
@@ -479,9 +559,8 @@ bool UdpEndpoint::Impl::flush_uring() {
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
     const uint16_t sock = tx_msg_sock[m];
     int res = tx_msg_res[m];
-    if (res == -ECANCELED && go_on && go_sock == sock)  // (the test hooks apply: a send)
-      res = eagain_fault() ? -EAGAIN : gso_fault(m) ? -EIO : send_now(m);
-    if (res == -ECONNREFUSED) res = send_now(m);  // a stale ICMP error (see flush_sendmmsg)
+    if (res == -ECANCELED && go_on && go_sock == sock) res = eagain_fault() ? -EAGAIN : send_now(m);
+    if (res < 0 && res != -ECANCELED && stale_error(-res)) res = send_now(m);
     go_on = true;
     go_sock = sock;
     if (res >= 0) {

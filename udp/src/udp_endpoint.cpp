@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "address.hpp"
 #include "impl.hpp"
 
 namespace metaroce::udp {
@@ -16,7 +17,7 @@ UdpEndpoint::~UdpEndpoint() {
 std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const Options& opts,
                                                Error& err) {
   // Port 0 asks the kernel for a receive port; the entropy block after it may
-  // be taken, so try a few.
+  // be taken, or run past 65535, so try a few.
   PeerAddr want;
   const bool any_port = parse_address(address, kDefaultPort, want) && address_port(want) == 0 &&
                         opts.entropy_base == 0;
@@ -27,7 +28,9 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
     if (impl->open(address, err))
       return std::unique_ptr<UdpEndpoint>(new UdpEndpoint(std::move(impl)));
     if (err.status == Status::kOk) err.status = Status::kInvalidArgument;
-    if (!any_port || err.status != Status::kResourceExhausted || attempt >= 16) return nullptr;
+    if (!any_port || attempt >= 16 ||
+        (err.status != Status::kResourceExhausted && !impl->block_past_end))
+      return nullptr;
   }
 }
 
@@ -35,9 +38,12 @@ std::string UdpEndpoint::local_address() const { return format_address(impl_->lo
 uint16_t UdpEndpoint::port() const { return address_port(impl_->local); }
 uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
 uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
-bool UdpEndpoint::gso_enabled() const { return impl_->gso; }
+bool UdpEndpoint::gso_enabled() const { return impl_->gso.load(std::memory_order_relaxed); }
 bool UdpEndpoint::gro_enabled() const { return impl_->gro; }
-bool UdpEndpoint::uring_enabled() const { return impl_->ring != nullptr; }
+bool UdpEndpoint::uring_enabled() const {
+  auto lk = impl_->guard();  // the progress thread's round may give the ring up (release_ring)
+  return impl_->ring != nullptr;
+}
 int UdpEndpoint::fd() const {
   impl_->fd_exported.store(true, std::memory_order_relaxed);
   return impl_->epfd;
@@ -49,15 +55,25 @@ size_t UdpEndpoint::progress() {
 }
 
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
+  // (run_until's waits are 1-2 ms slices, for predicates it checks between
+  // them: here there is none, so the whole timeout is waited for.)
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool first = true;
-  (void)impl_->run_until(
-      [&] {
-        const bool r = !first;
-        first = false;
-        return r;
-      },
-      deadline);
+  Impl& im = *impl_;
+  if (im.threaded.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lk(im.mu);
+    if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
+    return;
+  }
+  if (im.progress_locked() != 0) return;
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (im.closed || now >= deadline) return;
+    // Rounded up to epoll's milliseconds: rounded down, the last one would
+    // be spent spinning on epoll_wait(0), a core taken from the peer's
+    // process on a loaded host.
+    im.block(deadline - now + std::chrono::microseconds(999));
+    if (im.progress_locked() != 0) return;
+  }
 }
 
 void UdpEndpoint::start_progress_thread() {
@@ -126,10 +142,15 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   ConnInfo ci;  // (no entry: ended long ago, kUnknown)
   ci.state = ConnState::kUnknown;
   if (at != impl_->conns.end()) ci = at->second;
-  if (done && ci.state == ConnState::kEstablished) {
+  // Established, even if only after the deadline: the lock was let go in
+  // between, and closing it now would throw away a connection both ends have.
+  if (ci.state == ConnState::kEstablished) {
     out = id;
     return {};
   }
+  // Closed by another thread meanwhile (its close ended this connection):
+  // that, rather than a timeout, is why.
+  if (impl_->closed) return impl_->closed_error("connect to " + format_address(peer), id);
   // A request the kernel refused to send (e.g. no route): its error, rather
   // than only the silence that followed.
   const std::string unsent = ci.send_failure.err != 0 ? Impl::send_failure_text(ci.send_failure)
@@ -173,10 +194,19 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
   out = ConnId{};
-  if (impl_->closed) return impl_->closed_error("connect to " + address);
+  if (impl_->closed) {
+    PeerAddr p;
+    return impl_->closed_error(
+        "connect to " + address, ConnId{},
+        parse_address(address, kDefaultPort, p) ? format_address(p) : address);
+  }
   PeerAddr peer;
   std::string why;
-  if (!parse_address(address, kDefaultPort, peer, &why)) {
+  // A name resolves to the addresses this endpoint reaches: an IPv4 one's
+  // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
+  const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
+  uint32_t peer_scope = 0;
+  if (!parse_address(address, kDefaultPort, peer, &why, reach, &peer_scope)) {
     Error e;
     e.status = Status::kInvalidArgument;
     e.peer = address;
@@ -207,6 +237,17 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
     e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" +
                 local_address() +
                 ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
+    return e;
+  }
+  if (is_link_local(peer) &&
+      (impl_->scope == 0 || (peer_scope != 0 && peer_scope != impl_->scope))) {
+    // PeerAddr holds no interface: the endpoint's is the only one it knows.
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.peer = address;
+    e.message = "connect to " + address + ": a link-local peer is reached through the interface " +
+                "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
+                local_address() + " has " + (impl_->scope == 0 ? "none" : "another");
     return e;
   }
   uint16_t max_mtu = 0;
@@ -287,7 +328,7 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
 Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
-    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")");
+    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
   const Status s = impl_->eng->post_send(conn, wr);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
@@ -305,7 +346,7 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
 Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
-    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")");
+    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
   return impl_->check_post(impl_->eng->post_recv(conn, wr), conn, "post_recv");
 }
 
