@@ -305,17 +305,37 @@ fab_link_list() {
 }
 
 # fab_loss PPM [LINK...]: random loss on the links (both directions); PPM 0 removes it.
+# 1 when any nft command fails or there is no link to put loss on: a caller
+# would otherwise measure a loss-free fabric as a lossy one.
 fab_loss() {
   local ppm=${1:?ppm}
   shift
-  local ns i
+  local ns i links
+  links=$(fab_link_list "$@")
+  if ((ppm > 0)) && [[ -z $links ]]; then
+    fab_log "fab_loss: no links"
+    return 1
+  fi
   for ns in ra rb; do
-    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss || return 1
     ((ppm > 0)) || continue
-    for i in $(fab_link_list "$@"); do
-      fab_exec $ns nft add rule inet $FAB_NFT_TABLE loss oifname "l$i" numgen random mod 1000000 "<" "$ppm" counter drop
+    for i in $links; do
+      fab_exec $ns nft add rule inet $FAB_NFT_TABLE loss oifname "l$i" numgen random mod 1000000 "<" "$ppm" \
+        counter drop || return 1
     done
   done
+}
+
+# fab_chain_packets CHAIN: the packets the rules of a fault chain (loss,
+# blackhole, cemark) counted on both routers together since they were added;
+# 1 when either router's chain cannot be read. Shows that a fault acted.
+fab_chain_packets() {
+  local chain=${1:?chain} ns out n total=0
+  for ns in ra rb; do
+    out=$(fab_exec $ns nft list chain inet $FAB_NFT_TABLE "$chain") || return 1
+    for n in $(grep -o 'packets [0-9]*' <<<"$out" | cut -d' ' -f2); do total=$((total + n)); done
+  done
+  echo "$total"
 }
 
 # fab_ecn PPS BURST [LINK...]: CE-mark ECN-capable packets above PPS packets/s per link

@@ -29,6 +29,9 @@
 #                        forwarded some of the traffic onto it; if none does
 #                        (rare: the link had paths before the fault), the
 #                        check is skipped and the PASS line says so
+#   loss1, loss5         the loss rules dropped packets during the write run
+#                        (read from their nft counters); loss5: the client
+#                        retransmitted 2.5 % to 50 % of its data packets
 #   loss1                then a READ run under the same loss: its
 #                        retransmitted_packets is the server's count (the
 #                        server sends the data), at least 0.3 % of the data
@@ -119,8 +122,8 @@ grep -q listening "$tmp/server.log" || { echo "FAIL: server did not start"; cat 
 t_fault=$(awk -v s="$SECS" 'BEGIN { printf "%.1f", s * 0.3 }')
 t_heal=$(awk -v s="$SECS" 'BEGIN { printf "%.1f", s * 0.6 }')
 case "$CASE" in
-  loss1) fab_loss 10000 ;;
-  loss5) fab_loss 50000 ;;
+  loss1) fab_loss 10000 || { echo "FAIL: cannot set up the loss"; exit 1; } ;;
+  loss5) fab_loss 50000 || { echo "FAIL: cannot set up the loss"; exit 1; } ;;
   linkdown)
     # The busiest link, as for the blackhole: paths hash onto it, so some
     # port in use once it is back almost surely does too, and the check
@@ -159,6 +162,11 @@ elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s 
 [[ -n "$fault_pid" ]] && wait "$fault_pid" 2>/dev/null
 fault_pid=""
 [[ $CASE == clean ]] && fab_link_tx $(seq 1 $LINKS) >"$tmp/tx_after"
+# loss1, loss5: the packets the loss rules dropped during the write run (none:
+# the run measured a loss-free fabric).
+if [[ $CASE == loss1 || $CASE == loss5 ]]; then
+  fab_chain_packets loss >"$tmp/loss_dropped" || rm -f "$tmp/loss_dropped"
+fi
 # linkdown: the ports in use after the heal, those RA saw and the client's
 # paths' last ones, and the link each hashes onto, asked now that all links
 # are up (policy 3: a function of the ports alone, as it was before the
@@ -297,6 +305,19 @@ if case == "blackhole" and timeouts == 0 and retired == 0:
     problems.append("no path timed out or was retired: the blackhole went unnoticed")
 if case == "ecn" and ce == 0:
     problems.append("no CE mark counted on any path")
+if case in ("loss1", "loss5"):
+    try:
+        dropped = int(open(f"{tmp}/loss_dropped").read())
+        summary += f"; the loss rules dropped {dropped} packets"
+        if dropped == 0: problems.append("the loss rules dropped no packet: the run saw no loss")
+    except (OSError, ValueError) as e:
+        problems.append(f"cannot read the loss rules' counters: {e}")
+if case == "loss5" and not 0.025 * sent <= retx <= 0.5 * sent:
+    # 5 % of the data packets are lost on the way to B, so about as many are
+    # resent; half that is the floor, and resending half of everything would
+    # be a storm of spurious resends.
+    problems.append(f"{retx} retransmissions of {sent} data packets at 5 % loss: "
+                    f"not within 2.5 % to 50 %")
 if case == "unequal" and retx > 0.01 * max(sent, 1):
     problems.append(f"{retx} retransmissions, over 1 % of {sent} packets")
 if case == "loss1":
