@@ -361,7 +361,7 @@ fab_ecn() {
 fab_blackhole() {
   local i=${1:?link} ns
   for ns in ra rb; do
-    fab_exec $ns nft add rule inet $FAB_NFT_TABLE blackhole oifname "l$i" counter drop comment "\"bh$i\""
+    fab_exec $ns nft add rule inet $FAB_NFT_TABLE blackhole oifname "l$i" counter drop comment "\"bh$i\"" || return 1
   done
 }
 
@@ -378,6 +378,15 @@ fab_unblackhole() {
 # (RB sees carrier loss); routes through it are ignored until it is up.
 fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
 fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
+
+# fab_link_dead LINK: 0 when RA's multipath route to B (FAB_FAMILY's) holds
+# the link's nexthop marked dead or linkdown: out of use, as fab_link_down
+# should leave it (1 also when the route cannot be read).
+fab_link_dead() {
+  local prefix=$FAB_ADDR_B/24
+  [[ $FAB_FAMILY == 6 ]] && prefix=fd00:77:1::/64
+  fab_exec ra ip -"$FAB_FAMILY" route show "$prefix" | grep "nexthop .* dev l${1:?link} " | grep -q 'dead\|linkdown'
+}
 
 # fab_link_routed LINK: 0 when RA's multipath route to B (FAB_FAMILY's) uses
 # the link (its nexthop is neither dead nor linkdown).

@@ -22,7 +22,10 @@
 #                        least one of the client's paths timed out or was
 #                        retired (the routes stay: only the transport can tell);
 #                        the link taken down or blackholed is the one busiest
-#                        just before; linkdown: once the link is back, it is
+#                        just before, and every step of the fault worked;
+#                        blackhole: its rules dropped packets (nft counters);
+#                        linkdown: the link was out of the router's route
+#                        while down (fab_link_dead); linkdown: once the link is back, it is
 #                        in the router's multipath route again, and if any
 #                        port in use since (one the router saw, or a path's
 #                        last entropy) hashes onto it (fab_routes), the router
@@ -130,18 +133,31 @@ case "$CASE" in
     # below (traffic returns there) is seldom skipped. It needs the ports
     # A sends from after the heal and what RA forwards onto the link:
     # fab_watch.
-    (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"; l=$(fab_busiest_link 0.3)
-      fab_link_down "$l"; echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) down at ${t_fault}s"
-      sleep "$(awk -v a="$t_heal" -v b="$t_fault" 'BEGIN { print a - b }')"; fab_link_up "$l"; fab_watch || echo "fault: fab_watch failed: no ports or counters to judge the heal by" >&2
-      echo "fault: l$l up at ${t_heal}s") &
+    # The subshell runs unchecked beside the client: it writes fault_done
+    # only when every step worked, and the verdict requires it. While the
+    # link is down it must be out of RA's route (fab_link_dead): "unrouted".
+    (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"
+      l=$(fab_busiest_link 0.3) && [[ -n $l ]] || { echo "fault: no busiest link" >&2; exit 1; }
+      fab_link_down "$l" || { echo "fault: cannot take l$l down" >&2; exit 1; }
+      echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) down at ${t_fault}s"
+      fab_link_dead "$l" && echo yes >"$tmp/unrouted"
+      sleep "$(awk -v a="$t_heal" -v b="$t_fault" 'BEGIN { print a - b }')"
+      # Asked again just before the heal: the link stayed out all along.
+      fab_link_dead "$l" || rm -f "$tmp/unrouted"
+      fab_link_up "$l" || { echo "fault: cannot bring l$l up" >&2; exit 1; }
+      fab_watch || { echo "fault: fab_watch failed: no ports or counters to judge the heal by" >&2; exit 1; }
+      echo "fault: l$l up at ${t_heal}s"; echo ok >"$tmp/fault_done") &
     fault_pid=$!
     ;;
   blackhole)
     # The busiest link, so that some path surely crosses it: with 8 hashed
     # paths on 4 links none lands on a given link one run in ten, and the
     # blackhole would then be noticed only if a path moved there (PATH-8).
-    (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"; l=$(fab_busiest_link 0.3)
-      fab_blackhole "$l"; echo "fault: l$l (the busiest) blackholed at ${t_fault}s") &
+    # fault_done only when every step worked (see linkdown).
+    (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"
+      l=$(fab_busiest_link 0.3) && [[ -n $l ]] || { echo "fault: no busiest link" >&2; exit 1; }
+      fab_blackhole "$l" || { echo "fault: cannot blackhole l$l" >&2; exit 1; }
+      echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) blackholed at ${t_fault}s"; echo ok >"$tmp/fault_done") &
     fault_pid=$!
     ;;
   ecn) fab_ecn 8000 32 || { echo "FAIL: cannot set up CE marking"; exit 1; } ;;
@@ -167,6 +183,9 @@ fault_pid=""
 if [[ $CASE == loss1 || $CASE == loss5 ]]; then
   fab_chain_packets loss >"$tmp/loss_dropped" || rm -f "$tmp/loss_dropped"
 fi
+# blackhole: what its rules dropped (nothing: no path crossed the link, or
+# the rules were not there).
+[[ $CASE == blackhole ]] && { fab_chain_packets blackhole >"$tmp/bh_dropped" || rm -f "$tmp/bh_dropped"; }
 # linkdown: the ports in use after the heal, those RA saw and the client's
 # paths' last ones, and the link each hashes onto, asked now that all links
 # are up (policy 3: a function of the ports alone, as it was before the
@@ -256,6 +275,19 @@ if case in ("linkdown", "blackhole"):
         summary += (f"; before the fault {before:.3f}, after {after:.3f} "
                     f"(>= {need:.3f} = 0.5 x min({left:.2f} left, before))")
         if after < need: problems.append(f"goodput after the fault {after:.3f} under {need:.3f}")
+def lines(name):
+    try: return open(f"{tmp}/{name}").read().splitlines()
+    except OSError: return []
+if case in ("linkdown", "blackhole") and not lines("fault_done"):
+    problems.append("the fault was not injected (its script failed: see 'fault:' above)")
+if case == "blackhole":
+    bh = lines("bh_dropped")
+    if not bh: problems.append("cannot read the blackhole rules' counters")
+    else:
+        summary += f"; the blackhole dropped {bh[0]} packets"
+        if int(bh[0]) == 0: problems.append("the blackhole dropped no packet")
+if case == "linkdown" and lines("link") and not lines("unrouted"):
+    problems.append(f"l{lines('link')[0]} stayed in the router's multipath route while down")
 if case == "linkdown":
     # Traffic must return to the healed link if a port in use since it came
     # back hashes onto it: one that the router saw arrive (this catches a
@@ -264,9 +296,6 @@ if case == "linkdown":
     # it: a path that stays silent is a fault too). If none does, as paths
     # move (PATH-6, PATH-8) and hash where they will, nothing is owed to the
     # link: the check is skipped, not failed.
-    def lines(name):
-        try: return open(f"{tmp}/{name}").read().splitlines()
-        except OSError: return []
     link, forwarded = lines("link"), lines("forwarded")
     routes = dict(l.split() for l in lines("routes") if len(l.split()) == 2)
     seen, last = set(lines("watched")), set(lines("last"))
