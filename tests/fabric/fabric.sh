@@ -330,10 +330,10 @@ fab_loss() {
 # blackhole, cemark) counted on both routers together since they were added;
 # 1 when either router's chain cannot be read. Shows that a fault acted.
 fab_chain_packets() {
-  local chain=${1:?chain} ns out n total=0
+  local chain=${1:?chain} ns out total=0
   for ns in ra rb; do
     out=$(fab_exec $ns nft list chain inet $FAB_NFT_TABLE "$chain") || return 1
-    for n in $(grep -o 'packets [0-9]*' <<<"$out" | cut -d' ' -f2); do total=$((total + n)); done
+    total=$((total + $(grep -o 'packets [0-9]*' <<<"$out" | awk '{ s += $2 } END { print s + 0 }')))
   done
   echo "$total"
 }

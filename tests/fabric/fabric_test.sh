@@ -137,7 +137,7 @@ case "$CASE" in
     # only when every step worked, and the verdict requires it. While the
     # link is down it must be out of RA's route (fab_link_dead): "unrouted".
     (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"
-      l=$(fab_busiest_link 0.3) && [[ -n $l ]] || { echo "fault: no busiest link" >&2; exit 1; }
+      if ! l=$(fab_busiest_link 0.3) || [[ -z $l ]]; then echo "fault: no busiest link" >&2; exit 1; fi
       fab_link_down "$l" || { echo "fault: cannot take l$l down" >&2; exit 1; }
       echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) down at ${t_fault}s"
       fab_link_dead "$l" && echo yes >"$tmp/unrouted"
@@ -155,7 +155,7 @@ case "$CASE" in
     # blackhole would then be noticed only if a path moved there (PATH-8).
     # fault_done only when every step worked (see linkdown).
     (sleep "$(awk -v t="$t_fault" 'BEGIN { print t - 0.3 }')"
-      l=$(fab_busiest_link 0.3) && [[ -n $l ]] || { echo "fault: no busiest link" >&2; exit 1; }
+      if ! l=$(fab_busiest_link 0.3) || [[ -z $l ]]; then echo "fault: no busiest link" >&2; exit 1; fi
       fab_blackhole "$l" || { echo "fault: cannot blackhole l$l" >&2; exit 1; }
       echo "$l" >"$tmp/link"; echo "fault: l$l (the busiest) blackholed at ${t_fault}s"; echo ok >"$tmp/fault_done") &
     fault_pid=$!
