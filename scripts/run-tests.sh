@@ -155,7 +155,10 @@ format_check() {
       -o -type f \( -name '*.cpp' -o -name '*.hpp' \) -print)
   fi
   echo "format: ${#files[@]} files"
-  ((${#files[@]} == 0)) || clang-format --dry-run -Werror "${files[@]}"
+  # No files means the listing went wrong (wrong directory, git failing), not
+  # that everything is formatted.
+  ((${#files[@]} > 0)) || { echo "format: no C++ files found" >&2; return 1; }
+  clang-format --dry-run -Werror "${files[@]}"
 }
 
 # ---------------------------------------------------------------- steps ----

@@ -12,8 +12,8 @@ PACKAGES=(
   libtomlplusplus-dev  # metaroce-sim --config (sim/src/config_file.cpp)
   liburing-dev pkg-config  # the UDP driver's io_uring transmit (udp/CMakeLists.txt)
   clang-format python3
-  # network experiments, drivers and plots
-  iproute2 nftables iperf3 tshark mptcpd mptcpize libfabric-dev python3-matplotlib python3-numpy
+  # network experiments, drivers and plots (procps: sysctl, which tests/fabric/fabric.sh runs)
+  iproute2 nftables procps iperf3 tshark mptcpd mptcpize libfabric-dev python3-matplotlib python3-numpy
 )
 
 missing=()

@@ -21,9 +21,12 @@ mkdir -p "$out"
 dirs=()
 for t in ${TRANSPORTS:-metaroce spray-nocc irn rocev2}; do
   echo "sim-figures: $preset $t" >&2
-  # Exit status 1 (some flow unfinished) still leaves CSVs worth plotting.
+  # Exit status 1 (some flow unfinished) still leaves CSVs worth plotting;
+  # any other (a crash, a bad option) stops here.
+  rc=0
   "$sim" --preset "$preset" --transport "$t" --seed "$seed" -q \
-    --csv "$out/$t" --sample-us "${SAMPLE_US:-5}" > "$out/$t.txt" || true
+    --csv "$out/$t" --sample-us "${SAMPLE_US:-5}" > "$out/$t.txt" || rc=$?
+  ((rc <= 1)) || { echo "sim-figures: $sim failed for $t (exit status $rc)" >&2; exit "$rc"; }
   dirs+=("$out/$t")
 done
 # The distribution's python3 has python3-matplotlib (scripts/setup-deps.sh);

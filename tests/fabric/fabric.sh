@@ -305,17 +305,37 @@ fab_link_list() {
 }
 
 # fab_loss PPM [LINK...]: random loss on the links (both directions); PPM 0 removes it.
+# 1 when any nft command fails or there is no link to put loss on: a caller
+# would otherwise measure a loss-free fabric as a lossy one.
 fab_loss() {
   local ppm=${1:?ppm}
   shift
-  local ns i
+  local ns i links
+  links=$(fab_link_list "$@")
+  if ((ppm > 0)) && [[ -z $links ]]; then
+    fab_log "fab_loss: no links"
+    return 1
+  fi
   for ns in ra rb; do
-    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss || return 1
     ((ppm > 0)) || continue
-    for i in $(fab_link_list "$@"); do
-      fab_exec $ns nft add rule inet $FAB_NFT_TABLE loss oifname "l$i" numgen random mod 1000000 "<" "$ppm" counter drop
+    for i in $links; do
+      fab_exec $ns nft add rule inet $FAB_NFT_TABLE loss oifname "l$i" numgen random mod 1000000 "<" "$ppm" \
+        counter drop || return 1
     done
   done
+}
+
+# fab_chain_packets CHAIN: the packets the rules of a fault chain (loss,
+# blackhole, cemark) counted on both routers together since they were added;
+# 1 when either router's chain cannot be read. Shows that a fault acted.
+fab_chain_packets() {
+  local chain=${1:?chain} ns out total=0
+  for ns in ra rb; do
+    out=$(fab_exec $ns nft list chain inet $FAB_NFT_TABLE "$chain") || return 1
+    total=$((total + $(grep -o 'packets [0-9]*' <<<"$out" | awk '{ s += $2 } END { print s + 0 }')))
+  done
+  echo "$total"
 }
 
 # fab_ecn PPS BURST [LINK...]: CE-mark ECN-capable packets above PPS packets/s per link
@@ -341,7 +361,7 @@ fab_ecn() {
 fab_blackhole() {
   local i=${1:?link} ns
   for ns in ra rb; do
-    fab_exec $ns nft add rule inet $FAB_NFT_TABLE blackhole oifname "l$i" counter drop comment "\"bh$i\""
+    fab_exec $ns nft add rule inet $FAB_NFT_TABLE blackhole oifname "l$i" counter drop comment "\"bh$i\"" || return 1
   done
 }
 
@@ -358,6 +378,15 @@ fab_unblackhole() {
 # (RB sees carrier loss); routes through it are ignored until it is up.
 fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
 fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
+
+# fab_link_dead LINK: 0 when RA's multipath route to B (FAB_FAMILY's) holds
+# the link's nexthop marked dead or linkdown: out of use, as fab_link_down
+# should leave it (1 also when the route cannot be read).
+fab_link_dead() {
+  local prefix=$FAB_ADDR_B/24
+  [[ $FAB_FAMILY == 6 ]] && prefix=fd00:77:1::/64
+  fab_exec ra ip -"$FAB_FAMILY" route show "$prefix" | grep "nexthop .* dev l${1:?link} " | grep -q 'dead\|linkdown'
+}
 
 # fab_link_routed LINK: 0 when RA's multipath route to B (FAB_FAMILY's) uses
 # the link (its nexthop is neither dead nor linkdown).
