@@ -46,6 +46,8 @@ Outcome check_enc1(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
 Outcome check_enc6(Target& t);
+Outcome check_int2(Target& t);
+Outcome check_bad4(Target& t);
 Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
 // connection_checks.cpp

@@ -47,7 +47,7 @@ std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs) {
 
 wire::BaseHeader Peer::header(wire::Opcode op, uint32_t psn, uint16_t path_tag) const {
   wire::BaseHeader bh;
-  bh.flags = wire::kFlagPayloadCovered;
+  bh.flags = cover_payload || !wire::is_data(op) ? wire::kFlagPayloadCovered : 0;
   bh.opcode = op;
   bh.path_tag = path_tag;
   bh.dst_conn = target_conn;

@@ -113,6 +113,9 @@ class Peer {
   uint32_t target_conn = 0;
   uint32_t target_initial_psn = 0;
   uint32_t next_psn = kInitialPsn;
+  // PC on the data packets the peer builds (INT-2): cleared, their ICRC
+  // covers the headers only.
+  bool cover_payload = true;
   uint32_t conn() const { return conn_; }
 
  private:

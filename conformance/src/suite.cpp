@@ -17,6 +17,11 @@ constexpr std::array kChecks = {
     Check{"ENC-4", "every datagram is ECT(0); a CE-marked packet is echoed ECHO_CE", check_enc4},
     Check{"ENC-6", "ACK and NAK carry the control DSCP (48), every other packet DSCP 0",
           check_enc6},
+    Check{"INT-2", "a WRITE with PC clear, its ICRC over the headers only, is placed", check_int2},
+    Check{"BAD-4, INT-1",
+          "a WRITE with a payload or header bit flipped under its ICRC draws nothing, changes "
+          "nothing",
+          check_bad4},
     Check{"BAD-7", "data for an unknown dst_conn draws nothing and changes nothing", check_bad7},
     Check{"BAD-8", "a packet for a connection from another address is dropped", check_bad8},
     Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},

@@ -159,6 +159,32 @@ TEST(Conformance, AcksInTheDataClassOrDataInTheControlClassFailEnc6) {
   }
 }
 
+// A target that never verifies the ICRC: what it receives with a bad one
+// is resealed first (over what PC says it covers).
+TEST(Conformance, UnverifiedIcrcFailsBad4) {
+  expect_fails("BAD-4", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kBadChecksum || !wire::is_data(p.bh.opcode))
+        return;
+      const size_t h = wire::header_size(p.bh.opcode);
+      ASSERT_EQ(wire::seal(d, h, d.size() - h - wire::kIcrcSize), d.size());
+    };
+  });
+}
+
+// A target that refuses data packets with PC clear (it reads the ICRC as
+// covering the payload whatever PC says).
+TEST(Conformance, PcClearRefusedFailsInt2) {
+  expect_fails("INT-2", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      if (d.size() > 1 && wire::is_data(static_cast<wire::Opcode>(d[1])) &&
+          (d[0] & wire::kFlagPayloadCovered) == 0)
+        d.back() ^= 0x01;
+    };
+  });
+}
+
 TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
 }
