@@ -143,34 +143,38 @@ Outcome check_ack7(Target& t) {
   return pass();
 }
 
-Outcome check_path1(Target& t) {
-  Peer p(t);
-  std::vector<Reply> rs;
-  std::string why;
-  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
-  // Slot i's first entropy is min + (start - min + i) mod (max - min + 1),
-  // start the first observed slot's, counted by slot number (a slot not seen
-  // leaves its value out, it does not shift the others); all distinct.
-  const auto first = first_per_slot(of(rs, wire::Opcode::kWrite));
-  if (first.size() < 2) return fail("a 64 KiB WRITE used fewer than 2 paths");
+namespace {
+
+// " slot:port" for each slot of `first`.
+std::string slot_ports(const std::map<uint16_t, const Reply*>& first) {
   std::string list;
   for (const auto& [slot, d] : first)
     list += " " + std::to_string(slot) + ":" + std::to_string(d->entropy);
+  return list;
+}
+
+// PATH-1 read through PATH-2: slot i (path_tag bits 4-0) of a fresh
+// connection starts on port min + (start - min + i) mod (max - min + 1),
+// start the first observed slot's, counted by slot number (a slot not seen
+// leaves its value out, it does not shift the others); all distinct. Empty
+// when `first` (first_per_slot of at least 2 slots) holds, else why not.
+std::string ports_off_their_slots(const Target& t, const std::map<uint16_t, const Reply*>& first) {
+  const std::string list = slot_ports(first);
   const auto range = t.entropy_range();
   const uint16_t slot0 = first.begin()->first;
   const uint32_t start = first.begin()->second->entropy;
   if (range && (start < range->first || start > range->second))
-    return fail("port " + std::to_string(start) + " is outside the entropy range " +
-                std::to_string(range->first) + "-" + std::to_string(range->second) + " (slot:port" +
-                list + ")");
+    return "port " + std::to_string(start) + " is outside the entropy range " +
+           std::to_string(range->first) + "-" + std::to_string(range->second) + " (slot:port" +
+           list + ")";
   std::set<uint16_t> seen;
   uint32_t seg_port = start;  // without the range: the run of ports since the one wrap
   uint16_t seg_slot = slot0;
   int wraps = 0;
   for (const auto& [slot, d] : first) {
     if (!seen.insert(d->entropy).second)
-      return fail("slot " + std::to_string(slot) + " reuses port " + std::to_string(d->entropy) +
-                  " (slot:port" + list + ")");
+      return "slot " + std::to_string(slot) + " reuses port " + std::to_string(d->entropy) +
+             " (slot:port" + list + ")";
     uint32_t want = 0;
     if (range) {
       const uint32_t lo = range->first, n = uint32_t{range->second} - lo + 1;
@@ -185,11 +189,77 @@ Outcome check_path1(Target& t) {
       }
     }
     if (d->entropy != want)
-      return fail("slot " + std::to_string(slot) + " is on port " + std::to_string(d->entropy) +
-                  ", not " + std::to_string(want) + " (slot:port" + list + ")");
+      return "slot " + std::to_string(slot) + " is on port " + std::to_string(d->entropy) +
+             ", not " + std::to_string(want) + " (slot:port" + list + ")";
   }
-  return pass(std::to_string(first.size()) + " paths on ports (slot:port)" + list);
+  return {};
 }
+
+}  // namespace
+
+Outcome check_path1(Target& t) {
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
+  const auto first = first_per_slot(of(rs, wire::Opcode::kWrite));
+  if (first.size() < 2) return fail("a 64 KiB WRITE used fewer than 2 paths");
+  why = ports_off_their_slots(t, first);
+  if (!why.empty()) return fail(why);
+  return pass(std::to_string(first.size()) + " paths on ports (slot:port)" + slot_ports(first));
+}
+
+namespace {
+
+// PATH-2 across a generation change (PATH-4, PATH-6): the tester answers
+// every path of `data` but the first packet's, and its PROBEs, until that
+// path is retired and probes from a new port. The PROBE's path_tag must name
+// the same slot, one generation on; a layout other than slot | generation
+// << 5 shows another step in bits 15-5.
+Outcome retired_path_steps_its_generation(Peer& p, const std::vector<const Reply*>& data,
+                                          const std::set<uint16_t>& ports) {
+  const uint16_t victim_port = data.front()->entropy;
+  const uint16_t victim_tag = data.front()->pkt.bh.path_tag;
+  std::set<uint32_t> received;
+  const Reply* echo = nullptr;
+  for (const Reply* d : data)
+    if (d->entropy != victim_port) received.insert(d->pkt.bh.psn), echo = d;
+  Reply last = *echo;  // its payload is never read: only the echo fields are
+  for (int step = 0; step < 3000; ++step) {
+    uint32_t cum = p.target_initial_psn;
+    while (received.count(cum) != 0) ++cum;
+    std::vector<uint32_t> sacked;
+    for (uint32_t psn : received)
+      if (psn_after(psn, cum)) sacked.push_back(psn);
+    p.send(p.sack(cum, sacked, last), last.entropy);
+    for (const Reply& r : p.run(100'000)) {
+      if (r.error != wire::ParseError::kOk || r.entropy == victim_port) continue;
+      const uint16_t tag = r.pkt.bh.path_tag;
+      if (r.pkt.bh.opcode == wire::Opcode::kProbe && ports.count(r.entropy) == 0) {
+        const uint16_t want =
+            static_cast<uint16_t>((victim_tag & 31) | ((((victim_tag >> 5) + 1) & 2047) << 5));
+        if (tag != want)
+          return fail("the path on port " + std::to_string(victim_port) + " (path_tag " +
+                      hex32(victim_tag) + ") came back on port " + std::to_string(r.entropy) +
+                      " with path_tag " + hex32(tag) + ", not " + hex32(want) +
+                      " (the same slot, one generation on)");
+        return pass("slot " + std::to_string(tag & 31) + " retired after " +
+                    std::to_string(step / 10) + " ms, probing on port " +
+                    std::to_string(r.entropy) + " with path_tag " + hex32(tag));
+      }
+      if (r.pkt.bh.opcode == wire::Opcode::kProbe) {
+        p.send(p.ack(cum, r, wire::kAckEchoProbe), r.entropy);
+      } else if (wire::is_data(r.pkt.bh.opcode)) {
+        received.insert(r.pkt.bh.psn);
+        last = r;
+      }
+    }
+  }
+  return fail("the path on port " + std::to_string(victim_port) +
+              ", never answered, did not probe from a new port within 300 ms");
+}
+
+}  // namespace
 
 Outcome check_path2(Target& t) {
   Peer p(t);
@@ -199,26 +269,35 @@ Outcome check_path2(Target& t) {
   const auto data = of(rs, wire::Opcode::kWrite);
   if (data.empty()) return fail("no data");
   if (!one_port_per_tag(data, why)) return fail(why);
-  // A slot that shows two generations must show two entropies.
-  std::map<uint16_t, std::map<uint16_t, uint16_t>> port_of_generation;  // slot -> gen -> port
-  uint32_t last = 0;
+  // A fresh connection has replaced no entropy: one tag per port, and the
+  // slot bits name the slot whose port PATH-1 gives.
+  std::map<uint16_t, uint16_t> tag_of_port;
   for (const Reply* d : data) {
-    const uint16_t tag = d->pkt.bh.path_tag;
-    port_of_generation[tag & 31].emplace(tag >> 5, d->entropy);
-    last = std::max(last, d->pkt.bh.psn);
+    const auto [it, fresh] = tag_of_port.emplace(d->entropy, d->pkt.bh.path_tag);
+    if (!fresh && it->second != d->pkt.bh.path_tag)
+      return fail("port " + std::to_string(d->entropy) + " sent path_tags " + hex32(it->second) +
+                  " and " + hex32(d->pkt.bh.path_tag) + " with no entropy replaced");
   }
-  for (const auto& [slot, gens] : port_of_generation) {
-    std::set<uint16_t> ports;
-    for (const auto& [gen, port] : gens) ports.insert(port);
-    if (ports.size() != gens.size())
-      return fail("slot " + std::to_string(slot) + " changed generation on an unchanged entropy");
+  const auto first = first_per_slot(data);
+  if (first.size() != tag_of_port.size())
+    return fail(std::to_string(tag_of_port.size()) + " ports but " + std::to_string(first.size()) +
+                " slots in path_tag bits 4-0");
+  if (first.size() >= 2) {
+    why = ports_off_their_slots(t, first);
+    if (!why.empty()) return fail("path_tag bits 4-0 do not name PATH-1's slots: " + why);
   }
-  // Echoing the tags back completes the WRITE: the target reads them as its own.
+  std::set<uint16_t> ports;
+  for (const auto& [port, tag] : tag_of_port) ports.insert(port);
+  if (t.simulated_time()) return retired_path_steps_its_generation(p, data, ports);
+  // In real time the generation change (seconds of timeouts) is left out;
+  // echoing the tags back completes the WRITE: the target reads them as its own.
+  uint32_t last = data.front()->pkt.bh.psn;
+  for (const Reply* d : data) last = later_psn(last, d->pkt.bh.psn);
   p.send(p.ack(last + 1, *data.back()), data.back()->entropy);
   Completion c;
   if (!p.await_completion(c) || c.status != Status::kOk)
     return fail("the WRITE did not complete once acknowledged");
-  return pass(std::to_string(port_of_generation.size()) + " path slots");
+  return pass(std::to_string(first.size()) + " path slots; no generation change in real time");
 }
 
 Outcome check_place2(Target& t) {

@@ -39,7 +39,10 @@ constexpr std::array kChecks = {
     Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
     Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
           check_path1},
-    Check{"PATH-2", "data packets carry slot | generation << 5 in path_tag", check_path2},
+    Check{"PATH-2",
+          "data packets carry slot | generation << 5 in path_tag: slots as PATH-1's ports, a "
+          "retired path one generation on",
+          check_path2},
     Check{"PLACE-2", "a bad key or a range past the region writes nothing and draws the NAK",
           check_place2},
     Check{"MR-1", "remote keys are nonzero and distinct; a deregistered key draws NAK 0x02",

@@ -266,6 +266,51 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
   });
 }
 
+// A target whose path_tag layout is not slot | generation << 5: `to_wire`
+// rewrites the tags of what it sends, `from_wire` reads the echoes back.
+void plant_tag_layout(FaultyTarget& t, std::function<uint16_t(uint16_t)> to_wire,
+                      std::function<uint16_t(uint16_t)> from_wire) {
+  t.mutate = [to_wire = std::move(to_wire)](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (Sent& s : v) {
+      if (wire::decode(s.bytes, p) != wire::ParseError::kOk ||
+          !(wire::is_data(p.bh.opcode) || p.bh.opcode == wire::Opcode::kProbe))
+        continue;
+      const uint16_t tag = to_wire(p.bh.path_tag);
+      s.bytes[2] = static_cast<uint8_t>(tag >> 8);
+      s.bytes[3] = static_cast<uint8_t>(tag);
+      const size_t h = wire::header_size(p.bh.opcode);
+      ASSERT_EQ(wire::seal(s.bytes, h, p.payload.size()), s.bytes.size());
+    }
+  };
+  t.mutate_in = [from_wire = std::move(from_wire)](std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+    p.ack.echo_path_tag = from_wire(p.ack.echo_path_tag);
+    d.assign(256, 0);
+    d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+  };
+}
+
+// The slot in the top bits, the generation in the bottom ones.
+TEST(Conformance, SlotInTheHighBitsFailsPath2) {
+  expect_fails("PATH-2", [](FaultyTarget& t) {
+    plant_tag_layout(
+        t, [](uint16_t tag) { return static_cast<uint16_t>((tag & 31) << 11 | tag >> 5); },
+        [](uint16_t e) { return static_cast<uint16_t>((e >> 11) | (e & 0x7ff) << 5); });
+  });
+}
+
+// The generation three bits too high: the same tags while every generation
+// is 0, so only a path retired shows it.
+TEST(Conformance, GenerationShiftedBy8FailsPath2) {
+  expect_fails("PATH-2", [](FaultyTarget& t) {
+    plant_tag_layout(
+        t, [](uint16_t tag) { return static_cast<uint16_t>((tag & 31) | (tag >> 5) << 8); },
+        [](uint16_t e) { return static_cast<uint16_t>((e & 31) | (e >> 8) << 5); });
+  });
+}
+
 // PATH-1's ports, slot by slot, moved by `shift(slot)` (the engine's own
 // are consecutive from a random start).
 void shift_data_ports(FaultyTarget& t, std::function<int(uint16_t)> shift) {
