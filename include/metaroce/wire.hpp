@@ -105,7 +105,7 @@ struct AckBody {
 
 struct NakBody {
   uint32_t nak_psn = 0;
-  uint8_t code = 0;  // a metaroce::Status value <= 0x3f
+  uint8_t code = 0;  // a metaroce::Status value 0x01-0x07 (is_wire_nak_code, BAD-6)
   uint32_t msn = 0;
   uint32_t cum_psn = 0;
 };
@@ -159,7 +159,7 @@ enum class ParseError : uint8_t {
   kBadOpcode,    // unknown opcode (BAD-3)
   kBadChecksum,  // ICRC mismatch (BAD-4)
   kBadLength,    // payload inconsistent with the message header (BAD-5)
-  kBadField,     // a field outside its range, e.g. sack_words > 8 (BAD-6)
+  kBadField,     // a field outside its range, e.g. sack_words > 16 (BAD-6)
 };
 [[nodiscard]] const char* parse_error_name(ParseError e);
 
