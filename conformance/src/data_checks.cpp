@@ -1,4 +1,5 @@
 // Data packets: SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+#include <functional>
 #include <map>
 #include <set>
 
@@ -14,18 +15,16 @@ const Reply* nak_of(const std::vector<Reply>& rs) {
   return naks.empty() ? nullptr : naks.front();
 }
 
-// Sends a WRITE on a fresh connection of the tester and expects NAK `code`
-// with nothing written.
-Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
-                   uint32_t len, uint8_t code) {
+// Sends the WRITE packet `make` builds (at the peer's next PSN) on a fresh
+// connection of the tester and expects NAK `code` with nothing written in `r`.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
+                   const std::function<Bytes(const Peer&)>& make) {
   Peer p(t, conn_id);
   std::string why;
   if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
   const Bytes before = t.read_memory(r, 0, r.length);
-  const Bytes payload(len, 0x77);
-  const std::vector<Reply> rs =
-      p.exchange_until(p.write(p.next_psn, rkey, raddr, payload),
-                       [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
+  const std::vector<Reply> rs = p.exchange_until(
+      make(p), [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
   const Reply* nak = nak_of(rs);
   if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
   if (nak->pkt.nak.code != code)
@@ -33,6 +32,14 @@ Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, 
   if (nak->pkt.nak.nak_psn != p.next_psn) return fail("the NAK names another PSN");
   if (t.read_memory(r, 0, r.length) != before) return fail("the refused WRITE changed memory");
   return pass();
+}
+
+// The same for a one-packet WRITE of `len` bytes at rkey/raddr.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code) {
+  return expect_nak(t, conn_id, r, code, [&](const Peer& p) {
+    return p.write(p.next_psn, rkey, raddr, Bytes(len, 0x77));
+  });
 }
 
 }  // namespace
@@ -311,6 +318,17 @@ Outcome check_place2(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteRead, ro)) return fail("register_memory failed");
   o = expect_nak(t, 0x7e63, ro, ro.rkey, ro.addr, 8, 0x04);
   if (!o.passed) return fail("no REMOTE_WRITE right: " + o.detail);
+  // The bounds are the whole message's, [raddr - offset, raddr - offset +
+  // msg_len): each packet below lies inside the region, its message does not.
+  // Each carries the payload TRIM-5 requires of its place in the message.
+  o = expect_nak(t, 0x7e67, r, 0x03, [&r](const Peer& p) {
+    return p.write_part(p.next_psn, r.rkey, r.addr, Bytes(p.mtu, 0x77), 0, 8000);
+  });
+  if (!o.passed) return fail("first packet of a message that runs past the region: " + o.detail);
+  o = expect_nak(t, 0x7e68, r, 0x03, [&r](const Peer& p) {
+    return p.write_part(p.next_psn, r.rkey, r.addr + 8, Bytes(8, 0x77), 4000, 4008);
+  });
+  if (!o.passed) return fail("last packet of a message that starts before the region: " + o.detail);
   return pass();
 }
 

@@ -43,7 +43,9 @@ constexpr std::array kChecks = {
           "data packets carry slot | generation << 5 in path_tag: slots as PATH-1's ports, a "
           "retired path one generation on",
           check_path2},
-    Check{"PLACE-2", "a bad key or a range past the region writes nothing and draws the NAK",
+    Check{"PLACE-2",
+          "a bad key or a message range past the region (whole message, not packet) writes "
+          "nothing and draws the NAK",
           check_place2},
     Check{"MR-1", "remote keys are nonzero and distinct; a deregistered key draws NAK 0x02",
           check_mr1},

@@ -200,6 +200,24 @@ TEST(Conformance, LostNaksFailPlace2Mr1Mr3) {
   }
 }
 
+// A target that checks each WRITE packet's own range, not its message's:
+// it sees every packet as a message of its own.
+TEST(Conformance, PacketOnlyBoundsFailPlace2) {
+  expect_fails("PLACE-2", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kWrite)
+        return;
+      const std::vector<uint8_t> payload(p.payload.begin(), p.payload.end());
+      const wire::MessageHeader mh{p.mh.msn, 0, static_cast<uint32_t>(payload.size())};
+      d.assign(wire::largest_header_size() + payload.size() + wire::kIcrcSize, 0);
+      const size_t h = wire::write_data_headers(d, p.bh, mh, &p.rh, 0);
+      std::copy(payload.begin(), payload.end(), d.begin() + static_cast<ptrdiff_t>(h));
+      d.resize(wire::seal(d, h, payload.size()));
+    };
+  });
+}
+
 TEST(Conformance, NoAcksFailSeq4) {
   expect_fails("SEQ-4", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
