@@ -192,8 +192,9 @@ struct Packet {
 // engine: it saves clearing a whole Packet per datagram).
 // flagged_trimmed: the driver saw the TRIMMED code point (RxDatagram::trimmed).
 // A data packet so flagged that is exactly its headers and ICRC decodes with
-// out.trimmed set, its ICRC checked only when PC is clear (TRIM-2: with PC set
-// it covered the payload that is gone). Any other datagram ignores the flag.
+// out.trimmed set, its ICRC checked unless PC is set and the packet had
+// payload to lose, offset < msg_len (TRIM-2: the ICRC then covered the payload
+// that is gone). Any other datagram ignores the flag.
 [[nodiscard]] ParseError decode_fields(std::span<const uint8_t> datagram, Packet& out,
                                        bool flagged_trimmed = false);
 
