@@ -103,6 +103,7 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
 void Peer::accept(const Reply& req, uint8_t max_reads) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
+  mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
   wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
   wire::ConnectBody b;
   b.src_conn = conn_;

@@ -117,7 +117,7 @@ class Peer {
   uint32_t target_conn = 0;
   uint32_t target_initial_psn = 0;
   uint32_t next_psn = kInitialPsn;
-  // The connection's mtu, as the target's CONNECT_ACCEPT gave it.
+  // The connection's mtu: the smaller of the tester's offer and the target's.
   uint32_t mtu = 4096;
   // PC on the data packets the peer builds (INT-2): cleared, their ICRC
   // covers the headers only.

@@ -8,6 +8,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "metaroce/conformance/engine_target.hpp"
@@ -77,11 +78,18 @@ class FaultyTarget : public EngineTarget {
   std::function<void(std::vector<Sent>&)> mutate;
   // What the target receives passes through `mutate_in` first.
   std::function<void(std::vector<uint8_t>&)> mutate_in;
+  // Then through `expand_in`, which may turn it into several datagrams.
+  std::function<std::vector<std::vector<uint8_t>>(std::vector<uint8_t>)> expand_in;
   bool confuse_peers = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (mutate_in) mutate_in(bytes);
-    EngineTarget::deliver(bytes, entropy, ce, stranger && !confuse_peers);
+    std::vector<std::vector<uint8_t>> all;
+    if (expand_in)
+      all = expand_in(std::move(bytes));
+    else
+      all.push_back(std::move(bytes));
+    for (const auto& x : all) EngineTarget::deliver(x, entropy, ce, stranger && !confuse_peers);
   }
   std::vector<Sent> run_for(uint64_t ns) override {
     std::vector<Sent> out = EngineTarget::run_for(ns);
@@ -104,7 +112,8 @@ void expect_fails(const std::string& rule, const std::function<void(FaultyTarget
       rule);
   ASSERT_FALSE(results.empty()) << rule;
   for (const Result& r : results)
-    EXPECT_FALSE(r.outcome.passed) << r.check->rule << " passed with the fault planted";
+    EXPECT_FALSE(r.outcome.passed)
+        << r.check->rule << " passed with the fault planted: " << r.outcome.detail;
 }
 
 TEST(Conformance, AckFromAnotherPortFailsAck7) {
@@ -249,6 +258,31 @@ TEST(Conformance, IgnoredCeEchoesFailCc3) {
       p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoCe);
       d.assign(256, 0);
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+    };
+  });
+}
+
+// A target that takes a CE echo for every packet its ACK acknowledges (the
+// marked fraction of ACKs): a CE-echoing ACK that acknowledges two packets
+// reaches the engine as two, one per packet, both echoing CE.
+TEST(Conformance, AckFractionFailsCc3) {
+  expect_fails("CC-3", [](FaultyTarget& t) {
+    auto cum = std::make_shared<std::optional<uint32_t>>();
+    t.expand_in = [cum](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kAck) {
+        if ((p.ack.flags & wire::kAckEchoCe) && cum->has_value() && p.ack.cum_psn - **cum == 2) {
+          wire::AckBody first = p.ack;
+          first.cum_psn -= 1;
+          std::vector<uint8_t> a(256);
+          a.resize(wire::seal(a, wire::write_ack(a, p.bh, first), 0));
+          out.push_back(std::move(a));
+        }
+        *cum = p.ack.cum_psn;
+      }
+      out.push_back(std::move(d));
+      return out;
     };
   });
 }
