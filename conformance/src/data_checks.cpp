@@ -104,10 +104,10 @@ Outcome check_sched2(Target& t) {
   // A path with four packets in flight: its first is lost once the other
   // three are acknowledged (LOSS-2), everything else is acknowledged too.
   std::map<uint16_t, std::vector<const Reply*>> by_slot;
-  uint32_t highest = 0;
+  uint32_t highest = sent.empty() ? 0 : sent.front()->pkt.bh.psn;
   for (const Reply* d : sent) {
     by_slot[d->pkt.bh.path_tag & 31].push_back(d);
-    highest = std::max(highest, d->pkt.bh.psn);
+    highest = later_psn(highest, d->pkt.bh.psn);
   }
   const Reply* lost = nullptr;
   for (const auto& [slot, ds] : by_slot)
@@ -117,7 +117,7 @@ Outcome check_sched2(Target& t) {
   // selectively.
   std::vector<uint32_t> sacked;
   for (const Reply* d : sent)
-    if (d->pkt.bh.psn > lost->pkt.bh.psn) sacked.push_back(d->pkt.bh.psn);
+    if (psn_after(d->pkt.bh.psn, lost->pkt.bh.psn)) sacked.push_back(d->pkt.bh.psn);
   const Reply* echo = by_slot[lost->pkt.bh.path_tag & 31].back();
   p.send(p.sack(lost->pkt.bh.psn, sacked, *echo), echo->entropy);
   const std::vector<Reply> after = p.run(1000);
@@ -127,7 +127,7 @@ Outcome check_sched2(Target& t) {
     return fail("PSN " + hex32(next.front()->pkt.bh.psn) + " went before the retransmission of " +
                 hex32(lost->pkt.bh.psn));
   bool fresh = false;
-  for (const Reply* d : next) fresh |= d->pkt.bh.psn > highest;
+  for (const Reply* d : next) fresh |= psn_after(d->pkt.bh.psn, highest);
   if (!fresh) return fail("no new data followed: the check saw no choice being made");
   return pass();
 }

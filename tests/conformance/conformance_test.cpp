@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "metaroce/bytes.hpp"
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/suite.hpp"
 #include "metaroce/wire.hpp"
@@ -410,6 +411,50 @@ TEST(Conformance, ReorderedOutputFailsSched2) {
   expect_fails("SCHED-2", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) { std::reverse(v.begin(), v.end()); };
   });
+}
+
+// A conforming target whose PSNs start 8 before the wrap (SEQ-2): the
+// engine's own PSN space shifted on the way out and back. The checks that
+// order the target's PSNs must still pass.
+TEST(Conformance, PsnsAcrossTheWrapPass) {
+  for (const char* rule : {"SCHED-2", "PATH-2", "READ-4"}) {
+    const auto results = run(
+        [] {
+          auto t = std::make_unique<FaultyTarget>();
+          auto delta = std::make_shared<std::optional<uint32_t>>();
+          t->mutate = [delta](std::vector<Sent>& v) {
+            wire::Packet p;
+            for (Sent& s : v) {
+              if (wire::decode(s.bytes, p) != wire::ParseError::kOk) continue;
+              if (p.bh.opcode == wire::Opcode::kConnectReq ||
+                  p.bh.opcode == wire::Opcode::kConnectAccept) {
+                if (!delta->has_value()) *delta = 0xFFFFFFF8u - p.connect.initial_psn;
+                be::store32(s.bytes.data() + 20, p.connect.initial_psn + **delta);
+              } else if (wire::is_data(p.bh.opcode) && delta->has_value()) {
+                be::store32(s.bytes.data() + 8, p.bh.psn + **delta);
+              } else {
+                continue;
+              }
+              const size_t h = s.bytes.size() - p.payload.size() - wire::kIcrcSize;
+              ASSERT_EQ(wire::seal(s.bytes, h, p.payload.size()), s.bytes.size());
+            }
+          };
+          t->mutate_in = [delta](std::vector<uint8_t>& d) {
+            wire::Packet p;
+            if (!delta->has_value() || wire::decode(d, p) != wire::ParseError::kOk ||
+                p.bh.opcode != wire::Opcode::kAck)
+              return;
+            p.ack.cum_psn -= **delta;
+            p.ack.echo_psn -= **delta;
+            d.assign(256, 0);
+            d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+          };
+          return t;
+        },
+        rule);
+    ASSERT_EQ(results.size(), 1u) << rule;
+    EXPECT_TRUE(results[0].outcome.passed) << rule << ": " << results[0].outcome.detail;
+  }
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {
