@@ -38,6 +38,9 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data);
 // Fails unless every path_tag among `data` was sent from one source port.
 bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
+// PSN order is modulo 2^32 (SEQ-2): a target may start anywhere, wrap included.
+inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
+inline uint32_t later_psn(uint32_t a, uint32_t b) { return psn_after(b, a) ? b : a; }
 constexpr uint64_t kTesterRkey = 0x1111222233334444ull;
 constexpr uint64_t kTesterAddr = 0x10000;
 
@@ -46,6 +49,8 @@ Outcome check_enc1(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
 Outcome check_enc6(Target& t);
+Outcome check_int2(Target& t);
+Outcome check_bad4(Target& t);
 Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
 // connection_checks.cpp

@@ -1,4 +1,5 @@
 // Data packets: SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+#include <functional>
 #include <map>
 #include <set>
 
@@ -14,18 +15,16 @@ const Reply* nak_of(const std::vector<Reply>& rs) {
   return naks.empty() ? nullptr : naks.front();
 }
 
-// Sends a WRITE on a fresh connection of the tester and expects NAK `code`
-// with nothing written.
-Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
-                   uint32_t len, uint8_t code) {
+// Sends the WRITE packet `make` builds (at the peer's next PSN) on a fresh
+// connection of the tester and expects NAK `code` with nothing written in `r`.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
+                   const std::function<Bytes(const Peer&)>& make) {
   Peer p(t, conn_id);
   std::string why;
   if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
   const Bytes before = t.read_memory(r, 0, r.length);
-  const Bytes payload(len, 0x77);
-  const std::vector<Reply> rs =
-      p.exchange_until(p.write(p.next_psn, rkey, raddr, payload),
-                       [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
+  const std::vector<Reply> rs = p.exchange_until(
+      make(p), [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
   const Reply* nak = nak_of(rs);
   if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
   if (nak->pkt.nak.code != code)
@@ -33,6 +32,14 @@ Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, 
   if (nak->pkt.nak.nak_psn != p.next_psn) return fail("the NAK names another PSN");
   if (t.read_memory(r, 0, r.length) != before) return fail("the refused WRITE changed memory");
   return pass();
+}
+
+// The same for a one-packet WRITE of `len` bytes at rkey/raddr.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code) {
+  return expect_nak(t, conn_id, r, code, [&](const Peer& p) {
+    return p.write(p.next_psn, rkey, raddr, Bytes(len, 0x77));
+  });
 }
 
 }  // namespace
@@ -97,10 +104,10 @@ Outcome check_sched2(Target& t) {
   // A path with four packets in flight: its first is lost once the other
   // three are acknowledged (LOSS-2), everything else is acknowledged too.
   std::map<uint16_t, std::vector<const Reply*>> by_slot;
-  uint32_t highest = 0;
+  uint32_t highest = sent.empty() ? 0 : sent.front()->pkt.bh.psn;
   for (const Reply* d : sent) {
     by_slot[d->pkt.bh.path_tag & 31].push_back(d);
-    highest = std::max(highest, d->pkt.bh.psn);
+    highest = later_psn(highest, d->pkt.bh.psn);
   }
   const Reply* lost = nullptr;
   for (const auto& [slot, ds] : by_slot)
@@ -110,7 +117,7 @@ Outcome check_sched2(Target& t) {
   // selectively.
   std::vector<uint32_t> sacked;
   for (const Reply* d : sent)
-    if (d->pkt.bh.psn > lost->pkt.bh.psn) sacked.push_back(d->pkt.bh.psn);
+    if (psn_after(d->pkt.bh.psn, lost->pkt.bh.psn)) sacked.push_back(d->pkt.bh.psn);
   const Reply* echo = by_slot[lost->pkt.bh.path_tag & 31].back();
   p.send(p.sack(lost->pkt.bh.psn, sacked, *echo), echo->entropy);
   const std::vector<Reply> after = p.run(1000);
@@ -120,7 +127,7 @@ Outcome check_sched2(Target& t) {
     return fail("PSN " + hex32(next.front()->pkt.bh.psn) + " went before the retransmission of " +
                 hex32(lost->pkt.bh.psn));
   bool fresh = false;
-  for (const Reply* d : next) fresh |= d->pkt.bh.psn > highest;
+  for (const Reply* d : next) fresh |= psn_after(d->pkt.bh.psn, highest);
   if (!fresh) return fail("no new data followed: the check saw no choice being made");
   return pass();
 }
@@ -143,34 +150,38 @@ Outcome check_ack7(Target& t) {
   return pass();
 }
 
-Outcome check_path1(Target& t) {
-  Peer p(t);
-  std::vector<Reply> rs;
-  std::string why;
-  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
-  // Slot i's first entropy is min + (start - min + i) mod (max - min + 1),
-  // start the first observed slot's, counted by slot number (a slot not seen
-  // leaves its value out, it does not shift the others); all distinct.
-  const auto first = first_per_slot(of(rs, wire::Opcode::kWrite));
-  if (first.size() < 2) return fail("a 64 KiB WRITE used fewer than 2 paths");
+namespace {
+
+// " slot:port" for each slot of `first`.
+std::string slot_ports(const std::map<uint16_t, const Reply*>& first) {
   std::string list;
   for (const auto& [slot, d] : first)
     list += " " + std::to_string(slot) + ":" + std::to_string(d->entropy);
+  return list;
+}
+
+// PATH-1 read through PATH-2: slot i (path_tag bits 4-0) of a fresh
+// connection starts on port min + (start - min + i) mod (max - min + 1),
+// start the first observed slot's, counted by slot number (a slot not seen
+// leaves its value out, it does not shift the others); all distinct. Empty
+// when `first` (first_per_slot of at least 2 slots) holds, else why not.
+std::string ports_off_their_slots(const Target& t, const std::map<uint16_t, const Reply*>& first) {
+  const std::string list = slot_ports(first);
   const auto range = t.entropy_range();
   const uint16_t slot0 = first.begin()->first;
   const uint32_t start = first.begin()->second->entropy;
   if (range && (start < range->first || start > range->second))
-    return fail("port " + std::to_string(start) + " is outside the entropy range " +
-                std::to_string(range->first) + "-" + std::to_string(range->second) + " (slot:port" +
-                list + ")");
+    return "port " + std::to_string(start) + " is outside the entropy range " +
+           std::to_string(range->first) + "-" + std::to_string(range->second) + " (slot:port" +
+           list + ")";
   std::set<uint16_t> seen;
   uint32_t seg_port = start;  // without the range: the run of ports since the one wrap
   uint16_t seg_slot = slot0;
   int wraps = 0;
   for (const auto& [slot, d] : first) {
     if (!seen.insert(d->entropy).second)
-      return fail("slot " + std::to_string(slot) + " reuses port " + std::to_string(d->entropy) +
-                  " (slot:port" + list + ")");
+      return "slot " + std::to_string(slot) + " reuses port " + std::to_string(d->entropy) +
+             " (slot:port" + list + ")";
     uint32_t want = 0;
     if (range) {
       const uint32_t lo = range->first, n = uint32_t{range->second} - lo + 1;
@@ -185,11 +196,77 @@ Outcome check_path1(Target& t) {
       }
     }
     if (d->entropy != want)
-      return fail("slot " + std::to_string(slot) + " is on port " + std::to_string(d->entropy) +
-                  ", not " + std::to_string(want) + " (slot:port" + list + ")");
+      return "slot " + std::to_string(slot) + " is on port " + std::to_string(d->entropy) +
+             ", not " + std::to_string(want) + " (slot:port" + list + ")";
   }
-  return pass(std::to_string(first.size()) + " paths on ports (slot:port)" + list);
+  return {};
 }
+
+}  // namespace
+
+Outcome check_path1(Target& t) {
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
+  const auto first = first_per_slot(of(rs, wire::Opcode::kWrite));
+  if (first.size() < 2) return fail("a 64 KiB WRITE used fewer than 2 paths");
+  why = ports_off_their_slots(t, first);
+  if (!why.empty()) return fail(why);
+  return pass(std::to_string(first.size()) + " paths on ports (slot:port)" + slot_ports(first));
+}
+
+namespace {
+
+// PATH-2 across a generation change (PATH-4, PATH-6): the tester answers
+// every path of `data` but the first packet's, and its PROBEs, until that
+// path is retired and probes from a new port. The PROBE's path_tag must name
+// the same slot, one generation on; a layout other than slot | generation
+// << 5 shows another step in bits 15-5.
+Outcome retired_path_steps_its_generation(Peer& p, const std::vector<const Reply*>& data,
+                                          const std::set<uint16_t>& ports) {
+  const uint16_t victim_port = data.front()->entropy;
+  const uint16_t victim_tag = data.front()->pkt.bh.path_tag;
+  std::set<uint32_t> received;
+  const Reply* echo = nullptr;
+  for (const Reply* d : data)
+    if (d->entropy != victim_port) received.insert(d->pkt.bh.psn), echo = d;
+  Reply last = *echo;  // its payload is never read: only the echo fields are
+  for (int step = 0; step < 3000; ++step) {
+    uint32_t cum = p.target_initial_psn;
+    while (received.count(cum) != 0) ++cum;
+    std::vector<uint32_t> sacked;
+    for (uint32_t psn : received)
+      if (psn_after(psn, cum)) sacked.push_back(psn);
+    p.send(p.sack(cum, sacked, last), last.entropy);
+    for (const Reply& r : p.run(100'000)) {
+      if (r.error != wire::ParseError::kOk || r.entropy == victim_port) continue;
+      const uint16_t tag = r.pkt.bh.path_tag;
+      if (r.pkt.bh.opcode == wire::Opcode::kProbe && ports.count(r.entropy) == 0) {
+        const uint16_t want =
+            static_cast<uint16_t>((victim_tag & 31) | ((((victim_tag >> 5) + 1) & 2047) << 5));
+        if (tag != want)
+          return fail("the path on port " + std::to_string(victim_port) + " (path_tag " +
+                      hex32(victim_tag) + ") came back on port " + std::to_string(r.entropy) +
+                      " with path_tag " + hex32(tag) + ", not " + hex32(want) +
+                      " (the same slot, one generation on)");
+        return pass("slot " + std::to_string(tag & 31) + " retired after " +
+                    std::to_string(step / 10) + " ms, probing on port " +
+                    std::to_string(r.entropy) + " with path_tag " + hex32(tag));
+      }
+      if (r.pkt.bh.opcode == wire::Opcode::kProbe) {
+        p.send(p.ack(cum, r, wire::kAckEchoProbe), r.entropy);
+      } else if (wire::is_data(r.pkt.bh.opcode)) {
+        received.insert(r.pkt.bh.psn);
+        last = r;
+      }
+    }
+  }
+  return fail("the path on port " + std::to_string(victim_port) +
+              ", never answered, did not probe from a new port within 300 ms");
+}
+
+}  // namespace
 
 Outcome check_path2(Target& t) {
   Peer p(t);
@@ -199,26 +276,35 @@ Outcome check_path2(Target& t) {
   const auto data = of(rs, wire::Opcode::kWrite);
   if (data.empty()) return fail("no data");
   if (!one_port_per_tag(data, why)) return fail(why);
-  // A slot that shows two generations must show two entropies.
-  std::map<uint16_t, std::map<uint16_t, uint16_t>> port_of_generation;  // slot -> gen -> port
-  uint32_t last = 0;
+  // A fresh connection has replaced no entropy: one tag per port, and the
+  // slot bits name the slot whose port PATH-1 gives.
+  std::map<uint16_t, uint16_t> tag_of_port;
   for (const Reply* d : data) {
-    const uint16_t tag = d->pkt.bh.path_tag;
-    port_of_generation[tag & 31].emplace(tag >> 5, d->entropy);
-    last = std::max(last, d->pkt.bh.psn);
+    const auto [it, fresh] = tag_of_port.emplace(d->entropy, d->pkt.bh.path_tag);
+    if (!fresh && it->second != d->pkt.bh.path_tag)
+      return fail("port " + std::to_string(d->entropy) + " sent path_tags " + hex32(it->second) +
+                  " and " + hex32(d->pkt.bh.path_tag) + " with no entropy replaced");
   }
-  for (const auto& [slot, gens] : port_of_generation) {
-    std::set<uint16_t> ports;
-    for (const auto& [gen, port] : gens) ports.insert(port);
-    if (ports.size() != gens.size())
-      return fail("slot " + std::to_string(slot) + " changed generation on an unchanged entropy");
+  const auto first = first_per_slot(data);
+  if (first.size() != tag_of_port.size())
+    return fail(std::to_string(tag_of_port.size()) + " ports but " + std::to_string(first.size()) +
+                " slots in path_tag bits 4-0");
+  if (first.size() >= 2) {
+    why = ports_off_their_slots(t, first);
+    if (!why.empty()) return fail("path_tag bits 4-0 do not name PATH-1's slots: " + why);
   }
-  // Echoing the tags back completes the WRITE: the target reads them as its own.
+  std::set<uint16_t> ports;
+  for (const auto& [port, tag] : tag_of_port) ports.insert(port);
+  if (t.simulated_time()) return retired_path_steps_its_generation(p, data, ports);
+  // In real time the generation change (seconds of timeouts) is left out;
+  // echoing the tags back completes the WRITE: the target reads them as its own.
+  uint32_t last = data.front()->pkt.bh.psn;
+  for (const Reply* d : data) last = later_psn(last, d->pkt.bh.psn);
   p.send(p.ack(last + 1, *data.back()), data.back()->entropy);
   Completion c;
   if (!p.await_completion(c) || c.status != Status::kOk)
     return fail("the WRITE did not complete once acknowledged");
-  return pass(std::to_string(port_of_generation.size()) + " path slots");
+  return pass(std::to_string(first.size()) + " path slots; no generation change in real time");
 }
 
 Outcome check_place2(Target& t) {
@@ -232,6 +318,17 @@ Outcome check_place2(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteRead, ro)) return fail("register_memory failed");
   o = expect_nak(t, 0x7e63, ro, ro.rkey, ro.addr, 8, 0x04);
   if (!o.passed) return fail("no REMOTE_WRITE right: " + o.detail);
+  // The bounds are the whole message's, [raddr - offset, raddr - offset +
+  // msg_len): each packet below lies inside the region, its message does not.
+  // Each carries the payload TRIM-5 requires of its place in the message.
+  o = expect_nak(t, 0x7e67, r, 0x03, [&r](const Peer& p) {
+    return p.write_part(p.next_psn, r.rkey, r.addr, Bytes(p.mtu, 0x77), 0, 8000);
+  });
+  if (!o.passed) return fail("first packet of a message that runs past the region: " + o.detail);
+  o = expect_nak(t, 0x7e68, r, 0x03, [&r](const Peer& p) {
+    return p.write_part(p.next_psn, r.rkey, r.addr + 8, Bytes(8, 0x77), 4000, 4008);
+  });
+  if (!o.passed) return fail("last packet of a message that starts before the region: " + o.detail);
   return pass();
 }
 

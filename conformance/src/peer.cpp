@@ -47,7 +47,7 @@ std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs) {
 
 wire::BaseHeader Peer::header(wire::Opcode op, uint32_t psn, uint16_t path_tag) const {
   wire::BaseHeader bh;
-  bh.flags = wire::kFlagPayloadCovered;
+  bh.flags = cover_payload || !wire::is_data(op) ? wire::kFlagPayloadCovered : 0;
   bh.opcode = op;
   bh.path_tag = path_tag;
   bh.dst_conn = target_conn;
@@ -93,6 +93,7 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
   if (const Reply* r = accept_of(rs)) {
     target_conn = r->pkt.connect.src_conn;
     target_initial_psn = r->pkt.connect.initial_psn;
+    mtu = std::min<uint32_t>(mtu, r->pkt.connect.mtu);
     return true;
   }
   why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";
@@ -102,6 +103,7 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
 void Peer::accept(const Reply& req, uint8_t max_reads) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
+  mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
   wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
   wire::ConnectBody b;
   b.src_conn = conn_;
@@ -118,9 +120,21 @@ void Peer::accept(const Reply& req, uint8_t max_reads) {
 
 Bytes Peer::write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
                   uint16_t path_tag, bool ack_requested) const {
+  return write_packet(psn, rkey, raddr, payload, path_tag, ack_requested, 0,
+                      static_cast<uint32_t>(payload.size()));
+}
+
+Bytes Peer::write_part(uint32_t psn, uint64_t rkey, uint64_t raddr,
+                       std::span<const uint8_t> payload, uint32_t offset, uint32_t msg_len) const {
+  return write_packet(psn, rkey, raddr, payload, 1, true, offset, msg_len);
+}
+
+Bytes Peer::write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr,
+                         std::span<const uint8_t> payload, uint16_t path_tag, bool ack_requested,
+                         uint32_t offset, uint32_t msg_len) const {
   wire::BaseHeader bh = header(wire::Opcode::kWrite, psn, path_tag);
   if (ack_requested) bh.flags |= wire::kFlagAckRequested;
-  const wire::MessageHeader mh{0, 0, static_cast<uint32_t>(payload.size())};
+  const wire::MessageHeader mh{0, offset, msg_len};
   const wire::RdmaHeader rh{rkey, raddr};
   Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
   const size_t h = wire::write_data_headers(p, bh, mh, &rh, 0);

@@ -49,6 +49,10 @@ class Peer {
   // AR flag (acknowledge at once) unless told otherwise.
   Bytes write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
               uint16_t path_tag = 1, bool ack_requested = true) const;
+  // One packet, with AR, of a WRITE of `msg_len` bytes: `payload` at `offset`
+  // in the message, at `raddr` (the message starts at raddr - offset).
+  Bytes write_part(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
+                   uint32_t offset, uint32_t msg_len) const;
   Bytes read_req(uint32_t psn, uint32_t read_seq, uint64_t rkey, uint64_t raddr,
                  uint32_t len) const;
   Bytes read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t msg_len,
@@ -113,10 +117,18 @@ class Peer {
   uint32_t target_conn = 0;
   uint32_t target_initial_psn = 0;
   uint32_t next_psn = kInitialPsn;
+  // The connection's mtu: the smaller of the tester's offer and the target's.
+  uint32_t mtu = 4096;
+  // PC on the data packets the peer builds (INT-2): cleared, their ICRC
+  // covers the headers only.
+  bool cover_payload = true;
   uint32_t conn() const { return conn_; }
 
  private:
   wire::BaseHeader header(wire::Opcode op, uint32_t psn, uint16_t path_tag = 0) const;
+  Bytes write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
+                     uint16_t path_tag, bool ack_requested, uint32_t offset,
+                     uint32_t msg_len) const;
   Target& t_;
   uint32_t conn_;
 };

@@ -1,4 +1,4 @@
-// ENC-* and BAD-7/8: what goes on the wire, and packets that must be ignored.
+// ENC-*, INT-2 and BAD-4/7/8: what goes on the wire, and packets that must be ignored.
 #include <functional>
 #include <map>
 #include <set>
@@ -146,6 +146,37 @@ Outcome ignored_then_served(Target& t, const std::string& what,
   if (ack_of(p.exchange_until(good, acks(psn)), psn) == nullptr)
     return fail("the good packet was not acknowledged after it");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload) return fail("the good packet did not land");
+  return pass();
+}
+
+// A target that never verifies the ICRC would take either copy: one
+// corrupts a payload bit PC covers (INT-1), the other a header field
+// (tsval) whose value alone would not make the packet invalid.
+Outcome check_bad4(Target& t) {
+  return ignored_then_served(t, "a WRITE whose ICRC does not match",
+                             [](Peer& p, const Bytes& good) {
+                               Bytes payload_bit = good;
+                               payload_bit[payload_bit.size() - wire::kIcrcSize - 1] ^= 0x01;
+                               p.send(payload_bit);
+                               Bytes header_bit = good;
+                               header_bit[12] ^= 0x80;
+                               p.send(header_bit);
+                             });
+}
+
+// INT-2: receivers accept PC clear, where the ICRC covers the headers only;
+// a target that always checks it over the payload too drops this WRITE.
+Outcome check_int2(Target& t) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  p.cover_payload = false;
+  const uint32_t psn = p.next_psn++;
+  if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn)), psn) == nullptr)
+    return fail("no ACK for a WRITE with PC clear");
+  if (t.read_memory(r, 0, kPayload.size()) != kPayload)
+    return fail("a WRITE with PC clear did not land");
   return pass();
 }
 

@@ -178,8 +178,11 @@ ParseError parse(std::span<const uint8_t> d, Packet& out, bool flagged_trimmed) 
     const bool covered = (out.bh.flags & kFlagPayloadCovered) != 0;
     const size_t crc_len = covered ? hlen + payload_len : hlen;
     // TRIM-2: a switch cut the payload the ICRC covered; nothing is left to
-    // check it against. The packet can only be echoed, never placed.
-    const bool unverifiable = out.trimmed && covered;
+    // check it against. The packet can only be echoed, never placed. One
+    // that had no payload to lose (offset = msg_len) lost nothing: its ICRC
+    // covers exactly the headers that are here, and is checked.
+    const bool unverifiable =
+        out.trimmed && covered && load32(p + kBaseHeaderSize + 4) < load32(p + kBaseHeaderSize + 8);
     if (!unverifiable && detail::crc32c_short(p, crc_len) != load32(p + hlen + payload_len))
       return ParseError::kBadChecksum;
   }

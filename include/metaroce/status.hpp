@@ -7,8 +7,9 @@
 
 namespace metaroce {
 
-// X(name, value, description). Values <= 0x3f are the NAK codes on the wire
-// (spec section 3.10); the rest are local.
+// X(name, value, description). Values 0x01-0x07 are the NAK codes on the wire
+// (spec section 3.10, is_wire_nak_code); values from 0x40 are local, some of them
+// also CONNECT_REJECT codes.
 #define METAROCE_STATUS_CODES(X)                                                          \
   X(kOk, 0x00, "success")                                                                 \
   X(kRnr, 0x01, "receiver not ready: no receive buffer posted (retried)")                 \

@@ -105,7 +105,7 @@ struct AckBody {
 
 struct NakBody {
   uint32_t nak_psn = 0;
-  uint8_t code = 0;  // a metaroce::Status value <= 0x3f
+  uint8_t code = 0;  // a metaroce::Status value 0x01-0x07 (is_wire_nak_code, BAD-6)
   uint32_t msn = 0;
   uint32_t cum_psn = 0;
 };
@@ -159,7 +159,7 @@ enum class ParseError : uint8_t {
   kBadOpcode,    // unknown opcode (BAD-3)
   kBadChecksum,  // ICRC mismatch (BAD-4)
   kBadLength,    // payload inconsistent with the message header (BAD-5)
-  kBadField,     // a field outside its range, e.g. sack_words > 8 (BAD-6)
+  kBadField,     // a field outside its range, e.g. sack_words > 16 (BAD-6)
 };
 [[nodiscard]] const char* parse_error_name(ParseError e);
 
@@ -192,8 +192,9 @@ struct Packet {
 // engine: it saves clearing a whole Packet per datagram).
 // flagged_trimmed: the driver saw the TRIMMED code point (RxDatagram::trimmed).
 // A data packet so flagged that is exactly its headers and ICRC decodes with
-// out.trimmed set, its ICRC checked only when PC is clear (TRIM-2: with PC set
-// it covered the payload that is gone). Any other datagram ignores the flag.
+// out.trimmed set, its ICRC checked unless PC is set and the packet had
+// payload to lose, offset < msg_len (TRIM-2: the ICRC then covered the payload
+// that is gone). Any other datagram ignores the flag.
 [[nodiscard]] ParseError decode_fields(std::span<const uint8_t> datagram, Packet& out,
                                        bool flagged_trimmed = false);
 

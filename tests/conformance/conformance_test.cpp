@@ -8,8 +8,10 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "metaroce/bytes.hpp"
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/suite.hpp"
 #include "metaroce/wire.hpp"
@@ -77,11 +79,18 @@ class FaultyTarget : public EngineTarget {
   std::function<void(std::vector<Sent>&)> mutate;
   // What the target receives passes through `mutate_in` first.
   std::function<void(std::vector<uint8_t>&)> mutate_in;
+  // Then through `expand_in`, which may turn it into several datagrams.
+  std::function<std::vector<std::vector<uint8_t>>(std::vector<uint8_t>)> expand_in;
   bool confuse_peers = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (mutate_in) mutate_in(bytes);
-    EngineTarget::deliver(bytes, entropy, ce, stranger && !confuse_peers);
+    std::vector<std::vector<uint8_t>> all;
+    if (expand_in)
+      all = expand_in(std::move(bytes));
+    else
+      all.push_back(std::move(bytes));
+    for (const auto& x : all) EngineTarget::deliver(x, entropy, ce, stranger && !confuse_peers);
   }
   std::vector<Sent> run_for(uint64_t ns) override {
     std::vector<Sent> out = EngineTarget::run_for(ns);
@@ -104,7 +113,8 @@ void expect_fails(const std::string& rule, const std::function<void(FaultyTarget
       rule);
   ASSERT_FALSE(results.empty()) << rule;
   for (const Result& r : results)
-    EXPECT_FALSE(r.outcome.passed) << r.check->rule << " passed with the fault planted";
+    EXPECT_FALSE(r.outcome.passed)
+        << r.check->rule << " passed with the fault planted: " << r.outcome.detail;
 }
 
 TEST(Conformance, AckFromAnotherPortFailsAck7) {
@@ -159,6 +169,32 @@ TEST(Conformance, AcksInTheDataClassOrDataInTheControlClassFailEnc6) {
   }
 }
 
+// A target that never verifies the ICRC: what it receives with a bad one
+// is resealed first (over what PC says it covers).
+TEST(Conformance, UnverifiedIcrcFailsBad4) {
+  expect_fails("BAD-4", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kBadChecksum || !wire::is_data(p.bh.opcode))
+        return;
+      const size_t h = wire::header_size(p.bh.opcode);
+      ASSERT_EQ(wire::seal(d, h, d.size() - h - wire::kIcrcSize), d.size());
+    };
+  });
+}
+
+// A target that refuses data packets with PC clear (it reads the ICRC as
+// covering the payload whatever PC says).
+TEST(Conformance, PcClearRefusedFailsInt2) {
+  expect_fails("INT-2", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      if (d.size() > 1 && wire::is_data(static_cast<wire::Opcode>(d[1])) &&
+          (d[0] & wire::kFlagPayloadCovered) == 0)
+        d.back() ^= 0x01;
+    };
+  });
+}
+
 TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
 }
@@ -172,6 +208,24 @@ TEST(Conformance, LostNaksFailPlace2Mr1Mr3) {
       };
     });
   }
+}
+
+// A target that checks each WRITE packet's own range, not its message's:
+// it sees every packet as a message of its own.
+TEST(Conformance, PacketOnlyBoundsFailPlace2) {
+  expect_fails("PLACE-2", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kWrite)
+        return;
+      const std::vector<uint8_t> payload(p.payload.begin(), p.payload.end());
+      const wire::MessageHeader mh{p.mh.msn, 0, static_cast<uint32_t>(payload.size())};
+      d.assign(wire::largest_header_size() + payload.size() + wire::kIcrcSize, 0);
+      const size_t h = wire::write_data_headers(d, p.bh, mh, &p.rh, 0);
+      std::copy(payload.begin(), payload.end(), d.begin() + static_cast<ptrdiff_t>(h));
+      d.resize(wire::seal(d, h, payload.size()));
+    };
+  });
 }
 
 TEST(Conformance, NoAcksFailSeq4) {
@@ -209,6 +263,31 @@ TEST(Conformance, IgnoredCeEchoesFailCc3) {
   });
 }
 
+// A target that takes a CE echo for every packet its ACK acknowledges (the
+// marked fraction of ACKs): a CE-echoing ACK that acknowledges two packets
+// reaches the engine as two, one per packet, both echoing CE.
+TEST(Conformance, AckFractionFailsCc3) {
+  expect_fails("CC-3", [](FaultyTarget& t) {
+    auto cum = std::make_shared<std::optional<uint32_t>>();
+    t.expand_in = [cum](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kAck) {
+        if ((p.ack.flags & wire::kAckEchoCe) && cum->has_value() && p.ack.cum_psn - **cum == 2) {
+          wire::AckBody first = p.ack;
+          first.cum_psn -= 1;
+          std::vector<uint8_t> a(256);
+          a.resize(wire::seal(a, wire::write_ack(a, p.bh, first), 0));
+          out.push_back(std::move(a));
+        }
+        *cum = p.ack.cum_psn;
+      }
+      out.push_back(std::move(d));
+      return out;
+    };
+  });
+}
+
 // An ACK that reaches the engine 50 us late: every RTT sample reads long.
 TEST(Conformance, LateAcksFailLoss4) {
   expect_fails("LOSS-4", [](FaultyTarget& t) {
@@ -237,6 +316,51 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
       d.assign(256, 0);
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
+  });
+}
+
+// A target whose path_tag layout is not slot | generation << 5: `to_wire`
+// rewrites the tags of what it sends, `from_wire` reads the echoes back.
+void plant_tag_layout(FaultyTarget& t, std::function<uint16_t(uint16_t)> to_wire,
+                      std::function<uint16_t(uint16_t)> from_wire) {
+  t.mutate = [to_wire = std::move(to_wire)](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (Sent& s : v) {
+      if (wire::decode(s.bytes, p) != wire::ParseError::kOk ||
+          !(wire::is_data(p.bh.opcode) || p.bh.opcode == wire::Opcode::kProbe))
+        continue;
+      const uint16_t tag = to_wire(p.bh.path_tag);
+      s.bytes[2] = static_cast<uint8_t>(tag >> 8);
+      s.bytes[3] = static_cast<uint8_t>(tag);
+      const size_t h = wire::header_size(p.bh.opcode);
+      ASSERT_EQ(wire::seal(s.bytes, h, p.payload.size()), s.bytes.size());
+    }
+  };
+  t.mutate_in = [from_wire = std::move(from_wire)](std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+    p.ack.echo_path_tag = from_wire(p.ack.echo_path_tag);
+    d.assign(256, 0);
+    d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+  };
+}
+
+// The slot in the top bits, the generation in the bottom ones.
+TEST(Conformance, SlotInTheHighBitsFailsPath2) {
+  expect_fails("PATH-2", [](FaultyTarget& t) {
+    plant_tag_layout(
+        t, [](uint16_t tag) { return static_cast<uint16_t>((tag & 31) << 11 | tag >> 5); },
+        [](uint16_t e) { return static_cast<uint16_t>((e >> 11) | (e & 0x7ff) << 5); });
+  });
+}
+
+// The generation three bits too high: the same tags while every generation
+// is 0, so only a path retired shows it.
+TEST(Conformance, GenerationShiftedBy8FailsPath2) {
+  expect_fails("PATH-2", [](FaultyTarget& t) {
+    plant_tag_layout(
+        t, [](uint16_t tag) { return static_cast<uint16_t>((tag & 31) | (tag >> 5) << 8); },
+        [](uint16_t e) { return static_cast<uint16_t>((e & 31) | (e >> 8) << 5); });
   });
 }
 
@@ -287,6 +411,50 @@ TEST(Conformance, ReorderedOutputFailsSched2) {
   expect_fails("SCHED-2", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) { std::reverse(v.begin(), v.end()); };
   });
+}
+
+// A conforming target whose PSNs start 8 before the wrap (SEQ-2): the
+// engine's own PSN space shifted on the way out and back. The checks that
+// order the target's PSNs must still pass.
+TEST(Conformance, PsnsAcrossTheWrapPass) {
+  for (const char* rule : {"SCHED-2", "PATH-2", "READ-4"}) {
+    const auto results = run(
+        [] {
+          auto t = std::make_unique<FaultyTarget>();
+          auto delta = std::make_shared<std::optional<uint32_t>>();
+          t->mutate = [delta](std::vector<Sent>& v) {
+            wire::Packet p;
+            for (Sent& s : v) {
+              if (wire::decode(s.bytes, p) != wire::ParseError::kOk) continue;
+              if (p.bh.opcode == wire::Opcode::kConnectReq ||
+                  p.bh.opcode == wire::Opcode::kConnectAccept) {
+                if (!delta->has_value()) *delta = 0xFFFFFFF8u - p.connect.initial_psn;
+                be::store32(s.bytes.data() + 20, p.connect.initial_psn + **delta);
+              } else if (wire::is_data(p.bh.opcode) && delta->has_value()) {
+                be::store32(s.bytes.data() + 8, p.bh.psn + **delta);
+              } else {
+                continue;
+              }
+              const size_t h = s.bytes.size() - p.payload.size() - wire::kIcrcSize;
+              ASSERT_EQ(wire::seal(s.bytes, h, p.payload.size()), s.bytes.size());
+            }
+          };
+          t->mutate_in = [delta](std::vector<uint8_t>& d) {
+            wire::Packet p;
+            if (!delta->has_value() || wire::decode(d, p) != wire::ParseError::kOk ||
+                p.bh.opcode != wire::Opcode::kAck)
+              return;
+            p.ack.cum_psn -= **delta;
+            p.ack.echo_psn -= **delta;
+            d.assign(256, 0);
+            d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+          };
+          return t;
+        },
+        rule);
+    ASSERT_EQ(results.size(), 1u) << rule;
+    EXPECT_TRUE(results[0].outcome.passed) << rule << ": " << results[0].outcome.detail;
+  }
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {

@@ -80,8 +80,8 @@ const std::map<std::string, std::string>& spec_hex() {
     },
     {"TV-09",
      "18 10 00 00 00 00 00 07 00 00 00 00 00 00 bf 00 "
-     "00 00 10 05 00 00 00 00 12 34 57 00 00 45 00 00 "
-     "00 00 00 00 62 a8 1e bc "
+     "00 00 10 05 00 00 00 00 12 34 57 00 00 45 04 00 "
+     "00 00 00 00 d0 5d 29 cb "
     },
     {"TV-10",
      "18 11 00 00 00 00 00 07 00 00 00 00 00 00 bf 10 "
@@ -670,6 +670,22 @@ TEST(SpecTrim2, CutPacketDecodesAsTrimmedOnlyWhenFlagged) {
   Packet p;
   ASSERT_EQ(decode_fields(ack, p, true), ParseError::kOk);
   EXPECT_FALSE(p.trimmed);
+}
+
+// TRIM-2: a flagged packet with no payload to lose (TV-05, a 0-byte SEND_IMM,
+// and TV-06, a READ_REQ, both PC set) is trimmed, and its ICRC, over exactly
+// the headers that are all there, is still checked.
+TEST(SpecTrim2, FlaggedPacketWithNothingToLoseHasItsIcrcChecked) {
+  for (const char* id : {"TV-05", "TV-06"}) {
+    SCOPED_TRACE(id);
+    Bytes pkt = from_hex(spec_hex().at(id));
+    ASSERT_NE(pkt[0] & kFlagPayloadCovered, 0);
+    Packet p;
+    ASSERT_EQ(decode_fields(pkt, p, true), ParseError::kOk);
+    EXPECT_TRUE(p.trimmed);
+    pkt[9] ^= 0x01;  // the PSN
+    EXPECT_EQ(decode_fields(pkt, p, true), ParseError::kBadChecksum);
+  }
 }
 
 // BAD-4 before BAD-5/BAD-6 for opcodes without payload: a corrupted packet

@@ -244,6 +244,12 @@ def broken_frames(vectors):
         # With PC clear the ICRC covers just the headers that are left.
         ("trimmed SEND, PC clear", frame(send_hdrs + tv["TV-04"][-4:], 50011, TRIMMED_DSCP), None,
          "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        # Cut to its headers but not flagged: not trimmed (TRIM-2), a bad length
+        # (TRIM-5), and with PC set an ICRC that no longer matches.
+        ("unflagged cut WRITE, PC set", frame(write_hdrs + tv["TV-01"][-4:], 50015), None,
+         "no TRIMMED DSCP", {"metaroce.trimmed": [], "metaroce.icrc.status": ["0"]}),
+        ("unflagged cut SEND, PC clear", frame(send_hdrs + tv["TV-04"][-4:], 50016), None,
+         "no TRIMMED DSCP", {"metaroce.trimmed": [], "metaroce.icrc.status": ["1"]}),
         # Flagged, PC set, but nothing was cut (READ_REQ, an empty message): the
         # ICRC covers the headers, all there, and is checked (TRIM-2).
         ("flagged READ_REQ, PC set", frame(tv["TV-06"], 50013, TRIMMED_DSCP), None,

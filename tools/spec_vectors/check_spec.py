@@ -7,7 +7,8 @@
 2. Checks that tests/wire/wire_test.cpp carries the same hex as the spec.
 3. Checks the spec against the code it describes: the SACK word limit of
    include/metaroce/wire.hpp (sections 3.2, 3.9, ACK-8, BAD-6 and
-   tests/wire), the ranges config.hpp gives window_log2, mtu, num_paths and
+   tests/wire), the NAK code range of include/metaroce/status.hpp (BAD-6,
+   NAK-2, section 12, appendix A), the ranges config.hpp gives window_log2, mtu, num_paths and
    dctcp_g_shift, and the parameter tables of sections 8.3, 9 and appendix B against the fields and
    defaults of include/metaroce/config.hpp (no parameter the code lacks, every
    CcConfig / RecoveryConfig field listed, the same default).
@@ -27,6 +28,7 @@ SPEC = ROOT / "docs/spec/metaroce-v0.1.md"
 TEST = ROOT / "tests/wire/wire_test.cpp"
 WIRE_HPP = ROOT / "include/metaroce/wire.hpp"
 CONFIG_HPP = ROOT / "include/metaroce/config.hpp"
+STATUS_HPP = ROOT / "include/metaroce/status.hpp"
 
 
 def _table():
@@ -94,7 +96,7 @@ def expected():
         "TV-08": seal(bh(8, 0x10, 0, 7, 0, 0xBEEF)
                       + ack(0x1000, 0x1003, 0x12345678, 0x23, 0x01, [0x5]), b"", 0),
         "TV-09": seal(bh(8, 0x10, 0, 7, 0, 0xBF00)
-                      + ack(0x1005, 0, 0x12345700, 0x45, 0, []), b"", 0),
+                      + ack(0x1005, 0, 0x12345700, 0x45, 0x04, []), b"", 0),
         "TV-10": seal(bh(8, 0x11, 0, 7, 0, 0xBF10)
                       + struct.pack(">IB3xII", 0x1001, 0x02, 5, 0x1001), b"", 0),
         "TV-11": seal(bh(0xC, 0x12, 0x45, 0x2A, 0, 0x12345700), b"", 0),
@@ -167,6 +169,26 @@ def check_limits(spec, test):
             bad.append(f"spec {what}: statement not found")
         elif int(m.group(1)) != want:
             bad.append(f"spec {what}: says {m.group(1)}, code has {want}")
+    # NAK codes: the codec's range (is_wire_nak_code) where the spec states it.
+    status = STATUS_HPP.read_text()
+    nak = _one(r"is_wire_nak_code\(uint8_t v\) \{ return v >= 0x([0-9a-f]+) && v <= 0x([0-9a-f]+); \}",
+               status, "is_wire_nak_code")
+    nak_lo, nak_hi = int(nak.group(1), 16), int(nak.group(2), 16)
+    nak_claims = {
+        "BAD-6 NAK codes": (r"\*\*BAD-6\*\*[^*]*?a NAK code outside\s+0x([0-9a-f]+)-0x([0-9a-f]+)",
+                            (nak_lo, nak_hi)),
+        "section 12 BAD-6 row": (r"\| BAD-6 \|[^\n]*NAK codes 0 and (\d+)-255", (nak_hi + 1,)),
+        "appendix A": (r"NAK codes on the wire are 0x([0-9a-f]+)-0x([0-9a-f]+)", (nak_lo, nak_hi)),
+        "NAK-2 fatal codes": (r"\*\*NAK-2\*\* \(MUST\) Codes 0x[0-9a-f]+-0x([0-9a-f]+) are fatal",
+                              (nak_hi,)),
+    }
+    for what, (pattern, want) in nak_claims.items():
+        m = re.search(pattern, spec)
+        base = 10 if what == "section 12 BAD-6 row" else 16
+        if not m:
+            bad.append(f"spec {what}: statement not found")
+        elif tuple(int(g, base) for g in m.groups()) != want:
+            bad.append(f"spec {what}: says {m.groups()}, code has {want}")
     m = re.search(r"kSpecMaxSackWords\s*=\s*(\d+)", test)
     if not m or int(m.group(1)) != words:
         bad.append(f"tests/wire kSpecMaxSackWords != kMaxSackWords ({words})")

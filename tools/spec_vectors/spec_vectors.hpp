@@ -123,12 +123,14 @@ inline std::vector<SpecVector> all() {
   ack.ack.sack[0] = 0x5;
   v.push_back(ack);
 
-  SpecVector ack_probe = make("TV-09", "ACK with no SACK words, answering the PROBE of TV-11");
+  SpecVector ack_probe =
+      make("TV-09", "ACK with no SACK words, answering the PROBE of TV-11 (ECHO_PROBE)");
   ack_probe.bh = base(Opcode::kAck, kPc, 0x0000, 0x00000007, 0, 0x0000bf00);
   ack_probe.ack.cum_psn = 0x00001005;
   ack_probe.ack.echo_psn = 0;
   ack_probe.ack.echo_tsval = 0x12345700;
   ack_probe.ack.echo_path_tag = 0x0045;
+  ack_probe.ack.flags = wire::kAckEchoProbe;  // as a receiver answers a PROBE (LOSS-8)
   v.push_back(ack_probe);
 
   SpecVector nak = make("TV-10", "NAK REMOTE_BAD_KEY for PSN 0x1001");

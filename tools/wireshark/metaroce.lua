@@ -473,20 +473,21 @@ local function dissect_payload(st, tree, hdr_len, layout)
       " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
   end
 
-  -- TRIM-2: a data packet with headers and ICRC only that the TRIMMED DSCP
-  -- flags. READ_REQ and empty messages have nothing to lose, so only the
-  -- DSCP tells; elsewhere a missing payload tells too (a capture
-  -- without the DSCP, like the simulator's, still shows the cut).
+  -- TRIM-2: only a data packet with headers and ICRC only that the TRIMMED
+  -- DSCP flags is trimmed. One cut to its headers without the flag is not
+  -- (a later hop may have rewritten it): TRIM-5 drops it as a bad length,
+  -- and its ICRC is checked like any other.
   if payload_len == 0 then
-    local by_dscp = trimmed_dscp_seen()
     local missing = layout.payload and st.msg_len > st.offset
-    if by_dscp or missing then
+    if trimmed_dscp_seen() then
       st.trimmed = true
       st.payload_cut = missing -- READ_REQ and empty messages lose nothing
       local item = tree:add(pf.trimmed, true)
       item:set_generated()
-      item:add_proto_expert_info(ex.trimmed, by_dscp and "TRIMMED DSCP, no payload"
-        or ("no payload though msg_len - offset = " .. (st.msg_len - st.offset)))
+      item:add_proto_expert_info(ex.trimmed, "TRIMMED DSCP, no payload")
+    elseif missing then
+      len_item:add_proto_expert_info(ex.bad_length, "no payload though msg_len - offset = " ..
+        (st.msg_len - st.offset) .. ", and no TRIMMED DSCP: not trimmed (TRIM-5)")
     end
   end
 
