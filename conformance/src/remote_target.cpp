@@ -262,6 +262,13 @@ bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   opt("timeouts", ps.timeouts);
   opt("min_rtt_ns", ps.min_rtt_ns);
   opt("inflight_bytes", ps.inflight_bytes);
+  opt("loss_rate_permille", ps.loss_rate_permille);
+  opt("trims", ps.trims);
+  opt("retirements", ps.retirements);
+  opt("explorations", ps.explorations);
+  opt("probes_sent", ps.probes_sent);
+  if (const auto f = r.find("state"); f != r.end() && f->is_string())
+    ps.state = f->get<std::string>() == "probing" ? PathState::kProbing : PathState::kActive;
   out = ps;
   return true;
 }
