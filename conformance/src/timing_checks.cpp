@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <iterator>
-#include <set>
 
 #include "checks.hpp"
 
@@ -226,14 +225,13 @@ Outcome check_cc3(Target& t) {
     observe(p.run(10'000));
   }
   // Judged on the paths that carried enough packets for many windows in
-  // their present generation and are still active in it, against the packet fraction; the check
-  // tells the two apart only where they differ.
+  // their present generation and are still active in it, against the packet
+  // fraction; the check tells the two apart only where they differ.
   std::string seen;
   bool told_apart = false, wrong = false;
   for (size_t s = 0; s < slots.size(); ++s) {
     const Slot& sl = slots[s];
-    if (sl.packets < 120 || !t.path_stats(conn, s, ps)) continue;
-    if (ps.state != PathState::kActive) continue;
+    if (sl.packets < 120 || !t.path_stats(conn, s, ps) || ps.state != PathState::kActive) continue;
     const double by_packet = 1000.0 * sl.marks / sl.packets;
     const double by_ack = sl.acks == 0 ? 0.0 : 1000.0 * sl.marks / sl.acks;
     seen += " " + std::to_string(ps.alpha_permille) + " (packets " +
