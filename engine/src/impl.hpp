@@ -243,6 +243,14 @@ struct Endpoint::Impl {
   Status post_send(detail::Connection& c, const SendWr& wr);
   template <bool gather>
   bool emit_data(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
+  // emit_data's body; rnr_paused: within LOSS-7's pause, a copy of its own
+  // (emit_data_paused), so that the common case pays nothing for it.
+  template <bool gather, bool rnr_paused>
+  [[gnu::always_inline]] inline bool emit_data_when(detail::Connection& c, TimeNs now,
+                                                    std::span<uint8_t> buf, TxDatagram& out);
+  template <bool gather>
+  [[gnu::cold]] bool emit_data_paused(detail::Connection& c, TimeNs now, std::span<uint8_t> buf,
+                                      TxDatagram& out);
   void on_ack(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_nak(detail::Connection& c, const wire::Packet& p, TimeNs now);
   void on_tlp_echo(detail::Connection& c, detail::TxCtx& t, const wire::AckBody& a, TimeNs now);

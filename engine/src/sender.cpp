@@ -288,9 +288,12 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
   return true;
 }
 
-template <bool gather>
-bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
-  if (!c.tx || now < c.rnr_until) return false;
+template <bool gather, bool rnr_wait>
+inline bool Endpoint::Impl::emit_data_when(Connection& c, TimeNs now, std::span<uint8_t> buf,
+                                           TxDatagram& out) {
+  // LOSS-7: while the peer has no receive buffer posted, our send queue
+  // waits (new messages and resends alike, so they stay in order); READ
+  // responses do not, so the peer's READs are not held up by our SENDs.
   TxCtx& t = *c.tx;
   const uint32_t mask = c.wmask();
   // SCHED-2: retransmissions first, each away from the path it was lost on.
@@ -302,6 +305,8 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
       ++t.retx_head;
       continue;
     }
+    if constexpr (rnr_wait)
+      if (!(r.slot & detail::kRespSlotFlag)) break;
     const int path = pick_path(c, r.path, now);
     if (path < 0) break;
     ++t.retx_head;
@@ -322,6 +327,8 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   detail::SqEntry* head = t.sq_seg != t.sq_tail ? &t.sq[t.sq_seg & t.sq_mask] : nullptr;
   detail::RespJob* job = nullptr;  // looked up only between messages
   bool use_resp = false;
+  if constexpr (rnr_wait)
+    if (head != nullptr && head->sent > 0) return false;  // SEQ-5: finished in order
   if (head == nullptr || head->sent == 0) {
     job = t.resp_seg != t.resp_tail ? &t.resp[t.resp_seg & t.resp_mask] : nullptr;
     if (job != nullptr && job->sent > 0) {
@@ -329,7 +336,7 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
     } else {
       const bool resp_ready = job != nullptr && before(job->req_psn, c.rx_cum);
       const bool sq_ready =
-          head != nullptr &&
+          head != nullptr && !rnr_wait &&
           !(head->wr.op == WrOpcode::kRead && c.reads_outstanding >= c.peer_max_reads);  // READ-3
       if (!resp_ready && !sq_ready) return false;
       use_resp = resp_ready && (!sq_ready || c.resp_turn);
@@ -371,6 +378,20 @@ bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf
   // tx_count read only for a PSN sent before).
   ++c.next_psn;
   return build_data<gather>(c, t, slot, sq, psn, static_cast<uint8_t>(path), false, now, buf, out);
+}
+
+template <bool gather>
+bool Endpoint::Impl::emit_data_paused(Connection& c, TimeNs now, std::span<uint8_t> buf,
+                                      TxDatagram& out) {
+  return emit_data_when<gather, true>(c, now, buf, out);
+}
+
+template <bool gather>
+bool Endpoint::Impl::emit_data(Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
+  if (!c.tx) return false;
+  if (now < c.rnr_until) [[unlikely]]
+    return emit_data_paused<gather>(c, now, buf, out);
+  return emit_data_when<gather, false>(c, now, buf, out);
 }
 template bool Endpoint::Impl::emit_data<false>(Connection&, TimeNs, std::span<uint8_t>,
                                                TxDatagram&);

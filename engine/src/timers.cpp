@@ -54,7 +54,7 @@ void Endpoint::Impl::compute_timer(Connection& c) {
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
   if (awaits_peer(c)) outstanding = true;
-  // LOSS-7's pause holds back everything unsent, not only the resends the
+  // LOSS-7's pause holds back the whole send queue, not only the resends the
   // RNR queued (a stale RNR NAK queues none): whatever waits, wakes then.
   if (c.rnr_until.ns > 0 && unsent) t = std::min(t, c.rnr_until);
   if (outstanding && c.state == ConnState::kEstablished)

@@ -274,5 +274,54 @@ TEST(Engine, RnrRefusedMessageCountsNoLoss) {  // LOSS-7, NAK-4
   EXPECT_GE(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
 }
 
+// LOSS-7: our SEND waits for the peer's receive buffer, not the READs the
+// peer asks of us meanwhile. Endpoint 1's SEND is refused with RNR again and
+// again (endpoint 0 posts its receive only after its READ); the READ's
+// responses flow through the pauses, so it takes about as long as with no
+// SEND at all (before, each pause held them for rnr_retry_ns).
+TEST(Engine, RnrPauseLeavesReadResponsesFlowing) {  // LOSS-7, READ-2
+  constexpr uint32_t kLen = 1 << 20;
+  auto read_time_ns = [&](bool with_send, uint64_t& rnr_naks) {
+    EndpointConfig responder = cfg(76);
+    responder.recovery.rnr_retry_ns = 10'000;  // many pauses within the READ
+    Loop loop(cfg(75), responder);
+    auto [a, b] = loop.connect();
+    Buf into(loop.ep(0), kLen, kAccessLocalWrite, 0);
+    Buf from(loop.ep(1), kLen, kAccessRemoteRead, 0);
+    pattern(from.bytes, 3);
+    Buf msg(loop.ep(1), 4 * 4096, 0, 9);
+    Buf rbuf(loop.ep(0), 4 * 4096, kAccessLocalWrite, 0);
+    if (with_send) {
+      EXPECT_EQ(loop.ep(1).post_send(b, send_wr(msg, 0, 4 * 4096, 7)), Status::kOk);
+      // Until the first RNR NAK has left: the pause is on when the READ starts.
+      EXPECT_TRUE(loop.run_until([&] { return loop.ep(0).conn_stats(a)->rnr_naks_sent > 0; }));
+    }
+    const TimeNs start = loop.now();
+    EXPECT_EQ(loop.ep(0).post_send(a, read_wr(into, from.addr(), from.mr.rkey, kLen, 1)),
+              Status::kOk);
+    std::vector<Completion> done;
+    EXPECT_TRUE(loop.run_until_completions(0, 1, done));
+    const uint64_t took = loop.now().since(start);
+    EXPECT_EQ(done.at(0).status, Status::kOk);
+    EXPECT_EQ(into.bytes, from.bytes);
+    rnr_naks = loop.ep(0).conn_stats(a)->rnr_naks_sent;
+    if (with_send) {  // the SEND still lands once a receive is posted
+      EXPECT_EQ(loop.ep(0).post_recv(a, RecvWr{5, rbuf.addr(), 4 * 4096, rbuf.mr.lkey}),
+                Status::kOk);
+      std::vector<Completion> sent;
+      EXPECT_TRUE(loop.run_until_completions(1, 1, sent));
+      EXPECT_EQ(sent.at(0).status, Status::kOk);
+      EXPECT_EQ(rbuf.bytes, msg.bytes);
+    }
+    return took;
+  };
+  uint64_t naks_alone = 0, naks_paused = 0;
+  const uint64_t alone = read_time_ns(false, naks_alone);
+  const uint64_t paused = read_time_ns(true, naks_paused);
+  EXPECT_EQ(naks_alone, 0u);
+  EXPECT_GE(naks_paused, 2u);  // the READ ran across more than one pause
+  EXPECT_LE(paused, alone + alone / 10) << "alone " << alone << " ns, paused " << paused << " ns";
+}
+
 }  // namespace
 }  // namespace metaroce::test
