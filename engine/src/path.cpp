@@ -94,6 +94,7 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   const uint32_t floor = cwnd_floor(c);
   if (signal && may_decrease) {  // CC-4
     p.cwnd -= static_cast<uint32_t>((uint64_t{p.cwnd} * p.alpha) >> 17);
+    p.cwnd_frac = 0;  // CC-2: the next additive step counts from the cut
     p.slow_start = false;
     p.last_decrease = now;
   } else if (may_decrease && delayed) {  // CC-5
@@ -101,6 +102,7 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     const uint64_t cut = std::min<uint64_t>(uint64_t{p.cwnd} * excess / rtt,
                                             uint64_t{p.cwnd} * cfg.cc.max_delay_decrease_pct / 100);
     p.cwnd -= static_cast<uint32_t>(cut);
+    p.cwnd_frac = 0;
     p.slow_start = false;
     p.last_decrease = now;
     p.last_congestion = now;
@@ -118,6 +120,7 @@ void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
     // window, at most once per RTT.
     if (cfg.cc.enabled && now.since(p.last_decrease) >= p.srtt) {
       p.cwnd = std::max(p.cwnd / 2, cwnd_floor(c));
+      p.cwnd_frac = 0;
       p.slow_start = false;
       p.last_decrease = now;
     }
