@@ -274,6 +274,37 @@ TEST(Engine, RnrRefusedMessageCountsNoLoss) {  // LOSS-7, NAK-4
   EXPECT_GE(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
 }
 
+// LOSS-7's wake: with nothing else in flight, the refused SEND goes again
+// when the pause ends (the connection's timer names rnr_until), not at a
+// later timeout. The receive is posted as the RNR NAK leaves.
+TEST(Engine, RnrResendLeavesWhenThePauseEnds) {  // LOSS-7
+  Loop loop(cfg(77), cfg(78));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0);
+  TimeNs nak_sent{0}, resent{0};
+  int sends = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (d.size() < 2) return;
+    if (from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kNak) && nak_sent.ns == 0) {
+      nak_sent = loop.now();
+      ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 4096, rbuf.mr.lkey}), Status::kOk);
+    }
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kSend) && ++sends == 2)
+      resent = loop.now();
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, rbuf.bytes);
+  ASSERT_NE(nak_sent.ns, 0u);
+  ASSERT_NE(resent.ns, 0u);
+  const uint64_t pause = loop.ep(0).config().recovery.rnr_retry_ns;
+  // The NAK takes delay_ns to arrive; the resend leaves at the pause's end.
+  EXPECT_EQ(resent.since(nak_sent), loop.delay_ns + pause);
+}
+
 // LOSS-7: our SEND waits for the peer's receive buffer, not the READs the
 // peer asks of us meanwhile. Endpoint 1's SEND is refused with RNR again and
 // again (endpoint 0 posts its receive only after its READ); the READ's
