@@ -917,6 +917,44 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
     }
 }
 
+// One send socket's buffer stays full (the hook fails socket 0's next 12
+// sends with EAGAIN) while the other paths' sockets have room: their
+// messages of the same round go at once, with sendmmsg as with io_uring, and
+// only socket 0's wait, in their order, until it drains. Socket 0 comes
+// first in a round's messages (grouped by socket): a flush that stopped at
+// the first full socket sent nothing at all.
+TEST(Udp, FullSocketHoldsOnlyItsOwnMessages) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    Options o = test_options();
+    o.io_uring = uring;
+    o.engine.num_paths = 4;
+    o.entropy_count = 4;  // every socket carries a path, socket 0 too
+    ::setenv("METAROCE_UDP_FAULT_FULL_SOCKET", "0:12", 1);
+    Pair p = connect_pair("127.0.0.1", o, o);
+    ::unsetenv("METAROCE_UDP_FAULT_FULL_SOCKET");
+    ASSERT_TRUE(p.cconn.valid());
+    const auto c0 = p.client->io_stats();
+    ASSERT_EQ(c0.tx_eagain, 0u);  // the handshake left from the receive socket
+    const auto s0 = p.server->io_stats();
+    constexpr size_t kLen = 256 * 1024;
+    WriteBuffers b(p, kLen, 41);
+    ASSERT_TRUE(b.post_write(p, 1, 0, kLen));
+    for (int i = 0; i < 2; ++i) (void)p.client->progress();
+    const auto c1 = p.client->io_stats();
+    EXPECT_GT(c1.tx_eagain, 0u);  // socket 0 had messages, and its buffer was full
+    EXPECT_GT(c1.tx_datagrams, c0.tx_datagrams) << "the other paths' datagrams were held";
+    for (int i = 0; i < 20; ++i) (void)p.server->progress();
+    EXPECT_GT(p.server->io_stats().rx_datagrams, s0.rx_datagrams);
+    // Socket 0 drains: everything lands, nothing dropped.
+    const auto comps = drive(*p.client, *p.server, 1, 20s);
+    ASSERT_EQ(comps.size(), 1u);
+    EXPECT_EQ(comps[0].status, Status::kOk);
+    EXPECT_EQ(b.src, b.dst);
+    EXPECT_EQ(p.client->io_stats().tx_errors, 0u);
+  }
+}
+
 // A device that refuses UDP_SEGMENT at run time (EIO from sendmmsg; the
 // hook fails every GSO message from the 4th on): GSO is turned off for good,
 // the refused datagrams are retransmitted without it and every byte lands.

@@ -181,6 +181,11 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_gso_from = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT"))
     fault_gso_port = static_cast<uint16_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_FULL_SOCKET")) {  // K:N
+    char* end = nullptr;
+    fault_full_sock = static_cast<uint16_t>(std::strtoul(f, &end, 10));
+    if (*end == ':') fault_full_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
+  }
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);
@@ -308,6 +313,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_addr.assign(tx_cap, sockaddr_storage{});
   tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
   tx_msg_res.assign(tx_cap, 0);
+  tx_sock_held.assign(size_t{ecount} + 1, 0);
   tx_msg_queued.assign(tx_cap, 0);
   setup_uring();
   return true;
