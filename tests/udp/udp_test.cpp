@@ -2152,3 +2152,106 @@ TEST(Udp, TrimmedDscpReachesTheEngine) {
   EXPECT_LE(p.server->io_stats().rx_syscalls - calls_before, kTrimmed / 2);
   EXPECT_EQ(p.server->endpoint_stats().bad_length, 0u);
 }
+
+namespace {
+
+// Sends `n` datagrams of `seg` bytes (junk to the engine) from a plain UDP
+// socket to 127.0.0.1:port with IP TOS `tos`, as one GSO message when n > 1,
+// which loopback hands a GRO socket as one buffer. False where the kernel
+// refuses it (no UDP GSO).
+bool send_plain(uint16_t port, size_t n, size_t seg, int tos) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+  const int size = static_cast<int>(seg);
+  if (n > 1 && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, sizeof(size)) != 0) {
+    ::close(fd);
+    return false;
+  }
+  const std::vector<uint8_t> buf(n * seg, 0x5a);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  const bool ok = ::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to),
+                           sizeof(to)) == static_cast<ssize_t>(buf.size());
+  ::close(fd);
+  return ok;
+}
+
+// An endpoint whose receive messages offer `ctrl_bytes` of control data
+// (the test hook): the kernel cuts what does not fit (MSG_CTRUNC).
+std::unique_ptr<UdpEndpoint> open_with_control_room(const char* ctrl_bytes, bool gro) {
+  Options o = test_options();
+  o.gro = gro;
+  ::setenv("METAROCE_UDP_RX_CTRL_BYTES", ctrl_bytes, 1);
+  auto ep = open_on("127.0.0.1", o);
+  ::unsetenv("METAROCE_UDP_RX_CTRL_BYTES");
+  return ep;
+}
+
+// The endpoint's I/O counters once a buffer has been handled (received or
+// dropped), or after 2 s.
+metaroce::udp::IoStats stats_after_one_buffer(UdpEndpoint& ep) {
+  for (int i = 0; i < 400; ++i) {
+    const auto io = ep.io_stats();
+    if (io.rx_datagrams + io.rx_ctrunc + io.rx_foreign != 0) return io;
+    ep.wait(5ms);
+  }
+  return ep.io_stats();
+}
+
+}  // namespace
+
+// A GRO buffer whose control data the kernel cut short (MSG_CTRUNC; the hook
+// leaves room for a control message's header only) has lost its segment
+// size: it cannot be split, so it is dropped and counted, never handed to
+// the engine as one datagram of its three segments' bytes. (It was: the
+// missing size read as "no GRO", from bytes the kernel had not written.)
+// With room for 56 bytes, the arrival time and the segment size (which this
+// kernel writes first) fit and the TOS is cut: the buffer is split into its
+// three as ever, none taken as CE (or it is dropped, where a kernel writes
+// them in another order).
+TEST(Udp, CutControlDataDropsAGroBufferItCannotSplit) {
+  for (const char* room : {"16", "56"}) {
+    SCOPED_TRACE(std::string("control room ") + room);
+    auto ep = open_with_control_room(room, true);
+    ASSERT_TRUE(ep);
+    if (!ep->gro_enabled()) GTEST_SKIP() << "no UDP GRO here";
+    if (!send_plain(ep->port(), 3, 200, 3)) GTEST_SKIP() << "no UDP GSO here";  // CE-marked
+    const auto io = stats_after_one_buffer(*ep);
+    EXPECT_EQ(io.rx_ctrunc, 1u);
+    EXPECT_EQ(io.rx_ce, 0u);
+    if (std::string(room) == "16" || io.rx_datagrams == 0) {
+      EXPECT_EQ(io.rx_datagrams, 0u);
+      EXPECT_EQ(io.rx_gro_batches, 0u);
+    } else {
+      EXPECT_EQ(io.rx_datagrams, 3u);
+      EXPECT_EQ(io.rx_gro_batches, 1u);
+    }
+  }
+}
+
+// Without GRO a buffer is one datagram whatever its control data says: cut
+// short, it is still handed on and counted, but its ECN field is unknown
+// and read as not CE (a congestion mark lost at worst, never data). With
+// the room it needs, the same CE-marked datagram counts as CE.
+TEST(Udp, CutControlDataLosesTheEcnMarkNotTheDatagram) {
+  for (const char* room : {"16", "0"}) {
+    SCOPED_TRACE(std::string("control room ") + room);
+    auto ep = open_with_control_room(room, false);
+    ASSERT_TRUE(ep);
+    ASSERT_TRUE(send_plain(ep->port(), 1, 200, 3));  // ECN CE
+    const auto io = stats_after_one_buffer(*ep);
+    EXPECT_EQ(io.rx_ctrunc, 1u);
+    EXPECT_EQ(io.rx_datagrams, 1u);
+    EXPECT_EQ(io.rx_ce, 0u);
+  }
+  auto ep = open_with_control_room("160", false);
+  ASSERT_TRUE(ep);
+  ASSERT_TRUE(send_plain(ep->port(), 1, 200, 3));
+  const auto io = stats_after_one_buffer(*ep);
+  EXPECT_EQ(io.rx_ctrunc, 0u);
+  EXPECT_EQ(io.rx_datagrams, 1u);
+  EXPECT_EQ(io.rx_ce, 1u);
+}

@@ -203,6 +203,10 @@ struct UdpEndpoint::Impl {
   std::vector<iovec> rx_iov;
   std::vector<sockaddr_storage> rx_addr;
   std::vector<uint8_t> rx_ctrl;
+  // The control data each receive message offers: kRxCtrlBytes, or less
+  // under the test hook METAROCE_UDP_RX_CTRL_BYTES=N, which has the kernel
+  // cut it short (MSG_CTRUNC).
+  size_t rx_ctrl_len = kRxCtrlBytes;
 
   // transmit: slots filled from poll_transmit_gather, then messages built
   // over them (grouped by socket, runs coalesced with GSO)

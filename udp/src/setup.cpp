@@ -186,6 +186,8 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_full_sock = static_cast<uint16_t>(std::strtoul(f, &end, 10));
     if (*end == ':') fault_full_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
   }
+  if (const char* f = std::getenv("METAROCE_UDP_RX_CTRL_BYTES"))
+    rx_ctrl_len = std::min<size_t>(std::strtoul(f, nullptr, 10), kRxCtrlBytes);
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);
@@ -280,7 +282,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     h.msg_iov = &rx_iov[i];
     h.msg_iovlen = 1;
     h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
-    h.msg_controllen = kRxCtrlBytes;
+    h.msg_controllen = rx_ctrl_len;
     h.msg_flags = 0;
   }
   // Transmit slots: many per socket of a connection's paths, so that each
