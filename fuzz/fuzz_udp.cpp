@@ -93,7 +93,7 @@ World* world() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World& w = *world();
   const uint64_t before = w.server->io_stats().rx_datagrams + w.server->io_stats().rx_foreign +
-                          w.server->io_stats().rx_truncated;
+                          w.server->io_stats().rx_truncated + w.server->io_stats().rx_ctrunc;
   uint64_t sent = 0;
   std::vector<uint8_t> dg;
   size_t at = 0;
@@ -125,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     (void)w.server->progress();
     const auto io = w.server->io_stats();
-    if (io.rx_datagrams + io.rx_foreign + io.rx_truncated >= before + sent) break;
+    if (io.rx_datagrams + io.rx_foreign + io.rx_truncated + io.rx_ctrunc >= before + sent) break;
     if (std::chrono::steady_clock::now() > end) break;  // a merged buffer may count less
   }
   (void)w.client->progress();

@@ -116,8 +116,13 @@ struct IoStats {
   // NAKs where it marks them as this endpoint does. None while ACKs arrive
   // means the network rewrote the DSCP, and switches cannot serve them first.
   uint64_t rx_control_class = 0;
-  uint64_t rx_truncated = 0;      // datagrams larger than the receive buffer
-  uint64_t rx_foreign = 0;        // datagrams of another address family, or empty
+  uint64_t rx_truncated = 0;  // datagrams larger than the receive buffer
+  uint64_t rx_foreign = 0;    // datagrams of another address family, or empty
+  // Received buffers whose control data the kernel cut short (MSG_CTRUNC):
+  // their ECN, DSCP or GRO segment size may be missing. One whose segment
+  // size is missing (GRO on) is dropped, as it could not be split; the
+  // others are handed on, a missing ECN field read as not CE (udp/README.md).
+  uint64_t rx_ctrunc = 0;
   uint64_t rx_wait_ns_total = 0;  // summed over datagrams: kernel arrival to handling
   uint64_t rx_wait_ns_max = 0;
   // Rounds whose last recvmmsg came back full (4 calls a round, each of up to

@@ -917,6 +917,44 @@ TEST(Udp, FullSocketBufferKeepsGatheredPayloads) {
     }
 }
 
+// One send socket's buffer stays full (the hook fails socket 0's next 12
+// sends with EAGAIN) while the other paths' sockets have room: their
+// messages of the same round go at once, with sendmmsg as with io_uring, and
+// only socket 0's wait, in their order, until it drains. Socket 0 comes
+// first in a round's messages (grouped by socket): a flush that stopped at
+// the first full socket sent nothing at all.
+TEST(Udp, FullSocketHoldsOnlyItsOwnMessages) {
+  for (const bool uring : {true, false}) {
+    SCOPED_TRACE(uring ? "io_uring" : "sendmmsg");
+    Options o = test_options();
+    o.io_uring = uring;
+    o.engine.num_paths = 4;
+    o.entropy_count = 4;  // every socket carries a path, socket 0 too
+    ::setenv("METAROCE_UDP_FAULT_FULL_SOCKET", "0:12", 1);
+    Pair p = connect_pair("127.0.0.1", o, o);
+    ::unsetenv("METAROCE_UDP_FAULT_FULL_SOCKET");
+    ASSERT_TRUE(p.cconn.valid());
+    const auto c0 = p.client->io_stats();
+    ASSERT_EQ(c0.tx_eagain, 0u);  // the handshake left from the receive socket
+    const auto s0 = p.server->io_stats();
+    constexpr size_t kLen = 256 * 1024;
+    WriteBuffers b(p, kLen, 41);
+    ASSERT_TRUE(b.post_write(p, 1, 0, kLen));
+    for (int i = 0; i < 2; ++i) (void)p.client->progress();
+    const auto c1 = p.client->io_stats();
+    EXPECT_GT(c1.tx_eagain, 0u);  // socket 0 had messages, and its buffer was full
+    EXPECT_GT(c1.tx_datagrams, c0.tx_datagrams) << "the other paths' datagrams were held";
+    for (int i = 0; i < 20; ++i) (void)p.server->progress();
+    EXPECT_GT(p.server->io_stats().rx_datagrams, s0.rx_datagrams);
+    // Socket 0 drains: everything lands, nothing dropped.
+    const auto comps = drive(*p.client, *p.server, 1, 20s);
+    ASSERT_EQ(comps.size(), 1u);
+    EXPECT_EQ(comps[0].status, Status::kOk);
+    EXPECT_EQ(b.src, b.dst);
+    EXPECT_EQ(p.client->io_stats().tx_errors, 0u);
+  }
+}
+
 // A device that refuses UDP_SEGMENT at run time (EIO from sendmmsg; the
 // hook fails every GSO message from the 4th on): GSO is turned off for good,
 // the refused datagrams are retransmitted without it and every byte lands.
@@ -2113,4 +2151,107 @@ TEST(Udp, TrimmedDscpReachesTheEngine) {
   // The premise: calls that held several.
   EXPECT_LE(p.server->io_stats().rx_syscalls - calls_before, kTrimmed / 2);
   EXPECT_EQ(p.server->endpoint_stats().bad_length, 0u);
+}
+
+namespace {
+
+// Sends `n` datagrams of `seg` bytes (junk to the engine) from a plain UDP
+// socket to 127.0.0.1:port with IP TOS `tos`, as one GSO message when n > 1,
+// which loopback hands a GRO socket as one buffer. False where the kernel
+// refuses it (no UDP GSO).
+bool send_plain(uint16_t port, size_t n, size_t seg, int tos) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  (void)setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+  const int size = static_cast<int>(seg);
+  if (n > 1 && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, sizeof(size)) != 0) {
+    ::close(fd);
+    return false;
+  }
+  const std::vector<uint8_t> buf(n * seg, 0x5a);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  const bool ok = ::sendto(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to),
+                           sizeof(to)) == static_cast<ssize_t>(buf.size());
+  ::close(fd);
+  return ok;
+}
+
+// An endpoint whose receive messages offer `ctrl_bytes` of control data
+// (the test hook): the kernel cuts what does not fit (MSG_CTRUNC).
+std::unique_ptr<UdpEndpoint> open_with_control_room(const char* ctrl_bytes, bool gro) {
+  Options o = test_options();
+  o.gro = gro;
+  ::setenv("METAROCE_UDP_RX_CTRL_BYTES", ctrl_bytes, 1);
+  auto ep = open_on("127.0.0.1", o);
+  ::unsetenv("METAROCE_UDP_RX_CTRL_BYTES");
+  return ep;
+}
+
+// The endpoint's I/O counters once a buffer has been handled (received or
+// dropped), or after 2 s.
+metaroce::udp::IoStats stats_after_one_buffer(UdpEndpoint& ep) {
+  for (int i = 0; i < 400; ++i) {
+    const auto io = ep.io_stats();
+    if (io.rx_datagrams + io.rx_ctrunc + io.rx_foreign != 0) return io;
+    ep.wait(5ms);
+  }
+  return ep.io_stats();
+}
+
+}  // namespace
+
+// A GRO buffer whose control data the kernel cut short (MSG_CTRUNC; the hook
+// leaves room for a control message's header only) has lost its segment
+// size: it cannot be split, so it is dropped and counted, never handed to
+// the engine as one datagram of its three segments' bytes. (It was: the
+// missing size read as "no GRO", from bytes the kernel had not written.)
+// With room for 56 bytes, the arrival time and the segment size (which this
+// kernel writes first) fit and the TOS is cut: the buffer is split into its
+// three as ever, none taken as CE (or it is dropped, where a kernel writes
+// them in another order).
+TEST(Udp, CutControlDataDropsAGroBufferItCannotSplit) {
+  for (const char* room : {"16", "56"}) {
+    SCOPED_TRACE(std::string("control room ") + room);
+    auto ep = open_with_control_room(room, true);
+    ASSERT_TRUE(ep);
+    if (!ep->gro_enabled()) GTEST_SKIP() << "no UDP GRO here";
+    if (!send_plain(ep->port(), 3, 200, 3)) GTEST_SKIP() << "no UDP GSO here";  // CE-marked
+    const auto io = stats_after_one_buffer(*ep);
+    EXPECT_EQ(io.rx_ctrunc, 1u);
+    EXPECT_EQ(io.rx_ce, 0u);
+    if (std::string(room) == "16" || io.rx_datagrams == 0) {
+      EXPECT_EQ(io.rx_datagrams, 0u);
+      EXPECT_EQ(io.rx_gro_batches, 0u);
+    } else {
+      EXPECT_EQ(io.rx_datagrams, 3u);
+      EXPECT_EQ(io.rx_gro_batches, 1u);
+    }
+  }
+}
+
+// Without GRO a buffer is one datagram whatever its control data says: cut
+// short, it is still handed on and counted, but its ECN field is unknown
+// and read as not CE (a congestion mark lost at worst, never data). With
+// the room it needs, the same CE-marked datagram counts as CE.
+TEST(Udp, CutControlDataLosesTheEcnMarkNotTheDatagram) {
+  for (const char* room : {"16", "0"}) {
+    SCOPED_TRACE(std::string("control room ") + room);
+    auto ep = open_with_control_room(room, false);
+    ASSERT_TRUE(ep);
+    ASSERT_TRUE(send_plain(ep->port(), 1, 200, 3));  // ECN CE
+    const auto io = stats_after_one_buffer(*ep);
+    EXPECT_EQ(io.rx_ctrunc, 1u);
+    EXPECT_EQ(io.rx_datagrams, 1u);
+    EXPECT_EQ(io.rx_ce, 0u);
+  }
+  auto ep = open_with_control_room("160", false);
+  ASSERT_TRUE(ep);
+  ASSERT_TRUE(send_plain(ep->port(), 1, 200, 3));
+  const auto io = stats_after_one_buffer(*ep);
+  EXPECT_EQ(io.rx_ctrunc, 0u);
+  EXPECT_EQ(io.rx_datagrams, 1u);
+  EXPECT_EQ(io.rx_ce, 1u);
 }

@@ -189,6 +189,7 @@ udp::IoStats io_since(const udp::IoStats& now, const udp::IoStats& b) {
   d.rx_control_class -= b.rx_control_class;
   d.rx_truncated -= b.rx_truncated;
   d.rx_foreign -= b.rx_foreign;
+  d.rx_ctrunc -= b.rx_ctrunc;
   d.rx_wait_ns_total -= b.rx_wait_ns_total;
   d.rx_backlogged_rounds -= b.rx_backlogged_rounds;
   d.tx_datagrams -= b.tx_datagrams;

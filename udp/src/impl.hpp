@@ -203,6 +203,10 @@ struct UdpEndpoint::Impl {
   std::vector<iovec> rx_iov;
   std::vector<sockaddr_storage> rx_addr;
   std::vector<uint8_t> rx_ctrl;
+  // The control data each receive message offers: kRxCtrlBytes, or less
+  // under the test hook METAROCE_UDP_RX_CTRL_BYTES=N, which has the kernel
+  // cut it short (MSG_CTRUNC).
+  size_t rx_ctrl_len = kRxCtrlBytes;
 
   // transmit: slots filled from poll_transmit_gather, then messages built
   // over them (grouped by socket, runs coalesced with GSO)
@@ -230,6 +234,13 @@ struct UdpEndpoint::Impl {
   size_t tx_count = 0;      // slots filled
   size_t tx_msg_count = 0;  // messages built
   size_t tx_msg_next = 0;   // next message to send
+  // The sockets held in this flush (tx_sock_held[s] == tx_flush_gen; one per
+  // send socket, then the receive socket): one of their messages met a full
+  // buffer (or, with io_uring, was not submitted), and their later messages
+  // wait behind it, in order, while other sockets' still go. A generation
+  // per flush, so that no flush clears it.
+  std::vector<uint32_t> tx_sock_held;
+  uint32_t tx_flush_gen = 0;
   // Options::io_uring: one submission sends a round's messages on every
   // socket (flush_uring); nullptr where io_uring is off or unavailable.
   ::io_uring* ring = nullptr;
@@ -241,6 +252,8 @@ struct UdpEndpoint::Impl {
   uint32_t fault_gso_from = 0;
   uint32_t fault_gso_msgs = 0;
   uint16_t fault_gso_port = 0;
+  uint16_t fault_full_sock = 0;  // METAROCE_UDP_FAULT_FULL_SOCKET=K:N (full_socket_fault)
+  uint32_t fault_full_left = 0;
   // Peers whose route refused a GSO message (drop_failed): sent without.
   std::unordered_set<PeerAddr, PeerAddrHash> gso_refused;
 
@@ -306,7 +319,12 @@ struct UdpEndpoint::Impl {
   bool flush();
   bool flush_sendmmsg();
   bool flush_uring();
+  void begin_flush();
+  [[nodiscard]] bool sock_held(uint16_t s) const { return tx_sock_held[s] == tx_flush_gen; }
+  void keep_msg(size_t m, size_t& kept);
+  bool end_flush(size_t kept);
   bool eagain_fault();
+  bool full_socket_fault(uint16_t sock);
   int gso_fault(size_t m);
   static bool stale_error(int err);
   size_t send_unsegmented(size_t m, int& err);

@@ -75,7 +75,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
     for (uint32_t i = 0; i < rx_used; ++i) {
       msghdr& h = rx_msgs[i].msg_hdr;
       h.msg_namelen = sizeof(sockaddr_storage);
-      h.msg_controllen = kRxCtrlBytes;
+      h.msg_controllen = rx_ctrl_len;
       h.msg_flags = 0;
     }
     rx_used = 0;
@@ -108,26 +108,38 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         continue;
       }
       uint8_t tos = 0;
+      bool have_tos = false;  // ECN and DSCP read
       size_t seg = len;
-      int64_t arrived = 0;  // kernel receive time, on the engine's clock
-      LocalIp dst;          // the address it was sent to (wild only)
+      bool have_seg = false;  // a GRO buffer's segment size read
+      int64_t arrived = 0;    // kernel receive time, on the engine's clock
+      LocalIp dst;            // the address it was sent to (wild only)
       bool have_dst = false;
+      // A control message the kernel cut short (MSG_CTRUNC) holds less than
+      // its value, or nothing: the bytes after it are an earlier datagram's.
+      const auto holds = [](const cmsghdr* c, size_t n) { return c->cmsg_len >= CMSG_LEN(n); };
       for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
-        if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS)) {
+        if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_RECVTOS) &&
+            holds(c, 1)) {
           tos = *reinterpret_cast<const uint8_t*>(CMSG_DATA(c));
-        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+          have_tos = true;
+        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
+                   holds(c, sizeof(int))) {
           int v = 0;
           std::memcpy(&v, CMSG_DATA(c), sizeof(v));
           tos = static_cast<uint8_t>(v);
-        } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          have_tos = true;
+        } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && holds(c, sizeof(int))) {
           int v = 0;
           std::memcpy(&v, CMSG_DATA(c), sizeof(v));
           if (v > 0) seg = static_cast<size_t>(v);
-        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+          have_seg = true;
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                   holds(c, sizeof(timespec))) {
           timespec ts{};
           std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
           arrived = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + real_to_mono;
-        } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+        } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO &&
+                   holds(c, sizeof(in_pktinfo))) {
           in_pktinfo pi{};
           std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
           dst.b[10] = dst.b[11] = 0xff;  // v4-mapped
@@ -135,7 +147,8 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
           // not the header's destination, which may be no address of ours.
           std::memcpy(dst.b + 12, &pi.ipi_spec_dst, 4);
           have_dst = true;
-        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
+                   holds(c, sizeof(in6_pktinfo))) {
           in6_pktinfo pi{};
           std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
           std::memcpy(dst.b, &pi.ipi6_addr, 16);  // an IPv4 one v4-mapped on a dual-stack socket
@@ -144,6 +157,18 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
           have_dst = !IN6_IS_ADDR_MULTICAST(&pi.ipi6_addr) &&
                      !(IN6_IS_ADDR_V4MAPPED(&pi.ipi6_addr) && pi.ipi6_addr.s6_addr[12] >= 224);
         }
+      }
+      // Control data cut short (the kernel had more to say than the buffer
+      // holds; kRxCtrlBytes leaves room for all it says now). A GRO buffer
+      // that lost its segment size cannot be split: its datagrams are
+      // dropped, and the engine retransmits them as lost. With GRO on, any
+      // buffer without one is dropped, as a single datagram carries none.
+      // One whose TOS was lost is handed on as not CE, of the data class and
+      // not trimmed: a congestion mark lost at worst, never data (a trimmed
+      // packet taken as whole is dropped by the engine for its missing payload).
+      if ((h.msg_flags & MSG_CTRUNC) != 0) {
+        ++io.rx_ctrunc;
+        if (gro && !have_seg) continue;
       }
       if (arrived != 0) {
         const auto waited =
@@ -156,8 +181,9 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
         ++io.rx_foreign;
         continue;
       }
-      const bool ce = (tos & 3) == 3;
-      const bool control = (tos >> 2) == cfg.control_dscp && cfg.control_dscp != cfg.data_dscp;
+      const bool ce = have_tos && (tos & 3) == 3;
+      const bool control =
+          have_tos && (tos >> 2) == cfg.control_dscp && cfg.control_dscp != cfg.data_dscp;
       const uint8_t* base = static_cast<const uint8_t*>(rx_iov[i].iov_base);
       if (seg < len) ++io.rx_gro_batches;
       RxDatagram dg;
@@ -165,7 +191,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       dg.ce = ce;
       // TRIM-2. IP GRO never merges datagrams of different TOS, so a whole
       // buffer shares the flag.
-      dg.trimmed = (tos >> 2) == opts.trimmed_dscp;
+      dg.trimmed = have_tos && (tos >> 2) == opts.trimmed_dscp;
       // What the call owes so far goes first: a flagged echo would take the
       // place of a plain one still pending, and its RTT sample with it (ACK-6).
       if (ce || dg.trimmed) (void)pump_tx(now);

@@ -181,6 +181,13 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_gso_from = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_GSO_EINVAL_PORT"))
     fault_gso_port = static_cast<uint16_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_FULL_SOCKET")) {  // K:N
+    char* end = nullptr;
+    fault_full_sock = static_cast<uint16_t>(std::strtoul(f, &end, 10));
+    if (*end == ':') fault_full_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
+  }
+  if (const char* f = std::getenv("METAROCE_UDP_RX_CTRL_BYTES"))
+    rx_ctrl_len = std::min<size_t>(std::strtoul(f, nullptr, 10), kRxCtrlBytes);
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);
@@ -275,7 +282,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     h.msg_iov = &rx_iov[i];
     h.msg_iovlen = 1;
     h.msg_control = rx_ctrl.data() + i * kRxCtrlBytes;
-    h.msg_controllen = kRxCtrlBytes;
+    h.msg_controllen = rx_ctrl_len;
     h.msg_flags = 0;
   }
   // Transmit slots: many per socket of a connection's paths, so that each
@@ -308,6 +315,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_addr.assign(tx_cap, sockaddr_storage{});
   tx_ctrl.assign(kTxCtrlBytes * tx_cap, 0);
   tx_msg_res.assign(tx_cap, 0);
+  tx_sock_held.assign(size_t{ecount} + 1, 0);
   tx_msg_queued.assign(tx_cap, 0);
   setup_uring();
   return true;

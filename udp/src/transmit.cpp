@@ -297,7 +297,8 @@ void UdpEndpoint::Impl::materialize_pending() {
   }
 }
 
-// Sends built messages; false if a socket buffer was full (the rest waits).
+// Sends built messages; false if a socket buffer was full: that socket's
+// messages wait, in their order, and every other socket's went (end_flush).
 // io_uring pays where a round spans sockets (one submission instead of a
 // sendmmsg per socket); a round on one socket (a latency-bound exchange, a
 // receiver's ACKs) takes the one sendmmsg call, without the ring's own cost:
@@ -316,9 +317,16 @@ bool UdpEndpoint::Impl::flush() {
 // METAROCE_UDP_FAULT_GSO=N makes every GSO message from the Nth on fail as
 // from a device that refuses to segment it (EIO);
 // METAROCE_UDP_FAULT_GSO_EINVAL_PORT=P every GSO message to a peer at port P
-// as on a route that cannot take it (EINVAL). Returns the errno, or 0.
+// as on a route that cannot take it (EINVAL); METAROCE_UDP_FAULT_FULL_SOCKET=K:N
+// makes send socket K (the block's Kth port, from 0) meet a full buffer on its
+// next N sends, while the other sockets' buffers have room. Returns the errno, or 0.
 bool UdpEndpoint::Impl::eagain_fault() {
   return fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0;
+}
+bool UdpEndpoint::Impl::full_socket_fault(uint16_t sock) {
+  if (fault_full_left == 0 || sock != fault_full_sock) return false;
+  --fault_full_left;
+  return true;
 }
 int UdpEndpoint::Impl::gso_fault(size_t m) {
   if (tx_msg_segs[m] <= 1) return 0;
@@ -418,48 +426,94 @@ void UdpEndpoint::Impl::reset_tx() {
   tx_msg_next = 0;
 }
 
+// A new flush: no socket is held yet.
+void UdpEndpoint::Impl::begin_flush() {
+  if (++tx_flush_gen == 0) {  // wrapped: stamps of 2^32 flushes ago would match
+    std::fill(tx_sock_held.begin(), tx_sock_held.end(), 0);
+    tx_flush_gen = 1;
+  }
+}
+
+// Message m waits for the next flush: moved to position `kept` (never after
+// m, so the messages still to send are untouched), which keeps the order of
+// the messages kept. Its iovecs, address and control stay where they are:
+// nothing builds messages until every kept one has gone.
+void UdpEndpoint::Impl::keep_msg(size_t m, size_t& kept) {
+  if (kept != m) {
+    tx_msgs[kept] = tx_msgs[m];
+    tx_msg_sock[kept] = tx_msg_sock[m];
+    tx_msg_segs[kept] = tx_msg_segs[m];
+    tx_msg_first[kept] = tx_msg_first[m];
+  }
+  ++kept;
+}
+
+// The flush is over: the `kept` messages moved to the front (keep_msg) wait
+// for the next; false if there are any.
+bool UdpEndpoint::Impl::end_flush(size_t kept) {
+  if (kept == 0) {
+    reset_tx();
+    return true;
+  }
+  ++io.tx_eagain;
+  tx_msg_next = 0;
+  tx_msg_count = kept;
+  return false;
+}
+
+// One sendmmsg per socket's run of messages. One that meets a full buffer
+// holds its socket's messages, this run's and any later one's (a socket's
+// ACKs and its data are separate runs, tx_group_key), which wait in order;
+// the other sockets' runs still go: one full socket buffer held them all.
 bool UdpEndpoint::Impl::flush_sendmmsg() {
+  begin_flush();
+  size_t kept = 0;
   bool refused = false;  // the last call's error may have been stale: tried again
-  while (tx_msg_next < tx_msg_count) {
-    const uint16_t sock = tx_msg_sock[tx_msg_next];
-    size_t end = tx_msg_next + 1;
+  size_t m = tx_msg_next;
+  while (m < tx_msg_count) {
+    const uint16_t sock = tx_msg_sock[m];
+    size_t end = m + 1;
     // (Under the GSO test hook one message per call, so that it counts each.)
     while (end < tx_msg_count && tx_msg_sock[end] == sock && fault_gso_from == 0 &&
            fault_gso_port == 0)
       ++end;
+    if (sock_held(sock)) {  // behind its socket's refused message
+      while (m < end) keep_msg(m++, kept);
+      continue;
+    }
     int r;
     int fault = 0;
-    if (eagain_fault()) {
+    if (eagain_fault() || full_socket_fault(sock)) {
       r = -1;
       errno = EAGAIN;
-    } else if ((fault = gso_fault(tx_msg_next)) != 0) {
+    } else if ((fault = gso_fault(m)) != 0) {
       r = -1;
       errno = fault;
     } else {
-      r = sendmmsg(sock_fd(sock), &tx_msgs[tx_msg_next], static_cast<unsigned>(end - tx_msg_next),
-                   MSG_DONTWAIT);
+      r = sendmmsg(sock_fd(sock), &tx_msgs[m], static_cast<unsigned>(end - m), MSG_DONTWAIT);
       ++io.tx_syscalls;
     }
     if (r < 0) {
       if (buffer_full(errno)) {
-        ++io.tx_eagain;
-        return false;
+        tx_sock_held[sock] = tx_flush_gen;
+        while (m < end) keep_msg(m++, kept);
+        refused = false;
+        continue;
       }
       if (errno == EINTR) continue;
       if (stale_error(errno) && !refused) {
         refused = true;
         continue;
       }
-      drop_failed(tx_msg_next++, errno, "sendmmsg");  // the first message failed
+      drop_failed(m++, errno, "sendmmsg");  // the first message failed
       refused = false;
       continue;
     }
-    for (int k = 0; k < r; ++k) count_sent(tx_msg_next + static_cast<size_t>(k));
-    tx_msg_next += static_cast<size_t>(r);
+    for (int k = 0; k < r; ++k) count_sent(m + static_cast<size_t>(k));
+    m += static_cast<size_t>(r);
     refused = false;
   }
-  reset_tx();
-  return true;
+  return end_flush(kept);
 }
 
 // One submission for every message of the round, whatever its socket. Each
@@ -471,34 +525,32 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
 // fails otherwise (a stale ICMP error on a connected socket, say) also
 // cancels those after it: they are sent here, in order, one call each.
 bool UdpEndpoint::Impl::flush_uring() {
+  begin_flush();
 #if METAROCE_HAVE_URING
   constexpr int32_t kPending = INT32_MIN;
   unsigned queued = 0;
   io_uring_sqe* prev = nullptr;  // the last queued message's, to link to the next on its socket
   uint16_t prev_sock = 0;
-  // A message on stalled_sock was not submitted (a test hook, or no ring
-  // entry): the later ones on that socket wait too, in order.
-  bool stalled = false;
-  uint16_t stalled_sock = 0;
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
     const uint16_t sock = tx_msg_sock[m];
     tx_msg_queued[m] = 0;
-    if (stalled && stalled_sock == sock) {
+    // A message on a socket marked held was not submitted (a test hook, or
+    // no ring entry): the later ones on that socket, in this run or a later
+    // one, are not either (they are sent or kept below, in order).
+    if (sock_held(sock)) {
       tx_msg_res[m] = -ECANCELED;  // as the link would have
       continue;
     }
-    const int fault = eagain_fault() ? EAGAIN : gso_fault(m);
+    const int fault = eagain_fault() || full_socket_fault(sock) ? EAGAIN : gso_fault(m);
     if (fault != 0) {
       tx_msg_res[m] = -fault;
-      stalled = true;
-      stalled_sock = sock;
+      tx_sock_held[sock] = tx_flush_gen;
       continue;
     }
     io_uring_sqe* sqe = io_uring_get_sqe(ring);  // the ring holds tx_cap entries: never null
     if (sqe == nullptr) {
       tx_msg_res[m] = -EAGAIN;
-      stalled = true;
-      stalled_sock = sock;
+      tx_sock_held[sock] = tx_flush_gen;
       continue;
     }
     if (prev != nullptr && prev_sock == sock) prev->flags |= IOSQE_IO_LINK;
@@ -559,31 +611,21 @@ bool UdpEndpoint::Impl::flush_uring() {
   for (size_t m = tx_msg_next; m < tx_msg_count; ++m) {
     const uint16_t sock = tx_msg_sock[m];
     int res = tx_msg_res[m];
-    if (res == -ECANCELED && go_on && go_sock == sock) res = eagain_fault() ? -EAGAIN : send_now(m);
+    if (res == -ECANCELED && go_on && go_sock == sock)
+      res = eagain_fault() || full_socket_fault(sock) ? -EAGAIN : send_now(m);
     if (res < 0 && res != -ECANCELED && stale_error(-res)) res = send_now(m);
     go_on = true;
     go_sock = sock;
     if (res >= 0) {
       count_sent(m);
     } else if (buffer_full(-res) || res == -ECANCELED) {  // cancelled: behind one that was
-      tx_msgs[kept] = tx_msgs[m];                         // keeps its iovecs, address and control
-      tx_msg_sock[kept] = sock;
-      tx_msg_segs[kept] = tx_msg_segs[m];
-      tx_msg_first[kept] = tx_msg_first[m];
-      ++kept;
+      keep_msg(m, kept);
       go_on = false;  // the rest of its socket's waits behind it
     } else {
       drop_failed(m, -res, "sendmsg");
     }
   }
-  if (kept == 0) {
-    reset_tx();
-    return true;
-  }
-  ++io.tx_eagain;
-  tx_msg_next = 0;
-  tx_msg_count = kept;
-  return false;
+  return end_flush(kept);
 }
 
 // Drains the engine into free slots, sending each full batch. Called after
