@@ -8,6 +8,8 @@
    fields pointing past the datagram, fields out of range) and trimmed or
    snap-length-cut packets give the expected expert info; every prefix of
    every vector and seeded random byte changes decode without a failure.
+   Every datagram of 1 to 19 bytes is truncated, whatever its version and
+   opcode (11.3's order).
 3. Off port 4792 (a server's replies from its entropy ports to a client's
    port) the heuristic dissector decodes what parses as MetaRoCE, ICRC
    included, and nothing else; with it disabled, Decode As or the port
@@ -149,6 +151,8 @@ FIELDS = [
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
     "metaroce.connect.max_version", "metaroce.connect.nonce", "metaroce.disconnect.src_conn",
     "metaroce.disconnect.reason",
+    # Expert infos, each present ("1") or not.
+    "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
 ]
 
 
@@ -328,6 +332,44 @@ def check_other_ports(vectors, workdir):
         check(got == want, f"port 5000 with options {list(options)}: opcode {got}, want {want}")
 
 
+def check_short_datagrams(vectors, workdir):
+    """BAD-1 and the order of 11.3 (length below 20, then version, then
+    opcode): every datagram of 1 to 19 bytes is truncated, whatever its first
+    bytes say, with no version or opcode error, on port 4792; the heuristic
+    takes none of them. UDP hands an empty payload to no dissector, so 0
+    bytes shows as UDP alone."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    firsts = {"PROBE": tv["TV-11"], "ACK": tv["TV-08"], "WRITE": tv["TV-01"],
+              "version 2": bytes([0x2C]) + tv["TV-11"][1:],
+              "version 2 CONNECT_REQ": bytes([0x28]) + tv["TV-12"][1:],  # BAD-2's exception
+              "opcode 0x13": tv["TV-11"][:1] + bytes([0x13]) + tv["TV-11"][2:],
+              "reserved flags": bytes([tv["TV-11"][0] | 0x03]) + tv["TV-11"][1:]}
+    cases = [(f"{n}-byte {kind} prefix", raw[:n]) for kind, raw in firsts.items()
+             for n in range(20)]
+    pcap = os.path.join(workdir, "short.pcap")
+    frames = [(frame(d, 50000), None) for _, d in cases]
+    frames += [(frame(d, 4793, dport=40000), None) for _, d in cases]
+    write_pcap(pcap, frames)
+    rows = decode(pcap)
+    if not check(len(rows) == 2 * len(cases), f"short: read {len(rows)} of {2 * len(cases)}"):
+        return
+    for i, row in enumerate(rows):
+        what, datagram = cases[i % len(cases)]
+        messages = " / ".join(row["_ws.expert.message"])
+        if i >= len(cases) or not datagram:
+            what += " (heuristic)" if i >= len(cases) else ""
+            check(not row["metaroce.opcode"] and not messages and not row["_ws.malformed"],
+                  f"{what}: decoded as MetaRoCE ({row['metaroce.opcode']}, '{messages}')")
+            continue
+        check(row["metaroce.truncated"] == ["1"], f"{what}: not truncated: '{messages}'")
+        check(not row["metaroce.bad_version"] and not row["metaroce.bad_opcode"],
+              f"{what}: a version or opcode error before the length's: '{messages}'")
+        check("Dissector failure" not in messages, f"{what}: {messages}")
+        info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+        check("truncated" in info.lower(), f"{what}: Info '{info}' does not say truncated")
+    print(f"short datagrams: 0-19 bytes, {len(firsts)} kinds of first bytes")
+
+
 # (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
 SIM_RUNS = [
     ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
@@ -454,6 +496,7 @@ def main():
         print(f"broken and trimmed packets: {len(cases)} cases")
 
         check_mutations(vectors, workdir)
+        check_short_datagrams(vectors, workdir)
         check_other_ports(vectors, workdir)
         print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
               "As or the udp_port preference")

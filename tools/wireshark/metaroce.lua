@@ -568,6 +568,14 @@ local function dissect(st)
   st.opname = opcode_names[st.opcode] or ("opcode " .. hex(st.opcode))
   add_info(st, st.opname)
 
+  -- 11.3's order: a length below 20 first (BAD-1), then version and opcode;
+  -- 16 to 19 bytes are truncated whatever the Base Header says.
+  if st.datagram < MIN_DATAGRAM then
+    tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram ..
+      " bytes is shorter than " .. MIN_DATAGRAM)
+    st.suffix[#st.suffix + 1] = "TRUNCATED"
+    return
+  end
   if st.version ~= VERSION then
     tree:add_proto_expert_info(ex.bad_version,
       "Version " .. st.version .. ", this dissector knows " .. VERSION)
@@ -578,12 +586,6 @@ local function dissect(st)
   if layout == nil then
     tree:add_proto_expert_info(ex.bad_opcode, "Unknown opcode " .. hex(st.opcode))
     st.suffix[#st.suffix + 1] = "BAD OPCODE"
-    return
-  end
-  if st.datagram < MIN_DATAGRAM then
-    tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram ..
-      " bytes is shorter than " .. MIN_DATAGRAM)
-    st.suffix[#st.suffix + 1] = "TRUNCATED"
     return
   end
 
