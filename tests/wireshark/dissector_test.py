@@ -9,7 +9,8 @@
    snap-length-cut packets give the expected expert info; every prefix of
    every vector and seeded random byte changes decode without a failure.
    Every datagram of 1 to 19 bytes is truncated, whatever its version and
-   opcode (11.3's order).
+   opcode (11.3's order). Packets without payload decode with PC clear as
+   with PC set (INT-2), their ICRC over every byte before it (BAD-4).
 3. Off port 4792 (a server's replies from its entropy ports to a client's
    port) the heuristic dissector decodes what parses as MetaRoCE, ICRC
    included, and nothing else; with it disabled, Decode As or the port
@@ -150,7 +151,7 @@ FIELDS = [
     "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
     "metaroce.connect.max_version", "metaroce.connect.nonce", "metaroce.disconnect.src_conn",
-    "metaroce.disconnect.reason",
+    "metaroce.disconnect.reason", "metaroce.icrc.covered_len",
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
 ]
@@ -370,6 +371,73 @@ def check_short_datagrams(vectors, workdir):
     print(f"short datagrams: 0-19 bytes, {len(firsts)} kinds of first bytes")
 
 
+# Opcodes that carry no payload (3.2): their ICRC covers every byte before it.
+PAYLOADLESS = ("READ_REQ", "ACK", "NAK", "PROBE", "CONNECT_REQ", "CONNECT_ACCEPT",
+               "CONNECT_REJECT", "DISCONNECT", "DISCONNECT_ACK")
+
+
+def check_pc_clear(vectors, workdir):
+    """INT-2: receivers accept PC clear, and for packets without payload PC
+    clear and PC set cover the same bytes. Each payload-less vector with PC
+    cleared and its ICRC resealed decodes as the original does, on port 4792
+    and through the heuristic, its ICRC good over every byte before it; so
+    does a WRITE of an empty message. BAD-4: an opcode without payload has
+    its ICRC over every byte before the last four whatever PC says, so with
+    stray bytes after its headers (BAD-5) it is the ICRC over all of them
+    that verifies."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    cases = []  # (what, datagram)
+    for name, opname, raw, _ in vectors:
+        if opname in PAYLOADLESS:
+            cases.append((f"{name} {opname}, PC clear", reseal(bytes([raw[0] & ~0x08]) + raw[1:])))
+    empty_write = bytearray(tv["TV-01"][:44])
+    empty_write[0] &= ~0x08
+    empty_write[24:28] = empty_write[20:24]  # msg_len = offset: a message of 0 bytes
+    cases.append(("WRITE of an empty message, PC clear", reseal(bytes(empty_write) + bytes(4))))
+    pcap = os.path.join(workdir, "pc-clear.pcap")
+    frames = [(frame(d, 50000 + i), None) for i, (_, d) in enumerate(cases)]
+    frames += [(frame(d, 4793, dport=40000), None) for _, d in cases]  # the heuristic's
+    write_pcap(pcap, frames)
+    rows = decode(pcap)
+    if check(len(rows) == 2 * len(cases), f"PC clear: read {len(rows)} of {2 * len(cases)} frames"):
+        for i, row in enumerate(rows):
+            what, datagram = cases[i % len(cases)]
+            what += " (port 4792)" if i < len(cases) else " (heuristic)"
+            check(row["metaroce.opcode"] == [f"0x{datagram[1]:02x}"],
+                  f"{what}: opcode {row['metaroce.opcode']}")
+            check(row["metaroce.flags.pc"] == ["0"], f"{what}: PC {row['metaroce.flags.pc']}")
+            check(row["metaroce.icrc.status"] == ["1"],
+                  f"{what}: ICRC status {row['metaroce.icrc.status']}, want 1 (good)")
+            check(row["metaroce.icrc.covered_len"] == [str(len(datagram) - 4)],
+                  f"{what}: ICRC covers {row['metaroce.icrc.covered_len']} bytes, "
+                  f"want {len(datagram) - 4}")
+            check(not row["_ws.expert.message"] and not row["_ws.malformed"],
+                  f"{what}: unexpected expert info {row['_ws.expert.message']}")
+
+    # An ACK with 4 stray bytes, PC clear: sealed over all 44 bytes before the
+    # ICRC it is a bad length with a good ICRC; sealed over its 44 header
+    # bytes only, a bad ICRC (the engine counts it as bad_checksum, BAD-4).
+    ack = bytes([tv["TV-08"][0] & ~0x08]) + tv["TV-08"][1:-4] + b"\xa5" * 4
+    stray = [("ACK and 4 stray bytes, PC clear, ICRC over all of them",
+              ack + struct.pack(">I", crc32c(ack)), "1"),
+             ("ACK and 4 stray bytes, PC clear, ICRC over its headers",
+              ack + struct.pack(">I", crc32c(ack[:44])), "0")]
+    pcap = os.path.join(workdir, "pc-clear-stray.pcap")
+    write_pcap(pcap, [(frame(d, 50000), None) for _, d, _ in stray])
+    rows = decode(pcap)
+    if check(len(rows) == len(stray), f"PC clear, stray bytes: read {len(rows)} frames"):
+        for (what, datagram, status), row in zip(stray, rows):
+            messages = " / ".join(row["_ws.expert.message"])
+            check("after the ACK headers, which carry none" in messages,
+                  f"{what}: expert info '{messages}' lacks the stray bytes")
+            check(row["metaroce.icrc.status"] == [status],
+                  f"{what}: ICRC status {row['metaroce.icrc.status']}, want {status}")
+            check(row["metaroce.icrc.covered_len"] == [str(len(datagram) - 4)],
+                  f"{what}: ICRC covers {row['metaroce.icrc.covered_len']} bytes, "
+                  f"want {len(datagram) - 4}")
+    print(f"PC clear: {len(cases)} packets without payload, 2 with stray bytes")
+
+
 # (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
 SIM_RUNS = [
     ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
@@ -497,6 +565,7 @@ def main():
 
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
+        check_pc_clear(vectors, workdir)
         check_other_ports(vectors, workdir)
         print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
               "As or the udp_port preference")

@@ -497,11 +497,13 @@ local function dissect_payload(st, tree, hdr_len, layout)
   end
 end
 
-local function dissect_icrc(st, tree, hdr_len)
+local function dissect_icrc(st, tree, hdr_len, layout)
   local tvb = st.tvb
   local icrc_off = st.datagram - ICRC_LEN
-  -- INT-1/INT-2: PC set covers everything before the ICRC, PC clear the headers.
-  local covered = st.pc and icrc_off or hdr_len
+  -- INT-1/INT-2: PC set covers everything before the ICRC, PC clear the
+  -- headers. An opcode without payload has it over everything before it
+  -- either way (BAD-4), stray bytes after its headers included.
+  local covered = (st.pc or not layout.payload) and icrc_off or hdr_len
   local function unverified(item, why)
     tree:add(pf.icrc_status, ICRC_UNVERIFIED):set_generated()
     item:add_proto_expert_info(ex.icrc_unverified, "ICRC not verified: " .. why)
@@ -639,7 +641,7 @@ local function dissect(st)
   end
   dissect_payload(st, tree, hdr_len, layout)
   if st.payload_len and layout.mh and layout.payload then add_info(st, "len=" .. st.payload_len) end
-  dissect_icrc(st, tree, hdr_len)
+  dissect_icrc(st, tree, hdr_len, layout)
   if st.ar then st.suffix[#st.suffix + 1] = "AR" end
   if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
 end
