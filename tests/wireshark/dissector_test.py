@@ -11,10 +11,11 @@
    Every datagram of 1 to 19 bytes is truncated, whatever its version and
    opcode (11.3's order). Packets without payload decode with PC clear as
    with PC set (INT-2), their ICRC over every byte before it (BAD-4).
+   Reserved flag bits draw a warning and nothing more (1.3).
 3. Off port 4792 (a server's replies from its entropy ports to a client's
    port) the heuristic dissector decodes what parses as MetaRoCE, ICRC
-   included, and nothing else; with it disabled, Decode As or the port
-   preference do.
+   included, reserved flag bits set or not, and nothing else; with it
+   disabled, Decode As or the port preference do.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
    switches) decode as MetaRoCE with no malformed packet or error.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
@@ -151,9 +152,10 @@ FIELDS = [
     "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
     "metaroce.connect.max_version", "metaroce.connect.nonce", "metaroce.disconnect.src_conn",
-    "metaroce.disconnect.reason", "metaroce.icrc.covered_len",
+    "metaroce.disconnect.reason", "metaroce.icrc.covered_len", "metaroce.flags.reserved",
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
+    "metaroce.reserved_not_zero",
 ]
 
 
@@ -438,6 +440,56 @@ def check_pc_clear(vectors, workdir):
     print(f"PC clear: {len(cases)} packets without payload, 2 with stray bytes")
 
 
+def check_reserved_flags(vectors, workdir):
+    """Reserved bits are sent as zero and ignored on receipt (1.3, 3.3): a
+    packet with flag bits 1-0 set, its ICRC resealed, decodes in full with a
+    warning on the bits and a good ICRC, on port 4792 and through the
+    heuristic alike; off the port, one whose ICRC does not match is still
+    not taken for MetaRoCE."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    cases = []  # (what, datagram, bits, the heuristic decodes it)
+    # TV-04 has PC clear: its ICRC covers its 28 header bytes.
+    for name, covered in (("TV-01", None), ("TV-04", 28), ("TV-08", None), ("TV-11", None),
+                          ("TV-12", None)):
+        raw = tv[name]
+        for bits in (0x01, 0x02, 0x03):
+            changed = reseal(bytes([raw[0] | bits]) + raw[1:], covered)
+            cases.append((f"{name}, reserved flags 0x{bits:x}", changed, bits, True))
+        cases.append((f"{name}, reserved flags 0x3, ICRC not resealed",
+                      bytes([raw[0] | 0x03]) + raw[1:], 0x03, False))
+    pcap = os.path.join(workdir, "reserved.pcap")
+    frames = [(frame(d, 50000), None) for _, d, _, _ in cases]
+    frames += [(frame(d, 4793, dport=40000), None) for _, d, _, _ in cases]
+    write_pcap(pcap, frames)
+    rows = decode(pcap)
+    if not check(len(rows) == 2 * len(cases), f"reserved: read {len(rows)} of {2 * len(cases)}"):
+        return
+    for i, row in enumerate(rows):
+        what, datagram, bits, resealed = cases[i % len(cases)]
+        on_port = i < len(cases)
+        what += " (port 4792)" if on_port else " (heuristic)"
+        if not on_port and not resealed:
+            check(not row["metaroce.opcode"], f"{what}: taken for MetaRoCE")
+            continue
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.opcode"] == [f"0x{datagram[1]:02x}"],
+              f"{what}: opcode {row['metaroce.opcode']}, want 0x{datagram[1]:02x}")
+        check(row["metaroce.flags.reserved"] == [f"0x{bits:02x}"],
+              f"{what}: reserved flags {row['metaroce.flags.reserved']}")
+        check(row["metaroce.reserved_not_zero"] == ["1"] and
+              f"Flag bits 1-0 is 0x{bits:x}, must be zero" in messages,
+              f"{what}: no reserved-bits warning in '{messages}'")
+        want_status = "1" if resealed else "0"
+        # A payload cut by the snap length is not the case here: every ICRC is checked.
+        check(row["metaroce.icrc.status"] == [want_status],
+              f"{what}: ICRC status {row['metaroce.icrc.status']}, want {want_status}")
+        others = [m for m in row["_ws.expert.message"] if "Flag bits" not in m]
+        if resealed:
+            check(not others and not row["_ws.malformed"],
+                  f"{what}: expert info beyond the warning: {others}")
+    print(f"reserved flag bits: {len(cases)} packets on port 4792 and off it")
+
+
 # (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
 SIM_RUNS = [
     ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
@@ -566,6 +618,7 @@ def main():
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
         check_pc_clear(vectors, workdir)
+        check_reserved_flags(vectors, workdir)
         check_other_ports(vectors, workdir)
         print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
               "As or the udp_port preference")

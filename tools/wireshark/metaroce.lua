@@ -660,8 +660,9 @@ end
 
 ---------------------------------------------------------------- heuristic
 
--- Whether a UDP datagram on another port is MetaRoCE: version 1 with the
--- reserved flag bits clear, a known opcode, a length that fits its headers
+-- Whether a UDP datagram on another port is MetaRoCE: version 1 (reserved
+-- flag bits are ignored on receipt, spec 1.3, and only warned about by the
+-- dissector), a known opcode, a length that fits its headers
 -- (sack_words at most 16, no payload where none is carried, payload within
 -- msg_len - offset), and a matching ICRC wherever it can be computed (all of
 -- the datagram captured, and no payload the ICRC covered cut by a switch,
@@ -671,7 +672,7 @@ local function looks_like_metaroce(tvb)
   local captured_len, datagram = tvb:len(), tvb:reported_len()
   if datagram < MIN_DATAGRAM or captured_len < BH_LEN then return false end
   local byte0 = tvb(0, 1):uint()
-  if rshift(byte0, 4) ~= VERSION or band(byte0, FLAG_RESERVED) ~= 0 then return false end
+  if rshift(byte0, 4) ~= VERSION then return false end
   local layout = layouts[tvb(1, 1):uint()]
   if layout == nil then return false end
   local hdr_len = BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
