@@ -335,6 +335,21 @@ def check_other_ports(vectors, workdir):
         check(got == want, f"port 5000 with options {list(options)}: opcode {got}, want {want}")
 
 
+def decode_on_and_off_port(cases, workdir, name):
+    """Each case, whose first two items are its description and datagram,
+    framed once to port 4792 and once from an entropy port to a client's
+    port (the heuristic's), and decoded: (description with where, case, row,
+    on port 4792) for each frame; none when tshark reads another number."""
+    pcap = os.path.join(workdir, name + ".pcap")
+    write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases] +
+               [(frame(c[1], 4793, dport=40000), None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == 2 * len(cases), f"{name}: read {len(rows)} of {2 * len(cases)}"):
+        return []
+    return [(cases[i % len(cases)][0] + (" (port 4792)" if i < len(cases) else " (heuristic)"),
+             cases[i % len(cases)], row, i < len(cases)) for i, row in enumerate(rows)]
+
+
 def check_short_datagrams(vectors, workdir):
     """BAD-1 and the order of 11.3 (length below 20, then version, then
     opcode): every datagram of 1 to 19 bytes is truncated, whatever its first
@@ -349,18 +364,9 @@ def check_short_datagrams(vectors, workdir):
               "reserved flags": bytes([tv["TV-11"][0] | 0x03]) + tv["TV-11"][1:]}
     cases = [(f"{n}-byte {kind} prefix", raw[:n]) for kind, raw in firsts.items()
              for n in range(20)]
-    pcap = os.path.join(workdir, "short.pcap")
-    frames = [(frame(d, 50000), None) for _, d in cases]
-    frames += [(frame(d, 4793, dport=40000), None) for _, d in cases]
-    write_pcap(pcap, frames)
-    rows = decode(pcap)
-    if not check(len(rows) == 2 * len(cases), f"short: read {len(rows)} of {2 * len(cases)}"):
-        return
-    for i, row in enumerate(rows):
-        what, datagram = cases[i % len(cases)]
+    for what, (_, datagram), row, on_port in decode_on_and_off_port(cases, workdir, "short"):
         messages = " / ".join(row["_ws.expert.message"])
-        if i >= len(cases) or not datagram:
-            what += " (heuristic)" if i >= len(cases) else ""
+        if not on_port or not datagram:
             check(not row["metaroce.opcode"] and not messages and not row["_ws.malformed"],
                   f"{what}: decoded as MetaRoCE ({row['metaroce.opcode']}, '{messages}')")
             continue
@@ -396,25 +402,17 @@ def check_pc_clear(vectors, workdir):
     empty_write[0] &= ~0x08
     empty_write[24:28] = empty_write[20:24]  # msg_len = offset: a message of 0 bytes
     cases.append(("WRITE of an empty message, PC clear", reseal(bytes(empty_write) + bytes(4))))
-    pcap = os.path.join(workdir, "pc-clear.pcap")
-    frames = [(frame(d, 50000 + i), None) for i, (_, d) in enumerate(cases)]
-    frames += [(frame(d, 4793, dport=40000), None) for _, d in cases]  # the heuristic's
-    write_pcap(pcap, frames)
-    rows = decode(pcap)
-    if check(len(rows) == 2 * len(cases), f"PC clear: read {len(rows)} of {2 * len(cases)} frames"):
-        for i, row in enumerate(rows):
-            what, datagram = cases[i % len(cases)]
-            what += " (port 4792)" if i < len(cases) else " (heuristic)"
-            check(row["metaroce.opcode"] == [f"0x{datagram[1]:02x}"],
-                  f"{what}: opcode {row['metaroce.opcode']}")
-            check(row["metaroce.flags.pc"] == ["0"], f"{what}: PC {row['metaroce.flags.pc']}")
-            check(row["metaroce.icrc.status"] == ["1"],
-                  f"{what}: ICRC status {row['metaroce.icrc.status']}, want 1 (good)")
-            check(row["metaroce.icrc.covered_len"] == [str(len(datagram) - 4)],
-                  f"{what}: ICRC covers {row['metaroce.icrc.covered_len']} bytes, "
-                  f"want {len(datagram) - 4}")
-            check(not row["_ws.expert.message"] and not row["_ws.malformed"],
-                  f"{what}: unexpected expert info {row['_ws.expert.message']}")
+    for what, (_, datagram), row, _ in decode_on_and_off_port(cases, workdir, "pc-clear"):
+        check(row["metaroce.opcode"] == [f"0x{datagram[1]:02x}"],
+              f"{what}: opcode {row['metaroce.opcode']}")
+        check(row["metaroce.flags.pc"] == ["0"], f"{what}: PC {row['metaroce.flags.pc']}")
+        check(row["metaroce.icrc.status"] == ["1"],
+              f"{what}: ICRC status {row['metaroce.icrc.status']}, want 1 (good)")
+        check(row["metaroce.icrc.covered_len"] == [str(len(datagram) - 4)],
+              f"{what}: ICRC covers {row['metaroce.icrc.covered_len']} bytes, "
+              f"want {len(datagram) - 4}")
+        check(not row["_ws.expert.message"] and not row["_ws.malformed"],
+              f"{what}: unexpected expert info {row['_ws.expert.message']}")
 
     # An ACK with 4 stray bytes, PC clear: sealed over all 44 bytes before the
     # ICRC it is a bad length with a good ICRC; sealed over its 44 header
@@ -457,17 +455,8 @@ def check_reserved_flags(vectors, workdir):
             cases.append((f"{name}, reserved flags 0x{bits:x}", changed, bits, True))
         cases.append((f"{name}, reserved flags 0x3, ICRC not resealed",
                       bytes([raw[0] | 0x03]) + raw[1:], 0x03, False))
-    pcap = os.path.join(workdir, "reserved.pcap")
-    frames = [(frame(d, 50000), None) for _, d, _, _ in cases]
-    frames += [(frame(d, 4793, dport=40000), None) for _, d, _, _ in cases]
-    write_pcap(pcap, frames)
-    rows = decode(pcap)
-    if not check(len(rows) == 2 * len(cases), f"reserved: read {len(rows)} of {2 * len(cases)}"):
-        return
-    for i, row in enumerate(rows):
-        what, datagram, bits, resealed = cases[i % len(cases)]
-        on_port = i < len(cases)
-        what += " (port 4792)" if on_port else " (heuristic)"
+    for what, case, row, on_port in decode_on_and_off_port(cases, workdir, "reserved"):
+        _, datagram, bits, resealed = case
         if not on_port and not resealed:
             check(not row["metaroce.opcode"], f"{what}: taken for MetaRoCE")
             continue
