@@ -244,7 +244,8 @@ Outcome retired_path_steps_its_generation(Peer& p, const std::vector<const Reply
       const uint16_t tag = r.pkt.bh.path_tag;
       if (r.pkt.bh.opcode == wire::Opcode::kProbe && ports.count(r.entropy) == 0) {
         const uint16_t want =
-            static_cast<uint16_t>((victim_tag & 31) | ((((victim_tag >> 5) + 1) & 2047) << 5));
+            wire::make_path_tag(wire::path_tag_slot(victim_tag),
+                                wire::generation_step(wire::path_tag_generation(victim_tag), 1));
         if (tag != want)
           return fail("the path on port " + std::to_string(victim_port) + " (path_tag " +
                       hex32(victim_tag) + ") came back on port " + std::to_string(r.entropy) +

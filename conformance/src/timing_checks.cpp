@@ -132,8 +132,9 @@ Outcome check_path3(Target& t) {
   // sent before the slot's entropy was replaced would), 300 us late and
   // CE-marked: it acknowledges the PSN and nothing else.
   Reply old = *d;
-  const uint16_t generation = d->pkt.bh.path_tag >> 5;
-  old.pkt.bh.path_tag = static_cast<uint16_t>(slot | (((generation + 2047) & 2047) << 5));
+  const uint16_t tag = d->pkt.bh.path_tag;
+  old.pkt.bh.path_tag = wire::make_path_tag(
+      wire::path_tag_slot(tag), wire::generation_step(wire::path_tag_generation(tag), -1));
   (void)p.run(299'000);
   p.send(p.ack(d->pkt.bh.psn + 1, old, wire::kAckEchoCe), d->entropy);
   (void)p.run(1000);
@@ -184,7 +185,7 @@ Outcome check_cc3(Target& t) {
   std::array<Slot, 32> slots{};
   const auto current = [&slots](const Reply& r) {
     const Slot& sl = slots[r.pkt.bh.path_tag & 31];
-    return sl.generation == r.pkt.bh.path_tag >> 5;
+    return sl.generation == wire::path_tag_generation(r.pkt.bh.path_tag);
   };
   const auto observe = [&slots](const std::vector<Reply>& replies) {
     for (const Reply& r : replies) {
@@ -192,9 +193,11 @@ Outcome check_cc3(Target& t) {
           (r.pkt.bh.opcode != wire::Opcode::kProbe && !wire::is_data(r.pkt.bh.opcode)))
         continue;
       Slot& sl = slots[r.pkt.bh.path_tag & 31];
-      const int g = r.pkt.bh.path_tag >> 5;
+      const uint16_t g = wire::path_tag_generation(r.pkt.bh.path_tag);
       // A later generation (11 bits, wrapping); a straggler of an older one changes nothing.
-      if (sl.generation >= 0 && ((g - sl.generation) & 2047) >= 1024) continue;
+      if (sl.generation >= 0 && g != sl.generation &&
+          !wire::generation_after(g, static_cast<uint16_t>(sl.generation)))
+        continue;
       if (g != sl.generation) sl = Slot{g, 0, 0, 0};
     }
   };

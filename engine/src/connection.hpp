@@ -67,9 +67,7 @@ struct Path {
   TimeNs window_full{0};
   PathStats stats;
 
-  [[nodiscard]] uint16_t tag(uint8_t slot) const {
-    return static_cast<uint16_t>(slot | (generation << 5));
-  }
+  [[nodiscard]] uint16_t tag(uint8_t slot) const { return wire::make_path_tag(slot, generation); }
 };
 
 // The work request's opcodes are listed in the wire opcodes' order, one
@@ -333,9 +331,9 @@ struct Connection {
   // no such slot or it has since moved to a new generation (PATH-3): an echo
   // of a replaced entropy says nothing about its successor.
   [[nodiscard]] int echoed_slot(uint16_t tag) const {
-    const uint8_t slot = tag & 31;
+    const uint8_t slot = wire::path_tag_slot(tag);
     // A generation is kept below 2^11 (renew_path), so it needs no mask.
-    if (slot >= num_paths || (tag >> 5) != paths[slot].generation) return -1;
+    if (slot >= num_paths || wire::path_tag_generation(tag) != paths[slot].generation) return -1;
     return slot;
   }
   [[nodiscard]] uint8_t window_log2() const {

@@ -280,7 +280,7 @@ void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int ent
   uint16_t fresh = draw ? old : static_cast<uint16_t>(entropy);
   if (draw) fresh = unused_entropy(c, old, range);
   const PathStats keep = p.stats;
-  const uint16_t gen = static_cast<uint16_t>((p.generation + 1) & 0x7ff);
+  const uint16_t gen = wire::generation_step(p.generation, 1);
   const uint32_t pseq = p.next_pseq;
   const uint64_t srtt = p.srtt, rttvar = p.rttvar, min_rtt = p.min_rtt;
   p = Path{};

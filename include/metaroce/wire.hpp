@@ -80,6 +80,32 @@ struct BaseHeader {
   uint32_t tsval = 0;
 };
 
+// PATH-2: a data packet's or PROBE's path_tag is slot | (generation << 5),
+// the sender's path slot in bits 4-0 and that slot's generation, counted
+// modulo 2^11, in bits 15-5.
+inline constexpr uint16_t kGenerationMask = 0x7ff;
+[[nodiscard]] constexpr uint16_t make_path_tag(uint8_t slot, uint16_t generation) {
+  return static_cast<uint16_t>((slot & 31u) | ((generation & kGenerationMask) << 5));
+}
+[[nodiscard]] constexpr uint8_t path_tag_slot(uint16_t path_tag) {
+  return static_cast<uint8_t>(path_tag & 31u);
+}
+[[nodiscard]] constexpr uint16_t path_tag_generation(uint16_t path_tag) {
+  return static_cast<uint16_t>(path_tag >> 5);
+}
+// The generation `steps` on from `generation` (back, for a negative count),
+// wrapping modulo 2^11: 2047 steps on to 0.
+[[nodiscard]] constexpr uint16_t generation_step(uint16_t generation, int steps) {
+  return static_cast<uint16_t>((generation + steps) & kGenerationMask);
+}
+// Whether generation `a` is later than `b`: 1 to 1023 steps on from it,
+// modulo 2^11 (serial-number arithmetic, as SEQ-2 does for PSNs; a
+// generation half the range away counts as earlier).
+[[nodiscard]] constexpr bool generation_after(uint16_t a, uint16_t b) {
+  const auto d = static_cast<uint16_t>((a - b) & kGenerationMask);
+  return d != 0 && d < 1024;
+}
+
 // Placement of a sequenced packet inside its message (PLACE-1).
 struct MessageHeader {
   uint32_t msn = 0;      // receive sequence (SEND*, WRITE_IMM) or read sequence (READ*)

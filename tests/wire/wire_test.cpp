@@ -919,5 +919,55 @@ TEST(SpecSeq2, PsnComparisonWrapsModulo2To32) {
   EXPECT_TRUE(Psn{5}.at_or_after(Psn{5}));
 }
 
+// --- spec PATH-2: path_tag layout, generations modulo 2^11 -----------------
+
+TEST(SpecPath2, PathTagIsSlotOrGenerationShiftedByFive) {
+  // The spec's examples (3.15): slot 3, generation 1; slot 5, generation 2.
+  EXPECT_EQ(make_path_tag(3, 1), 0x0023);
+  EXPECT_EQ(make_path_tag(5, 2), 0x0045);
+  EXPECT_EQ(make_path_tag(31, 2047), 0xffff);
+  EXPECT_EQ(make_path_tag(0, 2048), 0x0000);  // the generation is taken modulo 2^11
+  for (const uint16_t tag : std::array<uint16_t, 5>{0x0000, 0x0023, 0x0045, 0x7fe1, 0xffff}) {
+    EXPECT_EQ(make_path_tag(path_tag_slot(tag), path_tag_generation(tag)), tag);
+  }
+  EXPECT_EQ(path_tag_slot(0xffff), 31);
+  EXPECT_EQ(path_tag_generation(0xffff), 2047);
+}
+
+TEST(SpecPath2, GenerationStepsWrapModulo2To11) {
+  EXPECT_EQ(generation_step(2047, 1), 0);
+  EXPECT_EQ(generation_step(0, 1), 1);
+  EXPECT_EQ(generation_step(0, -1), 2047);
+  EXPECT_EQ(generation_step(1, -1), 0);
+  EXPECT_EQ(generation_step(5, 0), 5);
+  EXPECT_EQ(generation_step(2040, 16), 8);
+}
+
+TEST(SpecPath2, GenerationAfterIsSerialNumberArithmetic) {
+  // Across the wrap.
+  EXPECT_TRUE(generation_after(0, 2047));
+  EXPECT_FALSE(generation_after(2047, 0));
+  EXPECT_TRUE(generation_after(1, 0));
+  EXPECT_FALSE(generation_after(0, 1));
+  EXPECT_TRUE(generation_after(3, 2045));
+  // Equal is not after.
+  EXPECT_FALSE(generation_after(0, 0));
+  EXPECT_FALSE(generation_after(2047, 2047));
+  EXPECT_FALSE(generation_after(700, 700));
+  // Up to half the range on is later; half the range is earlier, either way.
+  EXPECT_TRUE(generation_after(1023, 0));
+  EXPECT_FALSE(generation_after(0, 1023));
+  EXPECT_FALSE(generation_after(1024, 0));
+  EXPECT_FALSE(generation_after(0, 1024));
+  EXPECT_TRUE(generation_after(0, 1025));
+  EXPECT_TRUE(generation_after(1022, 2047));
+  EXPECT_FALSE(generation_after(1023, 2047));
+  // Every generation: the next is after it, it is not after the next.
+  for (uint16_t g = 0; g < 2048; ++g) {
+    EXPECT_TRUE(generation_after(generation_step(g, 1), g)) << g;
+    EXPECT_FALSE(generation_after(g, generation_step(g, 1))) << g;
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::wire

@@ -8,10 +8,14 @@
    fields pointing past the datagram, fields out of range) and trimmed or
    snap-length-cut packets give the expected expert info; every prefix of
    every vector and seeded random byte changes decode without a failure.
+   Every datagram of 1 to 19 bytes is truncated, whatever its version and
+   opcode (11.3's order). Packets without payload decode with PC clear as
+   with PC set (INT-2), their ICRC over every byte before it (BAD-4).
+   Reserved flag bits draw a warning and nothing more (1.3).
 3. Off port 4792 (a server's replies from its entropy ports to a client's
    port) the heuristic dissector decodes what parses as MetaRoCE, ICRC
-   included, and nothing else; with it disabled, Decode As or the port
-   preference do.
+   included, reserved flag bits set or not, and nothing else; with it
+   disabled, Decode As or the port preference do.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
    switches) decode as MetaRoCE with no malformed packet or error.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
@@ -148,7 +152,10 @@ FIELDS = [
     "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
     "metaroce.connect.max_version", "metaroce.connect.nonce", "metaroce.disconnect.src_conn",
-    "metaroce.disconnect.reason",
+    "metaroce.disconnect.reason", "metaroce.icrc.covered_len", "metaroce.flags.reserved",
+    # Expert infos, each present ("1") or not.
+    "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
+    "metaroce.reserved_not_zero",
 ]
 
 
@@ -328,6 +335,150 @@ def check_other_ports(vectors, workdir):
         check(got == want, f"port 5000 with options {list(options)}: opcode {got}, want {want}")
 
 
+def decode_on_and_off_port(cases, workdir, name):
+    """Each case, whose first two items are its description and datagram,
+    framed once to port 4792 and once from an entropy port to a client's
+    port (the heuristic's), and decoded: (description with where, case, row,
+    on port 4792) for each frame; none when tshark reads another number."""
+    pcap = os.path.join(workdir, name + ".pcap")
+    write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases] +
+               [(frame(c[1], 4793, dport=40000), None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == 2 * len(cases), f"{name}: read {len(rows)} of {2 * len(cases)}"):
+        return []
+    return [(cases[i % len(cases)][0] + (" (port 4792)" if i < len(cases) else " (heuristic)"),
+             cases[i % len(cases)], row, i < len(cases)) for i, row in enumerate(rows)]
+
+
+def check_short_datagrams(vectors, workdir):
+    """BAD-1 and the order of 11.3 (length below 20, then version, then
+    opcode): every datagram of 1 to 19 bytes is truncated, whatever its first
+    bytes say, with no version or opcode error, on port 4792; the heuristic
+    takes none of them. UDP hands an empty payload to no dissector, so 0
+    bytes shows as UDP alone."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    firsts = {"PROBE": tv["TV-11"], "ACK": tv["TV-08"], "WRITE": tv["TV-01"],
+              "version 2": bytes([0x2C]) + tv["TV-11"][1:],
+              "version 2 CONNECT_REQ": bytes([0x28]) + tv["TV-12"][1:],  # BAD-2's exception
+              "opcode 0x13": tv["TV-11"][:1] + bytes([0x13]) + tv["TV-11"][2:],
+              "reserved flags": bytes([tv["TV-11"][0] | 0x03]) + tv["TV-11"][1:]}
+    cases = [(f"{n}-byte {kind} prefix", raw[:n]) for kind, raw in firsts.items()
+             for n in range(20)]
+    for what, (_, datagram), row, on_port in decode_on_and_off_port(cases, workdir, "short"):
+        messages = " / ".join(row["_ws.expert.message"])
+        if not on_port or not datagram:
+            check(not row["metaroce.opcode"] and not messages and not row["_ws.malformed"],
+                  f"{what}: decoded as MetaRoCE ({row['metaroce.opcode']}, '{messages}')")
+            continue
+        check(row["metaroce.truncated"] == ["1"], f"{what}: not truncated: '{messages}'")
+        check(not row["metaroce.bad_version"] and not row["metaroce.bad_opcode"],
+              f"{what}: a version or opcode error before the length's: '{messages}'")
+        check("Dissector failure" not in messages, f"{what}: {messages}")
+        info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+        check("truncated" in info.lower(), f"{what}: Info '{info}' does not say truncated")
+    print(f"short datagrams: 0-19 bytes, {len(firsts)} kinds of first bytes")
+
+
+# Opcodes that carry no payload (3.2): their ICRC covers every byte before it.
+PAYLOADLESS = ("READ_REQ", "ACK", "NAK", "PROBE", "CONNECT_REQ", "CONNECT_ACCEPT",
+               "CONNECT_REJECT", "DISCONNECT", "DISCONNECT_ACK")
+
+
+def check_pc_clear(vectors, workdir):
+    """INT-2: receivers accept PC clear, and for packets without payload PC
+    clear and PC set cover the same bytes. Each payload-less vector with PC
+    cleared and its ICRC resealed decodes as the original does, on port 4792
+    and through the heuristic, its ICRC good over every byte before it; so
+    does a WRITE of an empty message. BAD-4: an opcode without payload has
+    its ICRC over every byte before the last four whatever PC says, so with
+    stray bytes after its headers (BAD-5) it is the ICRC over all of them
+    that verifies."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    cases = []  # (what, datagram)
+    for name, opname, raw, _ in vectors:
+        if opname in PAYLOADLESS:
+            cases.append((f"{name} {opname}, PC clear", reseal(bytes([raw[0] & ~0x08]) + raw[1:])))
+    empty_write = bytearray(tv["TV-01"][:44])
+    empty_write[0] &= ~0x08
+    empty_write[24:28] = empty_write[20:24]  # msg_len = offset: a message of 0 bytes
+    cases.append(("WRITE of an empty message, PC clear", reseal(bytes(empty_write) + bytes(4))))
+    for what, (_, datagram), row, _ in decode_on_and_off_port(cases, workdir, "pc-clear"):
+        check(row["metaroce.opcode"] == [f"0x{datagram[1]:02x}"],
+              f"{what}: opcode {row['metaroce.opcode']}")
+        check(row["metaroce.flags.pc"] == ["0"], f"{what}: PC {row['metaroce.flags.pc']}")
+        check(row["metaroce.icrc.status"] == ["1"],
+              f"{what}: ICRC status {row['metaroce.icrc.status']}, want 1 (good)")
+        check(row["metaroce.icrc.covered_len"] == [str(len(datagram) - 4)],
+              f"{what}: ICRC covers {row['metaroce.icrc.covered_len']} bytes, "
+              f"want {len(datagram) - 4}")
+        check(not row["_ws.expert.message"] and not row["_ws.malformed"],
+              f"{what}: unexpected expert info {row['_ws.expert.message']}")
+
+    # An ACK with 4 stray bytes, PC clear: sealed over all 44 bytes before the
+    # ICRC it is a bad length with a good ICRC; sealed over its 44 header
+    # bytes only, a bad ICRC (the engine counts it as bad_checksum, BAD-4).
+    ack = bytes([tv["TV-08"][0] & ~0x08]) + tv["TV-08"][1:-4] + b"\xa5" * 4
+    stray = [("ACK and 4 stray bytes, PC clear, ICRC over all of them",
+              ack + struct.pack(">I", crc32c(ack)), "1"),
+             ("ACK and 4 stray bytes, PC clear, ICRC over its headers",
+              ack + struct.pack(">I", crc32c(ack[:44])), "0")]
+    pcap = os.path.join(workdir, "pc-clear-stray.pcap")
+    write_pcap(pcap, [(frame(d, 50000), None) for _, d, _ in stray])
+    rows = decode(pcap)
+    if check(len(rows) == len(stray), f"PC clear, stray bytes: read {len(rows)} frames"):
+        for (what, datagram, status), row in zip(stray, rows):
+            messages = " / ".join(row["_ws.expert.message"])
+            check("after the ACK headers, which carry none" in messages,
+                  f"{what}: expert info '{messages}' lacks the stray bytes")
+            check(row["metaroce.icrc.status"] == [status],
+                  f"{what}: ICRC status {row['metaroce.icrc.status']}, want {status}")
+            check(row["metaroce.icrc.covered_len"] == [str(len(datagram) - 4)],
+                  f"{what}: ICRC covers {row['metaroce.icrc.covered_len']} bytes, "
+                  f"want {len(datagram) - 4}")
+    print(f"PC clear: {len(cases)} packets without payload, 2 with stray bytes")
+
+
+def check_reserved_flags(vectors, workdir):
+    """Reserved bits are sent as zero and ignored on receipt (1.3, 3.3): a
+    packet with flag bits 1-0 set, its ICRC resealed, decodes in full with a
+    warning on the bits and a good ICRC, on port 4792 and through the
+    heuristic alike; off the port, one whose ICRC does not match is still
+    not taken for MetaRoCE."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    cases = []  # (what, datagram, bits, the heuristic decodes it)
+    # TV-04 has PC clear: its ICRC covers its 28 header bytes.
+    for name, covered in (("TV-01", None), ("TV-04", 28), ("TV-08", None), ("TV-11", None),
+                          ("TV-12", None)):
+        raw = tv[name]
+        for bits in (0x01, 0x02, 0x03):
+            changed = reseal(bytes([raw[0] | bits]) + raw[1:], covered)
+            cases.append((f"{name}, reserved flags 0x{bits:x}", changed, bits, True))
+        cases.append((f"{name}, reserved flags 0x3, ICRC not resealed",
+                      bytes([raw[0] | 0x03]) + raw[1:], 0x03, False))
+    for what, case, row, on_port in decode_on_and_off_port(cases, workdir, "reserved"):
+        _, datagram, bits, resealed = case
+        if not on_port and not resealed:
+            check(not row["metaroce.opcode"], f"{what}: taken for MetaRoCE")
+            continue
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.opcode"] == [f"0x{datagram[1]:02x}"],
+              f"{what}: opcode {row['metaroce.opcode']}, want 0x{datagram[1]:02x}")
+        check(row["metaroce.flags.reserved"] == [f"0x{bits:02x}"],
+              f"{what}: reserved flags {row['metaroce.flags.reserved']}")
+        check(row["metaroce.reserved_not_zero"] == ["1"] and
+              f"Flag bits 1-0 is 0x{bits:x}, must be zero" in messages,
+              f"{what}: no reserved-bits warning in '{messages}'")
+        want_status = "1" if resealed else "0"
+        # A payload cut by the snap length is not the case here: every ICRC is checked.
+        check(row["metaroce.icrc.status"] == [want_status],
+              f"{what}: ICRC status {row['metaroce.icrc.status']}, want {want_status}")
+        others = [m for m in row["_ws.expert.message"] if "Flag bits" not in m]
+        if resealed:
+            check(not others and not row["_ws.malformed"],
+                  f"{what}: expert info beyond the warning: {others}")
+    print(f"reserved flag bits: {len(cases)} packets on port 4792 and off it")
+
+
 # (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
 SIM_RUNS = [
     ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
@@ -454,6 +605,9 @@ def main():
         print(f"broken and trimmed packets: {len(cases)} cases")
 
         check_mutations(vectors, workdir)
+        check_short_datagrams(vectors, workdir)
+        check_pc_clear(vectors, workdir)
+        check_reserved_flags(vectors, workdir)
         check_other_ports(vectors, workdir)
         print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
               "As or the udp_port preference")

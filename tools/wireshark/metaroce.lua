@@ -497,11 +497,13 @@ local function dissect_payload(st, tree, hdr_len, layout)
   end
 end
 
-local function dissect_icrc(st, tree, hdr_len)
+local function dissect_icrc(st, tree, hdr_len, layout)
   local tvb = st.tvb
   local icrc_off = st.datagram - ICRC_LEN
-  -- INT-1/INT-2: PC set covers everything before the ICRC, PC clear the headers.
-  local covered = st.pc and icrc_off or hdr_len
+  -- INT-1/INT-2: PC set covers everything before the ICRC, PC clear the
+  -- headers. An opcode without payload has it over everything before it
+  -- either way (BAD-4), stray bytes after its headers included.
+  local covered = (st.pc or not layout.payload) and icrc_off or hdr_len
   local function unverified(item, why)
     tree:add(pf.icrc_status, ICRC_UNVERIFIED):set_generated()
     item:add_proto_expert_info(ex.icrc_unverified, "ICRC not verified: " .. why)
@@ -568,6 +570,14 @@ local function dissect(st)
   st.opname = opcode_names[st.opcode] or ("opcode " .. hex(st.opcode))
   add_info(st, st.opname)
 
+  -- 11.3's order: a length below 20 first (BAD-1), then version and opcode;
+  -- 16 to 19 bytes are truncated whatever the Base Header says.
+  if st.datagram < MIN_DATAGRAM then
+    tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram ..
+      " bytes is shorter than " .. MIN_DATAGRAM)
+    st.suffix[#st.suffix + 1] = "TRUNCATED"
+    return
+  end
   if st.version ~= VERSION then
     tree:add_proto_expert_info(ex.bad_version,
       "Version " .. st.version .. ", this dissector knows " .. VERSION)
@@ -578,12 +588,6 @@ local function dissect(st)
   if layout == nil then
     tree:add_proto_expert_info(ex.bad_opcode, "Unknown opcode " .. hex(st.opcode))
     st.suffix[#st.suffix + 1] = "BAD OPCODE"
-    return
-  end
-  if st.datagram < MIN_DATAGRAM then
-    tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram ..
-      " bytes is shorter than " .. MIN_DATAGRAM)
-    st.suffix[#st.suffix + 1] = "TRUNCATED"
     return
   end
 
@@ -637,7 +641,7 @@ local function dissect(st)
   end
   dissect_payload(st, tree, hdr_len, layout)
   if st.payload_len and layout.mh and layout.payload then add_info(st, "len=" .. st.payload_len) end
-  dissect_icrc(st, tree, hdr_len)
+  dissect_icrc(st, tree, hdr_len, layout)
   if st.ar then st.suffix[#st.suffix + 1] = "AR" end
   if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
 end
@@ -656,8 +660,9 @@ end
 
 ---------------------------------------------------------------- heuristic
 
--- Whether a UDP datagram on another port is MetaRoCE: version 1 with the
--- reserved flag bits clear, a known opcode, a length that fits its headers
+-- Whether a UDP datagram on another port is MetaRoCE: version 1 (reserved
+-- flag bits are ignored on receipt, spec 1.3, and only warned about by the
+-- dissector), a known opcode, a length that fits its headers
 -- (sack_words at most 16, no payload where none is carried, payload within
 -- msg_len - offset), and a matching ICRC wherever it can be computed (all of
 -- the datagram captured, and no payload the ICRC covered cut by a switch,
@@ -667,7 +672,7 @@ local function looks_like_metaroce(tvb)
   local captured_len, datagram = tvb:len(), tvb:reported_len()
   if datagram < MIN_DATAGRAM or captured_len < BH_LEN then return false end
   local byte0 = tvb(0, 1):uint()
-  if rshift(byte0, 4) ~= VERSION or band(byte0, FLAG_RESERVED) ~= 0 then return false end
+  if rshift(byte0, 4) ~= VERSION then return false end
   local layout = layouts[tvb(1, 1):uint()]
   if layout == nil then return false end
   local hdr_len = BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
