@@ -714,9 +714,12 @@ TEST(Property, ExplorationFindsALinkNoPathHashedTo) {
   for (uint64_t n : moving.link_packets) EXPECT_GT(n, 0u);
   EXPECT_GT(moving.gbps, 0.85 * 2.0);
   EXPECT_GE(moving.explorations, 1u);
-  // A path moves once it is empty: nothing is resent for moving (the rest are
-  // slow start's overflows at the start, in both runs).
-  EXPECT_LE(moving.retransmissions, still.retransmissions + 2);
+  // A path moves once it is empty: nothing is resent for moving. The rest
+  // are slow start's overflows at the start, in both runs, and their count
+  // differs by a few between the runs, either way (38 / 36 and 34 / 37 for
+  // two versions of CC-2's increase); a move that lost packets would lose at
+  // least one each time, more than half the moves in all.
+  EXPECT_LE(moving.retransmissions, still.retransmissions + moving.explorations / 2);
 }
 
 // PATH-7, COMP-5: every path fails for good with data outstanding: the
