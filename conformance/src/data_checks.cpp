@@ -106,7 +106,7 @@ Outcome check_sched2(Target& t) {
   std::map<uint16_t, std::vector<const Reply*>> by_slot;
   uint32_t highest = sent.empty() ? 0 : sent.front()->pkt.bh.psn;
   for (const Reply* d : sent) {
-    by_slot[d->pkt.bh.path_tag & 31].push_back(d);
+    by_slot[wire::path_tag_slot(d->pkt.bh.path_tag)].push_back(d);
     highest = later_psn(highest, d->pkt.bh.psn);
   }
   const Reply* lost = nullptr;
@@ -118,7 +118,7 @@ Outcome check_sched2(Target& t) {
   std::vector<uint32_t> sacked;
   for (const Reply* d : sent)
     if (psn_after(d->pkt.bh.psn, lost->pkt.bh.psn)) sacked.push_back(d->pkt.bh.psn);
-  const Reply* echo = by_slot[lost->pkt.bh.path_tag & 31].back();
+  const Reply* echo = by_slot[wire::path_tag_slot(lost->pkt.bh.path_tag)].back();
   p.send(p.sack(lost->pkt.bh.psn, sacked, *echo), echo->entropy);
   const std::vector<Reply> after = p.run(1000);
   const auto next = of(after, wire::Opcode::kWrite);
@@ -251,7 +251,7 @@ Outcome retired_path_steps_its_generation(Peer& p, const std::vector<const Reply
                       hex32(victim_tag) + ") came back on port " + std::to_string(r.entropy) +
                       " with path_tag " + hex32(tag) + ", not " + hex32(want) +
                       " (the same slot, one generation on)");
-        return pass("slot " + std::to_string(tag & 31) + " retired after " +
+        return pass("slot " + std::to_string(wire::path_tag_slot(tag)) + " retired after " +
                     std::to_string(step / 10) + " ms, probing on port " +
                     std::to_string(r.entropy) + " with path_tag " + hex32(tag));
       }

@@ -55,7 +55,7 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
 
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data) {
   std::map<uint16_t, const Reply*> out;
-  for (const Reply* d : data) out.emplace(d->pkt.bh.path_tag & 31, d);
+  for (const Reply* d : data) out.emplace(wire::path_tag_slot(d->pkt.bh.path_tag), d);
   return out;
 }
 

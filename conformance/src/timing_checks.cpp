@@ -98,7 +98,7 @@ Outcome check_loss4(Target& t) {
     std::vector<Reply> rs;
     const Reply* d = nullptr;
     if (!one_packet(t, p, conn, k, rs, d, why)) return fail(why);
-    const int s = d->pkt.bh.path_tag & 31;
+    const int s = wire::path_tag_slot(d->pkt.bh.path_tag);
     const bool second = slot == s;
     (void)p.run(second ? 199'000 : 99'000);  // the packet left 1 us ago
     p.send(p.ack(d->pkt.bh.psn + 1, *d), d->entropy);
@@ -125,7 +125,7 @@ Outcome check_path3(Target& t) {
   const Reply* d = nullptr;
   std::string why;
   if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
-  const size_t slot = d->pkt.bh.path_tag & 31;
+  const size_t slot = wire::path_tag_slot(d->pkt.bh.path_tag);
   PathStats before, after;
   if (!t.path_stats(conn, slot, before)) return fail("no state for the path");
   // The ACK names another generation of the slot (as one answering a packet
@@ -162,7 +162,7 @@ Outcome check_cc3(Target& t) {
   std::string why;
   if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
   PathStats ps;
-  const size_t first = d->pkt.bh.path_tag & 31;
+  const size_t first = wire::path_tag_slot(d->pkt.bh.path_tag);
   if (!t.path_stats(conn, first, ps)) return fail("no state for the path");
   if (ps.alpha_permille != 1000)
     return fail("alpha starts at " + std::to_string(ps.alpha_permille) + " permille, not 1000");
@@ -184,7 +184,7 @@ Outcome check_cc3(Target& t) {
   };
   std::array<Slot, 32> slots{};
   const auto current = [&slots](const Reply& r) {
-    const Slot& sl = slots[r.pkt.bh.path_tag & 31];
+    const Slot& sl = slots[wire::path_tag_slot(r.pkt.bh.path_tag)];
     return sl.generation == wire::path_tag_generation(r.pkt.bh.path_tag);
   };
   const auto observe = [&slots](const std::vector<Reply>& replies) {
@@ -192,7 +192,7 @@ Outcome check_cc3(Target& t) {
       if (r.error != wire::ParseError::kOk ||
           (r.pkt.bh.opcode != wire::Opcode::kProbe && !wire::is_data(r.pkt.bh.opcode)))
         continue;
-      Slot& sl = slots[r.pkt.bh.path_tag & 31];
+      Slot& sl = slots[wire::path_tag_slot(r.pkt.bh.path_tag)];
       const uint16_t g = wire::path_tag_generation(r.pkt.bh.path_tag);
       // A later generation (11 bits, wrapping); a straggler of an older one changes nothing.
       if (sl.generation >= 0 && g != sl.generation &&
@@ -212,13 +212,13 @@ Outcome check_cc3(Target& t) {
     if (!message_packets(t, p, conn, k, len, psn, 2, rs, ds, why)) return fail(why);
     observe(rs);
     for (const Reply* x : ds)
-      if (current(*x)) ++slots[x->pkt.bh.path_tag & 31].packets;
+      if (current(*x)) ++slots[wire::path_tag_slot(x->pkt.bh.path_tag)].packets;
     const auto unechoed = [&](const Reply* x) {
-      const Slot& sl = slots[x->pkt.bh.path_tag & 31];
+      const Slot& sl = slots[wire::path_tag_slot(x->pkt.bh.path_tag)];
       return static_cast<int>(sl.packets) - 2 * static_cast<int>(sl.acks);
     };
     const Reply& echo = unechoed(ds[1]) >= unechoed(ds[0]) ? *ds[1] : *ds[0];
-    Slot& sl = slots[echo.pkt.bh.path_tag & 31];
+    Slot& sl = slots[wire::path_tag_slot(echo.pkt.bh.path_tag)];
     uint8_t ce = 0;
     if (current(echo)) {  // an older generation's echo moves no alpha (PATH-3)
       ce = ++sl.acks % 2 == 0 ? wire::kAckEchoCe : 0;

@@ -251,7 +251,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   if (d < 0 ||
       (d > 0 && d < static_cast<int32_t>(c.window()) && detail::bit_get(r.bits, psn, mask))) {
     ++c.stats.duplicates_received;  // SEQ-4, PLACE-5
-    trace(now, TraceKind::kDuplicate, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, 0);
+    trace(now, TraceKind::kDuplicate, c, wire::path_tag_slot(p.bh.path_tag), psn, 0);
     owe_ack(c, echo_of(dg, p, wire::kAckEchoDup | (dg.ce ? wire::kAckEchoCe : 0)), true,
             now);  // ACK-3
     return;
@@ -381,7 +381,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   // data is too while a READ of ours is outstanding: its responses wait
   // behind the message the peer has started (SEQ-5), however long that is.
   if (op == wire::Opcode::kReadResp || c.reads_outstanding > 0) c.last_progress = now;
-  trace(now, TraceKind::kReceived, c, static_cast<uint8_t>(p.bh.path_tag & 31), psn, dg.ce);
+  trace(now, TraceKind::kReceived, c, wire::path_tag_slot(p.bh.path_tag), psn, dg.ce);
 
   // ACK-2, ACK-4: these are acknowledged at once and echo themselves; the
   // others count towards ACK-1 and may be echoed by an ACK that covers several.

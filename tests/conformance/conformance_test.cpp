@@ -307,12 +307,12 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
       wire::Packet p;
       for (const Sent& s : v)
         if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
-          (*latest)[p.bh.path_tag & 31] = p.bh.path_tag;
+          (*latest)[wire::path_tag_slot(p.bh.path_tag)] = p.bh.path_tag;
     };
     t.mutate_in = [latest](std::vector<uint8_t>& d) {
       wire::Packet p;
       if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
-      p.ack.echo_path_tag = (*latest)[p.ack.echo_path_tag & 31];
+      p.ack.echo_path_tag = (*latest)[wire::path_tag_slot(p.ack.echo_path_tag)];
       d.assign(256, 0);
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
@@ -371,7 +371,7 @@ void shift_data_ports(FaultyTarget& t, std::function<int(uint16_t)> shift) {
     wire::Packet p;
     for (Sent& s : v)
       if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
-        s.entropy = static_cast<uint16_t>(s.entropy + shift(p.bh.path_tag & 31));
+        s.entropy = static_cast<uint16_t>(s.entropy + shift(wire::path_tag_slot(p.bh.path_tag)));
   };
 }
 

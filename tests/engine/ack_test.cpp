@@ -63,7 +63,7 @@ TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
   std::vector<int> slots;
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || d[1] != 0x01) return 0;
-    const int slot = d[3] & 31;  // the path tag's slot (base header bytes 2-3)
+    const int slot = tag_slot(d);
     slots.push_back(slot);
     return slot == 1 ? 5'000 : slot == 2 ? 8'000 : 0;
   };
@@ -153,7 +153,7 @@ TEST(Engine, AckForSeveralPathsBuffersEchoesAnyOfThem) {
       wire::Packet p;
       ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), p),
                 wire::ParseError::kOk);
-      const uint32_t path = p.bh.path_tag & 31u;
+      const uint32_t path = wire::path_tag_slot(p.bh.path_tag);
       ASSERT_LT(path, 4u);
       by_path[path].emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
       entropy[path] = tx.entropy;
@@ -170,7 +170,7 @@ TEST(Engine, AckForSeveralPathsBuffersEchoesAnyOfThem) {
                 wire::ParseError::kOk);
       if (p.bh.opcode == wire::Opcode::kAck) {
         ++batch_acks;
-        ++echoes[(p.ack.echo_path_tag & 31u) % 4];
+        ++echoes[wire::path_tag_slot(p.ack.echo_path_tag) % 4];
       }
       back.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
     }
@@ -221,7 +221,7 @@ TEST(Engine, AckEchoesEveryPathOfAStrictlyAlternatingSender) {  // ACK-1, ACK-5,
     wire::Packet p;
     if (wire::decode(d, p) != wire::ParseError::kOk) return;
     if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite))
-      sent_slots.push_back(p.bh.path_tag & 31);
+      sent_slots.push_back(wire::path_tag_slot(p.bh.path_tag));
     if (from == 1 && p.bh.opcode == wire::Opcode::kAck) ++echoes[p.ack.echo_path_tag & 1];
   };
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kPackets * sc.mtu)), Status::kOk);

@@ -146,7 +146,7 @@ TEST(Engine, APathWithRoomDoesNotGrowForAnotherBeingFull) {  // CC-2
   c.cc.initial_cwnd_packets = 16;
   Loop loop(c, cfg(155));
   loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    return from == 0 && d.size() > 4 && d[1] == 0x01 && ((d[2] << 8 | d[3]) & 31) == 1;
+    return from == 0 && d.size() > 4 && d[1] == 0x01 && tag_slot(d) == 1;
   };
   auto [a, b] = loop.connect();
   PathStats roomy0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loop.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::test {
 
@@ -33,6 +34,11 @@ struct Buf {
   }
   uint64_t addr(size_t off = 0) const { return mr.addr + off; }
 };
+
+// The path slot of a datagram's path_tag (base header bytes 2-3, PATH-2).
+inline uint8_t tag_slot(const std::vector<uint8_t>& d) {
+  return wire::path_tag_slot(static_cast<uint16_t>(d[2] << 8 | d[3]));
+}
 
 inline void pattern(std::vector<uint8_t>& v, uint8_t seed) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
@@ -136,7 +142,7 @@ inline PathStats write_over_a_lossy_path(uint64_t seed, uint32_t max_cwnd_packet
   EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
   uint64_t seen = 0, marked = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-    if (from != 0 || d[1] != 0x01 || ((d[2] << 8 | d[3]) & 31) != 0) return false;
+    if (from != 0 || d[1] != 0x01 || tag_slot(d) != 0) return false;
     return drop(++seen);
   };
   loop.mark_ce = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {

@@ -92,8 +92,7 @@ TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
   const TimeNs start = loop.now();
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     // Data and PROBEs (0x12) on path 0 share its queue, in order.
-    const bool on_path0 =
-        from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 0;
+    const bool on_path0 = from == 0 && (d[1] == 0x01 || d[1] == 0x12) && tag_slot(d) == 0;
     if (!on_path0) return 0;
     const uint64_t phase = loop.now().since(start) % kSwing;
     return phase < kSwing / 2 ? phase / 2 : (kSwing - phase) / 2;
@@ -286,7 +285,7 @@ TEST(Engine, ALostResendIsFoundByTheLaterPacketsOfItsOwnPath) {  // LOSS-1, LOSS
       return false;
     if (++data_sent == 10) victim = p.bh.psn;
     if (data_sent < 10 || p.bh.psn != victim) return false;
-    victim_slots.push_back(p.bh.path_tag & 31);
+    victim_slots.push_back(wire::path_tag_slot(p.bh.path_tag));
     victim_sent_at.push_back(loop.now());
     return victim_slots.size() <= 2;  // the first transmission and the first resend
   };
@@ -339,7 +338,7 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   uint64_t srtt_then = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from != 0 || d[1] != 0x01) return;
-    slots.push_back(d[3] & 31);
+    slots.push_back(tag_slot(d));
     sent_at.push_back(loop.now());
     PathStats ps;
     if (slots.size() == 5 && loop.ep(0).path_stats(a, static_cast<size_t>(slots[2]), ps))
@@ -456,7 +455,7 @@ TEST(Engine, NoNewDataLeavesWhileAResendWaits) {  // SCHED-2, LOSS-3
     Buf src(loop.ep(0), kLen, 0, 0x40);
     Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
     loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
-      return from == 0 && d[1] == 0x01 && (d[3] & 31) == 1 ? 60'000 : 0;
+      return from == 0 && d[1] == 0x01 && tag_slot(d) == 1 ? 60'000 : 0;
     };
     ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
     std::vector<Rec> ev;
@@ -467,7 +466,7 @@ TEST(Engine, NoNewDataLeavesWhileAResendWaits) {  // SCHED-2, LOSS-3
         &ev);
     uint64_t n = 0;
     loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-      return from == 0 && d[1] == 0x01 && (d[3] & 31) == 0 && ++n == 20 + seed;
+      return from == 0 && d[1] == 0x01 && tag_slot(d) == 0 && ++n == 20 + seed;
     };
     ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 9)), Status::kOk);
     std::vector<Completion> done;

@@ -42,7 +42,7 @@ TEST(Engine, TimedOutPathFallsToItsShareOfTheConnectionFloor) {  // LOSS-5, CC-6
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     // Data and PROBEs on slot 1: neither the tail-loss probe nor LOSS-2 can
     // recover its packets, so only its RTO can.
-    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 1;
+    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && tag_slot(d) == 1;
   };
   Buf src(loop.ep(0), 1 << 20, 0, 0x21);
   Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
@@ -61,7 +61,7 @@ TEST(Engine, ProbingPathCarriesOnlyProbes) {  // SCHED-3, PATH-4, PATH-6
   Loop loop(cfg(220), cfg(221));  // 4 paths
   auto [a, b] = loop.connect();
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && ((d[2] << 8 | d[3]) & 31) == 1;
+    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && tag_slot(d) == 1;
   };
   int data_while_probing = 0, probes = 0, data_elsewhere = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
@@ -69,7 +69,7 @@ TEST(Engine, ProbingPathCarriesOnlyProbes) {  // SCHED-3, PATH-4, PATH-6
     PathStats ps;
     const bool probing = loop.ep(0).path_stats(a, 1, ps) && ps.state == PathState::kProbing;
     if (!probing) return;
-    const bool on_slot_1 = ((d[2] << 8 | d[3]) & 31) == 1;
+    const bool on_slot_1 = tag_slot(d) == 1;
     if (d[1] == 0x12) probes += on_slot_1;
     if (d[1] == 0x01) (on_slot_1 ? data_while_probing : data_elsewhere)++;
   };
@@ -99,7 +99,7 @@ DarkPathRun run_with_a_dark_path(bool cc_enabled) {
   EXPECT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths, in turn
   EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0_before));
   loop.drop = [](int from, const std::vector<uint8_t>& d) {
-    return from == 0 && (d[3] & 31) == 0 && (d[1] == 0x01 || d[1] == 0x12);
+    return from == 0 && tag_slot(d) == 0 && (d[1] == 0x01 || d[1] == 0x12);
   };
   const TimeNs start = loop.now();
   EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 99)), Status::kOk);

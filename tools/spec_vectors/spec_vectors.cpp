@@ -37,7 +37,8 @@ void print_fields(const sv::SpecVector& tv) {
               flag_names(bh.flags).c_str(), static_cast<unsigned>(bh.opcode),
               wire::opcode_name(bh.opcode));
   std::printf("      path_tag=0x%04x (slot %u, generation %u) dst_conn=0x%08x\n", bh.path_tag,
-              bh.path_tag & 0x1fu, static_cast<unsigned>(bh.path_tag >> 5), bh.dst_conn);
+              static_cast<unsigned>(wire::path_tag_slot(bh.path_tag)),
+              static_cast<unsigned>(wire::path_tag_generation(bh.path_tag)), bh.dst_conn);
   std::printf("      psn=0x%08x tsval=0x%08x\n", bh.psn, bh.tsval);
   const Opcode op = bh.opcode;
   if (wire::is_data(op)) {
