@@ -455,6 +455,8 @@ struct Endpoint::Impl {
   void renew_path(detail::Connection& c, uint8_t path, TimeNs now, int entropy = -1,
                   bool keep_rtt = false);
   void explore_moved_path_back(detail::Connection& c, uint8_t slot, TimeNs now);
+  // PATH-8: a trial whose path timed out or is retired ends with no verdict.
+  [[gnu::cold]] void explore_path_failed(detail::Connection& c, uint8_t slot, TimeNs now);
   // PATH-8. Rarely runs (once per explore interval, or while a path drains):
   // kept out of the ACK path it is called from.
   [[gnu::noinline, gnu::cold]] void explore(detail::Connection& c, TimeNs now);

@@ -123,6 +123,7 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   detail::Path& p = c.paths[path];
   ++p.stats.timeouts;
   ++c.stats.timeouts;
+  explore_path_failed(c, path, now);       // PATH-8
   lose_path_inflight(c, path, now, true);  // LOSS-5
   p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
   if (cfg.cc.enabled) {  // CC-8: without congestion control the window never moves

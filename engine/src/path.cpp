@@ -134,6 +134,7 @@ void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
 }
 
 void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
+  explore_path_failed(c, path, now);  // PATH-8
   lose_path_inflight(c, path, now, false);
   const uint16_t old = c.paths[path].entropy;
   renew_path(c, path, now);
@@ -243,6 +244,25 @@ void Endpoint::Impl::explore_moved_path_back(Connection& c, uint8_t slot, TimeNs
   x.mark_acked = packets_acked(c);
   x.mark_time = now;
   x.next = now + std::max<uint64_t>(cfg.cc.explore_interval_ns / 4, 1);
+}
+
+// A path timed out (PATH-4) or is retired (PATH-5, PATH-6): a trial of it
+// still open ends with no verdict, and the path stays where that put it. A
+// verdict would weigh the failure, not the move, and undoing the move could
+// send the path back to the entropy it just failed on (a failure while it
+// drained). The next trial waits its interval from now.
+void Endpoint::Impl::explore_path_failed(Connection& c, uint8_t slot, TimeNs now) {
+  if (!c.tx) return;
+  detail::TxCtx::Exploration& x = c.tx->explore;
+  if (c.draining_slot == slot) {
+    c.draining_slot = detail::kNoPath;
+    x.reverting = false;
+  }
+  if (x.trial != slot) return;
+  x.trial = detail::kNoPath;
+  x.mark_acked = packets_acked(c);
+  x.mark_time = now;
+  x.next = now + (cfg.cc.explore_interval_ns << x.backoff);
 }
 
 // PATH-6: a random entropy that no path of the connection uses, or `old`

@@ -177,6 +177,20 @@ struct ExploreOutcome {
   bool ok = false;
 };
 
+// Four 4 MiB WRITEs from endpoint 0 over `a`; true if all complete intact.
+bool write_4_mib_four_times(Loop& loop, ConnId a, uint8_t fill) {
+  constexpr uint32_t kLen = 1024 * 4096;
+  Buf src(loop.ep(0), kLen, 0, fill);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  for (uint64_t i = 0; i < 4; ++i)
+    if (loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97 + i)) != Status::kOk) return false;
+  std::vector<Completion> done;
+  if (!loop.run_until_completions(0, 4, done)) return false;
+  bool ok = src.bytes == dst.bytes;
+  for (const Completion& d : done) ok = ok && d.status == Status::kOk;
+  return ok;
+}
+
 // `entropies`: the sender's block of entropy values (0: the default block).
 ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
                            const std::function<int(uint16_t entropy, uint16_t path0_entropy,
@@ -215,15 +229,8 @@ ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
           static_cast<ExploreOutcome*>(ctx)->moved.push_back(ev.path);
       },
       &out);
-  constexpr uint32_t kLen = 1024 * 4096;
-  Buf src(loop.ep(0), kLen, 0, 0x41);
-  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
-  for (uint64_t i = 0; i < 4; ++i)
-    if (loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97 + i)) != Status::kOk) return out;
-  std::vector<Completion> done;
-  if (!loop.run_until_completions(0, 4, done)) return out;
-  out.ok = src.bytes == dst.bytes;
-  for (const Completion& d : done) out.ok = out.ok && d.status == Status::kOk;
+  out.ok = write_4_mib_four_times(loop, a, 0x41);
+  if (!out.ok) return out;
   for (size_t i = 0; i < 2; ++i) {
     PathStats ps;
     out.ok = out.ok && loop.ep(0).path_stats(a, i, ps);
@@ -292,6 +299,83 @@ TEST(Engine, MoveThatEmptiesALinkIsUndone) {  // PATH-8
   EXPECT_EQ(r.moved[1], 1u);  // and back
   EXPECT_EQ(r.entropy_after[1], r.entropy_before[1]);
   EXPECT_EQ(r.conn.retransmissions, 0u);
+}
+
+// PATH-8 with PATH-4/5: path 1 alone on a slow link 1 (so the one a trial
+// moves), and from `dark_at_us` after the WRITE starts link 1 loses
+// everything, in flight or not, PROBEs included. Whatever retires the path
+// and whenever, the path must never return, by a move, to an entropy it was
+// retired from. Returns how many times it did.
+struct DarkTrialRun {
+  int back_to_retired = 0;
+  uint64_t retirements = 0;
+  bool ok = false;
+};
+DarkTrialRun run_trial_over_a_link_that_fails(uint64_t dark_at_us) {
+  DarkTrialRun out;
+  EndpointConfig c = cfg(218);
+  c.num_paths = 2;
+  c.cc.explore_interval_ns = 500'000;
+  Loop loop(c, cfg(219));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  PathStats ps;
+  if (!loop.ep(0).path_stats(a, 1, ps)) return out;
+  const uint16_t e1 = ps.entropy;
+  const TimeNs dark = loop.now() + dark_at_us * kMicrosecond;
+  std::array<TimeNs, 2> link_free{};
+  constexpr std::array<TestLink, 2> links{TestLink{2'000, 0}, TestLink{6'000, 20'000}};
+  uint16_t sent_entropy = 0;
+  loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    sent_entropy = tx.entropy;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;
+    const size_t l = sent_entropy == e1 ? 1 : 0;
+    const TimeNs arrive = std::max(loop.now(), link_free[l] + links[l].gap_ns);
+    link_free[l] = arrive;
+    const TimeNs at = arrive + links[l].delay_ns;
+    if (l == 1 && at >= dark) return 100 * kSecond;  // lost: it never comes
+    return at.since(loop.now());
+  };
+  struct Seen {
+    std::vector<uint16_t> retired;  // entropies path 1 was retired from
+    int back = 0;
+    uint64_t retirements = 0;
+  } seen;
+  loop.ep(0).set_trace(
+      [](void* ctx, const TraceEvent& ev) {
+        auto& s = *static_cast<Seen*>(ctx);
+        if (ev.path != 1) return;
+        if (ev.kind == TraceKind::kPathRetired) {
+          s.retired.push_back(static_cast<uint16_t>(ev.aux));
+          ++s.retirements;
+        }
+        if (ev.kind == TraceKind::kPathExplored &&
+            std::find(s.retired.begin(), s.retired.end(), ev.psn) != s.retired.end())
+          ++s.back;
+      },
+      &seen);
+  out.ok = write_4_mib_four_times(loop, a, 0x43);
+  if (!out.ok) return out;
+  out.back_to_retired = seen.back;
+  out.retirements = seen.retirements;
+  loop.ep(0).set_trace(nullptr, nullptr);
+  return out;
+}
+
+TEST(Engine, TrialPathRetiredMidTrialNeverMovesBackToTheFailedEntropy) {  // PATH-8, PATH-4
+  // Link 1 fails at various times around the first trial (about 500 us
+  // after the first ACK): before the trial, while path 1 drains for its
+  // move, while it probes its new entropy, in the window that judges it.
+  uint64_t retirements = 0;
+  for (uint64_t at = 300; at <= 1'500; at += 50) {
+    const DarkTrialRun r = run_trial_over_a_link_that_fails(at);
+    ASSERT_TRUE(r.ok) << "dark at " << at << " us";
+    EXPECT_EQ(r.back_to_retired, 0) << "dark at " << at << " us";
+    retirements += r.retirements;
+  }
+  EXPECT_GT(retirements, 0u);  // the premise: link 1's failure retired path 1
 }
 
 }  // namespace
