@@ -148,6 +148,11 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         }
       }
     }
+    // PATH-8: a draining path that a timer emptied (LOSS-2's time form,
+    // LOSS-8) moves now. Its resends cannot go on it while it drains, so
+    // with no other path to carry them no ACK would come to move it.
+    if (c.draining_slot != detail::kNoPath && c.paths[c.draining_slot].inflight == 0)
+      explore(c, now);
     const bool outstanding = (c.tx && c.cum_acked != c.next_psn) || awaits_peer(c);
     if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
       enter_error(c, Status::kPeerUnreachable, detail::Culprit::oldest_send(), now);

@@ -301,6 +301,14 @@ TEST(Engine, MoveThatEmptiesALinkIsUndone) {  // PATH-8
   EXPECT_EQ(r.conn.retransmissions, 0u);
 }
 
+// Two paths, a trial every 500 us (PATH-8).
+EndpointConfig two_paths_exploring() {
+  EndpointConfig c = cfg(218);
+  c.num_paths = 2;
+  c.cc.explore_interval_ns = 500'000;
+  return c;
+}
+
 // PATH-8 with PATH-4/5: path 1 alone on a slow link 1 (so the one a trial
 // moves), and from `dark_at_us` after the WRITE starts link 1 loses
 // everything, in flight or not, PROBEs included. Whatever retires the path
@@ -313,10 +321,7 @@ struct DarkTrialRun {
 };
 DarkTrialRun run_trial_over_a_link_that_fails(uint64_t dark_at_us) {
   DarkTrialRun out;
-  EndpointConfig c = cfg(218);
-  c.num_paths = 2;
-  c.cc.explore_interval_ns = 500'000;
-  Loop loop(c, cfg(219));
+  Loop loop(two_paths_exploring(), cfg(219));
   loop.delay_ns = 5'000;
   auto [a, b] = loop.connect();
   PathStats ps;
@@ -376,6 +381,54 @@ TEST(Engine, TrialPathRetiredMidTrialNeverMovesBackToTheFailedEntropy) {  // PAT
     retirements += r.retirements;
   }
   EXPECT_GT(retirements, 0u);  // the premise: link 1's failure retired path 1
+}
+
+// PATH-8 with LOSS-2: path 1 (slow link 1, the one a trial moves) loses
+// every 13th data packet; from `dark_at_us` after the WRITE starts path 0's
+// entropy leads nowhere (data and PROBEs), every other entropy to link 1.
+// Returns the longest time endpoint 0 sent no data packet.
+uint64_t longest_data_gap_with_a_dark_path_0(uint64_t dark_at_us) {
+  Loop loop(two_paths_exploring(), cfg(219));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  PathStats ps;
+  if (!loop.ep(0).path_stats(a, 0, ps)) return ~0ull;
+  const uint16_t e0 = ps.entropy;
+  const TimeNs dark = loop.now() + dark_at_us * kMicrosecond;
+  std::array<TimeNs, 2> link_free{};
+  constexpr std::array<TestLink, 2> links{TestLink{2'000, 0}, TestLink{6'000, 20'000}};
+  uint16_t sent_entropy = 0;
+  uint64_t on_link_1 = 0, gap = 0;
+  TimeNs last_data = loop.now();
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    sent_entropy = tx.entropy;
+    if (from != 0 || d[1] != 0x01) return;
+    gap = std::max(gap, loop.now().since(last_data));
+    last_data = loop.now();
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return false;
+    if (sent_entropy == e0) return loop.now() >= dark;
+    return d[1] == 0x01 && ++on_link_1 % 13 == 6;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;
+    const size_t l = sent_entropy == e0 ? 0 : 1;
+    const TimeNs arrive = std::max(loop.now(), link_free[l] + links[l].gap_ns);
+    link_free[l] = arrive;
+    return arrive.since(loop.now()) + links[l].delay_ns;
+  };
+  if (!write_4_mib_four_times(loop, a, 0x44)) return ~0ull;
+  return gap;
+}
+
+TEST(Engine, DrainingPathWhoseLastPacketsATimerLosesStillMoves) {  // PATH-8, LOSS-2
+  // Path 1 drains for a trial while path 0 goes dark. Its last packets,
+  // declared lost by a timer, are resent on neither path (path 0 probes,
+  // path 1 drains): it must move at once, not wait for an ACK that nothing
+  // would draw (with exploration off the longest gap here is under 1 ms).
+  for (uint64_t at = 300; at <= 1'500; at += 40)
+    EXPECT_LT(longest_data_gap_with_a_dark_path_0(at), kMillisecond) << "dark at " << at << " us";
 }
 
 }  // namespace
