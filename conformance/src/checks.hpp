@@ -2,6 +2,7 @@
 // several of them share.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -38,6 +39,16 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data);
 // Fails unless every path_tag among `data` was sent from one source port.
 bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
+// The first NAK among `rs`, or null.
+const Reply* nak_of(const std::vector<Reply>& rs);
+// Sends the packet `make` builds (at the peer's next PSN) on a fresh
+// connection of the tester (id `conn_id`) and expects NAK `code` naming it,
+// with nothing written in `r`.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
+                   const std::function<Bytes(const Peer&)>& make);
+// The same for a one-packet WRITE of `len` bytes at rkey/raddr.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code);
 // PSN order is modulo 2^32 (SEQ-2): a target may start anywhere, wrap included.
 inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
 inline uint32_t later_psn(uint32_t a, uint32_t b) { return psn_after(b, a) ? b : a; }
@@ -57,8 +68,10 @@ Outcome check_bad8(Target& t);
 Outcome check_conn1(Target& t);
 Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
+Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
 // data_checks.cpp
+Outcome check_seq2(Target& t);
 Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
 Outcome check_sched2(Target& t);
@@ -75,8 +88,16 @@ Outcome check_cc3(Target& t);
 Outcome check_path3(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
+Outcome check_read2(Target& t);
 Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);
+// error_checks.cpp
+Outcome check_nak1(Target& t);
+Outcome check_nak2(Target& t);
+Outcome check_nak3(Target& t);
+Outcome check_ack9(Target& t);
+// receive_checks.cpp
+Outcome check_place3(Target& t);
 
 }  // namespace metaroce::conformance

@@ -1,4 +1,4 @@
-// CONN-* and SEQ-1: handshakes and where each PSN space starts.
+// CONN-* and SEQ-1: handshakes, closes, and where each PSN space starts.
 #include "checks.hpp"
 
 namespace metaroce::conformance {
@@ -72,6 +72,43 @@ Outcome check_conn6(Target& t) {
   if (ack_of(resent, Peer::kInitialPsn) == nullptr)
     return fail("the resent packet was not acknowledged");
   if (t.read_memory(r, 0, payload.size()) != payload) return fail("the resent packet did not land");
+  return pass();
+}
+
+// CONN-7 from the peer's side (the agent protocol has no close, so the
+// target never closes): a DISCONNECT whose src_conn is not the tester's
+// connection id is dropped; the right one draws a DISCONNECT_ACK naming both
+// ends and completes the target's outstanding work kPeerClosed; a repeated
+// one (its ACK lost) is answered again.
+Outcome check_conn7(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 100, 1, why)) return fail(why);
+  // The WRITE is left unacknowledged: it stays outstanding.
+  const std::vector<Reply> sent = p.run_until(has(wire::Opcode::kWrite));
+  if (of(sent, wire::Opcode::kWrite).empty()) return fail("no data");
+  const std::vector<Reply> other = p.exchange(p.disconnect(p.conn() + 1), 1'000'000);
+  if (!of(other, wire::Opcode::kDisconnectAck).empty())
+    return fail("a DISCONNECT naming another src_conn drew a DISCONNECT_ACK");
+  Completion c;
+  if (t.poll_completion(c))
+    return fail("a DISCONNECT naming another src_conn completed work (status " +
+                hex32(static_cast<uint8_t>(c.status)) + ")");
+  for (const bool repeated : {false, true}) {
+    const std::string which = repeated ? "the repeated DISCONNECT" : "the DISCONNECT";
+    const std::vector<Reply> rs =
+        p.exchange_until(p.disconnect(p.conn()), has(wire::Opcode::kDisconnectAck));
+    const auto acks = of(rs, wire::Opcode::kDisconnectAck);
+    if (acks.empty()) return fail(which + " drew no DISCONNECT_ACK");
+    const wire::Packet& k = acks.front()->pkt;
+    if (k.bh.dst_conn != p.conn() || k.disconnect.src_conn != p.target_conn)
+      return fail(which + "'s DISCONNECT_ACK names dst_conn " + hex32(k.bh.dst_conn) +
+                  ", src_conn " + hex32(k.disconnect.src_conn) + ", not " + hex32(p.conn()) + ", " +
+                  hex32(p.target_conn));
+    if (!repeated && (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kPeerClosed))
+      return fail("the outstanding WRITE did not complete kPeerClosed");
+  }
   return pass();
 }
 

@@ -1,4 +1,5 @@
-// Data packets: SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+// Data packets: SEQ-2, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+#include <array>
 #include <functional>
 #include <map>
 #include <set>
@@ -10,39 +11,70 @@ namespace {
 
 const Bytes kPayload = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4};
 
-const Reply* nak_of(const std::vector<Reply>& rs) {
-  const auto naks = of(rs, wire::Opcode::kNak);
-  return naks.empty() ? nullptr : naks.front();
-}
-
-// Sends the WRITE packet `make` builds (at the peer's next PSN) on a fresh
-// connection of the tester and expects NAK `code` with nothing written in `r`.
-Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
-                   const std::function<Bytes(const Peer&)>& make) {
-  Peer p(t, conn_id);
-  std::string why;
-  if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
-  const Bytes before = t.read_memory(r, 0, r.length);
-  const std::vector<Reply> rs = p.exchange_until(
-      make(p), [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
-  const Reply* nak = nak_of(rs);
-  if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
-  if (nak->pkt.nak.code != code)
-    return fail("NAK code " + hex32(nak->pkt.nak.code) + ", expected " + hex32(code));
-  if (nak->pkt.nak.nak_psn != p.next_psn) return fail("the NAK names another PSN");
-  if (t.read_memory(r, 0, r.length) != before) return fail("the refused WRITE changed memory");
-  return pass();
-}
-
-// The same for a one-packet WRITE of `len` bytes at rkey/raddr.
-Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
-                   uint32_t len, uint8_t code) {
-  return expect_nak(t, conn_id, r, code, [&](const Peer& p) {
-    return p.write(p.next_psn, rkey, raddr, Bytes(len, 0x77));
-  });
+// What an ACK says: "cum 0x.. sack 0x.." (its first SACK word).
+std::string cum_and_sack(uint32_t cum, uint64_t sack) {
+  return "cum " + hex32(cum) + " sack " + hex32(sack);
 }
 
 }  // namespace
+
+// SEQ-2 across the wrap: the tester starts its PSNs 4 below 2^32 and WRITEs
+// 8 one-packet messages, 0xFFFFFFFC to 0x00000003, holding back one on each
+// side of the wrap (0xFFFFFFFE and 0x00000001). The target must place every
+// one, acknowledge cumulatively and selectively across the wrap, and take a
+// resent packet from before the wrap as the duplicate it is.
+Outcome check_seq2(Target& t) {
+  Peer p(t);
+  p.initial_psn = p.next_psn = 0xFFFFFFFCu;
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  constexpr size_t kPackets = 8, kLen = 64;
+  std::vector<uint32_t> psn(kPackets);
+  std::vector<Bytes> pkt(kPackets), payload(kPackets);
+  for (size_t i = 0; i < kPackets; ++i) {
+    psn[i] = p.next_psn++;
+    payload[i] = Bytes(kLen, static_cast<uint8_t>(0x40 + i));
+    pkt[i] = p.write(psn[i], r.rkey, r.addr + kLen * i, payload[i]);
+  }
+  // Send order, and the ACK each must draw (cum, first SACK word): bit i
+  // of the word is PSN cum + 1 + i.
+  struct Step {
+    size_t i;
+    uint32_t cum;
+    uint64_t sack;
+  };
+  constexpr std::array<Step, kPackets> kSteps = {{{0, 0xFFFFFFFDu, 0},
+                                                  {1, 0xFFFFFFFEu, 0},
+                                                  {3, 0xFFFFFFFEu, 0x1},
+                                                  {4, 0xFFFFFFFEu, 0x3},
+                                                  {6, 0xFFFFFFFEu, 0xB},
+                                                  {7, 0xFFFFFFFEu, 0x1B},
+                                                  {2, 0x00000001u, 0x3},
+                                                  {5, 0x00000004u, 0}}};
+  for (const Step& s : kSteps) {
+    const std::vector<Reply> rs = p.exchange_until(pkt[s.i], acks(psn[s.i]));
+    const Reply* a = ack_of(rs, psn[s.i]);
+    if (a == nullptr) return fail("no ACK for PSN " + hex32(psn[s.i]));
+    const uint64_t sack = a->pkt.ack.sack_words > 0 ? a->pkt.ack.sack[0] : 0;
+    if (a->pkt.ack.cum_psn != s.cum || sack != s.sack)
+      return fail("the ACK of PSN " + hex32(psn[s.i]) + " says " +
+                  cum_and_sack(a->pkt.ack.cum_psn, sack) + ", not " + cum_and_sack(s.cum, s.sack));
+  }
+  for (size_t i = 0; i < kPackets; ++i)
+    if (t.read_memory(r, kLen * i, kLen) != payload[i])
+      return fail("the WRITE at PSN " + hex32(psn[i]) + " was not placed");
+  // The application reuses the bytes of PSN 0xFFFFFFFD; its resend, now
+  // before cum (0x00000004) modulo 2^32, is a duplicate: acknowledged with
+  // ECHO_DUP, not placed again (PLACE-5).
+  t.write_memory(r, kLen, Bytes(kLen, 0));
+  const std::vector<Reply> dup = p.exchange_until(pkt[1], acks(psn[1], wire::kAckEchoDup));
+  if (ack_of(dup, psn[1], wire::kAckEchoDup) == nullptr)
+    return fail("PSN 0xfffffffd resent after cum passed 0x00000004 drew no ECHO_DUP ACK");
+  if (t.read_memory(r, kLen, kLen) != Bytes(kLen, 0))
+    return fail("PSN 0xfffffffd resent after the wrap was placed again");
+  return pass();
+}
 
 Outcome check_seq4(Target& t) {
   Peer p(t);

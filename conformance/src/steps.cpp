@@ -1,5 +1,6 @@
 // Steps several checks share: handshakes in either direction, and a WRITE
 // from the target to the tester.
+#include <functional>
 #include <numeric>
 
 #include "checks.hpp"
@@ -70,6 +71,35 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why) {
     }
   }
   return true;
+}
+
+const Reply* nak_of(const std::vector<Reply>& rs) {
+  const auto naks = of(rs, wire::Opcode::kNak);
+  return naks.empty() ? nullptr : naks.front();
+}
+
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
+                   const std::function<Bytes(const Peer&)>& make) {
+  Peer p(t, conn_id);
+  std::string why;
+  if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
+  const Bytes before = t.read_memory(r, 0, r.length);
+  const std::vector<Reply> rs = p.exchange_until(
+      make(p), [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
+  const Reply* nak = nak_of(rs);
+  if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
+  if (nak->pkt.nak.code != code)
+    return fail("NAK code " + hex32(nak->pkt.nak.code) + ", expected " + hex32(code));
+  if (nak->pkt.nak.nak_psn != p.next_psn) return fail("the NAK names another PSN");
+  if (t.read_memory(r, 0, r.length) != before) return fail("the refused packet changed memory");
+  return pass();
+}
+
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code) {
+  return expect_nak(t, conn_id, r, code, [&](const Peer& p) {
+    return p.write(p.next_psn, rkey, raddr, Bytes(len, 0x77));
+  });
 }
 
 bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::string& why) {

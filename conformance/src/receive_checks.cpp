@@ -1,0 +1,79 @@
+// PLACE-3: SEND, SEND_IMM and WRITE_IMM into the receive buffers the
+// target's application posted, by RSN, whatever order they arrive in.
+#include <map>
+
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+
+Outcome check_place3(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite | kAccessRemoteWrite))
+    return fail(why);
+  const ConnId conn = t.accepted();
+  if (!conn.valid()) return fail("the target reports no accepted connection");
+  // Receive buffers 0-3 (RSN = the order posted): 100 bytes at 0, 100, 200
+  // and 16 at 300.
+  struct Buf {
+    uint64_t wr_id, at;
+    uint32_t len;
+  };
+  constexpr Buf kBufs[] = {{10, 0, 100}, {11, 100, 100}, {12, 200, 100}, {13, 300, 16}};
+  for (const Buf& b : kBufs)
+    if (t.post_recv(conn, RecvWr{b.wr_id, mem.addr + b.at, b.len, mem.lkey}) != Status::kOk)
+      return fail("the target refused a receive buffer");
+  const Bytes a(60, 0xA0), b(80, 0xB1), c(40, 0xC2);
+  const uint32_t psn0 = p.next_psn++, psn1 = p.next_psn++, psn2 = p.next_psn++;
+  constexpr uint32_t kImm1 = 0x1234abcd, kImm2 = 0xfeedf00d;
+  constexpr uint64_t kRaddr = 1000;
+  // RSN 1 (a SEND_IMM) arrives before RSN 0 (a SEND); RSN 2 is a WRITE_IMM.
+  const std::pair<uint32_t, Bytes> sends[] = {
+      {psn1, p.message(wire::Opcode::kSendImm, psn1, 1, b, 0, 0, kImm1)},
+      {psn0, p.message(wire::Opcode::kSend, psn0, 0, a)},
+      {psn2, p.message(wire::Opcode::kWriteImm, psn2, 2, c, mem.rkey, mem.addr + kRaddr, kImm2)}};
+  for (const auto& [psn, packet] : sends)
+    if (ack_of(p.exchange_until(packet, acks(psn)), psn) == nullptr)
+      return fail("no ACK for PSN " + hex32(psn));
+  const auto placed = [&](uint64_t at, const Bytes& want) {
+    return t.read_memory(mem, at, want.size()) == want;
+  };
+  if (!placed(0, a) || !placed(60, Bytes(40, 0)))
+    return fail("RSN 0's SEND did not land (alone) in receive buffer 0");
+  if (!placed(100, b) || !placed(180, Bytes(20, 0)))
+    return fail("RSN 1's SEND_IMM, arrived first, did not land (alone) in receive buffer 1");
+  if (!placed(kRaddr, c)) return fail("RSN 2's WRITE_IMM did not land at its raddr");
+  if (!placed(200, Bytes(100, 0))) return fail("RSN 2's WRITE_IMM wrote into receive buffer 2");
+  std::map<uint64_t, Completion> done;
+  Completion k;
+  while (done.size() < 3 && p.await_completion(k)) done.emplace(k.wr_id, k);
+  const auto is = [&done](uint64_t id, CompletionOp op, uint32_t len, bool has_imm, uint32_t imm) {
+    const auto it = done.find(id);
+    if (it == done.end()) return false;
+    const Completion& x = it->second;
+    return x.status == Status::kOk && x.op == op && x.byte_len == len && x.has_imm == has_imm &&
+           (!has_imm || x.imm == imm);
+  };
+  if (!is(10, CompletionOp::kRecv, 60, false, 0))
+    return fail("receive 0 did not complete kRecv, 60 bytes, no immediate");
+  if (!is(11, CompletionOp::kRecv, 80, true, kImm1))
+    return fail("receive 1 did not complete kRecv, 80 bytes, immediate " + hex32(kImm1));
+  if (!is(12, CompletionOp::kRecvWriteImm, 40, true, kImm2))
+    return fail("receive 2 did not complete kRecvWriteImm, 40 bytes, immediate " + hex32(kImm2));
+  // RSN 3's buffer holds 16 bytes: a SEND of 17 draws NAK 0x05 and writes
+  // nothing.
+  const uint32_t psn3 = p.next_psn++;
+  const std::vector<Reply> rs =
+      p.exchange_until(p.message(wire::Opcode::kSend, psn3, 3, Bytes(17, 0xDD)),
+                       [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
+  const Reply* n = nak_of(rs);
+  if (n == nullptr) return fail("a SEND longer than its receive buffer drew no NAK");
+  if (n->pkt.nak.code != 0x05 || n->pkt.nak.nak_psn != psn3)
+    return fail("a SEND longer than its receive buffer drew NAK " + hex32(n->pkt.nak.code) +
+                " naming " + hex32(n->pkt.nak.nak_psn) + ", not 0x5 naming " + hex32(psn3));
+  if (!placed(300, Bytes(17, 0))) return fail("a SEND longer than its receive buffer was written");
+  return pass();
+}
+
+}  // namespace metaroce::conformance
