@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,7 +82,14 @@ class FaultyTarget : public EngineTarget {
   std::function<void(std::vector<uint8_t>&)> mutate_in;
   // Then through `expand_in`, which may turn it into several datagrams.
   std::function<std::vector<std::vector<uint8_t>>(std::vector<uint8_t>)> expand_in;
+  // What poll_completion reports passes through `mutate_completion`.
+  std::function<void(Completion&)> mutate_completion;
   bool confuse_peers = false;
+  bool poll_completion(Completion& out) override {
+    if (!EngineTarget::poll_completion(out)) return false;
+    if (mutate_completion) mutate_completion(out);
+    return true;
+  }
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (mutate_in) mutate_in(bytes);
@@ -100,6 +108,53 @@ class FaultyTarget : public EngineTarget {
 };
 
 uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
+
+// `p`, decoded and perhaps changed since, encoded again with a good ICRC.
+std::vector<uint8_t> encode(const wire::Packet& p) {
+  std::vector<uint8_t> d(wire::largest_header_size() + 256 + p.payload.size() + wire::kIcrcSize);
+  size_t h = 0;
+  if (wire::is_data(p.bh.opcode))
+    h = wire::write_data_headers(d, p.bh, p.mh, &p.rh, p.imm);
+  else if (p.bh.opcode == wire::Opcode::kAck)
+    h = wire::write_ack(d, p.bh, p.ack);
+  else if (p.bh.opcode == wire::Opcode::kNak)
+    h = wire::write_nak(d, p.bh, p.nak);
+  else if (p.bh.opcode == wire::Opcode::kDisconnect || p.bh.opcode == wire::Opcode::kDisconnectAck)
+    h = wire::write_disconnect(d, p.bh, p.disconnect);
+  else
+    h = wire::write_connect(d, p.bh, p.connect);
+  std::copy(p.payload.begin(), p.payload.end(), d.begin() + static_cast<ptrdiff_t>(h));
+  d.resize(wire::seal(d, h, p.payload.size()));
+  return d;
+}
+
+// Each packet the target sends that decodes passes through `change`, and
+// leaves encoded again where it returns true.
+void rewrite_sent(FaultyTarget& t, std::function<bool(wire::Packet&)> change) {
+  t.mutate = [change = std::move(change)](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (Sent& s : v)
+      if (wire::decode(s.bytes, p) == wire::ParseError::kOk && change(p)) s.bytes = encode(p);
+  };
+}
+
+// Each packet the target receives that decodes and `drop` holds for is lost.
+void drop_received(FaultyTarget& t, std::function<bool(const wire::Packet&)> drop) {
+  t.expand_in = [drop = std::move(drop)](std::vector<uint8_t> d) {
+    wire::Packet p;
+    std::vector<std::vector<uint8_t>> out;
+    if (wire::decode(d, p) != wire::ParseError::kOk || !drop(p)) out.push_back(std::move(d));
+    return out;
+  };
+}
+
+// The same as rewrite_sent for each packet the target receives.
+void rewrite_received(FaultyTarget& t, std::function<bool(wire::Packet&)> change) {
+  t.mutate_in = [change = std::move(change)](std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) == wire::ParseError::kOk && change(p)) d = encode(p);
+  };
+}
 
 // Runs the checks of `rule` on targets with the fault `plant` and expects
 // every one of them to fail.
@@ -199,8 +254,8 @@ TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
 }
 
-TEST(Conformance, LostNaksFailPlace2Mr1Mr3) {
-  for (const char* rule : {"PLACE-2", "MR-1", "MR-3"}) {
+TEST(Conformance, LostNaksFailPlace2Mr1Mr3Read2Nak2Place3) {
+  for (const char* rule : {"PLACE-2", "MR-1", "MR-3", "READ-2", "NAK-2", "PLACE-3"}) {
     expect_fails(rule, [](FaultyTarget& t) {
       t.mutate = [](std::vector<Sent>& v) {
         std::erase_if(
@@ -455,6 +510,188 @@ TEST(Conformance, PsnsAcrossTheWrapPass) {
     ASSERT_EQ(results.size(), 1u) << rule;
     EXPECT_TRUE(results[0].outcome.passed) << rule << ": " << results[0].outcome.detail;
   }
+}
+
+// SEQ-2 broken two ways: data past the wrap dropped (a window that ends at
+// 2^32), or, once past it, data from before it taken as out of the window
+// (PSNs compared as plain unsigned numbers).
+TEST(Conformance, PsnsPastTheWrapDroppedFailSeq2) {
+  expect_fails("SEQ-2", [](FaultyTarget& t) {
+    drop_received(
+        t, [](const wire::Packet& p) { return wire::is_data(p.bh.opcode) && p.bh.psn < 0x100; });
+  });
+}
+
+TEST(Conformance, PsnsComparedUnsignedFailSeq2) {
+  expect_fails("SEQ-2", [](FaultyTarget& t) {
+    auto wrapped = std::make_shared<bool>(false);
+    drop_received(t, [wrapped](const wire::Packet& p) {
+      if (!wire::is_data(p.bh.opcode)) return false;
+      if (*wrapped && p.bh.psn >= 0xFFFFFF00u) return true;
+      *wrapped = *wrapped || p.bh.psn < 0x100;
+      return false;
+    });
+  });
+}
+
+// READ responses numbered in the requester's PSN space, from the READ_REQ's
+// PSN on.
+TEST(Conformance, ReadResponsesInTheRequestersPsnSpaceFailRead2) {
+  expect_fails("READ-2", [](FaultyTarget& t) {
+    auto req_psn = std::make_shared<uint32_t>(0);
+    rewrite_received(t, [req_psn](wire::Packet& p) {
+      if (p.bh.opcode == wire::Opcode::kReadReq) *req_psn = p.bh.psn;
+      return false;
+    });
+    rewrite_sent(t, [req_psn](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp) return false;
+      p.bh.psn = *req_psn + 1 + p.mh.offset / 4096;
+      return true;
+    });
+  });
+}
+
+// Checks in the wrong order: a duplicate's key is looked at first (its
+// ECHO_DUP ACK becomes a NAK 0x02 naming it).
+TEST(Conformance, KeyCheckedBeforeTheDuplicateFailsNak1) {
+  expect_fails("NAK-1", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || !(p.ack.flags & wire::kAckEchoDup)) return false;
+      p.bh.opcode = wire::Opcode::kNak;
+      p.nak = wire::NakBody{p.ack.echo_psn, 0x02, 0, p.ack.cum_psn};
+      return true;
+    });
+  });
+}
+
+// A connection in ERROR that NAKs once and then answers nothing.
+TEST(Conformance, OnlyTheFirstNakFailsNak2) {
+  expect_fails("NAK-2", [](FaultyTarget& t) {
+    auto naks = std::make_shared<int>(0);
+    t.mutate = [naks](std::vector<Sent>& v) {
+      std::erase_if(v, [&](const Sent& s) {
+        return opcode(s) == static_cast<uint8_t>(wire::Opcode::kNak) && ++*naks > 1;
+      });
+    };
+  });
+}
+
+// A sender deaf to NAKs, and one that flushes the NAKed request too.
+TEST(Conformance, NaksIgnoredFailNak3) {
+  expect_fails("NAK-3", [](FaultyTarget& t) {
+    drop_received(t, [](const wire::Packet& p) { return p.bh.opcode == wire::Opcode::kNak; });
+  });
+}
+
+// A sender that goes on resending after a fatal NAK: the last data packet
+// it sent goes out again after each NAK it takes.
+TEST(Conformance, ResendsAfterAFatalNakFailNak3) {
+  expect_fails("NAK-3", [](FaultyTarget& t) {
+    auto last = std::make_shared<std::optional<Sent>>();
+    auto naked = std::make_shared<bool>(false);
+    t.mutate_in = [naked](std::vector<uint8_t>& d) {
+      *naked = *naked || (d.size() > 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kNak));
+    };
+    t.mutate = [last, naked](std::vector<Sent>& v) {
+      for (const Sent& s : v)
+        if (wire::is_data(static_cast<wire::Opcode>(opcode(s)))) *last = s;
+      if (*naked && last->has_value()) v.push_back(**last);
+    };
+  });
+}
+
+TEST(Conformance, NakedRequestFlushedFailsNak3) {
+  expect_fails("NAK-3", [](FaultyTarget& t) {
+    t.mutate_completion = [](Completion& c) {
+      if (c.status == Status::kRemoteBadKey) c.status = Status::kFlushed;
+    };
+  });
+}
+
+// An ACK beyond everything the target sent reaches it with `cum_psn`
+// rewritten by `cum(first, next)`: the first PSN it sent and the one after
+// the last.
+void plant_bogus_ack(FaultyTarget& t, std::function<uint32_t(uint32_t, uint32_t)> cum) {
+  auto first = std::make_shared<std::optional<uint32_t>>();
+  auto next = std::make_shared<std::optional<uint32_t>>();
+  rewrite_sent(t, [first, next](wire::Packet& p) {
+    if (!wire::is_data(p.bh.opcode)) return false;
+    if (!first->has_value()) *first = p.bh.psn;
+    if (!next->has_value() || Psn{**next}.before(Psn{p.bh.psn + 1})) *next = p.bh.psn + 1;
+    return false;
+  });
+  rewrite_received(t, [first, next, cum = std::move(cum)](wire::Packet& p) {
+    if (!next->has_value() || p.bh.opcode != wire::Opcode::kAck ||
+        !Psn{**next}.before(Psn{p.ack.cum_psn}))
+      return false;
+    p.ack.cum_psn = cum(**first, **next);
+    return true;
+  });
+}
+
+// Taken as acknowledging everything sent.
+TEST(Conformance, AckOfPsnsNeverSentTakenFailsAck9) {
+  expect_fails("ACK-9", [](FaultyTarget& t) {
+    plant_bogus_ack(t, [](uint32_t, uint32_t next) { return next; });
+  });
+}
+
+// Its echo taken (an RTT sample): it acknowledges the first packet sent
+// alone, which the check's WRITE of two packets does not complete on.
+TEST(Conformance, EchoOfAnAckOfPsnsNeverSentTakenFailsAck9) {
+  expect_fails("ACK-9", [](FaultyTarget& t) {
+    plant_bogus_ack(t, [](uint32_t first, uint32_t) { return first + 1; });
+  });
+}
+
+// ACKs sent with a PSN of their own.
+TEST(Conformance, SequencedAcksFailAck9) {
+  expect_fails("ACK-9", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.bh.psn = 1;
+      return true;
+    });
+  });
+}
+
+// Receive buffers consumed in arrival order, whatever the msn says.
+TEST(Conformance, ReceivesInArrivalOrderFailPlace3) {
+  expect_fails("PLACE-3", [](FaultyTarget& t) {
+    auto rsn_of = std::make_shared<std::map<uint32_t, uint32_t>>();  // by PSN
+    rewrite_received(t, [rsn_of](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kSend && p.bh.opcode != wire::Opcode::kSendImm &&
+          p.bh.opcode != wire::Opcode::kWriteImm)
+        return false;
+      p.mh.msn = rsn_of->emplace(p.bh.psn, static_cast<uint32_t>(rsn_of->size())).first->second;
+      return true;
+    });
+  });
+}
+
+// CONN-7 broken two ways: a DISCONNECT taken whatever its src_conn says
+// (each arrives naming the tester's connection), or a DISCONNECT_ACK that
+// does not name the closing end's connection.
+TEST(Conformance, DisconnectFromAnotherConnectionTakenFailsConn7) {
+  expect_fails("CONN-7", [](FaultyTarget& t) {
+    auto tester = std::make_shared<uint32_t>(0);
+    rewrite_received(t, [tester](wire::Packet& p) {
+      if (p.bh.opcode == wire::Opcode::kConnectAccept) *tester = p.connect.src_conn;
+      if (p.bh.opcode != wire::Opcode::kDisconnect) return false;
+      p.disconnect.src_conn = *tester;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, DisconnectAckNamingNobodyFailsConn7) {
+  expect_fails("CONN-7", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kDisconnectAck) return false;
+      p.disconnect.src_conn = 0;
+      return true;
+    });
+  });
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {
