@@ -89,6 +89,7 @@ Outcome check_path3(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);
+Outcome check_place4(Target& t);
 Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);

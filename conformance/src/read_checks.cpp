@@ -114,6 +114,50 @@ Outcome check_read2(Target& t) {
   return pass();
 }
 
+// PLACE-4 from the requester's side: a READ_RESP longer than the READ, or
+// for a read sequence not outstanding, is dropped unacknowledged with
+// nothing written; the true response, at the same PSN, then lands.
+Outcome check_place4(Target& t) {
+  Peer p(t);
+  Region into;
+  if (!t.register_memory(200, kAccessLocalWrite, into)) return fail("register_memory failed");
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  constexpr uint32_t kLen = 100;
+  if (!target_reads(t, conn, into, kLen, 7)) return fail("the target refused a READ");
+  const std::vector<Reply> rs = p.run_until(read_reqs(1));
+  const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
+  if (reqs.empty()) return fail("no READ_REQ");
+  p.send(p.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
+  const uint32_t psn = p.next_psn++;
+  const std::pair<const char*, Bytes> bad[] = {
+      {"a READ_RESP of 200 bytes for a READ of 100",
+       p.read_resp(psn, 0, 0, 2 * kLen, Bytes(2 * kLen, 0xEE))},
+      {"a READ_RESP for read sequence 1, not outstanding",
+       p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))}};
+  for (const auto& [what, packet] : bad) {
+    const std::vector<Reply> got = p.exchange(packet, 1'000'000);
+    if (ack_of(got, psn) != nullptr) return fail(std::string(what) + " was acknowledged");
+    if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
+      return fail(std::string(what) + " was written");
+    Completion c;
+    if (t.poll_completion(c))
+      return fail(std::string(what) + " completed the READ (status " +
+                  hex32(static_cast<uint8_t>(c.status)) + ")");
+  }
+  Bytes data(kLen);
+  std::iota(data.begin(), data.end(), uint8_t{9});
+  if (ack_of(p.exchange_until(p.read_resp(psn, 0, 0, kLen, data), acks(psn)), psn) == nullptr)
+    return fail("the true READ_RESP, at the PSN of the dropped ones, was not acknowledged");
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 7 || c.status != Status::kOk)
+    return fail("the READ did not complete");
+  if (t.read_memory(into, 0, kLen) != data || t.read_memory(into, kLen, kLen) != Bytes(kLen, 0))
+    return fail("the READ's buffer does not hold the response, and only it");
+  return pass();
+}
+
 Outcome check_read3(Target& t) {
   Peer p(t);
   Region into;

@@ -87,6 +87,10 @@ constexpr std::array kChecks = {
           "READ_RESPs in the responder's PSN space; bad key, right, bounds or msg_len above "
           "2^31 draw NAK 0x02, 0x04, 0x03, 0x06",
           check_read2},
+    Check{"PLACE-4",
+          "a READ_RESP past its READ's length or for no outstanding READ is dropped "
+          "unacknowledged, nothing written",
+          check_place4},
     Check{"READ-3", "no more READs outstanding than the peer's max_reads", check_read3},
     Check{"READ-4", "a duplicate READ_REQ is acknowledged, not answered again", check_read4},
     Check{"READ-5", "a READ is answered only once every earlier packet has arrived", check_read5},

@@ -669,6 +669,30 @@ TEST(Conformance, ReceivesInArrivalOrderFailPlace3) {
   });
 }
 
+// PLACE-4 broken two ways: every READ_RESP taken for read sequence 0, or a
+// READ_RESP longer than its READ placed as far as the READ reaches (the
+// tester's READs are of 100 bytes).
+TEST(Conformance, ResponsesForAnyReadTakenFailPlace4) {
+  expect_fails("PLACE-4", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp) return false;
+      p.mh.msn = 0;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, WhatFitsOfALongResponsePlacedFailsPlace4) {
+  expect_fails("PLACE-4", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp || p.mh.msg_len <= 100) return false;
+      p.mh.msg_len = 100;
+      p.payload = p.payload.first(std::min<size_t>(p.payload.size(), 100));
+      return true;
+    });
+  });
+}
+
 // CONN-7 broken two ways: a DISCONNECT taken whatever its src_conn says
 // (each arrives naming the tester's connection), or a DISCONNECT_ACK that
 // does not name the closing end's connection.
