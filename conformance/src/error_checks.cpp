@@ -1,5 +1,6 @@
-// NAK-1 to NAK-3 and ACK-9: the order of a receiver's checks, the error
-// state a fatal NAK leaves on both ends, and an ACK of PSNs never sent.
+// NAK-1 to NAK-4 and ACK-9: the order of a receiver's checks, the error
+// state a fatal NAK leaves on both ends (and an RNR does not), and an ACK of
+// PSNs never sent.
 #include <map>
 
 #include "checks.hpp"
@@ -138,6 +139,66 @@ Outcome check_nak3(Target& t) {
       return fail("work posted after the fatal NAK completed " +
                   hex32(static_cast<uint8_t>(c.status)) + ", not kFlushed");
   }
+  return pass();
+}
+
+// NAK-4 on both ends: a SEND with no receive posted draws RNR, writes
+// nothing and ends nothing (resent once a receive is posted, it lands); a
+// SEND of the target's that draws RNR is resent, not failed.
+Outcome check_nak4(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite)) return fail(why);
+  const ConnId conn = t.accepted();
+  if (!conn.valid()) return fail("the target reports no accepted connection");
+  const uint32_t psn = p.next_psn++;
+  const Bytes send = p.message(wire::Opcode::kSend, psn, 0, kPayload);
+  const std::vector<Reply> rs =
+      p.exchange_until(send, [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
+  const Reply* n = nak_of(rs);
+  if (n == nullptr) return fail("a SEND with no receive posted drew no NAK");
+  if (n->pkt.nak.code != 0x01 || n->pkt.nak.nak_psn != psn)
+    return fail("a SEND with no receive posted drew NAK " + hex32(n->pkt.nak.code) + " naming " +
+                hex32(n->pkt.nak.nak_psn) + ", not RNR (0x1) naming " + hex32(psn));
+  if (t.read_memory(mem, 0, mem.length) != Bytes(mem.length, 0))
+    return fail("a SEND refused RNR was written");
+  if (t.post_recv(conn, RecvWr{1, mem.addr, 64, mem.lkey}) != Status::kOk)
+    return fail("the target refused a receive buffer after the RNR");
+  if (ack_of(p.exchange_until(send, acks(psn)), psn) == nullptr)
+    return fail("the SEND resent once a receive was posted was not acknowledged");
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kOk ||
+      t.read_memory(mem, 0, kPayload.size()) != kPayload)
+    return fail("the SEND resent once a receive was posted did not land");
+  // The other way: the target's SEND draws RNR from the tester.
+  Region src;
+  if (!t.register_memory(100, 0, src)) return fail("register_memory failed");
+  if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 2)) != Status::kOk)
+    return fail("the target refused a SEND");
+  const std::vector<Reply> sent = p.run_until(has(wire::Opcode::kSend));
+  const auto sends = of(sent, wire::Opcode::kSend);
+  if (sends.empty()) return fail("the target's SEND was not sent");
+  const Reply& s = *sends.front();
+  p.send(p.nak(s.pkt.bh.psn, 0x01, s.pkt.mh.msn, s.pkt.bh.psn), s.entropy);
+  const uint32_t s_psn = s.pkt.bh.psn;
+  const std::vector<Reply> again = p.run_until(
+      [s_psn](const std::vector<Reply>& got) {
+        for (const Reply* r : of(got, wire::Opcode::kSend))
+          if (r->pkt.bh.psn == s_psn) return true;
+        return false;
+      },
+      1'000'000);
+  if (t.poll_completion(c))
+    return fail("the SEND that drew RNR completed (status " +
+                hex32(static_cast<uint8_t>(c.status)) + ") before it was acknowledged");
+  const Reply* resent = nullptr;
+  for (const Reply* r : of(again, wire::Opcode::kSend))
+    if (r->pkt.bh.psn == s_psn && resent == nullptr) resent = r;
+  if (resent == nullptr) return fail("the SEND that drew RNR was not resent");
+  p.send(p.ack(s_psn + 1, *resent), resent->entropy);
+  if (!p.await_completion(c) || c.wr_id != 2 || c.status != Status::kOk)
+    return fail("the SEND that drew RNR did not complete once acknowledged");
   return pass();
 }
 

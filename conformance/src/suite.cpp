@@ -79,6 +79,10 @@ constexpr std::array kChecks = {
     Check{"NAK-3",
           "a fatal NAK completes its WR with the code, later ones kFlushed; then no data goes out",
           check_nak3},
+    Check{"NAK-4",
+          "RNR is not fatal: a SEND refused RNR lands once resent after a receive is posted; "
+          "one that drew RNR is resent",
+          check_nak4},
     Check{"ACK-9", "ACKs have PSN 0; an ACK of PSNs never sent is ignored, echo included",
           check_ack9},
     Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",

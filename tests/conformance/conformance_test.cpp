@@ -608,6 +608,29 @@ TEST(Conformance, NakedRequestFlushedFailsNak3) {
   });
 }
 
+// NAK-4 broken on either end: an RNR the target receives taken as fatal
+// (it arrives as REMOTE_INVALID_REQUEST), or the target's own RNR sent as
+// REMOTE_LENGTH_ERROR.
+TEST(Conformance, RnrTakenAsFatalFailsNak4) {
+  expect_fails("NAK-4", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+      p.nak.code = 0x06;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, RnrSentAsFatalFailsNak4) {
+  expect_fails("NAK-4", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+      p.nak.code = 0x05;
+      return true;
+    });
+  });
+}
+
 // An ACK beyond everything the target sent reaches it with `cum_psn`
 // rewritten by `cum(first, next)`: the first PSN it sent and the one after
 // the last.
