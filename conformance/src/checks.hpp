@@ -101,5 +101,6 @@ Outcome check_nak4(Target& t);
 Outcome check_ack9(Target& t);
 // receive_checks.cpp
 Outcome check_place3(Target& t);
+Outcome check_place5(Target& t);
 
 }  // namespace metaroce::conformance

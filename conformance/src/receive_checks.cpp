@@ -1,5 +1,6 @@
-// PLACE-3: SEND, SEND_IMM and WRITE_IMM into the receive buffers the
-// target's application posted, by RSN, whatever order they arrive in.
+// PLACE-3 and PLACE-5: SEND, SEND_IMM and WRITE_IMM into the receive
+// buffers the target's application posted, by RSN, whatever order they
+// arrive in; duplicates placed nowhere.
 #include <map>
 
 #include "checks.hpp"
@@ -73,6 +74,48 @@ Outcome check_place3(Target& t) {
     return fail("a SEND longer than its receive buffer drew NAK " + hex32(n->pkt.nak.code) +
                 " naming " + hex32(n->pkt.nak.nak_psn) + ", not 0x5 naming " + hex32(psn3));
   if (!placed(300, Bytes(17, 0))) return fail("a SEND longer than its receive buffer was written");
+  return pass();
+}
+
+// A duplicate WRITE and a duplicate SEND, sent after the application
+// changed the bytes they had placed: acknowledged ECHO_DUP, placed nowhere,
+// no second receive taken or completed.
+Outcome check_place5(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite | kAccessRemoteWrite))
+    return fail(why);
+  const ConnId conn = t.accepted();
+  if (!conn.valid()) return fail("the target reports no accepted connection");
+  if (t.post_recv(conn, RecvWr{21, mem.addr, 64, mem.lkey}) != Status::kOk ||
+      t.post_recv(conn, RecvWr{22, mem.addr + 64, 64, mem.lkey}) != Status::kOk)
+    return fail("the target refused a receive buffer");
+  constexpr uint64_t kWriteAt = 256;
+  const uint32_t w = p.next_psn++, s = p.next_psn++;
+  const Bytes write = p.write(w, mem.rkey, mem.addr + kWriteAt, Bytes(16, 0xA5));
+  const Bytes send = p.message(wire::Opcode::kSend, s, 0, Bytes(16, 0xB6));
+  for (const auto& [psn, packet] : {std::pair{w, write}, std::pair{s, send}})
+    if (ack_of(p.exchange_until(packet, acks(psn)), psn) == nullptr)
+      return fail("no ACK for PSN " + hex32(psn));
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 21 || c.status != Status::kOk)
+    return fail("the SEND did not complete receive 0");
+  // The application reuses both places.
+  const Bytes reused(16, 0x22);
+  t.write_memory(mem, kWriteAt, reused);
+  t.write_memory(mem, 0, reused);
+  for (const auto& [psn, packet] : {std::pair{w, write}, std::pair{s, send}}) {
+    const std::vector<Reply> rs = p.exchange_until(packet, acks(psn, wire::kAckEchoDup));
+    const char* what = psn == w ? "the duplicate WRITE" : "the duplicate SEND";
+    if (t.read_memory(mem, kWriteAt, 16) != reused || t.read_memory(mem, 0, 16) != reused)
+      return fail(std::string(what) + " overwrote bytes the application had reused");
+    if (t.read_memory(mem, 64, 64) != Bytes(64, 0))
+      return fail(std::string(what) + " was placed in the next receive buffer");
+    if (ack_of(rs, psn, wire::kAckEchoDup) == nullptr)
+      return fail(std::string(what) + " drew no ECHO_DUP ACK");
+  }
+  if (t.poll_completion(c)) return fail("a duplicate completed receive " + std::to_string(c.wr_id));
   return pass();
 }
 

@@ -71,6 +71,9 @@ constexpr std::array kChecks = {
           "SEND, SEND_IMM and WRITE_IMM consume receive buffer msn, whatever the arrival order; "
           "a SEND past its buffer draws NAK 0x05",
           check_place3},
+    Check{"PLACE-5",
+          "a duplicate WRITE or SEND after the application reused its bytes is placed nowhere",
+          check_place5},
     Check{"NAK-1",
           "a duplicate with a bad key is acknowledged, one out of the window dropped: no NAK",
           check_nak1},

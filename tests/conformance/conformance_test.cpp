@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "metaroce/bytes.hpp"
@@ -688,6 +689,23 @@ TEST(Conformance, ReceivesInArrivalOrderFailPlace3) {
         return false;
       p.mh.msn = rsn_of->emplace(p.bh.psn, static_cast<uint32_t>(rsn_of->size())).first->second;
       return true;
+    });
+  });
+}
+
+// No duplicate detection: a packet whose PSN came before arrives as the
+// next new PSN.
+TEST(Conformance, DuplicatesTakenAsNewFailPlace5) {
+  expect_fails("PLACE-5", [](FaultyTarget& t) {
+    auto seen = std::make_shared<std::set<uint32_t>>();
+    auto next = std::make_shared<uint32_t>(0);
+    rewrite_received(t, [seen, next](wire::Packet& p) {
+      if (!wire::is_data(p.bh.opcode)) return false;
+      const bool dup = !seen->insert(p.bh.psn).second;
+      if (dup) p.bh.psn = *next;
+      seen->insert(p.bh.psn);
+      *next = std::max(*next, p.bh.psn + 1);
+      return dup;
     });
   });
 }
