@@ -1,4 +1,5 @@
-// Data packets: SEQ-2, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+// Data packets: SEQ-2, PLACE-1, ACK-8, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2, MR-1, MR-3.
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <map>
@@ -73,6 +74,71 @@ Outcome check_seq2(Target& t) {
     return fail("PSN 0xfffffffd resent after cum passed 0x00000004 drew no ECHO_DUP ACK");
   if (t.read_memory(r, kLen, kLen) != Bytes(kLen, 0))
     return fail("PSN 0xfffffffd resent after the wrap was placed again");
+  return pass();
+}
+
+// PLACE-1: a WRITE of three packets sent last packet first; each is placed
+// when it arrives, before the ones ahead of it in the message.
+Outcome check_place1(Target& t) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 3 * 4096)) return fail(why);
+  const uint32_t len = 2 * p.mtu + 1808;
+  Bytes data(len);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 1);
+  const uint32_t first = p.next_psn;
+  p.next_psn += 3;
+  for (uint32_t k = 3; k-- > 0;) {
+    const uint32_t off = k * p.mtu, n = std::min(p.mtu, len - off);
+    const uint32_t psn = first + k;
+    const Bytes part(data.begin() + off, data.begin() + off + n);
+    if (ack_of(p.exchange_until(p.write_part(psn, r.rkey, r.addr + off, part, off, len), acks(psn)),
+               psn) == nullptr)
+      return fail("no ACK for packet " + std::to_string(k) + " of the message");
+    if (t.read_memory(r, off, n) != part)
+      return fail("packet " + std::to_string(k) + " of the message, arrived before packet " +
+                  std::to_string(k == 0 ? 0 : k - 1) + ", was not placed on arrival");
+  }
+  if (t.read_memory(r, 0, len) != data)
+    return fail("the message is not whole once every packet arrived");
+  return pass();
+}
+
+// ACK-8: the fewest SACK words that cover the highest PSN received beyond
+// cum: with the tester's first PSN held back, PSNs cum + 64, + 65 and
+// + W - 1 (the window's last) draw ACKs of 1, 2 and W / 64 words (16 at
+// the largest window), each bit in its place.
+Outcome check_ack8(Target& t) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  const uint32_t cum = p.next_psn;
+  std::vector<uint32_t> sent;
+  const uint32_t window = 1u << p.window_log2;
+  for (const uint32_t ahead : {64u, 65u, window - 1}) {
+    if (ahead >= window || (!sent.empty() && ahead <= sent.back() - cum)) continue;
+    const uint32_t psn = cum + ahead;
+    sent.push_back(psn);
+    const std::vector<Reply> rs =
+        p.exchange_until(p.write(psn, r.rkey, r.addr + 8 * sent.size(), kPayload), acks(psn));
+    const Reply* a = ack_of(rs, psn);
+    if (a == nullptr) return fail("no ACK for PSN cum + " + std::to_string(ahead));
+    const wire::AckBody& k = a->pkt.ack;
+    const auto words = static_cast<uint8_t>((ahead - 1) / 64 + 1);
+    if (k.cum_psn != cum || k.sack_words != words)
+      return fail("PSN cum + " + std::to_string(ahead) + " drew cum " + hex32(k.cum_psn) +
+                  " with " + std::to_string(k.sack_words) + " SACK words, not cum " + hex32(cum) +
+                  " with " + std::to_string(words));
+    for (uint32_t bit = 0; bit < 64u * words; ++bit) {
+      const bool set = (k.sack[bit / 64] >> (bit % 64)) & 1;
+      const bool want = std::find(sent.begin(), sent.end(), cum + 1 + bit) != sent.end();
+      if (set != want)
+        return fail("PSN cum + " + std::to_string(ahead) + " drew an ACK whose SACK bit " +
+                    std::to_string(bit) + " is " + (set ? "set" : "clear"));
+    }
+  }
   return pass();
 }
 

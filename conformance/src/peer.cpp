@@ -94,6 +94,7 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
     target_conn = r->pkt.connect.src_conn;
     target_initial_psn = r->pkt.connect.initial_psn;
     mtu = std::min<uint32_t>(mtu, r->pkt.connect.mtu);
+    window_log2 = std::clamp<uint8_t>(r->pkt.connect.window_log2, 6, window_log2);
     return true;
   }
   why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";
@@ -104,6 +105,7 @@ void Peer::accept(const Reply& req, uint8_t max_reads) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
   mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
+  window_log2 = std::clamp<uint8_t>(req.pkt.connect.window_log2, 6, window_log2);
   wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
   wire::ConnectBody b;
   b.src_conn = conn_;

@@ -39,6 +39,9 @@ constexpr std::array kChecks = {
           "WRITEs across the PSN wrap, one lost each side, are placed and acknowledged across "
           "it; a resend from before it is a duplicate",
           check_seq2},
+    Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
+          check_place1},
+    Check{"ACK-8", "the fewest SACK words covering the highest PSN: 1, 2 and 16 words", check_ack8},
     Check{"SEQ-4, ACK-3", "a duplicate draws an ECHO_DUP ACK at once; outside the window, nothing",
           check_seq4},
     Check{"SEQ-6", "a retransmission differs only in path_tag, tsval and ICRC", check_seq6},

@@ -693,6 +693,41 @@ TEST(Conformance, ReceivesInArrivalOrderFailPlace3) {
   });
 }
 
+// A receiver with a reorder buffer: a WRITE packet other than its
+// message's first waits until that first one arrives.
+TEST(Conformance, AReorderBufferFailsPlace1) {
+  expect_fails("PLACE-1", [](FaultyTarget& t) {
+    auto held = std::make_shared<std::vector<std::vector<uint8_t>>>();
+    t.expand_in = [held](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kWrite) {
+        if (p.mh.offset != 0) {
+          held->push_back(std::move(d));
+          return out;
+        }
+        out.push_back(std::move(d));
+        for (auto& h : *held) out.push_back(std::move(h));
+        held->clear();
+        return out;
+      }
+      out.push_back(std::move(d));
+      return out;
+    };
+  });
+}
+
+// Every ACK with all 16 SACK words, whatever it has to say.
+TEST(Conformance, SixteenSackWordsAlwaysFailAck8) {
+  expect_fails("ACK-8", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.ack.sack_words = wire::kMaxSackWords;
+      return true;
+    });
+  });
+}
+
 // No duplicate detection: a packet whose PSN came before arrives as the
 // next new PSN.
 TEST(Conformance, DuplicatesTakenAsNewFailPlace5) {
