@@ -104,5 +104,6 @@ Outcome check_ack9(Target& t);
 // receive_checks.cpp
 Outcome check_place3(Target& t);
 Outcome check_place5(Target& t);
+Outcome check_comp(Target& t);
 
 }  // namespace metaroce::conformance

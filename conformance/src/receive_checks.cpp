@@ -1,6 +1,7 @@
 // PLACE-3 and PLACE-5: SEND, SEND_IMM and WRITE_IMM into the receive
 // buffers the target's application posted, by RSN, whatever order they
-// arrive in; duplicates placed nowhere.
+// arrive in; duplicates placed nowhere. COMP-1 and COMP-2: when work
+// completes, and in what order.
 #include <map>
 
 #include "checks.hpp"
@@ -116,6 +117,56 @@ Outcome check_place5(Target& t) {
       return fail(std::string(what) + " drew no ECHO_DUP ACK");
   }
   if (t.poll_completion(c)) return fail("a duplicate completed receive " + std::to_string(c.wr_id));
+  return pass();
+}
+
+// COMP-1 and COMP-2: two one-packet WRITEs of the target's, the second
+// SACKed while the first is unacknowledged: nothing completes; once cum
+// passes both they complete in posting order. Two receives filled RSN 1
+// first complete in posting order too.
+Outcome check_comp(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 100, 1, why) ||
+      !target_writes(t, conn, 100, 2, why))
+    return fail(why);
+  const std::vector<Reply> rs = p.run_until([](const std::vector<Reply>& got) {
+    return firsts(of(got, wire::Opcode::kWrite)).size() >= 2;
+  });
+  std::map<uint32_t, const Reply*> by_psn;  // by distance from the initial PSN
+  for (const Reply* d : firsts(of(rs, wire::Opcode::kWrite)))
+    by_psn.emplace(d->pkt.bh.psn - p.target_initial_psn, d);
+  if (by_psn.size() != 2 || by_psn.rbegin()->first != 1)
+    return fail(std::to_string(by_psn.size()) + " one-packet WRITEs, not 2 from the initial PSN");
+  const Reply& w1 = *by_psn[0];
+  const Reply& w2 = *by_psn[1];
+  p.send(p.sack(w1.pkt.bh.psn, {w2.pkt.bh.psn}, w2), w2.entropy);
+  (void)p.run(t.simulated_time() ? 100'000 : 5'000'000);
+  Completion c;
+  if (t.poll_completion(c))
+    return fail("work request " + std::to_string(c.wr_id) +
+                " completed with its WRITE SACKed, not cumulatively acknowledged");
+  p.send(p.ack(w2.pkt.bh.psn + 1, w2), w2.entropy);
+  for (const uint64_t want : {1, 2})
+    if (!p.await_completion(c) || c.wr_id != want || c.status != Status::kOk)
+      return fail("the WRITEs, acknowledged, did not complete in posting order");
+  // The receive queue: RSN 1 arrives first.
+  Region mem;
+  if (!t.register_memory(200, kAccessLocalWrite, mem)) return fail("register_memory failed");
+  for (const uint64_t id : {11, 12})
+    if (t.post_recv(conn, RecvWr{id, mem.addr + 100 * (id - 11), 100, mem.lkey}) != Status::kOk)
+      return fail("the target refused a receive buffer");
+  const uint32_t psn0 = p.next_psn++, psn1 = p.next_psn++;
+  for (const auto& [psn, rsn] : {std::pair{psn1, 1u}, std::pair{psn0, 0u}})
+    if (ack_of(p.exchange_until(p.message(wire::Opcode::kSend, psn, rsn,
+                                          Bytes(8, static_cast<uint8_t>(0x30 + rsn))),
+                                acks(psn)),
+               psn) == nullptr)
+      return fail("no ACK for the SEND with RSN " + std::to_string(rsn));
+  for (const uint64_t want : {11, 12})
+    if (!p.await_completion(c) || c.wr_id != want || c.status != Status::kOk)
+      return fail("receives filled RSN 1 first did not complete in posting order");
   return pass();
 }
 

@@ -77,6 +77,10 @@ constexpr std::array kChecks = {
     Check{"PLACE-5",
           "a duplicate WRITE or SEND after the application reused its bytes is placed nowhere",
           check_place5},
+    Check{"COMP-1, COMP-2",
+          "a WRITE SACKed but not cumulatively acknowledged does not complete; sends and "
+          "receives complete in posting order",
+          check_comp},
     Check{"NAK-1",
           "a duplicate with a bad key is acknowledged, one out of the window dropped: no NAK",
           check_nak1},

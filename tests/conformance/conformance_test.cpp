@@ -86,8 +86,18 @@ class FaultyTarget : public EngineTarget {
   // What poll_completion reports passes through `mutate_completion`.
   std::function<void(Completion&)> mutate_completion;
   bool confuse_peers = false;
+  // With `newest_first`, the completions ready are reported newest first.
+  bool newest_first = false;
   bool poll_completion(Completion& out) override {
-    if (!EngineTarget::poll_completion(out)) return false;
+    if (newest_first) {
+      Completion c;
+      while (EngineTarget::poll_completion(c)) ready_.push_back(c);
+      if (ready_.empty()) return false;
+      out = ready_.back();
+      ready_.pop_back();
+    } else if (!EngineTarget::poll_completion(out)) {
+      return false;
+    }
     if (mutate_completion) mutate_completion(out);
     return true;
   }
@@ -106,6 +116,9 @@ class FaultyTarget : public EngineTarget {
     if (mutate) mutate(out);
     return out;
   }
+
+ private:
+  std::vector<Completion> ready_;
 };
 
 uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
@@ -726,6 +739,28 @@ TEST(Conformance, SixteenSackWordsAlwaysFailAck8) {
       return true;
     });
   });
+}
+
+// COMP-1 and COMP-2 broken: a SACK taken as cumulative (an ACK reaches
+// the target with cum_psn past its highest SACKed PSN), or completions
+// reported newest first.
+TEST(Conformance, SackedWorkCompletedFailsComp1) {
+  expect_fails("COMP-1", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || p.ack.sack_words == 0) return false;
+      uint32_t top = 0;
+      for (uint32_t bit = 0; bit < 64u * p.ack.sack_words; ++bit)
+        if ((p.ack.sack[bit / 64] >> (bit % 64)) & 1) top = bit;
+      p.ack.cum_psn += top + 2;
+      p.ack.sack_words = 0;
+      p.ack.sack = {};
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, CompletionsNewestFirstFailComp2) {
+  expect_fails("COMP-2", [](FaultyTarget& t) { t.newest_first = true; });
 }
 
 // No duplicate detection: a packet whose PSN came before arrives as the
