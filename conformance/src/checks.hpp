@@ -105,5 +105,6 @@ Outcome check_ack9(Target& t);
 Outcome check_place3(Target& t);
 Outcome check_place5(Target& t);
 Outcome check_comp(Target& t);
+Outcome check_mr5(Target& t);
 
 }  // namespace metaroce::conformance

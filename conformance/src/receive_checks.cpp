@@ -1,6 +1,6 @@
 // PLACE-3 and PLACE-5: SEND, SEND_IMM and WRITE_IMM into the receive
 // buffers the target's application posted, by RSN, whatever order they
-// arrive in; duplicates placed nowhere. COMP-1 and COMP-2: when work
+// arrive in; duplicates placed nowhere; MR-5, buffers gone. COMP-1 and COMP-2: when work
 // completes, and in what order.
 #include <map>
 
@@ -117,6 +117,64 @@ Outcome check_place5(Target& t) {
       return fail(std::string(what) + " drew no ECHO_DUP ACK");
   }
   if (t.poll_completion(c)) return fail("a duplicate completed receive " + std::to_string(c.wr_id));
+  return pass();
+}
+
+// MR-5 from the peer's side: a SEND into a receive buffer whose region
+// was deregistered after it was posted writes nothing and draws NAK 0x07
+// naming it, and the receive completes kLocalProtection; a READ whose
+// target was deregistered while its response travels places nothing and
+// draws NAK 0x07 naming the READ_RESP (msn its read sequence).
+Outcome check_mr5(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite)) return fail(why);
+  const ConnId conn = t.accepted();
+  if (!conn.valid()) return fail("the target reports no accepted connection");
+  if (t.post_recv(conn, RecvWr{31, mem.addr, 64, mem.lkey}) != Status::kOk)
+    return fail("the target refused a receive buffer");
+  if (!t.deregister_memory(mem)) return fail("deregister_memory failed");
+  const uint32_t psn = p.next_psn++;
+  const auto got_nak = [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; };
+  const std::vector<Reply> rs =
+      p.exchange_until(p.message(wire::Opcode::kSend, psn, 0, Bytes(32, 0x5D)), got_nak);
+  const Reply* n = nak_of(rs);
+  if (n == nullptr) return fail("a SEND into a deregistered receive buffer drew no NAK");
+  if (n->pkt.nak.code != 0x07 || n->pkt.nak.nak_psn != psn)
+    return fail("a SEND into a deregistered receive buffer drew NAK " + hex32(n->pkt.nak.code) +
+                " naming " + hex32(n->pkt.nak.nak_psn) + ", not 0x7 naming " + hex32(psn));
+  if (t.read_memory(mem, 0, mem.length) != Bytes(mem.length, 0))
+    return fail("a SEND wrote into a deregistered receive buffer");
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 31 || c.status != Status::kLocalProtection)
+    return fail("the receive whose buffer went did not complete kLocalProtection");
+  // The READ's target, the other way.
+  Peer q(t, 0x7e5a);
+  ConnId rconn;
+  Region into;
+  if (!t.register_memory(100, kAccessLocalWrite, into)) return fail("register_memory failed");
+  if (!target_connects(t, q, rconn, why)) return fail(why);
+  if (t.post_send(rconn, to_tester(WrOpcode::kRead, into, 100, 32)) != Status::kOk)
+    return fail("the target refused a READ");
+  const std::vector<Reply> sent = q.run_until(has(wire::Opcode::kReadReq));
+  const auto reqs = of(sent, wire::Opcode::kReadReq);
+  if (reqs.empty()) return fail("no READ_REQ");
+  q.send(q.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
+  if (!t.deregister_memory(into)) return fail("deregister_memory failed");
+  const uint32_t rpsn = q.next_psn++;
+  const std::vector<Reply> rr = q.exchange_until(
+      q.read_resp(rpsn, reqs.front()->pkt.mh.msn, 0, 100, Bytes(100, 0x6E)), got_nak);
+  n = nak_of(rr);
+  if (n == nullptr) return fail("a READ_RESP for a deregistered READ target drew no NAK");
+  if (n->pkt.nak.code != 0x07 || n->pkt.nak.nak_psn != rpsn ||
+      n->pkt.nak.msn != reqs.front()->pkt.mh.msn)
+    return fail("a READ_RESP for a deregistered READ target drew NAK " + hex32(n->pkt.nak.code) +
+                " naming " + hex32(n->pkt.nak.nak_psn) + " (msn " + hex32(n->pkt.nak.msn) +
+                "), not 0x7 naming " + hex32(rpsn) + " (msn " + hex32(reqs.front()->pkt.mh.msn) +
+                ")");
+  if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
+    return fail("a READ_RESP was placed in a deregistered READ target");
   return pass();
 }
 

@@ -65,6 +65,10 @@ constexpr std::array kChecks = {
           "a range that wraps past 2^64 draws NAK 0x03; one ending at the region's end "
           "is accepted",
           check_mr3},
+    Check{"MR-5",
+          "a SEND into a receive buffer, or a READ_RESP into a READ target, deregistered since "
+          "writes nothing and draws NAK 0x07",
+          check_mr5},
     Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
     Check{"CC-3", "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},

@@ -86,6 +86,12 @@ class FaultyTarget : public EngineTarget {
   // What poll_completion reports passes through `mutate_completion`.
   std::function<void(Completion&)> mutate_completion;
   bool confuse_peers = false;
+  // With `deregister_ignored`, deregister_memory reports success and does
+  // nothing: the memory stays in use.
+  bool deregister_ignored = false;
+  bool deregister_memory(const Region& r) override {
+    return deregister_ignored || EngineTarget::deregister_memory(r);
+  }
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
   bool poll_completion(Completion& out) override {
@@ -761,6 +767,22 @@ TEST(Conformance, SackedWorkCompletedFailsComp1) {
 
 TEST(Conformance, CompletionsNewestFirstFailComp2) {
   expect_fails("COMP-2", [](FaultyTarget& t) { t.newest_first = true; });
+}
+
+// MR-5 broken: memory deregistered under posted work still used, or the
+// peer told with another code (REMOTE_ACCESS_DENIED).
+TEST(Conformance, MemoryUsedAfterItsDeregistrationFailsMr5) {
+  expect_fails("MR-5", [](FaultyTarget& t) { t.deregister_ignored = true; });
+}
+
+TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
+  expect_fails("MR-5", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
+      p.nak.code = 0x04;
+      return true;
+    });
+  });
 }
 
 // No duplicate detection: a packet whose PSN came before arrives as the
