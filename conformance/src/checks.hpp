@@ -66,6 +66,7 @@ Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
 // connection_checks.cpp
 Outcome check_conn1(Target& t);
+Outcome check_conn2(Target& t);
 Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
 Outcome check_conn7(Target& t);

@@ -25,6 +25,10 @@ constexpr std::array kChecks = {
     Check{"BAD-7", "data for an unknown dst_conn draws nothing and changes nothing", check_bad7},
     Check{"BAD-8", "a packet for a connection from another address is dropped", check_bad8},
     Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},
+    Check{"CONN-2",
+          "an unanswered CONNECT_REQ is resent unchanged every 10 ms, 8 in all, then "
+          "kConnectTimeout",
+          check_conn2},
     Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
           check_conn3},
     Check{"CONN-6", "data before the ACCEPT is dropped unacknowledged, accepted when resent",

@@ -312,6 +312,32 @@ TEST(Conformance, NoAcksFailSeq4) {
   });
 }
 
+// CONN-2 broken: each resend with a nonce of its own, or each request
+// sent twice (16 in all).
+TEST(Conformance, ResendsWithFreshNoncesFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    auto sent = std::make_shared<uint64_t>(0);
+    rewrite_sent(t, [sent](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kConnectReq) return false;
+      p.connect.nonce += (*sent)++;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, RequestsSentTwiceFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      std::vector<Sent> out;
+      for (Sent& s : v) {
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) out.push_back(s);
+        out.push_back(std::move(s));
+      }
+      v = std::move(out);
+    };
+  });
+}
+
 TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
   expect_fails("CONN-1", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
