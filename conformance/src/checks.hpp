@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "metaroce/conformance/suite.hpp"
@@ -22,6 +24,10 @@ bool tester_connects(Peer& peer, std::string& why, uint64_t nonce = 0xC0FFEE);
 bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& why,
                                uint32_t access = kAccessRemoteWrite, uint64_t length = 4096,
                                std::vector<Reply>* handshake = nullptr);
+// The same with LOCAL_WRITE (unless told), and `conn` the target's side of
+// the connection, on which receives are posted.
+bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn, std::string& why,
+                                  uint32_t access = kAccessLocalWrite);
 // The target connects to the tester, which accepts (advertising max_reads).
 bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads = 16);
 // Work from the target to the tester: `op` of `len` bytes of `local`, at an
@@ -41,6 +47,11 @@ std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>&
 bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
 // The first NAK among `rs`, or null.
 const Reply* nak_of(const std::vector<Reply>& rs);
+// Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`
+// (and `msn`, when given), else what came ("drew no NAK ...", "drew NAK
+// ..., not ...").
+std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
+                      std::optional<uint32_t> msn = std::nullopt);
 // Sends the packet `make` builds (at the peer's next PSN) on a fresh
 // connection of the tester (id `conn_id`) and expects NAK `code` naming it,
 // with nothing written in `r`.

@@ -55,9 +55,8 @@ Outcome check_nak2(Target& t) {
   if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite | kAccessRemoteRead))
     return fail(why);
   const uint32_t bad = p.next_psn++;
-  const auto got_nak = [](const std::vector<Reply>& rs) { return nak_of(rs) != nullptr; };
   const std::vector<Reply> first =
-      p.exchange_until(p.write(bad, r.rkey ^ 1, r.addr, kPayload), got_nak);
+      p.exchange_until(p.write(bad, r.rkey ^ 1, r.addr, kPayload), has(wire::Opcode::kNak));
   const Reply* n = nak_of(first);
   if (n == nullptr) return fail("a WRITE with a bad key drew no NAK");
   const wire::NakBody fatal = n->pkt.nak;
@@ -71,7 +70,7 @@ Outcome check_nak2(Target& t) {
   for (const auto& [what, packet] :
        {std::pair{"a good WRITE", p.write(w, r.rkey, r.addr, kPayload)},
         std::pair{"a good READ_REQ", p.read_req(rd, 0, r.rkey, r.addr, 64)}}) {
-    const std::vector<Reply> rs = p.exchange_until(packet, got_nak);
+    const std::vector<Reply> rs = p.exchange_until(packet, has(wire::Opcode::kNak));
     const Reply* again = nak_of(rs);
     if (again == nullptr) return fail(std::string(what) + " after the fatal NAK drew no NAK");
     const wire::NakBody& k = again->pkt.nak;
@@ -149,18 +148,12 @@ Outcome check_nak4(Target& t) {
   Peer p(t);
   Region mem;
   std::string why;
-  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite)) return fail(why);
-  const ConnId conn = t.accepted();
-  if (!conn.valid()) return fail("the target reports no accepted connection");
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why)) return fail(why);
   const uint32_t psn = p.next_psn++;
   const Bytes send = p.message(wire::Opcode::kSend, psn, 0, kPayload);
-  const std::vector<Reply> rs =
-      p.exchange_until(send, [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
-  const Reply* n = nak_of(rs);
-  if (n == nullptr) return fail("a SEND with no receive posted drew no NAK");
-  if (n->pkt.nak.code != 0x01 || n->pkt.nak.nak_psn != psn)
-    return fail("a SEND with no receive posted drew NAK " + hex32(n->pkt.nak.code) + " naming " +
-                hex32(n->pkt.nak.nak_psn) + ", not RNR (0x1) naming " + hex32(psn));
+  why = draws_nak(p, send, 0x01, psn);
+  if (!why.empty()) return fail("a SEND with no receive posted " + why);
   if (t.read_memory(mem, 0, mem.length) != Bytes(mem.length, 0))
     return fail("a SEND refused RNR was written");
   if (t.post_recv(conn, RecvWr{1, mem.addr, 64, mem.lkey}) != Status::kOk)

@@ -12,10 +12,9 @@ Outcome check_place3(Target& t) {
   Peer p(t);
   Region mem;
   std::string why;
-  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite | kAccessRemoteWrite))
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why, kAccessLocalWrite | kAccessRemoteWrite))
     return fail(why);
-  const ConnId conn = t.accepted();
-  if (!conn.valid()) return fail("the target reports no accepted connection");
   // Receive buffers 0-3 (RSN = the order posted): 100 bytes at 0, 100, 200
   // and 16 at 300.
   struct Buf {
@@ -66,14 +65,8 @@ Outcome check_place3(Target& t) {
   // RSN 3's buffer holds 16 bytes: a SEND of 17 draws NAK 0x05 and writes
   // nothing.
   const uint32_t psn3 = p.next_psn++;
-  const std::vector<Reply> rs =
-      p.exchange_until(p.message(wire::Opcode::kSend, psn3, 3, Bytes(17, 0xDD)),
-                       [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
-  const Reply* n = nak_of(rs);
-  if (n == nullptr) return fail("a SEND longer than its receive buffer drew no NAK");
-  if (n->pkt.nak.code != 0x05 || n->pkt.nak.nak_psn != psn3)
-    return fail("a SEND longer than its receive buffer drew NAK " + hex32(n->pkt.nak.code) +
-                " naming " + hex32(n->pkt.nak.nak_psn) + ", not 0x5 naming " + hex32(psn3));
+  why = draws_nak(p, p.message(wire::Opcode::kSend, psn3, 3, Bytes(17, 0xDD)), 0x05, psn3);
+  if (!why.empty()) return fail("a SEND longer than its receive buffer " + why);
   if (!placed(300, Bytes(17, 0))) return fail("a SEND longer than its receive buffer was written");
   return pass();
 }
@@ -85,10 +78,9 @@ Outcome check_place5(Target& t) {
   Peer p(t);
   Region mem;
   std::string why;
-  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite | kAccessRemoteWrite))
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why, kAccessLocalWrite | kAccessRemoteWrite))
     return fail(why);
-  const ConnId conn = t.accepted();
-  if (!conn.valid()) return fail("the target reports no accepted connection");
   if (t.post_recv(conn, RecvWr{21, mem.addr, 64, mem.lkey}) != Status::kOk ||
       t.post_recv(conn, RecvWr{22, mem.addr + 64, 64, mem.lkey}) != Status::kOk)
     return fail("the target refused a receive buffer");
@@ -129,21 +121,14 @@ Outcome check_mr5(Target& t) {
   Peer p(t);
   Region mem;
   std::string why;
-  if (!tester_connects_to_memory(t, p, mem, why, kAccessLocalWrite)) return fail(why);
-  const ConnId conn = t.accepted();
-  if (!conn.valid()) return fail("the target reports no accepted connection");
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why)) return fail(why);
   if (t.post_recv(conn, RecvWr{31, mem.addr, 64, mem.lkey}) != Status::kOk)
     return fail("the target refused a receive buffer");
   if (!t.deregister_memory(mem)) return fail("deregister_memory failed");
   const uint32_t psn = p.next_psn++;
-  const auto got_nak = [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; };
-  const std::vector<Reply> rs =
-      p.exchange_until(p.message(wire::Opcode::kSend, psn, 0, Bytes(32, 0x5D)), got_nak);
-  const Reply* n = nak_of(rs);
-  if (n == nullptr) return fail("a SEND into a deregistered receive buffer drew no NAK");
-  if (n->pkt.nak.code != 0x07 || n->pkt.nak.nak_psn != psn)
-    return fail("a SEND into a deregistered receive buffer drew NAK " + hex32(n->pkt.nak.code) +
-                " naming " + hex32(n->pkt.nak.nak_psn) + ", not 0x7 naming " + hex32(psn));
+  why = draws_nak(p, p.message(wire::Opcode::kSend, psn, 0, Bytes(32, 0x5D)), 0x07, psn);
+  if (!why.empty()) return fail("a SEND into a deregistered receive buffer " + why);
   if (t.read_memory(mem, 0, mem.length) != Bytes(mem.length, 0))
     return fail("a SEND wrote into a deregistered receive buffer");
   Completion c;
@@ -163,16 +148,9 @@ Outcome check_mr5(Target& t) {
   q.send(q.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
   if (!t.deregister_memory(into)) return fail("deregister_memory failed");
   const uint32_t rpsn = q.next_psn++;
-  const std::vector<Reply> rr = q.exchange_until(
-      q.read_resp(rpsn, reqs.front()->pkt.mh.msn, 0, 100, Bytes(100, 0x6E)), got_nak);
-  n = nak_of(rr);
-  if (n == nullptr) return fail("a READ_RESP for a deregistered READ target drew no NAK");
-  if (n->pkt.nak.code != 0x07 || n->pkt.nak.nak_psn != rpsn ||
-      n->pkt.nak.msn != reqs.front()->pkt.mh.msn)
-    return fail("a READ_RESP for a deregistered READ target drew NAK " + hex32(n->pkt.nak.code) +
-                " naming " + hex32(n->pkt.nak.nak_psn) + " (msn " + hex32(n->pkt.nak.msn) +
-                "), not 0x7 naming " + hex32(rpsn) + " (msn " + hex32(reqs.front()->pkt.mh.msn) +
-                ")");
+  const uint32_t seq = reqs.front()->pkt.mh.msn;
+  why = draws_nak(q, q.read_resp(rpsn, seq, 0, 100, Bytes(100, 0x6E)), 0x07, rpsn, seq);
+  if (!why.empty()) return fail("a READ_RESP for a deregistered READ target " + why);
   if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
     return fail("a READ_RESP was placed in a deregistered READ target");
   return pass();

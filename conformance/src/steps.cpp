@@ -19,6 +19,15 @@ bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& wh
   return false;
 }
 
+bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn, std::string& why,
+                                  uint32_t access) {
+  if (!tester_connects_to_memory(t, peer, r, why, access)) return false;
+  conn = t.accepted();
+  if (conn.valid()) return true;
+  why = "the target reports no accepted connection";
+  return false;
+}
+
 bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads) {
   if (!t.connect_to_tester(conn)) {
     why = "the target could not start a connection";
@@ -78,19 +87,26 @@ const Reply* nak_of(const std::vector<Reply>& rs) {
   return naks.empty() ? nullptr : naks.front();
 }
 
+std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
+                      std::optional<uint32_t> msn) {
+  const std::vector<Reply> rs = p.exchange_until(packet, has(wire::Opcode::kNak));
+  const Reply* n = nak_of(rs);
+  if (n == nullptr) return "drew no NAK (expected code " + hex32(code) + ")";
+  const wire::NakBody& k = n->pkt.nak;
+  if (k.code == code && k.nak_psn == psn && (!msn || k.msn == *msn)) return {};
+  return "drew NAK " + hex32(k.code) + " naming " + hex32(k.nak_psn) +
+         (msn ? " (msn " + hex32(k.msn) + ")" : "") + ", not " + hex32(code) + " naming " +
+         hex32(psn) + (msn ? " (msn " + hex32(*msn) + ")" : "");
+}
+
 Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
                    const std::function<Bytes(const Peer&)>& make) {
   Peer p(t, conn_id);
   std::string why;
   if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
   const Bytes before = t.read_memory(r, 0, r.length);
-  const std::vector<Reply> rs = p.exchange_until(
-      make(p), [](const std::vector<Reply>& got) { return nak_of(got) != nullptr; });
-  const Reply* nak = nak_of(rs);
-  if (nak == nullptr) return fail("no NAK (expected code " + hex32(code) + ")");
-  if (nak->pkt.nak.code != code)
-    return fail("NAK code " + hex32(nak->pkt.nak.code) + ", expected " + hex32(code));
-  if (nak->pkt.nak.nak_psn != p.next_psn) return fail("the NAK names another PSN");
+  why = draws_nak(p, make(p), code, p.next_psn);
+  if (!why.empty()) return fail("the packet " + why);
   if (t.read_memory(r, 0, r.length) != before) return fail("the refused packet changed memory");
   return pass();
 }
