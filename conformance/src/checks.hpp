@@ -85,6 +85,7 @@ Outcome check_seq1(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
 Outcome check_place1(Target& t);
+Outcome check_ack4(Target& t);
 Outcome check_ack8(Target& t);
 Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);

@@ -127,8 +127,9 @@ Bytes Peer::write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const u
 }
 
 Bytes Peer::write_part(uint32_t psn, uint64_t rkey, uint64_t raddr,
-                       std::span<const uint8_t> payload, uint32_t offset, uint32_t msg_len) const {
-  return write_packet(psn, rkey, raddr, payload, 1, true, offset, msg_len);
+                       std::span<const uint8_t> payload, uint32_t offset, uint32_t msg_len,
+                       bool ack_requested) const {
+  return write_packet(psn, rkey, raddr, payload, 1, ack_requested, offset, msg_len);
 }
 
 Bytes Peer::write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr,

@@ -49,10 +49,11 @@ class Peer {
   // AR flag (acknowledge at once) unless told otherwise.
   Bytes write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
               uint16_t path_tag = 1, bool ack_requested = true) const;
-  // One packet, with AR, of a WRITE of `msg_len` bytes: `payload` at `offset`
-  // in the message, at `raddr` (the message starts at raddr - offset).
+  // One packet, with AR unless told otherwise, of a WRITE of `msg_len`
+  // bytes: `payload` at `offset` in the message, at `raddr` (the message
+  // starts at raddr - offset).
   Bytes write_part(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
-                   uint32_t offset, uint32_t msg_len) const;
+                   uint32_t offset, uint32_t msg_len, bool ack_requested = true) const;
   Bytes read_req(uint32_t psn, uint32_t read_seq, uint64_t rkey, uint64_t raddr,
                  uint32_t len) const;
   Bytes read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t msg_len,

@@ -45,6 +45,10 @@ constexpr std::array kChecks = {
           check_seq2},
     Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
           check_place1},
+    Check{"ACK-4, ACK-5",
+          "an ACK at once for a message's last packet or one filling the last gap, else within "
+          "ack_delay (simulated time only)",
+          check_ack4},
     Check{"ACK-8", "the fewest SACK words covering the highest PSN: 1, 2 and 16 words", check_ack8},
     Check{"SEQ-4, ACK-3", "a duplicate draws an ECHO_DUP ACK at once; outside the window, nothing",
           check_seq4},

@@ -762,6 +762,30 @@ TEST(Conformance, AReorderBufferFailsPlace1) {
   });
 }
 
+// ACK-4 / ACK-5 broken: every packet acknowledged at once (ack_every 1),
+// or every ACK held back until the target is next run (past ack_delay).
+TEST(Conformance, EveryPacketAcknowledgedAtOnceFailsAck4) {
+  EndpointConfig cfg = EngineTarget::default_config();
+  cfg.ack_every = 1;
+  const auto results = run([&] { return std::make_unique<EngineTarget>(cfg); }, "ACK-4");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].outcome.passed) << results[0].outcome.detail;
+}
+
+TEST(Conformance, AcksHeldBackFailAck5) {
+  expect_fails("ACK-5", [](FaultyTarget& t) {
+    auto held = std::make_shared<std::vector<Sent>>();
+    t.mutate = [held](std::vector<Sent>& v) {
+      std::vector<Sent> now = std::move(*held);
+      held->clear();
+      for (Sent& s : v)
+        (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck) ? *held : now)
+            .push_back(std::move(s));
+      v = std::move(now);
+    };
+  });
+}
+
 // Every ACK with all 16 SACK words, whatever it has to say.
 TEST(Conformance, SixteenSackWordsAlwaysFailAck8) {
   expect_fails("ACK-8", [](FaultyTarget& t) {
