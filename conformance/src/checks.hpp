@@ -84,6 +84,7 @@ Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
+Outcome check_seq3(Target& t);
 Outcome check_place1(Target& t);
 Outcome check_ack4(Target& t);
 Outcome check_ack8(Target& t);

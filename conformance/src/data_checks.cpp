@@ -1,5 +1,5 @@
-// Data packets: SEQ-2, PLACE-1, ACK-4/ACK-5, ACK-8, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2, PLACE-2,
-// MR-1, MR-3.
+// Data packets: SEQ-2, SEQ-3, PLACE-1, ACK-4/ACK-5, ACK-8, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2,
+// PLACE-2, MR-1, MR-3.
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -75,6 +75,46 @@ Outcome check_seq2(Target& t) {
     return fail("PSN 0xfffffffd resent after cum passed 0x00000004 drew no ECHO_DUP ACK");
   if (t.read_memory(r, kLen, kLen) != Bytes(kLen, 0))
     return fail("PSN 0xfffffffd resent after the wrap was placed again");
+  return pass();
+}
+
+// SEQ-3: the tester offers window_log2 6 (W = 64) and, to a WRITE of 128
+// packets, SACKs every packet but the first, so that congestion windows
+// open while cum stays put: the target sends up to cum + 63, never beyond.
+Outcome check_seq3(Target& t) {
+  Peer p(t);
+  p.window_log2 = 6;
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  if (!target_writes(t, conn, 128 * p.mtu, 1, why)) return fail(why);
+  const uint32_t cum = p.target_initial_psn, window = 1u << p.window_log2;
+  std::set<uint32_t> got;  // distance from cum
+  const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
+  for (uint64_t waited = 0; waited < 200'000'000 && got.size() < window; waited += step) {
+    const std::vector<Reply> rs = p.run(step);
+    const Reply* last = nullptr;
+    for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
+      const uint32_t ahead = d->pkt.bh.psn - cum;
+      if (ahead >= window)
+        return fail("PSN cum + " + std::to_string(ahead) + " sent with cum held at " + hex32(cum) +
+                    " and W = " + std::to_string(window));
+      got.insert(ahead);
+      last = d;
+    }
+    if (last == nullptr) continue;
+    std::vector<uint32_t> sacked;
+    for (const uint32_t a : got)
+      if (a != 0) sacked.push_back(cum + a);
+    p.send(p.sack(cum, sacked, *last), last->entropy);
+  }
+  if (got.size() < window)
+    return fail("only " + std::to_string(got.size()) + " of the window's " +
+                std::to_string(window) + " PSNs sent: the check saw no window reached");
+  const std::vector<Reply> more = p.run(t.simulated_time() ? 1'000'000 : 20'000'000);
+  for (const Reply* d : of(more, wire::Opcode::kWrite))
+    if (d->pkt.bh.psn - cum >= window)
+      return fail("PSN cum + " + std::to_string(d->pkt.bh.psn - cum) + " sent with cum held");
   return pass();
 }
 

@@ -63,7 +63,7 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
   b.src_conn = conn_;
   b.initial_psn = initial_psn;
   b.mtu = 4096;
-  b.window_log2 = 10;
+  b.window_log2 = window_log2;
   b.max_reads = 16;
   b.max_version = 1;
   b.nonce = nonce;
@@ -94,7 +94,7 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
     target_conn = r->pkt.connect.src_conn;
     target_initial_psn = r->pkt.connect.initial_psn;
     mtu = std::min<uint32_t>(mtu, r->pkt.connect.mtu);
-    window_log2 = std::clamp<uint8_t>(r->pkt.connect.window_log2, 6, window_log2);
+    window_log2 = std::max<uint8_t>(6, std::min(window_log2, r->pkt.connect.window_log2));
     return true;
   }
   why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";
@@ -105,13 +105,13 @@ void Peer::accept(const Reply& req, uint8_t max_reads) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
   mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
-  window_log2 = std::clamp<uint8_t>(req.pkt.connect.window_log2, 6, window_log2);
+  window_log2 = std::max<uint8_t>(6, std::min(window_log2, req.pkt.connect.window_log2));
   wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
   wire::ConnectBody b;
   b.src_conn = conn_;
   b.initial_psn = initial_psn;
   b.mtu = 4096;
-  b.window_log2 = 10;
+  b.window_log2 = window_log2;
   b.max_reads = max_reads;
   b.max_version = 1;
   b.nonce = req.pkt.connect.nonce;

@@ -132,7 +132,9 @@ class Peer {
   uint32_t next_psn = kInitialPsn;
   // The connection's mtu: the smaller of the tester's offer and the target's.
   uint32_t mtu = 4096;
-  // The connection's window_log2: the smaller of the two, at least 6 (SEQ-3).
+  // The connection's window_log2: what the tester offers (set it before
+  // the handshake to offer less), then the smaller of the two, at least 6
+  // (SEQ-3).
   uint8_t window_log2 = 10;
   // PC on the data packets the peer builds (INT-2): cleared, their ICRC
   // covers the headers only.

@@ -43,6 +43,8 @@ constexpr std::array kChecks = {
           "WRITEs across the PSN wrap, one lost each side, are placed and acknowledged across "
           "it; a resend from before it is a duplicate",
           check_seq2},
+    Check{"SEQ-3", "with cum held, no PSN at or beyond cum + W, W from the smaller window_log2",
+          check_seq3},
     Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
           check_place1},
     Check{"ACK-4, ACK-5",

@@ -738,6 +738,17 @@ TEST(Conformance, ReceivesInArrivalOrderFailPlace3) {
   });
 }
 
+// The peer's smaller window_log2 ignored (the ACCEPT arrives offering 10).
+TEST(Conformance, ThePeersWindowIgnoredFailsSeq3) {
+  expect_fails("SEQ-3", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kConnectAccept) return false;
+      p.connect.window_log2 = 10;
+      return true;
+    });
+  });
+}
+
 // A receiver with a reorder buffer: a WRITE packet other than its
 // message's first waits until that first one arrives.
 TEST(Conformance, AReorderBufferFailsPlace1) {
