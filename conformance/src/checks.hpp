@@ -2,7 +2,10 @@
 // several of them share.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "metaroce/conformance/suite.hpp"
@@ -21,6 +24,10 @@ bool tester_connects(Peer& peer, std::string& why, uint64_t nonce = 0xC0FFEE);
 bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& why,
                                uint32_t access = kAccessRemoteWrite, uint64_t length = 4096,
                                std::vector<Reply>* handshake = nullptr);
+// The same with LOCAL_WRITE (unless told), and `conn` the target's side of
+// the connection, on which receives are posted.
+bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn, std::string& why,
+                                  uint32_t access = kAccessLocalWrite);
 // The target connects to the tester, which accepts (advertising max_reads).
 bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads = 16);
 // Work from the target to the tester: `op` of `len` bytes of `local`, at an
@@ -38,6 +45,21 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data);
 // Fails unless every path_tag among `data` was sent from one source port.
 bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
+// The first NAK among `rs`, or null.
+const Reply* nak_of(const std::vector<Reply>& rs);
+// Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`
+// (and `msn`, when given), else what came ("drew no NAK ...", "drew NAK
+// ..., not ...").
+std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
+                      std::optional<uint32_t> msn = std::nullopt);
+// Sends the packet `make` builds (at the peer's next PSN) on a fresh
+// connection of the tester (id `conn_id`) and expects NAK `code` naming it,
+// with nothing written in `r`.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
+                   const std::function<Bytes(const Peer&)>& make);
+// The same for a one-packet WRITE of `len` bytes at rkey/raddr.
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code);
 // PSN order is modulo 2^32 (SEQ-2): a target may start anywhere, wrap included.
 inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
 inline uint32_t later_psn(uint32_t a, uint32_t b) { return psn_after(b, a) ? b : a; }
@@ -55,10 +77,17 @@ Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
 // connection_checks.cpp
 Outcome check_conn1(Target& t);
+Outcome check_conn2(Target& t);
 Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
+Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
 // data_checks.cpp
+Outcome check_seq2(Target& t);
+Outcome check_seq3(Target& t);
+Outcome check_place1(Target& t);
+Outcome check_ack4(Target& t);
+Outcome check_ack8(Target& t);
 Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
 Outcome check_sched2(Target& t);
@@ -75,8 +104,21 @@ Outcome check_cc3(Target& t);
 Outcome check_path3(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
+Outcome check_read2(Target& t);
+Outcome check_place4(Target& t);
 Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);
+// error_checks.cpp
+Outcome check_nak1(Target& t);
+Outcome check_nak2(Target& t);
+Outcome check_nak3(Target& t);
+Outcome check_nak4(Target& t);
+Outcome check_ack9(Target& t);
+// receive_checks.cpp
+Outcome check_place3(Target& t);
+Outcome check_place5(Target& t);
+Outcome check_comp(Target& t);
+Outcome check_mr5(Target& t);
 
 }  // namespace metaroce::conformance

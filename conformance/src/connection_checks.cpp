@@ -1,4 +1,4 @@
-// CONN-* and SEQ-1: handshakes and where each PSN space starts.
+// CONN-* and SEQ-1: handshakes, closes, and where each PSN space starts.
 #include "checks.hpp"
 
 namespace metaroce::conformance {
@@ -72,6 +72,91 @@ Outcome check_conn6(Target& t) {
   if (ack_of(resent, Peer::kInitialPsn) == nullptr)
     return fail("the resent packet was not acknowledged");
   if (t.read_memory(r, 0, payload.size()) != payload) return fail("the resent packet did not land");
+  return pass();
+}
+
+// CONN-7 from the peer's side (the agent protocol has no close, so the
+// target never closes): a DISCONNECT whose src_conn is not the tester's
+// connection id is dropped; the right one draws a DISCONNECT_ACK naming both
+// ends and completes the target's outstanding work kPeerClosed; a repeated
+// one (its ACK lost) is answered again.
+Outcome check_conn7(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 100, 1, why)) return fail(why);
+  // The WRITE is left unacknowledged: it stays outstanding.
+  const std::vector<Reply> sent = p.run_until(has(wire::Opcode::kWrite));
+  if (of(sent, wire::Opcode::kWrite).empty()) return fail("no data");
+  const std::vector<Reply> other = p.exchange(p.disconnect(p.conn() + 1), 1'000'000);
+  if (!of(other, wire::Opcode::kDisconnectAck).empty())
+    return fail("a DISCONNECT naming another src_conn drew a DISCONNECT_ACK");
+  Completion c;
+  if (t.poll_completion(c))
+    return fail("a DISCONNECT naming another src_conn completed work (status " +
+                hex32(static_cast<uint8_t>(c.status)) + ")");
+  for (const bool repeated : {false, true}) {
+    const std::string which = repeated ? "the repeated DISCONNECT" : "the DISCONNECT";
+    const std::vector<Reply> rs =
+        p.exchange_until(p.disconnect(p.conn()), has(wire::Opcode::kDisconnectAck));
+    const auto acks = of(rs, wire::Opcode::kDisconnectAck);
+    if (acks.empty()) return fail(which + " drew no DISCONNECT_ACK");
+    const wire::Packet& k = acks.front()->pkt;
+    if (k.bh.dst_conn != p.conn() || k.disconnect.src_conn != p.target_conn)
+      return fail(which + "'s DISCONNECT_ACK names dst_conn " + hex32(k.bh.dst_conn) +
+                  ", src_conn " + hex32(k.disconnect.src_conn) + ", not " + hex32(p.conn()) + ", " +
+                  hex32(p.target_conn));
+    if (!repeated && (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kPeerClosed))
+      return fail("the outstanding WRITE did not complete kPeerClosed");
+  }
+  return pass();
+}
+
+// CONN-2: a CONNECT_REQ never answered is resent with the same src_conn,
+// initial PSN and nonce, every 10 ms (checked in simulated time), 8 in
+// all; then work posted on it completes kConnectTimeout. Which port each
+// leaves from is not checked: the reference UDP driver sends them all from
+// its receive port (udp.hpp), where CONN-2 says the next entropy value.
+Outcome check_conn2(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!t.connect_to_tester(conn)) return fail("the target could not start a connection");
+  if (!target_writes(t, conn, 100, 1, why)) return fail(why);
+  const uint64_t step = t.simulated_time() ? 1'000'000 : 5'000'000;
+  struct Req {
+    uint64_t at;
+    wire::ConnectBody body;
+  };
+  std::vector<Req> reqs;
+  Completion c;
+  bool done = false;
+  uint64_t now = 0;
+  for (; now < 300'000'000 && !done; now += step) {
+    const std::vector<Reply> rs = p.run(step);
+    for (const Reply* r : of(rs, wire::Opcode::kConnectReq)) reqs.push_back({now, r->pkt.connect});
+    done = t.poll_completion(c);
+  }
+  if (reqs.empty()) return fail("no CONNECT_REQ");
+  for (const Req& r : reqs)
+    if (r.body.src_conn != reqs[0].body.src_conn ||
+        r.body.initial_psn != reqs[0].body.initial_psn || r.body.nonce != reqs[0].body.nonce)
+      return fail("a resent CONNECT_REQ differs in src_conn, initial PSN or nonce");
+  if (reqs.size() != 8)
+    return fail(std::to_string(reqs.size()) + " CONNECT_REQs unanswered, not 8");
+  for (size_t i = 1; i < reqs.size(); ++i) {
+    const uint64_t gap = reqs[i].at - reqs[i - 1].at;
+    if (t.simulated_time() && (gap < 9'000'000 || gap > 11'000'000))
+      return fail("CONNECT_REQs " + std::to_string(i - 1) + " and " + std::to_string(i) + " " +
+                  std::to_string(gap / 1000) + " us apart, not 10 ms");
+  }
+  if (!done) return fail("the work posted on the connection never completed");
+  if (c.wr_id != 1 || c.status != Status::kConnectTimeout)
+    return fail("the work posted on the connection completed " +
+                hex32(static_cast<uint8_t>(c.status)) + ", not kConnectTimeout (0x49)");
+  const std::vector<Reply> after = p.run(t.simulated_time() ? 50'000'000 : 20'000'000);
+  if (!of(after, wire::Opcode::kConnectReq).empty())
+    return fail("a CONNECT_REQ after the connection failed");
   return pass();
 }
 

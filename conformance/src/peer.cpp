@@ -61,9 +61,9 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
   bh.dst_conn = 0;
   wire::ConnectBody b;
   b.src_conn = conn_;
-  b.initial_psn = kInitialPsn;
+  b.initial_psn = initial_psn;
   b.mtu = 4096;
-  b.window_log2 = 10;
+  b.window_log2 = window_log2;
   b.max_reads = 16;
   b.max_version = 1;
   b.nonce = nonce;
@@ -94,6 +94,7 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
     target_conn = r->pkt.connect.src_conn;
     target_initial_psn = r->pkt.connect.initial_psn;
     mtu = std::min<uint32_t>(mtu, r->pkt.connect.mtu);
+    window_log2 = std::max<uint8_t>(6, std::min(window_log2, r->pkt.connect.window_log2));
     return true;
   }
   why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";
@@ -104,12 +105,13 @@ void Peer::accept(const Reply& req, uint8_t max_reads) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
   mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
+  window_log2 = std::max<uint8_t>(6, std::min(window_log2, req.pkt.connect.window_log2));
   wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
   wire::ConnectBody b;
   b.src_conn = conn_;
-  b.initial_psn = kInitialPsn;
+  b.initial_psn = initial_psn;
   b.mtu = 4096;
-  b.window_log2 = 10;
+  b.window_log2 = window_log2;
   b.max_reads = max_reads;
   b.max_version = 1;
   b.nonce = req.pkt.connect.nonce;
@@ -125,8 +127,9 @@ Bytes Peer::write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const u
 }
 
 Bytes Peer::write_part(uint32_t psn, uint64_t rkey, uint64_t raddr,
-                       std::span<const uint8_t> payload, uint32_t offset, uint32_t msg_len) const {
-  return write_packet(psn, rkey, raddr, payload, 1, true, offset, msg_len);
+                       std::span<const uint8_t> payload, uint32_t offset, uint32_t msg_len,
+                       bool ack_requested) const {
+  return write_packet(psn, rkey, raddr, payload, 1, ack_requested, offset, msg_len);
 }
 
 Bytes Peer::write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr,
@@ -162,6 +165,33 @@ Bytes Peer::read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t
   const size_t h = wire::write_data_headers(p, bh, mh, nullptr, 0);
   std::memcpy(p.data() + h, payload.data(), payload.size());
   return seal(std::move(p), h, payload.size());
+}
+
+Bytes Peer::message(wire::Opcode op, uint32_t psn, uint32_t msn, std::span<const uint8_t> payload,
+                    uint64_t rkey, uint64_t raddr, uint32_t imm) const {
+  wire::BaseHeader bh = header(op, psn, 1);
+  bh.flags |= wire::kFlagAckRequested;
+  const wire::MessageHeader mh{msn, 0, static_cast<uint32_t>(payload.size())};
+  const wire::RdmaHeader rh{rkey, raddr};
+  Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
+  const size_t h = wire::write_data_headers(p, bh, mh, &rh, imm);
+  std::memcpy(p.data() + h, payload.data(), payload.size());
+  return seal(std::move(p), h, payload.size());
+}
+
+Bytes Peer::nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) const {
+  wire::BaseHeader bh = header(wire::Opcode::kNak, 0);
+  bh.flags = 0;
+  Bytes p(256);
+  const size_t h = wire::write_nak(p, bh, wire::NakBody{nak_psn, code, msn, cum});
+  return seal(std::move(p), h, 0);
+}
+
+Bytes Peer::disconnect(uint32_t src_conn) const {
+  wire::BaseHeader bh = header(wire::Opcode::kDisconnect, 0);
+  Bytes p(256);
+  const size_t h = wire::write_disconnect(p, bh, wire::DisconnectBody{src_conn, 0});
+  return seal(std::move(p), h, 0);
 }
 
 Bytes Peer::ack(uint32_t cum, const Reply& echo, uint8_t flags) const {

@@ -49,14 +49,24 @@ class Peer {
   // AR flag (acknowledge at once) unless told otherwise.
   Bytes write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
               uint16_t path_tag = 1, bool ack_requested = true) const;
-  // One packet, with AR, of a WRITE of `msg_len` bytes: `payload` at `offset`
-  // in the message, at `raddr` (the message starts at raddr - offset).
+  // One packet, with AR unless told otherwise, of a WRITE of `msg_len`
+  // bytes: `payload` at `offset` in the message, at `raddr` (the message
+  // starts at raddr - offset).
   Bytes write_part(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
-                   uint32_t offset, uint32_t msg_len) const;
+                   uint32_t offset, uint32_t msg_len, bool ack_requested = true) const;
   Bytes read_req(uint32_t psn, uint32_t read_seq, uint64_t rkey, uint64_t raddr,
                  uint32_t len) const;
   Bytes read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t msg_len,
                   std::span<const uint8_t> payload) const;
+  // A one-packet message of any data opcode, with AR: `msn` its RSN (SEND*,
+  // WRITE_IMM), `rkey`/`raddr` where the opcode has an RDMA header, `imm`
+  // where it has immediate data.
+  Bytes message(wire::Opcode op, uint32_t psn, uint32_t msn, std::span<const uint8_t> payload,
+                uint64_t rkey = 0, uint64_t raddr = 0, uint32_t imm = 0) const;
+  // A NAK of the target's packet `nak_psn` (its `msn`), with our `cum`.
+  Bytes nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) const;
+  // A DISCONNECT of the target's connection, naming `src_conn` as ours.
+  Bytes disconnect(uint32_t src_conn) const;
   // An ACK of everything before `cum`, echoing `echo` (a data packet of the
   // target's) with the echo flags `flags` (wire::kAckEcho*).
   Bytes ack(uint32_t cum, const Reply& echo, uint8_t flags = 0) const;
@@ -116,9 +126,16 @@ class Peer {
   // and our next PSN toward it.
   uint32_t target_conn = 0;
   uint32_t target_initial_psn = 0;
+  // The PSN our side starts at, announced in our CONNECT_REQ or ACCEPT (set
+  // both before the handshake to start elsewhere, SEQ-2), and the next one.
+  uint32_t initial_psn = kInitialPsn;
   uint32_t next_psn = kInitialPsn;
   // The connection's mtu: the smaller of the tester's offer and the target's.
   uint32_t mtu = 4096;
+  // The connection's window_log2: what the tester offers (set it before
+  // the handshake to offer less), then the smaller of the two, at least 6
+  // (SEQ-3).
+  uint8_t window_log2 = 10;
   // PC on the data packets the peer builds (INT-2): cleared, their ICRC
   // covers the headers only.
   bool cover_payload = true;

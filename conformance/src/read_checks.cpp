@@ -1,4 +1,4 @@
-// READ-1, READ-3, READ-4: READs in both directions.
+// READ-1 to READ-5: READs in both directions.
 #include <algorithm>
 #include <numeric>
 
@@ -51,6 +51,110 @@ Outcome check_read1(Target& t) {
   if (!p.await_completion(c)) return fail("the READ did not complete");
   if (c.status != Status::kOk || c.wr_id != 5) return fail("the READ completed with an error");
   if (t.read_memory(into, 0, data.size()) != data) return fail("the response was not placed");
+  return pass();
+}
+
+Outcome check_read2(Target& t) {
+  Peer p(t);
+  Region src;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, 8192)) return fail(why);
+  Bytes data(8192);
+  std::iota(data.begin(), data.end(), uint8_t{17});
+  t.write_memory(src, 0, data);
+  // A good READ of 6000 bytes from offset 100: ceil(6000 / mtu) READ_RESPs
+  // numbered from the responder's own initial PSN (it sent nothing before).
+  constexpr uint32_t kAt = 100, kLen = 6000;
+  const uint32_t psn = p.next_psn++;
+  const size_t want = (kLen + p.mtu - 1) / p.mtu;
+  const std::vector<Reply> rs = p.exchange_until(
+      p.read_req(psn, 0, src.rkey, src.addr + kAt, kLen), [want](const std::vector<Reply>& got) {
+        return firsts(of(got, wire::Opcode::kReadResp)).size() >= want;
+      });
+  auto resp = firsts(of(rs, wire::Opcode::kReadResp));
+  if (resp.size() != want)
+    return fail(std::to_string(resp.size()) + " READ_RESPs for " + std::to_string(kLen) +
+                " bytes at mtu " + std::to_string(p.mtu) + ", not " + std::to_string(want));
+  std::sort(resp.begin(), resp.end(), [&p](const Reply* a, const Reply* b) {
+    return a->pkt.bh.psn - p.target_initial_psn < b->pkt.bh.psn - p.target_initial_psn;
+  });
+  for (size_t k = 0; k < resp.size(); ++k) {
+    const wire::Packet& r = resp[k]->pkt;
+    const uint32_t off = static_cast<uint32_t>(k) * p.mtu;
+    if (r.bh.psn != p.target_initial_psn + k)
+      return fail("READ_RESP " + std::to_string(k) + " has PSN " + hex32(r.bh.psn) +
+                  ", not the responder's " + hex32(p.target_initial_psn + k) +
+                  " (the READ_REQ was " + hex32(psn) + ")");
+    if (r.mh.msn != 0 || r.mh.offset != off || r.mh.msg_len != kLen)
+      return fail("READ_RESP " + std::to_string(k) + " msn/offset/msg_len " +
+                  std::to_string(r.mh.msn) + "/" + std::to_string(r.mh.offset) + "/" +
+                  std::to_string(r.mh.msg_len));
+    const auto from = data.begin() + kAt + off;
+    if (!std::equal(r.payload.begin(), r.payload.end(), from,
+                    from + std::min<uint32_t>(p.mtu, kLen - off)))
+      return fail("READ_RESP " + std::to_string(k) + " does not carry the region's bytes");
+  }
+  p.send(p.ack(p.target_initial_psn + static_cast<uint32_t>(want), *resp.back()),
+         resp.back()->entropy);
+  // Each bad request, on a connection of its own (the NAK is fatal), draws
+  // the NAK naming it and reads nothing.
+  const auto bad_read = [](uint64_t rkey, uint64_t raddr, uint32_t len) {
+    return [=](const Peer& q) { return q.read_req(q.next_psn, 0, rkey, raddr, len); };
+  };
+  Outcome o = expect_nak(t, 0x7e71, src, 0x02, bad_read(src.rkey ^ 1, src.addr, 64));
+  if (!o.passed) return fail("bad key: " + o.detail);
+  o = expect_nak(t, 0x7e72, src, 0x03, bad_read(src.rkey, src.addr + 8192 - 10, 64));
+  if (!o.passed) return fail("range past the region: " + o.detail);
+  Region wo;
+  if (!t.register_memory(4096, kAccessRemoteWrite, wo)) return fail("register_memory failed");
+  o = expect_nak(t, 0x7e73, wo, 0x04, bad_read(wo.rkey, wo.addr, 64));
+  if (!o.passed) return fail("no REMOTE_READ right: " + o.detail);
+  o = expect_nak(t, 0x7e74, src, 0x06, bad_read(src.rkey, src.addr, 0x80000001u));
+  if (!o.passed) return fail("msg_len above 2^31: " + o.detail);
+  return pass();
+}
+
+// PLACE-4 from the requester's side: a READ_RESP longer than the READ, or
+// for a read sequence not outstanding, is dropped unacknowledged with
+// nothing written; the true response, at the same PSN, then lands.
+Outcome check_place4(Target& t) {
+  Peer p(t);
+  Region into;
+  if (!t.register_memory(200, kAccessLocalWrite, into)) return fail("register_memory failed");
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  constexpr uint32_t kLen = 100;
+  if (!target_reads(t, conn, into, kLen, 7)) return fail("the target refused a READ");
+  const std::vector<Reply> rs = p.run_until(read_reqs(1));
+  const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
+  if (reqs.empty()) return fail("no READ_REQ");
+  p.send(p.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
+  const uint32_t psn = p.next_psn++;
+  const std::pair<const char*, Bytes> bad[] = {
+      {"a READ_RESP of 200 bytes for a READ of 100",
+       p.read_resp(psn, 0, 0, 2 * kLen, Bytes(2 * kLen, 0xEE))},
+      {"a READ_RESP for read sequence 1, not outstanding",
+       p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))}};
+  for (const auto& [what, packet] : bad) {
+    const std::vector<Reply> got = p.exchange(packet, 1'000'000);
+    if (ack_of(got, psn) != nullptr) return fail(std::string(what) + " was acknowledged");
+    if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
+      return fail(std::string(what) + " was written");
+    Completion c;
+    if (t.poll_completion(c))
+      return fail(std::string(what) + " completed the READ (status " +
+                  hex32(static_cast<uint8_t>(c.status)) + ")");
+  }
+  Bytes data(kLen);
+  std::iota(data.begin(), data.end(), uint8_t{9});
+  if (ack_of(p.exchange_until(p.read_resp(psn, 0, 0, kLen, data), acks(psn)), psn) == nullptr)
+    return fail("the true READ_RESP, at the PSN of the dropped ones, was not acknowledged");
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 7 || c.status != Status::kOk)
+    return fail("the READ did not complete");
+  if (t.read_memory(into, 0, kLen) != data || t.read_memory(into, kLen, kLen) != Bytes(kLen, 0))
+    return fail("the READ's buffer does not hold the response, and only it");
   return pass();
 }
 

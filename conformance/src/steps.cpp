@@ -1,5 +1,6 @@
 // Steps several checks share: handshakes in either direction, and a WRITE
 // from the target to the tester.
+#include <functional>
 #include <numeric>
 
 #include "checks.hpp"
@@ -15,6 +16,15 @@ bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& wh
   if (!peer.connect(0xC0FFEE, why, handshake)) return false;
   if (t.register_memory(length, access, r)) return true;
   why = "the target could not register memory";
+  return false;
+}
+
+bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn, std::string& why,
+                                  uint32_t access) {
+  if (!tester_connects_to_memory(t, peer, r, why, access)) return false;
+  conn = t.accepted();
+  if (conn.valid()) return true;
+  why = "the target reports no accepted connection";
   return false;
 }
 
@@ -70,6 +80,42 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why) {
     }
   }
   return true;
+}
+
+const Reply* nak_of(const std::vector<Reply>& rs) {
+  const auto naks = of(rs, wire::Opcode::kNak);
+  return naks.empty() ? nullptr : naks.front();
+}
+
+std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
+                      std::optional<uint32_t> msn) {
+  const std::vector<Reply> rs = p.exchange_until(packet, has(wire::Opcode::kNak));
+  const Reply* n = nak_of(rs);
+  if (n == nullptr) return "drew no NAK (expected code " + hex32(code) + ")";
+  const wire::NakBody& k = n->pkt.nak;
+  if (k.code == code && k.nak_psn == psn && (!msn || k.msn == *msn)) return {};
+  return "drew NAK " + hex32(k.code) + " naming " + hex32(k.nak_psn) +
+         (msn ? " (msn " + hex32(k.msn) + ")" : "") + ", not " + hex32(code) + " naming " +
+         hex32(psn) + (msn ? " (msn " + hex32(*msn) + ")" : "");
+}
+
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
+                   const std::function<Bytes(const Peer&)>& make) {
+  Peer p(t, conn_id);
+  std::string why;
+  if (!tester_connects(p, why, 0xA0 + conn_id)) return fail(why);
+  const Bytes before = t.read_memory(r, 0, r.length);
+  why = draws_nak(p, make(p), code, p.next_psn);
+  if (!why.empty()) return fail("the packet " + why);
+  if (t.read_memory(r, 0, r.length) != before) return fail("the refused packet changed memory");
+  return pass();
+}
+
+Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
+                   uint32_t len, uint8_t code) {
+  return expect_nak(t, conn_id, r, code, [&](const Peer& p) {
+    return p.write(p.next_psn, rkey, raddr, Bytes(len, 0x77));
+  });
 }
 
 bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::string& why) {

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "metaroce/bytes.hpp"
@@ -81,7 +83,30 @@ class FaultyTarget : public EngineTarget {
   std::function<void(std::vector<uint8_t>&)> mutate_in;
   // Then through `expand_in`, which may turn it into several datagrams.
   std::function<std::vector<std::vector<uint8_t>>(std::vector<uint8_t>)> expand_in;
+  // What poll_completion reports passes through `mutate_completion`.
+  std::function<void(Completion&)> mutate_completion;
   bool confuse_peers = false;
+  // With `deregister_ignored`, deregister_memory reports success and does
+  // nothing: the memory stays in use.
+  bool deregister_ignored = false;
+  bool deregister_memory(const Region& r) override {
+    return deregister_ignored || EngineTarget::deregister_memory(r);
+  }
+  // With `newest_first`, the completions ready are reported newest first.
+  bool newest_first = false;
+  bool poll_completion(Completion& out) override {
+    if (newest_first) {
+      Completion c;
+      while (EngineTarget::poll_completion(c)) ready_.push_back(c);
+      if (ready_.empty()) return false;
+      out = ready_.back();
+      ready_.pop_back();
+    } else if (!EngineTarget::poll_completion(out)) {
+      return false;
+    }
+    if (mutate_completion) mutate_completion(out);
+    return true;
+  }
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (mutate_in) mutate_in(bytes);
@@ -97,9 +122,59 @@ class FaultyTarget : public EngineTarget {
     if (mutate) mutate(out);
     return out;
   }
+
+ private:
+  std::vector<Completion> ready_;
 };
 
 uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
+
+// `p`, decoded and perhaps changed since, encoded again with a good ICRC.
+std::vector<uint8_t> encode(const wire::Packet& p) {
+  std::vector<uint8_t> d(wire::largest_header_size() + 256 + p.payload.size() + wire::kIcrcSize);
+  size_t h = 0;
+  if (wire::is_data(p.bh.opcode))
+    h = wire::write_data_headers(d, p.bh, p.mh, &p.rh, p.imm);
+  else if (p.bh.opcode == wire::Opcode::kAck)
+    h = wire::write_ack(d, p.bh, p.ack);
+  else if (p.bh.opcode == wire::Opcode::kNak)
+    h = wire::write_nak(d, p.bh, p.nak);
+  else if (p.bh.opcode == wire::Opcode::kDisconnect || p.bh.opcode == wire::Opcode::kDisconnectAck)
+    h = wire::write_disconnect(d, p.bh, p.disconnect);
+  else
+    h = wire::write_connect(d, p.bh, p.connect);
+  std::copy(p.payload.begin(), p.payload.end(), d.begin() + static_cast<ptrdiff_t>(h));
+  d.resize(wire::seal(d, h, p.payload.size()));
+  return d;
+}
+
+// Each packet the target sends that decodes passes through `change`, and
+// leaves encoded again where it returns true.
+void rewrite_sent(FaultyTarget& t, std::function<bool(wire::Packet&)> change) {
+  t.mutate = [change = std::move(change)](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (Sent& s : v)
+      if (wire::decode(s.bytes, p) == wire::ParseError::kOk && change(p)) s.bytes = encode(p);
+  };
+}
+
+// Each packet the target receives that decodes and `drop` holds for is lost.
+void drop_received(FaultyTarget& t, std::function<bool(const wire::Packet&)> drop) {
+  t.expand_in = [drop = std::move(drop)](std::vector<uint8_t> d) {
+    wire::Packet p;
+    std::vector<std::vector<uint8_t>> out;
+    if (wire::decode(d, p) != wire::ParseError::kOk || !drop(p)) out.push_back(std::move(d));
+    return out;
+  };
+}
+
+// The same as rewrite_sent for each packet the target receives.
+void rewrite_received(FaultyTarget& t, std::function<bool(wire::Packet&)> change) {
+  t.mutate_in = [change = std::move(change)](std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) == wire::ParseError::kOk && change(p)) d = encode(p);
+  };
+}
 
 // Runs the checks of `rule` on targets with the fault `plant` and expects
 // every one of them to fail.
@@ -199,8 +274,8 @@ TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
 }
 
-TEST(Conformance, LostNaksFailPlace2Mr1Mr3) {
-  for (const char* rule : {"PLACE-2", "MR-1", "MR-3"}) {
+TEST(Conformance, LostNaksFailPlace2Mr1Mr3Read2Nak2Place3) {
+  for (const char* rule : {"PLACE-2", "MR-1", "MR-3", "READ-2", "NAK-2", "PLACE-3"}) {
     expect_fails(rule, [](FaultyTarget& t) {
       t.mutate = [](std::vector<Sent>& v) {
         std::erase_if(
@@ -233,6 +308,32 @@ TEST(Conformance, NoAcksFailSeq4) {
     t.mutate = [](std::vector<Sent>& v) {
       std::erase_if(
           v, [](const Sent& s) { return opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck); });
+    };
+  });
+}
+
+// CONN-2 broken: each resend with a nonce of its own, or each request
+// sent twice (16 in all).
+TEST(Conformance, ResendsWithFreshNoncesFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    auto sent = std::make_shared<uint64_t>(0);
+    rewrite_sent(t, [sent](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kConnectReq) return false;
+      p.connect.nonce += (*sent)++;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, RequestsSentTwiceFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      std::vector<Sent> out;
+      for (Sent& s : v) {
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) out.push_back(s);
+        out.push_back(std::move(s));
+      }
+      v = std::move(out);
     };
   });
 }
@@ -455,6 +556,360 @@ TEST(Conformance, PsnsAcrossTheWrapPass) {
     ASSERT_EQ(results.size(), 1u) << rule;
     EXPECT_TRUE(results[0].outcome.passed) << rule << ": " << results[0].outcome.detail;
   }
+}
+
+// SEQ-2 broken two ways: data past the wrap dropped (a window that ends at
+// 2^32), or, once past it, data from before it taken as out of the window
+// (PSNs compared as plain unsigned numbers).
+TEST(Conformance, PsnsPastTheWrapDroppedFailSeq2) {
+  expect_fails("SEQ-2", [](FaultyTarget& t) {
+    drop_received(
+        t, [](const wire::Packet& p) { return wire::is_data(p.bh.opcode) && p.bh.psn < 0x100; });
+  });
+}
+
+TEST(Conformance, PsnsComparedUnsignedFailSeq2) {
+  expect_fails("SEQ-2", [](FaultyTarget& t) {
+    auto wrapped = std::make_shared<bool>(false);
+    drop_received(t, [wrapped](const wire::Packet& p) {
+      if (!wire::is_data(p.bh.opcode)) return false;
+      if (*wrapped && p.bh.psn >= 0xFFFFFF00u) return true;
+      *wrapped = *wrapped || p.bh.psn < 0x100;
+      return false;
+    });
+  });
+}
+
+// READ responses numbered in the requester's PSN space, from the READ_REQ's
+// PSN on.
+TEST(Conformance, ReadResponsesInTheRequestersPsnSpaceFailRead2) {
+  expect_fails("READ-2", [](FaultyTarget& t) {
+    auto req_psn = std::make_shared<uint32_t>(0);
+    rewrite_received(t, [req_psn](wire::Packet& p) {
+      if (p.bh.opcode == wire::Opcode::kReadReq) *req_psn = p.bh.psn;
+      return false;
+    });
+    rewrite_sent(t, [req_psn](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp) return false;
+      p.bh.psn = *req_psn + 1 + p.mh.offset / 4096;
+      return true;
+    });
+  });
+}
+
+// Checks in the wrong order: a duplicate's key is looked at first (its
+// ECHO_DUP ACK becomes a NAK 0x02 naming it).
+TEST(Conformance, KeyCheckedBeforeTheDuplicateFailsNak1) {
+  expect_fails("NAK-1", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || !(p.ack.flags & wire::kAckEchoDup)) return false;
+      p.bh.opcode = wire::Opcode::kNak;
+      p.nak = wire::NakBody{p.ack.echo_psn, 0x02, 0, p.ack.cum_psn};
+      return true;
+    });
+  });
+}
+
+// A connection in ERROR that NAKs once and then answers nothing.
+TEST(Conformance, OnlyTheFirstNakFailsNak2) {
+  expect_fails("NAK-2", [](FaultyTarget& t) {
+    auto naks = std::make_shared<int>(0);
+    t.mutate = [naks](std::vector<Sent>& v) {
+      std::erase_if(v, [&](const Sent& s) {
+        return opcode(s) == static_cast<uint8_t>(wire::Opcode::kNak) && ++*naks > 1;
+      });
+    };
+  });
+}
+
+// A sender deaf to NAKs, and one that flushes the NAKed request too.
+TEST(Conformance, NaksIgnoredFailNak3) {
+  expect_fails("NAK-3", [](FaultyTarget& t) {
+    drop_received(t, [](const wire::Packet& p) { return p.bh.opcode == wire::Opcode::kNak; });
+  });
+}
+
+// A sender that goes on resending after a fatal NAK: the last data packet
+// it sent goes out again after each NAK it takes.
+TEST(Conformance, ResendsAfterAFatalNakFailNak3) {
+  expect_fails("NAK-3", [](FaultyTarget& t) {
+    auto last = std::make_shared<std::optional<Sent>>();
+    auto naked = std::make_shared<bool>(false);
+    t.mutate_in = [naked](std::vector<uint8_t>& d) {
+      *naked = *naked || (d.size() > 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kNak));
+    };
+    t.mutate = [last, naked](std::vector<Sent>& v) {
+      for (const Sent& s : v)
+        if (wire::is_data(static_cast<wire::Opcode>(opcode(s)))) *last = s;
+      if (*naked && last->has_value()) v.push_back(**last);
+    };
+  });
+}
+
+TEST(Conformance, NakedRequestFlushedFailsNak3) {
+  expect_fails("NAK-3", [](FaultyTarget& t) {
+    t.mutate_completion = [](Completion& c) {
+      if (c.status == Status::kRemoteBadKey) c.status = Status::kFlushed;
+    };
+  });
+}
+
+// NAK-4 broken on either end: an RNR the target receives taken as fatal
+// (it arrives as REMOTE_INVALID_REQUEST), or the target's own RNR sent as
+// REMOTE_LENGTH_ERROR.
+TEST(Conformance, RnrTakenAsFatalFailsNak4) {
+  expect_fails("NAK-4", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+      p.nak.code = 0x06;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, RnrSentAsFatalFailsNak4) {
+  expect_fails("NAK-4", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+      p.nak.code = 0x05;
+      return true;
+    });
+  });
+}
+
+// An ACK beyond everything the target sent reaches it with `cum_psn`
+// rewritten by `cum(first, next)`: the first PSN it sent and the one after
+// the last.
+void plant_bogus_ack(FaultyTarget& t, std::function<uint32_t(uint32_t, uint32_t)> cum) {
+  auto first = std::make_shared<std::optional<uint32_t>>();
+  auto next = std::make_shared<std::optional<uint32_t>>();
+  rewrite_sent(t, [first, next](wire::Packet& p) {
+    if (!wire::is_data(p.bh.opcode)) return false;
+    if (!first->has_value()) *first = p.bh.psn;
+    if (!next->has_value() || Psn{**next}.before(Psn{p.bh.psn + 1})) *next = p.bh.psn + 1;
+    return false;
+  });
+  rewrite_received(t, [first, next, cum = std::move(cum)](wire::Packet& p) {
+    if (!next->has_value() || p.bh.opcode != wire::Opcode::kAck ||
+        !Psn{**next}.before(Psn{p.ack.cum_psn}))
+      return false;
+    p.ack.cum_psn = cum(**first, **next);
+    return true;
+  });
+}
+
+// Taken as acknowledging everything sent.
+TEST(Conformance, AckOfPsnsNeverSentTakenFailsAck9) {
+  expect_fails("ACK-9", [](FaultyTarget& t) {
+    plant_bogus_ack(t, [](uint32_t, uint32_t next) { return next; });
+  });
+}
+
+// Its echo taken (an RTT sample): it acknowledges the first packet sent
+// alone, which the check's WRITE of two packets does not complete on.
+TEST(Conformance, EchoOfAnAckOfPsnsNeverSentTakenFailsAck9) {
+  expect_fails("ACK-9", [](FaultyTarget& t) {
+    plant_bogus_ack(t, [](uint32_t first, uint32_t) { return first + 1; });
+  });
+}
+
+// ACKs sent with a PSN of their own.
+TEST(Conformance, SequencedAcksFailAck9) {
+  expect_fails("ACK-9", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.bh.psn = 1;
+      return true;
+    });
+  });
+}
+
+// Receive buffers consumed in arrival order, whatever the msn says.
+TEST(Conformance, ReceivesInArrivalOrderFailPlace3) {
+  expect_fails("PLACE-3", [](FaultyTarget& t) {
+    auto rsn_of = std::make_shared<std::map<uint32_t, uint32_t>>();  // by PSN
+    rewrite_received(t, [rsn_of](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kSend && p.bh.opcode != wire::Opcode::kSendImm &&
+          p.bh.opcode != wire::Opcode::kWriteImm)
+        return false;
+      p.mh.msn = rsn_of->emplace(p.bh.psn, static_cast<uint32_t>(rsn_of->size())).first->second;
+      return true;
+    });
+  });
+}
+
+// The peer's smaller window_log2 ignored (the ACCEPT arrives offering 10).
+TEST(Conformance, ThePeersWindowIgnoredFailsSeq3) {
+  expect_fails("SEQ-3", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kConnectAccept) return false;
+      p.connect.window_log2 = 10;
+      return true;
+    });
+  });
+}
+
+// A receiver with a reorder buffer: a WRITE packet other than its
+// message's first waits until that first one arrives.
+TEST(Conformance, AReorderBufferFailsPlace1) {
+  expect_fails("PLACE-1", [](FaultyTarget& t) {
+    auto held = std::make_shared<std::vector<std::vector<uint8_t>>>();
+    t.expand_in = [held](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kWrite) {
+        if (p.mh.offset != 0) {
+          held->push_back(std::move(d));
+          return out;
+        }
+        out.push_back(std::move(d));
+        for (auto& h : *held) out.push_back(std::move(h));
+        held->clear();
+        return out;
+      }
+      out.push_back(std::move(d));
+      return out;
+    };
+  });
+}
+
+// ACK-4 / ACK-5 broken: every packet acknowledged at once (ack_every 1),
+// or every ACK held back until the target is next run (past ack_delay).
+TEST(Conformance, EveryPacketAcknowledgedAtOnceFailsAck4) {
+  EndpointConfig cfg = EngineTarget::default_config();
+  cfg.ack_every = 1;
+  const auto results = run([&] { return std::make_unique<EngineTarget>(cfg); }, "ACK-4");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].outcome.passed) << results[0].outcome.detail;
+}
+
+TEST(Conformance, AcksHeldBackFailAck5) {
+  expect_fails("ACK-5", [](FaultyTarget& t) {
+    auto held = std::make_shared<std::vector<Sent>>();
+    t.mutate = [held](std::vector<Sent>& v) {
+      std::vector<Sent> now = std::move(*held);
+      held->clear();
+      for (Sent& s : v)
+        (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck) ? *held : now)
+            .push_back(std::move(s));
+      v = std::move(now);
+    };
+  });
+}
+
+// Every ACK with all 16 SACK words, whatever it has to say.
+TEST(Conformance, SixteenSackWordsAlwaysFailAck8) {
+  expect_fails("ACK-8", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.ack.sack_words = wire::kMaxSackWords;
+      return true;
+    });
+  });
+}
+
+// COMP-1 and COMP-2 broken: a SACK taken as cumulative (an ACK reaches
+// the target with cum_psn past its highest SACKed PSN), or completions
+// reported newest first.
+TEST(Conformance, SackedWorkCompletedFailsComp1) {
+  expect_fails("COMP-1", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || p.ack.sack_words == 0) return false;
+      uint32_t top = 0;
+      for (uint32_t bit = 0; bit < 64u * p.ack.sack_words; ++bit)
+        if ((p.ack.sack[bit / 64] >> (bit % 64)) & 1) top = bit;
+      p.ack.cum_psn += top + 2;
+      p.ack.sack_words = 0;
+      p.ack.sack = {};
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, CompletionsNewestFirstFailComp2) {
+  expect_fails("COMP-2", [](FaultyTarget& t) { t.newest_first = true; });
+}
+
+// MR-5 broken: memory deregistered under posted work still used, or the
+// peer told with another code (REMOTE_ACCESS_DENIED).
+TEST(Conformance, MemoryUsedAfterItsDeregistrationFailsMr5) {
+  expect_fails("MR-5", [](FaultyTarget& t) { t.deregister_ignored = true; });
+}
+
+TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
+  expect_fails("MR-5", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
+      p.nak.code = 0x04;
+      return true;
+    });
+  });
+}
+
+// No duplicate detection: a packet whose PSN came before arrives as the
+// next new PSN.
+TEST(Conformance, DuplicatesTakenAsNewFailPlace5) {
+  expect_fails("PLACE-5", [](FaultyTarget& t) {
+    auto seen = std::make_shared<std::set<uint32_t>>();
+    auto next = std::make_shared<uint32_t>(0);
+    rewrite_received(t, [seen, next](wire::Packet& p) {
+      if (!wire::is_data(p.bh.opcode)) return false;
+      const bool dup = !seen->insert(p.bh.psn).second;
+      if (dup) p.bh.psn = *next;
+      seen->insert(p.bh.psn);
+      *next = std::max(*next, p.bh.psn + 1);
+      return dup;
+    });
+  });
+}
+
+// PLACE-4 broken two ways: every READ_RESP taken for read sequence 0, or a
+// READ_RESP longer than its READ placed as far as the READ reaches (the
+// tester's READs are of 100 bytes).
+TEST(Conformance, ResponsesForAnyReadTakenFailPlace4) {
+  expect_fails("PLACE-4", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp) return false;
+      p.mh.msn = 0;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, WhatFitsOfALongResponsePlacedFailsPlace4) {
+  expect_fails("PLACE-4", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp || p.mh.msg_len <= 100) return false;
+      p.mh.msg_len = 100;
+      p.payload = p.payload.first(std::min<size_t>(p.payload.size(), 100));
+      return true;
+    });
+  });
+}
+
+// CONN-7 broken two ways: a DISCONNECT taken whatever its src_conn says
+// (each arrives naming the tester's connection), or a DISCONNECT_ACK that
+// does not name the closing end's connection.
+TEST(Conformance, DisconnectFromAnotherConnectionTakenFailsConn7) {
+  expect_fails("CONN-7", [](FaultyTarget& t) {
+    auto tester = std::make_shared<uint32_t>(0);
+    rewrite_received(t, [tester](wire::Packet& p) {
+      if (p.bh.opcode == wire::Opcode::kConnectAccept) *tester = p.connect.src_conn;
+      if (p.bh.opcode != wire::Opcode::kDisconnect) return false;
+      p.disconnect.src_conn = *tester;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, DisconnectAckNamingNobodyFailsConn7) {
+  expect_fails("CONN-7", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kDisconnectAck) return false;
+      p.disconnect.src_conn = 0;
+      return true;
+    });
+  });
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {

@@ -1,0 +1,209 @@
+// PLACE-3 and PLACE-5: SEND, SEND_IMM and WRITE_IMM into the receive
+// buffers the target's application posted, by RSN, whatever order they
+// arrive in; duplicates placed nowhere; MR-5, buffers gone. COMP-1 and COMP-2: when work
+// completes, and in what order.
+#include <map>
+
+#include "checks.hpp"
+
+namespace metaroce::conformance {
+
+Outcome check_place3(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why, kAccessLocalWrite | kAccessRemoteWrite))
+    return fail(why);
+  // Receive buffers 0-3 (RSN = the order posted): 100 bytes at 0, 100, 200
+  // and 16 at 300.
+  struct Buf {
+    uint64_t wr_id, at;
+    uint32_t len;
+  };
+  constexpr Buf kBufs[] = {{10, 0, 100}, {11, 100, 100}, {12, 200, 100}, {13, 300, 16}};
+  for (const Buf& b : kBufs)
+    if (t.post_recv(conn, RecvWr{b.wr_id, mem.addr + b.at, b.len, mem.lkey}) != Status::kOk)
+      return fail("the target refused a receive buffer");
+  const Bytes a(60, 0xA0), b(80, 0xB1), c(40, 0xC2);
+  const uint32_t psn0 = p.next_psn++, psn1 = p.next_psn++, psn2 = p.next_psn++;
+  constexpr uint32_t kImm1 = 0x1234abcd, kImm2 = 0xfeedf00d;
+  constexpr uint64_t kRaddr = 1000;
+  // RSN 1 (a SEND_IMM) arrives before RSN 0 (a SEND); RSN 2 is a WRITE_IMM.
+  const std::pair<uint32_t, Bytes> sends[] = {
+      {psn1, p.message(wire::Opcode::kSendImm, psn1, 1, b, 0, 0, kImm1)},
+      {psn0, p.message(wire::Opcode::kSend, psn0, 0, a)},
+      {psn2, p.message(wire::Opcode::kWriteImm, psn2, 2, c, mem.rkey, mem.addr + kRaddr, kImm2)}};
+  for (const auto& [psn, packet] : sends)
+    if (ack_of(p.exchange_until(packet, acks(psn)), psn) == nullptr)
+      return fail("no ACK for PSN " + hex32(psn));
+  const auto placed = [&](uint64_t at, const Bytes& want) {
+    return t.read_memory(mem, at, want.size()) == want;
+  };
+  if (!placed(0, a) || !placed(60, Bytes(40, 0)))
+    return fail("RSN 0's SEND did not land (alone) in receive buffer 0");
+  if (!placed(100, b) || !placed(180, Bytes(20, 0)))
+    return fail("RSN 1's SEND_IMM, arrived first, did not land (alone) in receive buffer 1");
+  if (!placed(kRaddr, c)) return fail("RSN 2's WRITE_IMM did not land at its raddr");
+  if (!placed(200, Bytes(100, 0))) return fail("RSN 2's WRITE_IMM wrote into receive buffer 2");
+  std::map<uint64_t, Completion> done;
+  Completion k;
+  while (done.size() < 3 && p.await_completion(k)) done.emplace(k.wr_id, k);
+  const auto is = [&done](uint64_t id, CompletionOp op, uint32_t len, bool has_imm, uint32_t imm) {
+    const auto it = done.find(id);
+    if (it == done.end()) return false;
+    const Completion& x = it->second;
+    return x.status == Status::kOk && x.op == op && x.byte_len == len && x.has_imm == has_imm &&
+           (!has_imm || x.imm == imm);
+  };
+  if (!is(10, CompletionOp::kRecv, 60, false, 0))
+    return fail("receive 0 did not complete kRecv, 60 bytes, no immediate");
+  if (!is(11, CompletionOp::kRecv, 80, true, kImm1))
+    return fail("receive 1 did not complete kRecv, 80 bytes, immediate " + hex32(kImm1));
+  if (!is(12, CompletionOp::kRecvWriteImm, 40, true, kImm2))
+    return fail("receive 2 did not complete kRecvWriteImm, 40 bytes, immediate " + hex32(kImm2));
+  // RSN 3's buffer holds 16 bytes: a SEND of 17 draws NAK 0x05 and writes
+  // nothing.
+  const uint32_t psn3 = p.next_psn++;
+  why = draws_nak(p, p.message(wire::Opcode::kSend, psn3, 3, Bytes(17, 0xDD)), 0x05, psn3);
+  if (!why.empty()) return fail("a SEND longer than its receive buffer " + why);
+  if (!placed(300, Bytes(17, 0))) return fail("a SEND longer than its receive buffer was written");
+  return pass();
+}
+
+// A duplicate WRITE and a duplicate SEND, sent after the application
+// changed the bytes they had placed: acknowledged ECHO_DUP, placed nowhere,
+// no second receive taken or completed.
+Outcome check_place5(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why, kAccessLocalWrite | kAccessRemoteWrite))
+    return fail(why);
+  if (t.post_recv(conn, RecvWr{21, mem.addr, 64, mem.lkey}) != Status::kOk ||
+      t.post_recv(conn, RecvWr{22, mem.addr + 64, 64, mem.lkey}) != Status::kOk)
+    return fail("the target refused a receive buffer");
+  constexpr uint64_t kWriteAt = 256;
+  const uint32_t w = p.next_psn++, s = p.next_psn++;
+  const Bytes write = p.write(w, mem.rkey, mem.addr + kWriteAt, Bytes(16, 0xA5));
+  const Bytes send = p.message(wire::Opcode::kSend, s, 0, Bytes(16, 0xB6));
+  for (const auto& [psn, packet] : {std::pair{w, write}, std::pair{s, send}})
+    if (ack_of(p.exchange_until(packet, acks(psn)), psn) == nullptr)
+      return fail("no ACK for PSN " + hex32(psn));
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 21 || c.status != Status::kOk)
+    return fail("the SEND did not complete receive 0");
+  // The application reuses both places.
+  const Bytes reused(16, 0x22);
+  t.write_memory(mem, kWriteAt, reused);
+  t.write_memory(mem, 0, reused);
+  for (const auto& [psn, packet] : {std::pair{w, write}, std::pair{s, send}}) {
+    const std::vector<Reply> rs = p.exchange_until(packet, acks(psn, wire::kAckEchoDup));
+    const char* what = psn == w ? "the duplicate WRITE" : "the duplicate SEND";
+    if (t.read_memory(mem, kWriteAt, 16) != reused || t.read_memory(mem, 0, 16) != reused)
+      return fail(std::string(what) + " overwrote bytes the application had reused");
+    if (t.read_memory(mem, 64, 64) != Bytes(64, 0))
+      return fail(std::string(what) + " was placed in the next receive buffer");
+    if (ack_of(rs, psn, wire::kAckEchoDup) == nullptr)
+      return fail(std::string(what) + " drew no ECHO_DUP ACK");
+  }
+  if (t.poll_completion(c)) return fail("a duplicate completed receive " + std::to_string(c.wr_id));
+  return pass();
+}
+
+// MR-5 from the peer's side: a SEND into a receive buffer whose region
+// was deregistered after it was posted writes nothing and draws NAK 0x07
+// naming it, and the receive completes kLocalProtection; a READ whose
+// target was deregistered while its response travels places nothing and
+// draws NAK 0x07 naming the READ_RESP (msn its read sequence).
+Outcome check_mr5(Target& t) {
+  Peer p(t);
+  Region mem;
+  std::string why;
+  ConnId conn;
+  if (!tester_connects_for_receives(t, p, mem, conn, why)) return fail(why);
+  if (t.post_recv(conn, RecvWr{31, mem.addr, 64, mem.lkey}) != Status::kOk)
+    return fail("the target refused a receive buffer");
+  if (!t.deregister_memory(mem)) return fail("deregister_memory failed");
+  const uint32_t psn = p.next_psn++;
+  why = draws_nak(p, p.message(wire::Opcode::kSend, psn, 0, Bytes(32, 0x5D)), 0x07, psn);
+  if (!why.empty()) return fail("a SEND into a deregistered receive buffer " + why);
+  if (t.read_memory(mem, 0, mem.length) != Bytes(mem.length, 0))
+    return fail("a SEND wrote into a deregistered receive buffer");
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 31 || c.status != Status::kLocalProtection)
+    return fail("the receive whose buffer went did not complete kLocalProtection");
+  // The READ's target, the other way.
+  Peer q(t, 0x7e5a);
+  ConnId rconn;
+  Region into;
+  if (!t.register_memory(100, kAccessLocalWrite, into)) return fail("register_memory failed");
+  if (!target_connects(t, q, rconn, why)) return fail(why);
+  if (t.post_send(rconn, to_tester(WrOpcode::kRead, into, 100, 32)) != Status::kOk)
+    return fail("the target refused a READ");
+  const std::vector<Reply> sent = q.run_until(has(wire::Opcode::kReadReq));
+  const auto reqs = of(sent, wire::Opcode::kReadReq);
+  if (reqs.empty()) return fail("no READ_REQ");
+  q.send(q.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
+  if (!t.deregister_memory(into)) return fail("deregister_memory failed");
+  const uint32_t rpsn = q.next_psn++;
+  const uint32_t seq = reqs.front()->pkt.mh.msn;
+  why = draws_nak(q, q.read_resp(rpsn, seq, 0, 100, Bytes(100, 0x6E)), 0x07, rpsn, seq);
+  if (!why.empty()) return fail("a READ_RESP for a deregistered READ target " + why);
+  if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
+    return fail("a READ_RESP was placed in a deregistered READ target");
+  return pass();
+}
+
+// COMP-1 and COMP-2: two one-packet WRITEs of the target's, the second
+// SACKed while the first is unacknowledged: nothing completes; once cum
+// passes both they complete in posting order. Two receives filled RSN 1
+// first complete in posting order too.
+Outcome check_comp(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 100, 1, why) ||
+      !target_writes(t, conn, 100, 2, why))
+    return fail(why);
+  const std::vector<Reply> rs = p.run_until([](const std::vector<Reply>& got) {
+    return firsts(of(got, wire::Opcode::kWrite)).size() >= 2;
+  });
+  std::map<uint32_t, const Reply*> by_psn;  // by distance from the initial PSN
+  for (const Reply* d : firsts(of(rs, wire::Opcode::kWrite)))
+    by_psn.emplace(d->pkt.bh.psn - p.target_initial_psn, d);
+  if (by_psn.size() != 2 || by_psn.rbegin()->first != 1)
+    return fail(std::to_string(by_psn.size()) + " one-packet WRITEs, not 2 from the initial PSN");
+  const Reply& w1 = *by_psn[0];
+  const Reply& w2 = *by_psn[1];
+  p.send(p.sack(w1.pkt.bh.psn, {w2.pkt.bh.psn}, w2), w2.entropy);
+  (void)p.run(t.simulated_time() ? 100'000 : 5'000'000);
+  Completion c;
+  if (t.poll_completion(c))
+    return fail("work request " + std::to_string(c.wr_id) +
+                " completed with its WRITE SACKed, not cumulatively acknowledged");
+  p.send(p.ack(w2.pkt.bh.psn + 1, w2), w2.entropy);
+  for (const uint64_t want : {1, 2})
+    if (!p.await_completion(c) || c.wr_id != want || c.status != Status::kOk)
+      return fail("the WRITEs, acknowledged, did not complete in posting order");
+  // The receive queue: RSN 1 arrives first.
+  Region mem;
+  if (!t.register_memory(200, kAccessLocalWrite, mem)) return fail("register_memory failed");
+  for (const uint64_t id : {11, 12})
+    if (t.post_recv(conn, RecvWr{id, mem.addr + 100 * (id - 11), 100, mem.lkey}) != Status::kOk)
+      return fail("the target refused a receive buffer");
+  const uint32_t psn0 = p.next_psn++, psn1 = p.next_psn++;
+  for (const auto& [psn, rsn] : {std::pair{psn1, 1u}, std::pair{psn0, 0u}})
+    if (ack_of(p.exchange_until(p.message(wire::Opcode::kSend, psn, rsn,
+                                          Bytes(8, static_cast<uint8_t>(0x30 + rsn))),
+                                acks(psn)),
+               psn) == nullptr)
+      return fail("no ACK for the SEND with RSN " + std::to_string(rsn));
+  for (const uint64_t want : {11, 12})
+    if (!p.await_completion(c) || c.wr_id != want || c.status != Status::kOk)
+      return fail("receives filled RSN 1 first did not complete in posting order");
+  return pass();
+}
+
+}  // namespace metaroce::conformance
