@@ -180,6 +180,21 @@ then
   echo "FAIL: send of 256 MiB messages"; cat "$tmp/big.err"; fail=1
 fi
 
+# The driver's own troubles are reported: with the receive control buffer cut
+# to 56 bytes (test hook) every buffer's TOS is cut (MSG_CTRUNC), and the
+# client's JSON counts them as io.rx_ctrunc while the write still verifies
+# (the ECN field is read as not CE). --no-gro: a GRO endpoint drops a buffer
+# whose segment size it cannot read, and connects to nothing.
+set +e
+METAROCE_UDP_RX_CTRL_BYTES=56 "$PERF" client "$(hostport "$port")" --op write --size 65536 \
+  --qd 16 --iters 200 --verify --no-gro --json >"$tmp/ctrunc.json" 2>"$tmp/ctrunc.err"
+rc=$?
+set -e
+echo "write with control data cut short: rc=$rc $(python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print("verify_errors", j["verify_errors"], "io.rx_ctrunc", j["io"]["rx_ctrunc"])' "$tmp/ctrunc.json" 2>/dev/null)"
+if [[ $rc -ne 0 ]] || ! python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); sys.exit(0 if j["verify_errors"] == 0 and j["io"]["rx_ctrunc"] > 0 and j["io"]["rx_truncated"] == 0 else 1)' "$tmp/ctrunc.json"; then
+  echo "FAIL: io.rx_ctrunc not reported"; cat "$tmp/ctrunc.err"; fail=1
+fi
+
 # --iters N sends exactly N messages (it used to fill the queue depth past
 # the last: --iters 1 sent 64, --iters 100 sent 102): the client's count and,
 # where the server counts them (a verified write's WRITE_IMMs, a send's

@@ -224,6 +224,14 @@ void print_io(const udp::IoStats& io, bool max_since_start) {
               io.rx_gro_batches, io.rx_control_class, mean_rx_wait_us(io),
               dbl(io.rx_wait_ns_max) / 1e3, max_since_start ? " since the server started" : "",
               io.rx_backlogged_rounds);
+  // Datagrams lost or damaged in the driver read as the network's losses in
+  // the path table; name them where there are any (udp/README.md says why each happens).
+  if (io.rx_truncated + io.rx_foreign + io.rx_ctrunc + io.tx_errors != 0)
+    std::printf("  io trouble: %" PRIu64 " datagrams larger than the receive buffer, %" PRIu64
+                " of another family or empty, %" PRIu64
+                " buffers with control data cut short (ECN or GRO size lost), %" PRIu64
+                " dropped on a send error\n",
+                io.rx_truncated, io.rx_foreign, io.rx_ctrunc, io.tx_errors);
 }
 
 }  // namespace metaroce::perf
