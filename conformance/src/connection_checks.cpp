@@ -114,9 +114,9 @@ Outcome check_conn7(Target& t) {
 
 // CONN-2: a CONNECT_REQ never answered is resent with the same src_conn,
 // initial PSN and nonce, every 10 ms (checked in simulated time), 8 in
-// all; then work posted on it completes kConnectTimeout. Which port each
-// leaves from is not checked: the reference UDP driver sends them all from
-// its receive port (udp.hpp), where CONN-2 says the next entropy value.
+// all, not all from one source port (each takes the next entropy value; a
+// requester that receives elsewhere names that port in reply_port, 3.12);
+// then work posted on it completes kConnectTimeout.
 Outcome check_conn2(Target& t) {
   Peer p(t);
   ConnId conn;
@@ -127,6 +127,7 @@ Outcome check_conn2(Target& t) {
   struct Req {
     uint64_t at;
     wire::ConnectBody body;
+    uint16_t entropy;
   };
   std::vector<Req> reqs;
   Completion c;
@@ -134,7 +135,8 @@ Outcome check_conn2(Target& t) {
   uint64_t now = 0;
   for (; now < 300'000'000 && !done; now += step) {
     const std::vector<Reply> rs = p.run(step);
-    for (const Reply* r : of(rs, wire::Opcode::kConnectReq)) reqs.push_back({now, r->pkt.connect});
+    for (const Reply* r : of(rs, wire::Opcode::kConnectReq))
+      reqs.push_back({now, r->pkt.connect, r->entropy});
     done = t.poll_completion(c);
   }
   if (reqs.empty()) return fail("no CONNECT_REQ");
@@ -144,6 +146,11 @@ Outcome check_conn2(Target& t) {
       return fail("a resent CONNECT_REQ differs in src_conn, initial PSN or nonce");
   if (reqs.size() != 8)
     return fail(std::to_string(reqs.size()) + " CONNECT_REQs unanswered, not 8");
+  bool moved = false;  // some request left from another port than the first
+  for (const Req& r : reqs) moved = moved || r.entropy != reqs[0].entropy;
+  if (!moved)
+    return fail("every CONNECT_REQ left from source port " + std::to_string(reqs[0].entropy) +
+                ", not each from the next entropy value");
   for (size_t i = 1; i < reqs.size(); ++i) {
     const uint64_t gap = reqs[i].at - reqs[i - 1].at;
     if (t.simulated_time() && (gap < 9'000'000 || gap > 11'000'000))

@@ -196,6 +196,7 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     ++c.attempts;
     c.control_deadline = now + cfg.connect_retry_ns;
     body.initial_psn = c.initial_psn;
+    body.reply_port = cfg.reply_port;  // answers come to it, whichever port this leaves from
     wire::BaseHeader bh = base_header(c, wire::Opcode::kConnectReq, now);
     bh.dst_conn = 0;
     h = wire::write_connect(buf, bh, body);

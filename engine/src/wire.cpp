@@ -228,6 +228,7 @@ ParseError parse(std::span<const uint8_t> d, Packet& out, bool flagged_trimmed) 
     out.connect.max_reads = q[11];
     out.connect.code = q[12];
     out.connect.max_version = q[13];
+    out.connect.reply_port = load16(q + 14);
     out.connect.nonce = load64(q + 16);
   } else if (op == Opcode::kDisconnect || op == Opcode::kDisconnectAck) {
     out.disconnect.src_conn = load32(q);
@@ -343,6 +344,13 @@ size_t write_probe(std::span<uint8_t> out, const BaseHeader& bh) {
   return kBaseHeaderSize;
 }
 
+uint16_t request_reply_port(std::span<const uint8_t> d) {
+  if (d.size() < kBaseHeaderSize + kConnectBodySize + kIcrcSize ||
+      d[1] != static_cast<uint8_t>(Opcode::kConnectReq))
+    return 0;
+  return load16(d.data() + kBaseHeaderSize + 14);
+}
+
 size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const ConnectBody& c) {
   const size_t n = header_size(Opcode::kConnectReq);
   if (out.size() < n || (bh.opcode != Opcode::kConnectReq && bh.opcode != Opcode::kConnectAccept &&
@@ -358,7 +366,7 @@ size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const Connect
   q[11] = c.max_reads;
   q[12] = c.code;
   q[13] = c.max_version;
-  q[14] = q[15] = 0;
+  store16(q + 14, c.reply_port);
   store64(q + 16, c.nonce);
   return n;
 }

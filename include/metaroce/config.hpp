@@ -76,6 +76,12 @@ struct EndpointConfig {
   // ENC-6: the IP DSCP of ACKs and NAKs, and of every other packet (0..63).
   uint8_t control_dscp = kDefaultControlDscp;
   uint8_t data_dscp = 0;
+  // The port this endpoint receives on, named as its CONNECT_REQs' reply_port
+  // (spec section 3.12): a driver that sends them from other ports (its
+  // entropy values, CONN-2) sets it. 0: answers go to each request's source.
+  // The engine only writes it; the responder's driver reads it (addresses are
+  // the driver's, PeerAddr).
+  uint16_t reply_port = 0;
   bool accept_incoming = true;  // answer CONNECT_REQ (a listening endpoint)
   uint32_t max_connections = 65536;
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2

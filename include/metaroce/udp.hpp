@@ -9,9 +9,11 @@
 //
 // Ports: the endpoint receives on its address/port (default 4792, ENC-2) and
 // sends from a block of `entropy_count` consecutive ports (default: the 64
-// ports after the receive port). A CONNECT_REQ leaves from the receive port so
-// that the responder learns where to answer; every other packet leaves from its
-// path's entropy port. Incoming packets are matched to their peer by dst_conn.
+// ports after the receive port). Every packet leaves from its path's entropy
+// port, each CONNECT_REQ from the next (spec CONN-2), naming the receive port
+// as its reply_port (section 3.12): a peer is known by its IP address and
+// receive port, a request's source mapped to that. Incoming packets are
+// matched to their peer by dst_conn.
 //
 // Threading: an endpoint is single-threaded. Either the application calls
 // progress() (or a blocking helper) itself, or it starts the busy-polling
@@ -60,7 +62,8 @@ struct Error {
 
 struct Options {
   // Engine configuration. entropy_min/entropy_max are overwritten with the
-  // driver's port block; everything else is passed through, and open()
+  // driver's port block and reply_port with the receive port; everything else
+  // is passed through, and open()
   // refuses a field out of its range (config_error(), kInvalidArgument).
   // Changes from the engine defaults, all because this driver runs in a
   // process on a general-purpose host:

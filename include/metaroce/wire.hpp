@@ -145,6 +145,13 @@ struct ConnectBody {
   uint8_t code = 0;         // CONNECT_REJECT reason (a metaroce::Status)
   uint8_t max_version = 0;  // highest version the sender speaks
   uint64_t nonce = 0;
+  // CONNECT_REQ: the port the requester receives on, where the responder
+  // addresses the connection (CONN-3); 0: the request's own source port. A
+  // requester whose requests leave from other ports (each from the next
+  // entropy value, CONN-2) names it. 0 in ACCEPT and REJECT. (Last here,
+  // though before the nonce on the wire, so that brace-initialized bodies
+  // written before it still mean what they did.)
+  uint16_t reply_port = 0;
 };
 
 struct DisconnectBody {
@@ -226,6 +233,14 @@ struct Packet {
 
 // Only the base header, for a receiver that rejects early (and the fuzzers).
 [[nodiscard]] ParseError decode_base(std::span<const uint8_t> datagram, BaseHeader& out);
+
+// The reply_port a CONNECT_REQ names (section 3.12), read at its packet
+// offset 30 in a request of any version (appendix C, item 2: CONN-5 answers
+// those too); 0 for any other datagram, a short one, or a request that names
+// none. Nothing else is checked (the engine does): for a driver, whose
+// addressing maps the request's source to (source IP, reply_port) before the
+// engine sees it.
+[[nodiscard]] uint16_t request_reply_port(std::span<const uint8_t> datagram);
 
 // Writers. Each writes the headers for its opcode at the start of `out`
 // and returns the header size, or 0 if `out` is too small. The caller then

@@ -338,6 +338,17 @@ TEST(Conformance, RequestsSentTwiceFailConn2) {
   });
 }
 
+// ... or every request from one source port (the reference UDP driver's,
+// its receive port, before CONNECT_REQ named a reply_port).
+TEST(Conformance, RequestsFromOnePortFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v)
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) s.entropy = 4792;
+    };
+  });
+}
+
 TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
   expect_fails("CONN-1", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {

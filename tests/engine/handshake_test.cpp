@@ -298,5 +298,58 @@ TEST(Handshake, ResendsTryTheOtherPaths) {
   EXPECT_EQ(closed[1], Status::kPeerClosed);
 }
 
+// CONN-1, section 3.12: every CONNECT_REQ, resends too, names the port the
+// driver configured (reply_port; 0 by default, the request's source port),
+// and ACCEPT and REJECT name none, whatever the responder's own setting.
+// The engine only writes the field: the address it names is the driver's.
+TEST(Handshake, RequestsNameTheReplyPortAnswersNone) {
+  const auto reply_port = [](const std::vector<uint8_t>& d) {
+    wire::Packet p;
+    EXPECT_EQ(wire::decode(d, p), wire::ParseError::kOk);
+    return p.connect.reply_port;
+  };
+  for (const uint16_t port : {uint16_t{0}, uint16_t{4792}}) {
+    SCOPED_TRACE(port);
+    EndpointConfig a = cfg(319);
+    a.reply_port = port;
+    EndpointConfig b = cfg(320);
+    b.reply_port = 5000;
+    Loop loop(a, b);
+    ConnId c;
+    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), c), Status::kOk);
+    auto req = sent(loop, 0);
+    ASSERT_EQ(req.size(), 1u);
+    EXPECT_EQ(reply_port(req[0]), port);
+    const TimeNs t = loop.ep(0).next_timeout();  // CONN-2's resend
+    loop.ep(0).handle_timeout(t);
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    ASSERT_TRUE(loop.ep(0).poll_transmit(t, buf, tx));
+    const std::vector<uint8_t> again(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+    ASSERT_EQ(again[1], kConnectReq);
+    EXPECT_EQ(reply_port(again), port);
+    deliver(loop, 1, loop.addr(0), req[0]);
+    auto acc = sent(loop, 1);
+    ASSERT_EQ(acc.size(), 1u);
+    ASSERT_EQ(acc[0][1], kConnectAccept);
+    EXPECT_EQ(reply_port(acc[0]), 0u);
+  }
+  EndpointConfig closed = cfg(322);
+  closed.accept_incoming = false;
+  closed.reply_port = 5000;
+  EndpointConfig a = cfg(321);
+  a.reply_port = 4792;
+  Loop loop(a, closed);
+  ConnId c;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), c), Status::kOk);
+  auto req = sent(loop, 0);
+  ASSERT_EQ(req.size(), 1u);
+  deliver(loop, 1, loop.addr(0), req[0]);
+  auto rej = sent(loop, 1);
+  ASSERT_EQ(rej.size(), 1u);
+  ASSERT_EQ(rej[0][1], kConnectReject);
+  EXPECT_EQ(reply_port(rej[0]), 0u);
+}
+
 }  // namespace
 }  // namespace metaroce::test

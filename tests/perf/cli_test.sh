@@ -26,6 +26,8 @@ expect 1 '^--data-dscp: must not be 63' "$perf" client 127.0.0.1:4792 --data-dsc
 expect 1 "^addr: '9999' is a bare number, not an address; for a port, write HOST:9999" \
   "$perf" server 9999
 expect 1 "^addr: '4792' is a bare number, not an address" "$perf" client 4792 --iters 1
+expect 1 "^--bind: '9999' is a bare number, not an address" \
+  "$perf" client 127.0.0.1:4792 --bind 9999 --iters 1
 expect 0 '' "$perf" --help
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1

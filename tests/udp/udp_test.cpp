@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -930,12 +931,19 @@ TEST(Udp, FullSocketHoldsOnlyItsOwnMessages) {
     o.io_uring = uring;
     o.engine.num_paths = 4;
     o.entropy_count = 4;  // every socket carries a path, socket 0 too
-    ::setenv("METAROCE_UDP_FAULT_FULL_SOCKET", "0:12", 1);
-    Pair p = connect_pair("127.0.0.1", o, o);
-    ::unsetenv("METAROCE_UDP_FAULT_FULL_SOCKET");
-    ASSERT_TRUE(p.cconn.valid());
+    // The handshake's packets leave from the paths' ports in turn (CONN-2),
+    // so the client's request meets the hook one time in 4 and spends its
+    // count: pair again until it left socket 0 alone.
+    Pair p;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      ::setenv("METAROCE_UDP_FAULT_FULL_SOCKET", "0:12", 1);
+      p = connect_pair("127.0.0.1", o, o);
+      ::unsetenv("METAROCE_UDP_FAULT_FULL_SOCKET");
+      ASSERT_TRUE(p.cconn.valid());
+      if (p.client->io_stats().tx_eagain == 0) break;
+    }
     const auto c0 = p.client->io_stats();
-    ASSERT_EQ(c0.tx_eagain, 0u);  // the handshake left from the receive socket
+    ASSERT_EQ(c0.tx_eagain, 0u);
     const auto s0 = p.server->io_stats();
     constexpr size_t kLen = 256 * 1024;
     WriteBuffers b(p, kLen, 41);
@@ -1491,61 +1499,197 @@ TEST(Udp, ConnectRefused) {
   EXPECT_NE(e.message.find("kConnectRefused"), std::string::npos) << e.message;
 }
 
+// A plain IPv4 socket on 127.0.0.1. -1 if none could be bound.
+int loopback_socket(uint16_t& port) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  socklen_t len = 0;
+  const sockaddr_storage any_port = loopback(false, 0, len);
+  sockaddr_storage me{};
+  socklen_t ml = sizeof(me);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&any_port), len) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  port = ntohs(reinterpret_cast<sockaddr_in*>(&me)->sin_port);
+  return fd;
+}
+
+// The next datagram on `fd` within `timeout`, decoded; false if none came.
+bool receive_packet(int fd, std::chrono::milliseconds timeout, metaroce::wire::Packet& out,
+                    uint16_t* from_port = nullptr) {
+  pollfd pfd{fd, POLLIN, 0};
+  if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return false;
+  uint8_t buf[2048];
+  sockaddr_in from{};
+  socklen_t fl = sizeof(from);
+  const ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
+  if (n <= 0) return false;
+  if (from_port != nullptr) *from_port = ntohs(from.sin_port);
+  return metaroce::wire::decode({buf, static_cast<size_t>(n)}, out) ==
+         metaroce::wire::ParseError::kOk;
+}
+
+// A plain socket on 127.0.0.1 playing a version-1 responder: `answer` sees
+// each CONNECT_REQ with the source port it came from and may fill the
+// opcode and body of an answer, which goes where spec CONN-3 says, the
+// request's source IP with its reply_port (the source port where that is 0).
+class FakeResponder {
+ public:
+  using Answer = std::function<bool(uint16_t from_port, const metaroce::wire::Packet& req,
+                                    metaroce::wire::BaseHeader& bh, metaroce::wire::ConnectBody&)>;
+  explicit FakeResponder(Answer answer) : answer_(std::move(answer)) {
+    fd_ = loopback_socket(port_);
+    if (fd_ >= 0) thread_ = std::thread([this] { run(); });
+  }
+  ~FakeResponder() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FakeResponder(const FakeResponder&) = delete;
+  FakeResponder& operator=(const FakeResponder&) = delete;
+  [[nodiscard]] bool ok() const { return thread_.joinable(); }
+  [[nodiscard]] std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Opens `client` on 127.0.0.1 and connects it here (2 s).
+  Error connect(std::unique_ptr<UdpEndpoint>& client) const {
+    client = open_on("127.0.0.1");
+    if (!client) return Error{Status::kInvalidArgument, "no client endpoint", "", 0};
+    ConnId id;
+    return client->connect(address(), 2000ms, id);
+  }
+
+ private:
+  void run() {
+    namespace wire = metaroce::wire;
+    while (!stop_) {
+      wire::Packet req;
+      uint16_t from = 0;
+      if (!receive_packet(fd_, 20ms, req, &from) || req.bh.opcode != wire::Opcode::kConnectReq)
+        continue;
+      wire::BaseHeader bh;
+      bh.dst_conn = req.connect.src_conn;
+      wire::ConnectBody body;
+      body.max_version = wire::kVersion;
+      body.nonce = req.connect.nonce;
+      if (!answer_(from, req, bh, body)) continue;
+      uint8_t out[256];
+      const size_t len = wire::seal(out, wire::write_connect(out, bh, body), 0);
+      socklen_t sl = 0;
+      const uint16_t to = req.connect.reply_port != 0 ? req.connect.reply_port : from;
+      const sockaddr_storage dst = loopback(false, to, sl);
+      (void)::sendto(fd_, out, len, 0, reinterpret_cast<const sockaddr*>(&dst), sl);
+    }
+  }
+
+  Answer answer_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 TEST(Udp, ConnectVersionMismatch) {
   // A fake version-2 peer: answers every CONNECT_REQ with a REJECT 0x48.
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  uint16_t port = 0;
-  for (int i = 0; i < 50; ++i) {
-    port = random_port();
-    a.sin_port = htons(port);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) break;
-    port = 0;
-  }
-  ASSERT_NE(port, 0);
-  std::atomic<bool> stop{false};
-  std::thread fake([&] {
-    uint8_t buf[2048];
-    while (!stop) {
-      pollfd pfd{fd, POLLIN, 0};
-      if (::poll(&pfd, 1, 20) <= 0) continue;
-      sockaddr_in from{};
-      socklen_t fl = sizeof(from);
-      const ssize_t n =
-          ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
-      if (n <= 0) continue;
-      metaroce::wire::Packet pk;
-      if (metaroce::wire::decode({buf, static_cast<size_t>(n)}, pk) !=
-              metaroce::wire::ParseError::kOk ||
-          pk.bh.opcode != metaroce::wire::Opcode::kConnectReq)
-        continue;
-      metaroce::wire::BaseHeader bh;
-      bh.opcode = metaroce::wire::Opcode::kConnectReject;
-      bh.dst_conn = pk.connect.src_conn;
-      metaroce::wire::ConnectBody body;
-      body.code = static_cast<uint8_t>(Status::kVersionMismatch);
-      body.max_version = 1;
-      body.nonce = pk.connect.nonce;
-      uint8_t out[256];
-      const size_t h = metaroce::wire::write_connect(out, bh, body);
-      const size_t len = metaroce::wire::seal(out, h, 0);
-      (void)::sendto(fd, out, len, 0, reinterpret_cast<sockaddr*>(&from), fl);
-    }
+  FakeResponder fake([](uint16_t, const metaroce::wire::Packet&, metaroce::wire::BaseHeader& bh,
+                        metaroce::wire::ConnectBody& body) {
+    bh.opcode = metaroce::wire::Opcode::kConnectReject;
+    body.code = static_cast<uint8_t>(Status::kVersionMismatch);
+    return true;
   });
-  auto client = open_on("127.0.0.1");
-  ASSERT_TRUE(client);
-  ConnId id;
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
-  const Error e = client->connect(addr, 2000ms, id);
-  stop = true;
-  fake.join();
-  ::close(fd);
+  ASSERT_TRUE(fake.ok());
+  std::unique_ptr<UdpEndpoint> client;
+  const Error e = fake.connect(client);
   ASSERT_TRUE(e);
   EXPECT_EQ(e.status, Status::kVersionMismatch);
-  EXPECT_NE(e.message.find(addr), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find(fake.address()), std::string::npos) << e.message;
+}
+
+// CONN-2: each CONNECT_REQ leaves from the next entropy port, naming the
+// receive port, where the answer comes (section 3.12). The fake responder
+// never hears the requests from the first port it sees, as if the link its
+// 4-tuple hashes to were dead; it answers the others. Before, every request
+// left from the receive port (the driver knew peers by it), rode that one
+// path, and the connect failed kConnectTimeout after 8.
+TEST(Udp, RequestsLeaveFromEachEntropyPortNamingTheReceivePort) {
+  std::mutex mu;
+  std::vector<std::pair<uint16_t, uint16_t>> seen;  // source port, reply_port
+  FakeResponder fake([&](uint16_t from, const metaroce::wire::Packet& req,
+                         metaroce::wire::BaseHeader& bh, metaroce::wire::ConnectBody& body) {
+    const std::lock_guard<std::mutex> lock(mu);
+    seen.emplace_back(from, req.connect.reply_port);
+    if (from == seen.front().first) return false;  // the dead path
+    bh.opcode = metaroce::wire::Opcode::kConnectAccept;
+    body.src_conn = 0x2a;
+    body.initial_psn = 0x1000;
+    body.mtu = req.connect.mtu;
+    body.window_log2 = req.connect.window_log2;
+    body.max_reads = req.connect.max_reads;
+    return true;
+  });
+  ASSERT_TRUE(fake.ok());
+  std::unique_ptr<UdpEndpoint> client;
+  const Error e = fake.connect(client);
+  ASSERT_TRUE(client);
+  EXPECT_FALSE(e) << e.message;
+  const std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(seen.size(), 2u);
+  for (const auto& [from, reply] : seen) {
+    EXPECT_GE(from, client->entropy_min());
+    EXPECT_LE(from, client->entropy_max());
+    EXPECT_EQ(reply, client->port());
+  }
+  EXPECT_NE(seen[0].first, seen[1].first);
+}
+
+// CONN-3: a responder addresses the connection to the request's source IP
+// with its reply_port: the ACCEPT goes there, not to the port the request
+// left from, and a resend from another source port naming the same one is
+// a duplicate (the same ACCEPT, no second connection). A request naming 0
+// (every requester before the field) is answered at its source port.
+TEST(Udp, RequestIsAnsweredAtItsReplyPort) {
+  namespace wire = metaroce::wire;
+  auto server = open_on("127.0.0.1");
+  ASSERT_TRUE(server);
+  server->start_progress_thread();
+  uint16_t home_port = 0, a_port = 0, b_port = 0;
+  const int home = loopback_socket(home_port);  // receives only
+  const int a = loopback_socket(a_port);        // sends only, as entropy ports do
+  const int b = loopback_socket(b_port);
+  ASSERT_TRUE(home >= 0 && a >= 0 && b >= 0);
+  const auto request = [&](int fd, uint32_t src_conn, uint16_t reply_port) {
+    wire::BaseHeader bh;
+    bh.opcode = wire::Opcode::kConnectReq;
+    wire::ConnectBody body{src_conn, 0x100, 1024, 10, 16, 0, 1, 0xfeed0000u + src_conn};
+    body.reply_port = reply_port;
+    uint8_t out[256];
+    const size_t len = wire::seal(out, wire::write_connect(out, bh, body), 0);
+    socklen_t sl = 0;
+    const sockaddr_storage dst = loopback(false, server->port(), sl);
+    ASSERT_EQ(::sendto(fd, out, len, 0, reinterpret_cast<const sockaddr*>(&dst), sl),
+              static_cast<ssize_t>(len));
+  };
+  wire::Packet first, again, other;
+  request(a, 7, home_port);
+  ASSERT_TRUE(receive_packet(home, 1000ms, first));
+  EXPECT_EQ(first.bh.opcode, wire::Opcode::kConnectAccept);
+  EXPECT_EQ(first.bh.dst_conn, 7u);
+  EXPECT_EQ(first.connect.reply_port, 0u);
+  request(b, 7, home_port);  // CONN-2's resend, from the next port
+  ASSERT_TRUE(receive_packet(home, 1000ms, again));
+  EXPECT_EQ(again.bh.opcode, wire::Opcode::kConnectAccept);
+  EXPECT_EQ(again.connect.src_conn, first.connect.src_conn);
+  ConnId c;
+  EXPECT_TRUE(server->try_accept(c));
+  EXPECT_FALSE(server->try_accept(c));  // one connection
+  EXPECT_EQ(server->peer_address(c), "127.0.0.1:" + std::to_string(home_port));
+  request(a, 8, 0);  // names none: answered where it came from
+  ASSERT_TRUE(receive_packet(a, 1000ms, other));
+  EXPECT_EQ(other.bh.opcode, wire::Opcode::kConnectAccept);
+  EXPECT_EQ(other.bh.dst_conn, 8u);
+  for (const int fd : {a, b}) EXPECT_FALSE(receive_packet(fd, 0ms, other));
+  for (const int fd : {home, a, b}) ::close(fd);
 }
 
 TEST(Udp, PeerDisappears) {
@@ -2070,7 +2214,7 @@ TEST(Udp, SendGroupKeysKeepAcksFirstForEveryEntropyCount) {
     uint32_t max_ack = 0;
     uint32_t min_data = UINT32_MAX;
     uint32_t max_data = 0;
-    for (uint32_t s = 0; s <= ecount; ++s) {  // sock ecount: the receive socket
+    for (uint32_t s = 0; s < ecount; ++s) {
       max_ack = std::max(max_ack, tx_group_key(true, static_cast<uint16_t>(s), ecount));
       const uint32_t d = tx_group_key(false, static_cast<uint16_t>(s), ecount);
       min_data = std::min(min_data, d);

@@ -94,8 +94,8 @@ const std::map<std::string, std::string>& spec_hex() {
     },
     {"TV-12",
      "18 20 00 00 00 00 00 00 00 00 00 00 00 00 00 01 "
-     "00 00 00 07 9e 37 79 b9 10 00 0a 10 00 01 00 00 "
-     "01 23 45 67 89 ab cd ef 6b 03 1e cd "
+     "00 00 00 07 9e 37 79 b9 10 00 0a 10 00 01 12 b8 "
+     "01 23 45 67 89 ab cd ef f4 f1 0a 77 "
     },
     {"TV-13",
      "18 21 00 00 00 00 00 07 00 00 00 00 00 00 00 02 "
@@ -256,6 +256,7 @@ void expect_same_control_fields(const Packet& p, const Want& want) {
     EXPECT_EQ(p.connect.max_reads, want.connect.max_reads);
     EXPECT_EQ(p.connect.code, want.connect.code);
     EXPECT_EQ(p.connect.max_version, want.connect.max_version);
+    EXPECT_EQ(p.connect.reply_port, want.connect.reply_port);
     EXPECT_EQ(p.connect.nonce, want.connect.nonce);
   } else if (op == Opcode::kDisconnect || op == Opcode::kDisconnectAck) {
     EXPECT_EQ(p.disconnect.src_conn, want.disconnect.src_conn);
@@ -829,6 +830,47 @@ TEST(Writers, ConnectAndDisconnectRefuseOtherOpcodes) {
     if (!is_disconnect) {
       EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t b) { return b == 0; }));
     }
+  }
+}
+
+// Section 3.12: reply_port sits at body offset 14, packet offset 30, and
+// round-trips; a body that leaves it 0 (every sender before it had a
+// meaning) reads 0, which names the request's source port. The driver's
+// reader takes it only from a CONNECT_REQ long enough to hold one, of any
+// version (CONN-5's REJECT goes where it names too, appendix C item 2).
+TEST(SpecSection3_12, ReplyPortRoundTripsAndZeroIsTheSourcePort) {
+  const Bytes tv12 = from_hex(spec_hex().at("TV-12"));
+  EXPECT_EQ(request_reply_port(tv12), 4792u);
+  EXPECT_EQ(tv12[30], 0x12);
+  EXPECT_EQ(tv12[31], 0xb8);
+  for (const uint16_t port : {uint16_t{0}, uint16_t{1}, uint16_t{4792}, uint16_t{65535}}) {
+    SCOPED_TRACE(port);
+    BaseHeader bh;
+    bh.opcode = Opcode::kConnectReq;
+    ConnectBody body{7, 0x9e3779b9, 4096, 10, 16, 0, 1, 0x0123456789abcdef};
+    EXPECT_EQ(body.reply_port, 0u);  // a body brace-initialized without it names none
+    body.reply_port = port;
+    std::array<uint8_t, 64> buf{};
+    const size_t len = seal(buf, write_connect(buf, bh, body), 0);
+    ASSERT_EQ(len, 44u);
+    const std::span<const uint8_t> pkt(buf.data(), len);
+    Packet p;
+    ASSERT_EQ(decode(pkt, p), ParseError::kOk);
+    EXPECT_EQ(p.connect.reply_port, port);
+    EXPECT_EQ(p.connect.nonce, body.nonce);
+    EXPECT_EQ(request_reply_port(pkt), port);
+    EXPECT_EQ(request_reply_port(pkt.first(43)), 0u);            // too short to be a request
+    buf[0] = static_cast<uint8_t>((2u << 4) | (buf[0] & 0x0f));  // version 2 (CONN-5)
+    EXPECT_EQ(request_reply_port(pkt), port);
+  }
+  // ACCEPT and REJECT carry none (0); the reader ignores what they hold.
+  for (const char* id : {"TV-13", "TV-14"}) {
+    Bytes b = from_hex(spec_hex().at(id));
+    Packet p;
+    ASSERT_EQ(decode(b, p), ParseError::kOk);
+    EXPECT_EQ(p.connect.reply_port, 0u) << id;
+    b[30] = 0x12;
+    EXPECT_EQ(request_reply_port(b), 0u) << id;
   }
 }
 

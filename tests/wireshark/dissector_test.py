@@ -151,7 +151,8 @@ FIELDS = [
     "metaroce.nak.nak_psn", "metaroce.nak.code", "metaroce.nak.msn", "metaroce.nak.cum_psn",
     "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
-    "metaroce.connect.max_version", "metaroce.connect.nonce", "metaroce.disconnect.src_conn",
+    "metaroce.connect.max_version", "metaroce.connect.reply_port", "metaroce.connect.nonce",
+    "metaroce.disconnect.src_conn",
     "metaroce.disconnect.reason", "metaroce.icrc.covered_len", "metaroce.flags.reserved",
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
@@ -231,6 +232,12 @@ def broken_frames(vectors):
     empty_write[24:28] = empty_write[20:24]  # msg_len = offset: nothing to cut
     send_hdrs = tv["TV-04"][:28]
     bad_icrc = {"metaroce.icrc.status": ["0"]}
+    # Section 3.12: a CONNECT_REQ naming no reply port (0, its source port) is
+    # well formed; an ACCEPT naming one is not (CONN-3: 0).
+    req_no_reply = bytearray(tv["TV-12"])
+    req_no_reply[30:32] = bytes(2)
+    accept_reply = bytearray(tv["TV-13"])
+    accept_reply[30:32] = struct.pack(">H", 4792)
     return [
         ("truncated WRITE (30 bytes)", frame(tv["TV-01"][:30], 50000), None,
          "Datagram of 30 bytes", {}),
@@ -264,6 +271,12 @@ def broken_frames(vectors):
         ("flagged empty WRITE, PC set", frame(reseal(bytes(empty_write) + bytes(4)), 50014,
                                               TRIMMED_DSCP), None,
          "TRIMMED DSCP", {"metaroce.trimmed": ["1"], "metaroce.icrc.status": ["1"]}),
+        ("CONNECT_REQ naming reply port 0", frame(reseal(bytes(req_no_reply)), 50017), None,
+         "", {"metaroce.connect.reply_port": ["0"], "metaroce.reserved_not_zero": [],
+              "metaroce.icrc.status": ["1"]}),
+        ("CONNECT_ACCEPT naming reply port 4792", frame(reseal(bytes(accept_reply)), 50018), None,
+         "Reply port of an ACCEPT or REJECT is 0x12b8, must be zero",
+         {"metaroce.connect.reply_port": ["4792"], "metaroce.reserved_not_zero": ["1"]}),
         # Like the simulator's records: headers captured, payload and ICRC not.
         ("snap-length WRITE", frame(write_hdrs, 50012, 0, len(tv["TV-01"]))[:14 + 28 + 44],
          14 + 28 + len(tv["TV-01"]), "ICRC not captured",

@@ -101,6 +101,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     std::fprintf(stderr, "metaroce-perf client: %s: %s\n", a.addr.c_str(), why.c_str());
     return 1;
   }
+  if (!a.bind.empty()) local = a.bind;
   auto ep = UdpEndpoint::open(local, make_options(common), err);
   if (!ep) {
     std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());

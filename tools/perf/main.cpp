@@ -133,6 +133,11 @@ int main(int argc, char** argv) {
   client->add_option("addr", ca.addr, "server address, ip:port or [ip6]:port")
       ->required()
       ->check(address);
+  client
+      ->add_option("--bind", ca.bind,
+                   "local address to open on, ip:port or [ip6]:port (default: 0.0.0.0:0 or "
+                   "[::]:0, a port the kernel chooses)")
+      ->check(address);
   client->add_option("--op", op, "write | read | send")
       ->check(CLI::IsMember({"write", "read", "send"}));
   client->add_option("--size", ca.tp.size, "message size in bytes")

@@ -160,6 +160,7 @@ std::string seconds_problem(double s);
 
 struct ClientArgs {
   std::string addr;
+  std::string bind;  // the local address to open on; empty: the wildcard of addr's family, port 0
   TestParams tp;
   double duration = 5;
   uint64_t iters = 0;

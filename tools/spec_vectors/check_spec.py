@@ -67,8 +67,8 @@ def seal(headers, payload, pc):
     return headers + payload + struct.pack(">I", crc32c(headers + payload if pc else headers))
 
 
-def conn(src, ipsn, mtu, wl2, reads, code, maxv, nonce):
-    return struct.pack(">IIHBBBB2xQ", src, ipsn, mtu, wl2, reads, code, maxv, nonce)
+def conn(src, ipsn, mtu, wl2, reads, code, maxv, nonce, reply_port=0):
+    return struct.pack(">IIHBBBBHQ", src, ipsn, mtu, wl2, reads, code, maxv, reply_port, nonce)
 
 
 def ack(cum, epsn, ets, etag, flags, words):
@@ -100,7 +100,7 @@ def expected():
         "TV-10": seal(bh(8, 0x11, 0, 7, 0, 0xBF10)
                       + struct.pack(">IB3xII", 0x1001, 0x02, 5, 0x1001), b"", 0),
         "TV-11": seal(bh(0xC, 0x12, 0x45, 0x2A, 0, 0x12345700), b"", 0),
-        "TV-12": seal(bh(8, 0x20, 0, 0, 0, 1) + conn(7, 0x9E3779B9, 4096, 10, 16, 0, 1, nonce),
+        "TV-12": seal(bh(8, 0x20, 0, 0, 0, 1) + conn(7, 0x9E3779B9, 4096, 10, 16, 0, 1, nonce, 4792),
                       b"", 0),
         "TV-13": seal(bh(8, 0x21, 0, 7, 0, 2) + conn(0x2A, 0x7F4A7C15, 4096, 10, 16, 0, 1, nonce),
                       b"", 0),

@@ -66,8 +66,9 @@ void print_fields(const sv::SpecVector& tv) {
     const wire::ConnectBody& c = tv.connect;
     std::printf("CONN  src_conn=0x%08x initial_psn=0x%08x mtu=%u window_log2=%u max_reads=%u\n",
                 c.src_conn, c.initial_psn, c.mtu, c.window_log2, c.max_reads);
-    std::printf("      code=0x%02x max_version=%u nonce=0x%016llx\n", c.code, c.max_version,
-                static_cast<unsigned long long>(c.nonce));
+    std::printf("      code=0x%02x max_version=%u", c.code, c.max_version);
+    if (c.reply_port != 0) std::printf(" reply_port=%u", c.reply_port);  // 0 in most: not shown
+    std::printf(" nonce=0x%016llx\n", static_cast<unsigned long long>(c.nonce));
   } else if (op == Opcode::kDisconnect || op == Opcode::kDisconnectAck) {
     std::printf("DISC  src_conn=0x%08x reason=0x%02x\n", tv.disconnect.src_conn,
                 tv.disconnect.reason);

@@ -145,9 +145,11 @@ inline std::vector<SpecVector> all() {
   probe.bh = base(Opcode::kProbe, kPc | kAr, 0x0045, 0x0000002a, 0, 0x12345700);
   v.push_back(probe);
 
-  SpecVector req = make("TV-12", "CONNECT_REQ from connection 7");
+  SpecVector req = make("TV-12",
+                        "CONNECT_REQ from connection 7, whose requester receives on port 4792 "
+                        "(it leaves from an entropy value, **CONN-2**)");
   req.bh = base(Opcode::kConnectReq, kPc, 0x0000, 0x00000000, 0, 0x00000001);
-  req.connect = {0x00000007, 0x9e3779b9, 4096, 10, 16, 0, 1, 0x0123456789abcdef};
+  req.connect = {0x00000007, 0x9e3779b9, 4096, 10, 16, 0, 1, 0x0123456789abcdef, 4792};
   v.push_back(req);
 
   SpecVector accept = make("TV-13", "CONNECT_ACCEPT from connection 0x2a");

@@ -142,7 +142,8 @@ local pf = {
   conn_max_reads = ProtoField.uint8("metaroce.connect.max_reads", "Max reads", base.DEC),
   conn_code = ProtoField.uint8("metaroce.connect.code", "Code", base.HEX, status_names),
   conn_max_version = ProtoField.uint8("metaroce.connect.max_version", "Max version", base.DEC),
-  conn_reserved = ProtoField.uint16("metaroce.connect.reserved", "Reserved", base.HEX),
+  -- CONNECT_REQ: the port the requester receives on, 0 for the request's source port (3.12).
+  conn_reply_port = ProtoField.uint16("metaroce.connect.reply_port", "Reply port", base.DEC),
   conn_nonce = ProtoField.uint64("metaroce.connect.nonce", "Nonce", base.HEX),
   -- Disconnect body (3.13)
   disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id",
@@ -413,8 +414,14 @@ local function dissect_connect(st, tree, off)
   body:add(pf.conn_max_reads, tvb(off + 11, 1))
   body:add(pf.conn_code, tvb(off + 12, 1))
   body:add(pf.conn_max_version, tvb(off + 13, 1))
-  reserved_zero(st, body:add(pf.conn_reserved, tvb(off + 14, 2)), tvb(off + 14, 2):uint(),
-    "Reserved")
+  local reply_port = tvb(off + 14, 2):uint()
+  local reply_item = body:add(pf.conn_reply_port, tvb(off + 14, 2))
+  if st.opcode ~= 0x20 then
+    -- ACCEPT and REJECT name none (CONN-3); a receiver ignores the field.
+    reserved_zero(st, reply_item, reply_port, "Reply port of an ACCEPT or REJECT")
+  elseif reply_port == 0 then
+    reply_item:append_text(" (answers go to the request's source port)")
+  end
   body:add(pf.conn_nonce, tvb(off + 16, 8))
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
   if st.opcode == 0x22 then

@@ -21,6 +21,12 @@ void set_port(PeerAddr& a, uint16_t port) {
 
 }  // namespace
 
+PeerAddr with_port(const PeerAddr& a, uint16_t port) {
+  PeerAddr out = a;
+  set_port(out, port);
+  return out;
+}
+
 uint16_t address_port(const PeerAddr& a) {
   return static_cast<uint16_t>((uint16_t{a.bytes[16]} << 8) | a.bytes[17]);
 }

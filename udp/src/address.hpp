@@ -32,6 +32,8 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 // learned), or 0 if unknown.
 [[nodiscard]] uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from,
                                  uint32_t scope);
+// `a` with its port replaced.
+[[nodiscard]] PeerAddr with_port(const PeerAddr& a, uint16_t port);
 // Same IP address (port ignored).
 [[nodiscard]] bool same_host(const PeerAddr& a, const PeerAddr& b);
 

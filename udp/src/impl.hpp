@@ -123,7 +123,7 @@ struct TxSlot {
   const uint8_t* payload = nullptr;
   uint32_t len = 0;     // whole datagram
   uint16_t hlen = 0;    // headers in the slot buffer (gathered only)
-  uint16_t sock = 0;    // index into Impl::tx_fds; entropy_count means the receive socket
+  uint16_t sock = 0;    // index into Impl::tx_fds
   bool ack = false;     // an ACK or NAK: grouped before data (tx_group_key)
   bool copied = false;  // whole in tx_whole (materialize_pending), not in the slot's head
   uint8_t dscp = 0;     // ENC-6: a GSO run never mixes classes
@@ -132,9 +132,9 @@ struct TxSlot {
 
 // A slot's group in build_messages' counting sort: each socket's ACKs and
 // NAKs (sock), then each socket's data (entropy_count + 1 + sock), so that a
-// round's control class goes first. Sockets run to entropy_count (the
-// receive socket), which may be 65535: up to 131071 keys, so 32 bits (16
-// wrapped from entropy_count 32768 on and put data among the ACKs).
+// round's control class goes first. entropy_count may be 65535: up to
+// 131071 keys, so 32 bits (16 wrapped from entropy_count 32768 on and put
+// data among the ACKs).
 inline uint32_t tx_group_key(bool ack, uint16_t sock, uint16_t ecount) {
   return ack ? uint32_t{sock} : uint32_t{ecount} + 1 + sock;
 }
@@ -145,7 +145,7 @@ struct UdpEndpoint::Impl {
   std::unique_ptr<Endpoint> eng;
   int family = AF_INET;
   int rx_fd = -1;
-  std::vector<int> tx_fds;  // entropy_count send sockets, then rx_fd (not owned twice)
+  std::vector<int> tx_fds;  // entropy_count send sockets (a CONNECT_REQ too, CONN-2)
   // The peer each send socket is connected to (see use_connected).
   std::vector<PeerAddr> tx_peer;
   std::vector<uint8_t> tx_peer_tried;
@@ -304,8 +304,8 @@ struct UdpEndpoint::Impl {
   size_t receive(TimeNs now);
 
   // transmit.cpp
-  uint16_t choose_socket(uint16_t entropy, const uint8_t* p, size_t n);
-  int sock_fd(uint16_t s) const { return s == ecount ? rx_fd : tx_fds[s]; }
+  uint16_t choose_socket(uint16_t entropy);
+  int sock_fd(uint16_t s) const { return tx_fds[s]; }
   bool use_connected(uint16_t sock, const PeerAddr& peer, const sockaddr_storage& ss,
                      socklen_t len);
   size_t fill(TimeNs now);

@@ -13,6 +13,7 @@
 #include "address.hpp"
 #include "impl.hpp"
 #include "metaroce/bytes.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::udp {
 namespace {
@@ -43,7 +44,12 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
       }
     }
   }
-  return src;  // CONNECT_REQ: sent from the peer's receive port
+  // A CONNECT_REQ leaves from the peer's next entropy port (CONN-2) and names
+  // the port it receives on (reply_port): the connection, and CONN-3's
+  // duplicates, are known by that address. 0 names the source port itself.
+  if (const uint16_t reply = wire::request_reply_port({p, n}); reply != 0)
+    return with_port(src, reply);
+  return src;
 }
 
 // A wildcard-bound endpoint learns the address `peer` reaches it at (see

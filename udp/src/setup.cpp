@@ -217,6 +217,9 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   }
   ebase = static_cast<uint16_t>(base);
   cfg.entropy_min = ebase;
+  // Requests leave from the entropy ports (CONN-2), which only send: they
+  // name this one, where the answers must come (spec section 3.12).
+  cfg.reply_port = address_port(local);
   cfg.entropy_max = static_cast<uint16_t>(base + ecount - 1);
   if (opts.random_seed) {
     uint64_t seed = 0;

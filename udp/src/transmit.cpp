@@ -30,9 +30,7 @@ bool buffer_full(int err) { return err == EAGAIN || err == EWOULDBLOCK || err ==
 
 }  // namespace
 
-uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, size_t n) {
-  // A CONNECT_REQ leaves from the receive port (see udp.hpp); byte 1 is the opcode (spec 3.1).
-  if (n >= 2 && p[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq)) return ecount;
+uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy) {
   if (entropy >= ebase && entropy - ebase < ecount) return static_cast<uint16_t>(entropy - ebase);
   ++io.tx_remapped;  // an echo of the peer's port (ACK-7) outside our block
   return static_cast<uint16_t>(entropy % ecount);
@@ -47,7 +45,6 @@ uint16_t UdpEndpoint::Impl::choose_socket(uint16_t entropy, const uint8_t* p, si
 // back from a later send (see stale_error). Once per socket.
 bool UdpEndpoint::Impl::use_connected(uint16_t sock, const PeerAddr& peer,
                                       const sockaddr_storage& ss, socklen_t len) {
-  if (sock == ecount) return false;  // the receive socket answers every peer
   if (tx_peer_tried[sock] == 0) {
     tx_peer_tried[sock] = 1;
     if (::connect(tx_fds[sock], reinterpret_cast<const sockaddr*>(&ss), len) == 0) {
@@ -92,7 +89,7 @@ size_t UdpEndpoint::Impl::fill(TimeNs now) {
       s.len = static_cast<uint32_t>(std::min(tx.len, tx_head_size - kTxLead));
     }
     s.dscp = tx.dscp;
-    s.sock = choose_socket(tx.entropy, buf, s.len);
+    s.sock = choose_socket(tx.entropy);
     const bool ack = s.len >= 2 && wire::is_acknowledgement(buf[1]);
     s.ack = ack;
     ++tx_count;
