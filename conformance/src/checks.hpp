@@ -82,6 +82,9 @@ Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
 Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
+// teardown_checks.cpp
+Outcome check_conn4(Target& t);
+Outcome check_conn7_close(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
 Outcome check_seq3(Target& t);

@@ -236,6 +236,26 @@ bool RemoteTarget::poll_completion(Completion& out) {
   return true;
 }
 
+bool RemoteTarget::close(ConnId conn) {
+  json r;
+  return call({{"op", "close"}, {"conn", conn.v}}, r);
+}
+
+bool RemoteTarget::conn_error(ConnId conn, Status& out) {
+  json r;
+  uint64_t status = 0;
+  if (!call({{"op", "conn_error"}, {"conn", conn.v}}, r) ||
+      !field(r, "conn_error", "status", status, 255))
+    return false;
+  out = static_cast<Status>(status);
+  return true;
+}
+
+bool RemoteTarget::listen(bool accept, uint32_t max_connections) {
+  json r;
+  return call({{"op", "listen"}, {"accept", accept}, {"max_connections", max_connections}}, r);
+}
+
 bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   json r;
   if (!call({{"op", "path_stats"}, {"conn", conn.v}, {"slot", path}}, r)) return false;

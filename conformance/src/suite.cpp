@@ -31,12 +31,20 @@ constexpr std::array kChecks = {
           check_conn2},
     Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
           check_conn3},
+    Check{"CONN-4",
+          "a CONNECT_REJECT fails the target's connection with its code; refusing, it answers "
+          "0x47, at its connection limit 0x4a",
+          check_conn4},
     Check{"CONN-6", "data before the ACCEPT is dropped unacknowledged, accepted when resent",
           check_conn6},
     Check{"CONN-7",
           "a DISCONNECT from another src_conn is dropped; the peer's draws a DISCONNECT_ACK "
           "naming both ends, again when repeated, and flushes work kPeerClosed",
           check_conn7},
+    Check{"CONN-7",
+          "closing: work flushed at once, no data after; DISCONNECT resent every 10 ms from each "
+          "path in turn until the peer's DISCONNECT_ACK, 8 in all",
+          check_conn7_close},
     Check{"SEQ-1", "the first PSN is the announced initial PSN; connections start apart",
           check_seq1},
     Check{"SEQ-2",
