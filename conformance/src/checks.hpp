@@ -85,6 +85,8 @@ Outcome check_seq1(Target& t);
 // teardown_checks.cpp
 Outcome check_conn4(Target& t);
 Outcome check_conn7_close(Target& t);
+Outcome check_comp5(Target& t);
+Outcome check_path7(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
 Outcome check_seq3(Target& t);

@@ -103,6 +103,14 @@ constexpr std::array kChecks = {
           "a WRITE SACKed but not cumulatively acknowledged does not complete; sends and "
           "receives complete in posting order",
           check_comp},
+    Check{"COMP-5",
+          "in the error state (a fatal NAK sent), every outstanding WRITE, READ and receive "
+          "completes kFlushed in posting order",
+          check_comp5},
+    Check{"PATH-7",
+          "work unacknowledged for 2 s, PROBEs answered, fails kPeerUnreachable: the oldest "
+          "request with it, the rest kFlushed",
+          check_path7},
     Check{"NAK-1",
           "a duplicate with a bad key is acknowledged, one out of the window dropped: no NAK",
           check_nak1},

@@ -85,6 +85,38 @@ std::string in_turn(const std::vector<Timed>& ds, const std::map<uint16_t, uint1
   return {};
 }
 
+using Queue = std::vector<std::pair<uint64_t, Status>>;
+
+// Empty if `done` holds exactly the work requests of `queues` (wr_id and
+// status), each once, each queue's in its order (COMP-2, COMP-5); else
+// what differs.
+std::string completed(const std::vector<Completion>& done, const std::vector<Queue>& queues) {
+  size_t expected = 0;
+  for (const Queue& q : queues) {
+    size_t at = 0;  // where in `done` the previous one of the queue was
+    for (const auto& [wr, status] : q) {
+      ++expected;
+      const auto is_it = [wr = wr](const Completion& c) { return c.wr_id == wr; };
+      const auto n = std::count_if(done.begin(), done.end(), is_it);
+      if (n != 1)
+        return "work request " + std::to_string(wr) + " completed " + std::to_string(n) +
+               " times, not once";
+      const auto it = std::find_if(done.begin(), done.end(), is_it);
+      if (it->status != status)
+        return "work request " + std::to_string(wr) + " completed " +
+               hex32(static_cast<uint8_t>(it->status)) + ", not " +
+               hex32(static_cast<uint8_t>(status));
+      const auto pos = static_cast<size_t>(it - done.begin());
+      if (pos < at)
+        return "work request " + std::to_string(wr) + " completed before one posted earlier";
+      at = pos;
+    }
+  }
+  if (done.size() != expected)
+    return std::to_string(done.size()) + " completions, not " + std::to_string(expected);
+  return {};
+}
+
 }  // namespace
 
 // CONN-4, both ends. As requester, the target's connection fails with the
@@ -208,23 +240,9 @@ Outcome check_conn7_close(Target& t) {
   }
   if (!data_after.empty()) return fail(data_after);
 
-  // Flushed: each once, kFlushed; the send queue's in posting order.
-  std::vector<uint64_t> sends;
-  for (const uint64_t wr : {1, 2, 3, 4}) {
-    const auto n =
-        std::count_if(done.begin(), done.end(), [&](const Completion& c) { return c.wr_id == wr; });
-    if (n != 1)
-      return fail("work request " + std::to_string(wr) + " completed " + std::to_string(n) +
-                  " times after the close, not once");
-  }
-  for (const Completion& c : done) {
-    if (c.status != Status::kFlushed)
-      return fail("work request " + std::to_string(c.wr_id) + " completed " +
-                  hex32(static_cast<uint8_t>(c.status)) + " at the close, not kFlushed (0x45)");
-    if (c.conn == ca && c.op != CompletionOp::kRecv) sends.push_back(c.wr_id);
-  }
-  if (sends != std::vector<uint64_t>{1, 2})
-    return fail("the closed connection's WRITEs completed out of posting order");
+  constexpr Status kF = Status::kFlushed;
+  why = completed(done, {{{1, kF}, {2, kF}}, {{3, kF}}, {{4, kF}}});
+  if (!why.empty()) return fail("at the close, " + why);
 
   for (const auto& [to, ds] : disc)
     if (to != a.conn() && to != b.conn())
@@ -257,6 +275,89 @@ Outcome check_conn7_close(Target& t) {
     return fail("A sent " + std::to_string(na) + " DISCONNECTs: resent after its DISCONNECT_ACK");
   if (nb != 8) return fail("B, never answered, sent " + std::to_string(nb) + " DISCONNECTs, not 8");
   return pass(std::to_string(na) + " and " + std::to_string(nb) + " DISCONNECTs");
+}
+
+// COMP-5 through an error of the target's own making: a WRITE of the
+// tester's with a bad key draws NAK 0x02 and puts the target's side in the
+// error state. Its outstanding WRITEs, READ and receives all complete
+// kFlushed, each queue in posting order: the fault was in the peer's
+// packet, so none of its requests takes the NAK's code.
+Outcome check_comp5(Target& t) {
+  Peer p(t);
+  Region r;
+  ConnId conn;
+  std::string why;
+  if (!tester_connects_for_receives(t, p, r, conn, why)) return fail(why);
+  for (const uint64_t wr : {10, 11})
+    if (t.post_recv(conn, RecvWr{wr, r.addr + (wr - 10) * 2048, 2048, r.lkey}) != Status::kOk)
+      return fail("the target refused a receive");
+  if (!target_writes(t, conn, 100, 1, why) || !target_writes(t, conn, 100, 2, why))
+    return fail(why);
+  if (t.post_send(conn, to_tester(WrOpcode::kRead, r, 100, 3)) != Status::kOk)
+    return fail("the target refused a READ");
+  const std::vector<Reply> sent = p.run_until(has(wire::Opcode::kReadReq));
+  if (of(sent, wire::Opcode::kWrite).empty() || of(sent, wire::Opcode::kReadReq).empty())
+    return fail("the target sent no WRITE or READ_REQ");
+  why = draws_nak(p, p.write(p.next_psn, r.rkey ^ 0xBAD, r.addr, Bytes(8, 1)), 0x02, p.next_psn);
+  if (!why.empty()) return fail("a WRITE with a bad key " + why);
+  std::vector<Completion> done;
+  Completion c;
+  while (done.size() < 5 && p.await_completion(c)) done.push_back(c);
+  (void)p.run(1000);
+  while (t.poll_completion(c)) done.push_back(c);
+  constexpr Status kF = Status::kFlushed;
+  why = completed(done, {{{1, kF}, {2, kF}, {3, kF}}, {{10, kF}, {11, kF}}});
+  if (!why.empty()) return fail("after the NAK it sent, " + why);
+  return pass();
+}
+
+// PATH-7: two WRITEs of the target never acknowledged, its PROBEs answered
+// with ACKs that acknowledge nothing new (signs of life, not progress):
+// the connection fails kPeerUnreachable peer_timeout (2 s) after the work
+// was posted, not before, the oldest WRITE with that code and the other
+// kFlushed (COMP-5).
+Outcome check_path7(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  Clock clock(t);
+  if (!target_writes(t, conn, 100, 1, why) || !target_writes(t, conn, 100, 2, why))
+    return fail(why);
+  const uint64_t step = t.simulated_time() ? 1'000'000 : 10'000'000;
+  // 2 s, with room for the timer's granularity (and in real time, for the
+  // scheduler of a loaded host).
+  const uint64_t latest = t.simulated_time() ? 2'100'000'000 : 2'600'000'000;
+  std::vector<Completion> done;
+  uint64_t failed_at = 0;
+  size_t probes = 0;
+  while (done.size() < 2 && clock.now() < latest) {
+    const std::vector<Reply> rs = p.run(step);
+    clock.advanced(step);
+    for (const Reply* probe : of(rs, wire::Opcode::kProbe)) {
+      p.send(p.ack(p.target_initial_psn, *probe, wire::kAckEchoProbe), probe->entropy);
+      ++probes;
+    }
+    Completion c;
+    while (t.poll_completion(c)) {
+      if (done.empty()) failed_at = clock.now();
+      done.push_back(c);
+    }
+  }
+  if (done.empty())
+    return fail("no completion " + std::to_string(latest / 1'000'000) +
+                " ms after the work was posted: no peer timeout");
+  if (failed_at < 1'950'000'000)
+    return fail("the work completed " + std::to_string(failed_at / 1'000'000) +
+                " ms after it was posted, before the peer timeout (2 s)");
+  why = completed(done, {{{1, Status::kPeerUnreachable}, {2, Status::kFlushed}}});
+  if (!why.empty()) return fail("at the peer timeout, " + why);
+  Status failed = Status::kOk;
+  if (t.conn_error(conn, failed) && failed != Status::kPeerUnreachable)
+    return fail("the connection failed with " + hex32(static_cast<uint8_t>(failed)) +
+                ", not kPeerUnreachable (0x46)");
+  return pass("failed " + std::to_string(failed_at / 1'000'000) + " ms after the post, " +
+              std::to_string(probes) + " PROBEs answered");
 }
 
 }  // namespace metaroce::conformance

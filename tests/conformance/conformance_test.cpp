@@ -1041,6 +1041,45 @@ TEST(Conformance, EveryRejectReadAsRefusedFailsConn4) {
   });
 }
 
+// COMP-5 broken: the completions of an error newest first, or the oldest
+// request blamed for the fault of the peer's packet that the target NAKed.
+TEST(Conformance, FlushedNewestFirstFailsComp5) {
+  expect_fails("COMP-5", [](FaultyTarget& t) { t.newest_first = true; });
+}
+
+TEST(Conformance, OldestBlamedForTheNakItSentFailsComp5) {
+  expect_fails("COMP-5", [](FaultyTarget& t) {
+    auto blamed = std::make_shared<bool>(false);
+    t.mutate_completion = [blamed](Completion& c) {
+      if (*blamed || c.status != Status::kFlushed) return;
+      c.status = Status::kRemoteBadKey;
+      *blamed = true;
+    };
+  });
+}
+
+// PATH-7 broken: a peer timeout of 1 s or 4 s, or the oldest request
+// flushed like the rest.
+TEST(Conformance, PeerTimeoutOf1sFailsPath7) {
+  expect_fails("PATH-7", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.peer_timeout_ns = 1 * kSecond; });
+  });
+}
+
+TEST(Conformance, PeerTimeoutOf4sFailsPath7) {
+  expect_fails("PATH-7", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.peer_timeout_ns = 4 * kSecond; });
+  });
+}
+
+TEST(Conformance, OldestFlushedAtThePeerTimeoutFailsPath7) {
+  expect_fails("PATH-7", [](FaultyTarget& t) {
+    t.mutate_completion = [](Completion& c) {
+      if (c.status == Status::kPeerUnreachable) c.status = Status::kFlushed;
+    };
+  });
+}
+
 TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
