@@ -146,6 +146,34 @@ Outcome check_place1(Target& t) {
   return pass();
 }
 
+namespace {
+
+// A WRITE of whole packets from the tester into a region of the target,
+// sent packet by packet without AR, to see which draw ACKs (ACK-1, ACK-4).
+struct PacketByPacket {
+  explicit PacketByPacket(Target& target) : t(target), p(target) {}
+  // Connects, registers the region and takes `packets` PSNs; what failed if not.
+  std::string open(uint32_t packets) {
+    std::string why;
+    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, packets * 4096)) return why;
+    len = packets * p.mtu;
+    first = p.next_psn;
+    p.next_psn += packets;
+    return {};
+  }
+  // Packet `k` of the message.
+  [[nodiscard]] Bytes packet(uint32_t k) const {
+    return p.write_part(first + k, r.rkey, r.addr + k * p.mtu, Bytes(p.mtu, 0x4b), k * p.mtu, len,
+                        false);
+  }
+  Target& t;
+  Peer p;
+  Region r;
+  uint32_t len = 0, first = 0;
+};
+
+}  // namespace
+
 // ACK-4 and ACK-5 (simulated time: "at once" and "within ack_delay" are
 // not told apart in real time): the packets of a four-packet WRITE, none
 // with AR, sent 0, 2, 1, 3. Packet 0 draws no ACK at once, but one within
@@ -153,18 +181,13 @@ Outcome check_place1(Target& t) {
 // the last gap, and packet 3, its message's last, draw one at once.
 Outcome check_ack4(Target& t) {
   if (!t.simulated_time()) return skip("needs a target with simulated time");
-  Peer p(t);
-  Region r;
-  std::string why;
-  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4 * 4096)) return fail(why);
-  const uint32_t len = 4 * p.mtu, first = p.next_psn;
-  p.next_psn += 4;
-  const Bytes part(p.mtu, 0x4b);
+  PacketByPacket w(t);
+  if (const std::string why = w.open(4); !why.empty()) return fail(why);
+  Peer& p = w.p;
   for (const uint32_t k : {0u, 2u, 1u, 3u}) {
-    const uint32_t psn = first + k;
+    const uint32_t psn = w.first + k;
     const bool at_once = k == 1 || k == 3;
-    const std::vector<Reply> now = p.exchange(
-        p.write_part(psn, r.rkey, r.addr + k * p.mtu, part, k * p.mtu, len, false), 1000);
+    const std::vector<Reply> now = p.exchange(w.packet(k), 1000);
     const char* what = k == 0   ? "the first packet of a message"
                        : k == 2 ? "a packet that leaves a gap"
                        : k == 1 ? "a packet that fills the last gap"
@@ -174,6 +197,34 @@ Outcome check_ack4(Target& t) {
                   (at_once ? " drew no ACK within 1 us" : " drew an ACK at once"));
     if (!at_once && ack_of(p.run(10'000), psn) == nullptr)
       return fail(std::string(what) + " drew no ACK within ack_delay (10 us)");
+  }
+  return pass();
+}
+
+// ACK-1: in-order packets of a message, none its last and none with AR,
+// draw one ACK for every ack_every (2) of them, at once (within 1 us, well
+// inside ack_delay), cumulative over both, and none for the first of each
+// pair. Simulated time only: in real time two packets may arrive further
+// apart than ack_delay, and ACK-5 then acknowledges each.
+Outcome check_ack1(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  PacketByPacket w(t);
+  if (const std::string why = w.open(6); !why.empty()) return fail(why);
+  for (uint32_t k = 0; k < 4; ++k) {
+    const std::vector<Reply> now = w.p.exchange(w.packet(k), 1000);
+    const auto acks = of(now, wire::Opcode::kAck);
+    const std::string which = "in-order packet " + std::to_string(k + 1) + " of a message";
+    if (k % 2 == 0 && !acks.empty()) return fail(which + " drew an ACK at once");
+    if (k % 2 == 0) continue;
+    if (acks.size() != 1)
+      return fail(which + " drew " + std::to_string(acks.size()) + " ACKs within 1 us, not 1");
+    const wire::AckBody& a = acks.front()->pkt.ack;
+    const uint32_t first = w.first;
+    if (a.cum_psn != first + k + 1)
+      return fail(which + " drew an ACK of cum " + hex32(a.cum_psn) + ", not " +
+                  hex32(first + k + 1));
+    if (a.echo_psn != first + k && a.echo_psn != first + k - 1)
+      return fail(which + "'s ACK echoes PSN " + hex32(a.echo_psn) + ", neither packet it covers");
   }
   return pass();
 }
@@ -555,6 +606,48 @@ Outcome check_mr3(Target& t) {
       nullptr)
     return fail("a range ending at the region's end was not acknowledged");
   if (t.read_memory(r, 4096 - 100, 100) != tail) return fail("it was not written");
+  return pass();
+}
+
+// TRIM-5: with PC clear (the ICRC covers the headers only), a WRITE packet
+// carrying less payload than SEQ-5 gives it, not flagged trimmed (cut to
+// its headers, cut to half, and cut with a bad key, which must not reach
+// NAK-1's key check), is dropped: no ACK or NAK, nothing written, nothing
+// received: the whole packet at the same PSN then lands and is
+// acknowledged, not as a duplicate.
+Outcome check_trim5(Target& t) {
+  Peer p(t);
+  p.cover_payload = false;
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  const Bytes payload(100, 0x55);
+  const uint32_t psn = p.next_psn++;
+  const auto cut = [&](size_t keep, uint64_t rkey) {
+    return p.write_part(psn, rkey, r.addr, std::span(payload).first(keep), 0,
+                        static_cast<uint32_t>(payload.size()));
+  };
+  const struct {
+    Bytes packet;
+    const char* what;
+  } cuts[] = {{cut(0, r.rkey), "cut to its headers"},
+              {cut(50, r.rkey), "cut to half its payload"},
+              {cut(0, r.rkey ^ 1), "cut to its headers, with a bad key"}};
+  for (const auto& c : cuts) {
+    const std::vector<Reply> rs = p.exchange(c.packet, 1000);
+    if (!of(rs, wire::Opcode::kAck).empty() || !of(rs, wire::Opcode::kNak).empty())
+      return fail(std::string("a WRITE ") + c.what + " drew an ACK or NAK");
+    if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))
+      return fail(std::string("a WRITE ") + c.what + " wrote memory");
+  }
+  const std::vector<Reply> whole =
+      p.exchange_until(p.write(psn, r.rkey, r.addr, payload), acks(psn));
+  const Reply* a = ack_of(whole, psn);
+  if (a == nullptr) return fail("the whole WRITE after the cut ones drew no ACK");
+  if ((a->pkt.ack.flags & wire::kAckEchoDup) != 0)
+    return fail("the whole WRITE was taken for a duplicate: a cut one was marked received");
+  if (t.read_memory(r, 0, payload.size()) != payload)
+    return fail("the whole WRITE after the cut ones did not land");
   return pass();
 }
 

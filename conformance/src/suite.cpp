@@ -55,6 +55,10 @@ constexpr std::array kChecks = {
           check_seq3},
     Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
           check_place1},
+    Check{"ACK-1",
+          "in-order packets without AR draw one ACK per two, at once, none for the first of "
+          "each pair (simulated time only)",
+          check_ack1},
     Check{"ACK-4, ACK-5",
           "an ACK at once for a message's last packet or one filling the last gap, else within "
           "ack_delay (simulated time only)",
@@ -76,6 +80,10 @@ constexpr std::array kChecks = {
           "a bad key or a message range past the region (whole message, not packet) writes "
           "nothing and draws the NAK",
           check_place2},
+    Check{"TRIM-5",
+          "with PC clear, a packet with less payload than SEQ-5 gives it, not flagged trimmed, "
+          "is dropped: no reply, nothing written or received",
+          check_trim5},
     Check{"MR-1", "remote keys are nonzero and distinct; a deregistered key draws NAK 0x02",
           check_mr1},
     Check{"MR-2", "work naming memory without the local right, or past it, is refused", check_mr2},

@@ -198,6 +198,7 @@ void expect_fails(const std::string& rule, const std::function<void(FaultyTarget
   for (const Result& r : results) {
     if (!r.check->title.starts_with(title)) continue;
     ++ran;
+    printf("  %s: %s\n", std::string(r.check->rule).c_str(), r.outcome.detail.c_str());
     EXPECT_FALSE(r.outcome.passed)
         << r.check->rule << " passed with the fault planted: " << r.outcome.detail;
   }
@@ -1077,6 +1078,31 @@ TEST(Conformance, OldestFlushedAtThePeerTimeoutFailsPath7) {
     t.mutate_completion = [](Completion& c) {
       if (c.status == Status::kPeerUnreachable) c.status = Status::kFlushed;
     };
+  });
+}
+
+// ACK-1 broken: an ACK for every packet, or for every third.
+TEST(Conformance, AckEveryPacketFailsAck1) {
+  expect_fails("ACK-1",
+               [](FaultyTarget& t) { t.configure([](EndpointConfig& c) { c.ack_every = 1; }); });
+}
+
+TEST(Conformance, AckEveryThirdPacketFailsAck1) {
+  expect_fails("ACK-1",
+               [](FaultyTarget& t) { t.configure([](EndpointConfig& c) { c.ack_every = 3; }); });
+}
+
+// TRIM-5 broken: a data packet's length taken from what it carries (its
+// msg_len cut to match), so that a cut packet is a whole, shorter message.
+TEST(Conformance, LengthTakenFromThePacketFailsTrim5) {
+  expect_fails("TRIM-5", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (!wire::is_data(p.bh.opcode) || p.bh.opcode == wire::Opcode::kReadReq ||
+          p.payload.size() >= p.mh.msg_len - p.mh.offset)
+        return false;
+      p.mh.msg_len = p.mh.offset + static_cast<uint32_t>(p.payload.size());
+      return true;
+    });
   });
 }
 
