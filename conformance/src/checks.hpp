@@ -105,6 +105,7 @@ Outcome check_mr2(Target& t);
 Outcome check_mr3(Target& t);
 Outcome check_ack1(Target& t);
 Outcome check_trim5(Target& t);
+Outcome check_trim2(Target& t);
 // timing_checks.cpp
 Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);

@@ -148,28 +148,37 @@ Outcome check_place1(Target& t) {
 
 namespace {
 
-// A WRITE of whole packets from the tester into a region of the target,
-// sent packet by packet without AR, to see which draw ACKs (ACK-1, ACK-4).
-struct PacketByPacket {
-  explicit PacketByPacket(Target& target) : t(target), p(target) {}
-  // Connects, registers the region and takes `packets` PSNs; what failed if not.
-  std::string open(uint32_t packets) {
+// WRITEs from the tester into a region of the target, built packet by
+// packet: a message of whole packets, each sent without AR to see which
+// draw ACKs (ACK-1, ACK-4), or one-packet messages of 100 bytes, whole or
+// cut short as a trimming switch cuts them (TRIM-2, TRIM-5).
+struct TesterWrites {
+  explicit TesterWrites(Target& target) : t(target), p(target) {}
+  // Connects, registers `length` bytes and takes `psns` PSNs; what failed if not.
+  std::string open(uint32_t psns, uint64_t length = 4096) {
     std::string why;
-    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, packets * 4096)) return why;
-    len = packets * p.mtu;
+    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, length)) return why;
+    len = psns * p.mtu;
     first = p.next_psn;
-    p.next_psn += packets;
+    p.next_psn += psns;
     return {};
   }
-  // Packet `k` of the message.
-  [[nodiscard]] Bytes packet(uint32_t k) const {
+  // Packet `k` of one message over all the PSNs, without AR.
+  [[nodiscard]] Bytes part(uint32_t k) const {
     return p.write_part(first + k, r.rkey, r.addr + k * p.mtu, Bytes(p.mtu, 0x4b), k * p.mtu, len,
                         false);
+  }
+  // One-packet message `k`, at r.addr + 128 k, with `keep` bytes of its
+  // payload, naming `rkey` (the region's if 0).
+  [[nodiscard]] Bytes cut(uint32_t k, size_t keep, uint64_t rkey = 0) const {
+    return p.write_part(first + k, rkey != 0 ? rkey : r.rkey, r.addr + 128 * k,
+                        std::span(payload).first(keep), 0, static_cast<uint32_t>(payload.size()));
   }
   Target& t;
   Peer p;
   Region r;
   uint32_t len = 0, first = 0;
+  Bytes payload = Bytes(100, 0x55);
 };
 
 }  // namespace
@@ -181,13 +190,13 @@ struct PacketByPacket {
 // the last gap, and packet 3, its message's last, draw one at once.
 Outcome check_ack4(Target& t) {
   if (!t.simulated_time()) return skip("needs a target with simulated time");
-  PacketByPacket w(t);
-  if (const std::string why = w.open(4); !why.empty()) return fail(why);
+  TesterWrites w(t);
+  if (const std::string why = w.open(4, 4 * 4096); !why.empty()) return fail(why);
   Peer& p = w.p;
   for (const uint32_t k : {0u, 2u, 1u, 3u}) {
     const uint32_t psn = w.first + k;
     const bool at_once = k == 1 || k == 3;
-    const std::vector<Reply> now = p.exchange(w.packet(k), 1000);
+    const std::vector<Reply> now = p.exchange(w.part(k), 1000);
     const char* what = k == 0   ? "the first packet of a message"
                        : k == 2 ? "a packet that leaves a gap"
                        : k == 1 ? "a packet that fills the last gap"
@@ -208,10 +217,10 @@ Outcome check_ack4(Target& t) {
 // apart than ack_delay, and ACK-5 then acknowledges each.
 Outcome check_ack1(Target& t) {
   if (!t.simulated_time()) return skip("needs a target with simulated time");
-  PacketByPacket w(t);
-  if (const std::string why = w.open(6); !why.empty()) return fail(why);
+  TesterWrites w(t);
+  if (const std::string why = w.open(6, 6 * 4096); !why.empty()) return fail(why);
   for (uint32_t k = 0; k < 4; ++k) {
-    const std::vector<Reply> now = w.p.exchange(w.packet(k), 1000);
+    const std::vector<Reply> now = w.p.exchange(w.part(k), 1000);
     const auto acks = of(now, wire::Opcode::kAck);
     const std::string which = "in-order packet " + std::to_string(k + 1) + " of a message";
     if (k % 2 == 0 && !acks.empty()) return fail(which + " drew an ACK at once");
@@ -616,23 +625,19 @@ Outcome check_mr3(Target& t) {
 // received: the whole packet at the same PSN then lands and is
 // acknowledged, not as a duplicate.
 Outcome check_trim5(Target& t) {
-  Peer p(t);
-  p.cover_payload = false;
-  Region r;
-  std::string why;
-  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
-  const Bytes payload(100, 0x55);
-  const uint32_t psn = p.next_psn++;
-  const auto cut = [&](size_t keep, uint64_t rkey) {
-    return p.write_part(psn, rkey, r.addr, std::span(payload).first(keep), 0,
-                        static_cast<uint32_t>(payload.size()));
-  };
+  TesterWrites w(t);
+  w.p.cover_payload = false;
+  if (const std::string why = w.open(1); !why.empty()) return fail(why);
   const struct {
     Bytes packet;
     const char* what;
-  } cuts[] = {{cut(0, r.rkey), "cut to its headers"},
-              {cut(50, r.rkey), "cut to half its payload"},
-              {cut(0, r.rkey ^ 1), "cut to its headers, with a bad key"}};
+  } cuts[] = {{w.cut(0, 0), "cut to its headers"},
+              {w.cut(0, 50), "cut to half its payload"},
+              {w.cut(0, 0, w.r.rkey ^ 1), "cut to its headers, with a bad key"}};
+  Peer& p = w.p;
+  const Region& r = w.r;
+  const Bytes& payload = w.payload;
+  const uint32_t psn = w.first;
   for (const auto& c : cuts) {
     const std::vector<Reply> rs = p.exchange(c.packet, 1000);
     if (!of(rs, wire::Opcode::kAck).empty() || !of(rs, wire::Opcode::kNak).empty())
@@ -648,6 +653,60 @@ Outcome check_trim5(Target& t) {
     return fail("the whole WRITE was taken for a duplicate: a cut one was marked received");
   if (t.read_memory(r, 0, payload.size()) != payload)
     return fail("the whole WRITE after the cut ones did not land");
+  return pass();
+}
+
+// TRIM-2 (where the target can be sent the TRIMMED code point): with PC
+// clear, two one-packet WRITEs cut to their headers and flagged trimmed,
+// the second first, each draw an ACK at once from the port they came from,
+// with ECHO_TRIMMED (and ECHO_CE for a CE-marked one) and their psn, tsval
+// and path_tag, that neither cumulatively nor selectively acknowledges them,
+// and write nothing; one with a header bit flipped draws nothing (its ICRC
+// covers the headers left); flagged, the whole packet is placed as usual.
+Outcome check_trim2(Target& t) {
+  TesterWrites w(t);
+  w.p.cover_payload = false;
+  if (const std::string why = w.open(2); !why.empty()) return fail(why);
+  Peer& p = w.p;
+  const uint32_t first = w.first;
+  const Region& r = w.r;
+  const auto packet = [&w](uint32_t k, size_t keep) { return w.cut(k, keep); };
+  const uint16_t port = Peer::kEntropy + 2;
+  for (const uint32_t k : {1u, 0u}) {
+    const bool ce = k == 0;
+    const uint32_t psn = first + k;
+    const std::string which = std::string(ce ? "a CE-marked" : "a") + " trimmed WRITE";
+    if (!t.deliver_trimmed(packet(k, 0), port, ce))
+      return skip("the target cannot be sent the TRIMMED code point");
+    const uint8_t flags = wire::kAckEchoTrimmed | (ce ? wire::kAckEchoCe : 0);
+    const std::vector<Reply> rs = p.run_until(acks(psn, flags));
+    const Reply* a = ack_of(rs, psn, flags);
+    if (a == nullptr)
+      return fail(which + " drew no ACK with ECHO_TRIMMED" + (ce ? ", ECHO_CE" : ""));
+    const wire::AckBody& k_ = a->pkt.ack;
+    if (k_.echo_tsval != 1000 || k_.echo_path_tag != 1 || a->entropy != port)
+      return fail(which + "'s ACK echoes tsval " + std::to_string(k_.echo_tsval) + ", path_tag " +
+                  hex32(k_.echo_path_tag) + " from port " + std::to_string(a->entropy) +
+                  ", not 1000, 0x1 from " + std::to_string(port));
+    const bool sacked = k_.sack_words > 0 && (k_.sack[0] & (uint64_t{1} << (psn - first - 1))) != 0;
+    if (k_.cum_psn != first || (k == 1 && sacked))
+      return fail(which + " was acknowledged (cum " + hex32(k_.cum_psn) + ")");
+    if (t.read_memory(r, 0, 256) != Bytes(256, 0)) return fail(which + " wrote memory");
+  }
+  Bytes flipped = packet(0, 0);
+  flipped[15] ^= 0x01;  // tsval's last byte: harmless but for the ICRC over the headers
+  (void)t.deliver_trimmed(flipped, port, false);
+  const std::vector<Reply> none = p.run(1000);
+  if (!of(none, wire::Opcode::kAck).empty() || !of(none, wire::Opcode::kNak).empty())
+    return fail("a trimmed WRITE with a header bit flipped drew a reply");
+  (void)t.deliver_trimmed(packet(0, w.payload.size()), port, false);
+  const std::vector<Reply> whole = p.run_until(acks(first));
+  const Reply* a = ack_of(whole, first);
+  if (a == nullptr || (a->pkt.ack.flags & wire::kAckEchoTrimmed) != 0 ||
+      a->pkt.ack.cum_psn != first + 1)
+    return fail("a flagged WRITE with its payload was not acknowledged as usual");
+  if (t.read_memory(r, 0, w.payload.size()) != w.payload)
+    return fail("a flagged WRITE with its payload was not placed");
   return pass();
 }
 

@@ -27,6 +27,13 @@ void EngineTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, 
   ep_->handle_datagram(RxDatagram{stranger ? stranger_ : tester_, entropy, ce, datagram}, now_);
 }
 
+bool EngineTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
+  RxDatagram dg{tester_, entropy, ce, datagram};
+  dg.trimmed = true;
+  ep_->handle_datagram(dg, now_);
+  return true;
+}
+
 void EngineTarget::collect(std::vector<Sent>& out) {
   TxDatagram tx;
   while (ep_->poll_transmit(now_, buf_, tx)) {

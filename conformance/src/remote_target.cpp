@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::conformance {
 
 using nlohmann::json;
@@ -88,6 +90,11 @@ bool RemoteTarget::field(const json& reply, const char* op, const char* key, uin
 void RemoteTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                            bool stranger) {
   wire_.deliver(datagram, entropy, ce, stranger);
+}
+
+bool RemoteTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
+  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
+  return true;
 }
 
 std::vector<Sent> RemoteTarget::run_for(uint64_t ns) {

@@ -80,6 +80,10 @@ constexpr std::array kChecks = {
           "a bad key or a message range past the region (whole message, not packet) writes "
           "nothing and draws the NAK",
           check_place2},
+    Check{"TRIM-2",
+          "a flagged, cut WRITE draws an ACK at once with ECHO_TRIMMED and its echo fields, "
+          "acknowledges and writes nothing; flagged with its payload, it is placed",
+          check_trim2},
     Check{"TRIM-5",
           "with PC clear, a packet with less payload than SEQ-5 gives it, not flagged trimmed, "
           "is dropped: no reply, nothing written or received",

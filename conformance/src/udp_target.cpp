@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::conformance {
 namespace {
 
@@ -41,6 +43,11 @@ std::string UdpTarget::name() const {
 void UdpTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                         bool stranger) {
   wire_.deliver(datagram, entropy, ce, stranger);
+}
+
+bool UdpTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
+  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
+  return true;
 }
 
 std::vector<Sent> UdpTarget::run_for(uint64_t ns) {

@@ -123,6 +123,18 @@ class FaultyTarget : public EngineTarget {
       all.push_back(std::move(bytes));
     for (const auto& x : all) EngineTarget::deliver(x, entropy, ce, stranger && !confuse_peers);
   }
+  // What deliver_trimmed hands in: with `trimmed_as_plain` the flag is lost
+  // (a driver deaf to the DSCP); with `reseal_trimmed` the ICRC is made good
+  // first (a receiver that never checks a trimmed packet's).
+  bool trimmed_as_plain = false;
+  bool reseal_trimmed = false;
+  bool deliver_trimmed(std::span<const uint8_t> d, uint16_t entropy, bool ce) override {
+    std::vector<uint8_t> bytes(d.begin(), d.end());
+    if (reseal_trimmed) (void)wire::seal(bytes, bytes.size() - wire::kIcrcSize, 0);
+    if (!trimmed_as_plain) return EngineTarget::deliver_trimmed(bytes, entropy, ce);
+    deliver(bytes, entropy, ce, false);
+    return true;
+  }
   std::vector<Sent> run_for(uint64_t ns) override {
     std::vector<Sent> out = EngineTarget::run_for(ns);
     if (mutate) mutate(out);
@@ -1104,6 +1116,26 @@ TEST(Conformance, LengthTakenFromThePacketFailsTrim5) {
       return true;
     });
   });
+}
+
+// TRIM-2 broken: the TRIMMED code point ignored, ECHO_TRIMMED never set,
+// or a trimmed packet's ICRC over its headers never checked.
+TEST(Conformance, TrimmedCodePointIgnoredFailsTrim2) {
+  expect_fails("TRIM-2", [](FaultyTarget& t) { t.trimmed_as_plain = true; });
+}
+
+TEST(Conformance, EchoTrimmedNeverSetFailsTrim2) {
+  expect_fails("TRIM-2", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, TrimmedIcrcUncheckedFailsTrim2) {
+  expect_fails("TRIM-2", [](FaultyTarget& t) { t.reseal_trimmed = true; });
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {

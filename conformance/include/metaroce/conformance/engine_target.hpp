@@ -24,6 +24,7 @@ class EngineTarget : public Target {
   [[nodiscard]] bool simulated_time() const override { return true; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
   bool deregister_memory(const Region& r) override;

@@ -41,6 +41,7 @@ class RemoteTarget : public Target {
   [[nodiscard]] bool simulated_time() const override { return false; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   // Real time, at least RemoteOptions::min_wait_us.
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;

@@ -49,6 +49,14 @@ class Target {
   // `entropy`, with the IP ECN field CE when `ce`.
   virtual void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                        bool stranger = false) = 0;
+  // The same as a trimming switch forwards it (TRIM-1): with the TRIMMED
+  // code point, DSCP 63 (wire::kDefaultTrimmedDscp), which the IUT reads as
+  // RxDatagram::trimmed (TRIM-2). False when the target cannot (the check
+  // then skips).
+  [[nodiscard]] virtual bool deliver_trimmed(std::span<const uint8_t> /*datagram*/,
+                                             uint16_t /*entropy*/, bool /*ce*/) {
+    return false;
+  }
   // Lets `ns` nanoseconds pass and returns what the IUT sent to the tester
   // meanwhile, in sending order. An in-process target simulates the time.
   virtual std::vector<Sent> run_for(uint64_t ns) = 0;

@@ -32,6 +32,7 @@ class UdpTarget : public Target {
   [[nodiscard]] bool simulated_time() const override { return false; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   // Real time, at least 2 ms: a reply the engine sends at once must cross
   // the kernel and a progress round first.
   std::vector<Sent> run_for(uint64_t ns) override;
