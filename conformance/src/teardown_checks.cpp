@@ -211,19 +211,23 @@ Outcome check_conn7_close(Target& t) {
   std::vector<Completion> done;
   std::string data_after;
   bool misled = false, answered = false;
-  while (clock.now() < 200'000'000) {
+  // In real time a packet sent just before the close may be read with the
+  // first DISCONNECT, even after it (the tester reads its sockets in turn);
+  // one read in a later wait was sent after it.
+  std::map<uint32_t, size_t> closed_in;  // by dst_conn: the wait of its first DISCONNECT
+  for (size_t wait = 0; clock.now() < 200'000'000; ++wait) {
     std::vector<Reply> rs = a.run(step);
     clock.advanced(step);
     for (Reply& r : rs) {
       if (r.error != wire::ParseError::kOk) continue;
       const uint32_t to = r.pkt.bh.dst_conn;
-      // In real time a packet sent before the close may still be on its
-      // way; one after the connection's first DISCONNECT is not.
-      const auto sent = disc.find(to);
-      const bool closed = t.simulated_time() || (sent != disc.end() && !sent->second.empty());
-      if (wire::is_data(r.pkt.bh.opcode) && closed && data_after.empty())
+      const auto closed = closed_in.find(to);
+      const bool after = t.simulated_time() || (closed != closed_in.end() && closed->second < wait);
+      if (wire::is_data(r.pkt.bh.opcode) && after && data_after.empty())
         data_after = "a data packet (PSN " + hex32(r.pkt.bh.psn) + ") after the close";
-      if (r.pkt.bh.opcode == wire::Opcode::kDisconnect) disc[to].push_back({clock.now(), r});
+      if (r.pkt.bh.opcode != wire::Opcode::kDisconnect) continue;
+      disc[to].push_back({clock.now(), r});
+      closed_in.emplace(to, wait);
     }
     Completion c;
     while (t.poll_completion(c)) done.push_back(c);
@@ -270,8 +274,10 @@ Outcome check_conn7_close(Target& t) {
     return fail("A sent " + std::to_string(na) +
                 " DISCONNECTs: a DISCONNECT_ACK naming another src_conn, or from another "
                 "address, ended its close");
-  // In real time one resend may cross the tester's DISCONNECT_ACK.
-  if (na > (t.simulated_time() ? 3u : 4u))
+  // In real time a resend or two may cross the tester's DISCONNECT_ACK (the
+  // tester answers at the end of a 5 ms wait, later on a loaded host); an
+  // IUT deaf to it sends 8.
+  if (na > (t.simulated_time() ? 3u : 5u))
     return fail("A sent " + std::to_string(na) + " DISCONNECTs: resent after its DISCONNECT_ACK");
   if (nb != 8) return fail("B, never answered, sent " + std::to_string(nb) + " DISCONNECTs, not 8");
   return pass(std::to_string(na) + " and " + std::to_string(nb) + " DISCONNECTs");
