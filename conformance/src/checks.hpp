@@ -82,6 +82,11 @@ Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
 Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
+// teardown_checks.cpp
+Outcome check_conn4(Target& t);
+Outcome check_conn7_close(Target& t);
+Outcome check_comp5(Target& t);
+Outcome check_path7(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
 Outcome check_seq3(Target& t);
@@ -98,6 +103,9 @@ Outcome check_place2(Target& t);
 Outcome check_mr1(Target& t);
 Outcome check_mr2(Target& t);
 Outcome check_mr3(Target& t);
+Outcome check_ack1(Target& t);
+Outcome check_trim5(Target& t);
+Outcome check_trim2(Target& t);
 // timing_checks.cpp
 Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);

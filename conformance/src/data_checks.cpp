@@ -146,6 +146,43 @@ Outcome check_place1(Target& t) {
   return pass();
 }
 
+namespace {
+
+// WRITEs from the tester into a region of the target, built packet by
+// packet: a message of whole packets, each sent without AR to see which
+// draw ACKs (ACK-1, ACK-4), or one-packet messages of 100 bytes, whole or
+// cut short as a trimming switch cuts them (TRIM-2, TRIM-5).
+struct TesterWrites {
+  explicit TesterWrites(Target& target) : t(target), p(target) {}
+  // Connects, registers `length` bytes and takes `psns` PSNs; what failed if not.
+  std::string open(uint32_t psns, uint64_t length = 4096) {
+    std::string why;
+    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, length)) return why;
+    len = psns * p.mtu;
+    first = p.next_psn;
+    p.next_psn += psns;
+    return {};
+  }
+  // Packet `k` of one message over all the PSNs, without AR.
+  [[nodiscard]] Bytes part(uint32_t k) const {
+    return p.write_part(first + k, r.rkey, r.addr + k * p.mtu, Bytes(p.mtu, 0x4b), k * p.mtu, len,
+                        false);
+  }
+  // One-packet message `k`, at r.addr + 128 k, with `keep` bytes of its
+  // payload, naming `rkey` (the region's if 0).
+  [[nodiscard]] Bytes cut(uint32_t k, size_t keep, uint64_t rkey = 0) const {
+    return p.write_part(first + k, rkey != 0 ? rkey : r.rkey, r.addr + 128 * k,
+                        std::span(payload).first(keep), 0, static_cast<uint32_t>(payload.size()));
+  }
+  Target& t;
+  Peer p;
+  Region r;
+  uint32_t len = 0, first = 0;
+  Bytes payload = Bytes(100, 0x55);
+};
+
+}  // namespace
+
 // ACK-4 and ACK-5 (simulated time: "at once" and "within ack_delay" are
 // not told apart in real time): the packets of a four-packet WRITE, none
 // with AR, sent 0, 2, 1, 3. Packet 0 draws no ACK at once, but one within
@@ -153,18 +190,13 @@ Outcome check_place1(Target& t) {
 // the last gap, and packet 3, its message's last, draw one at once.
 Outcome check_ack4(Target& t) {
   if (!t.simulated_time()) return skip("needs a target with simulated time");
-  Peer p(t);
-  Region r;
-  std::string why;
-  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4 * 4096)) return fail(why);
-  const uint32_t len = 4 * p.mtu, first = p.next_psn;
-  p.next_psn += 4;
-  const Bytes part(p.mtu, 0x4b);
+  TesterWrites w(t);
+  if (const std::string why = w.open(4, 4 * 4096); !why.empty()) return fail(why);
+  Peer& p = w.p;
   for (const uint32_t k : {0u, 2u, 1u, 3u}) {
-    const uint32_t psn = first + k;
+    const uint32_t psn = w.first + k;
     const bool at_once = k == 1 || k == 3;
-    const std::vector<Reply> now = p.exchange(
-        p.write_part(psn, r.rkey, r.addr + k * p.mtu, part, k * p.mtu, len, false), 1000);
+    const std::vector<Reply> now = p.exchange(w.part(k), 1000);
     const char* what = k == 0   ? "the first packet of a message"
                        : k == 2 ? "a packet that leaves a gap"
                        : k == 1 ? "a packet that fills the last gap"
@@ -174,6 +206,34 @@ Outcome check_ack4(Target& t) {
                   (at_once ? " drew no ACK within 1 us" : " drew an ACK at once"));
     if (!at_once && ack_of(p.run(10'000), psn) == nullptr)
       return fail(std::string(what) + " drew no ACK within ack_delay (10 us)");
+  }
+  return pass();
+}
+
+// ACK-1: in-order packets of a message, none its last and none with AR,
+// draw one ACK for every ack_every (2) of them, at once (within 1 us, well
+// inside ack_delay), cumulative over both, and none for the first of each
+// pair. Simulated time only: in real time two packets may arrive further
+// apart than ack_delay, and ACK-5 then acknowledges each.
+Outcome check_ack1(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  TesterWrites w(t);
+  if (const std::string why = w.open(6, 6 * 4096); !why.empty()) return fail(why);
+  for (uint32_t k = 0; k < 4; ++k) {
+    const std::vector<Reply> now = w.p.exchange(w.part(k), 1000);
+    const auto acks = of(now, wire::Opcode::kAck);
+    const std::string which = "in-order packet " + std::to_string(k + 1) + " of a message";
+    if (k % 2 == 0 && !acks.empty()) return fail(which + " drew an ACK at once");
+    if (k % 2 == 0) continue;
+    if (acks.size() != 1)
+      return fail(which + " drew " + std::to_string(acks.size()) + " ACKs within 1 us, not 1");
+    const wire::AckBody& a = acks.front()->pkt.ack;
+    const uint32_t first = w.first;
+    if (a.cum_psn != first + k + 1)
+      return fail(which + " drew an ACK of cum " + hex32(a.cum_psn) + ", not " +
+                  hex32(first + k + 1));
+    if (a.echo_psn != first + k && a.echo_psn != first + k - 1)
+      return fail(which + "'s ACK echoes PSN " + hex32(a.echo_psn) + ", neither packet it covers");
   }
   return pass();
 }
@@ -555,6 +615,98 @@ Outcome check_mr3(Target& t) {
       nullptr)
     return fail("a range ending at the region's end was not acknowledged");
   if (t.read_memory(r, 4096 - 100, 100) != tail) return fail("it was not written");
+  return pass();
+}
+
+// TRIM-5: with PC clear (the ICRC covers the headers only), a WRITE packet
+// carrying less payload than SEQ-5 gives it, not flagged trimmed (cut to
+// its headers, cut to half, and cut with a bad key, which must not reach
+// NAK-1's key check), is dropped: no ACK or NAK, nothing written, nothing
+// received: the whole packet at the same PSN then lands and is
+// acknowledged, not as a duplicate.
+Outcome check_trim5(Target& t) {
+  TesterWrites w(t);
+  w.p.cover_payload = false;
+  if (const std::string why = w.open(1); !why.empty()) return fail(why);
+  const struct {
+    Bytes packet;
+    const char* what;
+  } cuts[] = {{w.cut(0, 0), "cut to its headers"},
+              {w.cut(0, 50), "cut to half its payload"},
+              {w.cut(0, 0, w.r.rkey ^ 1), "cut to its headers, with a bad key"}};
+  Peer& p = w.p;
+  const Region& r = w.r;
+  const Bytes& payload = w.payload;
+  const uint32_t psn = w.first;
+  for (const auto& c : cuts) {
+    const std::vector<Reply> rs = p.exchange(c.packet, 1000);
+    if (!of(rs, wire::Opcode::kAck).empty() || !of(rs, wire::Opcode::kNak).empty())
+      return fail(std::string("a WRITE ") + c.what + " drew an ACK or NAK");
+    if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))
+      return fail(std::string("a WRITE ") + c.what + " wrote memory");
+  }
+  const std::vector<Reply> whole =
+      p.exchange_until(p.write(psn, r.rkey, r.addr, payload), acks(psn));
+  const Reply* a = ack_of(whole, psn);
+  if (a == nullptr) return fail("the whole WRITE after the cut ones drew no ACK");
+  if ((a->pkt.ack.flags & wire::kAckEchoDup) != 0)
+    return fail("the whole WRITE was taken for a duplicate: a cut one was marked received");
+  if (t.read_memory(r, 0, payload.size()) != payload)
+    return fail("the whole WRITE after the cut ones did not land");
+  return pass();
+}
+
+// TRIM-2 (where the target can be sent the TRIMMED code point): with PC
+// clear, two one-packet WRITEs cut to their headers and flagged trimmed,
+// the second first, each draw an ACK at once from the port they came from,
+// with ECHO_TRIMMED (and ECHO_CE for a CE-marked one) and their psn, tsval
+// and path_tag, that neither cumulatively nor selectively acknowledges them,
+// and write nothing; one with a header bit flipped draws nothing (its ICRC
+// covers the headers left); flagged, the whole packet is placed as usual.
+Outcome check_trim2(Target& t) {
+  TesterWrites w(t);
+  w.p.cover_payload = false;
+  if (const std::string why = w.open(2); !why.empty()) return fail(why);
+  Peer& p = w.p;
+  const uint32_t first = w.first;
+  const Region& r = w.r;
+  const auto packet = [&w](uint32_t k, size_t keep) { return w.cut(k, keep); };
+  const uint16_t port = Peer::kEntropy + 2;
+  for (const uint32_t k : {1u, 0u}) {
+    const bool ce = k == 0;
+    const uint32_t psn = first + k;
+    const std::string which = std::string(ce ? "a CE-marked" : "a") + " trimmed WRITE";
+    if (!t.deliver_trimmed(packet(k, 0), port, ce))
+      return skip("the target cannot be sent the TRIMMED code point");
+    const uint8_t flags = wire::kAckEchoTrimmed | (ce ? wire::kAckEchoCe : 0);
+    const std::vector<Reply> rs = p.run_until(acks(psn, flags));
+    const Reply* a = ack_of(rs, psn, flags);
+    if (a == nullptr)
+      return fail(which + " drew no ACK with ECHO_TRIMMED" + (ce ? ", ECHO_CE" : ""));
+    const wire::AckBody& k_ = a->pkt.ack;
+    if (k_.echo_tsval != 1000 || k_.echo_path_tag != 1 || a->entropy != port)
+      return fail(which + "'s ACK echoes tsval " + std::to_string(k_.echo_tsval) + ", path_tag " +
+                  hex32(k_.echo_path_tag) + " from port " + std::to_string(a->entropy) +
+                  ", not 1000, 0x1 from " + std::to_string(port));
+    const bool sacked = k_.sack_words > 0 && (k_.sack[0] & (uint64_t{1} << (psn - first - 1))) != 0;
+    if (k_.cum_psn != first || (k == 1 && sacked))
+      return fail(which + " was acknowledged (cum " + hex32(k_.cum_psn) + ")");
+    if (t.read_memory(r, 0, 256) != Bytes(256, 0)) return fail(which + " wrote memory");
+  }
+  Bytes flipped = packet(0, 0);
+  flipped[15] ^= 0x01;  // tsval's last byte: harmless but for the ICRC over the headers
+  (void)t.deliver_trimmed(flipped, port, false);
+  const std::vector<Reply> none = p.run(1000);
+  if (!of(none, wire::Opcode::kAck).empty() || !of(none, wire::Opcode::kNak).empty())
+    return fail("a trimmed WRITE with a header bit flipped drew a reply");
+  (void)t.deliver_trimmed(packet(0, w.payload.size()), port, false);
+  const std::vector<Reply> whole = p.run_until(acks(first));
+  const Reply* a = ack_of(whole, first);
+  if (a == nullptr || (a->pkt.ack.flags & wire::kAckEchoTrimmed) != 0 ||
+      a->pkt.ack.cum_psn != first + 1)
+    return fail("a flagged WRITE with its payload was not acknowledged as usual");
+  if (t.read_memory(r, 0, w.payload.size()) != w.payload)
+    return fail("a flagged WRITE with its payload was not placed");
   return pass();
 }
 

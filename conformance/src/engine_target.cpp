@@ -27,6 +27,13 @@ void EngineTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, 
   ep_->handle_datagram(RxDatagram{stranger ? stranger_ : tester_, entropy, ce, datagram}, now_);
 }
 
+bool EngineTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
+  RxDatagram dg{tester_, entropy, ce, datagram};
+  dg.trimmed = true;
+  ep_->handle_datagram(dg, now_);
+  return true;
+}
+
 void EngineTarget::collect(std::vector<Sent>& out) {
   TxDatagram tx;
   while (ep_->poll_transmit(now_, buf_, tx)) {
@@ -44,6 +51,8 @@ void EngineTarget::collect(std::vector<Sent>& out) {
       accepted_ = ev.conn;
       ++accepted_count_;
     }
+    if (ev.kind == EventKind::kConnectFailed || ev.kind == EventKind::kError)
+      failed_.emplace(ev.conn.v, ev.status);
   }
 }
 
@@ -96,6 +105,33 @@ bool EngineTarget::poll_completion(Completion& out) { return ep_->poll_completio
 
 bool EngineTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   return ep_->path_stats(conn, path, out);
+}
+
+bool EngineTarget::close(ConnId conn) {
+  ep_->close(conn, now_);
+  return true;
+}
+
+bool EngineTarget::conn_error(ConnId conn, Status& out) {
+  const auto it = failed_.find(conn.v);
+  out = it == failed_.end() ? Status::kOk : it->second;
+  return true;
+}
+
+bool EngineTarget::listen(bool accept, uint32_t max_connections) {
+  EndpointConfig c = ep_->config();
+  c.accept_incoming = accept;
+  if (max_connections != 0) c.max_connections = max_connections;
+  reopen(c);
+  return true;
+}
+
+void EngineTarget::reopen(const EndpointConfig& cfg) {
+  ep_ = std::make_unique<Endpoint>(cfg);
+  memory_ = MemoryStore();
+  accepted_ = ConnId();
+  accepted_count_ = 0;
+  failed_.clear();
 }
 
 }  // namespace metaroce::conformance

@@ -102,12 +102,21 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
 }
 
 void Peer::accept(const Reply& req, uint8_t max_reads) {
+  answer(req, wire::Opcode::kConnectAccept, max_reads, Status::kOk);
+}
+
+void Peer::reject(const Reply& req, Status code) {
+  answer(req, wire::Opcode::kConnectReject, 16, code);
+}
+
+void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
   mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
   window_log2 = std::max<uint8_t>(6, std::min(window_log2, req.pkt.connect.window_log2));
-  wire::BaseHeader bh = header(wire::Opcode::kConnectAccept, 0);
+  wire::BaseHeader bh = header(op, 0);
   wire::ConnectBody b;
+  b.code = static_cast<uint8_t>(code);
   b.src_conn = conn_;
   b.initial_psn = initial_psn;
   b.mtu = 4096;
@@ -187,8 +196,8 @@ Bytes Peer::nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) cons
   return seal(std::move(p), h, 0);
 }
 
-Bytes Peer::disconnect(uint32_t src_conn) const {
-  wire::BaseHeader bh = header(wire::Opcode::kDisconnect, 0);
+Bytes Peer::disconnect(uint32_t src_conn, bool ack) const {
+  wire::BaseHeader bh = header(ack ? wire::Opcode::kDisconnectAck : wire::Opcode::kDisconnect, 0);
   Bytes p(256);
   const size_t h = wire::write_disconnect(p, bh, wire::DisconnectBody{src_conn, 0});
   return seal(std::move(p), h, 0);

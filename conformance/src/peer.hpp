@@ -43,6 +43,8 @@ class Peer {
   // Answers a CONNECT_REQ the target sent with an ACCEPT, advertising
   // `max_reads`; the target's connection then names this peer's conn id.
   void accept(const Reply& req, uint8_t max_reads = 16);
+  // Answers it with a CONNECT_REJECT of `code` instead (CONN-4).
+  void reject(const Reply& req, Status code);
 
   // ---- packets ----
   // A WRITE of `payload` at rkey/raddr as one message of one packet, with the
@@ -65,8 +67,9 @@ class Peer {
                 uint64_t rkey = 0, uint64_t raddr = 0, uint32_t imm = 0) const;
   // A NAK of the target's packet `nak_psn` (its `msn`), with our `cum`.
   Bytes nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) const;
-  // A DISCONNECT of the target's connection, naming `src_conn` as ours.
-  Bytes disconnect(uint32_t src_conn) const;
+  // A DISCONNECT of the target's connection, naming `src_conn` as ours; with
+  // `ack`, the DISCONNECT_ACK of the target's DISCONNECT.
+  Bytes disconnect(uint32_t src_conn, bool ack = false) const;
   // An ACK of everything before `cum`, echoing `echo` (a data packet of the
   // target's) with the echo flags `flags` (wire::kAckEcho*).
   Bytes ack(uint32_t cum, const Reply& echo, uint8_t flags = 0) const;
@@ -143,6 +146,8 @@ class Peer {
 
  private:
   wire::BaseHeader header(wire::Opcode op, uint32_t psn, uint16_t path_tag = 0) const;
+  // Answers the target's CONNECT_REQ with `op` (ACCEPT, or REJECT of `code`).
+  void answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code);
   Bytes write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
                      uint16_t path_tag, bool ack_requested, uint32_t offset,
                      uint32_t msg_len) const;

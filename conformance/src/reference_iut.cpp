@@ -25,6 +25,20 @@ std::unique_ptr<ReferenceIut> ReferenceIut::open(const std::string& addr, const 
   return std::unique_ptr<ReferenceIut>(new ReferenceIut(std::move(ep)));
 }
 
+std::unique_ptr<ReferenceIut> ReferenceIut::reopen(std::unique_ptr<ReferenceIut> old,
+                                                   const std::string& addr, const udp::Options& o,
+                                                   std::string& why) {
+  if (old) old->ep().close(false);
+  old.reset();  // its sockets go before the new endpoint binds their ports
+  return open(addr, o, why);
+}
+
+udp::Options ReferenceIut::listening(udp::Options o, bool accept, uint32_t max_connections) {
+  o.engine.accept_incoming = accept;
+  if (max_connections != 0) o.engine.max_connections = max_connections;
+  return o;
+}
+
 void ReferenceIut::collect_accepted() {
   ConnId c;
   while (ep_->try_accept(c)) {

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::conformance {
 
 using nlohmann::json;
@@ -88,6 +90,11 @@ bool RemoteTarget::field(const json& reply, const char* op, const char* key, uin
 void RemoteTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                            bool stranger) {
   wire_.deliver(datagram, entropy, ce, stranger);
+}
+
+bool RemoteTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
+  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
+  return true;
 }
 
 std::vector<Sent> RemoteTarget::run_for(uint64_t ns) {
@@ -234,6 +241,26 @@ bool RemoteTarget::poll_completion(Completion& out) {
   c.has_imm = (*it)["has_imm"].get<bool>();
   out = c;
   return true;
+}
+
+bool RemoteTarget::close(ConnId conn) {
+  json r;
+  return call({{"op", "close"}, {"conn", conn.v}}, r);
+}
+
+bool RemoteTarget::conn_error(ConnId conn, Status& out) {
+  json r;
+  uint64_t status = 0;
+  if (!call({{"op", "conn_error"}, {"conn", conn.v}}, r) ||
+      !field(r, "conn_error", "status", status, 255))
+    return false;
+  out = static_cast<Status>(status);
+  return true;
+}
+
+bool RemoteTarget::listen(bool accept, uint32_t max_connections) {
+  json r;
+  return call({{"op", "listen"}, {"accept", accept}, {"max_connections", max_connections}}, r);
 }
 
 bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {

@@ -31,12 +31,20 @@ constexpr std::array kChecks = {
           check_conn2},
     Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
           check_conn3},
+    Check{"CONN-4",
+          "a CONNECT_REJECT fails the target's connection with its code; refusing, it answers "
+          "0x47, at its connection limit 0x4a",
+          check_conn4},
     Check{"CONN-6", "data before the ACCEPT is dropped unacknowledged, accepted when resent",
           check_conn6},
     Check{"CONN-7",
           "a DISCONNECT from another src_conn is dropped; the peer's draws a DISCONNECT_ACK "
           "naming both ends, again when repeated, and flushes work kPeerClosed",
           check_conn7},
+    Check{"CONN-7",
+          "closing: work flushed at once, no data after; DISCONNECT resent every 10 ms from each "
+          "path in turn until the peer's DISCONNECT_ACK, 8 in all",
+          check_conn7_close},
     Check{"SEQ-1", "the first PSN is the announced initial PSN; connections start apart",
           check_seq1},
     Check{"SEQ-2",
@@ -47,6 +55,10 @@ constexpr std::array kChecks = {
           check_seq3},
     Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
           check_place1},
+    Check{"ACK-1",
+          "in-order packets without AR draw one ACK per two, at once, none for the first of "
+          "each pair (simulated time only)",
+          check_ack1},
     Check{"ACK-4, ACK-5",
           "an ACK at once for a message's last packet or one filling the last gap, else within "
           "ack_delay (simulated time only)",
@@ -68,6 +80,14 @@ constexpr std::array kChecks = {
           "a bad key or a message range past the region (whole message, not packet) writes "
           "nothing and draws the NAK",
           check_place2},
+    Check{"TRIM-2",
+          "a flagged, cut WRITE draws an ACK at once with ECHO_TRIMMED and its echo fields, "
+          "acknowledges and writes nothing; flagged with its payload, it is placed",
+          check_trim2},
+    Check{"TRIM-5",
+          "with PC clear, a packet with less payload than SEQ-5 gives it, not flagged trimmed, "
+          "is dropped: no reply, nothing written or received",
+          check_trim5},
     Check{"MR-1", "remote keys are nonzero and distinct; a deregistered key draws NAK 0x02",
           check_mr1},
     Check{"MR-2", "work naming memory without the local right, or past it, is refused", check_mr2},
@@ -95,6 +115,14 @@ constexpr std::array kChecks = {
           "a WRITE SACKed but not cumulatively acknowledged does not complete; sends and "
           "receives complete in posting order",
           check_comp},
+    Check{"COMP-5",
+          "in the error state (a fatal NAK sent), every outstanding WRITE, READ and receive "
+          "completes kFlushed in posting order",
+          check_comp5},
+    Check{"PATH-7",
+          "work unacknowledged for 2 s, PROBEs answered, fails kPeerUnreachable: the oldest "
+          "request with it, the rest kFlushed",
+          check_path7},
     Check{"NAK-1",
           "a duplicate with a bad key is acknowledged, one out of the window dropped: no NAK",
           check_nak1},

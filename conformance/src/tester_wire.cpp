@@ -124,11 +124,11 @@ std::string TesterWire::tester_address() const {
 }
 
 void TesterWire::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
-                         bool stranger) {
+                         bool stranger, uint8_t dscp) {
   const int off = entropy - kCheckPortBase;
   const int fd = stranger ? stranger_fd_ : tester_fds_[off >= 0 && off < kPorts ? off : 0];
   // The IP ECN field of this one datagram: ECT(0), or CE when asked.
-  const int tos = ce ? 3 : 2;
+  const int tos = (dscp << 2) | (ce ? 3 : 2);
   if (family_ == AF_INET6)
     (void)setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos));
   else

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::conformance {
 namespace {
 
@@ -21,8 +23,9 @@ std::unique_ptr<UdpTarget> UdpTarget::open(std::string& why) {
     std::unique_ptr<UdpTarget> t(new UdpTarget());
     const auto base = static_cast<uint16_t>(33000 + (r % 1500) * kTesterPorts);  // 33000..56999
     if (!t->wire_.open(kTesterIp, kStrangerIp, base, why)) continue;
-    t->iut_ = ReferenceIut::open("127.0.0.1:" + std::to_string(base - 1),
-                                 ReferenceIut::options(base, kTesterPorts), why);
+    t->iut_addr_ = "127.0.0.1:" + std::to_string(base - 1);
+    t->options_ = ReferenceIut::options(base, kTesterPorts);
+    t->iut_ = ReferenceIut::open(t->iut_addr_, t->options_, why);
     if (!t->iut_) continue;
     if (!t->wire_.set_iut("127.0.0.1", t->iut_->ep().port(), why)) return nullptr;
     return t;
@@ -33,12 +36,18 @@ std::unique_ptr<UdpTarget> UdpTarget::open(std::string& why) {
 UdpTarget::~UdpTarget() { iut_.reset(); }
 
 std::string UdpTarget::name() const {
-  return "metaroce UDP driver on " + iut_->ep().local_address() + " (real sockets)";
+  return "metaroce UDP driver on " + (iut_ ? iut_->ep().local_address() : iut_addr_) +
+         " (real sockets)";
 }
 
 void UdpTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                         bool stranger) {
   wire_.deliver(datagram, entropy, ce, stranger);
+}
+
+bool UdpTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
+  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
+  return true;
 }
 
 std::vector<Sent> UdpTarget::run_for(uint64_t ns) {
@@ -81,6 +90,28 @@ bool UdpTarget::poll_completion(Completion& out) { return iut_->ep().poll_comple
 
 bool UdpTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   return iut_->path_stats(conn, path, out);
+}
+
+bool UdpTarget::close(ConnId conn) {
+  iut_->ep().close(conn);
+  return true;
+}
+
+bool UdpTarget::conn_error(ConnId conn, Status& out) {
+  if (iut_->ep().state(conn) == udp::ConnState::kUnknown) return false;
+  out = status_of(iut_->ep().conn_error(conn));
+  return true;
+}
+
+bool UdpTarget::listen(bool accept, uint32_t max_connections) {
+  std::string why;
+  iut_ = ReferenceIut::reopen(std::move(iut_), iut_addr_,
+                              ReferenceIut::listening(options_, accept, max_connections), why);
+  if (iut_) return true;
+  // The ports were taken meanwhile: the target is no more, and the suite
+  // stops after the check, which must not use it again.
+  lost_ = "the UDP driver could not reopen: " + why;
+  return false;
 }
 
 }  // namespace metaroce::conformance

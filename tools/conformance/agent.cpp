@@ -40,6 +40,12 @@ struct Args {
               " is required";
     return 0;
   }
+  bool b(const char* key) {
+    const auto it = j.find(key);
+    if (it != j.end() && it->is_boolean()) return it->get<bool>();
+    if (error.empty()) error = std::string("\"") + key + "\": a boolean is required";
+    return false;
+  }
   std::string s(const char* key) {
     const auto it = j.find(key);
     if (it != j.end() && it->is_string()) return it->get<std::string>();
@@ -61,15 +67,9 @@ class Agent {
   Agent(std::string address, metaroce::udp::Options opts)
       : address_(std::move(address)), opts_(opts) {}
 
-  // A fresh endpoint (closing the old one at once): no connections, no
-  // regions, nothing accepted. False and open_error_ when it cannot open.
-  bool reset() {
-    if (iut_) iut_->ep().close(false);
-    iut_.reset();
-    open_error_.clear();
-    iut_ = mc::ReferenceIut::open(address_, opts_, open_error_);
-    return iut_ != nullptr;
-  }
+  // A fresh endpoint with the session's defaults (listen changes them for
+  // one session).
+  bool reset() { return reopen(opts_); }
   [[nodiscard]] const std::string& open_error() const { return open_error_; }
   [[nodiscard]] int ep_fd() const { return iut_ ? iut_->ep().fd() : -1; }
   [[nodiscard]] std::string local_address() const { return iut_ ? iut_->ep().local_address() : ""; }
@@ -133,9 +133,35 @@ class Agent {
       if (!a.error.empty()) return fail(a.error);
       return status_reply(ep.post_recv(conn, wr));
     }
+    if (op == "close" || op == "conn_error") {
+      const metaroce::ConnId conn{static_cast<uint32_t>(a.u("conn", UINT32_MAX))};
+      if (!a.error.empty()) return fail(a.error);
+      if (ep.state(conn) == metaroce::udp::ConnState::kUnknown)
+        return fail("no connection " + std::to_string(conn.v));
+      if (op == "conn_error") return status_reply(ep.conn_error(conn));
+      ep.close(conn);
+      return json{{"ok", true}};
+    }
+    if (op == "listen") {
+      const bool accept = a.b("accept");
+      const auto max = static_cast<uint32_t>(a.u("max_connections", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      if (!reopen(mc::ReferenceIut::listening(opts_, accept, max)))
+        return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
+    }
     if (op == "poll_completion") return poll_completion();
     if (op == "path_stats") return path_stats(a);
     return fail("unknown op \"" + op + "\"");
+  }
+
+  // A fresh endpoint with `o` (closing the old one at once): no
+  // connections, no regions, nothing accepted. False and open_error_ when
+  // it cannot open.
+  bool reopen(const metaroce::udp::Options& o) {
+    open_error_.clear();
+    iut_ = mc::ReferenceIut::reopen(std::move(iut_), address_, o, open_error_);
+    return iut_ != nullptr;
   }
 
   json register_memory(Args& a) {

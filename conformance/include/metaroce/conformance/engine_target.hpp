@@ -24,6 +24,7 @@ class EngineTarget : public Target {
   [[nodiscard]] bool simulated_time() const override { return true; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
   bool deregister_memory(const Region& r) override;
@@ -36,9 +37,18 @@ class EngineTarget : public Target {
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+  bool close(ConnId conn) override;
+  bool conn_error(ConnId conn, Status& out) override;
+  bool listen(bool accept, uint32_t max_connections) override;
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
     return std::pair{ep_->config().entropy_min, ep_->config().entropy_max};
   }
+
+ protected:
+  [[nodiscard]] const EndpointConfig& config() const { return ep_->config(); }
+  // A fresh endpoint with `cfg`, as a new target has: the memory, the
+  // connections and what was accepted are gone.
+  void reopen(const EndpointConfig& cfg);
 
  private:
   void collect(std::vector<Sent>& out);
@@ -50,6 +60,7 @@ class EngineTarget : public Target {
   std::vector<uint8_t> buf_;
   ConnId accepted_;
   size_t accepted_count_ = 0;
+  std::map<uint32_t, Status> failed_;  // by connection id: its kConnectFailed or kError
 };
 
 }  // namespace metaroce::conformance

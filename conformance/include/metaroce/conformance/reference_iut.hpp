@@ -21,6 +21,15 @@ class ReferenceIut {
   // nullptr and `why` when the endpoint cannot open on `addr`.
   static std::unique_ptr<ReferenceIut> open(const std::string& addr, const udp::Options& o,
                                             std::string& why);
+  // `old` closed at once (its peers are not told), and a fresh one opened
+  // on the same `addr` with `o`: a new session's IUT.
+  static std::unique_ptr<ReferenceIut> reopen(std::unique_ptr<ReferenceIut> old,
+                                              const std::string& addr, const udp::Options& o,
+                                              std::string& why);
+  // `o` refusing every connection (`accept` false, CONN-4: kConnectRefused)
+  // or accepting at most `max_connections` (0: as `o` says; beyond it,
+  // kResourceExhausted).
+  static udp::Options listening(udp::Options o, bool accept, uint32_t max_connections);
 
   [[nodiscard]] udp::UdpEndpoint& ep() { return *ep_; }
   [[nodiscard]] MemoryStore& memory() { return memory_; }

@@ -41,6 +41,7 @@ class RemoteTarget : public Target {
   [[nodiscard]] bool simulated_time() const override { return false; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   // Real time, at least RemoteOptions::min_wait_us.
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
@@ -54,6 +55,11 @@ class RemoteTarget : public Target {
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+  // The agent's `close`, `conn_error` and `listen`; false (the check skips) when it
+  // refuses them, an agent of protocol 1 without them included.
+  bool close(ConnId conn) override;
+  bool conn_error(ConnId conn, Status& out) override;
+  bool listen(bool accept, uint32_t max_connections) override;
   // --entropy-base..+count-1, mapped as the tester maps it (from 50000);
   // unknown for a block so large that its mapping wraps past 65535.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {

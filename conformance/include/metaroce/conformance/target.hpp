@@ -49,6 +49,14 @@ class Target {
   // `entropy`, with the IP ECN field CE when `ce`.
   virtual void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                        bool stranger = false) = 0;
+  // The same as a trimming switch forwards it (TRIM-1): with the TRIMMED
+  // code point, DSCP 63 (wire::kDefaultTrimmedDscp), which the IUT reads as
+  // RxDatagram::trimmed (TRIM-2). False when the target cannot (the check
+  // then skips).
+  [[nodiscard]] virtual bool deliver_trimmed(std::span<const uint8_t> /*datagram*/,
+                                             uint16_t /*entropy*/, bool /*ce*/) {
+    return false;
+  }
   // Lets `ns` nanoseconds pass and returns what the IUT sent to the tester
   // meanwhile, in sending order. An in-process target simulates the time.
   virtual std::vector<Sent> run_for(uint64_t ns) = 0;
@@ -73,6 +81,21 @@ class Target {
   [[nodiscard]] virtual bool poll_completion(Completion& out) = 0;
   // The state of path slot `path` of a connection (spec PathStats).
   [[nodiscard]] virtual bool path_stats(ConnId conn, size_t path, PathStats& out) = 0;
+  // Closes a connection in order (CONN-7: its outstanding work completes
+  // kFlushed, its DISCONNECT follows on the wire). False when the target
+  // cannot be asked to (the checks of the closing side then skip).
+  [[nodiscard]] virtual bool close(ConnId /*conn*/) { return false; }
+  // Why a connection failed: the status it entered the error state with, or
+  // its connect failed with (CONN-4's REJECT code, PATH-7's
+  // kPeerUnreachable); kOk while it has not failed. False when the target
+  // cannot tell (the checks then leave it out).
+  [[nodiscard]] virtual bool conn_error(ConnId /*conn*/, Status& /*out*/) { return false; }
+  // Makes the IUT afresh, as a new target finds it (no connections, memory
+  // or completions), refusing every CONNECT_REQ (`accept` false) or
+  // accepting at most `max_connections` connections at once (0: its own
+  // limit), for CONN-4. False when the target cannot be set so (the check
+  // then skips).
+  [[nodiscard]] virtual bool listen(bool /*accept*/, uint32_t /*max_connections*/) { return false; }
   // The IUT's entropy range (the UDP source ports its paths draw from, spec
   // PATH-1), {min, max} as Sent::entropy reads them; nullopt when the target
   // does not know it (PATH-1 then checks what it can without it).

@@ -41,7 +41,9 @@ class TesterWire {
   [[nodiscard]] bool set_iut(const std::string& ip, uint16_t port, std::string& why);
   // Sends `datagram` to the IUT from check port `entropy` (outside the 16:
   // the first), or from the stranger, with IP ECN ECT(0), or CE when `ce`.
-  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce, bool stranger);
+  // With `dscp`, the IP DSCP it carries (0 unless told; TRIM-2's TRIMMED code point).
+  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce, bool stranger,
+               uint8_t dscp = 0);
   // Appends every datagram waiting on the tester's sockets, then the
   // stranger's, with its source port mapped to a check port and its ECN.
   void receive(std::vector<Sent>& out);

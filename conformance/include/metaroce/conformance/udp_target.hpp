@@ -32,6 +32,7 @@ class UdpTarget : public Target {
   [[nodiscard]] bool simulated_time() const override { return false; }
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   // Real time, at least 2 ms: a reply the engine sends at once must cross
   // the kernel and a progress round first.
   std::vector<Sent> run_for(uint64_t ns) override;
@@ -46,6 +47,12 @@ class UdpTarget : public Target {
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
+  bool close(ConnId conn) override;
+  bool conn_error(ConnId conn, Status& out) override;
+  // The driver reopened on the same ports with the setting; if it cannot
+  // (a port taken meanwhile), the target is lost.
+  bool listen(bool accept, uint32_t max_connections) override;
+  [[nodiscard]] std::string lost() const override { return lost_; }
   // Its block, base..base+15, maps onto the check ports 50000..50015.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
     return std::pair{TesterWire::kFirstCheckPort,
@@ -55,6 +62,9 @@ class UdpTarget : public Target {
  private:
   UdpTarget() = default;
   std::unique_ptr<ReferenceIut> iut_;
+  std::string iut_addr_;  // 127.0.0.1:base - 1
+  udp::Options options_;  // what it opened with
+  std::string lost_;
   TesterWire wire_;  // 127.0.0.3:base + i, 127.0.0.4:base
 };
 
