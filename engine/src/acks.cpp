@@ -217,9 +217,14 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
     touched &= touched - 1;
     detect_losses(c, t, static_cast<uint8_t>(i), now, cfg.recovery.reorder_threshold);
   }
-  if (t.sq_seg == t.sq_tail && t.resp_seg == t.resp_tail && t.retx_head == t.retx_tail &&
-      c.cum_acked != c.next_psn)
-    chase_lone_tail(c, t, now);
+  // PATH-8 counts the time the connection is limited by its windows: this
+  // ACK starts an idle stretch (nothing left to send) or ends one.
+  if (t.sq_seg == t.sq_tail && t.resp_seg == t.resp_tail && t.retx_head == t.retx_tail) {
+    if (!t.explore.idle) explore_idle_changed(c, now);
+    if (c.cum_acked != c.next_psn) chase_lone_tail(c, t, now);
+  } else if (t.explore.idle) {
+    explore_idle_changed(c, now);
+  }
   if (now >= t.explore.next || c.draining_slot != detail::kNoPath) explore(c, now);
   complete_sends(c);
   release_resp_jobs(c);

@@ -149,11 +149,19 @@ struct TxCtx {
     TimeNs next{0};           // next tick; 0: not started; never: a moved path is not back yet
     TimeNs mark_time{0};      // start of the window being measured
     uint64_t mark_acked = 0;  // packets acknowledged on all paths by mark_time
+    // The rate counts only time the connection was limited by its windows:
+    // from an ACK that left data waiting to the next ACK, with the packets
+    // that one acknowledges. The rest (idle: from an ACK that left nothing
+    // to send to the first that leaves some) is summed here, since the mark.
+    TimeNs idle_since{0};                      // the open idle stretch's start (while idle)
+    uint64_t idle_since_acked = 0;             // packets acknowledged by idle_since
+    uint64_t idle_ns = 0, idle_acked = 0;      // closed idle stretches since the mark
     uint64_t before_acked = 0, before_ns = 0;  // the window before the move
     uint16_t old_entropy = 0;                  // the moved path's entropy before the move
     uint8_t trial = kNoPath;                   // the moved path, until its trial is judged
     uint8_t backoff = 0;                       // failed trials in a row: the interval doubles
     bool reverting = false;                    // the draining path goes back to old_entropy
+    bool idle = false;  // the latest ACK left nothing to send (not window-limited)
   };
   Exploration explore;
   // The send queue and READ responses are rings of power-of-two capacity

@@ -455,8 +455,12 @@ struct Endpoint::Impl {
   void renew_path(detail::Connection& c, uint8_t path, TimeNs now, int entropy = -1,
                   bool keep_rtt = false);
   void explore_moved_path_back(detail::Connection& c, uint8_t slot, TimeNs now);
-  // PATH-8: a trial whose path timed out or is retired ends with no verdict.
+  // PATH-8: a trial during which a path timed out or is retired ends with
+  // no verdict.
   [[gnu::cold]] void explore_path_failed(detail::Connection& c, uint8_t slot, TimeNs now);
+  // PATH-8: an ACK left the connection with nothing to send, or with data
+  // waiting after it had none.
+  [[gnu::noinline, gnu::cold]] void explore_idle_changed(detail::Connection& c, TimeNs now);
   // PATH-8. Rarely runs (once per explore interval, or while a path drains):
   // kept out of the ACK path it is called from.
   [[gnu::noinline, gnu::cold]] void explore(detail::Connection& c, TimeNs now);

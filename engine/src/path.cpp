@@ -155,13 +155,51 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
 // idle link raises the rate and stays; moving a path that had a link to
 // itself empties that link, and is undone. A path drains (takes no new data
 // until nothing is in flight on it) before it moves, so moving loses nothing.
+// Both rates count only the time the connection was limited by its windows:
+// an application with less to send acknowledges less whatever the links.
 namespace {
 uint64_t packets_acked(const Connection& c) {
   uint64_t n = 0;
   for (uint8_t i = 0; i < c.num_paths; ++i) n += c.paths[i].stats.packets_acked;
   return n;
 }
+
+// A measurement starts afresh from now.
+void mark(detail::TxCtx::Exploration& x, TimeNs now, uint64_t acked) {
+  x.mark_time = x.idle_since = now;
+  x.mark_acked = x.idle_since_acked = acked;
+  x.idle_ns = x.idle_acked = 0;
+}
+
+// Packets acknowledged and nanoseconds passed since the mark, idle stretches
+// (an open one included) taken off.
+struct Busy {
+  uint64_t acked, ns;
+};
+Busy busy_since_mark(const detail::TxCtx::Exploration& x, TimeNs now, uint64_t acked) {
+  uint64_t idle_ns = x.idle_ns, idle_acked = x.idle_acked;
+  if (x.idle) {
+    idle_ns += now.since(x.idle_since);
+    idle_acked += acked - x.idle_since_acked;
+  }
+  // A clock that stepped back can leave the idle sum above the span.
+  const uint64_t span = now.since(x.mark_time);
+  return {acked - x.mark_acked - idle_acked, span > idle_ns ? span - idle_ns : 0};
+}
 }  // namespace
+
+void Endpoint::Impl::explore_idle_changed(Connection& c, TimeNs now) {
+  detail::TxCtx::Exploration& x = c.tx->explore;
+  const uint64_t acked = packets_acked(c);
+  if (!x.idle) {  // this ACK's packets were sent while data waited
+    x.idle_since = now;
+    x.idle_since_acked = acked;
+  } else {  // this ACK's packets left during the idle stretch
+    x.idle_ns += now.since(x.idle_since);
+    x.idle_acked += acked - x.idle_since_acked;
+  }
+  x.idle = !x.idle;
+}
 
 void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   if (!c.tx) return;
@@ -191,20 +229,25 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   // nowhere to go.
   if (uint32_t{cfg.entropy_max} - cfg.entropy_min + 1 <= c.num_paths) return;
   const uint64_t acked = packets_acked(c);
-  const uint64_t window_acked = acked - x.mark_acked;
-  const uint64_t window_ns = now.since(x.mark_time);
-  const bool first = x.next.ns == 0;
-  x.mark_acked = acked;
-  x.mark_time = now;
-  if (first) {  // the clock starts with the first ACK
+  if (x.next.ns == 0) {  // the clock starts with the first ACK
+    mark(x, now, acked);
     x.next = now + interval;
     return;
   }
+  // A measurement lasts until it holds a quarter interval of window-limited
+  // time (bursts with idle gaps between them add up to it).
+  const uint64_t need = std::max<uint64_t>(interval / 4, 1);
+  const Busy busy = busy_since_mark(x, now, acked);
+  if (busy.ns < need) {
+    x.next = now + (x.trial != detail::kNoPath ? need - busy.ns : interval << x.backoff);
+    return;
+  }
+  mark(x, now, acked);
   if (x.trial != detail::kNoPath) {  // the window after a move ended: judge it
     const uint8_t slot = x.trial;
     x.trial = detail::kNoPath;
-    const bool worse = window_acked * x.before_ns * 16 < x.before_acked * window_ns * 15;
-    const bool better = window_acked * x.before_ns * 16 > x.before_acked * window_ns * 17;
+    const bool worse = busy.acked * x.before_ns * 16 < x.before_acked * busy.ns * 15;
+    const bool better = busy.acked * x.before_ns * 16 > x.before_acked * busy.ns * 17;
     if (worse && c.paths[slot].state == PathState::kActive) {
       x.backoff = static_cast<uint8_t>(std::min(x.backoff + 1, 6));
       x.reverting = true;
@@ -225,9 +268,9 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
     const Path* s = slowest < 0 ? nullptr : &c.paths[static_cast<size_t>(slowest)];
     if (s == nullptr || uint64_t{p.cwnd} * s->srtt < uint64_t{s->cwnd} * p.srtt) slowest = i;
   }
-  if (slowest < 0 || c.num_paths < 2 || window_acked == 0) return;
-  x.before_acked = window_acked;
-  x.before_ns = window_ns;
+  if (slowest < 0 || c.num_paths < 2 || busy.acked == 0) return;
+  x.before_acked = busy.acked;
+  x.before_ns = busy.ns;
   x.trial = static_cast<uint8_t>(slowest);
   x.old_entropy = c.paths[static_cast<size_t>(slowest)].entropy;
   x.next = TimeNs::never();  // until the moved path is back
@@ -236,32 +279,32 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
 }
 
 // The moved path answered its probe: the window its trial is judged by
-// starts now, a quarter interval long.
+// starts now.
 void Endpoint::Impl::explore_moved_path_back(Connection& c, uint8_t slot, TimeNs now) {
   if (!c.tx) return;
   detail::TxCtx::Exploration& x = c.tx->explore;
   if (slot != x.trial || x.next != TimeNs::never()) return;
-  x.mark_acked = packets_acked(c);
-  x.mark_time = now;
+  mark(x, now, packets_acked(c));
   x.next = now + std::max<uint64_t>(cfg.cc.explore_interval_ns / 4, 1);
 }
 
-// A path timed out (PATH-4) or is retired (PATH-5, PATH-6): a trial of it
-// still open ends with no verdict, and the path stays where that put it. A
-// verdict would weigh the failure, not the move, and undoing the move could
-// send the path back to the entropy it just failed on (a failure while it
-// drained). The next trial waits its interval from now.
+// A path timed out (PATH-4) or is retired (PATH-5, PATH-6): a trial still
+// open ends with no verdict, whichever path failed, and a move not yet made
+// is not made. A verdict would weigh the failure, not the move: the trial
+// path's failure could send it back to the entropy it just failed on (a
+// failure while it drained), and another path's would undo a good move. The
+// measurement restarts, so that the next trial is not measured against a
+// failure either; it waits its interval from now.
 void Endpoint::Impl::explore_path_failed(Connection& c, uint8_t slot, TimeNs now) {
   if (!c.tx) return;
   detail::TxCtx::Exploration& x = c.tx->explore;
-  if (c.draining_slot == slot) {
+  if (c.draining_slot == slot || (c.draining_slot == x.trial && !x.reverting)) {
     c.draining_slot = detail::kNoPath;
     x.reverting = false;
   }
-  if (x.trial != slot) return;
   x.trial = detail::kNoPath;
-  x.mark_acked = packets_acked(c);
-  x.mark_time = now;
+  if (x.next.ns == 0 || cfg.cc.explore_interval_ns == 0) return;  // not started
+  mark(x, now, packets_acked(c));
   x.next = now + (cfg.cc.explore_interval_ns << x.backoff);
 }
 

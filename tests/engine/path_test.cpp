@@ -431,5 +431,204 @@ TEST(Engine, DrainingPathWhoseLastPacketsATimerLosesStillMoves) {  // PATH-8, LO
     EXPECT_LT(longest_data_gap_with_a_dark_path_0(at), kMillisecond) << "dark at " << at << " us";
 }
 
+// PATH-8's verdict with something else going on. By default both paths
+// start on link 0 and every other entropy leads to link 1, idle, so the
+// first trial's move is a good one; `bad_move`: path 1 alone on a slow link
+// 1 and every new entropy leads to link 0, so that move empties link 1. The
+// application keeps four 64 KiB WRITEs posted (window-limited) until
+// `stop_us` after the first move, except that it posts one WRITE every
+// 100 us for the first `sparse_us`, or until the first move (offered load
+// rises then), and may pause from the move until `pause..._us` after the window
+// that judges the move starts (when the moved path answers its probe). Link
+// 0 may go dark from that window's start. Returns whether the first move
+// was undone (the path moved back to the entropy it left).
+struct TrialScene {
+  uint64_t interval_ns = 500'000;
+  std::array<TestLink, 2> links{TestLink{2'000, 0}, TestLink{2'000, 0}};
+  bool bad_move = false;
+  uint64_t stop_us = 600;
+  uint64_t sparse_us = 0;
+  uint64_t pause_from_move_to_window_plus_us = 0;  // 0: no pause
+  uint64_t link_0_dark_us = 0;                     // from the window's start; 0: never
+};
+struct TrialVerdict {
+  bool ok = false, moved = false, undone = false;
+  uint64_t timeouts = 0;
+};
+TrialVerdict first_trial_with(const TrialScene& s) {
+  TrialVerdict out;
+  EndpointConfig c = cfg(218);
+  c.num_paths = 2;
+  c.cc.explore_interval_ns = s.interval_ns;
+  Loop loop(c, cfg(219));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  std::array<uint16_t, 2> e{};
+  for (size_t i = 0; i < 2; ++i) {
+    PathStats ps;
+    if (!loop.ep(0).path_stats(a, i, ps)) return out;
+    e[i] = ps.entropy;
+  }
+  struct Seen {
+    int slot = -1;  // the first trial's path
+    uint16_t left = 0;
+    TimeNs moved_at{0}, window_at{0};
+    bool undone = false;
+  } seen;
+  loop.ep(0).set_trace(
+      [](void* ctx, const TraceEvent& ev) {
+        auto& v = *static_cast<Seen*>(ctx);
+        if (ev.kind == TraceKind::kPathExplored) {
+          if (v.slot < 0) {
+            v.slot = ev.path;
+            v.left = static_cast<uint16_t>(ev.aux);
+            v.moved_at = ev.time;
+          } else if (ev.path == v.slot && ev.psn == v.left) {
+            v.undone = true;
+          }
+        }
+        if (ev.kind == TraceKind::kPathState && v.slot == ev.path && v.window_at.ns == 0 &&
+            ev.aux == static_cast<uint32_t>(PathState::kActive))
+          v.window_at = ev.time;
+      },
+      &seen);
+  std::array<TimeNs, 2> link_free{};
+  uint16_t sent_entropy = 0;
+  loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
+    sent_entropy = tx.entropy;
+  };
+  const auto on_link = [&](uint16_t en) {
+    if (s.bad_move) return en == e[1] ? 1 : 0;
+    return en == e[0] || en == e[1] ? 0 : 1;
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12) || s.link_0_dark_us == 0) return false;
+    return on_link(sent_entropy) == 0 && seen.window_at.ns != 0 && loop.now() >= seen.window_at &&
+           loop.now().since(seen.window_at) < s.link_0_dark_us * kMicrosecond;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;
+    const auto l = static_cast<size_t>(on_link(sent_entropy));
+    const TimeNs arrive = std::max(loop.now(), link_free[l] + s.links[l].gap_ns);
+    link_free[l] = arrive;
+    return arrive.since(loop.now()) + s.links[l].delay_ns;
+  };
+  constexpr uint32_t kLen = 64 * 1024;
+  Buf src(loop.ep(0), kLen, 0, 0x45);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  uint64_t posted = 0, done = 0;
+  bool failed = false;
+  TimeNs sparse_next = loop.now();
+  const TimeNs start = loop.now();
+  const auto sparse = [&] {
+    return seen.slot < 0 && loop.now().since(start) < s.sparse_us * kMicrosecond;
+  };
+  const auto paused = [&] {
+    if (sparse()) return loop.now() < sparse_next;
+    if (s.pause_from_move_to_window_plus_us == 0 || seen.slot < 0) return false;
+    return seen.window_at.ns == 0 ||
+           loop.now().since(seen.window_at) < s.pause_from_move_to_window_plus_us * kMicrosecond;
+  };
+  const auto stopped = [&] {
+    return seen.slot >= 0 && loop.now().since(seen.moved_at) >= s.stop_us * kMicrosecond;
+  };
+  const auto app = [&] {
+    for (const Completion& k : loop.drain(0)) {
+      ++done;
+      failed = failed || k.status != Status::kOk;
+    }
+    while (!failed && !stopped() && !paused() && posted - done < 4) {
+      failed = loop.ep(0).post_send(a, write_wr(src, dst, kLen, ++posted)) != Status::kOk;
+      if (sparse()) sparse_next = loop.now() + 100 * kMicrosecond;
+    }
+    return failed || (stopped() && done == posted);
+  };
+  // run_until sends what app() posts at its next event, and jumps to the
+  // next timer when nothing is in flight: during a pause the application's
+  // clock is run in steps of a microsecond.
+  bool ran = false;
+  for (int i = 0; i < 100'000 && !ran; ++i) {
+    if (app()) {
+      ran = true;
+    } else if (paused()) {
+      loop.run_until(app, kMicrosecond);
+      loop.pass_time(kMicrosecond);
+    } else if (!loop.run_until([&] { return app() || paused(); }, 50 * kMillisecond)) {
+      break;
+    }
+  }
+  loop.ep(0).set_trace(nullptr, nullptr);
+  out.ok = ran && !failed && src.bytes == dst.bytes;
+  out.moved = seen.slot >= 0;
+  out.undone = seen.undone;
+  out.timeouts = loop.ep(0).conn_stats(a)->timeouts;
+  return out;
+}
+
+// The first trial's move in `s` is undone, or stands, as `undone` says.
+void expect_first_move(const TrialScene& s, bool undone, const char* why) {
+  const TrialVerdict r = first_trial_with(s);
+  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.moved);
+  EXPECT_EQ(r.undone, undone) << why;
+}
+
+// Path 1 alone on a slow link; a move empties it.
+TrialScene bad_move_scene() {
+  TrialScene s;
+  s.bad_move = true;
+  s.links = {TestLink{2'000, 0}, TestLink{6'000, 20'000}};
+  return s;
+}
+
+TEST(Engine, GoodMoveStaysThroughAnApplicationPauseInItsWindow) {  // PATH-8
+  // The application posts nothing from the move until most of the window
+  // that judges it has passed: fewer packets are acknowledged in that
+  // window for want of data, not of links. The move to the idle link must
+  // stand (the verdict counts only the time the connection was limited by
+  // its windows, and waits until it has a window's worth of it).
+  TrialScene s;
+  expect_first_move(s, false, "the premise: a good move");
+  s.pause_from_move_to_window_plus_us = 200;
+  expect_first_move(s, false, "an application pause undid a move to an idle link");
+}
+
+TEST(Engine, MoveThatEmptiesALinkIsUndoneThroughAnApplicationPause) {  // PATH-8
+  // The other way round: a pause in the window must not save a bad move
+  // either; the verdict waits for the window-limited time it needs.
+  TrialScene s = bad_move_scene();
+  expect_first_move(s, true, "the premise: a bad move");
+  s.pause_from_move_to_window_plus_us = 200;
+  expect_first_move(s, true, "an application pause saved a move that empties a link");
+}
+
+TEST(Engine, RiseInOfferedLoadDoesNotMakeABadMoveLookGood) {  // PATH-8
+  // The application offers a quarter of what the links carry for its first
+  // 1 ms, past the first tick (0.5 ms), then all they take. Measured against
+  // the quiet interval before it, a move that empties link 1 looked better
+  // and stood; the rate before a move counts only window-limited time too.
+  TrialScene s = bad_move_scene();
+  s.sparse_us = 1'000;
+  expect_first_move(s, true, "a bad move stood, measured against a quiet interval");
+}
+
+TEST(Engine, AnotherPathsTimeoutInTheWindowDoesNotUndoTheMove) {  // PATH-8, PATH-4
+  // Link 1 is half as fast as link 0: a move there still raises the rate
+  // by half. In the window that judges it, link 0 (the other path's) goes
+  // dark long enough for that path's RTO: the rate falls, for a reason that
+  // is not the move. The trial must end with no verdict; the move stands.
+  TrialScene s;
+  s.interval_ns = 8'000'000;  // a 2 ms window: room for a 1 ms RTO in it
+  s.links = {TestLink{2'000, 0}, TestLink{4'000, 0}};
+  s.stop_us = 4'000;
+  expect_first_move(s, false, "the premise: a good move");
+  s.link_0_dark_us = 1'500;
+  const TrialVerdict r = first_trial_with(s);
+  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.moved);
+  EXPECT_GT(r.timeouts, 0u);  // the premise: the other path timed out
+  EXPECT_FALSE(r.undone) << "another path's timeout undid the move";
+}
+
 }  // namespace
 }  // namespace metaroce::test
