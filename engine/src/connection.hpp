@@ -311,6 +311,12 @@ struct Connection {
   bool resp_turn = true;  // SCHED-4: a READ response goes next if both queues have a message ready
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
+  // LOSS-8: when the latest tail-loss resend went, if one has (then
+  // tail_resent). A resend that a tail-loss timer finds unanswered with no
+  // progress since is left to its RTO, which backs off: else two paths hand a
+  // lost packet to each other every timer, without end, while the peer is gone.
+  TimeNs tail_resent_at{0};
+  bool tail_resent = false;
   TimeNs last_activity{0};                    // last work posted or packet handled: context release
   TimeNs control_deadline = TimeNs::never();  // connect / disconnect retry
 

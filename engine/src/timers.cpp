@@ -120,15 +120,29 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
           // no probe is needed to find them.
           p.tlp_deadline = p.inflight > 0 ? now + tlp_timeout(p) : TimeNs::never();
         } else {
-          c.owe.tlp |= 1u << i;  // LOSS-8
           p.tlp_deadline = TimeNs::never();
-          // LOSS-8: the path's oldest packet goes again on another path now,
-          // rather than one probe round trip later; the path takes no new
-          // data until it answers, so a dead path is not refilled meanwhile.
+          detail::TxRecord* r = nullptr;
           if (c.tx) {
             trim_ring(c, i);
-            if (detail::TxRecord* r = in_flight_at(c, *c.tx, i, p.ring_head)) {
+            r = in_flight_at(c, *c.tx, i, p.ring_head);
+          }
+          if (r && r->tx_count > 1 && c.tail_resent && c.last_progress <= c.tail_resent_at) {
+            // LOSS-8: the oldest packet is itself a resend, and nothing of the
+            // connection was acknowledged since the latest tail-loss resend.
+            // Resending it again would start the same timer on the next path,
+            // and so on without end (a peer that vanished drew a resend every
+            // 150 us for PATH-7's 2 s); its RTO (LOSS-5) repairs it, backing
+            // off, and PATH-4 finds a dead path.
+          } else {
+            c.owe.tlp |= 1u << i;  // LOSS-8
+            // LOSS-8: the path's oldest packet goes again on another path
+            // now, rather than one probe round trip later; the path takes no
+            // new data until it answers, so a dead path is not refilled
+            // meanwhile.
+            if (r) {
               declare_lost(c, *c.tx, *r, now, false, false);
+              c.tail_resent_at = now;
+              c.tail_resent = true;
               // Held only while packets stay in flight: their RTO (LOSS-5)
               // then still guards the path if the probe gets no answer.
               p.held = p.inflight > 0;

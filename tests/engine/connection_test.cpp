@@ -276,6 +276,31 @@ TEST(Engine, DataThatNeverGetsThroughFailsThoughThePeerAnswers) {  // PATH-7
   EXPECT_GT(st->data_packets_received, 10u);
 }
 
+// LOSS-8 resends a path's tail on another path. With the peer gone, that
+// resend's own tail-loss timer resent it again on the next path, and so on:
+// two one-packet WRITEs drew a data packet every 150 us (13,332 in the 2 s of
+// PATH-7). A resend found unanswered with no progress since is left to its RTO.
+TEST(Engine, TailResendsDoNotChaseEachOtherWhileThePeerIsSilent) {  // LOSS-8, LOSS-5
+  Loop loop(cfg(106), cfg(107));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);  // RTT samples on the paths
+  bool silent = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return silent && from == 0; };
+  Buf src(loop.ep(0), 256, 0, 5);
+  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
+  const uint64_t before = loop.ep(0).conn_stats(a)->retransmissions;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 3)), Status::kOk);
+  loop.run_until([] { return false; }, 500'000'000ull);  // 0.5 s of silence
+  const uint64_t resent = loop.ep(0).conn_stats(a)->retransmissions - before;
+  EXPECT_LE(resent, 16u) << "data resends while the peer was silent";
+  // The peer comes back: the paths' probes are answered and both WRITEs land.
+  silent = false;
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 1'000'000'000ull));
+  for (const Completion& d : done) EXPECT_EQ(d.status, Status::kOk);
+}
+
 // ... but while a READ is outstanding the peer's data counts: the READ's
 // responses wait behind the message the peer has started (SEQ-5), however
 // long it takes, and the READ failed kPeerUnreachable meanwhile.
