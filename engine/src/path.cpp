@@ -171,20 +171,24 @@ void mark(detail::TxCtx::Exploration& x, TimeNs now, uint64_t acked) {
   x.idle_ns = x.idle_acked = 0;
 }
 
-// Packets acknowledged and nanoseconds passed since the mark, idle stretches
-// (an open one included) taken off.
-struct Busy {
+struct Tally {
   uint64_t acked, ns;
 };
-Busy busy_since_mark(const detail::TxCtx::Exploration& x, TimeNs now, uint64_t acked) {
-  uint64_t idle_ns = x.idle_ns, idle_acked = x.idle_acked;
-  if (x.idle) {
-    idle_ns += now.since(x.idle_since);
-    idle_acked += acked - x.idle_since_acked;
-  }
+
+// Packets acknowledged and nanoseconds passed in idle stretches since the
+// mark, the open one included.
+Tally idle_since_mark(const detail::TxCtx::Exploration& x, TimeNs now, uint64_t acked) {
+  if (!x.idle) return {x.idle_acked, x.idle_ns};
+  return {x.idle_acked + (acked - x.idle_since_acked), x.idle_ns + now.since(x.idle_since)};
+}
+
+// Packets acknowledged and nanoseconds passed since the mark, idle stretches
+// taken off.
+Tally busy_since_mark(const detail::TxCtx::Exploration& x, TimeNs now, uint64_t acked) {
+  const Tally idle = idle_since_mark(x, now, acked);
   // A clock that stepped back can leave the idle sum above the span.
   const uint64_t span = now.since(x.mark_time);
-  return {acked - x.mark_acked - idle_acked, span > idle_ns ? span - idle_ns : 0};
+  return {acked - x.mark_acked - idle.acked, span > idle.ns ? span - idle.ns : 0};
 }
 }  // namespace
 
@@ -195,8 +199,9 @@ void Endpoint::Impl::explore_idle_changed(Connection& c, TimeNs now) {
     x.idle_since = now;
     x.idle_since_acked = acked;
   } else {  // this ACK's packets left during the idle stretch
-    x.idle_ns += now.since(x.idle_since);
-    x.idle_acked += acked - x.idle_since_acked;
+    const Tally idle = idle_since_mark(x, now, acked);
+    x.idle_acked = idle.acked;
+    x.idle_ns = idle.ns;
   }
   x.idle = !x.idle;
 }
@@ -237,7 +242,7 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   // A measurement lasts until it holds a quarter interval of window-limited
   // time (bursts with idle gaps between them add up to it).
   const uint64_t need = std::max<uint64_t>(interval / 4, 1);
-  const Busy busy = busy_since_mark(x, now, acked);
+  const Tally busy = busy_since_mark(x, now, acked);
   if (busy.ns < need) {
     x.next = now + (x.trial != detail::kNoPath ? need - busy.ns : interval << x.backoff);
     return;

@@ -2201,7 +2201,7 @@ TEST(Udp, SpecificIPv6EndpointRejectsIPv4Peer) {
 
 // A round's ACKs and NAKs go before its data (ENC-6) through the send
 // path's counting sort: every socket's control key below every data key,
-// and every key inside the bucket array (2 * (entropy_count + 1) + 1), for
+// and every key inside the bucket array (2 * entropy_count + 1), for
 // any entropy_count the driver accepts. Keys were 16-bit and wrapped from
 // entropy_count 32768 on (metaroce-perf takes up to 65535), sorting data
 // among the ACKs.
@@ -2210,7 +2210,7 @@ TEST(Udp, SendGroupKeysKeepAcksFirstForEveryEntropyCount) {
   for (const uint32_t n : {1u, 64u, 32766u, 32767u, 40000u, 65535u}) {
     SCOPED_TRACE(n);
     const auto ecount = static_cast<uint16_t>(n);
-    const uint64_t buckets = 2 * (uint64_t{ecount} + 1) + 1;
+    const uint64_t buckets = 2 * uint64_t{ecount} + 1;
     uint32_t max_ack = 0;
     uint32_t min_data = UINT32_MAX;
     uint32_t max_data = 0;

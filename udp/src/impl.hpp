@@ -131,12 +131,12 @@ struct TxSlot {
 };
 
 // A slot's group in build_messages' counting sort: each socket's ACKs and
-// NAKs (sock), then each socket's data (entropy_count + 1 + sock), so that a
+// NAKs (sock), then each socket's data (entropy_count + sock), so that a
 // round's control class goes first. entropy_count may be 65535: up to
-// 131071 keys, so 32 bits (16 wrapped from entropy_count 32768 on and put
+// 131070 keys, so 32 bits (16 wrapped from entropy_count 32768 on and put
 // data among the ACKs).
 inline uint32_t tx_group_key(bool ack, uint16_t sock, uint16_t ecount) {
-  return ack ? uint32_t{sock} : uint32_t{ecount} + 1 + sock;
+  return ack ? uint32_t{sock} : uint32_t{ecount} + sock;
 }
 
 struct UdpEndpoint::Impl {

@@ -309,7 +309,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_peer_tried.assign(ecount, 0);
   tx_src.assign(ecount, LocalIp{});
   recent_src.assign(wild ? std::max<size_t>(64, batch) : 0, {});
-  tx_bucket.assign(2 * (size_t{ecount} + 1) + 1, 0);
+  tx_bucket.assign(2 * size_t{ecount} + 1, 0);
   tx_iov.assign(3 * tx_cap, iovec{});
   tx_msgs.assign(tx_cap, mmsghdr{});
   tx_msg_sock.assign(tx_cap, 0);
