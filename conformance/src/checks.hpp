@@ -49,9 +49,11 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
 const Reply* nak_of(const std::vector<Reply>& rs);
 // Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`
 // (and `msn`, when given), else what came ("drew no NAK ...", "drew NAK
-// ..., not ...").
+// ..., not ..."). `seen` (when given) receives everything the target sent
+// meanwhile.
 std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
-                      std::optional<uint32_t> msn = std::nullopt);
+                      std::optional<uint32_t> msn = std::nullopt,
+                      std::vector<Reply>* seen = nullptr);
 // Sends the packet `make` builds (at the peer's next PSN) on a fresh
 // connection of the tester (id `conn_id`) and expects NAK `code` naming it,
 // with nothing written in `r`.
@@ -128,5 +130,6 @@ Outcome check_place3(Target& t);
 Outcome check_place5(Target& t);
 Outcome check_comp(Target& t);
 Outcome check_mr5(Target& t);
+Outcome check_mr5_read(Target& t);
 
 }  // namespace metaroce::conformance

@@ -88,8 +88,10 @@ const Reply* nak_of(const std::vector<Reply>& rs) {
 }
 
 std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
-                      std::optional<uint32_t> msn) {
-  const std::vector<Reply> rs = p.exchange_until(packet, has(wire::Opcode::kNak));
+                      std::optional<uint32_t> msn, std::vector<Reply>* seen) {
+  std::vector<Reply> own;
+  std::vector<Reply>& rs = seen != nullptr ? *seen : own;
+  rs = p.exchange_until(packet, has(wire::Opcode::kNak));
   const Reply* n = nak_of(rs);
   if (n == nullptr) return "drew no NAK (expected code " + hex32(code) + ")";
   const wire::NakBody& k = n->pkt.nak;

@@ -374,6 +374,67 @@ TEST(Conformance, RequestsFromOnePortFailConn2) {
   });
 }
 
+// The check of `rule` passes on engines whose entropy range holds just
+// their paths' ports, so that a connection's values wrap at its top
+// wherever they start (the seed decides).
+void passes_across_a_wrap(const std::string& rule) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    EndpointConfig cfg = EngineTarget::default_config();
+    cfg.seed = seed;
+    cfg.entropy_min = 50000;
+    cfg.entropy_max = static_cast<uint16_t>(50000 + cfg.num_paths - 1);
+    const auto results = run([&] { return std::make_unique<EngineTarget>(cfg); }, rule);
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_TRUE(results[0].outcome.passed) << "seed " << seed << ": " << results[0].outcome.detail;
+  }
+}
+
+// ... or from more than one port, but not the entropy values in turn: two
+// ports taken by turns, or the values in reverse. `port` gives request k's
+// source port from the first request's.
+void requests_from(FaultyTarget& t, std::function<uint16_t(uint16_t first, size_t k)> port) {
+  auto first = std::make_shared<std::optional<uint16_t>>();
+  auto count = std::make_shared<size_t>(0);
+  t.mutate = [first, count, port = std::move(port)](std::vector<Sent>& v) {
+    for (Sent& s : v)
+      if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) {
+        if (!*first) *first = s.entropy;
+        s.entropy = port(**first, (*count)++);
+      }
+  };
+}
+
+TEST(Conformance, RequestsFromTwoPortsByTurnsFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    requests_from(t, [](uint16_t first, size_t k) { return static_cast<uint16_t>(first + k % 2); });
+  });
+}
+
+TEST(Conformance, RequestsFromTheEntropyValuesInReverseFailConn2) {
+  expect_fails("CONN-2", [](FaultyTarget& t) {
+    requests_from(
+        t, [](uint16_t first, size_t k) { return static_cast<uint16_t>(first + 3 - k % 4); });
+  });
+}
+
+// A requester that falls back to its receive port after its first 4
+// requests (behind a port-translating middlebox, naming reply_port 0)
+// still passes; so does one whose 4 values wrap at the top of its range.
+TEST(Conformance, LaterRequestsFromTheReceivePortPassConn2) {
+  const auto results = run(
+      [] {
+        auto t = std::make_unique<FaultyTarget>();
+        requests_from(*t, [](uint16_t first, size_t k) {
+          return k < 4 ? static_cast<uint16_t>(first + k) : uint16_t{4792};
+        });
+        return t;
+      },
+      "CONN-2");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
+  passes_across_a_wrap("CONN-2");
+}
+
 TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
   expect_fails("CONN-1", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
@@ -530,17 +591,7 @@ TEST(Conformance, AWrapToTheWrongPortFailsPath1) {
 
 // A range of as many ports as paths: most starts wrap at its top, which
 // PATH-1 takes (the slot's port modulo the range), whatever the seed.
-TEST(Conformance, AWrapAtTheTopOfTheRangePassesPath1) {
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
-    EndpointConfig cfg = EngineTarget::default_config();
-    cfg.seed = seed;
-    cfg.entropy_min = 50000;
-    cfg.entropy_max = static_cast<uint16_t>(50000 + cfg.num_paths - 1);
-    const auto results = run([&] { return std::make_unique<EngineTarget>(cfg); }, "PATH-1");
-    ASSERT_EQ(results.size(), 1u);
-    EXPECT_TRUE(results[0].outcome.passed) << "seed " << seed << ": " << results[0].outcome.detail;
-  }
-}
+TEST(Conformance, AWrapAtTheTopOfTheRangePassesPath1) { passes_across_a_wrap("PATH-1"); }
 
 // What the target sends in one go comes out in reverse: new data before the
 // retransmission that was chosen first.
@@ -877,6 +928,18 @@ TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
     rewrite_sent(t, [](wire::Packet& p) {
       if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
       p.nak.code = 0x04;
+      return true;
+    });
+  });
+}
+
+// ... or the NAK naming another packet than the one that found the memory
+// gone (the SEND, the READ_REQ whose source went).
+TEST(Conformance, OperationErrorNamingTheNextPacketFailsMr5) {
+  expect_fails("MR-5", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
+      ++p.nak.nak_psn;
       return true;
     });
   });
