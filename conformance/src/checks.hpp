@@ -62,6 +62,11 @@ Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
 // The same for a one-packet WRITE of `len` bytes at rkey/raddr.
 Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
                    uint32_t len, uint8_t code);
+// BAD-*: `send_bad` delivers a variant of a good one-packet WRITE (a
+// fresh connection's first) that the target must ignore (`what` says how it
+// is bad): no reply, nothing written; the good one then lands.
+Outcome ignored_then_served(Target& t, const std::string& what,
+                            const std::function<void(Peer&, const Bytes& good)>& send_bad);
 // PSN order is modulo 2^32 (SEQ-2): a target may start anywhere, wrap included.
 inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
 inline uint32_t later_psn(uint32_t a, uint32_t b) { return psn_after(b, a) ? b : a; }
@@ -77,6 +82,12 @@ Outcome check_int2(Target& t);
 Outcome check_bad4(Target& t);
 Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
+// bad_checks.cpp
+Outcome check_bad1(Target& t);
+Outcome check_bad2(Target& t);
+Outcome check_bad3(Target& t);
+Outcome check_bad5(Target& t);
+Outcome check_bad6(Target& t);
 // connection_checks.cpp
 Outcome check_conn1(Target& t);
 Outcome check_conn2(Target& t);

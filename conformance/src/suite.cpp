@@ -22,6 +22,24 @@ constexpr std::array kChecks = {
           "a WRITE with a payload or header bit flipped under its ICRC draws nothing, changes "
           "nothing",
           check_bad4},
+    Check{"BAD-1",
+          "a WRITE or an ACK shorter than its headers and ICRC, or than 20 bytes, draws nothing "
+          "and changes nothing",
+          check_bad1},
+    Check{"BAD-2",
+          "a WRITE or an ACK of version 2 draws nothing and changes nothing; a CONNECT_REQ of "
+          "version 2 draws a version-1 CONNECT_REJECT 0x48",
+          check_bad2},
+    Check{"BAD-3", "a WRITE or an ACK with an unknown opcode draws nothing and changes nothing",
+          check_bad3},
+    Check{"BAD-5",
+          "a WRITE with payload past msg_len - offset or offset past msg_len, a READ_REQ or ACK "
+          "with payload, draw nothing and change nothing",
+          check_bad5},
+    Check{"BAD-6",
+          "a READ_REQ with offset 1, an ACK with sack_words 17, a NAK with code 0 or 8 draw "
+          "nothing and change nothing",
+          check_bad6},
     Check{"BAD-7", "data for an unknown dst_conn draws nothing and changes nothing", check_bad7},
     Check{"BAD-8", "a packet for a connection from another address is dropped", check_bad8},
     Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},

@@ -295,6 +295,79 @@ TEST(Conformance, PcClearRefusedFailsInt2) {
   });
 }
 
+// BAD-1, BAD-2, BAD-3, BAD-5, BAD-6 broken: what the target receives with
+// one of those faults is mended by `mend` (given the decoder's verdict),
+// its ICRC made good again, and taken. Each fault is planted twice: in
+// every packet, and in the tester's ACKs and NAKs only (the checks' second
+// half: what the target's WRITE draws), and must fail the check both ways.
+void mend_received(FaultyTarget& t, wire::ParseError fault, bool control_only,
+                   std::function<void(std::vector<uint8_t>&)> mend) {
+  t.mutate_in = [fault, control_only, mend = std::move(mend)](std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (d.size() < 2 || wire::decode(d, p) != fault) return;
+    if (control_only && !wire::is_acknowledgement(d[1] & 0x7f)) return;
+    mend(d);
+    (void)wire::seal(d, d.size() - wire::kIcrcSize, 0);
+  };
+}
+
+void expect_fails_mended(const std::string& rule, wire::ParseError fault,
+                         const std::function<void(std::vector<uint8_t>&)>& mend) {
+  for (const bool control_only : {false, true})
+    expect_fails(rule, [&](FaultyTarget& t) { mend_received(t, fault, control_only, mend); });
+}
+
+// A short datagram read past its end as zeros (a fixed-size receive
+// buffer), its ICRC taken from there.
+TEST(Conformance, ShortDatagramsReadPastTheirEndFailBad1) {
+  expect_fails_mended("BAD-1", wire::ParseError::kTruncated, [](std::vector<uint8_t>& d) {
+    if (!wire::is_known_opcode(d[1])) return;
+    d.resize(
+        std::max(d.size(), wire::header_size(static_cast<wire::Opcode>(d[1])) + wire::kIcrcSize));
+  });
+}
+
+TEST(Conformance, VersionIgnoredFailsBad2) {
+  expect_fails_mended("BAD-2", wire::ParseError::kBadVersion, [](std::vector<uint8_t>& d) {
+    d[0] = static_cast<uint8_t>((wire::kVersion << 4) | (d[0] & 0x0f));
+  });
+}
+
+TEST(Conformance, OpcodeTopBitIgnoredFailsBad3) {
+  expect_fails_mended("BAD-3", wire::ParseError::kBadOpcode,
+                      [](std::vector<uint8_t>& d) { d[1] &= 0x7f; });
+}
+
+// A data packet's msg_len taken to cover its payload; a payload where none
+// belongs cut off.
+TEST(Conformance, PayloadPastItsHeaderTakenFailsBad5) {
+  expect_fails_mended("BAD-5", wire::ParseError::kBadLength, [](std::vector<uint8_t>& d) {
+    const auto op = static_cast<wire::Opcode>(d[1]);
+    const size_t h = wire::header_size(op);
+    if (wire::carries_payload(op))
+      be::store32(d.data() + 24, be::load32(d.data() + 20) +
+                                     static_cast<uint32_t>(d.size() - h - wire::kIcrcSize));
+    else
+      d.resize(h + wire::kIcrcSize);
+  });
+}
+
+// sack_words past 16 taken as 16, a NAK code out of range as 0x07, a
+// READ_REQ's offset as 0.
+TEST(Conformance, FieldsOutOfRangeClampedFailBad6) {
+  expect_fails_mended("BAD-6", wire::ParseError::kBadField, [](std::vector<uint8_t>& d) {
+    const auto op = static_cast<wire::Opcode>(d[1]);
+    if (op == wire::Opcode::kAck) {
+      d[31] = wire::kMaxSackWords;
+      d.resize(wire::header_size(op, wire::kMaxSackWords) + wire::kIcrcSize);
+    } else if (op == wire::Opcode::kNak) {
+      d[20] = 0x07;
+    } else if (op == wire::Opcode::kReadReq) {
+      be::store32(d.data() + 20, 0);
+    }
+  });
+}
+
 TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", [](FaultyTarget& t) { t.confuse_peers = true; });
 }
