@@ -74,6 +74,31 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
   EXPECT_EQ(abort.check, nullptr);
 }
 
+// A target that cannot be asked to close, to tell why a connection failed,
+// or to refuse connections (an agent written before those ops): the checks
+// that need them skip, saying why, and every other check passes (PATH-7
+// and CONN-4's requester side leave out the failure code).
+class TargetWithoutLaterOps : public EngineTarget {
+ public:
+  bool close(ConnId) override { return false; }
+  bool conn_error(ConnId, Status&) override { return false; }
+  bool listen(bool, uint32_t) override { return false; }
+};
+
+TEST(Conformance, ChecksNeedingCloseConnErrorOrListenSkipWithoutThem) {
+  const auto results = run([] { return std::make_unique<TargetWithoutLaterOps>(); });
+  ASSERT_EQ(results.size(), checks().size());
+  std::set<std::string> skipped;
+  for (const Result& r : results) {
+    EXPECT_TRUE(r.outcome.passed) << r.check->rule << ": " << r.outcome.detail;
+    if (!r.outcome.skipped) continue;
+    skipped.insert(std::string(r.check->rule) +
+                   (r.check->title.starts_with("closing") ? " closing" : ""));
+    EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
+  }
+  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing"}));
+}
+
 // The engine with one fault: what it sends passes through `mutate`, and with
 // `confuse_peers` a stranger's packets arrive as the tester's.
 class FaultyTarget : public EngineTarget {
