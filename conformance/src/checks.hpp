@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 
@@ -45,6 +46,14 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data);
 // Fails unless every path_tag among `data` was sent from one source port.
 bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
+// The tester's answer while it holds its cumulative ACK of the target's
+// packets at `cum` (SEQ-3, MR-5): a SACK of every PSN in `got` (distances
+// from cum) but cum's, echoing `echo` when given, and the same for each
+// PROBE among `rs`, echoed as one: a target in real time whose first packet
+// goes unacknowledged long (a loaded host) may take its paths for dead,
+// probe them and wait for the answers (SEQ-3 once saw 16 packets only).
+void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, const Reply* echo,
+                      const std::vector<Reply>& rs);
 // The first NAK among `rs`, or null.
 const Reply* nak_of(const std::vector<Reply>& rs);
 // Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`

@@ -180,21 +180,13 @@ Outcome check_mr5_read(Target& t) {
   p.send(p.read_req(rd, kReadSeq, src.rkey, src.addr, kPackets * p.mtu));
   std::set<uint32_t> sent;    // the responses seen, by distance from the first
   std::optional<Reply> echo;  // its payload is never read: only the echo fields are
-  // Every response but the first SACKed, and every PROBE answered: a target
-  // in real time whose first response goes unacknowledged long (a loaded
-  // host) may probe its paths, and wait for them.
   auto answer = [&](const std::vector<Reply>& rs) {
     const auto resps = of(rs, wire::Opcode::kReadResp);
     for (const Reply* r : resps) {
       sent.insert(r->pkt.bh.psn - first);
       echo = *r;
     }
-    std::vector<uint32_t> sacked;
-    for (const uint32_t a : sent)
-      if (a != 0) sacked.push_back(first + a);
-    if (!resps.empty()) p.send(p.sack(first, sacked, *echo), echo->entropy);
-    for (const Reply* probe : of(rs, wire::Opcode::kProbe))
-      p.send(p.sack(first, sacked, *probe, wire::kAckEchoProbe), probe->entropy);
+    sack_all_but_cum(p, first, sent, resps.empty() ? nullptr : resps.back(), rs);
   };
   const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
   for (uint64_t waited = 0; waited < 500'000'000 && sent.size() < window; waited += step)
