@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 
@@ -45,13 +46,23 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data);
 // Fails unless every path_tag among `data` was sent from one source port.
 bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
+// The tester's answer while it holds its cumulative ACK of the target's
+// packets at `cum` (SEQ-3, MR-5): a SACK of every PSN in `got` (distances
+// from cum) but cum's, echoing `echo` when given, and the same for each
+// PROBE among `rs`, echoed as one: a target in real time whose first packet
+// goes unacknowledged long (a loaded host) may take its paths for dead,
+// probe them and wait for the answers (SEQ-3 once saw 16 packets only).
+void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, const Reply* echo,
+                      const std::vector<Reply>& rs);
 // The first NAK among `rs`, or null.
 const Reply* nak_of(const std::vector<Reply>& rs);
 // Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`
 // (and `msn`, when given), else what came ("drew no NAK ...", "drew NAK
-// ..., not ...").
+// ..., not ..."). `seen` (when given) receives everything the target sent
+// meanwhile.
 std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
-                      std::optional<uint32_t> msn = std::nullopt);
+                      std::optional<uint32_t> msn = std::nullopt,
+                      std::vector<Reply>* seen = nullptr);
 // Sends the packet `make` builds (at the peer's next PSN) on a fresh
 // connection of the tester (id `conn_id`) and expects NAK `code` naming it,
 // with nothing written in `r`.
@@ -60,6 +71,11 @@ Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
 // The same for a one-packet WRITE of `len` bytes at rkey/raddr.
 Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
                    uint32_t len, uint8_t code);
+// BAD-*: `send_bad` delivers a variant of a good one-packet WRITE (a
+// fresh connection's first) that the target must ignore (`what` says how it
+// is bad): no reply, nothing written; the good one then lands.
+Outcome ignored_then_served(Target& t, const std::string& what,
+                            const std::function<void(Peer&, const Bytes& good)>& send_bad);
 // PSN order is modulo 2^32 (SEQ-2): a target may start anywhere, wrap included.
 inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
 inline uint32_t later_psn(uint32_t a, uint32_t b) { return psn_after(b, a) ? b : a; }
@@ -75,6 +91,12 @@ Outcome check_int2(Target& t);
 Outcome check_bad4(Target& t);
 Outcome check_bad7(Target& t);
 Outcome check_bad8(Target& t);
+// bad_checks.cpp
+Outcome check_bad1(Target& t);
+Outcome check_bad2(Target& t);
+Outcome check_bad3(Target& t);
+Outcome check_bad5(Target& t);
+Outcome check_bad6(Target& t);
 // connection_checks.cpp
 Outcome check_conn1(Target& t);
 Outcome check_conn2(Target& t);
@@ -128,5 +150,6 @@ Outcome check_place3(Target& t);
 Outcome check_place5(Target& t);
 Outcome check_comp(Target& t);
 Outcome check_mr5(Target& t);
+Outcome check_mr5_read(Target& t);
 
 }  // namespace metaroce::conformance

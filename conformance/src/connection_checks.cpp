@@ -1,4 +1,6 @@
 // CONN-* and SEQ-1: handshakes, closes, and where each PSN space starts.
+#include <algorithm>
+
 #include "checks.hpp"
 
 namespace metaroce::conformance {
@@ -114,9 +116,10 @@ Outcome check_conn7(Target& t) {
 
 // CONN-2: a CONNECT_REQ never answered is resent with the same src_conn,
 // initial PSN and nonce, every 10 ms (checked in simulated time), 8 in
-// all, not all from one source port (each takes the next entropy value; a
-// requester that receives elsewhere names that port in reply_port, 3.12);
-// then work posted on it completes kConnectTimeout.
+// all, not all from one source port, the first 4 each from the entropy
+// value after the one before (PATH-1's order: the next port, modulo the
+// entropy range; a requester that receives elsewhere names that port in
+// reply_port, 3.12); then work posted on it completes kConnectTimeout.
 Outcome check_conn2(Target& t) {
   Peer p(t);
   ConnId conn;
@@ -151,6 +154,29 @@ Outcome check_conn2(Target& t) {
   if (!moved)
     return fail("every CONNECT_REQ left from source port " + std::to_string(reqs[0].entropy) +
                 ", not each from the next entropy value");
+  // The order, over the first 4 only (one per path of the 4 the checks
+  // assume): a requester behind a port-translating middlebox may fall back
+  // to its receive port (reply_port 0) for the later ones.
+  const auto range = t.entropy_range();
+  const size_t ordered = std::min<size_t>(reqs.size(), 4);
+  std::string ports;
+  for (size_t k = 0; k < ordered; ++k)
+    ports += (k == 0 ? "" : ", ") + std::to_string(reqs[k].entropy);
+  bool wrapped = false;  // without the range: one wrap to a port below the first
+  for (size_t i = 1; i < ordered; ++i) {
+    const uint32_t prev = reqs[i - 1].entropy, got = reqs[i].entropy;
+    uint32_t want = prev + 1;
+    if (range && prev == range->second) want = range->first;
+    if (!range && got != want && !wrapped && got < reqs[0].entropy) {
+      wrapped = true;
+      want = got;
+    }
+    if (got != want)
+      return fail("CONNECT_REQ " + std::to_string(i) + " left from port " + std::to_string(got) +
+                  ", not " + std::to_string(want) +
+                  ", the entropy value after the previous request's (the first 4 from " + ports +
+                  ")");
+  }
   for (size_t i = 1; i < reqs.size(); ++i) {
     const uint64_t gap = reqs[i].at - reqs[i - 1].at;
     if (t.simulated_time() && (gap < 9'000'000 || gap > 11'000'000))
@@ -164,7 +190,7 @@ Outcome check_conn2(Target& t) {
   const std::vector<Reply> after = p.run(t.simulated_time() ? 50'000'000 : 20'000'000);
   if (!of(after, wire::Opcode::kConnectReq).empty())
     return fail("a CONNECT_REQ after the connection failed");
-  return pass();
+  return pass("the first 4 from ports " + ports);
 }
 
 Outcome check_seq1(Target& t) {

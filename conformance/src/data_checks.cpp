@@ -102,11 +102,7 @@ Outcome check_seq3(Target& t) {
       got.insert(ahead);
       last = d;
     }
-    if (last == nullptr) continue;
-    std::vector<uint32_t> sacked;
-    for (const uint32_t a : got)
-      if (a != 0) sacked.push_back(cum + a);
-    p.send(p.sack(cum, sacked, *last), last->entropy);
+    sack_all_but_cum(p, cum, got, last, rs);
   }
   if (got.size() < window)
     return fail("only " + std::to_string(got.size()) + " of the window's " +

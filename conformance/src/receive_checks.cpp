@@ -3,6 +3,8 @@
 // arrive in; duplicates placed nowhere; MR-5, buffers gone. COMP-1 and COMP-2: when work
 // completes, and in what order.
 #include <map>
+#include <optional>
+#include <set>
 
 #include "checks.hpp"
 
@@ -154,6 +156,66 @@ Outcome check_mr5(Target& t) {
   if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
     return fail("a READ_RESP was placed in a deregistered READ target");
   return pass();
+}
+
+// MR-5, a READ's source: the target answers the tester's READ of 128
+// packets from its region with the tester's window at 64 (window_log2 6)
+// and the first response held unacknowledged, the rest SACKed, so that it
+// stops part way (SEQ-3). The region is deregistered there and every
+// response is then acknowledged: the target must send no response it had
+// not sent before (in simulated time none at all: a resend reads the region
+// too) and tell the tester with NAK 0x07 naming the READ_REQ, `msn` its read
+// sequence. On another connection, a READ_REQ naming the gone region's key
+// draws NAK 0x02 (MR-1), no response.
+Outcome check_mr5_read(Target& t) {
+  constexpr uint32_t kPackets = 128, kReadSeq = 0;
+  Peer p(t);
+  p.window_log2 = 6;
+  Region src;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, uint64_t{kPackets} * 4096))
+    return fail(why);
+  const uint32_t rd = p.next_psn++;
+  const uint32_t first = p.target_initial_psn, window = 1u << p.window_log2;
+  p.send(p.read_req(rd, kReadSeq, src.rkey, src.addr, kPackets * p.mtu));
+  std::set<uint32_t> sent;    // the responses seen, by distance from the first
+  std::optional<Reply> echo;  // its payload is never read: only the echo fields are
+  auto answer = [&](const std::vector<Reply>& rs) {
+    const auto resps = of(rs, wire::Opcode::kReadResp);
+    for (const Reply* r : resps) {
+      sent.insert(r->pkt.bh.psn - first);
+      echo = *r;
+    }
+    sack_all_but_cum(p, first, sent, resps.empty() ? nullptr : resps.back(), rs);
+  };
+  const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
+  for (uint64_t waited = 0; waited < 500'000'000 && sent.size() < window; waited += step)
+    answer(p.run(step));
+  answer(p.run(t.simulated_time() ? 1'000'000 : 10'000'000));
+  if (sent.size() < window)
+    return fail("only " + std::to_string(sent.size()) + " READ_RESPs of a " +
+                std::to_string(kPackets) + "-packet READ came, not a window of " +
+                std::to_string(window));
+  if (*sent.rbegin() + 1 >= kPackets)
+    return fail("the whole READ was answered with its first response unacknowledged (SEQ-3)");
+  if (!t.deregister_memory(src)) return fail("deregister_memory failed");
+  std::vector<Reply> after;
+  why = draws_nak(p, p.ack(first + *sent.rbegin() + 1, *echo), 0x07, rd, kReadSeq, &after);
+  if (!why.empty())
+    return fail("the READ whose source region was deregistered under it, acknowledged, " + why);
+  for (Reply& r : p.run(t.simulated_time() ? 1'000'000 : 10'000'000)) after.push_back(std::move(r));
+  for (const Reply* r : of(after, wire::Opcode::kReadResp)) {
+    const uint32_t at = r->pkt.bh.psn - first;
+    if (t.simulated_time() || sent.count(at) == 0)
+      return fail("READ_RESP " + std::to_string(at) + " of the READ left after its source " +
+                  "region was deregistered");
+  }
+  const Outcome gone = expect_nak(t, 0x7e5c, src, 0x02, [&src](const Peer& q) {
+    return q.read_req(q.next_psn, 0, src.rkey, src.addr, 64);
+  });
+  if (!gone.passed) return fail("a READ_REQ naming the deregistered region: " + gone.detail);
+  return pass(std::to_string(sent.size()) + " of " + std::to_string(kPackets) +
+              " responses before the deregistration");
 }
 
 // COMP-1 and COMP-2: two one-packet WRITEs of the target's, the second

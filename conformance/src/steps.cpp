@@ -82,14 +82,26 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why) {
   return true;
 }
 
+void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, const Reply* echo,
+                      const std::vector<Reply>& rs) {
+  std::vector<uint32_t> sacked;
+  for (const uint32_t a : got)
+    if (a != 0) sacked.push_back(cum + a);
+  if (echo != nullptr) p.send(p.sack(cum, sacked, *echo), echo->entropy);
+  for (const Reply* probe : of(rs, wire::Opcode::kProbe))
+    p.send(p.sack(cum, sacked, *probe, wire::kAckEchoProbe), probe->entropy);
+}
+
 const Reply* nak_of(const std::vector<Reply>& rs) {
   const auto naks = of(rs, wire::Opcode::kNak);
   return naks.empty() ? nullptr : naks.front();
 }
 
 std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
-                      std::optional<uint32_t> msn) {
-  const std::vector<Reply> rs = p.exchange_until(packet, has(wire::Opcode::kNak));
+                      std::optional<uint32_t> msn, std::vector<Reply>* seen) {
+  std::vector<Reply> own;
+  std::vector<Reply>& rs = seen != nullptr ? *seen : own;
+  rs = p.exchange_until(packet, has(wire::Opcode::kNak));
   const Reply* n = nak_of(rs);
   if (n == nullptr) return "drew no NAK (expected code " + hex32(code) + ")";
   const wire::NakBody& k = n->pkt.nak;

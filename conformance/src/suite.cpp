@@ -22,12 +22,30 @@ constexpr std::array kChecks = {
           "a WRITE with a payload or header bit flipped under its ICRC draws nothing, changes "
           "nothing",
           check_bad4},
+    Check{"BAD-1",
+          "a WRITE or an ACK shorter than its headers and ICRC, or than 20 bytes, draws nothing "
+          "and changes nothing",
+          check_bad1},
+    Check{"BAD-2",
+          "a WRITE or an ACK of version 2 draws nothing and changes nothing; a CONNECT_REQ of "
+          "version 2 draws a version-1 CONNECT_REJECT 0x48",
+          check_bad2},
+    Check{"BAD-3", "a WRITE or an ACK with an unknown opcode draws nothing and changes nothing",
+          check_bad3},
+    Check{"BAD-5",
+          "a WRITE with payload past msg_len - offset or offset past msg_len, a READ_REQ or ACK "
+          "with payload, draw nothing and change nothing",
+          check_bad5},
+    Check{"BAD-6",
+          "a READ_REQ with offset 1, an ACK with sack_words 17, a NAK with code 0 or 8 draw "
+          "nothing and change nothing",
+          check_bad6},
     Check{"BAD-7", "data for an unknown dst_conn draws nothing and changes nothing", check_bad7},
     Check{"BAD-8", "a packet for a connection from another address is dropped", check_bad8},
     Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},
     Check{"CONN-2",
-          "an unanswered CONNECT_REQ is resent unchanged every 10 ms, 8 in all, not all from one "
-          "port, then kConnectTimeout",
+          "an unanswered CONNECT_REQ is resent unchanged every 10 ms, 8 in all, the first 4 from "
+          "the entropy values in turn, then kConnectTimeout",
           check_conn2},
     Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
           check_conn3},
@@ -99,6 +117,10 @@ constexpr std::array kChecks = {
           "a SEND into a receive buffer, or a READ_RESP into a READ target, deregistered since "
           "writes nothing and draws NAK 0x07",
           check_mr5},
+    Check{"MR-5",
+          "a region deregistered while a READ from it is answered: no response after, NAK 0x07 "
+          "naming the READ_REQ; a READ_REQ naming it then draws NAK 0x02",
+          check_mr5_read},
     Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
     Check{"CC-3", "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},

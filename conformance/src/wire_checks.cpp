@@ -128,9 +128,8 @@ Outcome check_enc6(Target& t) {
   return pass();
 }
 
-// BAD-7, BAD-8: `send_bad` delivers a variant of a good WRITE that the
-// target must ignore (`what` says how it is bad); the good one must then
-// land as if nothing had come before.
+// BAD-* (checks.hpp): the good WRITE must land as if nothing had come
+// before it.
 Outcome ignored_then_served(Target& t, const std::string& what,
                             const std::function<void(Peer&, const Bytes& good)>& send_bad) {
   Peer p(t);

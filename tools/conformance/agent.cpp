@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/cli_parse.hpp"
 #include "metaroce/conformance/agent_protocol.hpp"
@@ -64,8 +66,11 @@ json status_reply(const metaroce::udp::Error& e) {
 
 class Agent {
  public:
-  Agent(std::string address, metaroce::udp::Options opts)
-      : address_(std::move(address)), opts_(opts) {}
+  // `without`: the ops answered "unknown op", as an agent written before
+  // them answers (close, conn_error, listen came later; the checks that
+  // need them then skip).
+  Agent(std::string address, metaroce::udp::Options opts, std::set<std::string> without)
+      : address_(std::move(address)), opts_(opts), without_(std::move(without)) {}
 
   // A fresh endpoint with the session's defaults (listen changes them for
   // one session).
@@ -87,7 +92,9 @@ class Agent {
     const auto op = req.find("op");
     if (op == req.end() || !op->is_string()) return fail("bad request: no \"op\" string").dump();
     pump();
-    json reply = dispatch(op->get<std::string>(), req);
+    json reply = without_.count(op->get<std::string>()) != 0
+                     ? fail("unknown op \"" + op->get<std::string>() + "\"")
+                     : dispatch(op->get<std::string>(), req);
     pump();
     return reply.dump(-1, ' ', false, json::error_handler_t::replace);
   }
@@ -262,6 +269,7 @@ class Agent {
 
   std::string address_;  // where the IUT listens (--iut)
   metaroce::udp::Options opts_;
+  std::set<std::string> without_;
   std::unique_ptr<mc::ReferenceIut> iut_;
   std::string open_error_;
 };
@@ -326,10 +334,18 @@ int main(int argc, char** argv) {
   app.add_option("--entropy-count", entropy_count, "source ports in the block (default 16)");
   app.add_option("--paths", paths, "paths per connection (the checks assume 4)")
       ->check(CLI::Range(1, int{metaroce::kMaxPaths}));
+  std::vector<std::string> without;
+  app.add_option("--without", without,
+                 "ops to answer \"unknown op\", as an agent written before them would "
+                 "(for tests of the tester)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"close", "conn_error", "listen"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
-  Agent ag(iut, mc::ReferenceIut::options(entropy_base, entropy_count != 0 ? entropy_count : 16,
-                                          static_cast<uint8_t>(paths)));
+  Agent ag(iut,
+           mc::ReferenceIut::options(entropy_base, entropy_count != 0 ? entropy_count : 16,
+                                     static_cast<uint8_t>(paths)),
+           std::set<std::string>(without.begin(), without.end()));
   if (!ag.reset()) {
     std::fprintf(stderr, "metaroce-conform-agent: cannot open the IUT on %s: %s\n", iut.c_str(),
                  ag.open_error().c_str());

@@ -1,8 +1,9 @@
 # shellcheck shell=sh
 # Sourced by remote_test.sh and tests/conformance/cli_test.sh: the reference
 # agent on a random block of ports.
-# start_agent AGENT LISTEN_HOST IUT_HOST DIR: starts it (under timeout, so
-# that it outlives nothing, not even a test killed outright) with the IUT on
+# start_agent AGENT LISTEN_HOST IUT_HOST DIR [AGENT_OPTION...]: starts it
+# (under timeout, so that it outlives nothing, not even a test killed
+# outright), with the options given, with the IUT on
 # IUT_HOST:$((base - 1)) and entropy block `base` .. base+15, drawn as
 # UdpTarget draws its own; sets agent_pid, base, iut and listen (the TCP
 # HOST:PORT it listens on, the kernel's choice), its output in DIR/agent.out
@@ -13,12 +14,16 @@ agent_pid=
 start_agent() {
   base=$((33000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 1500 * 16))
   iut=$3:$((base - 1))
-  timeout 600 "$1" --listen "$2:0" --iut "$iut" --entropy-base "$base" --entropy-count 16 \
-    >"$4/agent.out" 2>"$4/agent.err" &
+  agent_bin=$1
+  agent_dir=$4
+  listen=$2:0
+  shift 4
+  timeout 600 "$agent_bin" --listen "$listen" --iut "$iut" --entropy-base "$base" \
+    --entropy-count 16 "$@" >"$agent_dir/agent.out" 2>"$agent_dir/agent.err" &
   agent_pid=$!
   listen=
   for _ in $(seq 200); do
-    listen=$(sed -n 's/.*listening on \([^,]*\),.*/\1/p' "$4/agent.out")
+    listen=$(sed -n 's/.*listening on \([^,]*\),.*/\1/p' "$agent_dir/agent.out")
     [ -n "$listen" ] && return 0
     kill -0 "$agent_pid" 2>/dev/null || break
     sleep 0.05
