@@ -547,6 +547,29 @@ TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
   });
 }
 
+// A target that sends each CONNECT_REQ twice (as a loaded one resends before
+// the check has seen the second connection's) passes CONN-1: the check
+// counted datagrams and failed it ("expected 2 CONNECT_REQs, saw 3", once in
+// conformance.remote under ctest -j2).
+TEST(Conformance, AResentRequestPassesConn1) {
+  const auto results = run(
+      [] {
+        auto t = std::make_unique<FaultyTarget>();
+        t->mutate = [](std::vector<Sent>& v) {
+          std::vector<Sent> twice;
+          for (Sent& s : v) {
+            if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) twice.push_back(s);
+            twice.push_back(std::move(s));
+          }
+          v = std::move(twice);
+        };
+        return t;
+      },
+      "CONN-1");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
+}
+
 TEST(Conformance, IgnoredCeEchoesFailCc3) {
   expect_fails("CC-3", [](FaultyTarget& t) {
     t.mutate_in = [](std::vector<uint8_t>& d) {
