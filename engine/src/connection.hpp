@@ -58,6 +58,15 @@ struct Path {
   bool tlp_outstanding = false;
   bool held = false;  // LOSS-8: a tail packet was resent elsewhere; no new data until it answers
   bool fresh = true;  // new entropy: starts at the initial window
+  // PATH-6: retired while the whole connection heard nothing (the peer, not
+  // the path, is silent): it kept its backoff and probes at the paths' share.
+  bool silent = false;
+  // PATH-6: the connection's last_progress, low 32 bits, at the first of the
+  // path's consecutive timeouts: unchanged at the last, nothing was
+  // acknowledged meanwhile (a false match needs progress a multiple of
+  // 2^32 ns later to the nanosecond). 32 bits fill a hole: a wider field
+  // would grow the path and its indexing on every packet.
+  uint32_t progress_mark = 0;
   TimeNs last_congestion{0};  // last CE echo or delay signal (PATH-5)
   TimeNs probe_deadline = TimeNs::never();
   TimeNs last_decrease{0};

@@ -474,6 +474,13 @@ struct Endpoint::Impl {
            c.echoed_slot(a->echo_path_tag) == r.path;
   }
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
+  // When a PROBE sent now on p times out (PATH-4; PATH-6 for a silent path).
+  TimeNs probe_deadline(const detail::Connection& c, const detail::Path& p, TimeNs now) const;
+  // PATH-4: one more timeout of the path (an RTO or an unanswered PROBE);
+  // true when it has failed and is to be retired.
+  [[gnu::cold]] bool count_timeout(const detail::Connection& c, detail::Path& p);
+  // PATH-6: a PROBE was answered; paths probing a silent peer probe again now.
+  [[gnu::noinline, gnu::cold]] void wake_silent_paths(detail::Connection& c, TimeNs now);
   void arm_rto(detail::Connection& c, detail::Path& p, TimeNs now);
   // x / loss_window_packets (PATH-5's EWMA gain), for every packet
   // acknowledged: a shift when the window is a power of two (the default)

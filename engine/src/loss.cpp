@@ -125,12 +125,11 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   ++c.stats.timeouts;
   explore_path_failed(c, path, now);       // PATH-8
   lose_path_inflight(c, path, now, true);  // LOSS-5
-  p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
   if (cfg.cc.enabled) {  // CC-8: without congestion control the window never moves
     p.cwnd = cwnd_floor(c);
     p.slow_start = true;
   }
-  if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
+  if (count_timeout(c, p)) {
     retire_path(c, path, now);
     return;
   }

@@ -41,6 +41,44 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
   p.rto_deadline = now + path_rto(c, p);
 }
 
+TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs now) const {
+  const uint64_t rto = path_rto(c, p);
+  TimeNs t = now + rto;
+  if (!p.silent) return t;
+  // PATH-6: the silent paths of a connection probe in turn, each one RTO
+  // after the latest probe due on the others, so that together they probe
+  // as often as one path would (at most one PROBE per max_rto in all), and
+  // spread: a peer that answers again is found within one RTO whichever
+  // path probes next. Each path at its own rate would multiply the PROBEs
+  // to a dead peer by the paths; all at a rate divided by the paths, and in
+  // step, would leave the peer that came back unheard for that long.
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    const Path& q = c.paths[i];
+    if (&q != &p && q.silent && q.state == PathState::kProbing)
+      t = std::max(t, q.probe_deadline + rto);
+  }
+  return t;
+}
+
+bool Endpoint::Impl::count_timeout(const Connection& c, Path& p) {
+  if (p.consecutive_rtos == 0) p.progress_mark = static_cast<uint32_t>(c.last_progress.ns);
+  p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
+  return ++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire;
+}
+
+void Endpoint::Impl::wake_silent_paths(Connection& c, TimeNs now) {
+  for (uint8_t i = 0; i < c.num_paths; ++i) {
+    Path& q = c.paths[i];
+    if (!q.silent) continue;
+    q.silent = false;
+    q.backoff = 0;
+    q.consecutive_rtos = 0;
+    if (q.state != PathState::kProbing) continue;
+    q.probe_deadline = now + path_rto(c, q);
+    c.owe.probe |= 1u << i;
+  }
+}
+
 void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeNs now) {
   const int echoed = c.echoed_slot(ack.echo_path_tag);  // PATH-3
   if (echoed < 0) return;
@@ -49,6 +87,10 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
   p.held = false;  // LOSS-8: the path answers
   if (p.state == PathState::kProbing) {
     p.state = PathState::kActive;  // PATH-6: the new entropy answered
+    // PATH-6: the peer answers; paths that backed off while it was silent
+    // find out at once rather than after their long wait.
+    p.silent = false;
+    wake_silent_paths(c, now);
     p.probe_deadline = TimeNs::never();
     p.consecutive_rtos = 0;
     p.backoff = 0;
@@ -137,8 +179,21 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   explore_path_failed(c, path, now);  // PATH-8
   lose_path_inflight(c, path, now, false);
   const uint16_t old = c.paths[path].entropy;
+  // PATH-6: timeouts with nothing of the connection acknowledged since the
+  // first of them, on any path: the peer is silent, not this path's link,
+  // and a new entropy cannot help. Restarting the backoff would probe a dead
+  // peer every few milliseconds on every path until PATH-7 gave up.
+  const Path& failed = c.paths[path];
+  const bool silent = failed.consecutive_rtos >= cfg.recovery.rto_failures_to_retire &&
+                      static_cast<uint32_t>(c.last_progress.ns) == failed.progress_mark;
+  const uint8_t backoff = failed.backoff;
   renew_path(c, path, now);
   Path& p = c.paths[path];
+  if (silent) {
+    p.silent = true;
+    p.backoff = backoff;
+    p.probe_deadline = probe_deadline(c, p, now);
+  }
   ++p.stats.retirements;
   ++c.stats.path_retirements;
   trace(now, TraceKind::kPathRetired, c, path, p.entropy, old);

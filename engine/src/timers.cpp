@@ -153,12 +153,11 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       if (p.state == PathState::kProbing && p.probe_deadline <= now) {
         // An unanswered probe is one more timeout (PATH-4); a new entropy can
         // hash onto the same broken link, so it too is replaced in the end.
-        p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
-        if (++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) {
+        if (count_timeout(c, p)) {
           retire_path(c, i, now);
         } else {
           c.owe.probe |= 1u << i;
-          p.probe_deadline = now + path_rto(c, p);
+          p.probe_deadline = probe_deadline(c, p, now);
         }
       }
     }

@@ -301,6 +301,68 @@ TEST(Engine, TailResendsDoNotChaseEachOtherWhileThePeerIsSilent) {  // LOSS-8, L
   for (const Completion& d : done) EXPECT_EQ(d.status, Status::kOk);
 }
 
+// PATH-4 retires a path after 3 timeouts and PATH-6 gives it a new entropy
+// that probes from a reset backoff: with the peer gone, every path went
+// through that cycle (1, 2, 4 ms) again and again, and two one-packet WRITEs
+// drew 3,428 PROBEs in PATH-7's 2 s. A path retired while nothing of the
+// connection was acknowledged keeps its backoff, and the silent paths probe
+// in turn, as one path would.
+TEST(Engine, ASilentPeerDrawsFewProbesBeforeThePeerTimeout) {  // PATH-6, PATH-7
+  Loop loop(cfg(200), cfg(201));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);  // RTT samples on the paths
+  uint64_t probes = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
+  Buf src(loop.ep(0), 256, 0, 5);
+  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
+  const TimeNs posted = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 3)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 3'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  EXPECT_EQ(done[1].status, Status::kFlushed);
+  EXPECT_GE(loop.now().since(posted), 2'000'000'000u);  // PATH-7's timeout, not earlier
+  EXPECT_LE(probes, 64u) << "PROBEs sent to a silent peer in PATH-7's 2 s";
+}
+
+// ... and a peer silent for nearly PATH-7's 2 s that answers again is found
+// by the next PROBE, at most about max_rto (100 ms) later, and the other
+// paths probe at once.
+TEST(Engine, APeerThatAnswersAgainAfterLongSilenceIsFoundWithinMaxRto) {  // PATH-6, PATH-7
+  Loop loop(cfg(202), cfg(203));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);
+  uint64_t probes = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+  };
+  bool silent = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return silent && from == 0; };
+  Buf src(loop.ep(0), 256, 0, 5);
+  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
+  const TimeNs back = loop.now() + 1'850'000'000ull;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 3)), Status::kOk);
+  loop.run_until([&] { return loop.now() >= back; }, 1'850'000'000ull);
+  EXPECT_LE(probes, 64u) << "PROBEs sent to a silent peer in 1.85 s";
+  silent = false;
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 1'000'000'000ull));
+  for (const Completion& d : done) EXPECT_EQ(d.status, Status::kOk);
+  EXPECT_LE(loop.now().since(back), 105'000'000u);  // max_rto and a round trip
+  // Every path answered again, not only the one whose PROBE came first.
+  loop.run_until([] { return false; }, 10'000'000ull);
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats s;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, s));
+    EXPECT_EQ(s.state, PathState::kActive) << "path " << i;
+  }
+}
+
 // ... but while a READ is outstanding the peer's data counts: the READ's
 // responses wait behind the message the peer has started (SEQ-5), however
 // long it takes, and the READ failed kPeerUnreachable meanwhile.

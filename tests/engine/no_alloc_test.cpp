@@ -236,6 +236,10 @@ class Wire {
   static constexpr uint64_t kDelayNs = 2000;
   uint64_t drop_every = 0;  // drop every Nth datagram sent (either way); 0: none
   uint64_t burst = 1;       // ... and the burst - 1 datagrams after it
+  // A burst also ends this long after it began, as an outage does: a sender
+  // whose peer went silent backs its PROBEs off (PATH-6), and a burst counted
+  // in datagrams alone would then outlast PATH-7's peer timeout.
+  static constexpr uint64_t kBurstMaxNs = 20'000'000;
   uint64_t dropped = 0;
   uint64_t overflowed = 0;  // datagrams lost because the ring was full (a test bug)
 
@@ -313,7 +317,9 @@ class Wire {
     TxDatagram tx;
     for (int i = 0; i < 2; ++i) {
       while (ep_[i]->poll_transmit(now_, txbuf_, tx)) {
-        if (drop_every != 0 && ++sent_ % drop_every < burst) {
+        if (drop_every != 0 && ++sent_ % drop_every == 0) burst_start_ = now_;
+        if (drop_every != 0 && sent_ % drop_every < burst &&
+            now_.since(burst_start_) < kBurstMaxNs) {
           ++dropped;
           continue;
         }
@@ -339,6 +345,7 @@ class Wire {
   std::vector<uint8_t> txbuf_;
   size_t head_ = 0, count_ = 0;
   uint64_t sent_ = 0;
+  TimeNs burst_start_{0};
 };
 
 struct EngineRun {
@@ -492,8 +499,8 @@ TEST(NoAlloc, EngineSteadyWritesWithLoss) { engine_steady_state(97, 256, 512); }
 // retransmission timeouts fire.
 TEST(NoAlloc, EngineSteadyWritesWithHeavyLoss) { engine_steady_state(5, 256, 512); }
 
-// 600 datagrams in a row lost out of every 4000: whole windows vanish, so
-// retransmission timeouts fire.
+// 600 datagrams in a row lost out of every 4000 (or 20 ms of them): whole
+// windows vanish, so retransmission timeouts fire.
 TEST(NoAlloc, EngineSteadyWritesWithBurstLoss) { engine_steady_state(4000, 256, 512, 600); }
 
 // ------------------------------------------------------------ UDP driver
