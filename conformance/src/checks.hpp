@@ -111,6 +111,7 @@ Outcome check_comp5(Target& t);
 Outcome check_path7(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
+Outcome check_seq2_target(Target& t);
 Outcome check_seq3(Target& t);
 Outcome check_place1(Target& t);
 Outcome check_ack4(Target& t);

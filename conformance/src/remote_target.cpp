@@ -263,6 +263,11 @@ bool RemoteTarget::listen(bool accept, uint32_t max_connections) {
   return call({{"op", "listen"}, {"accept", accept}, {"max_connections", max_connections}}, r);
 }
 
+bool RemoteTarget::start_psn_at(uint32_t psn) {
+  json r;
+  return call({{"op", "initial_psn"}, {"psn", psn}}, r);
+}
+
 bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   json r;
   if (!call({{"op", "path_stats"}, {"conn", conn.v}, {"slot", path}}, r)) return false;

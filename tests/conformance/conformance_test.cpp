@@ -75,28 +75,32 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
 }
 
 // A target that cannot be asked to close, to tell why a connection failed,
-// or to refuse connections (an agent written before those ops): the checks
-// that need them skip, saying why, and every other check passes (PATH-7
-// and CONN-4's requester side leave out the failure code).
+// to refuse connections or to start at a given PSN (an agent written before
+// those ops): the checks that need them skip, saying why, and every other
+// check passes (PATH-7 and CONN-4's requester side leave out the failure
+// code).
 class TargetWithoutLaterOps : public EngineTarget {
  public:
   bool close(ConnId) override { return false; }
   bool conn_error(ConnId, Status&) override { return false; }
   bool listen(bool, uint32_t) override { return false; }
+  bool start_psn_at(uint32_t) override { return false; }
 };
 
-TEST(Conformance, ChecksNeedingCloseConnErrorOrListenSkipWithoutThem) {
+TEST(Conformance, ChecksNeedingCloseConnErrorListenOrInitialPsnSkipWithoutThem) {
   const auto results = run([] { return std::make_unique<TargetWithoutLaterOps>(); });
   ASSERT_EQ(results.size(), checks().size());
   std::set<std::string> skipped;
   for (const Result& r : results) {
     EXPECT_TRUE(r.outcome.passed) << r.check->rule << ": " << r.outcome.detail;
     if (!r.outcome.skipped) continue;
-    skipped.insert(std::string(r.check->rule) +
-                   (r.check->title.starts_with("closing") ? " closing" : ""));
+    skipped.insert(std::string(r.check->rule) + (r.check->title.starts_with("closing") ? " closing"
+                                                 : r.check->title.starts_with("the target's own")
+                                                     ? " target"
+                                                     : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing"}));
+  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "SEQ-2 target"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -770,22 +774,46 @@ TEST(Conformance, PsnsAcrossTheWrapPass) {
 // 2^32), or, once past it, data from before it taken as out of the window
 // (PSNs compared as plain unsigned numbers).
 TEST(Conformance, PsnsPastTheWrapDroppedFailSeq2) {
-  expect_fails("SEQ-2", [](FaultyTarget& t) {
-    drop_received(
-        t, [](const wire::Packet& p) { return wire::is_data(p.bh.opcode) && p.bh.psn < 0x100; });
-  });
+  expect_fails(
+      "SEQ-2",
+      [](FaultyTarget& t) {
+        drop_received(t, [](const wire::Packet& p) {
+          return wire::is_data(p.bh.opcode) && p.bh.psn < 0x100;
+        });
+      },
+      "WRITEs");
 }
 
 TEST(Conformance, PsnsComparedUnsignedFailSeq2) {
-  expect_fails("SEQ-2", [](FaultyTarget& t) {
-    auto wrapped = std::make_shared<bool>(false);
-    drop_received(t, [wrapped](const wire::Packet& p) {
-      if (!wire::is_data(p.bh.opcode)) return false;
-      if (*wrapped && p.bh.psn >= 0xFFFFFF00u) return true;
-      *wrapped = *wrapped || p.bh.psn < 0x100;
-      return false;
-    });
-  });
+  expect_fails(
+      "SEQ-2",
+      [](FaultyTarget& t) {
+        auto wrapped = std::make_shared<bool>(false);
+        drop_received(t, [wrapped](const wire::Packet& p) {
+          if (!wire::is_data(p.bh.opcode)) return false;
+          if (*wrapped && p.bh.psn >= 0xFFFFFF00u) return true;
+          *wrapped = *wrapped || p.bh.psn < 0x100;
+          return false;
+        });
+      },
+      "WRITEs");
+}
+
+// SEQ-2 broken in the target's own PSN space: its data PSNs past the wrap
+// skip 0x00000000, or restart at its initial PSN.
+TEST(Conformance, TargetPsnsSkippingOrRestartingAtTheWrapFailSeq2) {
+  for (const uint32_t shift : {1u, 0xFFFFFFFCu}) {
+    expect_fails(
+        "SEQ-2",
+        [shift](FaultyTarget& t) {
+          rewrite_sent(t, [shift](wire::Packet& p) {
+            if (!wire::is_data(p.bh.opcode) || p.bh.psn >= 0x100) return false;
+            p.bh.psn += shift;
+            return true;
+          });
+        },
+        "the target's own");
+  }
 }
 
 // READ responses numbered in the requester's PSN space, from the READ_REQ's

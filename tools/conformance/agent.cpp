@@ -157,6 +157,13 @@ class Agent {
         return fail("the IUT cannot reopen: " + open_error_);
       return json{{"ok", true}};
     }
+    if (op == "initial_psn") {
+      const auto psn = static_cast<uint32_t>(a.u("psn", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      if (!reopen(mc::ReferenceIut::starting_at(opts_, psn)))
+        return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
+    }
     if (op == "poll_completion") return poll_completion();
     if (op == "path_stats") return path_stats(a);
     return fail("unknown op \"" + op + "\"");
@@ -339,7 +346,7 @@ int main(int argc, char** argv) {
                  "ops to answer \"unknown op\", as an agent written before them would "
                  "(for tests of the tester)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"close", "conn_error", "listen"}));
+      ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   Agent ag(iut,
