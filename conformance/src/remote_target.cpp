@@ -268,6 +268,14 @@ bool RemoteTarget::start_psn_at(uint32_t psn) {
   return call({{"op", "initial_psn"}, {"psn", psn}}, r);
 }
 
+bool RemoteTarget::endpoint_stats(EndpointStats& out) {
+  json r;
+  if (!call({{"op", "stats"}}, r)) return false;
+  for (const agent::DropCounter& c : agent::kDropCounters)
+    if (!field(r, "stats", std::string(c.name).c_str(), out.*c.field)) return false;
+  return true;
+}
+
 bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   json r;
   if (!call({{"op", "path_stats"}, {"conn", conn.v}, {"slot", path}}, r)) return false;

@@ -75,19 +75,20 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
 }
 
 // A target that cannot be asked to close, to tell why a connection failed,
-// to refuse connections or to start at a given PSN (an agent written before
-// those ops): the checks that need them skip, saying why, and every other
-// check passes (PATH-7 and CONN-4's requester side leave out the failure
-// code).
+// to refuse connections, to start at a given PSN or to report its drop
+// counters (an agent written before those ops): the checks that need them
+// skip, saying why, and every other check passes (PATH-7 and CONN-4's
+// requester side leave out the failure code; the BAD checks, the counts).
 class TargetWithoutLaterOps : public EngineTarget {
  public:
   bool close(ConnId) override { return false; }
   bool conn_error(ConnId, Status&) override { return false; }
   bool listen(bool, uint32_t) override { return false; }
   bool start_psn_at(uint32_t) override { return false; }
+  bool endpoint_stats(EndpointStats&) override { return false; }
 };
 
-TEST(Conformance, ChecksNeedingCloseConnErrorListenOrInitialPsnSkipWithoutThem) {
+TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutThem) {
   const auto results = run([] { return std::make_unique<TargetWithoutLaterOps>(); });
   ASSERT_EQ(results.size(), checks().size());
   std::set<std::string> skipped;
@@ -100,7 +101,9 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenOrInitialPsnSkipWithoutThem) 
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "SEQ-2 target"}));
+  EXPECT_EQ(skipped,
+            (std::set<std::string>{"CONN-4", "CONN-7 closing", "SEQ-2 target", "BAD-1", "BAD-2",
+                                   "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -126,6 +129,16 @@ class FaultyTarget : public EngineTarget {
   bool deregister_ignored = false;
   bool deregister_memory(const Region& r) override {
     return deregister_ignored || EngineTarget::deregister_memory(r);
+  }
+  // With `drops_uncounted_after` n, the drop counters stop rising after
+  // they were read n times: malformed packets dropped but not counted
+  // (BAD-*), from the first (0) or in the checks' second half, the ACKs (2).
+  std::optional<int> drops_uncounted_after;
+  bool endpoint_stats(EndpointStats& out) override {
+    if (!EngineTarget::endpoint_stats(out)) return false;
+    if (drops_uncounted_after && stats_reads_++ >= *drops_uncounted_after) out = frozen_;
+    frozen_ = out;
+    return true;
   }
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
@@ -172,6 +185,8 @@ class FaultyTarget : public EngineTarget {
 
  private:
   std::vector<Completion> ready_;
+  int stats_reads_ = 0;
+  EndpointStats frozen_;
 };
 
 uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
@@ -244,6 +259,15 @@ void expect_fails(const std::string& rule, const std::function<void(FaultyTarget
         << r.check->rule << " passed with the fault planted: " << r.outcome.detail;
   }
   ASSERT_NE(ran, 0u) << rule << " " << title;
+}
+
+// Malformed packets dropped, nothing changed, but not counted: WRITEs
+// (every BAD check), or ACKs and NAKs (the second half of BAD-1, 2, 3, 5, 6).
+TEST(Conformance, DropsUncountedFailBad) {
+  for (const char* rule : {"BAD-1", "BAD-2", "BAD-3", "BAD-4", "BAD-5", "BAD-6", "BAD-7", "BAD-8"})
+    expect_fails(rule, [](FaultyTarget& t) { t.drops_uncounted_after = 0; });
+  for (const char* rule : {"BAD-1", "BAD-2", "BAD-3", "BAD-5", "BAD-6"})
+    expect_fails(rule, [](FaultyTarget& t) { t.drops_uncounted_after = 2; });
 }
 
 TEST(Conformance, AckFromAnotherPortFailsAck7) {

@@ -164,6 +164,13 @@ class Agent {
         return fail("the IUT cannot reopen: " + open_error_);
       return json{{"ok", true}};
     }
+    if (op == "stats") {
+      const metaroce::EndpointStats s = ep.endpoint_stats();
+      json reply{{"ok", true}};
+      for (const agent::DropCounter& c : agent::kDropCounters)
+        reply[std::string(c.name)] = s.*c.field;
+      return reply;
+    }
     if (op == "poll_completion") return poll_completion();
     if (op == "path_stats") return path_stats(a);
     return fail("unknown op \"" + op + "\"");
@@ -346,7 +353,7 @@ int main(int argc, char** argv) {
                  "ops to answer \"unknown op\", as an agent written before them would "
                  "(for tests of the tester)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn"}));
+      ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   Agent ag(iut,

@@ -96,6 +96,10 @@ class Target {
   // limit), for CONN-4. False when the target cannot be set so (the check
   // then skips).
   [[nodiscard]] virtual bool listen(bool /*accept*/, uint32_t /*max_connections*/) { return false; }
+  // The IUT's counters of packets dropped before a connection (spec
+  // section 11's table: BAD-1 to BAD-8 count each one). False when it
+  // cannot tell (the BAD checks then leave the counts unchecked and skip).
+  [[nodiscard]] virtual bool endpoint_stats(EndpointStats& /*out*/) { return false; }
   // For testing only: makes the IUT afresh, as listen() does, so that the
   // first connection it then makes (connect_to_tester, before any memory is
   // registered) starts at initial PSN `psn`, which is otherwise random

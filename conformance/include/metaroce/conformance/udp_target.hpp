@@ -54,6 +54,10 @@ class UdpTarget : public Target {
   bool listen(bool accept, uint32_t max_connections) override;
   // The same, with the engine's seed chosen (udp::Options::random_seed off).
   bool start_psn_at(uint32_t psn) override;
+  bool endpoint_stats(EndpointStats& out) override {
+    out = iut_->ep().endpoint_stats();
+    return true;
+  }
   [[nodiscard]] std::string lost() const override { return lost_; }
   // Its block, base..base+15, maps onto the check ports 50000..50015.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
