@@ -157,6 +157,7 @@ Outcome check_place4(Target& t);
 Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);
+Outcome check_mr5_waiting_read(Target& t);
 // error_checks.cpp
 Outcome check_nak1(Target& t);
 Outcome check_nak2(Target& t);

@@ -1106,6 +1106,22 @@ TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
   });
 }
 
+// ... or, for a READ kept waiting by an earlier packet (READ-5) whose
+// source went meanwhile, as a bad key (0x02: the key checked again when the
+// READ is served, as if its READ_REQ had just arrived).
+TEST(Conformance, AWaitingReadsRegionGoneSentAsBadKeyFailsMr5) {
+  expect_fails(
+      "MR-5",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
+          p.nak.code = 0x02;
+          return true;
+        });
+      },
+      "a READ waiting");
+}
+
 // ... or the NAK naming another packet than the one that found the memory
 // gone (the SEND, the READ_REQ whose source went).
 TEST(Conformance, OperationErrorNamingTheNextPacketFailsMr5) {
