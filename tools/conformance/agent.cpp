@@ -67,7 +67,7 @@ json status_reply(const metaroce::udp::Error& e) {
 class Agent {
  public:
   // `without`: the ops answered "unknown op", as an agent written before
-  // them answers (close, conn_error, listen came later; the checks that
+  // them answers (close, conn_error, listen, initial_psn, stats came later; the checks that
   // need them then skip).
   Agent(std::string address, metaroce::udp::Options opts, std::set<std::string> without)
       : address_(std::move(address)), opts_(opts), without_(std::move(without)) {}
