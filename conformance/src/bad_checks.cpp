@@ -3,6 +3,7 @@
 // it bad), are dropped with no reply and change nothing, whichever way they
 // go: a WRITE of the tester's does not land and the good one then does; an
 // ACK of the target's WRITE completes nothing and the good one then does.
+// Each raises its drop counter (Counted) where the target reports them.
 #include <functional>
 
 #include "checks.hpp"
@@ -26,10 +27,10 @@ Bytes resealed(Bytes p, const std::function<void(Bytes&)>& change) {
 
 // The target WRITEs to the tester, which answers with the packets `bad`
 // makes (from the good ACK of that WRITE, and the WRITE): they draw no
-// reply (the WRITE may be resent meanwhile) and complete nothing; the good
-// ACK then completes the WRITE kOk.
+// reply (the WRITE may be resent meanwhile), complete nothing and raise
+// `counted`; the good ACK then completes the WRITE kOk.
 Outcome ack_ignored_then_taken(
-    Target& t, const std::string& what,
+    Target& t, const std::string& what, const Counted& counted,
     const std::function<std::vector<Bytes>(const Peer&, const Bytes& good, const Reply& w)>& bad) {
   Peer p(t, 0x7e60);
   std::vector<Reply> sent;
@@ -39,6 +40,7 @@ Outcome ack_ignored_then_taken(
   if (writes.empty()) return fail("no WRITE from the target");
   const Reply w = *writes.front();  // only its header fields are read
   const Bytes good = p.ack(w.pkt.bh.psn + 1, w);
+  const std::optional<EndpointStats> before = drop_counters(t);
   for (const Bytes& b : bad(p, good, w)) p.send(b, w.entropy);
   for (const Reply& x : p.run(t.simulated_time() ? 100'000 : 5'000'000))
     if (x.error != wire::ParseError::kOk ||
@@ -47,6 +49,7 @@ Outcome ack_ignored_then_taken(
                   (x.error == wire::ParseError::kOk
                        ? std::string(" (") + wire::opcode_name(x.pkt.bh.opcode) + ")"
                        : std::string()));
+  if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   Completion c;
   if (t.poll_completion(c))
     return fail(what + " completed the WRITE (status " + hex32(static_cast<uint8_t>(c.status)) +
@@ -54,7 +57,7 @@ Outcome ack_ignored_then_taken(
   p.send(good, w.entropy);
   if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kOk)
     return fail("the good ACK after " + what + " did not complete the WRITE kOk");
-  return pass();
+  return passed_counting(before);
 }
 
 Outcome both(const Outcome& a, const std::function<Outcome()>& b) { return a.passed ? b() : a; }
@@ -62,6 +65,22 @@ Outcome both(const Outcome& a, const std::function<Outcome()>& b) { return a.pas
 // The opcode byte with its top bit set: no opcode has it (wire::Opcode).
 void unknown_opcode(Bytes& p) { p[1] |= 0x80; }
 void version_2(Bytes& p) { p[0] = static_cast<uint8_t>(0x20 | (p[0] & 0x0f)); }
+// A WRITE and an ACK, each `how` (`change` made, the ICRC good again): both
+// halves above.
+Outcome write_and_ack_ignored(Target& t, const std::string& how, const Counted& counted,
+                              void (*change)(Bytes&)) {
+  return both(
+      ignored_then_served(t, "a WRITE " + how, counted,
+                          [change](Peer& p, const Bytes& good) { p.send(resealed(good, change)); }),
+      [&] {
+        return ack_ignored_then_taken(t, "an ACK " + how, counted,
+                                      [change](const Peer&, const Bytes& good, const Reply&) {
+                                        return std::vector<Bytes>{resealed(good, change)};
+                                      });
+      });
+}
+
+constexpr Counted kTruncated(uint64_t n) { return {&EndpointStats::truncated, "truncated", n}; }
 
 }  // namespace
 
@@ -70,18 +89,18 @@ void version_2(Bytes& p) { p[0] = static_cast<uint8_t>(0x20 | (p[0] & 0x0f)); }
 Outcome check_bad1(Target& t) {
   const size_t write_min = wire::header_size(wire::Opcode::kWrite) + wire::kIcrcSize;
   const size_t ack_min = wire::header_size(wire::Opcode::kAck) + wire::kIcrcSize;
-  return both(ignored_then_served(t, "a WRITE shorter than its headers and ICRC",
+  return both(ignored_then_served(t, "a WRITE shorter than its headers and ICRC", kTruncated(2),
                                   [&](Peer& p, const Bytes& good) {
                                     p.send(Bytes(good.begin(), good.begin() + write_min - 1));
                                     p.send(Bytes(good.begin(), good.begin() + 19));
                                   }),
               [&] {
-                return ack_ignored_then_taken(t, "an ACK shorter than its headers and ICRC",
-                                              [&](const Peer&, const Bytes& good, const Reply&) {
-                                                return std::vector<Bytes>{
-                                                    Bytes(good.begin(), good.begin() + ack_min - 2),
-                                                    Bytes(good.begin(), good.begin() + 12)};
-                                              });
+                return ack_ignored_then_taken(
+                    t, "an ACK shorter than its headers and ICRC", kTruncated(2),
+                    [&](const Peer&, const Bytes& good, const Reply&) {
+                      return std::vector<Bytes>{Bytes(good.begin(), good.begin() + ack_min - 2),
+                                                Bytes(good.begin(), good.begin() + 12)};
+                    });
               });
 }
 
@@ -89,15 +108,8 @@ Outcome check_bad1(Target& t) {
 // version 2 draws a version-1 CONNECT_REJECT kVersionMismatch (0x48), with
 // max_version 1, naming the request's src_conn and nonce (CONN-5).
 Outcome check_bad2(Target& t) {
-  const Outcome dropped = both(
-      ignored_then_served(t, "a WRITE of version 2",
-                          [](Peer& p, const Bytes& good) { p.send(resealed(good, version_2)); }),
-      [&] {
-        return ack_ignored_then_taken(t, "an ACK of version 2",
-                                      [](const Peer&, const Bytes& good, const Reply&) {
-                                        return std::vector<Bytes>{resealed(good, version_2)};
-                                      });
-      });
+  const Outcome dropped = write_and_ack_ignored(
+      t, "of version 2", {&EndpointStats::bad_version, "bad_version", 1}, version_2);
   if (!dropped.passed) return dropped;
   Peer p(t, 0x7e61);
   constexpr uint64_t kNonce = 0xB2B2;
@@ -114,72 +126,67 @@ Outcome check_bad2(Target& t) {
                 ", max_version " + std::to_string(k.connect.max_version) + ", dst_conn " +
                 hex32(k.bh.dst_conn) + ", nonce " + hex32(k.connect.nonce) + ", not 0x48, 1, " +
                 hex32(p.conn()) + ", " + hex32(kNonce));
-  return pass();
+  return dropped;
 }
 
 // BAD-3: a WRITE and an ACK whose opcode has its top bit set.
 Outcome check_bad3(Target& t) {
-  return both(ignored_then_served(
-                  t, "a WRITE with an unknown opcode",
-                  [](Peer& p, const Bytes& good) { p.send(resealed(good, unknown_opcode)); }),
-              [&] {
-                return ack_ignored_then_taken(
-                    t, "an ACK with an unknown opcode",
-                    [](const Peer&, const Bytes& good, const Reply&) {
-                      return std::vector<Bytes>{resealed(good, unknown_opcode)};
-                    });
-              });
+  return write_and_ack_ignored(t, "with an unknown opcode",
+                               {&EndpointStats::bad_opcode, "bad_opcode", 1}, unknown_opcode);
 }
 
 // BAD-5: a WRITE whose payload is one byte longer than msg_len - offset, one
 // whose offset is past msg_len, and a READ_REQ of the same bytes carrying a
 // payload; an ACK carrying one.
 Outcome check_bad5(Target& t) {
-  return both(
-      ignored_then_served(
-          t, "a data packet with more payload than its message header allows",
-          [](Peer& p, const Bytes& good) {
-            p.send(resealed(good, [](Bytes& b) {
-              be::store32(b.data() + 24, static_cast<uint32_t>(kPayload.size() - 1));
-            }));
-            p.send(resealed(good, [](Bytes& b) {
-              be::store32(b.data() + 20, static_cast<uint32_t>(kPayload.size() + 1));
-            }));
-            const Bytes rd = p.read_req(p.next_psn, 0, 0, 0, 8);
-            p.send(resealed(rd,
-                            [](Bytes& b) { b.insert(b.end(), kPayload.begin(), kPayload.end()); }));
-          }),
-      [&] {
-        return ack_ignored_then_taken(
-            t, "an ACK carrying a payload", [](const Peer&, const Bytes& good, const Reply&) {
-              return std::vector<Bytes>{resealed(
-                  good, [](Bytes& b) { b.insert(b.end(), kPayload.begin(), kPayload.end()); })};
-            });
-      });
+  return both(ignored_then_served(
+                  t, "a data packet with more payload than its message header allows",
+                  {&EndpointStats::bad_length, "bad_length", 3},
+                  [](Peer& p, const Bytes& good) {
+                    p.send(resealed(good, [](Bytes& b) {
+                      be::store32(b.data() + 24, static_cast<uint32_t>(kPayload.size() - 1));
+                    }));
+                    p.send(resealed(good, [](Bytes& b) {
+                      be::store32(b.data() + 20, static_cast<uint32_t>(kPayload.size() + 1));
+                    }));
+                    const Bytes rd = p.read_req(p.next_psn, 0, 0, 0, 8);
+                    p.send(resealed(
+                        rd, [](Bytes& b) { b.insert(b.end(), kPayload.begin(), kPayload.end()); }));
+                  }),
+              [&] {
+                return ack_ignored_then_taken(
+                    t, "an ACK carrying a payload", {&EndpointStats::bad_length, "bad_length", 1},
+                    [](const Peer&, const Bytes& good, const Reply&) {
+                      return std::vector<Bytes>{resealed(good, [](Bytes& b) {
+                        b.insert(b.end(), kPayload.begin(), kPayload.end());
+                      })};
+                    });
+              });
 }
 
 // BAD-6: a READ_REQ with offset 1; an ACK with sack_words 17 (and its 17
 // words), NAKs of the target's WRITE with codes 0 and 8.
 Outcome check_bad6(Target& t) {
-  return both(
-      ignored_then_served(t, "a READ_REQ with offset 1",
-                          [](Peer& p, const Bytes&) {
-                            const Bytes rd = p.read_req(p.next_psn, 0, 0, 0, 8);
-                            p.send(resealed(rd, [](Bytes& b) { be::store32(b.data() + 20, 1); }));
-                          }),
-      [&] {
-        return ack_ignored_then_taken(
-            t, "an ACK with sack_words 17 or a NAK with code 0 or 8",
-            [](const Peer& p, const Bytes& good, const Reply& w) {
-              std::vector<Bytes> out{resealed(good, [](Bytes& b) {
-                b[31] = 17;
-                b.resize(b.size() + 17 * 8, 0xff);
-              })};
-              for (const uint8_t code : {uint8_t{0x00}, uint8_t{0x08}})
-                out.push_back(p.nak(w.pkt.bh.psn, code, w.pkt.mh.msn, p.next_psn));
-              return out;
-            });
-      });
+  return both(ignored_then_served(
+                  t, "a READ_REQ with offset 1", {&EndpointStats::bad_field, "bad_field", 1},
+                  [](Peer& p, const Bytes&) {
+                    const Bytes rd = p.read_req(p.next_psn, 0, 0, 0, 8);
+                    p.send(resealed(rd, [](Bytes& b) { be::store32(b.data() + 20, 1); }));
+                  }),
+              [&] {
+                return ack_ignored_then_taken(
+                    t, "an ACK with sack_words 17 or a NAK with code 0 or 8",
+                    {&EndpointStats::bad_field, "bad_field", 3},
+                    [](const Peer& p, const Bytes& good, const Reply& w) {
+                      std::vector<Bytes> out{resealed(good, [](Bytes& b) {
+                        b[31] = 17;
+                        b.resize(b.size() + 17 * 8, 0xff);
+                      })};
+                      for (const uint8_t code : {uint8_t{0x00}, uint8_t{0x08}})
+                        out.push_back(p.nak(w.pkt.bh.psn, code, w.pkt.mh.msn, p.next_psn));
+                      return out;
+                    });
+              });
 }
 
 }  // namespace metaroce::conformance

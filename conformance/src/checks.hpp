@@ -71,10 +71,27 @@ Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint8_t code,
 // The same for a one-packet WRITE of `len` bytes at rkey/raddr.
 Outcome expect_nak(Target& t, uint32_t conn_id, const Region& r, uint64_t rkey, uint64_t raddr,
                    uint32_t len, uint8_t code);
+// BAD-*: the EndpointStats counter a malformed packet must raise (spec
+// section 11's table), and the packets of it a check sends.
+struct Counted {
+  uint64_t EndpointStats::*field;
+  const char* name;
+  uint64_t n;
+};
+// The target's drop counters now; nullopt when it does not report them.
+std::optional<EndpointStats> drop_counters(Target& t);
+// After `what` was sent: why the counter did not rise by c.n since
+// `before`; empty when it did, or when the target reports no counters.
+std::string count_missing(Target& t, const std::optional<EndpointStats>& before, const Counted& c,
+                          const std::string& what);
+// What a BAD check that found nothing wrong comes to: a pass, or a skip
+// when the target reported no counters (`before` nullopt) to check.
+Outcome passed_counting(const std::optional<EndpointStats>& before);
 // BAD-*: `send_bad` delivers a variant of a good one-packet WRITE (a
 // fresh connection's first) that the target must ignore (`what` says how it
-// is bad): no reply, nothing written; the good one then lands.
-Outcome ignored_then_served(Target& t, const std::string& what,
+// is bad): no reply, nothing written, `counted` raised; the good one then
+// lands.
+Outcome ignored_then_served(Target& t, const std::string& what, const Counted& counted,
                             const std::function<void(Peer&, const Bytes& good)>& send_bad);
 // PSN order is modulo 2^32 (SEQ-2): a target may start anywhere, wrap included.
 inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
@@ -111,6 +128,7 @@ Outcome check_comp5(Target& t);
 Outcome check_path7(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
+Outcome check_seq2_target(Target& t);
 Outcome check_seq3(Target& t);
 Outcome check_place1(Target& t);
 Outcome check_ack4(Target& t);
@@ -139,6 +157,7 @@ Outcome check_place4(Target& t);
 Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);
+Outcome check_mr5_waiting_read(Target& t);
 // error_checks.cpp
 Outcome check_nak1(Target& t);
 Outcome check_nak2(Target& t);

@@ -78,6 +78,60 @@ Outcome check_seq2(Target& t) {
   return pass();
 }
 
+// SEQ-2 in the target's own PSN space: the target, set to start 4 below
+// 2^32 (Target::start_psn_at, for testing only: its initial PSN is
+// otherwise random), WRITEs 8 packets. Their PSNs must run 0xFFFFFFFC ..
+// 0xFFFFFFFF, 0x00000000 .. 0x00000003, packet i carrying the message's
+// bytes at i * mtu, none skipped or restarted at the wrap; a SACK across it
+// completes nothing; an ACK with cum 0x00000004 completes the WRITE kOk.
+Outcome check_seq2_target(Target& t) {
+  constexpr uint32_t kStart = 0xFFFFFFFCu, kPackets = 8;
+  if (!t.start_psn_at(kStart))
+    return skip("the target cannot be set to start at a PSN (agent op initial_psn)");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  if (p.target_initial_psn != kStart)
+    return fail("set to start at " + hex32(kStart) + ", the target announced initial PSN " +
+                hex32(p.target_initial_psn));
+  if (!target_writes(t, conn, kPackets * p.mtu, 1, why)) return fail(why);
+  const auto all_sent = [](const std::vector<Reply>& rs) {
+    return firsts(of(rs, wire::Opcode::kWrite)).size() >= kPackets;
+  };
+  const std::vector<Reply> rs = p.run_until(all_sent);
+  const std::vector<const Reply*> data = firsts(of(rs, wire::Opcode::kWrite));
+  std::map<uint32_t, const Reply*> by_psn;  // by distance from kStart
+  for (const Reply* d : data) {
+    const uint32_t i = d->pkt.bh.psn - kStart;
+    if (i >= kPackets)
+      return fail("data packet at PSN " + hex32(d->pkt.bh.psn) + " in a WRITE of " +
+                  std::to_string(kPackets) + " packets from " + hex32(kStart));
+    if (d->pkt.mh.offset != i * p.mtu)
+      return fail("PSN " + hex32(d->pkt.bh.psn) + " carries offset " +
+                  std::to_string(d->pkt.mh.offset) + ", not " + std::to_string(i * p.mtu));
+    by_psn.emplace(i, d);
+  }
+  if (by_psn.size() != kPackets)
+    return fail(std::to_string(by_psn.size()) + " of the WRITE's " + std::to_string(kPackets) +
+                " PSNs from " + hex32(kStart) + " sent");
+  const Reply& last = *by_psn.rbegin()->second;
+  // cum 0xFFFFFFFE, the rest SACKed: 0xFFFFFFFD is still outstanding.
+  std::vector<uint32_t> sacked;
+  for (uint32_t i = 3; i < kPackets; ++i) sacked.push_back(kStart + i);
+  p.send(p.sack(kStart + 2, sacked, last), last.entropy);
+  (void)p.run();
+  Completion c;
+  if (t.poll_completion(c))
+    return fail("the WRITE completed with PSN 0xfffffffd neither ACKed nor SACKed");
+  p.send(p.ack(kStart + kPackets, last), last.entropy);
+  if (!p.await_completion(c))
+    return fail("no completion after the ACK of cum " + hex32(kStart + kPackets));
+  if (c.wr_id != 1 || c.status != Status::kOk)
+    return fail("the WRITE completed " + std::string(status_name(c.status)) + ", not kOk");
+  return pass();
+}
+
 // SEQ-3: the tester offers window_log2 6 (W = 64) and, to a WRITE of 128
 // packets, SACKs every packet but the first, so that congestion windows
 // open while cum stays put: the target sends up to cum + 63, never beyond.

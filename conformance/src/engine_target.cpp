@@ -126,6 +126,13 @@ bool EngineTarget::listen(bool accept, uint32_t max_connections) {
   return true;
 }
 
+bool EngineTarget::start_psn_at(uint32_t psn) {
+  EndpointConfig c = ep_->config();
+  c.seed = seed_for_first_psn(psn);
+  reopen(c);
+  return true;
+}
+
 void EngineTarget::reopen(const EndpointConfig& cfg) {
   ep_ = std::make_unique<Endpoint>(cfg);
   memory_ = MemoryStore();

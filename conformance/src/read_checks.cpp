@@ -221,6 +221,29 @@ Outcome check_read4(Target& t) {
   return pass();
 }
 
+namespace {
+
+// READ-5's set-up: a WRITE of `data` (64 bytes) into `dst` held back, the
+// READ_REQ after it, of 64 bytes of `src`, sent alone.
+struct HeldRead {
+  Bytes write;               // the WRITE, to send later
+  uint32_t rd = 0;           // the READ_REQ's PSN
+  std::vector<Reply> early;  // what the READ_REQ drew
+  std::string why;           // a failure: the READ was answered meanwhile
+};
+HeldRead read_behind_held_write(Peer& p, const Region& dst, const Region& src, const Bytes& data) {
+  HeldRead h;
+  const uint32_t w = p.next_psn++;
+  h.rd = p.next_psn++;
+  h.write = p.write(w, dst.rkey, dst.addr, data);
+  h.early = p.exchange(p.read_req(h.rd, 0, src.rkey, src.addr, 64));
+  if (!of(h.early, wire::Opcode::kReadResp).empty())
+    h.why = "a READ was answered while an earlier WRITE was missing";
+  return h;
+}
+
+}  // namespace
+
 Outcome check_read5(Target& t) {
   Peer p(t);
   Region mem;
@@ -228,19 +251,48 @@ Outcome check_read5(Target& t) {
   if (!tester_connects_to_memory(t, p, mem, why, kAccessRemoteWrite | kAccessRemoteRead))
     return fail(why);
   const Bytes data(64, 0x5c);
-  const uint32_t w = p.next_psn++;
-  const uint32_t rd = p.next_psn++;
-  const Bytes write = p.write(w, mem.rkey, mem.addr, data);
   // The WRITE is held back; the READ of the same bytes arrives first.
-  const std::vector<Reply> early = p.exchange(p.read_req(rd, 0, mem.rkey, mem.addr, 64));
-  if (!of(early, wire::Opcode::kReadResp).empty())
-    return fail("a READ was answered while an earlier WRITE was missing");
-  const std::vector<Reply> late = p.exchange_until(write, has(wire::Opcode::kReadResp));
+  const HeldRead h = read_behind_held_write(p, mem, mem, data);
+  if (!h.why.empty()) return fail(h.why);
+  const std::vector<Reply> late = p.exchange_until(h.write, has(wire::Opcode::kReadResp));
   const auto resp = of(late, wire::Opcode::kReadResp);
   if (resp.empty()) return fail("no READ_RESP once the WRITE arrived");
   const auto& payload = resp.front()->pkt.payload;
   if (!std::equal(payload.begin(), payload.end(), data.begin(), data.end()))
     return fail("the READ_RESP does not carry the WRITE's data");
+  return pass();
+}
+
+// MR-5 with READ-5: a READ_REQ whose key was good when it arrived, kept
+// waiting by a WRITE held back before it, and its source region
+// deregistered meanwhile. It was accepted, so its region's going is the
+// responder's fault, as for a READ being answered: once the WRITE arrives
+// (and lands), no READ_RESP leaves and NAK 0x07 names the READ_REQ, `msn`
+// its read sequence; not NAK 0x02, which a READ_REQ naming a key gone when
+// it arrives draws.
+Outcome check_mr5_waiting_read(Target& t) {
+  Peer p(t);
+  Region mem, src;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, mem, why)) return fail(why);
+  if (!t.register_memory(4096, kAccessRemoteRead, src))
+    return fail("the target could not register memory");
+  const Bytes data(64, 0x5d);
+  const HeldRead h = read_behind_held_write(p, mem, src, data);
+  if (!h.why.empty()) return fail(h.why);
+  if (const Reply* n = nak_of(h.early))
+    return fail("the READ_REQ, its key good, drew NAK " + hex32(n->pkt.nak.code) +
+                " while it waited");
+  if (!t.deregister_memory(src)) return fail("the target could not deregister the READ's source");
+  std::vector<Reply> seen;
+  if (why = draws_nak(p, h.write, static_cast<uint8_t>(Status::kRemoteOperationError), h.rd, 0,
+                      &seen);
+      !why.empty())
+    return fail("the WRITE the READ waited for, its source deregistered meanwhile, " + why);
+  if (!of(seen, wire::Opcode::kReadResp).empty())
+    return fail("a READ_RESP left from a region deregistered before the READ was served");
+  if (t.read_memory(mem, 0, data.size()) != data)
+    return fail("the WRITE before the READ_REQ did not land");
   return pass();
 }
 

@@ -39,6 +39,12 @@ udp::Options ReferenceIut::listening(udp::Options o, bool accept, uint32_t max_c
   return o;
 }
 
+udp::Options ReferenceIut::starting_at(udp::Options o, uint32_t psn) {
+  o.random_seed = false;
+  o.engine.seed = seed_for_first_psn(psn);
+  return o;
+}
+
 void ReferenceIut::collect_accepted() {
   ConnId c;
   while (ep_->try_accept(c)) {

@@ -263,6 +263,19 @@ bool RemoteTarget::listen(bool accept, uint32_t max_connections) {
   return call({{"op", "listen"}, {"accept", accept}, {"max_connections", max_connections}}, r);
 }
 
+bool RemoteTarget::start_psn_at(uint32_t psn) {
+  json r;
+  return call({{"op", "initial_psn"}, {"psn", psn}}, r);
+}
+
+bool RemoteTarget::endpoint_stats(EndpointStats& out) {
+  json r;
+  if (!call({{"op", "stats"}}, r)) return false;
+  for (const agent::DropCounter& c : agent::kDropCounters)
+    if (!field(r, "stats", std::string(c.name).c_str(), out.*c.field)) return false;
+  return true;
+}
+
 bool RemoteTarget::path_stats(ConnId conn, size_t path, PathStats& out) {
   json r;
   if (!call({{"op", "path_stats"}, {"conn", conn.v}, {"slot", path}}, r)) return false;

@@ -82,6 +82,30 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why) {
   return true;
 }
 
+std::optional<EndpointStats> drop_counters(Target& t) {
+  EndpointStats s;
+  if (!t.endpoint_stats(s)) return std::nullopt;
+  return s;
+}
+
+std::string count_missing(Target& t, const std::optional<EndpointStats>& before, const Counted& c,
+                          const std::string& what) {
+  if (!before) return {};
+  const std::optional<EndpointStats> after = drop_counters(t);
+  if (!after) return "the target stopped reporting its counters";
+  const uint64_t rose = (*after).*c.field - (*before).*c.field;
+  if (rose >= c.n) return {};
+  return what + ": " + std::to_string(c.n) + " dropped, counter " + c.name + " rose by " +
+         std::to_string(rose);
+}
+
+Outcome passed_counting(const std::optional<EndpointStats>& before) {
+  if (before) return pass();
+  return skip(
+      "dropped, nothing changed; the counts unchecked: the target does not report its counters "
+      "(agent op stats)");
+}
+
 void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, const Reply* echo,
                       const std::vector<Reply>& rs) {
   std::vector<uint32_t> sacked;

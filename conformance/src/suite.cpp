@@ -69,6 +69,10 @@ constexpr std::array kChecks = {
           "WRITEs across the PSN wrap, one lost each side, are placed and acknowledged across "
           "it; a resend from before it is a duplicate",
           check_seq2},
+    Check{"SEQ-2",
+          "the target's own PSNs, set to start 4 below 2^32, run across the wrap; a SACK across "
+          "it completes nothing, the ACK of cum 0x00000004 completes the WRITE",
+          check_seq2_target},
     Check{"SEQ-3", "with cum held, no PSN at or beyond cum + W, W from the smaller window_log2",
           check_seq3},
     Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
@@ -121,6 +125,10 @@ constexpr std::array kChecks = {
           "a region deregistered while a READ from it is answered: no response after, NAK 0x07 "
           "naming the READ_REQ; a READ_REQ naming it then draws NAK 0x02",
           check_mr5_read},
+    Check{"MR-5",
+          "a READ waiting for an earlier packet (READ-5) whose region is deregistered meanwhile: "
+          "once the packet lands, no response, NAK 0x07 naming the READ_REQ",
+          check_mr5_waiting_read},
     Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
     Check{"CC-3", "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},

@@ -104,9 +104,16 @@ bool UdpTarget::conn_error(ConnId conn, Status& out) {
 }
 
 bool UdpTarget::listen(bool accept, uint32_t max_connections) {
+  return reopen(ReferenceIut::listening(options_, accept, max_connections));
+}
+
+bool UdpTarget::start_psn_at(uint32_t psn) {
+  return reopen(ReferenceIut::starting_at(options_, psn));
+}
+
+bool UdpTarget::reopen(const udp::Options& o) {
   std::string why;
-  iut_ = ReferenceIut::reopen(std::move(iut_), iut_addr_,
-                              ReferenceIut::listening(options_, accept, max_connections), why);
+  iut_ = ReferenceIut::reopen(std::move(iut_), iut_addr_, o, why);
   if (iut_) return true;
   // The ports were taken meanwhile: the target is no more, and the suite
   // stops after the check, which must not use it again.

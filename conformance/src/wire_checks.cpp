@@ -130,7 +130,7 @@ Outcome check_enc6(Target& t) {
 
 // BAD-* (checks.hpp): the good WRITE must land as if nothing had come
 // before it.
-Outcome ignored_then_served(Target& t, const std::string& what,
+Outcome ignored_then_served(Target& t, const std::string& what, const Counted& counted,
                             const std::function<void(Peer&, const Bytes& good)>& send_bad) {
   Peer p(t);
   Region r;
@@ -138,14 +138,16 @@ Outcome ignored_then_served(Target& t, const std::string& what,
   if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
   const uint32_t psn = p.next_psn;
   const Bytes good = p.write(psn, r.rkey, r.addr, kPayload);
+  const std::optional<EndpointStats> before = drop_counters(t);
   send_bad(p, good);
   if (!p.run().empty()) return fail(what + " drew a reply");
+  if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
     return fail(what + " wrote memory");
   if (ack_of(p.exchange_until(good, acks(psn)), psn) == nullptr)
     return fail("the good packet was not acknowledged after it");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload) return fail("the good packet did not land");
-  return pass();
+  return passed_counting(before);
 }
 
 // A target that never verifies the ICRC would take either copy: one
@@ -153,6 +155,7 @@ Outcome ignored_then_served(Target& t, const std::string& what,
 // (tsval) whose value alone would not make the packet invalid.
 Outcome check_bad4(Target& t) {
   return ignored_then_served(t, "a WRITE whose ICRC does not match",
+                             {&EndpointStats::bad_checksum, "bad_checksum", 2},
                              [](Peer& p, const Bytes& good) {
                                Bytes payload_bit = good;
                                payload_bit[payload_bit.size() - wire::kIcrcSize - 1] ^= 0x01;
@@ -180,15 +183,17 @@ Outcome check_int2(Target& t) {
 }
 
 Outcome check_bad7(Target& t) {
-  return ignored_then_served(t, "a packet for an unknown dst_conn", [](Peer& p, const Bytes& good) {
-    p.send(Peer::with_dst_conn(good, p.target_conn ^ 0x5a5a00));
-  });
+  return ignored_then_served(t, "a packet for an unknown dst_conn",
+                             {&EndpointStats::unknown_connection, "unknown_connection", 1},
+                             [](Peer& p, const Bytes& good) {
+                               p.send(Peer::with_dst_conn(good, p.target_conn ^ 0x5a5a00));
+                             });
 }
 
 Outcome check_bad8(Target& t) {
-  return ignored_then_served(t, "a packet from another address", [](Peer& p, const Bytes& good) {
-    p.send(good, Peer::kEntropy, false, /*stranger=*/true);
-  });
+  return ignored_then_served(
+      t, "a packet from another address", {&EndpointStats::wrong_peer, "wrong_peer", 1},
+      [](Peer& p, const Bytes& good) { p.send(good, Peer::kEntropy, false, /*stranger=*/true); });
 }
 
 }  // namespace metaroce::conformance

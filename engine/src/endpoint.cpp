@@ -11,7 +11,13 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
-Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ 0x6d657461726f6365ull) {
+namespace {
+constexpr uint64_t kSeedSalt = 0x6d657461726f6365ull;
+}  // namespace
+
+uint64_t seed_for_first_psn(uint32_t psn) { return detail::Rng::seed_for_first(psn) ^ kSeedSalt; }
+
+Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ kSeedSalt) {
   // SEQ-3: the window never exceeds what one ACK can describe (ACK-8), so a
   // packet outside every SACK is never mistaken for a lost one.
   cfg.window_log2 = std::clamp(cfg.window_log2, kMinWindowLog2, kMaxWindowLog2);

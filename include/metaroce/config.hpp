@@ -104,4 +104,11 @@ struct EndpointConfig {
 // and cap sizes, dctcp_g_shift, ...), and runs with the rest as given.
 [[nodiscard]] std::string config_error(const EndpointConfig& cfg);
 
+// For tests only (the conformance suite's SEQ-2 in an endpoint's own PSN
+// space, across the wrap): a seed with which a fresh endpoint's first
+// connection, when it is the first thing the endpoint draws a random number
+// for (connect() before any register_memory() or accepted connection),
+// starts at initial PSN `psn`. A production endpoint's seed is random (MR-1).
+[[nodiscard]] uint64_t seed_for_first_psn(uint32_t psn);
+
 }  // namespace metaroce

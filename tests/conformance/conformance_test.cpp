@@ -75,28 +75,35 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
 }
 
 // A target that cannot be asked to close, to tell why a connection failed,
-// or to refuse connections (an agent written before those ops): the checks
-// that need them skip, saying why, and every other check passes (PATH-7
-// and CONN-4's requester side leave out the failure code).
+// to refuse connections, to start at a given PSN or to report its drop
+// counters (an agent written before those ops): the checks that need them
+// skip, saying why, and every other check passes (PATH-7 and CONN-4's
+// requester side leave out the failure code; the BAD checks, the counts).
 class TargetWithoutLaterOps : public EngineTarget {
  public:
   bool close(ConnId) override { return false; }
   bool conn_error(ConnId, Status&) override { return false; }
   bool listen(bool, uint32_t) override { return false; }
+  bool start_psn_at(uint32_t) override { return false; }
+  bool endpoint_stats(EndpointStats&) override { return false; }
 };
 
-TEST(Conformance, ChecksNeedingCloseConnErrorOrListenSkipWithoutThem) {
+TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutThem) {
   const auto results = run([] { return std::make_unique<TargetWithoutLaterOps>(); });
   ASSERT_EQ(results.size(), checks().size());
   std::set<std::string> skipped;
   for (const Result& r : results) {
     EXPECT_TRUE(r.outcome.passed) << r.check->rule << ": " << r.outcome.detail;
     if (!r.outcome.skipped) continue;
-    skipped.insert(std::string(r.check->rule) +
-                   (r.check->title.starts_with("closing") ? " closing" : ""));
+    skipped.insert(std::string(r.check->rule) + (r.check->title.starts_with("closing") ? " closing"
+                                                 : r.check->title.starts_with("the target's own")
+                                                     ? " target"
+                                                     : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing"}));
+  EXPECT_EQ(skipped,
+            (std::set<std::string>{"CONN-4", "CONN-7 closing", "SEQ-2 target", "BAD-1", "BAD-2",
+                                   "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -122,6 +129,16 @@ class FaultyTarget : public EngineTarget {
   bool deregister_ignored = false;
   bool deregister_memory(const Region& r) override {
     return deregister_ignored || EngineTarget::deregister_memory(r);
+  }
+  // With `drops_uncounted_after` n, the drop counters stop rising after
+  // they were read n times: malformed packets dropped but not counted
+  // (BAD-*), from the first (0) or in the checks' second half, the ACKs (2).
+  std::optional<int> drops_uncounted_after;
+  bool endpoint_stats(EndpointStats& out) override {
+    if (!EngineTarget::endpoint_stats(out)) return false;
+    if (drops_uncounted_after && stats_reads_++ >= *drops_uncounted_after) out = frozen_;
+    frozen_ = out;
+    return true;
   }
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
@@ -168,6 +185,8 @@ class FaultyTarget : public EngineTarget {
 
  private:
   std::vector<Completion> ready_;
+  int stats_reads_ = 0;
+  EndpointStats frozen_;
 };
 
 uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
@@ -240,6 +259,15 @@ void expect_fails(const std::string& rule, const std::function<void(FaultyTarget
         << r.check->rule << " passed with the fault planted: " << r.outcome.detail;
   }
   ASSERT_NE(ran, 0u) << rule << " " << title;
+}
+
+// Malformed packets dropped, nothing changed, but not counted: WRITEs
+// (every BAD check), or ACKs and NAKs (the second half of BAD-1, 2, 3, 5, 6).
+TEST(Conformance, DropsUncountedFailBad) {
+  for (const char* rule : {"BAD-1", "BAD-2", "BAD-3", "BAD-4", "BAD-5", "BAD-6", "BAD-7", "BAD-8"})
+    expect_fails(rule, [](FaultyTarget& t) { t.drops_uncounted_after = 0; });
+  for (const char* rule : {"BAD-1", "BAD-2", "BAD-3", "BAD-5", "BAD-6"})
+    expect_fails(rule, [](FaultyTarget& t) { t.drops_uncounted_after = 2; });
 }
 
 TEST(Conformance, AckFromAnotherPortFailsAck7) {
@@ -770,22 +798,46 @@ TEST(Conformance, PsnsAcrossTheWrapPass) {
 // 2^32), or, once past it, data from before it taken as out of the window
 // (PSNs compared as plain unsigned numbers).
 TEST(Conformance, PsnsPastTheWrapDroppedFailSeq2) {
-  expect_fails("SEQ-2", [](FaultyTarget& t) {
-    drop_received(
-        t, [](const wire::Packet& p) { return wire::is_data(p.bh.opcode) && p.bh.psn < 0x100; });
-  });
+  expect_fails(
+      "SEQ-2",
+      [](FaultyTarget& t) {
+        drop_received(t, [](const wire::Packet& p) {
+          return wire::is_data(p.bh.opcode) && p.bh.psn < 0x100;
+        });
+      },
+      "WRITEs");
 }
 
 TEST(Conformance, PsnsComparedUnsignedFailSeq2) {
-  expect_fails("SEQ-2", [](FaultyTarget& t) {
-    auto wrapped = std::make_shared<bool>(false);
-    drop_received(t, [wrapped](const wire::Packet& p) {
-      if (!wire::is_data(p.bh.opcode)) return false;
-      if (*wrapped && p.bh.psn >= 0xFFFFFF00u) return true;
-      *wrapped = *wrapped || p.bh.psn < 0x100;
-      return false;
-    });
-  });
+  expect_fails(
+      "SEQ-2",
+      [](FaultyTarget& t) {
+        auto wrapped = std::make_shared<bool>(false);
+        drop_received(t, [wrapped](const wire::Packet& p) {
+          if (!wire::is_data(p.bh.opcode)) return false;
+          if (*wrapped && p.bh.psn >= 0xFFFFFF00u) return true;
+          *wrapped = *wrapped || p.bh.psn < 0x100;
+          return false;
+        });
+      },
+      "WRITEs");
+}
+
+// SEQ-2 broken in the target's own PSN space: its data PSNs past the wrap
+// skip 0x00000000, or restart at its initial PSN.
+TEST(Conformance, TargetPsnsSkippingOrRestartingAtTheWrapFailSeq2) {
+  for (const uint32_t shift : {1u, 0xFFFFFFFCu}) {
+    expect_fails(
+        "SEQ-2",
+        [shift](FaultyTarget& t) {
+          rewrite_sent(t, [shift](wire::Packet& p) {
+            if (!wire::is_data(p.bh.opcode) || p.bh.psn >= 0x100) return false;
+            p.bh.psn += shift;
+            return true;
+          });
+        },
+        "the target's own");
+  }
 }
 
 // READ responses numbered in the requester's PSN space, from the READ_REQ's
@@ -1052,6 +1104,22 @@ TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
       return true;
     });
   });
+}
+
+// ... or, for a READ kept waiting by an earlier packet (READ-5) whose
+// source went meanwhile, as a bad key (0x02: the key checked again when the
+// READ is served, as if its READ_REQ had just arrived).
+TEST(Conformance, AWaitingReadsRegionGoneSentAsBadKeyFailsMr5) {
+  expect_fails(
+      "MR-5",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
+          p.nak.code = 0x02;
+          return true;
+        });
+      },
+      "a READ waiting");
 }
 
 // ... or the NAK naming another packet than the one that found the memory

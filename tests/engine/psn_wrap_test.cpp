@@ -88,6 +88,28 @@ bool with_psns_at_the_wrap(int who, uint64_t other_seed,
   return false;
 }
 
+// seed_for_first_psn (what the conformance targets use to start near the
+// wrap, SEQ-2): an endpoint so seeded announces that initial PSN in its
+// first connection's CONNECT_REQ.
+TEST(PsnWrap, SeedForFirstPsnStartsTheFirstConnectionThere) {
+  for (const uint32_t psn : {0xFFFFFFFCu, 0u, 0x12345678u}) {
+    EndpointConfig cfg;
+    cfg.seed = seed_for_first_psn(psn);
+    Endpoint ep(cfg);
+    PeerAddr peer;
+    peer.len = 1;
+    ConnId id;
+    ASSERT_EQ(ep.connect(peer, TimeNs{1}, id), Status::kOk);
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    ASSERT_TRUE(ep.poll_transmit(TimeNs{1}, buf, tx));
+    wire::Packet p;
+    ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf).first(tx.len), p), wire::ParseError::kOk);
+    ASSERT_EQ(p.bh.opcode, wire::Opcode::kConnectReq);
+    EXPECT_EQ(p.connect.initial_psn, psn);
+  }
+}
+
 TEST(PsnWrap, ReadResponsesCrossTheWrapWithLosses) {  // SEQ-1, READ-2, LOSS-2
   constexpr uint32_t kLen = 64 * 4096;
   const bool landed = with_psns_at_the_wrap(1, 90, [&](Loop& loop, ConnId a, ConnId) {

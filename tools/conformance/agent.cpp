@@ -67,7 +67,7 @@ json status_reply(const metaroce::udp::Error& e) {
 class Agent {
  public:
   // `without`: the ops answered "unknown op", as an agent written before
-  // them answers (close, conn_error, listen came later; the checks that
+  // them answers (close, conn_error, listen, initial_psn, stats came later; the checks that
   // need them then skip).
   Agent(std::string address, metaroce::udp::Options opts, std::set<std::string> without)
       : address_(std::move(address)), opts_(opts), without_(std::move(without)) {}
@@ -156,6 +156,20 @@ class Agent {
       if (!reopen(mc::ReferenceIut::listening(opts_, accept, max)))
         return fail("the IUT cannot reopen: " + open_error_);
       return json{{"ok", true}};
+    }
+    if (op == "initial_psn") {
+      const auto psn = static_cast<uint32_t>(a.u("psn", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      if (!reopen(mc::ReferenceIut::starting_at(opts_, psn)))
+        return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
+    }
+    if (op == "stats") {
+      const metaroce::EndpointStats s = ep.endpoint_stats();
+      json reply{{"ok", true}};
+      for (const agent::DropCounter& c : agent::kDropCounters)
+        reply[std::string(c.name)] = s.*c.field;
+      return reply;
     }
     if (op == "poll_completion") return poll_completion();
     if (op == "path_stats") return path_stats(a);
@@ -339,7 +353,7 @@ int main(int argc, char** argv) {
                  "ops to answer \"unknown op\", as an agent written before them would "
                  "(for tests of the tester)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"close", "conn_error", "listen"}));
+      ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   Agent ag(iut,

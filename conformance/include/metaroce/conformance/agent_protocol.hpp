@@ -28,6 +28,22 @@ inline constexpr std::array<std::string_view, 5> kWrOpcodes = {"write", "write_i
                                                                "send_imm", "read"};
 inline constexpr std::array<std::string_view, 7> kCompletionOps = {
     "write", "write_imm", "send", "send_imm", "read", "recv", "recv_write_imm"};
+// The `stats` op's fields: the EndpointStats counters of packets dropped
+// before they reach a connection (spec section 11's table, BAD-1 to BAD-8).
+struct DropCounter {
+  std::string_view name;
+  uint64_t EndpointStats::*field;
+};
+inline constexpr std::array<DropCounter, 8> kDropCounters = {{
+    {"truncated", &EndpointStats::truncated},
+    {"bad_version", &EndpointStats::bad_version},
+    {"bad_opcode", &EndpointStats::bad_opcode},
+    {"bad_checksum", &EndpointStats::bad_checksum},
+    {"bad_length", &EndpointStats::bad_length},
+    {"bad_field", &EndpointStats::bad_field},
+    {"unknown_connection", &EndpointStats::unknown_connection},
+    {"wrong_peer", &EndpointStats::wrong_peer},
+}};
 std::optional<WrOpcode> wr_opcode(std::string_view name);
 std::optional<CompletionOp> completion_op(std::string_view name);
 

@@ -40,6 +40,11 @@ class EngineTarget : public Target {
   bool close(ConnId conn) override;
   bool conn_error(ConnId conn, Status& out) override;
   bool listen(bool accept, uint32_t max_connections) override;
+  bool start_psn_at(uint32_t psn) override;
+  bool endpoint_stats(EndpointStats& out) override {
+    out = ep_->endpoint_stats();
+    return true;
+  }
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
     return std::pair{ep_->config().entropy_min, ep_->config().entropy_max};
   }

@@ -60,6 +60,11 @@ class RemoteTarget : public Target {
   bool close(ConnId conn) override;
   bool conn_error(ConnId conn, Status& out) override;
   bool listen(bool accept, uint32_t max_connections) override;
+  // The agent's `initial_psn`; false (the check skips) when it has none.
+  bool start_psn_at(uint32_t psn) override;
+  // The agent's `stats`; false (the BAD checks skip their counts) when it
+  // has none.
+  bool endpoint_stats(EndpointStats& out) override;
   // --entropy-base..+count-1, mapped as the tester maps it (from 50000);
   // unknown for a block so large that its mapping wraps past 65535.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {

@@ -52,6 +52,12 @@ class UdpTarget : public Target {
   // The driver reopened on the same ports with the setting; if it cannot
   // (a port taken meanwhile), the target is lost.
   bool listen(bool accept, uint32_t max_connections) override;
+  // The same, with the engine's seed chosen (udp::Options::random_seed off).
+  bool start_psn_at(uint32_t psn) override;
+  bool endpoint_stats(EndpointStats& out) override {
+    out = iut_->ep().endpoint_stats();
+    return true;
+  }
   [[nodiscard]] std::string lost() const override { return lost_; }
   // Its block, base..base+15, maps onto the check ports 50000..50015.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
@@ -61,6 +67,8 @@ class UdpTarget : public Target {
 
  private:
   UdpTarget() = default;
+  // The driver reopened on the same ports with `o`; false and lost_ if not.
+  bool reopen(const udp::Options& o);
   std::unique_ptr<ReferenceIut> iut_;
   std::string iut_addr_;  // 127.0.0.1:base - 1
   udp::Options options_;  // what it opened with
