@@ -58,9 +58,6 @@ struct Path {
   bool tlp_outstanding = false;
   bool held = false;  // LOSS-8: a tail packet was resent elsewhere; no new data until it answers
   bool fresh = true;  // new entropy: starts at the initial window
-  // PATH-6: retired while the whole connection heard nothing (the peer, not
-  // the path, is silent): it kept its backoff and probes at the paths' share.
-  bool silent = false;
   // PATH-6: the connection's last_progress, low 32 bits, at the first of the
   // path's consecutive timeouts: unchanged at the last, nothing was
   // acknowledged meanwhile (a false match needs progress a multiple of
@@ -348,6 +345,11 @@ struct Connection {
   std::unique_ptr<RxCtx> rx;
   std::vector<Path> paths;  // num_paths entries, sized once at creation
   ConnStats stats;
+  // PATH-6: bit per path slot retired while the whole connection heard
+  // nothing (the peer, not the path, is silent): it kept its backoff and
+  // probes at the paths' share. A mask, so that work starting after an idle
+  // spell asks with one load whether any path is to be woken.
+  uint32_t silent_paths = 0;
 
   [[nodiscard]] uint32_t window() const { return uint32_t{window_mask} + 1; }
   // The slot an ACK's echo_path_tag names (Path::tag), or -1 when there is

@@ -146,6 +146,17 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.capped = {};
   c.draining_slot = detail::kNoPath;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
+  // PATH-6: work starts again on a connection that had none outstanding for
+  // context_idle_ns. Paths retired meanwhile took no answer for the peer's
+  // silence (there was nothing to acknowledge, so no progress to see): they
+  // probe at once rather than after a backoff of up to max_rto while the
+  // other paths carry the work. Asked here, where an idle connection takes
+  // its context back, not for every message or packet: the same test where
+  // a message's first packet leaves cost 5.5 instructions per data packet
+  // (scripts/engine-instructions.sh), one in Endpoint::post_send 1.0.
+  // (The PROBEs owed go, and the timer is set, when the work is polled.)
+  if (c.silent_paths != 0) [[unlikely]]
+    wake_silent_paths(c, last_now);
   return t;
 }
 

@@ -479,7 +479,8 @@ struct Endpoint::Impl {
   // PATH-4: one more timeout of the path (an RTO or an unanswered PROBE);
   // true when it has failed and is to be retired.
   [[gnu::cold]] bool count_timeout(const detail::Connection& c, detail::Path& p);
-  // PATH-6: a PROBE was answered; paths probing a silent peer probe again now.
+  // PATH-6: a PROBE was answered, or work starts on a connection that was
+  // idle (borrow_tx); paths probing a silent peer probe again now.
   [[gnu::noinline, gnu::cold]] void wake_silent_paths(detail::Connection& c, TimeNs now);
   void arm_rto(detail::Connection& c, detail::Path& p, TimeNs now);
   // x / loss_window_packets (PATH-5's EWMA gain), for every packet

@@ -44,7 +44,8 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
 TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs now) const {
   const uint64_t rto = path_rto(c, p);
   TimeNs t = now + rto;
-  if (!p.silent) return t;
+  const auto slot = static_cast<uint32_t>(&p - c.paths.data());
+  if (!((c.silent_paths >> slot) & 1)) return t;
   // PATH-6: the silent paths of a connection probe in turn, each one RTO
   // after the latest probe due on the others, so that together they probe
   // as often as one path would (at most one PROBE per max_rto in all), and
@@ -52,10 +53,9 @@ TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs
   // path probes next. Each path at its own rate would multiply the PROBEs
   // to a dead peer by the paths; all at a rate divided by the paths, and in
   // step, would leave the peer that came back unheard for that long.
-  for (uint8_t i = 0; i < c.num_paths; ++i) {
-    const Path& q = c.paths[i];
-    if (&q != &p && q.silent && q.state == PathState::kProbing)
-      t = std::max(t, q.probe_deadline + rto);
+  for (uint32_t m = c.silent_paths & ~(1u << slot); m != 0; m &= m - 1) {
+    const Path& q = c.paths[static_cast<size_t>(__builtin_ctz(m))];
+    if (q.state == PathState::kProbing) t = std::max(t, q.probe_deadline + rto);
   }
   return t;
 }
@@ -67,16 +67,16 @@ bool Endpoint::Impl::count_timeout(const Connection& c, Path& p) {
 }
 
 void Endpoint::Impl::wake_silent_paths(Connection& c, TimeNs now) {
-  for (uint8_t i = 0; i < c.num_paths; ++i) {
-    Path& q = c.paths[i];
-    if (!q.silent) continue;
-    q.silent = false;
+  for (uint32_t m = c.silent_paths; m != 0; m &= m - 1) {
+    const int i = __builtin_ctz(m);
+    Path& q = c.paths[static_cast<size_t>(i)];
     q.backoff = 0;
     q.consecutive_rtos = 0;
     if (q.state != PathState::kProbing) continue;
     q.probe_deadline = now + path_rto(c, q);
     c.owe.probe |= 1u << i;
   }
+  c.silent_paths = 0;
 }
 
 void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeNs now) {
@@ -89,7 +89,7 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
     p.state = PathState::kActive;  // PATH-6: the new entropy answered
     // PATH-6: the peer answers; paths that backed off while it was silent
     // find out at once rather than after their long wait.
-    p.silent = false;
+    c.silent_paths &= ~(1u << slot);
     wake_silent_paths(c, now);
     p.probe_deadline = TimeNs::never();
     p.consecutive_rtos = 0;
@@ -190,7 +190,7 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   renew_path(c, path, now);
   Path& p = c.paths[path];
   if (silent) {
-    p.silent = true;
+    c.silent_paths |= 1u << path;
     p.backoff = backoff;
     p.probe_deadline = probe_deadline(c, p, now);
   }
@@ -407,6 +407,7 @@ void Endpoint::Impl::renew_path(Connection& c, uint8_t path, TimeNs now, int ent
   const uint32_t pseq = p.next_pseq;
   const uint64_t srtt = p.srtt, rttvar = p.rttvar, min_rtt = p.min_rtt;
   p = Path{};
+  c.silent_paths &= ~(1u << path);  // PATH-6: retire_path says again if it is
   p.stats = keep;
   p.generation = gen;
   p.next_pseq = pseq;

@@ -363,6 +363,43 @@ TEST(Engine, APeerThatAnswersAgainAfterLongSilenceIsFoundWithinMaxRto) {  // PAT
   }
 }
 
+// ... but a path retired while nothing was outstanding is "silent" only
+// because there was nothing to acknowledge: a path whose link failed while
+// the connection was idle backed off to max_rto there, and when work came
+// again it carried none until its next PROBE, up to 100 ms later, while the
+// other paths carried everything. Work starting after an idle spell makes
+// such paths probe at once.
+TEST(Engine, APathThatBackedOffWhileIdleProbesAtOnceWhenWorkResumes) {  // PATH-6
+  Loop loop(cfg(204), cfg(205));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);
+  // Path 0's link is down, whatever entropy it takes; the others carry a
+  // WRITE, and the connection then idles.
+  bool down = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return down && from == 0 && tag_slot(d) == 0;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0, 5);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 64 * 1024, 2)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  loop.run_until([] { return false; }, 1'000'000'000ull);
+  PathStats s;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, s));
+  ASSERT_EQ(s.state, PathState::kProbing);
+  // The link is back, and work is posted.
+  down = false;
+  const TimeNs posted = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20, 3)), Status::kOk);
+  loop.run_until([&] { return loop.ep(0).path_stats(a, 0, s) && s.state == PathState::kActive; });
+  EXPECT_LE(loop.now().since(posted), 1'000'000u);  // ns: a PROBE's round trip, not max_rto
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
 // ... but while a READ is outstanding the peer's data counts: the READ's
 // responses wait behind the message the peer has started (SEQ-5), however
 // long it takes, and the READ failed kPeerUnreachable meanwhile.
