@@ -314,7 +314,16 @@ struct Connection {
   uint32_t next_read_seq = 0;
   uint32_t reads_outstanding = 0;
   uint32_t sq_count = 0;
+  // PATH-6: bit per path slot retired while the whole connection heard
+  // nothing (the peer, or every path's link, is silent): its probes take
+  // turns with the other silent paths' at the connection's silent interval.
+  // A mask, so that work starting after an idle spell asks with one load
+  // whether any path is to be woken.
+  uint32_t silent_paths = 0;
   bool resp_turn = true;  // SCHED-4: a READ response goes next if both queues have a message ready
+  // PATH-6: PROBEs of silent paths left unanswered since the silence began;
+  // the silent interval grows by half with each.
+  uint8_t silent_probes = 0;
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
   // LOSS-8: when the latest tail-loss resend went, if one has (then
@@ -345,11 +354,6 @@ struct Connection {
   std::unique_ptr<RxCtx> rx;
   std::vector<Path> paths;  // num_paths entries, sized once at creation
   ConnStats stats;
-  // PATH-6: bit per path slot retired while the whole connection heard
-  // nothing (the peer, not the path, is silent): it kept its backoff and
-  // probes at the paths' share. A mask, so that work starting after an idle
-  // spell asks with one load whether any path is to be woken.
-  uint32_t silent_paths = 0;
 
   [[nodiscard]] uint32_t window() const { return uint32_t{window_mask} + 1; }
   // The slot an ACK's echo_path_tag names (Path::tag), or -1 when there is

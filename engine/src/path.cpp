@@ -42,10 +42,18 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
 }
 
 TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs now) const {
-  const uint64_t rto = path_rto(c, p);
-  TimeNs t = now + rto;
   const auto slot = static_cast<uint32_t>(&p - c.paths.data());
-  if (!((c.silent_paths >> slot) & 1)) return t;
+  if (!((c.silent_paths >> slot) & 1)) return now + path_rto(c, p);
+  // PATH-6: a silent connection's interval starts at the path's RTO without
+  // backoff and grows by half with each unanswered PROBE of any of its
+  // silent paths, to max_rto. Doubling, as one path's backoff does, left a
+  // connection whose every path is on a dead link (one path, or all hashed
+  // onto a failed link) trying a new entropy only every 8, 16, 32 ms...;
+  // by half, a dead peer still draws a few tens of PROBEs in PATH-7's 2 s.
+  uint64_t rto = std::max(cfg.recovery.min_rto_ns, p.srtt + 4 * p.rttvar);
+  for (uint8_t k = 0; k < c.silent_probes && rto < cfg.recovery.max_rto_ns; ++k) rto += rto / 2;
+  rto = std::min(rto, cfg.recovery.max_rto_ns);
+  TimeNs t = now + rto;
   // PATH-6: the silent paths of a connection probe in turn, each one RTO
   // after the latest probe due on the others, so that together they probe
   // as often as one path would (at most one PROBE per max_rto in all), and
@@ -61,7 +69,10 @@ TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs
 }
 
 bool Endpoint::Impl::count_timeout(const Connection& c, Path& p) {
-  if (p.consecutive_rtos == 0) p.progress_mark = static_cast<uint32_t>(c.last_progress.ns);
+  // A silent path keeps the mark of the silence it began in (retire_path).
+  const auto slot = static_cast<uint32_t>(&p - c.paths.data());
+  if (p.consecutive_rtos == 0 && !((c.silent_paths >> slot) & 1))
+    p.progress_mark = static_cast<uint32_t>(c.last_progress.ns);
   p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
   return ++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire;
 }
@@ -77,6 +88,7 @@ void Endpoint::Impl::wake_silent_paths(Connection& c, TimeNs now) {
     c.owe.probe |= 1u << i;
   }
   c.silent_paths = 0;
+  c.silent_probes = 0;
 }
 
 void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeNs now) {
@@ -183,15 +195,19 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   // first of them, on any path: the peer is silent, not this path's link,
   // and a new entropy cannot help. Restarting the backoff would probe a dead
   // peer every few milliseconds on every path until PATH-7 gave up.
+  // A path silent already stays so while nothing is acknowledged since
+  // the mark it carries from the first retirement of the silence.
   const Path& failed = c.paths[path];
-  const bool silent = failed.consecutive_rtos >= cfg.recovery.rto_failures_to_retire &&
-                      static_cast<uint32_t>(c.last_progress.ns) == failed.progress_mark;
-  const uint8_t backoff = failed.backoff;
+  const bool was_silent = (c.silent_paths >> path) & 1;
+  const bool silent =
+      (was_silent || failed.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) &&
+      static_cast<uint32_t>(c.last_progress.ns) == failed.progress_mark;
+  const uint32_t mark = failed.progress_mark;
   renew_path(c, path, now);
   Path& p = c.paths[path];
   if (silent) {
     c.silent_paths |= 1u << path;
-    p.backoff = backoff;
+    p.progress_mark = mark;
     p.probe_deadline = probe_deadline(c, p, now);
   }
   ++p.stats.retirements;
