@@ -356,6 +356,8 @@ struct Connection {
   ConnStats stats;
 
   [[nodiscard]] uint32_t window() const { return uint32_t{window_mask} + 1; }
+  // PATH-6: whether the path in `slot` is silent (silent_paths).
+  [[nodiscard]] bool path_silent(uint32_t slot) const { return (silent_paths >> slot) & 1; }
   // The slot an ACK's echo_path_tag names (Path::tag), or -1 when there is
   // no such slot or it has since moved to a new generation (PATH-3): an echo
   // of a replaced entropy says nothing about its successor.

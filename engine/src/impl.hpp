@@ -473,6 +473,8 @@ struct Endpoint::Impl {
     return a != nullptr && a->echo_psn == r.psn && !(a->flags & wire::kAckEchoProbe) &&
            c.echoed_slot(a->echo_path_tag) == r.path;
   }
+  // LOSS-4's RTO before LOSS-5's backoff.
+  uint64_t base_rto(const detail::Path& p) const;
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
   // When a PROBE sent now on p times out (PATH-4; PATH-6 for a silent path).
   TimeNs probe_deadline(const detail::Connection& c, const detail::Path& p, TimeNs now) const;

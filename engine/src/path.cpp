@@ -30,11 +30,13 @@ void Endpoint::Impl::init_paths(Connection& c) {
   }
 }
 
+uint64_t Endpoint::Impl::base_rto(const Path& p) const {
+  return std::max(cfg.recovery.min_rto_ns, p.srtt + 4 * p.rttvar);  // LOSS-4
+}
+
 uint64_t Endpoint::Impl::path_rto(const Connection& c, const Path& p) const {
   (void)c;
-  uint64_t rto = std::max(cfg.recovery.min_rto_ns, p.srtt + 4 * p.rttvar);  // LOSS-4
-  rto <<= p.backoff;                                                        // LOSS-5
-  return std::min(rto, cfg.recovery.max_rto_ns);
+  return std::min(base_rto(p) << p.backoff, cfg.recovery.max_rto_ns);  // LOSS-5
 }
 
 void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
@@ -43,14 +45,14 @@ void Endpoint::Impl::arm_rto(Connection& c, Path& p, TimeNs now) {
 
 TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs now) const {
   const auto slot = static_cast<uint32_t>(&p - c.paths.data());
-  if (!((c.silent_paths >> slot) & 1)) return now + path_rto(c, p);
+  if (!c.path_silent(slot)) return now + path_rto(c, p);
   // PATH-6: a silent connection's interval starts at the path's RTO without
   // backoff and grows by half with each unanswered PROBE of any of its
   // silent paths, to max_rto. Doubling, as one path's backoff does, left a
   // connection whose every path is on a dead link (one path, or all hashed
   // onto a failed link) trying a new entropy only every 8, 16, 32 ms...;
   // by half, a dead peer still draws a few tens of PROBEs in PATH-7's 2 s.
-  uint64_t rto = std::max(cfg.recovery.min_rto_ns, p.srtt + 4 * p.rttvar);
+  uint64_t rto = base_rto(p);
   for (uint8_t k = 0; k < c.silent_probes && rto < cfg.recovery.max_rto_ns; ++k) rto += rto / 2;
   rto = std::min(rto, cfg.recovery.max_rto_ns);
   TimeNs t = now + rto;
@@ -71,7 +73,7 @@ TimeNs Endpoint::Impl::probe_deadline(const Connection& c, const Path& p, TimeNs
 bool Endpoint::Impl::count_timeout(const Connection& c, Path& p) {
   // A silent path keeps the mark of the silence it began in (retire_path).
   const auto slot = static_cast<uint32_t>(&p - c.paths.data());
-  if (p.consecutive_rtos == 0 && !((c.silent_paths >> slot) & 1))
+  if (p.consecutive_rtos == 0 && !c.path_silent(slot))
     p.progress_mark = static_cast<uint32_t>(c.last_progress.ns);
   p.backoff = static_cast<uint8_t>(std::min<int>(p.backoff + 1, 16));
   return ++p.consecutive_rtos >= cfg.recovery.rto_failures_to_retire;
@@ -192,13 +194,14 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   lose_path_inflight(c, path, now, false);
   const uint16_t old = c.paths[path].entropy;
   // PATH-6: timeouts with nothing of the connection acknowledged since the
-  // first of them, on any path: the peer is silent, not this path's link,
-  // and a new entropy cannot help. Restarting the backoff would probe a dead
-  // peer every few milliseconds on every path until PATH-7 gave up.
-  // A path silent already stays so while nothing is acknowledged since
-  // the mark it carries from the first retirement of the silence.
+  // first of them, on any path: the peer is silent, or every path's link is
+  // dead. The path probes on the connection's silent interval (probe_deadline)
+  // rather than restarting its backoff, which probed a dead peer every few
+  // milliseconds on every path until PATH-7 gave up. A path silent already
+  // stays so while nothing is acknowledged since the mark it carries from
+  // the first retirement of the silence.
   const Path& failed = c.paths[path];
-  const bool was_silent = (c.silent_paths >> path) & 1;
+  const bool was_silent = c.path_silent(path);
   const bool silent =
       (was_silent || failed.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) &&
       static_cast<uint32_t>(c.last_progress.ns) == failed.progress_mark;

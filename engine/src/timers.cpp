@@ -157,7 +157,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
         // apart (PATH-6): each tries a new entropy, or with every path on
         // dead links (one path, or all hashed onto a failed link) the search
         // for a live one would take three times as long.
-        const bool silent = (c.silent_paths >> i) & 1;
+        const bool silent = c.path_silent(i);
         if (silent && c.silent_probes < 255) ++c.silent_probes;
         if (count_timeout(c, p) || silent) {
           retire_path(c, i, now);
