@@ -49,11 +49,14 @@ Outcome ack_ignored_then_taken(
                   (x.error == wire::ParseError::kOk
                        ? std::string(" (") + wire::opcode_name(x.pkt.bh.opcode) + ")"
                        : std::string()));
-  if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
+  // What the packets did comes before whether they were counted: one taken
+  // for good is not counted either, and "dropped, not counted" would then
+  // name the wrong fault.
   Completion c;
   if (t.poll_completion(c))
     return fail(what + " completed the WRITE (status " + hex32(static_cast<uint8_t>(c.status)) +
                 ")");
+  if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   p.send(good, w.entropy);
   if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kOk)
     return fail("the good ACK after " + what + " did not complete the WRITE kOk");
