@@ -110,6 +110,15 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
 // `confuse_peers` a stranger's packets arrive as the tester's.
 class FaultyTarget : public EngineTarget {
  public:
+  using EngineTarget::EngineTarget;
+  // With `range_unknown`, the target does not tell its entropy range (a
+  // remote agent that does not): CONN-2 and PATH-1 check the ports' order
+  // without it.
+  bool range_unknown = false;
+  [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
+    if (range_unknown) return std::nullopt;
+    return EngineTarget::entropy_range();
+  }
   // The engine set otherwise than the checks assume.
   void configure(const std::function<void(EndpointConfig&)>& change) {
     EndpointConfig c = config();
@@ -513,13 +522,21 @@ TEST(Conformance, RequestsFromOnePortFailConn2) {
 // The check of `rule` passes on engines whose entropy range holds just
 // their paths' ports, so that a connection's values wrap at its top
 // wherever they start (the seed decides).
-void passes_across_a_wrap(const std::string& rule) {
+// With `range_unknown`, the check does not know the range (one wrap to a
+// port below the first is then taken).
+void passes_across_a_wrap(const std::string& rule, bool range_unknown = false) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     EndpointConfig cfg = EngineTarget::default_config();
     cfg.seed = seed;
     cfg.entropy_min = 50000;
     cfg.entropy_max = static_cast<uint16_t>(50000 + cfg.num_paths - 1);
-    const auto results = run([&] { return std::make_unique<EngineTarget>(cfg); }, rule);
+    const auto results = run(
+        [&] {
+          auto t = std::make_unique<FaultyTarget>(cfg);
+          t->range_unknown = range_unknown;
+          return t;
+        },
+        rule);
     ASSERT_EQ(results.size(), 1u);
     EXPECT_TRUE(results[0].outcome.passed) << "seed " << seed << ": " << results[0].outcome.detail;
   }
@@ -540,17 +557,39 @@ void requests_from(FaultyTarget& t, std::function<uint16_t(uint16_t first, size_
   };
 }
 
+// Each whether the target tells its entropy range or not (the check then
+// takes one wrap to a port below the first, and no more).
 TEST(Conformance, RequestsFromTwoPortsByTurnsFailConn2) {
-  expect_fails("CONN-2", "CONNECT_REQ 2 left from port", [](FaultyTarget& t) {
-    requests_from(t, [](uint16_t first, size_t k) { return static_cast<uint16_t>(first + k % 2); });
-  });
+  for (const bool unknown : {false, true})
+    expect_fails("CONN-2", "CONNECT_REQ 2 left from port", [unknown](FaultyTarget& t) {
+      t.range_unknown = unknown;
+      requests_from(t,
+                    [](uint16_t first, size_t k) { return static_cast<uint16_t>(first + k % 2); });
+    });
 }
 
 TEST(Conformance, RequestsFromTheEntropyValuesInReverseFailConn2) {
-  expect_fails("CONN-2", "CONNECT_REQ 1 left from port", [](FaultyTarget& t) {
-    requests_from(
-        t, [](uint16_t first, size_t k) { return static_cast<uint16_t>(first + 3 - k % 4); });
-  });
+  for (const bool unknown : {false, true})
+    expect_fails("CONN-2", "left from port", [unknown](FaultyTarget& t) {
+      t.range_unknown = unknown;
+      requests_from(
+          t, [](uint16_t first, size_t k) { return static_cast<uint16_t>(first + 3 - k % 4); });
+    });
+}
+
+// ... or wrapping twice, each time 10 ports down: with the range, the first
+// wrap is already wrong (it is not at the range's top); without it, the
+// second is.
+TEST(Conformance, RequestsWrappingTwiceFailConn2) {
+  for (const bool unknown : {false, true})
+    expect_fails("CONN-2",
+                 unknown ? "CONNECT_REQ 2 left from port" : "CONNECT_REQ 1 left from port",
+                 [unknown](FaultyTarget& t) {
+                   t.range_unknown = unknown;
+                   requests_from(t, [](uint16_t first, size_t k) {
+                     return static_cast<uint16_t>(first - 10 * std::min<size_t>(k, 3));
+                   });
+                 });
 }
 
 // A requester that falls back to its receive port after its first 4
@@ -569,6 +608,7 @@ TEST(Conformance, LaterRequestsFromTheReceivePortPassConn2) {
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
   passes_across_a_wrap("CONN-2");
+  passes_across_a_wrap("CONN-2", true);
 }
 
 TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
@@ -582,6 +622,20 @@ TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {
         ASSERT_EQ(wire::seal(s.bytes, h, 0), s.bytes.size());
       }
     };
+  });
+}
+
+// Two connections under one src_conn: each CONNECT_REQ after the first
+// names the first one's (with its own nonce, as a new connection has).
+TEST(Conformance, TwoConnectionsUnderOneSrcConnFailConn1) {
+  expect_fails("CONN-1", "with different nonces share src_conn", [](FaultyTarget& t) {
+    auto first = std::make_shared<std::optional<uint32_t>>();
+    rewrite_sent(t, [first](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kConnectReq) return false;
+      if (!first->has_value()) *first = p.connect.src_conn;
+      p.connect.src_conn = **first;
+      return true;
+    });
   });
 }
 
