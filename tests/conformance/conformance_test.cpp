@@ -143,8 +143,12 @@ class FaultyTarget : public EngineTarget {
   // they were read n times: malformed packets dropped but not counted
   // (BAD-*), from the first (0) or in the checks' second half, the ACKs (2).
   std::optional<int> drops_uncounted_after;
+  // With `versioned_requests_uncounted`, a CONNECT_REQ of another version
+  // is answered (CONN-5) but not counted in bad_version (BAD-2).
+  bool versioned_requests_uncounted = false;
   bool endpoint_stats(EndpointStats& out) override {
     if (!EngineTarget::endpoint_stats(out)) return false;
+    out.bad_version -= versioned_requests_;
     if (drops_uncounted_after && stats_reads_++ >= *drops_uncounted_after) out = frozen_;
     frozen_ = out;
     return true;
@@ -166,6 +170,9 @@ class FaultyTarget : public EngineTarget {
   }
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
+    if (versioned_requests_uncounted && bytes.size() > 1 && (bytes[0] >> 4) != wire::kVersion &&
+        bytes[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq))
+      ++versioned_requests_;
     if (mutate_in) mutate_in(bytes);
     std::vector<std::vector<uint8_t>> all;
     if (expand_in)
@@ -195,6 +202,7 @@ class FaultyTarget : public EngineTarget {
  private:
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
+  uint64_t versioned_requests_ = 0;
   EndpointStats frozen_;
 };
 
@@ -402,6 +410,12 @@ TEST(Conformance, VersionIgnoredFailsBad2) {
   expect_fails_mended("BAD-2", wire::ParseError::kBadVersion, [](std::vector<uint8_t>& d) {
     d[0] = static_cast<uint8_t>((wire::kVersion << 4) | (d[0] & 0x0f));
   });
+}
+
+// A version-2 CONNECT_REQ answered with its REJECT but not counted.
+TEST(Conformance, VersionedRequestUncountedFailsBad2) {
+  expect_fails("BAD-2", "a CONNECT_REQ of version 2: 1 dropped, counter bad_version rose by 0",
+               [](FaultyTarget& t) { t.versioned_requests_uncounted = true; });
 }
 
 TEST(Conformance, OpcodeTopBitIgnoredFailsBad3) {
