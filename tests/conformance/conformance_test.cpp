@@ -919,6 +919,23 @@ TEST(Conformance, TargetPsnsSkippingOrRestartingAtTheWrapFailSeq2) {
   }
 }
 
+// ... the same on the connections it accepts only (the responder's PSNs
+// kept apart from the requester's): the second half of the check fails.
+TEST(Conformance, TargetPsnsSkippingAtTheWrapOnAcceptedConnectionsFailSeq2) {
+  expect_fails(
+      "SEQ-2", "accepted: PSN 0x1 carries offset",
+      [](FaultyTarget& t) {
+        auto accepted = std::make_shared<bool>(false);
+        rewrite_sent(t, [accepted](wire::Packet& p) {
+          *accepted = *accepted || p.bh.opcode == wire::Opcode::kConnectAccept;
+          if (!*accepted || !wire::is_data(p.bh.opcode) || p.bh.psn >= 0x100) return false;
+          ++p.bh.psn;
+          return true;
+        });
+      },
+      "the target's own");
+}
+
 // READ responses numbered in the requester's PSN space, from the READ_REQ's
 // PSN on.
 TEST(Conformance, ReadResponsesInTheRequestersPsnSpaceFailRead2) {
