@@ -146,11 +146,9 @@ Outcome target_writes_across_the_wrap(Target& t, bool accepts) {
 
 Outcome check_seq2_target(Target& t) {
   for (const bool accepts : {false, true}) {
-    Outcome o = target_writes_across_the_wrap(t, accepts);
-    if (o.skipped || !o.passed) {
-      if (!o.skipped) o.detail = (accepts ? "accepted: " : "made: ") + o.detail;
-      return o;
-    }
+    const Outcome o = target_writes_across_the_wrap(t, accepts);
+    if (o.skipped) return o;
+    if (!o.passed) return fail((accepts ? "accepted: " : "made: ") + o.detail);
   }
   return pass("on a connection it made and one it accepted");
 }
