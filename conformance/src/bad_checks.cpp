@@ -49,11 +49,14 @@ Outcome ack_ignored_then_taken(
                   (x.error == wire::ParseError::kOk
                        ? std::string(" (") + wire::opcode_name(x.pkt.bh.opcode) + ")"
                        : std::string()));
-  if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
+  // What the packets did comes before whether they were counted: one taken
+  // for good is not counted either, and "dropped, not counted" would then
+  // name the wrong fault.
   Completion c;
   if (t.poll_completion(c))
     return fail(what + " completed the WRITE (status " + hex32(static_cast<uint8_t>(c.status)) +
                 ")");
+  if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   p.send(good, w.entropy);
   if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kOk)
     return fail("the good ACK after " + what + " did not complete the WRITE kOk");
@@ -106,13 +109,16 @@ Outcome check_bad1(Target& t) {
 
 // BAD-2: a WRITE and an ACK of version 2 are dropped; a CONNECT_REQ of
 // version 2 draws a version-1 CONNECT_REJECT kVersionMismatch (0x48), with
-// max_version 1, naming the request's src_conn and nonce (CONN-5).
+// max_version 1, naming the request's src_conn and nonce (CONN-5). Each
+// raises bad_version (section 11.3), the request too: answering it is no
+// reason to leave it uncounted.
 Outcome check_bad2(Target& t) {
-  const Outcome dropped = write_and_ack_ignored(
-      t, "of version 2", {&EndpointStats::bad_version, "bad_version", 1}, version_2);
+  constexpr Counted kBadVersion{&EndpointStats::bad_version, "bad_version", 1};
+  const Outcome dropped = write_and_ack_ignored(t, "of version 2", kBadVersion, version_2);
   if (!dropped.passed) return dropped;
   Peer p(t, 0x7e61);
   constexpr uint64_t kNonce = 0xB2B2;
+  const std::optional<EndpointStats> before = drop_counters(t);
   // Until an answer to the request: the first half's connection may still
   // be probing (its WRITE went unacknowledged), and a PROBE is no answer.
   const auto answered = [](const std::vector<Reply>& got) {
@@ -130,6 +136,9 @@ Outcome check_bad2(Target& t) {
                 ", max_version " + std::to_string(k.connect.max_version) + ", dst_conn " +
                 hex32(k.bh.dst_conn) + ", nonce " + hex32(k.connect.nonce) + ", not 0x48, 1, " +
                 hex32(p.conn()) + ", " + hex32(kNonce));
+  if (const std::string why = count_missing(t, before, kBadVersion, "a CONNECT_REQ of version 2");
+      !why.empty())
+    return fail(why);
   return dropped;
 }
 

@@ -13,14 +13,21 @@ Outcome check_conn1(Target& t) {
   const auto all = of(rs, wire::Opcode::kConnectReq);
   // A loaded target (or the remote agent, slow between its two connect
   // calls) may resend a request before the check has seen both; resends
-  // are CONN-2's to judge. The first request of each connection:
+  // are CONN-2's to judge. The first request of each connection, a
+  // connection being a src_conn and a nonce (a resend repeats both):
   std::vector<const Reply*> reqs;
   for (const Reply* r : all) {
     const auto same_conn = [&](const Reply* q) {
-      return q->pkt.connect.src_conn == r->pkt.connect.src_conn;
+      return q->pkt.connect.src_conn == r->pkt.connect.src_conn &&
+             q->pkt.connect.nonce == r->pkt.connect.nonce;
     };
     if (std::none_of(reqs.begin(), reqs.end(), same_conn)) reqs.push_back(r);
   }
+  for (size_t i = 1; i < reqs.size(); ++i)
+    if (reqs[i]->pkt.connect.src_conn == reqs[0]->pkt.connect.src_conn)
+      return fail("two CONNECT_REQs with different nonces share src_conn " +
+                  hex32(reqs[0]->pkt.connect.src_conn) +
+                  ": two connections under one id (or a resend with a new nonce, CONN-2)");
   if (reqs.size() != 2)
     return fail("expected CONNECT_REQs of 2 connections, saw " + std::to_string(reqs.size()));
   for (const Reply* r : reqs) {

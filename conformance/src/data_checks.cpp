@@ -80,18 +80,28 @@ Outcome check_seq2(Target& t) {
 
 // SEQ-2 in the target's own PSN space: the target, set to start 4 below
 // 2^32 (Target::start_psn_at, for testing only: its initial PSN is
-// otherwise random), WRITEs 8 packets. Their PSNs must run 0xFFFFFFFC ..
+// otherwise random), WRITEs 8 packets, on a connection it makes and on one
+// it accepts (the tester's, so that the responder's PSN arithmetic is
+// checked as well as the requester's). Their PSNs must run 0xFFFFFFFC ..
 // 0xFFFFFFFF, 0x00000000 .. 0x00000003, packet i carrying the message's
 // bytes at i * mtu, none skipped or restarted at the wrap; a SACK across it
 // completes nothing; an ACK with cum 0x00000004 completes the WRITE kOk.
-Outcome check_seq2_target(Target& t) {
+namespace {
+
+Outcome target_writes_across_the_wrap(Target& t, bool accepts) {
   constexpr uint32_t kStart = 0xFFFFFFFCu, kPackets = 8;
   if (!t.start_psn_at(kStart))
     return skip("the target cannot be set to start at a PSN (agent op initial_psn)");
   Peer p(t);
   ConnId conn;
   std::string why;
-  if (!target_connects(t, p, conn, why)) return fail(why);
+  if (accepts) {
+    if (!tester_connects(p, why)) return fail(why);
+    conn = t.accepted();
+    if (!conn.valid()) return fail("the target reports no accepted connection");
+  } else if (!target_connects(t, p, conn, why)) {
+    return fail(why);
+  }
   if (p.target_initial_psn != kStart)
     return fail("set to start at " + hex32(kStart) + ", the target announced initial PSN " +
                 hex32(p.target_initial_psn));
@@ -130,6 +140,17 @@ Outcome check_seq2_target(Target& t) {
   if (c.wr_id != 1 || c.status != Status::kOk)
     return fail("the WRITE completed " + std::string(status_name(c.status)) + ", not kOk");
   return pass();
+}
+
+}  // namespace
+
+Outcome check_seq2_target(Target& t) {
+  for (const bool accepts : {false, true}) {
+    const Outcome o = target_writes_across_the_wrap(t, accepts);
+    if (o.skipped) return o;
+    if (!o.passed) return fail((accepts ? "accepted: " : "made: ") + o.detail);
+  }
+  return pass("on a connection it made and one it accepted");
 }
 
 // SEQ-3: the tester offers window_log2 6 (W = 64) and, to a WRITE of 128

@@ -98,6 +98,14 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
     return true;
   }
   why = "no CONNECT_ACCEPT for the tester's CONNECT_REQ";
+  // An ACCEPT the tester could not read is another fault (ENC-1) than none
+  // sent: say so, or a check of the codec fails as if the handshake did.
+  for (const Reply& r : rs)
+    if (r.error != wire::ParseError::kOk) {
+      why += std::string(" (a datagram from the target does not decode: ") +
+             wire::parse_error_name(r.error) + ")";
+      break;
+    }
   return false;
 }
 

@@ -70,8 +70,9 @@ constexpr std::array kChecks = {
           "it; a resend from before it is a duplicate",
           check_seq2},
     Check{"SEQ-2",
-          "the target's own PSNs, set to start 4 below 2^32, run across the wrap; a SACK across "
-          "it completes nothing, the ACK of cum 0x00000004 completes the WRITE",
+          "the target's own PSNs, set to start 4 below 2^32, run across the wrap on a connection "
+          "it makes and one it accepts; a SACK across it completes nothing, the ACK of cum "
+          "0x00000004 completes the WRITE",
           check_seq2_target},
     Check{"SEQ-3", "with cum held, no PSN at or beyond cum + W, W from the smaller window_log2",
           check_seq3},

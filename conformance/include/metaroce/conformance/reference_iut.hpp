@@ -30,8 +30,8 @@ class ReferenceIut {
   // or accepting at most `max_connections` (0: as `o` says; beyond it,
   // kResourceExhausted).
   static udp::Options listening(udp::Options o, bool accept, uint32_t max_connections);
-  // `o` with the engine's seed set so that its first connection starts at
-  // initial PSN `psn` (Target::start_psn_at; tests only).
+  // `o` with the engine's seed set so that its first connection, made or
+  // accepted, starts at initial PSN `psn` (Target::start_psn_at; tests only).
   static udp::Options starting_at(udp::Options o, uint32_t psn);
 
   [[nodiscard]] udp::UdpEndpoint& ep() { return *ep_; }

@@ -101,10 +101,11 @@ class Target {
   // cannot tell (the BAD checks then leave the counts unchecked and skip).
   [[nodiscard]] virtual bool endpoint_stats(EndpointStats& /*out*/) { return false; }
   // For testing only: makes the IUT afresh, as listen() does, so that the
-  // first connection it then makes (connect_to_tester, before any memory is
-  // registered) starts at initial PSN `psn`, which is otherwise random
-  // (SEQ-1). SEQ-2 so takes the target's own PSNs across 2^32. False when the
-  // target cannot be set so (the check then skips).
+  // first connection it then makes (connect_to_tester) or accepts (the
+  // tester's CONNECT_REQ), before any memory is registered, starts at
+  // initial PSN `psn`, which is otherwise random (SEQ-1). SEQ-2 so takes the
+  // target's own PSNs across 2^32 as requester and as responder. False when
+  // the target cannot be set so (the check then skips).
   [[nodiscard]] virtual bool start_psn_at(uint32_t /*psn*/) { return false; }
   // The IUT's entropy range (the UDP source ports its paths draw from, spec
   // PATH-1), {min, max} as Sent::entropy reads them; nullopt when the target
