@@ -402,6 +402,54 @@ TEST(Engine, APathThatBackedOffWhileIdleProbesAtOnceWhenWorkResumes) {  // PATH-
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 
+// ... and a dead link among live paths stays an ordinary retirement with
+// rto_failures_to_retire 1 too. The path took its progress mark in the
+// very call that retired it, so nothing could have been acknowledged "since":
+// every retirement was silent, and the dead path's PROBEs, each on a new
+// entropy, came the growing silent interval apart (17 in 50 ms, up to 17
+// ms apart; 52 now, 1 ms apart) while the other paths were acknowledged
+// throughout. Silence now also needs a base RTO with nothing acknowledged.
+TEST(Engine, ADeadPathAmongLiveOnesIsNotSilentWithOneTimeoutToRetire) {  // PATH-6
+  EndpointConfig c = cfg(206);
+  c.recovery.rto_failures_to_retire = 1;
+  Loop loop(c, cfg(207));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);
+  // Path 0's link is down, whatever entropy it takes; the others carry
+  // WRITEs back to back.
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && tag_slot(d) == 0;
+  };
+  std::vector<uint64_t> probes;  // ns
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe) && tag_slot(d) == 0)
+      probes.push_back(loop.now().ns);
+  };
+  constexpr uint32_t kLen = 256 * 1024;
+  Buf src(loop.ep(0), kLen, 0, 5);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  uint64_t id = 2, completed = 0;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, id)), Status::kOk);
+  const TimeNs start = loop.now();
+  loop.run_until(
+      [&] {
+        for (const Completion& d : loop.drain(0)) {
+          EXPECT_EQ(d.status, Status::kOk);
+          ++completed;
+          EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, ++id)), Status::kOk);
+        }
+        return loop.now().since(start) >= 50'000'000u;
+      },
+      60'000'000ull);
+  EXPECT_GE(completed, 10u);
+  uint64_t widest = 0;
+  for (size_t i = 1; i < probes.size(); ++i) widest = std::max(widest, probes[i] - probes[i - 1]);
+  std::printf("dead path's PROBEs in 50 ms: %zu, at most %.1f ms apart\n", probes.size(),
+              static_cast<double>(widest) / 1e6);
+  EXPECT_GE(probes.size(), 30u) << "PROBEs of the dead path in 50 ms";
+  EXPECT_LE(widest, 3'000'000u) << "ns between two of its PROBEs: its RTO, 1 ms";
+}
+
 // ... and where every path is on dead links (one path, here half of all
 // entropies on a dead link, its own among them) the connection is as silent
 // as with a dead peer, but a new entropy can help: each of a silent path's
