@@ -13,11 +13,15 @@ using detail::ConnState;
 
 namespace {
 constexpr uint64_t kSeedSalt = 0x6d657461726f6365ull;
+// A second stream from the seed, for connection ids: a draw from rng would
+// move every initial PSN (seed_for_first_psn) and every simulation.
+constexpr uint64_t kIdSalt = 0x636f6e6e2d696473ull;
 }  // namespace
 
 uint64_t seed_for_first_psn(uint32_t psn) { return detail::Rng::seed_for_first(psn) ^ kSeedSalt; }
 
-Endpoint::Impl::Impl(const EndpointConfig& c) : cfg(c), rng(c.seed ^ kSeedSalt) {
+Endpoint::Impl::Impl(const EndpointConfig& c)
+    : cfg(c), rng(c.seed ^ kSeedSalt), id_rng(c.seed ^ kIdSalt) {
   // SEQ-3: the window never exceeds what one ACK can describe (ACK-8), so a
   // packet outside every SACK is never mistaken for a lost one.
   cfg.window_log2 = std::clamp(cfg.window_log2, kMinWindowLog2, kMaxWindowLog2);
@@ -66,7 +70,11 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     index = static_cast<uint32_t>(conns.size());
     conns.emplace_back();
     conn_slots = static_cast<uint32_t>(conns.size());
-    generations.push_back(0);
+    // Section 4: ids do not repeat across restarts. From generation 1 every
+    // fresh process gave its first connection the same id, and a peer that
+    // restarted and connected again at once got the id of its old
+    // connection, whose packets the other end was still sending.
+    generations.push_back(static_cast<uint16_t>(id_rng.next() & 0x7ff));
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
     // A context is held by a connection or pooled; establish() holds a second

@@ -30,6 +30,7 @@ namespace metaroce {
 
 // A connection id: the generation of its table slot above the slot's index
 // + 1 (0 is no connection), so that a reused slot does not answer an old id.
+// A slot's generations start from a value drawn from the endpoint's seed.
 inline constexpr uint32_t kConnIndexBits = 20;
 inline constexpr uint32_t kConnIndexMask = (1u << kConnIndexBits) - 1;
 
@@ -38,6 +39,7 @@ struct Endpoint::Impl {
 
   EndpointConfig cfg;
   detail::Rng rng;
+  detail::Rng id_rng;  // each table slot's first id generation
   detail::MrTable mrs;
   EndpointStats estats;
   std::array<size_t, 2> min_tx_buffer{};  // poll_transmit's smallest buf, [gather]

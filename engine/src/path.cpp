@@ -199,12 +199,17 @@ void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   // rather than restarting its backoff, which probed a dead peer every few
   // milliseconds on every path until PATH-7 gave up. A path silent already
   // stays so while nothing is acknowledged since the mark it carries from
-  // the first retirement of the silence.
+  // the first retirement of the silence. Silence also needs a base RTO with
+  // nothing acknowledged: with rto_failures_to_retire 1 the mark is taken in
+  // the call that retires, and every retirement was silent while the other
+  // paths were acknowledged. With more timeouts to retire, a mark unchanged
+  // implies it: they come at least a base RTO apart.
   const Path& failed = c.paths[path];
   const bool was_silent = c.path_silent(path);
   const bool silent =
       (was_silent || failed.consecutive_rtos >= cfg.recovery.rto_failures_to_retire) &&
-      static_cast<uint32_t>(c.last_progress.ns) == failed.progress_mark;
+      static_cast<uint32_t>(c.last_progress.ns) == failed.progress_mark &&
+      now.since(c.last_progress) >= base_rto(failed);
   const uint32_t mark = failed.progress_mark;
   renew_path(c, path, now);
   Path& p = c.paths[path];

@@ -402,6 +402,54 @@ TEST(Engine, APathThatBackedOffWhileIdleProbesAtOnceWhenWorkResumes) {  // PATH-
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 
+// ... and a dead link among live paths stays an ordinary retirement with
+// rto_failures_to_retire 1 too. The path took its progress mark in the
+// very call that retired it, so nothing could have been acknowledged "since":
+// every retirement was silent, and the dead path's PROBEs, each on a new
+// entropy, came the growing silent interval apart (17 in 50 ms, up to 17
+// ms apart; 52 now, 1 ms apart) while the other paths were acknowledged
+// throughout. Silence now also needs a base RTO with nothing acknowledged.
+TEST(Engine, ADeadPathAmongLiveOnesIsNotSilentWithOneTimeoutToRetire) {  // PATH-6
+  EndpointConfig c = cfg(206);
+  c.recovery.rto_failures_to_retire = 1;
+  Loop loop(c, cfg(207));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);
+  // Path 0's link is down, whatever entropy it takes; the others carry
+  // WRITEs back to back.
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && tag_slot(d) == 0;
+  };
+  std::vector<uint64_t> probes;  // ns
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe) && tag_slot(d) == 0)
+      probes.push_back(loop.now().ns);
+  };
+  constexpr uint32_t kLen = 256 * 1024;
+  Buf src(loop.ep(0), kLen, 0, 5);
+  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  uint64_t id = 2, completed = 0;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, id)), Status::kOk);
+  const TimeNs start = loop.now();
+  loop.run_until(
+      [&] {
+        for (const Completion& d : loop.drain(0)) {
+          EXPECT_EQ(d.status, Status::kOk);
+          ++completed;
+          EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, ++id)), Status::kOk);
+        }
+        return loop.now().since(start) >= 50'000'000u;
+      },
+      60'000'000ull);
+  EXPECT_GE(completed, 10u);
+  uint64_t widest = 0;
+  for (size_t i = 1; i < probes.size(); ++i) widest = std::max(widest, probes[i] - probes[i - 1]);
+  std::printf("dead path's PROBEs in 50 ms: %zu, at most %.1f ms apart\n", probes.size(),
+              static_cast<double>(widest) / 1e6);
+  EXPECT_GE(probes.size(), 30u) << "PROBEs of the dead path in 50 ms";
+  EXPECT_LE(widest, 3'000'000u) << "ns between two of its PROBEs: its RTO, 1 ms";
+}
+
 // ... and where every path is on dead links (one path, here half of all
 // entropies on a dead link, its own among them) the connection is as silent
 // as with a dead peer, but a new entropy can help: each of a silent path's
@@ -494,6 +542,72 @@ TEST(Engine, WriteAfterLongIdleIsNotAPeerTimeout) {  // PATH-7
   EXPECT_EQ(into.bytes, remote.bytes);
   Event ev;
   while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kError);
+}
+
+// Section 4, BAD-7: connection ids do not repeat across restarts. Every
+// fresh endpoint gave its first connection the same id (slot 1, generation
+// 1), so that a peer whose process restarted and connected again was handed
+// the id its old connection had. Each endpoint now starts its slots'
+// generations at a value drawn from its seed: ids differ between seeds, and
+// a seed still gives the same ids (simulations stay reproducible).
+TEST(Engine, ConnectionIdsDependOnTheEndpointsSeed) {
+  std::vector<uint32_t> ids;
+  for (uint64_t seed : {210, 212, 214, 210}) {
+    Loop loop(cfg(seed), cfg(seed + 1));
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    ids.push_back(a.v);
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(ids[0], ids[2]);
+  EXPECT_NE(ids[1], ids[2]);
+  EXPECT_EQ(ids[0], ids[3]);
+}
+
+// A's WRITE is under way when B's process restarts; the new B connects
+// back to A at once, while A's old connection still sends, times out and
+// probes, all to the old B's connection id. The new B connection got that
+// very id: it took the old connection's packets and answered its PROBEs
+// with ACKs to A's new connection (28 here, 48 seen in a review). Those
+// packets now name no connection of the new B and are dropped (BAD-7).
+TEST(Engine, APeerRestartedAndConnectedAgainGetsNoneOfTheOldConnectionsPackets) {  // BAD-7
+  Loop loop(cfg(216), cfg(217));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 64 * 1024, 1);
+  Buf src(loop.ep(0), 256 * 1024, 0, 5);
+  Buf dst(loop.ep(1), 256 * 1024, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 256 * 1024, 2)), Status::kOk);
+  loop.restart(1, cfg(218));
+  ConnId nb, na;
+  ASSERT_EQ(loop.ep(1).connect(loop.addr(0), loop.now(), nb), Status::kOk);
+  bool up = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev))
+      if (ev.kind == EventKind::kAccepted) na = ev.conn;
+    while (loop.ep(1).poll_event(ev)) up |= ev.kind == EventKind::kConnected;
+    return up && na.valid();
+  }));
+  EXPECT_NE(nb, b);
+  loop.run_until([] { return false; }, 50'000'000ull);
+  const ConnStats* nbs = loop.ep(1).conn_stats(nb);
+  const ConnStats* nas = loop.ep(0).conn_stats(na);
+  ASSERT_TRUE(nbs != nullptr && nas != nullptr);
+  EXPECT_EQ(nbs->data_packets_received + nbs->out_of_window + nbs->duplicates_received, 0u);
+  EXPECT_EQ(nbs->acks_sent, 0u) << "ACKs the new connection sent for the old one's PROBEs";
+  EXPECT_EQ(nas->acks_received, 0u);
+  EXPECT_GT(loop.ep(1).endpoint_stats().unknown_connection, 0u);
+  // The old connection hears nothing and fails (PATH-7); the new one works.
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 3'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  Buf back(loop.ep(1), 64 * 1024, 0, 7);
+  Buf into(loop.ep(0), 64 * 1024, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(1).post_send(nb, write_wr(back, into, 64 * 1024, 3)), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(back.bytes, into.bytes);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "metaroce/engine.hpp"
@@ -31,6 +32,10 @@ class Loop {
     addr_[1].bytes[0] = 'B';
   }
   Endpoint& ep(int i) { return *ep_[i]; }
+  // The process behind endpoint i restarts: a new endpoint, knowing nothing
+  // of the old one's connections, at the same address. Datagrams in flight
+  // to the old one reach the new one.
+  void restart(int i, const EndpointConfig& c) { ep_[i] = std::make_unique<Endpoint>(c); }
   const PeerAddr& addr(int i) const { return addr_[i]; }
   TimeNs now() const { return now_; }
   uint64_t delay_ns = 2000;
