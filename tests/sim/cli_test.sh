@@ -49,6 +49,10 @@ sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
 sim_expect 2 '' --paths
 sim_expect 0 '' --help
+# A report that cannot be written (a full disk) is a failed run, not exit 0.
+full='^metaroce-sim: the report could not be written to stdout'
+expect_full 2 "$full" "$sim" -q --no-timing --preset incast8-256k --time-limit-ms 5 --json
+expect_full 2 "$full" "$sim" --list
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

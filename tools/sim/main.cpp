@@ -9,11 +9,14 @@
 #include <utility>
 
 #include "common/cli_parse.hpp"
+#include "common/stdout_status.hpp"
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/settings.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using namespace metaroce::sim;
   CLI::App app{"metaroce-sim: packet-level data-center simulator running the MetaRoCE engine"};
   std::string preset_name = "fattree16-perm";
@@ -184,4 +187,11 @@ int main(int argc, char** argv) {
   }
   std::fputs((json ? r.to_json(!no_timing) : r.to_text(!no_timing)).c_str(), stdout);
   return r.flows_completed == r.flows ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return metaroce::tools::stdout_status(run(argc, argv), "metaroce-sim",
+                                        metaroce::tools::kExitBadOptions);
 }
