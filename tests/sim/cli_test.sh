@@ -53,6 +53,12 @@ sim_expect 0 '' --help
 full='^metaroce-sim: the report could not be written to stdout'
 expect_full 2 "$full" "$sim" -q --no-timing --preset incast8-256k --time-limit-ms 5 --json
 expect_full 2 "$full" "$sim" --list
+# So is a --csv report.json that cannot be written (here a directory holds its name).
+csv=$(mktemp -d)
+mkdir "$csv/report.json"
+sim_expect 2 "^metaroce-sim: cannot write $csv/report.json\$" --preset incast8-256k \
+  --time-limit-ms 5 --csv "$csv"
+rm -rf "$csv"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

@@ -176,7 +176,13 @@ int run(int argc, char** argv) {
   }
   const Report r = sim->report();
   if (!out.csv_dir.empty()) {
-    std::ofstream(out.csv_dir + "/report.json") << r.to_json(false);
+    // As close_output checks the CSV files: a report.json not written fails the run.
+    const std::string path = out.csv_dir + "/report.json";
+    std::ofstream f(path);
+    if (!(f << r.to_json(false)).flush()) {
+      std::cerr << "metaroce-sim: cannot write " << path << "\n";
+      return 2;
+    }
   }
   if (!out.pcap_link.empty() && !quiet) {
     LinkRef l;
