@@ -1951,6 +1951,20 @@ TEST(Udp, InvalidRequestsSayWhichField) {
   EXPECT_NE(e.message.find("wr_id 9"), std::string::npos) << e.message;
 }
 
+// kLocalProtection's text says what the buffer lacks (it ended "with the
+// right", the rest of the sentence lost).
+TEST(Udp, LocalProtectionSaysWhatTheBufferLacks) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  uint8_t buf[64] = {};
+  const Error e = p.client->write(p.cconn, 5, buf, sizeof(buf), 999, 0, 0);
+  EXPECT_EQ(e.status, Status::kLocalProtection);
+  EXPECT_NE(e.message.find("kLocalProtection: local buffer outside a registered region with the "
+                           "access it needs"),
+            std::string::npos)
+      << e.message;
+}
+
 // After close() a connect or an accept fails at once and says why, rather
 // than waiting out its timeout.
 TEST(Udp, ClosedEndpointSaysSo) {
