@@ -91,6 +91,7 @@ struct Options {
   bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
   // recvmmsg batch: at most this many datagrams a call, and as many as about
   // 512 KiB holds (8 GRO buffers); transmit holds 32 x batch datagrams per round.
+  // 1..1024 (open() refuses others).
   uint32_t batch = 32;
   bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
   bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
@@ -103,6 +104,8 @@ struct Options {
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
   // that arrive with it are handed to the engine flagged trimmed.
   uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
+  // Socket buffers, more than 0 (open() refuses 0 or less, which the kernel
+  // would take as its smallest, 2,304 bytes for a receive buffer).
   int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
   int sndbuf_bytes = 4 << 20;   // SO_SNDBUF of each send socket
   // Close(): how long to let DISCONNECT handshakes run before closing sockets.

@@ -822,6 +822,36 @@ TEST(Udp, DscpOutOfRangeOrTrimmedIsRefused) {
   }
 }
 
+// The driver's own options are judged at open too: a socket buffer of 0 or
+// less reached the kernel as its smallest (2,304 bytes; eight loopback 1 MiB
+// WRITEs to such a receive socket took some 34,000 retransmissions, not 8),
+// and a batch outside 1..1024 was clamped, each silently.
+TEST(Udp, DriverOptionOutOfRangeIsRefused) {
+  const auto refused = [](Options o, const char* field) {
+    Error err;
+    EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << field;
+    EXPECT_EQ(err.status, Status::kInvalidArgument) << field;
+    EXPECT_NE(err.message.find(std::string("Options::") + field), std::string::npos) << err.message;
+  };
+  for (const int bytes : {0, -1}) {
+    Options o = test_options();
+    o.rcvbuf_bytes = bytes;
+    refused(o, "rcvbuf_bytes");
+    o = test_options();
+    o.sndbuf_bytes = bytes;
+    refused(o, "sndbuf_bytes");
+  }
+  for (const uint32_t batch : {0u, 1025u}) {
+    Options o = test_options();
+    o.batch = batch;
+    refused(o, "batch");
+  }
+  Options o = test_options();
+  o.batch = 1024;
+  Error err;
+  EXPECT_NE(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << err.message;
+}
+
 // Options::engine is judged by config_error before any socket opens: a field
 // out of range is refused with its name and range, where the engine would
 // clamp it silently.
