@@ -551,6 +551,20 @@ std::string write_between(const std::string& server, const std::string& client,
 // "dual.test" answers ::1 first (a hosts file of the test's own), and an
 // IPv4 endpoint connects to its IPv4 address rather than refusing the IPv6
 // one.
+// Digits and dots that are not a.b.c.d are refused, not resolved with
+// inet_aton's shorthand ("10.0.1" was 10.0.0.1, "9999" 0.0.39.15).
+TEST(Udp, ShorthandIPv4IsRefused) {
+  metaroce::PeerAddr a;
+  for (const char* text : {"10.0.1:4792", "127.1", "9999", "1.2.3.4.5:80", "256.1.1.1", "1..2.3"}) {
+    std::string why;
+    EXPECT_FALSE(metaroce::udp::parse_address(text, 4792, a, &why))
+        << text << " read as " << metaroce::udp::format_address(a);
+    EXPECT_NE(why.find("is not an IPv4 address (a.b.c.d, each 0-255)"), std::string::npos) << why;
+  }
+  ASSERT_TRUE(metaroce::udp::parse_address("10.0.0.1:4792", 4792, a));
+  EXPECT_EQ(metaroce::udp::format_address(a), "10.0.0.1:4792");
+}
+
 TEST(Udp, NameResolvesToTheEndpointsFamily) {
   const int r = in_namespaces([] {
     char path[] = "/tmp/metaroce-hosts-XXXXXX";
