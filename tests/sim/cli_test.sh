@@ -44,6 +44,28 @@ sim_expect 2 '^metaroce-sim: --set wr_bytes: ' --set wr_bytes=4294967296
 # The example scenario under rocev2 (PFC, a link down and up) runs to the end.
 sim_expect 0 '' --config "$(dirname "$0")/../../docs/sim/examples/leafspine-mixed.toml" \
   --transport rocev2 --seed 1
+# A workload that adds no flow would run nothing and pass (exit 0, 0/0 flows).
+cfg=$(mktemp -d)
+for w in 'kind = "background"|bytes = "1KiB"|flows = 0|load = 0.5' \
+  'kind = "incast"|bytes = "1KiB"|senders = 0' 'kind = "matrix"|file = "empty.txt"'; do
+  : >"$cfg/empty.txt"
+  cat >"$cfg/t.toml" <<EOF
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+links_per_spine = 1
+host_rate_gbps = 100
+host_delay_us = 1
+fabric_rate_gbps = 100
+fabric_delay_us = 1
+EOF
+  printf '[[workload]]\n%s\n' "$w" | tr '|' '\n' >>"$cfg/t.toml"
+  sim_expect 2 '^metaroce-sim: .*t.toml:[0-9]+:1: workload \([a-z]+\): adds no flow$' \
+    --config "$cfg/t.toml"
+done
+rm -rf "$cfg"
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
