@@ -66,6 +66,12 @@ EOF
     --config "$cfg/t.toml"
 done
 rm -rf "$cfg"
+# A flag of other transports would be ignored (the digest that of the run without it).
+sim_expect 2 '^metaroce-sim: --fabric-ecn applies to rocev2 and irn, not metaroce$' --fabric-ecn
+sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-nocc$' \
+  --transport spray-nocc --no-dcqcn
+sim_expect 2 '^metaroce-sim: --cold applies to metaroce and spray-nocc, not irn$' --transport irn \
+  --cold
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc

@@ -131,6 +131,16 @@ int run(int argc, char** argv) {
     std::cerr << "metaroce-sim: " << why << "\n";
     return metaroce::tools::kExitBadOptions;
   };
+  // Flags of some transports only: with another they were ignored, and the
+  // run was that of the command line without them.
+  const bool baseline = tk == TransportKind::kRoceV2 || tk == TransportKind::kIrn;
+  for (const char* flag : {"--fabric-ecn", "--no-dcqcn", "--cold"}) {
+    const bool for_baselines = std::string(flag) != "--cold";
+    if (app.count(flag) > 0 && for_baselines != baseline)
+      return bad_option(std::string(flag) + " applies to " +
+                        (for_baselines ? "rocev2 and irn" : "metaroce and spray-nocc") + ", not " +
+                        transport);
+  }
   std::string err;
   for (const Alias& a : aliases)
     if (app.count(a.option) > 0 && !apply_setting(cfg, a.key, a.value, err, a.option))
