@@ -243,6 +243,10 @@ class UdpEndpoint {
   [[nodiscard]] std::string peer_address(ConnId conn) const;
 
   // --- work requests (queued; progress() sends them) ---
+  // On a connection that ended (state() kClosed or kError) a post is
+  // kNotConnected and names what ended it ("the connection is closed", "the
+  // connection ended with kPeerUnreachable (...)"), also after the engine has
+  // let the connection go (it read "kNoSuchConnection: unknown connection id").
   Error post_send(ConnId conn, const SendWr& wr);
   Error post_recv(ConnId conn, const RecvWr& wr);
   // A receive any connection may take (spec PLACE-6), for endpoints that

@@ -2009,6 +2009,38 @@ TEST(Udp, LocalProtectionSaysWhatTheBufferLacks) {
       << e.message;
 }
 
+// A post on a connection that ended, at either end, says so (kNotConnected,
+// "the connection is closed") as state() does, also once the engine has let
+// the connection go: it said "kNoSuchConnection: unknown connection id".
+TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  p.client->close(p.cconn);
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((p.client->state(p.cconn) != metaroce::udp::ConnState::kClosed ||
+          p.server->state(p.sconn) != metaroce::udp::ConnState::kClosed) &&
+         std::chrono::steady_clock::now() - t0 < 2s) {
+    p.client->progress();
+    p.server->progress();
+  }
+  // Long enough for the engine to let the connection go (TIME_WAIT-like).
+  for (int i = 0; i < 100; ++i) {
+    p.client->progress();
+    p.server->progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  uint8_t buf[8] = {};
+  for (auto [ep, conn] : {std::pair{p.client.get(), p.cconn}, std::pair{p.server.get(), p.sconn}}) {
+    ASSERT_EQ(ep->state(conn), metaroce::udp::ConnState::kClosed);
+    for (const Error& e :
+         {ep->recv(conn, 1, buf, sizeof(buf), 0), ep->write(conn, 2, buf, sizeof(buf), 0, 0, 0)}) {
+      EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
+      EXPECT_NE(e.message.find("the connection is closed"), std::string::npos) << e.message;
+      EXPECT_EQ(e.message.find("unknown connection id"), std::string::npos) << e.message;
+    }
+  }
+}
+
 // After close() a connect or an accept fails at once and says why, rather
 // than waiting out its timeout.
 TEST(Udp, ClosedEndpointSaysSo) {
