@@ -87,7 +87,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--trace-failover", trace_failover, "print the path events of the sender");
   CLI11_PARSE(app, argc, argv);
-  if (fail_path >= static_cast<int>(paths)) fail_path = -1;
+  // A path the network does not have used to mean no failure at all, silently.
+  if (fail_path < -1 || fail_path >= static_cast<int>(paths))
+    return app.exit(CLI::ValidationError(
+        "--fail-path", std::to_string(fail_path) + " is neither -1 (none) nor a path, 0.." +
+                           std::to_string(paths - 1) + " (--paths " + std::to_string(paths) + ")"));
 
   // ---- network: unequal delays, equal rates, a shallow-ish ECN queue
   static constexpr uint64_t kDelaysUs[] = {2, 5, 10, 20};

@@ -2,14 +2,15 @@
 # Sourced by the command-line tests (tests/sim/cli_test.sh,
 # tests/conformance/cli_test.sh): expect RC PATTERN PROGRAM ARGS... runs the
 # program and checks its exit status is RC and its stderr matches PATTERN
-# (grep -E; empty: not checked), counting mismatches in `failures`; finish
-# ends the test, failing if any.
+# (grep -E; empty: not checked), counting mismatches in `failures`;
+# expect_full does the same with the program's stdout on /dev/full (a full
+# disk); finish ends the test, failing if any.
 failures=0
 expect() {
   want_rc=$1 pattern=$2
   shift 2
   program=$(basename "$1")
-  err=$("$@" 2>&1 >/dev/null)
+  err=$("$@" 2>&1 >"${expect_stdout:-/dev/null}")
   rc=$?
   shift
   if [ "$rc" -ne "$want_rc" ]; then
@@ -21,6 +22,11 @@ expect() {
   else
     echo "ok:   $program $* -> exit $rc${err:+: $err}"
   fi
+}
+expect_full() {
+  expect_stdout=/dev/full
+  expect "$@"
+  expect_stdout=/dev/null
 }
 finish() {
   [ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }

@@ -10,26 +10,26 @@ namespace metaroce {
 // X(name, value, description). Values 0x01-0x07 are the NAK codes on the wire
 // (spec section 3.10, is_wire_nak_code); values from 0x40 are local, some of them
 // also CONNECT_REJECT codes.
-#define METAROCE_STATUS_CODES(X)                                                          \
-  X(kOk, 0x00, "success")                                                                 \
-  X(kRnr, 0x01, "receiver not ready: no receive buffer posted (retried)")                 \
-  X(kRemoteBadKey, 0x02, "remote key unknown or deregistered")                            \
-  X(kRemoteOutOfBounds, 0x03, "remote address range outside the memory region")           \
-  X(kRemoteAccessDenied, 0x04, "memory region lacks the access right")                    \
-  X(kRemoteLengthError, 0x05, "message longer than the posted receive buffer")            \
-  X(kRemoteInvalidRequest, 0x06, "request violates the protocol (e.g. too many reads)")   \
-  X(kRemoteOperationError, 0x07, "peer failed the request for a fault of its own")        \
-  X(kLocalProtection, 0x40, "local buffer not inside a registered region with the right") \
-  X(kInvalidArgument, 0x41, "invalid argument")                                           \
-  X(kQueueFull, 0x42, "work queue full")                                                  \
-  X(kNoSuchConnection, 0x43, "unknown connection id")                                     \
-  X(kNotConnected, 0x44, "connection not established")                                    \
-  X(kFlushed, 0x45, "flushed: connection entered the error state first")                  \
-  X(kPeerUnreachable, 0x46, "peer unreachable: no acknowledgement within the timeout")    \
-  X(kConnectRefused, 0x47, "peer refused the connection")                                 \
-  X(kVersionMismatch, 0x48, "peer speaks another protocol version")                       \
-  X(kConnectTimeout, 0x49, "no answer to connection request")                             \
-  X(kResourceExhausted, 0x4a, "endpoint resource limit reached")                          \
+#define METAROCE_STATUS_CODES(X)                                                                 \
+  X(kOk, 0x00, "success")                                                                        \
+  X(kRnr, 0x01, "receiver not ready: no receive buffer posted (retried)")                        \
+  X(kRemoteBadKey, 0x02, "remote key unknown or deregistered")                                   \
+  X(kRemoteOutOfBounds, 0x03, "remote address range outside the memory region")                  \
+  X(kRemoteAccessDenied, 0x04, "memory region lacks the access right")                           \
+  X(kRemoteLengthError, 0x05, "message longer than the posted receive buffer")                   \
+  X(kRemoteInvalidRequest, 0x06, "request violates the protocol (e.g. too many reads)")          \
+  X(kRemoteOperationError, 0x07, "peer failed the request for a fault of its own")               \
+  X(kLocalProtection, 0x40, "local buffer outside a registered region with the access it needs") \
+  X(kInvalidArgument, 0x41, "invalid argument")                                                  \
+  X(kQueueFull, 0x42, "work queue full")                                                         \
+  X(kNoSuchConnection, 0x43, "unknown connection id")                                            \
+  X(kNotConnected, 0x44, "connection not established")                                           \
+  X(kFlushed, 0x45, "flushed: connection entered the error state first")                         \
+  X(kPeerUnreachable, 0x46, "peer unreachable: no acknowledgement within the timeout")           \
+  X(kConnectRefused, 0x47, "peer refused the connection")                                        \
+  X(kVersionMismatch, 0x48, "peer speaks another protocol version")                              \
+  X(kConnectTimeout, 0x49, "no answer to connection request")                                    \
+  X(kResourceExhausted, 0x4a, "endpoint resource limit reached")                                 \
   X(kPeerClosed, 0x4b, "peer closed the connection")
 
 enum class Status : uint8_t {

@@ -51,9 +51,10 @@ struct Error {
 // resolved with getaddrinfo (its first answer; connect and open resolve a
 // name to the addresses the endpoint reaches: an IPv4 endpoint's IPv4, one
 // bound to an IPv6 address IPv6, one on [::] either). default_port fills a
-// missing port. A link-local IPv6 address's interface ("[fe80::1%eth0]")
-// is not kept in PeerAddr: an endpoint opened on one reaches link-local
-// peers through that interface, and only it can.
+// missing port. Digits and dots that are not a.b.c.d ("10.0.1", "9999") are
+// refused, not read as inet_aton's shorthand. A link-local IPv6 address's interface
+// ("[fe80::1%eth0]") is not kept in PeerAddr: an endpoint opened on one reaches link-local peers
+// through that interface, and only it can.
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why = nullptr);
 [[nodiscard]] std::string format_address(const PeerAddr& a);
@@ -91,6 +92,7 @@ struct Options {
   bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
   // recvmmsg batch: at most this many datagrams a call, and as many as about
   // 512 KiB holds (8 GRO buffers); transmit holds 32 x batch datagrams per round.
+  // 1..1024 (open() refuses others).
   uint32_t batch = 32;
   bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
   bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
@@ -103,6 +105,8 @@ struct Options {
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
   // that arrive with it are handed to the engine flagged trimmed.
   uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
+  // Socket buffers, more than 0 (open() refuses 0 or less, which the kernel
+  // would take as its smallest, 2,304 bytes for a receive buffer).
   int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
   int sndbuf_bytes = 4 << 20;   // SO_SNDBUF of each send socket
   // Close(): how long to let DISCONNECT handshakes run before closing sockets.
@@ -239,6 +243,10 @@ class UdpEndpoint {
   [[nodiscard]] std::string peer_address(ConnId conn) const;
 
   // --- work requests (queued; progress() sends them) ---
+  // On a connection that ended (state() kClosed or kError) a post is
+  // kNotConnected and names what ended it ("the connection is closed", "the
+  // connection ended with kPeerUnreachable (...)"), also after the engine has
+  // let the connection go (it read "kNoSuchConnection: unknown connection id").
   Error post_send(ConnId conn, const SendWr& wr);
   Error post_recv(ConnId conn, const RecvWr& wr);
   // A receive any connection may take (spec PLACE-6), for endpoints that

@@ -206,6 +206,9 @@ class Reader {
     } catch (const std::invalid_argument& e) {
       fail(t, std::string("workload (") + kind + "): " + e.what());
     }
+    // One that adds no flow (flows = 0, senders = 0, an empty matrix file)
+    // would let the scenario run nothing and exit 0, as if it had passed.
+    if (f.empty()) fail(t, "workload (" + kind + "): adds no flow");
     const auto base = static_cast<uint32_t>(c.flows.size());
     for (FlowSpec& s : f) {
       if (kind != "background") s.start += start;

@@ -37,6 +37,9 @@ for w in 0 -1 999 10000001; do
     --min-wait-us "$w"
 done
 expect 0 '' "$conform" --help
+# A report that cannot be written (a full disk) is not a pass.
+expect_full 2 '^metaroce-conform: the report could not be written to stdout' \
+  "$conform" --rule CONN-1 --json
 expect 2 'no-such-option' "$agent" --listen 127.0.0.1:0 --iut 127.0.0.1:40000 --no-such-option
 expect 2 'listen' "$agent" --iut 127.0.0.1:40000
 expect 0 '' "$agent" --help

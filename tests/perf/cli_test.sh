@@ -106,6 +106,9 @@ else
   check "write --bidir progress lines show a reverse rate: $(cat "$out/b.err")" \
     "$(grep -Eq '^\[ *2\.[0-9]s\].*reverse [0-9]+\.[0-9]+ Gb/s' "$out/b.err" &&
       ! grep -Eq 'reverse 0\.000 Gb/s' "$out/b.err"; echo $?)"
+  # A report that cannot be written (a full disk): exit 2, not 0.
+  expect_full 2 '^metaroce-perf client: the report could not be written to stdout' \
+    timeout 30 "$perf" client "$addr" --op write --iters 100 --size 4096 --json
   # The server's summary names every test's messages, and its io: line is
   # that test's alone.
   check "the server's summary lines count messages: $(grep '^test' "$out/server")" \

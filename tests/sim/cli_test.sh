@@ -44,11 +44,49 @@ sim_expect 2 '^metaroce-sim: --set wr_bytes: ' --set wr_bytes=4294967296
 # The example scenario under rocev2 (PFC, a link down and up) runs to the end.
 sim_expect 0 '' --config "$(dirname "$0")/../../docs/sim/examples/leafspine-mixed.toml" \
   --transport rocev2 --seed 1
+# A workload that adds no flow would run nothing and pass (exit 0, 0/0 flows).
+cfg=$(mktemp -d)
+for w in 'kind = "background"|bytes = "1KiB"|flows = 0|load = 0.5' \
+  'kind = "incast"|bytes = "1KiB"|senders = 0' 'kind = "matrix"|file = "empty.txt"'; do
+  : >"$cfg/empty.txt"
+  cat >"$cfg/t.toml" <<EOF
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+links_per_spine = 1
+host_rate_gbps = 100
+host_delay_us = 1
+fabric_rate_gbps = 100
+fabric_delay_us = 1
+EOF
+  printf '[[workload]]\n%s\n' "$w" | tr '|' '\n' >>"$cfg/t.toml"
+  sim_expect 2 '^metaroce-sim: .*t.toml:[0-9]+:1: workload \([a-z]+\): adds no flow$' \
+    --config "$cfg/t.toml"
+done
+rm -rf "$cfg"
+# A flag of other transports would be ignored (the digest that of the run without it).
+sim_expect 2 '^metaroce-sim: --fabric-ecn applies to rocev2 and irn, not metaroce$' --fabric-ecn
+sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-nocc$' \
+  --transport spray-nocc --no-dcqcn
+sim_expect 2 '^metaroce-sim: --cold applies to metaroce and spray-nocc, not irn$' --transport irn \
+  --cold
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
 sim_expect 2 '' --paths
 sim_expect 0 '' --help
+# A report that cannot be written (a full disk) is a failed run, not exit 0.
+full='^metaroce-sim: the report could not be written to stdout'
+expect_full 2 "$full" "$sim" -q --no-timing --preset incast8-256k --time-limit-ms 5 --json
+expect_full 2 "$full" "$sim" --list
+# So is a --csv report.json that cannot be written (here a directory holds its name).
+csv=$(mktemp -d)
+mkdir "$csv/report.json"
+sim_expect 2 "^metaroce-sim: cannot write $csv/report.json\$" --preset incast8-256k \
+  --time-limit-ms 5 --csv "$csv"
+rm -rf "$csv"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

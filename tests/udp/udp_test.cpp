@@ -551,6 +551,20 @@ std::string write_between(const std::string& server, const std::string& client,
 // "dual.test" answers ::1 first (a hosts file of the test's own), and an
 // IPv4 endpoint connects to its IPv4 address rather than refusing the IPv6
 // one.
+// Digits and dots that are not a.b.c.d are refused, not resolved with
+// inet_aton's shorthand ("10.0.1" was 10.0.0.1, "9999" 0.0.39.15).
+TEST(Udp, ShorthandIPv4IsRefused) {
+  metaroce::PeerAddr a;
+  for (const char* text : {"10.0.1:4792", "127.1", "9999", "1.2.3.4.5:80", "256.1.1.1", "1..2.3"}) {
+    std::string why;
+    EXPECT_FALSE(metaroce::udp::parse_address(text, 4792, a, &why))
+        << text << " read as " << metaroce::udp::format_address(a);
+    EXPECT_NE(why.find("is not an IPv4 address (a.b.c.d, each 0-255)"), std::string::npos) << why;
+  }
+  ASSERT_TRUE(metaroce::udp::parse_address("10.0.0.1:4792", 4792, a));
+  EXPECT_EQ(metaroce::udp::format_address(a), "10.0.0.1:4792");
+}
+
 TEST(Udp, NameResolvesToTheEndpointsFamily) {
   const int r = in_namespaces([] {
     char path[] = "/tmp/metaroce-hosts-XXXXXX";
@@ -820,6 +834,36 @@ TEST(Udp, DscpOutOfRangeOrTrimmedIsRefused) {
           << err.message;
     }
   }
+}
+
+// The driver's own options are judged at open too: a socket buffer of 0 or
+// less reached the kernel as its smallest (2,304 bytes; eight loopback 1 MiB
+// WRITEs to such a receive socket took some 34,000 retransmissions, not 8),
+// and a batch outside 1..1024 was clamped, each silently.
+TEST(Udp, DriverOptionOutOfRangeIsRefused) {
+  const auto refused = [](Options o, const char* field) {
+    Error err;
+    EXPECT_EQ(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << field;
+    EXPECT_EQ(err.status, Status::kInvalidArgument) << field;
+    EXPECT_NE(err.message.find(std::string("Options::") + field), std::string::npos) << err.message;
+  };
+  for (const int bytes : {0, -1}) {
+    Options o = test_options();
+    o.rcvbuf_bytes = bytes;
+    refused(o, "rcvbuf_bytes");
+    o = test_options();
+    o.sndbuf_bytes = bytes;
+    refused(o, "sndbuf_bytes");
+  }
+  for (const uint32_t batch : {0u, 1025u}) {
+    Options o = test_options();
+    o.batch = batch;
+    refused(o, "batch");
+  }
+  Options o = test_options();
+  o.batch = 1024;
+  Error err;
+  EXPECT_NE(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << err.message;
 }
 
 // Options::engine is judged by config_error before any socket opens: a field
@@ -1949,6 +1993,52 @@ TEST(Udp, InvalidRequestsSayWhichField) {
   EXPECT_EQ(e.status, Status::kInvalidArgument);
   EXPECT_NE(e.message.find("above the largest message, 2 GiB"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("wr_id 9"), std::string::npos) << e.message;
+}
+
+// kLocalProtection's text says what the buffer lacks (it ended "with the
+// right", the rest of the sentence lost).
+TEST(Udp, LocalProtectionSaysWhatTheBufferLacks) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  uint8_t buf[64] = {};
+  const Error e = p.client->write(p.cconn, 5, buf, sizeof(buf), 999, 0, 0);
+  EXPECT_EQ(e.status, Status::kLocalProtection);
+  EXPECT_NE(e.message.find("kLocalProtection: local buffer outside a registered region with the "
+                           "access it needs"),
+            std::string::npos)
+      << e.message;
+}
+
+// A post on a connection that ended, at either end, says so (kNotConnected,
+// "the connection is closed") as state() does, also once the engine has let
+// the connection go: it said "kNoSuchConnection: unknown connection id".
+TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  p.client->close(p.cconn);
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((p.client->state(p.cconn) != metaroce::udp::ConnState::kClosed ||
+          p.server->state(p.sconn) != metaroce::udp::ConnState::kClosed) &&
+         std::chrono::steady_clock::now() - t0 < 2s) {
+    p.client->progress();
+    p.server->progress();
+  }
+  // Long enough for the engine to let the connection go (TIME_WAIT-like).
+  for (int i = 0; i < 100; ++i) {
+    p.client->progress();
+    p.server->progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  uint8_t buf[8] = {};
+  for (auto [ep, conn] : {std::pair{p.client.get(), p.cconn}, std::pair{p.server.get(), p.sconn}}) {
+    ASSERT_EQ(ep->state(conn), metaroce::udp::ConnState::kClosed);
+    for (const Error& e :
+         {ep->recv(conn, 1, buf, sizeof(buf), 0), ep->write(conn, 2, buf, sizeof(buf), 0, 0, 0)}) {
+      EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
+      EXPECT_NE(e.message.find("the connection is closed"), std::string::npos) << e.message;
+      EXPECT_EQ(e.message.find("unknown connection id"), std::string::npos) << e.message;
+    }
+  }
 }
 
 // After close() a connect or an accept fails at once and says why, rather

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli_parse.hpp"
+#include "common/stdout_status.hpp"
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/remote_target.hpp"
 #include "metaroce/conformance/suite.hpp"
@@ -24,7 +25,9 @@ constexpr int kExitTargetLost = 3;
 constexpr int kMinWaitUsFloor = 1000;          // --min-wait-us: the least ...
 constexpr int kMinWaitUsCeiling = 10'000'000;  // ... and the most (10 s)
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
   std::string rule, which = "engine";
   bool json = false, list = false;
@@ -150,4 +153,11 @@ int main(int argc, char** argv) {
   }
   if (!stopped.empty()) return kExitTargetLost;
   return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return metaroce::tools::stdout_status(run(argc, argv), "metaroce-conform",
+                                        metaroce::tools::kExitBadOptions);
 }

@@ -9,11 +9,14 @@
 #include <utility>
 
 #include "common/cli_parse.hpp"
+#include "common/stdout_status.hpp"
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/settings.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using namespace metaroce::sim;
   CLI::App app{"metaroce-sim: packet-level data-center simulator running the MetaRoCE engine"};
   std::string preset_name = "fattree16-perm";
@@ -128,6 +131,16 @@ int main(int argc, char** argv) {
     std::cerr << "metaroce-sim: " << why << "\n";
     return metaroce::tools::kExitBadOptions;
   };
+  // Flags of some transports only: with another they were ignored, and the
+  // run was that of the command line without them.
+  const bool baseline = tk == TransportKind::kRoceV2 || tk == TransportKind::kIrn;
+  for (const char* flag : {"--fabric-ecn", "--no-dcqcn", "--cold"}) {
+    const bool for_baselines = std::string(flag) != "--cold";
+    if (app.count(flag) > 0 && for_baselines != baseline)
+      return bad_option(std::string(flag) + " applies to " +
+                        (for_baselines ? "rocev2 and irn" : "metaroce and spray-nocc") + ", not " +
+                        transport);
+  }
   std::string err;
   for (const Alias& a : aliases)
     if (app.count(a.option) > 0 && !apply_setting(cfg, a.key, a.value, err, a.option))
@@ -173,7 +186,13 @@ int main(int argc, char** argv) {
   }
   const Report r = sim->report();
   if (!out.csv_dir.empty()) {
-    std::ofstream(out.csv_dir + "/report.json") << r.to_json(false);
+    // As close_output checks the CSV files: a report.json not written fails the run.
+    const std::string path = out.csv_dir + "/report.json";
+    std::ofstream f(path);
+    if (!(f << r.to_json(false)).flush()) {
+      std::cerr << "metaroce-sim: cannot write " << path << "\n";
+      return 2;
+    }
   }
   if (!out.pcap_link.empty() && !quiet) {
     LinkRef l;
@@ -184,4 +203,11 @@ int main(int argc, char** argv) {
   }
   std::fputs((json ? r.to_json(!no_timing) : r.to_text(!no_timing)).c_str(), stdout);
   return r.flows_completed == r.flows ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return metaroce::tools::stdout_status(run(argc, argv), "metaroce-sim",
+                                        metaroce::tools::kExitBadOptions);
 }

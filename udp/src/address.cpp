@@ -158,6 +158,11 @@ bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out
     s4->sin_family = AF_INET;
   } else if (inet_pton(AF_INET6, host.c_str(), &s6->sin6_addr) == 1) {
     s6->sin6_family = AF_INET6;
+  } else if (host.find_first_not_of("0123456789.") == std::string::npos) {
+    // Digits and dots that are not a.b.c.d: getaddrinfo would take them as
+    // inet_aton's shorthand ("10.0.1" as 10.0.0.1, "9999" as 0.0.39.15), and
+    // a mistyped address would reach another host. No name is all digits.
+    return fail("\"" + host + "\" is not an IPv4 address (a.b.c.d, each 0-255)");
   } else {
     // A name: its addresses of the family the caller can reach (its first
     // answer may be the other's, "localhost" as ::1 first, say); a literal

@@ -97,16 +97,21 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
     wake_thread();
     return {};
   }
-  // The engine says only "not established" of a connection that failed:
-  // name what ended it, which the application otherwise has to ask for.
+  // The engine says only "not established" of a connection that ended, and
+  // "unknown connection id" once it has let it go, while state() here still
+  // reads kClosed or kError: name what ended it, which the application
+  // otherwise has to ask for.
   auto it = conns.find(conn.v);
-  if (s == Status::kNotConnected && it != conns.end() && it->second.state == ConnState::kError &&
-      it->second.status != Status::kOk) {
-    const std::string sent = send_failure_text(it->second.send_failure);
-    return make_error(s,
-                      std::string(what) + " failed: the connection ended with " +
-                          std::string(status_name(it->second.status)) + " (" +
-                          std::string(status_text(it->second.status)) + ")" +
+  if ((s == Status::kNotConnected || s == Status::kNoSuchConnection) && it != conns.end() &&
+      (it->second.state == ConnState::kClosed || it->second.state == ConnState::kError)) {
+    const ConnInfo& ci = it->second;
+    const std::string sent = send_failure_text(ci.send_failure);
+    const std::string how = ci.state == ConnState::kError && ci.status != Status::kOk
+                                ? "ended with " + std::string(status_name(ci.status)) + " (" +
+                                      std::string(status_text(ci.status)) + ")"
+                                : "is closed";
+    return make_error(Status::kNotConnected,
+                      std::string(what) + " failed: the connection " + how +
                           (sent.empty() ? "" : "; the last send to the peer failed: " + sent),
                       conn);
   }

@@ -34,6 +34,10 @@ bool env_disabled(const char* name) {
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
+// Options::batch's ceiling: UIO_MAXIOV, the most messages one sendmmsg or
+// recvmmsg call takes.
+constexpr uint32_t kMaxBatch = 1024;
+
 }  // namespace
 
 void UdpEndpoint::Impl::release_ring() {
@@ -173,7 +177,25 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
                   std::to_string(cfg.data_dscp) + ")";
     return false;
   }
-  batch = std::clamp<uint32_t>(opts.batch, 1, 1024);
+  // The driver's own options, judged as the engine's are: a socket buffer of
+  // 0 or less reached the kernel as its smallest (2,304 bytes to receive:
+  // most datagrams of a burst lost), and a batch out of range was clamped.
+  {
+    std::string bad;
+    if (opts.rcvbuf_bytes <= 0)
+      bad = "rcvbuf_bytes " + std::to_string(opts.rcvbuf_bytes) + " is not positive";
+    else if (opts.sndbuf_bytes <= 0)
+      bad = "sndbuf_bytes " + std::to_string(opts.sndbuf_bytes) + " is not positive";
+    else if (opts.batch < 1 || opts.batch > kMaxBatch)
+      bad = "batch " + std::to_string(opts.batch) + " is out of range 1.." +
+            std::to_string(kMaxBatch);
+    if (!bad.empty()) {
+      err.status = Status::kInvalidArgument;
+      err.message = "open " + address + ": Options::" + bad;
+      return false;
+    }
+  }
+  batch = opts.batch;
   gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
   if (const char* f = std::getenv("METAROCE_UDP_FAULT_EAGAIN"))
     fault_eagain_every = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
