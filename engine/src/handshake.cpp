@@ -9,6 +9,10 @@ using detail::ConnState;
 
 Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
   if (max_mtu != 0 && max_mtu < kMinMtu) return Status::kInvalidArgument;
+  // An empty address is what peer_of() says for an unknown id, so a
+  // connection to it would look unknown; a longer one than PeerAddr holds
+  // would be compared past its bytes.
+  if (peer.len == 0 || peer.len > sizeof peer.bytes) return Status::kInvalidArgument;
   Connection* c = create_connection(peer);
   if (c == nullptr) return Status::kResourceExhausted;
   c->is_requester = true;

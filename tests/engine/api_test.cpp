@@ -122,6 +122,26 @@ TEST(Engine, LocalBufferChecks) {
   EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
 }
 
+// A peer address the engine cannot hold or tell apart is refused, not
+// taken: an empty one is peer_of()'s answer for an unknown id, and the
+// handshake once started to it with kOk.
+TEST(Engine, ConnectToAnEmptyOrOverlongAddressIsRefused) {
+  Loop loop(cfg(20), cfg(21));
+  ConnId id{};
+  EXPECT_EQ(loop.ep(0).connect(PeerAddr{}, loop.now(), id), Status::kInvalidArgument);
+  PeerAddr overlong = loop.addr(1);
+  overlong.len = sizeof overlong.bytes + 1;
+  EXPECT_EQ(loop.ep(0).connect(overlong, loop.now(), id), Status::kInvalidArgument);
+  uint32_t requests = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    requests += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq);
+  };
+  loop.run_until([] { return false; }, 1'000'000ull);
+  EXPECT_EQ(requests, 0u) << "a refused connect() started a handshake";
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), id), Status::kOk);
+  EXPECT_EQ(loop.ep(0).peer_of(id), loop.addr(1));
+}
+
 TEST(Engine, RegionsNamedFromAChosenBase) {  // MR-4, MR-3
   // The source is named from 0 (addresses are offsets), the target from
   // just below 2^64, a READ's landing area from 0 again on the other side:
