@@ -42,6 +42,12 @@ expect_full 2 '^metaroce-conform: the report could not be written to stdout' \
   "$conform" --rule CONN-1 --json
 expect 2 'no-such-option' "$agent" --listen 127.0.0.1:0 --iut 127.0.0.1:40000 --no-such-option
 expect 2 'listen' "$agent" --iut 127.0.0.1:40000
+# An entropy block of 0 ports once ran with 16; fewer ports than paths
+# cannot give each path its own.
+expect 2 'entropy-count: Value 0 not in range' "$agent" --listen 127.0.0.1:0 \
+  --iut 127.0.0.1:40000 --entropy-count 0
+expect 2 'entropy-count 3 must be at least --paths \(4\)' "$agent" --listen 127.0.0.1:0 \
+  --iut 127.0.0.1:40000 --entropy-count 3
 expect 0 '' "$agent" --help
 
 # The agent dies during a run (which lasts several seconds): exit 3, the

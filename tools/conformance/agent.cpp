@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
       "metaroce-conform-agent: the reference UDP driver behind the conformance agent "
       "protocol"};
   std::string listen, iut;
-  uint16_t entropy_base = 0, entropy_count = 0;
+  uint16_t entropy_base = 0, entropy_count = 16;
   uint16_t paths = 4;
   app.add_option("--listen", listen, "HOST:PORT the tester connects to (TCP; port 0: any)")
       ->required();
@@ -345,7 +345,10 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--entropy-base", entropy_base,
                  "first UDP source port of the IUT (default: the --iut port + 1)");
-  app.add_option("--entropy-count", entropy_count, "source ports in the block (default 16)");
+  // 0 once meant the default, so a mistyped count ran with 16 ports unasked.
+  app.add_option("--entropy-count", entropy_count,
+                 "source ports in the block, at least --paths (default 16)")
+      ->check(CLI::Range(1, 65535));
   app.add_option("--paths", paths, "paths per connection (the checks assume 4)")
       ->check(CLI::Range(1, int{metaroce::kMaxPaths}));
   std::vector<std::string> without;
@@ -355,10 +358,15 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
+  if (entropy_count < paths) {
+    std::fprintf(stderr,
+                 "metaroce-conform-agent: --entropy-count %u must be at least --paths (%u): each "
+                 "path needs a source port of its own\n",
+                 unsigned{entropy_count}, unsigned{paths});
+    return 2;
+  }
 
-  Agent ag(iut,
-           mc::ReferenceIut::options(entropy_base, entropy_count != 0 ? entropy_count : 16,
-                                     static_cast<uint8_t>(paths)),
+  Agent ag(iut, mc::ReferenceIut::options(entropy_base, entropy_count, static_cast<uint8_t>(paths)),
            std::set<std::string>(without.begin(), without.end()));
   if (!ag.reset()) {
     std::fprintf(stderr, "metaroce-conform-agent: cannot open the IUT on %s: %s\n", iut.c_str(),
