@@ -52,9 +52,9 @@ struct Error {
 // name to the addresses the endpoint reaches: an IPv4 endpoint's IPv4, one
 // bound to an IPv6 address IPv6, one on [::] either). default_port fills a
 // missing port. Digits and dots that are not a.b.c.d ("10.0.1", "9999") are
-// refused, not read as inet_aton's shorthand. A link-local IPv6 address's interface
-// ("[fe80::1%eth0]") is not kept in PeerAddr: an endpoint opened on one reaches link-local peers
-// through that interface, and only it can.
+// refused, not read as inet_aton's shorthand. A link-local IPv6 address's
+// interface ("[fe80::1%eth0]") is not kept in PeerAddr: an endpoint opened on
+// one reaches link-local peers through that interface, and only it can.
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why = nullptr);
 [[nodiscard]] std::string format_address(const PeerAddr& a);

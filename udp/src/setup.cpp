@@ -38,6 +38,36 @@ std::string errno_text(int e) { return std::string(std::strerror(e)); }
 // recvmmsg call takes.
 constexpr uint32_t kMaxBatch = 1024;
 
+// What is wrong with the caller's options, empty if nothing; judged before
+// any socket opens.
+std::string options_error(const Options& opts) {
+  // The entropy range is the driver's to assign (open() takes it from the
+  // entropy block), so the caller's is not judged.
+  EndpointConfig judged = opts.engine;
+  judged.entropy_min = 0;
+  judged.entropy_max = UINT16_MAX;
+  if (std::string bad = config_error(judged); !bad.empty()) return "Options::engine: " + bad;
+  // ENC-6: neither class may take the TRIMMED code point (config_error has
+  // checked that each is 0-63), or every packet of that class would arrive
+  // as a cut one (TRIM-2).
+  const EndpointConfig& cfg = opts.engine;
+  if (cfg.control_dscp == opts.trimmed_dscp || cfg.data_dscp == opts.trimmed_dscp)
+    return "a DSCP is 0-63 and not the TRIMMED one, " + std::to_string(opts.trimmed_dscp) +
+           " (control_dscp " + std::to_string(cfg.control_dscp) + ", data_dscp " +
+           std::to_string(cfg.data_dscp) + ")";
+  // The driver's own options, judged as the engine's are: a socket buffer of
+  // 0 or less reached the kernel as its smallest (2,304 bytes to receive:
+  // most datagrams of a burst lost), and a batch out of range was clamped.
+  if (opts.rcvbuf_bytes <= 0)
+    return "Options::rcvbuf_bytes " + std::to_string(opts.rcvbuf_bytes) + " is not positive";
+  if (opts.sndbuf_bytes <= 0)
+    return "Options::sndbuf_bytes " + std::to_string(opts.sndbuf_bytes) + " is not positive";
+  if (opts.batch < 1 || opts.batch > kMaxBatch)
+    return "Options::batch " + std::to_string(opts.batch) + " is out of range 1.." +
+           std::to_string(kMaxBatch);
+  return {};
+}
+
 }  // namespace
 
 void UdpEndpoint::Impl::release_ring() {
@@ -154,46 +184,10 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
                        [](uint8_t b) { return b == 0; });
   }
   cfg = opts.engine;
-  {
-    // The entropy range is the driver's to assign (the block below), so the
-    // caller's is not judged.
-    EndpointConfig judged = cfg;
-    judged.entropy_min = 0;
-    judged.entropy_max = UINT16_MAX;
-    if (std::string bad = config_error(judged); !bad.empty()) {
-      err.status = Status::kInvalidArgument;
-      err.message = "open " + address + ": Options::engine: " + bad;
-      return false;
-    }
-  }
-  // ENC-6: neither class may take the TRIMMED code point (config_error has
-  // checked that each is 0-63), or every packet of that class would arrive
-  // as a cut one (TRIM-2).
-  if (cfg.control_dscp == opts.trimmed_dscp || cfg.data_dscp == opts.trimmed_dscp) {
+  if (std::string bad = options_error(opts); !bad.empty()) {
     err.status = Status::kInvalidArgument;
-    err.message = "open " + address + ": a DSCP is 0-63 and not the TRIMMED one, " +
-                  std::to_string(opts.trimmed_dscp) + " (control_dscp " +
-                  std::to_string(cfg.control_dscp) + ", data_dscp " +
-                  std::to_string(cfg.data_dscp) + ")";
+    err.message = "open " + address + ": " + bad;
     return false;
-  }
-  // The driver's own options, judged as the engine's are: a socket buffer of
-  // 0 or less reached the kernel as its smallest (2,304 bytes to receive:
-  // most datagrams of a burst lost), and a batch out of range was clamped.
-  {
-    std::string bad;
-    if (opts.rcvbuf_bytes <= 0)
-      bad = "rcvbuf_bytes " + std::to_string(opts.rcvbuf_bytes) + " is not positive";
-    else if (opts.sndbuf_bytes <= 0)
-      bad = "sndbuf_bytes " + std::to_string(opts.sndbuf_bytes) + " is not positive";
-    else if (opts.batch < 1 || opts.batch > kMaxBatch)
-      bad = "batch " + std::to_string(opts.batch) + " is out of range 1.." +
-            std::to_string(kMaxBatch);
-    if (!bad.empty()) {
-      err.status = Status::kInvalidArgument;
-      err.message = "open " + address + ": Options::" + bad;
-      return false;
-    }
   }
   batch = opts.batch;
   gso = opts.gso && !env_disabled("METAROCE_UDP_GSO");
