@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/number_range.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/harness/harness.hpp"
 
@@ -66,22 +67,22 @@ int main(int argc, char** argv) {
   CLI::App app{"MetaRoCE demo: bulk WRITEs over a simulated lossy multipath network"};
   app.add_option("--seed", seed, "seed of the network and the endpoints")->capture_default_str();
   app.add_option("--paths", paths, "network paths (ECMP on UDP source port)")
-      ->check(CLI::Range(1, 32))
+      ->check(metaroce::tools::number_in_range(1, 32))
       ->capture_default_str();
   app.add_option("--loss", loss, "random loss probability on every path")
-      ->check(CLI::Range(0.0, 0.5))
+      ->check(metaroce::tools::number_in_range(0.0, 0.5))
       ->capture_default_str();
   app.add_option("--size", size_mib, "MiB to transfer")
-      ->check(CLI::Range(1, 65536))
+      ->check(metaroce::tools::number_in_range(1, 65536))
       ->capture_default_str();
   app.add_option("--qd", qd, "outstanding WRITEs")
-      ->check(CLI::Range(1, 128))
+      ->check(metaroce::tools::number_in_range(1, 128))
       ->capture_default_str();
   app.add_option("--wr-size", wr_kib, "KiB per WRITE")
-      ->check(CLI::Range(1, 65536))
+      ->check(metaroce::tools::number_in_range(1, 65536))
       ->capture_default_str();
   app.add_option("--rate", rate_gbps, "Gbit/s per path")
-      ->check(CLI::Range(0.1, 1000.0))
+      ->check(metaroce::tools::number_in_range(0.1, 1000.0))
       ->capture_default_str();
   app.add_option("--fail-path", fail_path, "path that fails halfway through (-1: none)")
       ->capture_default_str();

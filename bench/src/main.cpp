@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench.hpp"
+#include "common/number_range.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"metaroce-bench: MetaRoCE engine and harness benchmarks"};
@@ -12,37 +13,38 @@ int main(int argc, char** argv) {
   metaroce::bench::EngineOptions eo;
   auto* engine = app.add_subcommand("engine", "engine cost per packet and bytes per connection");
   engine->add_option("--packets", eo.packets, "data packets timed, over all rounds")
-      ->check(CLI::Range(1000ull, 1ull << 32));
+      ->check(metaroce::tools::number_in_range(1000ull, 1ull << 32));
   engine
       ->add_option("--rounds", eo.rounds,
                    "rounds of engine, copies and clock timed back to back; figures are medians")
-      ->check(CLI::Range(1u, 1000u));
+      ->check(metaroce::tools::number_in_range(1u, 1000u));
   engine->add_option("--connections", eo.connections, "idle connections for the memory figure")
-      ->check(CLI::Range(1u, 1'000'000u));
+      ->check(metaroce::tools::number_in_range(1u, 1'000'000u));
   engine->add_flag("--json", eo.json, "print one JSON object");
 
   metaroce::bench::HarnessOptions ho;
   auto* harness =
       app.add_subcommand("harness", "goodput under loss and path failure in the seeded harness");
   harness->add_option("--paths", ho.paths, "network paths")
-      ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
+      ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}));
   harness->add_option("--loss", ho.loss, "random loss on every path (0..1)")
-      ->check(CLI::Range(0.0, 0.5));
+      ->check(metaroce::tools::number_in_range(0.0, 0.5));
   harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer")
-      ->check(CLI::Range(0, 31));
-  harness->add_option("--size-mib", ho.size_mib, "MiB to move")->check(CLI::Range(1ull, 65536ull));
+      ->check(metaroce::tools::number_in_range(0, 31));
+  harness->add_option("--size-mib", ho.size_mib, "MiB to move")
+      ->check(metaroce::tools::number_in_range(1ull, 65536ull));
   harness->add_option("--seed", ho.seed, "seed");
   harness->add_flag("--fabric", ho.fabric,
                     "bench/fabric's network instead: --paths links of 500 Mbit/s, 400 KB drop-tail "
                     "queues, no ECN marking, 50 us one way; endpoints as the UDP driver sets them");
   harness
       ->add_option("--entropies", ho.entropies, "--fabric: paths per connection (entropy values)")
-      ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
+      ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}));
   harness
       ->add_option("--explore-ms", ho.explore_ms,
                    "PATH-8: how often a busy connection moves its slowest path (0: never; "
                    "default: the engine's)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(metaroce::tools::number_in_range(0.0, 1e6));
   harness->add_flag("--trace-paths", ho.trace_paths,
                     "print the lossy run's path state changes and retirements to stderr");
   harness->add_flag("--json", ho.json, "print one JSON object");

@@ -36,6 +36,10 @@ for w in 0 -1 999 10000001; do
     --agent 127.0.0.1:7000 --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16 \
     --min-wait-us "$w"
 done
+# Not a whole number: said so, not "not in range".
+expect 2 "^--min-wait-us: Value 5ms is not a whole number \(expected 1000 to 10000000\)" \
+  "$conform" --target remote --agent 127.0.0.1:7000 --iut 127.0.0.1:40000 --entropy-base 40001 \
+  --entropy-count 16 --min-wait-us 5ms
 expect 0 '' "$conform" --help
 # A report that cannot be written (a full disk) is not a pass.
 expect_full 2 '^metaroce-conform: the report could not be written to stdout' \

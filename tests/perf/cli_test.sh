@@ -28,6 +28,14 @@ expect 1 "^addr: '9999' is a bare number, not an address; for a port, write HOST
 expect 1 "^addr: '4792' is a bare number, not an address" "$perf" client 4792 --iters 1
 expect 1 "^--bind: '9999' is a bare number, not an address" \
   "$perf" client 127.0.0.1:4792 --bind 9999 --iters 1
+# A value that is no number, or not a whole one, is called that: CLI11's
+# range check said "not in range 1 to 1073741824" for 64k, which sends the
+# user looking for a bound instead of the typo.
+expect 1 '^--size: Value 64k is not a whole number \(expected 1 to 1073741824\)' \
+  "$perf" client 127.0.0.1:4792 --size 64k
+expect 1 '^--qd: Value 2.5 is not a whole number' "$perf" client 127.0.0.1:4792 --qd 2.5
+expect 1 '^--paths: Value 1e1 must be written in plain digits' "$perf" server 127.0.0.1:0 --paths 1e1
+expect 1 '^--size: Value -1 not in range 1 to 1073741824' "$perf" client 127.0.0.1:4792 --size -1
 expect 0 '' "$perf" --help
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/cli_parse.hpp"
+#include "common/number_range.hpp"
 #include "metaroce/conformance/agent_protocol.hpp"
 #include "metaroce/conformance/reference_iut.hpp"
 
@@ -348,9 +349,9 @@ int main(int argc, char** argv) {
   // 0 once meant the default, so a mistyped count ran with 16 ports unasked.
   app.add_option("--entropy-count", entropy_count,
                  "source ports in the block, at least --paths (default 16)")
-      ->check(CLI::Range(1, 65535));
+      ->check(metaroce::tools::number_in_range(1, 65535));
   app.add_option("--paths", paths, "paths per connection (the checks assume 4)")
-      ->check(CLI::Range(1, int{metaroce::kMaxPaths}));
+      ->check(metaroce::tools::number_in_range(1, int{metaroce::kMaxPaths}));
   std::vector<std::string> without;
   app.add_option("--without", without,
                  "ops to answer \"unknown op\", as an agent written before them would "

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli_parse.hpp"
+#include "common/number_range.hpp"
 #include "common/stdout_status.hpp"
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/remote_target.hpp"
@@ -49,7 +50,7 @@ int run(int argc, char** argv) {
       app.add_option("--min-wait-us", remote.min_wait_us,
                      "remote: the least time the tester waits for the IUT's reply "
                      "(1000 to 10000000)")
-          ->check(CLI::Range(kMinWaitUsFloor, kMinWaitUsCeiling))
+          ->check(metaroce::tools::number_in_range(kMinWaitUsFloor, kMinWaitUsCeiling))
           ->capture_default_str(),
       app.add_option("--tester", remote.tester_ip,
                      "remote: the tester's address, of the IUT's family (IPv4 or IPv6)")

@@ -32,6 +32,7 @@
 #include <string>
 #include <utility>
 
+#include "common/number_range.hpp"
 #include "common/stdout_status.hpp"
 #include "session.hpp"
 
@@ -48,25 +49,27 @@ int main(int argc, char** argv) {
                     "payload bytes per packet, " + std::to_string(metaroce::kMinMtu) + "-" +
                         std::to_string(metaroce::kMaxMtu) +
                         " (default 4096; both ends use the minimum)")
-        ->check(CLI::Range(uint32_t{metaroce::kMinMtu}, uint32_t{metaroce::kMaxMtu}));
+        ->check(metaroce::tools::number_in_range(uint32_t{metaroce::kMinMtu},
+                                                 uint32_t{metaroce::kMaxMtu}));
     sub->add_option("--paths", common.paths,
                     "paths (entropy values) per connection, 1-" +
                         std::to_string(metaroce::kMaxPaths) +
                         " (default 8), for what this end sends: a read's data and a --bidir "
                         "reverse load travel on the server's own paths (its --paths)")
-        ->check(CLI::Range(1u, uint32_t{metaroce::kMaxPaths}));
+        ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}));
     sub->add_option("--entropy-count", common.entropy_count,
                     "source ports in the entropy block, at least --paths, at most 65535 "
                     "(default 64)")
-        ->check(CLI::Range(1u, 65535u));
+        ->check(metaroce::tools::number_in_range(1u, 65535u));
     sub->add_option("--entropy-base", common.entropy_base,
                     "first source port, 1-65535 (default: port + 1)")
-        ->check(CLI::Range(1, 65535));
+        ->check(metaroce::tools::number_in_range(1, 65535));
     sub->add_option("--peer-timeout-ms", common.peer_timeout_ms,
                     "PATH-7 peer timeout in ms, " +
                         std::to_string(metaroce::perf::kMinPeerTimeoutMs) + "-" +
                         std::to_string(metaroce::perf::kMaxPeerTimeoutMs) + " (default 2000)")
-        ->check(CLI::Range(metaroce::perf::kMinPeerTimeoutMs, metaroce::perf::kMaxPeerTimeoutMs));
+        ->check(metaroce::tools::number_in_range(metaroce::perf::kMinPeerTimeoutMs,
+                                                 metaroce::perf::kMaxPeerTimeoutMs));
     sub->add_flag("--no-gso", common.no_gso, "do not use UDP_SEGMENT");
     sub->add_flag(
         "--payload-crc", common.payload_crc,
@@ -79,36 +82,36 @@ int main(int argc, char** argv) {
                     "without --busy: poll this long after the last activity before sleeping, "
                     "0-" +
                         std::to_string(metaroce::perf::kMaxSpinUs) + " us (default 50)")
-        ->check(CLI::Range(0u, metaroce::perf::kMaxSpinUs));
+        ->check(metaroce::tools::number_in_range(0u, metaroce::perf::kMaxSpinUs));
     sub->add_option("--cpu", common.cpu,
                     "pin the process to this CPU, 0-" + std::to_string(CPU_SETSIZE - 1))
-        ->check(CLI::Range(0, CPU_SETSIZE - 1));
+        ->check(metaroce::tools::number_in_range(0, CPU_SETSIZE - 1));
     sub->add_option("--min-rto-us", common.min_rto_us,
                     "LOSS-4 min_rto in microseconds, 1-" +
                         std::to_string(metaroce::perf::kMaxMinRtoUs) +
                         " (default 1000; the sending end's setting counts)")
-        ->check(CLI::Range(1u, metaroce::perf::kMaxMinRtoUs));
+        ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxMinRtoUs));
     sub->add_option("--target-delay-us", common.target_delay_us,
                     "CC-5 target queue delay in microseconds, 1-" +
                         std::to_string(metaroce::perf::kMaxTargetDelayUs) +
                         " (default 50; the sending end's setting counts)")
-        ->check(CLI::Range(1u, metaroce::perf::kMaxTargetDelayUs));
+        ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxTargetDelayUs));
     sub->add_option("--explore-ms", common.explore_ms,
                     "PATH-8: move the slowest path to a new entropy this often, in ms, "
                     "0-3600000 (0: never; default 20; the sending end's setting counts)")
-        ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+        ->check(metaroce::tools::number_in_range(int64_t{0}, int64_t{3'600'000}));
     sub->add_option("--control-dscp", common.control_dscp,
                     "IP DSCP of this end's ACKs and NAKs, 0-63 (ENC-6, default 48: a class "
                     "switches can serve first)")
-        ->check(CLI::Range(0u, uint32_t{metaroce::kMaxDscp}));
+        ->check(metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp}));
     sub->add_option("--data-dscp", common.data_dscp,
                     "IP DSCP of this end's other packets, 0-63 (ENC-6, default 0)")
-        ->check(CLI::Range(0u, uint32_t{metaroce::kMaxDscp}));
+        ->check(metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp}));
     sub->add_option("--ack-every", common.ack_every,
                     "ACK after this many data packets, 1-" +
                         std::to_string(metaroce::perf::kMaxAckEvery) +
                         " (ACK-1, default 2; the receiving end's setting counts)")
-        ->check(CLI::Range(1u, metaroce::perf::kMaxAckEvery));
+        ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxAckEvery));
   };
   // An address: ip:port, [ip6]:port, a host name. A bare number ("9999")
   // would reach getaddrinfo, which reads it as the IPv4 address 0.0.39.15:
@@ -142,12 +145,12 @@ int main(int argc, char** argv) {
   client->add_option("--op", op, "write | read | send")
       ->check(CLI::IsMember({"write", "read", "send"}));
   client->add_option("--size", ca.tp.size, "message size in bytes")
-      ->check(CLI::Range(1u, metaroce::perf::kMaxSize));
+      ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxSize));
   auto* qd = client
                  ->add_option("--qd", ca.tp.qd,
                               "messages outstanding (default 64, fewer for messages over 4 MiB: "
                               "together at most 256 MiB)")
-                 ->check(CLI::Range(1u, metaroce::perf::kMaxQd));
+                 ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxQd));
   // A bound far beyond any run, that also keeps "-1" (which CLI11 takes as
   // 2^64 - 1 for an unsigned option) out.
   constexpr uint64_t kMaxIters = 1'000'000'000'000'000;
@@ -173,7 +176,7 @@ int main(int argc, char** argv) {
       ->add_option(
           "--iters", ca.iters,
           "messages to send, exactly, 1-" + std::to_string(kMaxIters) + " (instead of --duration)")
-      ->check(CLI::Range(uint64_t{1}, kMaxIters))
+      ->check(metaroce::tools::number_in_range(uint64_t{1}, kMaxIters))
       ->excludes(dur);
   client
       ->add_option(
