@@ -436,10 +436,9 @@ Report Simulation::report() const {
   double sum = 0;
   for (double v : fct) sum += v;
   r.fct_mean_us = fct.empty() ? 0 : sum / static_cast<double>(fct.size());
-  // Unfinished: the end of simulated time, origin + time_limit once run()
-  // got there, not the last event's time (which may come well before).
-  const SimTime end = std::max(sched_.now(), reached_);
-  r.completion_us = ((flows_->all_done() ? last : end) - origin_).us();
+  // Unfinished (a flow cut off by the time limit, or one that failed): the
+  // end of the run, not the last finish of the flows that did complete.
+  r.completion_us = ((flows_->completed() == flows_->size() ? last : run_end()) - origin_).us();
   r.warmup_us = origin_.us();
   r.ideal_us = compute_ideal_us(sent, recvd);
   r.delivered_bytes = delivered_bytes();

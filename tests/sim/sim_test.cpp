@@ -911,6 +911,42 @@ TEST(Faults, AtTimeZeroTheyPrecedeTheFlowsAndUnfinishedRunsEndAtTheLimit) {
   EXPECT_DOUBLE_EQ(r.completion_us, 1000.0);
 }
 
+// A run some of whose flows failed did not finish: its completion is the end
+// of simulated time (the last failure), as for flows cut off by the time
+// limit, not the finish of the flows that completed (host 0's link down
+// before its first handshake: 112 us read, of about 8 ms run, ratio 1.34).
+TEST(Report, FailedFlowsMakeTheCompletionTheEndOfTheRun) {
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  c.flows.push_back(FlowSpec{1, 14, 1 << 20, SimTime{0}, {UINT32_MAX, UINT32_MAX}});
+  c.preconnect = false;
+  c.faults.push_back({SimTime{0}, FaultSpec::Kind::kLinkDown, host_edge(c, 0)});
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 1u);
+  EXPECT_EQ(r.flows_failed, 1u);
+  EXPECT_GT(r.completion_us, 1000.0);
+  EXPECT_DOUBLE_EQ(r.completion_us, r.sim_time_us - r.warmup_us);
+}
+
+// Bytes queued at a switch port are not on the wire yet: a run cut off by
+// its time limit with a full queue in front of a slow link counts only what
+// the link carried (host 15's link at 1 Gbit/s behind 175 KB of queue read
+// 1400 %).
+TEST(Report, LinkUtilizationCountsOnlyBytesOnTheWire) {
+  SimConfig c = lone_flow_delays(1, 1, 2 << 20);
+  c.preconnect = false;
+  c.faults.push_back({SimTime{0}, FaultSpec::Kind::kRate, host_edge(c, 15), 1'000});
+  c.time_limit = SimTime::from_us(100);
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 0u);
+  EXPECT_GT(r.max_queue_bytes, 100'000u);
+  EXPECT_GT(r.link_util_max, 0.5);
+  EXPECT_LE(r.link_util_max, 1.0);
+}
+
 // A fault on an edge the topology lacks is refused, not skipped when due.
 TEST(Faults, UnknownEdgeIsRefused) {
   SimConfig c = lone_flow_delays(1, 1, 4096);

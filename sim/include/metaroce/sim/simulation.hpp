@@ -3,6 +3,7 @@
 // objects, and the same config (seed included) gives the same Report.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -209,6 +210,9 @@ class Simulation {
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
   void add_link_and_path_stats(Report& r) const;  // in output.cpp
+  // The end of simulated time: origin + time_limit once run() got there,
+  // not the last event's time (which may come well before).
+  [[nodiscard]] SimTime run_end() const { return std::max(sched_.now(), reached_); }
   // Report::ideal_us from the bytes each host sent and received.
   [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
                                         const std::vector<uint64_t>& recvd) const;
