@@ -500,6 +500,14 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "k = 4", "k = \"4\""), "topology.k: expected a whole number"},
       {replace(s, "k = 4", "k = 5"), "topology.k: an even number"},
       {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = -1"), "must be > 0"},
+      // beyond what the picosecond arithmetic holds (llround of 1e33 is
+      // undefined: a 1e30 Gb/s link read an ideal of 0 us)
+      {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = 1e30"),
+       "t.toml:8:20: topology.fabric_rate_gbps: at most 100000 (100 Tb/s)"},
+      {replace(s, "fabric_delay_us = 0.5", "fabric_delay_us = 1e30"),
+       "t.toml:9:19: topology.fabric_delay_us: at most 10000 (10 ms)"},
+      {replace(s, "rate_gbps = 50", "rate_gbps = 1e30"),
+       "fault.rate_gbps: at most 100000 (100 Tb/s)"},
       // unknown kinds
       {replace(s, "\"fat_tree\"", "\"torus\""), "t.toml:5:8: topology.kind: unknown 'torus'"},
       {replace(s, "\"permutation\"", "\"shuffle\""), "workload.kind: unknown 'shuffle'"},
