@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -38,6 +40,21 @@ bool parse_transport(const std::string& s, TransportKind& out) {
     return false;
   }
   return true;
+}
+
+std::vector<std::string> faults_past_time_limit(const SimConfig& c) {
+  static constexpr const char* kKinds[] = {"link_down", "link_up", "rate", "gray", "reroute"};
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < c.faults.size(); ++i) {
+    const FaultSpec& f = c.faults[i];
+    if (f.at < c.time_limit) continue;
+    std::ostringstream o;
+    o << std::setprecision(15) << "fault " << i << " (" << kKinds[static_cast<size_t>(f.kind)] << ", edge " << f.edge
+      << ") at " << f.at.us() << " us is not before the time limit (" << c.time_limit.us()
+      << " us): it never acts";
+    lines.push_back(o.str());
+  }
+  return lines;
 }
 
 EndpointConfig dc_endpoint_config() {

@@ -157,6 +157,8 @@ int run(int argc, char** argv) {
     std::cout << list_links(cfg.topo);
     return 0;
   }
+  for (const std::string& w : faults_past_time_limit(cfg))
+    std::cerr << "metaroce-sim: warning: " << w << "\n";
   if (!(sample_us > 0 && sample_us <= 1e9))  // nan too; 1e9 us in ps fits 64 bits
     return bad_option("--sample-us: " + std::to_string(sample_us) + " is not in (0, 1e9]");
   // An option that qualifies another is refused without it: it would be

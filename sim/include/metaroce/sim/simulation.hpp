@@ -99,6 +99,11 @@ struct SimConfig {
   }
 };
 
+// The faults that can never act, at or after the time limit (both count from
+// the end of the warm-up): one line each, naming the fault, for a warning.
+// Not an error: a shortened limit on a preset with faults still runs.
+[[nodiscard]] std::vector<std::string> faults_past_time_limit(const SimConfig& c);
+
 // One path slot of the MetaRoCE connections, summed over all connections.
 struct PathSlotTotals {
   uint64_t packets_sent = 0;
