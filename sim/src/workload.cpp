@@ -160,8 +160,8 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
   std::vector<FlowSpec> f;
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
+    line.erase(std::min(line.find('#'), line.size()));  // a comment, whole line or its end
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto where = [&] { return source + ":" + std::to_string(n) + ": "; };
     // Whole tokens, exactly four: a stream's >> would read "1.5" as the
     // bytes 1 and the start 0.5, and "-4096" as 2^64 - 4096.
