@@ -49,9 +49,9 @@ std::vector<std::string> faults_past_time_limit(const SimConfig& c) {
     const FaultSpec& f = c.faults[i];
     if (f.at < c.time_limit) continue;
     std::ostringstream o;
-    o << std::setprecision(15) << "fault " << i << " (" << kKinds[static_cast<size_t>(f.kind)] << ", edge " << f.edge
-      << ") at " << f.at.us() << " us is not before the time limit (" << c.time_limit.us()
-      << " us): it never acts";
+    o << std::setprecision(15) << "fault " << i << " (" << kKinds[static_cast<size_t>(f.kind)]
+      << ", edge " << f.edge << ") at " << f.at.us() << " us is not before the time limit ("
+      << c.time_limit.us() << " us): it never acts";
     lines.push_back(o.str());
   }
   return lines;
@@ -511,8 +511,20 @@ struct Out {
     key(k);
     s += '"';
     for (char c : v) {
-      if (c == '"' || c == '\\') s += '\\';
-      s += c;
+      if (c == '"' || c == '\\') {
+        s += '\\';
+        s += c;
+      } else if (c == '\n') {
+        s += "\\n";
+      } else if (c == '\t') {
+        s += "\\t";
+      } else if (static_cast<unsigned char>(c) < 0x20) {  // JSON wants them escaped
+        char u[8];
+        std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned>(c));
+        s += u;
+      } else {
+        s += c;
+      }
     }
     s += '"';
   }

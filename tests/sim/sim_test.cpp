@@ -947,6 +947,16 @@ TEST(Report, LinkUtilizationCountsOnlyBytesOnTheWire) {
   EXPECT_LE(r.link_util_max, 1.0);
 }
 
+// A config file's name may hold any character TOML allows: control
+// characters are escaped, as JSON wants (a tab went out raw, and JSON
+// readers refused the report).
+TEST(Report, JsonEscapesControlCharactersOfTheName) {
+  Report r;
+  r.name = "a\tb\nc\x01\"\\";
+  const std::string j = r.to_json(false);
+  EXPECT_NE(j.find(R"("preset": "a\tb\nc\u0001\"\\")"), std::string::npos) << j;
+}
+
 // A fault on an edge the topology lacks is refused, not skipped when due.
 TEST(Faults, UnknownEdgeIsRefused) {
   SimConfig c = lone_flow_delays(1, 1, 4096);
