@@ -845,6 +845,18 @@ SimConfig lone_flow_delays(double host_us, double fabric_us, uint64_t bytes) {
   return c;
 }
 
+// A driver that knows its fabric's round trip waits longer than it for a
+// handshake's answer: with 1 ms fabric links (a round trip of 8 ms), the
+// engine's 8 attempts 1 ms apart all gave up before the first answer came,
+// and every flow failed with no word but connect_failures.
+TEST(Warmup, HandshakesOutwaitTheFabricRoundTrip) {
+  Simulation sim(lone_flow_delays(1, 1000, 1 << 20));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_GT(r.warmup_us, 8000.0);
+}
+
 // The window and in-flight cap cover the path's RTT, not 2 x hops x the host
 // link's delay: 0.1 us host links and 5 us fabric links have the same 20.2 us
 // one way as 3.37 us everywhere, and a lone flow runs as fast on either

@@ -212,6 +212,8 @@ class Simulation {
   class Faults;
   static void tick(void* ctx, const Scheduler& s);
   void warm_up();
+  // The longest path's round trip, a data packet and an ACK serialized per hop.
+  [[nodiscard]] SimTime fabric_rtt(uint32_t data_bytes, uint32_t ack_bytes) const;
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
   void add_link_and_path_stats(Report& r) const;  // in output.cpp
