@@ -198,6 +198,8 @@ class Reader {
           gap = background_gap(hosts, b, c.topo.host_rate_mbps, load);
         } else {
           gap = time_us(t, "mean_gap_us");
+          if (gap.ps == 0)  // every flow at once: not Poisson arrivals
+            fail(*t.get("mean_gap_us"), "workload.mean_gap_us: must be > 0");
         }
         f = background(hosts, b, u32(t, "workload", "flows"), gap, start, seed);
       } else if (kind == "matrix") {

@@ -522,6 +522,12 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "bytes = 16384", "bytes = 0"), "workload.bytes: must be > 0"},
       {replace(s, "load = 0.3", "load = 1.5"), "workload.load: must be in (0, 1]"},
       {replace(s, "load = 0.3", "load = 0.3\nmean_gap_us = 2"), "exactly one of 'load'"},
+      // a gap of 0 started every flow at once; one past 2^64 ps (a tiny load)
+      // was undefined and came out as 0 too
+      {replace(s, "load = 0.3", "mean_gap_us = 0"), "workload.mean_gap_us: must be > 0"},
+      {replace(s, "load = 0.3", "load = 1e-300"),
+       "background: at load 1e-300 flows are more than 1e12 us apart"},
+      {replace(s, "load = 0.3", "mean_gap_us = 1e11"), "would start after 1e12 us"},
       {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 5, 5]"), "a host twice"},
       {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 16]"), "workload.hosts: host ids 0..15"},
       {replace(s, "hosts = [0, 5, 10, 15]", "rings = \"rails\""), "needs topology.kind = \"rail\""},
