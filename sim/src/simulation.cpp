@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
@@ -390,16 +391,30 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 }  // namespace
 
-double Simulation::compute_ideal_us(const std::vector<uint64_t>& sent,
-                                    const std::vector<uint64_t>& recvd) const {
+double Simulation::compute_ideal_us() const {
   const auto rate = static_cast<double>(cfg_.topo.host_rate_mbps);  // bits per us
-  uint64_t busiest = 0;
-  for (size_t i = 0; i < sent.size(); ++i) busiest = std::max({busiest, sent[i], recvd[i]});
-  double ideal = static_cast<double>(busiest) * 8.0 / rate;
+  const std::vector<FlowSpec>& fl = cfg_.flows;
+  // Each host NIC, sending and receiving, at line rate, no flow before its
+  // start: for each start s, s plus the bytes of the NIC's flows that start
+  // at s or later. With every start at 0, the busiest NIC's bytes.
+  const uint32_t hosts = net_->num_hosts();
+  std::vector<std::vector<std::pair<SimTime, uint64_t>>> nic(2 * size_t{hosts});
+  for (const FlowSpec& f : fl) {
+    nic[f.src].emplace_back(f.start, f.bytes);
+    nic[hosts + f.dst].emplace_back(f.start, f.bytes);
+  }
+  double ideal = 0;
+  for (auto& flows : nic) {
+    std::sort(flows.begin(), flows.end(), std::greater<>());
+    uint64_t from_s = 0;
+    for (const auto& [s, bytes] : flows) {
+      from_s += bytes;
+      ideal = std::max(ideal, s.us() + static_cast<double>(from_s) * 8.0 / rate);
+    }
+  }
   // Dependent flows (ring collectives): the longest chain, each flow taking
   // its bytes at line rate plus its path's one-way propagation delay, from
   // its configured start or its last dependency's ideal end.
-  const std::vector<FlowSpec>& fl = cfg_.flows;
   const bool chained = std::any_of(fl.begin(), fl.end(), [](const FlowSpec& f) {
     return f.after[0] != UINT32_MAX || f.after[1] != UINT32_MAX;
   });
@@ -444,12 +459,9 @@ Report Simulation::report() const {
   r.flows_failed = flows_->failed();
   std::vector<double> fct;
   SimTime last{0};
-  std::vector<uint64_t> sent(r.hosts), recvd(r.hosts);
   uint64_t digest = 0x6d657461;
   for (size_t i = 0; i < flows_->size(); ++i) {
     const FlowState& f = flows_->at(i);
-    sent[f.spec.src] += f.spec.bytes;
-    recvd[f.spec.dst] += f.spec.bytes;
     digest = mix(digest, f.finish.ps);
     if (f.done()) {
       fct.push_back((f.finish - f.spec.start).us());
@@ -467,7 +479,7 @@ Report Simulation::report() const {
   // end of the run, not the last finish of the flows that did complete.
   r.completion_us = ((flows_->completed() == flows_->size() ? last : run_end()) - origin_).us();
   r.warmup_us = origin_.us();
-  r.ideal_us = compute_ideal_us(sent, recvd);
+  r.ideal_us = compute_ideal_us();
   r.delivered_bytes = delivered_bytes();
   r.goodput_gbps = r.completion_us > 0
                        ? static_cast<double>(r.delivered_bytes) * 8.0 / (r.completion_us * 1e3)

@@ -220,9 +220,8 @@ class Simulation {
   // The end of simulated time: origin + time_limit once run() got there,
   // not the last event's time (which may come well before).
   [[nodiscard]] SimTime run_end() const { return std::max(sched_.now(), reached_); }
-  // Report::ideal_us from the bytes each host sent and received.
-  [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
-                                        const std::vector<uint64_t>& recvd) const;
+  // Report::ideal_us from the flows' bytes, start times and dependencies.
+  [[nodiscard]] double compute_ideal_us() const;
 
   SimConfig cfg_;
   Scheduler sched_;
