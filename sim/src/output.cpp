@@ -529,8 +529,9 @@ void Simulation::add_link_and_path_stats(Report& r) const {
       // a run cut off by its time limit still had queued never crossed.
       const double capacity = p.capacity_bits(now);
       if (p.stats().tx_packets == 0 || !(capacity > 0)) continue;
+      const uint64_t sent = p.stats().tx_bytes;
       const double u =
-          static_cast<double>(p.stats().tx_bytes - p.unsent_bytes(now)) * 8.0 / capacity;
+          static_cast<double>(sent - std::min(sent, p.unsent_bytes(now))) * 8.0 / capacity;
       sum += u;
       r.link_util_max = std::max(r.link_util_max, u);
       ++r.links_used;
