@@ -158,6 +158,19 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   // One MTU-sized frame, for the PFC headroom and XON gap: payload, headers and
   // framing, 4200 bytes at the default 4096 (RoCEv2's are 4194, MetaRoCE's 4210).
   cfg_.queue.pfc_frame_bytes = uint64_t{baseline ? cfg_.rc.mtu : cfg_.endpoint.mtu} + 104;
+  // A full-MTU data datagram (MetaRoCE's, as the engine encodes it; the
+  // baselines' BTH and ICRC, no RETH), and with framing the smallest packet
+  // a flow of more than one MTU must get through: a switch buffer below it
+  // passes none, and the run would only drop until its time limit.
+  const uint32_t data_bytes = cfg_.endpoint.mtu + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
+                              wire::kRdmaHeaderSize + wire::kIcrcSize;
+  const uint64_t data_frame =
+      uint64_t{baseline ? cfg_.rc.mtu + 16 : data_bytes} + cfg_.wire_overhead;
+  if (cfg_.queue.buffer_bytes < data_frame)
+    throw std::invalid_argument(
+        "queue.buffer_bytes (" + std::to_string(cfg_.queue.buffer_bytes) +
+        ") is below one full data packet (" + std::to_string(data_frame) +
+        " bytes, framing included): no data packet of a full MTU could pass a switch");
   if (baseline) {
     cfg_.queue.pfc = cfg_.transport == TransportKind::kRoceV2;  // RoCEv2 needs a lossless fabric
     if (cfg_.rc.own_ecn) {
@@ -219,8 +232,6 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     // CC-1 and CC-9 leave the initial window and the connection-wide cap to a
     // driver that knows the fabric, as a NIC driver knows its link rate and
     // the fabric's RTT.
-    const uint32_t data_bytes = ec.mtu + wire::kBaseHeaderSize + wire::kMessageHeaderSize +
-                                wire::kRdmaHeaderSize + wire::kIcrcSize;
     const uint32_t ack_bytes = wire::kBaseHeaderSize + wire::kAckFixedSize + wire::kIcrcSize;
     const uint32_t bdp = bdp_packets(ec.mtu, data_bytes, ack_bytes);
     // CONN-2's retry interval outwaits the round trip, as the windows follow

@@ -985,6 +985,30 @@ TEST(IdealTime, CountsStartTimes) {
   EXPECT_LT(r.completion_us, 1.3 * r.ideal_us);
 }
 
+// A switch buffer smaller than one full data packet passes none: the run
+// went on to its time limit with every data packet dropped (a bare
+// buffer_bytes = 4000, meant as KB, read as bytes). One packet's worth runs.
+TEST(Queue, BufferBelowOneDataPacketIsRefused) {
+  for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
+                          TransportKind::kRoceV2, TransportKind::kIrn}) {
+    SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+    c.transport = t;
+    c.queue.buffer_bytes = 4000;
+    try {
+      Simulation sim{std::move(c)};
+      ADD_FAILURE() << transport_name(t) << ": accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("queue.buffer_bytes (4000) is below one full data packet"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  SimConfig fits = lone_flow_delays(1, 1, 1 << 20);
+  fits.queue.buffer_bytes = 4210;  // MetaRoCE's frame at mtu 4096, framing included
+  EXPECT_NO_THROW(Simulation{std::move(fits)});
+}
+
 // A fault on an edge the topology lacks is refused, not skipped when due.
 TEST(Faults, UnknownEdgeIsRefused) {
   SimConfig c = lone_flow_delays(1, 1, 4096);
