@@ -668,10 +668,16 @@ std::string Report::to_json(bool timing) const {
 std::string Report::to_text(bool timing) const {
   char b[2048];
   std::string s;
+  // Why flows failed, where the run knows: a handshake that gave up.
+  std::string failed = std::to_string(flows_failed) + " failed";
+  if (connect_failures > 0)
+    failed += ": " + std::to_string(connect_failures) +
+              (connect_failures == 1 ? " connection" : " connections") +
+              " not established, the handshake gave up";
   std::snprintf(
       b, sizeof b,
       "%s  transport=%s  seed=%llu\n  topology: %s, %u hosts\n"
-      "  flows: %llu/%llu completed (%llu failed)\n"
+      "  flows: %llu/%llu completed (%s)\n"
       "  completion: %.3f us  (ideal %.3f us, ratio %.3f; after a %.1f us connection warm-up)\n"
       "  FCT: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
       "  goodput: %.3f Gbit/s  (%llu payload bytes delivered over the completion time)\n"
@@ -682,13 +688,13 @@ std::string Report::to_text(bool timing) const {
       "  events: %llu  digest %016llx\n",
       name.c_str(), transport.c_str(), static_cast<unsigned long long>(seed), topology.c_str(),
       hosts, static_cast<unsigned long long>(flows_completed),
-      static_cast<unsigned long long>(flows), static_cast<unsigned long long>(flows_failed),
-      completion_us, ideal_us, ideal_us > 0 ? completion_us / ideal_us : 0.0, warmup_us, fct_p50_us,
-      fct_p99_us, fct_max_us, fct_mean_us, goodput_gbps,
-      static_cast<unsigned long long>(delivered_bytes), static_cast<unsigned long long>(drops),
-      static_cast<unsigned long long>(trimmed), static_cast<unsigned long long>(fault_drops),
-      static_cast<unsigned long long>(ecn_marks), static_cast<unsigned long long>(max_queue_bytes),
-      pfc_pause_us, static_cast<unsigned long long>(transport_totals.data_packets_sent),
+      static_cast<unsigned long long>(flows), failed.c_str(), completion_us, ideal_us,
+      ideal_us > 0 ? completion_us / ideal_us : 0.0, warmup_us, fct_p50_us, fct_p99_us, fct_max_us,
+      fct_mean_us, goodput_gbps, static_cast<unsigned long long>(delivered_bytes),
+      static_cast<unsigned long long>(drops), static_cast<unsigned long long>(trimmed),
+      static_cast<unsigned long long>(fault_drops), static_cast<unsigned long long>(ecn_marks),
+      static_cast<unsigned long long>(max_queue_bytes), pfc_pause_us,
+      static_cast<unsigned long long>(transport_totals.data_packets_sent),
       static_cast<unsigned long long>(transport_totals.retransmissions),
       static_cast<unsigned long long>(transport_totals.timeouts),
       static_cast<unsigned long long>(transport_totals.path_retirements),

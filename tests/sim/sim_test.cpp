@@ -939,6 +939,9 @@ TEST(Report, FailedFlowsMakeTheCompletionTheEndOfTheRun) {
   EXPECT_EQ(r.flows_failed, 1u);
   EXPECT_GT(r.completion_us, 1000.0);
   EXPECT_DOUBLE_EQ(r.completion_us, r.sim_time_us - r.warmup_us);
+  // The text says why a flow failed (it said "1 failed" and no more).
+  EXPECT_NE(r.to_text(false).find("(1 failed: 1 connection not established"), std::string::npos)
+      << r.to_text(false);
 }
 
 // Bytes queued at a switch port are not on the wire yet: a run cut off by
