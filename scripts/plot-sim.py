@@ -7,7 +7,8 @@ Each DIR is one run's --csv folder (throughput.csv, queues.csv, paths.csv,
 fcts.csv, report.json); runs are labelled by the transport in report.json
 (else the folder name). Writes into OUTDIR (default: the first DIR):
 
-  fct_cdf.png      FCT CDF, every run on one plot
+  fct_cdf.png      FCT CDF, every run on one plot (of all flows: unfinished
+                   ones keep it below 1; the legend's p99 is the report's)
   throughput.png   delivered goodput over time (Gbit/s, all flows)
   queues.png       max and mean switch-port queue over time
   cwnd.png         per-path cwnd over time of the first sampled connection
@@ -63,15 +64,26 @@ def save(fig, out, name, dpi):
     print(path)
 
 
+def fct_cdf(col):
+    """The finished flows' FCTs, sorted; the share of all flows finished by
+    each (an unfinished flow, an empty fct_us, keeps the CDF below 1); and
+    their p99 as the report's fct_p99_us takes it, the nearest rank."""
+    fct = floats(col)
+    done = np.sort(fct[~np.isnan(fct)])
+    if done.size == 0:
+        return done, done, float("nan")
+    y = np.arange(1, done.size + 1) / fct.size
+    rank = min(max(int(0.99 * done.size + 0.999999), 1), done.size)
+    return done, y, done[rank - 1]
+
+
 def plot_fct(runs, out, title, dpi):
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, d, _ in runs:
-        fct = floats(read_csv(os.path.join(d, "fcts.csv")).get("fct_us", []))
-        fct = np.sort(fct[~np.isnan(fct)])
+        fct, y, p99 = fct_cdf(read_csv(os.path.join(d, "fcts.csv")).get("fct_us", []))
         if fct.size == 0:
             continue
-        y = np.arange(1, fct.size + 1) / fct.size
-        ax.step(fct, y, where="post", label=f"{label} (p99 {np.percentile(fct, 99):.0f} us)")
+        ax.step(fct, y, where="post", label=f"{label} (p99 {p99:.0f} us)")
     ax.set_xlabel("flow completion time (us)")
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.01)

@@ -19,6 +19,12 @@ namespace metaroce::sim {
 namespace {
 
 constexpr uint64_t kMbpsPerGbps = 1000;
+// A link's rate and delay go into picosecond products (the BDP: round trip
+// x rate) that must hold in 64 bits: at 100 Tb/s, a round trip of 6 links of
+// 10 ms each is 1.2e19 ps x Mb/s. Beyond, llround itself is undefined (a
+// 1e30 Gb/s link read an ideal of 0 us).
+constexpr double kMaxGbps = 100'000;
+constexpr double kMaxLinkDelayUs = 10'000;
 
 // "FILE:LINE:COLUMN: message"
 std::string located(const std::string& source, const toml::source_region& where,
@@ -116,12 +122,11 @@ class Reader {
   LinkSpec link(const toml::table& t, const std::string& which) {
     LinkSpec l;
     const std::string rate = which + "_rate_gbps", delay = which + "_delay_us";
-    const double gbps = number(t, "topology", rate);
-    positive(*t.get(rate), "topology." + rate, gbps);
-    l.rate_mbps = static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps));
+    l.rate_mbps = rate_mbps(*t.get(rate), "topology." + rate, number(t, "topology", rate));
     if (l.rate_mbps == 0) fail(*t.get(rate), "topology." + rate + ": below 1 Mb/s");
     const double us = opt_number(t, "topology", delay).value_or(1.0);
     if (!(us >= 0)) fail(*t.get(delay), "topology." + delay + ": must be >= 0");
+    if (us > kMaxLinkDelayUs) fail(*t.get(delay), "topology." + delay + ": at most 10000 (10 ms)");
     l.delay = SimTime{static_cast<uint64_t>(std::llround(us * 1e6))};
     return l;
   }
@@ -193,6 +198,8 @@ class Reader {
           gap = background_gap(hosts, b, c.topo.host_rate_mbps, load);
         } else {
           gap = time_us(t, "mean_gap_us");
+          if (gap.ps == 0)  // every flow at once: not Poisson arrivals
+            fail(*t.get("mean_gap_us"), "workload.mean_gap_us: must be > 0");
         }
         f = background(hosts, b, u32(t, "workload", "flows"), gap, start, seed);
       } else if (kind == "matrix") {
@@ -279,9 +286,8 @@ class Reader {
     } else if (kind == "rate") {
       only("rate_gbps");
       f.kind = FaultSpec::Kind::kRate;
-      const double gbps = number(t, "fault", "rate_gbps");
-      positive(*t.get("rate_gbps"), "fault.rate_gbps", gbps);
-      f.rate_mbps = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps)));
+      f.rate_mbps = std::max<uint64_t>(
+          1, rate_mbps(*t.get("rate_gbps"), "fault.rate_gbps", number(t, "fault", "rate_gbps")));
     } else if (kind == "gray") {
       only("drop");
       f.kind = FaultSpec::Kind::kGrayDrop;
@@ -419,6 +425,13 @@ class Reader {
   double positive(const toml::node& n, const std::string& what, double v) const {
     if (!(v > 0)) fail(n, what + ": must be > 0");
     return v;
+  }
+
+  // Gb/s, as written, to Mb/s.
+  uint64_t rate_mbps(const toml::node& n, const std::string& what, double gbps) const {
+    positive(n, what, gbps);
+    if (gbps > kMaxGbps) fail(n, what + ": at most 100000 (100 Tb/s)");
+    return static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps));
   }
 
   uint32_t u32(const toml::table& t, const std::string& section, std::string_view key) const {

@@ -507,7 +507,7 @@ size_t port_kind(const TopoGraph& g, const Port& p) {
 }  // namespace
 
 void Simulation::add_link_and_path_stats(Report& r) const {
-  const SimTime now = sched_.now();
+  const SimTime now = run_end();
   double sum = 0;
   SimTime data[Report::kPortKinds] = {}, ctrl[Report::kPortKinds] = {};
   uint64_t nd[Report::kPortKinds] = {}, nc[Report::kPortKinds] = {};
@@ -525,9 +525,13 @@ void Simulation::add_link_and_path_stats(Report& r) const {
       // Against the capacity the link had over the run, each rate for as
       // long as it lasted: after a rate fault, the final rate would count
       // the time before it at the wrong rate (and give more than 100 %).
+      // A port counts a packet when it fixes its departure, at enqueue: what
+      // a run cut off by its time limit still had queued never crossed.
       const double capacity = p.capacity_bits(now);
       if (p.stats().tx_packets == 0 || !(capacity > 0)) continue;
-      const double u = static_cast<double>(p.stats().tx_bytes) * 8.0 / capacity;
+      const uint64_t sent = p.stats().tx_bytes;
+      const double u =
+          static_cast<double>(sent - std::min(sent, p.unsent_bytes(now))) * 8.0 / capacity;
       sum += u;
       r.link_util_max = std::max(r.link_util_max, u);
       ++r.links_used;

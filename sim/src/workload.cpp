@@ -11,6 +11,11 @@
 #include "metaroce/sim/rng.hpp"
 
 namespace metaroce::sim {
+namespace {
+// The latest start a workload may give a flow, as a traffic matrix's
+// start_us (and a config file's times): 1e12 us, in ps, well inside 64 bits.
+constexpr double kMaxStartPs = 1e18;
+}  // namespace
 
 std::vector<FlowSpec> permutation(uint32_t hosts, uint64_t bytes, uint64_t seed) {
   if (hosts < 2) throw std::invalid_argument("permutation: need two hosts");
@@ -117,6 +122,9 @@ std::vector<FlowSpec> background(uint32_t hosts, uint64_t bytes, uint32_t count,
   double t = static_cast<double>(start.ps);
   for (uint32_t i = 0; i < count; ++i) {
     t += -std::log1p(-rng.uniform()) * static_cast<double>(mean_gap.ps);
+    if (t > kMaxStartPs)
+      throw std::invalid_argument("background: flow " + std::to_string(i) +
+                                  " would start after 1e12 us");
     const auto src = static_cast<uint32_t>(rng.below(hosts));
     auto dst = static_cast<uint32_t>(rng.below(hosts - 1));
     if (dst >= src) ++dst;
@@ -130,7 +138,13 @@ SimTime background_gap(uint32_t hosts, uint64_t bytes, uint64_t host_rate_mbps, 
     throw std::invalid_argument("background: load must be > 0");
   // Each flow keeps one NIC busy for bytes / rate; `hosts` NICs at `load`.
   const double flow_ps = static_cast<double>(bytes) * 8e6 / static_cast<double>(host_rate_mbps);
-  return SimTime{static_cast<uint64_t>(flow_ps / (load * hosts))};
+  const double gap = flow_ps / (load * hosts);
+  if (!(gap <= kMaxStartPs)) {  // beyond, the conversion is undefined (a tiny load read 0)
+    std::ostringstream o;
+    o << "background: at load " << load << " flows are more than 1e12 us apart";
+    throw std::invalid_argument(o.str());
+  }
+  return SimTime{static_cast<uint64_t>(gap)};
 }
 
 namespace {
@@ -160,8 +174,8 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
   std::vector<FlowSpec> f;
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
+    line.erase(std::min(line.find('#'), line.size()));  // a comment, whole line or its end
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto where = [&] { return source + ":" + std::to_string(n) + ": "; };
     // Whole tokens, exactly four: a stream's >> would read "1.5" as the
     // bytes 1 and the start 0.5, and "-4096" as 2^64 - 4096.

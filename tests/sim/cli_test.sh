@@ -87,6 +87,15 @@ mkdir "$csv/report.json"
 sim_expect 2 "^metaroce-sim: cannot write $csv/report.json\$" --preset incast8-256k \
   --time-limit-ms 5 --csv "$csv"
 rm -rf "$csv"
+# An empty name (a script's unset variable) is refused, not taken as "not
+# given": --config "" ran the default preset and exited 0.
+for o in --config --preset --pcap --pcap-file --csv --watch-link --trace-file; do
+  sim_expect 2 "^metaroce-sim: $o: an empty value" "$o" ""
+done
+# A fault at or after the time limit never acts: said, not silently dropped
+# (here a shortened limit; the run itself goes on).
+sim_expect 1 '^metaroce-sim: warning: fault 1 \(link_down, edge [0-9]+\) at 20 us is not before the time limit \(10 us\): it never acts$' \
+  --preset fattree16-perm-linkdown --time-limit-ms 0.01
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

@@ -25,4 +25,21 @@ done
 for t in metaroce rocev2; do
   [[ $(wc -l < "$out/$t/fcts.csv") -gt 1 ]] || { echo "figures_test: $t/fcts.csv has no rows" >&2; exit 1; }
 done
+# The FCT CDF counts every flow, unfinished ones too (a run that finished
+# half its flows drew a CDF reaching 1), and its legend's p99 is the
+# report's fct_p99_us (nearest rank), not an interpolation between flows.
+py=python3
+"$py" -c 'import matplotlib, numpy' 2>/dev/null || py=/usr/bin/python3
+"$py" - "$root/scripts/plot-sim.py" <<'EOF'
+import importlib.util
+import sys
+
+spec = importlib.util.spec_from_file_location("plot_sim", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+x, y, p99 = m.fct_cdf(["30", "10", "", "20"])
+assert list(x) == [10, 20, 30] and list(y) == [0.25, 0.5, 0.75], (x, y)
+_, _, p99 = m.fct_cdf([str(v) for v in range(1, 101)])
+assert p99 == 99, p99
+EOF
 echo "figures_test: 4 figures drawn for metaroce and rocev2"

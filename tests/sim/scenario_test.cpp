@@ -149,10 +149,13 @@ TEST(Workloads, BackgroundIsSeededPoissonUniformPairs) {
   EXPECT_EQ(background_gap(10, 1'000'000, 100'000, 0.5), SimTime::from_us(16));
 }
 
+// A comment may also end a line (it was refused as a fifth field).
 TEST(TrafficMatrix, ReadsLinesSkipsCommentsAndBlanks) {
-  std::istringstream in("# src dst bytes start_us\n\n0 3 4096 0\n  3 0 100 12.5  \n\t# x\n");
+  std::istringstream in(
+      "# src dst bytes start_us\n\n0 3 4096 0\n  3 0 100 12.5  \n\t# x\n1 2 7 0 # rack 0\n");
   const auto f = read_traffic_matrix(in, 4);
-  ASSERT_EQ(f.size(), 2u);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[2].bytes, 7u);
   EXPECT_EQ(f[0].src, 0u);
   EXPECT_EQ(f[0].dst, 3u);
   EXPECT_EQ(f[0].bytes, 4096u);
@@ -500,6 +503,14 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "k = 4", "k = \"4\""), "topology.k: expected a whole number"},
       {replace(s, "k = 4", "k = 5"), "topology.k: an even number"},
       {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = -1"), "must be > 0"},
+      // beyond what the picosecond arithmetic holds (llround of 1e33 is
+      // undefined: a 1e30 Gb/s link read an ideal of 0 us)
+      {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = 1e30"),
+       "t.toml:8:20: topology.fabric_rate_gbps: at most 100000 (100 Tb/s)"},
+      {replace(s, "fabric_delay_us = 0.5", "fabric_delay_us = 1e30"),
+       "t.toml:9:19: topology.fabric_delay_us: at most 10000 (10 ms)"},
+      {replace(s, "rate_gbps = 50", "rate_gbps = 1e30"),
+       "fault.rate_gbps: at most 100000 (100 Tb/s)"},
       // unknown kinds
       {replace(s, "\"fat_tree\"", "\"torus\""), "t.toml:5:8: topology.kind: unknown 'torus'"},
       {replace(s, "\"permutation\"", "\"shuffle\""), "workload.kind: unknown 'shuffle'"},
@@ -511,6 +522,12 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "bytes = 16384", "bytes = 0"), "workload.bytes: must be > 0"},
       {replace(s, "load = 0.3", "load = 1.5"), "workload.load: must be in (0, 1]"},
       {replace(s, "load = 0.3", "load = 0.3\nmean_gap_us = 2"), "exactly one of 'load'"},
+      // a gap of 0 started every flow at once; one past 2^64 ps (a tiny load)
+      // was undefined and came out as 0 too
+      {replace(s, "load = 0.3", "mean_gap_us = 0"), "workload.mean_gap_us: must be > 0"},
+      {replace(s, "load = 0.3", "load = 1e-300"),
+       "background: at load 1e-300 flows are more than 1e12 us apart"},
+      {replace(s, "load = 0.3", "mean_gap_us = 1e11"), "would start after 1e12 us"},
       {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 5, 5]"), "a host twice"},
       {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 16]"), "workload.hosts: host ids 0..15"},
       {replace(s, "hosts = [0, 5, 10, 15]", "rings = \"rails\""), "needs topology.kind = \"rail\""},

@@ -845,6 +845,18 @@ SimConfig lone_flow_delays(double host_us, double fabric_us, uint64_t bytes) {
   return c;
 }
 
+// A driver that knows its fabric's round trip waits longer than it for a
+// handshake's answer: with 1 ms fabric links (a round trip of 8 ms), the
+// engine's 8 attempts 1 ms apart all gave up before the first answer came,
+// and every flow failed with no word but connect_failures.
+TEST(Warmup, HandshakesOutwaitTheFabricRoundTrip) {
+  Simulation sim(lone_flow_delays(1, 1000, 1 << 20));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  EXPECT_GT(r.warmup_us, 8000.0);
+}
+
 // The window and in-flight cap cover the path's RTT, not 2 x hops x the host
 // link's delay: 0.1 us host links and 5 us fabric links have the same 20.2 us
 // one way as 3.37 us everywhere, and a lone flow runs as fast on either
@@ -909,6 +921,95 @@ TEST(Faults, AtTimeZeroTheyPrecedeTheFlowsAndUnfinishedRunsEndAtTheLimit) {
   EXPECT_GT(r.fault_drops, 0u);
   EXPECT_LT(r.sim_time_us - r.warmup_us, 1000.0);  // the last event came before the limit
   EXPECT_DOUBLE_EQ(r.completion_us, 1000.0);
+}
+
+// A run some of whose flows failed did not finish: its completion is the end
+// of simulated time (the last failure), as for flows cut off by the time
+// limit, not the finish of the flows that completed (host 0's link down
+// before its first handshake: 112 us read, of about 8 ms run, ratio 1.34).
+TEST(Report, FailedFlowsMakeTheCompletionTheEndOfTheRun) {
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  c.flows.push_back(FlowSpec{1, 14, 1 << 20, SimTime{0}, {UINT32_MAX, UINT32_MAX}});
+  c.preconnect = false;
+  c.faults.push_back({SimTime{0}, FaultSpec::Kind::kLinkDown, host_edge(c, 0)});
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 1u);
+  EXPECT_EQ(r.flows_failed, 1u);
+  EXPECT_GT(r.completion_us, 1000.0);
+  EXPECT_DOUBLE_EQ(r.completion_us, r.sim_time_us - r.warmup_us);
+  // The text says why a flow failed (it said "1 failed" and no more).
+  EXPECT_NE(r.to_text(false).find("(1 failed: 1 connection not established"), std::string::npos)
+      << r.to_text(false);
+}
+
+// Bytes queued at a switch port are not on the wire yet: a run cut off by
+// its time limit with a full queue in front of a slow link counts only what
+// the link carried (host 15's link at 1 Gbit/s behind 175 KB of queue read
+// 1400 %).
+TEST(Report, LinkUtilizationCountsOnlyBytesOnTheWire) {
+  SimConfig c = lone_flow_delays(1, 1, 2 << 20);
+  c.preconnect = false;
+  c.faults.push_back({SimTime{0}, FaultSpec::Kind::kRate, host_edge(c, 15), 1'000});
+  c.time_limit = SimTime::from_us(100);
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 0u);
+  EXPECT_GT(r.max_queue_bytes, 100'000u);
+  EXPECT_GT(r.link_util_max, 0.5);
+  EXPECT_LE(r.link_util_max, 1.0);
+}
+
+// A config file's name may hold any character TOML allows: control
+// characters are escaped, as JSON wants (a tab went out raw, and JSON
+// readers refused the report).
+TEST(Report, JsonEscapesControlCharactersOfTheName) {
+  Report r;
+  r.name = "a\tb\nc\x01\"\\";
+  const std::string j = r.to_json(false);
+  EXPECT_NE(j.find(R"("preset": "a\tb\nc\u0001\"\\")"), std::string::npos) << j;
+}
+
+// No flow can finish before it starts: a flow starting at 500 us had an
+// ideal of its bytes alone, 84 us, and a ratio of 7 for a run at line rate.
+// The bound is per host: the latest start plus the bytes from it on.
+TEST(IdealTime, CountsStartTimes) {
+  SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+  c.flows[0].start = SimTime::from_us(500);
+  c.flows.push_back(FlowSpec{0, 14, 1 << 20, SimTime{0}, {UINT32_MAX, UINT32_MAX}});
+  Simulation sim(std::move(c));
+  sim.run();
+  const Report r = sim.report();
+  expect_all_complete(r);
+  const double bytes_us = (1 << 20) * 8.0 / 100'000;  // 1 MiB at 100 Gb/s
+  EXPECT_NEAR(r.ideal_us, 500 + bytes_us, 1e-6);
+  EXPECT_LT(r.completion_us, 1.3 * r.ideal_us);
+}
+
+// A switch buffer smaller than one full data packet passes none: the run
+// went on to its time limit with every data packet dropped (a bare
+// buffer_bytes = 4000, meant as KB, read as bytes). One packet's worth runs.
+TEST(Queue, BufferBelowOneDataPacketIsRefused) {
+  for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
+                          TransportKind::kRoceV2, TransportKind::kIrn}) {
+    SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+    c.transport = t;
+    c.queue.buffer_bytes = 4000;
+    try {
+      Simulation sim{std::move(c)};
+      ADD_FAILURE() << transport_name(t) << ": accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("queue.buffer_bytes (4000) is below one full data packet"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  SimConfig fits = lone_flow_delays(1, 1, 1 << 20);
+  fits.queue.buffer_bytes = 4210;  // MetaRoCE's frame at mtu 4096, framing included
+  EXPECT_NO_THROW(Simulation{std::move(fits)});
 }
 
 // A fault on an edge the topology lacks is refused, not skipped when due.

@@ -98,6 +98,14 @@ int run(int argc, char** argv) {
   app.add_flag("--list-settings", list_settings, "list the keys --set takes and exit");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
+  // An empty name (a script's unset variable) would read as the option not
+  // given: --config "" ran the default preset, --csv "" wrote nothing.
+  for (const char* o :
+       {"--config", "--preset", "--pcap", "--pcap-file", "--csv", "--watch-link", "--trace-file"})
+    if (app.count(o) > 0 && app.get_option(o)->as<std::string>().empty()) {
+      std::cerr << "metaroce-sim: " << o << ": an empty value\n";
+      return metaroce::tools::kExitBadOptions;
+    }
   if (list) {
     for (const auto& n : preset_names()) std::cout << n << "\n";
     return 0;
@@ -157,6 +165,8 @@ int run(int argc, char** argv) {
     std::cout << list_links(cfg.topo);
     return 0;
   }
+  for (const std::string& w : faults_past_time_limit(cfg))
+    std::cerr << "metaroce-sim: warning: " << w << "\n";
   if (!(sample_us > 0 && sample_us <= 1e9))  // nan too; 1e9 us in ps fits 64 bits
     return bad_option("--sample-us: " + std::to_string(sample_us) + " is not in (0, 1e9]");
   // An option that qualifies another is refused without it: it would be

@@ -193,6 +193,11 @@ class Port final : public EventSource {
              fifo_bytes_;
     return backlog_across_rate_changes(now) + fifo_bytes_;
   }
+  // Of the bytes counted sent (tx_bytes: at enqueue, departures being fixed
+  // then), those not yet serialized onto the link at `now`.
+  [[nodiscard]] uint64_t unsent_bytes(SimTime now) const {
+    return backlog_bytes(now) - fifo_bytes_;
+  }
   [[nodiscard]] const PortStats& stats() const { return stats_; }
   // Time paused so far, the open interval included.
   [[nodiscard]] SimTime paused_time(SimTime now) const {

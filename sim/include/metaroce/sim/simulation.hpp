@@ -3,6 +3,7 @@
 // objects, and the same config (seed included) gives the same Report.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -97,6 +98,11 @@ struct SimConfig {
     rc.mtu = mtu;
   }
 };
+
+// The faults that can never act, at or after the time limit (both count from
+// the end of the warm-up): one line each, naming the fault, for a warning.
+// Not an error: a shortened limit on a preset with faults still runs.
+[[nodiscard]] std::vector<std::string> faults_past_time_limit(const SimConfig& c);
 
 // One path slot of the MetaRoCE connections, summed over all connections.
 struct PathSlotTotals {
@@ -206,12 +212,16 @@ class Simulation {
   class Faults;
   static void tick(void* ctx, const Scheduler& s);
   void warm_up();
+  // The longest path's round trip, a data packet and an ACK serialized per hop.
+  [[nodiscard]] SimTime fabric_rtt(uint32_t data_bytes, uint32_t ack_bytes) const;
   // Packets of `mtu` payload in flight to fill the longest path's round trip.
   [[nodiscard]] uint32_t bdp_packets(uint32_t mtu, uint32_t data_bytes, uint32_t ack_bytes) const;
   void add_link_and_path_stats(Report& r) const;  // in output.cpp
-  // Report::ideal_us from the bytes each host sent and received.
-  [[nodiscard]] double compute_ideal_us(const std::vector<uint64_t>& sent,
-                                        const std::vector<uint64_t>& recvd) const;
+  // The end of simulated time: origin + time_limit once run() got there,
+  // not the last event's time (which may come well before).
+  [[nodiscard]] SimTime run_end() const { return std::max(sched_.now(), reached_); }
+  // Report::ideal_us from the flows' bytes, start times and dependencies.
+  [[nodiscard]] double compute_ideal_us() const;
 
   SimConfig cfg_;
   Scheduler sched_;
