@@ -244,9 +244,17 @@ def broken_frames(vectors):
         ("4-byte datagram", frame(tv["TV-11"][:4], 50001), None, "Base Header alone", {}),
         ("corrupted ICRC", frame(bytes(corrupt), 50002), None, "does not match", bad_icrc),
         ("flipped payload bit", frame(bytes(flipped), 50003), None, "does not match", bad_icrc),
-        ("sack_words past the end", frame(reseal(bytes(ack)), 50004), None, "needs 64", {}),
+        # BAD-4: an ACK's ICRC covers every byte before it, whatever sack_words
+        # says, and is checked first: resealed it verifies, and one whose
+        # sack_words a bit flip changed is a bad checksum (the spec's example).
+        ("sack_words past the end", frame(reseal(bytes(ack)), 50004), None, "needs 64",
+         {"metaroce.icrc.status": ["1"]}),
         ("sack_words 17", frame(reseal(bytes(sack17)), 50005), None,
-         "sack_words 17 is above 16", {}),
+         "sack_words 17 is above 16", {"metaroce.icrc.status": ["1"]}),
+        ("sack_words past the end, ICRC not resealed", frame(bytes(ack), 50019), None,
+         "does not match", bad_icrc),
+        ("sack_words 17 by a bit flip", frame(bytes(sack17), 50020), None, "does not match",
+         bad_icrc),
         ("NAK code 0x09", frame(reseal(bytes(nak9)), 50006), None, "NAK code 0x9", {}),
         ("payload past msg_len", frame(reseal(bytes(past_end)), 50007), None,
          "longer than msg_len", {}),

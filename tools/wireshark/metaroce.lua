@@ -643,7 +643,12 @@ local function dissect(st)
     if body_len and body_len > layout.body_len then
       -- ACK: sack_words decides the length; check it against the datagram.
       hdr_len = hdr_len - layout.body_len + body_len
-      if st.datagram < hdr_len + ICRC_LEN then return truncated(hdr_len + ICRC_LEN) end
+      if st.datagram < hdr_len + ICRC_LEN then
+        -- BAD-4: the ICRC, over every byte before it, is checked before
+        -- sack_words is trusted: a bit flip there is a bad checksum.
+        dissect_icrc(st, tree, st.datagram - ICRC_LEN, layout)
+        return truncated(hdr_len + ICRC_LEN)
+      end
     end
   end
   dissect_payload(st, tree, hdr_len, layout)
