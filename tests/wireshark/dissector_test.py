@@ -156,7 +156,7 @@ FIELDS = [
     "metaroce.disconnect.reason", "metaroce.icrc.covered_len", "metaroce.flags.reserved",
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
-    "metaroce.reserved_not_zero",
+    "metaroce.reserved_not_zero", "frame.protocols",
 ]
 
 
@@ -346,6 +346,10 @@ def check_other_ports(vectors, workdir):
                 messages = " / ".join(row["_ws.expert.message"])
                 check(not row["_ws.malformed"] and "BAD" not in messages.upper(),
                       f"{what}: unexpected expert info '{messages}'")
+                # One MetaRoCE layer, whether the port or the heuristic found it.
+                check(row["frame.protocols"] and
+                      row["frame.protocols"][0].split(":").count("metaroce") == 1,
+                      f"{what}: protocols {row['frame.protocols']}")
     pcap = os.path.join(workdir, "port5000.pcap")
     write_pcap(pcap, [(frame(vectors[2][2], 49152, dport=5000), None)])
     off = ("--disable-heuristic", "metaroce_udp")

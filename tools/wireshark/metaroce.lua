@@ -658,7 +658,7 @@ local function dissect(st)
   if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
 end
 
-function metaroce.dissector(tvb, pinfo, tree)
+local function dissect_datagram(tvb, pinfo, tree)
   if tvb:reported_len() == 0 then return 0 end
   local root = tvb:len() > 0 and tree:add(metaroce, tvb()) or tree:add(metaroce)
   local st = new_state(tvb, pinfo, root)
@@ -669,6 +669,7 @@ function metaroce.dissector(tvb, pinfo, tree)
   set_columns(st)
   return st.captured
 end
+metaroce.dissector = dissect_datagram
 
 ---------------------------------------------------------------- heuristic
 
@@ -714,7 +715,9 @@ end
 
 local function heuristic(tvb, pinfo, tree)
   if not looks_like_metaroce(tvb) then return false end
-  metaroce.dissector(tvb, pinfo, tree)
+  -- The function itself: metaroce.dissector reads back as the registered
+  -- handle, whose call adds a second "metaroce" to frame.protocols.
+  dissect_datagram(tvb, pinfo, tree)
   return true
 end
 
