@@ -234,6 +234,10 @@ def broken_frames(vectors):
     bad_icrc = {"metaroce.icrc.status": ["0"]}
     # Section 3.12: a CONNECT_REQ naming no reply port (0, its source port) is
     # well formed; an ACCEPT naming one is not (CONN-3: 0).
+    # CONN-5, appendix C item 2: a CONNECT_REQ of another version is answered
+    # from its version-invariant fields, which the dissector shows; one too
+    # short to echo is dropped (engine/src/input.cpp, reject_bad_version).
+    req_v2 = bytes([0x28]) + tv["TV-12"][1:]
     req_no_reply = bytearray(tv["TV-12"])
     req_no_reply[30:32] = bytes(2)
     accept_reply = bytearray(tv["TV-13"])
@@ -285,6 +289,13 @@ def broken_frames(vectors):
         ("CONNECT_ACCEPT naming reply port 4792", frame(reseal(bytes(accept_reply)), 50018), None,
          "Reply port of an ACCEPT or REJECT is 0x12b8, must be zero",
          {"metaroce.connect.reply_port": ["4792"], "metaroce.reserved_not_zero": ["1"]}),
+        ("version 2 CONNECT_REQ", frame(req_v2, 50021), None,
+         "answered with a version-1 CONNECT_REJECT kVersionMismatch (CONN-5)",
+         {"metaroce.connect.src_conn": ["0x00000007"], "metaroce.connect.reply_port": ["4792"],
+          "metaroce.connect.nonce": ["0x0123456789abcdef"], "metaroce.bad_version": ["1"]}),
+        ("version 2 CONNECT_REQ of 40 bytes", frame(req_v2[:40], 50022), None,
+         "too short to answer (CONN-5)",
+         {"metaroce.connect.src_conn": [], "metaroce.bad_version": ["1"]}),
         # Like the simulator's records: headers captured, payload and ICRC not.
         ("snap-length WRITE", frame(write_hdrs, 50012, 0, len(tv["TV-01"]))[:14 + 28 + 44],
          14 + 28 + len(tv["TV-01"]), "ICRC not captured",

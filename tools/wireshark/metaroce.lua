@@ -601,8 +601,26 @@ local function dissect(st)
     return
   end
   if st.version ~= VERSION then
-    tree:add_proto_expert_info(ex.bad_version,
-      "Version " .. st.version .. ", this dissector knows " .. VERSION)
+    local text = "Version " .. st.version .. ", this dissector knows " .. VERSION
+    if st.opcode == 0x20 then
+      -- CONN-5: a CONNECT_REQ of any version long enough to echo is answered
+      -- from the fields every version keeps in place (appendix C, item 2).
+      if st.datagram < BH_LEN + layouts[0x20].body_len + ICRC_LEN then
+        text = text .. "; a CONNECT_REQ too short to answer (CONN-5): dropped"
+      else
+        text = text .. "; a CONNECT_REQ: answered with a version-1 CONNECT_REJECT " ..
+            "kVersionMismatch (CONN-5)"
+        if captured(st, BH_LEN, 24) then
+          local inv = tree:add(tvb(BH_LEN, 24), "Version-invariant fields (appendix C, item 2)")
+          inv:add(pf.conn_src_conn, tvb(BH_LEN, 4))
+          inv:add(pf.conn, tvb(BH_LEN, 4)):set_hidden()
+          inv:add(pf.conn_reply_port, tvb(BH_LEN + 14, 2))
+          inv:add(pf.conn_nonce, tvb(BH_LEN + 16, 8))
+          add_info(st, "src=" .. hex(tvb(BH_LEN, 4):uint()))
+        end
+      end
+    end
+    tree:add_proto_expert_info(ex.bad_version, text)
     st.suffix[#st.suffix + 1] = "BAD VERSION"
     return
   end
