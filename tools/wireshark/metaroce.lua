@@ -706,6 +706,8 @@ end
 local function gso_segment_len(tvb)
   local datagram = tvb:reported_len()
   if tvb:len() < datagram or datagram < 2 * MIN_DATAGRAM then return nil end
+  -- Cheap tests first: the heuristic asks this of every UDP datagram it sees.
+  if rshift(tvb(0, 1):uint(), 4) ~= VERSION or layouts[tvb(1, 1):uint()] == nil then return nil end
   local raw = tvb:raw(0, datagram)
   local function starts_packet(off) -- version 1, a known opcode, room for a PROBE
     if datagram - off < MIN_DATAGRAM or rshift(raw:byte(off + 1), 4) ~= VERSION then
