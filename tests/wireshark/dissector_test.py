@@ -11,11 +11,17 @@
    Every datagram of 1 to 19 bytes is truncated, whatever its version and
    opcode (11.3's order). Packets without payload decode with PC clear as
    with PC set (INT-2), their ICRC over every byte before it (BAD-4).
-   Reserved flag bits draw a warning and nothing more (1.3).
+   Reserved flag bits draw a warning and nothing more (1.3). A corrupted
+   ACK whose sack_words runs past the datagram is a bad ICRC (BAD-4); a
+   version 2 CONNECT_REQ shows the fields CONN-5 answers it from.
 3. Off port 4792 (a server's replies from its entropy ports to a client's
    port) the heuristic dissector decodes what parses as MetaRoCE, ICRC
    included, reserved flag bits set or not, and nothing else; with it
-   disabled, Decode As or the port preference do.
+   disabled, Decode As or the port preference do. Every MetaRoCE frame has
+   one MetaRoCE layer in frame.protocols.
+3a. A datagram holding a GSO run (a sender's capture before segmentation,
+   any loopback capture of the UDP driver) decodes as its packets, each
+   with a good ICRC, on port 4792 and through the heuristic.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
    switches) decode as MetaRoCE with no malformed packet or error.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
