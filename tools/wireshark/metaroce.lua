@@ -150,6 +150,9 @@ local pf = {
     base.HEX),
   disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX),
   disc_reserved = ProtoField.uint24("metaroce.disconnect.reserved", "Reserved", base.HEX),
+  -- A datagram holding a GSO run (or a GRO batch): on the first packet's tree.
+  gso_segments = ProtoField.uint32("metaroce.gso.segments", "Packets in the datagram", base.DEC),
+  gso_segment_len = ProtoField.uint32("metaroce.gso.segment_len", "Segment size", base.DEC),
 }
 local field_list = {}
 for _, f in pairs(pf) do field_list[#field_list + 1] = f end
@@ -180,10 +183,12 @@ local ex = {
     expert.group.UNDECODED, expert.severity.NOTE),
   dissector_bug = ProtoExpert.new("metaroce.dissector_bug", "MetaRoCE dissector failure",
     expert.group.MALFORMED, expert.severity.ERROR),
+  gso = ProtoExpert.new("metaroce.gso", "Several packets in one datagram (GSO or GRO)",
+    expert.group.PROTOCOL, expert.severity.NOTE),
 }
 metaroce.experts = {
   ex.truncated, ex.bad_version, ex.bad_opcode, ex.icrc_bad, ex.icrc_unverified, ex.bad_length,
-  ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug,
+  ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug, ex.gso,
 }
 
 metaroce.prefs.udp_port = Pref.uint("UDP port", DEFAULT_UDP_PORT,
@@ -214,13 +219,17 @@ for i = 0, 255 do
   crc_table[i] = c
 end
 
-local function crc32c(bytes)
-  local crc = 0xFFFFFFFF
-  for i = 1, #bytes do
+-- The running CRC over bytes[from..to] (string positions), continuing `crc`.
+local function crc32c_update(crc, bytes, from, to)
+  for i = from, to do
     crc = bxor(crc_table[band(bxor(crc, bytes:byte(i)), 0xFF)], rshift(crc, 8))
   end
-  return bxor(crc, 0xFFFFFFFF) % 4294967296
+  return crc
 end
+
+local function crc32c_final(crc) return bxor(crc, 0xFFFFFFFF) % 4294967296 end
+
+local function crc32c(bytes) return crc32c_final(crc32c_update(0xFFFFFFFF, bytes, 1, #bytes)) end
 assert(crc32c("123456789") == 0xE3069283, "metaroce.lua: CRC-32C self-test failed")
 
 ---------------------------------------------------------------- helpers
@@ -267,6 +276,12 @@ local function new_state(tvb, pinfo, tree)
 end
 
 local function captured(st, off, len) return off + len <= st.captured end
+
+-- Bytes before the payload for an opcode's layout (3.2); an ACK's SACK words not included.
+local function header_len(layout)
+  return BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
+      (layout.imm and IMM_LEN or 0) + (layout.body_len or 0)
+end
 
 local function add_info(st, text) st.info[#st.info + 1] = text end
 
@@ -553,12 +568,12 @@ end
 
 ---------------------------------------------------------------- dissector
 
-local function set_columns(st)
-  st.pinfo.cols.protocol = "MetaRoCE"
+-- The packet's summary, for its tree item and the Info column.
+local function summary(st)
   local text = table.concat(st.info, " ")
   if #st.suffix > 0 then text = text .. " [" .. table.concat(st.suffix, ",") .. "]" end
-  st.pinfo.cols.info = text
   st.root:append_text(", " .. text)
+  return text
 end
 
 local function dissect(st)
@@ -586,8 +601,26 @@ local function dissect(st)
     return
   end
   if st.version ~= VERSION then
-    tree:add_proto_expert_info(ex.bad_version,
-      "Version " .. st.version .. ", this dissector knows " .. VERSION)
+    local text = "Version " .. st.version .. ", this dissector knows " .. VERSION
+    if st.opcode == 0x20 then
+      -- CONN-5: a CONNECT_REQ of any version long enough to echo is answered
+      -- from the fields every version keeps in place (appendix C, item 2).
+      if st.datagram < BH_LEN + layouts[0x20].body_len + ICRC_LEN then
+        text = text .. "; a CONNECT_REQ too short to answer (CONN-5): dropped"
+      else
+        text = text .. "; a CONNECT_REQ: answered with a version-1 CONNECT_REJECT " ..
+            "kVersionMismatch (CONN-5)"
+        if captured(st, BH_LEN, 24) then
+          local inv = tree:add(tvb(BH_LEN, 24), "Version-invariant fields (appendix C, item 2)")
+          inv:add(pf.conn_src_conn, tvb(BH_LEN, 4))
+          inv:add(pf.conn, tvb(BH_LEN, 4)):set_hidden()
+          inv:add(pf.conn_reply_port, tvb(BH_LEN + 14, 2))
+          inv:add(pf.conn_nonce, tvb(BH_LEN + 16, 8))
+          add_info(st, "src=" .. hex(tvb(BH_LEN, 4):uint()))
+        end
+      end
+    end
+    tree:add_proto_expert_info(ex.bad_version, text)
     st.suffix[#st.suffix + 1] = "BAD VERSION"
     return
   end
@@ -599,8 +632,7 @@ local function dissect(st)
   end
 
   -- Fixed part of the headers; ACK adds its SACK words once byte 31 is read.
-  local hdr_len = BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
-      (layout.imm and IMM_LEN or 0) + (layout.body_len or 0)
+  local hdr_len = header_len(layout)
   local function truncated(need)
     tree:add_proto_expert_info(ex.truncated, "Datagram of " .. st.datagram .. " bytes; " ..
       st.opname .. " needs " .. need .. " (headers and ICRC)")
@@ -643,7 +675,12 @@ local function dissect(st)
     if body_len and body_len > layout.body_len then
       -- ACK: sack_words decides the length; check it against the datagram.
       hdr_len = hdr_len - layout.body_len + body_len
-      if st.datagram < hdr_len + ICRC_LEN then return truncated(hdr_len + ICRC_LEN) end
+      if st.datagram < hdr_len + ICRC_LEN then
+        -- BAD-4: the ICRC, over every byte before it, is checked before
+        -- sack_words is trusted: a bit flip there is a bad checksum.
+        dissect_icrc(st, tree, st.datagram - ICRC_LEN, layout)
+        return truncated(hdr_len + ICRC_LEN)
+      end
     end
   end
   dissect_payload(st, tree, hdr_len, layout)
@@ -653,17 +690,114 @@ local function dissect(st)
   if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
 end
 
-function metaroce.dissector(tvb, pinfo, tree)
-  if tvb:reported_len() == 0 then return 0 end
+-- Big-endian 32 bits at string position i (1-based).
+local function u32_at(bytes, i)
+  local a, b, c, d = bytes:byte(i, i + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+-- ENC-1 holds on the wire, but a capture taken before UDP GSO segments a
+-- run (the sender's own, loopback included: udp/README.md, "GSO runs") or
+-- after GRO joins one shows several packets back to back in one datagram,
+-- each of the run's segment size but the last, which may be shorter. The
+-- segment size when the datagram is such a run, nil when it is one packet
+-- (or neither: then it is shown, and judged, as one). Only a datagram
+-- captured whole, whose first packet's ICRC matches where it ends.
+local function gso_segment_len(tvb)
+  local datagram = tvb:reported_len()
+  if tvb:len() < datagram or datagram < 2 * MIN_DATAGRAM then return nil end
+  -- Cheap tests first: the heuristic asks this of every UDP datagram it sees.
+  if rshift(tvb(0, 1):uint(), 4) ~= VERSION or layouts[tvb(1, 1):uint()] == nil then return nil end
+  local raw = tvb:raw(0, datagram)
+  local function starts_packet(off) -- version 1, a known opcode, room for a PROBE
+    if datagram - off < MIN_DATAGRAM or rshift(raw:byte(off + 1), 4) ~= VERSION then
+      return false
+    end
+    return layouts[raw:byte(off + 2)] ~= nil
+  end
+  if not starts_packet(0) then return nil end
+  local layout = layouts[raw:byte(2)]
+  local hdr = header_len(layout)
+  if datagram < hdr + ICRC_LEN then return nil end
+  local seg
+  if not layout.payload then
+    if layout.body == "ack" then
+      local words = raw:byte(BH_LEN + 16)
+      if words > MAX_SACK_WORDS then return nil end
+      hdr = hdr + SACK_WORD_LEN * words
+    end
+    if datagram < hdr + ICRC_LEN + MIN_DATAGRAM then return nil end
+    if crc32c(raw:sub(1, hdr)) ~= u32_at(raw, hdr + 1) then return nil end
+    seg = hdr + ICRC_LEN
+  else
+    -- The payload length is the unknown: the first ICRC position whose
+    -- ICRC matches (INT-1: over the payload too with PC set, the headers
+    -- only with PC clear) and after which a packet starts. The datagram as
+    -- one packet is tried first, so that one never splits.
+    local offset, msg_len = u32_at(raw, BH_LEN + 5), u32_at(raw, BH_LEN + 9)
+    if offset > msg_len then return nil end
+    local pc = is_set(raw:byte(1), FLAG_PC)
+    local running = crc32c_update(0xFFFFFFFF, raw, 1, hdr)
+    local header_crc = crc32c_final(running)
+    local last = datagram - ICRC_LEN
+    if pc then
+      if crc32c(raw:sub(1, last)) == u32_at(raw, last + 1) then return nil end
+    elseif header_crc == u32_at(raw, last + 1) and last - hdr <= msg_len - offset then
+      return nil
+    end
+    local most = math.min(hdr + (msg_len - offset), datagram - ICRC_LEN - MIN_DATAGRAM)
+    for icrc_off = hdr, most do
+      local crc = pc and crc32c_final(running) or header_crc
+      if crc == u32_at(raw, icrc_off + 1) and starts_packet(icrc_off + ICRC_LEN) then
+        seg = icrc_off + ICRC_LEN
+        break
+      end
+      if pc then running = crc32c_update(running, raw, icrc_off + 1, icrc_off + 1) end
+    end
+    if seg == nil then return nil end
+  end
+  for off = seg, datagram - 1, seg do
+    if not starts_packet(off) then return nil end
+  end
+  return seg
+end
+
+-- One packet: its tree, and its summary for the Info column.
+local function dissect_packet(tvb, pinfo, tree)
   local root = tvb:len() > 0 and tree:add(metaroce, tvb()) or tree:add(metaroce)
   local st = new_state(tvb, pinfo, root)
   local ok, err = pcall(dissect, st)
   if not ok then
     root:add_proto_expert_info(ex.dissector_bug, "Dissector failure: " .. tostring(err))
   end
-  set_columns(st)
-  return st.captured
+  return summary(st), root
 end
+
+-- A datagram: one packet, or a GSO run of them, each decoded on its own.
+local function dissect_datagram(tvb, pinfo, tree)
+  local datagram = tvb:reported_len()
+  if datagram == 0 then return 0 end
+  pinfo.cols.protocol = "MetaRoCE"
+  local ok, seg = pcall(gso_segment_len, tvb)
+  if not ok or seg == nil then
+    pinfo.cols.info = (dissect_packet(tvb, pinfo, tree))
+    return tvb:len()
+  end
+  local texts, first = {}, nil
+  for off = 0, datagram - 1, seg do
+    local text, root = dissect_packet(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo, tree)
+    texts[#texts + 1] = text
+    first = first or root
+  end
+  first:add(pf.gso_segments, #texts):set_generated()
+  first:add(pf.gso_segment_len, seg):set_generated()
+  first:add_proto_expert_info(ex.gso, #texts .. " packets of up to " .. seg ..
+    " bytes in one datagram of " .. datagram ..
+    ": captured before GSO segmented it or after GRO joined it")
+  pinfo.cols.info = table.concat(texts, " | ")
+  return datagram
+end
+metaroce.dissector = dissect_datagram
 
 ---------------------------------------------------------------- heuristic
 
@@ -682,8 +816,7 @@ local function looks_like_metaroce(tvb)
   if rshift(byte0, 4) ~= VERSION then return false end
   local layout = layouts[tvb(1, 1):uint()]
   if layout == nil then return false end
-  local hdr_len = BH_LEN + (layout.mh and MH_LEN or 0) + (layout.rh and RH_LEN or 0) +
-      (layout.imm and IMM_LEN or 0) + (layout.body_len or 0)
+  local hdr_len = header_len(layout)
   if datagram < hdr_len + ICRC_LEN or captured_len < hdr_len then return false end
   if layout.body == "ack" then
     local words = tvb(BH_LEN + 15, 1):uint()
@@ -708,8 +841,20 @@ local function looks_like_metaroce(tvb)
 end
 
 local function heuristic(tvb, pinfo, tree)
-  if not looks_like_metaroce(tvb) then return false end
-  metaroce.dissector(tvb, pinfo, tree)
+  if not looks_like_metaroce(tvb) then
+    -- A GSO run (see gso_segment_len): every packet in it must pass.
+    local seg = gso_segment_len(tvb)
+    if seg == nil then return false end
+    local datagram = tvb:reported_len()
+    for off = 0, datagram - 1, seg do
+      if not looks_like_metaroce(tvb(off, math.min(seg, datagram - off)):tvb()) then
+        return false
+      end
+    end
+  end
+  -- The function itself: metaroce.dissector reads back as the registered
+  -- handle, whose call adds a second "metaroce" to frame.protocols.
+  dissect_datagram(tvb, pinfo, tree)
   return true
 end
 
