@@ -96,6 +96,12 @@ Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, M
 Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                       MemoryRegion& out) {
   auto lk = impl_->guard();
+  const auto what = [&] {
+    return "register_memory(" + std::to_string(length) + " bytes at base " + std::to_string(base) +
+           ")";
+  };
+  // No post can name memory registered now: say so, as a post would.
+  if (impl_->closed) return impl_->closed_error(what());
   const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
   if (s == Status::kOk) return {};
   std::string why = "failed";
@@ -106,10 +112,7 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
           : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
                                            : "failed";
   }
-  return impl_->make_error(s,
-                           "register_memory(" + std::to_string(length) + " bytes at base " +
-                               std::to_string(base) + ") " + why,
-                           ConnId{});
+  return impl_->make_error(s, what() + " " + why, ConnId{});
 }
 
 Error UdpEndpoint::deregister_memory(uint32_t lkey) {
@@ -409,6 +412,7 @@ bool UdpEndpoint::poll_completion(Completion& out) {
 }
 
 size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
+  if (out == nullptr) return 0;  // no room: nothing taken (udp.hpp)
   auto lk = impl_->guard();
   size_t n = 0;
   while (n < max && impl_->eng->poll_completion(out[n])) ++n;
