@@ -28,6 +28,10 @@ expect 1 "^addr: '9999' is a bare number, not an address; for a port, write HOST
 expect 1 "^addr: '4792' is a bare number, not an address" "$perf" client 4792 --iters 1
 expect 1 "^--bind: '9999' is a bare number, not an address" \
   "$perf" client 127.0.0.1:4792 --bind 9999 --iters 1
+# An unbracketed IPv6 address whose last group could be a port: which was
+# meant is asked (it used to be read as the address ::1:5, port 4792).
+expect 1 'is ambiguous: .*write it \[::1\]:5, for the address alone \[::1:5\]' \
+  "$perf" client ::1:5 --iters 1
 expect 0 '' "$perf" --help
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1
@@ -116,5 +120,36 @@ else
 fi
 kill -INT "$server" 2>/dev/null
 wait "$server"
+
+# A server that goes mid-run (stopped: it closes the connection, DISCONNECT):
+# the client ends with exit 2 and an error naming the peer and why, and its
+# report keeps the connection's counters, which the engine drops with the
+# connection (it said "0 client paths", with counters of the last progress
+# line, or none in a run shorter than --interval); they are at most 100 ms
+# old, so the data packets sent are checked against half the bytes' 4 KiB
+# packets.
+"$perf" server 127.0.0.1:0 --spin-us 0 >"$out/gone" 2>&1 &
+server=$!
+port=
+for _ in $(seq 50); do
+  port=$(sed -n 's/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$out/gone")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+"$perf" client "127.0.0.1:$port" --op write --duration 5 --interval 10 --size 65536 --json \
+  >"$out/gone.json" 2>"$out/gone.err" &
+client=$!
+sleep 1.5
+kill -INT "$server"
+wait "$server"
+wait "$client"
+rc=$?
+bytes=$(sed -n 's/.*"bytes":\([0-9]*\),.*/\1/p' "$out/gone.json")
+sent=$(sed -n 's/.*"data_packets_sent":\([0-9]*\),.*/\1/p' "$out/gone.json")
+check "a server gone mid-run: exit $rc, the peer named, 8 paths and $sent data packets for $bytes bytes: $(cat "$out/gone.err")" \
+  "$([ "$rc" -eq 2 ] && grep -q "peer 127.0.0.1:$port.*kPeerClosed" "$out/gone.err" &&
+    grep -q '"client_path_count":8[,}]' "$out/gone.json" &&
+    grep -q '"counters_note":"the connection ended' "$out/gone.json" &&
+    [ -n "$sent" ] && [ -n "$bytes" ] && [ "$sent" -ge $((bytes / 8192)) ]; echo $?)"
 rm -rf "$out"
 finish

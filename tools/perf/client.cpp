@@ -183,7 +183,22 @@ int run_client(const ClientArgs& a, const Common& common) {
     return read ? s.data_bytes_sent : s.data_bytes_received;
   };
   uint64_t last_reverse = 0;
+  // The connection's counters, taken every kSnapshotEvery: a peer's
+  // DISCONNECT ends the connection in the engine, and its counters with it,
+  // before the failed completion that says so is polled; the report then
+  // shows the last ones taken (it said "0 client paths", with the counters of
+  // the last progress line, or none in a run shorter than --interval).
+  constexpr auto kSnapshotEvery = std::chrono::milliseconds(100);
   ConnStats cst{};
+  std::vector<PathStats> client_stats;
+  auto snapshot_at = t0;
+  const auto snapshot = [&](Clock::time_point now) {
+    if (!ep->conn_stats(conn, cst)) return false;
+    client_stats = ep->path_stats(conn);
+    snapshot_at = now;
+    return true;
+  };
+  (void)snapshot(t0);
   bool failed = false;
   Idler idler = common.idler();
   // Outstanding requests normally finish within a few RTTs of the last post;
@@ -223,9 +238,10 @@ int run_client(const ClientArgs& a, const Common& common) {
       failed = true;
       break;
     }
+    if (now - snapshot_at >= kSnapshotEvery) (void)snapshot(now);
     // A progress line every interval, for any run that lasts longer (--iters too).
     if (now >= next_report) {
-      (void)ep->conn_stats(conn, cst);
+      (void)snapshot(now);
       const double el = std::chrono::duration<double>(now - t0).count();
       const double span = std::chrono::duration<double>(now - last_report).count();
       // The reverse column, like the others, covers this interval only (it
@@ -273,8 +289,16 @@ int run_client(const ClientArgs& a, const Common& common) {
       std::fprintf(stderr, "metaroce-perf client: the server reported %zu of its %zu paths\n",
                    sink.path_reports.size(), want_reports);
   }
-  (void)ep->conn_stats(conn, cst);
-  const auto client_stats = ep->path_stats(conn);
+  std::string counters_note;
+  if (const auto end_at = Clock::now(); !snapshot(end_at)) {
+    char ago[96];
+    std::snprintf(ago, sizeof(ago), "as of %.2f s, %.0f ms before the end",
+                  std::chrono::duration<double>(snapshot_at - t0).count(),
+                  std::chrono::duration<double, std::milli>(end_at - snapshot_at).count());
+    counters_note = "the connection ended (" + conn_state_text(*ep, conn, gen.last_error.status) +
+                    ") and the engine let its counters go: these are " + ago;
+    std::fprintf(stderr, "metaroce-perf client: note: %s\n", counters_note.c_str());
+  }
   std::vector<PathReport> client_paths;
   for (size_t i = 0; i < client_stats.size(); ++i)
     client_paths.push_back(path_report(client_stats[i], i, client_stats.size()));
@@ -391,6 +415,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     else
       j["server_path_count"] = nullptr;  // not asked for (write, send) or not reported
     if (!paths_note.empty()) j["paths_note"] = paths_note;
+    if (!counters_note.empty()) j["counters_note"] = counters_note;
     if (server_paths_shown) {
       for (const PathReport& p : client_paths) cps.push_back(path_json(p));
       j["client_paths"] = cps;
