@@ -262,7 +262,12 @@ int run_client(const ClientArgs& a, const Common& common) {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (failed) std::fprintf(stderr, "metaroce-perf client: %s\n", gen.last_error.message.c_str());
+  // The counters as the test's load left them, before the Result is awaited
+  // (a server that closes then takes them with the connection).
+  (void)snapshot(Clock::now());
+  // Why the run failed, for stderr and --json's "error".
+  std::string error = failed ? gen.last_error.message : std::string();
+  if (failed) std::fprintf(stderr, "metaroce-perf client: %s\n", error.c_str());
 
   Ctrl result{};
   bool have_result = false;
@@ -276,10 +281,11 @@ int run_client(const ClientArgs& a, const Common& common) {
     // A first signal only stopped the posting: the Result still counts.
     have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms, kClientGivesUpAt) &&
                   result.type == MsgType::kResult;
-    if (!have_result)
-      std::fprintf(stderr, "metaroce-perf client: no result from the server (%s)%s\n",
-                   peer_and_conn(*ep, conn).c_str(),
-                   g_stop >= kClientGivesUpAt ? ": gave up at the second signal" : "");
+    if (!have_result) {
+      error = "no result from the server (" + peer_and_conn(*ep, conn) + ")" +
+              (g_stop >= kClientGivesUpAt ? ": gave up at the second signal" : "");
+      std::fprintf(stderr, "metaroce-perf client: %s\n", error.c_str());
+    }
   }
   // An older server announces no PathReports and sends none.
   const size_t want_reports = std::min<uint64_t>(ack.path_reports, kMaxPathReports);
@@ -385,7 +391,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["verify"] = a.tp.verify;
     j["verify_errors"] = verify_errors;
     j["errors"] = gen.errors;
-    if (failed) j["error"] = gen.last_error.message;
+    if (!error.empty()) j["error"] = error;
     if (have_result) {
       j["server_messages_received"] = result.messages;
       if (a.tp.bidir) {
