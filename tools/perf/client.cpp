@@ -206,9 +206,14 @@ int run_client(const ClientArgs& a, const Common& common) {
   // second Ctrl-C (or SIGTERM) ends it at once.
   constexpr auto kDrainLimit = std::chrono::seconds(10);
   std::optional<Clock::time_point> drain_since;
+  // A signal ended the posting before --duration or --iters did: the report
+  // says so (a cut run read as a whole one, exit 0 either way).
+  bool stopped_by_signal = false;
   for (;;) {
     const auto now = Clock::now();
-    const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
+    const bool due = a.iters != 0 ? gen.posted < a.iters : now < end;
+    if (g_stop && due && !drain_since) stopped_by_signal = true;
+    const bool may_post = !g_stop && due;
     const uint64_t posted = gen.posted;
     // --iters N posts exactly N messages, not the whole depth past the last.
     const uint64_t upto = !may_post ? 0 : a.iters != 0 ? a.iters : Generator::kNoLimit;
@@ -391,6 +396,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["verify"] = a.tp.verify;
     j["verify_errors"] = verify_errors;
     j["errors"] = gen.errors;
+    if (stopped_by_signal) j["stopped_by_signal"] = true;
     if (!error.empty()) j["error"] = error;
     if (have_result) {
       j["server_messages_received"] = result.messages;
@@ -451,10 +457,10 @@ int run_client(const ClientArgs& a, const Common& common) {
   } else {
     const std::string server_count =
         server_path_count != 0 ? ", the server's " + std::to_string(server_path_count) : "";
-    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u client paths%s, %.2f s%s\n",
+    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u client paths%s, %.2f s%s%s\n",
                 op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
                 static_cast<unsigned>(client_paths.size()), server_count.c_str(), secs,
-                a.tp.verify ? ", verified" : "");
+                stopped_by_signal ? " (stopped by a signal)" : "", a.tp.verify ? ", verified" : "");
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
