@@ -32,6 +32,13 @@ expect 1 "^--bind: '9999' is a bare number, not an address" \
 # meant is asked (it used to be read as the address ::1:5, port 4792).
 expect 1 'is ambiguous: .*write it \[::1\]:5, for the address alone \[::1:5\]' \
   "$perf" client ::1:5 --iters 1
+# A CPU the process may not run on (here 1023, past this host's): refused,
+# exit 1 (it used to warn and run unpinned, the measurement not the one
+# asked for; the server then waited for clients).
+if [ "$(nproc --all)" -lt 1024 ]; then
+  expect 1 '^metaroce-perf: cannot pin to CPU 1023: ' \
+    timeout 5 "$perf" server 127.0.0.1:0 --cpu 1023 --once
+fi
 expect 0 '' "$perf" --help
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1
