@@ -149,10 +149,13 @@ bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out
         if (!last.empty() && last.size() <= 5 &&
             last.find_first_not_of("0123456789") == std::string::npos &&
             inet_pton(AF_INET6, before.substr(0, before.find('%')).c_str(), &probe) == 1) {
-          const bool whole = inet_pton(AF_INET6, text.c_str(), &probe) == 1;
-          return fail("\"" + text + "\" is ambiguous: an IPv6 address takes a port only in " +
-                      "brackets; for port " + last + " write it [" + before + "]:" + last +
-                      (whole ? ", for the address alone [" + text + "]" : ""));
+          const std::string with_port = "[" + before + "]:" + last;
+          if (inet_pton(AF_INET6, text.c_str(), &probe) == 1)
+            return fail("\"" + text + "\" is ambiguous: an IPv6 address takes a port only in " +
+                        "brackets; for port " + last + " write it " + with_port +
+                        ", for the address alone [" + text + "]");
+          return fail("\"" + text + "\": an IPv6 address takes a port only in brackets; write it " +
+                      with_port);
         }
       }
     }
