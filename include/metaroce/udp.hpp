@@ -213,7 +213,8 @@ class UdpEndpoint {
   // when the round went through io_uring). It ends at the earlier
   // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
   // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
-  // raise connect_attempts as well.
+  // raise connect_attempts as well. A negative timeout is refused (kInvalidArgument), as is one
+  // for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING. Work may be posted on it right away; it goes out once the

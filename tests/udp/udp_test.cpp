@@ -2078,6 +2078,26 @@ TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
   }
 }
 
+// A negative timeout is refused, as a negative linger is: connect sent a
+// request and gave up on it at once ("timed out after -5 ms"), leaving the
+// peer a connection to accept that nobody would use.
+TEST(Udp, NegativeTimeoutIsRefused) {
+  Pair p;
+  p.server = open_on("127.0.0.1");
+  p.client = open_on("127.0.0.1");
+  ASSERT_TRUE(p.server && p.client);
+  ConnId id;
+  const Error c = p.client->connect(p.server->local_address(), -5ms, id);
+  EXPECT_EQ(c.status, Status::kInvalidArgument);
+  EXPECT_NE(c.message.find("timeout -5 ms is negative"), std::string::npos) << c.message;
+  EXPECT_FALSE(id.valid());
+  const Error a = p.server->accept(-5ms, id);
+  EXPECT_EQ(a.status, Status::kInvalidArgument);
+  EXPECT_NE(a.message.find("timeout -5 ms is negative"), std::string::npos) << a.message;
+  EXPECT_FALSE(p.server->try_accept(id));  // no request was sent
+  EXPECT_EQ(p.client->io_stats().tx_datagrams, 0u);
+}
+
 // After close() a connect or an accept fails at once and says why, rather
 // than waiting out its timeout.
 TEST(Udp, ClosedEndpointSaysSo) {

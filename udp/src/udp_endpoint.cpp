@@ -14,6 +14,17 @@ UdpEndpoint::~UdpEndpoint() {
   if (impl_) close(true);
 }
 
+namespace {
+// A negative timeout is refused, as a negative linger is: connect sent a
+// request and gave it up at once, leaving the peer a connection to accept.
+Error negative_timeout(const std::string& what, std::chrono::milliseconds timeout) {
+  Error e;
+  e.status = Status::kInvalidArgument;
+  e.message = what + ": timeout " + std::to_string(timeout.count()) + " ms is negative";
+  return e;
+}
+}  // namespace
+
 std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const Options& opts,
                                                Error& err) {
   // Port 0 asks the kernel for a receive port; the entropy block after it may
@@ -126,6 +137,7 @@ Error UdpEndpoint::deregister_memory(uint32_t lkey) {
 Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds timeout,
                            ConnId& out) {
   out = ConnId{};
+  if (timeout.count() < 0) return negative_timeout("connect to " + address, timeout);
   ConnId id;
   if (Error e = connect_start(address, id)) return e;
   PeerAddr peer;
@@ -283,6 +295,7 @@ bool UdpEndpoint::try_accept(ConnId& out) {
 
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   out = ConnId{};
+  if (timeout.count() < 0) return negative_timeout("accept on " + local_address(), timeout);
   if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!impl_->run_until([&] { return !impl_->accepted.empty(); }, deadline)) {
