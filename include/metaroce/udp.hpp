@@ -47,12 +47,14 @@ struct Error {
 // --- addresses (one place maps sockaddr <-> PeerAddr) ---
 // PeerAddr layout used by this driver: bytes[0..16) IPv6 address (IPv4 as
 // v4-mapped ::ffff:a.b.c.d), bytes[16..18) port big-endian, bytes[18] 4 or 6.
-// Parses "a.b.c.d[:port]", "[v6]:port", "v6" (no port) or a bare host name
+// Parses "a.b.c.d[:port]", "[v6]:port", "[v6]" or "v6" (no port) or a bare host name
 // resolved with getaddrinfo (its first answer; connect and open resolve a
 // name to the addresses the endpoint reaches: an IPv4 endpoint's IPv4, one
 // bound to an IPv6 address IPv6, one on [::] either). default_port fills a
 // missing port. Digits and dots that are not a.b.c.d ("10.0.1", "9999") are
-// refused, not read as inet_aton's shorthand. A link-local IPv6 address's
+// refused, not read as inet_aton's shorthand, and so is an unbracketed IPv6
+// address whose last group could be a port ("::1:5": write [::1]:5, or
+// [::1:5] for that address). A link-local IPv6 address's
 // interface ("[fe80::1%eth0]") is not kept in PeerAddr: an endpoint opened on
 // one reaches link-local peers through that interface, and only it can.
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
@@ -109,7 +111,8 @@ struct Options {
   // would take as its smallest, 2,304 bytes for a receive buffer).
   int rcvbuf_bytes = 16 << 20;  // SO_RCVBUF(FORCE) of the receive socket
   int sndbuf_bytes = 4 << 20;   // SO_SNDBUF of each send socket
-  // Close(): how long to let DISCONNECT handshakes run before closing sockets.
+  // Close(): how long to let DISCONNECT handshakes run before closing sockets
+  // (0: not at all; open() refuses a negative one).
   std::chrono::milliseconds linger{100};
 };
 
@@ -210,7 +213,8 @@ class UdpEndpoint {
   // when the round went through io_uring). It ends at the earlier
   // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
   // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
-  // raise connect_attempts as well.
+  // raise connect_attempts as well. A negative timeout is refused (kInvalidArgument), as is one
+  // for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING. Work may be posted on it right away; it goes out once the
@@ -264,6 +268,8 @@ class UdpEndpoint {
 
   // --- completions ---
   bool poll_completion(Completion& out);
+  // Up to `max` completions into out[0..max); the number taken. A null `out`
+  // has room for none: 0, and the completions stay for the next call.
   size_t poll_completions(Completion* out, size_t max);
   // progress()/wait until a completion arrives; false on timeout.
   bool wait_completion(Completion& out, std::chrono::nanoseconds timeout);
@@ -282,8 +288,9 @@ class UdpEndpoint {
   // way each connection's outstanding work completes kFlushed (its
   // completions can still be polled after close()), and state() reads
   // kClosed for every connection that was open (kError stays). Afterwards
-  // post_*, connect and accept return kNotConnected ("the endpoint is
-  // closed", naming the connection or peer), as do a connect and an accept
+  // post_*, connect, accept and register_memory return kNotConnected ("the
+  // endpoint is closed", naming the connection or peer; deregister_memory
+  // still works, for the caller's teardown), as do a connect and an accept
   // that another thread's close() ends, and wait_completion returns false at once when no
   // completion is left. With the progress thread running, other threads' calls wait until close()
   // is done (it holds the endpoint's mutex). Idempotent.

@@ -36,6 +36,17 @@ expect 1 '^--size: Value 64k is not a whole number \(expected 1 to 1073741824\)'
 expect 1 '^--qd: Value 2.5 is not a whole number' "$perf" client 127.0.0.1:4792 --qd 2.5
 expect 1 '^--paths: Value 1e1 must be written in plain digits' "$perf" server 127.0.0.1:0 --paths 1e1
 expect 1 '^--size: Value -1 not in range 1 to 1073741824' "$perf" client 127.0.0.1:4792 --size -1
+# An unbracketed IPv6 address whose last group could be a port: which was
+# meant is asked (it used to be read as the address ::1:5, port 4792).
+expect 1 'is ambiguous: .*write it \[::1\]:5, for the address alone \[::1:5\]' \
+  "$perf" client ::1:5 --iters 1
+# A CPU the process may not run on (here 1023, past this host's): refused,
+# exit 1 (it used to warn and run unpinned, the measurement not the one
+# asked for; the server then waited for clients).
+if [ "$(nproc --all)" -lt 1024 ]; then
+  expect 1 '^metaroce-perf: cannot pin to CPU 1023: ' \
+    timeout 5 "$perf" server 127.0.0.1:0 --cpu 1023 --once
+fi
 expect 0 '' "$perf" --help
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1
@@ -80,14 +91,18 @@ else
   kill -INT "$client"
   wait "$client"
   rc=$?
+  # The report says the run was cut short (a 1.5 s run of a 5 s test read
+  # as a whole one).
   check "one SIGINT: the run ends with its result, exit $rc: $(cat "$out/int.err")" \
     "$([ "$rc" -eq 0 ] && grep -q '"server_messages_received":[1-9]' "$out/int.json" &&
+      grep -q '"stopped_by_signal":true' "$out/int.json" &&
       ! grep -q 'no result' "$out/int.err"; echo $?)"
   # A plain write (no --verify): the server counts what arrived (it used to
   # report 0 messages received).
   timeout 30 "$perf" client "$addr" --op write --iters 100 --size 4096 --json >"$out/w.json" 2>&1
   check "a plain write's server_messages_received is 100: $(cat "$out/w.json")" \
-    "$(grep -q '"server_messages_received":100[,}]' "$out/w.json"; echo $?)"
+    "$(grep -q '"server_messages_received":100[,}]' "$out/w.json" &&
+      ! grep -q 'stopped_by_signal' "$out/w.json"; echo $?)"
   # --paths applies to the client's own sending: a read's data comes on the
   # server's 8 paths, and the client says so (it used to look as if it had
   # asked for 2).
@@ -124,5 +139,36 @@ else
 fi
 kill -INT "$server" 2>/dev/null
 wait "$server"
+
+# A server that goes mid-run (stopped: it closes the connection, DISCONNECT):
+# the client ends with exit 2 and an error naming the peer and why, and its
+# report keeps the connection's counters, which the engine drops with the
+# connection (it said "0 client paths", with counters of the last progress
+# line, or none in a run shorter than --interval); they are at most 100 ms
+# old, so the data packets sent are checked against half the bytes' 4 KiB
+# packets.
+"$perf" server 127.0.0.1:0 --spin-us 0 >"$out/gone" 2>&1 &
+server=$!
+port=
+for _ in $(seq 50); do
+  port=$(sed -n 's/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$out/gone")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+"$perf" client "127.0.0.1:$port" --op write --duration 5 --interval 10 --size 65536 --json \
+  >"$out/gone.json" 2>"$out/gone.err" &
+client=$!
+sleep 1.5
+kill -INT "$server"
+wait "$server"
+wait "$client"
+rc=$?
+bytes=$(sed -n 's/.*"bytes":\([0-9]*\),.*/\1/p' "$out/gone.json")
+sent=$(sed -n 's/.*"data_packets_sent":\([0-9]*\),.*/\1/p' "$out/gone.json")
+check "a server gone mid-run: exit $rc, the peer named, 8 paths and $sent data packets for $bytes bytes: $(cat "$out/gone.err")" \
+  "$([ "$rc" -eq 2 ] && grep -q "peer 127.0.0.1:$port.*kPeerClosed" "$out/gone.err" &&
+    grep -q '"client_path_count":8[,}]' "$out/gone.json" &&
+    grep -q '"counters_note":"the connection ended' "$out/gone.json" &&
+    [ -n "$sent" ] && [ -n "$bytes" ] && [ "$sent" -ge $((bytes / 8192)) ]; echo $?)"
 rm -rf "$out"
 finish

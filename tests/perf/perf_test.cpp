@@ -859,5 +859,61 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
       << out;
 }
 
+// A server that answers the Hello but closes the connection after the
+// client's Done, without its Result: the client exits 2, and its --json
+// report says why in "error" (the reason went to stderr only, and the JSON
+// of the failed run had no error in it), with the counters the load left.
+TEST(PerfClient, JsonSaysWhyThereIsNoResult) {
+  using namespace std::chrono_literals;
+  const Common common = small_common();
+  udp::Error err;
+  auto ep = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
+  ASSERT_TRUE(ep) << err.message;
+  ClientArgs a;
+  a.addr = ep->local_address();
+  a.tp.op = Op::kWrite;
+  a.tp.size = 4096;
+  a.tp.qd = 4;
+  a.iters = 8;
+  a.json = true;
+  g_stop = 0;
+  int rc = -1;
+  testing::internal::CaptureStdout();
+  std::thread client([&] { rc = run_client(a, common); });
+  ConnId conn;
+  err = ep->accept(5000ms, conn);
+  EXPECT_FALSE(err) << err.message;
+  Sink sink;
+  Ctrl hello, done;
+  CtrlOut out;
+  if (!err &&
+      sink.setup(*ep, conn, a.tp,
+                 plan_buffers(Side::kServer, a.tp.op, a.tp.size, a.tp.qd, false).ring) &&
+      sink.expose(a.tp.size, a.tp.qd, false) && wait_ctrl(*ep, sink, nullptr, hello, 5000ms)) {
+    Ctrl ack;
+    ack.type = MsgType::kHelloAck;
+    ack.addr = sink.mem_mr.addr;
+    ack.rkey = sink.mem_mr.rkey;
+    ack.len = sink.mem_mr.length;
+    EXPECT_FALSE(send_ctrl(*ep, conn, ack, out, 1));
+    EXPECT_TRUE(wait_ctrl(*ep, sink, nullptr, done, 5000ms));
+    EXPECT_EQ(done.type, MsgType::kDone);
+  } else {
+    ADD_FAILURE() << "no Hello from the client";
+  }
+  ep->close(true);  // DISCONNECT: no Result
+  client.join();
+  const std::string json = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(json.find("\"error\":\"no result from the server (peer " + a.addr), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"messages\":8,"), std::string::npos) << json;
+  // The counters are those the load left (taken when it ended), not the
+  // connection's at the start: 8 WRITEs of one packet each, and the Hello.
+  const size_t at = json.find("\"data_packets_sent\":");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_GE(std::stoull(json.substr(at + 20)), 9u) << json;
+}
+
 }  // namespace
 }  // namespace metaroce::perf

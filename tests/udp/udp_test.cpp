@@ -493,6 +493,36 @@ TEST(Udp, AddressParsing) {
   EXPECT_NE(why.find("empty port"), std::string::npos) << why;
 }
 
+// An unbracketed IPv6 address has no port, but one whose last group reads as
+// a port after a shorter address ("::1:5": [::1]:5, or the address ::1:5?)
+// was taken as the address, and a connect meant for port 5 went to port
+// 4792 of another host. Such forms are refused with the bracketed spelling;
+// brackets, and unbracketed addresses no port can be read off, still parse.
+TEST(Udp, AmbiguousUnbracketedIPv6IsRefused) {
+  metaroce::PeerAddr a;
+  for (const auto& [text, want] : {std::pair{"::1:5", "[::1]:5"},
+                                   {"2001:db8::1:4792", "[2001:db8::1]:4792"},
+                                   {"a::b:80", "[a::b]:80"},
+                                   {"fe80::1%lo:5", "[fe80::1%lo]:5"}}) {
+    std::string why;
+    EXPECT_FALSE(metaroce::udp::parse_address(text, 4792, a, &why))
+        << text << " read as " << metaroce::udp::format_address(a);
+    EXPECT_NE(why.find("write it " + std::string(want)), std::string::npos) << why;
+  }
+  ASSERT_TRUE(metaroce::udp::parse_address("[::1:5]", 4792, a));  // the address ::1:5
+  EXPECT_EQ(a.bytes[13], 1);
+  EXPECT_EQ(a.bytes[15], 5);
+  EXPECT_EQ(metaroce::udp::address_port(a), 4792);
+  ASSERT_TRUE(metaroce::udp::parse_address("[::1]:5", 4792, a));
+  EXPECT_EQ(metaroce::udp::format_address(a), "[::1]:5");
+  for (const char* text :
+       {"::1", "fe80::1", "2001:db8::1", "1:2:3:4:5:6:7:8", "::ffff:1.2.3.4", "::1:ab"}) {
+    std::string why;
+    EXPECT_TRUE(metaroce::udp::parse_address(text, 4792, a, &why)) << text << ": " << why;
+    EXPECT_EQ(metaroce::udp::address_port(a), 4792) << text;
+  }
+}
+
 namespace {
 
 // Runs body in a child process with network and mount namespaces of its own
@@ -863,6 +893,13 @@ TEST(Udp, DriverOptionOutOfRangeIsRefused) {
   Options o = test_options();
   o.batch = 1024;
   Error err;
+  EXPECT_NE(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << err.message;
+  // A negative linger was taken as none: close() skipped the DISCONNECT
+  // handshakes the caller asked for, silently. 0 (tell no peer) is allowed.
+  o = test_options();
+  o.linger = std::chrono::milliseconds(-1);
+  refused(o, "linger");
+  o.linger = std::chrono::milliseconds(0);
   EXPECT_NE(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << err.message;
 }
 
@@ -2041,6 +2078,26 @@ TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
   }
 }
 
+// A negative timeout is refused, as a negative linger is: connect sent a
+// request and gave up on it at once ("timed out after -5 ms"), leaving the
+// peer a connection to accept that nobody would use.
+TEST(Udp, NegativeTimeoutIsRefused) {
+  Pair p;
+  p.server = open_on("127.0.0.1");
+  p.client = open_on("127.0.0.1");
+  ASSERT_TRUE(p.server && p.client);
+  ConnId id;
+  const Error c = p.client->connect(p.server->local_address(), -5ms, id);
+  EXPECT_EQ(c.status, Status::kInvalidArgument);
+  EXPECT_NE(c.message.find("timeout -5 ms is negative"), std::string::npos) << c.message;
+  EXPECT_FALSE(id.valid());
+  const Error a = p.server->accept(-5ms, id);
+  EXPECT_EQ(a.status, Status::kInvalidArgument);
+  EXPECT_NE(a.message.find("timeout -5 ms is negative"), std::string::npos) << a.message;
+  EXPECT_FALSE(p.server->try_accept(id));  // no request was sent
+  EXPECT_EQ(p.client->io_stats().tx_datagrams, 0u);
+}
+
 // After close() a connect or an accept fails at once and says why, rather
 // than waiting out its timeout.
 TEST(Udp, ClosedEndpointSaysSo) {
@@ -2056,6 +2113,45 @@ TEST(Udp, ClosedEndpointSaysSo) {
     EXPECT_EQ(e.status, Status::kNotConnected);
     EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
   }
+}
+
+// Memory registered after close() could serve nothing (every post is
+// refused) and was taken all the same: it is refused like a post. A region
+// registered before can still be deregistered, for the caller's teardown.
+TEST(Udp, RegisterMemoryOnAClosedEndpointIsRefused) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  std::vector<uint8_t> buf(4096);
+  MemoryRegion before, after;
+  ASSERT_FALSE(ep->register_memory(buf.data(), 1024, kAllAccess, before));
+  ep->close(true);
+  for (const Error& e : {ep->register_memory(buf.data() + 1024, 1024, kAllAccess, after),
+                         ep->register_memory_at(buf.data() + 2048, 1024, 0, kAllAccess, after)}) {
+    EXPECT_EQ(e.status, Status::kNotConnected);
+    EXPECT_NE(e.message.find("register_memory"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("the endpoint is closed"), std::string::npos) << e.message;
+  }
+  EXPECT_FALSE(ep->deregister_memory(before.lkey));
+}
+
+// poll_completions(nullptr, n > 0) wrote through the null pointer (a crash,
+// as ibv_poll_cq's would). It has no error to return (a count, like
+// ibv_poll_cq's, which the hot path reads), so it takes nothing and
+// returns 0: the completions wait for a call with room for them.
+TEST(Udp, PollCompletionsWithoutRoomTakesNothing) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  uint8_t buf[64] = {};
+  MemoryRegion mr;
+  ASSERT_FALSE(p.client->register_memory(buf, sizeof(buf), kAllAccess, mr));
+  ASSERT_FALSE(p.client->recv(p.cconn, 5, buf, sizeof(buf), mr.lkey));
+  p.client->close(false);  // the receive completes kFlushed
+  EXPECT_EQ(p.client->poll_completions(nullptr, 4), 0u);
+  EXPECT_EQ(p.client->poll_completions(nullptr, 0), 0u);
+  Completion c[2];
+  ASSERT_EQ(p.client->poll_completions(c, 2), 1u);
+  EXPECT_EQ(c[0].wr_id, 5u);
+  EXPECT_EQ(c[0].status, Status::kFlushed);
 }
 
 // A post on a connection of a closed endpoint, and a connect, name the

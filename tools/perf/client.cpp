@@ -183,7 +183,22 @@ int run_client(const ClientArgs& a, const Common& common) {
     return read ? s.data_bytes_sent : s.data_bytes_received;
   };
   uint64_t last_reverse = 0;
+  // The connection's counters, taken every kSnapshotEvery: a peer's
+  // DISCONNECT ends the connection in the engine, and its counters with it,
+  // before the failed completion that says so is polled; the report then
+  // shows the last ones taken (it said "0 client paths", with the counters of
+  // the last progress line, or none in a run shorter than --interval).
+  constexpr auto kSnapshotEvery = std::chrono::milliseconds(100);
   ConnStats cst{};
+  std::vector<PathStats> client_stats;
+  auto snapshot_at = t0;
+  const auto snapshot = [&](Clock::time_point now) {
+    if (!ep->conn_stats(conn, cst)) return false;
+    client_stats = ep->path_stats(conn);
+    snapshot_at = now;
+    return true;
+  };
+  (void)snapshot(t0);
   bool failed = false;
   Idler idler = common.idler();
   // Outstanding requests normally finish within a few RTTs of the last post;
@@ -191,9 +206,14 @@ int run_client(const ClientArgs& a, const Common& common) {
   // second Ctrl-C (or SIGTERM) ends it at once.
   constexpr auto kDrainLimit = std::chrono::seconds(10);
   std::optional<Clock::time_point> drain_since;
+  // A signal ended the posting before --duration or --iters did: the report
+  // says so (a cut run read as a whole one, exit 0 either way).
+  bool stopped_by_signal = false;
   for (;;) {
     const auto now = Clock::now();
-    const bool may_post = !g_stop && (a.iters != 0 ? gen.posted < a.iters : now < end);
+    const bool due = a.iters != 0 ? gen.posted < a.iters : now < end;
+    if (g_stop && due && !drain_since) stopped_by_signal = true;
+    const bool may_post = !g_stop && due;
     const uint64_t posted = gen.posted;
     // --iters N posts exactly N messages, not the whole depth past the last.
     const uint64_t upto = !may_post ? 0 : a.iters != 0 ? a.iters : Generator::kNoLimit;
@@ -223,9 +243,10 @@ int run_client(const ClientArgs& a, const Common& common) {
       failed = true;
       break;
     }
+    if (now - snapshot_at >= kSnapshotEvery) (void)snapshot(now);
     // A progress line every interval, for any run that lasts longer (--iters too).
     if (now >= next_report) {
-      (void)ep->conn_stats(conn, cst);
+      (void)snapshot(now);
       const double el = std::chrono::duration<double>(now - t0).count();
       const double span = std::chrono::duration<double>(now - last_report).count();
       // The reverse column, like the others, covers this interval only (it
@@ -246,7 +267,12 @@ int run_client(const ClientArgs& a, const Common& common) {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (failed) std::fprintf(stderr, "metaroce-perf client: %s\n", gen.last_error.message.c_str());
+  // The counters as the test's load left them, before the Result is awaited
+  // (a server that closes then takes them with the connection).
+  (void)snapshot(Clock::now());
+  // Why the run failed, for stderr and --json's "error".
+  std::string error = failed ? gen.last_error.message : std::string();
+  if (failed) std::fprintf(stderr, "metaroce-perf client: %s\n", error.c_str());
 
   Ctrl result{};
   bool have_result = false;
@@ -260,10 +286,11 @@ int run_client(const ClientArgs& a, const Common& common) {
     // A first signal only stopped the posting: the Result still counts.
     have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms, kClientGivesUpAt) &&
                   result.type == MsgType::kResult;
-    if (!have_result)
-      std::fprintf(stderr, "metaroce-perf client: no result from the server (%s)%s\n",
-                   peer_and_conn(*ep, conn).c_str(),
-                   g_stop >= kClientGivesUpAt ? ": gave up at the second signal" : "");
+    if (!have_result) {
+      error = "no result from the server (" + peer_and_conn(*ep, conn) + ")" +
+              (g_stop >= kClientGivesUpAt ? ": gave up at the second signal" : "");
+      std::fprintf(stderr, "metaroce-perf client: %s\n", error.c_str());
+    }
   }
   // An older server announces no PathReports and sends none.
   const size_t want_reports = std::min<uint64_t>(ack.path_reports, kMaxPathReports);
@@ -273,8 +300,16 @@ int run_client(const ClientArgs& a, const Common& common) {
       std::fprintf(stderr, "metaroce-perf client: the server reported %zu of its %zu paths\n",
                    sink.path_reports.size(), want_reports);
   }
-  (void)ep->conn_stats(conn, cst);
-  const auto client_stats = ep->path_stats(conn);
+  std::string counters_note;
+  if (const auto end_at = Clock::now(); !snapshot(end_at)) {
+    char ago[96];
+    std::snprintf(ago, sizeof(ago), "as of %.2f s, %.0f ms before the end",
+                  std::chrono::duration<double>(snapshot_at - t0).count(),
+                  std::chrono::duration<double, std::milli>(end_at - snapshot_at).count());
+    counters_note = "the connection ended (" + conn_state_text(*ep, conn, gen.last_error.status) +
+                    ") and the engine let its counters go: these are " + ago;
+    std::fprintf(stderr, "metaroce-perf client: note: %s\n", counters_note.c_str());
+  }
   std::vector<PathReport> client_paths;
   for (size_t i = 0; i < client_stats.size(); ++i)
     client_paths.push_back(path_report(client_stats[i], i, client_stats.size()));
@@ -361,7 +396,8 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["verify"] = a.tp.verify;
     j["verify_errors"] = verify_errors;
     j["errors"] = gen.errors;
-    if (failed) j["error"] = gen.last_error.message;
+    if (stopped_by_signal) j["stopped_by_signal"] = true;
+    if (!error.empty()) j["error"] = error;
     if (have_result) {
       j["server_messages_received"] = result.messages;
       if (a.tp.bidir) {
@@ -391,6 +427,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     else
       j["server_path_count"] = nullptr;  // not asked for (write, send) or not reported
     if (!paths_note.empty()) j["paths_note"] = paths_note;
+    if (!counters_note.empty()) j["counters_note"] = counters_note;
     if (server_paths_shown) {
       for (const PathReport& p : client_paths) cps.push_back(path_json(p));
       j["client_paths"] = cps;
@@ -420,10 +457,10 @@ int run_client(const ClientArgs& a, const Common& common) {
   } else {
     const std::string server_count =
         server_path_count != 0 ? ", the server's " + std::to_string(server_path_count) : "";
-    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u client paths%s, %.2f s%s\n",
+    std::printf("\nmetaroce-perf %s to %s: size %u B, qd %u, %u client paths%s, %.2f s%s%s\n",
                 op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
                 static_cast<unsigned>(client_paths.size()), server_count.c_str(), secs,
-                a.tp.verify ? ", verified" : "");
+                stopped_by_signal ? " (stopped by a signal)" : "", a.tp.verify ? ", verified" : "");
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);

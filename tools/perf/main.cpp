@@ -227,9 +227,19 @@ int main(int argc, char** argv) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(common.cpu, &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0)
-      std::fprintf(stderr, "metaroce-perf: cannot pin to CPU %d: %s\n", common.cpu,
-                   std::strerror(errno));
+    // Refused, as an option out of range is: run unpinned, the measurement
+    // would not be the one asked for (it used to warn and run on).
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+      const int e = errno;
+      cpu_set_t allowed;
+      CPU_ZERO(&allowed);
+      (void)sched_getaffinity(0, sizeof(allowed), &allowed);
+      std::fprintf(stderr,
+                   "metaroce-perf: cannot pin to CPU %d: %s (this process may run on %d CPUs; "
+                   "taskset -pc $$ in its shell lists them)\n",
+                   common.cpu, std::strerror(e), CPU_COUNT(&allowed));
+      return 1;
+    }
   }
   // The first signal stops posting and drains; a second one gives up.
   std::signal(SIGINT, [](int) { metaroce::perf::g_stop = metaroce::perf::g_stop + 1; });

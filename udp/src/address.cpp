@@ -138,6 +138,26 @@ bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out
       if (port_text.empty()) return fail("empty port after ':' in \"" + text + "\"");
     } else {
       host = text;  // IPv4, bare IPv6 or a name, without port
+      if (colon != std::string::npos) {
+        // An IPv6 address takes no port without brackets, but where one
+        // could be read off ("::1:5": ::1 port 5), the writer likely meant
+        // it: it used to be read as the address ::1:5, port default_port,
+        // and a scoped one ("fe80::1%lo:5") lost its port in getaddrinfo.
+        const std::string last = text.substr(colon + 1);
+        const std::string before = text.substr(0, colon);
+        in6_addr probe{};
+        if (!last.empty() && last.size() <= 5 &&
+            last.find_first_not_of("0123456789") == std::string::npos &&
+            inet_pton(AF_INET6, before.substr(0, before.find('%')).c_str(), &probe) == 1) {
+          const std::string with_port = "[" + before + "]:" + last;
+          if (inet_pton(AF_INET6, text.c_str(), &probe) == 1)
+            return fail("\"" + text + "\" is ambiguous: an IPv6 address takes a port only in " +
+                        "brackets; for port " + last + " write it " + with_port +
+                        ", for the address alone [" + text + "]");
+          return fail("\"" + text + "\": an IPv6 address takes a port only in brackets; write it " +
+                      with_port);
+        }
+      }
     }
   }
   if (host.empty()) return fail("empty host in \"" + text + "\"");

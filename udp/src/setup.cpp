@@ -65,6 +65,11 @@ std::string options_error(const Options& opts) {
   if (opts.batch < 1 || opts.batch > kMaxBatch)
     return "Options::batch " + std::to_string(opts.batch) + " is out of range 1.." +
            std::to_string(kMaxBatch);
+  // A negative linger was taken as none: close(true) skipped the DISCONNECT
+  // handshakes it was asked for. 0 is the way to ask for that.
+  if (opts.linger.count() < 0)
+    return "Options::linger " + std::to_string(opts.linger.count()) +
+           " ms is negative (0: close without waiting for the peers)";
   return {};
 }
 

@@ -14,6 +14,17 @@ UdpEndpoint::~UdpEndpoint() {
   if (impl_) close(true);
 }
 
+namespace {
+// A negative timeout is refused, as a negative linger is: connect sent a
+// request and gave it up at once, leaving the peer a connection to accept.
+Error negative_timeout(const std::string& what, std::chrono::milliseconds timeout) {
+  Error e;
+  e.status = Status::kInvalidArgument;
+  e.message = what + ": timeout " + std::to_string(timeout.count()) + " ms is negative";
+  return e;
+}
+}  // namespace
+
 std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const Options& opts,
                                                Error& err) {
   // Port 0 asks the kernel for a receive port; the entropy block after it may
@@ -96,6 +107,12 @@ Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, M
 Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                       MemoryRegion& out) {
   auto lk = impl_->guard();
+  const auto what = [&] {
+    return "register_memory(" + std::to_string(length) + " bytes at base " + std::to_string(base) +
+           ")";
+  };
+  // No post can name memory registered now: say so, as a post would.
+  if (impl_->closed) return impl_->closed_error(what());
   const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
   if (s == Status::kOk) return {};
   std::string why = "failed";
@@ -106,10 +123,7 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
           : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
                                            : "failed";
   }
-  return impl_->make_error(s,
-                           "register_memory(" + std::to_string(length) + " bytes at base " +
-                               std::to_string(base) + ") " + why,
-                           ConnId{});
+  return impl_->make_error(s, what() + " " + why, ConnId{});
 }
 
 Error UdpEndpoint::deregister_memory(uint32_t lkey) {
@@ -123,6 +137,7 @@ Error UdpEndpoint::deregister_memory(uint32_t lkey) {
 Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds timeout,
                            ConnId& out) {
   out = ConnId{};
+  if (timeout.count() < 0) return negative_timeout("connect to " + address, timeout);
   ConnId id;
   if (Error e = connect_start(address, id)) return e;
   PeerAddr peer;
@@ -280,6 +295,7 @@ bool UdpEndpoint::try_accept(ConnId& out) {
 
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   out = ConnId{};
+  if (timeout.count() < 0) return negative_timeout("accept on " + local_address(), timeout);
   if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!impl_->run_until([&] { return !impl_->accepted.empty(); }, deadline)) {
@@ -409,6 +425,7 @@ bool UdpEndpoint::poll_completion(Completion& out) {
 }
 
 size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
+  if (out == nullptr) return 0;  // no room: nothing taken (udp.hpp)
   auto lk = impl_->guard();
   size_t n = 0;
   while (n < max && impl_->eng->poll_completion(out[n])) ++n;
