@@ -33,7 +33,7 @@ addrinfo* resolve(const std::string& hostport, bool passive, std::string& why) {
   std::string host;
   uint16_t port = 0;
   if (!split_host_port(hostport, host, port)) {
-    why = "'" + hostport + "' is not host:port";
+    why = "'" + hostport + "' is not host:port (an IPv6 address goes in brackets: [::1]:7000)";
     return nullptr;
   }
   addrinfo hints{};
@@ -84,8 +84,13 @@ bool split_host_port(const std::string& text, std::string& host, uint16_t& port)
   size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon + 1 == text.size()) return false;
   host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string::npos) {
+    // "::1:5" is the address ::1:5 as much as ::1 port 5; the UDP driver's
+    // parse_address reads it the first way, so neither guess is safe here.
+    return false;
+  }
   if (host.empty()) return false;
   unsigned long p = 0;
   for (size_t i = colon + 1; i < text.size(); ++i) {

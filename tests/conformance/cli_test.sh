@@ -52,6 +52,12 @@ expect 2 'entropy-count: Value 0 not in range' "$agent" --listen 127.0.0.1:0 \
   --iut 127.0.0.1:40000 --entropy-count 0
 expect 2 'entropy-count 3 must be at least --paths \(4\)' "$agent" --listen 127.0.0.1:0 \
   --iut 127.0.0.1:40000 --entropy-count 3
+# An unbracketed IPv6 address with a port: ::1:5 was taken as ::1 port 5,
+# where the UDP driver reads the address ::1:5; both refuse it now.
+expect 2 "^metaroce-conform-agent: '::1:0' is not host:port \(an IPv6 address goes in brackets" \
+  "$agent" --listen ::1:0 --iut 127.0.0.1:40000
+expect 2 "--iut '::1:5' is not an a.b.c.d:port or \[ipv6\]:port" "$conform" --target remote \
+  --agent 127.0.0.1:7000 --iut ::1:5 --entropy-base 40001 --entropy-count 16
 expect 0 '' "$agent" --help
 
 # The agent dies during a run (which lasts several seconds): exit 3, the

@@ -51,7 +51,8 @@ std::optional<CompletionOp> completion_op(std::string_view name);
 std::string to_hex(const uint8_t* p, size_t n);
 std::optional<std::vector<uint8_t>> from_hex(std::string_view s);
 
-// "host:port" or "[v6]:port" split; false when malformed.
+// "host:port" or "[v6]:port" split; false when malformed, and for an
+// unbracketed IPv6 address ("::1:5": an address, or ::1 port 5?).
 bool split_host_port(const std::string& text, std::string& host, uint16_t& port);
 // A TCP connection to `hostport` (-1 and `why` on failure, or after timeout_ms).
 int tcp_connect(const std::string& hostport, int timeout_ms, std::string& why);
