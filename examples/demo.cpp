@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.hpp"
 #include "common/number_range.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/harness/harness.hpp"
@@ -87,12 +88,14 @@ int main(int argc, char** argv) {
   app.add_option("--fail-path", fail_path, "path that fails halfway through (-1: none)")
       ->capture_default_str();
   app.add_flag("--trace-failover", trace_failover, "print the path events of the sender");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   // A path the network does not have used to mean no failure at all, silently.
-  if (fail_path < -1 || fail_path >= static_cast<int>(paths))
-    return app.exit(CLI::ValidationError(
+  if (fail_path < -1 || fail_path >= static_cast<int>(paths)) {
+    (void)app.exit(CLI::ValidationError(
         "--fail-path", std::to_string(fail_path) + " is neither -1 (none) nor a path, 0.." +
                            std::to_string(paths - 1) + " (--paths " + std::to_string(paths) + ")"));
+    return metaroce::tools::kExitBadOptions;
+  }
 
   // ---- network: unequal delays, equal rates, a shallow-ish ECN queue
   static constexpr uint64_t kDelaysUs[] = {2, 5, 10, 20};

@@ -2,9 +2,11 @@
 //   metaroce-bench engine [--json]
 //   metaroce-bench harness --paths 4 --loss 0.01 [--fail-path 1] [--json]
 //   metaroce-bench harness --fabric --paths 4 --loss 0.05 [--entropies 16] [--json]
+// Exit status 2 on a bad option.
 #include <CLI/CLI.hpp>
 
 #include "bench.hpp"
+#include "common/cli_parse.hpp"
 #include "common/number_range.hpp"
 
 int main(int argc, char** argv) {
@@ -48,7 +50,7 @@ int main(int argc, char** argv) {
   harness->add_flag("--trace-paths", ho.trace_paths,
                     "print the lossy run's path state changes and retirements to stderr");
   harness->add_flag("--json", ho.json, "print one JSON object");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   if (*engine) return metaroce::bench::run_engine(eo);
   return metaroce::bench::run_harness(ho);
 }

@@ -1,4 +1,5 @@
-// Command-line parsing for metaroce-sim and metaroce-conform(-agent):
+// Command-line parsing for metaroce-sim, metaroce-conform(-agent),
+// metaroce-demo and metaroce-bench:
 // CLI11's own message, but the exit status those tools document for bad
 // options (2) instead of CLI11's error codes (105 ExtrasError, 106
 // ConversionError, 108 ..., what CLI11_PARSE returns). --help and --help-all
