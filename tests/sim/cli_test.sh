@@ -20,7 +20,13 @@ limit='--time-limit-ms: .* is not a value in \[1e-06, 1e\+09\]'
 for v in -5 nan 2e10 0; do sim_expect 2 "^metaroce-sim: $limit" --time-limit-ms "$v"; done
 sim_expect 2 '^metaroce-sim: --min-rto-us: -1 is not a value in \[1, 1e\+07\]' --min-rto-us -1
 sim_expect 2 '^metaroce-sim: --set num_paths: 0 is not' --set num_paths=0
-for v in 0 nan; do sim_expect 2 '^metaroce-sim: --sample-us: .* is not in \(0, 1e9\]' --sample-us "$v"; done
+# A sample below 10 ns shows nothing new and fills the disk (1e-6: a row a ps).
+for v in 0 nan 0.001 1e-6; do
+  sim_expect 2 "^metaroce-sim: --sample-us: .* is not in \\[0.01, 1e9\\]" --csv /tmp/never --sample-us "$v"
+done
+# The transport and the preset are named as every other bad option is.
+sim_expect 2 "^metaroce-sim: unknown transport 'foo'" --transport foo
+sim_expect 2 '^metaroce-sim: unknown preset: nope \(--list shows the presets\)' --preset nope
 # An output option without the one it qualifies would be ignored.
 sim_expect 2 '^metaroce-sim: --pcap-file qualifies --pcap, which is not given$' --pcap-file x.pcap
 sim_expect 2 '^metaroce-sim: --trace-file qualifies --trace-flow, which is not given$' \

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <utility>
 
 #include "common/cli_parse.hpp"
@@ -15,6 +16,8 @@
 #include "metaroce/sim/settings.hpp"
 
 namespace {
+
+constexpr double kMinSampleUs = 0.01;  // --sample-us
 
 int run(int argc, char** argv) {
   using namespace metaroce::sim;
@@ -114,11 +117,13 @@ int run(int argc, char** argv) {
     std::cout << settings_help();
     return 0;
   }
+  const auto bad_option = [](const std::string& why) {
+    std::cerr << "metaroce-sim: " << why << "\n";
+    return metaroce::tools::kExitBadOptions;
+  };
   TransportKind tk;
-  if (!parse_transport(transport, tk)) {
-    std::cerr << "unknown transport '" << transport << "' (metaroce, spray-nocc, rocev2, irn)\n";
-    return 2;
-  }
+  if (!parse_transport(transport, tk))
+    return bad_option("unknown transport '" + transport + "' (metaroce, spray-nocc, rocev2, irn)");
   SimConfig cfg;
   if (!config_file.empty()) {
     try {
@@ -131,14 +136,9 @@ int run(int argc, char** argv) {
     try {
       cfg = preset(preset_name, tk, seed);
     } catch (const std::exception& e) {
-      std::cerr << e.what() << " (--list shows the presets)\n";
-      return 2;
+      return bad_option(std::string(e.what()) + " (--list shows the presets)");
     }
   }
-  const auto bad_option = [](const std::string& why) {
-    std::cerr << "metaroce-sim: " << why << "\n";
-    return metaroce::tools::kExitBadOptions;
-  };
   // Flags of some transports only: with another they were ignored, and the
   // run was that of the command line without them.
   const bool baseline = tk == TransportKind::kRoceV2 || tk == TransportKind::kIrn;
@@ -167,8 +167,14 @@ int run(int argc, char** argv) {
   }
   for (const std::string& w : faults_past_time_limit(cfg))
     std::cerr << "metaroce-sim: warning: " << w << "\n";
-  if (!(sample_us > 0 && sample_us <= 1e9))  // nan too; 1e9 us in ps fits 64 bits
-    return bad_option("--sample-us: " + std::to_string(sample_us) + " is not in (0, 1e9]");
+  // nan too; 1e9 us in ps fits 64 bits. Below 10 ns (a 4 KiB packet takes
+  // 41 ns at 800 Gbit/s) a sample shows nothing new and the CSV files grow
+  // without bound: 1e-6 us wrote a row a picosecond.
+  if (!(sample_us >= kMinSampleUs && sample_us <= 1e9)) {
+    std::ostringstream why;
+    why << "--sample-us: " << sample_us << " is not in [" << kMinSampleUs << ", 1e9]";
+    return bad_option(why.str());
+  }
   // An option that qualifies another is refused without it: it would be
   // ignored, and the file or column it names never written.
   static constexpr std::pair<const char*, const char*> kNeeds[] = {
