@@ -107,8 +107,12 @@ void Endpoint::Impl::remember_closed(const Connection& c) {
   closed_next = (closed_next + 1) % kClosedKept;
   // The peer resends a CONNECT_REQ or DISCONNECT at most connect_attempts
   // times, connect_retry apart (CONN-2 timing): both have stopped by then.
-  r = Closed{c.id, c.peer_conn, c.peer, c.is_requester ? 0 : c.nonce,
-             last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns};
+  r = Closed{c.id,
+             c.peer_conn,
+             c.peer,
+             c.is_requester ? 0 : c.nonce,
+             last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns,
+             c.stats};
 }
 
 void Endpoint::Impl::destroy_connection(Connection& c) {
@@ -302,7 +306,7 @@ size_t Endpoint::transmit_buffer_bytes(bool gather) const { return impl_->min_tx
 
 const ConnStats* Endpoint::conn_stats(ConnId conn) const {
   const Connection* c = impl_->find(conn);
-  return c != nullptr ? &c->stats : nullptr;
+  return c != nullptr ? &c->stats : impl_->closed_stats(conn);
 }
 
 size_t Endpoint::path_count(ConnId conn) const {

@@ -108,6 +108,9 @@ struct Endpoint::Impl {
     PeerAddr peer;
     uint64_t nonce = 0;  // the peer's request it answered; 0: ours (a requester)
     TimeNs until{0};     // the peer's resends have stopped by then
+    // Its counters as they ended: a peer's DISCONNECT ends a connection
+    // before the application has polled the kPeerClosed that says so.
+    ConnStats stats{};
   };
   static constexpr size_t kClosedKept = 64;
   std::array<Closed, kClosedKept> recently_closed{};
@@ -115,6 +118,14 @@ struct Endpoint::Impl {
   [[nodiscard]] const Closed* find_closed(ConnId id) const {
     for (const Closed& r : recently_closed)
       if (r.id == id && last_now < r.until) return &r;
+    return nullptr;
+  }
+  // The counters of a connection among the last kClosedKept closed, the
+  // peer's resends over or not.
+  [[nodiscard]] const ConnStats* closed_stats(ConnId id) const {
+    if (id.v == 0) return nullptr;  // the ring's unused records
+    for (const Closed& r : recently_closed)
+      if (r.id == id) return &r.stats;
     return nullptr;
   }
   [[nodiscard]] bool answered_request_closed(const PeerAddr& peer, uint32_t src_conn,

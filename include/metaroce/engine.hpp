@@ -230,7 +230,9 @@ class Endpoint {
 
   // --- getters ---
   [[nodiscard]] const EndpointStats& endpoint_stats() const;
-  // nullptr for an unknown connection.
+  // nullptr for an unknown connection. A connection closed after its
+  // handshake (by either end, or given up) keeps its final counters here
+  // while it is among the endpoint's last 64 closed; path_stats has none.
   [[nodiscard]] const ConnStats* conn_stats(ConnId conn) const;
   [[nodiscard]] size_t path_count(ConnId conn) const;
   [[nodiscard]] bool path_stats(ConnId conn, size_t path, PathStats& out) const;

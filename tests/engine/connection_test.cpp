@@ -226,6 +226,32 @@ TEST(Engine, CloseFlushesBothSides) {  // CONN-7, COMP-5
   EXPECT_FALSE(loop.ep(1).is_established(b));
 }
 
+// A DISCONNECT ends the connection before the application polls the
+// kPeerClosed that says so; its counters stay readable (both ends), and an
+// id never used has none.
+TEST(Engine, AClosedConnectionKeepsItsFinalCounters) {
+  Loop loop(cfg(92), cfg(93));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 65536, 0);
+  Buf dst(loop.ep(1), 65536, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  const uint64_t received = loop.ep(1).conn_stats(b)->data_bytes_received;
+  ASSERT_EQ(received, 65536u);
+  loop.ep(0).close(a, loop.now());
+  ASSERT_TRUE(run_until_both_closed(loop));
+  const ConnStats* at_b = loop.ep(1).conn_stats(b);
+  ASSERT_NE(at_b, nullptr);
+  EXPECT_EQ(at_b->data_bytes_received, received);
+  const ConnStats* at_a = loop.ep(0).conn_stats(a);
+  ASSERT_NE(at_a, nullptr);
+  EXPECT_GE(at_a->data_packets_sent, 16u);
+  EXPECT_EQ(loop.ep(1).path_count(b), 0u);
+  EXPECT_EQ(loop.ep(1).conn_stats(ConnId{}), nullptr);
+  EXPECT_EQ(loop.ep(1).conn_stats(ConnId{b.v + 1}), nullptr);
+}
+
 TEST(Engine, PeerThatDisappearsIsDetected) {  // PATH-7
   EndpointConfig c = cfg(100);
   c.recovery.peer_timeout_ns = 50 * kMillisecond;

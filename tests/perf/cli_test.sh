@@ -142,7 +142,7 @@ wait "$server"
 
 # A server that goes mid-run (stopped: it closes the connection, DISCONNECT):
 # the client ends with exit 2 and an error naming the peer and why, and its
-# report keeps the connection's counters, which the engine drops with the
+# report keeps the counters of its paths, which the engine drops with the
 # connection (it said "0 client paths", with counters of the last progress
 # line, or none in a run shorter than --interval); they are at most 100 ms
 # old, so the data packets sent are checked against half the bytes' 4 KiB

@@ -184,17 +184,20 @@ int run_client(const ClientArgs& a, const Common& common) {
   };
   uint64_t last_reverse = 0;
   // The connection's counters, taken every kSnapshotEvery: a peer's
-  // DISCONNECT ends the connection in the engine, and its counters with it,
-  // before the failed completion that says so is polled; the report then
-  // shows the last ones taken (it said "0 client paths", with the counters of
-  // the last progress line, or none in a run shorter than --interval).
+  // DISCONNECT ends the connection in the engine before the failed
+  // completion that says so is polled, and the engine keeps an ended
+  // connection's own counters but not its paths'; the report then shows the
+  // paths as last taken (it said "0 client paths", with the counters of the
+  // last progress line, or none in a run shorter than --interval).
   constexpr auto kSnapshotEvery = std::chrono::milliseconds(100);
   ConnStats cst{};
   std::vector<PathStats> client_stats;
   auto snapshot_at = t0;
   const auto snapshot = [&](Clock::time_point now) {
     if (!ep->conn_stats(conn, cst)) return false;
-    client_stats = ep->path_stats(conn);
+    std::vector<PathStats> paths = ep->path_stats(conn);
+    if (paths.empty()) return false;  // ended: cst is final, the paths as last taken
+    client_stats = std::move(paths);
     snapshot_at = now;
     return true;
   };
@@ -307,7 +310,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                   std::chrono::duration<double>(snapshot_at - t0).count(),
                   std::chrono::duration<double, std::milli>(end_at - snapshot_at).count());
     counters_note = "the connection ended (" + conn_state_text(*ep, conn, gen.last_error.status) +
-                    ") and the engine let its counters go: these are " + ago;
+                    ") and the engine keeps no counters of its paths: theirs are " + ago;
     std::fprintf(stderr, "metaroce-perf client: note: %s\n", counters_note.c_str());
   }
   std::vector<PathReport> client_paths;
