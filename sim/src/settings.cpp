@@ -3,6 +3,7 @@
 // front instead of quietly simulating something else.
 #include "metaroce/sim/settings.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -208,6 +209,20 @@ bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err
     return false;
   }
   return apply_setting(cfg, key, value, err);
+}
+
+std::string_view setting_acts_only_on(std::string_view key, TransportKind transport) {
+  const bool baseline = transport == TransportKind::kRoceV2 || transport == TransportKind::kIrn;
+  if (key.starts_with("rc.")) return baseline ? "" : "rocev2 and irn";
+  // What the engine and the simulated MetaRoCE NIC read; the baselines'
+  // hosts have their own (rc.*).
+  static constexpr std::string_view kEngineOnly[] = {
+      "num_paths",          "ack_every", "ack_delay_us", "inflight_cap_bdp", "inflight_cap_packets",
+      "initial_window_bdp", "wr_bytes"};
+  const bool engine_only =
+      key.starts_with("cc.") || key.starts_with("recovery.") ||
+      std::find(std::begin(kEngineOnly), std::end(kEngineOnly), key) != std::end(kEngineOnly);
+  return engine_only && baseline ? "metaroce and spray-nocc" : "";
 }
 
 std::string settings_help() {

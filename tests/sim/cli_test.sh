@@ -102,6 +102,12 @@ done
 # (here a shortened limit; the run itself goes on).
 sim_expect 1 '^metaroce-sim: warning: fault 1 \(link_down, edge [0-9]+\) at 20 us is not before the time limit \(10 us\): it never acts$' \
   --preset fattree16-perm-linkdown --time-limit-ms 0.01
+# A setting of another transport runs (sweeps give one --set to all four)
+# but is named: the run is the same without it.
+sim_expect 0 "^metaroce-sim: warning: --set rc.g acts only on rocev2 and irn, not metaroce: it changes nothing in this run$" \
+  --preset incast8-256k --set rc.g=0.5
+sim_expect 0 '^metaroce-sim: warning: --paths acts only on metaroce and spray-nocc, not irn' \
+  --preset incast8-256k --transport irn --paths 2
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

@@ -1055,5 +1055,39 @@ TEST(WrBytes, CappedBelowFourGiBAndTheRegionFitsTheLargestFlow) {
   EXPECT_LT(r.peak_rss_mib, 1024.0);
 }
 
+// A key that setting_acts_only_on calls idle for a transport leaves that
+// transport's run as it was (the warning metaroce-sim prints is true), and
+// one it calls active does change a run.
+TEST(Settings, AKeyOfAnotherTransportChangesNothingAndIsNamed) {
+  const auto digest = [](TransportKind t, const char* set) {
+    SimConfig c = preset("incast8-256k", t, 1);
+    std::string err;
+    if (set != nullptr) {
+      EXPECT_TRUE(apply_setting(c, set, err)) << err;
+    }
+    Simulation sim(std::move(c));
+    sim.run();
+    return sim.report().digest;
+  };
+  const uint64_t rocev2 = digest(TransportKind::kRoceV2, nullptr);
+  for (const char* set : {"num_paths=2", "cc.dctcp_g_shift=2", "recovery.min_rto_us=100",
+                          "ack_every=8", "initial_window_bdp=0.5"}) {
+    const std::string key(set, std::string_view(set).find('='));
+    EXPECT_EQ(setting_acts_only_on(key, TransportKind::kRoceV2), "metaroce and spray-nocc") << key;
+    EXPECT_EQ(setting_acts_only_on(key, TransportKind::kMetaRoce), "") << key;
+    EXPECT_EQ(digest(TransportKind::kRoceV2, set), rocev2) << set;
+  }
+  const uint64_t metaroce = digest(TransportKind::kMetaRoce, nullptr);
+  EXPECT_EQ(setting_acts_only_on("rc.g", TransportKind::kMetaRoce), "rocev2 and irn");
+  EXPECT_EQ(setting_acts_only_on("rc.g", TransportKind::kIrn), "");
+  EXPECT_EQ(digest(TransportKind::kMetaRoce, "rc.min_rate_mbps=1000"), metaroce);
+  EXPECT_NE(digest(TransportKind::kMetaRoce, "num_paths=2"), metaroce);
+  // Keys of every transport are never called idle.
+  for (const char* key : {"queue.buffer_bytes", "mtu", "time_limit_ms", "wire_overhead"})
+    for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
+                            TransportKind::kRoceV2, TransportKind::kIrn})
+      EXPECT_EQ(setting_acts_only_on(key, t), "") << key;
+}
+
 }  // namespace
 }  // namespace metaroce::sim

@@ -22,6 +22,12 @@ namespace metaroce::sim {
 // "KEY=VALUE" as given on a command line.
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);
 
+// Empty when `key` acts on `transport`'s runs; otherwise the transports it
+// acts on ("rocev2 and irn" for rc.*, "metaroce and spray-nocc" for the
+// engine's and its NICs' keys). Such a setting is still taken, since sweeps
+// give one --set to every transport, but it changes nothing: say so.
+[[nodiscard]] std::string_view setting_acts_only_on(std::string_view key, TransportKind transport);
+
 // One line per key: name, unit and meaning (metaroce-sim --list-settings).
 [[nodiscard]] std::string settings_help();
 
