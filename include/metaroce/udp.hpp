@@ -249,7 +249,8 @@ class UdpEndpoint {
   // --- work requests (queued; progress() sends them) ---
   // On a connection that ended (state() kClosed or kError) a post is
   // kNotConnected and names what ended it ("the connection is closed", "the
-  // connection ended with kPeerUnreachable (...)"), also after the engine has
+  // connection was closed by the peer (kPeerClosed)", "the connection ended
+  // with kPeerUnreachable (...)"), also after the engine has
   // let the connection go (it read "kNoSuchConnection: unknown connection id").
   Error post_send(ConnId conn, const SendWr& wr);
   Error post_recv(ConnId conn, const RecvWr& wr);

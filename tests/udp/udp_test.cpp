@@ -28,6 +28,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "impl.hpp"  // udp/src: tx_group_key
@@ -2047,7 +2048,8 @@ TEST(Udp, LocalProtectionSaysWhatTheBufferLacks) {
 }
 
 // A post on a connection that ended, at either end, says so (kNotConnected,
-// "the connection is closed") as state() does, also once the engine has let
+// "the connection is closed", or at the end whose peer closed it "was closed
+// by the peer (kPeerClosed)") as state() does, also once the engine has let
 // the connection go: it said "kNoSuchConnection: unknown connection id".
 TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
   Pair p = connect_pair("127.0.0.1");
@@ -2067,12 +2069,15 @@ TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
     std::this_thread::sleep_for(1ms);
   }
   uint8_t buf[8] = {};
-  for (auto [ep, conn] : {std::pair{p.client.get(), p.cconn}, std::pair{p.server.get(), p.sconn}}) {
+  for (auto [ep, conn, says] :
+       {std::tuple{p.client.get(), p.cconn, "the connection is closed"},
+        std::tuple{p.server.get(), p.sconn,
+                   "the connection was closed by the peer (kPeerClosed)"}}) {
     ASSERT_EQ(ep->state(conn), metaroce::udp::ConnState::kClosed);
     for (const Error& e :
          {ep->recv(conn, 1, buf, sizeof(buf), 0), ep->write(conn, 2, buf, sizeof(buf), 0, 0, 0)}) {
       EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
-      EXPECT_NE(e.message.find("the connection is closed"), std::string::npos) << e.message;
+      EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
       EXPECT_EQ(e.message.find("unknown connection id"), std::string::npos) << e.message;
     }
   }

@@ -106,9 +106,13 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
       (it->second.state == ConnState::kClosed || it->second.state == ConnState::kError)) {
     const ConnInfo& ci = it->second;
     const std::string sent = send_failure_text(ci.send_failure);
+    // A peer's DISCONNECT can end the connection between two posts, before
+    // the application polls the kPeerClosed completions that say so.
     const std::string how = ci.state == ConnState::kError && ci.status != Status::kOk
                                 ? "ended with " + std::string(status_name(ci.status)) + " (" +
                                       std::string(status_text(ci.status)) + ")"
+                            : ci.status == Status::kPeerClosed
+                                ? "was closed by the peer (kPeerClosed)"
                                 : "is closed";
     return make_error(Status::kNotConnected,
                       std::string(what) + " failed: the connection " + how +
