@@ -14,12 +14,60 @@
 namespace metaroce::sim {
 namespace {
 
+// Where a key changes a run. Some keys act on some transports only (the
+// engine's on MetaRoCE's NICs, rc.* on the baselines' hosts) or only beside
+// another setting (PFC thresholds without PFC): they are still taken, since
+// a sweep gives one --set to every transport, but the run is said to be the
+// same without them.
+struct Scope {
+  bool (*acts)(const SimConfig&);
+  const char* where;  // what setting_idle_in() says when acts() is false
+};
+
+bool is_baseline(const SimConfig& c) {
+  return c.transport == TransportKind::kRoceV2 || c.transport == TransportKind::kIrn;
+}
+bool has_pfc(const SimConfig& c) {
+  // The baselines' PFC is fixed by the transport (Simulation's constructor).
+  return c.transport == TransportKind::kRoceV2 || (!is_baseline(c) && c.queue.pfc);
+}
+
+constexpr Scope kEveryRun{[](const SimConfig&) { return true; }, ""};
+constexpr Scope kEngine{[](const SimConfig& c) { return !is_baseline(c); },
+                        "metaroce and spray-nocc"};
+// CC-3/CC-5's reactions: spray-nocc is the engine with congestion control off.
+constexpr Scope kEngineCc{
+    [](const SimConfig& c) { return c.transport == TransportKind::kMetaRoce; },
+    "metaroce (spray-nocc runs without congestion control)"};
+constexpr Scope kDcqcn{[](const SimConfig& c) { return is_baseline(c) && c.rc.dcqcn; },
+                       "rocev2 and irn with DCQCN (not with --no-dcqcn)"};
+constexpr Scope kBaselineRed{[](const SimConfig& c) { return is_baseline(c) && c.rc.own_ecn; },
+                             "rocev2 and irn without --fabric-ecn"};
+constexpr Scope kQueueEcn{[](const SimConfig& c) { return !is_baseline(c) || !c.rc.own_ecn; },
+                          "metaroce and spray-nocc, and rocev2 and irn with --fabric-ecn"};
+constexpr Scope kPfcChoice{[](const SimConfig& c) { return !is_baseline(c); },
+                           "metaroce and spray-nocc (rocev2 always runs with PFC, irn never)"};
+constexpr Scope kPfc{has_pfc,
+                     "runs with PFC: rocev2, and metaroce and spray-nocc with queue.pfc=1"};
+constexpr Scope kTrimChoice{[](const SimConfig& c) { return !is_baseline(c); },
+                            "metaroce and spray-nocc (switches trim MetaRoCE data packets only)"};
+constexpr Scope kTrim{[](const SimConfig& c) { return !is_baseline(c) && c.queue.trim; },
+                      "metaroce and spray-nocc with queue.trim=1"};
+constexpr Scope kLinkFaults{[](const SimConfig& c) {
+                              return std::any_of(c.faults.begin(), c.faults.end(), [](auto& f) {
+                                return f.kind == FaultSpec::Kind::kLinkDown ||
+                                       f.kind == FaultSpec::Kind::kLinkUp;
+                              });
+                            },
+                            "runs with a link_down or link_up fault"};
+
 struct Setting {
   const char* key;
   const char* help;
   double min, max;
   bool integer;
   std::function<void(SimConfig&, double)> set;
+  Scope scope = kEveryRun;
 };
 
 uint64_t ns_from_us(double us) { return static_cast<uint64_t>(std::llround(us * 1000.0)); }
@@ -33,29 +81,36 @@ std::optional<uint64_t> threshold(double v) {
 std::span<const Setting> table() {
   static const Setting t[] = {
       {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
-       true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }},
+       true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }, kEngineCc},
       {"cc.min_cwnd_packets", "CC-6 floor of a connection's windows, packets", 1, kMaxPacketCount,
        true,
-       [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); }},
+       [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); },
+       kEngine},
       {"cc.max_cwnd_packets", "CC-6 ceiling of a path's window, packets (0: the connection window)",
        0, kMaxPacketCount, true,
-       [](SimConfig& c, double v) { c.endpoint.cc.max_cwnd_packets = static_cast<uint32_t>(v); }},
+       [](SimConfig& c, double v) { c.endpoint.cc.max_cwnd_packets = static_cast<uint32_t>(v); },
+       kEngine},
       {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, kMaxDctcpGShift, true,
-       [](SimConfig& c, double v) { c.endpoint.cc.dctcp_g_shift = static_cast<uint32_t>(v); }},
+       [](SimConfig& c, double v) { c.endpoint.cc.dctcp_g_shift = static_cast<uint32_t>(v); },
+       kEngineCc},
       {"cc.target_queue_delay_us", "CC-5 queueing delay above the path's minimum RTT that cuts", 0,
        1e6, false,
-       [](SimConfig& c, double v) { c.endpoint.cc.target_queue_delay_ns = ns_from_us(v); }},
+       [](SimConfig& c, double v) { c.endpoint.cc.target_queue_delay_ns = ns_from_us(v); },
+       kEngineCc},
       {"cc.max_delay_decrease_pct", "CC-5 largest cut per RTT, percent", 0, 100, true,
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_delay_decrease_pct = static_cast<uint32_t>(v);
-       }},
+       },
+       kEngineCc},
       {"cc.explore_interval_us", "PATH-8 time between trials of a new entropy (0: off)", 0, 1e9,
-       false, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); }},
+       false, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); },
+       kEngine},
       {"cc.max_inflight_packets", "CC-9 connection cap in packets (0: from inflight_cap_bdp)", 0,
        kMaxPacketCount, true,
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
-       }},
+       },
+       kEngine},
       {"time_limit_ms",
        "simulated-time limit, ms (default 1000; metaroce-sim --time-limit-ms, a config file's "
        "time_limit_ms)",
@@ -69,25 +124,27 @@ std::span<const Setting> table() {
        -1, 1e9, false,
        [](SimConfig& c, double v) {
          c.reroute_after = v < 0 ? SimTime::never() : SimTime{static_cast<uint64_t>(v * 1e6)};
-       }},
+       },
+       kLinkFaults},
       {"inflight_cap_bdp",
        "CC-9 connection cap: this multiple of the fabric BDP, plus inflight_cap_packets (0: none)",
-       0, 1000, false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }},
+       0, 1000, false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }, kEngine},
       {"inflight_cap_packets", "CC-9 connection cap: packets of queue on top of the BDP share", 0,
-       1e6, true,
-       [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); }},
+       1e6, true, [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); },
+       kEngine},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
-       1000, false, [](SimConfig& c, double v) { c.initial_window_bdp = v; }},
+       1000, false, [](SimConfig& c, double v) { c.initial_window_bdp = v; }, kEngine},
       {"num_paths", "PATH-1 entropy values per connection", 1, kMaxPaths, true,
-       [](SimConfig& c, double v) { c.endpoint.num_paths = static_cast<uint8_t>(v); }},
+       [](SimConfig& c, double v) { c.endpoint.num_paths = static_cast<uint8_t>(v); }, kEngine},
       {"ack_every", "ACK-1 data packets per ACK", 1, 64, true,
-       [](SimConfig& c, double v) { c.endpoint.ack_every = static_cast<uint8_t>(v); }},
+       [](SimConfig& c, double v) { c.endpoint.ack_every = static_cast<uint8_t>(v); }, kEngine},
       {"ack_delay_us", "ACK-5 longest an ACK waits", 0, 1e6, false,
-       [](SimConfig& c, double v) { c.endpoint.ack_delay_ns = ns_from_us(v); }},
+       [](SimConfig& c, double v) { c.endpoint.ack_delay_ns = ns_from_us(v); }, kEngine},
       {"recovery.reorder_threshold", "LOSS-2 later packets acked on the same path", 1, 1024, true,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.reorder_threshold = static_cast<uint32_t>(v);
-       }},
+       },
+       kEngine},
       {"recovery.min_rto_us",
        "LOSS-4 smallest retransmission timeout (raises LOSS-5's max_rto, 10 ms, to it)", 1, 1e7,
        false,
@@ -95,35 +152,37 @@ std::span<const Setting> table() {
          RecoveryConfig& r = c.endpoint.recovery;
          r.min_rto_ns = ns_from_us(v);
          r.max_rto_ns = std::max(r.max_rto_ns, r.min_rto_ns);
-       }},
+       },
+       kEngine},
       {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100, true,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.retire_loss_pct = static_cast<uint32_t>(v);
-       }},
+       },
+       kEngine},
       {"queue.buffer_bytes", "drop-tail limit per switch port, bytes", 1, 1e12, true,
        [](SimConfig& c, double v) { c.queue.buffer_bytes = static_cast<uint64_t>(v); }},
       {"queue.ecn_kmin", "ECN marking starts above this queue, bytes", 0, 1e12, true,
-       [](SimConfig& c, double v) { c.queue.ecn_kmin = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.queue.ecn_kmin = static_cast<uint64_t>(v); }, kQueueEcn},
       {"queue.ecn_kmax", "ECN marking reaches ecn_pmax here, bytes", 0, 1e12, true,
-       [](SimConfig& c, double v) { c.queue.ecn_kmax = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.queue.ecn_kmax = static_cast<uint64_t>(v); }, kQueueEcn},
       {"queue.ecn_pmax", "ECN marking probability at ecn_kmax", 0, 1, false,
-       [](SimConfig& c, double v) { c.queue.ecn_pmax = v; }},
+       [](SimConfig& c, double v) { c.queue.ecn_pmax = v; }, kQueueEcn},
       {"queue.pfc", "PFC in the fabric (rocev2 turns it on and irn off, whatever this says)", 0, 1,
-       true, [](SimConfig& c, double v) { c.queue.pfc = v != 0; }},
+       true, [](SimConfig& c, double v) { c.queue.pfc = v != 0; }, kPfcChoice},
       {"queue.pfc_xoff_bytes",
        "PFC: a switch pauses an ingress port holding more than this, bytes (-1: buffer_bytes "
        "less the headroom, the default)",
-       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xoff_bytes = threshold(v); }},
+       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xoff_bytes = threshold(v); }, kPfc},
       {"queue.pfc_xon_bytes",
        "PFC: a switch resumes a paused ingress port at or below this, bytes, not above XOFF (-1: "
        "XOFF less two frames, the default)",
-       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xon_bytes = threshold(v); }},
+       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xon_bytes = threshold(v); }, kPfc},
       {"queue.trim",
        "switches cut MetaRoCE data packets to their headers instead of dropping them (TRIM-1)", 0,
-       1, true, [](SimConfig& c, double v) { c.queue.trim = v != 0; }},
+       1, true, [](SimConfig& c, double v) { c.queue.trim = v != 0; }, kTrimChoice},
       {"queue.trim_priority",
        "trimmed headers overtake queued data (a header lane); 0: they wait in the data FIFO", 0, 1,
-       true, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }},
+       true, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }, kTrim},
       {"queue.priority_dscp",
        "switches and NICs serve this DSCP at strict priority, outside PFC (48: where CNPs and "
        "MetaRoCE's ACKs and NAKs travel, ENC-6); 1-63, 64: no such class (0 is the data's)",
@@ -131,38 +190,42 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) { c.queue.priority_dscp = static_cast<uint8_t>(v); }},
       {"queue.trim_allowance_bytes", "trimmed headers may take a port this far past buffer_bytes",
        0, 1e12, true,
-       [](SimConfig& c, double v) { c.queue.trim_allowance_bytes = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.queue.trim_allowance_bytes = static_cast<uint64_t>(v); },
+       kTrim},
       {"rc.ecn_kmin",
        "rocev2/irn: RED marking starts above this queue, bytes (not with --fabric-ecn)", 0, 1e12,
-       true, [](SimConfig& c, double v) { c.rc.ecn_kmin = static_cast<uint64_t>(v); }},
+       true, [](SimConfig& c, double v) { c.rc.ecn_kmin = static_cast<uint64_t>(v); },
+       kBaselineRed},
       {"rc.ecn_kmax", "rocev2/irn: RED marking reaches rc.ecn_pmax here, bytes", 0, 1e12, true,
-       [](SimConfig& c, double v) { c.rc.ecn_kmax = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.rc.ecn_kmax = static_cast<uint64_t>(v); }, kBaselineRed},
       {"rc.ecn_pmax", "rocev2/irn: RED marking probability at rc.ecn_kmax", 0, 1, false,
-       [](SimConfig& c, double v) { c.rc.ecn_pmax = v; }},
+       [](SimConfig& c, double v) { c.rc.ecn_pmax = v; }, kBaselineRed},
       {"rc.cnp_interval_us", "DCQCN: a receiver sends at most one CNP per flow this often", 0, 1e6,
-       false, [](SimConfig& c, double v) { c.rc.cnp_interval = time_from_us(v); }},
-      {"rc.g", "DCQCN: alpha gain", 0, 1, false, [](SimConfig& c, double v) { c.rc.g = v; }},
+       false, [](SimConfig& c, double v) { c.rc.cnp_interval = time_from_us(v); }, kDcqcn},
+      {"rc.g", "DCQCN: alpha gain", 0, 1, false, [](SimConfig& c, double v) { c.rc.g = v; },
+       kDcqcn},
       {"rc.alpha_timer_us", "DCQCN: alpha decays once per this interval without a CNP", 0.001, 1e6,
-       false, [](SimConfig& c, double v) { c.rc.alpha_timer = time_from_us(v); }},
+       false, [](SimConfig& c, double v) { c.rc.alpha_timer = time_from_us(v); }, kDcqcn},
       {"rc.increase_timer_us", "DCQCN: rate-increase timer", 0.001, 1e6, false,
-       [](SimConfig& c, double v) { c.rc.increase_timer = time_from_us(v); }},
+       [](SimConfig& c, double v) { c.rc.increase_timer = time_from_us(v); }, kDcqcn},
       {"rc.byte_counter", "DCQCN: bytes sent per rate-increase step", 1, 1e12, true,
-       [](SimConfig& c, double v) { c.rc.byte_counter = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.rc.byte_counter = static_cast<uint64_t>(v); }, kDcqcn},
       {"rc.fast_recovery_steps", "DCQCN: F, fast-recovery steps before additive increase", 0, 1000,
-       true, [](SimConfig& c, double v) { c.rc.fast_recovery_steps = static_cast<uint32_t>(v); }},
+       true, [](SimConfig& c, double v) { c.rc.fast_recovery_steps = static_cast<uint32_t>(v); },
+       kDcqcn},
       {"rc.rai_mbps", "DCQCN: additive increase, Mbit/s", 0, 1e7, true,
-       [](SimConfig& c, double v) { c.rc.rai_mbps = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.rc.rai_mbps = static_cast<uint64_t>(v); }, kDcqcn},
       {"rc.rhai_mbps", "DCQCN: hyper increase, Mbit/s", 0, 1e7, true,
-       [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }, kDcqcn},
       {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, true,
-       [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }},
+       [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }, kDcqcn},
       {"mtu",
        "payload bytes per data packet, every transport (default 4096; frame sizes, BDP windows "
        "and the PFC headroom follow)",
        kMinMtu, kMaxMtu, true, [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
       // A WR's length is 32 bits (SendWr::length).
       {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes (below 4 GiB)", 4096, 4294967295.0,
-       true, [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }},
+       true, [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }, kEngine},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,
        [](SimConfig& c, double v) { c.wire_overhead = static_cast<uint32_t>(v); }},
   };
@@ -211,18 +274,16 @@ bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err
   return apply_setting(cfg, key, value, err);
 }
 
-std::string_view setting_acts_only_on(std::string_view key, TransportKind transport) {
-  const bool baseline = transport == TransportKind::kRoceV2 || transport == TransportKind::kIrn;
-  if (key.starts_with("rc.")) return baseline ? "" : "rocev2 and irn";
-  // What the engine and the simulated MetaRoCE NIC read; the baselines'
-  // hosts have their own (rc.*).
-  static constexpr std::string_view kEngineOnly[] = {
-      "num_paths",          "ack_every", "ack_delay_us", "inflight_cap_bdp", "inflight_cap_packets",
-      "initial_window_bdp", "wr_bytes"};
-  const bool engine_only =
-      key.starts_with("cc.") || key.starts_with("recovery.") ||
-      std::find(std::begin(kEngineOnly), std::end(kEngineOnly), key) != std::end(kEngineOnly);
-  return engine_only && baseline ? "metaroce and spray-nocc" : "";
+std::string_view setting_idle_in(std::string_view key, const SimConfig& cfg) {
+  for (const Setting& s : table())
+    if (key == s.key) return s.scope.acts(cfg) ? "" : s.scope.where;
+  return "";
+}
+
+std::vector<std::string_view> setting_keys() {
+  std::vector<std::string_view> keys;
+  for (const Setting& s : table()) keys.emplace_back(s.key);
+  return keys;
 }
 
 std::string settings_help() {

@@ -519,7 +519,9 @@ Report Simulation::report() const {
     digest = mix(digest, v);
   if (cfg_.queue.pfc)
     digest = mix(mix(digest, ns.pfc_paused.ps), r.pfc_pauses);  // (older digests unchanged)
-  if (cfg_.queue.trim) digest = mix(digest, r.trimmed);         // (the same)
+  // Only a run that trimmed differs from one without trimming (a baseline
+  // run with queue.trim=1 is the same run).
+  if (r.trimmed != 0) digest = mix(digest, r.trimmed);  // (older digests unchanged)
   r.digest = digest;
   r.wall_s = wall_s_;
   r.events_per_s = wall_s_ > 0 ? static_cast<double>(r.events) / wall_s_ : 0;

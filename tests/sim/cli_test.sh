@@ -104,10 +104,22 @@ sim_expect 1 '^metaroce-sim: warning: fault 1 \(link_down, edge [0-9]+\) at 20 u
   --preset fattree16-perm-linkdown --time-limit-ms 0.01
 # A setting of another transport runs (sweeps give one --set to all four)
 # but is named: the run is the same without it.
-sim_expect 0 "^metaroce-sim: warning: --set rc.g acts only on rocev2 and irn, not metaroce: it changes nothing in this run$" \
+sim_expect 0 "^metaroce-sim: warning: --set rc.g changes nothing in this run of metaroce: it acts only on rocev2 and irn with DCQCN \\(not with --no-dcqcn\\)$" \
   --preset incast8-256k --set rc.g=0.5
-sim_expect 0 '^metaroce-sim: warning: --paths acts only on metaroce and spray-nocc, not irn' \
+sim_expect 0 '^metaroce-sim: warning: --paths changes nothing in this run of irn: it acts only on metaroce and spray-nocc$' \
   --preset incast8-256k --transport irn --paths 2
+# Idle beside other settings and flags, judged once all are applied.
+sim_expect 0 '^metaroce-sim: warning: --set queue.pfc changes nothing in this run of rocev2: it acts only on metaroce and spray-nocc \(rocev2 always runs with PFC, irn never\)$' \
+  --preset incast8-256k --transport rocev2 --set queue.pfc=0
+sim_expect 0 '^metaroce-sim: warning: --set queue.pfc_xoff_bytes changes nothing in this run of metaroce: it acts only on runs with PFC' \
+  --preset incast8-256k --set queue.pfc_xoff_bytes=50000
+if "$sim" -q --no-timing --preset incast8-256k --set queue.pfc_xoff_bytes=50000 --set queue.pfc=1 \
+  2>&1 >/dev/null | grep warning; then
+  echo "FAIL: queue.pfc_xoff_bytes called idle beside queue.pfc=1"
+  failures=$((failures + 1))
+fi
+sim_expect 0 '^metaroce-sim: warning: --set rc.ecn_kmin changes nothing in this run of irn: it acts only on rocev2 and irn without --fabric-ecn$' \
+  --preset incast8-256k --transport irn --fabric-ecn --set rc.ecn_kmin=1000
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

@@ -1055,38 +1055,137 @@ TEST(WrBytes, CappedBelowFourGiBAndTheRegionFitsTheLargestFlow) {
   EXPECT_LT(r.peak_rss_mib, 1024.0);
 }
 
-// A key that setting_acts_only_on calls idle for a transport leaves that
-// transport's run as it was (the warning metaroce-sim prints is true), and
-// one it calls active does change a run.
-TEST(Settings, AKeyOfAnotherTransportChangesNothingAndIsNamed) {
-  const auto digest = [](TransportKind t, const char* set) {
-    SimConfig c = preset("incast8-256k", t, 1);
+// Every key the settings table calls idle in a run leaves that run's digest
+// as it was (metaroce-sim's warning is true), checked for each transport and
+// beside the flags and settings that make some keys act (--fabric-ecn,
+// --no-dcqcn, queue.pfc=1, queue.trim=1, a link fault).
+TEST(Settings, EveryKeyCalledIdleChangesNothing) {
+  // A value other than every preset's for each key, in range beside the
+  // others' defaults; a key added to the table needs one here.
+  const std::map<std::string_view, const char*> other_value = {
+      {"cc.enabled", "0"},
+      {"cc.min_cwnd_packets", "4"},
+      {"cc.max_cwnd_packets", "8"},
+      {"cc.dctcp_g_shift", "2"},
+      {"cc.target_queue_delay_us", "1"},
+      {"cc.max_delay_decrease_pct", "10"},
+      {"cc.explore_interval_us", "50"},
+      {"cc.max_inflight_packets", "20"},
+      {"time_limit_ms", "0.2"},
+      {"reroute_us", "5"},
+      {"inflight_cap_bdp", "0.5"},
+      {"inflight_cap_packets", "2"},
+      {"initial_window_bdp", "0.5"},
+      {"num_paths", "2"},
+      {"ack_every", "8"},
+      {"ack_delay_us", "1"},
+      {"recovery.reorder_threshold", "2"},
+      {"recovery.min_rto_us", "20"},
+      {"recovery.retire_loss_pct", "1"},
+      {"queue.buffer_bytes", "60000"},
+      {"queue.ecn_kmin", "1000"},
+      {"queue.ecn_kmax", "20000"},
+      {"queue.ecn_pmax", "0.5"},
+      {"queue.pfc", "1"},
+      {"queue.pfc_xoff_bytes", "50000"},
+      {"queue.pfc_xon_bytes", "20000"},
+      {"queue.trim", "1"},
+      {"queue.trim_priority", "0"},
+      {"queue.priority_dscp", "64"},
+      {"queue.trim_allowance_bytes", "0"},
+      {"rc.ecn_kmin", "1000"},
+      {"rc.ecn_kmax", "20000"},
+      {"rc.ecn_pmax", "0.5"},
+      {"rc.cnp_interval_us", "1"},
+      {"rc.g", "0.5"},
+      {"rc.alpha_timer_us", "1"},
+      {"rc.increase_timer_us", "1"},
+      {"rc.byte_counter", "1000"},
+      {"rc.fast_recovery_steps", "1"},
+      {"rc.rai_mbps", "1"},
+      {"rc.rhai_mbps", "1"},
+      {"rc.min_rate_mbps", "50000"},
+      {"mtu", "1024"},
+      {"wr_bytes", "65536"},
+      {"wire_overhead", "0"},
+  };
+  const std::vector<std::string_view> keys = setting_keys();
+  for (std::string_view key : keys) EXPECT_TRUE(other_value.contains(key)) << key;
+  ASSERT_EQ(keys.size(), other_value.size());
+
+  struct Run {
+    const char* preset;
+    TransportKind transport;
+    const char* set;  // applied first; nullptr: none
+    bool fabric_ecn = false, no_dcqcn = false;
+  };
+  const Run runs[] = {
+      {"incast8-256k", TransportKind::kMetaRoce, nullptr},
+      {"incast8-256k", TransportKind::kSprayNoCc, nullptr},
+      {"incast8-256k", TransportKind::kRoceV2, nullptr},
+      {"incast8-256k", TransportKind::kIrn, nullptr},
+      {"incast8-256k", TransportKind::kRoceV2, nullptr, true},
+      {"incast8-256k", TransportKind::kIrn, nullptr, false, true},
+      {"incast8-256k", TransportKind::kMetaRoce, "queue.pfc=1"},
+      {"incast8-256k", TransportKind::kMetaRoce, "queue.trim=1"},
+      {"fattree16-perm-linkdown", TransportKind::kMetaRoce, nullptr},
+  };
+  const auto configure = [](const Run& run) {
+    SimConfig c = preset(run.preset, run.transport, 1);
+    c.rc.own_ecn = !run.fabric_ecn;
+    c.rc.dcqcn = !run.no_dcqcn;
     std::string err;
-    if (set != nullptr) {
-      EXPECT_TRUE(apply_setting(c, set, err)) << err;
+    if (run.set != nullptr) {
+      EXPECT_TRUE(apply_setting(c, run.set, err)) << err;
     }
+    return c;
+  };
+  const auto digest = [](SimConfig c) {
     Simulation sim(std::move(c));
     sim.run();
     return sim.report().digest;
   };
-  const uint64_t rocev2 = digest(TransportKind::kRoceV2, nullptr);
-  for (const char* set : {"num_paths=2", "cc.dctcp_g_shift=2", "recovery.min_rto_us=100",
-                          "ack_every=8", "initial_window_bdp=0.5"}) {
-    const std::string key(set, std::string_view(set).find('='));
-    EXPECT_EQ(setting_acts_only_on(key, TransportKind::kRoceV2), "metaroce and spray-nocc") << key;
-    EXPECT_EQ(setting_acts_only_on(key, TransportKind::kMetaRoce), "") << key;
-    EXPECT_EQ(digest(TransportKind::kRoceV2, set), rocev2) << set;
+  size_t idle_checked = 0;
+  for (const Run& run : runs) {
+    const uint64_t as_given = digest(configure(run));
+    for (std::string_view key : keys) {
+      SimConfig c = configure(run);
+      std::string err;
+      ASSERT_TRUE(apply_setting(c, std::string(key) + "=" + other_value.at(key), err)) << err;
+      if (setting_idle_in(key, c).empty()) continue;
+      ++idle_checked;
+      EXPECT_EQ(digest(std::move(c)), as_given)
+          << key << " is called idle in " << run.preset << " " << transport_name(run.transport)
+          << (run.set != nullptr ? run.set : "");
+    }
   }
-  const uint64_t metaroce = digest(TransportKind::kMetaRoce, nullptr);
-  EXPECT_EQ(setting_acts_only_on("rc.g", TransportKind::kMetaRoce), "rocev2 and irn");
-  EXPECT_EQ(setting_acts_only_on("rc.g", TransportKind::kIrn), "");
-  EXPECT_EQ(digest(TransportKind::kMetaRoce, "rc.min_rate_mbps=1000"), metaroce);
-  EXPECT_NE(digest(TransportKind::kMetaRoce, "num_paths=2"), metaroce);
-  // Keys of every transport are never called idle.
+  EXPECT_GT(idle_checked, 100u);
+
+  // What the warning names, and the keys that act beside their flag.
+  SimConfig rocev2 = preset("incast8-256k", TransportKind::kRoceV2, 1);
+  EXPECT_EQ(setting_idle_in("num_paths", rocev2), "metaroce and spray-nocc");
+  EXPECT_EQ(setting_idle_in("queue.pfc", rocev2),
+            "metaroce and spray-nocc (rocev2 always runs with PFC, irn never)");
+  EXPECT_EQ(setting_idle_in("queue.ecn_kmin", rocev2),
+            "metaroce and spray-nocc, and rocev2 and irn with --fabric-ecn");
+  EXPECT_EQ(setting_idle_in("queue.pfc_xoff_bytes", rocev2), "");
+  EXPECT_EQ(setting_idle_in("rc.g", rocev2), "");
+  rocev2.rc.own_ecn = false;
+  EXPECT_EQ(setting_idle_in("queue.ecn_kmin", rocev2), "");
+  EXPECT_EQ(setting_idle_in("rc.ecn_kmin", rocev2), "rocev2 and irn without --fabric-ecn");
+  SimConfig metaroce = preset("incast8-256k", TransportKind::kMetaRoce, 1);
+  EXPECT_EQ(setting_idle_in("rc.g", metaroce), "rocev2 and irn with DCQCN (not with --no-dcqcn)");
+  EXPECT_EQ(setting_idle_in("queue.pfc_xoff_bytes", metaroce),
+            "runs with PFC: rocev2, and metaroce and spray-nocc with queue.pfc=1");
+  EXPECT_EQ(setting_idle_in("reroute_us", metaroce), "runs with a link_down or link_up fault");
+  metaroce.queue.pfc = true;
+  EXPECT_EQ(setting_idle_in("queue.pfc_xoff_bytes", metaroce), "");
+  EXPECT_EQ(setting_idle_in("no.such.key", metaroce), "");
+  // Keys of every run are never called idle.
   for (const char* key : {"queue.buffer_bytes", "mtu", "time_limit_ms", "wire_overhead"})
     for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
                             TransportKind::kRoceV2, TransportKind::kIrn})
-      EXPECT_EQ(setting_acts_only_on(key, t), "") << key;
+      EXPECT_EQ(setting_idle_in(key, preset("incast8-256k", t, 1)), "") << key;
 }
 
 }  // namespace

@@ -149,27 +149,29 @@ int run(int argc, char** argv) {
                         (for_baselines ? "rocev2 and irn" : "metaroce and spray-nocc") + ", not " +
                         transport);
   }
-  // A setting of another transport is taken (a sweep gives one --set to all
-  // four) but named, since the run is the same without it.
-  const auto warn_if_idle = [&](std::string_view key, const std::string& as) {
-    if (const std::string_view acts = setting_acts_only_on(key, tk); !acts.empty())
-      std::cerr << "metaroce-sim: warning: " << as << " acts only on " << acts << ", not "
-                << transport << ": it changes nothing in this run\n";
-  };
   std::string err;
+  // Each setting given, as the user named it, for the warnings below.
+  std::vector<std::pair<std::string, std::string>> given;
   for (const Alias& a : aliases) {
     if (app.count(a.option) == 0) continue;
     if (!apply_setting(cfg, a.key, a.value, err, a.option)) return bad_option(err);
-    warn_if_idle(a.key, a.option);
+    given.emplace_back(a.key, a.option);
   }
   if (fabric_ecn) cfg.rc.own_ecn = false;
   if (no_dcqcn) cfg.rc.dcqcn = false;
   if (cold) cfg.preconnect = false;
   for (const auto& s : settings) {
     if (!apply_setting(cfg, s, err)) return bad_option(err);
-    const std::string_view key = std::string_view(s).substr(0, s.find('='));
-    warn_if_idle(key, "--set " + std::string(key));
+    const std::string key = s.substr(0, s.find('='));
+    given.emplace_back(key, "--set " + key);
   }
+  // A setting idle in this run is taken (a sweep gives one --set to all four
+  // transports) but named, since the run is the same without it. Judged once
+  // all are applied: queue.pfc=1 given after queue.pfc_xoff_bytes makes it act.
+  for (const auto& [key, as] : given)
+    if (const std::string_view where = setting_idle_in(key, cfg); !where.empty())
+      std::cerr << "metaroce-sim: warning: " << as << " changes nothing in this run of "
+                << transport << ": it acts only on " << where << "\n";
   // The queue as a whole, as a config file's [queue] is checked: each --set
   // was in range, but ecn_kmin may now be above ecn_kmax.
   if (const std::string e = queue_spec_error(cfg.queue); !e.empty()) return bad_option(e);

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "metaroce/sim/simulation.hpp"
 
@@ -22,11 +23,15 @@ namespace metaroce::sim {
 // "KEY=VALUE" as given on a command line.
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);
 
-// Empty when `key` acts on `transport`'s runs; otherwise the transports it
-// acts on ("rocev2 and irn" for rc.*, "metaroce and spray-nocc" for the
-// engine's and its NICs' keys). Such a setting is still taken, since sweeps
-// give one --set to every transport, but it changes nothing: say so.
-[[nodiscard]] std::string_view setting_acts_only_on(std::string_view key, TransportKind transport);
+// Empty when `key` changes `cfg`'s run (cfg as it will run: transport,
+// --fabric-ecn, --no-dcqcn and every other setting applied; an unknown key
+// too); otherwise where it acts ("rocev2 and irn without --fabric-ecn", "runs
+// with PFC: ..."). Such a setting is still taken, since sweeps give one --set
+// to every transport, but it changes nothing: say so.
+[[nodiscard]] std::string_view setting_idle_in(std::string_view key, const SimConfig& cfg);
+
+// Every key, in --list-settings order.
+[[nodiscard]] std::vector<std::string_view> setting_keys();
 
 // One line per key: name, unit and meaning (metaroce-sim --list-settings).
 [[nodiscard]] std::string settings_help();
