@@ -102,17 +102,36 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   return conns[index].get();
 }
 
+namespace {
+
+PathStats path_stats_of(const detail::Path& p) {
+  PathStats out = p.stats;
+  out.entropy = p.entropy;
+  out.state = p.state;
+  out.srtt_ns = p.srtt;
+  out.min_rtt_ns = p.min_rtt;
+  out.cwnd_bytes = p.cwnd;
+  out.inflight_bytes = p.inflight;
+  out.alpha_permille = static_cast<uint32_t>((uint64_t{p.alpha} * 1000) >> 16);
+  out.loss_rate_permille = static_cast<uint32_t>((uint64_t{p.loss_ewma} * 1000) >> 16);
+  return out;
+}
+
+}  // namespace
+
 void Endpoint::Impl::remember_closed(const Connection& c) {
   Closed& r = recently_closed[closed_next];
   closed_next = (closed_next + 1) % kClosedKept;
+  r.id = c.id;
+  r.peer_conn = c.peer_conn;
+  r.peer = c.peer;
+  r.nonce = c.is_requester ? 0 : c.nonce;
   // The peer resends a CONNECT_REQ or DISCONNECT at most connect_attempts
   // times, connect_retry apart (CONN-2 timing): both have stopped by then.
-  r = Closed{c.id,
-             c.peer_conn,
-             c.peer,
-             c.is_requester ? 0 : c.nonce,
-             last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns,
-             c.stats};
+  r.until = last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns;
+  r.stats = c.stats;
+  r.paths.resize(c.num_paths);
+  for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);
 }
 
 void Endpoint::Impl::destroy_connection(Connection& c) {
@@ -306,27 +325,26 @@ size_t Endpoint::transmit_buffer_bytes(bool gather) const { return impl_->min_tx
 
 const ConnStats* Endpoint::conn_stats(ConnId conn) const {
   const Connection* c = impl_->find(conn);
-  return c != nullptr ? &c->stats : impl_->closed_stats(conn);
+  if (c != nullptr) return &c->stats;
+  const Impl::Closed* r = impl_->closed_record(conn);
+  return r != nullptr ? &r->stats : nullptr;
 }
 
 size_t Endpoint::path_count(ConnId conn) const {
-  const Connection* c = impl_->find(conn);
-  return c != nullptr ? c->num_paths : 0;
+  if (const Connection* c = impl_->find(conn)) return c->num_paths;
+  const Impl::Closed* r = impl_->closed_record(conn);
+  return r != nullptr ? r->paths.size() : 0;
 }
 
 bool Endpoint::path_stats(ConnId conn, size_t path, PathStats& out) const {
-  const Connection* c = impl_->find(conn);
-  if (c == nullptr || path >= c->num_paths) return false;
-  const detail::Path& p = c->paths[path];
-  out = p.stats;
-  out.entropy = p.entropy;
-  out.state = p.state;
-  out.srtt_ns = p.srtt;
-  out.min_rtt_ns = p.min_rtt;
-  out.cwnd_bytes = p.cwnd;
-  out.inflight_bytes = p.inflight;
-  out.alpha_permille = static_cast<uint32_t>((uint64_t{p.alpha} * 1000) >> 16);
-  out.loss_rate_permille = static_cast<uint32_t>((uint64_t{p.loss_ewma} * 1000) >> 16);
+  if (const Connection* c = impl_->find(conn)) {
+    if (path >= c->num_paths) return false;
+    out = path_stats_of(c->paths[path]);
+    return true;
+  }
+  const Impl::Closed* r = impl_->closed_record(conn);
+  if (r == nullptr || path >= r->paths.size()) return false;
+  out = r->paths[path];
   return true;
 }
 

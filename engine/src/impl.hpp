@@ -108,9 +108,12 @@ struct Endpoint::Impl {
     PeerAddr peer;
     uint64_t nonce = 0;  // the peer's request it answered; 0: ours (a requester)
     TimeNs until{0};     // the peer's resends have stopped by then
-    // Its counters as they ended: a peer's DISCONNECT ends a connection
-    // before the application has polled the kPeerClosed that says so.
+    // Its counters as they ended, the connection's and each path's: a
+    // peer's DISCONNECT ends a connection before the application has polled
+    // the kPeerClosed that says so. The vector keeps its capacity as the
+    // ring turns, so a close allocates only while the ring first fills.
     ConnStats stats{};
+    std::vector<PathStats> paths;
   };
   static constexpr size_t kClosedKept = 64;
   std::array<Closed, kClosedKept> recently_closed{};
@@ -122,10 +125,10 @@ struct Endpoint::Impl {
   }
   // The counters of a connection among the last kClosedKept closed, the
   // peer's resends over or not.
-  [[nodiscard]] const ConnStats* closed_stats(ConnId id) const {
+  [[nodiscard]] const Closed* closed_record(ConnId id) const {
     if (id.v == 0) return nullptr;  // the ring's unused records
     for (const Closed& r : recently_closed)
-      if (r.id == id) return &r.stats;
+      if (r.id == id) return &r;
     return nullptr;
   }
   [[nodiscard]] bool answered_request_closed(const PeerAddr& peer, uint32_t src_conn,

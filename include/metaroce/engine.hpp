@@ -231,8 +231,8 @@ class Endpoint {
   // --- getters ---
   [[nodiscard]] const EndpointStats& endpoint_stats() const;
   // nullptr for an unknown connection. A connection closed after its
-  // handshake (by either end, or given up) keeps its final counters here
-  // while it is among the endpoint's last 64 closed; path_stats has none.
+  // handshake (by either end, or given up) keeps its final counters, its
+  // own and its paths', while it is among the endpoint's last 64 closed.
   [[nodiscard]] const ConnStats* conn_stats(ConnId conn) const;
   [[nodiscard]] size_t path_count(ConnId conn) const;
   [[nodiscard]] bool path_stats(ConnId conn, size_t path, PathStats& out) const;

@@ -279,9 +279,9 @@ class UdpEndpoint {
 
   // --- statistics ---
   [[nodiscard]] EndpointStats endpoint_stats() const;
-  // False for an unknown connection; a closed one keeps its final counters
-  // while among the endpoint's last 64 closed (Endpoint::conn_stats), its
-  // paths' none.
+  // False for an unknown connection; a closed one keeps its final counters,
+  // its own and its paths', while among the endpoint's last 64 closed
+  // (Endpoint::conn_stats).
   [[nodiscard]] bool conn_stats(ConnId conn, ConnStats& out) const;
   [[nodiscard]] std::vector<PathStats> path_stats(ConnId conn) const;
   [[nodiscard]] IoStats io_stats() const;

@@ -239,6 +239,13 @@ TEST(Engine, AClosedConnectionKeepsItsFinalCounters) {
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   const uint64_t received = loop.ep(1).conn_stats(b)->data_bytes_received;
   ASSERT_EQ(received, 65536u);
+  const auto paths_of = [&](int ep, ConnId conn) {
+    std::vector<PathStats> v(loop.ep(ep).path_count(conn));
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_TRUE(loop.ep(ep).path_stats(conn, i, v[i]));
+    return v;
+  };
+  const std::vector<PathStats> open_paths = paths_of(0, a);
+  ASSERT_EQ(open_paths.size(), size_t{cfg(92).num_paths});
   loop.ep(0).close(a, loop.now());
   ASSERT_TRUE(run_until_both_closed(loop));
   const ConnStats* at_b = loop.ep(1).conn_stats(b);
@@ -247,7 +254,20 @@ TEST(Engine, AClosedConnectionKeepsItsFinalCounters) {
   const ConnStats* at_a = loop.ep(0).conn_stats(a);
   ASSERT_NE(at_a, nullptr);
   EXPECT_GE(at_a->data_packets_sent, 16u);
-  EXPECT_EQ(loop.ep(1).path_count(b), 0u);
+  // Each path's counters as they ended: what it sent and what was acked.
+  const std::vector<PathStats> closed_paths = paths_of(0, a);
+  ASSERT_EQ(closed_paths.size(), open_paths.size());
+  uint64_t sent = 0;
+  for (size_t i = 0; i < closed_paths.size(); ++i) {
+    EXPECT_EQ(closed_paths[i].entropy, open_paths[i].entropy) << i;
+    EXPECT_EQ(closed_paths[i].packets_sent, open_paths[i].packets_sent) << i;
+    EXPECT_GE(closed_paths[i].packets_acked, open_paths[i].packets_acked) << i;
+    sent += closed_paths[i].packets_sent;
+  }
+  EXPECT_EQ(sent, at_a->data_packets_sent);
+  PathStats none;
+  EXPECT_FALSE(loop.ep(0).path_stats(a, closed_paths.size(), none));
+  EXPECT_EQ(paths_of(1, b).size(), size_t{cfg(93).num_paths});
   EXPECT_EQ(loop.ep(1).conn_stats(ConnId{}), nullptr);
   EXPECT_EQ(loop.ep(1).conn_stats(ConnId{b.v + 1}), nullptr);
 }

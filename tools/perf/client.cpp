@@ -183,21 +183,17 @@ int run_client(const ClientArgs& a, const Common& common) {
     return read ? s.data_bytes_sent : s.data_bytes_received;
   };
   uint64_t last_reverse = 0;
-  // The connection's counters, taken every kSnapshotEvery: a peer's
-  // DISCONNECT ends the connection in the engine before the failed
-  // completion that says so is polled, and the engine keeps an ended
-  // connection's own counters but not its paths'; the report then shows the
-  // paths as last taken (it said "0 client paths", with the counters of the
-  // last progress line, or none in a run shorter than --interval).
-  constexpr auto kSnapshotEvery = std::chrono::milliseconds(100);
+  // The connection's counters and its paths'. The engine keeps both when the
+  // connection ends (a server's DISCONNECT ends it before the failed
+  // completion that says so is polled), so the last taken are final; only a
+  // connection the engine forgot (past its 64 last closed) keeps those of
+  // the last progress line.
   ConnStats cst{};
   std::vector<PathStats> client_stats;
   auto snapshot_at = t0;
   const auto snapshot = [&](Clock::time_point now) {
     if (!ep->conn_stats(conn, cst)) return false;
-    std::vector<PathStats> paths = ep->path_stats(conn);
-    if (paths.empty()) return false;  // ended: cst is final, the paths as last taken
-    client_stats = std::move(paths);
+    client_stats = ep->path_stats(conn);
     snapshot_at = now;
     return true;
   };
@@ -246,7 +242,6 @@ int run_client(const ClientArgs& a, const Common& common) {
       failed = true;
       break;
     }
-    if (now - snapshot_at >= kSnapshotEvery) (void)snapshot(now);
     // A progress line every interval, for any run that lasts longer (--iters too).
     if (now >= next_report) {
       (void)snapshot(now);
@@ -310,7 +305,7 @@ int run_client(const ClientArgs& a, const Common& common) {
                   std::chrono::duration<double>(snapshot_at - t0).count(),
                   std::chrono::duration<double, std::milli>(end_at - snapshot_at).count());
     counters_note = "the connection ended (" + conn_state_text(*ep, conn, gen.last_error.status) +
-                    ") and the engine keeps no counters of its paths: theirs are " + ago;
+                    ") and the engine no longer keeps its counters: they are " + ago;
     std::fprintf(stderr, "metaroce-perf client: note: %s\n", counters_note.c_str());
   }
   std::vector<PathReport> client_paths;
