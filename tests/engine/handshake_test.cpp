@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -42,6 +44,16 @@ std::vector<std::vector<uint8_t>> sent(Loop& loop, int i) {
   while (loop.ep(i).poll_transmit(loop.now(), buf, tx))
     out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
   return out;
+}
+
+// Rewrites, in every connection packet of opcode `op` that endpoint `from`
+// sends, the body (section 3.12) with `edit`, and seals it again.
+void edit_connect_body(Loop& loop, int from, uint8_t op, std::function<void(uint8_t*)> edit) {
+  loop.mutate = [from, op, edit = std::move(edit)](int sender, std::vector<uint8_t>& d) {
+    if (sender != from || d[1] != op) return;
+    edit(d.data() + wire::kBaseHeaderSize);
+    ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
+  };
 }
 
 int accepted_events(Endpoint& ep) {
@@ -168,12 +180,11 @@ TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
   for (const int from_end : {0, 1}) {
     SCOPED_TRACE(from_end == 0 ? "CONNECT_REQ" : "CONNECT_ACCEPT");
     Loop loop(cfg(307), cfg(308));
-    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-      if (from != from_end || (d[1] != kConnectReq && d[1] != kConnectAccept)) return;
-      d[wire::kBaseHeaderSize + 8] = 0;
-      d[wire::kBaseHeaderSize + 9] = 200;
-      ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
-    };
+    edit_connect_body(loop, from_end, from_end == 0 ? kConnectReq : kConnectAccept,
+                      [](uint8_t* body) {
+                        body[8] = 0;  // mtu 200
+                        body[9] = 200;
+                      });
     const Event ev = first_connect_event(loop);
     EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
     EXPECT_EQ(ev.status, Status::kConnectRefused);
@@ -233,11 +244,9 @@ TEST(Handshake, NoRequestLeavesAfterTheAccept) {
 // picks) is malformed; taking it would name connection 0 in every packet.
 TEST(Handshake, AcceptWithoutAConnectionIdIsIgnored) {
   Loop loop(cfg(313), cfg(314));
-  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-    if (from != 1 || d[1] != kConnectAccept) return;
-    for (size_t i = 0; i < 4; ++i) d[wire::kBaseHeaderSize + i] = 0;  // src_conn
-    ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
-  };
+  edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) {
+    for (size_t i = 0; i < 4; ++i) body[i] = 0;  // src_conn
+  });
   const Event ev = first_connect_event(loop);
   EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
   EXPECT_EQ(ev.status, Status::kConnectTimeout);
@@ -385,11 +394,7 @@ TEST(Handshake, RejectWithAnotherCodeIsARefusal) {
     EndpointConfig closed = cfg(326);
     closed.accept_incoming = false;
     Loop loop(cfg(325), closed);
-    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-      if (from != 1 || d[1] != kConnectReject) return;
-      d[wire::kBaseHeaderSize + 12] = code;
-      ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
-    };
+    edit_connect_body(loop, 1, kConnectReject, [code](uint8_t* body) { body[12] = code; });
     const Event ev = first_connect_event(loop);
     EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
     EXPECT_EQ(ev.status, Status::kConnectRefused);
