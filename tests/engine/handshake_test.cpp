@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -436,6 +437,31 @@ TEST(Handshake, UnansweredDisconnectsEndTheCloseAfterTheBudget) {
   EXPECT_EQ(closed_at.ns - last.ns, c.connect_retry_ns);
   loop.run_until([] { return false; }, 100'000'000);
   EXPECT_EQ(disconnects, static_cast<int>(c.connect_attempts));
+}
+
+// ENC-5, INT-2: the packets an endpoint sends for no connection of its own,
+// a REJECT and the DISCONNECT_ACK of a connection gone, carry PC as its
+// configuration says, like every other packet it sends, and their tsval:
+// a peer that sends with the UDP checksum off (cover_payload) sets PC in
+// every packet. (They left with PC clear and tsval 0.)
+TEST(Handshake, AnswersForNoConnectionCarryPcAndTsval) {
+  EndpointConfig closed = cfg(330);
+  closed.accept_incoming = false;
+  Loop loop(cfg(329), closed);
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  auto req = sent(loop, 0);
+  ASSERT_EQ(req.size(), 1u);
+  const uint64_t later = 12345;
+  deliver(loop, 1, loop.addr(0), req[0], later);
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  ASSERT_TRUE(loop.ep(1).poll_transmit(loop.now() + later, buf, tx));
+  wire::Packet p;
+  ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), p), wire::ParseError::kOk);
+  ASSERT_EQ(p.bh.opcode, wire::Opcode::kConnectReject);
+  EXPECT_EQ(p.bh.flags, wire::kFlagPayloadCovered);
+  EXPECT_EQ(p.bh.tsval, static_cast<uint32_t>(loop.now().ns + later));
 }
 
 }  // namespace
