@@ -208,7 +208,7 @@ struct Endpoint::Impl {
   [[nodiscard]] static bool may_emit(const detail::Connection& c) {
     return c.echo_count != 0 || (c.tx && c.tx->has_unsent()) || c.owes_control();
   }
-  [[gnu::cold]] bool emit_orphan(std::span<uint8_t> buf, TxDatagram& out);
+  [[gnu::cold]] bool emit_orphan(TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   template <bool gather>
   bool emit_for(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   void trace(TimeNs t, TraceKind k, const detail::Connection& c, uint8_t path, uint32_t psn,

@@ -10,11 +10,16 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
-bool Endpoint::Impl::emit_orphan(std::span<uint8_t> buf, TxDatagram& out) {
+bool Endpoint::Impl::emit_orphan(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
   const Orphan o = orphans.pop();
   wire::BaseHeader bh;
   bh.opcode = o.op;
   bh.dst_conn = o.dst_conn;
+  // As base_header() for a connection's packets: PC as configured (ENC-5: an
+  // endpoint that leaves the UDP checksum off sets it in every packet) and
+  // the time it leaves.
+  bh.flags = cfg.cover_payload ? wire::kFlagPayloadCovered : 0;
+  bh.tsval = static_cast<uint32_t>(now.ns);
   size_t h = o.op == wire::Opcode::kConnectReject ? wire::write_connect(buf, bh, o.connect)
                                                   : wire::write_disconnect(buf, bh, o.disconnect);
   out.peer = o.peer;
@@ -74,7 +79,7 @@ bool Endpoint::Impl::poll_one(TimeNs now, std::span<uint8_t> buf, TxDatagram& ou
 
 template <bool gather>
 bool Endpoint::Impl::poll_orphan(TimeNs now, std::span<uint8_t> buf, TxDatagram& out) {
-  if (emit_orphan(buf, out)) {
+  if (emit_orphan(now, buf, out)) {
     ++estats.datagrams_sent;
     return true;
   }

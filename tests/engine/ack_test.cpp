@@ -8,6 +8,7 @@
 
 #include "engine_util.hpp"
 #include "loop.hpp"
+#include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
 
 namespace metaroce::test {
@@ -272,6 +273,35 @@ TEST(Engine, BogusAckChangesNoPath) {
     PathStats ps;
     ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
     EXPECT_EQ(ps.ce_marks, 0u) << "path " << i;
+  }
+}
+
+// LOSS-6: tsval is 32 bits of nanoseconds, so it wraps every 4.29 s; a
+// sample of 4 s or more may be anything and is discarded. Every ACK's
+// echo_tsval here lies 4.2 s before the packet it echoes: the WRITE
+// completes, and no path takes a sample (each keeps the initial RTT).
+TEST(Engine, RttSampleOfFourSecondsOrMoreIsDiscarded) {  // LOSS-6
+  Loop loop(cfg(73), cfg(74));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 65536, 0, 3);
+  Buf dst(loop.ep(1), 65536, kAccessRemoteWrite);
+  int forged = 0;
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck)) return;
+    ++forged;
+    uint8_t* ts = d.data() + wire::kBaseHeaderSize + 8;  // echo_tsval
+    be::store32(ts, be::load32(ts) - 4'200'000'000u);
+    ASSERT_EQ(wire::seal(d, d.size() - wire::kIcrcSize, 0), d.size());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_GT(forged, 0);
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    EXPECT_EQ(ps.srtt_ns, cfg(73).recovery.initial_rtt_ns) << "path " << i;
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "engine_util.hpp"
 #include "loop.hpp"
+#include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
 
 namespace metaroce::test {
@@ -372,6 +373,33 @@ TEST(Engine, RnrPauseLeavesReadResponsesFlowing) {  // LOSS-7, READ-2
   EXPECT_EQ(naks_alone, 0u);
   EXPECT_GE(naks_paused, 2u);  // the READ ran across more than one pause
   EXPECT_LE(paused, alone + alone / 10) << "alone " << alone << " ns, paused " << paused << " ns";
+}
+
+// PLACE-4: a READ response whose msg_len is not its READ's length belongs to
+// no READ this end asked for: it is dropped, counted as a bad length, and
+// not acknowledged, though its payload fits inside the READ; its resend,
+// true, completes the READ.
+TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
+  Loop loop(cfg(95), cfg(96));
+  auto [a, b] = loop.connect();
+  Buf mine(loop.ep(0), 8192, kAccessLocalWrite, 0);
+  Buf theirs(loop.ep(1), 8192, kAccessRemoteRead, 0x6b);
+  pattern(theirs.bytes, 9);
+  bool forged = false;
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    if (forged || from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp)) return;
+    forged = true;
+    be::store32(d.data() + wire::kBaseHeaderSize + 8, 4096);  // msg_len: one packet's worth
+    ASSERT_EQ(wire::seal(d, d.size() - 4096 - wire::kIcrcSize, 4096), d.size());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(mine, theirs.addr(), theirs.mr.rkey, 8192)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_TRUE(forged);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(mine.bytes, theirs.bytes);
+  EXPECT_EQ(loop.ep(0).endpoint_stats().bad_length, 1u);
 }
 
 }  // namespace

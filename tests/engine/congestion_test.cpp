@@ -288,6 +288,50 @@ TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
   EXPECT_EQ(highest_after_floor, 0u) << "the window grew again after reaching the floor";
 }
 
+// CC-4, CC-5: an ACK that echoes a duplicate (ECHO_DUP) cuts no window, its
+// CE mark included; the mark still counts (ce_marks, CC-3) and still holds
+// the increase back (CC-2). Here every ACK of a WRITE on one path is made
+// to echo a CE-marked duplicate: the window neither falls nor grows. The
+// same ACKs without ECHO_DUP cut it.
+TEST(Engine, AckEchoingADuplicateCutsNoWindow) {  // CC-4, CC-5, CC-2
+  for (const bool dup : {true, false}) {
+    SCOPED_TRACE(dup);
+    EndpointConfig c = cfg(190);
+    c.num_paths = 1;
+    Loop loop(c, cfg(191));
+    loop.delay_ns = 10'000;
+    auto [a, b] = loop.connect();
+    Buf src(loop.ep(0), 1 << 20, 0, 0x45);
+    Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+      if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck)) return;
+      d[wire::kBaseHeaderSize + 14] |= wire::kAckEchoCe | (dup ? wire::kAckEchoDup : 0);
+      ASSERT_EQ(wire::seal(d, d.size() - wire::kIcrcSize, 0), d.size());
+    };
+    PathStats start;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, 0, start));
+    uint32_t lowest = start.cwnd_bytes, highest = start.cwnd_bytes;
+    loop.before_poll = [&](int from) {
+      PathStats ps;
+      if (from != 0 || !loop.ep(0).path_stats(a, 0, ps)) return;
+      lowest = std::min(lowest, ps.cwnd_bytes);
+      highest = std::max(highest, ps.cwnd_bytes);
+    };
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    EXPECT_EQ(done[0].status, Status::kOk);
+    PathStats end;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, 0, end));
+    EXPECT_GT(end.ce_marks, 0u);
+    EXPECT_EQ(highest, start.cwnd_bytes);
+    if (dup)
+      EXPECT_EQ(lowest, start.cwnd_bytes);
+    else
+      EXPECT_LT(lowest, start.cwnd_bytes);
+  }
+}
+
 // CC-2: after a cut the additive increase counts from the cut, a new
 // window's worth of acknowledged bytes to the next step. An accumulator kept
 // across the cut, counted against the larger window before it, could raise

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -53,6 +54,80 @@ TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
     while (loop.ep(0).poll_event(ev)) err |= ev.kind == EventKind::kError;
     EXPECT_TRUE(err);
   }
+}
+
+// NAK-2: a receiver that failed the connection with a fatal NAK repeats that
+// NAK to a PROBE of the connection too, not only to data, and sends it, as
+// every NAK, from the source port of the packet it answers (ACK-7's rule):
+// a sender whose copy of the NAK was lost, and that probes its paths for the
+// missing ACKs, still hears why.
+TEST(Engine, AFailedReceiverAnswersAProbeWithItsNak) {  // NAK-2
+  Loop loop(cfg(70), cfg(71));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x55);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0x11);
+  SendWr wr = write_wr(src, dst, 4096, 1);
+  wr.rkey ^= 1;
+  std::vector<std::vector<uint8_t>> naks;
+  std::vector<uint16_t> nak_ports;
+  uint16_t data_port = 0;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01) data_port = tx.entropy;
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kNak)) return;
+    naks.push_back(d);
+    nak_ports.push_back(tx.entropy);
+  };
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 1; };  // NAKs lost
+  ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  ASSERT_TRUE(loop.run_until([&] { return !naks.empty(); }));
+  EXPECT_EQ(nak_ports[0], data_port);
+  std::vector<uint8_t> probe(wire::kBaseHeaderSize + wire::kIcrcSize);
+  wire::BaseHeader bh;
+  bh.flags = wire::kFlagAckRequested | wire::kFlagPayloadCovered;
+  bh.opcode = wire::Opcode::kProbe;
+  bh.dst_conn = b.v;
+  bh.path_tag = wire::make_path_tag(2, 1);
+  bh.tsval = 77;
+  ASSERT_EQ(wire::seal(probe, wire::write_probe(probe, bh), 0), probe.size());
+  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 54321, false, probe}, loop.now());
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  ASSERT_TRUE(loop.ep(1).poll_transmit(loop.now(), buf, tx));
+  EXPECT_EQ(tx.entropy, 54321);
+  wire::Packet first, again;
+  ASSERT_EQ(wire::decode(naks[0], first), wire::ParseError::kOk);
+  ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), again),
+            wire::ParseError::kOk);
+  ASSERT_EQ(again.bh.opcode, wire::Opcode::kNak);
+  EXPECT_EQ(again.nak.code, static_cast<uint8_t>(Status::kRemoteBadKey));
+  EXPECT_EQ(again.nak.nak_psn, first.nak.nak_psn);
+  EXPECT_EQ(again.nak.msn, first.nak.msn);
+  EXPECT_FALSE(loop.ep(1).poll_transmit(loop.now(), buf, tx));  // no ACK of the PROBE
+}
+
+// NAK-3: a fatal NAK's cum_psn acknowledges as an ACK's would before the
+// connection fails, so a WRITE the receiver placed before the faulty one
+// completes kOk though every ACK of it was lost; only the NAKed one and
+// what follows it fail.
+TEST(Engine, FatalNakCumulativePsnCompletesTheWorkBeforeIt) {  // NAK-3, COMP-5
+  Loop loop(cfg(72), cfg(73));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x55);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0x11);
+  loop.drop = [](int from, const std::vector<uint8_t>& d) {
+    return from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  SendWr bad = write_wr(src, dst, 4096, 2);
+  bad.rkey ^= 1;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, bad), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 3)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 3, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(done[1].status, Status::kRemoteBadKey);
+  EXPECT_EQ(done[2].status, Status::kFlushed);
+  EXPECT_EQ(dst.bytes, src.bytes);  // the first WRITE landed
 }
 
 TEST(Engine, ReceiverNotReadyRetriesUntilPosted) {  // NAK-4, LOSS-7

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -42,6 +45,16 @@ std::vector<std::vector<uint8_t>> sent(Loop& loop, int i) {
   while (loop.ep(i).poll_transmit(loop.now(), buf, tx))
     out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
   return out;
+}
+
+// Rewrites, in every connection packet of opcode `op` that endpoint `from`
+// sends, the body (section 3.12) with `edit`, and seals it again.
+void edit_connect_body(Loop& loop, int from, uint8_t op, std::function<void(uint8_t*)> edit) {
+  loop.mutate = [from, op, edit = std::move(edit)](int sender, std::vector<uint8_t>& d) {
+    if (sender != from || d[1] != op) return;
+    edit(d.data() + wire::kBaseHeaderSize);
+    ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
+  };
 }
 
 int accepted_events(Endpoint& ep) {
@@ -168,12 +181,11 @@ TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
   for (const int from_end : {0, 1}) {
     SCOPED_TRACE(from_end == 0 ? "CONNECT_REQ" : "CONNECT_ACCEPT");
     Loop loop(cfg(307), cfg(308));
-    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-      if (from != from_end || (d[1] != kConnectReq && d[1] != kConnectAccept)) return;
-      d[wire::kBaseHeaderSize + 8] = 0;
-      d[wire::kBaseHeaderSize + 9] = 200;
-      ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
-    };
+    edit_connect_body(loop, from_end, from_end == 0 ? kConnectReq : kConnectAccept,
+                      [](uint8_t* body) {
+                        body[8] = 0;  // mtu 200
+                        body[9] = 200;
+                      });
     const Event ev = first_connect_event(loop);
     EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
     EXPECT_EQ(ev.status, Status::kConnectRefused);
@@ -233,11 +245,9 @@ TEST(Handshake, NoRequestLeavesAfterTheAccept) {
 // picks) is malformed; taking it would name connection 0 in every packet.
 TEST(Handshake, AcceptWithoutAConnectionIdIsIgnored) {
   Loop loop(cfg(313), cfg(314));
-  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-    if (from != 1 || d[1] != kConnectAccept) return;
-    for (size_t i = 0; i < 4; ++i) d[wire::kBaseHeaderSize + i] = 0;  // src_conn
-    ASSERT_GT(wire::seal(d, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
-  };
+  edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) {
+    for (size_t i = 0; i < 4; ++i) body[i] = 0;  // src_conn
+  });
   const Event ev = first_connect_event(loop);
   EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
   EXPECT_EQ(ev.status, Status::kConnectTimeout);
@@ -349,6 +359,109 @@ TEST(Handshake, RequestsNameTheReplyPortAnswersNone) {
   ASSERT_EQ(rej.size(), 1u);
   ASSERT_EQ(rej[0][1], kConnectReject);
   EXPECT_EQ(reply_port(rej[0]), 0u);
+}
+
+// CONN-3: the ACCEPT carries as mtu and window_log2 the values the connection
+// runs with, the smaller of the request's and the responder's own, not the
+// responder's own: a requester takes the smaller of its offer and the
+// ACCEPT's, so either reading agrees, and a responder offering less than
+// 64 packets still carries the least window, 6.
+TEST(Handshake, AcceptCarriesTheAgreedMtuAndWindow) {
+  EndpointConfig small = cfg(323);
+  small.mtu = 1024;
+  small.window_log2 = 7;
+  Loop loop(small, cfg(324));  // the responder's own: 4096, 10
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  auto req = sent(loop, 0);
+  ASSERT_EQ(req.size(), 1u);
+  deliver(loop, 1, loop.addr(0), req[0]);
+  auto acc = sent(loop, 1);
+  ASSERT_EQ(acc.size(), 1u);
+  wire::Packet p;
+  ASSERT_EQ(wire::decode(acc[0], p), wire::ParseError::kOk);
+  ASSERT_EQ(p.bh.opcode, wire::Opcode::kConnectAccept);
+  EXPECT_EQ(p.connect.mtu, 1024u);
+  EXPECT_EQ(p.connect.window_log2, 7u);
+  EXPECT_EQ(p.connect.max_reads, cfg(324).max_reads);  // its own: not negotiated
+}
+
+// CONN-4: a REJECT whose code is none of 0x47, 0x48 and 0x4a fails the
+// connection with kConnectRefused; the code is not passed on (it could name
+// a local status, or a NAK code, that says nothing of a refusal).
+TEST(Handshake, RejectWithAnotherCodeIsARefusal) {
+  for (const uint8_t code : {uint8_t{0x00}, uint8_t{0x02}, uint8_t{0x49}, uint8_t{0xff}}) {
+    SCOPED_TRACE(static_cast<int>(code));
+    EndpointConfig closed = cfg(326);
+    closed.accept_incoming = false;
+    Loop loop(cfg(325), closed);
+    edit_connect_body(loop, 1, kConnectReject, [code](uint8_t* body) { body[12] = code; });
+    const Event ev = first_connect_event(loop);
+    EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+    EXPECT_EQ(ev.status, Status::kConnectRefused);
+  }
+}
+
+// CONN-7: a close whose DISCONNECTs all go unanswered ends after
+// connect_attempts of them, connect_retry apart, as a connect would: the
+// connection is gone, its event kClosed with kPeerUnreachable.
+TEST(Handshake, UnansweredDisconnectsEndTheCloseAfterTheBudget) {
+  Loop loop(cfg(327), cfg(328));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  int disconnects = 0;
+  TimeNs first = TimeNs::never(), last = TimeNs::never();
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != kDisconnect) return;
+    ++disconnects;
+    if (first == TimeNs::never()) first = loop.now();
+    last = loop.now();
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
+  loop.ep(0).close(a, loop.now());
+  std::optional<Event> closed;
+  TimeNs closed_at = TimeNs::never();
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev))
+      if (ev.kind == EventKind::kClosed) {
+        closed = ev;
+        closed_at = loop.now();
+      }
+    return closed.has_value();
+  }));
+  const EndpointConfig c = cfg(327);
+  EXPECT_EQ(closed->status, Status::kPeerUnreachable);
+  EXPECT_EQ(disconnects, static_cast<int>(c.connect_attempts));
+  EXPECT_EQ(last.ns - first.ns, (c.connect_attempts - 1) * c.connect_retry_ns);
+  EXPECT_EQ(closed_at.ns - last.ns, c.connect_retry_ns);
+  loop.run_until([] { return false; }, 100'000'000);
+  EXPECT_EQ(disconnects, static_cast<int>(c.connect_attempts));
+}
+
+// ENC-5, INT-2: the packets an endpoint sends for no connection of its own,
+// a REJECT and the DISCONNECT_ACK of a connection gone, carry PC as its
+// configuration says, like every other packet it sends, and their tsval:
+// a peer that sends with the UDP checksum off (cover_payload) sets PC in
+// every packet. (They left with PC clear and tsval 0.)
+TEST(Handshake, AnswersForNoConnectionCarryPcAndTsval) {
+  EndpointConfig closed = cfg(330);
+  closed.accept_incoming = false;
+  Loop loop(cfg(329), closed);
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  auto req = sent(loop, 0);
+  ASSERT_EQ(req.size(), 1u);
+  const uint64_t later = 12345;
+  deliver(loop, 1, loop.addr(0), req[0], later);
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  ASSERT_TRUE(loop.ep(1).poll_transmit(loop.now() + later, buf, tx));
+  wire::Packet p;
+  ASSERT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), p), wire::ParseError::kOk);
+  ASSERT_EQ(p.bh.opcode, wire::Opcode::kConnectReject);
+  EXPECT_EQ(p.bh.flags, wire::kFlagPayloadCovered);
+  EXPECT_EQ(p.bh.tsval, static_cast<uint32_t>(loop.now().ns + later));
 }
 
 }  // namespace

@@ -490,5 +490,58 @@ TEST(Engine, NoNewDataLeavesWhileAResendWaits) {  // SCHED-2, LOSS-3
   }
 }
 
+// LOSS-8: a message's last packet is acknowledged at once (ACK-4), so its
+// tail-loss timer has no ack_delay term; a READ response's last packet is
+// such a packet as much as a WRITE's. Here the responder (endpoint 1) loses
+// the first copy of a one-packet READ response, and of a one-packet WRITE of
+// its own: both are resent after the same time. (The READ response's timer
+// kept the ack_delay term, 500 us here, and was resent that much later.)
+TEST(Engine, LastReadResponseTailTimerHasNoAckDelay) {  // LOSS-8, ACK-4
+  EndpointConfig responder = cfg(451);
+  responder.ack_delay_ns = 500'000;  // the term the timer must not add
+  Loop loop(cfg(450), responder);
+  auto [a, b] = loop.connect();
+  Buf mine(loop.ep(0), 4096, kAccessLocalWrite | kAccessRemoteWrite, 0);
+  Buf theirs(loop.ep(1), 4096, kAccessRemoteRead, 0x5a);
+  Buf src(loop.ep(1), 4096, 0, 0x11);
+  // Every path of endpoint 1 gets RTT samples (a few microseconds here).
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src, mine, 4096, i)), Status::kOk);
+    std::vector<Completion> warm;
+    ASSERT_TRUE(loop.run_until_completions(1, 1, warm));
+  }
+  // Resend delay of endpoint 1's first data packet of opcode `op`, whose
+  // first copy is lost.
+  const auto resend_delay = [&](uint8_t op, const std::function<void()>& post) {
+    int copies = 0;
+    TimeNs first = TimeNs::never(), again = TimeNs::never();
+    loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+      if (from != 1 || d[1] != op) return;
+      (++copies == 1 ? first : again) = loop.now();
+    };
+    loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+      return from == 1 && d[1] == op && copies == 1;
+    };
+    post();
+    loop.run_until([&] { return copies >= 2; }, 50'000'000);
+    loop.on_sent = nullptr;
+    loop.drop = nullptr;
+    EXPECT_EQ(copies, 2);
+    return again.ns - first.ns;
+  };
+  const uint64_t read = resend_delay(0x06, [&] {
+    ASSERT_EQ(loop.ep(0).post_send(a, read_wr(mine, theirs.addr(), theirs.mr.rkey, 4096)),
+              Status::kOk);
+  });
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(mine.bytes, theirs.bytes);
+  const uint64_t write = resend_delay(
+      0x01, [&] { ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src, mine, 4096)), Status::kOk); });
+  EXPECT_LT(write, 100'000u);
+  EXPECT_LT(read, 100'000u) << "write " << write;
+}
+
 }  // namespace
 }  // namespace metaroce::test
