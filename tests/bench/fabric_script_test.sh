@@ -67,6 +67,7 @@ if sys.argv[2] not in str(j.get("error")) or not isinstance(j.get("rows"), list)
 PY
 }
 
+# shellcheck source=../fabric/fabric.sh
 if [[ $EUID -ne 0 ]] || ! (source "$FAB" && fab_available >/dev/null); then
   echo "note: not root or no ip netns: the fabric checks skipped"
 else

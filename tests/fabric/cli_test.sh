@@ -59,6 +59,7 @@ bash "$FAB" help >"$tmp/out" 2>&1 || fail "fabric.sh help: exit $?"
 grep -q 'fabric.sh up N RATE_MBIT' "$tmp/out" || fail "fabric.sh help: no usage on stdout"
 
 root=0
+# shellcheck source=fabric.sh
 if [[ $EUID -eq 0 ]] && (source "$FAB" && fab_available >/dev/null); then root=1; fi
 if ((root)); then
   [[ -z $(ours) ]] || fail "bad arguments left namespaces: $(ours)"
