@@ -54,6 +54,21 @@ for bad in "--links 20" "--links 0" "--rate 0" "--seconds 0" "--seconds -1" "--q
   grep -q -- "$opt" "$tmp/err" || fail "bench/fabric $bad: the error does not name $opt: $(tail -1 "$tmp/err")"
 done
 
+# Not root: --json's object says so, exit 1, and no temporary directory is
+# left (one was, in TMPDIR). As nobody, where setpriv can make us that and
+# nobody can run the system's python3 (root's own may be out of its reach).
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if [[ $EUID -eq 0 ]] && command -v setpriv >/dev/null && as_nobody /usr/bin/python3 -c pass 2>/dev/null; then
+  mkdir -m 777 "$tmp/nobody"
+  chmod 755 "$tmp"
+  TMPDIR="$tmp/nobody" as_nobody /usr/bin/python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  ((rc == 1)) || fail "not root: exit $rc, not 1 ($(tail -1 "$tmp/err"))"
+  grep -q '"error": "needs root' "$tmp/out" || fail "not root: no JSON error: $(head -c 300 "$tmp/out")"
+  [[ -n $(ls -A "$tmp/nobody") ]] && fail "not root: left $(ls -A "$tmp/nobody") in TMPDIR"
+fi
+
 # json_error FILE WANT: FILE holds one JSON object whose "error" contains WANT.
 json_error() {
   python3 - "$1" "$2" <<'PY'
