@@ -43,13 +43,15 @@ EOF
 chmod +x "$fake"
 
 for bad in "--links 20" "--links 0" "--rate 0" "--seconds 0" "--seconds -1" "--qd 0" "--paths 33" \
-  "--mtu 100" "--perf $tmp/none" "--cases nope" "--transports udp" "--bogus"; do
+  "--mtu 100" "--perf $tmp/none" "--cases nope" "--transports udp" "--bogus" \
+  "--transports metaroce,cubic --seconds 2.5"; do
   # shellcheck disable=SC2086
   python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 $bad >"$tmp/out" 2>"$tmp/err"
   rc=$?
   ((rc == 2)) || fail "bench/fabric $bad: exit $rc, not 2 ($(tail -1 "$tmp/err"))"
   [[ -s $tmp/out ]] && fail "bench/fabric $bad: printed on stdout: $(head -c 200 "$tmp/out")"
-  opt=${bad%% *}
+  opt=${bad##*--}
+  opt=--${opt%% *}
   [[ $opt == --bogus ]] && opt=unrecognized
   grep -q -- "$opt" "$tmp/err" || fail "bench/fabric $bad: the error does not name $opt: $(tail -1 "$tmp/err")"
 done
