@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
   bool trace_failover = false;
 
   CLI::App app{"MetaRoCE demo: bulk WRITEs over a simulated lossy multipath network"};
-  app.add_option("--seed", seed, "seed of the network and the endpoints")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the network and the endpoints")
+      ->check(metaroce::tools::not_negative())
+      ->capture_default_str();
   app.add_option("--paths", paths, "network paths (ECMP on UDP source port)")
       ->check(metaroce::tools::number_in_range(1, 32))
       ->capture_default_str();

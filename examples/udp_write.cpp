@@ -3,7 +3,7 @@
 // (WRITE_IMM, so the server learns when it has landed).
 //
 //   udp_write server 127.0.0.1:4792
-//   udp_write client 127.0.0.1:4792 "hello, remote memory"
+//   udp_write client 127.0.0.1:4792 "hello, remote memory"   (TEXT: at least a byte)
 //   udp_write demo [PORT]              (both in one process, on loopback;
 //                                       any free port by default)
 #include <algorithm>
@@ -117,8 +117,17 @@ int main(int argc, char** argv) {
     auto ep = open_server(argc > 2 ? argv[2] : "0.0.0.0:4792");
     return ep ? serve(ep.get()) : 1;
   }
-  if (mode == "client" && argc > 2)
-    return client(argv[2], argc > 3 ? argv[3] : "hello, remote memory");
+  if (mode == "client" && argc > 2) {
+    const std::string text = argc > 3 ? argv[3] : "hello, remote memory";
+    // Its bytes are the WRITE's source, a registered region, and a region
+    // holds at least one byte: "" used to connect first and then fail in
+    // register_memory.
+    if (text.empty()) {
+      std::fprintf(stderr, "client: TEXT is empty; give at least one byte to write\n");
+      return 2;
+    }
+    return client(argv[2], text);
+  }
   if (mode == "demo") {
     // The server's socket is bound before the client starts, so the client
     // never races it; port 0 leaves the choice to the kernel, so the demo

@@ -11,8 +11,10 @@
 #   METAROCE_CALLGRIND_OUT=file keeps the callgrind output for
 #   `callgrind_annotate --inclusive=yes file` (a breakdown by function).
 #
-# Needs valgrind (callgrind and callgrind_annotate). Not part of the tests:
-# it runs for a few seconds and says nothing about correctness.
+# Needs valgrind (callgrind and callgrind_annotate; scripts/setup-deps.sh
+# installs it). Not part of the tests: it runs for a few seconds and says
+# nothing about correctness. Exit 2 when it cannot run as asked (no probe, no
+# valgrind, a packet count that is no whole number >= 1000).
 set -euo pipefail
 build=${1:-build}
 packets=${2:-20000}
@@ -21,6 +23,19 @@ if [[ ! -x $probe ]]; then
   echo "no $probe: build it with 'ninja -C $build metaroce-engine-probe'" >&2
   exit 2
 fi
+# Without these checks the script ended with no word: valgrind missing (its
+# "command not found" went where its stderr goes, /dev/null), or a count the
+# probe refused, exit status 127 or 2 and nothing printed.
+if [[ ! $packets =~ ^[0-9]{4,10}$ ]]; then
+  echo "packets must be a whole number, 1000..9999999999, not '$packets'" >&2
+  exit 2
+fi
+for tool in valgrind callgrind_annotate; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "$tool not found: install valgrind (apt-get install valgrind, or bash scripts/setup-deps.sh)" >&2
+    exit 2
+  fi
+done
 out=${METAROCE_CALLGRIND_OUT:-$(mktemp)}
 [[ -n ${METAROCE_CALLGRIND_OUT:-} ]] || trap 'rm -f "$out"' EXIT
 moved=$(valgrind --tool=callgrind --callgrind-out-file="$out" \

@@ -12,6 +12,7 @@ PACKAGES=(
   libtomlplusplus-dev  # metaroce-sim --config (sim/src/config_file.cpp)
   liburing-dev pkg-config  # the UDP driver's io_uring transmit (udp/CMakeLists.txt)
   clang-format python3
+  valgrind  # scripts/engine-instructions.sh: the instruction counts BENCHMARKS.md quotes
   # network experiments, drivers and plots (procps: sysctl, which tests/fabric/fabric.sh runs)
   iproute2 nftables procps iperf3 tshark mptcpd mptcpize libfabric-dev python3-matplotlib python3-numpy
 )

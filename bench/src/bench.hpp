@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,7 +61,13 @@ class Report {
  public:
   explicit Report(std::string name) : name_(std::move(name)) {}
   void num(const std::string& key, double v, const std::string& what) {
-    rows_.push_back({key, v, what});
+    rows_.push_back({key, v, std::nullopt, what});
+  }
+  // An integer reported exactly (a seed): a double holds only 53 bits, so
+  // --seed 18446744073709551615 came out as 1.8446744073709552e+19, which
+  // names another seed.
+  void exact(const std::string& key, uint64_t v, const std::string& what) {
+    rows_.push_back({key, static_cast<double>(v), v, what});
   }
   void print(bool json) const;
 
@@ -68,6 +75,7 @@ class Report {
   struct Row {
     std::string key;
     double value;
+    std::optional<uint64_t> exact;
     std::string what;
   };
   std::string name_;

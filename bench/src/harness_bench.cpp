@@ -254,7 +254,7 @@ int run_harness(const HarnessOptions& o) {
   }
   r.num("loss", o.loss, "random loss on every path");
   r.num("fail_path", o.fail_path, "path taken down mid-transfer (-1: none)");
-  r.num("seed", static_cast<double>(o.seed), "seed");
+  r.exact("seed", o.seed, "seed");
   r.num("goodput_gbps", gbps, "this run");
   r.num("lossless_goodput_gbps", base_gbps, "same transfer, no loss, no failure");
   r.num("goodput_ratio", base_gbps > 0 ? gbps / base_gbps : 0, "goodput / lossless goodput");

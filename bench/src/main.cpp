@@ -31,11 +31,11 @@ int main(int argc, char** argv) {
       ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}));
   harness->add_option("--loss", ho.loss, "random loss on every path (0..1)")
       ->check(metaroce::tools::number_in_range(0.0, 0.5));
-  harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer")
-      ->check(metaroce::tools::number_in_range(0, 31));
+  harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer (-1: none)")
+      ->check(metaroce::tools::number_in_range(-1, 31));
   harness->add_option("--size-mib", ho.size_mib, "MiB to move")
       ->check(metaroce::tools::number_in_range(1ull, 65536ull));
-  harness->add_option("--seed", ho.seed, "seed");
+  harness->add_option("--seed", ho.seed, "seed")->check(metaroce::tools::not_negative());
   harness->add_flag("--fabric", ho.fabric,
                     "bench/fabric's network instead: --paths links of 500 Mbit/s, 400 KB drop-tail "
                     "queues, no ECN marking, 50 us one way; endpoints as the UDP driver sets them");

@@ -11,7 +11,9 @@ void Report::print(bool json) const {
     nlohmann::ordered_json j;
     j["bench"] = name_;
     for (const Row& r : rows_) {
-      if (std::floor(r.value) == r.value && std::fabs(r.value) < 9e15)
+      if (r.exact)
+        j[r.key] = *r.exact;
+      else if (std::floor(r.value) == r.value && std::fabs(r.value) < 9e15)
         j[r.key] = static_cast<int64_t>(r.value);
       else
         j[r.key] = std::round(r.value * 1000.0) / 1000.0;
@@ -20,8 +22,13 @@ void Report::print(bool json) const {
     return;
   }
   std::printf("metaroce-bench %s\n", name_.c_str());
-  for (const Row& r : rows_)
-    std::printf("  %-32s %14.3f   %s\n", r.key.c_str(), r.value, r.what.c_str());
+  for (const Row& r : rows_) {
+    if (r.exact)
+      std::printf("  %-32s %14llu   %s\n", r.key.c_str(), static_cast<unsigned long long>(*r.exact),
+                  r.what.c_str());
+    else
+      std::printf("  %-32s %14.3f   %s\n", r.key.c_str(), r.value, r.what.c_str());
+  }
 }
 
 }  // namespace metaroce::bench

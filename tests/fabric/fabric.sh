@@ -14,6 +14,10 @@
 #   fabric.sh route SPORT DPORT [PROTO]   which link A->B traffic with these ports takes (IPv4)
 #   fabric.sh status                      qdisc / nft counters
 #
+# The commands that change the fabric (up, down, the faults) exit 1 at once
+# while another run (bench/fabric, a fabric test) holds its lock; bad
+# arguments exit 2.
+#
 # Topology (addresses private to the namespaces; the root namespace is never touched),
 # dual-stack: each IPv4 address 10.77.X.Y/24 has an IPv6 twin fd00:77:X::Y/64
 # (where the kernel lacks IPv6 or its settings below, fab_up warns and builds
@@ -113,11 +117,17 @@ fab_available() {
 # Two runs with the same MR_FAB_PREFIX would otherwise tear down and rebuild
 # each other's namespaces mid-test; with it the second waits. bench/fabric
 # takes the same lock.
+# SECONDS 0: no waiting, 1 at once (the CLI's commands that change the fabric).
 fab_lock() {
   local dir=/run/lock
   [[ -d $dir && -w $dir ]] || dir=${TMPDIR:-/tmp}
   exec {FAB_LOCK_FD}>"$dir/metaroce-fabric-${FAB_PREFIX}lock" || return 1
   if ! flock -n "$FAB_LOCK_FD"; then
+    if [[ ${1:-600} == 0 ]]; then
+      fab_log "another run (bench/fabric or a fabric test) holds the ${FAB_PREFIX} fabric;" \
+        "not touching it: wait for that run to end, or use another MR_FAB_PREFIX"
+      return 1
+    fi
     fab_log "another run holds the ${FAB_PREFIX} fabric; waiting (up to ${1:-600} s)"
     flock -w "${1:-600}" "$FAB_LOCK_FD" || return 1
   fi
@@ -142,10 +152,30 @@ fab_down() {
   return 0
 }
 
+# fab_up_args N RATE_MBIT [QUEUE_KB]: 0 when fab_up can take them; otherwise
+# says which is wrong. Checked before fab_up tears anything down: a typo must
+# neither remove a running fabric nor leave a half-built one (tc used to
+# refuse a rate of "abc" after the namespaces were made).
+fab_up_args() {
+  local n=${1-} rate=${2-} qkb=${3-400}
+  if [[ ! $n =~ ^[0-9]{1,2}$ ]] || ((10#$n < 1 || 10#$n > 16)); then
+    fab_log "links must be a whole number 1..16, not '$n'"
+    return 1
+  fi
+  if [[ ! $rate =~ ^[0-9]{1,6}$ ]] || ((10#$rate < 1)); then
+    fab_log "rate must be a whole number of Mbit/s, 1..999999, not '$rate'"
+    return 1
+  fi
+  if [[ ! $qkb =~ ^[0-9]{1,7}$ ]] || ((10#$qkb < 1)); then
+    fab_log "queue must be a whole number of KB, 1..9999999, not '$qkb'"
+    return 1
+  fi
+}
+
 # fab_up N RATE_MBIT [QUEUE_KB]
 fab_up() {
-  local n=${1:?links} rate=${2:?rate mbit} qkb=${3:-400}
-  ((n >= 1 && n <= 16)) || { fab_log "links must be 1..16"; return 1; }
+  fab_up_args "$@" || return 1
+  local n=$((10#$1)) rate=$((10#$2)) qkb=$((10#${3:-400}))
   fab_down
   local ns
   for ns in "$FAB_NS_A" "$FAB_NS_RA" "$FAB_NS_RB" "$FAB_NS_B"; do
@@ -521,11 +551,28 @@ fab_status() {
   done
 }
 
+# fab_usage: the CLI's part of the comment at the top.
+fab_usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
 fab_main() {
   local cmd=${1:-help}
   shift || true
+  # Commands that change the fabric take its lock first, without waiting: run
+  # beside bench/fabric or a fabric test (same MR_FAB_PREFIX), `up` and `down`
+  # used to tear that run's namespaces down under it, the others to add
+  # faults to its measurement.
   case "$cmd" in
-    up) fab_up "$@" ;;
+    up | down | loss | ecn | blackhole | unblackhole | linkdown | linkup | rate | clear)
+      if [[ $cmd == up ]] && ! fab_up_args "$@"; then
+        echo "usage: fabric.sh up N RATE_MBIT [QUEUE_KB]" >&2
+        return 2
+      fi
+      fab_lock 0 || return 1
+      ;;
+  esac
+  case "$cmd" in
+    # A fabric that could not be built whole is removed, not left half-made.
+    up) fab_up "$@" || { fab_down; return 1; } ;;
     down) fab_down ;;
     run) fab_exec "$@" ;;
     loss) fab_loss "$@" ;;
@@ -539,7 +586,12 @@ fab_main() {
     route) fab_route "$@" ;;
     status) fab_status ;;
     check) fab_available ;;
-    *) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ $cmd == help ]] ;;
+    help | -h | --help) fab_usage ;;
+    *)
+      fab_usage >&2
+      fab_log "unknown command '$cmd'"
+      return 2
+      ;;
   esac
 }
 

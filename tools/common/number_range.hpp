@@ -51,4 +51,19 @@ template <typename T>
       std::string(CLI::detail::type_name<T>()) + " in " + bounds);
 }
 
+// A check for a seed or other value that takes the whole of uint64_t, where
+// number_in_range cannot catch a negative: CLI11 reads "-1" into a uint64_t as
+// 2^64 - 1, which is in range (`metaroce-bench harness --seed -1` ran with
+// that seed and reported it as 1.8446744073709552e+19).
+[[nodiscard]] inline CLI::Validator not_negative() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        const auto first = input.find_first_not_of(" \t");
+        if (first != std::string::npos && input[first] == '-')
+          return "Value " + input + " is negative (expected 0 to 18446744073709551615)";
+        return std::string{};
+      },
+      "NON-NEGATIVE");
+}
+
 }  // namespace metaroce::tools

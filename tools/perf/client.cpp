@@ -65,6 +65,22 @@ void wait_path_reports(UdpEndpoint& ep, Sink& sink, Generator& gen, size_t n) {
   }
 }
 
+// A test that could not start (no server, a refusal, a bad address): why, on
+// stderr and, with --json, as the one JSON object on stdout (that used to
+// stay empty, while a run that failed later printed its object with
+// "error"). Exit status 1.
+int not_started(const ClientArgs& a, const std::string& why) {
+  std::fprintf(stderr, "metaroce-perf client: %s\n", why.c_str());
+  if (a.json) {
+    nlohmann::json j;
+    j["server"] = a.addr;
+    j["op"] = op_name(a.tp.op);
+    j["error"] = why;
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 1;
+}
+
 }  // namespace
 
 int run_client(const ClientArgs& a, const Common& common) {
@@ -72,8 +88,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   for (const auto& [name, secs] : {std::pair{"--duration", a.iters == 0 ? a.duration : 1.0},
                                    std::pair{"--interval", a.interval}})
     if (const std::string why = seconds_problem(secs); !why.empty()) {
-      std::fprintf(stderr, "metaroce-perf client: %s %s\n", name, why.c_str());
-      return 1;
+      return not_started(a, std::string(name) + " " + why);
     }
   Ctrl hello;
   hello.type = MsgType::kHello;
@@ -89,8 +104,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   hello.path_reports = ask_reports ? 1 : 0;
   // The server's own check, before this end allocates the same buffers.
   if (const Refusal r = check_hello(hello); r != Refusal::kNone) {
-    std::fprintf(stderr, "metaroce-perf client: %s\n", refusal_text(r).c_str());
-    return 1;
+    return not_started(a, refusal_text(r));
   }
   Error err;
   // The peer's address first, then a local socket of its family: a host
@@ -98,15 +112,11 @@ int run_client(const ClientArgs& a, const Common& common) {
   // guessed from the address's text, and such a name got 0.0.0.0:0).
   std::string local, peer, why;
   if (!client_local_address(a.addr, local, peer, why)) {
-    std::fprintf(stderr, "metaroce-perf client: %s: %s\n", a.addr.c_str(), why.c_str());
-    return 1;
+    return not_started(a, a.addr + ": " + why);
   }
   if (!a.bind.empty()) local = a.bind;
   auto ep = UdpEndpoint::open(local, make_options(common), err);
-  if (!ep) {
-    std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
-    return 1;
-  }
+  if (!ep) return not_started(a, err.message);
   // Every buffer of this end (those check_hello accepted) before it
   // connects: the server waits only a while for the Hello, and for anything
   // from the client once it has answered. The ring holds data-sized buffers
@@ -124,18 +134,13 @@ int run_client(const ClientArgs& a, const Common& common) {
       (a.tp.bidir &&
        !sink.expose(exposed ? a.tp.size : 8, exposed ? a.tp.qd : 1, exposed && read)) ||
       !gen.prepare(*ep, a.tp)) {
-    std::fprintf(stderr, "metaroce-perf client: cannot register buffers\n");
-    return 1;
+    return not_started(a, "cannot register buffers");
   }
   ConnId conn;
   err = ep->connect(peer, 3000ms, conn);
-  if (err) {
-    std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
-    return 1;
-  }
+  if (err) return not_started(a, err.message);
   if ((err = sink.post_ring(conn))) {
-    std::fprintf(stderr, "metaroce-perf client: cannot post receives: %s\n", err.message.c_str());
-    return 1;
+    return not_started(a, "cannot post receives: " + err.message);
   }
   if (a.tp.bidir) {
     hello.addr = sink.mem_mr.addr;
@@ -143,10 +148,7 @@ int run_client(const ClientArgs& a, const Common& common) {
     hello.len = sink.mem_mr.length;
   }
   CtrlOut hello_out;
-  if ((err = send_ctrl(*ep, conn, hello, hello_out, 1))) {
-    std::fprintf(stderr, "metaroce-perf client: %s\n", err.message.c_str());
-    return 1;
-  }
+  if ((err = send_ctrl(*ep, conn, hello, hello_out, 1))) return not_started(a, err.message);
   // The server allocates its buffers before it answers: 4 s per GiB of them
   // besides the 5 s, for a loaded host.
   const Buffers server = plan_buffers(Side::kServer, a.tp.op, a.tp.size, a.tp.qd, a.tp.bidir);
@@ -156,14 +158,12 @@ int run_client(const ClientArgs& a, const Common& common) {
   Ctrl ack;
   if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait, kClientGivesUpAt) ||
       ack.type != MsgType::kHelloAck) {
-    std::fprintf(stderr, "metaroce-perf client: no answer from server %s (%s)\n", a.addr.c_str(),
-                 peer_and_conn(*ep, conn).c_str());
-    return 1;
+    return not_started(a,
+                       "no answer from server " + a.addr + " (" + peer_and_conn(*ep, conn) + ")");
   }
   if (ack.refusal != 0) {
-    std::fprintf(stderr, "metaroce-perf client: server %s refused the test: %s\n", a.addr.c_str(),
-                 refusal_text(static_cast<Refusal>(ack.refusal), ack.busy_with).c_str());
-    return 1;
+    return not_started(a, "server " + a.addr + " refused the test: " +
+                              refusal_text(static_cast<Refusal>(ack.refusal), ack.busy_with));
   }
   gen.start(conn, ack.addr, ack.rkey);
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# bench/fabric's own behaviour, without measuring anything (a stand-in
+# metaroce-perf, 1-second cases):
+#   - a bad option exits 2 with a line naming it, before the lock and the
+#     fabric, and prints nothing on stdout;
+#   - (root) a fabric that cannot be built (here: a tc that refuses
+#     everything) exits 1 with --json's object carrying "error";
+#   - (root) SIGTERM midway exits 1 with that object ("interrupted by
+#     SIGTERM"), and leaves no namespace and no metaroce-perf behind.
+# Its own MR_FAB_PREFIX: never a running fabric's.
+#
+# usage: fabric_script_test.sh
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+BENCH="$root/bench/fabric"
+FAB="$root/tests/fabric/fabric.sh"
+export MR_FAB_PREFIX="mrbf$$-"
+tmp=$(mktemp -d)
+pid=""
+fails=0
+cleanup() {
+  [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
+  bash "$FAB" down >/dev/null 2>&1
+  rm -rf "$tmp" "/run/lock/metaroce-fabric-${MR_FAB_PREFIX}lock" "${TMPDIR:-/tmp}/metaroce-fabric-${MR_FAB_PREFIX}lock"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+ours() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^$MR_FAB_PREFIX" | tr '\n' ' '; }
+
+# A metaroce-perf that listens and never finishes a run: the client records
+# its pid and sleeps.
+fake="$tmp/metaroce-perf"
+cat >"$fake" <<EOF
+#!/bin/sh
+if [ "\$1" = server ]; then echo listening; exec sleep 120; fi
+echo \$\$ > "$tmp/client.pid"
+exec sleep 120
+EOF
+chmod +x "$fake"
+
+for bad in "--links 20" "--links 0" "--rate 0" "--seconds 0" "--seconds -1" "--qd 0" "--paths 33" \
+  "--mtu 100" "--perf $tmp/none" "--cases nope" "--transports udp" "--bogus" \
+  "--transports metaroce,cubic --seconds 2.5"; do
+  # shellcheck disable=SC2086
+  python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 $bad >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  ((rc == 2)) || fail "bench/fabric $bad: exit $rc, not 2 ($(tail -1 "$tmp/err"))"
+  [[ -s $tmp/out ]] && fail "bench/fabric $bad: printed on stdout: $(head -c 200 "$tmp/out")"
+  opt=${bad##*--}
+  opt=--${opt%% *}
+  [[ $opt == --bogus ]] && opt=unrecognized
+  grep -q -- "$opt" "$tmp/err" || fail "bench/fabric $bad: the error does not name $opt: $(tail -1 "$tmp/err")"
+done
+
+# Not root: --json's object says so, exit 1, and no temporary directory is
+# left (one was, in TMPDIR). As nobody, where setpriv can make us that and
+# nobody can run the system's python3 (root's own may be out of its reach).
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if [[ $EUID -eq 0 ]] && command -v setpriv >/dev/null && as_nobody /usr/bin/python3 -c pass 2>/dev/null; then
+  mkdir -m 777 "$tmp/nobody"
+  chmod 755 "$tmp"
+  TMPDIR="$tmp/nobody" as_nobody /usr/bin/python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  ((rc == 1)) || fail "not root: exit $rc, not 1 ($(tail -1 "$tmp/err"))"
+  grep -q '"error": "needs root' "$tmp/out" || fail "not root: no JSON error: $(head -c 300 "$tmp/out")"
+  [[ -n $(ls -A "$tmp/nobody") ]] && fail "not root: left $(ls -A "$tmp/nobody") in TMPDIR"
+fi
+
+# json_error FILE WANT: FILE holds one JSON object whose "error" contains WANT.
+json_error() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except ValueError as e:
+    sys.exit(f"not JSON ({e}): {open(sys.argv[1]).read()[:200]!r}")
+if sys.argv[2] not in str(j.get("error")) or not isinstance(j.get("rows"), list):
+    sys.exit(f"error {j.get('error')!r}, rows {j.get('rows')!r}")
+PY
+}
+
+# shellcheck source=../fabric/fabric.sh
+if [[ $EUID -ne 0 ]] || ! (source "$FAB" && fab_available >/dev/null); then
+  echo "note: not root or no ip netns: the fabric checks skipped"
+else
+  mkdir "$tmp/bin"
+  printf '#!/bin/sh\necho "tc: refused by the test" >&2\nexit 1\n' >"$tmp/bin/tc"
+  chmod +x "$tmp/bin/tc"
+  PATH="$tmp/bin:$PATH" python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  ((rc == 1)) || fail "fabric that cannot be built: exit $rc, not 1"
+  why=$(json_error "$tmp/out" "fab_up") || fail "fabric that cannot be built: $why"
+  [[ -z $(ours) ]] || fail "fabric that cannot be built: left $(ours)"
+
+  python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 >"$tmp/out" 2>"$tmp/err" &
+  pid=$!
+  for _ in $(seq 1 300); do
+    [[ -s $tmp/client.pid ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -s $tmp/client.pid ]] || fail "the run never started its client: $(tail -3 "$tmp/err")"
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  pid=""
+  ((rc == 1)) || fail "SIGTERM midway: exit $rc, not 1"
+  why=$(json_error "$tmp/out" "interrupted by SIGTERM") || fail "SIGTERM midway: $why"
+  [[ -z $(ours) ]] || fail "SIGTERM midway: left $(ours)"
+  if [[ -s $tmp/client.pid ]] && kill -0 "$(cat "$tmp/client.pid")" 2>/dev/null; then
+    fail "SIGTERM midway: the client ($(cat "$tmp/client.pid")) still runs"
+  fi
+fi
+
+if ((fails)); then
+  echo "FAIL: $fails check(s)"
+  exit 1
+fi
+echo "PASS: bench/fabric options, failure and interruption"

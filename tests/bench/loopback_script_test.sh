@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/loopback's own behaviour, without measuring anything (stand-ins for
+# metaroce-perf and the raw blast):
+#   - a bad option exits 2 with a line naming it, before anything is built
+#     or started, and prints nothing on stdout;
+#   - SIGTERM midway exits 1, --json still prints its object with "error",
+#     and the metaroce-perf server it started is stopped.
+#
+# usage: loopback_script_test.sh
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+BENCH="$root/bench/loopback"
+tmp=$(mktemp -d)
+pid=""
+fails=0
+cleanup() {
+  [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
+  for f in "$tmp"/*.pid; do [[ -s $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+
+# A metaroce-perf whose server listens and whose client fails at once, or
+# with FAKE_SLEEP=1 never finishes; each records its pid.
+fake="$tmp/metaroce-perf"
+cat >"$fake" <<EOF
+#!/bin/sh
+echo \$\$ > "$tmp/\$1.pid"
+[ "\$1" = server ] && echo listening && exec sleep 120
+[ "\${FAKE_SLEEP:-0}" = 1 ] && exec sleep 120
+exit 1
+EOF
+chmod +x "$fake"
+
+for bad in "--mtu 100" "--mtu 70000" "--seconds 0" "--seconds -2" "--rounds 0" "--size 0" "--qd 0" "--qd 201" \
+  "--perf $tmp/none" "--blast $tmp/none" "--bogus"; do
+  # shellcheck disable=SC2086
+  python3 "$BENCH" --json --no-latency --perf "$fake" --blast "$fake" $bad >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  ((rc == 2)) || fail "bench/loopback $bad: exit $rc, not 2 ($(tail -1 "$tmp/err"))"
+  [[ -s $tmp/out ]] && fail "bench/loopback $bad: printed on stdout: $(head -c 200 "$tmp/out")"
+  opt=${bad%% *}
+  [[ $opt == --bogus ]] && opt=unrecognized
+  grep -q -- "$opt" "$tmp/err" || fail "bench/loopback $bad: the error does not name $opt: $(tail -1 "$tmp/err")"
+done
+
+rm -f "$tmp"/*.pid
+FAKE_SLEEP=1 python3 "$BENCH" --json --seconds 30 --no-latency --perf "$fake" --blast "$fake" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 1 200); do
+  [[ -s $tmp/client.pid ]] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+[[ -s $tmp/client.pid ]] || fail "the run never started its client: $(tail -3 "$tmp/err")"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=""
+((rc == 1)) || fail "SIGTERM midway: exit $rc, not 1"
+python3 - "$tmp/out" <<'PY' || fail "SIGTERM midway: no JSON object with error"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except ValueError as e:
+    sys.exit(f"not JSON: {e}")
+sys.exit(0 if j.get("error") == "interrupted" else f"error {j.get('error')!r}")
+PY
+sleep 0.2
+if [[ -s $tmp/server.pid ]] && kill -0 "$(cat "$tmp/server.pid")" 2>/dev/null; then
+  fail "SIGTERM midway: the metaroce-perf server ($(cat "$tmp/server.pid")) still runs"
+fi
+
+if ((fails)); then
+  echo "FAIL: $fails check(s)"
+  exit 1
+fi
+echo "PASS: bench/loopback options and interruption"
