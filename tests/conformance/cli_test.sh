@@ -88,4 +88,41 @@ elif ! grep -Eq '^metaroce-conform: stopped during check [A-Z]+-[0-9].*: the age
 else
   echo "ok:   the agent killed midway -> exit 3"
 fi
+
+# An agent that answers close, conn_error or stats with an error of its own
+# (its IUT failed them), not "unknown op" (an agent without them): the run
+# stops with that error, exit 3. It once skipped the checks ("the target
+# cannot be asked to close", "does not report its counters"), the agent's
+# text lost, and exited 0.
+for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
+  op=${case% *} rule=${case#* }
+  rc=2
+  for _ in 1 2 3 4 5; do
+    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+    python3 "$here/refusing_agent.py" "$listen" "$op" "the IUT failed: ENOMEM" \
+      >"$dir/refusing.out" 2>&1 &
+    refusing_pid=$!
+    refusing=
+    for _ in $(seq 100); do
+      refusing=$(sed -n 's/.*listening on \([^,]*\),.*/\1/p' "$dir/refusing.out")
+      [ -n "$refusing" ] && break
+      sleep 0.05
+    done
+    timeout 60 "$conform" --target remote --agent "$refusing" --iut "$iut" --entropy-base "$base" \
+      --entropy-count 16 --rule "$rule" >"$dir/run.out" 2>"$dir/run.err"
+    rc=$?
+    kill "$refusing_pid" 2>/dev/null
+    wait "$refusing_pid" 2>/dev/null
+    stop_agent
+    [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
+  done
+  want="the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\""
+  if [ "$rc" -ne 3 ] || ! grep -Fq "$want" "$dir/run.err"; then
+    cat "$dir/run.out" "$dir/run.err"
+    echo "FAIL: $op answered with an error: exit $rc, wanted 3 and '$want'"
+    failures=$((failures + 1))
+  else
+    echo "ok:   $op answered with an error -> exit 3: $(cat "$dir/run.err")"
+  fi
+done
 finish
