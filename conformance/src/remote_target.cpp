@@ -40,6 +40,9 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
       return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // Opened: a "busy" of an earlier try is no reason for anything now (a
+  // run stopped later appended it to its stop line).
+  why.clear();
   if (!t->wire_.open(o.tester_ip, o.stranger_ip, o.entropy_base, why)) return nullptr;
   std::string bad_iut;
   if (!t->wire_.set_iut(iut_host, iut_port, bad_iut)) {
