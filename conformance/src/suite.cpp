@@ -196,8 +196,15 @@ bool names(std::string_view list, std::string_view rule) {
 
 std::span<const Check> checks() { return kChecks; }
 
+bool any_check_names(std::string_view rule) {
+  if (rule.empty()) return true;
+  for (const Check& c : kChecks)
+    if (names(c.rule, rule)) return true;
+  return false;
+}
+
 std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, std::string_view rule,
-                        Abort* aborted) {
+                        Abort* aborted, const std::function<void(const Result&)>& on_result) {
   std::vector<Result> out;
   for (const Check& c : kChecks) {
     if (!rule.empty() && !names(c.rule, rule)) continue;
@@ -208,6 +215,7 @@ std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, st
       stop.why = t->lost();
       if (stop.why.empty()) {
         out.push_back({&c, std::move(o)});
+        if (on_result) on_result(out.back());
         continue;
       }
     }

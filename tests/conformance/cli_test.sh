@@ -41,6 +41,11 @@ expect 2 "^--min-wait-us: Value 5ms is not a whole number \(expected 1000 to 100
   "$conform" --target remote --agent 127.0.0.1:7000 --iut 127.0.0.1:40000 --entropy-base 40001 \
   --entropy-count 16 --min-wait-us 5ms
 expect 0 '' "$conform" --help
+# A rule no check names (ACK-2 has none yet: conformance/README.md), before
+# any target opens: the agent named here is never reached.
+expect 2 "^metaroce-conform: no check names rule 'ACK-2'" "$conform" --rule ACK-2
+expect 2 "^metaroce-conform: no check names rule 'ACK-2'" "$conform" --target remote \
+  --agent 127.0.0.1:1 --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16 --rule ACK-2
 # A report that cannot be written (a full disk) is not a pass.
 expect_full 2 '^metaroce-conform: the report could not be written to stdout' \
   "$conform" --rule CONN-1 --json
@@ -87,6 +92,28 @@ elif ! grep -Eq '^metaroce-conform: stopped during check [A-Z]+-[0-9].*: the age
   failures=$((failures + 1))
 else
   echo "ok:   the agent killed midway -> exit 3"
+fi
+
+# The table's lines go out as the checks end: a run cut short (here after
+# 5 s of the ~10 a whole one takes) has shown the checks done so far. It
+# once printed nothing until the end, and a run against a wrong --iut, each
+# check waiting out its replies, stayed silent for half an hour.
+rc=2
+for _ in 1 2 3 4 5; do
+  start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+  timeout 5 "$conform" --target remote --agent "$listen" --iut "$iut" --entropy-base "$base" \
+    --entropy-count 16 >"$dir/run.out" 2>"$dir/run.err"
+  rc=$?
+  stop_agent
+  [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
+done
+if [ "$rc" -ne 124 ] || ! grep -q '^target: ' "$dir/run.out" ||
+  ! grep -Eq '^  (ok|FAIL|skip) +ENC-1 ' "$dir/run.out"; then
+  cat "$dir/run.out" "$dir/run.err"
+  echo "FAIL: a run cut short after 5 s: exit $rc (wanted 124), no table lines so far"
+  failures=$((failures + 1))
+else
+  echo "ok:   a run cut short after 5 s shows $(grep -c '^  ' "$dir/run.out") checks done"
 fi
 
 # An agent that answers close, conn_error or stats with an error of its own
