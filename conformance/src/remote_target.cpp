@@ -40,6 +40,9 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
       return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // Opened: a "busy" of an earlier try is no reason for anything now (a
+  // run stopped later appended it to its stop line).
+  why.clear();
   if (!t->wire_.open(o.tester_ip, o.stranger_ip, o.entropy_base, why)) return nullptr;
   std::string bad_iut;
   if (!t->wire_.set_iut(iut_host, iut_port, bad_iut)) {
@@ -74,6 +77,17 @@ bool RemoteTarget::call(const json& request, json& reply) {
       reply["error"] = "(no error text)";
   }
   if (!broken_.empty()) reply = json{{"ok", false}, {"error", broken_}};
+  return false;
+}
+
+bool RemoteTarget::call_later_op(const json& request, json& reply) {
+  if (call(request, reply)) return true;
+  const std::string error = reply.value("error", std::string());
+  if (broken_.empty() && !error.starts_with("unknown op")) {
+    const std::string op = request.value("op", std::string());
+    broke(op, "answered \"" + error + "\" (an agent without " + op +
+                  " answers \"unknown op\", and the checks that need it skip)");
+  }
   return false;
 }
 
@@ -245,13 +259,13 @@ bool RemoteTarget::poll_completion(Completion& out) {
 
 bool RemoteTarget::close(ConnId conn) {
   json r;
-  return call({{"op", "close"}, {"conn", conn.v}}, r);
+  return call_later_op({{"op", "close"}, {"conn", conn.v}}, r);
 }
 
 bool RemoteTarget::conn_error(ConnId conn, Status& out) {
   json r;
   uint64_t status = 0;
-  if (!call({{"op", "conn_error"}, {"conn", conn.v}}, r) ||
+  if (!call_later_op({{"op", "conn_error"}, {"conn", conn.v}}, r) ||
       !field(r, "conn_error", "status", status, 255))
     return false;
   out = static_cast<Status>(status);
@@ -270,7 +284,7 @@ bool RemoteTarget::start_psn_at(uint32_t psn) {
 
 bool RemoteTarget::endpoint_stats(EndpointStats& out) {
   json r;
-  if (!call({{"op", "stats"}}, r)) return false;
+  if (!call_later_op({{"op", "stats"}}, r)) return false;
   for (const agent::DropCounter& c : agent::kDropCounters)
     if (!field(r, "stats", std::string(c.name).c_str(), out.*c.field)) return false;
   return true;

@@ -26,7 +26,7 @@ constexpr std::array kChecks = {
           "a WRITE or an ACK shorter than its headers and ICRC, or than 20 bytes, draws nothing "
           "and changes nothing",
           check_bad1},
-    Check{"BAD-2",
+    Check{"BAD-2, CONN-5",
           "a WRITE or an ACK of version 2 draws nothing and changes nothing; a CONNECT_REQ of "
           "version 2 draws a version-1 CONNECT_REJECT 0x48",
           check_bad2},
@@ -131,7 +131,8 @@ constexpr std::array kChecks = {
           "once the packet lands, no response, NAK 0x07 naming the READ_REQ",
           check_mr5_waiting_read},
     Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
-    Check{"CC-3", "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
+    Check{"CC-3, CC-4",
+          "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},
     Check{"PATH-3, LOSS-6", "an echo of an old generation acknowledges, but moves no srtt or cwnd",
           check_path3},
@@ -195,8 +196,15 @@ bool names(std::string_view list, std::string_view rule) {
 
 std::span<const Check> checks() { return kChecks; }
 
+bool any_check_names(std::string_view rule) {
+  if (rule.empty()) return true;
+  for (const Check& c : kChecks)
+    if (names(c.rule, rule)) return true;
+  return false;
+}
+
 std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, std::string_view rule,
-                        Abort* aborted) {
+                        Abort* aborted, const std::function<void(const Result&)>& on_result) {
   std::vector<Result> out;
   for (const Check& c : kChecks) {
     if (!rule.empty() && !names(c.rule, rule)) continue;
@@ -207,6 +215,7 @@ std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, st
       stop.why = t->lost();
       if (stop.why.empty()) {
         out.push_back({&c, std::move(o)});
+        if (on_result) on_result(out.back());
         continue;
       }
     }

@@ -41,6 +41,11 @@ expect 2 "^--min-wait-us: Value 5ms is not a whole number \(expected 1000 to 100
   "$conform" --target remote --agent 127.0.0.1:7000 --iut 127.0.0.1:40000 --entropy-base 40001 \
   --entropy-count 16 --min-wait-us 5ms
 expect 0 '' "$conform" --help
+# A rule no check names (ACK-2 has none yet: conformance/README.md), before
+# any target opens: the agent named here is never reached.
+expect 2 "^metaroce-conform: no check names rule 'ACK-2'" "$conform" --rule ACK-2
+expect 2 "^metaroce-conform: no check names rule 'ACK-2'" "$conform" --target remote \
+  --agent 127.0.0.1:1 --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16 --rule ACK-2
 # A report that cannot be written (a full disk) is not a pass.
 expect_full 2 '^metaroce-conform: the report could not be written to stdout' \
   "$conform" --rule CONN-1 --json
@@ -88,4 +93,66 @@ elif ! grep -Eq '^metaroce-conform: stopped during check [A-Z]+-[0-9].*: the age
 else
   echo "ok:   the agent killed midway -> exit 3"
 fi
+
+# The table's lines go out as the checks end: a run cut short (here after
+# 5 s of the ~10 a whole one takes) has shown the checks done so far. It
+# once printed nothing until the end, and a run against a wrong --iut, each
+# check waiting out its replies, stayed silent for half an hour.
+rc=2
+for _ in 1 2 3 4 5; do
+  start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+  timeout 5 "$conform" --target remote --agent "$listen" --iut "$iut" --entropy-base "$base" \
+    --entropy-count 16 >"$dir/run.out" 2>"$dir/run.err"
+  rc=$?
+  stop_agent
+  [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
+done
+if [ "$rc" -ne 124 ] || ! grep -q '^target: ' "$dir/run.out" ||
+  ! grep -Eq '^  (ok|FAIL|skip) +ENC-1 ' "$dir/run.out"; then
+  cat "$dir/run.out" "$dir/run.err"
+  echo "FAIL: a run cut short after 5 s: exit $rc (wanted 124), no table lines so far"
+  failures=$((failures + 1))
+else
+  echo "ok:   a run cut short after 5 s shows $(grep -c '^  ' "$dir/run.out") checks done"
+fi
+
+# An agent that answers close, conn_error or stats with an error of its own
+# (its IUT failed them), not "unknown op" (an agent without them): the run
+# stops with that error, exit 3. It once skipped the checks ("the target
+# cannot be asked to close", "does not report its counters"), the agent's
+# text lost, and exited 0.
+# Every open of the target is first answered "busy" (a retry then opens
+# it): the stop line once ended with that stale "busy", as if it were the
+# reason.
+for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
+  op=${case% *} rule=${case#* }
+  rc=2
+  for _ in 1 2 3 4 5; do
+    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+    python3 "$here/refusing_agent.py" "$listen" "$op" "the IUT failed: ENOMEM" --busy-odd \
+      >"$dir/refusing.out" 2>&1 &
+    refusing_pid=$!
+    refusing=
+    for _ in $(seq 100); do
+      refusing=$(sed -n 's/.*listening on \([^,]*\),.*/\1/p' "$dir/refusing.out")
+      [ -n "$refusing" ] && break
+      sleep 0.05
+    done
+    timeout 60 "$conform" --target remote --agent "$refusing" --iut "$iut" --entropy-base "$base" \
+      --entropy-count 16 --rule "$rule" >"$dir/run.out" 2>"$dir/run.err"
+    rc=$?
+    kill "$refusing_pid" 2>/dev/null
+    wait "$refusing_pid" 2>/dev/null
+    stop_agent
+    [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
+  done
+  want="the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\""
+  if [ "$rc" -ne 3 ] || ! grep -Fq "$want" "$dir/run.err" || grep -q busy "$dir/run.err"; then
+    cat "$dir/run.out" "$dir/run.err"
+    echo "FAIL: $op answered with an error: exit $rc, wanted 3 and '$want', no 'busy'"
+    failures=$((failures + 1))
+  else
+    echo "ok:   $op answered with an error -> exit 3: $(cat "$dir/run.err")"
+  fi
+done
 finish

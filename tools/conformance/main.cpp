@@ -85,6 +85,12 @@ int run(int argc, char** argv) {
                  "--entropy-count\n");
     return 2;
   }
+  // Before the target opens: nothing is checked, and nothing printed.
+  if (!mc::any_check_names(rule)) {
+    std::fprintf(stderr, "metaroce-conform: no check names rule '%s' (--list shows them)\n",
+                 rule.c_str());
+    return 2;
+  }
   std::string name, why;
   const auto target = [&]() -> std::unique_ptr<mc::Target> {
     std::unique_ptr<mc::Target> t;
@@ -103,8 +109,27 @@ int run(int argc, char** argv) {
                  why.c_str());
     return metaroce::tools::kExitBadOptions;
   }
+  // The table's lines go out as their checks end (a run against a real IUT
+  // lasts; one against a wrong --iut, every check waiting out its replies,
+  // half an hour): it once printed nothing until the run was over.
+  const auto line = [](const mc::Result& r) {
+    std::printf("  %-4s %-14.*s %.*s%s%s\n",
+                r.outcome.skipped  ? "skip"
+                : r.outcome.passed ? "ok"
+                                   : "FAIL",
+                static_cast<int>(r.check->rule.size()), r.check->rule.data(),
+                static_cast<int>(r.check->title.size()), r.check->title.data(),
+                r.outcome.detail.empty() ? "" : ": ", r.outcome.detail.c_str());
+    std::fflush(stdout);
+  };
+  const bool table = !json;
+  if (table) {
+    std::printf("target: %s\n", name.c_str());
+    std::fflush(stdout);
+  }
   mc::Abort abort;
-  const std::vector<mc::Result> results = mc::run(target, rule, &abort);
+  const std::vector<mc::Result> results =
+      mc::run(target, rule, &abort, table ? std::function<void(const mc::Result&)>(line) : nullptr);
   std::string stopped;  // why the run stopped early: no verdict on the IUT
   if (abort.check != nullptr) {
     if (!why.empty()) abort.why += ": " + why;  // why the target did not open
@@ -113,10 +138,6 @@ int run(int argc, char** argv) {
               " checks done): " + (which == "remote" ? "the agent" : "the target") +
               " was lost: " + abort.why;
     std::fprintf(stderr, "metaroce-conform: %s\n", stopped.c_str());
-  } else if (results.empty()) {
-    std::fprintf(stderr, "metaroce-conform: no check names rule '%s' (--list shows them)\n",
-                 rule.c_str());
-    return 2;
   }
   size_t passed = 0, skipped = 0;
   for (const mc::Result& r : results) {
@@ -140,15 +161,6 @@ int run(int argc, char** argv) {
                              {"detail", r.outcome.detail}});
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("target: %s\n", name.c_str());
-    for (const mc::Result& r : results)
-      std::printf("  %-4s %-14.*s %.*s%s%s\n",
-                  r.outcome.skipped  ? "skip"
-                  : r.outcome.passed ? "ok"
-                                     : "FAIL",
-                  static_cast<int>(r.check->rule.size()), r.check->rule.data(),
-                  static_cast<int>(r.check->title.size()), r.check->title.data(),
-                  r.outcome.detail.empty() ? "" : ": ", r.outcome.detail.c_str());
     std::printf("%zu passed, %zu failed, %zu skipped%s\n", passed, failed, skipped,
                 stopped.empty() ? "" : "; the run STOPPED, the other checks did not run");
   }

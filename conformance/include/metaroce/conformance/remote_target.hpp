@@ -87,6 +87,13 @@ class RemoteTarget : public Target {
   // "ok": false (`reply` holds its "error") or the connection broke (then
   // broken_ says how).
   bool call(const nlohmann::json& request, nlohmann::json& reply);
+  // The same for an op that came after the first agents and that cannot
+  // fail on what the checks ask (close, conn_error, stats): an agent
+  // without it answers "unknown op" (false: the checks that need it skip);
+  // any other error breaks the session. A skip there would hide the
+  // agent's own error text behind "the target cannot be asked to" and
+  // exit 0.
+  bool call_later_op(const nlohmann::json& request, nlohmann::json& reply);
   // Unsigned field `key` of a reply to `op` (at most `max`); a reply
   // without it breaks the connection as malformed.
   bool field(const nlohmann::json& reply, const char* op, const char* key, uint64_t& out,

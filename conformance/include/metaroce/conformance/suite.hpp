@@ -35,6 +35,10 @@ struct Result {
   Outcome outcome;
 };
 
+// Whether run(make, rule) would run a check: `rule` is empty or a check's
+// rule list names it.
+[[nodiscard]] bool any_check_names(std::string_view rule);
+
 // Why a run stopped before its last check: the target of `check` could not
 // be opened (`make` gave nullptr) or was lost during it (Target::lost(), in
 // `why`). Either says nothing of the IUT: no result is recorded for `check`.
@@ -46,8 +50,11 @@ struct Abort {
 // Runs the checks whose rule list names `rule` (all when empty), each on a
 // target of its own from `make`, and returns the results of those that ran
 // to the end. When a target cannot be opened or is lost, the run stops there
-// and `*aborted` (if given) says at which check and why.
+// and `*aborted` (if given) says at which check and why. `on_result` (if
+// given) sees each result as its check ends: a run against a slow or
+// misconfigured target can be followed while it lasts.
 [[nodiscard]] std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make,
-                                      std::string_view rule = {}, Abort* aborted = nullptr);
+                                      std::string_view rule = {}, Abort* aborted = nullptr,
+                                      const std::function<void(const Result&)>& on_result = {});
 
 }  // namespace metaroce::conformance
