@@ -4,7 +4,8 @@
 # program and checks its exit status is RC and its stderr matches PATTERN
 # (grep -E; empty: not checked), counting mismatches in `failures`;
 # expect_full does the same with the program's stdout on /dev/full (a full
-# disk); finish ends the test, failing if any.
+# disk); expect_quiet RC PROGRAM ARGS... wants exit RC and nothing on stderr
+# (no warning); finish ends the test, failing if any.
 failures=0
 expect() {
   want_rc=$1 pattern=$2
@@ -27,6 +28,20 @@ expect_full() {
   expect_stdout=/dev/full
   expect "$@"
   expect_stdout=/dev/null
+}
+expect_quiet() {
+  want_rc=$1
+  shift
+  program=$(basename "$1")
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  shift
+  if [ "$rc" -ne "$want_rc" ] || [ -n "$err" ]; then
+    echo "FAIL: $program $*: exit $rc (wanted $want_rc), stderr '$err' (wanted none)"
+    failures=$((failures + 1))
+  else
+    echo "ok:   $program $* -> exit $rc, quiet"
+  fi
 }
 finish() {
   [ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }

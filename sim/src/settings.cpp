@@ -24,34 +24,32 @@ struct Scope {
   const char* where;  // what setting_idle_in() says when acts() is false
 };
 
-bool is_baseline(const SimConfig& c) {
-  return c.transport == TransportKind::kRoceV2 || c.transport == TransportKind::kIrn;
-}
+bool runs_engine(const SimConfig& c) { return !is_baseline(c.transport); }
 bool has_pfc(const SimConfig& c) {
   // The baselines' PFC is fixed by the transport (Simulation's constructor).
-  return c.transport == TransportKind::kRoceV2 || (!is_baseline(c) && c.queue.pfc);
+  return c.transport == TransportKind::kRoceV2 || (runs_engine(c) && c.queue.pfc);
 }
 
 constexpr Scope kEveryRun{[](const SimConfig&) { return true; }, ""};
-constexpr Scope kEngine{[](const SimConfig& c) { return !is_baseline(c); },
-                        "metaroce and spray-nocc"};
+constexpr Scope kEngine{runs_engine, "metaroce and spray-nocc"};
 // CC-3/CC-5's reactions: spray-nocc is the engine with congestion control off.
 constexpr Scope kEngineCc{
     [](const SimConfig& c) { return c.transport == TransportKind::kMetaRoce; },
     "metaroce (spray-nocc runs without congestion control)"};
-constexpr Scope kDcqcn{[](const SimConfig& c) { return is_baseline(c) && c.rc.dcqcn; },
+constexpr Scope kDcqcn{[](const SimConfig& c) { return is_baseline(c.transport) && c.rc.dcqcn; },
                        "rocev2 and irn with DCQCN (not with --no-dcqcn)"};
-constexpr Scope kBaselineRed{[](const SimConfig& c) { return is_baseline(c) && c.rc.own_ecn; },
-                             "rocev2 and irn without --fabric-ecn"};
-constexpr Scope kQueueEcn{[](const SimConfig& c) { return !is_baseline(c) || !c.rc.own_ecn; },
+constexpr Scope kBaselineRed{
+    [](const SimConfig& c) { return is_baseline(c.transport) && c.rc.own_ecn; },
+    "rocev2 and irn without --fabric-ecn"};
+constexpr Scope kQueueEcn{[](const SimConfig& c) { return runs_engine(c) || !c.rc.own_ecn; },
                           "metaroce and spray-nocc, and rocev2 and irn with --fabric-ecn"};
-constexpr Scope kPfcChoice{[](const SimConfig& c) { return !is_baseline(c); },
+constexpr Scope kPfcChoice{runs_engine,
                            "metaroce and spray-nocc (rocev2 always runs with PFC, irn never)"};
 constexpr Scope kPfc{has_pfc,
                      "runs with PFC: rocev2, and metaroce and spray-nocc with queue.pfc=1"};
-constexpr Scope kTrimChoice{[](const SimConfig& c) { return !is_baseline(c); },
+constexpr Scope kTrimChoice{runs_engine,
                             "metaroce and spray-nocc (switches trim MetaRoCE data packets only)"};
-constexpr Scope kTrim{[](const SimConfig& c) { return !is_baseline(c) && c.queue.trim; },
+constexpr Scope kTrim{[](const SimConfig& c) { return runs_engine(c) && c.queue.trim; },
                       "metaroce and spray-nocc with queue.trim=1"};
 constexpr Scope kLinkFaults{[](const SimConfig& c) {
                               return std::any_of(c.faults.begin(), c.faults.end(), [](auto& f) {

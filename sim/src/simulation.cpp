@@ -153,8 +153,7 @@ void Simulation::Starter::on_event(SimTime now) {
 }
 
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
-  const bool baseline =
-      cfg_.transport == TransportKind::kRoceV2 || cfg_.transport == TransportKind::kIrn;
+  const bool baseline = is_baseline(cfg_.transport);
   // One MTU-sized frame, for the PFC headroom and XON gap: payload, headers and
   // framing, 4200 bytes at the default 4096 (RoCEv2's are 4194, MetaRoCE's 4210).
   cfg_.queue.pfc_frame_bytes = uint64_t{baseline ? cfg_.rc.mtu : cfg_.endpoint.mtu} + 104;

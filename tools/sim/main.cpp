@@ -141,7 +141,7 @@ int run(int argc, char** argv) {
   }
   // Flags of some transports only: with another they were ignored, and the
   // run was that of the command line without them.
-  const bool baseline = tk == TransportKind::kRoceV2 || tk == TransportKind::kIrn;
+  const bool baseline = is_baseline(tk);
   for (const char* flag : {"--fabric-ecn", "--no-dcqcn", "--cold"}) {
     const bool for_baselines = std::string(flag) != "--cold";
     if (app.count(flag) > 0 && for_baselines != baseline)

@@ -26,6 +26,10 @@ enum class TransportKind : uint8_t {
   kIrn,        // baseline: IRN, one ECMP path, selective repeat, BDP cap, DCQCN, no PFC
 };
 [[nodiscard]] const char* transport_name(TransportKind t);
+// The single-path RC baselines (rc_host.hpp), as opposed to the engine's NICs.
+[[nodiscard]] constexpr bool is_baseline(TransportKind t) {
+  return t == TransportKind::kRoceV2 || t == TransportKind::kIrn;
+}
 [[nodiscard]] bool parse_transport(const std::string& s, TransportKind& out);
 
 struct FaultSpec {
