@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "bitmap.hpp"
-#include "bytes.hpp"
 #include "crc32c.hpp"
 #include "impl.hpp"
 
@@ -235,8 +234,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
     // LOSS-8: a READ response's last packet is acknowledged at once too
     // (ACK-4's test, offset + payload = msg_len, read off the headers built);
     // a READ_REQ is not, unless it reads nothing.
-    const uint8_t* mh = buf.data() + wire::kBaseHeaderSize;
-    ends_message = wire::detail::load32(mh + 4) + plen == wire::detail::load32(mh + 8);
+    ends_message = wire::data_headers_end_message(buf.data(), plen);
   }
   out.entropy = p.entropy;
   out.header_len = h;

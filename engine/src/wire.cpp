@@ -292,6 +292,11 @@ void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len
   if (has_imm(op)) store32(q, imm);
 }
 
+bool data_headers_end_message(const uint8_t* p, uint32_t payload_len) {
+  const uint8_t* q = p + kBaseHeaderSize;  // write_data_headers' message header
+  return load32(q + 4) + payload_len == load32(q + 8);
+}
+
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack) {
   const uint8_t words = ack.sack_words > kMaxSackWords ? kMaxSackWords : ack.sack_words;
   return write_ack(out, bh, ack.cum_psn, ack.echo_psn, ack.echo_tsval, ack.echo_path_tag, ack.flags,

@@ -259,6 +259,11 @@ void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, 
 // and immediate where the opcode has them.
 void patch_message_headers(uint8_t* p, Opcode op, uint32_t msn, uint32_t msg_len, uint64_t rkey,
                            uint32_t imm);
+// Whether data headers that write_data_headers wrote, carrying `payload_len`
+// bytes, hold their message's last bytes (offset + payload = msg_len, ACK-4's
+// test): for a sender that built the headers and needs to know without
+// decoding them again.
+[[nodiscard]] bool data_headers_end_message(const uint8_t* p, uint32_t payload_len);
 size_t write_ack(std::span<uint8_t> out, const BaseHeader& bh, const AckBody& ack);
 // write_ack with the fixed fields passed one by one and the SACK words (at
 // most kMaxSackWords are written) from `sack`: for a sender that builds an ACK
