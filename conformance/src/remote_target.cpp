@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "metaroce/wire.hpp"
+#include "peer.hpp"
 
 namespace metaroce::conformance {
 
@@ -49,10 +50,50 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     why = "--iut '" + o.iut + "': " + bad_iut;
     return nullptr;
   }
+  // Optional (agents before it do not send it): the IUT's paths per
+  // connection, which CONN-2 judges its requests' ports against.
+  if (const auto p = reply.find("paths"); p != reply.end()) {
+    if (!p->is_number_unsigned() || p->get<uint64_t>() < 1 || p->get<uint64_t>() > kMaxPaths) {
+      why = "agent " + o.agent + ": hello's \"paths\" is " + p->dump() + ", not 1 to " +
+            std::to_string(kMaxPaths);
+      return nullptr;
+    }
+    t->paths_ = p->get<uint64_t>();
+  }
   const auto it = reply.find("name");
   t->name_ = (it != reply.end() && it->is_string() ? it->get<std::string>() : "an IUT") + " at " +
              o.iut + " (agent " + o.agent + ")";
   return t;
+}
+
+bool RemoteTarget::check_addresses(std::string& why) {
+  Peer p(*this);
+  const auto any = [](const std::vector<Reply>& got) { return !got.empty(); };
+  const std::vector<Reply> rs = p.exchange_until(p.connect_req(0x6d72616464726573), any);
+  if (!broken_.empty()) {
+    why = broken_;
+    return false;
+  }
+  if (rs.empty()) {
+    why = "--iut " + iut_ + ": the IUT sent nothing back to a CONNECT_REQ sent there from " +
+          wire_.tester_address() +
+          " within 0.5 s: is it the address and UDP port the IUT receives on (and can the IUT "
+          "reach the tester's address)?";
+    return false;
+  }
+  // The port it left from, as the tester's mapping (check port 50000 =
+  // --entropy-base) read it.
+  const auto port =
+      static_cast<uint16_t>(rs.front().entropy - TesterWire::kFirstCheckPort + entropy_base_);
+  if (static_cast<uint16_t>(port - entropy_base_) >= entropy_count_) {
+    why = "--entropy-base " + std::to_string(entropy_base_) + ": the IUT answered from UDP port " +
+          std::to_string(port) + ", outside the entropy block " + std::to_string(entropy_base_) +
+          ".." + std::to_string(uint32_t{entropy_base_} + entropy_count_ - 1) +
+          " that --entropy-base and --entropy-count give (the first port the IUT sends from, and "
+          "how many)";
+    return false;
+  }
+  return true;
 }
 
 bool RemoteTarget::broke(const std::string& op, const std::string& why) {

@@ -116,6 +116,53 @@ else
   echo "ok:   a run cut short after 5 s shows $(grep -c '^  ' "$dir/run.out") checks done"
 fi
 
+# remote CASE RC PATTERN [AGENT_OPTION...]: the suite's CONN-2 against a
+# fresh agent (with the options given), --iut and --entropy-base as CASE
+# says (right; wrong-iut, a port nothing receives on; wrong-base, a block
+# 100 ports off the IUT's): exit RC, stderr matching PATTERN (empty:
+# nothing on stderr). Another block when the tester's ports are taken.
+remote() {
+  case=$1 want_rc=$2 pattern=$3
+  shift 3
+  for _ in 1 2 3 4 5; do
+    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" "$@" || continue
+    r_iut=$iut r_base=$base
+    [ "$case" = wrong-iut ] && r_iut=127.0.0.1:$((base - 2))
+    [ "$case" = wrong-base ] && r_base=$((base + 100))
+    timeout 60 "$conform" --target remote --agent "$listen" --iut "$r_iut" \
+      --entropy-base "$r_base" --entropy-count 16 --rule CONN-2 >"$dir/run.out" 2>"$dir/run.err"
+    rc=$?
+    stop_agent
+    grep -q 'cannot open the remote target' "$dir/run.err" || break
+  done
+  if [ -z "$pattern" ]; then
+    matched=$([ -s "$dir/run.err" ] || echo yes) # no pattern: nothing on stderr
+  else
+    matched=$(grep -Eq -- "$pattern" "$dir/run.err" && echo yes)
+  fi
+  if [ "$rc" -ne "$want_rc" ] || [ -z "$matched" ]; then
+    cat "$dir/run.out" "$dir/run.err"
+    echo "FAIL: $case $*: exit $rc, wanted $want_rc and stderr matching '$pattern'"
+    failures=$((failures + 1))
+  else
+    echo "ok:   $case $* -> exit $rc: $(cat "$dir/run.err" "$dir/run.out")"
+  fi
+}
+# A wrong --iut or --entropy-base: exit 2, naming the option, before any
+# check. Checks once failed instead, blaming the IUT in the tester's mapped
+# ports ("port 46009 is outside the entropy range 50000-50015", "no
+# CONNECT_ACCEPT for the tester's CONNECT_REQ").
+remote wrong-iut 2 '^metaroce-conform: --iut 127\.0\.0\.1:[0-9]+: the IUT sent nothing back to a CONNECT_REQ .*\(nothing was checked\)$'
+remote wrong-base 2 '^metaroce-conform: --entropy-base [0-9]+: the IUT answered from UDP port [0-9]+, outside the entropy block [0-9]+\.\.[0-9]+ .*\(nothing was checked\)$'
+# An IUT of 2 paths (hello tells the tester) passes CONN-2, its requests
+# round its 2 ports; the check once assumed 4 and failed it.
+remote right 0 '' --paths 2
+if ! grep -q '^  ok   CONN-2 .*: the first 2 from ports' "$dir/run.out"; then
+  cat "$dir/run.out"
+  echo "FAIL: a 2-path agent: CONN-2 did not pass judging 2 ports"
+  failures=$((failures + 1))
+fi
+
 # An agent that answers close, conn_error or stats with an error of its own
 # (its IUT failed them), not "unknown op" (an agent without them): the run
 # stops with that error, exit 3. It once skipped the checks ("the target

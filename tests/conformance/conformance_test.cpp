@@ -119,6 +119,13 @@ class FaultyTarget : public EngineTarget {
     if (range_unknown) return std::nullopt;
     return EngineTarget::entropy_range();
   }
+  // With `paths_unknown`, the target does not tell its paths per connection
+  // (an agent whose hello has no "paths"): CONN-2 assumes 4.
+  bool paths_unknown = false;
+  [[nodiscard]] std::optional<size_t> paths() const override {
+    if (paths_unknown) return std::nullopt;
+    return EngineTarget::paths();
+  }
   // The engine set otherwise than the checks assume.
   void configure(const std::function<void(EndpointConfig&)>& change) {
     EndpointConfig c = config();
@@ -623,6 +630,38 @@ TEST(Conformance, LaterRequestsFromTheReceivePortPassConn2) {
   EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
   passes_across_a_wrap("CONN-2");
   passes_across_a_wrap("CONN-2", true);
+}
+
+// An IUT of fewer paths than 4 sends its requests round fewer ports: one of
+// 2 paths goes back to its first port with its third request, one of 1
+// sends every request from its one port. Each passes, told its count (the
+// check once assumed 4 and blamed the 2-path IUT: "CONNECT_REQ 2 left from
+// port 50004, not 50006"); a 2-path target that does not tell its count
+// fails, saying 4 was assumed.
+TEST(Conformance, RequestsRoundFewerPathsPassConn2WhenTheTargetTellsItsPaths) {
+  for (const uint8_t paths : {uint8_t{1}, uint8_t{2}, uint8_t{3}}) {
+    const auto results = run(
+        [paths] {
+          auto t = std::make_unique<FaultyTarget>();
+          t->configure([paths](EndpointConfig& c) { c.num_paths = paths; });
+          return t;
+        },
+        "CONN-2");
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_TRUE(results[0].outcome.passed) << int{paths} << " paths: " << results[0].outcome.detail;
+  }
+  expect_fails("CONN-2",
+               "not each from the next entropy value of the connection's 4 paths (the "
+               "target does not tell its paths per connection: 4 assumed)",
+               [](FaultyTarget& t) {
+                 t.configure([](EndpointConfig& c) { c.num_paths = 1; });
+                 t.paths_unknown = true;
+               });
+  expect_fails("CONN-2", "(the target does not tell its paths per connection: 4 assumed)",
+               [](FaultyTarget& t) {
+                 t.configure([](EndpointConfig& c) { c.num_paths = 2; });
+                 t.paths_unknown = true;
+               });
 }
 
 TEST(Conformance, RequestsWithoutTheirNonceFailConn1) {

@@ -305,5 +305,70 @@ TEST(Engine, RttSampleOfFourSecondsOrMoreIsDiscarded) {  // LOSS-6
   }
 }
 
+// ACK-9: SACK bits of an ACK otherwise accepted that name PSNs at or beyond
+// the next PSN the sender would use are ignored, and the rest of the ACK is
+// processed. The first ACK of a 2-packet WRITE comes with a SACK word
+// naming the next 8 PSNs, none sent yet: the WRITE completes on its cum and
+// its echo gives a path an RTT sample, and the next WRITE's packets (those
+// PSNs) are not taken as acknowledged: held back, it does not complete;
+// let through, it lands.
+TEST(Engine, SackBitsBeyondWhatWasSentAreIgnored) {
+  Loop loop(cfg(75), cfg(76));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10 * 4096, 0, 0x2e);
+  Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
+  int forged = 0;
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck) || forged > 0) return;
+    wire::Packet p;
+    ASSERT_EQ(wire::decode(d, p), wire::ParseError::kOk);
+    ASSERT_EQ(p.ack.sack_words, 0);  // the premise: both packets in order, nothing beyond cum
+    wire::AckBody ack = p.ack;
+    ack.sack_words = 1;
+    ack.sack[0] = 0xff;  // cum + 1 .. cum + 8: the cum is the next PSN, so all beyond it
+    d.assign(256, 0);
+    d.resize(wire::seal(d, wire::write_ack(d, p.bh, ack), 0));
+    ++forged;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 2 * 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(forged, 1);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  uint64_t acked = 0, sampled = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    acked += ps.packets_acked;
+    sampled += ps.min_rtt_ns > 0;
+  }
+  EXPECT_EQ(acked, 2u);
+  EXPECT_GE(sampled, 1u);
+  bool held = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return held && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  };
+  SendWr rest = write_wr(src, dst, 8 * 4096, 2, 2 * 4096);
+  rest.local_addr = src.addr(2 * 4096);
+  ASSERT_EQ(loop.ep(0).post_send(a, rest), Status::kOk);
+  done.clear();
+  EXPECT_FALSE(loop.run_until_completions(0, 1, done, 50'000'000))
+      << "a WRITE whose packets never arrived completed";
+  held = false;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // Every packet sent was acknowledged once on its path, and nothing stays
+  // in flight.
+  acked = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    acked += ps.packets_acked;
+    EXPECT_EQ(ps.inflight_bytes, 0u) << "path " << i;
+  }
+  EXPECT_GE(acked, 10u);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -3,9 +3,11 @@
 // sends back read off poll_transmit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <utility>
 #include <vector>
@@ -462,6 +464,170 @@ TEST(Handshake, AnswersForNoConnectionCarryPcAndTsval) {
   ASSERT_EQ(p.bh.opcode, wire::Opcode::kConnectReject);
   EXPECT_EQ(p.bh.flags, wire::kFlagPayloadCovered);
   EXPECT_EQ(p.bh.tsval, static_cast<uint32_t>(loop.now().ns + later));
+}
+
+// CONN-5 (and section 11.3's unknown-version row): a CONNECT_REQ of another
+// version is answered with a version-1 CONNECT_REJECT kVersionMismatch,
+// max_version 1, echoing its src_conn (as dst_conn) and nonce, only when it
+// is at least 44 bytes long (a version-1 request's length): one byte
+// shorter, it is dropped with no reply. Either way it is counted
+// bad_version and makes no connection.
+TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
+  Loop loop(cfg(331), cfg(332));
+  constexpr size_t kV1Request = wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
+  ASSERT_EQ(kV1Request, 44u);
+  const auto request = [](size_t len) {
+    std::vector<uint8_t> d(len, 0xa5);  // a longer version's body may hold anything after ours
+    d[0] = static_cast<uint8_t>(2 << 4);
+    d[1] = kConnectReq;
+    be::store32(d.data() + wire::kBaseHeaderSize, 0x2a2a2a2a);  // src_conn
+    for (int i = 0; i < 8; ++i)
+      d[wire::kBaseHeaderSize + 16 + i] = static_cast<uint8_t>(0x11 * (i + 1));
+    EXPECT_EQ(wire::seal(d, len - wire::kIcrcSize, 0), len);
+    return d;
+  };
+  for (const size_t len : {kV1Request - 1, kV1Request, kV1Request + 20}) {
+    SCOPED_TRACE(len);
+    const uint64_t before = loop.ep(1).endpoint_stats().bad_version;
+    deliver(loop, 1, loop.addr(0), request(len));
+    const auto out = sent(loop, 1);
+    EXPECT_EQ(loop.ep(1).endpoint_stats().bad_version, before + 1);
+    EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+    if (len < kV1Request) {
+      EXPECT_TRUE(out.empty()) << "a request shorter than 44 bytes was answered";
+      continue;
+    }
+    ASSERT_EQ(out.size(), 1u);
+    wire::Packet p;
+    ASSERT_EQ(wire::decode(out[0], p), wire::ParseError::kOk);
+    EXPECT_EQ(p.bh.version, 1);
+    EXPECT_EQ(p.bh.opcode, wire::Opcode::kConnectReject);
+    EXPECT_EQ(p.connect.code, static_cast<uint8_t>(Status::kVersionMismatch));
+    EXPECT_EQ(p.connect.max_version, 1);
+    EXPECT_EQ(p.bh.dst_conn, 0x2a2a2a2au);
+    EXPECT_EQ(p.connect.nonce, 0x1122334455667788u);
+  }
+}
+
+// Section 11.3's last row (CONN-7): a data packet, ACK, NAK or PROBE for a
+// connection CLOSING (its DISCONNECT sent, not yet answered) is dropped:
+// no reply, no counter, nothing placed or completed, and the connection
+// stays CLOSING: the peer's DISCONNECT_ACK then ends it kOk.
+TEST(Handshake, PacketsForAClosingConnectionAreDroppedAndItStaysClosing) {
+  Loop loop(cfg(333), cfg(334));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf a_src(loop.ep(0), 4096, 0, 0x5a), b_dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  Buf b_src(loop.ep(1), 4096, 0, 0x6b), a_dst(loop.ep(0), 4096, kAccessRemoteWrite);
+  // Endpoint 1's WRITE and ACK, held back on their way to endpoint 0.
+  std::vector<uint8_t> data, ack;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 1) return false;
+    if (d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && data.empty()) data = d;
+    if (d[1] == static_cast<uint8_t>(wire::Opcode::kAck) && ack.empty()) ack = d;
+    return d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) ||
+           d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(a_src, b_dst, 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(b_src, a_dst, 4096, 2)), Status::kOk);
+  ASSERT_TRUE(loop.run_until([&] { return !data.empty() && !ack.empty(); }));
+  wire::Packet acked;
+  ASSERT_EQ(wire::decode(ack, acked), wire::ParseError::kOk);
+  // A NAK of the WRITE endpoint 0 sent, and a PROBE, from endpoint 1.
+  wire::BaseHeader bh;
+  bh.dst_conn = a.v;
+  bh.opcode = wire::Opcode::kNak;
+  std::vector<uint8_t> nak(128), probe(128);
+  nak.resize(
+      wire::seal(nak,
+                 wire::write_nak(
+                     nak, bh, wire::NakBody{acked.ack.cum_psn - 1, 0x02, 0, acked.ack.cum_psn - 1}),
+                 0));
+  bh.opcode = wire::Opcode::kProbe;
+  bh.path_tag = 1;
+  probe.resize(wire::seal(probe, wire::write_probe(probe, bh), 0));
+
+  loop.drop = [](int from, const std::vector<uint8_t>&) {
+    return from == 0;
+  };  // no DISCONNECT reaches 1
+  loop.ep(0).close(a, loop.now());
+  ASSERT_FALSE(sent(loop, 0).empty());  // the DISCONNECT
+  std::vector<Completion> flushed = loop.drain(0);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].status, Status::kFlushed);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  const ConnStats conn_before = *st;
+  const EndpointStats ep_before = loop.ep(0).endpoint_stats();
+  for (const auto* d : {&data, &ack, &nak, &probe}) {
+    deliver(loop, 0, loop.addr(1), *d);
+    EXPECT_TRUE(sent(loop, 0).empty()) << "opcode " << int{(*d)[1]} << " drew a reply";
+  }
+  EXPECT_TRUE(loop.drain(0).empty());
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kClosed);
+  EXPECT_EQ(a_dst.bytes, std::vector<uint8_t>(4096, 0));  // the WRITE was not placed
+  st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->data_packets_received, conn_before.data_packets_received);
+  EXPECT_EQ(st->acks_received, conn_before.acks_received);
+  EXPECT_EQ(st->naks_received, conn_before.naks_received);
+  EXPECT_EQ(st->acks_sent, conn_before.acks_sent);
+  EXPECT_EQ(st->naks_sent, conn_before.naks_sent);
+  const EndpointStats ep_after = loop.ep(0).endpoint_stats();
+  EXPECT_EQ(ep_after.unknown_connection, ep_before.unknown_connection);
+  EXPECT_EQ(ep_after.wrong_peer, ep_before.wrong_peer);
+  EXPECT_EQ(ep_after.bad_length + ep_after.bad_field + ep_after.bad_checksum,
+            ep_before.bad_length + ep_before.bad_field + ep_before.bad_checksum);
+  // Still CLOSING: its next DISCONNECT is answered and ends it kOk.
+  loop.drop = nullptr;
+  bool closed = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    while (loop.ep(0).poll_event(ev))
+      if (ev.kind == EventKind::kClosed) {
+        closed = true;
+        EXPECT_EQ(ev.status, Status::kOk);
+      }
+    return closed;
+  }));
+}
+
+// Section 3.12, max_reads: a receiver takes 0 as 1. A responder whose
+// ACCEPT says 0 is asked for one READ at a time: each READ_REQ leaves only
+// once the READ before it completed, and all three complete. (With the
+// ACCEPT's own 16, all three leave at once: the premise.)
+TEST(Handshake, MaxReadsZeroIsTakenAsOne) {
+  for (const bool zero : {true, false}) {
+    SCOPED_TRACE(zero ? "max_reads 0" : "max_reads 16");
+    Loop loop(cfg(335), cfg(336));
+    if (zero) edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) { body[11] = 0; });
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    loop.mutate = nullptr;
+    Buf src(loop.ep(1), 3 * 4096, kAccessRemoteRead, 0x77),
+        dst(loop.ep(0), 3 * 4096, kAccessLocalWrite);
+    std::set<uint32_t> reqs;  // the READ_REQs' PSNs, resends counted once
+    loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+      if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kReadReq))
+        reqs.insert(be::load32(d.data() + 8));
+    };
+    for (uint64_t i = 0; i < 3; ++i) {
+      SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+      wr.local_addr = dst.addr(i * 4096);
+      ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+    }
+    size_t done = 0, most_ahead = 0;
+    ASSERT_TRUE(loop.run_until([&] {
+      for (const Completion& c : loop.drain(0)) {
+        EXPECT_EQ(c.status, Status::kOk);
+        ++done;
+      }
+      most_ahead = std::max(most_ahead, reqs.size() - done);
+      return done == 3;
+    }));
+    EXPECT_EQ(src.bytes, dst.bytes);
+    EXPECT_EQ(most_ahead, zero ? 1u : 3u) << "READs outstanding at once";
+  }
 }
 
 }  // namespace

@@ -106,7 +106,8 @@ class Agent {
       if (!iut_ && !reset()) return fail("the IUT cannot open: " + open_error_);
       return json{{"ok", true},
                   {"protocol", agent::kProtocolVersion},
-                  {"name", "metaroce UDP driver on " + local_address() + " (reference agent)"}};
+                  {"name", "metaroce UDP driver on " + local_address() + " (reference agent)"},
+                  {"paths", opts_.engine.num_paths}};
     }
     if (!iut_) return fail("no IUT: " + open_error_);
     metaroce::udp::UdpEndpoint& ep = iut_->ep();
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
   app.add_option("--entropy-count", entropy_count,
                  "source ports in the block, at least --paths (default 16)")
       ->check(metaroce::tools::number_in_range(1, 65535));
-  app.add_option("--paths", paths, "paths per connection (the checks assume 4)")
+  app.add_option("--paths", paths, "paths per connection (hello tells the tester)")
       ->check(metaroce::tools::number_in_range(1, int{metaroce::kMaxPaths}));
   std::vector<std::string> without;
   app.add_option("--without", without,

@@ -104,9 +104,14 @@ int run(int argc, char** argv) {
     if (t) name = t->name();
     return t;
   };
-  if (!target()) {
+  if (std::unique_ptr<mc::Target> first = target(); !first) {
     std::fprintf(stderr, "metaroce-conform: cannot open the %s target: %s\n", which.c_str(),
                  why.c_str());
+    return metaroce::tools::kExitBadOptions;
+  } else if (which == "remote" && !static_cast<mc::RemoteTarget&>(*first).check_addresses(why)) {
+    // A wrong --iut or --entropy-base, said so before any check blames the
+    // IUT in the tester's own port numbers.
+    std::fprintf(stderr, "metaroce-conform: %s (nothing was checked)\n", why.c_str());
     return metaroce::tools::kExitBadOptions;
   }
   // The table's lines go out as their checks end (a run against a real IUT

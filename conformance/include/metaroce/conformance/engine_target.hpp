@@ -48,6 +48,7 @@ class EngineTarget : public Target {
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
     return std::pair{ep_->config().entropy_min, ep_->config().entropy_max};
   }
+  [[nodiscard]] std::optional<size_t> paths() const override { return ep_->config().num_paths; }
 
  protected:
   [[nodiscard]] const EndpointConfig& config() const { return ep_->config(); }

@@ -73,6 +73,18 @@ class RemoteTarget : public Target {
     return std::pair{TesterWire::kFirstCheckPort, static_cast<uint16_t>(last)};
   }
 
+  // Whether --iut and --entropy-base name the IUT: a CONNECT_REQ sent to
+  // --iut draws an answer (within 0.5 s), and it leaves from a port of the
+  // entropy block. False and `why`, naming the option, if not: a run with a
+  // wrong one failed checks with the tester's mapped ports in their text
+  // ("port 46009 is outside the entropy range 50000-50015") or with "no
+  // CONNECT_ACCEPT", as if the IUT broke its rules. The answer opens a
+  // connection: this target's session is for this only.
+  bool check_addresses(std::string& why);
+
+  // The path count the agent's hello told ("paths"), if it told one.
+  [[nodiscard]] std::optional<size_t> paths() const override { return paths_; }
+
   // The failure of the agent connection itself (empty if none); the target
   // answers every later request as failed.
   [[nodiscard]] std::string lost() const override { return broken_; }
@@ -82,7 +94,9 @@ class RemoteTarget : public Target {
       : channel_(fd),
         timeout_ms_(o.timeout_ms),
         min_wait_us_(o.min_wait_us),
-        entropy_count_(o.entropy_count) {}
+        entropy_count_(o.entropy_count),
+        entropy_base_(o.entropy_base),
+        iut_(o.iut) {}
   // Sends one request and reads its reply. False when the agent answered
   // "ok": false (`reply` holds its "error") or the connection broke (then
   // broken_ says how).
@@ -104,9 +118,12 @@ class RemoteTarget : public Target {
   int timeout_ms_;
   int min_wait_us_;
   uint16_t entropy_count_;
+  uint16_t entropy_base_;
+  std::string iut_;
   TesterWire wire_;
   std::string name_;
   std::string broken_;
+  std::optional<size_t> paths_;
 };
 
 }  // namespace metaroce::conformance

@@ -114,6 +114,13 @@ class Target {
     return std::nullopt;
   }
 
+  // How many paths each of the IUT's connections uses (its entropy values
+  // per connection, PATH-1); nullopt when the target does not tell (the
+  // checks then assume the reference's 4). CONN-2 judges the order of the
+  // first requests against it: a 2-path IUT's third request goes back to
+  // its first port.
+  [[nodiscard]] virtual std::optional<size_t> paths() const { return std::nullopt; }
+
   // Why the target itself can no longer be driven (a remote target's agent
   // went away or broke the protocol), empty while it can. The suite then
   // stops: what the IUT did after that says nothing about it.

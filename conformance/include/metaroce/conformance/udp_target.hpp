@@ -59,6 +59,7 @@ class UdpTarget : public Target {
     return true;
   }
   [[nodiscard]] std::string lost() const override { return lost_; }
+  [[nodiscard]] std::optional<size_t> paths() const override { return options_.engine.num_paths; }
   // Its block, base..base+15, maps onto the check ports 50000..50015.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
     return std::pair{TesterWire::kFirstCheckPort,
