@@ -497,6 +497,9 @@ struct Endpoint::Impl {
     return a != nullptr && a->echo_psn == r.psn && !(a->flags & wire::kAckEchoProbe) &&
            !(r.flags & detail::kRecEchoAmbiguous) && c.echoed_slot(a->echo_path_tag) == r.path;
   }
+  // LOSS-4: the connection's first RTT sample (from `from`), lent to its
+  // other paths.
+  [[gnu::cold]] void lend_first_rtt(detail::Connection& c, const detail::Path& from, uint64_t rtt);
   // LOSS-4's RTO before LOSS-5's backoff.
   uint64_t base_rto(const detail::Path& p) const;
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;
