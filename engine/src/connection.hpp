@@ -106,6 +106,10 @@ struct TxRecord {
 inline constexpr uint8_t kRecInFlight = 0x01;
 inline constexpr uint8_t kRecAcked = 0x02;
 inline constexpr uint8_t kRecQueued = 0x04;  // waiting in the retransmit queue
+// LOSS-2: an echo of the PSN on the latest transmission's path may name an
+// earlier transmission too (one sent on that path, or a third or later
+// transmission), so it does not say that the latest arrived.
+inline constexpr uint8_t kRecEchoAmbiguous = 0x08;
 
 // post_send sets every field in place (no clearing of the whole entry first):
 // a field added here is to be set there too.

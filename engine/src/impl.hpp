@@ -384,6 +384,14 @@ struct Endpoint::Impl {
                                                 uint32_t psn, uint8_t path, bool retx, TimeNs now,
                                                 std::span<uint8_t> buf, TxDatagram& out);
 
+  // A lost packet's next transmission (LOSS-3), on `path`. Out of line:
+  // resends are rare, and inlined beside new data's build_data they cost
+  // that path a few instructions of register shuffling.
+  template <bool gather>
+  [[gnu::noinline]] bool resend_data(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r,
+                                     uint8_t path, TimeNs now, std::span<uint8_t> buf,
+                                     TxDatagram& out);
+
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);
   Status post_shared_recv(const RecvWr& wr);
@@ -481,14 +489,17 @@ struct Endpoint::Impl {
   // kept out of the ACK path it is called from.
   [[gnu::noinline, gnu::cold]] void explore(detail::Connection& c, TimeNs now);
   // LOSS-2: whether the ACK being handled echoes r's latest transmission:
-  // its PSN, on r's path, in that path's current generation. Asked only of
-  // resent PSNs.
+  // its PSN, on r's path, in that path's current generation, with no earlier
+  // transmission that the same echo could name. Asked only of resent PSNs.
   [[nodiscard]] bool echo_names_latest(const detail::Connection& c,
                                        const detail::TxRecord& r) const {
     const wire::AckBody* a = ack_in_hand;
     return a != nullptr && a->echo_psn == r.psn && !(a->flags & wire::kAckEchoProbe) &&
-           c.echoed_slot(a->echo_path_tag) == r.path;
+           !(r.flags & detail::kRecEchoAmbiguous) && c.echoed_slot(a->echo_path_tag) == r.path;
   }
+  // LOSS-4: the connection's first RTT sample (from `from`), lent to its
+  // other paths.
+  [[gnu::cold]] void lend_first_rtt(detail::Connection& c, const detail::Path& from, uint64_t rtt);
   // LOSS-4's RTO before LOSS-5's backoff.
   uint64_t base_rto(const detail::Path& p) const;
   uint64_t path_rto(const detail::Connection& c, const detail::Path& p) const;

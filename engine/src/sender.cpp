@@ -292,6 +292,19 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
   return true;
 }
 
+template <bool gather>
+bool Endpoint::Impl::resend_data(Connection& c, TxCtx& t, TxRecord& r, uint8_t path, TimeNs now,
+                                 std::span<uint8_t> buf, TxDatagram& out) {
+  const uint8_t was_on = r.path;
+  const uint16_t slot = r.slot;
+  const detail::SqEntry* sq = slot & detail::kRespSlotFlag ? nullptr : &t.sq[slot];
+  if (!build_data<gather>(c, t, slot, sq, r.psn, path, true, now, buf, out)) return false;
+  // LOSS-2: once two transmissions went on one path, or more than two were
+  // sent, an echo naming this PSN on this path may be of an earlier one.
+  if (was_on == path || r.tx_count > 2) r.flags |= detail::kRecEchoAmbiguous;
+  return true;
+}
+
 template <bool gather, bool rnr_wait>
 inline bool Endpoint::Impl::emit_data_when(Connection& c, TimeNs now, std::span<uint8_t> buf,
                                            TxDatagram& out) {
@@ -315,10 +328,7 @@ inline bool Endpoint::Impl::emit_data_when(Connection& c, TimeNs now, std::span<
     if (path < 0) break;
     ++t.retx_head;
     r.flags &= static_cast<uint8_t>(~detail::kRecQueued);
-    const uint16_t rslot = r.slot;
-    const detail::SqEntry* sq = rslot & detail::kRespSlotFlag ? nullptr : &t.sq[rslot];
-    return build_data<gather>(c, t, rslot, sq, psn, static_cast<uint8_t>(path), true, now, buf,
-                              out);
+    return resend_data<gather>(c, t, r, static_cast<uint8_t>(path), now, buf, out);
   }
   if (c.next_psn - c.cum_acked >= c.window()) return false;  // SEQ-3
   // SEQ-5: a message's packets take consecutive PSNs, so a message once
