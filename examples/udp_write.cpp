@@ -7,6 +7,7 @@
 //   udp_write demo [PORT]              (both in one process, on loopback;
 //                                       any free port by default)
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -75,17 +76,36 @@ int serve(mu::UdpEndpoint* ep) {
   return 0;
 }
 
+// How long the client waits for the server to answer its connection
+// request. The engine resends the request every connect_retry_ns (10 ms)
+// only connect_attempts times (8: 80 ms, spec CONN-2), which on a real
+// network gives up before a server started a moment after the client, or a
+// first request lost, gets a chance; so the client asks for as many
+// attempts as fill this wait (connect() stops at the smaller of the two).
+constexpr auto kConnectWait = 5s;
+
 int client(const std::string& addr, const std::string& text) {
   mu::Error err;
   metaroce::PeerAddr peer;  // resolved first: its family chooses ours
   std::string why;
   if (!mu::parse_address(addr, 4792, peer, &why))
     return fail({metaroce::Status::kInvalidArgument, addr + ": " + why, addr, 0});
+  mu::Options opts;
+  opts.engine.connect_attempts = static_cast<uint32_t>(
+      std::chrono::nanoseconds(kConnectWait).count() / opts.engine.connect_retry_ns);
   // Port 0: any free port (the entropy block is the 64 ports after it).
-  auto ep = mu::UdpEndpoint::open(mu::address_is_v4(peer) ? "0.0.0.0:0" : "[::]:0", {}, err);
+  auto ep = mu::UdpEndpoint::open(mu::address_is_v4(peer) ? "0.0.0.0:0" : "[::]:0", opts, err);
   if (!ep) return fail(err);
   metaroce::ConnId conn;
-  if ((err = ep->connect(mu::format_address(peer), 2000ms, conn))) return fail(err);
+  if ((err = ep->connect(mu::format_address(peer), kConnectWait, conn))) {
+    if (err.status == metaroce::Status::kConnectTimeout)
+      std::fprintf(stderr,
+                   "error: no server answered at %s within %lld s: is `udp_write server` running "
+                   "there, and its UDP port reachable from here?\n",
+                   mu::format_address(peer).c_str(),
+                   static_cast<long long>(std::chrono::seconds(kConnectWait).count()));
+    return fail(err);
+  }
 
   Where where{};
   std::string msg = text;

@@ -16,12 +16,18 @@ constexpr uint64_t kSeedSalt = 0x6d657461726f6365ull;
 // A second stream from the seed, for connection ids: a draw from rng would
 // move every initial PSN (seed_for_first_psn) and every simulation.
 constexpr uint64_t kIdSalt = 0x636f6e6e2d696473ull;
+// A third, for the id key: drawn from id_rng it would move every slot's
+// first generation.
+constexpr uint64_t kIdKeySalt = 0x69642d6b65792d31ull;
 }  // namespace
 
 uint64_t seed_for_first_psn(uint32_t psn) { return detail::Rng::seed_for_first(psn) ^ kSeedSalt; }
 
 Endpoint::Impl::Impl(const EndpointConfig& c)
-    : cfg(c), rng(c.seed ^ kSeedSalt), id_rng(c.seed ^ kIdSalt) {
+    : cfg(c),
+      rng(c.seed ^ kSeedSalt),
+      id_rng(c.seed ^ kIdSalt),
+      id_key(static_cast<uint32_t>(detail::Rng(c.seed ^ kIdKeySalt).next())) {
   // SEQ-3: the window never exceeds what one ACK can describe (ACK-8), so a
   // packet outside every SACK is never mistaken for a lost one.
   cfg.window_log2 = std::clamp(cfg.window_log2, kMinWindowLog2, kMaxWindowLog2);
@@ -85,9 +91,12 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     rx_pool.reserve(contexts);
   }
   auto c = std::make_unique<Connection>();
-  generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);
-  if (generations[index] == 0) generations[index] = 1;
-  c->id = ConnId{(uint32_t{generations[index]} << kConnIndexBits) | (index + 1)};
+  // The next generation, never 0, nor the one that the key would make id 0.
+  do {
+    generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);
+    if (generations[index] == 0) generations[index] = 1;
+    c->id = ConnId{((uint32_t{generations[index]} << kConnIndexBits) | (index + 1)) ^ id_key};
+  } while (c->id.v == 0);
   c->index = index;
   c->peer = peer;
   c->mtu = cfg.mtu;

@@ -29,7 +29,10 @@
 namespace metaroce {
 
 // A connection id: the generation of its table slot above the slot's index
-// + 1 (0 is no connection), so that a reused slot does not answer an old id.
+// + 1, so that a reused slot does not answer an old id, XORed with a 32-bit
+// key drawn from the endpoint's seed, so that ids of separate process starts
+// (separate seeds) collide only as random 32-bit values do (section 4; with
+// the 11-bit generation alone, 1 in 2,000). 0 is no connection.
 // A slot's generations start from a value drawn from the endpoint's seed.
 inline constexpr uint32_t kConnIndexBits = 20;
 inline constexpr uint32_t kConnIndexMask = (1u << kConnIndexBits) - 1;
@@ -40,6 +43,7 @@ struct Endpoint::Impl {
   EndpointConfig cfg;
   detail::Rng rng;
   detail::Rng id_rng;  // each table slot's first id generation
+  uint32_t id_key;     // XORed into every id (kConnIndexBits above)
   detail::MrTable mrs;
   EndpointStats estats;
   std::array<size_t, 2> min_tx_buffer{};  // poll_transmit's smallest buf, [gather]
@@ -143,8 +147,9 @@ struct Endpoint::Impl {
   // ---- endpoint.cpp ----
   // Inline: every datagram and every API call looks its connection up.
   [[nodiscard]] detail::Connection* find(ConnId id) const {
-    // An invalid id (0) wraps to an index past any table.
-    const uint32_t index = (id.v & kConnIndexMask) - 1;
+    // Index 0 wraps to an index past any table; an id is never 0, so the
+    // comparison below refuses 0 however the key maps it.
+    const uint32_t index = ((id.v ^ id_key) & kConnIndexMask) - 1;
     if (index >= conn_slots || !conns[index]) return nullptr;
     detail::Connection* c = conns[index].get();
     return c->id == id ? c : nullptr;

@@ -3,6 +3,7 @@
 #include "metaroce/sim/output.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -18,6 +19,50 @@ namespace {
 constexpr size_t kEthIpUdp = 14 + 20 + 8;  // synthesized framing in front of the datagram
 constexpr size_t kMaxFrame =
     kEthIpUdp + std::max<size_t>(Packet::kMaxHeader + 4, RcShared::kMaxRoceHeader);
+constexpr size_t kRoceIcrc = 4;
+
+// CRC-32 (IEEE 802.3, reflected 0xEDB88320), the CRC of RoCEv2's ICRC; crc
+// is the running value without the final inversion (start 0xffffffff).
+uint32_t crc32_ieee(uint32_t crc, const uint8_t* p, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) != 0 ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return crc;
+}
+
+// RoCEv2's ICRC (IBTA annex A17) of a frame written by write_framing: CRC-32
+// over 8 bytes of ones (the absent LRH), the IPv4 and UDP headers with the
+// fields routers change (TOS, TTL, IP and UDP checksums) set to ones, the
+// BTH with its reserved byte 4 set to ones, the other transport headers, then
+// `zeros` payload bytes of zero. Sent least significant byte first, as NICs do.
+void roce_icrc(const uint8_t* frame, size_t roce_headers, uint32_t zeros, uint8_t out[4]) {
+  uint8_t masked[8 + 20 + 8 + 12];
+  std::memset(masked, 0xff, 8);
+  std::memcpy(masked + 8, frame + 14, 20 + 8 + 12);
+  uint8_t* ip = masked + 8;
+  ip[1] = 0xff;  // TOS (DSCP + ECN)
+  ip[8] = 0xff;  // TTL
+  ip[10] = ip[11] = 0xff;
+  ip[20 + 6] = ip[20 + 7] = 0xff;  // UDP checksum
+  ip[28 + 4] = 0xff;               // BTH reserved byte
+  uint32_t crc = crc32_ieee(0xffffffffu, masked, sizeof masked);
+  crc = crc32_ieee(crc, frame + kEthIpUdp + 12, roce_headers - 12);
+  static constexpr uint8_t kZero[256] = {};
+  for (uint32_t left = zeros; left > 0;) {
+    const uint32_t n = std::min<uint32_t>(left, sizeof kZero);
+    crc = crc32_ieee(crc, kZero, n);
+    left -= n;
+  }
+  crc = ~crc;
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(crc >> (8 * i));
+}
 
 // Ethernet + IPv4 + UDP for p carrying a datagram of `datagram` bytes. Host
 // h is 10.0.0.0 + h with MAC 02:00:<h as 4 bytes>; TTL counts the switches
@@ -94,13 +139,21 @@ PcapFile::PcapFile(const std::string& path) : f_(open_or_throw(path)) {
 PcapFile::~PcapFile() { close(); }
 
 void PcapFile::write(SimTime t, const uint8_t* frame, uint32_t caplen, uint32_t orig_len) {
+  write(t, frame, caplen, 0, nullptr, 0, orig_len);
+}
+
+void PcapFile::write(SimTime t, const uint8_t* head, uint32_t head_len, uint32_t zeros,
+                     const uint8_t* tail, uint32_t tail_len, uint32_t orig_len) {
+  const uint32_t caplen = head_len + zeros + tail_len;
   if (buf_.size() + 16 + caplen > buf_.capacity()) flush();
   const uint32_t rec[4] = {static_cast<uint32_t>(t.ps / 1'000'000'000'000ull),
                            static_cast<uint32_t>(t.ps % 1'000'000'000'000ull / 1000), caplen,
                            orig_len};
   const auto* r = reinterpret_cast<const uint8_t*>(rec);
   buf_.insert(buf_.end(), r, r + sizeof rec);
-  buf_.insert(buf_.end(), frame, frame + caplen);
+  buf_.insert(buf_.end(), head, head + head_len);
+  buf_.insert(buf_.end(), zeros, uint8_t{0});
+  if (tail_len > 0) buf_.insert(buf_.end(), tail, tail + tail_len);
   ++records_;
 }
 
@@ -149,7 +202,15 @@ class SimOutput::Capture final : public PacketTap {
     const uint32_t datagram = p.wire_bytes > overhead_ ? p.wire_bytes - overhead_ : 0;
     size_t hdr;
     if (rc_ != nullptr) {
+      // Recorded whole: Wireshark's InfiniBand dissector calls a packet cut
+      // before its payload malformed and one without its ICRC truncated. The
+      // payload, which the model does not carry, is zeros; the ICRC is the
+      // one a RoCEv2 NIC would compute over them.
       hdr = rc_->roce_headers(p, r.data + kEthIpUdp);
+      write_framing(p, datagram, r.data);
+      r.zeros = datagram >= hdr + kRoceIcrc ? static_cast<uint32_t>(datagram - hdr - kRoceIcrc) : 0;
+      roce_icrc(r.data, hdr, r.zeros, r.tail);
+      r.tail_len = kRoceIcrc;
     } else {
       // The engine's own encoding, as the host handed it over; a packet
       // without payload is whole (headers and ICRC), data stops at the payload.
@@ -159,8 +220,8 @@ class SimOutput::Capture final : public PacketTap {
         std::memcpy(r.data + kEthIpUdp + hdr, p.trailer, p.trailer_len);
         hdr += p.trailer_len;
       }
+      write_framing(p, datagram, r.data);
     }
-    write_framing(p, datagram, r.data);
     r.orig = static_cast<uint32_t>(kEthIpUdp + datagram);
     r.caplen = static_cast<uint32_t>(std::min<size_t>(kEthIpUdp + hdr, r.orig));
     std::deque<Rec>& q = pending_[&port == dir_[0] ? 0 : 1];
@@ -179,7 +240,7 @@ class SimOutput::Capture final : public PacketTap {
           d = i;
       if (d < 0) return;
       const Rec& r = pending_[d].front();
-      file_.write(r.at, r.data, r.caplen, r.orig);
+      file_.write(r.at, r.data, r.caplen, r.zeros, r.tail, r.tail_len, r.orig);
       pending_[d].pop_front();
     }
   }
@@ -187,8 +248,10 @@ class SimOutput::Capture final : public PacketTap {
  private:
   struct Rec {
     SimTime at;
-    uint32_t caplen = 0, orig = 0;
+    uint32_t caplen = 0, orig = 0;     // caplen: of data
+    uint32_t zeros = 0, tail_len = 0;  // then zeros zero bytes and tail
     uint8_t data[kMaxFrame];
+    uint8_t tail[kRoceIcrc];
   };
   PcapFile& file_;
   const RcShared* rc_;

@@ -191,6 +191,8 @@ TEST(Pcap, BaselineCaptureCarriesRoceHeadersAndOneDirection) {
   std::set<uint16_t> ports;
   for (const PcapRecord& r : recs) {
     ASSERT_GE(r.bytes.size(), 42u + 12);
+    // Whole, ICRC included (Wireshark takes a cut RoCE packet for a malformed one).
+    EXPECT_EQ(r.bytes.size(), r.orig_len);
     const uint8_t* udp = r.bytes.data() + 34;
     EXPECT_EQ(r.bytes[26 + 3], 0);  // source address: host 0
     EXPECT_EQ(be16(udp + 2), 4791);

@@ -6,7 +6,9 @@
    lists for it, with a good ICRC.
 2. Broken copies (truncated, bad ICRC, unknown version or opcode, length
    fields pointing past the datagram, fields out of range) and trimmed or
-   snap-length-cut packets give the expected expert info; every prefix of
+   snap-length-cut packets give the expected expert info, and so does a
+   payload cut part way on a connection whose handshake (mtu) was captured
+   (TRIM-5); every prefix of
    every vector and seeded random byte changes decode without a failure.
    Every datagram of 1 to 19 bytes is truncated, whatever its version and
    opcode (11.3's order). Packets without payload decode with PC clear as
@@ -120,12 +122,13 @@ def ip_checksum(header):
     return ~total & 0xFFFF
 
 
-def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT):
-    """Ethernet/IPv4/UDP around `datagram`; datagram_len overrides the lengths
-    in the IP and UDP headers (to fake a snap-length cut)."""
+def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT, src=1, dst=2):
+    """Ethernet/IPv4/UDP around `datagram`, from 10.0.0.src to 10.0.0.dst;
+    datagram_len overrides the lengths in the IP and UDP headers (to fake a
+    snap-length cut)."""
     length = len(datagram) if datagram_len is None else datagram_len
     ip = struct.pack(">BBHHHBBH4s4s", 0x45, (dscp << 2) | 0x02, 20 + 8 + length, 0, 0x4000,
-                     64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+                     64, 17, 0, bytes([10, 0, 0, src]), bytes([10, 0, 0, dst]))
     ip = ip[:10] + struct.pack(">H", ip_checksum(ip)) + ip[12:]
     udp = struct.pack(">HHHH", sport, dport, 8 + length, 0)
     eth = bytes.fromhex("020000000002" "020000000001" "0800")
@@ -162,7 +165,8 @@ FIELDS = [
     "metaroce.disconnect.reason", "metaroce.icrc.covered_len", "metaroce.flags.reserved",
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
-    "metaroce.reserved_not_zero", "frame.protocols", "metaroce.gso.segments",
+    "metaroce.reserved_not_zero", "metaroce.partial_payload", "frame.protocols",
+    "metaroce.gso.segments",
 ]
 
 
@@ -530,6 +534,57 @@ def data_packet(template, hdr_len, psn, offset, msg_len, payload):
     return reseal(bytes(hdr) + payload + bytes(4), None if hdr[0] & 0x08 else hdr_len)
 
 
+def check_partial_payload(vectors, workdir):
+    """TRIM-5: on a connection whose handshake the capture holds (mtu 1024,
+    the smaller offer), a data packet whose payload is not min(mtu, msg_len
+    - offset) is flagged, whatever its DSCP; a whole one, a message's last,
+    and a packet of a connection whose mtu is unknown are not."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    accept = bytearray(tv["TV-13"])  # from connection 0x2a to the requester's 7
+    accept[24:26] = struct.pack(">H", 1024)  # the CONNECT_REQ (TV-12) offered 4096
+
+    def data(template, hdr_len, conn, offset, msg_len, payload_len):
+        hdr = bytearray(template[:hdr_len])
+        hdr[4:8] = struct.pack(">I", conn)
+        return data_packet(bytes(hdr), hdr_len, 0x100, offset, msg_len, bytes(payload_len))
+    write, resp = (tv["TV-01"], 44), (tv["TV-07"], 28)
+    # (what, frame, flagged): requester 10.0.0.1 (conn 7), responder 10.0.0.2 (0x2a).
+    cases = [
+        ("CONNECT_REQ", frame(tv["TV-12"], 50030), False),
+        ("CONNECT_ACCEPT", frame(reseal(bytes(accept)), 4792, src=2, dst=1), False),
+        ("WRITE cut to 700 of 1024", frame(data(*write, 0x2A, 0, 4096, 700), 50031), True),
+        ("WRITE cut to 300, TRIMMED DSCP", frame(data(*write, 0x2A, 0, 4096, 300), 50032,
+                                                 TRIMMED_DSCP), True),
+        ("READ_RESP cut to 100 of 1024", frame(data(*resp, 7, 0, 2048, 100), 50033, src=2, dst=1),
+         True),
+        ("WRITE longer than mtu, the message's last", frame(data(*write, 0x2A, 0, 2000, 2000),
+                                                           50034), True),
+        ("WRITE of a whole mtu", frame(data(*write, 0x2A, 1024, 4096, 1024), 50035), False),
+        ("WRITE, the message's last 28 bytes", frame(data(*write, 0x2A, 3072, 3100, 28), 50036),
+         False),
+        ("WRITE of 700 to a connection of unknown mtu", frame(data(*write, 0x99, 0, 4096, 700),
+                                                             50037), False),
+    ]
+    pcap = os.path.join(workdir, "partial.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"partial payload: read {len(rows)} frames"):
+        return
+    for (what, _, flagged), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        want = ["1"] if flagged else []
+        check(row["metaroce.partial_payload"] == want,
+              f"partial payload, {what}: metaroce.partial_payload is "
+              f"{row['metaroce.partial_payload']}, want {want} ('{messages}')")
+        check(row["metaroce.trimmed"] == [], f"partial payload, {what}: taken for trimmed")
+        if flagged:
+            check("(TRIM-5)" in messages and "mtu 1024" in messages,
+                  f"partial payload, {what}: expert info '{messages}'")
+        else:
+            check(not messages, f"partial payload, {what}: expert info '{messages}'")
+    print(f"partial payloads (TRIM-5): {len(cases)} packets")
+
+
 def gso_datagrams(vectors):
     """(description, packets): UDP datagrams as a sender's own capture shows
     them (loopback included) when the driver coalesces a run with UDP GSO
@@ -711,6 +766,7 @@ def main():
             check_broken(cases, rows)
         print(f"broken and trimmed packets: {len(cases)} cases")
 
+        check_partial_payload(vectors, workdir)
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
         check_pc_clear(vectors, workdir)

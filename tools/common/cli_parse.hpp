@@ -1,9 +1,9 @@
 // Command-line parsing for metaroce-sim, metaroce-conform(-agent),
-// metaroce-demo and metaroce-bench:
+// metaroce-demo and metaroce-bench (metaroce-perf shares the exit status):
 // CLI11's own message, but the exit status those tools document for bad
 // options (2) instead of CLI11's error codes (105 ExtrasError, 106
 // ConversionError, 108 ..., what CLI11_PARSE returns). --help and --help-all
-// still exit 0. (metaroce-perf keeps its documented 1.)
+// still exit 0.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -32,6 +32,7 @@
 #include <string>
 #include <utility>
 
+#include "common/cli_parse.hpp"
 #include "common/number_range.hpp"
 #include "common/stdout_status.hpp"
 #include "session.hpp"
@@ -195,8 +196,9 @@ int main(int argc, char** argv) {
       "send, the server's for read (client_paths: the client's own); lat_us are nearest-rank "
       "percentiles of up to 4,194,304 round trips sampled uniformly over the run");
   add_common(client);
-  // A bad command line (an option out of range among them) is a test that
-  // could not start: exit 1, as the client's other such failures.
+  // A bad command line (an option out of range among them) exits 2, as it
+  // does from every other tool (it was 1, which scripts took for a test that
+  // could not reach its server).
   try {
     app.parse(argc, argv);
     if (common.entropy_count < common.paths)
@@ -221,7 +223,7 @@ int main(int argc, char** argv) {
                                    "must not be " + std::to_string(dscp) +
                                        ", the DSCP a trimming switch gives a cut packet (TRIM-1)");
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 1;
+    return app.exit(e) == 0 ? 0 : metaroce::tools::kExitBadOptions;
   }
   if (common.cpu >= 0) {
     cpu_set_t set;
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
                    "metaroce-perf: cannot pin to CPU %d: %s (this process may run on %d CPUs; "
                    "taskset -pc $$ in its shell lists them)\n",
                    common.cpu, std::strerror(e), CPU_COUNT(&allowed));
-      return 1;
+      return metaroce::tools::kExitBadOptions;
     }
   }
   // The first signal stops posting and drains; a second one gives up.

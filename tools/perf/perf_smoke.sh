@@ -215,7 +215,7 @@ for run in "write 1" "write 100" "send 100" "read 1" "write 100 --bidir" "send 1
   fi
 done
 
-# Out-of-range options are refused up front, exit 1, with a line that names
+# Out-of-range options are refused up front, exit 2, with a line that names
 # the option (they used to be clamped or truncated silently, and a --duration
 # of 0, -5, nan, inf or 1e10 ran no message and exited 0). --interval 0 would
 # print endless -nan / inf progress lines.
@@ -230,7 +230,7 @@ for bad in "--interval 0" "--interval -1" "--interval abc" "--interval 1e10" "--
   timeout 10 "$PERF" client "$(hostport "$port")" "${iters[@]}" "$opt" "$val" >"$tmp/bad.out" 2>&1
   rc=$?
   set -e
-  if [[ $rc -ne 1 ]] || ! head -1 "$tmp/bad.out" | grep -q -- "^$opt: "; then
+  if [[ $rc -ne 2 ]] || ! head -1 "$tmp/bad.out" | grep -q -- "^$opt: "; then
     echo "FAIL: $bad: rc=$rc"; cat "$tmp/bad.out"; fail=1
   fi
 done
@@ -238,7 +238,7 @@ set +e
 timeout 10 "$PERF" server "$(hostport 1)" --paths 33 >"$tmp/bad.out" 2>&1
 rc=$?
 set -e
-if [[ $rc -ne 1 ]] || ! grep -q -- "^--paths: " "$tmp/bad.out"; then
+if [[ $rc -ne 2 ]] || ! grep -q -- "^--paths: " "$tmp/bad.out"; then
   echo "FAIL: server --paths 33: rc=$rc"; cat "$tmp/bad.out"; fail=1
 fi
 

@@ -185,10 +185,13 @@ local ex = {
     expert.group.MALFORMED, expert.severity.ERROR),
   gso = ProtoExpert.new("metaroce.gso", "Several packets in one datagram (GSO or GRO)",
     expert.group.PROTOCOL, expert.severity.NOTE),
+  partial = ProtoExpert.new("metaroce.partial_payload",
+    "Partial payload: neither the mtu nor the message's rest, nor trimmed (TRIM-5)",
+    expert.group.MALFORMED, expert.severity.ERROR),
 }
 metaroce.experts = {
   ex.truncated, ex.bad_version, ex.bad_opcode, ex.icrc_bad, ex.icrc_unverified, ex.bad_length,
-  ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug, ex.gso,
+  ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug, ex.gso, ex.partial,
 }
 
 metaroce.prefs.udp_port = Pref.uint("UDP port", DEFAULT_UDP_PORT,
@@ -418,8 +421,24 @@ local function dissect_nak(st, tree, off)
   add_info(st, "cum=" .. hex(tvb(off + 12, 4):uint()))
 end
 
+-- TRIM-5 needs a connection's mtu, which only its handshake shows: the
+-- smaller of the CONNECT_REQ's and the CONNECT_ACCEPT's offers (CONN-1).
+-- Learnt from the handshakes the capture holds, by the receiving address and
+-- connection id (a data packet's IP destination and dst_conn).
+local offered_mtu, conn_mtu = {}, {}
+local function conn_key(addr, conn) return tostring(addr) .. "/" .. conn end
+
 local function dissect_connect(st, tree, off)
   local tvb = st.tvb
+  local mtu = tvb(off + 8, 2):uint()
+  if st.opcode == 0x20 then
+    offered_mtu[conn_key(st.pinfo.src, tvb(off, 4):uint())] = mtu
+  elseif st.opcode == 0x21 then
+    local requester = conn_key(st.pinfo.dst, st.dst_conn)
+    local agreed = math.min(mtu, offered_mtu[requester] or mtu)
+    conn_mtu[requester] = agreed
+    conn_mtu[conn_key(st.pinfo.src, tvb(off, 4):uint())] = agreed
+  end
   local body = tree:add(tvb(off, 24), "Connection")
   body:add(pf.conn_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
@@ -493,6 +512,19 @@ local function dissect_payload(st, tree, hdr_len, layout)
   elseif layout.payload and payload_len > st.msg_len - st.offset then
     len_item:add_proto_expert_info(ex.bad_length, "payload " .. payload_len ..
       " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
+  elseif layout.payload and payload_len > 0 then
+    -- TRIM-5 (SEQ-5): a data packet carries exactly min(mtu, msg_len -
+    -- offset) bytes. One cut part way (a switch that trims to a length, a
+    -- trimmed packet whose TRIMMED DSCP a later hop rewrote and whose rest
+    -- came along) does not, and a receiver drops it as a bad length. Only a
+    -- connection whose handshake the capture holds has a known mtu.
+    local mtu = conn_mtu[conn_key(st.pinfo.dst, st.dst_conn)]
+    local want = mtu and math.min(mtu, st.msg_len - st.offset)
+    if want and payload_len ~= want then
+      len_item:add_proto_expert_info(ex.partial, "payload " .. payload_len .. " at offset " ..
+        st.offset .. " of a " .. st.msg_len .. "-byte message on a connection of mtu " .. mtu ..
+        ": must be " .. want .. "; dropped as a bad length (TRIM-5)")
+    end
   end
 
   -- TRIM-2: only a data packet with headers and ICRC only that the TRIMMED

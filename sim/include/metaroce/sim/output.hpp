@@ -68,6 +68,9 @@ class PcapFile {
   PcapFile(const PcapFile&) = delete;
   PcapFile& operator=(const PcapFile&) = delete;
   void write(SimTime t, const uint8_t* frame, uint32_t caplen, uint32_t orig_len);
+  // A record of head, then `zeros` zero bytes, then tail (caplen the three).
+  void write(SimTime t, const uint8_t* head, uint32_t head_len, uint32_t zeros, const uint8_t* tail,
+             uint32_t tail_len, uint32_t orig_len);
   // Flushes and closes; false if a write failed.
   bool close();
   [[nodiscard]] uint64_t records() const { return records_; }
