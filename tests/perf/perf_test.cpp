@@ -853,14 +853,14 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
   const int rc = run_client(a, small_common());
   const std::string out = testing::internal::GetCapturedStderr();
   silent->stop_progress_thread();
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, kExitNothingRan);
   EXPECT_NE(out.find("no answer from server " + a.addr + " (peer " + a.addr + ", conn 0x"),
             std::string::npos)
       << out;
 }
 
 // A server that answers the Hello but closes the connection after the
-// client's Done, without its Result: the client exits 2, and its --json
+// client's Done, without its Result: the client exits 1 (kExitTestFailed), and its --json
 // report says why in "error" (the reason went to stderr only, and the JSON
 // of the failed run had no error in it), with the counters the load left.
 TEST(PerfClient, JsonSaysWhyThereIsNoResult) {
@@ -904,7 +904,7 @@ TEST(PerfClient, JsonSaysWhyThereIsNoResult) {
   ep->close(true);  // DISCONNECT: no Result
   client.join();
   const std::string json = testing::internal::GetCapturedStdout();
-  EXPECT_EQ(rc, 2);
+  EXPECT_EQ(rc, kExitTestFailed);
   EXPECT_NE(json.find("\"error\":\"no result from the server (peer " + a.addr), std::string::npos)
       << json;
   EXPECT_NE(json.find("\"messages\":8,"), std::string::npos) << json;

@@ -68,7 +68,7 @@ void wait_path_reports(UdpEndpoint& ep, Sink& sink, Generator& gen, size_t n) {
 // A test that could not start (no server, a refusal, a bad address): why, on
 // stderr and, with --json, as the one JSON object on stdout (that used to
 // stay empty, while a run that failed later printed its object with
-// "error"). Exit status 1.
+// "error"). Nothing ran: kExitNothingRan.
 int not_started(const ClientArgs& a, const std::string& why) {
   std::fprintf(stderr, "metaroce-perf client: %s\n", why.c_str());
   if (a.json) {
@@ -78,7 +78,7 @@ int not_started(const ClientArgs& a, const std::string& why) {
     j["error"] = why;
     std::printf("%s\n", j.dump().c_str());
   }
-  return 1;
+  return kExitNothingRan;
 }
 
 }  // namespace
@@ -509,7 +509,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   ep->close(conn);
   for (int i = 0; i < 50 && ep->state(conn) == udp::ConnState::kEstablished; ++i) ep->wait(1ms);
-  return failed || !have_result || verify_errors != 0 || reverse_mismatch ? 2 : 0;
+  return failed || !have_result || verify_errors != 0 || reverse_mismatch ? kExitTestFailed : 0;
 }
 
 }  // namespace metaroce::perf

@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   if (qd->count() == 0)
     ca.tp.qd = static_cast<uint32_t>(
         std::clamp<uint64_t>((uint64_t{256} << 20) / ca.tp.size, 1, ca.tp.qd));
-  // 2: the test ran, but its report is lost.
+  // The test ran, but its report is lost.
   return metaroce::tools::stdout_status(metaroce::perf::run_client(ca, common),
-                                        "metaroce-perf client", 2);
+                                        "metaroce-perf client", metaroce::perf::kExitNothingRan);
 }

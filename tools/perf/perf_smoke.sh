@@ -262,7 +262,7 @@ wait "$first_pid"
 first_rc=$?
 set -e
 echo "busy server: second client rc=$rc after $((SECONDS - start)) s: $(tail -1 "$tmp/second.out")"
-if [[ $rc -ne 1 || $((SECONDS - start)) -gt 3 || $first_rc -ne 0 ]] ||
+if [[ $rc -ne 2 || $((SECONDS - start)) -gt 3 || $first_rc -ne 0 ]] ||
    ! grep -q "refused the test: server busy: a test with 127.0.0.1:[0-9]* is running" "$tmp/second.out" ||
    ! grep -q "refused a test from peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*: server busy" "$tmp/server.log"; then
   echo "FAIL: busy server (first client rc=$first_rc)"; cat "$tmp/second.out" "$tmp/first.err"; fail=1

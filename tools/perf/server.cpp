@@ -371,7 +371,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
   auto ep = UdpEndpoint::open(addr, make_options(common), err);
   if (!ep) {
     std::fprintf(stderr, "metaroce-perf server: %s\n", err.message.c_str());
-    return 1;
+    return kExitNothingRan;
   }
   std::printf(
       "metaroce-perf server listening on %s (entropy ports %u-%u, gso %s, gro %s, io_uring %s)\n",
@@ -384,7 +384,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
     if (ep->accept(500ms, conn)) continue;
     const bool ok = serve(*ep, conn, common);
     // --once: one session, whatever its outcome; its exit status tells which.
-    if (once) return ok ? 0 : 1;
+    if (once) return ok ? 0 : kExitTestFailed;
   }
   return 0;
 }

@@ -14,6 +14,14 @@
 
 namespace metaroce::perf {
 
+// Exit statuses, as metaroce-conform's: 1 says the test ran and went wrong
+// (a verdict, as a failed check is), 2 that nothing ran or its report was
+// lost (a bad command line, no server, a refusal, stdout full). They used to
+// be 1 for a test that could not start and 2 for one that went wrong, so a
+// script could not tell a typo from a failed test.
+inline constexpr int kExitTestFailed = 1;
+inline constexpr int kExitNothingRan = 2;
+
 // Signals seen: the first stops posting and drains, a second gives up.
 extern volatile std::sig_atomic_t g_stop;
 
