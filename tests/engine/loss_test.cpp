@@ -323,6 +323,30 @@ TEST(Engine, OnlyTheConnectionsFirstSampleIsLent) {  // LOSS-4
   }
 }
 
+TEST(Engine, AFirstSampleBelowTheGuessIsNotLent) {  // LOSS-4
+  // Round trips of a few microseconds, far below initial_rtt: the first
+  // sample sets its own path's estimate only. The paths without one keep
+  // the guess (lent, a short sample would shorten their tail-loss timers
+  // below what the guess allows for their own, perhaps longer, routes).
+  Loop loop(cfg(228), cfg(229));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x45);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));
+  int sampled = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    if (ps.min_rtt_ns != 0) {
+      ++sampled;
+      EXPECT_LT(ps.srtt_ns, cfg(228).recovery.initial_rtt_ns);  // the premise
+    } else {
+      EXPECT_EQ(ps.srtt_ns, cfg(228).recovery.initial_rtt_ns) << "path " << i;
+    }
+  }
+  EXPECT_EQ(sampled, 1);
+}
+
 TEST(Engine, EchoOfAnOriginalIsNotTakenForItsResendOnTheSamePath) {  // LOSS-2
   // One path, a link that takes 2 us per packet. Mid-WRITE the link stalls
   // for 400 us (a queue of other traffic ahead), so the tail-loss timer
