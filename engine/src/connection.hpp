@@ -102,7 +102,12 @@ struct TxRecord {
   uint8_t path = 0;
   uint8_t flags = 0;
   uint8_t tx_count = 0;
+  // TRIM-3: the low byte of the latest transmission's tsval, which an echo
+  // of it carries back (echo_tsval), where an earlier one's differs (but 1
+  // time in 256). In what was the record's padding: it stays 16 bytes.
+  uint8_t tsval_lo = 0;
 };
+static_assert(sizeof(TxRecord) == 16);
 inline constexpr uint8_t kRecInFlight = 0x01;
 inline constexpr uint8_t kRecAcked = 0x02;
 inline constexpr uint8_t kRecQueued = 0x04;  // waiting in the retransmit queue

@@ -267,6 +267,7 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
   r.pseq = p.next_pseq++;
   r.flags = detail::kRecInFlight;
   r.tx_count = retx ? static_cast<uint8_t>(r.tx_count + (r.tx_count < 255)) : 1;  // LOSS-2
+  r.tsval_lo = static_cast<uint8_t>(tsval);                                       // TRIM-3
   ring_at(c, t, path, r.pseq) = psn;
   if (p.inflight == 0) {
     arm_rto(c, p, now);

@@ -11,6 +11,7 @@
 
 #include "engine_util.hpp"
 #include "loop.hpp"
+#include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
 
 namespace metaroce::test {
@@ -283,6 +284,67 @@ TEST(Engine, PathsWithoutASampleTakeTheFirstOneMeasured) {  // LOSS-4, LOSS-8
   loop.run_until([] { return false; }, 2'000'000);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, 0u);
   EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
+}
+
+TEST(Engine, OnlyTheConnectionsFirstSampleIsLent) {  // LOSS-4
+  // Path 0's packets come back in about 200 us, path 1's in about 700 us
+  // (a degraded link), and paths 2 and 3 deliver nothing, so they never
+  // measure one of their own. Path 0's first sample, the connection's, is
+  // lent to the others; path 1's first sample, later, is not: lending each
+  // path's first sample to the paths still without one handed a degraded
+  // link's to the rest (fattree1024-perm2mb-degraded).
+  Loop loop(cfg(226), cfg(227));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x44);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  const auto slot = [](const std::vector<uint8_t>& d) {
+    return wire::path_tag_slot(be::load16(d.data() + 2));
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) { return from == 0 && slot(d) >= 2; };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kWrite)) return 0;
+    return slot(d) == 0 ? 200'000 : 700'000;
+  };
+  // One-packet WRITEs, each acknowledged at once (ACK-4), over every path.
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, i, i * 4096)), Status::kOk);
+  const auto stats = [&](size_t i) {
+    PathStats ps;
+    EXPECT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    return ps;
+  };
+  ASSERT_TRUE(loop.run_until([&] { return stats(1).min_rtt_ns != 0; }, 5'000'000));
+  const uint64_t first = stats(0).min_rtt_ns, slow = stats(1).min_rtt_ns;
+  ASSERT_GT(first, cfg(226).recovery.initial_rtt_ns);  // the premise: above the guess
+  ASSERT_GT(slow, 2 * first);
+  for (size_t i = 2; i < 4; ++i) {
+    EXPECT_EQ(stats(i).min_rtt_ns, 0u) << "path " << i;  // no sample of its own
+    EXPECT_EQ(stats(i).srtt_ns, first) << "path " << i;
+  }
+}
+
+TEST(Engine, AFirstSampleBelowTheGuessIsNotLent) {  // LOSS-4
+  // Round trips of a few microseconds, far below initial_rtt: the first
+  // sample sets its own path's estimate only. The paths without one keep
+  // the guess (lent, a short sample would shorten their tail-loss timers
+  // below what the guess allows for their own, perhaps longer, routes).
+  Loop loop(cfg(228), cfg(229));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x45);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));
+  int sampled = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    if (ps.min_rtt_ns != 0) {
+      ++sampled;
+      EXPECT_LT(ps.srtt_ns, cfg(228).recovery.initial_rtt_ns);  // the premise
+    } else {
+      EXPECT_EQ(ps.srtt_ns, cfg(228).recovery.initial_rtt_ns) << "path " << i;
+    }
+  }
+  EXPECT_EQ(sampled, 1);
 }
 
 TEST(Engine, EchoOfAnOriginalIsNotTakenForItsResendOnTheSamePath) {  // LOSS-2

@@ -159,6 +159,51 @@ TEST(Engine, TrimEchoResendsAtOnceElsewhereAndCutsThePath) {  // TRIM-3, TRIM-4
   EXPECT_EQ(st->losses_declared, 0u);
 }
 
+// TRIM-3, as LOSS-2: an echo cannot tell apart two transmissions of one PSN
+// on one path. One path: the WRITE's only packet is cut, and the echo of the
+// cut is late, so the tail-loss timer resends the packet on that same path
+// first (LOSS-8). The late echo then arrives while the resend, which is
+// whole, is on its way: it names the PSN on the resend's path, but it is
+// the original's (its echo_tsval says so). Taken for the resend's, it
+// declared the resend lost and sent the packet a third time, to arrive as
+// a duplicate.
+TEST(Engine, LateTrimEchoOfAnOriginalIsNotTakenForItsResendOnTheSamePath) {  // TRIM-3
+  EndpointConfig sc = cfg(230);
+  sc.num_paths = 1;
+  WriteSetup w(sc, 231, 1, 0);
+  Loop& loop = w.loop;
+  loop.delay_ns = 5'000;
+  ASSERT_TRUE(warm_up_paths(loop, w.conn.first, w.src, w.dst, 8));  // the path's RTT known
+  int copies = 0;
+  loop.trim = [&](int from, std::vector<uint8_t>& d) {
+    if (!is_write(from, d) || copies != 1) return false;
+    cut_payload(d);
+    return true;
+  };
+  std::vector<uint8_t> late_echo;  // held back until the resend has left
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck) || !late_echo.empty())
+      return false;
+    if (!(decoded(d).ack.flags & wire::kAckEchoTrimmed)) return false;
+    late_echo = d;
+    return true;
+  };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (!is_write(from, d) || ++copies != 2) return;
+    ASSERT_FALSE(late_echo.empty());  // the premise: the cut was echoed before the resend
+    const uint32_t echoed = decoded(late_echo).ack.echo_tsval;
+    EXPECT_LT(echoed, decoded(d).bh.tsval);  // the original's echo
+    // The engine tells them apart by tsval's low 8 bits (1 pair in 256 alike).
+    ASSERT_NE(echoed & 0xff, decoded(d).bh.tsval & 0xff) << "premise: try other seeds";
+    loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 0, false, late_echo}, loop.now());
+  };
+  w.write_all();
+  loop.run_until([] { return false; }, 2'000'000);  // whatever is still in flight arrives
+  EXPECT_EQ(copies, 2);
+  EXPECT_EQ(loop.ep(0).conn_stats(w.conn.first)->retransmissions, 1u);
+  EXPECT_EQ(loop.ep(1).conn_stats(w.conn.second)->duplicates_received, 0u);
+}
+
 // A cut packet whose TRIMMED code point was lost on the way passes the ICRC
 // when PC is clear; its short payload alone gives it away.
 TEST(Engine, ShortPayloadWithoutTheFlagIsDropped) {  // TRIM-5
