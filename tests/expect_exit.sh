@@ -5,7 +5,10 @@
 # (grep -E; empty: not checked), counting mismatches in `failures`;
 # expect_full does the same with the program's stdout on /dev/full (a full
 # disk); expect_quiet RC PROGRAM ARGS... wants exit RC and nothing on stderr
-# (no warning); finish ends the test, failing if any.
+# (no warning); await_output FILE SED_SCRIPT prints what `sed -n SED_SCRIPT
+# FILE` prints once it prints anything (a server's address from its first
+# line), waiting up to 5 s, and fails if it never does; finish ends the test,
+# failing if any.
 failures=0
 expect() {
   want_rc=$1 pattern=$2
@@ -42,6 +45,19 @@ expect_quiet() {
   else
     echo "ok:   $program $* -> exit $rc, quiet"
   fi
+}
+await_output() {
+  await_tries=50
+  while [ "$await_tries" -gt 0 ]; do
+    await_got=$(sed -n "$2" "$1" 2>/dev/null)
+    if [ -n "$await_got" ]; then
+      printf '%s\n' "$await_got"
+      return 0
+    fi
+    await_tries=$((await_tries - 1))
+    sleep 0.1
+  done
+  return 1
 }
 finish() {
   [ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }

@@ -179,12 +179,7 @@ for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
     python3 "$here/refusing_agent.py" "$listen" "$op" "the IUT failed: ENOMEM" --busy-odd \
       >"$dir/refusing.out" 2>&1 &
     refusing_pid=$!
-    refusing=
-    for _ in $(seq 100); do
-      refusing=$(sed -n 's/.*listening on \([^,]*\),.*/\1/p' "$dir/refusing.out")
-      [ -n "$refusing" ] && break
-      sleep 0.05
-    done
+    refusing=$(await_output "$dir/refusing.out" 's/.*listening on \([^,]*\),.*/\1/p')
     timeout 60 "$conform" --target remote --agent "$refusing" --iut "$iut" --entropy-base "$base" \
       --entropy-count 16 --rule "$rule" >"$dir/run.out" 2>"$dir/run.err"
     rc=$?

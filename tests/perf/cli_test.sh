@@ -72,11 +72,8 @@ done
 out=$(mktemp -d)
 "$perf" server 127.0.0.1:0 --spin-us 0 >"$out/server" 2>&1 &
 server=$!
-for _ in $(seq 50); do
-  port=$(sed -n 's/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$out/server")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+port_of_server='s/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p'
+port=$(await_output "$out/server" "$port_of_server")
 check() {  # check WHAT CONDITION-EXIT-STATUS
   if [ "$2" -eq 0 ]; then echo "ok:   $1"; else
     echo "FAIL: $1"
@@ -154,12 +151,7 @@ wait "$server"
 # packets.
 "$perf" server 127.0.0.1:0 --spin-us 0 >"$out/gone" 2>&1 &
 server=$!
-port=
-for _ in $(seq 50); do
-  port=$(sed -n 's/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$out/gone")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+port=$(await_output "$out/gone" "$port_of_server")
 "$perf" client "127.0.0.1:$port" --op write --duration 5 --interval 10 --size 65536 --json \
   >"$out/gone.json" 2>"$out/gone.err" &
 client=$!
