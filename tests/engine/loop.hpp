@@ -15,6 +15,17 @@
 
 namespace metaroce::test {
 
+// A link that passes one packet at a time, for extra_delay hooks that model
+// queueing: a packet leaves no sooner than `earliest`, nor sooner than gap_ns
+// after the one before it. pass() returns when it leaves.
+struct SerialLink {
+  TimeNs free{};
+  TimeNs pass(TimeNs earliest, uint64_t gap_ns) {
+    free = std::max(earliest, free + gap_ns);
+    return free;
+  }
+};
+
 struct InFlight {
   TimeNs at;
   int to;

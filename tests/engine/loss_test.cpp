@@ -226,7 +226,7 @@ TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
   // Each path a link that takes 2 us per packet, path 1 longer: its
   // packets are in flight across the resend.
   bool hold = false;
-  std::array<TimeNs, 2> link_free{};
+  std::array<SerialLink, 2> links{};
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || d[1] != 0x01) return 0;
     if (hold) {  // the held packet: late, past the link's queue
@@ -235,9 +235,7 @@ TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
     }
     const int slot = d[3] & 1;
     const uint64_t base = slot == 1 ? 40'000 : 20'000;
-    TimeNs& free_at = link_free[static_cast<size_t>(slot)];
-    const TimeNs arrive = std::max(loop.now() + base, free_at + 2'000);
-    free_at = arrive;
+    const TimeNs arrive = links[static_cast<size_t>(slot)].pass(loop.now() + base, 2'000);
     return arrive.since(loop.now());
   };
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 16));  // both paths' RTTs known
@@ -366,19 +364,18 @@ TEST(Engine, EchoOfAnOriginalIsNotTakenForItsResendOnTheSamePath) {  // LOSS-2
   Buf src(loop.ep(0), kLen, 0, 0x42);
   Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
   bool stall = false;
-  TimeNs link_free{};
+  SerialLink link;
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0) return 0;
     // In order, PROBEs too: one that overtook the queue would be answered
     // before the packets ahead of it arrived, and all of them taken as lost.
-    TimeNs arrive = std::max(loop.now() + 20'000, link_free + (d[1] == 0x01 ? 2'000 : 0));
-    link_free = arrive;
+    TimeNs arrive = link.pass(loop.now() + 20'000, d[1] == 0x01 ? 2'000 : 0);
     if (stall) {  // this packet and every one behind it wait
       stall = false;
       arrive = arrive + 400'000;
       // The next ones 20 us after it, past the receiver's ACK delay: the
       // ACK of its arrival echoes it, as an original arriving alone is.
-      link_free = arrive + 20'000;
+      link.free = arrive + 20'000;
     }
     return arrive.since(loop.now());
   };

@@ -209,7 +209,7 @@ ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
     if (!loop.ep(0).path_stats(a, i, ps)) return out;
     out.entropy_before[i] = ps.entropy;
   }
-  std::array<TimeNs, 2> link_free{};
+  std::array<SerialLink, 2> serial{};
   uint16_t sent_entropy = 0;
   loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
     sent_entropy = tx.entropy;
@@ -218,9 +218,7 @@ ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
     if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;  // data and PROBEs
     const int l = route(sent_entropy, out.entropy_before[0], out.entropy_before[1]);
     const TestLink& link = links[static_cast<size_t>(l)];
-    TimeNs& free_at = link_free[static_cast<size_t>(l)];
-    const TimeNs arrive = std::max(loop.now(), free_at + link.gap_ns);
-    free_at = arrive;
+    const TimeNs arrive = serial[static_cast<size_t>(l)].pass(loop.now(), link.gap_ns);
     return arrive.since(loop.now()) + link.delay_ns;
   };
   loop.ep(0).set_trace(
@@ -328,7 +326,7 @@ DarkTrialRun run_trial_over_a_link_that_fails(uint64_t dark_at_us) {
   if (!loop.ep(0).path_stats(a, 1, ps)) return out;
   const uint16_t e1 = ps.entropy;
   const TimeNs dark = loop.now() + dark_at_us * kMicrosecond;
-  std::array<TimeNs, 2> link_free{};
+  std::array<SerialLink, 2> serial{};
   constexpr std::array<TestLink, 2> links{TestLink{2'000, 0}, TestLink{6'000, 20'000}};
   uint16_t sent_entropy = 0;
   loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
@@ -337,8 +335,7 @@ DarkTrialRun run_trial_over_a_link_that_fails(uint64_t dark_at_us) {
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;
     const size_t l = sent_entropy == e1 ? 1 : 0;
-    const TimeNs arrive = std::max(loop.now(), link_free[l] + links[l].gap_ns);
-    link_free[l] = arrive;
+    const TimeNs arrive = serial[l].pass(loop.now(), links[l].gap_ns);
     const TimeNs at = arrive + links[l].delay_ns;
     if (l == 1 && at >= dark) return 100 * kSecond;  // lost: it never comes
     return at.since(loop.now());
@@ -395,7 +392,7 @@ uint64_t longest_data_gap_with_a_dark_path_0(uint64_t dark_at_us) {
   if (!loop.ep(0).path_stats(a, 0, ps)) return ~0ull;
   const uint16_t e0 = ps.entropy;
   const TimeNs dark = loop.now() + dark_at_us * kMicrosecond;
-  std::array<TimeNs, 2> link_free{};
+  std::array<SerialLink, 2> serial{};
   constexpr std::array<TestLink, 2> links{TestLink{2'000, 0}, TestLink{6'000, 20'000}};
   uint16_t sent_entropy = 0;
   uint64_t on_link_1 = 0, gap = 0;
@@ -414,8 +411,7 @@ uint64_t longest_data_gap_with_a_dark_path_0(uint64_t dark_at_us) {
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;
     const size_t l = sent_entropy == e0 ? 0 : 1;
-    const TimeNs arrive = std::max(loop.now(), link_free[l] + links[l].gap_ns);
-    link_free[l] = arrive;
+    const TimeNs arrive = serial[l].pass(loop.now(), links[l].gap_ns);
     return arrive.since(loop.now()) + links[l].delay_ns;
   };
   if (!write_4_mib_four_times(loop, a, 0x44)) return ~0ull;
@@ -492,7 +488,7 @@ TrialVerdict first_trial_with(const TrialScene& s) {
           v.window_at = ev.time;
       },
       &seen);
-  std::array<TimeNs, 2> link_free{};
+  std::array<SerialLink, 2> serial{};
   uint16_t sent_entropy = 0;
   loop.on_sent = [&](int, const TxDatagram& tx, const std::vector<uint8_t>&) {
     sent_entropy = tx.entropy;
@@ -509,8 +505,7 @@ TrialVerdict first_trial_with(const TrialScene& s) {
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || (d[1] != 0x01 && d[1] != 0x12)) return 0;
     const auto l = static_cast<size_t>(on_link(sent_entropy));
-    const TimeNs arrive = std::max(loop.now(), link_free[l] + s.links[l].gap_ns);
-    link_free[l] = arrive;
+    const TimeNs arrive = serial[l].pass(loop.now(), s.links[l].gap_ns);
     return arrive.since(loop.now()) + s.links[l].delay_ns;
   };
   constexpr uint32_t kLen = 64 * 1024;
