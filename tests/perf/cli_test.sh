@@ -122,7 +122,7 @@ else
   rev=$(sed -n 's/.*"reverse":{[^}]*"messages":\([0-9]*\).*/\1/p' "$out/s.json")
   check "send --bidir: the reverse messages received are the server's $rev, exit $rc" \
     "$([ "$rc" -eq 0 ] && [ -n "$rev" ] &&
-      grep -q "\"messages_received\":$rev[,}]" "$out/s.json"; echo $?)"
+      grep -q "\"messages_received\":${rev}[,}]" "$out/s.json"; echo $?)"
   # The progress line's reverse column is this interval's, from the bytes
   # the connection received: a plain write --bidir shows its reverse load
   # (the old rx column read 0.000 without --verify).
