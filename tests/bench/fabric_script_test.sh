@@ -17,7 +17,8 @@ FAB="$root/tests/fabric/fabric.sh"
 export MR_FAB_PREFIX="mrbf$$-"
 tmp=$(mktemp -d)
 pid=""
-fails=0
+# shellcheck source=SCRIPTDIR/script_lib.sh
+source "$(dirname "$0")/script_lib.sh"
 cleanup() {
   [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
   bash "$FAB" down >/dev/null 2>&1
@@ -25,10 +26,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
 ours() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^$MR_FAB_PREFIX" | tr '\n' ' '; }
 
 # A metaroce-perf that listens and never finishes a run: the client records
@@ -45,15 +42,7 @@ chmod +x "$fake"
 for bad in "--links 20" "--links 0" "--rate 0" "--seconds 0" "--seconds -1" "--qd 0" "--paths 33" \
   "--mtu 100" "--perf $tmp/none" "--cases nope" "--transports udp" "--bogus" \
   "--transports metaroce,cubic --seconds 2.5"; do
-  # shellcheck disable=SC2086
-  python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 $bad >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  ((rc == 2)) || fail "bench/fabric $bad: exit $rc, not 2 ($(tail -1 "$tmp/err"))"
-  [[ -s $tmp/out ]] && fail "bench/fabric $bad: printed on stdout: $(head -c 200 "$tmp/out")"
-  opt=${bad##*--}
-  opt=--${opt%% *}
-  [[ $opt == --bogus ]] && opt=unrecognized
-  grep -q -- "$opt" "$tmp/err" || fail "bench/fabric $bad: the error does not name $opt: $(tail -1 "$tmp/err")"
+  expect_refused bench/fabric "$bad" python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1
 done
 
 # Not root: --json's object says so, exit 1, and no temporary directory is
@@ -100,16 +89,7 @@ else
 
   python3 "$BENCH" --json --transports metaroce --perf "$fake" --cases loss0 --seconds 1 >"$tmp/out" 2>"$tmp/err" &
   pid=$!
-  for _ in $(seq 1 300); do
-    [[ -s $tmp/client.pid ]] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -s $tmp/client.pid ]] || fail "the run never started its client: $(tail -3 "$tmp/err")"
-  kill -TERM "$pid"
-  wait "$pid"
-  rc=$?
-  pid=""
+  term_midway 300 0.1
   ((rc == 1)) || fail "SIGTERM midway: exit $rc, not 1"
   why=$(json_error "$tmp/out" "interrupted by SIGTERM") || fail "SIGTERM midway: $why"
   [[ -z $(ours) ]] || fail "SIGTERM midway: left $(ours)"

@@ -12,7 +12,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 BENCH="$root/bench/loopback"
 tmp=$(mktemp -d)
 pid=""
-fails=0
+# shellcheck source=SCRIPTDIR/script_lib.sh
+source "$(dirname "$0")/script_lib.sh"
 cleanup() {
   [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
   for f in "$tmp"/*.pid; do [[ -s $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null; done
@@ -20,10 +21,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fail() {
-  echo "FAIL: $*"
-  fails=$((fails + 1))
-}
 
 # A metaroce-perf whose server listens and whose client fails at once, or
 # with FAKE_SLEEP=1 never finishes; each records its pid.
@@ -39,29 +36,13 @@ chmod +x "$fake"
 
 for bad in "--mtu 100" "--mtu 70000" "--seconds 0" "--seconds -2" "--rounds 0" "--size 0" "--qd 0" "--qd 201" \
   "--perf $tmp/none" "--blast $tmp/none" "--bogus"; do
-  # shellcheck disable=SC2086
-  python3 "$BENCH" --json --no-latency --perf "$fake" --blast "$fake" $bad >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  ((rc == 2)) || fail "bench/loopback $bad: exit $rc, not 2 ($(tail -1 "$tmp/err"))"
-  [[ -s $tmp/out ]] && fail "bench/loopback $bad: printed on stdout: $(head -c 200 "$tmp/out")"
-  opt=${bad%% *}
-  [[ $opt == --bogus ]] && opt=unrecognized
-  grep -q -- "$opt" "$tmp/err" || fail "bench/loopback $bad: the error does not name $opt: $(tail -1 "$tmp/err")"
+  expect_refused bench/loopback "$bad" python3 "$BENCH" --json --no-latency --perf "$fake" --blast "$fake"
 done
 
 rm -f "$tmp"/*.pid
 FAKE_SLEEP=1 python3 "$BENCH" --json --seconds 30 --no-latency --perf "$fake" --blast "$fake" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
-for _ in $(seq 1 200); do
-  [[ -s $tmp/client.pid ]] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
-[[ -s $tmp/client.pid ]] || fail "the run never started its client: $(tail -3 "$tmp/err")"
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-pid=""
+term_midway 200 0.05
 ((rc == 1)) || fail "SIGTERM midway: exit $rc, not 1"
 python3 - "$tmp/out" <<'PY' || fail "SIGTERM midway: no JSON object with error"
 import json, sys
