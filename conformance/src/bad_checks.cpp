@@ -85,6 +85,11 @@ Outcome write_and_ack_ignored(Target& t, const std::string& how, const Counted& 
 
 constexpr Counted kTruncated(uint64_t n) { return {&EndpointStats::truncated, "truncated", n}; }
 
+// A CONNECT_REQ's answer, ACCEPT or REJECT, among `got`.
+bool answered(const std::vector<Reply>& got) {
+  return has(wire::Opcode::kConnectReject)(got) || has(wire::Opcode::kConnectAccept)(got);
+}
+
 }  // namespace
 
 // BAD-1: a WRITE cut 1 byte short of its headers and ICRC, and one cut
@@ -109,21 +114,29 @@ Outcome check_bad1(Target& t) {
 
 // BAD-2: a WRITE and an ACK of version 2 are dropped; a CONNECT_REQ of
 // version 2 draws a version-1 CONNECT_REJECT kVersionMismatch (0x48), with
-// max_version 1, naming the request's src_conn and nonce (CONN-5). Each
-// raises bad_version (section 11.3), the request too: answering it is no
-// reason to leave it uncounted.
+// max_version 1, naming the request's src_conn and nonce (CONN-5), but
+// one byte shorter than a version-1 request (43 bytes, too short to hold
+// the nonce to echo) draws nothing. Each raises bad_version (section 11.3),
+// the request too: answering it is no reason to leave it uncounted.
 Outcome check_bad2(Target& t) {
   constexpr Counted kBadVersion{&EndpointStats::bad_version, "bad_version", 1};
   const Outcome dropped = write_and_ack_ignored(t, "of version 2", kBadVersion, version_2);
   if (!dropped.passed) return dropped;
+  // The short one first: the answer to the whole one after it shows the
+  // target was listening. Answers are looked for only: the first half's
+  // connection may still be probing (its WRITE went unacknowledged).
+  Peer s(t, 0x7e62);
+  const Bytes cut = resealed(s.connect_req(0xB2B3, 2), [](Bytes& b) { b.pop_back(); });
+  const std::string what_cut =
+      "a CONNECT_REQ of version 2, " + std::to_string(cut.size()) + " bytes long";
+  const std::optional<EndpointStats> before_cut = drop_counters(t);
+  if (answered(s.exchange(cut, t.simulated_time() ? 100'000 : 5'000'000)))
+    return fail(what_cut + ", drew an answer (only one of 44 bytes or more is answered)");
+  if (const std::string why = count_missing(t, before_cut, kBadVersion, what_cut); !why.empty())
+    return fail(why);
   Peer p(t, 0x7e61);
   constexpr uint64_t kNonce = 0xB2B2;
   const std::optional<EndpointStats> before = drop_counters(t);
-  // Until an answer to the request: the first half's connection may still
-  // be probing (its WRITE went unacknowledged), and a PROBE is no answer.
-  const auto answered = [](const std::vector<Reply>& got) {
-    return has(wire::Opcode::kConnectReject)(got) || has(wire::Opcode::kConnectAccept)(got);
-  };
   const std::vector<Reply> rs = p.exchange_until(p.connect_req(kNonce, 2), answered);
   if (!of(rs, wire::Opcode::kConnectAccept).empty())
     return fail("a CONNECT_REQ of version 2 was accepted");

@@ -126,6 +126,8 @@ Outcome check_conn4(Target& t);
 Outcome check_conn7_close(Target& t);
 Outcome check_comp5(Target& t);
 Outcome check_path7(Target& t);
+// closed_checks.cpp
+Outcome check_after_close(Target& t);
 // data_checks.cpp
 Outcome check_seq2(Target& t);
 Outcome check_seq2_target(Target& t);

@@ -204,6 +204,14 @@ Bytes Peer::nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) cons
   return seal(std::move(p), h, 0);
 }
 
+Bytes Peer::probe(uint16_t path_tag) const {
+  wire::BaseHeader bh = header(wire::Opcode::kProbe, 0, path_tag);
+  bh.flags |= wire::kFlagAckRequested;
+  Bytes p(256);
+  const size_t h = wire::write_probe(p, bh);
+  return seal(std::move(p), h, 0);
+}
+
 Bytes Peer::disconnect(uint32_t src_conn, bool ack) const {
   wire::BaseHeader bh = header(ack ? wire::Opcode::kDisconnectAck : wire::Opcode::kDisconnect, 0);
   Bytes p(256);

@@ -68,15 +68,35 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
 
 bool RemoteTarget::check_addresses(std::string& why) {
   Peer p(*this);
-  const auto any = [](const std::vector<Reply>& got) { return !got.empty(); };
-  const std::vector<Reply> rs = p.exchange_until(p.connect_req(0x6d72616464726573), any);
+  constexpr uint64_t kNonce = 0x6d72616464726573;
+  // Only the request's answer (CONN-3, CONN-4: an ACCEPT or REJECT naming
+  // its src_conn and nonce) shows that --iut is the IUT: any other
+  // datagram (a service at that port echoing the request back, a stray
+  // packet) was once taken for it, and the port it left from then blamed
+  // on --entropy-base.
+  const auto answer_of = [&p](const std::vector<Reply>& got) -> const Reply* {
+    for (const Reply& r : got)
+      if (r.error == wire::ParseError::kOk &&
+          (r.pkt.bh.opcode == wire::Opcode::kConnectAccept ||
+           r.pkt.bh.opcode == wire::Opcode::kConnectReject) &&
+          r.pkt.bh.dst_conn == p.conn() && r.pkt.connect.nonce == kNonce)
+        return &r;
+    return nullptr;
+  };
+  const std::vector<Reply> rs =
+      p.exchange_until(p.connect_req(kNonce),
+                       [&](const std::vector<Reply>& got) { return answer_of(got) != nullptr; });
   if (!broken_.empty()) {
     why = broken_;
     return false;
   }
-  if (rs.empty()) {
-    why = "--iut " + iut_ + ": the IUT sent nothing back to a CONNECT_REQ sent there from " +
-          wire_.tester_address() +
+  const Reply* answer = answer_of(rs);
+  if (answer == nullptr) {
+    why = "--iut " + iut_ + ": the IUT sent " +
+          (rs.empty() ? std::string("nothing")
+                      : std::to_string(rs.size()) + (rs.size() == 1 ? " datagram" : " datagrams") +
+                            ", none a CONNECT_ACCEPT or CONNECT_REJECT naming it,") +
+          " back to a CONNECT_REQ sent there from " + wire_.tester_address() +
           " within 0.5 s: is it the address and UDP port the IUT receives on (and can the IUT "
           "reach the tester's address)?";
     return false;
@@ -84,7 +104,7 @@ bool RemoteTarget::check_addresses(std::string& why) {
   // The port it left from, as the tester's mapping (check port 50000 =
   // --entropy-base) read it.
   const auto port =
-      static_cast<uint16_t>(rs.front().entropy - TesterWire::kFirstCheckPort + entropy_base_);
+      static_cast<uint16_t>(answer->entropy - TesterWire::kFirstCheckPort + entropy_base_);
   if (static_cast<uint16_t>(port - entropy_base_) >= entropy_count_) {
     why = "--entropy-base " + std::to_string(entropy_base_) + ": the IUT answered from UDP port " +
           std::to_string(port) + ", outside the entropy block " + std::to_string(entropy_base_) +

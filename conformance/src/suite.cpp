@@ -28,7 +28,7 @@ constexpr std::array kChecks = {
           check_bad1},
     Check{"BAD-2, CONN-5",
           "a WRITE or an ACK of version 2 draws nothing and changes nothing; a CONNECT_REQ of "
-          "version 2 draws a version-1 CONNECT_REJECT 0x48",
+          "version 2 draws a version-1 CONNECT_REJECT 0x48, one of 43 bytes nothing",
           check_bad2},
     Check{"BAD-3", "a WRITE or an ACK with an unknown opcode draws nothing and changes nothing",
           check_bad3},
@@ -63,6 +63,10 @@ constexpr std::array kChecks = {
           "closing: work flushed at once, no data after; DISCONNECT resent every 10 ms from each "
           "path in turn until the peer's DISCONNECT_ACK, 8 in all",
           check_conn7_close},
+    Check{"BAD-7, CONN-7",
+          "after either end closed, a WRITE, ACK, NAK or PROBE for the connection draws nothing, "
+          "changes nothing, counts as for an unknown dst_conn; while closing, the same uncounted",
+          check_after_close},
     Check{"SEQ-1", "the first PSN is the announced initial PSN; connections start apart",
           check_seq1},
     Check{"SEQ-2",
@@ -179,7 +183,8 @@ constexpr std::array kChecks = {
           "a READ_RESP past its READ's length or for no outstanding READ is dropped "
           "unacknowledged, nothing written",
           check_place4},
-    Check{"READ-3", "no more READs outstanding than the peer's max_reads", check_read3},
+    Check{"READ-3", "no more READs outstanding than the peer's max_reads, 0 taken as 1",
+          check_read3},
     Check{"READ-4", "a duplicate READ_REQ is acknowledged, not answered again", check_read4},
     Check{"READ-5", "a READ is answered only once every earlier packet has arrived", check_read5},
 };

@@ -68,7 +68,7 @@ expect 0 '' "$agent" --help
 # The agent dies during a run (which lasts several seconds): exit 3, the
 # check that was running named, no verdict.
 dir=$(mktemp -d)
-trap 'stop_agent; rm -rf "$dir"' EXIT
+trap 'stop_agent; [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null; rm -rf "$dir"' EXIT
 trap 'exit 1' INT TERM HUP
 rc=2
 for _ in 1 2 3 4 5; do
@@ -129,6 +129,7 @@ remote() {
     r_iut=$iut r_base=$base
     [ "$case" = wrong-iut ] && r_iut=127.0.0.1:$((base - 2))
     [ "$case" = wrong-base ] && r_base=$((base + 100))
+    [ "$case" = echo-iut ] && r_iut=$echo_iut
     timeout 60 "$conform" --target remote --agent "$listen" --iut "$r_iut" \
       --entropy-base "$r_base" --entropy-count 16 --rule CONN-2 >"$dir/run.out" 2>"$dir/run.err"
     rc=$?
@@ -154,6 +155,16 @@ remote() {
 # CONNECT_ACCEPT for the tester's CONNECT_REQ").
 remote wrong-iut 2 '^metaroce-conform: --iut 127\.0\.0\.1:[0-9]+: the IUT sent nothing back to a CONNECT_REQ .*\(nothing was checked\)$'
 remote wrong-base 2 '^metaroce-conform: --entropy-base [0-9]+: the IUT answered from UDP port [0-9]+, outside the entropy block [0-9]+\.\.[0-9]+ .*\(nothing was checked\)$'
+# --iut naming a service that answers every datagram (here, echoing it):
+# no CONNECT_ACCEPT or REJECT naming the request, so --iut is named. Any
+# datagram once passed, and the echo's port was blamed on --entropy-base.
+python3 "$here/udp_echo.py" >"$dir/echo.out" 2>&1 &
+echo_pid=$!
+echo_iut=$(await_output "$dir/echo.out" 's/.*listening on \([^,]*\),.*/\1/p')
+remote echo-iut 2 '^metaroce-conform: --iut 127\.0\.0\.1:[0-9]+: the IUT sent 1 datagram, none a CONNECT_ACCEPT or CONNECT_REJECT naming it, back to a CONNECT_REQ .*\(nothing was checked\)$'
+kill "$echo_pid" 2>/dev/null
+wait "$echo_pid" 2>/dev/null
+echo_pid=
 # An IUT of 2 paths (hello tells the tester) passes CONN-2, its requests
 # round its 2 ports; the check once assumed 4 and failed it.
 remote right 0 '' --paths 2

@@ -101,9 +101,9 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "SEQ-2 target", "BAD-1",
-                                            "BAD-2, CONN-5", "BAD-3", "BAD-4, INT-1", "BAD-5",
-                                            "BAD-6", "BAD-7", "BAD-8"}));
+  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "BAD-7, CONN-7",
+                                            "SEQ-2 target", "BAD-1", "BAD-2, CONN-5", "BAD-3",
+                                            "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -151,7 +151,8 @@ class FaultyTarget : public EngineTarget {
   // (BAD-*), from the first (0) or in the checks' second half, the ACKs (2).
   std::optional<int> drops_uncounted_after;
   // With `versioned_requests_uncounted`, a CONNECT_REQ of another version
-  // is answered (CONN-5) but not counted in bad_version (BAD-2).
+  // long enough to be answered (CONN-5) is answered but not counted in
+  // bad_version (BAD-2).
   bool versioned_requests_uncounted = false;
   bool endpoint_stats(EndpointStats& out) override {
     if (!EngineTarget::endpoint_stats(out)) return false;
@@ -175,9 +176,23 @@ class FaultyTarget : public EngineTarget {
     if (mutate_completion) mutate_completion(out);
     return true;
   }
+  // With `answers_unknown`, every datagram dropped as for an unknown
+  // connection (BAD-7) is sent back, as a receiver that answered them
+  // would (with an ACK, a NAK, a DISCONNECT_ACK: any reply is the fault).
+  bool answers_unknown = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
+    EndpointStats before, after;
+    (void)EngineTarget::endpoint_stats(before);
+    deliver_with_faults(d, entropy, ce, stranger);
+    (void)EngineTarget::endpoint_stats(after);
+    if (answers_unknown && after.unknown_connection != before.unknown_connection)
+      answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
+  }
+  void deliver_with_faults(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) {
     std::vector<uint8_t> bytes(d.begin(), d.end());
-    if (versioned_requests_uncounted && bytes.size() > 1 && (bytes[0] >> 4) != wire::kVersion &&
+    if (versioned_requests_uncounted &&
+        bytes.size() >= wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize &&
+        (bytes[0] >> 4) != wire::kVersion &&
         bytes[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq))
       ++versioned_requests_;
     if (mutate_in) mutate_in(bytes);
@@ -203,10 +218,13 @@ class FaultyTarget : public EngineTarget {
   std::vector<Sent> run_for(uint64_t ns) override {
     std::vector<Sent> out = EngineTarget::run_for(ns);
     if (mutate) mutate(out);
+    out.insert(out.end(), answers_.begin(), answers_.end());
+    answers_.clear();
     return out;
   }
 
  private:
+  std::vector<Sent> answers_;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
   uint64_t versioned_requests_ = 0;
@@ -425,6 +443,24 @@ TEST(Conformance, VersionedRequestUncountedFailsBad2) {
                [](FaultyTarget& t) { t.versioned_requests_uncounted = true; });
 }
 
+// A CONNECT_REQ of another version read past its end as zeros up to a
+// version-1 request's 44 bytes, its ICRC taken from there: one of 43 bytes,
+// which CONN-5 drops, is answered.
+TEST(Conformance, ShortVersionedRequestAnsweredFailsConn5) {
+  expect_fails("CONN-5", "a CONNECT_REQ of version 2, 43 bytes long, drew an answer",
+               [](FaultyTarget& t) {
+                 t.mutate_in = [](std::vector<uint8_t>& d) {
+                   constexpr size_t kV1Request =
+                       wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
+                   if (d.size() < 2 || d.size() >= kV1Request || (d[0] >> 4) == wire::kVersion ||
+                       d[1] != static_cast<uint8_t>(wire::Opcode::kConnectReq))
+                     return;
+                   d.resize(kV1Request);
+                   (void)wire::seal(d, kV1Request - wire::kIcrcSize, 0);
+                 };
+               });
+}
+
 TEST(Conformance, OpcodeTopBitIgnoredFailsBad3) {
   expect_fails_mended("BAD-3", wire::ParseError::kBadOpcode,
                       [](std::vector<uint8_t>& d) { d[1] &= 0x7f; });
@@ -463,6 +499,12 @@ TEST(Conformance, FieldsOutOfRangeClampedFailBad6) {
 TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
   expect_fails("BAD-8", "from another address drew a reply",
                [](FaultyTarget& t) { t.confuse_peers = true; });
+}
+
+// Packets for an unknown connection, a closed one's among them, answered:
+// BAD-7's check and the after-close check (either end's close) fail.
+TEST(Conformance, UnknownConnectionsAnsweredFailBad7) {
+  expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) { t.answers_unknown = true; });
 }
 
 TEST(Conformance, LostNaksFailPlace2Mr1Mr3Read2Nak2Place3) {
@@ -1142,6 +1184,19 @@ TEST(Conformance, ThePeersWindowIgnoredFailsSeq3) {
       return true;
     });
   });
+}
+
+// The peer's max_reads 0 taken as no limit (3.12: it is taken as 1).
+TEST(Conformance, MaxReadsZeroTakenAsNoLimitFailsRead3) {
+  expect_fails("READ-3", "3 READ_REQs outstanding against max_reads 0 (taken as 1)",
+               [](FaultyTarget& t) {
+                 rewrite_received(t, [](wire::Packet& p) {
+                   if (p.bh.opcode != wire::Opcode::kConnectAccept || p.connect.max_reads != 0)
+                     return false;
+                   p.connect.max_reads = 255;
+                   return true;
+                 });
+               });
 }
 
 // A receiver with a reorder buffer: a WRITE packet other than its

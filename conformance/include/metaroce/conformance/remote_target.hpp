@@ -74,7 +74,8 @@ class RemoteTarget : public Target {
   }
 
   // Whether --iut and --entropy-base name the IUT: a CONNECT_REQ sent to
-  // --iut draws an answer (within 0.5 s), and it leaves from a port of the
+  // --iut draws its answer, a CONNECT_ACCEPT or CONNECT_REJECT naming its
+  // src_conn and nonce (within 0.5 s), and it leaves from a port of the
   // entropy block. False and `why`, naming the option, if not: a run with a
   // wrong one failed checks with the tester's mapped ports in their text
   // ("port 46009 is outside the entropy range 50000-50015") or with "no
