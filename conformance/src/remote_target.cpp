@@ -162,16 +162,6 @@ bool RemoteTarget::field(const json& reply, const char* op, const char* key, uin
   return true;
 }
 
-void RemoteTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
-                           bool stranger) {
-  wire_.deliver(datagram, entropy, ce, stranger);
-}
-
-bool RemoteTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
-  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
-  return true;
-}
-
 std::vector<Sent> RemoteTarget::run_for(uint64_t ns) {
   // Lost: the check's verdict is void (the suite stops after it), so it
   // ends without waiting out its rounds.

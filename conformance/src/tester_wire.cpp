@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "metaroce/wire.hpp"
+
 namespace metaroce::conformance {
 namespace {
 
@@ -185,6 +187,17 @@ void TesterWire::receive(int fd, bool stranger, std::vector<Sent>& out) {
     }
     out.push_back(std::move(s));
   }
+}
+
+void TesterWireTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+                               bool stranger) {
+  wire_.deliver(datagram, entropy, ce, stranger);
+}
+
+bool TesterWireTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy,
+                                       bool ce) {
+  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
+  return true;
 }
 
 }  // namespace metaroce::conformance

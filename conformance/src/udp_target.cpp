@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "metaroce/wire.hpp"
-
 namespace metaroce::conformance {
 namespace {
 
@@ -38,16 +36,6 @@ UdpTarget::~UdpTarget() { iut_.reset(); }
 std::string UdpTarget::name() const {
   return "metaroce UDP driver on " + (iut_ ? iut_->ep().local_address() : iut_addr_) +
          " (real sockets)";
-}
-
-void UdpTarget::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
-                        bool stranger) {
-  wire_.deliver(datagram, entropy, ce, stranger);
-}
-
-bool UdpTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) {
-  wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
-  return true;
 }
 
 std::vector<Sent> UdpTarget::run_for(uint64_t ns) {

@@ -4,17 +4,14 @@
 
 #include <cstdint>
 
+#include "metaroce/rng.hpp"
+
 namespace metaroce::detail {
 
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64(state_); }
   // Uniform in [0, n), n > 0.
   uint64_t below(uint64_t n) { return next() % n; }
   // The seed of an Rng whose first next() returns `out`: splitmix64's mix is

@@ -33,10 +33,7 @@ TEST(Engine, AcksLeaveInTheControlClassAndTheRestInTheDataClass) {
   };
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 3 * 4096, 0, 0x3c), dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 1)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 1));
   EXPECT_GT(acks, 0u);
   EXPECT_GE(others, 5u);  // CONNECT_REQ, CONNECT_ACCEPT, 3 WRITEs
 
@@ -293,10 +290,7 @@ TEST(Engine, RttSampleOfFourSecondsOrMoreIsDiscarded) {  // LOSS-6
     be::store32(ts, be::load32(ts) - 4'200'000'000u);
     ASSERT_EQ(wire::seal(d, d.size() - wire::kIcrcSize, 0), d.size());
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 65536)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 65536));
   EXPECT_GT(forged, 0);
   for (size_t i = 0; i < 4; ++i) {
     PathStats ps;

@@ -105,10 +105,7 @@ TEST(Engine, WindowsGrowOnlyWhileTheyHoldTheSenderBack) {  // CC-2
   }
   EXPECT_LE(window_sum(loop, a), initial + loop.ep(0).path_count(a));  // rounding only
   // Now a message larger than the windows: they hold it back, and grow.
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20, 9000)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4 << 20, 9000));
   EXPECT_GT(window_sum(loop, a), 4 * initial);
   EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
 }
@@ -279,10 +276,7 @@ TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
     else
       highest_after_floor = std::max(highest_after_floor, ps.cwnd_bytes);
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 1 << 20));
   EXPECT_EQ(src.bytes, dst.bytes);
   EXPECT_LT(floor, 4096u + 256);  // one packet with its headers
   EXPECT_EQ(highest_after_floor, 0u) << "the window grew again after reaching the floor";
@@ -317,10 +311,7 @@ TEST(Engine, AckEchoingADuplicateCutsNoWindow) {  // CC-4, CC-5, CC-2
       lowest = std::min(lowest, ps.cwnd_bytes);
       highest = std::max(highest, ps.cwnd_bytes);
     };
-    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
-    std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-    EXPECT_EQ(done[0].status, Status::kOk);
+    ASSERT_TRUE(write_completes(loop, a, src, dst, 1 << 20));
     PathStats end;
     ASSERT_TRUE(loop.ep(0).path_stats(a, 0, end));
     EXPECT_GT(end.ce_marks, 0u);
@@ -374,10 +365,7 @@ TEST(Engine, AdditiveIncreaseCountsFromTheLatestCut) {  // CC-2, CC-4
     last = ps;
     seen = true;
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, kLen));
   EXPECT_EQ(src.bytes, dst.bytes);
   EXPECT_GE(cuts, 20u);
   EXPECT_GE(raises_checked, 20u);

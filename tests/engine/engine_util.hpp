@@ -88,6 +88,16 @@ inline Event first_connect_event(Loop& loop) {
   return ev;
 }
 
+// A connect from endpoint 0 to 1 (first_connect_event) that fails with `why`.
+inline ::testing::AssertionResult connect_fails_with(Loop& loop, Status why) {
+  const Event ev = first_connect_event(loop);
+  if (ev.kind == EventKind::kConnectFailed && ev.status == why)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "connect event kind " << static_cast<int>(ev.kind) << ", status "
+         << status_name(ev.status) << "; want kConnectFailed, " << status_name(why);
+}
+
 // Runs until both endpoints have reported a connection closed.
 inline bool run_until_both_closed(Loop& loop) {
   bool closed0 = false, closed1 = false;
@@ -99,15 +109,27 @@ inline bool run_until_both_closed(Loop& loop) {
   });
 }
 
+// Posts a WRITE of `len` bytes from src to dst (write_wr) on endpoint 0's
+// connection a and runs until it completes: a failure unless with kOk.
+inline ::testing::AssertionResult write_completes(Loop& loop, ConnId a, const Buf& src,
+                                                  const Buf& dst, uint32_t len, uint64_t id = 1) {
+  const Status posted = loop.ep(0).post_send(a, write_wr(src, dst, len, id));
+  if (posted != Status::kOk)
+    return ::testing::AssertionFailure() << "post_send: " << status_name(posted);
+  std::vector<Completion> done;
+  if (!loop.run_until_completions(0, 1, done))
+    return ::testing::AssertionFailure() << "the WRITE did not complete";
+  if (done[0].status != Status::kOk)
+    return ::testing::AssertionFailure() << "the WRITE completed " << status_name(done[0].status);
+  return ::testing::AssertionSuccess();
+}
+
 // One WRITE of `len` bytes (a pattern from `fill`) from endpoint 0 over
 // connection a; it must complete, every byte landed.
 inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {
   Buf src(loop.ep(0), len, 0, fill);
   Buf dst(loop.ep(1), len, kAccessRemoteWrite);
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, len)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, len));
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 

@@ -135,10 +135,7 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
     if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
   };
   const TimeNs start = loop.now();
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096, 99)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_NE(resend_at, TimeNs::never());
   ASSERT_GT(srtt_then, 0u);
@@ -186,10 +183,7 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
       if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
     }
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 99)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 99));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_EQ(data_sent, 4);  // three, and one resend
   ASSERT_NE(resend_at, TimeNs::never());
@@ -240,10 +234,7 @@ TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
   };
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 16));  // both paths' RTTs known
   hold = true;
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 98)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, kLen, 98));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_FALSE(hold);
   loop.run_until([] { return false; }, 1'000'000);  // the late original arrives
@@ -274,10 +265,7 @@ TEST(Engine, PathsWithoutASampleTakeTheFirstOneMeasured) {  // LOSS-4, LOSS-8
     if (from != 0 || d[1] != 0x01) return 0;
     return (d[3] & 31) == 0 ? 200'000 : 350'000;
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 97)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, kLen, 97));
   EXPECT_EQ(src.bytes, dst.bytes);
   loop.run_until([] { return false; }, 2'000'000);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, 0u);
@@ -384,10 +372,7 @@ TEST(Engine, EchoOfAnOriginalIsNotTakenForItsResendOnTheSamePath) {  // LOSS-2
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from == 0 && d[1] == 0x01 && ++data_sent == 20) stall = true;
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 98)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, kLen, 98));
   EXPECT_EQ(src.bytes, dst.bytes);
   loop.run_until([] { return false; }, 2'000'000);  // whatever is still in flight arrives
   const ConnStats* st = loop.ep(0).conn_stats(a);
@@ -436,10 +421,7 @@ TEST(Engine, ALostResendIsFoundByTheLaterPacketsOfItsOwnPath) {  // LOSS-1, LOSS
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, kLen, 99)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, kLen, 99));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_EQ(victim_slots.size(), 3u);           // sent, resent, resent again
   ASSERT_NE(victim_slots[0], victim_slots[1]);  // LOSS-3: the resend took the other path
@@ -487,10 +469,7 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
     if (slots.size() == 5 && loop.ep(0).path_stats(a, static_cast<size_t>(slots[2]), ps))
       srtt_then = ps.srtt_ns;
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 * 4096, 99)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_GE(slots.size(), 5u);
   // The premise: the 3rd and the 4th on different paths, nothing after the
@@ -566,10 +545,7 @@ TEST(Engine, TailLossResendOnAHeldPathDoesNotWaitForTheProbe) {  // LOSS-3, LOSS
     if (d[1] == kProbe && probe_at == TimeNs::never()) probe_at = loop.now();
     if (d[1] == 0x01 && writes == 3 && resend_at == TimeNs::never()) resend_at = loop.now();
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 7)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 7));
   EXPECT_EQ(dst.bytes, src.bytes);
   ASSERT_NE(probe_at, TimeNs::never());
   EXPECT_EQ(resend_at, probe_at);

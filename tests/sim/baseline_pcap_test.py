@@ -14,19 +14,13 @@ Usage: baseline_pcap_test.py METAROCE_SIM
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import zlib
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-    return ok
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tshark_lib  # noqa: E402
+from tshark_lib import check  # noqa: E402
 
 
 def records(path):
@@ -61,10 +55,8 @@ def roce_icrc(frame):
 def check_run(sim, transport, link, workdir):
     name = f"{transport} {link}"
     pcap = os.path.join(workdir, f"{transport}-{link.replace(':', '_')}.pcap")
-    cmd = [sim, "--preset", "fattree16-perm", "--transport", transport, "--seed", "1",
-           "--pcap", link, "--pcap-file", pcap, "--quiet", "--no-timing"]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if not check(run.returncode == 0, f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr}"):
+    if not tshark_lib.sim_capture(sim, pcap, ["--preset", "fattree16-perm", "--transport",
+                                              transport, "--seed", "1", "--pcap", link]):
         return
     recs = records(pcap)
     check(len(recs) > 100, f"{name}: only {len(recs)} records")
@@ -79,35 +71,29 @@ def check_run(sim, transport, link, workdir):
     fields = ["frame.number", "_ws.malformed", "_ws.expert.severity", "_ws.expert.message",
               "infiniband.bth.opcode", "infiniband.aeth.syndrome", "infiniband.invariant.crc",
               "_ws.col.Info"]
-    cmd = ["tshark", "-r", pcap, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|"]
-    for f in fields:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if not check(out.returncode == 0, f"{name}: tshark exited {out.returncode}: {out.stderr}"):
-        return
-    rows = [dict(zip(fields, line.split("\t"))) for line in out.stdout.splitlines()]
+    rows = tshark_lib.decode(pcap, fields)
     check(len(rows) == len(recs), f"{name}: tshark read {len(rows)} of {len(recs)} frames")
     ops = {}
     for row in rows:
-        n = row["frame.number"]
-        op = row["infiniband.bth.opcode"]
+        n = "|".join(row["frame.number"])
+        op = "|".join(row["infiniband.bth.opcode"])
         ops[op] = ops.get(op, 0) + 1
         check(op != "", f"{name} frame {n}: not decoded as RoCE")
-        check(row["_ws.malformed"] == "", f"{name} frame {n}: malformed")
-        info = row["_ws.col.Info"]
+        check(not row["_ws.malformed"], f"{name} frame {n}: malformed")
+        info = "|".join(row["_ws.col.Info"])
         check("Malformed" not in info and "size limited" not in info,
               f"{name} frame {n}: '{info}'")
         # 0x800000 is PI_ERROR (epan/proto.h); a NAK's PSN Sequence Error is less.
-        severities = [int(s) for s in row["_ws.expert.severity"].split("|") if s]
+        severities = [int(s) for s in row["_ws.expert.severity"]]
         check(all(s < 0x800000 for s in severities),
-              f"{name} frame {n}: expert error {row['_ws.expert.message']}")
+              f"{name} frame {n}: expert error {'|'.join(row['_ws.expert.message'])}")
         if op == "17":  # Acknowledge: AETH, then the ICRC
-            check(row["infiniband.aeth.syndrome"] != "", f"{name} frame {n}: no AETH")
+            check(row["infiniband.aeth.syndrome"] != [], f"{name} frame {n}: no AETH")
         # Wireshark 4.0 knows no CNP opcode (it shows the body as data), nor
         # IRN's NACK, whose SACKed PSN after the AETH hides the ICRC from it.
-        irn_nack = transport == "irn" and row["infiniband.aeth.syndrome"] == "96"
+        irn_nack = transport == "irn" and row["infiniband.aeth.syndrome"] == ["96"]
         if op != "129" and not irn_nack:
-            check(row["infiniband.invariant.crc"] != "", f"{name} frame {n}: no ICRC field")
+            check(row["infiniband.invariant.crc"] != [], f"{name} frame {n}: no ICRC field")
     check(ops.get("17", 0) > 0, f"{name}: no Acknowledge captured ({ops})")
     check(sum(ops.get(o, 0) for o in ("6", "7", "8", "10")) > 0, f"{name}: no RDMA WRITE ({ops})")
     print(f"{name}: {len(rows)} frames, opcodes {ops}")
@@ -117,8 +103,7 @@ def main():
     if len(sys.argv) != 2:
         print(__doc__)
         return 2
-    if shutil.which("tshark") is None:
-        print("FAIL: tshark not found (scripts/setup-deps.sh installs it)")
+    if not tshark_lib.have_tshark():
         return 1
     workdir = tempfile.mkdtemp(prefix="metaroce-baseline-pcap-")
     try:
@@ -127,11 +112,7 @@ def main():
             check_run(sys.argv[1], transport, "16", workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} failures")
-        return 1
-    print("OK")
-    return 0
+    return tshark_lib.summary()
 
 
 if __name__ == "__main__":

@@ -51,14 +51,9 @@ CONTROL_DSCP = 48  # ENC-6
 sys.path.insert(0, os.path.join(ROOT, "tools", "spec_vectors"))
 from check_spec import crc32c  # noqa: E402
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-    return ok
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import tshark_lib  # noqa: E402
+from tshark_lib import check  # noqa: E402
 
 
 # ------------------------------------------------------------ spec vectors
@@ -170,28 +165,9 @@ FIELDS = [
 ]
 
 
-def tshark(args):
-    cmd = ["tshark", "-X", "lua_script:" + LUA] + args
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    output = run.stdout + run.stderr
-    check(run.returncode == 0, f"tshark exit {run.returncode}: {' '.join(cmd)}\n{run.stderr}")
-    check("lua error" not in output.lower() and "lua: error" not in output.lower(),
-          "Lua error in tshark output:\n" + "\n".join(
-              l for l in output.splitlines() if "lua" in l.lower())[:2000])
-    return run.stdout
-
-
 def decode(pcap, options=()):
-    """One dict per frame: field -> list of values (strings)."""
-    args = list(options) + ["-r", pcap, "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a",
-            "-E", "aggregator=|"]
-    for f in FIELDS:
-        args += ["-e", f]
-    rows = []
-    for line in tshark(args).splitlines():
-        cols = line.split("\t")
-        rows.append({f: [v for v in c.split("|") if v != ""] for f, c in zip(FIELDS, cols)})
-    return rows
+    """One dict per frame: field of FIELDS -> list of values (strings)."""
+    return tshark_lib.decode(pcap, FIELDS, lua=LUA, options=options)
 
 
 def number(text):
@@ -656,11 +632,7 @@ CONTROL_OPS = ("ACK", "NAK", "PROBE", "CONNECT_REQ", "CONNECT_ACCEPT", "CONNECT_
 def check_sim(sim, workdir):
     for name, sim_args in SIM_RUNS:
         pcap = os.path.join(workdir, name.split()[0] + ".pcap")
-        cmd = [sim, "--transport", "metaroce", "--pcap-file", pcap, "--quiet", "--no-timing"]
-        cmd += sim_args
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if not check(run.returncode == 0,
-                     f"{' '.join(cmd)} exited {run.returncode}:\n{run.stderr}"):
+        if not tshark_lib.sim_capture(sim, pcap, ["--transport", "metaroce"] + sim_args):
             continue
         rows = decode(pcap)
         check(len(rows) > 100, f"{name}: simulator capture has only {len(rows)} packets")
@@ -729,8 +701,7 @@ def main():
     parser.add_argument("--keep", help="write the pcaps into this folder and keep them")
     args = parser.parse_args()
 
-    if shutil.which("tshark") is None:
-        print("FAIL: tshark not found (scripts/setup-deps.sh installs it)")
+    if not tshark_lib.have_tshark():
         return 1
     # As root, Wireshark runs -X lua_script only if init.lua allows it.
     load = subprocess.run(["tshark", "-G", "fields", "-X", "lua_script:" + LUA],
@@ -777,8 +748,8 @@ def main():
               "As or the udp_port preference")
 
         # Full text output too: the Lua error check covers every tree line.
-        tshark(["-r", vectors_pcap, "-V"])
-        tshark(["-r", broken_pcap, "-V"])
+        tshark_lib.tshark(["-r", vectors_pcap, "-V"], LUA)
+        tshark_lib.tshark(["-r", broken_pcap, "-V"], LUA)
 
         if args.sim and os.path.exists(args.sim):
             check_sim(args.sim, workdir)
@@ -790,11 +761,7 @@ def main():
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return tshark_lib.summary()
 
 
 if __name__ == "__main__":

@@ -31,17 +31,13 @@ struct RemoteOptions {
   int min_wait_us = 5000;
 };
 
-class RemoteTarget : public Target {
+class RemoteTarget : public TesterWireTarget {
  public:
   // Connects to the agent (a fresh IUT for this target: hello) and binds the
   // tester's sockets on the IUT's entropy block; nullptr and `why` if not.
   static std::unique_ptr<RemoteTarget> open(const RemoteOptions& o, std::string& why);
 
   [[nodiscard]] std::string name() const override { return name_; }
-  [[nodiscard]] bool simulated_time() const override { return false; }
-  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
-               bool stranger) override;
-  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   // Real time, at least RemoteOptions::min_wait_us.
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
@@ -121,7 +117,6 @@ class RemoteTarget : public Target {
   uint16_t entropy_count_;
   uint16_t entropy_base_;
   std::string iut_;
-  TesterWire wire_;
   std::string name_;
   std::string broken_;
   std::optional<size_t> paths_;

@@ -67,4 +67,17 @@ class TesterWire {
   std::vector<uint8_t> buf_ = std::vector<uint8_t>(70000);
 };
 
+// A target whose tester's half is a TesterWire, in real time: the part
+// UdpTarget and RemoteTarget share. Each opens wire_ as its IUT needs.
+class TesterWireTarget : public Target {
+ public:
+  [[nodiscard]] bool simulated_time() const override { return false; }
+  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
+               bool stranger) override;
+  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
+
+ protected:
+  TesterWire wire_;
+};
+
 }  // namespace metaroce::conformance

@@ -20,7 +20,7 @@
 
 namespace metaroce::conformance {
 
-class UdpTarget : public Target {
+class UdpTarget : public TesterWireTarget {
  public:
   static constexpr uint16_t kTesterPorts = TesterWire::kPorts;  // check ports 50000..50015
   // nullptr and `why` when the sockets cannot be had (no free port block, or
@@ -29,10 +29,6 @@ class UdpTarget : public Target {
   ~UdpTarget() override;
 
   [[nodiscard]] std::string name() const override;
-  [[nodiscard]] bool simulated_time() const override { return false; }
-  void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
-               bool stranger) override;
-  bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   // Real time, at least 2 ms: a reply the engine sends at once must cross
   // the kernel and a progress round first.
   std::vector<Sent> run_for(uint64_t ns) override;
@@ -74,7 +70,6 @@ class UdpTarget : public Target {
   std::string iut_addr_;  // 127.0.0.1:base - 1
   udp::Options options_;  // what it opened with
   std::string lost_;
-  TesterWire wire_;  // 127.0.0.3:base + i, 127.0.0.4:base
 };
 
 }  // namespace metaroce::conformance
