@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -305,6 +307,23 @@ TEST(Engine, RttSampleOfFourSecondsOrMoreIsDiscarded) {  // LOSS-6
   }
 }
 
+// Loop::mutate for ACK-9's tests: the first ACK endpoint 1 sends, its body
+// changed by `edit` (which checks the test's premise first) and sealed again;
+// `forged` counts it.
+std::function<void(int, std::vector<uint8_t>&)> forge_first_ack(
+    int& forged, std::function<void(wire::AckBody&)> edit) {
+  return [&forged, edit = std::move(edit)](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck) || forged > 0) return;
+    wire::Packet p;
+    ASSERT_EQ(wire::decode(d, p), wire::ParseError::kOk);
+    wire::AckBody ack = p.ack;
+    edit(ack);
+    d.assign(256, 0);
+    d.resize(wire::seal(d, wire::write_ack(d, p.bh, ack), 0));
+    ++forged;
+  };
+}
+
 // ACK-9: SACK bits of an ACK otherwise accepted that name PSNs at or beyond
 // the next PSN the sender would use are ignored, and the rest of the ACK is
 // processed. The first ACK of a 2-packet WRITE comes with a SACK word
@@ -318,18 +337,11 @@ TEST(Engine, SackBitsBeyondWhatWasSentAreIgnored) {
   Buf src(loop.ep(0), 10 * 4096, 0, 0x2e);
   Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
   int forged = 0;
-  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck) || forged > 0) return;
-    wire::Packet p;
-    ASSERT_EQ(wire::decode(d, p), wire::ParseError::kOk);
-    ASSERT_EQ(p.ack.sack_words, 0);  // the premise: both packets in order, nothing beyond cum
-    wire::AckBody ack = p.ack;
+  loop.mutate = forge_first_ack(forged, [](wire::AckBody& ack) {
+    EXPECT_EQ(ack.sack_words, 0);  // the premise: both packets in order, nothing beyond cum
     ack.sack_words = 1;
     ack.sack[0] = 0xff;  // cum + 1 .. cum + 8: the cum is the next PSN, so all beyond it
-    d.assign(256, 0);
-    d.resize(wire::seal(d, wire::write_ack(d, p.bh, ack), 0));
-    ++forged;
-  };
+  });
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 2 * 4096, 1)), Status::kOk);
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));
@@ -368,6 +380,51 @@ TEST(Engine, SackBitsBeyondWhatWasSentAreIgnored) {
     EXPECT_EQ(ps.inflight_bytes, 0u) << "path " << i;
   }
   EXPECT_GE(acked, 10u);
+}
+
+// ACK-9, within a SACK word: a word that starts before the next PSN the
+// sender would use but reaches past it keeps only its bits for PSNs sent.
+// (SackBitsBeyondWhatWasSentAreIgnored's word starts past that PSN, a case
+// the loop's stop at such a word already settles.) A 2-packet WRITE loses
+// its first packet, so the second one's ACK carries a SACK word starting at
+// it; forged bits name the 8 PSNs after it, none sent. Taken, they would
+// mark the next WRITE's PSNs acknowledged before they were sent, and its
+// true ACKs would then free none of their window.
+TEST(Engine, SackWordReachingPastWhatWasSentKeepsOnlyBitsSent) {
+  Loop loop(cfg(77), cfg(78));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10 * 4096, 0, 0x2f);
+  Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
+  int dropped = 0, forged = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && dropped++ == 0;
+  };
+  loop.mutate = forge_first_ack(forged, [](wire::AckBody& ack) {
+    // The premise: the second packet, alone, named by the word's first bit.
+    EXPECT_EQ(ack.sack_words, 1);
+    EXPECT_EQ(ack.sack[0], 1u);
+    ack.sack[0] |= uint64_t{0xff} << 1;  // cum + 2 .. cum + 9: the next PSN on
+  });
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 2 * 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(forged, 1);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  SendWr rest = write_wr(src, dst, 8 * 4096, 2, 2 * 4096);
+  rest.local_addr = src.addr(2 * 4096);
+  ASSERT_EQ(loop.ep(0).post_send(a, rest), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  uint64_t acked = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    acked += ps.packets_acked;
+    EXPECT_EQ(ps.inflight_bytes, 0u) << "path " << i;
+  }
+  EXPECT_EQ(acked, 10u);  // the resent first packet once, every other one once
 }
 
 }  // namespace
