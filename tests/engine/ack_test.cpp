@@ -427,5 +427,127 @@ TEST(Engine, SackWordReachingPastWhatWasSentKeepsOnlyBitsSent) {
   EXPECT_EQ(acked, 10u);  // the resent first packet once, every other one once
 }
 
+// Everything endpoint i sends at `now`, each datagram whole.
+std::vector<std::vector<uint8_t>> sent_at(Loop& loop, int i, TimeNs now) {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  while (loop.ep(i).poll_transmit(now, buf, tx))
+    out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+  return out;
+}
+
+// The bodies of the ACKs among `sent`.
+std::vector<wire::AckBody> acks_among(const std::vector<std::vector<uint8_t>>& sent) {
+  std::vector<wire::AckBody> out;
+  for (const std::vector<uint8_t>& d : sent) {
+    wire::Packet p;
+    if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kAck)
+      out.push_back(p.ack);
+  }
+  return out;
+}
+
+// Endpoint 1 receives `d` from endpoint 0 at `now`.
+void feed(Loop& loop, const std::vector<uint8_t>& d, TimeNs now) {
+  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 0, false, d}, now);
+}
+
+EndpointConfig every_eighth(EndpointConfig c) {
+  c.ack_every = 8;
+  return c;
+}
+
+// A connection whose receiver is fed by hand: a WRITE of `packets` packets
+// posted on it, and the datagrams its sender sent at once, not delivered.
+// The receiver's ack_every is 8: no count of ACK-1 decides when it answers.
+struct HandFed {
+  Loop loop;
+  std::pair<ConnId, ConnId> conn;
+  Buf src, dst;
+  std::vector<std::vector<uint8_t>> data;
+  HandFed(const EndpointConfig& s, const EndpointConfig& r, uint32_t packets)
+      : loop(s, every_eighth(r)),
+        conn(loop.connect()),
+        src(loop.ep(0), packets * 4096, 0, 0x5c),
+        dst(loop.ep(1), packets * 4096, kAccessRemoteWrite) {
+    EXPECT_EQ(loop.ep(0).post_send(conn.first, write_wr(src, dst, packets * 4096)), Status::kOk);
+    data = sent_at(loop, 0, loop.now());
+  }
+};
+
+// ACK-3: a duplicate draws an ACK at once, echoing it with ECHO_DUP, though
+// neither ACK-1's count (ack_every 8) nor ACK-5's delay asks for one.
+TEST(Engine, DuplicateIsAckedAtOnceWithEchoDup) {
+  HandFed f(cfg(194), cfg(195), 1);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 1u);
+  feed(loop, f.data[0], loop.now());
+  const auto first = acks_among(sent_at(loop, 1, loop.now()));
+  ASSERT_EQ(first.size(), 1u);  // ACK-4: the last packet of its message
+  EXPECT_EQ(first[0].flags & wire::kAckEchoDup, 0);
+  feed(loop, f.data[0], loop.now());
+  const auto again = acks_among(sent_at(loop, 1, loop.now()));
+  ASSERT_EQ(again.size(), 1u) << "no ACK at once for a duplicate";
+  EXPECT_EQ(again[0].flags & wire::kAckEchoDup, wire::kAckEchoDup);
+  EXPECT_EQ(again[0].echo_psn, first[0].echo_psn);
+  EXPECT_EQ(again[0].cum_psn, first[0].cum_psn);
+  EXPECT_EQ(loop.ep(1).conn_stats(f.conn.second)->duplicates_received, 1u);
+  EXPECT_EQ(f.src.bytes, f.dst.bytes);
+}
+
+// ACK-5: the delayed ACK leaves ack_delay after the first packet no ACK has
+// covered; later arrivals (below ack_every) do not put it back.
+TEST(Engine, DelayedAckCountsFromTheFirstPacketItCovers) {
+  const EndpointConfig rc = cfg(197);
+  HandFed f(cfg(196), rc, 3);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 3u);
+  const TimeNs t0 = loop.now();
+  feed(loop, f.data[0], t0);
+  // The premise: neither of the first two packets asks for an ACK at once.
+  EXPECT_TRUE(acks_among(sent_at(loop, 1, t0)).empty());
+  const TimeNs t1 = t0 + rc.ack_delay_ns * 6 / 10;
+  feed(loop, f.data[1], t1);
+  EXPECT_TRUE(acks_among(sent_at(loop, 1, t1)).empty());
+  const TimeNs due = t0 + rc.ack_delay_ns;
+  EXPECT_EQ(loop.ep(1).next_timeout(), due);
+  loop.ep(1).handle_timeout(due);
+  const auto acks = acks_among(sent_at(loop, 1, due));
+  ASSERT_EQ(acks.size(), 1u) << "no ACK ack_delay after the first packet";
+  EXPECT_EQ(acks[0].cum_psn, be::load32(f.data[1].data() + 8) + 1);
+}
+
+// SEQ-4: a PSN at cum + W is out of the window: dropped, counted and not
+// acknowledged (its bit in the window would be cum's own); one at
+// cum + W - 1 is new.
+TEST(Engine, PacketAtCumPlusWindowIsOutOfWindow) {
+  EndpointConfig sc = cfg(198), rc = cfg(199);
+  sc.window_log2 = rc.window_log2 = 6;
+  HandFed f(sc, rc, 1);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 1u);
+  const uint32_t cum = be::load32(f.data[0].data() + 8);  // nothing received yet
+  const size_t h = wire::header_size(wire::Opcode::kWrite);
+  auto at = [&](uint32_t psn) {
+    std::vector<uint8_t> d = f.data[0];
+    be::store32(d.data() + 8, psn);
+    EXPECT_EQ(wire::seal(d, h, d.size() - h - wire::kIcrcSize), d.size());
+    return d;
+  };
+  const ConnStats* st = loop.ep(1).conn_stats(f.conn.second);
+  ASSERT_NE(st, nullptr);
+  feed(loop, at(cum + 64), loop.now());
+  EXPECT_EQ(st->out_of_window, 1u);
+  EXPECT_EQ(st->data_packets_received, 0u);
+  EXPECT_TRUE(acks_among(sent_at(loop, 1, loop.now())).empty());
+  feed(loop, at(cum + 63), loop.now());
+  EXPECT_EQ(st->out_of_window, 1u);
+  EXPECT_EQ(st->data_packets_received, 1u);
+  const auto acks = acks_among(sent_at(loop, 1, loop.now()));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].cum_psn, cum);  // the window's first PSN still missing
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -630,5 +630,36 @@ TEST(Handshake, MaxReadsZeroIsTakenAsOne) {
   }
 }
 
+// READ-3: a responder queues up to 4 x its own max_reads READ requests; one
+// that finds the queue full is answered with NAK REMOTE_INVALID_REQUEST. The
+// responder's max_reads is 1 and its ACCEPT, edited, says 16: the requester
+// sends five READs at once, and the fifth finds four queued.
+TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
+  EndpointConfig rc = cfg(337);
+  rc.max_reads = 1;
+  Loop loop(cfg(338), rc);
+  edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) { body[11] = 16; });
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  loop.mutate = nullptr;
+  Buf src(loop.ep(1), 5 * 4096, kAccessRemoteRead, 0x78),
+      dst(loop.ep(0), 5 * 4096, kAccessLocalWrite);
+  for (uint64_t i = 0; i < 5; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 5, done));
+  bool refused = false;
+  for (const Completion& c : done) {
+    if (c.wr_id != 4) continue;
+    EXPECT_EQ(c.status, Status::kRemoteInvalidRequest);
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 1u);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -686,5 +686,41 @@ TEST(Engine, LastReadResponseTailTimerHasNoAckDelay) {  // LOSS-8, ACK-4
   EXPECT_LT(read, 100'000u) << "write " << write;
 }
 
+// LOSS-2: a packet is lost once one sent reorder_threshold (3) later on its
+// path is acknowledged: resent on that ACK, not a quarter round trip later
+// by the time form (PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck).
+// One path; the 2nd packet of a 5-packet WRITE is lost, the 5th is the
+// third sent after it. All five leave at once, so their ACKs come back at
+// one instant.
+TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
+  EndpointConfig c = cfg(216);
+  c.num_paths = 1;
+  Loop loop(c, cfg(217));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 5 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 5 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples, and a window of 5
+  int data = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++data == 2;
+  };
+  const TimeNs start = loop.now();
+  std::vector<TimeNs> acks_back, resends;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10) acks_back.push_back(loop.now() + loop.delay_ns);
+    if (from == 0 && d[1] == 0x01 && loop.now() > start) resends.push_back(loop.now());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 5 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(resends.size(), 1u);
+  ASSERT_FALSE(acks_back.empty());
+  EXPECT_EQ(resends[0], acks_back[0]);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 }  // namespace
 }  // namespace metaroce::test
