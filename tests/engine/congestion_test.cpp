@@ -478,5 +478,31 @@ TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
   EXPECT_LT(loop.now().since(start), 5 * kMillisecond);
 }
 
+// CC-9: the cap bounds the sum and is reached: a WRITE's first flight, before
+// any ACK, over 4 paths whose windows would take more, is exactly 5 packets
+// with a cap of 5.
+TEST(Engine, ConnectionInflightCapIsFilledExactly) {  // CC-9
+  EndpointConfig c = cfg(158);
+  c.cc.max_inflight_packets = 5;
+  Loop loop(c, cfg(159));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 16 * 4096, 0, 0x4f);
+  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096)), Status::kOk);
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  size_t sent = 0;
+  while (loop.ep(0).poll_transmit(loop.now(), buf, tx))
+    sent += buf[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  EXPECT_EQ(sent, 5u);
+  uint64_t room = 0;  // the premise: the paths' windows alone would send more
+  for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    room += ps.cwnd_bytes;
+  }
+  EXPECT_GT(room, 5u * (4096 + 64));
+}
+
 }  // namespace
 }  // namespace metaroce::test

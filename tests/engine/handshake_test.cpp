@@ -661,5 +661,34 @@ TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
   EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 1u);
 }
 
+// CONN-7: a DISCONNECT closes an established connection only if its
+// src_conn is the peer's connection id; one naming another generation of
+// that id is ignored, and the true one then closes it.
+TEST(Handshake, DisconnectFromAnotherConnectionIdIsIgnored) {
+  Loop loop(cfg(339), cfg(340));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  auto disconnect = [&](uint32_t src_conn) {
+    std::vector<uint8_t> d(wire::kBaseHeaderSize + wire::kDisconnectBodySize + wire::kIcrcSize);
+    wire::BaseHeader bh;
+    bh.opcode = wire::Opcode::kDisconnect;
+    bh.dst_conn = a.v;
+    d.resize(wire::seal(d, wire::write_disconnect(d, bh, wire::DisconnectBody{src_conn, 0}), 0));
+    deliver(loop, 0, loop.addr(1), d);
+  };
+  disconnect(b.v ^ 0x10000);
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kClosed);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  disconnect(b.v);
+  bool closed = false;
+  while (loop.ep(0).poll_event(ev)) {
+    if (ev.kind != EventKind::kClosed) continue;
+    closed = true;
+    EXPECT_EQ(ev.status, Status::kPeerClosed);
+  }
+  EXPECT_TRUE(closed);
+}
+
 }  // namespace
 }  // namespace metaroce::test
