@@ -504,5 +504,30 @@ TEST(Engine, ConnectionInflightCapIsFilledExactly) {  // CC-9
   EXPECT_GT(room, 5u * (4096 + 64));
 }
 
+// CC-4: a path's window is cut at most once per srtt. The first two packets
+// of a connection's first flight arrive CE-marked and draw an ACK each
+// (ACK-2), both back at one instant: the first halves the window (alpha
+// starts at 1), the second cuts nothing.
+TEST(Engine, TwoCongestionEchoesWithinAnSrttCutOnce) {  // CC-4
+  EndpointConfig c = cfg(160);
+  c.num_paths = 1;
+  Loop loop(c, cfg(161));
+  auto [a, b] = loop.connect();
+  PathStats before;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, before));
+  int marked = 0;
+  loop.mark_ce = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && ++marked <= 2;
+  };
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 16 * 4096, 0x50));
+  PathStats after;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
+  EXPECT_EQ(after.ce_marks, 2u);
+  // Once: half, and a little more from the rest of the flight's ACKs
+  // (CC-2's additive increase); twice would leave a quarter and as little.
+  EXPECT_GE(after.cwnd_bytes, before.cwnd_bytes / 2);
+  EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -722,5 +722,38 @@ TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
+// LOSS-3: a lost packet goes again on another path than the one it was
+// lost on while another has room: here every path has room throughout (a
+// 32-packet WRITE, an initial window of 64 packets over 4 paths). The packet lost on path 0 is the
+// one that path has least in flight when it is resent, so the emptiest-window choice alone
+// (SCHED-1) would send it there again.
+TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
+  EndpointConfig c = cfg(218);
+  c.cc.initial_cwnd_packets = 64;
+  Loop loop(c, cfg(219));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 32 * 4096, 0, 0x40);
+  Buf dst(loop.ep(1), 32 * 4096, kAccessRemoteWrite);
+  int on_path0 = 0;
+  uint32_t lost_psn = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01 || tag_slot(d) != 0 || ++on_path0 != 2) return false;
+    lost_psn = be::load32(d.data() + 8);
+    return true;
+  };
+  std::vector<int> resent_on;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01 && on_path0 >= 2 && be::load32(d.data() + 8) == lost_psn)
+      resent_on.push_back(tag_slot(d));
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 32 * 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(resent_on.size(), 1u);
+  EXPECT_NE(resent_on[0], 0);
+}
+
 }  // namespace
 }  // namespace metaroce::test
