@@ -625,5 +625,19 @@ TEST(Engine, AnotherPathsTimeoutInTheWindowDoesNotUndoTheMove) {  // PATH-8, PAT
   EXPECT_FALSE(r.undone) << "another path's timeout undid the move";
 }
 
+// PATH-5: the loss EWMA is judged only after loss_window_packets (128)
+// outcomes. Single losses of every other packet among a path's first 40
+// lift it past retire_loss_pct (10 %) early on, yet retire nothing; the
+// path's later packets all arrive, and it decays.
+TEST(Engine, LossesBeforeAWindowOfOutcomesRetireNoPath) {  // PATH-5
+  uint32_t peak_permille = 0;
+  const PathStats p0 = write_over_a_lossy_path(
+      173, 64, [](uint64_t n) { return n <= 40 && n % 2 == 1; }, [](uint64_t) { return false; },
+      [&](const PathStats& ps) { peak_permille = std::max(peak_permille, ps.loss_rate_permille); });
+  EXPECT_GE(p0.losses, 20u);
+  EXPECT_GT(peak_permille, 100u);  // the premise: past the threshold
+  EXPECT_EQ(p0.retirements, 0u);
+}
+
 }  // namespace
 }  // namespace metaroce::test
