@@ -810,5 +810,43 @@ TEST(Engine, FatalNakNamingAPsnNeverSentIsIgnored) {
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 
+// NAK-1: a SEND one byte longer than its receive buffer draws
+// REMOTE_LENGTH_ERROR, and the bytes of the region past the buffer stay
+// as they were.
+TEST(Engine, SendOneByteLongerThanItsReceiveIsRefused) {  // NAK-1, NAK-2
+  Loop loop(cfg(76), cfg(77));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4097, 0, 0x57);
+  Buf dst(loop.ep(1), 2 * 4096, kAccessLocalWrite, 0x11);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4097)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kRemoteLengthError);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
+}
+
+// PATH-7: a NAK about outstanding work is progress. A receiver that posts
+// its receive only after three peer timeouts' time answers each try of the
+// SEND with RNR (LOSS-7) meanwhile: the connection lives, and the SEND
+// lands once the receive is there.
+TEST(Engine, RnrNaksKeepTheConnectionFromThePeerTimeout) {  // PATH-7, LOSS-7
+  EndpointConfig c = cfg(78);
+  c.recovery.peer_timeout_ns = 20'000'000;
+  Loop loop(c, cfg(79));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x58);
+  Buf dst(loop.ep(1), 4096, kAccessLocalWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096)), Status::kOk);
+  loop.run_until([] { return false; }, 3 * c.recovery.peer_timeout_ns);
+  EXPECT_GT(loop.ep(1).conn_stats(b)->rnr_naks_sent, 3u);
+  ASSERT_TRUE(loop.ep(0).is_established(a));
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
 }  // namespace
 }  // namespace metaroce::test

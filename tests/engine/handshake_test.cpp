@@ -690,5 +690,28 @@ TEST(Handshake, DisconnectFromAnotherConnectionIdIsIgnored) {
   EXPECT_TRUE(closed);
 }
 
+// SEQ-3: each end runs with the smaller window_log2 of the two. The
+// responder's own is 6, the request says 10: it sends no PSN at or beyond
+// cum_acked + 64, here with every ACK lost and windows (CC-1) that would
+// take 200 packets.
+TEST(Handshake, ResponderKeepsItsOwnSmallerWindow) {  // SEQ-3
+  EndpointConfig rc = cfg(341);
+  rc.window_log2 = 6;
+  rc.cc.initial_cwnd_packets = 256;
+  Loop loop(cfg(342), rc);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(1), 200 * 4096, 0, 0x79), dst(loop.ep(0), 200 * 4096, kAccessRemoteWrite);
+  std::set<uint32_t> psns;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite))
+      psns.insert(be::load32(d.data() + 8));
+    return from == 0;  // every ACK
+  };
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src, dst, 200 * 4096)), Status::kOk);
+  loop.run_until([] { return false; }, 500'000);
+  EXPECT_EQ(psns.size(), 64u);
+}
+
 }  // namespace
 }  // namespace metaroce::test
