@@ -448,9 +448,9 @@ std::vector<wire::AckBody> acks_among(const std::vector<std::vector<uint8_t>>& s
   return out;
 }
 
-// Endpoint 1 receives `d` from endpoint 0 at `now`.
-void feed(Loop& loop, const std::vector<uint8_t>& d, TimeNs now) {
-  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 0, false, d}, now);
+// Endpoint 1 receives `d` from endpoint 0 at `now`, CE-marked if `ce`.
+void feed(Loop& loop, const std::vector<uint8_t>& d, TimeNs now, bool ce = false) {
+  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 0, ce, d}, now);
 }
 
 EndpointConfig every_eighth(EndpointConfig c) {
@@ -547,6 +547,26 @@ TEST(Engine, PacketAtCumPlusWindowIsOutOfWindow) {
   const auto acks = acks_among(sent_at(loop, 1, loop.now()));
   ASSERT_EQ(acks.size(), 1u);
   EXPECT_EQ(acks[0].cum_psn, cum);  // the window's first PSN still missing
+}
+
+// ACK-2, ACK-6: the ACK a CE-marked packet draws at once echoes that very
+// packet, whatever arrivals counted towards ACK-1 wait with it (a draw
+// among those would lose its mark one time in two). Five times, two
+// plain packets and then a CE-marked one.
+TEST(Engine, CeMarkedPacketIsEchoedByItsOwnAck) {
+  HandFed f(cfg(200), cfg(201), 16);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 16u);
+  for (size_t i = 0; i + 3 < f.data.size(); i += 3) {
+    feed(loop, f.data[i], loop.now());
+    feed(loop, f.data[i + 1], loop.now());
+    EXPECT_TRUE(acks_among(sent_at(loop, 1, loop.now())).empty());  // the premise
+    feed(loop, f.data[i + 2], loop.now(), true);
+    const auto acks = acks_among(sent_at(loop, 1, loop.now()));
+    ASSERT_EQ(acks.size(), 1u);
+    EXPECT_EQ(acks[0].echo_psn, be::load32(f.data[i + 2].data() + 8)) << "packet " << i + 2;
+    EXPECT_EQ(acks[0].flags & wire::kAckEchoCe, wire::kAckEchoCe) << "packet " << i + 2;
+  }
 }
 
 }  // namespace

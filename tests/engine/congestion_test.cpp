@@ -529,5 +529,32 @@ TEST(Engine, TwoCongestionEchoesWithinAnSrttCutOnce) {  // CC-4
   EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);
 }
 
+// CC-5: a delay cut takes at most half the window, however far the sample
+// lies above min_rtt + target_queue_delay. After warm-up (min_rtt 4 us) the
+// ACKs of a one-packet WRITE come back 500 us late: (500 - 4 - 50) / 500 of
+// the window would be 89 %.
+TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
+  EndpointConfig c = cfg(162);
+  c.num_paths = 1;
+  Loop loop(c, cfg(163));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x52);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  PathStats before;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, before));
+  loop.extra_delay = [](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) ? 500'000 : 0;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 9)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  PathStats after;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
+  EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);  // the premise: a delay cut
+  EXPECT_GE(after.cwnd_bytes, before.cwnd_bytes / 2);
+}
+
 }  // namespace
 }  // namespace metaroce::test
