@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -299,6 +301,23 @@ TEST(Engine, RttSampleOfFourSecondsOrMoreIsDiscarded) {  // LOSS-6
   }
 }
 
+// Loop::mutate for ACK-9's tests: the first ACK endpoint 1 sends, its body
+// changed by `edit` (which checks the test's premise first) and sealed again;
+// `forged` counts it.
+std::function<void(int, std::vector<uint8_t>&)> forge_first_ack(
+    int& forged, std::function<void(wire::AckBody&)> edit) {
+  return [&forged, edit = std::move(edit)](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck) || forged > 0) return;
+    wire::Packet p;
+    ASSERT_EQ(wire::decode(d, p), wire::ParseError::kOk);
+    wire::AckBody ack = p.ack;
+    edit(ack);
+    d.assign(256, 0);
+    d.resize(wire::seal(d, wire::write_ack(d, p.bh, ack), 0));
+    ++forged;
+  };
+}
+
 // ACK-9: SACK bits of an ACK otherwise accepted that name PSNs at or beyond
 // the next PSN the sender would use are ignored, and the rest of the ACK is
 // processed. The first ACK of a 2-packet WRITE comes with a SACK word
@@ -312,18 +331,11 @@ TEST(Engine, SackBitsBeyondWhatWasSentAreIgnored) {
   Buf src(loop.ep(0), 10 * 4096, 0, 0x2e);
   Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
   int forged = 0;
-  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck) || forged > 0) return;
-    wire::Packet p;
-    ASSERT_EQ(wire::decode(d, p), wire::ParseError::kOk);
-    ASSERT_EQ(p.ack.sack_words, 0);  // the premise: both packets in order, nothing beyond cum
-    wire::AckBody ack = p.ack;
+  loop.mutate = forge_first_ack(forged, [](wire::AckBody& ack) {
+    EXPECT_EQ(ack.sack_words, 0);  // the premise: both packets in order, nothing beyond cum
     ack.sack_words = 1;
     ack.sack[0] = 0xff;  // cum + 1 .. cum + 8: the cum is the next PSN, so all beyond it
-    d.assign(256, 0);
-    d.resize(wire::seal(d, wire::write_ack(d, p.bh, ack), 0));
-    ++forged;
-  };
+  });
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 2 * 4096, 1)), Status::kOk);
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));
@@ -362,6 +374,193 @@ TEST(Engine, SackBitsBeyondWhatWasSentAreIgnored) {
     EXPECT_EQ(ps.inflight_bytes, 0u) << "path " << i;
   }
   EXPECT_GE(acked, 10u);
+}
+
+// ACK-9, within a SACK word: a word that starts before the next PSN the
+// sender would use but reaches past it keeps only its bits for PSNs sent.
+// (SackBitsBeyondWhatWasSentAreIgnored's word starts past that PSN, a case
+// the loop's stop at such a word already settles.) A 2-packet WRITE loses
+// its first packet, so the second one's ACK carries a SACK word starting at
+// it; forged bits name the 8 PSNs after it, none sent. Taken, they would
+// mark the next WRITE's PSNs acknowledged before they were sent, and its
+// true ACKs would then free none of their window.
+TEST(Engine, SackWordReachingPastWhatWasSentKeepsOnlyBitsSent) {
+  Loop loop(cfg(77), cfg(78));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10 * 4096, 0, 0x2f);
+  Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
+  int dropped = 0, forged = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && dropped++ == 0;
+  };
+  loop.mutate = forge_first_ack(forged, [](wire::AckBody& ack) {
+    // The premise: the second packet, alone, named by the word's first bit.
+    EXPECT_EQ(ack.sack_words, 1);
+    EXPECT_EQ(ack.sack[0], 1u);
+    ack.sack[0] |= uint64_t{0xff} << 1;  // cum + 2 .. cum + 9: the next PSN on
+  });
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 2 * 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(forged, 1);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  SendWr rest = write_wr(src, dst, 8 * 4096, 2, 2 * 4096);
+  rest.local_addr = src.addr(2 * 4096);
+  ASSERT_EQ(loop.ep(0).post_send(a, rest), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  uint64_t acked = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    acked += ps.packets_acked;
+    EXPECT_EQ(ps.inflight_bytes, 0u) << "path " << i;
+  }
+  EXPECT_EQ(acked, 10u);  // the resent first packet once, every other one once
+}
+
+// Everything endpoint i sends at `now`, each datagram whole.
+std::vector<std::vector<uint8_t>> sent_at(Loop& loop, int i, TimeNs now) {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  while (loop.ep(i).poll_transmit(now, buf, tx))
+    out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+  return out;
+}
+
+// The bodies of the ACKs among `sent`.
+std::vector<wire::AckBody> acks_among(const std::vector<std::vector<uint8_t>>& sent) {
+  std::vector<wire::AckBody> out;
+  for (const std::vector<uint8_t>& d : sent) {
+    wire::Packet p;
+    if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kAck)
+      out.push_back(p.ack);
+  }
+  return out;
+}
+
+// Endpoint 1 receives `d` from endpoint 0 at `now`, CE-marked if `ce`.
+void feed(Loop& loop, const std::vector<uint8_t>& d, TimeNs now, bool ce = false) {
+  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 0, ce, d}, now);
+}
+
+EndpointConfig every_eighth(EndpointConfig c) {
+  c.ack_every = 8;
+  return c;
+}
+
+// A connection whose receiver is fed by hand: a WRITE of `packets` packets
+// posted on it, and the datagrams its sender sent at once, not delivered.
+// The receiver's ack_every is 8: no count of ACK-1 decides when it answers.
+struct HandFed {
+  Loop loop;
+  std::pair<ConnId, ConnId> conn;
+  Buf src, dst;
+  std::vector<std::vector<uint8_t>> data;
+  HandFed(const EndpointConfig& s, const EndpointConfig& r, uint32_t packets)
+      : loop(s, every_eighth(r)),
+        conn(loop.connect()),
+        src(loop.ep(0), packets * 4096, 0, 0x5c),
+        dst(loop.ep(1), packets * 4096, kAccessRemoteWrite) {
+    EXPECT_EQ(loop.ep(0).post_send(conn.first, write_wr(src, dst, packets * 4096)), Status::kOk);
+    data = sent_at(loop, 0, loop.now());
+  }
+};
+
+// ACK-3: a duplicate draws an ACK at once, echoing it with ECHO_DUP, though
+// neither ACK-1's count (ack_every 8) nor ACK-5's delay asks for one.
+TEST(Engine, DuplicateIsAckedAtOnceWithEchoDup) {
+  HandFed f(cfg(194), cfg(195), 1);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 1u);
+  feed(loop, f.data[0], loop.now());
+  const auto first = acks_among(sent_at(loop, 1, loop.now()));
+  ASSERT_EQ(first.size(), 1u);  // ACK-4: the last packet of its message
+  EXPECT_EQ(first[0].flags & wire::kAckEchoDup, 0);
+  feed(loop, f.data[0], loop.now());
+  const auto again = acks_among(sent_at(loop, 1, loop.now()));
+  ASSERT_EQ(again.size(), 1u) << "no ACK at once for a duplicate";
+  EXPECT_EQ(again[0].flags & wire::kAckEchoDup, wire::kAckEchoDup);
+  EXPECT_EQ(again[0].echo_psn, first[0].echo_psn);
+  EXPECT_EQ(again[0].cum_psn, first[0].cum_psn);
+  EXPECT_EQ(loop.ep(1).conn_stats(f.conn.second)->duplicates_received, 1u);
+  EXPECT_EQ(f.src.bytes, f.dst.bytes);
+}
+
+// ACK-5: the delayed ACK leaves ack_delay after the first packet no ACK has
+// covered; later arrivals (below ack_every) do not put it back.
+TEST(Engine, DelayedAckCountsFromTheFirstPacketItCovers) {
+  const EndpointConfig rc = cfg(197);
+  HandFed f(cfg(196), rc, 3);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 3u);
+  const TimeNs t0 = loop.now();
+  feed(loop, f.data[0], t0);
+  // The premise: neither of the first two packets asks for an ACK at once.
+  EXPECT_TRUE(acks_among(sent_at(loop, 1, t0)).empty());
+  const TimeNs t1 = t0 + rc.ack_delay_ns * 6 / 10;
+  feed(loop, f.data[1], t1);
+  EXPECT_TRUE(acks_among(sent_at(loop, 1, t1)).empty());
+  const TimeNs due = t0 + rc.ack_delay_ns;
+  EXPECT_EQ(loop.ep(1).next_timeout(), due);
+  loop.ep(1).handle_timeout(due);
+  const auto acks = acks_among(sent_at(loop, 1, due));
+  ASSERT_EQ(acks.size(), 1u) << "no ACK ack_delay after the first packet";
+  EXPECT_EQ(acks[0].cum_psn, be::load32(f.data[1].data() + 8) + 1);
+}
+
+// SEQ-4: a PSN at cum + W is out of the window: dropped, counted and not
+// acknowledged (its bit in the window would be cum's own); one at
+// cum + W - 1 is new.
+TEST(Engine, PacketAtCumPlusWindowIsOutOfWindow) {
+  EndpointConfig sc = cfg(198), rc = cfg(199);
+  sc.window_log2 = rc.window_log2 = 6;
+  HandFed f(sc, rc, 1);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 1u);
+  const uint32_t cum = be::load32(f.data[0].data() + 8);  // nothing received yet
+  const size_t h = wire::header_size(wire::Opcode::kWrite);
+  auto at = [&](uint32_t psn) {
+    std::vector<uint8_t> d = f.data[0];
+    be::store32(d.data() + 8, psn);
+    EXPECT_EQ(wire::seal(d, h, d.size() - h - wire::kIcrcSize), d.size());
+    return d;
+  };
+  const ConnStats* st = loop.ep(1).conn_stats(f.conn.second);
+  ASSERT_NE(st, nullptr);
+  feed(loop, at(cum + 64), loop.now());
+  EXPECT_EQ(st->out_of_window, 1u);
+  EXPECT_EQ(st->data_packets_received, 0u);
+  EXPECT_TRUE(acks_among(sent_at(loop, 1, loop.now())).empty());
+  feed(loop, at(cum + 63), loop.now());
+  EXPECT_EQ(st->out_of_window, 1u);
+  EXPECT_EQ(st->data_packets_received, 1u);
+  const auto acks = acks_among(sent_at(loop, 1, loop.now()));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].cum_psn, cum);  // the window's first PSN still missing
+}
+
+// ACK-2, ACK-6: the ACK a CE-marked packet draws at once echoes that very
+// packet, whatever arrivals counted towards ACK-1 wait with it (a draw
+// among those would lose its mark one time in two). Five times, two
+// plain packets and then a CE-marked one.
+TEST(Engine, CeMarkedPacketIsEchoedByItsOwnAck) {
+  HandFed f(cfg(200), cfg(201), 16);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 16u);
+  for (size_t i = 0; i + 3 < f.data.size(); i += 3) {
+    feed(loop, f.data[i], loop.now());
+    feed(loop, f.data[i + 1], loop.now());
+    EXPECT_TRUE(acks_among(sent_at(loop, 1, loop.now())).empty());  // the premise
+    feed(loop, f.data[i + 2], loop.now(), true);
+    const auto acks = acks_among(sent_at(loop, 1, loop.now()));
+    ASSERT_EQ(acks.size(), 1u);
+    EXPECT_EQ(acks[0].echo_psn, be::load32(f.data[i + 2].data() + 8)) << "packet " << i + 2;
+    EXPECT_EQ(acks[0].flags & wire::kAckEchoCe, wire::kAckEchoCe) << "packet " << i + 2;
+  }
 }
 
 }  // namespace

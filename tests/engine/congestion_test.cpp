@@ -466,5 +466,83 @@ TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
   EXPECT_LT(loop.now().since(start), 5 * kMillisecond);
 }
 
+// CC-9: the cap bounds the sum and is reached: a WRITE's first flight, before
+// any ACK, over 4 paths whose windows would take more, is exactly 5 packets
+// with a cap of 5.
+TEST(Engine, ConnectionInflightCapIsFilledExactly) {  // CC-9
+  EndpointConfig c = cfg(158);
+  c.cc.max_inflight_packets = 5;
+  Loop loop(c, cfg(159));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 16 * 4096, 0, 0x4f);
+  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096)), Status::kOk);
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  size_t sent = 0;
+  while (loop.ep(0).poll_transmit(loop.now(), buf, tx))
+    sent += buf[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  EXPECT_EQ(sent, 5u);
+  uint64_t room = 0;  // the premise: the paths' windows alone would send more
+  for (size_t i = 0; i < loop.ep(0).path_count(a); ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    room += ps.cwnd_bytes;
+  }
+  EXPECT_GT(room, 5u * (4096 + 64));
+}
+
+// CC-4: a path's window is cut at most once per srtt. The first two packets
+// of a connection's first flight arrive CE-marked and draw an ACK each
+// (ACK-2), both back at one instant: the first halves the window (alpha
+// starts at 1), the second cuts nothing.
+TEST(Engine, TwoCongestionEchoesWithinAnSrttCutOnce) {  // CC-4
+  EndpointConfig c = cfg(160);
+  c.num_paths = 1;
+  Loop loop(c, cfg(161));
+  auto [a, b] = loop.connect();
+  PathStats before;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, before));
+  int marked = 0;
+  loop.mark_ce = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && ++marked <= 2;
+  };
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 16 * 4096, 0x50));
+  PathStats after;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
+  EXPECT_EQ(after.ce_marks, 2u);
+  // Once: half, and a little more from the rest of the flight's ACKs
+  // (CC-2's additive increase); twice would leave a quarter and as little.
+  EXPECT_GE(after.cwnd_bytes, before.cwnd_bytes / 2);
+  EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);
+}
+
+// CC-5: a delay cut takes at most half the window, however far the sample
+// lies above min_rtt + target_queue_delay. After warm-up (min_rtt 4 us) the
+// ACKs of a one-packet WRITE come back 500 us late: (500 - 4 - 50) / 500 of
+// the window would be 89 %.
+TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
+  EndpointConfig c = cfg(162);
+  c.num_paths = 1;
+  Loop loop(c, cfg(163));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x52);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  PathStats before;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, before));
+  loop.extra_delay = [](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) ? 500'000 : 0;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 9)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  PathStats after;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
+  EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);  // the premise: a delay cut
+  EXPECT_GE(after.cwnd_bytes, before.cwnd_bytes / 2);
+}
+
 }  // namespace
 }  // namespace metaroce::test

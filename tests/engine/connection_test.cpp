@@ -768,5 +768,76 @@ TEST(Engine, APeerRestartedAndConnectedAgainGetsNoneOfTheOldConnectionsPackets) 
   EXPECT_EQ(back.bytes, into.bytes);
 }
 
+// NAK-3: a fatal NAK whose nak_psn is the next PSN the sender would use
+// names no work: it is ignored, and the connection carries on.
+TEST(Engine, FatalNakNamingAPsnNeverSentIsIgnored) {
+  Loop loop(cfg(74), cfg(75));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 2 * 4096, 0, 0x56);
+  Buf dst(loop.ep(1), 2 * 4096, kAccessRemoteWrite);
+  std::vector<uint8_t> ack;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck)) ack = d;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  wire::Packet p;
+  ASSERT_EQ(wire::decode(ack, p), wire::ParseError::kOk);
+  // Everything sent was acknowledged: the ACK's cum is the next PSN.
+  const wire::NakBody nak{p.ack.cum_psn, static_cast<uint8_t>(Status::kRemoteBadKey), 0,
+                          p.ack.cum_psn};
+  std::vector<uint8_t> d(256);
+  d.resize(wire::seal(d, wire::write_nak(d, p.bh, nak), 0));
+  loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 0, false, d}, loop.now());
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->naks_received, 1u);  // the premise: it was taken in
+  SendWr next = write_wr(src, dst, 4096, 2, 4096);
+  next.local_addr = src.addr(4096);
+  ASSERT_EQ(loop.ep(0).post_send(a, next), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
+// NAK-1: a SEND one byte longer than its receive buffer draws
+// REMOTE_LENGTH_ERROR, and the bytes of the region past the buffer stay
+// as they were.
+TEST(Engine, SendOneByteLongerThanItsReceiveIsRefused) {  // NAK-1, NAK-2
+  Loop loop(cfg(76), cfg(77));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4097, 0, 0x57);
+  Buf dst(loop.ep(1), 2 * 4096, kAccessLocalWrite, 0x11);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4097)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kRemoteLengthError);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
+}
+
+// PATH-7: a NAK about outstanding work is progress. A receiver that posts
+// its receive only after three peer timeouts' time answers each try of the
+// SEND with RNR (LOSS-7) meanwhile: the connection lives, and the SEND
+// lands once the receive is there.
+TEST(Engine, RnrNaksKeepTheConnectionFromThePeerTimeout) {  // PATH-7, LOSS-7
+  EndpointConfig c = cfg(78);
+  c.recovery.peer_timeout_ns = 20'000'000;
+  Loop loop(c, cfg(79));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x58);
+  Buf dst(loop.ep(1), 4096, kAccessLocalWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096)), Status::kOk);
+  loop.run_until([] { return false; }, 3 * c.recovery.peer_timeout_ns);
+  EXPECT_GT(loop.ep(1).conn_stats(b)->rnr_naks_sent, 3u);
+  ASSERT_TRUE(loop.ep(0).is_established(a));
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -633,5 +633,88 @@ TEST(Handshake, MaxReadsZeroIsTakenAsOne) {
   }
 }
 
+// READ-3: a responder queues up to 4 x its own max_reads READ requests; one
+// that finds the queue full is answered with NAK REMOTE_INVALID_REQUEST. The
+// responder's max_reads is 1 and its ACCEPT, edited, says 16: the requester
+// sends five READs at once, and the fifth finds four queued.
+TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
+  EndpointConfig rc = cfg(337);
+  rc.max_reads = 1;
+  Loop loop(cfg(338), rc);
+  edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) { body[11] = 16; });
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  loop.mutate = nullptr;
+  Buf src(loop.ep(1), 5 * 4096, kAccessRemoteRead, 0x78),
+      dst(loop.ep(0), 5 * 4096, kAccessLocalWrite);
+  for (uint64_t i = 0; i < 5; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 5, done));
+  bool refused = false;
+  for (const Completion& c : done) {
+    if (c.wr_id != 4) continue;
+    EXPECT_EQ(c.status, Status::kRemoteInvalidRequest);
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 1u);
+}
+
+// CONN-7: a DISCONNECT closes an established connection only if its
+// src_conn is the peer's connection id; one naming another generation of
+// that id is ignored, and the true one then closes it.
+TEST(Handshake, DisconnectFromAnotherConnectionIdIsIgnored) {
+  Loop loop(cfg(339), cfg(340));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  auto disconnect = [&](uint32_t src_conn) {
+    std::vector<uint8_t> d(wire::kBaseHeaderSize + wire::kDisconnectBodySize + wire::kIcrcSize);
+    wire::BaseHeader bh;
+    bh.opcode = wire::Opcode::kDisconnect;
+    bh.dst_conn = a.v;
+    d.resize(wire::seal(d, wire::write_disconnect(d, bh, wire::DisconnectBody{src_conn, 0}), 0));
+    deliver(loop, 0, loop.addr(1), d);
+  };
+  disconnect(b.v ^ 0x10000);
+  Event ev;
+  while (loop.ep(0).poll_event(ev)) EXPECT_NE(ev.kind, EventKind::kClosed);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  disconnect(b.v);
+  bool closed = false;
+  while (loop.ep(0).poll_event(ev)) {
+    if (ev.kind != EventKind::kClosed) continue;
+    closed = true;
+    EXPECT_EQ(ev.status, Status::kPeerClosed);
+  }
+  EXPECT_TRUE(closed);
+}
+
+// SEQ-3: each end runs with the smaller window_log2 of the two. The
+// responder's own is 6, the request says 10: it sends no PSN at or beyond
+// cum_acked + 64, here with every ACK lost and windows (CC-1) that would
+// take 200 packets.
+TEST(Handshake, ResponderKeepsItsOwnSmallerWindow) {  // SEQ-3
+  EndpointConfig rc = cfg(341);
+  rc.window_log2 = 6;
+  rc.cc.initial_cwnd_packets = 256;
+  Loop loop(cfg(342), rc);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(1), 200 * 4096, 0, 0x79), dst(loop.ep(0), 200 * 4096, kAccessRemoteWrite);
+  std::set<uint32_t> psns;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite))
+      psns.insert(be::load32(d.data() + 8));
+    return from == 0;  // every ACK
+  };
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src, dst, 200 * 4096)), Status::kOk);
+  loop.run_until([] { return false; }, 500'000);
+  EXPECT_EQ(psns.size(), 64u);
+}
+
 }  // namespace
 }  // namespace metaroce::test

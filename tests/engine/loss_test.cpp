@@ -662,5 +662,74 @@ TEST(Engine, LastReadResponseTailTimerHasNoAckDelay) {  // LOSS-8, ACK-4
   EXPECT_LT(read, 100'000u) << "write " << write;
 }
 
+// LOSS-2: a packet is lost once one sent reorder_threshold (3) later on its
+// path is acknowledged: resent on that ACK, not a quarter round trip later
+// by the time form (PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck).
+// One path; the 2nd packet of a 5-packet WRITE is lost, the 5th is the
+// third sent after it. All five leave at once, so their ACKs come back at
+// one instant.
+TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
+  EndpointConfig c = cfg(216);
+  c.num_paths = 1;
+  Loop loop(c, cfg(217));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 5 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 5 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples, and a window of 5
+  int data = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++data == 2;
+  };
+  const TimeNs start = loop.now();
+  std::vector<TimeNs> acks_back, resends;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10) acks_back.push_back(loop.now() + loop.delay_ns);
+    if (from == 0 && d[1] == 0x01 && loop.now() > start) resends.push_back(loop.now());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 5 * 4096, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(resends.size(), 1u);
+  ASSERT_FALSE(acks_back.empty());
+  EXPECT_EQ(resends[0], acks_back[0]);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
+// LOSS-3: a lost packet goes again on another path than the one it was
+// lost on while another has room: here every path has room throughout (a
+// 32-packet WRITE, an initial window of 64 packets over 4 paths). The packet lost on path 0 is the
+// one that path has least in flight when it is resent, so the emptiest-window choice alone
+// (SCHED-1) would send it there again.
+TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
+  EndpointConfig c = cfg(218);
+  c.cc.initial_cwnd_packets = 64;
+  Loop loop(c, cfg(219));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 32 * 4096, 0, 0x40);
+  Buf dst(loop.ep(1), 32 * 4096, kAccessRemoteWrite);
+  int on_path0 = 0;
+  uint32_t lost_psn = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01 || tag_slot(d) != 0 || ++on_path0 != 2) return false;
+    lost_psn = be::load32(d.data() + 8);
+    return true;
+  };
+  std::vector<int> resent_on;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01 && on_path0 >= 2 && be::load32(d.data() + 8) == lost_psn)
+      resent_on.push_back(tag_slot(d));
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 32 * 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_EQ(resent_on.size(), 1u);
+  EXPECT_NE(resent_on[0], 0);
+}
+
 }  // namespace
 }  // namespace metaroce::test

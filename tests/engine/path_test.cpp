@@ -625,5 +625,46 @@ TEST(Engine, AnotherPathsTimeoutInTheWindowDoesNotUndoTheMove) {  // PATH-8, PAT
   EXPECT_FALSE(r.undone) << "another path's timeout undid the move";
 }
 
+// PATH-5: the loss EWMA is judged only after loss_window_packets (128)
+// outcomes. Single losses of every other packet among a path's first 40
+// lift it past retire_loss_pct (10 %) early on, yet retire nothing; the
+// path's later packets all arrive, and it decays.
+TEST(Engine, LossesBeforeAWindowOfOutcomesRetireNoPath) {  // PATH-5
+  uint32_t peak_permille = 0;
+  const PathStats p0 = write_over_a_lossy_path(
+      173, 64, [](uint64_t n) { return n <= 40 && n % 2 == 1; }, [](uint64_t) { return false; },
+      [&](const PathStats& ps) { peak_permille = std::max(peak_permille, ps.loss_rate_permille); });
+  EXPECT_GE(p0.losses, 20u);
+  EXPECT_GT(peak_permille, 100u);  // the premise: past the threshold
+  EXPECT_EQ(p0.retirements, 0u);
+}
+
+// LOSS-5: each timeout doubles the path's RTO up to max_rto. One path whose
+// every packet is lost, PROBEs included, min_rto 1 ms and max_rto 2 ms:
+// after the first timeout its PROBEs, each timed by the RTO (PATH-4), come
+// 2 ms apart, not 4, 8, 16 ms.
+TEST(Engine, BackedOffRtoStopsAtMaxRto) {  // LOSS-5, PATH-4
+  EndpointConfig c = cfg(174);
+  c.num_paths = 1;
+  c.recovery.max_rto_ns = 2 * c.recovery.min_rto_ns;
+  c.recovery.rto_failures_to_retire = 10;
+  Loop loop(c, cfg(175));
+  auto [a, b] = loop.connect();
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 0; };
+  std::vector<TimeNs> probes;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
+      probes.push_back(loop.now());
+  };
+  Buf src(loop.ep(0), 4096, 0, 0x51);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  loop.run_until([] { return false; }, 12 * c.recovery.min_rto_ns);
+  ASSERT_GE(probes.size(), 4u);
+  for (size_t i = 1; i < probes.size(); ++i)
+    EXPECT_LE(probes[i].since(probes[i - 1]), c.recovery.max_rto_ns) << "PROBE " << i;
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->path_retirements, 0u);  // the premise: backoff alone
+}
+
 }  // namespace
 }  // namespace metaroce::test
