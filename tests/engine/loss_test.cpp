@@ -788,5 +788,62 @@ TEST(Engine, PathEmptiedByAnRnrNakTakesNewDataAgain) {  // LOSS-7, LOSS-8
   EXPECT_GT(on_path[0], 0u) << on_path[1] << " packets of the WRITE on path 1";
 }
 
+// LOSS-8: a PROBE's answer names the order number the PROBE took, and only
+// the answer to the path's latest PROBE declares the packets before it lost.
+// One path. A WRITE whose last two packets are lost draws two tail-loss
+// PROBEs; the first one's answer is held up 200 us on its way back. The
+// next WRITE's ACKs come in just behind that answer, so its own tail-loss
+// PROBE goes out while the answer is on its way. The answer was sent before
+// the second WRITE's packets arrived: taken for the latest PROBE's, it
+// declared two of them lost that were only late.
+TEST(Engine, LateAnswerToAnEarlierProbeDeclaresNothingLost) {  // LOSS-8
+  EndpointConfig c = cfg(307);
+  c.num_paths = 1;
+  Loop loop(c, cfg(308));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x24);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
+  constexpr uint8_t kAck = static_cast<uint8_t>(wire::Opcode::kAck);
+  constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);
+  constexpr uint64_t kLate = 200'000;
+  int writes = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return false;
+    ++writes;
+    return writes == 2 || writes == 3;  // the first WRITE's last two packets
+  };
+  std::vector<TimeNs> probes;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kProbe) probes.push_back(loop.now());
+  };
+  bool second = false;
+  TimeNs answered = TimeNs::never();  // when the first PROBE's answer arrives
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 1 || d[1] != kAck) return 0;
+    if (answered == TimeNs::never() && (d[wire::kBaseHeaderSize + 14] & wire::kAckEchoProbe)) {
+      answered = loop.now() + loop.delay_ns + kLate;
+      return kLate;
+    }
+    // The second WRITE's ACKs come in just behind it.
+    const TimeNs at = loop.now() + loop.delay_ns;
+    return second && at < answered + 1'000 ? (answered + 1'000).since(at) : 0;
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 20));
+  ASSERT_NE(answered, TimeNs::never());  // the premise: a PROBE's answer held up,
+  ASSERT_LT(loop.now(), answered);       // and still out
+  second = true;
+  const size_t first_write_probes = probes.size();
+  const ConnStats before = *loop.ep(0).conn_stats(a);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 21));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // The premise: the second WRITE's PROBE went out before the first answer came.
+  ASSERT_GT(probes.size(), first_write_probes);
+  ASSERT_LT(probes[first_write_probes], answered);
+  const ConnStats* after = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(after->losses_declared, before.losses_declared);
+  EXPECT_EQ(after->timeouts, before.timeouts);
+}
+
 }  // namespace
 }  // namespace metaroce::test
