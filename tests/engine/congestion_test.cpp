@@ -544,5 +544,64 @@ TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
   EXPECT_GE(after.cwnd_bytes, before.cwnd_bytes / 2);
 }
 
+// CC-3: once per window of acknowledged data, alpha moves g = 1/16 of the
+// way to that window's fraction of CE-marked packets. One path, one-packet
+// WRITEs one at a time, so that each ACK covers one packet and the window
+// only holds still (CC-2): three windows unmarked take alpha from 1 to
+// (15/16)^3, exactly, in the engine's 16-bit fixed point. Then every packet
+// is marked: the first echo cuts the window by exactly alpha / 2 (CC-4),
+// and the window after it, all marked, moves alpha a sixteenth of the way
+// back to 1. A gain of 1/32 read 968 permille after the first window, not 937.
+TEST(Engine, AlphaMovesASixteenthOfTheWayToEachWindowsMarkingFraction) {  // CC-3, CC-4
+  EndpointConfig c = cfg(164);
+  c.num_paths = 1;
+  Loop loop(c, cfg(165));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x53);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  // The rule's alpha in the engine's fixed point (1 << 16 is 1): exact, with
+  // no rounding, while 16^k divides 2^16 * 15^k.
+  constexpr uint64_t kOne = 1u << 16;
+  const uint64_t unmarked[4] = {kOne, kOne * 15 / 16, kOne * 225 / 256, kOne * 3375 / 4096};
+  const uint64_t marked = (unmarked[3] * 15 + kOne) / 16;  // F = 1
+  ASSERT_EQ(marked * 16, unmarked[3] * 15 + kOne);         // exact too
+  const auto permille = [](uint64_t alpha) { return static_cast<uint32_t>((alpha * 1000) >> 16); };
+  const auto alpha_now = [&] {
+    PathStats ps;
+    EXPECT_TRUE(loop.ep(0).path_stats(a, 0, ps));
+    return ps.alpha_permille;
+  };
+  ASSERT_EQ(alpha_now(), permille(kOne));  // it starts at 1
+  bool mark = false;
+  loop.mark_ce = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return mark && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  };
+  // One packet acknowledged per WRITE: alpha changes at most once a WRITE, to
+  // the rule's next value.
+  size_t windows = 0;
+  for (int i = 0; i < 200 && windows < 3; ++i) {
+    ASSERT_TRUE(write_completes(loop, a, src, dst, 4096, 10 + i));
+    const uint32_t now = alpha_now();
+    if (now == permille(unmarked[windows])) continue;
+    ASSERT_EQ(now, permille(unmarked[windows + 1])) << "after " << windows << " windows";
+    ++windows;
+  }
+  ASSERT_EQ(windows, 3u);
+  PathStats before;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, before));
+  mark = true;
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4096, 300));
+  PathStats cut;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, cut));
+  EXPECT_EQ(cut.ce_marks, 1u);
+  EXPECT_EQ(cut.cwnd_bytes, before.cwnd_bytes - ((before.cwnd_bytes * unmarked[3]) >> 17));
+  uint32_t now = cut.alpha_permille;
+  for (int i = 0; i < 200 && now == permille(unmarked[3]); ++i) {
+    ASSERT_TRUE(write_completes(loop, a, src, dst, 4096, 400 + i));
+    now = alpha_now();
+  }
+  EXPECT_EQ(now, permille(marked));
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -839,5 +839,49 @@ TEST(Engine, RnrNaksKeepTheConnectionFromThePeerTimeout) {  // PATH-7, LOSS-7
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 
+// PATH-6's schedule, exactly: a silent connection's probe interval starts at
+// the path's RTO without backoff and grows by half with each unanswered
+// PROBE, to max_rto. One path, the peer gone: after the RTO and the PROBEs
+// that retire the path (2 and 4 ms apart, PATH-4), the PROBEs leave 1, 1.5,
+// 2.25 ms ... apart in simulated time, then max_rto apart until PATH-7 ends
+// the connection. Doubling instead left a peer that answers again unheard
+// twice as long.
+TEST(Engine, SilentPathProbeIntervalGrowsByHalfToMaxRto) {  // PATH-6
+  EndpointConfig c = cfg(206);
+  c.num_paths = 1;
+  Loop loop(c, cfg(207));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 16 * 1024, 1);  // an RTT sample
+  std::vector<TimeNs> probes;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
+      probes.push_back(loop.now());
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
+  Buf src(loop.ep(0), 256, 0, 5);
+  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 3'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  // A retired path's RTT estimate restarts at initial_rtt (rttvar half of it).
+  const RecoveryConfig& r = c.recovery;
+  const uint64_t base = std::max(r.min_rto_ns, r.initial_rtt_ns + 4 * (r.initial_rtt_ns / 2));
+  std::vector<uint64_t> gaps;
+  for (size_t i = 1; i < probes.size(); ++i) gaps.push_back(probes[i].since(probes[i - 1]));
+  // The first silent retirement's PROBE comes after the path's own backoff.
+  const auto first = std::find(gaps.begin(), gaps.end(), base);
+  ASSERT_NE(first, gaps.end());
+  EXPECT_LE(first - gaps.begin(), 2);
+  uint64_t want = base;
+  size_t checked = 0;
+  for (auto g = first; g != gaps.end(); ++g, ++checked) {
+    ASSERT_EQ(*g, want) << "silent PROBE gap " << checked;
+    want = std::min(want + want / 2, r.max_rto_ns);
+  }
+  EXPECT_GE(checked, 20u);  // the schedule reached max_rto and stayed there
+  EXPECT_EQ(want, r.max_rto_ns);
+}
+
 }  // namespace
 }  // namespace metaroce::test

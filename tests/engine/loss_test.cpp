@@ -731,5 +731,119 @@ TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
   EXPECT_NE(resent_on[0], 0);
 }
 
+// LOSS-8 holds a path only while packets stay in flight on it, with another
+// path to take the resends (PathEmptiedByAnRnrNakIsNotLeftHeld has one path,
+// whose own resends may fall back to it held or not). Two paths; a SEND
+// whose receive is posted only as the first RNR NAK, late, reaches the
+// sender; path 0's tail-loss PROBE is lost, so path 0 is held, and that NAK
+// declares all its packets lost. Left held with nothing in flight, no ACK,
+// timer or probe would release it: every later packet went on path 1.
+// Released, path 0 carries its share of the next WRITE.
+TEST(Engine, PathEmptiedByAnRnrNakTakesNewDataAgain) {  // LOSS-7, LOSS-8
+  EndpointConfig c = cfg(305);
+  c.num_paths = 2;
+  Loop loop(c, cfg(306));
+  auto [a, b] = loop.connect();
+  Buf wsrc(loop.ep(0), 16 * 4096, 0, 1);
+  Buf wdst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 8));  // RTT samples on both paths
+  Buf src(loop.ep(0), 4 * 4096, 0, 7);
+  Buf rbuf(loop.ep(1), 4 * 4096, kAccessLocalWrite, 0);
+  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
+  constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);
+  bool nak_in = false;
+  uint64_t path0_probes_before_nak = 0;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 1 && d[1] == kNak ? 300'000 : 0;  // the RNR NAK comes late
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kProbe && tag_slot(d) == 0) {
+      path0_probes_before_nak += !nak_in;
+      return true;
+    }
+    return false;
+  };
+  // The receiver posts its buffer only as the first RNR NAK reaches the
+  // sender: every copy sent before is refused too.
+  const uint64_t naks_before = loop.ep(0).conn_stats(a)->naks_received;
+  loop.before_poll = [&](int from) {
+    if (from != 0 || nak_in || loop.ep(0).conn_stats(a)->naks_received == naks_before) return;
+    nak_in = true;
+    ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 4 * 4096, rbuf.mr.lkey}), Status::kOk);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4 * 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 100'000'000));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(rbuf.bytes, src.bytes);
+  // The premise: path 0 was held (its PROBE out and lost) when the NAK came.
+  ASSERT_TRUE(nak_in);
+  ASSERT_GT(path0_probes_before_nak, 0u);
+  uint64_t on_path[2] = {0, 0};
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite)) ++on_path[tag_slot(d)];
+  };
+  ASSERT_TRUE(write_completes(loop, a, wsrc, wdst, 16 * 4096, 50));
+  EXPECT_EQ(wdst.bytes, wsrc.bytes);
+  EXPECT_GT(on_path[0], 0u) << on_path[1] << " packets of the WRITE on path 1";
+}
+
+// LOSS-8: a PROBE's answer names the order number the PROBE took, and only
+// the answer to the path's latest PROBE declares the packets before it lost.
+// One path. A WRITE whose last two packets are lost draws two tail-loss
+// PROBEs; the first one's answer is held up 200 us on its way back. The
+// next WRITE's ACKs come in just behind that answer, so its own tail-loss
+// PROBE goes out while the answer is on its way. The answer was sent before
+// the second WRITE's packets arrived: taken for the latest PROBE's, it
+// declared two of them lost that were only late.
+TEST(Engine, LateAnswerToAnEarlierProbeDeclaresNothingLost) {  // LOSS-8
+  EndpointConfig c = cfg(307);
+  c.num_paths = 1;
+  Loop loop(c, cfg(308));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x24);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
+  constexpr uint8_t kAck = static_cast<uint8_t>(wire::Opcode::kAck);
+  constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);
+  constexpr uint64_t kLate = 200'000;
+  int writes = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return false;
+    ++writes;
+    return writes == 2 || writes == 3;  // the first WRITE's last two packets
+  };
+  std::vector<TimeNs> probes;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kProbe) probes.push_back(loop.now());
+  };
+  bool second = false;
+  TimeNs answered = TimeNs::never();  // when the first PROBE's answer arrives
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 1 || d[1] != kAck) return 0;
+    if (answered == TimeNs::never() && (d[wire::kBaseHeaderSize + 14] & wire::kAckEchoProbe)) {
+      answered = loop.now() + loop.delay_ns + kLate;
+      return kLate;
+    }
+    // The second WRITE's ACKs come in just behind it.
+    const TimeNs at = loop.now() + loop.delay_ns;
+    return second && at < answered + 1'000 ? (answered + 1'000).since(at) : 0;
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 20));
+  ASSERT_NE(answered, TimeNs::never());  // the premise: a PROBE's answer held up,
+  ASSERT_LT(loop.now(), answered);       // and still out
+  second = true;
+  const size_t first_write_probes = probes.size();
+  const ConnStats before = *loop.ep(0).conn_stats(a);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096, 21));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // The premise: the second WRITE's PROBE went out before the first answer came.
+  ASSERT_GT(probes.size(), first_write_probes);
+  ASSERT_LT(probes[first_write_probes], answered);
+  const ConnStats* after = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(after->losses_declared, before.losses_declared);
+  EXPECT_EQ(after->timeouts, before.timeouts);
+}
+
 }  // namespace
 }  // namespace metaroce::test
