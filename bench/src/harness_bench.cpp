@@ -282,11 +282,12 @@ int run_harness(const HarnessOptions& o) {
         "path down -> sender declares its packets lost by timeout / path leaves ACTIVE");
   r.print(o.json);
   if (!o.json) {
-    std::printf("\n  %-4s %-7s %-7s %12s %8s %8s %8s %6s %8s %6s %6s\n", "path", "entropy", "state",
-                "packets", "retx", "CE", "losses", "rto", "srtt_us", "cwndKB", "retired");
+    // "timeouts", not "rto": a count beside srtt_us, not a duration.
+    std::printf("\n  %-4s %-7s %-7s %12s %8s %8s %8s %8s %8s %6s %6s\n", "path", "entropy", "state",
+                "packets", "retx", "CE", "losses", "timeouts", "srtt_us", "cwndKB", "retired");
     for (size_t i = 0; i < run.paths.size(); ++i) {
       const PathStats& p = run.paths[i];
-      std::printf("  %-4zu %-7u %-7s %12llu %8llu %8llu %8llu %6llu %8.1f %6u %6llu\n", i,
+      std::printf("  %-4zu %-7u %-7s %12llu %8llu %8llu %8llu %8llu %8.1f %6u %6llu\n", i,
                   p.entropy, p.state == PathState::kActive ? "active" : "probing",
                   static_cast<unsigned long long>(p.packets_sent),
                   static_cast<unsigned long long>(p.retransmissions),

@@ -2,7 +2,9 @@
 // draws) and xoshiro256** (the streams of the harness and the simulator).
 // Never seeded from std::random_device: the same seed gives the same sequence
 // on every platform, and the harness's runs and the simulator's digests are
-// named by their seeds, so any change here changes them all.
+// named by their seeds, so any change here changes them all (tests/rng pins
+// the sequences). Shared by the components, as ring.hpp is; not part of the
+// endpoint API.
 #pragma once
 
 #include <cstdint>

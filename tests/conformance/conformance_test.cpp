@@ -507,6 +507,32 @@ TEST(Conformance, UnknownConnectionsAnsweredFailBad7) {
   expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) { t.answers_unknown = true; });
 }
 
+// A close that a PROBE ends while its DISCONNECT is unanswered: the target
+// stops resending it, as if the connection were gone. Once passed: the
+// check looked only at what the four packets drew, and at DISCONNECTs
+// after the DISCONNECT_ACK.
+TEST(Conformance, AProbeEndingACloseFailsBad7Conn7) {
+  expect_fails(
+      "BAD-7", "no DISCONNECT resent",
+      [](FaultyTarget& t) {
+        auto closing = std::make_shared<bool>(false);
+        auto ended = std::make_shared<bool>(false);
+        t.mutate_in = [closing, ended](std::vector<uint8_t>& d) {
+          if (*closing && d.size() > 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
+            *ended = true;
+        };
+        t.mutate = [closing, ended](std::vector<Sent>& out) {
+          std::erase_if(out, [&](const Sent& s) {
+            const bool disconnect =
+                s.bytes.size() > 1 && s.bytes[1] == static_cast<uint8_t>(wire::Opcode::kDisconnect);
+            *closing = *closing || disconnect;
+            return disconnect && *ended;
+          });
+        };
+      },
+      "after either end closed");
+}
+
 TEST(Conformance, LostNaksFailPlace2Mr1Mr3Read2Nak2Place3) {
   for (const char* rule : {"PLACE-2", "MR-1", "MR-3", "READ-2", "NAK-2", "PLACE-3"}) {
     expect_fails(rule, "drew no NAK", [](FaultyTarget& t) {
