@@ -534,10 +534,7 @@ TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
   loop.extra_delay = [](int from, const std::vector<uint8_t>& d) -> uint64_t {
     return from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) ? 500'000 : 0;
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 9)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4096, 9));
   PathStats after;
   ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
   EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);  // the premise: a delay cut

@@ -687,10 +687,7 @@ TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
     if (from == 1 && d[1] == 0x10) acks_back.push_back(loop.now() + loop.delay_ns);
     if (from == 0 && d[1] == 0x01 && loop.now() > start) resends.push_back(loop.now());
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 5 * 4096, 99)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 5 * 4096, 99));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_EQ(resends.size(), 1u);
   ASSERT_FALSE(acks_back.empty());
@@ -722,10 +719,7 @@ TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
     if (from == 0 && d[1] == 0x01 && on_path0 >= 2 && be::load32(d.data() + 8) == lost_psn)
       resent_on.push_back(tag_slot(d));
   };
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 32 * 4096)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 32 * 4096));
   EXPECT_EQ(src.bytes, dst.bytes);
   ASSERT_EQ(resent_on.size(), 1u);
   EXPECT_NE(resent_on[0], 0);
