@@ -40,6 +40,9 @@ bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::st
 // receives what it sends in the next `ns` (200 us unless told).
 bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector<Reply>& sent,
                                 std::string& why, uint64_t ns = 200'000);
+// The target connects to the tester and WRITEs 100 bytes (wr_id 1), left
+// unacknowledged: empty once a packet of it came, else why not.
+std::string target_write_outstanding(Target& t, Peer& peer);
 // The first data packet of each path slot among `data`: what the target's
 // paths were "at first" (a path retired since sends from a new entropy
 // under a new generation, PATH-2).
@@ -125,6 +128,7 @@ Outcome check_seq1(Target& t);
 Outcome check_conn4(Target& t);
 Outcome check_conn7_close(Target& t);
 Outcome check_comp5(Target& t);
+Outcome check_conn8(Target& t);
 Outcome check_path7(Target& t);
 // closed_checks.cpp
 Outcome check_after_close(Target& t);

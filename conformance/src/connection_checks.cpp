@@ -100,12 +100,7 @@ Outcome check_conn6(Target& t) {
 // one (its ACK lost) is answered again.
 Outcome check_conn7(Target& t) {
   Peer p(t);
-  ConnId conn;
-  std::string why;
-  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 100, 1, why)) return fail(why);
-  // The WRITE is left unacknowledged: it stays outstanding.
-  const std::vector<Reply> sent = p.run_until(has(wire::Opcode::kWrite));
-  if (of(sent, wire::Opcode::kWrite).empty()) return fail("no data");
+  if (std::string why = target_write_outstanding(t, p); !why.empty()) return fail(why);
   const std::vector<Reply> other = p.exchange(p.disconnect(p.conn() + 1), 1'000'000);
   if (!of(other, wire::Opcode::kDisconnectAck).empty())
     return fail("a DISCONNECT naming another src_conn drew a DISCONNECT_ACK");

@@ -212,10 +212,10 @@ Bytes Peer::probe(uint16_t path_tag) const {
   return seal(std::move(p), h, 0);
 }
 
-Bytes Peer::disconnect(uint32_t src_conn, bool ack) const {
+Bytes Peer::disconnect(uint32_t src_conn, bool ack, uint8_t reason) const {
   wire::BaseHeader bh = header(ack ? wire::Opcode::kDisconnectAck : wire::Opcode::kDisconnect, 0);
   Bytes p(256);
-  const size_t h = wire::write_disconnect(p, bh, wire::DisconnectBody{src_conn, 0});
+  const size_t h = wire::write_disconnect(p, bh, wire::DisconnectBody{src_conn, reason});
   return seal(std::move(p), h, 0);
 }
 

@@ -69,9 +69,10 @@ class Peer {
   Bytes nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) const;
   // A PROBE of the tester's path `path_tag` (3.11: AR set, `psn` opaque).
   Bytes probe(uint16_t path_tag = 1) const;
-  // A DISCONNECT of the target's connection, naming `src_conn` as ours; with
-  // `ack`, the DISCONNECT_ACK of the target's DISCONNECT.
-  Bytes disconnect(uint32_t src_conn, bool ack = false) const;
+  // A DISCONNECT of the target's connection, naming `src_conn` as ours and
+  // giving `reason` (CONN-8); with `ack`, the DISCONNECT_ACK of the target's
+  // DISCONNECT.
+  Bytes disconnect(uint32_t src_conn, bool ack = false, uint8_t reason = 0) const;
   // An ACK of everything before `cum`, echoing `echo` (a data packet of the
   // target's) with the echo flags `flags` (wire::kAckEcho*).
   Bytes ack(uint32_t cum, const Reply& echo, uint8_t flags = 0) const;

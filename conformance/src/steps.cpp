@@ -63,6 +63,14 @@ bool target_connects_and_writes(Target& t, Peer& peer, uint32_t len, std::vector
   return true;
 }
 
+std::string target_write_outstanding(Target& t, Peer& peer) {
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, peer, conn, why) || !target_writes(t, conn, 100, 1, why)) return why;
+  const std::vector<Reply> sent = peer.run_until(has(wire::Opcode::kWrite));
+  return of(sent, wire::Opcode::kWrite).empty() ? "no data" : "";
+}
+
 std::map<uint16_t, const Reply*> first_per_slot(const std::vector<const Reply*>& data) {
   std::map<uint16_t, const Reply*> out;
   for (const Reply* d : data) out.emplace(wire::path_tag_slot(d->pkt.bh.path_tag), d);

@@ -63,6 +63,10 @@ constexpr std::array kChecks = {
           "closing: work flushed at once, no data after; DISCONNECT resent every 10 ms from each "
           "path in turn until the peer's DISCONNECT_ACK, 8 in all",
           check_conn7_close},
+    Check{"CONN-8",
+          "a DISCONNECT's reason decides nothing: one giving 0xee closes; closing a connection "
+          "NAK 0x02 failed gives reason 0x02",
+          check_conn8},
     Check{"BAD-7, CONN-7",
           "after either end closed, a WRITE, ACK, NAK or PROBE for the connection draws nothing, "
           "changes nothing, counts as for an unknown dst_conn; while closing, the same uncounted",

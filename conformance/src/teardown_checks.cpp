@@ -1,5 +1,6 @@
 // How connections end, seen from the tester: refused (CONN-4), closed by
-// the target (CONN-7's closing side), failed (COMP-5, PATH-7).
+// the target (CONN-7's closing side), failed (COMP-5, PATH-7), and what
+// a DISCONNECT's reason says (CONN-8).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -314,6 +315,45 @@ Outcome check_comp5(Target& t) {
   constexpr Status kF = Status::kFlushed;
   why = completed(done, {{{1, kF}, {2, kF}, {3, kF}}, {{10, kF}, {11, kF}}});
   if (!why.empty()) return fail("after the NAK it sent, " + why);
+  return pass();
+}
+
+// CONN-8: a DISCONNECT's reason informs and decides nothing. The tester's,
+// giving a value appendix A does not define (0xee), ends the target's
+// connection as CONN-7 says: a DISCONNECT_ACK, the outstanding WRITE
+// completed kPeerClosed. Where the target can be asked to close, its own
+// DISCONNECT of a connection that a WRITE with a bad key failed there (NAK
+// 0x02, as in COMP-5's check) gives 0x02, the status that failed it.
+Outcome check_conn8(Target& t) {
+  Peer p(t);
+  std::string why = target_write_outstanding(t, p);
+  if (!why.empty()) return fail(why);
+  const std::vector<Reply> acked =
+      p.exchange_until(p.disconnect(p.conn(), false, 0xee), has(wire::Opcode::kDisconnectAck));
+  if (of(acked, wire::Opcode::kDisconnectAck).empty())
+    return fail("a DISCONNECT giving reason 0xee drew no DISCONNECT_ACK");
+  Completion c;
+  if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kPeerClosed)
+    return fail("a DISCONNECT giving reason 0xee left the outstanding WRITE without kPeerClosed");
+
+  Peer q(t, 0x7e59);
+  Region r;
+  ConnId failed;
+  if (!tester_connects_for_receives(t, q, r, failed, why)) return fail(why);
+  why = draws_nak(q, q.write(q.next_psn, r.rkey ^ 0xBAD, r.addr, Bytes(8, 1)), 0x02, q.next_psn);
+  if (!why.empty()) return fail("a WRITE with a bad key " + why);
+  while (t.poll_completion(c)) {
+  }
+  if (!t.close(failed))
+    return skip(
+        "a DISCONNECT giving reason 0xee closes: passes; the target cannot be asked to close");
+  const std::vector<Reply> closing = q.run_until(has(wire::Opcode::kDisconnect));
+  const auto ds = of(closing, wire::Opcode::kDisconnect);
+  if (ds.empty()) return fail("no DISCONNECT after closing the connection NAK 0x02 failed");
+  q.send(q.disconnect(q.conn(), true));
+  if (const uint8_t reason = ds.front()->pkt.disconnect.reason; reason != 0x02)
+    return fail("the DISCONNECT of a connection NAK 0x02 failed gives reason " + hex32(reason) +
+                ", not 0x02");
   return pass();
 }
 

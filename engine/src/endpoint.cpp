@@ -240,8 +240,8 @@ void Endpoint::Impl::complete(const Connection& c, const Completion& comp) {
   completions.push(comp);
 }
 
-void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s) {
-  events.push(Event{k, c.id, s, c.peer});
+void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s, Status reason) {
+  events.push(Event{k, c.id, s, c.peer, reason});
 }
 
 wire::BaseHeader Endpoint::Impl::base_header(const Connection& c, wire::Opcode op,

@@ -157,7 +157,8 @@ void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p) 
       c->peer_conn != p.disconnect.src_conn)
     return;
   flush_all(*c, Status::kPeerClosed, detail::Culprit::none());
-  push_event(EventKind::kClosed, *c, Status::kPeerClosed);
+  push_event(EventKind::kClosed, *c, Status::kPeerClosed,
+             static_cast<Status>(p.disconnect.reason));  // CONN-8: any value closes
   destroy_connection(*c);
   ack_disconnect(dg, p);
 }
@@ -217,7 +218,9 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
     out.entropy = rotated;
     ++c.attempts;
     c.control_deadline = now + cfg.connect_retry_ns;
-    wire::DisconnectBody d{c.id.v, 0};
+    // CONN-8: the status that failed the connection (kOk, 0, if none did),
+    // so that the peer can tell a close after an error from an orderly one.
+    wire::DisconnectBody d{c.id.v, static_cast<uint8_t>(c.error)};
     h = wire::write_disconnect(buf, base_header(c, wire::Opcode::kDisconnect, now), d);
   } else if (c.owe.nak) {
     c.owe.nak = false;

@@ -221,7 +221,7 @@ struct Endpoint::Impl {
     if (trace_fn != nullptr) trace_fn(trace_ctx, TraceEvent{t, k, path, c.id, psn, aux});
   }
   void complete(const detail::Connection& c, const Completion& comp);
-  void push_event(EventKind k, const detail::Connection& c, Status s);
+  void push_event(EventKind k, const detail::Connection& c, Status s, Status reason = Status::kOk);
   // The contexts, borrowed from the pools on first use. Inline: every data
   // packet asks, and nearly always the connection holds one already.
   detail::TxCtx& tx_ctx(detail::Connection& c) { return c.tx ? *c.tx : borrow_tx(c); }

@@ -103,6 +103,11 @@ struct Event {
   ConnId conn;
   Status status = Status::kOk;
   PeerAddr peer;
+  // kClosed by the peer's DISCONNECT (status kPeerClosed): the reason it gave
+  // (CONN-8), kOk for an orderly close, else the status that had failed the
+  // connection at the peer, passed on as it came even where appendix A has
+  // no such code. kOk for every other event.
+  Status reason = Status::kOk;
 };
 
 // A datagram handed in by the driver.

@@ -235,7 +235,7 @@ struct Packet {
 [[nodiscard]] ParseError decode_base(std::span<const uint8_t> datagram, BaseHeader& out);
 
 // The reply_port a CONNECT_REQ names (section 3.12), read at its packet
-// offset 30 in a request of any version (appendix C, item 2: CONN-5 answers
+// offset 30 in a request of any version (VER-1: CONN-5 answers
 // those too); 0 for any other datagram, a short one, or a request that names
 // none. Nothing else is checked (the engine does): for a driver, whose
 // addressing maps the request's source to (source IP, reply_port) before the

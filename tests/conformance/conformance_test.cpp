@@ -101,7 +101,7 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "BAD-7, CONN-7",
+  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-8", "BAD-7, CONN-7",
                                             "SEQ-2 target", "BAD-1", "BAD-2, CONN-5", "BAD-3",
                                             "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
 }
@@ -1421,6 +1421,33 @@ TEST(Conformance, DisconnectAckNamingNobodyFailsConn7) {
         });
       },
       kPeersSide);
+}
+
+// CONN-8 broken at each end: a target that drops a DISCONNECT giving a
+// reason it does not know (here it arrives naming another src_conn, which
+// CONN-7 drops), and one that closes a failed connection giving reason 0.
+TEST(Conformance, DisconnectWithAnUnknownReasonIgnoredFailsConn8) {
+  expect_fails("CONN-8", "a DISCONNECT giving reason 0xee drew no DISCONNECT_ACK",
+               [](FaultyTarget& t) {
+                 rewrite_received(t, [](wire::Packet& p) {
+                   if (p.bh.opcode != wire::Opcode::kDisconnect || p.disconnect.reason == 0)
+                     return false;
+                   p.disconnect.src_conn ^= 1;
+                   return true;
+                 });
+               });
+}
+
+TEST(Conformance, FailedConnectionClosedWithReasonZeroFailsConn8) {
+  expect_fails("CONN-8",
+               "the DISCONNECT of a connection NAK 0x02 failed gives reason 0x0, not 0x02",
+               [](FaultyTarget& t) {
+                 rewrite_sent(t, [](wire::Packet& p) {
+                   if (p.bh.opcode != wire::Opcode::kDisconnect) return false;
+                   p.disconnect.reason = 0;
+                   return true;
+                 });
+               });
 }
 
 // CONN-7's closing end broken: work completed kOk at the close; a

@@ -297,6 +297,101 @@ TEST(Handshake, DisconnectAckForAnotherConnectionIdIsIgnored) {
   }));
 }
 
+// Endpoint 0 closes connection a; runs until both ends report it closed.
+// `disconnect` is the first DISCONNECT endpoint 0 sent, `at_peer` endpoint 1's
+// kClosed event.
+::testing::AssertionResult close_from_0(Loop& loop, ConnId a, std::vector<uint8_t>& disconnect,
+                                        Event& at_peer) {
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kDisconnect && disconnect.empty()) disconnect = d;
+  };
+  loop.ep(0).close(a, loop.now());
+  bool closed0 = false, closed1 = false;
+  const bool done = loop.run_until([&] {
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
+    while (loop.ep(1).poll_event(ev)) {
+      if (ev.kind != EventKind::kClosed) continue;
+      closed1 = true;
+      at_peer = ev;
+    }
+    return closed0 && closed1;
+  });
+  loop.on_sent = nullptr;
+  if (!done) return ::testing::AssertionFailure() << "the close did not end at both ends";
+  if (disconnect.size() < wire::kBaseHeaderSize + wire::kDisconnectBodySize)
+    return ::testing::AssertionFailure() << "no DISCONNECT seen";
+  return ::testing::AssertionSuccess();
+}
+
+constexpr size_t kReasonAt = wire::kBaseHeaderSize + 4;  // packet offset of `reason`
+
+// CONN-8: a DISCONNECT's reason is 0 for a connection closed while
+// established, and the status that failed it for one closed in ERROR; the
+// peer's kClosed event passes it on. Here a WRITE to a key endpoint 1 never
+// gave fails the second connection with kRemoteBadKey (NAK-3) before the
+// close.
+TEST(Handshake, DisconnectReasonSaysWhatHadFailedTheConnection) {
+  Loop loop(cfg(317), cfg(318));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  std::vector<uint8_t> orderly;
+  Event at_peer;
+  ASSERT_TRUE(close_from_0(loop, a, orderly, at_peer));
+  EXPECT_EQ(orderly[kReasonAt], 0);
+  EXPECT_EQ(at_peer.status, Status::kPeerClosed);
+  EXPECT_EQ(at_peer.reason, Status::kOk);
+
+  auto [a2, b2] = loop.connect();
+  ASSERT_TRUE(a2.valid() && b2.valid());
+  Buf src(loop.ep(0), 4096, 0, 1);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.local_addr = src.addr();
+  wr.length = 4096;
+  wr.lkey = src.mr.lkey;
+  wr.remote_addr = 0x1000;
+  wr.rkey = 0xbad;
+  ASSERT_EQ(loop.ep(0).post_send(a2, wr), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kRemoteBadKey);
+  std::vector<uint8_t> after_error;
+  ASSERT_TRUE(close_from_0(loop, a2, after_error, at_peer));
+  EXPECT_EQ(after_error[kReasonAt], static_cast<uint8_t>(Status::kRemoteBadKey));
+  EXPECT_EQ(at_peer.conn.v, b2.v);
+  EXPECT_EQ(at_peer.status, Status::kPeerClosed);
+  EXPECT_EQ(at_peer.reason, Status::kRemoteBadKey);
+}
+
+// CONN-8: the reason informs, it does not decide: a DISCONNECT with a value
+// appendix A does not define closes the connection as any other (CONN-7),
+// is answered with DISCONNECT_ACK, and its value reaches the event as it came.
+TEST(Handshake, DisconnectWithAReasonNotInAppendixAClosesAsAnyOther) {
+  Loop loop(cfg(319), cfg(320));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(1), 4096, 0, 2);
+  Buf dst(loop.ep(0), 4096, kAccessRemoteWrite);
+  loop.drop = [](int from, const std::vector<uint8_t>& d) { return from == 0 && d[1] == 0x10; };
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src, dst, 4096)), Status::kOk);  // never acked
+  loop.run_until([] { return false; }, 100'000);
+  loop.mutate = [](int from, std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != kDisconnect) return;
+    d[kReasonAt] = 0xee;
+    const size_t header = wire::kBaseHeaderSize + wire::kDisconnectBodySize;
+    ASSERT_EQ(wire::seal(d, header, 0), d.size());
+  };
+  std::vector<uint8_t> sent_disconnect;
+  Event at_peer;
+  ASSERT_TRUE(close_from_0(loop, a, sent_disconnect, at_peer));
+  EXPECT_EQ(at_peer.status, Status::kPeerClosed);
+  EXPECT_EQ(static_cast<uint8_t>(at_peer.reason), 0xee);
+  std::vector<Completion> flushed;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, flushed));
+  EXPECT_EQ(flushed[0].status, Status::kPeerClosed);
+}
+
 // CONN-2, CONN-7: handshake and teardown packets try the connection's paths
 // in turn. Here every datagram on either end's first path is lost (a dead
 // link both ways): on that path alone the connect timed out, and the close

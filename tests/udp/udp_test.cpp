@@ -2083,6 +2083,41 @@ TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
   }
 }
 
+// CONN-8: where the peer closed a connection that had failed at its end, a
+// post says with what, from the DISCONNECT's reason. The client deregisters
+// the source of a 4 MiB WRITE under it (MR-5), which fails its connection
+// with kLocalProtection and nothing else (the server's side stays
+// established), then closes the connection.
+TEST(Udp, PostAfterThePeerClosedAFailedConnectionSaysWhatFailedIt) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  constexpr uint32_t kLen = 4 << 20;
+  WriteBuffers b(p, kLen, 5);
+  ASSERT_TRUE(b.post_write(p, 1, 0, kLen));
+  ASSERT_FALSE(p.client->deregister_memory(b.smr.lkey));
+  const auto until = [&](metaroce::udp::UdpEndpoint& ep, ConnId conn,
+                         metaroce::udp::ConnState want) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (ep.state(conn) != want && std::chrono::steady_clock::now() - t0 < 2s) {
+      p.client->progress();
+      p.server->progress();
+    }
+    return ep.state(conn) == want;
+  };
+  ASSERT_TRUE(until(*p.client, p.cconn, metaroce::udp::ConnState::kError));
+  ASSERT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kEstablished);
+  p.client->close(p.cconn);
+  ASSERT_TRUE(until(*p.server, p.sconn, metaroce::udp::ConnState::kClosed));
+  uint8_t buf[8] = {};
+  const Error e = p.server->write(p.sconn, 2, buf, sizeof(buf), 0, 0, 0);
+  EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
+  EXPECT_NE(e.message.find("was closed by the peer (kPeerClosed, after it failed the connection "
+                           "with kLocalProtection: local buffer outside a registered region with "
+                           "the access it needs)"),
+            std::string::npos)
+      << e.message;
+}
+
 // A negative timeout is refused, as a negative linger is: connect sent a
 // request and gave up on it at once ("timed out after -5 ms"), leaving the
 // peer a connection to accept that nobody would use.

@@ -837,7 +837,7 @@ TEST(Writers, ConnectAndDisconnectRefuseOtherOpcodes) {
 // round-trips; a body that leaves it 0 (every sender before it had a
 // meaning) reads 0, which names the request's source port. The driver's
 // reader takes it only from a CONNECT_REQ long enough to hold one, of any
-// version (CONN-5's REJECT goes where it names too, appendix C item 2).
+// version (CONN-5's REJECT goes where it names too, VER-1).
 TEST(SpecSection3_12, ReplyPortRoundTripsAndZeroIsTheSourcePort) {
   const Bytes tv12 = from_hex(spec_hex().at("TV-12"));
   EXPECT_EQ(request_reply_port(tv12), 4792u);

@@ -148,7 +148,8 @@ local pf = {
   -- Disconnect body (3.13)
   disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id",
     base.HEX),
-  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX),
+  -- CONN-8: 0, or the status that failed the connection at the closing end.
+  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX, status_names),
   disc_reserved = ProtoField.uint24("metaroce.disconnect.reserved", "Reserved", base.HEX),
   -- A datagram holding a GSO run (or a GRO batch): on the first packet's tree.
   gso_segments = ProtoField.uint32("metaroce.gso.segments", "Packets in the datagram", base.DEC),
@@ -475,6 +476,8 @@ local function dissect_disconnect(st, tree, off)
   body:add(pf.disc_reason, tvb(off + 4, 1))
   reserved_zero(st, body:add(pf.disc_reserved, tvb(off + 5, 3)), tvb(off + 5, 3):uint(), "Reserved")
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
+  local reason = tvb(off + 4, 1):uint()
+  if reason ~= 0 then add_info(st, "reason=" .. (status_names[reason] or hex(reason))) end
 end
 
 local body_dissectors = { ack = dissect_ack, nak = dissect_nak, connect = dissect_connect,
@@ -636,14 +639,14 @@ local function dissect(st)
     local text = "Version " .. st.version .. ", this dissector knows " .. VERSION
     if st.opcode == 0x20 then
       -- CONN-5: a CONNECT_REQ of any version long enough to echo is answered
-      -- from the fields every version keeps in place (appendix C, item 2).
+      -- from the fields every version keeps in place (VER-1).
       if st.datagram < BH_LEN + layouts[0x20].body_len + ICRC_LEN then
         text = text .. "; a CONNECT_REQ too short to answer (CONN-5): dropped"
       else
         text = text .. "; a CONNECT_REQ: answered with a version-1 CONNECT_REJECT " ..
             "kVersionMismatch (CONN-5)"
         if captured(st, BH_LEN, 24) then
-          local inv = tree:add(tvb(BH_LEN, 24), "Version-invariant fields (appendix C, item 2)")
+          local inv = tree:add(tvb(BH_LEN, 24), "Version-invariant fields (VER-1)")
           inv:add(pf.conn_src_conn, tvb(BH_LEN, 4))
           inv:add(pf.conn, tvb(BH_LEN, 4)):set_hidden()
           inv:add(pf.conn_reply_port, tvb(BH_LEN + 14, 2))

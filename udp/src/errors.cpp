@@ -17,6 +17,16 @@ std::string hex(uint32_t v) {
   return b;
 }
 
+// CONN-8: the peer's DISCONNECT says whether it closed after the connection
+// had failed there, and with what; "" for an orderly close.
+std::string peer_reason_text(Status reason) {
+  if (reason == Status::kOk) return {};
+  const std::string_view name = status_name(reason);
+  return ", after it failed the connection with " +
+         (name == "kUnknown" ? "code " + hex(static_cast<uint8_t>(reason))
+                             : std::string(name) + ": " + std::string(status_text(reason)));
+}
+
 }  // namespace
 
 // e's connection and peer (the connection's, unless e names one already),
@@ -108,12 +118,13 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
     const std::string sent = send_failure_text(ci.send_failure);
     // A peer's DISCONNECT can end the connection between two posts, before
     // the application polls the kPeerClosed completions that say so.
-    const std::string how = ci.state == ConnState::kError && ci.status != Status::kOk
-                                ? "ended with " + std::string(status_name(ci.status)) + " (" +
-                                      std::string(status_text(ci.status)) + ")"
-                            : ci.status == Status::kPeerClosed
-                                ? "was closed by the peer (kPeerClosed)"
-                                : "is closed";
+    const std::string how =
+        ci.state == ConnState::kError && ci.status != Status::kOk
+            ? "ended with " + std::string(status_name(ci.status)) + " (" +
+                  std::string(status_text(ci.status)) + ")"
+        : ci.status == Status::kPeerClosed
+            ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
+            : "is closed";
     return make_error(Status::kNotConnected,
                       std::string(what) + " failed: the connection " + how +
                           (sent.empty() ? "" : "; the last send to the peer failed: " + sent),

@@ -110,7 +110,8 @@ struct ConnInfo {
   ConnState state = ConnState::kConnecting;
   Status status = Status::kOk;
   PeerAddr peer;
-  SendFailure send_failure;  // the peer's last, when the connection ended
+  SendFailure send_failure;          // the peer's last, when the connection ended
+  Status peer_reason = Status::kOk;  // closed by the peer: the reason it gave (CONN-8)
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the

@@ -126,6 +126,7 @@ bool UdpEndpoint::Impl::drain_events() {
         forget_source(ci.peer);
         break;
       case EventKind::kClosed:
+        ci.peer_reason = ev.reason;
         end_conn(ev.conn.v, ci, ConnState::kClosed);
         forget_source(ci.peer);
         break;
