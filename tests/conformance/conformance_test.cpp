@@ -178,14 +178,17 @@ class FaultyTarget : public EngineTarget {
   }
   // With `answers_unknown`, every datagram dropped as for an unknown
   // connection (BAD-7) is sent back, as a receiver that answered them
-  // would (with an ACK, a NAK, a DISCONNECT_ACK: any reply is the fault).
+  // would (with an ACK, a NAK, a DISCONNECT_ACK: any reply is the fault),
+  // but for the first `answers_unknown_after` of them.
   bool answers_unknown = false;
+  size_t answers_unknown_after = 0;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     EndpointStats before, after;
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
     (void)EngineTarget::endpoint_stats(after);
-    if (answers_unknown && after.unknown_connection != before.unknown_connection)
+    if (!answers_unknown || after.unknown_connection == before.unknown_connection) return;
+    if (unknown_seen_++ >= answers_unknown_after)
       answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
   }
   void deliver_with_faults(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) {
@@ -225,6 +228,7 @@ class FaultyTarget : public EngineTarget {
 
  private:
   std::vector<Sent> answers_;
+  size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
   uint64_t versioned_requests_ = 0;
@@ -505,6 +509,19 @@ TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
 // BAD-7's check and the after-close check (either end's close) fail.
 TEST(Conformance, UnknownConnectionsAnsweredFailBad7) {
   expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) { t.answers_unknown = true; });
+}
+
+// The same fault only for a connection the target closed itself: the four
+// packets after the tester's close go unanswered (they are the first four
+// dropped as unknown), the four after the target's close do not.
+TEST(Conformance, PacketsForAConnectionTheTargetClosedAnsweredFailBad7Conn7) {
+  expect_fails(
+      "BAD-7", "after the target's close was answered drew a reply",
+      [](FaultyTarget& t) {
+        t.answers_unknown = true;
+        t.answers_unknown_after = 4;
+      },
+      "after either end closed");
 }
 
 // A close that a PROBE ends while its DISCONNECT is unanswered: the target
