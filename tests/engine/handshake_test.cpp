@@ -600,7 +600,9 @@ TEST(Handshake, AnswersForNoConnectionCarryPcAndTsval) {
 // max_version 1, echoing its src_conn (as dst_conn) and nonce, only when it
 // is at least 44 bytes long (a version-1 request's length): one byte
 // shorter, it is dropped with no reply. Either way it is counted
-// bad_version and makes no connection.
+// bad_version and makes no connection. VER-1: the longer one's last four
+// bytes are no version-1 ICRC (its version's coverage is unknown) and it is
+// answered all the same, and no REJECT is longer than its request.
 TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
   Loop loop(cfg(331), cfg(332));
   constexpr size_t kV1Request = wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
@@ -613,6 +615,7 @@ TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
     for (int i = 0; i < 8; ++i)
       d[wire::kBaseHeaderSize + 16 + i] = static_cast<uint8_t>(0x11 * (i + 1));
     EXPECT_EQ(wire::seal(d, len - wire::kIcrcSize, 0), len);
+    if (len > kV1Request) d.back() ^= 0xff;
     return d;
   };
   for (const size_t len : {kV1Request - 1, kV1Request, kV1Request + 20}) {
@@ -627,6 +630,7 @@ TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
       continue;
     }
     ASSERT_EQ(out.size(), 1u);
+    EXPECT_LE(out[0].size(), len) << "the REJECT is longer than the request";
     wire::Packet p;
     ASSERT_EQ(wire::decode(out[0], p), wire::ParseError::kOk);
     EXPECT_EQ(p.bh.version, 1);
