@@ -249,9 +249,11 @@ class UdpEndpoint {
   // --- work requests (queued; progress() sends them) ---
   // On a connection that ended (state() kClosed or kError) a post is
   // kNotConnected and names what ended it ("the connection is closed", "the
-  // connection was closed by the peer (kPeerClosed)", "the connection ended
-  // with kPeerUnreachable (...)"), also after the engine has
-  // let the connection go (it read "kNoSuchConnection: unknown connection id").
+  // connection was closed by the peer (kPeerClosed)", with ", after it failed
+  // the connection with kRemoteBadKey: ..." where the peer's DISCONNECT gave
+  // a reason (spec CONN-8), "the connection ended with kPeerUnreachable
+  // (...)"), also after the engine has let the connection go (it read
+  // "kNoSuchConnection: unknown connection id").
   Error post_send(ConnId conn, const SendWr& wr);
   Error post_recv(ConnId conn, const RecvWr& wr);
   // A receive any connection may take (spec PLACE-6), for endpoints that

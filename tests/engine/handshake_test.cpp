@@ -364,6 +364,37 @@ TEST(Handshake, DisconnectReasonSaysWhatHadFailedTheConnection) {
   EXPECT_EQ(at_peer.reason, Status::kRemoteBadKey);
 }
 
+// CONN-8: the reason is the status the closing end failed with, not the code
+// of the NAK it told the peer with. Here endpoint 0's receive buffer was
+// deregistered (MR-5): it NAKs the SEND with REMOTE_OPERATION_ERROR (0x07)
+// and fails with kLocalProtection (0x40), which its DISCONNECT then gives.
+TEST(Handshake, DisconnectAfterMemoryWentGivesLocalProtectionNotTheNaksCode) {
+  Loop loop(cfg(321), cfg(322));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf rbuf(loop.ep(0), 4096, kAccessLocalWrite);
+  ASSERT_EQ(loop.ep(0).post_recv(a, RecvWr{7, rbuf.addr(), 4096, rbuf.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(rbuf.mr.lkey), Status::kOk);
+  std::vector<uint8_t> nak_codes;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kNak))
+      nak_codes.push_back(d[wire::kBaseHeaderSize + 4]);
+  };
+  Buf src(loop.ep(1), 4096, 0, 3);
+  ASSERT_EQ(loop.ep(1).post_send(b, send_wr(src, 0, 4096, 9)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done));
+  ASSERT_EQ(done[0].status, Status::kRemoteOperationError);
+  ASSERT_FALSE(nak_codes.empty());
+  for (const uint8_t code : nak_codes)
+    ASSERT_EQ(code, static_cast<uint8_t>(Status::kRemoteOperationError));
+  std::vector<uint8_t> disconnect;
+  Event at_peer;
+  ASSERT_TRUE(close_from_0(loop, a, disconnect, at_peer));
+  EXPECT_EQ(disconnect[kReasonAt], static_cast<uint8_t>(Status::kLocalProtection));
+  EXPECT_EQ(at_peer.reason, Status::kLocalProtection);
+}
+
 // CONN-8: the reason informs, it does not decide: a DISCONNECT with a value
 // appendix A does not define closes the connection as any other (CONN-7),
 // is answered with DISCONNECT_ACK, and its value reaches the event as it came.
@@ -569,7 +600,9 @@ TEST(Handshake, AnswersForNoConnectionCarryPcAndTsval) {
 // max_version 1, echoing its src_conn (as dst_conn) and nonce, only when it
 // is at least 44 bytes long (a version-1 request's length): one byte
 // shorter, it is dropped with no reply. Either way it is counted
-// bad_version and makes no connection.
+// bad_version and makes no connection. VER-1: the longer one's last four
+// bytes are no version-1 ICRC (its version's coverage is unknown) and it is
+// answered all the same, and no REJECT is longer than its request.
 TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
   Loop loop(cfg(331), cfg(332));
   constexpr size_t kV1Request = wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
@@ -582,6 +615,7 @@ TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
     for (int i = 0; i < 8; ++i)
       d[wire::kBaseHeaderSize + 16 + i] = static_cast<uint8_t>(0x11 * (i + 1));
     EXPECT_EQ(wire::seal(d, len - wire::kIcrcSize, 0), len);
+    if (len > kV1Request) d.back() ^= 0xff;
     return d;
   };
   for (const size_t len : {kV1Request - 1, kV1Request, kV1Request + 20}) {
@@ -596,6 +630,7 @@ TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
       continue;
     }
     ASSERT_EQ(out.size(), 1u);
+    EXPECT_LE(out[0].size(), len) << "the REJECT is longer than the request";
     wire::Packet p;
     ASSERT_EQ(wire::decode(out[0], p), wire::ParseError::kOk);
     EXPECT_EQ(p.bh.version, 1);

@@ -2118,6 +2118,53 @@ TEST(Udp, PostAfterThePeerClosedAFailedConnectionSaysWhatFailedIt) {
       << e.message;
 }
 
+// CONN-8: a reason appendix A does not define closes all the same, and a
+// post names it by its value. The peer is a socket that sends a CONNECT_REQ
+// and then a DISCONNECT giving 0xee from the port it receives on.
+TEST(Udp, PostAfterAPeerClosedWithAnUnknownReasonNamesItsCode) {
+  namespace wire = metaroce::wire;
+  auto server = open_on("127.0.0.1");
+  ASSERT_TRUE(server);
+  server->start_progress_thread();
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  socklen_t sl = 0;
+  const sockaddr_storage dst = loopback(false, server->port(), sl);
+  const auto send = [&](const uint8_t* d, size_t len) {
+    return ::sendto(fd, d, len, 0, reinterpret_cast<const sockaddr*>(&dst), sl) ==
+           static_cast<ssize_t>(len);
+  };
+  uint8_t out[256];
+  wire::BaseHeader bh;
+  bh.opcode = wire::Opcode::kConnectReq;
+  const wire::ConnectBody req{7, 0x100, 1024, 10, 16, 0, 1, 0xfeed0007u};
+  ASSERT_TRUE(send(out, wire::seal(out, wire::write_connect(out, bh, req), 0)));
+  wire::Packet accept;
+  ASSERT_TRUE(receive_packet(fd, 1000ms, accept));
+  ASSERT_EQ(accept.bh.opcode, wire::Opcode::kConnectAccept);
+  ConnId c;
+  ASSERT_TRUE(server->try_accept(c));
+  bh.opcode = wire::Opcode::kDisconnect;
+  bh.dst_conn = accept.connect.src_conn;
+  ASSERT_TRUE(send(out, wire::seal(out, wire::write_disconnect(out, bh, {7, 0xee}), 0)));
+  wire::Packet ack;
+  ASSERT_TRUE(receive_packet(fd, 1000ms, ack));
+  EXPECT_EQ(ack.bh.opcode, wire::Opcode::kDisconnectAck);
+  ::close(fd);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (server->state(c) != metaroce::udp::ConnState::kClosed &&
+         std::chrono::steady_clock::now() - t0 < 2s)
+    std::this_thread::sleep_for(1ms);
+  uint8_t buf[8] = {};
+  const Error e = server->write(c, 2, buf, sizeof(buf), 0, 0, 0);
+  EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
+  EXPECT_NE(e.message.find("was closed by the peer (kPeerClosed, after it failed the connection "
+                           "with code 0xee)"),
+            std::string::npos)
+      << e.message;
+}
+
 // A negative timeout is refused, as a negative linger is: connect sent a
 // request and gave up on it at once ("timed out after -5 ms"), leaving the
 // peer a connection to accept that nobody would use.
