@@ -58,6 +58,18 @@ enum class Status : uint8_t {
   return "unknown status";
 }
 
+// True for the codes the table above defines: a byte off the wire (a
+// DISCONNECT's reason, CONN-8) may hold any other.
+[[nodiscard]] constexpr bool is_known_status(Status s) {
+  switch (s) {
+#define METAROCE_X(name, value, desc) \
+  case Status::name: return true;
+    METAROCE_STATUS_CODES(METAROCE_X)
+#undef METAROCE_X
+  }
+  return false;
+}
+
 // True for codes a peer may put in a NAK.
 [[nodiscard]] constexpr bool is_wire_nak_code(uint8_t v) { return v >= 0x01 && v <= 0x07; }
 

@@ -20,6 +20,19 @@
 namespace metaroce::test {
 namespace {
 
+// Appendix A's codes are known, and no other byte is: a DISCONNECT's reason
+// (CONN-8) may carry any, and the UDP driver names an unknown one by its value.
+TEST(Status, OnlyAppendixACodesAreKnown) {
+  int known = 0;
+  for (int v = 0; v < 256; ++v) {
+    const auto s = static_cast<Status>(v);
+    EXPECT_EQ(is_known_status(s), status_name(s) != "kUnknown") << v;
+    known += is_known_status(s) ? 1 : 0;
+  }
+  EXPECT_EQ(known, 20);  // 0x00-0x07 and 0x40-0x4b
+  EXPECT_FALSE(is_known_status(static_cast<Status>(0xee)));
+}
+
 TEST(Engine, IdleConnectionIsSmall) {
   // Issue budget: 10,000 idle connections on one endpoint.
   const size_t idle = Endpoint::idle_connection_bytes();

@@ -231,6 +231,8 @@ def broken_frames(vectors):
     # CONN-8: a DISCONNECT after a failure names the status that failed it.
     failed_close = bytearray(tv["TV-15"])
     failed_close[20] = 0x02
+    ack_with_reason = bytearray(tv["TV-16"])  # a DISCONNECT_ACK gives none
+    ack_with_reason[20] = 0x02
     return [
         ("truncated WRITE (30 bytes)", frame(tv["TV-01"][:30], 50000), None,
          "Datagram of 30 bytes", {}),
@@ -289,6 +291,9 @@ def broken_frames(vectors):
          {"metaroce.disconnect.reason": ["0x02"], "_ws.col.Info": "reason=kRemoteBadKey",
           "metaroce.reserved_not_zero": [],
           "metaroce.icrc.status": ["1"]}),
+        ("DISCONNECT_ACK with a reason", frame(reseal(bytes(ack_with_reason)), 50024), None,
+         "Reason of a DISCONNECT_ACK is 0x2, must be zero",
+         {"metaroce.reserved_not_zero": ["1"], "metaroce.icrc.status": ["1"]}),
         # Like the simulator's records: headers captured, payload and ICRC not.
         ("snap-length WRITE", frame(write_hdrs, 50012, 0, len(tv["TV-01"]))[:14 + 28 + 44],
          14 + 28 + len(tv["TV-01"]), "ICRC not captured",

@@ -473,11 +473,16 @@ local function dissect_disconnect(st, tree, off)
   local body = tree:add(tvb(off, 8), "Disconnect")
   body:add(pf.disc_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
-  body:add(pf.disc_reason, tvb(off + 4, 1))
+  local reason = tvb(off + 4, 1):uint()
+  local reason_item = body:add(pf.disc_reason, tvb(off + 4, 1))
   reserved_zero(st, body:add(pf.disc_reserved, tvb(off + 5, 3)), tvb(off + 5, 3):uint(), "Reserved")
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
-  local reason = tvb(off + 4, 1):uint()
-  if reason ~= 0 then add_info(st, "reason=" .. (status_names[reason] or hex(reason))) end
+  if st.opcode == 0x24 then
+    -- CONN-8: a DISCONNECT_ACK gives no reason; its byte is sent as 0, not read.
+    reserved_zero(st, reason_item, reason, "Reason of a DISCONNECT_ACK")
+  elseif reason ~= 0 then
+    add_info(st, "reason=" .. (status_names[reason] or hex(reason)))
+  end
 end
 
 local body_dissectors = { ack = dissect_ack, nak = dissect_nak, connect = dissect_connect,

@@ -21,10 +21,10 @@ std::string hex(uint32_t v) {
 // had failed there, and with what; "" for an orderly close.
 std::string peer_reason_text(Status reason) {
   if (reason == Status::kOk) return {};
-  const std::string_view name = status_name(reason);
   return ", after it failed the connection with " +
-         (name == "kUnknown" ? "code " + hex(static_cast<uint8_t>(reason))
-                             : std::string(name) + ": " + std::string(status_text(reason)));
+         (is_known_status(reason)
+              ? std::string(status_name(reason)) + ": " + std::string(status_text(reason))
+              : "code " + hex(static_cast<uint8_t>(reason)));
 }
 
 }  // namespace
