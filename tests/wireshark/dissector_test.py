@@ -529,8 +529,10 @@ def data_packet(template, hdr_len, psn, offset, msg_len, payload):
 def check_partial_payload(vectors, workdir):
     """TRIM-5: on a connection whose handshake the capture holds (mtu 1024,
     the smaller offer), a data packet whose payload is not min(mtu, msg_len
-    - offset) is flagged, whatever its DSCP; a whole one, a message's last,
-    and a packet of a connection whose mtu is unknown are not."""
+    - offset) is flagged, whatever its DSCP; a whole one and a message's last
+    are not. On a connection whose handshake is not in the capture, only a
+    payload shorter than an earlier packet's that was not its message's last
+    is flagged (the mtu is at least that)."""
     tv = {name: raw for name, _, raw, _ in vectors}
     accept = bytearray(tv["TV-13"])  # from connection 0x2a to the requester's 7
     accept[24:26] = struct.pack(">H", 1024)  # the CONNECT_REQ (TV-12) offered 4096
@@ -556,6 +558,12 @@ def check_partial_payload(vectors, workdir):
          False),
         ("WRITE of 700 to a connection of unknown mtu", frame(data(*write, 0x99, 0, 4096, 700),
                                                              50037), False),
+        ("WRITE of 1024 to another, not the message's last", frame(data(*write, 0x98, 1024, 4096,
+                                                                         1024), 50038), False),
+        ("WRITE cut to 700 after it", frame(data(*write, 0x98, 0, 4096, 700), 50039),
+         "at least 1024"),
+        ("WRITE, its message's last 28 bytes, after it", frame(data(*write, 0x98, 3072, 3100, 28),
+                                                              50040), False),
     ]
     pcap = os.path.join(workdir, "partial.pcap")
     write_pcap(pcap, [(c[1], None) for c in cases])
@@ -564,13 +572,14 @@ def check_partial_payload(vectors, workdir):
         return
     for (what, _, flagged), row in zip(cases, rows):
         messages = " / ".join(row["_ws.expert.message"])
-        want = ["1"] if flagged else []
+        want = ["1"] if flagged is not False else []
         check(row["metaroce.partial_payload"] == want,
               f"partial payload, {what}: metaroce.partial_payload is "
               f"{row['metaroce.partial_payload']}, want {want} ('{messages}')")
         check(row["metaroce.trimmed"] == [], f"partial payload, {what}: taken for trimmed")
-        if flagged:
-            check("(TRIM-5)" in messages and "mtu 1024" in messages,
+        if flagged is not False:
+            told = "mtu 1024" if flagged is True else f"mtu {flagged}"
+            check("(TRIM-5)" in messages and told in messages,
                   f"partial payload, {what}: expert info '{messages}'")
         else:
             check(not messages, f"partial payload, {what}: expert info '{messages}'")

@@ -427,6 +427,10 @@ end
 -- Learnt from the handshakes the capture holds, by the receiving address and
 -- connection id (a data packet's IP destination and dst_conn).
 local offered_mtu, conn_mtu = {}, {}
+-- Without the handshake: the largest payload seen in a data packet that was
+-- not its message's last. Such a packet carries the whole mtu (SEQ-5), or
+-- less if it was cut itself, so the mtu is at least this.
+local mtu_at_least = {}
 local function conn_key(addr, conn) return tostring(addr) .. "/" .. conn end
 
 local function dissect_connect(st, tree, off)
@@ -526,12 +530,27 @@ local function dissect_payload(st, tree, hdr_len, layout)
     -- trimmed packet whose TRIMMED DSCP a later hop rewrote and whose rest
     -- came along) does not, and a receiver drops it as a bad length. Only a
     -- connection whose handshake the capture holds has a known mtu.
-    local mtu = conn_mtu[conn_key(st.pinfo.dst, st.dst_conn)]
+    local key = conn_key(st.pinfo.dst, st.dst_conn)
+    local mtu = conn_mtu[key]
     local want = mtu and math.min(mtu, st.msg_len - st.offset)
+    local where = "payload " .. payload_len .. " at offset " .. st.offset .. " of a " ..
+        st.msg_len .. "-byte message on a connection of mtu "
     if want and payload_len ~= want then
-      len_item:add_proto_expert_info(ex.partial, "payload " .. payload_len .. " at offset " ..
-        st.offset .. " of a " .. st.msg_len .. "-byte message on a connection of mtu " .. mtu ..
-        ": must be " .. want .. "; dropped as a bad length (TRIM-5)")
+      len_item:add_proto_expert_info(ex.partial, where .. mtu .. ": must be " .. want ..
+        "; dropped as a bad length (TRIM-5)")
+    elseif not mtu then
+      -- No handshake captured: only a payload shorter than one the
+      -- connection's packets are known to carry is sure to be cut.
+      local least = mtu_at_least[key]
+      local least_want = least and math.min(least, st.msg_len - st.offset)
+      if least_want and payload_len < least_want then
+        len_item:add_proto_expert_info(ex.partial, where .. "at least " .. least ..
+          " (an earlier packet's payload; its handshake is not in the capture): must be " ..
+          "at least " .. least_want .. "; dropped as a bad length (TRIM-5)")
+      end
+      if st.offset + payload_len < st.msg_len and payload_len > (least or 0) then
+        mtu_at_least[key] = payload_len
+      end
     end
   end
 
