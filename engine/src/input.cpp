@@ -19,6 +19,9 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
       (uint32_t{q[0]} << 24) | (uint32_t{q[1]} << 16) | (uint32_t{q[2]} << 8) | q[3];
   uint64_t nonce = 0;
   for (int i = 0; i < 8; ++i) nonce = (nonce << 8) | q[16 + i];
+  // VER-1: no version names connection id 0 or nonce 0; as in version 1
+  // (on_connect_req), such a request has no one to answer.
+  if (src_conn == 0 || nonce == 0) return;
   queue_reject(dg, src_conn, nonce, Status::kVersionMismatch);
 }
 

@@ -602,7 +602,8 @@ TEST(Handshake, AnswersForNoConnectionCarryPcAndTsval) {
 // shorter, it is dropped with no reply. Either way it is counted
 // bad_version and makes no connection. VER-1: the longer one's last four
 // bytes are no version-1 ICRC (its version's coverage is unknown) and it is
-// answered all the same, and no REJECT is longer than its request.
+// answered all the same, and no REJECT is longer than its request; one
+// naming connection id 0 or nonce 0 is not answered.
 TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
   Loop loop(cfg(331), cfg(332));
   constexpr size_t kV1Request = wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
@@ -639,6 +640,17 @@ TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
     EXPECT_EQ(p.connect.max_version, 1);
     EXPECT_EQ(p.bh.dst_conn, 0x2a2a2a2au);
     EXPECT_EQ(p.connect.nonce, 0x1122334455667788u);
+  }
+  // VER-1: one naming connection id 0 or nonce 0 has no one to answer, in
+  // any version: counted, dropped unanswered.
+  for (const size_t zeroed : {size_t{0}, size_t{16}}) {
+    SCOPED_TRACE(zeroed);
+    std::vector<uint8_t> d = request(kV1Request);
+    std::fill_n(d.begin() + static_cast<long>(wire::kBaseHeaderSize + zeroed), zeroed ? 8 : 4, 0);
+    const uint64_t before = loop.ep(1).endpoint_stats().bad_version;
+    deliver(loop, 1, loop.addr(0), d);
+    EXPECT_EQ(loop.ep(1).endpoint_stats().bad_version, before + 1);
+    EXPECT_TRUE(sent(loop, 1).empty()) << "answered";
   }
 }
 
