@@ -395,6 +395,31 @@ TEST(Handshake, DisconnectAfterMemoryWentGivesLocalProtectionNotTheNaksCode) {
   EXPECT_EQ(at_peer.reason, Status::kLocalProtection);
 }
 
+// CONN-8 after PATH-7: a connection whose peer went silent fails
+// kPeerUnreachable, and its close says so (0x46), though likely to no one.
+TEST(Handshake, DisconnectAfterThePeerWentSilentGivesPeerUnreachable) {
+  EndpointConfig c = cfg(321);
+  c.recovery.peer_timeout_ns = 20'000'000;
+  Loop loop(c, cfg(322));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 4096, 0, 3);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 1; };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kPeerUnreachable);
+  std::vector<uint8_t> disconnect;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kDisconnect && disconnect.empty()) disconnect = d;
+  };
+  loop.ep(0).close(a, loop.now());
+  loop.run_until([&] { return !disconnect.empty(); }, 1'000'000);
+  ASSERT_FALSE(disconnect.empty());
+  EXPECT_EQ(disconnect[kReasonAt], static_cast<uint8_t>(Status::kPeerUnreachable));
+}
+
 // CONN-8: the reason informs, it does not decide: a DISCONNECT with a value
 // appendix A does not define closes the connection as any other (CONN-7),
 // is answered with DISCONNECT_ACK, and its value reaches the event as it came.
