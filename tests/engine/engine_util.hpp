@@ -98,13 +98,18 @@ inline ::testing::AssertionResult connect_fails_with(Loop& loop, Status why) {
          << status_name(ev.status) << "; want kConnectFailed, " << status_name(why);
 }
 
-// Runs until both endpoints have reported a connection closed.
-inline bool run_until_both_closed(Loop& loop) {
+// Runs until both endpoints have reported a connection closed; endpoint 1's
+// kClosed event into `closed_at_1` when given.
+inline bool run_until_both_closed(Loop& loop, Event* closed_at_1 = nullptr) {
   bool closed0 = false, closed1 = false;
   return loop.run_until([&] {
     Event ev;
     while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
-    while (loop.ep(1).poll_event(ev)) closed1 |= ev.kind == EventKind::kClosed;
+    while (loop.ep(1).poll_event(ev)) {
+      if (ev.kind != EventKind::kClosed) continue;
+      closed1 = true;
+      if (closed_at_1 != nullptr) *closed_at_1 = ev;
+    }
     return closed0 && closed1;
   });
 }

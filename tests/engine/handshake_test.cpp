@@ -297,26 +297,21 @@ TEST(Handshake, DisconnectAckForAnotherConnectionIdIsIgnored) {
   }));
 }
 
+// Keeps in `disconnect` the first DISCONNECT endpoint 0 sends from now on.
+void keep_first_disconnect(Loop& loop, std::vector<uint8_t>& disconnect) {
+  loop.on_sent = [&disconnect](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kDisconnect && disconnect.empty()) disconnect = d;
+  };
+}
+
 // Endpoint 0 closes connection a; runs until both ends report it closed.
 // `disconnect` is the first DISCONNECT endpoint 0 sent, `at_peer` endpoint 1's
 // kClosed event.
 ::testing::AssertionResult close_from_0(Loop& loop, ConnId a, std::vector<uint8_t>& disconnect,
                                         Event& at_peer) {
-  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    if (from == 0 && d[1] == kDisconnect && disconnect.empty()) disconnect = d;
-  };
+  keep_first_disconnect(loop, disconnect);
   loop.ep(0).close(a, loop.now());
-  bool closed0 = false, closed1 = false;
-  const bool done = loop.run_until([&] {
-    Event ev;
-    while (loop.ep(0).poll_event(ev)) closed0 |= ev.kind == EventKind::kClosed;
-    while (loop.ep(1).poll_event(ev)) {
-      if (ev.kind != EventKind::kClosed) continue;
-      closed1 = true;
-      at_peer = ev;
-    }
-    return closed0 && closed1;
-  });
+  const bool done = run_until_both_closed(loop, &at_peer);
   loop.on_sent = nullptr;
   if (!done) return ::testing::AssertionFailure() << "the close did not end at both ends";
   if (disconnect.size() < wire::kBaseHeaderSize + wire::kDisconnectBodySize)
@@ -411,9 +406,7 @@ TEST(Handshake, DisconnectAfterThePeerWentSilentGivesPeerUnreachable) {
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));
   ASSERT_EQ(done[0].status, Status::kPeerUnreachable);
   std::vector<uint8_t> disconnect;
-  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    if (from == 0 && d[1] == kDisconnect && disconnect.empty()) disconnect = d;
-  };
+  keep_first_disconnect(loop, disconnect);
   loop.ep(0).close(a, loop.now());
   loop.run_until([&] { return !disconnect.empty(); }, 1'000'000);
   ASSERT_FALSE(disconnect.empty());

@@ -90,6 +90,23 @@ std::vector<Completion> drive(UdpEndpoint& ep, UdpEndpoint& other, size_t n,
   return out;
 }
 
+// Drives both endpoints of `p` until pred() holds or `timeout` passes; pred().
+bool drive_until(const Pair& p, const std::function<bool()>& pred,
+                 std::chrono::milliseconds timeout = 2s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred() && std::chrono::steady_clock::now() < deadline) {
+    p.client->progress();
+    p.server->progress();
+  }
+  return pred();
+}
+
+// Whether both ends of p's connection read closed.
+bool both_closed(const Pair& p) {
+  return p.client->state(p.cconn) == metaroce::udp::ConnState::kClosed &&
+         p.server->state(p.sconn) == metaroce::udp::ConnState::kClosed;
+}
+
 // The client connects to servers a and b, which run their progress threads.
 void connect_two(UdpEndpoint& client, UdpEndpoint& a, UdpEndpoint& b, ConnId& to_a, ConnId& to_b) {
   a.start_progress_thread();
@@ -236,13 +253,7 @@ void write_read_send(const std::string& host, const std::string& server_host = "
 
   // Orderly close: both sides see it.
   p.client->close(p.cconn);
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (std::chrono::steady_clock::now() < deadline &&
-         (p.client->state(p.cconn) != metaroce::udp::ConnState::kClosed ||
-          p.server->state(p.sconn) != metaroce::udp::ConnState::kClosed)) {
-    p.client->progress();
-    p.server->progress();
-  }
+  (void)drive_until(p, [&] { return both_closed(p); });
   EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kClosed);
   EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kClosed);
 }
@@ -2055,13 +2066,7 @@ TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
   Pair p = connect_pair("127.0.0.1");
   ASSERT_TRUE(p.cconn.valid());
   p.client->close(p.cconn);
-  const auto t0 = std::chrono::steady_clock::now();
-  while ((p.client->state(p.cconn) != metaroce::udp::ConnState::kClosed ||
-          p.server->state(p.sconn) != metaroce::udp::ConnState::kClosed) &&
-         std::chrono::steady_clock::now() - t0 < 2s) {
-    p.client->progress();
-    p.server->progress();
-  }
+  (void)drive_until(p, [&] { return both_closed(p); });
   // Long enough for the engine to let the connection go (TIME_WAIT-like).
   for (int i = 0; i < 100; ++i) {
     p.client->progress();
@@ -2095,19 +2100,12 @@ TEST(Udp, PostAfterThePeerClosedAFailedConnectionSaysWhatFailedIt) {
   WriteBuffers b(p, kLen, 5);
   ASSERT_TRUE(b.post_write(p, 1, 0, kLen));
   ASSERT_FALSE(p.client->deregister_memory(b.smr.lkey));
-  const auto until = [&](metaroce::udp::UdpEndpoint& ep, ConnId conn,
-                         metaroce::udp::ConnState want) {
-    const auto t0 = std::chrono::steady_clock::now();
-    while (ep.state(conn) != want && std::chrono::steady_clock::now() - t0 < 2s) {
-      p.client->progress();
-      p.server->progress();
-    }
-    return ep.state(conn) == want;
-  };
-  ASSERT_TRUE(until(*p.client, p.cconn, metaroce::udp::ConnState::kError));
+  ASSERT_TRUE(
+      drive_until(p, [&] { return p.client->state(p.cconn) == metaroce::udp::ConnState::kError; }));
   ASSERT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kEstablished);
   p.client->close(p.cconn);
-  ASSERT_TRUE(until(*p.server, p.sconn, metaroce::udp::ConnState::kClosed));
+  ASSERT_TRUE(drive_until(
+      p, [&] { return p.server->state(p.sconn) == metaroce::udp::ConnState::kClosed; }));
   uint8_t buf[8] = {};
   const Error e = p.server->write(p.sconn, 2, buf, sizeof(buf), 0, 0, 0);
   EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
