@@ -53,9 +53,7 @@ Outcome ack_ignored_then_taken(
   // for good is not counted either, and "dropped, not counted" would then
   // name the wrong fault.
   Completion c;
-  if (t.poll_completion(c))
-    return fail(what + " completed the WRITE (status " + hex32(static_cast<uint8_t>(c.status)) +
-                ")");
+  if (t.poll_completion(c)) return fail(what + " completed the WRITE with " + code_text(c.status));
   if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   p.send(good, w.entropy);
   if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kOk)
@@ -145,10 +143,11 @@ Outcome check_bad2(Target& t) {
   const wire::Packet& k = rejects.front()->pkt;
   if (k.connect.code != static_cast<uint8_t>(Status::kVersionMismatch) ||
       k.connect.max_version != 1 || k.bh.dst_conn != p.conn() || k.connect.nonce != kNonce)
-    return fail("the CONNECT_REJECT of a version-2 request has code " + hex32(k.connect.code) +
+    return fail("the CONNECT_REJECT of a version-2 request has code " + code_text(k.connect.code) +
                 ", max_version " + std::to_string(k.connect.max_version) + ", dst_conn " +
-                hex32(k.bh.dst_conn) + ", nonce " + hex32(k.connect.nonce) + ", not 0x48, 1, " +
-                hex32(p.conn()) + ", " + hex32(kNonce));
+                hex32(k.bh.dst_conn) + ", nonce " + hex32(k.connect.nonce) + ", not " +
+                code_text(Status::kVersionMismatch) + ", 1, " + hex32(p.conn()) + ", " +
+                hex32(kNonce));
   if (const std::string why = count_missing(t, before, kBadVersion, "a CONNECT_REQ of version 2");
       !why.empty())
     return fail(why);

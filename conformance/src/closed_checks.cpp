@@ -50,8 +50,7 @@ std::string ignored(Target& t, Peer& p, const Opened& o, const std::string& when
     return "a WRITE " + when + " wrote memory";
   Completion c;
   if (t.poll_completion(c))
-    return "an ACK or NAK " + when + " completed work (status " +
-           hex32(static_cast<uint8_t>(c.status)) + ")";
+    return "an ACK or NAK " + when + " completed work with " + code_text(c.status);
   return {};
 }
 
@@ -70,8 +69,7 @@ std::string dropped_as_unknown(Target& t, Peer& p, const Opened& o, const std::s
 std::string flushed(Peer& p, Target& t, Status status, const std::string& when) {
   Completion c;
   if (!p.await_completion(c) || c.wr_id != 1 || c.status != status)
-    return "the outstanding WRITE did not complete " + hex32(static_cast<uint8_t>(status)) + " " +
-           when;
+    return "the outstanding WRITE did not complete " + code_text(status) + " " + when;
   while (t.poll_completion(c)) {
   }
   return {};

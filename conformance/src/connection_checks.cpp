@@ -106,8 +106,7 @@ Outcome check_conn7(Target& t) {
     return fail("a DISCONNECT naming another src_conn drew a DISCONNECT_ACK");
   Completion c;
   if (t.poll_completion(c))
-    return fail("a DISCONNECT naming another src_conn completed work (status " +
-                hex32(static_cast<uint8_t>(c.status)) + ")");
+    return fail("a DISCONNECT naming another src_conn completed work with " + code_text(c.status));
   for (const bool repeated : {false, true}) {
     const std::string which = repeated ? "the repeated DISCONNECT" : "the DISCONNECT";
     const std::vector<Reply> rs =
@@ -205,8 +204,8 @@ Outcome check_conn2(Target& t) {
   }
   if (!done) return fail("the work posted on the connection never completed");
   if (c.wr_id != 1 || c.status != Status::kConnectTimeout)
-    return fail("the work posted on the connection completed " +
-                hex32(static_cast<uint8_t>(c.status)) + ", not kConnectTimeout (0x49)");
+    return fail("the work posted on the connection completed " + code_text(c.status) + ", not " +
+                code_text(Status::kConnectTimeout));
   const std::vector<Reply> after = p.run(t.simulated_time() ? 50'000'000 : 20'000'000);
   if (!of(after, wire::Opcode::kConnectReq).empty())
     return fail("a CONNECT_REQ after the connection failed");

@@ -138,7 +138,7 @@ Outcome target_writes_across_the_wrap(Target& t, bool accepts) {
   if (!p.await_completion(c))
     return fail("no completion after the ACK of cum " + hex32(kStart + kPackets));
   if (c.wr_id != 1 || c.status != Status::kOk)
-    return fail("the WRITE completed " + std::string(status_name(c.status)) + ", not kOk");
+    return fail("the WRITE completed " + code_text(c.status) + ", not " + code_text(Status::kOk));
   return pass();
 }
 

@@ -24,7 +24,7 @@ Outcome check_nak1(Target& t) {
   const Bytes bad_key = p.write(psn, r.rkey ^ 1, r.addr + 64, kPayload);
   const std::vector<Reply> dup = p.exchange_until(bad_key, acks(psn, wire::kAckEchoDup));
   if (nak_of(dup) != nullptr)
-    return fail("a duplicate with a bad key drew NAK " + hex32(nak_of(dup)->pkt.nak.code) +
+    return fail("a duplicate with a bad key drew NAK " + code_text(nak_of(dup)->pkt.nak.code) +
                 ": the duplicate check comes before the key");
   if (ack_of(dup, psn, wire::kAckEchoDup) == nullptr)
     return fail("a duplicate with a bad key drew no ECHO_DUP ACK");
@@ -32,7 +32,7 @@ Outcome check_nak1(Target& t) {
   const std::vector<Reply> far =
       p.exchange(p.write(psn + 100000, r.rkey ^ 1, r.addr + 64, kPayload), 1'000'000);
   if (const Reply* n = nak_of(far))
-    return fail("an out-of-window packet with a bad key drew NAK " + hex32(n->pkt.nak.code) +
+    return fail("an out-of-window packet with a bad key drew NAK " + code_text(n->pkt.nak.code) +
                 ": the window check comes before the key");
   if (!far.empty()) return fail("an out-of-window packet with a bad key drew a reply");
   // Neither ended the connection.
@@ -61,8 +61,9 @@ Outcome check_nak2(Target& t) {
   if (n == nullptr) return fail("a WRITE with a bad key drew no NAK");
   const wire::NakBody fatal = n->pkt.nak;
   if (fatal.code != 0x02 || fatal.nak_psn != bad)
-    return fail("the bad key drew NAK " + hex32(fatal.code) + " naming " + hex32(fatal.nak_psn) +
-                ", not 0x2 naming " + hex32(bad));
+    return fail("the bad key drew NAK " + code_text(fatal.code) + " naming " +
+                hex32(fatal.nak_psn) + ", not " + code_text(Status::kRemoteBadKey) + " naming " +
+                hex32(bad));
   // Every later data packet of the connection, good as it is, draws the same
   // NAK (code, nak_psn, msn, cum_psn) and is neither placed nor answered.
   const uint32_t w = p.next_psn++;
@@ -76,9 +77,9 @@ Outcome check_nak2(Target& t) {
     const wire::NakBody& k = again->pkt.nak;
     if (k.code != fatal.code || k.nak_psn != fatal.nak_psn || k.msn != fatal.msn ||
         k.cum_psn != fatal.cum_psn)
-      return fail(std::string(what) + " after the fatal NAK drew NAK " + hex32(k.code) +
+      return fail(std::string(what) + " after the fatal NAK drew NAK " + code_text(k.code) +
                   " naming " + hex32(k.nak_psn) + " (msn " + hex32(k.msn) + ", cum " +
-                  hex32(k.cum_psn) + "), not the same NAK (" + hex32(fatal.code) + " naming " +
+                  hex32(k.cum_psn) + "), not the same NAK (" + code_text(fatal.code) + " naming " +
                   hex32(fatal.nak_psn) + ", msn " + hex32(fatal.msn) + ", cum " +
                   hex32(fatal.cum_psn) + ")");
     if (!of(rs, wire::Opcode::kAck).empty() || !of(rs, wire::Opcode::kReadResp).empty())
@@ -115,12 +116,14 @@ Outcome check_nak3(Target& t) {
   while (done.size() < 3 && p.await_completion(c)) done.emplace(c.wr_id, c.status);
   const auto status_of = [&done](uint64_t id) {
     const auto it = done.find(id);
-    return it == done.end() ? std::string("none") : hex32(static_cast<uint8_t>(it->second));
+    return it == done.end() ? std::string("none") : code_text(it->second);
   };
   if (done.size() != 3 || done[1] != Status::kOk || done[2] != Status::kRemoteBadKey ||
       done[3] != Status::kFlushed)
     return fail("completions 1/2/3 " + status_of(1) + "/" + status_of(2) + "/" + status_of(3) +
-                ", not 0x0 (acknowledged) / 0x2 (the NAK's code) / 0x45 (kFlushed)");
+                ", not " + code_text(Status::kOk) + " (acknowledged) / " +
+                code_text(Status::kRemoteBadKey) + " (the NAK's code) / " +
+                code_text(Status::kFlushed));
   // The connection is in ERROR: nothing more goes out, resends included,
   // and later work does not reach the wire. (What left before the NAK was
   // taken, on a target in real time, is let through first.)
@@ -135,8 +138,8 @@ Outcome check_nak3(Target& t) {
   if (posted == Status::kOk) {
     if (!p.await_completion(c)) return fail("work posted after the fatal NAK never completed");
     if (c.wr_id != 4 || c.status != Status::kFlushed)
-      return fail("work posted after the fatal NAK completed " +
-                  hex32(static_cast<uint8_t>(c.status)) + ", not kFlushed");
+      return fail("work posted after the fatal NAK completed " + code_text(c.status) + ", not " +
+                  code_text(Status::kFlushed));
   }
   return pass();
 }
@@ -183,8 +186,8 @@ Outcome check_nak4(Target& t) {
       },
       1'000'000);
   if (t.poll_completion(c))
-    return fail("the SEND that drew RNR completed (status " +
-                hex32(static_cast<uint8_t>(c.status)) + ") before it was acknowledged");
+    return fail("the SEND that drew RNR completed with " + code_text(c.status) +
+                " before it was acknowledged");
   const Reply* resent = nullptr;
   for (const Reply* r : of(again, wire::Opcode::kSend))
     if (r->pkt.bh.psn == s_psn && resent == nullptr) resent = r;
@@ -229,8 +232,7 @@ Outcome check_ack9(Target& t) {
   (void)p.run(t.simulated_time() ? 100'000 : 5'000'000);
   Completion c;
   if (t.poll_completion(c))
-    return fail("an ACK of PSNs never sent completed the WRITE (status " +
-                hex32(static_cast<uint8_t>(c.status)) + ")");
+    return fail("an ACK of PSNs never sent completed the WRITE with " + code_text(c.status));
   PathStats after;
   if (stats && t.path_stats(conn, wire::path_tag_slot(d.pkt.bh.path_tag), after) &&
       after.srtt_ns != before.srtt_ns)

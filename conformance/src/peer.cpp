@@ -23,6 +23,15 @@ std::string hex32(uint64_t v) {
   return b;
 }
 
+std::string code_text(uint8_t code) {
+  char b[8];
+  std::snprintf(b, sizeof(b), "0x%02x", code);
+  const auto s = static_cast<Status>(code);
+  return std::string(b) + " (" +
+         (is_known_status(s) ? std::string(status_name(s)) : std::string("not in appendix A")) +
+         ")";
+}
+
 std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op) {
   std::vector<const Reply*> out;
   for (const Reply& r : rs)

@@ -179,5 +179,9 @@ inline auto acks(uint32_t psn, uint8_t echo_flags = 0) {
   };
 }
 std::string hex32(uint64_t v);
+// A status or NAK code as failure texts print it: "0x02 (kRemoteBadKey)", or
+// "0xee (not in appendix A)", so a code reads the same in every check.
+std::string code_text(uint8_t code);
+inline std::string code_text(Status s) { return code_text(static_cast<uint8_t>(s)); }
 
 }  // namespace metaroce::conformance

@@ -143,8 +143,7 @@ Outcome check_place4(Target& t) {
       return fail(std::string(what) + " was written");
     Completion c;
     if (t.poll_completion(c))
-      return fail(std::string(what) + " completed the READ (status " +
-                  hex32(static_cast<uint8_t>(c.status)) + ")");
+      return fail(std::string(what) + " completed the READ with " + code_text(c.status));
   }
   Bytes data(kLen);
   std::iota(data.begin(), data.end(), uint8_t{9});
@@ -312,7 +311,7 @@ Outcome check_mr5_waiting_read(Target& t) {
   const HeldRead h = read_behind_held_write(p, mem, src, data);
   if (!h.why.empty()) return fail(h.why);
   if (const Reply* n = nak_of(h.early))
-    return fail("the READ_REQ, its key good, drew NAK " + hex32(n->pkt.nak.code) +
+    return fail("the READ_REQ, its key good, drew NAK " + code_text(n->pkt.nak.code) +
                 " while it waited");
   if (!t.deregister_memory(src)) return fail("the target could not deregister the READ's source");
   std::vector<Reply> seen;

@@ -135,11 +135,11 @@ std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, ui
   std::vector<Reply>& rs = seen != nullptr ? *seen : own;
   rs = p.exchange_until(packet, has(wire::Opcode::kNak));
   const Reply* n = nak_of(rs);
-  if (n == nullptr) return "drew no NAK (expected code " + hex32(code) + ")";
+  if (n == nullptr) return "drew no NAK (expected code " + code_text(code) + ")";
   const wire::NakBody& k = n->pkt.nak;
   if (k.code == code && k.nak_psn == psn && (!msn || k.msn == *msn)) return {};
-  return "drew NAK " + hex32(k.code) + " naming " + hex32(k.nak_psn) +
-         (msn ? " (msn " + hex32(k.msn) + ")" : "") + ", not " + hex32(code) + " naming " +
+  return "drew NAK " + code_text(k.code) + " naming " + hex32(k.nak_psn) +
+         (msn ? " (msn " + hex32(k.msn) + ")" : "") + ", not " + code_text(code) + " naming " +
          hex32(psn) + (msn ? " (msn " + hex32(*msn) + ")" : "");
 }
 

@@ -49,8 +49,7 @@ std::string rejected(Peer& p, uint64_t nonce, Status code) {
            hex32(k.connect.nonce) + ", not the request's " + hex32(p.conn()) + " and " +
            hex32(nonce);
   if (k.connect.code != static_cast<uint8_t>(code))
-    return "CONNECT_REJECT code " + hex32(k.connect.code) + ", not " +
-           hex32(static_cast<uint8_t>(code));
+    return "CONNECT_REJECT code " + code_text(k.connect.code) + ", not " + code_text(code);
   return {};
 }
 
@@ -104,9 +103,8 @@ std::string completed(const std::vector<Completion>& done, const std::vector<Que
                " times, not once";
       const auto it = std::find_if(done.begin(), done.end(), is_it);
       if (it->status != status)
-        return "work request " + std::to_string(wr) + " completed " +
-               hex32(static_cast<uint8_t>(it->status)) + ", not " +
-               hex32(static_cast<uint8_t>(status));
+        return "work request " + std::to_string(wr) + " completed " + code_text(it->status) +
+               ", not " + code_text(status);
       const auto pos = static_cast<size_t>(it - done.begin());
       if (pos < at)
         return "work request " + std::to_string(wr) + " completed before one posted earlier";
@@ -131,7 +129,7 @@ Outcome check_conn4(Target& t) {
   uint32_t id = 0x7e60;
   for (const Status code :
        {Status::kConnectRefused, Status::kResourceExhausted, Status::kVersionMismatch}) {
-    const std::string rej = "after a REJECT " + hex32(static_cast<uint8_t>(code));
+    const std::string rej = "after a REJECT " + code_text(code);
     Peer q(t, ++id);
     ConnId conn;
     if (!t.connect_to_tester(conn)) return fail("the target could not start a connection");
@@ -143,13 +141,13 @@ Outcome check_conn4(Target& t) {
     Completion c;
     if (!q.await_completion(c)) return fail(rej + ", the WRITE posted while connecting is pending");
     if (c.wr_id != id || c.status != Status::kFlushed)
-      return fail(rej + ", the WRITE posted while connecting completed " +
-                  hex32(static_cast<uint8_t>(c.status)) + ", not kFlushed (0x45)");
+      return fail(rej + ", the WRITE posted while connecting completed " + code_text(c.status) +
+                  ", not " + code_text(Status::kFlushed));
     Status failed = Status::kOk;
     if (!t.conn_error(conn, failed))
       unchecked = "; the target does not tell why a connection failed";
     else if (failed != code)
-      return fail(rej + ", the connection failed with " + hex32(static_cast<uint8_t>(failed)));
+      return fail(rej + ", the connection failed with " + code_text(failed));
     const std::vector<Reply> after = q.run(t.simulated_time() ? 30'000'000 : 20'000'000);
     if (!of(after, wire::Opcode::kConnectReq).empty() || !of(after, wire::Opcode::kWrite).empty())
       return fail("the target sent on " + rej);
@@ -259,8 +257,8 @@ Outcome check_conn7_close(Target& t) {
     for (const Timed& d : ds)
       if (d.r.pkt.disconnect.src_conn != p->target_conn || d.r.pkt.disconnect.reason != 0)
         return fail(name + "'s DISCONNECT names src_conn " + hex32(d.r.pkt.disconnect.src_conn) +
-                    " (reason " + hex32(d.r.pkt.disconnect.reason) + "), not " +
-                    hex32(p->target_conn) + " (0)");
+                    " (reason " + code_text(d.r.pkt.disconnect.reason) + "), not " +
+                    hex32(p->target_conn) + " (reason " + code_text(Status::kOk) + ")");
     why = in_turn(ds, p == &a ? slots_a : slots_b);
     if (!why.empty()) return fail(name + ": " + why);
     for (size_t i = 1; i < ds.size() && t.simulated_time(); ++i) {
@@ -352,8 +350,8 @@ Outcome check_conn8(Target& t) {
   if (ds.empty()) return fail("no DISCONNECT after closing the connection NAK 0x02 failed");
   q.send(q.disconnect(q.conn(), true));
   if (const uint8_t reason = ds.front()->pkt.disconnect.reason; reason != 0x02)
-    return fail("the DISCONNECT of a connection NAK 0x02 failed gives reason " + hex32(reason) +
-                ", not 0x02");
+    return fail("the DISCONNECT of a connection NAK 0x02 failed gives reason " + code_text(reason) +
+                ", not " + code_text(Status::kRemoteBadKey));
   return pass();
 }
 
@@ -400,8 +398,8 @@ Outcome check_path7(Target& t) {
   if (!why.empty()) return fail("at the peer timeout, " + why);
   Status failed = Status::kOk;
   if (t.conn_error(conn, failed) && failed != Status::kPeerUnreachable)
-    return fail("the connection failed with " + hex32(static_cast<uint8_t>(failed)) +
-                ", not kPeerUnreachable (0x46)");
+    return fail("the connection failed with " + code_text(failed) + ", not " +
+                code_text(Status::kPeerUnreachable));
   return pass("failed " + std::to_string(failed_at / 1'000'000) + " ms after the post, " +
               std::to_string(probes) + " PROBEs answered");
 }

@@ -1104,7 +1104,7 @@ TEST(Conformance, OnlyTheFirstNakFailsNak2) {
 
 // A sender deaf to NAKs, and one that flushes the NAKed request too.
 TEST(Conformance, NaksIgnoredFailNak3) {
-  expect_fails("NAK-3", "completions 1/2/3 0x0/none/none", [](FaultyTarget& t) {
+  expect_fails("NAK-3", "completions 1/2/3 0x00 (kOk)/none/none", [](FaultyTarget& t) {
     drop_received(t, [](const wire::Packet& p) { return p.bh.opcode == wire::Opcode::kNak; });
   });
 }
@@ -1127,28 +1127,30 @@ TEST(Conformance, ResendsAfterAFatalNakFailNak3) {
 }
 
 TEST(Conformance, NakedRequestFlushedFailsNak3) {
-  expect_fails("NAK-3", "completions 1/2/3 0x0/0x45/0x45", [](FaultyTarget& t) {
-    t.mutate_completion = [](Completion& c) {
-      if (c.status == Status::kRemoteBadKey) c.status = Status::kFlushed;
-    };
-  });
+  expect_fails("NAK-3", "completions 1/2/3 0x00 (kOk)/0x45 (kFlushed)/0x45 (kFlushed)",
+               [](FaultyTarget& t) {
+                 t.mutate_completion = [](Completion& c) {
+                   if (c.status == Status::kRemoteBadKey) c.status = Status::kFlushed;
+                 };
+               });
 }
 
 // NAK-4 broken on either end: an RNR the target receives taken as fatal
 // (it arrives as REMOTE_INVALID_REQUEST), or the target's own RNR sent as
 // REMOTE_LENGTH_ERROR.
 TEST(Conformance, RnrTakenAsFatalFailsNak4) {
-  expect_fails("NAK-4", "the SEND that drew RNR completed (status 0x6)", [](FaultyTarget& t) {
-    rewrite_received(t, [](wire::Packet& p) {
-      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
-      p.nak.code = 0x06;
-      return true;
-    });
-  });
+  expect_fails("NAK-4", "the SEND that drew RNR completed with 0x06 (kRemoteInvalidRequest)",
+               [](FaultyTarget& t) {
+                 rewrite_received(t, [](wire::Packet& p) {
+                   if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+                   p.nak.code = 0x06;
+                   return true;
+                 });
+               });
 }
 
 TEST(Conformance, RnrSentAsFatalFailsNak4) {
-  expect_fails("NAK-4", "drew NAK 0x5", [](FaultyTarget& t) {
+  expect_fails("NAK-4", "drew NAK 0x05 (kRemoteLengthError)", [](FaultyTarget& t) {
     rewrite_sent(t, [](wire::Packet& p) {
       if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
       p.nak.code = 0x05;
@@ -1324,12 +1326,12 @@ TEST(Conformance, CompletionsNewestFirstFailComp2) {
 // MR-5 broken: memory deregistered under posted work still used, or the
 // peer told with another code (REMOTE_ACCESS_DENIED).
 TEST(Conformance, MemoryUsedAfterItsDeregistrationFailsMr5) {
-  expect_fails("MR-5", "drew no NAK (expected code 0x7)",
+  expect_fails("MR-5", "drew no NAK (expected code 0x07 (kRemoteOperationError))",
                [](FaultyTarget& t) { t.deregister_ignored = true; });
 }
 
 TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
-  expect_fails("MR-5", "drew NAK 0x4", [](FaultyTarget& t) {
+  expect_fails("MR-5", "drew NAK 0x04 (kRemoteAccessDenied)", [](FaultyTarget& t) {
     rewrite_sent(t, [](wire::Packet& p) {
       if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
       p.nak.code = 0x04;
@@ -1343,7 +1345,7 @@ TEST(Conformance, OperationErrorSentAsAccessDeniedFailsMr5) {
 // READ is served, as if its READ_REQ had just arrived).
 TEST(Conformance, AWaitingReadsRegionGoneSentAsBadKeyFailsMr5) {
   expect_fails(
-      "MR-5", "drew NAK 0x2",
+      "MR-5", "drew NAK 0x02 (kRemoteBadKey)",
       [](FaultyTarget& t) {
         rewrite_sent(t, [](wire::Packet& p) {
           if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
@@ -1357,7 +1359,7 @@ TEST(Conformance, AWaitingReadsRegionGoneSentAsBadKeyFailsMr5) {
 // ... or the NAK naming another packet than the one that found the memory
 // gone (the SEND, the READ_REQ whose source went).
 TEST(Conformance, OperationErrorNamingTheNextPacketFailsMr5) {
-  expect_fails("MR-5", "drew NAK 0x7 naming", [](FaultyTarget& t) {
+  expect_fails("MR-5", "drew NAK 0x07 (kRemoteOperationError) naming", [](FaultyTarget& t) {
     rewrite_sent(t, [](wire::Packet& p) {
       if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x07) return false;
       ++p.nak.nak_psn;
@@ -1457,7 +1459,8 @@ TEST(Conformance, DisconnectWithAnUnknownReasonIgnoredFailsConn8) {
 
 TEST(Conformance, FailedConnectionClosedWithReasonZeroFailsConn8) {
   expect_fails("CONN-8",
-               "the DISCONNECT of a connection NAK 0x02 failed gives reason 0x0, not 0x02",
+               "the DISCONNECT of a connection NAK 0x02 failed gives reason 0x00 (kOk), not 0x02 "
+               "(kRemoteBadKey)",
                [](FaultyTarget& t) {
                  rewrite_sent(t, [](wire::Packet& p) {
                    if (p.bh.opcode != wire::Opcode::kDisconnect) return false;
@@ -1475,7 +1478,7 @@ constexpr std::string_view kClosingSide = "closing:";
 
 TEST(Conformance, WorkCompletedAtTheCloseFailsConn7) {
   expect_fails(
-      "CONN-7", "work request 1 completed 0x0, not 0x45",
+      "CONN-7", "work request 1 completed 0x00 (kOk), not 0x45 (kFlushed)",
       [](FaultyTarget& t) {
         t.mutate_completion = [](Completion& c) {
           if (c.status == Status::kFlushed) c.status = Status::kOk;
@@ -1560,24 +1563,28 @@ TEST(Conformance, DataResentAfterTheCloseFailsConn7) {
 // CONN-4 broken on either end: every REJECT sent with 0x47 whatever the
 // reason, or a REJECT's code read as 0x47.
 TEST(Conformance, EveryRejectSentAsRefusedFailsConn4) {
-  expect_fails("CONN-4", "CONNECT_REJECT code 0x47, not 0x4a", [](FaultyTarget& t) {
-    rewrite_sent(t, [](wire::Packet& p) {
-      if (p.bh.opcode != wire::Opcode::kConnectReject) return false;
-      p.connect.code = static_cast<uint8_t>(Status::kConnectRefused);
-      return true;
-    });
-  });
-}
-
-TEST(Conformance, EveryRejectReadAsRefusedFailsConn4) {
-  expect_fails("CONN-4", "after a REJECT 0x4a, the connection failed with 0x47",
+  expect_fails("CONN-4",
+               "CONNECT_REJECT code 0x47 (kConnectRefused), not 0x4a (kResourceExhausted)",
                [](FaultyTarget& t) {
-                 rewrite_received(t, [](wire::Packet& p) {
+                 rewrite_sent(t, [](wire::Packet& p) {
                    if (p.bh.opcode != wire::Opcode::kConnectReject) return false;
                    p.connect.code = static_cast<uint8_t>(Status::kConnectRefused);
                    return true;
                  });
                });
+}
+
+TEST(Conformance, EveryRejectReadAsRefusedFailsConn4) {
+  expect_fails(
+      "CONN-4",
+      "after a REJECT 0x4a (kResourceExhausted), the connection failed with 0x47 (kConnectRefused)",
+      [](FaultyTarget& t) {
+        rewrite_received(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kConnectReject) return false;
+          p.connect.code = static_cast<uint8_t>(Status::kConnectRefused);
+          return true;
+        });
+      });
 }
 
 // COMP-5 broken: the completions of an error newest first, or the oldest
@@ -1588,14 +1595,15 @@ TEST(Conformance, FlushedNewestFirstFailsComp5) {
 }
 
 TEST(Conformance, OldestBlamedForTheNakItSentFailsComp5) {
-  expect_fails("COMP-5", "work request 1 completed 0x2, not 0x45", [](FaultyTarget& t) {
-    auto blamed = std::make_shared<bool>(false);
-    t.mutate_completion = [blamed](Completion& c) {
-      if (*blamed || c.status != Status::kFlushed) return;
-      c.status = Status::kRemoteBadKey;
-      *blamed = true;
-    };
-  });
+  expect_fails("COMP-5", "work request 1 completed 0x02 (kRemoteBadKey), not 0x45 (kFlushed)",
+               [](FaultyTarget& t) {
+                 auto blamed = std::make_shared<bool>(false);
+                 t.mutate_completion = [blamed](Completion& c) {
+                   if (*blamed || c.status != Status::kFlushed) return;
+                   c.status = Status::kRemoteBadKey;
+                   *blamed = true;
+                 };
+               });
 }
 
 // PATH-7 broken: a peer timeout of 1 s or 4 s, or the oldest request
@@ -1613,11 +1621,12 @@ TEST(Conformance, PeerTimeoutOf4sFailsPath7) {
 }
 
 TEST(Conformance, OldestFlushedAtThePeerTimeoutFailsPath7) {
-  expect_fails("PATH-7", "completed 0x45, not 0x46", [](FaultyTarget& t) {
-    t.mutate_completion = [](Completion& c) {
-      if (c.status == Status::kPeerUnreachable) c.status = Status::kFlushed;
-    };
-  });
+  expect_fails("PATH-7", "completed 0x45 (kFlushed), not 0x46 (kPeerUnreachable)",
+               [](FaultyTarget& t) {
+                 t.mutate_completion = [](Completion& c) {
+                   if (c.status == Status::kPeerUnreachable) c.status = Status::kFlushed;
+                 };
+               });
 }
 
 // ACK-1 broken: an ACK for every packet, or for every third.
