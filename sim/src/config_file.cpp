@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -25,6 +26,12 @@ constexpr uint64_t kMbpsPerGbps = 1000;
 // 1e30 Gb/s link read an ideal of 0 us).
 constexpr double kMaxGbps = 100'000;
 constexpr double kMaxLinkDelayUs = 10'000;
+// Host ids are 16 bits in the captures' addresses (10.0.x.x). The links'
+// bound is 20 times the largest fat-tree's (k = 64: 196,608): it keeps a
+// dimension typed one digit too long from allocating without end (4e9
+// spines ended in std::bad_alloc and abort).
+constexpr double kMaxHosts = 65'536;
+constexpr double kMaxLinks = 4'194'304;
 
 // "FILE:LINE:COLUMN: message"
 std::string located(const std::string& source, const toml::source_region& where,
@@ -90,6 +97,12 @@ class Reader {
     keys(t, "topology", allowed);  // a typo is named before the key it misspells is missed
     const LinkSpec host = link(t, "host"), fabric = link(t, "fabric");
     auto dim = [&](const char* k) { return u32(t, "topology", k); };
+    // Counted before the build, in doubles: the builders multiply in 32 bits,
+    // and 65536 leaves x 65537 hosts wrapped to 65536 hosts, all on leaf 0.
+    auto size_check = [&](double hosts, double links) {
+      if (hosts > kMaxHosts) fail(t, "topology: " + count(hosts) + " hosts, more than 65536");
+      if (links > kMaxLinks) fail(t, "topology: " + count(links) + " links, more than 4194304");
+    };
     if (kind == "fat_tree") {
       const uint32_t k = dim("k");
       if (k < 2 || k % 2 != 0 || k > 64) fail(*t.get("k"), "topology.k: an even number 2..64");
@@ -99,10 +112,16 @@ class Reader {
       const uint32_t lps = t.contains("links_per_spine") ? dim("links_per_spine") : 1;
       const uint32_t leaves = dim("leaves"), per_leaf = dim("hosts_per_leaf");
       const uint32_t spines = dim("spines");
+      const double hosts = static_cast<double>(leaves) * per_leaf;
+      size_check(hosts, hosts + static_cast<double>(leaves) * spines * lps);
       return build(t, [&] { return leaf_spine(leaves, per_leaf, spines, host, fabric, lps); });
     }
     const uint32_t servers = dim("servers"), rails = dim("rails");
     const uint32_t per_group = dim("servers_per_group"), spines = dim("spines");
+    const double hosts = static_cast<double>(servers) * rails;
+    // (servers_per_group 0, or not dividing servers: the builder's message)
+    if (per_group != 0)
+      size_check(hosts, hosts + static_cast<double>(servers / per_group) * rails * spines);
     rail_ = {servers, rails};
     return build(t,
                  [&] { return rail_optimized(servers, rails, per_group, spines, host, fabric); });
@@ -112,7 +131,7 @@ class Reader {
   TopoGraph build(const toml::table& t, F&& f) {
     try {
       TopoGraph g = f();
-      if (g.num_hosts > 65'536) fail(t, "topology: more than 65536 hosts");
+      if (g.num_hosts > kMaxHosts) fail(t, "topology: more than 65536 hosts");
       return g;
     } catch (const std::invalid_argument& e) {
       fail(t, std::string("topology: ") + e.what());
@@ -425,6 +444,13 @@ class Reader {
   double positive(const toml::node& n, const std::string& what, double v) const {
     if (!(v > 0)) fail(n, what + ": must be > 0");
     return v;
+  }
+
+  // A whole count as the message names it (1e+20 for 65536^4 is not one).
+  static std::string count(double v) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(0) << v;
+    return o.str();
   }
 
   // Gb/s, as written, to Mb/s.

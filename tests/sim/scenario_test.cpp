@@ -569,6 +569,52 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
   }
 }
 
+// The builders multiply in 32 bits and allocate a link at a time: 65536
+// leaves x 65537 hosts wrapped to 65536 hosts, all on leaf 0, and was run;
+// 4e9 spines ended in std::bad_alloc and abort. Refused with the count.
+TEST(ConfigFile, TopologiesTooLargeAreRefusedBeforeTheyAreBuilt) {
+  const std::string leaf_spine = R"(
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 4
+spines = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "permutation"
+bytes = 4096
+)";
+  const std::string rail =
+      replace(leaf_spine, "kind = \"leaf_spine\"\nleaves = 2\nhosts_per_leaf = 4",
+              "kind = \"rail\"\nservers = 4\nrails = 2\nservers_per_group = 2");
+  EXPECT_EQ(parse(leaf_spine).topo.num_hosts, 8u);
+  EXPECT_EQ(parse(rail).topo.num_hosts, 8u);
+  const std::pair<std::string, std::string> bad[] = {
+      {replace(replace(leaf_spine, "leaves = 2", "leaves = 65536"), "hosts_per_leaf = 4",
+               "hosts_per_leaf = 65537"),
+       "t.toml:2:1: topology: 4295032832 hosts, more than 65536"},
+      {replace(leaf_spine, "spines = 2", "spines = 4000000000"),
+       "topology: 8000000008 links, more than 4194304"},
+      {replace(leaf_spine, "spines = 2", "spines = 2\nlinks_per_spine = 4000000000"),
+       "topology: 16000000008 links, more than 4194304"},
+      {replace(replace(rail, "servers = 4", "servers = 65536"), "rails = 2", "rails = 65537"),
+       "topology: 4295032832 hosts, more than 65536"},
+      {replace(replace(replace(rail, "servers = 4", "servers = 65536"), "rails = 2", "rails = 1"),
+               "spines = 2", "spines = 65536"),
+       "links, more than 4194304"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      (void)parse(text);
+      ADD_FAILURE() << "accepted, wanted '" << want << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << "got: " << e.what() << "\nwanted: " << want;
+    }
+  }
+}
+
 }  // namespace
 TEST(Settings, SetChangesExactlyTheNamedField) {
   SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
