@@ -58,6 +58,20 @@ std::vector<std::string> faults_past_time_limit(const SimConfig& c) {
   return lines;
 }
 
+std::string flows_past_time_limit(const SimConfig& c) {
+  size_t n = 0, first = 0;
+  for (size_t i = 0; i < c.flows.size(); ++i)
+    if (c.flows[i].start >= c.time_limit && n++ == 0) first = i;
+  if (n == 0) return {};
+  const FlowSpec& f = c.flows[first];
+  std::ostringstream o;
+  o << std::setprecision(15) << n << (n == 1 ? " flow starts" : " flows start")
+    << " at or after the time limit (" << c.time_limit.us() << " us), the first flow " << first
+    << " (" << f.src << " -> " << f.dst << ") at " << f.start.us()
+    << " us: " << (n == 1 ? "it never starts" : "they never start");
+  return o.str();
+}
+
 EndpointConfig dc_endpoint_config() {
   EndpointConfig c;
   c.cover_payload = false;  // payload bytes are not simulated (see metaroce_host.hpp)

@@ -102,6 +102,28 @@ done
 # (here a shortened limit; the run itself goes on).
 sim_expect 1 '^metaroce-sim: warning: fault 1 \(link_down, edge [0-9]+\) at 20 us is not before the time limit \(10 us\): it never acts$' \
   --preset fattree16-perm-linkdown --time-limit-ms 0.01
+# So does a flow that starts at or after it (a matrix's start_us in us, the
+# limit in ms): it never starts and the run fails, said once for all of them.
+cfg=$(mktemp -d)
+printf '0 1 4096 0\n2 3 4096 2000\n3 2 4096 1000\n' >"$cfg/late.txt"
+cat >"$cfg/late.toml" <<EOF
+time_limit_ms = 1
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "matrix"
+file = "late.txt"
+EOF
+sim_expect 1 '^metaroce-sim: warning: 2 flows start at or after the time limit \(1000 us\), the first flow 1 \(2 -> 3\) at 2000 us: they never start$' \
+  --config "$cfg/late.toml"
+printf '0 1 4096 0\n' >"$cfg/late.txt"
+expect_quiet 0 "$sim" -q --no-timing --config "$cfg/late.toml"
+rm -rf "$cfg"
 # A setting of another transport runs (sweeps give one --set to all four)
 # but is named: the run is the same without it.
 sim_expect 0 "^metaroce-sim: warning: --set rc.g changes nothing in this run of metaroce: it acts only on rocev2 and irn with DCQCN \\(not with --no-dcqcn\\)$" \

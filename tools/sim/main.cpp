@@ -181,6 +181,8 @@ int run(int argc, char** argv) {
   }
   for (const std::string& w : faults_past_time_limit(cfg))
     std::cerr << "metaroce-sim: warning: " << w << "\n";
+  if (const std::string w = flows_past_time_limit(cfg); !w.empty())
+    std::cerr << "metaroce-sim: warning: " << w << "\n";
   // nan too; 1e9 us in ps fits 64 bits. Below 10 ns (a 4 KiB packet takes
   // 41 ns at 800 Gbit/s) a sample shows nothing new and the CSV files grow
   // without bound: 1e-6 us wrote a row a picosecond.
