@@ -42,13 +42,15 @@ std::string located(const std::string& source, const toml::source_region& where,
 
 class Reader {
  public:
-  Reader(std::string source, std::string base_dir, uint64_t seed)
-      : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed) {}
+  Reader(std::string source, std::string base_dir, uint64_t seed, std::vector<std::string>* given)
+      : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed), given_(given) {}
 
   SimConfig read(const toml::table& root) {
     keys(root, "",
          {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "workload", "fault"});
     SimConfig c;
+    for (const char* k : {"time_limit_ms", "reroute_us", "mtu"})
+      if (root.contains(k)) note(k);
     c.name = opt_string(root, "", "name").value_or("config");
     if (auto ms = opt_number(root, "", "time_limit_ms")) {  // --set's range (settings.cpp)
       std::string err;
@@ -154,6 +156,7 @@ class Reader {
     keys(t, "queue",
          {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
           "trim_priority", "priority_dscp", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
+    for (auto&& kv : t) note("queue." + std::string(kv.first.str()));
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
     // 0 allowed, as --set allows it: ecn_kmin 0 marks from an empty queue
@@ -359,6 +362,10 @@ class Reader {
     fail(n, "fault.link: no " + *s);
   }
 
+  void note(const std::string& key) {
+    if (given_ != nullptr) given_->push_back(key);
+  }
+
   // ---------------------------------------------------------------- values
 
   [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
@@ -526,33 +533,36 @@ class Reader {
   std::string base_dir_;
   uint64_t seed_;
   uint64_t workloads_ = 0;
+  std::vector<std::string>* given_;
   std::optional<std::pair<uint32_t, uint32_t>> rail_;  // (servers, rails) of a rail topology
 };
 
 }  // namespace
 
 SimConfig parse_config(std::string_view text, const std::string& source,
-                       const std::string& base_dir, TransportKind transport, uint64_t seed) {
+                       const std::string& base_dir, TransportKind transport, uint64_t seed,
+                       std::vector<std::string>* given) {
   toml::table root;
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     throw ConfigError(located(source, e.source(), std::string(e.description())));
   }
-  SimConfig c = Reader(source, base_dir, seed).read(root);
+  SimConfig c = Reader(source, base_dir, seed, given).read(root);
   c.transport = transport;
   c.seed = seed;
   return c;
 }
 
-SimConfig load_config_file(const std::string& path, TransportKind transport, uint64_t seed) {
+SimConfig load_config_file(const std::string& path, TransportKind transport, uint64_t seed,
+                           std::vector<std::string>* given) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open");
   std::ostringstream text;
   text << in.rdbuf();
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  return parse_config(text.str(), path, dir, transport, seed);
+  return parse_config(text.str(), path, dir, transport, seed, given);
 }
 
 }  // namespace metaroce::sim

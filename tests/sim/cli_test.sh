@@ -139,6 +139,33 @@ expect_quiet 0 "$sim" -q --no-timing --preset incast8-256k --set queue.pfc_xoff_
   --set queue.pfc=1
 sim_expect 0 '^metaroce-sim: warning: --set rc.ecn_kmin changes nothing in this run of irn: it acts only on rocev2 and irn without --fabric-ecn$' \
   --preset incast8-256k --transport irn --fabric-ecn --set rc.ecn_kmin=1000
+# A config file's key that is a --set key is judged the same way: its PFC
+# thresholds without pfc = true, or reroute_us without a link fault, ran as
+# if absent and nothing said so.
+cfg=$(mktemp -d)
+cat >"$cfg/idle.toml" <<EOF
+time_limit_ms = 5
+reroute_us = 50
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[queue]
+pfc_xoff_bytes = 100000
+[[workload]]
+kind = "permutation"
+bytes = 40960
+EOF
+sim_expect 0 "^metaroce-sim: warning: queue.pfc_xoff_bytes in $cfg/idle.toml changes nothing in this run of metaroce: it acts only on runs with PFC" \
+  --config "$cfg/idle.toml"
+sim_expect 0 "^metaroce-sim: warning: reroute_us in $cfg/idle.toml changes nothing in this run of metaroce: it acts only on runs with a link_down or link_up fault\$" \
+  --config "$cfg/idle.toml"
+sed -i '/^reroute_us/d; s/^pfc_xoff_bytes/pfc = true\npfc_xoff_bytes/' "$cfg/idle.toml"
+expect_quiet 0 "$sim" -q --no-timing --config "$cfg/idle.toml"
+rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000
