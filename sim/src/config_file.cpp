@@ -32,6 +32,9 @@ constexpr double kMaxLinkDelayUs = 10'000;
 // spines ended in std::bad_alloc and abort).
 constexpr double kMaxHosts = 65'536;
 constexpr double kMaxLinks = 4'194'304;
+// Flows in one scenario: 64 times rail1024-allreduce64m's 260,096 (an
+// all-to-all of 4096 hosts fits), and below the flow ids' 32 bits.
+constexpr double kMaxFlows = 16'777'216;
 
 // "FILE:LINE:COLUMN: message"
 std::string located(const std::string& source, const toml::source_region& where,
@@ -200,6 +203,7 @@ class Reader {
         f = permutation(hosts, bytes(t, "workload", "bytes"), seed);
       } else if (kind == "all_to_all") {
         keys(t, "workload", {"kind", "bytes", "start_us"});
+        room(t, c, kind, static_cast<double>(hosts) * (hosts == 0 ? 0 : hosts - 1));
         f = all_to_all(hosts, bytes(t, "workload", "bytes"));
       } else if (kind == "incast") {
         keys(t, "workload", {"kind", "bytes", "start_us", "receiver", "senders"});
@@ -207,7 +211,13 @@ class Reader {
         f = incast(hosts, rx, u32(t, "workload", "senders"), bytes(t, "workload", "bytes"), seed);
       } else if (kind == "allreduce") {
         keys(t, "workload", {"kind", "bytes", "start_us", "rings", "hosts"});
-        f = ring_allreduce(rings(t, hosts), bytes(t, "workload", "bytes"));
+        const auto r = rings(t, hosts);
+        double n = 0;
+        for (const auto& ring : r)
+          n += 2 * static_cast<double>(ring.size()) *
+               static_cast<double>(ring.empty() ? 0 : ring.size() - 1);
+        room(t, c, kind, n);
+        f = ring_allreduce(r, bytes(t, "workload", "bytes"));
       } else if (kind == "background") {
         keys(t, "workload", {"kind", "bytes", "start_us", "flows", "load", "mean_gap_us"});
         const uint64_t b = bytes(t, "workload", "bytes");
@@ -223,7 +233,9 @@ class Reader {
           if (gap.ps == 0)  // every flow at once: not Poisson arrivals
             fail(*t.get("mean_gap_us"), "workload.mean_gap_us: must be > 0");
         }
-        f = background(hosts, b, u32(t, "workload", "flows"), gap, start, seed);
+        const uint32_t flows = u32(t, "workload", "flows");
+        room(t, c, kind, flows);
+        f = background(hosts, b, flows, gap, start, seed);
       } else if (kind == "matrix") {
         keys(t, "workload", {"kind", "file", "start_us"});
         f = matrix(t, hosts);
@@ -238,6 +250,7 @@ class Reader {
     // One that adds no flow (flows = 0, senders = 0, an empty matrix file)
     // would let the scenario run nothing and exit 0, as if it had passed.
     if (f.empty()) fail(t, "workload (" + kind + "): adds no flow");
+    room(t, c, kind, static_cast<double>(f.size()));  // a traffic matrix's, counted once read
     const auto base = static_cast<uint32_t>(c.flows.size());
     for (FlowSpec& s : f) {
       if (kind != "background") s.start += start;
@@ -245,6 +258,15 @@ class Reader {
         if (d != UINT32_MAX) d += base;  // dependencies index this workload's flows
       c.flows.push_back(s);
     }
+  }
+
+  // Refuses a workload that would take the scenario past kMaxFlows before it
+  // is generated: 4e9 background flows, or an all-to-all of 65536 hosts,
+  // allocated until std::bad_alloc aborted the process.
+  void room(const toml::table& t, const SimConfig& c, const std::string& kind, double n) const {
+    if (static_cast<double>(c.flows.size()) + n > kMaxFlows)
+      fail(t, "workload (" + kind + "): " + count(n) + " flows, the scenario more than " +
+                  count(kMaxFlows));
   }
 
   std::vector<std::vector<uint32_t>> rings(const toml::table& t, uint32_t hosts) {

@@ -615,6 +615,30 @@ bytes = 4096
   }
 }
 
+// A workload is counted before it is generated: 4e9 background flows (or an
+// all-to-all of 65536 hosts) allocated until std::bad_alloc aborted.
+TEST(ConfigFile, WorkloadsPastTheFlowLimitAreRefusedBeforeTheyAreGenerated) {
+  const std::string bg = replace(kSmall, "flows = 40", "flows = 4000000000");
+  const std::string a2a =
+      replace(replace(kSmall, "k = 4", "k = 64"), "\"permutation\"", "\"all_to_all\"");
+  const std::pair<std::string, std::string> bad[] = {
+      {bg, "workload (background): 4000000000 flows, the scenario more than 16777216"},
+      {a2a, "workload (all_to_all): 4294901760 flows, the scenario more than 16777216"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      (void)parse(text);
+      ADD_FAILURE() << "accepted, wanted '" << want << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << "got: " << e.what() << "\nwanted: " << want;
+    }
+  }
+  // Up to the limit, counted over every workload of the file.
+  EXPECT_NO_THROW((void)parse(replace(kSmall, "flows = 40", "flows = 200000")));
+  EXPECT_THROW((void)parse(replace(kSmall, "flows = 40", "flows = 16777216")), ConfigError);
+}
+
 }  // namespace
 TEST(Settings, SetChangesExactlyTheNamedField) {
   SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
