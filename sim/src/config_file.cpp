@@ -413,6 +413,11 @@ class Reader {
     }
   }
 
+  // "queue.pfc", or "name" at the top level (not ".name").
+  static std::string dotted(const std::string& section, std::string_view key) {
+    return section.empty() ? std::string(key) : section + "." + std::string(key);
+  }
+
   const toml::node& need(const toml::table& t, const std::string& section,
                          std::string_view key) const {
     const toml::node* n = t.get(key);
@@ -434,13 +439,16 @@ class Reader {
   const toml::array& array(const toml::table& t, const std::string& section,
                            std::string_view key) const {
     const toml::node& n = need(t, section, key);
-    if (!n.is_array()) fail(n, section + "." + std::string(key) + ": expected an array");
+    if (n.is_table())  // [workload] written for [[workload]]
+      fail(n, dotted(section, key) + ": expected an array of tables, [[" + std::string(key) +
+                  "]], not [" + std::string(key) + "]");
+    if (!n.is_array()) fail(n, dotted(section, key) + ": expected an array");
     return *n.as_array();
   }
 
   std::string string(const toml::table& t, const std::string& section, std::string_view key) {
     const toml::node& n = need(t, section, key);
-    if (!n.is_string()) fail(n, section + "." + std::string(key) + ": expected a string");
+    if (!n.is_string()) fail(n, dotted(section, key) + ": expected a string");
     return n.as_string()->get();
   }
 
@@ -452,7 +460,7 @@ class Reader {
 
   double number(const toml::table& t, const std::string& section, std::string_view key) const {
     const toml::node& n = need(t, section, key);
-    if (!n.is_number()) fail(n, section + "." + std::string(key) + ": expected a number");
+    if (!n.is_number()) fail(n, dotted(section, key) + ": expected a number");
     return *n.value<double>();
   }
 
@@ -466,7 +474,7 @@ class Reader {
                                   std::string_view key) const {
     if (!t.contains(key)) return std::nullopt;
     const toml::node& n = *t.get(key);
-    if (!n.is_boolean()) fail(n, section + "." + std::string(key) + ": expected true or false");
+    if (!n.is_boolean()) fail(n, dotted(section, key) + ": expected true or false");
     return n.as_boolean()->get();
   }
 
@@ -493,7 +501,7 @@ class Reader {
     const toml::node& n = need(t, section, key);
     const auto v = n.value_exact<int64_t>();
     if (!v || *v < 0 || *v > UINT32_MAX)
-      fail(n, section + "." + std::string(key) + ": expected a whole number >= 0");
+      fail(n, dotted(section, key) + ": expected a whole number >= 0");
     return static_cast<uint32_t>(*v);
   }
 
@@ -512,7 +520,7 @@ class Reader {
   uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key,
                  bool zero_ok = false) const {
     const toml::node& n = need(t, section, key);
-    const std::string what = section + "." + std::string(key);
+    const std::string what = dotted(section, key);
     if (auto v = n.value_exact<int64_t>()) {
       if (*v < 0 || (*v == 0 && !zero_ok))
         fail(n, what + (zero_ok ? ": must be >= 0" : ": must be > 0"));

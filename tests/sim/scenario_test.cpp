@@ -498,6 +498,14 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       // unknown and missing keys, wrong types
       {replace(s, "k = 4", "k = 4\nlayers = 3"), "t.toml:7:1: unknown key 'topology.layers'"},
       {replace(s, "name = \"small\"", "nmae = 1"), "unknown key 'nmae'"},
+      // top-level keys without a leading dot; [workload] for [[workload]] named
+      {replace(s, "name = \"small\"", "name = 1"), "t.toml:2:8: name: expected a string"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = \"20\""),
+       "t.toml:3:17: time_limit_ms: expected a number"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nmtu = \"big\""),
+       "t.toml:4:7: mtu: 'big' is not a byte count"},
+      {s.substr(0, s.find("[[workload]]")) + "[workload]\nkind = \"permutation\"\nbytes = 4096\n",
+       "t.toml:12:1: workload: expected an array of tables, [[workload]], not [workload]"},
       {replace(s, "k = 4\n", ""), "missing key 'topology.k'"},
       {replace(s, "host_rate_gbps = 100\n", ""), "missing key 'topology.host_rate_gbps'"},
       {replace(s, "k = 4", "k = \"4\""), "topology.k: expected a whole number"},
