@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iomanip>
@@ -301,7 +302,9 @@ class Reader {
     std::string path = string(t, "workload", "file");
     if (!path.empty() && path[0] != '/' && !base_dir_.empty()) path = base_dir_ + "/" + path;
     std::ifstream in(path);
-    if (!in) fail(*t.get("file"), "workload.file: cannot open '" + path + "'");
+    // A folder opens and reads as empty: it was "adds no flow".
+    if (!in || std::filesystem::is_directory(path))
+      fail(*t.get("file"), "workload.file: cannot open '" + path + "'" + (in ? " (a folder)" : ""));
     return read_traffic_matrix(in, hosts, path);
   }
 
@@ -588,6 +591,8 @@ SimConfig load_config_file(const std::string& path, TransportKind transport, uin
                            std::vector<std::string>* given) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open");
+  // A folder opens and reads as empty: it was "missing key 'topology'".
+  if (std::filesystem::is_directory(path)) throw ConfigError(path + ": cannot open (a folder)");
   std::ostringstream text;
   text << in.rdbuf();
   const auto slash = path.find_last_of('/');

@@ -72,6 +72,15 @@ EOF
     --config "$cfg/t.toml"
 done
 rm -rf "$cfg"
+# A folder named as the config file or a traffic matrix opens and reads as
+# empty: it was "missing key 'topology'" and "adds no flow".
+cfg=$(mktemp -d)
+mkdir "$cfg/m"
+sim_expect 2 "^metaroce-sim: $cfg: cannot open \\(a folder\\)\$" --config "$cfg"
+printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n[[workload]]\nkind = "matrix"\nfile = "m"\n' >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:8:8: workload.file: cannot open '$cfg/m' \\(a folder\\)\$" \
+  --config "$cfg/t.toml"
+rm -rf "$cfg"
 # A flag of other transports would be ignored (the digest that of the run without it).
 sim_expect 2 '^metaroce-sim: --fabric-ecn applies to rocev2 and irn, not metaroce$' --fabric-ecn
 sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-nocc$' \
