@@ -5,7 +5,8 @@ usage: plot-sim.py [-o OUTDIR] [--title T] [--dpi N] DIR [DIR ...]
 
 Each DIR is one run's --csv folder (throughput.csv, queues.csv, paths.csv,
 fcts.csv, report.json); runs are labelled by the transport in report.json
-(else the folder name). Writes into OUTDIR (default: the first DIR):
+(else the folder name; runs of one transport add their folder's name).
+Writes into OUTDIR (default: the first DIR):
 
   fct_cdf.png      FCT CDF, every run on one plot (of all flows: unfinished
                    ones keep it below 1; the legend's p99 is the report's)
@@ -54,6 +55,18 @@ def label_of(d):
         return rep.get("transport", os.path.basename(os.path.normpath(d))), rep
     except (OSError, ValueError):
         return os.path.basename(os.path.normpath(d)), {}
+
+
+def unique_labels(labels, dirs):
+    """A label shared by several runs (two metaroce runs of different
+    settings) gets its folder's name after it: the legends told them apart
+    by colour only."""
+    out = []
+    for label, d in zip(labels, dirs):
+        if labels.count(label) > 1:
+            label = f"{label} ({os.path.basename(os.path.normpath(d))})"
+        out.append(label)
+    return out
 
 
 def save(fig, out, name, dpi):
@@ -159,6 +172,8 @@ def main(argv):
             ap.error(f"{d}: no fcts.csv (not a --csv folder?)")
         label, rep = label_of(d)
         runs.append((label, d, rep))
+    for i, label in enumerate(unique_labels([r[0] for r in runs], a.dirs)):
+        runs[i] = (label,) + runs[i][1:]
     out = a.out or a.dirs[0]
     os.makedirs(out, exist_ok=True)
     title = a.title or runs[0][2].get("preset", "metaroce-sim")

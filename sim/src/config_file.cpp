@@ -5,8 +5,10 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -25,6 +27,15 @@ constexpr uint64_t kMbpsPerGbps = 1000;
 // 1e30 Gb/s link read an ideal of 0 us).
 constexpr double kMaxGbps = 100'000;
 constexpr double kMaxLinkDelayUs = 10'000;
+// Host ids are 16 bits in the captures' addresses (10.0.x.x). The links'
+// bound is 20 times the largest fat-tree's (k = 64: 196,608): it keeps a
+// dimension typed one digit too long from allocating without end (4e9
+// spines ended in std::bad_alloc and abort).
+constexpr double kMaxHosts = 65'536;
+constexpr double kMaxLinks = 4'194'304;
+// Flows in one scenario: 64 times rail1024-allreduce64m's 260,096 (an
+// all-to-all of 4096 hosts fits), and below the flow ids' 32 bits.
+constexpr double kMaxFlows = 16'777'216;
 
 // "FILE:LINE:COLUMN: message"
 std::string located(const std::string& source, const toml::source_region& where,
@@ -35,13 +46,15 @@ std::string located(const std::string& source, const toml::source_region& where,
 
 class Reader {
  public:
-  Reader(std::string source, std::string base_dir, uint64_t seed)
-      : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed) {}
+  Reader(std::string source, std::string base_dir, uint64_t seed, std::vector<std::string>* given)
+      : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed), given_(given) {}
 
   SimConfig read(const toml::table& root) {
     keys(root, "",
          {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "workload", "fault"});
     SimConfig c;
+    for (const char* k : {"time_limit_ms", "reroute_us", "mtu"})
+      if (root.contains(k)) note(k);
     c.name = opt_string(root, "", "name").value_or("config");
     if (auto ms = opt_number(root, "", "time_limit_ms")) {  // --set's range (settings.cpp)
       std::string err;
@@ -90,6 +103,12 @@ class Reader {
     keys(t, "topology", allowed);  // a typo is named before the key it misspells is missed
     const LinkSpec host = link(t, "host"), fabric = link(t, "fabric");
     auto dim = [&](const char* k) { return u32(t, "topology", k); };
+    // Counted before the build, in doubles: the builders multiply in 32 bits,
+    // and 65536 leaves x 65537 hosts wrapped to 65536 hosts, all on leaf 0.
+    auto size_check = [&](double hosts, double links) {
+      if (hosts > kMaxHosts) fail(t, "topology: " + count(hosts) + " hosts, more than 65536");
+      if (links > kMaxLinks) fail(t, "topology: " + count(links) + " links, more than 4194304");
+    };
     if (kind == "fat_tree") {
       const uint32_t k = dim("k");
       if (k < 2 || k % 2 != 0 || k > 64) fail(*t.get("k"), "topology.k: an even number 2..64");
@@ -99,10 +118,16 @@ class Reader {
       const uint32_t lps = t.contains("links_per_spine") ? dim("links_per_spine") : 1;
       const uint32_t leaves = dim("leaves"), per_leaf = dim("hosts_per_leaf");
       const uint32_t spines = dim("spines");
+      const double hosts = static_cast<double>(leaves) * per_leaf;
+      size_check(hosts, hosts + static_cast<double>(leaves) * spines * lps);
       return build(t, [&] { return leaf_spine(leaves, per_leaf, spines, host, fabric, lps); });
     }
     const uint32_t servers = dim("servers"), rails = dim("rails");
     const uint32_t per_group = dim("servers_per_group"), spines = dim("spines");
+    const double hosts = static_cast<double>(servers) * rails;
+    // (servers_per_group 0, or not dividing servers: the builder's message)
+    if (per_group != 0)
+      size_check(hosts, hosts + static_cast<double>(servers / per_group) * rails * spines);
     rail_ = {servers, rails};
     return build(t,
                  [&] { return rail_optimized(servers, rails, per_group, spines, host, fabric); });
@@ -112,7 +137,7 @@ class Reader {
   TopoGraph build(const toml::table& t, F&& f) {
     try {
       TopoGraph g = f();
-      if (g.num_hosts > 65'536) fail(t, "topology: more than 65536 hosts");
+      if (g.num_hosts > kMaxHosts) fail(t, "topology: more than 65536 hosts");
       return g;
     } catch (const std::invalid_argument& e) {
       fail(t, std::string("topology: ") + e.what());
@@ -135,6 +160,7 @@ class Reader {
     keys(t, "queue",
          {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
           "trim_priority", "priority_dscp", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
+    for (auto&& kv : t) note("queue." + std::string(kv.first.str()));
     QueueSpec q;
     q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
     // 0 allowed, as --set allows it: ecn_kmin 0 marks from an empty queue
@@ -178,6 +204,7 @@ class Reader {
         f = permutation(hosts, bytes(t, "workload", "bytes"), seed);
       } else if (kind == "all_to_all") {
         keys(t, "workload", {"kind", "bytes", "start_us"});
+        room(t, c, kind, static_cast<double>(hosts) * (hosts == 0 ? 0 : hosts - 1));
         f = all_to_all(hosts, bytes(t, "workload", "bytes"));
       } else if (kind == "incast") {
         keys(t, "workload", {"kind", "bytes", "start_us", "receiver", "senders"});
@@ -185,7 +212,13 @@ class Reader {
         f = incast(hosts, rx, u32(t, "workload", "senders"), bytes(t, "workload", "bytes"), seed);
       } else if (kind == "allreduce") {
         keys(t, "workload", {"kind", "bytes", "start_us", "rings", "hosts"});
-        f = ring_allreduce(rings(t, hosts), bytes(t, "workload", "bytes"));
+        const auto r = rings(t, hosts);
+        double n = 0;
+        for (const auto& ring : r)
+          n += 2 * static_cast<double>(ring.size()) *
+               static_cast<double>(ring.empty() ? 0 : ring.size() - 1);
+        room(t, c, kind, n);
+        f = ring_allreduce(r, bytes(t, "workload", "bytes"));
       } else if (kind == "background") {
         keys(t, "workload", {"kind", "bytes", "start_us", "flows", "load", "mean_gap_us"});
         const uint64_t b = bytes(t, "workload", "bytes");
@@ -201,7 +234,9 @@ class Reader {
           if (gap.ps == 0)  // every flow at once: not Poisson arrivals
             fail(*t.get("mean_gap_us"), "workload.mean_gap_us: must be > 0");
         }
-        f = background(hosts, b, u32(t, "workload", "flows"), gap, start, seed);
+        const uint32_t flows = u32(t, "workload", "flows");
+        room(t, c, kind, flows);
+        f = background(hosts, b, flows, gap, start, seed);
       } else if (kind == "matrix") {
         keys(t, "workload", {"kind", "file", "start_us"});
         f = matrix(t, hosts);
@@ -216,6 +251,7 @@ class Reader {
     // One that adds no flow (flows = 0, senders = 0, an empty matrix file)
     // would let the scenario run nothing and exit 0, as if it had passed.
     if (f.empty()) fail(t, "workload (" + kind + "): adds no flow");
+    room(t, c, kind, static_cast<double>(f.size()));  // a traffic matrix's, counted once read
     const auto base = static_cast<uint32_t>(c.flows.size());
     for (FlowSpec& s : f) {
       if (kind != "background") s.start += start;
@@ -223,6 +259,15 @@ class Reader {
         if (d != UINT32_MAX) d += base;  // dependencies index this workload's flows
       c.flows.push_back(s);
     }
+  }
+
+  // Refuses a workload that would take the scenario past kMaxFlows before it
+  // is generated: 4e9 background flows, or an all-to-all of 65536 hosts,
+  // allocated until std::bad_alloc aborted the process.
+  void room(const toml::table& t, const SimConfig& c, const std::string& kind, double n) const {
+    if (static_cast<double>(c.flows.size()) + n > kMaxFlows)
+      fail(t, "workload (" + kind + "): " + count(n) + " flows, the scenario more than " +
+                  count(kMaxFlows));
   }
 
   std::vector<std::vector<uint32_t>> rings(const toml::table& t, uint32_t hosts) {
@@ -257,7 +302,9 @@ class Reader {
     std::string path = string(t, "workload", "file");
     if (!path.empty() && path[0] != '/' && !base_dir_.empty()) path = base_dir_ + "/" + path;
     std::ifstream in(path);
-    if (!in) fail(*t.get("file"), "workload.file: cannot open '" + path + "'");
+    // A folder opens and reads as empty: it was "adds no flow".
+    if (!in || std::filesystem::is_directory(path))
+      fail(*t.get("file"), "workload.file: cannot open '" + path + "'" + (in ? " (a folder)" : ""));
     return read_traffic_matrix(in, hosts, path);
   }
 
@@ -340,6 +387,10 @@ class Reader {
     fail(n, "fault.link: no " + *s);
   }
 
+  void note(const std::string& key) {
+    if (given_ != nullptr) given_->push_back(key);
+  }
+
   // ---------------------------------------------------------------- values
 
   [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
@@ -365,6 +416,11 @@ class Reader {
     }
   }
 
+  // "queue.pfc", or "name" at the top level (not ".name").
+  static std::string dotted(const std::string& section, std::string_view key) {
+    return section.empty() ? std::string(key) : section + "." + std::string(key);
+  }
+
   const toml::node& need(const toml::table& t, const std::string& section,
                          std::string_view key) const {
     const toml::node* n = t.get(key);
@@ -386,13 +442,16 @@ class Reader {
   const toml::array& array(const toml::table& t, const std::string& section,
                            std::string_view key) const {
     const toml::node& n = need(t, section, key);
-    if (!n.is_array()) fail(n, section + "." + std::string(key) + ": expected an array");
+    if (n.is_table())  // [workload] written for [[workload]]
+      fail(n, dotted(section, key) + ": expected an array of tables, [[" + std::string(key) +
+                  "]], not [" + std::string(key) + "]");
+    if (!n.is_array()) fail(n, dotted(section, key) + ": expected an array");
     return *n.as_array();
   }
 
   std::string string(const toml::table& t, const std::string& section, std::string_view key) {
     const toml::node& n = need(t, section, key);
-    if (!n.is_string()) fail(n, section + "." + std::string(key) + ": expected a string");
+    if (!n.is_string()) fail(n, dotted(section, key) + ": expected a string");
     return n.as_string()->get();
   }
 
@@ -404,7 +463,7 @@ class Reader {
 
   double number(const toml::table& t, const std::string& section, std::string_view key) const {
     const toml::node& n = need(t, section, key);
-    if (!n.is_number()) fail(n, section + "." + std::string(key) + ": expected a number");
+    if (!n.is_number()) fail(n, dotted(section, key) + ": expected a number");
     return *n.value<double>();
   }
 
@@ -418,13 +477,20 @@ class Reader {
                                   std::string_view key) const {
     if (!t.contains(key)) return std::nullopt;
     const toml::node& n = *t.get(key);
-    if (!n.is_boolean()) fail(n, section + "." + std::string(key) + ": expected true or false");
+    if (!n.is_boolean()) fail(n, dotted(section, key) + ": expected true or false");
     return n.as_boolean()->get();
   }
 
   double positive(const toml::node& n, const std::string& what, double v) const {
     if (!(v > 0)) fail(n, what + ": must be > 0");
     return v;
+  }
+
+  // A whole count as the message names it (1e+20 for 65536^4 is not one).
+  static std::string count(double v) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(0) << v;
+    return o.str();
   }
 
   // Gb/s, as written, to Mb/s.
@@ -438,7 +504,7 @@ class Reader {
     const toml::node& n = need(t, section, key);
     const auto v = n.value_exact<int64_t>();
     if (!v || *v < 0 || *v > UINT32_MAX)
-      fail(n, section + "." + std::string(key) + ": expected a whole number >= 0");
+      fail(n, dotted(section, key) + ": expected a whole number >= 0");
     return static_cast<uint32_t>(*v);
   }
 
@@ -457,7 +523,7 @@ class Reader {
   uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key,
                  bool zero_ok = false) const {
     const toml::node& n = need(t, section, key);
-    const std::string what = section + "." + std::string(key);
+    const std::string what = dotted(section, key);
     if (auto v = n.value_exact<int64_t>()) {
       if (*v < 0 || (*v == 0 && !zero_ok))
         fail(n, what + (zero_ok ? ": must be >= 0" : ": must be > 0"));
@@ -500,33 +566,38 @@ class Reader {
   std::string base_dir_;
   uint64_t seed_;
   uint64_t workloads_ = 0;
+  std::vector<std::string>* given_;
   std::optional<std::pair<uint32_t, uint32_t>> rail_;  // (servers, rails) of a rail topology
 };
 
 }  // namespace
 
 SimConfig parse_config(std::string_view text, const std::string& source,
-                       const std::string& base_dir, TransportKind transport, uint64_t seed) {
+                       const std::string& base_dir, TransportKind transport, uint64_t seed,
+                       std::vector<std::string>* given) {
   toml::table root;
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     throw ConfigError(located(source, e.source(), std::string(e.description())));
   }
-  SimConfig c = Reader(source, base_dir, seed).read(root);
+  SimConfig c = Reader(source, base_dir, seed, given).read(root);
   c.transport = transport;
   c.seed = seed;
   return c;
 }
 
-SimConfig load_config_file(const std::string& path, TransportKind transport, uint64_t seed) {
+SimConfig load_config_file(const std::string& path, TransportKind transport, uint64_t seed,
+                           std::vector<std::string>* given) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open");
+  // A folder opens and reads as empty: it was "missing key 'topology'".
+  if (std::filesystem::is_directory(path)) throw ConfigError(path + ": cannot open (a folder)");
   std::ostringstream text;
   text << in.rdbuf();
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  return parse_config(text.str(), path, dir, transport, seed);
+  return parse_config(text.str(), path, dir, transport, seed, given);
 }
 
 }  // namespace metaroce::sim

@@ -71,43 +71,54 @@ void MetaRoceHost::start_flow(uint32_t flow, SimTime now) {
   const MemoryRegion& peer = sh_.hosts.at(dst)->region();
   const uint64_t chunk = std::max<uint64_t>(1, std::min<uint64_t>(sh_.wr_bytes, sh_.region.size()));
   uint64_t left = f.spec.bytes;
-  f.wrs_left = static_cast<uint32_t>((left + chunk - 1) / chunk);
+  f.wrs_left = (left + chunk - 1) / chunk;
   if (f.wrs_left == 0) {
     f.wrs_left = 1;
     left = 0;
   }
-  const uint32_t n = f.wrs_left;
-  for (uint32_t i = 0; i < n; ++i) {
-    SendWr wr;
-    wr.wr_id = flow;
-    wr.op = WrOpcode::kWrite;
-    // A flow others wait for ends in a WRITE_IMM, as NCCL signals a chunk:
-    // its receive completion (COMP-3) says every byte before it is placed.
-    if (i + 1 == n && sh_.flows.has_dependents(flow)) {
-      wr.op = WrOpcode::kWriteImm;
-      wr.imm = flow;
-    }
-    wr.length = static_cast<uint32_t>(std::min(left, chunk));
-    left -= wr.length;
-    wr.local_addr = mr_.addr;
-    wr.lkey = mr_.lkey;
-    wr.remote_addr = peer.addr;
-    wr.rkey = peer.rkey;
-    post(Pending{flow, wr, *conn}, now);
-  }
+  SendWr wr;
+  wr.wr_id = flow;
+  wr.local_addr = mr_.addr;
+  wr.lkey = mr_.lkey;
+  wr.remote_addr = peer.addr;
+  wr.rkey = peer.rkey;
+  // A flow others wait for ends in a WRITE_IMM, as NCCL signals a chunk:
+  // its receive completion (COMP-3) says every byte before it is placed.
+  post(Pending{flow, wr, *conn, f.wrs_left, left, chunk, sh_.flows.has_dependents(flow)}, now);
   service(now);
 }
 
-void MetaRoceHost::post(const Pending& p, SimTime now) {
-  if (!backlog_.empty()) {
-    backlog_.push_back(p);
-    return;
+SendWr MetaRoceHost::Pending::next() const {
+  SendWr w = wr;
+  w.op = WrOpcode::kWrite;
+  if (wrs == 1 && imm_last) {
+    w.op = WrOpcode::kWriteImm;
+    w.imm = flow;
   }
-  const Status s = ep_.post_send(p.conn, p.wr);
-  if (s == Status::kQueueFull) {
-    backlog_.push_back(p);
-  } else if (s != Status::kOk) {
-    sh_.flows.wr_done(p.flow, false, now);
+  w.length = static_cast<uint32_t>(std::min(left, chunk));
+  return w;
+}
+
+void MetaRoceHost::Pending::advance() {
+  left -= std::min(left, chunk);
+  --wrs;
+}
+
+// Posts the run's WRs until the send queue is full; the rest waits in the
+// backlog, behind any run already there (WRs are posted in order).
+void MetaRoceHost::post(Pending p, SimTime now) {
+  while (p.wrs > 0) {
+    if (!backlog_.empty()) {
+      backlog_.push_back(p);
+      return;
+    }
+    const Status s = ep_.post_send(p.conn, p.next());
+    if (s == Status::kQueueFull) {
+      backlog_.push_back(p);
+      return;
+    }
+    p.advance();
+    if (s != Status::kOk) sh_.flows.wr_done(p.flow, false, now);
   }
 }
 
@@ -212,9 +223,13 @@ void MetaRoceHost::service(SimTime now) {
   // Completions free send-queue slots: retry the backlog in order.
   while (!backlog_.empty()) {
     const Pending p = backlog_.front();
-    const Status s = ep_.post_send(p.conn, p.wr);
+    const Status s = ep_.post_send(p.conn, p.next());
     if (s == Status::kQueueFull) break;
-    backlog_.pop_front();
+    if (backlog_.front().wrs == 1) {
+      backlog_.pop_front();
+    } else {
+      backlog_.front().advance();
+    }
     if (s != Status::kOk) sh_.flows.wr_done(p.flow, false, now);
   }
   pull(now);

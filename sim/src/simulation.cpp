@@ -58,6 +58,20 @@ std::vector<std::string> faults_past_time_limit(const SimConfig& c) {
   return lines;
 }
 
+std::string flows_past_time_limit(const SimConfig& c) {
+  size_t n = 0, first = 0;
+  for (size_t i = 0; i < c.flows.size(); ++i)
+    if (c.flows[i].start >= c.time_limit && n++ == 0) first = i;
+  if (n == 0) return {};
+  const FlowSpec& f = c.flows[first];
+  std::ostringstream o;
+  o << std::setprecision(15) << n << (n == 1 ? " flow starts" : " flows start")
+    << " at or after the time limit (" << c.time_limit.us() << " us), the first flow " << first
+    << " (" << f.src << " -> " << f.dst << ") at " << f.start.us()
+    << " us: " << (n == 1 ? "it never starts" : "they never start");
+  return o.str();
+}
+
 EndpointConfig dc_endpoint_config() {
   EndpointConfig c;
   c.cover_payload = false;  // payload bytes are not simulated (see metaroce_host.hpp)
@@ -207,6 +221,17 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   hosts_.reserve(h);
   if (baseline) {
     RcParams prm = cfg_.rc;
+    // A QP numbers its packets in 32 bits: a flow of 2^32 + 1 packets read
+    // as one packet and completed after 4096 bytes.
+    for (size_t i = 0; i < cfg_.flows.size(); ++i) {
+      const FlowSpec& f = cfg_.flows[i];
+      if ((f.bytes + prm.mtu - 1) / prm.mtu >= UINT32_MAX)
+        throw std::invalid_argument(
+            "flow " + std::to_string(i) + " (" + std::to_string(f.src) + " -> " +
+            std::to_string(f.dst) + "): " + std::to_string(f.bytes) + " bytes are " +
+            std::to_string(UINT32_MAX) + " packets of " + std::to_string(prm.mtu) +
+            " bytes or more, beyond the rocev2 / irn QP's 32-bit packet numbers");
+    }
     if (cfg_.transport == TransportKind::kRoceV2) {
       prm.go_back_n = true;
       prm.window_packets = 0;

@@ -72,6 +72,15 @@ EOF
     --config "$cfg/t.toml"
 done
 rm -rf "$cfg"
+# A folder named as the config file or a traffic matrix opens and reads as
+# empty: it was "missing key 'topology'" and "adds no flow".
+cfg=$(mktemp -d)
+mkdir "$cfg/m"
+sim_expect 2 "^metaroce-sim: $cfg: cannot open \\(a folder\\)\$" --config "$cfg"
+printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n[[workload]]\nkind = "matrix"\nfile = "m"\n' >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:8:8: workload.file: cannot open '$cfg/m' \\(a folder\\)\$" \
+  --config "$cfg/t.toml"
+rm -rf "$cfg"
 # A flag of other transports would be ignored (the digest that of the run without it).
 sim_expect 2 '^metaroce-sim: --fabric-ecn applies to rocev2 and irn, not metaroce$' --fabric-ecn
 sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-nocc$' \
@@ -102,6 +111,28 @@ done
 # (here a shortened limit; the run itself goes on).
 sim_expect 1 '^metaroce-sim: warning: fault 1 \(link_down, edge [0-9]+\) at 20 us is not before the time limit \(10 us\): it never acts$' \
   --preset fattree16-perm-linkdown --time-limit-ms 0.01
+# So does a flow that starts at or after it (a matrix's start_us in us, the
+# limit in ms): it never starts and the run fails, said once for all of them.
+cfg=$(mktemp -d)
+printf '0 1 4096 0\n2 3 4096 2000\n3 2 4096 1000\n' >"$cfg/late.txt"
+cat >"$cfg/late.toml" <<EOF
+time_limit_ms = 1
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "matrix"
+file = "late.txt"
+EOF
+sim_expect 1 '^metaroce-sim: warning: 2 flows start at or after the time limit \(1000 us\), the first flow 1 \(2 -> 3\) at 2000 us: they never start$' \
+  --config "$cfg/late.toml"
+printf '0 1 4096 0\n' >"$cfg/late.txt"
+expect_quiet 0 "$sim" -q --no-timing --config "$cfg/late.toml"
+rm -rf "$cfg"
 # A setting of another transport runs (sweeps give one --set to all four)
 # but is named: the run is the same without it.
 sim_expect 0 "^metaroce-sim: warning: --set rc.g changes nothing in this run of metaroce: it acts only on rocev2 and irn with DCQCN \\(not with --no-dcqcn\\)$" \
@@ -117,6 +148,33 @@ expect_quiet 0 "$sim" -q --no-timing --preset incast8-256k --set queue.pfc_xoff_
   --set queue.pfc=1
 sim_expect 0 '^metaroce-sim: warning: --set rc.ecn_kmin changes nothing in this run of irn: it acts only on rocev2 and irn without --fabric-ecn$' \
   --preset incast8-256k --transport irn --fabric-ecn --set rc.ecn_kmin=1000
+# A config file's key that is a --set key is judged the same way: its PFC
+# thresholds without pfc = true, or reroute_us without a link fault, ran as
+# if absent and nothing said so.
+cfg=$(mktemp -d)
+cat >"$cfg/idle.toml" <<EOF
+time_limit_ms = 5
+reroute_us = 50
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[queue]
+pfc_xoff_bytes = 100000
+[[workload]]
+kind = "permutation"
+bytes = 40960
+EOF
+sim_expect 0 "^metaroce-sim: warning: queue.pfc_xoff_bytes in $cfg/idle.toml changes nothing in this run of metaroce: it acts only on runs with PFC" \
+  --config "$cfg/idle.toml"
+sim_expect 0 "^metaroce-sim: warning: reroute_us in $cfg/idle.toml changes nothing in this run of metaroce: it acts only on runs with a link_down or link_up fault\$" \
+  --config "$cfg/idle.toml"
+sed -i '/^reroute_us/d; s/^pfc_xoff_bytes/pfc = true\npfc_xoff_bytes/' "$cfg/idle.toml"
+expect_quiet 0 "$sim" -q --no-timing --config "$cfg/idle.toml"
+rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

@@ -498,6 +498,14 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       // unknown and missing keys, wrong types
       {replace(s, "k = 4", "k = 4\nlayers = 3"), "t.toml:7:1: unknown key 'topology.layers'"},
       {replace(s, "name = \"small\"", "nmae = 1"), "unknown key 'nmae'"},
+      // top-level keys without a leading dot; [workload] for [[workload]] named
+      {replace(s, "name = \"small\"", "name = 1"), "t.toml:2:8: name: expected a string"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = \"20\""),
+       "t.toml:3:17: time_limit_ms: expected a number"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nmtu = \"big\""),
+       "t.toml:4:7: mtu: 'big' is not a byte count"},
+      {s.substr(0, s.find("[[workload]]")) + "[workload]\nkind = \"permutation\"\nbytes = 4096\n",
+       "t.toml:12:1: workload: expected an array of tables, [[workload]], not [workload]"},
       {replace(s, "k = 4\n", ""), "missing key 'topology.k'"},
       {replace(s, "host_rate_gbps = 100\n", ""), "missing key 'topology.host_rate_gbps'"},
       {replace(s, "k = 4", "k = \"4\""), "topology.k: expected a whole number"},
@@ -567,6 +575,76 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       EXPECT_EQ(std::string(e.what()).rfind("t.toml:", 0), 0u) << e.what();
     }
   }
+}
+
+// The builders multiply in 32 bits and allocate a link at a time: 65536
+// leaves x 65537 hosts wrapped to 65536 hosts, all on leaf 0, and was run;
+// 4e9 spines ended in std::bad_alloc and abort. Refused with the count.
+TEST(ConfigFile, TopologiesTooLargeAreRefusedBeforeTheyAreBuilt) {
+  const std::string leaf_spine = R"(
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 4
+spines = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "permutation"
+bytes = 4096
+)";
+  const std::string rail =
+      replace(leaf_spine, "kind = \"leaf_spine\"\nleaves = 2\nhosts_per_leaf = 4",
+              "kind = \"rail\"\nservers = 4\nrails = 2\nservers_per_group = 2");
+  EXPECT_EQ(parse(leaf_spine).topo.num_hosts, 8u);
+  EXPECT_EQ(parse(rail).topo.num_hosts, 8u);
+  const std::pair<std::string, std::string> bad[] = {
+      {replace(replace(leaf_spine, "leaves = 2", "leaves = 65536"), "hosts_per_leaf = 4",
+               "hosts_per_leaf = 65537"),
+       "t.toml:2:1: topology: 4295032832 hosts, more than 65536"},
+      {replace(leaf_spine, "spines = 2", "spines = 4000000000"),
+       "topology: 8000000008 links, more than 4194304"},
+      {replace(leaf_spine, "spines = 2", "spines = 2\nlinks_per_spine = 4000000000"),
+       "topology: 16000000008 links, more than 4194304"},
+      {replace(replace(rail, "servers = 4", "servers = 65536"), "rails = 2", "rails = 65537"),
+       "topology: 4295032832 hosts, more than 65536"},
+      {replace(replace(replace(rail, "servers = 4", "servers = 65536"), "rails = 2", "rails = 1"),
+               "spines = 2", "spines = 65536"),
+       "links, more than 4194304"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      (void)parse(text);
+      ADD_FAILURE() << "accepted, wanted '" << want << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << "got: " << e.what() << "\nwanted: " << want;
+    }
+  }
+}
+
+// A workload is counted before it is generated: 4e9 background flows (or an
+// all-to-all of 65536 hosts) allocated until std::bad_alloc aborted.
+TEST(ConfigFile, WorkloadsPastTheFlowLimitAreRefusedBeforeTheyAreGenerated) {
+  const std::string bg = replace(kSmall, "flows = 40", "flows = 4000000000");
+  const std::string a2a =
+      replace(replace(kSmall, "k = 4", "k = 64"), "\"permutation\"", "\"all_to_all\"");
+  const std::pair<std::string, std::string> bad[] = {
+      {bg, "workload (background): 4000000000 flows, the scenario more than 16777216"},
+      {a2a, "workload (all_to_all): 4294901760 flows, the scenario more than 16777216"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      (void)parse(text);
+      ADD_FAILURE() << "accepted, wanted '" << want << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << "got: " << e.what() << "\nwanted: " << want;
+    }
+  }
+  // Up to the limit, counted over every workload of the file.
+  EXPECT_NO_THROW((void)parse(replace(kSmall, "flows = 40", "flows = 200000")));
+  EXPECT_THROW((void)parse(replace(kSmall, "flows = 40", "flows = 16777216")), ConfigError);
 }
 
 }  // namespace

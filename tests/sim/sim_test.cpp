@@ -1188,5 +1188,32 @@ TEST(Settings, EveryKeyCalledIdleChangesNothing) {
       EXPECT_EQ(setting_idle_in(key, preset("incast8-256k", t, 1)), "") << key;
 }
 
+// A flow larger than 2^32 WRs (MetaRoCE) or packets (rocev2, irn): the WR
+// count was 32 bits, and 262144 x 2^32 bytes wrapped to one WR of 0 bytes
+// that "completed" in 8 us having delivered nothing (every WR of a larger
+// flow was also allocated up front, 9e18 bytes ending in std::bad_alloc); a
+// baseline QP's packet count wrapped the same way at 2^32 + 1 packets.
+TEST(HugeFlows, NeverCompleteWithoutTheirBytesAndTheBaselinesRefuseThem) {
+  constexpr uint64_t kWrap = (uint64_t{256} << 10) << 32;  // default wr_bytes x 2^32
+  for (const uint64_t bytes : {kWrap, kWrap + 1, uint64_t{9'000'000'000'000'000'000u}}) {
+    SimConfig c = lone_flow(TransportKind::kMetaRoce, bytes);
+    c.time_limit = SimTime::from_us(100);
+    Simulation sim(std::move(c));
+    sim.run();
+    const Report r = sim.report();
+    EXPECT_EQ(r.flows_completed, 0u) << bytes;
+    EXPECT_GT(r.delivered_bytes, 1u << 20) << bytes;  // at line rate until the limit
+    EXPECT_LT(r.peak_rss_mib, 1024.0) << bytes;
+  }
+  for (const TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn}) {
+    EXPECT_THROW(Simulation{lone_flow(t, (uint64_t{4096} << 32) + 4096)}, std::invalid_argument);
+    SimConfig c = lone_flow(t, uint64_t{1} << 30);  // in range: runs
+    c.time_limit = SimTime::from_us(100);
+    Simulation sim(std::move(c));
+    sim.run();
+    EXPECT_GT(sim.report().delivered_bytes, 1u << 20);
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::sim

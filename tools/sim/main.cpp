@@ -125,9 +125,10 @@ int run(int argc, char** argv) {
   if (!parse_transport(transport, tk))
     return bad_option("unknown transport '" + transport + "' (metaroce, spray-nocc, rocev2, irn)");
   SimConfig cfg;
+  std::vector<std::string> file_keys;  // the file's keys that are --set keys
   if (!config_file.empty()) {
     try {
-      cfg = load_config_file(config_file, tk, seed);
+      cfg = load_config_file(config_file, tk, seed, &file_keys);
     } catch (const ConfigError& e) {
       std::cerr << "metaroce-sim: " << e.what() << "\n";
       return 2;
@@ -152,6 +153,9 @@ int run(int argc, char** argv) {
   std::string err;
   // Each setting given, as the user named it, for the warnings below.
   std::vector<std::pair<std::string, std::string>> given;
+  // A config file's too: its [queue] pfc_xoff_bytes without pfc = true ran
+  // without PFC, and nothing said so where --set did.
+  for (const std::string& k : file_keys) given.emplace_back(k, k + " in " + config_file);
   for (const Alias& a : aliases) {
     if (app.count(a.option) == 0) continue;
     if (!apply_setting(cfg, a.key, a.value, err, a.option)) return bad_option(err);
@@ -180,6 +184,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   for (const std::string& w : faults_past_time_limit(cfg))
+    std::cerr << "metaroce-sim: warning: " << w << "\n";
+  if (const std::string w = flows_past_time_limit(cfg); !w.empty())
     std::cerr << "metaroce-sim: warning: " << w << "\n";
   // nan too; 1e9 us in ps fits 64 bits. Below 10 ns (a 4 KiB packet takes
   // 41 ns at 800 Gbit/s) a sample shows nothing new and the CSV files grow

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "metaroce/sim/simulation.hpp"
 
@@ -22,11 +23,14 @@ class ConfigError : public std::runtime_error {
 // Parses `text` (named `source` in messages). Relative traffic-matrix paths
 // are taken from `base_dir`. The seed draws every random choice (permutation,
 // incast senders, ring order, background arrivals). Throws ConfigError.
+// `given`, if not null, receives the file's keys that are also --set keys
+// ("queue.pfc_xoff_bytes", "reroute_us"), for setting_idle_in(): a key
+// that changes nothing in the run is named, as its --set is.
 [[nodiscard]] SimConfig parse_config(std::string_view text, const std::string& source,
                                      const std::string& base_dir, TransportKind transport,
-                                     uint64_t seed);
+                                     uint64_t seed, std::vector<std::string>* given = nullptr);
 // Reads and parses a file (matrix paths relative to the file's folder).
 [[nodiscard]] SimConfig load_config_file(const std::string& path, TransportKind transport,
-                                         uint64_t seed);
+                                         uint64_t seed, std::vector<std::string>* given = nullptr);
 
 }  // namespace metaroce::sim

@@ -103,14 +103,23 @@ class MetaRoceHost final : public SimHost {
   static uint32_t host_of(const PeerAddr& a);
 
  private:
+  // The WRs of one flow not yet posted, as a run: posted one at a time, so a
+  // flow of 1e15 bytes is one entry, not 4e9 WRs allocated up front (that
+  // ended in std::bad_alloc; a 32-bit count wrapped to one WR of 0 bytes).
   struct Pending {
     uint32_t flow;
-    SendWr wr;
+    SendWr wr;  // the template: addresses and keys
     ConnId conn;
+    uint64_t wrs;    // WRs left, the next included
+    uint64_t left;   // their bytes
+    uint64_t chunk;  // bytes a WR
+    bool imm_last;   // the last WR is a WRITE_IMM (the flow has dependents)
+    [[nodiscard]] SendWr next() const;
+    void advance();
   };
   void service(SimTime now);
   void pull(SimTime now);
-  void post(const Pending& p, SimTime now);
+  void post(Pending p, SimTime now);
   // A zero-length receive for a WRITE_IMM that signals a flow's delivery.
   void post_receive(ConnId conn);
   // Receives kept posted on each accepted connection when flows signal.
@@ -125,7 +134,7 @@ class MetaRoceHost final : public SimHost {
   std::unordered_map<uint32_t, ConnId> conns_;  // by destination host (opened here)
   std::vector<ConnId> accepted_;
   size_t connects_settled_ = 0;  // kConnected or kConnectFailed events seen
-  std::deque<Pending> backlog_;  // WRs refused with kQueueFull, in order
+  std::deque<Pending> backlog_;  // runs whose next WR was refused with kQueueFull, in order
 };
 
 }  // namespace metaroce::sim

@@ -107,6 +107,10 @@ struct SimConfig {
 // the end of the warm-up): one line each, naming the fault, for a warning.
 // Not an error: a shortened limit on a preset with faults still runs.
 [[nodiscard]] std::vector<std::string> faults_past_time_limit(const SimConfig& c);
+// Likewise the flows that can never start (a traffic matrix's start_us, a
+// workload's start_us past the limit): one line for all of them, naming how
+// many and the first, or "" when every flow starts before the limit.
+[[nodiscard]] std::string flows_past_time_limit(const SimConfig& c);
 
 // One path slot of the MetaRoCE connections, summed over all connections.
 struct PathSlotTotals {

@@ -73,7 +73,7 @@ struct FlowState {
   FlowSpec spec;
   SimTime finish = SimTime::never();     // the sender's last completion
   SimTime delivered = SimTime::never();  // the receiver had every byte
-  uint32_t wrs_left = 0;
+  uint64_t wrs_left = 0;
   bool failed = false;
   [[nodiscard]] bool done() const { return finish != SimTime::never(); }
 };
