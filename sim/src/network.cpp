@@ -126,11 +126,12 @@ void Port::enqueue(Packet* p, SimTime now) {
     return;
   }
   if (pfc_ && (paused_ || busy_until_ > now || !fifo_.empty())) {
+    p->queued_at = now;
     fifo_.push(p);
     fifo_bytes_ += p->wire_bytes;
     return;
   }
-  transmit(p, now);
+  transmit(p, now, now);
 }
 
 // TRIM-1: the payload goes, the headers and ICRC stay, so the receiver can
@@ -150,18 +151,16 @@ bool Port::trim(Packet* p, uint64_t backlog) {
   return true;
 }
 
-void Port::transmit(Packet* p, SimTime now) {
+void Port::transmit(Packet* p, SimTime now, SimTime queued) {
   if (pfc_) released(p, now);
   const SimTime start = std::max(now, busy_until_);
   busy_until_ = start + serialization_time(p->wire_bytes, rate_mbps_);
-  if (!pfc_) {  // with PFC, now is when the packet left the FIFO, not when it was queued
-    if (p->wire_bytes >= kControlPacketBytes) {
-      stats_.data_wait += start - now;
-      ++stats_.data_packets;
-    } else {
-      stats_.ctrl_wait += start - now;
-      ++stats_.ctrl_packets;
-    }
+  if (p->wire_bytes >= kControlPacketBytes) {
+    stats_.data_wait += start - queued;
+    ++stats_.data_packets;
+  } else {
+    stats_.ctrl_wait += start - queued;
+    ++stats_.ctrl_packets;
   }
   if (tap != nullptr) [[unlikely]]
     tap->on_transmit(*p, *this, now, start);
@@ -206,7 +205,7 @@ void Port::released(Packet* p, SimTime now) {
 void Port::start_next(SimTime now) {
   Packet* p = fifo_.pop();
   fifo_bytes_ -= p->wire_bytes;
-  transmit(p, now);
+  transmit(p, now, p->queued_at);
 }
 
 void Port::on_event(SimTime now) {

@@ -674,6 +674,32 @@ TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
   EXPECT_GT(r.pfc_pause_us, 100.0);  // most of the ~420 us transfer
 }
 
+// queue_wait_data_us on a PFC port: a packet that waited in the FIFO
+// counts from when it was queued, as on a port without PFC (it read 0: the
+// wait was taken from when the FIFO let the packet go). Four packets queued
+// at once wait 0, 1, 2 and 3 serialization times either way.
+TEST(Pfc, QueueWaitCountsFromWhenThePacketWasQueued) {
+  for (const bool pfc : {false, true}) {
+    QueueSpec q;
+    q.pfc = pfc;
+    OnePortBench b(q);
+    constexpr uint32_t kWire = 4096;
+    for (uint32_t i = 0; i < 4; ++i) {
+      Packet* p = b.net.pool().alloc();
+      p->src = i;
+      p->dst = 1;
+      p->wire_bytes = kWire;
+      b.down.enqueue(p, SimTime{0});
+    }
+    while (b.sched.step()) {
+    }
+    ASSERT_EQ(b.sink.got.size(), 4u) << "pfc " << pfc;
+    EXPECT_EQ(b.down.stats().data_packets, 4u) << "pfc " << pfc;
+    const SimTime ser = serialization_time(kWire, LinkSpec{}.rate_mbps);
+    EXPECT_EQ(b.down.stats().data_wait.ps, 6 * ser.ps) << "pfc " << pfc;
+  }
+}
+
 // ENC-6: an ACK (the control DSCP) queued behind data overtakes it, though
 // not the packet already on the wire; with queue.priority_dscp = 64 it waits
 // its turn.

@@ -238,7 +238,9 @@ class Port final : public EventSource {
 
  private:
   friend class Pipe;
-  void transmit(Packet* p, SimTime now);         // starts serializing p now
+  // Starts serializing p now; it waits from `queued` (a PFC FIFO's packet
+  // was queued before now).
+  void transmit(Packet* p, SimTime now, SimTime queued);
   void transmit_header(Packet* p, SimTime now);  // header lane: ahead of queued data
   void put_on_wire(Packet* p, SimTime end, Pipe& lane);
   void start_next(SimTime now);  // PFC: next queued packet, if allowed

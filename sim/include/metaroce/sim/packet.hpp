@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "metaroce/ring.hpp"
+#include "metaroce/sim/time.hpp"
 
 namespace metaroce::sim {
 
@@ -45,6 +46,9 @@ struct Packet {
   uint8_t trailer[4] = {};
   uint32_t hops = 0;
   uint16_t in_port = 0;  // ingress port at the current switch (PFC accounting)
+  // When a PFC port queued it in its FIFO: its wait counts from there, not
+  // from when the FIFO let it go.
+  SimTime queued_at{};
   uint8_t hdr[kMaxHeader];
 };
 
