@@ -47,10 +47,14 @@ constexpr Scope kPfcChoice{runs_engine,
                            "metaroce and spray-nocc (rocev2 always runs with PFC, irn never)"};
 constexpr Scope kPfc{has_pfc,
                      "runs with PFC: rocev2, and metaroce and spray-nocc with queue.pfc=1"};
-constexpr Scope kTrimChoice{runs_engine,
-                            "metaroce and spray-nocc (switches trim MetaRoCE data packets only)"};
-constexpr Scope kTrim{[](const SimConfig& c) { return runs_engine(c) && c.queue.trim; },
-                      "metaroce and spray-nocc with queue.trim=1"};
+// A port trims what it would drop, and a PFC port drops nothing.
+constexpr Scope kTrimChoice{
+    [](const SimConfig& c) { return runs_engine(c) && !c.queue.pfc; },
+    "metaroce and spray-nocc without PFC (switches trim MetaRoCE data packets only, and only "
+    "where they would drop them)"};
+constexpr Scope kTrim{
+    [](const SimConfig& c) { return runs_engine(c) && !c.queue.pfc && c.queue.trim; },
+    "metaroce and spray-nocc with queue.trim=1, without PFC"};
 constexpr Scope kLinkFaults{[](const SimConfig& c) {
                               return std::any_of(c.faults.begin(), c.faults.end(), [](auto& f) {
                                 return f.kind == FaultSpec::Kind::kLinkDown ||

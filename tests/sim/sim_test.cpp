@@ -1206,6 +1206,8 @@ TEST(Settings, EveryKeyCalledIdleChangesNothing) {
   EXPECT_EQ(setting_idle_in("reroute_us", metaroce), "runs with a link_down or link_up fault");
   metaroce.queue.pfc = true;
   EXPECT_EQ(setting_idle_in("queue.pfc_xoff_bytes", metaroce), "");
+  // A lossless port never overflows, so it never trims either.
+  EXPECT_NE(setting_idle_in("queue.trim", metaroce), "");
   EXPECT_EQ(setting_idle_in("no.such.key", metaroce), "");
   // Keys of every run are never called idle.
   for (const char* key : {"queue.buffer_bytes", "mtu", "time_limit_ms", "wire_overhead"})
