@@ -12,9 +12,12 @@ uint64_t mix(uint64_t k) {
 
 Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
                     MemoryRegion& out) {
-  // MR-4: the last byte's address, base + length - 1, must not wrap.
+  // MR-4: the last byte's address, base + length - 1, must not wrap; nor,
+  // where base is not the address, the last byte's pointer, which every
+  // access computes from addr.
   if (addr == nullptr || length == 0 || (access & ~kAccessKnown) != 0 || rkey == 0 ||
-      length - 1 > UINT64_MAX - base)
+      length - 1 > UINT64_MAX - base ||
+      length - 1 > UINTPTR_MAX - reinterpret_cast<uintptr_t>(addr))
     return Status::kInvalidArgument;
   if (regions_.size() >= (1u << 30)) return Status::kResourceExhausted;
   if ((hash_used_ + 1) * 2 > hash_.size()) rehash(hash_.empty() ? 64 : hash_.size() * 2);

@@ -136,6 +136,22 @@ TEST(Engine, LocalBufferChecks) {
   EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
 }
 
+// register_memory_at checked that the names base..base+length-1 do not
+// wrap, but not the bytes behind them: with base 0, a region at the top of
+// the address space, or of length SIZE_MAX, was taken (kOk), and an access
+// to it would compute a pointer past 2^64.
+TEST(Engine, ARegionWhoseBytesWouldWrapPast2To64IsRefused) {  // MR-3, MR-4
+  Endpoint ep(cfg(42));
+  MemoryRegion mr;
+  uint8_t byte = 0;
+  void* top = reinterpret_cast<void*>(UINTPTR_MAX - 100);
+  EXPECT_EQ(ep.register_memory_at(top, 4096, 0, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(ep.register_memory_at(&byte, SIZE_MAX, 0, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(ep.register_memory(top, 4096, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(ep.register_memory_at(top, 101, 0, 0, mr), Status::kOk);  // the last byte is the top
+  EXPECT_EQ(ep.register_memory_at(&byte, 1, UINT64_MAX, 0, mr), Status::kOk);
+}
+
 // A peer address the engine cannot hold or tell apart is refused, not
 // taken: an empty one is peer_of()'s answer for an unknown id, and the
 // handshake once started to it with kOk.
