@@ -160,8 +160,9 @@ class Endpoint {
   // the region (libfabric without FI_MR_VIRT_ADDR; verbs' iova), and a
   // simulator's fixed bases keep its packets independent of where the heap
   // lies. kInvalidArgument also if base + length - 1 wraps past 2^64, or
-  // addr + length - 1 does. Either call: kResourceExhausted after 2^30
-  // registrations (lkeys are never reused).
+  // addr + length - 1 does. Either call: kResourceExhausted with 2^22 - 1
+  // regions registered at once, or after about 2^32 registrations in all (no
+  // lkey is given twice; deregistered regions' memory is reused).
   [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                           MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
