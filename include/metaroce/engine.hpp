@@ -177,7 +177,9 @@ class Endpoint {
   // max_mtu (0: none) lowers the mtu this connection offers below the
   // endpoint's, for a route that cannot carry the endpoint's (CONN-1).
   // kInvalidArgument, and no connection, for a max_mtu below 256 or a peer
-  // whose len is 0 or more than its 20 bytes.
+  // whose len is 0 or more than its 20 bytes; kResourceExhausted, and no
+  // connection, while max_connections are open (accepted ones count). A peer
+  // whose table is full refuses: kConnectFailed with kResourceExhausted.
   [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu = 0);
   // Orderly close: outstanding work completes kFlushed, the peer is told.
   void close(ConnId conn, TimeNs now);

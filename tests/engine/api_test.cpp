@@ -172,6 +172,30 @@ TEST(Engine, ConnectToAnEmptyOrOverlongAddressIsRefused) {
   EXPECT_EQ(loop.ep(0).peer_of(id), loop.addr(1));
 }
 
+// A full connection table, either end's, is a specific error that costs
+// nothing: connect() refuses at once and makes no connection, and a peer
+// whose table is full refuses the request (CONN-4); a slot freed by a close
+// serves the next connect. engine.hpp named neither.
+TEST(Engine, AFullConnectionTableIsResourceExhaustedAndLeaksNothing) {  // CONN-4
+  EndpointConfig c0 = cfg(22);
+  c0.max_connections = 2;
+  EndpointConfig c1 = cfg(23);
+  c1.max_connections = 1;
+  Loop loop(c0, c1);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  EXPECT_TRUE(connect_fails_with(loop, Status::kResourceExhausted));
+  ConnId x, y;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), x), Status::kOk);  // the second slot
+  EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), y), Status::kResourceExhausted);
+  EXPECT_FALSE(y.valid());
+  EXPECT_EQ(loop.ep(0).conn_stats(y), nullptr);
+  loop.ep(0).close(x, loop.now());
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), y), Status::kOk);
+  EXPECT_NE(x, y);
+  EXPECT_EQ(loop.ep(0).post_send(x, SendWr{}), Status::kNoSuchConnection);
+}
+
 TEST(Engine, RegionsNamedFromAChosenBase) {  // MR-4, MR-3
   // The source is named from 0 (addresses are offsets), the target from
   // just below 2^64, a READ's landing area from 0 again on the other side:
