@@ -193,6 +193,8 @@ class Endpoint {
   // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local
   // buffer not registered) and kInvalidArgument are returned at once and
   // nothing is queued. Work requests may be posted while connecting.
+  // post_recv's queue holds rq_depth receives, counting the shared ones the
+  // connection took and has not completed (PLACE-6).
   [[nodiscard]] Status post_send(ConnId conn, const SendWr& wr);
   [[nodiscard]] Status post_recv(ConnId conn, const RecvWr& wr);
   // Posts a receive to the endpoint's shared queue (PLACE-6): a SEND or
