@@ -37,6 +37,13 @@ namespace metaroce {
 inline constexpr uint32_t kConnIndexBits = 20;
 inline constexpr uint32_t kConnIndexMask = (1u << kConnIndexBits) - 1;
 
+// A peer address a connection can have: len 0 is what peer_of() says for an
+// unknown id, so such a connection would look unknown; past its 20 bytes, a
+// driver addressing the peer would read beyond them.
+[[nodiscard]] inline bool addressable(const PeerAddr& p) {
+  return p.len != 0 && p.len <= sizeof p.bytes;
+}
+
 struct Endpoint::Impl {
   explicit Impl(const EndpointConfig& c);
 

@@ -209,6 +209,8 @@ class Endpoint {
   [[nodiscard]] Status post_shared_recv(const RecvWr& wr);
 
   // --- inputs ---
+  // A CONNECT_REQ whose dg.peer connect() would refuse (len 0, or more than
+  // its 20 bytes) is dropped unanswered and counted in wrong_peer.
   void handle_datagram(const RxDatagram& dg, TimeNs now);
   // Call when now >= next_timeout(); calling early is harmless.
   void handle_timeout(TimeNs now);
