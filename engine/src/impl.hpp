@@ -70,7 +70,8 @@ struct Endpoint::Impl {
   // and the vector's size is a subtraction and a shift of two loads.
   uint32_t conn_slots = 0;
   std::vector<uint16_t> generations;  // index -> id generation
-  std::vector<uint32_t> free_indices;
+  // Slots of closed connections, oldest first (create_connection).
+  Ring<uint32_t> free_indices;
   std::vector<uint32_t> timer_pos;
   detail::TimerHeap timers;
   std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)
