@@ -2,7 +2,8 @@
 // one place so that every driver refuses a bad option with the same words.
 // The constructor (endpoint.cpp) clamps, as a backstop for callers that skip
 // this check, the fields whose raw values would break the engine's own
-// arithmetic (a byte count overflowing, a shift of 64 or more); the others it
+// arithmetic (a byte count overflowing, a shift of 64 or more, a deadline
+// wrapping); the others it
 // runs with as given, which config_error would have refused.
 #include <string>
 
@@ -10,11 +11,6 @@
 
 namespace metaroce {
 namespace {
-
-// Durations above a day are surely a unit mistake (seconds read as
-// nanoseconds the other way round), and they keep `now + d` far from
-// wrapping a 64-bit nanosecond clock.
-constexpr uint64_t kMaxDurationNs = 24 * 3600 * kSecond;
 
 struct Check {
   std::string error;

@@ -19,6 +19,9 @@ constexpr uint64_t kIdSalt = 0x636f6e6e2d696473ull;
 // A third, for the id key: drawn from id_rng it would move every slot's
 // first generation.
 constexpr uint64_t kIdKeySalt = 0x69642d6b65792d31ull;
+// Free slots held back from reuse (create_connection): a churning endpoint
+// repeats a ConnId only after 2,047 x 1,025 connections.
+constexpr size_t kSlotsHeldFree = 1024;
 }  // namespace
 
 uint64_t seed_for_first_psn(uint32_t psn) { return detail::Rng::seed_for_first(psn) ^ kSeedSalt; }
@@ -51,6 +54,15 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
                             &cfg.cc.max_cwnd_packets, &cfg.cc.max_inflight_packets})
     *packets = std::min(*packets, kMaxPacketCount);
   cfg.max_connections = std::clamp<uint32_t>(cfg.max_connections, 1, kConnIndexMask);
+  // Deadlines are `now + duration`: a larger one (UINT64_MAX meant as "never")
+  // wrapped to a deadline already passed, and the driver, woken every
+  // nanosecond, spun on handle_timeout.
+  for (uint64_t* ns :
+       {&cfg.ack_delay_ns, &cfg.connect_retry_ns, &cfg.context_idle_ns,
+        &cfg.cc.target_queue_delay_ns, &cfg.cc.explore_interval_ns, &cfg.recovery.initial_rtt_ns,
+        &cfg.recovery.min_rto_ns, &cfg.recovery.max_rto_ns, &cfg.recovery.peer_timeout_ns,
+        &cfg.recovery.rnr_retry_ns})
+    *ns = std::min(*ns, kMaxDurationNs);
   if (cfg.shared_rq_depth > 0) {
     cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
     srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});
@@ -68,9 +80,15 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
 
 Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
   uint32_t index;
-  if (!free_indices.empty()) {
-    index = free_indices.back();
-    free_indices.pop_back();
+  // A closed connection's slot is reused only once kSlotsHeldFree others are
+  // free (or the table is full), oldest first, so that its id, which the
+  // next generation changes, comes back only after 2,047 reuses of the slot:
+  // reused at once, a slot gave a closed connection's id to the 2,047th
+  // connection after it, and a stale ConnId the application still held
+  // posted work to that connection, of whatever peer.
+  if (!free_indices.empty() &&
+      (free_indices.size() > kSlotsHeldFree || conns.size() >= cfg.max_connections)) {
+    index = free_indices.pop();
   } else {
     if (conns.size() >= cfg.max_connections) return nullptr;
     index = static_cast<uint32_t>(conns.size());
@@ -156,7 +174,7 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
   const uint32_t index = c.index;
   in_ready[index] = 0;
   conns[index].reset();
-  free_indices.push_back(index);
+  free_indices.push(index);
 }
 
 detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {

@@ -9,10 +9,7 @@ using detail::ConnState;
 
 Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
   if (max_mtu != 0 && max_mtu < kMinMtu) return Status::kInvalidArgument;
-  // An empty address is what peer_of() says for an unknown id, so a
-  // connection to it would look unknown; a longer one than PeerAddr holds
-  // would be compared past its bytes.
-  if (peer.len == 0 || peer.len > sizeof peer.bytes) return Status::kInvalidArgument;
+  if (!addressable(peer)) return Status::kInvalidArgument;
   Connection* c = create_connection(peer);
   if (c == nullptr) return Status::kResourceExhausted;
   c->is_requester = true;
@@ -68,6 +65,12 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
 }
 
 void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
+  // A source that connect() would refuse as a peer (a driver's fault) gets no
+  // connection, and no answer it could not be sent to.
+  if (!addressable(dg.peer)) {
+    ++estats.wrong_peer;
+    return;
+  }
   const wire::ConnectBody& b = p.connect;
   auto it = by_nonce.find(b.nonce);
   bool taken = false;  // the nonce belongs to another connection (CONN-3)

@@ -37,6 +37,13 @@ namespace metaroce {
 inline constexpr uint32_t kConnIndexBits = 20;
 inline constexpr uint32_t kConnIndexMask = (1u << kConnIndexBits) - 1;
 
+// A peer address a connection can have: len 0 is what peer_of() says for an
+// unknown id, so such a connection would look unknown; past its 20 bytes, a
+// driver addressing the peer would read beyond them.
+[[nodiscard]] inline bool addressable(const PeerAddr& p) {
+  return p.len != 0 && p.len <= sizeof p.bytes;
+}
+
 struct Endpoint::Impl {
   explicit Impl(const EndpointConfig& c);
 
@@ -63,7 +70,8 @@ struct Endpoint::Impl {
   // and the vector's size is a subtraction and a shift of two loads.
   uint32_t conn_slots = 0;
   std::vector<uint16_t> generations;  // index -> id generation
-  std::vector<uint32_t> free_indices;
+  // Slots of closed connections, oldest first (create_connection).
+  Ring<uint32_t> free_indices;
   std::vector<uint32_t> timer_pos;
   detail::TimerHeap timers;
   std::unordered_map<uint64_t, uint32_t> by_nonce;  // handshake dedup (CONN-3)

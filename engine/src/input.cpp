@@ -14,6 +14,7 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
   // CONN-5: answer a CONNECT_REQ of another version, in version 1, if its
   // body is long enough to echo; everything else of another version is dropped.
   if (dg.bytes.size() < wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize) return;
+  if (!addressable(dg.peer)) return;  // as on_connect_req: nowhere to answer
   const uint8_t* q = dg.bytes.data() + wire::kBaseHeaderSize;
   const uint32_t src_conn =
       (uint32_t{q[0]} << 24) | (uint32_t{q[1]} << 16) | (uint32_t{q[2]} << 8) | q[3];

@@ -1,5 +1,8 @@
 #include "mr_table.hpp"
 
+#include <algorithm>
+#include <bit>
+
 namespace metaroce::detail {
 namespace {
 uint64_t mix(uint64_t k) {
@@ -12,14 +15,35 @@ uint64_t mix(uint64_t k) {
 
 Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
                     MemoryRegion& out) {
-  // MR-4: the last byte's address, base + length - 1, must not wrap.
+  // MR-4: the last byte's address, base + length - 1, must not wrap; nor,
+  // where base is not the address, the last byte's pointer, which every
+  // access computes from addr.
   if (addr == nullptr || length == 0 || (access & ~kAccessKnown) != 0 || rkey == 0 ||
-      length - 1 > UINT64_MAX - base)
+      length - 1 > UINT64_MAX - base ||
+      length - 1 > UINTPTR_MAX - reinterpret_cast<uintptr_t>(addr))
     return Status::kInvalidArgument;
-  if (regions_.size() >= (1u << 30)) return Status::kResourceExhausted;
-  if ((hash_used_ + 1) * 2 > hash_.size()) rehash(hash_.empty() ? 64 : hash_.size() * 2);
-  regions_.push_back(Region{static_cast<uint8_t*>(addr), base, length, rkey, access, true});
-  const auto index = static_cast<uint32_t>(regions_.size() - 1);
+  uint32_t index;
+  uint32_t generation = 0;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+    generation = generations_[index] + 1u;
+    generations_[index] = static_cast<uint16_t>(generation);
+  } else if (regions_.size() < kIndexMask) {
+    index = static_cast<uint32_t>(regions_.size());
+    regions_.emplace_back();
+    generations_.push_back(0);
+  } else {
+    return Status::kResourceExhausted;
+  }
+  // Tombstones count as used: sized by the regions registered now, the table
+  // stays small however many came and went (doubling it every time they
+  // filled half of it grew it by two slots per registration).
+  if ((hash_used_ + 1) * 2 > hash_.size())
+    rehash(std::max<size_t>(64, std::bit_ceil((live_ + 1) * 4)));
+  const uint32_t lkey = (generation << kIndexBits) | (index + 1);
+  regions_[index] = Region{static_cast<uint8_t*>(addr), base, length, rkey, access, lkey};
+  ++live_;
   const size_t mask = hash_.size() - 1;
   for (size_t i = mix(rkey) & mask;; i = (i + 1) & mask) {
     if (hash_[i].index == kNone || hash_[i].index == kTombstone) {
@@ -28,16 +52,20 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
       break;
     }
   }
-  out = MemoryRegion{index + 1, rkey, base, length, access};
+  out = MemoryRegion{lkey, rkey, base, length, access};
   return Status::kOk;
 }
 
 Status MrTable::remove(uint32_t lkey) {
   if (!lkey_valid(lkey)) return Status::kInvalidArgument;
-  Region& r = regions_[lkey - 1];
+  Region& r = regions_[(lkey & kIndexMask) - 1];
   const uint32_t slot = find_slot(r.rkey);
   if (slot != kNone) hash_[slot].index = kTombstone;
-  r.valid = false;
+  r.lkey = 0;
+  --live_;
+  // The slot's last generation: retired rather than give an lkey twice.
+  if (generations_[(lkey & kIndexMask) - 1] + 1u < kGenerations)
+    free_.push_back((lkey & kIndexMask) - 1);
   any_removed_ = true;
   last_index_ = kNone;
   granted_ = Granted{};
@@ -77,12 +105,17 @@ uint8_t* MrTable::local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t nee
     why = Status::kLocalProtection;
     return nullptr;
   }
-  const Region& r = regions_[lkey - 1];
+  const Region& r = regions_[(lkey & kIndexMask) - 1];
   if ((r.access & need) != need || !range_inside(r.base, r.length, addr, len)) {
     why = Status::kLocalProtection;
     return nullptr;
   }
   return r.bytes + (addr - r.base);
+}
+
+uint32_t MrTable::lkey_of(uint64_t rkey) const {
+  const uint32_t index = lookup(rkey);
+  return index == kNone ? 0 : regions_[index].lkey;
 }
 
 uint32_t MrTable::lookup(uint64_t rkey) const {

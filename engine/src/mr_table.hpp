@@ -18,8 +18,18 @@ class MrTable {
     uint64_t length = 0;
     uint64_t rkey = 0;
     uint32_t access = 0;
-    bool valid = false;
+    uint32_t lkey = 0;  // 0 once deregistered
   };
+
+  // An lkey is the region's slot (index + 1) in its low kIndexBits and the
+  // slot's generation above. A deregistered region's slot is reused with the
+  // next generation, and retired when that would wrap, so that no lkey is
+  // ever given twice: work posted with an lkey whose region went must never
+  // find it valid again (MR-5), for it holds a pointer into the old region.
+  // At most kIndexMask regions at once, and about 2^32 registrations in all.
+  static constexpr uint32_t kIndexBits = 22;
+  static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
+  static constexpr uint32_t kGenerations = 1u << (32 - kIndexBits);
 
   // The region's bytes at `addr` are named base..base+length-1 (MR-4).
   [[nodiscard]] Status add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
@@ -31,10 +41,11 @@ class MrTable {
   [[nodiscard]] uint8_t* local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need,
                                Status& why) const;
   [[nodiscard]] bool lkey_valid(uint32_t lkey) const {
-    return lkey >= 1 && lkey <= regions_.size() && regions_[lkey - 1].valid;
+    const uint32_t index = (lkey & kIndexMask) - 1;  // lkey 0: past any table
+    return index < regions_.size() && regions_[index].lkey == lkey;
   }
   // Whether an lkey that was valid once may no longer be: keys are never
-  // reused, so only a remove() ends one. Asked before lkey_valid for every
+  // given twice, so only a remove() ends one. Asked before lkey_valid for every
   // packet of a posted request, whose lkey was checked when it was posted.
   [[nodiscard]] bool any_removed() const { return any_removed_; }
 
@@ -71,10 +82,7 @@ class MrTable {
 
   [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
   // The lkey of the region rkey names; 0 if none does.
-  [[nodiscard]] uint32_t lkey_of(uint64_t rkey) const {
-    const uint32_t index = lookup(rkey);
-    return index == kNone ? 0 : index + 1;
-  }
+  [[nodiscard]] uint32_t lkey_of(uint64_t rkey) const;
   // Whether work posted with lkey may still touch its buffer: a request of
   // nonzero length whose region was deregistered since it was posted (its
   // lkey checked then) may not, so that no byte of memory the application
@@ -95,7 +103,7 @@ class MrTable {
   [[nodiscard]] uint32_t lookup(uint64_t rkey) const;
   void rehash(size_t capacity);
 
-  std::vector<Region> regions_;  // lkey = index + 1; never reused
+  std::vector<Region> regions_;  // by slot: lkey & kIndexMask is index + 1
   struct Slot {
     uint64_t rkey = 0;
     uint32_t index = kNone;
@@ -112,6 +120,9 @@ class MrTable {
   mutable Granted granted_;
   mutable uint64_t last_rkey_ = 0;
   mutable uint32_t last_index_ = kNone;  // region of last_rkey_; kNone after a remove
+  std::vector<uint32_t> free_;           // slots of deregistered regions, to reuse
+  std::vector<uint16_t> generations_;    // by slot: of its latest lkey
+  size_t live_ = 0;                      // regions registered now
 };
 
 }  // namespace metaroce::detail

@@ -59,6 +59,10 @@ inline constexpr uint32_t kMaxDctcpGShift = 10;
 // Window and cap sizes in packets: times the largest packet's cost, they stay
 // 32-bit byte counts.
 inline constexpr uint32_t kMaxPacketCount = 65535;
+// Durations above a day are surely a unit mistake (seconds read as
+// nanoseconds the other way round), and they keep `now + d` far from
+// wrapping a 64-bit nanosecond clock.
+inline constexpr uint64_t kMaxDurationNs = 24 * 3600 * kSecond;
 
 struct EndpointConfig {
   uint16_t mtu = 4096;                        // payload bytes per data packet (SEQ-5)
@@ -101,7 +105,8 @@ struct EndpointConfig {
 // this text (the UDP driver's open() and the simulator do). Endpoint's
 // constructor cannot fail: as a backstop it clamps the fields whose raw
 // values would break its arithmetic (mtu, window_log2, num_paths, the window
-// and cap sizes, dctcp_g_shift, ...), and runs with the rest as given.
+// and cap sizes, dctcp_g_shift, every duration: one added to `now` must not
+// wrap, ...), and runs with the rest as given.
 [[nodiscard]] std::string config_error(const EndpointConfig& cfg);
 
 // For tests only (the conformance suite's SEQ-2 in an endpoint's own PSN

@@ -159,7 +159,10 @@ class Endpoint {
   // their addresses here (MR-4): base 0 makes every address an offset into
   // the region (libfabric without FI_MR_VIRT_ADDR; verbs' iova), and a
   // simulator's fixed bases keep its packets independent of where the heap
-  // lies. kInvalidArgument also if base + length - 1 wraps past 2^64.
+  // lies. kInvalidArgument also if base + length - 1 wraps past 2^64, or
+  // addr + length - 1 does. Either call: kResourceExhausted with 2^22 - 1
+  // regions registered at once, or after about 2^32 registrations in all (no
+  // lkey is given twice; deregistered regions' memory is reused).
   [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                           MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
@@ -174,7 +177,9 @@ class Endpoint {
   // max_mtu (0: none) lowers the mtu this connection offers below the
   // endpoint's, for a route that cannot carry the endpoint's (CONN-1).
   // kInvalidArgument, and no connection, for a max_mtu below 256 or a peer
-  // whose len is 0 or more than its 20 bytes.
+  // whose len is 0 or more than its 20 bytes; kResourceExhausted, and no
+  // connection, while max_connections are open (accepted ones count). A peer
+  // whose table is full refuses: kConnectFailed with kResourceExhausted.
   [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu = 0);
   // Orderly close: outstanding work completes kFlushed, the peer is told.
   void close(ConnId conn, TimeNs now);
@@ -188,6 +193,8 @@ class Endpoint {
   // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local
   // buffer not registered) and kInvalidArgument are returned at once and
   // nothing is queued. Work requests may be posted while connecting.
+  // post_recv's queue holds rq_depth receives, counting the shared ones the
+  // connection took and has not completed (PLACE-6).
   [[nodiscard]] Status post_send(ConnId conn, const SendWr& wr);
   [[nodiscard]] Status post_recv(ConnId conn, const RecvWr& wr);
   // Posts a receive to the endpoint's shared queue (PLACE-6): a SEND or
@@ -202,6 +209,8 @@ class Endpoint {
   [[nodiscard]] Status post_shared_recv(const RecvWr& wr);
 
   // --- inputs ---
+  // A CONNECT_REQ whose dg.peer connect() would refuse (len 0, or more than
+  // its 20 bytes) is dropped unanswered and counted in wrong_peer.
   void handle_datagram(const RxDatagram& dg, TimeNs now);
   // Call when now >= next_timeout(); calling early is harmless.
   void handle_timeout(TimeNs now);

@@ -136,6 +136,22 @@ TEST(Engine, LocalBufferChecks) {
   EXPECT_EQ(loop.ep(0).deregister_memory(777), Status::kInvalidArgument);
 }
 
+// register_memory_at checked that the names base..base+length-1 do not
+// wrap, but not the bytes behind them: with base 0, a region at the top of
+// the address space, or of length SIZE_MAX, was taken (kOk), and an access
+// to it would compute a pointer past 2^64.
+TEST(Engine, ARegionWhoseBytesWouldWrapPast2To64IsRefused) {  // MR-3, MR-4
+  Endpoint ep(cfg(42));
+  MemoryRegion mr;
+  uint8_t byte = 0;
+  void* top = reinterpret_cast<void*>(UINTPTR_MAX - 100);
+  EXPECT_EQ(ep.register_memory_at(top, 4096, 0, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(ep.register_memory_at(&byte, SIZE_MAX, 0, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(ep.register_memory(top, 4096, 0, mr), Status::kInvalidArgument);
+  EXPECT_EQ(ep.register_memory_at(top, 101, 0, 0, mr), Status::kOk);  // the last byte is the top
+  EXPECT_EQ(ep.register_memory_at(&byte, 1, UINT64_MAX, 0, mr), Status::kOk);
+}
+
 // A peer address the engine cannot hold or tell apart is refused, not
 // taken: an empty one is peer_of()'s answer for an unknown id, and the
 // handshake once started to it with kOk.
@@ -154,6 +170,30 @@ TEST(Engine, ConnectToAnEmptyOrOverlongAddressIsRefused) {
   EXPECT_EQ(requests, 0u) << "a refused connect() started a handshake";
   ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), id), Status::kOk);
   EXPECT_EQ(loop.ep(0).peer_of(id), loop.addr(1));
+}
+
+// A full connection table, either end's, is a specific error that costs
+// nothing: connect() refuses at once and makes no connection, and a peer
+// whose table is full refuses the request (CONN-4); a slot freed by a close
+// serves the next connect. engine.hpp named neither.
+TEST(Engine, AFullConnectionTableIsResourceExhaustedAndLeaksNothing) {  // CONN-4
+  EndpointConfig c0 = cfg(22);
+  c0.max_connections = 2;
+  EndpointConfig c1 = cfg(23);
+  c1.max_connections = 1;
+  Loop loop(c0, c1);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  EXPECT_TRUE(connect_fails_with(loop, Status::kResourceExhausted));
+  ConnId x, y;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), x), Status::kOk);  // the second slot
+  EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), y), Status::kResourceExhausted);
+  EXPECT_FALSE(y.valid());
+  EXPECT_EQ(loop.ep(0).conn_stats(y), nullptr);
+  loop.ep(0).close(x, loop.now());
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), y), Status::kOk);
+  EXPECT_NE(x, y);
+  EXPECT_EQ(loop.ep(0).post_send(x, SendWr{}), Status::kNoSuchConnection);
 }
 
 TEST(Engine, RegionsNamedFromAChosenBase) {  // MR-4, MR-3

@@ -173,5 +173,48 @@ TEST(Config, TheConstructorBringsFieldsIntoRange) {
   EXPECT_EQ(got.cc.min_cwnd_packets, kMaxPacketCount);
 }
 
+// A duration too long to add to `now` (UINT64_MAX, meant as "never") is
+// brought under a day: it wrapped to a deadline already passed, and the
+// driver, woken every nanosecond, spun. Here a 4 MiB WRITE and 2 ms of idle
+// time drew a few hundred polls with the defaults, and millions with
+// context_idle_ns or peer_timeout_ns at UINT64_MAX.
+TEST(Config, AnEndlessDurationIsNotADeadlineAlreadyPassed) {
+  const std::vector<std::pair<const char*, std::function<void(EndpointConfig&)>>> cases = {
+      {"ack_delay_ns", [](auto& c) { c.ack_delay_ns = UINT64_MAX; }},
+      {"connect_retry_ns", [](auto& c) { c.connect_retry_ns = UINT64_MAX; }},
+      {"context_idle_ns", [](auto& c) { c.context_idle_ns = UINT64_MAX; }},
+      {"cc.target_queue_delay_ns", [](auto& c) { c.cc.target_queue_delay_ns = UINT64_MAX; }},
+      {"cc.explore_interval_ns", [](auto& c) { c.cc.explore_interval_ns = UINT64_MAX; }},
+      {"recovery.max_rto_ns", [](auto& c) { c.recovery.max_rto_ns = UINT64_MAX; }},
+      {"recovery.peer_timeout_ns", [](auto& c) { c.recovery.peer_timeout_ns = UINT64_MAX; }},
+      {"recovery.rnr_retry_ns", [](auto& c) { c.recovery.rnr_retry_ns = UINT64_MAX; }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    SCOPED_TRACE(name);
+    EndpointConfig c = cfg(8);
+    spoil(c);
+    EXPECT_NE(config_error(c), "");
+    Loop loop(c, cfg(9));
+    auto [x, y] = loop.connect();
+    ASSERT_TRUE(x.valid() && y.valid());
+    uint64_t polls = 0;
+    loop.before_poll = [&](int) { ++polls; };
+    Buf src(loop.ep(0), 4 << 20, 0);
+    Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+    EXPECT_TRUE(write_completes(loop, x, src, dst, 4 << 20));
+    loop.run_until([] { return false; }, 2'000'000);
+    EXPECT_LT(polls, 20'000u);
+    EXPECT_GT(loop.ep(0).next_timeout().ns, loop.now().ns + 1);
+  }
+  EndpointConfig c = cfg(10);
+  c.recovery.peer_timeout_ns = UINT64_MAX;
+  c.recovery.initial_rtt_ns = UINT64_MAX;
+  c.recovery.min_rto_ns = UINT64_MAX;
+  const EndpointConfig got = Endpoint(c).config();
+  EXPECT_EQ(got.recovery.peer_timeout_ns, kMaxDurationNs);
+  EXPECT_EQ(got.recovery.initial_rtt_ns, kMaxDurationNs);
+  EXPECT_EQ(got.recovery.min_rto_ns, kMaxDurationNs);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -705,6 +705,7 @@ TEST(Engine, ConnectionIdsOfSeparateStartsCollideOnlyAsRandomValuesDo) {
 TEST(Engine, NoGenerationGivesIdZero) {
   EndpointConfig c = cfg(232);
   c.seed = 0x6f4f9988c7dacf0ull;
+  c.max_connections = 1;  // a full table: every connect reuses slot 0 at once
   Endpoint ep(c);
   PeerAddr peer;
   peer.len = 1;
@@ -720,6 +721,30 @@ TEST(Engine, NoGenerationGivesIdZero) {
     ASSERT_TRUE(ep.conn_stats(id) == nullptr);
   }
   EXPECT_EQ(seen.size(), 2046u);  // the premise: one generation skipped, not a slot moved
+}
+
+// A ConnId the application kept after closing its connection stays unknown
+// (kNoSuchConnection) however many connections come and go. A closed slot
+// was reused at once, its generation 11 bits: the 2,047th connection after
+// got the old id, and a post_send() on the stale id went to it. Freed slots
+// now wait behind 1,024 others, so a churning endpoint repeats an id only
+// after about two million connections (a full table still reuses at once).
+TEST(Engine, AStaleConnIdNamesNoLaterConnection) {
+  Endpoint ep(cfg(233));
+  PeerAddr peer;
+  peer.len = 1;
+  peer.bytes[0] = 'B';
+  ConnId first;
+  ASSERT_EQ(ep.connect(peer, TimeNs{0}, first), Status::kOk);
+  ep.close(first, TimeNs{0});
+  for (int i = 0; i < 100'000; ++i) {
+    ConnId id;
+    ASSERT_EQ(ep.connect(peer, TimeNs{0}, id), Status::kOk);
+    ASSERT_NE(id, first) << "connection " << i + 1 << " took the closed one's id";
+    ep.close(id, TimeNs{0});
+  }
+  EXPECT_EQ(ep.post_send(first, SendWr{}), Status::kNoSuchConnection);
+  EXPECT_EQ(ep.post_recv(first, RecvWr{}), Status::kNoSuchConnection);
 }
 
 // A's WRITE is under way when B's process restarts; the new B connects

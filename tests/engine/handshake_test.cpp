@@ -672,6 +672,40 @@ TEST(Handshake, OnlyAnotherVersionsRequestOf44BytesOrMoreIsAnswered) {
   }
 }
 
+// A CONNECT_REQ whose source address connect() would refuse as a peer (a
+// driver's fault: len 0, or more than PeerAddr's 20 bytes) made a connection
+// all the same: one whose peer_of() was empty, what it says for an unknown
+// id, or whose ACCEPT went to an address of 200 bytes, which a driver copying
+// it would read past its end. Now it is dropped and counted, unanswered, in
+// version 1 and in another (CONN-5's REJECT would go there too).
+TEST(Handshake, ARequestFromAnAddressNoPeerCanHaveMakesNoConnection) {  // CONN-3, CONN-5
+  for (const uint8_t len : {uint8_t{0}, uint8_t{21}, uint8_t{200}}) {
+    SCOPED_TRACE(int{len});
+    Loop loop(cfg(341), cfg(342));
+    ConnId conn;
+    std::vector<uint8_t> req;
+    ASSERT_TRUE(connect_request(loop, conn, req));
+    PeerAddr from = loop.addr(0);
+    from.len = len;
+    for (const uint8_t version : {uint8_t{1}, uint8_t{2}}) {
+      std::vector<uint8_t> d = req;
+      d[0] = static_cast<uint8_t>((d[0] & 0x0f) | (version << 4));
+      ASSERT_EQ(wire::seal(d, d.size() - wire::kIcrcSize, 0), d.size());
+      const uint64_t before = loop.ep(1).endpoint_stats().wrong_peer;
+      deliver(loop, 1, from, d);
+      EXPECT_TRUE(sent(loop, 1).empty()) << "version " << int{version} << ": answered";
+      EXPECT_EQ(accepted_events(loop.ep(1)), 0);
+      if (version == 1) {
+        EXPECT_EQ(loop.ep(1).endpoint_stats().wrong_peer, before + 1);
+      }
+    }
+    // The same request from the requester's address is accepted.
+    std::vector<uint8_t> reply;
+    ASSERT_TRUE(answer_of(loop, req, reply));
+    EXPECT_EQ(reply[1], kConnectAccept);
+  }
+}
+
 // Section 11.3's last row (CONN-7): a data packet, ACK, NAK or PROBE for a
 // connection CLOSING (its DISCONNECT sent, not yet answered) is dropped:
 // no reply, no counter, nothing placed or completed, and the connection

@@ -141,6 +141,51 @@ TEST(SharedRecv, LaterMessageFirstTakesReceivesInPostingOrder) {  // PLACE-6
                          rbuf.bytes.begin() + kSlot));
 }
 
+// The shared receives a connection takes wait in its own queue, which holds
+// rq_depth: a message whose RSN is further ahead than that draws RNR though
+// shared receives wait, and post_recv() finds the queue full though the
+// application posted none on the connection. PLACE-6 said RNR came only once
+// the shared queue ran out, and engine.hpp did not say that taken shared
+// receives count. Every message lands once the earlier ones complete.
+TEST(SharedRecv, AConnectionQueueFullOfSharedReceivesDrawsRnr) {  // PLACE-6, LOSS-7
+  EndpointConfig cb = shared_cfg(38, 8);
+  cb.rq_depth = 2;
+  Loop loop(cfg(37), cb);
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0);
+  Buf rbuf(loop.ep(1), 8 * kSlot, kAccessLocalWrite);
+  for (uint64_t i = 0; i < 8; ++i)
+    ASSERT_EQ(loop.ep(1).post_shared_recv(slot_recv(rbuf, i)), Status::kOk);
+  // RSN 0's packet is lost once: RSNs 1-3 arrive first, and RSN 2 would
+  // need a third receive in a queue of two.
+  bool dropped = false;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || dropped || !is_send_with_rsn(d, 0)) return false;
+    dropped = true;
+    return true;
+  };
+  int rnr = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    rnr += from == 1 && d.size() > wire::kBaseHeaderSize + 4 &&
+           d[1] == static_cast<uint8_t>(wire::Opcode::kNak) &&
+           d[wire::kBaseHeaderSize + 4] == static_cast<uint8_t>(Status::kRnr);
+  };
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 100, i)), Status::kOk);
+  loop.run_until([] { return false; }, 10'000);
+  ASSERT_TRUE(dropped);
+  EXPECT_GT(rnr, 0);
+  EXPECT_EQ(loop.ep(1).post_recv(b, slot_recv(rbuf, 0)), Status::kQueueFull);
+  std::vector<Completion> at_a, at_b;
+  ASSERT_TRUE(loop.run_until_completions(0, 4, at_a));
+  for (const Completion& c : at_a) EXPECT_EQ(c.status, Status::kOk) << "wr " << c.wr_id;
+  ASSERT_TRUE(loop.run_until_completions(1, 4, at_b));
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(at_b[i].wr_id, i);  // COMP-3: in RSN order, each receive once
+    EXPECT_EQ(at_b[i].status, Status::kOk);
+  }
+}
+
 TEST(SharedRecv, ClosedConnectionGivesItsReceivesBack) {  // PLACE-6, COMP-4
   Loop loop(cfg(37), shared_cfg(38, 4));
   auto [a1, b1] = loop.connect();
