@@ -153,12 +153,22 @@ void Endpoint::Impl::remember_closed(const Connection& c) {
   r.peer_conn = c.peer_conn;
   r.peer = c.peer;
   r.nonce = c.is_requester ? 0 : c.nonce;
+  r.abandoned_nonce = 0;
+  r.reason = Status::kOk;
   // The peer resends a CONNECT_REQ or DISCONNECT at most connect_attempts
   // times, connect_retry apart (CONN-2 timing): both have stopped by then.
   r.until = last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns;
   r.stats = c.stats;
   r.paths.resize(c.num_paths);
   for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);
+}
+
+void Endpoint::Impl::remember_abandoned(const Connection& c, Status reason) {
+  if (!c.is_requester || c.peer_conn != 0 || c.attempts == 0) return;
+  remember_closed(c);
+  Closed& r = recently_closed[(closed_next + kClosedKept - 1) % kClosedKept];
+  r.abandoned_nonce = c.nonce;
+  r.reason = reason;
 }
 
 void Endpoint::Impl::destroy_connection(Connection& c) {

@@ -140,6 +140,7 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
   if (c.state == ConnState::kConnecting) {
     flush_all(c, Status::kFlushed, detail::Culprit::none());
     push_event(EventKind::kClosed, c, Status::kOk);
+    remember_abandoned(c, Status::kOk);
     destroy_connection(c);
     return;
   }
@@ -166,9 +167,29 @@ void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p) 
   ack_disconnect(dg, p);
 }
 
+bool Endpoint::Impl::on_abandoned_accept(const RxDatagram& dg, const wire::Packet& p) {
+  const Closed* r = find_closed(ConnId{p.bh.dst_conn});
+  if (r == nullptr || r->abandoned_nonce == 0 || r->abandoned_nonce != p.connect.nonce ||
+      !(r->peer == dg.peer) || p.connect.src_conn == 0)
+    return false;
+  // CONN-7: the responder made a connection we will never use; close it, once.
+  Orphan o{};
+  o.peer = dg.peer;
+  o.entropy = dg.entropy;
+  o.op = wire::Opcode::kDisconnect;
+  o.dst_conn = p.connect.src_conn;
+  o.disconnect.src_conn = r->id.v;
+  o.disconnect.reason = static_cast<uint8_t>(r->reason);
+  if (orphans.size() < 1024) orphans.push(o);
+  return true;
+}
+
 bool Endpoint::Impl::on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p) {
   const Closed* r = find_closed(ConnId{p.bh.dst_conn});
-  if (r == nullptr || !(r->peer == dg.peer) || r->peer_conn != p.disconnect.src_conn) return false;
+  // peer_conn 0: one that ended while connecting, which no DISCONNECT closed.
+  if (r == nullptr || r->peer_conn == 0 || !(r->peer == dg.peer) ||
+      r->peer_conn != p.disconnect.src_conn)
+    return false;
   ack_disconnect(dg, p);  // CONN-7: our DISCONNECT_ACK was lost; say it again
   return true;
 }

@@ -119,7 +119,12 @@ struct Endpoint::Impl {
     uint32_t peer_conn = 0;
     PeerAddr peer;
     uint64_t nonce = 0;  // the peer's request it answered; 0: ours (a requester)
-    TimeNs until{0};     // the peer's resends have stopped by then
+    // A requester's own nonce, for a connection that ended while CONNECTING
+    // after its request left (0 otherwise): the responder may hold a
+    // connection for it, which a late ACCEPT names (CONN-7).
+    uint64_t abandoned_nonce = 0;
+    Status reason = Status::kOk;  // its DISCONNECT's reason, for that ACCEPT (CONN-8)
+    TimeNs until{0};              // the peer's resends have stopped by then
     // Its counters as they ended, the connection's and each path's: a
     // peer's DISCONNECT ends a connection before the application has polled
     // the kPeerClosed that says so. The vector keeps its capacity as the
@@ -151,6 +156,9 @@ struct Endpoint::Impl {
     return false;
   }
   [[gnu::cold]] void remember_closed(const detail::Connection& c);
+  // A requester's connection ends while CONNECTING (closed, or unanswered):
+  // remembered if its request left, so that a late ACCEPT draws a DISCONNECT.
+  [[gnu::cold]] void remember_abandoned(const detail::Connection& c, Status reason);
 
   // ---- endpoint.cpp ----
   // Inline: every datagram and every API call looks its connection up.
@@ -255,6 +263,7 @@ struct Endpoint::Impl {
   // A DISCONNECT whose dst_conn names no connection: answered (true) if it
   // repeats the one that closed a connection still in recently_closed.
   [[gnu::cold]] bool on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p);
+  [[gnu::cold]] bool on_abandoned_accept(const RxDatagram& dg, const wire::Packet& p);
   void ack_disconnect(const RxDatagram& dg, const wire::Packet& p);
   [[gnu::cold]] void reject_bad_version(const RxDatagram& dg);
   // Queues a CONNECT_REJECT with `code` to the request from dg that carried

@@ -76,6 +76,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       if (c.attempts >= budget) {
         push_event(EventKind::kConnectFailed, c, Status::kConnectTimeout);
         flush_all(c, Status::kConnectTimeout, detail::Culprit::oldest_send());
+        remember_abandoned(c, Status::kConnectTimeout);
         destroy_connection(c);
         return;
       }

@@ -241,6 +241,73 @@ TEST(Handshake, ARequestDelayedPastTheCloseMakesNoConnection) {
   }
 }
 
+// CONN-7: a requester whose connection ended while CONNECTING (closed, or
+// its requests unanswered) after a request reached the responder answers
+// the ACCEPT that comes late with one DISCONNECT, which closes the
+// responder's connection; before, that connection stayed open for ever with
+// nothing to time it out. Its reason: 0 for a close, kConnectTimeout for the
+// unanswered requests (CONN-8). An ACCEPT naming another nonce draws nothing.
+TEST(Handshake, ALateAcceptOfAConnectionThatEndedWhileConnectingDrawsADisconnect) {
+  for (const bool timed_out : {false, true}) {
+    SCOPED_TRACE(timed_out ? "unanswered" : "closed");
+    Loop loop(cfg(341), cfg(342));
+    ConnId a;
+    std::vector<uint8_t> req, acc;
+    ASSERT_TRUE(connect_request(loop, a, req));
+    ASSERT_TRUE(answer_of(loop, req, acc));  // endpoint 1 now holds a connection
+    ASSERT_EQ(acc[1], kConnectAccept);
+    Event ev;
+    ConnId b;
+    while (loop.ep(1).poll_event(ev))
+      if (ev.kind == EventKind::kAccepted) b = ev.conn;
+    ASSERT_TRUE(b.valid());
+    TimeNs t = loop.now();
+    if (timed_out) {
+      bool failed = false;
+      std::vector<uint8_t> buf(70000);
+      TxDatagram tx;
+      for (int i = 0; i < 100 && !failed; ++i) {  // the requests go nowhere
+        t = loop.ep(0).next_timeout();
+        loop.ep(0).handle_timeout(t);
+        while (loop.ep(0).poll_transmit(t, buf, tx)) {
+        }
+        while (loop.ep(0).poll_event(ev)) failed |= ev.kind == EventKind::kConnectFailed;
+      }
+      ASSERT_TRUE(failed);
+    } else {
+      loop.ep(0).close(a, t);
+      EXPECT_TRUE(sent(loop, 0).empty());  // a close while connecting sends nothing
+    }
+    const uint64_t unknown = loop.ep(0).endpoint_stats().unknown_connection;
+    std::vector<uint8_t> stranger = acc;        // another request's nonce
+    stranger[wire::kBaseHeaderSize + 23] ^= 1;  // the nonce's last byte (offset 32)
+    ASSERT_GT(wire::seal(stranger, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), 0u);
+    loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 1234, false, stranger}, t + 1000);
+    loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 1234, false, acc}, t + 2000);
+    EXPECT_EQ(loop.ep(0).endpoint_stats().unknown_connection, unknown + 1);  // the stranger
+    std::vector<std::vector<uint8_t>> out;
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    while (loop.ep(0).poll_transmit(t + 2000, buf, tx))
+      out.emplace_back(buf.begin(), buf.begin() + static_cast<long>(tx.len));
+    ASSERT_EQ(out.size(), 1u);
+    wire::Packet d;
+    ASSERT_EQ(wire::decode(out[0], d), wire::ParseError::kOk);
+    ASSERT_EQ(d.bh.opcode, wire::Opcode::kDisconnect);
+    EXPECT_EQ(d.disconnect.reason,
+              static_cast<uint8_t>(timed_out ? Status::kConnectTimeout : Status::kOk));
+    loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 1234, false, out[0]}, t + 3000);
+    bool closed = false;
+    while (loop.ep(1).poll_event(ev))
+      if (ev.kind == EventKind::kClosed && ev.conn == b) {
+        closed = true;
+        EXPECT_EQ(ev.status, Status::kPeerClosed);
+      }
+    EXPECT_TRUE(closed);
+    EXPECT_FALSE(loop.ep(1).is_established(b));
+  }
+}
+
 // CONN-2: a resend the retry timer asked for does not leave once the ACCEPT
 // has come (it counted against the DISCONNECT budget of a quick close).
 TEST(Handshake, NoRequestLeavesAfterTheAccept) {
