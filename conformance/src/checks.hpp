@@ -127,6 +127,7 @@ Outcome check_seq1(Target& t);
 // teardown_checks.cpp
 Outcome check_conn4(Target& t);
 Outcome check_conn7_close(Target& t);
+Outcome check_conn7_abandoned(Target& t);
 Outcome check_comp5(Target& t);
 Outcome check_conn8(Target& t);
 Outcome check_path7(Target& t);

@@ -63,6 +63,10 @@ constexpr std::array kChecks = {
           "closing: work flushed at once, no data after; DISCONNECT resent every 10 ms from each "
           "path in turn until the peer's DISCONNECT_ACK, 8 in all",
           check_conn7_close},
+    Check{"CONN-7",
+          "ended while connecting (requests unanswered, or closed): a late ACCEPT draws one "
+          "DISCONNECT, reason 0x49 or 0; one naming another nonce draws nothing",
+          check_conn7_abandoned},
     Check{"CONN-8",
           "a DISCONNECT's reason decides nothing: one giving 0xee closes; closing a connection "
           "NAK 0x02 failed gives reason 0x02",

@@ -282,6 +282,64 @@ Outcome check_conn7_close(Target& t) {
   return pass(std::to_string(na) + " and " + std::to_string(nb) + " DISCONNECTs");
 }
 
+// CONN-7 for a connection that ended while CONNECTING (section 4's states):
+// the tester holds the target's request and answers only once the target
+// gave the connection up, first for its unanswered requests (CONN-2: the
+// WRITE posted on it completes kConnectTimeout), then, where the target can
+// be asked to close, for a close (kFlushed). An ACCEPT naming another nonce
+// draws nothing; the ACCEPT of the request draws one DISCONNECT naming the
+// ACCEPT's src_conn and the request's, reason kConnectTimeout and 0
+// (CONN-8), and no resend follows.
+Outcome check_conn7_abandoned(Target& t) {
+  uint32_t id = 0x7e70;
+  for (const bool closed : {false, true}) {
+    const std::string when = closed ? "closed while connecting" : "given up for its requests";
+    Peer q(t, ++id);
+    ConnId conn;
+    std::string why;
+    if (!t.connect_to_tester(conn)) return fail("the target could not start a connection");
+    if (!target_writes(t, conn, 100, id, why)) return fail(why);
+    const std::vector<Reply> sent = q.run_until(has(wire::Opcode::kConnectReq), 1000);
+    const auto reqs = of(sent, wire::Opcode::kConnectReq);
+    if (reqs.empty()) return fail("no CONNECT_REQ after connect");
+    const Reply req = *reqs.front();
+    if (closed && !t.close(conn))
+      return skip(
+          "a connection given up for its requests passes; the target cannot be asked to "
+          "close");
+    const Status given_up = closed ? Status::kFlushed : Status::kConnectTimeout;
+    Completion c;
+    // Soon after: the target remembers it for connect_attempts x connect_retry
+    // (80 ms), and in real time await_completion polls every step.
+    const uint64_t step = t.simulated_time() ? (closed ? 1'000'000 : 100'000'000) : 5'000'000;
+    if (!q.await_completion(c, step) || c.wr_id != id || c.status != given_up)
+      return fail("a connection " + when + ": the WRITE posted on it did not complete " +
+                  code_text(given_up));
+    Reply stranger = req;
+    stranger.pkt.connect.nonce ^= 1;
+    q.accept(stranger);
+    const std::vector<Reply> quiet = q.run(t.simulated_time() ? 1'000'000 : 5'000'000);
+    if (!of(quiet, wire::Opcode::kDisconnect).empty())
+      return fail("a connection " + when + ": an ACCEPT naming another nonce drew a DISCONNECT");
+    q.accept(req);
+    const std::vector<Reply> rs = q.run_until(has(wire::Opcode::kDisconnect), 1'000'000);
+    const auto ds = of(rs, wire::Opcode::kDisconnect);
+    if (ds.empty()) return fail("a connection " + when + ": its late ACCEPT drew no DISCONNECT");
+    const wire::Packet& d = ds.front()->pkt;
+    const Status reason = closed ? Status::kOk : Status::kConnectTimeout;
+    if (d.bh.dst_conn != q.conn() || d.disconnect.src_conn != req.pkt.connect.src_conn ||
+        d.disconnect.reason != static_cast<uint8_t>(reason))
+      return fail("a connection " + when + ": the DISCONNECT names dst_conn " +
+                  hex32(d.bh.dst_conn) + ", src_conn " + hex32(d.disconnect.src_conn) +
+                  ", reason " + code_text(d.disconnect.reason) + ", not " + hex32(q.conn()) + ", " +
+                  hex32(req.pkt.connect.src_conn) + ", " + code_text(reason));
+    const std::vector<Reply> after = q.run(t.simulated_time() ? 30'000'000 : 20'000'000);
+    if (ds.size() + of(after, wire::Opcode::kDisconnect).size() != 1)
+      return fail("a connection " + when + ": its DISCONNECT was resent");
+  }
+  return pass();
+}
+
 // COMP-5 through an error of the target's own making: a WRITE of the
 // tester's with a bad key draws NAK 0x02 and puts the target's side in the
 // error state. Its outstanding WRITEs, READ and receives all complete

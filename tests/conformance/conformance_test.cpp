@@ -96,14 +96,16 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
     EXPECT_TRUE(r.outcome.passed) << r.check->rule << ": " << r.outcome.detail;
     if (!r.outcome.skipped) continue;
     skipped.insert(std::string(r.check->rule) + (r.check->title.starts_with("closing") ? " closing"
+                                                 : r.check->title.starts_with("ended") ? " ended"
                                                  : r.check->title.starts_with("the target's own")
                                                      ? " target"
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-8", "BAD-7, CONN-7",
-                                            "SEQ-2 target", "BAD-1", "BAD-2, CONN-5", "BAD-3",
-                                            "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
+  EXPECT_EQ(skipped,
+            (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8",
+                                   "BAD-7, CONN-7", "SEQ-2 target", "BAD-1", "BAD-2, CONN-5",
+                                   "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -1440,6 +1442,32 @@ TEST(Conformance, DisconnectAckNamingNobodyFailsConn7) {
         });
       },
       kPeersSide);
+}
+
+// CONN-7 for a connection given up while connecting, broken: a late ACCEPT
+// dropped as for an unknown connection (what the reference engine did
+// before), or answered with reason 0 whatever ended the connection.
+TEST(Conformance, LateAcceptIgnoredFailsConn7) {
+  expect_fails(
+      "CONN-7", "given up for its requests: its late ACCEPT drew no DISCONNECT",
+      [](FaultyTarget& t) {
+        drop_received(
+            t, [](const wire::Packet& p) { return p.bh.opcode == wire::Opcode::kConnectAccept; });
+      },
+      "ended");
+}
+
+TEST(Conformance, LateAcceptAnsweredWithReasonZeroFailsConn7) {
+  expect_fails(
+      "CONN-7", "reason 0x00 (kOk), not ",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kDisconnect) return false;
+          p.disconnect.reason = 0;
+          return true;
+        });
+      },
+      "ended");
 }
 
 // CONN-8 broken at each end: a target that drops a DISCONNECT giving a
