@@ -167,6 +167,11 @@ void Endpoint::Impl::on_disconnect(const RxDatagram& dg, const wire::Packet& p) 
   ack_disconnect(dg, p);
 }
 
+bool Endpoint::Impl::on_unknown_connection(const RxDatagram& dg, const wire::Packet& p) {
+  return p.bh.opcode == wire::Opcode::kDisconnect ? on_closed_disconnect(dg, p)
+                                                  : on_abandoned_accept(dg, p);
+}
+
 bool Endpoint::Impl::on_abandoned_accept(const RxDatagram& dg, const wire::Packet& p) {
   const Closed* r = find_closed(ConnId{p.bh.dst_conn});
   if (r == nullptr || r->abandoned_nonce == 0 || r->abandoned_nonce != p.connect.nonce ||
