@@ -3,8 +3,8 @@
 // The constructor (endpoint.cpp) clamps, as a backstop for callers that skip
 // this check, the fields whose raw values would break the engine's own
 // arithmetic (a byte count overflowing, a shift of 64 or more, a deadline
-// wrapping); the others it
-// runs with as given, which config_error would have refused.
+// wrapping); the others it runs with as given, which config_error would have
+// refused.
 #include <string>
 
 #include "impl.hpp"

@@ -146,7 +146,7 @@ PathStats path_stats_of(const detail::Path& p) {
 
 }  // namespace
 
-void Endpoint::Impl::remember_closed(const Connection& c) {
+Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
   Closed& r = recently_closed[closed_next];
   closed_next = (closed_next + 1) % kClosedKept;
   r.id = c.id;
@@ -161,12 +161,12 @@ void Endpoint::Impl::remember_closed(const Connection& c) {
   r.stats = c.stats;
   r.paths.resize(c.num_paths);
   for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);
+  return r;
 }
 
 void Endpoint::Impl::remember_abandoned(const Connection& c, Status reason) {
   if (!c.is_requester || c.peer_conn != 0 || c.attempts == 0) return;
-  remember_closed(c);
-  Closed& r = recently_closed[(closed_next + kClosedKept - 1) % kClosedKept];
+  Closed& r = remember_closed(c);
   r.abandoned_nonce = c.nonce;
   r.reason = reason;
 }

@@ -155,7 +155,8 @@ struct Endpoint::Impl {
         return true;
     return false;
   }
-  [[gnu::cold]] void remember_closed(const detail::Connection& c);
+  // Its record in the ring, for a caller that adds to it.
+  [[gnu::cold]] Closed& remember_closed(const detail::Connection& c);
   // A requester's connection ends while CONNECTING (closed, or unanswered):
   // remembered if its request left, so that a late ACCEPT draws a DISCONNECT.
   [[gnu::cold]] void remember_abandoned(const detail::Connection& c, Status reason);

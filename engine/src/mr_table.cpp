@@ -58,14 +58,14 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
 
 Status MrTable::remove(uint32_t lkey) {
   if (!lkey_valid(lkey)) return Status::kInvalidArgument;
-  Region& r = regions_[(lkey & kIndexMask) - 1];
+  const uint32_t index = index_of(lkey);
+  Region& r = regions_[index];
   const uint32_t slot = find_slot(r.rkey);
   if (slot != kNone) hash_[slot].index = kTombstone;
   r.lkey = 0;
   --live_;
   // The slot's last generation: retired rather than give an lkey twice.
-  if (generations_[(lkey & kIndexMask) - 1] + 1u < kGenerations)
-    free_.push_back((lkey & kIndexMask) - 1);
+  if (generations_[index] + 1u < kGenerations) free_.push_back(index);
   any_removed_ = true;
   last_index_ = kNone;
   granted_ = Granted{};
@@ -105,7 +105,7 @@ uint8_t* MrTable::local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t nee
     why = Status::kLocalProtection;
     return nullptr;
   }
-  const Region& r = regions_[(lkey & kIndexMask) - 1];
+  const Region& r = regions_[index_of(lkey)];
   if ((r.access & need) != need || !range_inside(r.base, r.length, addr, len)) {
     why = Status::kLocalProtection;
     return nullptr;

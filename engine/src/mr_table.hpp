@@ -30,6 +30,10 @@ class MrTable {
   static constexpr uint32_t kIndexBits = 22;
   static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
   static constexpr uint32_t kGenerations = 1u << (32 - kIndexBits);
+  // The slot an lkey names; lkey 0 gives one past any table.
+  [[nodiscard]] static constexpr uint32_t index_of(uint32_t lkey) {
+    return (lkey & kIndexMask) - 1;
+  }
 
   // The region's bytes at `addr` are named base..base+length-1 (MR-4).
   [[nodiscard]] Status add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
@@ -41,7 +45,7 @@ class MrTable {
   [[nodiscard]] uint8_t* local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need,
                                Status& why) const;
   [[nodiscard]] bool lkey_valid(uint32_t lkey) const {
-    const uint32_t index = (lkey & kIndexMask) - 1;  // lkey 0: past any table
+    const uint32_t index = index_of(lkey);
     return index < regions_.size() && regions_[index].lkey == lkey;
   }
   // Whether an lkey that was valid once may no longer be: keys are never
