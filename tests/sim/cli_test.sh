@@ -50,23 +50,21 @@ sim_expect 2 '^metaroce-sim: --set wr_bytes: ' --set wr_bytes=4294967296
 # The example scenario under rocev2 (PFC, a link down and up) runs to the end.
 sim_expect 0 '' --config "$(dirname "$0")/../../docs/sim/examples/leafspine-mixed.toml" \
   --transport rocev2 --seed 1
+# The smallest leaf-spine (2 leaves of 2 hosts, 1 spine), for the config
+# files below.
+small_topology='[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+host_rate_gbps = 100
+fabric_rate_gbps = 100'
 # A workload that adds no flow would run nothing and pass (exit 0, 0/0 flows).
 cfg=$(mktemp -d)
 for w in 'kind = "background"|bytes = "1KiB"|flows = 0|load = 0.5' \
   'kind = "incast"|bytes = "1KiB"|senders = 0' 'kind = "matrix"|file = "empty.txt"'; do
   : >"$cfg/empty.txt"
-  cat >"$cfg/t.toml" <<EOF
-[topology]
-kind = "leaf_spine"
-leaves = 2
-hosts_per_leaf = 2
-spines = 1
-links_per_spine = 1
-host_rate_gbps = 100
-host_delay_us = 1
-fabric_rate_gbps = 100
-fabric_delay_us = 1
-EOF
+  printf '%s\n' "$small_topology" >"$cfg/t.toml"
   printf '[[workload]]\n%s\n' "$w" | tr '|' '\n' >>"$cfg/t.toml"
   sim_expect 2 '^metaroce-sim: .*t.toml:[0-9]+:1: workload \([a-z]+\): adds no flow$' \
     --config "$cfg/t.toml"
@@ -117,13 +115,7 @@ cfg=$(mktemp -d)
 printf '0 1 4096 0\n2 3 4096 2000\n3 2 4096 1000\n' >"$cfg/late.txt"
 cat >"$cfg/late.toml" <<EOF
 time_limit_ms = 1
-[topology]
-kind = "leaf_spine"
-leaves = 2
-hosts_per_leaf = 2
-spines = 1
-host_rate_gbps = 100
-fabric_rate_gbps = 100
+$small_topology
 [[workload]]
 kind = "matrix"
 file = "late.txt"
@@ -155,13 +147,7 @@ cfg=$(mktemp -d)
 cat >"$cfg/idle.toml" <<EOF
 time_limit_ms = 5
 reroute_us = 50
-[topology]
-kind = "leaf_spine"
-leaves = 2
-hosts_per_leaf = 2
-spines = 1
-host_rate_gbps = 100
-fabric_rate_gbps = 100
+$small_topology
 [queue]
 pfc_xoff_bytes = 100000
 [[workload]]
