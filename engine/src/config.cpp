@@ -7,6 +7,7 @@
 // refused.
 #include <string>
 
+#include "durations.hpp"
 #include "impl.hpp"
 
 namespace metaroce {
@@ -40,7 +41,6 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("shared_rq_depth", cfg.shared_rq_depth, 0, kMaxSharedRqDepth, "PLACE-6");
   k.range("max_reads", cfg.max_reads, 1, UINT8_MAX, "READ-3");
   k.range("ack_every", cfg.ack_every, 1, UINT8_MAX, "ACK-1");
-  k.duration("ack_delay_ns", cfg.ack_delay_ns, true, "ACK-5");
   k.require(
       cfg.entropy_min <= cfg.entropy_max && cfg.entropy_max - cfg.entropy_min + 1u >= cfg.num_paths,
       "entropy range " + std::to_string(cfg.entropy_min) + ".." + std::to_string(cfg.entropy_max) +
@@ -48,9 +48,7 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("control_dscp", cfg.control_dscp, 0, kMaxDscp, "ENC-6");
   k.range("data_dscp", cfg.data_dscp, 0, kMaxDscp, "ENC-6");
   k.range("max_connections", cfg.max_connections, 1, kConnIndexMask, "connection ids");
-  k.duration("connect_retry_ns", cfg.connect_retry_ns, false, "CONN-2");
   k.range("connect_attempts", cfg.connect_attempts, 1, UINT16_MAX, "CONN-2");
-  k.duration("context_idle_ns", cfg.context_idle_ns, true, "context pooling");
 
   const CcConfig& cc = cfg.cc;
   k.range("cc.initial_cwnd_packets", cc.initial_cwnd_packets, 1, kMaxPacketCount, "CC-1");
@@ -72,24 +70,21 @@ std::string config_error(const EndpointConfig& cfg) {
                   " packets (cc.max_cwnd_packets or the window; CC-6)");
   }
   k.range("cc.dctcp_g_shift", cc.dctcp_g_shift, 0, kMaxDctcpGShift, "CC-3");
-  k.duration("cc.target_queue_delay_ns", cc.target_queue_delay_ns, true, "CC-5");
   k.range("cc.max_delay_decrease_pct", cc.max_delay_decrease_pct, 0, 100, "CC-5");
   k.range("cc.max_inflight_packets", cc.max_inflight_packets, 0, kMaxPacketCount, "CC-9");
-  k.duration("cc.explore_interval_ns", cc.explore_interval_ns, true, "PATH-8");
 
   const RecoveryConfig& r = cfg.recovery;
   k.range("recovery.reorder_threshold", r.reorder_threshold, 1, kMaxPacketCount, "LOSS-2");
-  k.duration("recovery.initial_rtt_ns", r.initial_rtt_ns, false, "LOSS-4");
-  k.duration("recovery.min_rto_ns", r.min_rto_ns, false, "LOSS-4");
-  k.duration("recovery.max_rto_ns", r.max_rto_ns, false, "LOSS-5");
+  detail::for_each_duration(
+      cfg, [&k](const char* name, uint64_t ns, bool zero_allowed, const char* rule) {
+        k.duration(name, ns, zero_allowed, rule);
+      });
   k.require(r.min_rto_ns <= r.max_rto_ns, "recovery.min_rto_ns " + std::to_string(r.min_rto_ns) +
                                               " is above recovery.max_rto_ns " +
                                               std::to_string(r.max_rto_ns) + " (LOSS-4)");
   k.range("recovery.rto_failures_to_retire", r.rto_failures_to_retire, 1, UINT8_MAX, "PATH-4");
   k.range("recovery.loss_window_packets", r.loss_window_packets, 1, kMaxPacketCount, "PATH-5");
   k.range("recovery.retire_loss_pct", r.retire_loss_pct, 0, 100, "PATH-5");
-  k.duration("recovery.peer_timeout_ns", r.peer_timeout_ns, false, "PATH-7");
-  k.duration("recovery.rnr_retry_ns", r.rnr_retry_ns, false, "LOSS-7");
   return k.error;
 }
 

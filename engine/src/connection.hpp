@@ -333,6 +333,7 @@ struct Connection {
   // PATH-6: PROBEs of silent paths left unanswered since the silence began;
   // the silent interval grows by half with each.
   uint8_t silent_probes = 0;
+  uint8_t keepalive_probes = 0;  // CONN-9: PROBEs sent since keepalive_at
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
   // LOSS-8: when the latest tail-loss resend went, if one has (then
@@ -341,7 +342,15 @@ struct Connection {
   // lost packet to each other every timer, without end, while the peer is gone.
   TimeNs tail_resent_at{0};
   bool tail_resent = false;
-  TimeNs last_activity{0};                    // last work posted or packet handled: context release
+  TimeNs last_activity{0};  // last work posted or packet handled: context release
+  // CONN-9: when the first PROBE of the keepalive now waiting for an answer
+  // left (0: none ever has), and when the next is due. Anything handled
+  // from the peer since (last_activity) answers it.
+  TimeNs keepalive_at{0};
+  TimeNs keepalive_next{0};
+  [[nodiscard]] bool keepalive_waiting() const {
+    return keepalive_at.ns != 0 && last_activity < keepalive_at;
+  }
   TimeNs control_deadline = TimeNs::never();  // connect / disconnect retry
 
   // Receiver side.

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "durations.hpp"
 #include "impl.hpp"
 
 namespace metaroce {
@@ -57,12 +58,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
   // Deadlines are `now + duration`: a larger one (UINT64_MAX meant as "never")
   // wrapped to a deadline already passed, and the driver, woken every
   // nanosecond, spun on handle_timeout.
-  for (uint64_t* ns :
-       {&cfg.ack_delay_ns, &cfg.connect_retry_ns, &cfg.context_idle_ns,
-        &cfg.cc.target_queue_delay_ns, &cfg.cc.explore_interval_ns, &cfg.recovery.initial_rtt_ns,
-        &cfg.recovery.min_rto_ns, &cfg.recovery.max_rto_ns, &cfg.recovery.peer_timeout_ns,
-        &cfg.recovery.rnr_retry_ns})
-    *ns = std::min(*ns, kMaxDurationNs);
+  detail::for_each_duration(
+      cfg, [](const char*, uint64_t& ns, bool, const char*) { ns = std::min(ns, kMaxDurationNs); });
   if (cfg.shared_rq_depth > 0) {
     cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
     srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});

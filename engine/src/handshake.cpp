@@ -39,6 +39,7 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   c.rx_high = peer_body.initial_psn;
   c.state = ConnState::kEstablished;
   c.last_progress = now;
+  c.last_activity = now;  // CONN-9's quiet counts from here, not from the clock's zero
   // CC-1: the paths were given the endpoint's mtu's window; nothing has been
   // sent yet, so they start again at the agreed mtu's.
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].cwnd = initial_cwnd(c);

@@ -190,6 +190,10 @@ struct Endpoint::Impl {
   void compute_timer(detail::Connection& c);
   std::vector<uint32_t> timer_dirty;
   void run_timers(detail::Connection& c, TimeNs now);
+  // CONN-9: an established connection with nothing outstanding (PATH-7 has
+  // nothing to time): when its keepalive is due, and what happens then.
+  [[nodiscard]] TimeNs keepalive_deadline(const detail::Connection& c) const;
+  [[gnu::cold]] void run_keepalive(detail::Connection& c, TimeNs now);
   // The output path, one instance per mode (poll_transmit, and gather for
   // poll_transmit_gather): each function of it then has one caller, and the
   // optimizer inlines the whole path into its entry, as it did while only

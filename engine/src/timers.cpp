@@ -19,6 +19,13 @@ namespace {
 bool awaits_peer(const Connection& c) {
   return c.tx && (c.tx->retx_head != c.tx->retx_tail || c.reads_outstanding > 0);
 }
+
+// PATH-7's outstanding work: what the peer timeout times, and what keeps the
+// keepalive (CONN-9) quiet. One test for both, or a deadline set by one and
+// not served by the other would be due for ever.
+bool has_outstanding(const Connection& c) {
+  return (c.tx && c.cum_acked != c.next_psn) || awaits_peer(c);
+}
 }  // namespace
 
 // The deadlines update_timer (impl.hpp) marked, computed once each.
@@ -57,8 +64,12 @@ void Endpoint::Impl::compute_timer(Connection& c) {
   // LOSS-7's pause holds back the whole send queue, not only the resends the
   // RNR queued (a stale RNR NAK queues none): whatever waits, wakes then.
   if (c.rnr_until.ns > 0 && unsent) t = std::min(t, c.rnr_until);
-  if (outstanding && c.state == ConnState::kEstablished)
-    t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
+  if (c.state == ConnState::kEstablished) {
+    if (outstanding)  // packets in flight: PATH-7's, never CONN-9's
+      t = std::min(t, c.last_progress + cfg.recovery.peer_timeout_ns);
+    else if (cfg.recovery.keepalive_ns != 0 && !has_outstanding(c))
+      t = std::min(t, keepalive_deadline(c));
+  }
   if (tx_idle(c) || rx_idle(c)) t = std::min(t, c.last_activity + cfg.context_idle_ns);
   // A deadline already passed is due at the next call, never in a loop
   // inside this one.
@@ -173,14 +184,46 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
     // with no other path to carry them no ACK would come to move it.
     if (c.draining_slot != detail::kNoPath && c.paths[c.draining_slot].inflight == 0)
       explore(c, now);
-    const bool outstanding = (c.tx && c.cum_acked != c.next_psn) || awaits_peer(c);
-    if (outstanding && now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
+    if (!has_outstanding(c)) {
+      if (cfg.recovery.keepalive_ns != 0 && keepalive_deadline(c) <= now) run_keepalive(c, now);
+    } else if (now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
       enter_error(c, Status::kPeerUnreachable, detail::Culprit::oldest_send(), now);
     }
   }
   maybe_release_ctx(c, now);
   mark_ready(c);
   update_timer(c);
+}
+
+TimeNs Endpoint::Impl::keepalive_deadline(const Connection& c) const {
+  if (!c.keepalive_waiting()) return c.last_activity + cfg.recovery.keepalive_ns;
+  return std::min(c.keepalive_next, c.keepalive_at + cfg.recovery.peer_timeout_ns);
+}
+
+// CONN-9. An idle connection never times out by PATH-7, which times work,
+// so a peer that vanished while it was idle (crashed, or forgot a
+// connection whose ACCEPT or DISCONNECT was lost, CONN-7) left it open for
+// ever. A PROBE is answered by a peer that holds the connection (an ACK),
+// and by no one else (BAD-7).
+void Endpoint::Impl::run_keepalive(Connection& c, TimeNs now) {
+  if (!c.keepalive_waiting()) {
+    c.keepalive_at = now;  // after keepalive_ns of quiet, so past last_activity
+    c.keepalive_probes = 0;
+  } else if (now.since(c.keepalive_at) >= cfg.recovery.peer_timeout_ns) {
+    enter_error(c, Status::kPeerUnreachable, detail::Culprit::oldest_send(), now);
+    return;
+  }
+  // Each PROBE goes on the next path in turn, so a dead link fails no
+  // keepalive; their interval grows by half from the path's RTO to max_rto,
+  // as a silent path's (PATH-6): a dead peer draws a few tens of PROBEs in
+  // peer_timeout, a lost PROBE is sent again within a round trip or two.
+  const uint8_t slot = c.keepalive_probes % c.num_paths;
+  uint64_t interval = base_rto(c.paths[slot]);
+  for (uint8_t k = 0; k < c.keepalive_probes && interval < cfg.recovery.max_rto_ns; ++k)
+    interval += interval / 2;
+  c.keepalive_next = now + std::min(interval, cfg.recovery.max_rto_ns);
+  c.owe.probe |= 1u << slot;
+  if (c.keepalive_probes < UINT8_MAX) ++c.keepalive_probes;
 }
 
 void Endpoint::handle_timeout(TimeNs now) {

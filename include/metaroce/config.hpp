@@ -36,7 +36,11 @@ struct RecoveryConfig {
   uint32_t loss_window_packets = 128;            // PATH-5: loss EWMA gain 1/128
   uint32_t retire_loss_pct = 10;                 // PATH-5
   uint64_t peer_timeout_ns = 2 * kSecond;        // PATH-7: no acknowledgement at all
-  uint64_t rnr_retry_ns = 100 * kMicrosecond;    // LOSS-7
+  // CONN-9: an established connection with nothing outstanding that has heard
+  // nothing from its peer this long PROBEs it, and fails kPeerUnreachable if
+  // the peer stays silent for peer_timeout_ns after. 0: never.
+  uint64_t keepalive_ns = 10 * kSecond;
+  uint64_t rnr_retry_ns = 100 * kMicrosecond;  // LOSS-7
 };
 
 // ENC-6: CS6, the class RoCEv2 deployments give CNPs; fabrics serve it at
