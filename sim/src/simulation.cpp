@@ -652,10 +652,13 @@ std::string Report::to_json(bool timing) const {
   for (const auto& [key, v] : waits) {
     o.key(key);
     o.s += "{";
+    const char* sep = "";
     for (size_t k = 0; k < kPortKinds; ++k) {
+      if (port_kind_names[k] == nullptr) continue;
       char b[64];
-      std::snprintf(b, sizeof b, "%s\"%s\": %.3f", k ? ", " : "", kPortKindNames[k], v[k]);
+      std::snprintf(b, sizeof b, "%s\"%s\": %.3f", sep, port_kind_names[k], v[k]);
       o.s += b;
+      sep = ", ";
     }
     o.s += "}";
   }
@@ -732,10 +735,13 @@ std::string Report::to_text(bool timing) const {
       100 * link_util_mean, 100 * link_util_max, static_cast<unsigned long long>(links_used));
   s += b;
   s += "  mean queue wait, us (data / control):";
+  const char* sep = "";
   for (size_t k = 0; k < kPortKinds; ++k) {
-    std::snprintf(b, sizeof b, "%s %s %.2f/%.2f", k ? "," : "", kPortKindNames[k], data_wait_us[k],
+    if (port_kind_names[k] == nullptr) continue;
+    std::snprintf(b, sizeof b, "%s %s %.2f/%.2f", sep, port_kind_names[k], data_wait_us[k],
                   ctrl_wait_us[k]);
     s += b;
+    sep = ",";
   }
   s += "\n";
   if (!per_path.empty()) {
