@@ -350,6 +350,23 @@ TEST(Links, NamesParseToEdgesAndDirections) {
   EXPECT_NE(list_links(g).find("16  sw:0:2 [tor/leaf]  sw:8:0 [agg/spine]"), std::string::npos);
 }
 
+// --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder. A
+// config file's name is free text; "rack/a" wrote into a folder "rack"
+// (created for it), "/x/y" into /x, "../y" into the parent folder.
+TEST(Pcap, DefaultFileNameStaysInTheCurrentFolder) {
+  EXPECT_EQ(default_pcap_path("fattree128-perm2mb", "metaroce"),
+            "fattree128-perm2mb-metaroce.pcap");
+  EXPECT_EQ(default_pcap_path("leafspine32-mixed", "spray-nocc"),
+            "leafspine32-mixed-spray-nocc.pcap");
+  EXPECT_EQ(default_pcap_path("k_4.v2", "irn"), "k_4.v2-irn.pcap");
+  EXPECT_EQ(default_pcap_path("rack/a", "irn"), "rack_a-irn.pcap");
+  EXPECT_EQ(default_pcap_path("/x/y", "rocev2"), "_x_y-rocev2.pcap");
+  EXPECT_EQ(default_pcap_path("../y", "metaroce"), "_._y-metaroce.pcap");
+  EXPECT_EQ(default_pcap_path("a\\b c:d*?\n", "irn"), "a_b_c_d___-irn.pcap");
+  EXPECT_EQ(default_pcap_path("", "irn"), "_irn.pcap");
+  EXPECT_EQ(default_pcap_path(".hidden", "irn"), "_hidden-irn.pcap");
+}
+
 // The queue-wait rows name the ports as the fabric has them: a fat-tree's
 // ToR / agg / core, a two-tier fabric's leaf / spine (it read tor_up and
 // agg_down, and agg_up / core_down at 0, which it has no ports of). The
