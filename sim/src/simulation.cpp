@@ -519,7 +519,9 @@ Report Simulation::report() const {
   r.goodput_gbps = r.completion_us > 0
                        ? static_cast<double>(r.delivered_bytes) * 8.0 / (r.completion_us * 1e3)
                        : 0;
-  const NetworkStats ns = net_->stats();
+  // A pause still on at the time limit lasted until then, not until the
+  // last event, which may come well before.
+  const NetworkStats ns = net_->stats(run_end());
   r.drops = ns.drops;
   r.trimmed = ns.trimmed;
   r.fault_drops = ns.fault_drops;

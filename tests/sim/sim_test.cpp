@@ -732,6 +732,28 @@ TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
   EXPECT_GT(r.pfc_pause_us, 100.0);  // most of the ~420 us transfer
 }
 
+// pfc_pause_us is the time ports spent paused: a pause that ended counts to
+// its RESUME, one still on when a run stops at its time limit counts to the
+// limit. It counted the open one to the last event, which came before (here
+// the flow's last packet before the pause, at 613.9 us: 213.9 read, of 600).
+TEST(Pfc, PauseTimeCountsToTheResumeOrTheEndOfTheRun) {
+  SimConfig c = lone_flow(TransportKind::kRoceV2, 1 << 30);
+  c.rc.dcqcn = false;  // no DCQCN timers going on while the NIC is paused
+  c.time_limit = SimTime::from_us(1000);
+  Simulation sim(std::move(c));
+  const SimTime origin = sim.sched().now();  // after the warm-up: the workload's time 0
+  Port& nic = sim.net().host_port(0);
+  nic.pfc_signal(true, origin + SimTime::from_us(100));
+  nic.pfc_signal(false, origin + SimTime::from_us(300));
+  nic.pfc_signal(true, origin + SimTime::from_us(600));  // never resumed
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 0u);
+  EXPECT_EQ(r.pfc_pauses, 2u) << r.to_text(false);  // no switch port paused
+  EXPECT_LT(r.sim_time_us - r.warmup_us, 1000.0);   // the last event came before the limit
+  EXPECT_DOUBLE_EQ(r.pfc_pause_us, 200.0 + 400.0);
+}
+
 // queue_wait_data_us on a PFC port: a packet that waited in the FIFO
 // counts from when it was queued, as on a port without PFC (it read 0: the
 // wait was taken from when the FIFO let the packet go). Four packets queued
