@@ -1,4 +1,5 @@
-// Names of links on the command line (--pcap, --watch-link, --list-links).
+// Names of links on the command line (--pcap, --watch-link, --list-links),
+// and of the capture --pcap writes.
 #include <charconv>
 #include <cstdio>
 #include <string_view>
@@ -121,6 +122,17 @@ std::string link_name(const TopoGraph& g, const LinkRef& l) {
                   " <-> " + link_end_name(g, l.edge, true) + ")";
   if (l.fwd != l.rev) s += l.fwd ? " a->b" : " b->a";
   return s;
+}
+
+std::string default_pcap_path(const std::string& name, const std::string& transport) {
+  std::string s = name + "-" + transport;
+  for (char& c : s) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+    if (!safe) c = '_';
+  }
+  if (s[0] == '.' || s[0] == '-') s[0] = '_';  // not hidden, "..", or read as an option
+  return s + ".pcap";
 }
 
 std::string list_links(const TopoGraph& g) {

@@ -561,7 +561,7 @@ SimTime Network::path_delay(uint32_t src, uint32_t dst) const {
   return SimTime::never();
 }
 
-NetworkStats Network::stats() const {
+NetworkStats Network::stats(SimTime end) const {
   NetworkStats s;
   for (const auto& p : ports_) {
     const PortStats& ps = p->stats();
@@ -572,7 +572,7 @@ NetworkStats Network::stats() const {
     s.ecn_marks += ps.ecn_marks;
     s.max_queue_bytes = std::max(s.max_queue_bytes, ps.max_queue_bytes);
     s.pfc_pauses += ps.pfc_pauses;
-    s.pfc_paused += p->paused_time(sched_.now());
+    s.pfc_paused += p->paused_time(std::max(end, sched_.now()));
   }
   return s;
 }

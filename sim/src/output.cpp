@@ -556,7 +556,8 @@ uint64_t SimOutput::pcap_records() const { return pcap_ ? pcap_->records() : 0; 
 bool Simulation::close_output(std::string& err) { return output_ ? output_->close(err) : true; }
 
 namespace {
-// Report::kPortKindNames order; kPortKinds for a link the names do not cover.
+// Report::kFatTreePortKinds order (tier 0 a ToR or leaf, 1 an agg or spine,
+// 2 a core); kPortKinds for a link the names do not cover.
 size_t port_kind(const TopoGraph& g, const Port& p) {
   const uint32_t from = p.owner->id, to = p.pipe.to->id;
   if (from < g.num_hosts) return 0;
@@ -601,6 +602,9 @@ void Simulation::add_link_and_path_stats(Report& r) const {
     }
   }
   r.link_util_mean = r.links_used > 0 ? sum / static_cast<double>(r.links_used) : 0;
+  const auto& tiers = net.graph().switch_tier;
+  if (std::none_of(tiers.begin(), tiers.end(), [](uint8_t t) { return t >= 2; }))
+    r.port_kind_names = Report::kTwoTierPortKinds;
   for (size_t k = 0; k < Report::kPortKinds; ++k) {
     r.data_wait_us[k] = nd[k] ? data[k].seconds() * 1e6 / static_cast<double>(nd[k]) : 0;
     r.ctrl_wait_us[k] = nc[k] ? ctrl[k].seconds() * 1e6 / static_cast<double>(nc[k]) : 0;

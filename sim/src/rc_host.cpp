@@ -36,6 +36,34 @@ Fields get(const Packet* p) {
 
 }  // namespace
 
+void PsnWindow::insert(uint32_t psn) {
+  if (psn < base_) return;
+  if (psn - base_ >= bits()) {
+    // Doubled until psn fits; the marks in [base, base + old bits) move to
+    // their slots in the larger ring.
+    size_t n = words_.empty() ? 1 : words_.size();
+    while (uint64_t{n} * 64 <= psn - base_) n *= 2;
+    PsnWindow grown;
+    grown.base_ = base_;
+    grown.words_.assign(n, 0);
+    const uint64_t end = std::min<uint64_t>(uint64_t{base_} + bits(), uint64_t{UINT32_MAX} + 1);
+    for (uint64_t p = base_; p < end; ++p)
+      if (contains(static_cast<uint32_t>(p))) grown.insert(static_cast<uint32_t>(p));
+    *this = std::move(grown);
+  }
+  words_[word(psn)] |= uint64_t{1} << (psn & 63);
+}
+
+void PsnWindow::advance(uint32_t base) {
+  if (base <= base_) return;
+  if (base - base_ >= bits()) {
+    std::fill(words_.begin(), words_.end(), 0);
+  } else {
+    for (uint32_t p = base_; p < base; ++p) words_[word(p)] &= ~(uint64_t{1} << (p & 63));
+  }
+  base_ = base;
+}
+
 RcShared::RcShared(Network& n, FlowTable& f, const RcParams& p)
     : net(n), flows(f), prm(p), rx(f.size()), qp(f.size(), UINT32_MAX) {}
 
@@ -119,6 +147,12 @@ bool RcHost::qp_state(uint32_t flow, RcQpState& out) const {
   return true;
 }
 
+size_t RcHost::recovery_state_bytes(uint32_t flow) const {
+  const uint32_t qi = flow < sh_.qp.size() ? sh_.qp[flow] : UINT32_MAX;
+  if (qi >= qps_.size() || qps_[qi].flow != flow) return 0;
+  return qps_[qi].sacked.bytes() + sh_.rx.at(flow).got.bytes();
+}
+
 uint16_t RcHost::entropy_of(uint32_t flow) {
   return static_cast<uint16_t>(49152 + fmix64(uint64_t{flow} + 0x51505f) % 16384);
 }
@@ -146,7 +180,6 @@ void RcHost::start_flow(uint32_t flow, SimTime now) {
   q.entropy = entropy_of(flow);
   q.rc = q.rt = static_cast<double>(line_mbps_);
   q.next_send = now;
-  if (!sh_.prm.go_back_n) q.sacked.assign(q.npkts, 0);
   sh_.qp[flow] = static_cast<uint32_t>(qps_.size());
   active_.push_back(static_cast<uint32_t>(qps_.size()));
   qps_.push_back(std::move(q));
@@ -158,7 +191,7 @@ uint32_t RcHost::next_psn(Qp& q) {
   if (!prm.go_back_n && q.recovery) {
     uint32_t c = std::max(q.cursor, q.una);
     const uint32_t end = std::min(q.high_sack, q.nxt);
-    while (c < end && q.sacked[c] != 0) ++c;
+    while (c < end && q.sacked.contains(c)) ++c;
     q.cursor = c;
     if (c < end) return c;
   }
@@ -349,17 +382,18 @@ void RcHost::on_data(Packet* p, SimTime now) {
     return;
   }
   // IRN
-  if (f.psn >= r.got.size()) r.got.resize(std::max<size_t>(size_t{f.psn} + 1, r.got.size() * 2), 0);
-  if (f.psn < r.expected || r.got[f.psn] != 0) {
+  if (r.got.contains(f.psn)) {  // below `expected` too
     ++tot_.duplicates_received;
     send_ctrl(kAck, f.flow, src, r.expected, 0, now);
     return;
   }
-  r.got[f.psn] = 1;
+  r.got.insert(f.psn);
   if (f.psn == r.expected) {
-    while (r.expected < r.got.size() && r.got[r.expected] != 0) ++r.expected;
+    while (r.got.contains(r.expected)) ++r.expected;
+    r.got.advance(r.expected);
     send_ctrl(kAck, f.flow, src, r.expected, 0, now);
     note_delivery(f.flow, now);
+    if (sh_.delivered_bytes(f.flow) == sh_.flows.at(f.flow).spec.bytes) r.got.release();
   } else {
     send_ctrl(kSack, f.flow, src, r.expected, f.psn, now);
   }
@@ -374,6 +408,7 @@ void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, Si
   bool progress = false;
   if (cum > q.una) {
     q.una = std::min(cum, q.npkts);
+    q.sacked.advance(q.una);
     progress = true;
   }
   if (prm.go_back_n) {
@@ -382,7 +417,7 @@ void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, Si
   } else {
     if (q.nxt < q.una) q.nxt = q.una;
     if (type == kSack && sack < q.npkts) {
-      q.sacked[sack] = 1;
+      q.sacked.insert(sack);  // below una: acknowledged already, nothing to keep
       q.high_sack = std::max(q.high_sack, sack + 1);
       if (!q.recovery) {
         q.recovery = true;
@@ -394,6 +429,7 @@ void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, Si
   }
   if (q.una >= q.npkts) {
     q.done = true;
+    q.sacked.release();
     q.rto_at = q.alpha_at = q.inc_at = SimTime::never();
     active_.erase(std::find(active_.begin(), active_.end(), qi));
     sh_.flows.wr_done(flow, true, now);

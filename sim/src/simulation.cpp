@@ -519,7 +519,9 @@ Report Simulation::report() const {
   r.goodput_gbps = r.completion_us > 0
                        ? static_cast<double>(r.delivered_bytes) * 8.0 / (r.completion_us * 1e3)
                        : 0;
-  const NetworkStats ns = net_->stats();
+  // A pause still on at the time limit lasted until then, not until the
+  // last event, which may come well before.
+  const NetworkStats ns = net_->stats(run_end());
   r.drops = ns.drops;
   r.trimmed = ns.trimmed;
   r.fault_drops = ns.fault_drops;
@@ -652,10 +654,13 @@ std::string Report::to_json(bool timing) const {
   for (const auto& [key, v] : waits) {
     o.key(key);
     o.s += "{";
+    const char* sep = "";
     for (size_t k = 0; k < kPortKinds; ++k) {
+      if (port_kind_names[k] == nullptr) continue;
       char b[64];
-      std::snprintf(b, sizeof b, "%s\"%s\": %.3f", k ? ", " : "", kPortKindNames[k], v[k]);
+      std::snprintf(b, sizeof b, "%s\"%s\": %.3f", sep, port_kind_names[k], v[k]);
       o.s += b;
+      sep = ", ";
     }
     o.s += "}";
   }
@@ -732,10 +737,13 @@ std::string Report::to_text(bool timing) const {
       100 * link_util_mean, 100 * link_util_max, static_cast<unsigned long long>(links_used));
   s += b;
   s += "  mean queue wait, us (data / control):";
+  const char* sep = "";
   for (size_t k = 0; k < kPortKinds; ++k) {
-    std::snprintf(b, sizeof b, "%s %s %.2f/%.2f", k ? "," : "", kPortKindNames[k], data_wait_us[k],
+    if (port_kind_names[k] == nullptr) continue;
+    std::snprintf(b, sizeof b, "%s %s %.2f/%.2f", sep, port_kind_names[k], data_wait_us[k],
                   ctrl_wait_us[k]);
     s += b;
+    sep = ",";
   }
   s += "\n";
   if (!per_path.empty()) {

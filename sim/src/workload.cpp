@@ -84,13 +84,23 @@ std::vector<FlowSpec> ring_allreduce(const std::vector<std::vector<uint32_t>>& r
   f.reserve(total);
   for (const auto& ring : rings) {
     const auto n = static_cast<uint32_t>(ring.size());
-    const uint64_t chunk = std::max<uint64_t>(1, bytes / n);
+    // All the bytes move, as NCCL moves them: the first bytes % n chunks
+    // take one byte more (bytes / n alone dropped the remainder). A rank
+    // without a byte would send an empty message, which no transport here
+    // models.
+    if (bytes < n)
+      throw std::invalid_argument("ring_allreduce: " + std::to_string(bytes) + " bytes over " +
+                                  std::to_string(n) + " ranks, less than one byte a rank");
+    const uint64_t chunk = bytes / n, extra = bytes % n;
     const uint32_t steps = 2 * (n - 1);
     const auto base = static_cast<uint32_t>(f.size());
     // Flow index: base + step * n + rank.
     for (uint32_t k = 0; k < steps; ++k) {
       for (uint32_t i = 0; i < n; ++i) {
-        FlowSpec s{ring[i], ring[(i + 1) % n], chunk, SimTime{0}};
+        // Step k of either phase, rank i sends chunk i - k (mod n): the one
+        // its predecessor sent it at step k - 1.
+        const uint32_t c = static_cast<uint32_t>((i + uint64_t{k} * (n - 1)) % n);
+        FlowSpec s{ring[i], ring[(i + 1) % n], chunk + (c < extra ? 1 : 0), SimTime{0}};
         if (k > 0) {
           s.after[0] = base + (k - 1) * n + (i + n - 1) % n;  // chunk from the predecessor
           s.after[1] = base + (k - 1) * n + i;                // our previous send

@@ -161,6 +161,27 @@ sim_expect 0 "^metaroce-sim: warning: reroute_us in $cfg/idle.toml changes nothi
 sed -i '/^reroute_us/d; s/^pfc_xoff_bytes/pfc = true\npfc_xoff_bytes/' "$cfg/idle.toml"
 expect_quiet 0 "$sim" -q --no-timing --config "$cfg/idle.toml"
 rm -rf "$cfg"
+# --pcap without --pcap-file writes NAME-TRANSPORT.pcap in the current
+# folder, a config file's name made safe: "rack/a" wrote into a folder
+# "rack" that it created (and "/x/y" into /x).
+cfg=$(mktemp -d)
+cat >"$cfg/named.toml" <<EOF
+name = "rack/a"
+time_limit_ms = 0.05
+$small_topology
+[[workload]]
+kind = "permutation"
+bytes = 4096
+EOF
+here=$(pwd)
+cd "$cfg" || exit 1
+expect 0 ' -> rack_a-metaroce\.pcap$' "$sim" --no-timing --config named.toml --pcap 0
+if [ ! -s rack_a-metaroce.pcap ] || [ -e rack ]; then
+  echo "FAIL: --pcap 0 with the name rack/a wrote: $(find . -name '*.pcap')"
+  failures=$((failures + 1))
+fi
+cd "$here" || exit 1
+rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

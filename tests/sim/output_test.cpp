@@ -17,6 +17,8 @@
 
 #include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/simulation.hpp"
+#include "metaroce/sim/topology.hpp"
+#include "metaroce/sim/workload.hpp"
 #include "metaroce/wire.hpp"
 
 namespace metaroce::sim {
@@ -346,6 +348,67 @@ TEST(Links, NamesParseToEdgesAndDirections) {
   for (const char* bad : {"48", "host:16", "sw:20:0", "sw:0:9", "host:1-sideways", "x"})
     EXPECT_FALSE(parse_link(g, bad, l, err)) << bad;
   EXPECT_NE(list_links(g).find("16  sw:0:2 [tor/leaf]  sw:8:0 [agg/spine]"), std::string::npos);
+}
+
+// --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder. A
+// config file's name is free text; "rack/a" wrote into a folder "rack"
+// (created for it), "/x/y" into /x, "../y" into the parent folder.
+TEST(Pcap, DefaultFileNameStaysInTheCurrentFolder) {
+  EXPECT_EQ(default_pcap_path("fattree128-perm2mb", "metaroce"),
+            "fattree128-perm2mb-metaroce.pcap");
+  EXPECT_EQ(default_pcap_path("leafspine32-mixed", "spray-nocc"),
+            "leafspine32-mixed-spray-nocc.pcap");
+  EXPECT_EQ(default_pcap_path("k_4.v2", "irn"), "k_4.v2-irn.pcap");
+  EXPECT_EQ(default_pcap_path("rack/a", "irn"), "rack_a-irn.pcap");
+  EXPECT_EQ(default_pcap_path("/x/y", "rocev2"), "_x_y-rocev2.pcap");
+  EXPECT_EQ(default_pcap_path("../y", "metaroce"), "_._y-metaroce.pcap");
+  EXPECT_EQ(default_pcap_path("a\\b c:d*?\n", "irn"), "a_b_c_d___-irn.pcap");
+  EXPECT_EQ(default_pcap_path("", "irn"), "_irn.pcap");
+  EXPECT_EQ(default_pcap_path(".hidden", "irn"), "_hidden-irn.pcap");
+}
+
+// The queue-wait rows name the ports as the fabric has them: a fat-tree's
+// ToR / agg / core, a two-tier fabric's leaf / spine (it read tor_up and
+// agg_down, and agg_up / core_down at 0, which it has no ports of). The
+// values are those of the same kinds of port.
+TEST(Report, PortKindsAreNamedByTheFabricsTiers) {
+  const auto keys = [](const std::string& json) {
+    const size_t at = json.find("\"queue_wait_data_us\": {");
+    EXPECT_NE(at, std::string::npos);
+    std::string k;
+    for (size_t i = json.find('{', at) + 1; json[i] != '}'; ++i) {
+      if (json[i] != '"') continue;
+      const size_t end = json.find('"', i + 1);
+      k += json.substr(i + 1, end - i - 1) + " ";
+      i = end;
+    }
+    return k;
+  };
+  const LinkSpec l{};
+  for (const bool rail : {false, true}) {
+    SimConfig c = small("fattree16-perm", TransportKind::kMetaRoce);
+    c.topo = rail ? rail_optimized(4, 2, 2, 2, l, l) : leaf_spine(2, 4, 2, l, l);
+    c.flows = permutation(8, 256 * 1024, 1);
+    Simulation sim(std::move(c));
+    sim.run();
+    const Report r = sim.report();
+    ASSERT_EQ(r.flows_completed, 8u);
+    const std::string json = r.to_json(false), text = r.to_text(false);
+    EXPECT_EQ(keys(json), "nic leaf_up spine_down leaf_down ") << rail;
+    EXPECT_EQ(json.find("\"tor_"), std::string::npos) << json;
+    EXPECT_EQ(json.find("\"agg_"), std::string::npos);
+    EXPECT_EQ(json.find("\"core_"), std::string::npos);
+    EXPECT_NE(text.find("mean queue wait, us (data / control): nic "), std::string::npos);
+    EXPECT_NE(text.find(", leaf_up "), std::string::npos) << text;
+    EXPECT_NE(text.find(", spine_down "), std::string::npos);
+    EXPECT_NE(text.find(", leaf_down "), std::string::npos);
+    EXPECT_EQ(text.find("tor_"), std::string::npos);
+  }
+  Simulation ft(small("fattree16-perm", TransportKind::kMetaRoce));
+  ft.run();
+  const Report r = ft.report();
+  EXPECT_EQ(keys(r.to_json(false)), "nic tor_up agg_up core_down agg_down tor_down ");
+  EXPECT_NE(r.to_text(false).find(", core_down "), std::string::npos);
 }
 
 }  // namespace

@@ -101,7 +101,54 @@ TEST(IdealTime, RingAddsOneWayLatencyPerStep) {
   EXPECT_NEAR(r.ideal_us, 30 * (kMiB * 8.0 / 100'000 + 6.0), 1e-6);
 }
 
+// A ring's ideal takes its largest chunk: 4003 bytes over 4 ranks, one in
+// each pod (every hop 6 us), is three chunks of 1001 bytes and one of 1000,
+// and a chunk goes round the ring step after step, so the longest chain is 6
+// steps of 1001 bytes (it read 1000: the remainder was never sent).
+TEST(IdealTime, RingWithARemainderTakesItsLargestChunk) {
+  SimConfig c = preset("fattree16-allreduce", TransportKind::kMetaRoce, 1);
+  c.flows = ring_allreduce(std::vector<std::vector<uint32_t>>{{0, 4, 8, 12}}, 4003);
+  Simulation sim(std::move(c));
+  EXPECT_EQ(sim.net().path_delay(12, 0), SimTime::from_us(6));
+  const Report r = sim.report();
+  EXPECT_NEAR(r.ideal_us, 6 * (1001 * 8.0 / 100'000 + 6.0), 1e-9);
+}
+
 // ------------------------------------------------------------------ workloads
+
+// Every step moves every chunk once, the request's bytes in all: the first
+// bytes % n chunks take a byte more (bytes / n dropped the remainder, 1000003
+// over 4 ranks moved 1000000 a step), and rank i sends at step k the chunk
+// its predecessor sent at step k - 1.
+TEST(Workloads, RingAllReduceMovesEveryByteOfTheRequest) {
+  for (const auto& [n, bytes] : {std::pair<uint32_t, uint64_t>{4, 1'000'003},
+                                 {3, 1'000},
+                                 {5, 5},
+                                 {16, 16 * kMiB},
+                                 {7, 13}}) {
+    const auto f = ring_allreduce(n, bytes);
+    ASSERT_EQ(f.size(), 2u * (n - 1) * n);
+    for (uint32_t k = 0; k < 2 * (n - 1); ++k) {
+      uint64_t step = 0, big = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        const FlowSpec& s = f[k * n + i];
+        step += s.bytes;
+        EXPECT_TRUE(s.bytes == bytes / n || s.bytes == bytes / n + 1) << n << " " << bytes;
+        big += s.bytes > bytes / n ? 1 : 0;
+        if (k > 0) {
+          EXPECT_EQ(s.bytes, f[s.after[0]].bytes) << "the chunk it was handed";
+        }
+      }
+      EXPECT_EQ(step, bytes) << n << " ranks, step " << k;
+      EXPECT_EQ(big, bytes % n);
+    }
+  }
+  // A rank with no byte would send an empty message: refused, as it moved
+  // one byte a rank (more than asked).
+  EXPECT_THROW((void)ring_allreduce(4, 3), std::invalid_argument);
+  EXPECT_THROW((void)ring_allreduce({{0, 1, 2}, {3, 4}}, 2), std::invalid_argument);
+  EXPECT_NO_THROW((void)ring_allreduce({{0, 1, 2}, {3, 4}}, 3));
+}
 
 TEST(Workloads, MultiRingAllReduceIndexesEachRingInABlock) {
   const std::vector<std::vector<uint32_t>> rings = {{0, 2, 4}, {1, 3}};
@@ -403,6 +450,14 @@ TEST(ConfigFile, PfcAndItsThresholdsAreSettableAndMoveThePauseTime) {
     // holds the senders' links paused for longer.
     EXPECT_GT(b.pfc_pause_us, a.pfc_pause_us * 1.5) << a.transport;
   }
+}
+
+TEST(ConfigFile, AllReduceOfFewerBytesThanRanksIsRefused) {
+  EXPECT_NE(refusal(replace(kSmall, "bytes = \"64KiB\"", "bytes = 3"))
+                .find("workload (allreduce): ring_allreduce: 3 bytes over 4 ranks, less than one "
+                      "byte a rank"),
+            std::string::npos);
+  EXPECT_EQ(refusal(replace(kSmall, "bytes = \"64KiB\"", "bytes = 4")), "");
 }
 
 TEST(ConfigFile, BadPfcThresholdsAreRefused) {

@@ -544,6 +544,64 @@ TEST(Baselines, IrnCompletesAndRecoversSelectively) {
   EXPECT_GE(r.transport_totals.retransmissions, r.drops);
 }
 
+// IRN's loss-recovery state spans the PSNs in flight, which its window caps
+// at the BDP: a 1e12-byte flow (244 M packets) losing 2 % of its packets
+// holds a few hundred bytes of bitmaps, sender and receiver together, where
+// one byte a packet of the flow, allocated at its start, took 244 MB.
+TEST(Baselines, IrnRecoveryStateIsBoundedByTheWindowNotTheFlow) {
+  SimConfig c = lone_flow(TransportKind::kIrn, 1'000'000'000'000);
+  FaultSpec gray{SimTime{0}, FaultSpec::Kind::kGrayDrop, 15};  // edge 15: host 15's link
+  gray.drop = 0.02;
+  c.faults.push_back(gray);
+  c.time_limit = SimTime::from_us(1000);
+  Simulation sim(std::move(c));
+  const auto& host = dynamic_cast<const RcHost&>(sim.any_host(0));
+  size_t most = 0;
+  const SimTime origin = sim.sched().now();
+  for (int i = 1; i <= 100; ++i) {
+    sim.run(origin + SimTime::from_us(10 * static_cast<uint64_t>(i)));
+    most = std::max(most, host.recovery_state_bytes(0));
+  }
+  const Report r = sim.report();
+  EXPECT_GT(r.transport_totals.retransmissions, 10u)
+      << r.to_text(false);  // SACKs came: the bitmaps were used
+  EXPECT_GT(r.delivered_bytes, 1u << 20);
+  EXPECT_GT(most, 0u);
+  EXPECT_LE(most, 1024u) << r.to_text(false);
+}
+
+TEST(Baselines, PsnWindowKeepsTheMarksAboveItsBaseAsItGrowsAndSlides) {
+  PsnWindow w;
+  EXPECT_FALSE(w.contains(0));
+  EXPECT_EQ(w.bytes(), 0u);
+  w.insert(3);
+  w.insert(70);  // grows to two words; 3 stays
+  EXPECT_TRUE(w.contains(3));
+  EXPECT_TRUE(w.contains(70));
+  EXPECT_FALSE(w.contains(4));
+  EXPECT_FALSE(w.contains(1000));
+  w.advance(5);  // 3 is below the base: counted in
+  EXPECT_EQ(w.base(), 5u);
+  EXPECT_TRUE(w.contains(3));
+  EXPECT_FALSE(w.contains(5));
+  const size_t two = w.bytes();
+  w.insert(130);  // 130 - 5 < 128: the ring wraps instead of growing
+  EXPECT_EQ(w.bytes(), two);
+  EXPECT_TRUE(w.contains(130));
+  EXPECT_TRUE(w.contains(70));
+  w.advance(71);
+  EXPECT_TRUE(w.contains(130));
+  EXPECT_FALSE(w.contains(70 + 128));  // 70's slot, cleared
+  w.insert(71 + 500);                  // far ahead: grows, 130 kept
+  EXPECT_TRUE(w.contains(130));
+  EXPECT_TRUE(w.contains(571));
+  EXPECT_FALSE(w.contains(131));
+  w.advance(10'000);  // past all of it: emptied
+  EXPECT_FALSE(w.contains(10'000 + 571 % 512));
+  w.release();
+  EXPECT_EQ(w.bytes(), 0u);
+}
+
 TEST(Baselines, OnePathPerConnection) {
   // Every data packet of a QP carries the same UDP source port: ECMP pins
   // the connection to one path.
@@ -672,6 +730,28 @@ TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
   EXPECT_EQ(r.drops, 0u);
   EXPECT_GT(r.pfc_pauses, 0u);
   EXPECT_GT(r.pfc_pause_us, 100.0);  // most of the ~420 us transfer
+}
+
+// pfc_pause_us is the time ports spent paused: a pause that ended counts to
+// its RESUME, one still on when a run stops at its time limit counts to the
+// limit. It counted the open one to the last event, which came before (here
+// the flow's last packet before the pause, at 613.9 us: 213.9 read, of 600).
+TEST(Pfc, PauseTimeCountsToTheResumeOrTheEndOfTheRun) {
+  SimConfig c = lone_flow(TransportKind::kRoceV2, 1 << 30);
+  c.rc.dcqcn = false;  // no DCQCN timers going on while the NIC is paused
+  c.time_limit = SimTime::from_us(1000);
+  Simulation sim(std::move(c));
+  const SimTime origin = sim.sched().now();  // after the warm-up: the workload's time 0
+  Port& nic = sim.net().host_port(0);
+  nic.pfc_signal(true, origin + SimTime::from_us(100));
+  nic.pfc_signal(false, origin + SimTime::from_us(300));
+  nic.pfc_signal(true, origin + SimTime::from_us(600));  // never resumed
+  sim.run();
+  const Report r = sim.report();
+  EXPECT_EQ(r.flows_completed, 0u);
+  EXPECT_EQ(r.pfc_pauses, 2u) << r.to_text(false);  // no switch port paused
+  EXPECT_LT(r.sim_time_us - r.warmup_us, 1000.0);   // the last event came before the limit
+  EXPECT_DOUBLE_EQ(r.pfc_pause_us, 200.0 + 400.0);
 }
 
 // queue_wait_data_us on a PFC port: a packet that waited in the FIFO

@@ -81,7 +81,8 @@ int run(int argc, char** argv) {
                  "capture the packets crossing LINK into a pcap file: E (edge index, as faults "
                  "use), host:H[-up|-down], sw:S:P[-out|-in]");
   app.add_option("--pcap-file", out.pcap_path,
-                 "pcap file for --pcap (default PRESET-TRANSPORT.pcap)");
+                 "pcap file for --pcap (default PRESET-TRANSPORT.pcap in the current folder, a "
+                 "config file's name with '/' and other unsafe characters as '_')");
   app.add_option("--csv", out.csv_dir,
                  "write throughput.csv, queues.csv, paths.csv, fcts.csv and report.json into DIR");
   app.add_option("--sample-us", sample_us, "CSV sample interval in simulated us (default 5)");
@@ -206,7 +207,7 @@ int run(int argc, char** argv) {
       return bad_option(std::string(option) + " qualifies " + needed + ", which is not given");
   out.sample_interval = SimTime{static_cast<uint64_t>(sample_us * 1e6)};
   if (!out.pcap_link.empty() && out.pcap_path.empty())
-    out.pcap_path = cfg.name + "-" + transport + ".pcap";  // the preset's or config file's name
+    out.pcap_path = default_pcap_path(cfg.name, transport);
   cfg.output = out;
   cfg.progress = !quiet && (progress || isatty(STDERR_FILENO) != 0);
   std::unique_ptr<Simulation> sim;

@@ -354,7 +354,7 @@ struct NetworkStats {
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
   uint64_t pfc_pauses = 0;
-  SimTime pfc_paused{0};  // summed over ports, open intervals up to now
+  SimTime pfc_paused{0};  // summed over ports, open intervals up to stats()' `end`
 };
 
 class Network {
@@ -391,7 +391,9 @@ class Network {
   void set_link_rate(uint32_t e, uint64_t rate_mbps, SimTime now);
   void set_link_drop(uint32_t e, double fraction);
 
-  [[nodiscard]] NetworkStats stats() const;
+  // Counters summed over every port; a pause still on counts up to `end`
+  // (not before the last event: a run cut by its time limit ends there).
+  [[nodiscard]] NetworkStats stats(SimTime end) const;
   // Propagation delay from host src to host dst along the first port of each
   // ECMP group (every shortest path has as many hops; with equal link delays,
   // the same delay). SimTime::never() if dst is unreachable.

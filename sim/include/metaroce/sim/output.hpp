@@ -43,6 +43,13 @@ bool parse_link(const TopoGraph& g, const std::string& text, LinkRef& out, std::
 // One line per edge: index, both ends (with the switch tier), rate, delay.
 [[nodiscard]] std::string list_links(const TopoGraph& g);
 
+// The pcap file --pcap writes when no --pcap-file is given: NAME-TRANSPORT.pcap
+// in the current folder, NAME the preset's or config file's name with every
+// character but letters, digits, '.', '_' and '-' made '_' and a leading '.'
+// too. A config file's name is free text: "rack/a" put the capture in a
+// folder "rack" (created for it), "/x/y" in /x, "../y" in the parent folder.
+[[nodiscard]] std::string default_pcap_path(const std::string& name, const std::string& transport);
+
 struct OutputOptions {
   std::string pcap_link;   // capture this link (parse_link) ...
   std::string pcap_path;   // ... into this file

@@ -34,6 +34,7 @@
 // overhead. A flow is one WRITE message on its own QP.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -71,11 +72,45 @@ struct RcParams {
 
 class RcHost;
 
+// A set of PSNs at or above a moving base, as a ring of bits: IRN's
+// bitmaps (the sender's SACKed PSNs, the receiver's out-of-order ones) span
+// only the PSNs in flight, from the cumulative ACK up, which the window caps
+// at the BDP, so a flow's state stays that size whatever its length (one
+// byte per packet of the flow, allocated at its start, took 244 MB for a
+// 1e12-byte flow).
+class PsnWindow {
+ public:
+  // Whether psn is in the set; every PSN below base() counts as in it.
+  [[nodiscard]] bool contains(uint32_t psn) const {
+    if (psn < base_) return true;
+    if (psn - base_ >= bits()) return false;
+    return ((words_[word(psn)] >> (psn & 63)) & 1) != 0;
+  }
+  // Adds psn (>= base()), growing the ring to reach it.
+  void insert(uint32_t psn);
+  // Drops every PSN below `base` (ignored when not above the current one).
+  void advance(uint32_t base);
+  // Frees the ring (the flow is over).
+  void release() {
+    words_.clear();
+    words_.shrink_to_fit();
+  }
+  [[nodiscard]] uint32_t base() const { return base_; }
+  // Bytes the ring holds.
+  [[nodiscard]] size_t bytes() const { return words_.capacity() * sizeof(uint64_t); }
+
+ private:
+  [[nodiscard]] uint64_t bits() const { return uint64_t{words_.size()} * 64; }
+  [[nodiscard]] size_t word(uint32_t psn) const { return (psn >> 6) & (words_.size() - 1); }
+  std::vector<uint64_t> words_;  // a power of two of them; bit psn mod bits()
+  uint32_t base_ = 0;
+};
+
 struct RcRx {             // receiver state of one QP (one flow)
   uint32_t expected = 0;  // next in-order PSN (cumulative ACK)
   bool nak_sent = false;  // go-back-N: NAK outstanding for this gap
   SimTime last_cnp = SimTime::never();
-  std::vector<uint8_t> got;  // IRN: out-of-order packets held (by PSN)
+  PsnWindow got;  // IRN: packets held from `expected` up (base() == expected)
 };
 
 struct RcTotals {
@@ -126,6 +161,9 @@ class RcHost final : public SimHost {
   [[nodiscard]] bool qp_state(uint32_t flow, RcQpState& out) const;
   // The UDP source port of flow f's QP (fixed: one ECMP path).
   static uint16_t entropy_of(uint32_t flow);
+  // Bytes of IRN loss-recovery state flow f holds: the SACK bitmap of its
+  // QP here (its sender) and its receiver's bitmap; 0 if the QP is not here.
+  [[nodiscard]] size_t recovery_state_bytes(uint32_t flow) const;
 
  private:
   struct Qp {
@@ -133,8 +171,8 @@ class RcHost final : public SimHost {
     uint64_t bytes = 0;
     uint16_t entropy = 0;
     uint32_t una = 0, nxt = 0, max_sent = 0;
-    // IRN
-    std::vector<uint8_t> sacked;
+    // IRN: PSNs SACKed from una up (base() == una)
+    PsnWindow sacked;
     uint32_t high_sack = 0, recover = 0, cursor = 0;
     bool recovery = false;
     SimTime rto_at = SimTime::never();

@@ -164,11 +164,17 @@ struct Report {
   // the digest (it follows from the counts the digest already has).
   double link_util_mean = 0, link_util_max = 0;
   uint64_t links_used = 0;
-  // Mean time a packet waited in a port's queue, by the kind of port (the
-  // fat-tree's names; a leaf is a ToR, a spine an agg): where the RTT goes.
+  // Mean time a packet waited in a port's queue, by the kind of port: where
+  // the RTT goes. Named as the fabric's tiers are: a fat-tree's ToR, agg and
+  // core, or a two-tier fabric's (leaf-spine, rail-optimized) leaf and spine,
+  // which has no agg_up or core_down ports (nullptr: a kind left out of the
+  // output; a leaf-spine's read tor_up / agg_down, and agg_up / core_down 0).
   static constexpr size_t kPortKinds = 6;
-  static constexpr const char* kPortKindNames[kPortKinds] = {"nic",       "tor_up",   "agg_up",
-                                                             "core_down", "agg_down", "tor_down"};
+  static constexpr const char* kFatTreePortKinds[kPortKinds] = {
+      "nic", "tor_up", "agg_up", "core_down", "agg_down", "tor_down"};
+  static constexpr const char* kTwoTierPortKinds[kPortKinds] = {"nic",   "leaf_up",    nullptr,
+                                                                nullptr, "spine_down", "leaf_down"};
+  const char* const* port_kind_names = kFatTreePortKinds;
   double data_wait_us[kPortKinds] = {};
   double ctrl_wait_us[kPortKinds] = {};
   std::vector<PathSlotTotals> per_path;  // MetaRoCE only, by path slot

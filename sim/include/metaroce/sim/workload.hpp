@@ -37,10 +37,12 @@ std::vector<FlowSpec> incast(uint32_t hosts, uint32_t receiver, uint32_t senders
 std::vector<FlowSpec> all_to_all(uint32_t hosts, uint64_t bytes);
 // Ring all-reduce of `bytes` per host over hosts 0..n-1 in ring order:
 // 2(n-1) steps (reduce-scatter, then all-gather); in each, host i sends
-// bytes/n to host i+1, once the previous step's chunk from host i-1 has
-// arrived and its own previous chunk has arrived at i+1 (NCCL's ring moves on
-// when data lands, not when the sender hears it was acknowledged). Flow
-// index: step * n + i.
+// chunk i - step (mod n) to host i+1, once the previous step's chunk from
+// host i-1 has arrived and its own previous chunk has arrived at i+1 (NCCL's
+// ring moves on when data lands, not when the sender hears it was
+// acknowledged). Chunk c is bytes/n bytes, one more for c < bytes % n, so
+// each step moves `bytes` in all; fewer bytes than hosts throws
+// std::invalid_argument. Flow index: step * n + i.
 std::vector<FlowSpec> ring_allreduce(uint32_t hosts, uint64_t bytes);
 // The same on each ring of `rings` at once (ring = host ids in rank order,
 // at least two, no host twice in one ring). Flows of ring r come in one block,
