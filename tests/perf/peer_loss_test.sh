@@ -67,9 +67,10 @@ start_server() {
   failures=$((failures + 1))
   return 1
 }
-# await_progress FILE: until the client's first progress line (its test runs).
+# await_progress FILE: until the client's first progress line (its test runs;
+# 10 s at most, for a loaded host).
 await_progress() {
-  for _ in $(seq 200); do
+  for _ in $(seq 400); do
     grep -q '^\[' "$1" 2>/dev/null && return 0
     sleep 0.025
   done
@@ -202,13 +203,16 @@ fi
 
 # The server stopped for 1 s (below the peer timeout): nothing lost, every
 # byte verified, the server's count equal to the client's.
-for op in write read send; do
-  start_server "stop1-$op-server" 127.0.0.1 0 || continue
-  "$perf" client "127.0.0.1:$port" --op "$op" --qd 16 --duration 1.5 --verify --interval 0.1 \
-    --json >"$out/stop1-$op.json" 2>"$out/stop1-$op.err" &
+for run in "127.0.0.1 write" "127.0.0.1 read" "127.0.0.1 send" "::1 write --bidir"; do
+  read -r host op extra <<<"$run"
+  [ "$host" = ::1 ] && [ "$have_v6" -eq 0 ] && continue
+  name=stop1-$op${extra:+-bidir}-$host
+  start_server "$name-server" "$host" 0 || continue
+  "$perf" client "$(hostport "$host" "$port")" --op "$op" --qd 16 --duration 1.5 --verify \
+    --interval 0.1 ${extra:+"$extra"} --json >"$out/$name.json" 2>"$out/$name.err" &
   client=$!
   pids+=("$client")
-  await_progress "$out/stop1-$op.err"
+  await_progress "$out/$name.err"
   kill -STOP "$server"
   sleep 1
   kill -CONT "$server"
@@ -216,9 +220,9 @@ for op in write read send; do
   rc=$?
   want='j["server_messages_received"] == j["messages"]'
   [ "$op" = read ] && want='j["server_messages_received"] == 0'  # a server counts no READs
-  check "server stopped 1 s during a $op: exit $rc, $(grep -o '"messages":[0-9]*\|"verify_errors":[0-9a-z]*\|"server_messages_received":[0-9]*\|"error":"[^"]*"' "$out/stop1-$op.json" | tr '\n' ' ')" \
+  check "server stopped 1 s during a $host $op $extra: exit $rc, $(grep -o '"messages":[0-9]*\|"verify_errors":[0-9a-z]*\|"server_messages_received":[0-9]*\|"error":"[^"]*"' "$out/$name.json" | tr '\n' ' ')" \
     "$([ "$rc" -eq 0 ] &&
-      [ "$(json "$out/stop1-$op.json" "j['verify_errors'] == 0 and j['messages'] > 0 and 'error' not in j and $want")" = True ]; echo $?)"
+      [ "$(json "$out/$name.json" "j['verify_errors'] == 0 and j['messages'] > 0 and 'error' not in j and $want")" = True ]; echo $?)"
   kill -KILL "$server"
 done
 
