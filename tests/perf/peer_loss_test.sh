@@ -108,13 +108,19 @@ killed_server() {
   # The server checks a write's and a send's data (--verify); its count
   # never came: null, not 0. A read's data the client checks itself, and
   # with --bidir the server checks the reverse load's: null then too.
-  local want_verify=None
+  local want_verify=None reverse=True
   case "$op $*" in read*) want_verify=0 ;; esac
-  case "$*" in *--bidir*) want_verify=None ;; esac
+  # With --bidir the reverse load as far as the client saw it (the object
+  # was left out without the server's Result).
+  case "$*" in *--bidir*)
+    want_verify=None
+    reverse='j["reverse"]["partial"] and j["reverse"]["connection_bytes"] > 0 and j["reverse"]["messages_received"] > 0'
+    ;;
+  esac
   check "$host $op $*: server killed, client exit $rc ${ms} ms after the kill: $(grep -v '^\[' "$out/$name.err")" \
     "$([ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] &&
       grep -q "failed; the peer's host answered with ICMP port unreachable (Connection refused): no socket listened at its port (peer $(hostport_re "$host" "$port"), conn 0x[0-9a-f]*): kPeerUnreachable: peer unreachable" "$out/$name.err" &&
-      [ "$(json "$out/$name.json" '"kPeerUnreachable" in j["error"] and j["messages"] > 0 and j["bytes"] == j["messages"] * 65536 and j["errors"] > 0 and "server_messages_received" not in j and str(j["verify_errors"])')" = "$want_verify" ]; echo $?)"
+      [ "$(json "$out/$name.json" '"kPeerUnreachable" in j["error"] and j["messages"] > 0 and j["bytes"] == j["messages"] * 65536 and j["errors"] > 0 and "server_messages_received" not in j and '"$reverse"' and str(j["verify_errors"])')" = "$want_verify" ]; echo $?)"
 }
 
 have_v6=0

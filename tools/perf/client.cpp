@@ -351,8 +351,9 @@ int run_client(const ClientArgs& a, const Common& common) {
   // The reverse load's messages this end saw arrive (a send's SENDs, a
   // write's WRITE_IMMs with --verify; plain WRITEs and a read's READs leave
   // no completion here) against those the server completed.
-  const bool reverse_counted =
-      a.tp.bidir && have_result && (a.tp.op == Op::kSend || (a.tp.op == Op::kWrite && a.tp.verify));
+  const bool reverse_seen =
+      a.tp.bidir && (a.tp.op == Op::kSend || (a.tp.op == Op::kWrite && a.tp.verify));
+  const bool reverse_counted = reverse_seen && have_result;
   const bool reverse_mismatch = reverse_counted && sink.next_seq != result.rev_messages;
   if (reverse_mismatch)
     std::fprintf(stderr,
@@ -438,6 +439,11 @@ int run_client(const ClientArgs& a, const Common& common) {
           j["reverse"]["paths_of"] = read ? "client" : "server";
         }
       }
+    } else if (a.tp.bidir) {
+      // The reverse load as far as this end saw it; the server's figures
+      // never came (the object used to be left out, as if none had run).
+      j["reverse"] = {{"partial", true}, {"connection_bytes", reverse_bytes(cst)}};
+      if (reverse_seen) j["reverse"]["messages_received"] = sink.next_seq;
     }
     nlohmann::json ps = nlohmann::json::array(), cps = nlohmann::json::array();
     for (const PathReport& p : server_paths_shown ? server_paths : client_paths)
@@ -521,6 +527,16 @@ int run_client(const ClientArgs& a, const Common& common) {
                   result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0,
                   data_from_server ? "READs, data client -> server" : "load, server -> client",
                   rev_retx, data_from_server ? "client" : "server");
+    else if (a.tp.bidir && reverse_seen)
+      std::printf(
+          "  reverse goodput             n/a  (the server did not report; this end received "
+          "%" PRIu64 " of its messages)\n",
+          sink.next_seq);
+    else if (a.tp.bidir)
+      std::printf(
+          "  reverse goodput             n/a  (the server did not report; this end's "
+          "connection %s %" PRIu64 " bytes of it)\n",
+          read ? "sent" : "received", reverse_bytes(cst));
     print_io(io);
     const bool reverse_shown = reverse_paths_known && have_result;
     if (server_paths_shown) {
