@@ -500,25 +500,35 @@ Common small_common() {
 }
 
 // The server's messages about a connection name its state and what ended
-// it: for a failed one the status the driver kept (it said "state 3").
+// it: for a failed one the status the driver kept (it said "state 3"), and
+// for a peer whose sockets are gone (killed) that its host refused (ICMP
+// port unreachable), which a peer that is only silent does not draw. One
+// path and a peer timeout of 500 ms: the resends meet the refusals.
 TEST(PerfSession, ConnectionStateTextSaysWhatEndedIt) {
-  Common common = small_common();
-  common.peer_timeout_ms = kMinPeerTimeoutMs;
-  PerfPair p = perf_pair(common);
-  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
-  EXPECT_EQ(conn_state_text(*p.server, p.sconn), "established");
-  p.client->close(false);  // gone without a DISCONNECT
-  CtrlOut out;
-  Ctrl m;
-  m.type = MsgType::kResult;
-  ASSERT_FALSE(send_ctrl(*p.server, p.sconn, m, out, 1));  // never acknowledged
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (p.server->state(p.sconn) == udp::ConnState::kEstablished && Clock::now() < deadline)
-    p.server->wait(std::chrono::milliseconds(1));
-  ASSERT_EQ(p.server->state(p.sconn), udp::ConnState::kError);
-  EXPECT_EQ(conn_state_text(*p.server, p.sconn),
-            "failed: ended with kPeerUnreachable (" +
-                std::string(status_text(Status::kPeerUnreachable)) + ")");
+  for (const bool gone : {true, false}) {
+    SCOPED_TRACE(gone ? "sockets closed" : "silent");
+    Common common = small_common();
+    common.paths = 1;
+    common.peer_timeout_ms = 500;
+    PerfPair p = perf_pair(common);
+    ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+    EXPECT_EQ(conn_state_text(*p.server, p.sconn), "established");
+    if (gone) p.client->close(false);  // gone without a DISCONNECT; else never progressed
+    CtrlOut out;
+    Ctrl m;
+    m.type = MsgType::kResult;
+    ASSERT_FALSE(send_ctrl(*p.server, p.sconn, m, out, 1));  // never acknowledged
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (p.server->state(p.sconn) == udp::ConnState::kEstablished && Clock::now() < deadline)
+      p.server->wait(std::chrono::milliseconds(1));
+    ASSERT_EQ(p.server->state(p.sconn), udp::ConnState::kError);
+    EXPECT_EQ(conn_state_text(*p.server, p.sconn),
+              "failed: ended with kPeerUnreachable (" +
+                  std::string(status_text(Status::kPeerUnreachable)) + ")" +
+                  (gone ? "; the peer's host answered with ICMP port unreachable (Connection "
+                          "refused): no socket listened at its port"
+                        : ""));
+  }
 }
 
 // --iters N: the generator posts exactly N messages, however deep the

@@ -193,10 +193,20 @@ std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen
     case udp::ConnState::kError: name = "failed"; break;
     case udp::ConnState::kUnknown: name = "unknown (gone)"; break;
   }
-  if (const udp::Error e = ep.conn_error(conn)) seen = e.status;
+  // What the driver says besides the status (a send that failed, the peer's
+  // host refusing: its process gone) sits between "connection failed; " and
+  // the " (peer " that names the peer.
+  std::string besides;
+  if (const udp::Error e = ep.conn_error(conn)) {
+    seen = e.status;
+    constexpr std::string_view kHead = "connection failed; ";
+    const size_t end = e.message.find(" (peer ");
+    if (e.message.starts_with(kHead) && end != std::string::npos)
+      besides = "; " + e.message.substr(kHead.size(), end - kHead.size());
+  }
   if (seen == Status::kOk) return name;
   return std::string(name) + ": ended with " + std::string(status_name(seen)) + " (" +
-         std::string(status_text(seen)) + ")";
+         std::string(status_text(seen)) + ")" + besides;
 }
 
 double pct(std::vector<uint64_t>& v, double q) {

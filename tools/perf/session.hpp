@@ -134,7 +134,9 @@ std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn);
 // A connection's state as a message says it ("established", "closed"...),
 // with what ended it: for a failed one the status the driver kept
 // (conn_error), else `seen` (a failed completion's, say) unless kOk:
-// "failed: ended with kPeerUnreachable (peer unreachable: ...)".
+// "failed: ended with kPeerUnreachable (peer unreachable: ...)", and what the
+// driver adds, such as "; the peer's host answered with ICMP port
+// unreachable ...: no socket listened at its port" for a peer killed.
 std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen = Status::kOk);
 
 // The q-quantile of v in microseconds (v holds nanoseconds; reordered): the
