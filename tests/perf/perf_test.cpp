@@ -500,25 +500,35 @@ Common small_common() {
 }
 
 // The server's messages about a connection name its state and what ended
-// it: for a failed one the status the driver kept (it said "state 3").
+// it: for a failed one the status the driver kept (it said "state 3"), and
+// for a peer whose sockets are gone (killed) that its host refused (ICMP
+// port unreachable), which a peer that is only silent does not draw. One
+// path and a peer timeout of 500 ms: the resends meet the refusals.
 TEST(PerfSession, ConnectionStateTextSaysWhatEndedIt) {
-  Common common = small_common();
-  common.peer_timeout_ms = kMinPeerTimeoutMs;
-  PerfPair p = perf_pair(common);
-  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
-  EXPECT_EQ(conn_state_text(*p.server, p.sconn), "established");
-  p.client->close(false);  // gone without a DISCONNECT
-  CtrlOut out;
-  Ctrl m;
-  m.type = MsgType::kResult;
-  ASSERT_FALSE(send_ctrl(*p.server, p.sconn, m, out, 1));  // never acknowledged
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (p.server->state(p.sconn) == udp::ConnState::kEstablished && Clock::now() < deadline)
-    p.server->wait(std::chrono::milliseconds(1));
-  ASSERT_EQ(p.server->state(p.sconn), udp::ConnState::kError);
-  EXPECT_EQ(conn_state_text(*p.server, p.sconn),
-            "failed: ended with kPeerUnreachable (" +
-                std::string(status_text(Status::kPeerUnreachable)) + ")");
+  for (const bool gone : {true, false}) {
+    SCOPED_TRACE(gone ? "sockets closed" : "silent");
+    Common common = small_common();
+    common.paths = 1;
+    common.peer_timeout_ms = 500;
+    PerfPair p = perf_pair(common);
+    ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+    EXPECT_EQ(conn_state_text(*p.server, p.sconn), "established");
+    if (gone) p.client->close(false);  // gone without a DISCONNECT; else never progressed
+    CtrlOut out;
+    Ctrl m;
+    m.type = MsgType::kResult;
+    ASSERT_FALSE(send_ctrl(*p.server, p.sconn, m, out, 1));  // never acknowledged
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (p.server->state(p.sconn) == udp::ConnState::kEstablished && Clock::now() < deadline)
+      p.server->wait(std::chrono::milliseconds(1));
+    ASSERT_EQ(p.server->state(p.sconn), udp::ConnState::kError);
+    EXPECT_EQ(conn_state_text(*p.server, p.sconn),
+              "failed: ended with kPeerUnreachable (" +
+                  std::string(status_text(Status::kPeerUnreachable)) + ")" +
+                  (gone ? "; the peer's host answered with ICMP port unreachable (Connection "
+                          "refused): no socket listened at its port"
+                        : ""));
+  }
 }
 
 // --iters N: the generator posts exactly N messages, however deep the
@@ -913,6 +923,72 @@ TEST(PerfClient, JsonSaysWhyThereIsNoResult) {
   const size_t at = json.find("\"data_packets_sent\":");
   ASSERT_NE(at, std::string::npos) << json;
   EXPECT_GE(std::stoull(json.substr(at + 20)), 9u) << json;
+}
+
+// A server that acknowledged the client's Done and then vanished, without a
+// DISCONNECT (killed while it drains a --bidir load, say), leaves the client
+// nothing outstanding, so the engine's peer timeout never fires: the client
+// gives the Result up after the peer timeout of silence, and says so (it
+// waited 10 s, then said "no result from the server" without why).
+TEST(PerfClient, AServerSilentAfterTheDoneFailsAfterThePeerTimeout) {
+  using namespace std::chrono_literals;
+  Common common = small_common();
+  common.peer_timeout_ms = 500;
+  udp::Error err;
+  auto ep = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
+  ASSERT_TRUE(ep) << err.message;
+  ClientArgs a;
+  a.addr = ep->local_address();
+  a.tp.op = Op::kWrite;
+  a.tp.size = 4096;
+  a.tp.qd = 4;
+  a.iters = 8;
+  a.json = true;
+  g_stop = 0;
+  int rc = -1;
+  Clock::time_point client_end;
+  testing::internal::CaptureStdout();
+  std::thread client([&] {
+    rc = run_client(a, common);
+    client_end = Clock::now();
+  });
+  ConnId conn;
+  err = ep->accept(5000ms, conn);
+  EXPECT_FALSE(err) << err.message;
+  Sink sink;
+  Ctrl hello, done;
+  CtrlOut out;
+  if (!err &&
+      sink.setup(*ep, conn, a.tp,
+                 plan_buffers(Side::kServer, a.tp.op, a.tp.size, a.tp.qd, false).ring) &&
+      sink.expose(a.tp.size, a.tp.qd, false) && wait_ctrl(*ep, sink, nullptr, hello, 5000ms)) {
+    Ctrl ack;
+    ack.type = MsgType::kHelloAck;
+    ack.addr = sink.mem_mr.addr;
+    ack.rkey = sink.mem_mr.rkey;
+    ack.len = sink.mem_mr.length;
+    EXPECT_FALSE(send_ctrl(*ep, conn, ack, out, 1));
+    EXPECT_TRUE(wait_ctrl(*ep, sink, nullptr, done, 5000ms));
+    EXPECT_EQ(done.type, MsgType::kDone);
+    // The Done's acknowledgement leaves within these rounds.
+    for (int i = 0; i < 20; ++i) ep->wait(1ms);
+  } else {
+    ADD_FAILURE() << "no Hello from the client";
+  }
+  const auto silent_from = Clock::now();  // no progress() from here: the server is gone
+  client.join();
+  const std::string json = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, kExitTestFailed);
+  EXPECT_LT(client_end - silent_from, 3s);  // 0.5 s, the peer timeout; it was 10 s
+  EXPECT_NE(json.find("\"error\":\"no result from the server (peer " + a.addr + ", conn 0x"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("nothing heard from the peer for 500 ms, the peer timeout: peer "
+                      "unreachable"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"messages\":8,"), std::string::npos) << json;
+  ep->close(false);
 }
 
 }  // namespace

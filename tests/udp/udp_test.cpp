@@ -1519,6 +1519,29 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
   EXPECT_FALSE(id.valid());
 }
 
+// Requests that meet a closed port draw ICMP port unreachable: from the
+// second request a socket sends, the connect's error says so besides the
+// timeout (one path here; the default 8 send each of 8 requests from a
+// socket of its own, and none sees the answer to an earlier one).
+TEST(Udp, ConnectToAClosedPortSaysNothingListens) {
+  Options o = test_options();
+  o.engine.num_paths = 1;
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(client);
+  const std::string addr = "127.0.0.1:" + std::to_string(random_port());
+  ConnId id;
+  const Error e = client->connect(addr, 2000ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout);
+  EXPECT_NE(e.message.find("connect to " + addr + ": no answer to 8 requests 10 ms apart"),
+            std::string::npos)
+      << e.message;
+  EXPECT_NE(e.message.find("; the peer's host answered with ICMP port unreachable (Connection "
+                           "refused): no socket listened at its port (peer " +
+                           addr),
+            std::string::npos)
+      << e.message;
+}
+
 // Port 0 names no socket: every request would fail with EINVAL, and the
 // connect used to report only that nobody answered.
 TEST(Udp, ConnectToPortZeroIsRefused) {
@@ -1811,6 +1834,43 @@ TEST(Udp, PeerDisappears) {
   EXPECT_EQ(c.wr_id, 2u);
   EXPECT_NE(c.status, Status::kOk);
   EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kError);
+}
+
+// A peer whose sockets are gone (its process killed) draws ICMP port
+// unreachable from its host, which a connected send socket reports as
+// ECONNREFUSED on its next send: the connection still fails only after the
+// peer timeout, and its errors then say that nothing listened at the peer's
+// port (they read as those of a peer that is only silent). A peer that is
+// only silent (stopped: its sockets open) draws no such clause.
+TEST(Udp, APeerWhosePortClosedIsNamedInTheError) {
+  for (const bool gone : {true, false}) {
+    SCOPED_TRACE(gone ? "sockets closed" : "silent");
+    Options co = test_options();
+    co.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
+    co.engine.num_paths = 1;  // every packet from one socket: it meets the ICMP errors
+    Pair p = connect_pair("127.0.0.1", test_options(), co);
+    ASSERT_TRUE(p.cconn.valid());
+    std::vector<uint8_t> src(4096);
+    MemoryRegion smr;
+    ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+    if (gone) p.server->close(false);  // no DISCONNECT, sockets gone; else: never progressed
+    ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), 100, smr.lkey, 0x1000, 1));
+    const auto t0 = std::chrono::steady_clock::now();
+    Completion c;
+    ASSERT_TRUE(p.client->wait_completion(c, 3s));
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 400ms);  // the peer timeout, not the ICMP
+    EXPECT_EQ(c.status, Status::kPeerUnreachable);
+    const std::string clause =
+        "the peer's host answered with ICMP port unreachable (Connection refused): no socket "
+        "listened at its port";
+    for (const Error& e : {p.client->completion_error(c), p.client->conn_error(p.cconn)}) {
+      EXPECT_EQ(e.message.find(clause) != std::string::npos, gone) << e.message;
+      EXPECT_NE(e.message.find("(peer " + p.server->local_address()), std::string::npos)
+          << e.message;
+      EXPECT_NE(e.message.find("kPeerUnreachable"), std::string::npos) << e.message;
+    }
+    EXPECT_EQ(p.client->io_stats().tx_errors, 0u);  // every send went
+  }
 }
 
 // Connection on first use: a WRITE posted right after connect_start, before

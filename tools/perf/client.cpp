@@ -156,10 +156,12 @@ int run_client(const ClientArgs& a, const Common& common) {
       5000ms +
       std::chrono::milliseconds((server.ring.bytes() + server.exposed + server.generator) >> 18);
   Ctrl ack;
-  if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait, kClientGivesUpAt) ||
+  // No silence limit: a server allocating GiB answers nothing meanwhile (the
+  // Hello's own acknowledgement came first), and the wait allows for that.
+  if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait, kClientGivesUpAt, 0ms, &why) ||
       ack.type != MsgType::kHelloAck) {
-    return not_started(a,
-                       "no answer from server " + a.addr + " (" + peer_and_conn(*ep, conn) + ")");
+    return not_started(a, "no answer from server " + a.addr + " (" + peer_and_conn(*ep, conn) +
+                              "): " + (why.empty() ? "not a HelloAck" : why));
   }
   if (ack.refusal != 0) {
     return not_started(a, "server " + a.addr + " refused the test: " +
@@ -281,12 +283,19 @@ int run_client(const ClientArgs& a, const Common& common) {
     done.messages = gen.completed;
     done.bytes = gen.bytes;
     (void)send_ctrl(*ep, conn, done, done_out, 2);
-    // A first signal only stopped the posting: the Result still counts.
-    have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms, kClientGivesUpAt) &&
+    // A first signal only stopped the posting: the Result still counts. A
+    // server that acknowledged the Done and then vanished (killed while it
+    // drains a --bidir load, say) leaves nothing outstanding here: silence
+    // for the peer timeout ends the wait, which used to last its 10 s.
+    why.clear();
+    have_result = wait_ctrl(*ep, sink, &gen, result, 10000ms, kClientGivesUpAt,
+                            std::chrono::milliseconds(common.peer_timeout_ms), &why) &&
                   result.type == MsgType::kResult;
     if (!have_result) {
-      error = "no result from the server (" + peer_and_conn(*ep, conn) + ")" +
-              (g_stop >= kClientGivesUpAt ? ": gave up at the second signal" : "");
+      error = "no result from the server (" + peer_and_conn(*ep, conn) + "): " +
+              (g_stop >= kClientGivesUpAt ? std::string("gave up at the second signal")
+               : why.empty()              ? std::string("not a Result")
+                                          : why);
       std::fprintf(stderr, "metaroce-perf client: %s\n", error.c_str());
     }
   }
@@ -342,14 +351,21 @@ int run_client(const ClientArgs& a, const Common& common) {
   // The reverse load's messages this end saw arrive (a send's SENDs, a
   // write's WRITE_IMMs with --verify; plain WRITEs and a read's READs leave
   // no completion here) against those the server completed.
-  const bool reverse_counted =
-      a.tp.bidir && have_result && (a.tp.op == Op::kSend || (a.tp.op == Op::kWrite && a.tp.verify));
+  const bool reverse_seen =
+      a.tp.bidir && (a.tp.op == Op::kSend || (a.tp.op == Op::kWrite && a.tp.verify));
+  const bool reverse_counted = reverse_seen && have_result;
   const bool reverse_mismatch = reverse_counted && sink.next_seq != result.rev_messages;
   if (reverse_mismatch)
     std::fprintf(stderr,
                  "metaroce-perf client: the server completed %" PRIu64
                  " reverse messages, this end received %" PRIu64 "\n",
                  result.rev_messages, sink.next_seq);
+  // Without the server's Result its checks are missing: those of a write's
+  // or send's data, and with --bidir of the reverse load's. The count is
+  // then unknown (null, "n/a"), not 0: a run whose server was lost used to
+  // report "verify errors 0" for data no one had checked. A read's data
+  // this end checks itself.
+  const bool verify_known = !a.tp.verify || have_result || (read && !a.tp.bidir);
   const uint64_t verify_errors =
       gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
       (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1
@@ -366,6 +382,10 @@ int run_client(const ClientArgs& a, const Common& common) {
   const double p50 = pct(lat, 0.5), p99 = pct(lat, 0.99), p999 = pct(lat, 0.999);
   const double gbps = dbl(gen.bytes) * 8 / secs / 1e9;
   const double rate = dbl(gen.completed - gen.errors) / secs;
+  // A failed run's figures cover its seconds, the peer timeout it waited out
+  // included: when its last message completed says how long data moved.
+  const double last_ok_secs =
+      gen.last_ok > t0 ? std::chrono::duration<double>(gen.last_ok - t0).count() : 0.0;
 
   if (a.json) {
     nlohmann::json j;
@@ -392,10 +412,16 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["path_explorations"] = cst.path_explorations;
     j["ce_received"] = cst.ce_received;
     j["verify"] = a.tp.verify;
-    j["verify_errors"] = verify_errors;
+    if (verify_known)
+      j["verify_errors"] = verify_errors;
+    else
+      j["verify_errors"] = nullptr;  // the server's checks never came
     j["errors"] = gen.errors;
     if (stopped_by_signal) j["stopped_by_signal"] = true;
-    if (!error.empty()) j["error"] = error;
+    if (!error.empty()) {
+      j["error"] = error;
+      j["last_completion_seconds"] = last_ok_secs;
+    }
     if (have_result) {
       j["server_messages_received"] = result.messages;
       if (a.tp.bidir) {
@@ -413,6 +439,11 @@ int run_client(const ClientArgs& a, const Common& common) {
           j["reverse"]["paths_of"] = read ? "client" : "server";
         }
       }
+    } else if (a.tp.bidir) {
+      // The reverse load as far as this end saw it; the server's figures
+      // never came (the object used to be left out, as if none had run).
+      j["reverse"] = {{"partial", true}, {"connection_bytes", reverse_bytes(cst)}};
+      if (reverse_seen) j["reverse"]["messages_received"] = sink.next_seq;
     }
     nlohmann::json ps = nlohmann::json::array(), cps = nlohmann::json::array();
     for (const PathReport& p : server_paths_shown ? server_paths : client_paths)
@@ -459,6 +490,14 @@ int run_client(const ClientArgs& a, const Common& common) {
                 op_name(a.tp.op), a.addr.c_str(), a.tp.size, a.tp.qd,
                 static_cast<unsigned>(client_paths.size()), server_count.c_str(), secs,
                 stopped_by_signal ? " (stopped by a signal)" : "", a.tp.verify ? ", verified" : "");
+    // A failed run says so in its report too (the reason went to stderr
+    // only, above a table that read like a whole run's).
+    if (!error.empty()) {
+      std::printf("  FAILED: %s\n", error.c_str());
+      std::printf("  last completion at   %10.2f s  (the figures below cover all %.2f s)\n",
+                  last_ok_secs, secs);
+      if (gen.errors != 0) std::printf("  messages failed      %10" PRIu64 "\n", gen.errors);
+    }
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
     std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
@@ -475,13 +514,29 @@ int run_client(const ClientArgs& a, const Common& common) {
           "  retransmitted pkts          n/a  (the server did not report; the client's "
           "requests: %" PRIu64 ")\n",
           cst.retransmissions);
-    if (a.tp.verify) std::printf("  verify errors        %10" PRIu64 "\n", verify_errors);
+    if (a.tp.verify && verify_known)
+      std::printf("  verify errors        %10" PRIu64 "\n", verify_errors);
+    else if (a.tp.verify)
+      std::printf(
+          "  verify errors               n/a  (the server, which checks %s, did not report; "
+          "this end's own checks: %" PRIu64 ")\n",
+          read ? "the reverse load" : "the data", verify_errors);
     if (a.tp.bidir && have_result)
       std::printf("  reverse goodput      %10.3f Gb/s (the server's %s; %" PRIu64
                   " packets retransmitted by the %s)\n",
                   result.rev_ns ? dbl(result.rev_bytes) * 8.0 / dbl(result.rev_ns) : 0.0,
                   data_from_server ? "READs, data client -> server" : "load, server -> client",
                   rev_retx, data_from_server ? "client" : "server");
+    else if (a.tp.bidir && reverse_seen)
+      std::printf(
+          "  reverse goodput             n/a  (the server did not report; this end received "
+          "%" PRIu64 " of its messages)\n",
+          sink.next_seq);
+    else if (a.tp.bidir)
+      std::printf(
+          "  reverse goodput             n/a  (the server did not report; this end's "
+          "connection %s %" PRIu64 " bytes of it)\n",
+          read ? "sent" : "received", reverse_bytes(cst));
     print_io(io);
     const bool reverse_shown = reverse_paths_known && have_result;
     if (server_paths_shown) {

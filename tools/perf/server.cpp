@@ -267,8 +267,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
       checked_at = now;
       ConnStats st_now{};
       (void)ep.conn_stats(conn, st_now);
-      const uint64_t h = st_now.data_packets_received + st_now.duplicates_received +
-                         st_now.acks_received + st_now.naks_received + st_now.out_of_window;
+      const uint64_t h = heard_from_peer(st_now);
       if (h != heard) {
         heard = h;
         heard_at = now;

@@ -93,11 +93,39 @@ udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport&
   return send_encoded(ep, conn, out, id);
 }
 
+uint64_t heard_from_peer(const ConnStats& s) {
+  return s.data_packets_received + s.duplicates_received + s.acks_received + s.naks_received +
+         s.out_of_window;
+}
+
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
-               std::chrono::milliseconds to, int give_up_at) {
-  const auto deadline = Clock::now() + to;
+               std::chrono::milliseconds to, int give_up_at, std::chrono::milliseconds silence,
+               std::string* why) {
+  const auto start = Clock::now();
+  const auto deadline = start + to;
+  uint64_t heard = 0;
+  auto heard_at = start, checked_at = start;
+  const auto give_up = [&](const std::string& reason) {
+    if (why != nullptr) *why = reason;
+    return false;
+  };
   while (sink.ctrl.empty()) {
-    if (Clock::now() > deadline || g_stop >= give_up_at) return false;
+    const auto now = Clock::now();
+    if (g_stop >= give_up_at) return give_up("stopped by a signal");
+    if (now > deadline)
+      return give_up("none within " + std::to_string(to.count()) + " ms (connection " +
+                     conn_state_text(ep, sink.conn) + ")");
+    if (silence.count() != 0 && now - checked_at >= 10ms) {
+      checked_at = now;
+      ConnStats st{};
+      if (ep.conn_stats(sink.conn, st) && heard_from_peer(st) != heard) {
+        heard = heard_from_peer(st);
+        heard_at = now;
+      } else if (now - heard_at >= silence) {
+        return give_up("nothing heard from the peer for " + std::to_string(silence.count()) +
+                       " ms, the peer timeout: peer unreachable");
+      }
+    }
     ep.progress();
     Completion cs[64];
     const size_t n = ep.poll_completions(cs, 64);
@@ -107,12 +135,13 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
       if ((cs[i].wr_id & kCtrlWrId) != 0 && cs[i].status != Status::kOk) {
         std::fprintf(stderr, "control message failed: %s\n",
                      ep.completion_error(cs[i]).message.c_str());
-        return false;
+        return give_up("connection " + conn_state_text(ep, sink.conn, cs[i].status));
       }
     }
     if (n == 0) {
       const auto st = ep.state(sink.conn);
-      if (st == udp::ConnState::kError || st == udp::ConnState::kClosed) return false;
+      if (st == udp::ConnState::kError || st == udp::ConnState::kClosed)
+        return give_up("connection " + conn_state_text(ep, sink.conn));
     }
   }
   out = sink.ctrl.front();
@@ -164,10 +193,20 @@ std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen
     case udp::ConnState::kError: name = "failed"; break;
     case udp::ConnState::kUnknown: name = "unknown (gone)"; break;
   }
-  if (const udp::Error e = ep.conn_error(conn)) seen = e.status;
+  // What the driver says besides the status (a send that failed, the peer's
+  // host refusing: its process gone) sits between "connection failed; " and
+  // the " (peer " that names the peer.
+  std::string besides;
+  if (const udp::Error e = ep.conn_error(conn)) {
+    seen = e.status;
+    constexpr std::string_view kHead = "connection failed; ";
+    const size_t end = e.message.find(" (peer ");
+    if (e.message.starts_with(kHead) && end != std::string::npos)
+      besides = "; " + e.message.substr(kHead.size(), end - kHead.size());
+  }
   if (seen == Status::kOk) return name;
   return std::string(name) + ": ended with " + std::string(status_name(seen)) + " (" +
-         std::string(status_text(seen)) + ")";
+         std::string(status_text(seen)) + ")" + besides;
 }
 
 double pct(std::vector<uint64_t>& v, double q) {

@@ -107,10 +107,22 @@ udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport&
 // or once g_stop has counted `give_up_at` signals: the server stops at the
 // first, a client at the second (its first stops posting, and the client
 // still collects the server's Result, as main.cpp promises).
+// `silence` (0: none) gives up sooner, once nothing has arrived from the
+// peer for that long: the engine's peer timeout (PATH-7) covers only a
+// connection with something outstanding, and an end that waits for an
+// answer whose request the peer acknowledged has nothing (a server killed
+// after the client's Done: the client waited out `to`, 10 s). `why`, when
+// given, says why it gave up: the connection's end, the silence, the time.
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
-               std::chrono::milliseconds to, int give_up_at = 1);
+               std::chrono::milliseconds to, int give_up_at = 1,
+               std::chrono::milliseconds silence = std::chrono::milliseconds(0),
+               std::string* why = nullptr);
 // Signals after which a client gives up waiting: the second.
 inline constexpr int kClientGivesUpAt = 2;
+
+// Packets of any kind that arrived from the peer on a connection (data,
+// duplicates, ACKs, NAKs, out of window): what moves while the peer lives.
+uint64_t heard_from_peer(const ConnStats& s);
 
 // One path slot's figures as a PathReport carries them.
 PathReport path_report(const PathStats& p, size_t slot, size_t slots);
@@ -122,7 +134,9 @@ std::string peer_and_conn(const udp::UdpEndpoint& ep, ConnId conn);
 // A connection's state as a message says it ("established", "closed"...),
 // with what ended it: for a failed one the status the driver kept
 // (conn_error), else `seen` (a failed completion's, say) unless kOk:
-// "failed: ended with kPeerUnreachable (peer unreachable: ...)".
+// "failed: ended with kPeerUnreachable (peer unreachable: ...)", and what the
+// driver adds, such as "; the peer's host answered with ICMP port
+// unreachable ...: no socket listened at its port" for a peer killed.
 std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen = Status::kOk);
 
 // The q-quantile of v in microseconds (v holds nanoseconds; reordered): the

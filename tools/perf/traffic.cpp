@@ -130,6 +130,7 @@ bool Generator::on_completion(const Completion& c) {
     return true;
   }
   const auto now = Clock::now();
+  last_ok = now;
   const int64_t ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(now - post_time[seq % p.qd]).count();
   lat.add(static_cast<uint64_t>(std::max<int64_t>(ns, 0)));

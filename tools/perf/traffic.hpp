@@ -139,6 +139,7 @@ struct Generator {
   AlignedBuf buf;
   MemoryRegion mr;
   uint64_t posted = 0, completed = 0, bytes = 0, errors = 0, verify_errors = 0;
+  Clock::time_point last_ok{};  // the last successful completion's (none: the epoch)
   std::vector<Clock::time_point> post_time;
   LatencySampler lat;  // preallocated sample buffer
   udp::Error last_error;

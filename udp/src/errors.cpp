@@ -85,8 +85,20 @@ std::string UdpEndpoint::Impl::send_failure_text(const SendFailure& f) {
 }
 
 std::string UdpEndpoint::Impl::send_failure_text(const PeerAddr& peer) const {
+  return send_failure_text(send_failure_of(peer));
+}
+
+SendFailure UdpEndpoint::Impl::send_failure_of(const PeerAddr& peer) const {
   const auto it = send_failed.find(peer);
-  return it == send_failed.end() ? std::string() : send_failure_text(it->second);
+  return it == send_failed.end() ? SendFailure{} : it->second;
+}
+
+std::string UdpEndpoint::Impl::send_failure_clause(const SendFailure& f) {
+  if (f.err == 0) return {};
+  if (f.icmp)
+    return "the peer's host answered with ICMP port unreachable (" +
+           std::string(std::strerror(f.err)) + "): no socket listened at its port";
+  return "the last send to the peer failed: " + send_failure_text(f);
 }
 
 // After close() the sockets are gone: a connect or an accept would only
@@ -115,7 +127,7 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
   if ((s == Status::kNotConnected || s == Status::kNoSuchConnection) && it != conns.end() &&
       (it->second.state == ConnState::kClosed || it->second.state == ConnState::kError)) {
     const ConnInfo& ci = it->second;
-    const std::string sent = send_failure_text(ci.send_failure);
+    const std::string sent = send_failure_clause(ci.send_failure);
     // A peer's DISCONNECT can end the connection between two posts, before
     // the application polls the kPeerClosed completions that say so.
     const std::string how =
@@ -125,10 +137,10 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
         : ci.status == Status::kPeerClosed
             ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
             : "is closed";
-    return make_error(Status::kNotConnected,
-                      std::string(what) + " failed: the connection " + how +
-                          (sent.empty() ? "" : "; the last send to the peer failed: " + sent),
-                      conn);
+    return make_error(
+        Status::kNotConnected,
+        std::string(what) + " failed: the connection " + how + (sent.empty() ? "" : "; " + sent),
+        conn);
   }
   return make_error(s, std::string(what) + " failed", conn);
 }

@@ -100,10 +100,16 @@ struct PeerAddrHash {
 
 // A send to a peer that failed other than for a full socket buffer (e.g.
 // ENETUNREACH, EACCES): the message is dropped and the engine only sees
-// silence, so its error says what the kernel said.
+// silence, so its error says what the kernel said. Or (icmp) the peer's
+// host answered an earlier datagram with ICMP port unreachable, which a
+// connected send socket reports as ECONNREFUSED on its next send (that send
+// is tried again and goes): nothing listened at the peer's port, its process
+// gone, say. The engine still waits out its timeout (a peer restarting on
+// the port answers again); the error then says why nothing answered.
 struct SendFailure {
   int err = 0;  // errno; 0: none
   const char* call = "";
+  bool icmp = false;
 };
 
 struct ConnInfo {
@@ -328,6 +334,7 @@ struct UdpEndpoint::Impl {
   bool full_socket_fault(uint16_t sock);
   int gso_fault(size_t m);
   static bool stale_error(int err);
+  void note_refused(uint16_t sock, int err);
   size_t send_unsegmented(size_t m, int& err);
   void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
@@ -390,6 +397,10 @@ struct UdpEndpoint::Impl {
   // "sendmmsg: Network is unreachable" for the peer's last failed send, or "".
   [[nodiscard]] std::string send_failure_text(const PeerAddr& peer) const;
   [[nodiscard]] static std::string send_failure_text(const SendFailure& f);
+  [[nodiscard]] SendFailure send_failure_of(const PeerAddr& peer) const;
+  // The failure as a clause of an error message: "the last send to the peer
+  // failed: sendmmsg: ..." or, for an ICMP refusal, what it means; "" for none.
+  [[nodiscard]] static std::string send_failure_clause(const SendFailure& f);
   Error check_post(Status s, ConnId conn, const char* what);
 };
 

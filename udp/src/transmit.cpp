@@ -344,6 +344,23 @@ int UdpEndpoint::Impl::gso_fault(size_t m) {
 // dropped and its peer blamed; a full buffer or EINTR is no such error.
 bool UdpEndpoint::Impl::stale_error(int err) { return !buffer_full(err) && err != EINTR; }
 
+// ECONNREFUSED on a connected send socket is the ICMP port unreachable that
+// its peer's host sent back for an earlier datagram (the kernel matches an
+// ICMP error to a connected socket only by its peer; a send never fails so
+// by itself). Kept for that peer as its last failure, unless a send that
+// failed outright says more.
+void UdpEndpoint::Impl::note_refused(uint16_t sock, int err) {
+  if (err != ECONNREFUSED || tx_peer[sock].len == 0) return;
+  const PeerAddr& peer = tx_peer[sock];
+  const auto it = send_failed.find(peer);
+  if (it != send_failed.end()) {
+    if (!it->second.icmp) return;
+  } else if (send_failed.size() >= kMaxPeerSources) {
+    send_failed.clear();  // bounded as drop_failed's
+  }
+  send_failed[peer] = SendFailure{err, "ICMP", true};
+}
+
 // Message m's datagrams one call each, without UDP_SEGMENT; returns how many
 // went, and err the errno of the first that did not.
 size_t UdpEndpoint::Impl::send_unsegmented(size_t m, int& err) {
@@ -499,6 +516,7 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
       }
       if (errno == EINTR) continue;
       if (stale_error(errno) && !refused) {
+        note_refused(sock, errno);
         refused = true;
         continue;
       }
@@ -610,7 +628,10 @@ bool UdpEndpoint::Impl::flush_uring() {
     int res = tx_msg_res[m];
     if (res == -ECANCELED && go_on && go_sock == sock)
       res = eagain_fault() || full_socket_fault(sock) ? -EAGAIN : send_now(m);
-    if (res < 0 && res != -ECANCELED && stale_error(-res)) res = send_now(m);
+    if (res < 0 && res != -ECANCELED && stale_error(-res)) {
+      note_refused(sock, -res);
+      res = send_now(m);
+    }
     go_on = true;
     go_sock = sock;
     if (res >= 0) {

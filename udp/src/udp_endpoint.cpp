@@ -168,9 +168,13 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   if (impl_->closed) return impl_->closed_error("connect to " + format_address(peer), id);
   // A request the kernel refused to send (e.g. no route): its error, rather
   // than only the silence that followed.
-  const std::string unsent = ci.send_failure.err != 0 ? Impl::send_failure_text(ci.send_failure)
-                                                      : impl_->send_failure_text(peer);
+  const SendFailure failure =
+      ci.send_failure.err != 0 ? ci.send_failure : impl_->send_failure_of(peer);
+  // An ICMP refusal is no failed send: the requests went, and the usual
+  // message follows, with what the peer's host answered.
+  const std::string unsent = failure.icmp ? "" : Impl::send_failure_text(failure);
   const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
+  const std::string refused = failure.icmp ? "; " + Impl::send_failure_clause(failure) : "";
   if (!done) {
     impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
@@ -184,7 +188,7 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
                              "connect to " + format_address(peer) + because +
                                  (because.empty() ? " timed out after " : " (timed out after ") +
                                  std::to_string(timeout.count()) +
-                                 (because.empty() ? " ms" : " ms)"),
+                                 (because.empty() ? " ms" : " ms)") + refused,
                              id);
   }
   if (!unsent.empty())
@@ -200,11 +204,11 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + ": no answer to " +
                                  std::to_string(ec.connect_attempts) + " requests " + apart +
-                                 " apart (Options::engine.connect_attempts)",
+                                 " apart (Options::engine.connect_attempts)" + refused,
                              id);
   }
   return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
-                           "connect to " + format_address(peer) + " failed", id);
+                           "connect to " + format_address(peer) + " failed" + refused, id);
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
@@ -325,12 +329,9 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   auto lk = impl_->guard();
   auto it = impl_->conns.find(conn.v);
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
-  const std::string sent = Impl::send_failure_text(it->second.send_failure);
+  const std::string sent = Impl::send_failure_clause(it->second.send_failure);
   return impl_->make_error(it->second.status,
-                           sent.empty()
-                               ? "connection failed"
-                               : "connection failed; the last send to the peer failed: " + sent,
-                           conn);
+                           sent.empty() ? "connection failed" : "connection failed; " + sent, conn);
 }
 
 std::string UdpEndpoint::peer_address(ConnId conn) const {
@@ -443,10 +444,18 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
                                          "READ",  "RECV",      "RECV_WRITE_IMM"};
   const auto op = static_cast<size_t>(c.op);
   auto lk = impl_->guard();
-  return impl_->make_error(
-      c.status,
-      std::string(op < 7 ? kOps[op] : "?") + " wr_id " + std::to_string(c.wr_id) + " failed",
-      c.conn);
+  std::string what =
+      std::string(op < 7 ? kOps[op] : "?") + " wr_id " + std::to_string(c.wr_id) + " failed";
+  // The failure that ended the connection, where a send failed or the peer's
+  // host refused (conn_error's): a peer unreachable because its process is
+  // gone reads as one that is only silent otherwise.
+  if (const auto it = impl_->conns.find(c.conn.v); it != impl_->conns.end() &&
+                                                   it->second.state == ConnState::kError &&
+                                                   it->second.status == c.status) {
+    const std::string sent = Impl::send_failure_clause(it->second.send_failure);
+    if (!sent.empty()) what += "; " + sent;
+  }
+  return impl_->make_error(c.status, what, c.conn);
 }
 
 EndpointStats UdpEndpoint::endpoint_stats() const {

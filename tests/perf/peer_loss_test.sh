@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# ctest perf.peer-loss: a peer that disappears, as a user of metaroce-perf
+# meets it over loopback (127.0.0.1, and ::1 where there is one). Each case
+# asserts bounds, never exact times, and prints the time measured.
+# - The server killed (SIGKILL) mid-run, for write, read and send at qd > 1
+#   and with --bidir: the client ends within 6 s of the kill (the peer
+#   timeout is 2 s), exit 1, an error naming the peer, kPeerUnreachable and
+#   the ICMP port unreachable that the closed port drew, and partial figures
+#   that claim no check the server never reported (verify_errors null, not
+#   0; the text report says FAILED).
+# - The client killed mid-run: the server says so naming the peer, and
+#   serves the next client; through many such kills its memory and
+#   descriptors stay flat.
+# - The server stopped (SIGSTOP) 1 s, shorter than the peer timeout: every
+#   byte verified, exit 0. Stopped 3 s: kPeerUnreachable, without the ICMP
+#   clause (its port stayed open).
+# - The server killed and restarted on its port mid-run: the new server
+#   takes nothing of the old connection (no connection from the client), the
+#   client fails with kPeerUnreachable, and the new server serves the next.
+# - No server: a connect-timeout error within 3 s (documented: 0.5 s) that
+#   says nothing listens at the port.
+#   peer_loss_test.sh METAROCE_PERF
+set -u
+perf=$1
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in ${pids[@]+"${pids[@]}"}; do
+    kill -CONT "$p" 2>/dev/null
+    kill -KILL "$p" 2>/dev/null
+  done
+  wait 2>/dev/null
+  rm -rf "$out"
+}
+trap cleanup EXIT
+failures=0
+check() {  # check WHAT STATUS (0: ok)
+  if [ "$2" -eq 0 ]; then echo "ok:   [${SECONDS}s] $1"; else
+    echo "FAIL: $1"
+    failures=$((failures + 1))
+  fi
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+hostport() { case $1 in *:*) echo "[$1]:$2" ;; *) echo "$1:$2" ;; esac; }
+# hostport's address as a grep pattern ([::1]'s brackets escaped).
+hostport_re() { hostport "$1" "$2" | sed 's/[][]/\\&/g'; }
+
+# start_server NAME HOST PORT [ARGS...]: a server logging to $out/NAME.log;
+# sets server (its pid) and port (read from its first line: PORT 0 lets
+# the kernel choose). Its log is created before it starts, so that no
+# earlier server's line is read.
+start_server() {
+  local name=$1 host=$2 want=$3
+  shift 3
+  : >"$out/$name.log"
+  "$perf" server "$(hostport "$host" "$want")" --spin-us 0 "$@" >"$out/$name.log" 2>&1 &
+  server=$!
+  pids+=("$server")
+  port=
+  for _ in $(seq 100); do
+    port=$(sed -n 's/^metaroce-perf server listening on .*:\([0-9]*\) (.*/\1/p' "$out/$name.log")
+    [ -n "$port" ] && return 0
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "FAIL: server $name did not start: $(cat "$out/$name.log")"
+  failures=$((failures + 1))
+  return 1
+}
+# await_progress FILE: until the client's first progress line (its test runs;
+# 10 s at most, for a loaded host).
+await_progress() {
+  for _ in $(seq 400); do
+    grep -q '^\[' "$1" 2>/dev/null && return 0
+    sleep 0.025
+  done
+  return 1
+}
+# await_log FILE PATTERN COUNT: until FILE has COUNT lines matching PATTERN (10 s at most).
+await_log() {
+  for _ in $(seq 400); do
+    [ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0
+    sleep 0.025
+  done
+  return 1
+}
+json() {  # json FILE EXPR: a Python expression of j, the client's report
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null
+}
+
+# killed_server HOST OP ARGS...: the server SIGKILLed once the client's test
+# runs (--interval 0.1: a progress line within 0.1 s of its start).
+killed_server() {
+  local host=$1 op=$2 name client t0 rc ms
+  shift 2
+  name=kill-$op${1:+$(echo "$*" | tr -d ' -')}
+  start_server "$name-server" "$host" 0 || return
+  "$perf" client "$(hostport "$host" "$port")" --op "$op" --size 65536 --duration 30 --verify \
+    --interval 0.1 --json "$@" >"$out/$name.json" 2>"$out/$name.err" &
+  client=$!
+  pids+=("$client")
+  await_progress "$out/$name.err"
+  kill -KILL "$server"
+  t0=$(now_ms)
+  wait "$client"
+  rc=$?
+  ms=$(($(now_ms) - t0))
+  # The server checks a write's and a send's data (--verify); its count
+  # never came: null, not 0. A read's data the client checks itself, and
+  # with --bidir the server checks the reverse load's: null then too.
+  local want_verify=None reverse=True
+  case "$op $*" in read*) want_verify=0 ;; esac
+  # With --bidir the reverse load as far as the client saw it (the object
+  # was left out without the server's Result).
+  case "$*" in *--bidir*)
+    want_verify=None
+    reverse='j["reverse"]["partial"] and j["reverse"]["connection_bytes"] > 0 and j["reverse"]["messages_received"] > 0'
+    ;;
+  esac
+  check "$host $op $*: server killed, client exit $rc ${ms} ms after the kill: $(grep -v '^\[' "$out/$name.err")" \
+    "$([ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] &&
+      grep -q "failed; the peer's host answered with ICMP port unreachable (Connection refused): no socket listened at its port (peer $(hostport_re "$host" "$port"), conn 0x[0-9a-f]*): kPeerUnreachable: peer unreachable" "$out/$name.err" &&
+      [ "$(json "$out/$name.json" '"kPeerUnreachable" in j["error"] and j["messages"] > 0 and j["bytes"] == j["messages"] * 65536 and j["errors"] > 0 and "server_messages_received" not in j and '"$reverse"' and str(j["verify_errors"])')" = "$want_verify" ]; echo $?)"
+}
+
+have_v6=0
+python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).bind(("::1", 0))' \
+  2>/dev/null && have_v6=1
+
+killed_server 127.0.0.1 write --qd 16
+killed_server 127.0.0.1 read --qd 16
+killed_server 127.0.0.1 send --qd 16
+killed_server 127.0.0.1 write --qd 8 --bidir
+[ "$have_v6" -eq 1 ] && killed_server ::1 send --qd 16 --bidir
+
+# The text report of a run whose server was killed says it failed, and does
+# not print "verify errors 0" for data no one checked.
+if start_server text-server 127.0.0.1 0; then
+  "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 30 --verify --interval 0.1 \
+    >"$out/text.out" 2>"$out/text.err" &
+  client=$!
+  pids+=("$client")
+  await_progress "$out/text.err"
+  kill -KILL "$server"
+  wait "$client"
+  rc=$?
+  check "the text report of a killed server's run says FAILED: exit $rc: $(grep -E 'FAILED|verify errors' "$out/text.out")" \
+    "$([ "$rc" -eq 1 ] && grep -q "^  FAILED: .*kPeerUnreachable" "$out/text.out" &&
+      grep -q '^  verify errors  *n/a' "$out/text.out"; echo $?)"
+fi
+
+# The client killed mid-run: a server that only receives hears nothing for
+# its peer timeout (2 s), says so naming the client, and serves the next.
+if start_server ckill-server 127.0.0.1 0; then
+  "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 30 --verify --interval 0.1 \
+    >/dev/null 2>"$out/ckill.err" &
+  client=$!
+  pids+=("$client")
+  await_progress "$out/ckill.err"
+  kill -KILL "$client"
+  t0=$(now_ms)
+  wait "$client" 2>/dev/null
+  await_log "$out/ckill-server.log" 'test abandoned' 1
+  ms=$(($(now_ms) - t0))
+  check "client killed: the server gave the test up ${ms} ms after: $(grep abandoned "$out/ckill-server.log")" \
+    "$([ "$ms" -lt 6000 ] &&
+      grep -q "test abandoned: .*(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*)" "$out/ckill-server.log"; echo $?)"
+  timeout 20 "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 0.5 --verify --json \
+    >"$out/after.json" 2>"$out/after.err"
+  rc=$?
+  check "the next client after a killed one: exit $rc" \
+    "$([ "$rc" -eq 0 ] && grep -q '"verify_errors":0[,}]' "$out/after.json"; echo $?)"
+  kill -KILL "$server"
+fi
+
+# Many clients killed mid-run, of every op (peer timeouts of 300 ms for
+# speed): the server's memory and descriptors stay flat. Each test
+# allocates 2 MiB (128 KiB x qd 16), so buffers kept after the 6th test
+# would add 12 MiB by the 12th; the bound leaves the allocator 6 MiB (its
+# heap grows by about that over the first few tests, then stays).
+if start_server many-server 127.0.0.1 0 --peer-timeout-ms 300; then
+  ops="write read send"
+  for k in $(seq 12); do
+    op=$(echo "$ops" | cut -d' ' -f$((k % 3 + 1)))
+    "$perf" client "127.0.0.1:$port" --op "$op" --size 131072 --qd 16 --duration 30 \
+      --interval 0.05 --peer-timeout-ms 300 >/dev/null 2>"$out/many.err" &
+    client=$!
+    pids+=("$client")
+    await_progress "$out/many.err"
+    kill -KILL "$client"
+    wait "$client" 2>/dev/null
+    await_log "$out/many-server.log" 'test abandoned\|without Done' "$k" || break
+    if [ "$k" -eq 6 ]; then
+      rss6=$(awk '/^VmRSS:/ { print $2 }' "/proc/$server/status")
+      fds6=$(find "/proc/$server/fd" -mindepth 1 -maxdepth 1 | wc -l)
+    fi
+  done
+  rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$server/status")
+  fds=$(find "/proc/$server/fd" -mindepth 1 -maxdepth 1 | wc -l)
+  gone=$(grep -c 'test abandoned\|without Done' "$out/many-server.log")
+  timeout 20 "$perf" client "127.0.0.1:$port" --op send --qd 16 --duration 0.3 --verify \
+    --json >"$out/many.json" 2>/dev/null
+  rc=$?
+  check "12 clients killed: $gone ended tests; server RSS ${rss6:-?} -> $rss KiB, fds ${fds6:-?} -> $fds; the next client exit $rc" \
+    "$([ "$gone" -eq 12 ] && [ -n "${rss6:-}" ] && [ "$rss" -le $((rss6 + 6144)) ] &&
+      [ "$fds" -eq "$fds6" ] && [ "$rc" -eq 0 ]; echo $?)"
+  kill -KILL "$server"
+fi
+
+# The server stopped for 1 s (below the peer timeout): nothing lost, every
+# byte verified, the server's count equal to the client's.
+for run in "127.0.0.1 write" "127.0.0.1 read" "127.0.0.1 send" "::1 write --bidir"; do
+  read -r host op extra <<<"$run"
+  [ "$host" = ::1 ] && [ "$have_v6" -eq 0 ] && continue
+  name=stop1-$op${extra:+-bidir}-$host
+  start_server "$name-server" "$host" 0 || continue
+  "$perf" client "$(hostport "$host" "$port")" --op "$op" --qd 16 --duration 1.5 --verify \
+    --interval 0.1 ${extra:+"$extra"} --json >"$out/$name.json" 2>"$out/$name.err" &
+  client=$!
+  pids+=("$client")
+  await_progress "$out/$name.err"
+  kill -STOP "$server"
+  sleep 1
+  kill -CONT "$server"
+  wait "$client"
+  rc=$?
+  want='j["server_messages_received"] == j["messages"]'
+  [ "$op" = read ] && want='j["server_messages_received"] == 0'  # a server counts no READs
+  check "server stopped 1 s during a $host $op $extra: exit $rc, $(grep -o '"messages":[0-9]*\|"verify_errors":[0-9a-z]*\|"server_messages_received":[0-9]*\|"error":"[^"]*"' "$out/$name.json" | tr '\n' ' ')" \
+    "$([ "$rc" -eq 0 ] &&
+      [ "$(json "$out/$name.json" "j['verify_errors'] == 0 and j['messages'] > 0 and 'error' not in j and $want")" = True ]; echo $?)"
+  kill -KILL "$server"
+done
+
+# Stopped for 3 s (past the peer timeout): the client's error as for a
+# killed server; once thawed, the server gives the vanished client's test
+# up and serves the next.
+if start_server stop3-server 127.0.0.1 0; then
+  "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 30 --verify --interval 0.1 \
+    --json >"$out/stop3.json" 2>"$out/stop3.err" &
+  client=$!
+  pids+=("$client")
+  await_progress "$out/stop3.err"
+  kill -STOP "$server"
+  t0=$(now_ms)
+  wait "$client"
+  rc=$?
+  ms=$(($(now_ms) - t0))
+  left=$((3000 - ms))
+  [ "$left" -gt 0 ] && sleep "$(printf '0.%03d' "$left")"
+  kill -CONT "$server"
+  check "server stopped 3 s: client exit $rc ${ms} ms after the stop: $(grep -v '^\[' "$out/stop3.err")" \
+    "$([ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] &&
+      grep -q "(peer 127.0.0.1:$port, conn 0x[0-9a-f]*): kPeerUnreachable" "$out/stop3.err" &&
+      ! grep -q "ICMP" "$out/stop3.err"; echo $?)"
+  await_log "$out/stop3-server.log" 'test abandoned\|without Done' 1
+  timeout 20 "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 0.3 --verify \
+    >/dev/null 2>&1
+  check "after the stop the server serves the next client: exit $?" $?
+  kill -KILL "$server"
+fi
+
+# The server killed and restarted on its port mid-run: the new one knows
+# nothing of the old connection (BAD-7: no answer), so the client fails as
+# for a killed server, and the new one accepted no connection from it.
+if start_server old-server 127.0.0.1 0; then
+  old_port=$port
+  "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 30 --verify --interval 0.1 \
+    --json >"$out/restart.json" 2>"$out/restart.err" &
+  client=$!
+  pids+=("$client")
+  await_progress "$out/restart.err"
+  kill -KILL "$server"
+  t0=$(now_ms)
+  wait "$server" 2>/dev/null
+  start_server new-server 127.0.0.1 "$old_port"
+  wait "$client"
+  rc=$?
+  ms=$(($(now_ms) - t0))
+  check "server restarted on port $old_port: client exit $rc ${ms} ms after the kill: $(grep -v '^\[' "$out/restart.err")" \
+    "$([ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] && [ "$port" = "$old_port" ] &&
+      grep -q "(peer 127.0.0.1:$old_port, conn 0x[0-9a-f]*): kPeerUnreachable" "$out/restart.err" &&
+      ! grep -q '^connection from' "$out/new-server.log"; echo $?)"
+  timeout 20 "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 0.3 --verify \
+    >/dev/null 2>&1
+  check "the restarted server serves a new client: exit $?" $?
+  kill -KILL "$server"
+fi
+
+# No server: a connect timeout, named, within 3 s (0.5 s: 50 requests 10 ms
+# apart), exit 2: nothing ran. The port is one a server just left.
+for host in 127.0.0.1 ::1; do
+  [ "$host" = ::1 ] && [ "$have_v6" -eq 0 ] && continue
+  start_server "gone-$host" "$host" 0 || continue
+  kill -KILL "$server"
+  wait "$server" 2>/dev/null
+  t0=$(now_ms)
+  "$perf" client "$(hostport "$host" "$port")" --iters 10 --json >"$out/none.json" 2>"$out/none.err"
+  rc=$?
+  ms=$(($(now_ms) - t0))
+  check "no server at $(hostport "$host" "$port"): exit $rc after ${ms} ms: $(cat "$out/none.err")" \
+    "$([ "$rc" -eq 2 ] && [ "$ms" -lt 3000 ] &&
+      grep -q "^metaroce-perf client: connect to $(hostport_re "$host" "$port"): no answer .*; the peer's host answered with ICMP port unreachable .*kConnectTimeout" "$out/none.err" &&
+      grep -q '"error":"connect to .*kConnectTimeout' "$out/none.json"; echo $?)"
+done
+
+[ "$failures" -eq 0 ] || { echo "$failures failed"; exit 1; }
+echo PASS
