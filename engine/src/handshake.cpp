@@ -82,7 +82,13 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
       mark_ready(*c);
       return;
     }
-    taken = c != nullptr;
+    // CONN-10: our own request, come back from our own address: a connection
+    // to this endpoint itself, answered as any other's. The responder's
+    // connection then takes the nonce over (by_nonce), so that a repeat of
+    // the request finds it and draws the ACCEPT again.
+    const bool own = c != nullptr && c->is_requester && c->state == ConnState::kConnecting &&
+                     c->peer == dg.peer && c->id.v == b.src_conn;
+    taken = c != nullptr && !own;
   }
   auto reject = [&](Status code) {
     ++estats.connects_refused;

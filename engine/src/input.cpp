@@ -73,9 +73,6 @@ void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint6
     // BAD-7: no reply, except a repeat of the DISCONNECT that closed a
     // connection a moment ago (CONN-7: our DISCONNECT_ACK was lost), and an
     // ACCEPT of a connection that ended while connecting (CONN-7).
-    // BAD-7: no reply, except a repeat of the DISCONNECT that closed a
-    // connection a moment ago (CONN-7: our DISCONNECT_ACK was lost), and an
-    // ACCEPT of a connection that ended while connecting (CONN-7).
     if ((op != wire::Opcode::kDisconnect && op != wire::Opcode::kConnectAccept) ||
         !m.on_unknown_connection(dg, p))
       ++m.estats.unknown_connection;

@@ -241,6 +241,82 @@ TEST(Handshake, ARequestDelayedPastTheCloseMakesNoConnection) {
   }
 }
 
+// CONN-10: an endpoint connects to its own address (an MPI rank sending to
+// itself through the transport, as Open MPI's OFI layer does). Its request
+// comes back to it with its own nonce; it used to be refused as a nonce
+// taken (kConnectRefused). Now two connections are made, one each way, and
+// data, a repeated request and the close go as between two endpoints.
+TEST(Handshake, AnEndpointConnectsToItsOwnAddress) {
+  Endpoint ep(cfg(352));
+  PeerAddr self;
+  self.len = 1;
+  self.bytes[0] = 'S';
+  TimeNs now{1'000'000};
+  std::vector<std::vector<uint8_t>> sent_reqs;
+  // Everything the endpoint sends comes back to it 2 us later.
+  auto run = [&](uint64_t ns) {
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    const TimeNs end = now + ns;
+    while (now < end) {
+      std::vector<std::pair<uint16_t, std::vector<uint8_t>>> out;
+      while (ep.poll_transmit(now, buf, tx)) {
+        out.emplace_back(tx.entropy, std::vector<uint8_t>(buf.begin(), buf.begin() + tx.len));
+        if (buf[1] == kConnectReq) sent_reqs.push_back(out.back().second);
+      }
+      now = now + 2000;
+      for (auto& [entropy, bytes] : out)
+        ep.handle_datagram(RxDatagram{self, entropy, false, bytes}, now);
+      if (ep.next_timeout() <= now) ep.handle_timeout(now);
+    }
+  };
+  ConnId a, b;
+  ASSERT_EQ(ep.connect(self, now, a), Status::kOk);
+  run(100'000);
+  bool connected = false;
+  Event ev;
+  while (ep.poll_event(ev)) {
+    EXPECT_EQ(ev.status, Status::kOk);
+    if (ev.kind == EventKind::kConnected && ev.conn == a) connected = true;
+    if (ev.kind == EventKind::kAccepted) b = ev.conn;
+  }
+  ASSERT_TRUE(connected);
+  ASSERT_TRUE(b.valid());
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(ep.is_established(a));
+  EXPECT_TRUE(ep.is_established(b));
+  EXPECT_EQ(ep.endpoint_stats().connects_refused, 0u);
+
+  // A repeat of the request (CONN-2) draws the ACCEPT again, and no third
+  // connection.
+  ASSERT_EQ(sent_reqs.size(), 1u);
+  ep.handle_datagram(RxDatagram{self, 50000, false, sent_reqs[0]}, now);
+  run(100'000);
+  while (ep.poll_event(ev)) ADD_FAILURE() << "event " << static_cast<int>(ev.kind);
+
+  // A WRITE from one half of a buffer to the other, over the connection a.
+  Buf mem(ep, 2 * 65536, kAccessLocalWrite | kAccessRemoteWrite);
+  pattern(mem.bytes, 3);
+  std::fill(mem.bytes.begin() + 65536, mem.bytes.end(), 0);
+  ASSERT_EQ(ep.post_send(a, write_wr(mem, mem, 65536, 7, 65536)), Status::kOk);
+  run(1'000'000);
+  Completion c;
+  ASSERT_TRUE(ep.poll_completion(c));
+  EXPECT_EQ(c.wr_id, 7u);
+  EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_TRUE(std::equal(mem.bytes.begin(), mem.bytes.begin() + 65536, mem.bytes.begin() + 65536));
+
+  // The close of one ends the other as a peer's close would (CONN-7).
+  ep.close(a, now);
+  run(1'000'000);
+  int closed = 0;
+  while (ep.poll_event(ev))
+    if (ev.kind == EventKind::kClosed) ++closed;
+  EXPECT_EQ(closed, 2);
+  EXPECT_FALSE(ep.is_established(a));
+  EXPECT_FALSE(ep.is_established(b));
+}
+
 // CONN-7: a requester whose connection ended while CONNECTING (closed, or
 // its requests unanswered) after a request reached the responder answers
 // the ACCEPT that comes late with one DISCONNECT, which closes the

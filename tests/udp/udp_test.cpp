@@ -697,6 +697,38 @@ TEST(Udp, WriteReadSendIPv6) {
   write_read_send("::1");
 }
 
+// CONN-10 over UDP: an endpoint connects to its own address (an MPI rank
+// sending to itself through the transport) and WRITEs between two of its
+// buffers. Refused before as a nonce already taken ("refused").
+void connects_to_itself(const std::string& host) {
+  auto ep = metaroce::udp::test::open_on(host);
+  ASSERT_TRUE(ep);
+  ConnId a, b;
+  const Error e = ep->connect(ep->local_address(), 2000ms, a);
+  ASSERT_FALSE(e) << e.message;
+  const Error acc = ep->accept(1000ms, b);
+  ASSERT_FALSE(acc) << acc.message;
+  EXPECT_NE(a, b);
+  constexpr uint32_t kLen = 1 << 20;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0);
+  fill_pattern(src, 5);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(ep->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(ep->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  ASSERT_FALSE(ep->write(a, 1, src.data(), kLen, smr.lkey, dmr.addr, dmr.rkey));
+  Completion c;
+  ASSERT_TRUE(ep->wait_completion(c, 5s));
+  EXPECT_EQ(c.status, Status::kOk) << ep->completion_error(c).message;
+  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kLen));
+}
+
+TEST(Udp, AnEndpointConnectsToItselfIPv4) { connects_to_itself("127.0.0.1"); }
+
+TEST(Udp, AnEndpointConnectsToItselfIPv6) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback";
+  connects_to_itself("::1");
+}
+
 // ACK-1, ACK-2, ACK-6: a receive call holding plain packets and then a
 // CE-marked one sends what the plain ones owe before the CE mark's own ACK.
 // Handled first, the CE mark's echo would take the place of the pending plain
