@@ -490,6 +490,8 @@ struct Endpoint::Impl {
   }
   // r: c's receive context, which the caller has at hand.
   void complete_recvs(detail::Connection& c, detail::RxCtx& r);
+  [[gnu::noinline]] void on_read_req(detail::Connection& c, const wire::Packet& p, uint32_t psn,
+                                     Status& why);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
   [[gnu::cold]] [[gnu::noinline]] void on_memory_gone(detail::Connection& c, const RxDatagram& dg,
                                                       const wire::Packet& p,

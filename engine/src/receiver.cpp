@@ -14,6 +14,9 @@ using detail::Connection;
 using detail::ConnState;
 
 namespace {
+// MR-3: the source of a READ of no bytes, whatever key it named: never read.
+constexpr uint8_t kNoBytes = 0;
+
 // ACK-6's random draw, in [0, k): the packet's PSN and timestamp (BH bytes
 // 8-15) hashed (Fibonacci hashing: times 2^64 / golden ratio, the top 32
 // bits) and scaled. No state: deterministic for a deterministic sender.
@@ -184,6 +187,33 @@ void Endpoint::Impl::complete_recvs(Connection& c, detail::RxCtx& r) {
   }
 }
 
+// READ-2, READ-3: a READ_REQ that passed on_data's checks queues its
+// responses. Out of on_data, whose every packet of a WRITE stream paid for
+// its code: one call a READ, not an instruction more a data packet.
+void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t psn, Status& why) {
+  const wire::MessageHeader& mh = p.mh;
+  detail::TxCtx& t = tx_ctx(c);
+  const uint8_t* src = nullptr;
+  if (mh.msg_len > kMaxMessageLength)  // READ-2: no requester may ask for more
+    why = Status::kRemoteInvalidRequest;
+  else
+    src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
+  if (src == nullptr && mh.msg_len == 0) {
+    why = Status::kOk;  // MR-3: no bytes, no key to check
+    src = &kNoBytes;
+  }
+  if (src == nullptr) return;
+  if (t.resp_tail - t.resp_head >= resp_depth()) {
+    why = Status::kRemoteInvalidRequest;  // READ-3
+    return;
+  }
+  detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
+  j = detail::RespJob{psn,    mrs.lkey_of(p.rh.rkey),
+                      src,    mh.msg_len,
+                      mh.msn, detail::packets_for(mh.msg_len, c.mtu),
+                      0,      0};
+}
+
 void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& why) {
   // PLACE-4: responses land in the READ's own buffer; anything that does not
   // match an outstanding READ is dropped (a protocol error by the peer).
@@ -274,7 +304,10 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
   uint8_t* dst = nullptr;
   if (op == wire::Opcode::kWrite || op == wire::Opcode::kWriteImm) {
     dst = mrs.remote(p.rh.rkey, p.rh.raddr - mh.offset, mh.msg_len, kAccessRemoteWrite, why);
-    if (dst != nullptr) dst += mh.offset;
+    if (dst != nullptr)
+      dst += mh.offset;
+    else if (mh.msg_len == 0) [[unlikely]]
+      why = Status::kOk;  // MR-3: no bytes, no key to check; dst stays null, nothing to place
   }
   if (why == Status::kOk && uses_rq) {
     const uint32_t idx = mh.msn - c.rsn_head;
@@ -296,25 +329,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       }
     }
   }
-  if (why == Status::kOk && op == wire::Opcode::kReadReq) {
-    detail::TxCtx& t = tx_ctx(c);
-    const uint8_t* src = nullptr;
-    if (mh.msg_len > kMaxMessageLength)  // READ-2: no requester may ask for more
-      why = Status::kRemoteInvalidRequest;
-    else
-      src = mrs.remote(p.rh.rkey, p.rh.raddr, mh.msg_len, kAccessRemoteRead, why);
-    if (src != nullptr) {
-      if (t.resp_tail - t.resp_head >= resp_depth()) {
-        why = Status::kRemoteInvalidRequest;  // READ-3
-      } else {
-        detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
-        j = detail::RespJob{psn,    mrs.lkey_of(p.rh.rkey),
-                            src,    mh.msg_len,
-                            mh.msn, detail::packets_for(mh.msg_len, c.mtu),
-                            0,      0};
-      }
-    }
-  }
+  if (why == Status::kOk && op == wire::Opcode::kReadReq) on_read_req(c, p, psn, why);
   if (why == Status::kOk && op == wire::Opcode::kReadResp) on_read_resp(c, p, why);
   if (why == Status::kLocalProtection) {
     on_memory_gone(c, dg, p, rq_entry, now);

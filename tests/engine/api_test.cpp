@@ -289,6 +289,56 @@ TEST(Engine, TooSmallTransmitBufferIsRefusedAndLosesNothing) {
   EXPECT_EQ(ep.conn_stats(a)->retransmissions, 1u);  // only the packet dropped on purpose
 }
 
+// MR-3: a message of no bytes names no memory. A WRITE, a WRITE_IMM and a
+// READ of 0 bytes naming rkey 0, a key never issued or a deregistered one,
+// at any address, complete kOk (as InfiniBand's zero-length RDMA operations
+// do); the WRITE_IMM consumes a receive and delivers its immediate, a
+// notification. They failed the connection with NAK 0x02 before. A WRITE of
+// one byte to the same key still does (the key check is not gone).
+TEST(Engine, MessagesOfNoBytesNameNoMemory) {
+  Loop loop(cfg(52), cfg(53));
+  auto [a, b] = loop.connect();
+  Buf gone(loop.ep(1), 4096, kAccessRemoteWrite | kAccessRemoteRead, 9);
+  const uint64_t stale = gone.mr.rkey;
+  ASSERT_EQ(loop.ep(1).deregister_memory(gone.mr.lkey), Status::kOk);
+  Buf src(loop.ep(0), 4096, kAccessLocalWrite, 1);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{50, 0, 0, 0}), Status::kOk);
+  uint64_t id = 1;
+  for (const uint64_t rkey : {uint64_t{0}, uint64_t{0xdeadbeef12345678}, stale}) {
+    for (const WrOpcode op : {WrOpcode::kWrite, WrOpcode::kRead}) {
+      SendWr wr;
+      wr.wr_id = id++;
+      wr.op = op;
+      wr.length = 0;
+      wr.remote_addr = 0x1234;
+      wr.rkey = rkey;
+      ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+    }
+  }
+  SendWr note;
+  note.wr_id = id++;
+  note.op = WrOpcode::kWriteImm;
+  note.imm = 0x5eed;
+  ASSERT_EQ(loop.ep(0).post_send(a, note), Status::kOk);
+  std::vector<Completion> done, got;
+  ASSERT_TRUE(loop.run_until_completions(0, id - 1, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "wr " << c.wr_id;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, got));
+  EXPECT_EQ(got[0].wr_id, 50u);
+  EXPECT_EQ(got[0].op, CompletionOp::kRecvWriteImm);
+  EXPECT_EQ(got[0].byte_len, 0u);
+  EXPECT_EQ(got[0].imm, 0x5eedu);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+  SendWr one = write_wr(src, src, 1, id);
+  one.remote_addr = 0x1234;
+  one.rkey = stale;
+  ASSERT_EQ(loop.ep(0).post_send(a, one), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kRemoteBadKey);
+}
+
 TEST(Engine, DeregisteredKeyIsRejected) {  // MR: bad key after deregistration
   Loop loop(cfg(50), cfg(51));
   auto [a, b] = loop.connect();
