@@ -131,6 +131,7 @@ Outcome check_conn7_abandoned(Target& t);
 Outcome check_comp5(Target& t);
 Outcome check_conn8(Target& t);
 Outcome check_path7(Target& t);
+Outcome check_conn9(Target& t);
 // closed_checks.cpp
 Outcome check_after_close(Target& t);
 // data_checks.cpp

@@ -39,6 +39,13 @@ udp::Options ReferenceIut::listening(udp::Options o, bool accept, uint32_t max_c
   return o;
 }
 
+udp::Options ReferenceIut::keeping_alive(udp::Options o, uint64_t keepalive_ns,
+                                         uint64_t peer_timeout_ns) {
+  o.engine.recovery.keepalive_ns = keepalive_ns;
+  o.engine.recovery.peer_timeout_ns = peer_timeout_ns;
+  return o;
+}
+
 udp::Options ReferenceIut::starting_at(udp::Options o, uint32_t psn) {
   o.random_seed = false;
   o.engine.seed = seed_for_first_psn(psn);

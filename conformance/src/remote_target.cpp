@@ -333,6 +333,13 @@ bool RemoteTarget::start_psn_at(uint32_t psn) {
   return call({{"op", "initial_psn"}, {"psn", psn}}, r);
 }
 
+bool RemoteTarget::set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) {
+  json r;
+  return call(
+      {{"op", "keepalive"}, {"keepalive_ns", keepalive_ns}, {"peer_timeout_ns", peer_timeout_ns}},
+      r);
+}
+
 bool RemoteTarget::endpoint_stats(EndpointStats& out) {
   json r;
   if (!call_later_op({{"op", "stats"}}, r)) return false;

@@ -167,6 +167,10 @@ constexpr std::array kChecks = {
           "work unacknowledged for 2 s, PROBEs answered, fails kPeerUnreachable: the oldest "
           "request with it, the rest kFlushed",
           check_path7},
+    Check{"CONN-9",
+          "an idle connection PROBEs its silent peer after keepalive, quiet once answered; "
+          "unanswered, the PROBEs space out and it fails kPeerUnreachable at the peer timeout",
+          check_conn9},
     Check{"NAK-1",
           "a duplicate with a bad key is acknowledged, one out of the window dropped: no NAK",
           check_nak1},

@@ -1,9 +1,10 @@
 // How connections end, seen from the tester: refused (CONN-4), closed by
-// the target (CONN-7's closing side), failed (COMP-5, PATH-7), and what
-// a DISCONNECT's reason says (CONN-8).
+// the target (CONN-7's closing side), failed (COMP-5, PATH-7), idle with
+// its peer gone (CONN-9), and what a DISCONNECT's reason says (CONN-8).
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <vector>
 
 #include "checks.hpp"
 
@@ -460,6 +461,175 @@ Outcome check_path7(Target& t) {
                 code_text(Status::kPeerUnreachable));
   return pass("failed " + std::to_string(failed_at / 1'000'000) + " ms after the post, " +
               std::to_string(probes) + " PROBEs answered");
+}
+
+// CONN-9: the target's connection, idle, the tester silent. Its keepalive
+// PROBE comes `keepalive` after the handshake, not before; the tester's ACK
+// echoing it (3.11, ACK-7) ends it: no PROBE for another keepalive. The
+// next goes unanswered: more PROBEs follow, spacing out (more in the peer
+// timeout's first quarter than in its last), a bounded number, not all on
+// one path slot, and the connection fails kPeerUnreachable peer_timeout
+// after the first of them, not before. In simulated time with the spec's
+// 10 s and 2 s; a target in real time is set to 300 ms and 500 ms
+// (set_keepalive), or the check skips: 12 s of each run is too long.
+Outcome check_conn9(Target& t) {
+  const bool simulated = t.simulated_time();
+  uint64_t keepalive = 10'000'000'000, peer_timeout = 2'000'000'000;
+  if (!simulated) {
+    keepalive = 300'000'000;
+    peer_timeout = 500'000'000;
+    if (!t.set_keepalive(keepalive, peer_timeout))
+      return skip(
+          "the target cannot be set to a keepalive of 300 ms and a peer timeout of 500 ms (the "
+          "defaults, 10 s and 2 s, would hold the run 12 s)");
+  }
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  Clock clock(t);
+  const uint64_t step = simulated ? 1'000'000 : 5'000'000;
+  // Timers fire late, not early: a packet is seen up to a step after it
+  // left (in real time, and a scheduler slice more). Lateness is bounded
+  // loosely in real time, for a loaded host.
+  const uint64_t early = simulated ? step : 25'000'000;
+  const uint64_t late = simulated ? 10'000'000 : 500'000'000;
+  const auto ms = [](uint64_t ns) { return std::to_string(ns / 1'000'000) + " ms"; };
+  const std::string set =
+      simulated ? std::string() : " (the target set to keepalive 300 ms, peer timeout 500 ms)";
+
+  // The keepalive PROBE, answered.
+  uint64_t answered_at = 0, first_probe = 0;
+  while (answered_at == 0 && clock.now() < keepalive + late) {
+    const std::vector<Reply> rs = p.run(step);
+    clock.advanced(step);
+    const auto probes = of(rs, wire::Opcode::kProbe);
+    if (probes.empty()) continue;
+    first_probe = clock.now();
+    if (first_probe + early < keepalive)
+      return fail("a PROBE " + ms(first_probe) + " after the handshake, before the keepalive (" +
+                  ms(keepalive) + ")" + set);
+    const Reply& probe = *probes.front();
+    if (probe.pkt.bh.dst_conn != p.conn())
+      return fail("the keepalive PROBE names dst_conn " + hex32(probe.pkt.bh.dst_conn) +
+                  ", not the tester's " + hex32(p.conn()));
+    p.send(p.ack(p.target_initial_psn, probe, wire::kAckEchoProbe), probe.entropy);
+    answered_at = clock.now();
+  }
+  if (answered_at == 0)
+    return fail("no keepalive PROBE within " + ms(keepalive + late) +
+                " of the handshake, the connection idle and the tester silent (keepalive " +
+                ms(keepalive) + ")" + set);
+
+  // Quiet until the next keepalive, whose PROBE goes unanswered.
+  struct Probe {
+    uint64_t at;
+    unsigned slot;
+  };
+  std::vector<Probe> probes;
+  // In real time the keepalive's next PROBE, an RTO (a millisecond or so)
+  // after its first, may leave before the answer arrives: those seen soon
+  // after it are let be. An IUT deaf to the answer still PROBEs after them,
+  // its intervals growing to max_rto (100 ms) within the keepalive.
+  const uint64_t grace = simulated ? 0 : 100'000'000;
+  // When the first unanswered PROBE left, at the earliest: after the
+  // tester's previous look (a tester slow to look must not shorten the
+  // time the target is given).
+  uint64_t first_from = 0;
+  while (probes.empty() && clock.now() < answered_at + keepalive + late) {
+    const uint64_t before = clock.now();
+    const std::vector<Reply> rs = p.run(step);
+    clock.advanced(step);
+    if (clock.now() <= answered_at + grace) continue;
+    for (const Reply* r : of(rs, wire::Opcode::kProbe))
+      probes.push_back({clock.now(), static_cast<unsigned>(r->pkt.bh.path_tag & (kMaxPaths - 1))});
+    first_from = before;
+  }
+  if (probes.empty())
+    return fail("no PROBE within " + ms(keepalive + late) +
+                " of the ACK that answered the first, the connection idle: one is due each "
+                "keepalive (" +
+                ms(keepalive) + ")" + set);
+  const uint64_t first_at = probes.front().at;
+  if (first_at + early < answered_at + keepalive)
+    return fail("a PROBE " + ms(first_at - answered_at) +
+                " after the ACK that echoed the keepalive's, before another keepalive (" +
+                ms(keepalive) + "): the answer did not end it" + set);
+
+  // Unanswered: the connection fails peer_timeout after the first.
+  bool tells = true;  // conn_error answers
+  Status failed = Status::kOk;
+  uint64_t failed_at = 0;
+  const uint64_t deadline = first_at + peer_timeout + late;
+  while (failed_at == 0 && clock.now() < deadline) {
+    const std::vector<Reply> rs = p.run(step);
+    clock.advanced(step);
+    for (const Reply* r : of(rs, wire::Opcode::kProbe))
+      probes.push_back({clock.now(), static_cast<unsigned>(r->pkt.bh.path_tag & (kMaxPaths - 1))});
+    Status s = Status::kOk;
+    if (tells && !t.conn_error(conn, s)) tells = false;
+    if (tells && s != Status::kOk) {
+      failed = s;
+      failed_at = clock.now();
+    }
+  }
+  if (!tells) {
+    // A target that does not tell why a connection failed still refuses
+    // work on one that did; the moment is then left unchecked.
+    SendWr wr;
+    wr.wr_id = 9;
+    wr.remote_addr = kTesterAddr;
+    wr.rkey = kTesterRkey;
+    if (t.post_send(conn, wr) == Status::kOk)
+      return fail("the connection still took work " + ms(clock.now() - first_at) +
+                  " after its first unanswered PROBE: no peer timeout (" + ms(peer_timeout) + ")" +
+                  set);
+  } else if (failed_at == 0) {
+    return fail("the connection was still up " + ms(clock.now() - first_at) +
+                " after its first unanswered PROBE: no peer timeout (" + ms(peer_timeout) + ")" +
+                set);
+  } else if (failed_at + early < first_from + peer_timeout) {
+    return fail("the connection failed " + ms(failed_at - first_at) +
+                " after its first unanswered PROBE, before the peer timeout (" + ms(peer_timeout) +
+                ")" + set);
+  } else if (failed != Status::kPeerUnreachable) {
+    return fail("the connection failed with " + code_text(failed) + ", not " +
+                code_text(Status::kPeerUnreachable));
+  }
+
+  // The PROBEs until then: one per interval, the intervals growing.
+  const uint64_t end = failed_at != 0 ? failed_at : first_at + peer_timeout;
+  std::erase_if(probes, [&](const Probe& q) { return q.at > end; });
+  const size_t n = probes.size();
+  if (n < 3)
+    return fail("only " + std::to_string(n) + " PROBEs from the first unanswered one to " +
+                (failed_at != 0 ? "the failure" : "the peer timeout") +
+                ": one is due each time an interval passes with nothing from the peer" + set);
+  if (n > 64)
+    return fail(std::to_string(n) + " PROBEs from the first unanswered one to " +
+                (failed_at != 0 ? "the failure" : "the peer timeout") +
+                ", more than 64: the intervals do not grow to max_rto" + set);
+  const uint64_t quarter = (end - first_at) / 4;
+  const auto head = static_cast<size_t>(std::count_if(
+      probes.begin(), probes.end(), [&](const Probe& q) { return q.at < first_at + quarter; }));
+  const auto tail = static_cast<size_t>(std::count_if(
+      probes.begin(), probes.end(), [&](const Probe& q) { return q.at >= end - quarter; }));
+  if (head <= tail)
+    return fail("the unanswered PROBEs do not space out: " + std::to_string(head) +
+                " in the first quarter of the peer timeout, " + std::to_string(tail) +
+                " in its last" + set);
+  if (t.paths().value_or(4) > 1 && std::all_of(probes.begin(), probes.end(), [&](const Probe& q) {
+        return q.slot == probes.front().slot;
+      }))
+    return fail("all " + std::to_string(n) + " unanswered PROBEs on path slot " +
+                std::to_string(probes.front().slot) + ": each goes on the next slot in turn" + set);
+  return pass("PROBE " + ms(first_probe) + " after the handshake, answered; the next " +
+              ms(first_at - answered_at) + " after the answer; " + std::to_string(n) +
+              " unanswered (" + std::to_string(head) + " in the peer timeout's first quarter, " +
+              std::to_string(tail) + " in its last), " +
+              (failed_at != 0 ? "failed " + ms(failed_at - first_at) + " after the first"
+                              : std::string("work refused after the peer timeout")) +
+              set);
 }
 
 }  // namespace metaroce::conformance

@@ -99,6 +99,10 @@ bool UdpTarget::start_psn_at(uint32_t psn) {
   return reopen(ReferenceIut::starting_at(options_, psn));
 }
 
+bool UdpTarget::set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) {
+  return reopen(ReferenceIut::keeping_alive(options_, keepalive_ns, peer_timeout_ns));
+}
+
 bool UdpTarget::reopen(const udp::Options& o) {
   std::string why;
   iut_ = ReferenceIut::reopen(std::move(iut_), iut_addr_, o, why);

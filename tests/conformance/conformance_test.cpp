@@ -251,6 +251,8 @@ std::vector<uint8_t> encode(const wire::Packet& p) {
     h = wire::write_nak(d, p.bh, p.nak);
   else if (p.bh.opcode == wire::Opcode::kDisconnect || p.bh.opcode == wire::Opcode::kDisconnectAck)
     h = wire::write_disconnect(d, p.bh, p.disconnect);
+  else if (p.bh.opcode == wire::Opcode::kProbe)
+    h = wire::write_probe(d, p.bh);
   else
     h = wire::write_connect(d, p.bh, p.connect);
   std::copy(p.payload.begin(), p.payload.end(), d.begin() + static_cast<ptrdiff_t>(h));
@@ -1654,6 +1656,56 @@ TEST(Conformance, OldestFlushedAtThePeerTimeoutFailsPath7) {
                  t.mutate_completion = [](Completion& c) {
                    if (c.status == Status::kPeerUnreachable) c.status = Status::kFlushed;
                  };
+               });
+}
+
+// CONN-9 broken: no keepalive at all, a connection kept up though its
+// PROBEs go unanswered, one that fails before the peer timeout, the answer
+// to a PROBE not heard (PROBEs on, at RTO intervals), PROBEs that never
+// space out (max_rto at min_rto), or all on one path slot.
+TEST(Conformance, KeepaliveOffFailsConn9) {
+  expect_fails(
+      "CONN-9", "no keepalive PROBE within 10010 ms of the handshake",
+      [](FaultyTarget& t) { t.configure([](EndpointConfig& c) { c.recovery.keepalive_ns = 0; }); });
+}
+
+TEST(Conformance, ConnectionKeptUpThoughItsProbesGoUnansweredFailsConn9) {
+  expect_fails("CONN-9", "after its first unanswered PROBE: no peer timeout", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.peer_timeout_ns = 60 * kSecond; });
+  });
+}
+
+TEST(Conformance, PeerTimeoutOf1sFailsConn9) {
+  expect_fails("CONN-9", "after its first unanswered PROBE, before the peer timeout (2000 ms)",
+               [](FaultyTarget& t) {
+                 t.configure([](EndpointConfig& c) { c.recovery.peer_timeout_ns = 1 * kSecond; });
+               });
+}
+
+TEST(Conformance, AnswerToAKeepaliveProbeUnheardFailsConn9) {
+  expect_fails("CONN-9", "before another keepalive (10000 ms): the answer did not end it",
+               [](FaultyTarget& t) {
+                 drop_received(t, [](const wire::Packet& p) {
+                   return p.bh.opcode == wire::Opcode::kAck &&
+                          (p.ack.flags & wire::kAckEchoProbe) != 0;
+                 });
+               });
+}
+
+TEST(Conformance, ProbesThatNeverSpaceOutFailConn9) {
+  expect_fails("CONN-9", "more than 64: the intervals do not grow", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.max_rto_ns = c.recovery.min_rto_ns; });
+  });
+}
+
+TEST(Conformance, ProbesAllOnOneSlotFailConn9) {
+  expect_fails("CONN-9", "unanswered PROBEs on path slot 0: each goes on the next slot",
+               [](FaultyTarget& t) {
+                 rewrite_sent(t, [](wire::Packet& p) {
+                   if (p.bh.opcode != wire::Opcode::kProbe) return false;
+                   p.bh.path_tag = static_cast<uint16_t>(p.bh.path_tag & ~0x1f);
+                   return true;
+                 });
                });
 }
 

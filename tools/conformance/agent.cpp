@@ -166,6 +166,17 @@ class Agent {
         return fail("the IUT cannot reopen: " + open_error_);
       return json{{"ok", true}};
     }
+    if (op == "keepalive") {
+      const uint64_t keepalive = a.u("keepalive_ns");
+      const uint64_t peer_timeout = a.u("peer_timeout_ns");
+      if (!a.error.empty()) return fail(a.error);
+      const metaroce::udp::Options o =
+          mc::ReferenceIut::keeping_alive(opts_, keepalive, peer_timeout);
+      // Checked first: an endpoint that cannot open leaves the session no IUT.
+      if (const std::string bad = metaroce::config_error(o.engine); !bad.empty()) return fail(bad);
+      if (!reopen(o)) return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
+    }
     if (op == "stats") {
       const metaroce::EndpointStats s = ep.endpoint_stats();
       json reply{{"ok", true}};
@@ -358,7 +369,8 @@ int main(int argc, char** argv) {
                  "ops to answer \"unknown op\", as an agent written before them would "
                  "(for tests of the tester)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats"}));
+      ->check(
+          CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats", "keepalive"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   if (entropy_count < paths) {
     std::fprintf(stderr,

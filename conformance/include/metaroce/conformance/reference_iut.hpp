@@ -30,6 +30,9 @@ class ReferenceIut {
   // or accepting at most `max_connections` (0: as `o` says; beyond it,
   // kResourceExhausted).
   static udp::Options listening(udp::Options o, bool accept, uint32_t max_connections);
+  // `o` with CONN-9's keepalive and the peer timeout set (Target::set_keepalive).
+  static udp::Options keeping_alive(udp::Options o, uint64_t keepalive_ns,
+                                    uint64_t peer_timeout_ns);
   // `o` with the engine's seed set so that its first connection, made or
   // accepted, starts at initial PSN `psn` (Target::start_psn_at; tests only).
   static udp::Options starting_at(udp::Options o, uint32_t psn);

@@ -58,6 +58,8 @@ class RemoteTarget : public TesterWireTarget {
   bool listen(bool accept, uint32_t max_connections) override;
   // The agent's `initial_psn`; false (the check skips) when it has none.
   bool start_psn_at(uint32_t psn) override;
+  // The agent's `keepalive`; false (the check skips) when it has none.
+  bool set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) override;
   // The agent's `stats`; false (the BAD checks skip their counts) when it
   // has none.
   bool endpoint_stats(EndpointStats& out) override;

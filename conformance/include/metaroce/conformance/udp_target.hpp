@@ -50,6 +50,8 @@ class UdpTarget : public TesterWireTarget {
   bool listen(bool accept, uint32_t max_connections) override;
   // The same, with the engine's seed chosen (udp::Options::random_seed off).
   bool start_psn_at(uint32_t psn) override;
+  // The same, with CONN-9's keepalive and the peer timeout set.
+  bool set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) override;
   bool endpoint_stats(EndpointStats& out) override {
     out = iut_->ep().endpoint_stats();
     return true;
