@@ -2180,6 +2180,29 @@ TEST(Udp, PostOnAnEndedConnectionSaysItIsClosed) {
   }
 }
 
+// CONN-9 through the driver: the client vanishes while the connection is
+// idle (closed without a word, as a crashed process). The server's
+// connection, with nothing outstanding, used to stay established for ever;
+// its keepalive now fails it kPeerUnreachable, and conn_error() says so.
+// Keepalive 200 ms and peer timeout 300 ms, to keep the test short.
+TEST(Udp, AnIdleConnectionWhosePeerVanishedFailsByTheKeepalive) {
+  Options so = test_options();
+  so.engine.recovery.keepalive_ns = 200 * metaroce::kMillisecond;
+  so.engine.recovery.peer_timeout_ns = 300 * metaroce::kMillisecond;
+  Pair p = connect_pair("127.0.0.1", so);
+  ASSERT_TRUE(p.cconn.valid());
+  ASSERT_TRUE(p.sconn.valid());
+  p.client->close(false);  // nothing told
+  const auto gone = std::chrono::steady_clock::now();
+  const auto failed = [&] { return p.server->state(p.sconn) == metaroce::udp::ConnState::kError; };
+  while (!failed() && std::chrono::steady_clock::now() - gone < 5s) p.server->wait(10ms);
+  ASSERT_TRUE(failed());
+  EXPECT_GE(std::chrono::steady_clock::now() - gone, 450ms);  // keepalive + peer timeout
+  const Error why = p.server->conn_error(p.sconn);
+  EXPECT_EQ(why.status, Status::kPeerUnreachable) << why.message;
+  EXPECT_NE(why.message.find(p.client->local_address()), std::string::npos) << why.message;
+}
+
 // CONN-8: where the peer closed a connection that had failed at its end, a
 // post says with what, from the DISCONNECT's reason. The client deregisters
 // the source of a 4 MiB WRITE under it (MR-5), which fails its connection
