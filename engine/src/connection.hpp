@@ -342,7 +342,7 @@ struct Connection {
   // lost packet to each other every timer, without end, while the peer is gone.
   TimeNs tail_resent_at{0};
   bool tail_resent = false;
-  TimeNs last_activity{0};  // last work posted or packet handled: context release
+  TimeNs last_activity{0};  // last send posted or packet handled: CONN-9, context release
   // CONN-9: when the first PROBE of the keepalive now waiting for an answer
   // left (0: none ever has), and when the next is due. Anything handled
   // from the peer since (last_activity) answers it.

@@ -347,7 +347,10 @@ Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
 Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
   Connection* c = impl_->find(conn);
   if (c == nullptr) return Status::kNoSuchConnection;
-  c->last_activity = impl_->last_now;
+  // No last_activity: a receive posted is no word from the peer, and no work
+  // PATH-7 times, so it must not answer CONN-9's keepalive (an application
+  // keeping receives posted kept a vanished peer's connection for ever). The
+  // receive itself keeps the rx context (rx_idle).
   return impl_->post_recv(*c, wr);
 }
 

@@ -272,5 +272,32 @@ TEST(Keepalive, WorkPostedWhileAKeepaliveWaitsIsTimedFromItsPost) {
   EXPECT_TRUE(loop.ep(0).is_established(a));
 }
 
+// A receive posted is no word from the peer, and no work PATH-7 times: an
+// application that keeps receives posted (one a second, as a server
+// replenishing its queue would) does not keep a vanished peer's idle
+// connection up. Before, each post_recv answered the keepalive, and the
+// connection never failed.
+TEST(Keepalive, ReceivesPostedDoNotAnswerTheKeepalive) {
+  Loop loop(cfg(918), cfg(919));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  const TimeNs quiet_from = loop.now();
+  TimeNs next_post = quiet_from;
+  Watch wa(loop, 0, a);
+  ASSERT_TRUE(loop.run_until(
+      [&] {
+        if (loop.now() >= next_post) {
+          EXPECT_EQ(loop.ep(0).post_recv(a, RecvWr{}), Status::kOk);
+          next_post = loop.now() + kSecond;
+        }
+        return wa();
+      },
+      20 * kSecond));
+  EXPECT_EQ(wa.seen->ev.kind, EventKind::kError);
+  EXPECT_EQ(wa.seen->ev.status, Status::kPeerUnreachable);
+  EXPECT_LE(wa.seen->at.since(quiet_from), kKeepalive + kPeerTimeout + 10 * kMicrosecond);
+}
+
 }  // namespace
 }  // namespace metaroce::test
