@@ -869,6 +869,34 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
       << out;
 }
 
+// The server's side of a test driven by hand, up to the client's Done:
+// accept, answer the Hello with the memory to WRITE to, take the Done. No
+// Result is sent; the tests below are about what the client makes of that.
+bool serve_until_done(udp::UdpEndpoint& ep, const TestParams& tp) {
+  using namespace std::chrono_literals;
+  ConnId conn;
+  const udp::Error err = ep.accept(5000ms, conn);
+  EXPECT_FALSE(err) << err.message;
+  Sink sink;
+  Ctrl hello, done;
+  CtrlOut out;
+  if (err ||
+      !sink.setup(ep, conn, tp, plan_buffers(Side::kServer, tp.op, tp.size, tp.qd, false).ring) ||
+      !sink.expose(tp.size, tp.qd, false) || !wait_ctrl(ep, sink, nullptr, hello, 5000ms)) {
+    ADD_FAILURE() << "no Hello from the client";
+    return false;
+  }
+  Ctrl ack;
+  ack.type = MsgType::kHelloAck;
+  ack.addr = sink.mem_mr.addr;
+  ack.rkey = sink.mem_mr.rkey;
+  ack.len = sink.mem_mr.length;
+  EXPECT_FALSE(send_ctrl(ep, conn, ack, out, 1));
+  EXPECT_TRUE(wait_ctrl(ep, sink, nullptr, done, 5000ms));
+  EXPECT_EQ(done.type, MsgType::kDone);
+  return true;
+}
+
 // A server that answers the Hello but closes the connection after the
 // client's Done, without its Result: the client exits 1 (kExitTestFailed), and its --json
 // report says why in "error" (the reason went to stderr only, and the JSON
@@ -890,27 +918,7 @@ TEST(PerfClient, JsonSaysWhyThereIsNoResult) {
   int rc = -1;
   testing::internal::CaptureStdout();
   std::thread client([&] { rc = run_client(a, common); });
-  ConnId conn;
-  err = ep->accept(5000ms, conn);
-  EXPECT_FALSE(err) << err.message;
-  Sink sink;
-  Ctrl hello, done;
-  CtrlOut out;
-  if (!err &&
-      sink.setup(*ep, conn, a.tp,
-                 plan_buffers(Side::kServer, a.tp.op, a.tp.size, a.tp.qd, false).ring) &&
-      sink.expose(a.tp.size, a.tp.qd, false) && wait_ctrl(*ep, sink, nullptr, hello, 5000ms)) {
-    Ctrl ack;
-    ack.type = MsgType::kHelloAck;
-    ack.addr = sink.mem_mr.addr;
-    ack.rkey = sink.mem_mr.rkey;
-    ack.len = sink.mem_mr.length;
-    EXPECT_FALSE(send_ctrl(*ep, conn, ack, out, 1));
-    EXPECT_TRUE(wait_ctrl(*ep, sink, nullptr, done, 5000ms));
-    EXPECT_EQ(done.type, MsgType::kDone);
-  } else {
-    ADD_FAILURE() << "no Hello from the client";
-  }
+  serve_until_done(*ep, a.tp);
   ep->close(true);  // DISCONNECT: no Result
   client.join();
   const std::string json = testing::internal::GetCapturedStdout();
@@ -952,28 +960,9 @@ TEST(PerfClient, AServerSilentAfterTheDoneFailsAfterThePeerTimeout) {
     rc = run_client(a, common);
     client_end = Clock::now();
   });
-  ConnId conn;
-  err = ep->accept(5000ms, conn);
-  EXPECT_FALSE(err) << err.message;
-  Sink sink;
-  Ctrl hello, done;
-  CtrlOut out;
-  if (!err &&
-      sink.setup(*ep, conn, a.tp,
-                 plan_buffers(Side::kServer, a.tp.op, a.tp.size, a.tp.qd, false).ring) &&
-      sink.expose(a.tp.size, a.tp.qd, false) && wait_ctrl(*ep, sink, nullptr, hello, 5000ms)) {
-    Ctrl ack;
-    ack.type = MsgType::kHelloAck;
-    ack.addr = sink.mem_mr.addr;
-    ack.rkey = sink.mem_mr.rkey;
-    ack.len = sink.mem_mr.length;
-    EXPECT_FALSE(send_ctrl(*ep, conn, ack, out, 1));
-    EXPECT_TRUE(wait_ctrl(*ep, sink, nullptr, done, 5000ms));
-    EXPECT_EQ(done.type, MsgType::kDone);
+  if (serve_until_done(*ep, a.tp)) {
     // The Done's acknowledgement leaves within these rounds.
     for (int i = 0; i < 20; ++i) ep->wait(1ms);
-  } else {
-    ADD_FAILURE() << "no Hello from the client";
   }
   const auto silent_from = Clock::now();  // no progress() from here: the server is gone
   client.join();
