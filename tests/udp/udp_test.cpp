@@ -26,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -2002,6 +2003,82 @@ TEST(Udp, PeersNameARegionByOffset) {  // MR-4
   const Error e =
       p.server->register_memory_at(dst.data(), dst.size(), UINT64_MAX, kAllAccess, wraps);
   EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+}
+
+// First contact of an all-to-all, as an MPI job over a libfabric RDM
+// provider makes it: each of four endpoints starts a connection to every
+// other at once and SENDs on it before any handshake has finished, so every
+// pair's requests cross. Each message lands once in a shared receive posted
+// before any connection existed, and the receive names a connection whose
+// peer address is the sender's.
+TEST(Udp, CrossedFirstContactOfAnAllToAll) {
+  constexpr int kPeers = 4;
+  constexpr uint32_t kLen = 20000;
+  Options o = test_options();
+  o.engine.shared_rq_depth = 8;
+  std::unique_ptr<UdpEndpoint> ep[kPeers];
+  std::vector<uint8_t> src[kPeers], rx[kPeers];
+  MemoryRegion smr[kPeers], rmr[kPeers];
+  for (int i = 0; i < kPeers; ++i) {
+    ep[i] = open_on("127.0.0.1", o);
+    ASSERT_TRUE(ep[i]);
+    src[i].resize(kPeers * kLen);
+    rx[i].assign(kPeers * kLen, 0);
+    fill_pattern(src[i], static_cast<uint8_t>(31 * i + 1));
+    ASSERT_FALSE(ep[i]->register_memory(src[i].data(), src[i].size(), kAllAccess, smr[i]));
+    ASSERT_FALSE(ep[i]->register_memory(rx[i].data(), rx[i].size(), kAllAccess, rmr[i]));
+    for (uint64_t k = 0; k < kPeers - 1; ++k)
+      ASSERT_FALSE(ep[i]->post_shared_recv({k, rmr[i].addr + k * kLen, kLen, rmr[i].lkey}));
+  }
+  // Endpoint i sends peer j the j-th slice of its source.
+  for (int i = 0; i < kPeers; ++i)
+    for (int j = 0; j < kPeers; ++j) {
+      if (i == j) continue;
+      ConnId c;
+      const Error e = ep[i]->connect_start(ep[j]->local_address(), c);
+      ASSERT_FALSE(e) << e.message;
+      const Error s =
+          ep[i]->send(c, static_cast<uint64_t>(j), src[i].data() + j * kLen, kLen, smr[i].lkey);
+      ASSERT_FALSE(s) << s.message;
+    }
+  std::vector<Completion> recvs[kPeers];
+  size_t sends = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    size_t recvd = 0;
+    for (int i = 0; i < kPeers; ++i) {
+      ep[i]->progress();
+      ConnId accepted;
+      while (ep[i]->try_accept(accepted)) {
+      }
+      Completion c;
+      while (ep[i]->poll_completion(c)) {
+        EXPECT_EQ(c.status, Status::kOk) << ep[i]->completion_error(c).message;
+        if (c.op == metaroce::CompletionOp::kRecv)
+          recvs[i].push_back(c);
+        else
+          ++sends;
+      }
+      recvd += recvs[i].size();
+    }
+    if (recvd == kPeers * (kPeers - 1) && sends == kPeers * (kPeers - 1)) break;
+  }
+  EXPECT_EQ(sends, size_t{kPeers * (kPeers - 1)});
+  for (int j = 0; j < kPeers; ++j) {
+    ASSERT_EQ(recvs[j].size(), size_t{kPeers - 1}) << "endpoint " << j;
+    std::set<int> senders;
+    for (const Completion& c : recvs[j]) {
+      EXPECT_EQ(c.byte_len, kLen);
+      int from = -1;
+      for (int i = 0; i < kPeers; ++i)
+        if (ep[j]->peer_address(c.conn) == ep[i]->local_address()) from = i;
+      ASSERT_GE(from, 0) << "a receive on " << ep[j]->peer_address(c.conn);
+      senders.insert(from);
+      EXPECT_EQ(0, std::memcmp(rx[j].data() + c.wr_id * kLen, src[from].data() + j * kLen, kLen))
+          << from << " -> " << j;
+    }
+    EXPECT_EQ(senders.size(), size_t{kPeers - 1});
+  }
 }
 
 // Two clients (two peers, as a libfabric RDM endpoint sees them) SEND to a
