@@ -245,6 +245,40 @@ TEST(Csv, FilesHaveTheirColumnsAndSameBytesForOneSeed) {
   EXPECT_NE(files[0][2].find(",active,"), std::string::npos);
 }
 
+// The time series ends where the run did, as the report's completion: a run
+// cut off by its time limit has its last row at the limit, not at its last
+// event (host 0's link dropping everything: the engine's last event before
+// the limit comes well before it, and the rows stopped there or at the last
+// sample before it).
+TEST(Csv, LastRowIsAtTheEndOfTheRunNotAtTheLastEvent) {
+  const fs::path dir = temp_dir("csv_end");
+  const LinkSpec l{};
+  SimConfig cfg;
+  cfg.name = "lone-dropped";
+  cfg.topo = fat_tree(4, l, l);
+  cfg.flows = {FlowSpec{0, 15, 1 << 20, SimTime{0}, {UINT32_MAX, UINT32_MAX}}};
+  FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, 0};  // edge 0: host 0's link
+  f.drop = 1.0;
+  cfg.faults.push_back(f);
+  cfg.time_limit = SimTime::from_us(1000);
+  cfg.output.csv_dir = dir.string();
+  cfg.output.sample_interval = SimTime::from_us(400);
+  Simulation sim(std::move(cfg));
+  sim.run();
+  std::string err;
+  ASSERT_TRUE(sim.close_output(err)) << err;
+  const Report r = sim.report();
+  ASSERT_EQ(r.flows_completed, 0u);
+  ASSERT_LT(r.sim_time_us, r.warmup_us + 1000.0);  // the last event came before the limit
+  for (const char* name : {"throughput.csv", "queues.csv"}) {
+    const std::string t = slurp(dir / name);
+    ASSERT_FALSE(t.empty()) << name;
+    const std::string row = t.substr(t.rfind('\n', t.size() - 2) + 1);
+    EXPECT_NEAR(std::stod(row.substr(0, row.find(','))), r.warmup_us + 1000.0, 1e-3)
+        << name << ": " << row;
+  }
+}
+
 TEST(Output, LeavesReportAndDigestUnchanged) {
   for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kRoceV2, TransportKind::kIrn}) {
     for (const char* name : {"fattree16-perm-gray", "incast8-256k"}) {
