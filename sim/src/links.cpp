@@ -1,5 +1,6 @@
 // Names of links on the command line (--pcap, --watch-link, --list-links),
 // and of the capture --pcap writes.
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <string_view>
@@ -48,10 +49,29 @@ bool set_direction(LinkRef& out, bool named_is_a, std::string_view suffix, const
   return true;
 }
 
-const char* tier_name(const TopoGraph& g, uint32_t sw) {
-  static const char* const kNames[] = {"tor/leaf", "agg/spine", "core"};
+// Whether the fabric has a third tier: a fat-tree's switches are ToRs,
+// aggregation and core switches; a two-tier fabric's (leaf-spine,
+// rail-optimized) leaves and spines. Read as Report's port kinds are.
+bool three_tiers(const TopoGraph& g) {
+  return std::any_of(g.switch_tier.begin(), g.switch_tier.end(), [](uint8_t t) { return t >= 2; });
+}
+
+// Named for the fabric it is in: a fat-tree's tier 1 is an agg, a
+// leaf-spine's a spine (both read "agg/spine", tier 0 "tor/leaf").
+const char* tier_name(const TopoGraph& g, bool three, uint32_t sw) {
+  static const char* const kThree[] = {"tor", "agg", "core"};
+  static const char* const kTwo[] = {"leaf", "spine"};
   const uint8_t t = sw < g.switch_tier.size() ? g.switch_tier[sw] : 0;
-  return t < 3 ? kNames[t] : "switch";
+  if (three) return t < 3 ? kThree[t] : "switch";
+  return t < 2 ? kTwo[t] : "switch";
+}
+
+// One end of edge e with its switch tier: "sw:0:2 [tor]", "host:3".
+std::string end_with_tier(const TopoGraph& g, bool three, uint32_t e, bool b_side) {
+  std::string n = link_end_name(g, e, b_side);
+  const uint32_t node = b_side ? g.edges[e].b : g.edges[e].a;
+  if (node >= g.num_hosts) n += std::string(" [") + tier_name(g, three, node - g.num_hosts) + "]";
+  return n;
 }
 
 }  // namespace
@@ -118,8 +138,9 @@ std::string link_end_name(const TopoGraph& g, uint32_t edge, bool b_side) {
 }
 
 std::string link_name(const TopoGraph& g, const LinkRef& l) {
-  std::string s = "edge " + std::to_string(l.edge) + " (" + link_end_name(g, l.edge, false) +
-                  " <-> " + link_end_name(g, l.edge, true) + ")";
+  const bool three = three_tiers(g);
+  std::string s = "edge " + std::to_string(l.edge) + " (" + end_with_tier(g, three, l.edge, false) +
+                  " <-> " + end_with_tier(g, three, l.edge, true) + ")";
   if (l.fwd != l.rev) s += l.fwd ? " a->b" : " b->a";
   return s;
 }
@@ -140,16 +161,13 @@ std::string list_links(const TopoGraph& g) {
       "# edge  a  b  rate  delay   (--pcap / --watch-link take E, host:H[-up|-down], "
       "sw:S:P[-out|-in])\n";
   char b[256];
+  const bool three = three_tiers(g);
   for (uint32_t e = 0; e < g.edges.size(); ++e) {
     const auto& ed = g.edges[e];
-    auto end = [&](uint32_t node, bool b_side) {
-      std::string n = link_end_name(g, e, b_side);
-      if (node >= g.num_hosts) n += std::string(" [") + tier_name(g, node - g.num_hosts) + "]";
-      return n;
-    };
-    std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us\n", e, end(ed.a, false).c_str(),
-                  end(ed.b, true).c_str(), static_cast<double>(ed.spec.rate_mbps) / 1000.0,
-                  ed.spec.delay.us());
+    std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us\n", e,
+                  end_with_tier(g, three, e, false).c_str(),
+                  end_with_tier(g, three, e, true).c_str(),
+                  static_cast<double>(ed.spec.rate_mbps) / 1000.0, ed.spec.delay.us());
     s += b;
   }
   return s;

@@ -314,10 +314,14 @@ class SimOutput::Sampler final : public EventSource {
       sim_.sched_.schedule(*this, t + dt_);
   }
 
-  // The last (partial) interval, fcts.csv; closes the files.
+  // The last (partial) interval, fcts.csv; closes the files. The interval
+  // ends where run() got to, as the report's completion does: a run cut off
+  // by its time limit ends there, not at its last event, which may come long
+  // before (its rows stopped at the last sample or event before the limit).
   bool close(std::string& err) {
     sim_.sched_.cancel(*this);
-    if (sim_.sched_.now() > last_) sample(sim_.sched_.now());
+    const SimTime end = sim_.run_end();
+    if (end > last_) sample(end);
     bool ok = true;
     for (FILE** f : {&thr_, &queues_, &paths_}) {
       if (std::ferror(*f) != 0 || std::fclose(*f) != 0) ok = false;

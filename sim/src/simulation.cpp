@@ -395,7 +395,11 @@ uint64_t Simulation::delivered_bytes() const {
 }
 
 bool Simulation::finished() const {
-  return flows_->all_done() || sched_.now() >= origin_ + cfg_.time_limit;
+  // The time run() reached, not the last event's: when the events before the
+  // limit run out (the next one lies past it, or none is left), the last
+  // event comes before the limit, and a caller looping until finished()
+  // spun for ever.
+  return flows_->all_done() || run_end() >= origin_ + cfg_.time_limit;
 }
 
 void Simulation::run(SimTime until) {

@@ -245,6 +245,40 @@ TEST(Csv, FilesHaveTheirColumnsAndSameBytesForOneSeed) {
   EXPECT_NE(files[0][2].find(",active,"), std::string::npos);
 }
 
+// The time series ends where the run did, as the report's completion: a run
+// cut off by its time limit has its last row at the limit, not at its last
+// event (host 0's link dropping everything: the engine's last event before
+// the limit comes well before it, and the rows stopped there or at the last
+// sample before it).
+TEST(Csv, LastRowIsAtTheEndOfTheRunNotAtTheLastEvent) {
+  const fs::path dir = temp_dir("csv_end");
+  const LinkSpec l{};
+  SimConfig cfg;
+  cfg.name = "lone-dropped";
+  cfg.topo = fat_tree(4, l, l);
+  cfg.flows = {FlowSpec{0, 15, 1 << 20, SimTime{0}, {UINT32_MAX, UINT32_MAX}}};
+  FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, 0};  // edge 0: host 0's link
+  f.drop = 1.0;
+  cfg.faults.push_back(f);
+  cfg.time_limit = SimTime::from_us(1000);
+  cfg.output.csv_dir = dir.string();
+  cfg.output.sample_interval = SimTime::from_us(400);
+  Simulation sim(std::move(cfg));
+  sim.run();
+  std::string err;
+  ASSERT_TRUE(sim.close_output(err)) << err;
+  const Report r = sim.report();
+  ASSERT_EQ(r.flows_completed, 0u);
+  ASSERT_LT(r.sim_time_us, r.warmup_us + 1000.0);  // the last event came before the limit
+  for (const char* name : {"throughput.csv", "queues.csv"}) {
+    const std::string t = slurp(dir / name);
+    ASSERT_FALSE(t.empty()) << name;
+    const std::string row = t.substr(t.rfind('\n', t.size() - 2) + 1);
+    EXPECT_NEAR(std::stod(row.substr(0, row.find(','))), r.warmup_us + 1000.0, 1e-3)
+        << name << ": " << row;
+  }
+}
+
 TEST(Output, LeavesReportAndDigestUnchanged) {
   for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kRoceV2, TransportKind::kIrn}) {
     for (const char* name : {"fattree16-perm-gray", "incast8-256k"}) {
@@ -344,10 +378,45 @@ TEST(Links, NamesParseToEdgesAndDirections) {
   ASSERT_TRUE(parse_link(g, "sw:0:2-in", l, err));  // ToR 0's first uplink, from the agg
   EXPECT_EQ(l.edge, 16u);
   EXPECT_TRUE(!l.fwd && l.rev);
-  EXPECT_EQ(link_name(g, l), "edge 16 (sw:0:2 <-> sw:8:0) b->a");
+  EXPECT_EQ(link_name(g, l), "edge 16 (sw:0:2 [tor] <-> sw:8:0 [agg]) b->a");
   for (const char* bad : {"48", "host:16", "sw:20:0", "sw:0:9", "host:1-sideways", "x"})
     EXPECT_FALSE(parse_link(g, bad, l, err)) << bad;
-  EXPECT_NE(list_links(g).find("16  sw:0:2 [tor/leaf]  sw:8:0 [agg/spine]"), std::string::npos);
+  EXPECT_NE(list_links(g).find("16  sw:0:2 [tor]  sw:8:0 [agg]"), std::string::npos);
+}
+
+// Switch tiers are named for the fabric: a fat-tree's ToR, agg and core, a
+// leaf-spine's or rail-optimized fabric's leaf and spine. Both read
+// "tor/leaf" and "agg/spine", so a fat-tree's aggs were labelled spines and
+// a leaf-spine's spines aggs; the capture's line (link_name) named no tier.
+TEST(Links, TiersAreNamedForTheirFabric) {
+  const LinkSpec l{};
+  const TopoGraph ft = fat_tree(4, l, l);
+  const std::string ft_list = list_links(ft);
+  EXPECT_NE(ft_list.find("0  host:0  sw:0:0 [tor]"), std::string::npos) << ft_list;
+  const uint32_t agg_core = fat_tree_agg_core_edge(4, 0, 0);  // agg 0 (switch 8), core 0 (16)
+  EXPECT_NE(ft_list.find(std::to_string(agg_core) + "  sw:8:2 [agg]  sw:16:0 [core]"),
+            std::string::npos)
+      << ft_list;
+  EXPECT_EQ(link_name(ft, LinkRef{agg_core, true, true}),
+            "edge " + std::to_string(agg_core) + " (sw:8:2 [agg] <-> sw:16:0 [core])");
+  for (const char* wrong : {"[leaf]", "[spine]", "[tor/leaf]", "[agg/spine]"})
+    EXPECT_EQ(ft_list.find(wrong), std::string::npos) << wrong;
+
+  // 2 leaves x 2 hosts, 2 spines: edge 4 joins leaf 0 (switch 0) and spine 0 (switch 2).
+  const TopoGraph ls = leaf_spine(2, 2, 2, l, l);
+  const std::string ls_list = list_links(ls);
+  EXPECT_NE(ls_list.find("\n0  host:0  sw:0:0 [leaf]"), std::string::npos) << ls_list;
+  EXPECT_NE(ls_list.find("\n4  sw:0:2 [leaf]  sw:2:0 [spine]"), std::string::npos) << ls_list;
+  EXPECT_EQ(link_name(ls, LinkRef{4, true, false}),
+            "edge 4 (sw:0:2 [leaf] <-> sw:2:0 [spine]) a->b");
+  // 4 servers x 2 rails in groups of 2: 4 rail leaves, 2 spines; 8 host links first.
+  const TopoGraph rail = rail_optimized(4, 2, 2, 2, l, l);
+  const std::string rail_list = list_links(rail);
+  EXPECT_NE(rail_list.find("\n1  host:1  sw:1:0 [leaf]"), std::string::npos) << rail_list;
+  EXPECT_NE(rail_list.find("\n8  sw:0:2 [leaf]  sw:4:0 [spine]"), std::string::npos) << rail_list;
+  for (const std::string* list : {&ls_list, &rail_list})
+    for (const char* wrong : {"[tor]", "[agg]", "[core]", "[tor/leaf]", "[agg/spine]"})
+      EXPECT_EQ(list->find(wrong), std::string::npos) << wrong << "\n" << *list;
 }
 
 // --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder. A

@@ -1029,6 +1029,49 @@ TEST(Faults, AtTimeZeroTheyPrecedeTheFlowsAndUnfinishedRunsEndAtTheLimit) {
   EXPECT_DOUBLE_EQ(r.completion_us, 1000.0);
 }
 
+// finished() asks whether simulated time reached the limit, not the last
+// event: a run whose last event before the limit comes early (host 0's link
+// dropping everything, the engine's next timer past the limit) is finished
+// once run() got to the limit. It compared the last event's time, so both
+// loops below ran until their bound (1000 and 100 iterations).
+TEST(Simulation, FinishedOnceRunReachedTheLimitThoughTheLastEventCameBefore) {
+  auto make = [] {
+    SimConfig c = lone_flow_delays(1, 1, 1 << 20);
+    FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, host_edge(c, 0)};
+    f.drop = 1.0;
+    c.faults.push_back(f);
+    c.time_limit = SimTime::from_us(1000);
+    return c;
+  };
+  {
+    Simulation sim(make());
+    // The workload's time zero: the warm-up's end, in whole microseconds
+    // (the clock stands at the warm-up's last event, before it).
+    const SimTime origin = SimTime::from_us(static_cast<uint64_t>(sim.report().warmup_us));
+    ASSERT_GT(origin, SimTime{0});
+    SimTime t = origin;
+    int steps = 0;
+    while (!sim.finished() && steps < 1000) {
+      t += SimTime::from_us(100);
+      sim.run(t);
+      ++steps;
+    }
+    EXPECT_EQ(steps, 10);
+    EXPECT_LT(sim.sched().now(), origin + SimTime::from_us(1000));  // no event at the limit
+    EXPECT_EQ(sim.report().flows_completed, 0u);
+  }
+  {
+    Simulation sim(make());
+    int runs = 0;
+    while (!sim.finished() && runs < 100) {
+      sim.run();
+      ++runs;
+    }
+    EXPECT_EQ(runs, 1);
+    EXPECT_DOUBLE_EQ(sim.report().completion_us, 1000.0);
+  }
+}
+
 // A run some of whose flows failed did not finish: its completion is the end
 // of simulated time (the last failure), as for flows cut off by the time
 // limit, not the finish of the flows that completed (host 0's link down

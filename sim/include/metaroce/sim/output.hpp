@@ -38,9 +38,12 @@ struct LinkRef {
 bool parse_link(const TopoGraph& g, const std::string& text, LinkRef& out, std::string& err);
 // "host:H" or "sw:S:P": one end of edge e (b_side: edge.b, else edge.a).
 [[nodiscard]] std::string link_end_name(const TopoGraph& g, uint32_t edge, bool b_side);
-// "edge 12 (host:12 <-> sw:3:1)" plus " a->b" / " b->a" for one direction.
+// "edge 12 (host:12 <-> sw:3:1 [tor])" plus " a->b" / " b->a" for one
+// direction. A switch's tier is named for its fabric: tor, agg, core on a
+// fat-tree; leaf, spine on a two-tier fabric (leaf-spine, rail-optimized).
 [[nodiscard]] std::string link_name(const TopoGraph& g, const LinkRef& l);
-// One line per edge: index, both ends (with the switch tier), rate, delay.
+// One line per edge: index, both ends (with the switch tier, as link_name),
+// rate, delay.
 [[nodiscard]] std::string list_links(const TopoGraph& g);
 
 // The pcap file --pcap writes when no --pcap-file is given: NAME-TRANSPORT.pcap

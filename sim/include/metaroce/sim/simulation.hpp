@@ -200,6 +200,7 @@ class Simulation {
   // Runs until every flow finished, time_limit, or `until`; can be called
   // again with a later `until` to continue.
   void run(SimTime until = SimTime::never());
+  // Every flow done, or simulated time at the limit (events or not).
   [[nodiscard]] bool finished() const;
   [[nodiscard]] Report report() const;
 
