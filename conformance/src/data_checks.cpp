@@ -1,5 +1,5 @@
 // Data packets: SEQ-2, SEQ-3, PLACE-1, ACK-4/ACK-5, ACK-8, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2,
-// PLACE-2, MR-1, MR-3, SEQ-5, ACK-2/ACK-6, TRIM-2, TRIM-3, TRIM-5.
+// PLACE-2, MR-1, MR-3, SEQ-5, ACK-2/ACK-6, TRIM-2, TRIM-3, TRIM-5, LOSS-8.
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -949,6 +949,66 @@ Outcome check_trim3(Target& t) {
                 ", its own path's (port " + std::to_string(w.entropy) + ", slot " +
                 std::to_string(slot(w)) + "), not another");
   return pass();
+}
+
+// LOSS-8 (simulated time: in real time the tail-loss resend is not told
+// apart from resends a loaded host's late ACKs draw): a 64 KiB WRITE of the
+// target's, every packet acknowledged (selectively) but those sent on the
+// first packet's path (at least two), which LOSS-2 then never finds lost. Within
+// 900 us (the tail-loss timer, at most srtt + 4 rttvar + ack_delay = 310 us
+// with no RTT sample, before the RTO of 1 ms), at the same time: a PROBE on
+// that path (its source port and path_tag, AR set) and the path's oldest
+// packet again on another path (LOSS-3), the other paths having room.
+Outcome check_loss8(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 65536, 1, why)) return fail(why);
+  const std::vector<Reply> first = p.run(1000);
+  const auto sent = firsts(of(first, wire::Opcode::kWrite));
+  if (sent.empty()) return fail("the target's WRITE was not sent");
+  const uint16_t tag = sent.front()->pkt.bh.path_tag;
+  std::vector<const Reply*> kept;  // every packet on the first packet's path
+  std::vector<uint32_t> sacked;
+  const Reply* echo = nullptr;
+  for (const Reply* d : sent) {
+    if (d->pkt.bh.path_tag == tag) {
+      kept.push_back(d);
+    } else {
+      sacked.push_back(d->pkt.bh.psn);
+      echo = d;
+    }
+  }
+  if (kept.size() < 2 || echo == nullptr)
+    return fail("the first 1 us of the WRITE put no two packets on one path and some on another");
+  const Reply& oldest = *kept.front();
+  p.send(p.sack(oldest.pkt.bh.psn, sacked, *echo), echo->entropy);
+  constexpr uint64_t kStep = 5'000;
+  for (uint64_t waited = 0; waited < 900'000; waited += kStep) {
+    const std::vector<Reply> rs = p.run(kStep);
+    const Reply* probe = nullptr;
+    const Reply* resend = nullptr;
+    for (const Reply& r : rs) {
+      if (r.error != wire::ParseError::kOk) continue;
+      if (r.pkt.bh.opcode == wire::Opcode::kProbe && r.pkt.bh.path_tag == tag) probe = &r;
+      if (r.pkt.bh.opcode == wire::Opcode::kWrite && r.pkt.bh.psn == oldest.pkt.bh.psn)
+        resend = resend != nullptr ? resend : &r;
+    }
+    if (probe == nullptr && resend == nullptr) continue;
+    if (probe == nullptr) return fail("the path's oldest packet was resent without a PROBE");
+    if (probe->entropy != oldest.entropy || !(probe->pkt.bh.flags & wire::kFlagAckRequested))
+      return fail("the tail-loss PROBE left from port " + std::to_string(probe->entropy) +
+                  (probe->pkt.bh.flags & wire::kFlagAckRequested ? "" : " without AR") +
+                  ", its path's port " + std::to_string(oldest.entropy));
+    if (resend == nullptr) return fail("the path's oldest packet was not resent with its PROBE");
+    if (resend->entropy == oldest.entropy ||
+        wire::path_tag_slot(resend->pkt.bh.path_tag) == wire::path_tag_slot(oldest.pkt.bh.path_tag))
+      return fail("the path's oldest packet was resent on its own path (port " +
+                  std::to_string(resend->entropy) + "), not another");
+    return pass();
+  }
+  return fail("no PROBE on the path of packets left unacknowledged for 900 us");
 }
 
 }  // namespace metaroce::conformance

@@ -202,6 +202,10 @@ constexpr std::array kChecks = {
           "a SEND refused RNR goes again rnr_retry (100 us) after the NAK, nothing before it, a "
           "SEND posted meanwhile after it (simulated time only)",
           check_loss7},
+    Check{"LOSS-8",
+          "one path's packets left unacknowledged, the rest acknowledged: a PROBE on that "
+          "path and its oldest packet again on another, before the RTO (simulated time only)",
+          check_loss8},
     Check{"ACK-9", "ACKs have PSN 0; an ACK of PSNs never sent is ignored, echo included",
           check_ack9},
     Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",

@@ -1931,6 +1931,36 @@ TEST(Conformance, RnrPauseOf20UsFailsLoss7) {
   });
 }
 
+// LOSS-8 broken: no tail-loss PROBE, or the tail packet resent on its own
+// path.
+TEST(Conformance, NoTailLossProbeFailsLoss8) {
+  expect_fails("LOSS-8", "resent without a PROBE", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      std::erase_if(v, [](const Sent& s) {
+        return s.bytes.size() > 1 && s.bytes[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+      });
+    };
+  });
+}
+
+TEST(Conformance, TailResentOnItsOwnPathFailsLoss8) {
+  expect_fails("LOSS-8", "resent on its own path", [](FaultyTarget& t) {
+    auto first = std::make_shared<std::map<uint32_t, std::pair<uint16_t, uint16_t>>>();
+    t.mutate = [first](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
+          continue;
+        const auto [it, fresh] = first->emplace(p.bh.psn, std::pair{s.entropy, p.bh.path_tag});
+        if (fresh) continue;
+        s.entropy = it->second.first;
+        p.bh.path_tag = it->second.second;
+        s.bytes = encode(p);
+      }
+    };
+  });
+}
+
 TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
