@@ -160,6 +160,10 @@ constexpr std::array kChecks = {
           check_cc3},
     Check{"PATH-3, LOSS-6", "an echo of an old generation acknowledges, but moves no srtt or cwnd",
           check_path3},
+    Check{"TRIM-4",
+          "an ECHO_TRIMMED echo cuts its path's cwnd as a CE echo does: to half at first, once "
+          "per srtt",
+          check_trim4},
     Check{"PLACE-3",
           "SEND, SEND_IMM and WRITE_IMM consume receive buffer msn, whatever the arrival order; "
           "a SEND past its buffer draws NAK 0x05",

@@ -1961,6 +1961,18 @@ TEST(Conformance, TailResentOnItsOwnPathFailsLoss8) {
   });
 }
 
+// TRIM-4 broken: ECHO_TRIMMED unread, no congestion signal taken from it.
+TEST(Conformance, TrimEchoUnreadFailsTrim4) {
+  expect_fails("TRIM-4", "bytes on an ECHO_TRIMMED echo", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoTrimmed) == 0)
+        return false;
+      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
+      return true;
+    });
+  });
+}
+
 TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
