@@ -152,12 +152,17 @@ Outcome check_mr1(Target& t);
 Outcome check_mr2(Target& t);
 Outcome check_mr3(Target& t);
 Outcome check_ack1(Target& t);
+Outcome check_ack2(Target& t);
+Outcome check_seq5(Target& t);
 Outcome check_trim5(Target& t);
 Outcome check_trim2(Target& t);
+Outcome check_trim3(Target& t);
+Outcome check_loss8(Target& t);
 // timing_checks.cpp
 Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);
 Outcome check_path3(Target& t);
+Outcome check_trim4(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);
@@ -171,11 +176,13 @@ Outcome check_nak1(Target& t);
 Outcome check_nak2(Target& t);
 Outcome check_nak3(Target& t);
 Outcome check_nak4(Target& t);
+Outcome check_loss7(Target& t);
 Outcome check_ack9(Target& t);
 // receive_checks.cpp
 Outcome check_place3(Target& t);
 Outcome check_place5(Target& t);
 Outcome check_comp(Target& t);
+Outcome check_comp3(Target& t);
 Outcome check_mr5(Target& t);
 Outcome check_mr5_read(Target& t);
 

@@ -1,5 +1,5 @@
 // Data packets: SEQ-2, SEQ-3, PLACE-1, ACK-4/ACK-5, ACK-8, SEQ-4/ACK-3, SEQ-6, ACK-7, PATH-2,
-// PLACE-2, MR-1, MR-3.
+// PLACE-2, MR-1, MR-3, SEQ-5, ACK-2/ACK-6, TRIM-2, TRIM-3, TRIM-5, LOSS-8.
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -7,6 +7,7 @@
 #include <set>
 
 #include "checks.hpp"
+#include "metaroce/bytes.hpp"
 
 namespace metaroce::conformance {
 namespace {
@@ -779,6 +780,235 @@ Outcome check_trim2(Target& t) {
   if (t.read_memory(r, 0, w.payload.size()) != w.payload)
     return fail("a flagged WRITE with its payload was not placed");
   return pass();
+}
+
+namespace {
+
+// `packet` (a data packet of the tester's) sent on path tag `path_tag` at
+// time `tsval`: both BH fields replaced and the ICRC made good.
+Bytes stamped(Bytes packet, uint16_t path_tag, uint32_t tsval) {
+  wire::Packet pkt;
+  if (wire::decode(packet, pkt) != wire::ParseError::kOk) return packet;
+  const size_t payload = pkt.payload.size();
+  be::store16(packet.data() + 2, path_tag);
+  be::store32(packet.data() + 12, tsval);
+  (void)wire::seal(packet, packet.size() - payload - wire::kIcrcSize, payload);
+  return packet;
+}
+
+// SEQ-5: the packets among `rs` of the target's one message of `len` bytes
+// (`op`, on the tester's connection `conn`), its first at `first`: every
+// PSN from `first` on, one each, `offset` k * mtu, `min(mtu, len - offset)`
+// bytes, and no other packet of it. Empty if so, else what is wrong.
+std::string segmented(const std::vector<Reply>& rs, wire::Opcode op, uint32_t conn, uint32_t first,
+                      uint32_t len, uint32_t mtu) {
+  const std::string what = std::to_string(len) + "-byte " + wire::opcode_name(op);
+  const uint32_t n = len == 0 ? 1 : (len + mtu - 1) / mtu;
+  std::map<uint32_t, const Reply*> by_k;  // by distance from `first`
+  for (const Reply* d : firsts(of(rs, op)))
+    if (d->pkt.bh.dst_conn == conn && d->pkt.mh.msg_len == len)
+      by_k.emplace(d->pkt.bh.psn - first, d);
+  for (const auto& [k, d] : by_k) {
+    const std::string which = "packet " + std::to_string(k + 1) + " of a " + what;
+    if (k >= n)
+      return which + " (PSN " + hex32(d->pkt.bh.psn) + "): " + std::to_string(n) +
+             " packets from the first PSN " + hex32(first) + " at mtu " + std::to_string(mtu);
+    const uint32_t offset = k * mtu;
+    const uint32_t bytes = std::min(mtu, len - offset);
+    if (d->pkt.mh.offset != offset || d->pkt.payload.size() != bytes)
+      return which + " carries " + std::to_string(d->pkt.payload.size()) + " bytes at offset " +
+             std::to_string(d->pkt.mh.offset) + ", not " + std::to_string(bytes) + " at " +
+             std::to_string(offset) + " (mtu " + std::to_string(mtu) + ")";
+  }
+  if (by_k.size() != n)
+    return std::to_string(by_k.size()) + " packets of a " + what + " from the first PSN " +
+           hex32(first) + ", not " + std::to_string(n) + " at mtu " + std::to_string(mtu);
+  return {};
+}
+
+// Whether `rs` holds `n` packets of `op` (first copies) of `len` bytes.
+auto holds(wire::Opcode op, uint32_t len, size_t n) {
+  return [op, len, n](const std::vector<Reply>& rs) {
+    size_t got = 0;
+    for (const Reply* d : firsts(of(rs, op))) got += d->pkt.mh.msg_len == len;
+    return got >= n;
+  };
+}
+
+}  // namespace
+
+// ACK-2, and ACK-6's echo fields: packets 1-4 of a 6-packet WRITE, in
+// order, without AR, CE-marked, none of them a message's last or filling a
+// gap, so that only the CE mark calls for an ACK at once (ACK-1's count
+// would acknowledge them by twos, echoing one packet of each pair). Each
+// draws its own ACK (at once: within 1 us in simulated time) with ECHO_CE,
+// echoing its `psn`, `tsval` and `path_tag`, each packet sent with a tag
+// and a timestamp of its own.
+Outcome check_ack2(Target& t) {
+  TesterWrites w(t);
+  if (const std::string why = w.open(6, 6 * 4096); !why.empty()) return fail(why);
+  const bool simulated = t.simulated_time();
+  for (uint32_t k = 0; k < 4; ++k) {
+    const uint32_t psn = w.first + k;
+    const uint16_t tag = wire::make_path_tag(static_cast<uint8_t>(k + 1), 3);
+    const uint32_t tsval = 0x5eed0000u + 0x111u * k;
+    const Bytes packet = stamped(w.part(k), tag, tsval);
+    const std::vector<Reply> rs = simulated
+                                      ? w.p.exchange(packet, 1000, Peer::kEntropy, /*ce=*/true)
+                                      : w.p.exchange_until(packet, acks(psn, wire::kAckEchoCe),
+                                                           100'000, Peer::kEntropy, /*ce=*/true);
+    const std::string which = "CE-marked packet " + std::to_string(k + 1) + " of a message";
+    const Reply* a = ack_of(rs, psn, wire::kAckEchoCe);
+    if (a == nullptr)
+      return fail(which + " drew no ACK echoing it with ECHO_CE" +
+                  (simulated ? " within 1 us" : ""));
+    const wire::AckBody& b = a->pkt.ack;
+    if (b.echo_tsval != tsval || b.echo_path_tag != tag)
+      return fail(which + "'s ACK echoes tsval " + hex32(b.echo_tsval) + " and path_tag " +
+                  hex32(b.echo_path_tag) + ", not the packet's " + hex32(tsval) + " and " +
+                  hex32(tag));
+  }
+  return pass();
+}
+
+// SEQ-5, at the mtu the handshake agreed (the tester offers 1024, less
+// than the target's): a READ response and a WRITE of 2 * 1024 + 1 bytes
+// each take 3 consecutive PSNs, 1024, 1024 and 1 bytes at offsets 0, 1024
+// and 2048, and a WRITE of no bytes one packet.
+Outcome check_seq5(Target& t) {
+  constexpr uint32_t kMtu = 1024;
+  constexpr uint32_t kLen = 2 * kMtu + 1;
+  {  // the target responds to the tester's READ
+    Peer p(t);
+    p.mtu = kMtu;
+    Region r;
+    std::string why;
+    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteRead, 4096)) return fail(why);
+    if (p.mtu != kMtu)
+      return fail("the handshake agreed mtu " + std::to_string(p.mtu) + ", not the tester's " +
+                  std::to_string(kMtu));
+    const std::vector<Reply> rs = p.exchange_until(
+        p.read_req(p.next_psn++, 0, r.rkey, r.addr, kLen), holds(wire::Opcode::kReadResp, kLen, 3));
+    if (const std::string bad =
+            segmented(rs, wire::Opcode::kReadResp, p.conn(), p.target_initial_psn, kLen, kMtu);
+        !bad.empty())
+      return fail(bad);
+  }
+  Peer p(t, 0x7e5e);
+  p.mtu = kMtu;
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, kLen, 1, why)) return fail(why);
+  std::vector<Reply> rs = p.run_until(holds(wire::Opcode::kWrite, kLen, 3));
+  if (const std::string bad =
+          segmented(rs, wire::Opcode::kWrite, p.conn(), p.target_initial_psn, kLen, kMtu);
+      !bad.empty())
+    return fail(bad);
+  // Acknowledged, so that no path waits on it (a tail-loss probe unanswered)
+  // when the next message is sent.
+  for (const Reply* d : firsts(of(rs, wire::Opcode::kWrite)))
+    if (d->pkt.bh.psn == p.target_initial_psn + 2) p.send(p.ack(d->pkt.bh.psn + 1, *d), d->entropy);
+  Region none;
+  if (!t.register_memory(64, 0, none)) return fail("the target could not register memory");
+  if (t.post_send(conn, to_tester(WrOpcode::kWrite, none, 0, 2)) != Status::kOk)
+    return fail("the target refused a WRITE of no bytes");
+  rs = p.run_until(holds(wire::Opcode::kWrite, 0, 1));
+  if (const std::string bad =
+          segmented(rs, wire::Opcode::kWrite, p.conn(), p.target_initial_psn + 3, 0, kMtu);
+      !bad.empty())
+    return fail(bad);
+  return pass();
+}
+
+// TRIM-3 (simulated time: in real time "at once" is not told apart from
+// the tail-loss resend that would follow anyway): the tester answers a
+// one-packet WRITE of the target's with an ACK echoing it with
+// ECHO_TRIMMED and acknowledging nothing. The packet goes again within
+// 10 us (its tail-loss timer, LOSS-8, would wait some 300 us), on another
+// path (LOSS-3): from another source port, under another path slot.
+Outcome check_trim3(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 100, rs, why, 10'000)) return fail(why);
+  const auto sent = of(rs, wire::Opcode::kWrite);
+  if (sent.empty()) return fail("no data packet within 10 us of the ACCEPT");
+  const Reply& w = *sent.front();
+  const uint32_t psn = w.pkt.bh.psn;
+  const std::vector<Reply> again =
+      p.exchange(p.ack(psn, w, wire::kAckEchoTrimmed), 10'000, w.entropy);
+  const Reply* r = nullptr;
+  for (const Reply* d : of(again, wire::Opcode::kWrite))
+    if (d->pkt.bh.psn == psn) r = r != nullptr ? r : d;
+  if (r == nullptr) return fail("a WRITE echoed with ECHO_TRIMMED was not resent within 10 us");
+  const auto slot = [](const Reply& d) { return wire::path_tag_slot(d.pkt.bh.path_tag); };
+  if (r->entropy == w.entropy || slot(*r) == slot(w))
+    return fail("a WRITE echoed with ECHO_TRIMMED was resent from port " +
+                std::to_string(r->entropy) + ", path slot " + std::to_string(slot(*r)) +
+                ", its own path's (port " + std::to_string(w.entropy) + ", slot " +
+                std::to_string(slot(w)) + "), not another");
+  return pass();
+}
+
+// LOSS-8 (simulated time: in real time the tail-loss resend is not told
+// apart from resends a loaded host's late ACKs draw): a 64 KiB WRITE of the
+// target's, every packet acknowledged (selectively) but those sent on the
+// first packet's path (at least two), which LOSS-2 then never finds lost. Within
+// 900 us (the tail-loss timer, at most srtt + 4 rttvar + ack_delay = 310 us
+// with no RTT sample, before the RTO of 1 ms), at the same time: a PROBE on
+// that path (its source port and path_tag, AR set) and the path's oldest
+// packet again on another path (LOSS-3), the other paths having room.
+Outcome check_loss8(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 65536, 1, why)) return fail(why);
+  const std::vector<Reply> first = p.run(1000);
+  const auto sent = firsts(of(first, wire::Opcode::kWrite));
+  if (sent.empty()) return fail("the target's WRITE was not sent");
+  const uint16_t tag = sent.front()->pkt.bh.path_tag;
+  std::vector<const Reply*> kept;  // every packet on the first packet's path
+  std::vector<uint32_t> sacked;
+  const Reply* echo = nullptr;
+  for (const Reply* d : sent) {
+    if (d->pkt.bh.path_tag == tag) {
+      kept.push_back(d);
+    } else {
+      sacked.push_back(d->pkt.bh.psn);
+      echo = d;
+    }
+  }
+  if (kept.size() < 2 || echo == nullptr)
+    return fail("the first 1 us of the WRITE put no two packets on one path and some on another");
+  const Reply& oldest = *kept.front();
+  p.send(p.sack(oldest.pkt.bh.psn, sacked, *echo), echo->entropy);
+  constexpr uint64_t kStep = 5'000;
+  for (uint64_t waited = 0; waited < 900'000; waited += kStep) {
+    const std::vector<Reply> rs = p.run(kStep);
+    const Reply* probe = nullptr;
+    const Reply* resend = nullptr;
+    for (const Reply& r : rs) {
+      if (r.error != wire::ParseError::kOk) continue;
+      if (r.pkt.bh.opcode == wire::Opcode::kProbe && r.pkt.bh.path_tag == tag) probe = &r;
+      if (r.pkt.bh.opcode == wire::Opcode::kWrite && r.pkt.bh.psn == oldest.pkt.bh.psn)
+        resend = resend != nullptr ? resend : &r;
+    }
+    if (probe == nullptr && resend == nullptr) continue;
+    if (probe == nullptr) return fail("the path's oldest packet was resent without a PROBE");
+    if (probe->entropy != oldest.entropy || !(probe->pkt.bh.flags & wire::kFlagAckRequested))
+      return fail("the tail-loss PROBE left from port " + std::to_string(probe->entropy) +
+                  (probe->pkt.bh.flags & wire::kFlagAckRequested ? "" : " without AR") +
+                  ", its path's port " + std::to_string(oldest.entropy));
+    if (resend == nullptr) return fail("the path's oldest packet was not resent with its PROBE");
+    if (resend->entropy == oldest.entropy ||
+        wire::path_tag_slot(resend->pkt.bh.path_tag) == wire::path_tag_slot(oldest.pkt.bh.path_tag))
+      return fail("the path's oldest packet was resent on its own path (port " +
+                  std::to_string(resend->entropy) + "), not another");
+    return pass();
+  }
+  return fail("no PROBE on the path of packets left unacknowledged for 900 us");
 }
 
 }  // namespace metaroce::conformance

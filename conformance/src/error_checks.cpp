@@ -1,6 +1,6 @@
 // NAK-1 to NAK-4 and ACK-9: the order of a receiver's checks, the error
 // state a fatal NAK leaves on both ends (and an RNR does not), and an ACK of
-// PSNs never sent.
+// PSNs never sent. LOSS-7: the sender's pause after an RNR.
 #include <map>
 
 #include "checks.hpp"
@@ -196,6 +196,51 @@ Outcome check_nak4(Target& t) {
   if (!p.await_completion(c) || c.wr_id != 2 || c.status != Status::kOk)
     return fail("the SEND that drew RNR did not complete once acknowledged");
   return pass();
+}
+
+// LOSS-7 (simulated time: the pause is measured): the target's one-packet
+// SEND, refused by the tester's RNR NAK, goes again not before `rnr_retry`
+// (100 us) after the NAK and by 200 us; no data packet leaves in the pause,
+// not even a second SEND posted in it (the send queue waits), which leaves
+// after the resend.
+Outcome check_loss7(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  Region src;
+  if (!t.register_memory(200, 0, src)) return fail("register_memory failed");
+  if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 1)) != Status::kOk)
+    return fail("the target refused a SEND");
+  const std::vector<Reply> sent = p.run(10'000);
+  const auto sends = of(sent, wire::Opcode::kSend);
+  if (sends.empty()) return fail("the target's SEND was not sent within 10 us");
+  const Reply& s = *sends.front();
+  const uint32_t psn = s.pkt.bh.psn;
+  p.send(p.nak(psn, 0x01, s.pkt.mh.msn, psn), s.entropy);
+  Region second = src;
+  second.addr += 100;
+  if (t.post_send(conn, to_tester(WrOpcode::kSend, second, 100, 2)) != Status::kOk)
+    return fail("the target refused a second SEND");
+  uint64_t at = 0;  // ns since the NAK
+  for (const uint64_t step : {99'000u, 101'000u}) {
+    for (const Reply& r : p.run(step)) {
+      if (r.error != wire::ParseError::kOk || !wire::is_data(r.pkt.bh.opcode)) continue;
+      const bool resend = r.pkt.bh.psn == psn;
+      const bool posted_after = !resend && psn_after(r.pkt.bh.psn, psn);
+      if (at < 99'000)
+        return fail(std::string(resend         ? "the SEND refused RNR was resent"
+                                : posted_after ? "the SEND posted in the RNR pause left"
+                                               : "a data packet left") +
+                    " within 99 us of the RNR NAK, before rnr_retry (100 us)");
+      if (posted_after)
+        return fail("the SEND posted in the RNR pause left before the refused one was resent");
+      if (resend) return pass();
+    }
+    at += step;
+  }
+  return fail("the SEND refused RNR was not resent within 200 us of the NAK");
 }
 
 Outcome check_ack9(Target& t) {

@@ -71,7 +71,7 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
   wire::ConnectBody b;
   b.src_conn = conn_;
   b.initial_psn = initial_psn;
-  b.mtu = 4096;
+  b.mtu = static_cast<uint16_t>(mtu);
   b.window_log2 = window_log2;
   b.max_reads = 16;
   b.max_version = 1;
@@ -129,6 +129,7 @@ void Peer::reject(const Reply& req, Status code) {
 void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
+  const auto offered = static_cast<uint16_t>(mtu);
   mtu = std::min<uint32_t>(mtu, req.pkt.connect.mtu);  // CONN-3: the smaller offer
   window_log2 = std::max<uint8_t>(6, std::min(window_log2, req.pkt.connect.window_log2));
   wire::BaseHeader bh = header(op, 0);
@@ -136,7 +137,7 @@ void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status c
   b.code = static_cast<uint8_t>(code);
   b.src_conn = conn_;
   b.initial_psn = initial_psn;
-  b.mtu = 4096;
+  b.mtu = offered;
   b.window_log2 = window_log2;
   b.max_reads = max_reads;
   b.max_version = 1;

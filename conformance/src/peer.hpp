@@ -136,7 +136,9 @@ class Peer {
   // both before the handshake to start elsewhere, SEQ-2), and the next one.
   uint32_t initial_psn = kInitialPsn;
   uint32_t next_psn = kInitialPsn;
-  // The connection's mtu: the smaller of the tester's offer and the target's.
+  // The connection's mtu: what the tester offers (set it before the
+  // handshake to offer less, SEQ-5), then the smaller of its offer and the
+  // target's.
   uint32_t mtu = 4096;
   // The connection's window_log2: what the tester offers (set it before
   // the handshake to offer less), then the smaller of the two, at least 6

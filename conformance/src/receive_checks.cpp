@@ -1,7 +1,7 @@
 // PLACE-3 and PLACE-5: SEND, SEND_IMM and WRITE_IMM into the receive
 // buffers the target's application posted, by RSN, whatever order they
 // arrive in; duplicates placed nowhere; MR-5, buffers gone. COMP-1 and COMP-2: when work
-// completes, and in what order.
+// completes, and in what order; COMP-3: a receive waits for the data sent before it.
 #include <map>
 #include <optional>
 #include <set>
@@ -265,6 +265,45 @@ Outcome check_comp(Target& t) {
   for (const uint64_t want : {11, 12})
     if (!p.await_completion(c) || c.wr_id != want || c.status != Status::kOk)
       return fail("receives filled RSN 1 first did not complete in posting order");
+  return pass();
+}
+
+// COMP-3: a WRITE_IMM that arrives while the WRITE sent before it is still
+// on its way (the tester holds it back) has its receive filled, but not
+// completed: the receive completes once the WRITE has arrived, with the
+// immediate value and the WRITE_IMM's length, the WRITE's bytes in place.
+Outcome check_comp3(Target& t) {
+  Peer p(t);
+  Region r;
+  ConnId conn;
+  std::string why;
+  if (!tester_connects_for_receives(t, p, r, conn, why, kAccessLocalWrite | kAccessRemoteWrite))
+    return fail(why);
+  if (t.post_recv(conn, RecvWr{31, r.addr + 2048, 64, r.lkey}) != Status::kOk)
+    return fail("the target refused a receive buffer");
+  const uint32_t held = p.next_psn++, signal = p.next_psn++;
+  const Bytes data(100, 0x6d);
+  const Bytes flag = {1, 2, 3, 4};
+  if (ack_of(p.exchange_until(
+                 p.message(wire::Opcode::kWriteImm, signal, 0, flag, r.rkey, r.addr + 1024, 0xc0de),
+                 acks(signal)),
+             signal) == nullptr)
+    return fail("no ACK for the WRITE_IMM");
+  (void)p.run(t.simulated_time() ? 100'000 : 5'000'000);
+  Completion c;
+  if (t.poll_completion(c))
+    return fail("work request " + std::to_string(c.wr_id) +
+                " completed while the WRITE sent before the WRITE_IMM was still on its way");
+  if (ack_of(p.exchange_until(p.write(held, r.rkey, r.addr, data), acks(held)), held) == nullptr)
+    return fail("no ACK for the WRITE held back");
+  if (!p.await_completion(c)) return fail("the receive did not complete once the WRITE arrived");
+  if (c.wr_id != 31 || c.status != Status::kOk || !c.has_imm || c.imm != 0xc0de ||
+      c.byte_len != flag.size())
+    return fail("the receive completed as work request " + std::to_string(c.wr_id) + ", " +
+                code_text(c.status) + ", " + std::to_string(c.byte_len) + " bytes, immediate " +
+                (c.has_imm ? hex32(c.imm) : std::string("none")) +
+                ", not 31, kOk, 4 bytes, immediate 0xc0de");
+  if (t.read_memory(r, 0, data.size()) != data) return fail("the WRITE's bytes are not in place");
   return pass();
 }
 

@@ -88,12 +88,20 @@ constexpr std::array kChecks = {
           check_seq2_target},
     Check{"SEQ-3", "with cum held, no PSN at or beyond cum + W, W from the smaller window_log2",
           check_seq3},
+    Check{"SEQ-5",
+          "a WRITE and a READ response of 2 mtu + 1 bytes at the agreed mtu (1024, the tester's "
+          "offer) take 3 consecutive PSNs, full but the last; a WRITE of no bytes one",
+          check_seq5},
     Check{"PLACE-1", "a message's packets sent in reverse are each placed on arrival",
           check_place1},
     Check{"ACK-1",
           "in-order packets without AR draw one ACK per two, at once, none for the first of "
           "each pair (simulated time only)",
           check_ack1},
+    Check{"ACK-2, ACK-6",
+          "each CE-marked packet draws its own ACK at once with ECHO_CE, echoing its psn, tsval "
+          "and path_tag",
+          check_ack2},
     Check{"ACK-4, ACK-5",
           "an ACK at once for a message's last packet or one filling the last gap, else within "
           "ack_delay (simulated time only)",
@@ -119,6 +127,10 @@ constexpr std::array kChecks = {
           "a flagged, cut WRITE draws an ACK at once with ECHO_TRIMMED and its echo fields, "
           "acknowledges and writes nothing; flagged with its payload, it is placed",
           check_trim2},
+    Check{"TRIM-3",
+          "an ACK echoing a WRITE with ECHO_TRIMMED has it resent at once, on another path "
+          "(simulated time only)",
+          check_trim3},
     Check{"TRIM-5",
           "with PC clear, a packet with less payload than SEQ-5 gives it, not flagged trimmed, "
           "is dropped: no reply, nothing written or received",
@@ -148,6 +160,10 @@ constexpr std::array kChecks = {
           check_cc3},
     Check{"PATH-3, LOSS-6", "an echo of an old generation acknowledges, but moves no srtt or cwnd",
           check_path3},
+    Check{"TRIM-4",
+          "an ECHO_TRIMMED echo cuts its path's cwnd as a CE echo does: to half at first, once "
+          "per srtt",
+          check_trim4},
     Check{"PLACE-3",
           "SEND, SEND_IMM and WRITE_IMM consume receive buffer msn, whatever the arrival order; "
           "a SEND past its buffer draws NAK 0x05",
@@ -159,6 +175,9 @@ constexpr std::array kChecks = {
           "a WRITE SACKed but not cumulatively acknowledged does not complete; sends and "
           "receives complete in posting order",
           check_comp},
+    Check{"COMP-3",
+          "a WRITE_IMM's receive completes only once the WRITE held back before it has arrived",
+          check_comp3},
     Check{"COMP-5",
           "in the error state (a fatal NAK sent), every outstanding WRITE, READ and receive "
           "completes kFlushed in posting order",
@@ -183,6 +202,14 @@ constexpr std::array kChecks = {
           "RNR is not fatal: a SEND refused RNR lands once resent after a receive is posted; "
           "one that drew RNR is resent",
           check_nak4},
+    Check{"LOSS-7",
+          "a SEND refused RNR goes again rnr_retry (100 us) after the NAK, nothing before it, a "
+          "SEND posted meanwhile after it (simulated time only)",
+          check_loss7},
+    Check{"LOSS-8",
+          "one path's packets left unacknowledged, the rest acknowledged: a PROBE on that "
+          "path and its oldest packet again on another, before the RTO (simulated time only)",
+          check_loss8},
     Check{"ACK-9", "ACKs have PSN 0; an ACK of PSNs never sent is ignored, echo included",
           check_ack9},
     Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",

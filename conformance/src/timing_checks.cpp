@@ -1,5 +1,5 @@
 // Rules about a path's estimates, read through the agent's path state:
-// LOSS-4's RTT estimator and CC-3's DCTCP marking fraction.
+// LOSS-4's RTT estimator, CC-3's DCTCP marking fraction and TRIM-4's cut.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -251,6 +251,38 @@ Outcome check_cc3(Target& t) {
   if (!told_apart)
     return fail("no path's packet and ACK fractions differed enough to tell them apart:" + seen);
   return pass("alpha (permille) against the marked fraction of packets and of ACKs:" + seen);
+}
+
+// TRIM-4: an ACK echoing the target's first data packet with ECHO_TRIMMED,
+// acknowledging nothing, cuts that path's cwnd as a CE echo does (CC-4):
+// by alpha / 2 with alpha at its start, 1, so to half; a second one within
+// the path's srtt cuts it no further.
+Outcome check_trim4(Target& t) {
+  Peer p(t);
+  ConnId conn;
+  std::vector<Reply> rs;
+  const Reply* d = nullptr;
+  std::string why;
+  if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
+  const size_t slot = wire::path_tag_slot(d->pkt.bh.path_tag);
+  PathStats before, after, again;
+  if (!t.path_stats(conn, slot, before)) return fail("no state for the path");
+  p.send(p.ack(d->pkt.bh.psn, *d, wire::kAckEchoTrimmed), d->entropy);
+  (void)p.run(1000);
+  if (!t.path_stats(conn, slot, after)) return fail("no state for the path");
+  const uint32_t half = before.cwnd_bytes - before.cwnd_bytes / 2;
+  if (after.cwnd_bytes > half + 1 || after.cwnd_bytes + 1 < half)
+    return fail("cwnd went from " + std::to_string(before.cwnd_bytes) + " to " +
+                std::to_string(after.cwnd_bytes) + " bytes on an ECHO_TRIMMED echo, not to " +
+                std::to_string(half) + " (alpha 1)");
+  p.send(p.ack(d->pkt.bh.psn, *d, wire::kAckEchoTrimmed), d->entropy);
+  (void)p.run(1000);
+  if (!t.path_stats(conn, slot, again)) return fail("no state for the path");
+  if (again.cwnd_bytes < after.cwnd_bytes && t.simulated_time())
+    return fail("a second ECHO_TRIMMED echo 1 us after the first cut cwnd again, from " +
+                std::to_string(after.cwnd_bytes) + " to " + std::to_string(again.cwnd_bytes) +
+                " bytes, within the path's srtt");
+  return pass();
 }
 
 }  // namespace metaroce::conformance

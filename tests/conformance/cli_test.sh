@@ -41,11 +41,11 @@ expect 2 "^--min-wait-us: Value 5ms is not a whole number \(expected 1000 to 100
   "$conform" --target remote --agent 127.0.0.1:7000 --iut 127.0.0.1:40000 --entropy-base 40001 \
   --entropy-count 16 --min-wait-us 5ms
 expect 0 '' "$conform" --help
-# A rule no check names (ACK-2 has none yet: conformance/README.md), before
+# A rule no check names (ENC-2 has none yet: conformance/README.md), before
 # any target opens: the agent named here is never reached.
-expect 2 "^metaroce-conform: no check names rule 'ACK-2'" "$conform" --rule ACK-2
-expect 2 "^metaroce-conform: no check names rule 'ACK-2'" "$conform" --target remote \
-  --agent 127.0.0.1:1 --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16 --rule ACK-2
+expect 2 "^metaroce-conform: no check names rule 'ENC-2'" "$conform" --rule ENC-2
+expect 2 "^metaroce-conform: no check names rule 'ENC-2'" "$conform" --target remote \
+  --agent 127.0.0.1:1 --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16 --rule ENC-2
 # A report that cannot be written (a full disk) is not a pass.
 expect_full 2 '^metaroce-conform: the report could not be written to stdout' \
   "$conform" --rule CONN-1 --json

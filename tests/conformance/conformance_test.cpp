@@ -163,9 +163,28 @@ class FaultyTarget : public EngineTarget {
     frozen_ = out;
     return true;
   }
+  // With `completes_on_arrival`, a receive completes as soon as the last
+  // packet of the message that fills it arrives, before cum passes it
+  // (COMP-3 broken); the engine's own completion of it is dropped.
+  bool completes_on_arrival = false;
+  Status post_recv(ConnId conn, const RecvWr& wr) override {
+    const Status s = EngineTarget::post_recv(conn, wr);
+    if (s == Status::kOk) recvs_.push_back({conn, wr.wr_id});
+    return s;
+  }
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
   bool poll_completion(Completion& out) override {
+    if (completes_on_arrival && !early_.empty()) {
+      out = early_.front();
+      early_.erase(early_.begin());
+      return true;
+    }
+    if (completes_on_arrival) {
+      while (EngineTarget::poll_completion(out))
+        if (!reported_early_.contains(out.wr_id)) return true;
+      return false;
+    }
     if (newest_first) {
       Completion c;
       while (EngineTarget::poll_completion(c)) ready_.push_back(c);
@@ -193,8 +212,13 @@ class FaultyTarget : public EngineTarget {
     if (unknown_seen_++ >= answers_unknown_after)
       answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
   }
+  // With `ce_unread`, the IP ECN field of what arrives is never read: no
+  // packet is taken for CE-marked.
+  bool ce_unread = false;
   void deliver_with_faults(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) {
     std::vector<uint8_t> bytes(d.begin(), d.end());
+    if (ce_unread) ce = false;
+    if (completes_on_arrival) complete_early(bytes);
     if (versioned_requests_uncounted &&
         bytes.size() >= wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize &&
         (bytes[0] >> 4) != wire::kVersion &&
@@ -229,6 +253,26 @@ class FaultyTarget : public EngineTarget {
   }
 
  private:
+  void complete_early(std::span<const uint8_t> d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || !wire::consumes_receive(p.bh.opcode) ||
+        p.mh.offset + p.payload.size() != p.mh.msg_len || recvs_.empty())
+      return;
+    Completion c;
+    c.conn = recvs_.front().first;
+    c.wr_id = recvs_.front().second;
+    c.op =
+        p.bh.opcode == wire::Opcode::kWriteImm ? CompletionOp::kRecvWriteImm : CompletionOp::kRecv;
+    c.byte_len = p.mh.msg_len;
+    c.has_imm = wire::has_imm(p.bh.opcode);
+    c.imm = p.imm;
+    recvs_.erase(recvs_.begin());
+    reported_early_.insert(c.wr_id);
+    early_.push_back(c);
+  }
+  std::vector<std::pair<ConnId, uint64_t>> recvs_;
+  std::vector<Completion> early_;
+  std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
   size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
@@ -1754,6 +1798,179 @@ TEST(Conformance, EchoTrimmedNeverSetFailsTrim2) {
 TEST(Conformance, TrimmedIcrcUncheckedFailsTrim2) {
   expect_fails("TRIM-2", "with a header bit flipped drew a reply",
                [](FaultyTarget& t) { t.reseal_trimmed = true; });
+}
+
+// ACK-2 broken: the IP ECN field never read (no ACK of a marked packet
+// at once), or CE echoed for every other marked packet only (marks
+// coalesced two to an ACK, as a DCTCP receiver's delayed ACKs may).
+TEST(Conformance, CeMarksUnreadFailAck2) {
+  expect_fails("ACK-2", "drew no ACK echoing it with ECHO_CE",
+               [](FaultyTarget& t) { t.ce_unread = true; });
+}
+
+TEST(Conformance, CeEchoedForEveryOtherMarkFailsAck2) {
+  expect_fails("ACK-2", "drew no ACK echoing it with ECHO_CE", [](FaultyTarget& t) {
+    auto marked = std::make_shared<int>(0);
+    t.mutate = [marked](std::vector<Sent>& v) {
+      std::erase_if(v, [&](const Sent& s) {
+        wire::Packet p;
+        return wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+               p.bh.opcode == wire::Opcode::kAck && (p.ack.flags & wire::kAckEchoCe) != 0 &&
+               (*marked)++ % 2 == 1;
+      });
+    };
+  });
+}
+
+// ACK-6 broken: the echo carries the receiver's own timestamp, or the
+// echoed packet's slot without its generation.
+TEST(Conformance, EchoOfTheReceiversOwnClockFailsAck6) {
+  expect_fails("ACK-6", "ACK echoes tsval", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.ack.echo_tsval = p.bh.tsval;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, EchoOfTheSlotAloneFailsAck6) {
+  expect_fails("ACK-6", "ACK echoes tsval", [](FaultyTarget& t) {
+    rewrite_sent(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      p.ack.echo_path_tag = wire::path_tag_slot(p.ack.echo_path_tag);
+      return true;
+    });
+  });
+}
+
+// SEQ-5 broken: the target segments at its own mtu, the peer's smaller
+// offer ignored (the tester's handshake packets reach it offering 4096);
+// or it sends a message's short piece first, then full ones.
+TEST(Conformance, PeersSmallerMtuIgnoredFailsSeq5) {
+  expect_fails("SEQ-5", "bytes at offset 0, not 1024 at 0", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kConnectReq && p.bh.opcode != wire::Opcode::kConnectAccept)
+        return false;
+      p.connect.mtu = 4096;
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, ShortPieceFirstFailsSeq5) {
+  expect_fails("SEQ-5", "carries 1 bytes at offset 0, not 1024 at 0", [](FaultyTarget& t) {
+    auto piece = std::make_shared<std::vector<uint8_t>>();
+    rewrite_sent(t, [piece](wire::Packet& p) {
+      constexpr uint32_t kMtu = 1024;
+      if (!wire::carries_payload(p.bh.opcode) || p.mh.msg_len <= kMtu || p.mh.msg_len % kMtu == 0)
+        return false;
+      const uint32_t k = p.mh.offset / kMtu;
+      const uint32_t rest = p.mh.msg_len % kMtu;
+      const uint32_t offset = k == 0 ? 0 : rest + (k - 1) * kMtu;
+      piece->assign(k == 0 ? rest : kMtu, 0x5a);
+      if (wire::has_rdma_header(p.bh.opcode)) p.rh.raddr = p.rh.raddr - p.mh.offset + offset;
+      p.mh.offset = offset;
+      p.payload = *piece;
+      return true;
+    });
+  });
+}
+
+// COMP-3 broken: a receive completes when its message's last packet
+// arrives, before the packets sent ahead of it have.
+TEST(Conformance, ReceiveCompletedOnItsMessagesArrivalFailsComp3) {
+  expect_fails("COMP-3", "completed while the WRITE sent before the WRITE_IMM",
+               [](FaultyTarget& t) { t.completes_on_arrival = true; });
+}
+
+// TRIM-3 broken: ECHO_TRIMMED unread (the packet waits for its tail-loss
+// resend), or the packet resent on the path that cut it.
+TEST(Conformance, TrimEchoIgnoredFailsTrim3) {
+  expect_fails("TRIM-3", "was not resent within 10 us", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoTrimmed) == 0)
+        return false;
+      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
+      return true;
+    });
+  });
+}
+
+TEST(Conformance, TrimmedPacketResentOnItsOwnPathFailsTrim3) {
+  expect_fails("TRIM-3", "its own path's", [](FaultyTarget& t) {
+    auto first = std::make_shared<std::map<uint32_t, std::pair<uint16_t, uint16_t>>>();
+    t.mutate = [first](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
+          continue;
+        const auto [it, fresh] = first->emplace(p.bh.psn, std::pair{s.entropy, p.bh.path_tag});
+        if (fresh) continue;
+        s.entropy = it->second.first;
+        p.bh.path_tag = it->second.second;
+        s.bytes = encode(p);
+      }
+    };
+  });
+}
+
+// LOSS-7 broken: the RNR NAK unread (the send queue goes on: the SEND
+// posted after it leaves at once), or a pause shorter than rnr_retry.
+TEST(Conformance, RnrNakUnreadFailsLoss7) {
+  expect_fails("LOSS-7", "the SEND posted in the RNR pause left within 99 us", [](FaultyTarget& t) {
+    drop_received(t, [](const wire::Packet& p) {
+      return p.bh.opcode == wire::Opcode::kNak && p.nak.code == 0x01;
+    });
+  });
+}
+
+TEST(Conformance, RnrPauseOf20UsFailsLoss7) {
+  expect_fails("LOSS-7", "the SEND refused RNR was resent within 99 us", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.rnr_retry_ns = 20'000; });
+  });
+}
+
+// LOSS-8 broken: no tail-loss PROBE, or the tail packet resent on its own
+// path.
+TEST(Conformance, NoTailLossProbeFailsLoss8) {
+  expect_fails("LOSS-8", "resent without a PROBE", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      std::erase_if(v, [](const Sent& s) {
+        return s.bytes.size() > 1 && s.bytes[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+      });
+    };
+  });
+}
+
+TEST(Conformance, TailResentOnItsOwnPathFailsLoss8) {
+  expect_fails("LOSS-8", "resent on its own path", [](FaultyTarget& t) {
+    auto first = std::make_shared<std::map<uint32_t, std::pair<uint16_t, uint16_t>>>();
+    t.mutate = [first](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
+          continue;
+        const auto [it, fresh] = first->emplace(p.bh.psn, std::pair{s.entropy, p.bh.path_tag});
+        if (fresh) continue;
+        s.entropy = it->second.first;
+        p.bh.path_tag = it->second.second;
+        s.bytes = encode(p);
+      }
+    };
+  });
+}
+
+// TRIM-4 broken: ECHO_TRIMMED unread, no congestion signal taken from it.
+TEST(Conformance, TrimEchoUnreadFailsTrim4) {
+  expect_fails("TRIM-4", "bytes on an ECHO_TRIMMED echo", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoTrimmed) == 0)
+        return false;
+      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
+      return true;
+    });
+  });
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {
