@@ -424,6 +424,13 @@ struct Endpoint::Impl {
                                      uint8_t path, TimeNs now, std::span<uint8_t> buf,
                                      TxDatagram& out);
 
+  // LOSS-7: within an RNR pause, the oldest READ response retransmission
+  // queued behind the send queue's own (which wait for the pause to end):
+  // taken out of the queue and sent, the others keeping their order.
+  template <bool gather>
+  [[gnu::cold]] bool resend_response_in_pause(detail::Connection& c, TimeNs now,
+                                              std::span<uint8_t> buf, TxDatagram& out);
+
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);
   Status post_shared_recv(const RecvWr& wr);

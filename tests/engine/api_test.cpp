@@ -429,53 +429,87 @@ TEST(Engine, RnrResendLeavesWhenThePauseEnds) {  // LOSS-7
   EXPECT_EQ(resent.since(nak_sent), loop.delay_ns + pause);
 }
 
-// LOSS-7: our SEND waits for the peer's receive buffer, not the READs the
-// peer asks of us meanwhile. Endpoint 1's SEND is refused with RNR again and
-// again (endpoint 0 posts its receive only after its READ); the READ's
-// responses flow through the pauses, so it takes about as long as with no
-// SEND at all (before, each pause held them for rnr_retry_ns).
-TEST(Engine, RnrPauseLeavesReadResponsesFlowing) {  // LOSS-7, READ-2
+// A 1 MiB READ by endpoint 0 from endpoint 1, whose SEND, when with_send,
+// is refused with RNR again and again (endpoint 0 posts its receive only
+// after the READ), so that an RNR pause is on when the READ starts; every
+// lose_every-th READ response endpoint 1 sends is lost (0: none). The SEND
+// lands once the receive is posted.
+struct ReadBesideRnr {
+  uint64_t took_ns = 0;
+  uint64_t rnr_naks = 0;  // endpoint 0's, over the whole run
+  uint64_t resent = 0;    // endpoint 1's retransmissions during the READ
+};
+ReadBesideRnr read_beside_rnr(uint64_t seed, uint64_t rnr_retry_ns, int lose_every,
+                              bool with_send) {
   constexpr uint32_t kLen = 1 << 20;
-  auto read_time_ns = [&](bool with_send, uint64_t& rnr_naks) {
-    EndpointConfig responder = cfg(76);
-    responder.recovery.rnr_retry_ns = 10'000;  // many pauses within the READ
-    Loop loop(cfg(75), responder);
-    auto [a, b] = loop.connect();
-    Buf into(loop.ep(0), kLen, kAccessLocalWrite, 0);
-    Buf from(loop.ep(1), kLen, kAccessRemoteRead, 0);
-    pattern(from.bytes, 3);
-    Buf msg(loop.ep(1), 4 * 4096, 0, 9);
-    Buf rbuf(loop.ep(0), 4 * 4096, kAccessLocalWrite, 0);
-    if (with_send) {
-      EXPECT_EQ(loop.ep(1).post_send(b, send_wr(msg, 0, 4 * 4096, 7)), Status::kOk);
-      // Until the first RNR NAK has left: the pause is on when the READ starts.
-      EXPECT_TRUE(loop.run_until([&] { return loop.ep(0).conn_stats(a)->rnr_naks_sent > 0; }));
-    }
-    const TimeNs start = loop.now();
-    EXPECT_EQ(loop.ep(0).post_send(a, read_wr(into, from.addr(), from.mr.rkey, kLen, 1)),
-              Status::kOk);
-    std::vector<Completion> done;
-    EXPECT_TRUE(loop.run_until_completions(0, 1, done));
-    const uint64_t took = loop.now().since(start);
-    EXPECT_EQ(done.at(0).status, Status::kOk);
-    EXPECT_EQ(into.bytes, from.bytes);
-    rnr_naks = loop.ep(0).conn_stats(a)->rnr_naks_sent;
-    if (with_send) {  // the SEND still lands once a receive is posted
-      EXPECT_EQ(loop.ep(0).post_recv(a, RecvWr{5, rbuf.addr(), 4 * 4096, rbuf.mr.lkey}),
-                Status::kOk);
-      std::vector<Completion> sent;
-      EXPECT_TRUE(loop.run_until_completions(1, 1, sent));
-      EXPECT_EQ(sent.at(0).status, Status::kOk);
-      EXPECT_EQ(rbuf.bytes, msg.bytes);
-    }
-    return took;
+  EndpointConfig responder = cfg(seed + 1);
+  responder.recovery.rnr_retry_ns = rnr_retry_ns;
+  Loop loop(cfg(seed), responder);
+  auto [a, b] = loop.connect();
+  int responses = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return lose_every > 0 && from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kReadResp) &&
+           ++responses % lose_every == 0;
   };
-  uint64_t naks_alone = 0, naks_paused = 0;
-  const uint64_t alone = read_time_ns(false, naks_alone);
-  const uint64_t paused = read_time_ns(true, naks_paused);
-  EXPECT_EQ(naks_alone, 0u);
-  EXPECT_GE(naks_paused, 2u);  // the READ ran across more than one pause
-  EXPECT_LE(paused, alone + alone / 10) << "alone " << alone << " ns, paused " << paused << " ns";
+  Buf into(loop.ep(0), kLen, kAccessLocalWrite, 0);
+  Buf from(loop.ep(1), kLen, kAccessRemoteRead, 0);
+  pattern(from.bytes, 3);
+  Buf msg(loop.ep(1), 4 * 4096, 0, 9);
+  Buf rbuf(loop.ep(0), 4 * 4096, kAccessLocalWrite, 0);
+  if (with_send) {
+    EXPECT_EQ(loop.ep(1).post_send(b, send_wr(msg, 0, 4 * 4096, 7)), Status::kOk);
+    // Until the first RNR NAK has left: the pause is on when the READ starts.
+    EXPECT_TRUE(loop.run_until([&] { return loop.ep(0).conn_stats(a)->rnr_naks_sent > 0; }));
+  }
+  ReadBesideRnr r;
+  const TimeNs start = loop.now();
+  const uint64_t resent0 = loop.ep(1).conn_stats(b)->retransmissions;
+  EXPECT_EQ(loop.ep(0).post_send(a, read_wr(into, from.addr(), from.mr.rkey, kLen, 1)),
+            Status::kOk);
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until_completions(0, 1, done));
+  r.took_ns = loop.now().since(start);
+  r.resent = loop.ep(1).conn_stats(b)->retransmissions - resent0;
+  EXPECT_EQ(done.at(0).status, Status::kOk);
+  EXPECT_EQ(into.bytes, from.bytes);
+  r.rnr_naks = loop.ep(0).conn_stats(a)->rnr_naks_sent;
+  if (with_send) {
+    EXPECT_EQ(loop.ep(0).post_recv(a, RecvWr{5, rbuf.addr(), 4 * 4096, rbuf.mr.lkey}), Status::kOk);
+    std::vector<Completion> sent;
+    EXPECT_TRUE(loop.run_until_completions(1, 1, sent));
+    EXPECT_EQ(sent.at(0).status, Status::kOk);
+    EXPECT_EQ(rbuf.bytes, msg.bytes);
+  }
+  return r;
+}
+
+// LOSS-7: our SEND waits for the peer's receive buffer, not the READs the
+// peer asks of us meanwhile: with many 10 us pauses within the READ, its
+// responses flow through them, so it takes about as long as with no SEND at
+// all (before, each pause held them for rnr_retry_ns).
+TEST(Engine, RnrPauseLeavesReadResponsesFlowing) {  // LOSS-7, READ-2
+  const ReadBesideRnr alone = read_beside_rnr(75, 10'000, 0, false);
+  const ReadBesideRnr paused = read_beside_rnr(75, 10'000, 0, true);
+  EXPECT_EQ(alone.rnr_naks, 0u);
+  EXPECT_GE(paused.rnr_naks, 2u);  // the READ ran across more than one pause
+  EXPECT_LE(paused.took_ns, alone.took_ns + alone.took_ns / 10)
+      << "alone " << alone.took_ns << " ns, paused " << paused.took_ns << " ns";
+}
+
+// LOSS-7: a READ response's retransmission goes on through an RNR pause,
+// though the send queue's own retransmissions (the refused SEND's) wait
+// ahead of it in the retransmission queue. Every 40th READ response packet
+// is lost, and the pauses are 1 ms long: the READ takes as long beside the
+// refused SEND as alone, 24 us (before, a lost response waited for the
+// pause to end, and the READ took 1,004 us).
+TEST(Engine, RnrPauseLeavesReadResponseResendsFlowing) {  // LOSS-7, SCHED-2
+  const ReadBesideRnr alone = read_beside_rnr(85, 1'000'000, 40, false);
+  const ReadBesideRnr paused = read_beside_rnr(85, 1'000'000, 40, true);
+  EXPECT_GE(alone.resent, 5u);  // the premise: responses were lost and resent
+  EXPECT_GE(paused.resent, 5u);
+  EXPECT_GE(paused.rnr_naks, 1u);
+  EXPECT_LE(paused.took_ns, alone.took_ns + alone.took_ns / 5)
+      << "alone " << alone.took_ns << " ns, paused " << paused.took_ns << " ns";
 }
 
 // PLACE-4: a READ response whose msg_len is not its READ's length belongs to
