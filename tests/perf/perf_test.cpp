@@ -869,6 +869,70 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
       << out;
 }
 
+// A client that finds no server says how long it waited and the option that
+// sets it, --connect-timeout-ms: a metaroce-perf user cannot set the library's
+// Options::engine.connect_attempts, which the driver's message names. A
+// longer timeout waits longer.
+TEST(PerfClient, ConnectTimeoutNamesTheOptionThatSetsIt) {
+  using namespace std::chrono_literals;
+  udp::Error err;
+  std::string addr;
+  {
+    // A port that a socket just left: its host refuses (ICMP) what is sent there.
+    auto gone = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
+    ASSERT_TRUE(gone) << err.message;
+    addr = gone->local_address();
+  }
+  for (const uint32_t ms : {200u, 1200u}) {
+    SCOPED_TRACE(ms);
+    ClientArgs a;
+    a.addr = addr;
+    a.iters = 1;
+    a.tp.size = 64;
+    a.tp.qd = 1;
+    a.connect_timeout_ms = ms;
+    g_stop = 0;
+    testing::internal::CaptureStderr();
+    const auto t0 = Clock::now();
+    const int rc = run_client(a, small_common());
+    const auto took = Clock::now() - t0;
+    const std::string out = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, kExitNothingRan);
+    EXPECT_NE(out.find("connect to " + addr + ": no answer within " + std::to_string(ms) + " ms (" +
+                       std::to_string(ms / 10) +
+                       " requests 10 ms apart; --connect-timeout-ms waits longer); the peer's "
+                       "host answered with ICMP port unreachable"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("Options::engine"), std::string::npos) << out;
+    EXPECT_NE(out.find("kConnectTimeout"), std::string::npos) << out;
+    EXPECT_GE(took, std::chrono::milliseconds(ms) * 9 / 10);
+    EXPECT_LT(took, std::chrono::milliseconds(ms) + 2s);
+  }
+}
+
+// Connection requests for a timeout: rounded up, within the engine's range.
+TEST(PerfClient, ConnectAttemptsCoverTheTimeout) {
+  EXPECT_EQ(connect_attempts_for(500, 10 * kMillisecond), 50u);
+  EXPECT_EQ(connect_attempts_for(505, 10 * kMillisecond), 51u);
+  EXPECT_EQ(connect_attempts_for(10, 10 * kMillisecond), 1u);
+  EXPECT_EQ(connect_attempts_for(kMaxConnectTimeoutMs, 10 * kMillisecond), 65535u);
+  EXPECT_EQ(connect_attempts_for(1, 10 * kMillisecond), 1u);
+}
+
+// The driver's other connect failures keep their words; a timeout worded
+// otherwise (the caller's timeout) gets the option added.
+TEST(PerfClient, ConnectErrorTextLeavesOtherFailuresAlone) {
+  udp::Error e;
+  e.status = Status::kConnectRefused;
+  e.message = "connect to 10.0.0.1:4792 failed: kConnectRefused: refused";
+  EXPECT_EQ(connect_error_text(e, 500), e.message);
+  e.status = Status::kConnectTimeout;
+  e.message = "connect to 10.0.0.1:4792 timed out after 3000 ms: kConnectTimeout: timeout";
+  EXPECT_EQ(connect_error_text(e, 500),
+            e.message + " (metaroce-perf waited 500 ms: --connect-timeout-ms)");
+}
+
 // The server's side of a test driven by hand, up to the client's Done:
 // accept, answer the Hello with the memory to WRITE to, take the Done. No
 // Result is sent; the tests below are about what the client makes of that.
