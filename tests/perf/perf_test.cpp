@@ -707,9 +707,43 @@ TEST(PerfServer, OnceExitsAfterAConnectionWithoutHello) {
   ServerAndClient sc(small_common(), true);
   ASSERT_TRUE(sc.client.conn.valid());
   sc.client.ep->start_progress_thread();  // answers the server, sends no Hello
-  EXPECT_TRUE(sc.server.ends_within(std::chrono::seconds(10)));  // after its 5 s for a Hello
+  EXPECT_TRUE(sc.server.ends_within(std::chrono::seconds(10)));  // after the peer timeout, 2 s
   EXPECT_EQ(sc.server.rc, 1);
   sc.client.ep->stop_progress_thread();
+}
+
+// A client gone between its connect and its Hello (killed: no DISCONNECT)
+// is given up after the peer timeout of quiet, not 5 s, and the server's
+// message names it: a client that connected meanwhile has its test within
+// that (it waited 5 s, as long as its own wait for the HelloAck).
+TEST(PerfServer, GivesUpAConnectionWithoutHelloAfterThePeerTimeout) {
+  using namespace std::chrono_literals;
+  Common common = small_common();
+  common.peer_timeout_ms = 500;
+  testing::internal::CaptureStderr();
+  std::string gone_addr;
+  Ctrl ack;
+  bool answered = false;
+  Clock::duration took{};
+  {
+    ServerAndClient sc(common, false);
+    gone_addr = sc.client.ep->local_address();
+    sc.client.ep->close(false);  // no Hello, no DISCONNECT
+    TestClient next(common);
+    if (next.connect(sc.server.addr)) {
+      const auto t0 = Clock::now();
+      answered = next.hello(hello_for(4096, 1), ack);
+      took = Clock::now() - t0;
+    }
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(answered) << log;
+  EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone) << log;
+  // 0.5 s, and a loaded host's slack; it was 5 s (4.96 s measured).
+  EXPECT_LT(took, 4s) << std::chrono::duration<double>(took).count() << " s";
+  EXPECT_NE(log.find("no Hello from peer " + gone_addr + ", conn 0x"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing heard from the peer for 500 ms, the peer timeout"), std::string::npos)
+      << log;
 }
 
 // Both ends open their connections with kRqDepth receive queue entries, so

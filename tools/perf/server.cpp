@@ -149,10 +149,20 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
   }
+  // A client sends its Hello as soon as it has connected (its buffers are
+  // ready before): one quiet for the peer timeout is gone, killed between the
+  // two, say, and clients that connect meanwhile wait for this one to be
+  // given up (it used to take 5 s whatever the peer timeout). The 5 s still
+  // bound a peer that talks without a Hello.
+  const auto quiet_limit = std::chrono::milliseconds(common.peer_timeout_ms);
   Ctrl hello;
-  if (!wait_ctrl(ep, sink, nullptr, hello, 5000ms) || hello.type != MsgType::kHello) {
-    std::fprintf(stderr, "no Hello from %s within 5 s (connection %s)\n",
-                 peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn).c_str());
+  std::string why;
+  if (!wait_ctrl(ep, sink, nullptr, hello,
+                 std::max<std::chrono::milliseconds>(5000ms, quiet_limit + 1000ms), 1, quiet_limit,
+                 &why) ||
+      hello.type != MsgType::kHello) {
+    std::fprintf(stderr, "no Hello from %s: %s\n", peer_and_conn(ep, conn).c_str(),
+                 why.empty() ? "its first message is not a Hello" : why.c_str());
     close_and_drain(ep, conn);
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
