@@ -10,7 +10,8 @@
 #   0; the text report says FAILED).
 # - The client killed mid-run: the server says so naming the peer, and
 #   serves the next client; through many such kills its memory and
-#   descriptors stay flat.
+#   descriptors stay flat. A client that connects while the server still
+#   waits out a killed one is served after that wait, not refused busy.
 # - The server stopped (SIGSTOP) 1 s, shorter than the peer timeout: every
 #   byte verified, exit 0. Stopped 3 s: kPeerUnreachable, without the ICMP
 #   clause (its port stayed open).
@@ -194,6 +195,24 @@ if start_server ckill-server 127.0.0.1 0; then
     "$([ "$ms" -lt 6000 ] &&
       grep -q "test abandoned: .*(peer 127.0.0.1:[0-9]*, conn 0x[0-9a-f]*)" "$out/ckill-server.log"; echo $?)"
   serves_next "the next client after a killed one" --op write
+  kill -KILL "$server"
+fi
+
+# A client that connects at once after a client was killed, while the server
+# still waits it out (2 s): held, not refused busy (it exited 2, "server
+# busy"), and served once the server gives the killed one's test up.
+if start_server held-server 127.0.0.1 0; then
+  start_client held-first "127.0.0.1:$port" "${long_write[@]}"
+  kill_client
+  timeout 20 "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 0.3 --verify --json \
+    >"$out/held.json" 2>"$out/held.err"
+  rc=$?
+  ms=$(($(now_ms) - t0))
+  check "a client that connects while the server waits out a killed one: exit $rc ${ms} ms after the kill: $(grep -v '^\[' "$out/held.err")" \
+    "$([ "$rc" -eq 0 ] && [ "$ms" -lt 8000 ] &&
+      [ "$(json "$out/held.json" 'j["verify_errors"]')" = 0 ] &&
+      grep -q 'test abandoned' "$out/held-server.log" &&
+      ! grep -q 'refused a test' "$out/held-server.log"; echo $?)"
   kill -KILL "$server"
 fi
 

@@ -746,6 +746,43 @@ TEST(PerfServer, GivesUpAConnectionWithoutHelloAfterThePeerTimeout) {
       << log;
 }
 
+// A client that connects while the server waits out one that vanished
+// mid-test (killed: no DISCONNECT) is held, not refused busy, and has its
+// test once the server gives the vanished one's up, at the peer timeout (it
+// was refused at once, and its user had to try again after the wait).
+TEST(PerfServer, ServesAClientThatConnectsWhileAVanishedOneIsWaitedOut) {
+  using namespace std::chrono_literals;
+  Common common = small_common();
+  common.peer_timeout_ms = 1000;
+  ServerAndClient sc(common, false);
+  Ctrl ack;
+  ASSERT_TRUE(sc.client.hello(hello_for(4096, 1), ack));
+  ASSERT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone);
+  sc.client.ep->close(false);  // killed mid-test
+  TestClient next(common);
+  ASSERT_TRUE(next.connect(sc.server.addr));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(next.hello(hello_for(4096, 1), ack));
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone)
+      << refusal_text(static_cast<Refusal>(ack.refusal), ack.busy_with);
+  EXPECT_LT(took, 4s) << std::chrono::duration<double>(took).count() << " s";  // 1 s
+  EXPECT_NE(ack.rkey, 0u);
+}
+
+// A newcomer is held only where the quiet test would be given up within
+// kHoldAtMost, so that the newcomer, which waits 5 s for its HelloAck, is
+// served in time; else it is refused at once (RefusesASecondClientWhileATestRuns,
+// 20 s).
+TEST(PerfServer, HoldsNewcomersOnlyWhereTheQuietTestEndsInTime) {
+  using namespace std::chrono_literals;
+  EXPECT_TRUE(holds_newcomers(0ms, 2000ms));
+  EXPECT_TRUE(holds_newcomers(0ms, 3000ms));
+  EXPECT_FALSE(holds_newcomers(0ms, 20000ms));
+  EXPECT_FALSE(holds_newcomers(16900ms, 20000ms));
+  EXPECT_TRUE(holds_newcomers(17000ms, 20000ms));
+}
+
 // Both ends open their connections with kRqDepth receive queue entries, so
 // that plan_buffers' rings (2 qd + 16 at kMaxQd) can be posted whole.
 TEST(PerfBuffers, EndpointsTakeTheReceiveQueueTheRingsNeed) {

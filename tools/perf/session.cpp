@@ -92,6 +92,10 @@ std::string connect_error_text(const udp::Error& e, uint32_t timeout_ms) {
          e.message.substr(option + kLibraryOption.size());
 }
 
+bool holds_newcomers(Clock::duration quiet, std::chrono::milliseconds peer_timeout) {
+  return peer_timeout - quiet <= kHoldAtMost;
+}
+
 CtrlOut::~CtrlOut() {
   if (ep != nullptr) (void)ep->deregister_memory(mr.lkey);
 }

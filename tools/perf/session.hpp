@@ -135,6 +135,17 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
 // Signals after which a client gives up waiting: the second.
 inline constexpr int kClientGivesUpAt = 2;
 
+// Whether a server whose test's client has been quiet for `quiet` holds a
+// client that connects now (accepted, its Hello unanswered) rather than
+// refusing it busy at once: when the test would be given up, at the peer
+// timeout of quiet, within kHoldAtMost, which leaves the newcomer (it waits
+// 5 s for its HelloAck) time to be served next. The server refuses it as
+// soon as the test's client is heard again (a live client within a packet's
+// time; one stopped for less than the peer timeout keeps its test) or after
+// kHoldAtMost.
+inline constexpr auto kHoldAtMost = std::chrono::seconds(3);
+bool holds_newcomers(Clock::duration quiet, std::chrono::milliseconds peer_timeout);
+
 // Packets of any kind that arrived from the peer on a connection (data,
 // duplicates, ACKs, NAKs, out of window): what moves while the peer lives.
 uint64_t heard_from_peer(const ConnStats& s);
