@@ -2,8 +2,9 @@
 # ctest perf.cli: metaroce-perf refuses, before anything opens, with exit 2
 # (every tool's status for a bad command line; it was 1) and a line naming
 # the option: an unknown option, an entropy block that runs past port 65535,
-# the trimmed DSCP (63) for either class, and a bare number as the address
-# (getaddrinfo would read "9999" as 0.0.39.15). Host names still resolve.
+# the trimmed DSCP (63) for either class, a --connect-timeout-ms outside
+# 10-655350, and a bare number as the address (getaddrinfo would read "9999"
+# as 0.0.39.15). Host names still resolve.
 # Then, against a server on loopback: one SIGINT keeps the client's result,
 # a plain write's server count, the --paths note, the --bidir reverse count
 # check, the progress line's reverse rate and the server's summary lines.
@@ -39,6 +40,17 @@ expect 2 '^--size: Value 64k is not a whole number \(expected 1 to 1073741824\)'
 expect 2 '^--qd: Value 2.5 is not a whole number' "$perf" client 127.0.0.1:4792 --qd 2.5
 expect 2 '^--paths: Value 1e1 must be written in plain digits' "$perf" server 127.0.0.1:0 --paths 1e1
 expect 2 '^--size: Value -1 not in range 1 to 1073741824' "$perf" client 127.0.0.1:4792 --size -1
+# --connect-timeout-ms: how long the client asks for its connection, a
+# request every 10 ms, 1 to the engine's 65535 of them; the server connects
+# to no one.
+expect 2 '^--connect-timeout-ms: Value 0 not in range 10 to 655350' \
+  "$perf" client 127.0.0.1:4792 --connect-timeout-ms 0
+expect 2 '^--connect-timeout-ms: Value 655351 not in range 10 to 655350' \
+  "$perf" client 127.0.0.1:4792 --connect-timeout-ms 655351
+expect 2 '^--connect-timeout-ms: Value 2s is not a whole number \(expected 10 to 655350\)' \
+  "$perf" client 127.0.0.1:4792 --connect-timeout-ms 2s
+expect 2 'not expected: .*--connect-timeout-ms' \
+  "$perf" server 127.0.0.1:0 --connect-timeout-ms 1000
 # An unbracketed IPv6 address whose last group could be a port: which was
 # meant is asked (it used to be read as the address ::1:5, port 4792). The
 # client finds it where it resolves the address, after the command line, and

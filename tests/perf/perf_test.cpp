@@ -707,9 +707,80 @@ TEST(PerfServer, OnceExitsAfterAConnectionWithoutHello) {
   ServerAndClient sc(small_common(), true);
   ASSERT_TRUE(sc.client.conn.valid());
   sc.client.ep->start_progress_thread();  // answers the server, sends no Hello
-  EXPECT_TRUE(sc.server.ends_within(std::chrono::seconds(10)));  // after its 5 s for a Hello
+  EXPECT_TRUE(sc.server.ends_within(std::chrono::seconds(10)));  // after the peer timeout, 2 s
   EXPECT_EQ(sc.server.rc, 1);
   sc.client.ep->stop_progress_thread();
+}
+
+// A client gone between its connect and its Hello (killed: no DISCONNECT)
+// is given up after the peer timeout of quiet, not 5 s, and the server's
+// message names it: a client that connected meanwhile has its test within
+// that (it waited 5 s, as long as its own wait for the HelloAck).
+TEST(PerfServer, GivesUpAConnectionWithoutHelloAfterThePeerTimeout) {
+  using namespace std::chrono_literals;
+  Common common = small_common();
+  common.peer_timeout_ms = 500;
+  testing::internal::CaptureStderr();
+  std::string gone_addr;
+  Ctrl ack;
+  bool answered = false;
+  Clock::duration took{};
+  {
+    ServerAndClient sc(common, false);
+    gone_addr = sc.client.ep->local_address();
+    sc.client.ep->close(false);  // no Hello, no DISCONNECT
+    TestClient next(common);
+    if (next.connect(sc.server.addr)) {
+      const auto t0 = Clock::now();
+      answered = next.hello(hello_for(4096, 1), ack);
+      took = Clock::now() - t0;
+    }
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(answered) << log;
+  EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone) << log;
+  // 0.5 s, and a loaded host's slack; it was 5 s (4.96 s measured).
+  EXPECT_LT(took, 4s) << std::chrono::duration<double>(took).count() << " s";
+  EXPECT_NE(log.find("no Hello from peer " + gone_addr + ", conn 0x"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing heard from the peer for 500 ms, the peer timeout"), std::string::npos)
+      << log;
+}
+
+// A client that connects while the server waits out one that vanished
+// mid-test (killed: no DISCONNECT) is held, not refused busy, and has its
+// test once the server gives the vanished one's up, at the peer timeout (it
+// was refused at once, and its user had to try again after the wait).
+TEST(PerfServer, ServesAClientThatConnectsWhileAVanishedOneIsWaitedOut) {
+  using namespace std::chrono_literals;
+  Common common = small_common();
+  common.peer_timeout_ms = 1000;
+  ServerAndClient sc(common, false);
+  Ctrl ack;
+  ASSERT_TRUE(sc.client.hello(hello_for(4096, 1), ack));
+  ASSERT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone);
+  sc.client.ep->close(false);  // killed mid-test
+  TestClient next(common);
+  ASSERT_TRUE(next.connect(sc.server.addr));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(next.hello(hello_for(4096, 1), ack));
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(static_cast<Refusal>(ack.refusal), Refusal::kNone)
+      << refusal_text(static_cast<Refusal>(ack.refusal), ack.busy_with);
+  EXPECT_LT(took, 4s) << std::chrono::duration<double>(took).count() << " s";  // 1 s
+  EXPECT_NE(ack.rkey, 0u);
+}
+
+// A newcomer is held only where the quiet test would be given up within
+// kHoldAtMost, so that the newcomer, which waits 5 s for its HelloAck, is
+// served in time; else it is refused at once (RefusesASecondClientWhileATestRuns,
+// 20 s).
+TEST(PerfServer, HoldsNewcomersOnlyWhereTheQuietTestEndsInTime) {
+  using namespace std::chrono_literals;
+  EXPECT_TRUE(holds_newcomers(0ms, 2000ms));
+  EXPECT_TRUE(holds_newcomers(0ms, 3000ms));
+  EXPECT_FALSE(holds_newcomers(0ms, 20000ms));
+  EXPECT_FALSE(holds_newcomers(16900ms, 20000ms));
+  EXPECT_TRUE(holds_newcomers(17000ms, 20000ms));
 }
 
 // Both ends open their connections with kRqDepth receive queue entries, so
@@ -867,6 +938,70 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
   EXPECT_NE(out.find("no answer from server " + a.addr + " (peer " + a.addr + ", conn 0x"),
             std::string::npos)
       << out;
+}
+
+// A client that finds no server says how long it waited and the option that
+// sets it, --connect-timeout-ms: a metaroce-perf user cannot set the library's
+// Options::engine.connect_attempts, which the driver's message names. A
+// longer timeout waits longer.
+TEST(PerfClient, ConnectTimeoutNamesTheOptionThatSetsIt) {
+  using namespace std::chrono_literals;
+  udp::Error err;
+  std::string addr;
+  {
+    // A port that a socket just left: its host refuses (ICMP) what is sent there.
+    auto gone = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
+    ASSERT_TRUE(gone) << err.message;
+    addr = gone->local_address();
+  }
+  for (const uint32_t ms : {200u, 1200u}) {
+    SCOPED_TRACE(ms);
+    ClientArgs a;
+    a.addr = addr;
+    a.iters = 1;
+    a.tp.size = 64;
+    a.tp.qd = 1;
+    a.connect_timeout_ms = ms;
+    g_stop = 0;
+    testing::internal::CaptureStderr();
+    const auto t0 = Clock::now();
+    const int rc = run_client(a, small_common());
+    const auto took = Clock::now() - t0;
+    const std::string out = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, kExitNothingRan);
+    EXPECT_NE(out.find("connect to " + addr + ": no answer within " + std::to_string(ms) + " ms (" +
+                       std::to_string(ms / 10) +
+                       " requests 10 ms apart; --connect-timeout-ms waits longer); the peer's "
+                       "host answered with ICMP port unreachable"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("Options::engine"), std::string::npos) << out;
+    EXPECT_NE(out.find("kConnectTimeout"), std::string::npos) << out;
+    EXPECT_GE(took, std::chrono::milliseconds(ms) * 9 / 10);
+    EXPECT_LT(took, std::chrono::milliseconds(ms) + 2s);
+  }
+}
+
+// Connection requests for a timeout: rounded up, within the engine's range.
+TEST(PerfClient, ConnectAttemptsCoverTheTimeout) {
+  EXPECT_EQ(connect_attempts_for(500, 10 * kMillisecond), 50u);
+  EXPECT_EQ(connect_attempts_for(505, 10 * kMillisecond), 51u);
+  EXPECT_EQ(connect_attempts_for(10, 10 * kMillisecond), 1u);
+  EXPECT_EQ(connect_attempts_for(kMaxConnectTimeoutMs, 10 * kMillisecond), 65535u);
+  EXPECT_EQ(connect_attempts_for(1, 10 * kMillisecond), 1u);
+}
+
+// The driver's other connect failures keep their words; a timeout worded
+// otherwise (the caller's timeout) gets the option added.
+TEST(PerfClient, ConnectErrorTextLeavesOtherFailuresAlone) {
+  udp::Error e;
+  e.status = Status::kConnectRefused;
+  e.message = "connect to 10.0.0.1:4792 failed: kConnectRefused: refused";
+  EXPECT_EQ(connect_error_text(e, 500), e.message);
+  e.status = Status::kConnectTimeout;
+  e.message = "connect to 10.0.0.1:4792 timed out after 3000 ms: kConnectTimeout: timeout";
+  EXPECT_EQ(connect_error_text(e, 500),
+            e.message + " (metaroce-perf waited 500 ms: --connect-timeout-ms)");
 }
 
 // The server's side of a test driven by hand, up to the client's Done:

@@ -90,6 +90,10 @@ int run_client(const ClientArgs& a, const Common& common) {
     if (const std::string why = seconds_problem(secs); !why.empty()) {
       return not_started(a, std::string(name) + " " + why);
     }
+  if (a.connect_timeout_ms < kMinConnectTimeoutMs || a.connect_timeout_ms > kMaxConnectTimeoutMs)
+    return not_started(a, "--connect-timeout-ms " + std::to_string(a.connect_timeout_ms) +
+                              " is outside " + std::to_string(kMinConnectTimeoutMs) + "-" +
+                              std::to_string(kMaxConnectTimeoutMs));
   Ctrl hello;
   hello.type = MsgType::kHello;
   hello.op = static_cast<uint32_t>(a.tp.op);
@@ -115,7 +119,10 @@ int run_client(const ClientArgs& a, const Common& common) {
     return not_started(a, a.addr + ": " + why);
   }
   if (!a.bind.empty()) local = a.bind;
-  auto ep = UdpEndpoint::open(local, make_options(common), err);
+  udp::Options options = make_options(common);
+  options.engine.connect_attempts =
+      connect_attempts_for(a.connect_timeout_ms, options.engine.connect_retry_ns);
+  auto ep = UdpEndpoint::open(local, options, err);
   if (!ep) return not_started(a, err.message);
   // Every buffer of this end (those check_hello accepted) before it
   // connects: the server waits only a while for the Hello, and for anything
@@ -137,8 +144,10 @@ int run_client(const ClientArgs& a, const Common& common) {
     return not_started(a, "cannot register buffers");
   }
   ConnId conn;
-  err = ep->connect(peer, 3000ms, conn);
-  if (err) return not_started(a, err.message);
+  // The engine's budget of requests ends the wait, and its error says how
+  // many went unanswered; this timeout only backs it up.
+  err = ep->connect(peer, std::chrono::milliseconds(a.connect_timeout_ms) + 2500ms, conn);
+  if (err) return not_started(a, connect_error_text(err, a.connect_timeout_ms));
   if ((err = sink.post_ring(conn))) {
     return not_started(a, "cannot post receives: " + err.message);
   }

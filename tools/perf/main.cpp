@@ -184,6 +184,15 @@ int main(int argc, char** argv) {
           "--interval", ca.interval,
           "seconds between progress lines (default 1), for any run longer than that" + up_to)
       ->check(seconds);
+  client
+      ->add_option("--connect-timeout-ms", ca.connect_timeout_ms,
+                   "how long to wait for the server to answer the connection, in ms, " +
+                       std::to_string(metaroce::perf::kMinConnectTimeoutMs) + "-" +
+                       std::to_string(metaroce::perf::kMaxConnectTimeoutMs) + " (default " +
+                       std::to_string(metaroce::perf::kDefaultConnectTimeoutMs) +
+                       "; a request every 10 ms)")
+      ->check(metaroce::tools::number_in_range(metaroce::perf::kMinConnectTimeoutMs,
+                                               metaroce::perf::kMaxConnectTimeoutMs));
   client->add_flag("--bidir", ca.tp.bidir, "the server sends the same load back at the same time");
   client->add_flag("--verify", ca.tp.verify,
                    "fill sources with a pattern and check every received byte");

@@ -5,6 +5,7 @@
 #include <array>
 #include <cinttypes>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,42 +47,49 @@ void send_path_reports(udp::UdpEndpoint& ep, ConnId conn, size_t n,
 }
 
 // Clients that connect while a test runs (the loop accepts none then): each
-// gets a HelloAck refusing its test at once, busy, naming the client whose
-// test runs, and one receive for its Hello; the connection closes once the
-// refusal is delivered (or after a while).
+// gets a HelloAck refusing its test, busy, naming the client whose test runs,
+// and one receive for its Hello; the connection closes once the refusal is
+// delivered (or after a while). One that connects while the running test's
+// client is quiet (holds_newcomers) is held instead, accepted but
+// unanswered (its Hello waits for a receive, RNR): refused as soon as that
+// client is heard again (a live test's within a packet's time), served next
+// when the test ends (given up: the client was gone).
 class BusyRefuser {
  public:
-  explicit BusyRefuser(const std::string& running) : running_(running) {}
+  BusyRefuser(ConnId running, const std::string& running_addr)
+      : running_(running), running_addr_(running_addr) {}
   BusyRefuser(const BusyRefuser&) = delete;
   BusyRefuser& operator=(const BusyRefuser&) = delete;
   ~BusyRefuser() = default;
 
-  // Refuses every connection accepted since the last call (with `accept`);
-  // closes those whose refusal arrived or that took too long.
-  void step(UdpEndpoint& ep, bool accept = true) {
+  // Connections accepted before this test, not yet answered: held as if
+  // they had connected now.
+  void hold(UdpEndpoint& ep, std::deque<ConnId>& waiting) {
+    for (const ConnId c : waiting) held_.push_back({c, heard(ep), Clock::now()});
+    waiting.clear();
+  }
+  // With `accept`: takes the connections that arrived since the last call,
+  // holding them where `may_hold`, else refusing them; refuses those held
+  // whose running client was heard since (or that were held kHoldAtMost).
+  // Without: leaves new ones queued and held ones held (the test is over:
+  // they are served next). Closes refused ones whose refusal arrived or
+  // that took too long.
+  void step(UdpEndpoint& ep, bool accept = true, bool may_hold = false) {
     const auto now = Clock::now();
+    if (accept && !held_.empty()) {
+      const uint64_t h = heard(ep);
+      std::erase_if(held_, [&](const Held& w) {
+        if (w.heard == h && now - w.since < kHoldAtMost) return false;
+        refuse(ep, w.conn, now);
+        return true;
+      });
+    }
     ConnId c;
     while (accept && ep.try_accept(c)) {
-      auto& r = *refused_.emplace_back(std::make_unique<Refused>());
-      r.conn = c;
-      r.until = now + kDeliverWithin;
-      Ctrl ack;
-      ack.type = MsgType::kHelloAck;
-      ack.refusal = static_cast<uint32_t>(Refusal::kBusy);
-      ack.busy_with = running_;
-      TestParams ctl;
-      ctl.qd = 1;
-      r.sink.repost = false;
-      Error e;
-      if (!r.sink.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}) ||
-          (e = r.sink.post_ring(c)) || (e = send_ctrl(ep, c, ack, r.out, 1))) {
-        std::fprintf(stderr, "cannot refuse %s: %s\n", peer_and_conn(ep, c).c_str(),
-                     e ? e.message.c_str() : "cannot register a receive buffer");
-        r.delivered = true;  // nothing more to wait for
-        continue;
-      }
-      std::fprintf(stderr, "refused a test from %s: %s\n", peer_and_conn(ep, c).c_str(),
-                   refusal_text(Refusal::kBusy, running_).c_str());
+      if (may_hold)
+        held_.push_back({c, heard(ep), now});
+      else
+        refuse(ep, c, now);
     }
     std::erase_if(refused_, [&](const std::unique_ptr<Refused>& r) {
       const auto st = ep.state(r->conn);
@@ -100,14 +108,17 @@ class BusyRefuser {
       }
     return false;
   }
-  // Waits (a short while) until every refusal is delivered, then closes all.
-  void finish(UdpEndpoint& ep) {
+  // Waits (a short while) until every refusal is delivered, then closes
+  // them; the held ones, in the order they came, go to `next`.
+  void finish(UdpEndpoint& ep, std::deque<ConnId>& next) {
     while (!refused_.empty()) {
       ep.progress();
       Completion c;
       while (ep.poll_completion(c)) (void)on_completion(c);
       step(ep, false);
     }
+    for (const Held& w : held_) next.push_back(w.conn);
+    held_.clear();
   }
 
  private:
@@ -119,13 +130,51 @@ class BusyRefuser {
     bool delivered = false;
     Clock::time_point until;
   };
-  std::string running_;
+  struct Held {
+    ConnId conn;
+    uint64_t heard;  // the running client's packets when it came
+    Clock::time_point since;
+  };
+  // What has arrived from the running test's client so far.
+  uint64_t heard(const UdpEndpoint& ep) const {
+    ConnStats st{};
+    (void)ep.conn_stats(running_, st);
+    return heard_from_peer(st);
+  }
+  void refuse(UdpEndpoint& ep, ConnId c, Clock::time_point now) {
+    auto& r = *refused_.emplace_back(std::make_unique<Refused>());
+    r.conn = c;
+    r.until = now + kDeliverWithin;
+    Ctrl ack;
+    ack.type = MsgType::kHelloAck;
+    ack.refusal = static_cast<uint32_t>(Refusal::kBusy);
+    ack.busy_with = running_addr_;
+    TestParams ctl;
+    ctl.qd = 1;
+    r.sink.repost = false;
+    Error e;
+    if (!r.sink.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}) ||
+        (e = r.sink.post_ring(c)) || (e = send_ctrl(ep, c, ack, r.out, 1))) {
+      std::fprintf(stderr, "cannot refuse %s: %s\n", peer_and_conn(ep, c).c_str(),
+                   e ? e.message.c_str() : "cannot register a receive buffer");
+      r.delivered = true;  // nothing more to wait for
+      return;
+    }
+    std::fprintf(stderr, "refused a test from %s: %s\n", peer_and_conn(ep, c).c_str(),
+                 refusal_text(Refusal::kBusy, running_addr_).c_str());
+  }
+  ConnId running_;
+  std::string running_addr_;
   std::vector<std::unique_ptr<Refused>> refused_;
+  std::vector<Held> held_;
 };
 
 // One client's test, from its connection to its Result; true when it ran to
-// the end and the Result went back.
-bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
+// the end and the Result went back. `next`: clients accepted and not yet
+// answered, held while this one was quiet (holds_newcomers), which the
+// server serves next; nullptr (--once: none is served next) refuses every
+// client that connects meanwhile at once.
+bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId>* next) {
   // The io: line reports this test's share (the counters run since the
   // endpoint opened; it used to print them whole, every test's together).
   const udp::IoStats io_at_start = ep.io_stats();
@@ -149,10 +198,20 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
   }
+  // A client sends its Hello as soon as it has connected (its buffers are
+  // ready before): one quiet for the peer timeout is gone, killed between the
+  // two, say, and clients that connect meanwhile wait for this one to be
+  // given up (it used to take 5 s whatever the peer timeout). The 5 s still
+  // bound a peer that talks without a Hello.
+  const auto quiet_limit = std::chrono::milliseconds(common.peer_timeout_ms);
   Ctrl hello;
-  if (!wait_ctrl(ep, sink, nullptr, hello, 5000ms) || hello.type != MsgType::kHello) {
-    std::fprintf(stderr, "no Hello from %s within 5 s (connection %s)\n",
-                 peer_and_conn(ep, conn).c_str(), conn_state_text(ep, conn).c_str());
+  std::string why;
+  if (!wait_ctrl(ep, sink, nullptr, hello,
+                 std::max<std::chrono::milliseconds>(5000ms, quiet_limit + 1000ms), 1, quiet_limit,
+                 &why) ||
+      hello.type != MsgType::kHello) {
+    std::fprintf(stderr, "no Hello from %s: %s\n", peer_and_conn(ep, conn).c_str(),
+                 why.empty() ? "its first message is not a Hello" : why.c_str());
     close_and_drain(ep, conn);
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
@@ -235,8 +294,10 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
   const auto note = [&cause](const Completion& c) {
     if (cause == Status::kOk && c.status != Status::kFlushed) cause = c.status;
   };
-  // Clients that connect meanwhile learn at once that this one's test runs.
-  BusyRefuser busy(ep.peer_address(conn));
+  // Clients that connect meanwhile learn that this one's test runs (at once,
+  // or once its client is heard: BusyRefuser).
+  BusyRefuser busy(conn, ep.peer_address(conn));
+  if (next != nullptr) busy.hold(ep, *next);
   while (!g_stop && !got_done) {
     const size_t moved = ep.progress();
     const uint64_t posted = gen.posted;
@@ -252,7 +313,6 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
       if (data.on_completion(cs[i])) continue;
       if (bidir) (void)gen.on_completion(cs[i]);
     }
-    busy.step(ep);
     while (!data.ctrl.empty()) {
       const Ctrl m = data.ctrl.front();
       data.ctrl.pop_front();
@@ -273,9 +333,12 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
         heard_at = now;
       } else if (now - heard_at >= silence_limit) {
         silent = true;
-        break;
+        break;  // a client held meanwhile is served next
       }
     }
+    // Held rather than refused while this test could be given up before the
+    // newcomer stops waiting for its HelloAck.
+    busy.step(ep, true, next != nullptr && holds_newcomers(Clock::now() - heard_at, silence_limit));
   }
   // The forward load ends with the client's Done; the reverse load's bytes
   // and time are both taken after its drain, below (its time used to be this
@@ -344,7 +407,8 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common) {
     print_io(io_since(ep.io_stats(), io_at_start), true);
     std::fflush(stdout);
   }
-  busy.finish(ep);
+  std::deque<ConnId> none;
+  busy.finish(ep, next != nullptr ? *next : none);
   close_and_drain(ep, conn);
   release();
   return ok;
@@ -378,10 +442,17 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off",
       ep->uring_enabled() ? "on" : "off");
   std::fflush(stdout);
+  // Clients held while a test's client was quiet, served in the order they came.
+  std::deque<ConnId> next;
   while (!g_stop) {
     ConnId conn;
-    if (ep->accept(500ms, conn)) continue;
-    const bool ok = serve(*ep, conn, common);
+    if (!next.empty()) {
+      conn = next.front();
+      next.pop_front();
+    } else if (ep->accept(500ms, conn)) {
+      continue;
+    }
+    const bool ok = serve(*ep, conn, common, once ? nullptr : &next);
     // --once: one session, whatever its outcome; its exit status tells which.
     if (once) return ok ? 0 : kExitTestFailed;
   }

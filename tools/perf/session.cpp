@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 namespace metaroce::perf {
 
@@ -47,7 +48,10 @@ udp::Options make_options(const Common& c) {
   o.engine.num_paths = static_cast<uint8_t>(c.paths);
   o.engine.rq_depth = kRqDepth;
   o.engine.recovery.peer_timeout_ns = uint64_t{c.peer_timeout_ms} * kMillisecond;
-  o.engine.connect_attempts = 50;  // 500 ms: a perf run tolerates a slow server start
+  // 500 ms: a perf run tolerates a slow server start (a client sets its own
+  // --connect-timeout-ms).
+  o.engine.connect_attempts =
+      connect_attempts_for(kDefaultConnectTimeoutMs, o.engine.connect_retry_ns);
   o.engine.cc.enabled = !c.no_cc;
   o.engine.cover_payload = c.payload_crc;
   o.engine.control_dscp = static_cast<uint8_t>(c.control_dscp);
@@ -63,6 +67,33 @@ udp::Options make_options(const Common& c) {
   o.gso = !c.no_gso;
   o.gro = !c.no_gro;
   return o;
+}
+
+uint32_t connect_attempts_for(uint32_t timeout_ms, uint64_t retry_ns) {
+  const uint64_t ns = uint64_t{timeout_ms} * kMillisecond;
+  const uint64_t n = retry_ns == 0 ? 1 : (ns + retry_ns - 1) / retry_ns;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(n, 1, UINT16_MAX));
+}
+
+std::string connect_error_text(const udp::Error& e, uint32_t timeout_ms) {
+  if (e.status != Status::kConnectTimeout) return e.message;
+  constexpr std::string_view kHead = ": no answer to ";
+  constexpr std::string_view kLibraryOption = " (Options::engine.connect_attempts)";
+  const size_t head = e.message.find(kHead);
+  const size_t option = head == std::string::npos ? head : e.message.find(kLibraryOption, head);
+  const std::string wait = std::to_string(timeout_ms) + " ms";
+  // Another wording (the caller's timeout, which the engine's budget comes
+  // before, or a driver that says it otherwise): the option, added.
+  if (option == std::string::npos)
+    return e.message + " (metaroce-perf waited " + wait + ": --connect-timeout-ms)";
+  const size_t requests = head + kHead.size();  // "50 requests 10 ms apart"
+  return e.message.substr(0, head) + ": no answer within " + wait + " (" +
+         e.message.substr(requests, option - requests) + "; --connect-timeout-ms waits longer)" +
+         e.message.substr(option + kLibraryOption.size());
+}
+
+bool holds_newcomers(Clock::duration quiet, std::chrono::milliseconds peer_timeout) {
+  return peer_timeout - quiet <= kHoldAtMost;
 }
 
 CtrlOut::~CtrlOut() {
