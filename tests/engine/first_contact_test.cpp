@@ -1,8 +1,8 @@
 // Connections made on first use, as a connectionless endpoint (a libfabric
 // RDM provider, an MPI rank) makes them: work posted at once on a connection
 // still CONNECTING, two peers that connect to each other at the same moment,
-// receives posted before any connection exists (spec CONN-1..3, PLACE-6,
-// COMP-4).
+// receives posted before any connection exists (spec CONN-11, PLACE-6,
+// COMP-5).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,7 +50,7 @@ void collect(Endpoint& ep, Side& s) {
 // opened and one it accepted; every message lands once, on the shared
 // receives posted before either connection existed, and each receive names
 // the connection its message came on.
-TEST(FirstContact, CrossedConnectsCarryTheWorkPostedBeforeTheAccept) {
+TEST(FirstContact, CrossedConnectsCarryTheWorkPostedBeforeTheAccept) {  // CONN-11, PLACE-6
   Loop loop(rdm_cfg(401), rdm_cfg(402));
   int reqs_dropped = 0;
   loop.drop = [&](int, const std::vector<uint8_t>& d) {
@@ -161,7 +161,7 @@ void expect_posted_work_flushed(bool peer_refuses) {
   EXPECT_NE(loop.ep(0).post_send(conn, send_wr(src, 0, kMsg, 4)), Status::kOk);
 }
 
-TEST(FirstContact, WorkPostedWhileConnectingIsFlushedWhenTheConnectFails) {
+TEST(FirstContact, WorkPostedWhileConnectingIsFlushedWhenTheConnectFails) {  // CONN-11, COMP-5
   expect_posted_work_flushed(false);
   expect_posted_work_flushed(true);
 }

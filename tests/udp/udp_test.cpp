@@ -2005,12 +2005,12 @@ TEST(Udp, PeersNameARegionByOffset) {  // MR-4
   EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
 }
 
-// First contact of an all-to-all, as an MPI job over a libfabric RDM
-// provider makes it: each of four endpoints starts a connection to every
-// other at once and SENDs on it before any handshake has finished, so every
-// pair's requests cross. Each message lands once in a shared receive posted
-// before any connection existed, and the receive names a connection whose
-// peer address is the sender's.
+// CONN-11 over UDP: the first contact of an all-to-all, as an MPI job over
+// a libfabric RDM provider makes it: each of four endpoints starts a
+// connection to every other at once and SENDs on it before any handshake
+// has finished, so every pair's requests cross. Each message lands once in
+// a shared receive posted before any connection existed, and the receive
+// names a connection whose peer address is the sender's.
 TEST(Udp, CrossedFirstContactOfAnAllToAll) {
   constexpr int kPeers = 4;
   constexpr uint32_t kLen = 20000;
