@@ -233,7 +233,8 @@ class UdpEndpoint {
   void close(ConnId conn);
   // kUnknown for an id this endpoint never had. A connection that ended
   // (kClosed, kError) is remembered, for state(), conn_error() and
-  // peer_address(), until 1024 later ones have ended; then it reads
+  // peer_address(), until 1024 later ones have ended (one waiting in the
+  // accept queue: until then after it is taken); then it reads
   // kUnknown (with an empty conn_error(); peer_address() still names the
   // peer while the engine holds the connection or remembers it as recently
   // closed), so that an endpoint serving peers for a long time keeps only

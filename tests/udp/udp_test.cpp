@@ -2862,3 +2862,50 @@ TEST(Udp, CutControlDataLosesTheEcnMarkNotTheDatagram) {
   EXPECT_EQ(io.rx_datagrams, 1u);
   EXPECT_EQ(io.rx_ce, 1u);
 }
+
+// A connection that waits in the accept queue while more than 1024 later
+// ones end is still known when taken: it reads how it ended and names its
+// peer (a provider maps it to its address-vector entry), not kUnknown.
+TEST(Udp, AQueuedConnectionOutlivesTheLatest1024Ended) {
+  Options so = test_options();
+  so.engine.connect_attempts = 1;
+  so.engine.connect_retry_ns = 2 * metaroce::kMillisecond;
+  auto server = open_on("127.0.0.1", so);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  server->start_progress_thread();
+  ConnId c;
+  const Error ce = client->connect(server->local_address(), 2000ms, c);
+  ASSERT_FALSE(ce) << ce.message;
+  client->close(c);
+  for (int k = 0; k < 2000 && client->state(c) != metaroce::udp::ConnState::kClosed; ++k)
+    client->wait(1ms);
+  ASSERT_EQ(client->state(c), metaroce::udp::ConnState::kClosed);
+  server->stop_progress_thread();
+  // The server's own connects to a port nothing listens on: each ends after
+  // one request, and all of them end after the queued one.
+  const std::string nobody = "127.0.0.1:" + std::to_string(random_port());
+  constexpr size_t kEnds = metaroce::udp::UdpEndpoint::Impl::kEndedKept + 8;
+  std::vector<ConnId> out(kEnds);
+  for (auto& id : out) ASSERT_FALSE(server->connect_start(nobody, id));
+  // They end in no particular order: wait until none is left connecting.
+  const auto connecting = [&] {
+    return std::count_if(out.begin(), out.end(), [&](ConnId id) {
+      return server->state(id) == metaroce::udp::ConnState::kConnecting;
+    });
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (connecting() != 0 && std::chrono::steady_clock::now() < deadline) server->wait(1ms);
+  ASSERT_EQ(connecting(), 0);
+  EXPECT_EQ(std::count_if(
+                out.begin(), out.end(),
+                [&](ConnId id) { return server->state(id) == metaroce::udp::ConnState::kUnknown; }),
+            8);  // forgotten
+  ConnId s;
+  ASSERT_TRUE(server->try_accept(s));
+  EXPECT_EQ(server->state(s), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(server->peer_address(s), client->local_address());
+  const Error p = server->post_send(s, {});
+  EXPECT_EQ(p.status, Status::kNotConnected);
+  EXPECT_NE(p.message.find("closed"), std::string::npos) << p.message;
+}

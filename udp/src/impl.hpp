@@ -118,6 +118,11 @@ struct ConnInfo {
   PeerAddr peer;
   SendFailure send_failure;          // the peer's last, when the connection ended
   Status peer_reason = Status::kOk;  // closed by the peer: the reason it gave (CONN-8)
+  // In Impl::accepted, not taken yet: the entry outlives kEndedKept later
+  // ends, so that the application taking it learns how it ended (see
+  // trim_ended); `passed` when trim_ended went past it.
+  bool queued = false;
+  bool passed = false;
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -354,6 +359,7 @@ struct UdpEndpoint::Impl {
   void forget_source(const PeerAddr& p);
   void evict_idle_sources();
   void end_conn(uint32_t id, ConnInfo& ci, ConnState s);  // s: kClosed or kError
+  void trim_ended();
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();

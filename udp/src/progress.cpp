@@ -83,9 +83,23 @@ void UdpEndpoint::Impl::end_conn(uint32_t id, ConnInfo& ci, ConnState s) {
   ci.state = s;
   if (!was_live) return;
   ended.push_back(id);
+  trim_ended();
+}
+
+// A connection still waiting in the accept queue keeps its entry: taken
+// later, it would otherwise read kUnknown, with no peer_address() once the
+// engine forgot it too, and the application could not tell what it had
+// accepted. Its place among the latest to end is taken again when it is
+// taken (UdpEndpoint::try_accept).
+void UdpEndpoint::Impl::trim_ended() {
   while (ended.size() > kEndedKept) {
     const auto it = conns.find(ended.front());
-    if (it != conns.end() && !live(it->second.state)) conns.erase(it);  // (not an id reused since)
+    if (it != conns.end() && !live(it->second.state)) {  // (not an id reused since)
+      if (it->second.queued)
+        it->second.passed = true;
+      else
+        conns.erase(it);
+    }
     ended.pop_front();
   }
 }
@@ -116,6 +130,7 @@ bool UdpEndpoint::Impl::drain_events() {
       case EventKind::kAccepted:
         ci.state = ConnState::kEstablished;
         if (!send_failed.empty()) send_failed.erase(ci.peer);
+        ci.queued = true;
         accepted.push_back(ev.conn);
         break;
       case EventKind::kConnectFailed:

@@ -294,6 +294,14 @@ bool UdpEndpoint::try_accept(ConnId& out) {
   if (impl_->accepted.empty()) return false;
   out = impl_->accepted.front();
   impl_->accepted.pop_front();
+  if (const auto it = impl_->conns.find(out.v); it != impl_->conns.end()) {
+    it->second.queued = false;
+    if (it->second.passed) {  // ended, and kept only for this: among the latest again
+      it->second.passed = false;
+      impl_->ended.push_back(out.v);
+      impl_->trim_ended();
+    }
+  }
   return true;
 }
 
