@@ -283,6 +283,7 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
     ConnInfo& ci = impl_->conns[id.v];
     ci.state = ConnState::kConnecting;
     ci.peer = peer;
+    impl_->count_live(ci);
   }
   impl_->wake_thread();
   out = id;
