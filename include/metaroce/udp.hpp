@@ -233,7 +233,8 @@ class UdpEndpoint {
   void close(ConnId conn);
   // kUnknown for an id this endpoint never had. A connection that ended
   // (kClosed, kError) is remembered, for state(), conn_error() and
-  // peer_address(), until 1024 later ones have ended; then it reads
+  // peer_address(), until 1024 later ones have ended (one waiting in the
+  // accept queue: until then after it is taken); then it reads
   // kUnknown (with an empty conn_error(); peer_address() still names the
   // peer while the engine holds the connection or remembers it as recently
   // closed), so that an endpoint serving peers for a long time keeps only
@@ -244,6 +245,11 @@ class UdpEndpoint {
   // its peer and id, and the kernel's error if the last send to the peer
   // failed. An empty Error for a connection in any other state.
   [[nodiscard]] Error conn_error(ConnId conn) const;
+  // The peer as its datagrams' source address and its receive port, in the
+  // form local_address() uses ("a.b.c.d:port", also for an IPv4 peer of a
+  // dual-stack endpoint; "[v6]:port", inet_ntop's canonical text, no scope):
+  // the string the peer's own local_address() returns, unless the peer is
+  // bound to a wildcard address, which its local_address() names instead.
   [[nodiscard]] std::string peer_address(ConnId conn) const;
 
   // --- work requests (queued; progress() sends them) ---

@@ -2862,3 +2862,144 @@ TEST(Udp, CutControlDataLosesTheEcnMarkNotTheDatagram) {
   EXPECT_EQ(io.rx_datagrams, 1u);
   EXPECT_EQ(io.rx_ce, 1u);
 }
+
+// A connection that waits in the accept queue while more than 1024 later
+// ones end is still known when taken: it reads how it ended and names its
+// peer (a provider maps it to its address-vector entry), not kUnknown.
+TEST(Udp, AQueuedConnectionOutlivesTheLatest1024Ended) {
+  Options so = test_options();
+  so.engine.connect_attempts = 1;
+  so.engine.connect_retry_ns = 2 * metaroce::kMillisecond;
+  auto server = open_on("127.0.0.1", so);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  server->start_progress_thread();
+  ConnId c;
+  const Error ce = client->connect(server->local_address(), 2000ms, c);
+  ASSERT_FALSE(ce) << ce.message;
+  client->close(c);
+  for (int k = 0; k < 2000 && client->state(c) != metaroce::udp::ConnState::kClosed; ++k)
+    client->wait(1ms);
+  ASSERT_EQ(client->state(c), metaroce::udp::ConnState::kClosed);
+  server->stop_progress_thread();
+  // The server's own connects to a port nothing listens on: each ends after
+  // one request, and all of them end after the queued one.
+  const std::string nobody = "127.0.0.1:" + std::to_string(random_port());
+  constexpr size_t kEnds = metaroce::udp::UdpEndpoint::Impl::kEndedKept + 8;
+  std::vector<ConnId> out(kEnds);
+  for (auto& id : out) ASSERT_FALSE(server->connect_start(nobody, id));
+  // They end in no particular order: wait until none is left connecting.
+  const auto connecting = [&] {
+    return std::count_if(out.begin(), out.end(), [&](ConnId id) {
+      return server->state(id) == metaroce::udp::ConnState::kConnecting;
+    });
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (connecting() != 0 && std::chrono::steady_clock::now() < deadline) server->wait(1ms);
+  ASSERT_EQ(connecting(), 0);
+  EXPECT_EQ(std::count_if(
+                out.begin(), out.end(),
+                [&](ConnId id) { return server->state(id) == metaroce::udp::ConnState::kUnknown; }),
+            8);  // forgotten
+  ConnId s;
+  ASSERT_TRUE(server->try_accept(s));
+  EXPECT_EQ(server->state(s), metaroce::udp::ConnState::kClosed);
+  EXPECT_EQ(server->peer_address(s), client->local_address());
+  const Error p = server->post_send(s, {});
+  EXPECT_EQ(p.status, Status::kNotConnected);
+  EXPECT_NE(p.message.find("closed"), std::string::npos) << p.message;
+}
+
+// Thousands of peers that connected and vanished end together (CONN-9's
+// keepalive finds each silent): ending one must not walk every connection
+// the endpoint has, or the round that ends them all took time quadratic in
+// their number (8,000: 220 ms, with the endpoint deaf meanwhile). The
+// peers are requests from one socket, each naming its own reply port.
+TEST(Udp, ManyVanishedPeersEndInLinearTime) {
+  namespace wire = metaroce::wire;
+  Options o = test_options();
+  o.engine.recovery.keepalive_ns = 1500 * metaroce::kMillisecond;
+  o.engine.recovery.peer_timeout_ns = 100 * metaroce::kMillisecond;
+  auto server = open_on("0.0.0.0", o);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  // One peer that stays: the wildcard-bound server keeps the address it
+  // reaches it at (peer_src), which every end of a connection looks at.
+  ConnId stays;
+  ASSERT_FALSE(client->connect_start("127.0.0.1:" + std::to_string(server->port()), stays));
+  for (int k = 0; k < 2000 && client->state(stays) != metaroce::udp::ConnState::kEstablished; ++k) {
+    server->progress();
+    client->wait(1ms);
+  }
+  ASSERT_EQ(client->state(stays), metaroce::udp::ConnState::kEstablished);
+  client->start_progress_thread();
+  ConnId accepted;
+  ASSERT_TRUE(server->try_accept(accepted));
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  socklen_t sl = 0;
+  const sockaddr_storage dst = loopback(false, server->port(), sl);
+  constexpr uint32_t kPeers = 8000;
+  std::vector<ConnId> conns;
+  for (uint32_t i = 0; i < kPeers; ++i) {
+    uint8_t out[256];
+    wire::BaseHeader bh;
+    bh.opcode = wire::Opcode::kConnectReq;
+    wire::ConnectBody req{i + 1, 0x100, 1024, 10, 16, 0, 1, 0xfeed0000u + i};
+    req.reply_port = static_cast<uint16_t>(33000 + i);  // nothing listens there
+    const size_t len = wire::seal(out, wire::write_connect(out, bh, req), 0);
+    ASSERT_EQ(::sendto(fd, out, len, 0, reinterpret_cast<const sockaddr*>(&dst), sl),
+              static_cast<ssize_t>(len));
+    if (i % 64 == 63) {
+      server->progress();
+      ConnId c;
+      while (server->try_accept(c)) conns.push_back(c);
+    }
+  }
+  ::close(fd);
+  const auto requested = std::chrono::steady_clock::now();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (conns.size() < kPeers && std::chrono::steady_clock::now() < deadline) {
+    server->wait(1ms);
+    ConnId c;
+    while (server->try_accept(c)) conns.push_back(c);
+  }
+  ASSERT_EQ(conns.size(), size_t{kPeers});
+  // A message from the peer that stays, after the requests: the server
+  // notes the address it reaches it at (peer_src).
+  std::vector<uint8_t> buf(64, 1), got(64);
+  MemoryRegion smr, rmr;
+  ASSERT_FALSE(client->register_memory(buf.data(), buf.size(), kAllAccess, smr));
+  ASSERT_FALSE(server->register_memory(got.data(), got.size(), kAllAccess, rmr));
+  ASSERT_FALSE(server->recv(accepted, 1, got.data(), 64, rmr.lkey));
+  ASSERT_FALSE(client->send(stays, 1, buf.data(), 64, smr.lkey));
+  Completion rc;
+  ASSERT_TRUE(server->wait_completion(rc, 2s));
+  EXPECT_EQ(rc.status, Status::kOk);
+  // Nothing from them for keepalive_ns: one round probes them all (CONN-9),
+  // and with no round while they wait out peer_timeout_ns, the next ends
+  // them all. (A slow machine that took the keepalive time to get here
+  // would have them end a few at a time.)
+  if (std::chrono::steady_clock::now() - requested > 1s) GTEST_SKIP() << "too slow to set up";
+  std::this_thread::sleep_until(requested + 1600ms);
+  server->progress();
+  std::this_thread::sleep_for(300ms);
+  std::chrono::nanoseconds worst{0};
+  size_t live = kPeers;
+  const auto ended_by = std::chrono::steady_clock::now() + 5s;
+  while (live != 0 && std::chrono::steady_clock::now() < ended_by) {
+    const auto t0 = std::chrono::steady_clock::now();
+    server->progress();
+    worst = std::max<std::chrono::nanoseconds>(worst, std::chrono::steady_clock::now() - t0);
+    live = static_cast<size_t>(std::count_if(conns.begin(), conns.end(), [&](ConnId c) {
+      return server->state(c) == metaroce::udp::ConnState::kEstablished;
+    }));
+  }
+  EXPECT_EQ(live, 0u);
+  EXPECT_EQ(server->state(accepted), metaroce::udp::ConnState::kEstablished);
+  // The round that ends them: 12-15 ms here; walking every connection per end,
+  // 220 ms.
+  EXPECT_LT(worst, 50ms) << "the round took "
+                         << std::chrono::duration<double, std::milli>(worst).count() << " ms";
+}

@@ -118,6 +118,14 @@ struct ConnInfo {
   PeerAddr peer;
   SendFailure send_failure;          // the peer's last, when the connection ended
   Status peer_reason = Status::kOk;  // closed by the peer: the reason it gave (CONN-8)
+  // In Impl::accepted, not taken yet: the entry outlives kEndedKept later
+  // ends, so that the application taking it learns how it ended (see
+  // trim_ended); `passed` when trim_ended went past it.
+  bool queued = false;
+  bool passed = false;
+  // Counted in Impl::live_peers, under counted_peer (count_live).
+  bool counted = false;
+  PeerAddr counted_peer;
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -271,6 +279,11 @@ struct UdpEndpoint::Impl {
   // kEndedKept later ones have ended; then it goes (end_conn).
   static constexpr size_t kEndedKept = 1024;
   std::deque<uint32_t> ended;
+  // Each peer's connections that are connecting or established: whether a
+  // peer still has one, asked as each connection ends (forget_source), in
+  // one look-up rather than a walk over every connection, which made the
+  // round that ends thousands at once quadratic in their number.
+  std::unordered_map<PeerAddr, uint32_t, PeerAddrHash> live_peers;
   // Unbounded: a connection dropped from it would stay open, unknown to
   // the application (udp.hpp, accept()).
   std::deque<ConnId> accepted;
@@ -354,6 +367,8 @@ struct UdpEndpoint::Impl {
   void forget_source(const PeerAddr& p);
   void evict_idle_sources();
   void end_conn(uint32_t id, ConnInfo& ci, ConnState s);  // s: kClosed or kError
+  void trim_ended();
+  void count_live(ConnInfo& ci);  // after ci.state or ci.peer changed
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "impl.hpp"
 
@@ -46,9 +45,7 @@ void UdpEndpoint::Impl::end_round() {
 // would add the first again).
 void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
   if (peer_src.empty() && send_failed.empty() && gso_refused.empty()) return;
-  for (const auto& [id, ci] : conns)
-    if ((ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) && ci.peer == p)
-      return;
+  if (live_peers.find(p) != live_peers.end()) return;
   send_failed.erase(p);
   gso_refused.erase(p);
   peer_src.erase(p);
@@ -61,16 +58,29 @@ namespace {
 bool live(ConnState s) { return s == ConnState::kConnecting || s == ConnState::kEstablished; }
 }  // namespace
 
+void UdpEndpoint::Impl::count_live(ConnInfo& ci) {
+  const bool now_live = live(ci.state);
+  if (ci.counted && (!now_live || !(ci.counted_peer == ci.peer))) {
+    if (const auto it = live_peers.find(ci.counted_peer);
+        it != live_peers.end() && --it->second == 0)
+      live_peers.erase(it);
+    ci.counted = false;
+  }
+  if (now_live && !ci.counted) {
+    ++live_peers[ci.peer];
+    ci.counted_peer = ci.peer;
+    ci.counted = true;
+  }
+}
+
 // peer_src reached its limit (note_source): the entries of peers with no
 // live connection go, and the limit becomes twice what is left, so that a
 // flood of new sources costs a sweep now and then, not one per datagram. A
 // live peer keeps its entry: cleared, its replies would leave from the
 // address the route picks, which it may drop as another peer's (BAD-8).
 void UdpEndpoint::Impl::evict_idle_sources() {
-  std::unordered_set<PeerAddr, PeerAddrHash> keep;
-  for (const auto& [id, ci] : conns)
-    if (live(ci.state)) keep.insert(ci.peer);
-  std::erase_if(peer_src, [&](const auto& kv) { return keep.find(kv.first) == keep.end(); });
+  std::erase_if(peer_src,
+                [&](const auto& kv) { return live_peers.find(kv.first) == live_peers.end(); });
   peer_src_limit = std::max(kMaxPeerSources, 2 * peer_src.size());
   src_cache_peer = PeerAddr{};
 }
@@ -81,11 +91,26 @@ void UdpEndpoint::Impl::evict_idle_sources() {
 void UdpEndpoint::Impl::end_conn(uint32_t id, ConnInfo& ci, ConnState s) {
   const bool was_live = live(ci.state);
   ci.state = s;
+  count_live(ci);
   if (!was_live) return;
   ended.push_back(id);
+  trim_ended();
+}
+
+// A connection still waiting in the accept queue keeps its entry: taken
+// later, it would otherwise read kUnknown, with no peer_address() once the
+// engine forgot it too, and the application could not tell what it had
+// accepted. Its place among the latest to end is taken again when it is
+// taken (UdpEndpoint::try_accept).
+void UdpEndpoint::Impl::trim_ended() {
   while (ended.size() > kEndedKept) {
     const auto it = conns.find(ended.front());
-    if (it != conns.end() && !live(it->second.state)) conns.erase(it);  // (not an id reused since)
+    if (it != conns.end() && !live(it->second.state)) {  // (not an id reused since)
+      if (it->second.queued)
+        it->second.passed = true;
+      else
+        conns.erase(it);
+    }
     ended.pop_front();
   }
 }
@@ -116,6 +141,7 @@ bool UdpEndpoint::Impl::drain_events() {
       case EventKind::kAccepted:
         ci.state = ConnState::kEstablished;
         if (!send_failed.empty()) send_failed.erase(ci.peer);
+        ci.queued = true;
         accepted.push_back(ev.conn);
         break;
       case EventKind::kConnectFailed:
@@ -131,6 +157,7 @@ bool UdpEndpoint::Impl::drain_events() {
         forget_source(ci.peer);
         break;
     }
+    count_live(ci);
   }
   return any;
 }

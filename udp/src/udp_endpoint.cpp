@@ -283,6 +283,7 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
     ConnInfo& ci = impl_->conns[id.v];
     ci.state = ConnState::kConnecting;
     ci.peer = peer;
+    impl_->count_live(ci);
   }
   impl_->wake_thread();
   out = id;
@@ -294,6 +295,14 @@ bool UdpEndpoint::try_accept(ConnId& out) {
   if (impl_->accepted.empty()) return false;
   out = impl_->accepted.front();
   impl_->accepted.pop_front();
+  if (const auto it = impl_->conns.find(out.v); it != impl_->conns.end()) {
+    it->second.queued = false;
+    if (it->second.passed) {  // ended, and kept only for this: among the latest again
+      it->second.passed = false;
+      impl_->ended.push_back(out.v);
+      impl_->trim_ended();
+    }
+  }
   return true;
 }
 
