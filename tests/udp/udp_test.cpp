@@ -37,6 +37,18 @@
 #include "udp_pair.hpp"
 
 using namespace std::chrono_literals;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
 using metaroce::Completion;
 using metaroce::ConnId;
 using metaroce::MemoryRegion;
@@ -2999,7 +3011,10 @@ TEST(Udp, ManyVanishedPeersEndInLinearTime) {
   EXPECT_EQ(live, 0u);
   EXPECT_EQ(server->state(accepted), metaroce::udp::ConnState::kEstablished);
   // The round that ends them: 12-15 ms here; walking every connection per end,
-  // 220 ms.
-  EXPECT_LT(worst, 50ms) << "the round took "
-                         << std::chrono::duration<double, std::milli>(worst).count() << " ms";
+  // 220 ms. The bound leaves a loaded machine 10x; a sanitizer's build, whose
+  // every access is checked, is not timed.
+  const double ms = std::chrono::duration<double, std::milli>(worst).count();
+  std::printf("the round that ended %u connections took %.1f ms\n", kPeers, ms);
+  if (kSanitized) GTEST_SKIP() << "not timed under a sanitizer (" << ms << " ms)";
+  EXPECT_LT(ms, 150.0) << "the round took " << ms << " ms";
 }
