@@ -243,6 +243,74 @@ Outcome check_loss7(Target& t) {
   return fail("the SEND refused RNR was not resent within 200 us of the NAK");
 }
 
+// LOSS-7, READ responses (simulated time: "at once" is measured against the
+// pause): while the target's SEND waits out an RNR pause, a READ the tester
+// asks for is answered, and a response of it that the tester echoes with
+// ECHO_TRIMMED (TRIM-3: lost) goes again within 20 us, not at the pause's
+// end though the refused SEND's resend is queued ahead of it; nor does it
+// take the SEND along, which still waits rnr_retry (100 us).
+Outcome check_loss7_read(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  constexpr uint32_t kResponses = 4;
+  const uint32_t len = kResponses * p.mtu;
+  Region src, from;
+  if (!t.register_memory(100, 0, src) || !t.register_memory(len, kAccessRemoteRead, from))
+    return fail("register_memory failed");
+  if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 1)) != Status::kOk)
+    return fail("the target refused a SEND");
+  const std::vector<Reply> sent = p.run(10'000);
+  const auto sends = of(sent, wire::Opcode::kSend);
+  if (sends.empty()) return fail("the target's SEND was not sent within 10 us");
+  const Reply& s = *sends.front();
+  const uint32_t psn = s.pkt.bh.psn;
+  p.send(p.nak(psn, 0x01, s.pkt.mh.msn, psn), s.entropy);
+  p.send(p.read_req(p.next_psn++, 0, from.rkey, from.addr, len));
+  uint64_t at = 0;  // ns since the NAK
+  // What left in the next `ns`, failing if the refused SEND went again
+  // before rnr_retry; `resent` tells whether it went again at all.
+  bool resent = false;
+  auto watch = [&](uint64_t ns, std::vector<Reply>& rs) -> std::optional<Outcome> {
+    rs = p.run(ns);
+    for (const Reply* r : of(rs, wire::Opcode::kSend)) {
+      if (r->pkt.bh.psn != psn) continue;
+      if (at < 99'000)
+        return fail("the SEND refused RNR was resent within " + std::to_string((at + ns) / 1000) +
+                    " us of the RNR NAK, before rnr_retry (100 us), beside the READ's responses");
+      resent = true;
+    }
+    at += ns;
+    return std::nullopt;
+  };
+  std::vector<Reply> first;
+  if (auto bad = watch(10'000, first)) return *bad;
+  const auto resp = firsts(of(first, wire::Opcode::kReadResp));
+  if (resp.size() < 2)
+    return fail("the READ asked for in the RNR pause drew " + std::to_string(resp.size()) +
+                " of its " + std::to_string(kResponses) +
+                " responses within 10 us: new READ responses waited for the pause");
+  const Reply& lost = *resp[1];
+  // cum stays at the refused SEND: the ACK acknowledges nothing.
+  p.send(p.ack(psn, lost, wire::kAckEchoTrimmed), lost.entropy);
+  std::vector<Reply> again;
+  if (auto bad = watch(20'000, again)) return *bad;
+  bool back = false;
+  for (const Reply* r : of(again, wire::Opcode::kReadResp))
+    back = back || r->pkt.bh.psn == lost.pkt.bh.psn;
+  if (!back)
+    return fail(
+        "the READ response echoed with ECHO_TRIMMED in the RNR pause was not resent within "
+        "20 us: held for the pause's end (rnr_retry, 100 us)");
+  std::vector<Reply> rest;
+  for (const uint64_t step : {69'000u, 101'000u})
+    if (auto bad = watch(step, rest)) return *bad;
+  if (!resent) return fail("the SEND refused RNR was not resent within 200 us of the NAK");
+  return pass();
+}
+
 Outcome check_ack9(Target& t) {
   Peer p(t);
   ConnId conn;

@@ -206,6 +206,10 @@ constexpr std::array kChecks = {
           "a SEND refused RNR goes again rnr_retry (100 us) after the NAK, nothing before it, a "
           "SEND posted meanwhile after it (simulated time only)",
           check_loss7},
+    Check{"LOSS-7",
+          "READ responses, new and resent, go on in an RNR pause: one echoed ECHO_TRIMMED is "
+          "resent within 20 us, the refused SEND still after rnr_retry (simulated time only)",
+          check_loss7_read},
     Check{"LOSS-8",
           "one path's packets left unacknowledged, the rest acknowledged: a PROBE on that "
           "path and its oldest packet again on another, before the RTO (simulated time only)",

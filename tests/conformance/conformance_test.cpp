@@ -1918,17 +1918,69 @@ TEST(Conformance, TrimmedPacketResentOnItsOwnPathFailsTrim3) {
 // LOSS-7 broken: the RNR NAK unread (the send queue goes on: the SEND
 // posted after it leaves at once), or a pause shorter than rnr_retry.
 TEST(Conformance, RnrNakUnreadFailsLoss7) {
-  expect_fails("LOSS-7", "the SEND posted in the RNR pause left within 99 us", [](FaultyTarget& t) {
-    drop_received(t, [](const wire::Packet& p) {
-      return p.bh.opcode == wire::Opcode::kNak && p.nak.code == 0x01;
-    });
-  });
+  expect_fails(
+      "LOSS-7", "the SEND posted in the RNR pause left within 99 us",
+      [](FaultyTarget& t) {
+        drop_received(t, [](const wire::Packet& p) {
+          return p.bh.opcode == wire::Opcode::kNak && p.nak.code == 0x01;
+        });
+      },
+      "a SEND refused RNR");
 }
 
 TEST(Conformance, RnrPauseOf20UsFailsLoss7) {
-  expect_fails("LOSS-7", "the SEND refused RNR was resent within 99 us", [](FaultyTarget& t) {
-    t.configure([](EndpointConfig& c) { c.recovery.rnr_retry_ns = 20'000; });
-  });
+  expect_fails(
+      "LOSS-7", "the SEND refused RNR was resent within 99 us",
+      [](FaultyTarget& t) {
+        t.configure([](EndpointConfig& c) { c.recovery.rnr_retry_ns = 20'000; });
+      },
+      "a SEND refused RNR");
+}
+
+// LOSS-7 broken for READ responses: one resent in an RNR pause waits until
+// the refused SEND goes again at the pause's end (the reference engine
+// before f189be0, whose queue of resends waited behind the SEND's). The
+// engine has no such switch: the fault is planted here, by holding the
+// READ_RESPs the target sends a second time, from an RNR NAK it receives
+// until its next other data packet (the SEND's resend) leaves.
+TEST(Conformance, ReadResponseResendHeldForRnrPauseFailsLoss7) {
+  expect_fails(
+      "LOSS-7", "was not resent within 20 us: held for the pause's end",
+      [](FaultyTarget& t) {
+        struct Pause {
+          bool on = false;
+          std::set<uint32_t> sent;  // READ_RESP PSNs sent once
+          std::vector<Sent> held;
+        };
+        auto pause = std::make_shared<Pause>();
+        t.mutate_in = [pause](std::vector<uint8_t>& d) {
+          wire::Packet p;
+          if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kNak &&
+              p.nak.code == 0x01)
+            pause->on = true;
+        };
+        t.mutate = [pause](std::vector<Sent>& v) {
+          std::vector<Sent> out;
+          wire::Packet p;
+          for (Sent& s : v) {
+            if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode)) {
+              out.push_back(std::move(s));
+            } else if (p.bh.opcode != wire::Opcode::kReadResp) {
+              out.push_back(std::move(s));
+              if (!pause->on) continue;
+              pause->on = false;
+              for (Sent& h : pause->held) out.push_back(std::move(h));
+              pause->held.clear();
+            } else if (!pause->sent.insert(p.bh.psn).second && pause->on) {
+              pause->held.push_back(std::move(s));
+            } else {
+              out.push_back(std::move(s));
+            }
+          }
+          v = std::move(out);
+        };
+      },
+      "READ responses");
 }
 
 // LOSS-8 broken: no tail-loss PROBE, or the tail packet resent on its own
