@@ -10,6 +10,27 @@ namespace {
 
 const Bytes kPayload = {0x4e, 0x41, 0x4b, 0x21, 5, 6, 7, 8};
 
+// LOSS-7's start: the target SENDs the first 100 bytes of `src` (wr_id 1),
+// and the tester refuses it with an RNR NAK as soon as it leaves; `psn` is
+// its PSN. False, with `why`, when no such SEND leaves within 10 us.
+bool send_refused_rnr(Target& t, Peer& p, ConnId conn, const Region& src, uint32_t& psn,
+                      std::string& why) {
+  if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 1)) != Status::kOk) {
+    why = "the target refused a SEND";
+    return false;
+  }
+  const std::vector<Reply> sent = p.run(10'000);
+  const auto sends = of(sent, wire::Opcode::kSend);
+  if (sends.empty()) {
+    why = "the target's SEND was not sent within 10 us";
+    return false;
+  }
+  const Reply& s = *sends.front();
+  psn = s.pkt.bh.psn;
+  p.send(p.nak(psn, 0x01, s.pkt.mh.msn, psn), s.entropy);
+  return true;
+}
+
 }  // namespace
 
 Outcome check_nak1(Target& t) {
@@ -211,14 +232,8 @@ Outcome check_loss7(Target& t) {
   if (!target_connects(t, p, conn, why)) return fail(why);
   Region src;
   if (!t.register_memory(200, 0, src)) return fail("register_memory failed");
-  if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 1)) != Status::kOk)
-    return fail("the target refused a SEND");
-  const std::vector<Reply> sent = p.run(10'000);
-  const auto sends = of(sent, wire::Opcode::kSend);
-  if (sends.empty()) return fail("the target's SEND was not sent within 10 us");
-  const Reply& s = *sends.front();
-  const uint32_t psn = s.pkt.bh.psn;
-  p.send(p.nak(psn, 0x01, s.pkt.mh.msn, psn), s.entropy);
+  uint32_t psn = 0;
+  if (!send_refused_rnr(t, p, conn, src, psn, why)) return fail(why);
   Region second = src;
   second.addr += 100;
   if (t.post_send(conn, to_tester(WrOpcode::kSend, second, 100, 2)) != Status::kOk)
@@ -260,14 +275,8 @@ Outcome check_loss7_read(Target& t) {
   Region src, from;
   if (!t.register_memory(100, 0, src) || !t.register_memory(len, kAccessRemoteRead, from))
     return fail("register_memory failed");
-  if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 1)) != Status::kOk)
-    return fail("the target refused a SEND");
-  const std::vector<Reply> sent = p.run(10'000);
-  const auto sends = of(sent, wire::Opcode::kSend);
-  if (sends.empty()) return fail("the target's SEND was not sent within 10 us");
-  const Reply& s = *sends.front();
-  const uint32_t psn = s.pkt.bh.psn;
-  p.send(p.nak(psn, 0x01, s.pkt.mh.msn, psn), s.entropy);
+  uint32_t psn = 0;
+  if (!send_refused_rnr(t, p, conn, src, psn, why)) return fail(why);
   p.send(p.read_req(p.next_psn++, 0, from.rkey, from.addr, len));
   uint64_t at = 0;  // ns since the NAK
   // What left in the next `ns`, failing if the refused SEND went again

@@ -332,6 +332,35 @@ void rewrite_received(FaultyTarget& t, std::function<bool(wire::Packet&)> change
   };
 }
 
+// ECHO_TRIMMED unread: the flag is cleared from every ACK the target
+// receives (TRIM-3's resend and TRIM-4's cut never happen).
+void ignore_echo_trimmed(FaultyTarget& t) {
+  rewrite_received(t, [](wire::Packet& p) {
+    if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoTrimmed) == 0)
+      return false;
+    p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
+    return true;
+  });
+}
+
+// Every resend leaves on the path (entropy and path_tag) of its PSN's first
+// transmission, where TRIM-3 and LOSS-8 want another.
+void resend_on_the_first_path(FaultyTarget& t) {
+  auto first = std::make_shared<std::map<uint32_t, std::pair<uint16_t, uint16_t>>>();
+  t.mutate = [first](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (Sent& s : v) {
+      if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
+        continue;
+      const auto [it, fresh] = first->emplace(p.bh.psn, std::pair{s.entropy, p.bh.path_tag});
+      if (fresh) continue;
+      s.entropy = it->second.first;
+      p.bh.path_tag = it->second.second;
+      s.bytes = encode(p);
+    }
+  };
+}
+
 // Runs the checks of `rule` (those whose title starts with `title`, where
 // a rule has several) on targets with the fault `plant` and expects every
 // one of them to fail, for the fault's reason: its detail names the
@@ -1887,32 +1916,11 @@ TEST(Conformance, ReceiveCompletedOnItsMessagesArrivalFailsComp3) {
 // TRIM-3 broken: ECHO_TRIMMED unread (the packet waits for its tail-loss
 // resend), or the packet resent on the path that cut it.
 TEST(Conformance, TrimEchoIgnoredFailsTrim3) {
-  expect_fails("TRIM-3", "was not resent within 10 us", [](FaultyTarget& t) {
-    rewrite_received(t, [](wire::Packet& p) {
-      if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoTrimmed) == 0)
-        return false;
-      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
-      return true;
-    });
-  });
+  expect_fails("TRIM-3", "was not resent within 10 us", ignore_echo_trimmed);
 }
 
 TEST(Conformance, TrimmedPacketResentOnItsOwnPathFailsTrim3) {
-  expect_fails("TRIM-3", "its own path's", [](FaultyTarget& t) {
-    auto first = std::make_shared<std::map<uint32_t, std::pair<uint16_t, uint16_t>>>();
-    t.mutate = [first](std::vector<Sent>& v) {
-      wire::Packet p;
-      for (Sent& s : v) {
-        if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
-          continue;
-        const auto [it, fresh] = first->emplace(p.bh.psn, std::pair{s.entropy, p.bh.path_tag});
-        if (fresh) continue;
-        s.entropy = it->second.first;
-        p.bh.path_tag = it->second.second;
-        s.bytes = encode(p);
-      }
-    };
-  });
+  expect_fails("TRIM-3", "its own path's", resend_on_the_first_path);
 }
 
 // LOSS-7 broken: the RNR NAK unread (the send queue goes on: the SEND
@@ -1996,33 +2004,12 @@ TEST(Conformance, NoTailLossProbeFailsLoss8) {
 }
 
 TEST(Conformance, TailResentOnItsOwnPathFailsLoss8) {
-  expect_fails("LOSS-8", "resent on its own path", [](FaultyTarget& t) {
-    auto first = std::make_shared<std::map<uint32_t, std::pair<uint16_t, uint16_t>>>();
-    t.mutate = [first](std::vector<Sent>& v) {
-      wire::Packet p;
-      for (Sent& s : v) {
-        if (wire::decode(s.bytes, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
-          continue;
-        const auto [it, fresh] = first->emplace(p.bh.psn, std::pair{s.entropy, p.bh.path_tag});
-        if (fresh) continue;
-        s.entropy = it->second.first;
-        p.bh.path_tag = it->second.second;
-        s.bytes = encode(p);
-      }
-    };
-  });
+  expect_fails("LOSS-8", "resent on its own path", resend_on_the_first_path);
 }
 
 // TRIM-4 broken: ECHO_TRIMMED unread, no congestion signal taken from it.
 TEST(Conformance, TrimEchoUnreadFailsTrim4) {
-  expect_fails("TRIM-4", "bytes on an ECHO_TRIMMED echo", [](FaultyTarget& t) {
-    rewrite_received(t, [](wire::Packet& p) {
-      if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoTrimmed) == 0)
-        return false;
-      p.ack.flags &= static_cast<uint8_t>(~wire::kAckEchoTrimmed);
-      return true;
-    });
-  });
+  expect_fails("TRIM-4", "bytes on an ECHO_TRIMMED echo", ignore_echo_trimmed);
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {
