@@ -398,7 +398,10 @@ class Reader {
       } else {
         for (const size_t j : order)
           if (faults[j].edge == f.edge && faults[j].kind == FaultSpec::Kind::kLinkDown) {
-            o << " (its link_down, fault " << j << ", is at " << faults[j].at.us() << " us, later)";
+            o << " (its link_down, fault " << j << ", is at " << faults[j].at.us()
+              << (faults[j].at == f.at ? " us too, after it in the file: faults at one "
+                                         "instant act in the file's order)"
+                                       : " us, later)");
             break;
           }
       }

@@ -800,7 +800,9 @@ TEST(ConfigFile, LinkFaultsAlternateDownThenUp) {
        "us)"},
       {faults({{"link_down", 10}, {"link_up", 20}, {"link_up", 30}}),
        "fault 2 (link_up, edge 20) at 30 us: the link is up then (fault 1 took it up at 20 us)"},
-      {faults({{"link_up", 10}, {"link_down", 10}}), "fault 0 (link_up, edge 20) at 10 us"},
+      {faults({{"link_up", 10}, {"link_down", 10}}),
+       "fault 0 (link_up, edge 20) at 10 us: the link is up then (its link_down, fault 1, is at "
+       "10 us too, after it in the file: faults at one instant act in the file's order)"},
   };
   for (const auto& [text, want] : bad) {
     const std::string got = refusal(text);
