@@ -10,6 +10,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iomanip>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -374,18 +375,15 @@ class Reader {
         order.push_back(i);
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return faults[a].at < faults[b].at; });
-    std::vector<std::pair<uint32_t, size_t>> last;  // (edge, its latest link_down / link_up)
+    std::map<uint32_t, size_t> last;  // edge -> its latest link_down / link_up
     for (const size_t i : order) {
       const FaultSpec& f = faults[i];
       const bool down = f.kind == FaultSpec::Kind::kLinkDown;
-      auto it = std::find_if(last.begin(), last.end(), [&](auto& e) { return e.first == f.edge; });
+      const auto it = last.find(f.edge);
       const bool was_down =
           it != last.end() && faults[it->second].kind == FaultSpec::Kind::kLinkDown;
       if (down != was_down) {
-        if (it == last.end())
-          last.emplace_back(f.edge, i);
-        else
-          it->second = i;
+        last[f.edge] = i;
         continue;
       }
       std::ostringstream o;
