@@ -4,11 +4,13 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iomanip>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -25,6 +27,7 @@ constexpr uint64_t kMbpsPerGbps = 1000;
 // x rate) that must hold in 64 bits: at 100 Tb/s, a round trip of 6 links of
 // 10 ms each is 1.2e19 ps x Mb/s. Beyond, llround itself is undefined (a
 // 1e30 Gb/s link read an ideal of 0 us).
+constexpr double kMinGbps = 0.001;
 constexpr double kMaxGbps = 100'000;
 constexpr double kMaxLinkDelayUs = 10'000;
 // Host ids are 16 bits in the captures' addresses (10.0.x.x). The links'
@@ -76,9 +79,14 @@ class Reader {
     const toml::array& wl = array(root, "", "workload");
     if (wl.empty()) fail(root, "workload: at least one [[workload]] is needed");
     for (const toml::node& w : wl) workload(as_table(w, "workload"), c);
-    if (root.contains("fault"))
-      for (const toml::node& f : array(root, "", "fault"))
-        c.faults.push_back(fault(as_table(f, "fault"), c.topo));
+    if (root.contains("fault")) {
+      std::vector<const toml::table*> where;
+      for (const toml::node& f : array(root, "", "fault")) {
+        where.push_back(&as_table(f, "fault"));
+        c.faults.push_back(fault(*where.back(), where.size() - 1, c.topo));
+      }
+      link_sequence(c.faults, where);
+    }
     return c;
   }
 
@@ -148,7 +156,6 @@ class Reader {
     LinkSpec l;
     const std::string rate = which + "_rate_gbps", delay = which + "_delay_us";
     l.rate_mbps = rate_mbps(*t.get(rate), "topology." + rate, number(t, "topology", rate));
-    if (l.rate_mbps == 0) fail(*t.get(rate), "topology." + rate + ": below 1 Mb/s");
     const double us = opt_number(t, "topology", delay).value_or(1.0);
     if (!(us >= 0)) fail(*t.get(delay), "topology." + delay + ": must be >= 0");
     if (us > kMaxLinkDelayUs) fail(*t.get(delay), "topology." + delay + ": at most 10000 (10 ms)");
@@ -170,8 +177,10 @@ class Reader {
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
-    if (t.contains("trim_allowance_bytes"))  // 0 allowed: headers only within the buffer
-      q.trim_allowance_bytes = u32(t, "queue", "trim_allowance_bytes");
+    // 0 allowed: headers only within the buffer. A byte count as the
+    // others are ("16KiB" was "expected a whole number").
+    q.trim_allowance_bytes =
+        opt_bytes(t, "queue", "trim_allowance_bytes", true).value_or(q.trim_allowance_bytes);
     if (t.contains("priority_dscp")) {
       const uint32_t d = u32(t, "queue", "priority_dscp");
       if (d == 0 || d > kNoPriorityDscp)
@@ -276,7 +285,7 @@ class Reader {
       std::vector<uint32_t> ring;
       std::vector<uint8_t> seen(hosts, 0);
       for (const toml::node& n : array(t, "workload", "hosts")) {
-        const auto h = n.value<int64_t>();
+        const auto h = n.value_exact<int64_t>();  // 5.0 is not a host id
         if (!h || *h < 0 || *h >= hosts)
           fail(n, "workload.hosts: host ids 0.." + std::to_string(hosts - 1));
         if (seen[static_cast<size_t>(*h)]++ != 0) fail(n, "workload.hosts: a host twice");
@@ -308,19 +317,23 @@ class Reader {
     return read_traffic_matrix(in, hosts, path);
   }
 
-  FaultSpec fault(const toml::table& t, const TopoGraph& g) {
+  FaultSpec fault(const toml::table& t, size_t index, const TopoGraph& g) {
     keys(t, "fault", {"at_us", "kind", "edge", "link", "rate_gbps", "drop"});
     FaultSpec f;
     f.at = time_us(t, "at_us");
     const std::string kind = string(t, "fault", "kind");
+    // "fault 2 (link_down)": the file's faults counted from 0, as the
+    // warnings of faults past the time limit count them.
+    const std::string what = "fault " + std::to_string(index) + " (" + kind + ")";
     if (t.contains("edge") == t.contains("link"))
-      fail(t, "fault: give exactly one of 'edge' (an edge id) and 'link' (its two nodes)");
+      fail(t, what + ": give exactly one of 'edge' (an edge id) and 'link' (its two nodes)");
     if (t.contains("edge")) {
       f.edge = u32(t, "fault", "edge");
       if (f.edge >= g.edges.size())
-        fail(*t.get("edge"), "fault.edge: edge ids 0.." + std::to_string(g.edges.size() - 1));
+        fail(*t.get("edge"),
+             what + ": fault.edge: edge ids 0.." + std::to_string(g.edges.size() - 1));
     } else {
-      f.edge = edge_between(t, g);
+      f.edge = edge_between(t, what, g);
     }
     auto only = [&](const char* allowed) {
       for (const char* k : {"rate_gbps", "drop"})
@@ -333,8 +346,10 @@ class Reader {
     } else if (kind == "rate") {
       only("rate_gbps");
       f.kind = FaultSpec::Kind::kRate;
-      f.rate_mbps = std::max<uint64_t>(
-          1, rate_mbps(*t.get("rate_gbps"), "fault.rate_gbps", number(t, "fault", "rate_gbps")));
+      // Below 1 Mb/s is refused as a topology's rate is (it was raised to
+      // 1 Mb/s without a word).
+      f.rate_mbps =
+          rate_mbps(*t.get("rate_gbps"), "fault.rate_gbps", number(t, "fault", "rate_gbps"));
     } else if (kind == "gray") {
       only("drop");
       f.kind = FaultSpec::Kind::kGrayDrop;
@@ -346,45 +361,118 @@ class Reader {
     return f;
   }
 
-  // `link = [A, B]`: node ids, or names "host N", "leaf N" / "tor N" (tier 0),
-  // "spine N" / "agg N" (tier 1), "core N" (tier 2); N counts within the tier.
-  uint32_t edge_between(const toml::table& t, const TopoGraph& g) {
+  // Each link's link_down and link_up faults, in the order they act (time,
+  // then the file's order), alternate from up: a link_up of a link that is
+  // up, or a link_down of one that is down, does nothing, and is a mistake
+  // of the file (a link_up written before its link_down left the link down
+  // for the rest of the run).
+  void link_sequence(const std::vector<FaultSpec>& faults,
+                     const std::vector<const toml::table*>& where) const {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < faults.size(); ++i)
+      if (faults[i].kind == FaultSpec::Kind::kLinkDown ||
+          faults[i].kind == FaultSpec::Kind::kLinkUp)
+        order.push_back(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return faults[a].at < faults[b].at; });
+    std::map<uint32_t, size_t> last;  // edge -> its latest link_down / link_up
+    for (const size_t i : order) {
+      const FaultSpec& f = faults[i];
+      const bool down = f.kind == FaultSpec::Kind::kLinkDown;
+      const auto it = last.find(f.edge);
+      const bool was_down =
+          it != last.end() && faults[it->second].kind == FaultSpec::Kind::kLinkDown;
+      if (down != was_down) {
+        last[f.edge] = i;
+        continue;
+      }
+      std::ostringstream o;
+      o << std::setprecision(15) << "fault " << i << " (" << (down ? "link_down" : "link_up")
+        << ", edge " << f.edge << ") at " << f.at.us() << " us: the link is "
+        << (down ? "down" : "up") << " then";
+      if (it != last.end()) {
+        o << " (fault " << it->second << " took it " << (down ? "down" : "up") << " at "
+          << faults[it->second].at.us() << " us)";
+      } else {
+        for (const size_t j : order)
+          if (faults[j].edge == f.edge && faults[j].kind == FaultSpec::Kind::kLinkDown) {
+            o << " (its link_down, fault " << j << ", is at " << faults[j].at.us()
+              << (faults[j].at == f.at ? " us too, after it in the file: faults at one "
+                                         "instant act in the file's order)"
+                                       : " us, later)");
+            break;
+          }
+      }
+      o << "; a link's link_down and link_up alternate, starting with link_down";
+      fail(*where[i], o.str());
+    }
+  }
+
+  // `link = [A, B]`: node ids, or names "host N" and the fabric's switch
+  // tiers, as --list-links names them: "tor N", "agg N", "core N" on a
+  // fat-tree, "leaf N", "spine N" on a two-tier fabric (leaf-spine, rail);
+  // N counts within the tier.
+  uint32_t edge_between(const toml::table& t, const std::string& what, const TopoGraph& g) {
     const toml::array& a = array(t, "fault", "link");
     if (a.size() != 2)
-      fail(*t.get("link"), "fault.link: two nodes, e.g. [\"leaf 0\", \"spine 3\"]");
-    const uint32_t x = node_id(*a.get(0), g), y = node_id(*a.get(1), g);
+      fail(*t.get("link"), what + ": fault.link: two nodes, e.g. [\"leaf 0\", \"spine 3\"]");
+    const uint32_t x = node_id(*a.get(0), what, g), y = node_id(*a.get(1), what, g);
     for (uint32_t e = 0; e < g.edges.size(); ++e)
       if ((g.edges[e].a == x && g.edges[e].b == y) || (g.edges[e].a == y && g.edges[e].b == x))
         return e;
-    fail(*t.get("link"), "fault.link: no link joins these two nodes");
+    fail(*t.get("link"), what + ": fault.link: no link joins these two nodes");
   }
 
-  uint32_t node_id(const toml::node& n, const TopoGraph& g) {
+  // The fabric's tiers and what each holds: "host 0..15, tor 0..7, agg
+  // 0..7, core 0..3".
+  static std::string node_ranges(const TopoGraph& g, const std::vector<std::string_view>& tiers) {
+    std::string s = "host 0.." + std::to_string(g.num_hosts - 1);
+    for (size_t tier = 0; tier < tiers.size(); ++tier) {
+      const auto n = std::count(g.switch_tier.begin(), g.switch_tier.end(), tier);
+      if (n > 0) s += ", " + std::string(tiers[tier]) + " 0.." + std::to_string(n - 1);
+    }
+    return s;
+  }
+
+  uint32_t node_id(const toml::node& n, const std::string& what, const TopoGraph& g) {
     const uint32_t total = g.num_hosts + g.num_switches;
-    if (auto id = n.value<int64_t>()) {
-      if (*id < 0 || *id >= total) fail(n, "fault.link: node ids 0.." + std::to_string(total - 1));
+    // A fat-tree's tiers are ToR, aggregation and core switches; a two-tier
+    // fabric's leaves and spines. A name of the other kind of fabric is
+    // refused: "agg 0" on a leaf-spine took spine 0 and "spine 0" on a
+    // fat-tree agg 0, without a word.
+    const bool three = std::any_of(g.switch_tier.begin(), g.switch_tier.end(),
+                                   [](uint8_t tier) { return tier >= 2; });
+    static const std::vector<std::string_view> kThree = {"tor", "agg", "core"};
+    static const std::vector<std::string_view> kTwo = {"leaf", "spine"};
+    const std::vector<std::string_view>& tiers = three ? kThree : kTwo;
+    const std::string fabric = "this fabric (" + g.name + ") has " + node_ranges(g, tiers);
+    if (auto id = n.value_exact<int64_t>()) {
+      if (*id < 0 || *id >= total)
+        fail(n, what + ": fault.link: node ids 0.." + std::to_string(total - 1));
       return static_cast<uint32_t>(*id);
     }
-    const auto s = n.value<std::string>();
+    const auto s = n.value_exact<std::string>();
     std::istringstream in(s.value_or(""));
     std::string word;
     int64_t idx = -1;
     std::string rest;
     if (!s || !(in >> word >> idx) || (in >> rest) || idx < 0)
-      fail(n, "fault.link: a node is an id or \"host N\", \"leaf N\", \"spine N\", \"core N\"");
+      fail(n, what + ": fault.link: a node is an id or \"KIND N\": " + fabric);
     if (word == "host") {
-      if (idx >= g.num_hosts) fail(n, "fault.link: no " + *s);
+      if (idx >= g.num_hosts) fail(n, what + ": fault.link: no " + *s + ": " + fabric);
       return static_cast<uint32_t>(idx);
     }
-    int tier = -1;
-    if (word == "leaf" || word == "tor") tier = 0;
-    if (word == "spine" || word == "agg") tier = 1;
-    if (word == "core") tier = 2;
-    if (tier < 0) fail(n, "fault.link: unknown node kind '" + word + "' (host, leaf, spine, core)");
+    const auto tier = std::find(tiers.begin(), tiers.end(), word);
+    if (tier == tiers.end()) {
+      const std::vector<std::string_view>& other = three ? kTwo : kThree;
+      if (std::find(other.begin(), other.end(), word) != other.end())
+        fail(n, what + ": fault.link: \"" + *s + "\": no " + word + " tier here: " + fabric);
+      fail(n, what + ": fault.link: unknown node kind '" + word + "' in \"" + *s + "\": " + fabric);
+    }
     int64_t seen = 0;
     for (uint32_t i = 0; i < g.switch_tier.size(); ++i)
-      if (g.switch_tier[i] == tier && seen++ == idx) return g.num_hosts + i;
-    fail(n, "fault.link: no " + *s);
+      if (g.switch_tier[i] == tier - tiers.begin() && seen++ == idx) return g.num_hosts + i;
+    fail(n, what + ": fault.link: no " + *s + ": " + fabric);
   }
 
   void note(const std::string& key) {
@@ -496,6 +584,8 @@ class Reader {
   // Gb/s, as written, to Mb/s.
   uint64_t rate_mbps(const toml::node& n, const std::string& what, double gbps) const {
     positive(n, what, gbps);
+    // The documented range: 0.0006 was taken as 1 Mb/s, 0.0004 refused.
+    if (gbps < kMinGbps) fail(n, what + ": at least 0.001 (1 Mb/s)");
     if (gbps > kMaxGbps) fail(n, what + ": at most 100000 (100 Tb/s)");
     return static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps));
   }

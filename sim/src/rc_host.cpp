@@ -416,6 +416,12 @@ void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, Si
     if (q.nxt < q.una) q.nxt = q.una;
   } else {
     if (q.nxt < q.una) q.nxt = q.una;
+    // The cumulative ACK first: an episode ends when it reaches `recover`,
+    // and a NACK that carries it reports a new hole (its cumulative ACK, a
+    // PSN sent after the episode began) that opens the next one. Checked
+    // after the NACK, it ended the episode the NACK had just kept going, and
+    // the hole waited for a later NACK, or a timeout when none came.
+    if (q.recovery && q.una >= q.recover) q.recovery = false;
     if (type == kSack && sack < q.npkts) {
       q.sacked.insert(sack);  // below una: acknowledged already, nothing to keep
       q.high_sack = std::max(q.high_sack, sack + 1);
@@ -425,7 +431,6 @@ void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, Si
         q.cursor = q.una;
       }
     }
-    if (q.recovery && q.una >= q.recover) q.recovery = false;
   }
   if (q.una >= q.npkts) {
     q.done = true;

@@ -79,6 +79,14 @@ printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_
 sim_expect 2 "^metaroce-sim: $cfg/t.toml:8:8: workload.file: cannot open '$cfg/m' \\(a folder\\)\$" \
   --config "$cfg/t.toml"
 rm -rf "$cfg"
+# A fault naming a tier the fabric lacks ("agg" on a leaf-spine was taken as
+# a spine) exits 2, naming the fault, the tier and the fabric's tiers.
+cfg=$(mktemp -d)
+printf '%s\n[[workload]]\nkind = "permutation"\nbytes = 4096\n[[fault]]\nkind = "link_down"\nlink = ["leaf 0", "agg 0"]\n' \
+  "$small_topology" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:13:19: fault 0 \\(link_down\\): fault.link: \"agg 0\": no agg tier here: this fabric \\(leaf-spine 2x2, 1 spines\\) has host 0..3, leaf 0..1, spine 0..0\$" \
+  --config "$cfg/t.toml"
+rm -rf "$cfg"
 # A flag of other transports would be ignored (the digest that of the run without it).
 sim_expect 2 '^metaroce-sim: --fabric-ecn applies to rocev2 and irn, not metaroce$' --fabric-ecn
 sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-nocc$' \

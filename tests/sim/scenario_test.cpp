@@ -369,7 +369,7 @@ TEST(ConfigFile, QueueTrimKeys) {
   EXPECT_FALSE(on.queue.trim_priority);
   for (const auto& [line, want] :
        {std::pair<std::string, std::string>{"trim = 1", "queue.trim: expected true or false"},
-        {"trim_allowance_bytes = -1", "queue.trim_allowance_bytes: expected a whole number"}}) {
+        {"trim_allowance_bytes = -1", "queue.trim_allowance_bytes: must be >= 0"}}) {
     try {
       (void)parse(replace(kSmall, "buffer_bytes = \"175KB\"\n",
                           "buffer_bytes = \"175KB\"\n" + line + "\n"));
@@ -701,6 +701,154 @@ TEST(ConfigFile, WorkloadsPastTheFlowLimitAreRefusedBeforeTheyAreGenerated) {
 }
 
 }  // namespace
+// A fault names switches by the tiers of its fabric, as --list-links does:
+// tor / agg / core on a fat-tree, leaf / spine on a leaf-spine or rail
+// fabric. "agg 0" on a leaf-spine was taken as spine 0 and "spine 0" on a
+// fat-tree as agg 0, without a word; now each is refused naming the fault,
+// the tier and the tiers the fabric has.
+TEST(ConfigFile, FaultsNameOnlyTheTiersTheirFabricHas) {
+  const std::string leaf_spine = R"(
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 4
+spines = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "permutation"
+bytes = 4096
+[[fault]]
+kind = "rate"
+rate_gbps = 25
+link = ["leaf 0", "spine 1"]
+)";
+  const std::string rail =
+      replace(leaf_spine, "kind = \"leaf_spine\"\nleaves = 2\nhosts_per_leaf = 4",
+              "kind = \"rail\"\nservers = 4\nrails = 2\nservers_per_group = 2");
+  // The fabric's own names: leaf 0 - spine 1 is the second link of leaf 0,
+  // after its 4 hosts (8 hosts, so edges 8, 9).
+  EXPECT_EQ(parse(leaf_spine).faults.at(0).edge, 9u);
+  EXPECT_EQ(parse(rail).faults.at(0).edge, 9u);
+  EXPECT_EQ(parse(kSmall).faults.at(0).edge, fat_tree_agg_core_edge(4, 0, 0));
+  const std::string ls_tiers =
+      "this fabric (leaf-spine 2x4, 2 spines) has host 0..7, leaf 0..1, "
+      "spine 0..1";
+  const std::string ft_tiers =
+      "this fabric (fat-tree k=4) has host 0..15, tor 0..7, agg 0..7, "
+      "core 0..3";
+  const std::pair<std::string, std::string> bad[] = {
+      {replace(leaf_spine, "\"spine 1\"", "\"agg 1\""),
+       "t.toml:15:19: fault 0 (rate): fault.link: \"agg 1\": no agg tier here: " + ls_tiers},
+      {replace(leaf_spine, "\"leaf 0\"", "\"tor 0\""),
+       "fault 0 (rate): fault.link: \"tor 0\": no tor tier here: " + ls_tiers},
+      {replace(leaf_spine, "\"spine 1\"", "\"core 0\""), "\"core 0\": no core tier here"},
+      {replace(rail, "\"spine 1\"", "\"agg 0\""),
+       "\"agg 0\": no agg tier here: this fabric (rail-optimized 4 servers x 2 rails) has host "
+       "0..7, leaf 0..3, spine 0..1"},
+      {replace(kSmall, "\"agg 0\"", "\"spine 0\""),
+       "fault 0 (gray): fault.link: \"spine 0\": no spine tier here: " + ft_tiers},
+      {replace(kSmall, "\"core 0\"", "\"leaf 0\""), "\"leaf 0\": no leaf tier here"},
+      // an index beyond the tier, and names no fabric has
+      {replace(leaf_spine, "\"spine 1\"", "\"spine 2\""),
+       "fault 0 (rate): fault.link: no spine 2: " + ls_tiers},
+      {replace(rail, "\"leaf 0\"", "\"leaf 4\""), "fault.link: no leaf 4: this fabric"},
+      {replace(leaf_spine, "\"leaf 0\"", "\"host 8\""), "fault.link: no host 8: " + ls_tiers},
+      {replace(leaf_spine, "\"spine 1\"", "\"rail 1\""),
+       "fault.link: unknown node kind 'rail' in \"rail 1\": " + ls_tiers},
+      {replace(leaf_spine, "\"spine 1\"", "\"spine -1\""),
+       "fault 0 (rate): fault.link: a node is an id or \"KIND N\": " + ls_tiers},
+      // a node id is a whole number (8.0 was taken as node 8)
+      {replace(leaf_spine, "\"leaf 0\"", "8.0"), "a node is an id or \"KIND N\""},
+      {replace(leaf_spine, "link = [\"leaf 0\", \"spine 1\"]", "edge = 24"),
+       "fault 0 (rate): fault.edge: edge ids 0..11"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string got = refusal(text);
+    EXPECT_NE(got.find(want), std::string::npos)
+        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
+  }
+}
+
+// A link's link_down and link_up faults alternate, from up, in the order they
+// act. A link_up written before its link_down (or a second link_down) did
+// nothing, and the link stayed down for the rest of the run.
+TEST(ConfigFile, LinkFaultsAlternateDownThenUp) {
+  const std::string small = kSmall;
+  const std::string base = small.substr(0, small.find("[[fault]]"));
+  auto faults = [&](std::initializer_list<std::pair<const char*, int>> list) {
+    std::string s = base;
+    for (const auto& [kind, at] : list)
+      s += "[[fault]]\nkind = \"" + std::string(kind) +
+           "\"\nedge = 20\nat_us = " + std::to_string(at) + "\n";
+    return s;
+  };
+  // Down then up, twice; one instant takes them in the file's order.
+  EXPECT_EQ(parse(faults({{"link_down", 10}, {"link_up", 20}, {"link_down", 30}, {"link_up", 40}}))
+                .faults.size(),
+            4u);
+  EXPECT_EQ(parse(faults({{"link_up", 40}, {"link_down", 10}})).faults.size(), 2u);
+  EXPECT_EQ(parse(faults({{"link_down", 10}, {"link_up", 10}})).faults.size(), 2u);
+  EXPECT_EQ(parse(faults({{"link_down", 10}})).faults.size(), 1u);  // down for good
+  const std::pair<std::string, std::string> bad[] = {
+      {faults({{"link_up", 10}, {"link_down", 20}}),
+       "fault 0 (link_up, edge 20) at 10 us: the link is up then (its link_down, fault 1, is at "
+       "20 us, later); a link's link_down and link_up alternate, starting with link_down"},
+      {faults({{"link_up", 5}}), "fault 0 (link_up, edge 20) at 5 us: the link is up then;"},
+      {faults({{"link_down", 10}, {"link_down", 20}}),
+       "fault 1 (link_down, edge 20) at 20 us: the link is down then (fault 0 took it down at 10 "
+       "us)"},
+      {faults({{"link_down", 10}, {"link_up", 20}, {"link_up", 30}}),
+       "fault 2 (link_up, edge 20) at 30 us: the link is up then (fault 1 took it up at 20 us)"},
+      {faults({{"link_up", 10}, {"link_down", 10}}),
+       "fault 0 (link_up, edge 20) at 10 us: the link is up then (its link_down, fault 1, is at "
+       "10 us too, after it in the file: faults at one instant act in the file's order)"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string got = refusal(text);
+    EXPECT_NE(got.find(want), std::string::npos)
+        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
+    EXPECT_EQ(got.rfind("t.toml:", 0), 0u) << got;
+  }
+  // Other links, and other kinds, are not in the sequence.
+  std::string other = faults({{"link_down", 10}});
+  other += "[[fault]]\nkind = \"link_down\"\nedge = 21\nat_us = 10\n";
+  other += "[[fault]]\nkind = \"rate\"\nedge = 20\nrate_gbps = 10\nat_us = 20\n";
+  EXPECT_EQ(parse(other).faults.size(), 3u);
+}
+
+// Values out of the documented ranges, and of the wrong kind, are refused
+// with the key named: they were taken as something else.
+TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
+  const std::pair<std::string, std::string> bad[] = {
+      // 1 Mb/s at least, as the docs say: a fault's 0.0001 Gb/s ran at 1 Mb/s,
+      // a link's 0.0006 Gb/s too
+      {replace(kSmall, "rate_gbps = 50", "rate_gbps = 0.0001"),
+       "t.toml:34:13: fault.rate_gbps: at least 0.001 (1 Mb/s)"},
+      {replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.0006"),
+       "t.toml:7:18: topology.host_rate_gbps: at least 0.001 (1 Mb/s)"},
+      // a host id is a whole number (5.0 was host 5)
+      {replace(kSmall, "hosts = [0, 5, 10, 15]", "hosts = [0, 5.0]"),
+       "workload.hosts: host ids 0..15"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string got = refusal(text);
+    EXPECT_NE(got.find(want), std::string::npos)
+        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
+  }
+  EXPECT_EQ(
+      parse(replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.001")).topo.host_rate_mbps,
+      1u);
+  // trim_allowance_bytes is a byte count as the others are ("16KiB" was
+  // refused as "expected a whole number").
+  const std::string q = "buffer_bytes = \"175KB\"";
+  EXPECT_EQ(
+      parse(replace(kSmall, q, q + "\ntrim_allowance_bytes = \"8KiB\"")).queue.trim_allowance_bytes,
+      8192u);
+  EXPECT_EQ(parse(replace(kSmall, q, q + "\ntrim_allowance_bytes = 0")).queue.trim_allowance_bytes,
+            0u);
+}
+
 TEST(Settings, SetChangesExactlyTheNamedField) {
   SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
   std::string err;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -542,6 +543,128 @@ TEST(Baselines, IrnCompletesAndRecoversSelectively) {
   EXPECT_EQ(r.pfc_pause_us, 0.0);
   // Every drop is recovered by exactly one retransmission or a timeout.
   EXPECT_GE(r.transport_totals.retransmissions, r.drops);
+}
+
+// A host behind a filter: it gets every packet but those `drop` picks, and
+// its port's idle calls. Packets are read as the RoCEv2 headers they stand
+// for (RcShared::roce_headers), as a capture shows them.
+class LossyHost final : public Node {
+ public:
+  LossyHost(Network& net, Node& inner, std::function<bool(const uint8_t* roce)> drop)
+      : net_(net), inner_(inner), drop_(std::move(drop)) {}
+  void receive(Packet* p, uint32_t in_port, SimTime now) override {
+    uint8_t h[RcShared::kMaxRoceHeader];
+    (void)shared->roce_headers(*p, h);
+    if (drop_(h)) {
+      net_.pool().release(p);
+      return;
+    }
+    inner_.receive(p, in_port, now);
+    if (after) after(h);
+  }
+  void port_idle(uint32_t port, SimTime now) override { inner_.port_idle(port, now); }
+  const RcShared* shared = nullptr;
+  std::function<void(const uint8_t* roce)> after;  // once the host has taken the packet
+
+ private:
+  Network& net_;
+  Node& inner_;
+  std::function<bool(const uint8_t*)> drop_;
+};
+
+uint32_t roce_psn(const uint8_t* h) { return (uint32_t{h[9]} << 16) | (h[10] << 8) | h[11]; }
+bool roce_data(const uint8_t* h) { return h[0] != 0x11 && h[0] != 0x81; }  // WRITE First..Only
+bool roce_ack(const uint8_t* h) { return h[0] == 0x11 && h[12] == 0x1f; }
+bool roce_nack(const uint8_t* h) { return h[0] == 0x11 && h[12] == 0x60; }
+
+struct IrnEpisodes {
+  uint32_t recover = 0;              // the first episode's recovery point
+  bool recovery_after_nack = false;  // the sender's, once it took the first NACK (R + 1, ...)
+  uint64_t timeouts = 0, retransmissions = 0;
+  SimTime finish = SimTime::never();
+};
+
+// One IRN flow of `npkts` full packets, host 0 -> 1 through one switch:
+// PSN 2's first copy is lost (the NACK for 3 opens an episode, recover = R,
+// the PSN next then); R + 1's first copy is lost; the ACKs that carry the
+// cumulative ACK to R and R + 1 are lost. The first word the sender gets of
+// the cumulative ACK passing R is then the NACK (R + 1, R + 2): it ends the
+// episode and reports R + 1 missing, a loss of the next one.
+IrnEpisodes irn_episode_ended_by_a_nack(uint32_t npkts) {
+  constexpr uint32_t kMtu = 4096;
+  Scheduler sched;
+  const LinkSpec link{};
+  Network net(sched, leaf_spine(1, 2, 1, link, link), QueueSpec{}, 1);
+  FlowTable flows(sched,
+                  {FlowSpec{0, 1, uint64_t{npkts} * kMtu, SimTime{0}, {UINT32_MAX, UINT32_MAX}}});
+  RcParams prm;
+  prm.go_back_n = false;
+  prm.rto_low_packets = 3;
+  prm.dcqcn = false;
+  RcShared sh(net, flows, prm);
+  RcHost tx(sh, 0, link.rate_mbps), rx(sh, 1, link.rate_mbps);
+  sh.hosts = {&tx, &rx};
+  IrnEpisodes out;
+  uint32_t copies_of_2 = 0, r = 0;  // r: the receiver's cumulative ACK after PSN 2's resend
+  bool lost_r1 = false;
+  LossyHost rx_in(net, rx, [&](const uint8_t* h) {
+    if (!roce_data(h)) return false;
+    const uint32_t psn = roce_psn(h);
+    if (psn == 2) return copies_of_2++ == 0;
+    if (r != 0 && psn == r + 1 && !lost_r1) return lost_r1 = true;
+    return false;
+  });
+  rx_in.after = [&](const uint8_t* h) {
+    if (roce_data(h) && roce_psn(h) == 2 && copies_of_2 == 2) r = sh.rx.at(0).expected;
+  };
+  LossyHost tx_in(net, tx, [&](const uint8_t* h) {
+    // An ACK names the last PSN in order: cumulative ACK R or R + 1.
+    return r != 0 && roce_ack(h) && (roce_psn(h) + 1 == r || roce_psn(h) + 1 == r + 1);
+  });
+  bool nacked = false;  // the first NACK (R + 1, ...) has come
+  tx_in.after = [&](const uint8_t* h) {
+    if (!roce_nack(h) || r == 0 || roce_psn(h) != r + 1 || nacked) return;
+    nacked = true;
+    RcQpState q;
+    if (tx.qp_state(0, q)) out.recovery_after_nack = q.recovery;
+  };
+  rx_in.shared = tx_in.shared = &sh;
+  net.attach_host(0, tx_in);
+  net.attach_host(1, rx_in);
+  for (auto [host, in] : {std::pair<RcHost*, LossyHost*>{&tx, &tx_in}, {&rx, &rx_in}}) {
+    host->id = in->id;
+    host->ports = in->ports;
+  }
+  tx.start_flow(0, SimTime{0});
+  sched.run(SimTime::from_ms(10));
+  out.recover = r;
+  out.timeouts = tx.totals().timeouts;
+  out.retransmissions = tx.totals().retransmissions;
+  out.finish = flows.at(0).finish;
+  return out;
+}
+
+// IRN (Mittal et al., SIGCOMM 2018): a recovery episode ends when the
+// cumulative ACK passes the recovery point; a NACK enters recovery. A NACK
+// that carries a cumulative ACK past the point does both: the episode ends
+// and the NACK's hole (a PSN sent after it began) opens the next. The
+// sender checked the end after the NACK, so the NACK ended the episode it
+// had just kept, and the hole waited for another NACK, or, when the flow had
+// nothing more in flight to draw one, for RTO_low (100 us).
+TEST(Baselines, IrnNackThatEndsAnEpisodeOpensTheNext) {
+  const IrnEpisodes long_flow = irn_episode_ended_by_a_nack(200);
+  ASSERT_GT(long_flow.recover, 3u);  // the first episode had packets in flight past the hole
+  ASSERT_NE(long_flow.finish, SimTime::never());
+  EXPECT_TRUE(long_flow.recovery_after_nack);
+  EXPECT_EQ(long_flow.timeouts, 0u);
+  // The same run, the flow ending at R + 2: the NACK (R + 1, R + 2) is the
+  // last word from the receiver. R + 1 is resent at once, not after RTO_low.
+  const IrnEpisodes tail = irn_episode_ended_by_a_nack(long_flow.recover + 3);
+  EXPECT_EQ(tail.recover, long_flow.recover);
+  EXPECT_TRUE(tail.recovery_after_nack);
+  EXPECT_EQ(tail.timeouts, 0u);
+  EXPECT_EQ(tail.retransmissions, 2u);  // PSN 2 and R + 1, once each
+  EXPECT_LT(tail.finish, SimTime::from_us(50)) << tail.finish.us();
 }
 
 // IRN's loss-recovery state spans the PSNs in flight, which its window caps

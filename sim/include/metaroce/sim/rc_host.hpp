@@ -13,9 +13,10 @@
 //     that arrived (a SACK). The sender enters recovery, retransmits each
 //     hole below the highest SACKed PSN once per recovery episode, leaves
 //     recovery when the cumulative ACK passes the PSN that was next when it
-//     entered; a timeout (RTO_low when fewer than N packets are in flight,
-//     RTO_high otherwise) marks everything unSACKed as lost. In-flight
-//     packets are capped at the BDP. No PFC.
+//     entered (a NACK that carries such an ACK ends the episode and, its
+//     hole being a new loss, opens the next); a timeout (RTO_low when fewer
+//     than N packets are in flight, RTO_high otherwise) marks everything
+//     unSACKed as lost. In-flight packets are capped at the BDP. No PFC.
 //
 // DCQCN (Zhu et al., SIGCOMM 2015): the notification point (receiver) sends a
 // CNP when a CE-marked packet arrives, at most once per cnp_interval per QP.

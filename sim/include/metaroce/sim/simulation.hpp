@@ -156,6 +156,10 @@ struct Report {
   uint64_t errors = 0;
   double pfc_pause_us = 0;  // total time ports spent paused by PFC (rocev2, or queue.pfc)
   uint64_t pfc_pauses = 0;  // PAUSE frames that took effect
+  // The last event processed, from time 0 (the warm-up included): not the
+  // run's length. warmup_us + completion_us when every flow completed or
+  // failed (the run stops at the event that ends the last one); when the time
+  // limit cut the run, the last event before it, possibly long before.
   double sim_time_us = 0;
   uint64_t events = 0;
   uint64_t packet_pool_peak = 0;
