@@ -173,6 +173,41 @@ TEST(Deregister, TheReceiveWhoseBufferWentIsTheOneNamed) {  // MR-5, COMP-5
   EXPECT_TRUE(untouched(rbuf, 0xAB));
 }
 
+// A SEND of no bytes writes nothing into its receive buffer, so the buffer's
+// region having gone is no fault (MR-5, as for a WRITE_IMM's receive): the
+// receive completes kOk with byte_len 0 and the connection goes on. It
+// failed the connection with kLocalProtection and NAK 0x07 before. The next
+// SEND, of one byte, into another receive whose region went still does.
+TEST(Deregister, ASendOfNoBytesIntoAReceiveWhoseBufferWentCompletes) {  // MR-5, MR-3
+  Loop loop(cfg(77), cfg(78));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf r1(loop.ep(1), 4096, kAccessLocalWrite, 0xAB);
+  Buf r2(loop.ep(1), 4096, kAccessLocalWrite, 0xCD);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{31, r1.addr(), 4096, r1.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{32, r2.addr(), 4096, r2.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(r1.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(r2.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 0, 1)), Status::kOk);
+  std::vector<Completion> done, got;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(1, 1, got, kPromptly));
+  EXPECT_EQ(got[0].wr_id, 31u);
+  EXPECT_EQ(got[0].status, Status::kOk);
+  EXPECT_EQ(got[0].byte_len, 0u);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+  EXPECT_EQ(error_of(loop, 1), Status::kOk);
+  EXPECT_TRUE(untouched(r1, 0xAB));
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 1, 2)), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_EQ(error_of(loop, 1), Status::kLocalProtection);
+  EXPECT_TRUE(untouched(r2, 0xCD));
+}
+
 // A shared receive whose buffer went is completed with the error, not given
 // back to the shared queue (PLACE-6), where it failed every connection that
 // took it next.
