@@ -569,5 +569,25 @@ TEST(Engine, ALoneReadCompletesOneRoundTripAfterItIsPosted) {  // READ-1, COMP-1
   EXPECT_EQ(with_ar, 3);
 }
 
+// SEQ-5: a message is at most 2^31 bytes. A longer work request is refused
+// when posted, kInvalidArgument, whatever its memory; one of exactly 2^31 is
+// judged by its memory (here none is registered: kLocalProtection).
+TEST(Engine, AMessageOfMoreThan2To31BytesIsRefusedWhenPosted) {  // SEQ-5, READ-2
+  Loop loop(cfg(465), cfg(466));
+  auto [a, b] = loop.connect();
+  for (const WrOpcode op : {WrOpcode::kWrite, WrOpcode::kWriteImm, WrOpcode::kSend,
+                            WrOpcode::kSendImm, WrOpcode::kRead}) {
+    SendWr wr;
+    wr.op = op;
+    wr.local_addr = 0x10000;
+    wr.lkey = 12345;
+    wr.length = kMaxMessageLength + 1;
+    EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kInvalidArgument) << int(op);
+    wr.length = kMaxMessageLength;
+    EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection) << int(op);
+  }
+  EXPECT_EQ(kMaxMessageLength, 1u << 31);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -103,6 +103,35 @@ TEST(Deregister, ReadIntoDeregisteredTargetWritesNothing) {  // MR-5
   EXPECT_EQ(error_of(loop, 1), Status::kRemoteOperationError);
 }
 
+// COMP-5: the responder of that READ, told by NAK 0x07 naming one of its
+// READ responses, fails with the NAK's code, but none of its own requests is
+// at fault: its WRITE, posted meanwhile, completes kFlushed, not 0x07.
+TEST(Deregister, ANakNamingAReadResponseNamesNoRequest) {  // COMP-5, MR-5, NAK-3
+  Loop loop(cfg(467), cfg(468));
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 64 * 4096, kAccessRemoteRead, 0x11);
+  Buf target(loop.ep(0), 64 * 4096, kAccessLocalWrite, 0xCD);
+  Buf own(loop.ep(1), 64 * 4096, 0, 3);
+  Buf own_dst(loop.ep(0), 64 * 4096, kAccessRemoteWrite);
+  bool gone = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && !gone && d.size() > 1 && d[1] == kReadResp) {
+      gone = true;
+      ASSERT_EQ(loop.ep(0).deregister_memory(target.mr.lkey), Status::kOk);
+      // Waits behind the response (SEQ-5): outstanding, its PSNs not yet taken.
+      ASSERT_EQ(loop.ep(1).post_send(b, write_wr(own, own_dst, 64 * 4096, 55)), Status::kOk);
+    }
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 64 * 4096, 3)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done, kPromptly));
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(done[0].wr_id, 55u);
+  EXPECT_EQ(done[0].status, Status::kFlushed);
+  EXPECT_EQ(error_of(loop, 1), Status::kRemoteOperationError);
+}
+
 // The responder's region deregistered while it answers a READ: no byte of
 // it leaves after that, and the requester's READ, its request long since
 // acknowledged, fails at once on the NAK that names that request.
