@@ -132,6 +132,39 @@ TEST(Deregister, ANakNamingAReadResponseNamesNoRequest) {  // COMP-5, MR-5, NAK-
   EXPECT_EQ(error_of(loop, 1), Status::kRemoteOperationError);
 }
 
+// MR-5: a READ whose target went before its READ_REQ left fails then, as a
+// WRITE whose source went: the READ_REQ is not sent, the READ completes
+// kLocalProtection (the WRITE before it, still in flight, kFlushed), and the
+// peer, which never saw the request, is told nothing (NAK-2).
+TEST(Deregister, AReadWhoseTargetWentBeforeItsRequestLeftSendsNoRequest) {  // MR-5, NAK-2
+  Loop loop(cfg(469), cfg(470));
+  auto [a, b] = loop.connect();
+  Buf w_src(loop.ep(0), 64 * 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  int read_reqs = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    read_reqs += from == 0 && d[1] == kReadReq;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 64 * 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 2)),
+            Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(target.mr.lkey), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, kPromptly));
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[0].status, Status::kFlushed);
+  EXPECT_EQ(done[1].wr_id, 2u);
+  EXPECT_EQ(done[1].status, Status::kLocalProtection);
+  EXPECT_EQ(read_reqs, 0);
+  EXPECT_EQ(error_of(loop, 0), Status::kLocalProtection);
+  loop.run_until([] { return false; }, kPromptly);
+  EXPECT_EQ(error_of(loop, 1), Status::kOk);
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+  EXPECT_TRUE(untouched(target, 0));
+}
+
 // The responder's region deregistered while it answers a READ: no byte of
 // it leaves after that, and the requester's READ, its request long since
 // acknowledged, fails at once on the NAK that names that request.
