@@ -322,8 +322,8 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
       if (op != wire::Opcode::kWriteImm) {
         if (mh.msg_len > rq_entry->wr.length)
           why = Status::kRemoteLengthError;
-        else if (!mrs.still_registered(rq_entry->wr.lkey, rq_entry->wr.length))
-          why = Status::kLocalProtection;  // MR-5
+        else if (!mrs.still_registered(rq_entry->wr.lkey, mh.msg_len))
+          why = Status::kLocalProtection;  // MR-5; a SEND of no bytes writes nothing there
         else
           dst = rq_entry->buf + mh.offset;
       }

@@ -144,6 +144,10 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
       case WrOpcode::kRead:
         mh = {e.msn, 0, e.wr.length};
         rh = {e.wr.rkey, e.wr.remote_addr};
+        // READ-1: the READ completes only once this is acknowledged (COMP-1),
+        // and ACK-4 does not count it as a message's last packet: without AR
+        // its ACK waited ack_delay, long after the response had landed.
+        bh.flags |= wire::kFlagAckRequested;
         break;
       case WrOpcode::kWrite:
       case WrOpcode::kWriteImm:
@@ -232,9 +236,10 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
     plen = hplen;
     h = hh;
     // LOSS-8: a READ response's last packet is acknowledged at once too
-    // (ACK-4's test, offset + payload = msg_len, read off the headers built);
-    // a READ_REQ is not, unless it reads nothing.
-    ends_message = wire::data_headers_end_message(buf.data(), plen);
+    // (ACK-4's test, offset + payload = msg_len, read off the headers built),
+    // and so is a READ_REQ, which asks for it (AR, READ-1).
+    ends_message =
+        wire::data_headers_end_message(buf.data(), plen) || (buf[0] & wire::kFlagAckRequested) != 0;
   }
   out.entropy = p.entropy;
   out.header_len = h;

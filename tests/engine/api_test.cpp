@@ -539,5 +539,55 @@ TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
   EXPECT_EQ(loop.ep(0).endpoint_stats().bad_length, 1u);
 }
 
+// READ-1, COMP-1: a READ completes once its READ_REQ is acknowledged and its
+// response placed. The READ_REQ carries AR, so its ACK leaves at once with
+// the response rather than ack_delay (10 us) later: a lone READ completes one
+// round trip (4 us over this loop) after it is posted, as a WRITE does. It
+// took 14 us before, the READ_REQ's ACK held back by ACK-5's delay.
+TEST(Engine, ALoneReadCompletesOneRoundTripAfterItIsPosted) {  // READ-1, COMP-1
+  Loop loop(cfg(97), cfg(98));
+  auto [a, b] = loop.connect();
+  Buf mine(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  Buf theirs(loop.ep(1), 4096, kAccessRemoteRead, 0x3c);
+  int read_reqs = 0, with_ar = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadReq)) return;
+    ++read_reqs;
+    with_ar += (d[0] & wire::kFlagAckRequested) != 0;
+  };
+  for (uint64_t id = 1; id <= 3; ++id) {
+    const TimeNs posted = loop.now();
+    ASSERT_EQ(loop.ep(0).post_send(a, read_wr(mine, theirs.addr(), theirs.mr.rkey, 4096, id)),
+              Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    EXPECT_EQ(done[0].status, Status::kOk);
+    EXPECT_LE(loop.now().ns - posted.ns, 2 * loop.delay_ns) << "READ " << id;
+  }
+  EXPECT_EQ(mine.bytes, theirs.bytes);
+  EXPECT_EQ(read_reqs, 3);
+  EXPECT_EQ(with_ar, 3);
+}
+
+// SEQ-5: a message is at most 2^31 bytes. A longer work request is refused
+// when posted, kInvalidArgument, whatever its memory; one of exactly 2^31 is
+// judged by its memory (here none is registered: kLocalProtection).
+TEST(Engine, AMessageOfMoreThan2To31BytesIsRefusedWhenPosted) {  // SEQ-5, READ-2
+  Loop loop(cfg(465), cfg(466));
+  auto [a, b] = loop.connect();
+  for (const WrOpcode op : {WrOpcode::kWrite, WrOpcode::kWriteImm, WrOpcode::kSend,
+                            WrOpcode::kSendImm, WrOpcode::kRead}) {
+    SendWr wr;
+    wr.op = op;
+    wr.local_addr = 0x10000;
+    wr.lkey = 12345;
+    wr.length = kMaxMessageLength + 1;
+    EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kInvalidArgument) << int(op);
+    wr.length = kMaxMessageLength;
+    EXPECT_EQ(loop.ep(0).post_send(a, wr), Status::kLocalProtection) << int(op);
+  }
+  EXPECT_EQ(kMaxMessageLength, 1u << 31);
+}
+
 }  // namespace
 }  // namespace metaroce::test

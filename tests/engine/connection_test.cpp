@@ -842,6 +842,49 @@ TEST(Engine, SendOneByteLongerThanItsReceiveIsRefused) {  // NAK-1, NAK-2
   for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
 }
 
+// NAK-1: the receive buffer's length bounds a SEND or SEND_IMM only. A
+// WRITE_IMM's payload goes to its rkey and raddr, and its receive, of no
+// bytes here, only takes the completion, which reports the message's length
+// and immediate.
+TEST(Engine, AWriteImmLongerThanItsReceiveLands) {  // NAK-1, PLACE-2, PLACE-3
+  Loop loop(cfg(461), cfg(462));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 3 * 4096, 0, 0x2d);
+  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite, 0);
+  pattern(src.bytes, 3);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, 0, 0, 0}), Status::kOk);
+  SendWr wr = write_wr(src, dst, 3 * 4096, 1);
+  wr.op = WrOpcode::kWriteImm;
+  wr.imm = 0xfeed;
+  ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  std::vector<Completion> done, got;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(1, 1, got));
+  EXPECT_EQ(got[0].status, Status::kOk);
+  EXPECT_EQ(got[0].op, CompletionOp::kRecvWriteImm);
+  EXPECT_EQ(got[0].byte_len, 3u * 4096);
+  EXPECT_EQ(got[0].imm, 0xfeedu);
+  EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+// NAK-1's order: a SEND too long for its receive is a length error (NAK
+// 0x05) even where the receive's buffer was also deregistered (MR-5, NAK
+// 0x07): the length is checked first, and nothing is written either way.
+TEST(Engine, ALengthErrorIsFoundBeforeTheReceiveBuffersGoing) {  // NAK-1, MR-5
+  Loop loop(cfg(463), cfg(464));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 8192, 0, 0x57);
+  Buf dst(loop.ep(1), 4096, kAccessLocalWrite, 0x11);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{9, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(dst.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 8192)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kRemoteLengthError);
+  for (uint8_t v : dst.bytes) ASSERT_EQ(v, 0x11);
+}
+
 // PATH-7: a NAK about outstanding work is progress. A receiver that posts
 // its receive only after three peer timeouts' time answers each try of the
 // SEND with RNR (LOSS-7) meanwhile: the connection lives, and the SEND

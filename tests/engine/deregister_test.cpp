@@ -103,6 +103,68 @@ TEST(Deregister, ReadIntoDeregisteredTargetWritesNothing) {  // MR-5
   EXPECT_EQ(error_of(loop, 1), Status::kRemoteOperationError);
 }
 
+// COMP-5: the responder of that READ, told by NAK 0x07 naming one of its
+// READ responses, fails with the NAK's code, but none of its own requests is
+// at fault: its WRITE, posted meanwhile, completes kFlushed, not 0x07.
+TEST(Deregister, ANakNamingAReadResponseNamesNoRequest) {  // COMP-5, MR-5, NAK-3
+  Loop loop(cfg(467), cfg(468));
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 64 * 4096, kAccessRemoteRead, 0x11);
+  Buf target(loop.ep(0), 64 * 4096, kAccessLocalWrite, 0xCD);
+  Buf own(loop.ep(1), 64 * 4096, 0, 3);
+  Buf own_dst(loop.ep(0), 64 * 4096, kAccessRemoteWrite);
+  bool gone = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && !gone && d.size() > 1 && d[1] == kReadResp) {
+      gone = true;
+      ASSERT_EQ(loop.ep(0).deregister_memory(target.mr.lkey), Status::kOk);
+      // Waits behind the response (SEQ-5): outstanding, its PSNs not yet taken.
+      ASSERT_EQ(loop.ep(1).post_send(b, write_wr(own, own_dst, 64 * 4096, 55)), Status::kOk);
+    }
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 64 * 4096, 3)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done, kPromptly));
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(done[0].wr_id, 55u);
+  EXPECT_EQ(done[0].status, Status::kFlushed);
+  EXPECT_EQ(error_of(loop, 1), Status::kRemoteOperationError);
+}
+
+// MR-5: a READ whose target went before its READ_REQ left fails then, as a
+// WRITE whose source went: the READ_REQ is not sent, the READ completes
+// kLocalProtection (the WRITE before it, still in flight, kFlushed), and the
+// peer, which never saw the request, is told nothing (NAK-2).
+TEST(Deregister, AReadWhoseTargetWentBeforeItsRequestLeftSendsNoRequest) {  // MR-5, NAK-2
+  Loop loop(cfg(469), cfg(470));
+  auto [a, b] = loop.connect();
+  Buf w_src(loop.ep(0), 64 * 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  int read_reqs = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    read_reqs += from == 0 && d[1] == kReadReq;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 64 * 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 2)),
+            Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(target.mr.lkey), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, kPromptly));
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[0].status, Status::kFlushed);
+  EXPECT_EQ(done[1].wr_id, 2u);
+  EXPECT_EQ(done[1].status, Status::kLocalProtection);
+  EXPECT_EQ(read_reqs, 0);
+  EXPECT_EQ(error_of(loop, 0), Status::kLocalProtection);
+  loop.run_until([] { return false; }, kPromptly);
+  EXPECT_EQ(error_of(loop, 1), Status::kOk);
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+  EXPECT_TRUE(untouched(target, 0));
+}
+
 // The responder's region deregistered while it answers a READ: no byte of
 // it leaves after that, and the requester's READ, its request long since
 // acknowledged, fails at once on the NAK that names that request.
@@ -171,6 +233,41 @@ TEST(Deregister, TheReceiveWhoseBufferWentIsTheOneNamed) {  // MR-5, COMP-5
     EXPECT_EQ(c.status, c.wr_id == 77 ? Status::kLocalProtection : Status::kFlushed)
         << "wr " << c.wr_id;
   EXPECT_TRUE(untouched(rbuf, 0xAB));
+}
+
+// A SEND of no bytes writes nothing into its receive buffer, so the buffer's
+// region having gone is no fault (MR-5, as for a WRITE_IMM's receive): the
+// receive completes kOk with byte_len 0 and the connection goes on. It
+// failed the connection with kLocalProtection and NAK 0x07 before. The next
+// SEND, of one byte, into another receive whose region went still does.
+TEST(Deregister, ASendOfNoBytesIntoAReceiveWhoseBufferWentCompletes) {  // MR-5, MR-3
+  Loop loop(cfg(77), cfg(78));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf r1(loop.ep(1), 4096, kAccessLocalWrite, 0xAB);
+  Buf r2(loop.ep(1), 4096, kAccessLocalWrite, 0xCD);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{31, r1.addr(), 4096, r1.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{32, r2.addr(), 4096, r2.mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(r1.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(r2.mr.lkey), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 0, 1)), Status::kOk);
+  std::vector<Completion> done, got;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(1, 1, got, kPromptly));
+  EXPECT_EQ(got[0].wr_id, 31u);
+  EXPECT_EQ(got[0].status, Status::kOk);
+  EXPECT_EQ(got[0].byte_len, 0u);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+  EXPECT_EQ(error_of(loop, 1), Status::kOk);
+  EXPECT_TRUE(untouched(r1, 0xAB));
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 1, 2)), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_EQ(error_of(loop, 1), Status::kLocalProtection);
+  EXPECT_TRUE(untouched(r2, 0xCD));
 }
 
 // A shared receive whose buffer went is completed with the error, not given

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <span>
@@ -401,6 +402,136 @@ TEST(Handshake, NoRequestLeavesAfterTheAccept) {
   std::vector<uint8_t> buf(70000);
   TxDatagram tx;
   while (loop.ep(0).poll_transmit(t, buf, tx)) EXPECT_NE(buf[1], kConnectReq);
+}
+
+// CONN-6: a requester still CONNECTING knows neither the responder's id nor
+// its initial PSN, so nothing of the connection that reaches it before the
+// ACCEPT is answered or taken: the responder's WRITE (sent as soon as its
+// ACCEPT left, the ACCEPT delayed), a PROBE of it (LOSS-8's tail-loss probe),
+// an ACK and a NAK. Nothing is sent back, placed, counted or completed, and
+// once the ACCEPT arrives the WRITE's resend lands.
+TEST(Handshake, PacketsBeforeTheAcceptDrawNothing) {
+  Loop loop(cfg(393), cfg(394));
+  ConnId a;
+  std::vector<uint8_t> req, acc;
+  ASSERT_TRUE(connect_request(loop, a, req));
+  ASSERT_TRUE(answer_of(loop, req, acc));
+  ASSERT_EQ(acc[1], kConnectAccept);
+  Event ev;
+  ASSERT_TRUE(loop.ep(1).poll_event(ev));
+  ASSERT_EQ(ev.kind, EventKind::kAccepted);
+  const ConnId b = ev.conn;
+  Buf src(loop.ep(1), 4096, 0, 0x5a), dst(loop.ep(0), 4096, kAccessRemoteWrite, 0);
+  ASSERT_EQ(loop.ep(1).post_send(b, write_wr(src, dst, 4096, 7)), Status::kOk);
+  const auto out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  const std::vector<uint8_t>& write = out[0];
+  ASSERT_EQ(write[1], static_cast<uint8_t>(wire::Opcode::kWrite));
+  wire::BaseHeader bh;
+  bh.flags = wire::kFlagPayloadCovered;
+  bh.dst_conn = a.v;
+  std::vector<uint8_t> probe(128), ack(128), nak(128);
+  bh.opcode = wire::Opcode::kProbe;
+  bh.flags |= wire::kFlagAckRequested;
+  bh.path_tag = write[2] << 8 | write[3];
+  probe.resize(wire::seal(probe, wire::write_probe(probe, bh), 0));
+  bh.flags = wire::kFlagPayloadCovered;
+  bh.path_tag = 0;
+  bh.opcode = wire::Opcode::kAck;
+  wire::AckBody body;
+  body.cum_psn = 1;
+  ack.resize(wire::seal(ack, wire::write_ack(ack, bh, body), 0));
+  bh.opcode = wire::Opcode::kNak;
+  nak.resize(wire::seal(nak, wire::write_nak(nak, bh, wire::NakBody{0, 0x02, 0, 1}), 0));
+  for (const std::vector<uint8_t>* d :
+       std::initializer_list<const std::vector<uint8_t>*>{&write, &probe, &ack, &nak}) {
+    ASSERT_GT(d->size(), 0u);
+    deliver(loop, 0, loop.addr(1), *d);
+    EXPECT_TRUE(sent(loop, 0).empty()) << "opcode " << int{(*d)[1]} << " drew a reply";
+  }
+  EXPECT_FALSE(loop.ep(0).is_established(a));
+  EXPECT_TRUE(loop.drain(0).empty());
+  EXPECT_EQ(dst.bytes, std::vector<uint8_t>(4096, 0));
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->data_packets_received, 0u);
+  EXPECT_EQ(st->acks_received, 0u);
+  EXPECT_EQ(st->naks_received, 0u);
+  EXPECT_EQ(loop.ep(0).endpoint_stats().unknown_connection, 0u);
+  deliver(loop, 0, loop.addr(1), acc);
+  ASSERT_TRUE(loop.ep(0).is_established(a));
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+// CONN-3: a responder answers a repeated request with its ACCEPT again, so a
+// requester may hear it after it is ESTABLISHED; that copy, and a REJECT
+// carrying its nonce, change nothing there and draw nothing.
+TEST(Handshake, AnAnswerToAnEstablishedConnectionIsIgnored) {
+  Loop loop(cfg(395), cfg(396));
+  ConnId a;
+  std::vector<uint8_t> req, acc;
+  ASSERT_TRUE(connect_request(loop, a, req));
+  ASSERT_TRUE(answer_of(loop, req, acc));
+  deliver(loop, 0, loop.addr(1), acc);
+  ASSERT_TRUE(loop.ep(0).is_established(a));
+  (void)sent(loop, 0);
+  std::vector<uint8_t> rej = acc;
+  rej[1] = kConnectReject;
+  rej[wire::kBaseHeaderSize + 12] = static_cast<uint8_t>(Status::kConnectRefused);
+  ASSERT_EQ(wire::seal(rej, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), rej.size());
+  for (const std::vector<uint8_t>* d :
+       std::initializer_list<const std::vector<uint8_t>*>{&acc, &rej}) {
+    deliver(loop, 0, loop.addr(1), *d);
+    EXPECT_TRUE(sent(loop, 0).empty()) << "opcode " << int{(*d)[1]} << " drew a reply";
+    EXPECT_TRUE(loop.ep(0).is_established(a));
+  }
+  Event ev;
+  int connected = 0;
+  while (loop.ep(0).poll_event(ev)) {
+    EXPECT_EQ(ev.kind, EventKind::kConnected);
+    ++connected;
+  }
+  EXPECT_EQ(connected, 1);
+  Buf src(loop.ep(0), 4096, 0, 0x11), dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  EXPECT_TRUE(write_completes(loop, a, src, dst, 4096));
+}
+
+// Section 11.3: a connection in ERROR drops the ACKs and NAKs it receives
+// afterwards (its work has all completed): none is counted or answered.
+TEST(Handshake, AFailedConnectionDropsAcksAndNaks) {  // NAK-2, NAK-3
+  Loop loop(cfg(397), cfg(398));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x11), dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  SendWr wr = write_wr(src, dst, 4096, 1);
+  wr.rkey ^= 1;
+  ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kRemoteBadKey);
+  ASSERT_FALSE(loop.ep(0).is_established(a));
+  const ConnStats before = *loop.ep(0).conn_stats(a);
+  wire::BaseHeader bh;
+  bh.flags = wire::kFlagPayloadCovered;
+  bh.dst_conn = a.v;
+  bh.opcode = wire::Opcode::kAck;
+  wire::AckBody body;
+  std::vector<uint8_t> ack(128), nak(128);
+  ack.resize(wire::seal(ack, wire::write_ack(ack, bh, body), 0));
+  bh.opcode = wire::Opcode::kNak;
+  nak.resize(wire::seal(nak, wire::write_nak(nak, bh, wire::NakBody{0, 0x03, 0, 0}), 0));
+  for (const std::vector<uint8_t>* d :
+       std::initializer_list<const std::vector<uint8_t>*>{&ack, &nak}) {
+    deliver(loop, 0, loop.addr(1), *d);
+    EXPECT_TRUE(sent(loop, 0).empty()) << "opcode " << int{(*d)[1]} << " drew a reply";
+  }
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->acks_received, before.acks_received);
+  EXPECT_EQ(st->naks_received, before.naks_received);
+  EXPECT_TRUE(loop.drain(0).empty());
 }
 
 // CONN-3: an ACCEPT without the responder's connection id (0, which no end
