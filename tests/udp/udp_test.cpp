@@ -62,6 +62,7 @@ using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
 using metaroce::udp::test::random_port;
 using metaroce::udp::test::test_options;
+using metaroce::udp::test::with_handshake_budget;
 
 namespace {
 
@@ -841,7 +842,7 @@ void wildcard_server_answers_from_the_address_reached(const std::string& server_
   };
   for (size_t i = 0; i < routes.size(); ++i) {
     SCOPED_TRACE(routes[i].second);
-    pairs[i].client = open_on(routes[i].first);
+    pairs[i].client = open_on(routes[i].first, with_handshake_budget(test_options()));
     ASSERT_TRUE(pairs[i].client);
     with_server(pairs[i], [&](Pair& p) {
       handshake(p, routes[i].second + ":" + std::to_string(p.server->port()));
@@ -2707,7 +2708,7 @@ TEST(Udp, SendGroupKeysKeepAcksFirstForEveryEntropyCount) {
 TEST(Udp, EmptyAndRuntDatagramsAreDroppedAndTheEndpointGoesOn) {
   Pair p;
   p.server = open_on("127.0.0.1");
-  p.client = open_on("127.0.0.1");
+  p.client = open_on("127.0.0.1", with_handshake_budget(test_options()));
   ASSERT_TRUE(p.server && p.client);
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   ASSERT_GE(fd, 0);
