@@ -348,6 +348,7 @@ struct UdpEndpoint::Impl {
   int gso_fault(size_t m);
   static bool stale_error(int err);
   void note_refused(uint16_t sock, int err);
+  void take_refusals(const PeerAddr& peer, bool keep);
   size_t send_unsegmented(size_t m, int& err);
   void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);
