@@ -868,6 +868,59 @@ TEST(Udp, WildcardIPv6ServerAnswersFromTheAddressReached) {
   wildcard_server_answers_from_the_address_reached("::");
 }
 
+// A wildcard server keeps the address each peer reached it at, and a one-entry
+// cache of the last looked up. The CONNECT_REQ's source goes to a ring of
+// recent ones, and the ACCEPT's look-up put it in the cache; the connection's
+// own datagrams, which match the cache, skipped the per-peer entry. Once other
+// sources (new clients, or junk, here from 80 sockets) had moved the cache and
+// passed over the ring, a WRITE of the server's left from the route's address,
+// 127.0.0.1, and the client, connected to 127.0.0.2, dropped it (the WRITE
+// failed kPeerUnreachable).
+TEST(Udp, WildcardServerKeepsTheAddressAfterNewSources) {
+  Options so = test_options();
+  so.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
+  so.batch = 32;  // a ring of max(64, batch) recent sources
+  Pair p;
+  p.server = open_on("0.0.0.0", so);
+  p.client = open_on("127.0.0.1", with_handshake_budget(test_options()));
+  ASSERT_TRUE(p.server && p.client);
+  handshake(p, "127.0.0.2:" + std::to_string(p.server->port()));
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  WriteBuffers b(p, 64 * 1024, 21);
+  b.write_all_and_check(p, 4096);  // the client's datagrams, known to the server's connection
+  const uint64_t heard = p.server->io_stats().rx_datagrams;
+  for (int i = 0; i < 80; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(p.server->port());
+    ASSERT_EQ(::inet_pton(AF_INET, "127.0.0.2", &to.sin_addr), 1);
+    const uint8_t junk[16] = {};
+    EXPECT_EQ(
+        ::sendto(fd, junk, sizeof(junk), 0, reinterpret_cast<const sockaddr*>(&to), sizeof(to)),
+        static_cast<ssize_t>(sizeof(junk)));
+    ::close(fd);
+  }
+  // The server reads the junk (the engine drops it)...
+  for (int i = 0; i < 100 && p.server->io_stats().rx_datagrams < heard + 80; ++i)
+    p.server->wait(1ms);
+  EXPECT_GE(p.server->io_stats().rx_datagrams, heard + 80);
+  // ... then WRITEs into the client's source buffer, which the client reads
+  // only from 127.0.0.2.
+  std::vector<uint8_t> from(4096);
+  fill_pattern(from, 22);
+  MemoryRegion fmr;
+  ASSERT_FALSE(p.server->register_memory(from.data(), from.size(), kAllAccess, fmr));
+  ASSERT_FALSE(p.server->write(p.sconn, 9, from.data(), static_cast<uint32_t>(from.size()),
+                               fmr.lkey, b.smr.addr, b.smr.rkey));
+  const auto done = drive(*p.server, *p.client, 1, 3s);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk) << p.server->completion_error(done[0]).message;
+  EXPECT_TRUE(std::equal(from.begin(), from.end(), b.src.begin()));
+  EXPECT_EQ(p.server->io_stats().tx_errors, 0u);
+}
+
 // ENC-6: the control class's TOS goes with each ACK message as a cmsg (an
 // IP_TOS one for a v4 peer of a dual-stack socket), beside GSO's. A cmsg the
 // kernel refused would fail the message (tx_errors) and turn GSO off; one it

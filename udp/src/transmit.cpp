@@ -104,6 +104,7 @@ const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
   if (const auto it = peer_src.find(peer); it != peer_src.end()) {
     src_cache_peer = peer;
     src_cache = it->second;
+    src_cache_kept = true;
     return &src_cache;
   }
   // (A peer no connection names yet, answered in the call that heard it.)
@@ -112,6 +113,7 @@ const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
     if (p == peer) {
       src_cache_peer = peer;
       src_cache = at;
+      src_cache_kept = false;
       return &src_cache;
     }
   }
