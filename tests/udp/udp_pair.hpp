@@ -45,7 +45,7 @@ struct Pair {
   ConnId sconn, cconn;
 };
 
-// What a handshake of the tests' may take. The engine's own budget, 8
+// What the tests' handshakes may take. The engine's own budget, 8
 // requests 10 ms apart by default (CONN-2), is no more than a loaded machine
 // (ASan, a build beside the tests) may leave the server's progress thread
 // unscheduled: tests that are not about connecting failed at their setup, now
