@@ -210,7 +210,9 @@ class UdpEndpoint {
   // IPv6 address only IPv6 ones, one on [::] both); all name peer and conn. A request the kernel
   // refused to send (no route, a broadcast address, ...) is dropped like a lost one, and the error
   // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
-  // when the round went through io_uring). It ends at the earlier
+  // when the round went through io_uring). Requests that the peer's host answered with ICMP port
+  // unreachable add "the peer's host answered with ICMP port unreachable (Connection refused): no
+  // socket listened at its port" to the kConnectTimeout, whatever num_paths. It ends at the earlier
   // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
   // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
   // raise connect_attempts as well. A negative timeout is refused (kInvalidArgument), as is one

@@ -62,6 +62,7 @@ using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
 using metaroce::udp::test::random_port;
 using metaroce::udp::test::test_options;
+using metaroce::udp::test::with_handshake_budget;
 
 namespace {
 
@@ -841,7 +842,7 @@ void wildcard_server_answers_from_the_address_reached(const std::string& server_
   };
   for (size_t i = 0; i < routes.size(); ++i) {
     SCOPED_TRACE(routes[i].second);
-    pairs[i].client = open_on(routes[i].first);
+    pairs[i].client = open_on(routes[i].first, with_handshake_budget(test_options()));
     ASSERT_TRUE(pairs[i].client);
     with_server(pairs[i], [&](Pair& p) {
       handshake(p, routes[i].second + ":" + std::to_string(p.server->port()));
@@ -865,6 +866,59 @@ TEST(Udp, WildcardIPv4ServerAnswersFromTheAddressReached) {
 TEST(Udp, WildcardIPv6ServerAnswersFromTheAddressReached) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6";
   wildcard_server_answers_from_the_address_reached("::");
+}
+
+// A wildcard server keeps the address each peer reached it at, and a one-entry
+// cache of the last looked up. The CONNECT_REQ's source goes to a ring of
+// recent ones, and the ACCEPT's look-up put it in the cache; the connection's
+// own datagrams, which match the cache, skipped the per-peer entry. Once other
+// sources (new clients, or junk, here from 80 sockets) had moved the cache and
+// passed over the ring, a WRITE of the server's left from the route's address,
+// 127.0.0.1, and the client, connected to 127.0.0.2, dropped it (the WRITE
+// failed kPeerUnreachable).
+TEST(Udp, WildcardServerKeepsTheAddressAfterNewSources) {
+  Options so = test_options();
+  so.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
+  so.batch = 32;  // a ring of max(64, batch) recent sources
+  Pair p;
+  p.server = open_on("0.0.0.0", so);
+  p.client = open_on("127.0.0.1", with_handshake_budget(test_options()));
+  ASSERT_TRUE(p.server && p.client);
+  handshake(p, "127.0.0.2:" + std::to_string(p.server->port()));
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  WriteBuffers b(p, 64 * 1024, 21);
+  b.write_all_and_check(p, 4096);  // the client's datagrams, known to the server's connection
+  const uint64_t heard = p.server->io_stats().rx_datagrams;
+  for (int i = 0; i < 80; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(p.server->port());
+    ASSERT_EQ(::inet_pton(AF_INET, "127.0.0.2", &to.sin_addr), 1);
+    const uint8_t junk[16] = {};
+    EXPECT_EQ(
+        ::sendto(fd, junk, sizeof(junk), 0, reinterpret_cast<const sockaddr*>(&to), sizeof(to)),
+        static_cast<ssize_t>(sizeof(junk)));
+    ::close(fd);
+  }
+  // The server reads the junk (the engine drops it)...
+  for (int i = 0; i < 100 && p.server->io_stats().rx_datagrams < heard + 80; ++i)
+    p.server->wait(1ms);
+  EXPECT_GE(p.server->io_stats().rx_datagrams, heard + 80);
+  // ... then WRITEs into the client's source buffer, which the client reads
+  // only from 127.0.0.2.
+  std::vector<uint8_t> from(4096);
+  fill_pattern(from, 22);
+  MemoryRegion fmr;
+  ASSERT_FALSE(p.server->register_memory(from.data(), from.size(), kAllAccess, fmr));
+  ASSERT_FALSE(p.server->write(p.sconn, 9, from.data(), static_cast<uint32_t>(from.size()),
+                               fmr.lkey, b.smr.addr, b.smr.rkey));
+  const auto done = drive(*p.server, *p.client, 1, 3s);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, Status::kOk) << p.server->completion_error(done[0]).message;
+  EXPECT_TRUE(std::equal(from.begin(), from.end(), b.src.begin()));
+  EXPECT_EQ(p.server->io_stats().tx_errors, 0u);
 }
 
 // ENC-6: the control class's TOS goes with each ACK message as a cmsg (an
@@ -1564,27 +1618,49 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
   EXPECT_FALSE(id.valid());
 }
 
-// Requests that meet a closed port draw ICMP port unreachable: from the
-// second request a socket sends, the connect's error says so besides the
-// timeout (one path here; the default 8 send each of 8 requests from a
-// socket of its own, and none sees the answer to an earlier one).
+// Requests that meet a closed port draw ICMP port unreachable, and the
+// connect's error (and conn_error) says so besides the timeout, over IPv4 and
+// IPv6, whether the engine's attempts or the caller's timeout end it. With
+// one path a socket's next request reported the refusal of its last; with the
+// default 8 each request of a connect leaves from a socket of its own (CONN-2),
+// none sends again, and the refusal went unseen: the error read as a silent
+// peer's. The driver now reads each socket's pending error when the connect
+// fails (Impl::take_refusals).
 TEST(Udp, ConnectToAClosedPortSaysNothingListens) {
-  Options o = test_options();
-  o.engine.num_paths = 1;
-  auto client = open_on("127.0.0.1", o);
-  ASSERT_TRUE(client);
-  const std::string addr = "127.0.0.1:" + std::to_string(random_port());
-  ConnId id;
-  const Error e = client->connect(addr, 2000ms, id);
-  EXPECT_EQ(e.status, Status::kConnectTimeout);
-  EXPECT_NE(e.message.find("connect to " + addr + ": no answer to 8 requests 10 ms apart"),
-            std::string::npos)
-      << e.message;
-  EXPECT_NE(e.message.find("; the peer's host answered with ICMP port unreachable (Connection "
-                           "refused): no socket listened at its port (peer " +
-                           addr),
-            std::string::npos)
-      << e.message;
+  std::vector<std::string> hosts = {"127.0.0.1"};
+  if (ipv6_loopback_available()) hosts.emplace_back("::1");
+  for (const std::string& host : hosts) {
+    for (const uint8_t paths : {uint8_t{1}, uint8_t{8}}) {
+      for (const bool user_timeout : {false, true}) {
+        SCOPED_TRACE(host + ", " + std::to_string(paths) + " paths, " +
+                     (user_timeout ? "the caller's timeout" : "the engine's attempts"));
+        Options o = test_options();
+        o.engine.num_paths = paths;
+        // Past the caller's 60 ms: 6-7 requests, each from a socket of its own on 8 paths.
+        if (user_timeout) o.engine.connect_attempts = 1000;
+        auto client = open_on(host, o);
+        ASSERT_TRUE(client);
+        const std::string addr =
+            (host == "::1" ? "[::1]:" : host + ":") + std::to_string(random_port());
+        ConnId id;
+        const Error e = client->connect(addr, user_timeout ? 60ms : 2000ms, id);
+        EXPECT_EQ(e.status, Status::kConnectTimeout);
+        EXPECT_NE(e.message.find("connect to " + addr +
+                                 (user_timeout ? " timed out after 60 ms"
+                                               : ": no answer to 8 requests 10 ms apart")),
+                  std::string::npos)
+            << e.message;
+        const std::string clause =
+            "the peer's host answered with ICMP port unreachable (Connection refused): no "
+            "socket listened at its port";
+        EXPECT_NE(e.message.find("; " + clause + " (peer " + addr), std::string::npos) << e.message;
+        const Error why = client->conn_error(ConnId{e.conn});
+        EXPECT_EQ(why.status, Status::kConnectTimeout) << why.message;
+        EXPECT_NE(why.message.find(clause), std::string::npos) << why.message;
+        EXPECT_EQ(client->io_stats().tx_errors, 0u);  // every request went
+      }
+    }
+  }
 }
 
 // Port 0 names no socket: every request would fail with EINVAL, and the
@@ -1883,38 +1959,88 @@ TEST(Udp, PeerDisappears) {
 
 // A peer whose sockets are gone (its process killed) draws ICMP port
 // unreachable from its host, which a connected send socket reports as
-// ECONNREFUSED on its next send: the connection still fails only after the
-// peer timeout, and its errors then say that nothing listened at the peer's
-// port (they read as those of a peer that is only silent). A peer that is
-// only silent (stopped: its sockets open) draws no such clause.
+// ECONNREFUSED on its next send (or the driver reads when the connection
+// fails, for a socket that sent no more): the connection still fails only
+// after the peer timeout, and its errors then say that nothing listened at
+// the peer's port (they read as those of a peer that is only silent). A peer
+// that is only silent (stopped: its sockets open) draws no such clause. On
+// one path every packet leaves from one socket; on 8 each resend from the next.
 TEST(Udp, APeerWhosePortClosedIsNamedInTheError) {
-  for (const bool gone : {true, false}) {
-    SCOPED_TRACE(gone ? "sockets closed" : "silent");
-    Options co = test_options();
-    co.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
-    co.engine.num_paths = 1;  // every packet from one socket: it meets the ICMP errors
-    Pair p = connect_pair("127.0.0.1", test_options(), co);
-    ASSERT_TRUE(p.cconn.valid());
-    std::vector<uint8_t> src(4096);
-    MemoryRegion smr;
-    ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
-    if (gone) p.server->close(false);  // no DISCONNECT, sockets gone; else: never progressed
-    ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), 100, smr.lkey, 0x1000, 1));
-    const auto t0 = std::chrono::steady_clock::now();
-    Completion c;
-    ASSERT_TRUE(p.client->wait_completion(c, 3s));
-    EXPECT_GE(std::chrono::steady_clock::now() - t0, 400ms);  // the peer timeout, not the ICMP
-    EXPECT_EQ(c.status, Status::kPeerUnreachable);
-    const std::string clause =
-        "the peer's host answered with ICMP port unreachable (Connection refused): no socket "
-        "listened at its port";
-    for (const Error& e : {p.client->completion_error(c), p.client->conn_error(p.cconn)}) {
-      EXPECT_EQ(e.message.find(clause) != std::string::npos, gone) << e.message;
-      EXPECT_NE(e.message.find("(peer " + p.server->local_address()), std::string::npos)
-          << e.message;
-      EXPECT_NE(e.message.find("kPeerUnreachable"), std::string::npos) << e.message;
+  for (const uint8_t paths : {uint8_t{1}, uint8_t{8}}) {
+    for (const bool gone : {true, false}) {
+      SCOPED_TRACE(std::to_string(paths) + " paths, " + (gone ? "sockets closed" : "silent"));
+      Options co = test_options();
+      co.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
+      co.engine.num_paths = paths;
+      Pair p = connect_pair("127.0.0.1", test_options(), co);
+      ASSERT_TRUE(p.cconn.valid());
+      std::vector<uint8_t> src(4096);
+      MemoryRegion smr;
+      ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
+      if (gone) p.server->close(false);  // no DISCONNECT, sockets gone; else: never progressed
+      ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), 100, smr.lkey, 0x1000, 1));
+      const auto t0 = std::chrono::steady_clock::now();
+      Completion c;
+      ASSERT_TRUE(p.client->wait_completion(c, 3s));
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, 400ms);  // the peer timeout, not the ICMP
+      EXPECT_EQ(c.status, Status::kPeerUnreachable);
+      const std::string clause =
+          "the peer's host answered with ICMP port unreachable (Connection refused): no socket "
+          "listened at its port";
+      for (const Error& e : {p.client->completion_error(c), p.client->conn_error(p.cconn)}) {
+        EXPECT_EQ(e.message.find(clause) != std::string::npos, gone) << e.message;
+        EXPECT_NE(e.message.find("(peer " + p.server->local_address()), std::string::npos)
+            << e.message;
+        EXPECT_NE(e.message.find("kPeerUnreachable"), std::string::npos) << e.message;
+      }
+      EXPECT_EQ(p.client->io_stats().tx_errors, 0u);  // every send went
     }
-    EXPECT_EQ(p.client->io_stats().tx_errors, 0u);  // every send went
+  }
+}
+
+// A peer that starts after the first requests of a connect reached its port
+// closed: their refusals, left on the sockets that sent them (8 paths: one
+// each), are the past once it answers. The connection established, a peer that
+// then falls silent (its sockets open) draws no "nothing listened" clause: it
+// did, when a later send met a refusal left from before the connect.
+TEST(Udp, APeerThatStartedLateIsNotSaidToRefuse) {
+  Options co = test_options();
+  co.engine.connect_attempts = 1000;
+  co.engine.recovery.peer_timeout_ns = 300 * metaroce::kMillisecond;
+  auto client = open_on("127.0.0.1", co);
+  ASSERT_TRUE(client);
+  std::unique_ptr<UdpEndpoint> server;
+  ConnId cconn;
+  for (int attempt = 0; attempt < 20 && !server; ++attempt) {
+    const std::string addr = "127.0.0.1:" + std::to_string(random_port());
+    ASSERT_FALSE(client->connect_start(addr, cconn));
+    const auto until = std::chrono::steady_clock::now() + 45ms;  // 4-5 requests refused
+    while (std::chrono::steady_clock::now() < until) client->wait(1ms);
+    Error err;
+    server = UdpEndpoint::open(addr, test_options(), err);
+    if (!server) client->close(cconn);  // the port (or its entropy block) is taken: another
+  }
+  ASSERT_TRUE(server);
+  server->start_progress_thread();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (client->state(cconn) == metaroce::udp::ConnState::kConnecting &&
+         std::chrono::steady_clock::now() < deadline)
+    client->wait(1ms);
+  ASSERT_EQ(client->state(cconn), metaroce::udp::ConnState::kEstablished);
+  ConnId sconn;
+  ASSERT_FALSE(server->accept(1000ms, sconn));
+  server->stop_progress_thread();  // silent from now on, its sockets open
+  std::vector<uint8_t> src(4096);
+  MemoryRegion smr;
+  ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  for (uint64_t id = 1; id <= 8; ++id)  // on every path
+    ASSERT_FALSE(client->write(cconn, id, src.data(), 100, smr.lkey, 0x1000, 1));
+  Completion c;
+  ASSERT_TRUE(client->wait_completion(c, 3s));
+  EXPECT_EQ(c.status, Status::kPeerUnreachable);
+  for (const Error& e : {client->completion_error(c), client->conn_error(cconn)}) {
+    EXPECT_EQ(e.message.find("ICMP port unreachable"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("kPeerUnreachable"), std::string::npos) << e.message;
   }
 }
 
@@ -2707,7 +2833,7 @@ TEST(Udp, SendGroupKeysKeepAcksFirstForEveryEntropyCount) {
 TEST(Udp, EmptyAndRuntDatagramsAreDroppedAndTheEndpointGoesOn) {
   Pair p;
   p.server = open_on("127.0.0.1");
-  p.client = open_on("127.0.0.1");
+  p.client = open_on("127.0.0.1", with_handshake_budget(test_options()));
   ASSERT_TRUE(p.server && p.client);
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   ASSERT_GE(fd, 0);

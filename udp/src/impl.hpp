@@ -184,8 +184,9 @@ struct UdpEndpoint::Impl {
   std::unordered_map<PeerAddr, LocalIp, PeerAddrHash> peer_src;
   static constexpr size_t kMaxPeerSources = 4096;  // see note_source
   size_t peer_src_limit = kMaxPeerSources;
-  PeerAddr src_cache_peer;  // the last peer_src entry looked up or stored
+  PeerAddr src_cache_peer;  // the last peer_src (or recent_src) entry looked up or stored
   LocalIp src_cache;
+  bool src_cache_kept = false;  // the entry is peer_src's, not recent_src's (note_source)
   // Sources no connection vouches for yet (a CONNECT_REQ's, or junk's):
   // their latest, in a ring allocated at open, so that datagrams from ever
   // new addresses (a spoofed flood) allocate nothing. It holds the sources
@@ -348,6 +349,7 @@ struct UdpEndpoint::Impl {
   int gso_fault(size_t m);
   static bool stale_error(int err);
   void note_refused(uint16_t sock, int err);
+  void take_refusals(const PeerAddr& peer, bool keep);
   size_t send_unsegmented(size_t m, int& err);
   void drop_failed(size_t m, int err, const char* call);
   void count_sent(size_t m);

@@ -136,10 +136,12 @@ bool UdpEndpoint::Impl::drain_events() {
     switch (ev.kind) {
       case EventKind::kConnected:
         ci.state = ConnState::kEstablished;
-        if (!send_failed.empty()) send_failed.erase(ci.peer);  // it got through since
+        take_refusals(ci.peer, false);  // it got through since
+        if (!send_failed.empty()) send_failed.erase(ci.peer);
         break;
       case EventKind::kAccepted:
         ci.state = ConnState::kEstablished;
+        take_refusals(ci.peer, false);
         if (!send_failed.empty()) send_failed.erase(ci.peer);
         ci.queued = true;
         accepted.push_back(ev.conn);
@@ -147,6 +149,7 @@ bool UdpEndpoint::Impl::drain_events() {
       case EventKind::kConnectFailed:
       case EventKind::kError:
         end_conn(ev.conn.v, ci, ConnState::kError);
+        take_refusals(ci.peer, true);
         if (auto it = send_failed.find(ci.peer); it != send_failed.end())
           ci.send_failure = it->second;
         forget_source(ci.peer);

@@ -55,15 +55,22 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
 // A wildcard-bound endpoint learns the address `peer` reaches it at (see
 // Impl::wild). Checked once per received buffer: the cache holds the last
 // peer, so a busy connection costs a comparison. Only a peer a connection
-// names (known) gets an entry in peer_src; others go to recent_src.
+// names (known) gets an entry in peer_src; others go to recent_src. A cache
+// that holds a recent_src entry (the CONNECT_REQ's, which the ACCEPT looked
+// up) is no entry in peer_src: the connection's first datagrams, which match
+// it, still make one. They used not to, and once later sources had moved the
+// cache and passed over the ring, the peer was answered from the route's
+// address, which it drops (Udp.WildcardServerKeepsTheAddressAfterNewSources).
 void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at, bool known) {
-  if (src_cache_peer == peer && src_cache == at) return;
+  if (src_cache_peer == peer && src_cache == at && (src_cache_kept || !known)) return;
+  bool kept = true;
   if (auto it = peer_src.find(peer); it != peer_src.end()) {
     it->second = at;
   } else if (!known) {
     if (recent_src.empty()) return;
     recent_src[recent_next] = {peer, at};
     recent_next = (recent_next + 1) % recent_src.size();
+    kept = false;
   } else {
     // Bounded: late packets of connections gone would grow it without end.
     if (peer_src.size() >= peer_src_limit) evict_idle_sources();
@@ -71,6 +78,7 @@ void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at, boo
   }
   src_cache_peer = peer;
   src_cache = at;
+  src_cache_kept = kept;
 }
 
 size_t UdpEndpoint::Impl::receive(TimeNs now) {

@@ -104,6 +104,7 @@ const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
   if (const auto it = peer_src.find(peer); it != peer_src.end()) {
     src_cache_peer = peer;
     src_cache = it->second;
+    src_cache_kept = true;
     return &src_cache;
   }
   // (A peer no connection names yet, answered in the call that heard it.)
@@ -112,6 +113,7 @@ const LocalIp* UdpEndpoint::Impl::source_for(const PeerAddr& peer) {
     if (p == peer) {
       src_cache_peer = peer;
       src_cache = at;
+      src_cache_kept = false;
       return &src_cache;
     }
   }
@@ -359,6 +361,26 @@ void UdpEndpoint::Impl::note_refused(uint16_t sock, int err) {
     send_failed.clear();  // bounded as drop_failed's
   }
   send_failed[peer] = SendFailure{err, "ICMP", true};
+}
+
+// A connected send socket keeps its peer host's ICMP port unreachable
+// (sk_err) until its next send reports it (note_refused), and one that never
+// sends again never reports it: a connect's requests leave from a socket each
+// (CONN-2), so with 8 paths the refusal of each went unseen and the failed
+// connect read as a silent peer's. Read, and so cleared, with SO_ERROR on each
+// send socket connected to `peer` when a connection to it ends in error (kept
+// as a refusal, as a send would have) and when one is established (dropped: it
+// answered since, and a refusal a later send met would blame it wrongly). A
+// getsockopt per socket connected to the peer, per connection, never per packet.
+void UdpEndpoint::Impl::take_refusals(const PeerAddr& peer, bool keep) {
+  if (peer.len == 0) return;
+  for (size_t s = 0; s < tx_peer.size(); ++s) {
+    if (!(tx_peer[s] == peer)) continue;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(tx_fds[s], SOL_SOCKET, SO_ERROR, &err, &len) == 0 && keep)
+      note_refused(static_cast<uint16_t>(s), err);
+  }
 }
 
 // Message m's datagrams one call each, without UDP_SEGMENT; returns how many

@@ -167,7 +167,9 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   // that, rather than a timeout, is why.
   if (impl_->closed) return impl_->closed_error("connect to " + format_address(peer), id);
   // A request the kernel refused to send (e.g. no route): its error, rather
-  // than only the silence that followed.
+  // than only the silence that followed. (A refusal no send reported yet is
+  // read first, as the engine's own failure does in drain_events.)
+  if (!done) impl_->take_refusals(peer, true);
   const SendFailure failure =
       ci.send_failure.err != 0 ? ci.send_failure : impl_->send_failure_of(peer);
   // An ICMP refusal is no failed send: the requests went, and the usual
