@@ -81,6 +81,10 @@ check "client --help: --min-rto-us default 10000, --target-delay-us default 1000
   "$(printf '%s\n' "$help" | grep -q 'min_rto in microseconds, 1-100000 (default 10000,' &&
     printf '%s\n' "$help" | grep -q 'target queue delay in microseconds, 1-1000000 (default 1000,' &&
     [ "$(printf '%s\n' "$help" | grep -c 'DSCP of this end.s [a-zA-Z ]*, 0-62 ')" -eq 2 ]; echo $?)"
+# --bind naming the server's own address: refused at once (the client
+# connected to itself and gave up after 5 s waiting for a HelloAck).
+expect 2 "^metaroce-perf client: --bind 127.0.0.1:48200 is the server's address 127.0.0.1:48200: the client would connect to itself" \
+  timeout 20 "$perf" client 127.0.0.1:48200 --bind 127.0.0.1:48200 --iters 1
 # A size and depth over 4 GiB of buffers: the refusal names the deepest
 # --qd that fits (it named no number).
 expect 2 'over 4 GiB: --op send --size 1073741824 takes --qd 3 at most, not 200$' \

@@ -126,7 +126,17 @@ int run_client(const ClientArgs& a, const Common& common) {
   if (!client_local_address(a.addr, local, peer, why)) {
     return not_started(a, a.addr + ": " + why);
   }
-  if (!a.bind.empty()) local = a.bind;
+  if (!a.bind.empty()) {
+    // An endpoint accepts its own connection: a client bound to the server's
+    // address tested against itself, and said after 5 s that the server sent
+    // no HelloAck, "(connection established)".
+    PeerAddr bound;
+    if (udp::parse_address(a.bind, 4792, bound) && udp::format_address(bound) == peer)
+      return not_started(a, "--bind " + a.bind + " is the server's address " + peer +
+                                ": the client would connect to itself; bind another port, or "
+                                "leave --bind out");
+    local = a.bind;
+  }
   udp::Options options = make_options(common);
   options.engine.connect_attempts =
       connect_attempts_for(a.connect_timeout_ms, options.engine.connect_retry_ns);
