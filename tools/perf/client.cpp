@@ -424,7 +424,12 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["bytes"] = gen.bytes;
     j["goodput_gbps"] = gbps;
     j["msg_rate"] = rate;
-    j["lat_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}};
+    // No message completed: no latency was measured (it read 0 us, faster
+    // than any run).
+    if (lat.empty())
+      j["lat_us"] = {{"p50", nullptr}, {"p99", nullptr}, {"p999", nullptr}};
+    else
+      j["lat_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}};
     if (have_retx)
       j["retransmitted_packets"] = retx;
     else
@@ -532,7 +537,10 @@ int run_client(const ClientArgs& a, const Common& common) {
         a.tp.bidir ? "requests and answers to the server's READs" : "requests";
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
-    std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
+    if (lat.empty())
+      std::printf("  latency p50/p99/p999        n/a  (no message completed)\n");
+    else
+      std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
     if (!data_from_server)
       std::printf("  retransmitted pkts   %10" PRIu64 "  (of %" PRIu64 " data packets, %" PRIu64
                   " declared lost)\n",
