@@ -82,9 +82,11 @@ int serve(mu::UdpEndpoint* ep) {
       return fail({metaroce::Status::kPeerUnreachable, "no WRITE_IMM within 10 s", "", conn.v});
     if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   } while (c.op != metaroce::CompletionOp::kRecvWriteImm);
-  // The peer chooses imm (here: the length it wrote): never read past buf.
-  const uint32_t len = std::min<uint32_t>(c.imm, sizeof(buf));
-  std::printf("received %u bytes: \"%.*s\"\n", len, static_cast<int>(len), buf);
+  // byte_len is the WRITE's length (within the region, or the WRITE would
+  // have been refused; the min only guards this print), imm the 32 bits the
+  // writer chose: the length need not travel in it.
+  const uint32_t len = std::min<uint32_t>(c.byte_len, sizeof(buf));
+  std::printf("received %u bytes: \"%.*s\" (imm %u)\n", len, static_cast<int>(len), buf, c.imm);
   ep->close(true);  // orderly: DISCONNECT, then sockets closed
   return 0;
 }
@@ -134,7 +136,10 @@ int client(const std::string& addr, const std::string& text) {
     return fail({metaroce::Status::kPeerUnreachable, "no reply within 5 s", "", conn.v});
   if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   const auto len = static_cast<uint32_t>(std::min<size_t>(msg.size(), where.len));
-  if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, len)))
+  // imm: any 32 bits for the server (a message number, say); the server
+  // learns the length from its completion's byte_len.
+  constexpr uint32_t kImm = 1;
+  if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, kImm)))
     return fail(err);
   if (!ep->wait_completion(c, 5s))
     return fail({metaroce::Status::kPeerUnreachable, "no completion", "", conn.v});
