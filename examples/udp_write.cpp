@@ -1,4 +1,4 @@
-// MetaRoCE over UDP in ~100 lines: the server exposes a buffer, tells the
+// MetaRoCE over UDP in under 200 lines: the server exposes a buffer, tells the
 // client where it is with a SEND, and the client WRITEs a message into it
 // (WRITE_IMM, so the server learns when it has landed).
 //
@@ -35,6 +35,16 @@ int fail(const mu::Error& e) {
   return 1;
 }
 
+// A failed completion. One flushed says only that its connection failed
+// first ("kFlushed: flushed: connection entered the error state first"); the
+// connection's own error says why, so both are printed.
+int fail(const mu::UdpEndpoint& ep, const metaroce::Completion& c) {
+  mu::Error e = ep.completion_error(c);
+  if (c.status == metaroce::Status::kFlushed)
+    if (const mu::Error why = ep.conn_error(c.conn)) e.message += "; " + why.message;
+  return fail(e);
+}
+
 std::unique_ptr<mu::UdpEndpoint> open_server(const std::string& addr) {
   mu::Error err;
   auto ep = mu::UdpEndpoint::open(addr, {}, err);
@@ -58,7 +68,10 @@ int serve(mu::UdpEndpoint* ep) {
   metaroce::ConnId conn;
   if ((err = ep->accept(30s, conn))) return fail(err);
   std::printf("client %s connected\n", ep->peer_address(conn).c_str());
-  // A receive buffer for the WRITE_IMM's notification (it carries no data).
+  // A receive buffer for the WRITE_IMM's notification (it carries no data),
+  // posted before the SEND below lets the client write: a WRITE_IMM that
+  // finds none is refused (RNR) and resent every 100 us without end, and no
+  // error says why it waits.
   if ((err = ep->recv(conn, 1, nullptr, 0, 0))) return fail(err);
   where = {buf_mr.addr, buf_mr.rkey, static_cast<uint32_t>(sizeof(buf))};
   if ((err = ep->send(conn, 2, &where, sizeof(where), where_mr.lkey))) return fail(err);
@@ -67,11 +80,13 @@ int serve(mu::UdpEndpoint* ep) {
   do {
     if (!ep->wait_completion(c, 10s))
       return fail({metaroce::Status::kPeerUnreachable, "no WRITE_IMM within 10 s", "", conn.v});
-    if (c.status != metaroce::Status::kOk) return fail(ep->completion_error(c));
+    if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   } while (c.op != metaroce::CompletionOp::kRecvWriteImm);
-  // The peer chooses imm (here: the length it wrote): never read past buf.
-  const uint32_t len = std::min<uint32_t>(c.imm, sizeof(buf));
-  std::printf("received %u bytes: \"%.*s\"\n", len, static_cast<int>(len), buf);
+  // byte_len is the WRITE's length (within the region, or the WRITE would
+  // have been refused; the min only guards this print), imm the 32 bits the
+  // writer chose: the length need not travel in it.
+  const uint32_t len = std::min<uint32_t>(c.byte_len, sizeof(buf));
+  std::printf("received %u bytes: \"%.*s\" (imm %u)\n", len, static_cast<int>(len), buf, c.imm);
   ep->close(true);  // orderly: DISCONNECT, then sockets closed
   return 0;
 }
@@ -96,6 +111,14 @@ int client(const std::string& addr, const std::string& text) {
   // Port 0: any free port (the entropy block is the 64 ports after it).
   auto ep = mu::UdpEndpoint::open(mu::address_is_v4(peer) ? "0.0.0.0:0" : "[::]:0", opts, err);
   if (!ep) return fail(err);
+  // Registered before connecting, so that the receive for the server's SEND
+  // is posted the moment the connection exists: the server sends as soon as
+  // it has accepted, and a SEND that finds no receive waits 100 us (RNR).
+  Where where{};
+  std::string msg = text;
+  metaroce::MemoryRegion where_mr, msg_mr;
+  if ((err = ep->register_memory(&where, sizeof(where), kAccess, where_mr))) return fail(err);
+  if ((err = ep->register_memory(msg.data(), msg.size(), kAccess, msg_mr))) return fail(err);
   metaroce::ConnId conn;
   if ((err = ep->connect(mu::format_address(peer), kConnectWait, conn))) {
     if (err.status == metaroce::Status::kConnectTimeout)
@@ -106,24 +129,21 @@ int client(const std::string& addr, const std::string& text) {
                    static_cast<long long>(std::chrono::seconds(kConnectWait).count()));
     return fail(err);
   }
-
-  Where where{};
-  std::string msg = text;
-  metaroce::MemoryRegion where_mr, msg_mr;
-  if ((err = ep->register_memory(&where, sizeof(where), kAccess, where_mr))) return fail(err);
-  if ((err = ep->register_memory(msg.data(), msg.size(), kAccess, msg_mr))) return fail(err);
   if ((err = ep->recv(conn, 1, &where, sizeof(where), where_mr.lkey))) return fail(err);
 
   metaroce::Completion c;  // the server's Where arrives
   if (!ep->wait_completion(c, 5s))
     return fail({metaroce::Status::kPeerUnreachable, "no reply within 5 s", "", conn.v});
-  if (c.status != metaroce::Status::kOk) return fail(ep->completion_error(c));
+  if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   const auto len = static_cast<uint32_t>(std::min<size_t>(msg.size(), where.len));
-  if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, len)))
+  // imm: any 32 bits for the server (a message number, say); the server
+  // learns the length from its completion's byte_len.
+  constexpr uint32_t kImm = 1;
+  if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, kImm)))
     return fail(err);
   if (!ep->wait_completion(c, 5s))
     return fail({metaroce::Status::kPeerUnreachable, "no completion", "", conn.v});
-  if (c.status != metaroce::Status::kOk) return fail(ep->completion_error(c));
+  if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   std::printf("wrote %u bytes to %s\n", len, ep->peer_address(conn).c_str());
   ep->close(true);
   return 0;

@@ -4,10 +4,12 @@
 # the option: an unknown option, an entropy block that runs past port 65535,
 # the trimmed DSCP (63) for either class, a --connect-timeout-ms outside
 # 10-655350, and a bare number as the address (getaddrinfo would read "9999"
-# as 0.0.39.15). Host names still resolve.
+# as 0.0.39.15), and a size and depth over 4 GiB (naming the --qd that fits).
+# Host names still resolve; --help names the driver's defaults.
 # Then, against a server on loopback: one SIGINT keeps the client's result,
-# a plain write's server count, the --paths note, the --bidir reverse count
-# check, the progress line's reverse rate and the server's summary lines.
+# a plain write's server count, the --paths note, a read --bidir's
+# retransmissions named, the --bidir reverse count check, the progress
+# line's reverse rate and the server's summary lines.
 #   cli_test.sh METAROCE_PERF
 set -u
 perf=$1
@@ -15,6 +17,12 @@ here=$(dirname "$0")
 # shellcheck source=SCRIPTDIR/../expect_exit.sh
 . "$here/../expect_exit.sh"
 
+check() {  # check WHAT CONDITION-EXIT-STATUS
+  if [ "$2" -eq 0 ]; then echo "ok:   $1"; else
+    echo "FAIL: $1"
+    failures=$((failures + 1))
+  fi
+}
 last='the last port, base \+ count - 1, must be at most 65535'
 expect 2 'The following argument was not expected: --no-such-option' \
   "$perf" client 127.0.0.1:4792 --no-such-option
@@ -65,6 +73,24 @@ if [ "$(nproc --all)" -lt 1024 ]; then
     timeout 5 "$perf" server 127.0.0.1:0 --cpu 1023 --once
 fi
 expect 0 '' "$perf" --help
+# The help names the defaults the run uses, the UDP driver's (min_rto 10 ms,
+# target delay 1 ms); it said 1000 and 50 us, the engine's. The DSCPs go to
+# 62: 63 is refused (above).
+help=$("$perf" client --help)
+check "client --help: --min-rto-us default 10000, --target-delay-us default 1000, DSCP 0-62" \
+  "$(printf '%s\n' "$help" | grep -q 'min_rto in microseconds, 1-100000 (default 10000,' &&
+    printf '%s\n' "$help" | grep -q 'target queue delay in microseconds, 1-1000000 (default 1000,' &&
+    [ "$(printf '%s\n' "$help" | grep -c 'DSCP of this end.s [a-zA-Z ]*, 0-62 ')" -eq 2 ]; echo $?)"
+# --bind naming the server's own address: refused at once (the client
+# connected to itself and gave up after 5 s waiting for a HelloAck).
+expect 2 "^metaroce-perf client: --bind 127.0.0.1:48200 is the server's address 127.0.0.1:48200: the client would connect to itself" \
+  timeout 20 "$perf" client 127.0.0.1:48200 --bind 127.0.0.1:48200 --iters 1
+# A size and depth over 4 GiB of buffers: the refusal names the deepest
+# --qd that fits (it named no number).
+expect 2 'over 4 GiB: --op send --size 1073741824 takes --qd 3 at most, not 200$' \
+  "$perf" client 127.0.0.1:4792 --op send --size 1073741824 --qd 200
+expect 2 'over 4 GiB: --op write --size 1073741824 --bidir takes --qd 4 at most, not 5$' \
+  "$perf" client 127.0.0.1:4792 --size 1073741824 --qd 5 --bidir
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1
 # without a parse error).
@@ -86,12 +112,6 @@ out=$(mktemp -d)
 server=$!
 port_of_server='s/^metaroce-perf server listening on 127\.0\.0\.1:\([0-9]*\) .*/\1/p'
 port=$(await_output "$out/server" "$port_of_server")
-check() {  # check WHAT CONDITION-EXIT-STATUS
-  if [ "$2" -eq 0 ]; then echo "ok:   $1"; else
-    echo "FAIL: $1"
-    failures=$((failures + 1))
-  fi
-}
 if [ -z "$port" ]; then
   check "a server on 127.0.0.1:0 starts: $(cat "$out/server")" 1
 else
@@ -126,6 +146,13 @@ else
     "$(grep -q "note: --paths (2) applies to the client's own sending" "$out/r.err" &&
       grep -q '"client_path_count":2[,}]' "$out/r.json" &&
       grep -q '"server_path_count":8[,}]' "$out/r.json"; echo $?)"
+  # A read --bidir: the client's own retransmissions are of its requests and
+  # of its answers to the server's READs (the text called them the requests').
+  timeout 30 "$perf" client "$addr" --op read --bidir --iters 200 --size 4096 >"$out/rb.txt" 2>&1
+  rc=$?
+  check "read --bidir: the client's retransmissions are named with the reverse load, exit $rc: $(grep retransmitted "$out/rb.txt")" \
+    "$([ "$rc" -eq 0 ] &&
+      grep -Eq "the client's requests and answers to the server's READs: [0-9]+\)" "$out/rb.txt"; echo $?)"
   # A send --bidir --verify: the reverse messages the client received match
   # those the server completed (now checked, and reported).
   timeout 30 "$perf" client "$addr" --op send --bidir --verify --iters 500 --size 4096 --json \
@@ -155,7 +182,7 @@ kill -INT "$server" 2>/dev/null
 wait "$server"
 
 # A server that goes mid-run (stopped: it closes the connection, DISCONNECT):
-# the client ends with exit 2 and an error naming the peer and why, and its
+# the client ends with exit 1 (the test ran and went wrong) and an error naming the peer and why, and its
 # report keeps the counters of its paths, which the engine drops with the
 # connection (it said "0 client paths", with counters of the last progress
 # line, or none in a run shorter than --interval); they are at most 100 ms

@@ -15,6 +15,8 @@
 # - The server stopped (SIGSTOP) 1 s, shorter than the peer timeout: every
 #   byte verified, exit 0. Stopped 3 s: kPeerUnreachable, without the ICMP
 #   clause (its port stayed open).
+# - The server killed before the client's first message completed: no
+#   latency reported (null, n/a), not 0 us.
 # - The server killed and restarted on its port mid-run: the new server
 #   takes nothing of the old connection (no connection from the client), the
 #   client fails with kPeerUnreachable, and the new server serves the next.
@@ -290,6 +292,28 @@ if start_server stop3-server 127.0.0.1 0; then
   serves_next "after the stop the server serves the next client" --op write
   kill -KILL "$server"
 fi
+
+# The server killed before the first message completed (one 1 GiB WRITE,
+# 0.1 s into it): no latency was measured, so the report has none, null in
+# --json and n/a in the text (they read 0 us), beside 0 messages.
+for form in json text; do
+  start_server "first-$form-server" 127.0.0.1 0 || continue
+  json_flag=
+  [ "$form" = json ] && json_flag=--json
+  start_client "first-$form" "127.0.0.1:$port" --op write --size 1073741824 --qd 1 --duration 30 \
+    --interval 0.1 ${json_flag:+"$json_flag"}
+  kill -KILL "$server"
+  t0=$(now_ms)
+  end_client
+  if [ "$form" = json ]; then
+    check "server killed before a message completed (--json): exit $rc, $(grep -o '"messages":[0-9]*\|"lat_us":{[^}]*}' "$out/first-$form.out" | tr '\n' ' ')" \
+      "$([ "$rc" -eq 1 ] && [ "$(json "$out/first-$form.out" 'j["messages"] == 0 and j["lat_us"] == {"p50": None, "p99": None, "p999": None}')" = True ]; echo $?)"
+  else
+    check "server killed before a message completed (text): exit $rc, $(grep latency "$out/first-$form.out")" \
+      "$([ "$rc" -eq 1 ] && grep -q 'FAILED' "$out/first-$form.out" &&
+        grep -q '^  latency p50/p99/p999        n/a  (no message completed)$' "$out/first-$form.out"; echo $?)"
+  fi
+done
 
 # The server killed and restarted on its port mid-run: the new one knows
 # nothing of the old connection (BAD-7: no answer), so the client fails as

@@ -74,23 +74,31 @@ TEST(PerfControl, FieldsAreBigEndianAtTheirOffsets) {
   EXPECT_EQ(rev_ns, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 11}));
 }
 
-TEST(PerfControl, OtherBytesAreNotAControlMessage) {
+// `msg` encoded, then cut short, made longer (a SEND of another size), with
+// a bit of its magic (byte `magic_byte`) flipped, and with its type byte set
+// to `other_type` and to 0: decode refuses each as a Msg.
+template <typename Msg>
+void expect_other_bytes_refused(const Msg& msg, size_t magic_byte, uint8_t other_type) {
   uint8_t bytes[kCtrlBytes];
-  encode(every_field_set(), bytes);
-  Ctrl out;
-  EXPECT_FALSE(decode(std::span<const uint8_t>(bytes, kCtrlBytes - 1), out));  // truncated
+  encode(msg, bytes);
+  Msg out;
+  EXPECT_FALSE(decode(std::span<const uint8_t>(bytes, kCtrlBytes - 1), out)) << "truncated";
   std::vector<uint8_t> longer(bytes, bytes + kCtrlBytes);
   longer.push_back(0);
-  EXPECT_FALSE(decode(longer, out));  // a SEND of another size
+  EXPECT_FALSE(decode(longer, out)) << "one byte longer";
   uint8_t bad[kCtrlBytes];
   std::copy(bytes, bytes + kCtrlBytes, bad);
-  bad[0] ^= 1;  // magic
-  EXPECT_FALSE(decode(bad, out));
+  bad[magic_byte] ^= 1;
+  EXPECT_FALSE(decode(bad, out)) << "magic byte " << magic_byte << " changed";
   std::copy(bytes, bytes + kCtrlBytes, bad);
-  bad[7] = 9;  // type
-  EXPECT_FALSE(decode(bad, out));
-  bad[7] = 0;
-  EXPECT_FALSE(decode(bad, out));
+  for (const uint8_t type : {other_type, uint8_t{0}}) {
+    bad[7] = type;
+    EXPECT_FALSE(decode(bad, out)) << "type " << int{type};
+  }
+}
+
+TEST(PerfControl, OtherBytesAreNotAControlMessage) {
+  expect_other_bytes_refused(every_field_set(), 0, 9);
 }
 
 TEST(PerfControl, HelloAndAckCarryPathReportsAtOffset56) {
@@ -177,22 +185,7 @@ TEST(PerfControl, PathReportRoundTripsEveryFieldBigEndian) {
 }
 
 TEST(PerfControl, OtherBytesAreNotAPathReport) {
-  uint8_t bytes[kCtrlBytes];
-  encode(every_report_field_set(), bytes);
-  PathReport out;
-  EXPECT_FALSE(decode(std::span<const uint8_t>(bytes, kCtrlBytes - 1), out));  // truncated
-  std::vector<uint8_t> longer(bytes, bytes + kCtrlBytes);
-  longer.push_back(0);
-  EXPECT_FALSE(decode(longer, out));
-  uint8_t bad[kCtrlBytes];
-  std::copy(bytes, bytes + kCtrlBytes, bad);
-  bad[3] ^= 1;  // magic
-  EXPECT_FALSE(decode(bad, out));
-  std::copy(bytes, bytes + kCtrlBytes, bad);
-  bad[7] = 6;  // type
-  EXPECT_FALSE(decode(bad, out));
-  bad[7] = 0;
-  EXPECT_FALSE(decode(bad, out));
+  expect_other_bytes_refused(every_report_field_set(), 3, 6);
 }
 
 TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
@@ -224,6 +217,28 @@ TEST(PerfControl, ServerRefusesAHelloItCannotServe) {
   EXPECT_EQ(check_hello(h), Refusal::kNone);
   EXPECT_NE(refusal_text(Refusal::kBadSize).find("1..1073741824"), std::string::npos);
   EXPECT_NE(refusal_text(Refusal::kTooLarge).find("4 GiB"), std::string::npos);
+}
+
+// The depth a client refused kTooLarge is told it may use: the largest that
+// check_hello accepts (a send's ring holds qd + 1 messages, so one less).
+TEST(PerfControl, LargestQdIsTheDeepestAHelloMayAsk) {
+  EXPECT_EQ(largest_qd(Op::kWrite, kMaxSize, false), 4u);  // 4 x 1 GiB
+  EXPECT_EQ(largest_qd(Op::kRead, kMaxSize, true), 4u);
+  EXPECT_EQ(largest_qd(Op::kSend, kMaxSize, false), 3u);  // (3 + 1) x 1 GiB of receives
+  EXPECT_EQ(largest_qd(Op::kWrite, 65536, false), kMaxQd);
+  for (const Op op : {Op::kWrite, Op::kRead, Op::kSend})
+    for (const uint32_t size : {uint32_t{1} << 24, uint32_t{100'000'000}, kMaxSize}) {
+      const uint32_t qd = largest_qd(op, size, false);
+      ASSERT_GT(qd, 0u);
+      Ctrl h;
+      h.op = static_cast<uint32_t>(op);
+      h.size = size;
+      h.qd = qd;
+      EXPECT_EQ(check_hello(h), Refusal::kNone) << op_name(op) << " " << size;
+      if (qd == kMaxQd) continue;
+      h.qd = qd + 1;
+      EXPECT_EQ(check_hello(h), Refusal::kTooLarge) << op_name(op) << " " << size;
+    }
 }
 
 // A busy refusal names the client whose test runs in bytes 64..111 of the

@@ -108,7 +108,15 @@ int run_client(const ClientArgs& a, const Common& common) {
   hello.path_reports = ask_reports ? 1 : 0;
   // The server's own check, before this end allocates the same buffers.
   if (const Refusal r = check_hello(hello); r != Refusal::kNone) {
-    return not_started(a, refusal_text(r));
+    // Which depth would do, so that the user need not work out the rings'
+    // sizes (the refusal alone named no number).
+    std::string hint;
+    if (r == Refusal::kTooLarge)
+      if (const uint32_t fits = largest_qd(a.tp.op, a.tp.size, a.tp.bidir); fits != 0)
+        hint = ": --op " + std::string(op_name(a.tp.op)) + " --size " + std::to_string(a.tp.size) +
+               (a.tp.bidir ? " --bidir" : "") + " takes --qd " + std::to_string(fits) +
+               " at most, not " + std::to_string(a.tp.qd);
+    return not_started(a, refusal_text(r) + hint);
   }
   Error err;
   // The peer's address first, then a local socket of its family: a host
@@ -118,7 +126,17 @@ int run_client(const ClientArgs& a, const Common& common) {
   if (!client_local_address(a.addr, local, peer, why)) {
     return not_started(a, a.addr + ": " + why);
   }
-  if (!a.bind.empty()) local = a.bind;
+  if (!a.bind.empty()) {
+    // An endpoint accepts its own connection: a client bound to the server's
+    // address tested against itself, and said after 5 s that the server sent
+    // no HelloAck, "(connection established)".
+    PeerAddr bound;
+    if (udp::parse_address(a.bind, 4792, bound) && udp::format_address(bound) == peer)
+      return not_started(a, "--bind " + a.bind + " is the server's address " + peer +
+                                ": the client would connect to itself; bind another port, or "
+                                "leave --bind out");
+    local = a.bind;
+  }
   udp::Options options = make_options(common);
   options.engine.connect_attempts =
       connect_attempts_for(a.connect_timeout_ms, options.engine.connect_retry_ns);
@@ -406,7 +424,12 @@ int run_client(const ClientArgs& a, const Common& common) {
     j["bytes"] = gen.bytes;
     j["goodput_gbps"] = gbps;
     j["msg_rate"] = rate;
-    j["lat_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}};
+    // No message completed: no latency was measured (it read 0 us, faster
+    // than any run).
+    if (lat.empty())
+      j["lat_us"] = {{"p50", nullptr}, {"p99", nullptr}, {"p999", nullptr}};
+    else
+      j["lat_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}};
     if (have_retx)
       j["retransmitted_packets"] = retx;
     else
@@ -507,22 +530,30 @@ int run_client(const ClientArgs& a, const Common& common) {
                   last_ok_secs, secs);
       if (gen.errors != 0) std::printf("  messages failed      %10" PRIu64 "\n", gen.errors);
     }
+    // What the client's own retransmissions (of a read) were of: with
+    // --bidir it also answers the server's READs, whose data is most of it
+    // (the count was called the requests' alone).
+    const char* const client_sends =
+        a.tp.bidir ? "requests and answers to the server's READs" : "requests";
     std::printf("  goodput              %10.3f Gb/s\n", gbps);
     std::printf("  message rate         %10.0f msg/s\n", rate);
-    std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
+    if (lat.empty())
+      std::printf("  latency p50/p99/p999        n/a  (no message completed)\n");
+    else
+      std::printf("  latency p50/p99/p999 %8.1f / %.1f / %.1f us\n", p50, p99, p999);
     if (!data_from_server)
       std::printf("  retransmitted pkts   %10" PRIu64 "  (of %" PRIu64 " data packets, %" PRIu64
                   " declared lost)\n",
                   cst.retransmissions, cst.data_packets_sent, cst.losses_declared);
     else if (have_retx)
       std::printf("  retransmitted pkts   %10" PRIu64
-                  "  (by the server, which sends the data; the client's requests: %" PRIu64 ")\n",
-                  retx, cst.retransmissions);
+                  "  (by the server, which sends the data; the client's %s: %" PRIu64 ")\n",
+                  retx, client_sends, cst.retransmissions);
     else
       std::printf(
-          "  retransmitted pkts          n/a  (the server did not report; the client's "
-          "requests: %" PRIu64 ")\n",
-          cst.retransmissions);
+          "  retransmitted pkts          n/a  (the server did not report; the client's %s: "
+          "%" PRIu64 ")\n",
+          client_sends, cst.retransmissions);
     if (a.tp.verify && verify_known)
       std::printf("  verify errors        %10" PRIu64 "\n", verify_errors);
     else if (a.tp.verify)

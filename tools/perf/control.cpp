@@ -189,6 +189,18 @@ Refusal check_hello(const Ctrl& hello) {
   return Refusal::kNone;
 }
 
+uint32_t largest_qd(Op op, uint32_t size, bool bidir) {
+  Ctrl hello;
+  hello.op = static_cast<uint32_t>(op);
+  hello.size = size;
+  hello.bidir = bidir ? 1 : 0;
+  // Every buffer grows with the depth, so the first accepted from the top
+  // is the largest.
+  for (hello.qd = kMaxQd; hello.qd > 0; --hello.qd)
+    if (check_hello(hello) == Refusal::kNone) return hello.qd;
+  return 0;
+}
+
 std::string refusal_text(Refusal r, const std::string& busy_with) {
   switch (r) {
     case Refusal::kNone: return "accepted";

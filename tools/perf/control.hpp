@@ -205,6 +205,9 @@ Buffers plan_buffers(Side side, Op op, uint32_t size, uint32_t qd, bool bidir,
 // before it allocates its own buffers): besides the fields' ranges, every
 // buffer plan_buffers gives either end is at most kMaxBufferBytes.
 Refusal check_hello(const Ctrl& hello);
+// The deepest queue, at most kMaxQd, that check_hello accepts for a Hello of
+// `op`, `size` and `bidir`; 0 when not even depth 1 fits.
+uint32_t largest_qd(Op op, uint32_t size, bool bidir);
 // Why a server refused; for kBusy with the client whose test runs (busy_with
 // of the HelloAck), when known.
 std::string refusal_text(Refusal r, const std::string& busy_with = {});

@@ -45,6 +45,13 @@ int main(int argc, char** argv) {
   CLI::App app{"metaroce-perf: MetaRoCE over UDP throughput / latency"};
   app.require_subcommand(1);
   Common common;
+  // The defaults the help names are the UDP driver's (udp::Options), which
+  // differ from the engine's: the help said 1000 and 50, the engine's.
+  const metaroce::udp::Options driver_defaults;
+  const std::string default_min_rto_us =
+      std::to_string(driver_defaults.engine.recovery.min_rto_ns / metaroce::kMicrosecond);
+  const std::string default_target_delay_us =
+      std::to_string(driver_defaults.engine.cc.target_queue_delay_ns / metaroce::kMicrosecond);
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("--mtu", common.mtu,
                     "payload bytes per packet, " + std::to_string(metaroce::kMinMtu) + "-" +
@@ -89,24 +96,26 @@ int main(int argc, char** argv) {
         ->check(metaroce::tools::number_in_range(0, CPU_SETSIZE - 1));
     sub->add_option("--min-rto-us", common.min_rto_us,
                     "LOSS-4 min_rto in microseconds, 1-" +
-                        std::to_string(metaroce::perf::kMaxMinRtoUs) +
-                        " (default 1000; the sending end's setting counts)")
+                        std::to_string(metaroce::perf::kMaxMinRtoUs) + " (default " +
+                        default_min_rto_us +
+                        ", the UDP driver's; the sending end's setting counts)")
         ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxMinRtoUs));
     sub->add_option("--target-delay-us", common.target_delay_us,
                     "CC-5 target queue delay in microseconds, 1-" +
-                        std::to_string(metaroce::perf::kMaxTargetDelayUs) +
-                        " (default 50; the sending end's setting counts)")
+                        std::to_string(metaroce::perf::kMaxTargetDelayUs) + " (default " +
+                        default_target_delay_us +
+                        ", the UDP driver's; the sending end's setting counts)")
         ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxTargetDelayUs));
     sub->add_option("--explore-ms", common.explore_ms,
                     "PATH-8: move the slowest path to a new entropy this often, in ms, "
                     "0-3600000 (0: never; default 20; the sending end's setting counts)")
         ->check(metaroce::tools::number_in_range(int64_t{0}, int64_t{3'600'000}));
     sub->add_option("--control-dscp", common.control_dscp,
-                    "IP DSCP of this end's ACKs and NAKs, 0-63 (ENC-6, default 48: a class "
-                    "switches can serve first)")
+                    "IP DSCP of this end's ACKs and NAKs, 0-62 (ENC-6, default 48: a class "
+                    "switches can serve first; 63 marks a trimmed packet, TRIM-1)")
         ->check(metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp}));
     sub->add_option("--data-dscp", common.data_dscp,
-                    "IP DSCP of this end's other packets, 0-63 (ENC-6, default 0)")
+                    "IP DSCP of this end's other packets, 0-62 (ENC-6, default 0)")
         ->check(metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp}));
     sub->add_option("--ack-every", common.ack_every,
                     "ACK after this many data packets, 1-" +
