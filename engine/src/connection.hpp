@@ -362,8 +362,7 @@ struct Connection {
   uint8_t echo_count = 0;
   uint16_t echo_weight = 0;  // arrivals the newest pending echo stands for, when plain (ACK-6)
   Echo latest;               // arrival the next delayed ACK echoes (ACK-5, ACK-6)
-  uint32_t expected_read_seq = 0;  // next READ_REQ read sequence we accept
-  uint32_t rsn_head = 0;           // RSN of the oldest receive not yet completed
+  uint32_t rsn_head = 0;     // RSN of the oldest receive not yet completed
   // CC-6: the largest window of a path, bytes (Impl::set_cwnd_floor). Here,
   // it fills the padding before the contexts.
   uint32_t max_cwnd = 0;
