@@ -130,7 +130,11 @@ struct SqEntry {
   uint32_t resp_received = 0;  // READ: response packets placed
   Status status = Status::kOk;
   bool failed = false;
+  // READ: the PSN of response packet 0 in the responder's space, known from
+  // the first response placed (PLACE-4). In what was the entry's padding.
+  uint32_t resp_first_psn = 0;
 };
+static_assert(sizeof(SqEntry) == 104);
 
 // A READ we are serving (READ-2): response packets in our PSN space.
 struct RespJob {
