@@ -204,7 +204,13 @@ void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t 
   }
   if (src == nullptr) return;
   if (t.resp_tail - t.resp_head >= resp_depth()) {
-    why = Status::kRemoteInvalidRequest;  // READ-3
+    // READ-3. A READ whose response has not all been sent is outstanding at
+    // the requester, which may have max_reads: with as many such queued,
+    // this one is beyond its limit. Otherwise the queue is full of responses
+    // sent and not yet acknowledged, READs the requester has finished with
+    // (their ACKs lost, say, while its READ_REQs got through): not its
+    // fault, so it waits as for a receive buffer (RNR) until ACKs free some.
+    why = t.resp_tail - t.resp_seg >= cfg.max_reads ? Status::kRemoteInvalidRequest : Status::kRnr;
     return;
   }
   detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
