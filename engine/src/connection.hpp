@@ -130,7 +130,11 @@ struct SqEntry {
   uint32_t resp_received = 0;  // READ: response packets placed
   Status status = Status::kOk;
   bool failed = false;
+  // READ: the PSN of response packet 0 in the responder's space, known from
+  // the first response placed (PLACE-4). In what was the entry's padding.
+  uint32_t resp_first_psn = 0;
 };
+static_assert(sizeof(SqEntry) == 104);
 
 // A READ we are serving (READ-2): response packets in our PSN space.
 struct RespJob {
@@ -362,8 +366,7 @@ struct Connection {
   uint8_t echo_count = 0;
   uint16_t echo_weight = 0;  // arrivals the newest pending echo stands for, when plain (ACK-6)
   Echo latest;               // arrival the next delayed ACK echoes (ACK-5, ACK-6)
-  uint32_t expected_read_seq = 0;  // next READ_REQ read sequence we accept
-  uint32_t rsn_head = 0;           // RSN of the oldest receive not yet completed
+  uint32_t rsn_head = 0;     // RSN of the oldest receive not yet completed
   // CC-6: the largest window of a path, bytes (Impl::set_cwnd_floor). Here,
   // it fills the padding before the contexts.
   uint32_t max_cwnd = 0;

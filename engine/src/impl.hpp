@@ -500,6 +500,9 @@ struct Endpoint::Impl {
   [[gnu::noinline]] void on_read_req(detail::Connection& c, const wire::Packet& p, uint32_t psn,
                                      Status& why);
   void on_read_resp(detail::Connection& c, const wire::Packet& p, Status& why);
+  // Out of line: READ responses pay for it, not on_data's other packets.
+  [[gnu::noinline]] static bool response_fits(const detail::Connection& c, detail::SqEntry& e,
+                                              const wire::Packet& p);
   [[gnu::cold]] [[gnu::noinline]] void on_memory_gone(detail::Connection& c, const RxDatagram& dg,
                                                       const wire::Packet& p,
                                                       const detail::RecvEntry* rq_entry,

@@ -204,7 +204,13 @@ void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t 
   }
   if (src == nullptr) return;
   if (t.resp_tail - t.resp_head >= resp_depth()) {
-    why = Status::kRemoteInvalidRequest;  // READ-3
+    // READ-3. A READ whose response has not all been sent is outstanding at
+    // the requester, which may have max_reads: with as many such queued,
+    // this one is beyond its limit. Otherwise the queue is full of responses
+    // sent and not yet acknowledged, READs the requester has finished with
+    // (their ACKs lost, say, while its READ_REQs got through): not its
+    // fault, so it waits as for a receive buffer (RNR) until ACKs free some.
+    why = t.resp_tail - t.resp_seg >= cfg.max_reads ? Status::kRemoteInvalidRequest : Status::kRnr;
     return;
   }
   detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
@@ -223,6 +229,7 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   if (read == nullptr || p.mh.msg_len != read->wr.length) return;
   detail::SqEntry& e = *read;
   const auto len = static_cast<uint32_t>(p.payload.size());
+  if (!response_fits(c, e, p)) return;
   if (!mrs.still_registered(e.wr.lkey, e.wr.length)) {
     why = Status::kLocalProtection;  // MR-5: the READ's target was deregistered
     return;
@@ -230,6 +237,25 @@ void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& 
   if (len > 0) std::memcpy(e.read_target + p.mh.offset, p.payload.data(), len);
   ++e.resp_received;
   why = Status::kOk;
+}
+
+// PLACE-4: a READ completes once it has counted resp_pkts responses, so each
+// must be a different segment of it (5.2), or a bad responder could complete
+// it with bytes never written: one of no bytes at offset msg_len passes
+// TRIM-5, and so does a whole segment at an offset already placed, or at one
+// between segments. Response k has PSN first + k (READ-2: consecutive PSNs),
+// `first` known from the first response placed: each PSN places once
+// (SEQ-4), so each segment does. (TRIM-5 has checked the payload's length.)
+bool Endpoint::Impl::response_fits(const Connection& c, detail::SqEntry& e, const wire::Packet& p) {
+  const uint32_t off = p.mh.offset;
+  uint32_t k;
+  if (e.resp_received == 0) {
+    k = off / c.mtu;
+    e.resp_first_psn = p.bh.psn - k;
+  } else {
+    k = p.bh.psn - e.resp_first_psn;
+  }
+  return k < e.resp_pkts && uint64_t{k} * c.mtu == off;
 }
 
 // MR-5: the buffer this packet would fill was deregistered under posted

@@ -41,7 +41,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   e.wr = wr;
   e.local = local;
   e.read_target = wr.op == WrOpcode::kRead ? const_cast<uint8_t*>(local) : nullptr;
-  e.npkts = e.sent = e.first_psn = e.resp_pkts = e.resp_received = 0;
+  e.npkts = e.sent = e.first_psn = e.resp_pkts = e.resp_received = e.resp_first_psn = 0;
   e.msn = 0;
   if (wr.op == WrOpcode::kSend || wr.op == WrOpcode::kSendImm || wr.op == WrOpcode::kWriteImm)
     e.msn = c.next_rsn++;

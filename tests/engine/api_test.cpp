@@ -539,6 +539,50 @@ TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
   EXPECT_EQ(loop.ep(0).endpoint_stats().bad_length, 1u);
 }
 
+// PLACE-4: a READ counts its responses to complete, so each must be its own
+// segment (5.2): response k at PSN first + k, offset k * mtu. The second of
+// a two-packet READ's responses is forged into one that passes TRIM-5 but
+// is not that segment: no bytes at offset msg_len, the first segment's
+// offset, an offset between segments. Each is dropped and counted as a bad
+// length; the true resend completes the READ with every byte. (Before, each
+// was counted, and the READ completed with its second half never written.)
+TEST(Engine, ReadResponseThatIsNotItsSegmentIsDropped) {  // PLACE-4
+  struct Forge {
+    const char* what;
+    uint32_t offset;
+    uint32_t payload;
+  };
+  for (const Forge f : {Forge{"no bytes at msg_len", 8192, 0}, Forge{"segment 0 again", 0, 4096},
+                        Forge{"between segments", 100, 4096}}) {
+    SCOPED_TRACE(f.what);
+    Loop loop(cfg(920), cfg(921));
+    auto [a, b] = loop.connect();
+    Buf mine(loop.ep(0), 8192, kAccessLocalWrite, 0);
+    Buf theirs(loop.ep(1), 8192, kAccessRemoteRead, 0x6c);
+    pattern(theirs.bytes, 11);
+    bool forged = false;
+    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+      if (forged || from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp) ||
+          be::load32(d.data() + wire::kBaseHeaderSize + 4) != 4096)
+        return;
+      forged = true;
+      const size_t h = wire::kBaseHeaderSize + wire::kMessageHeaderSize;
+      ASSERT_EQ(d.size(), h + 4096 + wire::kIcrcSize);
+      be::store32(d.data() + wire::kBaseHeaderSize + 4, f.offset);
+      d.resize(h + f.payload + wire::kIcrcSize);
+      ASSERT_EQ(wire::seal(d, h, f.payload), d.size());
+    };
+    ASSERT_EQ(loop.ep(0).post_send(a, read_wr(mine, theirs.addr(), theirs.mr.rkey, 8192)),
+              Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    EXPECT_TRUE(forged);
+    EXPECT_EQ(done[0].status, Status::kOk);
+    EXPECT_EQ(mine.bytes, theirs.bytes);
+    EXPECT_EQ(loop.ep(0).endpoint_stats().bad_length, 1u);
+  }
+}
+
 // READ-1, COMP-1: a READ completes once its READ_REQ is acknowledged and its
 // response placed. The READ_REQ carries AR, so its ACK leaves at once with
 // the response rather than ack_delay (10 us) later: a lone READ completes one

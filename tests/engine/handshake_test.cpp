@@ -1132,6 +1132,43 @@ TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
   EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 1u);
 }
 
+// READ-3: a responder's queue holds a READ until its response is
+// acknowledged, so a requester that keeps to max_reads fills it when its
+// ACKs are lost while its READ_REQs get through: each READ completes (the
+// responder's ACKs arrive) and the next follows. Such a READ_REQ waits (RNR)
+// instead of failing the connection: the responder's max_reads is 1, its
+// queue 4, every ACK of the requester's is lost until a READ_REQ finds the
+// queue full, and all six READs then complete. (Before, the fifth drew NAK
+// 0x06 and the rest were flushed.)
+TEST(Handshake, AFullReadQueueOfAnsweredReadsDoesNotFailTheRequester) {
+  EndpointConfig rc = cfg(922);
+  rc.max_reads = 1;
+  Loop loop(cfg(923), rc);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(1), 6 * 4096, kAccessRemoteRead, 0x7a),
+      dst(loop.ep(0), 6 * 4096, kAccessLocalWrite);
+  pattern(src.bytes, 5);
+  bool lose_acks = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return lose_acks && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  for (uint64_t i = 0; i < 6; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  const ConnStats* st = loop.ep(1).conn_stats(b);
+  ASSERT_TRUE(loop.run_until([&] { return st->rnr_naks_sent + st->naks_sent > 0; }));
+  lose_acks = false;
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 6, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_EQ(st->naks_sent, 0u);
+  EXPECT_GE(st->rnr_naks_sent, 1u);
+}
+
 // CONN-7: a DISCONNECT closes an established connection only if its
 // src_conn is the peer's connection id; one naming another generation of
 // that id is ignored, and the true one then closes it.
