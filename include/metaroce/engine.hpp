@@ -85,7 +85,11 @@ struct Completion {
   ConnId conn;
   Status status = Status::kOk;
   CompletionOp op = CompletionOp::kWrite;
-  uint32_t byte_len = 0;  // receives: bytes placed
+  // The message's length: for kRecv the SEND's bytes placed in the receive
+  // buffer; for kRecvWriteImm the WRITE_IMM's length, placed at its remote
+  // address (the receive buffer holds nothing); for the sender's own
+  // completions the length it posted.
+  uint32_t byte_len = 0;
   uint32_t imm = 0;
   bool has_imm = false;
 };
