@@ -107,7 +107,8 @@ class Agent {
       return json{{"ok", true},
                   {"protocol", agent::kProtocolVersion},
                   {"name", "metaroce UDP driver on " + local_address() + " (reference agent)"},
-                  {"paths", opts_.engine.num_paths}};
+                  {"paths", opts_.engine.num_paths},
+                  {"udp_checksum", true}};  // Linux computes it (ENC-5)
     }
     if (!iut_) return fail("no IUT: " + open_error_);
     metaroce::udp::UdpEndpoint& ep = iut_->ep();
@@ -141,6 +142,24 @@ class Agent {
       wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
       if (!a.error.empty()) return fail(a.error);
       return status_reply(ep.post_recv(conn, wr));
+    }
+    if (op == "post_shared_recv") {
+      metaroce::RecvWr wr;
+      wr.wr_id = a.u("wr_id");
+      wr.addr = a.u("addr");
+      wr.length = static_cast<uint32_t>(a.u("length", UINT32_MAX));
+      wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      return status_reply(ep.post_shared_recv(wr));
+    }
+    if (op == "shared_receives") {
+      const auto depth = static_cast<uint32_t>(a.u("depth", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      const metaroce::udp::Options o = mc::ReferenceIut::sharing(opts_, depth);
+      // Checked first: an endpoint that cannot open leaves the session no IUT.
+      if (const std::string bad = metaroce::config_error(o.engine); !bad.empty()) return fail(bad);
+      if (!reopen(o)) return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
     }
     if (op == "close" || op == "conn_error") {
       const metaroce::ConnId conn{static_cast<uint32_t>(a.u("conn", UINT32_MAX))};
@@ -201,9 +220,13 @@ class Agent {
   json register_memory(Args& a) {
     const uint64_t length = a.u("length", agent::kMaxRegion);
     const auto access = static_cast<uint32_t>(a.u("access", UINT32_MAX));
+    // Optional (MR-4): the address the region's first byte is named by.
+    const bool at_base = a.j.contains("base");
+    const uint64_t base = at_base ? a.u("base") : 0;
     if (!a.error.empty()) return fail(a.error);
     metaroce::MemoryRegion mr;
-    if (const auto e = iut_->register_memory(length, access, mr))
+    if (const auto e = at_base ? iut_->register_memory_at(length, base, access, mr)
+                               : iut_->register_memory(length, access, mr))
       return fail(e.message.empty() ? std::string(metaroce::status_text(e.status)) : e.message);
     return json{
         {"ok", true}, {"addr", mr.addr}, {"length", length}, {"rkey", mr.rkey}, {"lkey", mr.lkey}};
