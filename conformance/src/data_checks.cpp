@@ -743,6 +743,11 @@ Outcome check_mr4(Target& t) {
     if (resp.empty()) return fail(name + "no READ_RESP for a READ at base + 1000" + refused(rs));
     if (!std::ranges::equal(resp.front()->pkt.payload, pattern))
       return fail(name + "a READ at base + 1000 did not read the bytes at offset 1000");
+    // Acknowledged at once: left waiting, the response has a target in real
+    // time probe its paths, and where the agent went 300 ms without a CPU
+    // (a loaded host) the WRITE posted below found none to leave on within
+    // the tester's 500 ms (remote-ipv6 failed so once).
+    p.send(p.ack(resp.front()->pkt.bh.psn + 1, *resp.front()), resp.front()->entropy);
     if (t.post_recv(conn, RecvWr{++wr_id, r->addr + 2000, 100, r->lkey}) != Status::kOk)
       return fail(name + "the target refused a receive at base + 2000");
     const Bytes sent(50, 0x5e);

@@ -175,6 +175,10 @@ constexpr std::array kChecks = {
           "once the packet lands, no response, NAK 0x07 naming the READ_REQ",
           check_mr5_waiting_read},
     Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
+    Check{"LOSS-5, PATH-4",
+          "a path dies: its packets all resent elsewhere, no data on it once it probed "
+          "(SCHED-3), retired after timeouts each twice as long (simulated time only)",
+          check_loss5},
     Check{"CC-3, CC-4",
           "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},

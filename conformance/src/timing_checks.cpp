@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <iterator>
+#include <optional>
+#include <set>
 
 #include "checks.hpp"
 
@@ -282,6 +284,98 @@ Outcome check_trim4(Target& t) {
     return fail("a second ECHO_TRIMMED echo 1 us after the first cut cwnd again, from " +
                 std::to_string(after.cwnd_bytes) + " to " + std::to_string(again.cwnd_bytes) +
                 " bytes, within the path's srtt");
+  return pass();
+}
+
+// LOSS-5, PATH-4 and SCHED-3 (simulated time only): one of the target's
+// paths dies during a 256-packet WRITE. The tester receives nothing sent
+// with the first packet's path_tag (that path's slot and generation) and
+// acknowledges everything else at once, PROBEs of other paths included.
+// Every packet first sent on the dead path is sent again from another
+// path, and the WRITE completes kOk; once the dead path has sent a PROBE,
+// no data packet leaves with its path_tag (LOSS-8 holds it, then its RTO
+// makes it PROBING: PROBEs only, SCHED-3); and the path is retired (its
+// slot comes back under another generation, PATH-4: 3 timeouts), the last
+// of its timeouts' intervals at least 1.8 times the one before it (the RTO
+// doubles with each, LOSS-5).
+Outcome check_loss5(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  constexpr uint32_t kPackets = 256;
+  if (!target_writes(t, conn, kPackets * p.mtu, 1, why)) return fail(why);
+  const uint32_t first = p.target_initial_psn;
+  std::optional<uint16_t> dead;     // the dead path's path_tag
+  std::set<uint32_t> got;           // PSNs received, as distances from `first`
+  std::set<uint32_t> lost;          // sent on the dead path
+  std::vector<uint64_t> probes;     // when the dead path's PROBEs came (ns)
+  std::optional<uint64_t> retired;  // when its slot came back under another path_tag
+  std::optional<Completion> done;
+  constexpr uint64_t kStep = 10'000;
+  for (uint64_t now = 0; now < 400'000'000 && !(done && retired); now += kStep) {
+    const std::vector<Reply> rs = p.run(kStep);
+    const Reply* echo = nullptr;
+    for (const Reply& r : rs) {
+      if (r.error != wire::ParseError::kOk) continue;
+      const wire::Packet& k = r.pkt;
+      const bool data = wire::is_data(k.bh.opcode);
+      if (!data && k.bh.opcode != wire::Opcode::kProbe) continue;
+      if (!dead) dead = k.bh.path_tag;
+      const uint32_t at = k.bh.psn - first;
+      if (k.bh.path_tag == *dead && !data) {
+        probes.push_back(now);
+      } else if (k.bh.path_tag == *dead && !probes.empty()) {
+        return fail("data (PSN first + " + std::to_string(at) +
+                    ") left on the dead path (path_tag " + hex32(*dead) + ", port " +
+                    std::to_string(r.entropy) + ") " +
+                    std::to_string((now - probes.front()) / 1000) +
+                    " us after its first PROBE: a held or PROBING path carries PROBEs only");
+      } else if (k.bh.path_tag == *dead) {
+        lost.insert(at);
+      } else {
+        if (data) got.insert(at);
+        if (!retired && wire::path_tag_slot(k.bh.path_tag) == wire::path_tag_slot(*dead))
+          retired = now;
+        echo = &r;
+      }
+    }
+    if (echo != nullptr) {
+      uint32_t cum = 0;
+      while (got.contains(cum)) ++cum;
+      std::vector<uint32_t> sacked;
+      for (const uint32_t at : got)
+        if (at > cum && at - cum <= 64 * wire::kMaxSackWords) sacked.push_back(first + at);
+      const uint8_t flags = echo->pkt.bh.opcode == wire::Opcode::kProbe ? wire::kAckEchoProbe : 0;
+      p.send(p.sack(first + cum, sacked, *echo, flags), echo->entropy);
+    }
+    if (Completion c; !done && t.poll_completion(c)) done = c;
+  }
+  if (lost.empty()) return fail("no packet of the WRITE was sent on its first packet's path");
+  std::string missing;
+  for (const uint32_t at : lost)
+    if (!got.contains(at)) missing += (missing.empty() ? "" : ", ") + std::to_string(at);
+  if (!missing.empty())
+    return fail("packets first sent on the dead path never came from another path (PSN first + " +
+                missing + ")");
+  if (!done || done->wr_id != 1 || done->status != Status::kOk)
+    return fail("the WRITE did not complete kOk with every packet received");
+  std::vector<uint64_t> times = probes;
+  if (retired) times.push_back(*retired);
+  std::string gaps;
+  for (size_t i = 1; i < times.size(); ++i)
+    gaps += (i == 1 ? "" : ", ") + std::to_string((times[i] - times[i - 1]) / 1000) + " us";
+  const std::string seen = std::to_string(probes.size()) + " PROBEs on the dead path" +
+                           (gaps.empty() ? "" : ", then " + gaps + " apart");
+  if (!retired)
+    return fail(seen +
+                "; it was never retired (its slot under another generation): 3 timeouts "
+                "retire a path");
+  const size_t n = times.size();
+  if (n < 3) return fail(seen + " and its retirement: not one PROBE per timeout");
+  if ((times[n - 1] - times[n - 2]) * 10 < (times[n - 2] - times[n - 3]) * 18)
+    return fail(seen + " to its retirement: the RTO did not double with the timeout");
   return pass();
 }
 

@@ -2167,6 +2167,38 @@ TEST(Conformance, RequestsNamingZeroAnsweredFailVer1) {
   });
 }
 
+// LOSS-5, PATH-4, SCHED-3 broken: a dead path's packets resent on it; data
+// on a path once it probed (every data packet after the first PROBE moved
+// onto the PROBE's path: the other paths' resends go there); an RTO that
+// never backs off (max_rto at min_rto).
+TEST(Conformance, ResendsOnTheDeadPathFailLoss5) {
+  expect_fails("LOSS-5", "left on the dead path", resend_on_the_first_path);
+}
+
+TEST(Conformance, DataOnAProbingPathFailsLoss5) {
+  expect_fails("LOSS-5", "left on the dead path", [](FaultyTarget& t) {
+    auto probing = std::make_shared<std::optional<std::pair<uint16_t, uint16_t>>>();
+    t.mutate = [probing](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk) continue;
+        if (p.bh.opcode == wire::Opcode::kProbe && !*probing)
+          *probing = std::pair{s.entropy, p.bh.path_tag};
+        if (!wire::is_data(p.bh.opcode) || !*probing) continue;
+        s.entropy = (*probing)->first;
+        p.bh.path_tag = (*probing)->second;
+        s.bytes = encode(p);
+      }
+    };
+  });
+}
+
+TEST(Conformance, RtoWithoutBackoffFailsLoss5) {
+  expect_fails("LOSS-5", "the RTO did not double", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.max_rto_ns = c.recovery.min_rto_ns; });
+  });
+}
+
 TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
