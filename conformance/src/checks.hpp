@@ -168,6 +168,7 @@ Outcome check_cc3(Target& t);
 Outcome check_path3(Target& t);
 Outcome check_trim4(Target& t);
 Outcome check_loss5(Target& t);
+Outcome check_cc1(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);

@@ -179,6 +179,10 @@ constexpr std::array kChecks = {
           "a path dies: its packets all resent elsewhere, no data on it once it probed "
           "(SCHED-3), retired after timeouts each twice as long (simulated time only)",
           check_loss5},
+    Check{"CC-1",
+          "with no ACK, a 1 MiB WRITE's first flight is the connection's 16 packets of the "
+          "agreed mtu (4096, then 1024), split over its paths",
+          check_cc1},
     Check{"CC-3, CC-4",
           "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},

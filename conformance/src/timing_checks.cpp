@@ -287,6 +287,44 @@ Outcome check_trim4(Target& t) {
   return pass();
 }
 
+// CC-1: the initial window belongs to the connection, 16 packets of the
+// mtu the handshake agreed, split over its paths. The target WRITEs 1 MiB
+// on a connection whose tester sends no ACK: its new PSNs stop at 16 full
+// packets (a path may overshoot by less than one, SCHED-1: 16 + paths - 1
+// at most, with paths as the target tells them, else 4). Twice: the tester
+// offering the default mtu (4096), then 1024 on a second connection, whose
+// first flight is so 16 packets of 1024 bytes, not 16 of 4096 bytes cut
+// into 64 of 1024 (a window taken from the target's own mtu).
+Outcome check_cc1(Target& t) {
+  const size_t paths = t.paths().value_or(4);
+  const uint32_t most = 16 + static_cast<uint32_t>(paths) - 1;
+  for (const uint32_t mtu : {4096u, 1024u}) {
+    Peer p(t, 0x7e57 + mtu);
+    p.mtu = mtu;
+    ConnId conn;
+    std::string why;
+    if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 1u << 20, mtu, why))
+      return fail(why);
+    std::set<uint32_t> psns;
+    const std::vector<Reply> rs = p.run(t.simulated_time() ? 200'000 : 30'000'000);
+    for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
+      if (d->pkt.bh.dst_conn != p.conn()) continue;  // the first connection's, resent
+      if (d->pkt.payload.size() != p.mtu)
+        return fail("mtu " + std::to_string(p.mtu) + ": a packet of " +
+                    std::to_string(d->pkt.payload.size()) +
+                    " bytes in the middle of a 1 MiB WRITE");
+      psns.insert(d->pkt.bh.psn - p.target_initial_psn);
+    }
+    if (psns.empty()) return fail("mtu " + std::to_string(p.mtu) + ": the WRITE did not start");
+    if (psns.size() > most)
+      return fail("with no ACK, " + std::to_string(psns.size()) + " packets of the agreed mtu " +
+                  std::to_string(p.mtu) + " left; the initial window is 16 of them (" +
+                  std::to_string(most) + " with " + std::to_string(paths) +
+                  " paths' overshoot), per connection");
+  }
+  return pass();
+}
+
 // LOSS-5, PATH-4 and SCHED-3 (simulated time only): one of the target's
 // paths dies during a 256-packet WRITE. The tester receives nothing sent
 // with the first packet's path_tag (that path's slot and generation) and

@@ -2199,6 +2199,14 @@ TEST(Conformance, RtoWithoutBackoffFailsLoss5) {
   });
 }
 
+// CC-1 broken: an initial window of 16 packets per path, not per
+// connection (64 in all over the target's 4 paths).
+TEST(Conformance, InitialWindowPerPathFailsCc1) {
+  expect_fails("CC-1", "the initial window is 16 of them", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.cc.initial_cwnd_packets = 16u * c.num_paths; });
+  });
+}
+
 TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
