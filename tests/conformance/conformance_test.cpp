@@ -75,10 +75,12 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
 }
 
 // A target that cannot be asked to close, to tell why a connection failed,
-// to refuse connections, to start at a given PSN or to report its drop
-// counters (an agent written before those ops): the checks that need them
-// skip, saying why, and every other check passes (PATH-7 and CONN-4's
-// requester side leave out the failure code; the BAD checks, the counts).
+// to refuse connections, to start at a given PSN, to report its drop
+// counters, to keep shared receives or to register at a base, and does not
+// tell whether it sends a UDP checksum (an agent written before those ops
+// and fields): the checks that need them skip, saying why, and every other
+// check passes (PATH-7 and CONN-4's requester side leave out the failure
+// code; the BAD checks, the counts).
 class TargetWithoutLaterOps : public EngineTarget {
  public:
   bool close(ConnId) override { return false; }
@@ -86,6 +88,9 @@ class TargetWithoutLaterOps : public EngineTarget {
   bool listen(bool, uint32_t) override { return false; }
   bool start_psn_at(uint32_t) override { return false; }
   bool endpoint_stats(EndpointStats&) override { return false; }
+  bool shared_receives(uint32_t) override { return false; }
+  bool register_memory_at(uint64_t, uint32_t, uint64_t, Region&) override { return false; }
+  [[nodiscard]] std::optional<bool> udp_checksum() const override { return std::nullopt; }
 };
 
 TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutThem) {
@@ -102,10 +107,10 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped,
-            (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8",
-                                   "BAD-7, CONN-7", "SEQ-2 target", "BAD-1", "BAD-2, CONN-5",
-                                   "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
+  EXPECT_EQ(skipped, (std::set<std::string>{
+                         "CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8", "BAD-7, CONN-7",
+                         "SEQ-2 target", "BAD-1", "BAD-2, CONN-5", "BAD-3", "BAD-4, INT-1", "BAD-5",
+                         "BAD-6", "BAD-7", "BAD-8", "PLACE-6", "MR-4", "ENC-5"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
