@@ -183,6 +183,10 @@ constexpr std::array kChecks = {
           "with no ACK, a 1 MiB WRITE's first flight is the connection's 16 packets of the "
           "agreed mtu (4096, then 1024), split over its paths",
           check_cc1},
+    Check{"CC-2",
+          "slow start: each flight acknowledged at once, unmarked, draws twice as many new "
+          "packets (simulated time only)",
+          check_cc2},
     Check{"CC-3, CC-4",
           "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},

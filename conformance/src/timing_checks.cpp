@@ -325,6 +325,45 @@ Outcome check_cc1(Target& t) {
   return pass();
 }
 
+// CC-2 (simulated time only): a path starts in slow start, its cwnd
+// growing by the costs newly acknowledged. The target WRITEs 4 MiB; the
+// tester lets each flight arrive (20 us) and acknowledges all of it at once,
+// echoing its last packet, unmarked: each ACK of n full packets draws 2n
+// new ones (within one per path: a path may overshoot by less than one),
+// for three rounds after the first flight. A fixed window (congestion
+// control off, CC-8, "oblivious spraying") draws n.
+Outcome check_cc2(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 4u << 20, 1, why))
+    return fail(why);
+  const auto paths = static_cast<uint32_t>(t.paths().value_or(4));
+  uint32_t cum = p.target_initial_psn, prev = 0;
+  std::string flights;
+  for (int round = 0; round < 4; ++round) {
+    const std::vector<Reply> rs = p.run(20'000);
+    uint32_t n = 0;
+    const Reply* last = nullptr;
+    for (const Reply* d : firsts(of(rs, wire::Opcode::kWrite))) {
+      if (psn_after(cum, d->pkt.bh.psn)) continue;  // a resend of an acknowledged packet
+      ++n;
+      if (last == nullptr || psn_after(d->pkt.bh.psn, last->pkt.bh.psn)) last = d;
+    }
+    flights += (flights.empty() ? "" : ", ") + std::to_string(n);
+    if (round > 0 && (n + paths < 2 * prev || n > 2 * prev + paths))
+      return fail("flights of " + flights + " packets, each acknowledged at once, unmarked: " +
+                  "the ACK of " + std::to_string(prev) + " drew " + std::to_string(n) +
+                  " new ones, not twice as many (slow start)");
+    if (last == nullptr) return fail("flights of " + flights + " packets: the WRITE stalled");
+    cum = last->pkt.bh.psn + 1;
+    p.send(p.ack(cum, *last), last->entropy);
+    prev = n;
+  }
+  return pass("flights of " + flights + " packets");
+}
+
 // LOSS-5, PATH-4 and SCHED-3 (simulated time only): one of the target's
 // paths dies during a 256-packet WRITE. The tester receives nothing sent
 // with the first packet's path_tag (that path's slot and generation) and

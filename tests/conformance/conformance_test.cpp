@@ -2212,6 +2212,14 @@ TEST(Conformance, InitialWindowPerPathFailsCc1) {
   });
 }
 
+// CC-2 broken: no slow start, each path's window fixed (congestion control
+// off, CC-8's ablation setting: "oblivious spraying").
+TEST(Conformance, FixedWindowsFailCc2) {
+  expect_fails("CC-2", "not twice as many (slow start)", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.cc.enabled = false; });
+  });
+}
+
 TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
