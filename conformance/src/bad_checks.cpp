@@ -5,6 +5,7 @@
 // ACK of the target's WRITE completes nothing and the good one then does.
 // Each raises its drop counter (Counted) where the target reports them.
 #include <functional>
+#include <tuple>
 
 #include "checks.hpp"
 #include "metaroce/bytes.hpp"
@@ -152,6 +153,49 @@ Outcome check_bad2(Target& t) {
       !why.empty())
     return fail(why);
   return dropped;
+}
+
+// VER-1: of a request of another version, a receiver reads the fields
+// every version keeps and nothing else. A version-2 CONNECT_REQ of 64 bytes
+// whose last four are no ICRC, and one of 44 bytes with its ICRC flipped,
+// each draw the version-1 CONNECT_REJECT 0x48 echoing their src_conn and
+// nonce, no longer than the request; one naming src_conn 0 or nonce 0
+// draws nothing (sent first: the answers after them show the target was
+// listening). An IUT that checks such a request's ICRC as version 1's
+// leaves a requester of a later version with a longer request, or another
+// ICRC, unanswered: version negotiation (CONN-5) never starts.
+Outcome check_ver1(Target& t) {
+  const uint64_t quiet_ns = t.simulated_time() ? 100'000 : 5'000'000;
+  Peer zero_conn(t, 0), zero_nonce(t, 0x7e73);
+  for (const auto& [req, what] : {std::pair{zero_conn.connect_req(0xE71, 2), "naming src_conn 0"},
+                                  std::pair{zero_nonce.connect_req(0, 2), "naming nonce 0"}})
+    if (answered(zero_conn.exchange(req, quiet_ns)))
+      return fail(std::string("a CONNECT_REQ of version 2 ") + what + " drew an answer");
+  Peer longer(t, 0x7e71), flipped(t, 0x7e72);
+  Bytes tail = longer.connect_req(0xE72, 2);
+  tail.insert(tail.end(), 20, 0x5a);  // its last four bytes 0x5a5a5a5a: no ICRC
+  Bytes bad = flipped.connect_req(0xE73, 2);
+  bad.back() ^= 0x01;
+  for (const auto& [p, req, nonce, what] :
+       {std::tuple{&longer, tail, uint64_t{0xE72}, "(64 bytes, its last four no ICRC)"},
+        std::tuple{&flipped, bad, uint64_t{0xE73}, "(44 bytes, its ICRC flipped)"}}) {
+    const std::string name = std::string("a CONNECT_REQ of version 2 ") + what;
+    const std::vector<Reply> rs = p->exchange_until(req, answered);
+    const auto rejects = of(rs, wire::Opcode::kConnectReject);
+    if (rejects.empty()) return fail(name + " drew no version-1 CONNECT_REJECT");
+    const Reply& r = *rejects.front();
+    const wire::Packet& k = r.pkt;
+    if (k.connect.code != static_cast<uint8_t>(Status::kVersionMismatch) ||
+        k.bh.dst_conn != p->conn() || k.connect.nonce != nonce)
+      return fail(name + " drew a CONNECT_REJECT of code " + code_text(k.connect.code) +
+                  ", dst_conn " + hex32(k.bh.dst_conn) + ", nonce " + hex32(k.connect.nonce) +
+                  ", not " + code_text(Status::kVersionMismatch) + ", " + hex32(p->conn()) + ", " +
+                  hex32(nonce));
+    if (r.bytes.size() > req.size())
+      return fail(name + " drew a CONNECT_REJECT of " + std::to_string(r.bytes.size()) +
+                  " bytes, longer than the request");
+  }
+  return pass();
 }
 
 // BAD-3: a WRITE and an ACK whose opcode has its top bit set.

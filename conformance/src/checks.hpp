@@ -106,6 +106,7 @@ constexpr uint64_t kTesterAddr = 0x10000;
 Outcome check_enc1(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
+Outcome check_enc5(Target& t);
 Outcome check_enc6(Target& t);
 Outcome check_int2(Target& t);
 Outcome check_bad4(Target& t);
@@ -114,6 +115,7 @@ Outcome check_bad8(Target& t);
 // bad_checks.cpp
 Outcome check_bad1(Target& t);
 Outcome check_bad2(Target& t);
+Outcome check_ver1(Target& t);
 Outcome check_bad3(Target& t);
 Outcome check_bad5(Target& t);
 Outcome check_bad6(Target& t);
@@ -124,6 +126,7 @@ Outcome check_conn3(Target& t);
 Outcome check_conn6(Target& t);
 Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
+Outcome check_conn11(Target& t);
 // teardown_checks.cpp
 Outcome check_conn4(Target& t);
 Outcome check_conn7_close(Target& t);
@@ -151,6 +154,7 @@ Outcome check_place2(Target& t);
 Outcome check_mr1(Target& t);
 Outcome check_mr2(Target& t);
 Outcome check_mr3(Target& t);
+Outcome check_mr4(Target& t);
 Outcome check_ack1(Target& t);
 Outcome check_ack2(Target& t);
 Outcome check_seq5(Target& t);
@@ -163,6 +167,9 @@ Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);
 Outcome check_path3(Target& t);
 Outcome check_trim4(Target& t);
+Outcome check_loss5(Target& t);
+Outcome check_cc1(Target& t);
+Outcome check_cc2(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);
@@ -171,6 +178,7 @@ Outcome check_read3(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);
 Outcome check_mr5_waiting_read(Target& t);
+Outcome check_sched4(Target& t);
 // error_checks.cpp
 Outcome check_nak1(Target& t);
 Outcome check_nak2(Target& t);
@@ -182,6 +190,7 @@ Outcome check_ack9(Target& t);
 // receive_checks.cpp
 Outcome check_place3(Target& t);
 Outcome check_place5(Target& t);
+Outcome check_place6(Target& t);
 Outcome check_comp(Target& t);
 Outcome check_comp3(Target& t);
 Outcome check_mr5(Target& t);

@@ -1,5 +1,7 @@
 // CONN-* and SEQ-1: handshakes, closes, and where each PSN space starts.
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "checks.hpp"
 
@@ -230,6 +232,128 @@ Outcome check_seq1(Target& t) {
   }
   if (p1.target_initial_psn == p2.target_initial_psn)
     return fail("two connections announced the same initial PSN");
+  return pass();
+}
+
+// CONN-11: the target and the tester connect to each other at once. In
+// the first round the target's request goes out first, held unanswered,
+// and the tester's request then arrives; in the second the tester's is
+// answered first and the target then connects. Each request is answered,
+// none refused, the target holds a connection of each, and its WRITEs
+// (one posted before the tester's request arrived, one after, both while
+// connecting) go on the connection it opened, to the tester's side named
+// by the ACCEPT, and complete there, while the tester's WRITE on the one
+// the target accepted lands. An IUT that keeps one connection per peer
+// address refuses the second request, or takes one for the other's.
+Outcome check_conn11(Target& t) {
+  Region mem, src;
+  if (!t.register_memory(4096, kAccessRemoteWrite, mem) || !t.register_memory(4096, 0, src))
+    return fail("the target could not register memory");
+  std::set<uint32_t> earlier;  // src_conns of the target's requests of earlier rounds
+  uint64_t wr_id = 0;
+  for (const bool target_first : {true, false}) {
+    const std::string round =
+        target_first ? "its own request out first: " : "the tester's request answered first: ";
+    Peer in(t, target_first ? 0x7e57 : 0x7e59);   // the tester's request, the target's to accept
+    Peer out(t, target_first ? 0x7e58 : 0x7e5a);  // answers the target's request
+    ConnId mine, acc;
+    std::vector<Reply> sent;
+    const Reply* req = nullptr;
+    std::string why;
+    const auto request = [&]() -> std::string {
+      if (!t.connect_to_tester(mine)) return "the target could not start a connection";
+      const auto fresh = [&](const std::vector<Reply>& rs) -> const Reply* {
+        for (const Reply* r : of(rs, wire::Opcode::kConnectReq))
+          if (!earlier.contains(r->pkt.connect.src_conn)) return r;
+        return nullptr;
+      };
+      sent =
+          out.run_until([&](const std::vector<Reply>& rs) { return fresh(rs) != nullptr; }, 1000);
+      req = fresh(sent);
+      return req == nullptr ? "no CONNECT_REQ after connect" : "";
+    };
+    const auto answered = [&]() -> std::string {
+      std::vector<Reply> rs;
+      if (in.connect(0xC11 + wr_id, why, &rs)) {
+        acc = t.accepted();
+        if (!acc.valid()) return "the target reports no accepted connection";
+        if (acc == mine) return "the target took the tester's request for its own connection";
+        return {};
+      }
+      if (const auto rej = of(rs, wire::Opcode::kConnectReject); !rej.empty())
+        return "the tester's CONNECT_REQ drew CONNECT_REJECT " +
+               code_text(rej.front()->pkt.connect.code);
+      return "the tester's request, crossing the target's: " + why;
+    };
+    // WRITEs of 100 bytes, told apart by raddr (kTesterAddr + 256 * n).
+    std::map<uint64_t, uint64_t> writes;  // raddr -> wr_id
+    const auto post = [&]() -> std::string {
+      SendWr wr = to_tester(WrOpcode::kWrite, src, 100, ++wr_id);
+      wr.remote_addr = kTesterAddr + 256 * wr_id;
+      writes.emplace(wr.remote_addr, wr.wr_id);
+      return t.post_send(mine, wr) == Status::kOk ? "" : "the target refused a WRITE";
+    };
+    if (target_first) {
+      why = request();
+      if (why.empty()) why = post();
+      if (why.empty()) why = answered();
+    } else {
+      why = answered();
+      if (why.empty()) why = request();
+    }
+    if (why.empty()) why = post();
+    if (!why.empty()) return fail(round + why);
+    earlier.insert(req->pkt.connect.src_conn);
+    if (req->pkt.connect.src_conn == in.target_conn)
+      return fail(round + "the target's CONNECT_REQ names the connection it accepted (src_conn " +
+                  hex32(in.target_conn) + ")");
+    out.accept(*req);
+    std::map<uint64_t, const Reply*> seen;  // raddr -> the first packet of the WRITE
+    sent = out.run_until([&](const std::vector<Reply>& rs) {
+      for (const Reply* d : of(rs, wire::Opcode::kWrite))
+        if (writes.contains(d->pkt.rh.raddr)) seen.emplace(d->pkt.rh.raddr, d);
+      return seen.size() == writes.size();
+    });
+    seen.clear();
+    for (const Reply* d : of(sent, wire::Opcode::kWrite))
+      if (writes.contains(d->pkt.rh.raddr)) seen.emplace(d->pkt.rh.raddr, d);
+    if (seen.size() != writes.size())
+      return fail(round + std::to_string(seen.size()) + " of the target's " +
+                  std::to_string(writes.size()) + " WRITEs came once its request was accepted");
+    const Reply* last = nullptr;
+    for (const auto& [raddr, d] : seen) {
+      if (d->pkt.bh.dst_conn != out.conn())
+        return fail(
+            round + "the target's WRITE " + std::to_string(writes[raddr]) + " went to dst_conn " +
+            hex32(d->pkt.bh.dst_conn) +
+            (d->pkt.bh.dst_conn == in.conn() ? " (the connection the target accepted)" : "") +
+            ", not " + hex32(out.conn()) + " (the one it opened)");
+      if (last == nullptr || psn_after(d->pkt.bh.psn, last->pkt.bh.psn)) last = d;
+    }
+    out.send(out.ack(last->pkt.bh.psn + 1, *last), last->entropy);
+    std::map<uint64_t, Completion> done;
+    Completion c;
+    while (done.size() < writes.size() && out.await_completion(c)) done.emplace(c.wr_id, c);
+    for (const auto& [raddr, id] : writes) {
+      const auto it = done.find(id);
+      if (it == done.end() || it->second.status != Status::kOk || it->second.conn != mine)
+        return fail(round + "the target's WRITE " + std::to_string(id) +
+                    (it == done.end() ? " did not complete"
+                                      : " completed " + code_text(it->second.status) +
+                                            " on connection " + std::to_string(it->second.conn.v) +
+                                            ", not kOk on " + std::to_string(mine.v)));
+    }
+    const Bytes data(64, static_cast<uint8_t>(0x11 + wr_id));
+    const uint64_t at = target_first ? 0 : 1024;
+    const uint32_t psn = in.next_psn++;
+    if (ack_of(in.exchange_until(in.write(psn, mem.rkey, mem.addr + at, data), acks(psn)), psn) ==
+        nullptr)
+      return fail(round + "no ACK for the tester's WRITE on the connection the target accepted");
+    if (t.read_memory(mem, at, data.size()) != data)
+      return fail(round + "the tester's WRITE on the connection the target accepted did not land");
+  }
+  if (t.accepted_count() != 2)
+    return fail(std::to_string(t.accepted_count()) + " connections accepted, not 2");
   return pass();
 }
 

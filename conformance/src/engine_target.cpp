@@ -81,6 +81,17 @@ bool EngineTarget::register_memory(uint64_t length, uint32_t access, Region& out
   return true;
 }
 
+bool EngineTarget::register_memory_at(uint64_t length, uint32_t access, uint64_t base,
+                                      Region& out) {
+  std::vector<uint8_t> mem(length, 0);
+  MemoryRegion mr;
+  if (ep_->register_memory_at(mem.data(), mem.size(), base, access, mr) != Status::kOk)
+    return false;
+  out = Region{mr.addr, length, mr.rkey, mr.lkey};
+  memory_.add(mr.lkey, std::move(mem));
+  return true;
+}
+
 bool EngineTarget::deregister_memory(const Region& r) {
   return ep_->deregister_memory(r.lkey) == Status::kOk;
 }
@@ -122,6 +133,13 @@ bool EngineTarget::listen(bool accept, uint32_t max_connections) {
   EndpointConfig c = ep_->config();
   c.accept_incoming = accept;
   if (max_connections != 0) c.max_connections = max_connections;
+  reopen(c);
+  return true;
+}
+
+bool EngineTarget::shared_receives(uint32_t depth) {
+  EndpointConfig c = ep_->config();
+  c.shared_rq_depth = depth;
   reopen(c);
   return true;
 }

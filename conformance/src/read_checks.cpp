@@ -1,6 +1,8 @@
 // READ-1 to READ-5: READs in both directions.
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
 
 #include "checks.hpp"
 
@@ -323,6 +325,113 @@ Outcome check_mr5_waiting_read(Target& t) {
     return fail("a READ_RESP left from a region deregistered before the READ was served");
   if (t.read_memory(mem, 0, data.size()) != data)
     return fail("the WRITE before the READ_REQ did not land");
+  return pass();
+}
+
+// SCHED-4: the READ responses the target owes and its own work share its
+// PSN space by turns. Its window is held full (cum held at its 64-packet
+// WRITE's first PSN, the rest SACKed, as in SEQ-3) while the tester asks k
+// READs of it (k: its max_reads, at most 4) and its application posts k
+// READs of its own: when the window opens, both queues have k one-packet
+// messages ready. The WRITE started the last message, so a response starts
+// the next, and they alternate: with responses first, a peer that keeps
+// READs outstanding would hold the responder's own work back as long as it
+// liked; with the send queue first, the reverse.
+Outcome check_sched4(Target& t) {
+  Peer p(t);
+  p.window_log2 = 6;
+  p.mtu = 1024;
+  Region r;
+  std::string why;
+  std::vector<Reply> handshake;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessLocalWrite | kAccessRemoteRead, 4096,
+                                 &handshake))
+    return fail(why);
+  const auto accepts = of(handshake, wire::Opcode::kConnectAccept);
+  const uint32_t k =
+      std::clamp<uint32_t>(accepts.empty() ? 1 : accepts.front()->pkt.connect.max_reads, 1, 4);
+  const ConnId conn = t.accepted();
+  if (!conn.valid()) return fail("the target reports no accepted connection");
+  const uint32_t window = 1u << p.window_log2;
+  if (!target_writes(t, conn, window * p.mtu, 1, why)) return fail(why);
+  const uint32_t cum = p.target_initial_psn;
+  std::set<uint32_t> got;  // distance from cum
+  Reply echo;              // the latest WRITE packet: the ACKs echo it
+  const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
+  // Reads and responses are not due yet: one sent with the window full
+  // breaks SEQ-3, and leaves this check nothing to judge.
+  const auto early = [&](const std::vector<Reply>& rs) -> std::string {
+    for (const wire::Opcode op : {wire::Opcode::kReadReq, wire::Opcode::kReadResp})
+      if (!of(rs, op).empty())
+        return std::string("a ") + wire::opcode_name(op) + " left with the window full (cum " +
+               hex32(cum) + " held, W = " + std::to_string(window) + ")";
+    return {};
+  };
+  for (uint64_t waited = 0; waited < 200'000'000 && got.size() < window; waited += step) {
+    const std::vector<Reply> rs = p.run(step);
+    const Reply* last = nullptr;
+    for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
+      const uint32_t ahead = d->pkt.bh.psn - cum;
+      if (ahead >= window)
+        return fail("PSN cum + " + std::to_string(ahead) + " sent with cum held (SEQ-3)");
+      got.insert(ahead);
+      last = d;
+    }
+    if (std::string e = early(rs); !e.empty()) return fail(e);
+    sack_all_but_cum(p, cum, got, last, rs);
+    if (last != nullptr) echo = *last;  // the ACK reads its header only
+  }
+  if (got.size() < window)
+    return fail("only " + std::to_string(got.size()) + " of the window's " +
+                std::to_string(window) + " PSNs sent: the check saw no window reached");
+  for (uint32_t i = 0; i < k; ++i) {
+    SendWr wr = to_tester(WrOpcode::kRead, r, 64, 10 + i);
+    wr.local_addr = r.addr + 2048 + 128 * i;
+    wr.remote_addr = kTesterAddr + 128 * i;
+    if (t.post_send(conn, wr) != Status::kOk) return fail("the target refused a READ");
+    p.send(p.read_req(p.next_psn++, i, r.rkey, r.addr + 128 * i, 64));
+  }
+  {
+    const std::vector<Reply> rs = p.run(t.simulated_time() ? 50'000 : 20'000'000);
+    if (std::string e = early(rs); !e.empty()) return fail(e);
+    sack_all_but_cum(p, cum, got, nullptr, rs);
+  }
+  // The window opens: everything acknowledged.
+  p.send(p.ack(cum + window, echo), echo.entropy);
+  std::map<uint32_t, wire::Opcode> order;  // the new messages by distance from cum + W
+  const auto gather = [&](const std::vector<Reply>& rs) {
+    for (const wire::Opcode op : {wire::Opcode::kReadReq, wire::Opcode::kReadResp})
+      for (const Reply* d : of(rs, op))
+        if (d->pkt.bh.psn - (cum + window) < 1024)
+          order.emplace(d->pkt.bh.psn - (cum + window), op);
+    return order.size() >= 2 * k;
+  };
+  (void)p.run_until(gather, t.simulated_time() ? 200'000 : 2'000'000);
+  std::string seq;
+  size_t reqs = 0, resps = 0;
+  for (const auto& [at, op] : order) {
+    seq += (seq.empty() ? "" : ", ") + std::string(op == wire::Opcode::kReadReq ? "REQ" : "RESP");
+    (op == wire::Opcode::kReadReq ? reqs : resps) += 1;
+  }
+  const std::string ready = "with " + std::to_string(k) + " READ responses and " +
+                            std::to_string(k) + " READs of its own ready when its window opened";
+  // Judged over the PSNs from cum + W on without a gap, before the counts:
+  // a kind that went first shows in the first few.
+  wire::Opcode prev = wire::Opcode::kWrite;  // the WRITE started the last message
+  uint32_t next = 0;
+  for (const auto& [at, op] : order) {
+    if (at != next++ || at == 2 * k) break;
+    const bool turn = prev == wire::Opcode::kReadResp ? op == wire::Opcode::kReadReq
+                                                      : op == wire::Opcode::kReadResp;
+    if (!turn)
+      return fail("the READ responses and the target's own READs did not take turns " + ready +
+                  ": PSN order " + seq +
+                  " (the WRITE went last, so a response first, then by turns)");
+    prev = op;
+  }
+  if (reqs < k || resps < k)
+    return fail("only " + std::to_string(resps) + " READ_RESPs and " + std::to_string(reqs) +
+                " READ_REQs came " + ready + " (" + seq + ")");
   return pass();
 }
 

@@ -73,6 +73,105 @@ Outcome check_place3(Target& t) {
   return pass();
 }
 
+// PLACE-6, where the target offers a shared receive queue: SENDs of two
+// connections land in its receives, oldest first, and each completion
+// names its connection; a SEND of RSN n+1 arriving before RSN n takes two
+// receives, RSN n the older; with the queue empty a SEND draws RNR, and
+// its retry takes a receive posted since; a connection closed while it
+// holds two (one filled by a message after a gap) completes neither and
+// gives them back, so the other connection's next SEND takes the older.
+Outcome check_place6(Target& t) {
+  if (!t.shared_receives(8))
+    return skip(
+        "the target offers no shared receive queue, or cannot be set to one (the agent's "
+        "shared_receives)");
+  Region mem;
+  if (!t.register_memory(4096, kAccessLocalWrite, mem))
+    return fail("the target could not register memory");
+  // Shared receive i: 256 bytes at 256 i, wr_id 100 + i.
+  const auto post = [&](uint32_t i) {
+    return t.post_shared_recv(RecvWr{100 + i, mem.addr + 256 * i, 256, mem.lkey}) == Status::kOk;
+  };
+  for (uint32_t i = 0; i < 4; ++i)
+    if (!post(i)) return fail("the target refused a shared receive");
+  Peer a(t, 0x7e57), b(t, 0x7e58);
+  std::string why;
+  if (!a.connect(0xA6, why)) return fail(why);
+  const ConnId ca = t.accepted();
+  if (!b.connect(0xB6, why)) return fail(why);
+  const ConnId cb = t.accepted();
+  if (!ca.valid() || !cb.valid() || ca == cb)
+    return fail("the target reports no two accepted connections");
+  const auto name = [&](ConnId c) {
+    return std::to_string(c.v) + (c == ca ? " (the first)" : c == cb ? " (the second)" : "");
+  };
+  // RSN `rsn` of `q`, 100 bytes of `fill`, at `psn`: empty once acknowledged.
+  const auto send = [](Peer& q, uint32_t psn, uint32_t rsn, uint8_t fill) -> std::string {
+    if (ack_of(
+            q.exchange_until(q.message(wire::Opcode::kSend, psn, rsn, Bytes(100, fill)), acks(psn)),
+            psn) == nullptr)
+      return "no ACK for RSN " + std::to_string(rsn) + "'s SEND";
+    return {};
+  };
+  // The next completion is shared receive `i`'s, on `conn`, holding `fill`.
+  const auto completes = [&](uint32_t i, ConnId conn, uint8_t fill) -> std::string {
+    Completion c;
+    const std::string want = "shared receive " + std::to_string(i) + " on connection " + name(conn);
+    if (!a.await_completion(c)) return "no completion (expected " + want + ")";
+    if (c.wr_id != 100 + i || c.conn != conn || c.status != Status::kOk || c.byte_len != 100)
+      return "completed receive wr_id " + std::to_string(c.wr_id) + " on connection " +
+             name(c.conn) + ", " + code_text(c.status) + ", " + std::to_string(c.byte_len) +
+             " bytes; expected " + want + ", kOk, 100 bytes";
+    if (t.read_memory(mem, 256 * i, 100) != Bytes(100, fill)) return "was not placed in " + want;
+    return {};
+  };
+  const auto step = [](const std::string& what, const std::string& w) {
+    return w.empty() ? w : what + ": " + w;
+  };
+  // Two connections' first SENDs take receives 0 and 1.
+  why = step("the first connection's SEND", send(a, a.next_psn++, 0, 0xA0));
+  if (why.empty()) why = step("the first connection's SEND", completes(0, ca, 0xA0));
+  if (why.empty()) why = step("the second connection's SEND", send(b, b.next_psn++, 0, 0xB0));
+  if (why.empty()) why = step("the second connection's SEND", completes(1, cb, 0xB0));
+  if (!why.empty()) return fail(why);
+  // RSN 2 before RSN 1: receive 2 is RSN 1's, receive 3 RSN 2's.
+  const uint32_t a1 = a.next_psn++, a2 = a.next_psn++;
+  why = step("RSN 2, arrived before RSN 1", send(a, a2, 2, 0xA2));
+  if (why.empty()) why = step("RSN 1, arrived after RSN 2", send(a, a1, 1, 0xA1));
+  if (why.empty()) why = step("RSN 1, arrived after RSN 2", completes(2, ca, 0xA1));
+  if (why.empty()) why = step("RSN 2, arrived before RSN 1", completes(3, ca, 0xA2));
+  if (!why.empty()) return fail(why);
+  // The queue empty: RNR; the retry takes receive 4, posted since.
+  const uint32_t a3 = a.next_psn++;
+  const Bytes rsn3 = a.message(wire::Opcode::kSend, a3, 3, Bytes(100, 0xA3));
+  if (why = draws_nak(a, rsn3, static_cast<uint8_t>(Status::kRnr), a3); !why.empty())
+    return fail("a SEND with the shared queue empty " + why);
+  if (!post(4)) return fail("the target refused a shared receive");
+  why = step("RSN 3's retry, after RNR", send(a, a3, 3, 0xA3));
+  if (why.empty()) why = step("RSN 3's retry, after RNR", completes(4, ca, 0xA3));
+  if (!why.empty()) return fail(why);
+  // The second connection takes receives 5 and 6 (RSN 2 before RSN 1) and
+  // closes: neither completes, and the first connection's next SEND takes 5.
+  if (!post(5) || !post(6)) return fail("the target refused a shared receive");
+  const uint32_t b2 = b.next_psn + 1;  // RSN 1's PSN left unsent
+  b.next_psn += 2;
+  if (why = send(b, b2, 2, 0xB2); !why.empty())
+    return fail("the second connection's RSN 2, before its RSN 1: " + why);
+  const std::vector<Reply> bye =
+      b.exchange_until(b.disconnect(b.conn()), has(wire::Opcode::kDisconnectAck));
+  if (of(bye, wire::Opcode::kDisconnectAck).empty())
+    return fail("the second connection's DISCONNECT drew no DISCONNECT_ACK");
+  (void)a.run(t.simulated_time() ? 100'000 : 10'000'000);
+  if (Completion c; t.poll_completion(c))
+    return fail("closing the connection that held shared receives 5 and 6 completed wr_id " +
+                std::to_string(c.wr_id) + " (" + code_text(c.status) + ")");
+  why = step("the first connection's SEND after the second closed", send(a, a.next_psn++, 4, 0xA4));
+  if (why.empty())
+    why = step("the first connection's SEND after the second closed", completes(5, ca, 0xA4));
+  if (!why.empty()) return fail(why);
+  return pass();
+}
+
 // A duplicate WRITE and a duplicate SEND, sent after the application
 // changed the bytes they had placed: acknowledged ECHO_DUP, placed nowhere,
 // no second receive taken or completed.

@@ -46,6 +46,11 @@ udp::Options ReferenceIut::keeping_alive(udp::Options o, uint64_t keepalive_ns,
   return o;
 }
 
+udp::Options ReferenceIut::sharing(udp::Options o, uint32_t depth) {
+  o.engine.shared_rq_depth = depth;
+  return o;
+}
+
 udp::Options ReferenceIut::starting_at(udp::Options o, uint32_t psn) {
   o.random_seed = false;
   o.engine.seed = seed_for_first_psn(psn);
@@ -63,6 +68,14 @@ void ReferenceIut::collect_accepted() {
 udp::Error ReferenceIut::register_memory(uint64_t length, uint32_t access, MemoryRegion& out) {
   std::vector<uint8_t> mem(length, 0);
   udp::Error e = ep_->register_memory(mem.data(), mem.size(), access, out);
+  if (!e) memory_.add(out.lkey, std::move(mem));
+  return e;
+}
+
+udp::Error ReferenceIut::register_memory_at(uint64_t length, uint64_t base, uint32_t access,
+                                            MemoryRegion& out) {
+  std::vector<uint8_t> mem(length, 0);
+  udp::Error e = ep_->register_memory_at(mem.data(), mem.size(), base, access, out);
   if (!e) memory_.add(out.lkey, std::move(mem));
   return e;
 }

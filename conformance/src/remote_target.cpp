@@ -60,6 +60,14 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     }
     t->paths_ = p->get<uint64_t>();
   }
+  // Optional too: whether the IUT's datagrams carry a UDP checksum (ENC-5).
+  if (const auto c = reply.find("udp_checksum"); c != reply.end()) {
+    if (!c->is_boolean()) {
+      why = "agent " + o.agent + ": hello's \"udp_checksum\" is " + c->dump() + ", not a boolean";
+      return nullptr;
+    }
+    t->udp_checksum_ = c->get<bool>();
+  }
   const auto it = reply.find("name");
   t->name_ = (it != reply.end() && it->is_string() ? it->get<std::string>() : "an IUT") + " at " +
              o.iut + " (agent " + o.agent + ")";
@@ -186,6 +194,29 @@ bool RemoteTarget::register_memory(uint64_t length, uint32_t access, Region& out
   return true;
 }
 
+bool RemoteTarget::register_memory_at(uint64_t length, uint32_t access, uint64_t base,
+                                      Region& out) {
+  json r;
+  if (!call({{"op", "register_memory"}, {"length", length}, {"access", access}, {"base", base}}, r))
+    return false;
+  uint64_t lkey = 0;
+  Region g;
+  if (!field(r, "register_memory", "addr", g.addr) ||
+      !field(r, "register_memory", "length", g.length) ||
+      !field(r, "register_memory", "rkey", g.rkey) ||
+      !field(r, "register_memory", "lkey", lkey, UINT32_MAX))
+    return false;
+  g.lkey = static_cast<uint32_t>(lkey);
+  if (g.addr != base) {
+    // An agent that does not know "base" registered the region where it
+    // chose: the check cannot use it.
+    (void)deregister_memory(g);
+    return false;
+  }
+  out = g;
+  return true;
+}
+
 bool RemoteTarget::deregister_memory(const Region& r) {
   json reply;
   return call({{"op", "deregister_memory"}, {"lkey", r.lkey}}, reply);
@@ -272,6 +303,22 @@ Status RemoteTarget::post_recv(ConnId conn, const RecvWr& wr) {
   json r;
   const bool ok = call({{"op", "post_recv"},
                         {"conn", conn.v},
+                        {"wr_id", wr.wr_id},
+                        {"addr", wr.addr},
+                        {"length", wr.length},
+                        {"lkey", wr.lkey}},
+                       r);
+  return posted(ok, r);
+}
+
+bool RemoteTarget::shared_receives(uint32_t depth) {
+  json r;
+  return call({{"op", "shared_receives"}, {"depth", depth}}, r);
+}
+
+Status RemoteTarget::post_shared_recv(const RecvWr& wr) {
+  json r;
+  const bool ok = call({{"op", "post_shared_recv"},
                         {"wr_id", wr.wr_id},
                         {"addr", wr.addr},
                         {"length", wr.length},

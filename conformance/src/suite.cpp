@@ -15,6 +15,10 @@ constexpr std::array kChecks = {
     Check{"ENC-3", "a path keeps its source port, paths differ; a peer may change its port",
           check_enc3},
     Check{"ENC-4", "every datagram is ECT(0); a CE-marked packet is echoed ECHO_CE", check_enc4},
+    Check{"ENC-5",
+          "with no UDP checksum, every data packet (each opcode) sets PC: its ICRC covers the "
+          "payload",
+          check_enc5},
     Check{"ENC-6", "ACK and NAK carry the control DSCP (48), every other packet DSCP 0",
           check_enc6},
     Check{"INT-2", "a WRITE with PC clear, its ICRC over the headers only, is placed", check_int2},
@@ -30,6 +34,10 @@ constexpr std::array kChecks = {
           "a WRITE or an ACK of version 2 draws nothing and changes nothing; a CONNECT_REQ of "
           "version 2 draws a version-1 CONNECT_REJECT 0x48, one of 43 bytes nothing",
           check_bad2},
+    Check{"VER-1",
+          "a CONNECT_REQ of version 2, 64 bytes with no ICRC or 44 with a bad one, draws the "
+          "version-1 REJECT 0x48, no longer; one naming src_conn 0 or nonce 0 nothing",
+          check_ver1},
     Check{"BAD-3", "a WRITE or an ACK with an unknown opcode draws nothing and changes nothing",
           check_bad3},
     Check{"BAD-5",
@@ -71,6 +79,10 @@ constexpr std::array kChecks = {
           "a DISCONNECT's reason decides nothing: one giving 0xee closes; closing a connection "
           "NAK 0x02 failed gives reason 0x02",
           check_conn8},
+    Check{"CONN-11",
+          "crossed connects, either first: both requests answered, the target's work goes on "
+          "the connection it opened, the tester's on the one it accepted",
+          check_conn11},
     Check{"BAD-7, CONN-7",
           "after either end closed, a WRITE, ACK, NAK or PROBE for the connection draws nothing, "
           "changes nothing, counts as for an unknown dst_conn; while closing, the same uncounted",
@@ -112,6 +124,10 @@ constexpr std::array kChecks = {
     Check{"SEQ-6", "a retransmission differs only in path_tag, tsval and ICRC", check_seq6},
     Check{"SCHED-2", "a packet declared lost is resent before new data waiting beside it",
           check_sched2},
+    Check{"SCHED-4",
+          "READ responses owed and the target's own READs, both ready, take turns in its PSN "
+          "space",
+          check_sched4},
     Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
     Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
           check_path1},
@@ -142,6 +158,10 @@ constexpr std::array kChecks = {
           "a range that wraps past 2^64 draws NAK 0x03; one ending at the region's end "
           "is accepted",
           check_mr3},
+    Check{"MR-4",
+          "regions at base 0 and 2^64 - 4096: WRITE, READ, SEND and local work at base-relative "
+          "addresses; past base + length NAK 0x03; a wrapping base refused",
+          check_mr4},
     Check{"MR-5",
           "a SEND into a receive buffer, or a READ_RESP into a READ target, deregistered since "
           "writes nothing and draws NAK 0x07",
@@ -155,6 +175,18 @@ constexpr std::array kChecks = {
           "once the packet lands, no response, NAK 0x07 naming the READ_REQ",
           check_mr5_waiting_read},
     Check{"LOSS-4", "srtt from RTT samples of 100 and 200 us: 100, then 112.5 us", check_loss4},
+    Check{"LOSS-5, PATH-4",
+          "a path dies: its packets all resent elsewhere, no data on it once it probed "
+          "(SCHED-3), retired after timeouts each twice as long (simulated time only)",
+          check_loss5},
+    Check{"CC-1",
+          "with no ACK, a 1 MiB WRITE's first flight is the connection's 16 packets of the "
+          "agreed mtu (4096, then 1024), split over its paths",
+          check_cc1},
+    Check{"CC-2",
+          "slow start: each flight acknowledged at once, unmarked, draws twice as many new "
+          "packets (simulated time only)",
+          check_cc2},
     Check{"CC-3, CC-4",
           "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},
@@ -171,6 +203,10 @@ constexpr std::array kChecks = {
     Check{"PLACE-5",
           "a duplicate WRITE or SEND after the application reused its bytes is placed nowhere",
           check_place5},
+    Check{"PLACE-6",
+          "shared receives (where offered): oldest first, naming their connection, by RSN; "
+          "empty, RNR; a closed connection's given back",
+          check_place6},
     Check{"COMP-1, COMP-2",
           "a WRITE SACKed but not cumulatively acknowledged does not complete; sends and "
           "receives complete in posting order",

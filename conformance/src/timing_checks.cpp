@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <iterator>
+#include <optional>
+#include <set>
 
 #include "checks.hpp"
 
@@ -282,6 +284,175 @@ Outcome check_trim4(Target& t) {
     return fail("a second ECHO_TRIMMED echo 1 us after the first cut cwnd again, from " +
                 std::to_string(after.cwnd_bytes) + " to " + std::to_string(again.cwnd_bytes) +
                 " bytes, within the path's srtt");
+  return pass();
+}
+
+// CC-1: the initial window belongs to the connection, 16 packets of the
+// mtu the handshake agreed, split over its paths. The target WRITEs 1 MiB
+// on a connection whose tester sends no ACK: its new PSNs stop at 16 full
+// packets (a path may overshoot by less than one, SCHED-1: 16 + paths - 1
+// at most, with paths as the target tells them, else 4). Twice: the tester
+// offering the default mtu (4096), then 1024 on a second connection, whose
+// first flight is so 16 packets of 1024 bytes, not 16 of 4096 bytes cut
+// into 64 of 1024 (a window taken from the target's own mtu).
+Outcome check_cc1(Target& t) {
+  const size_t paths = t.paths().value_or(4);
+  const uint32_t most = 16 + static_cast<uint32_t>(paths) - 1;
+  for (const uint32_t mtu : {4096u, 1024u}) {
+    Peer p(t, 0x7e57 + mtu);
+    p.mtu = mtu;
+    ConnId conn;
+    std::string why;
+    if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 1u << 20, mtu, why))
+      return fail(why);
+    std::set<uint32_t> psns;
+    const std::vector<Reply> rs = p.run(t.simulated_time() ? 200'000 : 30'000'000);
+    for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
+      if (d->pkt.bh.dst_conn != p.conn()) continue;  // the first connection's, resent
+      if (d->pkt.payload.size() != p.mtu)
+        return fail("mtu " + std::to_string(p.mtu) + ": a packet of " +
+                    std::to_string(d->pkt.payload.size()) +
+                    " bytes in the middle of a 1 MiB WRITE");
+      psns.insert(d->pkt.bh.psn - p.target_initial_psn);
+    }
+    if (psns.empty()) return fail("mtu " + std::to_string(p.mtu) + ": the WRITE did not start");
+    if (psns.size() > most)
+      return fail("with no ACK, " + std::to_string(psns.size()) + " packets of the agreed mtu " +
+                  std::to_string(p.mtu) + " left; the initial window is 16 of them (" +
+                  std::to_string(most) + " with " + std::to_string(paths) +
+                  " paths' overshoot), per connection");
+  }
+  return pass();
+}
+
+// CC-2 (simulated time only): a path starts in slow start, its cwnd
+// growing by the costs newly acknowledged. The target WRITEs 4 MiB; the
+// tester lets each flight arrive (20 us) and acknowledges all of it at once,
+// echoing its last packet, unmarked: each ACK of n full packets draws 2n
+// new ones (within one per path: a path may overshoot by less than one),
+// for three rounds after the first flight. A fixed window (congestion
+// control off, CC-8, "oblivious spraying") draws n.
+Outcome check_cc2(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why) || !target_writes(t, conn, 4u << 20, 1, why))
+    return fail(why);
+  const auto paths = static_cast<uint32_t>(t.paths().value_or(4));
+  uint32_t cum = p.target_initial_psn, prev = 0;
+  std::string flights;
+  for (int round = 0; round < 4; ++round) {
+    const std::vector<Reply> rs = p.run(20'000);
+    uint32_t n = 0;
+    const Reply* last = nullptr;
+    for (const Reply* d : firsts(of(rs, wire::Opcode::kWrite))) {
+      if (psn_after(cum, d->pkt.bh.psn)) continue;  // a resend of an acknowledged packet
+      ++n;
+      if (last == nullptr || psn_after(d->pkt.bh.psn, last->pkt.bh.psn)) last = d;
+    }
+    flights += (flights.empty() ? "" : ", ") + std::to_string(n);
+    if (round > 0 && (n + paths < 2 * prev || n > 2 * prev + paths))
+      return fail("flights of " + flights + " packets, each acknowledged at once, unmarked: " +
+                  "the ACK of " + std::to_string(prev) + " drew " + std::to_string(n) +
+                  " new ones, not twice as many (slow start)");
+    if (last == nullptr) return fail("flights of " + flights + " packets: the WRITE stalled");
+    cum = last->pkt.bh.psn + 1;
+    p.send(p.ack(cum, *last), last->entropy);
+    prev = n;
+  }
+  return pass("flights of " + flights + " packets");
+}
+
+// LOSS-5, PATH-4 and SCHED-3 (simulated time only): one of the target's
+// paths dies during a 256-packet WRITE. The tester receives nothing sent
+// with the first packet's path_tag (that path's slot and generation) and
+// acknowledges everything else at once, PROBEs of other paths included.
+// Every packet first sent on the dead path is sent again from another
+// path, and the WRITE completes kOk; once the dead path has sent a PROBE,
+// no data packet leaves with its path_tag (LOSS-8 holds it, then its RTO
+// makes it PROBING: PROBEs only, SCHED-3); and the path is retired (its
+// slot comes back under another generation, PATH-4: 3 timeouts), the last
+// of its timeouts' intervals at least 1.8 times the one before it (the RTO
+// doubles with each, LOSS-5).
+Outcome check_loss5(Target& t) {
+  if (!t.simulated_time()) return skip("needs a target with simulated time");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  constexpr uint32_t kPackets = 256;
+  if (!target_writes(t, conn, kPackets * p.mtu, 1, why)) return fail(why);
+  const uint32_t first = p.target_initial_psn;
+  std::optional<uint16_t> dead;     // the dead path's path_tag
+  std::set<uint32_t> got;           // PSNs received, as distances from `first`
+  std::set<uint32_t> lost;          // sent on the dead path
+  std::vector<uint64_t> probes;     // when the dead path's PROBEs came (ns)
+  std::optional<uint64_t> retired;  // when its slot came back under another path_tag
+  std::optional<Completion> done;
+  constexpr uint64_t kStep = 10'000;
+  for (uint64_t now = 0; now < 400'000'000 && !(done && retired); now += kStep) {
+    const std::vector<Reply> rs = p.run(kStep);
+    const Reply* echo = nullptr;
+    for (const Reply& r : rs) {
+      if (r.error != wire::ParseError::kOk) continue;
+      const wire::Packet& k = r.pkt;
+      const bool data = wire::is_data(k.bh.opcode);
+      if (!data && k.bh.opcode != wire::Opcode::kProbe) continue;
+      if (!dead) dead = k.bh.path_tag;
+      const uint32_t at = k.bh.psn - first;
+      if (k.bh.path_tag == *dead && !data) {
+        probes.push_back(now);
+      } else if (k.bh.path_tag == *dead && !probes.empty()) {
+        return fail("data (PSN first + " + std::to_string(at) +
+                    ") left on the dead path (path_tag " + hex32(*dead) + ", port " +
+                    std::to_string(r.entropy) + ") " +
+                    std::to_string((now - probes.front()) / 1000) +
+                    " us after its first PROBE: a held or PROBING path carries PROBEs only");
+      } else if (k.bh.path_tag == *dead) {
+        lost.insert(at);
+      } else {
+        if (data) got.insert(at);
+        if (!retired && wire::path_tag_slot(k.bh.path_tag) == wire::path_tag_slot(*dead))
+          retired = now;
+        echo = &r;
+      }
+    }
+    if (echo != nullptr) {
+      uint32_t cum = 0;
+      while (got.contains(cum)) ++cum;
+      std::vector<uint32_t> sacked;
+      for (const uint32_t at : got)
+        if (at > cum && at - cum <= 64 * wire::kMaxSackWords) sacked.push_back(first + at);
+      const uint8_t flags = echo->pkt.bh.opcode == wire::Opcode::kProbe ? wire::kAckEchoProbe : 0;
+      p.send(p.sack(first + cum, sacked, *echo, flags), echo->entropy);
+    }
+    if (Completion c; !done && t.poll_completion(c)) done = c;
+  }
+  if (lost.empty()) return fail("no packet of the WRITE was sent on its first packet's path");
+  std::string missing;
+  for (const uint32_t at : lost)
+    if (!got.contains(at)) missing += (missing.empty() ? "" : ", ") + std::to_string(at);
+  if (!missing.empty())
+    return fail("packets first sent on the dead path never came from another path (PSN first + " +
+                missing + ")");
+  if (!done || done->wr_id != 1 || done->status != Status::kOk)
+    return fail("the WRITE did not complete kOk with every packet received");
+  std::vector<uint64_t> times = probes;
+  if (retired) times.push_back(*retired);
+  std::string gaps;
+  for (size_t i = 1; i < times.size(); ++i)
+    gaps += (i == 1 ? "" : ", ") + std::to_string((times[i] - times[i - 1]) / 1000) + " us";
+  const std::string seen = std::to_string(probes.size()) + " PROBEs on the dead path" +
+                           (gaps.empty() ? "" : ", then " + gaps + " apart");
+  if (!retired)
+    return fail(seen +
+                "; it was never retired (its slot under another generation): 3 timeouts "
+                "retire a path");
+  const size_t n = times.size();
+  if (n < 3) return fail(seen + " and its retirement: not one PROBE per timeout");
+  if ((times[n - 1] - times[n - 2]) * 10 < (times[n - 2] - times[n - 3]) * 18)
+    return fail(seen + " to its retirement: the RTO did not double with the timeout");
   return pass();
 }
 

@@ -52,6 +52,13 @@ bool UdpTarget::register_memory(uint64_t length, uint32_t access, Region& out) {
   return true;
 }
 
+bool UdpTarget::register_memory_at(uint64_t length, uint32_t access, uint64_t base, Region& out) {
+  MemoryRegion mr;
+  if (iut_->register_memory_at(length, base, access, mr)) return false;
+  out = Region{mr.addr, length, mr.rkey, mr.lkey};
+  return true;
+}
+
 bool UdpTarget::deregister_memory(const Region& r) { return !iut_->ep().deregister_memory(r.lkey); }
 
 std::vector<uint8_t> UdpTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
@@ -72,6 +79,14 @@ Status UdpTarget::post_send(ConnId conn, const SendWr& wr) {
 
 Status UdpTarget::post_recv(ConnId conn, const RecvWr& wr) {
   return status_of(iut_->ep().post_recv(conn, wr));
+}
+
+bool UdpTarget::shared_receives(uint32_t depth) {
+  return reopen(ReferenceIut::sharing(options_, depth));
+}
+
+Status UdpTarget::post_shared_recv(const RecvWr& wr) {
+  return status_of(iut_->ep().post_shared_recv(wr));
 }
 
 bool UdpTarget::poll_completion(Completion& out) { return iut_->ep().poll_completion(out); }

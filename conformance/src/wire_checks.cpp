@@ -182,6 +182,63 @@ Outcome check_int2(Target& t) {
   return pass();
 }
 
+// ENC-5: a target whose datagrams carry no UDP checksum sets PC on every
+// data packet, so that its ICRC covers the payload: WRITE (two packets),
+// WRITE_IMM, SEND, SEND_IMM, READ_REQ and the READ_RESP of the tester's
+// READ. (A NIC that offloads the ICRC with the headers-only setting and
+// sends with checksum 0 leaves the payload unprotected end to end.)
+Outcome check_enc5(Target& t) {
+  const std::optional<bool> sum = t.udp_checksum();
+  if (!sum)
+    return skip(
+        "the target does not tell whether its datagrams carry a UDP checksum (the agent's hello: "
+        "\"udp_checksum\")");
+  if (*sum) return skip("the target computes the UDP checksum: PC may be clear (INT-2)");
+  Peer p(t);
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return fail(why);
+  Region r;
+  if (!t.register_memory(8192, kAccessLocalWrite | kAccessRemoteRead, r))
+    return fail("the target could not register memory");
+  Bytes fill(8192);
+  for (size_t i = 0; i < fill.size(); ++i) fill[i] = static_cast<uint8_t>(i * 13 + 5);
+  t.write_memory(r, 0, fill);
+  constexpr std::pair<WrOpcode, uint32_t> kWork[] = {{WrOpcode::kWrite, 5000},
+                                                     {WrOpcode::kWriteImm, 100},
+                                                     {WrOpcode::kSend, 100},
+                                                     {WrOpcode::kSendImm, 100},
+                                                     {WrOpcode::kRead, 100}};
+  uint64_t id = 1;
+  for (const auto& [op, len] : kWork)
+    if (t.post_send(conn, to_tester(op, r, len, id++)) != Status::kOk)
+      return fail("the target refused work request " + std::to_string(id - 1));
+  p.send(p.read_req(p.next_psn++, 0, r.rkey, r.addr + 6000, 100));
+  std::set<wire::Opcode> seen;
+  const auto all_seen = [&](const std::vector<Reply>& rs) {
+    for (const Reply& x : rs)
+      if (x.error == wire::ParseError::kOk && wire::is_data(x.pkt.bh.opcode))
+        seen.insert(x.pkt.bh.opcode);
+    return seen.size() == 6;
+  };
+  const std::vector<Reply> rs = p.run_until(all_seen, 1'000'000);
+  for (const Reply& x : rs) {
+    const bool data = x.bytes.size() > 1 && wire::is_data(static_cast<wire::Opcode>(x.bytes[1]));
+    if (data && x.error != wire::ParseError::kOk)
+      return fail(std::string("a data packet (opcode ") + hex32(x.bytes[1]) +
+                  ") does not decode: " + wire::parse_error_name(x.error));
+    if (!data || (x.pkt.bh.flags & wire::kFlagPayloadCovered) != 0) continue;
+    return fail(std::string("a ") + wire::opcode_name(x.pkt.bh.opcode) + " (PSN " +
+                hex32(x.pkt.bh.psn) + ", " + std::to_string(x.pkt.payload.size()) +
+                " bytes) has PC clear, with the UDP checksum off");
+  }
+  if (seen.size() < 6)
+    return fail("only " + std::to_string(seen.size()) +
+                " of the 6 data opcodes came (WRITE, WRITE_IMM, SEND, SEND_IMM, READ_REQ, "
+                "READ_RESP)");
+  return pass();
+}
+
 Outcome check_bad7(Target& t) {
   return ignored_then_served(t, "a packet for an unknown dst_conn",
                              {&EndpointStats::unknown_connection, "unknown_connection", 1},

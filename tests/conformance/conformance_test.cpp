@@ -75,10 +75,12 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
 }
 
 // A target that cannot be asked to close, to tell why a connection failed,
-// to refuse connections, to start at a given PSN or to report its drop
-// counters (an agent written before those ops): the checks that need them
-// skip, saying why, and every other check passes (PATH-7 and CONN-4's
-// requester side leave out the failure code; the BAD checks, the counts).
+// to refuse connections, to start at a given PSN, to report its drop
+// counters, to keep shared receives or to register at a base, and does not
+// tell whether it sends a UDP checksum (an agent written before those ops
+// and fields): the checks that need them skip, saying why, and every other
+// check passes (PATH-7 and CONN-4's requester side leave out the failure
+// code; the BAD checks, the counts).
 class TargetWithoutLaterOps : public EngineTarget {
  public:
   bool close(ConnId) override { return false; }
@@ -86,6 +88,9 @@ class TargetWithoutLaterOps : public EngineTarget {
   bool listen(bool, uint32_t) override { return false; }
   bool start_psn_at(uint32_t) override { return false; }
   bool endpoint_stats(EndpointStats&) override { return false; }
+  bool shared_receives(uint32_t) override { return false; }
+  bool register_memory_at(uint64_t, uint32_t, uint64_t, Region&) override { return false; }
+  [[nodiscard]] std::optional<bool> udp_checksum() const override { return std::nullopt; }
 };
 
 TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutThem) {
@@ -102,10 +107,10 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped,
-            (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8",
-                                   "BAD-7, CONN-7", "SEQ-2 target", "BAD-1", "BAD-2, CONN-5",
-                                   "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8"}));
+  EXPECT_EQ(skipped, (std::set<std::string>{
+                         "CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8", "BAD-7, CONN-7",
+                         "SEQ-2 target", "BAD-1", "BAD-2, CONN-5", "BAD-3", "BAD-4, INT-1", "BAD-5",
+                         "BAD-6", "BAD-7", "BAD-8", "PLACE-6", "MR-4", "ENC-5"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -162,6 +167,29 @@ class FaultyTarget : public EngineTarget {
     if (drops_uncounted_after && stats_reads_++ >= *drops_uncounted_after) out = frozen_;
     frozen_ = out;
     return true;
+  }
+  // With `base_ignored`, a region asked for at a base is registered at its
+  // own address and reported at the base (an IUT that takes every address
+  // for a host address, MR-4), though a base whose range wraps past 2^64
+  // is refused; with `wrapping_base_taken`, such a base is taken the same
+  // way.
+  bool base_ignored = false;
+  bool wrapping_base_taken = false;
+  bool register_memory_at(uint64_t length, uint32_t access, uint64_t base, Region& out) override {
+    const bool wraps = length != 0 && base + (length - 1) < base;
+    if (wraps && !wrapping_base_taken) return false;
+    if (!base_ignored && !wraps) return EngineTarget::register_memory_at(length, access, base, out);
+    if (!EngineTarget::register_memory(length, access, out)) return false;
+    out.addr = base;
+    return true;
+  }
+  // With `work_on_accepted`, work posted once the target has accepted a
+  // connection goes on that one, whatever connection it names (an IUT that
+  // keeps one connection per peer address, CONN-11).
+  bool work_on_accepted = false;
+  Status post_send(ConnId conn, const SendWr& wr) override {
+    if (work_on_accepted && accepted().valid()) conn = accepted();
+    return EngineTarget::post_send(conn, wr);
   }
   // With `completes_on_arrival`, a receive completes as soon as the last
   // packet of the message that fills it arrives, before cum passes it
@@ -2010,6 +2038,186 @@ TEST(Conformance, TailResentOnItsOwnPathFailsLoss8) {
 // TRIM-4 broken: ECHO_TRIMMED unread, no congestion signal taken from it.
 TEST(Conformance, TrimEchoUnreadFailsTrim4) {
   expect_fails("TRIM-4", "bytes on an ECHO_TRIMMED echo", ignore_echo_trimmed);
+}
+
+// ENC-5 broken: PC clear (the ICRC over the headers only) on a target
+// whose datagrams carry no UDP checksum: the payload goes unprotected.
+TEST(Conformance, PcClearWithoutAUdpChecksumFailsEnc5) {
+  expect_fails("ENC-5", "has PC clear, with the UDP checksum off", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.cover_payload = false; });
+  });
+}
+
+// SCHED-4 broken: one kind of message first whenever both are ready. In
+// each batch the target sends, its READ_REQs and READ_RESPs trade PSNs so
+// that every one of kind `first` comes before the other kind.
+void one_kind_first(FaultyTarget& t, wire::Opcode first) {
+  t.mutate = [first](std::vector<Sent>& v) {
+    std::vector<std::pair<size_t, wire::Packet>> reads;
+    std::vector<uint32_t> psns;
+    for (size_t i = 0; i < v.size(); ++i) {
+      wire::Packet p;
+      if (wire::decode(v[i].bytes, p) != wire::ParseError::kOk ||
+          (p.bh.opcode != wire::Opcode::kReadReq && p.bh.opcode != wire::Opcode::kReadResp))
+        continue;
+      reads.emplace_back(i, p);
+      psns.push_back(p.bh.psn);
+    }
+    std::sort(psns.begin(), psns.end(),
+              [](uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; });
+    std::stable_partition(reads.begin(), reads.end(),
+                          [first](const auto& r) { return r.second.bh.opcode == first; });
+    std::vector<std::vector<uint8_t>> encoded;  // the payloads still point into v
+    for (size_t j = 0; j < reads.size(); ++j) {
+      reads[j].second.bh.psn = psns[j];
+      encoded.push_back(encode(reads[j].second));
+    }
+    for (size_t j = 0; j < reads.size(); ++j) v[reads[j].first].bytes = std::move(encoded[j]);
+  };
+}
+
+TEST(Conformance, ReadResponsesFirstFailSched4) {
+  expect_fails("SCHED-4", "did not take turns",
+               [](FaultyTarget& t) { one_kind_first(t, wire::Opcode::kReadResp); });
+}
+
+TEST(Conformance, OwnReadsFirstFailSched4) {
+  expect_fails("SCHED-4", "did not take turns",
+               [](FaultyTarget& t) { one_kind_first(t, wire::Opcode::kReadReq); });
+}
+
+// CONN-11 broken: a CONNECT_REQ from a peer the target is connecting to is
+// dropped (taken for a collision); or its work goes on the connection it
+// accepted from the peer (one connection per peer address).
+TEST(Conformance, CrossedRequestDroppedFailsConn11) {
+  expect_fails("CONN-11", "crossing the target's", [](FaultyTarget& t) {
+    auto connecting = std::make_shared<bool>(false);
+    t.mutate = [connecting](std::vector<Sent>& v) {
+      for (const Sent& s : v)
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) *connecting = true;
+    };
+    drop_received(t, [connecting](const wire::Packet& p) {
+      return *connecting && p.bh.opcode == wire::Opcode::kConnectReq;
+    });
+  });
+}
+
+TEST(Conformance, WorkOnTheAcceptedConnectionFailsConn11) {
+  expect_fails("CONN-11", "(the connection the target accepted)",
+               [](FaultyTarget& t) { t.work_on_accepted = true; });
+}
+
+// MR-4 broken: the base ignored (addresses taken for host addresses), or
+// a range wrapping past 2^64 registered.
+TEST(Conformance, BaseIgnoredFailsMr4) {
+  expect_fails("MR-4", "base 0: no ACK for a WRITE at base + 16 (NAK 0x03",
+               [](FaultyTarget& t) { t.base_ignored = true; });
+}
+
+TEST(Conformance, WrappingBaseTakenFailsMr4) {
+  expect_fails("MR-4", "wrapping past 2^64, was registered",
+               [](FaultyTarget& t) { t.wrapping_base_taken = true; });
+}
+
+// PLACE-6 broken: a shared receive's completion names no connection; a
+// SEND that finds the shared queue empty dropped instead of refused RNR.
+TEST(Conformance, SharedReceivesNamingNoConnectionFailPlace6) {
+  expect_fails("PLACE-6", "completed receive wr_id 100 on connection 0", [](FaultyTarget& t) {
+    t.mutate_completion = [](Completion& c) {
+      if (c.op == CompletionOp::kRecv) c.conn = ConnId{};
+    };
+  });
+}
+
+TEST(Conformance, SendsWithoutASharedReceiveDroppedFailPlace6) {
+  expect_fails("PLACE-6", "with the shared queue empty drew no NAK", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      std::erase_if(v, [](const Sent& s) {
+        wire::Packet p;
+        return wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+               p.bh.opcode == wire::Opcode::kNak &&
+               p.nak.code == static_cast<uint8_t>(Status::kRnr);
+      });
+    };
+  });
+}
+
+// VER-1 broken: a request of another version dropped unless its last four
+// bytes are an ICRC over the rest (read as version 1's); or one naming
+// src_conn 0 or nonce 0 answered (here: given 1 before the target reads it).
+bool of_another_version(const std::vector<uint8_t>& d) {
+  return d.size() >= wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize &&
+         (d[0] >> 4) != wire::kVersion && d[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq);
+}
+
+TEST(Conformance, AnotherVersionsIcrcCheckedFailsVer1) {
+  expect_fails("VER-1", "drew no version-1 CONNECT_REJECT", [](FaultyTarget& t) {
+    t.expand_in = [](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      std::vector<uint8_t> sealed = d;
+      (void)wire::seal(sealed, sealed.size() - wire::kIcrcSize, 0);
+      if (!of_another_version(d) || sealed == d) out.push_back(std::move(d));
+      return out;
+    };
+  });
+}
+
+TEST(Conformance, RequestsNamingZeroAnsweredFailVer1) {
+  expect_fails("VER-1", "drew an answer", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      if (!of_another_version(d)) return;
+      if (be::load32(d.data() + 16) == 0) d[19] = 1;  // src_conn
+      if (be::load64(d.data() + 32) == 0) d[39] = 1;  // nonce
+    };
+  });
+}
+
+// LOSS-5, PATH-4, SCHED-3 broken: a dead path's packets resent on it; data
+// on a path once it probed (every data packet after the first PROBE moved
+// onto the PROBE's path: the other paths' resends go there); an RTO that
+// never backs off (max_rto at min_rto).
+TEST(Conformance, ResendsOnTheDeadPathFailLoss5) {
+  expect_fails("LOSS-5", "left on the dead path", resend_on_the_first_path);
+}
+
+TEST(Conformance, DataOnAProbingPathFailsLoss5) {
+  expect_fails("LOSS-5", "left on the dead path", [](FaultyTarget& t) {
+    auto probing = std::make_shared<std::optional<std::pair<uint16_t, uint16_t>>>();
+    t.mutate = [probing](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk) continue;
+        if (p.bh.opcode == wire::Opcode::kProbe && !*probing)
+          *probing = std::pair{s.entropy, p.bh.path_tag};
+        if (!wire::is_data(p.bh.opcode) || !*probing) continue;
+        s.entropy = (*probing)->first;
+        p.bh.path_tag = (*probing)->second;
+        s.bytes = encode(p);
+      }
+    };
+  });
+}
+
+TEST(Conformance, RtoWithoutBackoffFailsLoss5) {
+  expect_fails("LOSS-5", "the RTO did not double", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.recovery.max_rto_ns = c.recovery.min_rto_ns; });
+  });
+}
+
+// CC-1 broken: an initial window of 16 packets per path, not per
+// connection (64 in all over the target's 4 paths).
+TEST(Conformance, InitialWindowPerPathFailsCc1) {
+  expect_fails("CC-1", "the initial window is 16 of them", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.cc.initial_cwnd_packets = 16u * c.num_paths; });
+  });
+}
+
+// CC-2 broken: no slow start, each path's window fixed (congestion control
+// off, CC-8's ablation setting: "oblivious spraying").
+TEST(Conformance, FixedWindowsFailCc2) {
+  expect_fails("CC-2", "not twice as many (slow start)", [](FaultyTarget& t) {
+    t.configure([](EndpointConfig& c) { c.cc.enabled = false; });
+  });
 }
 
 TEST(Conformance, UnknownRuleRunsNothing) {

@@ -68,8 +68,10 @@ json status_reply(const metaroce::udp::Error& e) {
 class Agent {
  public:
   // `without`: the ops answered "unknown op", as an agent written before
-  // them answers (close, conn_error, listen, initial_psn, stats came later; the checks that
-  // need them then skip).
+  // them answers (close, conn_error, listen, initial_psn, stats, keepalive,
+  // shared_receives, post_shared_recv came later; the checks that need them
+  // then skip), and the later fields such an agent leaves out: hello's
+  // "udp_checksum", register_memory's "base" (read as if absent).
   Agent(std::string address, metaroce::udp::Options opts, std::set<std::string> without)
       : address_(std::move(address)), opts_(opts), without_(std::move(without)) {}
 
@@ -104,10 +106,12 @@ class Agent {
   json dispatch(const std::string& op, const json& req) {
     if (op == "hello") {
       if (!iut_ && !reset()) return fail("the IUT cannot open: " + open_error_);
-      return json{{"ok", true},
-                  {"protocol", agent::kProtocolVersion},
-                  {"name", "metaroce UDP driver on " + local_address() + " (reference agent)"},
-                  {"paths", opts_.engine.num_paths}};
+      json reply{{"ok", true},
+                 {"protocol", agent::kProtocolVersion},
+                 {"name", "metaroce UDP driver on " + local_address() + " (reference agent)"},
+                 {"paths", opts_.engine.num_paths}};
+      if (without_.count("udp_checksum") == 0) reply["udp_checksum"] = true;  // Linux computes it
+      return reply;
     }
     if (!iut_) return fail("no IUT: " + open_error_);
     metaroce::udp::UdpEndpoint& ep = iut_->ep();
@@ -141,6 +145,24 @@ class Agent {
       wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
       if (!a.error.empty()) return fail(a.error);
       return status_reply(ep.post_recv(conn, wr));
+    }
+    if (op == "post_shared_recv") {
+      metaroce::RecvWr wr;
+      wr.wr_id = a.u("wr_id");
+      wr.addr = a.u("addr");
+      wr.length = static_cast<uint32_t>(a.u("length", UINT32_MAX));
+      wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      return status_reply(ep.post_shared_recv(wr));
+    }
+    if (op == "shared_receives") {
+      const auto depth = static_cast<uint32_t>(a.u("depth", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      const metaroce::udp::Options o = mc::ReferenceIut::sharing(opts_, depth);
+      // Checked first: an endpoint that cannot open leaves the session no IUT.
+      if (const std::string bad = metaroce::config_error(o.engine); !bad.empty()) return fail(bad);
+      if (!reopen(o)) return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
     }
     if (op == "close" || op == "conn_error") {
       const metaroce::ConnId conn{static_cast<uint32_t>(a.u("conn", UINT32_MAX))};
@@ -201,9 +223,13 @@ class Agent {
   json register_memory(Args& a) {
     const uint64_t length = a.u("length", agent::kMaxRegion);
     const auto access = static_cast<uint32_t>(a.u("access", UINT32_MAX));
+    // Optional (MR-4): the address the region's first byte is named by.
+    const bool at_base = a.j.contains("base") && without_.count("base") == 0;
+    const uint64_t base = at_base ? a.u("base") : 0;
     if (!a.error.empty()) return fail(a.error);
     metaroce::MemoryRegion mr;
-    if (const auto e = iut_->register_memory(length, access, mr))
+    if (const auto e = at_base ? iut_->register_memory_at(length, base, access, mr)
+                               : iut_->register_memory(length, access, mr))
       return fail(e.message.empty() ? std::string(metaroce::status_text(e.status)) : e.message);
     return json{
         {"ok", true}, {"addr", mr.addr}, {"length", length}, {"rkey", mr.rkey}, {"lkey", mr.lkey}};
@@ -366,11 +392,12 @@ int main(int argc, char** argv) {
       ->check(metaroce::tools::number_in_range(1, int{metaroce::kMaxPaths}));
   std::vector<std::string> without;
   app.add_option("--without", without,
-                 "ops to answer \"unknown op\", as an agent written before them would "
+                 "ops to answer \"unknown op\", as an agent written before them would, and "
+                 "fields to leave out (hello's udp_checksum) or ignore (register_memory's base) "
                  "(for tests of the tester)")
       ->delimiter(',')
-      ->check(
-          CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats", "keepalive"}));
+      ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats", "keepalive",
+                             "shared_receives", "post_shared_recv", "base", "udp_checksum"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   if (entropy_count < paths) {
     std::fprintf(stderr,

@@ -27,6 +27,7 @@ class EngineTarget : public Target {
   bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
+  bool register_memory_at(uint64_t length, uint32_t access, uint64_t base, Region& out) override;
   bool deregister_memory(const Region& r) override;
   std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
   void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
@@ -36,6 +37,8 @@ class EngineTarget : public Target {
   Status post_send(ConnId conn, const SendWr& wr) override;
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
+  bool shared_receives(uint32_t depth) override;
+  Status post_shared_recv(const RecvWr& wr) override { return ep_->post_shared_recv(wr); }
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
   bool close(ConnId conn) override;
   bool conn_error(ConnId conn, Status& out) override;
@@ -49,6 +52,8 @@ class EngineTarget : public Target {
     return std::pair{ep_->config().entropy_min, ep_->config().entropy_max};
   }
   [[nodiscard]] std::optional<size_t> paths() const override { return ep_->config().num_paths; }
+  // No UDP at all: the ICRC is all that protects a payload.
+  [[nodiscard]] std::optional<bool> udp_checksum() const override { return false; }
 
  protected:
   [[nodiscard]] const EndpointConfig& config() const { return ep_->config(); }

@@ -33,6 +33,8 @@ class ReferenceIut {
   // `o` with CONN-9's keepalive and the peer timeout set (Target::set_keepalive).
   static udp::Options keeping_alive(udp::Options o, uint64_t keepalive_ns,
                                     uint64_t peer_timeout_ns);
+  // `o` with a shared receive queue of `depth` receives (Target::shared_receives).
+  static udp::Options sharing(udp::Options o, uint32_t depth);
   // `o` with the engine's seed set so that its first connection, made or
   // accepted, starts at initial PSN `psn` (Target::start_psn_at; tests only).
   static udp::Options starting_at(udp::Options o, uint32_t psn);
@@ -46,6 +48,8 @@ class ReferenceIut {
   [[nodiscard]] size_t accepted_count() const { return accepted_count_; }
   // Registers `length` zeroed bytes kept in memory(); the driver's error if not.
   udp::Error register_memory(uint64_t length, uint32_t access, MemoryRegion& out);
+  // The same with its bytes named from `base` (MR-4).
+  udp::Error register_memory_at(uint64_t length, uint64_t base, uint32_t access, MemoryRegion& out);
   // Path slot `path` of a connection; false if it has no such slot.
   bool path_stats(ConnId conn, size_t path, PathStats& out) const;
 

@@ -41,6 +41,10 @@ class RemoteTarget : public TesterWireTarget {
   // Real time, at least RemoteOptions::min_wait_us.
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
+  // register_memory with "base"; false (MR-4's check skips) when the agent
+  // refuses it, or answers with another "addr" (an agent that ignores the
+  // field registers at its own address).
+  bool register_memory_at(uint64_t length, uint32_t access, uint64_t base, Region& out) override;
   bool deregister_memory(const Region& r) override;
   std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
   void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
@@ -50,6 +54,10 @@ class RemoteTarget : public TesterWireTarget {
   Status post_send(ConnId conn, const SendWr& wr) override;
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
+  // The agent's `shared_receives` and `post_shared_recv`; false (PLACE-6's
+  // check skips) when it refuses the first.
+  bool shared_receives(uint32_t depth) override;
+  Status post_shared_recv(const RecvWr& wr) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
   // The agent's `close`, `conn_error` and `listen`; false (the check skips) when it
   // refuses them, an agent of protocol 1 without them included.
@@ -83,6 +91,8 @@ class RemoteTarget : public TesterWireTarget {
 
   // The path count the agent's hello told ("paths"), if it told one.
   [[nodiscard]] std::optional<size_t> paths() const override { return paths_; }
+  // What the agent's hello told ("udp_checksum"), if it told it.
+  [[nodiscard]] std::optional<bool> udp_checksum() const override { return udp_checksum_; }
 
   // The failure of the agent connection itself (empty if none); the target
   // answers every later request as failed.
@@ -122,6 +132,7 @@ class RemoteTarget : public TesterWireTarget {
   std::string name_;
   std::string broken_;
   std::optional<size_t> paths_;
+  std::optional<bool> udp_checksum_;
 };
 
 }  // namespace metaroce::conformance

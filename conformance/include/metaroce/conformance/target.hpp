@@ -65,6 +65,15 @@ class Target {
   // Registers `length` bytes of zeroed memory with the access bits of
   // metaroce::kAccess*.
   [[nodiscard]] virtual bool register_memory(uint64_t length, uint32_t access, Region& out) = 0;
+  // The same with the region's bytes named base..base+length-1 (MR-4: 0
+  // makes every address an offset into the region), `out.addr` then `base`.
+  // False when the target cannot choose a base, or refuses this one (a range
+  // that wraps past 2^64 must be refused); MR-4's check then skips, or
+  // passes the refusal.
+  [[nodiscard]] virtual bool register_memory_at(uint64_t /*length*/, uint32_t /*access*/,
+                                                uint64_t /*base*/, Region& /*out*/) {
+    return false;
+  }
   [[nodiscard]] virtual bool deregister_memory(const Region& r) = 0;
   [[nodiscard]] virtual std::vector<uint8_t> read_memory(const Region& r, uint64_t offset,
                                                          uint64_t length) = 0;
@@ -79,6 +88,14 @@ class Target {
   [[nodiscard]] virtual Status post_send(ConnId conn, const SendWr& wr) = 0;
   [[nodiscard]] virtual Status post_recv(ConnId conn, const RecvWr& wr) = 0;
   [[nodiscard]] virtual bool poll_completion(Completion& out) = 0;
+  // Makes the IUT afresh, as listen() does, with a shared receive queue of
+  // `depth` receives, one for all its connections (PLACE-6). False when the
+  // IUT offers none (PLACE-6 is a MAY: the check then skips).
+  [[nodiscard]] virtual bool shared_receives(uint32_t /*depth*/) { return false; }
+  // Posts a receive to that queue, as post_recv posts one to a connection's.
+  [[nodiscard]] virtual Status post_shared_recv(const RecvWr& /*wr*/) {
+    return Status::kInvalidArgument;
+  }
   // The state of path slot `path` of a connection (spec PathStats).
   [[nodiscard]] virtual bool path_stats(ConnId conn, size_t path, PathStats& out) = 0;
   // Closes a connection in order (CONN-7: its outstanding work completes
@@ -122,6 +139,13 @@ class Target {
   [[nodiscard]] virtual std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const {
     return std::nullopt;
   }
+
+  // Whether the IUT's datagrams carry a UDP checksum: false for one that
+  // sends them with checksum 0 (IPv4 allows it), or with no UDP at all (the
+  // engine in process); nullopt when the target does not tell. ENC-5: with
+  // none, every data packet must set PC (its ICRC then covers the payload);
+  // the check skips otherwise, the tester's sockets cannot see the field.
+  [[nodiscard]] virtual std::optional<bool> udp_checksum() const { return std::nullopt; }
 
   // How many paths each of the IUT's connections uses (its entropy values
   // per connection, PATH-1); nullopt when the target does not tell (the

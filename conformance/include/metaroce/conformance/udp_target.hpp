@@ -33,6 +33,7 @@ class UdpTarget : public TesterWireTarget {
   // the kernel and a progress round first.
   std::vector<Sent> run_for(uint64_t ns) override;
   bool register_memory(uint64_t length, uint32_t access, Region& out) override;
+  bool register_memory_at(uint64_t length, uint32_t access, uint64_t base, Region& out) override;
   bool deregister_memory(const Region& r) override;
   std::vector<uint8_t> read_memory(const Region& r, uint64_t offset, uint64_t length) override;
   void write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) override;
@@ -42,6 +43,9 @@ class UdpTarget : public TesterWireTarget {
   Status post_send(ConnId conn, const SendWr& wr) override;
   Status post_recv(ConnId conn, const RecvWr& wr) override;
   bool poll_completion(Completion& out) override;
+  // The driver reopened with a shared receive queue (as listen()).
+  bool shared_receives(uint32_t depth) override;
+  Status post_shared_recv(const RecvWr& wr) override;
   bool path_stats(ConnId conn, size_t path, PathStats& out) override;
   bool close(ConnId conn) override;
   bool conn_error(ConnId conn, Status& out) override;
@@ -58,6 +62,8 @@ class UdpTarget : public TesterWireTarget {
   }
   [[nodiscard]] std::string lost() const override { return lost_; }
   [[nodiscard]] std::optional<size_t> paths() const override { return options_.engine.num_paths; }
+  // Linux computes it on every datagram the driver sends.
+  [[nodiscard]] std::optional<bool> udp_checksum() const override { return true; }
   // Its block, base..base+15, maps onto the check ports 50000..50015.
   [[nodiscard]] std::optional<std::pair<uint16_t, uint16_t>> entropy_range() const override {
     return std::pair{TesterWire::kFirstCheckPort,
