@@ -53,7 +53,8 @@ if ! command -v clang++ >/dev/null; then
   echo "(no clang++ here: the pkg-config half runs with g++)"
   cxx=g++
 fi
-export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export PKG_CONFIG_PATH
 flags=$(pkg-config --cflags --libs metaroce) || { echo "FAIL: pkg-config metaroce" >&2; exit 1; }
 echo "pkg-config --cflags --libs metaroce: $flags"
 # shellcheck disable=SC2086  # the flags are words
