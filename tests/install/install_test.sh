@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs a built tree into a scratch prefix and builds a program outside
+# the tree against it twice: with CMake (find_package(MetaRoCE), g++) and
+# with clang++ through pkg-config (metaroce.pc). Each program opens two UDP
+# endpoints on loopback and does one checked WRITE (consumer/consumer.cpp).
+#
+#   install_test.sh CMAKE BUILD_DIR BUILD_TYPE
+# Exit 0 all passed, 1 a step failed, 77 skipped (a sanitizer build).
+set -uo pipefail
+cmake=$1 build=$2 type=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The sanitizer build's archives call ASan/UBSan's runtime, which a program
+# outside the tree does not link (and clang's runtime is not GCC's); the
+# RelWithDebInfo build's run of this test covers installing.
+if [[ $type == Sanitize ]]; then
+  echo "skipped: a Sanitize build's libraries need the sanitizer runtime of the compiler that built them"
+  exit 77
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+step() {  # WHAT COMMAND...
+  local what=$1
+  shift
+  echo "--- $what"
+  "$@" || { echo "FAIL: $what" >&2; exit 1; }
+}
+
+step "install into a scratch prefix" "$cmake" --install "$build" --prefix "$prefix"
+for f in include/metaroce/udp.hpp include/metaroce/engine.hpp bin/metaroce-perf bin/metaroce-sim \
+  bin/metaroce-conform bin/metaroce-conform-agent; do
+  [[ -e $prefix/$f ]] || { echo "FAIL: $f not installed" >&2; exit 1; }
+done
+pc=$(find "$prefix" -name metaroce.pc -print -quit)
+config=$(find "$prefix" -name MetaRoCEConfig.cmake -print -quit)
+[[ -n $pc && -n $config ]] || { echo "FAIL: metaroce.pc or MetaRoCEConfig.cmake not installed" >&2; exit 1; }
+
+# CMake, g++: the package's targets bring C++20, the include directory and
+# every library to link.
+step "configure the consumer (find_package, g++)" \
+  "$cmake" -S "$here/consumer" -B "$tmp/cmake-build" -DCMAKE_CXX_COMPILER=g++ \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix"
+step "build the consumer (find_package, g++)" "$cmake" --build "$tmp/cmake-build"
+step "run the consumer (find_package, g++)" "$tmp/cmake-build/consumer"
+
+# pkg-config, clang++: the archives hold machine code any compiler links
+# (GCC's link-time bytecode alone left clang++ with undefined references).
+cxx=clang++
+if ! command -v clang++ >/dev/null; then
+  echo "(no clang++ here: the pkg-config half runs with g++)"
+  cxx=g++
+fi
+PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export PKG_CONFIG_PATH
+flags=$(pkg-config --cflags --libs metaroce) || { echo "FAIL: pkg-config metaroce" >&2; exit 1; }
+echo "pkg-config --cflags --libs metaroce: $flags"
+# shellcheck disable=SC2086  # the flags are words
+step "build the consumer (pkg-config, $cxx)" \
+  "$cxx" -std=c++20 -O2 "$here/consumer/consumer.cpp" $flags -o "$tmp/consumer-pc"
+step "run the consumer (pkg-config, $cxx)" "$tmp/consumer-pc"
+# A shared object (a libfabric provider is one) takes the archives in: no
+# text relocations, nothing left undefined.
+# shellcheck disable=SC2086
+step "link the consumer into a shared object (pkg-config, $cxx)" \
+  "$cxx" -std=c++20 -O2 -shared -fPIC "$here/consumer/consumer.cpp" $flags -Wl,-z,defs \
+  -Wl,-z,text -o "$tmp/libconsumer.so"
+echo "install test passed"
