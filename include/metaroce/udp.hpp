@@ -2,10 +2,16 @@
 // (metaroce/engine.hpp) unchanged over one receive socket and one send socket
 // per entropy value (UDP source port).
 //
-//   auto ep = metaroce::udp::UdpEndpoint::open("127.0.0.1:4792", {}, err);
-//   ep->connect("127.0.0.1:4800", 1s, conn);          // blocking handshake
-//   ep->write(conn, wr_id, buf, len, mr.lkey, raddr, rkey);
+//   // Port 0: a free port the kernel picks, with a free entropy block after
+//   // it. (A fixed port holds the 64 after it too: one on 4792 holds
+//   // 4793-4856, so a peer on this host cannot open on 4800.)
+//   auto ep = metaroce::udp::UdpEndpoint::open("127.0.0.1:0", {}, err);
+//   err = ep->connect("127.0.0.1:4792", 1s, conn);     // blocking handshake
+//   err = ep->write(conn, wr_id, buf, len, mr.lkey, raddr, rkey);
 //   while (!ep->poll_completion(c)) ep->progress();   // or start_progress_thread()
+//
+// Every call that returns an Error is [[nodiscard]]: check it, or cast it to
+// void where a failure changes nothing (and say why).
 //
 // Ports: the endpoint receives on its address/port (default 4792, ENC-2) and
 // sends from a block of `entropy_count` consecutive ports (default: the 64
@@ -35,7 +41,8 @@ namespace metaroce::udp {
 
 // An error from the UDP endpoint: a status, and where known the peer address
 // and connection id it concerns. ok() when status is kOk and message is empty.
-struct Error {
+// [[nodiscard]]: a call's Error left unread is a failure nobody sees.
+struct [[nodiscard]] Error {
   Status status = Status::kOk;
   std::string message;  // human-readable, names peer and connection where known
   std::string peer;     // "ip:port" or "[ip6]:port", empty if none
@@ -158,10 +165,12 @@ class UdpEndpoint {
   // missing: 4792, ENC-2; port 0: a free port the kernel chooses, see port())
   // and the send sockets of the entropy block (default: the entropy_count
   // ports after the receive port; with port 0 and no entropy_base, open tries
-  // again when they are taken or would run past 65535). nullptr and err set on failure (e.g. a port
-  // of the block already in use). An endpoint on a wildcard address (0.0.0.0, or [::], which serves
-  // IPv4 peers too) answers each peer from the address that peer reached it at, as a peer takes a
-  // connection's packets only from the address it knows.
+  // again when they are taken or would run past 65535). nullptr and err set on failure: a port in
+  // use is kResourceExhausted, its message naming the port, whether it is the receive port or one
+  // of the entropy block (and the block), and what to do (another port, or Options::entropy_base).
+  // An endpoint on a wildcard address (0.0.0.0, or [::], which serves IPv4 peers too) answers each
+  // peer from the address that peer reached it at, as a peer takes a connection's packets only from
+  // the address it knows.
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
   ~UdpEndpoint();  // close()
@@ -212,17 +221,24 @@ class UdpEndpoint {
   // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
   // when the round went through io_uring). Requests that the peer's host answered with ICMP port
   // unreachable add "the peer's host answered with ICMP port unreachable (Connection refused): no
-  // socket listened at its port" to the kConnectTimeout, whatever num_paths. It ends at the earlier
-  // of `timeout` and the engine's own budget (spec CONN-2: Options::engine.connect_attempts
-  // requests connect_retry_ns apart, 8 x 10 ms by default): to wait for a peer that starts later,
-  // raise connect_attempts as well. A negative timeout is refused (kInvalidArgument), as is one
-  // for accept().
+  // socket listened at its port" to the kConnectTimeout, whatever num_paths. Requests go on, one
+  // every connect_retry_ns (10 ms), for the whole `timeout` (about timeout / connect_retry_ns of
+  // them), also after ICMP refusals and failed sends: a peer that starts within it is reached. The
+  // engine gives one connection Options::engine.connect_attempts requests (spec CONN-2, 8 by
+  // default); when they go unanswered with a connect_retry_ns of the timeout left, connect opens
+  // another connection (another id and nonce) at once, and so on. (A late ACCEPT of one given up
+  // is answered with a DISCONNECT, spec section 4: the peer may accept a connection that closes at
+  // once.) The error names the last connection and reads "timed out after T ms", or "no answer to
+  // N requests 10 ms apart (Options::engine.connect_attempts)" where one connection's N requests
+  // spanned the timeout. A REJECT (kConnectRefused, kVersionMismatch, kResourceExhausted) ends it
+  // at once. A negative timeout is refused (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
-  // CONNECTING. Work may be posted on it right away; it goes out once the
-  // peer accepts (spec CONN-6), as a connectionless endpoint that connects on
-  // first use needs. progress() runs the handshake; state() tells how it
-  // ended (a failure also flushes the posted work with its status).
+  // CONNECTING, which fails kConnectTimeout after the engine's
+  // connect_attempts requests (8 x 10 ms by default; it opens no other). Work may be posted on it
+  // right away; it goes out once the peer accepts (spec CONN-6), as a connectionless endpoint that
+  // connects on first use needs. progress() runs the handshake; state() tells how it ended (a
+  // failure also flushes the posted work with its status).
   Error connect_start(const std::string& address, ConnId& out);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every
   // connection a peer opens waits in a queue until accept() or try_accept()
@@ -261,7 +277,10 @@ class UdpEndpoint {
   // the connection with kRemoteBadKey: ..." where the peer's DISCONNECT gave
   // a reason (spec CONN-8), "the connection ended with kPeerUnreachable
   // (...)"), also after the engine has let the connection go (it read
-  // "kNoSuchConnection: unknown connection id").
+  // "kNoSuchConnection: unknown connection id"). kLocalProtection names the
+  // opcode, wr_id, address range and lkey, and which is wrong: an lkey that
+  // names no region, bytes outside it (its range given), or a READ target or
+  // receive buffer in a region without kAccessLocalWrite.
   Error post_send(ConnId conn, const SendWr& wr);
   Error post_recv(ConnId conn, const RecvWr& wr);
   // A receive any connection may take (spec PLACE-6), for endpoints that
@@ -284,7 +303,9 @@ class UdpEndpoint {
   size_t poll_completions(Completion* out, size_t max);
   // progress()/wait until a completion arrives; false on timeout.
   bool wait_completion(Completion& out, std::chrono::nanoseconds timeout);
-  // An Error describing a failed completion (peer, conn, status).
+  // An Error describing a failed completion (peer, conn, status). A kFlushed
+  // one adds what ended the connection first, as conn_error() says it
+  // ("; the connection ended with kRemoteLengthError (...)", "... is closed").
   [[nodiscard]] Error completion_error(const Completion& c) const;
 
   // --- statistics ---

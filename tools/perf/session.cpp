@@ -82,8 +82,23 @@ std::string connect_error_text(const udp::Error& e, uint32_t timeout_ms) {
   const size_t head = e.message.find(kHead);
   const size_t option = head == std::string::npos ? head : e.message.find(kLibraryOption, head);
   const std::string wait = std::to_string(timeout_ms) + " ms";
-  // Another wording (the caller's timeout, which the engine's budget comes
-  // before, or a driver that says it otherwise): the option, added.
+  // connect() waits out its timeout, this one (udp.hpp), and then says
+  // "timed out after" it (in parentheses after a failed send): as many
+  // requests went as connect_attempts_for sized the engine's budget to.
+  const EndpointConfig defaults;
+  const std::string sent =
+      std::to_string(connect_attempts_for(timeout_ms, defaults.connect_retry_ns)) + " requests " +
+      std::to_string(defaults.connect_retry_ns / kMillisecond) +
+      " ms apart; --connect-timeout-ms waits longer";
+  const std::string cut = "timed out after " + wait;
+  if (const size_t at = e.message.find("(" + cut + ")"); at != std::string::npos)
+    return e.message.substr(0, at) + "(no answer within " + wait + ": " + sent + ")" +
+           e.message.substr(at + cut.size() + 2);
+  if (const size_t at = e.message.find(" " + cut); at != std::string::npos)
+    return e.message.substr(0, at) + ": no answer within " + wait + " (" + sent + ")" +
+           e.message.substr(at + cut.size() + 1);
+  // Another wording (another timeout, or a driver that says it otherwise):
+  // the option, added.
   if (option == std::string::npos)
     return e.message + " (metaroce-perf waited " + wait + ": --connect-timeout-ms)";
   const size_t requests = head + kHead.size();  // "50 requests 10 ms apart"

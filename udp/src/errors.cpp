@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "address.hpp"
 #include "impl.hpp"
@@ -14,6 +15,12 @@ namespace {
 std::string hex(uint32_t v) {
   char b[16];
   std::snprintf(b, sizeof(b), "0x%x", v);
+  return b;
+}
+
+std::string hex64(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
   return b;
 }
 
@@ -101,6 +108,46 @@ std::string UdpEndpoint::Impl::send_failure_clause(const SendFailure& f) {
   return "the last send to the peer failed: " + send_failure_text(f);
 }
 
+Error UdpEndpoint::Impl::local_protection_error(const char* what, ConnId conn, uint64_t wr_id,
+                                                uint64_t addr, uint32_t len, uint32_t lkey,
+                                                uint32_t need) const {
+  const auto range = [](uint64_t from, uint64_t n) {
+    // (A range that runs past 2^64 ends there.)
+    const uint64_t last = n - 1 > UINT64_MAX - from ? UINT64_MAX : from + n - 1;
+    return std::to_string(n) + " bytes at " + hex64(from) + "-" + hex64(last);
+  };
+  std::string why;
+  const auto it = regions.find(lkey);
+  if (it == regions.end()) {
+    why = "lkey " + std::to_string(lkey) +
+          " names no registered region (never registered, or deregistered since)";
+  } else if ((it->second.access & need) != need) {
+    why = "lkey " + std::to_string(lkey) + "'s region lacks kAccessLocalWrite, which " +
+          (std::string_view(what).starts_with("post_send") ? "a READ's local target"
+                                                           : "a receive buffer") +
+          " needs";
+  } else {
+    why = "the bytes are not all inside lkey " + std::to_string(lkey) + "'s region (" +
+          range(it->second.base, it->second.length) + ")";
+  }
+  return make_error(Status::kLocalProtection,
+                    std::string(what) + " wr_id " + std::to_string(wr_id) + ": " +
+                        range(addr, len) + ", lkey " + std::to_string(lkey) + ") failed: " + why,
+                    conn);
+}
+
+std::string UdpEndpoint::Impl::how_it_ended(const ConnInfo& ci) {
+  const std::string sent = send_failure_clause(ci.send_failure);
+  const std::string how =
+      ci.state == ConnState::kError && ci.status != Status::kOk
+          ? "ended with " + std::string(status_name(ci.status)) + " (" +
+                std::string(status_text(ci.status)) + ")"
+      : ci.status == Status::kPeerClosed
+          ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
+          : "is closed";
+  return sent.empty() ? how : how + "; " + sent;
+}
+
 // After close() the sockets are gone: a connect or an accept would only
 // wait out its timeout. The connection (and its peer, still known) or the
 // peer asked for are named as in every other error.
@@ -126,21 +173,11 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
   auto it = conns.find(conn.v);
   if ((s == Status::kNotConnected || s == Status::kNoSuchConnection) && it != conns.end() &&
       (it->second.state == ConnState::kClosed || it->second.state == ConnState::kError)) {
-    const ConnInfo& ci = it->second;
-    const std::string sent = send_failure_clause(ci.send_failure);
     // A peer's DISCONNECT can end the connection between two posts, before
     // the application polls the kPeerClosed completions that say so.
-    const std::string how =
-        ci.state == ConnState::kError && ci.status != Status::kOk
-            ? "ended with " + std::string(status_name(ci.status)) + " (" +
-                  std::string(status_text(ci.status)) + ")"
-        : ci.status == Status::kPeerClosed
-            ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
-            : "is closed";
-    return make_error(
-        Status::kNotConnected,
-        std::string(what) + " failed: the connection " + how + (sent.empty() ? "" : "; " + sent),
-        conn);
+    return make_error(Status::kNotConnected,
+                      std::string(what) + " failed: the connection " + how_it_ended(it->second),
+                      conn);
   }
   return make_error(s, std::string(what) + " failed", conn);
 }

@@ -197,6 +197,7 @@ struct UdpEndpoint::Impl {
   // open: the port the kernel chose leaves no room for the entropy block
   // after it (another port may).
   bool block_past_end = false;
+  int bind_errno = 0;  // open_bound's last bind() failure (open() explains EADDRINUSE)
   uint16_t ebase = 0;
   uint16_t ecount = 0;
   // Written by the round that gives GSO up (drop_failed), which may be the
@@ -291,6 +292,16 @@ struct UdpEndpoint::Impl {
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
   std::unordered_map<PeerAddr, SendFailure, PeerAddrHash> send_failed;
+
+  // The registered regions as the engine names them (base, length, access),
+  // by lkey: read only when a post fails kLocalProtection, to say which of
+  // its lkey, range or access is wrong (local_protection_text).
+  struct Region {
+    uint64_t base = 0;
+    uint64_t length = 0;
+    uint32_t access = 0;
+  };
+  std::unordered_map<uint32_t, Region> regions;
 
   IoStats io;
   uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)
@@ -419,6 +430,16 @@ struct UdpEndpoint::Impl {
   // failed: sendmmsg: ..." or, for an ICMP refusal, what it means; "" for none.
   [[nodiscard]] static std::string send_failure_clause(const SendFailure& f);
   Error check_post(Status s, ConnId conn, const char* what);
+  // A post that failed kLocalProtection: "post_send (WRITE wr_id 5: 64 bytes
+  // at 0x1000-0x103f, lkey 3) failed: <why>", why from `regions`. `what`
+  // names the call and opcode; `need` is the access the buffer needs.
+  [[nodiscard]] Error local_protection_error(const char* what, ConnId conn, uint64_t wr_id,
+                                             uint64_t addr, uint32_t len, uint32_t lkey,
+                                             uint32_t need) const;
+  // What ended a connection that ended (kClosed, kError): "ended with
+  // kRemoteLengthError (...)", "was closed by the peer (kPeerClosed)" or "is
+  // closed", and the failure its sends met, as a clause after "the connection".
+  [[nodiscard]] static std::string how_it_ended(const ConnInfo& ci);
 };
 
 }  // namespace metaroce::udp

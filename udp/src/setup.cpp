@@ -163,11 +163,12 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
   if (!to_sockaddr(addr, family, ss, len, scope) ||
       ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     const int e = errno;
+    bind_errno = e;
+    // (No status names a port in use better: kResourceExhausted, which
+    // UdpEndpoint::open also reads as "try another port" for port 0. open()
+    // says which port of which block, and what to do.)
     err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
-    err.message = what + ": bind(): " + errno_text(e) +
-                  (e == EADDRINUSE ? " (the port is used by another socket or process; choose "
-                                     "another address or entropy block)"
-                                   : "");
+    err.message = what + ": bind(): " + errno_text(e);
     err.peer = format_address(addr);
     ::close(fd);
     return -1;
@@ -212,7 +213,15 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
 
   rx_fd = open_bound(local, true, err);
-  if (rx_fd < 0) return false;
+  if (rx_fd < 0) {
+    if (bind_errno == EADDRINUSE)
+      err.message = "open " + address + ": " + err.message + ": another socket holds port " +
+                    std::to_string(address_port(local)) +
+                    " (another endpoint's receive port, or a port of its entropy block: an "
+                    "endpoint also holds the entropy_count ports after its own); choose another "
+                    "port, or port 0 for one the kernel picks";
+    return false;
+  }
   {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
@@ -256,7 +265,23 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     a.bytes[16] = static_cast<uint8_t>(port >> 8);
     a.bytes[17] = static_cast<uint8_t>(port);
     tx_fds[i] = open_bound(a, false, err);
-    if (tx_fds[i] < 0) return false;
+    if (tx_fds[i] < 0) {
+      if (bind_errno == EADDRINUSE) {
+        const std::string block = std::to_string(ebase) + "-" + std::to_string(cfg.entropy_max);
+        err.message =
+            "open " + address + ": port " + std::to_string(port) + " of its entropy block " +
+            block + " is in use (" + err.message + "): the endpoint sends from " +
+            std::to_string(ecount) + " ports (Options::entropy_count), " +
+            (opts.entropy_base != 0
+                 ? "from Options::entropy_base " + std::to_string(ebase)
+                 : "the ones after its receive port " + std::to_string(address_port(local))) +
+            ", and needs every one free; choose another receive port (or port 0, for one the "
+            "kernel picks with a free block after it) or set Options::entropy_base to the first "
+            "of " +
+            std::to_string(ecount) + " free ports";
+      }
+      return false;
+    }
   }
   // GSO / GRO: detect at open.
   if (gso) {

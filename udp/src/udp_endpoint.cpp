@@ -3,6 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "address.hpp"
 #include "impl.hpp"
 
@@ -114,7 +117,10 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
   // No post can name memory registered now: say so, as a post would.
   if (impl_->closed) return impl_->closed_error(what());
   const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
-  if (s == Status::kOk) return {};
+  if (s == Status::kOk) {
+    impl_->regions[out.lkey] = Impl::Region{base, length, access};
+    return {};
+  }
   std::string why = "failed";
   if (s == Status::kInvalidArgument) {
     why = addr == nullptr                  ? "failed: no address"
@@ -129,10 +135,45 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
 Error UdpEndpoint::deregister_memory(uint32_t lkey) {
   auto lk = impl_->guard();
   const Status s = impl_->eng->deregister_memory(lkey);
-  if (s == Status::kOk) return {};
+  if (s == Status::kOk) {
+    impl_->regions.erase(lkey);
+    return {};
+  }
   return impl_->make_error(s, "deregister_memory(lkey " + std::to_string(lkey) + ") failed",
                            ConnId{});
 }
+
+namespace {
+// The engine's connection to `peer`, CONNECTING, and its entry here: the
+// last step of connect_start, and each further attempt of connect.
+Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out) {
+  uint16_t max_mtu = 0;
+  if (Error e = im.route_mtu_cap(peer, max_mtu); e) return e;
+  ConnId id;
+  {
+    auto lk = im.guard();
+    const Status s = im.eng->connect(peer, clock_now(), id, max_mtu);
+    if (s != Status::kOk) {
+      Error e = im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
+      e.peer = format_address(peer);
+      return e;
+    }
+    ConnInfo& ci = im.conns[id.v];
+    ci.state = ConnState::kConnecting;
+    ci.peer = peer;
+    im.count_live(ci);
+  }
+  im.wake_thread();
+  out = id;
+  return {};
+}
+
+// "10 ms" or "250 us": connect_retry_ns in a message.
+std::string retry_text(uint64_t ns) {
+  const uint64_t us = ns / 1000;
+  return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
+}
+}  // namespace
 
 Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds timeout,
                            ConnId& out) {
@@ -146,12 +187,45 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
     if (auto it = impl_->conns.find(id.v); it != impl_->conns.end()) peer = it->second.peer;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const bool done = impl_->run_until(
-      [&] {
-        const auto it = impl_->conns.find(id.v);
-        return it == impl_->conns.end() || it->second.state != ConnState::kConnecting;
-      },
-      deadline);
+  const auto retry = std::chrono::nanoseconds(impl_->cfg.connect_retry_ns);
+  // The engine gives a connection connect_attempts requests, connect_retry
+  // apart (CONN-2: 8 x 10 ms by default). A caller who passed seconds, to
+  // wait for a server that starts after the client, saw the connect fail
+  // after 80 ms; so while the caller's time lasts, each connection that ran
+  // out of requests unanswered is followed at once by another, and requests
+  // keep leaving every connect_retry, about timeout / connect_retry of them.
+  // Each is a new connection (id, nonce), as an application connecting again
+  // would open; one whose late ACCEPT still arrives is closed by the DISCONNECT
+  // that spec section 4 gives such an ACCEPT. A new one starts only with a
+  // connect_retry left, the time every other request had for its answer.
+  uint32_t connections = 1;
+  SendFailure earlier;  // the last failure an earlier connection's requests met
+  bool done = false;
+  for (;;) {
+    done = impl_->run_until(
+        [&] {
+          const auto it = impl_->conns.find(id.v);
+          return it == impl_->conns.end() || it->second.state != ConnState::kConnecting;
+        },
+        deadline);
+    if (!done || std::chrono::steady_clock::now() + retry > deadline) break;
+    {
+      auto lk = impl_->guard();
+      const auto it = impl_->conns.find(id.v);
+      if (impl_->closed || it == impl_->conns.end() || it->second.state != ConnState::kError ||
+          it->second.status != Status::kConnectTimeout)
+        break;
+      if (it->second.send_failure.err != 0) earlier = it->second.send_failure;
+      // Never the caller's: its entry goes, rather than push one of the
+      // application's own ended connections out of the latest kEndedKept.
+      if (const auto e = std::find(impl_->ended.rbegin(), impl_->ended.rend(), id.v);
+          e != impl_->ended.rend())
+        impl_->ended.erase(std::next(e).base());
+      impl_->conns.erase(it);
+    }
+    if (Error e = start_connection(*impl_, peer, id)) return e;
+    ++connections;
+  }
   auto lk = impl_->guard();
   const auto at = impl_->conns.find(id.v);
   ConnInfo ci;  // (no entry: ended long ago, kUnknown)
@@ -170,42 +244,45 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   // than only the silence that followed. (A refusal no send reported yet is
   // read first, as the engine's own failure does in drain_events.)
   if (!done) impl_->take_refusals(peer, true);
-  const SendFailure failure =
-      ci.send_failure.err != 0 ? ci.send_failure : impl_->send_failure_of(peer);
+  SendFailure failure = ci.send_failure.err != 0 ? ci.send_failure : impl_->send_failure_of(peer);
+  if (failure.err == 0) failure = earlier;
   // An ICMP refusal is no failed send: the requests went, and the usual
   // message follows, with what the peer's host answered.
   const std::string unsent = failure.icmp ? "" : Impl::send_failure_text(failure);
   const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
   const std::string refused = failure.icmp ? "; " + Impl::send_failure_clause(failure) : "";
+  // The engine's budget ended the last connection (within a connect_retry of
+  // the timeout, or no other would have followed).
+  const bool ran_out = done && ci.status == Status::kConnectTimeout;
   if (!done) {
     impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
       ConnInfo& c = at->second;
       impl_->end_conn(id.v, c, ConnState::kError);
       c.status = Status::kConnectTimeout;
-      if (auto it = impl_->send_failed.find(peer); it != impl_->send_failed.end())
-        c.send_failure = it->second;
     }
+  }
+  // conn_error() says what the requests met, an earlier connection's too.
+  if (at != impl_->conns.end() && at->second.send_failure.err == 0)
+    at->second.send_failure = failure;
+  if (!done || (ran_out && connections > 1))
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + because +
                                  (because.empty() ? " timed out after " : " (timed out after ") +
                                  std::to_string(timeout.count()) +
                                  (because.empty() ? " ms" : " ms)") + refused,
                              id);
-  }
   if (!unsent.empty())
     return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
                              "connect to " + format_address(peer) + because, id);
-  if (ci.status == Status::kConnectTimeout) {
-    // The engine's CONN-2 budget ran out before the caller's timeout: say so,
-    // or a caller who passed seconds sees a failure after 80 ms unexplained.
+  if (ran_out) {
+    // One connection's requests covered the timeout (connect_attempts x
+    // connect_retry_ns at least the timeout less one connect_retry_ns).
     const EndpointConfig& ec = impl_->cfg;
-    const uint64_t retry_us = ec.connect_retry_ns / 1000;
-    const std::string apart = retry_us % 1000 == 0 ? std::to_string(retry_us / 1000) + " ms"
-                                                   : std::to_string(retry_us) + " us";
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + ": no answer to " +
-                                 std::to_string(ec.connect_attempts) + " requests " + apart +
+                                 std::to_string(std::min<uint32_t>(ec.connect_attempts, 65535)) +
+                                 " requests " + retry_text(ec.connect_retry_ns) +
                                  " apart (Options::engine.connect_attempts)" + refused,
                              id);
   }
@@ -271,25 +348,7 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
                 local_address() + " has " + (impl_->scope == 0 ? "none" : "another");
     return e;
   }
-  uint16_t max_mtu = 0;
-  if (Error e = impl_->route_mtu_cap(peer, max_mtu); e) return e;
-  ConnId id;
-  {
-    auto lk = impl_->guard();
-    const Status s = impl_->eng->connect(peer, clock_now(), id, max_mtu);
-    if (s != Status::kOk) {
-      Error e = impl_->make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
-      e.peer = format_address(peer);
-      return e;
-    }
-    ConnInfo& ci = impl_->conns[id.v];
-    ci.state = ConnState::kConnecting;
-    ci.peer = peer;
-    impl_->count_live(ci);
-  }
-  impl_->wake_thread();
-  out = id;
-  return {};
+  return start_connection(*impl_, peer, out);
 }
 
 bool UdpEndpoint::try_accept(ConnId& out) {
@@ -368,6 +427,14 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
             : "invalid request";
     return impl_->make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
   }
+  if (s == Status::kLocalProtection) {
+    static constexpr const char* kPosts[] = {"post_send (WRITE", "post_send (WRITE_IMM",
+                                             "post_send (SEND", "post_send (SEND_IMM",
+                                             "post_send (READ"};
+    return impl_->local_protection_error(
+        kPosts[static_cast<size_t>(wr.op)], conn, wr.wr_id, wr.local_addr, wr.length, wr.lkey,
+        wr.op == WrOpcode::kRead ? uint32_t{kAccessLocalWrite} : 0);
+  }
   return impl_->check_post(s, conn, "post_send");
 }
 
@@ -375,14 +442,22 @@ Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
     return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
-  return impl_->check_post(impl_->eng->post_recv(conn, wr), conn, "post_recv");
+  const Status s = impl_->eng->post_recv(conn, wr);
+  if (s == Status::kLocalProtection)
+    return impl_->local_protection_error("post_recv (RECV", conn, wr.wr_id, wr.addr, wr.length,
+                                         wr.lkey, kAccessLocalWrite);
+  return impl_->check_post(s, conn, "post_recv");
 }
 
 Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
     return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
-  return impl_->check_post(impl_->eng->post_shared_recv(wr), ConnId{}, "post_shared_recv");
+  const Status s = impl_->eng->post_shared_recv(wr);
+  if (s == Status::kLocalProtection)
+    return impl_->local_protection_error("post_shared_recv (RECV", ConnId{}, wr.wr_id, wr.addr,
+                                         wr.length, wr.lkey, kAccessLocalWrite);
+  return impl_->check_post(s, ConnId{}, "post_shared_recv");
 }
 
 namespace {
@@ -457,16 +532,22 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
   auto lk = impl_->guard();
   std::string what =
       std::string(op < 7 ? kOps[op] : "?") + " wr_id " + std::to_string(c.wr_id) + " failed";
+  const auto it = impl_->conns.find(c.conn.v);
+  const bool ended = it != impl_->conns.end() && (it->second.state == ConnState::kError ||
+                                                  it->second.state == ConnState::kClosed);
   // The failure that ended the connection, where a send failed or the peer's
   // host refused (conn_error's): a peer unreachable because its process is
   // gone reads as one that is only silent otherwise.
-  if (const auto it = impl_->conns.find(c.conn.v); it != impl_->conns.end() &&
-                                                   it->second.state == ConnState::kError &&
-                                                   it->second.status == c.status) {
+  if (ended && it->second.state == ConnState::kError && it->second.status == c.status) {
     const std::string sent = Impl::send_failure_clause(it->second.send_failure);
     if (!sent.empty()) what += "; " + sent;
   }
-  return impl_->make_error(c.status, what, c.conn);
+  Error e = impl_->make_error(c.status, what, c.conn);
+  // kFlushed says only that the connection ended first: what ended it, which
+  // the application otherwise had to ask conn_error() for, is the reason.
+  if (c.status == Status::kFlushed && ended)
+    e.message += "; the connection " + Impl::how_it_ended(it->second);
+  return e;
 }
 
 EndpointStats UdpEndpoint::endpoint_stats() const {
