@@ -433,7 +433,7 @@ TEST(Handshake, PacketsBeforeTheAcceptDrawNothing) {
   std::vector<uint8_t> probe(128), ack(128), nak(128);
   bh.opcode = wire::Opcode::kProbe;
   bh.flags |= wire::kFlagAckRequested;
-  bh.path_tag = write[2] << 8 | write[3];
+  bh.path_tag = static_cast<uint16_t>(write[2] << 8 | write[3]);
   probe.resize(wire::seal(probe, wire::write_probe(probe, bh), 0));
   bh.flags = wire::kFlagPayloadCovered;
   bh.path_tag = 0;
