@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -59,11 +60,15 @@ class Reader {
     for (const char* k : {"time_limit_ms", "reroute_us", "mtu"})
       if (root.contains(k)) note(k);
     c.name = opt_string(root, "", "name").value_or("config");
-    if (auto ms = opt_number(root, "", "time_limit_ms")) {  // --set's range (settings.cpp)
-      std::string err;
-      if (!apply_setting(c, "time_limit_ms", *ms, err, "time_limit_ms"))
-        fail(*root.get("time_limit_ms"), err);
-    }
+    // The report's first line and --pcap's file name: "" gave an empty line
+    // and "-metaroce.pcap". Refused, as metaroce-sim refuses an empty value
+    // of its options; leaving the key out gives the documented "config".
+    if (std::all_of(c.name.begin(), c.name.end(),
+                    [](unsigned char ch) { return std::isspace(ch) != 0; }))
+      fail(*root.get("name"),
+           "name: empty or blank; give the report a name, or leave the key out for \"config\"");
+    if (auto ms = opt_number(root, "", "time_limit_ms"))
+      setting(c, *root.get("time_limit_ms"), "time_limit_ms", *ms);
     if (auto us = opt_number(root, "", "reroute_us")) {
       if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
       c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
@@ -75,7 +80,7 @@ class Reader {
       c.set_mtu(static_cast<uint32_t>(*mtu));
     }
     c.topo = topology(table(root, "", "topology"));
-    if (root.contains("queue")) c.queue = queue(table(root, "", "queue"));
+    if (root.contains("queue")) queue(table(root, "", "queue"), c);
     const toml::array& wl = array(root, "", "workload");
     if (wl.empty()) fail(root, "workload: at least one [[workload]] is needed");
     for (const toml::node& w : wl) workload(as_table(w, "workload"), c);
@@ -163,24 +168,23 @@ class Reader {
     return l;
   }
 
-  QueueSpec queue(const toml::table& t) {
+  void queue(const toml::table& t, SimConfig& c) {
     keys(t, "queue",
          {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
           "trim_priority", "priority_dscp", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
     for (auto&& kv : t) note("queue." + std::string(kv.first.str()));
-    QueueSpec q;
-    q.buffer_bytes = opt_bytes(t, "queue", "buffer_bytes").value_or(q.buffer_bytes);
-    // 0 allowed, as --set allows it: ecn_kmin 0 marks from an empty queue
-    // on, ecn_kmax 0 turns marking off.
-    q.ecn_kmin = opt_bytes(t, "queue", "ecn_kmin", true).value_or(q.ecn_kmin);
-    q.ecn_kmax = opt_bytes(t, "queue", "ecn_kmax", true).value_or(q.ecn_kmax);
+    QueueSpec& q = c.queue;
+    // The byte keys are --set keys: their range is --set's (a file took up
+    // to 9e18 where --set stopped at 1e12). 0 allowed where --set allows
+    // it: ecn_kmin 0 marks from an empty queue on, ecn_kmax 0 turns marking
+    // off, trim_allowance_bytes 0 is headers only within the buffer.
+    queue_bytes(t, c, "buffer_bytes", false);
+    queue_bytes(t, c, "ecn_kmin", true);
+    queue_bytes(t, c, "ecn_kmax", true);
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
-    // 0 allowed: headers only within the buffer. A byte count as the
-    // others are ("16KiB" was "expected a whole number").
-    q.trim_allowance_bytes =
-        opt_bytes(t, "queue", "trim_allowance_bytes", true).value_or(q.trim_allowance_bytes);
+    queue_bytes(t, c, "trim_allowance_bytes", true);
     if (t.contains("priority_dscp")) {
       const uint32_t d = u32(t, "queue", "priority_dscp");
       if (d == 0 || d > kNoPriorityDscp)
@@ -189,14 +193,21 @@ class Reader {
       q.priority_dscp = static_cast<uint8_t>(d);
     }
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
-    q.pfc_xoff_bytes = opt_bytes(t, "queue", "pfc_xoff_bytes", true);
-    q.pfc_xon_bytes = opt_bytes(t, "queue", "pfc_xon_bytes", true);
+    // Absent: derived (--set's -1, which a file does not need).
+    queue_bytes(t, c, "pfc_xoff_bytes", true);
+    queue_bytes(t, c, "pfc_xon_bytes", true);
     if (const std::string e = queue_spec_error(q); !e.empty()) {
       // Located at the key the message starts with ("queue.KEY (...").
       const std::string key = e.substr(6, e.find(' ') - 6);
       fail(t.contains(key) ? *t.get(key) : static_cast<const toml::node&>(t), e);
     }
-    return q;
+  }
+
+  void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key, bool zero_ok) const {
+    if (!t.contains(key)) return;
+    const toml::node& n = *t.get(key);
+    const std::string what = dotted("queue", key);
+    setting(c, n, what, byte_count(n, what, zero_ok));
   }
 
   void workload(const toml::table& t, SimConfig& c) {
@@ -479,6 +490,14 @@ class Reader {
     if (given_ != nullptr) given_->push_back(key);
   }
 
+  // A key that is also a --set key, checked by --set's table (settings.cpp):
+  // one range and one message, "KEY: VALUE is not ... in [MIN, MAX]",
+  // whichever way the value is given.
+  void setting(SimConfig& c, const toml::node& n, const std::string& key, double v) const {
+    std::string err;
+    if (!apply_setting(c, key, v, err, key)) fail(n, err);
+  }
+
   // ---------------------------------------------------------------- values
 
   [[noreturn]] void fail(const toml::node& n, const std::string& msg) const {
@@ -609,15 +628,25 @@ class Reader {
   }
 
   // A byte count: a whole number, or a string with a unit ("64KiB", "2 MiB",
-  // "1MB", "4096B").
+  // "1MB", "4096B"), at most 9e18.
   uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key,
                  bool zero_ok = false) const {
     const toml::node& n = need(t, section, key);
     const std::string what = dotted(section, key);
+    const double b = byte_count(n, what, zero_ok);
+    if (auto v = n.value_exact<int64_t>()) return static_cast<uint64_t>(*v);
+    // In range before the conversion (1e39 has no uint64_t).
+    if (!(b <= 9e18)) fail(n, what + ": '" + *n.value<std::string>() + "' is more than 9e18 bytes");
+    return static_cast<uint64_t>(b);
+  }
+
+  // bytes()'s count, whole, without its upper bound: the [queue] keys take
+  // --set's.
+  double byte_count(const toml::node& n, const std::string& what, bool zero_ok) const {
     if (auto v = n.value_exact<int64_t>()) {
       if (*v < 0 || (*v == 0 && !zero_ok))
         fail(n, what + (zero_ok ? ": must be >= 0" : ": must be > 0"));
-      return static_cast<uint64_t>(*v);
+      return static_cast<double>(*v);
     }
     const auto s = n.value<std::string>();
     if (!s) fail(n, what + ": expected a byte count (4096 or \"64KiB\")");
@@ -637,11 +666,9 @@ class Reader {
       if (unit == u) mult = m;
     if (!in || mult == 0 || (in >> rest) || !(v > 0 || (zero_ok && v == 0)))
       fail(n, what + ": '" + *s + "' is not a byte count (units B, KB, MB, GB, KiB, MiB, GiB)");
-    // In range before rounding (llround of 1e39 is undefined), and a
-    // positive count stays positive (0.4 B would round to 0).
-    const double b = v * mult;
-    if (!(b <= 9e18)) fail(n, what + ": '" + *s + "' is more than 9e18 bytes");
-    const auto r = static_cast<uint64_t>(std::llround(b));
+    // std::round, not llround: defined for any double (llround of 1e39 is
+    // not). A positive count stays positive (0.4 B would round to 0).
+    const double r = std::round(v * mult);
     if (r == 0 && v > 0) fail(n, what + ": '" + *s + "' is less than one byte");
     return r;
   }

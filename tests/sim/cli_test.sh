@@ -190,6 +190,23 @@ if [ ! -s rack_a-metaroce.pcap ] || [ -e rack ]; then
 fi
 cd "$here" || exit 1
 rm -rf "$cfg"
+# A [queue] byte key has --set's range and message in a file too: a file
+# took buffer_bytes up to 9e18, --set refused more than 1e12.
+big='queue.buffer_bytes: 2e\+12 is not an integer in \[1, 1e\+12\]$'
+sim_expect 2 "^metaroce-sim: --set $big" --set queue.buffer_bytes=2e12
+cfg=$(mktemp -d)
+printf '%s\n[queue]\nbuffer_bytes = "2000GB"\n[[workload]]\nkind = "permutation"\nbytes = 4096\n' \
+  "$small_topology" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:9:16: $big" --config "$cfg/t.toml"
+# An empty or blank name gave the report an empty first line: refused, as
+# an option's empty value is (without the key the name is "config").
+for n in '""' '" "'; do
+  printf 'name = %s\n%s\n[[workload]]\nkind = "permutation"\nbytes = 4096\n' "$n" \
+    "$small_topology" >"$cfg/t.toml"
+  sim_expect 2 "^metaroce-sim: $cfg/t.toml:1:8: name: empty or blank; give the report a name, or leave the key out for \"config\"\$" \
+    --config "$cfg/t.toml"
+done
+rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

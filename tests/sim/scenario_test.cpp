@@ -849,6 +849,47 @@ TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
             0u);
 }
 
+// A [queue] byte key is a --set key: one range and one message whichever
+// way it is given (settings.cpp). A file took buffer_bytes up to 9e18
+// where --set refused more than 1e12.
+TEST(ConfigFile, QueueBytesHaveSetsRangeAndMessage) {
+  const std::string q = "buffer_bytes = \"175KB\"";
+  for (const std::string key : {"buffer_bytes", "ecn_kmin", "ecn_kmax", "trim_allowance_bytes",
+                                "pfc_xoff_bytes", "pfc_xon_bytes"}) {
+    SimConfig c;
+    std::string set_err;
+    ASSERT_FALSE(apply_setting(c, "queue." + key + "=2e12", set_err));
+    ASSERT_EQ(set_err.rfind("--set ", 0), 0u) << set_err;
+    const std::string want = set_err.substr(6);  // "queue.KEY: 2e+12 is not an integer in [...]"
+    for (const std::string v : {"2000000000000", "\"2000GB\""}) {
+      const std::string got = refusal(replace(kSmall, q, key + " = " + v));
+      EXPECT_EQ(got, "t.toml:11:" + std::to_string(key.size() + 4) + ": " + want)
+          << (got.empty() ? "accepted" : "got: " + got);
+    }
+  }
+  // --set's bound itself, with or without a unit, is taken.
+  EXPECT_EQ(parse(replace(kSmall, q, "buffer_bytes = 1000000000000")).queue.buffer_bytes,
+            1'000'000'000'000u);
+  EXPECT_EQ(parse(replace(kSmall, q, "buffer_bytes = \"1000GB\"")).queue.buffer_bytes,
+            1'000'000'000'000u);
+  EXPECT_EQ(parse(replace(kSmall, q, "pfc_xoff_bytes = \"100KB\"")).queue.pfc_xoff_bytes, 100'000u);
+}
+
+// `name = ""` gave the report an empty first line and --pcap the file
+// "-metaroce.pcap". The documented default, "config", is for a file
+// without the key; an empty value is refused, as metaroce-sim refuses an
+// option's.
+TEST(ConfigFile, EmptyNameIsRefused) {
+  for (const std::string blank : {"\"\"", "\"   \"", "\"\\t\""}) {
+    EXPECT_EQ(refusal(replace(kSmall, "name = \"small\"", "name = " + blank)),
+              "t.toml:2:8: name: empty or blank; give the report a name, or leave the key out for "
+              "\"config\"")
+        << blank;
+  }
+  EXPECT_EQ(parse(replace(kSmall, "name = \"small\"\n", "")).name, "config");
+  EXPECT_EQ(parse(replace(kSmall, "name = \"small\"", "name = \" a \"")).name, " a ");
+}
+
 TEST(Settings, SetChangesExactlyTheNamedField) {
   SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
   std::string err;
