@@ -9,7 +9,8 @@
 # Then, against a server on loopback: one SIGINT keeps the client's result,
 # a plain write's server count, the --paths note, a read --bidir's
 # retransmissions named, the --bidir reverse count check, the progress
-# line's reverse rate and the server's summary lines.
+# line's reverse rate and the server's summary lines, progress stamps at a
+# sub-second --interval, and a reader that leaves early (exit 2, no SIGPIPE).
 #   cli_test.sh METAROCE_PERF
 set -u
 perf=$1
@@ -170,6 +171,29 @@ else
   check "write --bidir progress lines show a reverse rate: $(cat "$out/b.err")" \
     "$(grep -Eq '^\[ *2\.[0-9]s\].*reverse [0-9]+\.[0-9]+ Gb/s' "$out/b.err" &&
       ! grep -Eq 'reverse 0\.000 Gb/s' "$out/b.err"; echo $?)"
+  # --interval under 0.1 s: the progress lines' stamps carry its decimals
+  # (at 0.02 s they read [  0.0s], [  0.1s], ...).
+  timeout 30 "$perf" client "$addr" --op write --duration 0.5 --interval 0.02 --size 4096 \
+    >/dev/null 2>"$out/fine.err"
+  check "--interval 0.02: progress stamps with two decimals: $(head -3 "$out/fine.err")" \
+    "$([ "$(grep -c '^\[ *[0-9]*\.[0-9][0-9]s\] ' "$out/fine.err")" -ge 5 ] &&
+      ! grep -q '^\[ *[0-9]*\.[0-9]s\]' "$out/fine.err"; echo $?)"
+  # A reader that leaves early: the table and progress lines into head -1,
+  # and a --json report into a reader gone before it: the report is lost,
+  # exit 2 with one line that says so (the client died of SIGPIPE, 141).
+  { timeout 30 "$perf" client "$addr" --op write --duration 0.5 --interval 0.02 2>&1
+    echo $? >"$out/head.rc"; } | head -1 >"$out/head.out"
+  rc=$(cat "$out/head.rc")
+  check "a table and progress lines into head -1: exit $rc, first line $(cat "$out/head.out")" \
+    "$([ "$rc" -eq 2 ] && grep -q '^\[' "$out/head.out"; echo $?)"
+  { timeout 30 "$perf" client "$addr" --op write --iters 100 --interval 100 --json \
+    2>"$out/gone-reader.err"
+    echo $? >"$out/gone-reader.rc"; } | true
+  rc=$(cat "$out/gone-reader.rc")
+  check "--json into a reader already gone: exit $rc, stderr: $(cat "$out/gone-reader.err")" \
+    "$([ "$rc" -eq 2 ] && [ "$(wc -l <"$out/gone-reader.err")" -eq 1 ] &&
+      grep -q '^metaroce-perf client: the report could not be written to stdout' \
+        "$out/gone-reader.err"; echo $?)"
   # A report that cannot be written (a full disk): exit 2, not 0.
   expect_full 2 '^metaroce-perf client: the report could not be written to stdout' \
     timeout 30 "$perf" client "$addr" --op write --iters 100 --size 4096 --json
@@ -211,5 +235,23 @@ check "a server gone mid-run: exit $rc, the peer named, 8 paths with $on_paths o
     ! grep -q '"counters_note"' "$out/gone.json" &&
     [ -n "$sent" ] && [ -n "$bytes" ] && [ "$sent" -ge $((bytes / 8192)) ] &&
     [ "$on_paths" = "$sent" ]; echo $?)"
+# A server whose log's reader left (| head -1, to learn its port) serves on
+# and says so once on stderr (it died of SIGPIPE at its next line, the
+# client's "connection from").
+{ timeout 30 "$perf" server 127.0.0.1:0 --once --spin-us 0 2>"$out/logless.err"
+  echo $? >"$out/logless.rc"; } | head -1 >"$out/logless.first" &
+port=$(await_output "$out/logless.first" "$port_of_server")
+sleep 0.2  # head has gone
+timeout 30 "$perf" client "127.0.0.1:$port" --iters 100 >/dev/null 2>"$out/logless.client"
+rc=$?
+tries=100
+while [ ! -s "$out/logless.rc" ] && [ "$tries" -gt 0 ]; do
+  sleep 0.1
+  tries=$((tries - 1))
+done
+src=$(cat "$out/logless.rc" 2>/dev/null)
+check "a server whose log reader left: client exit $rc, server exit ${src:-none}: $(cat "$out/logless.err" "$out/logless.client")" \
+  "$([ "$rc" -eq 0 ] && [ "$src" = 0 ] &&
+    [ "$(grep -c 'its log could not be written to stdout: Broken pipe; serving on' "$out/logless.err")" -eq 1 ]; echo $?)"
 rm -rf "$out"
 finish

@@ -955,6 +955,104 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
       << out;
 }
 
+// A Hello the server's end refused (here as examples/udp_write's server
+// does: a receive of no bytes, for a WRITE_IMM's notice, and a 20-byte SEND
+// of its own) is reported as a rejection with its reason, at once: it read
+// "no answer from server", as if the server had been silent.
+TEST(PerfClient, AHelloTheServerRejectedIsNoSilence) {
+  using namespace std::chrono_literals;
+  udp::Error err;
+  auto foreign = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
+  ASSERT_TRUE(foreign) << err.message;
+  uint8_t where[20] = {1, 2, 3};
+  MemoryRegion where_mr;
+  ASSERT_FALSE(foreign->register_memory(where, sizeof(where), kAllAccess, where_mr));
+  foreign->start_progress_thread();
+  std::thread server([&] {
+    ConnId conn;
+    if (foreign->accept(5000ms, conn)) return;
+    (void)foreign->recv(conn, 1, nullptr, 0, 0);
+    (void)foreign->send(conn, 2, where, sizeof(where), where_mr.lkey);
+  });
+  ClientArgs a;
+  a.addr = foreign->local_address();
+  a.iters = 1;
+  a.tp.size = 64;
+  a.tp.qd = 1;
+  g_stop = 0;
+  testing::internal::CaptureStderr();
+  const auto t0 = Clock::now();
+  const int rc = run_client(a, small_common());
+  const auto took = Clock::now() - t0;
+  const std::string out = testing::internal::GetCapturedStderr();
+  server.join();
+  foreign->stop_progress_thread();
+  EXPECT_EQ(rc, kExitNothingRan);
+  EXPECT_NE(out.find("metaroce-perf client: server " + a.addr + " (peer " + a.addr + ", conn 0x"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(") rejected the Hello: kRemoteLengthError (" +
+                     std::string(status_text(Status::kRemoteLengthError)) +
+                     "): the receive it posted was shorter than the Hello's 112 bytes"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("no answer"), std::string::npos) << out;
+  EXPECT_EQ(out.find("control message failed"), std::string::npos) << out;  // said once
+  EXPECT_LT(took, 4s);  // the NAK's time, not the HelloAck's 5 s wait
+}
+
+// What each way a Hello goes unanswered reads as: "no answer" only where
+// the server was silent.
+TEST(PerfClient, HelloFailureTextSaysWhatHappened) {
+  const std::string who = "server h:1 (peer h:1, conn 0x5)";
+  HelloOutcome o;
+  o.why = "none within 5000 ms (connection established)";
+  EXPECT_EQ(hello_failure_text("h:1", "peer h:1, conn 0x5", o),
+            "no answer from " + who + ": none within 5000 ms (connection established)");
+  o.conn_state = "closed: ended with kPeerClosed (peer closed the connection)";
+  for (const CtrlWaitEnd end :
+       {CtrlWaitEnd{CtrlWaitEnd::Kind::kConnEnded, Status::kOk},
+        CtrlWaitEnd{CtrlWaitEnd::Kind::kCtrlFailed, Status::kFlushed},
+        CtrlWaitEnd{CtrlWaitEnd::Kind::kCtrlFailed, Status::kPeerUnreachable}}) {
+    o.end = end;
+    EXPECT_EQ(hello_failure_text("h:1", "peer h:1, conn 0x5", o),
+              who +
+                  " did not answer the Hello: the connection ended first (connection closed: "
+                  "ended with kPeerClosed (peer closed the connection))");
+  }
+  o.end = {CtrlWaitEnd::Kind::kCtrlFailed, Status::kRemoteInvalidRequest};
+  EXPECT_EQ(hello_failure_text("h:1", "peer h:1, conn 0x5", o),
+            who + " rejected the Hello: kRemoteInvalidRequest (" +
+                std::string(status_text(Status::kRemoteInvalidRequest)) + ")");
+  o.waited = true;
+  o.got.type = MsgType::kResult;
+  o.stray = 1;
+  o.stray_bytes = 20;
+  EXPECT_EQ(hello_failure_text("h:1", "peer h:1, conn 0x5", o),
+            who +
+                " answered the Hello with control message type 4, not a HelloAck; it sent 1 "
+                "message (20 bytes) that no metaroce-perf server sends before its HelloAck: "
+                "is another program listening at h:1?");
+}
+
+// Progress lines a sub-second --interval apart carry its decimals (they all
+// read [  0.0s] at 0.01 s); the default 1 s keeps its "[  2.0s]".
+TEST(PerfSession, ProgressStampsShowTheIntervalsDecimals) {
+  EXPECT_EQ(progress_decimals(1.0), 1);
+  EXPECT_EQ(progress_decimals(0.1), 1);
+  EXPECT_EQ(progress_decimals(2.5), 1);
+  EXPECT_EQ(progress_decimals(0.05), 2);
+  EXPECT_EQ(progress_decimals(0.07), 2);
+  EXPECT_EQ(progress_decimals(0.25), 2);
+  EXPECT_EQ(progress_decimals(0.001), 3);
+  EXPECT_EQ(progress_decimals(1.0 / 3), 6);
+  EXPECT_EQ(progress_decimals(1e-9), 6);
+  EXPECT_EQ(progress_stamp(2.0004, progress_decimals(1.0)), "[  2.0s]");
+  EXPECT_EQ(progress_stamp(0.0112, progress_decimals(0.01)), "[  0.01s]");
+  EXPECT_EQ(progress_stamp(0.1003, progress_decimals(0.05)), "[  0.10s]");
+  EXPECT_EQ(progress_stamp(123.4567, progress_decimals(0.001)), "[123.457s]");
+}
+
 // A client that finds no server says how long it waited and the option that
 // sets it, --connect-timeout-ms: a metaroce-perf user cannot set the library's
 // Options::engine.connect_attempts, which the driver's message names. A

@@ -185,10 +185,17 @@ int run_client(const ClientArgs& a, const Common& common) {
   Ctrl ack;
   // No silence limit: a server allocating GiB answers nothing meanwhile (the
   // Hello's own acknowledgement came first), and the wait allows for that.
-  if (!wait_ctrl(*ep, sink, nullptr, ack, ack_wait, kClientGivesUpAt, 0ms, &why) ||
-      ack.type != MsgType::kHelloAck) {
-    return not_started(a, "no answer from server " + a.addr + " (" + peer_and_conn(*ep, conn) +
-                              "): " + (why.empty() ? "not a HelloAck" : why));
+  HelloOutcome hello_end;
+  hello_end.waited = wait_ctrl(*ep, sink, nullptr, ack, ack_wait, kClientGivesUpAt, 0ms,
+                               &hello_end.why, &hello_end.end);
+  if (!hello_end.waited || ack.type != MsgType::kHelloAck) {
+    hello_end.got = ack;
+    hello_end.conn_state = conn_state_text(*ep, conn);
+    // Whatever else the ring took before the HelloAck: a metaroce-perf
+    // server sends nothing else first.
+    hello_end.stray = sink.next_seq;
+    hello_end.stray_bytes = sink.bytes;
+    return not_started(a, hello_failure_text(a.addr, peer_and_conn(*ep, conn), hello_end));
   }
   if (ack.refusal != 0) {
     return not_started(a, "server " + a.addr + " refused the test: " +
@@ -202,6 +209,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   const auto interval =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.interval));
   auto next_report = t0 + interval;
+  const int stamp_decimals = progress_decimals(a.interval);
   auto last_report = t0;
   uint64_t last_bytes = 0;
   // With --bidir the reverse load's payload bytes so far, as this end's
@@ -283,10 +291,10 @@ int run_client(const ClientArgs& a, const Common& common) {
       if (a.tp.bidir)
         std::snprintf(rev, sizeof(rev), "  reverse %.3f Gb/s",
                       dbl(reverse_bytes(cst) - last_reverse) * 8 / span / 1e9);
-      std::fprintf(stderr, "[%5.1fs] %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "%s\n", el,
-                   dbl(gen.bytes - last_bytes) * 8 / span / 1e9,
-                   dbl(gen.bytes - last_bytes) / double(a.tp.size) / span, cst.retransmissions,
-                   rev);
+      std::fprintf(
+          stderr, "%s %8.3f Gb/s  %9.0f msg/s  retx %" PRIu64 "%s\n",
+          progress_stamp(el, stamp_decimals).c_str(), dbl(gen.bytes - last_bytes) * 8 / span / 1e9,
+          dbl(gen.bytes - last_bytes) / double(a.tp.size) / span, cst.retransmissions, rev);
       last_bytes = gen.bytes;
       last_reverse = reverse_bytes(cst);
       last_report = now;

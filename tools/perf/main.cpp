@@ -42,6 +42,12 @@ using metaroce::perf::Common;
 using metaroce::perf::Op;
 
 int main(int argc, char** argv) {
+  // A reader that left early (`... --json | head -c 10`, a table or progress
+  // lines into `head -1`) killed the process with SIGPIPE, exit 141, on its
+  // next write. Ignored, the write fails with EPIPE instead: the client's
+  // report counts as lost (stdout_status, exit 2, as documented), a failed
+  // progress line is dropped, and a server serves on without its log.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"metaroce-perf: MetaRoCE over UDP throughput / latency"};
   app.require_subcommand(1);
   Common common;

@@ -3,8 +3,10 @@
 // reports the result back.
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
@@ -18,6 +20,20 @@ namespace {
 using namespace std::chrono_literals;
 using udp::Error;
 using udp::UdpEndpoint;
+
+// The log's lines on stdout. Its reader may go while the server serves on
+// (`server ... | head -1` to learn the port; SIGPIPE, ignored in main.cpp,
+// killed the server at its next line): say so once on stderr, then serve on.
+void flush_log() {
+  static bool noted = false;
+  errno = 0;
+  if ((std::fflush(stdout) == 0 && std::ferror(stdout) == 0) || noted) return;
+  noted = true;
+  const int e = errno;
+  std::fprintf(stderr,
+               "metaroce-perf server: its log could not be written to stdout%s%s; serving on\n",
+               e != 0 ? ": " : "", e != 0 ? std::strerror(e) : "");
+}
 
 // Closes the connection and drains its last completions (flushed receives,
 // control sends), so that the next test starts clean.
@@ -179,7 +195,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
   // endpoint opened; it used to print them whole, every test's together).
   const udp::IoStats io_at_start = ep.io_stats();
   std::printf("connection from %s\n", ep.peer_address(conn).c_str());
-  std::fflush(stdout);
+  flush_log();
   Sink sink;
   // One buffer for the Hello; the data ring is posted once the Hello says
   // what to expect (receive buffers are consumed in posting order).
@@ -405,7 +421,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
       std::printf("  reverse: %" PRIu64 " messages, %.3f Gb/s\n", res.rev_messages,
                   res.rev_ns ? dbl(res.rev_bytes) * 8.0 / dbl(res.rev_ns) : 0.0);
     print_io(io_since(ep.io_stats(), io_at_start), true);
-    std::fflush(stdout);
+    flush_log();
   }
   std::deque<ConnId> none;
   busy.finish(ep, next != nullptr ? *next : none);
@@ -441,7 +457,7 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       ep->local_address().c_str(), ep->entropy_min(), ep->entropy_max(),
       ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off",
       ep->uring_enabled() ? "on" : "off");
-  std::fflush(stdout);
+  flush_log();
   // Clients held while a test's client was quiet, served in the order they came.
   std::deque<ConnId> next;
   while (!g_stop) {

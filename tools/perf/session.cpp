@@ -146,21 +146,23 @@ uint64_t heard_from_peer(const ConnStats& s) {
 
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
                std::chrono::milliseconds to, int give_up_at, std::chrono::milliseconds silence,
-               std::string* why) {
+               std::string* why, CtrlWaitEnd* end) {
   const auto start = Clock::now();
   const auto deadline = start + to;
   uint64_t heard = 0;
   auto heard_at = start, checked_at = start;
-  const auto give_up = [&](const std::string& reason) {
+  using Kind = CtrlWaitEnd::Kind;
+  const auto give_up = [&](Kind kind, const std::string& reason, Status failed = Status::kOk) {
     if (why != nullptr) *why = reason;
+    if (end != nullptr) *end = {kind, failed};
     return false;
   };
   while (sink.ctrl.empty()) {
     const auto now = Clock::now();
-    if (g_stop >= give_up_at) return give_up("stopped by a signal");
+    if (g_stop >= give_up_at) return give_up(Kind::kSignal, "stopped by a signal");
     if (now > deadline)
-      return give_up("none within " + std::to_string(to.count()) + " ms (connection " +
-                     conn_state_text(ep, sink.conn) + ")");
+      return give_up(Kind::kTimeout, "none within " + std::to_string(to.count()) +
+                                         " ms (connection " + conn_state_text(ep, sink.conn) + ")");
     if (silence.count() != 0 && now - checked_at >= 10ms) {
       checked_at = now;
       ConnStats st{};
@@ -168,8 +170,9 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
         heard = heard_from_peer(st);
         heard_at = now;
       } else if (now - heard_at >= silence) {
-        return give_up("nothing heard from the peer for " + std::to_string(silence.count()) +
-                       " ms, the peer timeout: peer unreachable");
+        return give_up(Kind::kSilence, "nothing heard from the peer for " +
+                                           std::to_string(silence.count()) +
+                                           " ms, the peer timeout: peer unreachable");
       }
     }
     ep.progress();
@@ -179,20 +182,69 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
       if (sink.on_completion(cs[i])) continue;
       if (gen != nullptr && gen->on_completion(cs[i])) continue;
       if ((cs[i].wr_id & kCtrlWrId) != 0 && cs[i].status != Status::kOk) {
-        std::fprintf(stderr, "control message failed: %s\n",
-                     ep.completion_error(cs[i]).message.c_str());
-        return give_up("connection " + conn_state_text(ep, sink.conn, cs[i].status));
+        if (end == nullptr)
+          std::fprintf(stderr, "control message failed: %s\n",
+                       ep.completion_error(cs[i]).message.c_str());
+        return give_up(Kind::kCtrlFailed,
+                       "connection " + conn_state_text(ep, sink.conn, cs[i].status), cs[i].status);
       }
     }
     if (n == 0) {
       const auto st = ep.state(sink.conn);
       if (st == udp::ConnState::kError || st == udp::ConnState::kClosed)
-        return give_up("connection " + conn_state_text(ep, sink.conn));
+        return give_up(Kind::kConnEnded, "connection " + conn_state_text(ep, sink.conn));
     }
   }
   out = sink.ctrl.front();
   sink.ctrl.pop_front();
   return true;
+}
+
+std::string hello_failure_text(const std::string& addr, const std::string& peer_conn,
+                               const HelloOutcome& o) {
+  using Kind = CtrlWaitEnd::Kind;
+  const std::string who = "server " + addr + " (" + peer_conn + ")";
+  std::string text;
+  if (o.waited) {
+    text = who + " answered the Hello with control message type " +
+           std::to_string(static_cast<uint32_t>(o.got.type)) + ", not a HelloAck";
+  } else if (o.end.kind == Kind::kCtrlFailed &&
+             is_wire_nak_code(static_cast<uint8_t>(o.end.failed))) {
+    // The server's end refused the Hello itself (a fatal NAK): it was heard.
+    text = who + " rejected the Hello: " + std::string(status_name(o.end.failed)) + " (" +
+           std::string(status_text(o.end.failed)) + ")";
+    if (o.end.failed == Status::kRemoteLengthError)
+      text += ": the receive it posted was shorter than the Hello's " + std::to_string(kCtrlBytes) +
+              " bytes, which a metaroce-perf server's never is";
+  } else if (o.end.kind == Kind::kCtrlFailed || o.end.kind == Kind::kConnEnded) {
+    text = who + " did not answer the Hello: the connection ended first (connection " +
+           o.conn_state + ")";
+  } else {
+    // Silence, or the user's signal: nothing says the server did anything.
+    text = "no answer from " + who + ": " + o.why;
+  }
+  if (o.stray != 0)
+    text += "; it sent " + std::to_string(o.stray) + (o.stray == 1 ? " message" : " messages") +
+            " (" + std::to_string(o.stray_bytes) +
+            " bytes) that no metaroce-perf server sends before its HelloAck: is another program "
+            "listening at " +
+            addr + "?";
+  return text;
+}
+
+int progress_decimals(double interval) {
+  int d = 1;
+  for (double scaled = interval * 10;
+       d < 6 && std::abs(scaled - std::round(scaled)) > 1e-9 * std::max(1.0, scaled); scaled *= 10)
+    ++d;
+  return d;
+}
+
+std::string progress_stamp(double elapsed, int decimals) {
+  char buf[48];
+  // Three digits before the point, as "[%5.1fs]" had.
+  std::snprintf(buf, sizeof(buf), "[%*.*fs]", 4 + decimals, decimals, elapsed);
+  return buf;
 }
 
 PathReport path_report(const PathStats& p, size_t slot, size_t slots) {

@@ -129,10 +129,35 @@ udp::Error send_path_report(udp::UdpEndpoint& ep, ConnId conn, const PathReport&
 // answer whose request the peer acknowledged has nothing (a server killed
 // after the client's Done: the client waited out `to`, 10 s). `why`, when
 // given, says why it gave up: the connection's end, the silence, the time.
+// `end`, when given, says which of those it was, for a caller that words
+// it itself; a failed control message is then left to it (without `end` it
+// is printed on stderr).
+struct CtrlWaitEnd {
+  enum class Kind { kSignal, kTimeout, kSilence, kCtrlFailed, kConnEnded };
+  Kind kind = Kind::kTimeout;
+  Status failed = Status::kOk;  // kCtrlFailed: the failed control message's status
+};
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
                std::chrono::milliseconds to, int give_up_at = 1,
                std::chrono::milliseconds silence = std::chrono::milliseconds(0),
-               std::string* why = nullptr);
+               std::string* why = nullptr, CtrlWaitEnd* end = nullptr);
+// Why a client's Hello got no HelloAck, as its error says it. "no answer"
+// only for a server that stayed silent (or a signal); a Hello the server
+// refused at the transport (a NAK: its receive too short, say), a
+// connection that ended, a control message other than a HelloAck each say
+// so, as does data that no metaroce-perf server sends before its HelloAck
+// (`stray` messages, `stray_bytes` bytes: another program at that port).
+// All of these used to read "no answer from server".
+struct HelloOutcome {
+  bool waited = false;     // wait_ctrl returned a control message
+  Ctrl got;                // that message (waited)
+  CtrlWaitEnd end;         // otherwise how the wait ended
+  std::string why;         // and wait_ctrl's words for it
+  std::string conn_state;  // conn_state_text of the connection
+  uint64_t stray = 0, stray_bytes = 0;
+};
+std::string hello_failure_text(const std::string& addr, const std::string& peer_conn,
+                               const HelloOutcome& o);
 // Signals after which a client gives up waiting: the second.
 inline constexpr int kClientGivesUpAt = 2;
 
@@ -199,6 +224,12 @@ ForwardCount forward_count(const TestParams& tp, const Sink& data, const ConnSta
                            const Ctrl& done);
 
 int run_server(const std::string& addr, const Common& common, bool once);
+
+// Progress lines' timestamps: as many decimals as --interval has (at least
+// one, at most six), so that lines a sub-second interval apart do not all
+// read [0.0s]; the default 1 s keeps "[  2.0s]".
+int progress_decimals(double interval);
+std::string progress_stamp(double elapsed, int decimals);
 
 // The longest --duration or --interval, in seconds (11.6 days); far longer
 // ones (1e10, inf) overflowed the clock's duration and ran nothing.
