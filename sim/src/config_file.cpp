@@ -73,12 +73,9 @@ class Reader {
       if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
       c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
     }
-    if (auto mtu = opt_bytes(root, "", "mtu")) {
-      if (*mtu < kMinMtu || *mtu > kMaxMtu)
-        fail(*root.get("mtu"), "mtu: payload bytes per packet, " + std::to_string(kMinMtu) + ".." +
-                                   std::to_string(kMaxMtu) + " (got " + std::to_string(*mtu) + ")");
-      c.set_mtu(static_cast<uint32_t>(*mtu));
-    }
+    // --set's range and message, as the other byte keys that are --set keys.
+    if (root.contains("mtu"))
+      setting(c, *root.get("mtu"), "mtu", static_cast<double>(byte_count(*root.get("mtu"), "mtu")));
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) queue(table(root, "", "queue"), c);
     const toml::array& wl = array(root, "", "workload");
@@ -178,13 +175,13 @@ class Reader {
     // to 9e18 where --set stopped at 1e12). 0 allowed where --set allows
     // it: ecn_kmin 0 marks from an empty queue on, ecn_kmax 0 turns marking
     // off, trim_allowance_bytes 0 is headers only within the buffer.
-    queue_bytes(t, c, "buffer_bytes", false);
-    queue_bytes(t, c, "ecn_kmin", true);
-    queue_bytes(t, c, "ecn_kmax", true);
+    queue_bytes(t, c, "buffer_bytes");
+    queue_bytes(t, c, "ecn_kmin");
+    queue_bytes(t, c, "ecn_kmax");
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
-    queue_bytes(t, c, "trim_allowance_bytes", true);
+    queue_bytes(t, c, "trim_allowance_bytes");
     if (t.contains("priority_dscp")) {
       const uint32_t d = u32(t, "queue", "priority_dscp");
       if (d == 0 || d > kNoPriorityDscp)
@@ -194,8 +191,8 @@ class Reader {
     }
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
     // Absent: derived (--set's -1, which a file does not need).
-    queue_bytes(t, c, "pfc_xoff_bytes", true);
-    queue_bytes(t, c, "pfc_xon_bytes", true);
+    queue_bytes(t, c, "pfc_xoff_bytes");
+    queue_bytes(t, c, "pfc_xon_bytes");
     if (const std::string e = queue_spec_error(q); !e.empty()) {
       // Located at the key the message starts with ("queue.KEY (...").
       const std::string key = e.substr(6, e.find(' ') - 6);
@@ -203,11 +200,14 @@ class Reader {
     }
   }
 
-  void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key, bool zero_ok) const {
+  void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key) const {
     if (!t.contains(key)) return;
     const toml::node& n = *t.get(key);
     const std::string what = dotted("queue", key);
-    setting(c, n, what, byte_count(n, what, zero_ok));
+    const long double v = byte_count(n, what);
+    // --set's -1 (derived PFC thresholds) is a file's key left out.
+    if (v < 0) fail(n, what + ": must be >= 0");
+    setting(c, n, what, static_cast<double>(v));
   }
 
   void workload(const toml::table& t, SimConfig& c) {
@@ -627,27 +627,25 @@ class Reader {
     return SimTime{static_cast<uint64_t>(std::llround(*v * 1e6))};
   }
 
-  // A byte count: a whole number, or a string with a unit ("64KiB", "2 MiB",
-  // "1MB", "4096B"), at most 9e18.
-  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key,
-                 bool zero_ok = false) const {
+  // A workload's byte count: a number, or a string with a unit ("64KiB",
+  // "2 MiB", "1MB", "4096B"), in [1, kMaxFlowBytes], with the range check
+  // and message of --set and of a traffic matrix (flow_bytes_error).
+  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key) const {
     const toml::node& n = need(t, section, key);
     const std::string what = dotted(section, key);
-    const double b = byte_count(n, what, zero_ok);
-    if (auto v = n.value_exact<int64_t>()) return static_cast<uint64_t>(*v);
-    // In range before the conversion (1e39 has no uint64_t).
-    if (!(b <= 9e18)) fail(n, what + ": '" + *n.value<std::string>() + "' is more than 9e18 bytes");
+    const long double b = byte_count(n, what);
+    if (const std::string e = flow_bytes_error(what, b); !e.empty()) fail(n, e);
     return static_cast<uint64_t>(b);
   }
 
-  // bytes()'s count, whole, without its upper bound: the [queue] keys take
-  // --set's.
-  double byte_count(const toml::node& n, const std::string& what, bool zero_ok) const {
-    if (auto v = n.value_exact<int64_t>()) {
-      if (*v < 0 || (*v == 0 && !zero_ok))
-        fail(n, what + (zero_ok ? ": must be >= 0" : ": must be > 0"));
-      return static_cast<double>(*v);
-    }
+  // A byte count as written, for its key's range check (bytes(), or --set's
+  // for a key that is also a --set key): an integer exactly (long double
+  // holds every int64_t), a float as it is (9e18 is a whole number; 2.5 is
+  // refused by the range check as --set refuses it), a string with a unit
+  // rounded to whole bytes.
+  long double byte_count(const toml::node& n, const std::string& what) const {
+    if (auto v = n.value_exact<int64_t>()) return static_cast<long double>(*v);
+    if (n.is_floating_point()) return *n.value<double>();
     const auto s = n.value<std::string>();
     if (!s) fail(n, what + ": expected a byte count (4096 or \"64KiB\")");
     std::istringstream in(*s);
@@ -664,19 +662,13 @@ class Reader {
     double mult = 0;
     for (const auto& [u, m] : kUnits)
       if (unit == u) mult = m;
-    if (!in || mult == 0 || (in >> rest) || !(v > 0 || (zero_ok && v == 0)))
+    if (!in || mult == 0 || (in >> rest) || !(v >= 0))
       fail(n, what + ": '" + *s + "' is not a byte count (units B, KB, MB, GB, KiB, MiB, GiB)");
     // std::round, not llround: defined for any double (llround of 1e39 is
     // not). A positive count stays positive (0.4 B would round to 0).
     const double r = std::round(v * mult);
     if (r == 0 && v > 0) fail(n, what + ": '" + *s + "' is less than one byte");
     return r;
-  }
-
-  std::optional<uint64_t> opt_bytes(const toml::table& t, const std::string& section,
-                                    std::string_view key, bool zero_ok = false) const {
-    if (!t.contains(key)) return std::nullopt;
-    return bytes(t, section, key, zero_ok);
   }
 
   std::string source_;

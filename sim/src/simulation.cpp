@@ -445,10 +445,12 @@ double Simulation::compute_ideal_us() const {
   double ideal = 0;
   for (auto& flows : nic) {
     std::sort(flows.begin(), flows.end(), std::greater<>());
-    uint64_t from_s = 0;
+    // Summed in a double: 15 flows of a file's largest, 9e18 bytes, wrapped
+    // 64 bits (exact below 2^53, so every smaller scenario's ideal is as it was).
+    double from_s = 0;
     for (const auto& [s, bytes] : flows) {
-      from_s += bytes;
-      ideal = std::max(ideal, s.us() + static_cast<double>(from_s) * 8.0 / rate);
+      from_s += static_cast<double>(bytes);
+      ideal = std::max(ideal, s.us() + from_s * 8.0 / rate);
     }
   }
   // Dependent flows (ring collectives): the longest chain, each flow taking
