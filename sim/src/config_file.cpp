@@ -419,19 +419,72 @@ class Reader {
     }
   }
 
-  // `link = [A, B]`: node ids, or names "host N" and the fabric's switch
-  // tiers, as --list-links names them: "tor N", "agg N", "core N" on a
-  // fat-tree, "leaf N", "spine N" on a two-tier fabric (leaf-spine, rail);
-  // N counts within the tier.
+  // `link = [A, B]` or `[A, B, I]`: node ids, or names "host N" and the
+  // fabric's switch tiers, as --list-links names them: "tor N", "agg N",
+  // "core N" on a fat-tree, "leaf N", "spine N" on a two-tier fabric
+  // (leaf-spine, rail); N counts within the tier. A leaf-spine with
+  // links_per_spine > 1 joins a leaf and a spine by parallel links: I picks
+  // one, 0-based in edge order; [A, B] alone names the only link joining
+  // them, and is refused where several do (it took the first without a
+  // word, and a link_down of "the" link left the others up).
   uint32_t edge_between(const toml::table& t, const std::string& what, const TopoGraph& g) {
     const toml::array& a = array(t, "fault", "link");
-    if (a.size() != 2)
-      fail(*t.get("link"), what + ": fault.link: two nodes, e.g. [\"leaf 0\", \"spine 3\"]");
+    if (a.size() != 2 && a.size() != 3)
+      fail(*t.get("link"), what +
+                               ": fault.link: two nodes and an optional index, e.g. [\"leaf 0\", "
+                               "\"spine 3\"] or [\"leaf 0\", \"spine 3\", 1]");
     const uint32_t x = node_id(*a.get(0), what, g), y = node_id(*a.get(1), what, g);
+    std::vector<uint32_t> joining;
     for (uint32_t e = 0; e < g.edges.size(); ++e)
       if ((g.edges[e].a == x && g.edges[e].b == y) || (g.edges[e].a == y && g.edges[e].b == x))
-        return e;
-    fail(*t.get("link"), what + ": fault.link: no link joins these two nodes");
+        joining.push_back(e);
+    if (joining.empty()) fail(*t.get("link"), what + ": fault.link: no link joins these two nodes");
+    const std::string pair = node_name(g, x) + " and " + node_name(g, y);
+    const std::string edges = joining.size() == 1 ? "edge " + std::to_string(joining[0])
+                                                  : "edges " + std::to_string(joining.front()) +
+                                                        ".." + std::to_string(joining.back());
+    const std::string last = std::to_string(joining.size() - 1);
+    if (a.size() == 2) {
+      if (joining.size() > 1)
+        fail(*t.get("link"),
+             what + ": fault.link: " + pair + " are joined by " + std::to_string(joining.size()) +
+                 " parallel links (" + edges + "): name one as [\"" + node_name(g, x) + "\", \"" +
+                 node_name(g, y) + "\", I], I 0.." + last + " in edge order, or give edge = E");
+      return joining[0];
+    }
+    const toml::node& n = *a.get(2);
+    const auto i = n.value_exact<int64_t>();
+    if (!i || *i < 0)
+      fail(n, what +
+                  ": fault.link: the third element is a link's index among those joining the two "
+                  "nodes, a whole number >= 0");
+    if (static_cast<uint64_t>(*i) >= joining.size())
+      fail(n, what + ": fault.link: link " + std::to_string(*i) + " of " + pair +
+                  ": they are joined by " + std::to_string(joining.size()) +
+                  (joining.size() == 1 ? " link" : " links") + ", 0.." + last + " (" + edges + ")");
+    return joining[static_cast<size_t>(*i)];
+  }
+
+  // A node as a fault names it: "host 3", "leaf 0", "core 2".
+  static std::string node_name(const TopoGraph& g, uint32_t id) {
+    if (id < g.num_hosts) return "host " + std::to_string(id);
+    const uint32_t sw = id - g.num_hosts;
+    const uint8_t tier = g.switch_tier[sw];
+    const auto& tiers = tier_names(g);
+    const auto index = std::count(g.switch_tier.begin(), g.switch_tier.begin() + sw, tier);
+    return std::string(tiers[tier]) + " " + std::to_string(index);
+  }
+
+  // A fat-tree's tiers are ToR, aggregation and core switches; a two-tier
+  // fabric's leaves and spines.
+  static const std::vector<std::string_view>& tier_names(const TopoGraph& g) {
+    static const std::vector<std::string_view> kThree = {"tor", "agg", "core"};
+    static const std::vector<std::string_view> kTwo = {"leaf", "spine"};
+    return three_tiers(g) ? kThree : kTwo;
+  }
+  static bool three_tiers(const TopoGraph& g) {
+    return std::any_of(g.switch_tier.begin(), g.switch_tier.end(),
+                       [](uint8_t tier) { return tier >= 2; });
   }
 
   // The fabric's tiers and what each holds: "host 0..15, tor 0..7, agg
@@ -447,15 +500,13 @@ class Reader {
 
   uint32_t node_id(const toml::node& n, const std::string& what, const TopoGraph& g) {
     const uint32_t total = g.num_hosts + g.num_switches;
-    // A fat-tree's tiers are ToR, aggregation and core switches; a two-tier
-    // fabric's leaves and spines. A name of the other kind of fabric is
-    // refused: "agg 0" on a leaf-spine took spine 0 and "spine 0" on a
-    // fat-tree agg 0, without a word.
-    const bool three = std::any_of(g.switch_tier.begin(), g.switch_tier.end(),
-                                   [](uint8_t tier) { return tier >= 2; });
+    // A name of the other kind of fabric is refused: "agg 0" on a
+    // leaf-spine took spine 0 and "spine 0" on a fat-tree agg 0, without a
+    // word.
+    const bool three = three_tiers(g);
     static const std::vector<std::string_view> kThree = {"tor", "agg", "core"};
     static const std::vector<std::string_view> kTwo = {"leaf", "spine"};
-    const std::vector<std::string_view>& tiers = three ? kThree : kTwo;
+    const std::vector<std::string_view>& tiers = tier_names(g);
     const std::string fabric = "this fabric (" + g.name + ") has " + node_ranges(g, tiers);
     if (auto id = n.value_exact<int64_t>()) {
       if (*id < 0 || *id >= total)

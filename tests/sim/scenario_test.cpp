@@ -774,6 +774,66 @@ link = ["leaf 0", "spine 1"]
   }
 }
 
+// With links_per_spine > 1 a leaf and a spine are joined by several links,
+// and `link = [A, B]` took the first of them without a word: a link_down of
+// "the" leaf-spine link left the others carrying the traffic. A third
+// element names one, 0-based in edge order; [A, B] alone names the only
+// link joining A and B and is refused where there are several.
+TEST(ConfigFile, ParallelLinksAreNamedByTheirIndex) {
+  const std::string ls = R"(
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 4
+spines = 2
+links_per_spine = 3
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "permutation"
+bytes = 4096
+[[fault]]
+kind = "link_down"
+link = ["leaf 0", "spine 1", 2]
+)";
+  // 8 host links, then leaf 0's: spine 0 on edges 8-10, spine 1 on 11-13.
+  const std::string ab = "link = [\"leaf 0\", \"spine 1\", 2]";
+  EXPECT_EQ(parse(ls).faults.at(0).edge, 13u);
+  EXPECT_EQ(parse(replace(ls, ab, "link = [\"spine 1\", \"leaf 0\", 0]")).faults.at(0).edge, 11u);
+  EXPECT_EQ(parse(replace(ls, ab, "link = [11, 8, 1]")).faults.at(0).edge, 12u);  // node ids
+  // One link between them: [A, B] as before, and index 0 is it.
+  const std::string one = replace(ls, "links_per_spine = 3\n", "");
+  EXPECT_EQ(parse(replace(one, ab, "link = [\"leaf 0\", \"spine 1\"]")).faults.at(0).edge, 9u);
+  EXPECT_EQ(parse(replace(one, ab, "link = [\"leaf 0\", \"spine 1\", 0]")).faults.at(0).edge, 9u);
+  EXPECT_EQ(parse(replace(one, ab, "link = [\"host 3\", \"leaf 0\", 0]")).faults.at(0).edge, 3u);
+  const std::pair<std::string, std::string> bad[] = {
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\"]"),
+       "t.toml:15:8: fault 0 (link_down): fault.link: leaf 0 and spine 1 are joined by 3 parallel "
+       "links (edges 11..13): name one as [\"leaf 0\", \"spine 1\", I], I 0..2 in edge order, or "
+       "give edge = E"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", 3]"),
+       "t.toml:15:30: fault 0 (link_down): fault.link: link 3 of leaf 0 and spine 1: they are "
+       "joined by 3 links, 0..2 (edges 11..13)"},
+      {replace(one, ab, "link = [\"leaf 0\", \"spine 1\", 1]"),
+       "t.toml:14:30: fault 0 (link_down): fault.link: link 1 of leaf 0 and spine 1: they are "
+       "joined by 1 link, 0..0 (edge 9)"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", -1]"),
+       "t.toml:15:30: fault 0 (link_down): fault.link: the third element is a link's index among "
+       "those joining the two nodes, a whole number >= 0"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", \"1\"]"),
+       "fault.link: the third element is a link's index"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", 1, 2]"),
+       "fault.link: two nodes and an optional index"},
+      {replace(ls, ab, "link = [\"leaf 0\"]"), "fault.link: two nodes and an optional index"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"leaf 1\", 0]"), "fault.link: no link joins"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string got = refusal(text);
+    EXPECT_NE(got.find(want), std::string::npos)
+        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
+  }
+}
+
 // A link's link_down and link_up faults alternate, from up, in the order they
 // act. A link_up written before its link_down (or a second link_down) did
 // nothing, and the link stayed down for the rest of the run.
