@@ -753,14 +753,18 @@ std::string Report::to_text(bool timing) const {
   }
   s += "\n";
   if (!per_path.empty()) {
-    s += "  per path slot (data packets / retx / CE / timeouts):";
+    // The JSON's six counts: losses and retirements tell a lossy path from
+    // a slow one.
+    s += "  per path slot (data packets / retx / CE / losses / timeouts / retirements):";
     for (size_t i = 0; i < per_path.size(); ++i) {
       const PathSlotTotals& p = per_path[i];
-      std::snprintf(b, sizeof b, "%s %zu: %llu/%llu/%llu/%llu", i == 0 ? "" : ",", i,
+      std::snprintf(b, sizeof b, "%s %zu: %llu/%llu/%llu/%llu/%llu/%llu", i == 0 ? "" : ",", i,
                     static_cast<unsigned long long>(p.packets_sent),
                     static_cast<unsigned long long>(p.retransmissions),
                     static_cast<unsigned long long>(p.ce_marks),
-                    static_cast<unsigned long long>(p.timeouts));
+                    static_cast<unsigned long long>(p.losses),
+                    static_cast<unsigned long long>(p.timeouts),
+                    static_cast<unsigned long long>(p.retirements));
       s += b;
     }
     s += "\n";

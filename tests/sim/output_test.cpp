@@ -480,5 +480,23 @@ TEST(Report, PortKindsAreNamedByTheFabricsTiers) {
   EXPECT_NE(r.to_text(false).find(", core_down "), std::string::npos);
 }
 
+// The text report's per-path line carries the six counts the JSON's
+// per_path does (docs/sim/README.md, "Report fields"): it left out losses
+// and retirements, the counts that tell a lossy path from a slow one.
+TEST(Report, TextPerPathLineHasEveryCountOfTheJson) {
+  Report r;
+  r.per_path = {{1, 2, 3, 4, 5, 6}, {10, 20, 30, 40, 50, 60}};
+  const std::string text = r.to_text(false);
+  EXPECT_NE(text.find("  per path slot (data packets / retx / CE / losses / timeouts / "
+                      "retirements): 0: 1/2/3/4/5/6, 1: 10/20/30/40/50/60\n"),
+            std::string::npos)
+      << text;
+  const std::string json = r.to_json(false);
+  EXPECT_NE(json.find("{\"slot\": 1, \"packets_sent\": 10, \"retransmissions\": 20, "
+                      "\"ce_marks\": 30, \"losses\": 40, \"timeouts\": 50, \"retirements\": 60}"),
+            std::string::npos)
+      << json;
+}
+
 }  // namespace
 }  // namespace metaroce::sim
