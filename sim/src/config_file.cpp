@@ -69,10 +69,9 @@ class Reader {
            "name: empty or blank; give the report a name, or leave the key out for \"config\"");
     if (auto ms = opt_number(root, "", "time_limit_ms"))
       setting(c, *root.get("time_limit_ms"), "time_limit_ms", *ms);
-    if (auto us = opt_number(root, "", "reroute_us")) {
-      if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
-      c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
-    }
+    // --set's range and message, -1 (never) included.
+    if (auto us = opt_number(root, "", "reroute_us"))
+      setting(c, *root.get("reroute_us"), "reroute_us", *us);
     // --set's range and message, as the other byte keys that are --set keys.
     if (root.contains("mtu"))
       setting(c, *root.get("mtu"), "mtu", static_cast<double>(byte_count(*root.get("mtu"), "mtu")));

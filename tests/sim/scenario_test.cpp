@@ -310,6 +310,9 @@ TEST(ConfigFile, ParsesEverySection) {
   const std::string rerouting =
       replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nreroute_us = 250\n");
   EXPECT_EQ(parse(rerouting).reroute_after, SimTime::from_us(250));
+  // -1 turns it off, as on --set (docs/sim/README.md's table): it was refused.
+  EXPECT_EQ(parse(replace(rerouting, "reroute_us = 250", "reroute_us = -1")).reroute_after,
+            SimTime::never());
   EXPECT_EQ(c.topo.num_hosts, 16u);
   EXPECT_EQ(c.topo.edges.back().spec.delay, SimTime::from_ns(500));
   EXPECT_EQ(c.queue.buffer_bytes, 175'000u);
@@ -612,8 +615,12 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "\"core 0\"", "\"core 2\""), "fault.link: no link joins"},
       {replace(s, "\"core 0\"", "\"router 0\""), "unknown node kind 'router'"},
       {replace(s, "drop = 0.02", "drop = 0.02\nrate_gbps = 3"), "not used by kind 'gray'"},
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -1"),
-       "reroute_us: [0, 1e9]"},
+      // --set's range and message (the file's own was [0, 1e9], and the
+      // table's "-1 turns it off" was refused)
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -2"),
+       "t.toml:4:14: reroute_us: -2 is not a value in [-1, 1e+09]"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = 2e9"),
+       "t.toml:4:14: reroute_us: 2e+09 is not a value in [-1, 1e+09]"},
       {replace(s, "at_us = 30", "at_us = -30"), "at_us: expected a number of microseconds >= 0"},
       // the ranges --set and metaroce-sim's options check (settings.cpp)
       {replace(s, "time_limit_ms = 20", "time_limit_ms = 2e10"),
