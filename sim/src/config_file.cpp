@@ -69,16 +69,12 @@ class Reader {
            "name: empty or blank; give the report a name, or leave the key out for \"config\"");
     if (auto ms = opt_number(root, "", "time_limit_ms"))
       setting(c, *root.get("time_limit_ms"), "time_limit_ms", *ms);
-    if (auto us = opt_number(root, "", "reroute_us")) {
-      if (!(*us >= 0 && *us <= 1e9)) fail(*root.get("reroute_us"), "reroute_us: [0, 1e9]");
-      c.reroute_after = SimTime{static_cast<uint64_t>(*us * 1e6)};
-    }
-    if (auto mtu = opt_bytes(root, "", "mtu")) {
-      if (*mtu < kMinMtu || *mtu > kMaxMtu)
-        fail(*root.get("mtu"), "mtu: payload bytes per packet, " + std::to_string(kMinMtu) + ".." +
-                                   std::to_string(kMaxMtu) + " (got " + std::to_string(*mtu) + ")");
-      c.set_mtu(static_cast<uint32_t>(*mtu));
-    }
+    // --set's range and message, -1 (never) included.
+    if (auto us = opt_number(root, "", "reroute_us"))
+      setting(c, *root.get("reroute_us"), "reroute_us", *us);
+    // --set's range and message, as the other byte keys that are --set keys.
+    if (root.contains("mtu"))
+      setting(c, *root.get("mtu"), "mtu", static_cast<double>(byte_count(*root.get("mtu"), "mtu")));
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) queue(table(root, "", "queue"), c);
     const toml::array& wl = array(root, "", "workload");
@@ -178,13 +174,13 @@ class Reader {
     // to 9e18 where --set stopped at 1e12). 0 allowed where --set allows
     // it: ecn_kmin 0 marks from an empty queue on, ecn_kmax 0 turns marking
     // off, trim_allowance_bytes 0 is headers only within the buffer.
-    queue_bytes(t, c, "buffer_bytes", false);
-    queue_bytes(t, c, "ecn_kmin", true);
-    queue_bytes(t, c, "ecn_kmax", true);
+    queue_bytes(t, c, "buffer_bytes");
+    queue_bytes(t, c, "ecn_kmin");
+    queue_bytes(t, c, "ecn_kmax");
     q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
-    queue_bytes(t, c, "trim_allowance_bytes", true);
+    queue_bytes(t, c, "trim_allowance_bytes");
     if (t.contains("priority_dscp")) {
       const uint32_t d = u32(t, "queue", "priority_dscp");
       if (d == 0 || d > kNoPriorityDscp)
@@ -194,8 +190,8 @@ class Reader {
     }
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
     // Absent: derived (--set's -1, which a file does not need).
-    queue_bytes(t, c, "pfc_xoff_bytes", true);
-    queue_bytes(t, c, "pfc_xon_bytes", true);
+    queue_bytes(t, c, "pfc_xoff_bytes");
+    queue_bytes(t, c, "pfc_xon_bytes");
     if (const std::string e = queue_spec_error(q); !e.empty()) {
       // Located at the key the message starts with ("queue.KEY (...").
       const std::string key = e.substr(6, e.find(' ') - 6);
@@ -203,11 +199,14 @@ class Reader {
     }
   }
 
-  void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key, bool zero_ok) const {
+  void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key) const {
     if (!t.contains(key)) return;
     const toml::node& n = *t.get(key);
     const std::string what = dotted("queue", key);
-    setting(c, n, what, byte_count(n, what, zero_ok));
+    const long double v = byte_count(n, what);
+    // --set's -1 (derived PFC thresholds) is a file's key left out.
+    if (v < 0) fail(n, what + ": must be >= 0");
+    setting(c, n, what, static_cast<double>(v));
   }
 
   void workload(const toml::table& t, SimConfig& c) {
@@ -419,19 +418,72 @@ class Reader {
     }
   }
 
-  // `link = [A, B]`: node ids, or names "host N" and the fabric's switch
-  // tiers, as --list-links names them: "tor N", "agg N", "core N" on a
-  // fat-tree, "leaf N", "spine N" on a two-tier fabric (leaf-spine, rail);
-  // N counts within the tier.
+  // `link = [A, B]` or `[A, B, I]`: node ids, or names "host N" and the
+  // fabric's switch tiers, as --list-links names them: "tor N", "agg N",
+  // "core N" on a fat-tree, "leaf N", "spine N" on a two-tier fabric
+  // (leaf-spine, rail); N counts within the tier. A leaf-spine with
+  // links_per_spine > 1 joins a leaf and a spine by parallel links: I picks
+  // one, 0-based in edge order; [A, B] alone names the only link joining
+  // them, and is refused where several do (it took the first without a
+  // word, and a link_down of "the" link left the others up).
   uint32_t edge_between(const toml::table& t, const std::string& what, const TopoGraph& g) {
     const toml::array& a = array(t, "fault", "link");
-    if (a.size() != 2)
-      fail(*t.get("link"), what + ": fault.link: two nodes, e.g. [\"leaf 0\", \"spine 3\"]");
+    if (a.size() != 2 && a.size() != 3)
+      fail(*t.get("link"), what +
+                               ": fault.link: two nodes and an optional index, e.g. [\"leaf 0\", "
+                               "\"spine 3\"] or [\"leaf 0\", \"spine 3\", 1]");
     const uint32_t x = node_id(*a.get(0), what, g), y = node_id(*a.get(1), what, g);
+    std::vector<uint32_t> joining;
     for (uint32_t e = 0; e < g.edges.size(); ++e)
       if ((g.edges[e].a == x && g.edges[e].b == y) || (g.edges[e].a == y && g.edges[e].b == x))
-        return e;
-    fail(*t.get("link"), what + ": fault.link: no link joins these two nodes");
+        joining.push_back(e);
+    if (joining.empty()) fail(*t.get("link"), what + ": fault.link: no link joins these two nodes");
+    const std::string pair = node_name(g, x) + " and " + node_name(g, y);
+    const std::string edges = joining.size() == 1 ? "edge " + std::to_string(joining[0])
+                                                  : "edges " + std::to_string(joining.front()) +
+                                                        ".." + std::to_string(joining.back());
+    const std::string last = std::to_string(joining.size() - 1);
+    if (a.size() == 2) {
+      if (joining.size() > 1)
+        fail(*t.get("link"),
+             what + ": fault.link: " + pair + " are joined by " + std::to_string(joining.size()) +
+                 " parallel links (" + edges + "): name one as [\"" + node_name(g, x) + "\", \"" +
+                 node_name(g, y) + "\", I], I 0.." + last + " in edge order, or give edge = E");
+      return joining[0];
+    }
+    const toml::node& n = *a.get(2);
+    const auto i = n.value_exact<int64_t>();
+    if (!i || *i < 0)
+      fail(n, what +
+                  ": fault.link: the third element is a link's index among those joining the two "
+                  "nodes, a whole number >= 0");
+    if (static_cast<uint64_t>(*i) >= joining.size())
+      fail(n, what + ": fault.link: link " + std::to_string(*i) + " of " + pair +
+                  ": they are joined by " + std::to_string(joining.size()) +
+                  (joining.size() == 1 ? " link" : " links") + ", 0.." + last + " (" + edges + ")");
+    return joining[static_cast<size_t>(*i)];
+  }
+
+  // A node as a fault names it: "host 3", "leaf 0", "core 2".
+  static std::string node_name(const TopoGraph& g, uint32_t id) {
+    if (id < g.num_hosts) return "host " + std::to_string(id);
+    const uint32_t sw = id - g.num_hosts;
+    const uint8_t tier = g.switch_tier[sw];
+    const auto& tiers = tier_names(g);
+    const auto index = std::count(g.switch_tier.begin(), g.switch_tier.begin() + sw, tier);
+    return std::string(tiers[tier]) + " " + std::to_string(index);
+  }
+
+  // A fat-tree's tiers are ToR, aggregation and core switches; a two-tier
+  // fabric's leaves and spines.
+  static const std::vector<std::string_view>& tier_names(const TopoGraph& g) {
+    static const std::vector<std::string_view> kThree = {"tor", "agg", "core"};
+    static const std::vector<std::string_view> kTwo = {"leaf", "spine"};
+    return three_tiers(g) ? kThree : kTwo;
+  }
+  static bool three_tiers(const TopoGraph& g) {
+    return std::any_of(g.switch_tier.begin(), g.switch_tier.end(),
+                       [](uint8_t tier) { return tier >= 2; });
   }
 
   // The fabric's tiers and what each holds: "host 0..15, tor 0..7, agg
@@ -447,15 +499,13 @@ class Reader {
 
   uint32_t node_id(const toml::node& n, const std::string& what, const TopoGraph& g) {
     const uint32_t total = g.num_hosts + g.num_switches;
-    // A fat-tree's tiers are ToR, aggregation and core switches; a two-tier
-    // fabric's leaves and spines. A name of the other kind of fabric is
-    // refused: "agg 0" on a leaf-spine took spine 0 and "spine 0" on a
-    // fat-tree agg 0, without a word.
-    const bool three = std::any_of(g.switch_tier.begin(), g.switch_tier.end(),
-                                   [](uint8_t tier) { return tier >= 2; });
+    // A name of the other kind of fabric is refused: "agg 0" on a
+    // leaf-spine took spine 0 and "spine 0" on a fat-tree agg 0, without a
+    // word.
+    const bool three = three_tiers(g);
     static const std::vector<std::string_view> kThree = {"tor", "agg", "core"};
     static const std::vector<std::string_view> kTwo = {"leaf", "spine"};
-    const std::vector<std::string_view>& tiers = three ? kThree : kTwo;
+    const std::vector<std::string_view>& tiers = tier_names(g);
     const std::string fabric = "this fabric (" + g.name + ") has " + node_ranges(g, tiers);
     if (auto id = n.value_exact<int64_t>()) {
       if (*id < 0 || *id >= total)
@@ -627,27 +677,25 @@ class Reader {
     return SimTime{static_cast<uint64_t>(std::llround(*v * 1e6))};
   }
 
-  // A byte count: a whole number, or a string with a unit ("64KiB", "2 MiB",
-  // "1MB", "4096B"), at most 9e18.
-  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key,
-                 bool zero_ok = false) const {
+  // A workload's byte count: a number, or a string with a unit ("64KiB",
+  // "2 MiB", "1MB", "4096B"), in [1, kMaxFlowBytes], with the range check
+  // and message of --set and of a traffic matrix (flow_bytes_error).
+  uint64_t bytes(const toml::table& t, const std::string& section, std::string_view key) const {
     const toml::node& n = need(t, section, key);
     const std::string what = dotted(section, key);
-    const double b = byte_count(n, what, zero_ok);
-    if (auto v = n.value_exact<int64_t>()) return static_cast<uint64_t>(*v);
-    // In range before the conversion (1e39 has no uint64_t).
-    if (!(b <= 9e18)) fail(n, what + ": '" + *n.value<std::string>() + "' is more than 9e18 bytes");
+    const long double b = byte_count(n, what);
+    if (const std::string e = flow_bytes_error(what, b); !e.empty()) fail(n, e);
     return static_cast<uint64_t>(b);
   }
 
-  // bytes()'s count, whole, without its upper bound: the [queue] keys take
-  // --set's.
-  double byte_count(const toml::node& n, const std::string& what, bool zero_ok) const {
-    if (auto v = n.value_exact<int64_t>()) {
-      if (*v < 0 || (*v == 0 && !zero_ok))
-        fail(n, what + (zero_ok ? ": must be >= 0" : ": must be > 0"));
-      return static_cast<double>(*v);
-    }
+  // A byte count as written, for its key's range check (bytes(), or --set's
+  // for a key that is also a --set key): an integer exactly (long double
+  // holds every int64_t), a float as it is (9e18 is a whole number; 2.5 is
+  // refused by the range check as --set refuses it), a string with a unit
+  // rounded to whole bytes.
+  long double byte_count(const toml::node& n, const std::string& what) const {
+    if (auto v = n.value_exact<int64_t>()) return static_cast<long double>(*v);
+    if (n.is_floating_point()) return *n.value<double>();
     const auto s = n.value<std::string>();
     if (!s) fail(n, what + ": expected a byte count (4096 or \"64KiB\")");
     std::istringstream in(*s);
@@ -664,19 +712,13 @@ class Reader {
     double mult = 0;
     for (const auto& [u, m] : kUnits)
       if (unit == u) mult = m;
-    if (!in || mult == 0 || (in >> rest) || !(v > 0 || (zero_ok && v == 0)))
+    if (!in || mult == 0 || (in >> rest) || !(v >= 0))
       fail(n, what + ": '" + *s + "' is not a byte count (units B, KB, MB, GB, KiB, MiB, GiB)");
     // std::round, not llround: defined for any double (llround of 1e39 is
     // not). A positive count stays positive (0.4 B would round to 0).
     const double r = std::round(v * mult);
     if (r == 0 && v > 0) fail(n, what + ": '" + *s + "' is less than one byte");
     return r;
-  }
-
-  std::optional<uint64_t> opt_bytes(const toml::table& t, const std::string& section,
-                                    std::string_view key, bool zero_ok = false) const {
-    if (!t.contains(key)) return std::nullopt;
-    return bytes(t, section, key, zero_ok);
   }
 
   std::string source_;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <map>
 #include <string_view>
+#include <utility>
 
 #include "metaroce/sim/output.hpp"
 
@@ -66,11 +68,18 @@ const char* tier_name(const TopoGraph& g, bool three, uint32_t sw) {
   return t < 2 ? kTwo[t] : "switch";
 }
 
-// One end of edge e with its switch tier: "sw:0:2 [tor]", "host:3".
+// One end of edge e with its switch as a fault's `link` names it, the tier
+// and the index within it: "sw:8:2 [agg 0]", "host:3". The tier alone
+// ("[agg]") left the user to count a fault's "agg N" from sw:S.
 std::string end_with_tier(const TopoGraph& g, bool three, uint32_t e, bool b_side) {
   std::string n = link_end_name(g, e, b_side);
   const uint32_t node = b_side ? g.edges[e].b : g.edges[e].a;
-  if (node >= g.num_hosts) n += std::string(" [") + tier_name(g, three, node - g.num_hosts) + "]";
+  if (node >= g.num_hosts) {
+    const uint32_t sw = node - g.num_hosts;
+    const auto in_tier = std::count(g.switch_tier.begin(), g.switch_tier.begin() + sw,
+                                    sw < g.switch_tier.size() ? g.switch_tier[sw] : 0);
+    n += std::string(" [") + tier_name(g, three, sw) + " " + std::to_string(in_tier) + "]";
+  }
   return n;
 }
 
@@ -162,13 +171,24 @@ std::string list_links(const TopoGraph& g) {
       "sw:S:P[-out|-in])\n";
   char b[256];
   const bool three = three_tiers(g);
+  // Parallel links (a leaf-spine's links_per_spine > 1) are told apart by
+  // their index among the links joining the same two nodes: a fault's
+  // `link = [A, B, I]`.
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> joining, seen;
+  const auto ends = [&](uint32_t e) -> std::pair<uint32_t, uint32_t> {
+    return std::minmax(g.edges[e].a, g.edges[e].b);
+  };
+  for (uint32_t e = 0; e < g.edges.size(); ++e) ++joining[ends(e)];
   for (uint32_t e = 0; e < g.edges.size(); ++e) {
     const auto& ed = g.edges[e];
-    std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us\n", e,
+    std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us", e,
                   end_with_tier(g, three, e, false).c_str(),
                   end_with_tier(g, three, e, true).c_str(),
                   static_cast<double>(ed.spec.rate_mbps) / 1000.0, ed.spec.delay.us());
     s += b;
+    if (const uint32_t n = joining[ends(e)]; n > 1)
+      s += "  (parallel link " + std::to_string(seen[ends(e)]++) + " of " + std::to_string(n) + ")";
+    s += "\n";
   }
   return s;
 }

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <iomanip>
+#include <limits>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -236,22 +239,35 @@ std::span<const Setting> table() {
 
 }  // namespace
 
+std::string range_error(std::string_view what, long double value, double min, double max,
+                        bool integer) {
+  if (std::isfinite(value) && value >= min && value <= max &&
+      (!integer || value == std::floor(value)))
+    return {};
+  std::ostringstream o;
+  o << value;
+  // Six digits may round a value past a bound onto it, or a fraction onto a
+  // whole number ("9e+18" for 9e18 + 1, "1e+12" for 1e12 + 0.5): a message
+  // that calls the bound out of range. Then every digit.
+  const long double shown = std::strtold(o.str().c_str(), nullptr);
+  if (std::isfinite(value) && shown >= min && shown <= max &&
+      (!integer || shown == std::floor(shown))) {
+    o.str("");
+    o << std::setprecision(std::numeric_limits<long double>::digits10 + 2) << value;
+  }
+  std::ostringstream m;
+  m << what << ": " << o.str() << " is not " << (integer ? "an integer " : "a value ") << "in ["
+    << min << ", " << max << "]";
+  return m.str();
+}
+
 bool apply_setting(SimConfig& cfg, std::string_view key, double value, std::string& err,
                    std::string_view option) {
   for (const Setting& s : table()) {
     if (key != s.key) continue;
-    if (!std::isfinite(value) || value < s.min || value > s.max ||
-        (s.integer && value != std::floor(value))) {
-      std::ostringstream o;
-      if (option.empty())
-        o << "--set " << key;
-      else
-        o << option;
-      o << ": " << value << " is not " << (s.integer ? "an integer " : "a value ") << "in ["
-        << s.min << ", " << s.max << "]";
-      err = o.str();
-      return false;
-    }
+    err = range_error(option.empty() ? "--set " + std::string(key) : std::string(option), value,
+                      s.min, s.max, s.integer);
+    if (!err.empty()) return false;
     s.set(cfg, value);
     return true;
   }

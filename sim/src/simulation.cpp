@@ -445,10 +445,12 @@ double Simulation::compute_ideal_us() const {
   double ideal = 0;
   for (auto& flows : nic) {
     std::sort(flows.begin(), flows.end(), std::greater<>());
-    uint64_t from_s = 0;
+    // Summed in a double: 15 flows of a file's largest, 9e18 bytes, wrapped
+    // 64 bits (exact below 2^53, so every smaller scenario's ideal is as it was).
+    double from_s = 0;
     for (const auto& [s, bytes] : flows) {
-      from_s += bytes;
-      ideal = std::max(ideal, s.us() + static_cast<double>(from_s) * 8.0 / rate);
+      from_s += static_cast<double>(bytes);
+      ideal = std::max(ideal, s.us() + from_s * 8.0 / rate);
     }
   }
   // Dependent flows (ring collectives): the longest chain, each flow taking
@@ -751,14 +753,18 @@ std::string Report::to_text(bool timing) const {
   }
   s += "\n";
   if (!per_path.empty()) {
-    s += "  per path slot (data packets / retx / CE / timeouts):";
+    // The JSON's six counts: losses and retirements tell a lossy path from
+    // a slow one.
+    s += "  per path slot (data packets / retx / CE / losses / timeouts / retirements):";
     for (size_t i = 0; i < per_path.size(); ++i) {
       const PathSlotTotals& p = per_path[i];
-      std::snprintf(b, sizeof b, "%s %zu: %llu/%llu/%llu/%llu", i == 0 ? "" : ",", i,
+      std::snprintf(b, sizeof b, "%s %zu: %llu/%llu/%llu/%llu/%llu/%llu", i == 0 ? "" : ",", i,
                     static_cast<unsigned long long>(p.packets_sent),
                     static_cast<unsigned long long>(p.retransmissions),
                     static_cast<unsigned long long>(p.ce_marks),
-                    static_cast<unsigned long long>(p.timeouts));
+                    static_cast<unsigned long long>(p.losses),
+                    static_cast<unsigned long long>(p.timeouts),
+                    static_cast<unsigned long long>(p.retirements));
       s += b;
     }
     s += "\n";

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <istream>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
 
 #include "metaroce/sim/rng.hpp"
+#include "metaroce/sim/settings.hpp"
 
 namespace metaroce::sim {
 namespace {
@@ -179,6 +181,10 @@ bool plain_decimal(const std::string& t, double& v) {
 
 }  // namespace
 
+std::string flow_bytes_error(std::string_view what, long double bytes) {
+  return range_error(what, bytes, 1, static_cast<double>(kMaxFlowBytes), true);
+}
+
 std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
                                           const std::string& source) {
   std::vector<FlowSpec> f;
@@ -201,10 +207,16 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
       throw std::invalid_argument(where() + "host out of range (0.." + std::to_string(hosts - 1) +
                                   "): '" + tok[0] + " " + tok[1] + "'");
     if (src == dst) throw std::invalid_argument(where() + "src == dst");
-    if (!whole_number(tok[2], bytes))
+    // Digits past 64 bits are a count out of range, not a malformed one.
+    const bool digits =
+        !tok[2].empty() && tok[2].find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
       throw std::invalid_argument(where() + "bytes '" + tok[2] +
                                   "' is not a whole number of bytes");
-    if (bytes == 0) throw std::invalid_argument(where() + "zero bytes");
+    const long double count = std::strtold(tok[2].c_str(), nullptr);
+    if (const std::string e = flow_bytes_error("bytes", count); !e.empty())
+      throw std::invalid_argument(where() + e);
+    (void)whole_number(tok[2], bytes);  // in range: it fits
     if (!plain_decimal(tok[3], start_us) || !(start_us <= 1e12))
       throw std::invalid_argument(where() + "start_us '" + tok[3] + "' not in [0, 1e12]");
     f.push_back({static_cast<uint32_t>(src), static_cast<uint32_t>(dst), bytes,

@@ -207,6 +207,15 @@ for n in '""' '" "'; do
     --config "$cfg/t.toml"
 done
 rm -rf "$cfg"
+# --progress with -q: -q won and --progress was dropped without a word.
+sim_expect 2 '^--progress excludes' --progress
+# A workload's bytes past 9e18, as a plain number: --set's message (it ran).
+cfg=$(mktemp -d)
+printf '%s\n[[workload]]\nkind = "permutation"\nbytes = 9100000000000000000\n' \
+  "$small_topology" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:10:9: workload.bytes: 9.1e\\+18 is not an integer in \\[1, 9e\\+18\\]\$" \
+  --config "$cfg/t.toml"
+rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

@@ -378,10 +378,11 @@ TEST(Links, NamesParseToEdgesAndDirections) {
   ASSERT_TRUE(parse_link(g, "sw:0:2-in", l, err));  // ToR 0's first uplink, from the agg
   EXPECT_EQ(l.edge, 16u);
   EXPECT_TRUE(!l.fwd && l.rev);
-  EXPECT_EQ(link_name(g, l), "edge 16 (sw:0:2 [tor] <-> sw:8:0 [agg]) b->a");
+  EXPECT_EQ(link_name(g, l), "edge 16 (sw:0:2 [tor 0] <-> sw:8:0 [agg 0]) b->a");
   for (const char* bad : {"48", "host:16", "sw:20:0", "sw:0:9", "host:1-sideways", "x"})
     EXPECT_FALSE(parse_link(g, bad, l, err)) << bad;
-  EXPECT_NE(list_links(g).find("16  sw:0:2 [tor]  sw:8:0 [agg]"), std::string::npos);
+  EXPECT_NE(list_links(g).find("16  sw:0:2 [tor 0]  sw:8:0 [agg 0]  100 Gb/s  1.000 us\n"),
+            std::string::npos);
 }
 
 // Switch tiers are named for the fabric: a fat-tree's ToR, agg and core, a
@@ -392,31 +393,60 @@ TEST(Links, TiersAreNamedForTheirFabric) {
   const LinkSpec l{};
   const TopoGraph ft = fat_tree(4, l, l);
   const std::string ft_list = list_links(ft);
-  EXPECT_NE(ft_list.find("0  host:0  sw:0:0 [tor]"), std::string::npos) << ft_list;
+  EXPECT_NE(ft_list.find("0  host:0  sw:0:0 [tor 0]"), std::string::npos) << ft_list;
   const uint32_t agg_core = fat_tree_agg_core_edge(4, 0, 0);  // agg 0 (switch 8), core 0 (16)
-  EXPECT_NE(ft_list.find(std::to_string(agg_core) + "  sw:8:2 [agg]  sw:16:0 [core]"),
+  EXPECT_NE(ft_list.find(std::to_string(agg_core) + "  sw:8:2 [agg 0]  sw:16:0 [core 0]"),
             std::string::npos)
       << ft_list;
   EXPECT_EQ(link_name(ft, LinkRef{agg_core, true, true}),
-            "edge " + std::to_string(agg_core) + " (sw:8:2 [agg] <-> sw:16:0 [core])");
-  for (const char* wrong : {"[leaf]", "[spine]", "[tor/leaf]", "[agg/spine]"})
+            "edge " + std::to_string(agg_core) + " (sw:8:2 [agg 0] <-> sw:16:0 [core 0])");
+  for (const char* wrong : {"[leaf", "[spine", "[tor/leaf]", "[agg/spine]"})
     EXPECT_EQ(ft_list.find(wrong), std::string::npos) << wrong;
 
   // 2 leaves x 2 hosts, 2 spines: edge 4 joins leaf 0 (switch 0) and spine 0 (switch 2).
   const TopoGraph ls = leaf_spine(2, 2, 2, l, l);
   const std::string ls_list = list_links(ls);
-  EXPECT_NE(ls_list.find("\n0  host:0  sw:0:0 [leaf]"), std::string::npos) << ls_list;
-  EXPECT_NE(ls_list.find("\n4  sw:0:2 [leaf]  sw:2:0 [spine]"), std::string::npos) << ls_list;
+  EXPECT_NE(ls_list.find("\n0  host:0  sw:0:0 [leaf 0]"), std::string::npos) << ls_list;
+  EXPECT_NE(ls_list.find("\n4  sw:0:2 [leaf 0]  sw:2:0 [spine 0]"), std::string::npos) << ls_list;
   EXPECT_EQ(link_name(ls, LinkRef{4, true, false}),
-            "edge 4 (sw:0:2 [leaf] <-> sw:2:0 [spine]) a->b");
+            "edge 4 (sw:0:2 [leaf 0] <-> sw:2:0 [spine 0]) a->b");
   // 4 servers x 2 rails in groups of 2: 4 rail leaves, 2 spines; 8 host links first.
   const TopoGraph rail = rail_optimized(4, 2, 2, 2, l, l);
   const std::string rail_list = list_links(rail);
-  EXPECT_NE(rail_list.find("\n1  host:1  sw:1:0 [leaf]"), std::string::npos) << rail_list;
-  EXPECT_NE(rail_list.find("\n8  sw:0:2 [leaf]  sw:4:0 [spine]"), std::string::npos) << rail_list;
+  EXPECT_NE(rail_list.find("\n1  host:1  sw:1:0 [leaf 1]"), std::string::npos) << rail_list;
+  EXPECT_NE(rail_list.find("\n8  sw:0:2 [leaf 0]  sw:4:0 [spine 0]"), std::string::npos)
+      << rail_list;
   for (const std::string* list : {&ls_list, &rail_list})
-    for (const char* wrong : {"[tor]", "[agg]", "[core]", "[tor/leaf]", "[agg/spine]"})
+    for (const char* wrong : {"[tor", "[agg", "[core", "[tor/leaf]", "[agg/spine]"})
       EXPECT_EQ(list->find(wrong), std::string::npos) << wrong << "\n" << *list;
+}
+
+// --list-links names each switch as a fault's `link` does, tier and index
+// within it ("[spine 1]": it read "[spine]", and a fault's "spine N" had to
+// be counted from sw:S), and tells parallel links (links_per_spine > 1)
+// apart by the index `link = [A, B, I]` takes.
+TEST(Links, ListingNamesSwitchesAndParallelLinksAsFaultsDo) {
+  const LinkSpec l{};
+  // 2 leaves x 2 hosts, 2 spines, 2 links each: leaf 0 - spine 1 on edges 6, 7.
+  const TopoGraph ls = leaf_spine(2, 2, 2, l, l, 2);
+  const std::string list = list_links(ls);
+  EXPECT_NE(list.find("\n6  sw:0:4 [leaf 0]  sw:3:0 [spine 1]  100 Gb/s  1.000 us  (parallel link "
+                      "0 of 2)\n7  sw:0:5 [leaf 0]  sw:3:1 [spine 1]  100 Gb/s  1.000 us  "
+                      "(parallel link 1 of 2)\n"),
+            std::string::npos)
+      << list;
+  EXPECT_NE(list.find("\n11  sw:1:5 [leaf 1]  sw:3:3 [spine 1]  100 Gb/s  1.000 us  (parallel "
+                      "link 1 of 2)\n"),
+            std::string::npos)
+      << list;
+  EXPECT_NE(list.find("\n0  host:0  sw:0:0 [leaf 0]  100 Gb/s  1.000 us\n"), std::string::npos);
+  // One link a pair: no such note.
+  EXPECT_EQ(list_links(leaf_spine(2, 2, 2, l, l)).find("parallel"), std::string::npos);
+  const std::string ft = list_links(fat_tree(4, l, l));
+  EXPECT_EQ(ft.find("parallel"), std::string::npos);
+  EXPECT_NE(ft.find("  sw:19:3 [core 3]"), std::string::npos) << ft;
+  EXPECT_NE(ft.find("  sw:15:"), std::string::npos);
+  EXPECT_NE(ft.find("sw:15:0 [agg 7]"), std::string::npos) << ft;
 }
 
 // --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder. A
@@ -478,6 +508,24 @@ TEST(Report, PortKindsAreNamedByTheFabricsTiers) {
   const Report r = ft.report();
   EXPECT_EQ(keys(r.to_json(false)), "nic tor_up agg_up core_down agg_down tor_down ");
   EXPECT_NE(r.to_text(false).find(", core_down "), std::string::npos);
+}
+
+// The text report's per-path line carries the six counts the JSON's
+// per_path does (docs/sim/README.md, "Report fields"): it left out losses
+// and retirements, the counts that tell a lossy path from a slow one.
+TEST(Report, TextPerPathLineHasEveryCountOfTheJson) {
+  Report r;
+  r.per_path = {{1, 2, 3, 4, 5, 6}, {10, 20, 30, 40, 50, 60}};
+  const std::string text = r.to_text(false);
+  EXPECT_NE(text.find("  per path slot (data packets / retx / CE / losses / timeouts / "
+                      "retirements): 0: 1/2/3/4/5/6, 1: 10/20/30/40/50/60\n"),
+            std::string::npos)
+      << text;
+  const std::string json = r.to_json(false);
+  EXPECT_NE(json.find("{\"slot\": 1, \"packets_sent\": 10, \"retransmissions\": 20, "
+                      "\"ce_marks\": 30, \"losses\": 40, \"timeouts\": 50, \"retirements\": 60}"),
+            std::string::npos)
+      << json;
 }
 
 }  // namespace

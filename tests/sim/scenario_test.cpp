@@ -216,7 +216,7 @@ TEST(TrafficMatrix, RejectsBadLinesWithTheirLineNumber) {
       {"0 4 10 0\n", "tm:1: host out of range"},
       {"-1 2 10 0\n", "tm:1: host out of range"},
       {"\n2 2 10 0\n", "tm:2: src == dst"},
-      {"0 1 0 0\n", "tm:1: zero bytes"},
+      {"0 1 0 0\n", "tm:1: bytes: 0 is not an integer in [1, 9e+18]"},
       {"0 1 10 -3\n", "tm:1: start_us '-3' not in"},
       {"a b c d\n", "tm:1: host out of range"},
       // Whole tokens: not bytes 1 and start 0.5, not 2^64 - 4096.
@@ -310,6 +310,9 @@ TEST(ConfigFile, ParsesEverySection) {
   const std::string rerouting =
       replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nreroute_us = 250\n");
   EXPECT_EQ(parse(rerouting).reroute_after, SimTime::from_us(250));
+  // -1 turns it off, as on --set (docs/sim/README.md's table): it was refused.
+  EXPECT_EQ(parse(replace(rerouting, "reroute_us = 250", "reroute_us = -1")).reroute_after,
+            SimTime::never());
   EXPECT_EQ(c.topo.num_hosts, 16u);
   EXPECT_EQ(c.topo.edges.back().spec.delay, SimTime::from_ns(500));
   EXPECT_EQ(c.queue.buffer_bytes, 175'000u);
@@ -343,17 +346,19 @@ TEST(ConfigFile, MtuSetsEveryTransport) {
   EXPECT_EQ(parse(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = \"1KiB\"\n"))
                 .endpoint.mtu,
             1024u);
-  for (const char* line : {"mtu = 100", "mtu = 65536", "mtu = \"16KiB\""}) {
-    try {
-      (void)parse(replace(kSmall, "time_limit_ms = 20\n",
-                          std::string("time_limit_ms = 20\n") + line + "\n"));
-      ADD_FAILURE() << "accepted " << line;
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("t.toml:4:7: mtu: payload bytes per packet, 256..9000"),
-                std::string::npos)
-          << e.what();
-    }
+  // --set's range and message (it had one of its own, "payload bytes per
+  // packet, 256..9000 (got 100)").
+  for (const auto& [v, shown] : {std::pair<std::string, std::string>{"100", "100"},
+                                 {"65536", "65536"},
+                                 {"\"16KiB\"", "16384"},
+                                 {"4096.5", "4096.5"}}) {
+    EXPECT_EQ(
+        refusal(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = " + v + "\n")),
+        "t.toml:4:7: mtu: " + shown + " is not an integer in [256, 9000]");
   }
+  EXPECT_EQ(parse(replace(kSmall, "time_limit_ms = 20\n", "time_limit_ms = 20\nmtu = 2e3\n"))
+                .endpoint.mtu,
+            2000u);
 }
 
 TEST(ConfigFile, QueueTrimKeys) {
@@ -590,9 +595,11 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "\"gray\"", "\"flaky\""), "fault.kind: unknown 'flaky'"},
       // bad values
       {replace(s, "\"256KiB\"", "\"256 parsecs\""), "workload.bytes: '256 parsecs'"},
-      {replace(s, "\"256KiB\"", "\"1e30GiB\""), "workload.bytes: '1e30GiB' is more than 9e18"},
+      {replace(s, "\"256KiB\"", "\"1e30GiB\""),
+       "workload.bytes: 1.07374e+39 is not an integer in [1, 9e+18]"},
       {replace(s, "\"256KiB\"", "\"0.4B\""), "workload.bytes: '0.4B' is less than one byte"},
-      {replace(s, "bytes = 16384", "bytes = 0"), "workload.bytes: must be > 0"},
+      {replace(s, "bytes = 16384", "bytes = 0"),
+       "workload.bytes: 0 is not an integer in [1, 9e+18]"},
       {replace(s, "load = 0.3", "load = 1.5"), "workload.load: must be in (0, 1]"},
       {replace(s, "load = 0.3", "load = 0.3\nmean_gap_us = 2"), "exactly one of 'load'"},
       // a gap of 0 started every flow at once; one past 2^64 ps (a tiny load)
@@ -608,8 +615,12 @@ TEST(ConfigFile, BadInputsNameTheLineAndKey) {
       {replace(s, "\"core 0\"", "\"core 2\""), "fault.link: no link joins"},
       {replace(s, "\"core 0\"", "\"router 0\""), "unknown node kind 'router'"},
       {replace(s, "drop = 0.02", "drop = 0.02\nrate_gbps = 3"), "not used by kind 'gray'"},
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -1"),
-       "reroute_us: [0, 1e9]"},
+      // --set's range and message (the file's own was [0, 1e9], and the
+      // table's "-1 turns it off" was refused)
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -2"),
+       "t.toml:4:14: reroute_us: -2 is not a value in [-1, 1e+09]"},
+      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = 2e9"),
+       "t.toml:4:14: reroute_us: 2e+09 is not a value in [-1, 1e+09]"},
       {replace(s, "at_us = 30", "at_us = -30"), "at_us: expected a number of microseconds >= 0"},
       // the ranges --set and metaroce-sim's options check (settings.cpp)
       {replace(s, "time_limit_ms = 20", "time_limit_ms = 2e10"),
@@ -770,6 +781,66 @@ link = ["leaf 0", "spine 1"]
   }
 }
 
+// With links_per_spine > 1 a leaf and a spine are joined by several links,
+// and `link = [A, B]` took the first of them without a word: a link_down of
+// "the" leaf-spine link left the others carrying the traffic. A third
+// element names one, 0-based in edge order; [A, B] alone names the only
+// link joining A and B and is refused where there are several.
+TEST(ConfigFile, ParallelLinksAreNamedByTheirIndex) {
+  const std::string ls = R"(
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 4
+spines = 2
+links_per_spine = 3
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "permutation"
+bytes = 4096
+[[fault]]
+kind = "link_down"
+link = ["leaf 0", "spine 1", 2]
+)";
+  // 8 host links, then leaf 0's: spine 0 on edges 8-10, spine 1 on 11-13.
+  const std::string ab = "link = [\"leaf 0\", \"spine 1\", 2]";
+  EXPECT_EQ(parse(ls).faults.at(0).edge, 13u);
+  EXPECT_EQ(parse(replace(ls, ab, "link = [\"spine 1\", \"leaf 0\", 0]")).faults.at(0).edge, 11u);
+  EXPECT_EQ(parse(replace(ls, ab, "link = [11, 8, 1]")).faults.at(0).edge, 12u);  // node ids
+  // One link between them: [A, B] as before, and index 0 is it.
+  const std::string one = replace(ls, "links_per_spine = 3\n", "");
+  EXPECT_EQ(parse(replace(one, ab, "link = [\"leaf 0\", \"spine 1\"]")).faults.at(0).edge, 9u);
+  EXPECT_EQ(parse(replace(one, ab, "link = [\"leaf 0\", \"spine 1\", 0]")).faults.at(0).edge, 9u);
+  EXPECT_EQ(parse(replace(one, ab, "link = [\"host 3\", \"leaf 0\", 0]")).faults.at(0).edge, 3u);
+  const std::pair<std::string, std::string> bad[] = {
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\"]"),
+       "t.toml:15:8: fault 0 (link_down): fault.link: leaf 0 and spine 1 are joined by 3 parallel "
+       "links (edges 11..13): name one as [\"leaf 0\", \"spine 1\", I], I 0..2 in edge order, or "
+       "give edge = E"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", 3]"),
+       "t.toml:15:30: fault 0 (link_down): fault.link: link 3 of leaf 0 and spine 1: they are "
+       "joined by 3 links, 0..2 (edges 11..13)"},
+      {replace(one, ab, "link = [\"leaf 0\", \"spine 1\", 1]"),
+       "t.toml:14:30: fault 0 (link_down): fault.link: link 1 of leaf 0 and spine 1: they are "
+       "joined by 1 link, 0..0 (edge 9)"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", -1]"),
+       "t.toml:15:30: fault 0 (link_down): fault.link: the third element is a link's index among "
+       "those joining the two nodes, a whole number >= 0"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", \"1\"]"),
+       "fault.link: the third element is a link's index"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"spine 1\", 1, 2]"),
+       "fault.link: two nodes and an optional index"},
+      {replace(ls, ab, "link = [\"leaf 0\"]"), "fault.link: two nodes and an optional index"},
+      {replace(ls, ab, "link = [\"leaf 0\", \"leaf 1\", 0]"), "fault.link: no link joins"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string got = refusal(text);
+    EXPECT_NE(got.find(want), std::string::npos)
+        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
+  }
+}
+
 // A link's link_down and link_up faults alternate, from up, in the order they
 // act. A link_up written before its link_down (or a second link_down) did
 // nothing, and the link stayed down for the rest of the run.
@@ -873,6 +944,92 @@ TEST(ConfigFile, QueueBytesHaveSetsRangeAndMessage) {
   EXPECT_EQ(parse(replace(kSmall, q, "buffer_bytes = \"1000GB\"")).queue.buffer_bytes,
             1'000'000'000'000u);
   EXPECT_EQ(parse(replace(kSmall, q, "pfc_xoff_bytes = \"100KB\"")).queue.pfc_xoff_bytes, 100'000u);
+}
+
+// A workload's byte count has one range, [1, 9e18], and --set's message
+// however it is written (settings.cpp's range_error): a plain number had no
+// upper bound (9100000000000000000 was taken, past the documented 9e18), a
+// TOML float (9e18, 1e6) was "expected a byte count" where --set takes
+// 2e12, and 0 had a message of its own.
+TEST(ConfigFile, WorkloadBytesHaveOneRangeAndMessage) {
+  const std::string b = "bytes = \"256KiB\"";  // the permutation's, line 14
+  const std::pair<std::string, std::string> bad[] = {
+      {"9000000000000000001", "9000000000000000001"},
+      {"9100000000000000000", "9.1e+18"},
+      {"9223372036854775807", "9.22337e+18"},
+      {"9.1e18", "9.1e+18"},
+      {"1e30", "1e+30"},
+      {"\"9100000000GB\"", "9.1e+18"},
+      {"\"1e30GiB\"", "1.07374e+39"},
+      {"0", "0"},
+      {"\"0B\"", "0"},
+      {"-4096", "-4096"},
+      {"4096.5", "4096.5"},
+      {"nan", "nan"},
+  };
+  for (const auto& [v, shown] : bad)
+    EXPECT_EQ(refusal(replace(kSmall, b, "bytes = " + v)),
+              "t.toml:14:9: workload.bytes: " + shown + " is not an integer in [1, 9e+18]")
+        << v;
+  // Every kind's bytes, the allreduce's and the background's in place.
+  EXPECT_EQ(refusal(replace(kSmall, "bytes = \"64KiB\"", "bytes = 9100000000000000000")),
+            "t.toml:18:9: workload.bytes: 9.1e+18 is not an integer in [1, 9e+18]");
+  EXPECT_EQ(refusal(replace(kSmall, "bytes = 16384", "bytes = 9100000000000000000")),
+            "t.toml:22:9: workload.bytes: 9.1e+18 is not an integer in [1, 9e+18]");
+  for (const std::string kind : {"kind = \"all_to_all\"", "kind = \"incast\"\nsenders = 3"}) {
+    EXPECT_EQ(refusal(replace(replace(kSmall, "kind = \"permutation\"", kind), b,
+                              "bytes = 9100000000000000000")),
+              "t.toml:" + std::to_string(kind.find('\n') == std::string::npos ? 14 : 15) +
+                  ":9: workload.bytes: 9.1e+18 is not an integer in [1, 9e+18]")
+        << kind;
+  }
+  // The bound itself, however written; a whole float is a whole number.
+  for (const std::string v : {"9000000000000000000", "9e18", "\"9000000000GB\""})
+    EXPECT_EQ(parse(replace(kSmall, b, "bytes = " + v)).flows[0].bytes, 9'000'000'000'000'000'000u)
+        << v;
+  EXPECT_EQ(parse(replace(kSmall, b, "bytes = 1e6")).flows[0].bytes, 1'000'000u);
+  // The [queue] byte keys and mtu take a whole float as --set does.
+  const std::string q = "buffer_bytes = \"175KB\"";
+  EXPECT_EQ(parse(replace(kSmall, q, "buffer_bytes = 175e3")).queue.buffer_bytes, 175'000u);
+  EXPECT_EQ(refusal(replace(kSmall, q, "buffer_bytes = 2e12")),
+            "t.toml:11:16: queue.buffer_bytes: 2e+12 is not an integer in [1, 1e+12]");
+}
+
+// A traffic matrix's bytes: the same range and message (a flow of 2^64 - 1
+// bytes was taken, 2^64 "not a whole number", 0 "zero bytes").
+TEST(TrafficMatrix, BytesHaveTheWorkloadsRangeAndMessage) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"0 1 9000000000000000001 0\n", "tm:1: bytes: 9000000000000000001"},
+      {"0 1 18446744073709551615 0\n", "tm:1: bytes: 1.84467e+19"},
+      {"0 1 99999999999999999999 0\n", "tm:1: bytes: 1e+20"},
+      {"\n0 1 0 0\n", "tm:2: bytes: 0"},
+  };
+  for (const auto& [text, want] : bad) {
+    std::istringstream in(text);
+    try {
+      (void)read_traffic_matrix(in, 4, "tm");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string(want) + " is not an integer in [1, 9e+18]");
+    }
+  }
+  std::istringstream in("0 1 9000000000000000000 0\n");
+  EXPECT_EQ(read_traffic_matrix(in, 4, "tm").at(0).bytes, 9'000'000'000'000'000'000u);
+}
+
+// The ideal of flows of up to 9e18 bytes each: a NIC's bytes were summed in
+// 64 bits, and 15 flows of 9e18 from one host wrapped (an all-to-all of 16
+// hosts read an ideal a fraction of its own flows' line-rate time).
+TEST(IdealTime, HugeFlowsDoNotWrapTheNicsSum) {
+  SimConfig c = parse(replace(replace(kSmall, "kind = \"permutation\"", "kind = \"all_to_all\""),
+                              "bytes = \"256KiB\"", "bytes = 9000000000000000000"));
+  c.flows.resize(240);  // the all-to-all alone: each host sends 15 flows
+  c.faults.clear();
+  c.time_limit = SimTime::from_us(5);
+  Simulation sim(std::move(c));
+  sim.run();
+  const double want = 15 * 9e18 * 8 / 100'000;  // us at 100 Gb/s
+  EXPECT_NEAR(sim.report().ideal_us, want, want * 1e-9);
 }
 
 // `name = ""` gave the report an empty first line and --pcap the file

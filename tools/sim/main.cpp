@@ -67,7 +67,9 @@ int run(int argc, char** argv) {
   app.add_flag("--no-timing", no_timing,
                "omit wall time, events/s and RSS (byte-identical output)");
   app.add_flag("--progress", progress, "progress on stderr (default when stderr is a terminal)");
-  app.add_flag("-q,--quiet", quiet, "no progress");
+  // Together, -q won and --progress was dropped without a word.
+  app.add_flag("-q,--quiet", quiet, "no progress, and no --pcap line on stderr")
+      ->excludes(app.get_option("--progress"));
   for (Alias& a : aliases) app.add_option(a.option, a.value, a.help);
   app.add_flag("--fabric-ecn", fabric_ecn,
                "rocev2/irn: keep the preset's ECN marking (default: DCQCN's 5 KB / 200 KB / 1 %)");

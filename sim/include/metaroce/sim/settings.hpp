@@ -20,6 +20,14 @@ namespace metaroce::sim {
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view key, double value,
                                  std::string& err, std::string_view option = {});
 
+// "" for a `value` in [min, max] (and whole, where `integer`); otherwise
+// "WHAT: VALUE is not an integer in [MIN, MAX]" ("a value" where not
+// `integer`). The one range message of --set, a config file's byte counts
+// and a traffic matrix's bytes. long double: a 64-bit count just past a
+// bound is still past it (9e18 + 1 is 9e18 as a double).
+[[nodiscard]] std::string range_error(std::string_view what, long double value, double min,
+                                      double max, bool integer);
+
 // "KEY=VALUE" as given on a command line.
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);
 

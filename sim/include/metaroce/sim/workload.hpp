@@ -8,6 +8,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metaroce/sim/scheduler.hpp"
@@ -64,10 +65,20 @@ std::vector<FlowSpec> background(uint32_t hosts, uint64_t bytes, uint32_t count,
 // `load` (0..1] of `host_rate_mbps` on average.
 SimTime background_gap(uint32_t hosts, uint64_t bytes, uint64_t host_rate_mbps, double load);
 
+// The largest flow a scenario file or traffic matrix may give, in bytes:
+// MetaRoCE posts a flow's WRs as its send queue frees, so any size up to
+// here costs the same memory (the baselines refuse 2^32 - 1 packets or more).
+inline constexpr uint64_t kMaxFlowBytes = 9'000'000'000'000'000'000u;
+
+// "" for a flow's byte count in [1, kMaxFlowBytes]; otherwise settings.hpp's
+// range_error, "WHAT: 9.1e+18 is not an integer in [1, 9e+18]": one check
+// and one message for every way a workload's bytes are written.
+std::string flow_bytes_error(std::string_view what, long double bytes);
+
 // A traffic matrix: one flow a line, `src dst bytes start_us` (whitespace
 // separated; blank lines and lines starting with '#' are skipped). Throws
 // std::invalid_argument naming `source`:line for a malformed line, a host
-// outside [0, hosts), src == dst or zero bytes.
+// outside [0, hosts), src == dst or bytes outside flow_bytes_error's range.
 std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
                                           const std::string& source = "traffic matrix");
 
