@@ -406,9 +406,9 @@ struct FirstUseServer {
   std::vector<Completion> recvs;
   std::set<uint32_t> accepted;
 
-  FirstUseServer(size_t peers, Options o) {
+  FirstUseServer(size_t peers, Options o, const std::string& host = "127.0.0.1") {
     o.engine.shared_rq_depth = static_cast<uint32_t>(4 * peers);
-    ep = open_on("127.0.0.1", o);
+    ep = open_on(host, o);
     if (!ep) return;
     region.assign(peers * kSlice + 4096, 0);
     fill_pattern(region, 1234);
@@ -493,10 +493,19 @@ void check_sender(const std::vector<Completion>& done, UdpEndpoint& ep, ConnId c
 // client endpoints, each of which starts its connection and posts its work
 // at once, before any handshake ends; the server takes its connections
 // only as its progress finds them, and receives into its shared queue.
-TEST(UdpConnect, ManyClientsPostOnFirstUseToOneServer) {
+// `server_host` empty: the server on 127.0.0.1; otherwise there (a
+// wildcard), reached at 127.0.0.2 and 127.0.0.3 in turn, so that its
+// answers to each client leave from the address that client reached
+// (udp.hpp, open()), its ACCEPT and its first ACKs among them.
+void many_clients_post_on_first_use(const std::string& server_host) {
   constexpr size_t kPeers = 4;
-  FirstUseServer server(kPeers, test_options());
+  FirstUseServer server(kPeers, test_options(), server_host.empty() ? "127.0.0.1" : server_host);
   ASSERT_TRUE(server.ep);
+  const auto target = [&](size_t i) {
+    return server_host.empty()
+               ? server.ep->local_address()
+               : "127.0.0." + std::to_string(2 + i % 2) + ":" + std::to_string(server.ep->port());
+  };
   std::vector<std::unique_ptr<UdpEndpoint>> clients(kPeers);
   std::vector<FirstUseClient> cl(kPeers);
   std::vector<ConnId> conn(kPeers);
@@ -507,7 +516,7 @@ TEST(UdpConnect, ManyClientsPostOnFirstUseToOneServer) {
     clients[i] = open_on("127.0.0.1", with_handshake_budget(test_options()));
     ASSERT_TRUE(clients[i]);
     cl[i].setup(*clients[i], static_cast<uint32_t>(7 + i));
-    ASSERT_FALSE(clients[i]->connect_start(server.ep->local_address(), conn[i]));
+    ASSERT_FALSE(clients[i]->connect_start(target(i), conn[i]));
     post_first_use(*clients[i], conn[i], cl[i].src, cl[i].smr, cl[i].back, cl[i].bmr, server.rmr,
                    i * kSlice, static_cast<uint32_t>(0x1000 + i));
     src[i] = cl[i].src;
@@ -537,6 +546,12 @@ TEST(UdpConnect, ManyClientsPostOnFirstUseToOneServer) {
                            server.region.end() - 4096));  // the READ
     EXPECT_EQ(clients[i]->state(conn[i]), ConnState::kEstablished);
   }
+}
+
+TEST(UdpConnect, ManyClientsPostOnFirstUseToOneServer) { many_clients_post_on_first_use(""); }
+
+TEST(UdpConnect, ManyClientsPostOnFirstUseToAWildcardServer) {
+  many_clients_post_on_first_use("0.0.0.0");
 }
 
 // The other way round: one client endpoint talks to several servers at
@@ -651,6 +666,70 @@ TEST(UdpConnect, TwoEndpointsConnectToEachOtherAtOnce) {
     EXPECT_TRUE(std::equal(cb.back.begin(), cb.back.end(), a.region.end() - 4096));
     EXPECT_EQ(a.ep->state(ab), ConnState::kEstablished);
     EXPECT_EQ(b.ep->state(ba), ConnState::kEstablished);
+  }
+}
+
+// Work posted before the handshake is queued with this end's settings; the
+// ACCEPT may agree smaller ones (CONN-3: mtu, window, READs the peer takes):
+// here a server with the least window, an mtu of 1024 and one READ at a
+// time, and a client that posts 2.5 MiB of WRITEs, four READs and SENDs
+// before it hears the ACCEPT.
+TEST(UdpConnect, FirstUseWorkFollowsWhatThePeerAgrees) {
+  Options so = test_options();
+  so.engine.mtu = 1024;
+  so.engine.window_log2 = metaroce::kMinWindowLog2;
+  so.engine.max_reads = 1;
+  so.engine.shared_rq_depth = 4;
+  auto server = open_on("127.0.0.1", so);
+  auto client = open_on("127.0.0.1", with_handshake_budget(test_options()));
+  ASSERT_TRUE(server && client);
+  constexpr uint32_t kChunk = 64 * 1024;
+  constexpr uint32_t kWrites = 40, kReads = 4, kSends = 3;
+  std::vector<uint8_t> src(kWrites * kChunk), dst(kWrites * kChunk, 0), back(kReads * kChunk, 0);
+  std::vector<uint8_t> rx(kSends * kChunk, 0);
+  fill_pattern(src, 11);
+  MemoryRegion smr, dmr, bmr, xmr;
+  ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(client->register_memory(back.data(), back.size(), kAllAccess, bmr));
+  ASSERT_FALSE(server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  ASSERT_FALSE(server->register_memory(rx.data(), rx.size(), kAllAccess, xmr));
+  for (uint64_t k = 0; k < kSends; ++k)
+    ASSERT_FALSE(server->post_shared_recv({k, xmr.addr + k * kChunk, kChunk, xmr.lkey}));
+  ConnId c;
+  ASSERT_FALSE(client->connect_start(server->local_address(), c));
+  uint64_t wr = 0;
+  for (uint32_t i = 0; i < kWrites; ++i)
+    ASSERT_FALSE(client->write(c, wr++, src.data() + i * kChunk, kChunk, smr.lkey,
+                               dmr.addr + i * kChunk, dmr.rkey));
+  // READs of what the WRITEs before them placed (a READ follows the WRITEs
+  // posted before it on its connection).
+  for (uint32_t i = 0; i < kReads; ++i)
+    ASSERT_FALSE(client->read(c, wr++, back.data() + i * kChunk, kChunk, bmr.lkey,
+                              dmr.addr + (kWrites - 1 - i) * kChunk, dmr.rkey));
+  for (uint32_t i = 0; i < kSends; ++i)
+    ASSERT_FALSE(client->send(c, wr++, src.data() + i * 1000, kChunk - i, smr.lkey));
+  std::vector<Completion> sent, got;
+  ASSERT_TRUE(drive_all({client.get(), server.get()},
+                        [&] {
+                          Completion x;
+                          while (client->poll_completion(x)) sent.push_back(x);
+                          while (server->poll_completion(x)) got.push_back(x);
+                          return sent.size() >= wr && got.size() >= kSends;
+                        }))
+      << sent.size() << " of " << wr << " sent, " << got.size() << " received";
+  for (size_t k = 0; k < sent.size(); ++k) {
+    EXPECT_EQ(sent[k].status, Status::kOk) << client->completion_error(sent[k]).message;
+    EXPECT_EQ(sent[k].wr_id, k);
+  }
+  EXPECT_EQ(src, dst);
+  for (uint32_t i = 0; i < kReads; ++i)
+    EXPECT_EQ(
+        0, std::memcmp(back.data() + i * kChunk, src.data() + (kWrites - 1 - i) * kChunk, kChunk))
+        << "READ " << i;
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_EQ(got[k].status, Status::kOk) << server->completion_error(got[k]).message;
+    EXPECT_EQ(got[k].byte_len, kChunk - k);
+    EXPECT_EQ(0, std::memcmp(rx.data() + got[k].wr_id * kChunk, src.data() + k * 1000, kChunk - k));
   }
 }
 
