@@ -733,4 +733,95 @@ TEST(UdpConnect, FirstUseWorkFollowsWhatThePeerAgrees) {
   }
 }
 
+// More peers than shared receives, as a provider's server sees them at a
+// job's start: sixteen clients each SEND twice on first use to a server
+// that keeps only four shared receives posted, reposting each as it
+// completes. A SEND that finds none waits (RNR, LOSS-7) and lands later:
+// every message once, each client's in its order. The clients also post a
+// receive of their own while connecting, which the server's answer on the
+// connection it accepted fills.
+TEST(UdpConnect, MoreFirstUsePeersThanSharedReceives) {
+  constexpr size_t kPeers = 16;
+  constexpr uint32_t kLen = 3000, kDepth = 4;
+  Options so = test_options();
+  so.engine.shared_rq_depth = kDepth;
+  auto server = open_on("127.0.0.1", so);
+  ASSERT_TRUE(server);
+  std::vector<uint8_t> rx(kDepth * kLen), reply(kLen);
+  fill_pattern(reply, 5);
+  MemoryRegion xmr, ymr;
+  ASSERT_FALSE(server->register_memory(rx.data(), rx.size(), kAllAccess, xmr));
+  ASSERT_FALSE(server->register_memory(reply.data(), reply.size(), kAllAccess, ymr));
+  for (uint64_t k = 0; k < kDepth; ++k)
+    ASSERT_FALSE(server->post_shared_recv({k, xmr.addr + k * kLen, kLen, xmr.lkey}));
+  std::vector<std::unique_ptr<UdpEndpoint>> clients(kPeers);
+  std::vector<std::vector<uint8_t>> src(kPeers), back(kPeers);
+  std::vector<MemoryRegion> smr(kPeers), bmr(kPeers);
+  std::vector<ConnId> conn(kPeers);
+  std::vector<size_t> sent(kPeers), replied(kPeers);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < kPeers; ++i) {
+    clients[i] = open_on("127.0.0.1", with_handshake_budget(test_options()));
+    ASSERT_TRUE(clients[i]);
+    index[clients[i]->local_address()] = i;
+    src[i].resize(2 * kLen);
+    fill_pattern(src[i], static_cast<uint32_t>(40 + i));
+    back[i].assign(kLen, 0);
+    ASSERT_FALSE(clients[i]->register_memory(src[i].data(), src[i].size(), kAllAccess, smr[i]));
+    ASSERT_FALSE(clients[i]->register_memory(back[i].data(), kLen, kAllAccess, bmr[i]));
+    ASSERT_FALSE(clients[i]->connect_start(server->local_address(), conn[i]));
+    ASSERT_FALSE(clients[i]->recv(conn[i], 9, back[i].data(), kLen, bmr[i].lkey));
+    for (uint64_t m = 0; m < 2; ++m)
+      ASSERT_FALSE(clients[i]->send(conn[i], m, src[i].data() + m * kLen, kLen, smr[i].lkey));
+  }
+  std::vector<size_t> landed(kPeers);
+  std::vector<UdpEndpoint*> all{server.get()};
+  for (auto& c : clients) all.push_back(c.get());
+  const bool finished = drive_all(all, [&] {
+    ConnId a;
+    while (server->try_accept(a)) {
+      const Error e = server->send(a, 77, reply.data(), kLen, ymr.lkey);
+      EXPECT_FALSE(e) << e.message;
+    }
+    Completion c;
+    while (server->poll_completion(c)) {
+      EXPECT_EQ(c.status, Status::kOk) << server->completion_error(c).message;
+      if (c.op != CompletionOp::kRecv) continue;
+      const auto at = index.find(server->peer_address(c.conn));
+      EXPECT_NE(at, index.end());
+      if (at == index.end()) continue;
+      const size_t i = at->second;
+      EXPECT_LT(landed[i], 2u);
+      EXPECT_EQ(c.byte_len, kLen);
+      EXPECT_EQ(0, std::memcmp(rx.data() + c.wr_id * kLen, src[i].data() + landed[i] * kLen, kLen))
+          << "client " << i << " message " << landed[i];
+      ++landed[i];
+      EXPECT_FALSE(server->post_shared_recv({c.wr_id, xmr.addr + c.wr_id * kLen, kLen, xmr.lkey}));
+    }
+    bool every = true;
+    for (size_t i = 0; i < kPeers; ++i) {
+      while (clients[i]->poll_completion(c)) {
+        EXPECT_EQ(c.status, Status::kOk) << clients[i]->completion_error(c).message;
+        EXPECT_EQ(c.conn, conn[i]);
+        if (c.op == CompletionOp::kRecv)
+          ++replied[i];
+        else
+          ++sent[i];
+      }
+      every = every && landed[i] == 2 && sent[i] == 2 && replied[i] == 1;
+    }
+    return every;
+  });
+  EXPECT_TRUE(finished);
+  // The clients' closes are answered (each would linger 50 ms otherwise).
+  server->start_progress_thread();
+  for (size_t i = 0; i < kPeers; ++i) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    EXPECT_EQ(landed[i], 2u);
+    EXPECT_EQ(sent[i], 2u);
+    EXPECT_EQ(replied[i], 1u);
+    EXPECT_EQ(back[i], reply);
+  }
+}
+
 }  // namespace
