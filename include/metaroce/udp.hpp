@@ -299,7 +299,10 @@ class UdpEndpoint {
   // the connection with kRemoteBadKey: ..." where the peer's DISCONNECT gave
   // a reason (spec CONN-8), "the connection ended with kPeerUnreachable
   // (...)"), also after the engine has let the connection go (it read
-  // "kNoSuchConnection: unknown connection id"). kLocalProtection names the
+  // "kNoSuchConnection: unknown connection id"); so is one on a connection
+  // close(conn) closed whose DISCONNECT is not answered yet ("the
+  // application closed the connection (close(conn))", state() kEstablished
+  // until then). kLocalProtection names the
   // opcode, wr_id, address range and lkey, and which is wrong: an lkey that
   // names no region, bytes outside it (its range given), or a READ target or
   // receive buffer in a region without kAccessLocalWrite.

@@ -174,6 +174,21 @@ TEST(UdpConnect, APeersCloseSaysSo) {
   EXPECT_TRUE(has(e.message, "peer closed the connection")) << e.message;
 }
 
+// A post between the application's close(conn) and the end of its close
+// (the DISCONNECT unanswered yet) read "kNotConnected: connection not
+// established", as if the connection had never been set up.
+TEST(UdpConnect, APostWhileTheCloseIsUnderWaySaysSo) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid());
+  uint8_t buf[8] = {};
+  p.client->close(p.cconn);
+  ASSERT_EQ(p.client->state(p.cconn), ConnState::kEstablished);  // until the DISCONNECT_ACK
+  const Error e = p.client->write(p.cconn, 1, buf, sizeof(buf), 0, 0, 0);
+  EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
+  EXPECT_FALSE(has(e.message, "not established")) << e.message;
+  EXPECT_TRUE(has(e.message, "the application closed the connection (close(conn))")) << e.message;
+}
+
 // --- what accept() hands over ---
 
 // connect() opens connection after connection while the caller's time lasts

@@ -219,6 +219,13 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
                       std::string(what) + " failed: the connection " + how_it_ended(it->second),
                       conn);
   }
+  // Closed by the application but not ended yet (its DISCONNECT unanswered):
+  // the engine's "connection not established" read as one never set up.
+  if (s == Status::kNotConnected && it != conns.end() &&
+      it->second.closer == ConnInfo::Closer::kApplication)
+    return make_error(
+        s, std::string(what) + " failed: the application closed the connection (close(conn))", conn,
+        "the connection is closing");
   return make_error(s, std::string(what) + " failed", conn);
 }
 
