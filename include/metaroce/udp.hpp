@@ -226,12 +226,17 @@ class UdpEndpoint {
   // them), also after ICMP refusals and failed sends: a peer that starts within it is reached. The
   // engine gives one connection Options::engine.connect_attempts requests (spec CONN-2, 8 by
   // default); when they go unanswered with a connect_retry_ns of the timeout left, connect opens
-  // another connection (another id and nonce) at once, and so on. (A late ACCEPT of one given up
-  // is answered with a DISCONNECT, spec section 4: the peer may accept a connection that closes at
-  // once.) The error names the last connection and reads "timed out after T ms", or "no answer to
-  // N requests 10 ms apart (Options::engine.connect_attempts)" where one connection's N requests
-  // spanned the timeout. A REJECT (kConnectRefused, kVersionMismatch, kResourceExhausted) ends it
-  // at once. A negative timeout is refused (kInvalidArgument), as is one for accept().
+  // another connection (another id and nonce) at once, and so on. (A peer slow to read its
+  // requests may accept some of those given up: see accept().) The error names the last
+  // connection and reads "timed out after T ms", or "no answer to N requests 10 ms apart
+  // (Options::engine.connect_attempts)" where one connection's N requests spanned the timeout. A
+  // REJECT ends it at once, each code with its own status and words, naming the peer:
+  // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
+  // protocol version", kResourceExhausted "the peer holds as many connections as its
+  // max_connections allows" (each "(CONNECT_REJECT)"); this endpoint's own limit is
+  // kResourceExhausted too, at once, and says "this endpoint holds
+  // Options::engine.max_connections (N) connections already". A negative timeout is refused
+  // (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING, which fails kConnectTimeout after the engine's
@@ -244,6 +249,23 @@ class UdpEndpoint {
   // connection a peer opens waits in a queue until accept() or try_accept()
   // takes it, ended or not (a few bytes each, without bound): an endpoint
   // that peers connect to must take them, even if only to close them.
+  // Except one its requester had given up: a requester whose connect gave
+  // up a connection for its unanswered requests (connect() does so for
+  // each but the last it opens, connect_start when it fails) answers a late
+  // ACCEPT with a DISCONNECT giving kConnectTimeout (spec section 4,
+  // CONN-8), and a connection so closed before accept() or try_accept()
+  // looks is skipped: its peer never had it. The rest cannot be told from
+  // live ones in time, and are handed over:
+  // - one whose DISCONNECT comes after it was taken closes at once (state()
+  //   kClosed, its work kPeerClosed);
+  // - one whose ACCEPT came after its requester stopped remembering it
+  //   (connect_attempts x connect_retry_ns after it gave up: the peer's,
+  //   80 ms by default; a server that did not read its socket for longer)
+  //   draws nothing: it stays established, its peer never uses it, and its
+  //   keepalive (CONN-9) ends it kPeerUnreachable;
+  // - one closed while connecting (close(), or connect() at the caller's
+  //   timeout) is answered as any close, reason 0, and reads kClosed.
+  // With a connect() that opened several, the one its peer uses comes last.
   Error accept(std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: the next accepted connection, if any.
   bool try_accept(ConnId& out);
@@ -277,7 +299,10 @@ class UdpEndpoint {
   // the connection with kRemoteBadKey: ..." where the peer's DISCONNECT gave
   // a reason (spec CONN-8), "the connection ended with kPeerUnreachable
   // (...)"), also after the engine has let the connection go (it read
-  // "kNoSuchConnection: unknown connection id"). kLocalProtection names the
+  // "kNoSuchConnection: unknown connection id"); so is one on a connection
+  // close(conn) closed whose DISCONNECT is not answered yet ("the
+  // application closed the connection (close(conn))", state() kEstablished
+  // until then). kLocalProtection names the
   // opcode, wr_id, address range and lkey, and which is wrong: an lkey that
   // names no region, bytes outside it (its range given), or a READ target or
   // receive buffer in a region without kAccessLocalWrite.
@@ -304,8 +329,12 @@ class UdpEndpoint {
   // progress()/wait until a completion arrives; false on timeout.
   bool wait_completion(Completion& out, std::chrono::nanoseconds timeout);
   // An Error describing a failed completion (peer, conn, status). A kFlushed
-  // one adds what ended the connection first, as conn_error() says it
-  // ("; the connection ended with kRemoteLengthError (...)", "... is closed").
+  // one says what flushed it, rather than the engine's "connection entered
+  // the error state first": "the application closed the connection
+  // (close(conn))", "the endpoint was closed (close())", "the connect failed
+  // first" or "the connection failed first", adding what ended a connection
+  // that ended otherwise than by a close here, as conn_error() says it ("; the
+  // connection ended with kRemoteLengthError (...)", "... kConnectRefused").
   [[nodiscard]] Error completion_error(const Completion& c) const;
 
   // --- statistics ---

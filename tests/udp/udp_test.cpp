@@ -35,6 +35,7 @@
 #include "impl.hpp"  // udp/src: tx_group_key
 #include "metaroce/wire.hpp"
 #include "udp_pair.hpp"
+#include "udp_raw.hpp"
 
 using namespace std::chrono_literals;
 
@@ -57,10 +58,14 @@ using metaroce::udp::Error;
 using metaroce::udp::Options;
 using metaroce::udp::UdpEndpoint;
 using metaroce::udp::test::connect_pair;
+using metaroce::udp::test::FakeResponder;
 using metaroce::udp::test::handshake;
+using metaroce::udp::test::loopback;
+using metaroce::udp::test::loopback_socket;
 using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
 using metaroce::udp::test::random_port;
+using metaroce::udp::test::receive_packet;
 using metaroce::udp::test::test_options;
 using metaroce::udp::test::with_handshake_budget;
 
@@ -274,24 +279,6 @@ void write_read_send(const std::string& host, const std::string& server_host = "
 
 // IP ECN field CE (RFC 3168); the engine's header names only what it sends.
 constexpr int kEcnCe = 3;
-
-sockaddr_storage loopback(bool v6, uint16_t port, socklen_t& len) {
-  sockaddr_storage ss{};
-  if (v6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_loopback;
-    a->sin6_port = htons(port);
-    len = sizeof(sockaddr_in6);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a->sin_port = htons(port);
-    len = sizeof(sockaddr_in);
-  }
-  return ss;
-}
 
 // Forwards datagrams between a client and a server on loopback, setting the
 // ECN field of those towards the server to mark(): a congested switch on the
@@ -1781,97 +1768,6 @@ TEST(Udp, ConnectRefused) {
   EXPECT_NE(e.message.find(server->local_address()), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("kConnectRefused"), std::string::npos) << e.message;
 }
-
-// A plain IPv4 socket on 127.0.0.1. -1 if none could be bound.
-int loopback_socket(uint16_t& port) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  socklen_t len = 0;
-  const sockaddr_storage any_port = loopback(false, 0, len);
-  sockaddr_storage me{};
-  socklen_t ml = sizeof(me);
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&any_port), len) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  port = ntohs(reinterpret_cast<sockaddr_in*>(&me)->sin_port);
-  return fd;
-}
-
-// The next datagram on `fd` within `timeout`, decoded; false if none came.
-bool receive_packet(int fd, std::chrono::milliseconds timeout, metaroce::wire::Packet& out,
-                    uint16_t* from_port = nullptr) {
-  pollfd pfd{fd, POLLIN, 0};
-  if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return false;
-  uint8_t buf[2048];
-  sockaddr_in from{};
-  socklen_t fl = sizeof(from);
-  const ssize_t n = ::recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &fl);
-  if (n <= 0) return false;
-  if (from_port != nullptr) *from_port = ntohs(from.sin_port);
-  return metaroce::wire::decode({buf, static_cast<size_t>(n)}, out) ==
-         metaroce::wire::ParseError::kOk;
-}
-
-// A plain socket on 127.0.0.1 playing a version-1 responder: `answer` sees
-// each CONNECT_REQ with the source port it came from and may fill the
-// opcode and body of an answer, which goes where spec CONN-3 says, the
-// request's source IP with its reply_port (the source port where that is 0).
-class FakeResponder {
- public:
-  using Answer = std::function<bool(uint16_t from_port, const metaroce::wire::Packet& req,
-                                    metaroce::wire::BaseHeader& bh, metaroce::wire::ConnectBody&)>;
-  explicit FakeResponder(Answer answer) : answer_(std::move(answer)) {
-    fd_ = loopback_socket(port_);
-    if (fd_ >= 0) thread_ = std::thread([this] { run(); });
-  }
-  ~FakeResponder() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FakeResponder(const FakeResponder&) = delete;
-  FakeResponder& operator=(const FakeResponder&) = delete;
-  [[nodiscard]] bool ok() const { return thread_.joinable(); }
-  [[nodiscard]] std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  // Opens `client` on 127.0.0.1 and connects it here (2 s).
-  Error connect(std::unique_ptr<UdpEndpoint>& client) const {
-    client = open_on("127.0.0.1");
-    if (!client) return Error{Status::kInvalidArgument, "no client endpoint", "", 0};
-    ConnId id;
-    return client->connect(address(), 2000ms, id);
-  }
-
- private:
-  void run() {
-    namespace wire = metaroce::wire;
-    while (!stop_) {
-      wire::Packet req;
-      uint16_t from = 0;
-      if (!receive_packet(fd_, 20ms, req, &from) || req.bh.opcode != wire::Opcode::kConnectReq)
-        continue;
-      wire::BaseHeader bh;
-      bh.dst_conn = req.connect.src_conn;
-      wire::ConnectBody body;
-      body.max_version = wire::kVersion;
-      body.nonce = req.connect.nonce;
-      if (!answer_(from, req, bh, body)) continue;
-      uint8_t out[256];
-      const size_t len = wire::seal(out, wire::write_connect(out, bh, body), 0);
-      socklen_t sl = 0;
-      const uint16_t to = req.connect.reply_port != 0 ? req.connect.reply_port : from;
-      const sockaddr_storage dst = loopback(false, to, sl);
-      (void)::sendto(fd_, out, len, 0, reinterpret_cast<const sockaddr*>(&dst), sl);
-    }
-  }
-
-  Answer answer_;
-  int fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 TEST(Udp, ConnectVersionMismatch) {
   // A fake version-2 peer: answers every CONNECT_REQ with a REJECT 0x48.

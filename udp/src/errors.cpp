@@ -53,11 +53,52 @@ std::string UdpEndpoint::Impl::name_in_error(Error& e, ConnId conn) const {
 }
 
 Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId conn) const {
+  return make_error(s, what, conn, status_text(s));
+}
+
+Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId conn,
+                                    std::string_view text) const {
   Error e;
   e.status = s;
-  e.message = what + name_in_error(e, conn) + ": " + std::string(status_name(s)) + ": " +
-              std::string(status_text(s));
+  e.message =
+      what + name_in_error(e, conn) + ": " + std::string(status_name(s)) + ": " + std::string(text);
   return e;
+}
+
+std::string UdpEndpoint::Impl::ended_text(Status s) {
+  switch (s) {
+    case Status::kConnectRefused:  // (CONN-3: an ACCEPT below the least mtu is refused so too)
+      return "the peer refused the connection (CONNECT_REJECT, or an ACCEPT offering less than "
+             "the least mtu)";
+    case Status::kVersionMismatch:
+      return "the peer speaks another protocol version (CONNECT_REJECT)";
+    case Status::kResourceExhausted:
+      return "the peer holds as many connections as its max_connections allows "
+             "(CONNECT_REJECT)";
+    default: return std::string(status_text(s));
+  }
+}
+
+// The engine's own words, "flushed: connection entered the error state
+// first", fit only a connection that failed: most are flushed by a close.
+std::string UdpEndpoint::Impl::flushed_text(const ConnInfo* ci) {
+  using Closer = ConnInfo::Closer;
+  if (ci == nullptr) return "flushed: the connection ended before the request completed";
+  if (ci->closer == Closer::kApplication)
+    return "flushed: the application closed the connection (close(conn)) before the request "
+           "completed";
+  if (ci->closer == Closer::kEndpoint)
+    return "flushed: the endpoint was closed (close()) before the request completed";
+  if (ci->state == ConnState::kError) {
+    // Section 4: a CONNECTING connection never enters ERROR; its connect fails.
+    const bool connect =
+        ci->status == Status::kConnectRefused || ci->status == Status::kVersionMismatch ||
+        ci->status == Status::kResourceExhausted || ci->status == Status::kConnectTimeout;
+    return connect ? "flushed: the connect failed first" : "flushed: the connection failed first";
+  }
+  if (ci->state == ConnState::kClosed && ci->status == Status::kPeerClosed)
+    return "flushed: the peer closed the connection first";
+  return "flushed: the connection ended before the request completed";
 }
 
 // The largest datagram is a full data packet: its headers (WRITE_IMM's, the
@@ -140,8 +181,7 @@ std::string UdpEndpoint::Impl::how_it_ended(const ConnInfo& ci) {
   const std::string sent = send_failure_clause(ci.send_failure);
   const std::string how =
       ci.state == ConnState::kError && ci.status != Status::kOk
-          ? "ended with " + std::string(status_name(ci.status)) + " (" +
-                std::string(status_text(ci.status)) + ")"
+          ? "ended with " + std::string(status_name(ci.status)) + " (" + ended_text(ci.status) + ")"
       : ci.status == Status::kPeerClosed
           ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
           : "is closed";
@@ -179,6 +219,13 @@ Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
                       std::string(what) + " failed: the connection " + how_it_ended(it->second),
                       conn);
   }
+  // Closed by the application but not ended yet (its DISCONNECT unanswered):
+  // the engine's "connection not established" read as one never set up.
+  if (s == Status::kNotConnected && it != conns.end() &&
+      it->second.closer == ConnInfo::Closer::kApplication)
+    return make_error(
+        s, std::string(what) + " failed: the application closed the connection (close(conn))", conn,
+        "the connection is closing");
   return make_error(s, std::string(what) + " failed", conn);
 }
 

@@ -126,6 +126,10 @@ struct ConnInfo {
   // Counted in Impl::live_peers, under counted_peer (count_live).
   bool counted = false;
   PeerAddr counted_peer;
+  // Who closed it while it was live, here: its work completes kFlushed at
+  // once, before the close ends (kClosed), and completion_error says why.
+  enum class Closer : uint8_t { kNone, kApplication, kEndpoint };
+  Closer closer = Closer::kNone;
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -415,9 +419,25 @@ struct UdpEndpoint::Impl {
 
   void thread_main();
 
+  // The accept queue (udp_endpoint.cpp): the next connection to hand over,
+  // past those whose requester had given them up (abandoned()).
+  [[nodiscard]] static bool abandoned(const ConnInfo& ci);
+  void skip_abandoned();
+  bool take_accepted(ConnId& out);
+
   // errors.cpp
   std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
+  // The same with `text` for the status's own words.
+  Error make_error(Status s, const std::string& what, ConnId conn, std::string_view text) const;
+  // A status that ended a connection, in words that say whose it was:
+  // status_text's, except for a peer's refusal (CONNECT_REJECT), which the
+  // engine's texts leave to be read as this endpoint's ("endpoint resource
+  // limit reached").
+  [[nodiscard]] static std::string ended_text(Status s);
+  // What a kFlushed completion of connection `ci` (nullptr: forgotten)
+  // was flushed by, as the status's words.
+  [[nodiscard]] static std::string flushed_text(const ConnInfo* ci);
   // CONN-1: the mtu (0: the endpoint's) a connection to `peer` offers.
   [[nodiscard]] Error route_mtu_cap(const PeerAddr& peer, uint16_t& cap) const;
   [[nodiscard]] Error closed_error(const std::string& what, ConnId conn = ConnId{},

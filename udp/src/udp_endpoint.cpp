@@ -154,7 +154,17 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out)
     auto lk = im.guard();
     const Status s = im.eng->connect(peer, clock_now(), id, max_mtu);
     if (s != Status::kOk) {
-      Error e = im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
+      // The engine's kResourceExhausted here is this endpoint's limit; a
+      // peer's reads "the peer holds as many connections ..." (ended_text).
+      const uint32_t most = im.eng->config().max_connections;
+      Error e = s == Status::kResourceExhausted
+                    ? im.make_error(s,
+                                    "connect to " + format_address(peer) +
+                                        " failed: this endpoint holds "
+                                        "Options::engine.max_connections (" +
+                                        std::to_string(most) + ") connections already",
+                                    ConnId{}, "this endpoint's connection limit is reached")
+                    : im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
       e.peer = format_address(peer);
       return e;
     }
@@ -286,8 +296,9 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
                                  " apart (Options::engine.connect_attempts)" + refused,
                              id);
   }
-  return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
-                           "connect to " + format_address(peer) + " failed" + refused, id);
+  const Status why = ci.status == Status::kOk ? Status::kConnectTimeout : ci.status;
+  return impl_->make_error(why, "connect to " + format_address(peer) + " failed" + refused, id,
+                           Impl::ended_text(why));
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
@@ -351,20 +362,48 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
   return start_connection(*impl_, peer, out);
 }
 
-bool UdpEndpoint::try_accept(ConnId& out) {
-  auto lk = impl_->guard();
-  if (impl_->accepted.empty()) return false;
-  out = impl_->accepted.front();
-  impl_->accepted.pop_front();
-  if (const auto it = impl_->conns.find(out.v); it != impl_->conns.end()) {
+// Closed by a DISCONNECT giving kConnectTimeout, which only a requester
+// answering the late ACCEPT of a connection whose requests it had given up
+// on sends (section 4, CONN-8): its peer never had the connection, and never
+// uses it. (connect() leaves such connections behind when it opens one
+// after another, at a server slow to read its requests.) One closed
+// otherwise, reason 0 included, may have carried WRITEs, and is handed over.
+bool UdpEndpoint::Impl::abandoned(const ConnInfo& ci) {
+  return ci.state == ConnState::kClosed && ci.status == Status::kPeerClosed &&
+         ci.peer_reason == Status::kConnectTimeout;
+}
+
+// The accept queue's front, past the connections abandoned() that it holds
+// there; each such one leaves the queue as if taken.
+void UdpEndpoint::Impl::skip_abandoned() {
+  while (!accepted.empty()) {
+    const auto it = conns.find(accepted.front().v);
+    if (it == conns.end() || !abandoned(it->second)) return;
+    accepted.pop_front();
+    it->second.queued = false;
+    if (it->second.passed) conns.erase(it);  // kept only for the queue (trim_ended)
+  }
+}
+
+bool UdpEndpoint::Impl::take_accepted(ConnId& out) {
+  skip_abandoned();
+  if (accepted.empty()) return false;
+  out = accepted.front();
+  accepted.pop_front();
+  if (const auto it = conns.find(out.v); it != conns.end()) {
     it->second.queued = false;
     if (it->second.passed) {  // ended, and kept only for this: among the latest again
       it->second.passed = false;
-      impl_->ended.push_back(out.v);
-      impl_->trim_ended();
+      ended.push_back(out.v);
+      trim_ended();
     }
   }
   return true;
+}
+
+bool UdpEndpoint::try_accept(ConnId& out) {
+  auto lk = impl_->guard();
+  return impl_->take_accepted(out);
 }
 
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
@@ -372,7 +411,9 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   if (timeout.count() < 0) return negative_timeout("accept on " + local_address(), timeout);
   if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!impl_->run_until([&] { return !impl_->accepted.empty(); }, deadline)) {
+  // (pred runs under the lock; the connection is taken there, as another
+  // thread's try_accept could otherwise take it between the two.)
+  if (!impl_->run_until([&] { return impl_->take_accepted(out); }, deadline)) {
     if (impl_->closed) return impl_->closed_error("accept");  // by another thread meanwhile
     Error e;
     e.status = Status::kConnectTimeout;
@@ -380,11 +421,15 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
                 std::to_string(timeout.count()) + " ms";
     return e;
   }
-  return try_accept(out) ? Error{} : Error{Status::kConnectTimeout, "accept: raced", "", 0};
+  return {};
 }
 
 void UdpEndpoint::close(ConnId conn) {
   auto lk = impl_->guard();
+  if (const auto it = impl_->conns.find(conn.v);
+      it != impl_->conns.end() &&
+      (it->second.state == ConnState::kConnecting || it->second.state == ConnState::kEstablished))
+    it->second.closer = ConnInfo::Closer::kApplication;
   impl_->eng->close(conn, clock_now());
   impl_->wake_thread();
 }
@@ -401,7 +446,8 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
   const std::string sent = Impl::send_failure_clause(it->second.send_failure);
   return impl_->make_error(it->second.status,
-                           sent.empty() ? "connection failed" : "connection failed; " + sent, conn);
+                           sent.empty() ? "connection failed" : "connection failed; " + sent, conn,
+                           Impl::ended_text(it->second.status));
 }
 
 std::string UdpEndpoint::peer_address(ConnId conn) const {
@@ -542,11 +588,13 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
     const std::string sent = Impl::send_failure_clause(it->second.send_failure);
     if (!sent.empty()) what += "; " + sent;
   }
-  Error e = impl_->make_error(c.status, what, c.conn);
+  if (c.status != Status::kFlushed) return impl_->make_error(c.status, what, c.conn);
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
-  if (c.status == Status::kFlushed && ended)
-    e.message += "; the connection " + Impl::how_it_ended(it->second);
+  const ConnInfo* ci = it != impl_->conns.end() ? &it->second : nullptr;
+  Error e = impl_->make_error(c.status, what, c.conn, Impl::flushed_text(ci));
+  if (ended && ci->closer == ConnInfo::Closer::kNone)
+    e.message += "; the connection " + Impl::how_it_ended(*ci);
   return e;
 }
 
@@ -592,6 +640,8 @@ void UdpEndpoint::close(bool graceful) {
     const TimeNs now = clock_now();
     for (auto& [id, ci] : impl_->conns) {
       if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
+        // (One the application closed already keeps that: its work went then.)
+        if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
         impl_->eng->close(ConnId{id}, now);
         open.push_back(ConnId{id});
       }
