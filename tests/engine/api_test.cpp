@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "engine_util.hpp"
 #include "loop.hpp"
 #include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
+#include "spec_vectors.hpp"
 
 namespace metaroce::test {
 namespace {
@@ -587,17 +589,27 @@ TEST(Engine, ReadResponseThatIsNotItsSegmentIsDropped) {  // PLACE-4
 // response placed. The READ_REQ carries AR, so its ACK leaves at once with
 // the response rather than ack_delay (10 us) later: a lone READ completes one
 // round trip (4 us over this loop) after it is posted, as a WRITE does. It
-// took 14 us before, the READ_REQ's ACK held back by ACK-5's delay.
+// took 14 us before, the READ_REQ's ACK held back by ACK-5's delay. The
+// spec's READ_REQ vector (TV-06) has the flags the engine sends: it showed
+// AR clear after READ-1 had every READ_REQ carry it.
 TEST(Engine, ALoneReadCompletesOneRoundTripAfterItIsPosted) {  // READ-1, COMP-1
   Loop loop(cfg(97), cfg(98));
   auto [a, b] = loop.connect();
   Buf mine(loop.ep(0), 4096, kAccessLocalWrite, 0);
   Buf theirs(loop.ep(1), 4096, kAccessRemoteRead, 0x3c);
-  int read_reqs = 0, with_ar = 0;
+  uint8_t tv06_byte0 = 0;
+  for (const spec_vectors::SpecVector& tv : spec_vectors::all()) {
+    std::vector<uint8_t> bytes(256);
+    if (std::string_view(tv.id) == "TV-06" && spec_vectors::encode(tv, bytes) > 0)
+      tv06_byte0 = bytes[0];
+  }
+  ASSERT_NE(tv06_byte0, 0);
+  int read_reqs = 0, with_ar = 0, as_tv06 = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadReq)) return;
     ++read_reqs;
     with_ar += (d[0] & wire::kFlagAckRequested) != 0;
+    as_tv06 += d[0] == tv06_byte0;  // version, PC (cover_payload's default) and AR
   };
   for (uint64_t id = 1; id <= 3; ++id) {
     const TimeNs posted = loop.now();
@@ -611,6 +623,7 @@ TEST(Engine, ALoneReadCompletesOneRoundTripAfterItIsPosted) {  // READ-1, COMP-1
   EXPECT_EQ(mine.bytes, theirs.bytes);
   EXPECT_EQ(read_reqs, 3);
   EXPECT_EQ(with_ar, 3);
+  EXPECT_EQ(as_tv06, 3);
 }
 
 // SEQ-5: a message is at most 2^31 bytes. A longer work request is refused
