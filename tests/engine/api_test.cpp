@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -512,6 +514,61 @@ TEST(Engine, RnrPauseLeavesReadResponseResendsFlowing) {  // LOSS-7, SCHED-2
   EXPECT_GE(paused.rnr_naks, 1u);
   EXPECT_LE(paused.took_ns, alone.took_ns + alone.took_ns / 5)
       << "alone " << alone.took_ns << " ns, paused " << paused.took_ns << " ns";
+}
+
+// LOSS-7, READ-3: the responder's max_reads is 2 and every ACK of the
+// requester's is lost, so its READ queue (8) fills with answered READs; the
+// next two READ_REQs, sent together, are both refused, and its RNR NAK names
+// the first only (the second was refused while the NAK was pending). The
+// requester resends both when the pause ends. The unnamed one waited for its
+// path's tail-loss timer before (LOSS-8): with a round trip of 200 us,
+// above rnr_retry's 100 us, it left 200 us after the named one.
+TEST(Engine, ReadRequestsRefusedBehindAnRnrAreResentWithIt) {  // LOSS-7, READ-3
+  EndpointConfig rc = cfg(924);
+  rc.max_reads = 2;
+  Loop loop(cfg(925), rc);
+  loop.delay_ns = 100'000;
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kReads = 12;
+  Buf src(loop.ep(1), kReads * 4096, kAccessRemoteRead, 0),
+      dst(loop.ep(0), kReads * 4096, kAccessLocalWrite);
+  pattern(src.bytes, 3);
+  bool lose_acks = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return lose_acks && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  // Each READ_REQ's transmissions, and the PSN the first RNR NAK names.
+  std::map<uint32_t, std::vector<uint64_t>> sent;
+  std::optional<uint32_t> named;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kReadReq))
+      sent[be::load32(d.data() + 8)].push_back(loop.now().ns);
+    if (from == 1 && !named && d[1] == static_cast<uint8_t>(wire::Opcode::kNak) &&
+        d[wire::kBaseHeaderSize + 4] == static_cast<uint8_t>(Status::kRnr)) {
+      named = be::load32(d.data() + wire::kBaseHeaderSize);
+      lose_acks = false;
+    }
+  };
+  for (uint32_t i = 0; i < kReads; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, kReads, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_TRUE(named.has_value());
+  ASSERT_EQ(sent[*named].size(), 2u);
+  // The other READ_REQ in flight with the named one: sent at the same time.
+  const uint32_t other = *named + 1;
+  ASSERT_EQ(sent[other].size(), 2u);
+  ASSERT_EQ(sent[other][0], sent[*named][0]);
+  EXPECT_EQ(sent[other][1], sent[*named][1])
+      << "resent " << sent[other][1] - sent[*named][1] << " ns after the named one";
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 0u);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->losses_declared, 0u);
 }
 
 // PLACE-4: a READ response whose msg_len is not its READ's length belongs to
