@@ -384,6 +384,47 @@ TEST(Deregister, AResponderWhoseRegionWentSaysSoAtOnce) {  // MR-5
   EXPECT_TRUE(untouched(target, 0));
 }
 
+// READ-4, NAK-2: the responder's NAK 0x07 for a READ whose region went is
+// lost. The READ_REQ was acknowledged, so the requester had nothing in flight
+// and nothing asked the responder again: its READ failed kPeerUnreachable at
+// the peer timeout, 2 s on. It PROBEs now after an RTO of silence, and the
+// responder answers with its NAK: the READ fails kRemoteOperationError.
+TEST(Deregister, AResponderWhoseNakWasLostIsAskedAgain) {  // READ-4, NAK-2, MR-5
+  Loop loop(cfg(473), cfg(474));
+  auto [a, b] = loop.connect();
+  Buf w_src(loop.ep(0), 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  constexpr uint8_t kWrite = static_cast<uint8_t>(wire::Opcode::kWrite);
+  int writes = 0, naks = 0, probes = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kWrite && ++writes == 1) return true;  // READ-5: the READ waits
+    return from == 1 && d[1] == kNak && ++naks == 1;
+  };
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    // The WRITE's resend is on its way: the region goes before the READ is served.
+    if (from == 0 && writes == 1 && d[1] == kWrite) {
+      ASSERT_EQ(loop.ep(1).deregister_memory(remote.mr.lkey), Status::kOk);
+    }
+  };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 2)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, kPromptly));
+  EXPECT_EQ(naks, 2);
+  EXPECT_EQ(probes, 1);
+  for (const Completion& c : done)
+    EXPECT_EQ(c.status, c.wr_id == 2 ? Status::kRemoteOperationError : Status::kOk)
+        << "wr " << c.wr_id;
+  EXPECT_EQ(error_of(loop, 0), Status::kRemoteOperationError);
+  EXPECT_TRUE(untouched(target, 0));
+}
+
 // READ-2: a READ_REQ for more than kMaxMessageLength bytes is refused with
 // NAK 0x06 before any byte is read, even against a region that large. Its
 // msg_len near 2^32 made the responder's packet count wrap to 0, and it then
