@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -569,6 +570,57 @@ TEST(Engine, ReadRequestsRefusedBehindAnRnrAreResentWithIt) {  // LOSS-7, READ-3
   EXPECT_EQ(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
   EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 0u);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->losses_declared, 0u);
+}
+
+// READ-5: responses are served in the order of their requests. As in
+// ReadRequestsRefusedBehindAnRnrAreResentWithIt the responder's queue fills
+// with answered READs and READ_REQs 8 and 9 are sent together, but 9 is held
+// up 300 us on its way: 8 is refused (RNR), the queue has room again by the
+// time 9 arrives, which it takes, and 8's resend follows. READ 9's response
+// went first (the queue served in the order it took requests); now 8's does.
+TEST(Engine, AReadRequestRefusedAndTakenLaterIsServedInItsOrder) {  // READ-5, READ-3
+  EndpointConfig rc = cfg(922);
+  rc.max_reads = 2;
+  Loop loop(cfg(923), rc);
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kReads = 14;
+  Buf src(loop.ep(1), kReads * 4096, kAccessRemoteRead, 0),
+      dst(loop.ep(0), kReads * 4096, kAccessLocalWrite);
+  pattern(src.bytes, 7);
+  constexpr uint8_t kReadReq = static_cast<uint8_t>(wire::Opcode::kReadReq);
+  constexpr uint8_t kReadResp = static_cast<uint8_t>(wire::Opcode::kReadResp);
+  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
+  bool lose_acks = true;
+  int rnrs = 0, read_reqs = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return lose_acks && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == kReadReq && ++read_reqs == 10 ? 300'000 : 0;
+  };
+  std::set<uint32_t> resp_psns;
+  std::vector<uint32_t> served;  // read sequence of each response PSN, first sent
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1) return;
+    if (d[1] == kNak && d[wire::kBaseHeaderSize + 4] == static_cast<uint8_t>(Status::kRnr)) {
+      ++rnrs;
+      lose_acks = false;
+    }
+    if (d[1] == kReadResp && resp_psns.insert(be::load32(d.data() + 8)).second)
+      served.push_back(be::load32(d.data() + wire::kBaseHeaderSize));
+  };
+  for (uint32_t i = 0; i < kReads; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, kReads, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GE(rnrs, 1);
+  ASSERT_EQ(served.size(), kReads);
+  for (uint32_t i = 0; i < kReads; ++i) EXPECT_EQ(served[i], i) << "response " << i;
 }
 
 // PLACE-4: a READ response whose msg_len is not its READ's length belongs to
