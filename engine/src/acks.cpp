@@ -15,11 +15,15 @@ using detail::TxCtx;
 using detail::TxRecord;
 
 namespace {
-// A packet the receiver places only with a posted receive buffer (PLACE-3),
-// so one it refuses with RNR when the oldest refused packet was too.
-bool needs_receive_buffer(const TxCtx& t, const TxRecord& r) {
+// A packet the receiver may refuse with RNR (LOSS-7): one it places only
+// with a posted receive buffer (PLACE-3), or a READ_REQ, which a READ queue
+// full of answered READs refuses (READ-3). While its RNR NAK is pending the
+// receiver names only the oldest it refused, so these, sent after that one,
+// may have been refused too, unnamed.
+bool may_be_refused(const TxCtx& t, const TxRecord& r) {
   if (r.slot & detail::kRespSlotFlag) return false;  // a READ response
-  return wire::consumes_receive(detail::data_opcode(t.sq[r.slot].wr.op));
+  const WrOpcode op = t.sq[r.slot].wr.op;
+  return op == WrOpcode::kRead || wire::consumes_receive(detail::data_opcode(op));
 }
 
 // MR-5: a responder that can no longer answer a READ names the READ_REQ,
@@ -314,13 +318,15 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   if (code == Status::kRnr) {
     // LOSS-7: not a path loss; resend after the receiver had time to post.
     // The receiver refused every later packet that needs a receive buffer
-    // too (it names only the oldest), so those are resent with it rather
-    // than found missing one by one and counted against their paths.
+    // too (it names only the oldest), and may have refused a later READ_REQ
+    // (READ-3), so those are resent with it rather than found missing one by
+    // one (the tail-loss timer, LOSS-2) and counted against their paths. A
+    // READ_REQ it had accepted arrives again as a duplicate (READ-4).
     const uint32_t mask = c.wmask();
     for (uint32_t q = psn; before(q, c.next_psn); ++q) {
       TxRecord& r = t.records[q & mask];
       if (r.psn != q || !(r.flags & detail::kRecInFlight)) continue;
-      if (q != psn && !needs_receive_buffer(t, r)) continue;
+      if (q != psn && !may_be_refused(t, r)) continue;
       declare_lost(c, t, r, now, false, false);
     }
     c.rnr_until = now + cfg.recovery.rnr_retry_ns;

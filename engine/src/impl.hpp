@@ -194,6 +194,9 @@ struct Endpoint::Impl {
   // nothing to time): when its keepalive is due, and what happens then.
   [[nodiscard]] TimeNs keepalive_deadline(const detail::Connection& c) const;
   [[gnu::cold]] void run_keepalive(detail::Connection& c, TimeNs now);
+  // READ-4: when READs waiting for their responses, with nothing else to ask
+  // the responder, PROBE it (never, when they do not so wait).
+  [[gnu::cold, nodiscard]] TimeNs read_wait_deadline(const detail::Connection& c) const;
   // The output path, one instance per mode (poll_transmit, and gather for
   // poll_transmit_gather): each function of it then has one caller, and the
   // optimizer inlines the whole path into its entry, as it did while only

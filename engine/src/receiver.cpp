@@ -213,11 +213,20 @@ void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t 
     why = t.resp_tail - t.resp_seg >= cfg.max_reads ? Status::kRemoteInvalidRequest : Status::kRnr;
     return;
   }
-  detail::RespJob& j = t.resp[t.resp_tail++ & t.resp_mask];
-  j = detail::RespJob{psn,    mrs.lkey_of(p.rh.rkey),
-                      src,    mh.msg_len,
-                      mh.msn, detail::packets_for(mh.msg_len, c.mtu),
-                      0,      0};
+  // READ-5: served in the order of the requests' PSNs. One refused with RNR
+  // (READ-3) comes again after a later one the queue took meanwhile, and was
+  // served after it; it goes ahead of every later one not yet begun (a job
+  // begun, or wholly sent, has response records naming its slot).
+  uint32_t at = t.resp_tail++;
+  for (; at != t.resp_seg; --at) {
+    const detail::RespJob& prev = t.resp[(at - 1) & t.resp_mask];
+    if ((at - 1 == t.resp_seg && prev.sent > 0) || before(prev.req_psn, psn)) break;
+    t.resp[at & t.resp_mask] = prev;
+  }
+  t.resp[at & t.resp_mask] = detail::RespJob{psn,    mrs.lkey_of(p.rh.rkey),
+                                             src,    mh.msg_len,
+                                             mh.msn, detail::packets_for(mh.msg_len, c.mtu),
+                                             0,      0};
 }
 
 void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& why) {

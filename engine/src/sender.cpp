@@ -165,8 +165,17 @@ bool Endpoint::Impl::build_headers(Connection& c, TxCtx& t, uint16_t slot, uint3
         src = e.local + off;
         break;
     }
-    if (!mrs.still_registered(e.wr.lkey, e.wr.length)) {
-      // MR-5: the application deregistered memory under an outstanding request.
+    // MR-5: the application deregistered memory under an outstanding request.
+    // A READ_REQ sent before goes again whatever its target: it touches none
+    // of it, and the responder may hold the READ already (only its ACK was
+    // lost, say). Its responses find the target gone (on_read_resp) and the
+    // responder hears NAK 0x07; failed here, the READ told it nothing, and it
+    // resent its responses to a connection that answers none until its peer
+    // timeout (PATH-7), 2 s. (A record holds this PSN with a transmission
+    // only once it was sent: a new PSN's holds an older one's, or none.)
+    const TxRecord& sent = t.records[psn & c.wmask()];
+    const bool resent_read = e.wr.op == WrOpcode::kRead && sent.psn == psn && sent.tx_count > 0;
+    if (!resent_read && !mrs.still_registered(e.wr.lkey, e.wr.length)) {
       enter_error(c, Status::kLocalProtection, detail::Culprit::send_psn(psn), now);
       return false;
     }

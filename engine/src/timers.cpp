@@ -20,6 +20,15 @@ bool awaits_peer(const Connection& c) {
   return c.tx && (c.tx->retx_head != c.tx->retx_tail || c.reads_outstanding > 0);
 }
 
+// READ-4: READs of ours wait for their responses with nothing of ours in
+// flight or queued, so no tail-loss probe or RTO asks the responder anything.
+bool reads_wait_unasked(const Connection& c) {
+  if (!c.tx || c.reads_outstanding == 0 || c.tx->retx_head != c.tx->retx_tail) return false;
+  for (uint8_t i = 0; i < c.num_paths; ++i)
+    if (c.paths[i].inflight > 0) return false;
+  return true;
+}
+
 // PATH-7's outstanding work: what the peer timeout times, and what keeps the
 // keepalive (CONN-9) quiet. One test for both, or a deadline set by one and
 // not served by the other would be due for ever.
@@ -60,7 +69,10 @@ void Endpoint::Impl::compute_timer(Connection& c) {
     if (p.inflight == 0 && p.next_send > last_now && unsent)
       t = std::min(t, p.next_send);  // a paced path (CC-6) may send then
   }
-  if (awaits_peer(c)) outstanding = true;
+  if (awaits_peer(c)) {
+    if (!outstanding && c.state == ConnState::kEstablished) t = std::min(t, read_wait_deadline(c));
+    outstanding = true;
+  }
   // LOSS-7's pause holds back the whole send queue, not only the resends the
   // RNR queued (a stale RNR NAK queues none): whatever waits, wakes then.
   if (c.rnr_until.ns > 0 && unsent) t = std::min(t, c.rnr_until);
@@ -188,11 +200,26 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
       if (cfg.recovery.keepalive_ns != 0 && keepalive_deadline(c) <= now) run_keepalive(c, now);
     } else if (now.since(c.last_progress) >= cfg.recovery.peer_timeout_ns) {
       enter_error(c, Status::kPeerUnreachable, detail::Culprit::oldest_send(), now);
+    } else if (read_wait_deadline(c) <= now) {
+      run_keepalive(c, now);  // READ-4: a PROBE, as CONN-9's
     }
   }
   maybe_release_ctx(c, now);
   mark_ready(c);
   update_timer(c);
+}
+
+// READ-4: when READs that wait unasked (reads_wait_unasked) PROBE the
+// responder: a quiet RTO after anything was last heard from it, then as
+// CONN-9's PROBEs follow each other. A responder that failed them sent its
+// fatal NAK once (MR-5's 0x07, naming the READ_REQ), and one lost was
+// heard only at PATH-7's peer timeout, which failed the READ
+// kPeerUnreachable 2 s later: a PROBE draws it again (NAK-2), and a live
+// responder's ACK.
+TimeNs Endpoint::Impl::read_wait_deadline(const Connection& c) const {
+  if (!reads_wait_unasked(c)) return TimeNs::never();
+  if (c.keepalive_waiting()) return c.keepalive_next;
+  return c.last_activity + base_rto(c.paths[0]);  // run_keepalive's first PROBE: slot 0
 }
 
 TimeNs Endpoint::Impl::keepalive_deadline(const Connection& c) const {

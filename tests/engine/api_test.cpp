@@ -10,12 +10,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
 #include <vector>
 
 #include "engine_util.hpp"
 #include "loop.hpp"
 #include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
+#include "spec_vectors.hpp"
 
 namespace metaroce::test {
 namespace {
@@ -512,6 +517,112 @@ TEST(Engine, RnrPauseLeavesReadResponseResendsFlowing) {  // LOSS-7, SCHED-2
       << "alone " << alone.took_ns << " ns, paused " << paused.took_ns << " ns";
 }
 
+// LOSS-7, READ-3: the responder's max_reads is 2 and every ACK of the
+// requester's is lost, so its READ queue (8) fills with answered READs; the
+// next two READ_REQs, sent together, are both refused, and its RNR NAK names
+// the first only (the second was refused while the NAK was pending). The
+// requester resends both when the pause ends. The unnamed one waited for its
+// path's tail-loss timer before (LOSS-8): with a round trip of 200 us,
+// above rnr_retry's 100 us, it left 200 us after the named one.
+TEST(Engine, ReadRequestsRefusedBehindAnRnrAreResentWithIt) {  // LOSS-7, READ-3
+  EndpointConfig rc = cfg(924);
+  rc.max_reads = 2;
+  Loop loop(cfg(925), rc);
+  loop.delay_ns = 100'000;
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kReads = 12;
+  Buf src(loop.ep(1), kReads * 4096, kAccessRemoteRead, 0),
+      dst(loop.ep(0), kReads * 4096, kAccessLocalWrite);
+  pattern(src.bytes, 3);
+  bool lose_acks = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return lose_acks && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  // Each READ_REQ's transmissions, and the PSN the first RNR NAK names.
+  std::map<uint32_t, std::vector<uint64_t>> sent;
+  std::optional<uint32_t> named;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kReadReq))
+      sent[be::load32(d.data() + 8)].push_back(loop.now().ns);
+    if (from == 1 && !named && d[1] == static_cast<uint8_t>(wire::Opcode::kNak) &&
+        d[wire::kBaseHeaderSize + 4] == static_cast<uint8_t>(Status::kRnr)) {
+      named = be::load32(d.data() + wire::kBaseHeaderSize);
+      lose_acks = false;
+    }
+  };
+  for (uint32_t i = 0; i < kReads; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, kReads, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_TRUE(named.has_value());
+  ASSERT_EQ(sent[*named].size(), 2u);
+  // The other READ_REQ in flight with the named one: sent at the same time.
+  const uint32_t other = *named + 1;
+  ASSERT_EQ(sent[other].size(), 2u);
+  ASSERT_EQ(sent[other][0], sent[*named][0]);
+  EXPECT_EQ(sent[other][1], sent[*named][1])
+      << "resent " << sent[other][1] - sent[*named][1] << " ns after the named one";
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 0u);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->losses_declared, 0u);
+}
+
+// READ-5: responses are served in the order of their requests. As in
+// ReadRequestsRefusedBehindAnRnrAreResentWithIt the responder's queue fills
+// with answered READs and READ_REQs 8 and 9 are sent together, but 9 is held
+// up 300 us on its way: 8 is refused (RNR), the queue has room again by the
+// time 9 arrives, which it takes, and 8's resend follows. READ 9's response
+// went first (the queue served in the order it took requests); now 8's does.
+TEST(Engine, AReadRequestRefusedAndTakenLaterIsServedInItsOrder) {  // READ-5, READ-3
+  EndpointConfig rc = cfg(922);
+  rc.max_reads = 2;
+  Loop loop(cfg(923), rc);
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kReads = 14;
+  Buf src(loop.ep(1), kReads * 4096, kAccessRemoteRead, 0),
+      dst(loop.ep(0), kReads * 4096, kAccessLocalWrite);
+  pattern(src.bytes, 7);
+  constexpr uint8_t kReadReq = static_cast<uint8_t>(wire::Opcode::kReadReq);
+  constexpr uint8_t kReadResp = static_cast<uint8_t>(wire::Opcode::kReadResp);
+  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
+  bool lose_acks = true;
+  int rnrs = 0, read_reqs = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return lose_acks && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == kReadReq && ++read_reqs == 10 ? 300'000 : 0;
+  };
+  std::set<uint32_t> resp_psns;
+  std::vector<uint32_t> served;  // read sequence of each response PSN, first sent
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1) return;
+    if (d[1] == kNak && d[wire::kBaseHeaderSize + 4] == static_cast<uint8_t>(Status::kRnr)) {
+      ++rnrs;
+      lose_acks = false;
+    }
+    if (d[1] == kReadResp && resp_psns.insert(be::load32(d.data() + 8)).second)
+      served.push_back(be::load32(d.data() + wire::kBaseHeaderSize));
+  };
+  for (uint32_t i = 0; i < kReads; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, kReads, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
+  EXPECT_EQ(src.bytes, dst.bytes);
+  EXPECT_GE(rnrs, 1);
+  ASSERT_EQ(served.size(), kReads);
+  for (uint32_t i = 0; i < kReads; ++i) EXPECT_EQ(served[i], i) << "response " << i;
+}
+
 // PLACE-4: a READ response whose msg_len is not its READ's length belongs to
 // no READ this end asked for: it is dropped, counted as a bad length, and
 // not acknowledged, though its payload fits inside the READ; its resend,
@@ -587,17 +698,27 @@ TEST(Engine, ReadResponseThatIsNotItsSegmentIsDropped) {  // PLACE-4
 // response placed. The READ_REQ carries AR, so its ACK leaves at once with
 // the response rather than ack_delay (10 us) later: a lone READ completes one
 // round trip (4 us over this loop) after it is posted, as a WRITE does. It
-// took 14 us before, the READ_REQ's ACK held back by ACK-5's delay.
+// took 14 us before, the READ_REQ's ACK held back by ACK-5's delay. The
+// spec's READ_REQ vector (TV-06) has the flags the engine sends: it showed
+// AR clear after READ-1 had every READ_REQ carry it.
 TEST(Engine, ALoneReadCompletesOneRoundTripAfterItIsPosted) {  // READ-1, COMP-1
   Loop loop(cfg(97), cfg(98));
   auto [a, b] = loop.connect();
   Buf mine(loop.ep(0), 4096, kAccessLocalWrite, 0);
   Buf theirs(loop.ep(1), 4096, kAccessRemoteRead, 0x3c);
-  int read_reqs = 0, with_ar = 0;
+  uint8_t tv06_byte0 = 0;
+  for (const spec_vectors::SpecVector& tv : spec_vectors::all()) {
+    std::vector<uint8_t> bytes(256);
+    if (std::string_view(tv.id) == "TV-06" && spec_vectors::encode(tv, bytes) > 0)
+      tv06_byte0 = bytes[0];
+  }
+  ASSERT_NE(tv06_byte0, 0);
+  int read_reqs = 0, with_ar = 0, as_tv06 = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadReq)) return;
     ++read_reqs;
     with_ar += (d[0] & wire::kFlagAckRequested) != 0;
+    as_tv06 += d[0] == tv06_byte0;  // version, PC (cover_payload's default) and AR
   };
   for (uint64_t id = 1; id <= 3; ++id) {
     const TimeNs posted = loop.now();
@@ -611,6 +732,7 @@ TEST(Engine, ALoneReadCompletesOneRoundTripAfterItIsPosted) {  // READ-1, COMP-1
   EXPECT_EQ(mine.bytes, theirs.bytes);
   EXPECT_EQ(read_reqs, 3);
   EXPECT_EQ(with_ar, 3);
+  EXPECT_EQ(as_tv06, 3);
 }
 
 // SEQ-5: a message is at most 2^31 bytes. A longer work request is refused

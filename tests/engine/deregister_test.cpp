@@ -165,6 +165,43 @@ TEST(Deregister, AReadWhoseTargetWentBeforeItsRequestLeftSendsNoRequest) {  // M
   EXPECT_TRUE(untouched(target, 0));
 }
 
+// MR-5: a READ_REQ resent after the READ's target went is sent all the same:
+// the responder holds the READ (only its ACK and responses were lost), and
+// its responses, finding the target gone, draw NAK 0x07, so it fails at once
+// with kRemoteOperationError. The requester failed the READ when it came to
+// resend the request, told the responder nothing, and the responder resent
+// its responses to a connection that answered none until its peer timeout
+// (PATH-7): kPeerUnreachable 2 s later.
+TEST(Deregister, AReadRequestResentAfterItsTargetWentLetsTheResponderBeTold) {  // MR-5, NAK-2
+  Loop loop(cfg(471), cfg(472));
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 4 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4 * 4096, kAccessLocalWrite, 0xCD);
+  int read_reqs = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != kReadReq || ++read_reqs != 1) return;
+    ASSERT_EQ(loop.ep(0).deregister_memory(target.mr.lkey), Status::kOk);
+  };
+  // Everything the responder sends is lost until the request comes again.
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 1 && read_reqs < 2; };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4 * 4096, 6)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kLocalProtection);
+  EXPECT_EQ(error_of(loop, 0), Status::kLocalProtection);
+  Status at_responder = Status::kOk;
+  loop.run_until(
+      [&] {
+        at_responder = error_of(loop, 1);
+        return at_responder != Status::kOk;
+      },
+      kPromptly);
+  EXPECT_EQ(at_responder, Status::kRemoteOperationError);
+  EXPECT_EQ(read_reqs, 2);
+  EXPECT_TRUE(untouched(target, 0xCD));
+}
+
 // The responder's region deregistered while it answers a READ: no byte of
 // it leaves after that, and the requester's READ, its request long since
 // acknowledged, fails at once on the NAK that names that request.
@@ -344,6 +381,47 @@ TEST(Deregister, AResponderWhoseRegionWentSaysSoAtOnce) {  // MR-5
   for (const Completion& c : done)
     EXPECT_EQ(c.status, c.wr_id == 2 ? Status::kRemoteOperationError : Status::kOk)
         << "wr " << c.wr_id;
+  EXPECT_TRUE(untouched(target, 0));
+}
+
+// READ-4, NAK-2: the responder's NAK 0x07 for a READ whose region went is
+// lost. The READ_REQ was acknowledged, so the requester had nothing in flight
+// and nothing asked the responder again: its READ failed kPeerUnreachable at
+// the peer timeout, 2 s on. It PROBEs now after an RTO of silence, and the
+// responder answers with its NAK: the READ fails kRemoteOperationError.
+TEST(Deregister, AResponderWhoseNakWasLostIsAskedAgain) {  // READ-4, NAK-2, MR-5
+  Loop loop(cfg(473), cfg(474));
+  auto [a, b] = loop.connect();
+  Buf w_src(loop.ep(0), 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  constexpr uint8_t kWrite = static_cast<uint8_t>(wire::Opcode::kWrite);
+  int writes = 0, naks = 0, probes = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kWrite && ++writes == 1) return true;  // READ-5: the READ waits
+    return from == 1 && d[1] == kNak && ++naks == 1;
+  };
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    // The WRITE's resend is on its way: the region goes before the READ is served.
+    if (from == 0 && writes == 1 && d[1] == kWrite) {
+      ASSERT_EQ(loop.ep(1).deregister_memory(remote.mr.lkey), Status::kOk);
+    }
+  };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 2)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, kPromptly));
+  EXPECT_EQ(naks, 2);
+  EXPECT_EQ(probes, 1);
+  for (const Completion& c : done)
+    EXPECT_EQ(c.status, c.wr_id == 2 ? Status::kRemoteOperationError : Status::kOk)
+        << "wr " << c.wr_id;
+  EXPECT_EQ(error_of(loop, 0), Status::kRemoteOperationError);
   EXPECT_TRUE(untouched(target, 0));
 }
 

@@ -99,8 +99,10 @@ inline std::vector<SpecVector> all() {
   send_imm.imm = 0x0000cafe;
   v.push_back(send_imm);
 
-  SpecVector read_req = make("TV-06", "READ_REQ for 65536 bytes, read sequence number 1");
-  read_req.bh = base(Opcode::kReadReq, kPc, 0x0027, 0x0000002a, 0x00001004, 0x123456b0);
+  // AR set as the reference engine sends every READ_REQ (READ-1, section 3.3).
+  SpecVector read_req =
+      make("TV-06", "READ_REQ for 65536 bytes, read sequence number 1, PC and AR set");
+  read_req.bh = base(Opcode::kReadReq, kPc | kAr, 0x0027, 0x0000002a, 0x00001004, 0x123456b0);
   read_req.mh = {1, 0, 65536};
   read_req.rh = {0x1112131415161718, 0x00007f0000100000};
   v.push_back(read_req);
