@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "metaroce/udp.hpp"
@@ -683,6 +684,47 @@ TEST(ProviderShape, FewBounceBuffersDrawRnrAndLoseNothing) {
     }
   }
   EXPECT_GT(rnr, 0u) << "the shared queue never ran dry: the test did not test RNR";
+}
+
+// Under FI_PROGRESS_MANUAL a rank that computes without entering MPI
+// acknowledges nothing, and after peer_timeout (2 s, PATH-7) its peers'
+// connections fail kPeerUnreachable, though the datagrams wait in its socket
+// and are placed when it resumes: delivered, yet failed at the sender
+// (docs/design/libfabric-provider.md, gap G1). The provider therefore runs
+// the driver's progress thread while the application is away; with it, a
+// message sent to a rank that computes for longer than peer_timeout arrives
+// and completes at the sender.
+TEST(ProviderShape, ARankComputingPastThePeerTimeoutKeepsItsPeersWithTheProgressThread) {
+  World w(2);
+  ASSERT_EQ(w.ranks.size(), 2u);
+  Rank& a = *w.ranks[0];
+  Rank& b = *w.ranks[1];
+  const auto m0 = message(0, 1, 0, 3000);
+  const auto m1 = message(0, 1, 1, 3000);
+  std::vector<uint8_t> got0(4000, 0xee), got1(4000, 0xee);
+  Recv r0, r1;
+  r0.src = r1.src = 0;
+  r0.tag = r1.tag = make_tag(kCtx, 9);
+  r0.buf = got0.data();
+  r1.buf = got1.data();
+  r0.len = r1.len = got0.size();
+  b.trecv(&r0);
+  b.trecv(&r1);
+  a.tsend(1, make_tag(kCtx, 9), m0.data(), m0.size(), 0);
+  ASSERT_TRUE(w.run_until([&] { return r0.done && a.sends_done == 1; }, 10s));
+  // b computes: its application calls nothing, its provider's thread runs.
+  b.ep->start_progress_thread();
+  a.tsend(1, make_tag(kCtx, 9), m1.data(), m1.size(), 0);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::nanoseconds(provider_options(1).engine.recovery.peer_timeout_ns) +
+                     500ms;
+  while (std::chrono::steady_clock::now() < until) a.progress();
+  b.ep->stop_progress_thread();
+  const bool done = w.run_until([&] { return r1.done && a.sends_done == 2; }, 10s);
+  w.expect_no_failures();
+  ASSERT_TRUE(done);
+  ASSERT_EQ(r1.got_len, m1.size());
+  EXPECT_EQ(first_wrong(got1.data(), 0, 1, 1, m1.size()), -1);
 }
 
 }  // namespace
