@@ -727,5 +727,73 @@ TEST(ProviderShape, ARankComputingPastThePeerTimeoutKeepsItsPeersWithTheProgress
   EXPECT_EQ(first_wrong(got1.data(), 0, 1, 1, m1.size()), -1);
 }
 
+// A wider mix: six ranks, each sending every rank, itself included, 16
+// eager messages of sizes spread over 0..kEagerMax and one rendezvous
+// message, all with one tag so that order decides every match; half the
+// receives are posted before anything is sent and half after the first
+// messages have arrived, with fewer bounce buffers than messages in flight.
+TEST(ProviderShape, EveryRankToEveryRankItselfIncludedEagerAndRendezvous) {
+  constexpr uint32_t kRanks = 6;
+  constexpr uint32_t kEager = 16;
+  constexpr size_t kBig = 200000;
+  const auto len_of = [](uint32_t k) { return k == kEager ? kBig : (k * 977) % (kEagerMax + 1); };
+  World w(kRanks, /*bounce_slots=*/8, /*staging_bytes=*/16 << 20);
+  ASSERT_EQ(w.ranks.size(), kRanks);
+  // recvs[d][s * (kEager + 1) + k]: the receive for message k from s.
+  std::vector<std::vector<std::unique_ptr<Recv>>> recvs(kRanks);
+  std::vector<std::vector<std::vector<uint8_t>>> bufs(kRanks);
+  std::vector<std::vector<uint8_t>> sent;
+  sent.reserve(kRanks * kRanks * (kEager + 1));
+  const auto early = [](uint32_t s, uint32_t d) { return (s + d) % 2 == 0; };
+  for (uint32_t d = 0; d < kRanks; ++d) {
+    bufs[d].reserve(kRanks * (kEager + 1));
+    for (uint32_t s = 0; s < kRanks; ++s)
+      for (uint32_t k = 0; k <= kEager; ++k) {
+        auto r = std::make_unique<Recv>();
+        r->src = s;
+        r->tag = make_tag(kCtx, k == kEager ? 999 : 1);
+        bufs[d].emplace_back(std::max(len_of(k), kEagerMax), 0);
+        r->buf = bufs[d].back().data();
+        r->len = bufs[d].back().size();
+        if (early(s, d)) w.ranks[d]->trecv(r.get());
+        recvs[d].push_back(std::move(r));
+      }
+  }
+  for (uint32_t s = 0; s < kRanks; ++s)
+    for (uint32_t d = 0; d < kRanks; ++d)
+      for (uint32_t k = 0; k <= kEager; ++k) {
+        sent.push_back(message(s, d, k, len_of(k)));
+        w.ranks[s]->tsend(d, make_tag(kCtx, k == kEager ? 999 : 1), sent.back().data(),
+                          sent.back().size(), s);
+      }
+  for (int i = 0; i < 200; ++i) w.progress();
+  for (uint32_t d = 0; d < kRanks; ++d)
+    for (auto& r : recvs[d])
+      if (!early(static_cast<uint32_t>(r->src), d)) w.ranks[d]->trecv(r.get());
+  const bool done = w.run_until([&] {
+    for (uint32_t d = 0; d < kRanks; ++d) {
+      if (w.ranks[d]->sends_done != kRanks * kEager || w.ranks[d]->rndv_sends_done != kRanks)
+        return false;
+      for (const auto& r : recvs[d])
+        if (!r->done) return false;
+    }
+    return true;
+  });
+  w.expect_no_failures();
+  ASSERT_TRUE(done);
+  for (uint32_t d = 0; d < kRanks; ++d) {
+    EXPECT_TRUE(w.ranks[d]->unexpected.empty()) << "rank " << d;
+    EXPECT_EQ(w.ranks[d]->outstanding(), 0u) << "rank " << d;
+    for (uint32_t s = 0; s < kRanks; ++s)
+      for (uint32_t k = 0; k <= kEager; ++k) {
+        const Recv& r = *recvs[d][s * (kEager + 1) + k];
+        ASSERT_EQ(r.got_src, s);
+        ASSERT_EQ(r.got_len, len_of(k)) << s << " -> " << d << " message " << k;
+        EXPECT_EQ(first_wrong(r.buf, s, d, k, r.got_len), -1)
+            << s << " -> " << d << " message " << k;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::udp
