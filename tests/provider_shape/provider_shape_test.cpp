@@ -772,7 +772,9 @@ TEST(ProviderShape, EveryRankToEveryRankItselfIncludedEagerAndRendezvous) {
       if (!early(static_cast<uint32_t>(r->src), d)) w.ranks[d]->trecv(r.get());
   const bool done = w.run_until([&] {
     for (uint32_t d = 0; d < kRanks; ++d) {
-      if (w.ranks[d]->sends_done != kRanks * kEager || w.ranks[d]->rndv_sends_done != kRanks)
+      // outstanding(): the FINs' own send completions too.
+      if (w.ranks[d]->sends_done != kRanks * kEager || w.ranks[d]->rndv_sends_done != kRanks ||
+          w.ranks[d]->outstanding() != 0)
         return false;
       for (const auto& r : recvs[d])
         if (!r->done) return false;
