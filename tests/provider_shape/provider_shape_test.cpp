@@ -798,5 +798,33 @@ TEST(ProviderShape, EveryRankToEveryRankItselfIncludedEagerAndRendezvous) {
   }
 }
 
+// A first contact with a peer that runs no progress for 300 ms, as an MPI
+// rank computing between calls: its CONNECT_REQs wait in its socket. With
+// the engine's default budget (8 requests 10 ms apart, CONN-2) the connect
+// would fail and flush the message posted on it (gap G2); the provider's
+// budget (provider_options) outlasts the pause, and the message arrives.
+TEST(ProviderShape, AFirstContactOutlastsAPeerThatComputes) {
+  World w(2);
+  ASSERT_EQ(w.ranks.size(), 2u);
+  Rank& a = *w.ranks[0];
+  Rank& b = *w.ranks[1];
+  const auto m = message(0, 1, 3, 5000);
+  std::vector<uint8_t> got(6000, 0xee);
+  Recv r;
+  r.src = 0;
+  r.tag = make_tag(kCtx, 3);
+  r.buf = got.data();
+  r.len = got.size();
+  b.trecv(&r);
+  a.tsend(1, make_tag(kCtx, 3), m.data(), m.size(), 0);
+  const auto until = std::chrono::steady_clock::now() + 300ms;
+  while (std::chrono::steady_clock::now() < until) a.progress();  // b computes
+  const bool done = w.run_until([&] { return r.done && a.sends_done == 1; }, 10s);
+  w.expect_no_failures();
+  ASSERT_TRUE(done);
+  ASSERT_EQ(r.got_len, m.size());
+  EXPECT_EQ(first_wrong(got.data(), 0, 1, 3, m.size()), -1);
+}
+
 }  // namespace
 }  // namespace metaroce::udp
