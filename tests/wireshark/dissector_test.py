@@ -62,6 +62,8 @@ from tshark_lib import check  # noqa: E402
 SECTION_PREFIX = {"BH": "metaroce.", "MH": "metaroce.", "RH": "metaroce.",
                   "ACK": "metaroce.ack.", "NAK": "metaroce.nak.",
                   "CONN": "metaroce.connect.", "DISC": "metaroce.disconnect."}
+NOT_ON_A_PATH = ("ACK", "NAK", "CONNECT_REQ", "CONNECT_ACCEPT", "CONNECT_REJECT", "DISCONNECT",
+                 "DISCONNECT_ACK")
 HEX_LINE = re.compile(r"^(?:[0-9a-f]{2} )*[0-9a-f]{2}$")
 ASSIGNMENT = re.compile(r"(\w+)(?:\[(\d+)\])?=(0x[0-9a-f]+|\d+)")
 
@@ -95,8 +97,11 @@ def parse_vectors(text):
                 for key, _word, value in ASSIGNMENT.findall(line):
                     fields.setdefault(SECTION_PREFIX[tag] + key, []).append(int(value, 0))
                 for slot, gen in re.findall(r"\(slot (\d+), generation (\d+)\)", line):
-                    fields["metaroce.path_tag.slot"] = [int(slot)]
-                    fields["metaroce.path_tag.generation"] = [int(gen)]
+                    # 3.3: only data packets and PROBE name a path; the
+                    # others' path_tag 0 has no slot to filter on.
+                    on_path = opname not in NOT_ON_A_PATH
+                    fields["metaroce.path_tag.slot"] = [int(slot)] if on_path else []
+                    fields["metaroce.path_tag.generation"] = [int(gen)] if on_path else []
         if check(len(raw) == size, f"{name}: {len(raw)} bytes of hex, header says {size}"):
             vectors.append((name, opname, bytes(raw), fields))
     return vectors
@@ -161,7 +166,7 @@ FIELDS = [
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
     "metaroce.reserved_not_zero", "metaroce.partial_payload", "frame.protocols",
-    "metaroce.gso.segments",
+    "metaroce.gso.segments", "metaroce.unexpected_value",
 ]
 
 
@@ -233,7 +238,47 @@ def broken_frames(vectors):
     failed_close[20] = 0x02
     ack_with_reason = bytearray(tv["TV-16"])  # a DISCONNECT_ACK gives none
     ack_with_reason[20] = 0x02
+    # 3.3 and 3.12 fix these fields for the opcode (sent so, ignored on
+    # receipt): another value is a warning. And values a receiver drops or
+    # overrides (VER-1, CONN-1, CONN-3, CONN-4).
+    def changed(name, at, value):
+        raw = bytearray(tv[name])
+        raw[at:at + len(value)] = value
+        return frame(reseal(bytes(raw)), 50025)
+    tagged_ack = changed("TV-08", 2, b"\x00\x23")
+    nak_psn = changed("TV-10", 8, b"\x00\x00\x00\x05")
+    disc_ar = changed("TV-15", 0, b"\x1c")
+    probe_no_ar = changed("TV-11", 0, b"\x18")
+    req_dst = changed("TV-12", 4, b"\x00\x00\x00\x99")
+    accept_code = changed("TV-13", 28, b"\x47")
+    reject_other = changed("TV-14", 28, b"\x41")
+    req_src0 = changed("TV-12", 16, bytes(4))
+    req_nonce0 = changed("TV-12", 32, bytes(8))
+    req_mtu200 = changed("TV-12", 24, b"\x00\xc8")
+    write_msn = changed("TV-01", 16, b"\x00\x00\x00\x03")
+    req_v2_src0 = bytearray(req_v2)
+    req_v2_src0[16:20] = bytes(4)
+    warned = {"metaroce.reserved_not_zero": ["1"], "metaroce.icrc.status": ["1"]}
+    unexpected = {"metaroce.unexpected_value": ["1"], "metaroce.icrc.status": ["1"]}
     return [
+        ("ACK with a path_tag", tagged_ack, None, "ACK path_tag is 0x23, must be zero", warned),
+        ("NAK with a psn", nak_psn, None, "NAK psn is 0x5, must be zero", warned),
+        ("DISCONNECT with AR", disc_ar, None, "AR set in a DISCONNECT", warned),
+        ("PROBE without AR", probe_no_ar, None, "AR clear in a PROBE", unexpected),
+        ("CONNECT_REQ naming a dst_conn", req_dst, None, "CONNECT_REQ dst_conn is 0x99", warned),
+        ("CONNECT_ACCEPT with a code", accept_code, None, "CONNECT_ACCEPT code is 0x47", warned),
+        ("CONNECT_REJECT code kInvalidArgument", reject_other, None,
+         "takes it as kConnectRefused (CONN-4)", unexpected),
+        ("CONNECT_REQ from connection 0", req_src0, None, "dropped unanswered (VER-1)",
+         unexpected),
+        ("CONNECT_REQ with nonce 0", req_nonce0, None, "Nonce 0: dropped unanswered (VER-1)",
+         unexpected),
+        ("CONNECT_REQ offering mtu 200", req_mtu200, None, "mtu 200 is below the least",
+         unexpected),
+        ("WRITE with an msn", write_msn, None, "WRITE msn is 0x3, must be zero", warned),
+        ("version 2 CONNECT_REQ from connection 0", frame(bytes(req_v2_src0), 50026), None,
+         "naming connection id 0 or nonce 0 (VER-1): dropped unanswered",
+         {"metaroce.bad_version": ["1"], "metaroce.connect.src_conn": []}),
         ("truncated WRITE (30 bytes)", frame(tv["TV-01"][:30], 50000), None,
          "Datagram of 30 bytes", {}),
         ("4-byte datagram", frame(tv["TV-11"][:4], 50001), None, "Base Header alone", {}),
@@ -312,6 +357,35 @@ def check_broken(cases, rows):
                 continue
             check(row[field] == want, f"{what}: {field} is {row[field]}, want {want}")
         check("Dissector failure" not in messages, f"{what}: dissector failure: {messages}")
+
+
+def check_tree_texts(vectors, workdir):
+    """The tree gives fields the meaning the spec gives them where a number
+    alone would mislead: the MSN by opcode (3.5), a PROBE's psn (3.11), a
+    DISCONNECT's reason (CONN-8), handshake values a receiver takes as
+    another (SEQ-3, 3.12)."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    closing = bytearray(tv["TV-15"])
+    closing[20] = 0xEE  # not in appendix A
+    small = bytearray(tv["TV-12"])
+    small[26:28] = b"\x04\x00"  # window_log2 4, max_reads 0
+    cases = [
+        ("WRITE_IMM", tv["TV-02"], "MSN: 5 (RSN: the receive buffer it consumes)"),
+        ("READ_REQ", tv["TV-06"], "MSN: 1 (read sequence number)"),
+        ("PROBE", tv["TV-11"], "PSN: 0x00000000 (not a PSN"),
+        ("DISCONNECT", tv["TV-15"], "Reason: none (closed while ESTABLISHED) (0x00)"),
+        ("DISCONNECT giving 0xee", reseal(bytes(closing)), "not in appendix A"),
+        ("CONNECT_REQ, window 4", reseal(bytes(small)), "Window log2: 4 (taken as 6, SEQ-3)"),
+        ("CONNECT_REQ, max_reads 0", reseal(bytes(small)), "Max reads: 0 (taken as 1)"),
+    ]
+    pcap = os.path.join(workdir, "texts.pcap")
+    write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases])
+    text = tshark_lib.tshark(["-r", pcap, "-V"], LUA)
+    frames = re.split(r"^Frame \d+:", text, flags=re.M)[1:]
+    if check(len(frames) == len(cases), f"tree texts: read {len(frames)} frames"):
+        for (what, _, want), tree in zip(cases, frames):
+            check(want in tree, f"tree text, {what}: lacks '{want}'")
+    print(f"tree texts: {len(cases)} fields")
 
 
 def other_port_frames(vectors):
@@ -668,6 +742,9 @@ def check_sim(sim, workdir):
             check(not row["_ws.malformed"], f"{name} frame {n}: malformed")
             for m in row["_ws.expert.message"]:
                 check(not SIM_ERRORS.search(m), f"{name} frame {n}: expert error '{m}'")
+            # The engine sends every field as the spec fixes it.
+            check(not row["metaroce.reserved_not_zero"] and not row["metaroce.unexpected_value"],
+                  f"{name} frame {n}: warned: {row['_ws.expert.message']}")
             op = row["_ws.col.Info"][0].split(" ")[0] if row["_ws.col.Info"] else "?"
             ops[op] = ops.get(op, 0) + 1
             status = "/".join(row["metaroce.icrc.status"])
@@ -763,6 +840,7 @@ def main():
         print(f"broken and trimmed packets: {len(cases)} cases")
 
         check_partial_payload(vectors, workdir)
+        check_tree_texts(vectors, workdir)
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
         check_pc_clear(vectors, workdir)

@@ -46,6 +46,13 @@ local layouts = {
   [0x24] = { body = "disconnect", body_len = 8 },
 }
 
+-- Packets not sent on one of the sender's data paths: BH path_tag 0, psn 0,
+-- AR clear, all three ignored on receipt (3.3).
+local not_on_a_path = {
+  [0x10] = true, [0x11] = true, [0x20] = true, [0x21] = true, [0x22] = true, [0x23] = true,
+  [0x24] = true,
+}
+
 local nak_code_names = {
   [0x01] = "RNR", [0x02] = "REMOTE_BAD_KEY", [0x03] = "REMOTE_OUT_OF_BOUNDS",
   [0x04] = "REMOTE_ACCESS_DENIED", [0x05] = "REMOTE_LENGTH_ERROR",
@@ -62,6 +69,12 @@ local status_names = {
   [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
   [0x4b] = "kPeerClosed",
 }
+
+-- CONN-8: 0 says the connection was ESTABLISHED; any other value is the
+-- status (appendix A) that failed it.
+local disconnect_reason_names = {}
+for k, v in pairs(status_names) do disconnect_reason_names[k] = v end
+disconnect_reason_names[0x00] = "none (closed while ESTABLISHED)"
 
 local ICRC_BAD, ICRC_GOOD, ICRC_UNVERIFIED = 0, 1, 2
 local icrc_status_names = {
@@ -149,11 +162,18 @@ local pf = {
   disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id",
     base.HEX),
   -- CONN-8: 0, or the status that failed the connection at the closing end.
-  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX, status_names),
+  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX,
+    disconnect_reason_names),
   disc_reserved = ProtoField.uint24("metaroce.disconnect.reserved", "Reserved", base.HEX),
   -- A datagram holding a GSO run (or a GRO batch): on the first packet's tree.
   gso_segments = ProtoField.uint32("metaroce.gso.segments", "Packets in the datagram", base.DEC),
   gso_segment_len = ProtoField.uint32("metaroce.gso.segment_len", "Segment size", base.DEC),
+  -- One number per connection, both directions (like tcp.stream): learnt from
+  -- the handshake, a DISCONNECT, or an ACK echoing a data packet or PROBE.
+  stream = ProtoField.uint32("metaroce.stream", "Stream index", base.DEC),
+  -- The last earlier frame that carried this PSN to the same connection.
+  retrans_prev = ProtoField.framenum("metaroce.retransmission.prev_frame",
+    "Retransmission of the PSN sent in frame", base.NONE, frametype.RETRANS_PREV),
 }
 local field_list = {}
 for _, f in pairs(pf) do field_list[#field_list + 1] = f end
@@ -186,6 +206,13 @@ local ex = {
     expert.group.MALFORMED, expert.severity.ERROR),
   gso = ProtoExpert.new("metaroce.gso", "Several packets in one datagram (GSO or GRO)",
     expert.group.PROTOCOL, expert.severity.NOTE),
+  unexpected = ProtoExpert.new("metaroce.unexpected_value",
+    "A value the spec does not send (a receiver ignores the field or drops the packet)",
+    expert.group.PROTOCOL, expert.severity.WARN),
+  not_ect = ProtoExpert.new("metaroce.not_ect", "Not sent ECT(0) (ENC-4)",
+    expert.group.PROTOCOL, expert.severity.WARN),
+  retransmission = ProtoExpert.new("metaroce.retransmission", "Retransmission of a PSN",
+    expert.group.SEQUENCE, expert.severity.NOTE),
   partial = ProtoExpert.new("metaroce.partial_payload",
     "Partial payload: neither the mtu nor the message's rest, nor trimmed (TRIM-5)",
     expert.group.MALFORMED, expert.severity.ERROR),
@@ -193,6 +220,7 @@ local ex = {
 metaroce.experts = {
   ex.truncated, ex.bad_version, ex.bad_opcode, ex.icrc_bad, ex.icrc_unverified, ex.bad_length,
   ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug, ex.gso, ex.partial,
+  ex.unexpected, ex.not_ect, ex.retransmission,
 }
 
 metaroce.prefs.udp_port = Pref.uint("UDP port", DEFAULT_UDP_PORT,
@@ -304,16 +332,20 @@ local function dissect_base_header(st, tree)
   bh:add(pf.version, tvb(0, 1))
   local flags_item = bh:add(pf.flags, tvb(0, 1))
   flags_item:add(pf.flag_pc, tvb(0, 1))
-  flags_item:add(pf.flag_ar, tvb(0, 1))
+  st.ar_item = flags_item:add(pf.flag_ar, tvb(0, 1))
   local res_item = flags_item:add(pf.flag_reserved, tvb(0, 1))
   reserved_zero(st, res_item, band(byte0, FLAG_RESERVED), "Flag bits 1-0")
   bh:add(pf.opcode, tvb(1, 1))
-  local tag_item = bh:add(pf.path_tag, tvb(2, 2))
-  tag_item:add(pf.path_generation, tvb(2, 2))
-  tag_item:add(pf.path_slot, tvb(2, 2))
-  bh:add(pf.dst_conn, tvb(4, 4))
+  st.tag_item = bh:add(pf.path_tag, tvb(2, 2))
+  if not not_on_a_path[tvb(1, 1):uint()] then
+    -- Only a data packet or PROBE names a path (3.3); another's 0 split into
+    -- "slot 0" would match a filter on slot 0.
+    st.tag_item:add(pf.path_generation, tvb(2, 2))
+    st.tag_item:add(pf.path_slot, tvb(2, 2))
+  end
+  st.dst_item = bh:add(pf.dst_conn, tvb(4, 4))
   bh:add(pf.conn, tvb(4, 4)):set_hidden()
-  bh:add(pf.psn, tvb(8, 4))
+  st.psn_item = bh:add(pf.psn, tvb(8, 4))
   bh:add(pf.tsval, tvb(12, 4))
 
   st.version = rshift(byte0, 4)
@@ -324,13 +356,46 @@ local function dissect_base_header(st, tree)
   st.psn = tvb(8, 4):uint()
 end
 
+-- Base Header fields whose value 3.3 fixes for the opcode: sent so and
+-- ignored on receipt, so another value only draws a warning.
+local function check_base_header_values(st)
+  local op = st.opcode
+  if not_on_a_path[op] then
+    reserved_zero(st, st.tag_item, st.path_tag, st.opname .. " path_tag")
+    reserved_zero(st, st.psn_item, st.psn, st.opname .. " psn")
+    if st.ar then
+      st.ar_item:add_proto_expert_info(ex.reserved, "AR set in a " .. st.opname ..
+        ": sent clear and ignored (3.3)")
+    end
+  elseif op == 0x12 then
+    st.psn_item:append_text(" (not a PSN: a tail-loss probe's per-path send order number, " ..
+      "0 for a re-probe or keepalive; 3.11)")
+    if not st.ar then
+      st.ar_item:add_proto_expert_info(ex.unexpected, "AR clear in a PROBE: set in every " ..
+        "PROBE (3.3, 3.11)")
+    end
+  end
+  if op == 0x20 then
+    -- A responder does not read it (3.12).
+    reserved_zero(st, st.dst_item, st.dst_conn, "CONNECT_REQ dst_conn")
+  end
+end
+
 local function dissect_message_header(st, tree, off)
   local tvb = st.tvb
   local mh = tree:add(tvb(off, MH_LEN), "Message Header")
-  mh:add(pf.msn, tvb(off, 4))
+  local msn_item = mh:add(pf.msn, tvb(off, 4))
   mh:add(pf.offset, tvb(off + 4, 4))
   mh:add(pf.msg_len, tvb(off + 8, 4))
   st.msn = tvb(off, 4):uint()
+  -- 3.5: what the MSN counts depends on the opcode; a WRITE's is 0, ignored.
+  if st.opcode == 0x01 then
+    reserved_zero(st, msn_item, st.msn, "WRITE msn")
+  elseif st.opcode == 0x05 or st.opcode == 0x06 then
+    msn_item:append_text(" (read sequence number)")
+  else
+    msn_item:append_text(" (RSN: the receive buffer it consumes)")
+  end
   st.offset = tvb(off + 4, 4):uint()
   st.msg_len = tvb(off + 8, 4):uint()
 end
@@ -445,14 +510,38 @@ local function dissect_connect(st, tree, off)
     conn_mtu[conn_key(st.pinfo.src, tvb(off, 4):uint())] = agreed
   end
   local body = tree:add(tvb(off, 24), "Connection")
-  body:add(pf.conn_src_conn, tvb(off, 4))
+  local src = tvb(off, 4):uint()
+  local src_item = body:add(pf.conn_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
   body:add(pf.conn_initial_psn, tvb(off + 4, 4))
-  body:add(pf.conn_mtu, tvb(off + 8, 2))
-  body:add(pf.conn_window_log2, tvb(off + 10, 1))
-  body:add(pf.conn_max_reads, tvb(off + 11, 1))
-  body:add(pf.conn_code, tvb(off + 12, 1))
+  local mtu_item = body:add(pf.conn_mtu, tvb(off + 8, 2))
+  local window_item = body:add(pf.conn_window_log2, tvb(off + 10, 1))
+  local reads_item = body:add(pf.conn_max_reads, tvb(off + 11, 1))
+  local code = tvb(off + 12, 1):uint()
+  local code_item = body:add(pf.conn_code, tvb(off + 12, 1))
   body:add(pf.conn_max_version, tvb(off + 13, 1))
+  if st.opcode == 0x22 then
+    -- 3.12: a REJECT's other fields are not interpreted.
+    if code ~= 0x47 and code ~= 0x48 and code ~= 0x4a then
+      code_item:add_proto_expert_info(ex.unexpected, "REJECT code " .. hex(code) ..
+        " is none of 0x47, 0x48, 0x4a: the requester takes it as kConnectRefused (CONN-4)")
+    end
+  else
+    reserved_zero(st, code_item, code, st.opname .. " code")
+    if src == 0 then
+      -- VER-1, CONN-3: no connection is named 0; the engine drops such a packet.
+      src_item:add_proto_expert_info(ex.unexpected, "src_conn 0: names no connection, " ..
+        (st.opcode == 0x20 and "dropped unanswered (VER-1)" or "ignored (CONN-3)"))
+    end
+    if mtu < 256 then
+      mtu_item:add_proto_expert_info(ex.unexpected, "mtu " .. mtu .. " is below the least, " ..
+        "256: " .. (st.opcode == 0x20 and "refused with kConnectRefused" or
+          "the connect fails kConnectRefused") .. " (CONN-1, CONN-3)")
+    end
+    local window = tvb(off + 10, 1):uint()
+    if window < 6 then window_item:append_text(" (taken as 6, SEQ-3)") end
+    if tvb(off + 11, 1):uint() == 0 then reads_item:append_text(" (taken as 1)") end
+  end
   local reply_port = tvb(off + 14, 2):uint()
   local reply_item = body:add(pf.conn_reply_port, tvb(off + 14, 2))
   if st.opcode ~= 0x20 then
@@ -461,7 +550,10 @@ local function dissect_connect(st, tree, off)
   elseif reply_port == 0 then
     reply_item:append_text(" (answers go to the request's source port)")
   end
-  body:add(pf.conn_nonce, tvb(off + 16, 8))
+  local nonce_item = body:add(pf.conn_nonce, tvb(off + 16, 8))
+  if st.opcode == 0x20 and tvb(off + 16, 8):uint64() == UInt64(0) then
+    nonce_item:add_proto_expert_info(ex.unexpected, "Nonce 0: dropped unanswered (VER-1)")
+  end
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
   if st.opcode == 0x22 then
     local code = tvb(off + 12, 1):uint()
@@ -486,6 +578,10 @@ local function dissect_disconnect(st, tree, off)
     reserved_zero(st, reason_item, reason, "Reason of a DISCONNECT_ACK")
   elseif reason ~= 0 then
     add_info(st, "reason=" .. (status_names[reason] or hex(reason)))
+    if status_names[reason] == nil then
+      -- CONN-8: informs only; a later revision may give it a meaning.
+      reason_item:append_text(" (not in appendix A: the DISCONNECT closes all the same, CONN-8)")
+    end
   end
 end
 
@@ -666,6 +762,10 @@ local function dissect(st)
       -- from the fields every version keeps in place (VER-1).
       if st.datagram < BH_LEN + layouts[0x20].body_len + ICRC_LEN then
         text = text .. "; a CONNECT_REQ too short to answer (CONN-5): dropped"
+      elseif captured(st, BH_LEN, 24) and (tvb(BH_LEN, 4):uint() == 0 or
+            tvb(BH_LEN + 16, 8):uint64() == UInt64(0)) then
+        text = text .. "; a CONNECT_REQ naming connection id 0 or nonce 0 (VER-1): dropped " ..
+            "unanswered"
       else
         text = text .. "; a CONNECT_REQ: answered with a version-1 CONNECT_REJECT " ..
             "kVersionMismatch (CONN-5)"
@@ -689,6 +789,8 @@ local function dissect(st)
     st.suffix[#st.suffix + 1] = "BAD OPCODE"
     return
   end
+
+  check_base_header_values(st)
 
   -- Fixed part of the headers; ACK adds its SACK words once byte 31 is read.
   local hdr_len = header_len(layout)
