@@ -122,12 +122,12 @@ def ip_checksum(header):
     return ~total & 0xFFFF
 
 
-def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT, src=1, dst=2):
-    """Ethernet/IPv4/UDP around `datagram`, from 10.0.0.src to 10.0.0.dst;
-    datagram_len overrides the lengths in the IP and UDP headers (to fake a
-    snap-length cut)."""
+def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT, src=1, dst=2, ecn=2):
+    """Ethernet/IPv4/UDP around `datagram`, from 10.0.0.src to 10.0.0.dst,
+    ECT(0) unless `ecn` says otherwise; datagram_len overrides the lengths in
+    the IP and UDP headers (to fake a snap-length cut)."""
     length = len(datagram) if datagram_len is None else datagram_len
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, (dscp << 2) | 0x02, 20 + 8 + length, 0, 0x4000,
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, (dscp << 2) | ecn, 20 + 8 + length, 0, 0x4000,
                      64, 17, 0, bytes([10, 0, 0, src]), bytes([10, 0, 0, dst]))
     ip = ip[:10] + struct.pack(">H", ip_checksum(ip)) + ip[12:]
     udp = struct.pack(">HHHH", sport, dport, 8 + length, 0)
@@ -166,13 +166,24 @@ FIELDS = [
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
     "metaroce.reserved_not_zero", "metaroce.partial_payload", "frame.protocols",
-    "metaroce.gso.segments", "metaroce.unexpected_value",
+    "metaroce.gso.segments", "metaroce.unexpected_value", "metaroce.stream",
+    "metaroce.retransmission.prev_frame", "metaroce.retransmission", "metaroce.not_ect",
 ]
 
 
+RETRANSMISSION_NOTE = "sent to this connection before"
+
+
 def decode(pcap, options=()):
-    """One dict per frame: field of FIELDS -> list of values (strings)."""
-    return tshark_lib.decode(pcap, FIELDS, lua=LUA, options=options)
+    """One dict per frame: field of FIELDS -> list of values (strings).
+    The test's pcaps send copies of a few packets, so the retransmission
+    notes those draw are left out of _ws.expert.message (check_streams
+    checks them, through metaroce.retransmission)."""
+    rows = tshark_lib.decode(pcap, FIELDS, lua=LUA, options=options)
+    for row in rows:
+        row["_ws.expert.message"] = [m for m in row["_ws.expert.message"]
+                                     if RETRANSMISSION_NOTE not in m]
+    return rows
 
 
 def number(text):
@@ -386,6 +397,92 @@ def check_tree_texts(vectors, workdir):
         for (what, _, want), tree in zip(cases, frames):
             check(want in tree, f"tree text, {what}: lacks '{want}'")
     print(f"tree texts: {len(cases)} fields")
+
+
+def check_streams(vectors, workdir):
+    """metaroce.stream numbers the connections, both directions alike, from
+    the handshake, or without it from the first ACK that echoes a packet of
+    the other direction (an ACK echoing none seen gets no stream, until
+    PAIRING_TRIES such); metaroce.retransmission.prev_frame names the last
+    frame that carried a data packet's PSN to the same connection. The same
+    in one pass and in two (-2: the second reads what the first found)."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    write = (tv["TV-01"], 44)
+
+    def data(conn, psn, tsval, offset=0):
+        hdr = bytearray(write[0][:write[1]])
+        hdr[4:8] = struct.pack(">I", conn)
+        hdr[12:16] = struct.pack(">I", tsval)
+        return data_packet(bytes(hdr), write[1], psn, offset, 16, bytes(8))
+
+    def ack(conn, echo_psn, echo_tsval):
+        raw = bytearray(tv["TV-09"])
+        raw[4:8] = struct.pack(">I", conn)
+        raw[20:28] = struct.pack(">II", echo_psn, echo_tsval)
+        return reseal(bytes(raw))
+    disconnect = bytearray(tv["TV-15"])  # from 7 at 10.0.0.1 to 0x2a at 10.0.0.2
+    # (what, frame, stream, retransmission of frame): requester 10.0.0.1
+    # (conn 7), responder 10.0.0.2 (0x2a); a second connection, 0x66 to 0x99,
+    # whose handshake is not in the capture; a third end, 0x55, whose ACKs
+    # echo nothing seen.
+    cases = [
+        ("CONNECT_REQ", frame(tv["TV-12"], 50040), "0", None),
+        ("CONNECT_ACCEPT", frame(tv["TV-13"], 4792, src=2, dst=1), "0", None),
+        ("WRITE, no handshake", frame(data(0x99, 0x500, 0x1111), 50041), "1", None),
+        ("WRITE 1/2", frame(data(0x2A, 0x100, 0x2222), 50042), "0", None),
+        ("ACK to the requester", frame(ack(7, 0x100, 0x2222), 50042, src=2, dst=1), "0", None),
+        ("ACK echoing nothing seen", frame(ack(0x55, 0x900, 0x9999), 50043, src=2, dst=1), None,
+         None),
+        ("ACK echoing the WRITE without handshake",
+         frame(ack(0x66, 0x500, 0x1111), 50041, src=2, dst=1), "1", None),
+        ("WRITE 1/2 again", frame(data(0x2A, 0x100, 0x3333), 50044), "0", "4"),
+        ("WRITE 2/2", frame(data(0x2A, 0x101, 0x3334, 8), 50044), "0", None),
+        ("WRITE 1/2 a third time", frame(data(0x2A, 0x100, 0x4444), 50045), "0", "8"),
+        ("same PSN to the other connection", frame(data(0x99, 0x100, 0x5555), 50046), "1", None),
+        ("DISCONNECT", frame(bytes(disconnect), 50047), "0", None),
+    ]
+    cases += [(f"ACK {i} echoing nothing seen", frame(ack(0x55, 0x900 + i, 0x9999), 50043,
+                                                      src=2, dst=1),
+               None if i < 15 else "2", None) for i in range(1, 16)]  # the 16th: PAIRING_TRIES
+    pcap = os.path.join(workdir, "streams.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    for options in ((), ("-2",)):
+        rows = decode(pcap, options)
+        if not check(len(rows) == len(cases), f"streams: read {len(rows)} frames"):
+            return
+        for (what, _, stream, prev), row in zip(cases, rows):
+            where = f"streams {list(options)}, {what}"
+            check(row["metaroce.stream"] == ([stream] if stream else []),
+                  f"{where}: metaroce.stream {row['metaroce.stream']}, want {stream}")
+            check(row["metaroce.retransmission.prev_frame"] == ([prev] if prev else []),
+                  f"{where}: prev_frame {row['metaroce.retransmission.prev_frame']}, want {prev}")
+            check(row["metaroce.retransmission"] == (["1"] if prev else []),
+                  f"{where}: metaroce.retransmission {row['metaroce.retransmission']}")
+            info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+            check(("RETRANSMISSION" in info) == bool(prev), f"{where}: Info '{info}'")
+    print(f"streams and retransmissions: {len(cases)} packets, in one pass and in two")
+
+
+def check_ecn(vectors, workdir):
+    """ENC-4: every packet leaves ECT(0). Not-ECT or ECT(1) is a warning; CE,
+    a switch's mark, is named in the Info column."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    cases = [("ECT(0)", 2, False, False), ("Not-ECT", 0, True, False), ("ECT(1)", 1, True, False),
+             ("CE", 3, False, True)]
+    pcap = os.path.join(workdir, "ecn.pcap")
+    write_pcap(pcap, [(frame(tv["TV-03"], 50050, ecn=c[1]), None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"ECN: read {len(rows)} frames"):
+        return
+    for (what, _, warned, ce), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.not_ect"] == (["1"] if warned else []),
+              f"ECN {what}: metaroce.not_ect {row['metaroce.not_ect']} ('{messages}')")
+        check(not warned or f"IP ECN is {what}, must be ECT(0) (ENC-4)" in messages,
+              f"ECN {what}: expert info '{messages}'")
+        info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+        check(("ECN-CE" in info) == ce, f"ECN {what}: Info '{info}'")
+    print(f"ECN: {len(cases)} code points")
 
 
 def other_port_frames(vectors):
@@ -735,7 +832,7 @@ def check_sim(sim, workdir):
             continue
         rows = decode(pcap)
         check(len(rows) > 100, f"{name}: simulator capture has only {len(rows)} packets")
-        ops, statuses, trimmed = {}, {}, 0
+        ops, statuses, trimmed, streams, requests, retransmissions = {}, {}, 0, set(), set(), 0
         for row in rows:
             n = row["frame.number"][0]
             check(len(row["metaroce.opcode"]) == 1, f"{name} frame {n}: not decoded as MetaRoCE")
@@ -750,6 +847,13 @@ def check_sim(sim, workdir):
             status = "/".join(row["metaroce.icrc.status"])
             statuses[status] = statuses.get(status, 0) + 1
             trimmed += row["metaroce.trimmed"] == ["1"]
+            # The handshakes are in the capture: every packet is on the stream of one.
+            check(len(row["metaroce.stream"]) == 1, f"{name} frame {n}: stream "
+                  f"{row['metaroce.stream']}")
+            streams.update(row["metaroce.stream"])
+            if op == "CONNECT_REQ":
+                requests.update(row["metaroce.connect.src_conn"])
+            retransmissions += row["metaroce.retransmission"] == ["1"]
             # TRIM-1: a switch that cuts a packet marks it with the TRIMMED DSCP;
             # ENC-6: ACK and NAK leave in the control class, the rest DSCP 0.
             if row["metaroce.trimmed"] == ["1"]:
@@ -767,8 +871,14 @@ def check_sim(sim, workdir):
                 check(status == "1", f"{name} frame {n}: trimmed, PC clear, ICRC status {status}")
         if "trim" in name:
             check(trimmed > 0, f"{name}: no trimmed packet recognised")
+            check(retransmissions > 0, f"{name}: no retransmission recognised")
+        else:
+            check(retransmissions == 0, f"{name}: {retransmissions} retransmissions, the run has none")
+        check(len(streams) == len(requests), f"{name}: {len(streams)} streams for "
+              f"{len(requests)} connections")
         print(f"simulator, {name}: {len(rows)} packets, opcodes {ops}, ICRC status "
-              f"(1 good, 2 unverified) {statuses}, {trimmed} trimmed")
+              f"(1 good, 2 unverified) {statuses}, {trimmed} trimmed, {len(streams)} streams, "
+              f"{retransmissions} retransmissions")
 
 
 def check_mutations(vectors, workdir):
@@ -841,6 +951,8 @@ def main():
 
         check_partial_payload(vectors, workdir)
         check_tree_texts(vectors, workdir)
+        check_streams(vectors, workdir)
+        check_ecn(vectors, workdir)
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
         check_pc_clear(vectors, workdir)

@@ -99,7 +99,8 @@ local pf = {
   dst_conn = ProtoField.uint32("metaroce.dst_conn", "Destination connection id", base.HEX),
   psn = ProtoField.uint32("metaroce.psn", "PSN", base.HEX),
   tsval = ProtoField.uint32("metaroce.tsval", "TSval (ns)", base.HEX),
-  -- Any connection id in the packet, so one filter finds both directions.
+  -- Any connection id in the packet: dst_conn, or a body's src_conn. (A data
+  -- packet names only its receiver's id; metaroce.stream takes both directions.)
   conn = ProtoField.uint32("metaroce.conn", "Connection id", base.HEX),
   entropy = ProtoField.uint16("metaroce.entropy", "Path entropy (UDP source port)", base.DEC),
   -- Message Header (3.5)
@@ -233,6 +234,8 @@ metaroce.prefs.verify_icrc = Pref.bool("Verify ICRC", true,
 -- The trimming flag lives in the IP header, below us.
 local ip_dscp = Field.new("ip.dsfield.dscp")
 local ipv6_dscp = Field.new("ipv6.tclass.dscp")
+local ip_ecn = Field.new("ip.dsfield.ecn")
+local ipv6_ecn = Field.new("ipv6.tclass.ecn")
 local data_dissector = Dissector.get("data")
 
 ---------------------------------------------------------------- CRC-32C
@@ -354,6 +357,7 @@ local function dissect_base_header(st, tree)
   st.path_tag = tvb(2, 2):uint()
   st.dst_conn = tvb(4, 4):uint()
   st.psn = tvb(8, 4):uint()
+  st.tsval = tvb(12, 4):uint()
 end
 
 -- Base Header fields whose value 3.3 fixes for the opcode: sent so and
@@ -414,6 +418,7 @@ local function dissect_ack(st, tree, off)
   local words = tvb(off + 15, 1):uint()
   local ack = tree:add(tvb(off, ACK_FIXED_LEN), "ACK")
   local cum = tvb(off, 4):uint()
+  st.echo_psn, st.echo_tsval = tvb(off + 4, 4):uint(), tvb(off + 8, 4):uint()
   ack:add(pf.ack_cum_psn, tvb(off, 4))
   ack:add(pf.ack_echo_psn, tvb(off + 4, 4))
   ack:add(pf.ack_echo_tsval, tvb(off + 8, 4))
@@ -511,6 +516,7 @@ local function dissect_connect(st, tree, off)
   end
   local body = tree:add(tvb(off, 24), "Connection")
   local src = tvb(off, 4):uint()
+  st.src_conn = src
   local src_item = body:add(pf.conn_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
   body:add(pf.conn_initial_psn, tvb(off + 4, 4))
@@ -567,6 +573,7 @@ end
 local function dissect_disconnect(st, tree, off)
   local tvb = st.tvb
   local body = tree:add(tvb(off, 8), "Disconnect")
+  st.src_conn = tvb(off, 4):uint()
   body:add(pf.disc_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
   local reason = tvb(off + 4, 1):uint()
@@ -718,6 +725,134 @@ local function dissect_icrc(st, tree, hdr_len, layout)
     item:add_proto_expert_info(ex.icrc_bad, string.format(
       "ICRC 0x%08x does not match 0x%08x computed over bytes 0..%d", stored, computed, covered - 1))
     st.suffix[#st.suffix + 1] = "ICRC BAD"
+    st.icrc_bad = true
+  end
+end
+
+---------------------------------------------------------------- ECN
+
+local ecn_names = { [0] = "Not-ECT", [1] = "ECT(1)", [2] = "ECT(0)", [3] = "CE" }
+
+-- ENC-4: every packet leaves ECT(0); CE is a switch's mark on the way.
+local function check_ecn(st, tree)
+  local last
+  for _, f in ipairs({ ip_ecn() }) do last = f end
+  for _, f in ipairs({ ipv6_ecn() }) do last = f end
+  if last == nil then return end
+  local ecn = last.value
+  if ecn == 3 then
+    st.suffix[#st.suffix + 1] = "ECN-CE"
+  elseif ecn ~= 2 then
+    tree:add_proto_expert_info(ex.not_ect, "IP ECN is " .. ecn_names[ecn] ..
+      ", must be ECT(0) (ENC-4): a switch cannot mark it, so its path's congestion goes unseen")
+  end
+end
+
+---------------------------------------------------------------- connections
+
+-- Per capture (metaroce.init clears them). A connection end is its
+-- receiving address and connection id (ENC-3: never the port), the key
+-- conn_key makes; a stream is the two ends of one connection.
+local streams, stream_keys, stream_count = {}, {}, 0
+-- (sender, receiver, psn, tsval) of data packets and PROBEs on a stream
+-- that has one end known, to the stream: an ACK echoing one names the other.
+local echoes, echo_count = {}, 0
+local MAX_ECHOES = 65536
+-- ACKs and NAKs to a connection end not yet on a stream, whose echo named no
+-- packet seen (the capture began after it): after this many, the end gets a
+-- stream of its own (a capture of one direction); before, none.
+local unpaired = {}
+local PAIRING_TRIES = 16
+-- Per connection end, each PSN's latest frame.
+local sent_psns = {}
+-- Per packet, the results of the first pass, for a later one (GUI clicks, tshark -2).
+local first_pass = {}
+
+function metaroce.init()
+  offered_mtu, conn_mtu, mtu_at_least = {}, {}, {}
+  streams, stream_keys, stream_count = {}, {}, 0
+  echoes, echo_count, unpaired = {}, 0, {}
+  sent_psns, first_pass = {}, {}
+end
+
+local function bind(key, stream)
+  if streams[key] == nil then
+    streams[key] = stream
+    stream_keys[stream] = (stream_keys[stream] or 0) + 1
+  end
+  return streams[key]
+end
+
+local function new_stream()
+  stream_count = stream_count + 1
+  return stream_count - 1 -- from 0, as tcp.stream
+end
+
+local function echo_key(from, to, psn, tsval)
+  return tostring(from) .. ">" .. tostring(to) .. "/" .. psn .. "/" .. tsval
+end
+
+-- The stream of a packet, and for a data packet the frame that last
+-- carried its PSN to the same connection (nil for its first sending).
+local function follow(st, layout)
+  local pinfo, op = st.pinfo, st.opcode
+  local here = conn_key(pinfo.dst, st.dst_conn)
+  local stream, prev
+  if op == 0x20 then
+    local k = conn_key(pinfo.src, st.src_conn)
+    stream = bind(k, streams[k] or new_stream())
+  elseif op == 0x21 or op == 0x23 or op == 0x24 then
+    -- Both ids: the ACCEPT's and the DISCONNECTs' src_conn is the sender's.
+    local there = conn_key(pinfo.src, st.src_conn)
+    stream = streams[here] or streams[there] or new_stream()
+    bind(here, stream)
+    bind(there, stream)
+  else
+    stream = streams[here]
+    if stream == nil and op == 0x10 then
+      -- 3.9: the ACK echoes a packet that went the other way, on its stream.
+      stream = echoes[echo_key(pinfo.dst, pinfo.src, st.echo_psn, st.echo_tsval)]
+    end
+    if stream == nil and (op == 0x10 or op == 0x11) then
+      unpaired[here] = (unpaired[here] or 0) + 1
+      if unpaired[here] < PAIRING_TRIES then return nil, nil end
+    end
+    stream = bind(here, stream or new_stream())
+    if (layout.mh or op == 0x12) and stream_keys[stream] < 2 then
+      if echo_count >= MAX_ECHOES then echoes, echo_count = {}, 0 end
+      echoes[echo_key(pinfo.src, pinfo.dst, st.psn, st.tsval)] = stream
+      echo_count = echo_count + 1
+    end
+  end
+  if layout.mh then
+    local psns = sent_psns[here]
+    if psns == nil then
+      psns = {}
+      sent_psns[here] = psns
+    end
+    prev = psns[st.psn]
+    psns[st.psn] = pinfo.number
+  end
+  return stream, prev
+end
+
+-- The packet's stream and retransmission, from the first pass on later ones.
+local function dissect_connection(st, tree, layout)
+  if st.icrc_bad then return end -- nothing in it can be trusted (BAD-4)
+  local key = st.pinfo.number .. ":" .. st.index
+  local seen = first_pass[key]
+  if not st.pinfo.visited or seen == nil then
+    local stream, prev = follow(st, layout)
+    seen = { stream = stream, prev = prev }
+    first_pass[key] = seen
+  end
+  if seen.stream then tree:add(pf.stream, seen.stream):set_generated() end
+  if seen.prev then
+    local item = tree:add(pf.retrans_prev, seen.prev)
+    item:set_generated()
+    item:add_proto_expert_info(ex.retransmission, "PSN " .. hex(st.psn) ..
+      " sent to this connection before, last in frame " .. seen.prev)
+    st.suffix[#st.suffix + 1] = "RETRANSMISSION"
   end
 end
 
@@ -847,6 +982,8 @@ local function dissect(st)
   dissect_payload(st, tree, hdr_len, layout)
   if st.payload_len and layout.mh and layout.payload then add_info(st, "len=" .. st.payload_len) end
   dissect_icrc(st, tree, hdr_len, layout)
+  dissect_connection(st, tree, layout)
+  check_ecn(st, tree)
   if st.ar then st.suffix[#st.suffix + 1] = "AR" end
   if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
 end
@@ -924,9 +1061,10 @@ local function gso_segment_len(tvb)
 end
 
 -- One packet: its tree, and its summary for the Info column.
-local function dissect_packet(tvb, pinfo, tree)
+local function dissect_packet(tvb, pinfo, tree, index)
   local root = tvb:len() > 0 and tree:add(metaroce, tvb()) or tree:add(metaroce)
   local st = new_state(tvb, pinfo, root)
+  st.index = index
   local ok, err = pcall(dissect, st)
   if not ok then
     root:add_proto_expert_info(ex.dissector_bug, "Dissector failure: " .. tostring(err))
@@ -941,12 +1079,13 @@ local function dissect_datagram(tvb, pinfo, tree)
   pinfo.cols.protocol = "MetaRoCE"
   local ok, seg = pcall(gso_segment_len, tvb)
   if not ok or seg == nil then
-    pinfo.cols.info = (dissect_packet(tvb, pinfo, tree))
+    pinfo.cols.info = (dissect_packet(tvb, pinfo, tree, 0))
     return tvb:len()
   end
   local texts, first = {}, nil
   for off = 0, datagram - 1, seg do
-    local text, root = dissect_packet(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo, tree)
+    local text, root = dissect_packet(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo, tree,
+      off)
     texts[#texts + 1] = text
     first = first or root
   end
