@@ -24,8 +24,16 @@
 3a. A datagram holding a GSO run (a sender's capture before segmentation,
    any loopback capture of the UDP driver) decodes as its packets, each
    with a good ICRC, on port 4792 and through the heuristic.
+2a. Fields the spec fixes for an opcode (3.3, 3.5, 3.12) draw a warning
+   when they differ; the tree gives MSN, PROBE psn, DISCONNECT reason and
+   handshake values their meaning; ECN other than ECT(0) warns (ENC-4), CE
+   is named; IPv6 decodes as IPv4 does.
+2b. metaroce.stream pairs a connection's directions, from its handshake or
+   an ACK's echo; a PSN sent again is a retransmission; both the same in
+   tshark's second pass. The README's operator filters are valid.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
-   switches) decode as MetaRoCE with no malformed packet or error.
+   switches) decode as MetaRoCE with no malformed packet, error or
+   warning, every packet on its connection's stream.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
 
 Usage: dissector_test.py [--sim PATH_TO_METAROCE_SIM] [--keep DIR]
@@ -43,6 +51,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(ROOT, "docs", "spec", "metaroce-v0.1.md")
 LUA = os.path.join(ROOT, "tools", "wireshark", "metaroce.lua")
+README = os.path.join(ROOT, "tools", "wireshark", "README.md")
 PORT = 4792
 TRIMMED_DSCP = 63
 CONTROL_DSCP = 48  # ENC-6
@@ -133,6 +142,15 @@ def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT, src=1, dst=2, 
     udp = struct.pack(">HHHH", sport, dport, 8 + length, 0)
     eth = bytes.fromhex("020000000002" "020000000001" "0800")
     return eth + ip + udp + datagram
+
+
+def frame6(datagram, sport, dscp=0, dport=PORT, src=1, dst=2, ecn=2):
+    """frame() over IPv6 (ENC-1), from ::src to ::dst. The UDP checksum is
+    left 0, which Wireshark's UDP dissector flags (not ours to judge)."""
+    ip = struct.pack(">IHBB16s16s", (6 << 28) | (((dscp << 2) | ecn) << 20), 8 + len(datagram),
+                     17, 64, bytes(15) + bytes([src]), bytes(15) + bytes([dst]))
+    udp = struct.pack(">HHHH", sport, dport, 8 + len(datagram), 0)
+    return bytes.fromhex("020000000002" "020000000001" "86dd") + ip + udp + datagram
 
 
 def write_pcap(path, frames):
@@ -483,6 +501,48 @@ def check_ecn(vectors, workdir):
         info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
         check(("ECN-CE" in info) == ce, f"ECN {what}: Info '{info}'")
     print(f"ECN: {len(cases)} code points")
+
+
+def check_ipv6(vectors, workdir):
+    """ENC-1: nothing in MetaRoCE depends on the IP version. Over IPv6 the
+    ICRC verifies, the traffic class's DSCP marks a trimmed packet (TRIM-2)
+    and its ECN field is read (ENC-4), the heuristic takes a reply, and the
+    stream pairs an ACK with the data it echoes by IPv6 address."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    trimmed = tv["TV-01"][:44] + tv["TV-01"][-4:]
+    ack = bytearray(tv["TV-09"])  # to the WRITE's sender, echoing TV-01
+    ack[20:28] = tv["TV-01"][8:12] + tv["TV-01"][12:16]
+    # (what, frame, icrc status, trimmed, not_ect, stream)
+    cases = [
+        ("WRITE", frame6(tv["TV-01"], 50000), "1", [], [], ["0"]),
+        ("trimmed WRITE", frame6(trimmed, 50001, TRIMMED_DSCP), "2", ["1"], [], ["0"]),
+        ("Not-ECT SEND", frame6(tv["TV-03"], 50002, ecn=0), "1", [], ["1"], ["0"]),
+        ("ACK from an entropy port", frame6(reseal(bytes(ack)), 4793, CONTROL_DSCP, dport=40000,
+                                            src=2, dst=1), "1", [], [], ["0"]),
+    ]
+    pcap = os.path.join(workdir, "ipv6.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"IPv6: read {len(rows)} frames"):
+        return
+    for (what, _, status, trim, not_ect, stream), row in zip(cases, rows):
+        got = (row["metaroce.icrc.status"], row["metaroce.trimmed"], row["metaroce.not_ect"],
+               row["metaroce.stream"])
+        check(got == ([status], trim, not_ect, stream), f"IPv6 {what}: ICRC status, trimmed, "
+              f"not_ect, stream {got}, want {([status], trim, not_ect, stream)}")
+    print(f"IPv6: {len(cases)} packets")
+
+
+def check_readme_filters(pcap):
+    """Every filter of the README's table of filters for operators is one
+    tshark accepts on `pcap` (a field renamed, or misspelt there, fails)."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read().split("## Following a connection", 1)[-1].split("\n## ", 1)[0]
+    filters = [m.replace("\\|", "|") for m in re.findall(r"^\| `([^`]+)` \|", text, flags=re.M)]
+    check(len(filters) >= 5, f"README: {len(filters)} filters in its table")
+    for flt in filters:
+        tshark_lib.tshark(["-r", pcap, "-Y", flt, "-T", "fields", "-e", "frame.number"], LUA)
+    print(f"README: {len(filters)} filters")
 
 
 def other_port_frames(vectors):
@@ -953,6 +1013,8 @@ def main():
         check_tree_texts(vectors, workdir)
         check_streams(vectors, workdir)
         check_ecn(vectors, workdir)
+        check_ipv6(vectors, workdir)
+        check_readme_filters(vectors_pcap)
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
         check_pc_clear(vectors, workdir)
