@@ -186,6 +186,7 @@ FIELDS = [
     "metaroce.reserved_not_zero", "metaroce.partial_payload", "frame.protocols",
     "metaroce.gso.segments", "metaroce.unexpected_value", "metaroce.stream",
     "metaroce.retransmission.prev_frame", "metaroce.retransmission", "metaroce.not_ect",
+    "metaroce.not_captured",
 ]
 
 
@@ -531,6 +532,51 @@ def check_ipv6(vectors, workdir):
         check(got == ([status], trim, not_ect, stream), f"IPv6 {what}: ICRC status, trimmed, "
               f"not_ect, stream {got}, want {([status], trim, not_ect, stream)}")
     print(f"IPv6: {len(cases)} packets")
+
+
+def icmp_quote(datagram, quoted):
+    """An ICMP port unreachable from 10.0.0.2 to 10.0.0.1 quoting the first
+    `quoted` bytes of `datagram` as frame() sends it (its IP and UDP headers
+    give its whole length)."""
+    inner = frame(datagram, 50000)[14:14 + 28 + quoted]
+    icmp = struct.pack(">BBHI", 3, 3, 0, 0) + inner
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 0, 0, 64, 1, 0,
+                     bytes([10, 0, 0, 2]), bytes([10, 0, 0, 1]))
+    ip = ip[:10] + struct.pack(">H", ip_checksum(ip)) + ip[12:]
+    return bytes.fromhex("020000000001" "020000000002" "0800") + ip + icmp
+
+
+def check_icmp_quotes(vectors, workdir):
+    """A MetaRoCE datagram quoted in an ICMP error (the peer's port closed)
+    is decoded as far as quoted, as a datagram of the length its UDP header
+    gives: not truncated (BAD-1), what is missing not captured; and, not
+    being a packet sent, it is on no stream and no retransmission, nor makes
+    a later sending one."""
+    write = vectors[0][2]  # TV-01, 56 bytes
+    # (what, frame, opcode decoded, retransmission of)
+    cases = [("WRITE", frame(write, 50000), True, [])]
+    cases += [(f"WRITE quoted to {n} bytes", icmp_quote(write, n), n >= 16, [])
+              for n in (8, 16, 20, 30, 44, 56)]
+    cases += [("WRITE again", frame(write, 50001), True, ["1"])]
+    pcap = os.path.join(workdir, "icmp.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"ICMP quotes: read {len(rows)} frames"):
+        return
+    for (what, _, decoded, prev), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.opcode"] == (["0x01"] if decoded else []),
+              f"{what}: opcode {row['metaroce.opcode']}")
+        check(not row["metaroce.truncated"] and "BAD-1" not in messages,
+              f"{what}: called truncated: '{messages}'")
+        quoted = "quoted" in what
+        check(row["metaroce.stream"] == ([] if quoted else ["0"]),
+              f"{what}: stream {row['metaroce.stream']}")
+        check(row["metaroce.retransmission.prev_frame"] == prev,
+              f"{what}: retransmission of {row['metaroce.retransmission.prev_frame']}, want {prev}")
+        if quoted and "56" not in what:
+            check(row["metaroce.not_captured"] == ["1"], f"{what}: expert info '{messages}'")
+    print(f"ICMP quotes: {len(cases)} frames")
 
 
 def check_readme_filters(pcap):
@@ -1014,6 +1060,7 @@ def main():
         check_streams(vectors, workdir)
         check_ecn(vectors, workdir)
         check_ipv6(vectors, workdir)
+        check_icmp_quotes(vectors, workdir)
         check_readme_filters(vectors_pcap)
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)

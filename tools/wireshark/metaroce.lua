@@ -235,6 +235,7 @@ metaroce.prefs.verify_icrc = Pref.bool("Verify ICRC", true,
 local ip_dscp = Field.new("ip.dsfield.dscp")
 local ipv6_dscp = Field.new("ipv6.tclass.dscp")
 local ip_ecn = Field.new("ip.dsfield.ecn")
+local udp_length = Field.new("udp.length")
 local ipv6_ecn = Field.new("ipv6.tclass.ecn")
 local data_dissector = Dissector.get("data")
 
@@ -302,10 +303,24 @@ end
 -- One packet's decoding state, passed to each header's function.
 -- `captured` is what the capture holds, `datagram` the UDP payload's true
 -- length (they differ when the snap length, e.g. the simulator's, cut it).
-local function new_state(tvb, pinfo, tree)
+-- The datagram's true length. Inside an ICMP error (a router's or the
+-- peer's "port unreachable") Wireshark gives the quoted datagram only the
+-- length quoted; its UDP header says how long it was.
+local function datagram_length(tvb, pinfo)
+  if pinfo.in_error_pkt then
+    local last
+    for _, f in ipairs({ udp_length() }) do last = f end
+    if last ~= nil and last.value - 8 >= tvb:len() then return last.value - 8 end
+  end
+  return tvb:reported_len()
+end
+
+local function new_state(tvb, pinfo, tree, datagram)
   return {
     tvb = tvb, pinfo = pinfo, root = tree,
-    captured = tvb:len(), datagram = tvb:reported_len(),
+    captured = tvb:len(), datagram = datagram or tvb:reported_len(),
+    -- A copy quoted in an ICMP error: decoded, but not a packet sent.
+    quoted = pinfo.in_error_pkt,
     info = {}, suffix = {},
   }
 end
@@ -627,7 +642,7 @@ local function dissect_payload(st, tree, hdr_len, layout)
   elseif layout.payload and payload_len > st.msg_len - st.offset then
     len_item:add_proto_expert_info(ex.bad_length, "payload " .. payload_len ..
       " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
-  elseif layout.payload and payload_len > 0 then
+  elseif layout.payload and payload_len > 0 and not st.quoted then
     -- TRIM-5 (SEQ-5): a data packet carries exactly min(mtu, msg_len -
     -- offset) bytes. One cut part way (a switch that trims to a length, a
     -- trimmed packet whose TRIMMED DSCP a later hop rewrote and whose rest
@@ -838,7 +853,7 @@ end
 
 -- The packet's stream and retransmission, from the first pass on later ones.
 local function dissect_connection(st, tree, layout)
-  if st.icrc_bad then return end -- nothing in it can be trusted (BAD-4)
+  if st.icrc_bad or st.quoted then return end -- nothing in it can be trusted (BAD-4)
   local key = st.pinfo.number .. ":" .. st.index
   local seen = first_pass[key]
   if not st.pinfo.visited or seen == nil then
@@ -1061,10 +1076,14 @@ local function gso_segment_len(tvb)
 end
 
 -- One packet: its tree, and its summary for the Info column.
-local function dissect_packet(tvb, pinfo, tree, index)
+local function dissect_packet(tvb, pinfo, tree, index, datagram)
   local root = tvb:len() > 0 and tree:add(metaroce, tvb()) or tree:add(metaroce)
-  local st = new_state(tvb, pinfo, root)
+  local st = new_state(tvb, pinfo, root, datagram)
   st.index = index
+  if st.quoted then
+    root:add(tvb(0, 0), "[Quoted in an ICMP error: not a packet sent, no stream, " ..
+      datagram_length(tvb, pinfo) .. " bytes long]")
+  end
   local ok, err = pcall(dissect, st)
   if not ok then
     root:add_proto_expert_info(ex.dissector_bug, "Dissector failure: " .. tostring(err))
@@ -1077,6 +1096,10 @@ local function dissect_datagram(tvb, pinfo, tree)
   local datagram = tvb:reported_len()
   if datagram == 0 then return 0 end
   pinfo.cols.protocol = "MetaRoCE"
+  if pinfo.in_error_pkt then
+    dissect_packet(tvb, pinfo, tree, 0, datagram_length(tvb, pinfo))
+    return tvb:len()
+  end
   local ok, seg = pcall(gso_segment_len, tvb)
   if not ok or seg == nil then
     pinfo.cols.info = (dissect_packet(tvb, pinfo, tree, 0))
@@ -1109,8 +1132,8 @@ metaroce.dissector = dissect_datagram
 -- the datagram captured, and no payload the ICRC covered cut by a switch,
 -- which the TRIMMED DSCP must then flag). Replies come from a server's
 -- entropy ports (ENC-3) to a client's own port, neither of them 4792.
-local function looks_like_metaroce(tvb)
-  local captured_len, datagram = tvb:len(), tvb:reported_len()
+local function looks_like_metaroce(tvb, pinfo)
+  local captured_len, datagram = tvb:len(), datagram_length(tvb, pinfo)
   if datagram < MIN_DATAGRAM or captured_len < BH_LEN then return false end
   local byte0 = tvb(0, 1):uint()
   if rshift(byte0, 4) ~= VERSION then return false end
@@ -1141,13 +1164,13 @@ local function looks_like_metaroce(tvb)
 end
 
 local function heuristic(tvb, pinfo, tree)
-  if not looks_like_metaroce(tvb) then
+  if not looks_like_metaroce(tvb, pinfo) then
     -- A GSO run (see gso_segment_len): every packet in it must pass.
     local seg = gso_segment_len(tvb)
     if seg == nil then return false end
     local datagram = tvb:reported_len()
     for off = 0, datagram - 1, seg do
-      if not looks_like_metaroce(tvb(off, math.min(seg, datagram - off)):tvb()) then
+      if not looks_like_metaroce(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo) then
         return false
       end
     end
