@@ -286,6 +286,7 @@ def broken_frames(vectors):
     req_nonce0 = changed("TV-12", 32, bytes(8))
     req_mtu200 = changed("TV-12", 24, b"\x00\xc8")
     write_msn = changed("TV-01", 16, b"\x00\x00\x00\x03")
+    huge_read = changed("TV-06", 24, b"\x80\x00\x00\x01")
     req_v2_src0 = bytearray(req_v2)
     req_v2_src0[16:20] = bytes(4)
     warned = {"metaroce.reserved_not_zero": ["1"], "metaroce.icrc.status": ["1"]}
@@ -306,6 +307,8 @@ def broken_frames(vectors):
         ("CONNECT_REQ offering mtu 200", req_mtu200, None, "mtu 200 is below the least",
          unexpected),
         ("WRITE with an msn", write_msn, None, "WRITE msn is 0x3, must be zero", warned),
+        ("READ_REQ of 2^31 + 1 bytes", huge_read, None, "answered by NAK REMOTE_INVALID_REQUEST "
+         "(READ-2)", unexpected),
         ("version 2 CONNECT_REQ from connection 0", frame(bytes(req_v2_src0), 50026), None,
          "naming connection id 0 or nonce 0 (VER-1): dropped unanswered",
          {"metaroce.bad_version": ["1"], "metaroce.connect.src_conn": []}),
@@ -407,6 +410,9 @@ def check_tree_texts(vectors, workdir):
         ("DISCONNECT giving 0xee", reseal(bytes(closing)), "not in appendix A"),
         ("CONNECT_REQ, window 4", reseal(bytes(small)), "Window log2: 4 (taken as 6, SEQ-3)"),
         ("CONNECT_REQ, max_reads 0", reseal(bytes(small)), "Max reads: 0 (taken as 1)"),
+        ("NAK REMOTE_BAD_KEY", tv["TV-10"], "(0x02) (fatal: the connection is in ERROR, NAK-3)"),
+        ("NAK RNR", reseal(tv["TV-10"][:20] + b"\x01" + tv["TV-10"][21:]),
+         "(0x01) (not fatal: the sender retries, NAK-4)"),
     ]
     pcap = os.path.join(workdir, "texts.pcap")
     write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases])

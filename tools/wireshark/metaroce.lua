@@ -501,6 +501,10 @@ local function dissect_nak(st, tree, off)
   if nak_code_names[code] == nil then
     code_item:add_proto_expert_info(ex.bad_field,
       "NAK code " .. hex(code) .. " is outside 0x01-0x07")
+  elseif code == 0x01 then
+    code_item:append_text(" (not fatal: the sender retries, NAK-4)")
+  else
+    code_item:append_text(" (fatal: the connection is in ERROR, NAK-3)")
   end
   add_info(st, nak_code_names[code] or ("code=" .. hex(code)))
   add_info(st, "psn=" .. hex(tvb(off, 4):uint()))
@@ -635,6 +639,10 @@ local function dissect_payload(st, tree, hdr_len, layout)
   if st.opcode == 0x05 and st.offset ~= 0 then
     len_item:add_proto_expert_info(ex.bad_field,
       "READ_REQ offset is " .. st.offset .. ", must be 0")
+  end
+  if st.opcode == 0x05 and st.msg_len > 2147483648 then
+    len_item:add_proto_expert_info(ex.unexpected, "READ_REQ msg_len " .. st.msg_len ..
+      " is above 2^31, the largest message: answered by NAK REMOTE_INVALID_REQUEST (READ-2)")
   end
   if st.offset > st.msg_len then
     len_item:add_proto_expert_info(ex.bad_length,
