@@ -186,7 +186,7 @@ FIELDS = [
     "metaroce.reserved_not_zero", "metaroce.partial_payload", "frame.protocols",
     "metaroce.gso.segments", "metaroce.unexpected_value", "metaroce.stream",
     "metaroce.retransmission.prev_frame", "metaroce.retransmission", "metaroce.not_ect",
-    "metaroce.not_captured",
+    "metaroce.not_captured", "metaroce.bad_length", "metaroce.gso",
 ]
 
 
@@ -925,6 +925,52 @@ def check_gso(vectors, workdir):
     print(f"GSO runs: {len(cases)} datagrams holding several packets")
 
 
+def check_cut_gso(vectors, workdir):
+    """A GSO run captured with a snap length (tshark -s 128 on the sender) is
+    cut before its second packet, so it cannot be split: one longer than its
+    packet could be (than the handshake's mtu, or msg_len - offset) is a GSO
+    note, not a bad length (BAD-5) or partial payload (TRIM-5). One that
+    could be a single packet of a larger mtu teaches the TRIM-5 check no mtu:
+    a later whole packet of the real mtu is not taken for a cut one."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    accept = bytearray(tv["TV-13"])
+    accept[24:26] = struct.pack(">H", 1024)  # the CONNECT_REQ (TV-12) offered 4096
+
+    def run(conn, offsets, msg_len, payload=1024):
+        hdr = bytearray(tv["TV-01"][:44])
+        hdr[4:8] = struct.pack(">I", conn)
+        return b"".join(data_packet(bytes(hdr), 44, 0x700 + i, off, msg_len, bytes(payload))
+                        for i, off in enumerate(offsets))
+
+    def cut(datagram):  # the snap length keeps the headers only
+        whole = frame(datagram, 50060)
+        return whole[:14 + 28 + 44], len(whole)
+    # (what, (frame, original length), gso note, error)
+    cases = [
+        ("CONNECT_REQ", (frame(tv["TV-12"], 50060), None), False),
+        ("CONNECT_ACCEPT, mtu 1024", (frame(reseal(bytes(accept)), 4792, src=2, dst=1), None),
+         False),
+        ("3 WRITEs, past the mtu", cut(run(0x2A, (0, 1024, 2048), 8192)), True),
+        ("1 WRITE, cut", cut(run(0x2A, (3072,), 8192)), False),
+        ("2 WRITEs, past msg_len, no handshake", cut(run(0x77, (0, 1024), 2048)), True),
+        ("3 WRITEs within msg_len, no handshake", cut(run(0x78, (0, 1024, 2048), 8192)), False),
+        ("a whole WRITE of 1024 after them", (frame(run(0x78, (4096,), 8192), 50061), None),
+         False),
+    ]
+    pcap = os.path.join(workdir, "gso-cut.pcap")
+    write_pcap(pcap, [c[1] for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"cut GSO runs: read {len(rows)} frames"):
+        return
+    for (what, _, note), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.gso"] == (["1"] if note else []), f"cut GSO, {what}: metaroce.gso "
+              f"{row['metaroce.gso']} ('{messages}')")
+        check(not row["metaroce.partial_payload"] and not row["metaroce.bad_length"],
+              f"cut GSO, {what}: an error: '{messages}'")
+    print(f"cut GSO runs: {len(cases)} frames")
+
+
 # (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
 SIM_RUNS = [
     ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
@@ -1073,6 +1119,7 @@ def main():
         check_pc_clear(vectors, workdir)
         check_reserved_flags(vectors, workdir)
         check_gso(vectors, workdir)
+        check_cut_gso(vectors, workdir)
         check_other_ports(vectors, workdir)
         print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
               "As or the udp_port preference")

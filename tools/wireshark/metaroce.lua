@@ -644,9 +644,24 @@ local function dissect_payload(st, tree, hdr_len, layout)
     len_item:add_proto_expert_info(ex.unexpected, "READ_REQ msg_len " .. st.msg_len ..
       " is above 2^31, the largest message: answered by NAK REMOTE_INVALID_REQUEST (READ-2)")
   end
+  -- A datagram the snap length cut cannot be split if it is a GSO run (see
+  -- gso_segment_len): one longer than its packet could be is taken for one.
+  local key = conn_key(st.pinfo.dst, st.dst_conn)
+  local cut = st.captured < st.datagram
+  local run = cut and layout.payload and st.offset <= st.msg_len and
+      (payload_len > st.msg_len - st.offset or
+        (conn_mtu[key] ~= nil and payload_len > conn_mtu[key]))
   if st.offset > st.msg_len then
     len_item:add_proto_expert_info(ex.bad_length,
       "offset " .. st.offset .. " is beyond msg_len " .. st.msg_len)
+  elseif run then
+    local mtu = conn_mtu[key]
+    len_item:add_proto_expert_info(ex.gso, "Payload " .. payload_len .. " is longer than " ..
+      (mtu and payload_len <= st.msg_len - st.offset and ("the connection's mtu, " .. mtu)
+        or ("msg_len - offset = " .. (st.msg_len - st.offset))) ..
+      ": several packets in one datagram (a GSO run or GRO batch), which the snap length " ..
+      "cut, so not split; if one packet, a bad length (BAD-5, TRIM-5)")
+    st.suffix[#st.suffix + 1] = "GSO?"
   elseif layout.payload and payload_len > st.msg_len - st.offset then
     len_item:add_proto_expert_info(ex.bad_length, "payload " .. payload_len ..
       " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
@@ -656,7 +671,6 @@ local function dissect_payload(st, tree, hdr_len, layout)
     -- trimmed packet whose TRIMMED DSCP a later hop rewrote and whose rest
     -- came along) does not, and a receiver drops it as a bad length. Only a
     -- connection whose handshake the capture holds has a known mtu.
-    local key = conn_key(st.pinfo.dst, st.dst_conn)
     local mtu = conn_mtu[key]
     local want = mtu and math.min(mtu, st.msg_len - st.offset)
     local where = "payload " .. payload_len .. " at offset " .. st.offset .. " of a " ..
@@ -674,7 +688,9 @@ local function dissect_payload(st, tree, hdr_len, layout)
           " (an earlier packet's payload; its handshake is not in the capture): must be " ..
           "at least " .. least_want .. "; dropped as a bad length (TRIM-5)")
       end
-      if st.offset + payload_len < st.msg_len and payload_len > (least or 0) then
+      -- Only from a datagram captured whole: one cut may be a GSO run
+      -- that looks like a single packet of a larger mtu.
+      if not cut and st.offset + payload_len < st.msg_len and payload_len > (least or 0) then
         mtu_at_least[key] = payload_len
       end
     end
