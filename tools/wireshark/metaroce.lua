@@ -804,14 +804,16 @@ local unpaired = {}
 local PAIRING_TRIES = 16
 -- Per connection end, each PSN's latest frame.
 local sent_psns = {}
--- Per packet, the results of the first pass, for a later one (GUI clicks, tshark -2).
-local first_pass = {}
+-- Per packet (frame number and offset in its datagram, see packet_id), the
+-- results of the first pass, for a later one (GUI clicks, tshark -2); false
+-- for none.
+local first_stream, first_prev = {}, {}
 
 function metaroce.init()
   offered_mtu, conn_mtu, mtu_at_least = {}, {}, {}
   streams, stream_keys, stream_count = {}, {}, 0
   echoes, echo_count, unpaired = {}, 0, {}
-  sent_psns, first_pass = {}, {}
+  sent_psns, first_stream, first_prev = {}, {}, {}
 end
 
 local function bind(key, stream)
@@ -878,19 +880,20 @@ end
 -- The packet's stream and retransmission, from the first pass on later ones.
 local function dissect_connection(st, tree, layout)
   if st.icrc_bad or st.quoted then return end -- nothing in it can be trusted (BAD-4)
-  local key = st.pinfo.number .. ":" .. st.index
-  local seen = first_pass[key]
-  if not st.pinfo.visited or seen == nil then
-    local stream, prev = follow(st, layout)
-    seen = { stream = stream, prev = prev }
-    first_pass[key] = seen
+  -- A datagram is at most 65535 bytes long.
+  local id = st.pinfo.number * 65536 + st.index
+  local stream, prev = first_stream[id], first_prev[id]
+  if not st.pinfo.visited or stream == nil then
+    stream, prev = follow(st, layout)
+    stream, prev = stream or false, prev or false
+    first_stream[id], first_prev[id] = stream, prev
   end
-  if seen.stream then tree:add(pf.stream, seen.stream):set_generated() end
-  if seen.prev then
-    local item = tree:add(pf.retrans_prev, seen.prev)
+  if stream then tree:add(pf.stream, stream):set_generated() end
+  if prev then
+    local item = tree:add(pf.retrans_prev, prev)
     item:set_generated()
     item:add_proto_expert_info(ex.retransmission, "PSN " .. hex(st.psn) ..
-      " sent to this connection before, last in frame " .. seen.prev)
+      " sent to this connection before, last in frame " .. prev)
     st.suffix[#st.suffix + 1] = "RETRANSMISSION"
   end
 end
