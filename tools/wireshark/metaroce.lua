@@ -482,6 +482,8 @@ local function dissect_ack(st, tree, off)
   add_info(st, "cum=" .. hex(cum))
   if #sacked > 0 then add_info(st, "sack=" .. psn_ranges(sacked)) end
   add_info(st, "echo=" .. hex(tvb(off + 4, 4):uint()))
+  -- The path the echoed packet took (its sender's slot), as data packets show theirs.
+  add_info(st, "slot=" .. band(tvb(off + 12, 2):uint(), 0x1F))
   if is_set(aflags, ECHO_CE) then st.suffix[#st.suffix + 1] = "CE" end
   if is_set(aflags, ECHO_DUP) then st.suffix[#st.suffix + 1] = "DUP" end
   if is_set(aflags, ECHO_PROBE) then st.suffix[#st.suffix + 1] = "PROBE" end
@@ -998,6 +1000,7 @@ local function dissect(st)
   end
   if layout.mh then
     add_info(st, "psn=" .. hex(st.psn))
+    add_info(st, "slot=" .. band(st.path_tag, 0x1F))
     add_info(st, "conn=" .. hex(st.dst_conn))
     if st.opcode ~= 0x01 then add_info(st, "msn=" .. st.msn) end
     add_info(st, "off=" .. st.offset)
