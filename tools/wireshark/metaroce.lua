@@ -785,7 +785,9 @@ local function check_ecn(st, tree)
     st.suffix[#st.suffix + 1] = "ECN-CE"
   elseif ecn ~= 2 then
     tree:add_proto_expert_info(ex.not_ect, "IP ECN is " .. ecn_names[ecn] ..
-      ", must be ECT(0) (ENC-4): a switch cannot mark it, so its path's congestion goes unseen")
+      ", must be ECT(0) (ENC-4): " .. (ecn == 0 and
+        "switches cannot mark it CE, so its path's congestion goes unseen" or
+        "ECT(1) asks switches for L4S marking, which the congestion control does not expect"))
   end
 end
 
@@ -806,7 +808,7 @@ local unpaired = {}
 local PAIRING_TRIES = 16
 -- Per connection end, each PSN's latest frame.
 local sent_psns = {}
--- Per packet (frame number and offset in its datagram, see packet_id), the
+-- Per packet (frame number * 65536 + its offset in the datagram), the
 -- results of the first pass, for a later one (GUI clicks, tshark -2); false
 -- for none.
 local first_stream, first_prev = {}, {}
