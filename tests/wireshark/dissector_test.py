@@ -473,6 +473,11 @@ def check_streams(vectors, workdir):
     cases += [(f"ACK {i} echoing nothing seen", frame(ack(0x55, 0x900 + i, 0x9999), 50043,
                                                       src=2, dst=1),
                None if i < 15 else "2", None) for i in range(1, 16)]  # the 16th: PAIRING_TRIES
+    # CONN-2: an answer carrying another nonce than the request's is ignored.
+    other_nonce = bytearray(tv["TV-13"])
+    other_nonce[32] ^= 0xFF
+    cases.append(("CONNECT_ACCEPT with another nonce",
+                  frame(reseal(bytes(other_nonce)), 4792, src=2, dst=1), "0", None))
     pcap = os.path.join(workdir, "streams.pcap")
     write_pcap(pcap, [(c[1], None) for c in cases])
     for options in ((), ("-2",)):
@@ -489,6 +494,8 @@ def check_streams(vectors, workdir):
                   f"{where}: metaroce.retransmission {row['metaroce.retransmission']}")
             info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
             check(("RETRANSMISSION" in info) == bool(prev), f"{where}: Info '{info}'")
+            nonce = "ignores this answer (CONN-2)" in " / ".join(row["_ws.expert.message"])
+            check(nonce == ("another nonce" in what), f"{where}: nonce warning {nonce}")
     print(f"streams and retransmissions: {len(cases)} packets, in one pass and in two")
 
 

@@ -518,6 +518,9 @@ end
 -- Learnt from the handshakes the capture holds, by the receiving address and
 -- connection id (a data packet's IP destination and dst_conn).
 local offered_mtu, conn_mtu = {}, {}
+-- A requester's nonce (as text) and the frame of its CONNECT_REQ, by its
+-- address and connection id: an answer must carry that nonce (CONN-2).
+local offered_nonce, offered_frame = {}, {}
 -- Without the handshake: the largest payload seen in a data packet that was
 -- not its message's last. Such a packet carries the whole mtu (SEQ-5), or
 -- less if it was cut itself, so the mtu is at least this.
@@ -578,8 +581,21 @@ local function dissect_connect(st, tree, off)
     reply_item:append_text(" (answers go to the request's source port)")
   end
   local nonce_item = body:add(pf.conn_nonce, tvb(off + 16, 8))
-  if st.opcode == 0x20 and tvb(off + 16, 8):uint64() == UInt64(0) then
+  local nonce = tvb(off + 16, 8):uint64()
+  if st.opcode == 0x20 and nonce == UInt64(0) then
     nonce_item:add_proto_expert_info(ex.unexpected, "Nonce 0: dropped unanswered (VER-1)")
+  elseif st.opcode == 0x20 and not st.pinfo.visited then
+    local requester = conn_key(st.pinfo.src, src)
+    offered_nonce[requester] = nonce:tohex()
+    offered_frame[requester] = st.pinfo.number
+  elseif st.opcode ~= 0x20 then
+    local requester = conn_key(st.pinfo.dst, st.dst_conn)
+    local want = offered_nonce[requester]
+    if want ~= nil and want ~= nonce:tohex() and offered_frame[requester] < st.pinfo.number then
+      nonce_item:add_proto_expert_info(ex.unexpected, "Nonce is not the 0x" .. want ..
+        " of the requester's CONNECT_REQ (frame " .. offered_frame[requester] ..
+        "): the requester ignores this answer (CONN-2)")
+    end
   end
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
   if st.opcode == 0x22 then
@@ -815,6 +831,7 @@ local first_stream, first_prev = {}, {}
 
 function metaroce.init()
   offered_mtu, conn_mtu, mtu_at_least = {}, {}, {}
+  offered_nonce, offered_frame = {}, {}
   streams, stream_keys, stream_count = {}, {}, 0
   echoes, echo_count, unpaired = {}, 0, {}
   sent_psns, first_stream, first_prev = {}, {}, {}
