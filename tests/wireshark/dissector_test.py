@@ -409,6 +409,8 @@ def check_tree_texts(vectors, workdir):
     cases = [
         ("WRITE_IMM", tv["TV-02"], "MSN: 5 (RSN: the receive buffer it consumes)"),
         ("READ_REQ", tv["TV-06"], "MSN: 1 (read sequence number)"),
+        ("WRITE at offset 4096", tv["TV-01"], "Remote address: 0x00007f0000001000 (this packet's "
+         "first byte; the message starts at 0x00007f0000000000)"),
         ("PROBE", tv["TV-11"], "PSN: 0x00000000 (not a PSN"),
         ("DISCONNECT", tv["TV-15"], "Reason: none (closed while ESTABLISHED) (0x00)"),
         ("DISCONNECT giving 0xee", reseal(bytes(closing)), "not in appendix A"),

@@ -423,8 +423,16 @@ local function dissect_rdma_header(st, tree, off)
   local tvb = st.tvb
   local rh = tree:add(tvb(off, RH_LEN), "RDMA Header")
   rh:add(pf.rkey, tvb(off, 8))
-  rh:add(pf.raddr, tvb(off + 8, 8))
+  local raddr_item = rh:add(pf.raddr, tvb(off + 8, 8))
   st.rkey = tvb(off, 8):uint64()
+  if st.opcode == 0x05 then
+    raddr_item:append_text(" (the read's base)")
+  elseif st.offset ~= 0 then
+    -- 3.6: a WRITE's raddr is its own first byte's, so packets of one
+    -- message differ; the message's start is common to them.
+    raddr_item:append_text(" (this packet's first byte; the message starts at 0x" ..
+      (tvb(off + 8, 8):uint64() - UInt64(st.offset)):tohex() .. ")")
+  end
 end
 
 -- Returns the full ACK length (fixed part plus SACK words as sack_words says).
