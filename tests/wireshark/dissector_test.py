@@ -165,7 +165,8 @@ def write_pcap(path, frames):
 # ------------------------------------------------------------ tshark
 
 FIELDS = [
-    "frame.number", "ip.dsfield.dscp", "_ws.col.Info", "_ws.expert.message", "_ws.malformed", "metaroce.opcode",
+    "frame.number", "ip.dsfield.dscp", "_ws.col.Info", "_ws.expert.message", "_ws.malformed",
+    "metaroce.opcode",
     "metaroce.version", "metaroce.flags", "metaroce.flags.pc", "metaroce.path_tag",
     "metaroce.path_tag.slot",
     "metaroce.path_tag.generation", "metaroce.dst_conn", "metaroce.psn", "metaroce.tsval",
@@ -1045,7 +1046,8 @@ def check_sim(sim, workdir):
             check(trimmed > 0, f"{name}: no trimmed packet recognised")
             check(retransmissions > 0, f"{name}: no retransmission recognised")
         else:
-            check(retransmissions == 0, f"{name}: {retransmissions} retransmissions, the run has none")
+            check(retransmissions == 0,
+                  f"{name}: {retransmissions} retransmissions, the run has none")
         check(len(streams) == len(requests), f"{name}: {len(streams)} streams for "
               f"{len(requests)} connections")
         print(f"simulator, {name}: {len(rows)} packets, opcodes {ops}, ICRC status "

@@ -63,7 +63,8 @@ local nak_code_names = {
 local status_names = {
   [0x00] = "kOk", [0x01] = "kRnr", [0x02] = "kRemoteBadKey", [0x03] = "kRemoteOutOfBounds",
   [0x04] = "kRemoteAccessDenied", [0x05] = "kRemoteLengthError",
-  [0x06] = "kRemoteInvalidRequest", [0x07] = "kRemoteOperationError", [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
+  [0x06] = "kRemoteInvalidRequest", [0x07] = "kRemoteOperationError",
+  [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
   [0x42] = "kQueueFull", [0x43] = "kNoSuchConnection", [0x44] = "kNotConnected",
   [0x45] = "kFlushed", [0x46] = "kPeerUnreachable", [0x47] = "kConnectRefused",
   [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
