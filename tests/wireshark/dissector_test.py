@@ -30,7 +30,9 @@
    is named; IPv6 decodes as IPv4 does.
 2b. metaroce.stream pairs a connection's directions, from its handshake or
    an ACK's echo; a PSN sent again is a retransmission; both the same in
-   tshark's second pass. The README's operator filters are valid.
+   tshark's second pass. The README's operator filters are valid. A
+   datagram quoted in an ICMP error is neither truncated nor a sending; a
+   GSO run cut by the snap length is a note, not a bad length.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
    switches) decode as MetaRoCE with no malformed packet, error or
    warning, every packet on its connection's stream.
