@@ -24,8 +24,18 @@
 3a. A datagram holding a GSO run (a sender's capture before segmentation,
    any loopback capture of the UDP driver) decodes as its packets, each
    with a good ICRC, on port 4792 and through the heuristic.
+2a. Fields the spec fixes for an opcode (3.3, 3.5, 3.12) draw a warning
+   when they differ; the tree gives MSN, PROBE psn, DISCONNECT reason and
+   handshake values their meaning; ECN other than ECT(0) warns (ENC-4), CE
+   is named; IPv6 decodes as IPv4 does.
+2b. metaroce.stream pairs a connection's directions, from its handshake or
+   an ACK's echo; a PSN sent again is a retransmission; both the same in
+   tshark's second pass. The README's operator filters are valid. A
+   datagram quoted in an ICMP error is neither truncated nor a sending; a
+   GSO run cut by the snap length is a note, not a bad length.
 4. With --sim PATH, two short metaroce-sim captures (one with trimming
-   switches) decode as MetaRoCE with no malformed packet or error.
+   switches) decode as MetaRoCE with no malformed packet, error or
+   warning, every packet on its connection's stream.
 Nowhere may "Lua Error" appear: a Lua error would hide every later field.
 
 Usage: dissector_test.py [--sim PATH_TO_METAROCE_SIM] [--keep DIR]
@@ -43,6 +53,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(ROOT, "docs", "spec", "metaroce-v0.1.md")
 LUA = os.path.join(ROOT, "tools", "wireshark", "metaroce.lua")
+README = os.path.join(ROOT, "tools", "wireshark", "README.md")
 PORT = 4792
 TRIMMED_DSCP = 63
 CONTROL_DSCP = 48  # ENC-6
@@ -62,6 +73,8 @@ from tshark_lib import check  # noqa: E402
 SECTION_PREFIX = {"BH": "metaroce.", "MH": "metaroce.", "RH": "metaroce.",
                   "ACK": "metaroce.ack.", "NAK": "metaroce.nak.",
                   "CONN": "metaroce.connect.", "DISC": "metaroce.disconnect."}
+NOT_ON_A_PATH = ("ACK", "NAK", "CONNECT_REQ", "CONNECT_ACCEPT", "CONNECT_REJECT", "DISCONNECT",
+                 "DISCONNECT_ACK")
 HEX_LINE = re.compile(r"^(?:[0-9a-f]{2} )*[0-9a-f]{2}$")
 ASSIGNMENT = re.compile(r"(\w+)(?:\[(\d+)\])?=(0x[0-9a-f]+|\d+)")
 
@@ -95,8 +108,11 @@ def parse_vectors(text):
                 for key, _word, value in ASSIGNMENT.findall(line):
                     fields.setdefault(SECTION_PREFIX[tag] + key, []).append(int(value, 0))
                 for slot, gen in re.findall(r"\(slot (\d+), generation (\d+)\)", line):
-                    fields["metaroce.path_tag.slot"] = [int(slot)]
-                    fields["metaroce.path_tag.generation"] = [int(gen)]
+                    # 3.3: only data packets and PROBE name a path; the
+                    # others' path_tag 0 has no slot to filter on.
+                    on_path = opname not in NOT_ON_A_PATH
+                    fields["metaroce.path_tag.slot"] = [int(slot)] if on_path else []
+                    fields["metaroce.path_tag.generation"] = [int(gen)] if on_path else []
         if check(len(raw) == size, f"{name}: {len(raw)} bytes of hex, header says {size}"):
             vectors.append((name, opname, bytes(raw), fields))
     return vectors
@@ -117,17 +133,26 @@ def ip_checksum(header):
     return ~total & 0xFFFF
 
 
-def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT, src=1, dst=2):
-    """Ethernet/IPv4/UDP around `datagram`, from 10.0.0.src to 10.0.0.dst;
-    datagram_len overrides the lengths in the IP and UDP headers (to fake a
-    snap-length cut)."""
+def frame(datagram, sport, dscp=0, datagram_len=None, dport=PORT, src=1, dst=2, ecn=2):
+    """Ethernet/IPv4/UDP around `datagram`, from 10.0.0.src to 10.0.0.dst,
+    ECT(0) unless `ecn` says otherwise; datagram_len overrides the lengths in
+    the IP and UDP headers (to fake a snap-length cut)."""
     length = len(datagram) if datagram_len is None else datagram_len
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, (dscp << 2) | 0x02, 20 + 8 + length, 0, 0x4000,
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, (dscp << 2) | ecn, 20 + 8 + length, 0, 0x4000,
                      64, 17, 0, bytes([10, 0, 0, src]), bytes([10, 0, 0, dst]))
     ip = ip[:10] + struct.pack(">H", ip_checksum(ip)) + ip[12:]
     udp = struct.pack(">HHHH", sport, dport, 8 + length, 0)
     eth = bytes.fromhex("020000000002" "020000000001" "0800")
     return eth + ip + udp + datagram
+
+
+def frame6(datagram, sport, dscp=0, dport=PORT, src=1, dst=2, ecn=2):
+    """frame() over IPv6 (ENC-1), from ::src to ::dst. The UDP checksum is
+    left 0, which Wireshark's UDP dissector flags (not ours to judge)."""
+    ip = struct.pack(">IHBB16s16s", (6 << 28) | (((dscp << 2) | ecn) << 20), 8 + len(datagram),
+                     17, 64, bytes(15) + bytes([src]), bytes(15) + bytes([dst]))
+    udp = struct.pack(">HHHH", sport, dport, 8 + len(datagram), 0)
+    return bytes.fromhex("020000000002" "020000000001" "86dd") + ip + udp + datagram
 
 
 def write_pcap(path, frames):
@@ -142,7 +167,8 @@ def write_pcap(path, frames):
 # ------------------------------------------------------------ tshark
 
 FIELDS = [
-    "frame.number", "ip.dsfield.dscp", "_ws.col.Info", "_ws.expert.message", "_ws.malformed", "metaroce.opcode",
+    "frame.number", "ip.dsfield.dscp", "_ws.col.Info", "_ws.expert.message", "_ws.malformed",
+    "metaroce.opcode",
     "metaroce.version", "metaroce.flags", "metaroce.flags.pc", "metaroce.path_tag",
     "metaroce.path_tag.slot",
     "metaroce.path_tag.generation", "metaroce.dst_conn", "metaroce.psn", "metaroce.tsval",
@@ -161,13 +187,25 @@ FIELDS = [
     # Expert infos, each present ("1") or not.
     "metaroce.truncated", "metaroce.bad_version", "metaroce.bad_opcode",
     "metaroce.reserved_not_zero", "metaroce.partial_payload", "frame.protocols",
-    "metaroce.gso.segments",
+    "metaroce.gso.segments", "metaroce.unexpected_value", "metaroce.stream",
+    "metaroce.retransmission.prev_frame", "metaroce.retransmission", "metaroce.not_ect",
+    "metaroce.not_captured", "metaroce.bad_length", "metaroce.gso",
 ]
 
 
+RETRANSMISSION_NOTE = "sent to this connection before"
+
+
 def decode(pcap, options=()):
-    """One dict per frame: field of FIELDS -> list of values (strings)."""
-    return tshark_lib.decode(pcap, FIELDS, lua=LUA, options=options)
+    """One dict per frame: field of FIELDS -> list of values (strings).
+    The test's pcaps send copies of a few packets, so the retransmission
+    notes those draw are left out of _ws.expert.message (check_streams
+    checks them, through metaroce.retransmission)."""
+    rows = tshark_lib.decode(pcap, FIELDS, lua=LUA, options=options)
+    for row in rows:
+        row["_ws.expert.message"] = [m for m in row["_ws.expert.message"]
+                                     if RETRANSMISSION_NOTE not in m]
+    return rows
 
 
 def number(text):
@@ -190,6 +228,10 @@ def check_vectors(vectors, rows):
               f"{name}: ICRC status {row['metaroce.icrc.status']}, want 1 (good)")
         check(not row["_ws.expert.message"] and not row["_ws.malformed"],
               f"{name}: unexpected expert info {row['_ws.expert.message']}")
+    # The Info column names the path: a data packet's slot, an ACK's echoed one.
+    for i, want in ((0, "slot=3"), (6, "slot=1"), (7, "echo=0x1003 slot=3"), (8, "slot=5")):
+        info = rows[i]["_ws.col.Info"][0] if rows[i]["_ws.col.Info"] else ""
+        check(want in info, f"{vectors[i][0]}: Info '{info}' lacks '{want}'")
     sacked = rows[7]["metaroce.ack.sack.psn"]  # TV-08 SACKs 0x1001 and 0x1003
     check([number(v) for v in sacked] == [0x1001, 0x1003], f"TV-08: SACKed PSNs {sacked}")
 
@@ -233,7 +275,50 @@ def broken_frames(vectors):
     failed_close[20] = 0x02
     ack_with_reason = bytearray(tv["TV-16"])  # a DISCONNECT_ACK gives none
     ack_with_reason[20] = 0x02
+    # 3.3 and 3.12 fix these fields for the opcode (sent so, ignored on
+    # receipt): another value is a warning. And values a receiver drops or
+    # overrides (VER-1, CONN-1, CONN-3, CONN-4).
+    def changed(name, at, value):
+        raw = bytearray(tv[name])
+        raw[at:at + len(value)] = value
+        return frame(reseal(bytes(raw)), 50025)
+    tagged_ack = changed("TV-08", 2, b"\x00\x23")
+    nak_psn = changed("TV-10", 8, b"\x00\x00\x00\x05")
+    disc_ar = changed("TV-15", 0, b"\x1c")
+    probe_no_ar = changed("TV-11", 0, b"\x18")
+    req_dst = changed("TV-12", 4, b"\x00\x00\x00\x99")
+    accept_code = changed("TV-13", 28, b"\x47")
+    reject_other = changed("TV-14", 28, b"\x41")
+    req_src0 = changed("TV-12", 16, bytes(4))
+    req_nonce0 = changed("TV-12", 32, bytes(8))
+    req_mtu200 = changed("TV-12", 24, b"\x00\xc8")
+    write_msn = changed("TV-01", 16, b"\x00\x00\x00\x03")
+    huge_read = changed("TV-06", 24, b"\x80\x00\x00\x01")
+    req_v2_src0 = bytearray(req_v2)
+    req_v2_src0[16:20] = bytes(4)
+    warned = {"metaroce.reserved_not_zero": ["1"], "metaroce.icrc.status": ["1"]}
+    unexpected = {"metaroce.unexpected_value": ["1"], "metaroce.icrc.status": ["1"]}
     return [
+        ("ACK with a path_tag", tagged_ack, None, "ACK path_tag is 0x23, must be zero", warned),
+        ("NAK with a psn", nak_psn, None, "NAK psn is 0x5, must be zero", warned),
+        ("DISCONNECT with AR", disc_ar, None, "AR set in a DISCONNECT", warned),
+        ("PROBE without AR", probe_no_ar, None, "AR clear in a PROBE", unexpected),
+        ("CONNECT_REQ naming a dst_conn", req_dst, None, "CONNECT_REQ dst_conn is 0x99", warned),
+        ("CONNECT_ACCEPT with a code", accept_code, None, "CONNECT_ACCEPT code is 0x47", warned),
+        ("CONNECT_REJECT code kInvalidArgument", reject_other, None,
+         "takes it as kConnectRefused (CONN-4)", unexpected),
+        ("CONNECT_REQ from connection 0", req_src0, None, "dropped unanswered (VER-1)",
+         unexpected),
+        ("CONNECT_REQ with nonce 0", req_nonce0, None, "Nonce 0: dropped unanswered (VER-1)",
+         unexpected),
+        ("CONNECT_REQ offering mtu 200", req_mtu200, None, "mtu 200 is below the least",
+         unexpected),
+        ("WRITE with an msn", write_msn, None, "WRITE msn is 0x3, must be zero", warned),
+        ("READ_REQ of 2^31 + 1 bytes", huge_read, None, "answered by NAK REMOTE_INVALID_REQUEST "
+         "(READ-2)", unexpected),
+        ("version 2 CONNECT_REQ from connection 0", frame(bytes(req_v2_src0), 50026), None,
+         "naming connection id 0 or nonce 0 (VER-1): dropped unanswered",
+         {"metaroce.bad_version": ["1"], "metaroce.connect.src_conn": []}),
         ("truncated WRITE (30 bytes)", frame(tv["TV-01"][:30], 50000), None,
          "Datagram of 30 bytes", {}),
         ("4-byte datagram", frame(tv["TV-11"][:4], 50001), None, "Base Header alone", {}),
@@ -312,6 +397,221 @@ def check_broken(cases, rows):
                 continue
             check(row[field] == want, f"{what}: {field} is {row[field]}, want {want}")
         check("Dissector failure" not in messages, f"{what}: dissector failure: {messages}")
+
+
+def check_tree_texts(vectors, workdir):
+    """The tree gives fields the meaning the spec gives them where a number
+    alone would mislead: the MSN by opcode (3.5), a PROBE's psn (3.11), a
+    DISCONNECT's reason (CONN-8), handshake values a receiver takes as
+    another (SEQ-3, 3.12)."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    closing = bytearray(tv["TV-15"])
+    closing[20] = 0xEE  # not in appendix A
+    small = bytearray(tv["TV-12"])
+    small[26:28] = b"\x04\x00"  # window_log2 4, max_reads 0
+    cases = [
+        ("WRITE_IMM", tv["TV-02"], "MSN: 5 (RSN: the receive buffer it consumes)"),
+        ("READ_REQ", tv["TV-06"], "MSN: 1 (read sequence number)"),
+        ("WRITE at offset 4096", tv["TV-01"], "Remote address: 0x00007f0000001000 (this packet's "
+         "first byte; the message starts at 0x00007f0000000000)"),
+        ("PROBE", tv["TV-11"], "PSN: 0x00000000 (not a PSN"),
+        ("DISCONNECT", tv["TV-15"], "Reason: none (closed while ESTABLISHED) (0x00)"),
+        ("DISCONNECT giving 0xee", reseal(bytes(closing)), "not in appendix A"),
+        ("CONNECT_REQ, window 4", reseal(bytes(small)), "Window log2: 4 (taken as 6, SEQ-3)"),
+        ("CONNECT_REQ, max_reads 0", reseal(bytes(small)), "Max reads: 0 (taken as 1)"),
+        ("NAK REMOTE_BAD_KEY", tv["TV-10"], "(0x02) (fatal: the connection is in ERROR, NAK-3)"),
+        ("NAK RNR", reseal(tv["TV-10"][:20] + b"\x01" + tv["TV-10"][21:]),
+         "(0x01) (not fatal: the sender retries, NAK-4)"),
+    ]
+    pcap = os.path.join(workdir, "texts.pcap")
+    write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases])
+    text = tshark_lib.tshark(["-r", pcap, "-V"], LUA)
+    frames = re.split(r"^Frame \d+:", text, flags=re.M)[1:]
+    if check(len(frames) == len(cases), f"tree texts: read {len(frames)} frames"):
+        for (what, _, want), tree in zip(cases, frames):
+            check(want in tree, f"tree text, {what}: lacks '{want}'")
+    print(f"tree texts: {len(cases)} fields")
+
+
+def check_streams(vectors, workdir):
+    """metaroce.stream numbers the connections, both directions alike, from
+    the handshake, or without it from the first ACK that echoes a packet of
+    the other direction (an ACK echoing none seen gets no stream, until
+    PAIRING_TRIES such); metaroce.retransmission.prev_frame names the last
+    frame that carried a data packet's PSN to the same connection. The same
+    in one pass and in two (-2: the second reads what the first found)."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    write = (tv["TV-01"], 44)
+
+    def data(conn, psn, tsval, offset=0):
+        hdr = bytearray(write[0][:write[1]])
+        hdr[4:8] = struct.pack(">I", conn)
+        hdr[12:16] = struct.pack(">I", tsval)
+        return data_packet(bytes(hdr), write[1], psn, offset, 16, bytes(8))
+
+    def ack(conn, echo_psn, echo_tsval):
+        raw = bytearray(tv["TV-09"])
+        raw[4:8] = struct.pack(">I", conn)
+        raw[20:28] = struct.pack(">II", echo_psn, echo_tsval)
+        return reseal(bytes(raw))
+    disconnect = bytearray(tv["TV-15"])  # from 7 at 10.0.0.1 to 0x2a at 10.0.0.2
+    # (what, frame, stream, retransmission of frame): requester 10.0.0.1
+    # (conn 7), responder 10.0.0.2 (0x2a); a second connection, 0x66 to 0x99,
+    # whose handshake is not in the capture; a third end, 0x55, whose ACKs
+    # echo nothing seen.
+    cases = [
+        ("CONNECT_REQ", frame(tv["TV-12"], 50040), "0", None),
+        ("CONNECT_ACCEPT", frame(tv["TV-13"], 4792, src=2, dst=1), "0", None),
+        ("WRITE, no handshake", frame(data(0x99, 0x500, 0x1111), 50041), "1", None),
+        ("WRITE 1/2", frame(data(0x2A, 0x100, 0x2222), 50042), "0", None),
+        ("ACK to the requester", frame(ack(7, 0x100, 0x2222), 50042, src=2, dst=1), "0", None),
+        ("ACK echoing nothing seen", frame(ack(0x55, 0x900, 0x9999), 50043, src=2, dst=1), None,
+         None),
+        ("ACK echoing the WRITE without handshake",
+         frame(ack(0x66, 0x500, 0x1111), 50041, src=2, dst=1), "1", None),
+        ("WRITE 1/2 again", frame(data(0x2A, 0x100, 0x3333), 50044), "0", "4"),
+        ("WRITE 2/2", frame(data(0x2A, 0x101, 0x3334, 8), 50044), "0", None),
+        ("WRITE 1/2 a third time", frame(data(0x2A, 0x100, 0x4444), 50045), "0", "8"),
+        ("same PSN to the other connection", frame(data(0x99, 0x100, 0x5555), 50046), "1", None),
+        ("DISCONNECT", frame(bytes(disconnect), 50047), "0", None),
+    ]
+    cases += [(f"ACK {i} echoing nothing seen", frame(ack(0x55, 0x900 + i, 0x9999), 50043,
+                                                      src=2, dst=1),
+               None if i < 15 else "2", None) for i in range(1, 16)]  # the 16th: PAIRING_TRIES
+    # CONN-2: an answer carrying another nonce than the request's is ignored.
+    other_nonce = bytearray(tv["TV-13"])
+    other_nonce[32] ^= 0xFF
+    cases.append(("CONNECT_ACCEPT with another nonce",
+                  frame(reseal(bytes(other_nonce)), 4792, src=2, dst=1), "0", None))
+    pcap = os.path.join(workdir, "streams.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    for options in ((), ("-2",)):
+        rows = decode(pcap, options)
+        if not check(len(rows) == len(cases), f"streams: read {len(rows)} frames"):
+            return
+        for (what, _, stream, prev), row in zip(cases, rows):
+            where = f"streams {list(options)}, {what}"
+            check(row["metaroce.stream"] == ([stream] if stream else []),
+                  f"{where}: metaroce.stream {row['metaroce.stream']}, want {stream}")
+            check(row["metaroce.retransmission.prev_frame"] == ([prev] if prev else []),
+                  f"{where}: prev_frame {row['metaroce.retransmission.prev_frame']}, want {prev}")
+            check(row["metaroce.retransmission"] == (["1"] if prev else []),
+                  f"{where}: metaroce.retransmission {row['metaroce.retransmission']}")
+            info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+            check(("RETRANSMISSION" in info) == bool(prev), f"{where}: Info '{info}'")
+            nonce = "ignores this answer (CONN-2)" in " / ".join(row["_ws.expert.message"])
+            check(nonce == ("another nonce" in what), f"{where}: nonce warning {nonce}")
+    print(f"streams and retransmissions: {len(cases)} packets, in one pass and in two")
+
+
+def check_ecn(vectors, workdir):
+    """ENC-4: every packet leaves ECT(0). Not-ECT or ECT(1) is a warning; CE,
+    a switch's mark, is named in the Info column."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    cases = [("ECT(0)", 2, False, False), ("Not-ECT", 0, True, False), ("ECT(1)", 1, True, False),
+             ("CE", 3, False, True)]
+    pcap = os.path.join(workdir, "ecn.pcap")
+    write_pcap(pcap, [(frame(tv["TV-03"], 50050, ecn=c[1]), None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"ECN: read {len(rows)} frames"):
+        return
+    for (what, _, warned, ce), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.not_ect"] == (["1"] if warned else []),
+              f"ECN {what}: metaroce.not_ect {row['metaroce.not_ect']} ('{messages}')")
+        check(not warned or f"IP ECN is {what}, must be ECT(0) (ENC-4)" in messages,
+              f"ECN {what}: expert info '{messages}'")
+        info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+        check(("ECN-CE" in info) == ce, f"ECN {what}: Info '{info}'")
+    print(f"ECN: {len(cases)} code points")
+
+
+def check_ipv6(vectors, workdir):
+    """ENC-1: nothing in MetaRoCE depends on the IP version. Over IPv6 the
+    ICRC verifies, the traffic class's DSCP marks a trimmed packet (TRIM-2)
+    and its ECN field is read (ENC-4), the heuristic takes a reply, and the
+    stream pairs an ACK with the data it echoes by IPv6 address."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    trimmed = tv["TV-01"][:44] + tv["TV-01"][-4:]
+    ack = bytearray(tv["TV-09"])  # to the WRITE's sender, echoing TV-01
+    ack[20:28] = tv["TV-01"][8:12] + tv["TV-01"][12:16]
+    # (what, frame, icrc status, trimmed, not_ect, stream)
+    cases = [
+        ("WRITE", frame6(tv["TV-01"], 50000), "1", [], [], ["0"]),
+        ("trimmed WRITE", frame6(trimmed, 50001, TRIMMED_DSCP), "2", ["1"], [], ["0"]),
+        ("Not-ECT SEND", frame6(tv["TV-03"], 50002, ecn=0), "1", [], ["1"], ["0"]),
+        ("ACK from an entropy port", frame6(reseal(bytes(ack)), 4793, CONTROL_DSCP, dport=40000,
+                                            src=2, dst=1), "1", [], [], ["0"]),
+    ]
+    pcap = os.path.join(workdir, "ipv6.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"IPv6: read {len(rows)} frames"):
+        return
+    for (what, _, status, trim, not_ect, stream), row in zip(cases, rows):
+        got = (row["metaroce.icrc.status"], row["metaroce.trimmed"], row["metaroce.not_ect"],
+               row["metaroce.stream"])
+        check(got == ([status], trim, not_ect, stream), f"IPv6 {what}: ICRC status, trimmed, "
+              f"not_ect, stream {got}, want {([status], trim, not_ect, stream)}")
+    print(f"IPv6: {len(cases)} packets")
+
+
+def icmp_quote(datagram, quoted):
+    """An ICMP port unreachable from 10.0.0.2 to 10.0.0.1 quoting the first
+    `quoted` bytes of `datagram` as frame() sends it (its IP and UDP headers
+    give its whole length)."""
+    inner = frame(datagram, 50000)[14:14 + 28 + quoted]
+    icmp = struct.pack(">BBHI", 3, 3, 0, 0) + inner
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 0, 0, 64, 1, 0,
+                     bytes([10, 0, 0, 2]), bytes([10, 0, 0, 1]))
+    ip = ip[:10] + struct.pack(">H", ip_checksum(ip)) + ip[12:]
+    return bytes.fromhex("020000000001" "020000000002" "0800") + ip + icmp
+
+
+def check_icmp_quotes(vectors, workdir):
+    """A MetaRoCE datagram quoted in an ICMP error (the peer's port closed)
+    is decoded as far as quoted, as a datagram of the length its UDP header
+    gives: not truncated (BAD-1), what is missing not captured; and, not
+    being a packet sent, it is on no stream and no retransmission, nor makes
+    a later sending one."""
+    write = vectors[0][2]  # TV-01, 56 bytes
+    # (what, frame, opcode decoded, retransmission of)
+    cases = [("WRITE", frame(write, 50000), True, [])]
+    cases += [(f"WRITE quoted to {n} bytes", icmp_quote(write, n), n >= 16, [])
+              for n in (8, 16, 20, 30, 44, 56)]
+    cases += [("WRITE again", frame(write, 50001), True, ["1"])]
+    pcap = os.path.join(workdir, "icmp.pcap")
+    write_pcap(pcap, [(c[1], None) for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"ICMP quotes: read {len(rows)} frames"):
+        return
+    for (what, _, decoded, prev), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.opcode"] == (["0x01"] if decoded else []),
+              f"{what}: opcode {row['metaroce.opcode']}")
+        check(not row["metaroce.truncated"] and "BAD-1" not in messages,
+              f"{what}: called truncated: '{messages}'")
+        quoted = "quoted" in what
+        check(row["metaroce.stream"] == ([] if quoted else ["0"]),
+              f"{what}: stream {row['metaroce.stream']}")
+        check(row["metaroce.retransmission.prev_frame"] == prev,
+              f"{what}: retransmission of {row['metaroce.retransmission.prev_frame']}, want {prev}")
+        if quoted and "56" not in what:
+            check(row["metaroce.not_captured"] == ["1"], f"{what}: expert info '{messages}'")
+    print(f"ICMP quotes: {len(cases)} frames")
+
+
+def check_readme_filters(pcap):
+    """Every filter of the README's table of filters for operators is one
+    tshark accepts on `pcap` (a field renamed, or misspelt there, fails)."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read().split("## Following a connection", 1)[-1].split("\n## ", 1)[0]
+    filters = [m.replace("\\|", "|") for m in re.findall(r"^\| `([^`]+)` \|", text, flags=re.M)]
+    check(len(filters) >= 5, f"README: {len(filters)} filters in its table")
+    # One tshark run for all (each costs seconds to start): a bad one fails it, named in stderr.
+    tshark_lib.tshark(["-r", pcap, "-Y", " || ".join(f"({f})" for f in filters), "-T", "fields",
+                       "-e", "frame.number"], LUA)
+    print(f"README: {len(filters)} filters")
 
 
 def other_port_frames(vectors):
@@ -642,6 +942,52 @@ def check_gso(vectors, workdir):
     print(f"GSO runs: {len(cases)} datagrams holding several packets")
 
 
+def check_cut_gso(vectors, workdir):
+    """A GSO run captured with a snap length (tshark -s 128 on the sender) is
+    cut before its second packet, so it cannot be split: one longer than its
+    packet could be (than the handshake's mtu, or msg_len - offset) is a GSO
+    note, not a bad length (BAD-5) or partial payload (TRIM-5). One that
+    could be a single packet of a larger mtu teaches the TRIM-5 check no mtu:
+    a later whole packet of the real mtu is not taken for a cut one."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    accept = bytearray(tv["TV-13"])
+    accept[24:26] = struct.pack(">H", 1024)  # the CONNECT_REQ (TV-12) offered 4096
+
+    def run(conn, offsets, msg_len, payload=1024):
+        hdr = bytearray(tv["TV-01"][:44])
+        hdr[4:8] = struct.pack(">I", conn)
+        return b"".join(data_packet(bytes(hdr), 44, 0x700 + i, off, msg_len, bytes(payload))
+                        for i, off in enumerate(offsets))
+
+    def cut(datagram):  # the snap length keeps the headers only
+        whole = frame(datagram, 50060)
+        return whole[:14 + 28 + 44], len(whole)
+    # (what, (frame, original length), gso note, error)
+    cases = [
+        ("CONNECT_REQ", (frame(tv["TV-12"], 50060), None), False),
+        ("CONNECT_ACCEPT, mtu 1024", (frame(reseal(bytes(accept)), 4792, src=2, dst=1), None),
+         False),
+        ("3 WRITEs, past the mtu", cut(run(0x2A, (0, 1024, 2048), 8192)), True),
+        ("1 WRITE, cut", cut(run(0x2A, (3072,), 8192)), False),
+        ("2 WRITEs, past msg_len, no handshake", cut(run(0x77, (0, 1024), 2048)), True),
+        ("3 WRITEs within msg_len, no handshake", cut(run(0x78, (0, 1024, 2048), 8192)), False),
+        ("a whole WRITE of 1024 after them", (frame(run(0x78, (4096,), 8192), 50061), None),
+         False),
+    ]
+    pcap = os.path.join(workdir, "gso-cut.pcap")
+    write_pcap(pcap, [c[1] for c in cases])
+    rows = decode(pcap)
+    if not check(len(rows) == len(cases), f"cut GSO runs: read {len(rows)} frames"):
+        return
+    for (what, _, note), row in zip(cases, rows):
+        messages = " / ".join(row["_ws.expert.message"])
+        check(row["metaroce.gso"] == (["1"] if note else []), f"cut GSO, {what}: metaroce.gso "
+              f"{row['metaroce.gso']} ('{messages}')")
+        check(not row["metaroce.partial_payload"] and not row["metaroce.bad_length"],
+              f"cut GSO, {what}: an error: '{messages}'")
+    print(f"cut GSO runs: {len(cases)} frames")
+
+
 # (name, metaroce-sim arguments): a plain run, and an incast whose switches trim.
 SIM_RUNS = [
     ("fattree16-perm", ["--preset", "fattree16-perm", "--pcap", "host:0"]),
@@ -661,18 +1007,28 @@ def check_sim(sim, workdir):
             continue
         rows = decode(pcap)
         check(len(rows) > 100, f"{name}: simulator capture has only {len(rows)} packets")
-        ops, statuses, trimmed = {}, {}, 0
+        ops, statuses, trimmed, streams, requests, retransmissions = {}, {}, 0, set(), set(), 0
         for row in rows:
             n = row["frame.number"][0]
             check(len(row["metaroce.opcode"]) == 1, f"{name} frame {n}: not decoded as MetaRoCE")
             check(not row["_ws.malformed"], f"{name} frame {n}: malformed")
             for m in row["_ws.expert.message"]:
                 check(not SIM_ERRORS.search(m), f"{name} frame {n}: expert error '{m}'")
+            # The engine sends every field as the spec fixes it.
+            check(not row["metaroce.reserved_not_zero"] and not row["metaroce.unexpected_value"],
+                  f"{name} frame {n}: warned: {row['_ws.expert.message']}")
             op = row["_ws.col.Info"][0].split(" ")[0] if row["_ws.col.Info"] else "?"
             ops[op] = ops.get(op, 0) + 1
             status = "/".join(row["metaroce.icrc.status"])
             statuses[status] = statuses.get(status, 0) + 1
             trimmed += row["metaroce.trimmed"] == ["1"]
+            # The handshakes are in the capture: every packet is on the stream of one.
+            check(len(row["metaroce.stream"]) == 1, f"{name} frame {n}: stream "
+                  f"{row['metaroce.stream']}")
+            streams.update(row["metaroce.stream"])
+            if op == "CONNECT_REQ":
+                requests.update(row["metaroce.connect.src_conn"])
+            retransmissions += row["metaroce.retransmission"] == ["1"]
             # TRIM-1: a switch that cuts a packet marks it with the TRIMMED DSCP;
             # ENC-6: ACK and NAK leave in the control class, the rest DSCP 0.
             if row["metaroce.trimmed"] == ["1"]:
@@ -690,8 +1046,15 @@ def check_sim(sim, workdir):
                 check(status == "1", f"{name} frame {n}: trimmed, PC clear, ICRC status {status}")
         if "trim" in name:
             check(trimmed > 0, f"{name}: no trimmed packet recognised")
+            check(retransmissions > 0, f"{name}: no retransmission recognised")
+        else:
+            check(retransmissions == 0,
+                  f"{name}: {retransmissions} retransmissions, the run has none")
+        check(len(streams) == len(requests), f"{name}: {len(streams)} streams for "
+              f"{len(requests)} connections")
         print(f"simulator, {name}: {len(rows)} packets, opcodes {ops}, ICRC status "
-              f"(1 good, 2 unverified) {statuses}, {trimmed} trimmed")
+              f"(1 good, 2 unverified) {statuses}, {trimmed} trimmed, {len(streams)} streams, "
+              f"{retransmissions} retransmissions")
 
 
 def check_mutations(vectors, workdir):
@@ -763,11 +1126,18 @@ def main():
         print(f"broken and trimmed packets: {len(cases)} cases")
 
         check_partial_payload(vectors, workdir)
+        check_tree_texts(vectors, workdir)
+        check_streams(vectors, workdir)
+        check_ecn(vectors, workdir)
+        check_ipv6(vectors, workdir)
+        check_icmp_quotes(vectors, workdir)
+        check_readme_filters(vectors_pcap)
         check_mutations(vectors, workdir)
         check_short_datagrams(vectors, workdir)
         check_pc_clear(vectors, workdir)
         check_reserved_flags(vectors, workdir)
         check_gso(vectors, workdir)
+        check_cut_gso(vectors, workdir)
         check_other_ports(vectors, workdir)
         print("other ports: the heuristic takes MetaRoCE and nothing else; without it, Decode "
               "As or the udp_port preference")

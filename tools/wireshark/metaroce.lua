@@ -46,6 +46,13 @@ local layouts = {
   [0x24] = { body = "disconnect", body_len = 8 },
 }
 
+-- Packets not sent on one of the sender's data paths: BH path_tag 0, psn 0,
+-- AR clear, all three ignored on receipt (3.3).
+local not_on_a_path = {
+  [0x10] = true, [0x11] = true, [0x20] = true, [0x21] = true, [0x22] = true, [0x23] = true,
+  [0x24] = true,
+}
+
 local nak_code_names = {
   [0x01] = "RNR", [0x02] = "REMOTE_BAD_KEY", [0x03] = "REMOTE_OUT_OF_BOUNDS",
   [0x04] = "REMOTE_ACCESS_DENIED", [0x05] = "REMOTE_LENGTH_ERROR",
@@ -56,12 +63,19 @@ local nak_code_names = {
 local status_names = {
   [0x00] = "kOk", [0x01] = "kRnr", [0x02] = "kRemoteBadKey", [0x03] = "kRemoteOutOfBounds",
   [0x04] = "kRemoteAccessDenied", [0x05] = "kRemoteLengthError",
-  [0x06] = "kRemoteInvalidRequest", [0x07] = "kRemoteOperationError", [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
+  [0x06] = "kRemoteInvalidRequest", [0x07] = "kRemoteOperationError",
+  [0x40] = "kLocalProtection", [0x41] = "kInvalidArgument",
   [0x42] = "kQueueFull", [0x43] = "kNoSuchConnection", [0x44] = "kNotConnected",
   [0x45] = "kFlushed", [0x46] = "kPeerUnreachable", [0x47] = "kConnectRefused",
   [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
   [0x4b] = "kPeerClosed",
 }
+
+-- CONN-8: 0 says the connection was ESTABLISHED; any other value is the
+-- status (appendix A) that failed it.
+local disconnect_reason_names = {}
+for k, v in pairs(status_names) do disconnect_reason_names[k] = v end
+disconnect_reason_names[0x00] = "none (closed while ESTABLISHED)"
 
 local ICRC_BAD, ICRC_GOOD, ICRC_UNVERIFIED = 0, 1, 2
 local icrc_status_names = {
@@ -86,7 +100,8 @@ local pf = {
   dst_conn = ProtoField.uint32("metaroce.dst_conn", "Destination connection id", base.HEX),
   psn = ProtoField.uint32("metaroce.psn", "PSN", base.HEX),
   tsval = ProtoField.uint32("metaroce.tsval", "TSval (ns)", base.HEX),
-  -- Any connection id in the packet, so one filter finds both directions.
+  -- Any connection id in the packet: dst_conn, or a body's src_conn. (A data
+  -- packet names only its receiver's id; metaroce.stream takes both directions.)
   conn = ProtoField.uint32("metaroce.conn", "Connection id", base.HEX),
   entropy = ProtoField.uint16("metaroce.entropy", "Path entropy (UDP source port)", base.DEC),
   -- Message Header (3.5)
@@ -149,11 +164,18 @@ local pf = {
   disc_src_conn = ProtoField.uint32("metaroce.disconnect.src_conn", "Source connection id",
     base.HEX),
   -- CONN-8: 0, or the status that failed the connection at the closing end.
-  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX, status_names),
+  disc_reason = ProtoField.uint8("metaroce.disconnect.reason", "Reason", base.HEX,
+    disconnect_reason_names),
   disc_reserved = ProtoField.uint24("metaroce.disconnect.reserved", "Reserved", base.HEX),
   -- A datagram holding a GSO run (or a GRO batch): on the first packet's tree.
   gso_segments = ProtoField.uint32("metaroce.gso.segments", "Packets in the datagram", base.DEC),
   gso_segment_len = ProtoField.uint32("metaroce.gso.segment_len", "Segment size", base.DEC),
+  -- One number per connection, both directions (like tcp.stream): learnt from
+  -- the handshake, a DISCONNECT, or an ACK echoing a data packet or PROBE.
+  stream = ProtoField.uint32("metaroce.stream", "Stream index", base.DEC),
+  -- The last earlier frame that carried this PSN to the same connection.
+  retrans_prev = ProtoField.framenum("metaroce.retransmission.prev_frame",
+    "Retransmission of the PSN sent in frame", base.NONE, frametype.RETRANS_PREV),
 }
 local field_list = {}
 for _, f in pairs(pf) do field_list[#field_list + 1] = f end
@@ -186,6 +208,13 @@ local ex = {
     expert.group.MALFORMED, expert.severity.ERROR),
   gso = ProtoExpert.new("metaroce.gso", "Several packets in one datagram (GSO or GRO)",
     expert.group.PROTOCOL, expert.severity.NOTE),
+  unexpected = ProtoExpert.new("metaroce.unexpected_value",
+    "A value the spec does not send (a receiver ignores the field or drops the packet)",
+    expert.group.PROTOCOL, expert.severity.WARN),
+  not_ect = ProtoExpert.new("metaroce.not_ect", "Not sent ECT(0) (ENC-4)",
+    expert.group.PROTOCOL, expert.severity.WARN),
+  retransmission = ProtoExpert.new("metaroce.retransmission", "Retransmission of a PSN",
+    expert.group.SEQUENCE, expert.severity.NOTE),
   partial = ProtoExpert.new("metaroce.partial_payload",
     "Partial payload: neither the mtu nor the message's rest, nor trimmed (TRIM-5)",
     expert.group.MALFORMED, expert.severity.ERROR),
@@ -193,6 +222,7 @@ local ex = {
 metaroce.experts = {
   ex.truncated, ex.bad_version, ex.bad_opcode, ex.icrc_bad, ex.icrc_unverified, ex.bad_length,
   ex.bad_field, ex.reserved, ex.trimmed, ex.not_captured, ex.dissector_bug, ex.gso, ex.partial,
+  ex.unexpected, ex.not_ect, ex.retransmission,
 }
 
 metaroce.prefs.udp_port = Pref.uint("UDP port", DEFAULT_UDP_PORT,
@@ -205,6 +235,9 @@ metaroce.prefs.verify_icrc = Pref.bool("Verify ICRC", true,
 -- The trimming flag lives in the IP header, below us.
 local ip_dscp = Field.new("ip.dsfield.dscp")
 local ipv6_dscp = Field.new("ipv6.tclass.dscp")
+local ip_ecn = Field.new("ip.dsfield.ecn")
+local udp_length = Field.new("udp.length")
+local ipv6_ecn = Field.new("ipv6.tclass.ecn")
 local data_dissector = Dissector.get("data")
 
 ---------------------------------------------------------------- CRC-32C
@@ -271,10 +304,24 @@ end
 -- One packet's decoding state, passed to each header's function.
 -- `captured` is what the capture holds, `datagram` the UDP payload's true
 -- length (they differ when the snap length, e.g. the simulator's, cut it).
-local function new_state(tvb, pinfo, tree)
+-- The datagram's true length. Inside an ICMP error (a router's or the
+-- peer's "port unreachable") Wireshark gives the quoted datagram only the
+-- length quoted; its UDP header says how long it was.
+local function datagram_length(tvb, pinfo)
+  if pinfo.in_error_pkt then
+    local last
+    for _, f in ipairs({ udp_length() }) do last = f end
+    if last ~= nil and last.value - 8 >= tvb:len() then return last.value - 8 end
+  end
+  return tvb:reported_len()
+end
+
+local function new_state(tvb, pinfo, tree, datagram)
   return {
     tvb = tvb, pinfo = pinfo, root = tree,
-    captured = tvb:len(), datagram = tvb:reported_len(),
+    captured = tvb:len(), datagram = datagram or tvb:reported_len(),
+    -- A copy quoted in an ICMP error: decoded, but not a packet sent.
+    quoted = pinfo.in_error_pkt,
     info = {}, suffix = {},
   }
 end
@@ -304,16 +351,20 @@ local function dissect_base_header(st, tree)
   bh:add(pf.version, tvb(0, 1))
   local flags_item = bh:add(pf.flags, tvb(0, 1))
   flags_item:add(pf.flag_pc, tvb(0, 1))
-  flags_item:add(pf.flag_ar, tvb(0, 1))
+  st.ar_item = flags_item:add(pf.flag_ar, tvb(0, 1))
   local res_item = flags_item:add(pf.flag_reserved, tvb(0, 1))
   reserved_zero(st, res_item, band(byte0, FLAG_RESERVED), "Flag bits 1-0")
   bh:add(pf.opcode, tvb(1, 1))
-  local tag_item = bh:add(pf.path_tag, tvb(2, 2))
-  tag_item:add(pf.path_generation, tvb(2, 2))
-  tag_item:add(pf.path_slot, tvb(2, 2))
-  bh:add(pf.dst_conn, tvb(4, 4))
+  st.tag_item = bh:add(pf.path_tag, tvb(2, 2))
+  if not not_on_a_path[tvb(1, 1):uint()] then
+    -- Only a data packet or PROBE names a path (3.3); another's 0 split into
+    -- "slot 0" would match a filter on slot 0.
+    st.tag_item:add(pf.path_generation, tvb(2, 2))
+    st.tag_item:add(pf.path_slot, tvb(2, 2))
+  end
+  st.dst_item = bh:add(pf.dst_conn, tvb(4, 4))
   bh:add(pf.conn, tvb(4, 4)):set_hidden()
-  bh:add(pf.psn, tvb(8, 4))
+  st.psn_item = bh:add(pf.psn, tvb(8, 4))
   bh:add(pf.tsval, tvb(12, 4))
 
   st.version = rshift(byte0, 4)
@@ -322,15 +373,49 @@ local function dissect_base_header(st, tree)
   st.path_tag = tvb(2, 2):uint()
   st.dst_conn = tvb(4, 4):uint()
   st.psn = tvb(8, 4):uint()
+  st.tsval = tvb(12, 4):uint()
+end
+
+-- Base Header fields whose value 3.3 fixes for the opcode: sent so and
+-- ignored on receipt, so another value only draws a warning.
+local function check_base_header_values(st)
+  local op = st.opcode
+  if not_on_a_path[op] then
+    reserved_zero(st, st.tag_item, st.path_tag, st.opname .. " path_tag")
+    reserved_zero(st, st.psn_item, st.psn, st.opname .. " psn")
+    if st.ar then
+      st.ar_item:add_proto_expert_info(ex.reserved, "AR set in a " .. st.opname ..
+        ": sent clear and ignored (3.3)")
+    end
+  elseif op == 0x12 then
+    st.psn_item:append_text(" (not a PSN: a tail-loss probe's per-path send order number, " ..
+      "0 for a re-probe or keepalive; 3.11)")
+    if not st.ar then
+      st.ar_item:add_proto_expert_info(ex.unexpected, "AR clear in a PROBE: set in every " ..
+        "PROBE (3.3, 3.11)")
+    end
+  end
+  if op == 0x20 then
+    -- A responder does not read it (3.12).
+    reserved_zero(st, st.dst_item, st.dst_conn, "CONNECT_REQ dst_conn")
+  end
 end
 
 local function dissect_message_header(st, tree, off)
   local tvb = st.tvb
   local mh = tree:add(tvb(off, MH_LEN), "Message Header")
-  mh:add(pf.msn, tvb(off, 4))
+  local msn_item = mh:add(pf.msn, tvb(off, 4))
   mh:add(pf.offset, tvb(off + 4, 4))
   mh:add(pf.msg_len, tvb(off + 8, 4))
   st.msn = tvb(off, 4):uint()
+  -- 3.5: what the MSN counts depends on the opcode; a WRITE's is 0, ignored.
+  if st.opcode == 0x01 then
+    reserved_zero(st, msn_item, st.msn, "WRITE msn")
+  elseif st.opcode == 0x05 or st.opcode == 0x06 then
+    msn_item:append_text(" (read sequence number)")
+  else
+    msn_item:append_text(" (RSN: the receive buffer it consumes)")
+  end
   st.offset = tvb(off + 4, 4):uint()
   st.msg_len = tvb(off + 8, 4):uint()
 end
@@ -339,8 +424,16 @@ local function dissect_rdma_header(st, tree, off)
   local tvb = st.tvb
   local rh = tree:add(tvb(off, RH_LEN), "RDMA Header")
   rh:add(pf.rkey, tvb(off, 8))
-  rh:add(pf.raddr, tvb(off + 8, 8))
+  local raddr_item = rh:add(pf.raddr, tvb(off + 8, 8))
   st.rkey = tvb(off, 8):uint64()
+  if st.opcode == 0x05 then
+    raddr_item:append_text(" (the read's base)")
+  elseif st.offset ~= 0 then
+    -- 3.6: a WRITE's raddr is its own first byte's, so packets of one
+    -- message differ; the message's start is common to them.
+    raddr_item:append_text(" (this packet's first byte; the message starts at 0x" ..
+      (tvb(off + 8, 8):uint64() - UInt64(st.offset)):tohex() .. ")")
+  end
 end
 
 -- Returns the full ACK length (fixed part plus SACK words as sack_words says).
@@ -349,6 +442,7 @@ local function dissect_ack(st, tree, off)
   local words = tvb(off + 15, 1):uint()
   local ack = tree:add(tvb(off, ACK_FIXED_LEN), "ACK")
   local cum = tvb(off, 4):uint()
+  st.echo_psn, st.echo_tsval = tvb(off + 4, 4):uint(), tvb(off + 8, 4):uint()
   ack:add(pf.ack_cum_psn, tvb(off, 4))
   ack:add(pf.ack_echo_psn, tvb(off + 4, 4))
   ack:add(pf.ack_echo_tsval, tvb(off + 8, 4))
@@ -397,6 +491,8 @@ local function dissect_ack(st, tree, off)
   add_info(st, "cum=" .. hex(cum))
   if #sacked > 0 then add_info(st, "sack=" .. psn_ranges(sacked)) end
   add_info(st, "echo=" .. hex(tvb(off + 4, 4):uint()))
+  -- The path the echoed packet took (its sender's slot), as data packets show theirs.
+  add_info(st, "slot=" .. band(tvb(off + 12, 2):uint(), 0x1F))
   if is_set(aflags, ECHO_CE) then st.suffix[#st.suffix + 1] = "CE" end
   if is_set(aflags, ECHO_DUP) then st.suffix[#st.suffix + 1] = "DUP" end
   if is_set(aflags, ECHO_PROBE) then st.suffix[#st.suffix + 1] = "PROBE" end
@@ -416,6 +512,10 @@ local function dissect_nak(st, tree, off)
   if nak_code_names[code] == nil then
     code_item:add_proto_expert_info(ex.bad_field,
       "NAK code " .. hex(code) .. " is outside 0x01-0x07")
+  elseif code == 0x01 then
+    code_item:append_text(" (not fatal: the sender retries, NAK-4)")
+  else
+    code_item:append_text(" (fatal: the connection is in ERROR, NAK-3)")
   end
   add_info(st, nak_code_names[code] or ("code=" .. hex(code)))
   add_info(st, "psn=" .. hex(tvb(off, 4):uint()))
@@ -427,6 +527,9 @@ end
 -- Learnt from the handshakes the capture holds, by the receiving address and
 -- connection id (a data packet's IP destination and dst_conn).
 local offered_mtu, conn_mtu = {}, {}
+-- A requester's nonce (as text) and the frame of its CONNECT_REQ, by its
+-- address and connection id: an answer must carry that nonce (CONN-2).
+local offered_nonce, offered_frame = {}, {}
 -- Without the handshake: the largest payload seen in a data packet that was
 -- not its message's last. Such a packet carries the whole mtu (SEQ-5), or
 -- less if it was cut itself, so the mtu is at least this.
@@ -445,14 +548,39 @@ local function dissect_connect(st, tree, off)
     conn_mtu[conn_key(st.pinfo.src, tvb(off, 4):uint())] = agreed
   end
   local body = tree:add(tvb(off, 24), "Connection")
-  body:add(pf.conn_src_conn, tvb(off, 4))
+  local src = tvb(off, 4):uint()
+  st.src_conn = src
+  local src_item = body:add(pf.conn_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
   body:add(pf.conn_initial_psn, tvb(off + 4, 4))
-  body:add(pf.conn_mtu, tvb(off + 8, 2))
-  body:add(pf.conn_window_log2, tvb(off + 10, 1))
-  body:add(pf.conn_max_reads, tvb(off + 11, 1))
-  body:add(pf.conn_code, tvb(off + 12, 1))
+  local mtu_item = body:add(pf.conn_mtu, tvb(off + 8, 2))
+  local window_item = body:add(pf.conn_window_log2, tvb(off + 10, 1))
+  local reads_item = body:add(pf.conn_max_reads, tvb(off + 11, 1))
+  local code = tvb(off + 12, 1):uint()
+  local code_item = body:add(pf.conn_code, tvb(off + 12, 1))
   body:add(pf.conn_max_version, tvb(off + 13, 1))
+  if st.opcode == 0x22 then
+    -- 3.12: a REJECT's other fields are not interpreted.
+    if code ~= 0x47 and code ~= 0x48 and code ~= 0x4a then
+      code_item:add_proto_expert_info(ex.unexpected, "REJECT code " .. hex(code) ..
+        " is none of 0x47, 0x48, 0x4a: the requester takes it as kConnectRefused (CONN-4)")
+    end
+  else
+    reserved_zero(st, code_item, code, st.opname .. " code")
+    if src == 0 then
+      -- VER-1, CONN-3: no connection is named 0; the engine drops such a packet.
+      src_item:add_proto_expert_info(ex.unexpected, "src_conn 0: names no connection, " ..
+        (st.opcode == 0x20 and "dropped unanswered (VER-1)" or "ignored (CONN-3)"))
+    end
+    if mtu < 256 then
+      mtu_item:add_proto_expert_info(ex.unexpected, "mtu " .. mtu .. " is below the least, " ..
+        "256: " .. (st.opcode == 0x20 and "refused with kConnectRefused" or
+          "the connect fails kConnectRefused") .. " (CONN-1, CONN-3)")
+    end
+    local window = tvb(off + 10, 1):uint()
+    if window < 6 then window_item:append_text(" (taken as 6, SEQ-3)") end
+    if tvb(off + 11, 1):uint() == 0 then reads_item:append_text(" (taken as 1)") end
+  end
   local reply_port = tvb(off + 14, 2):uint()
   local reply_item = body:add(pf.conn_reply_port, tvb(off + 14, 2))
   if st.opcode ~= 0x20 then
@@ -461,7 +589,23 @@ local function dissect_connect(st, tree, off)
   elseif reply_port == 0 then
     reply_item:append_text(" (answers go to the request's source port)")
   end
-  body:add(pf.conn_nonce, tvb(off + 16, 8))
+  local nonce_item = body:add(pf.conn_nonce, tvb(off + 16, 8))
+  local nonce = tvb(off + 16, 8):uint64()
+  if st.opcode == 0x20 and nonce == UInt64(0) then
+    nonce_item:add_proto_expert_info(ex.unexpected, "Nonce 0: dropped unanswered (VER-1)")
+  elseif st.opcode == 0x20 and not st.pinfo.visited then
+    local requester = conn_key(st.pinfo.src, src)
+    offered_nonce[requester] = nonce:tohex()
+    offered_frame[requester] = st.pinfo.number
+  elseif st.opcode ~= 0x20 then
+    local requester = conn_key(st.pinfo.dst, st.dst_conn)
+    local want = offered_nonce[requester]
+    if want ~= nil and want ~= nonce:tohex() and offered_frame[requester] < st.pinfo.number then
+      nonce_item:add_proto_expert_info(ex.unexpected, "Nonce is not the 0x" .. want ..
+        " of the requester's CONNECT_REQ (frame " .. offered_frame[requester] ..
+        "): the requester ignores this answer (CONN-2)")
+    end
+  end
   add_info(st, "src=" .. hex(tvb(off, 4):uint()))
   if st.opcode == 0x22 then
     local code = tvb(off + 12, 1):uint()
@@ -475,6 +619,7 @@ end
 local function dissect_disconnect(st, tree, off)
   local tvb = st.tvb
   local body = tree:add(tvb(off, 8), "Disconnect")
+  st.src_conn = tvb(off, 4):uint()
   body:add(pf.disc_src_conn, tvb(off, 4))
   body:add(pf.conn, tvb(off, 4)):set_hidden()
   local reason = tvb(off + 4, 1):uint()
@@ -486,6 +631,10 @@ local function dissect_disconnect(st, tree, off)
     reserved_zero(st, reason_item, reason, "Reason of a DISCONNECT_ACK")
   elseif reason ~= 0 then
     add_info(st, "reason=" .. (status_names[reason] or hex(reason)))
+    if status_names[reason] == nil then
+      -- CONN-8: informs only; a later revision may give it a meaning.
+      reason_item:append_text(" (not in appendix A: the DISCONNECT closes all the same, CONN-8)")
+    end
   end
 end
 
@@ -518,19 +667,37 @@ local function dissect_payload(st, tree, hdr_len, layout)
     len_item:add_proto_expert_info(ex.bad_field,
       "READ_REQ offset is " .. st.offset .. ", must be 0")
   end
+  if st.opcode == 0x05 and st.msg_len > 2147483648 then
+    len_item:add_proto_expert_info(ex.unexpected, "READ_REQ msg_len " .. st.msg_len ..
+      " is above 2^31, the largest message: answered by NAK REMOTE_INVALID_REQUEST (READ-2)")
+  end
+  -- A datagram the snap length cut cannot be split if it is a GSO run (see
+  -- gso_segment_len): one longer than its packet could be is taken for one.
+  local key = conn_key(st.pinfo.dst, st.dst_conn)
+  local cut = st.captured < st.datagram
+  local run = cut and layout.payload and st.offset <= st.msg_len and
+      (payload_len > st.msg_len - st.offset or
+        (conn_mtu[key] ~= nil and payload_len > conn_mtu[key]))
   if st.offset > st.msg_len then
     len_item:add_proto_expert_info(ex.bad_length,
       "offset " .. st.offset .. " is beyond msg_len " .. st.msg_len)
+  elseif run then
+    local mtu = conn_mtu[key]
+    len_item:add_proto_expert_info(ex.gso, "Payload " .. payload_len .. " is longer than " ..
+      (mtu and payload_len <= st.msg_len - st.offset and ("the connection's mtu, " .. mtu)
+        or ("msg_len - offset = " .. (st.msg_len - st.offset))) ..
+      ": several packets in one datagram (a GSO run or GRO batch), which the snap length " ..
+      "cut, so not split; if one packet, a bad length (BAD-5, TRIM-5)")
+    st.suffix[#st.suffix + 1] = "GSO?"
   elseif layout.payload and payload_len > st.msg_len - st.offset then
     len_item:add_proto_expert_info(ex.bad_length, "payload " .. payload_len ..
       " is longer than msg_len - offset = " .. (st.msg_len - st.offset))
-  elseif layout.payload and payload_len > 0 then
+  elseif layout.payload and payload_len > 0 and not st.quoted then
     -- TRIM-5 (SEQ-5): a data packet carries exactly min(mtu, msg_len -
     -- offset) bytes. One cut part way (a switch that trims to a length, a
     -- trimmed packet whose TRIMMED DSCP a later hop rewrote and whose rest
     -- came along) does not, and a receiver drops it as a bad length. Only a
     -- connection whose handshake the capture holds has a known mtu.
-    local key = conn_key(st.pinfo.dst, st.dst_conn)
     local mtu = conn_mtu[key]
     local want = mtu and math.min(mtu, st.msg_len - st.offset)
     local where = "payload " .. payload_len .. " at offset " .. st.offset .. " of a " ..
@@ -548,7 +715,9 @@ local function dissect_payload(st, tree, hdr_len, layout)
           " (an earlier packet's payload; its handshake is not in the capture): must be " ..
           "at least " .. least_want .. "; dropped as a bad length (TRIM-5)")
       end
-      if st.offset + payload_len < st.msg_len and payload_len > (least or 0) then
+      -- Only from a datagram captured whole: one cut may be a GSO run
+      -- that looks like a single packet of a larger mtu.
+      if not cut and st.offset + payload_len < st.msg_len and payload_len > (least or 0) then
         mtu_at_least[key] = payload_len
       end
     end
@@ -622,6 +791,140 @@ local function dissect_icrc(st, tree, hdr_len, layout)
     item:add_proto_expert_info(ex.icrc_bad, string.format(
       "ICRC 0x%08x does not match 0x%08x computed over bytes 0..%d", stored, computed, covered - 1))
     st.suffix[#st.suffix + 1] = "ICRC BAD"
+    st.icrc_bad = true
+  end
+end
+
+---------------------------------------------------------------- ECN
+
+local ecn_names = { [0] = "Not-ECT", [1] = "ECT(1)", [2] = "ECT(0)", [3] = "CE" }
+
+-- ENC-4: every packet leaves ECT(0); CE is a switch's mark on the way.
+local function check_ecn(st, tree)
+  local last
+  for _, f in ipairs({ ip_ecn() }) do last = f end
+  for _, f in ipairs({ ipv6_ecn() }) do last = f end
+  if last == nil then return end
+  local ecn = last.value
+  if ecn == 3 then
+    st.suffix[#st.suffix + 1] = "ECN-CE"
+  elseif ecn ~= 2 then
+    tree:add_proto_expert_info(ex.not_ect, "IP ECN is " .. ecn_names[ecn] ..
+      ", must be ECT(0) (ENC-4): " .. (ecn == 0 and
+        "switches cannot mark it CE, so its path's congestion goes unseen" or
+        "ECT(1) asks switches for L4S marking, which the congestion control does not expect"))
+  end
+end
+
+---------------------------------------------------------------- connections
+
+-- Per capture (metaroce.init clears them). A connection end is its
+-- receiving address and connection id (ENC-3: never the port), the key
+-- conn_key makes; a stream is the two ends of one connection.
+local streams, stream_keys, stream_count = {}, {}, 0
+-- (sender, receiver, psn, tsval) of data packets and PROBEs on a stream
+-- that has one end known, to the stream: an ACK echoing one names the other.
+local echoes, echo_count = {}, 0
+local MAX_ECHOES = 65536
+-- ACKs and NAKs to a connection end not yet on a stream, whose echo named no
+-- packet seen (the capture began after it): after this many, the end gets a
+-- stream of its own (a capture of one direction); before, none.
+local unpaired = {}
+local PAIRING_TRIES = 16
+-- Per connection end, each PSN's latest frame.
+local sent_psns = {}
+-- Per packet (frame number * 65536 + its offset in the datagram), the
+-- results of the first pass, for a later one (GUI clicks, tshark -2); false
+-- for none.
+local first_stream, first_prev = {}, {}
+
+function metaroce.init()
+  offered_mtu, conn_mtu, mtu_at_least = {}, {}, {}
+  offered_nonce, offered_frame = {}, {}
+  streams, stream_keys, stream_count = {}, {}, 0
+  echoes, echo_count, unpaired = {}, 0, {}
+  sent_psns, first_stream, first_prev = {}, {}, {}
+end
+
+local function bind(key, stream)
+  if streams[key] == nil then
+    streams[key] = stream
+    stream_keys[stream] = (stream_keys[stream] or 0) + 1
+  end
+  return streams[key]
+end
+
+local function new_stream()
+  stream_count = stream_count + 1
+  return stream_count - 1 -- from 0, as tcp.stream
+end
+
+local function echo_key(from, to, psn, tsval)
+  return tostring(from) .. ">" .. tostring(to) .. "/" .. psn .. "/" .. tsval
+end
+
+-- The stream of a packet, and for a data packet the frame that last
+-- carried its PSN to the same connection (nil for its first sending).
+local function follow(st, layout)
+  local pinfo, op = st.pinfo, st.opcode
+  local here = conn_key(pinfo.dst, st.dst_conn)
+  local stream, prev
+  if op == 0x20 then
+    local k = conn_key(pinfo.src, st.src_conn)
+    stream = bind(k, streams[k] or new_stream())
+  elseif op == 0x21 or op == 0x23 or op == 0x24 then
+    -- Both ids: the ACCEPT's and the DISCONNECTs' src_conn is the sender's.
+    local there = conn_key(pinfo.src, st.src_conn)
+    stream = streams[here] or streams[there] or new_stream()
+    bind(here, stream)
+    bind(there, stream)
+  else
+    stream = streams[here]
+    if stream == nil and op == 0x10 then
+      -- 3.9: the ACK echoes a packet that went the other way, on its stream.
+      stream = echoes[echo_key(pinfo.dst, pinfo.src, st.echo_psn, st.echo_tsval)]
+    end
+    if stream == nil and (op == 0x10 or op == 0x11) then
+      unpaired[here] = (unpaired[here] or 0) + 1
+      if unpaired[here] < PAIRING_TRIES then return nil, nil end
+    end
+    stream = bind(here, stream or new_stream())
+    if (layout.mh or op == 0x12) and stream_keys[stream] < 2 then
+      if echo_count >= MAX_ECHOES then echoes, echo_count = {}, 0 end
+      echoes[echo_key(pinfo.src, pinfo.dst, st.psn, st.tsval)] = stream
+      echo_count = echo_count + 1
+    end
+  end
+  if layout.mh then
+    local psns = sent_psns[here]
+    if psns == nil then
+      psns = {}
+      sent_psns[here] = psns
+    end
+    prev = psns[st.psn]
+    psns[st.psn] = pinfo.number
+  end
+  return stream, prev
+end
+
+-- The packet's stream and retransmission, from the first pass on later ones.
+local function dissect_connection(st, tree, layout)
+  if st.icrc_bad or st.quoted then return end -- nothing in it can be trusted (BAD-4)
+  -- A datagram is at most 65535 bytes long.
+  local id = st.pinfo.number * 65536 + st.index
+  local stream, prev = first_stream[id], first_prev[id]
+  if not st.pinfo.visited or stream == nil then
+    stream, prev = follow(st, layout)
+    stream, prev = stream or false, prev or false
+    first_stream[id], first_prev[id] = stream, prev
+  end
+  if stream then tree:add(pf.stream, stream):set_generated() end
+  if prev then
+    local item = tree:add(pf.retrans_prev, prev)
+    item:set_generated()
+    item:add_proto_expert_info(ex.retransmission, "PSN " .. hex(st.psn) ..
+      " sent to this connection before, last in frame " .. prev)
+    st.suffix[#st.suffix + 1] = "RETRANSMISSION"
   end
 end
 
@@ -666,6 +969,10 @@ local function dissect(st)
       -- from the fields every version keeps in place (VER-1).
       if st.datagram < BH_LEN + layouts[0x20].body_len + ICRC_LEN then
         text = text .. "; a CONNECT_REQ too short to answer (CONN-5): dropped"
+      elseif captured(st, BH_LEN, 24) and (tvb(BH_LEN, 4):uint() == 0 or
+            tvb(BH_LEN + 16, 8):uint64() == UInt64(0)) then
+        text = text .. "; a CONNECT_REQ naming connection id 0 or nonce 0 (VER-1): dropped " ..
+            "unanswered"
       else
         text = text .. "; a CONNECT_REQ: answered with a version-1 CONNECT_REJECT " ..
             "kVersionMismatch (CONN-5)"
@@ -689,6 +996,8 @@ local function dissect(st)
     st.suffix[#st.suffix + 1] = "BAD OPCODE"
     return
   end
+
+  check_base_header_values(st)
 
   -- Fixed part of the headers; ACK adds its SACK words once byte 31 is read.
   local hdr_len = header_len(layout)
@@ -719,6 +1028,7 @@ local function dissect(st)
   end
   if layout.mh then
     add_info(st, "psn=" .. hex(st.psn))
+    add_info(st, "slot=" .. band(st.path_tag, 0x1F))
     add_info(st, "conn=" .. hex(st.dst_conn))
     if st.opcode ~= 0x01 then add_info(st, "msn=" .. st.msn) end
     add_info(st, "off=" .. st.offset)
@@ -745,6 +1055,8 @@ local function dissect(st)
   dissect_payload(st, tree, hdr_len, layout)
   if st.payload_len and layout.mh and layout.payload then add_info(st, "len=" .. st.payload_len) end
   dissect_icrc(st, tree, hdr_len, layout)
+  dissect_connection(st, tree, layout)
+  check_ecn(st, tree)
   if st.ar then st.suffix[#st.suffix + 1] = "AR" end
   if st.trimmed then st.suffix[#st.suffix + 1] = "TRIMMED" end
 end
@@ -822,9 +1134,14 @@ local function gso_segment_len(tvb)
 end
 
 -- One packet: its tree, and its summary for the Info column.
-local function dissect_packet(tvb, pinfo, tree)
+local function dissect_packet(tvb, pinfo, tree, index, datagram)
   local root = tvb:len() > 0 and tree:add(metaroce, tvb()) or tree:add(metaroce)
-  local st = new_state(tvb, pinfo, root)
+  local st = new_state(tvb, pinfo, root, datagram)
+  st.index = index
+  if st.quoted then
+    root:add(tvb(0, 0), "[Quoted in an ICMP error: not a packet sent, no stream, " ..
+      datagram_length(tvb, pinfo) .. " bytes long]")
+  end
   local ok, err = pcall(dissect, st)
   if not ok then
     root:add_proto_expert_info(ex.dissector_bug, "Dissector failure: " .. tostring(err))
@@ -837,14 +1154,19 @@ local function dissect_datagram(tvb, pinfo, tree)
   local datagram = tvb:reported_len()
   if datagram == 0 then return 0 end
   pinfo.cols.protocol = "MetaRoCE"
+  if pinfo.in_error_pkt then
+    dissect_packet(tvb, pinfo, tree, 0, datagram_length(tvb, pinfo))
+    return tvb:len()
+  end
   local ok, seg = pcall(gso_segment_len, tvb)
   if not ok or seg == nil then
-    pinfo.cols.info = (dissect_packet(tvb, pinfo, tree))
+    pinfo.cols.info = (dissect_packet(tvb, pinfo, tree, 0))
     return tvb:len()
   end
   local texts, first = {}, nil
   for off = 0, datagram - 1, seg do
-    local text, root = dissect_packet(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo, tree)
+    local text, root = dissect_packet(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo, tree,
+      off)
     texts[#texts + 1] = text
     first = first or root
   end
@@ -868,8 +1190,8 @@ metaroce.dissector = dissect_datagram
 -- the datagram captured, and no payload the ICRC covered cut by a switch,
 -- which the TRIMMED DSCP must then flag). Replies come from a server's
 -- entropy ports (ENC-3) to a client's own port, neither of them 4792.
-local function looks_like_metaroce(tvb)
-  local captured_len, datagram = tvb:len(), tvb:reported_len()
+local function looks_like_metaroce(tvb, pinfo)
+  local captured_len, datagram = tvb:len(), datagram_length(tvb, pinfo)
   if datagram < MIN_DATAGRAM or captured_len < BH_LEN then return false end
   local byte0 = tvb(0, 1):uint()
   if rshift(byte0, 4) ~= VERSION then return false end
@@ -900,13 +1222,13 @@ local function looks_like_metaroce(tvb)
 end
 
 local function heuristic(tvb, pinfo, tree)
-  if not looks_like_metaroce(tvb) then
+  if not looks_like_metaroce(tvb, pinfo) then
     -- A GSO run (see gso_segment_len): every packet in it must pass.
     local seg = gso_segment_len(tvb)
     if seg == nil then return false end
     local datagram = tvb:reported_len()
     for off = 0, datagram - 1, seg do
-      if not looks_like_metaroce(tvb(off, math.min(seg, datagram - off)):tvb()) then
+      if not looks_like_metaroce(tvb(off, math.min(seg, datagram - off)):tvb(), pinfo) then
         return false
       end
     end
