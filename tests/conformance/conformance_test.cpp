@@ -74,6 +74,43 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
   EXPECT_EQ(abort.check, nullptr);
 }
 
+// The engine as a target in real time would be (UdpTarget, RemoteTarget):
+// the checks flagged simulated_only skip, saying so, without running (no
+// datagram reaches the target), and exactly those say "(simulated time
+// only)" in their title, which --list shows and conformance.coverage holds
+// conformance/README.md's list of them to.
+class RealTimeTarget : public EngineTarget {
+ public:
+  explicit RealTimeTarget(size_t& delivered) : delivered_(delivered) {}
+  [[nodiscard]] bool simulated_time() const override { return false; }
+  void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
+    ++delivered_;
+    EngineTarget::deliver(d, entropy, ce, stranger);
+  }
+
+ private:
+  size_t& delivered_;
+};
+
+TEST(Conformance, ChecksOfSimulatedTimeOnlySkipInRealTimeAndSaySo) {
+  size_t flagged = 0;
+  for (const Check& c : checks()) {
+    EXPECT_EQ(c.simulated_only, c.title.ends_with("(simulated time only)")) << c.rule;
+    if (!c.simulated_only) continue;
+    ++flagged;
+    size_t delivered = 0;
+    const std::vector<Result> results =
+        run([&] { return std::make_unique<RealTimeTarget>(delivered); }, c.rule);
+    const auto it = std::find_if(results.begin(), results.end(),
+                                 [&](const Result& r) { return r.check == &c; });
+    ASSERT_NE(it, results.end()) << c.rule;
+    EXPECT_TRUE(it->outcome.skipped) << c.rule << ": " << it->outcome.detail;
+    EXPECT_EQ(it->outcome.detail, "needs a target with simulated time") << c.rule;
+    EXPECT_EQ(delivered, 0u) << c.rule << " ran in real time";
+  }
+  EXPECT_EQ(flagged, 10u);
+}
+
 // A target that cannot be asked to close, to tell why a connection failed,
 // to refuse connections, to start at a given PSN, to report its drop
 // counters, to keep shared receives or to register at a base, and does not
@@ -2105,6 +2142,37 @@ TEST(Conformance, CrossedRequestDroppedFailsConn11) {
 TEST(Conformance, WorkOnTheAcceptedConnectionFailsConn11) {
   expect_fails("CONN-11", "(the connection the target accepted)",
                [](FaultyTarget& t) { t.work_on_accepted = true; });
+}
+
+// CONN-10 broken: the target's own CONNECT_REQ, come back to it, refused
+// as a nonce already in use (REJECT 0x47, as the engine once did: such a
+// connect failed kConnectRefused); or accepted under the id of its own
+// connecting connection (the request taken for that connection's).
+void answers_to_own_requests(FaultyTarget& t, std::function<void(wire::Packet&)> change) {
+  auto nonces = std::make_shared<std::set<uint64_t>>();
+  rewrite_sent(t, [nonces, change = std::move(change)](wire::Packet& p) {
+    if (p.bh.opcode == wire::Opcode::kConnectReq) nonces->insert(p.connect.nonce);
+    if (p.bh.opcode != wire::Opcode::kConnectAccept || !nonces->contains(p.connect.nonce))
+      return false;
+    change(p);
+    return true;
+  });
+}
+
+TEST(Conformance, OwnRequestRefusedFailsConn10) {
+  expect_fails("CONN-10", "drew CONNECT_REJECT 0x47 (kConnectRefused), not a CONNECT_ACCEPT",
+               [](FaultyTarget& t) {
+                 answers_to_own_requests(t, [](wire::Packet& p) {
+                   p.bh.opcode = wire::Opcode::kConnectReject;
+                   p.connect.code = static_cast<uint8_t>(Status::kConnectRefused);
+                 });
+               });
+}
+
+TEST(Conformance, OwnRequestTakenForItsOwnConnectionFailsConn10) {
+  expect_fails("CONN-10", "its connecting connection's own id", [](FaultyTarget& t) {
+    answers_to_own_requests(t, [](wire::Packet& p) { p.connect.src_conn = p.bh.dst_conn; });
+  });
 }
 
 // MR-4 broken: the base ignored (addresses taken for host addresses), or
