@@ -171,6 +171,7 @@ Outcome check_trim4(Target& t);
 Outcome check_loss5(Target& t);
 Outcome check_cc1(Target& t);
 Outcome check_cc2(Target& t);
+Outcome check_cc6(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);

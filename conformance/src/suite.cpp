@@ -198,6 +198,11 @@ constexpr std::array kChecks = {
     Check{"CC-3, CC-4",
           "alpha starts at 1 and converges to the marked fraction of packets, not of ACKs",
           check_cc3},
+    Check{"CC-6",
+          "its paths pacing (cwnd below a packet under ECHO_CE), every READ response "
+          "acknowledged, nothing in flight: the pacing wait's end sends the next (simulated "
+          "time only)",
+          check_cc6, true},
     Check{"PATH-3, LOSS-6", "an echo of an old generation acknowledges, but moves no srtt or cwnd",
           check_path3},
     Check{"TRIM-4",
@@ -292,7 +297,7 @@ constexpr std::array kUnchecked = {
     Unchecked{"PATH-5", false, kNoPeerTest}, Unchecked{"PATH-6", false, kNoPeerTest},
     Unchecked{"PATH-8", false, kNoPeerTest}, Unchecked{"SCHED-1", false, kNoPeerTest},
     Unchecked{"TRIM-1", false, kNoPeerTest}, Unchecked{"ENC-2", true, kNotYet},
-    Unchecked{"CC-6", true, kNotYet},
+
 };
 
 bool names(std::string_view list, std::string_view rule) {

@@ -108,7 +108,7 @@ TEST(Conformance, ChecksOfSimulatedTimeOnlySkipInRealTimeAndSaySo) {
     EXPECT_EQ(it->outcome.detail, "needs a target with simulated time") << c.rule;
     EXPECT_EQ(delivered, 0u) << c.rule << " ran in real time";
   }
-  EXPECT_EQ(flagged, 10u);
+  EXPECT_EQ(flagged, 11u);
 }
 
 // A target that cannot be asked to close, to tell why a connection failed,
@@ -269,6 +269,7 @@ class FaultyTarget : public EngineTarget {
   bool answers_unknown = false;
   size_t answers_unknown_after = 0;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
+    woken_ = true;
     EndpointStats before, after;
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
@@ -309,8 +310,18 @@ class FaultyTarget : public EngineTarget {
     deliver(bytes, entropy, ce, false);
     return true;
   }
+  // With `no_timers`, what the engine sends on a timer of its own, not at
+  // once on a datagram delivered, is held until the next datagram arrives: a
+  // sender that wakes only on arrivals (no pacing timer, CC-6).
+  bool no_timers = false;
   std::vector<Sent> run_for(uint64_t ns) override {
-    std::vector<Sent> out = EngineTarget::run_for(ns);
+    std::vector<Sent> out = EngineTarget::run_for(no_timers ? 0 : ns);
+    if (no_timers) {
+      for (Sent& s : EngineTarget::run_for(ns)) held_.push_back(std::move(s));
+      if (woken_) out.insert(out.begin(), held_.begin(), held_.end());
+      if (woken_) held_.clear();
+      woken_ = false;
+    }
     if (mutate) mutate(out);
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
@@ -339,6 +350,8 @@ class FaultyTarget : public EngineTarget {
   std::vector<Completion> early_;
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
+  std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
+  bool woken_ = false;      // a datagram arrived since the last run_for
   size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
@@ -2142,6 +2155,13 @@ TEST(Conformance, CrossedRequestDroppedFailsConn11) {
 TEST(Conformance, WorkOnTheAcceptedConnectionFailsConn11) {
   expect_fails("CONN-11", "(the connection the target accepted)",
                [](FaultyTarget& t) { t.work_on_accepted = true; });
+}
+
+// CC-6 broken: no pacing timer; the target sends only when a datagram
+// arrives, and, its paths pacing with nothing in flight, stalls.
+TEST(Conformance, NoPacingTimerFailsCc6) {
+  expect_fails("CC-6", "the end of the pacing wait sent nothing",
+               [](FaultyTarget& t) { t.no_timers = true; });
 }
 
 // CONN-10 broken: the target's own CONNECT_REQ, come back to it, refused
