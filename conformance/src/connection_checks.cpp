@@ -475,7 +475,7 @@ Outcome check_conn10(Target& t) {
     return fail("the WRITE on the connection to itself completed, but its bytes did not land");
   if (!t.close(mine)) return pass("the close unchecked: the target cannot be asked to close");
   bool disconnect = false, answered_close = false;
-  for (int round = 0; round < 50 && !answered_close; ++round) {
+  for (int round = 0; round < 250 && !answered_close; ++round) {
     const std::vector<Reply> rs = p.run(step);
     for (const Reply* d : of(rs, wire::Opcode::kDisconnect))
       disconnect = disconnect || d->pkt.bh.dst_conn == other;

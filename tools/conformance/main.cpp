@@ -2,7 +2,7 @@
 // process (--target engine), behind the UDP driver on real sockets
 // (--target udp), or an implementation at a network address driven by an
 // agent (--target remote; conformance/README.md, "The agent protocol").
-//   metaroce-conform [--target engine|udp] [--rule ID] [--json] [--list]
+//   metaroce-conform [--target engine|udp] [--rule ID[,ID...]] [--json] [--list] [--list-unchecked]
 //   metaroce-conform --target remote --agent HOST:PORT --iut A.B.C.D:PORT
 //                    --entropy-base N --entropy-count M [--tester IP] [--stranger IP]
 // Exit status 0 when every check passed (or skipped), 1 when one failed, 2
