@@ -297,7 +297,6 @@ constexpr std::array kUnchecked = {
     Unchecked{"PATH-5", false, kNoPeerTest}, Unchecked{"PATH-6", false, kNoPeerTest},
     Unchecked{"PATH-8", false, kNoPeerTest}, Unchecked{"SCHED-1", false, kNoPeerTest},
     Unchecked{"TRIM-1", false, kNoPeerTest}, Unchecked{"ENC-2", true, kNotYet},
-
 };
 
 bool names(std::string_view list, std::string_view rule) {
