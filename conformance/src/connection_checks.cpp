@@ -220,7 +220,19 @@ Outcome check_seq1(Target& t) {
   std::string why;
   if (!target_connects(t, p1, c1, why) || !target_connects(t, p2, c2, why)) return fail(why);
   if (!target_writes(t, c1, 100, 1, why) || !target_writes(t, c2, 100, 2, why)) return fail(why);
-  const std::vector<Reply> rs = p1.run(100'000);
+  // Until both WRITEs came: in one wait, a target in real time kept from a
+  // CPU (conformance.remote-old-agent on a loaded host) once sent only the
+  // first in time, and SEQ-1 failed with "no data on connection 0x7e58".
+  const auto data_to = [](const std::vector<Reply>& got, uint32_t conn) {
+    const auto ws = of(got, wire::Opcode::kWrite);
+    return std::any_of(ws.begin(), ws.end(),
+                       [conn](const Reply* d) { return d->pkt.bh.dst_conn == conn; });
+  };
+  const std::vector<Reply> rs = p1.run_until(
+      [&](const std::vector<Reply>& got) {
+        return data_to(got, p1.conn()) && data_to(got, p2.conn());
+      },
+      100'000);
   for (const Peer* p : {&p1, &p2}) {
     const Reply* first = nullptr;
     for (const Reply* d : of(rs, wire::Opcode::kWrite))

@@ -111,6 +111,28 @@ TEST(Conformance, ChecksOfSimulatedTimeOnlySkipInRealTimeAndSaySo) {
   EXPECT_EQ(flagged, 11u);
 }
 
+// A target in real time that is slow to send (an agent's process waiting
+// for a CPU): what it sends in one wait reaches the tester in the next. The
+// checks that wait for a reply must wait on (Peer::run_until).
+class LateTarget : public EngineTarget {
+ public:
+  [[nodiscard]] bool simulated_time() const override { return false; }
+  std::vector<Sent> run_for(uint64_t ns) override {
+    std::vector<Sent> now = EngineTarget::run_for(ns);
+    std::swap(now, late_);
+    return now;
+  }
+
+ private:
+  std::vector<Sent> late_;
+};
+
+TEST(Conformance, Seq1WaitsForTheSecondConnectionsWriteOnATargetInRealTime) {
+  const auto results = run([] { return std::make_unique<LateTarget>(); }, "SEQ-1");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
+}
+
 // A target that cannot be asked to close, to tell why a connection failed,
 // to refuse connections, to start at a given PSN, to report its drop
 // counters, to keep shared receives or to register at a base, and does not
