@@ -127,6 +127,7 @@ Outcome check_conn6(Target& t);
 Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);
 Outcome check_conn11(Target& t);
+Outcome check_conn10(Target& t);
 // teardown_checks.cpp
 Outcome check_conn4(Target& t);
 Outcome check_conn7_close(Target& t);
@@ -170,6 +171,7 @@ Outcome check_trim4(Target& t);
 Outcome check_loss5(Target& t);
 Outcome check_cc1(Target& t);
 Outcome check_cc2(Target& t);
+Outcome check_cc6(Target& t);
 // read_checks.cpp
 Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);

@@ -220,7 +220,19 @@ Outcome check_seq1(Target& t) {
   std::string why;
   if (!target_connects(t, p1, c1, why) || !target_connects(t, p2, c2, why)) return fail(why);
   if (!target_writes(t, c1, 100, 1, why) || !target_writes(t, c2, 100, 2, why)) return fail(why);
-  const std::vector<Reply> rs = p1.run(100'000);
+  // Until both WRITEs came: in one wait, a target in real time kept from a
+  // CPU (conformance.remote-old-agent on a loaded host) once sent only the
+  // first in time, and SEQ-1 failed with "no data on connection 0x7e58".
+  const auto data_to = [](const std::vector<Reply>& got, uint32_t conn) {
+    const auto ws = of(got, wire::Opcode::kWrite);
+    return std::any_of(ws.begin(), ws.end(),
+                       [conn](const Reply* d) { return d->pkt.bh.dst_conn == conn; });
+  };
+  const std::vector<Reply> rs = p1.run_until(
+      [&](const std::vector<Reply>& got) {
+        return data_to(got, p1.conn()) && data_to(got, p2.conn());
+      },
+      100'000);
   for (const Peer* p : {&p1, &p2}) {
     const Reply* first = nullptr;
     for (const Reply* d : of(rs, wire::Opcode::kWrite))
@@ -354,6 +366,138 @@ Outcome check_conn11(Target& t) {
   }
   if (t.accepted_count() != 2)
     return fail(std::to_string(t.accepted_count()) + " connections accepted, not 2");
+  return pass();
+}
+
+}  // namespace metaroce::conformance
+
+namespace metaroce::conformance {
+namespace {
+
+// What the target sent that a network would bring back to it, were it
+// connected to its own address: all but what went to the stranger.
+void hand_back(Peer& p, const std::vector<Reply>& rs) {
+  for (const Reply& r : rs)
+    if (!r.to_stranger) p.send(r.bytes, r.entropy);
+}
+
+}  // namespace
+
+// CONN-10: the target connects to its own address. The tester stands in for
+// the network between the target and itself, handing every datagram the
+// target sends back to it from the tester's address, which the connection
+// names as its peer (its own CONNECT_REQ from the very port it connected
+// to: a UDP driver's peer address has the port, and one from another port
+// is a replay from another peer, REJECT 0x47, CONN-3; what follows from
+// the port it left from, ENC-3): its own CONNECT_REQ (Peer::own_request) must draw an
+// ACCEPT, not a REJECT for a nonce in use, under another connection id,
+// again the same when repeated, with one connection accepted; the ACCEPT
+// handed back establishes the connection, a WRITE from one of its regions
+// to another lands, and the close is answered.
+Outcome check_conn10(Target& t) {
+  Region dst, src;
+  if (!t.register_memory(8192, kAccessRemoteWrite, dst) || !t.register_memory(8192, 0, src))
+    return fail("the target could not register memory");
+  Bytes data(6000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 3);
+  t.write_memory(src, 0, data);
+  ConnId mine;
+  if (!t.connect_to_tester(mine)) return fail("the target could not start a connection");
+  Peer p(t);
+  std::vector<Reply> sent = p.run_until(has(wire::Opcode::kConnectReq), 1000);
+  const auto reqs = of(sent, wire::Opcode::kConnectReq);
+  if (reqs.empty()) return fail("no CONNECT_REQ after connect");
+  const Reply req = *reqs.front();
+  const uint32_t own = req.pkt.connect.src_conn;
+  const Bytes back = Peer::own_request(req);
+  const auto answer = [&](const std::vector<Reply>& rs) -> const Reply* {
+    for (const Reply& r : rs)
+      if (r.error == wire::ParseError::kOk &&
+          (r.pkt.bh.opcode == wire::Opcode::kConnectAccept ||
+           r.pkt.bh.opcode == wire::Opcode::kConnectReject) &&
+          r.pkt.bh.dst_conn == own && r.pkt.connect.nonce == req.pkt.connect.nonce)
+        return &r;
+    return nullptr;
+  };
+  const auto answered = [&](const std::vector<Reply>& rs) { return answer(rs) != nullptr; };
+  std::vector<Reply> first = p.exchange_until(back, answered, 1000, Peer::kEntropy);
+  const Reply* acc = answer(first);
+  if (acc == nullptr)
+    return fail(
+        "its own CONNECT_REQ, handed back to it from the address it connected to, drew "
+        "no CONNECT_ACCEPT");
+  if (acc->pkt.bh.opcode == wire::Opcode::kConnectReject)
+    return fail(
+        "its own CONNECT_REQ, handed back to it from the address it connected to, drew "
+        "CONNECT_REJECT " +
+        code_text(acc->pkt.connect.code) + ", not a CONNECT_ACCEPT");
+  const uint32_t other = acc->pkt.connect.src_conn;
+  if (other == own || other == 0)
+    return fail("its own CONNECT_REQ was accepted under src_conn " + hex32(other) +
+                (other == 0 ? "" : ", its connecting connection's own id"));
+  const ConnId accepted = t.accepted();
+  if (!accepted.valid() || accepted == mine)
+    return fail(accepted.valid() ? "the target reports its connecting connection as accepted"
+                                 : "the target reports no accepted connection");
+  // CONN-3: a repeat draws the ACCEPT again and no second connection.
+  const std::vector<Reply> again = p.exchange_until(back, answered, 1000, Peer::kEntropy);
+  const Reply* acc2 = answer(again);
+  if (acc2 == nullptr || acc2->pkt.bh.opcode != wire::Opcode::kConnectAccept ||
+      acc2->pkt.connect.src_conn != other)
+    return fail(
+        "its own CONNECT_REQ handed back again drew " +
+        (acc2 == nullptr
+             ? std::string("no answer")
+             : "CONNECT_" +
+                   std::string(acc2->pkt.bh.opcode == wire::Opcode::kConnectAccept
+                                   ? "ACCEPT naming src_conn " + hex32(acc2->pkt.connect.src_conn)
+                                   : "REJECT " + code_text(acc2->pkt.connect.code))) +
+        ", not the same ACCEPT");
+  if (t.accepted_count() != 1)
+    return fail(std::to_string(t.accepted_count()) + " connections accepted, not 1");
+  // The ACCEPT back to the requester; from here on the tester is the wire.
+  p.send(acc->bytes, acc->entropy);
+  SendWr wr;
+  wr.wr_id = 10;
+  wr.op = WrOpcode::kWrite;
+  wr.local_addr = src.addr;
+  wr.length = static_cast<uint32_t>(data.size());
+  wr.lkey = src.lkey;
+  wr.remote_addr = dst.addr + 1000;
+  wr.rkey = dst.rkey;
+  if (const Status s = t.post_send(mine, wr); s != Status::kOk)
+    return fail("the target refused a WRITE on the connection to itself: " + code_text(s));
+  const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
+  Completion c;
+  bool done = false;
+  size_t carried = 0;
+  for (int round = 0; round < 250 && !done; ++round) {
+    const std::vector<Reply> rs = p.run(step);
+    carried += rs.size();
+    hand_back(p, rs);
+    done = t.poll_completion(c);
+  }
+  if (!done)
+    return fail("a WRITE between the two halves of the connection to itself did not complete (" +
+                std::to_string(carried) + " datagrams carried)");
+  if (c.wr_id != wr.wr_id || c.status != Status::kOk)
+    return fail("the WRITE on the connection to itself completed " + code_text(c.status) +
+                " (wr_id " + std::to_string(c.wr_id) + "), not kOk");
+  if (t.read_memory(dst, 1000, data.size()) != data)
+    return fail("the WRITE on the connection to itself completed, but its bytes did not land");
+  if (!t.close(mine)) return pass("the close unchecked: the target cannot be asked to close");
+  bool disconnect = false, answered_close = false;
+  for (int round = 0; round < 250 && !answered_close; ++round) {
+    const std::vector<Reply> rs = p.run(step);
+    for (const Reply* d : of(rs, wire::Opcode::kDisconnect))
+      disconnect = disconnect || d->pkt.bh.dst_conn == other;
+    for (const Reply* d : of(rs, wire::Opcode::kDisconnectAck))
+      answered_close = answered_close || d->pkt.bh.dst_conn == own;
+    hand_back(p, rs);
+  }
+  if (!answered_close)
+    return fail(disconnect ? "the close's DISCONNECT, handed back to it, drew no DISCONNECT_ACK"
+                           : "the close sent no DISCONNECT to the connection it accepted");
   return pass();
 }
 

@@ -261,7 +261,6 @@ struct TesterWrites {
 // ack_delay (10 us); packet 2, leaving a gap, the same; packet 1, filling
 // the last gap, and packet 3, its message's last, draw one at once.
 Outcome check_ack4(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   TesterWrites w(t);
   if (const std::string why = w.open(4, 4 * 4096); !why.empty()) return fail(why);
   Peer& p = w.p;
@@ -288,7 +287,6 @@ Outcome check_ack4(Target& t) {
 // pair. Simulated time only: in real time two packets may arrive further
 // apart than ack_delay, and ACK-5 then acknowledges each.
 Outcome check_ack1(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   TesterWrites w(t);
   if (const std::string why = w.open(6, 6 * 4096); !why.empty()) return fail(why);
   for (uint32_t k = 0; k < 4; ++k) {
@@ -394,7 +392,6 @@ Outcome check_seq6(Target& t) {
 }
 
 Outcome check_sched2(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
   std::string why;
@@ -1019,7 +1016,6 @@ Outcome check_seq5(Target& t) {
 // 10 us (its tail-loss timer, LOSS-8, would wait some 300 us), on another
 // path (LOSS-3): from another source port, under another path slot.
 Outcome check_trim3(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   std::vector<Reply> rs;
   std::string why;
@@ -1052,7 +1048,6 @@ Outcome check_trim3(Target& t) {
 // that path (its source port and path_tag, AR set) and the path's oldest
 // packet again on another path (LOSS-3), the other paths having room.
 Outcome check_loss8(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
   std::string why;

@@ -87,6 +87,14 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
   return p;
 }
 
+Bytes Peer::own_request(const Reply& req) {
+  wire::ConnectBody b = req.pkt.connect;
+  b.reply_port = 0;
+  Bytes p(256);
+  const size_t h = wire::write_connect(p, req.pkt.bh, b);
+  return seal(std::move(p), h, 0);
+}
+
 bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies) {
   std::vector<Reply> own;
   std::vector<Reply>& rs = replies != nullptr ? *replies : own;

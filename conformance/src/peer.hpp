@@ -81,6 +81,11 @@ class Peer {
              uint8_t flags = 0) const;
   // A packet with its dst_conn replaced (BAD-7) and the ICRC made good.
   static Bytes with_dst_conn(Bytes p, uint32_t dst_conn);
+  // The target's own CONNECT_REQ `req` as it comes back to an endpoint that
+  // connects to its own address (CONN-10), but naming reply_port 0: its
+  // answer then goes to the port the tester handed it in from, not to the
+  // target's receive port at the tester's address, where nothing listens.
+  static Bytes own_request(const Reply& req);
 
   // ---- the wire ----
   void send(std::span<const uint8_t> p, uint16_t entropy = kEntropy, bool ce = false,

@@ -179,34 +179,33 @@ std::vector<Sent> RemoteTarget::run_for(uint64_t ns) {
       std::chrono::nanoseconds(std::max<uint64_t>(ns, uint64_t(min_wait_us_) * 1000)), {});
 }
 
-bool RemoteTarget::register_memory(uint64_t length, uint32_t access, Region& out) {
-  json r;
-  if (!call({{"op", "register_memory"}, {"length", length}, {"access", access}}, r)) return false;
+bool RemoteTarget::read_region(const json& reply, Region& out) {
   uint64_t lkey = 0;
   Region g;
-  if (!field(r, "register_memory", "addr", g.addr) ||
-      !field(r, "register_memory", "length", g.length) ||
-      !field(r, "register_memory", "rkey", g.rkey) ||
-      !field(r, "register_memory", "lkey", lkey, UINT32_MAX))
+  if (!field(reply, "register_memory", "addr", g.addr) ||
+      !field(reply, "register_memory", "length", g.length) ||
+      !field(reply, "register_memory", "rkey", g.rkey) ||
+      !field(reply, "register_memory", "lkey", lkey, UINT32_MAX))
     return false;
   g.lkey = static_cast<uint32_t>(lkey);
   out = g;
   return true;
 }
 
+bool RemoteTarget::register_memory(uint64_t length, uint32_t access, Region& out) {
+  json r;
+  return call({{"op", "register_memory"}, {"length", length}, {"access", access}}, r) &&
+         read_region(r, out);
+}
+
 bool RemoteTarget::register_memory_at(uint64_t length, uint32_t access, uint64_t base,
                                       Region& out) {
   json r;
-  if (!call({{"op", "register_memory"}, {"length", length}, {"access", access}, {"base", base}}, r))
-    return false;
-  uint64_t lkey = 0;
   Region g;
-  if (!field(r, "register_memory", "addr", g.addr) ||
-      !field(r, "register_memory", "length", g.length) ||
-      !field(r, "register_memory", "rkey", g.rkey) ||
-      !field(r, "register_memory", "lkey", lkey, UINT32_MAX))
+  if (!call({{"op", "register_memory"}, {"length", length}, {"access", access}, {"base", base}},
+            r) ||
+      !read_region(r, g))
     return false;
-  g.lkey = static_cast<uint32_t>(lkey);
   if (g.addr != base) {
     // An agent that does not know "base" registered the region where it
     // chose: the check cannot use it.

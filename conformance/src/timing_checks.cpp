@@ -87,7 +87,6 @@ bool connected_first_packet(Target& t, Peer& p, ConnId& conn, std::vector<Reply>
 }  // namespace
 
 Outcome check_loss4(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
   std::string why;
@@ -333,7 +332,6 @@ Outcome check_cc1(Target& t) {
 // for three rounds after the first flight. A fixed window (congestion
 // control off, CC-8, "oblivious spraying") draws n.
 Outcome check_cc2(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
   std::string why;
@@ -376,7 +374,6 @@ Outcome check_cc2(Target& t) {
 // of its timeouts' intervals at least 1.8 times the one before it (the RTO
 // doubles with each, LOSS-5).
 Outcome check_loss5(Target& t) {
-  if (!t.simulated_time()) return skip("needs a target with simulated time");
   Peer p(t);
   ConnId conn;
   std::string why;
@@ -454,6 +451,106 @@ Outcome check_loss5(Target& t) {
   if ((times[n - 1] - times[n - 2]) * 10 < (times[n - 2] - times[n - 3]) * 18)
     return fail(seen + " to its retirement: the RTO did not double with the timeout");
   return pass();
+}
+
+}  // namespace metaroce::conformance
+
+namespace metaroce::conformance {
+
+// CC-6, the pacing timer: the target answers a 2 MiB READ of the tester's,
+// which acknowledges every response at once with ECHO_CE until every path's
+// cwnd is below one packet (path_stats), so that its paths pace. Then, every
+// response acknowledged and nothing sent at once on those ACKs (nothing in
+// flight), the tester keeps silent: no ACK and no RTO is coming, and the
+// target, still owing responses, must send again when the pacing wait ends,
+// three times over, well inside 10 ms (the wait is srtt * packet / cwnd, at
+// most 4 srtt of about 20 us). Simulated time only: in real time the
+// tester's steps of milliseconds dwarf such waits, its late ACKs time the
+// packets out (LOSS-5) and the paths no longer pace (a --target udp run once
+// saw a cwnd back above a packet).
+Outcome check_cc6(Target& t) {
+  constexpr uint32_t kLen = 2u << 20;
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteRead, kLen)) return fail(why);
+  const ConnId conn = t.accepted();
+  if (!conn.valid()) return fail("the target reports no accepted connection");
+  const size_t paths = t.paths().value_or(4);
+  const uint64_t packet = p.mtu + 64;  // a packet of the agreed mtu, as cwnd counts it
+  constexpr uint64_t kStep = 20'000;
+  const uint32_t read_psn = p.next_psn++;
+  p.send(p.read_req(read_psn, 0, r.rkey, r.addr, kLen));
+  std::set<uint32_t> got;   // offsets of the responses seen
+  std::set<uint32_t> psns;  // and their PSNs
+  uint32_t cum = p.target_initial_psn;
+  size_t responses = 0;
+  // Acknowledges every new response among `rs`, each by an ACK of its own
+  // echoing it with ECHO_CE; how many were new.
+  const auto acknowledge = [&](const std::vector<Reply>& rs) {
+    size_t fresh = 0;
+    for (const Reply* d : of(rs, wire::Opcode::kReadResp)) {
+      if (!got.insert(d->pkt.mh.offset).second) continue;
+      ++fresh;
+      psns.insert(d->pkt.bh.psn);
+      while (psns.contains(cum)) ++cum;
+      p.send(p.ack(cum, *d, wire::kAckEchoCe), d->entropy);
+    }
+    for (const Reply* d : of(rs, wire::Opcode::kProbe))
+      p.send(p.ack(cum, *d, wire::kAckEchoProbe), d->entropy);
+    responses += fresh;
+    return fresh;
+  };
+  const auto pacing = [&] {
+    for (size_t s = 0; s < paths; ++s) {
+      PathStats ps;
+      if (!t.path_stats(conn, s, ps) || ps.cwnd_bytes >= packet) return false;
+    }
+    return true;
+  };
+  bool paced = false;
+  for (int round = 0; round < 400 && !paced; ++round) {
+    (void)acknowledge(p.run(kStep));
+    paced = pacing();
+  }
+  if (!paced)
+    return fail(
+        "every response acknowledged with ECHO_CE for 400 rounds, and some path's cwnd "
+        "is still a packet or more (" +
+        std::to_string(responses) + " responses): its paths never paced");
+  // Until an ACK draws nothing at once: then nothing is in flight.
+  const auto drain = [&] {
+    for (int k = 0; k < 64 && acknowledge(p.run(0)) != 0; ++k) {
+    }
+  };
+  // Each wait is watched in short steps, and its response acknowledged at
+  // once: a wait of 10 ms in one step would have the target's packets
+  // time out meanwhile (LOSS-5), and what follows be no longer paced.
+  constexpr uint64_t kTick = 5'000;
+  constexpr uint64_t kQuiet = 10'000'000;
+  std::string waits;
+  for (int wait = 0; wait < 3; ++wait) {
+    drain();
+    if (got.size() * p.mtu >= kLen) return fail("the READ was answered before the test could end");
+    if (!pacing()) return fail("a path's cwnd rose to a packet or more under ECHO_CE");
+    uint64_t waited = 0;
+    size_t fresh = 0;
+    while (fresh == 0 && waited < kQuiet) {
+      fresh = acknowledge(p.run(kTick));
+      waited += kTick;
+    }
+    if (fresh == 0)
+      return fail(
+          "its paths pacing, every response acknowledged and nothing in flight, the "
+          "target sent no READ response for " +
+          std::to_string(kQuiet / 1'000'000) +
+          " ms though it owes more: the end of the pacing wait sent nothing (" +
+          std::to_string(responses) + " of " + std::to_string(kLen / p.mtu) + " responses sent" +
+          (wait > 0 ? ", " + std::to_string(wait) + " waits ended before" : "") + ")");
+    waits += (waits.empty() ? "" : ", ") + std::to_string(waited / 1000) + " us";
+  }
+  return pass(std::to_string(responses) +
+              " responses; the pacing waits ended in a response within " + waits);
 }
 
 }  // namespace metaroce::conformance

@@ -74,6 +74,65 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
   EXPECT_EQ(abort.check, nullptr);
 }
 
+// The engine as a target in real time would be (UdpTarget, RemoteTarget):
+// the checks flagged simulated_only skip, saying so, without running (no
+// datagram reaches the target), and exactly those say "(simulated time
+// only)" in their title, which --list shows and conformance.coverage holds
+// conformance/README.md's list of them to.
+class RealTimeTarget : public EngineTarget {
+ public:
+  explicit RealTimeTarget(size_t& delivered) : delivered_(delivered) {}
+  [[nodiscard]] bool simulated_time() const override { return false; }
+  void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
+    ++delivered_;
+    EngineTarget::deliver(d, entropy, ce, stranger);
+  }
+
+ private:
+  size_t& delivered_;
+};
+
+TEST(Conformance, ChecksOfSimulatedTimeOnlySkipInRealTimeAndSaySo) {
+  size_t flagged = 0;
+  for (const Check& c : checks()) {
+    EXPECT_EQ(c.simulated_only, c.title.ends_with("(simulated time only)")) << c.rule;
+    if (!c.simulated_only) continue;
+    ++flagged;
+    size_t delivered = 0;
+    const std::vector<Result> results =
+        run([&] { return std::make_unique<RealTimeTarget>(delivered); }, c.rule);
+    const auto it = std::find_if(results.begin(), results.end(),
+                                 [&](const Result& r) { return r.check == &c; });
+    ASSERT_NE(it, results.end()) << c.rule;
+    EXPECT_TRUE(it->outcome.skipped) << c.rule << ": " << it->outcome.detail;
+    EXPECT_EQ(it->outcome.detail, "needs a target with simulated time") << c.rule;
+    EXPECT_EQ(delivered, 0u) << c.rule << " ran in real time";
+  }
+  EXPECT_EQ(flagged, 11u);
+}
+
+// A target in real time that is slow to send (an agent's process waiting
+// for a CPU): what it sends in one wait reaches the tester in the next. The
+// checks that wait for a reply must wait on (Peer::run_until).
+class LateTarget : public EngineTarget {
+ public:
+  [[nodiscard]] bool simulated_time() const override { return false; }
+  std::vector<Sent> run_for(uint64_t ns) override {
+    std::vector<Sent> now = EngineTarget::run_for(ns);
+    std::swap(now, late_);
+    return now;
+  }
+
+ private:
+  std::vector<Sent> late_;
+};
+
+TEST(Conformance, Seq1WaitsForTheSecondConnectionsWriteOnATargetInRealTime) {
+  const auto results = run([] { return std::make_unique<LateTarget>(); }, "SEQ-1");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
+}
+
 // A target that cannot be asked to close, to tell why a connection failed,
 // to refuse connections, to start at a given PSN, to report its drop
 // counters, to keep shared receives or to register at a base, and does not
@@ -232,6 +291,7 @@ class FaultyTarget : public EngineTarget {
   bool answers_unknown = false;
   size_t answers_unknown_after = 0;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
+    woken_ = true;
     EndpointStats before, after;
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
@@ -272,8 +332,18 @@ class FaultyTarget : public EngineTarget {
     deliver(bytes, entropy, ce, false);
     return true;
   }
+  // With `no_timers`, what the engine sends on a timer of its own, not at
+  // once on a datagram delivered, is held until the next datagram arrives: a
+  // sender that wakes only on arrivals (no pacing timer, CC-6).
+  bool no_timers = false;
   std::vector<Sent> run_for(uint64_t ns) override {
-    std::vector<Sent> out = EngineTarget::run_for(ns);
+    std::vector<Sent> out = EngineTarget::run_for(no_timers ? 0 : ns);
+    if (no_timers) {
+      for (Sent& s : EngineTarget::run_for(ns)) held_.push_back(std::move(s));
+      if (woken_) out.insert(out.begin(), held_.begin(), held_.end());
+      if (woken_) held_.clear();
+      woken_ = false;
+    }
     if (mutate) mutate(out);
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
@@ -302,6 +372,8 @@ class FaultyTarget : public EngineTarget {
   std::vector<Completion> early_;
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
+  std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
+  bool woken_ = false;      // a datagram arrived since the last run_for
   size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
@@ -2105,6 +2177,44 @@ TEST(Conformance, CrossedRequestDroppedFailsConn11) {
 TEST(Conformance, WorkOnTheAcceptedConnectionFailsConn11) {
   expect_fails("CONN-11", "(the connection the target accepted)",
                [](FaultyTarget& t) { t.work_on_accepted = true; });
+}
+
+// CC-6 broken: no pacing timer; the target sends only when a datagram
+// arrives, and, its paths pacing with nothing in flight, stalls.
+TEST(Conformance, NoPacingTimerFailsCc6) {
+  expect_fails("CC-6", "the end of the pacing wait sent nothing",
+               [](FaultyTarget& t) { t.no_timers = true; });
+}
+
+// CONN-10 broken: the target's own CONNECT_REQ, come back to it, refused
+// as a nonce already in use (REJECT 0x47, as the engine once did: such a
+// connect failed kConnectRefused); or accepted under the id of its own
+// connecting connection (the request taken for that connection's).
+void answers_to_own_requests(FaultyTarget& t, std::function<void(wire::Packet&)> change) {
+  auto nonces = std::make_shared<std::set<uint64_t>>();
+  rewrite_sent(t, [nonces, change = std::move(change)](wire::Packet& p) {
+    if (p.bh.opcode == wire::Opcode::kConnectReq) nonces->insert(p.connect.nonce);
+    if (p.bh.opcode != wire::Opcode::kConnectAccept || !nonces->contains(p.connect.nonce))
+      return false;
+    change(p);
+    return true;
+  });
+}
+
+TEST(Conformance, OwnRequestRefusedFailsConn10) {
+  expect_fails("CONN-10", "drew CONNECT_REJECT 0x47 (kConnectRefused), not a CONNECT_ACCEPT",
+               [](FaultyTarget& t) {
+                 answers_to_own_requests(t, [](wire::Packet& p) {
+                   p.bh.opcode = wire::Opcode::kConnectReject;
+                   p.connect.code = static_cast<uint8_t>(Status::kConnectRefused);
+                 });
+               });
+}
+
+TEST(Conformance, OwnRequestTakenForItsOwnConnectionFailsConn10) {
+  expect_fails("CONN-10", "its connecting connection's own id", [](FaultyTarget& t) {
+    answers_to_own_requests(t, [](wire::Packet& p) { p.connect.src_conn = p.bh.dst_conn; });
+  });
 }
 
 // MR-4 broken: the base ignored (addresses taken for host addresses), or

@@ -11,7 +11,14 @@ passes `--rule ID` to run a rule's checks. So:
   ENC-2, SEQ-5, ACK-2, TRIM-3, COMP-3 and others had no check at all);
 - no rule is both (the paragraph would hide a check, or a check would hide
   a gap);
-- every ID `--list` names is a rule of the spec.
+- every ID `--list` names is a rule of the spec;
+- `--list-unchecked` (what `--rule` says of a rule no check names) holds
+  every other rule of the spec, "(not yet)" exactly for those with a peer
+  test, which are the README's "Not yet here";
+- the README's "Simulated time only:" paragraph names exactly the checks
+  that skip in real time, those whose title (`--list`) ends "(simulated
+  time only)" (the runner skips by the same flag; conformance_test checks
+  flag and title agree): the README once listed LOSS-4 and SCHED-2 alone.
 
   coverage_test.py METAROCE_CONFORM SPEC README
 """
@@ -40,20 +47,52 @@ def spec_rules(spec):
     return set(re.findall(rf"\*\*({RULE})\*\* \(", spec))
 
 
-def listed(conform):
-    out = subprocess.run([conform, "--list"], check=True, capture_output=True, text=True).stdout
-    rules = set()
-    for line in out.splitlines():
-        # "%-14s title": the rule column, IDs separated by ", ".
-        rules.update(re.findall(RULE, line[:14]))
-    return rules
+def list_lines(conform, option):
+    return subprocess.run([conform, option], check=True, capture_output=True,
+                          text=True).stdout.splitlines()
+
+
+def checks(conform):
+    """(rule IDs, title) of each check `--list` names: "RULES TITLE", the
+    rules a list of IDs separated by ", "."""
+    out = []
+    for line in list_lines(conform, "--list"):
+        m = re.match(rf"({RULE}(?:, {RULE})*) +(.*)$", line)
+        if not m:
+            raise SystemExit(f"FAIL: --list line not 'RULES TITLE': {line!r}")
+        out.append((tuple(re.findall(RULE, m.group(1))), m.group(2)))
+    return out
+
+
+def unchecked(conform):
+    """{rule: True when "(not yet)", a peer test the suite lacks}."""
+    out = {}
+    for line in list_lines(conform, "--list-unchecked"):
+        m = re.match(rf"({RULE}) +\((not yet|no peer test)\) ", line)
+        if not m:
+            raise SystemExit(f"FAIL: --list-unchecked line not 'RULE (KIND) WHY': {line!r}")
+        out[m.group(1)] = m.group(2) == "not yet"
+    return out
+
+
+def paragraph(readme, head):
+    m = re.search(rf"\n{head}(.*?)\n\n", readme, re.S)
+    return m.group(1) if m else None
 
 
 def not_yet_here(readme):
-    m = re.search(r"\nNot yet here:(.*?)\n\n", readme, re.S)
-    if not m:
+    text = paragraph(readme, "Not yet here:")
+    return None if text is None else set(re.findall(RULE, text))
+
+
+def simulated_only(readme):
+    """The checks the README says need simulated time: items separated by
+    ";", each a check's rule IDs as --list writes them."""
+    text = paragraph(readme, "Simulated time only")
+    if text is None:
         return None
-    return set(re.findall(RULE, m.group(1)))
+    text = text.split(":", 1)[1]
+    return sorted(tuple(re.findall(RULE, item)) for item in text.split(";"))
 
 
 def main():
@@ -63,7 +102,8 @@ def main():
     with open(readme_path, encoding="utf-8") as f:
         readme = f.read()
     peer = peer_rules(spec)
-    checked = listed(conform)
+    listed = checks(conform)
+    checked = {rule for rules, _ in listed for rule in rules}
     missing = not_yet_here(readme)
     bad = []
     if missing is None:
@@ -80,6 +120,29 @@ def main():
         bad.append(f"{rule}: a check names it (--list), but the spec states no such rule")
     for rule in sorted(missing - known):
         bad.append(f"{rule}: README's 'Not yet here' lists it, but the spec states no such rule")
+    # What --rule tells of a rule no check names.
+    told = unchecked(conform)
+    for rule in sorted(known - checked - told.keys()):
+        bad.append(f"{rule}: no check names it, and --list-unchecked does not list it")
+    for rule in sorted(told.keys() & checked):
+        bad.append(f"{rule}: a check names it (--list), and --list-unchecked lists it")
+    for rule in sorted(told.keys() - known):
+        bad.append(f"{rule}: --list-unchecked lists it, but the spec states no such rule")
+    for rule, not_yet in sorted(told.items()):
+        if not_yet != (rule in peer):
+            bad.append(f"{rule}: --list-unchecked says {'(not yet)' if not_yet else '(no peer test)'}"
+                       f", but section 12 {'names' if rule in peer else 'names no'} peer test")
+        if not_yet != (rule in missing):
+            bad.append(f"{rule}: --list-unchecked says {'(not yet)' if not_yet else '(no peer test)'}"
+                       f", but README's 'Not yet here' {'lists' if rule in missing else 'omits'} it")
+    # The checks that need simulated time, as the README names them.
+    sim = sorted(rules for rules, title in listed if title.endswith("(simulated time only)"))
+    said = simulated_only(readme)
+    if said is None:
+        bad.append("conformance/README.md has no 'Simulated time only' paragraph")
+    elif said != sim:
+        bad.append(f"README's 'Simulated time only' names {said}, but the checks whose title "
+                   f"says so (--list) are {sim}")
     for b in bad:
         print("FAIL:", b)
     if not bad:

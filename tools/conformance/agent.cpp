@@ -57,6 +57,17 @@ struct Args {
   }
 };
 
+// The receive that post_recv and post_shared_recv name (a.error says what
+// was missing or out of range).
+metaroce::RecvWr recv_wr(Args& a) {
+  metaroce::RecvWr wr;
+  wr.wr_id = a.u("wr_id");
+  wr.addr = a.u("addr");
+  wr.length = static_cast<uint32_t>(a.u("length", UINT32_MAX));
+  wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
+  return wr;
+}
+
 json fail(const std::string& why) { return json{{"ok", false}, {"error", why}}; }
 json status_reply(const metaroce::udp::Error& e) {
   const metaroce::Status s = e ? e.status : metaroce::Status::kOk;
@@ -138,20 +149,12 @@ class Agent {
     if (op == "post_send") return post_send(a);
     if (op == "post_recv") {
       const metaroce::ConnId conn{static_cast<uint32_t>(a.u("conn", UINT32_MAX))};
-      metaroce::RecvWr wr;
-      wr.wr_id = a.u("wr_id");
-      wr.addr = a.u("addr");
-      wr.length = static_cast<uint32_t>(a.u("length", UINT32_MAX));
-      wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
+      const metaroce::RecvWr wr = recv_wr(a);
       if (!a.error.empty()) return fail(a.error);
       return status_reply(ep.post_recv(conn, wr));
     }
     if (op == "post_shared_recv") {
-      metaroce::RecvWr wr;
-      wr.wr_id = a.u("wr_id");
-      wr.addr = a.u("addr");
-      wr.length = static_cast<uint32_t>(a.u("length", UINT32_MAX));
-      wr.lkey = static_cast<uint32_t>(a.u("lkey", UINT32_MAX));
+      const metaroce::RecvWr wr = recv_wr(a);
       if (!a.error.empty()) return fail(a.error);
       return status_reply(ep.post_shared_recv(wr));
     }

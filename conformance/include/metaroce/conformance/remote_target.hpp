@@ -121,6 +121,9 @@ class RemoteTarget : public TesterWireTarget {
   // without it breaks the connection as malformed.
   bool field(const nlohmann::json& reply, const char* op, const char* key, uint64_t& out,
              uint64_t max = UINT64_MAX);
+  // The region a register_memory reply names (with or without "base"); a
+  // reply missing a field breaks the connection, as field() does.
+  bool read_region(const nlohmann::json& reply, Region& out);
   bool broke(const std::string& op, const std::string& why);
 
   agent::LineChannel channel_;

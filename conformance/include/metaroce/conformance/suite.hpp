@@ -25,10 +25,25 @@ struct Check {
   std::string_view rule;   // e.g. "PLACE-2"; several rules are written "SEQ-4, ACK-3"
   std::string_view title;  // what is checked, in a line
   Outcome (*run)(Target&);
+  // Timing that only a simulated clock shows exactly: on a target in real
+  // time (Target::simulated_time() false) run() skips the check, saying
+  // so, without calling it. Its title ends "(simulated time only)".
+  bool simulated_only = false;
 };
 
 // Every check, grouped by topic.
 [[nodiscard]] std::span<const Check> checks();
+
+// A rule of the spec that no check names, and why (what --rule says when
+// asked for it): its test in section 12 is no peer test (codec, engine,
+// fabric), or is one the suite does not have yet (`peer_test`;
+// conformance/README.md lists those as "Not yet here").
+struct Unchecked {
+  std::string_view rule;
+  bool peer_test;
+  std::string_view why;
+};
+[[nodiscard]] std::span<const Unchecked> unchecked();
 
 struct Result {
   const Check* check;
@@ -38,6 +53,9 @@ struct Result {
 // Whether run(make, rule) would run a check: `rule` is empty or a check's
 // rule list names it.
 [[nodiscard]] bool any_check_names(std::string_view rule);
+// The entry of unchecked() for `rule`, nullptr when it has none (a rule a
+// check names, or no rule of the spec).
+[[nodiscard]] const Unchecked* find_unchecked(std::string_view rule);
 
 // Why a run stopped before its last check: the target of `check` could not
 // be opened (`make` gave nullptr) or was lost during it (Target::lost(), in
@@ -56,5 +74,10 @@ struct Abort {
 [[nodiscard]] std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make,
                                       std::string_view rule = {}, Abort* aborted = nullptr,
                                       const std::function<void(const Result&)>& on_result = {});
+// The same for the checks that name any of `rules` (all when empty), each
+// check once, in the suite's order.
+[[nodiscard]] std::vector<Result> run_rules(
+    const std::function<std::unique_ptr<Target>()>& make, std::span<const std::string> rules,
+    Abort* aborted = nullptr, const std::function<void(const Result&)>& on_result = {});
 
 }  // namespace metaroce::conformance
