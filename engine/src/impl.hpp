@@ -506,6 +506,9 @@ struct Endpoint::Impl {
   // Out of line: READ responses pay for it, not on_data's other packets.
   [[gnu::noinline]] static bool response_fits(const detail::Connection& c, detail::SqEntry& e,
                                               const wire::Packet& p);
+  [[gnu::cold]] [[gnu::noinline]] static void repeat_nak(detail::Connection& c,
+                                                         const RxDatagram& dg,
+                                                         const wire::Packet& p);
   [[gnu::cold]] [[gnu::noinline]] void on_memory_gone(detail::Connection& c, const RxDatagram& dg,
                                                       const wire::Packet& p,
                                                       const detail::RecvEntry* rq_entry,

@@ -102,7 +102,7 @@ struct ReadRendezvous {
 // Disabled: it fails on the engine as it is (gap G3). Every byte arrived,
 // yet 1's resend of a READ response finds the region gone and its
 // connection fails kLocalProtection (MR-5); 0's stays up, its READ long
-// complete (see the next test). Enable it with an engine that tells the
+// complete, until it sends again (the next test). Enable it with an engine that tells the
 // responder's application when its READ responses are acknowledged, and a
 // provider that waits for that before it releases the buffer.
 TEST(RendezvousRelease, DISABLED_AReadRendezvousReleasedOnItsFinSurvivesALostAck) {
@@ -118,13 +118,12 @@ TEST(RendezvousRelease, DISABLED_AReadRendezvousReleasedOnItsFinSurvivesALostAck
 
 // After the failure above, 0 sends on the connection again. MR-5 has the
 // failed responder NAK REMOTE_OPERATION_ERROR "so that the peer's work fails
-// at once rather than by its peer timeout", and NAK-2 has it answer every
-// later data packet with the same NAK. But that NAK names the READ_REQ, of
-// a READ 0 has completed, and 0 drops it as stale (engine/src/acks.cpp,
-// on_nak: a PSN below cum_acked that names no open READ): on the engine as
-// it is, 0 ignores some forty NAKs and its SEND fails kPeerUnreachable
-// after peer_timeout (2 s, PATH-7). Disabled: it fails so.
-TEST(RendezvousRelease, DISABLED_ARequesterHearsAtOnceThatItsPeerFailedAnsweringACompletedRead) {
+// at once rather than by its peer timeout". Its NAK names the READ_REQ, of a
+// READ 0 has completed, which 0 takes for stale (NAK-3): it used to repeat
+// that NAK to every later packet (NAK-2), and 0 ignored some forty of them,
+// its SEND failing kPeerUnreachable after peer_timeout (2 s, PATH-7). The
+// responder now names the SEND it refuses (NAK-2), and the SEND fails at once.
+TEST(RendezvousRelease, ARequesterHearsAtOnceThatItsPeerFailedAnsweringACompletedRead) {
   ReadRendezvous r;
   r.run();
   if (HasFatalFailure()) return;
