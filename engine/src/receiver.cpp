@@ -227,6 +227,7 @@ void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t 
                                              src,    mh.msg_len,
                                              mh.msn, detail::packets_for(mh.msg_len, c.mtu),
                                              0,      0};
+  t.resp[at & t.resp_mask].raddr = p.rh.raddr;
 }
 
 void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& why) {

@@ -528,6 +528,60 @@ TEST(Deregister, AStaleNakNamingACompletedReadFailsNothing) {  // NAK-3, MR-5
   EXPECT_EQ(w_src.bytes, w_dst.bytes);
 }
 
+// Gap G3 (docs/design/libfabric-provider.md): a responder that asked for it
+// hears when a READ it answered is wholly acknowledged, and not before: with
+// the requester's last ACKs lost, its READ complete, the report waits for the
+// resends' ACKs. The region may go then, and nothing fails. An endpoint
+// that did not ask reports nothing.
+TEST(Deregister, AReadServedIsReportedOnceItsResponsesAreAcknowledged) {  // MR-5, READ-3
+  EndpointConfig cb = cfg(480);
+  cb.read_served_events = true;
+  Loop loop(cfg(479), cb);
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 8 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4 * 4096, kAccessLocalWrite | kAccessRemoteRead, 0);
+  bool hold = true;
+  uint64_t lost = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    const bool drop = hold && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) &&
+                      untouched(target, 0x22);
+    lost += drop ? 1 : 0;
+    return drop;
+  };
+  ASSERT_EQ(
+      loop.ep(0).post_send(a, read_wr(target, remote.addr(4096), remote.mr.rkey, 4 * 4096, 1)),
+      Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  loop.run_until([] { return false; }, 20'000'000);
+  ASSERT_GT(lost, 0u);
+  ReadServed served;
+  EXPECT_FALSE(loop.ep(1).poll_read_served(served)) << "reported with its last ACKs lost";
+  hold = false;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(1).poll_read_served(served); }, kPromptly));
+  EXPECT_EQ(served.conn, b);
+  EXPECT_EQ(served.lkey, remote.mr.lkey);
+  EXPECT_EQ(served.addr, remote.addr(4096));
+  EXPECT_EQ(served.length, 4u * 4096);
+  EXPECT_FALSE(loop.ep(1).poll_read_served(served)) << "reported twice";
+  ASSERT_EQ(loop.ep(1).deregister_memory(remote.mr.lkey), Status::kOk);
+  // The other way: endpoint 0 answers a READ of 1's, and did not ask.
+  Buf back(loop.ep(1), 4096, kAccessLocalWrite, 0);
+  ASSERT_EQ(loop.ep(1).post_send(b, read_wr(back, target.addr(), target.mr.rkey, 4096, 2)),
+            Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  loop.run_until([] { return false; }, kPromptly);
+  EXPECT_FALSE(loop.ep(0).poll_read_served(served));
+  EXPECT_FALSE(loop.ep(1).poll_read_served(served));
+  EXPECT_EQ(error_of(loop, 0), Status::kOk);
+  EXPECT_EQ(error_of(loop, 1), Status::kOk);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+}
+
 // READ-2: a READ_REQ for more than kMaxMessageLength bytes is refused with
 // NAK 0x06 before any byte is read, even against a region that large. Its
 // msg_len near 2^32 made the responder's packet count wrap to 0, and it then
