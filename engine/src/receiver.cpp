@@ -289,13 +289,14 @@ void Endpoint::Impl::on_memory_gone(Connection& c, const RxDatagram& dg, const w
 // responder whose region went named the READ_REQ, which its cum had passed:
 // the requester, its READ long complete, takes a NAK naming a PSN it has
 // acknowledged for stale (NAK-3), and would wait out its peer timeout. A
-// packet at or beyond the cum is one the requester still holds unacknowledged
-// (this end acknowledges nothing in ERROR), so the NAK names the first such
-// packet instead, and is repeated so from then on. Every other fatal NAK
+// packet at or beyond the cum (within the window: the peer sent it) is one
+// the requester still holds unacknowledged (this end acknowledges nothing in
+// ERROR), so the NAK names the first such packet instead, and is repeated so
+// from then on. Every other fatal NAK
 // names a packet at or beyond the cum already and is repeated unchanged, as
 // is this one to a duplicate (a resent READ_REQ: its READ may still be open).
 void Endpoint::Impl::repeat_nak(Connection& c, const RxDatagram& dg, const wire::Packet& p) {
-  if (before(c.nak.nak_psn, c.rx_cum) && !before(p.bh.psn, c.rx_cum)) {
+  if (before(c.nak.nak_psn, c.rx_cum) && p.bh.psn - c.rx_cum < c.window()) {
     c.nak.nak_psn = p.bh.psn;
     c.nak.msn = p.mh.msn;
   }
