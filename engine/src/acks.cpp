@@ -361,11 +361,19 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
   }
 }
 
+// Out of line: the ACK path of an endpoint that asks for no such report
+// pays one test of the flag, and only for a READ it served.
+void Endpoint::Impl::read_served(const Connection& c, const detail::RespJob& j) {
+  reads_served.push(ReadServed{c.id, j.lkey, j.raddr, j.len});
+}
+
 void Endpoint::Impl::release_resp_jobs(Connection& c) {
   TxCtx& t = *c.tx;
   while (t.resp_head != t.resp_seg) {
     const detail::RespJob& j = t.resp[t.resp_head & t.resp_mask];
     if (!before(j.first_psn + j.npkts - 1, c.cum_acked)) break;
+    if (cfg.read_served_events) [[unlikely]]
+      read_served(c, j);
     ++t.resp_head;
   }
 }

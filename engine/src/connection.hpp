@@ -146,6 +146,7 @@ struct RespJob {
   uint32_t npkts = 0;
   uint32_t sent = 0;
   uint32_t first_psn = 0;
+  uint64_t raddr = 0;  // as the READ_REQ named it: ReadServed reports it
 };
 
 struct TxCtx {

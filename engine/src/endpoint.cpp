@@ -291,6 +291,12 @@ bool Endpoint::poll_event(Event& out) {
   return true;
 }
 
+bool Endpoint::poll_read_served(ReadServed& out) {
+  if (impl_->reads_served.empty()) return false;
+  out = impl_->reads_served.pop();
+  return true;
+}
+
 // ---------------------------------------------------------------- API
 
 Endpoint::Endpoint(const EndpointConfig& cfg) : impl_(std::make_unique<Impl>(cfg)) {}

@@ -96,6 +96,7 @@ struct Endpoint::Impl {
 
   Ring<Completion> completions;
   Ring<Event> events;
+  Ring<ReadServed> reads_served;  // read_served_events only
 
   // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
   struct Orphan {
@@ -350,6 +351,8 @@ struct Endpoint::Impl {
   }
   void complete_sends_from(detail::Connection& c);
   void release_resp_jobs(detail::Connection& c);
+  [[gnu::cold]] [[gnu::noinline]] void read_served(const detail::Connection& c,
+                                                   const detail::RespJob& j);
   // SCHED-1's choice. Inline, the case that ends its scan at the first path
   // it looks at: the round-robin's next path open, idle and not the one to
   // avoid (an empty window, which nothing can beat). The call and the scan's
@@ -506,6 +509,9 @@ struct Endpoint::Impl {
   // Out of line: READ responses pay for it, not on_data's other packets.
   [[gnu::noinline]] static bool response_fits(const detail::Connection& c, detail::SqEntry& e,
                                               const wire::Packet& p);
+  [[gnu::cold]] [[gnu::noinline]] static void repeat_nak(detail::Connection& c,
+                                                         const RxDatagram& dg,
+                                                         const wire::Packet& p);
   [[gnu::cold]] [[gnu::noinline]] void on_memory_gone(detail::Connection& c, const RxDatagram& dg,
                                                       const wire::Packet& p,
                                                       const detail::RecvEntry* rq_entry,

@@ -227,6 +227,7 @@ void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t 
                                              src,    mh.msg_len,
                                              mh.msn, detail::packets_for(mh.msg_len, c.mtu),
                                              0,      0};
+  t.resp[at & t.resp_mask].raddr = p.rh.raddr;
 }
 
 void Endpoint::Impl::on_read_resp(Connection& c, const wire::Packet& p, Status& why) {
@@ -284,6 +285,24 @@ void Endpoint::Impl::on_memory_gone(Connection& c, const RxDatagram& dg, const w
   enter_error(c, Status::kLocalProtection, who, now);
 }
 
+// NAK-2: the failed receiver answers with its fatal NAK again. MR-5's READ
+// responder whose region went named the READ_REQ, which its cum had passed:
+// the requester, its READ long complete, takes a NAK naming a PSN it has
+// acknowledged for stale (NAK-3), and would wait out its peer timeout. A
+// packet at or beyond the cum (within the window: the peer sent it) is one
+// the requester still holds unacknowledged (this end acknowledges nothing in
+// ERROR), so the NAK names the first such packet instead, and is repeated so
+// from then on. Every other fatal NAK
+// names a packet at or beyond the cum already and is repeated unchanged, as
+// is this one to a duplicate (a resent READ_REQ: its READ may still be open).
+void Endpoint::Impl::repeat_nak(Connection& c, const RxDatagram& dg, const wire::Packet& p) {
+  if (before(c.nak.nak_psn, c.rx_cum) && p.bh.psn - c.rx_cum < c.window()) {
+    c.nak.nak_psn = p.bh.psn;
+    c.nak.msn = p.mh.msn;
+  }
+  c.owe_nak(dg.entropy);
+}
+
 // TRIM-5: every packet of a message but its last carries exactly mtu bytes
 // (SEQ-5). One with fewer lost them on the way: a trimmed packet whose
 // TRIMMED code point a later hop rewrote passes the ICRC when PC is clear,
@@ -300,7 +319,7 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     return;
   }
   if (c.state == ConnState::kError) {
-    if (c.sent_fatal_nak()) c.owe_nak(dg.entropy);  // NAK-2: we failed it; say so again
+    if (c.sent_fatal_nak()) repeat_nak(c, dg, p);  // NAK-2: we failed it; say so again
     return;
   }
   if (p.trimmed) {

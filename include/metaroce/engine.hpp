@@ -126,6 +126,19 @@ struct RxDatagram {
   bool trimmed = false;
 };
 
+// A READ this endpoint answered has every response cumulatively acknowledged
+// (EndpointConfig::read_served_events): no response of it will be read or
+// resent, so its region may go (MR-5) without failing the connection; a
+// rendezvous sender releases its buffer on it (the requester's FIN says only
+// that the bytes were placed). A READ whose connection fails or closes first
+// reports none: a connection in ERROR or CLOSED sends nothing.
+struct ReadServed {
+  ConnId conn;
+  uint32_t lkey = 0;    // the region it read
+  uint64_t addr = 0;    // the READ_REQ's raddr: base-relative (MR-4)
+  uint32_t length = 0;  // its msg_len
+};
+
 inline constexpr uint8_t kEcnNotEct = 0;
 inline constexpr uint8_t kEcnEct0 = 2;
 
@@ -245,6 +258,9 @@ class Endpoint {
   [[nodiscard]] TimeNs next_timeout() const;
   [[nodiscard]] bool poll_completion(Completion& out);
   [[nodiscard]] bool poll_event(Event& out);
+  // The READs served, in the order they were wholly acknowledged; none
+  // unless EndpointConfig::read_served_events.
+  [[nodiscard]] bool poll_read_served(ReadServed& out);
 
   // --- getters ---
   [[nodiscard]] const EndpointStats& endpoint_stats() const;

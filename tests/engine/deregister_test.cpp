@@ -425,6 +425,163 @@ TEST(Deregister, AResponderWhoseNakWasLostIsAskedAgain) {  // READ-4, NAK-2, MR-
   EXPECT_TRUE(untouched(target, 0));
 }
 
+// NAK-2, MR-5, NAK-3: the responder's resend of a READ response finds its
+// region gone after the READ completed at the requester (the requester's
+// last ACKs lost). Its NAK 0x07 names the READ_REQ, which the requester had
+// acknowledged: repeated so to the requester's next WRITE, it was dropped as
+// stale, and the WRITE failed kPeerUnreachable at the peer timeout, 2 s on.
+// The responder now names the WRITE it refuses: the WRITE fails
+// kRemoteOperationError at once.
+TEST(Deregister, AFailedResponderTellsARequesterWhoseReadHadCompleted) {  // NAK-2, MR-5
+  Loop loop(cfg(475), cfg(476));
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 4 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4 * 4096, kAccessLocalWrite, 0);
+  Buf w_src(loop.ep(0), 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  bool released = false;
+  uint64_t lost = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    const bool drop = from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) && !released &&
+                      untouched(target, 0x22);
+    lost += drop ? 1 : 0;
+    return drop;
+  };
+  std::vector<wire::NakBody> naks;  // those endpoint 1 sent
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (from == 1 && d[1] == kNak && wire::decode(d, p) == wire::ParseError::kOk)
+      naks.push_back(p.nak);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4 * 4096, 1)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(remote.mr.lkey), Status::kOk);
+  released = true;
+  ASSERT_TRUE(loop.run_until([&] { return !loop.ep(1).is_established(b); }, kPromptly));
+  ASSERT_GT(lost, 0u) << "no ACK was lost: the responder had nothing to resend";
+  ASSERT_EQ(error_of(loop, 1), Status::kLocalProtection);
+  ASSERT_TRUE(loop.ep(0).is_established(a));  // the premise: its READ was long complete
+  const TimeNs posted = loop.now();
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 4096, 2)), Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 3'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_LT(loop.now().ns - posted.ns, kPromptly);
+  EXPECT_EQ(error_of(loop, 0), Status::kRemoteOperationError);
+  ASSERT_FALSE(naks.empty());
+  EXPECT_NE(naks.front().nak_psn, naks.back().nak_psn) << "the WRITE was not the one named";
+  EXPECT_EQ(naks.front().cum_psn, naks.back().cum_psn);
+}
+
+// NAK-3: a fatal NAK naming work the sender has acknowledged is stale, even
+// one shaped as the failed responder above used to repeat it (0x07 naming a
+// completed READ's READ_REQ, its cum_psn the sender's oldest unacknowledged
+// PSN, work outstanding): a healthy connection ignores it, and its WRITE
+// then completes. A requester that took such a NAK as news (accepting a NAK
+// naming acknowledged work when its cum_psn shows outstanding packets
+// refused) would fail here: the responder, not the requester, changed.
+TEST(Deregister, AStaleNakNamingACompletedReadFailsNothing) {  // NAK-3, MR-5
+  Loop loop(cfg(477), cfg(478));
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  Buf w_src(loop.ep(0), 4096, 0, 1);
+  Buf w_dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  wire::Packet req, ack;
+  bool hold = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    wire::Packet& into = from == 0 ? req : ack;
+    const uint8_t want = from == 0 ? kReadReq : static_cast<uint8_t>(wire::Opcode::kAck);
+    if (d[1] == want) {
+      EXPECT_EQ(wire::decode(d, into), wire::ParseError::kOk);
+    }
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return hold && from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 1)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  // The WRITE is outstanding, its ACKs held back: the ACK's cum is its PSN.
+  const uint32_t write_psn = ack.ack.cum_psn;
+  hold = true;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(w_src, w_dst, 4096, 2)), Status::kOk);
+  loop.run_until([] { return false; }, 20'000);
+  const wire::NakBody nak{req.bh.psn, static_cast<uint8_t>(Status::kRemoteOperationError),
+                          req.mh.msn, write_psn};
+  std::vector<uint8_t> d(256);
+  d.resize(wire::seal(d, wire::write_nak(d, ack.bh, nak), 0));
+  for (int i = 0; i < 3; ++i)
+    loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), 0, false, d}, loop.now());
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->naks_received, 3u);  // the premise: it was taken in
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  hold = false;
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(error_of(loop, 0), Status::kOk);
+  EXPECT_EQ(w_src.bytes, w_dst.bytes);
+}
+
+// Gap G3 (docs/design/libfabric-provider.md): a responder that asked for it
+// hears when a READ it answered is wholly acknowledged, and not before: with
+// the requester's last ACKs lost, its READ complete, the report waits for the
+// resends' ACKs. The region may go then, and nothing fails. An endpoint
+// that did not ask reports nothing.
+TEST(Deregister, AReadServedIsReportedOnceItsResponsesAreAcknowledged) {  // MR-5, READ-3
+  EndpointConfig cb = cfg(480);
+  cb.read_served_events = true;
+  Loop loop(cfg(479), cb);
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 8 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4 * 4096, kAccessLocalWrite | kAccessRemoteRead, 0);
+  bool hold = true;
+  uint64_t lost = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    const bool drop = hold && from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) &&
+                      untouched(target, 0x22);
+    lost += drop ? 1 : 0;
+    return drop;
+  };
+  ASSERT_EQ(
+      loop.ep(0).post_send(a, read_wr(target, remote.addr(4096), remote.mr.rkey, 4 * 4096, 1)),
+      Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  loop.run_until([] { return false; }, 20'000'000);
+  ASSERT_GT(lost, 0u);
+  ReadServed served;
+  EXPECT_FALSE(loop.ep(1).poll_read_served(served)) << "reported with its last ACKs lost";
+  hold = false;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(1).poll_read_served(served); }, kPromptly));
+  EXPECT_EQ(served.conn, b);
+  EXPECT_EQ(served.lkey, remote.mr.lkey);
+  EXPECT_EQ(served.addr, remote.addr(4096));
+  EXPECT_EQ(served.length, 4u * 4096);
+  EXPECT_FALSE(loop.ep(1).poll_read_served(served)) << "reported twice";
+  ASSERT_EQ(loop.ep(1).deregister_memory(remote.mr.lkey), Status::kOk);
+  // The other way: endpoint 0 answers a READ of 1's, and did not ask.
+  Buf back(loop.ep(1), 4096, kAccessLocalWrite, 0);
+  ASSERT_EQ(loop.ep(1).post_send(b, read_wr(back, target.addr(), target.mr.rkey, 4096, 2)),
+            Status::kOk);
+  done.clear();
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  loop.run_until([] { return false; }, kPromptly);
+  EXPECT_FALSE(loop.ep(0).poll_read_served(served));
+  EXPECT_FALSE(loop.ep(1).poll_read_served(served));
+  EXPECT_EQ(error_of(loop, 0), Status::kOk);
+  EXPECT_EQ(error_of(loop, 1), Status::kOk);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  EXPECT_TRUE(loop.ep(1).is_established(b));
+}
+
 // READ-2: a READ_REQ for more than kMaxMessageLength bytes is refused with
 // NAK 0x06 before any byte is read, even against a region that large. Its
 // msg_len near 2^32 made the responder's packet count wrap to 0, and it then

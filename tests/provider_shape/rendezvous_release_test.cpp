@@ -54,15 +54,23 @@ Status first_error(Loop& loop, int i) {
 // Endpoint 1 sends a large message to endpoint 0 by READ: 0 READs 1's
 // buffer over its connection to 1, then SENDs the FIN on it; 1 deregisters
 // its buffer on the FIN's receive completion, as an MPI send completes
-// there. 0's ACKs are lost from the moment the READ's last response has
-// arrived until 1 has let its buffer go (one lost ACK, when 0 has nothing
-// more to acknowledge for a while).
+// there, or (on_served) once the engine also reports the READ served
+// (Endpoint::poll_read_served). 0's ACKs are lost from the moment the READ's
+// last response has arrived until the FIN has reached 1 (one lost ACK, when
+// 0 has nothing more to acknowledge for a while).
 struct ReadRendezvous {
-  Loop loop{rdm(71), rdm(72)};
+  explicit ReadRendezvous(bool served = false) : on_served(served) {}
+  static EndpointConfig responder(bool served) {
+    EndpointConfig c = rdm(72);
+    c.read_served_events = served;
+    return c;
+  }
+  bool on_served;
+  Loop loop{rdm(71), responder(on_served)};
   ConnId a, b;  // 0's connection to 1, and the same connection at 1
   std::unique_ptr<Buf> src, dst, fin, slot;
   uint64_t lost = 0;
-  bool released = false;
+  bool fin_in = false, released = false, served_before_fin = false;
 
   void run() {
     std::tie(a, b) = loop.connect();
@@ -73,8 +81,7 @@ struct ReadRendezvous {
     slot = std::make_unique<Buf>(loop.ep(1), 64, kAccessLocalWrite, 0);
     ASSERT_EQ(loop.ep(1).post_shared_recv({7, slot->addr(), 64, slot->mr.lkey}), Status::kOk);
     loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-      const bool drop =
-          from == 0 && d.size() > 1 && d[1] == kAck && !released && placed(*dst, 0x5a);
+      const bool drop = from == 0 && d.size() > 1 && d[1] == kAck && !fin_in && placed(*dst, 0x5a);
       lost += drop ? 1 : 0;
       return drop;
     };
@@ -93,23 +100,35 @@ struct ReadRendezvous {
     }));
     ASSERT_EQ(at1[0].op, CompletionOp::kRecv);
     ASSERT_EQ(at1[0].status, Status::kOk);
+    fin_in = true;
+    ReadServed served;
+    served_before_fin = loop.ep(1).poll_read_served(served);
+    if (on_served && !served_before_fin) {
+      ASSERT_TRUE(loop.run_until([&] { return loop.ep(1).poll_read_served(served); }, kWhile));
+    }
+    if (on_served) {
+      EXPECT_EQ(served.conn, b);
+      EXPECT_EQ(served.lkey, src->mr.lkey);
+      EXPECT_EQ(served.addr, src->addr());
+      EXPECT_EQ(served.length, kLen);
+    }
     ASSERT_EQ(loop.ep(1).deregister_memory(src->mr.lkey), Status::kOk);  // the MPI send completes
     released = true;
     loop.run_until([] { return false; }, kWhile);
   }
 };
 
-// Disabled: it fails on the engine as it is (gap G3). Every byte arrived,
-// yet 1's resend of a READ response finds the region gone and its
-// connection fails kLocalProtection (MR-5); 0's stays up, its READ long
-// complete (see the next test). Enable it with an engine that tells the
-// responder's application when its READ responses are acknowledged, and a
-// provider that waits for that before it releases the buffer.
-TEST(RendezvousRelease, DISABLED_AReadRendezvousReleasedOnItsFinSurvivesALostAck) {
-  ReadRendezvous r;
+// Gap G3: released on the FIN alone, every byte arrived, yet 1's resend of a
+// READ response finds the region gone and its connection fails
+// kLocalProtection (MR-5; the next test). A provider that also waits for the
+// engine's report that the READ was served (read_served_events) releases
+// the buffer after the lost ACK's resend is acknowledged, and nothing fails.
+TEST(RendezvousRelease, AReadRendezvousReleasedOnItsFinAndItsServingSurvivesALostAck) {
+  ReadRendezvous r(true);
   r.run();
   if (HasFatalFailure()) return;
   EXPECT_GT(r.lost, 0u);
+  EXPECT_FALSE(r.served_before_fin) << "the FIN came after the report: the test did not test that";
   EXPECT_EQ(first_error(r.loop, 1), Status::kOk) << r.lost << " ACKs lost";
   EXPECT_EQ(first_error(r.loop, 0), Status::kOk);
   EXPECT_TRUE(r.loop.ep(0).is_established(r.a));
@@ -118,13 +137,12 @@ TEST(RendezvousRelease, DISABLED_AReadRendezvousReleasedOnItsFinSurvivesALostAck
 
 // After the failure above, 0 sends on the connection again. MR-5 has the
 // failed responder NAK REMOTE_OPERATION_ERROR "so that the peer's work fails
-// at once rather than by its peer timeout", and NAK-2 has it answer every
-// later data packet with the same NAK. But that NAK names the READ_REQ, of
-// a READ 0 has completed, and 0 drops it as stale (engine/src/acks.cpp,
-// on_nak: a PSN below cum_acked that names no open READ): on the engine as
-// it is, 0 ignores some forty NAKs and its SEND fails kPeerUnreachable
-// after peer_timeout (2 s, PATH-7). Disabled: it fails so.
-TEST(RendezvousRelease, DISABLED_ARequesterHearsAtOnceThatItsPeerFailedAnsweringACompletedRead) {
+// at once rather than by its peer timeout". Its NAK names the READ_REQ, of a
+// READ 0 has completed, which 0 takes for stale (NAK-3): it used to repeat
+// that NAK to every later packet (NAK-2), and 0 ignored some forty of them,
+// its SEND failing kPeerUnreachable after peer_timeout (2 s, PATH-7). The
+// responder now names the SEND it refuses (NAK-2), and the SEND fails at once.
+TEST(RendezvousRelease, ARequesterHearsAtOnceThatItsPeerFailedAnsweringACompletedRead) {
   ReadRendezvous r;
   r.run();
   if (HasFatalFailure()) return;
