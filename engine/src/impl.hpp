@@ -135,9 +135,15 @@ struct Endpoint::Impl {
   static constexpr size_t kClosedKept = 64;
   std::array<Closed, kClosedKept> recently_closed{};
   uint32_t closed_next = 0;
+  // One given up while CONNECTING stays for as long as it is in the ring,
+  // whatever `until` says (section 4): its ACCEPT comes as late as the
+  // responder was slow to read the request, which no resend budget bounds.
+  // Kept connect_attempts x connect_retry (80 ms), a request read 150 ms late
+  // made a connection nobody answered for, held until the responder's
+  // keepalive ended it (12 s by the UDP driver's defaults).
   [[nodiscard]] const Closed* find_closed(ConnId id) const {
     for (const Closed& r : recently_closed)
-      if (r.id == id && last_now < r.until) return &r;
+      if (r.id == id && (last_now < r.until || r.abandoned_nonce != 0)) return &r;
     return nullptr;
   }
   // The counters of a connection among the last kClosedKept closed, the
@@ -158,7 +164,8 @@ struct Endpoint::Impl {
   // Its record in the ring, for a caller that adds to it.
   [[gnu::cold]] Closed& remember_closed(const detail::Connection& c);
   // A requester's connection ends while CONNECTING (closed, or unanswered):
-  // remembered if its request left, so that a late ACCEPT draws a DISCONNECT.
+  // remembered if its request left, so that a late ACCEPT, however late,
+  // draws a DISCONNECT until 64 later closes have pushed the record out.
   [[gnu::cold]] void remember_abandoned(const detail::Connection& c, Status reason);
 
   // ---- endpoint.cpp ----

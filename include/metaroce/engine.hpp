@@ -189,8 +189,10 @@ class Endpoint {
   void close(ConnId conn, TimeNs now);
   [[nodiscard]] bool is_established(ConnId conn) const;
   // The connection's peer; also, for a while, the peer of a connection that
-  // the peer's DISCONNECT closed (its repeats are answered, CONN-7); empty
-  // (len 0) for any other id.
+  // the peer's DISCONNECT closed (its repeats are answered, CONN-7), and of
+  // one given up while CONNECTING until 64 later ends push it out of memory
+  // (a late ACCEPT is answered, spec section 4); empty (len 0) for any
+  // other id.
   [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
 
   // --- work requests ---
