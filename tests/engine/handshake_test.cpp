@@ -211,7 +211,11 @@ TEST(Handshake, OfferBelowTheLeastMtuIsRefused) {
                         body[8] = 0;  // mtu 200
                         body[9] = 200;
                       });
-    EXPECT_TRUE(connect_fails_with(loop, Status::kConnectRefused));
+    const Event ev = first_connect_event(loop);
+    EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+    EXPECT_EQ(ev.status, Status::kConnectRefused);
+    // The REJECT's code; kOk for the ACCEPT, which no REJECT gives.
+    EXPECT_EQ(ev.reason, from_end == 0 ? Status::kConnectRefused : Status::kOk);
     EXPECT_EQ(accepted_events(loop.ep(1)), from_end == 0 ? 0 : 1);
   }
 }
@@ -897,16 +901,35 @@ TEST(Handshake, AcceptCarriesTheAgreedMtuAndWindow) {
 }
 
 // CONN-4: a REJECT whose code is none of 0x47, 0x48 and 0x4a fails the
-// connection with kConnectRefused; the code is not passed on (it could name
-// a local status, or a NAK code, that says nothing of a refusal).
+// connection with kConnectRefused (it could name a local status, or a NAK
+// code, that says nothing of a refusal), and the event's reason is the code
+// as it came, so that the application can name it: it used to be lost, and
+// a refusal for a code the spec has no word for read as a plain one. A code
+// 0 names no reason: kConnectRefused, so that reason kOk is only ever an
+// ACCEPT refused for its mtu (OfferBelowTheLeastMtuIsRefused).
 TEST(Handshake, RejectWithAnotherCodeIsARefusal) {
-  for (const uint8_t code : {uint8_t{0x00}, uint8_t{0x02}, uint8_t{0x49}, uint8_t{0xff}}) {
-    SCOPED_TRACE(static_cast<int>(code));
+  struct Case {
+    uint8_t code;
+    Status status;
+    Status reason;
+  };
+  const auto as = [](uint8_t v) { return static_cast<Status>(v); };
+  for (const Case k : {Case{0x00, Status::kConnectRefused, Status::kConnectRefused},
+                       Case{0x02, Status::kConnectRefused, Status::kRemoteBadKey},
+                       Case{0x49, Status::kConnectRefused, Status::kConnectTimeout},
+                       Case{0xff, Status::kConnectRefused, as(0xff)},
+                       Case{0x47, Status::kConnectRefused, Status::kConnectRefused},
+                       Case{0x48, Status::kVersionMismatch, Status::kVersionMismatch},
+                       Case{0x4a, Status::kResourceExhausted, Status::kResourceExhausted}}) {
+    SCOPED_TRACE(static_cast<int>(k.code));
     EndpointConfig closed = cfg(326);
     closed.accept_incoming = false;
     Loop loop(cfg(325), closed);
-    edit_connect_body(loop, 1, kConnectReject, [code](uint8_t* body) { body[12] = code; });
-    EXPECT_TRUE(connect_fails_with(loop, Status::kConnectRefused));
+    edit_connect_body(loop, 1, kConnectReject, [k](uint8_t* body) { body[12] = k.code; });
+    const Event ev = first_connect_event(loop);
+    EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+    EXPECT_EQ(ev.status, k.status);
+    EXPECT_EQ(ev.reason, k.reason);
   }
 }
 

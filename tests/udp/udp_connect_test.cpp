@@ -300,8 +300,12 @@ TEST(UdpConnect, EachRejectCodeGivesItsOwnError) {
       {0x48, Status::kVersionMismatch, "the peer speaks another protocol version"},
       {0x4a, Status::kResourceExhausted,
        "the peer holds as many connections as its max_connections allows"},
-      // A code appendix A gives no REJECT: refused all the same.
-      {0x99, Status::kConnectRefused, "the peer refused the connection"},
+      // A code appendix A gives no REJECT: refused all the same, the code
+      // shown as it came (the engine used to drop it: a plain refusal).
+      {0x99, Status::kConnectRefused,
+       "the peer refused the connection (CONNECT_REJECT with code 0x99, not one of the spec's "
+       "REJECT codes)"},
+      {0x02, Status::kConnectRefused, "CONNECT_REJECT with code 0x2 (kRemoteBadKey), not one"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(static_cast<int>(k.code));
@@ -327,6 +331,32 @@ TEST(UdpConnect, EachRejectCodeGivesItsOwnError) {
     EXPECT_EQ(why.status, k.want) << why.message;
     EXPECT_TRUE(has(why.message, k.says)) << why.message;
   }
+}
+
+// CONN-3: an ACCEPT offering an mtu below the least (256) fails the connect
+// kConnectRefused, and says so: it read as a REJECT ("CONNECT_REJECT, or an
+// ACCEPT offering less than the least mtu"), for the engine's event could
+// not tell the two apart. Its reason is now kOk, which no REJECT gives.
+TEST(UdpConnect, AnAcceptBelowTheLeastMtuIsNamed) {
+  FakeResponder fake([&](uint16_t, const metaroce::wire::Packet&, metaroce::wire::BaseHeader& bh,
+                         metaroce::wire::ConnectBody& body) {
+    bh.opcode = metaroce::wire::Opcode::kConnectAccept;
+    body.src_conn = 0x1234;
+    body.mtu = 200;
+    body.window_log2 = 10;
+    return true;
+  });
+  ASSERT_TRUE(fake.ok());
+  std::unique_ptr<UdpEndpoint> client;
+  const Error e = fake.connect(client);
+  EXPECT_EQ(e.status, Status::kConnectRefused) << e.message;
+  const std::string says =
+      "the peer accepted offering an mtu below the least (256), which this endpoint refuses "
+      "(CONNECT_ACCEPT)";
+  EXPECT_TRUE(has(e.message, says)) << e.message;
+  EXPECT_FALSE(has(e.message, "REJECT")) << e.message;
+  const Error why = client->conn_error(ConnId{e.conn});
+  EXPECT_TRUE(has(why.message, says)) << why.message;
 }
 
 // A real endpoint at its max_connections refuses the next, and the error
