@@ -271,6 +271,12 @@ struct Endpoint::Impl {
   void close(detail::Connection& c, TimeNs now);
   [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  // A REJECT, or an ACCEPT refused (CONN-3, CONN-4): the connection fails and
+  // is gone. Apart (noinline): inlined in on_connect_reply, and so in the
+  // receive path, it cost every data packet 19.9 instructions
+  // (scripts/engine-instructions.sh) once it passed a REJECT's code on.
+  [[gnu::cold, gnu::noinline]] void fail_connect(detail::Connection& c, const wire::Packet& p,
+                                                 bool accepted);
   [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p);
   // A DISCONNECT whose dst_conn names no connection: answered (true) if it
   // repeats the one that closed a connection still in recently_closed.
