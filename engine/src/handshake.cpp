@@ -131,15 +131,26 @@ bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, Time
     push_event(EventKind::kConnected, c, Status::kOk);
     return true;
   }
+  fail_connect(c, p, accepted);
+  return false;
+}
+
+void Endpoint::Impl::fail_connect(Connection& c, const wire::Packet& p, bool accepted) {
   // CONN-3: an ACCEPT offering less than the least mtu fails the connection
-  // as a REJECT would.
-  Status why = accepted ? Status::kConnectRefused : static_cast<Status>(p.connect.code);
-  if (why != Status::kVersionMismatch && why != Status::kResourceExhausted)
-    why = Status::kConnectRefused;
-  push_event(EventKind::kConnectFailed, c, why);
+  // as a REJECT would, its reason kOk: no REJECT's, which is never 0, so the
+  // application can tell the two apart. CONN-4: the REJECT's code as it came
+  // (only three have a status of their own), so that it can be named.
+  const auto code = static_cast<Status>(p.connect.code);
+  const Status reason = accepted              ? Status::kOk
+                        : code == Status::kOk ? Status::kConnectRefused  // names no reason
+                                              : code;
+  const Status why =
+      !accepted && (code == Status::kVersionMismatch || code == Status::kResourceExhausted)
+          ? code
+          : Status::kConnectRefused;
+  push_event(EventKind::kConnectFailed, c, why, reason);
   flush_all(c, why, detail::Culprit::none());
   destroy_connection(c);
-  return false;
 }
 
 void Endpoint::Impl::close(Connection& c, TimeNs now) {

@@ -136,9 +136,15 @@ struct Endpoint::Impl {
   static constexpr size_t kClosedKept = 64;
   std::array<Closed, kClosedKept> recently_closed{};
   uint32_t closed_next = 0;
+  // One given up while CONNECTING stays for as long as it is in the ring,
+  // whatever `until` says (section 4): its ACCEPT comes as late as the
+  // responder was slow to read the request, which no resend budget bounds.
+  // Kept connect_attempts x connect_retry (80 ms), a request read 150 ms late
+  // made a connection nobody answered for, held until the responder's
+  // keepalive ended it (12 s by the UDP driver's defaults).
   [[nodiscard]] const Closed* find_closed(ConnId id) const {
     for (const Closed& r : recently_closed)
-      if (r.id == id && last_now < r.until) return &r;
+      if (r.id == id && (last_now < r.until || r.abandoned_nonce != 0)) return &r;
     return nullptr;
   }
   // The counters of a connection among the last kClosedKept closed, the
@@ -159,7 +165,8 @@ struct Endpoint::Impl {
   // Its record in the ring, for a caller that adds to it.
   [[gnu::cold]] Closed& remember_closed(const detail::Connection& c);
   // A requester's connection ends while CONNECTING (closed, or unanswered):
-  // remembered if its request left, so that a late ACCEPT draws a DISCONNECT.
+  // remembered if its request left, so that a late ACCEPT, however late,
+  // draws a DISCONNECT until 64 later closes have pushed the record out.
   [[gnu::cold]] void remember_abandoned(const detail::Connection& c, Status reason);
 
   // ---- endpoint.cpp ----
@@ -268,6 +275,12 @@ struct Endpoint::Impl {
   void close(detail::Connection& c, TimeNs now);
   [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);
+  // A REJECT, or an ACCEPT refused (CONN-3, CONN-4): the connection fails and
+  // is gone. Apart (noinline): inlined in on_connect_reply, and so in the
+  // receive path, it cost every data packet 19.9 instructions
+  // (scripts/engine-instructions.sh) once it passed a REJECT's code on.
+  [[gnu::cold, gnu::noinline]] void fail_connect(detail::Connection& c, const wire::Packet& p,
+                                                 bool accepted);
   [[gnu::cold]] void on_disconnect(const RxDatagram& dg, const wire::Packet& p);
   // A DISCONNECT whose dst_conn names no connection: answered (true) if it
   // repeats the one that closed a connection still in recently_closed.

@@ -97,7 +97,7 @@ struct Completion {
 enum class EventKind : uint8_t {
   kConnected,      // our connect() completed
   kAccepted,       // a peer connected to us
-  kConnectFailed,  // status says why (refused, version, timeout)
+  kConnectFailed,  // status says why (refused, version, timeout); reason: a REJECT's code
   kClosed,         // orderly close finished (either side)
   kError,          // connection entered the error state; status says why
 };
@@ -110,7 +110,12 @@ struct Event {
   // kClosed by the peer's DISCONNECT (status kPeerClosed): the reason it gave
   // (CONN-8), kOk for an orderly close, else the status that had failed the
   // connection at the peer, passed on as it came even where appendix A has
-  // no such code. kOk for every other event.
+  // no such code. kConnectFailed by a CONNECT_REJECT: its code as it came
+  // (CONN-4), also one that `status` reads as kConnectRefused (a code 0,
+  // which names no reason, reads kConnectRefused here too); kOk where an
+  // ACCEPT offering an mtu below 256 failed it (CONN-3), so that status
+  // kConnectRefused with reason kOk is that ACCEPT, never a REJECT. kOk for
+  // every other event (kConnectFailed by unanswered requests included).
   Status reason = Status::kOk;
 };
 
@@ -202,8 +207,10 @@ class Endpoint {
   void close(ConnId conn, TimeNs now);
   [[nodiscard]] bool is_established(ConnId conn) const;
   // The connection's peer; also, for a while, the peer of a connection that
-  // the peer's DISCONNECT closed (its repeats are answered, CONN-7); empty
-  // (len 0) for any other id.
+  // the peer's DISCONNECT closed (its repeats are answered, CONN-7), and of
+  // one given up while CONNECTING until 64 later ends push it out of memory
+  // (a late ACCEPT is answered, spec section 4); empty (len 0) for any
+  // other id.
   [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
 
   // --- work requests ---

@@ -24,12 +24,16 @@ namespace metaroce {
   X(kQueueFull, 0x42, "work queue full")                                                         \
   X(kNoSuchConnection, 0x43, "unknown connection id")                                            \
   X(kNotConnected, 0x44, "connection not established")                                           \
-  X(kFlushed, 0x45, "flushed: connection entered the error state first")                         \
+  X(kFlushed, 0x45,                                                                              \
+    "flushed: the connection ended (closed, failed, or never connected) before the request "     \
+    "completed")                                                                                 \
   X(kPeerUnreachable, 0x46, "peer unreachable: no acknowledgement within the timeout")           \
   X(kConnectRefused, 0x47, "peer refused the connection")                                        \
   X(kVersionMismatch, 0x48, "peer speaks another protocol version")                              \
   X(kConnectTimeout, 0x49, "no answer to connection request")                                    \
-  X(kResourceExhausted, 0x4a, "endpoint resource limit reached")                                 \
+  X(kResourceExhausted, 0x4a,                                                                    \
+    "resource limit reached: this endpoint's connection or memory-region table, or the peer's "  \
+    "connection table (a CONNECT_REJECT)")                                                       \
   X(kPeerClosed, 0x4b, "peer closed the connection")
 
 enum class Status : uint8_t {

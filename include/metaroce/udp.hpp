@@ -259,10 +259,10 @@ class UdpEndpoint {
   // - one whose DISCONNECT comes after it was taken closes at once (state()
   //   kClosed, its work kPeerClosed);
   // - one whose ACCEPT came after its requester stopped remembering it
-  //   (connect_attempts x connect_retry_ns after it gave up: the peer's,
-  //   80 ms by default; a server that did not read its socket for longer)
-  //   draws nothing: it stays established, its peer never uses it, and its
-  //   keepalive (CONN-9) ends it kPeerUnreachable;
+  //   (once 64 later connections of the requester's ended: its engine's
+  //   memory; any time before, however late the ACCEPT) draws nothing: it
+  //   stays established, its peer never uses it, and its keepalive
+  //   (CONN-9) ends it kPeerUnreachable;
   // - one closed while connecting (close(), or connect() at the caller's
   //   timeout) is answered as any close, reason 0, and reads kClosed.
   // With a connect() that opened several, the one its peer uses comes last.

@@ -293,6 +293,66 @@ TEST(Engine, CloseFlushesBothSides) {  // CONN-7, COMP-5
   EXPECT_FALSE(loop.ep(1).is_established(b));
 }
 
+// Appendix A's words hold wherever the engine returns the status. kFlushed
+// read "connection entered the error state first", also for work flushed by
+// a close (the connection never failed) and for work posted on a connect
+// refused or unanswered (section 4: CONNECTING never enters ERROR);
+// kResourceExhausted read "endpoint resource limit reached", whose endpoint
+// unsaid, also where the peer's connection table was full (a REJECT 0x4a).
+TEST(Engine, FlushedAndResourceExhaustedSayWhatEveryCaseHasInCommon) {  // COMP-5, CONN-4
+  const std::string_view flushed = status_text(Status::kFlushed);
+  const std::string_view full = status_text(Status::kResourceExhausted);
+  {  // flushed by a close of a connection that never failed
+    Loop loop(cfg(96), cfg(97));
+    auto [a, b] = loop.connect();
+    Buf dst(loop.ep(0), 4096, kAccessLocalWrite);
+    ASSERT_EQ(loop.ep(0).post_recv(a, RecvWr{1, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+    loop.ep(0).close(a, loop.now());
+    auto c = loop.drain(0);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, Status::kFlushed);
+  }
+  {  // flushed by a connect the peer refused
+    EndpointConfig closed = cfg(99);
+    closed.accept_incoming = false;
+    Loop loop(cfg(98), closed);
+    ConnId a;
+    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+    Buf dst(loop.ep(0), 4096, kAccessLocalWrite);
+    ASSERT_EQ(loop.ep(0).post_recv(a, RecvWr{1, dst.addr(), 4096, dst.mr.lkey}), Status::kOk);
+    std::vector<Completion> c;
+    ASSERT_TRUE(loop.run_until([&] {
+      for (const Completion& k : loop.drain(0)) c.push_back(k);
+      return !c.empty();
+    }));
+    EXPECT_EQ(c[0].status, Status::kFlushed);
+  }
+  EXPECT_EQ(flushed,
+            "flushed: the connection ended (closed, failed, or never connected) before the "
+            "request completed");
+  {  // this endpoint's table full, and the peer's
+    EndpointConfig one = cfg(101);
+    one.max_connections = 1;
+    Loop loop(one, one);
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    ConnId x;
+    EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), x), Status::kResourceExhausted);
+    ASSERT_EQ(loop.ep(1).connect(loop.addr(0), loop.now(), x), Status::kResourceExhausted);
+  }
+  {
+    EndpointConfig one = cfg(103);
+    one.max_connections = 1;
+    Loop loop(cfg(102), one);
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    EXPECT_TRUE(connect_fails_with(loop, Status::kResourceExhausted));  // the peer's
+  }
+  EXPECT_EQ(full,
+            "resource limit reached: this endpoint's connection or memory-region table, or the "
+            "peer's connection table (a CONNECT_REJECT)");
+}
+
 // A DISCONNECT ends the connection before the application polls the
 // kPeerClosed that says so; its counters stay readable (both ends), and an
 // id never used has none.

@@ -65,11 +65,22 @@ Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId co
   return e;
 }
 
-std::string UdpEndpoint::Impl::ended_text(Status s) {
+std::string UdpEndpoint::Impl::ended_text(Status s, Status code) {
   switch (s) {
-    case Status::kConnectRefused:  // (CONN-3: an ACCEPT below the least mtu is refused so too)
-      return "the peer refused the connection (CONNECT_REJECT, or an ACCEPT offering less than "
-             "the least mtu)";
+    case Status::kConnectRefused:
+      // The engine passes the REJECT's code on (Event::reason): one that
+      // CONN-4 names no refusal is shown raw, so that the peer's fault can be
+      // traced; it read as a plain refusal. kOk: no REJECT came, but an
+      // ACCEPT that CONN-3 refuses (it used to read as a REJECT).
+      if (code == Status::kOk)
+        return "the peer accepted offering an mtu below the least (256), which this endpoint "
+               "refuses (CONNECT_ACCEPT)";
+      if (code == Status::kConnectRefused)
+        return "the peer refused the connection (CONNECT_REJECT)";
+      return "the peer refused the connection (CONNECT_REJECT with code " +
+             hex(static_cast<uint8_t>(code)) +
+             (is_known_status(code) ? " (" + std::string(status_name(code)) + ")" : "") +
+             ", not one of the spec's REJECT codes)";
     case Status::kVersionMismatch:
       return "the peer speaks another protocol version (CONNECT_REJECT)";
     case Status::kResourceExhausted:
@@ -79,8 +90,8 @@ std::string UdpEndpoint::Impl::ended_text(Status s) {
   }
 }
 
-// The engine's own words, "flushed: connection entered the error state
-// first", fit only a connection that failed: most are flushed by a close.
+// The engine's own words say only that the connection ended (closed,
+// failed, or never connected): this says which, and by whom.
 std::string UdpEndpoint::Impl::flushed_text(const ConnInfo* ci) {
   using Closer = ConnInfo::Closer;
   if (ci == nullptr) return "flushed: the connection ended before the request completed";
@@ -181,7 +192,8 @@ std::string UdpEndpoint::Impl::how_it_ended(const ConnInfo& ci) {
   const std::string sent = send_failure_clause(ci.send_failure);
   const std::string how =
       ci.state == ConnState::kError && ci.status != Status::kOk
-          ? "ended with " + std::string(status_name(ci.status)) + " (" + ended_text(ci.status) + ")"
+          ? "ended with " + std::string(status_name(ci.status)) + " (" +
+                ended_text(ci.status, ci.peer_reason) + ")"
       : ci.status == Status::kPeerClosed
           ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
           : "is closed";

@@ -116,8 +116,10 @@ struct ConnInfo {
   ConnState state = ConnState::kConnecting;
   Status status = Status::kOk;
   PeerAddr peer;
-  SendFailure send_failure;          // the peer's last, when the connection ended
-  Status peer_reason = Status::kOk;  // closed by the peer: the reason it gave (CONN-8)
+  SendFailure send_failure;  // the peer's last, when the connection ended
+  // The event's reason: closed by the peer, the reason it gave (CONN-8);
+  // refused, the CONNECT_REJECT's code (CONN-4).
+  Status peer_reason = Status::kOk;
   // In Impl::accepted, not taken yet: the entry outlives kEndedKept later
   // ends, so that the application taking it learns how it ended (see
   // trim_ended); `passed` when trim_ended went past it.
@@ -431,10 +433,11 @@ struct UdpEndpoint::Impl {
   // The same with `text` for the status's own words.
   Error make_error(Status s, const std::string& what, ConnId conn, std::string_view text) const;
   // A status that ended a connection, in words that say whose it was:
-  // status_text's, except for a peer's refusal (CONNECT_REJECT), which the
-  // engine's texts leave to be read as this endpoint's ("endpoint resource
-  // limit reached").
-  [[nodiscard]] static std::string ended_text(Status s);
+  // status_text's, except for a connect the peer's answer failed, which the
+  // engine's texts cannot name (which answer, which code, whose limit).
+  // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4; kOk for an
+  // ACCEPT refused for its mtu, CONN-3).
+  [[nodiscard]] static std::string ended_text(Status s, Status code);
   // What a kFlushed completion of connection `ci` (nullptr: forgotten)
   // was flushed by, as the status's words.
   [[nodiscard]] static std::string flushed_text(const ConnInfo* ci);

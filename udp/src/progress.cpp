@@ -148,6 +148,7 @@ bool UdpEndpoint::Impl::drain_events() {
         break;
       case EventKind::kConnectFailed:
       case EventKind::kError:
+        ci.peer_reason = ev.reason;  // a REJECT's code, for ended_text
         end_conn(ev.conn.v, ci, ConnState::kError);
         take_refusals(ci.peer, true);
         if (auto it = send_failed.find(ci.peer); it != send_failed.end())

@@ -298,7 +298,7 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   }
   const Status why = ci.status == Status::kOk ? Status::kConnectTimeout : ci.status;
   return impl_->make_error(why, "connect to " + format_address(peer) + " failed" + refused, id,
-                           Impl::ended_text(why));
+                           Impl::ended_text(why, ci.peer_reason));
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
@@ -447,7 +447,7 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   const std::string sent = Impl::send_failure_clause(it->second.send_failure);
   return impl_->make_error(it->second.status,
                            sent.empty() ? "connection failed" : "connection failed; " + sent, conn,
-                           Impl::ended_text(it->second.status));
+                           Impl::ended_text(it->second.status, it->second.peer_reason));
 }
 
 std::string UdpEndpoint::peer_address(ConnId conn) const {
