@@ -21,6 +21,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -319,7 +320,9 @@ struct UdpEndpoint::Impl {
   // Held by join_thread from the stop to the join: a second caller (two
   // threads closing at once) waits until the thread is joined.
   std::mutex join_mu;
+  // The thread blocks (or is about to) on epfd: wake_thread writes wake_fd.
   std::atomic<bool> sleeping{false};
+  ProgressMode mode = ProgressMode::kSleeping;  // set before the thread starts
   // The application asked for fd(): it may sleep on it, so every round arms
   // the timerfd. Otherwise only the driver's own sleeps need it armed, and
   // arming per round (the ACK delay moves every other packet) costs a
@@ -418,6 +421,10 @@ struct UdpEndpoint::Impl {
   }
 
   void thread_main();
+  void sleeping_main();
+  void busy_main();
+  // Reads the timerfd and the eventfd among `n` events of epoll_wait.
+  void consume_wakeups(const epoll_event* evs, int n);
 
   // The accept queue (udp_endpoint.cpp): the next connection to hand over,
   // past those whose requester had given them up (abandoned()).

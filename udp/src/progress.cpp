@@ -213,13 +213,69 @@ void UdpEndpoint::Impl::block(std::chrono::nanoseconds timeout) {
   }
 }
 
+void UdpEndpoint::Impl::consume_wakeups(const epoll_event* evs, int n) {
+  bool timer = false;
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
+      uint64_t v;
+      (void)!::read(evs[i].data.fd, &v, sizeof(v));
+      timer |= evs[i].data.fd == timer_fd;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ++io.thread_wakeups;
+  if (timer) armed_ns = 0;
+}
+
 void UdpEndpoint::Impl::thread_main() {
+  if (mode == ProgressMode::kSleeping)
+    sleeping_main();
+  else
+    busy_main();
+}
+
+// Rounds while they move something; then blocks on epfd with no timeout.
+// `sleeping` is raised before the last round that found nothing, and stays
+// up until a round moves something: a post that the round missed came after
+// it took the lock, so its wake_thread sees the flag and writes wake_fd
+// (the mutex orders the two), and no post waits for a timer. Posts made
+// while it is up cost a write each: only between an idle round and the
+// first busy one.
+void UdpEndpoint::Impl::sleeping_main() {
+  epoll_event evs[8];
+  while (running.load(std::memory_order_acquire)) {
+    size_t moved;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      moved = progress_locked();
+      ++io.thread_rounds;
+      if (moved == 0 && sleeping.load(std::memory_order_relaxed)) arm_timer(clock_now());
+    }
+    if (moved != 0) {
+      sleeping.store(false, std::memory_order_relaxed);
+      cv.notify_all();
+      continue;
+    }
+    if (!sleeping.load(std::memory_order_relaxed)) {
+      // One more round after raising it: a post that saw it down was made
+      // before this round's lock, and the round sends it.
+      sleeping.store(true, std::memory_order_seq_cst);
+      continue;
+    }
+    const int n = epoll_wait(epfd, evs, 8, -1);
+    if (n > 0) consume_wakeups(evs, n);
+  }
+  sleeping.store(false, std::memory_order_relaxed);
+}
+
+void UdpEndpoint::Impl::busy_main() {
   uint32_t idle = 0;
   while (running.load(std::memory_order_acquire)) {
     size_t moved;
     {
       std::lock_guard<std::mutex> lk(mu);
       moved = progress_locked();
+      ++io.thread_rounds;
     }
     if (moved != 0) {
       idle = 0;
@@ -239,16 +295,7 @@ void UdpEndpoint::Impl::thread_main() {
     epoll_event evs[4];
     const int n = epoll_wait(epfd, evs, 4, 1);
     sleeping.store(false, std::memory_order_release);
-    for (int i = 0; i < n; ++i) {
-      if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
-        uint64_t v;
-        (void)!::read(evs[i].data.fd, &v, sizeof(v));
-        if (evs[i].data.fd == timer_fd) {
-          std::lock_guard<std::mutex> lk(mu);
-          armed_ns = 0;
-        }
-      }
-    }
+    consume_wakeups(evs, std::max(n, 0));
     if (n > 0) idle = 0;
   }
 }

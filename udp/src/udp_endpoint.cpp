@@ -90,8 +90,9 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   }
 }
 
-void UdpEndpoint::start_progress_thread() {
+void UdpEndpoint::start_progress_thread(ProgressMode mode) {
   if (impl_->running.load() || impl_->closed) return;
+  impl_->mode = mode;
   impl_->threaded.store(true, std::memory_order_release);
   impl_->running.store(true, std::memory_order_release);
   impl_->thread = std::thread([this] { impl_->thread_main(); });
