@@ -251,8 +251,9 @@ class UdpEndpoint {
   // engine gives one connection Options::engine.connect_attempts requests (spec CONN-2, 8 by
   // default); when they go unanswered with a connect_retry_ns of the timeout left, connect opens
   // another connection (another id and nonce) at once, and so on. (A peer slow to read its
-  // requests may accept some of those given up: see accept().) The error names the last
-  // connection and reads "timed out after T ms", or "no answer to N requests 10 ms apart
+  // requests may accept some of those given up: see accept().) The connection keeps the first
+  // one's id through the others (connect_start with a budget is the same mechanism); the error
+  // names it and reads "timed out after T ms", or "no answer to N requests 10 ms apart
   // (Options::engine.connect_attempts)" where one connection's N requests spanned the timeout. A
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
@@ -269,6 +270,19 @@ class UdpEndpoint {
   // connects on first use needs. progress() runs the handshake; state() tells how it ended (a
   // failure also flushes the posted work with its status).
   Error connect_start(const std::string& address, ConnId& out);
+  // The same, requesting for `budget` as connect() does for its timeout: a
+  // connection whose engine requests ran out unanswered is followed by
+  // another while a connect_retry_ns of the budget is left, so that a peer
+  // busy for longer than 80 ms (one that calls into its library only now
+  // and then) is still reached. The id returned stays the connection's
+  // through those (state(), posts, completions and close(conn) name it),
+  // and the work posted on it is kept and sent once the peer accepts. When
+  // the budget runs out the connection fails kConnectTimeout and its work
+  // completes kConnectTimeout. Budget 0: connect_start(address, out); a
+  // negative one is refused (kInvalidArgument). While such a connect is
+  // under way every post keeps a copy of its request (a look-up and an
+  // allocation), until it ends.
+  Error connect_start(const std::string& address, ConnId& out, std::chrono::milliseconds budget);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every
   // connection a peer opens waits in a queue until accept() or try_accept()
   // takes it, ended or not (a few bytes each, without bound): an endpoint

@@ -270,3 +270,104 @@ TEST(UdpProgress, DISABLED_MeasureModes) {
     EXPECT_EQ(w.dst, w.src);
   }
 }
+
+// G2: connect_start gave a connection the engine's 8 requests 10 ms apart
+// and then flushed the work posted on it, so a first contact with a peer
+// that computed for more than 80 ms failed. With a budget it requests for
+// the budget, keeping the connection's id and its work: a peer that starts
+// answering only after 300 ms is reached, and a WRITE and a SEND posted at
+// once complete kOk with every byte right.
+TEST(UdpProgress, ABudgetedFirstContactReachesAPeerThatAnswersLate) {
+  Options so = test_options();
+  so.engine.shared_rq_depth = 4;
+  auto server = open_on("127.0.0.1", so);
+  auto client = open_on("127.0.0.1");  // the engine's 8 x 10 ms per connection
+  ASSERT_TRUE(server && client);
+  constexpr size_t kLen = 100000;
+  std::vector<uint8_t> src(kLen), dst(kLen, 0), msg(3000), got(4096, 0);
+  for (size_t i = 0; i < kLen; ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<uint8_t>(i * 5 + 2);
+  MemoryRegion smr{}, mmr{}, dmr{}, gmr{};
+  ASSERT_FALSE(client->register_memory(src.data(), kLen, kAllAccess, smr));
+  ASSERT_FALSE(client->register_memory(msg.data(), msg.size(), kAllAccess, mmr));
+  ASSERT_FALSE(server->register_memory(dst.data(), kLen, kAllAccess, dmr));
+  ASSERT_FALSE(server->register_memory(got.data(), got.size(), kAllAccess, gmr));
+  // No connection yet: the SEND lands in a shared receive.
+  metaroce::RecvWr rwr;
+  rwr.wr_id = 77;
+  rwr.addr = reinterpret_cast<uint64_t>(got.data());
+  rwr.length = static_cast<uint32_t>(got.size());
+  rwr.lkey = gmr.lkey;
+  ASSERT_FALSE(server->post_shared_recv(rwr));
+
+  client->start_progress_thread();
+  ConnId conn;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_FALSE(client->connect_start(server->local_address(), conn, 5000ms));
+  ASSERT_FALSE(client->write(conn, 1, src.data(), kLen, smr.lkey, dmr.addr, dmr.rkey));
+  ASSERT_FALSE(client->send(conn, 2, msg.data(), static_cast<uint32_t>(msg.size()), mmr.lkey));
+  // The server computes for 300 ms: its requests wait in its socket.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(client->state(conn), ConnState::kConnecting);
+  server->start_progress_thread();
+  std::vector<Completion> done;
+  for (int i = 0; i < 2; ++i) {
+    Completion c;
+    ASSERT_TRUE(client->wait_completion(c, 10s)) << "completion " << i;
+    done.push_back(c);
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  for (size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(done[i].status, Status::kOk) << client->completion_error(done[i]).message;
+    EXPECT_EQ(done[i].wr_id, i + 1);  // in posting order
+    EXPECT_EQ(done[i].conn.v, conn.v);
+  }
+  EXPECT_GE(took, 300ms);
+  EXPECT_EQ(client->state(conn), ConnState::kEstablished);
+  Completion r;
+  ASSERT_TRUE(server->wait_completion(r, 10s));
+  EXPECT_EQ(r.status, Status::kOk);
+  EXPECT_EQ(r.wr_id, 77u);
+  EXPECT_EQ(r.byte_len, msg.size());
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(std::equal(msg.begin(), msg.end(), got.begin()));
+  // No other completion: the given-up connections' flushed copies are the
+  // driver's.
+  Completion extra;
+  EXPECT_FALSE(client->poll_completion(extra));
+  metaroce::ConnStats st{};
+  EXPECT_TRUE(client->conn_stats(conn, st));
+}
+
+// A budget that runs out fails the connection kConnectTimeout, after the
+// budget rather than the engine's 80 ms, and the work posted on it completes
+// kConnectTimeout, once, under the connection's id.
+TEST(UdpProgress, ABudgetThatRunsOutFlushesThePostedWorkAsTimedOut) {
+  auto silent = open_on("127.0.0.1");  // never progresses: never answers
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(silent && client);
+  std::vector<uint8_t> src(64, 1);
+  MemoryRegion smr{};
+  ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  client->start_progress_thread();
+  ConnId conn;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_FALSE(client->connect_start(silent->local_address(), conn, 300ms));
+  ASSERT_FALSE(client->write(conn, 5, src.data(), 64, smr.lkey, 0x1000, 0x42));
+  Completion c;
+  ASSERT_TRUE(client->wait_completion(c, 10s));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(c.wr_id, 5u);
+  EXPECT_EQ(c.conn.v, conn.v);
+  EXPECT_EQ(c.status, Status::kConnectTimeout);
+  const Error e = client->completion_error(c);
+  EXPECT_EQ(e.status, Status::kConnectTimeout);
+  EXPECT_NE(e.message.find("timed out"), std::string::npos) << e.message;
+  EXPECT_GE(took, 290ms);
+  EXPECT_EQ(client->state(conn), ConnState::kError);
+  EXPECT_EQ(client->conn_error(conn).status, Status::kConnectTimeout);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(client->poll_completion(c));  // once
+  Error neg = client->connect_start(silent->local_address(), conn, -1ms);
+  EXPECT_EQ(neg.status, Status::kInvalidArgument);
+}
