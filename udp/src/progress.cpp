@@ -106,10 +106,14 @@ void UdpEndpoint::Impl::trim_ended() {
   while (ended.size() > kEndedKept) {
     const auto it = conns.find(ended.front());
     if (it != conns.end() && !live(it->second.state)) {  // (not an id reused since)
-      if (it->second.queued)
+      if (it->second.queued) {
         it->second.passed = true;
-      else
+      } else {
+        // Its engine connection's alias goes with it: no post names it any
+        // more, and while any alias is left every post looks its id up.
+        if (it->second.engine != 0) alias.erase(it->second.engine);
         conns.erase(it);
+      }
     }
     ended.pop_front();
   }
