@@ -22,9 +22,9 @@
 // matched to their peer by dst_conn.
 //
 // Threading: an endpoint is single-threaded. Either the application calls
-// progress() (or a blocking helper) itself, or it starts the busy-polling
-// progress thread; then every public call takes one mutex (per call, never per
-// packet).
+// progress() (or a blocking helper) itself, or it starts the progress thread
+// (start_progress_thread; sleeping by default, busy-polling on request); then
+// every public call takes one mutex (per call, never per packet).
 #pragma once
 
 #include <chrono>
@@ -154,6 +154,25 @@ struct IoStats {
       0;  // entropy outside our block mapped into it (ACK-7 with a foreign block)
   uint64_t tx_materialized = 0;  // payloads copied because a full socket buffer held them
                                  // past the end of a round (normally sent from memory)
+  // The progress thread's returns from epoll_wait (a datagram, a timer, a
+  // wake-up, or in kBusy its 1 ms timeout) and its rounds: how often an idle
+  // endpoint takes a core.
+  uint64_t thread_wakeups = 0;
+  uint64_t thread_rounds = 0;
+};
+
+// How the progress thread waits between rounds (start_progress_thread).
+enum class ProgressMode : uint8_t {
+  // Blocks on fd() with no timeout: a datagram, the timerfd armed at the
+  // engine's next_timeout(), or an eventfd that posts, connects and close()
+  // write to wake it. An idle endpoint costs nothing between its timers (an
+  // established connection's keepalive, CONN-9); each wake-up costs a few
+  // microseconds of latency (udp/README.md has the measurements).
+  kSleeping,
+  // Yields about 20,000 times after each round that moved nothing, then
+  // sleeps on fd() for at most 1 ms at a time: a few percent of a core per
+  // idle endpoint, for the lowest latency when cores are spare.
+  kBusy,
 };
 
 // State of one connection as the driver saw it from engine events.
@@ -198,8 +217,13 @@ class UdpEndpoint {
   // something. With the progress thread: until one of its rounds moves
   // something, at most `timeout`.
   void wait(std::chrono::nanoseconds timeout);
-  // Busy-polling thread calling progress(); every public call then locks.
-  void start_progress_thread();
+  // A thread calling progress() (see ProgressMode); every public call then
+  // locks. Work posted from any thread is sent at once: the post wakes it.
+  // It answers peers (ACKs, keepalives, handshakes) and runs the timers
+  // while the application computes, so that a peer does not time out a rank
+  // that calls nothing for longer than peer_timeout_ns. A second call while
+  // it runs does nothing (its mode stays).
+  void start_progress_thread(ProgressMode mode = ProgressMode::kSleeping);
   void stop_progress_thread();
 
   // --- memory ---
@@ -227,8 +251,9 @@ class UdpEndpoint {
   // engine gives one connection Options::engine.connect_attempts requests (spec CONN-2, 8 by
   // default); when they go unanswered with a connect_retry_ns of the timeout left, connect opens
   // another connection (another id and nonce) at once, and so on. (A peer slow to read its
-  // requests may accept some of those given up: see accept().) The error names the last
-  // connection and reads "timed out after T ms", or "no answer to N requests 10 ms apart
+  // requests may accept some of those given up: see accept().) The connection keeps the first
+  // one's id through the others (connect_start with a budget is the same mechanism); the error
+  // names it and reads "timed out after T ms", or "no answer to N requests 10 ms apart
   // (Options::engine.connect_attempts)" where one connection's N requests spanned the timeout. A
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
@@ -245,6 +270,19 @@ class UdpEndpoint {
   // connects on first use needs. progress() runs the handshake; state() tells how it ended (a
   // failure also flushes the posted work with its status).
   Error connect_start(const std::string& address, ConnId& out);
+  // The same, requesting for `budget` as connect() does for its timeout: a
+  // connection whose engine requests ran out unanswered is followed by
+  // another while a connect_retry_ns of the budget is left, so that a peer
+  // busy for longer than 80 ms (one that calls into its library only now
+  // and then) is still reached. The id returned stays the connection's
+  // through those (state(), posts, completions and close(conn) name it),
+  // and the work posted on it is kept and sent once the peer accepts. When
+  // the budget runs out the connection fails kConnectTimeout and its work
+  // completes kConnectTimeout. Budget 0: connect_start(address, out); a
+  // negative one is refused (kInvalidArgument). While such a connect is
+  // under way every post keeps a copy of its request (a look-up and an
+  // allocation), until it ends.
+  Error connect_start(const std::string& address, ConnId& out, std::chrono::milliseconds budget);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every
   // connection a peer opens waits in a queue until accept() or try_accept()
   // takes it, ended or not (a few bytes each, without bound): an endpoint

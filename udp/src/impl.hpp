@@ -21,6 +21,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -132,6 +133,24 @@ struct ConnInfo {
   // once, before the close ends (kClosed), and completion_error says why.
   enum class Closer : uint8_t { kNone, kApplication, kEndpoint };
   Closer closer = Closer::kNone;
+  // A connect with a budget (connect_start(addr, out, budget), connect()):
+  // while it lasts, a connection whose engine requests ran out unanswered
+  // is followed by another (Impl::chain). The application keeps this
+  // entry's id; `engine` names the engine connection that carries it now
+  // (0: the id itself), and `held` the work posted while connecting, which
+  // the next connection is given again (the engine flushed it with the one
+  // given up).
+  TimeNs budget_end{0};
+  int64_t budget_ms = 0;  // the budget it was given (kept for its error)
+  uint32_t engine = 0;
+  uint32_t chained = 0;  // connections given up and followed so far
+  SendFailure earlier;   // the last failure a given-up connection's requests met
+  struct Held {
+    bool recv = false;
+    SendWr send;
+    RecvWr rwr;
+  };
+  std::vector<Held> held;
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -309,6 +328,33 @@ struct UdpEndpoint::Impl {
   };
   std::unordered_map<uint32_t, Region> regions;
 
+  // Chained connections (ConnInfo::engine): each engine id to the
+  // application's, and the engine ids given up, whose flushed work and
+  // late events are the driver's, never the application's (an id the engine
+  // hands out again leaves the set: start_connection, drain_events).
+  std::unordered_map<uint32_t, uint32_t> alias;
+  std::unordered_set<uint32_t> superseded;
+  [[nodiscard]] ConnId engine_id(ConnId app) const {
+    if (alias.empty()) return app;
+    const auto it = conns.find(app.v);
+    return it != conns.end() && it->second.engine != 0 ? ConnId{it->second.engine} : app;
+  }
+  // The engine's next completion, named as the application knows it.
+  bool next_completion(Completion& out);
+  bool chain(uint32_t app, ConnInfo& ci);
+  // Connections with a budget still connecting: while there are any, each
+  // post looks up its connection to keep a copy (hold).
+  uint32_t budgeted = 0;
+  void hold(ConnId app, const SendWr& send, const RecvWr* recv) {
+    const auto it = conns.find(app.v);
+    if (it == conns.end() || it->second.budget_end.ns == 0) return;
+    ConnInfo::Held h;
+    h.recv = recv != nullptr;
+    h.send = send;
+    if (recv != nullptr) h.rwr = *recv;
+    it->second.held.push_back(h);
+  }
+
   IoStats io;
   uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)
 
@@ -321,7 +367,9 @@ struct UdpEndpoint::Impl {
   // Held by join_thread from the stop to the join: a second caller (two
   // threads closing at once) waits until the thread is joined.
   std::mutex join_mu;
+  // The thread blocks (or is about to) on epfd: wake_thread writes wake_fd.
   std::atomic<bool> sleeping{false};
+  ProgressMode mode = ProgressMode::kSleeping;  // set before the thread starts
   // The application asked for fd(): it may sleep on it, so every round arms
   // the timerfd. Otherwise only the driver's own sleeps need it armed, and
   // arming per round (the ACK delay moves every other packet) costs a
@@ -420,6 +468,10 @@ struct UdpEndpoint::Impl {
   }
 
   void thread_main();
+  void sleeping_main();
+  void busy_main();
+  // Reads the timerfd and the eventfd among `n` events of epoll_wait.
+  void consume_wakeups(const epoll_event* evs, int n);
 
   // The accept queue (udp_endpoint.cpp): the next connection to hand over,
   // past those whose requester had given them up (abandoned()).

@@ -106,10 +106,14 @@ void UdpEndpoint::Impl::trim_ended() {
   while (ended.size() > kEndedKept) {
     const auto it = conns.find(ended.front());
     if (it != conns.end() && !live(it->second.state)) {  // (not an id reused since)
-      if (it->second.queued)
+      if (it->second.queued) {
         it->second.passed = true;
-      else
+      } else {
+        // Its engine connection's alias goes with it: no post names it any
+        // more, and while any alias is left every post looks its id up.
+        if (it->second.engine != 0) alias.erase(it->second.engine);
         conns.erase(it);
+      }
     }
     ended.pop_front();
   }
@@ -120,6 +124,14 @@ bool UdpEndpoint::Impl::drain_events() {
   Event ev;
   while (eng->poll_event(ev)) {
     any = true;
+    if (!superseded.empty() || !alias.empty()) {
+      if (superseded.count(ev.conn.v) != 0) {
+        if (ev.kind != EventKind::kAccepted) continue;  // a given-up one's: not the application's
+        superseded.erase(ev.conn.v);                    // the id handed out again
+      } else if (const auto a = alias.find(ev.conn.v); a != alias.end()) {
+        ev.conn.v = a->second;
+      }
+    }
     auto at = conns.find(ev.conn.v);
     if (at == conns.end()) {
       // A connection of ours has its entry from connect_start; one that
@@ -132,6 +144,14 @@ bool UdpEndpoint::Impl::drain_events() {
     // The first error stays: the close that follows one (the engine's
     // kClosed after connect() gave up, say) must not leave conn_error() empty.
     if (ci.state == ConnState::kError) continue;
+    if (ev.kind == EventKind::kConnectFailed && ev.status == Status::kConnectTimeout &&
+        ci.budget_end.ns != 0 && chain(ev.conn.v, ci))
+      continue;                   // still connecting, on the next connection
+    if (ci.budget_end.ns != 0) {  // the connect ended: nothing more to give again
+      ci.budget_end = TimeNs{0};
+      --budgeted;
+      std::vector<ConnInfo::Held>().swap(ci.held);
+    }
     ci.status = ev.status;
     switch (ev.kind) {
       case EventKind::kConnected:
@@ -164,6 +184,50 @@ bool UdpEndpoint::Impl::drain_events() {
     count_live(ci);
   }
   return any;
+}
+
+// One mechanism for connect() and connect_start's budget: the connection
+// whose connect_attempts requests went unanswered is given up (spec section
+// 4 has its requester answer a late ACCEPT with a DISCONNECT giving
+// kConnectTimeout) and another one (another id and nonce) opened at once,
+// while a connect_retry_ns of the budget is left, the time every other
+// request had for its answer. The application keeps its id (alias), and the
+// work it posted is given to the new connection in the order it was posted
+// (the engine flushed it with the old, whose completions next_completion
+// drops).
+bool UdpEndpoint::Impl::chain(uint32_t app, ConnInfo& ci) {
+  const TimeNs now = clock_now();
+  if (closed || ci.closer != ConnInfo::Closer::kNone ||
+      now.ns + cfg.connect_retry_ns > ci.budget_end.ns)
+    return false;
+  uint16_t cap = 0;
+  if (route_mtu_cap(ci.peer, cap)) return false;
+  ConnId next;
+  if (eng->connect(ci.peer, now, next, cap) != Status::kOk) return false;
+  const uint32_t old = ci.engine != 0 ? ci.engine : app;
+  superseded.insert(old);
+  if (old != app) alias.erase(old);
+  superseded.erase(next.v);
+  alias[next.v] = app;
+  ci.engine = next.v;
+  ++ci.chained;
+  // What the given-up connection's requests met, for the error if the
+  // budget runs out (a later connection's own failure comes first).
+  take_refusals(ci.peer, true);
+  if (const auto it = send_failed.find(ci.peer); it != send_failed.end()) ci.earlier = it->second;
+  for (const ConnInfo::Held& h : ci.held)
+    (void)(h.recv ? eng->post_recv(next, h.rwr) : eng->post_send(next, h.send));
+  return true;
+}
+
+bool UdpEndpoint::Impl::next_completion(Completion& out) {
+  while (eng->poll_completion(out)) {
+    if (superseded.empty() && alias.empty()) return true;
+    if (superseded.count(out.conn.v) != 0) continue;  // flushed with a given-up connection
+    if (const auto a = alias.find(out.conn.v); a != alias.end()) out.conn.v = a->second;
+    return true;
+  }
+  return false;
 }
 
 void UdpEndpoint::Impl::arm_timer(TimeNs now) {
@@ -214,13 +278,69 @@ void UdpEndpoint::Impl::block(std::chrono::nanoseconds timeout) {
   }
 }
 
+void UdpEndpoint::Impl::consume_wakeups(const epoll_event* evs, int n) {
+  bool timer = false;
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
+      uint64_t v;
+      (void)!::read(evs[i].data.fd, &v, sizeof(v));
+      timer |= evs[i].data.fd == timer_fd;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ++io.thread_wakeups;
+  if (timer) armed_ns = 0;
+}
+
 void UdpEndpoint::Impl::thread_main() {
+  if (mode == ProgressMode::kSleeping)
+    sleeping_main();
+  else
+    busy_main();
+}
+
+// Rounds while they move something; then blocks on epfd with no timeout.
+// `sleeping` is raised before the last round that found nothing, and stays
+// up until a round moves something: a post that the round missed came after
+// it took the lock, so its wake_thread sees the flag and writes wake_fd
+// (the mutex orders the two), and no post waits for a timer. Posts made
+// while it is up cost a write each: only between an idle round and the
+// first busy one.
+void UdpEndpoint::Impl::sleeping_main() {
+  epoll_event evs[8];
+  while (running.load(std::memory_order_acquire)) {
+    size_t moved;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      moved = progress_locked();
+      ++io.thread_rounds;
+      if (moved == 0 && sleeping.load(std::memory_order_relaxed)) arm_timer(clock_now());
+    }
+    if (moved != 0) {
+      sleeping.store(false, std::memory_order_relaxed);
+      cv.notify_all();
+      continue;
+    }
+    if (!sleeping.load(std::memory_order_relaxed)) {
+      // One more round after raising it: a post that saw it down was made
+      // before this round's lock, and the round sends it.
+      sleeping.store(true, std::memory_order_seq_cst);
+      continue;
+    }
+    const int n = epoll_wait(epfd, evs, 8, -1);
+    if (n > 0) consume_wakeups(evs, n);
+  }
+  sleeping.store(false, std::memory_order_relaxed);
+}
+
+void UdpEndpoint::Impl::busy_main() {
   uint32_t idle = 0;
   while (running.load(std::memory_order_acquire)) {
     size_t moved;
     {
       std::lock_guard<std::mutex> lk(mu);
       moved = progress_locked();
+      ++io.thread_rounds;
     }
     if (moved != 0) {
       idle = 0;
@@ -240,16 +360,7 @@ void UdpEndpoint::Impl::thread_main() {
     epoll_event evs[4];
     const int n = epoll_wait(epfd, evs, 4, 1);
     sleeping.store(false, std::memory_order_release);
-    for (int i = 0; i < n; ++i) {
-      if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
-        uint64_t v;
-        (void)!::read(evs[i].data.fd, &v, sizeof(v));
-        if (evs[i].data.fd == timer_fd) {
-          std::lock_guard<std::mutex> lk(mu);
-          armed_ns = 0;
-        }
-      }
-    }
+    consume_wakeups(evs, std::max(n, 0));
     if (n > 0) idle = 0;
   }
 }

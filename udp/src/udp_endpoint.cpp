@@ -90,8 +90,9 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   }
 }
 
-void UdpEndpoint::start_progress_thread() {
+void UdpEndpoint::start_progress_thread(ProgressMode mode) {
   if (impl_->running.load() || impl_->closed) return;
+  impl_->mode = mode;
   impl_->threaded.store(true, std::memory_order_release);
   impl_->running.store(true, std::memory_order_release);
   impl_->thread = std::thread([this] { impl_->thread_main(); });
@@ -146,7 +147,8 @@ Error UdpEndpoint::deregister_memory(uint32_t lkey) {
 namespace {
 // The engine's connection to `peer`, CONNECTING, and its entry here: the
 // last step of connect_start, and each further attempt of connect.
-Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out) {
+Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
+                       std::chrono::milliseconds budget) {
   uint16_t max_mtu = 0;
   if (Error e = im.route_mtu_cap(peer, max_mtu); e) return e;
   ConnId id;
@@ -168,9 +170,16 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out)
       e.peer = format_address(peer);
       return e;
     }
+    im.superseded.erase(id.v);  // (an id the engine handed out again)
+    im.alias.erase(id.v);
     ConnInfo& ci = im.conns[id.v];
     ci.state = ConnState::kConnecting;
     ci.peer = peer;
+    if (budget.count() > 0) {
+      ci.budget_end = TimeNs{clock_now().ns + static_cast<uint64_t>(budget.count()) * kMillisecond};
+      ci.budget_ms = budget.count();
+      ++im.budgeted;
+    }
     im.count_live(ci);
   }
   im.wake_thread();
@@ -190,57 +199,31 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   out = ConnId{};
   if (timeout.count() < 0) return negative_timeout("connect to " + address, timeout);
   ConnId id;
-  if (Error e = connect_start(address, id)) return e;
+  // The budget chains connections while it lasts (Impl::chain): the engine
+  // gives one connection connect_attempts requests, connect_retry apart
+  // (CONN-2: 8 x 10 ms by default), and a caller who passed seconds, to wait
+  // for a server that starts after the client, saw the connect fail after
+  // 80 ms.
+  if (Error e = connect_start(address, id, timeout)) return e;
   PeerAddr peer;
   {
     auto lk = impl_->guard();
     if (auto it = impl_->conns.find(id.v); it != impl_->conns.end()) peer = it->second.peer;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const auto retry = std::chrono::nanoseconds(impl_->cfg.connect_retry_ns);
-  // The engine gives a connection connect_attempts requests, connect_retry
-  // apart (CONN-2: 8 x 10 ms by default). A caller who passed seconds, to
-  // wait for a server that starts after the client, saw the connect fail
-  // after 80 ms; so while the caller's time lasts, each connection that ran
-  // out of requests unanswered is followed at once by another, and requests
-  // keep leaving every connect_retry, about timeout / connect_retry of them.
-  // Each is a new connection (id, nonce), as an application connecting again
-  // would open; one whose late ACCEPT still arrives is closed by the DISCONNECT
-  // that spec section 4 gives such an ACCEPT. A new one starts only with a
-  // connect_retry left, the time every other request had for its answer.
-  uint32_t connections = 1;
-  SendFailure earlier;  // the last failure an earlier connection's requests met
-  bool done = false;
-  for (;;) {
-    done = impl_->run_until(
-        [&] {
-          const auto it = impl_->conns.find(id.v);
-          return it == impl_->conns.end() || it->second.state != ConnState::kConnecting;
-        },
-        deadline);
-    if (!done || std::chrono::steady_clock::now() + retry > deadline) break;
-    {
-      auto lk = impl_->guard();
-      const auto it = impl_->conns.find(id.v);
-      if (impl_->closed || it == impl_->conns.end() || it->second.state != ConnState::kError ||
-          it->second.status != Status::kConnectTimeout)
-        break;
-      if (it->second.send_failure.err != 0) earlier = it->second.send_failure;
-      // Never the caller's: its entry goes, rather than push one of the
-      // application's own ended connections out of the latest kEndedKept.
-      if (const auto e = std::find(impl_->ended.rbegin(), impl_->ended.rend(), id.v);
-          e != impl_->ended.rend())
-        impl_->ended.erase(std::next(e).base());
-      impl_->conns.erase(it);
-    }
-    if (Error e = start_connection(*impl_, peer, id)) return e;
-    ++connections;
-  }
+  const bool done = impl_->run_until(
+      [&] {
+        const auto it = impl_->conns.find(id.v);
+        return it == impl_->conns.end() || it->second.state != ConnState::kConnecting;
+      },
+      deadline);
   auto lk = impl_->guard();
   const auto at = impl_->conns.find(id.v);
   ConnInfo ci;  // (no entry: ended long ago, kUnknown)
   ci.state = ConnState::kUnknown;
   if (at != impl_->conns.end()) ci = at->second;
+  const uint32_t connections = ci.chained + 1;
+  const SendFailure earlier = ci.earlier;
   // Established, even if only after the deadline: the lock was let go in
   // between, and closing it now would throw away a connection both ends have.
   if (ci.state == ConnState::kEstablished) {
@@ -265,11 +248,15 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   // the timeout, or no other would have followed).
   const bool ran_out = done && ci.status == Status::kConnectTimeout;
   if (!done) {
-    impl_->eng->close(id, clock_now());
+    impl_->eng->close(impl_->engine_id(id), clock_now());
     if (at != impl_->conns.end()) {
       ConnInfo& c = at->second;
       impl_->end_conn(id.v, c, ConnState::kError);
       c.status = Status::kConnectTimeout;
+      if (c.budget_end.ns != 0) {  // (the close's event finds it kError: cleared here)
+        c.budget_end = TimeNs{0};
+        --impl_->budgeted;
+      }
     }
   }
   // conn_error() says what the requests met, an earlier connection's too.
@@ -302,7 +289,13 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
+  return connect_start(address, out, std::chrono::milliseconds(0));
+}
+
+Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
+                                 std::chrono::milliseconds budget) {
   out = ConnId{};
+  if (budget.count() < 0) return negative_timeout("connect to " + address, budget);
   if (impl_->closed) {
     PeerAddr p;
     return impl_->closed_error(
@@ -359,7 +352,7 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
                 local_address() + " has " + (impl_->scope == 0 ? "none" : "another");
     return e;
   }
-  return start_connection(*impl_, peer, out);
+  return start_connection(*impl_, peer, out, budget);
 }
 
 // Closed by a DISCONNECT giving kConnectTimeout, which only a requester
@@ -430,7 +423,7 @@ void UdpEndpoint::close(ConnId conn) {
       it != impl_->conns.end() &&
       (it->second.state == ConnState::kConnecting || it->second.state == ConnState::kEstablished))
     it->second.closer = ConnInfo::Closer::kApplication;
-  impl_->eng->close(conn, clock_now());
+  impl_->eng->close(impl_->engine_id(conn), clock_now());
   impl_->wake_thread();
 }
 
@@ -462,7 +455,8 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
     return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
-  const Status s = impl_->eng->post_send(conn, wr);
+  const Status s = impl_->eng->post_send(impl_->engine_id(conn), wr);
+  if (s == Status::kOk && impl_->budgeted != 0) impl_->hold(conn, wr, nullptr);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
     const std::string why =
@@ -488,7 +482,8 @@ Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed)
     return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
-  const Status s = impl_->eng->post_recv(conn, wr);
+  const Status s = impl_->eng->post_recv(impl_->engine_id(conn), wr);
+  if (s == Status::kOk && impl_->budgeted != 0) impl_->hold(conn, SendWr{}, &wr);
   if (s == Status::kLocalProtection)
     return impl_->local_protection_error("post_recv (RECV", conn, wr.wr_id, wr.addr, wr.length,
                                          wr.lkey, kAccessLocalWrite);
@@ -554,20 +549,20 @@ Error UdpEndpoint::recv(ConnId conn, uint64_t wr_id, void* local, uint32_t len, 
 
 bool UdpEndpoint::poll_completion(Completion& out) {
   auto lk = impl_->guard();
-  return impl_->eng->poll_completion(out);
+  return impl_->next_completion(out);
 }
 
 size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
   if (out == nullptr) return 0;  // no room: nothing taken (udp.hpp)
   auto lk = impl_->guard();
   size_t n = 0;
-  while (n < max && impl_->eng->poll_completion(out[n])) ++n;
+  while (n < max && impl_->next_completion(out[n])) ++n;
   return n;
 }
 
 bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  return impl_->run_until([&] { return impl_->eng->poll_completion(out); }, deadline);
+  return impl_->run_until([&] { return impl_->next_completion(out); }, deadline);
 }
 
 Error UdpEndpoint::completion_error(const Completion& c) const {
@@ -588,6 +583,11 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
     const std::string sent = Impl::send_failure_clause(it->second.send_failure);
     if (!sent.empty()) what += "; " + sent;
   }
+  // A budget spent: the connect's whole time, not one connection's requests.
+  if (c.status == Status::kConnectTimeout && it != impl_->conns.end() && it->second.budget_ms != 0)
+    what += "; the connect timed out after " + std::to_string(it->second.budget_ms) +
+            " ms (connect_start's budget, " + std::to_string(it->second.chained + 1) +
+            " connections' requests unanswered)";
   if (c.status != Status::kFlushed) return impl_->make_error(c.status, what, c.conn);
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
@@ -605,7 +605,7 @@ EndpointStats UdpEndpoint::endpoint_stats() const {
 
 bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
   auto lk = impl_->guard();
-  const ConnStats* s = impl_->eng->conn_stats(conn);
+  const ConnStats* s = impl_->eng->conn_stats(impl_->engine_id(conn));
   if (s == nullptr) return false;
   out = *s;
   return true;
@@ -613,8 +613,9 @@ bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
 
 std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const {
   auto lk = impl_->guard();
-  std::vector<PathStats> v(impl_->eng->path_count(conn));
-  for (size_t i = 0; i < v.size(); ++i) (void)impl_->eng->path_stats(conn, i, v[i]);
+  const ConnId e = impl_->engine_id(conn);
+  std::vector<PathStats> v(impl_->eng->path_count(e));
+  for (size_t i = 0; i < v.size(); ++i) (void)impl_->eng->path_stats(e, i, v[i]);
   return v;
 }
 
@@ -642,7 +643,7 @@ void UdpEndpoint::close(bool graceful) {
       if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
         // (One the application closed already keeps that: its work went then.)
         if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
-        impl_->eng->close(ConnId{id}, now);
+        impl_->eng->close(impl_->engine_id(ConnId{id}), now);
         open.push_back(ConnId{id});
       }
     }
