@@ -36,6 +36,7 @@ using metaroce::udp::Options;
 using metaroce::udp::UdpEndpoint;
 using metaroce::udp::test::connect_pair;
 using metaroce::udp::test::FakeResponder;
+using metaroce::udp::test::kAllAccess;
 using metaroce::udp::test::loopback_socket;
 using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
@@ -43,9 +44,6 @@ using metaroce::udp::test::test_options;
 using metaroce::udp::test::with_handshake_budget;
 
 namespace {
-
-constexpr uint32_t kAllAccess =
-    metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
 
 void fill_pattern(std::vector<uint8_t>& v, uint32_t seed) {
   uint32_t x = seed * 2654435761u + 1;

@@ -13,6 +13,10 @@
 
 namespace metaroce::udp::test {
 
+// Every access a test's region may need.
+inline constexpr uint32_t kAllAccess =
+    metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
+
 inline uint16_t random_port() {
   static std::mt19937 rng(std::random_device{}());
   // Receive port + 16-port entropy block; stay below the ephemeral range.

@@ -28,14 +28,12 @@ using metaroce::udp::Options;
 using metaroce::udp::ProgressMode;
 using metaroce::udp::UdpEndpoint;
 using metaroce::udp::test::connect_pair;
+using metaroce::udp::test::kAllAccess;
 using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
 using metaroce::udp::test::test_options;
 
 namespace {
-
-constexpr uint32_t kAllAccess =
-    metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
 
 // CPU time of the whole process (every thread), in microseconds.
 int64_t process_cpu_us() {

@@ -60,6 +60,7 @@ using metaroce::udp::UdpEndpoint;
 using metaroce::udp::test::connect_pair;
 using metaroce::udp::test::FakeResponder;
 using metaroce::udp::test::handshake;
+using metaroce::udp::test::kAllAccess;
 using metaroce::udp::test::loopback;
 using metaroce::udp::test::loopback_socket;
 using metaroce::udp::test::open_on;
@@ -70,9 +71,6 @@ using metaroce::udp::test::test_options;
 using metaroce::udp::test::with_handshake_budget;
 
 namespace {
-
-constexpr uint32_t kAllAccess =
-    metaroce::kAccessLocalWrite | metaroce::kAccessRemoteWrite | metaroce::kAccessRemoteRead;
 
 bool ipv6_loopback_available() {
   const int fd = ::socket(AF_INET6, SOCK_DGRAM, 0);
