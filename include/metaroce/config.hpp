@@ -94,11 +94,14 @@ struct EndpointConfig {
   uint32_t max_connections = 65536;
   uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2
   uint32_t connect_attempts = 8;                  // CONN-2 (at most 65,535 are sent)
-  uint64_t context_idle_ns = 10 * kMillisecond;   // idle time before tracking contexts are pooled
   // Report every READ this endpoint answers once its responses are all
   // acknowledged (Endpoint::poll_read_served). Off by default: an
-  // application that polls none would queue one per READ it serves.
+  // application that polls none would queue one per READ it serves. (Here,
+  // in the hole before the next uint64_t: after it, the struct grew by 8
+  // bytes, and the engine's WRITE benchmark took about 10 % more cycles a
+  // packet for the same instructions.)
   bool read_served_events = false;
+  uint64_t context_idle_ns = 10 * kMillisecond;  // idle time before tracking contexts are pooled
   // Keys, connection ids, entropy values and initial PSNs derive from it. The
   // engine reads no entropy source (sans-IO): a driver in production MUST set
   // a random seed, or remote keys are predictable (spec MR-1).
