@@ -69,8 +69,9 @@ size_t UdpEndpoint::progress() {
   const size_t moved = impl_->progress_locked();
   // The sleeping thread armed its timer for the deadline it saw; this round
   // may have set an earlier one (a datagram it took before the thread's
-  // epoll_wait reported it, which then reports nothing, leaves a delayed
-  // ACK due in microseconds), and the thread would sleep past it. Moving
+  // epoll_wait reported it, which then reports nothing: a READ_REQ leaves
+  // its response's resend timer, a packet a delayed ACK), and the thread
+  // would sleep past it. Moving
   // the timer (arm_timer changes it only when the deadline comes earlier)
   // costs no wake-up when nothing changed, where waking the thread would
   // cost one on every call of a caller that polls.
