@@ -111,6 +111,13 @@ struct Options {
   // Every path is its own socket, so a round spread over 8 paths took 8
   // system calls; udp/README.md has the measurements.
   bool io_uring = true;
+  // Whether a connection a peer opens waits in the accept queue for
+  // accept()/try_accept() (G10 of docs/design/libfabric-provider.md). Off: it
+  // is established and used as any other, but never queued (an endpoint that
+  // learns its peers' connections from their completions, and names their
+  // peers with peer_addr(), need not drain a queue every round), and
+  // accept() is refused at once (kInvalidArgument), try_accept() false.
+  bool queue_accepted = true;
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
   // that arrive with it are handed to the engine flagged trimmed.
   uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
@@ -198,6 +205,16 @@ class UdpEndpoint {
 
   // Local address ("ip:port") and port of the receive socket; the entropy block.
   [[nodiscard]] std::string local_address() const;
+  // The same as a PeerAddr: what a peer passes to connect_start(const
+  // PeerAddr&) to reach this endpoint, and what its peer_addr() of the
+  // connection then reads (the datagrams' source address with the receive
+  // port). For an endpoint bound to a wildcard address (0.0.0.0, [::]) it is
+  // that wildcard address with the port, which names no host to a peer: such
+  // an endpoint's peers know it by whichever of its addresses they reach,
+  // and their peer_addr() names the address its answers came from, which
+  // differs from this. A provider that needs one name per endpoint binds to
+  // a specific address.
+  [[nodiscard]] PeerAddr local_peer_addr() const;
   [[nodiscard]] uint16_t port() const;
   [[nodiscard]] uint16_t entropy_min() const;
   [[nodiscard]] uint16_t entropy_max() const;
@@ -210,7 +227,10 @@ class UdpEndpoint {
   // an engine timer). Do not read from it.
   [[nodiscard]] int fd() const;
   // One round: receive (up to a few batches), timers, transmit, and collect
-  // events. Returns the number of datagrams received and sent.
+  // events. Returns the number of datagrams received and sent. Called while
+  // the sleeping progress thread waits, it moves that thread's timer to an
+  // earlier deadline the round set (a delayed ACK for a datagram this round
+  // took from under it, say), which the thread would otherwise sleep past.
   size_t progress();
   // One progress() round; if nothing moved, waits on fd() (a datagram, a
   // timer, a post) at most `timeout`, and runs another, until one moves
@@ -283,10 +303,21 @@ class UdpEndpoint {
   // under way every post keeps a copy of its request (a look-up and an
   // allocation), until it ends.
   Error connect_start(const std::string& address, ConnId& out, std::chrono::milliseconds budget);
+  // The same with the peer as a binary address (the string forms parse theirs
+  // and call these), as a provider's address vector holds it: another
+  // endpoint's local_peer_addr(), a peer_addr(), or parse_address()'s. A
+  // PeerAddr that is not one of this driver's (len other than 19, a family
+  // byte other than 4 or 6, an IPv4 one without the v4-mapped prefix) is
+  // kInvalidArgument, as are port 0 and a peer of a family the endpoint does
+  // not reach. A link-local IPv6 peer is reached through the endpoint's own
+  // interface (PeerAddr holds none).
+  Error connect_start(const PeerAddr& peer, ConnId& out);
+  Error connect_start(const PeerAddr& peer, ConnId& out, std::chrono::milliseconds budget);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every
   // connection a peer opens waits in a queue until accept() or try_accept()
   // takes it, ended or not (a few bytes each, without bound): an endpoint
-  // that peers connect to must take them, even if only to close them.
+  // that peers connect to must take them, even if only to close them, or
+  // open with Options::queue_accepted off.
   // Except one its requester had given up: a requester whose connect gave
   // up a connection for its unanswered requests (connect() does so for
   // each but the last it opens, connect_start when it fails) answers a late
@@ -329,6 +360,11 @@ class UdpEndpoint {
   // the string the peer's own local_address() returns, unless the peer is
   // bound to a wildcard address, which its local_address() names instead.
   [[nodiscard]] std::string peer_address(ConnId conn) const;
+  // The same as a PeerAddr (len 0 where peer_address() is empty): equal to
+  // the peer's local_peer_addr() unless the peer is bound to a wildcard
+  // address, with no text formatted or parsed, for a provider that matches
+  // accepted connections to its address vector's binary entries.
+  [[nodiscard]] PeerAddr peer_addr(ConnId conn) const;
 
   // --- work requests (queued; progress() sends them) ---
   // On a connection that ended (state() kClosed or kError) a post is
@@ -350,6 +386,22 @@ class UdpEndpoint {
   // serve many peers; needs Options::engine.shared_rq_depth > 0. Its
   // completion names the connection whose message filled it.
   Error post_shared_recv(const RecvWr& wr);
+  // The same posts returning the status alone: a refusal (kQueueFull above
+  // all, which a provider turns into -FI_EAGAIN and its caller retries in a
+  // loop) allocates nothing and formats no text. (A post made while a
+  // connect_start with a budget is under way still keeps a copy of its
+  // request, as above.) The Error forms are these and, on a refusal, the
+  // *_error call below; the words of a refusal are wanted only when it is
+  // reported, and those calls give them: the same Error the Error form would
+  // have returned, if nothing changed in between (a refusal that names
+  // what ended the connection reads the connection as it is when asked).
+  [[nodiscard]] Status try_post_send(ConnId conn, const SendWr& wr);
+  [[nodiscard]] Status try_post_recv(ConnId conn, const RecvWr& wr);
+  [[nodiscard]] Status try_post_shared_recv(const RecvWr& wr);
+  // The Error of a post refused with `s` (an empty Error for kOk).
+  [[nodiscard]] Error post_send_error(Status s, ConnId conn, const SendWr& wr) const;
+  [[nodiscard]] Error post_recv_error(Status s, ConnId conn, const RecvWr& wr) const;
+  [[nodiscard]] Error post_shared_recv_error(Status s, const RecvWr& wr) const;
   Error write(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey,
               uint64_t remote_addr, uint64_t rkey);
   Error write_imm(ConnId conn, uint64_t wr_id, const void* local, uint32_t len, uint32_t lkey,
@@ -374,6 +426,13 @@ class UdpEndpoint {
   // that ended otherwise than by a close here, as conn_error() says it ("; the
   // connection ended with kRemoteLengthError (...)", "... kConnectRefused").
   [[nodiscard]] Error completion_error(const Completion& c) const;
+  // The next READ this endpoint served whose responses are all acknowledged
+  // (metaroce::ReadServed: connection, lkey, address, length); false when
+  // none. Only with Options::engine.read_served_events (off by default;
+  // on, an endpoint that polls none keeps one entry per READ it serves): a
+  // rendezvous sender releases its buffer on it, as the requester's FIN says
+  // only that the bytes were placed (G3 of docs/design/libfabric-provider.md).
+  bool poll_read_served(ReadServed& out);
 
   // --- statistics ---
   [[nodiscard]] EndpointStats endpoint_stats() const;

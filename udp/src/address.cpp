@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "metaroce/udp.hpp"
 
@@ -53,6 +55,28 @@ uint32_t route_mtu(const PeerAddr& a, int family, const PeerAddr& from, uint32_t
                                       : getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &ml)) == 0;
   ::close(fd);
   return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : 0;
+}
+
+bool valid_peer_addr(const PeerAddr& a, std::string* why) {
+  const auto fail = [&](std::string text) {
+    if (why != nullptr) *why = std::move(text);
+    return false;
+  };
+  if (a.len != kPeerAddrLen)
+    return fail("the PeerAddr's len is " + std::to_string(a.len) + ", not " +
+                std::to_string(kPeerAddrLen) +
+                " (an address of this driver: parse_address, local_peer_addr, peer_addr)");
+  const bool mapped = std::memcmp(a.bytes, kV4Mapped, 12) == 0;
+  if (a.bytes[18] == 4 && !mapped)
+    return fail(
+        "the PeerAddr's family byte says IPv4 but its address is not v4-mapped "
+        "(::ffff:a.b.c.d)");
+  if (a.bytes[18] == 6 && mapped)
+    return fail("the PeerAddr's family byte says IPv6 but its address is v4-mapped (IPv4)");
+  if (a.bytes[18] != 4 && a.bytes[18] != 6)
+    return fail("the PeerAddr's family byte is " + std::to_string(a.bytes[18]) +
+                ", neither 4 (IPv4) nor 6 (IPv6)");
+  return true;
 }
 
 bool same_host(const PeerAddr& a, const PeerAddr& b) {

@@ -25,6 +25,10 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 // ("fe80::1%eth0") in *scope (0: none).
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why, int family, uint32_t* scope);
+// A PeerAddr of this driver's layout (udp.hpp): len kPeerAddrLen, family
+// byte 4 (with the v4-mapped prefix) or 6 (without); else
+// false and, where why is not null, what is wrong.
+[[nodiscard]] bool valid_peer_addr(const PeerAddr& a, std::string* why);
 // fe80::/10, which needs an interface to be reached.
 [[nodiscard]] bool is_link_local(const PeerAddr& a);
 // The MTU of the kernel's route to `a` from a socket of `family` bound to

@@ -213,11 +213,8 @@ Error UdpEndpoint::Impl::closed_error(const std::string& what, ConnId conn,
   return e;
 }
 
-Error UdpEndpoint::Impl::check_post(Status s, ConnId conn, const char* what) {
-  if (s == Status::kOk) {
-    wake_thread();
-    return {};
-  }
+Error UdpEndpoint::Impl::post_error(Status s, ConnId conn, const char* what) const {
+  if (s == Status::kOk) return {};
   // The engine says only "not established" of a connection that ended, and
   // "unknown connection id" once it has let it go, while state() here still
   // reads kClosed or kError: name what ended it, which the application

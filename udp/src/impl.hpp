@@ -479,6 +479,11 @@ struct UdpEndpoint::Impl {
   void skip_abandoned();
   bool take_accepted(ConnId& out);
 
+  // udp_endpoint.cpp: connect_start's checks of a parsed peer (`address`:
+  // as the caller named it, for the errors), then the connection.
+  Error connect_checked(const PeerAddr& peer, uint32_t peer_scope, const std::string& address,
+                        ConnId& out, std::chrono::milliseconds budget);
+
   // errors.cpp
   std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
@@ -504,7 +509,9 @@ struct UdpEndpoint::Impl {
   // The failure as a clause of an error message: "the last send to the peer
   // failed: sendmmsg: ..." or, for an ICMP refusal, what it means; "" for none.
   [[nodiscard]] static std::string send_failure_clause(const SendFailure& f);
-  Error check_post(Status s, ConnId conn, const char* what);
+  // A post's refusal `s` in words (an empty Error for kOk): the try_post_*
+  // calls return the status alone, and the text is built only here.
+  [[nodiscard]] Error post_error(Status s, ConnId conn, const char* what) const;
   // A post that failed kLocalProtection: "post_send (WRITE wr_id 5: 64 bytes
   // at 0x1000-0x103f, lkey 3) failed: <why>", why from `regions`. `what`
   // names the call and opcode; `need` is the access the buffer needs.

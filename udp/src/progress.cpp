@@ -163,8 +163,10 @@ bool UdpEndpoint::Impl::drain_events() {
         ci.state = ConnState::kEstablished;
         take_refusals(ci.peer, false);
         if (!send_failed.empty()) send_failed.erase(ci.peer);
-        ci.queued = true;
-        accepted.push_back(ev.conn);
+        if (opts.queue_accepted) {  // else the application learns it from its completions
+          ci.queued = true;
+          accepted.push_back(ev.conn);
+        }
         break;
       case EventKind::kConnectFailed:
       case EventKind::kError:

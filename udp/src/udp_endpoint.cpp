@@ -49,6 +49,7 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
 }
 
 std::string UdpEndpoint::local_address() const { return format_address(impl_->local); }
+PeerAddr UdpEndpoint::local_peer_addr() const { return impl_->local; }
 uint16_t UdpEndpoint::port() const { return address_port(impl_->local); }
 uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
 uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
@@ -65,7 +66,19 @@ int UdpEndpoint::fd() const {
 
 size_t UdpEndpoint::progress() {
   auto lk = impl_->guard();
-  return impl_->progress_locked();
+  const size_t moved = impl_->progress_locked();
+  // The sleeping thread armed its timer for the deadline it saw; this round
+  // may have set an earlier one (a datagram it took before the thread's
+  // epoll_wait reported it, which then reports nothing: a READ_REQ leaves
+  // its response's resend timer, a packet a delayed ACK), and the thread
+  // would sleep past it. Moving
+  // the timer (arm_timer changes it only when the deadline comes earlier)
+  // costs no wake-up when nothing changed, where waking the thread would
+  // cost one on every call of a caller that polls.
+  if (impl_->sleeping.load(std::memory_order_acquire) &&
+      !impl_->fd_exported.load(std::memory_order_relaxed))
+    impl_->arm_timer(clock_now());
+  return moved;
 }
 
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
@@ -315,6 +328,37 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
     e.message = "connect to " + address + ": " + why;
     return e;
   }
+  return impl_->connect_checked(peer, peer_scope, address, out, budget);
+}
+
+Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out) {
+  return connect_start(peer, out, std::chrono::milliseconds(0));
+}
+
+Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
+                                 std::chrono::milliseconds budget) {
+  out = ConnId{};
+  std::string why;
+  if (!valid_peer_addr(peer, &why)) {
+    // Formatting it would read garbage as an address: say what is wrong.
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.message = "connect: " + why;
+    return e;
+  }
+  const std::string shown = format_address(peer);
+  if (budget.count() < 0) return negative_timeout("connect to " + shown, budget);
+  if (impl_->closed) return impl_->closed_error("connect to " + shown, ConnId{}, shown);
+  return impl_->connect_checked(peer, 0, shown, out, budget);
+}
+
+// What both forms of connect_start check of a well-formed peer: a port, a
+// family the sockets reach, an interface for a link-local one. `address`
+// is the peer as the caller named it.
+Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_scope,
+                                         const std::string& address, ConnId& out,
+                                         std::chrono::milliseconds budget) {
+  const std::string local_text = format_address(local);
   if (address_port(peer) == 0) {  // no socket has it: every request would fail (EINVAL)
     Error e;
     e.status = Status::kInvalidArgument;
@@ -322,37 +366,35 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
     e.message = "connect to " + e.peer + ": port 0 names no socket; give the peer's port";
     return e;
   }
-  if (impl_->family == AF_INET && !address_is_v4(peer)) {
+  if (family == AF_INET && !address_is_v4(peer)) {
     Error e;
     e.status = Status::kInvalidArgument;
     e.peer = format_address(peer);
-    e.message = "connect to " + e.peer + ": an IPv4 endpoint (" + local_address() +
+    e.message = "connect to " + e.peer + ": an IPv4 endpoint (" + local_text +
                 ") cannot reach an IPv6 peer";
     return e;
   }
-  if (impl_->family == AF_INET6 && !impl_->wild && address_is_v4(peer)) {
+  if (family == AF_INET6 && !wild && address_is_v4(peer)) {
     // Bound to one IPv6 address, the sockets are IPv6-only (IPV6_V6ONLY):
     // every send to an IPv4 peer would fail with ENETUNREACH.
     Error e;
     e.status = Status::kInvalidArgument;
     e.peer = format_address(peer);
-    e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" +
-                local_address() +
+    e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" + local_text +
                 ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
     return e;
   }
-  if (is_link_local(peer) &&
-      (impl_->scope == 0 || (peer_scope != 0 && peer_scope != impl_->scope))) {
+  if (is_link_local(peer) && (scope == 0 || (peer_scope != 0 && peer_scope != scope))) {
     // PeerAddr holds no interface: the endpoint's is the only one it knows.
     Error e;
     e.status = Status::kInvalidArgument;
     e.peer = address;
     e.message = "connect to " + address + ": a link-local peer is reached through the interface " +
                 "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
-                local_address() + " has " + (impl_->scope == 0 ? "none" : "another");
+                local_text + " has " + (scope == 0 ? "none" : "another");
     return e;
   }
-  return start_connection(*impl_, peer, out, budget);
+  return start_connection(*this, peer, out, budget);
 }
 
 // Closed by a DISCONNECT giving kConnectTimeout, which only a requester
@@ -402,6 +444,16 @@ bool UdpEndpoint::try_accept(ConnId& out) {
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   out = ConnId{};
   if (timeout.count() < 0) return negative_timeout("accept on " + local_address(), timeout);
+  if (!impl_->opts.queue_accepted) {
+    // Nothing will ever be queued: waiting out the timeout would only hide
+    // the option.
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.message = "accept on " + local_address() +
+                ": Options::queue_accepted is off, so no connection is queued for accept(); "
+                "connections appear in completions (peer_addr() names their peers)";
+    return e;
+  }
   if (impl_->closed) return impl_->closed_error("accept");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // (pred runs under the lock; the connection is taken there, as another
@@ -451,12 +503,63 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
   return p.len != 0 ? format_address(p) : std::string();
 }
 
-Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
+// The hot path of a provider: a refusal (kQueueFull, retried in a loop)
+// returns its status with nothing allocated; the *_error calls build the
+// words only when the caller reports them.
+Status UdpEndpoint::try_post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
-  if (impl_->closed)
-    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
+  if (impl_->closed) return Status::kNotConnected;
   const Status s = impl_->eng->post_send(impl_->engine_id(conn), wr);
-  if (s == Status::kOk && impl_->budgeted != 0) impl_->hold(conn, wr, nullptr);
+  if (s != Status::kOk) return s;
+  if (impl_->budgeted != 0) impl_->hold(conn, wr, nullptr);
+  impl_->wake_thread();
+  return s;
+}
+
+Status UdpEndpoint::try_post_recv(ConnId conn, const RecvWr& wr) {
+  auto lk = impl_->guard();
+  if (impl_->closed) return Status::kNotConnected;
+  const Status s = impl_->eng->post_recv(impl_->engine_id(conn), wr);
+  if (s != Status::kOk) return s;
+  if (impl_->budgeted != 0) impl_->hold(conn, SendWr{}, &wr);
+  impl_->wake_thread();
+  return s;
+}
+
+Status UdpEndpoint::try_post_shared_recv(const RecvWr& wr) {
+  auto lk = impl_->guard();
+  if (impl_->closed) return Status::kNotConnected;
+  const Status s = impl_->eng->post_shared_recv(wr);
+  if (s == Status::kOk) impl_->wake_thread();
+  return s;
+}
+
+PeerAddr UdpEndpoint::peer_addr(ConnId conn) const {
+  auto lk = impl_->guard();
+  if (const auto it = impl_->conns.find(conn.v); it != impl_->conns.end()) return it->second.peer;
+  return impl_->eng->peer_of(conn);
+}
+
+Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
+  const Status s = try_post_send(conn, wr);
+  return s == Status::kOk ? Error{} : post_send_error(s, conn, wr);
+}
+
+Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
+  const Status s = try_post_recv(conn, wr);
+  return s == Status::kOk ? Error{} : post_recv_error(s, conn, wr);
+}
+
+Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
+  const Status s = try_post_shared_recv(wr);
+  return s == Status::kOk ? Error{} : post_shared_recv_error(s, wr);
+}
+
+Error UdpEndpoint::post_send_error(Status s, ConnId conn, const SendWr& wr) const {
+  if (s == Status::kOk) return {};
+  auto lk = impl_->guard();
+  if (impl_->closed && s == Status::kNotConnected)
+    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
     const std::string why =
@@ -467,7 +570,7 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
             : "invalid request";
     return impl_->make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
   }
-  if (s == Status::kLocalProtection) {
+  if (s == Status::kLocalProtection && static_cast<size_t>(wr.op) < 5) {
     static constexpr const char* kPosts[] = {"post_send (WRITE", "post_send (WRITE_IMM",
                                              "post_send (SEND", "post_send (SEND_IMM",
                                              "post_send (READ"};
@@ -475,30 +578,29 @@ Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
         kPosts[static_cast<size_t>(wr.op)], conn, wr.wr_id, wr.local_addr, wr.length, wr.lkey,
         wr.op == WrOpcode::kRead ? uint32_t{kAccessLocalWrite} : 0);
   }
-  return impl_->check_post(s, conn, "post_send");
+  return impl_->post_error(s, conn, "post_send");
 }
 
-Error UdpEndpoint::post_recv(ConnId conn, const RecvWr& wr) {
+Error UdpEndpoint::post_recv_error(Status s, ConnId conn, const RecvWr& wr) const {
+  if (s == Status::kOk) return {};
   auto lk = impl_->guard();
-  if (impl_->closed)
+  if (impl_->closed && s == Status::kNotConnected)
     return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
-  const Status s = impl_->eng->post_recv(impl_->engine_id(conn), wr);
-  if (s == Status::kOk && impl_->budgeted != 0) impl_->hold(conn, SendWr{}, &wr);
   if (s == Status::kLocalProtection)
     return impl_->local_protection_error("post_recv (RECV", conn, wr.wr_id, wr.addr, wr.length,
                                          wr.lkey, kAccessLocalWrite);
-  return impl_->check_post(s, conn, "post_recv");
+  return impl_->post_error(s, conn, "post_recv");
 }
 
-Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
+Error UdpEndpoint::post_shared_recv_error(Status s, const RecvWr& wr) const {
+  if (s == Status::kOk) return {};
   auto lk = impl_->guard();
-  if (impl_->closed)
+  if (impl_->closed && s == Status::kNotConnected)
     return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
-  const Status s = impl_->eng->post_shared_recv(wr);
   if (s == Status::kLocalProtection)
     return impl_->local_protection_error("post_shared_recv (RECV", ConnId{}, wr.wr_id, wr.addr,
                                          wr.length, wr.lkey, kAccessLocalWrite);
-  return impl_->check_post(s, ConnId{}, "post_shared_recv");
+  return impl_->post_error(s, ConnId{}, "post_shared_recv");
 }
 
 namespace {
@@ -545,6 +647,19 @@ Error UdpEndpoint::recv(ConnId conn, uint64_t wr_id, void* local, uint32_t len, 
   wr.length = len;
   wr.lkey = lkey;
   return post_recv(conn, wr);
+}
+
+bool UdpEndpoint::poll_read_served(ReadServed& out) {
+  auto lk = impl_->guard();
+  while (impl_->eng->poll_read_served(out)) {
+    // Named as the application knows the connection (a chained connect's
+    // first id); one given up carried no READ of the peer's.
+    if (!impl_->superseded.empty() && impl_->superseded.count(out.conn.v) != 0) continue;
+    if (const auto a = impl_->alias.find(out.conn.v); a != impl_->alias.end())
+      out.conn.v = a->second;
+    return true;
+  }
+  return false;
 }
 
 bool UdpEndpoint::poll_completion(Completion& out) {

@@ -1,0 +1,427 @@
+// The driver calls a libfabric provider needs (docs/design/libfabric-provider.md
+// section 6): status-only posts that allocate nothing when refused (G14),
+// peers as binary addresses (G5), connections left out of the accept queue
+// (G10), READs served (G3), and progress() under the sleeping thread.
+//
+// This executable replaces the global operator new with one that counts the
+// calling thread's allocations, so that a refused post is seen to take none.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "metaroce/udp.hpp"
+#include "udp_pair.hpp"
+
+// ------------------------------------------------------------ counting new
+
+namespace {
+// Per thread, so that another thread's allocations (gtest's, a progress
+// thread's) are not counted against the calls under test.
+thread_local uint64_t t_news = 0;
+
+void* counted(size_t n) {
+  ++t_news;
+  return std::malloc(n == 0 ? 1 : n);
+}
+[[gnu::noinline]] void release(void* p) { std::free(p); }
+}  // namespace
+
+void* operator new(size_t n) {
+  if (void* p = counted(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) {
+  if (void* p = counted(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted(n); }
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, size_t) noexcept { release(p); }
+void operator delete[](void* p, size_t) noexcept { release(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+
+namespace {
+
+using namespace std::chrono_literals;
+using metaroce::ConnId;
+using metaroce::Status;
+using metaroce::udp::ConnState;
+using metaroce::udp::Error;
+using metaroce::udp::Options;
+using metaroce::udp::UdpEndpoint;
+using metaroce::udp::test::connect_pair;
+using metaroce::udp::test::kAllAccess;
+using metaroce::udp::test::open_on;
+using metaroce::udp::test::Pair;
+using metaroce::udp::test::test_options;
+
+// Both endpoints' progress until pred() or 5 s.
+template <class Pred>
+bool pump(UdpEndpoint& a, UdpEndpoint& b, Pred pred) {
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < end) {
+    (void)a.progress();
+    (void)b.progress();
+    if (pred()) return true;
+  }
+  return false;
+}
+
+// ------------------------------------------------------------ G14
+
+// A provider retries a post refused kQueueFull in a loop (-FI_EAGAIN): the
+// try_ form refuses it with no allocation, and its status is the Error
+// form's, whose words post_send_error gives on request.
+TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
+  Options co = test_options();
+  co.engine.sq_depth = 4;
+  co.engine.rq_depth = 2;
+  Pair p = connect_pair("127.0.0.1", test_options(), co);
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> buf(4096);
+  metaroce::MemoryRegion mr;
+  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
+  metaroce::SendWr wr;
+  wr.op = metaroce::WrOpcode::kSend;
+  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  wr.length = 8;
+  wr.lkey = mr.lkey;
+  // No progress: the send queue fills.
+  for (uint64_t i = 0; i < 4; ++i) {
+    wr.wr_id = i;
+    ASSERT_EQ(p.client->try_post_send(p.cconn, wr), Status::kOk);
+  }
+  metaroce::RecvWr rwr;
+  rwr.addr = wr.local_addr;
+  rwr.length = 64;
+  rwr.lkey = mr.lkey;
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_EQ(p.client->try_post_recv(p.cconn, rwr), Status::kOk);
+
+  wr.wr_id = 99;
+  Status full = Status::kOk, rfull = Status::kOk, shared = Status::kOk, unknown = Status::kOk;
+  const uint64_t before = t_news;
+  for (int i = 0; i < 1000; ++i) {
+    full = p.client->try_post_send(p.cconn, wr);
+    rfull = p.client->try_post_recv(p.cconn, rwr);
+    shared = p.client->try_post_shared_recv(rwr);  // no shared queue configured
+    unknown = p.client->try_post_send(ConnId{p.cconn.v ^ 0x5a5a5a5au}, wr);
+  }
+  const uint64_t news = t_news - before;
+  EXPECT_EQ(news, 0u) << "refused posts allocated";
+  EXPECT_EQ(full, Status::kQueueFull);
+  EXPECT_EQ(rfull, Status::kQueueFull);
+  EXPECT_NE(shared, Status::kOk);
+  EXPECT_NE(unknown, Status::kOk);
+
+  // The Error forms: the same statuses, and the words post_*_error gives.
+  // (The counter sees their allocations: the text is built per refusal.)
+  const uint64_t error_before = t_news;
+  const Error e = p.client->post_send(p.cconn, wr);
+  EXPECT_GT(t_news - error_before, 0u);
+  EXPECT_EQ(e.status, full);
+  EXPECT_FALSE(e.message.empty());
+  const Error d = p.client->post_send_error(full, p.cconn, wr);
+  EXPECT_EQ(d.status, e.status);
+  EXPECT_EQ(d.message, e.message);
+  EXPECT_EQ(d.peer, e.peer);
+  EXPECT_EQ(d.conn, e.conn);
+  const Error re = p.client->post_recv(p.cconn, rwr);
+  EXPECT_EQ(re.status, rfull);
+  EXPECT_EQ(p.client->post_recv_error(rfull, p.cconn, rwr).message, re.message);
+  const Error se = p.client->post_shared_recv(rwr);
+  EXPECT_EQ(se.status, shared);
+  EXPECT_EQ(p.client->post_shared_recv_error(shared, rwr).message, se.message);
+  const ConnId other{p.cconn.v ^ 0x5a5a5a5au};
+  const Error ue = p.client->post_send(other, wr);
+  EXPECT_EQ(ue.status, unknown);
+  EXPECT_EQ(p.client->post_send_error(unknown, other, wr).message, ue.message);
+  EXPECT_TRUE(p.client->post_send_error(Status::kOk, p.cconn, wr).ok());
+
+  // A bad lkey: the words name it, by either path.
+  metaroce::SendWr bad = wr;
+  bad.lkey = mr.lkey + 1000;
+  p.client->close(false);
+  // After close() every post is refused kNotConnected, still without allocating.
+  const uint64_t closed_before = t_news;
+  const Status closed = p.client->try_post_send(p.cconn, bad);
+  EXPECT_EQ(t_news - closed_before, 0u);
+  EXPECT_EQ(closed, Status::kNotConnected);
+  const Error ce = p.client->post_send(p.cconn, bad);
+  EXPECT_EQ(ce.status, closed);
+  EXPECT_EQ(p.client->post_send_error(closed, p.cconn, bad).message, ce.message);
+  EXPECT_NE(ce.message.find("the endpoint is closed"), std::string::npos) << ce.message;
+}
+
+// kLocalProtection's words (which lkey, which range) come from the error
+// call alone: the try_ form still says only the status.
+TEST(UdpTryPost, ALocalProtectionRefusalIsDescribedOnRequest) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> buf(256);
+  metaroce::MemoryRegion mr;
+  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
+  metaroce::SendWr wr;
+  wr.op = metaroce::WrOpcode::kWrite;
+  wr.wr_id = 7;
+  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  wr.length = 512;  // past the region's end
+  wr.lkey = mr.lkey;
+  const uint64_t before = t_news;
+  const Status s = p.client->try_post_send(p.cconn, wr);
+  EXPECT_EQ(t_news - before, 0u);
+  ASSERT_EQ(s, Status::kLocalProtection);
+  const Error e = p.client->post_send_error(s, p.cconn, wr);
+  EXPECT_EQ(e.status, Status::kLocalProtection);
+  EXPECT_NE(e.message.find("post_send (WRITE wr_id 7"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("not all inside"), std::string::npos) << e.message;
+  EXPECT_EQ(p.client->post_send(p.cconn, wr).message, e.message);
+}
+
+// ------------------------------------------------------------ G5
+
+// Connects a client on `host` to a server there by the server's binary
+// address; the server's progress thread answers.
+void connect_by_peer_addr(const std::string& host) {
+  auto server = open_on(host);
+  auto client = open_on(host, metaroce::udp::test::with_handshake_budget(test_options()));
+  ASSERT_TRUE(server && client);
+  // The binary form of what local_address() says.
+  metaroce::PeerAddr parsed;
+  ASSERT_TRUE(metaroce::udp::parse_address(server->local_address(), 0, parsed));
+  EXPECT_EQ(server->local_peer_addr(), parsed);
+  EXPECT_EQ(metaroce::udp::format_address(server->local_peer_addr()), server->local_address());
+  server->start_progress_thread();
+  ConnId c;
+  const Error e = client->connect_start(server->local_peer_addr(), c, 10s);
+  ASSERT_FALSE(e) << e.message;
+  ASSERT_NE(c.v, 0u);
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (client->state(c) == ConnState::kConnecting && std::chrono::steady_clock::now() < end)
+    client->wait(1ms);
+  ASSERT_EQ(client->state(c), ConnState::kEstablished);
+  ConnId s;
+  const Error a = server->accept(10s, s);
+  ASSERT_FALSE(a) << a.message;
+  // Each side names the other by the address the other calls its own.
+  EXPECT_EQ(server->peer_addr(s), client->local_peer_addr());
+  EXPECT_EQ(client->peer_addr(c), server->local_peer_addr());
+  EXPECT_EQ(metaroce::udp::format_address(server->peer_addr(s)), server->peer_address(s));
+  EXPECT_EQ(metaroce::udp::address_is_v4(client->peer_addr(c)),
+            host.find(':') == std::string::npos);
+  EXPECT_EQ(server->peer_addr(ConnId{s.v ^ 0x5a5a5a5au}).len, 0);  // none: no address
+}
+
+TEST(UdpPeerAddr, ConnectsByTheServersBinaryAddressOverIPv4) { connect_by_peer_addr("127.0.0.1"); }
+TEST(UdpPeerAddr, ConnectsByTheServersBinaryAddressOverIPv6) { connect_by_peer_addr("::1"); }
+
+TEST(UdpPeerAddr, AMalformedPeerAddrIsRefusedWithItsReason) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  const auto refused = [&](const metaroce::PeerAddr& a, const std::string& words) {
+    ConnId c{123};
+    const Error e = ep->connect_start(a, c);
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << words;
+    EXPECT_EQ(c.v, 0u) << words;
+    EXPECT_NE(e.message.find(words), std::string::npos) << e.message;
+  };
+  refused(metaroce::PeerAddr{}, "len is 0, not 19");
+  metaroce::PeerAddr family0 = ep->local_peer_addr();
+  family0.bytes[18] = 0;
+  refused(family0, "family byte is 0, neither 4 (IPv4) nor 6 (IPv6)");
+  metaroce::PeerAddr unmapped = ep->local_peer_addr();
+  unmapped.bytes[10] = 0;  // no longer ::ffff:a.b.c.d, still "IPv4"
+  refused(unmapped, "not v4-mapped");
+  metaroce::PeerAddr port0 = ep->local_peer_addr();
+  port0.bytes[16] = port0.bytes[17] = 0;
+  refused(port0, "port 0 names no socket");
+  metaroce::PeerAddr v6;
+  ASSERT_TRUE(metaroce::udp::parse_address("[::1]:5000", 0, v6));
+  refused(v6, "an IPv4 endpoint (" + ep->local_address() + ") cannot reach an IPv6 peer");
+  // Nothing was started: the endpoint sent no request.
+  EXPECT_EQ(ep->io_stats().tx_datagrams, 0u);
+}
+
+// A wildcard-bound endpoint's local_peer_addr names the wildcard (udp.hpp):
+// what its peers reach it at is their own choice.
+TEST(UdpPeerAddr, AWildcardEndpointNamesItsWildcardAddress) {
+  auto ep = open_on("0.0.0.0");
+  ASSERT_TRUE(ep);
+  metaroce::PeerAddr any;
+  ASSERT_TRUE(metaroce::udp::parse_address("0.0.0.0", ep->port(), any));
+  EXPECT_EQ(ep->local_peer_addr(), any);
+}
+
+// ------------------------------------------------------------ progress()
+
+// The threads of this process other than those in `before`.
+std::set<pid_t> tasks() {
+  std::set<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    out.insert(static_cast<pid_t>(std::stoi(e.path().filename().string())));
+  return out;
+}
+
+// The caller's progress() takes a datagram while the sleeping thread waits:
+// its epoll_wait, woken for the datagram, finds the socket empty and sleeps
+// on without returning, its timer still armed for the keepalive (10 s). The
+// datagram is a READ_REQ: the round sends the response and sets the timer
+// that resends it unless acknowledged (LOSS-8's probe, then the RTO). The
+// requester, driven by hand, sends no ACK while the test sleeps, and the
+// caller calls nothing more: only the thread can resend, and only if the
+// caller's progress() moved its timer. To take the datagram first every
+// time, the test runs on one CPU with the progress thread at SCHED_IDLE, so
+// that the thread cannot run until the test sleeps.
+TEST(UdpProgressRearm, ATimerTheCallersRoundSetFiresInTheSleepingThread) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> src(64, 7), dst(64);
+  metaroce::MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.server->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.client->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+
+  cpu_set_t old_mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &old_mask)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const std::set<pid_t> before = tasks();
+  p.server->start_progress_thread(metaroce::udp::ProgressMode::kSleeping);
+  std::vector<pid_t> added;
+  for (pid_t t : tasks())
+    if (before.count(t) == 0) added.push_back(t);
+  ASSERT_EQ(added.size(), 1u);
+  const sched_param idle{0};
+  ASSERT_EQ(sched_setscheduler(added[0], SCHED_IDLE, &idle), 0);
+  ASSERT_EQ(sched_setaffinity(added[0], sizeof(one), &one), 0);
+  std::this_thread::sleep_for(50ms);  // the thread settles asleep
+
+  ASSERT_FALSE(p.client->read(p.cconn, 1, dst.data(), 64, dmr.lkey, smr.addr, smr.rkey));
+  (void)p.client->progress();  // the READ_REQ, in the server's socket now (loopback)
+  const uint64_t rx_before = p.server->io_stats().rx_datagrams;
+  (void)p.server->progress();  // takes it, and answers, before the thread can run
+  const metaroce::udp::IoStats caller = p.server->io_stats();
+  std::this_thread::sleep_for(100ms);  // the thread's turn
+  const uint64_t resent = p.server->io_stats().tx_datagrams - caller.tx_datagrams;
+  ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
+  EXPECT_EQ(caller.rx_datagrams - rx_before, 1u) << "the thread took the READ_REQ: nothing tested";
+  EXPECT_GE(resent, 1u) << "the unacknowledged response waited for the thread's stale timer";
+  metaroce::Completion c;
+  ASSERT_TRUE(p.client->wait_completion(c, 2s));
+  EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_EQ(dst, src);
+}
+
+// ------------------------------------------------------------ G3
+
+// A READ this endpoint served is reported once every response is
+// acknowledged: not when its responses leave, before the requester ran.
+TEST(UdpReadServed, AReadServedIsReportedOnceAcknowledged) {
+  Options so = test_options();
+  so.engine.read_served_events = true;
+  Pair p = connect_pair("127.0.0.1", so);
+  ASSERT_TRUE(p.client && p.server);
+  constexpr uint32_t kLen = 3 * 4096 + 100;  // several responses
+  std::vector<uint8_t> src(kLen), dst(kLen);
+  for (uint32_t i = 0; i < kLen; ++i) src[i] = static_cast<uint8_t>(i * 7);
+  metaroce::MemoryRegion smr, dmr;
+  ASSERT_FALSE(p.server->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.client->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  ASSERT_FALSE(p.client->read(p.cconn, 5, dst.data(), kLen, dmr.lkey, smr.addr, smr.rkey));
+  (void)p.client->progress();  // the READ_REQ
+  (void)p.server->progress();  // the responses, unacknowledged yet
+  metaroce::ReadServed r;
+  EXPECT_FALSE(p.server->poll_read_served(r)) << "reported before any response was acknowledged";
+  EXPECT_GT(p.server->io_stats().tx_datagrams, 0u);
+  metaroce::Completion c;
+  bool done = false, served = false;
+  ASSERT_TRUE(pump(*p.client, *p.server, [&] {
+    if (!done && p.client->poll_completion(c)) done = true;
+    if (!served && p.server->poll_read_served(r)) served = true;
+    return done && served;
+  }));
+  EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(r.conn.v, p.sconn.v);
+  EXPECT_EQ(r.lkey, smr.lkey);
+  EXPECT_EQ(r.addr, smr.addr);
+  EXPECT_EQ(r.length, kLen);
+  EXPECT_FALSE(p.server->poll_read_served(r));  // once
+  EXPECT_FALSE(p.client->poll_read_served(r));  // off by default
+}
+
+// ------------------------------------------------------------ G10
+
+// With queue_accepted off, connections peers open are used as any other
+// (their completions name them, peer_addr names their peers) and none waits
+// in the accept queue; accept() says so at once.
+TEST(UdpAcceptQueue, ConnectionsLeftUnqueuedAreUsedThroughTheirCompletions) {
+  Options so = test_options();
+  so.queue_accepted = false;
+  so.engine.shared_rq_depth = 8;
+  auto server = open_on("127.0.0.1", so);
+  ASSERT_TRUE(server);
+  std::vector<uint8_t> in(8 * 64), out(64, 3);
+  metaroce::MemoryRegion imr;
+  ASSERT_FALSE(server->register_memory(in.data(), in.size(), kAllAccess, imr));
+  for (uint64_t i = 0; i < 8; ++i) {
+    metaroce::RecvWr rw;
+    rw.wr_id = i;
+    rw.addr = imr.addr + i * 64;
+    rw.length = 64;
+    rw.lkey = imr.lkey;
+    ASSERT_FALSE(server->post_shared_recv(rw));
+  }
+  server->start_progress_thread();
+  std::vector<std::unique_ptr<UdpEndpoint>> clients;
+  std::set<uint32_t> expected_peers;
+  for (int i = 0; i < 3; ++i) {
+    auto c = open_on("127.0.0.1", metaroce::udp::test::with_handshake_budget(test_options()));
+    ASSERT_TRUE(c);
+    ConnId id;
+    const Error e = c->connect(server->local_address(), 10s, id);
+    ASSERT_FALSE(e) << e.message;
+    metaroce::MemoryRegion omr;
+    ASSERT_FALSE(c->register_memory(out.data(), out.size(), kAllAccess, omr));
+    ASSERT_FALSE(c->send(id, 1, out.data(), 16, omr.lkey));
+    metaroce::Completion sc;
+    ASSERT_TRUE(c->wait_completion(sc, 5s));
+    EXPECT_EQ(sc.status, Status::kOk);
+    expected_peers.insert(c->port());
+    clients.push_back(std::move(c));
+  }
+  std::set<uint32_t> seen_peers;
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (seen_peers.size() < 3 && std::chrono::steady_clock::now() < end) {
+    metaroce::Completion rc;
+    if (!server->wait_completion(rc, 10ms)) continue;
+    EXPECT_EQ(rc.status, Status::kOk);
+    EXPECT_EQ(server->state(rc.conn), ConnState::kEstablished);
+    seen_peers.insert(metaroce::udp::address_port(server->peer_addr(rc.conn)));
+  }
+  EXPECT_EQ(seen_peers, expected_peers);
+  ConnId none;
+  EXPECT_FALSE(server->try_accept(none));
+  const Error a = server->accept(10s, none);
+  EXPECT_EQ(a.status, Status::kInvalidArgument);
+  EXPECT_NE(a.message.find("Options::queue_accepted is off"), std::string::npos) << a.message;
+}
+
+}  // namespace
