@@ -517,6 +517,21 @@ TEST(Engine, RnrPauseLeavesReadResponseResendsFlowing) {  // LOSS-7, SCHED-2
       << "alone " << alone.took_ns << " ns, paused " << paused.took_ns << " ns";
 }
 
+// Endpoint 0 READs `pages` pages of 4096 bytes on `conn`, page i of `src`
+// into page i of `dst`, all posted at once: each completes without error
+// and `dst` ends as `src`.
+void read_pages_and_check(Loop& loop, ConnId conn, const Buf& src, const Buf& dst, uint32_t pages) {
+  for (uint32_t i = 0; i < pages; ++i) {
+    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+    wr.local_addr = dst.addr(i * 4096);
+    ASSERT_EQ(loop.ep(0).post_send(conn, wr), Status::kOk);
+  }
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, pages, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
 // LOSS-7, READ-3: the responder's max_reads is 2 and every ACK of the
 // requester's is lost, so its READ queue (8) fills with answered READs; the
 // next two READ_REQs, sent together, are both refused, and its RNR NAK names
@@ -550,15 +565,7 @@ TEST(Engine, ReadRequestsRefusedBehindAnRnrAreResentWithIt) {  // LOSS-7, READ-3
       lose_acks = false;
     }
   };
-  for (uint32_t i = 0; i < kReads; ++i) {
-    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
-    wr.local_addr = dst.addr(i * 4096);
-    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
-  }
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, kReads, done));
-  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
-  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NO_FATAL_FAILURE(read_pages_and_check(loop, a, src, dst, kReads));
   ASSERT_TRUE(named.has_value());
   ASSERT_EQ(sent[*named].size(), 2u);
   // The other READ_REQ in flight with the named one: sent at the same time.
@@ -609,15 +616,7 @@ TEST(Engine, AReadRequestRefusedAndTakenLaterIsServedInItsOrder) {  // READ-5, R
     if (d[1] == kReadResp && resp_psns.insert(be::load32(d.data() + 8)).second)
       served.push_back(be::load32(d.data() + wire::kBaseHeaderSize));
   };
-  for (uint32_t i = 0; i < kReads; ++i) {
-    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
-    wr.local_addr = dst.addr(i * 4096);
-    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
-  }
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, kReads, done));
-  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "READ " << c.wr_id;
-  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NO_FATAL_FAILURE(read_pages_and_check(loop, a, src, dst, kReads));
   EXPECT_GE(rnrs, 1);
   ASSERT_EQ(served.size(), kReads);
   for (uint32_t i = 0; i < kReads; ++i) EXPECT_EQ(served[i], i) << "response " << i;

@@ -7,9 +7,12 @@
 // SEND payload and matched here, in the provider, with an unexpected-message
 // queue; the sender's rank carried as remote CQ data in SEND_IMM's immediate;
 // large messages by rendezvous (the receiver READs the sender's registered
-// buffer, then SENDs a FIN). Every byte is checked, and every completion is
-// accounted for: a wrong byte, a message matched out of order, a lost or
-// doubled completion, or an error status fails the test.
+// buffer, then SENDs a FIN); a HELLO as the first SEND on every connection
+// the provider opens, checked by the receiver before it takes that
+// connection's messages (gap G4(a)). Every byte is checked, and every
+// completion is accounted for: a wrong byte, a message matched out of order,
+// a lost or doubled completion, a message before its connection's HELLO, or
+// an error status fails the test.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -20,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,7 +40,7 @@ constexpr uint64_t kAnySource = UINT64_MAX;  // FI_ADDR_UNSPEC
 // The provider's header at the front of every SEND payload. The engine's
 // 32-bit immediate holds the remote CQ data (cq_data_size 4), so the 64-bit
 // tag travels here.
-enum class Op : uint8_t { kEager = 1, kRts = 2, kFin = 3 };
+enum class Op : uint8_t { kEager = 1, kRts = 2, kFin = 3, kHello = 4 };
 struct Hdr {
   uint8_t op = 0;
   uint8_t pad[7] = {};
@@ -48,8 +52,30 @@ struct RtsBody {  // after Hdr: what the receiver READs, and the token its FIN n
   uint64_t rkey = 0;
   uint64_t token = 0;
 };
-constexpr size_t kEagerMax = 8192;  // payload bytes; larger goes by rendezvous
-constexpr size_t kSlot = sizeof(Hdr) + sizeof(RtsBody) + kEagerMax;
+// After Hdr in a HELLO: what a receiver must share with the sender before
+// it takes the sender's eager messages, which a bounce slot too small for
+// them would turn into kRemoteLengthError and a failed connection (PLACE-3).
+constexpr uint32_t kProviderVersion = 1;
+constexpr uint32_t kFeatureReadRendezvous = 1;  // an RTS names memory for the receiver to READ
+constexpr uint32_t kFeatures = kFeatureReadRendezvous;
+struct HelloBody {
+  uint32_t version = 0;
+  uint32_t eager_max = 0;
+  uint32_t slot_size = 0;
+  uint32_t features = 0;
+  char name[64] = {};  // the sender's fi_getname (local_address()), NUL-padded
+};
+constexpr size_t kEagerMax = 8192;  // payload bytes; larger goes by rendezvous (the default)
+// The least eager limit a rank may have, and the most a rank sends eager to
+// a peer whose HELLO it has not heard yet: a first message above the peer's
+// limit would fail the connection kRemoteLengthError, and as messages of one
+// connection arrive in any order (multipath), it may do so before the HELLO
+// posted ahead of it arrives, which the receiver then never completes (17
+// of 20 runs of AFirstMessageAboveThePeersLimit... sent eager).
+constexpr size_t kEagerFloor = 8192;
+constexpr size_t slot_size(size_t eager_max) { return sizeof(Hdr) + sizeof(RtsBody) + eager_max; }
+// A HELLO fits any peer's slot, whatever its eager limit, from 64 bytes up.
+static_assert(sizeof(Hdr) + sizeof(HelloBody) <= slot_size(64));
 
 // Every byte of a message depends on sender, receiver, message number and
 // offset, so a misplaced, shifted or swapped message shows.
@@ -89,8 +115,29 @@ struct Rank {
   uint32_t me = 0;
   std::unique_ptr<UdpEndpoint> ep;
   std::vector<std::string>* av = nullptr;  // fi_addr_t -> address
-  std::map<uint64_t, ConnId> tx;           // fi_addr_t -> connection opened on first use
-  std::map<uint32_t, uint64_t> src_of;     // any connection -> fi_addr_t (FI_SOURCE)
+  size_t eager_max = kEagerMax;
+  size_t slot = slot_size(kEagerMax);  // a bounce buffer's bytes
+  // A first contact lasts this long before its messages fail: the job's
+  // startup timeout, not the engine's 8 x 10 ms (gap G2).
+  std::chrono::milliseconds connect_budget = 20s;
+  bool hello = true;  // sends a HELLO first on each connection, and requires one
+  // What this rank has heard on each connection peers opened to it.
+  struct Heard {
+    bool hello = false;
+    std::string refused;  // why its HELLO was refused; its messages are dropped
+  };
+  std::map<uint32_t, Heard> heard;
+  // Peers whose HELLO disagreed with this rank, and why: the error the
+  // provider reports (FI_EPROTO) for sends to them and messages from them.
+  std::map<uint64_t, std::string> incompatible;
+  std::set<uint64_t> heard_from;  // peers whose HELLO agreed with this rank
+  // Sends failed by the provider for an incompatible peer (what
+  // fi_cq_readerr would report, FI_EPROTO with the HELLO's words).
+  std::vector<std::string> send_errors;
+  size_t hellos = 0, dropped = 0;
+  std::vector<Status> failed;           // the status of every failed completion
+  std::map<uint64_t, ConnId> tx;        // fi_addr_t -> connection opened on first use
+  std::map<uint32_t, uint64_t> src_of;  // any connection -> fi_addr_t (FI_SOURCE)
   // Bounce buffers, all posted to the shared receive queue.
   std::vector<uint8_t> bounce;
   MemoryRegion bounce_mr;
@@ -104,7 +151,7 @@ struct Rank {
   size_t unexpected_seen = 0;
   // Operations in flight, by wr_id.
   struct Pending {
-    enum Kind { kEagerSend, kRtsSend, kFinSend, kRead } kind = kEagerSend;
+    enum Kind { kEagerSend, kRtsSend, kFinSend, kRead, kHelloSend } kind = kEagerSend;
     Recv* recv = nullptr;    // kRead: the receive it fills
     uint64_t token = 0;      // kRead: the sender's token; kRtsSend: its own
     uint64_t src = 0;        // kRead: the sender
@@ -114,7 +161,11 @@ struct Rank {
   std::map<uint64_t, Pending> pending;
   uint64_t next_wr = 1ull << 32;  // below: bounce slot numbers
   // Rendezvous sends waiting for their FIN, by token: the region to release.
-  std::map<uint64_t, uint32_t> rts_waiting;
+  struct RtsWaiting {
+    uint32_t lkey = 0;
+    uint64_t dst = 0;
+  };
+  std::map<uint64_t, RtsWaiting> rts_waiting;
   size_t sends_done = 0, rndv_sends_done = 0;
   std::vector<std::string> failures;
 
@@ -122,15 +173,94 @@ struct Rank {
     failures.push_back("rank " + std::to_string(me) + ": " + what);
   }
 
-  // First use of a peer: connect_start, and post at once (CONN-6, CONN-11).
+  // First use of a peer: connect_start, and post at once (CONN-6, CONN-11),
+  // the HELLO first.
   ConnId conn_to(uint64_t dst) {
     if (auto it = tx.find(dst); it != tx.end()) return it->second;
     ConnId c;
-    const Error e = ep->connect_start((*av)[dst], c);
+    const Error e = ep->connect_start((*av)[dst], c, connect_budget);
     if (e) fail("connect_start: " + e.message);
     tx[dst] = c;
     src_of[c.v] = dst;
+    if (hello) send_hello(dst);
     return c;
+  }
+
+  // A provider control message (a FIN, a HELLO): header and body, staged.
+  template <typename Body>
+  void send_control(uint64_t dst, Op op, const Body& body, Pending::Kind kind) {
+    SendWr wr;
+    wr.wr_id = next_wr++;
+    wr.op = WrOpcode::kSend;
+    wr.lkey = staging_mr.lkey;
+    uint8_t* s = stage(sizeof(Hdr) + sizeof body, wr.local_addr);
+    Hdr h;
+    h.op = static_cast<uint8_t>(op);
+    std::memcpy(s, &h, sizeof h);
+    std::memcpy(s + sizeof h, &body, sizeof body);
+    wr.length = sizeof(Hdr) + sizeof body;
+    post(dst, wr, {kind});
+  }
+
+  void send_hello(uint64_t dst) {
+    HelloBody b{kProviderVersion, static_cast<uint32_t>(eager_max), static_cast<uint32_t>(slot),
+                kFeatures};
+    const std::string name = ep->local_address();
+    std::memcpy(b.name, name.data(), std::min(name.size(), sizeof b.name - 1));
+    send_control(dst, Op::kHello, b, Pending::kHelloSend);
+  }
+
+  // A peer's HELLO, the first message of the connection it opened: anything
+  // this rank does not share refuses the peer. Either way this rank's own
+  // HELLO answers it (on the connection it opens to the peer, if it had
+  // none), as EFA's handshake answers a first packet: the peer learns that
+  // it may send eager up to the limit, or why it is refused.
+  void on_hello(Heard& from, uint64_t src, const uint8_t* p, size_t len) {
+    from.hello = true;
+    ++hellos;
+    const std::string peer = "rank " + std::to_string(src) + " (" + (*av)[src] + ")";
+    std::string why;
+    HelloBody b;
+    if (len != sizeof(Hdr) + sizeof b) {
+      why = peer + " sent a HELLO of " + std::to_string(len) + " bytes, not " +
+            std::to_string(sizeof(Hdr) + sizeof b);
+    } else {
+      std::memcpy(&b, p + sizeof(Hdr), sizeof b);
+      b.name[sizeof b.name - 1] = 0;
+      if (b.version != kProviderVersion) {
+        why = peer + " speaks provider protocol version " + std::to_string(b.version) +
+              ", this rank " + std::to_string(kProviderVersion);
+      } else if (b.eager_max != eager_max || b.slot_size != slot) {
+        why = peer + " sends eager messages of up to " + std::to_string(b.eager_max) +
+              " bytes (bounce slots of " + std::to_string(b.slot_size) + "), this rank takes " +
+              std::to_string(eager_max) + " (slots of " + std::to_string(slot) +
+              "): the ranks were built or configured with different eager limits";
+      } else if (b.features != kFeatures) {
+        why = peer + " has feature bits " + std::to_string(b.features) + ", this rank " +
+              std::to_string(kFeatures);
+      } else if ((*av)[src] != b.name) {
+        why = peer + " calls itself \"" + std::string(b.name) + "\"";
+      }
+    }
+    if (why.empty()) {
+      heard_from.insert(src);
+    } else {
+      from.refused = why;
+      incompatible.emplace(src, "HELLO: " + why);
+      // Rendezvous sends to it wait for a FIN that will not come.
+      for (auto it = rts_waiting.begin(); it != rts_waiting.end();) {
+        if (it->second.dst != src) {
+          ++it;
+          continue;
+        }
+        const Error e = ep->deregister_memory(it->second.lkey);
+        if (e) fail("deregister: " + e.message);
+        send_errors.push_back("rendezvous send " + std::to_string(it->first) + ": " +
+                              incompatible.at(src));
+        it = rts_waiting.erase(it);
+      }
+    }
+    (void)conn_to(src);
   }
 
   uint8_t* stage(size_t n, uint64_t& addr) {
@@ -150,14 +280,18 @@ struct Rank {
     if (e) fail("post_send: " + e.message);
   }
 
-  // fi_tsenddata: eager below kEagerMax, rendezvous above.
-  void tsend(uint64_t dst, uint64_t tag, const uint8_t* data, size_t len, uint32_t cq_data) {
+  // fi_tsenddata: eager up to eager_max (kEagerFloor until the peer's HELLO
+  // is heard), rendezvous above. False, posting nothing, to a peer found
+  // incompatible (the error is incompatible[dst]).
+  bool tsend(uint64_t dst, uint64_t tag, const uint8_t* data, size_t len, uint32_t cq_data) {
+    if (incompatible.count(dst) != 0) return false;
+    const bool known = !hello || heard_from.count(dst) != 0;
     SendWr wr;
     wr.wr_id = next_wr++;
     wr.op = WrOpcode::kSendImm;
     wr.imm = cq_data;
     wr.lkey = staging_mr.lkey;
-    if (len <= kEagerMax) {
+    if (len <= (known ? eager_max : std::min(eager_max, kEagerFloor))) {
       uint8_t* p = stage(sizeof(Hdr) + len, wr.local_addr);
       Hdr h;
       h.op = static_cast<uint8_t>(Op::kEager);
@@ -166,7 +300,7 @@ struct Rank {
       if (len != 0) std::memcpy(p + sizeof h, data, len);
       wr.length = static_cast<uint32_t>(sizeof(Hdr) + len);
       post(dst, wr, {Pending::kEagerSend});
-      return;
+      return true;
     }
     // The user's buffer is registered for the peer's READ (Open MPI's mtl
     // passes unregistered memory; the provider registers it, FI_MR_LOCAL off).
@@ -181,8 +315,9 @@ struct Rank {
     std::memcpy(p, &h, sizeof h);
     std::memcpy(p + sizeof h, &b, sizeof b);
     wr.length = sizeof(Hdr) + sizeof(RtsBody);
-    rts_waiting[wr.wr_id] = mr.lkey;
+    rts_waiting[wr.wr_id] = {mr.lkey, dst};
     post(dst, wr, {Pending::kRtsSend, nullptr, wr.wr_id});
+    return true;
   }
 
   static bool matches(const Recv& r, uint64_t src, uint64_t tag) {
@@ -254,26 +389,45 @@ struct Rank {
     return std::nullopt;
   }
 
-  void repost(uint64_t slot) {
+  void repost(uint64_t n) {
     const Error e = ep->post_shared_recv(
-        {slot, bounce_mr.addr + slot * kSlot, static_cast<uint32_t>(kSlot), bounce_mr.lkey});
+        {n, bounce_mr.addr + n * slot, static_cast<uint32_t>(slot), bounce_mr.lkey});
     if (e) fail("post_shared_recv: " + e.message);
   }
 
   void on_recv(const Completion& c) {
-    const uint64_t slot = c.wr_id;
-    const uint8_t* p = bounce.data() + slot * kSlot;
+    const uint64_t n = c.wr_id;
+    const uint8_t* p = bounce.data() + n * slot;
     const auto src = source(c.conn);
     Hdr h;
     if (c.byte_len < sizeof h) {
       fail("a message shorter than the provider header: " + std::to_string(c.byte_len));
-      repost(slot);
+      repost(n);
       return;
     }
     std::memcpy(&h, p, sizeof h);
     if (!src) {
-      repost(slot);
+      repost(n);
       return;
+    }
+    if (hello) {
+      Heard& from = heard[c.conn.v];
+      if (h.op == static_cast<uint8_t>(Op::kHello)) {
+        if (from.hello) fail("a second HELLO from rank " + std::to_string(*src));
+        on_hello(from, *src, p, c.byte_len);
+        repost(n);
+        return;
+      }
+      // COMP-3: the receives of a connection complete in its order, and the
+      // HELLO was the first work posted on it.
+      if (!from.hello)
+        fail("provider op " + std::to_string(h.op) + " from rank " + std::to_string(*src) +
+             " before its connection's HELLO");
+      if (!from.refused.empty()) {
+        ++dropped;
+        repost(n);
+        return;
+      }
     }
     if (h.op == static_cast<uint8_t>(Op::kFin)) {
       RtsBody b;
@@ -282,12 +436,12 @@ struct Rank {
       if (it == rts_waiting.end()) {
         fail("FIN for an unknown rendezvous " + std::to_string(b.token));
       } else {
-        const Error e = ep->deregister_memory(it->second);
+        const Error e = ep->deregister_memory(it->second.lkey);
         if (e) fail("deregister: " + e.message);
         rts_waiting.erase(it);
         ++rndv_sends_done;
       }
-      repost(slot);
+      repost(n);
       return;
     }
     Unexpected m;
@@ -303,7 +457,7 @@ struct Rank {
     } else {
       fail("unknown provider op " + std::to_string(h.op));
     }
-    repost(slot);  // the bytes are copied out: the slot goes back at once
+    repost(n);  // the bytes are copied out: the slot goes back at once
     for (auto it = posted.begin(); it != posted.end(); ++it) {
       if (!matches(**it, m.src, m.tag)) continue;
       Recv* r = *it;
@@ -317,6 +471,7 @@ struct Rank {
 
   void on_completion(const Completion& c) {
     if (c.status != Status::kOk) {
+      failed.push_back(c.status);
       fail("completion wr_id " + std::to_string(c.wr_id) + ": " + ep->completion_error(c).message);
       return;
     }
@@ -336,24 +491,15 @@ struct Rank {
       case Pending::kEagerSend: ++sends_done; break;
       case Pending::kRtsSend: break;  // the send completes at FIN
       case Pending::kFinSend: break;
+      case Pending::kHelloSend: break;
       case Pending::kRead: {
         if (c.op != CompletionOp::kRead) fail("a READ completed as another op");
         const Error e = ep->deregister_memory(p.read_lkey);
         if (e) fail("deregister: " + e.message);
         p.recv->done = true;
-        SendWr wr;
-        wr.wr_id = next_wr++;
-        wr.op = WrOpcode::kSend;
-        wr.lkey = staging_mr.lkey;
-        uint8_t* s = stage(sizeof(Hdr) + sizeof(RtsBody), wr.local_addr);
-        Hdr h;
-        h.op = static_cast<uint8_t>(Op::kFin);
         RtsBody b;
         b.token = p.token;
-        std::memcpy(s, &h, sizeof h);
-        std::memcpy(s + sizeof h, &b, sizeof b);
-        wr.length = sizeof(Hdr) + sizeof(RtsBody);
-        post(p.src, wr, {Pending::kFinSend});
+        send_control(p.src, Op::kFin, b, Pending::kFinSend);
         break;
       }
     }
@@ -381,10 +527,9 @@ Options provider_options(uint32_t bounce_slots) {
   o.entropy_count = 4;  // ports are a resource when a host runs many ranks
   o.engine.num_paths = 4;
   o.engine.shared_rq_depth = bounce_slots;
-  // Peers may be slow to run their progress (a loaded test host, or an MPI
-  // rank computing): the provider cannot let a first contact fail after
-  // 8 x 10 ms (CONN-2's default), which would flush the messages posted on it.
-  o.engine.connect_attempts = 2000;
+  // connect_attempts stays CONN-2's 8 x 10 ms: a first contact lasts
+  // Rank::connect_budget instead (connect_start's budget), and a close
+  // towards an absent peer stays short.
   o.linger = 50ms;
   return o;
 }
@@ -393,10 +538,15 @@ struct World {
   std::vector<std::string> av;
   std::vector<std::unique_ptr<Rank>> ranks;
 
-  explicit World(uint32_t n, uint32_t bounce_slots = 32, size_t staging_bytes = 4 << 20) {
+  // Rank i's eager limit is eager_max[i], kEagerMax past its end.
+  explicit World(uint32_t n, uint32_t bounce_slots = 32, size_t staging_bytes = 4 << 20,
+                 const std::vector<size_t>& eager_max = {}) {
     for (uint32_t i = 0; i < n; ++i) {
       auto r = std::make_unique<Rank>();
       r->me = i;
+      r->eager_max = i < eager_max.size() ? eager_max[i] : kEagerMax;
+      EXPECT_GE(r->eager_max, kEagerFloor) << "rank " << i;
+      r->slot = slot_size(r->eager_max);
       Error err;
       r->ep = UdpEndpoint::open("127.0.0.1:0", provider_options(bounce_slots), err);
       if (!r->ep) {
@@ -405,7 +555,7 @@ struct World {
       }
       av.push_back(r->ep->local_address());  // fi_getname, exchanged by the launcher
       r->bounce_slots = bounce_slots;
-      r->bounce.assign(bounce_slots * kSlot, 0);
+      r->bounce.assign(bounce_slots * r->slot, 0);
       EXPECT_FALSE(r->ep->register_memory(r->bounce.data(), r->bounce.size(), kAccessLocalWrite,
                                           r->bounce_mr));
       r->staging.assign(staging_bytes, 0);
@@ -456,6 +606,38 @@ constexpr uint32_t kPerPeer = 12;  // eager messages each rank sends each other 
 constexpr uint32_t kMpiTags = 3;   // message k carries MPI tag k % 3: repeats match in order
 constexpr uint32_t kCtx = 7;       // the communicator's context id
 constexpr size_t kLarge = (1 << 20) + 123;
+
+// One message from rank 0 to rank 1, MPI tag k: rank 1's receive, posted
+// first, with room to spare, and rank 0's send.
+struct OneMessage {
+  std::vector<uint8_t> sent, got;
+  Recv r;
+  bool posted = false;  // tsend took it
+  OneMessage(World& w, uint32_t k, size_t len)
+      : sent(message(0, 1, k, len)), got(len + 1000, 0xee) {
+    r.src = 0;
+    r.tag = make_tag(kCtx, k);
+    r.buf = got.data();
+    r.len = got.size();
+    w.ranks[1]->trecv(&r);
+    posted = w.ranks[0]->tsend(1, r.tag, sent.data(), sent.size(), 0);
+  }
+  OneMessage(const OneMessage&) = delete;  // rank 1 holds &r
+  OneMessage& operator=(const OneMessage&) = delete;
+  // The receive holds the message, every byte right, and nothing past it.
+  ::testing::AssertionResult arrived(uint32_t k) const {
+    if (!r.done) return ::testing::AssertionFailure() << "message " << k << " never completed";
+    if (r.got_src != 0 || r.got_len != sent.size())
+      return ::testing::AssertionFailure()
+             << "message " << k << ": " << r.got_len << " bytes from " << r.got_src;
+    if (const int64_t at = first_wrong(got.data(), 0, 1, k, sent.size()); at >= 0)
+      return ::testing::AssertionFailure() << "message " << k << ": byte " << at << " is wrong";
+    for (size_t i = sent.size(); i < got.size(); ++i)
+      if (got[i] != 0xee)
+        return ::testing::AssertionFailure() << "message " << k << ": byte " << i << " written";
+    return ::testing::AssertionSuccess();
+  }
+};
 
 size_t eager_len(uint32_t k) { return kSizes[k % std::size(kSizes)]; }
 
@@ -558,6 +740,7 @@ TEST(ProviderShape, TaggedAllToAllWithUnexpectedAndRendezvous) {
     EXPECT_TRUE(r.unexpected.empty()) << "rank " << d << " has unmatched messages";
     EXPECT_TRUE(r.posted.empty()) << "rank " << d << " has receives never matched";
     EXPECT_GE(r.unexpected_seen, kPerPeer) << "rank " << d;
+    EXPECT_EQ(r.hellos, kRanks - 1) << "rank " << d << ": one HELLO from each peer's connection";
     for (uint32_t s = 0; s < kRanks; ++s) {
       for (uint32_t k = 0; k < recvs[d][s].size(); ++k) {
         const Recv& rc = *recvs[d][s][k];
@@ -619,6 +802,7 @@ TEST(ProviderShape, SendToSelfGoesThroughTheProvider) {
   EXPECT_EQ(small.got_src, 0u);
   ASSERT_EQ(small.got_len, m.size());
   EXPECT_EQ(first_wrong(got.data(), 0, 0, 5, m.size()), -1);
+  EXPECT_EQ(r.hellos, 1u);  // its own
   EXPECT_EQ(large.got_src, 0u);
   ASSERT_EQ(large.got_len, kLarge);
   EXPECT_EQ(first_wrong(got_big.data(), 0, 0, 6, kLarge), -1);
@@ -700,32 +884,20 @@ TEST(ProviderShape, ARankComputingPastThePeerTimeoutKeepsItsPeersWithTheProgress
   ASSERT_EQ(w.ranks.size(), 2u);
   Rank& a = *w.ranks[0];
   Rank& b = *w.ranks[1];
-  const auto m0 = message(0, 1, 0, 3000);
-  const auto m1 = message(0, 1, 1, 3000);
-  std::vector<uint8_t> got0(4000, 0xee), got1(4000, 0xee);
-  Recv r0, r1;
-  r0.src = r1.src = 0;
-  r0.tag = r1.tag = make_tag(kCtx, 9);
-  r0.buf = got0.data();
-  r1.buf = got1.data();
-  r0.len = r1.len = got0.size();
-  b.trecv(&r0);
-  b.trecv(&r1);
-  a.tsend(1, make_tag(kCtx, 9), m0.data(), m0.size(), 0);
-  ASSERT_TRUE(w.run_until([&] { return r0.done && a.sends_done == 1; }, 10s));
+  OneMessage m0(w, 0, 3000);
+  ASSERT_TRUE(w.run_until([&] { return m0.r.done && a.sends_done == 1; }, 10s));
   // b computes: its application calls nothing, its provider's thread runs.
   b.ep->start_progress_thread();
-  a.tsend(1, make_tag(kCtx, 9), m1.data(), m1.size(), 0);
+  OneMessage m1(w, 1, 3000);
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::nanoseconds(provider_options(1).engine.recovery.peer_timeout_ns) +
                      500ms;
   while (std::chrono::steady_clock::now() < until) a.progress();
   b.ep->stop_progress_thread();
-  const bool done = w.run_until([&] { return r1.done && a.sends_done == 2; }, 10s);
+  const bool done = w.run_until([&] { return m1.r.done && a.sends_done == 2; }, 10s);
   w.expect_no_failures();
   ASSERT_TRUE(done);
-  ASSERT_EQ(r1.got_len, m1.size());
-  EXPECT_EQ(first_wrong(got1.data(), 0, 1, 1, m1.size()), -1);
+  EXPECT_TRUE(m1.arrived(1));
 }
 
 // A wider mix: six ranks, each sending every rank, itself included, 16
@@ -785,6 +957,7 @@ TEST(ProviderShape, EveryRankToEveryRankItselfIncludedEagerAndRendezvous) {
   w.expect_no_failures();
   ASSERT_TRUE(done);
   for (uint32_t d = 0; d < kRanks; ++d) {
+    EXPECT_EQ(w.ranks[d]->hellos, kRanks) << "rank " << d << ": one from each rank, itself too";
     EXPECT_TRUE(w.ranks[d]->unexpected.empty()) << "rank " << d;
     EXPECT_EQ(w.ranks[d]->outstanding(), 0u) << "rank " << d;
     for (uint32_t s = 0; s < kRanks; ++s)
@@ -799,31 +972,140 @@ TEST(ProviderShape, EveryRankToEveryRankItselfIncludedEagerAndRendezvous) {
 }
 
 // A first contact with a peer that runs no progress for 300 ms, as an MPI
-// rank computing between calls: its CONNECT_REQs wait in its socket. With
-// the engine's default budget (8 requests 10 ms apart, CONN-2) the connect
-// would fail and flush the message posted on it (gap G2); the provider's
-// budget (provider_options) outlasts the pause, and the message arrives.
+// rank computing between calls: its CONNECT_REQs wait in its socket. The
+// engine's own budget (8 requests 10 ms apart, CONN-2, left as it is) would
+// fail the connect and flush the message posted on it (gap G2); the
+// provider's connect_start budget outlasts the pause, and the message
+// arrives, its HELLO still first on the connection that the peer accepts.
+// A budget shorter than the pause fails the send kConnectTimeout instead:
+// the budget is what carries the first contact.
 TEST(ProviderShape, AFirstContactOutlastsAPeerThatComputes) {
-  World w(2);
+  for (const auto budget : {std::chrono::milliseconds(20s), std::chrono::milliseconds(100ms)}) {
+    const bool enough = budget > 300ms;
+    SCOPED_TRACE(enough ? "budget 20 s" : "budget 100 ms");
+    World w(2);
+    ASSERT_EQ(w.ranks.size(), 2u);
+    Rank& a = *w.ranks[0];
+    a.connect_budget = budget;
+    ASSERT_EQ(w.ranks[1]->connect_budget, 20s);  // the provider's, as every other test runs it
+    ASSERT_EQ(provider_options(1).engine.connect_attempts, EndpointConfig{}.connect_attempts);
+    OneMessage m(w, 3, 5000);
+    const auto until = std::chrono::steady_clock::now() + 300ms;
+    while (std::chrono::steady_clock::now() < until) a.progress();  // rank 1 computes
+    if (enough) {
+      const bool done = w.run_until([&] { return m.r.done && a.sends_done == 1; }, 10s);
+      w.expect_no_failures();
+      ASSERT_TRUE(done);
+      EXPECT_TRUE(m.arrived(3));
+      EXPECT_EQ(w.ranks[1]->hellos, 1u);
+      continue;
+    }
+    // The HELLO and the message, both flushed when the budget ran out.
+    const bool ended = w.run_until([&] { return a.failed.size() >= 2; }, 10s);
+    for (int i = 0; i < 100; ++i) w.progress();  // rank 1 hears the late requests out
+    ASSERT_TRUE(ended);
+    // The first work request fails with the connect, the one behind it flushed.
+    EXPECT_EQ(a.failed, (std::vector<Status>{Status::kConnectTimeout, Status::kFlushed}));
+    ASSERT_FALSE(a.failures.empty());
+    EXPECT_NE(a.failures[0].find("timed out after 100 ms"), std::string::npos) << a.failures[0];
+    EXPECT_EQ(a.sends_done, 0u);
+    EXPECT_FALSE(m.r.done);
+    EXPECT_TRUE(w.ranks[1]->failures.empty());
+  }
+}
+
+// Gap G4(a): two ranks built with different eager limits (16 KiB and the
+// default 8 KiB). The HELLO that opens rank 0's connection names its limit,
+// and rank 1 refuses the peer at once, with both limits in the error; rank
+// 1's own HELLO back tells rank 0, whose provider then refuses to send it
+// anything. No completion fails: nothing reaches the engine's placement
+// check. Without the HELLO the first, short message is delivered and the
+// mismatch shows only when a message between the two limits fails the
+// connection kRemoteLengthError (PLACE-3), naming no limit. With the
+// HELLO, here and in every other test, it is the first receive completion
+// of each connection at its receiver (COMP-3; Rank::on_recv fails the test
+// otherwise). The short message, placed before rank 1 read the HELLO,
+// completed at rank 0 though rank 1's provider dropped it: a mismatch is
+// the job's end, not a state to go on from.
+TEST(ProviderShape, DifferentEagerLimitsAreFoundFromTheHello) {
+  constexpr size_t kLong = 12000;  // above rank 1's limit, below rank 0's
+  for (const bool hello : {true, false}) {
+    SCOPED_TRACE(hello ? "with the HELLO" : "without");
+    World w(2, 32, 4 << 20, {16384, kEagerMax});
+    ASSERT_EQ(w.ranks.size(), 2u);
+    Rank& a = *w.ranks[0];
+    Rank& b = *w.ranks[1];
+    a.hello = b.hello = hello;
+    OneMessage first(w, 1, 100);  // within both limits
+    ASSERT_TRUE(first.posted);
+    if (hello) {
+      ASSERT_TRUE(w.run_until([&] { return a.incompatible.count(1) && !a.outstanding(); }, 10s));
+      ASSERT_EQ(b.incompatible.size(), 1u);
+      const std::string& at_b = b.incompatible.at(0);
+      EXPECT_NE(at_b.find("rank 0 (" + w.av[0] + ") sends eager messages of up to 16384 bytes"),
+                std::string::npos)
+          << at_b;
+      EXPECT_NE(at_b.find("this rank takes 8192"), std::string::npos) << at_b;
+      EXPECT_NE(at_b.find("different eager limits"), std::string::npos) << at_b;
+      const std::string& at_a = a.incompatible.at(1);
+      EXPECT_NE(at_a.find("up to 8192 bytes"), std::string::npos) << at_a;
+      EXPECT_NE(at_a.find("this rank takes 16384"), std::string::npos) << at_a;
+      EXPECT_EQ(b.hellos, 1u);
+      EXPECT_EQ(a.hellos, 1u);
+      EXPECT_FALSE(first.r.done);  // a refused peer's messages are not taken
+      EXPECT_EQ(b.dropped, 1u);
+      OneMessage later(w, 2, kLong);
+      EXPECT_FALSE(later.posted);  // refused by the provider, with the HELLO's error
+      for (int i = 0; i < 100; ++i) w.progress();
+      w.expect_no_failures();
+      EXPECT_TRUE(a.failed.empty());
+      EXPECT_TRUE(b.failed.empty());
+      EXPECT_FALSE(later.r.done);
+      continue;
+    }
+    ASSERT_TRUE(w.run_until([&] { return first.r.done && a.sends_done == 1; }, 10s));
+    EXPECT_TRUE(first.arrived(1));
+    OneMessage later(w, 2, kLong);
+    ASSERT_TRUE(later.posted);
+    ASSERT_TRUE(w.run_until([&] { return !a.failed.empty(); }, 10s));
+    EXPECT_EQ(a.failed[0], Status::kRemoteLengthError);
+    EXPECT_TRUE(a.incompatible.empty());
+    EXPECT_TRUE(b.incompatible.empty());
+    EXPECT_FALSE(later.r.done);
+  }
+}
+
+// G4(a) at first contact: the rank with the larger limit sends a message
+// between the two limits before it has heard its peer's HELLO. It goes by
+// rendezvous (above kEagerFloor), so nothing reaches the engine's length
+// check: the receiver refuses the peer from its HELLO, dropping the RTS, and
+// its HELLO back lets the sender fail that rendezvous send with the same
+// words. Sent eager instead, it would fail the connection
+// kRemoteLengthError, and as its first packet may arrive before the HELLO
+// (num_paths 4), the receiver would often never see the HELLO at all.
+TEST(ProviderShape, AFirstMessageAboveThePeersLimitGoesByRendezvousAndIsRefused) {
+  World w(2, 32, 4 << 20, {16384, kEagerMax});
   ASSERT_EQ(w.ranks.size(), 2u);
   Rank& a = *w.ranks[0];
   Rank& b = *w.ranks[1];
-  const auto m = message(0, 1, 3, 5000);
-  std::vector<uint8_t> got(6000, 0xee);
-  Recv r;
-  r.src = 0;
-  r.tag = make_tag(kCtx, 3);
-  r.buf = got.data();
-  r.len = got.size();
-  b.trecv(&r);
-  a.tsend(1, make_tag(kCtx, 3), m.data(), m.size(), 0);
-  const auto until = std::chrono::steady_clock::now() + 300ms;
-  while (std::chrono::steady_clock::now() < until) a.progress();  // b computes
-  const bool done = w.run_until([&] { return r.done && a.sends_done == 1; }, 10s);
+  OneMessage first(w, 1, 12000);  // above rank 1's limit, below rank 0's
+  ASSERT_TRUE(first.posted);
+  ASSERT_TRUE(w.run_until([&] { return !a.send_errors.empty() && !a.outstanding(); }, 10s));
+  for (int i = 0; i < 100; ++i) w.progress();
   w.expect_no_failures();
-  ASSERT_TRUE(done);
-  ASSERT_EQ(r.got_len, m.size());
-  EXPECT_EQ(first_wrong(got.data(), 0, 1, 3, m.size()), -1);
+  EXPECT_TRUE(a.failed.empty());  // no kRemoteLengthError, nor any other
+  EXPECT_TRUE(b.failed.empty());
+  ASSERT_EQ(a.send_errors.size(), 1u);
+  EXPECT_NE(a.send_errors[0].find("rank 1 (" + w.av[1] + ") sends eager messages of up to 8192"),
+            std::string::npos)
+      << a.send_errors[0];
+  EXPECT_NE(a.send_errors[0].find("this rank takes 16384"), std::string::npos) << a.send_errors[0];
+  EXPECT_TRUE(a.rts_waiting.empty());
+  ASSERT_EQ(b.incompatible.count(0), 1u);
+  EXPECT_NE(b.incompatible.at(0).find("up to 16384 bytes"), std::string::npos);
+  EXPECT_EQ(b.hellos, 1u);
+  EXPECT_EQ(b.dropped, 1u);  // the RTS
+  EXPECT_FALSE(first.r.done);
 }
 
 }  // namespace
