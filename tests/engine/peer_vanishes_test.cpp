@@ -108,6 +108,13 @@ class Books {
     run([] { return false; }, ns);
   }
 
+  // Endpoint i's process went (Loop::restart): what it had posted went with it.
+  void forget(int i) {
+    posted_[i].clear();
+    done_[i].clear();
+    events_[i].clear();
+  }
+
   size_t outstanding(int i) const { return posted_[i].size() - done_[i].size(); }
   bool all_done() const { return outstanding(0) == 0 && outstanding(1) == 0; }
   const Done* done(int i, uint64_t id) const {
@@ -476,131 +483,164 @@ TEST(PeerVanishes, SharedReceivesTakenWhenThePeerWentAreGivenBack) {  // PLACE-6
   EXPECT_EQ(k.status(1, 23), Status::kOk);
 }
 
-// Many mixes of work both ways, the peer gone at a random point, some with
-// the packets already sent held back past the failure: every request
-// completes once, a prefix kOk, then at most one kPeerUnreachable and the
-// rest kFlushed (receives never the timeout's code), one kError each, the
-// timers neither spin nor go quiet, and no byte lands in an end's memory
-// after its connection failed.
-TEST(PeerVanishes, RandomWorkAndRandomCutsCompleteEveryRequestOnce) {  // COMP-4, COMP-5, PATH-7
-  for (uint64_t seed = 0; seed < 40; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    auto pick = [&rng](uint64_t n) {
-      return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng);
-    };
-    Loop loop(cfg(5000 + 2 * seed), cfg(5001 + 2 * seed));
-    auto [a, b] = loop.connect();
-    const ConnId conn[2] = {a, b};
-    Books k(loop);
-    Cut cut;
-    const bool late = pick(2) == 1;
-    cut_after(loop, cut, static_cast<int>(pick(2)), pick(300),
-              late ? static_cast<int>(pick(2)) : -1, 3 * kSecond);
-    // Each end's memory: what the peer writes and reads, its READ targets,
-    // its receive buffers. 1 MiB each, carved in posting order.
-    std::vector<std::unique_ptr<Buf>> mem;
-    for (int i = 0; i < 2; ++i)
-      mem.push_back(std::make_unique<Buf>(
-          loop.ep(i), 4 << 20, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead,
-          static_cast<uint8_t>(0x40 + i)));
-    size_t used[2] = {0, 0};
-    std::vector<uint64_t> sends[2], recvs[2];
-    uint64_t id = 1;
-    for (int i = 0; i < 2; ++i) {
-      const int j = 1 - i;
-      const uint64_t nrecv = pick(5);
-      for (uint64_t n = 0; n < nrecv; ++n, ++id) {
-        const auto len = static_cast<uint32_t>(4096 + pick(128 * 1024));  // a SEND fits
-        ASSERT_EQ(k.recv(i, conn[i], id, *mem[i], used[i], len), Status::kOk);
-        used[i] += len;
-        recvs[i].push_back(id);
-      }
-      const uint64_t nsend = 1 + pick(4);
-      for (uint64_t n = 0; n < nsend; ++n, ++id) {
-        const auto len = static_cast<uint32_t>(1 + pick(256 * 1024));
-        SendWr wr;
-        switch (pick(3)) {
-          case 0:
-            wr = write_wr(*mem[i], *mem[j], len, id, used[j]);
-            used[j] += len;
-            break;
-          case 1:
-            wr = read_wr(*mem[i], mem[j]->addr(used[j]), mem[j]->mr.rkey, len, id);
-            wr.local_addr = mem[i]->addr(used[i]);
-            used[i] += len;
-            used[j] += len;
-            break;
-          default: wr = send_wr(*mem[i], used[i], std::min<uint32_t>(len, 4096), id); break;
-        }
-        ASSERT_EQ(k.send(i, conn[i], wr), Status::kOk);
-        sends[i].push_back(id);
-      }
+// How the peer goes in a random case.
+enum class Goes { kSilent, kRestarts, kCloses };
+
+// One random mix of work both ways, the peer going at a random point:
+// kSilent, the network gone (some of the packets already sent held back
+// past the failure); kRestarts, endpoint r replaced by a fresh one at the
+// same address; kCloses, endpoint r's application closing the connection.
+// Every request completes once, in its queue's order: a prefix kOk, then
+// the end's code for the rest (at most one kPeerUnreachable first after a
+// timeout, never on a receive); one event each, with the right kind and
+// status; the timers neither spin nor go quiet (Books); and no byte lands
+// in an end's memory after its connection failed or closed.
+void random_case(uint64_t seed, Goes goes) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&rng](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  Loop loop(cfg(5000 + 2 * seed), cfg(5001 + 2 * seed));
+  auto [a, b] = loop.connect();
+  const ConnId conn[2] = {a, b};
+  Books k(loop);
+  Cut cut;
+  const int r = static_cast<int>(pick(2));  // the end that restarts or closes
+  const bool late = goes == Goes::kSilent && pick(2) == 1;
+  cut_after(loop, cut, static_cast<int>(pick(2)), pick(300), late ? static_cast<int>(pick(2)) : -1,
+            3 * kSecond);
+  // Each end's memory: what the peer writes and reads, its READ targets and
+  // its receive buffers, carved in posting order.
+  std::vector<std::unique_ptr<Buf>> mem;
+  for (int i = 0; i < 2; ++i)
+    mem.push_back(std::make_unique<Buf>(loop.ep(i), 4 << 20,
+                                        kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead,
+                                        static_cast<uint8_t>(0x40 + i)));
+  size_t used[2] = {0, 0};
+  std::vector<uint64_t> sends[2], recvs[2];
+  uint64_t id = 1;
+  for (int i = 0; i < 2; ++i) {
+    const int j = 1 - i;
+    const uint64_t nrecv = pick(5);
+    for (uint64_t n = 0; n < nrecv; ++n, ++id) {
+      const auto len = static_cast<uint32_t>(4096 + pick(128 * 1024));  // a SEND fits
+      ASSERT_EQ(k.recv(i, conn[i], id, *mem[i], used[i], len), Status::kOk);
+      used[i] += len;
+      recvs[i].push_back(id);
     }
-    ASSERT_LE(std::max(used[0], used[1]), size_t{4 << 20});
-    // The bytes of each end when its connection failed.
-    std::vector<uint8_t> at_failure[2];
-    const TimeNs start = loop.now();
-    const bool finished = k.run(
-        [&] {
-          for (int i = 0; i < 2; ++i)
-            if (at_failure[i].empty() && k.event(i, conn[i]) != nullptr)
-              at_failure[i] = mem[i]->bytes;
-          // All sent before the cut came, or a SEND retried for want of a
-          // receive (RNR, LOSS-7: for as long as the peer answers): cut now.
-          bool sent = true;
-          for (int i = 0; i < 2; ++i)
-            for (const uint64_t s : sends[i]) sent &= k.done(i, s) != nullptr;
-          if ((sent || loop.now().since(start) > 100 * kMillisecond) && !cut.on) {
-            cut.on = true;
-            cut.at = loop.now();
+    const uint64_t nsend = 1 + pick(4);
+    for (uint64_t n = 0; n < nsend; ++n, ++id) {
+      const auto len = static_cast<uint32_t>(1 + pick(256 * 1024));
+      SendWr wr;
+      switch (pick(3)) {
+        case 0:
+          wr = write_wr(*mem[i], *mem[j], len, id, used[j]);
+          used[j] += len;
+          break;
+        case 1:
+          wr = read_wr(*mem[i], mem[j]->addr(used[j]), mem[j]->mr.rkey, len, id);
+          wr.local_addr = mem[i]->addr(used[i]);
+          used[i] += len;
+          used[j] += len;
+          break;
+        default: wr = send_wr(*mem[i], used[i], std::min<uint32_t>(len, 4096), id); break;
+      }
+      ASSERT_EQ(k.send(i, conn[i], wr), Status::kOk);
+      sends[i].push_back(id);
+    }
+  }
+  ASSERT_LE(std::max(used[0], used[1]), size_t{4 << 20});
+  // Each end's bytes when its connection ended (the closing end's: when it
+  // called close), and when its requests were last completed kOk.
+  std::vector<uint8_t> at_end[2];
+  bool gone = false;  // the restart or close has happened
+  TimeNs gone_at{};
+  const TimeNs start = loop.now();
+  const bool finished = k.run(
+      [&] {
+        for (int i = 0; i < 2; ++i)
+          if (at_end[i].empty() && k.event(i, conn[i]) != nullptr) at_end[i] = mem[i]->bytes;
+        // All sent before the cut came, or a SEND retried for want of a
+        // receive (RNR, LOSS-7: for as long as the peer answers): cut now.
+        bool sent = true;
+        for (int i = 0; i < 2; ++i)
+          for (const uint64_t s : sends[i]) sent &= k.done(i, s) != nullptr;
+        if ((sent || loop.now().since(start) > 100 * kMillisecond) && !cut.on) {
+          cut.on = true;
+          cut.at = loop.now();
+        }
+        if (cut.on && !gone && goes != Goes::kSilent) {
+          gone = true;
+          gone_at = loop.now();
+          cut.healed = true;
+          if (goes == Goes::kRestarts) {
+            loop.restart(r, cfg(7000 + seed));
+            k.forget(r);
+          } else {
+            at_end[r] = mem[r]->bytes;
+            loop.ep(r).close(conn[r], loop.now());
           }
-          return k.all_done() && k.event(0, a) && k.event(1, b);
-        },
-        30 * kSecond);
-    EXPECT_TRUE(finished);
-    if (HasFailure()) {
-      std::printf(
-          "seed %llu: cut %d at %llu late %d; now %llu; outstanding %zu %zu; events %zu %zu\n",
-          (unsigned long long)seed, cut.on, (unsigned long long)cut.at.ns, late,
-          (unsigned long long)loop.now().ns, k.outstanding(0), k.outstanding(1),
-          k.events_about(0, a), k.events_about(1, b));
-      for (int i = 0; i < 2; ++i) {
-        for (const uint64_t x : sends[i])
-          std::printf(" ep%d send %llu: %s\n", i, (unsigned long long)x,
-                      k.done(i, x) ? std::string(status_name(k.status(i, x))).c_str() : "-");
-        for (const uint64_t x : recvs[i])
-          std::printf(" ep%d recv %llu: %s\n", i, (unsigned long long)x,
-                      k.done(i, x) ? std::string(status_name(k.status(i, x))).c_str() : "-");
-        std::printf(" ep%d next_timeout %llu established %d\n", i,
-                    (unsigned long long)loop.ep(i).next_timeout().ns,
-                    loop.ep(i).is_established(conn[i]));
-      }
-      return;
-    }
-    k.run_for(4 * kSecond);  // what was held back arrives
-    for (int i = 0; i < 2; ++i) {
-      SCOPED_TRACE("endpoint " + std::to_string(i));
-      bool named = false;
-      for (const uint64_t s : sends[i]) {
-        const Status st = k.status(i, s);
-        if (!named && st == Status::kOk) continue;
-        if (!named && st == Status::kPeerUnreachable) {
-          named = true;
-          continue;
         }
+        const bool ended_0 = k.event(0, a) || (goes == Goes::kRestarts && gone && r == 0);
+        const bool ended_1 = k.event(1, b) || (goes == Goes::kRestarts && gone && r == 1);
+        return k.all_done() && ended_0 && ended_1;
+      },
+      30 * kSecond);
+  ASSERT_TRUE(finished) << "cut " << cut.on << " at " << cut.at.ns << ", outstanding "
+                        << k.outstanding(0) << " and " << k.outstanding(1);
+  k.run_for(4 * kSecond);  // what was held back arrives
+  for (int i = 0; i < 2; ++i) {
+    if (goes == Goes::kRestarts && i == r) continue;  // its process went
+    SCOPED_TRACE("endpoint " + std::to_string(i));
+    const bool closer = goes == Goes::kCloses && i == r;
+    const bool told = goes == Goes::kCloses && i != r;
+    // After a timeout the oldest not completed is the timeout's; a close
+    // flushes everything, the peer's DISCONNECT ends everything kPeerClosed.
+    const Status rest = told ? Status::kPeerClosed : Status::kFlushed;
+    bool named = closer || told;
+    bool ended = false;
+    for (const uint64_t s : sends[i]) {
+      const Status st = k.status(i, s);
+      if (!ended && st == Status::kOk) continue;
+      ended = true;
+      if (!named && st == Status::kPeerUnreachable) {
         named = true;
-        EXPECT_EQ(st, Status::kFlushed) << "wr " << s;
+        continue;
       }
-      for (const uint64_t r : recvs[i]) {
-        const Status st = k.status(i, r);
-        EXPECT_TRUE(st == Status::kOk || st == Status::kFlushed)
-            << "wr " << r << " " << status_name(st);
-      }
-      EXPECT_EQ(k.events_about(i, conn[i]), 1u);
-      EXPECT_TRUE(event_is(k.event(i, conn[i]), EventKind::kError, Status::kPeerUnreachable));
-      EXPECT_TRUE(mem[i]->bytes == at_failure[i]) << "bytes placed after the failure";
+      named = true;
+      EXPECT_EQ(st, rest) << "wr " << s << " " << status_name(st);
     }
+    for (const uint64_t x : recvs[i]) {
+      const Status st = k.status(i, x);
+      EXPECT_TRUE(st == Status::kOk || st == rest) << "wr " << x << " " << status_name(st);
+    }
+    EXPECT_EQ(k.events_about(i, conn[i]), 1u);
+    if (closer) {
+      EXPECT_TRUE(event_is(k.event(i, conn[i]), EventKind::kClosed, Status::kOk));
+    } else if (told) {
+      EXPECT_TRUE(event_is(k.event(i, conn[i]), EventKind::kClosed, Status::kPeerClosed));
+    } else {
+      EXPECT_TRUE(event_is(k.event(i, conn[i]), EventKind::kError, Status::kPeerUnreachable));
+    }
+    EXPECT_TRUE(mem[i]->bytes == at_end[i]) << "bytes placed after the connection ended";
+  }
+}
+
+// Many such cases, the peer silent, restarted or closing.
+TEST(PeerVanishes, RandomWorkAndRandomCutsCompleteEveryRequestOnce) {  // COMP-4, COMP-5, PATH-7
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    random_case(seed, Goes::kSilent);
+  }
+}
+TEST(PeerVanishes, RandomWorkAndARestartCompleteEveryRequestOnce) {  // COMP-4, BAD-7, PATH-7
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    random_case(seed, Goes::kRestarts);
+  }
+}
+TEST(PeerVanishes, RandomWorkAndACloseCompleteEveryRequestOnce) {  // COMP-4, CONN-7
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    random_case(seed, Goes::kCloses);
   }
 }
 
@@ -783,6 +823,29 @@ TEST(PeerVanishes, ThePeerClosesWhileItsWorkIsUnderWay) {  // CONN-7, BAD-7
   EXPECT_EQ(a_rq.bytes, rq_at_close);
   EXPECT_GT(loop.ep(0).endpoint_stats().unknown_connection, unknown);  // the premise
   EXPECT_TRUE(k.all_done());
+}
+
+// The same with every ACCEPT lost: the closing end answers each repeated
+// request with its ACCEPT (CONN-3) while it resends its DISCONNECT; CONN-7
+// gives the DISCONNECT connect_attempts (8) sends before the close ends
+// unanswered.
+TEST(PeerVanishes, AcceptsAnsweredWhileClosingLeaveTheDisconnectItsBudget) {  // CONN-7, CONN-3
+  Loop loop(cfg(4629), cfg(4630));
+  Books k(loop);
+  int disconnects = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    disconnects += from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kDisconnect);
+    return from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kConnectAccept);
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  ASSERT_TRUE(k.run([&] { return k.first(1, EventKind::kAccepted) != nullptr; }, kSecond));
+  const ConnId b = k.first(1, EventKind::kAccepted)->ev.conn;
+  loop.ep(1).close(b, loop.now());
+  ASSERT_TRUE(k.run([&] { return k.events_about(1, b) == 2 && k.event(0, a); }, kSecond));
+  EXPECT_TRUE(event_is(k.event(1, b, 1), EventKind::kClosed, Status::kPeerUnreachable));
+  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kConnectFailed, Status::kConnectTimeout));
+  EXPECT_EQ(disconnects, 8);
 }
 
 // Both ends close at once, each with work outstanding: each end's own work
