@@ -249,6 +249,10 @@ TEST(PeerVanishes, WritesMidTransferFailAtThePeerTimeout) {  // PATH-7, CONN-9, 
   expect_timed_out(k, 0, {1, 2, 3, 4}, cut.at + kPeerTimeout);
   EXPECT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
   EXPECT_FALSE(loop.ep(0).is_established(a));
+  // Work posted to the failed connection is refused at once, never queued.
+  EXPECT_EQ(k.send(0, a, write_wr(src, dst, 4096, 5)), Status::kNotConnected);
+  Buf late_rq(loop.ep(0), 4096, kAccessLocalWrite);
+  EXPECT_EQ(k.recv(0, a, 6, late_rq, 0, 4096), Status::kNotConnected);
   // The network comes back; the failed writer sends and places nothing more.
   cut.healed = true;
   const std::vector<uint8_t> placed = dst.bytes;
@@ -769,6 +773,9 @@ TEST(PeerVanishes, ThePeerClosesWhileOurWorkIsUnderWay) {  // CONN-7, CONN-8
   EXPECT_TRUE(event_is(k.event(0, a), EventKind::kClosed, Status::kPeerClosed, Status::kOk));
   EXPECT_TRUE(event_is(k.event(1, b), EventKind::kClosed, Status::kOk));
   EXPECT_EQ(dst.bytes, dst_at_close) << "WRITE bytes placed after the close";
+  // Both ends refuse work on the connection gone, and queue none.
+  EXPECT_EQ(k.send(0, a, write_wr(src, dst, 4096, 4)), Status::kNoSuchConnection);
+  EXPECT_EQ(k.send(1, b, send_wr(dst, 0, 4096, 5)), Status::kNoSuchConnection);
   EXPECT_EQ(b_rq.bytes, b_rq_at_close) << "SEND bytes placed after the close";
   k.run_for(100 * kMillisecond);
   EXPECT_EQ(k.events_about(0, a), 1u);
