@@ -255,7 +255,11 @@ bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> 
   } else if (c.owe.accept) {
     c.owe.accept = false;
     out.entropy = rotated;
-    ++c.attempts;  // a responder's count of ACCEPTs; close() starts it again
+    // A responder's count of ACCEPTs, for their rotation; close() starts it
+    // again as the DISCONNECT's count (CONN-7), which an ACCEPT repeated
+    // while closing (CONN-3) must not spend: one per lost ACCEPT cut the
+    // DISCONNECT's 8 sends short.
+    if (c.state != ConnState::kClosing) ++c.attempts;
     body.initial_psn = c.initial_psn;
     body.mtu = c.mtu;
     body.window_log2 = c.window_log2();
