@@ -198,6 +198,15 @@ cfg=$(mktemp -d)
 printf '%s\n[queue]\nbuffer_bytes = "2000GB"\n[[workload]]\nkind = "permutation"\nbytes = 4096\n' \
   "$small_topology" >"$cfg/t.toml"
 sim_expect 2 "^metaroce-sim: $cfg/t.toml:9:16: $big" --config "$cfg/t.toml"
+# A PFC threshold: -1 (derived) is taken and -2 refused with one message,
+# whether in [queue] or on --set (a file refused -1, "must be >= 0").
+neg='queue.pfc_xoff_bytes: -2 is not an integer in \[-1, 1e\+12\]$'
+sim_expect 2 "^metaroce-sim: --set $neg" --set queue.pfc_xoff_bytes=-2
+printf '%s\n[queue]\npfc = true\npfc_xoff_bytes = -2\n[[workload]]\nkind = "permutation"\nbytes = 4096\n' \
+  "$small_topology" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:10:18: $neg" --config "$cfg/t.toml"
+sed -i 's/^pfc_xoff_bytes = -2/pfc_xoff_bytes = -1/' "$cfg/t.toml"
+expect_quiet 0 "$sim" -q --no-timing --config "$cfg/t.toml"
 # An empty or blank name gave the report an empty first line: refused, as
 # an option's empty value is (without the key the name is "config").
 for n in '""' '" "'; do
