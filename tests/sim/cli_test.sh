@@ -93,6 +93,20 @@ sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-noc
   --transport spray-nocc --no-dcqcn
 sim_expect 2 '^metaroce-sim: --cold applies to metaroce and spray-nocc, not irn$' --transport irn \
   --cold
+# --json with a listing: a JSON array (it was ignored: text), not for
+# --list-settings (refused, not ignored).
+list=$("$sim" --list --json)
+case $list in
+'['*'"fattree128-perm2mb",'*'"leafspine8192-perm1mb"'*']') echo "ok:   --list --json: $(printf '%s' "$list" | wc -l) lines" ;;
+*) echo "FAIL: --list --json printed: $list"; failures=$((failures + 1)) ;;
+esac
+list=$("$sim" --list-links --json --preset fattree16-perm)
+case $list in
+'['*'{"edge": 47, "a": "sw:15:3", "a_switch": "agg 7", "b": "sw:19:3", "b_switch": "core 3", "rate_gbps": 100, "delay_us": 1, "parallel": 0, "parallel_of": 1}'*']') echo "ok:   --list-links --json" ;;
+*) echo "FAIL: --list-links --json printed: $list"; failures=$((failures + 1)) ;;
+esac
+sim_expect 2 '^metaroce-sim: --json applies to a run, --list and --list-links, not --list-settings$' \
+  --list-settings --json
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc

@@ -62,7 +62,7 @@ int run(int argc, char** argv) {
       },
       "NON-NEGATIVE");
   app.add_option("--seed", seed, "RNG seed (same seed => identical output)")->check(non_negative);
-  app.add_flag("--json", json, "print a JSON report");
+  app.add_flag("--json", json, "print a JSON report (with --list or --list-links: a JSON array)");
   app.add_flag("--list", list, "list presets and exit");
   app.add_flag("--no-timing", no_timing,
                "omit wall time, events/s and RSS (byte-identical output)");
@@ -112,9 +112,21 @@ int run(int argc, char** argv) {
       std::cerr << "metaroce-sim: " << o << ": an empty value\n";
       return metaroce::tools::kExitBadOptions;
     }
+  // --json was ignored by the listings: a script asking for JSON got text.
   if (list) {
-    for (const auto& n : preset_names()) std::cout << n << "\n";
+    if (json) {
+      std::string s = "[";
+      for (const auto& n : preset_names()) s += (s.size() > 1 ? ",\n  \"" : "\n  \"") + n + "\"";
+      std::cout << s << "\n]\n";
+    } else {
+      for (const auto& n : preset_names()) std::cout << n << "\n";
+    }
     return 0;
+  }
+  if (list_settings && json) {
+    std::cerr << "metaroce-sim: --json applies to a run, --list and --list-links, not "
+                 "--list-settings\n";
+    return metaroce::tools::kExitBadOptions;
   }
   if (list_settings) {
     std::cout << settings_help();
@@ -183,7 +195,7 @@ int run(int argc, char** argv) {
   // was in range, but ecn_kmin may now be above ecn_kmax.
   if (const std::string e = queue_spec_error(cfg.queue); !e.empty()) return bad_option(e);
   if (list_links_flag) {
-    std::cout << list_links(cfg.topo);
+    std::cout << list_links(cfg.topo, json);
     return 0;
   }
   for (const std::string& w : faults_past_time_limit(cfg))
