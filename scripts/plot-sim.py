@@ -20,6 +20,11 @@ Example:
   metaroce-sim --preset fattree128-perm2mb --transport metaroce --csv out/metaroce
   metaroce-sim --preset fattree128-perm2mb --transport irn --csv out/irn
   scripts/plot-sim.py -o out out/metaroce out/irn
+
+A python3 without matplotlib or numpy (pyenv's, first on PATH) runs the
+script again with /usr/bin/python3, where scripts/setup-deps.sh installs
+them (python3-matplotlib, python3-numpy); if that lacks them too, it exits
+2 naming the fix.
 """
 import argparse
 import csv
@@ -27,11 +32,40 @@ import json
 import os
 import sys
 
-import matplotlib
+# scripts/setup-deps.sh installs matplotlib and numpy for the distribution's
+# python (python3-matplotlib, python3-numpy); a python3 earlier on PATH
+# (pyenv, a venv) that the shebang finds may lack them.
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Set on the re-run under SYSTEM_PYTHON, so that it cannot run itself again.
+NO_RERUN = "METAROCE_PLOT_SIM_NO_RERUN"
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def missing_plot_modules(err):
+    """Without matplotlib or numpy: run again under the distribution's
+    python once, or stop (exit 2) naming the fix instead of a traceback."""
+    if not os.environ.get(NO_RERUN) and os.access(SYSTEM_PYTHON, os.X_OK):
+        print(f"plot-sim.py: {err} for {sys.executable}; running with {SYSTEM_PYTHON}",
+              file=sys.stderr)
+        sys.stderr.flush()
+        os.environ[NO_RERUN] = "1"
+        os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+    print(f"plot-sim.py: {err} for {sys.executable}: the figures need matplotlib and numpy; "
+          f"on Debian or Ubuntu run scripts/setup-deps.sh (python3-matplotlib, python3-numpy) "
+          f"and run this script with {SYSTEM_PYTHON}, or install them for this python "
+          f"(python -m pip install matplotlib numpy)", file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+except ImportError as e:
+    if __name__ != "__main__":  # imported (tests/sim/figures_test.sh): the caller's problem
+        raise
+    missing_plot_modules(e)
 
 
 def read_csv(path):
