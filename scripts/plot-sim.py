@@ -9,7 +9,8 @@ fcts.csv, report.json); runs are labelled by the transport in report.json
 Writes into OUTDIR (default: the first DIR):
 
   fct_cdf.png      FCT CDF, every run on one plot (of all flows: unfinished
-                   ones keep it below 1; the legend's p99 is the report's)
+                   ones keep it below 1; the legend's p99 is the report's,
+                   ">= X" where its rank is an unfinished flow's)
   throughput.png   delivered goodput over time (Gbit/s, all flows)
   queues.png       max and mean switch-port queue over time
   cwnd.png         per-path cwnd over time of the first sampled connection
@@ -114,23 +115,30 @@ def save(fig, out, name, dpi):
 def fct_cdf(col):
     """The finished flows' FCTs, sorted; the share of all flows finished by
     each (an unfinished flow, an empty fct_us, keeps the CDF below 1); and
-    their p99 as the report's fct_p99_us takes it, the nearest rank."""
+    the p99 of all flows as the report's fct_p99_us takes it, the nearest
+    rank, nan where that rank is an unfinished flow's (the report gives its
+    age at the end of the run, a lower bound)."""
     fct = floats(col)
     done = np.sort(fct[~np.isnan(fct)])
     if done.size == 0:
         return done, done, float("nan")
     y = np.arange(1, done.size + 1) / fct.size
-    rank = min(max(int(0.99 * done.size + 0.999999), 1), done.size)
-    return done, y, done[rank - 1]
+    rank = min(max(int(0.99 * fct.size + 0.999999), 1), fct.size)
+    return done, y, done[rank - 1] if rank <= done.size else float("nan")
 
 
 def plot_fct(runs, out, title, dpi):
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for label, d, _ in runs:
+    for label, d, rep in runs:
         fct, y, p99 = fct_cdf(read_csv(os.path.join(d, "fcts.csv")).get("fct_us", []))
         if fct.size == 0:
             continue
-        ax.step(fct, y, where="post", label=f"{label} (p99 {p99:.0f} us)")
+        if np.isnan(p99):  # an unfinished flow's rank: the report's lower bound
+            bound = rep.get("fct_p99_us")
+            p99_text = f">= {bound:.0f} us" if bound is not None else "unfinished"
+        else:
+            p99_text = f"{p99:.0f} us"
+        ax.step(fct, y, where="post", label=f"{label} (p99 {p99_text})")
     ax.set_xlabel("flow completion time (us)")
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.01)

@@ -41,6 +41,12 @@ x, y, p99 = m.fct_cdf(["30", "10", "", "20"])
 assert list(x) == [10, 20, 30] and list(y) == [0.25, 0.5, 0.75], (x, y)
 _, _, p99 = m.fct_cdf([str(v) for v in range(1, 101)])
 assert p99 == 99, p99
+# The p99 of all flows, as the report's: its rank an unfinished flow's,
+# unknown (it was the finished flows' p99).
+_, _, p99 = m.fct_cdf(["10"] * 99 + [""])
+assert p99 == 10, p99
+_, _, p99 = m.fct_cdf(["10"] * 98 + ["", ""])
+assert p99 != p99, p99
 # Two runs of one transport (two settings compared) are told apart.
 assert m.unique_labels(["metaroce", "metaroce", "irn"], ["a/trim", "b/base/", "c"]) == [
     "metaroce (trim)", "metaroce (base)", "irn"]

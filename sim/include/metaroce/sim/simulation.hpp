@@ -138,6 +138,8 @@ struct Report {
   // (rings), at least the longest chain of flows, each taking bytes at line
   // rate plus its path's one-way propagation delay (sim/README.md).
   double ideal_us = 0;
+  // Of every flow, one that did not finish at its age when the run ended
+  // (then each is a lower bound). Not in the digest.
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
   // Payload bytes the receivers took, duplicates and headers excluded (the
   // counter of --csv's throughput.csv), and their rate over the run:
