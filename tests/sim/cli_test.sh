@@ -112,6 +112,15 @@ sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
 sim_expect 2 '' --paths
 sim_expect 0 '' --help
+# --help names what a run without --preset, --transport or --seed runs, and
+# --cold's transports (it said metaroce alone; spray-nocc takes it too).
+help=$("$sim" --help)
+# (CLI11 writes a default as TEXT=D or, in later versions, TEXT [D].)
+for want in '--preset TEXT( \[|=)fattree16-perm' '--transport TEXT( \[|=)metaroce' \
+  '--seed UINT:NON-NEGATIVE( \[|=)1[] ]' '--cold +metaroce, spray-nocc: '; do
+  if printf '%s\n' "$help" | grep -Eq -- "$want"; then echo "ok:   --help: $want"; else
+    echo "FAIL: --help lacks '$want'"; failures=$((failures + 1)); fi
+done
 # A report that cannot be written (a full disk) is a failed run, not exit 0.
 full='^metaroce-sim: the report could not be written to stdout'
 expect_full 2 "$full" "$sim" -q --no-timing --preset incast8-256k --time-limit-ms 5 --json
