@@ -186,8 +186,8 @@ struct Report {
   std::vector<PathSlotTotals> per_path;  // MetaRoCE only, by path slot
   uint64_t digest = 0;  // hash of every deterministic field and every flow's finish time
   // Not deterministic:
-  double wall_s = 0;
-  double events_per_s = 0;
+  double wall_s = 0;        // building the fabric and hosts, the warm-up and the run
+  double events_per_s = 0;  // events (the warm-up's too) over the event loops' time
   double peak_rss_mib = 0;
 
   // timing = false leaves out wall_s, events_per_s and peak_rss_mib, so the
@@ -255,7 +255,8 @@ class Simulation {
   std::unique_ptr<Faults> faults_;
   SimTime origin_{0};                  // the workload's time zero (after warm_up)
   std::unique_ptr<SimOutput> output_;  // after everything it observes
-  double wall_s_ = 0;
+  double wall_s_ = 0;                  // the constructor's (fabric, hosts, warm-up) and run()'s
+  double loop_s_ = 0;                  // the warm-up's and run()'s event loops: events_per_s
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
   // The simulated time run() got to (events or not).
