@@ -9,7 +9,8 @@ fcts.csv, report.json); runs are labelled by the transport in report.json
 Writes into OUTDIR (default: the first DIR):
 
   fct_cdf.png      FCT CDF, every run on one plot (of all flows: unfinished
-                   ones keep it below 1; the legend's p99 is the report's)
+                   ones keep it below 1; the legend's p99 is the report's,
+                   ">= X" where its rank is an unfinished flow's)
   throughput.png   delivered goodput over time (Gbit/s, all flows)
   queues.png       max and mean switch-port queue over time
   cwnd.png         per-path cwnd over time of the first sampled connection
@@ -20,6 +21,11 @@ Example:
   metaroce-sim --preset fattree128-perm2mb --transport metaroce --csv out/metaroce
   metaroce-sim --preset fattree128-perm2mb --transport irn --csv out/irn
   scripts/plot-sim.py -o out out/metaroce out/irn
+
+A python3 without matplotlib or numpy (pyenv's, first on PATH) runs the
+script again with /usr/bin/python3, where scripts/setup-deps.sh installs
+them (python3-matplotlib, python3-numpy); if that lacks them too, it exits
+2 naming the fix.
 """
 import argparse
 import csv
@@ -27,11 +33,40 @@ import json
 import os
 import sys
 
-import matplotlib
+# scripts/setup-deps.sh installs matplotlib and numpy for the distribution's
+# python (python3-matplotlib, python3-numpy); a python3 earlier on PATH
+# (pyenv, a venv) that the shebang finds may lack them.
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Set on the re-run under SYSTEM_PYTHON, so that it cannot run itself again.
+NO_RERUN = "METAROCE_PLOT_SIM_NO_RERUN"
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def missing_plot_modules(err):
+    """Without matplotlib or numpy: run again under the distribution's
+    python once, or stop (exit 2) naming the fix instead of a traceback."""
+    if not os.environ.get(NO_RERUN) and os.access(SYSTEM_PYTHON, os.X_OK):
+        print(f"plot-sim.py: {err} for {sys.executable}; running with {SYSTEM_PYTHON}",
+              file=sys.stderr)
+        sys.stderr.flush()
+        os.environ[NO_RERUN] = "1"
+        os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+    print(f"plot-sim.py: {err} for {sys.executable}: the figures need matplotlib and numpy; "
+          f"on Debian or Ubuntu run scripts/setup-deps.sh (python3-matplotlib, python3-numpy) "
+          f"and run this script with {SYSTEM_PYTHON}, or install them for this python "
+          f"(python -m pip install matplotlib numpy)", file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+except ImportError as e:
+    if __name__ != "__main__":  # imported (tests/sim/figures_test.sh): the caller's problem
+        raise
+    missing_plot_modules(e)
 
 
 def read_csv(path):
@@ -80,23 +115,30 @@ def save(fig, out, name, dpi):
 def fct_cdf(col):
     """The finished flows' FCTs, sorted; the share of all flows finished by
     each (an unfinished flow, an empty fct_us, keeps the CDF below 1); and
-    their p99 as the report's fct_p99_us takes it, the nearest rank."""
+    the p99 of all flows as the report's fct_p99_us takes it, the nearest
+    rank, nan where that rank is an unfinished flow's (the report gives its
+    age at the end of the run, a lower bound)."""
     fct = floats(col)
     done = np.sort(fct[~np.isnan(fct)])
     if done.size == 0:
         return done, done, float("nan")
     y = np.arange(1, done.size + 1) / fct.size
-    rank = min(max(int(0.99 * done.size + 0.999999), 1), done.size)
-    return done, y, done[rank - 1]
+    rank = min(max(int(0.99 * fct.size + 0.999999), 1), fct.size)
+    return done, y, done[rank - 1] if rank <= done.size else float("nan")
 
 
 def plot_fct(runs, out, title, dpi):
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for label, d, _ in runs:
+    for label, d, rep in runs:
         fct, y, p99 = fct_cdf(read_csv(os.path.join(d, "fcts.csv")).get("fct_us", []))
         if fct.size == 0:
             continue
-        ax.step(fct, y, where="post", label=f"{label} (p99 {p99:.0f} us)")
+        if np.isnan(p99):  # an unfinished flow's rank: the report's lower bound
+            bound = rep.get("fct_p99_us")
+            p99_text = f">= {bound:.0f} us" if bound is not None else "unfinished"
+        else:
+            p99_text = f"{p99:.0f} us"
+        ax.step(fct, y, where="post", label=f"{label} (p99 {p99_text})")
     ax.set_xlabel("flow completion time (us)")
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.01)

@@ -177,19 +177,14 @@ class Reader {
     queue_bytes(t, c, "buffer_bytes");
     queue_bytes(t, c, "ecn_kmin");
     queue_bytes(t, c, "ecn_kmax");
-    q.ecn_pmax = opt_number(t, "queue", "ecn_pmax").value_or(q.ecn_pmax);
+    queue_number(t, c, "ecn_pmax");
     q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
     q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
     queue_bytes(t, c, "trim_allowance_bytes");
-    if (t.contains("priority_dscp")) {
-      const uint32_t d = u32(t, "queue", "priority_dscp");
-      if (d == 0 || d > kNoPriorityDscp)
-        fail(*t.get("priority_dscp"),
-             "queue.priority_dscp: 1-63 (0 is the data's class), or 64 for no priority class");
-      q.priority_dscp = static_cast<uint8_t>(d);
-    }
+    // 46.0 is taken as --set takes it (a whole number was wanted).
+    queue_number(t, c, "priority_dscp");
     q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
-    // Absent: derived (--set's -1, which a file does not need).
+    // Absent or -1: derived, as --set's -1.
     queue_bytes(t, c, "pfc_xoff_bytes");
     queue_bytes(t, c, "pfc_xon_bytes");
     if (const std::string e = queue_spec_error(q); !e.empty()) {
@@ -203,10 +198,16 @@ class Reader {
     if (!t.contains(key)) return;
     const toml::node& n = *t.get(key);
     const std::string what = dotted("queue", key);
-    const long double v = byte_count(n, what);
-    // --set's -1 (derived PFC thresholds) is a file's key left out.
-    if (v < 0) fail(n, what + ": must be >= 0");
-    setting(c, n, what, static_cast<double>(v));
+    // No check of its own: a file and --set take the same values (-1, a
+    // derived PFC threshold, too) and refuse the others with one message.
+    setting(c, n, what, static_cast<double>(byte_count(n, what)));
+  }
+
+  // A [queue] key that is a plain number (no unit), checked by --set's table.
+  void queue_number(const toml::table& t, SimConfig& c, std::string_view key) const {
+    if (!t.contains(key)) return;
+    const std::string what = dotted("queue", key);
+    setting(c, *t.get(key), what, number(t, "queue", key));
   }
 
   void workload(const toml::table& t, SimConfig& c) {

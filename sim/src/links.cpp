@@ -165,10 +165,10 @@ std::string default_pcap_path(const std::string& name, const std::string& transp
   return s + ".pcap";
 }
 
-std::string list_links(const TopoGraph& g) {
-  std::string s =
-      "# edge  a  b  rate  delay   (--pcap / --watch-link take E, host:H[-up|-down], "
-      "sw:S:P[-out|-in])\n";
+std::string list_links(const TopoGraph& g, bool json) {
+  std::string s = json ? "["
+                       : "# edge  a  b  rate  delay   (--pcap / --watch-link take E, "
+                         "host:H[-up|-down], sw:S:P[-out|-in])\n";
   char b[256];
   const bool three = three_tiers(g);
   // Parallel links (a leaf-spine's links_per_spine > 1) are told apart by
@@ -181,15 +181,42 @@ std::string list_links(const TopoGraph& g) {
   for (uint32_t e = 0; e < g.edges.size(); ++e) ++joining[ends(e)];
   for (uint32_t e = 0; e < g.edges.size(); ++e) {
     const auto& ed = g.edges[e];
+    const double gbps = static_cast<double>(ed.spec.rate_mbps) / 1000.0;
+    const uint32_t n = joining[ends(e)];
+    if (json) {
+      // The names a script hands to --pcap / --watch-link, and the switch as
+      // a fault's `link` names it ("tor 0"), null for a host. Names hold no
+      // character JSON would want escaped.
+      const auto end = [&](bool b_side) {
+        const std::string full = end_with_tier(g, three, e, b_side);
+        const auto bracket = full.find(" [");
+        const std::string name = full.substr(0, bracket);
+        const std::string sw =
+            bracket == std::string::npos
+                ? "null"
+                : "\"" + full.substr(bracket + 2, full.size() - bracket - 3) + "\"";
+        return std::make_pair(name, sw);
+      };
+      const auto [a, a_sw] = end(false);
+      const auto [bn, b_sw] = end(true);
+      std::snprintf(b, sizeof b,
+                    "%s\n  {\"edge\": %u, \"a\": \"%s\", \"a_switch\": %s, \"b\": \"%s\", "
+                    "\"b_switch\": %s, \"rate_gbps\": %.12g, \"delay_us\": %.12g, "
+                    "\"parallel\": %u, \"parallel_of\": %u}",
+                    e == 0 ? "" : ",", e, a.c_str(), a_sw.c_str(), bn.c_str(), b_sw.c_str(), gbps,
+                    ed.spec.delay.us(), seen[ends(e)]++, n);
+      s += b;
+      continue;
+    }
     std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us", e,
                   end_with_tier(g, three, e, false).c_str(),
-                  end_with_tier(g, three, e, true).c_str(),
-                  static_cast<double>(ed.spec.rate_mbps) / 1000.0, ed.spec.delay.us());
+                  end_with_tier(g, three, e, true).c_str(), gbps, ed.spec.delay.us());
     s += b;
-    if (const uint32_t n = joining[ends(e)]; n > 1)
+    if (n > 1)
       s += "  (parallel link " + std::to_string(seen[ends(e)]++) + " of " + std::to_string(n) + ")";
     s += "\n";
   }
+  if (json) s += "\n]\n";
   return s;
 }
 

@@ -93,11 +93,34 @@ sim_expect 2 '^metaroce-sim: --no-dcqcn applies to rocev2 and irn, not spray-noc
   --transport spray-nocc --no-dcqcn
 sim_expect 2 '^metaroce-sim: --cold applies to metaroce and spray-nocc, not irn$' --transport irn \
   --cold
+# --json with a listing: a JSON array (it was ignored: text), not for
+# --list-settings (refused, not ignored).
+list=$("$sim" --list --json)
+case $list in
+'['*'"fattree128-perm2mb",'*'"leafspine8192-perm1mb"'*']') echo "ok:   --list --json: $(printf '%s' "$list" | wc -l) lines" ;;
+*) echo "FAIL: --list --json printed: $list"; failures=$((failures + 1)) ;;
+esac
+list=$("$sim" --list-links --json --preset fattree16-perm)
+case $list in
+'['*'{"edge": 47, "a": "sw:15:3", "a_switch": "agg 7", "b": "sw:19:3", "b_switch": "core 3", "rate_gbps": 100, "delay_us": 1, "parallel": 0, "parallel_of": 1}'*']') echo "ok:   --list-links --json" ;;
+*) echo "FAIL: --list-links --json printed: $list"; failures=$((failures + 1)) ;;
+esac
+sim_expect 2 '^metaroce-sim: --json applies to a run, --list and --list-links, not --list-settings$' \
+  --list-settings --json
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
 sim_expect 2 '' --paths
 sim_expect 0 '' --help
+# --help names what a run without --preset, --transport or --seed runs, and
+# --cold's transports (it said metaroce alone; spray-nocc takes it too).
+help=$("$sim" --help)
+# (CLI11 writes a default as TEXT=D or, in later versions, TEXT [D].)
+for want in '--preset TEXT( \[|=)fattree16-perm' '--transport TEXT( \[|=)metaroce' \
+  '--seed UINT:NON-NEGATIVE( \[|=)1[] ]' '--cold +metaroce, spray-nocc: '; do
+  if printf '%s\n' "$help" | grep -Eq -- "$want"; then echo "ok:   --help: $want"; else
+    echo "FAIL: --help lacks '$want'"; failures=$((failures + 1)); fi
+done
 # A report that cannot be written (a full disk) is a failed run, not exit 0.
 full='^metaroce-sim: the report could not be written to stdout'
 expect_full 2 "$full" "$sim" -q --no-timing --preset incast8-256k --time-limit-ms 5 --json
@@ -198,6 +221,15 @@ cfg=$(mktemp -d)
 printf '%s\n[queue]\nbuffer_bytes = "2000GB"\n[[workload]]\nkind = "permutation"\nbytes = 4096\n' \
   "$small_topology" >"$cfg/t.toml"
 sim_expect 2 "^metaroce-sim: $cfg/t.toml:9:16: $big" --config "$cfg/t.toml"
+# A PFC threshold: -1 (derived) is taken and -2 refused with one message,
+# whether in [queue] or on --set (a file refused -1, "must be >= 0").
+neg='queue.pfc_xoff_bytes: -2 is not an integer in \[-1, 1e\+12\]$'
+sim_expect 2 "^metaroce-sim: --set $neg" --set queue.pfc_xoff_bytes=-2
+printf '%s\n[queue]\npfc = true\npfc_xoff_bytes = -2\n[[workload]]\nkind = "permutation"\nbytes = 4096\n' \
+  "$small_topology" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:10:18: $neg" --config "$cfg/t.toml"
+sed -i 's/^pfc_xoff_bytes = -2/pfc_xoff_bytes = -1/' "$cfg/t.toml"
+expect_quiet 0 "$sim" -q --no-timing --config "$cfg/t.toml"
 # An empty or blank name gave the report an empty first line: refused, as
 # an option's empty value is (without the key the name is "config").
 for n in '""' '" "'; do

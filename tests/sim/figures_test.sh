@@ -41,8 +41,41 @@ x, y, p99 = m.fct_cdf(["30", "10", "", "20"])
 assert list(x) == [10, 20, 30] and list(y) == [0.25, 0.5, 0.75], (x, y)
 _, _, p99 = m.fct_cdf([str(v) for v in range(1, 101)])
 assert p99 == 99, p99
+# The p99 of all flows, as the report's: its rank an unfinished flow's,
+# unknown (it was the finished flows' p99).
+_, _, p99 = m.fct_cdf(["10"] * 99 + [""])
+assert p99 == 10, p99
+_, _, p99 = m.fct_cdf(["10"] * 98 + ["", ""])
+assert p99 != p99, p99
 # Two runs of one transport (two settings compared) are told apart.
 assert m.unique_labels(["metaroce", "metaroce", "irn"], ["a/trim", "b/base/", "c"]) == [
     "metaroce (trim)", "metaroce (base)", "irn"]
 EOF
-echo "figures_test: 4 figures drawn for metaroce and rocev2"
+# The documented command, scripts/plot-sim.py DIR..., under a python3 first
+# on PATH that lacks matplotlib (pyenv's): it stopped on a traceback, "No
+# module named 'matplotlib'". It runs again with /usr/bin/python3, where
+# setup-deps.sh installs them; without them there either, exit 2 naming the
+# fix. A python3 that reads no site packages (-S) stands for pyenv's.
+bare="$out/bare-python"
+mkdir -p "$bare"
+printf '#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n' > "$bare/python3"
+chmod +x "$bare/python3"
+if /usr/bin/python3 -c 'import matplotlib, numpy' 2>/dev/null; then
+  PATH="$bare:$PATH" "$root/scripts/plot-sim.py" -o "$out/rerun" "$out/metaroce" \
+    > "$out/rerun.log" 2>&1 || { echo "figures_test: plot-sim.py under a python3 without matplotlib failed" >&2; cat "$out/rerun.log" >&2; exit 1; }
+  [[ -s "$out/rerun/fct_cdf.png" ]] || { echo "figures_test: no fct_cdf.png from the re-run" >&2; exit 1; }
+  grep -q "running with /usr/bin/python3" "$out/rerun.log" ||
+    { echo "figures_test: the re-run was not said" >&2; cat "$out/rerun.log" >&2; exit 1; }
+else
+  echo "figures_test: /usr/bin/python3 has no matplotlib: its re-run not checked" >&2
+fi
+rc=0
+PATH="$bare:$PATH" METAROCE_PLOT_SIM_NO_RERUN=1 "$root/scripts/plot-sim.py" "$out/metaroce" \
+  > "$out/missing.log" 2>&1 || rc=$?
+if [[ $rc -ne 2 ]] || ! grep -q "^plot-sim.py: No module named .* scripts/setup-deps.sh" "$out/missing.log" ||
+  grep -q Traceback "$out/missing.log"; then
+  echo "figures_test: without matplotlib: exit $rc, wanted 2 and the fix named:" >&2
+  cat "$out/missing.log" >&2
+  exit 1
+fi
+echo "figures_test: 4 figures drawn for metaroce and rocev2; plot-sim.py without matplotlib re-runs or names the fix"

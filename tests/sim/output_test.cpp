@@ -449,6 +449,34 @@ TEST(Links, ListingNamesSwitchesAndParallelLinksAsFaultsDo) {
   EXPECT_NE(ft.find("sw:15:0 [agg 7]"), std::string::npos) << ft;
 }
 
+// --list-links --json: the listing as a JSON array, one object an edge, with
+// what the text gives (the ends as --pcap takes them, the switch as a fault
+// names it, rate, delay, the parallel index); --json was ignored and a
+// script got the text.
+TEST(Links, JsonListingHoldsWhatTheTextDoes) {
+  LinkSpec l{};
+  l.delay = SimTime{500'000};  // 0.5 us
+  const TopoGraph ls = leaf_spine(2, 2, 2, l, l, 2);
+  const std::string j = list_links(ls, true);
+  ASSERT_EQ(j.rfind("[\n  {\"edge\": 0, ", 0), 0u) << j;
+  EXPECT_NE(j.find("{\"edge\": 0, \"a\": \"host:0\", \"a_switch\": null, \"b\": \"sw:0:0\", "
+                   "\"b_switch\": \"leaf 0\", \"rate_gbps\": 100, \"delay_us\": 0.5, "
+                   "\"parallel\": 0, \"parallel_of\": 1}"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("{\"edge\": 7, \"a\": \"sw:0:5\", \"a_switch\": \"leaf 0\", \"b\": "
+                   "\"sw:3:1\", \"b_switch\": \"spine 1\", \"rate_gbps\": 100, \"delay_us\": "
+                   "0.5, \"parallel\": 1, \"parallel_of\": 2}"),
+            std::string::npos)
+      << j;
+  // One object an edge, comma-separated, and the text listing unchanged.
+  EXPECT_EQ(std::count(j.begin(), j.end(), '{'), static_cast<long>(ls.edges.size()));
+  EXPECT_EQ(std::count(j.begin(), j.end(), '}'), static_cast<long>(ls.edges.size()));
+  EXPECT_EQ(j.find("}\n  {"), std::string::npos) << j;
+  EXPECT_EQ(j.substr(j.size() - 4), "}\n]\n");
+  EXPECT_EQ(list_links(ls).rfind("# edge", 0), 0u);
+}
+
 // --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder. A
 // config file's name is free text; "rack/a" wrote into a folder "rack"
 // (created for it), "/x/y" into /x, "../y" into the parent folder.

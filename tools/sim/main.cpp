@@ -46,12 +46,16 @@ int run(int argc, char** argv) {
   std::vector<std::string> settings;
   bool list_settings = false;
   double sample_us = 5;
-  app.add_option("--preset", preset_name, "scenario name (--list shows them)");
+  // Their defaults named: a run without them was a preset and transport the
+  // help did not say.
+  app.add_option("--preset", preset_name, "scenario name (--list shows them)")
+      ->capture_default_str();
   app.add_option("--config", config_file,
                  "scenario file (TOML: topology, queue, workloads, faults; see docs/sim/README.md)")
       ->excludes(app.get_option("--preset"));
   app.add_option("--transport", transport,
-                 "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)");
+                 "metaroce | spray-nocc | rocev2 (RoCEv2 + DCQCN + PFC) | irn (IRN + DCQCN)")
+      ->capture_default_str();
   // CLI11 reads "-1" into an unsigned option as 2^64 - 1 and a negative
   // --trace-flow would mean "off": a leading '-' is refused.
   const CLI::Validator non_negative(
@@ -61,8 +65,10 @@ int run(int argc, char** argv) {
         return {};
       },
       "NON-NEGATIVE");
-  app.add_option("--seed", seed, "RNG seed (same seed => identical output)")->check(non_negative);
-  app.add_flag("--json", json, "print a JSON report");
+  app.add_option("--seed", seed, "RNG seed (same seed => identical output)")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_flag("--json", json, "print a JSON report (with --list or --list-links: a JSON array)");
   app.add_flag("--list", list, "list presets and exit");
   app.add_flag("--no-timing", no_timing,
                "omit wall time, events/s and RSS (byte-identical output)");
@@ -73,9 +79,10 @@ int run(int argc, char** argv) {
   for (Alias& a : aliases) app.add_option(a.option, a.value, a.help);
   app.add_flag("--fabric-ecn", fabric_ecn,
                "rocev2/irn: keep the preset's ECN marking (default: DCQCN's 5 KB / 200 KB / 1 %)");
-  app.add_flag("--cold", cold,
-               "metaroce: open connections when the workload first needs them (default: a "
-               "warm-up establishes them before t = 0)");
+  app.add_flag(
+      "--cold", cold,
+      "metaroce, spray-nocc: open connections when the workload first needs them (default: a "
+      "warm-up establishes them before t = 0)");
   app.add_flag("--no-dcqcn", no_dcqcn, "rocev2/irn: no rate control (no CNPs, line rate)");
   app.add_flag("--list-links", list_links_flag,
                "list the preset's links (edge index, both ends as host:H / sw:S:P) and exit");
@@ -112,9 +119,21 @@ int run(int argc, char** argv) {
       std::cerr << "metaroce-sim: " << o << ": an empty value\n";
       return metaroce::tools::kExitBadOptions;
     }
+  // --json was ignored by the listings: a script asking for JSON got text.
   if (list) {
-    for (const auto& n : preset_names()) std::cout << n << "\n";
+    if (json) {
+      std::string s = "[";
+      for (const auto& n : preset_names()) s += (s.size() > 1 ? ",\n  \"" : "\n  \"") + n + "\"";
+      std::cout << s << "\n]\n";
+    } else {
+      for (const auto& n : preset_names()) std::cout << n << "\n";
+    }
     return 0;
+  }
+  if (list_settings && json) {
+    std::cerr << "metaroce-sim: --json applies to a run, --list and --list-links, not "
+                 "--list-settings\n";
+    return metaroce::tools::kExitBadOptions;
   }
   if (list_settings) {
     std::cout << settings_help();
@@ -183,7 +202,7 @@ int run(int argc, char** argv) {
   // was in range, but ecn_kmin may now be above ecn_kmax.
   if (const std::string e = queue_spec_error(cfg.queue); !e.empty()) return bad_option(e);
   if (list_links_flag) {
-    std::cout << list_links(cfg.topo);
+    std::cout << list_links(cfg.topo, json);
     return 0;
   }
   for (const std::string& w : faults_past_time_limit(cfg))

@@ -43,8 +43,9 @@ bool parse_link(const TopoGraph& g, const std::string& text, LinkRef& out, std::
 // fat-tree; leaf, spine on a two-tier fabric (leaf-spine, rail-optimized).
 [[nodiscard]] std::string link_name(const TopoGraph& g, const LinkRef& l);
 // One line per edge: index, both ends (with the switch tier, as link_name),
-// rate, delay.
-[[nodiscard]] std::string list_links(const TopoGraph& g);
+// rate, delay. json: the same as a JSON array of objects (edge, a, a_switch,
+// b, b_switch, rate_gbps, delay_us, parallel, parallel_of), for scripts.
+[[nodiscard]] std::string list_links(const TopoGraph& g, bool json = false);
 
 // The pcap file --pcap writes when no --pcap-file is given: NAME-TRANSPORT.pcap
 // in the current folder, NAME the preset's or config file's name with every

@@ -138,6 +138,8 @@ struct Report {
   // (rings), at least the longest chain of flows, each taking bytes at line
   // rate plus its path's one-way propagation delay (sim/README.md).
   double ideal_us = 0;
+  // Of every flow, one that did not finish at its age when the run ended
+  // (then each is a lower bound). Not in the digest.
   double fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0, fct_mean_us = 0;
   // Payload bytes the receivers took, duplicates and headers excluded (the
   // counter of --csv's throughput.csv), and their rate over the run:
@@ -184,8 +186,8 @@ struct Report {
   std::vector<PathSlotTotals> per_path;  // MetaRoCE only, by path slot
   uint64_t digest = 0;  // hash of every deterministic field and every flow's finish time
   // Not deterministic:
-  double wall_s = 0;
-  double events_per_s = 0;
+  double wall_s = 0;        // building the fabric and hosts, the warm-up and the run
+  double events_per_s = 0;  // events (the warm-up's too) over the event loops' time
   double peak_rss_mib = 0;
 
   // timing = false leaves out wall_s, events_per_s and peak_rss_mib, so the
@@ -253,7 +255,8 @@ class Simulation {
   std::unique_ptr<Faults> faults_;
   SimTime origin_{0};                  // the workload's time zero (after warm_up)
   std::unique_ptr<SimOutput> output_;  // after everything it observes
-  double wall_s_ = 0;
+  double wall_s_ = 0;                  // the constructor's (fabric, hosts, warm-up) and run()'s
+  double loop_s_ = 0;                  // the warm-up's and run()'s event loops: events_per_s
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
   // The simulated time run() got to (events or not).
