@@ -104,6 +104,7 @@ constexpr uint64_t kTesterAddr = 0x10000;
 
 // wire_checks.cpp
 Outcome check_enc1(Target& t);
+Outcome check_enc2(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
 Outcome check_enc5(Target& t);

@@ -126,15 +126,16 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
   return false;
 }
 
-void Peer::accept(const Reply& req, uint8_t max_reads) {
-  answer(req, wire::Opcode::kConnectAccept, max_reads, Status::kOk);
+void Peer::accept(const Reply& req, uint8_t max_reads, uint16_t from) {
+  answer(req, wire::Opcode::kConnectAccept, max_reads, Status::kOk, from);
 }
 
 void Peer::reject(const Reply& req, Status code) {
   answer(req, wire::Opcode::kConnectReject, 16, code);
 }
 
-void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code) {
+void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code,
+                  uint16_t from) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
   const auto offered = static_cast<uint16_t>(mtu);
@@ -152,7 +153,7 @@ void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status c
   b.nonce = req.pkt.connect.nonce;
   Bytes p(256);
   const size_t h = wire::write_connect(p, bh, b);
-  send(seal(std::move(p), h, 0), req.entropy);
+  send(seal(std::move(p), h, 0), from != 0 ? from : req.entropy);
 }
 
 Bytes Peer::write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
@@ -281,6 +282,7 @@ std::vector<Reply> Peer::run(uint64_t ns) {
     r.ecn = s.ecn;
     r.dscp = s.dscp;
     r.to_stranger = s.to_stranger;
+    r.to_port = s.to_port;
     out.push_back(std::move(r));
   }
   // Decoded once every Reply has its final address: pkt.payload points into bytes.

@@ -20,6 +20,7 @@ struct Reply {
   uint8_t ecn = 0;
   uint8_t dscp = 0;
   bool to_stranger = false;
+  uint16_t to_port = 0;  // Sent::to_port
   wire::ParseError error = wire::ParseError::kOk;
   wire::Packet pkt;
 };
@@ -42,7 +43,8 @@ class Peer {
   // ---- the target connects to the tester ----
   // Answers a CONNECT_REQ the target sent with an ACCEPT, advertising
   // `max_reads`; the target's connection then names this peer's conn id.
-  void accept(const Reply& req, uint8_t max_reads = 16);
+  // Sent from the request's source port, or from check port `from`.
+  void accept(const Reply& req, uint8_t max_reads = 16, uint16_t from = 0);
   // Answers it with a CONNECT_REJECT of `code` instead (CONN-4).
   void reject(const Reply& req, Status code);
 
@@ -157,7 +159,7 @@ class Peer {
  private:
   wire::BaseHeader header(wire::Opcode op, uint32_t psn, uint16_t path_tag = 0) const;
   // Answers the target's CONNECT_REQ with `op` (ACCEPT, or REJECT of `code`).
-  void answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code);
+  void answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code, uint16_t from = 0);
   Bytes write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
                      uint16_t path_tag, bool ack_requested, uint32_t offset,
                      uint32_t msg_len) const;

@@ -291,8 +291,12 @@ class FaultyTarget : public EngineTarget {
   // but for the first `answers_unknown_after` of them.
   bool answers_unknown = false;
   size_t answers_unknown_after = 0;
+  // With `answers_to_source`, everything sent goes to the port the latest
+  // datagram came from (a driver that answers recvfrom's address, ENC-2).
+  bool answers_to_source = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     woken_ = true;
+    latest_source_ = entropy;
     EndpointStats before, after;
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
@@ -346,6 +350,8 @@ class FaultyTarget : public EngineTarget {
       woken_ = false;
     }
     if (mutate) mutate(out);
+    if (answers_to_source && latest_source_ != 0)
+      for (Sent& s : out) s.to_port = latest_source_;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
     return out;
@@ -375,6 +381,7 @@ class FaultyTarget : public EngineTarget {
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
   bool woken_ = false;      // a datagram arrived since the last run_for
+  uint16_t latest_source_ = 0;
   size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
@@ -507,6 +514,34 @@ TEST(Conformance, AckFromAnotherPortFailsAck7) {
         if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck)) ++s.entropy;
     };
   });
+}
+
+// ENC-2 broken: ACKs sent to the port of the packet they echo, where they
+// leave from (ACK-7), not to the peer's configured port; or everything sent
+// to the port the latest datagram came from.
+TEST(Conformance, AcksToTheirPacketsPortFailEnc2) {
+  expect_fails("ENC-2", "an ACK from port 50001 went to port 50001", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v)
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck)) s.to_port = s.entropy;
+    };
+  });
+}
+
+TEST(Conformance, AnswersToTheLatestSourcePortFailEnc2) {
+  // The handshake's answer goes to the request's port, the tester's own:
+  // the first WRITE from another port shows it.
+  expect_fails("ENC-2", "wrote from 50001-50003: an ACK from port 50001 went to port 50001",
+               [](FaultyTarget& t) { t.answers_to_source = true; });
+  // The same fault on the target's own connection alone: its WRITE goes to
+  // the port the ACCEPT came from.
+  expect_fails("ENC-2", "answered from 50005, acknowledged from 50006: a WRITE",
+               [](FaultyTarget& t) {
+                 t.mutate = [](std::vector<Sent>& v) {
+                   for (Sent& s : v)
+                     if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kWrite)) s.to_port = 50005;
+                 };
+               });
 }
 
 TEST(Conformance, TrailingByteFailsEnc1) {

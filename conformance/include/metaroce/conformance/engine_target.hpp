@@ -63,6 +63,8 @@ class EngineTarget : public Target {
 
  private:
   void collect(std::vector<Sent>& out);
+  // The port the tester and the stranger receive on (Peer::kEntropy).
+  static constexpr uint16_t kPort = 50000;
 
   std::unique_ptr<Endpoint> ep_;
   TimeNs now_{1'000'000'000};

@@ -25,6 +25,12 @@ struct Sent {
   uint8_t ecn = 0;             // its IP ECN codepoint (kEcnEct0 expected, ENC-4)
   uint8_t dscp = 0;            // its IP DSCP (the control class for ACK and NAK, ENC-6)
   bool to_stranger = false;    // addressed to the stranger address of Target::deliver
+  // Its UDP destination port, numbered as `entropy` is (the tester's port
+  // Peer::kEntropy + i): ENC-2 has every packet go to the peer's configured
+  // port, the one the IUT connected to or a CONNECT_REQ's reply_port (its
+  // source port with reply_port 0), never to the port a packet came from.
+  // 0 where the target does not tell.
+  uint16_t to_port = 0;
 };
 
 // Memory the IUT registered for a check: where the tester may aim its

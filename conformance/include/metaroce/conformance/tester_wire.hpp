@@ -55,7 +55,8 @@ class TesterWire {
   [[nodiscard]] uint16_t base() const { return base_; }
 
  private:
-  void receive(int fd, bool stranger, std::vector<Sent>& out);
+  // What arrived on `fd`, the socket of check port `to_port` (Sent::to_port).
+  void receive(int fd, bool stranger, uint16_t to_port, std::vector<Sent>& out);
 
   std::string tester_ip_;
   uint16_t base_ = 0;
