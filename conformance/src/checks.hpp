@@ -150,6 +150,7 @@ Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
 Outcome check_sched2(Target& t);
 Outcome check_ack7(Target& t);
+Outcome check_probe_answered(Target& t);
 Outcome check_path1(Target& t);
 Outcome check_path2(Target& t);
 Outcome check_place2(Target& t);

@@ -223,9 +223,9 @@ Bytes Peer::nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) cons
   return seal(std::move(p), h, 0);
 }
 
-Bytes Peer::probe(uint16_t path_tag) const {
-  wire::BaseHeader bh = header(wire::Opcode::kProbe, 0, path_tag);
-  bh.flags |= wire::kFlagAckRequested;
+Bytes Peer::probe(uint16_t path_tag, uint32_t psn, bool ack_requested) const {
+  wire::BaseHeader bh = header(wire::Opcode::kProbe, psn, path_tag);
+  if (ack_requested) bh.flags |= wire::kFlagAckRequested;
   Bytes p(256);
   const size_t h = wire::write_probe(p, bh);
   return seal(std::move(p), h, 0);

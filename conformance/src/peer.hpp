@@ -69,8 +69,9 @@ class Peer {
                 uint64_t rkey = 0, uint64_t raddr = 0, uint32_t imm = 0) const;
   // A NAK of the target's packet `nak_psn` (its `msn`), with our `cum`.
   Bytes nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) const;
-  // A PROBE of the tester's path `path_tag` (3.11: AR set, `psn` opaque).
-  Bytes probe(uint16_t path_tag = 1) const;
+  // A PROBE of the tester's path `path_tag` (3.11: AR set unless told, `psn`
+  // opaque).
+  Bytes probe(uint16_t path_tag = 1, uint32_t psn = 0, bool ack_requested = true) const;
   // A DISCONNECT of the target's connection, naming `src_conn` as ours and
   // giving `reason` (CONN-8); with `ack`, the DISCONNECT_ACK of the target's
   // DISCONNECT.

@@ -138,6 +138,10 @@ constexpr std::array kChecks = {
           "space",
           check_sched4},
     Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
+    Check{"ACK-7",
+          "a PROBE, AR set or not, draws an ACK at once from its port, echoing it with "
+          "ECHO_PROBE",
+          check_probe_answered},
     Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
           check_path1},
     Check{"PATH-2",

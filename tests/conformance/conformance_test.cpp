@@ -544,6 +544,60 @@ TEST(Conformance, AnswersToTheLatestSourcePortFailEnc2) {
                });
 }
 
+// 3.3: a PROBE draws its ACK whether AR is set or not. Broken: one without
+// AR dropped; the PROBE's psn not echoed (the ACK of a PROBE echoing 0);
+// the answer held back as an ACK of data may be (ACK-5).
+TEST(Conformance, ProbeWithoutArUnansweredFailsAck7) {
+  expect_fails(
+      "ACK-7", "a PROBE without AR, psn 0x0, from port 50003 drew no ACK",
+      [](FaultyTarget& t) {
+        drop_received(t, [](const wire::Packet& p) {
+          return p.bh.opcode == wire::Opcode::kProbe && (p.bh.flags & wire::kFlagAckRequested) == 0;
+        });
+      },
+      "a PROBE");
+}
+
+TEST(Conformance, ProbePsnNotEchoedFailsAck7) {
+  expect_fails(
+      "ACK-7", "echoes psn 0x0 and tsval 0x3e8, not 0xabcdef",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoProbe) == 0)
+            return false;
+          p.ack.echo_psn = 0;
+          return true;
+        });
+      },
+      "a PROBE");
+}
+
+TEST(Conformance, ProbeAnswerHeldBackFailsAck7) {
+  expect_fails(
+      "ACK-7",
+      "a PROBE with AR, psn 0x0, from port 50002 drew no ACK echoing its path_tag within 1 us",
+      [](FaultyTarget& t) {
+        // The PROBE's answer held to the tester's next wait: what a receiver
+        // that answers a PROBE as a data packet without AR does (ACK-1, ACK-5).
+        auto held = std::make_shared<std::vector<Sent>>();
+        t.mutate = [held](std::vector<Sent>& v) {
+          std::vector<Sent> now;
+          for (Sent& s : *held) now.push_back(std::move(s));
+          held->clear();
+          for (Sent& s : v) {
+            wire::Packet p;
+            if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+                p.bh.opcode == wire::Opcode::kAck && (p.ack.flags & wire::kAckEchoProbe) != 0)
+              held->push_back(std::move(s));
+            else
+              now.push_back(std::move(s));
+          }
+          v = std::move(now);
+        };
+      },
+      "a PROBE");
+}
+
 TEST(Conformance, TrailingByteFailsEnc1) {
   expect_fails("ENC-1", "does not decode", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
