@@ -76,6 +76,7 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
   b.max_reads = 16;
   b.max_version = 1;
   b.nonce = nonce;
+  b.reply_port = reply_port;
   Bytes p(256);
   const size_t h = wire::write_connect(p, bh, b);
   p = seal(std::move(p), h, 0);
@@ -105,8 +106,9 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
         return &r;
     return nullptr;
   };
-  rs = exchange_until(connect_req(nonce),
-                      [&](const std::vector<Reply>& got) { return accept_of(got) != nullptr; });
+  rs = exchange_until(
+      connect_req(nonce), [&](const std::vector<Reply>& got) { return accept_of(got) != nullptr; },
+      100'000, request_from);
   if (const Reply* r = accept_of(rs)) {
     target_conn = r->pkt.connect.src_conn;
     target_initial_psn = r->pkt.connect.initial_psn;

@@ -155,6 +155,10 @@ class Peer {
   // PC on the data packets the peer builds (INT-2): cleared, their ICRC
   // covers the headers only.
   bool cover_payload = true;
+  // The tester's CONNECT_REQ (connect): its reply_port (0: the port it
+  // leaves from, 3.12) and the check port it leaves from.
+  uint16_t reply_port = 0;
+  uint16_t request_from = kEntropy;
   uint32_t conn() const { return conn_; }
 
  private:

@@ -202,4 +202,10 @@ bool TesterWireTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16
   return true;
 }
 
+std::optional<uint16_t> TesterWireTarget::tester_port(uint16_t check_port) const {
+  const int off = check_port - kCheckPortBase;
+  if (off < 0 || off >= TesterWire::kPorts) return std::nullopt;
+  return static_cast<uint16_t>(wire_.base() + off);
+}
+
 }  // namespace metaroce::conformance

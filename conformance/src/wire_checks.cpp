@@ -1,6 +1,7 @@
 // ENC-*, INT-2 and BAD-4/7/8: what goes on the wire, and packets that must be ignored.
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -80,8 +81,9 @@ void append(std::vector<Reply>& all, std::vector<Reply> more) {
 
 // ENC-2: a receiver takes packets on its configured port, so a sender
 // addresses its peer's: the tester's is Peer::kEntropy, the port the target
-// connects to and the one the tester's CONNECT_REQ leaves from with
-// reply_port 0 (3.12). Packets the tester then sends from other ports
+// connects to, the one the tester's CONNECT_REQ leaves from with
+// reply_port 0 (3.12), and the one it names as reply_port when it leaves
+// from another (CONN-3). Packets the tester then sends from other ports
 // (its entropy, ENC-3) must not draw answers to those ports: the ACK of
 // each leaves from its port (ACK-7) but goes to the configured one, as
 // does everything the target sends on a connection it made, whichever
@@ -104,6 +106,32 @@ Outcome check_enc2(Target& t) {
       append(all, std::move(rs));
     }
     why = off_port(all, "the tester connected from port 50000, then wrote from 50001-50003", told);
+    if (!why.empty()) return fail(why);
+  }
+  // A CONNECT_REQ from another port that names the tester's in reply_port:
+  // the connection's packets go to reply_port, not to the request's port.
+  const std::optional<uint16_t> real = t.tester_port(Peer::kEntropy);
+  if (real) {
+    Peer r(t, 0x7e59);
+    r.request_from = 50009;
+    r.reply_port = *real;
+    std::vector<Reply> all;
+    Region m;
+    if (!r.connect(0xC0FFEF, why, &all)) return fail(why + " (from port 50009, reply_port set)");
+    if (!t.register_memory(4096, kAccessRemoteWrite, m))
+      return fail("the target could not register memory");
+    for (const uint16_t port : {uint16_t{50009}, uint16_t{50010}}) {
+      const uint32_t psn = r.next_psn++;
+      std::vector<Reply> rs =
+          r.exchange_until(r.write(psn, m.rkey, m.addr, kPayload), acks(psn), 100'000, port);
+      if (ack_of(rs, psn) == nullptr)
+        return fail("no ACK for a WRITE from port " + std::to_string(port));
+      append(all, std::move(rs));
+    }
+    why = off_port(all,
+                   "the tester connected from port 50009 naming its port in reply_port (" +
+                       std::to_string(*real) + "), then wrote from 50009-50010",
+                   told);
     if (!why.empty()) return fail(why);
   }
   Peer q(t, 0x7e58);
@@ -131,6 +159,11 @@ Outcome check_enc2(Target& t) {
                  told);
   if (!why.empty()) return fail(why);
   if (told == 0) return skip("the target does not tell where its datagrams went");
+  if (!real)
+    return skip(std::to_string(told) +
+                " datagrams, each to the tester's configured port; a CONNECT_REQ naming "
+                "reply_port unchecked: the target does not tell the tester's ports as it sees "
+                "them");
   return pass(std::to_string(told) + " datagrams, each to the tester's configured port");
 }
 

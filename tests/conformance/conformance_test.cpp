@@ -294,9 +294,16 @@ class FaultyTarget : public EngineTarget {
   // With `answers_to_source`, everything sent goes to the port the latest
   // datagram came from (a driver that answers recvfrom's address, ENC-2).
   bool answers_to_source = false;
+  // With `reply_port_ignored`, a connection the tester's CONNECT_REQ opened
+  // is addressed to the port the request came from, whatever its
+  // reply_port names (ENC-2, CONN-3).
+  bool reply_port_ignored = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     woken_ = true;
     latest_source_ = entropy;
+    if (reply_port_ignored && d.size() >= wire::kBaseHeaderSize + 4 &&
+        d[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq))
+      request_port_[be::load32(d.data() + wire::kBaseHeaderSize)] = entropy;
     EndpointStats before, after;
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
@@ -352,6 +359,11 @@ class FaultyTarget : public EngineTarget {
     if (mutate) mutate(out);
     if (answers_to_source && latest_source_ != 0)
       for (Sent& s : out) s.to_port = latest_source_;
+    for (Sent& s : out)
+      if (const auto it =
+              request_port_.find(s.bytes.size() >= 8 ? be::load32(s.bytes.data() + 4) : 0);
+          it != request_port_.end())
+        s.to_port = it->second;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
     return out;
@@ -382,6 +394,7 @@ class FaultyTarget : public EngineTarget {
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
   bool woken_ = false;      // a datagram arrived since the last run_for
   uint16_t latest_source_ = 0;
+  std::map<uint32_t, uint16_t> request_port_;  // reply_port_ignored: src_conn -> its port
   size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
@@ -542,6 +555,13 @@ TEST(Conformance, AnswersToTheLatestSourcePortFailEnc2) {
                      if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kWrite)) s.to_port = 50005;
                  };
                });
+}
+
+TEST(Conformance, ReplyPortIgnoredFailsEnc2) {
+  expect_fails("ENC-2",
+               "the tester connected from port 50009 naming its port in reply_port (50000), then "
+               "wrote from 50009-50010: a CONNECT_ACCEPT",
+               [](FaultyTarget& t) { t.reply_port_ignored = true; });
 }
 
 // 3.3: a PROBE draws its ACK whether AR is set or not. Broken: one without

@@ -153,6 +153,14 @@ class Target {
   // the check skips otherwise, the tester's sockets cannot see the field.
   [[nodiscard]] virtual std::optional<bool> udp_checksum() const { return std::nullopt; }
 
+  // The UDP port the IUT sees for the tester's port `check_port` (numbered
+  // as Sent::entropy is): what a CONNECT_REQ's reply_port names it by
+  // (ENC-2, CONN-3). nullopt when the target does not tell (ENC-2's check
+  // then leaves reply_port out, and skips saying so).
+  [[nodiscard]] virtual std::optional<uint16_t> tester_port(uint16_t /*check_port*/) const {
+    return std::nullopt;
+  }
+
   // How many paths each of the IUT's connections uses (its entropy values
   // per connection, PATH-1); nullopt when the target does not tell (the
   // checks then assume the reference's 4). CONN-2 judges the order of the

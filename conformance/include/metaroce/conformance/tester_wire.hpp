@@ -76,6 +76,7 @@ class TesterWireTarget : public Target {
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
   bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
+  [[nodiscard]] std::optional<uint16_t> tester_port(uint16_t check_port) const override;
 
  protected:
   TesterWire wire_;
