@@ -104,6 +104,7 @@ constexpr uint64_t kTesterAddr = 0x10000;
 
 // wire_checks.cpp
 Outcome check_enc1(Target& t);
+Outcome check_enc2(Target& t);
 Outcome check_enc3(Target& t);
 Outcome check_enc4(Target& t);
 Outcome check_enc5(Target& t);
@@ -149,6 +150,7 @@ Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
 Outcome check_sched2(Target& t);
 Outcome check_ack7(Target& t);
+Outcome check_probe_answered(Target& t);
 Outcome check_path1(Target& t);
 Outcome check_path2(Target& t);
 Outcome check_place2(Target& t);

@@ -485,7 +485,13 @@ Outcome check_conn10(Target& t) {
                 " (wr_id " + std::to_string(c.wr_id) + "), not kOk");
   if (t.read_memory(dst, 1000, data.size()) != data)
     return fail("the WRITE on the connection to itself completed, but its bytes did not land");
-  if (!t.close(mine)) return pass("the close unchecked: the target cannot be asked to close");
+  // The close is part of the rule (CONN-10: "the close go as between two
+  // endpoints"): without it the check has seen only part, and says so as
+  // CONN-7's and CONN-8's checks do, a skip with the reason.
+  if (!t.close(mine))
+    return skip(
+        "the connection to itself passes (accepted once, its WRITE landed); its close "
+        "unchecked: the target cannot be asked to close");
   bool disconnect = false, answered_close = false;
   for (int round = 0; round < 250 && !answered_close; ++round) {
     const std::vector<Reply> rs = p.run(step);

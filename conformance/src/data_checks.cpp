@@ -450,6 +450,53 @@ Outcome check_ack7(Target& t) {
   return pass();
 }
 
+// 3.3, 3.11 and ACK-7: a PROBE draws an ACK at once, AR set or not (a
+// receiver does not read AR in a PROBE), from the PROBE's source port, with
+// ECHO_PROBE and the PROBE's psn (opaque: 0, or a tail-loss probe's send
+// order number), path_tag and tsval; the PROBEs' psn values lie past
+// anything sent, and their path tags name no path of the target's.
+Outcome check_probe_answered(Target& t) {
+  Peer p(t);
+  Region r;
+  std::string why;
+  if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
+  struct Probe {
+    bool ar;
+    uint32_t psn;
+    uint16_t tag;
+    uint16_t port;
+  };
+  const uint64_t within = t.simulated_time() ? 1'000 : 2'000'000;
+  for (const Probe& k : {Probe{true, 0, wire::make_path_tag(2, 1), 50002},
+                         Probe{false, 0, wire::make_path_tag(3, 5), 50003},
+                         Probe{false, 0x00abcdef, wire::make_path_tag(4, 2047), 50004}}) {
+    const std::string what = std::string("a PROBE ") + (k.ar ? "with" : "without") + " AR, psn " +
+                             hex32(k.psn) + ", from port " + std::to_string(k.port);
+    const auto answered = [&](const std::vector<Reply>& rs) {
+      for (const Reply* a : of(rs, wire::Opcode::kAck))
+        if (a->pkt.ack.echo_path_tag == k.tag) return true;
+      return false;
+    };
+    const std::vector<Reply> rs =
+        p.exchange_until(p.probe(k.tag, k.psn, k.ar), answered, within, k.port);
+    const Reply* a = nullptr;
+    for (const Reply* x : of(rs, wire::Opcode::kAck))
+      if (a == nullptr && x->pkt.ack.echo_path_tag == k.tag) a = x;
+    if (a == nullptr)
+      return fail(what + " drew no ACK echoing its path_tag " +
+                  (t.simulated_time() ? std::string("within 1 us") : std::string("")));
+    const wire::AckBody& e = a->pkt.ack;
+    if ((e.flags & wire::kAckEchoProbe) == 0)
+      return fail("the ACK of " + what + " lacks ECHO_PROBE (flags " + hex32(e.flags) + ")");
+    if (e.echo_psn != k.psn || e.echo_tsval != 1000)
+      return fail("the ACK of " + what + " echoes psn " + hex32(e.echo_psn) + " and tsval " +
+                  hex32(e.echo_tsval) + ", not " + hex32(k.psn) + " and 0x3e8");
+    if (a->entropy != k.port)
+      return fail("the ACK of " + what + " left from port " + std::to_string(a->entropy));
+  }
+  return pass();
+}
+
 namespace {
 
 // " slot:port" for each slot of `first`.

@@ -15,9 +15,16 @@ EndpointConfig EngineTarget::default_config() {
 
 EngineTarget::EngineTarget(const EndpointConfig& cfg)
     : ep_(std::make_unique<Endpoint>(cfg)), buf_(70000) {
-  tester_.len = stranger_.len = 1;
+  // Each address with the port it receives on, as a UDP driver's peer
+  // address has (ENC-2): the engine sends a connection's packets to the
+  // address it names, which Sent::to_port reads back.
+  tester_.len = stranger_.len = 3;
   tester_.bytes[0] = 'T';
   stranger_.bytes[0] = 'S';
+  for (PeerAddr* a : {&tester_, &stranger_}) {
+    a->bytes[1] = static_cast<uint8_t>(kPort >> 8);
+    a->bytes[2] = static_cast<uint8_t>(kPort & 0xff);
+  }
 }
 
 EngineTarget::~EngineTarget() = default;
@@ -43,6 +50,8 @@ void EngineTarget::collect(std::vector<Sent>& out) {
     s.ecn = tx.ecn;
     s.dscp = tx.dscp;
     s.to_stranger = tx.peer == stranger_;
+    if (tx.peer.len == 3)
+      s.to_port = static_cast<uint16_t>((tx.peer.bytes[1] << 8) | tx.peer.bytes[2]);
     out.push_back(std::move(s));
   }
   Event ev;

@@ -76,6 +76,7 @@ Bytes Peer::connect_req(uint64_t nonce, uint8_t version) const {
   b.max_reads = 16;
   b.max_version = 1;
   b.nonce = nonce;
+  b.reply_port = reply_port;
   Bytes p(256);
   const size_t h = wire::write_connect(p, bh, b);
   p = seal(std::move(p), h, 0);
@@ -105,8 +106,9 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
         return &r;
     return nullptr;
   };
-  rs = exchange_until(connect_req(nonce),
-                      [&](const std::vector<Reply>& got) { return accept_of(got) != nullptr; });
+  rs = exchange_until(
+      connect_req(nonce), [&](const std::vector<Reply>& got) { return accept_of(got) != nullptr; },
+      100'000, request_from);
   if (const Reply* r = accept_of(rs)) {
     target_conn = r->pkt.connect.src_conn;
     target_initial_psn = r->pkt.connect.initial_psn;
@@ -126,15 +128,16 @@ bool Peer::connect(uint64_t nonce, std::string& why, std::vector<Reply>* replies
   return false;
 }
 
-void Peer::accept(const Reply& req, uint8_t max_reads) {
-  answer(req, wire::Opcode::kConnectAccept, max_reads, Status::kOk);
+void Peer::accept(const Reply& req, uint8_t max_reads, uint16_t from) {
+  answer(req, wire::Opcode::kConnectAccept, max_reads, Status::kOk, from);
 }
 
 void Peer::reject(const Reply& req, Status code) {
   answer(req, wire::Opcode::kConnectReject, 16, code);
 }
 
-void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code) {
+void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code,
+                  uint16_t from) {
   target_conn = req.pkt.connect.src_conn;
   target_initial_psn = req.pkt.connect.initial_psn;
   const auto offered = static_cast<uint16_t>(mtu);
@@ -152,7 +155,7 @@ void Peer::answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status c
   b.nonce = req.pkt.connect.nonce;
   Bytes p(256);
   const size_t h = wire::write_connect(p, bh, b);
-  send(seal(std::move(p), h, 0), req.entropy);
+  send(seal(std::move(p), h, 0), from != 0 ? from : req.entropy);
 }
 
 Bytes Peer::write(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
@@ -222,9 +225,9 @@ Bytes Peer::nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) cons
   return seal(std::move(p), h, 0);
 }
 
-Bytes Peer::probe(uint16_t path_tag) const {
-  wire::BaseHeader bh = header(wire::Opcode::kProbe, 0, path_tag);
-  bh.flags |= wire::kFlagAckRequested;
+Bytes Peer::probe(uint16_t path_tag, uint32_t psn, bool ack_requested) const {
+  wire::BaseHeader bh = header(wire::Opcode::kProbe, psn, path_tag);
+  if (ack_requested) bh.flags |= wire::kFlagAckRequested;
   Bytes p(256);
   const size_t h = wire::write_probe(p, bh);
   return seal(std::move(p), h, 0);
@@ -281,6 +284,7 @@ std::vector<Reply> Peer::run(uint64_t ns) {
     r.ecn = s.ecn;
     r.dscp = s.dscp;
     r.to_stranger = s.to_stranger;
+    r.to_port = s.to_port;
     out.push_back(std::move(r));
   }
   // Decoded once every Reply has its final address: pkt.payload points into bytes.

@@ -20,6 +20,7 @@ struct Reply {
   uint8_t ecn = 0;
   uint8_t dscp = 0;
   bool to_stranger = false;
+  uint16_t to_port = 0;  // Sent::to_port
   wire::ParseError error = wire::ParseError::kOk;
   wire::Packet pkt;
 };
@@ -42,7 +43,8 @@ class Peer {
   // ---- the target connects to the tester ----
   // Answers a CONNECT_REQ the target sent with an ACCEPT, advertising
   // `max_reads`; the target's connection then names this peer's conn id.
-  void accept(const Reply& req, uint8_t max_reads = 16);
+  // Sent from the request's source port, or from check port `from`.
+  void accept(const Reply& req, uint8_t max_reads = 16, uint16_t from = 0);
   // Answers it with a CONNECT_REJECT of `code` instead (CONN-4).
   void reject(const Reply& req, Status code);
 
@@ -67,8 +69,9 @@ class Peer {
                 uint64_t rkey = 0, uint64_t raddr = 0, uint32_t imm = 0) const;
   // A NAK of the target's packet `nak_psn` (its `msn`), with our `cum`.
   Bytes nak(uint32_t nak_psn, uint8_t code, uint32_t msn, uint32_t cum) const;
-  // A PROBE of the tester's path `path_tag` (3.11: AR set, `psn` opaque).
-  Bytes probe(uint16_t path_tag = 1) const;
+  // A PROBE of the tester's path `path_tag` (3.11: AR set unless told, `psn`
+  // opaque).
+  Bytes probe(uint16_t path_tag = 1, uint32_t psn = 0, bool ack_requested = true) const;
   // A DISCONNECT of the target's connection, naming `src_conn` as ours and
   // giving `reason` (CONN-8); with `ack`, the DISCONNECT_ACK of the target's
   // DISCONNECT.
@@ -152,12 +155,16 @@ class Peer {
   // PC on the data packets the peer builds (INT-2): cleared, their ICRC
   // covers the headers only.
   bool cover_payload = true;
+  // The tester's CONNECT_REQ (connect): its reply_port (0: the port it
+  // leaves from, 3.12) and the check port it leaves from.
+  uint16_t reply_port = 0;
+  uint16_t request_from = kEntropy;
   uint32_t conn() const { return conn_; }
 
  private:
   wire::BaseHeader header(wire::Opcode op, uint32_t psn, uint16_t path_tag = 0) const;
   // Answers the target's CONNECT_REQ with `op` (ACCEPT, or REJECT of `code`).
-  void answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code);
+  void answer(const Reply& req, wire::Opcode op, uint8_t max_reads, Status code, uint16_t from = 0);
   Bytes write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr, std::span<const uint8_t> payload,
                      uint16_t path_tag, bool ack_requested, uint32_t offset,
                      uint32_t msg_len) const;

@@ -12,6 +12,9 @@ constexpr std::array kChecks = {
           "every datagram decodes as exactly one packet; a WRITE with a byte after its ICRC is "
           "dropped",
           check_enc1},
+    Check{"ENC-2",
+          "every datagram goes to the peer's configured port, not to the port a packet came from",
+          check_enc2},
     Check{"ENC-3", "a path keeps its source port, paths differ; a peer may change its port",
           check_enc3},
     Check{"ENC-4", "every datagram is ECT(0); a CE-marked packet is echoed ECHO_CE", check_enc4},
@@ -135,6 +138,10 @@ constexpr std::array kChecks = {
           "space",
           check_sched4},
     Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
+    Check{"ACK-7",
+          "a PROBE, AR set or not, draws an ACK at once from its port, echoing it with "
+          "ECHO_PROBE",
+          check_probe_answered},
     Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
           check_path1},
     Check{"PATH-2",
@@ -286,7 +293,8 @@ constexpr std::array kChecks = {
 constexpr std::string_view kNoPeerTest =
     "its tests in section 12 are codec, engine or fabric ones, run on the reference "
     "implementation (the property tests, the simulator)";
-constexpr std::string_view kNotYet =
+// No rule is one at present (ENC-2 was, until its check); kept for the next.
+[[maybe_unused]] constexpr std::string_view kNotYet =
     "section 12 names a peer test for it, which this suite does not have yet "
     "(conformance/README.md, \"Not yet here\")";
 constexpr std::array kUnchecked = {
@@ -296,7 +304,7 @@ constexpr std::array kUnchecked = {
     Unchecked{"LOSS-2", false, kNoPeerTest}, Unchecked{"LOSS-3", false, kNoPeerTest},
     Unchecked{"PATH-5", false, kNoPeerTest}, Unchecked{"PATH-6", false, kNoPeerTest},
     Unchecked{"PATH-8", false, kNoPeerTest}, Unchecked{"SCHED-1", false, kNoPeerTest},
-    Unchecked{"TRIM-1", false, kNoPeerTest}, Unchecked{"ENC-2", true, kNotYet},
+    Unchecked{"TRIM-1", false, kNoPeerTest},
 };
 
 bool names(std::string_view list, std::string_view rule) {

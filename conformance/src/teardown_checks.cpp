@@ -316,8 +316,13 @@ Outcome check_conn7_abandoned(Target& t) {
           "close");
     const Status given_up = closed ? Status::kFlushed : Status::kConnectTimeout;
     Completion c;
-    // Soon after: the target remembers it for connect_attempts x connect_retry
-    // (80 ms), and in real time await_completion polls every step.
+    // The WRITE completes as the connection is given up: at once for a
+    // close (one wait of 1 ms in simulated time), and for unanswered
+    // requests once connect_attempts x connect_retry have passed since the
+    // first (80 ms by the defaults: one wait of 100 ms). In real time
+    // await_completion polls every 5 ms, up to 500 ms. How long the target
+    // then remembers the connection for its late ACCEPT is not bounded here
+    // (the reference: while it is among its last 64 closed).
     const uint64_t step = t.simulated_time() ? (closed ? 1'000'000 : 100'000'000) : 5'000'000;
     if (!q.await_completion(c, step) || c.wr_id != id || c.status != given_up)
       return fail("a connection " + when + ": the WRITE posted on it did not complete " +

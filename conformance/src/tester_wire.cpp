@@ -140,8 +140,9 @@ void TesterWire::deliver(std::span<const uint8_t> datagram, uint16_t entropy, bo
 }
 
 void TesterWire::receive(std::vector<Sent>& out) {
-  for (int fd : tester_fds_) receive(fd, false, out);
-  receive(stranger_fd_, true, out);
+  for (uint16_t i = 0; i < tester_fds_.size(); ++i)
+    receive(tester_fds_[i], false, static_cast<uint16_t>(kCheckPortBase + i), out);
+  receive(stranger_fd_, true, kCheckPortBase, out);
 }
 
 std::vector<Sent> TesterWire::run_for(std::chrono::nanoseconds ns,
@@ -156,7 +157,7 @@ std::vector<Sent> TesterWire::run_for(std::chrono::nanoseconds ns,
   return out;
 }
 
-void TesterWire::receive(int fd, bool stranger, std::vector<Sent>& out) {
+void TesterWire::receive(int fd, bool stranger, uint16_t to_port, std::vector<Sent>& out) {
   for (;;) {
     sockaddr_storage from{};
     iovec iov{buf_.data(), buf_.size()};
@@ -174,6 +175,7 @@ void TesterWire::receive(int fd, bool stranger, std::vector<Sent>& out) {
     s.bytes.assign(buf_.begin(), buf_.begin() + n);
     s.entropy = static_cast<uint16_t>(port_of(from) - base_ + kCheckPortBase);
     s.to_stranger = stranger;
+    s.to_port = to_port;
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
         s.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
@@ -198,6 +200,12 @@ bool TesterWireTarget::deliver_trimmed(std::span<const uint8_t> datagram, uint16
                                        bool ce) {
   wire_.deliver(datagram, entropy, ce, false, wire::kDefaultTrimmedDscp);
   return true;
+}
+
+std::optional<uint16_t> TesterWireTarget::tester_port(uint16_t check_port) const {
+  const int off = check_port - kCheckPortBase;
+  if (off < 0 || off >= TesterWire::kPorts) return std::nullopt;
+  return static_cast<uint16_t>(wire_.base() + off);
 }
 
 }  // namespace metaroce::conformance

@@ -1,7 +1,9 @@
 // ENC-*, INT-2 and BAD-4/7/8: what goes on the wire, and packets that must be ignored.
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "checks.hpp"
 
@@ -48,6 +50,121 @@ Outcome check_enc1(Target& t) {
   }
   if (n < 2) return fail("expected an ACCEPT and an ACK, saw " + std::to_string(n) + " datagrams");
   return pass(std::to_string(n) + " datagrams; a trailing byte dropped");
+}
+
+namespace {
+
+// ENC-2: empty when every datagram of `rs` that says where it went (Sent::
+// to_port) went to the tester's configured port, Peer::kEntropy (the
+// stranger's too: it has that port alone); else the first that did not.
+std::string off_port(const std::vector<Reply>& rs, const std::string& when, size_t& told) {
+  for (const Reply& r : rs) {
+    if (r.to_port == 0) continue;
+    ++told;
+    if (r.to_port == Peer::kEntropy) continue;
+    const std::string what = r.error == wire::ParseError::kOk
+                                 ? std::string(wire::opcode_name(r.pkt.bh.opcode))
+                                 : std::string("datagram");
+    const bool vowel = std::string_view("AEIOU").find(what.front()) != std::string_view::npos;
+    return when + (vowel ? ": an " : ": a ") + what + " from port " + std::to_string(r.entropy) +
+           " went to port " + std::to_string(r.to_port) + ", not to the tester's configured port " +
+           std::to_string(Peer::kEntropy);
+  }
+  return {};
+}
+
+void append(std::vector<Reply>& all, std::vector<Reply> more) {
+  for (Reply& r : more) all.push_back(std::move(r));
+}
+
+}  // namespace
+
+// ENC-2: a receiver takes packets on its configured port, so a sender
+// addresses its peer's: the tester's is Peer::kEntropy, the port the target
+// connects to, the one the tester's CONNECT_REQ leaves from with
+// reply_port 0 (3.12), and the one it names as reply_port when it leaves
+// from another (CONN-3). Packets the tester then sends from other ports
+// (its entropy, ENC-3) must not draw answers to those ports: the ACK of
+// each leaves from its port (ACK-7) but goes to the configured one, as
+// does everything the target sends on a connection it made, whichever
+// port the ACCEPT came from. (The default, 4792, a peer cannot see: the
+// target is told the tester's port.)
+Outcome check_enc2(Target& t) {
+  size_t told = 0;
+  std::string why;
+  {
+    Peer p(t);
+    std::vector<Reply> all;
+    Region r;
+    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
+    for (const uint16_t port : {uint16_t{50001}, uint16_t{50002}, uint16_t{50003}}) {
+      const uint32_t psn = p.next_psn++;
+      std::vector<Reply> rs =
+          p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port);
+      if (ack_of(rs, psn) == nullptr)
+        return fail("no ACK for a WRITE from port " + std::to_string(port));
+      append(all, std::move(rs));
+    }
+    why = off_port(all, "the tester connected from port 50000, then wrote from 50001-50003", told);
+    if (!why.empty()) return fail(why);
+  }
+  // A CONNECT_REQ from another port that names the tester's in reply_port:
+  // the connection's packets go to reply_port, not to the request's port.
+  const std::optional<uint16_t> real = t.tester_port(Peer::kEntropy);
+  if (real) {
+    Peer r(t, 0x7e59);
+    r.request_from = 50009;
+    r.reply_port = *real;
+    std::vector<Reply> all;
+    Region m;
+    if (!r.connect(0xC0FFEF, why, &all)) return fail(why + " (from port 50009, reply_port set)");
+    if (!t.register_memory(4096, kAccessRemoteWrite, m))
+      return fail("the target could not register memory");
+    for (const uint16_t port : {uint16_t{50009}, uint16_t{50010}}) {
+      const uint32_t psn = r.next_psn++;
+      std::vector<Reply> rs =
+          r.exchange_until(r.write(psn, m.rkey, m.addr, kPayload), acks(psn), 100'000, port);
+      if (ack_of(rs, psn) == nullptr)
+        return fail("no ACK for a WRITE from port " + std::to_string(port));
+      append(all, std::move(rs));
+    }
+    why = off_port(all,
+                   "the tester connected from port 50009 naming its port in reply_port (" +
+                       std::to_string(*real) + "), then wrote from 50009-50010",
+                   told);
+    if (!why.empty()) return fail(why);
+  }
+  Peer q(t, 0x7e58);
+  ConnId conn;
+  if (!t.connect_to_tester(conn)) return fail("the target could not start a connection");
+  std::vector<Reply> all = q.run_until(has(wire::Opcode::kConnectReq), 1000);
+  const auto reqs = of(all, wire::Opcode::kConnectReq);
+  if (reqs.empty()) return fail("no CONNECT_REQ after connect");
+  q.accept(*reqs.front(), 16, 50005);
+  if (!target_writes(t, conn, 100, 1, why)) return fail(why);
+  std::vector<Reply> rs = q.run_until(has(wire::Opcode::kWrite), 1000);
+  const auto writes = of(rs, wire::Opcode::kWrite);
+  if (writes.empty()) return fail("the target connected to the tester and sent no WRITE");
+  q.send(q.ack(writes.front()->pkt.bh.psn + 1, *writes.front()), 50006);
+  append(all, std::move(rs));
+  Completion c;
+  bool done = false;
+  append(all,
+         q.run_until([&](const std::vector<Reply>&) { return done = done || t.poll_completion(c); },
+                     t.simulated_time() ? 100'000 : 2'000'000));
+  if (!done || c.status != Status::kOk)
+    return fail("the target's WRITE, acknowledged from port 50006, did not complete kOk");
+  why = off_port(all,
+                 "the target connected to port 50000, answered from 50005, acknowledged from 50006",
+                 told);
+  if (!why.empty()) return fail(why);
+  if (told == 0) return skip("the target does not tell where its datagrams went");
+  if (!real)
+    return skip(std::to_string(told) +
+                " datagrams, each to the tester's configured port; a CONNECT_REQ naming "
+                "reply_port unchecked: the target does not tell the tester's ports as it sees "
+                "them");
+  return pass(std::to_string(told) + " datagrams, each to the tester's configured port");
 }
 
 Outcome check_enc3(Target& t) {

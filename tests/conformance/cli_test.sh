@@ -76,8 +76,9 @@ print("\n".join(c["rule"] for c in json.load(sys.stdin)["checks"]))')
 # SCHED-3 is checked by the LOSS-5 check (no data on a probing path); it
 # once drew "no check names rule", the check there all along.
 rule_runs SCHED-3 'LOSS-5, PATH-4, SCHED-3'
-# A list, either case, spaces trimmed, in the suite's order, each check once.
-rule_runs 'ack-7, PLACE-2,ACK-7' "$(printf 'ACK-7\nPLACE-2')"
+# A list, either case, spaces trimmed, in the suite's order, each check once
+# (ACK-7 has two: the port of an ACK, and a PROBE's answer).
+rule_runs 'ack-7, PLACE-2,ACK-7' "$(printf 'ACK-7\nACK-7\nPLACE-2')"
 rule_runs 'CONN-5,BAD-2' 'BAD-2, CONN-5'
 # A report that cannot be written (a full disk) is not a pass.
 expect_full 2 '^metaroce-conform: the report could not be written to stdout' \

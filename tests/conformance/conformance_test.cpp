@@ -166,10 +166,11 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                                      : ""));
     EXPECT_FALSE(r.outcome.detail.empty()) << r.check->rule << " skipped without a reason";
   }
-  EXPECT_EQ(skipped, (std::set<std::string>{
-                         "CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8", "BAD-7, CONN-7",
-                         "SEQ-2 target", "BAD-1", "BAD-2, CONN-5", "BAD-3", "BAD-4, INT-1", "BAD-5",
-                         "BAD-6", "BAD-7", "BAD-8", "PLACE-6", "MR-4", "ENC-5"}));
+  EXPECT_EQ(skipped,
+            (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8", "CONN-10",
+                                   "BAD-7, CONN-7", "SEQ-2 target", "BAD-1", "BAD-2, CONN-5",
+                                   "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8",
+                                   "PLACE-6", "MR-4", "ENC-5"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -290,8 +291,19 @@ class FaultyTarget : public EngineTarget {
   // but for the first `answers_unknown_after` of them.
   bool answers_unknown = false;
   size_t answers_unknown_after = 0;
+  // With `answers_to_source`, everything sent goes to the port the latest
+  // datagram came from (a driver that answers recvfrom's address, ENC-2).
+  bool answers_to_source = false;
+  // With `reply_port_ignored`, a connection the tester's CONNECT_REQ opened
+  // is addressed to the port the request came from, whatever its
+  // reply_port names (ENC-2, CONN-3).
+  bool reply_port_ignored = false;
   void deliver(std::span<const uint8_t> d, uint16_t entropy, bool ce, bool stranger) override {
     woken_ = true;
+    latest_source_ = entropy;
+    if (reply_port_ignored && d.size() >= wire::kBaseHeaderSize + 4 &&
+        d[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq))
+      request_port_[be::load32(d.data() + wire::kBaseHeaderSize)] = entropy;
     EndpointStats before, after;
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
@@ -345,6 +357,13 @@ class FaultyTarget : public EngineTarget {
       woken_ = false;
     }
     if (mutate) mutate(out);
+    if (answers_to_source && latest_source_ != 0)
+      for (Sent& s : out) s.to_port = latest_source_;
+    for (Sent& s : out)
+      if (const auto it =
+              request_port_.find(s.bytes.size() >= 8 ? be::load32(s.bytes.data() + 4) : 0);
+          it != request_port_.end())
+        s.to_port = it->second;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
     return out;
@@ -374,6 +393,8 @@ class FaultyTarget : public EngineTarget {
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
   bool woken_ = false;      // a datagram arrived since the last run_for
+  uint16_t latest_source_ = 0;
+  std::map<uint32_t, uint16_t> request_port_;  // reply_port_ignored: src_conn -> its port
   size_t unknown_seen_ = 0;
   std::vector<Completion> ready_;
   int stats_reads_ = 0;
@@ -506,6 +527,95 @@ TEST(Conformance, AckFromAnotherPortFailsAck7) {
         if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck)) ++s.entropy;
     };
   });
+}
+
+// ENC-2 broken: ACKs sent to the port of the packet they echo, where they
+// leave from (ACK-7), not to the peer's configured port; or everything sent
+// to the port the latest datagram came from.
+TEST(Conformance, AcksToTheirPacketsPortFailEnc2) {
+  expect_fails("ENC-2", "an ACK from port 50001 went to port 50001", [](FaultyTarget& t) {
+    t.mutate = [](std::vector<Sent>& v) {
+      for (Sent& s : v)
+        if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kAck)) s.to_port = s.entropy;
+    };
+  });
+}
+
+TEST(Conformance, AnswersToTheLatestSourcePortFailEnc2) {
+  // The handshake's answer goes to the request's port, the tester's own:
+  // the first WRITE from another port shows it.
+  expect_fails("ENC-2", "wrote from 50001-50003: an ACK from port 50001 went to port 50001",
+               [](FaultyTarget& t) { t.answers_to_source = true; });
+  // The same fault on the target's own connection alone: its WRITE goes to
+  // the port the ACCEPT came from.
+  expect_fails("ENC-2", "answered from 50005, acknowledged from 50006: a WRITE",
+               [](FaultyTarget& t) {
+                 t.mutate = [](std::vector<Sent>& v) {
+                   for (Sent& s : v)
+                     if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kWrite)) s.to_port = 50005;
+                 };
+               });
+}
+
+TEST(Conformance, ReplyPortIgnoredFailsEnc2) {
+  expect_fails("ENC-2",
+               "the tester connected from port 50009 naming its port in reply_port (50000), then "
+               "wrote from 50009-50010: a CONNECT_ACCEPT",
+               [](FaultyTarget& t) { t.reply_port_ignored = true; });
+}
+
+// 3.3: a PROBE draws its ACK whether AR is set or not. Broken: one without
+// AR dropped; the PROBE's psn not echoed (the ACK of a PROBE echoing 0);
+// the answer held back as an ACK of data may be (ACK-5).
+TEST(Conformance, ProbeWithoutArUnansweredFailsAck7) {
+  expect_fails(
+      "ACK-7", "a PROBE without AR, psn 0x0, from port 50003 drew no ACK",
+      [](FaultyTarget& t) {
+        drop_received(t, [](const wire::Packet& p) {
+          return p.bh.opcode == wire::Opcode::kProbe && (p.bh.flags & wire::kFlagAckRequested) == 0;
+        });
+      },
+      "a PROBE");
+}
+
+TEST(Conformance, ProbePsnNotEchoedFailsAck7) {
+  expect_fails(
+      "ACK-7", "echoes psn 0x0 and tsval 0x3e8, not 0xabcdef",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoProbe) == 0)
+            return false;
+          p.ack.echo_psn = 0;
+          return true;
+        });
+      },
+      "a PROBE");
+}
+
+TEST(Conformance, ProbeAnswerHeldBackFailsAck7) {
+  expect_fails(
+      "ACK-7",
+      "a PROBE with AR, psn 0x0, from port 50002 drew no ACK echoing its path_tag within 1 us",
+      [](FaultyTarget& t) {
+        // The PROBE's answer held to the tester's next wait: what a receiver
+        // that answers a PROBE as a data packet without AR does (ACK-1, ACK-5).
+        auto held = std::make_shared<std::vector<Sent>>();
+        t.mutate = [held](std::vector<Sent>& v) {
+          std::vector<Sent> now;
+          for (Sent& s : *held) now.push_back(std::move(s));
+          held->clear();
+          for (Sent& s : v) {
+            wire::Packet p;
+            if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+                p.bh.opcode == wire::Opcode::kAck && (p.ack.flags & wire::kAckEchoProbe) != 0)
+              held->push_back(std::move(s));
+            else
+              now.push_back(std::move(s));
+          }
+          v = std::move(now);
+        };
+      },
+      "a PROBE");
 }
 
 TEST(Conformance, TrailingByteFailsEnc1) {

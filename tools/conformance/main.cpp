@@ -138,8 +138,8 @@ int run(int argc, char** argv) {
     return 2;
   }
   // Before the target opens: nothing is checked, and nothing printed. A
-  // rule no check names once printed only that, for ENC-2 (a rule with a
-  // peer test not written yet) as for a typo.
+  // rule no check names once printed only that, for a rule with a peer
+  // test not written yet (ENC-2 was one) as for a typo.
   if (!rules_checked(rules)) return metaroce::tools::kExitBadOptions;
   std::string name, why;
   const auto target = [&]() -> std::unique_ptr<mc::Target> {

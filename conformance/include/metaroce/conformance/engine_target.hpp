@@ -54,6 +54,12 @@ class EngineTarget : public Target {
   [[nodiscard]] std::optional<size_t> paths() const override { return ep_->config().num_paths; }
   // No UDP at all: the ICRC is all that protects a payload.
   [[nodiscard]] std::optional<bool> udp_checksum() const override { return false; }
+  // The tester's ports are the checks' own here. The engine leaves a
+  // request's reply_port to its driver (section 2): in process every
+  // datagram of the tester's is from the one peer address, port kPort.
+  [[nodiscard]] std::optional<uint16_t> tester_port(uint16_t check_port) const override {
+    return check_port;
+  }
 
  protected:
   [[nodiscard]] const EndpointConfig& config() const { return ep_->config(); }
@@ -63,6 +69,8 @@ class EngineTarget : public Target {
 
  private:
   void collect(std::vector<Sent>& out);
+  // The port the tester and the stranger receive on (Peer::kEntropy).
+  static constexpr uint16_t kPort = 50000;
 
   std::unique_ptr<Endpoint> ep_;
   TimeNs now_{1'000'000'000};

@@ -25,6 +25,12 @@ struct Sent {
   uint8_t ecn = 0;             // its IP ECN codepoint (kEcnEct0 expected, ENC-4)
   uint8_t dscp = 0;            // its IP DSCP (the control class for ACK and NAK, ENC-6)
   bool to_stranger = false;    // addressed to the stranger address of Target::deliver
+  // Its UDP destination port, numbered as `entropy` is (the tester's port
+  // Peer::kEntropy + i): ENC-2 has every packet go to the peer's configured
+  // port, the one the IUT connected to or a CONNECT_REQ's reply_port (its
+  // source port with reply_port 0), never to the port a packet came from.
+  // 0 where the target does not tell.
+  uint16_t to_port = 0;
 };
 
 // Memory the IUT registered for a check: where the tester may aim its
@@ -146,6 +152,14 @@ class Target {
   // none, every data packet must set PC (its ICRC then covers the payload);
   // the check skips otherwise, the tester's sockets cannot see the field.
   [[nodiscard]] virtual std::optional<bool> udp_checksum() const { return std::nullopt; }
+
+  // The UDP port the IUT sees for the tester's port `check_port` (numbered
+  // as Sent::entropy is): what a CONNECT_REQ's reply_port names it by
+  // (ENC-2, CONN-3). nullopt when the target does not tell (ENC-2's check
+  // then leaves reply_port out, and skips saying so).
+  [[nodiscard]] virtual std::optional<uint16_t> tester_port(uint16_t /*check_port*/) const {
+    return std::nullopt;
+  }
 
   // How many paths each of the IUT's connections uses (its entropy values
   // per connection, PATH-1); nullopt when the target does not tell (the

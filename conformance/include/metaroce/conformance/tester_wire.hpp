@@ -55,7 +55,8 @@ class TesterWire {
   [[nodiscard]] uint16_t base() const { return base_; }
 
  private:
-  void receive(int fd, bool stranger, std::vector<Sent>& out);
+  // What arrived on `fd`, the socket of check port `to_port` (Sent::to_port).
+  void receive(int fd, bool stranger, uint16_t to_port, std::vector<Sent>& out);
 
   std::string tester_ip_;
   uint16_t base_ = 0;
@@ -75,6 +76,7 @@ class TesterWireTarget : public Target {
   void deliver(std::span<const uint8_t> datagram, uint16_t entropy, bool ce,
                bool stranger) override;
   bool deliver_trimmed(std::span<const uint8_t> datagram, uint16_t entropy, bool ce) override;
+  [[nodiscard]] std::optional<uint16_t> tester_port(uint16_t check_port) const override;
 
  protected:
   TesterWire wire_;
