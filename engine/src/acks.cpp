@@ -348,13 +348,15 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
     const uint32_t last = e.first_psn + e.npkts - 1;
     if (!before(last, c.cum_acked)) break;  // COMP-1
     if (e.wr.op == WrOpcode::kRead && e.resp_received < e.resp_pkts) break;
-    Completion comp;
-    comp.wr_id = e.wr.wr_id;
-    comp.conn = c.id;
-    comp.op = static_cast<CompletionOp>(e.wr.op);
-    comp.byte_len = e.wr.length;
-    complete(c, comp);
-    ++c.stats.send_completions;
+    if ((e.wr.flags & kSendUnsignaled) == 0) {  // a success nobody waits for is not reported
+      Completion comp;
+      comp.wr_id = e.wr.wr_id;
+      comp.conn = c.id;
+      comp.op = static_cast<CompletionOp>(e.wr.op);
+      comp.byte_len = e.wr.length;
+      complete(c, comp);
+      ++c.stats.send_completions;
+    }
     if (e.wr.op == WrOpcode::kRead) --c.reads_outstanding;
     ++t.sq_head;
     --c.sq_count;

@@ -48,12 +48,22 @@ enum class WrOpcode : uint8_t { kWrite, kWriteImm, kSend, kSendImm, kRead };
 // The longest message a work request may carry, 2 GiB; longer is kInvalidArgument.
 inline constexpr uint32_t kMaxMessageLength = 1u << 31;
 
+// SendWr::flags. kSendUnsignaled: the work request reports no completion
+// when it succeeds (a provider's injects and protocol messages, whose success
+// nobody waits for); one that fails, flushed included, still completes with
+// its wr_id and status (COMP-4). It still leaves the send queue in posting
+// order, so a signaled request's completion implies that every request
+// posted before it, unsignaled ones included, succeeded (COMP-2).
+inline constexpr uint8_t kSendUnsignaled = 1u << 0;
+inline constexpr uint8_t kSendFlagsAll = kSendUnsignaled;
+
 // A send-queue work request. local_addr..+length must lie in region `lkey`
 // (with kAccessLocalWrite for READ). For WRITE*/READ, remote_addr/rkey name
 // the peer's memory.
 struct SendWr {
   uint64_t wr_id = 0;
   WrOpcode op = WrOpcode::kWrite;
+  uint8_t flags = 0;  // kSend* bits; others are kInvalidArgument
   uint64_t local_addr = 0;
   uint32_t length = 0;
   uint32_t lkey = 0;
@@ -61,6 +71,8 @@ struct SendWr {
   uint64_t rkey = 0;
   uint32_t imm = 0;
 };
+// flags lies in the padding after op: the send queue's entries keep their size.
+static_assert(sizeof(SendWr) == 56);
 
 // A receive buffer, consumed in posting order by SEND* and WRITE_IMM.
 struct RecvWr {

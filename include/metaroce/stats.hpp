@@ -53,9 +53,9 @@ struct ConnStats {
   uint64_t path_retirements = 0;
   uint64_t path_explorations = 0;  // PATH-8
   uint64_t timeouts = 0;
-  uint64_t out_of_window = 0;  // data packets dropped outside the PSN window (SEQ-4)
-  uint64_t rnr_naks_sent = 0;  // RNR NAKs sent (one may answer several refused packets)
-  uint64_t send_completions = 0;
+  uint64_t out_of_window = 0;     // data packets dropped outside the PSN window (SEQ-4)
+  uint64_t rnr_naks_sent = 0;     // RNR NAKs sent (one may answer several refused packets)
+  uint64_t send_completions = 0;  // reported: a kSendUnsignaled success is not counted
   uint64_t recv_completions = 0;
 };
 

@@ -1,0 +1,143 @@
+// Engine calls a libfabric provider needs (docs/design/libfabric-provider.md,
+// section 6): unsignaled sends (G12), a close's own DISCONNECT budget (G2),
+// the endpoint's RNR counters (G8) and the rkey lookup that an atomic
+// emulated at the target uses (G6). Rule IDs refer to
+// docs/spec/metaroce-v0.1.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::test {
+namespace {
+
+// Lets the loop run a while after the work of interest, so that a completion
+// reported late would be seen.
+void settle(Loop& loop) {
+  loop.run_until([] { return false; }, 50'000'000);
+}
+
+// COMP-4: an unsignaled WRITE that succeeds reports nothing; the signaled one
+// after it reports, and implies the first landed (COMP-2).
+TEST(ProviderApi, AnUnsignaledWriteThenASignaledOneYieldOneCompletion) {  // COMP-4, COMP-2
+  Loop loop(cfg(4501), cfg(4502));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 3 * 4096 + 100, 0);
+  pattern(src.bytes, 11);
+  Buf dst(loop.ep(1), 2 * (3 * 4096 + 100), kAccessRemoteWrite, 0xEE);
+  SendWr quiet = write_wr(src, dst, 3 * 4096 + 100, 1);
+  quiet.flags = kSendUnsignaled;
+  ASSERT_EQ(loop.ep(0).post_send(a, quiet), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096 + 100, 2, 3 * 4096 + 100)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  settle(loop);
+  for (const Completion& c : loop.drain(0)) done.push_back(c);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 2u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin()));
+  EXPECT_TRUE(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin() + src.bytes.size()));
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->send_completions, 1u);
+}
+
+// An unsignaled request leaves the send queue once acknowledged, though
+// nothing is polled for it: a queue of two takes two more after them.
+TEST(ProviderApi, UnsignaledRequestsFreeTheirQueueEntries) {  // COMP-4
+  EndpointConfig c0 = cfg(4503);
+  c0.sq_depth = 2;
+  Loop loop(c0, cfg(4504));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 64, 0, 7);
+  Buf dst(loop.ep(1), 64, kAccessRemoteWrite);
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (uint64_t i = 0; i < 2; ++i) {
+      SendWr w = write_wr(src, dst, 64, round * 2 + i);
+      w.flags = kSendUnsignaled;
+      ASSERT_EQ(loop.ep(0).post_send(a, w), Status::kOk) << round << " " << i;
+    }
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 64, 99)), Status::kQueueFull);
+    settle(loop);
+  }
+  EXPECT_TRUE(loop.drain(0).empty());
+  EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+// COMP-4, COMP-5: an unsignaled SEND refused for its length still completes,
+// with its wr_id and the NAK's code; the signaled WRITE behind it is flushed.
+TEST(ProviderApi, AnUnsignaledSendThatFailsStillCompletes) {  // COMP-4, COMP-5, PLACE-3
+  Loop loop(cfg(4505), cfg(4506));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 200, 0, 3);
+  Buf rbuf(loop.ep(1), 100, kAccessLocalWrite);
+  Buf dst(loop.ep(1), 200, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{50, rbuf.addr(), 100, rbuf.mr.lkey}), Status::kOk);
+  SendWr s = send_wr(src, 0, 200, 7);
+  s.flags = kSendUnsignaled;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 200, 8)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  settle(loop);
+  for (const Completion& c : loop.drain(0)) done.push_back(c);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].wr_id, 7u);
+  EXPECT_EQ(done[0].status, Status::kRemoteLengthError);
+  EXPECT_EQ(done[1].wr_id, 8u);
+  EXPECT_EQ(done[1].status, Status::kFlushed);
+}
+
+// COMP-4, CONN-7: unsignaled work flushed by close completes kFlushed, each
+// request with its wr_id, in posting order.
+TEST(ProviderApi, UnsignaledWorkFlushedByCloseStillCompletes) {  // COMP-4, CONN-7
+  Loop loop(cfg(4507), cfg(4508));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 4096, 0, 3);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  Buf into(loop.ep(0), 4096, kAccessLocalWrite);
+  SendWr w = write_wr(src, dst, 4096, 21);
+  w.flags = kSendUnsignaled;
+  ASSERT_EQ(loop.ep(0).post_send(a, w), Status::kOk);
+  SendWr s = send_wr(src, 0, 10, 22);
+  s.flags = kSendUnsignaled;
+  ASSERT_EQ(loop.ep(0).post_send(a, s), Status::kOk);
+  SendWr r = read_wr(into, dst.addr(), dst.mr.rkey, 4096, 23);
+  r.flags = kSendUnsignaled;
+  ASSERT_EQ(loop.ep(0).post_send(a, r), Status::kOk);
+  loop.ep(0).close(a, loop.now());
+  const std::vector<Completion> done = loop.drain(0);
+  ASSERT_EQ(done.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(done[i].wr_id, 21 + i);
+    EXPECT_EQ(done[i].status, Status::kFlushed);
+  }
+}
+
+TEST(ProviderApi, UnknownSendFlagsAreRefused) {
+  Loop loop(cfg(4509), cfg(4510));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 64, 0);
+  Buf dst(loop.ep(1), 64, kAccessRemoteWrite);
+  SendWr w = write_wr(src, dst, 64);
+  for (unsigned bit = 1; bit < 8; ++bit) {
+    w.flags = static_cast<uint8_t>(1u << bit);
+    EXPECT_EQ(loop.ep(0).post_send(a, w), Status::kInvalidArgument) << bit;
+  }
+  settle(loop);
+  EXPECT_TRUE(loop.drain(0).empty());
+}
+
+}  // namespace
+}  // namespace metaroce::test
