@@ -152,9 +152,12 @@ Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
   r.nonce = c.is_requester ? 0 : c.nonce;
   r.abandoned_nonce = 0;
   r.reason = Status::kOk;
-  // The peer resends a CONNECT_REQ or DISCONNECT at most connect_attempts
-  // times, connect_retry apart (CONN-2 timing): both have stopped by then.
-  r.until = last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns;
+  // The peer resends a CONNECT_REQ at most connect_attempts times and a
+  // DISCONNECT at most disconnect_attempts, connect_retry apart (CONN-2
+  // timing, the peer's settings taken as ours): both have stopped by then.
+  const uint64_t resends =
+      std::max<uint64_t>(std::min<uint64_t>(cfg.connect_attempts, 65535), cfg.disconnect_attempts);
+  r.until = last_now + resends * cfg.connect_retry_ns;
   r.stats = c.stats;
   r.paths.resize(c.num_paths);
   for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);

@@ -17,6 +17,8 @@
 namespace metaroce::test {
 namespace {
 
+constexpr uint8_t kDisconnectOp = static_cast<uint8_t>(wire::Opcode::kDisconnect);
+
 // Lets the loop run a while after the work of interest, so that a completion
 // reported late would be seen.
 void settle(Loop& loop) {
@@ -137,6 +139,63 @@ TEST(ProviderApi, UnknownSendFlagsAreRefused) {
   }
   settle(loop);
   EXPECT_TRUE(loop.drain(0).empty());
+}
+
+// A close whose DISCONNECTs all go unanswered, from endpoint 0 configured
+// `c0`: how many it sent, and how long after close() the connection ended
+// (kClosed with kPeerUnreachable).
+struct UnansweredClose {
+  int disconnects = 0;
+  uint64_t took_ns = 0;
+};
+UnansweredClose close_towards_a_silent_peer(const EndpointConfig& c0) {
+  UnansweredClose out;
+  Loop loop(c0, cfg(4512));
+  auto [a, b] = loop.connect();
+  EXPECT_TRUE(a.valid() && b.valid());
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d.size() > 1 && d[1] == kDisconnectOp) ++out.disconnects;
+  };
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 0; };
+  const TimeNs start = loop.now();
+  loop.ep(0).close(a, start);
+  std::optional<Event> closed;
+  EXPECT_TRUE(loop.run_until(
+      [&] {
+        Event ev;
+        while (loop.ep(0).poll_event(ev))
+          if (ev.kind == EventKind::kClosed) {
+            closed = ev;
+            out.took_ns = loop.now().since(start);
+          }
+        return closed.has_value();
+      },
+      20'000'000'000ull));
+  EXPECT_TRUE(closed.has_value() && closed->status == Status::kPeerUnreachable);
+  return out;
+}
+
+// CONN-7: the close's budget is disconnect_attempts, not connect_attempts: a
+// provider that gives first contacts long (G2) closes as fast as before.
+TEST(ProviderApi, RaisingConnectAttemptsDoesNotLengthenACloseTowardsAnAbsentPeer) {  // CONN-7
+  EndpointConfig c0 = cfg(4511);
+  c0.connect_attempts = 1000;
+  const UnansweredClose u = close_towards_a_silent_peer(c0);
+  EXPECT_EQ(c0.disconnect_attempts, 8u);
+  EXPECT_EQ(u.disconnects, 8);
+  EXPECT_EQ(u.took_ns, 8 * c0.connect_retry_ns);
+}
+
+TEST(ProviderApi, DisconnectAttemptsBoundTheClose) {  // CONN-7
+  EndpointConfig c0 = cfg(4511);
+  c0.disconnect_attempts = 3;
+  UnansweredClose u = close_towards_a_silent_peer(c0);
+  EXPECT_EQ(u.disconnects, 3);
+  EXPECT_EQ(u.took_ns, 3 * c0.connect_retry_ns);
+  c0.disconnect_attempts = 20;
+  u = close_towards_a_silent_peer(c0);
+  EXPECT_EQ(u.disconnects, 20);
+  EXPECT_EQ(u.took_ns, 20 * c0.connect_retry_ns);
 }
 
 }  // namespace
