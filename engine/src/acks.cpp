@@ -303,6 +303,7 @@ void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& 
 
 void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.naks_received;
+  if (p.nak.code == static_cast<uint8_t>(Status::kRnr)) ++estats.rnr_naks_received;
   trace(now, TraceKind::kNakReceived, c, 0, p.nak.nak_psn, p.nak.code);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
@@ -328,6 +329,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
       if (r.psn != q || !(r.flags & detail::kRecInFlight)) continue;
       if (q != psn && !may_be_refused(t, r)) continue;
       declare_lost(c, t, r, now, false, false);
+      ++estats.rnr_resends;
     }
     c.rnr_until = now + cfg.recovery.rnr_retry_ns;
     return;

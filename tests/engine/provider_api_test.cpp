@@ -198,5 +198,48 @@ TEST(ProviderApi, DisconnectAttemptsBoundTheClose) {  // CONN-7
   EXPECT_EQ(u.took_ns, 20 * c0.connect_retry_ns);
 }
 
+// LOSS-7, G8: the sender's endpoint counts the RNR NAKs it received and the
+// packets they sent back, over all its connections. Two connections each
+// send an 8-packet SEND before their peer posts a receive; the receives are
+// posted when the first RNR NAK leaves.
+TEST(ProviderApi, TheEndpointCountsRnrNaksReceivedAndThePacketsTheyResent) {  // LOSS-7
+  Loop loop(cfg(4513), cfg(4514));
+  EXPECT_EQ(loop.ep(0).endpoint_stats().rnr_naks_received, 0u);
+  EXPECT_EQ(loop.ep(0).endpoint_stats().rnr_resends, 0u);
+  auto [a1, b1] = loop.connect();
+  auto [a2, b2] = loop.connect();
+  ASSERT_TRUE(a1.valid() && b1.valid() && a2.valid() && b2.valid());
+  constexpr uint32_t kLen = 8 * 4096;
+  Buf src(loop.ep(0), kLen, 0, 7);
+  Buf r1(loop.ep(1), kLen, kAccessLocalWrite);
+  Buf r2(loop.ep(1), kLen, kAccessLocalWrite);
+  bool posted = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1 || posted || d.size() < 2 || d[1] != static_cast<uint8_t>(wire::Opcode::kNak))
+      return;
+    posted = true;
+    ASSERT_EQ(loop.ep(1).post_recv(b1, RecvWr{1, r1.addr(), kLen, r1.mr.lkey}), Status::kOk);
+    ASSERT_EQ(loop.ep(1).post_recv(b2, RecvWr{2, r2.addr(), kLen, r2.mr.lkey}), Status::kOk);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a1, send_wr(src, 0, kLen, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a2, send_wr(src, 0, kLen, 2)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_EQ(r1.bytes, src.bytes);
+  EXPECT_EQ(r2.bytes, src.bytes);
+  const ConnStats& s1 = *loop.ep(1).conn_stats(b1);
+  const ConnStats& s2 = *loop.ep(1).conn_stats(b2);
+  ASSERT_GE(s1.rnr_naks_sent, 1u);
+  ASSERT_GE(s2.rnr_naks_sent, 1u);
+  const EndpointStats& e = loop.ep(0).endpoint_stats();
+  EXPECT_EQ(e.rnr_naks_received, s1.rnr_naks_sent + s2.rnr_naks_sent);
+  // Every packet of both SENDs was refused and went again; nothing was lost.
+  EXPECT_GE(e.rnr_resends, 16u);
+  EXPECT_EQ(e.rnr_resends, loop.ep(0).conn_stats(a1)->retransmissions +
+                               loop.ep(0).conn_stats(a2)->retransmissions);
+  EXPECT_EQ(loop.ep(1).endpoint_stats().rnr_naks_received, 0u);
+}
+
 }  // namespace
 }  // namespace metaroce::test
