@@ -324,6 +324,18 @@ Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, ui
 
 Status Endpoint::deregister_memory(uint32_t lkey) { return impl_->mrs.remove(lkey); }
 
+Status Endpoint::local_view(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t access,
+                            uint8_t*& out) const {
+  constexpr uint32_t kRemoteRights = kAccessRemoteWrite | kAccessRemoteRead;
+  // remote() takes need 0 for "never asked" in its cache of the last grant.
+  if (len == 0 || access == 0 || (access & ~kRemoteRights) != 0) return Status::kInvalidArgument;
+  Status why = Status::kOk;
+  uint8_t* p = impl_->mrs.remote(rkey, addr, len, access, why);
+  if (p == nullptr) return why;
+  out = p;
+  return Status::kOk;
+}
+
 Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
   return impl_->connect(peer, now, out, max_mtu);
 }

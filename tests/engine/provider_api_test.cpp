@@ -241,5 +241,70 @@ TEST(ProviderApi, TheEndpointCountsRnrNaksReceivedAndThePacketsTheyResent) {  //
   EXPECT_EQ(loop.ep(1).endpoint_stats().rnr_naks_received, 0u);
 }
 
+// G6(a): local_view checks as an arriving WRITE or READ_REQ does and gives
+// the byte the peer's address names.
+TEST(ProviderApi, LocalViewChecksKeyRangeAndRights) {  // PLACE-2, READ-2, MR-4
+  EndpointConfig c = cfg(4515);
+  Endpoint ep(c);
+  std::vector<uint8_t> mem(4096), ro(64);
+  MemoryRegion mr, rmr;
+  ASSERT_EQ(ep.register_memory_at(mem.data(), mem.size(), 0x10000,
+                                  kAccessRemoteWrite | kAccessRemoteRead, mr),
+            Status::kOk);
+  ASSERT_EQ(ep.register_memory(ro.data(), ro.size(), kAccessRemoteRead, rmr), Status::kOk);
+  uint8_t* p = nullptr;
+  constexpr uint32_t kRw = kAccessRemoteWrite | kAccessRemoteRead;
+  ASSERT_EQ(ep.local_view(mr.rkey, 0x10000 + 64, 8, kRw, p), Status::kOk);
+  EXPECT_EQ(p, mem.data() + 64);
+  ASSERT_EQ(ep.local_view(mr.rkey, 0x10000 + 4088, 8, kAccessRemoteWrite, p), Status::kOk);
+  EXPECT_EQ(p, mem.data() + 4088);
+  ASSERT_EQ(ep.local_view(rmr.rkey, rmr.addr, 64, kAccessRemoteRead, p), Status::kOk);
+  EXPECT_EQ(p, ro.data());
+
+  uint8_t* const untouched = reinterpret_cast<uint8_t*>(&c);
+  p = untouched;
+  EXPECT_EQ(ep.local_view(mr.rkey ^ 1, 0x10000, 8, kRw, p), Status::kRemoteBadKey);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000 + 4089, 8, kRw, p), Status::kRemoteOutOfBounds);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000 - 1, 8, kRw, p), Status::kRemoteOutOfBounds);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000, UINT64_MAX, kRw, p), Status::kRemoteOutOfBounds);
+  EXPECT_EQ(ep.local_view(rmr.rkey, rmr.addr, 8, kAccessRemoteWrite, p),
+            Status::kRemoteAccessDenied);
+  EXPECT_EQ(ep.local_view(rmr.rkey, rmr.addr, 8, kRw, p), Status::kRemoteAccessDenied);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000, 0, kRw, p), Status::kInvalidArgument);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000, 8, 0, p), Status::kInvalidArgument);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000, 8, kAccessLocalWrite, p), Status::kInvalidArgument);
+  EXPECT_EQ(p, untouched);
+
+  // Gone with its region (MR-5), and the same key granted a moment before
+  // is not remembered past it.
+  ASSERT_EQ(ep.local_view(mr.rkey, 0x10000, 8, kRw, p), Status::kOk);
+  ASSERT_EQ(ep.deregister_memory(mr.lkey), Status::kOk);
+  EXPECT_EQ(ep.local_view(mr.rkey, 0x10000, 8, kRw, p), Status::kRemoteBadKey);
+}
+
+// The view is the memory a peer's WRITE fills and its READ reads: what the
+// provider writes there, a READ returns.
+TEST(ProviderApi, LocalViewIsWhatPeersWriteAndRead) {  // PLACE-2, READ-2
+  Loop loop(cfg(4517), cfg(4518));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 16, 0, 0x5A);
+  Buf into(loop.ep(0), 16, kAccessLocalWrite);
+  Buf target(loop.ep(1), 64, kAccessRemoteWrite | kAccessRemoteRead, 0, 0);
+  ASSERT_TRUE(write_completes(loop, a, src, target, 16));
+  uint8_t* p = nullptr;
+  ASSERT_EQ(loop.ep(1).local_view(target.mr.rkey, 0, 16, kAccessRemoteWrite | kAccessRemoteRead, p),
+            Status::kOk);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(p[i], 0x5A);
+    p[i] = static_cast<uint8_t>(i);  // an emulated atomic's result
+  }
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(into, 0, target.mr.rkey, 16, 9)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].status, Status::kOk);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(into.bytes[static_cast<size_t>(i)], i);
+}
+
 }  // namespace
 }  // namespace metaroce::test
