@@ -303,6 +303,7 @@ void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& 
 
 void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.naks_received;
+  if (p.nak.code == static_cast<uint8_t>(Status::kRnr)) ++estats.rnr_naks_received;
   trace(now, TraceKind::kNakReceived, c, 0, p.nak.nak_psn, p.nak.code);
   if (!c.tx) return;
   TxCtx& t = *c.tx;
@@ -328,6 +329,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
       if (r.psn != q || !(r.flags & detail::kRecInFlight)) continue;
       if (q != psn && !may_be_refused(t, r)) continue;
       declare_lost(c, t, r, now, false, false);
+      ++estats.rnr_resends;
     }
     c.rnr_until = now + cfg.recovery.rnr_retry_ns;
     return;
@@ -348,13 +350,15 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
     const uint32_t last = e.first_psn + e.npkts - 1;
     if (!before(last, c.cum_acked)) break;  // COMP-1
     if (e.wr.op == WrOpcode::kRead && e.resp_received < e.resp_pkts) break;
-    Completion comp;
-    comp.wr_id = e.wr.wr_id;
-    comp.conn = c.id;
-    comp.op = static_cast<CompletionOp>(e.wr.op);
-    comp.byte_len = e.wr.length;
-    complete(c, comp);
-    ++c.stats.send_completions;
+    if ((e.wr.flags & kSendUnsignaled) == 0) {  // a success nobody waits for is not reported
+      Completion comp;
+      comp.wr_id = e.wr.wr_id;
+      comp.conn = c.id;
+      comp.op = static_cast<CompletionOp>(e.wr.op);
+      comp.byte_len = e.wr.length;
+      complete(c, comp);
+      ++c.stats.send_completions;
+    }
     if (e.wr.op == WrOpcode::kRead) --c.reads_outstanding;
     ++t.sq_head;
     --c.sq_count;

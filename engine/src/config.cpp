@@ -49,6 +49,7 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("data_dscp", cfg.data_dscp, 0, kMaxDscp, "ENC-6");
   k.range("max_connections", cfg.max_connections, 1, kConnIndexMask, "connection ids");
   k.range("connect_attempts", cfg.connect_attempts, 1, UINT16_MAX, "CONN-2");
+  k.range("disconnect_attempts", cfg.disconnect_attempts, 1, UINT16_MAX, "CONN-7");
 
   const CcConfig& cc = cfg.cc;
   k.range("cc.initial_cwnd_packets", cc.initial_cwnd_packets, 1, kMaxPacketCount, "CC-1");

@@ -152,9 +152,12 @@ Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
   r.nonce = c.is_requester ? 0 : c.nonce;
   r.abandoned_nonce = 0;
   r.reason = Status::kOk;
-  // The peer resends a CONNECT_REQ or DISCONNECT at most connect_attempts
-  // times, connect_retry apart (CONN-2 timing): both have stopped by then.
-  r.until = last_now + std::min<uint64_t>(cfg.connect_attempts, 65535) * cfg.connect_retry_ns;
+  // The peer resends a CONNECT_REQ at most connect_attempts times and a
+  // DISCONNECT at most disconnect_attempts, connect_retry apart (CONN-2
+  // timing, the peer's settings taken as ours): both have stopped by then.
+  const uint64_t resends =
+      std::max<uint64_t>(std::min<uint64_t>(cfg.connect_attempts, 65535), cfg.disconnect_attempts);
+  r.until = last_now + resends * cfg.connect_retry_ns;
   r.stats = c.stats;
   r.paths.resize(c.num_paths);
   for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);
@@ -318,6 +321,18 @@ Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, ui
 }
 
 Status Endpoint::deregister_memory(uint32_t lkey) { return impl_->mrs.remove(lkey); }
+
+Status Endpoint::local_view(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t access,
+                            uint8_t*& out) const {
+  constexpr uint32_t kRemoteRights = kAccessRemoteWrite | kAccessRemoteRead;
+  // remote() takes need 0 for "never asked" in its cache of the last grant.
+  if (len == 0 || access == 0 || (access & ~kRemoteRights) != 0) return Status::kInvalidArgument;
+  Status why = Status::kOk;
+  uint8_t* p = impl_->mrs.remote(rkey, addr, len, access, why);
+  if (p == nullptr) return why;
+  out = p;
+  return Status::kOk;
+}
 
 Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
   return impl_->connect(peer, now, out, max_mtu);

@@ -23,7 +23,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   if (c.state != ConnState::kEstablished && c.state != ConnState::kConnecting)
     return Status::kNotConnected;
   if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) ||
-      wr.length > kMaxMessageLength)
+      wr.length > kMaxMessageLength || (wr.flags & ~kSendFlagsAll) != 0)
     return Status::kInvalidArgument;
   const uint8_t* local = nullptr;
   if (wr.length > 0) {

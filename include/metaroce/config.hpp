@@ -92,7 +92,7 @@ struct EndpointConfig {
   uint16_t reply_port = 0;
   bool accept_incoming = true;  // answer CONNECT_REQ (a listening endpoint)
   uint32_t max_connections = 65536;
-  uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2
+  uint64_t connect_retry_ns = 10 * kMillisecond;  // CONN-2, CONN-7
   uint32_t connect_attempts = 8;                  // CONN-2 (at most 65,535 are sent)
   // Report every READ this endpoint answers once its responses are all
   // acknowledged (Endpoint::poll_read_served). Off by default: an
@@ -101,6 +101,11 @@ struct EndpointConfig {
   // bytes, and the engine's WRITE benchmark took about 10 % more cycles a
   // packet for the same instructions.)
   bool read_served_events = false;
+  // CONN-7: DISCONNECTs a close sends, connect_retry_ns apart, before it ends
+  // without an answer (1..65,535). Apart from connect_attempts, so that a
+  // first contact given long to reach a busy peer does not make every close
+  // towards a peer that is gone wait as long. (In the same hole.)
+  uint16_t disconnect_attempts = 8;
   uint64_t context_idle_ns = 10 * kMillisecond;  // idle time before tracking contexts are pooled
   // Keys, connection ids, entropy values and initial PSNs derive from it. The
   // engine reads no entropy source (sans-IO): a driver in production MUST set

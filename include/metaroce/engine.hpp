@@ -48,12 +48,22 @@ enum class WrOpcode : uint8_t { kWrite, kWriteImm, kSend, kSendImm, kRead };
 // The longest message a work request may carry, 2 GiB; longer is kInvalidArgument.
 inline constexpr uint32_t kMaxMessageLength = 1u << 31;
 
+// SendWr::flags. kSendUnsignaled: the work request reports no completion
+// when it succeeds (a provider's injects and protocol messages, whose success
+// nobody waits for); one that fails, flushed included, still completes with
+// its wr_id and status (COMP-4). It still leaves the send queue in posting
+// order, so a signaled request's completion implies that every request
+// posted before it, unsignaled ones included, succeeded (COMP-2).
+inline constexpr uint8_t kSendUnsignaled = 1u << 0;
+inline constexpr uint8_t kSendFlagsAll = kSendUnsignaled;
+
 // A send-queue work request. local_addr..+length must lie in region `lkey`
 // (with kAccessLocalWrite for READ). For WRITE*/READ, remote_addr/rkey name
 // the peer's memory.
 struct SendWr {
   uint64_t wr_id = 0;
   WrOpcode op = WrOpcode::kWrite;
+  uint8_t flags = 0;  // kSend* bits; others are kInvalidArgument
   uint64_t local_addr = 0;
   uint32_t length = 0;
   uint32_t lkey = 0;
@@ -61,6 +71,8 @@ struct SendWr {
   uint64_t rkey = 0;
   uint32_t imm = 0;
 };
+// flags lies in the padding after op: the send queue's entries keep their size.
+static_assert(sizeof(SendWr) == 56);
 
 // A receive buffer, consumed in posting order by SEND* and WRITE_IMM.
 struct RecvWr {
@@ -188,11 +200,35 @@ class Endpoint {
   [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                           MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
-  // completes kLocalProtection. Work already posted never touches the region
-  // again (MR-5): a receive buffer, a READ target or a READ being answered
-  // from it fails its connection with kLocalProtection instead. The memory
-  // may be reused as soon as this returns. kInvalidArgument if lkey is unknown.
+  // is refused kLocalProtection. Work already posted never touches the region
+  // again (MR-5): where it would, its connection fails kLocalProtection
+  // instead, the request whose memory it was completing with that code
+  // (COMP-5): a WRITE's or SEND's source when a packet of it is next built
+  // (resends included), a READ's target, a receive buffer a SEND's bytes
+  // would fill, and a READ this end answers from the region while any of its
+  // responses is unacknowledged; where a packet of the peer's found the
+  // memory gone (a SEND, a READ response, a READ_REQ served), the peer is
+  // told by a NAK REMOTE_OPERATION_ERROR. Work that needs none of its bytes
+  // any more fails nothing: a WRITE_IMM's receive or a SEND of no bytes
+  // completes kOk, and a READ reported by poll_read_served
+  // (read_served_events) is wholly acknowledged, so the region it read may
+  // go. The memory may be reused as soon as this returns. kInvalidArgument
+  // if lkey is unknown.
   [[nodiscard]] Status deregister_memory(uint32_t lkey);
+  // The bytes [addr, addr + len) of the region `rkey` names, checked as an
+  // arriving WRITE (kAccessRemoteWrite) or READ_REQ (kAccessRemoteRead) is
+  // (PLACE-2, READ-2), for a provider that applies at the target an operation
+  // the protocol lacks (an atomic carried in a SEND): kOk and `out` pointing
+  // at addr's byte, or the code the peer's packet would be NAKed with:
+  // kRemoteBadKey (no such region, or deregistered), kRemoteAccessDenied (a
+  // right in `access` missing), kRemoteOutOfBounds (the range not wholly
+  // inside). addr is named as peers name it (from the region's base, MR-4).
+  // kInvalidArgument, `out` untouched, for len 0 or an `access` that is not
+  // a nonzero combination of those two rights. The pointer is good until the
+  // region is deregistered; the engine does nothing to order the caller's
+  // accesses with the peer's WRITEs or READs to the same bytes.
+  [[nodiscard]] Status local_view(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t access,
+                                  uint8_t*& out) const;
 
   // --- connections (CONN-*) ---
   // Starts the handshake; an Event kConnected or kConnectFailed follows.

@@ -53,9 +53,9 @@ struct ConnStats {
   uint64_t path_retirements = 0;
   uint64_t path_explorations = 0;  // PATH-8
   uint64_t timeouts = 0;
-  uint64_t out_of_window = 0;  // data packets dropped outside the PSN window (SEQ-4)
-  uint64_t rnr_naks_sent = 0;  // RNR NAKs sent (one may answer several refused packets)
-  uint64_t send_completions = 0;
+  uint64_t out_of_window = 0;     // data packets dropped outside the PSN window (SEQ-4)
+  uint64_t rnr_naks_sent = 0;     // RNR NAKs sent (one may answer several refused packets)
+  uint64_t send_completions = 0;  // reported: a kSendUnsignaled success is not counted
   uint64_t recv_completions = 0;
 };
 
@@ -74,6 +74,11 @@ struct EndpointStats {
   uint64_t connects_refused = 0;
   uint64_t tx_buffer_too_small = 0;  // poll_transmit calls refused (transmit_buffer_bytes)
   uint64_t shared_recvs_taken = 0;   // receives connections took from the shared queue (PLACE-6)
+  // LOSS-7, every connection's: RNR NAKs received (a peer short of receive
+  // buffers), stale copies included, and the data packets they sent back to
+  // be resent. A provider sizing its bounce buffers watches these.
+  uint64_t rnr_naks_received = 0;
+  uint64_t rnr_resends = 0;
 };
 
 }  // namespace metaroce

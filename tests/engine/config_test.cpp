@@ -58,6 +58,8 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
       {"connect_attempts 0 ", [](auto& c) { c.connect_attempts = 0; }},
       {"connect_attempts 65536 is out of range 1..65535 (CONN-2)",
        [](auto& c) { c.connect_attempts = 65536; }},
+      {"disconnect_attempts 0 is out of range 1..65535 (CONN-7)",
+       [](auto& c) { c.disconnect_attempts = 0; }},
       {"ack_delay_ns 86400000000001 ", [](auto& c) { c.ack_delay_ns = 86'400'000'000'001; }},
       {"cc.initial_cwnd_packets 0 ", [](auto& c) { c.cc.initial_cwnd_packets = 0; }},
       {"cc.initial_cwnd_packets 70000 is out of range 1..65535 (CC-1)",
@@ -107,6 +109,7 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
   c.entropy_max = 1000 + kMaxPaths - 1;
   c.control_dscp = kMaxDscp;
   c.connect_attempts = UINT16_MAX;
+  c.disconnect_attempts = UINT16_MAX;
   c.cc.dctcp_g_shift = kMaxDctcpGShift;
   c.cc.max_inflight_packets = kMaxPacketCount;
   c.cc.max_delay_decrease_pct = 100;

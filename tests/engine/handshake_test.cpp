@@ -935,7 +935,7 @@ TEST(Handshake, RejectWithAnotherCodeIsARefusal) {
 }
 
 // CONN-7: a close whose DISCONNECTs all go unanswered ends after
-// connect_attempts of them, connect_retry apart, as a connect would: the
+// disconnect_attempts of them, connect_retry apart, as a connect would: the
 // connection is gone, its event kClosed with kPeerUnreachable.
 TEST(Handshake, UnansweredDisconnectsEndTheCloseAfterTheBudget) {
   Loop loop(cfg(327), cfg(328));
@@ -964,11 +964,11 @@ TEST(Handshake, UnansweredDisconnectsEndTheCloseAfterTheBudget) {
   }));
   const EndpointConfig c = cfg(327);
   EXPECT_EQ(closed->status, Status::kPeerUnreachable);
-  EXPECT_EQ(disconnects, static_cast<int>(c.connect_attempts));
-  EXPECT_EQ(last.ns - first.ns, (c.connect_attempts - 1) * c.connect_retry_ns);
+  EXPECT_EQ(disconnects, static_cast<int>(c.disconnect_attempts));
+  EXPECT_EQ(last.ns - first.ns, (c.disconnect_attempts - 1) * c.connect_retry_ns);
   EXPECT_EQ(closed_at.ns - last.ns, c.connect_retry_ns);
   loop.run_until([] { return false; }, 100'000'000);
-  EXPECT_EQ(disconnects, static_cast<int>(c.connect_attempts));
+  EXPECT_EQ(disconnects, static_cast<int>(c.disconnect_attempts));
 }
 
 // ENC-5, INT-2: the packets an endpoint sends for no connection of its own,

@@ -60,8 +60,9 @@ inline constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
 inline constexpr uint32_t kHandshakeAttempts = 1000;  // x 10 ms
 
 // Options `o` with the generous handshake budget above, unless they set
-// connect_attempts themselves. (It also bounds the repeats of a DISCONNECT
-// the peer never answers, which close()'s linger cuts short.)
+// connect_attempts themselves. (The repeats of a DISCONNECT the peer never
+// answers have their own budget, disconnect_attempts, left at its default 8;
+// close()'s linger cuts them short.)
 inline Options with_handshake_budget(Options o) {
   if (o.engine.connect_attempts == decltype(o.engine){}.connect_attempts)
     o.engine.connect_attempts = kHandshakeAttempts;
