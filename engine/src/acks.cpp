@@ -301,6 +301,30 @@ void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& 
   declare_lost(c, t, r, now, false, false);
 }
 
+namespace {
+
+// LOSS-7: counts the RNR NAKs that start a pause (one arriving within a
+// pause answers a packet sent with the one that started it) since a packet
+// still outstanding was first refused; true once there are more than
+// `limit`. A count, not a time: each retry waits rnr_retry_ns already, and
+// InfiniBand's rnr_retry counts too.
+[[gnu::cold]] [[gnu::noinline]] bool rnr_retry_exceeded(Connection& c, uint32_t psn, TimeNs now,
+                                                        uint32_t limit) {
+  if (now < c.rnr_until) return false;
+  // The packet refused first went through since (or the PSN is one of long
+  // ago, wrapped): a new count.
+  const bool outstanding = c.rnr_psn - c.cum_acked < c.next_psn - c.cum_acked;
+  if (c.rnr_retries == 0 || !outstanding) {
+    c.rnr_retries = 0;
+    c.rnr_psn = psn;
+  } else if (before(psn, c.rnr_psn)) {
+    c.rnr_psn = psn;
+  }
+  return ++c.rnr_retries > limit;
+}
+
+}  // namespace
+
 void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   ++c.stats.naks_received;
   if (p.nak.code == static_cast<uint8_t>(Status::kRnr)) ++estats.rnr_naks_received;
@@ -317,6 +341,13 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
   // repeated, must not keep PATH-7's peer timeout from ever firing.
   c.last_progress = now;
   if (code == Status::kRnr) {
+    if (cfg.recovery.rnr_retry_limit != 0 &&
+        rnr_retry_exceeded(c, psn, now, cfg.recovery.rnr_retry_limit)) [[unlikely]] {
+      // LOSS-7, NAK-4: as InfiniBand's RNR_RETRY_EXC_ERR, the request fails
+      // and the connection with it, so that no later message overtakes it.
+      enter_error(c, Status::kRnrRetryExceeded, detail::Culprit::send_psn(psn), now);
+      return;
+    }
     // LOSS-7: not a path loss; resend after the receiver had time to post.
     // The receiver refused every later packet that needs a receive buffer
     // too (it names only the oldest), and may have refused a later READ_REQ

@@ -86,6 +86,7 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("recovery.rto_failures_to_retire", r.rto_failures_to_retire, 1, UINT8_MAX, "PATH-4");
   k.range("recovery.loss_window_packets", r.loss_window_packets, 1, kMaxPacketCount, "PATH-5");
   k.range("recovery.retire_loss_pct", r.retire_loss_pct, 0, 100, "PATH-5");
+  k.range("recovery.rnr_retry_limit", r.rnr_retry_limit, 0, UINT16_MAX - 1, "LOSS-7");
   return k.error;
 }
 

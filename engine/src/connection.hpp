@@ -347,6 +347,10 @@ struct Connection {
   // lost packet to each other every timer, without end, while the peer is gone.
   TimeNs tail_resent_at{0};
   bool tail_resent = false;
+  // LOSS-7: RNR pauses since rnr_psn, the oldest PSN refused, was first
+  // refused (counted only under a retry limit). In tail_resent's padding.
+  uint16_t rnr_retries = 0;
+  uint32_t rnr_psn = 0;
   TimeNs last_activity{0};  // last send posted or packet handled: CONN-9, context release
   // CONN-9: when the first PROBE of the keepalive now waiting for an answer
   // left (0: none ever has), and when the next is due. Anything handled

@@ -35,7 +35,11 @@ struct RecoveryConfig {
   uint32_t rto_failures_to_retire = 3;           // PATH-4: consecutive timeouts
   uint32_t loss_window_packets = 128;            // PATH-5: loss EWMA gain 1/128
   uint32_t retire_loss_pct = 10;                 // PATH-5
-  uint64_t peer_timeout_ns = 2 * kSecond;        // PATH-7: no acknowledgement at all
+  // LOSS-7, NAK-4: RNR retries of one refused message before its request
+  // fails kRnrRetryExceeded and the connection with it; 0: unlimited, as
+  // InfiniBand's rnr_retry 7. (In the padding before peer_timeout_ns.)
+  uint32_t rnr_retry_limit = 0;
+  uint64_t peer_timeout_ns = 2 * kSecond;  // PATH-7: no acknowledgement at all
   // CONN-9: an established connection with nothing outstanding that has heard
   // nothing from its peer this long PROBEs it, and fails kPeerUnreachable if
   // the peer stays silent for peer_timeout_ns after. 0: never.

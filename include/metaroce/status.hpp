@@ -34,7 +34,8 @@ namespace metaroce {
   X(kResourceExhausted, 0x4a,                                                                    \
     "resource limit reached: this endpoint's connection or memory-region table, or the peer's "  \
     "connection table (a CONNECT_REJECT)")                                                       \
-  X(kPeerClosed, 0x4b, "peer closed the connection")
+  X(kPeerClosed, 0x4b, "peer closed the connection")                                             \
+  X(kRnrRetryExceeded, 0x4c, "receiver not ready after rnr_retry_limit retries (LOSS-7)")
 
 enum class Status : uint8_t {
 #define METAROCE_X(name, value, desc) name = value,

@@ -90,6 +90,7 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
       {"recovery.retire_loss_pct 101 ", [](auto& c) { c.recovery.retire_loss_pct = 101; }},
       {"recovery.peer_timeout_ns 0 ", [](auto& c) { c.recovery.peer_timeout_ns = 0; }},
       {"recovery.rnr_retry_ns 0 ", [](auto& c) { c.recovery.rnr_retry_ns = 0; }},
+      {"recovery.rnr_retry_limit 65535 ", [](auto& c) { c.recovery.rnr_retry_limit = 65535; }},
   };
   for (const BadField& bad : cases) {
     EndpointConfig c;

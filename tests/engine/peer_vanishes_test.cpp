@@ -407,6 +407,80 @@ TEST(PeerVanishes, ASendRetriedForRnrFailsPeerTimeoutAfterTheLastNak) {  // PATH
   (void)b;
 }
 
+// Endpoint 1 of a connected loop has a WRITE outstanding that nothing
+// acknowledges; `d`, a packet of endpoint 0's, reaches it in the same turn
+// as its PATH-7 deadline, which then fails the connection, and the driver
+// drains poll_transmit after both, as an event loop does: the opcodes sent.
+std::vector<int> sent_in_the_failing_turn(Loop& loop, ConnId b, const std::vector<uint8_t>& d,
+                                          uint16_t entropy) {
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 1; };
+  Buf src1(loop.ep(1), 4096, 0, 0x22);
+  Buf dst0(loop.ep(0), 4096, kAccessRemoteWrite);
+  EXPECT_EQ(loop.ep(1).post_send(b, write_wr(src1, dst0, 4096, 99)), Status::kOk);
+  EXPECT_TRUE(loop.run_until([] { return true; }));  // sent (and dropped)
+  loop.pass_time(kPeerTimeout + kSecond);            // the driver slept past the deadline
+  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), entropy, false, d, false}, loop.now());
+  // Due at once (the engine may ask for the next nanosecond).
+  const TimeNs now = loop.ep(1).next_timeout();
+  EXPECT_LE(now, loop.now() + 1);
+  loop.ep(1).handle_timeout(now);
+  Event ev;
+  EXPECT_TRUE(loop.ep(1).poll_event(ev));
+  EXPECT_EQ(ev.kind, EventKind::kError);
+  EXPECT_EQ(ev.status, Status::kPeerUnreachable);
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  std::vector<int> sent;
+  while (sent.size() < 10 && loop.ep(1).poll_transmit(now, buf, tx)) sent.push_back(buf[1]);
+  return sent;
+}
+
+// NAK-2: a connection that entered ERROR for another reason than its own
+// fatal NAK answers nothing, not even with an ACK it owed when it failed: a
+// duplicate of endpoint 0's data packet draws an immediate ACK (ACK-3) just
+// before the timeout.
+TEST(PeerVanishes, AnAckOwedWhenAPeerTimeoutFailsTheConnectionIsNotSent) {  // NAK-2, PATH-7
+  Loop loop(cfg(4631), cfg(4632));
+  auto [a, b] = loop.connect();
+  std::vector<uint8_t> dup;
+  uint16_t dup_entropy = 0;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    if (from == 0 && is_data(d) && dup.empty()) {
+      dup = d;
+      dup_entropy = tx.entropy;
+    }
+  };
+  Buf src0(loop.ep(0), 4096, 0, 0x11);
+  Buf dst1(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(write_completes(loop, a, src0, dst1, 4096));
+  ASSERT_FALSE(dup.empty());
+  loop.on_sent = nullptr;
+  EXPECT_EQ(sent_in_the_failing_turn(loop, b, dup, dup_entropy), std::vector<int>{});
+}
+
+// The same for an RNR NAK owed (LOSS-7): a SEND of endpoint 0's, which
+// endpoint 1 has no receive for, arrives just before the timeout.
+TEST(PeerVanishes, AnRnrNakOwedWhenAPeerTimeoutFailsTheConnectionIsNotSent) {  // NAK-2, PATH-7
+  Loop loop(cfg(4633), cfg(4634));
+  auto [a, b] = loop.connect();
+  std::vector<uint8_t> send;
+  uint16_t send_entropy = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || !is_data(d)) return false;
+    if (send.empty()) send = d;
+    return true;
+  };
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    if (from == 0 && is_data(d) && send_entropy == 0) send_entropy = tx.entropy;
+  };
+  Buf src0(loop.ep(0), 1000, 0, 0x11);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src0, 0, 1000)), Status::kOk);
+  ASSERT_TRUE(loop.run_until([] { return true; }));
+  ASSERT_FALSE(send.empty());
+  loop.on_sent = nullptr;
+  EXPECT_EQ(sent_in_the_failing_turn(loop, b, send, send_entropy), std::vector<int>{});
+}
+
 // A READ responder with read_served_events reports a READ served only once
 // every response was acknowledged: the requester's READs that failed with
 // the peer gone are never reported served, those completed kOk are, once.
