@@ -256,6 +256,46 @@ TEST(UdpPeerAddr, AMalformedPeerAddrIsRefusedWithItsReason) {
   EXPECT_EQ(ep->io_stats().tx_datagrams, 0u);
 }
 
+// The blocking connect takes the binary address too: established with a
+// server that answers, refused as connect_start refuses a malformed one or
+// a negative timeout, and timed out, naming the peer, where no one listens.
+TEST(UdpPeerAddr, TheBlockingConnectTakesABinaryAddress) {
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1", metaroce::udp::test::with_handshake_budget(test_options()));
+  ASSERT_TRUE(server && client);
+  server->start_progress_thread();
+  ConnId c{123};
+  const Error e = client->connect(server->local_peer_addr(), 10s, c);
+  ASSERT_FALSE(e) << e.message;
+  EXPECT_EQ(client->state(c), ConnState::kEstablished);
+  EXPECT_EQ(client->peer_addr(c), server->local_peer_addr());
+  ConnId s;
+  const Error a = server->accept(10s, s);
+  ASSERT_FALSE(a) << a.message;
+  EXPECT_EQ(server->peer_addr(s), client->local_peer_addr());
+
+  ConnId bad{123};
+  const Error m = client->connect(metaroce::PeerAddr{}, 100ms, bad);
+  EXPECT_EQ(m.status, Status::kInvalidArgument);
+  EXPECT_NE(m.message.find("len is 0, not 19"), std::string::npos) << m.message;
+  EXPECT_EQ(bad.v, 0u);
+  const Error n = client->connect(server->local_peer_addr(), -1ms, bad);
+  EXPECT_EQ(n.status, Status::kInvalidArgument) << n.message;
+  EXPECT_EQ(bad.v, 0u);
+
+  metaroce::PeerAddr nobody;
+  const uint16_t port = metaroce::udp::test::closed_port("127.0.0.1");
+  ASSERT_TRUE(metaroce::udp::parse_address("127.0.0.1", port, nobody));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Error t = client->connect(nobody, 150ms, bad);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
+  EXPECT_EQ(t.status, Status::kConnectTimeout) << t.message;
+  EXPECT_EQ(t.peer, metaroce::udp::format_address(nobody));
+  EXPECT_NE(t.message.find("timed out after 150 ms"), std::string::npos) << t.message;
+  EXPECT_EQ(bad.v, 0u);
+  EXPECT_EQ(client->state(ConnId{t.conn}), ConnState::kError);
+}
+
 // A wildcard-bound endpoint's local_peer_addr names the wildcard (udp.hpp):
 // what its peers reach it at is their own choice.
 TEST(UdpPeerAddr, AWildcardEndpointNamesItsWildcardAddress) {
