@@ -1598,9 +1598,13 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
   EXPECT_NE(e.message.find(addr), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("conn 0x"), std::string::npos) << e.message;
   // The caller's 300 ms, not the engine's 8 x 10 ms (connect opens another
-  // connection when one runs out of requests).
+  // connection when one runs out of requests). A host that leaves this
+  // thread unscheduled for 220 ms of the first connection's 80 makes its 8
+  // requests span the 300 ms, and the error says so instead (udp.hpp).
   EXPECT_GE(took, 300ms);
-  EXPECT_NE(e.message.find("timed out after 300 ms"), std::string::npos) << e.message;
+  EXPECT_TRUE(e.message.find("timed out after 300 ms") != std::string::npos ||
+              e.message.find(": no answer to 8 requests 10 ms apart") != std::string::npos)
+      << e.message;
   EXPECT_FALSE(id.valid());
 }
 
