@@ -283,6 +283,9 @@ class UdpEndpoint {
   // Options::engine.max_connections (N) connections already". A negative timeout is refused
   // (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
+  // The same with the peer as a binary address, checked as connect_start(const
+  // PeerAddr&, ...) checks it (below).
+  Error connect(const PeerAddr& peer, std::chrono::milliseconds timeout, ConnId& out);
   // Non-blocking: starts the handshake and returns the connection at once,
   // CONNECTING, which fails kConnectTimeout after the engine's
   // connect_attempts requests (8 x 10 ms by default; it opens no other). Work may be posted on it
@@ -461,6 +464,7 @@ class UdpEndpoint {
 
  private:
   explicit UdpEndpoint(std::unique_ptr<Impl> impl);
+  Error connect_wait(ConnId id, std::chrono::milliseconds timeout, ConnId& out);
   std::unique_ptr<Impl> impl_;
 };
 

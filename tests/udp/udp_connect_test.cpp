@@ -248,39 +248,49 @@ TEST(UdpConnect, AcceptSkipsConnectionsTheirRequesterGaveUp) {
 // nobody used, handed over by accept() before the one its peer uses, until
 // its keepalive (CONN-9, 10 s here) ended them kPeerUnreachable.
 TEST(UdpConnect, AConnectionGivenUpLongBeforeItsAcceptIsClosedByItsRequester) {
-  Options co = test_options();
-  co.engine.connect_attempts = 2;
-  auto server = open_on("127.0.0.1");  // keepalive 10 s
-  auto client = open_on("127.0.0.1", co);
-  ASSERT_TRUE(server && client);
-  ConnId id;
-  Error e;
-  std::thread t([&] { e = client->connect(server->local_address(), 5s, id); });
-  std::this_thread::sleep_for(150ms);  // several connections' requests wait unread
-  server->start_progress_thread();
-  t.join();
-  ASSERT_FALSE(e) << e.message;
-  client->start_progress_thread();
-  std::vector<ConnId> got;
-  ConnId s;
-  while (server->accept(300ms, s).ok()) got.push_back(s);
-  ASSERT_FALSE(got.empty());
-  // Late ACCEPTs came: each drew a DISCONNECT, whose DISCONNECT_ACK names a
-  // connection the client no longer has (before, the ACCEPT itself did).
-  EXPECT_GE(client->endpoint_stats().unknown_connection, 1u);
-  for (size_t i = 0; i + 1 < got.size(); ++i) {
-    SCOPED_TRACE(i);
-    const auto until = std::chrono::steady_clock::now() + 1s;
-    while (server->state(got[i]) == ConnState::kEstablished &&
-           std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(5ms);
-    // Closed: its DISCONNECT came after accept() took it; never left to the keepalive.
-    EXPECT_EQ(server->state(got[i]), ConnState::kClosed);
+  // The case needs requests of connections given up waiting unread when the
+  // server starts reading. A loaded host that runs the connecting thread
+  // only after the server started (a fixed 150 ms apart) leaves just the
+  // last connection's there: one accepted, no late ACCEPT, nothing to check.
+  // Seen under ctest -j2 on a loaded host; such a try is made again.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    Options co = test_options();
+    co.engine.connect_attempts = 2;
+    auto server = open_on("127.0.0.1");  // keepalive 10 s
+    auto client = open_on("127.0.0.1", co);
+    ASSERT_TRUE(server && client);
+    ConnId id;
+    Error e;
+    std::thread t([&] { e = client->connect(server->local_address(), 5s, id); });
+    std::this_thread::sleep_for(150ms);  // several connections' requests wait unread
+    server->start_progress_thread();
+    t.join();
+    ASSERT_FALSE(e) << e.message;
+    client->start_progress_thread();
+    std::vector<ConnId> got;
+    ConnId s;
+    while (server->accept(300ms, s).ok()) got.push_back(s);
+    ASSERT_FALSE(got.empty());
+    if (got.size() == 1 && attempt + 1 < 5) continue;  // no connection given up was read
+    // Late ACCEPTs came: each drew a DISCONNECT, whose DISCONNECT_ACK names a
+    // connection the client no longer has (before, the ACCEPT itself did).
+    EXPECT_GE(client->endpoint_stats().unknown_connection, 1u) << got.size() << " accepted";
+    for (size_t i = 0; i + 1 < got.size(); ++i) {
+      SCOPED_TRACE(i);
+      const auto until = std::chrono::steady_clock::now() + 1s;
+      while (server->state(got[i]) == ConnState::kEstablished &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(5ms);
+      // Closed: its DISCONNECT came after accept() took it; never left to the keepalive.
+      EXPECT_EQ(server->state(got[i]), ConnState::kClosed);
+    }
+    EXPECT_EQ(server->state(got.back()), ConnState::kEstablished);
+    EXPECT_EQ(server->peer_address(got.back()), client->local_address());
+    client->stop_progress_thread();
+    server->stop_progress_thread();
+    return;
   }
-  EXPECT_EQ(server->state(got.back()), ConnState::kEstablished);
-  EXPECT_EQ(server->peer_address(got.back()), client->local_address());
-  client->stop_progress_thread();
-  server->stop_progress_thread();
 }
 
 // --- what each way a connect fails says ---
@@ -402,7 +412,12 @@ TEST(UdpConnect, APeerThatNeverAnswersTimesOut) {
   const Error e = client->connect(addr, 300ms, id);
   EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
   EXPECT_EQ(e.peer, addr);
-  EXPECT_TRUE(has(e.message, "connect to " + addr + " timed out after 300 ms")) << e.message;
+  // A host that leaves this thread unscheduled for 220 ms of the first
+  // connection's 80 makes its 8 requests span the 300 ms, and the error says
+  // so instead (udp.hpp, connect()): seen under ctest -j2 on a loaded host.
+  EXPECT_TRUE(has(e.message, "connect to " + addr + " timed out after 300 ms") ||
+              has(e.message, "connect to " + addr + ": no answer to 8 requests 10 ms apart"))
+      << e.message;
   EXPECT_FALSE(has(e.message, "ICMP")) << e.message;
   EXPECT_FALSE(has(e.message, "refused")) << e.message;
   // connect_start: the engine's 8 requests, then kError.

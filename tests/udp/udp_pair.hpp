@@ -2,7 +2,11 @@
 // tests (udp_test) and the allocation test (tests/engine/no_alloc_test) share.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -21,6 +25,47 @@ inline uint16_t random_port() {
   static std::mt19937 rng(std::random_device{}());
   // Receive port + 16-port entropy block; stay below the ephemeral range.
   return static_cast<uint16_t>(std::uniform_int_distribution<int>(20000, 32000)(rng));
+}
+
+// A port with nothing bound at `host` ("127.0.0.1" or "::1"), for a test
+// whose requests must draw ICMP port unreachable. random_port() is no such
+// port: ctest -j2 runs another test process beside this one, whose
+// endpoints take random_port()s and their blocks, and so does this one's
+// own client; a request to one of those is answered or silently taken, and
+// a test that expected the refusal failed now and then. The kernel picks a
+// port 0 bind from its ephemeral range (32768-60999 by default), above every
+// random_port(), and at random within it: nothing of the tests binds the
+// port, and the kernel hands it out again only by a 1-in-28,000 chance a
+// bind.
+inline uint16_t closed_port(const std::string& host) {
+  const bool v6 = host.find(':') != std::string::npos;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (v6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      len = sizeof(*a);
+      if (::inet_pton(AF_INET6, host.c_str(), &a->sin6_addr) != 1) len = 0;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      len = sizeof(*a);
+      if (::inet_pton(AF_INET, host.c_str(), &a->sin_addr) != 1) len = 0;
+    }
+    uint16_t port = 0;
+    if (len != 0 && ::bind(fd, reinterpret_cast<const sockaddr*>(&ss), len) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+      port = ntohs(v6 ? reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port
+                      : reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+    ::close(fd);
+    // (A host whose ephemeral range reaches down into random_port()'s: another.)
+    if (port > 32000) return port;
+  }
+  ADD_FAILURE() << "no closed port on " << host;
+  return 0;
 }
 
 inline Options test_options() {

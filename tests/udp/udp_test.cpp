@@ -15,6 +15,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +58,7 @@ using metaroce::Status;
 using metaroce::udp::Error;
 using metaroce::udp::Options;
 using metaroce::udp::UdpEndpoint;
+using metaroce::udp::test::closed_port;
 using metaroce::udp::test::connect_pair;
 using metaroce::udp::test::FakeResponder;
 using metaroce::udp::test::handshake;
@@ -1584,8 +1586,7 @@ TEST(Udp, StoppedProgressThreadLeavesFdQuiet) {
 TEST(Udp, ConnectTimeoutToClosedPort) {
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);
-  // A port with nothing bound: reserve one by binding and closing.
-  const uint16_t port = random_port();
+  const uint16_t port = closed_port("127.0.0.1");
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   ConnId id;
   const auto t0 = std::chrono::steady_clock::now();
@@ -1598,9 +1599,16 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
   EXPECT_NE(e.message.find(addr), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("conn 0x"), std::string::npos) << e.message;
   // The caller's 300 ms, not the engine's 8 x 10 ms (connect opens another
-  // connection when one runs out of requests).
-  EXPECT_GE(took, 300ms);
-  EXPECT_NE(e.message.find("timed out after 300 ms"), std::string::npos) << e.message;
+  // connection when one runs out of requests). A host that leaves this
+  // thread unscheduled for 220 ms of the first connection's 80 makes its 8
+  // requests span the 300 ms, and the error says so instead (udp.hpp). And
+  // no connection follows one that fails with less than a connect_retry_ns
+  // (10 ms) left, so a stalled one may end the connect up to that early
+  // (299.3 ms once under ctest -j2).
+  EXPECT_GE(took, 290ms);
+  EXPECT_TRUE(e.message.find("timed out after 300 ms") != std::string::npos ||
+              e.message.find(": no answer to 8 requests 10 ms apart") != std::string::npos)
+      << e.message;
   EXPECT_FALSE(id.valid());
 }
 
@@ -1612,25 +1620,19 @@ TEST(Udp, ConnectTimeoutToClosedPort) {
 TEST(Udp, ConnectKeepsTryingForTheCallersTimeout) {
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);
-  uint16_t port = 0;
-  for (int i = 0; i < 50 && port == 0; ++i) {
-    const uint16_t p = random_port();
-    if (p + 17 >= client->port() && p <= client->entropy_max() + 1) continue;
-    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(p);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) == 0) port = p;
-    ::close(fd);
-  }
+  // Above random_port()'s range (closed_port): a port free when picked from
+  // that range could be another test process's endpoint within the 500 ms.
+  // Nothing of the tests opens an endpoint up here.
+  const uint16_t port = closed_port("127.0.0.1");
   ASSERT_NE(port, 0);
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   Error e;
   ConnId id;
+  // From before the thread starts: timed from inside it, a thread that a
+  // loaded host started 200 ms late read 308 ms (under ctest -j2).
+  const auto t0 = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration took{};
   std::thread t([&] {
-    const auto t0 = std::chrono::steady_clock::now();
     e = client->connect(addr, 5s, id);
     took = std::chrono::steady_clock::now() - t0;
   });
@@ -1673,13 +1675,19 @@ TEST(Udp, ConnectToAClosedPortSaysNothingListens) {
         auto client = open_on(host, o);
         ASSERT_TRUE(client);
         const std::string addr =
-            (host == "::1" ? "[::1]:" : host + ":") + std::to_string(random_port());
+            (host == "::1" ? "[::1]:" : host + ":") + std::to_string(closed_port(host));
         ConnId id;
         const Error e = client->connect(addr, user_timeout ? 60ms : 250ms, id);
         EXPECT_EQ(e.status, Status::kConnectTimeout);
-        EXPECT_NE(e.message.find("connect to " + addr + " timed out after " +
-                                 (user_timeout ? "60 ms" : "250 ms")),
-                  std::string::npos)
+        // A host that leaves this thread unscheduled for 170 ms of the first
+        // connection's 80 makes its 8 requests span the 250 ms, and the error
+        // says so instead (udp.hpp, connect()): either way the clause follows.
+        const bool spanned = !user_timeout && e.message.find("connect to " + addr +
+                                                             ": no answer to 8 requests 10 ms "
+                                                             "apart") != std::string::npos;
+        EXPECT_TRUE(spanned ||
+                    e.message.find("connect to " + addr + " timed out after " +
+                                   (user_timeout ? "60 ms" : "250 ms")) != std::string::npos)
             << e.message;
         const std::string clause =
             "the peer's host answered with ICMP port unreachable (Connection refused): no "
@@ -1735,13 +1743,60 @@ TEST(Udp, ConnectWhoseRequestsCannotBeSentSaysWhy) {
 // leaves its connection in kError with that status: the events of the close
 // that follows (the engine's kClosed) do not turn it into a plain kClosed
 // with no error.
+// The driver's state behind an endpoint (its only member, impl_).
+UdpEndpoint::Impl& impl_of(UdpEndpoint& ep) {
+  static_assert(sizeof(UdpEndpoint) == sizeof(std::unique_ptr<UdpEndpoint::Impl>));
+  return **reinterpret_cast<std::unique_ptr<UdpEndpoint::Impl>*>(&ep);
+}
+
+// A budgeted connect gives up one engine connection after another; the ids
+// of those that carried work are kept (superseded) only to drop the work
+// they flushed. They were kept until the engine handed each id out again,
+// 2,048 reuses of its slot later, so an endpoint whose connects to a silent
+// peer went on for hours held an entry for each connection given up, and
+// every completion paid a look-up. Now none is kept for a connection with
+// no work, and all go once the completions are read.
+TEST(Udp, GivenUpConnectionsAreForgottenOnceTheirWorkIsRead) {
+  Options o = test_options();
+  o.engine.connect_attempts = 1;
+  o.engine.connect_retry_ns = 2 * metaroce::kMillisecond;
+  auto silent = open_on("127.0.0.1");  // never progresses: never answers
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(silent && client);
+  std::vector<uint8_t> src(64, 1);
+  MemoryRegion smr{};
+  ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, smr));
+  ConnId conn;
+  ASSERT_FALSE(client->connect_start(silent->local_address(), conn, 200ms));
+  ASSERT_FALSE(client->write(conn, 5, src.data(), 64, smr.lkey, 0x1000, 0x42));
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (client->state(conn) == metaroce::udp::ConnState::kConnecting &&
+         std::chrono::steady_clock::now() < end)
+    client->wait(1ms);
+  ASSERT_EQ(client->state(conn), metaroce::udp::ConnState::kError);
+  EXPECT_GE(impl_of(*client).superseded.size(), 5u);  // their flushed copies wait
+  Completion c;
+  ASSERT_TRUE(client->poll_completion(c));
+  EXPECT_EQ(c.wr_id, 5u);
+  EXPECT_EQ(c.conn.v, conn.v);
+  EXPECT_EQ(c.status, Status::kConnectTimeout);
+  EXPECT_FALSE(client->poll_completion(c));  // the copies dropped
+  EXPECT_EQ(impl_of(*client).superseded.size(), 0u);
+  // A blocking connect posts nothing: its given-up connections leave no entry.
+  ConnId id;
+  const Error e = client->connect(silent->local_address(), 100ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  EXPECT_EQ(impl_of(*client).superseded.size(), 0u);
+}
+
 TEST(Udp, ConnectUserTimeout) {
   Options o = test_options();
   o.engine.connect_attempts = 1000;
   auto client = open_on("127.0.0.1", o);
   ASSERT_TRUE(client);
   ConnId id;
-  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 150ms, id);
+  const Error e =
+      client->connect("127.0.0.1:" + std::to_string(closed_port("127.0.0.1")), 150ms, id);
   ASSERT_EQ(e.status, Status::kConnectTimeout) << e.message;
   EXPECT_NE(e.message.find("timed out"), std::string::npos) << e.message;
   const ConnId conn{e.conn};
@@ -2165,8 +2220,12 @@ TEST(Udp, SharedReceivesServeTwoPeers) {
   Options so = test_options();
   so.engine.shared_rq_depth = 8;
   auto server = open_on("127.0.0.1", so);
-  auto c1 = open_on("127.0.0.1");
-  auto c2 = open_on("127.0.0.1");
+  // One connection each: with the engine's 8 x 10 ms a client whose server
+  // thread ran late gave its first up for another, accept() handed over the
+  // one given up (its DISCONNECT not yet read) as a1 and the live one as a2,
+  // and c1's messages read as c2's (once under ctest -j2 on a loaded host).
+  auto c1 = open_on("127.0.0.1", with_handshake_budget(test_options()));
+  auto c2 = open_on("127.0.0.1", with_handshake_budget(test_options()));
   ASSERT_TRUE(server && c1 && c2);
   constexpr uint32_t kBuf = 16384;
   std::vector<uint8_t> rbuf(4 * kBuf, 0), src(4 * kBuf);
@@ -2700,7 +2759,8 @@ TEST(Udp, EndedConnectionsAreForgottenAfterTheLatest1024) {
   auto client = open_on("127.0.0.1", o);
   ASSERT_TRUE(server && client);
   ConnId failed;
-  const Error e = client->connect("127.0.0.1:" + std::to_string(random_port()), 30ms, failed);
+  const Error e =
+      client->connect("127.0.0.1:" + std::to_string(closed_port("127.0.0.1")), 30ms, failed);
   ASSERT_EQ(e.status, Status::kConnectTimeout) << e.message;
   failed = ConnId{e.conn};
   server->start_progress_thread();
@@ -3133,7 +3193,7 @@ TEST(Udp, AQueuedConnectionOutlivesTheLatest1024Ended) {
   server->stop_progress_thread();
   // The server's own connects to a port nothing listens on: each ends after
   // one request, and all of them end after the queued one.
-  const std::string nobody = "127.0.0.1:" + std::to_string(random_port());
+  const std::string nobody = "127.0.0.1:" + std::to_string(closed_port("127.0.0.1"));
   constexpr size_t kEnds = metaroce::udp::UdpEndpoint::Impl::kEndedKept + 8;
   std::vector<ConnId> out(kEnds);
   for (auto& id : out) ASSERT_FALSE(server->connect_start(nobody, id));
@@ -3234,13 +3294,21 @@ TEST(Udp, ManyVanishedPeersEndInLinearTime) {
   std::this_thread::sleep_until(requested + 1600ms);
   server->progress();
   std::this_thread::sleep_for(300ms);
+  // The round's CPU time, this thread's (the server has no progress thread):
+  // its wall time also counted the time a loaded host ran others instead
+  // (194.6 ms once under ctest -j2, where the round took 10 ms of CPU).
+  const auto thread_cpu = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  };
   std::chrono::nanoseconds worst{0};
   size_t live = kPeers;
   const auto ended_by = std::chrono::steady_clock::now() + 5s;
   while (live != 0 && std::chrono::steady_clock::now() < ended_by) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = thread_cpu();
     server->progress();
-    worst = std::max<std::chrono::nanoseconds>(worst, std::chrono::steady_clock::now() - t0);
+    worst = std::max<std::chrono::nanoseconds>(worst, thread_cpu() - t0);
     live = static_cast<size_t>(std::count_if(conns.begin(), conns.end(), [&](ConnId c) {
       return server->state(c) == metaroce::udp::ConnState::kEstablished;
     }));
@@ -3251,7 +3319,7 @@ TEST(Udp, ManyVanishedPeersEndInLinearTime) {
   // 220 ms. The bound leaves a loaded machine 10x; a sanitizer's build, whose
   // every access is checked, is not timed.
   const double ms = std::chrono::duration<double, std::milli>(worst).count();
-  std::printf("the round that ended %u connections took %.1f ms\n", kPeers, ms);
+  std::printf("the round that ended %u connections took %.1f ms of CPU\n", kPeers, ms);
   if (kSanitized) GTEST_SKIP() << "not timed under a sanitizer (" << ms << " ms)";
   EXPECT_LT(ms, 150.0) << "the round took " << ms << " ms";
 }

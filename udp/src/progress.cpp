@@ -207,7 +207,10 @@ bool UdpEndpoint::Impl::chain(uint32_t app, ConnInfo& ci) {
   ConnId next;
   if (eng->connect(ci.peer, now, next, cap) != Status::kOk) return false;
   const uint32_t old = ci.engine != 0 ? ci.engine : app;
-  superseded.insert(old);
+  // Only a connection that carried work flushed any (the engine flushed it
+  // all with the failure, before this event): one with none left nothing
+  // of its own to hide, and a blocking connect() adds no entry.
+  if (!ci.held.empty()) superseded.insert(old);
   if (old != app) alias.erase(old);
   superseded.erase(next.v);
   alias[next.v] = app;
@@ -229,6 +232,13 @@ bool UdpEndpoint::Impl::next_completion(Completion& out) {
     if (const auto a = alias.find(out.conn.v); a != alias.end()) out.conn.v = a->second;
     return true;
   }
+  // Drained: the given-up connections' flushed work, queued when each was
+  // given up (run_timers flushes and destroys it in one step, chain runs on
+  // its event), has all been read and dropped, and no later completion or
+  // event names them (their slots' next ids differ). Without this each one
+  // stayed until its slot's 11-bit generation came round again, up to 2,048
+  // entries a slot, and every post and completion paid a look-up meanwhile.
+  if (!superseded.empty()) superseded.clear();
   return false;
 }
 

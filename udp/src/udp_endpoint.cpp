@@ -218,6 +218,19 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   // for a server that starts after the client, saw the connect fail after
   // 80 ms.
   if (Error e = connect_start(address, id, timeout)) return e;
+  return connect_wait(id, timeout, out);
+}
+
+Error UdpEndpoint::connect(const PeerAddr& peer, std::chrono::milliseconds timeout, ConnId& out) {
+  out = ConnId{};
+  ConnId id;
+  if (Error e = connect_start(peer, id, timeout)) return e;
+  return connect_wait(id, timeout, out);
+}
+
+// The rest of both connects: the handshake of connection `id`, started with
+// `timeout` as its budget, until it ends or the timeout passes.
+Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, ConnId& out) {
   PeerAddr peer;
   {
     auto lk = impl_->guard();
