@@ -910,7 +910,7 @@ TEST(PeerVanishes, ThePeerClosesWhileItsWorkIsUnderWay) {  // CONN-7, BAD-7
 
 // The same with every ACCEPT lost: the closing end answers each repeated
 // request with its ACCEPT (CONN-3) while it resends its DISCONNECT; CONN-7
-// gives the DISCONNECT connect_attempts (8) sends before the close ends
+// gives the DISCONNECT disconnect_attempts (8) sends before the close ends
 // unanswered.
 TEST(PeerVanishes, AcceptsAnsweredWhileClosingLeaveTheDisconnectItsBudget) {  // CONN-7, CONN-3
   Loop loop(cfg(4629), cfg(4630));

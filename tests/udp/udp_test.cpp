@@ -2717,7 +2717,7 @@ TEST(Udp, CloseFlushesPostedWorkAndEndsEveryConnection) {
 TEST(Udp, CloseKeepsOtherThreadsOutOfTheEngineWhileItLingers) {
   Options co = test_options();
   co.linger = 300ms;
-  co.engine.connect_attempts = 1000;  // the DISCONNECT is repeated all through the linger
+  co.engine.disconnect_attempts = 1000;  // the DISCONNECT is repeated all through the linger
   Pair p = connect_pair("127.0.0.1", test_options(), co);
   ASSERT_TRUE(p.cconn.valid());
   std::vector<uint8_t> src(64 << 10), dst(64 << 10);

@@ -54,6 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SPEC = os.path.join(ROOT, "docs", "spec", "metaroce-v0.1.md")
 LUA = os.path.join(ROOT, "tools", "wireshark", "metaroce.lua")
 README = os.path.join(ROOT, "tools", "wireshark", "README.md")
+STATUS_HPP = os.path.join(ROOT, "include", "metaroce", "status.hpp")
 PORT = 4792
 TRIMMED_DSCP = 63
 CONTROL_DSCP = 48  # ENC-6
@@ -1083,6 +1084,28 @@ def check_mutations(vectors, workdir):
     print(f"mutations: {len(prefixes)} prefixes, {len(mutants)} random changes")
 
 
+def check_status_names():
+    """The dissector names every status of appendix A as status.hpp does, and
+    no other: a code added to the engine (0x4c came without one) would show as
+    "not in appendix A" in a DISCONNECT's reason or a REJECT's code."""
+    with open(STATUS_HPP, encoding="utf-8") as f:
+        engine = {int(code, 16): name for name, code in
+                  re.findall(r"X\((k\w+),\s*(0x[0-9a-fA-F]+)", f.read())}
+    with open(LUA, encoding="utf-8") as f:
+        lua = f.read()
+    table = re.search(r"local status_names = \{(.*?)\n\}", lua, re.S)
+    dissector = ({int(code, 16): name for code, name in
+                  re.findall(r'\[(0x[0-9a-fA-F]+)\] = "(\w+)"', table.group(1))}
+                 if table else {})
+    check(len(engine) > 20, f"read {len(engine)} status codes from {STATUS_HPP}")
+    check(dissector == engine,
+          f"metaroce.lua's status_names differ from status.hpp: missing "
+          f"{sorted(hex(c) for c in engine.keys() - dissector.keys())}, extra "
+          f"{sorted(hex(c) for c in dissector.keys() - engine.keys())}, renamed "
+          f"{sorted(hex(c) for c in engine.keys() & dissector.keys() if engine[c] != dissector[c])}")
+    print(f"status names: {len(dissector)} codes compared with status.hpp")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sim", help="metaroce-sim binary (step 4 is skipped without it)")
@@ -1100,6 +1123,7 @@ def main():
               "tools/wireshark/README.md)\n" + load.stderr)
         return 1
 
+    check_status_names()
     workdir = args.keep or tempfile.mkdtemp(prefix="metaroce-wireshark-")
     os.makedirs(workdir, exist_ok=True)
     try:

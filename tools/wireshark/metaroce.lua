@@ -68,7 +68,7 @@ local status_names = {
   [0x42] = "kQueueFull", [0x43] = "kNoSuchConnection", [0x44] = "kNotConnected",
   [0x45] = "kFlushed", [0x46] = "kPeerUnreachable", [0x47] = "kConnectRefused",
   [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
-  [0x4b] = "kPeerClosed",
+  [0x4b] = "kPeerClosed", [0x4c] = "kRnrRetryExceeded",
 }
 
 -- CONN-8: 0 says the connection was ESTABLISHED; any other value is the
