@@ -149,6 +149,48 @@ TEST(Conformance, EveryRealTimeCheckPassesOnATargetOneWaitLate) {
   }
 }
 
+// The same target one wait late, with what `drop` picks never sent: the
+// checks made to wait on a reply in real time still fail when none comes.
+class LateDroppingTarget : public LateTarget {
+ public:
+  explicit LateDroppingTarget(std::function<bool(const wire::Packet&)> drop)
+      : drop_(std::move(drop)) {}
+  std::vector<Sent> run_for(uint64_t ns) override {
+    std::vector<Sent> out = LateTarget::run_for(ns);
+    std::erase_if(out, [this](const Sent& s) {
+      wire::Packet pkt;
+      return wire::decode(s.bytes, pkt) == wire::ParseError::kOk && drop_(pkt);
+    });
+    return out;
+  }
+
+ private:
+  std::function<bool(const wire::Packet&)> drop_;
+};
+
+TEST(Conformance, ChecksWaitingForAReplyInRealTimeStillFailWithoutIt) {
+  const auto fails = [](const char* rule, std::string_view why,
+                        std::function<bool(const wire::Packet&)> drop) {
+    const auto results = run([&] { return std::make_unique<LateDroppingTarget>(drop); }, rule);
+    ASSERT_FALSE(results.empty()) << rule;
+    for (const Result& r : results) {
+      EXPECT_FALSE(r.outcome.passed) << rule << " passed with the fault planted";
+      EXPECT_NE(r.outcome.detail.find(why), std::string::npos) << rule << ": " << r.outcome.detail;
+    }
+  };
+  fails("SEQ-4", "no ACK of a duplicate", [](const wire::Packet& k) {
+    return k.bh.opcode == wire::Opcode::kAck && (k.ack.flags & wire::kAckEchoDup) != 0;
+  });
+  fails("MR-2", "that WRITE was not sent",
+        [](const wire::Packet& k) { return k.bh.opcode == wire::Opcode::kWrite; });
+  uint32_t first_requester = 0;  // the second connection's requests are never sent
+  fails("CONN-1", "expected CONNECT_REQs of 2 connections, saw 1", [&](const wire::Packet& k) {
+    if (k.bh.opcode != wire::Opcode::kConnectReq) return false;
+    if (first_requester == 0) first_requester = k.connect.src_conn;
+    return k.connect.src_conn != first_requester;
+  });
+}
+
 // A target in real time whose previous connection's CONNECT_REQ goes again
 // as it starts the next (a loaded host: the request's resend timer ran out
 // before its ACCEPT was taken), the resend first: the tester must answer
