@@ -279,6 +279,19 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
 class FaultyTarget : public EngineTarget {
  public:
   using EngineTarget::EngineTarget;
+  // With `real_time`, the target says its time is real (the checks take
+  // their real-time branches; the engine's time stays simulated).
+  bool real_time = false;
+  [[nodiscard]] bool simulated_time() const override { return !real_time; }
+  // With `timeouts_rise`, every path's timeouts counter rises at each read
+  // (a path whose packet timed out between the check's two reads of it).
+  bool timeouts_rise = false;
+  uint64_t stats_reads_for_timeouts_ = 0;
+  bool path_stats(ConnId conn, size_t path, PathStats& out) override {
+    if (!EngineTarget::path_stats(conn, path, out)) return false;
+    if (timeouts_rise) out.timeouts += ++stats_reads_for_timeouts_;
+    return true;
+  }
   // With `range_unknown`, the target does not tell its entropy range (a
   // remote agent that does not): CONN-2 and PATH-1 check the ports' order
   // without it.
@@ -1254,6 +1267,38 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
   });
+}
+
+// In real time too: PATH-3's retries on a path that timed out under it
+// leave a target that takes old echoes for current failing.
+TEST(Conformance, OldGenerationsTakenForCurrentFailPath3InRealTime) {
+  expect_fails("PATH-3", "on an old generation's echo", [](FaultyTarget& t) {
+    t.real_time = true;
+    auto latest = std::make_shared<std::array<uint16_t, 32>>();
+    t.mutate = [latest](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (const Sent& s : v)
+        if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
+          (*latest)[wire::path_tag_slot(p.bh.path_tag)] = p.bh.path_tag;
+    };
+    t.mutate_in = [latest](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+      p.ack.echo_path_tag = (*latest)[wire::path_tag_slot(p.ack.echo_path_tag)];
+      d.assign(256, 0);
+      d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+    };
+  });
+}
+
+// A path that times out under every try: PATH-3 and TRIM-4 give up after
+// their tries and fail, saying so, rather than pass unjudged.
+TEST(Conformance, PathsTimingOutUnderEveryTryFailPath3Trim4InRealTime) {
+  for (const char* rule : {"PATH-3", "TRIM-4"})
+    expect_fails(rule, "in 5 attempts, the path timed out", [](FaultyTarget& t) {
+      t.real_time = true;
+      t.timeouts_rise = true;
+    });
 }
 
 // A target whose path_tag layout is not slot | generation << 5: `to_wire`
