@@ -30,7 +30,13 @@ bool tester_connects_to_memory(Target& t, Peer& peer, Region& r, std::string& wh
 bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn, std::string& why,
                                   uint32_t access = kAccessLocalWrite);
 // The target connects to the tester, which accepts (advertising max_reads).
-bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads = 16);
+// `answered`: the target's src_conns of its connections the check answered
+// before (Peer::target_conn), whose requests are passed over: in real time a
+// request resent before its ACCEPT arrived (a loaded host) may come with the
+// new one, and once took its place (CONN-7's second connection then never
+// connected).
+bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads = 16,
+                     const std::set<uint32_t>& answered = {});
 // Work from the target to the tester: `op` of `len` bytes of `local`, at an
 // address and key the tester makes up.
 SendWr to_tester(WrOpcode op, const Region& local, uint32_t len, uint64_t wr_id);
@@ -57,15 +63,37 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
 // probe them and wait for the answers (SEQ-3 once saw 16 packets only).
 void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, const Reply* echo,
                       const std::vector<Reply>& rs);
+// Peer::run_until `want`, and on a target in real time each PROBE that
+// comes meanwhile answered with an ACK of `cum` (acknowledging nothing the
+// check has not): a target kept from its tester a while (a loaded host)
+// may take its paths for dead and send nothing new until a PROBE is
+// answered (PATH-4). In simulated time, run_until as it is.
+template <class Want>
+std::vector<Reply> run_until_answering_probes(Target& t, Peer& p, Want want, uint32_t cum,
+                                              uint64_t ns = 100'000) {
+  size_t seen = 0;
+  return p.run_until(
+      [&](const std::vector<Reply>& rs) {
+        if (want(rs) || t.simulated_time()) return true;
+        for (; seen < rs.size(); ++seen)
+          if (rs[seen].error == wire::ParseError::kOk &&
+              rs[seen].pkt.bh.opcode == wire::Opcode::kProbe)
+            p.send(p.ack(cum, rs[seen], wire::kAckEchoProbe), rs[seen].entropy);
+        return false;
+      },
+      ns);
+}
 // The first NAK among `rs`, or null.
 const Reply* nak_of(const std::vector<Reply>& rs);
 // Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`
 // (and `msn`, when given), else what came ("drew no NAK ...", "drew NAK
 // ..., not ..."). `seen` (when given) receives everything the target sent
 // meanwhile.
+// With `probe_cum`, PROBEs are answered meanwhile (run_until_answering_probes).
 std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
                       std::optional<uint32_t> msn = std::nullopt,
-                      std::vector<Reply>* seen = nullptr);
+                      std::vector<Reply>* seen = nullptr,
+                      std::optional<uint32_t> probe_cum = std::nullopt, Target* t = nullptr);
 // Sends the packet `make` builds (at the peer's next PSN) on a fresh
 // connection of the tester (id `conn_id`) and expects NAK `code` naming it,
 // with nothing written in `r`.

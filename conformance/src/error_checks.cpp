@@ -118,9 +118,12 @@ Outcome check_nak3(Target& t) {
   if (!target_connects(t, p, conn, why)) return fail(why);
   for (uint64_t id = 1; id <= 3; ++id)
     if (!target_writes(t, conn, 100, id, why)) return fail(why);
-  const std::vector<Reply> rs = p.run_until([](const std::vector<Reply>& got) {
-    return firsts(of(got, wire::Opcode::kWrite)).size() >= 3;
-  });
+  const std::vector<Reply> rs = run_until_answering_probes(
+      t, p,
+      [](const std::vector<Reply>& got) {
+        return firsts(of(got, wire::Opcode::kWrite)).size() >= 3;
+      },
+      p.target_initial_psn);
   std::map<uint32_t, const Reply*> by_psn;  // by distance from the initial PSN
   for (const Reply* d : firsts(of(rs, wire::Opcode::kWrite)))
     by_psn.emplace(d->pkt.bh.psn - p.target_initial_psn, d);

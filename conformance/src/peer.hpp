@@ -3,6 +3,7 @@
 // data packets, ACKs and READ responses, and decoding what the target sends.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -106,13 +107,19 @@ class Peer {
   // loaded host, that may not get a CPU within one wait) more waits of `ns`,
   // up to `patience_ns` in all, until `want` holds for what arrived; after
   // such a late arrival, one more wait gathers what follows it. Silence is
-  // still judged with run(): only waits for a reply take this.
+  // still judged with run(): only waits for a reply take this. Patience
+  // also ends after 4 x patience_ns of the tester's clock: a target's real
+  // waits last longer than `ns` (RemoteTarget's at least 5 ms), and waits of
+  // 1 us counted as such would wait on a silent target for most of an hour.
   template <class Want>
   std::vector<Reply> run_until(Want want, uint64_t ns = 100'000,
                                uint64_t patience_ns = 500'000'000) {
     std::vector<Reply> rs = run(ns);
     if (want(rs) || t_.simulated_time()) return rs;
-    for (uint64_t waited = ns; waited < patience_ns; waited += ns) {
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(4 * patience_ns);
+    for (uint64_t waited = ns; waited < patience_ns && std::chrono::steady_clock::now() < give_up;
+         waited += ns) {
       for (Reply& r : run(ns)) rs.push_back(std::move(r));  // bytes keep their storage
       if (want(rs)) {
         for (Reply& r : run(ns)) rs.push_back(std::move(r));

@@ -299,7 +299,8 @@ Outcome check_mr5_read(Target& t) {
     return fail("the whole READ was answered with its first response unacknowledged (SEQ-3)");
   if (!t.deregister_memory(src)) return fail("deregister_memory failed");
   std::vector<Reply> after;
-  why = draws_nak(p, p.ack(first + *sent.rbegin() + 1, *echo), 0x07, rd, kReadSeq, &after);
+  const uint32_t cum = first + *sent.rbegin() + 1;
+  why = draws_nak(p, p.ack(cum, *echo), 0x07, rd, kReadSeq, &after, cum, &t);
   if (!why.empty())
     return fail("the READ whose source region was deregistered under it, acknowledged, " + why);
   for (Reply& r : p.run(t.simulated_time() ? 1'000'000 : 10'000'000)) after.push_back(std::move(r));

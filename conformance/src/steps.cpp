@@ -28,18 +28,25 @@ bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn
   return false;
 }
 
-bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads) {
+bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads,
+                     const std::set<uint32_t>& answered) {
   if (!t.connect_to_tester(conn)) {
     why = "the target could not start a connection";
     return false;
   }
-  const std::vector<Reply> sent = peer.run_until(has(wire::Opcode::kConnectReq), 1000);
-  const auto reqs = of(sent, wire::Opcode::kConnectReq);
-  if (reqs.empty()) {
+  const auto fresh = [&answered](const std::vector<Reply>& got) -> const Reply* {
+    for (const Reply* r : of(got, wire::Opcode::kConnectReq))
+      if (answered.count(r->pkt.connect.src_conn) == 0) return r;
+    return nullptr;
+  };
+  const std::vector<Reply> sent = peer.run_until(
+      [&fresh](const std::vector<Reply>& got) { return fresh(got) != nullptr; }, 1000);
+  const Reply* req = fresh(sent);
+  if (req == nullptr) {
     why = "no CONNECT_REQ after connect";
     return false;
   }
-  peer.accept(*reqs.front(), max_reads);
+  peer.accept(*req, max_reads);
   return true;
 }
 
@@ -130,10 +137,16 @@ const Reply* nak_of(const std::vector<Reply>& rs) {
 }
 
 std::string draws_nak(Peer& p, std::span<const uint8_t> packet, uint8_t code, uint32_t psn,
-                      std::optional<uint32_t> msn, std::vector<Reply>* seen) {
+                      std::optional<uint32_t> msn, std::vector<Reply>* seen,
+                      std::optional<uint32_t> probe_cum, Target* t) {
   std::vector<Reply> own;
   std::vector<Reply>& rs = seen != nullptr ? *seen : own;
-  rs = p.exchange_until(packet, has(wire::Opcode::kNak));
+  if (probe_cum && t != nullptr) {
+    p.send(packet);
+    rs = run_until_answering_probes(*t, p, has(wire::Opcode::kNak), *probe_cum);
+  } else {
+    rs = p.exchange_until(packet, has(wire::Opcode::kNak));
+  }
   const Reply* n = nak_of(rs);
   if (n == nullptr) return "drew no NAK (expected code " + code_text(code) + ")";
   const wire::NakBody& k = n->pkt.nak;

@@ -133,6 +133,107 @@ TEST(Conformance, Seq1WaitsForTheSecondConnectionsWriteOnATargetInRealTime) {
   EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
 }
 
+// Every check that runs in real time passes on a target whose every reply
+// comes one wait late: a check's verdict must not hang on the target
+// answering within the wait it sends in (a loaded host's agent once missed
+// SEQ-4's 1 us, a CI run failed on it).
+TEST(Conformance, EveryRealTimeCheckPassesOnATargetOneWaitLate) {
+  const auto results = run([] { return std::make_unique<LateTarget>(); });
+  ASSERT_EQ(results.size(), checks().size());
+  for (const Result& r : results) {
+    // PATH-7 times the target's peer timeout by the tester's clock, which
+    // the engine's simulated time here outruns: not a check of this model.
+    if (r.check->rule == "PATH-7") continue;
+    EXPECT_TRUE(r.outcome.passed) << r.check->rule << " (" << r.check->title
+                                  << "): " << r.outcome.detail;
+  }
+}
+
+// The same target one wait late, with what `drop` picks never sent: the
+// checks made to wait on a reply in real time still fail when none comes.
+class LateDroppingTarget : public LateTarget {
+ public:
+  explicit LateDroppingTarget(std::function<bool(const wire::Packet&)> drop)
+      : drop_(std::move(drop)) {}
+  std::vector<Sent> run_for(uint64_t ns) override {
+    std::vector<Sent> out = LateTarget::run_for(ns);
+    std::erase_if(out, [this](const Sent& s) {
+      wire::Packet pkt;
+      return wire::decode(s.bytes, pkt) == wire::ParseError::kOk && drop_(pkt);
+    });
+    return out;
+  }
+
+ private:
+  std::function<bool(const wire::Packet&)> drop_;
+};
+
+TEST(Conformance, ChecksWaitingForAReplyInRealTimeStillFailWithoutIt) {
+  const auto fails = [](const char* rule, std::string_view why,
+                        std::function<bool(const wire::Packet&)> drop) {
+    const auto results = run([&] { return std::make_unique<LateDroppingTarget>(drop); }, rule);
+    ASSERT_FALSE(results.empty()) << rule;
+    for (const Result& r : results) {
+      EXPECT_FALSE(r.outcome.passed) << rule << " passed with the fault planted";
+      EXPECT_NE(r.outcome.detail.find(why), std::string::npos) << rule << ": " << r.outcome.detail;
+    }
+  };
+  fails("SEQ-4", "no ACK of a duplicate", [](const wire::Packet& k) {
+    return k.bh.opcode == wire::Opcode::kAck && (k.ack.flags & wire::kAckEchoDup) != 0;
+  });
+  fails("MR-2", "that WRITE was not sent",
+        [](const wire::Packet& k) { return k.bh.opcode == wire::Opcode::kWrite; });
+  uint32_t first_requester = 0;  // the second connection's requests are never sent
+  fails("CONN-1", "expected CONNECT_REQs of 2 connections, saw 1", [&](const wire::Packet& k) {
+    if (k.bh.opcode != wire::Opcode::kConnectReq) return false;
+    if (first_requester == 0) first_requester = k.connect.src_conn;
+    return k.connect.src_conn != first_requester;
+  });
+}
+
+// A target in real time whose previous connection's CONNECT_REQ goes again
+// as it starts the next (a loaded host: the request's resend timer ran out
+// before its ACCEPT was taken), the resend first: the tester must answer
+// the new connection's request, not the old one's again (CONN-7's closing
+// side once failed "no data before the close").
+class ResendingTarget : public LateTarget {
+ public:
+  bool connect_to_tester(ConnId& out) override {
+    if (!last_request_.empty()) resend_ = last_request_;
+    return LateTarget::connect_to_tester(out);
+  }
+  std::vector<Sent> run_for(uint64_t ns) override {
+    std::vector<Sent> out = LateTarget::run_for(ns);
+    for (const Sent& s : out)
+      if (s.bytes.size() > 1 && s.bytes[1] == static_cast<uint8_t>(wire::Opcode::kConnectReq))
+        last_request_ = s.bytes;
+    if (!resend_.empty()) {
+      out.insert(out.begin(), Sent{resend_, entropy_range()->first, kEcnEct0, 0});
+      resend_.clear();
+    }
+    return out;
+  }
+
+ private:
+  std::vector<uint8_t> last_request_, resend_;
+};
+
+// The checks whose target opens two connections back to back.
+TEST(Conformance, AnEarlierConnectionsResentRequestIsNotAnsweredForTheNext) {
+  size_t ran = 0;
+  for (const char* rule : {"CONN-7", "SEQ-1"}) {
+    for (const Result& r : run([] { return std::make_unique<ResendingTarget>(); }, rule)) {
+      if (r.check->rule != "SEQ-1" &&
+          (r.check->rule != "CONN-7" || !r.check->title.starts_with("closing")))
+        continue;
+      ++ran;
+      EXPECT_TRUE(r.outcome.passed)
+          << r.check->rule << " (" << r.check->title << "): " << r.outcome.detail;
+    }
+  }
+  EXPECT_EQ(ran, 2u);
+}
+
 // A target that cannot be asked to close, to tell why a connection failed,
 // to refuse connections, to start at a given PSN, to report its drop
 // counters, to keep shared receives or to register at a base, and does not
@@ -178,6 +279,19 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
 class FaultyTarget : public EngineTarget {
  public:
   using EngineTarget::EngineTarget;
+  // With `real_time`, the target says its time is real (the checks take
+  // their real-time branches; the engine's time stays simulated).
+  bool real_time = false;
+  [[nodiscard]] bool simulated_time() const override { return !real_time; }
+  // With `timeouts_rise`, every path's timeouts counter rises at each read
+  // (a path whose packet timed out between the check's two reads of it).
+  bool timeouts_rise = false;
+  uint64_t stats_reads_for_timeouts_ = 0;
+  bool path_stats(ConnId conn, size_t path, PathStats& out) override {
+    if (!EngineTarget::path_stats(conn, path, out)) return false;
+    if (timeouts_rise) out.timeouts += ++stats_reads_for_timeouts_;
+    return true;
+  }
   // With `range_unknown`, the target does not tell its entropy range (a
   // remote agent that does not): CONN-2 and PATH-1 check the ports' order
   // without it.
@@ -1153,6 +1267,38 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
       d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
     };
   });
+}
+
+// In real time too: PATH-3's retries on a path that timed out under it
+// leave a target that takes old echoes for current failing.
+TEST(Conformance, OldGenerationsTakenForCurrentFailPath3InRealTime) {
+  expect_fails("PATH-3", "on an old generation's echo", [](FaultyTarget& t) {
+    t.real_time = true;
+    auto latest = std::make_shared<std::array<uint16_t, 32>>();
+    t.mutate = [latest](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (const Sent& s : v)
+        if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
+          (*latest)[wire::path_tag_slot(p.bh.path_tag)] = p.bh.path_tag;
+    };
+    t.mutate_in = [latest](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+      p.ack.echo_path_tag = (*latest)[wire::path_tag_slot(p.ack.echo_path_tag)];
+      d.assign(256, 0);
+      d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+    };
+  });
+}
+
+// A path that times out under every try: PATH-3 and TRIM-4 give up after
+// their tries and fail, saying so, rather than pass unjudged.
+TEST(Conformance, PathsTimingOutUnderEveryTryFailPath3Trim4InRealTime) {
+  for (const char* rule : {"PATH-3", "TRIM-4"})
+    expect_fails(rule, "in 5 attempts, the path timed out", [](FaultyTarget& t) {
+      t.real_time = true;
+      t.timeouts_rise = true;
+    });
 }
 
 // A target whose path_tag layout is not slot | generation << 5: `to_wire`
