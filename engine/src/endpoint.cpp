@@ -70,9 +70,11 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
   // The largest datagram: a data packet with the longest headers and a full
   // payload, or a control packet with every SACK word. A connection's mtu
   // never exceeds the endpoint's (CONN-3 takes the smaller).
-  min_tx_buffer[1] = wire::largest_header_size() + wire::kIcrcSize;
-  min_tx_buffer[0] =
-      std::max(min_tx_buffer[1], detail::kHeaderTemplateSize + cfg.mtu + wire::kIcrcSize);
+  static_assert(detail::kHeaderTemplateSize + kMaxMtu + wire::kIcrcSize <= UINT16_MAX);
+  const size_t control = wire::largest_header_size() + wire::kIcrcSize;
+  min_tx_buffer[1] = static_cast<uint16_t>(control);
+  min_tx_buffer[0] = static_cast<uint16_t>(
+      std::max(control, detail::kHeaderTemplateSize + cfg.mtu + wire::kIcrcSize));
 }
 
 Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
