@@ -1998,7 +1998,7 @@ TEST(Conformance, DisconnectsEvery5MsFailConn7) {
 TEST(Conformance, NineDisconnectsFailConn7) {
   expect_fails(
       "CONN-7", "sent 9 DISCONNECTs, not 8",
-      [](FaultyTarget& t) { t.configure([](EndpointConfig& c) { c.connect_attempts = 9; }); },
+      [](FaultyTarget& t) { t.configure([](EndpointConfig& c) { c.disconnect_attempts = 9; }); },
       kClosingSide);
 }
 
