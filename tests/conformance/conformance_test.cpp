@@ -1250,23 +1250,25 @@ TEST(Conformance, LateAcksFailLoss4) {
 
 // Every echo read as naming its slot's current generation (the latest tag
 // the target sent on that slot): an old generation's echo then times the path.
+void take_old_generations_for_current(FaultyTarget& t) {
+  auto latest = std::make_shared<std::array<uint16_t, 32>>();
+  t.mutate = [latest](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (const Sent& s : v)
+      if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
+        (*latest)[wire::path_tag_slot(p.bh.path_tag)] = p.bh.path_tag;
+  };
+  t.mutate_in = [latest](std::vector<uint8_t>& d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
+    p.ack.echo_path_tag = (*latest)[wire::path_tag_slot(p.ack.echo_path_tag)];
+    d.assign(256, 0);
+    d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
+  };
+}
+
 TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
-  expect_fails("PATH-3", "on an old generation's echo", [](FaultyTarget& t) {
-    auto latest = std::make_shared<std::array<uint16_t, 32>>();
-    t.mutate = [latest](std::vector<Sent>& v) {
-      wire::Packet p;
-      for (const Sent& s : v)
-        if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
-          (*latest)[wire::path_tag_slot(p.bh.path_tag)] = p.bh.path_tag;
-    };
-    t.mutate_in = [latest](std::vector<uint8_t>& d) {
-      wire::Packet p;
-      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
-      p.ack.echo_path_tag = (*latest)[wire::path_tag_slot(p.ack.echo_path_tag)];
-      d.assign(256, 0);
-      d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
-    };
-  });
+  expect_fails("PATH-3", "on an old generation's echo", take_old_generations_for_current);
 }
 
 // In real time too: PATH-3's retries on a path that timed out under it
@@ -1274,20 +1276,7 @@ TEST(Conformance, OldGenerationsTakenForCurrentFailPath3) {
 TEST(Conformance, OldGenerationsTakenForCurrentFailPath3InRealTime) {
   expect_fails("PATH-3", "on an old generation's echo", [](FaultyTarget& t) {
     t.real_time = true;
-    auto latest = std::make_shared<std::array<uint16_t, 32>>();
-    t.mutate = [latest](std::vector<Sent>& v) {
-      wire::Packet p;
-      for (const Sent& s : v)
-        if (wire::decode(s.bytes, p) == wire::ParseError::kOk && wire::is_data(p.bh.opcode))
-          (*latest)[wire::path_tag_slot(p.bh.path_tag)] = p.bh.path_tag;
-    };
-    t.mutate_in = [latest](std::vector<uint8_t>& d) {
-      wire::Packet p;
-      if (wire::decode(d, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kAck) return;
-      p.ack.echo_path_tag = (*latest)[wire::path_tag_slot(p.ack.echo_path_tag)];
-      d.assign(256, 0);
-      d.resize(wire::seal(d, wire::write_ack(d, p.bh, p.ack), 0));
-    };
+    take_old_generations_for_current(t);
   });
 }
 
