@@ -292,6 +292,10 @@ struct Connection {
   // PATH-8: the slot emptying before it moves to a new entropy (kNoPath:
   // none); read for every packet sent, so kept here, not in `explore`.
   uint8_t draining_slot = kNoPath;
+  // CONN-2: the CONNECT_REQs this requester sends before it gives up, where
+  // connect() was given a number (0: EndpointConfig::connect_attempts). In
+  // what was padding, so no hot member moves.
+  uint16_t connect_attempts = 0;
 
   // Control packets owed, in one block of two words: every poll asks whether
   // any is (owes_control), and two loads and an OR answer.

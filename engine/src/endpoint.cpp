@@ -336,8 +336,9 @@ Status Endpoint::local_view(uint64_t rkey, uint64_t addr, uint64_t len, uint32_t
   return Status::kOk;
 }
 
-Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
-  return impl_->connect(peer, now, out, max_mtu);
+Status Endpoint::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu,
+                         uint16_t attempts) {
+  return impl_->connect(peer, now, out, max_mtu, attempts);
 }
 
 void Endpoint::close(ConnId conn, TimeNs now) {

@@ -7,7 +7,8 @@ namespace metaroce {
 using detail::Connection;
 using detail::ConnState;
 
-Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu) {
+Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu,
+                               uint16_t attempts) {
   if (max_mtu != 0 && max_mtu < kMinMtu) return Status::kInvalidArgument;
   if (!addressable(peer)) return Status::kInvalidArgument;
   Connection* c = create_connection(peer);
@@ -15,6 +16,7 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
   c->is_requester = true;
   if (max_mtu != 0) c->mtu = std::min(c->mtu, max_mtu);  // CONN-1: what the route carries
   c->state = ConnState::kConnecting;
+  c->connect_attempts = attempts;
   do {
     c->nonce = rng.next();
   } while (c->nonce == 0 || by_nonce.count(c->nonce) != 0);

@@ -276,7 +276,8 @@ struct Endpoint::Impl {
   }
 
   // ---- handshake.cpp ----
-  Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu);
+  Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu,
+                 uint16_t attempts);
   void close(detail::Connection& c, TimeNs now);
   [[gnu::cold]] void on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now);
   [[gnu::cold]] bool on_connect_reply(detail::Connection& c, const wire::Packet& p, TimeNs now);

@@ -94,8 +94,9 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
   if (c.control_deadline <= now) {
     c.control_deadline = TimeNs::never();
     // At most 65,535 requests whatever the config says: what `attempts` holds.
-    const uint32_t budget = c.state == ConnState::kClosing
-                                ? cfg.disconnect_attempts
+    const uint32_t budget = c.state == ConnState::kClosing ? cfg.disconnect_attempts
+                            : c.connect_attempts != 0
+                                ? c.connect_attempts
                                 : std::min<uint32_t>(cfg.connect_attempts, UINT16_MAX);
     if (c.state == ConnState::kConnecting) {
       if (c.attempts >= budget) {

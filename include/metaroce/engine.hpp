@@ -238,7 +238,14 @@ class Endpoint {
   // whose len is 0 or more than its 20 bytes; kResourceExhausted, and no
   // connection, while max_connections are open (accepted ones count). A peer
   // whose table is full refuses: kConnectFailed with kResourceExhausted.
-  [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu = 0);
+  // attempts (0: EndpointConfig::connect_attempts) is how many CONNECT_REQs
+  // this connection sends, connect_retry_ns apart, before it fails
+  // kConnectTimeout (CONN-2): a driver whose caller waits seconds for a
+  // server still starting keeps one connection, and its one nonce, for all
+  // of them; a second connection opened after the first gave up made the
+  // responder accept both when the first's request was read late.
+  [[nodiscard]] Status connect(const PeerAddr& peer, TimeNs now, ConnId& out, uint16_t max_mtu = 0,
+                               uint16_t attempts = 0);
   // Orderly close: outstanding work completes kFlushed, the peer is told.
   void close(ConnId conn, TimeNs now);
   [[nodiscard]] bool is_established(ConnId conn) const;

@@ -267,14 +267,12 @@ class UdpEndpoint {
   // unreachable add "the peer's host answered with ICMP port unreachable (Connection refused): no
   // socket listened at its port" to the kConnectTimeout, whatever num_paths. Requests go on, one
   // every connect_retry_ns (10 ms), for the whole `timeout` (about timeout / connect_retry_ns of
-  // them), also after ICMP refusals and failed sends: a peer that starts within it is reached. The
-  // engine gives one connection Options::engine.connect_attempts requests (spec CONN-2, 8 by
-  // default); when they go unanswered with a connect_retry_ns of the timeout left, connect opens
-  // another connection (another id and nonce) at once, and so on. (A peer slow to read its
-  // requests may accept some of those given up: see accept().) The connection keeps the first
-  // one's id through the others (connect_start with a budget is the same mechanism); the error
-  // names it and reads "timed out after T ms", or "no answer to N requests 10 ms apart
-  // (Options::engine.connect_attempts)" where one connection's N requests spanned the timeout. A
+  // them), also after ICMP refusals and failed sends: a peer that starts within it is reached. All
+  // come from one connection (one id and nonce: a peer slow to read them accepts it once), which
+  // asks the engine for that many (spec CONN-2; never fewer than Options::engine.connect_attempts,
+  // at most 65,535, 655 s by default: a longer timeout ends there). The error names the connection
+  // and reads "timed out after T ms", or "no answer to N requests 10 ms apart (...)" where the
+  // requests ran out before the timeout. A
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
   // protocol version", kResourceExhausted "the peer holds as many connections as its
@@ -293,18 +291,13 @@ class UdpEndpoint {
   // connects on first use needs. progress() runs the handshake; state() tells how it ended (a
   // failure also flushes the posted work with its status).
   Error connect_start(const std::string& address, ConnId& out);
-  // The same, requesting for `budget` as connect() does for its timeout: a
-  // connection whose engine requests ran out unanswered is followed by
-  // another while a connect_retry_ns of the budget is left, so that a peer
-  // busy for longer than 80 ms (one that calls into its library only now
-  // and then) is still reached. The id returned stays the connection's
-  // through those (state(), posts, completions and close(conn) name it),
-  // and the work posted on it is kept and sent once the peer accepts. When
-  // the budget runs out the connection fails kConnectTimeout and its work
-  // completes kConnectTimeout. Budget 0: connect_start(address, out); a
-  // negative one is refused (kInvalidArgument). While such a connect is
-  // under way every post keeps a copy of its request (a look-up and an
-  // allocation), until it ends.
+  // The same, requesting for `budget` as connect() does for its timeout, so
+  // that a peer busy for longer than 80 ms (one that calls into its library
+  // only now and then) is still reached; the work posted on it is sent once
+  // the peer accepts. When the budget runs out the connection fails
+  // kConnectTimeout and its work completes kConnectTimeout. Budget 0:
+  // connect_start(address, out); a negative one is refused
+  // (kInvalidArgument).
   Error connect_start(const std::string& address, ConnId& out, std::chrono::milliseconds budget);
   // The same with the peer as a binary address (the string forms parse theirs
   // and call these), as a provider's address vector holds it: another
@@ -322,8 +315,8 @@ class UdpEndpoint {
   // that peers connect to must take them, even if only to close them, or
   // open with Options::queue_accepted off.
   // Except one its requester had given up: a requester whose connect gave
-  // up a connection for its unanswered requests (connect() does so for
-  // each but the last it opens, connect_start when it fails) answers a late
+  // up a connection for its unanswered requests (connect() and
+  // connect_start when their time runs out) answers a late
   // ACCEPT with a DISCONNECT giving kConnectTimeout (spec section 4,
   // CONN-8), and a connection so closed before accept() or try_accept()
   // looks is skipped: its peer never had it. The rest cannot be told from
@@ -391,9 +384,7 @@ class UdpEndpoint {
   Error post_shared_recv(const RecvWr& wr);
   // The same posts returning the status alone: a refusal (kQueueFull above
   // all, which a provider turns into -FI_EAGAIN and its caller retries in a
-  // loop) allocates nothing and formats no text. (A post made while a
-  // connect_start with a budget is under way still keeps a copy of its
-  // request, as above.) The Error forms are these and, on a refusal, the
+  // loop) allocates nothing and formats no text. The Error forms are these and, on a refusal, the
   // *_error call below; the words of a refusal are wanted only when it is
   // reported, and those calls give them: the same Error the Error form would
   // have returned, if nothing changed in between (a refusal that names

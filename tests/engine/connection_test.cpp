@@ -254,6 +254,44 @@ TEST(Engine, ConnectBudgetAbove255RequestsStillEnds) {  // CONN-2
   EXPECT_LT(took, 301 * req.connect_retry_ns);
 }
 
+// CONN-2: connect() given a number of requests sends that many, for that
+// connection only: a driver whose caller waits seconds keeps one connection
+// (one id and nonce) for all of them. The next connect without a number
+// sends the config's 8 again, and the maximum, 65,535, is sent in full.
+TEST(Engine, ConnectSendsTheRequestsItWasGiven) {  // CONN-2
+  EndpointConfig req = cfg(66);
+  Loop dead(req, cfg(67));
+  uint32_t requests = 0;
+  std::set<uint32_t> src_conns;
+  dead.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d.size() > 1 && d[1] == 0x20) {  // CONNECT_REQ
+      ++requests;
+      wire::Packet p;
+      if (wire::decode(d, p) == wire::ParseError::kOk) src_conns.insert(p.connect.src_conn);
+    }
+    return true;
+  };
+  for (const uint16_t given : {uint16_t{500}, uint16_t{0}, uint16_t{65535}}) {
+    SCOPED_TRACE(given);
+    requests = 0;
+    src_conns.clear();
+    ConnId a;
+    const TimeNs start = dead.now();
+    ASSERT_EQ(dead.ep(0).connect(dead.addr(1), start, a, 0, given), Status::kOk);
+    Event ev{};
+    ASSERT_TRUE(dead.run_until([&] { return dead.ep(0).poll_event(ev); }, 1000'000'000'000ull));
+    EXPECT_EQ(ev.kind, EventKind::kConnectFailed);
+    EXPECT_EQ(ev.status, Status::kConnectTimeout);
+    const uint32_t want = given != 0 ? given : req.connect_attempts;
+    EXPECT_EQ(requests, want);
+    EXPECT_EQ(src_conns.size(), 1u);
+    EXPECT_EQ(src_conns.count(a.v), 1u);
+    const uint64_t took = dead.now().ns - start.ns;
+    EXPECT_GE(took, want * req.connect_retry_ns);
+    EXPECT_LT(took, (want + 1) * req.connect_retry_ns);
+  }
+}
+
 TEST(Engine, VersionMismatchIsRejected) {  // CONN-5
   Loop loop(cfg(70), cfg(71));
   loop.mutate = [](int from, std::vector<uint8_t>& d) {

@@ -134,23 +134,9 @@ struct ConnInfo {
   enum class Closer : uint8_t { kNone, kApplication, kEndpoint };
   Closer closer = Closer::kNone;
   // A connect with a budget (connect_start(addr, out, budget), connect()):
-  // while it lasts, a connection whose engine requests ran out unanswered
-  // is followed by another (Impl::chain). The application keeps this
-  // entry's id; `engine` names the engine connection that carries it now
-  // (0: the id itself), and `held` the work posted while connecting, which
-  // the next connection is given again (the engine flushed it with the one
-  // given up).
-  TimeNs budget_end{0};
-  int64_t budget_ms = 0;  // the budget it was given (kept for its error)
-  uint32_t engine = 0;
-  uint32_t chained = 0;  // connections given up and followed so far
-  SendFailure earlier;   // the last failure a given-up connection's requests met
-  struct Held {
-    bool recv = false;
-    SendWr send;
-    RecvWr rwr;
-  };
-  std::vector<Held> held;
+  // the budget it was given, kept for its error. The engine connection
+  // requests for all of it (connect_attempts_for).
+  int64_t budget_ms = 0;
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -328,32 +314,10 @@ struct UdpEndpoint::Impl {
   };
   std::unordered_map<uint32_t, Region> regions;
 
-  // Chained connections (ConnInfo::engine): each engine id to the
-  // application's, and the engine ids given up, whose flushed work and
-  // late events are the driver's, never the application's (an id the engine
-  // hands out again leaves the set: start_connection, drain_events).
-  std::unordered_map<uint32_t, uint32_t> alias;
-  std::unordered_set<uint32_t> superseded;
-  [[nodiscard]] ConnId engine_id(ConnId app) const {
-    if (alias.empty()) return app;
-    const auto it = conns.find(app.v);
-    return it != conns.end() && it->second.engine != 0 ? ConnId{it->second.engine} : app;
-  }
-  // The engine's next completion, named as the application knows it.
-  bool next_completion(Completion& out);
-  bool chain(uint32_t app, ConnInfo& ci);
-  // Connections with a budget still connecting: while there are any, each
-  // post looks up its connection to keep a copy (hold).
-  uint32_t budgeted = 0;
-  void hold(ConnId app, const SendWr& send, const RecvWr* recv) {
-    const auto it = conns.find(app.v);
-    if (it == conns.end() || it->second.budget_end.ns == 0) return;
-    ConnInfo::Held h;
-    h.recv = recv != nullptr;
-    h.send = send;
-    if (recv != nullptr) h.rwr = *recv;
-    it->second.held.push_back(h);
-  }
+  // CONN-2's request count for a connection that is to last `budget_ns`
+  // (0: the engine's connect_attempts): enough to cover it, never fewer than
+  // connect_attempts, at most 65,535 (a longer budget ends there).
+  [[nodiscard]] uint16_t connect_attempts_for(uint64_t budget_ns) const;
 
   IoStats io;
   uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)

@@ -109,9 +109,6 @@ void UdpEndpoint::Impl::trim_ended() {
       if (it->second.queued) {
         it->second.passed = true;
       } else {
-        // Its engine connection's alias goes with it: no post names it any
-        // more, and while any alias is left every post looks its id up.
-        if (it->second.engine != 0) alias.erase(it->second.engine);
         conns.erase(it);
       }
     }
@@ -124,14 +121,6 @@ bool UdpEndpoint::Impl::drain_events() {
   Event ev;
   while (eng->poll_event(ev)) {
     any = true;
-    if (!superseded.empty() || !alias.empty()) {
-      if (superseded.count(ev.conn.v) != 0) {
-        if (ev.kind != EventKind::kAccepted) continue;  // a given-up one's: not the application's
-        superseded.erase(ev.conn.v);                    // the id handed out again
-      } else if (const auto a = alias.find(ev.conn.v); a != alias.end()) {
-        ev.conn.v = a->second;
-      }
-    }
     auto at = conns.find(ev.conn.v);
     if (at == conns.end()) {
       // A connection of ours has its entry from connect_start; one that
@@ -144,14 +133,6 @@ bool UdpEndpoint::Impl::drain_events() {
     // The first error stays: the close that follows one (the engine's
     // kClosed after connect() gave up, say) must not leave conn_error() empty.
     if (ci.state == ConnState::kError) continue;
-    if (ev.kind == EventKind::kConnectFailed && ev.status == Status::kConnectTimeout &&
-        ci.budget_end.ns != 0 && chain(ev.conn.v, ci))
-      continue;                   // still connecting, on the next connection
-    if (ci.budget_end.ns != 0) {  // the connect ended: nothing more to give again
-      ci.budget_end = TimeNs{0};
-      --budgeted;
-      std::vector<ConnInfo::Held>().swap(ci.held);
-    }
     ci.status = ev.status;
     switch (ev.kind) {
       case EventKind::kConnected:
@@ -188,58 +169,18 @@ bool UdpEndpoint::Impl::drain_events() {
   return any;
 }
 
-// One mechanism for connect() and connect_start's budget: the connection
-// whose connect_attempts requests went unanswered is given up (spec section
-// 4 has its requester answer a late ACCEPT with a DISCONNECT giving
-// kConnectTimeout) and another one (another id and nonce) opened at once,
-// while a connect_retry_ns of the budget is left, the time every other
-// request had for its answer. The application keeps its id (alias), and the
-// work it posted is given to the new connection in the order it was posted
-// (the engine flushed it with the old, whose completions next_completion
-// drops).
-bool UdpEndpoint::Impl::chain(uint32_t app, ConnInfo& ci) {
-  const TimeNs now = clock_now();
-  if (closed || ci.closer != ConnInfo::Closer::kNone ||
-      now.ns + cfg.connect_retry_ns > ci.budget_end.ns)
-    return false;
-  uint16_t cap = 0;
-  if (route_mtu_cap(ci.peer, cap)) return false;
-  ConnId next;
-  if (eng->connect(ci.peer, now, next, cap) != Status::kOk) return false;
-  const uint32_t old = ci.engine != 0 ? ci.engine : app;
-  // Only a connection that carried work flushed any (the engine flushed it
-  // all with the failure, before this event): one with none left nothing
-  // of its own to hide, and a blocking connect() adds no entry.
-  if (!ci.held.empty()) superseded.insert(old);
-  if (old != app) alias.erase(old);
-  superseded.erase(next.v);
-  alias[next.v] = app;
-  ci.engine = next.v;
-  ++ci.chained;
-  // What the given-up connection's requests met, for the error if the
-  // budget runs out (a later connection's own failure comes first).
-  take_refusals(ci.peer, true);
-  if (const auto it = send_failed.find(ci.peer); it != send_failed.end()) ci.earlier = it->second;
-  for (const ConnInfo::Held& h : ci.held)
-    (void)(h.recv ? eng->post_recv(next, h.rwr) : eng->post_send(next, h.send));
-  return true;
-}
-
-bool UdpEndpoint::Impl::next_completion(Completion& out) {
-  while (eng->poll_completion(out)) {
-    if (superseded.empty() && alias.empty()) return true;
-    if (superseded.count(out.conn.v) != 0) continue;  // flushed with a given-up connection
-    if (const auto a = alias.find(out.conn.v); a != alias.end()) out.conn.v = a->second;
-    return true;
-  }
-  // Drained: the given-up connections' flushed work, queued when each was
-  // given up (run_timers flushes and destroys it in one step, chain runs on
-  // its event), has all been read and dropped, and no later completion or
-  // event names them (their slots' next ids differ). Without this each one
-  // stayed until its slot's 11-bit generation came round again, up to 2,048
-  // entries a slot, and every post and completion paid a look-up meanwhile.
-  if (!superseded.empty()) superseded.clear();
-  return false;
+// connect() and connect_start's budget: one connection, one id and nonce,
+// requests for all of it. A new connection opened each time one's
+// connect_attempts (8 x 10 ms) ran out raced a responder slow to read the
+// requests: it accepted the given-up one and the next, its accept() got the
+// one the requester closed at once (a late ACCEPT is answered with a
+// DISCONNECT, spec section 4), and the requester's connection was the other.
+uint16_t UdpEndpoint::Impl::connect_attempts_for(uint64_t budget_ns) const {
+  if (budget_ns == 0) return 0;
+  const uint64_t retry = std::max<uint64_t>(cfg.connect_retry_ns, 1);
+  const uint64_t cover = (budget_ns + retry - 1) / retry;
+  return static_cast<uint16_t>(std::clamp<uint64_t>(
+      cover, std::min<uint64_t>(cfg.connect_attempts, UINT16_MAX), UINT16_MAX));
 }
 
 void UdpEndpoint::Impl::arm_timer(TimeNs now) {

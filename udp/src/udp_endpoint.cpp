@@ -167,7 +167,9 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   ConnId id;
   {
     auto lk = im.guard();
-    const Status s = im.eng->connect(peer, clock_now(), id, max_mtu);
+    const uint64_t budget_ns = static_cast<uint64_t>(budget.count()) * kMillisecond;
+    const Status s =
+        im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget_ns));
     if (s != Status::kOk) {
       // The engine's kResourceExhausted here is this endpoint's limit; a
       // peer's reads "the peer holds as many connections ..." (ended_text).
@@ -183,16 +185,10 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
       e.peer = format_address(peer);
       return e;
     }
-    im.superseded.erase(id.v);  // (an id the engine handed out again)
-    im.alias.erase(id.v);
     ConnInfo& ci = im.conns[id.v];
     ci.state = ConnState::kConnecting;
     ci.peer = peer;
-    if (budget.count() > 0) {
-      ci.budget_end = TimeNs{clock_now().ns + static_cast<uint64_t>(budget.count()) * kMillisecond};
-      ci.budget_ms = budget.count();
-      ++im.budgeted;
-    }
+    ci.budget_ms = budget.count();
     im.count_live(ci);
   }
   im.wake_thread();
@@ -212,11 +208,10 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   out = ConnId{};
   if (timeout.count() < 0) return negative_timeout("connect to " + address, timeout);
   ConnId id;
-  // The budget chains connections while it lasts (Impl::chain): the engine
-  // gives one connection connect_attempts requests, connect_retry apart
-  // (CONN-2: 8 x 10 ms by default), and a caller who passed seconds, to wait
-  // for a server that starts after the client, saw the connect fail after
-  // 80 ms.
+  // The timeout is the connection's budget: it requests for all of it
+  // (connect_retry apart, CONN-2), where the engine's connect_attempts alone
+  // (8 x 10 ms by default) failed a caller who passed seconds, to wait for a
+  // server that starts after the client, after 80 ms.
   if (Error e = connect_start(address, id, timeout)) return e;
   return connect_wait(id, timeout, out);
 }
@@ -248,8 +243,6 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   ConnInfo ci;  // (no entry: ended long ago, kUnknown)
   ci.state = ConnState::kUnknown;
   if (at != impl_->conns.end()) ci = at->second;
-  const uint32_t connections = ci.chained + 1;
-  const SendFailure earlier = ci.earlier;
   // Established, even if only after the deadline: the lock was let go in
   // between, and closing it now would throw away a connection both ends have.
   if (ci.state == ConnState::kEstablished) {
@@ -264,31 +257,31 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   // read first, as the engine's own failure does in drain_events.)
   if (!done) impl_->take_refusals(peer, true);
   SendFailure failure = ci.send_failure.err != 0 ? ci.send_failure : impl_->send_failure_of(peer);
-  if (failure.err == 0) failure = earlier;
   // An ICMP refusal is no failed send: the requests went, and the usual
   // message follows, with what the peer's host answered.
   const std::string unsent = failure.icmp ? "" : Impl::send_failure_text(failure);
   const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
   const std::string refused = failure.icmp ? "; " + Impl::send_failure_clause(failure) : "";
-  // The engine's budget ended the last connection (within a connect_retry of
-  // the timeout, or no other would have followed).
+  // The engine's requests ran out: the timeout's worth (connect_attempts_for),
+  // or CONN-2's most, 65,535, where the timeout is longer.
   const bool ran_out = done && ci.status == Status::kConnectTimeout;
+  const EndpointConfig& ec = impl_->cfg;
+  const uint64_t budget_ns = static_cast<uint64_t>(ci.budget_ms) * kMillisecond;
+  const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(budget_ns)
+                                              : std::min<uint32_t>(ec.connect_attempts, 65535);
+  const bool covered = ci.budget_ms != 0 && uint64_t{requests} * ec.connect_retry_ns >= budget_ns;
   if (!done) {
-    impl_->eng->close(impl_->engine_id(id), clock_now());
+    impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
       ConnInfo& c = at->second;
       impl_->end_conn(id.v, c, ConnState::kError);
       c.status = Status::kConnectTimeout;
-      if (c.budget_end.ns != 0) {  // (the close's event finds it kError: cleared here)
-        c.budget_end = TimeNs{0};
-        --impl_->budgeted;
-      }
     }
   }
-  // conn_error() says what the requests met, an earlier connection's too.
+  // conn_error() says what the requests met.
   if (at != impl_->conns.end() && at->second.send_failure.err == 0)
     at->second.send_failure = failure;
-  if (!done || (ran_out && connections > 1))
+  if (!done || (ran_out && covered))
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + because +
                                  (because.empty() ? " timed out after " : " (timed out after ") +
@@ -298,17 +291,15 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   if (!unsent.empty())
     return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
                              "connect to " + format_address(peer) + because, id);
-  if (ran_out) {
-    // One connection's requests covered the timeout (connect_attempts x
-    // connect_retry_ns at least the timeout less one connect_retry_ns).
-    const EndpointConfig& ec = impl_->cfg;
+  if (ran_out)
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + ": no answer to " +
-                                 std::to_string(std::min<uint32_t>(ec.connect_attempts, 65535)) +
-                                 " requests " + retry_text(ec.connect_retry_ns) +
-                                 " apart (Options::engine.connect_attempts)" + refused,
+                                 std::to_string(requests) + " requests " +
+                                 retry_text(ec.connect_retry_ns) + " apart (" +
+                                 (ci.budget_ms != 0 ? "CONN-2's most, before the timeout ended"
+                                                    : "Options::engine.connect_attempts") +
+                                 ")" + refused,
                              id);
-  }
   const Status why = ci.status == Status::kOk ? Status::kConnectTimeout : ci.status;
   return impl_->make_error(why, "connect to " + format_address(peer) + " failed" + refused, id,
                            Impl::ended_text(why, ci.peer_reason));
@@ -413,9 +404,9 @@ Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_sco
 // Closed by a DISCONNECT giving kConnectTimeout, which only a requester
 // answering the late ACCEPT of a connection whose requests it had given up
 // on sends (section 4, CONN-8): its peer never had the connection, and never
-// uses it. (connect() leaves such connections behind when it opens one
-// after another, at a server slow to read its requests.) One closed
-// otherwise, reason 0 included, may have carried WRITEs, and is handed over.
+// uses it (a requester of another implementation, or one whose connect gave
+// up moments before the ACCEPT). One closed otherwise, reason 0 included,
+// may have carried WRITEs, and is handed over.
 bool UdpEndpoint::Impl::abandoned(const ConnInfo& ci) {
   return ci.state == ConnState::kClosed && ci.status == Status::kPeerClosed &&
          ci.peer_reason == Status::kConnectTimeout;
@@ -488,7 +479,7 @@ void UdpEndpoint::close(ConnId conn) {
       it != impl_->conns.end() &&
       (it->second.state == ConnState::kConnecting || it->second.state == ConnState::kEstablished))
     it->second.closer = ConnInfo::Closer::kApplication;
-  impl_->eng->close(impl_->engine_id(conn), clock_now());
+  impl_->eng->close(conn, clock_now());
   impl_->wake_thread();
 }
 
@@ -522,9 +513,8 @@ std::string UdpEndpoint::peer_address(ConnId conn) const {
 Status UdpEndpoint::try_post_send(ConnId conn, const SendWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed) return Status::kNotConnected;
-  const Status s = impl_->eng->post_send(impl_->engine_id(conn), wr);
+  const Status s = impl_->eng->post_send(conn, wr);
   if (s != Status::kOk) return s;
-  if (impl_->budgeted != 0) impl_->hold(conn, wr, nullptr);
   impl_->wake_thread();
   return s;
 }
@@ -532,9 +522,8 @@ Status UdpEndpoint::try_post_send(ConnId conn, const SendWr& wr) {
 Status UdpEndpoint::try_post_recv(ConnId conn, const RecvWr& wr) {
   auto lk = impl_->guard();
   if (impl_->closed) return Status::kNotConnected;
-  const Status s = impl_->eng->post_recv(impl_->engine_id(conn), wr);
+  const Status s = impl_->eng->post_recv(conn, wr);
   if (s != Status::kOk) return s;
-  if (impl_->budgeted != 0) impl_->hold(conn, SendWr{}, &wr);
   impl_->wake_thread();
   return s;
 }
@@ -664,33 +653,25 @@ Error UdpEndpoint::recv(ConnId conn, uint64_t wr_id, void* local, uint32_t len, 
 
 bool UdpEndpoint::poll_read_served(ReadServed& out) {
   auto lk = impl_->guard();
-  while (impl_->eng->poll_read_served(out)) {
-    // Named as the application knows the connection (a chained connect's
-    // first id); one given up carried no READ of the peer's.
-    if (!impl_->superseded.empty() && impl_->superseded.count(out.conn.v) != 0) continue;
-    if (const auto a = impl_->alias.find(out.conn.v); a != impl_->alias.end())
-      out.conn.v = a->second;
-    return true;
-  }
-  return false;
+  return impl_->eng->poll_read_served(out);
 }
 
 bool UdpEndpoint::poll_completion(Completion& out) {
   auto lk = impl_->guard();
-  return impl_->next_completion(out);
+  return impl_->eng->poll_completion(out);
 }
 
 size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
   if (out == nullptr) return 0;  // no room: nothing taken (udp.hpp)
   auto lk = impl_->guard();
   size_t n = 0;
-  while (n < max && impl_->next_completion(out[n])) ++n;
+  while (n < max && impl_->eng->poll_completion(out[n])) ++n;
   return n;
 }
 
 bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  return impl_->run_until([&] { return impl_->next_completion(out); }, deadline);
+  return impl_->run_until([&] { return impl_->eng->poll_completion(out); }, deadline);
 }
 
 Error UdpEndpoint::completion_error(const Completion& c) const {
@@ -714,8 +695,7 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
   // A budget spent: the connect's whole time, not one connection's requests.
   if (c.status == Status::kConnectTimeout && it != impl_->conns.end() && it->second.budget_ms != 0)
     what += "; the connect timed out after " + std::to_string(it->second.budget_ms) +
-            " ms (connect_start's budget, " + std::to_string(it->second.chained + 1) +
-            " connections' requests unanswered)";
+            " ms (connect_start's budget, its requests unanswered)";
   if (c.status != Status::kFlushed) return impl_->make_error(c.status, what, c.conn);
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
@@ -733,7 +713,7 @@ EndpointStats UdpEndpoint::endpoint_stats() const {
 
 bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
   auto lk = impl_->guard();
-  const ConnStats* s = impl_->eng->conn_stats(impl_->engine_id(conn));
+  const ConnStats* s = impl_->eng->conn_stats(conn);
   if (s == nullptr) return false;
   out = *s;
   return true;
@@ -741,7 +721,7 @@ bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
 
 std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const {
   auto lk = impl_->guard();
-  const ConnId e = impl_->engine_id(conn);
+  const ConnId e = conn;
   std::vector<PathStats> v(impl_->eng->path_count(e));
   for (size_t i = 0; i < v.size(); ++i) (void)impl_->eng->path_stats(e, i, v[i]);
   return v;
@@ -771,7 +751,7 @@ void UdpEndpoint::close(bool graceful) {
       if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
         // (One the application closed already keeps that: its work went then.)
         if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
-        impl_->eng->close(impl_->engine_id(ConnId{id}), now);
+        impl_->eng->close(ConnId{id}, now);
         open.push_back(ConnId{id});
       }
     }
