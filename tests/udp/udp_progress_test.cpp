@@ -191,13 +191,16 @@ TEST(UdpProgress, CloseStopsTheSleepingThreadPromptly) {
 // ARankComputingPastThePeerTimeoutKeepsItsPeersWithTheProgressThread.)
 TEST(UdpProgress, ARankCallingNothingPastThePeerTimeoutKeepsItsPeers) {
   Options co = test_options();
-  co.engine.recovery.keepalive_ns = 50 * metaroce::kMillisecond;
-  co.engine.recovery.peer_timeout_ns = 200 * metaroce::kMillisecond;
+  // 500 ms, not 200: a host that stalls a thread for the peer timeout fails
+  // the client's connection whatever the server's thread does, and a loaded
+  // CI host under ASan stalls for 200 ms now and then.
+  co.engine.recovery.keepalive_ns = 100 * metaroce::kMillisecond;
+  co.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
   Wired w(64 * 1024, test_options(), co);
   ASSERT_TRUE(w.p.cconn.valid());
   w.p.server->start_progress_thread(ProgressMode::kSleeping);
-  // The server's application computes for 1 s (5 peer timeouts) from here.
-  const auto until = std::chrono::steady_clock::now() + 1s;
+  // The server's application computes for 2.5 s (5 peer timeouts) from here.
+  const auto until = std::chrono::steady_clock::now() + 2500ms;
   uint64_t id = 0;
   while (std::chrono::steady_clock::now() < until) {
     ASSERT_FALSE(w.write(id, (id % 16) * 4096, 4096));
