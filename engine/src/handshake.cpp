@@ -380,14 +380,14 @@ void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who,
   c.state = ConnState::kError;
   c.error = why;
   c.ack_deadline = TimeNs::never();
-  // NAK-2: failed for any other reason than a fatal NAK of its own (a
-  // timeout, a local fault), the connection answers nothing: ACKs and an RNR
-  // NAK owed from before are dropped, else emit_for still sent them.
-  if (!c.sent_fatal_nak()) {
-    c.echo_count = 0;
-    c.unacked = 0;
-    c.owe.nak = false;
-  }
+  // NAK-2: a failed connection acknowledges nothing, whatever failed it: the
+  // ACKs owed from before are dropped, else emit_for still sent them, after
+  // a fatal NAK of its own too (whose cum_psn acknowledges what they would
+  // have, NAK-3). Failed for another reason (a timeout, a local fault), it
+  // answers nothing at all: an RNR NAK owed is dropped too.
+  c.echo_count = 0;
+  c.unacked = 0;
+  if (!c.sent_fatal_nak()) c.owe.nak = false;
   trace(now, TraceKind::kConnState, c, 0, who.at, static_cast<uint32_t>(ConnState::kError));
   push_event(EventKind::kError, c, why);
 }

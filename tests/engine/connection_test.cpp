@@ -106,6 +106,46 @@ TEST(Engine, AFailedReceiverAnswersAProbeWithItsNak) {  // NAK-2
   EXPECT_FALSE(loop.ep(1).poll_transmit(loop.now(), buf, tx));  // no ACK of the PROBE
 }
 
+// NAK-2: a receiver that failed the connection by its own fatal NAK
+// acknowledges nothing from then on, not even an ACK it owed when it failed
+// (the NAK's cum_psn acknowledges cumulatively, NAK-3). A duplicate, which
+// draws an ACK at once (ACK-3), and the faulty WRITE reach it in one receive
+// batch, and the driver drains poll_transmit after both, as an event loop
+// does.
+TEST(Engine, AnAckOwedWhenTheReceiversOwnNakFailsTheConnectionIsNotSent) {  // NAK-2
+  Loop loop(cfg(70), cfg(71));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 1000, 0, 0x55);
+  Buf dst(loop.ep(1), 1000, kAccessRemoteWrite, 0x11);
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<uint16_t> ports;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != static_cast<uint8_t>(wire::Opcode::kWrite)) return;
+    data.push_back(d);
+    ports.push_back(tx.entropy);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1000, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(data.size(), 1u);
+  loop.drop = [](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  };
+  SendWr bad = write_wr(src, dst, 1000, 2);
+  bad.rkey ^= 1;
+  ASSERT_EQ(loop.ep(0).post_send(a, bad), Status::kOk);
+  ASSERT_TRUE(loop.run_until([&] { return data.size() == 2; }));
+  for (size_t i = 0; i < 2; ++i)
+    loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), ports[i], false, data[i]}, loop.now());
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  std::vector<int> sent;
+  while (sent.size() < 10 && loop.ep(1).poll_transmit(loop.now(), buf, tx)) sent.push_back(buf[1]);
+  EXPECT_EQ(sent, std::vector<int>{static_cast<int>(wire::Opcode::kNak)});
+  EXPECT_EQ(dst.bytes, src.bytes);  // the first WRITE landed; the NAK said so by its cum_psn
+  (void)b;
+}
+
 // NAK-3: a fatal NAK's cum_psn acknowledges as an ACK's would before the
 // connection fails, so a WRITE the receiver placed before the faulty one
 // completes kOk though every ACK of it was lost; only the NAKed one and

@@ -931,6 +931,48 @@ TEST(PeerVanishes, AcceptsAnsweredWhileClosingLeaveTheDisconnectItsBudget) {  //
   EXPECT_EQ(disconnects, 8);
 }
 
+// A request repeated to a connection its responder is closing (CLOSING, its
+// DISCONNECT sent) draws the same ACCEPT again (CONN-3): the requester, its
+// first ACCEPT lost, ignores DISCONNECTs while connecting (CONN-7), so only
+// that ACCEPT lets it learn the connection and then take the DISCONNECT,
+// instead of timing out its requests (CONN-2).
+TEST(PeerVanishes, ARequestRepeatedWhileClosingDrawsTheAcceptAgain) {  // CONN-3, CONN-7
+  Loop loop(cfg(4631), cfg(4632));
+  Books k(loop);
+  bool closing = false;
+  std::vector<std::vector<uint8_t>> accepts, accepts_while_closing;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kConnectAccept)) return false;
+    (closing ? accepts_while_closing : accepts).push_back(d);
+    return !closing;  // the ACCEPT sent before the close is lost
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  ASSERT_TRUE(k.run([&] { return k.first(1, EventKind::kAccepted) != nullptr; }, kSecond));
+  const ConnId b = k.first(1, EventKind::kAccepted)->ev.conn;
+  ASSERT_TRUE(k.run([&] { return !accepts.empty(); }, kMillisecond));
+  closing = true;
+  loop.ep(1).close(b, loop.now());
+  ASSERT_TRUE(
+      k.run([&] { return k.events_about(0, a) == 2 && k.events_about(1, b) == 2; }, kSecond));
+  // One repeated request, one ACCEPT: the same fields as the lost one.
+  ASSERT_EQ(accepts_while_closing.size(), 1u);
+  wire::Packet lost, again;
+  ASSERT_EQ(wire::decode(accepts.front(), lost), wire::ParseError::kOk);
+  ASSERT_EQ(wire::decode(accepts_while_closing.front(), again), wire::ParseError::kOk);
+  EXPECT_EQ(again.bh.dst_conn, lost.bh.dst_conn);
+  EXPECT_EQ(again.connect.src_conn, lost.connect.src_conn);
+  EXPECT_EQ(again.connect.nonce, lost.connect.nonce);
+  EXPECT_EQ(again.connect.initial_psn, lost.connect.initial_psn);
+  EXPECT_EQ(again.connect.mtu, lost.connect.mtu);
+  EXPECT_EQ(again.connect.window_log2, lost.connect.window_log2);
+  // The requester connected on it, and the DISCONNECT then closed both ends.
+  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kConnected, Status::kOk));
+  EXPECT_TRUE(event_is(k.event(0, a, 1), EventKind::kClosed, Status::kPeerClosed));
+  EXPECT_TRUE(event_is(k.event(1, b, 1), EventKind::kClosed, Status::kOk));
+  EXPECT_TRUE(k.all_done());
+}
+
 // Both ends close at once, each with work outstanding: each end's own work
 // completes kFlushed at its close, each sees one kClosed, and the DISCONNECTs
 // that cross are answered (CONN-7); nothing is left open or timed.
@@ -985,10 +1027,10 @@ TEST(PeerVanishes, ThePeerClosesWhileWeAreConnecting) {  // CONN-2, CONN-3, CONN
   loop.ep(1).close(b, loop.now());
   ASSERT_TRUE(k.run([&] { return k.all_done() && k.events_about(1, b) == 2; }, kSecond));
   k.run_for(kSecond);
-  // What the spec does not say: whether a request repeated to a connection
-  // CLOSING is answered. The engine answers it (CONN-3's repeated ACCEPT),
-  // and the DISCONNECT resent then closes the requester (CONN-7); without
-  // the ACCEPT the request would time out (CONN-2). Either, once.
+  // A request repeated to a connection CLOSING draws the ACCEPT again
+  // (CONN-3, pinned by ARequestRepeatedWhileClosingDrawsTheAcceptAgain), and
+  // the DISCONNECT resent then closes the requester (CONN-7); without the
+  // ACCEPT the request would time out (CONN-2). Either, once.
   const Seen* first = k.event(0, a);
   ASSERT_NE(first, nullptr);
   if (first->ev.kind == EventKind::kConnected) {

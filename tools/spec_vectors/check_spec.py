@@ -12,15 +12,20 @@
    dctcp_g_shift, and the parameter tables of sections 8.3, 9 and appendix B against the fields and
    defaults of include/metaroce/config.hpp (no parameter the code lacks, every
    CcConfig / RecoveryConfig field listed, the same default).
-4. With --design PATH: checks every rule ID of the design notes is stated in
+4. With --printer PATH (the metaroce-spec-vectors executable): checks that the
+   text of section 3.15's vectors is exactly what the printer writes, field
+   lines included, not only the hex.
+5. With --design PATH: checks every rule ID of the design notes is stated in
    the spec as "**ID** (LEVEL)" exactly once and listed in the conformance
    section, and that every rule ID cited in engine/ and include/ is stated.
 
-Usage: tools/spec_vectors/check_spec.py [--design /path/to/design.md]
+Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--design /path/to/design.md]
 """
+import difflib
 import pathlib
 import re
 import struct
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -123,6 +128,20 @@ def test_vectors(text):
     for m in re.finditer(r'\{"(TV-\d+)",\s*((?:"[0-9a-f ]*"\s*)+)\}', text):
         out[m.group(1)] = bytes.fromhex("".join(re.findall(r'"([0-9a-f ]*)"', m.group(2))))
     return out
+
+
+def check_printed(spec, printer):
+    """Section 3.15 from its first vector to section 4 against the printer's Markdown."""
+    start, end = spec.find("#### TV-01 "), spec.find("\n## 4. ")
+    if start < 0 or end < 0:
+        return ["spec: section 3.15's vectors not found"]
+    printed = subprocess.run([printer], check=True, capture_output=True, text=True).stdout
+    in_spec = spec[start:end + 1]
+    if in_spec == printed:
+        return []
+    diff = difflib.unified_diff(in_spec.splitlines(), printed.splitlines(), "spec 3.15",
+                                "metaroce-spec-vectors", lineterm="", n=1)
+    return list(diff)
 
 
 def _one(pattern, text, what):
@@ -308,6 +327,12 @@ def main():
     for what, bad in (("limits", check_limits(spec, TEST.read_text())),
                       ("config", check_config(spec))):
         print(f"{what}: {len(bad)} problems")
+        for line in bad:
+            print("  " + line)
+        ok &= not bad
+    if "--printer" in sys.argv:
+        bad = check_printed(spec, sys.argv[sys.argv.index("--printer") + 1])
+        print(f"printed vectors: {'differ from the spec' if bad else 'ok'}")
         for line in bad:
             print("  " + line)
         ok &= not bad

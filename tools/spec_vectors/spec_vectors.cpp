@@ -36,9 +36,15 @@ void print_fields(const sv::SpecVector& tv) {
   std::printf("BH    version=%u flags=0x%x (%s) opcode=0x%02x (%s)\n", bh.version, bh.flags,
               flag_names(bh.flags).c_str(), static_cast<unsigned>(bh.opcode),
               wire::opcode_name(bh.opcode));
-  std::printf("      path_tag=0x%04x (slot %u, generation %u) dst_conn=0x%08x\n", bh.path_tag,
-              static_cast<unsigned>(wire::path_tag_slot(bh.path_tag)),
-              static_cast<unsigned>(wire::path_tag_generation(bh.path_tag)), bh.dst_conn);
+  // Only data packets and PROBEs are sent on a path (3.3); in the others the
+  // field names no slot, so 0x0000 must not read as slot 0, generation 0.
+  if (wire::is_data(bh.opcode) || bh.opcode == Opcode::kProbe)
+    std::printf("      path_tag=0x%04x (slot %u, generation %u) dst_conn=0x%08x\n", bh.path_tag,
+                static_cast<unsigned>(wire::path_tag_slot(bh.path_tag)),
+                static_cast<unsigned>(wire::path_tag_generation(bh.path_tag)), bh.dst_conn);
+  else
+    std::printf("      path_tag=0x%04x (none: not on a data path) dst_conn=0x%08x\n", bh.path_tag,
+                bh.dst_conn);
   std::printf("      psn=0x%08x tsval=0x%08x\n", bh.psn, bh.tsval);
   const Opcode op = bh.opcode;
   if (wire::is_data(op)) {
