@@ -55,6 +55,20 @@ bool pump(UdpEndpoint& a, UdpEndpoint& b, Pred pred) {
 
 // ------------------------------------------------------------ G14
 
+// The set-up of the try_post tests: a connected pair whose client has `buf`
+// registered (as `mr`) for every access, and `wr`, an `op` from its start.
+::testing::AssertionResult client_wr(const Pair& p, std::vector<uint8_t>& buf,
+                                     metaroce::MemoryRegion& mr, metaroce::WrOpcode op,
+                                     metaroce::SendWr& wr) {
+  if (!p.client || !p.server) return ::testing::AssertionFailure() << "the pair did not connect";
+  if (const Error e = p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr))
+    return ::testing::AssertionFailure() << "register_memory: " << e.message;
+  wr.op = op;
+  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  wr.lkey = mr.lkey;
+  return ::testing::AssertionSuccess();
+}
+
 // A provider retries a post refused kQueueFull in a loop (-FI_EAGAIN): the
 // try_ form refuses it with no allocation, and its status is the Error
 // form's, whose words post_send_error gives on request.
@@ -63,15 +77,11 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
   co.engine.sq_depth = 4;
   co.engine.rq_depth = 2;
   Pair p = connect_pair("127.0.0.1", test_options(), co);
-  ASSERT_TRUE(p.client && p.server);
   std::vector<uint8_t> buf(4096);
   metaroce::MemoryRegion mr;
-  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
   metaroce::SendWr wr;
-  wr.op = metaroce::WrOpcode::kSend;
-  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  ASSERT_TRUE(client_wr(p, buf, mr, metaroce::WrOpcode::kSend, wr));
   wr.length = 8;
-  wr.lkey = mr.lkey;
   // No progress: the send queue fills.
   for (uint64_t i = 0; i < 4; ++i) {
     wr.wr_id = i;
@@ -142,16 +152,12 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
 // call alone: the try_ form still says only the status.
 TEST(UdpTryPost, ALocalProtectionRefusalIsDescribedOnRequest) {
   Pair p = connect_pair("127.0.0.1");
-  ASSERT_TRUE(p.client && p.server);
   std::vector<uint8_t> buf(256);
   metaroce::MemoryRegion mr;
-  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
   metaroce::SendWr wr;
-  wr.op = metaroce::WrOpcode::kWrite;
+  ASSERT_TRUE(client_wr(p, buf, mr, metaroce::WrOpcode::kWrite, wr));
   wr.wr_id = 7;
-  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
   wr.length = 512;  // past the region's end
-  wr.lkey = mr.lkey;
   const uint64_t before = thread_news();
   const Status s = p.client->try_post_send(p.cconn, wr);
   EXPECT_EQ(thread_news() - before, 0u);
