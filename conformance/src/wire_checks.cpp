@@ -1,5 +1,6 @@
 // ENC-*, INT-2 and BAD-4/7/8: what goes on the wire, and packets that must be ignored.
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
@@ -77,6 +78,21 @@ void append(std::vector<Reply>& all, std::vector<Reply> more) {
   for (Reply& r : more) all.push_back(std::move(r));
 }
 
+// ENC-2: a WRITE of kPayload into `m` from each of `ports` in turn, every
+// reply added to `all`; empty, or the failure that names the port of the
+// first WRITE not acknowledged.
+std::string write_from_ports(Peer& p, const Region& m, std::initializer_list<uint16_t> ports,
+                             std::vector<Reply>& all) {
+  for (const uint16_t port : ports) {
+    const uint32_t psn = p.next_psn++;
+    std::vector<Reply> rs =
+        p.exchange_until(p.write(psn, m.rkey, m.addr, kPayload), acks(psn), 100'000, port);
+    if (ack_of(rs, psn) == nullptr) return "no ACK for a WRITE from port " + std::to_string(port);
+    append(all, std::move(rs));
+  }
+  return {};
+}
+
 }  // namespace
 
 // ENC-2: a receiver takes packets on its configured port, so a sender
@@ -97,14 +113,8 @@ Outcome check_enc2(Target& t) {
     std::vector<Reply> all;
     Region r;
     if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
-    for (const uint16_t port : {uint16_t{50001}, uint16_t{50002}, uint16_t{50003}}) {
-      const uint32_t psn = p.next_psn++;
-      std::vector<Reply> rs =
-          p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port);
-      if (ack_of(rs, psn) == nullptr)
-        return fail("no ACK for a WRITE from port " + std::to_string(port));
-      append(all, std::move(rs));
-    }
+    why = write_from_ports(p, r, {50001, 50002, 50003}, all);
+    if (!why.empty()) return fail(why);
     why = off_port(all, "the tester connected from port 50000, then wrote from 50001-50003", told);
     if (!why.empty()) return fail(why);
   }
@@ -120,14 +130,8 @@ Outcome check_enc2(Target& t) {
     if (!r.connect(0xC0FFEF, why, &all)) return fail(why + " (from port 50009, reply_port set)");
     if (!t.register_memory(4096, kAccessRemoteWrite, m))
       return fail("the target could not register memory");
-    for (const uint16_t port : {uint16_t{50009}, uint16_t{50010}}) {
-      const uint32_t psn = r.next_psn++;
-      std::vector<Reply> rs =
-          r.exchange_until(r.write(psn, m.rkey, m.addr, kPayload), acks(psn), 100'000, port);
-      if (ack_of(rs, psn) == nullptr)
-        return fail("no ACK for a WRITE from port " + std::to_string(port));
-      append(all, std::move(rs));
-    }
+    why = write_from_ports(r, m, {50009, 50010}, all);
+    if (!why.empty()) return fail(why);
     why = off_port(all,
                    "the tester connected from port 50009 naming its port in reply_port (" +
                        std::to_string(*real) + "), then wrote from 50009-50010",

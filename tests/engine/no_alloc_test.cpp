@@ -1,24 +1,20 @@
-// The hot paths allocate nothing per packet: this executable replaces the
-// global operator new / delete (every overload) with counting versions and
+// The hot paths allocate nothing per packet: this executable links the
+// counting global operator new / delete (tests/common/alloc_counter.hpp) and
 // checks that, once two endpoints have warmed up, a steady stream of 64 KiB
 // WRITEs (with their ACKs, with and without loss) and the completions polled
 // for them take no allocation at all:
 //   * the engine, two Endpoints joined in memory by a preallocated FIFO;
 //   * the UDP driver, two UdpEndpoints over 127.0.0.1 driven by progress().
-// On the first allocation inside a counted window the stack is recorded with
-// backtrace() (no allocation: its buffer is static) and printed, symbolized,
-// in the failure message after the window closes. Nothing inside a window
-// uses gtest macros; results are checked after it.
+// The stack of the first allocation inside a counted window is printed,
+// symbolized, in the failure message after the window closes. Nothing inside
+// a window uses gtest macros; results are checked after it.
 #include <arpa/inet.h>
-#include <cxxabi.h>
-#include <execinfo.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -31,152 +27,15 @@
 #include <utility>
 #include <vector>
 
+#include "../common/alloc_counter.hpp"
 #include "../udp/udp_pair.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/udp.hpp"
 
-// ------------------------------------------------------------ counting new
-
 namespace {
 
-std::atomic<bool> g_armed{false};
-std::atomic<uint64_t> g_news{0};
-std::atomic<uint64_t> g_deletes{0};
-std::atomic<bool> g_have_stack{false};
-constexpr int kMaxFrames = 64;
-void* g_stack[kMaxFrames];
-int g_frames = 0;
-uint64_t g_first_size = 0;
-thread_local bool t_in_hook = false;
-
-void note_new(size_t size) {
-  if (!g_armed.load(std::memory_order_relaxed) || t_in_hook) return;
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  if (!g_have_stack.exchange(true)) {
-    t_in_hook = true;
-    g_first_size = size;
-    g_frames = backtrace(g_stack, kMaxFrames);
-    t_in_hook = false;
-  }
-}
-
-void note_delete(void* p) {
-  if (p != nullptr && g_armed.load(std::memory_order_relaxed) && !t_in_hook)
-    g_deletes.fetch_add(1, std::memory_order_relaxed);
-}
-
-void* alloc(size_t size) {
-  note_new(size);
-  return std::malloc(size == 0 ? 1 : size);
-}
-
-void* alloc_aligned(size_t size, std::align_val_t al) {
-  note_new(size);
-  const auto a = static_cast<size_t>(al);
-  const size_t rounded = (std::max<size_t>(size, 1) + a - 1) / a * a;
-  return std::aligned_alloc(a, rounded);
-}
-
-// Not inlined into the operators: GCC's -Wmismatched-new-delete would see
-// free() of operator new's pointer.
-[[gnu::noinline]] void release(void* p) {
-  note_delete(p);
-  std::free(p);
-}
-
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) {
-  if (void* p = alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return alloc(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return alloc(n); }
-void* operator new(size_t n, std::align_val_t a) {
-  if (void* p = alloc_aligned(n, a)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n, std::align_val_t a) {
-  if (void* p = alloc_aligned(n, a)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return alloc_aligned(n, a);
-}
-void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return alloc_aligned(n, a);
-}
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, size_t) noexcept { release(p); }
-void operator delete[](void* p, size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, size_t, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, size_t, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
-
-namespace {
-
-// What one counted window saw.
-struct Window {
-  uint64_t news = 0;
-  uint64_t deletes = 0;
-  std::string first_stack;  // symbolized stack of the first allocation, if any
-};
-
-class Counting {
- public:
-  Counting() {
-    // backtrace() loads libgcc_s on its first call (which allocates): do it
-    // now, outside the window.
-    void* warm[4];
-    (void)backtrace(warm, 4);
-    g_news = 0;
-    g_deletes = 0;
-    g_have_stack = false;
-    g_frames = 0;
-    g_armed = true;
-  }
-  Window stop() {
-    g_armed = false;
-    Window w;
-    w.news = g_news.load();
-    w.deletes = g_deletes.load();
-    if (g_have_stack.load()) w.first_stack = symbolize();
-    return w;
-  }
-  ~Counting() { g_armed = false; }
-
- private:
-  static std::string symbolize() {
-    std::string out =
-        "first allocation in the window: operator new(" + std::to_string(g_first_size) + ") from\n";
-    char** names = backtrace_symbols(g_stack, g_frames);
-    for (int i = 0; i < g_frames; ++i) {
-      std::string line = names != nullptr ? names[i] : "?";
-      // "binary(mangled+0x12) [0x...]": demangle the part in parentheses.
-      const size_t open = line.find('('), plus = line.find('+', open);
-      if (open != std::string::npos && plus != std::string::npos && plus > open + 1) {
-        const std::string mangled = line.substr(open + 1, plus - open - 1);
-        int status = 0;
-        char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
-        if (status == 0 && d != nullptr) line.replace(open + 1, plus - open - 1, d);
-        std::free(d);
-      }
-      out += "  #" + std::to_string(i) + " " + line + "\n";
-    }
-    std::free(names);
-    return out;
-  }
-};
+using metaroce::test::alloc_counter::Counting;
+using metaroce::test::alloc_counter::Window;
 
 // Keeps the compiler from eliding the self-test's allocation.
 std::vector<int>* volatile g_sink = nullptr;

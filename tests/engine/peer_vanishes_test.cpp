@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -202,6 +203,25 @@ void cut_after(Loop& loop, Cut& cut, int from, uint64_t after, int late = -1,
   };
 }
 
+// The set-up of the cases where the network goes: two ends connected in a
+// Loop, their Books, and the Cut that cut_after(from, after, late, late_ns)
+// makes. Not copyable: the Loop's hooks and the Books hold its members.
+struct CutLoop {
+  CutLoop(const EndpointConfig& c0, const EndpointConfig& c1, int from, uint64_t after,
+          int late = -1, uint64_t late_ns = 0)
+      : loop(c0, c1), k(loop) {
+    std::tie(a, b) = loop.connect();
+    cut_after(loop, cut, from, after, late, late_ns);
+  }
+  CutLoop(const CutLoop&) = delete;
+  CutLoop& operator=(const CutLoop&) = delete;
+
+  Loop loop;
+  ConnId a, b;
+  Books k;
+  Cut cut;
+};
+
 // Work requests `ids` of endpoint i, posted in that order, after a timeout
 // at `at`: a prefix completed kOk before it, the oldest one not completed
 // kPeerUnreachable at `at`, every later one kFlushed (COMP-5).
@@ -229,11 +249,8 @@ void expect_timed_out(const Books& k, int i, std::initializer_list<uint64_t> ids
 // data even where the network comes back, and its keepalive PROBEs draw no
 // answer from the failed end (NAK-2: a timeout answers nothing).
 TEST(PeerVanishes, WritesMidTransferFailAtThePeerTimeout) {  // PATH-7, CONN-9, COMP-5
-  Loop loop(cfg(4601), cfg(4602));
-  auto [a, b] = loop.connect();
-  Books k(loop);
-  Cut cut;
-  cut_after(loop, cut, 0, 100);
+  CutLoop setup(cfg(4601), cfg(4602), 0, 100);
+  auto& [loop, a, b, k, cut] = setup;
   uint64_t data_from_0 = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     data_from_0 += from == 0 && is_data(d);
@@ -273,11 +290,8 @@ TEST(PeerVanishes, WritesMidTransferFailAtThePeerTimeout) {  // PATH-7, CONN-9, 
 // requester, which places none of them in the READ's target: its
 // application got that buffer back with the completion.
 TEST(PeerVanishes, ReadsBothWaysFailAndLateResponsesAreNotPlaced) {  // PATH-7, COMP-5, NAK-2
-  Loop loop(cfg(4603), cfg(4604));
-  auto [a, b] = loop.connect();
-  Books k(loop);
-  Cut cut;
-  cut_after(loop, cut, 1, 60, 1, 3 * kSecond);
+  CutLoop setup(cfg(4603), cfg(4604), 1, 60, 1, 3 * kSecond);
+  auto& [loop, a, b, k, cut] = setup;
   constexpr uint32_t kLen = 1 << 20;
   Buf a_src(loop.ep(0), kLen, kAccessRemoteRead, 0);
   pattern(a_src.bytes, 5);
@@ -308,11 +322,8 @@ TEST(PeerVanishes, ReadsBothWaysFailAndLateResponsesAreNotPlaced) {  // PATH-7, 
 // code, COMP-5). The held-back SENDs then reach the failed end, which places
 // none of them in the receive buffers it has handed back.
 TEST(PeerVanishes, SendsBothWaysFailAndNothingLandsInFlushedReceives) {  // PATH-7, COMP-5
-  Loop loop(cfg(4605), cfg(4606));
-  auto [a, b] = loop.connect();
-  Books k(loop);
-  Cut cut;
-  cut_after(loop, cut, 1, 40, 1, 3 * kSecond);
+  CutLoop setup(cfg(4605), cfg(4606), 1, 40, 1, 3 * kSecond);
+  auto& [loop, a, b, k, cut] = setup;
   constexpr uint32_t kLen = 128 * 1024;  // 32 packets each
   Buf a_src(loop.ep(0), 3 * kLen, 0, 0x21);
   Buf b_src(loop.ep(1), 3 * kLen, 0, 0x22);
@@ -352,11 +363,8 @@ TEST(PeerVanishes, SendsBothWaysFailAndNothingLandsInFlushedReceives) {  // PATH
 // the last packet it handled, its receives all kFlushed; the peer, whose
 // SENDs were under way, fails at its peer_timeout.
 TEST(PeerVanishes, ReceivesOnlyFailByTheKeepalive) {  // CONN-9, PATH-7, COMP-5
-  Loop loop(cfg(4607), cfg(4608));
-  auto [a, b] = loop.connect();
-  Books k(loop);
-  Cut cut;
-  cut_after(loop, cut, 1, 20);
+  CutLoop setup(cfg(4607), cfg(4608), 1, 20);
+  auto& [loop, a, b, k, cut] = setup;
   constexpr uint32_t kLen = 64 * 1024;
   Buf rq(loop.ep(0), 4 * kLen, kAccessLocalWrite);
   Buf src(loop.ep(1), 4 * kLen, 0, 0x31);
@@ -487,11 +495,8 @@ TEST(PeerVanishes, AnRnrNakOwedWhenAPeerTimeoutFailsTheConnectionIsNotSent) {  /
 TEST(PeerVanishes, AReadServedIsReportedOnlyIfTheRequesterGotIt) {  // PATH-7, MR-5
   EndpointConfig c1 = cfg(4618);
   c1.read_served_events = true;
-  Loop loop(cfg(4617), c1);
-  auto [a, b] = loop.connect();
-  Books k(loop);
-  Cut cut;
-  cut_after(loop, cut, 1, 300);       // inside the second READ's responses
+  CutLoop setup(cfg(4617), c1, 1, 300);  // inside the second READ's responses
+  auto& [loop, a, b, k, cut] = setup;
   constexpr uint32_t kLen = 1 << 20;  // 256 responses each
   Buf src(loop.ep(1), 3 * kLen, kAccessRemoteRead, 0xb1);
   Buf into(loop.ep(0), 3 * kLen, kAccessLocalWrite);
@@ -521,11 +526,8 @@ TEST(PeerVanishes, AReadServedIsReportedOnlyIfTheRequesterGotIt) {  // PATH-7, M
 TEST(PeerVanishes, SharedReceivesTakenWhenThePeerWentAreGivenBack) {  // PLACE-6, CONN-9, COMP-4
   EndpointConfig c0 = cfg(4619);
   c0.shared_rq_depth = 4;
-  Loop loop(c0, cfg(4620));
-  auto [a, b] = loop.connect();
-  Books k(loop);
-  Cut cut;
-  cut_after(loop, cut, 1, 20);
+  CutLoop setup(c0, cfg(4620), 1, 20);
+  auto& [loop, a, b, k, cut] = setup;
   constexpr uint32_t kLen = 256 * 1024;
   Buf srq(loop.ep(0), 2 * kLen, kAccessLocalWrite);
   for (uint64_t n = 0; n < 2; ++n)

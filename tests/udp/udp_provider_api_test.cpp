@@ -3,8 +3,9 @@
 // peers as binary addresses (G5), connections left out of the accept queue
 // (G10), READs served (G3), and progress() under the sleeping thread.
 //
-// This executable replaces the global operator new with one that counts the
-// calling thread's allocations, so that a refused post is seen to take none.
+// This executable links the counting global operator new
+// (tests/common/alloc_counter.hpp): a refused post is seen to take none of
+// the calling thread's allocations.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
@@ -14,53 +15,22 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <new>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/alloc_counter.hpp"
 #include "metaroce/udp.hpp"
 #include "udp_pair.hpp"
-
-// ------------------------------------------------------------ counting new
-
-namespace {
-// Per thread, so that another thread's allocations (gtest's, a progress
-// thread's) are not counted against the calls under test.
-thread_local uint64_t t_news = 0;
-
-void* counted(size_t n) {
-  ++t_news;
-  return std::malloc(n == 0 ? 1 : n);
-}
-[[gnu::noinline]] void release(void* p) { std::free(p); }
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = counted(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) {
-  if (void* p = counted(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted(n); }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, size_t) noexcept { release(p); }
-void operator delete[](void* p, size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
 
 namespace {
 
 using namespace std::chrono_literals;
 using metaroce::ConnId;
 using metaroce::Status;
+using metaroce::test::alloc_counter::thread_news;
 using metaroce::udp::ConnState;
 using metaroce::udp::Error;
 using metaroce::udp::Options;
@@ -85,6 +55,20 @@ bool pump(UdpEndpoint& a, UdpEndpoint& b, Pred pred) {
 
 // ------------------------------------------------------------ G14
 
+// The set-up of the try_post tests: a connected pair whose client has `buf`
+// registered (as `mr`) for every access, and `wr`, an `op` from its start.
+::testing::AssertionResult client_wr(const Pair& p, std::vector<uint8_t>& buf,
+                                     metaroce::MemoryRegion& mr, metaroce::WrOpcode op,
+                                     metaroce::SendWr& wr) {
+  if (!p.client || !p.server) return ::testing::AssertionFailure() << "the pair did not connect";
+  if (const Error e = p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr))
+    return ::testing::AssertionFailure() << "register_memory: " << e.message;
+  wr.op = op;
+  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  wr.lkey = mr.lkey;
+  return ::testing::AssertionSuccess();
+}
+
 // A provider retries a post refused kQueueFull in a loop (-FI_EAGAIN): the
 // try_ form refuses it with no allocation, and its status is the Error
 // form's, whose words post_send_error gives on request.
@@ -93,15 +77,11 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
   co.engine.sq_depth = 4;
   co.engine.rq_depth = 2;
   Pair p = connect_pair("127.0.0.1", test_options(), co);
-  ASSERT_TRUE(p.client && p.server);
   std::vector<uint8_t> buf(4096);
   metaroce::MemoryRegion mr;
-  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
   metaroce::SendWr wr;
-  wr.op = metaroce::WrOpcode::kSend;
-  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
+  ASSERT_TRUE(client_wr(p, buf, mr, metaroce::WrOpcode::kSend, wr));
   wr.length = 8;
-  wr.lkey = mr.lkey;
   // No progress: the send queue fills.
   for (uint64_t i = 0; i < 4; ++i) {
     wr.wr_id = i;
@@ -115,14 +95,14 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
 
   wr.wr_id = 99;
   Status full = Status::kOk, rfull = Status::kOk, shared = Status::kOk, unknown = Status::kOk;
-  const uint64_t before = t_news;
+  const uint64_t before = thread_news();
   for (int i = 0; i < 1000; ++i) {
     full = p.client->try_post_send(p.cconn, wr);
     rfull = p.client->try_post_recv(p.cconn, rwr);
     shared = p.client->try_post_shared_recv(rwr);  // no shared queue configured
     unknown = p.client->try_post_send(ConnId{p.cconn.v ^ 0x5a5a5a5au}, wr);
   }
-  const uint64_t news = t_news - before;
+  const uint64_t news = thread_news() - before;
   EXPECT_EQ(news, 0u) << "refused posts allocated";
   EXPECT_EQ(full, Status::kQueueFull);
   EXPECT_EQ(rfull, Status::kQueueFull);
@@ -131,9 +111,9 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
 
   // The Error forms: the same statuses, and the words post_*_error gives.
   // (The counter sees their allocations: the text is built per refusal.)
-  const uint64_t error_before = t_news;
+  const uint64_t error_before = thread_news();
   const Error e = p.client->post_send(p.cconn, wr);
-  EXPECT_GT(t_news - error_before, 0u);
+  EXPECT_GT(thread_news() - error_before, 0u);
   EXPECT_EQ(e.status, full);
   EXPECT_FALSE(e.message.empty());
   const Error d = p.client->post_send_error(full, p.cconn, wr);
@@ -158,9 +138,9 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
   bad.lkey = mr.lkey + 1000;
   p.client->close(false);
   // After close() every post is refused kNotConnected, still without allocating.
-  const uint64_t closed_before = t_news;
+  const uint64_t closed_before = thread_news();
   const Status closed = p.client->try_post_send(p.cconn, bad);
-  EXPECT_EQ(t_news - closed_before, 0u);
+  EXPECT_EQ(thread_news() - closed_before, 0u);
   EXPECT_EQ(closed, Status::kNotConnected);
   const Error ce = p.client->post_send(p.cconn, bad);
   EXPECT_EQ(ce.status, closed);
@@ -172,19 +152,15 @@ TEST(UdpTryPost, ARefusedPostAllocatesNothingAndMatchesTheErrorForm) {
 // call alone: the try_ form still says only the status.
 TEST(UdpTryPost, ALocalProtectionRefusalIsDescribedOnRequest) {
   Pair p = connect_pair("127.0.0.1");
-  ASSERT_TRUE(p.client && p.server);
   std::vector<uint8_t> buf(256);
   metaroce::MemoryRegion mr;
-  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
   metaroce::SendWr wr;
-  wr.op = metaroce::WrOpcode::kWrite;
+  ASSERT_TRUE(client_wr(p, buf, mr, metaroce::WrOpcode::kWrite, wr));
   wr.wr_id = 7;
-  wr.local_addr = reinterpret_cast<uint64_t>(buf.data());
   wr.length = 512;  // past the region's end
-  wr.lkey = mr.lkey;
-  const uint64_t before = t_news;
+  const uint64_t before = thread_news();
   const Status s = p.client->try_post_send(p.cconn, wr);
-  EXPECT_EQ(t_news - before, 0u);
+  EXPECT_EQ(thread_news() - before, 0u);
   ASSERT_EQ(s, Status::kLocalProtection);
   const Error e = p.client->post_send_error(s, p.cconn, wr);
   EXPECT_EQ(e.status, Status::kLocalProtection);
