@@ -55,7 +55,8 @@ class Reader {
 
   SimConfig read(const toml::table& root) {
     keys(root, "",
-         {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "workload", "fault"});
+         {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "cc", "recovery", "rc",
+          "workload", "fault"});
     SimConfig c;
     for (const char* k : {"time_limit_ms", "reroute_us", "mtu"})
       if (root.contains(k)) note(k);
@@ -77,6 +78,9 @@ class Reader {
       setting(c, *root.get("mtu"), "mtu", static_cast<double>(byte_count(*root.get("mtu"), "mtu")));
     c.topo = topology(table(root, "", "topology"));
     if (root.contains("queue")) queue(table(root, "", "queue"), c);
+    for (const char* section : {"cc", "recovery", "rc"})
+      if (root.contains(section)) tunables(table(root, "", section), section, c);
+    engine_check(root, c);
     const toml::array& wl = array(root, "", "workload");
     if (wl.empty()) fail(root, "workload: at least one [[workload]] is needed");
     for (const toml::node& w : wl) workload(as_table(w, "workload"), c);
@@ -192,6 +196,54 @@ class Reader {
       const std::string key = e.substr(6, e.find(' ') - 6);
       fail(t.contains(key) ? *t.get(key) : static_cast<const toml::node&>(t), e);
     }
+  }
+
+  // [cc], [recovery], [rc]: each key is the --set key "SECTION.KEY", with
+  // its conversion and range (settings.cpp); the engine's fields are judged
+  // together by engine_check() once all are read.
+  void tunables(const toml::table& t, const std::string& section, SimConfig& c) {
+    for (auto&& [k, n] : t) {
+      const std::string key = dotted(section, k.str());
+      const auto range = setting_range(key);
+      if (!range)
+        fail(k.source(), "unknown key '" + key + "' (metaroce-sim --list-settings shows the " +
+                             section + ".* keys)");
+      note(key);
+      // A switch (cc.enabled) is true or false, as [queue]'s pfc and trim.
+      if (range->integer && range->min == 0 && range->max == 1) {
+        if (!n.is_boolean()) fail(n, key + ": expected true or false");
+        setting(c, n, key, n.as_boolean()->get() ? 1 : 0);
+        continue;
+      }
+      // The baselines' byte keys take a unit as [queue]'s do ("64KiB").
+      const bool bytes_key =
+          key == "rc.ecn_kmin" || key == "rc.ecn_kmax" || key == "rc.byte_counter";
+      if (bytes_key) {
+        setting(c, n, key, static_cast<double>(byte_count(n, key)));
+        continue;
+      }
+      if (!n.is_number()) fail(n, key + ": expected a number");
+      setting(c, n, key, *n.value<double>());
+    }
+  }
+
+  // The engine configuration the file leaves, checked by the engine's
+  // config_error() as the simulated NICs' is, and located at the first key
+  // of the file the message names (a field no key sets: the first section).
+  void engine_check(const toml::table& root, const SimConfig& c) const {
+    std::vector<std::string> named;
+    const std::string e = engine_setting_error(c, named);
+    if (e.empty()) return;
+    for (const std::string& key : named) {
+      const size_t dot = key.find('.');
+      const toml::node* n = root.get(key.substr(0, dot));
+      if (n != nullptr && dot != std::string::npos)
+        n = n->is_table() ? n->as_table()->get(key.substr(dot + 1)) : nullptr;
+      if (n != nullptr) fail(*n, e);
+    }
+    for (const char* section : {"cc", "recovery"})
+      if (root.contains(section)) fail(*root.get(section), e);
+    fail(root, e);
   }
 
   void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key) const {

@@ -4,6 +4,7 @@
 #include "metaroce/sim/settings.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -66,6 +67,16 @@ constexpr Scope kLinkFaults{[](const SimConfig& c) {
                             },
                             "runs with a link_down or link_up fault"};
 
+// CC-1: the simulator derives the initial window from the BDP unless
+// initial_window_bdp is 0 (Simulation's constructor).
+constexpr Scope kInitialCwnd{
+    [](const SimConfig& c) { return runs_engine(c) && c.initial_window_bdp == 0; },
+    "metaroce and spray-nocc with initial_window_bdp=0 (otherwise the BDP sets the window)"};
+
+// The ranges of the engine's fields that config_error() judges: their types'.
+constexpr double kU32 = 4294967295.0;
+constexpr double kMaxUs = 1e12;
+
 struct Setting {
   const char* key;
   const char* help;
@@ -87,6 +98,19 @@ std::span<const Setting> table() {
   static const Setting t[] = {
       {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
        true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }, kEngineCc},
+      // The engine's own fields below take their type's whole range here:
+      // config_error() (engine/src/config.cpp) judges them, once every
+      // setting is applied (engine_setting_error), so that its ranges and
+      // words are the only ones. The durations stop at 1e12 us, which still
+      // fits a nanosecond count, beyond which config_error's day refuses them.
+      {"cc.initial_cwnd_packets",
+       "CC-1 initial window of a connection, packets (only with initial_window_bdp=0, which "
+       "otherwise derives it)",
+       0, kU32, true,
+       [](SimConfig& c, double v) {
+         c.endpoint.cc.initial_cwnd_packets = static_cast<uint32_t>(v);
+       },
+       kInitialCwnd},
       {"cc.min_cwnd_packets", "CC-6 floor of a connection's windows, packets", 1, kMaxPacketCount,
        true,
        [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); },
@@ -151,14 +175,45 @@ std::span<const Setting> table() {
        },
        kEngine},
       {"recovery.min_rto_us",
-       "LOSS-4 smallest retransmission timeout (raises LOSS-5's max_rto, 10 ms, to it)", 1, 1e7,
-       false,
+       "LOSS-4 smallest retransmission timeout (raises LOSS-5's max_rto, 10 ms, to it, unless "
+       "recovery.max_rto_us is given)",
+       1, 1e7, false,
        [](SimConfig& c, double v) {
          RecoveryConfig& r = c.endpoint.recovery;
          r.min_rto_ns = ns_from_us(v);
-         r.max_rto_ns = std::max(r.max_rto_ns, r.min_rto_ns);
+         if (!c.max_rto_given) r.max_rto_ns = std::max(r.max_rto_ns, r.min_rto_ns);
        },
        kEngine},
+      {"recovery.max_rto_us",
+       "LOSS-5 largest retransmission timeout (the simulated NICs': 10 ms; given, min_rto_us no "
+       "longer raises it)",
+       0, kMaxUs, false,
+       [](SimConfig& c, double v) {
+         c.endpoint.recovery.max_rto_ns = ns_from_us(v);
+         c.max_rto_given = true;
+       },
+       kEngine},
+      {"recovery.initial_rtt_us", "LOSS-4 RTT assumed before a path's first sample", 0, kMaxUs,
+       false, [](SimConfig& c, double v) { c.endpoint.recovery.initial_rtt_ns = ns_from_us(v); },
+       kEngine},
+      {"recovery.rto_failures_to_retire", "PATH-4 consecutive timeouts that retire a path", 0, kU32,
+       true,
+       [](SimConfig& c, double v) {
+         c.endpoint.recovery.rto_failures_to_retire = static_cast<uint32_t>(v);
+       },
+       kEngine},
+      {"recovery.loss_window_packets", "PATH-5 loss-rate EWMA gain 1/N", 0, kU32, true,
+       [](SimConfig& c, double v) {
+         c.endpoint.recovery.loss_window_packets = static_cast<uint32_t>(v);
+       },
+       kEngine},
+      {"recovery.peer_timeout_us",
+       "PATH-7 silence of a peer with data outstanding that fails the connection", 0, kMaxUs, false,
+       [](SimConfig& c, double v) { c.endpoint.recovery.peer_timeout_ns = ns_from_us(v); },
+       kEngine},
+      {"recovery.keepalive_us", "CONN-9 idle silence after which a connection PROBEs (0: never)", 0,
+       kMaxUs, false,
+       [](SimConfig& c, double v) { c.endpoint.recovery.keepalive_ns = ns_from_us(v); }, kEngine},
       {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100, true,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.retire_loss_pct = static_cast<uint32_t>(v);
@@ -290,6 +345,35 @@ bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err
     return false;
   }
   return apply_setting(cfg, key, value, err);
+}
+
+std::optional<SettingRange> setting_range(std::string_view key) {
+  for (const Setting& s : table())
+    if (key == s.key) return SettingRange{s.min, s.max, s.integer};
+  return std::nullopt;
+}
+
+std::string engine_setting_error(const SimConfig& cfg, std::vector<std::string>& keys) {
+  keys.clear();
+  std::string e = config_error(cfg.endpoint);
+  // The engine names its fields ("recovery.min_rto_ns"); --set and a config
+  // file name them in microseconds ("recovery.min_rto_us").
+  std::string word;
+  auto take = [&] {
+    if (word.size() > 3 && word.ends_with("_ns")) word.replace(word.size() - 3, 3, "_us");
+    if (setting_range(word) && std::find(keys.begin(), keys.end(), word) == keys.end())
+      keys.push_back(word);
+    word.clear();
+  };
+  for (const char ch : e) {
+    if (std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.') {
+      word += ch;
+    } else {
+      take();
+    }
+  }
+  take();
+  return e;
 }
 
 std::string_view setting_idle_in(std::string_view key, const SimConfig& cfg) {

@@ -313,6 +313,13 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   // handshakes; their timestamps are simulated time, the workload starting at
   // warmup_us.
   if (cfg_.output.any()) output_ = std::make_unique<SimOutput>(*this);
+  // Before the warm-up, whose handshakes take a large fabric seconds of wall
+  // time: set after it, the progress line stayed silent through them.
+  if (cfg_.progress) {
+    last_progress_wall_ = wall_now();
+    last_progress_events_ = sched_.events();
+    sched_.set_tick(&Simulation::tick, this);
+  }
   if (cfg_.preconnect) {
     const double w0 = wall_now();
     warm_up();
@@ -323,7 +330,6 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   // the Starter also applies the faults due before it starts anything).
   faults_ = std::make_unique<Faults>(*this);
   starter_ = std::make_unique<Starter>(*this);
-  if (cfg_.progress) sched_.set_tick(&Simulation::tick, this);
   wall_s_ = wall_now() - t0;
 }
 
@@ -338,10 +344,20 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
   auto* self = static_cast<Simulation*>(ctx);
   const double w = wall_now();
   const double dt = w - self->last_progress_wall_;
-  if (dt < 1.0) return;
+  if (dt < self->cfg_.progress_interval_s) return;
   const double rate = static_cast<double>(s.events() - self->last_progress_events_) / dt;
   self->last_progress_wall_ = w;
   self->last_progress_events_ = s.events();
+  if (self->warming_) {
+    size_t settled = 0;
+    for (const auto& h : self->hosts_) settled += h->connections_settled() ? 1 : 0;
+    std::fprintf(stderr,
+                 "[%s] warm-up t=%.1f us  hosts connected %zu/%zu  events %llu  (%.2f M "
+                 "events/s)\n",
+                 self->cfg_.name.c_str(), s.now().us(), settled, self->hosts_.size(),
+                 static_cast<unsigned long long>(s.events()), rate / 1e6);
+    return;
+  }
   std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu  (%.2f M events/s)\n",
                self->cfg_.name.c_str(), s.now().us(), self->flows_->completed(),
                self->flows_->size(), static_cast<unsigned long long>(s.events()), rate / 1e6);
@@ -386,10 +402,15 @@ void Simulation::warm_up() {
     return true;
   };
   SimTime t = sched_.now();
+  warming_ = true;
   while (!settled() && t < limit) {
     t += step;
     sched_.run(t);
+    // The scheduler's tick comes every 2^20 events; a step may have few,
+    // and the wall time go into settled()'s walk over the hosts.
+    if (cfg_.progress) tick(this, sched_);
   }
+  warming_ = false;
   origin_ = t;
 }
 

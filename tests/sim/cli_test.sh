@@ -117,7 +117,8 @@ sim_expect 0 '' --help
 help=$("$sim" --help)
 # (CLI11 writes a default as TEXT=D or, in later versions, TEXT [D].)
 for want in '--preset TEXT( \[|=)fattree16-perm' '--transport TEXT( \[|=)metaroce' \
-  '--seed UINT:NON-NEGATIVE( \[|=)1[] ]' '--cold +metaroce, spray-nocc: '; do
+  '--seed UINT:NON-NEGATIVE( \[|=)1[] ]' '--cold +metaroce, spray-nocc: ' \
+  '--paths INT ' '--time-limit-ms FLOAT ' '--min-rto-us FLOAT '; do
   if printf '%s\n' "$help" | grep -Eq -- "$want"; then echo "ok:   --help: $want"; else
     echo "FAIL: --help lacks '$want'"; failures=$((failures + 1)); fi
 done
@@ -247,6 +248,50 @@ printf '%s\n[[workload]]\nkind = "permutation"\nbytes = 9100000000000000000\n' \
   "$small_topology" >"$cfg/t.toml"
 sim_expect 2 "^metaroce-sim: $cfg/t.toml:10:9: workload.bytes: 9.1e\\+18 is not an integer in \\[1, 9e\\+18\\]\$" \
   --config "$cfg/t.toml"
+rm -rf "$cfg"
+# The engine's fields are judged by the engine's config_error(), with the
+# --set to blame named: each value was within its type, the configuration
+# is not one the engine runs as given (it would clamp).
+sim_expect 2 '^metaroce-sim: --set recovery.rto_failures_to_retire: recovery.rto_failures_to_retire 300 is out of range 1..255 \(PATH-4\)$' \
+  --set recovery.rto_failures_to_retire=300
+sim_expect 2 '^metaroce-sim: --set recovery.min_rto_us: recovery.min_rto_ns 500000 is above recovery.max_rto_ns 100000 \(LOSS-4\)$' \
+  --set recovery.max_rto_us=100 --set recovery.min_rto_us=500
+# (max_rto_us given, min_rto_us no longer raises it; the --set is the later.)
+sim_expect 2 '^metaroce-sim: --set recovery.max_rto_us: recovery.min_rto_ns 500000 is above recovery.max_rto_ns 100000 \(LOSS-4\)$' \
+  --set recovery.max_rto_us=100 --min-rto-us 500
+sim_expect 2 '^metaroce-sim: --set recovery.peer_timeout_us: 1e\+13 is not a value in \[0, 1e\+12\]$' \
+  --set recovery.peer_timeout_us=1e13
+# A config file's [cc], [recovery] and [rc]: the --set keys of their names,
+# refused with the file's line; a value changes the run as its --set does.
+cfg=$(mktemp -d)
+scenario="$small_topology
+[[workload]]
+kind = \"incast\"
+senders = 3
+bytes = \"256KiB\""
+for section in 'cc|foo = 1' 'recovery|min_rto = 300' 'rc|gain = 0.5'; do
+  name=${section%%|*}
+  printf '%s\n[%s]\n%s\n' "$scenario" "$name" "${section#*|}" >"$cfg/t.toml"
+  sim_expect 2 "^metaroce-sim: $cfg/t.toml:13:1: unknown key '$name\\.[a-z_]+' \\(metaroce-sim --list-settings shows the $name\\.\\* keys\\)\$" \
+    --config "$cfg/t.toml"
+done
+printf '%s\n[cc]\ndctcp_g_shift = "4"\n' "$scenario" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:13:17: cc.dctcp_g_shift: expected a number\$" --config "$cfg/t.toml"
+printf '%s\n[recovery]\nloss_window_packets = 70000\n' "$scenario" >"$cfg/t.toml"
+sim_expect 2 "^metaroce-sim: $cfg/t.toml:13:23: recovery.loss_window_packets 70000 is out of range 1..65535 \\(PATH-5\\)\$" \
+  --config "$cfg/t.toml"
+digest() { "$sim" -q --no-timing --json --config "$cfg/t.toml" "$@" | sed -n 's/.*"digest": "\(.*\)".*/\1/p'; }
+printf '%s\n' "$scenario" >"$cfg/t.toml"
+plain=$(digest)
+by_set=$(digest --set cc.target_queue_delay_us=2)
+printf '%s\n[cc]\ntarget_queue_delay_us = 2\n' "$scenario" >"$cfg/t.toml"
+by_file=$(digest)
+if [ -n "$plain" ] && [ "$plain" != "$by_set" ] && [ "$by_set" = "$by_file" ]; then
+  echo "ok:   [cc] target_queue_delay_us = 2: digest $by_file, as --set's, not $plain"
+else
+  echo "FAIL: digests: default '$plain', --set '$by_set', [cc] '$by_file'"
+  failures=$((failures + 1))
+fi
 rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \

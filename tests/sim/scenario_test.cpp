@@ -1181,6 +1181,131 @@ TEST(Settings, SetChangesExactlyTheNamedField) {
   EXPECT_EQ(c.rc.mtu, 2048u);
 }
 
+// [cc], [recovery] and [rc]: each key is the --set key SECTION.KEY, and
+// changes the run as its --set does.
+TEST(ConfigFile, EngineAndBaselineSectionsSetTheirFields) {
+  const std::string sections =
+      "buffer_bytes = \"175KB\"\n[cc]\ntarget_queue_delay_us = 5\nenabled = true\n"
+      "[recovery]\nmin_rto_us = 500\nmax_rto_us = 2000\nrto_failures_to_retire = 5\n"
+      "[rc]\ng = 0.5\necn_kmin = \"10KiB\"\n";
+  std::vector<std::string> given;
+  const SimConfig c = parse_config(replace(kSmall, "buffer_bytes = \"175KB\"\n", sections),
+                                   "t.toml", ".", TransportKind::kMetaRoce, 1, &given);
+  EXPECT_EQ(c.endpoint.cc.target_queue_delay_ns, 5'000u);
+  EXPECT_TRUE(c.endpoint.cc.enabled);
+  // max_rto_us given: min_rto_us leaves it, though the file's keys come
+  // sorted (max before min).
+  EXPECT_EQ(c.endpoint.recovery.min_rto_ns, 500'000u);
+  EXPECT_EQ(c.endpoint.recovery.max_rto_ns, 2'000'000u);
+  EXPECT_EQ(c.endpoint.recovery.rto_failures_to_retire, 5u);
+  EXPECT_DOUBLE_EQ(c.rc.g, 0.5);
+  EXPECT_EQ(c.rc.ecn_kmin, 10'240u);
+  for (const char* k : {"cc.target_queue_delay_us", "recovery.max_rto_us", "rc.g"})
+    EXPECT_NE(std::find(given.begin(), given.end(), k), given.end()) << k;
+  // The default's digest is not the [cc] file's, and --set's is the same.
+  auto digest = [](SimConfig cfg) {
+    Simulation sim(std::move(cfg));
+    sim.run();
+    return sim.report().digest;
+  };
+  const std::string cc_only =
+      replace(kSmall, "buffer_bytes = \"175KB\"\n",
+              "buffer_bytes = \"175KB\"\n[cc]\ntarget_queue_delay_us = 2\n");
+  SimConfig by_set = parse(kSmall);
+  std::string err;
+  ASSERT_TRUE(apply_setting(by_set, "cc.target_queue_delay_us=2", err)) << err;
+  const auto with_cc = digest(parse(cc_only));
+  EXPECT_NE(with_cc, digest(parse(kSmall)));
+  EXPECT_EQ(with_cc, digest(by_set));
+}
+
+// A bad key, a value of the wrong type or out of the engine's range: the
+// file's line and column, and config_error()'s words for the engine's fields.
+TEST(ConfigFile, EngineSectionsAreJudgedByTheEngine) {
+  auto with = [](const std::string& section) {
+    return refusal(
+        replace(kSmall, "buffer_bytes = \"175KB\"\n", "buffer_bytes = \"175KB\"\n" + section));
+  };
+  EXPECT_EQ(with("[cc]\nfoo = 1\n"),
+            "t.toml:13:1: unknown key 'cc.foo' (metaroce-sim --list-settings shows the cc.* keys)");
+  EXPECT_EQ(with("[rc]\nmin_rto_us = 1\n"),
+            "t.toml:13:1: unknown key 'rc.min_rto_us' (metaroce-sim --list-settings shows the rc.* "
+            "keys)");
+  EXPECT_EQ(with("[cc]\ndctcp_g_shift = \"4\"\n"),
+            "t.toml:13:17: cc.dctcp_g_shift: expected a number");
+  EXPECT_EQ(with("[cc]\nenabled = 1\n"), "t.toml:13:11: cc.enabled: expected true or false");
+  EXPECT_EQ(with("[cc]\ndctcp_g_shift = 11\n"),
+            "t.toml:13:17: cc.dctcp_g_shift: 11 is not an integer in [0, 10]");
+  EXPECT_EQ(with("[recovery]\nrto_failures_to_retire = 300\n"),
+            "t.toml:13:26: recovery.rto_failures_to_retire 300 is out of range 1..255 (PATH-4)");
+  EXPECT_EQ(with("[cc]\ninitial_cwnd_packets = 0\n"),
+            "t.toml:13:24: cc.initial_cwnd_packets 0 is out of range 1..65535 (CC-1)");
+  // Two fields: located at the first the message names.
+  EXPECT_EQ(
+      with("[recovery]\nmax_rto_us = 100\nmin_rto_us = 500\n"),
+      "t.toml:14:14: recovery.min_rto_ns 500000 is above recovery.max_rto_ns 100000 (LOSS-4)");
+  EXPECT_EQ(with("[cc]\nmin_cwnd_packets = 65535\nmax_cwnd_packets = 1\n"),
+            "t.toml:13:20: cc.min_cwnd_packets 65535 is above num_paths 16 times a path's largest "
+            "window, 1 packets (cc.max_cwnd_packets or the window; CC-6)");
+}
+
+TEST(Settings, EngineFieldsAreJudgedByConfigError) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  std::vector<std::string> named;
+  EXPECT_EQ(engine_setting_error(c, named), "");
+  EXPECT_TRUE(named.empty());
+  std::string err;
+  // Within its type, so --set takes it; the engine's range is config_error's.
+  ASSERT_TRUE(apply_setting(c, "recovery.rto_failures_to_retire=300", err)) << err;
+  EXPECT_EQ(engine_setting_error(c, named), config_error(c.endpoint));
+  EXPECT_EQ(named, std::vector<std::string>{"recovery.rto_failures_to_retire"});
+  ASSERT_TRUE(apply_setting(c, "recovery.rto_failures_to_retire=3", err)) << err;
+  // Either order: a max_rto given is not raised by min_rto.
+  for (const bool max_first : {true, false}) {
+    SimConfig r = c;
+    for (const char* s : max_first
+                             ? std::vector{"recovery.max_rto_us=100", "recovery.min_rto_us=500"}
+                             : std::vector{"recovery.min_rto_us=500", "recovery.max_rto_us=100"})
+      ASSERT_TRUE(apply_setting(r, s, err)) << err;
+    EXPECT_EQ(engine_setting_error(r, named),
+              "recovery.min_rto_ns 500000 is above recovery.max_rto_ns 100000 (LOSS-4)");
+    EXPECT_EQ(named, (std::vector<std::string>{"recovery.min_rto_us", "recovery.max_rto_us"}));
+  }
+  // The engine's fields a config file's sections and --set now reach.
+  for (const char* s :
+       {"cc.initial_cwnd_packets=7", "recovery.initial_rtt_us=3", "recovery.loss_window_packets=64",
+        "recovery.peer_timeout_us=5000", "recovery.keepalive_us=0"})
+    ASSERT_TRUE(apply_setting(c, s, err)) << err;
+  EXPECT_EQ(c.endpoint.cc.initial_cwnd_packets, 7u);
+  EXPECT_EQ(c.endpoint.recovery.initial_rtt_ns, 3'000u);
+  EXPECT_EQ(c.endpoint.recovery.loss_window_packets, 64u);
+  EXPECT_EQ(c.endpoint.recovery.peer_timeout_ns, 5'000'000u);
+  EXPECT_EQ(c.endpoint.recovery.keepalive_ns, 0u);
+  EXPECT_EQ(engine_setting_error(c, named), "");
+  // The simulator derives the initial window from the BDP unless told not to.
+  EXPECT_NE(setting_idle_in("cc.initial_cwnd_packets", c), "");
+  ASSERT_TRUE(apply_setting(c, "initial_window_bdp=0", err)) << err;
+  EXPECT_EQ(setting_idle_in("cc.initial_cwnd_packets", c), "");
+}
+
+// Progress lines start with the warm-up (connection handshakes, before the
+// workload): the tick was installed after it, and a large fabric's warm-up
+// passed without a line.
+TEST(Progress, WarmUpHasProgressLines) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  c.progress = true;
+  c.progress_interval_s = 0;  // every chance, not once a wall second
+  c.time_limit = SimTime::from_us(1);
+  testing::internal::CaptureStderr();
+  {
+    Simulation sim(std::move(c));
+    sim.run();
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("[fattree16-perm] warm-up t="), std::string::npos) << err;
+  EXPECT_NE(err.find(" hosts connected "), std::string::npos) << err;
+}
+
 TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
   const SimConfig before = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
   SimConfig c = before;

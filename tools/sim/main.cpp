@@ -3,6 +3,7 @@
 //   [--list-links]
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -76,7 +77,11 @@ int run(int argc, char** argv) {
   // Together, -q won and --progress was dropped without a word.
   app.add_flag("-q,--quiet", quiet, "no progress, and no --pcap line on stderr")
       ->excludes(app.get_option("--progress"));
-  for (Alias& a : aliases) app.add_option(a.option, a.value, a.help);
+  // Typed as the table takes them: --paths read "FLOAT" for a whole number.
+  for (Alias& a : aliases) {
+    const auto range = setting_range(a.key);
+    app.add_option(a.option, a.value, a.help)->type_name(range && range->integer ? "INT" : "FLOAT");
+  }
   app.add_flag("--fabric-ecn", fabric_ecn,
                "rocev2/irn: keep the preset's ECN marking (default: DCQCN's 5 KB / 200 KB / 1 %)");
   app.add_flag(
@@ -201,6 +206,21 @@ int run(int argc, char** argv) {
   // The queue as a whole, as a config file's [queue] is checked: each --set
   // was in range, but ecn_kmin may now be above ecn_kmax.
   if (const std::string e = queue_spec_error(cfg.queue); !e.empty()) return bad_option(e);
+  // The engine's fields as a whole, by the engine's own check, as a config
+  // file's [cc] and [recovery] are: each --set was within its type, but
+  // rto_failures_to_retire 300 or min_rto above max_rto is not a
+  // configuration the engine runs as given (it would clamp). The setting
+  // named is the last one given of the fields the message names.
+  std::vector<std::string> named;
+  if (const std::string e = engine_setting_error(cfg, named); !e.empty()) {
+    std::string who = "the engine configuration";
+    for (auto it = given.rbegin(); it != given.rend(); ++it)
+      if (std::find(named.begin(), named.end(), it->first) != named.end()) {
+        who = it->second;
+        break;
+      }
+    return bad_option(who + ": " + e);
+  }
   if (list_links_flag) {
     std::cout << list_links(cfg.topo, json);
     return 0;

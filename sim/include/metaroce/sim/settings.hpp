@@ -5,6 +5,7 @@
 // stays fixed, and a run says exactly what it changed.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,23 @@ namespace metaroce::sim {
 // bound is still past it (9e18 + 1 is 9e18 as a double).
 [[nodiscard]] std::string range_error(std::string_view what, long double value, double min,
                                       double max, bool integer);
+
+// The range apply_setting() checks `key`'s value against (min, max, and
+// whether it must be whole); nullopt for an unknown key.
+struct SettingRange {
+  double min = 0, max = 0;
+  bool integer = false;
+};
+[[nodiscard]] std::optional<SettingRange> setting_range(std::string_view key);
+
+// The engine's own check of the endpoint configuration `cfg` holds
+// (config_error(): "" when every field is in its range), so that --set and
+// a config file's [cc] and [recovery] keys are judged by the engine's ranges
+// and words. `keys` receives the --set keys of the fields the message names
+// ("recovery.min_rto_us" for the engine's recovery.min_rto_ns), first named
+// first, so that a caller can say which setting or line is to blame.
+[[nodiscard]] std::string engine_setting_error(const SimConfig& cfg,
+                                               std::vector<std::string>& keys);
 
 // "KEY=VALUE" as given on a command line.
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);

@@ -87,7 +87,13 @@ struct SimConfig {
   double initial_window_bdp = 1.0;
   uint32_t wire_overhead = kDefaultWireOverhead;
   uint64_t wr_bytes = 256 * 1024;
+  // recovery.max_rto_us given (--set, a config file's [recovery]): then
+  // recovery.min_rto_us no longer raises max_rto to itself, whatever the
+  // order (a file's keys come sorted), and a min above it is refused.
+  bool max_rto_given = false;
   bool progress = false;  // progress lines on stderr
+  // Wall seconds between them at least (tests set 0: a line at every chance).
+  double progress_interval_s = 1.0;
   // Baselines (kRoceV2, kIrn): the transport fills in go_back_n, the window
   // (IRN: the BDP) and RTO_low; the rest is taken from here.
   RcParams rc;
@@ -259,6 +265,7 @@ class Simulation {
   double loop_s_ = 0;                  // the warm-up's and run()'s event loops: events_per_s
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
+  bool warming_ = false;  // in warm_up(): the progress line says so
   // The simulated time run() got to (events or not).
   SimTime reached_{0};
   // Per flow, when some flow depends on others: its path's one-way delay on
