@@ -218,6 +218,7 @@ Outcome check_nak3(Target& t);
 Outcome check_nak4(Target& t);
 Outcome check_loss7(Target& t);
 Outcome check_loss7_read(Target& t);
+Outcome check_loss7_limit(Target& t);
 Outcome check_ack9(Target& t);
 // receive_checks.cpp
 Outcome check_place3(Target& t);

@@ -160,6 +160,14 @@ bool EngineTarget::start_psn_at(uint32_t psn) {
   return true;
 }
 
+bool EngineTarget::set_rnr_retry_limit(uint32_t limit) {
+  EndpointConfig c = ep_->config();
+  c.recovery.rnr_retry_limit = limit;
+  if (!config_error(c).empty()) return false;
+  reopen(c);
+  return true;
+}
+
 void EngineTarget::reopen(const EndpointConfig& cfg) {
   ep_ = std::make_unique<Endpoint>(cfg);
   memory_ = MemoryStore();

@@ -1,7 +1,9 @@
 // NAK-1 to NAK-4 and ACK-9: the order of a receiver's checks, the error
 // state a fatal NAK leaves on both ends (and an RNR does not), and an ACK of
-// PSNs never sent. LOSS-7: the sender's pause after an RNR.
+// PSNs never sent. LOSS-7: the sender's pause after an RNR, and its RNR
+// retry limit (with NAK-4).
 #include <map>
+#include <optional>
 
 #include "checks.hpp"
 
@@ -12,14 +14,16 @@ const Bytes kPayload = {0x4e, 0x41, 0x4b, 0x21, 5, 6, 7, 8};
 
 // LOSS-7's start: the target SENDs the first 100 bytes of `src` (wr_id 1),
 // and the tester refuses it with an RNR NAK as soon as it leaves; `psn` is
-// its PSN. False, with `why`, when no such SEND leaves within 10 us.
+// its PSN. False, with `why`, when no such SEND leaves within 10 us (in
+// real time, Peer::run_until's patience).
 bool send_refused_rnr(Target& t, Peer& p, ConnId conn, const Region& src, uint32_t& psn,
                       std::string& why) {
   if (t.post_send(conn, to_tester(WrOpcode::kSend, src, 100, 1)) != Status::kOk) {
     why = "the target refused a SEND";
     return false;
   }
-  const std::vector<Reply> sent = p.run(10'000);
+  // In real time (LOSS-7's retry limit) waited for longer: a loaded host.
+  const std::vector<Reply> sent = p.run_until(has(wire::Opcode::kSend), 10'000);
   const auto sends = of(sent, wire::Opcode::kSend);
   if (sends.empty()) {
     why = "the target's SEND was not sent within 10 us";
@@ -258,6 +262,135 @@ Outcome check_loss7(Target& t) {
     at += step;
   }
   return fail("the SEND refused RNR was not resent within 200 us of the NAK");
+}
+
+// LOSS-7, NAK-4 (rnr_retry_limit): the target set to a limit of 3
+// (Target::set_rnr_retry_limit) sends its one-packet SEND, which the tester
+// refuses with RNR each time it leaves, 4 times (N + 1) and no more: the
+// SEND completes kRnrRetryExceeded, the SEND posted behind it kFlushed, the
+// connection fails with the same code (where the target tells), and the
+// tester is told nothing (NAK-4). Set to 0 (unlimited, the default), the
+// SEND is still resent after 20 RNR NAKs, nothing completed. In simulated
+// time exactly: one send a round, none in the next ms, and no packet at all
+// after the last NAK. In real time a copy resent for loss before the NAK
+// arrived may come with a round, or after it, and be taken for the next:
+// the sends are counted as at least N + 1, the target's giving up is
+// awaited (within 40 rounds), and after it no data, NAK or DISCONNECT may
+// come (an ACK or PROBE may already be on its way). A target that cannot be
+// set skips.
+Outcome check_loss7_limit(Target& t) {
+  constexpr uint32_t kLimit = 3, kUnlimitedNaks = 20, kMostRounds = 40;
+  // Each resend is due rnr_retry (100 us) after the NAK: 1 ms is ten pauses.
+  constexpr uint64_t kWait = 1'000'000, kStep = 10'000;
+  const bool simulated = t.simulated_time();
+  for (const uint32_t limit : {kLimit, 0u}) {
+    const std::string set = limit == 0 ? " (rnr_retry_limit 0: unlimited)"
+                                       : " (rnr_retry_limit " + std::to_string(limit) + ")";
+    if (!t.set_rnr_retry_limit(limit))
+      return limit == 0 ? fail("the target could be set to an RNR retry limit, not back to 0")
+                        : skip("the target cannot be set to an RNR retry limit (LOSS-7)");
+    Peer p(t);
+    ConnId conn;
+    std::string why;
+    if (!target_connects(t, p, conn, why)) return fail(why + set);
+    Region src;
+    if (!t.register_memory(200, 0, src)) return fail("register_memory failed");
+    uint32_t psn = 0;
+    if (!send_refused_rnr(t, p, conn, src, psn, why)) return fail(why + set);
+    Region second = src;
+    second.addr += 100;
+    if (t.post_send(conn, to_tester(WrOpcode::kSend, second, 100, 2)) != Status::kOk)
+      return fail("the target refused a second SEND" + set);
+    const auto copies = [psn](const std::vector<Reply>& rs) {
+      std::vector<const Reply*> out;
+      for (const Reply* r : of(rs, wire::Opcode::kSend))
+        if (r->pkt.bh.psn == psn) out.push_back(r);
+      return out;
+    };
+    // Sends expected after the first: in simulated time the limit's, each
+    // refused too; unlimited, one after each of kUnlimitedNaks NAKs.
+    const uint32_t resends = limit == 0 ? kUnlimitedNaks : simulated ? limit : kMostRounds;
+    uint32_t sends = 1;
+    std::optional<Completion> done;
+    for (uint32_t k = 1; k <= resends && !done; ++k) {
+      std::vector<Reply> rs;
+      Completion c;
+      const auto resent_or_done = [&](const std::vector<Reply>& got) {
+        if (!done && t.poll_completion(c)) done = c;
+        return done || !copies(got).empty();
+      };
+      if (simulated) {
+        // In steps: a resend for loss (LOSS-8's probe, the RTO) may follow
+        // an unanswered one within the ms.
+        for (uint64_t at = 0; at < kWait && !resent_or_done(rs); at += kStep) rs = p.run(kStep);
+      } else {
+        // A target kept from the tester's answers (a loaded host) may take
+        // its paths for dead and wait for PROBEs answered (PATH-4).
+        rs = run_until_answering_probes(t, p, resent_or_done, psn, kWait);
+      }
+      const std::vector<const Reply*> again = copies(rs);
+      if (done && (simulated || done->wr_id != 1 || done->status != Status::kRnrRetryExceeded ||
+                   sends < limit + 1 || limit == 0))
+        return fail("after " + std::to_string(sends) + " sends of the SEND refused RNR" + set +
+                    ", wr_id " + std::to_string(done->wr_id) + " completed " +
+                    code_text(done->status) +
+                    (limit == 0 ? "" : ": " + std::to_string(limit + 1) + " sends expected"));
+      if (done) break;
+      if (again.empty())
+        return fail("the SEND refused RNR was sent " + std::to_string(sends) +
+                    " times, then not again within 1 ms of the RNR NAK" + set + ": " +
+                    (limit == 0 ? "retries without end expected"
+                                : std::to_string(limit + 1) + " sends expected"));
+      if (simulated && again.size() > 1)
+        return fail("the SEND refused RNR was sent " + std::to_string(again.size()) +
+                    " times after one RNR NAK" + set);
+      sends += static_cast<uint32_t>(again.size());
+      if (limit == 0 && k == resends) break;
+      const Reply& s = *again.back();
+      p.send(p.nak(psn, 0x01, s.pkt.mh.msn, psn), s.entropy);
+    }
+    if (limit == 0) {
+      Status failed = Status::kOk;
+      if (t.conn_error(conn, failed) && failed != Status::kOk)
+        return fail("the connection failed " + code_text(failed) + set);
+      continue;
+    }
+    if (!simulated && !done)
+      return fail("the SEND refused RNR was sent " + std::to_string(sends) + " times" + set +
+                  " and did not fail: " + std::to_string(limit + 1) + " sends expected");
+    // The limit reached: the last NAK is not retried, and answered with
+    // nothing at all (NAK-4).
+    for (const Reply& r : p.run(kWait)) {
+      if (r.error != wire::ParseError::kOk) continue;
+      const wire::Opcode op = r.pkt.bh.opcode;
+      if (op == wire::Opcode::kSend && r.pkt.bh.psn == psn)
+        return fail("the SEND refused RNR was sent " + std::to_string(sends + 1) + " times" + set +
+                    ": " + std::to_string(limit + 1) + " expected, then none");
+      if (simulated || wire::is_data(op) || op == wire::Opcode::kNak ||
+          op == wire::Opcode::kDisconnect)
+        return fail("after the RNR NAK beyond the limit" + set + " the target sent a " +
+                    wire::opcode_name(op) + "; NAK-4: the receiver is told nothing");
+    }
+    const std::pair<uint64_t, Status> expected[] = {{1, Status::kRnrRetryExceeded},
+                                                    {2, Status::kFlushed}};
+    for (const auto& [wr_id, status] : expected) {
+      Completion c;
+      if (wr_id == 1 && done) continue;  // awaited above, in real time
+      if (!p.await_completion(c))
+        return fail("after " + std::to_string(sends) + " sends refused RNR" + set + ", wr_id " +
+                    std::to_string(wr_id) + " did not complete (" + code_text(status) +
+                    " expected)");
+      if (c.wr_id != wr_id || c.status != status)
+        return fail("after " + std::to_string(sends) + " sends refused RNR" + set + ", wr_id " +
+                    std::to_string(c.wr_id) + " completed " + code_text(c.status) + "; wr_id " +
+                    std::to_string(wr_id) + " " + code_text(status) + " expected");
+    }
+    Status failed = Status::kOk;
+    if (t.conn_error(conn, failed) && failed != Status::kRnrRetryExceeded)
+      return fail("the connection failed " + code_text(failed) + set + ", not " +
+                  code_text(Status::kRnrRetryExceeded));
+  }
+  return pass();
 }
 
 // LOSS-7, READ responses (simulated time: "at once" is measured against the

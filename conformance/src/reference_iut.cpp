@@ -46,6 +46,11 @@ udp::Options ReferenceIut::keeping_alive(udp::Options o, uint64_t keepalive_ns,
   return o;
 }
 
+udp::Options ReferenceIut::rnr_limited(udp::Options o, uint32_t limit) {
+  o.engine.recovery.rnr_retry_limit = limit;
+  return o;
+}
+
 udp::Options ReferenceIut::sharing(udp::Options o, uint32_t depth) {
   o.engine.shared_rq_depth = depth;
   return o;

@@ -386,6 +386,11 @@ bool RemoteTarget::set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns
       r);
 }
 
+bool RemoteTarget::set_rnr_retry_limit(uint32_t limit) {
+  json r;
+  return call({{"op", "rnr_retry_limit"}, {"limit", limit}}, r);
+}
+
 bool RemoteTarget::endpoint_stats(EndpointStats& out) {
   json r;
   if (!call_later_op({{"op", "stats"}}, r)) return false;

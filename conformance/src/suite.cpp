@@ -266,6 +266,10 @@ constexpr std::array kChecks = {
           "READ responses, new and resent, go on in an RNR pause: one echoed ECHO_TRIMMED is "
           "resent within 20 us, the refused SEND still after rnr_retry (simulated time only)",
           check_loss7_read, true},
+    Check{"LOSS-7, NAK-4",
+          "rnr_retry_limit 3: a SEND refused RNR each time goes 4 times, then completes "
+          "kRnrRetryExceeded, the next kFlushed, the tester told nothing; 0: resent after 20",
+          check_loss7_limit},
     Check{"LOSS-8",
           "one path's packets left unacknowledged, the rest acknowledged: a PROBE on that "
           "path and its oldest packet again on another, before the RTO (simulated time only)",

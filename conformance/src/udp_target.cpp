@@ -118,6 +118,13 @@ bool UdpTarget::set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) {
   return reopen(ReferenceIut::keeping_alive(options_, keepalive_ns, peer_timeout_ns));
 }
 
+bool UdpTarget::set_rnr_retry_limit(uint32_t limit) {
+  const udp::Options o = ReferenceIut::rnr_limited(options_, limit);
+  // A limit the engine refuses leaves the target as it was.
+  if (!config_error(o.engine).empty()) return false;
+  return reopen(o);
+}
+
 bool UdpTarget::reopen(const udp::Options& o) {
   std::string why;
   iut_ = ReferenceIut::reopen(std::move(iut_), iut_addr_, o, why);

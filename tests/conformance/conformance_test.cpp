@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -98,15 +99,19 @@ TEST(Conformance, ChecksOfSimulatedTimeOnlySkipInRealTimeAndSaySo) {
     EXPECT_EQ(c.simulated_only, c.title.ends_with("(simulated time only)")) << c.rule;
     if (!c.simulated_only) continue;
     ++flagged;
-    size_t delivered = 0;
+    // One count per check (each runs on a target of its own): the rule's
+    // other checks may run in real time (LOSS-7's retry limit does).
+    std::deque<size_t> delivered;
     const std::vector<Result> results =
-        run([&] { return std::make_unique<RealTimeTarget>(delivered); }, c.rule);
+        run([&] { return std::make_unique<RealTimeTarget>(delivered.emplace_back(0)); }, c.rule);
     const auto it = std::find_if(results.begin(), results.end(),
                                  [&](const Result& r) { return r.check == &c; });
     ASSERT_NE(it, results.end()) << c.rule;
     EXPECT_TRUE(it->outcome.skipped) << c.rule << ": " << it->outcome.detail;
     EXPECT_EQ(it->outcome.detail, "needs a target with simulated time") << c.rule;
-    EXPECT_EQ(delivered, 0u) << c.rule << " ran in real time";
+    ASSERT_EQ(delivered.size(), results.size()) << c.rule;
+    EXPECT_EQ(delivered[static_cast<size_t>(it - results.begin())], 0u)
+        << c.rule << " ran in real time";
   }
   EXPECT_EQ(flagged, 11u);
 }
@@ -250,6 +255,7 @@ class TargetWithoutLaterOps : public EngineTarget {
   bool endpoint_stats(EndpointStats&) override { return false; }
   bool shared_receives(uint32_t) override { return false; }
   bool register_memory_at(uint64_t, uint32_t, uint64_t, Region&) override { return false; }
+  bool set_rnr_retry_limit(uint32_t) override { return false; }
   [[nodiscard]] std::optional<bool> udp_checksum() const override { return std::nullopt; }
 };
 
@@ -271,7 +277,7 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
             (std::set<std::string>{"CONN-4", "CONN-7 closing", "CONN-7 ended", "CONN-8", "CONN-10",
                                    "BAD-7, CONN-7", "SEQ-2 target", "BAD-1", "BAD-2, CONN-5",
                                    "BAD-3", "BAD-4, INT-1", "BAD-5", "BAD-6", "BAD-7", "BAD-8",
-                                   "PLACE-6", "MR-4", "ENC-5"}));
+                                   "PLACE-6", "MR-4", "ENC-5", "LOSS-7, NAK-4"}));
 }
 
 // The engine with one fault: what it sends passes through `mutate`, and with
@@ -308,6 +314,14 @@ class FaultyTarget : public EngineTarget {
     return EngineTarget::paths();
   }
   // The engine set otherwise than the checks assume.
+  // With `rnr_limit_applied`, the RNR retry limit a check sets is replaced
+  // by what it returns (nullopt: the setting ignored, reported as done).
+  std::function<std::optional<uint32_t>(uint32_t)> rnr_limit_applied;
+  bool set_rnr_retry_limit(uint32_t limit) override {
+    if (!rnr_limit_applied) return EngineTarget::set_rnr_retry_limit(limit);
+    const std::optional<uint32_t> applied = rnr_limit_applied(limit);
+    return !applied || EngineTarget::set_rnr_retry_limit(*applied);
+  }
   void configure(const std::function<void(EndpointConfig&)>& change) {
     EndpointConfig c = config();
     change(c);
@@ -1559,26 +1573,33 @@ TEST(Conformance, NakedRequestFlushedFailsNak3) {
 
 // NAK-4 broken on either end: an RNR the target receives taken as fatal
 // (it arrives as REMOTE_INVALID_REQUEST), or the target's own RNR sent as
-// REMOTE_LENGTH_ERROR.
+// REMOTE_LENGTH_ERROR. (NAK-4's check; that of LOSS-7's retry limit, which
+// names NAK-4 too, fails the first for a reason of its own and never sees
+// the second.)
 TEST(Conformance, RnrTakenAsFatalFailsNak4) {
-  expect_fails("NAK-4", "the SEND that drew RNR completed with 0x06 (kRemoteInvalidRequest)",
-               [](FaultyTarget& t) {
-                 rewrite_received(t, [](wire::Packet& p) {
-                   if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
-                   p.nak.code = 0x06;
-                   return true;
-                 });
-               });
+  expect_fails(
+      "NAK-4", "the SEND that drew RNR completed with 0x06 (kRemoteInvalidRequest)",
+      [](FaultyTarget& t) {
+        rewrite_received(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+          p.nak.code = 0x06;
+          return true;
+        });
+      },
+      "RNR is not fatal");
 }
 
 TEST(Conformance, RnrSentAsFatalFailsNak4) {
-  expect_fails("NAK-4", "drew NAK 0x05 (kRemoteLengthError)", [](FaultyTarget& t) {
-    rewrite_sent(t, [](wire::Packet& p) {
-      if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
-      p.nak.code = 0x05;
-      return true;
-    });
-  });
+  expect_fails(
+      "NAK-4", "drew NAK 0x05 (kRemoteLengthError)",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x01) return false;
+          p.nak.code = 0x05;
+          return true;
+        });
+      },
+      "RNR is not fatal");
 }
 
 // An ACK beyond everything the target sent reaches it with `cum_psn`
@@ -2288,6 +2309,110 @@ TEST(Conformance, RnrPauseOf20UsFailsLoss7) {
         t.configure([](EndpointConfig& c) { c.recovery.rnr_retry_ns = 20'000; });
       },
       "a SEND refused RNR");
+}
+
+// LOSS-7, NAK-4 with rnr_retry_limit: the limit ignored (the SEND resent
+// without end, as before the engine had one), one retry short, 0 read as a
+// limit (the unlimited default failing after 5 retries), the refused SEND
+// completing with another code, and the receiver told (a NAK of the
+// target's own after it gave up): each fails the check.
+TEST(Conformance, RnrRetryLimitIgnoredFailsLoss7Limit) {
+  expect_fails("LOSS-7, NAK-4",
+               "the SEND refused RNR was sent 5 times (rnr_retry_limit 3): 4 expected",
+               [](FaultyTarget& t) {
+                 t.rnr_limit_applied = [](uint32_t) { return std::optional<uint32_t>(); };
+               });
+}
+
+// The same in real time, where the sends are counted as at least N + 1
+// and the target's giving up is awaited: it never comes. The engine as it
+// is passes there, also sending late (a loaded host).
+TEST(Conformance, RnrRetryLimitIgnoredFailsLoss7LimitInRealTime) {
+  expect_fails("LOSS-7, NAK-4", "times (rnr_retry_limit 3) and did not fail: 4 sends expected",
+               [](FaultyTarget& t) {
+                 t.real_time = true;
+                 t.rnr_limit_applied = [](uint32_t) { return std::optional<uint32_t>(); };
+               });
+  for (const bool late : {false, true}) {
+    const auto results = run(
+        [late]() -> std::unique_ptr<Target> {
+          if (late) return std::make_unique<LateTarget>();
+          auto t = std::make_unique<FaultyTarget>();
+          t->real_time = true;
+          return t;
+        },
+        "NAK-4");
+    size_t ran = 0;
+    for (const Result& r : results) {
+      if (r.check->rule != "LOSS-7, NAK-4") continue;
+      ++ran;
+      EXPECT_TRUE(r.outcome.passed && !r.outcome.skipped) << late << ": " << r.outcome.detail;
+    }
+    EXPECT_EQ(ran, 1u);
+  }
+}
+
+TEST(Conformance, RnrRetryLimitOneShortFailsLoss7Limit) {
+  expect_fails("LOSS-7, NAK-4",
+               "after 3 sends of the SEND refused RNR (rnr_retry_limit 3), wr_id 1 completed 0x4c",
+               [](FaultyTarget& t) {
+                 t.rnr_limit_applied = [](uint32_t n) {
+                   return std::optional<uint32_t>(n == 0 ? 0 : n - 1);
+                 };
+               });
+}
+
+TEST(Conformance, UnlimitedRnrRetriesEndingFailLoss7Limit) {
+  expect_fails("LOSS-7, NAK-4", "(rnr_retry_limit 0: unlimited), wr_id 1 completed 0x4c",
+               [](FaultyTarget& t) {
+                 t.rnr_limit_applied = [](uint32_t n) {
+                   return std::optional<uint32_t>(n == 0 ? 5 : n);
+                 };
+               });
+}
+
+TEST(Conformance, RnrRetryExceededReportedAsAnotherCodeFailsLoss7Limit) {
+  expect_fails("LOSS-7, NAK-4", "wr_id 1 completed 0x07", [](FaultyTarget& t) {
+    t.mutate_completion = [](Completion& c) {
+      if (c.status == Status::kRnrRetryExceeded) c.status = Status::kRemoteOperationError;
+    };
+  });
+}
+
+TEST(Conformance, ReceiverToldOfTheRnrLimitFailsLoss7Limit) {
+  expect_fails("LOSS-7, NAK-4", "NAK-4: the receiver is told nothing", [](FaultyTarget& t) {
+    // After the fourth RNR NAK (a limit of 3 reached), the target NAKs its
+    // refused SEND's PSN to the tester, once: REMOTE_OPERATION_ERROR, built
+    // from the SEND's own headers.
+    struct Told {
+      unsigned rnr_naks = 0;
+      bool done = false;
+      Sent send;  // the last SEND it sent
+    };
+    auto told = std::make_shared<Told>();
+    t.mutate_in = [told](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (wire::decode(d, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kNak &&
+          p.nak.code == 0x01)
+        ++told->rnr_naks;
+    };
+    t.mutate = [told](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (const Sent& s : v)
+        if (wire::decode(s.bytes, p) == wire::ParseError::kOk && p.bh.opcode == wire::Opcode::kSend)
+          told->send = s;
+      if (told->done || told->rnr_naks != 4 || told->send.bytes.empty() ||
+          wire::decode(told->send.bytes, p) != wire::ParseError::kOk)
+        return;
+      told->done = true;
+      p.bh.opcode = wire::Opcode::kNak;
+      p.nak = wire::NakBody{p.bh.psn, 0x07, p.mh.msn, p.bh.psn};
+      p.payload = {};
+      Sent nak = told->send;
+      nak.bytes = encode(p);
+      v.push_back(std::move(nak));
+    };
+  });
 }
 
 // LOSS-7 broken for READ responses: one resent in an RNR pause waits until

@@ -3,8 +3,9 @@
 # (every tool's status for a bad command line; it was 1) and a line naming
 # the option: an unknown option, an entropy block that runs past port 65535,
 # the trimmed DSCP (63) for either class, a --connect-timeout-ms outside
-# 10-655350, and a bare number as the address (getaddrinfo would read "9999"
-# as 0.0.39.15), and a size and depth over 4 GiB (naming the --qd that fits).
+# 10-655350, an --rnr-retry-limit outside 0-65534, and a bare number as the
+# address (getaddrinfo would read "9999" as 0.0.39.15), and a size and
+# depth over 4 GiB (naming the --qd that fits).
 # Host names still resolve; --help names the driver's defaults.
 # Then, against a server on loopback: one SIGINT keeps the client's result,
 # a plain write's server count, the --paths note, a read --bidir's
@@ -60,6 +61,14 @@ expect 2 '^--connect-timeout-ms: Value 2s is not a whole number \(expected 10 to
   "$perf" client 127.0.0.1:4792 --connect-timeout-ms 2s
 expect 2 'not expected: .*--connect-timeout-ms' \
   "$perf" server 127.0.0.1:0 --connect-timeout-ms 1000
+# --rnr-retry-limit: the engine's range, 0 (unlimited) to 65534 (LOSS-7); the
+# engine's open would refuse 65535 only after the command line.
+expect 2 '^--rnr-retry-limit: Value 65535 not in range 0 to 65534' \
+  "$perf" client 127.0.0.1:4792 --rnr-retry-limit 65535
+expect 2 '^--rnr-retry-limit: Value -1 not in range 0 to 65534' \
+  "$perf" server 127.0.0.1:0 --rnr-retry-limit -1
+expect 2 '^--rnr-retry-limit: Value 3x is not a whole number \(expected 0 to 65534\)' \
+  "$perf" server 127.0.0.1:0 --rnr-retry-limit 3x
 # An unbracketed IPv6 address whose last group could be a port: which was
 # meant is asked (it used to be read as the address ::1:5, port 4792). The
 # client finds it where it resolves the address, after the command line, and
@@ -82,6 +91,8 @@ check "client --help: --min-rto-us default 10000, --target-delay-us default 1000
   "$(printf '%s\n' "$help" | grep -q 'min_rto in microseconds, 1-100000 (default 10000,' &&
     printf '%s\n' "$help" | grep -q 'target queue delay in microseconds, 1-1000000 (default 1000,' &&
     [ "$(printf '%s\n' "$help" | grep -c 'DSCP of this end.s [a-zA-Z ]*, 0-62 ')" -eq 2 ]; echo $?)"
+check "client --help: --rnr-retry-limit 0-65534, default 0 (unlimited)" \
+  "$(printf '%s\n' "$help" | grep -q 'kRnrRetryExceeded, 0-65534 (default 0: unlimited'; echo $?)"
 # --bind naming the server's own address: refused at once (the client
 # connected to itself and gave up after 5 s waiting for a HelloAck).
 expect 2 "^metaroce-perf client: --bind 127.0.0.1:48200 is the server's address 127.0.0.1:48200: the client would connect to itself" \
@@ -95,7 +106,8 @@ expect 2 'over 4 GiB: --op write --size 1073741824 --bidir takes --qd 4 at most,
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
 # reach the run (here: a client that finds no server at a closed port, exit 1
 # without a parse error).
-for args in "localhost:1 --entropy-base 65472" "127.0.0.1:1 --control-dscp 62 --data-dscp 0"; do
+for args in "localhost:1 --entropy-base 65472" "127.0.0.1:1 --control-dscp 62 --data-dscp 0" \
+  "127.0.0.1:1 --rnr-retry-limit 65534"; do
   # shellcheck disable=SC2086
   err=$(timeout 20 "$perf" client $args --iters 1 --peer-timeout-ms 100 2>&1 >/dev/null)
   if printf '%s\n' "$err" | grep -Eq -- '^(--|addr:)|Run with --help'; then

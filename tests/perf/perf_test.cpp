@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -953,6 +954,41 @@ TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
   EXPECT_NE(out.find("no answer from server " + a.addr + " (peer " + a.addr + ", conn 0x"),
             std::string::npos)
       << out;
+}
+
+// --rnr-retry-limit reaches the engine: against an end that posts no
+// receive (every SEND draws RNR, LOSS-7), the client's Hello fails
+// kRnrRetryExceeded after the limit's retries (NAK-4), where without it the
+// client waited out its HelloAck wait for "no answer".
+TEST(PerfClient, RnrRetryLimitReachesTheEngine) {
+  EXPECT_EQ(make_options(Common{}).engine.recovery.rnr_retry_limit, 0u);  // unlimited
+  Common limited = small_common();
+  limited.rnr_retry_limit = 2;
+  EXPECT_EQ(make_options(limited).engine.recovery.rnr_retry_limit, 2u);
+  limited.rnr_retry_limit = kMaxRnrRetryLimit;  // the engine's largest opens
+  EXPECT_TRUE(config_error(make_options(limited).engine).empty());
+  limited.rnr_retry_limit = kMaxRnrRetryLimit + 1;
+  EXPECT_FALSE(config_error(make_options(limited).engine).empty());
+  limited.rnr_retry_limit = 2;
+  udp::Error err;
+  auto silent = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
+  ASSERT_TRUE(silent) << err.message;
+  silent->start_progress_thread();  // accepts, posts no receive: RNR
+  ClientArgs a;
+  a.addr = silent->local_address();
+  a.iters = 1;
+  a.tp.size = 64;
+  a.tp.qd = 1;
+  g_stop = 0;
+  testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_client(a, limited);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  const std::string out = testing::internal::GetCapturedStderr();
+  silent->stop_progress_thread();
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("kRnrRetryExceeded"), std::string::npos) << out;
+  EXPECT_LT(took, std::chrono::seconds(4)) << out;  // not the HelloAck wait
 }
 
 // A Hello the server's end refused (here as examples/udp_write's server

@@ -80,7 +80,7 @@ class Agent {
  public:
   // `without`: the ops answered "unknown op", as an agent written before
   // them answers (close, conn_error, listen, initial_psn, stats, keepalive,
-  // shared_receives, post_shared_recv came later; the checks that need them
+  // shared_receives, post_shared_recv, rnr_retry_limit came later; the checks that need them
   // then skip), and the later fields such an agent leaves out: hello's
   // "udp_checksum", register_memory's "base" (read as if absent).
   Agent(std::string address, metaroce::udp::Options opts, std::set<std::string> without)
@@ -197,6 +197,15 @@ class Agent {
       if (!a.error.empty()) return fail(a.error);
       const metaroce::udp::Options o =
           mc::ReferenceIut::keeping_alive(opts_, keepalive, peer_timeout);
+      // Checked first: an endpoint that cannot open leaves the session no IUT.
+      if (const std::string bad = metaroce::config_error(o.engine); !bad.empty()) return fail(bad);
+      if (!reopen(o)) return fail("the IUT cannot reopen: " + open_error_);
+      return json{{"ok", true}};
+    }
+    if (op == "rnr_retry_limit") {
+      const auto limit = static_cast<uint32_t>(a.u("limit", UINT32_MAX));
+      if (!a.error.empty()) return fail(a.error);
+      const metaroce::udp::Options o = mc::ReferenceIut::rnr_limited(opts_, limit);
       // Checked first: an endpoint that cannot open leaves the session no IUT.
       if (const std::string bad = metaroce::config_error(o.engine); !bad.empty()) return fail(bad);
       if (!reopen(o)) return fail("the IUT cannot reopen: " + open_error_);
@@ -400,7 +409,8 @@ int main(int argc, char** argv) {
                  "(for tests of the tester)")
       ->delimiter(',')
       ->check(CLI::IsMember({"close", "conn_error", "listen", "initial_psn", "stats", "keepalive",
-                             "shared_receives", "post_shared_recv", "base", "udp_checksum"}));
+                             "shared_receives", "post_shared_recv", "rnr_retry_limit", "base",
+                             "udp_checksum"}));
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   if (entropy_count < paths) {
     std::fprintf(stderr,

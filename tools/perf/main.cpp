@@ -84,6 +84,15 @@ int main(int argc, char** argv) {
                         std::to_string(metaroce::perf::kMaxPeerTimeoutMs) + " (default 2000)")
         ->check(metaroce::tools::number_in_range(metaroce::perf::kMinPeerTimeoutMs,
                                                  metaroce::perf::kMaxPeerTimeoutMs));
+    // Control messages are SENDs too: a low limit can fail the test itself
+    // where the peer is slow to post a receive (a large buffer, a loaded
+    // host), as it fails a test's own SENDs (kRnrRetryExceeded, exit 1).
+    sub->add_option("--rnr-retry-limit", common.rnr_retry_limit,
+                    "LOSS-7 RNR retries of one refused message before it fails "
+                    "kRnrRetryExceeded, 0-" +
+                        std::to_string(metaroce::perf::kMaxRnrRetryLimit) +
+                        " (default 0: unlimited, the engine's; the sending end's setting counts)")
+        ->check(metaroce::tools::number_in_range(0u, metaroce::perf::kMaxRnrRetryLimit));
     sub->add_flag("--no-gso", common.no_gso, "do not use UDP_SEGMENT");
     sub->add_flag(
         "--payload-crc", common.payload_crc,

@@ -48,6 +48,7 @@ udp::Options make_options(const Common& c) {
   o.engine.num_paths = static_cast<uint8_t>(c.paths);
   o.engine.rq_depth = kRqDepth;
   o.engine.recovery.peer_timeout_ns = uint64_t{c.peer_timeout_ms} * kMillisecond;
+  o.engine.recovery.rnr_retry_limit = c.rnr_retry_limit;
   // 500 ms: a perf run tolerates a slow server start (a client sets its own
   // --connect-timeout-ms).
   o.engine.connect_attempts =

@@ -63,6 +63,10 @@ inline constexpr uint32_t kMinPeerTimeoutMs = 100, kMaxPeerTimeoutMs = 3'600'000
 inline constexpr uint32_t kMaxMinRtoUs = 100'000;  // max_rto (LOSS-5): a longer min_rto acts as it
 inline constexpr uint32_t kMaxTargetDelayUs = 1'000'000;
 inline constexpr uint32_t kMaxSpinUs = 1'000'000;
+// --rnr-retry-limit: the engine's own range (LOSS-7), 0 (unlimited) to
+// 65534; the engine refuses 65535 at open, which would come after the
+// command line.
+inline constexpr uint32_t kMaxRnrRetryLimit = 65'534;
 // --connect-timeout-ms: how long a client asks for its connection, one
 // request every connect_retry (CONN-2, 10 ms): one request at the least, the
 // engine's 65,535 at the most.
@@ -75,6 +79,7 @@ struct Common {
   uint32_t entropy_count = 64;
   uint16_t entropy_base = 0;
   uint32_t peer_timeout_ms = 2000;
+  uint32_t rnr_retry_limit = 0;  // LOSS-7, NAK-4; 0: unlimited, the engine's default
   bool no_gso = false, no_gro = false;
   bool no_cc = false;
   bool payload_crc = false;

@@ -44,6 +44,7 @@ class EngineTarget : public Target {
   bool conn_error(ConnId conn, Status& out) override;
   bool listen(bool accept, uint32_t max_connections) override;
   bool start_psn_at(uint32_t psn) override;
+  bool set_rnr_retry_limit(uint32_t limit) override;
   bool endpoint_stats(EndpointStats& out) override {
     out = ep_->endpoint_stats();
     return true;

@@ -33,6 +33,9 @@ class ReferenceIut {
   // `o` with CONN-9's keepalive and the peer timeout set (Target::set_keepalive).
   static udp::Options keeping_alive(udp::Options o, uint64_t keepalive_ns,
                                     uint64_t peer_timeout_ns);
+  // `o` retrying an RNR-refused message at most `limit` times (LOSS-7;
+  // Target::set_rnr_retry_limit).
+  static udp::Options rnr_limited(udp::Options o, uint32_t limit);
   // `o` with a shared receive queue of `depth` receives (Target::shared_receives).
   static udp::Options sharing(udp::Options o, uint32_t depth);
   // `o` with the engine's seed set so that its first connection, made or

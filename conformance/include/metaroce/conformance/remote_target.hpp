@@ -68,6 +68,7 @@ class RemoteTarget : public TesterWireTarget {
   bool start_psn_at(uint32_t psn) override;
   // The agent's `keepalive`; false (the check skips) when it has none.
   bool set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) override;
+  bool set_rnr_retry_limit(uint32_t limit) override;
   // The agent's `stats`; false (the BAD checks skip their counts) when it
   // has none.
   bool endpoint_stats(EndpointStats& out) override;

@@ -139,6 +139,11 @@ class Target {
                                            uint64_t /*peer_timeout_ns*/) {
     return false;
   }
+  // Makes the IUT afresh, as listen() does, retrying a message its peer
+  // refuses with RNR at most `limit` times (LOSS-7, NAK-4; 0: without end,
+  // the spec's default). False when the target cannot be set so (the check
+  // then skips).
+  [[nodiscard]] virtual bool set_rnr_retry_limit(uint32_t /*limit*/) { return false; }
   // The IUT's entropy range (the UDP source ports its paths draw from, spec
   // PATH-1), {min, max} as Sent::entropy reads them; nullopt when the target
   // does not know it (PATH-1 then checks what it can without it).

@@ -56,6 +56,7 @@ class UdpTarget : public TesterWireTarget {
   bool start_psn_at(uint32_t psn) override;
   // The same, with CONN-9's keepalive and the peer timeout set.
   bool set_keepalive(uint64_t keepalive_ns, uint64_t peer_timeout_ns) override;
+  bool set_rnr_retry_limit(uint32_t limit) override;
   bool endpoint_stats(EndpointStats& out) override {
     out = iut_->ep().endpoint_stats();
     return true;
