@@ -933,27 +933,39 @@ TEST(PerfServer, ForwardCountCoversEveryOp) {
   EXPECT_EQ(f.bytes, 12u * 4096);
 }
 
+// A one-message client run (64 bytes, qd 1) with settings `c` against an
+// endpoint that accepts, posts no receive and answers nothing: its exit
+// code and what it printed to stderr.
+struct SilentRun {
+  std::string addr, out;
+  int rc = -1;
+  void run(const Common& c) {
+    udp::Error err;
+    auto silent = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
+    ASSERT_TRUE(silent) << err.message;
+    silent->start_progress_thread();
+    ClientArgs a;
+    addr = a.addr = silent->local_address();
+    a.iters = 1;
+    a.tp.size = 64;
+    a.tp.qd = 1;
+    g_stop = 0;
+    testing::internal::CaptureStderr();
+    rc = run_client(a, c);
+    out = testing::internal::GetCapturedStderr();
+    silent->stop_progress_thread();
+  }
+};
+
 // A server that never answers the Hello: the client's error names the
 // connection as well as the address.
 TEST(PerfClient, NoAnswerNamesPeerAndConnection) {
-  udp::Error err;
-  auto silent = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
-  ASSERT_TRUE(silent) << err.message;
-  silent->start_progress_thread();  // accepts, posts no receive, answers nothing
-  ClientArgs a;
-  a.addr = silent->local_address();
-  a.iters = 1;
-  a.tp.size = 64;
-  a.tp.qd = 1;
-  g_stop = 0;
-  testing::internal::CaptureStderr();
-  const int rc = run_client(a, small_common());
-  const std::string out = testing::internal::GetCapturedStderr();
-  silent->stop_progress_thread();
-  EXPECT_EQ(rc, kExitNothingRan);
-  EXPECT_NE(out.find("no answer from server " + a.addr + " (peer " + a.addr + ", conn 0x"),
+  SilentRun r;
+  ASSERT_NO_FATAL_FAILURE(r.run(small_common()));
+  EXPECT_EQ(r.rc, kExitNothingRan);
+  EXPECT_NE(r.out.find("no answer from server " + r.addr + " (peer " + r.addr + ", conn 0x"),
             std::string::npos)
-      << out;
+      << r.out;
 }
 
 // --rnr-retry-limit reaches the engine: against an end that posts no
@@ -970,25 +982,13 @@ TEST(PerfClient, RnrRetryLimitReachesTheEngine) {
   limited.rnr_retry_limit = kMaxRnrRetryLimit + 1;
   EXPECT_FALSE(config_error(make_options(limited).engine).empty());
   limited.rnr_retry_limit = 2;
-  udp::Error err;
-  auto silent = udp::UdpEndpoint::open("127.0.0.1:0", make_options(small_common()), err);
-  ASSERT_TRUE(silent) << err.message;
-  silent->start_progress_thread();  // accepts, posts no receive: RNR
-  ClientArgs a;
-  a.addr = silent->local_address();
-  a.iters = 1;
-  a.tp.size = 64;
-  a.tp.qd = 1;
-  g_stop = 0;
-  testing::internal::CaptureStderr();
+  SilentRun r;  // its end posts no receive: RNR
   const auto t0 = std::chrono::steady_clock::now();
-  const int rc = run_client(a, limited);
+  ASSERT_NO_FATAL_FAILURE(r.run(limited));
   const auto took = std::chrono::steady_clock::now() - t0;
-  const std::string out = testing::internal::GetCapturedStderr();
-  silent->stop_progress_thread();
-  EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("kRnrRetryExceeded"), std::string::npos) << out;
-  EXPECT_LT(took, std::chrono::seconds(4)) << out;  // not the HelloAck wait
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("kRnrRetryExceeded"), std::string::npos) << r.out;
+  EXPECT_LT(took, std::chrono::seconds(4)) << r.out;  // not the HelloAck wait
 }
 
 // A Hello the server's end refused (here as examples/udp_write's server
