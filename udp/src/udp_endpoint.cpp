@@ -167,9 +167,8 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   ConnId id;
   {
     auto lk = im.guard();
-    const uint64_t budget_ns = static_cast<uint64_t>(budget.count()) * kMillisecond;
     const Status s =
-        im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget_ns));
+        im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
       // The engine's kResourceExhausted here is this endpoint's limit; a
       // peer's reads "the peer holds as many connections ..." (ended_text).
@@ -200,6 +199,36 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
 std::string retry_text(uint64_t ns) {
   const uint64_t us = ns / 1000;
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
+}
+
+// How a budget's requests compare with the budget (CONN-2):
+// 0 they cover it, the connection lasted it; 1 the budget was shorter than
+// connect_attempts' requests, which it got all the same; 2 longer than
+// 65,535 requests, where they ended. Compared in requests, not products
+// of them and connect_retry_ns, which wrapped for a huge connect_retry_ns.
+int budget_outlasts(const UdpEndpoint::Impl& im, int64_t budget_ms) {
+  const uint32_t requests = im.connect_attempts_for(budget_ms);
+  const uint64_t retry = std::max<uint64_t>(im.cfg.connect_retry_ns, 1);
+  const auto ms = static_cast<uint64_t>(budget_ms);
+  const uint64_t ns = ms > UINT64_MAX / kMillisecond ? UINT64_MAX : ms * kMillisecond;
+  const uint64_t cover = ns / retry + (ns % retry != 0 ? 1 : 0);  // the fewest that cover it
+  return cover > requests ? 2 : cover < requests ? 1 : 0;
+}
+
+// What ended connect_start's budgeted connect, its requests unanswered:
+// the budget, or where it was shorter than connect_attempts' requests or
+// longer than 65,535, the requests (it said the budget, which the
+// connection had outlasted or not lasted).
+std::string budget_text(const UdpEndpoint::Impl& im, int64_t budget_ms) {
+  const int how = budget_outlasts(im, budget_ms);
+  const std::string budget = "connect_start's budget";
+  if (how == 0)
+    return "the connect timed out after " + std::to_string(budget_ms) + " ms (" + budget +
+           ", its requests unanswered)";
+  return "no answer to " + std::to_string(im.connect_attempts_for(budget_ms)) + " requests " +
+         retry_text(im.cfg.connect_retry_ns) + " apart (" +
+         (how == 2 ? "CONN-2's most; " : "Options::engine.connect_attempts; ") + budget + " of " +
+         std::to_string(budget_ms) + " ms asked for " + (how == 2 ? "more)" : "fewer)");
 }
 }  // namespace
 
@@ -266,10 +295,9 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   // or CONN-2's most, 65,535, where the timeout is longer.
   const bool ran_out = done && ci.status == Status::kConnectTimeout;
   const EndpointConfig& ec = impl_->cfg;
-  const uint64_t budget_ns = static_cast<uint64_t>(ci.budget_ms) * kMillisecond;
-  const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(budget_ns)
+  const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(ci.budget_ms)
                                               : std::min<uint32_t>(ec.connect_attempts, 65535);
-  const bool covered = ci.budget_ms != 0 && uint64_t{requests} * ec.connect_retry_ns >= budget_ns;
+  const bool covered = ci.budget_ms != 0 && budget_outlasts(*impl_, ci.budget_ms) != 2;
   if (!done) {
     impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
@@ -694,8 +722,7 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
   }
   // A budget spent: the connect's whole time, not one connection's requests.
   if (c.status == Status::kConnectTimeout && it != impl_->conns.end() && it->second.budget_ms != 0)
-    what += "; the connect timed out after " + std::to_string(it->second.budget_ms) +
-            " ms (connect_start's budget, its requests unanswered)";
+    what += "; " + budget_text(*impl_, it->second.budget_ms);
   if (c.status != Status::kFlushed) return impl_->make_error(c.status, what, c.conn);
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
