@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -1029,6 +1030,32 @@ TEST(UdpConnect, ABudgetOfCenturiesKeepsRequesting) {
     EXPECT_EQ(client->state(c), ConnState::kConnecting) << client->conn_error(c).message;
     client->close(c);
   }
+  ::close(fd);
+}
+
+// connect() for ever (milliseconds::max()) waits, as the timeout says,
+// until another thread's close() ends it: its deadline, now + the timeout in
+// nanoseconds, overflowed into the past, and it failed kConnectTimeout at once.
+TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  Error e;
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    ConnId id;
+    e = client->connect(addr, std::chrono::milliseconds::max(), id);
+    returned = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  const bool early = returned;
+  client->close();
+  t.join();
+  EXPECT_FALSE(early) << e.message;
+  EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
   ::close(fd);
 }
 

@@ -26,6 +26,20 @@ Error negative_timeout(const std::string& what, std::chrono::milliseconds timeou
   e.message = what + ": timeout " + std::to_string(timeout.count()) + " ms is negative";
   return e;
 }
+
+// now + timeout, or the last time point the clock holds where that would
+// pass it: milliseconds::max() (a caller's "for ever") overflowed in
+// nanoseconds to a deadline already past, and connect() gave up at once.
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  // Compared in the timeout's unit, the room rounded down: no conversion
+  // of the timeout to nanoseconds, which is what overflowed.
+  const auto room = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(
+      Clock::time_point::max() - now);
+  return timeout >= room ? Clock::time_point::max() : now + timeout;
+}
 }  // namespace
 
 std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const Options& opts,
@@ -84,7 +98,7 @@ size_t UdpEndpoint::progress() {
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   // (run_until's waits are 1-2 ms slices, for predicates it checks between
   // them: here there is none, so the whole timeout is waited for.)
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   Impl& im = *impl_;
   if (im.threaded.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lk(im.mu);
@@ -260,7 +274,7 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
     auto lk = impl_->guard();
     if (auto it = impl_->conns.find(id.v); it != impl_->conns.end()) peer = it->second.peer;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   const bool done = impl_->run_until(
       [&] {
         const auto it = impl_->conns.find(id.v);
@@ -487,7 +501,7 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
     return e;
   }
   if (impl_->closed) return impl_->closed_error("accept");
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   // (pred runs under the lock; the connection is taken there, as another
   // thread's try_accept could otherwise take it between the two.)
   if (!impl_->run_until([&] { return impl_->take_accepted(out); }, deadline)) {
@@ -698,7 +712,7 @@ size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
 }
 
 bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   return impl_->run_until([&] { return impl_->eng->poll_completion(out); }, deadline);
 }
 
