@@ -1059,4 +1059,52 @@ TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
   ::close(fd);
 }
 
+// A budgeted connect_start closed while CONNECTING, by close(conn) and by
+// the endpoint's close(): its work completes kFlushed under the id the
+// application holds, naming the close, no request follows, and a late
+// ACCEPT for it would be answered (the engine remembers it given up).
+TEST(UdpConnect, ABudgetedConnectClosedWhileConnectingFlushesItsWork) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  for (const bool whole_endpoint : {false, true}) {
+    SCOPED_TRACE(whole_endpoint);
+    auto client = open_on("127.0.0.1");
+    ASSERT_TRUE(client);
+    std::vector<uint8_t> src(64, 1);
+    MemoryRegion mr;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, mr));
+    ConnId c;
+    ASSERT_FALSE(client->connect_start(addr, c, 5000ms));
+    ASSERT_FALSE(client->write(c, 5, src.data(), 64, mr.lkey, 0x1000, 1));
+    // Past connect_attempts' 80 ms: the budget's requests go on.
+    for (int i = 0; i < 80; ++i) client->wait(2ms);
+    EXPECT_EQ(client->state(c), ConnState::kConnecting);
+    if (whole_endpoint)
+      client->close();
+    else
+      client->close(c);
+    Completion done;
+    ASSERT_TRUE(client->wait_completion(done, 2s));
+    EXPECT_EQ(done.conn, c);
+    EXPECT_EQ(done.wr_id, 5u);
+    EXPECT_EQ(done.status, Status::kFlushed);
+    const Error e = client->completion_error(done);
+    EXPECT_TRUE(has(e.message, whole_endpoint ? "the endpoint was closed (close())"
+                                              : "the application closed the connection"))
+        << e.message;
+    metaroce::wire::Packet p;
+    while (receive_packet(fd, 0ms, p)) {
+    }
+    for (int i = 0; i < 50; ++i) client->wait(2ms);
+    size_t after = 0;
+    while (receive_packet(fd, 0ms, p))
+      if (p.bh.opcode == metaroce::wire::Opcode::kConnectReq) ++after;
+    EXPECT_EQ(after, 0u);
+    EXPECT_NE(client->state(c), ConnState::kConnecting);
+  }
+  ::close(fd);
+}
+
 }  // namespace
