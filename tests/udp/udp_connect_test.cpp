@@ -1109,4 +1109,22 @@ TEST(UdpConnect, ABudgetedConnectClosedWhileConnectingFlushesItsWork) {
   ::close(fd);
 }
 
+// connect_retry_ns below a microsecond is named in nanoseconds: 1 ns read
+// "65535 requests 0 ms apart".
+TEST(UdpConnect, ARetryOfNanosecondsIsNamedSo) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  Options o = test_options();
+  o.engine.connect_retry_ns = 1;
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect(addr, 20000ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  EXPECT_TRUE(has(e.message, "no answer to 65535 requests 1 ns apart")) << e.message;
+  ::close(fd);
+}
+
 }  // namespace

@@ -209,8 +209,10 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   return {};
 }
 
-// "10 ms" or "250 us": connect_retry_ns in a message.
+// "10 ms", "250 us" or "1 ns": connect_retry_ns in a message (a part of a
+// microsecond read "0 ms").
 std::string retry_text(uint64_t ns) {
+  if (ns % 1000 != 0) return std::to_string(ns) + " ns";
   const uint64_t us = ns / 1000;
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
 }
