@@ -160,6 +160,12 @@ Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
   const uint64_t resends =
       std::max<uint64_t>(std::min<uint64_t>(cfg.connect_attempts, 65535), cfg.disconnect_attempts);
   r.until = last_now + resends * cfg.connect_retry_ns;
+  // CONN-3: a requester's repeats go on for as many requests as its
+  // connect() asked for, up to 65,535, whatever our connect_attempts says.
+  const uint64_t most = uint64_t{UINT16_MAX} * cfg.connect_retry_ns;
+  r.requests_until = most / UINT16_MAX == cfg.connect_retry_ns && most < UINT64_MAX - last_now.ns
+                         ? last_now + most
+                         : TimeNs::never();
   r.stats = c.stats;
   r.paths.resize(c.num_paths);
   for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);

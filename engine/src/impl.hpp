@@ -131,6 +131,11 @@ struct Endpoint::Impl {
     uint64_t abandoned_nonce = 0;
     Status reason = Status::kOk;  // its DISCONNECT's reason, for that ACCEPT (CONN-8)
     TimeNs until{0};              // the peer's resends have stopped by then
+    // A responder's: its requester's CONNECT_REQs have stopped by then, at
+    // CONN-2's most (65,535 x connect_retry): a requester may be asked for
+    // more than this end's connect_attempts, and a repeat read after `until`
+    // opened a second connection for a request already answered (CONN-3).
+    TimeNs requests_until{0};
     // Its counters as they ended, the connection's and each path's: a
     // peer's DISCONNECT ends a connection before the application has polled
     // the kPeerClosed that says so. The vector keeps its capacity as the
@@ -163,7 +168,8 @@ struct Endpoint::Impl {
   [[nodiscard]] bool answered_request_closed(const PeerAddr& peer, uint32_t src_conn,
                                              uint64_t nonce) const {
     for (const Closed& r : recently_closed)
-      if (r.nonce == nonce && r.peer_conn == src_conn && r.peer == peer && last_now < r.until)
+      if (r.nonce == nonce && r.peer_conn == src_conn && r.peer == peer &&
+          last_now < r.requests_until)
         return true;
     return false;
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -956,6 +957,174 @@ TEST(UdpConnect, MoreFirstUsePeersThanSharedReceives) {
     EXPECT_EQ(replied[i], 1u);
     EXPECT_EQ(back[i], reply);
   }
+}
+
+// --- connect budgets at their limits (CONN-2: one connection's requests) ---
+
+// The WRITE posted on a connect_start to a silent peer, and its completion's
+// error once its requests run out.
+Error budget_spent_error(UdpEndpoint& client, const std::string& addr,
+                         std::chrono::milliseconds budget) {
+  std::vector<uint8_t> src(64, 1);
+  MemoryRegion mr;
+  EXPECT_FALSE(client.register_memory(src.data(), src.size(), kAllAccess, mr));
+  ConnId c;
+  EXPECT_FALSE(client.connect_start(addr, c, budget));
+  EXPECT_FALSE(client.write(c, 77, src.data(), 64, mr.lkey, 0x1000, 1));
+  Completion done;
+  EXPECT_TRUE(client.wait_completion(done, 20s));
+  EXPECT_EQ(done.wr_id, 77u);
+  EXPECT_EQ(done.status, Status::kConnectTimeout);
+  return client.completion_error(done);
+}
+
+// A budget longer than CONN-2's most requests (65,535 x connect_retry, here
+// 1 us apart) ends with them: connect() says so, and the completion of work
+// posted on a connect_start says how its requests ended, not the budget it
+// did not last. A budget shorter than connect_attempts' requests gets those
+// (8 x 10 ms): the completion says that, not the 1 ms it was given.
+TEST(UdpConnect, ABudgetPastItsRequestsSaysHowTheyEnded) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  Options fast = test_options();
+  fast.engine.connect_retry_ns = 1000;
+  auto quick = open_on("127.0.0.1", fast);
+  ASSERT_TRUE(quick);
+  ConnId id;
+  const auto start = std::chrono::steady_clock::now();
+  // 20 s: the 65,535 requests (65 ms of them) end it long before, even
+  // where a slow build sends each late.
+  const Error e = quick->connect(addr, 20000ms, id);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15000ms);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  EXPECT_TRUE(has(e.message, "no answer to 65535 requests 1 us apart")) << e.message;
+  const Error capped = budget_spent_error(*quick, addr, 20000ms);
+  EXPECT_TRUE(has(capped.message, "65535 requests")) << capped.message;
+  EXPECT_FALSE(has(capped.message, "after 20000 ms")) << capped.message;
+
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  const Error floor = budget_spent_error(*client, addr, 1ms);
+  EXPECT_TRUE(has(floor.message, "8 requests")) << floor.message;
+  EXPECT_FALSE(has(floor.message, "after 1 ms")) << floor.message;
+  ::close(fd);
+}
+
+// A budget of centuries is one: milliseconds::max() (a caller's "for ever")
+// wrapped when its nanoseconds were rounded up to requests, and
+// 18,446,744,073,710 ms in its nanoseconds (ms x 10^6 past 2^64): each got
+// the engine's 8 requests, failing after 80 ms.
+TEST(UdpConnect, ABudgetOfCenturiesKeepsRequesting) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  for (const std::chrono::milliseconds budget :
+       {std::chrono::milliseconds::max(), std::chrono::milliseconds(18'446'744'073'710)}) {
+    SCOPED_TRACE(budget.count());
+    ConnId c;
+    ASSERT_FALSE(client->connect_start(addr, c, budget));
+    for (int i = 0; i < 100; ++i) client->wait(2ms);
+    EXPECT_EQ(client->state(c), ConnState::kConnecting) << client->conn_error(c).message;
+    client->close(c);
+  }
+  ::close(fd);
+}
+
+// connect() for ever (milliseconds::max()) waits, as the timeout says,
+// until another thread's close() ends it: its deadline, now + the timeout in
+// nanoseconds, overflowed into the past, and it failed kConnectTimeout at once.
+TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  Error e;
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    ConnId id;
+    e = client->connect(addr, std::chrono::milliseconds::max(), id);
+    returned = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  const bool early = returned;
+  client->close();
+  t.join();
+  EXPECT_FALSE(early) << e.message;
+  EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
+  ::close(fd);
+}
+
+// A budgeted connect_start closed while CONNECTING, by close(conn) and by
+// the endpoint's close(): its work completes kFlushed under the id the
+// application holds, naming the close, no request follows, and a late
+// ACCEPT for it would be answered (the engine remembers it given up).
+TEST(UdpConnect, ABudgetedConnectClosedWhileConnectingFlushesItsWork) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  for (const bool whole_endpoint : {false, true}) {
+    SCOPED_TRACE(whole_endpoint);
+    auto client = open_on("127.0.0.1");
+    ASSERT_TRUE(client);
+    std::vector<uint8_t> src(64, 1);
+    MemoryRegion mr;
+    ASSERT_FALSE(client->register_memory(src.data(), src.size(), kAllAccess, mr));
+    ConnId c;
+    ASSERT_FALSE(client->connect_start(addr, c, 5000ms));
+    ASSERT_FALSE(client->write(c, 5, src.data(), 64, mr.lkey, 0x1000, 1));
+    // Past connect_attempts' 80 ms: the budget's requests go on.
+    for (int i = 0; i < 80; ++i) client->wait(2ms);
+    EXPECT_EQ(client->state(c), ConnState::kConnecting);
+    if (whole_endpoint)
+      client->close();
+    else
+      client->close(c);
+    Completion done;
+    ASSERT_TRUE(client->wait_completion(done, 2s));
+    EXPECT_EQ(done.conn, c);
+    EXPECT_EQ(done.wr_id, 5u);
+    EXPECT_EQ(done.status, Status::kFlushed);
+    const Error e = client->completion_error(done);
+    EXPECT_TRUE(has(e.message, whole_endpoint ? "the endpoint was closed (close())"
+                                              : "the application closed the connection"))
+        << e.message;
+    metaroce::wire::Packet p;
+    while (receive_packet(fd, 0ms, p)) {
+    }
+    for (int i = 0; i < 50; ++i) client->wait(2ms);
+    size_t after = 0;
+    while (receive_packet(fd, 0ms, p))
+      if (p.bh.opcode == metaroce::wire::Opcode::kConnectReq) ++after;
+    EXPECT_EQ(after, 0u);
+    EXPECT_NE(client->state(c), ConnState::kConnecting);
+  }
+  ::close(fd);
+}
+
+// connect_retry_ns below a microsecond is named in nanoseconds: 1 ns read
+// "65535 requests 0 ms apart".
+TEST(UdpConnect, ARetryOfNanosecondsIsNamedSo) {
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  Options o = test_options();
+  o.engine.connect_retry_ns = 1;
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect(addr, 20000ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  EXPECT_TRUE(has(e.message, "no answer to 65535 requests 1 ns apart")) << e.message;
+  ::close(fd);
 }
 
 }  // namespace

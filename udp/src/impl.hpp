@@ -314,10 +314,10 @@ struct UdpEndpoint::Impl {
   };
   std::unordered_map<uint32_t, Region> regions;
 
-  // CONN-2's request count for a connection that is to last `budget_ns`
+  // CONN-2's request count for a connection that is to last `budget_ms`
   // (0: the engine's connect_attempts): enough to cover it, never fewer than
   // connect_attempts, at most 65,535 (a longer budget ends there).
-  [[nodiscard]] uint16_t connect_attempts_for(uint64_t budget_ns) const;
+  [[nodiscard]] uint16_t connect_attempts_for(int64_t budget_ms) const;
 
   IoStats io;
   uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)

@@ -26,6 +26,20 @@ Error negative_timeout(const std::string& what, std::chrono::milliseconds timeou
   e.message = what + ": timeout " + std::to_string(timeout.count()) + " ms is negative";
   return e;
 }
+
+// now + timeout, or the last time point the clock holds where that would
+// pass it: milliseconds::max() (a caller's "for ever") overflowed in
+// nanoseconds to a deadline already past, and connect() gave up at once.
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  // Compared in the timeout's unit, the room rounded down: no conversion
+  // of the timeout to nanoseconds, which is what overflowed.
+  const auto room = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(
+      Clock::time_point::max() - now);
+  return timeout >= room ? Clock::time_point::max() : now + timeout;
+}
 }  // namespace
 
 std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const Options& opts,
@@ -84,7 +98,7 @@ size_t UdpEndpoint::progress() {
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   // (run_until's waits are 1-2 ms slices, for predicates it checks between
   // them: here there is none, so the whole timeout is waited for.)
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   Impl& im = *impl_;
   if (im.threaded.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lk(im.mu);
@@ -167,9 +181,8 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   ConnId id;
   {
     auto lk = im.guard();
-    const uint64_t budget_ns = static_cast<uint64_t>(budget.count()) * kMillisecond;
     const Status s =
-        im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget_ns));
+        im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
       // The engine's kResourceExhausted here is this endpoint's limit; a
       // peer's reads "the peer holds as many connections ..." (ended_text).
@@ -196,10 +209,42 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   return {};
 }
 
-// "10 ms" or "250 us": connect_retry_ns in a message.
+// "10 ms", "250 us" or "1 ns": connect_retry_ns in a message (a part of a
+// microsecond read "0 ms").
 std::string retry_text(uint64_t ns) {
+  if (ns % 1000 != 0) return std::to_string(ns) + " ns";
   const uint64_t us = ns / 1000;
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
+}
+
+// How a budget's requests compare with the budget (CONN-2):
+// 0 they cover it, the connection lasted it; 1 the budget was shorter than
+// connect_attempts' requests, which it got all the same; 2 longer than
+// 65,535 requests, where they ended. Compared in requests, not products
+// of them and connect_retry_ns, which wrapped for a huge connect_retry_ns.
+int budget_outlasts(const UdpEndpoint::Impl& im, int64_t budget_ms) {
+  const uint32_t requests = im.connect_attempts_for(budget_ms);
+  const uint64_t retry = std::max<uint64_t>(im.cfg.connect_retry_ns, 1);
+  const auto ms = static_cast<uint64_t>(budget_ms);
+  const uint64_t ns = ms > UINT64_MAX / kMillisecond ? UINT64_MAX : ms * kMillisecond;
+  const uint64_t cover = ns / retry + (ns % retry != 0 ? 1 : 0);  // the fewest that cover it
+  return cover > requests ? 2 : cover < requests ? 1 : 0;
+}
+
+// What ended connect_start's budgeted connect, its requests unanswered:
+// the budget, or where it was shorter than connect_attempts' requests or
+// longer than 65,535, the requests (it said the budget, which the
+// connection had outlasted or not lasted).
+std::string budget_text(const UdpEndpoint::Impl& im, int64_t budget_ms) {
+  const int how = budget_outlasts(im, budget_ms);
+  const std::string budget = "connect_start's budget";
+  if (how == 0)
+    return "the connect timed out after " + std::to_string(budget_ms) + " ms (" + budget +
+           ", its requests unanswered)";
+  return "no answer to " + std::to_string(im.connect_attempts_for(budget_ms)) + " requests " +
+         retry_text(im.cfg.connect_retry_ns) + " apart (" +
+         (how == 2 ? "CONN-2's most; " : "Options::engine.connect_attempts; ") + budget + " of " +
+         std::to_string(budget_ms) + " ms asked for " + (how == 2 ? "more)" : "fewer)");
 }
 }  // namespace
 
@@ -231,7 +276,7 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
     auto lk = impl_->guard();
     if (auto it = impl_->conns.find(id.v); it != impl_->conns.end()) peer = it->second.peer;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   const bool done = impl_->run_until(
       [&] {
         const auto it = impl_->conns.find(id.v);
@@ -266,10 +311,9 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   // or CONN-2's most, 65,535, where the timeout is longer.
   const bool ran_out = done && ci.status == Status::kConnectTimeout;
   const EndpointConfig& ec = impl_->cfg;
-  const uint64_t budget_ns = static_cast<uint64_t>(ci.budget_ms) * kMillisecond;
-  const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(budget_ns)
+  const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(ci.budget_ms)
                                               : std::min<uint32_t>(ec.connect_attempts, 65535);
-  const bool covered = ci.budget_ms != 0 && uint64_t{requests} * ec.connect_retry_ns >= budget_ns;
+  const bool covered = ci.budget_ms != 0 && budget_outlasts(*impl_, ci.budget_ms) != 2;
   if (!done) {
     impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
@@ -459,7 +503,7 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
     return e;
   }
   if (impl_->closed) return impl_->closed_error("accept");
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   // (pred runs under the lock; the connection is taken there, as another
   // thread's try_accept could otherwise take it between the two.)
   if (!impl_->run_until([&] { return impl_->take_accepted(out); }, deadline)) {
@@ -670,7 +714,7 @@ size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
 }
 
 bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   return impl_->run_until([&] { return impl_->eng->poll_completion(out); }, deadline);
 }
 
@@ -694,8 +738,7 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
   }
   // A budget spent: the connect's whole time, not one connection's requests.
   if (c.status == Status::kConnectTimeout && it != impl_->conns.end() && it->second.budget_ms != 0)
-    what += "; the connect timed out after " + std::to_string(it->second.budget_ms) +
-            " ms (connect_start's budget, its requests unanswered)";
+    what += "; " + budget_text(*impl_, it->second.budget_ms);
   if (c.status != Status::kFlushed) return impl_->make_error(c.status, what, c.conn);
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
