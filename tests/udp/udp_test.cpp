@@ -865,7 +865,10 @@ TEST(Udp, WildcardIPv6ServerAnswersFromTheAddressReached) {
 // failed kPeerUnreachable).
 TEST(Udp, WildcardServerKeepsTheAddressAfterNewSources) {
   Options so = test_options();
-  so.engine.recovery.peer_timeout_ns = 500 * metaroce::kMillisecond;
+  // Short, so that the dropped WRITE fails within drive()'s 3 s; not 500 ms,
+  // which one thread driving both ends, left unscheduled that long, passed
+  // with the WRITE outstanding.
+  so.engine.recovery.peer_timeout_ns = 2000 * metaroce::kMillisecond;
   so.batch = 32;  // a ring of max(64, batch) recent sources
   Pair p;
   p.server = open_on("0.0.0.0", so);
