@@ -110,6 +110,15 @@ for _ in 1 2 3 4 5; do
   timeout 120 "$conform" --target remote --agent "$listen" --iut "$iut" --entropy-base "$base" \
     --entropy-count 16 >"$dir/run.out" 2>"$dir/run.err" &
   conform_pid=$!
+  # 1 s into the run, timed from the target's opening ("target: " line): a
+  # fixed 1 s from the start was a loaded host's to spend opening it, and
+  # the agent was then killed before any check.
+  tries=400
+  while [ "$tries" -gt 0 ] && ! grep -q '^target: ' "$dir/run.out" &&
+    kill -0 "$conform_pid" 2>/dev/null; do
+    tries=$((tries - 1))
+    sleep 0.05
+  done
   sleep 1
   stop_agent
   wait "$conform_pid"

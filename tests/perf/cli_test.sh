@@ -118,6 +118,17 @@ for args in "localhost:1 --entropy-base 65472" "127.0.0.1:1 --control-dscp 62 --
   fi
 done
 
+# await_line FILE PATTERN: until FILE has a line matching PATTERN (20 s at
+# most: a loaded host's). A signal timed from a process's start instead
+# (a fixed 1.5 s) could come before its test ran.
+await_line() {
+  await_line_tries=400
+  while [ "$await_line_tries" -gt 0 ] && ! grep -q -- "$2" "$1" 2>/dev/null; do
+    await_line_tries=$((await_line_tries - 1))
+    sleep 0.05
+  done
+}
+
 # Runs against a server on loopback (port 0: the kernel's choice, read from
 # its first line). Each metaroce-perf started here is killed by its pid.
 out=$(mktemp -d)
@@ -134,7 +145,7 @@ else
   # result from the server" and exit 2).
   "$perf" client "$addr" --op write --duration 5 --verify --json >"$out/int.json" 2>"$out/int.err" &
   client=$!
-  sleep 1.5
+  await_line "$out/int.err" '^\['  # its first progress line: 1 s into the test
   kill -INT "$client"
   wait "$client"
   rc=$?
@@ -230,7 +241,8 @@ port=$(await_output "$out/gone" "$port_of_server")
 "$perf" client "127.0.0.1:$port" --op write --duration 5 --interval 10 --size 65536 --json \
   >"$out/gone.json" 2>"$out/gone.err" &
 client=$!
-sleep 1.5
+await_line "$out/gone" '^connection from '
+sleep 1  # the test runs (its Hello answered, the data flowing)
 kill -INT "$server"
 wait "$server"
 wait "$client"

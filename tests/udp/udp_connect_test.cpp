@@ -258,19 +258,32 @@ TEST(UdpConnect, AcceptSkipsConnectionsTheirRequesterGaveUp) {
   ASSERT_TRUE(server && client);
   ConnId id;
   Error e;
+  std::atomic<bool> given_up{false};
   std::thread t([&] {
     give_up_connections(*client, server->local_address(), 1);
+    given_up = true;
     e = client->connect(server->local_address(), 5s, id);
   });
   // The given-up connection's 4 requests and the next's first wait in the
   // server's socket (the requester remembers the first however late its
-  // ACCEPTs come, section 4).
-  std::this_thread::sleep_for(280ms);
+  // ACCEPTs come, section 4). Timed from the give-up, not from the thread's
+  // start: a fixed 280 ms let a thread that a loaded host started late have
+  // its first connection answered before it gave it up.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!given_up && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(80ms);
   server->start_progress_thread();
   t.join();
   ASSERT_FALSE(e) << e.message;
   client->start_progress_thread();  // answers the late ACCEPTs
-  std::this_thread::sleep_for(300ms);
+  // Until the server closed the given-up connection on its requester's
+  // DISCONNECT: the DISCONNECT_ACK names a connection the client no longer
+  // has. (A fixed 300 ms was a stall's to break: accept() then found the
+  // given-up connection still established.)
+  while (client->endpoint_stats().unknown_connection == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_GE(client->endpoint_stats().unknown_connection, 1u) << "no late ACCEPT was answered";
   ConnId s;
   ASSERT_FALSE(server->accept(1s, s));
   EXPECT_EQ(server->state(s), ConnState::kEstablished);

@@ -177,6 +177,13 @@ TEST(UdpProgress, CloseStopsTheSleepingThreadPromptly) {
   auto ep = open_on("127.0.0.1", o);
   ASSERT_TRUE(ep);
   ep->start_progress_thread(ProgressMode::kSleeping);
+  // Asleep: its second idle round done, nothing left to wake it but the
+  // close. (A fixed 50 ms let a thread that a loaded host started late see
+  // the close before it ever slept, and count no wake-up.)
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (ep->io_stats().thread_rounds < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_GE(ep->io_stats().thread_rounds, 2u);
   std::this_thread::sleep_for(50ms);
   const auto t0 = std::chrono::steady_clock::now();
   ep->close();
