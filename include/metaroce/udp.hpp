@@ -294,8 +294,11 @@ class UdpEndpoint {
   // The same, requesting for `budget` as connect() does for its timeout, so
   // that a peer busy for longer than 80 ms (one that calls into its library
   // only now and then) is still reached; the work posted on it is sent once
-  // the peer accepts. When the budget runs out the connection fails
-  // kConnectTimeout and its work completes kConnectTimeout. Budget 0:
+  // the peer accepts. When its requests run out the connection fails
+  // kConnectTimeout and its work completes kConnectTimeout: at the end of the
+  // budget, or of connect_attempts' requests where those last longer (80 ms
+  // by default), or of CONN-2's 65,535 where the budget is longer still; the
+  // completion's error says which. Budget 0:
   // connect_start(address, out); a negative one is refused
   // (kInvalidArgument).
   Error connect_start(const std::string& address, ConnId& out, std::chrono::milliseconds budget);
