@@ -61,6 +61,20 @@ bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// A plain socket on 127.0.0.1 that reads nothing and answers nothing: a
+// peer that never answers (no ICMP port unreachable comes back either).
+struct SilentPeer {
+  uint16_t port = 0;
+  int fd = loopback_socket(port);
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  SilentPeer() = default;
+  SilentPeer(const SilentPeer&) = delete;
+  SilentPeer& operator=(const SilentPeer&) = delete;
+  ~SilentPeer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 // Connections given up as an application's own retries leave them: each
 // connect_start without a budget fails after connect_attempts requests, and
 // answers its late ACCEPTs with a DISCONNECT giving kConnectTimeout (spec
@@ -480,10 +494,9 @@ TEST(UdpConnect, PeerAtItsMaxConnectionsIsNamed) {
 // A peer that never answers (its socket reads nothing; no ICMP comes back):
 // the timeout, naming the peer, and no refusal.
 TEST(UdpConnect, APeerThatNeverAnswersTimesOut) {
-  uint16_t port = 0;
-  const int fd = loopback_socket(port);
-  ASSERT_GE(fd, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  const std::string& addr = silent.addr;
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);
   ConnId id;
@@ -501,7 +514,7 @@ TEST(UdpConnect, APeerThatNeverAnswersTimesOut) {
   std::set<uint64_t> nonces;
   size_t requests = 0;
   metaroce::wire::Packet p;
-  while (receive_packet(fd, 0ms, p)) {
+  while (receive_packet(silent.fd, 0ms, p)) {
     if (p.bh.opcode != metaroce::wire::Opcode::kConnectReq) continue;
     ++requests;
     conns.insert(p.connect.src_conn);
@@ -520,7 +533,6 @@ TEST(UdpConnect, APeerThatNeverAnswersTimesOut) {
   EXPECT_EQ(why.peer, addr);
   EXPECT_TRUE(has(why.message, addr)) << why.message;
   EXPECT_FALSE(has(why.message, "ICMP")) << why.message;
-  ::close(fd);
 }
 
 // --- connectionless use: connections set up on first use ---
@@ -997,10 +1009,9 @@ Error budget_spent_error(UdpEndpoint& client, const std::string& addr,
 // did not last. A budget shorter than connect_attempts' requests gets those
 // (8 x 10 ms): the completion says that, not the 1 ms it was given.
 TEST(UdpConnect, ABudgetPastItsRequestsSaysHowTheyEnded) {
-  uint16_t port = 0;
-  const int fd = loopback_socket(port);
-  ASSERT_GE(fd, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  const std::string& addr = silent.addr;
   Options fast = test_options();
   fast.engine.connect_retry_ns = 1000;
   auto quick = open_on("127.0.0.1", fast);
@@ -1022,7 +1033,6 @@ TEST(UdpConnect, ABudgetPastItsRequestsSaysHowTheyEnded) {
   const Error floor = budget_spent_error(*client, addr, 1ms);
   EXPECT_TRUE(has(floor.message, "8 requests")) << floor.message;
   EXPECT_FALSE(has(floor.message, "after 1 ms")) << floor.message;
-  ::close(fd);
 }
 
 // A budget of centuries is one: milliseconds::max() (a caller's "for ever")
@@ -1030,10 +1040,9 @@ TEST(UdpConnect, ABudgetPastItsRequestsSaysHowTheyEnded) {
 // 18,446,744,073,710 ms in its nanoseconds (ms x 10^6 past 2^64): each got
 // the engine's 8 requests, failing after 80 ms.
 TEST(UdpConnect, ABudgetOfCenturiesKeepsRequesting) {
-  uint16_t port = 0;
-  const int fd = loopback_socket(port);
-  ASSERT_GE(fd, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  const std::string& addr = silent.addr;
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);
   for (const std::chrono::milliseconds budget :
@@ -1045,17 +1054,15 @@ TEST(UdpConnect, ABudgetOfCenturiesKeepsRequesting) {
     EXPECT_EQ(client->state(c), ConnState::kConnecting) << client->conn_error(c).message;
     client->close(c);
   }
-  ::close(fd);
 }
 
 // connect() for ever (milliseconds::max()) waits, as the timeout says,
 // until another thread's close() ends it: its deadline, now + the timeout in
 // nanoseconds, overflowed into the past, and it failed kConnectTimeout at once.
 TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
-  uint16_t port = 0;
-  const int fd = loopback_socket(port);
-  ASSERT_GE(fd, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  const std::string& addr = silent.addr;
   auto client = open_on("127.0.0.1");
   ASSERT_TRUE(client);
   Error e;
@@ -1071,7 +1078,6 @@ TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
   t.join();
   EXPECT_FALSE(early) << e.message;
   EXPECT_EQ(e.status, Status::kNotConnected) << e.message;
-  ::close(fd);
 }
 
 // A budgeted connect_start closed while CONNECTING, by close(conn) and by
@@ -1079,10 +1085,9 @@ TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
 // application holds, naming the close, no request follows, and a late
 // ACCEPT for it would be answered (the engine remembers it given up).
 TEST(UdpConnect, ABudgetedConnectClosedWhileConnectingFlushesItsWork) {
-  uint16_t port = 0;
-  const int fd = loopback_socket(port);
-  ASSERT_GE(fd, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  const std::string& addr = silent.addr;
   for (const bool whole_endpoint : {false, true}) {
     SCOPED_TRACE(whole_endpoint);
     auto client = open_on("127.0.0.1");
@@ -1110,25 +1115,23 @@ TEST(UdpConnect, ABudgetedConnectClosedWhileConnectingFlushesItsWork) {
                                               : "the application closed the connection"))
         << e.message;
     metaroce::wire::Packet p;
-    while (receive_packet(fd, 0ms, p)) {
+    while (receive_packet(silent.fd, 0ms, p)) {
     }
     for (int i = 0; i < 50; ++i) client->wait(2ms);
     size_t after = 0;
-    while (receive_packet(fd, 0ms, p))
+    while (receive_packet(silent.fd, 0ms, p))
       if (p.bh.opcode == metaroce::wire::Opcode::kConnectReq) ++after;
     EXPECT_EQ(after, 0u);
     EXPECT_NE(client->state(c), ConnState::kConnecting);
   }
-  ::close(fd);
 }
 
 // connect_retry_ns below a microsecond is named in nanoseconds: 1 ns read
 // "65535 requests 0 ms apart".
 TEST(UdpConnect, ARetryOfNanosecondsIsNamedSo) {
-  uint16_t port = 0;
-  const int fd = loopback_socket(port);
-  ASSERT_GE(fd, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  const std::string& addr = silent.addr;
   Options o = test_options();
   o.engine.connect_retry_ns = 1;
   auto client = open_on("127.0.0.1", o);
@@ -1137,7 +1140,6 @@ TEST(UdpConnect, ARetryOfNanosecondsIsNamedSo) {
   const Error e = client->connect(addr, 20000ms, id);
   EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
   EXPECT_TRUE(has(e.message, "no answer to 65535 requests 1 ns apart")) << e.message;
-  ::close(fd);
 }
 
 }  // namespace
