@@ -318,6 +318,10 @@ struct UdpEndpoint::Impl {
   // (0: the engine's connect_attempts): enough to cover it, never fewer than
   // connect_attempts, at most 65,535 (a longer budget ends there).
   [[nodiscard]] uint16_t connect_attempts_for(int64_t budget_ms) const;
+  // The fewest requests, connect_retry_ns apart, that span `budget_ms`
+  // (unclamped; 0 for none): what connect_attempts_for clamps, and what a
+  // spent budget's error compares its requests with.
+  [[nodiscard]] uint64_t requests_covering(int64_t budget_ms) const;
 
   IoStats io;
   uint64_t armed_ns = 0;  // timerfd deadline currently armed (0: none)

@@ -175,7 +175,7 @@ bool UdpEndpoint::Impl::drain_events() {
 // requests: it accepted the given-up one and the next, its accept() got the
 // one the requester closed at once (a late ACCEPT is answered with a
 // DISCONNECT, spec section 4), and the requester's connection was the other.
-uint16_t UdpEndpoint::Impl::connect_attempts_for(int64_t budget_ms) const {
+uint64_t UdpEndpoint::Impl::requests_covering(int64_t budget_ms) const {
   if (budget_ms <= 0) return 0;
   // Saturated, and rounded up without adding to it: milliseconds::max() (a
   // caller's "for ever") wrapped, in ns or in the rounding, to a few ms, and
@@ -183,9 +183,14 @@ uint16_t UdpEndpoint::Impl::connect_attempts_for(int64_t budget_ms) const {
   const auto ms = static_cast<uint64_t>(budget_ms);
   const uint64_t budget_ns = ms > UINT64_MAX / kMillisecond ? UINT64_MAX : ms * kMillisecond;
   const uint64_t retry = std::max<uint64_t>(cfg.connect_retry_ns, 1);
-  const uint64_t cover = budget_ns / retry + (budget_ns % retry != 0 ? 1 : 0);
-  return static_cast<uint16_t>(std::clamp<uint64_t>(
-      cover, std::min<uint64_t>(cfg.connect_attempts, UINT16_MAX), UINT16_MAX));
+  return budget_ns / retry + (budget_ns % retry != 0 ? 1 : 0);
+}
+
+uint16_t UdpEndpoint::Impl::connect_attempts_for(int64_t budget_ms) const {
+  if (budget_ms <= 0) return 0;
+  return static_cast<uint16_t>(
+      std::clamp<uint64_t>(requests_covering(budget_ms),
+                           std::min<uint64_t>(cfg.connect_attempts, UINT16_MAX), UINT16_MAX));
 }
 
 void UdpEndpoint::Impl::arm_timer(TimeNs now) {

@@ -173,7 +173,7 @@ Error UdpEndpoint::deregister_memory(uint32_t lkey) {
 
 namespace {
 // The engine's connection to `peer`, CONNECTING, and its entry here: the
-// last step of connect_start, and each further attempt of connect.
+// last step of connect_start (and so of connect).
 Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
                        std::chrono::milliseconds budget) {
   uint16_t max_mtu = 0;
@@ -224,10 +224,7 @@ std::string retry_text(uint64_t ns) {
 // of them and connect_retry_ns, which wrapped for a huge connect_retry_ns.
 int budget_outlasts(const UdpEndpoint::Impl& im, int64_t budget_ms) {
   const uint32_t requests = im.connect_attempts_for(budget_ms);
-  const uint64_t retry = std::max<uint64_t>(im.cfg.connect_retry_ns, 1);
-  const auto ms = static_cast<uint64_t>(budget_ms);
-  const uint64_t ns = ms > UINT64_MAX / kMillisecond ? UINT64_MAX : ms * kMillisecond;
-  const uint64_t cover = ns / retry + (ns % retry != 0 ? 1 : 0);  // the fewest that cover it
+  const uint64_t cover = im.requests_covering(budget_ms);
   return cover > requests ? 2 : cover < requests ? 1 : 0;
 }
 
