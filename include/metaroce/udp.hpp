@@ -194,6 +194,9 @@ class UdpEndpoint {
   // again when they are taken or would run past 65535). nullptr and err set on failure: a port in
   // use is kResourceExhausted, its message naming the port, whether it is the receive port or one
   // of the entropy block (and the block), and what to do (another port, or Options::entropy_base).
+  // A block that holds the receive port (Options::entropy_base) is kInvalidArgument, naming both.
+  // Out of descriptors (EMFILE: an endpoint holds entropy_count + 5) is kResourceExhausted, naming
+  // Options::entropy_count and the process's RLIMIT_NOFILE. A refused open leaves nothing open.
   // An endpoint on a wildcard address (0.0.0.0, or [::], which serves IPv4 peers too) answers each
   // peer from the address that peer reached it at, as a peer takes a connection's packets only from
   // the address it knows.

@@ -208,7 +208,8 @@ struct UdpEndpoint::Impl {
   // open: the port the kernel chose leaves no room for the entropy block
   // after it (another port may).
   bool block_past_end = false;
-  int bind_errno = 0;  // open_bound's last bind() failure (open() explains EADDRINUSE)
+  int bind_errno = 0;    // open_bound's last bind() failure (open() explains EADDRINUSE)
+  int socket_errno = 0;  // its last socket() failure (open() explains EMFILE)
   uint16_t ebase = 0;
   uint16_t ecount = 0;
   // Written by the round that gives GSO up (drop_failed), which may be the
