@@ -425,6 +425,10 @@ class UdpEndpoint {
   // first" or "the connection failed first", adding what ended a connection
   // that ended otherwise than by a close here, as conn_error() says it ("; the
   // connection ended with kRemoteLengthError (...)", "... kConnectRefused").
+  // A buffer out of its region is refused at the post, so a completion (or
+  // connection) that fails kLocalProtection says that memory a request used
+  // "was deregistered while the request was outstanding (MR-5)"; and
+  // kRemoteOperationError, that a reference peer sends it for that.
   [[nodiscard]] Error completion_error(const Completion& c) const;
   // The next READ this endpoint served whose responses are all acknowledged
   // (metaroce::ReadServed: connection, lkey, address, length); false when

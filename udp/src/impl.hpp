@@ -464,6 +464,10 @@ struct UdpEndpoint::Impl {
   // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4; kOk for an
   // ACCEPT refused for its mtu, CONN-3).
   [[nodiscard]] static std::string ended_text(Status s, Status code);
+  // A request's failure in words: status_text's, except where this
+  // engine's cause is known (MR-5's kLocalProtection and
+  // kRemoteOperationError), which the engine's texts do not name.
+  [[nodiscard]] static std::string request_failure_text(Status s);
   // What a kFlushed completion of connection `ci` (nullptr: forgotten)
   // was flushed by, as the status's words.
   [[nodiscard]] static std::string flushed_text(const ConnInfo* ci);
