@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "metaroce/udp.hpp"
+#include "udp_misuse.hpp"
 #include "udp_pair.hpp"
 
 using namespace std::chrono_literals;
@@ -28,37 +28,19 @@ using namespace metaroce::udp::test;
 
 namespace {
 
-std::string hex(uint32_t v) {
-  char b[16];
-  std::snprintf(b, sizeof(b), "0x%x", v);
-  return b;
-}
-
-// Runs both endpoints' rounds (no progress thread: each step is this
-// thread's) until pred() or 20 s, generous for a loaded 2-core host.
-bool pump(Pair& p, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    const size_t moved = p.client->progress() + p.server->progress();
-    if (moved == 0) p.client->wait(1ms);
-  }
-  return pred();
-}
-
 // The next completion of `ep`, pumping both.
 bool next_completion(Pair& p, UdpEndpoint& ep, Completion& c) {
   return pump(p, [&] { return ep.poll_completion(c); });
 }
 
-// The completion's error names the peer and the connection.
-void expect_names(const UdpEndpoint& ep, const Completion& c, const std::string& peer) {
-  const Error e = ep.completion_error(c);
-  EXPECT_EQ(e.status, c.status);
-  EXPECT_EQ(e.peer, peer) << e.message;
-  EXPECT_EQ(e.conn, c.conn.v) << e.message;
-  EXPECT_NE(e.message.find(peer), std::string::npos) << e.message;
-  EXPECT_NE(e.message.find(hex(c.conn.v)), std::string::npos) << e.message;
+// The client's next completion: wr_id `wr_id`, failed `want`, naming the
+// server and the connection.
+void expect_failure(Pair& p, uint64_t wr_id, Status want) {
+  Completion c;
+  ASSERT_TRUE(next_completion(p, *p.client, c));
+  EXPECT_EQ(c.wr_id, wr_id);
+  EXPECT_EQ(c.status, want);
+  expect_names(*p.client, c, p.server->local_address());
 }
 
 bool all_equal(const uint8_t* p, size_t n, uint8_t v) {
@@ -115,10 +97,7 @@ TEST(UdpMemoryMisuse, OverlappingRegionsServeEachItsOwnKey) {
   // The deregistered one's key is unknown now (MR-1), and the write that
   // names it writes nothing.
   ASSERT_FALSE(p.client->write(p.cconn, 2, src.data(), 4096, smr.lkey, a.addr, a.rkey));
-  ASSERT_TRUE(next_completion(p, *p.client, c));
-  EXPECT_EQ(c.wr_id, 2u);
-  EXPECT_EQ(c.status, Status::kRemoteBadKey);
-  expect_names(*p.client, c, p.server->local_address());
+  expect_failure(p, 2, Status::kRemoteBadKey);
   EXPECT_TRUE(all_equal(dst.data(), 4096, 0));
 }
 
@@ -175,11 +154,7 @@ TEST(UdpMemoryMisuse, ARemoteRangeOutByOneByteFailsAndWritesNothing) {
       const uint64_t raddr = dmr.addr + shift;
       ASSERT_FALSE(read ? p.client->read(p.cconn, 3, local.data(), 4096, lmr.lkey, raddr, dmr.rkey)
                         : p.client->write(p.cconn, 3, src.data(), 4096, smr.lkey, raddr, dmr.rkey));
-      Completion c;
-      ASSERT_TRUE(next_completion(p, *p.client, c));
-      EXPECT_EQ(c.wr_id, 3u);
-      EXPECT_EQ(c.status, Status::kRemoteOutOfBounds);
-      expect_names(*p.client, c, p.server->local_address());
+      expect_failure(p, 3, Status::kRemoteOutOfBounds);
       EXPECT_TRUE(all_equal(dst.data(), dst.size(), 0x11));
       EXPECT_TRUE(all_equal(local.data(), local.size(), 0x22));
     }
@@ -210,11 +185,7 @@ TEST(UdpMemoryMisuse, AStaleLkeyAndAnotherEndpointsRkeyAreNamed) {
   ASSERT_TRUE(third);
   ASSERT_FALSE(third->register_memory(third_buf.data(), third_buf.size(), kAllAccess, tmr));
   ASSERT_FALSE(p.client->write(p.cconn, 2, src.data(), 4096, again.lkey, tmr.addr, tmr.rkey));
-  Completion c;
-  ASSERT_TRUE(next_completion(p, *p.client, c));
-  EXPECT_EQ(c.wr_id, 2u);
-  EXPECT_EQ(c.status, Status::kRemoteBadKey);
-  expect_names(*p.client, c, p.server->local_address());
+  expect_failure(p, 2, Status::kRemoteBadKey);
   EXPECT_TRUE(all_equal(dst.data(), dst.size(), 0));
   EXPECT_TRUE(all_equal(third_buf.data(), third_buf.size(), 0));
 }
@@ -223,11 +194,29 @@ namespace {
 
 constexpr size_t kBig = 16 << 20;  // more than one round sends or acknowledges
 
-// Pumps until the server has taken `n` datagrams of the transfer.
-bool until_received(Pair& p, uint64_t n) {
-  const uint64_t from = p.server->io_stats().rx_datagrams;
-  return pump(p, [&] { return p.server->io_stats().rx_datagrams >= from + n; });
+// Pumps until `ep` has taken `n` more datagrams of the transfer.
+bool until_received(Pair& p, const UdpEndpoint& ep, uint64_t n) {
+  const uint64_t from = ep.io_stats().rx_datagrams;
+  return pump(p, [&] { return ep.io_stats().rx_datagrams >= from + n; });
 }
+
+// A connected pair with a kBig WRITE (wr_id 1) from the client's `src` into
+// the server's `dst` under way: some of its packets have arrived.
+struct WriteInFlight {
+  Pair p = connect_pair("127.0.0.1");
+  std::vector<uint8_t> src = std::vector<uint8_t>(kBig, 0x5a);
+  std::vector<uint8_t> dst = std::vector<uint8_t>(kBig, 0);
+  MemoryRegion smr, dmr;
+  // Whether it got that far.
+  bool started() {
+    if (!p.cconn.valid() || p.client->register_memory(src.data(), src.size(), kAllAccess, smr) ||
+        p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr) ||
+        p.client->write(p.cconn, 1, src.data(), kBig, smr.lkey, dmr.addr, dmr.rkey) ||
+        p.client->write(p.cconn, 2, src.data(), 64, smr.lkey, dmr.addr, dmr.rkey))
+      return false;
+    return until_received(p, *p.server, 16);
+  }
+};
 
 }  // namespace
 
@@ -235,18 +224,12 @@ bool until_received(Pair& p, uint64_t n) {
 // fails the WRITE kLocalProtection, naming peer and connection, and the work
 // behind it completes kFlushed; no byte is sent from the region after.
 TEST(UdpMemoryMisuse, AWritesSourceDeregisteredInFlightFailsIt) {
-  Pair p = connect_pair("127.0.0.1");
-  ASSERT_TRUE(p.cconn.valid());
-  std::vector<uint8_t> src(kBig, 0x5a), dst(kBig, 0);
-  MemoryRegion smr, dmr;
-  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
-  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
-  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), kBig, smr.lkey, dmr.addr, dmr.rkey));
-  ASSERT_FALSE(p.client->write(p.cconn, 2, src.data(), 64, smr.lkey, dmr.addr, dmr.rkey));
-  ASSERT_TRUE(until_received(p, 16));
-  ASSERT_FALSE(p.client->deregister_memory(smr.lkey));
+  WriteInFlight w;
+  ASSERT_TRUE(w.started());
+  Pair& p = w.p;
+  ASSERT_FALSE(p.client->deregister_memory(w.smr.lkey));
   // What the region holds from now on must never reach the peer.
-  std::memset(src.data(), 0xee, src.size());
+  std::memset(w.src.data(), 0xee, w.src.size());
   Completion c;
   ASSERT_TRUE(next_completion(p, *p.client, c));
   EXPECT_EQ(c.wr_id, 1u);
@@ -271,30 +254,21 @@ TEST(UdpMemoryMisuse, AWritesSourceDeregisteredInFlightFailsIt) {
   p.client->close(p.cconn);
   ASSERT_TRUE(pump(p, [&] { return p.server->state(p.sconn) != ConnState::kEstablished; }));
   EXPECT_EQ(p.server->state(p.sconn), ConnState::kClosed);
-  for (size_t i = 0; i < dst.size(); ++i)
-    ASSERT_NE(dst[i], 0xee) << "byte " << i << " was sent after its region was deregistered";
+  for (size_t i = 0; i < w.dst.size(); ++i)
+    ASSERT_NE(w.dst[i], 0xee) << "byte " << i << " was sent after its region was deregistered";
 }
 
 // MR-5, the target's side: the region a WRITE lands in, deregistered
 // mid-transfer, takes no byte after; the WRITE fails with the peer's NAK.
 TEST(UdpMemoryMisuse, AWritesTargetDeregisteredInFlightTakesNoMoreBytes) {
-  Pair p = connect_pair("127.0.0.1");
-  ASSERT_TRUE(p.cconn.valid());
-  std::vector<uint8_t> src(kBig, 0x5a), dst(kBig, 0);
-  MemoryRegion smr, dmr;
-  ASSERT_FALSE(p.client->register_memory(src.data(), src.size(), kAllAccess, smr));
-  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
-  ASSERT_FALSE(p.client->write(p.cconn, 1, src.data(), kBig, smr.lkey, dmr.addr, dmr.rkey));
-  ASSERT_TRUE(until_received(p, 16));
-  ASSERT_FALSE(p.server->deregister_memory(dmr.lkey));
-  std::memset(dst.data(), 0xee, dst.size());
-  Completion c;
-  ASSERT_TRUE(next_completion(p, *p.client, c));
-  EXPECT_EQ(c.wr_id, 1u);
-  EXPECT_EQ(c.status, Status::kRemoteBadKey);
-  expect_names(*p.client, c, p.server->local_address());
+  WriteInFlight w;
+  ASSERT_TRUE(w.started());
+  Pair& p = w.p;
+  ASSERT_FALSE(p.server->deregister_memory(w.dmr.lkey));
+  std::memset(w.dst.data(), 0xee, w.dst.size());
+  expect_failure(p, 1, Status::kRemoteBadKey);
   ASSERT_TRUE(pump(p, [&] { return p.server->state(p.sconn) != ConnState::kEstablished; }));
-  EXPECT_TRUE(all_equal(dst.data(), dst.size(), 0xee));
+  EXPECT_TRUE(all_equal(w.dst.data(), w.dst.size(), 0xee));
 }
 
 // MR-5 for a READ: its local target deregistered mid-transfer fails it
@@ -310,9 +284,7 @@ TEST(UdpMemoryMisuse, AReadsTargetOrSourceDeregisteredInFlightFailsIt) {
     ASSERT_FALSE(p.client->register_memory(local.data(), local.size(), kAllAccess, lmr));
     ASSERT_FALSE(p.server->register_memory(remote.data(), remote.size(), kAllAccess, rmr));
     ASSERT_FALSE(p.client->read(p.cconn, 1, local.data(), kBig, lmr.lkey, rmr.addr, rmr.rkey));
-    // Some responses have arrived.
-    const uint64_t from = p.client->io_stats().rx_datagrams;
-    ASSERT_TRUE(pump(p, [&] { return p.client->io_stats().rx_datagrams >= from + 16; }));
+    ASSERT_TRUE(until_received(p, *p.client, 16));  // some responses have arrived
     if (at_responder) {
       ASSERT_FALSE(p.server->deregister_memory(rmr.lkey));
       std::memset(remote.data(), 0xee, remote.size());
