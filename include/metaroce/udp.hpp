@@ -194,6 +194,9 @@ class UdpEndpoint {
   // again when they are taken or would run past 65535). nullptr and err set on failure: a port in
   // use is kResourceExhausted, its message naming the port, whether it is the receive port or one
   // of the entropy block (and the block), and what to do (another port, or Options::entropy_base).
+  // A block that holds the receive port (Options::entropy_base) is kInvalidArgument, naming both.
+  // Out of descriptors (EMFILE: an endpoint holds entropy_count + 5) is kResourceExhausted, naming
+  // Options::entropy_count and the process's RLIMIT_NOFILE. A refused open leaves nothing open.
   // An endpoint on a wildcard address (0.0.0.0, or [::], which serves IPv4 peers too) answers each
   // peer from the address that peer reached it at, as a peer takes a connection's packets only from
   // the address it knows.
@@ -422,6 +425,10 @@ class UdpEndpoint {
   // first" or "the connection failed first", adding what ended a connection
   // that ended otherwise than by a close here, as conn_error() says it ("; the
   // connection ended with kRemoteLengthError (...)", "... kConnectRefused").
+  // A buffer out of its region is refused at the post, so a completion (or
+  // connection) that fails kLocalProtection says that memory a request used
+  // "was deregistered while the request was outstanding (MR-5)"; and
+  // kRemoteOperationError, that a reference peer sends it for that.
   [[nodiscard]] Error completion_error(const Completion& c) const;
   // The next READ this endpoint served whose responses are all acknowledged
   // (metaroce::ReadServed: connection, lkey, address, length); false when

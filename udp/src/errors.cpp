@@ -86,6 +86,23 @@ std::string UdpEndpoint::Impl::ended_text(Status s, Status code) {
     case Status::kResourceExhausted:
       return "the peer holds as many connections as its max_connections allows "
              "(CONNECT_REJECT)";
+    default: return request_failure_text(s);
+  }
+}
+
+std::string UdpEndpoint::Impl::request_failure_text(Status s) {
+  switch (s) {
+    // A buffer outside its region is refused at the post (MR-3): a request,
+    // or a connection, that fails kLocalProtection later met MR-5. The
+    // status's own words ("local buffer outside a registered region") sent
+    // the application looking for a bad range it never posted.
+    case Status::kLocalProtection:
+      return "memory a posted request used was deregistered while the request was outstanding "
+             "(MR-5)";
+    case Status::kRemoteOperationError:
+      return "the peer failed the request for a fault of its own (REMOTE_OPERATION_ERROR; a "
+             "reference peer sends it when the memory the request named was deregistered there "
+             "under it, MR-5)";
     default: return std::string(status_text(s));
   }
 }

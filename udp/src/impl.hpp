@@ -208,7 +208,8 @@ struct UdpEndpoint::Impl {
   // open: the port the kernel chose leaves no room for the entropy block
   // after it (another port may).
   bool block_past_end = false;
-  int bind_errno = 0;  // open_bound's last bind() failure (open() explains EADDRINUSE)
+  int bind_errno = 0;    // open_bound's last bind() failure (open() explains EADDRINUSE)
+  int socket_errno = 0;  // its last socket() failure (open() explains EMFILE)
   uint16_t ebase = 0;
   uint16_t ecount = 0;
   // Written by the round that gives GSO up (drop_failed), which may be the
@@ -463,6 +464,10 @@ struct UdpEndpoint::Impl {
   // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4; kOk for an
   // ACCEPT refused for its mtu, CONN-3).
   [[nodiscard]] static std::string ended_text(Status s, Status code);
+  // A request's failure in words: status_text's, except where this
+  // engine's cause is known (MR-5's kLocalProtection and
+  // kRemoteOperationError), which the engine's texts do not name.
+  [[nodiscard]] static std::string request_failure_text(Status s);
   // What a kFlushed completion of connection `ci` (nullptr: forgotten)
   // was flushed by, as the status's words.
   [[nodiscard]] static std::string flushed_text(const ConnInfo* ci);

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -71,6 +72,20 @@ std::string options_error(const Options& opts) {
     return "Options::linger " + std::to_string(opts.linger.count()) +
            " ms is negative (0: close without waiting for the peers)";
   return {};
+}
+
+// A descriptor limit met while opening (EMFILE): what the endpoint holds
+// and the limit. The kernel's "Too many open files" named one send socket,
+// and neither the option that sizes the block nor the limit to raise.
+std::string fd_limit_text(uint16_t ecount) {
+  rlimit lim{};
+  const std::string soft = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY
+                               ? std::to_string(lim.rlim_cur)
+                               : std::string("unknown");
+  return "the endpoint holds Options::entropy_count (" + std::to_string(ecount) +
+         ") send sockets and 5 more descriptors (its receive socket, an epoll, a timer, an "
+         "eventfd, an io_uring), and this process's RLIMIT_NOFILE (soft limit " +
+         soft + ") leaves fewer free; lower Options::entropy_count or raise the limit (ulimit -n)";
 }
 
 }  // namespace
@@ -144,6 +159,7 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
       std::string(is_rx ? "receive" : "send") + " socket " + format_address(addr);
   const int fd = ::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
+    socket_errno = errno;
     err.status = Status::kResourceExhausted;
     err.message = what + ": socket(): " + errno_text(errno);
     return -1;
@@ -214,6 +230,9 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
 
   rx_fd = open_bound(local, true, err);
   if (rx_fd < 0) {
+    if (socket_errno == EMFILE)
+      err.message =
+          "open " + address + ": " + err.message + ": " + fd_limit_text(opts.entropy_count);
     if (bind_errno == EADDRINUSE)
       err.message = "open " + address + ": " + err.message + ": another socket holds port " +
                     std::to_string(address_port(local)) +
@@ -245,6 +264,20 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
                   " ports, the first at least 1 and the last, base + count - 1, at most 65535)";
     return false;
   }
+  // The block's ports only send; each is bound by its own socket, and the
+  // receive port is the receive socket's. One inside the block failed that
+  // socket's bind with "port P of its entropy block is in use", P the
+  // endpoint's own receive port, and advice to choose another receive port.
+  if (const uint32_t rport = address_port(local); rport >= base && rport <= base + ecount - 1) {
+    err.status = Status::kInvalidArgument;
+    err.message = "open " + address + ": Options::entropy_base " + std::to_string(base) +
+                  " and entropy_count " + std::to_string(ecount) + " put the receive port " +
+                  std::to_string(rport) + " in the entropy block (" + std::to_string(base) + "-" +
+                  std::to_string(base + ecount - 1) +
+                  "), whose ports only send; start the block past the receive port (entropy_base "
+                  "0: the port after it)";
+    return false;
+  }
   ebase = static_cast<uint16_t>(base);
   cfg.entropy_min = ebase;
   // Requests leave from the entropy ports (CONN-2), which only send: they
@@ -266,6 +299,8 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     a.bytes[17] = static_cast<uint8_t>(port);
     tx_fds[i] = open_bound(a, false, err);
     if (tx_fds[i] < 0) {
+      if (socket_errno == EMFILE)
+        err.message = "open " + address + ": " + err.message + ": " + fd_limit_text(ecount);
       if (bind_errno == EADDRINUSE) {
         const std::string block = std::to_string(ebase) + "-" + std::to_string(cfg.entropy_max);
         err.message =
@@ -301,8 +336,10 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epfd < 0 || timer_fd < 0 || wake_fd < 0) {
+    const int e = errno;
     err.status = Status::kResourceExhausted;
-    err.message = "open " + address + ": epoll/timerfd/eventfd: " + errno_text(errno);
+    err.message = "open " + address + ": epoll/timerfd/eventfd: " + errno_text(e);
+    if (e == EMFILE) err.message += ": " + fd_limit_text(ecount);
     return false;
   }
   for (int fd : {rx_fd, timer_fd, wake_fd}) {

@@ -736,7 +736,8 @@ Error UdpEndpoint::completion_error(const Completion& c) const {
   // A budget spent: the connect's whole time, not one connection's requests.
   if (c.status == Status::kConnectTimeout && it != impl_->conns.end() && it->second.budget_ms != 0)
     what += "; " + budget_text(*impl_, it->second.budget_ms);
-  if (c.status != Status::kFlushed) return impl_->make_error(c.status, what, c.conn);
+  if (c.status != Status::kFlushed)
+    return impl_->make_error(c.status, what, c.conn, Impl::request_failure_text(c.status));
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
   const ConnInfo* ci = it != impl_->conns.end() ? &it->second : nullptr;
