@@ -80,6 +80,15 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   if (it != by_nonce.end()) {
     Connection* c = conns[it->second].get();
     if (c != nullptr && !c->is_requester && c->peer == dg.peer && c->peer_conn == b.src_conn) {
+      if (c->state == ConnState::kError) {
+        // CONN-3: the connection failed while its requester, our ACCEPT
+        // lost, still connects. The ACCEPT again would connect it to one
+        // that answers nothing (NAK-2) until its own timeout failed it
+        // kPeerUnreachable, seconds on; the REJECT names the failure now.
+        ++estats.connects_refused;
+        queue_reject(dg, b.src_conn, b.nonce, c->error);
+        return;
+      }
       c->owe.accept = true;  // CONN-3: our ACCEPT was lost; say it again
       mark_ready(*c);
       return;
