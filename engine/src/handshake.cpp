@@ -175,6 +175,7 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
   }
   flush_all(c, Status::kFlushed, detail::Culprit::none());
   c.state = ConnState::kClosing;
+  c.forget_acks();  // CONN-7: a closing connection answers nothing
   c.attempts = 0;
   c.owe.disconnect = true;
   c.last_progress = now;
@@ -388,14 +389,12 @@ void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who,
   flush_all(c, why, who);
   c.state = ConnState::kError;
   c.error = why;
-  c.ack_deadline = TimeNs::never();
   // NAK-2: a failed connection acknowledges nothing, whatever failed it: the
   // ACKs owed from before are dropped, else emit_for still sent them, after
   // a fatal NAK of its own too (whose cum_psn acknowledges what they would
   // have, NAK-3). Failed for another reason (a timeout, a local fault), it
   // answers nothing at all: an RNR NAK owed is dropped too.
-  c.echo_count = 0;
-  c.unacked = 0;
+  c.forget_acks();
   if (!c.sent_fatal_nak()) c.owe.nak = false;
   trace(now, TraceKind::kConnState, c, 0, who.at, static_cast<uint32_t>(ConnState::kError));
   push_event(EventKind::kError, c, why);
