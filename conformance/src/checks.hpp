@@ -152,6 +152,7 @@ Outcome check_bad6(Target& t);
 Outcome check_conn1(Target& t);
 Outcome check_conn2(Target& t);
 Outcome check_conn3(Target& t);
+Outcome check_conn3_failed(Target& t);
 Outcome check_conn6(Target& t);
 Outcome check_conn7(Target& t);
 Outcome check_seq1(Target& t);

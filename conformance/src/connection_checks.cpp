@@ -72,6 +72,37 @@ Outcome check_conn3(Target& t) {
   return pass();
 }
 
+// CONN-3, the responder's connection failed: the tester's CONNECT_REQ
+// repeated (as a requester whose ACCEPT was lost repeats it) after its WRITE
+// with a bad key failed the connection (NAK 0x02, NAK-2) draws a
+// CONNECT_REJECT naming the failure, 0x02, the request's src_conn and nonce,
+// and no ACCEPT: the ACCEPT would connect a requester to a connection that
+// answers nothing. No second connection is accepted.
+Outcome check_conn3_failed(Target& t) {
+  Peer p(t, 0x7e5a);
+  Region r;
+  ConnId conn;
+  std::string why;
+  if (!tester_connects_for_receives(t, p, r, conn, why)) return fail(why);
+  why = draws_nak(p, p.write(p.next_psn, r.rkey ^ 0xBAD, r.addr, Bytes(8, 1)), 0x02, p.next_psn);
+  if (!why.empty()) return fail("a WRITE with a bad key " + why);
+  constexpr uint64_t kNonce = 0xC0FFEE;  // tester_connects_for_receives' request
+  const std::vector<Reply> rs = p.exchange_until(
+      p.connect_req(kNonce), answers_request(p.conn(), kNonce), 100'000, p.request_from);
+  const Reply* a = answer_to_request(rs, p.conn(), kNonce);
+  if (a == nullptr) return fail("the request repeated to the failed connection drew no answer");
+  if (a->pkt.bh.opcode == wire::Opcode::kConnectAccept)
+    return fail(
+        "the request repeated to the connection NAK 0x02 failed drew CONNECT_ACCEPT, not "
+        "CONNECT_REJECT 0x02");
+  if (a->pkt.connect.code != 0x02)
+    return fail("the request repeated to the connection NAK 0x02 failed drew CONNECT_REJECT " +
+                code_text(a->pkt.connect.code) + ", not " + code_text(Status::kRemoteBadKey));
+  if (t.accepted_count() != 1)
+    return fail(std::to_string(t.accepted_count()) + " connections accepted, not 1");
+  return pass();
+}
+
 Outcome check_conn6(Target& t) {
   Peer p(t);
   Region r;
@@ -428,18 +459,10 @@ Outcome check_conn10(Target& t) {
   const Reply req = *reqs.front();
   const uint32_t own = req.pkt.connect.src_conn;
   const Bytes back = Peer::own_request(req);
-  const auto answer = [&](const std::vector<Reply>& rs) -> const Reply* {
-    for (const Reply& r : rs)
-      if (r.error == wire::ParseError::kOk &&
-          (r.pkt.bh.opcode == wire::Opcode::kConnectAccept ||
-           r.pkt.bh.opcode == wire::Opcode::kConnectReject) &&
-          r.pkt.bh.dst_conn == own && r.pkt.connect.nonce == req.pkt.connect.nonce)
-        return &r;
-    return nullptr;
-  };
-  const auto answered = [&](const std::vector<Reply>& rs) { return answer(rs) != nullptr; };
-  std::vector<Reply> first = p.exchange_until(back, answered, 1000, Peer::kEntropy);
-  const Reply* acc = answer(first);
+  const uint64_t nonce = req.pkt.connect.nonce;
+  std::vector<Reply> first =
+      p.exchange_until(back, answers_request(own, nonce), 1000, Peer::kEntropy);
+  const Reply* acc = answer_to_request(first, own, nonce);
   if (acc == nullptr)
     return fail(
         "its own CONNECT_REQ, handed back to it from the address it connected to, drew "
@@ -458,8 +481,9 @@ Outcome check_conn10(Target& t) {
     return fail(accepted.valid() ? "the target reports its connecting connection as accepted"
                                  : "the target reports no accepted connection");
   // CONN-3: a repeat draws the ACCEPT again and no second connection.
-  const std::vector<Reply> again = p.exchange_until(back, answered, 1000, Peer::kEntropy);
-  const Reply* acc2 = answer(again);
+  const std::vector<Reply> again =
+      p.exchange_until(back, answers_request(own, nonce), 1000, Peer::kEntropy);
+  const Reply* acc2 = answer_to_request(again, own, nonce);
   if (acc2 == nullptr || acc2->pkt.bh.opcode != wire::Opcode::kConnectAccept ||
       acc2->pkt.connect.src_conn != other)
     return fail(

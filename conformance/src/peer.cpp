@@ -39,6 +39,16 @@ std::vector<const Reply*> of(const std::vector<Reply>& rs, wire::Opcode op) {
   return out;
 }
 
+const Reply* answer_to_request(const std::vector<Reply>& rs, uint32_t conn, uint64_t nonce) {
+  for (const Reply& r : rs)
+    if (r.error == wire::ParseError::kOk &&
+        (r.pkt.bh.opcode == wire::Opcode::kConnectAccept ||
+         r.pkt.bh.opcode == wire::Opcode::kConnectReject) &&
+        r.pkt.bh.dst_conn == conn && r.pkt.connect.nonce == nonce)
+      return &r;
+  return nullptr;
+}
+
 const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn, uint8_t echo_flags) {
   for (const Reply* r : of(rs, wire::Opcode::kAck))
     if (r->pkt.ack.echo_psn == psn && (r->pkt.ack.flags & echo_flags) == echo_flags) return r;

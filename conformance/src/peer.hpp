@@ -189,10 +189,19 @@ std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs);
 // The first ACK among `rs` that echoes `psn` with every flag of `echo_flags`
 // (wire::kAckEcho*), or null.
 const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn, uint8_t echo_flags = 0);
+// The answer among `rs` to the CONNECT_REQ of connection `conn` with
+// `nonce`: the first CONNECT_ACCEPT or CONNECT_REJECT naming both (CONN-3,
+// CONN-4), or null.
+const Reply* answer_to_request(const std::vector<Reply>& rs, uint32_t conn, uint64_t nonce);
 // Conditions for Peer::run_until and exchange_until: a reply of opcode `op`
-// came; an ACK as ack_of finds it came.
+// came; an ACK as ack_of finds it came; the answer to a request came.
 inline auto has(wire::Opcode op) {
   return [op](const std::vector<Reply>& rs) { return !of(rs, op).empty(); };
+}
+inline auto answers_request(uint32_t conn, uint64_t nonce) {
+  return [conn, nonce](const std::vector<Reply>& rs) {
+    return answer_to_request(rs, conn, nonce) != nullptr;
+  };
 }
 inline auto acks(uint32_t psn, uint8_t echo_flags = 0) {
   return [psn, echo_flags](const std::vector<Reply>& rs) {

@@ -82,23 +82,13 @@ bool RemoteTarget::check_addresses(std::string& why) {
   // datagram (a service at that port echoing the request back, a stray
   // packet) was once taken for it, and the port it left from then blamed
   // on --entropy-base.
-  const auto answer_of = [&p](const std::vector<Reply>& got) -> const Reply* {
-    for (const Reply& r : got)
-      if (r.error == wire::ParseError::kOk &&
-          (r.pkt.bh.opcode == wire::Opcode::kConnectAccept ||
-           r.pkt.bh.opcode == wire::Opcode::kConnectReject) &&
-          r.pkt.bh.dst_conn == p.conn() && r.pkt.connect.nonce == kNonce)
-        return &r;
-    return nullptr;
-  };
   const std::vector<Reply> rs =
-      p.exchange_until(p.connect_req(kNonce),
-                       [&](const std::vector<Reply>& got) { return answer_of(got) != nullptr; });
+      p.exchange_until(p.connect_req(kNonce), answers_request(p.conn(), kNonce));
   if (!broken_.empty()) {
     why = broken_;
     return false;
   }
-  const Reply* answer = answer_of(rs);
+  const Reply* answer = answer_to_request(rs, p.conn(), kNonce);
   if (answer == nullptr) {
     why = "--iut " + iut_ + ": the IUT sent " +
           (rs.empty() ? std::string("nothing")

@@ -60,6 +60,10 @@ constexpr std::array kChecks = {
           check_conn2},
     Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
           check_conn3},
+    Check{"CONN-3",
+          "a CONNECT_REQ repeated to the connection a bad-key WRITE failed draws CONNECT_REJECT "
+          "0x02, no ACCEPT",
+          check_conn3_failed},
     Check{"CONN-4",
           "a CONNECT_REJECT fails the target's connection with its code; refusing, it answers "
           "0x47, at its connection limit 0x4a",

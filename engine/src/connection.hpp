@@ -371,7 +371,10 @@ struct Connection {
   uint32_t rx_high = 0;  // one past the highest PSN received
   uint32_t unacked = 0;
   TimeNs ack_deadline = TimeNs::never();
-  std::array<Echo, 4> echoes{};  // ACKs owed now, oldest first
+  // ACKs owed now, oldest first. Only an ESTABLISHED connection owes any:
+  // the receive path owes them in no other state, and leaving ESTABLISHED
+  // (Impl::enter_error, Impl::close) drops those owed (forget_acks).
+  std::array<Echo, 4> echoes{};
   uint8_t echo_count = 0;
   uint16_t echo_weight = 0;  // arrivals the newest pending echo stands for, when plain (ACK-6)
   Echo latest;               // arrival the next delayed ACK echoes (ACK-5, ACK-6)
@@ -402,6 +405,13 @@ struct Connection {
   }
   void set_window_log2(uint8_t log2) { window_mask = static_cast<uint16_t>((1u << log2) - 1); }
   // Whether anything in `owe` is set: asked on every poll, so two loads.
+  // NAK-2, CONN-7: a connection failed or closing acknowledges nothing: the
+  // ACKs owed, and those the ACK delay would owe, are dropped.
+  void forget_acks() {
+    echo_count = 0;
+    unacked = 0;
+    ack_deadline = TimeNs::never();
+  }
   [[nodiscard]] bool owes_control() const {
     static_assert(sizeof(Owed) == 2 * sizeof(uint64_t));
     uint64_t v[2];

@@ -143,6 +143,19 @@ PathStats path_stats_of(const detail::Path& p) {
   return out;
 }
 
+// `now` + resends x retry, or never() where that passes what the clock
+// holds: up to 65,535 resends a day apart (config_error's bounds) make 179
+// years, which from a clock read past 405 years wrapped to a time already
+// passed, and the record of a connection just closed expired at once
+// (`until`: its peer's repeated DISCONNECT went unanswered, CONN-7).
+TimeNs after_resends(TimeNs now, uint64_t resends, uint64_t retry_ns) {
+  uint64_t span = 0;
+  uint64_t at = 0;
+  if (__builtin_mul_overflow(resends, retry_ns, &span) || __builtin_add_overflow(now.ns, span, &at))
+    return TimeNs::never();
+  return TimeNs{at};
+}
+
 }  // namespace
 
 Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
@@ -159,13 +172,10 @@ Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
   // timing, the peer's settings taken as ours): both have stopped by then.
   const uint64_t resends =
       std::max<uint64_t>(std::min<uint64_t>(cfg.connect_attempts, 65535), cfg.disconnect_attempts);
-  r.until = last_now + resends * cfg.connect_retry_ns;
+  r.until = after_resends(last_now, resends, cfg.connect_retry_ns);
   // CONN-3: a requester's repeats go on for as many requests as its
   // connect() asked for, up to 65,535, whatever our connect_attempts says.
-  const uint64_t most = uint64_t{UINT16_MAX} * cfg.connect_retry_ns;
-  r.requests_until = most / UINT16_MAX == cfg.connect_retry_ns && most < UINT64_MAX - last_now.ns
-                         ? last_now + most
-                         : TimeNs::never();
+  r.requests_until = after_resends(last_now, UINT16_MAX, cfg.connect_retry_ns);
   r.stats = c.stats;
   r.paths.resize(c.num_paths);
   for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);

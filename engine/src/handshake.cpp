@@ -80,6 +80,15 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   if (it != by_nonce.end()) {
     Connection* c = conns[it->second].get();
     if (c != nullptr && !c->is_requester && c->peer == dg.peer && c->peer_conn == b.src_conn) {
+      if (c->state == ConnState::kError) {
+        // CONN-3: the connection failed while its requester, our ACCEPT
+        // lost, still connects. The ACCEPT again would connect it to one
+        // that answers nothing (NAK-2) until its own timeout failed it
+        // kPeerUnreachable, seconds on; the REJECT names the failure now.
+        ++estats.connects_refused;
+        queue_reject(dg, b.src_conn, b.nonce, c->error);
+        return;
+      }
       c->owe.accept = true;  // CONN-3: our ACCEPT was lost; say it again
       mark_ready(*c);
       return;
@@ -166,6 +175,7 @@ void Endpoint::Impl::close(Connection& c, TimeNs now) {
   }
   flush_all(c, Status::kFlushed, detail::Culprit::none());
   c.state = ConnState::kClosing;
+  c.forget_acks();  // CONN-7: a closing connection answers nothing
   c.attempts = 0;
   c.owe.disconnect = true;
   c.last_progress = now;
@@ -379,14 +389,12 @@ void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who,
   flush_all(c, why, who);
   c.state = ConnState::kError;
   c.error = why;
-  c.ack_deadline = TimeNs::never();
   // NAK-2: a failed connection acknowledges nothing, whatever failed it: the
   // ACKs owed from before are dropped, else emit_for still sent them, after
   // a fatal NAK of its own too (whose cum_psn acknowledges what they would
   // have, NAK-3). Failed for another reason (a timeout, a local fault), it
   // answers nothing at all: an RNR NAK owed is dropped too.
-  c.echo_count = 0;
-  c.unacked = 0;
+  c.forget_acks();
   if (!c.sent_fatal_nak()) c.owe.nak = false;
   trace(now, TraceKind::kConnState, c, 0, who.at, static_cast<uint32_t>(ConnState::kError));
   push_event(EventKind::kError, c, why);

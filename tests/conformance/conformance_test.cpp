@@ -1911,6 +1911,30 @@ TEST(Conformance, LateAcceptAnsweredWithReasonZeroFailsConn7) {
       "ended");
 }
 
+// CONN-3 broken for a failed connection: the request repeated to it answered
+// with an ACCEPT (the engine did so before), or refused without naming the
+// failure.
+TEST(Conformance, RequestToAFailedConnectionAcceptedOrRefusedPlainlyFailsConn3) {
+  for (const bool accept : {true, false})
+    expect_fails(
+        "CONN-3",
+        accept ? "drew CONNECT_ACCEPT, not CONNECT_REJECT 0x02" : "drew CONNECT_REJECT 0x47",
+        [accept](FaultyTarget& t) {
+          rewrite_sent(t, [accept](wire::Packet& p) {
+            if (p.bh.opcode != wire::Opcode::kConnectReject) return false;
+            if (accept) {
+              p.bh.opcode = wire::Opcode::kConnectAccept;
+              p.connect.src_conn = 0x1234;
+              p.connect.code = 0;
+            } else {
+              p.connect.code = static_cast<uint8_t>(Status::kConnectRefused);
+            }
+            return true;
+          });
+        },
+        "a CONNECT_REQ repeated to the connection");
+}
+
 // CONN-8 broken at each end: a target that drops a DISCONNECT giving a
 // reason it does not know (here it arrives naming another src_conn, which
 // CONN-7 drops), and one that closes a failed connection giving reason 0.

@@ -17,6 +17,19 @@
 namespace metaroce::test {
 namespace {
 
+// A PROBE of the connection `to` (the receiver's id), asking for an ACK.
+std::vector<uint8_t> probe_asking_an_ack(ConnId to, uint16_t path_tag, uint32_t tsval) {
+  std::vector<uint8_t> probe(wire::kBaseHeaderSize + wire::kIcrcSize);
+  wire::BaseHeader bh;
+  bh.flags = wire::kFlagAckRequested | wire::kFlagPayloadCovered;
+  bh.opcode = wire::Opcode::kProbe;
+  bh.dst_conn = to.v;
+  bh.path_tag = path_tag;
+  bh.tsval = tsval;
+  EXPECT_EQ(wire::seal(probe, wire::write_probe(probe, bh), 0), probe.size());
+  return probe;
+}
+
 TEST(Engine, RemoteErrorsWriteNothingAndFlush) {  // NAK-2, NAK-3, PLACE-5
   for (int kind = 0; kind < 4; ++kind) {
     SCOPED_TRACE(kind);
@@ -82,14 +95,7 @@ TEST(Engine, AFailedReceiverAnswersAProbeWithItsNak) {  // NAK-2
   ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
   ASSERT_TRUE(loop.run_until([&] { return !naks.empty(); }));
   EXPECT_EQ(nak_ports[0], data_port);
-  std::vector<uint8_t> probe(wire::kBaseHeaderSize + wire::kIcrcSize);
-  wire::BaseHeader bh;
-  bh.flags = wire::kFlagAckRequested | wire::kFlagPayloadCovered;
-  bh.opcode = wire::Opcode::kProbe;
-  bh.dst_conn = b.v;
-  bh.path_tag = wire::make_path_tag(2, 1);
-  bh.tsval = 77;
-  ASSERT_EQ(wire::seal(probe, wire::write_probe(probe, bh), 0), probe.size());
+  const std::vector<uint8_t> probe = probe_asking_an_ack(b, wire::make_path_tag(2, 1), 77);
   loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 54321, false, probe}, loop.now());
   std::vector<uint8_t> buf(70000);
   TxDatagram tx;
@@ -144,6 +150,74 @@ TEST(Engine, AnAckOwedWhenTheReceiversOwnNakFailsTheConnectionIsNotSent) {  // N
   EXPECT_EQ(sent, std::vector<int>{static_cast<int>(wire::Opcode::kNak)});
   EXPECT_EQ(dst.bytes, src.bytes);  // the first WRITE landed; the NAK said so by its cum_psn
   (void)b;
+}
+
+// NAK-2: a connection in ERROR owes no ACK and sends none, whatever reaches
+// it: a copy of each data packet it had acknowledged, the same marked CE,
+// trimmed or asking for an ACK, a PROBE asking for one, and the ACK delay
+// passing after each. Failed by its own fatal NAK it answers with that NAK
+// alone; failed by the peer's silence (its keepalive unanswered, CONN-9) it
+// answers nothing.
+TEST(Engine, AConnectionInErrorSendsNoAckForAnything) {  // NAK-2, ACK-1 to ACK-5
+  for (const bool own_nak : {true, false}) {
+    SCOPED_TRACE(own_nak ? "failed by its own NAK" : "failed by the peer's silence");
+    EndpointConfig receiver = cfg(77);
+    receiver.recovery.keepalive_ns = kMillisecond;
+    receiver.recovery.peer_timeout_ns = 5 * kMillisecond;
+    Loop loop(cfg(76), receiver);
+    auto [a, b] = loop.connect();
+    Buf src(loop.ep(0), 3 * 4096, 0, 0x55);
+    Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite, 0x11);
+    std::vector<std::pair<std::vector<uint8_t>, uint16_t>> data;
+    loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+      if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite))
+        data.emplace_back(d, tx.entropy);
+    };
+    ASSERT_TRUE(write_completes(loop, a, src, dst, 3 * 4096));
+    ASSERT_EQ(data.size(), 3u);
+    loop.on_sent = nullptr;
+    if (own_nak) {
+      SendWr bad = write_wr(src, dst, 100, 2);
+      bad.rkey ^= 1;
+      ASSERT_EQ(loop.ep(0).post_send(a, bad), Status::kOk);
+    } else {
+      loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 0; };
+    }
+    bool failed = false;
+    ASSERT_TRUE(loop.run_until([&] {
+      Event ev;
+      while (loop.ep(1).poll_event(ev)) failed |= ev.kind == EventKind::kError && ev.conn == b;
+      return failed;
+    }));
+    const std::vector<uint8_t> probe = probe_asking_an_ack(b, wire::make_path_tag(1, 1), 0);
+    std::vector<uint8_t> asking = data.back().first;  // the last packet, AR set
+    asking[0] |= wire::kFlagAckRequested;
+    ASSERT_GT(wire::seal(asking, asking.size() - wire::kIcrcSize - 4096, 4096), 0u);
+    const uint64_t acks_before = loop.ep(1).conn_stats(b)->acks_sent;
+    std::vector<int> sent;
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    TimeNs now = loop.now();
+    const auto hand = [&](const std::vector<uint8_t>& d, uint16_t port, bool ce, bool trimmed) {
+      loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), port, ce, d, trimmed}, now);
+      for (int turn = 0; turn < 2; ++turn) {  // at once, then after the ACK delay
+        while (sent.size() < 100 && loop.ep(1).poll_transmit(now, buf, tx)) sent.push_back(buf[1]);
+        now = now + loop.ep(1).config().ack_delay_ns + 1;
+        if (loop.ep(1).next_timeout() <= now) loop.ep(1).handle_timeout(now);
+      }
+    };
+    for (const auto& [d, port] : data) {
+      hand(d, port, false, false);
+      hand(d, port, true, false);
+      hand(d, port, false, true);
+    }
+    hand(asking, data.back().second, false, false);
+    hand(probe, 4321, false, false);
+    const int nak = static_cast<int>(wire::Opcode::kNak);
+    for (const int op : sent) EXPECT_EQ(op, nak);
+    EXPECT_EQ(sent.size(), own_nak ? 3 * data.size() + 2 : 0u);  // a NAK for each
+    EXPECT_EQ(loop.ep(1).conn_stats(b)->acks_sent, acks_before);
+  }
 }
 
 // NAK-3: a fatal NAK's cum_psn acknowledges as an ACK's would before the

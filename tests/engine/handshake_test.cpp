@@ -218,6 +218,43 @@ TEST(Handshake, OnlyARepeatedDisconnectIsAnsweredForAConnectionGone) {
   EXPECT_TRUE(sent(loop, 1).empty());
 }
 
+// CONN-7: a closed connection's record lasts its peer's resends, however
+// far they reach: 65,535 DISCONNECTs a day apart (the most config_error
+// allows) from a clock 150 years short of 2^64 ns pass what it holds. The
+// record's end wrapped to a time already passed, and the repeated
+// DISCONNECT, its ACK lost, went unanswered (BAD-7).
+TEST(Handshake, ACloseRemembersThePeersResendsPastTheClocksEnd) {
+  EndpointConfig c0 = cfg(309), c1 = cfg(310);
+  for (EndpointConfig* c : {&c0, &c1}) {
+    c->connect_retry_ns = kMaxDurationNs;
+    c->disconnect_attempts = UINT16_MAX;
+    ASSERT_EQ(config_error(*c), "");
+  }
+  Loop loop(c0, c1);
+  constexpr uint64_t kYear = 365 * 24 * 3600 * kSecond;
+  loop.pass_time(UINT64_MAX - 150 * kYear - loop.now().ns);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(loop.ep(1).is_established(b));
+  std::vector<uint8_t> disc;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kDisconnect) disc = d;
+  };
+  loop.ep(0).close(a, loop.now());
+  bool closed = false;
+  ASSERT_TRUE(loop.run_until([&] {
+    Event ev;
+    while (loop.ep(1).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
+    return closed;
+  }));
+  ASSERT_FALSE(disc.empty());
+  EXPECT_EQ(loop.ep(1).peer_of(b), loop.addr(0));
+  // A day on, the peer's resends have barely started: the repeat is answered.
+  deliver(loop, 1, loop.addr(0), disc, kMaxDurationNs);
+  auto out = sent(loop, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kDisconnectAck);
+}
+
 // CONN-1, CONN-3: an end that offers an mtu below 256 breaks CONN-1; raising
 // its offer to 256 would send it larger packets than it accepts, so a
 // CONNECT_REQ offering one is refused, and so is a CONNECT_ACCEPT.

@@ -975,6 +975,61 @@ TEST(PeerVanishes, ARequestRepeatedWhileClosingDrawsTheAcceptAgain) {  // CONN-3
   EXPECT_TRUE(k.all_done());
 }
 
+// A request repeated to a connection that failed meanwhile (ERROR), its
+// ACCEPT lost: here the responder's WRITE, posted at once (CONN-6), went
+// unanswered by a requester that drops data while connecting, and PATH-7
+// failed the connection. The requester, given 1,000 requests, still
+// connects. The ACCEPT again would connect it to a connection that answers
+// nothing (NAK-2), its work failing kPeerUnreachable seconds later; the
+// REJECT naming the failure (CONN-3) fails its connect now, kConnectRefused
+// with reason kPeerUnreachable, and nothing is sent on it after.
+TEST(PeerVanishes, ARequestRepeatedToAFailedConnectionIsRejectedWithTheFailure) {  // CONN-3
+  EndpointConfig responder = cfg(4634);
+  responder.recovery.peer_timeout_ns = 50 * kMillisecond;
+  Loop loop(cfg(4633), responder);
+  Books k(loop);
+  bool failed = false;
+  std::vector<std::vector<uint8_t>> answers_after;  // to requests after the failure
+  uint64_t sent_by_requester_after = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    const auto op = static_cast<wire::Opcode>(d[1]);
+    if (failed && from == 0 && op != wire::Opcode::kConnectReq) ++sent_by_requester_after;
+    if (from != 1 || (op != wire::Opcode::kConnectAccept && op != wire::Opcode::kConnectReject))
+      return false;
+    if (failed) answers_after.push_back(d);
+    return !failed;  // every answer before the failure is lost
+  };
+  ConnId a;
+  ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a, 0, 1000), Status::kOk);
+  ASSERT_TRUE(k.run([&] { return k.first(1, EventKind::kAccepted) != nullptr; }, kSecond));
+  const ConnId b = k.first(1, EventKind::kAccepted)->ev.conn;
+  Buf src(loop.ep(1), 4096, 0, 0x5a);
+  ASSERT_EQ(k.send(1, b, write_wr(src, src, 4096, 1)), Status::kOk);
+  ASSERT_TRUE(k.run([&] { return k.events_about(1, b) == 2; }, kSecond));
+  ASSERT_TRUE(event_is(k.event(1, b, 1), EventKind::kError, Status::kPeerUnreachable));
+  failed = true;
+  ASSERT_TRUE(k.run([&] { return k.event(0, a) != nullptr; }, kSecond));
+  ASSERT_EQ(answers_after.size(), 1u);
+  wire::Packet reject;
+  ASSERT_EQ(wire::decode(answers_after.front(), reject), wire::ParseError::kOk);
+  EXPECT_EQ(reject.bh.opcode, wire::Opcode::kConnectReject);
+  EXPECT_EQ(reject.connect.code, static_cast<uint8_t>(Status::kPeerUnreachable));
+  EXPECT_EQ(reject.bh.dst_conn, a.v);
+  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kConnectFailed, Status::kConnectRefused,
+                       Status::kPeerUnreachable));
+  EXPECT_EQ(loop.ep(1).endpoint_stats().connects_refused, 1u);
+  // The responder's connection stays in ERROR for its application (section
+  // 4), which closes it; its DISCONNECTs find no connection and the close
+  // ends after CONN-7's budget. The requester sent nothing more.
+  EXPECT_FALSE(loop.ep(1).is_established(b));
+  loop.ep(1).close(b, loop.now());
+  ASSERT_TRUE(k.run([&] { return k.events_about(1, b) == 3; }, kSecond));
+  EXPECT_TRUE(event_is(k.event(1, b, 2), EventKind::kClosed, Status::kPeerUnreachable));
+  EXPECT_EQ(k.events_about(0, a), 1u);
+  EXPECT_EQ(sent_by_requester_after, 0u);
+  EXPECT_TRUE(k.all_done());
+}
+
 // Both ends close at once, each with work outstanding: each end's own work
 // completes kFlushed at its close, each sees one kClosed, and the DISCONNECTs
 // that cross are answered (CONN-7); nothing is left open or timed.
