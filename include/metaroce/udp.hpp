@@ -272,7 +272,9 @@ class UdpEndpoint {
   // asks the engine for that many (spec CONN-2; never fewer than Options::engine.connect_attempts,
   // at most 65,535, 655 s by default: a longer timeout ends there). The error names the connection
   // and reads "timed out after T ms", or "no answer to N requests 10 ms apart (...)" where the
-  // requests ran out before the timeout. A
+  // requests ran out before the timeout. A timeout of 0 gives none: one round of the engine's
+  // connect_attempts requests, which where they ran out in it read "... (Options::engine.
+  // connect_attempts)". A
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
   // protocol version", kResourceExhausted "the peer holds as many connections as its
