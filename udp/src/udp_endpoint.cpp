@@ -105,6 +105,7 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
     if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
     return;
   }
+  std::unique_lock<std::mutex> lk = im.guard();  // Options::thread_safe: let go while it blocks
   if (im.progress_locked() != 0) return;
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
@@ -112,7 +113,7 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
     // Rounded up to epoll's milliseconds: rounded down, the last one would
     // be spent spinning on epoll_wait(0), a core taken from the peer's
     // process on a loaded host.
-    im.block(deadline - now + std::chrono::microseconds(999));
+    im.block(deadline - now + std::chrono::microseconds(999), &lk);
     if (im.progress_locked() != 0) return;
   }
 }
@@ -828,6 +829,14 @@ void UdpEndpoint::close(bool graceful) {
       if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
   }
   impl_->closed = true;
+  if (impl_->epoll_waiters != 0) {
+    // Other threads blocked on the epoll fd (Options::thread_safe): woken,
+    // and out of epoll_wait before its fds close, so that none waits on or
+    // reads an fd number a later open was given.
+    const uint64_t one = 1;
+    (void)!::write(impl_->wake_fd, &one, sizeof(one));
+    impl_->cv.wait(lk, [&] { return impl_->epoll_waiters == 0; });
+  }
   impl_->close_fds();
 }
 
