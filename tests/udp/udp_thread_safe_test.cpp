@@ -15,15 +15,8 @@
 namespace {
 
 using namespace std::chrono_literals;
-using metaroce::Completion;
-using metaroce::ConnId;
-using metaroce::MemoryRegion;
-using metaroce::RecvWr;
-using metaroce::SendWr;
-using metaroce::Status;
-using metaroce::WrOpcode;
-using metaroce::udp::Options;
-using metaroce::udp::UdpEndpoint;
+using namespace metaroce;
+using namespace metaroce::udp;
 using namespace metaroce::udp::test;
 
 constexpr int kClientThreads = 4;
