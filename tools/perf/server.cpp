@@ -399,6 +399,7 @@ bool serve(UdpEndpoint& ep, std::unique_ptr<Lobby::Arrival> arrival, const Commo
     Completion cs[64];
     const size_t n = ep.poll_completions(cs, 64);
     idler.step(ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
+    lobby.take_new(ep);  // the idler's wait() runs rounds too (as round() does after its own)
     for (size_t i = 0; i < n; ++i) {
       // Another connection's (a refused client's work, flushed once it is
       // closed) is never this test's.
