@@ -24,7 +24,12 @@
 // Threading: an endpoint is single-threaded. Either the application calls
 // progress() (or a blocking helper) itself, or it starts the progress thread
 // (start_progress_thread; sleeping by default, busy-polling on request); then
-// every public call takes one mutex (per call, never per packet).
+// every public call takes one mutex (per call, never per packet). With
+// Options::thread_safe every public call takes it always, progress thread or
+// not: any number of application threads may call any of them at once
+// (FI_THREAD_SAFE), posting, polling and driving progress themselves. Off
+// (the default), calls without the thread take no lock and must come from
+// one thread at a time.
 #pragma once
 
 #include <chrono>
@@ -118,6 +123,18 @@ struct Options {
   // peers with peer_addr(), need not drain a queue every round), and
   // accept() is refused at once (kInvalidArgument), try_accept() false.
   bool queue_accepted = true;
+  // Every public call locks the endpoint's mutex, also without the progress
+  // thread, so that several application threads may use one endpoint at
+  // once (posting, polling, progress(), the blocking helpers; G11 of
+  // docs/design/libfabric-provider.md, FI_THREAD_SAFE). A thread blocked in
+  // wait(), wait_completion(), connect() or accept() lets the mutex go while
+  // it waits on fd(), and runs its own rounds as before: other threads post
+  // and poll meanwhile, and a datagram that one thread's round takes is
+  // another's completion. close() from one thread ends the others' waits
+  // (as with the progress thread). Off: no lock without the thread, and
+  // calls must come from one thread at a time. The lock is per call, never
+  // per packet.
+  bool thread_safe = false;
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
   // that arrive with it are handed to the engine flagged trimmed.
   uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
@@ -275,7 +292,9 @@ class UdpEndpoint {
   // asks the engine for that many (spec CONN-2; never fewer than Options::engine.connect_attempts,
   // at most 65,535, 655 s by default: a longer timeout ends there). The error names the connection
   // and reads "timed out after T ms", or "no answer to N requests 10 ms apart (...)" where the
-  // requests ran out before the timeout. A
+  // requests ran out before the timeout. A timeout of 0 gives none: one round of the engine's
+  // connect_attempts requests, which where they ran out in it read "... (Options::engine.
+  // connect_attempts)". A
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
   // protocol version", kResourceExhausted "the peer holds as many connections as its

@@ -1142,4 +1142,28 @@ TEST(UdpConnect, ARetryOfNanosecondsIsNamedSo) {
   EXPECT_TRUE(has(e.message, "no answer to 65535 requests 1 ns apart")) << e.message;
 }
 
+// connect() with a timeout of 0 gives its connection no budget: the engine's
+// connect_attempts requests (spec CONN-2), which one round can spend where
+// they are few and close together (1, 1 ns apart: the round that sends the
+// request reads the clock after its receive, past the retry). connect()
+// says so, naming the option that sized them, not a timeout that never
+// passed (connect_wait's only message for a connection without a budget).
+TEST(UdpConnect, AConnectWithNoTimeoutNamesTheRequestsItRanOutOf) {
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  Options o = test_options();
+  o.engine.connect_attempts = 1;
+  o.engine.connect_retry_ns = 1;
+  auto client = open_on("127.0.0.1", o);
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect(silent.addr, 0ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  EXPECT_TRUE(has(e.message,
+                  "no answer to 1 requests 1 ns apart "
+                  "(Options::engine.connect_attempts)"))
+      << e.message;
+  EXPECT_FALSE(has(e.message, "timed out")) << e.message;
+}
+
 }  // namespace

@@ -84,9 +84,9 @@ int main(int argc, char** argv) {
                         std::to_string(metaroce::perf::kMaxPeerTimeoutMs) + " (default 2000)")
         ->check(metaroce::tools::number_in_range(metaroce::perf::kMinPeerTimeoutMs,
                                                  metaroce::perf::kMaxPeerTimeoutMs));
-    // Control messages are SENDs too: a low limit can fail the test itself
-    // where the peer is slow to post a receive (a large buffer, a loaded
-    // host), as it fails a test's own SENDs (kRnrRetryExceeded, exit 1).
+    // Control messages are SENDs too, into receives posted before they can
+    // be sent (README.md); a low limit can fail a test's own SENDs where the
+    // peer is slow to post a receive again (kRnrRetryExceeded, exit 1).
     sub->add_option("--rnr-retry-limit", common.rnr_retry_limit,
                     "LOSS-7 RNR retries of one refused message before it fails "
                     "kRnrRetryExceeded, 0-" +

@@ -35,19 +35,91 @@ void flush_log() {
                e != 0 ? ": " : "", e != 0 ? std::strerror(e) : "");
 }
 
-// Closes the connection and drains its last completions (flushed receives,
-// control sends), so that the next test starts clean.
-void close_and_drain(udp::UdpEndpoint& ep, ConnId conn) {
-  ep.close(conn);
-  for (int i = 0; i < 20; ++i) ep.progress();
-  Completion c;
-  while (ep.poll_completion(c)) {
+// Connections taken from the accept queue and not yet served or refused,
+// oldest first, each with one receive posted for its Hello as it was taken.
+// take_new() runs after every round of the server's (round()): a connection
+// is established in a round, whose ACCEPT its client answers with the Hello,
+// so the receive is posted before any round can take the Hello. Taken only
+// when the server got to them, a Hello waited for a receive (RNR) while a
+// test ran or ended, and a client's --rnr-retry-limit failed it.
+class Lobby {
+ public:
+  struct Arrival {
+    ConnId conn;
+    Sink hello;       // one control-sized receive
+    std::string why;  // why none could be posted (empty: posted)
+  };
+  // Every connection the accept queue holds.
+  void take_new(UdpEndpoint& ep) {
+    ConnId c;
+    while (ep.try_accept(c)) add(ep, c);
   }
+  void add(UdpEndpoint& ep, ConnId c) {
+    auto& a = *arrivals_.emplace_back(std::make_unique<Arrival>());
+    a.conn = c;
+    a.hello.repost = false;
+    TestParams ctl;
+    ctl.qd = 1;
+    ctl.op = Op::kWrite;
+    if (!a.hello.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}))
+      a.why = "cannot register a receive buffer for its Hello";
+    else if (const Error e = a.hello.post_ring(c))
+      a.why = e.message;
+  }
+  // A completion of a connection here (its Hello, or the receive flushed);
+  // false when it is not one of theirs.
+  bool on_completion(const Completion& c) {
+    for (const auto& a : arrivals_)
+      if (a->conn == c.conn) {
+        (void)a->hello.on_completion(c);
+        return true;
+      }
+    return false;
+  }
+  Arrival* find(ConnId c) {
+    for (const auto& a : arrivals_)
+      if (a->conn == c) return a.get();
+    return nullptr;
+  }
+  // Leaves the lobby (served or refused): the oldest, or connection c.
+  std::unique_ptr<Arrival> take_front() {
+    return take(arrivals_.empty() ? ConnId{} : arrivals_.front()->conn);
+  }
+  std::unique_ptr<Arrival> take(ConnId c) {
+    for (auto it = arrivals_.begin(); it != arrivals_.end(); ++it)
+      if ((*it)->conn == c) {
+        std::unique_ptr<Arrival> a = std::move(*it);
+        arrivals_.erase(it);
+        return a;
+      }
+    return nullptr;
+  }
+  const std::deque<std::unique_ptr<Arrival>>& arrivals() const { return arrivals_; }
+
+ private:
+  std::deque<std::unique_ptr<Arrival>> arrivals_;
+};
+
+// Every round of the server's: progress, then the connections it
+// established take their Hello receives (Lobby).
+size_t round(UdpEndpoint& ep, Lobby& lobby) {
+  const size_t moved = ep.progress();
+  lobby.take_new(ep);
+  return moved;
+}
+
+// Closes the connection and drains its last completions (flushed receives,
+// control sends), so that the next test starts clean; the lobby's go to it.
+void close_and_drain(udp::UdpEndpoint& ep, ConnId conn, Lobby& lobby) {
+  ep.close(conn);
+  for (int i = 0; i < 20; ++i) (void)round(ep, lobby);
+  Completion c;
+  while (ep.poll_completion(c)) (void)lobby.on_completion(c);
 }
 
 // The first n path slots' figures, one PathReport each (after the Result).
 void send_path_reports(udp::UdpEndpoint& ep, ConnId conn, size_t n,
-                       std::array<CtrlOut, kMaxPathReports>& out) {
+                       std::array<CtrlOut, kMaxPathReports>& out, Lobby& lobby) {
   const auto paths = ep.path_stats(conn);
   n = std::min(n, paths.size());
   for (size_t i = 0; i < n; ++i) {
@@ -57,97 +129,94 @@ void send_path_reports(udp::UdpEndpoint& ep, ConnId conn, size_t n,
     Error e;
     while ((e = send_path_report(ep, conn, r, out[i], 3 + i)) && e.status == Status::kQueueFull &&
            Clock::now() < until)
-      ep.progress();
+      (void)round(ep, lobby);
     if (e) return;
   }
 }
 
-// Clients that connect while a test runs (the loop accepts none then): each
-// gets a HelloAck refusing its test, busy, naming the client whose test runs,
-// and one receive for its Hello; the connection closes once the refusal is
-// delivered (or after a while). One that connects while the running test's
-// client is quiet (holds_newcomers) is held instead, accepted but
-// unanswered (its Hello waits for a receive, RNR): refused as soon as that
-// client is heard again (a live test's within a packet's time), served next
-// when the test ends (given up: the client was gone).
+// Clients that connect while a test runs (in the lobby, their Hello
+// receives posted): each gets a HelloAck refusing its test, busy, naming the
+// client whose test runs, once its Hello is here (the client posts its
+// receives before it sends the Hello, so the HelloAck finds one); the
+// connection closes once the refusal is delivered (or after a while). One
+// that connects while the running test's client is quiet (holds_newcomers)
+// is held instead, its Hello unanswered: refused as soon as that client is
+// heard again (a live test's within a packet's time), served next when the
+// test ends (given up: the client was gone).
 class BusyRefuser {
  public:
-  BusyRefuser(ConnId running, const std::string& running_addr)
-      : running_(running), running_addr_(running_addr) {}
+  BusyRefuser(ConnId running, const std::string& running_addr, Lobby& lobby)
+      : running_(running), running_addr_(running_addr), lobby_(lobby) {}
   BusyRefuser(const BusyRefuser&) = delete;
   BusyRefuser& operator=(const BusyRefuser&) = delete;
   ~BusyRefuser() = default;
 
-  // Connections accepted before this test, not yet answered: held as if
-  // they had connected now.
-  void hold(UdpEndpoint& ep, std::deque<ConnId>& waiting) {
-    for (const ConnId c : waiting) held_.push_back({c, heard(ep), Clock::now()});
-    waiting.clear();
-  }
-  // With `accept`: takes the connections that arrived since the last call,
+  // Connections in the lobby before this test, not yet answered: held (or,
+  // where none is served next, refused) as if they had connected now.
+  void hold(UdpEndpoint& ep, bool may_hold) { note_new(ep, may_hold); }
+  // With `accept`: notes the connections that arrived since the last call,
   // holding them where `may_hold`, else refusing them; refuses those held
   // whose running client was heard since (or that were held kHoldAtMost).
-  // Without: leaves new ones queued and held ones held (the test is over:
+  // Without: leaves new ones and held ones in the lobby (the test is over:
   // they are served next). Closes refused ones whose refusal arrived or
   // that took too long.
   void step(UdpEndpoint& ep, bool accept = true, bool may_hold = false) {
     const auto now = Clock::now();
-    if (accept && !held_.empty()) {
+    if (accept) {
+      note_new(ep, may_hold);
       const uint64_t h = heard(ep);
-      std::erase_if(held_, [&](const Held& w) {
-        if (w.heard == h && now - w.since < kHoldAtMost) return false;
-        refuse(ep, w.conn, now);
+      std::erase_if(seen_, [&](const Seen& w) {
+        Lobby::Arrival* a = lobby_.find(w.conn);
+        if (a == nullptr) return true;
+        if (a->why.empty() && a->hello.ctrl.empty()) return false;  // no Hello to answer yet
+        if (w.held && w.heard == h && now - w.since < kHoldAtMost) return false;
+        refuse(ep, lobby_.take(w.conn), now);
         return true;
       });
     }
-    ConnId c;
-    while (accept && ep.try_accept(c)) {
-      if (may_hold)
-        held_.push_back({c, heard(ep), now});
-      else
-        refuse(ep, c, now);
-    }
     std::erase_if(refused_, [&](const std::unique_ptr<Refused>& r) {
-      const auto st = ep.state(r->conn);
+      const auto st = ep.state(r->arrival->conn);
       if (!r->delivered && now < r->until && st == udp::ConnState::kEstablished) return false;
-      ep.close(r->conn);
-      (void)ep.deregister_memory(r->sink.rbuf_mr.lkey);
+      ep.close(r->arrival->conn);
+      (void)ep.deregister_memory(r->arrival->hello.rbuf_mr.lkey);
       return true;
     });
   }
-  // A completion of one of these connections; false when it is not.
+  // A completion of one of these connections, or of the lobby's; false when
+  // it is neither.
   bool on_completion(const Completion& c) {
     for (const auto& r : refused_)
-      if (r->conn == c.conn) {
+      if (r->arrival->conn == c.conn) {
         if ((c.wr_id & kCtrlWrId) != 0) r->delivered = true;  // the HelloAck
         return true;
       }
-    return false;
+    return lobby_.on_completion(c);
   }
   // Waits (a short while) until every refusal is delivered, then closes
-  // them; the held ones, in the order they came, go to `next`.
-  void finish(UdpEndpoint& ep, std::deque<ConnId>& next) {
+  // them; the held ones stay in the lobby, served next in the order they
+  // came.
+  void finish(UdpEndpoint& ep) {
     while (!refused_.empty()) {
-      ep.progress();
+      (void)round(ep, lobby_);
       Completion c;
       while (ep.poll_completion(c)) (void)on_completion(c);
       step(ep, false);
     }
-    for (const Held& w : held_) next.push_back(w.conn);
-    held_.clear();
+    seen_.clear();
   }
 
  private:
   static constexpr auto kDeliverWithin = 1s;
   struct Refused {
-    ConnId conn;
-    Sink sink;
+    std::unique_ptr<Lobby::Arrival> arrival;
     CtrlOut out;
     bool delivered = false;
     Clock::time_point until;
   };
-  struct Held {
+  // A lobby connection this test has seen arrive.
+  struct Seen {
     ConnId conn;
+    bool held;       // else refused once its Hello is here
     uint64_t heard;  // the running client's packets when it came
     Clock::time_point since;
   };
@@ -157,22 +226,26 @@ class BusyRefuser {
     (void)ep.conn_stats(running_, st);
     return heard_from_peer(st);
   }
-  void refuse(UdpEndpoint& ep, ConnId c, Clock::time_point now) {
+  void note_new(UdpEndpoint& ep, bool may_hold) {
+    const auto now = Clock::now();
+    for (const auto& a : lobby_.arrivals())
+      if (std::none_of(seen_.begin(), seen_.end(),
+                       [&](const Seen& w) { return w.conn == a->conn; }))
+        seen_.push_back({a->conn, may_hold, heard(ep), now});
+  }
+  void refuse(UdpEndpoint& ep, std::unique_ptr<Lobby::Arrival> arrival, Clock::time_point now) {
     auto& r = *refused_.emplace_back(std::make_unique<Refused>());
-    r.conn = c;
+    r.arrival = std::move(arrival);
     r.until = now + kDeliverWithin;
+    const ConnId c = r.arrival->conn;
     Ctrl ack;
     ack.type = MsgType::kHelloAck;
     ack.refusal = static_cast<uint32_t>(Refusal::kBusy);
     ack.busy_with = running_addr_;
-    TestParams ctl;
-    ctl.qd = 1;
-    r.sink.repost = false;
     Error e;
-    if (!r.sink.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}) ||
-        (e = r.sink.post_ring(c)) || (e = send_ctrl(ep, c, ack, r.out, 1))) {
+    if (!r.arrival->why.empty() || (e = send_ctrl(ep, c, ack, r.out, 1))) {
       std::fprintf(stderr, "cannot refuse %s: %s\n", peer_and_conn(ep, c).c_str(),
-                   e ? e.message.c_str() : "cannot register a receive buffer");
+                   e ? e.message.c_str() : r.arrival->why.c_str());
       r.delivered = true;  // nothing more to wait for
       return;
     }
@@ -181,36 +254,34 @@ class BusyRefuser {
   }
   ConnId running_;
   std::string running_addr_;
+  Lobby& lobby_;
   std::vector<std::unique_ptr<Refused>> refused_;
-  std::vector<Held> held_;
+  std::vector<Seen> seen_;
 };
 
-// One client's test, from its connection to its Result; true when it ran to
-// the end and the Result went back. `next`: clients accepted and not yet
-// answered, held while this one was quiet (holds_newcomers), which the
-// server serves next; nullptr (--once: none is served next) refuses every
-// client that connects meanwhile at once.
-bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId>* next) {
+// One client's test, from its connection (`arrival`, its Hello receive
+// posted as it arrived) to its Result; true when it ran to the end and the
+// Result went back. Clients that connect meanwhile wait in `lobby`: held
+// while this one is quiet (holds_newcomers), and served next, or refused
+// busy; `once` (--once: none is served next) refuses every one at once.
+bool serve(UdpEndpoint& ep, std::unique_ptr<Lobby::Arrival> arrival, const Common& common,
+           Lobby& lobby, bool once) {
+  const ConnId conn = arrival->conn;
   // The io: line reports this test's share (the counters run since the
   // endpoint opened; it used to print them whole, every test's together).
   const udp::IoStats io_at_start = ep.io_stats();
   std::printf("connection from %s\n", ep.peer_address(conn).c_str());
   flush_log();
-  Sink sink;
-  // One buffer for the Hello; the data ring is posted once the Hello says
-  // what to expect (receive buffers are consumed in posting order).
-  TestParams ctl;
-  ctl.qd = 1;
-  ctl.op = Op::kWrite;
-  sink.repost = false;
+  // One buffer for the Hello, posted as the connection arrived; the data
+  // ring is posted once the Hello says what to expect (receive buffers are
+  // consumed in posting order).
+  Sink& sink = arrival->hello;
   Error err;
-  if (!sink.prepare(ep, ctl, RecvRing{static_cast<uint32_t>(kCtrlBytes), 1}) ||
-      (err = sink.post_ring(conn))) {
+  if (!arrival->why.empty()) {
     // A client that gave up waiting has closed by now, say.
     std::fprintf(stderr, "no test with %s: %s (connection %s)\n", peer_and_conn(ep, conn).c_str(),
-                 err ? err.message.c_str() : "cannot register a receive buffer for its Hello",
-                 conn_state_text(ep, conn).c_str());
-    close_and_drain(ep, conn);
+                 arrival->why.c_str(), conn_state_text(ep, conn).c_str());
+    close_and_drain(ep, conn, lobby);
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
   }
@@ -222,13 +293,15 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
   const auto quiet_limit = std::chrono::milliseconds(common.peer_timeout_ms);
   Ctrl hello;
   std::string why;
+  const Bystanders others{[&] { lobby.take_new(ep); },
+                          [&](const Completion& c) { return lobby.on_completion(c); }};
   if (!wait_ctrl(ep, sink, nullptr, hello,
                  std::max<std::chrono::milliseconds>(5000ms, quiet_limit + 1000ms), 1, quiet_limit,
-                 &why) ||
+                 &why, nullptr, &others) ||
       hello.type != MsgType::kHello) {
     std::fprintf(stderr, "no Hello from %s: %s\n", peer_and_conn(ep, conn).c_str(),
                  why.empty() ? "its first message is not a Hello" : why.c_str());
-    close_and_drain(ep, conn);
+    close_and_drain(ep, conn, lobby);
     (void)ep.deregister_memory(sink.rbuf_mr.lkey);
     return false;
   }
@@ -273,10 +346,15 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
     ack.refusal = static_cast<uint32_t>(refusal);
     if (!send_ctrl(ep, conn, ack, ack_out, 1)) {
       const auto until = Clock::now() + 1s;  // let the refusal reach the client
-      Completion c;
-      while (Clock::now() < until && !ep.poll_completion(c)) ep.progress();
+      bool sent = false;
+      while (!sent && Clock::now() < until) {
+        (void)round(ep, lobby);
+        Completion c;
+        while (ep.poll_completion(c))
+          if (!lobby.on_completion(c) && c.conn == conn) sent = true;
+      }
     }
-    close_and_drain(ep, conn);
+    close_and_drain(ep, conn, lobby);
     release();
     return false;
   }
@@ -312,15 +390,16 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
   };
   // Clients that connect meanwhile learn that this one's test runs (at once,
   // or once its client is heard: BusyRefuser).
-  BusyRefuser busy(conn, ep.peer_address(conn));
-  if (next != nullptr) busy.hold(ep, *next);
+  BusyRefuser busy(conn, ep.peer_address(conn), lobby);
+  busy.hold(ep, !once);
   while (!g_stop && !got_done) {
-    const size_t moved = ep.progress();
+    const size_t moved = round(ep, lobby);
     const uint64_t posted = gen.posted;
     if (bidir && !gen.pump(Generator::kNoLimit)) break;
     Completion cs[64];
     const size_t n = ep.poll_completions(cs, 64);
     idler.step(ep, moved != 0 || n != 0 || gen.posted != posted, Clock::now());
+    lobby.take_new(ep);  // the idler's wait() runs rounds too (as round() does after its own)
     for (size_t i = 0; i < n; ++i) {
       // Another connection's (a refused client's work, flushed once it is
       // closed) is never this test's.
@@ -354,7 +433,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
     }
     // Held rather than refused while this test could be given up before the
     // newcomer stops waiting for its HelloAck.
-    busy.step(ep, true, next != nullptr && holds_newcomers(Clock::now() - heard_at, silence_limit));
+    busy.step(ep, true, !once && holds_newcomers(Clock::now() - heard_at, silence_limit));
   }
   // The forward load ends with the client's Done; the reverse load's bytes
   // and time are both taken after its drain, below (its time used to be this
@@ -375,7 +454,7 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
     // Let the generator's outstanding work finish before reporting.
     const auto until = Clock::now() + 2s;
     while (bidir && gen.completed < gen.posted && Clock::now() < until) {
-      ep.progress();
+      (void)round(ep, lobby);
       Completion cs[64];
       const size_t n = ep.poll_completions(cs, 64);
       for (size_t i = 0; i < n; ++i)
@@ -400,11 +479,11 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
     res.rev_retx = cst.retransmissions;
     res.rev_ns = static_cast<uint64_t>(rev_ns.count());
     (void)send_ctrl(ep, conn, res, res_out, 2);
-    send_path_reports(ep, conn, static_cast<size_t>(ack.path_reports), report_out);
+    send_path_reports(ep, conn, static_cast<size_t>(ack.path_reports), report_out, lobby);
     // Wait for the peer to close (or a short while).
     const auto end = Clock::now() + 3s;
     while (Clock::now() < end && ep.state(conn) == udp::ConnState::kEstablished) {
-      ep.progress();
+      (void)round(ep, lobby);
       Completion c;
       while (ep.poll_completion(c)) (void)busy.on_completion(c);
       busy.step(ep, false);  // a client that connects now is served next
@@ -423,9 +502,8 @@ bool serve(UdpEndpoint& ep, ConnId conn, const Common& common, std::deque<ConnId
     print_io(io_since(ep.io_stats(), io_at_start), true);
     flush_log();
   }
-  std::deque<ConnId> none;
-  busy.finish(ep, next != nullptr ? *next : none);
-  close_and_drain(ep, conn);
+  busy.finish(ep);
+  close_and_drain(ep, conn, lobby);
   release();
   return ok;
 }
@@ -458,17 +536,18 @@ int run_server(const std::string& addr, const Common& common, bool once) {
       ep->gso_enabled() ? "on" : "off", ep->gro_enabled() ? "on" : "off",
       ep->uring_enabled() ? "on" : "off");
   flush_log();
-  // Clients held while a test's client was quiet, served in the order they came.
-  std::deque<ConnId> next;
+  // Clients that connected (held while a test's client was quiet, or while
+  // a test ended), served in the order they came.
+  Lobby lobby;
   while (!g_stop) {
-    ConnId conn;
-    if (!next.empty()) {
-      conn = next.front();
-      next.pop_front();
-    } else if (ep->accept(500ms, conn)) {
+    std::unique_ptr<Lobby::Arrival> arrival = lobby.take_front();
+    if (!arrival) {
+      ConnId conn;
+      if (!ep->accept(500ms, conn)) lobby.add(*ep, conn);
+      lobby.take_new(*ep);  // others the same round established
       continue;
     }
-    const bool ok = serve(*ep, conn, common, once ? nullptr : &next);
+    const bool ok = serve(*ep, std::move(arrival), common, lobby, once);
     // --once: one session, whatever its outcome; its exit status tells which.
     if (once) return ok ? 0 : kExitTestFailed;
   }

@@ -147,7 +147,7 @@ uint64_t heard_from_peer(const ConnStats& s) {
 
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
                std::chrono::milliseconds to, int give_up_at, std::chrono::milliseconds silence,
-               std::string* why, CtrlWaitEnd* end) {
+               std::string* why, CtrlWaitEnd* end, const Bystanders* others) {
   const auto start = Clock::now();
   const auto deadline = start + to;
   uint64_t heard = 0;
@@ -177,9 +177,11 @@ bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
       }
     }
     ep.progress();
+    if (others != nullptr) others->after_round();
     Completion cs[64];
     const size_t n = ep.poll_completions(cs, 64);
     for (size_t i = 0; i < n; ++i) {
+      if (others != nullptr && others->claim(cs[i])) continue;
       if (sink.on_completion(cs[i])) continue;
       if (gen != nullptr && gen->on_completion(cs[i])) continue;
       if ((cs[i].wr_id & kCtrlWrId) != 0 && cs[i].status != Status::kOk) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -142,10 +143,19 @@ struct CtrlWaitEnd {
   Kind kind = Kind::kTimeout;
   Status failed = Status::kOk;  // kCtrlFailed: the failed control message's status
 };
+// A server's other connections, while it waits for one's message:
+// `after_round` runs after every round (the connections the round
+// established take their Hello receives), `claim` sees every completion
+// first (true: one of theirs).
+struct Bystanders {
+  std::function<void()> after_round;
+  std::function<bool(const Completion&)> claim;
+};
 bool wait_ctrl(udp::UdpEndpoint& ep, Sink& sink, Generator* gen, Ctrl& out,
                std::chrono::milliseconds to, int give_up_at = 1,
                std::chrono::milliseconds silence = std::chrono::milliseconds(0),
-               std::string* why = nullptr, CtrlWaitEnd* end = nullptr);
+               std::string* why = nullptr, CtrlWaitEnd* end = nullptr,
+               const Bystanders* others = nullptr);
 // Why a client's Hello got no HelloAck, as its error says it. "no answer"
 // only for a server that stayed silent (or a signal); a Hello the server
 // refused at the transport (a NAK: its receive too short, say), a

@@ -34,7 +34,8 @@ udp::Error Sink::post(uint32_t i) {
 }
 
 bool Sink::on_completion(const Completion& c) {
-  if ((c.wr_id & kSinkWrId) == 0) return false;
+  // Another connection's receive (a server's newcomer's Hello) is never ours.
+  if ((c.wr_id & kSinkWrId) == 0 || c.conn != conn) return false;
   const auto i = static_cast<uint32_t>(c.wr_id & 0xffffffff);
   if (c.status != Status::kOk) return true;  // flushed at the end
   const uint8_t* buf = rbuf.data() + size_t{i} * rslot;

@@ -338,6 +338,10 @@ struct UdpEndpoint::Impl {
   std::mutex join_mu;
   // The thread blocks (or is about to) on epfd: wake_thread writes wake_fd.
   std::atomic<bool> sleeping{false};
+  // Application threads blocked on epfd with the mutex let go (block() under
+  // Options::thread_safe): close() waits for them to leave before it closes
+  // the fds, whose numbers a later open could otherwise hand them. Under mu.
+  uint32_t epoll_waiters = 0;
   ProgressMode mode = ProgressMode::kSleeping;  // set before the thread starts
   // The application asked for fd(): it may sleep on it, so every round arms
   // the timerfd. Otherwise only the driver's own sleeps need it armed, and
@@ -393,9 +397,13 @@ struct UdpEndpoint::Impl {
   size_t pump_tx(TimeNs now);
 
   // progress.cpp
+  // The lock of a public call: taken while the progress thread runs, and
+  // always under Options::thread_safe; otherwise none (one application
+  // thread, nothing to order).
   std::unique_lock<std::mutex> guard() {
-    return threaded.load(std::memory_order_acquire) ? std::unique_lock<std::mutex>(mu)
-                                                    : std::unique_lock<std::mutex>();
+    return opts.thread_safe || threaded.load(std::memory_order_acquire)
+               ? std::unique_lock<std::mutex>(mu)
+               : std::unique_lock<std::mutex>();
   }
   void wake_thread();
   void join_thread();  // stops the progress thread; `threaded` stays as it is
@@ -408,7 +416,10 @@ struct UdpEndpoint::Impl {
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();
-  void block(std::chrono::nanoseconds timeout);
+  // Waits on epfd at most `timeout`. With `lk` holding the mutex it is let
+  // go for the wait (other threads' calls go on meanwhile) and held again on
+  // return; without, the wait holds whatever the caller holds.
+  void block(std::chrono::nanoseconds timeout, std::unique_lock<std::mutex>* lk = nullptr);
 
   // Runs until pred() (checked under the lock) or the deadline.
   template <class Pred>
@@ -424,6 +435,9 @@ struct UdpEndpoint::Impl {
             lk, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)));
       }
     }
+    // The caller's own rounds; under Options::thread_safe each with the
+    // mutex, let go while it blocks, as other threads may run theirs.
+    std::unique_lock<std::mutex> lk = guard();
     for (;;) {
       const size_t moved = progress_locked();
       if (pred()) return true;
@@ -432,7 +446,8 @@ struct UdpEndpoint::Impl {
       if (now >= deadline) return false;
       if (moved == 0)
         block(std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)) +
-              std::chrono::microseconds(999));
+                  std::chrono::microseconds(999),
+              &lk);
     }
   }
 

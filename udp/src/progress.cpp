@@ -226,12 +226,23 @@ size_t UdpEndpoint::Impl::progress_locked() {
 }
 
 // Blocks on the epoll fd (non-threaded mode).
-void UdpEndpoint::Impl::block(std::chrono::nanoseconds timeout) {
+void UdpEndpoint::Impl::block(std::chrono::nanoseconds timeout, std::unique_lock<std::mutex>* lk) {
   if (timeout.count() <= 0) return;
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   epoll_event evs[4];
   arm_timer(clock_now());
+  const bool let_go = lk != nullptr && lk->owns_lock();
+  if (let_go) {
+    if (closed) return;
+    ++epoll_waiters;  // close() keeps the fds open until it is back
+    lk->unlock();
+  }
   const int n = epoll_wait(epfd, evs, 4, static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
+  if (let_go) {
+    lk->lock();
+    if (--epoll_waiters == 0 && closed) cv.notify_all();  // close() waits for this
+    if (closed) return;
+  }
   for (int i = 0; i < n; ++i) {
     if (evs[i].data.fd == timer_fd || evs[i].data.fd == wake_fd) {
       uint64_t v;

@@ -105,6 +105,7 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
     if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
     return;
   }
+  std::unique_lock<std::mutex> lk = im.guard();  // Options::thread_safe: let go while it blocks
   if (im.progress_locked() != 0) return;
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
@@ -112,7 +113,7 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
     // Rounded up to epoll's milliseconds: rounded down, the last one would
     // be spent spinning on epoll_wait(0), a core taken from the peer's
     // process on a loaded host.
-    im.block(deadline - now + std::chrono::microseconds(999));
+    im.block(deadline - now + std::chrono::microseconds(999), &lk);
     if (im.progress_locked() != 0) return;
   }
 }
@@ -217,15 +218,21 @@ std::string retry_text(uint64_t ns) {
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
 }
 
-// How a budget's requests compare with the budget (CONN-2):
-// 0 they cover it, the connection lasted it; 1 the budget was shorter than
-// connect_attempts' requests, which it got all the same; 2 longer than
-// 65,535 requests, where they ended. Compared in requests, not products
-// of them and connect_retry_ns, which wrapped for a huge connect_retry_ns.
-int budget_outlasts(const UdpEndpoint::Impl& im, int64_t budget_ms) {
+// How a budget's requests compare with the budget (CONN-2). Compared in
+// requests, not products of them and connect_retry_ns, which wrapped for a
+// huge connect_retry_ns.
+enum class BudgetFit : uint8_t {
+  kCovered,        // the requests cover it: the connection lasted the budget
+  kFloorOutlasts,  // shorter than connect_attempts' requests, which it got all the same
+  kCappedShort,    // longer than CONN-2's 65,535 requests, where they ended
+};
+
+BudgetFit budget_fit(const UdpEndpoint::Impl& im, int64_t budget_ms) {
   const uint32_t requests = im.connect_attempts_for(budget_ms);
   const uint64_t cover = im.requests_covering(budget_ms);
-  return cover > requests ? 2 : cover < requests ? 1 : 0;
+  return cover > requests   ? BudgetFit::kCappedShort
+         : cover < requests ? BudgetFit::kFloorOutlasts
+                            : BudgetFit::kCovered;
 }
 
 // What ended connect_start's budgeted connect, its requests unanswered:
@@ -233,15 +240,16 @@ int budget_outlasts(const UdpEndpoint::Impl& im, int64_t budget_ms) {
 // longer than 65,535, the requests (it said the budget, which the
 // connection had outlasted or not lasted).
 std::string budget_text(const UdpEndpoint::Impl& im, int64_t budget_ms) {
-  const int how = budget_outlasts(im, budget_ms);
+  const BudgetFit fit = budget_fit(im, budget_ms);
   const std::string budget = "connect_start's budget";
-  if (how == 0)
+  if (fit == BudgetFit::kCovered)
     return "the connect timed out after " + std::to_string(budget_ms) + " ms (" + budget +
            ", its requests unanswered)";
+  const bool capped = fit == BudgetFit::kCappedShort;
   return "no answer to " + std::to_string(im.connect_attempts_for(budget_ms)) + " requests " +
          retry_text(im.cfg.connect_retry_ns) + " apart (" +
-         (how == 2 ? "CONN-2's most; " : "Options::engine.connect_attempts; ") + budget + " of " +
-         std::to_string(budget_ms) + " ms asked for " + (how == 2 ? "more)" : "fewer)");
+         (capped ? "CONN-2's most; " : "Options::engine.connect_attempts; ") + budget + " of " +
+         std::to_string(budget_ms) + " ms asked for " + (capped ? "more)" : "fewer)");
 }
 }  // namespace
 
@@ -310,7 +318,8 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   const EndpointConfig& ec = impl_->cfg;
   const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(ci.budget_ms)
                                               : std::min<uint32_t>(ec.connect_attempts, 65535);
-  const bool covered = ci.budget_ms != 0 && budget_outlasts(*impl_, ci.budget_ms) != 2;
+  const bool covered =
+      ci.budget_ms != 0 && budget_fit(*impl_, ci.budget_ms) != BudgetFit::kCappedShort;
   if (!done) {
     impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
@@ -821,6 +830,14 @@ void UdpEndpoint::close(bool graceful) {
       if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
   }
   impl_->closed = true;
+  if (impl_->epoll_waiters != 0) {
+    // Other threads blocked on the epoll fd (Options::thread_safe): woken,
+    // and out of epoll_wait before its fds close, so that none waits on or
+    // reads an fd number a later open was given.
+    const uint64_t one = 1;
+    (void)!::write(impl_->wake_fd, &one, sizeof(one));
+    impl_->cv.wait(lk, [&] { return impl_->epoll_waiters == 0; });
+  }
   impl_->close_fds();
 }
 

@@ -1,0 +1,206 @@
+// Options::thread_safe: several application threads on one endpoint at once,
+// with no progress thread, each posting, polling and running rounds itself
+// (G11 of docs/design/libfabric-provider.md, FI_THREAD_SAFE).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "udp_pair.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace metaroce;
+using namespace metaroce::udp;
+using namespace metaroce::udp::test;
+
+constexpr int kClientThreads = 4;
+constexpr int kServerThreads = 3;
+constexpr uint32_t kPerThread = 1000;  // work requests each client thread posts
+constexpr uint32_t kTotal = kClientThreads * kPerThread;
+constexpr uint32_t kSlot = 2048;  // bytes of each WRITE target slot and receive buffer
+constexpr uint64_t kRecvTag = uint64_t{1} << 40;
+
+Options safe_options() {
+  Options o = test_options();
+  o.thread_safe = true;
+  return o;
+}
+
+// How a thread waits for work: each of the three ways a caller runs rounds.
+enum class Driver { kProgressAndPoll, kWaitCompletion, kWaitThenPoll };
+
+// Takes one completion (or none), running rounds the way `d` does.
+bool take(UdpEndpoint& ep, Driver d, Completion& c) {
+  switch (d) {
+    case Driver::kProgressAndPoll: (void)ep.progress(); return ep.poll_completion(c);
+    case Driver::kWaitCompletion: return ep.wait_completion(c, 1ms);
+    case Driver::kWaitThenPoll: ep.wait(1ms); return ep.poll_completion(c);
+  }
+  return false;
+}
+
+// Counts a completion into `seen` (one counter per wr_id) and `bad` (any
+// status but kOk, or a wr_id no thread posted).
+void account(const Completion& c, uint64_t base, uint32_t n, std::vector<std::atomic<int>>& seen,
+             std::atomic<int>& bad) {
+  if (c.status != Status::kOk || c.wr_id < base || c.wr_id >= base + n) {
+    ++bad;
+    return;
+  }
+  seen[c.wr_id - base].fetch_add(1);
+}
+
+// Four client threads post WRITEs and SENDs (alternately) on one connection
+// and each polls the endpoint's completions, whichever thread's they are;
+// three server threads post the receives for the SENDs and poll theirs.
+// Every work request completes once, kOk, on some thread, and every SEND's
+// payload (its wr_id) arrives in some receive. Without the option the
+// threads' rounds ran the engine at once (a corrupted heap, lost or doubled
+// completions).
+TEST(UdpThreadSafe, ThreadsPostingAndPollingAtOnceAccountForEveryCompletion) {
+  Pair p = connect_pair("127.0.0.1", safe_options(), safe_options());
+  ASSERT_TRUE(p.server && p.client);
+  UdpEndpoint& client = *p.client;
+  UdpEndpoint& server = *p.server;
+
+  std::vector<uint8_t> src(size_t{kTotal} * kSlot);
+  std::vector<uint8_t> dst(size_t{kTotal} * kSlot, 0);
+  std::vector<uint8_t> rbuf(size_t{kTotal} * kSlot, 0);
+  for (uint32_t i = 0; i < kTotal; ++i) {
+    const uint64_t id = i;
+    std::memcpy(&src[size_t{i} * kSlot], &id, sizeof(id));
+    std::memset(&src[size_t{i} * kSlot + sizeof(id)], static_cast<int>(i & 0xff),
+                kSlot - sizeof(id));
+  }
+  MemoryRegion smr, dmr, rmr;
+  ASSERT_FALSE(client.register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(server.register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+  ASSERT_FALSE(server.register_memory(rbuf.data(), rbuf.size(), kAllAccess, rmr));
+
+  const uint32_t sends = kTotal / 2;  // odd wr_ids are SENDs
+  std::vector<std::atomic<int>> sent(kTotal), received(sends);
+  std::atomic<int> bad_sent{0}, bad_received{0};
+  std::atomic<uint32_t> done_sent{0}, done_received{0};
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  const auto running = [&] { return std::chrono::steady_clock::now() < deadline; };
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kServerThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const auto d = static_cast<Driver>(t % 3);
+      // Thread t posts receives t, t + kServerThreads, ...: the receive
+      // queue takes them in whatever order the threads get there.
+      uint32_t next = static_cast<uint32_t>(t);
+      while (done_received.load() < sends && running()) {
+        while (next < sends) {
+          RecvWr wr;
+          wr.wr_id = kRecvTag + next;
+          wr.addr = reinterpret_cast<uint64_t>(&rbuf[size_t{next} * kSlot]);
+          wr.length = kSlot;
+          wr.lkey = rmr.lkey;
+          const Status s = server.try_post_recv(p.sconn, wr);
+          if (s == Status::kQueueFull) break;  // the queue drains as SENDs land
+          if (s != Status::kOk) {
+            ++bad_received;
+            next = sends;
+            break;
+          }
+          next += kServerThreads;
+        }
+        Completion c;
+        if (take(server, d, c)) {
+          account(c, kRecvTag, sends, received, bad_received);
+          ++done_received;
+        }
+      }
+    });
+  }
+  for (int t = 0; t < kClientThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const auto d = static_cast<Driver>(t % 3);
+      uint32_t next = static_cast<uint32_t>(t) * kPerThread;
+      const uint32_t end = next + kPerThread;
+      while (done_sent.load() < kTotal && running()) {
+        while (next < end) {
+          SendWr wr;
+          wr.wr_id = next;
+          wr.op = next % 2 == 0 ? WrOpcode::kWrite : WrOpcode::kSend;
+          wr.local_addr = reinterpret_cast<uint64_t>(&src[size_t{next} * kSlot]);
+          wr.length = 64 + (next * 97) % (kSlot - 64);
+          wr.lkey = smr.lkey;
+          wr.remote_addr = dmr.addr + uint64_t{next} * kSlot;
+          wr.rkey = dmr.rkey;
+          const Status s = client.try_post_send(p.cconn, wr);
+          if (s == Status::kQueueFull) break;  // completions make room
+          if (s != Status::kOk) {
+            ++bad_sent;
+            next = end;
+            break;
+          }
+          ++next;
+        }
+        Completion c;
+        if (take(client, d, c)) {
+          account(c, 0, kTotal, sent, bad_sent);
+          ++done_sent;
+        }
+        // Calls that only read, at the same time.
+        if (next % 64 == 0) {
+          (void)client.state(p.cconn);
+          (void)client.io_stats();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+
+  EXPECT_EQ(bad_sent.load(), 0);
+  EXPECT_EQ(bad_received.load(), 0);
+  EXPECT_EQ(done_sent.load(), kTotal);
+  EXPECT_EQ(done_received.load(), sends);
+  for (uint32_t i = 0; i < kTotal; ++i) EXPECT_EQ(sent[i].load(), 1) << "wr_id " << i;
+  for (uint32_t i = 0; i < sends; ++i) EXPECT_EQ(received[i].load(), 1) << "receive " << i;
+  // Each SEND's wr_id, at the head of its payload, arrived once; each
+  // WRITE's bytes are at its slot.
+  std::vector<int> payloads(kTotal, 0);
+  for (uint32_t r = 0; r < sends; ++r) {
+    uint64_t id = 0;
+    std::memcpy(&id, &rbuf[size_t{r} * kSlot], sizeof(id));
+    if (id < kTotal) ++payloads[id];
+  }
+  for (uint32_t i = 1; i < kTotal; i += 2) EXPECT_EQ(payloads[i], 1) << "SEND " << i;
+  for (uint32_t i = 0; i < kTotal; i += 2) {
+    const uint32_t len = 64 + (i * 97) % (kSlot - 64);
+    EXPECT_EQ(std::memcmp(&dst[size_t{i} * kSlot], &src[size_t{i} * kSlot], len), 0)
+        << "WRITE " << i;
+  }
+}
+
+// close() from one thread while others block in wait_completion(): they
+// return false (no completion is left) long before their timeout, and none
+// is left waiting on, or reading, the fds that close() closes.
+TEST(UdpThreadSafe, CloseFromOneThreadEndsTheOthersWaits) {
+  auto ep = open_on("127.0.0.1", safe_options());
+  ASSERT_TRUE(ep);
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int> got{0};
+  std::vector<std::thread> waiters;
+  for (int t = 0; t < 3; ++t)
+    waiters.emplace_back([&] {
+      Completion c;
+      if (ep->wait_completion(c, 20s)) ++got;
+    });
+  std::this_thread::sleep_for(100ms);  // (not a race: a wait begun after the close ends at once)
+  ep->close();
+  for (auto& th : waiters) th.join();
+  EXPECT_EQ(got.load(), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+}  // namespace
