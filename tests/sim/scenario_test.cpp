@@ -1306,6 +1306,25 @@ TEST(Progress, WarmUpHasProgressLines) {
   EXPECT_NE(err.find(" hosts connected "), std::string::npos) << err;
 }
 
+// The network build (a route search per destination host) has progress
+// lines too: leafspine8192's took some 5 s with none, before the warm-up's
+// first. Without progress (-q), the build says nothing.
+TEST(Progress, NetworkBuildHasProgressLines) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  c.progress = true;
+  c.progress_interval_s = 0;  // every chance, not once a wall second
+  c.preconnect = false;
+  testing::internal::CaptureStderr();
+  { const Simulation sim(c); }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("[fattree16-perm] build  routes to hosts 1/16  ("), std::string::npos) << err;
+  EXPECT_NE(err.find("[fattree16-perm] build  routes to hosts 16/16  ("), std::string::npos) << err;
+  c.progress = false;
+  testing::internal::CaptureStderr();
+  { const Simulation sim(c); }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
 TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {
   const SimConfig before = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
   SimConfig c = before;
