@@ -5,9 +5,11 @@
 # them; --help still exits 0.
 #   cli_test.sh METAROCE_SIM
 set -u
-sim=$1
 # shellcheck source=SCRIPTDIR/../expect_exit.sh
 . "$(dirname "$0")/../expect_exit.sh"
+# Absolute: the --pcap case below runs in a folder of its own, where a
+# relative path given (build/tools/sim/metaroce-sim) named nothing.
+sim=$(absolute "$1")
 # sim_expect RC PATTERN ARGS...: expect, quietly and without timings.
 sim_expect() {
   want=$1 pat=$2
