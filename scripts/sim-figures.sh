@@ -11,11 +11,18 @@
 #   TRANSPORTS env: the transports to run (default "metaroce spray-nocc irn rocev2")
 #   PYTHON  env: interpreter with matplotlib + numpy (default python3, else /usr/bin/python3)
 set -euo pipefail
+# OUTDIR and SIM as given are the caller's paths; the defaults lie in the
+# repository, where the script runs (a relative SIM given from elsewhere
+# named nothing there).
+caller=$(pwd)
+from_caller() { [[ $1 == /* ]] && printf '%s\n' "$1" || printf '%s/%s\n' "$caller" "$1"; }
 cd "$(dirname "$0")/.."
 preset=${1:-fattree128-perm2mb}
-out=${2:-build/sim-figures/$preset}
+out=build/sim-figures/$preset
+[[ -n ${2:-} ]] && out=$(from_caller "$2")
 seed=${3:-1}
-sim=${SIM:-build/tools/sim/metaroce-sim}
+sim=build/tools/sim/metaroce-sim
+[[ -n ${SIM:-} ]] && sim=$(from_caller "$SIM")
 [[ -x "$sim" ]] || { echo "sim-figures: $sim not built (cmake --build build --target metaroce-sim)" >&2; exit 1; }
 mkdir -p "$out"
 dirs=()

@@ -7,9 +7,19 @@
 # disk); expect_quiet RC PROGRAM ARGS... wants exit RC and nothing on stderr
 # (no warning); await_output FILE SED_SCRIPT prints what `sed -n SED_SCRIPT
 # FILE` prints once it prints anything (a server's address from its first
-# line), waiting up to 5 s, and fails if it never does; finish ends the test,
-# failing if any.
+# line), waiting up to 5 s, and fails if it never does (FILE is emptied
+# before its writer starts: the writer's own redirection comes after a fork,
+# and a previous writer's line was read); absolute PATH prints PATH from /
+# (a program named without a '/' stays a name for PATH to find), so that a
+# test may change folder; finish ends the test, failing if any.
 failures=0
+absolute() {
+  case $1 in
+    /* | '') printf '%s\n' "$1" ;;
+    */*) printf '%s/%s\n' "$(pwd)" "$1" ;;
+    *) printf '%s\n' "$1" ;;
+  esac
+}
 expect() {
   want_rc=$1 pattern=$2
   shift 2

@@ -54,12 +54,22 @@ class Reader {
       : source_(std::move(source)), base_dir_(std::move(base_dir)), seed_(seed), given_(given) {}
 
   SimConfig read(const toml::table& root) {
-    keys(root, "",
-         {"name", "time_limit_ms", "reroute_us", "mtu", "topology", "queue", "cc", "recovery", "rc",
-          "workload", "fault"});
+    // Beside the scenario's own keys, the settings table's (settings.cpp),
+    // named as --set names them: KEY at the top, SECTION.KEY as KEY in
+    // [SECTION]. num_paths and ack_every, say, are EndpointConfig's own
+    // fields, outside its cc and recovery: top-level keys, as on --set.
+    std::vector<std::string_view> allowed = {"name", "topology", "workload", "fault"};
+    std::vector<std::string> sections;
+    for (const std::string_view k : setting_keys()) {
+      const size_t dot = k.find('.');
+      if (dot != std::string_view::npos &&
+          std::find(sections.begin(), sections.end(), k.substr(0, dot)) == sections.end())
+        sections.emplace_back(k.substr(0, dot));
+      if (std::find(allowed.begin(), allowed.end(), k.substr(0, dot)) == allowed.end())
+        allowed.push_back(k.substr(0, dot));
+    }
+    keys(root, "", allowed);
     SimConfig c;
-    for (const char* k : {"time_limit_ms", "reroute_us", "mtu"})
-      if (root.contains(k)) note(k);
     c.name = opt_string(root, "", "name").value_or("config");
     // The report's first line and --pcap's file name: "" gave an empty line
     // and "-metaroce.pcap". Refused, as metaroce-sim refuses an empty value
@@ -68,18 +78,12 @@ class Reader {
                     [](unsigned char ch) { return std::isspace(ch) != 0; }))
       fail(*root.get("name"),
            "name: empty or blank; give the report a name, or leave the key out for \"config\"");
-    if (auto ms = opt_number(root, "", "time_limit_ms"))
-      setting(c, *root.get("time_limit_ms"), "time_limit_ms", *ms);
-    // --set's range and message, -1 (never) included.
-    if (auto us = opt_number(root, "", "reroute_us"))
-      setting(c, *root.get("reroute_us"), "reroute_us", *us);
-    // --set's range and message, as the other byte keys that are --set keys.
-    if (root.contains("mtu"))
-      setting(c, *root.get("mtu"), "mtu", static_cast<double>(byte_count(*root.get("mtu"), "mtu")));
+    for (auto&& [k, n] : root)
+      if (setting_range(k.str())) tunable(c, k, n, std::string(k.str()), "");
     c.topo = topology(table(root, "", "topology"));
-    if (root.contains("queue")) queue(table(root, "", "queue"), c);
-    for (const char* section : {"cc", "recovery", "rc"})
+    for (const std::string& section : sections)
       if (root.contains(section)) tunables(table(root, "", section), section, c);
+    if (root.contains("queue")) queue_check(*root.get("queue")->as_table(), c.queue);
     engine_check(root, c);
     const toml::array& wl = array(root, "", "workload");
     if (wl.empty()) fail(root, "workload: at least one [[workload]] is needed");
@@ -168,29 +172,9 @@ class Reader {
     return l;
   }
 
-  void queue(const toml::table& t, SimConfig& c) {
-    keys(t, "queue",
-         {"buffer_bytes", "ecn_kmin", "ecn_kmax", "ecn_pmax", "trim", "trim_allowance_bytes",
-          "trim_priority", "priority_dscp", "pfc", "pfc_xoff_bytes", "pfc_xon_bytes"});
-    for (auto&& kv : t) note("queue." + std::string(kv.first.str()));
-    QueueSpec& q = c.queue;
-    // The byte keys are --set keys: their range is --set's (a file took up
-    // to 9e18 where --set stopped at 1e12). 0 allowed where --set allows
-    // it: ecn_kmin 0 marks from an empty queue on, ecn_kmax 0 turns marking
-    // off, trim_allowance_bytes 0 is headers only within the buffer.
-    queue_bytes(t, c, "buffer_bytes");
-    queue_bytes(t, c, "ecn_kmin");
-    queue_bytes(t, c, "ecn_kmax");
-    queue_number(t, c, "ecn_pmax");
-    q.trim = opt_boolean(t, "queue", "trim").value_or(q.trim);
-    q.trim_priority = opt_boolean(t, "queue", "trim_priority").value_or(q.trim_priority);
-    queue_bytes(t, c, "trim_allowance_bytes");
-    // 46.0 is taken as --set takes it (a whole number was wanted).
-    queue_number(t, c, "priority_dscp");
-    q.pfc = opt_boolean(t, "queue", "pfc").value_or(q.pfc);
-    // Absent or -1: derived, as --set's -1.
-    queue_bytes(t, c, "pfc_xoff_bytes");
-    queue_bytes(t, c, "pfc_xon_bytes");
+  // [queue] as a whole, once its keys are read (tunables()): each in range,
+  // ecn_kmin may still lie above ecn_kmax, or XON above XOFF.
+  void queue_check(const toml::table& t, const QueueSpec& q) const {
     if (const std::string e = queue_spec_error(q); !e.empty()) {
       // Located at the key the message starts with ("queue.KEY (...").
       const std::string key = e.substr(6, e.find(' ') - 6);
@@ -198,33 +182,37 @@ class Reader {
     }
   }
 
-  // [cc], [recovery], [rc]: each key is the --set key "SECTION.KEY", with
-  // its conversion and range (settings.cpp); the engine's fields are judged
-  // together by engine_check() once all are read.
+  // [queue], [cc], [recovery], [rc]: each key is the --set key
+  // "SECTION.KEY", with its conversion and range (settings.cpp); the
+  // engine's fields are judged together by engine_check() once all are
+  // read, the queue's by queue_check().
   void tunables(const toml::table& t, const std::string& section, SimConfig& c) {
-    for (auto&& [k, n] : t) {
-      const std::string key = dotted(section, k.str());
-      const auto range = setting_range(key);
-      if (!range)
-        fail(k.source(), "unknown key '" + key + "' (metaroce-sim --list-settings shows the " +
-                             section + ".* keys)");
-      note(key);
-      // A switch (cc.enabled) is true or false, as [queue]'s pfc and trim.
-      if (range->integer && range->min == 0 && range->max == 1) {
-        if (!n.is_boolean()) fail(n, key + ": expected true or false");
-        setting(c, n, key, n.as_boolean()->get() ? 1 : 0);
-        continue;
-      }
-      // The baselines' byte keys take a unit as [queue]'s do ("64KiB").
-      const bool bytes_key =
-          key == "rc.ecn_kmin" || key == "rc.ecn_kmax" || key == "rc.byte_counter";
-      if (bytes_key) {
-        setting(c, n, key, static_cast<double>(byte_count(n, key)));
-        continue;
-      }
+    for (auto&& [k, n] : t) tunable(c, k, n, dotted(section, k.str()), section);
+  }
+
+  // One key of the settings table, written as its kind is (SettingKind): a
+  // switch true or false, a byte count with or without a unit, else a
+  // number; the range and message are --set's (a file took [queue]'s byte
+  // counts up to 9e18 where --set stopped at 1e12, and refused a PFC
+  // threshold's -1, "derived", that --set takes).
+  void tunable(SimConfig& c, const toml::key& k, const toml::node& n, const std::string& key,
+               const std::string& section) {
+    const auto range = setting_range(key);
+    if (!range)
+      fail(k.source(), "unknown key '" + key + "' (metaroce-sim --list-settings shows the " +
+                           section + ".* keys)");
+    note(key);
+    double v = 0;
+    if (range->kind == SettingKind::kSwitch) {
+      if (!n.is_boolean()) fail(n, key + ": expected true or false");
+      v = n.as_boolean()->get() ? 1 : 0;
+    } else if (range->kind == SettingKind::kBytes) {
+      v = static_cast<double>(byte_count(n, key));
+    } else {
       if (!n.is_number()) fail(n, key + ": expected a number");
-      setting(c, n, key, *n.value<double>());
+      v = *n.value<double>();
     }
+    setting(c, n, key, v);
   }
 
   // The engine configuration the file leaves, checked by the engine's
@@ -244,22 +232,6 @@ class Reader {
     for (const char* section : {"cc", "recovery"})
       if (root.contains(section)) fail(*root.get(section), e);
     fail(root, e);
-  }
-
-  void queue_bytes(const toml::table& t, SimConfig& c, std::string_view key) const {
-    if (!t.contains(key)) return;
-    const toml::node& n = *t.get(key);
-    const std::string what = dotted("queue", key);
-    // No check of its own: a file and --set take the same values (-1, a
-    // derived PFC threshold, too) and refuse the others with one message.
-    setting(c, n, what, static_cast<double>(byte_count(n, what)));
-  }
-
-  // A [queue] key that is a plain number (no unit), checked by --set's table.
-  void queue_number(const toml::table& t, SimConfig& c, std::string_view key) const {
-    if (!t.contains(key)) return;
-    const std::string what = dotted("queue", key);
-    setting(c, *t.get(key), what, number(t, "queue", key));
   }
 
   void workload(const toml::table& t, SimConfig& c) {
@@ -681,14 +653,6 @@ class Reader {
                                    std::string_view key) const {
     if (!t.contains(key)) return std::nullopt;
     return number(t, section, key);
-  }
-
-  std::optional<bool> opt_boolean(const toml::table& t, const std::string& section,
-                                  std::string_view key) const {
-    if (!t.contains(key)) return std::nullopt;
-    const toml::node& n = *t.get(key);
-    if (!n.is_boolean()) fail(n, dotted(section, key) + ": expected true or false");
-    return n.as_boolean()->get();
   }
 
   double positive(const toml::node& n, const std::string& what, double v) const {

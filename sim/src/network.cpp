@@ -389,7 +389,8 @@ void Switch::pfc_release(const Packet& p, SimTime now) {
 
 // ------------------------------------------------------------------ Network
 
-Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed)
+Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed,
+                 BuildProgress progress)
     : sched_(sched), graph_(graph) {
   if (const std::string e = queue_spec_error(queue); !e.empty()) throw std::invalid_argument(e);
   const uint32_t h = graph_.num_hosts;
@@ -440,7 +441,7 @@ Network::Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queu
   if (queue.pfc)
     for (auto& sw : switches_) sw->enable_pfc(queue);
   graph_.max_path_delay = SimTime{0};
-  graph_.max_hops = compute_routes(true);
+  graph_.max_hops = compute_routes(true, progress);
 }
 
 Network::~Network() {
@@ -465,7 +466,7 @@ void Network::attach_host(uint32_t host, Node& node) {
   nodes_[host] = &node;
 }
 
-uint32_t Network::compute_routes(bool measure_delay) {
+uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
   const uint32_t h = graph_.num_hosts;
   const uint32_t n = h + graph_.num_switches;
   // Adjacency: (neighbor node, local port).
@@ -518,16 +519,18 @@ uint32_t Network::compute_routes(bool measure_delay) {
     }
     for (uint32_t src = 0; src < h; ++src)
       if (dist[src] != UINT32_MAX) max_dist = std::max(max_dist, dist[src]);
-    if (!measure_delay) continue;
-    for (const uint32_t u : frontier) {
-      uint64_t d = 0;
-      if (u != dst)
-        for (auto [v, port] : adj[u])
-          if (dist[v] + 1 == dist[u] && (v >= h || v == dst))
-            d = std::max(d, nodes_[u]->ports[port]->pipe.delay.ps + far_ps[v]);
-      far_ps[u] = d;
-      if (u < h) graph_.max_path_delay = std::max(graph_.max_path_delay, SimTime{d});
+    if (measure_delay) {
+      for (const uint32_t u : frontier) {
+        uint64_t d = 0;
+        if (u != dst)
+          for (auto [v, port] : adj[u])
+            if (dist[v] + 1 == dist[u] && (v >= h || v == dst))
+              d = std::max(d, nodes_[u]->ports[port]->pipe.delay.ps + far_ps[v]);
+        far_ps[u] = d;
+        if (u < h) graph_.max_path_delay = std::max(graph_.max_path_delay, SimTime{d});
+      }
     }
+    if (progress.fn != nullptr) progress.fn(progress.ctx, dst + 1, h);
   }
   return max_dist;
 }

@@ -1,4 +1,5 @@
-// The table of --set keys. Each entry converts one number into one field, with
+// The table of --set keys, which are a config file's keys as well
+// (config_file.cpp). Each entry converts one number into one field, with
 // its range checked, so that a typo or a nonsense value fails the run up
 // front instead of quietly simulating something else.
 #include "metaroce/sim/settings.hpp"
@@ -81,7 +82,7 @@ struct Setting {
   const char* key;
   const char* help;
   double min, max;
-  bool integer;
+  SettingKind kind;
   std::function<void(SimConfig&, double)> set;
   Scope scope = kEveryRun;
 };
@@ -95,9 +96,10 @@ std::optional<uint64_t> threshold(double v) {
 }
 
 std::span<const Setting> table() {
+  using enum SettingKind;
   static const Setting t[] = {
       {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
-       true, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }, kEngineCc},
+       kSwitch, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }, kEngineCc},
       // The engine's own fields below take their type's whole range here:
       // config_error() (engine/src/config.cpp) judges them, once every
       // setting is applied (engine_setting_error), so that its ranges and
@@ -106,36 +108,36 @@ std::span<const Setting> table() {
       {"cc.initial_cwnd_packets",
        "CC-1 initial window of a connection, packets (only with initial_window_bdp=0, which "
        "otherwise derives it)",
-       0, kU32, true,
+       0, kU32, kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.cc.initial_cwnd_packets = static_cast<uint32_t>(v);
        },
        kInitialCwnd},
       {"cc.min_cwnd_packets", "CC-6 floor of a connection's windows, packets", 1, kMaxPacketCount,
-       true,
+       kInteger,
        [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); },
        kEngine},
       {"cc.max_cwnd_packets", "CC-6 ceiling of a path's window, packets (0: the connection window)",
-       0, kMaxPacketCount, true,
+       0, kMaxPacketCount, kInteger,
        [](SimConfig& c, double v) { c.endpoint.cc.max_cwnd_packets = static_cast<uint32_t>(v); },
        kEngine},
-      {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, kMaxDctcpGShift, true,
+      {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, kMaxDctcpGShift, kInteger,
        [](SimConfig& c, double v) { c.endpoint.cc.dctcp_g_shift = static_cast<uint32_t>(v); },
        kEngineCc},
       {"cc.target_queue_delay_us", "CC-5 queueing delay above the path's minimum RTT that cuts", 0,
-       1e6, false,
+       1e6, kReal,
        [](SimConfig& c, double v) { c.endpoint.cc.target_queue_delay_ns = ns_from_us(v); },
        kEngineCc},
-      {"cc.max_delay_decrease_pct", "CC-5 largest cut per RTT, percent", 0, 100, true,
+      {"cc.max_delay_decrease_pct", "CC-5 largest cut per RTT, percent", 0, 100, kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_delay_decrease_pct = static_cast<uint32_t>(v);
        },
        kEngineCc},
       {"cc.explore_interval_us", "PATH-8 time between trials of a new entropy (0: off)", 0, 1e9,
-       false, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); },
+       kReal, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); },
        kEngine},
       {"cc.max_inflight_packets", "CC-9 connection cap in packets (0: from inflight_cap_bdp)", 0,
-       kMaxPacketCount, true,
+       kMaxPacketCount, kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
        },
@@ -143,33 +145,34 @@ std::span<const Setting> table() {
       {"time_limit_ms",
        "simulated-time limit, ms (default 1000; metaroce-sim --time-limit-ms, a config file's "
        "time_limit_ms)",
-       1e-6, 1e9, false,
+       1e-6, 1e9, kReal,
        [](SimConfig& c, double v) {
          c.time_limit = SimTime{static_cast<uint64_t>(std::llround(v * 1e9))};
        }},
       {"reroute_us",
        "switches recompute ECMP groups without down links this long after a link goes down or "
        "up (-1: never, the default)",
-       -1, 1e9, false,
+       -1, 1e9, kReal,
        [](SimConfig& c, double v) {
          c.reroute_after = v < 0 ? SimTime::never() : SimTime{static_cast<uint64_t>(v * 1e6)};
        },
        kLinkFaults},
       {"inflight_cap_bdp",
        "CC-9 connection cap: this multiple of the fabric BDP, plus inflight_cap_packets (0: none)",
-       0, 1000, false, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }, kEngine},
+       0, 1000, kReal, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }, kEngine},
       {"inflight_cap_packets", "CC-9 connection cap: packets of queue on top of the BDP share", 0,
-       1e6, true, [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); },
-       kEngine},
+       1e6, kInteger,
+       [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); }, kEngine},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
-       1000, false, [](SimConfig& c, double v) { c.initial_window_bdp = v; }, kEngine},
-      {"num_paths", "PATH-1 entropy values per connection", 1, kMaxPaths, true,
+       1000, kReal, [](SimConfig& c, double v) { c.initial_window_bdp = v; }, kEngine},
+      {"num_paths", "PATH-1 entropy values per connection", 1, kMaxPaths, kInteger,
        [](SimConfig& c, double v) { c.endpoint.num_paths = static_cast<uint8_t>(v); }, kEngine},
-      {"ack_every", "ACK-1 data packets per ACK", 1, 64, true,
+      {"ack_every", "ACK-1 data packets per ACK", 0, 255, kInteger,
        [](SimConfig& c, double v) { c.endpoint.ack_every = static_cast<uint8_t>(v); }, kEngine},
-      {"ack_delay_us", "ACK-5 longest an ACK waits", 0, 1e6, false,
+      {"ack_delay_us", "ACK-5 longest an ACK waits", 0, 1e6, kReal,
        [](SimConfig& c, double v) { c.endpoint.ack_delay_ns = ns_from_us(v); }, kEngine},
-      {"recovery.reorder_threshold", "LOSS-2 later packets acked on the same path", 1, 1024, true,
+      {"recovery.reorder_threshold", "LOSS-2 later packets acked on the same path", 1, 1024,
+       kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.reorder_threshold = static_cast<uint32_t>(v);
        },
@@ -177,7 +180,7 @@ std::span<const Setting> table() {
       {"recovery.min_rto_us",
        "LOSS-4 smallest retransmission timeout (raises LOSS-5's max_rto, 10 ms, to it, unless "
        "recovery.max_rto_us is given)",
-       1, 1e7, false,
+       1, 1e7, kReal,
        [](SimConfig& c, double v) {
          RecoveryConfig& r = c.endpoint.recovery;
          r.min_rto_ns = ns_from_us(v);
@@ -187,106 +190,121 @@ std::span<const Setting> table() {
       {"recovery.max_rto_us",
        "LOSS-5 largest retransmission timeout (the simulated NICs': 10 ms; given, min_rto_us no "
        "longer raises it)",
-       0, kMaxUs, false,
+       0, kMaxUs, kReal,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.max_rto_ns = ns_from_us(v);
          c.max_rto_given = true;
        },
        kEngine},
       {"recovery.initial_rtt_us", "LOSS-4 RTT assumed before a path's first sample", 0, kMaxUs,
-       false, [](SimConfig& c, double v) { c.endpoint.recovery.initial_rtt_ns = ns_from_us(v); },
+       kReal, [](SimConfig& c, double v) { c.endpoint.recovery.initial_rtt_ns = ns_from_us(v); },
        kEngine},
       {"recovery.rto_failures_to_retire", "PATH-4 consecutive timeouts that retire a path", 0, kU32,
-       true,
+       kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.rto_failures_to_retire = static_cast<uint32_t>(v);
        },
        kEngine},
-      {"recovery.loss_window_packets", "PATH-5 loss-rate EWMA gain 1/N", 0, kU32, true,
+      {"recovery.loss_window_packets", "PATH-5 loss-rate EWMA gain 1/N", 0, kU32, kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.loss_window_packets = static_cast<uint32_t>(v);
        },
        kEngine},
       {"recovery.peer_timeout_us",
-       "PATH-7 silence of a peer with data outstanding that fails the connection", 0, kMaxUs, false,
+       "PATH-7 silence of a peer with data outstanding that fails the connection", 0, kMaxUs, kReal,
        [](SimConfig& c, double v) { c.endpoint.recovery.peer_timeout_ns = ns_from_us(v); },
        kEngine},
       {"recovery.keepalive_us", "CONN-9 idle silence after which a connection PROBEs (0: never)", 0,
-       kMaxUs, false,
+       kMaxUs, kReal,
        [](SimConfig& c, double v) { c.endpoint.recovery.keepalive_ns = ns_from_us(v); }, kEngine},
-      {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100, true,
+      {"recovery.rnr_retry_limit",
+       "LOSS-7 RNR retries of one refused message before its request fails kRnrRetryExceeded "
+       "(0: unlimited)",
+       0, kU32, kInteger,
+       [](SimConfig& c, double v) {
+         c.endpoint.recovery.rnr_retry_limit = static_cast<uint32_t>(v);
+       },
+       kEngine},
+      {"recovery.rnr_retry_us", "LOSS-7 wait before a packet NAKed with RNR is resent", 0, kMaxUs,
+       kReal, [](SimConfig& c, double v) { c.endpoint.recovery.rnr_retry_ns = ns_from_us(v); },
+       kEngine},
+      {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100,
+       kInteger,
        [](SimConfig& c, double v) {
          c.endpoint.recovery.retire_loss_pct = static_cast<uint32_t>(v);
        },
        kEngine},
-      {"queue.buffer_bytes", "drop-tail limit per switch port, bytes", 1, 1e12, true,
+      {"queue.buffer_bytes", "drop-tail limit per switch port, bytes", 1, 1e12, kBytes,
        [](SimConfig& c, double v) { c.queue.buffer_bytes = static_cast<uint64_t>(v); }},
-      {"queue.ecn_kmin", "ECN marking starts above this queue, bytes", 0, 1e12, true,
+      {"queue.ecn_kmin", "ECN marking starts above this queue, bytes", 0, 1e12, kBytes,
        [](SimConfig& c, double v) { c.queue.ecn_kmin = static_cast<uint64_t>(v); }, kQueueEcn},
-      {"queue.ecn_kmax", "ECN marking reaches ecn_pmax here, bytes", 0, 1e12, true,
+      {"queue.ecn_kmax", "ECN marking reaches ecn_pmax here, bytes", 0, 1e12, kBytes,
        [](SimConfig& c, double v) { c.queue.ecn_kmax = static_cast<uint64_t>(v); }, kQueueEcn},
-      {"queue.ecn_pmax", "ECN marking probability at ecn_kmax", 0, 1, false,
+      {"queue.ecn_pmax", "ECN marking probability at ecn_kmax", 0, 1, kReal,
        [](SimConfig& c, double v) { c.queue.ecn_pmax = v; }, kQueueEcn},
       {"queue.pfc", "PFC in the fabric (rocev2 turns it on and irn off, whatever this says)", 0, 1,
-       true, [](SimConfig& c, double v) { c.queue.pfc = v != 0; }, kPfcChoice},
+       kSwitch, [](SimConfig& c, double v) { c.queue.pfc = v != 0; }, kPfcChoice},
       {"queue.pfc_xoff_bytes",
        "PFC: a switch pauses an ingress port holding more than this, bytes (-1: buffer_bytes "
        "less the headroom, the default)",
-       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xoff_bytes = threshold(v); }, kPfc},
+       -1, 1e12, kBytes, [](SimConfig& c, double v) { c.queue.pfc_xoff_bytes = threshold(v); },
+       kPfc},
       {"queue.pfc_xon_bytes",
        "PFC: a switch resumes a paused ingress port at or below this, bytes, not above XOFF (-1: "
        "XOFF less two frames, the default)",
-       -1, 1e12, true, [](SimConfig& c, double v) { c.queue.pfc_xon_bytes = threshold(v); }, kPfc},
+       -1, 1e12, kBytes, [](SimConfig& c, double v) { c.queue.pfc_xon_bytes = threshold(v); },
+       kPfc},
       {"queue.trim",
        "switches cut MetaRoCE data packets to their headers instead of dropping them (TRIM-1)", 0,
-       1, true, [](SimConfig& c, double v) { c.queue.trim = v != 0; }, kTrimChoice},
+       1, kSwitch, [](SimConfig& c, double v) { c.queue.trim = v != 0; }, kTrimChoice},
       {"queue.trim_priority",
        "trimmed headers overtake queued data (a header lane); 0: they wait in the data FIFO", 0, 1,
-       true, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }, kTrim},
+       kSwitch, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }, kTrim},
       {"queue.priority_dscp",
        "switches and NICs serve this DSCP at strict priority, outside PFC (48: where CNPs and "
        "MetaRoCE's ACKs and NAKs travel, ENC-6); 1-63, 64: no such class (0 is the data's)",
-       1, 64, true,
+       1, 64, kInteger,
        [](SimConfig& c, double v) { c.queue.priority_dscp = static_cast<uint8_t>(v); }},
       {"queue.trim_allowance_bytes", "trimmed headers may take a port this far past buffer_bytes",
-       0, 1e12, true,
+       0, 1e12, kBytes,
        [](SimConfig& c, double v) { c.queue.trim_allowance_bytes = static_cast<uint64_t>(v); },
        kTrim},
       {"rc.ecn_kmin",
        "rocev2/irn: RED marking starts above this queue, bytes (not with --fabric-ecn)", 0, 1e12,
-       true, [](SimConfig& c, double v) { c.rc.ecn_kmin = static_cast<uint64_t>(v); },
+       kBytes, [](SimConfig& c, double v) { c.rc.ecn_kmin = static_cast<uint64_t>(v); },
        kBaselineRed},
-      {"rc.ecn_kmax", "rocev2/irn: RED marking reaches rc.ecn_pmax here, bytes", 0, 1e12, true,
+      {"rc.ecn_kmax", "rocev2/irn: RED marking reaches rc.ecn_pmax here, bytes", 0, 1e12, kBytes,
        [](SimConfig& c, double v) { c.rc.ecn_kmax = static_cast<uint64_t>(v); }, kBaselineRed},
-      {"rc.ecn_pmax", "rocev2/irn: RED marking probability at rc.ecn_kmax", 0, 1, false,
+      {"rc.ecn_pmax", "rocev2/irn: RED marking probability at rc.ecn_kmax", 0, 1, kReal,
        [](SimConfig& c, double v) { c.rc.ecn_pmax = v; }, kBaselineRed},
       {"rc.cnp_interval_us", "DCQCN: a receiver sends at most one CNP per flow this often", 0, 1e6,
-       false, [](SimConfig& c, double v) { c.rc.cnp_interval = time_from_us(v); }, kDcqcn},
-      {"rc.g", "DCQCN: alpha gain", 0, 1, false, [](SimConfig& c, double v) { c.rc.g = v; },
+       kReal, [](SimConfig& c, double v) { c.rc.cnp_interval = time_from_us(v); }, kDcqcn},
+      {"rc.g", "DCQCN: alpha gain", 0, 1, kReal, [](SimConfig& c, double v) { c.rc.g = v; },
        kDcqcn},
       {"rc.alpha_timer_us", "DCQCN: alpha decays once per this interval without a CNP", 0.001, 1e6,
-       false, [](SimConfig& c, double v) { c.rc.alpha_timer = time_from_us(v); }, kDcqcn},
-      {"rc.increase_timer_us", "DCQCN: rate-increase timer", 0.001, 1e6, false,
+       kReal, [](SimConfig& c, double v) { c.rc.alpha_timer = time_from_us(v); }, kDcqcn},
+      {"rc.increase_timer_us", "DCQCN: rate-increase timer", 0.001, 1e6, kReal,
        [](SimConfig& c, double v) { c.rc.increase_timer = time_from_us(v); }, kDcqcn},
-      {"rc.byte_counter", "DCQCN: bytes sent per rate-increase step", 1, 1e12, true,
+      {"rc.byte_counter", "DCQCN: bytes sent per rate-increase step", 1, 1e12, kBytes,
        [](SimConfig& c, double v) { c.rc.byte_counter = static_cast<uint64_t>(v); }, kDcqcn},
       {"rc.fast_recovery_steps", "DCQCN: F, fast-recovery steps before additive increase", 0, 1000,
-       true, [](SimConfig& c, double v) { c.rc.fast_recovery_steps = static_cast<uint32_t>(v); },
-       kDcqcn},
-      {"rc.rai_mbps", "DCQCN: additive increase, Mbit/s", 0, 1e7, true,
+       kInteger,
+       [](SimConfig& c, double v) { c.rc.fast_recovery_steps = static_cast<uint32_t>(v); }, kDcqcn},
+      {"rc.rai_mbps", "DCQCN: additive increase, Mbit/s", 0, 1e7, kInteger,
        [](SimConfig& c, double v) { c.rc.rai_mbps = static_cast<uint64_t>(v); }, kDcqcn},
-      {"rc.rhai_mbps", "DCQCN: hyper increase, Mbit/s", 0, 1e7, true,
+      {"rc.rhai_mbps", "DCQCN: hyper increase, Mbit/s", 0, 1e7, kInteger,
        [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }, kDcqcn},
-      {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, true,
+      {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, kInteger,
        [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }, kDcqcn},
       {"mtu",
        "payload bytes per data packet, every transport (default 4096; frame sizes, BDP windows "
        "and the PFC headroom follow)",
-       kMinMtu, kMaxMtu, true, [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
+       kMinMtu, kMaxMtu, kBytes,
+       [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
       // A WR's length is 32 bits (SendWr::length).
       {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes (below 4 GiB)", 4096, 4294967295.0,
-       true, [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }, kEngine},
-      {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, true,
+       kBytes, [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }, kEngine},
+      {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, kInteger,
        [](SimConfig& c, double v) { c.wire_overhead = static_cast<uint32_t>(v); }},
   };
   return t;
@@ -321,7 +339,7 @@ bool apply_setting(SimConfig& cfg, std::string_view key, double value, std::stri
   for (const Setting& s : table()) {
     if (key != s.key) continue;
     err = range_error(option.empty() ? "--set " + std::string(key) : std::string(option), value,
-                      s.min, s.max, s.integer);
+                      s.min, s.max, s.kind != SettingKind::kReal);
     if (!err.empty()) return false;
     s.set(cfg, value);
     return true;
@@ -349,7 +367,7 @@ bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err
 
 std::optional<SettingRange> setting_range(std::string_view key) {
   for (const Setting& s : table())
-    if (key == s.key) return SettingRange{s.min, s.max, s.integer};
+    if (key == s.key) return SettingRange{s.min, s.max, s.kind != SettingKind::kReal, s.kind};
   return std::nullopt;
 }
 

@@ -207,7 +207,15 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
       cfg_.queue.ecn_pmax = cfg_.rc.ecn_pmax;
     }
   }
-  net_ = std::make_unique<Network>(sched_, cfg_.topo, cfg_.queue, derive_seed(cfg_.seed, 0x6e6574));
+  // The routes of a large fabric take wall seconds (a search per host),
+  // before the warm-up's first line: reported too.
+  BuildProgress build_progress;
+  if (cfg_.progress) {
+    last_progress_wall_ = t0;
+    build_progress = {&Simulation::build_tick, this};
+  }
+  net_ = std::make_unique<Network>(sched_, cfg_.topo, cfg_.queue, derive_seed(cfg_.seed, 0x6e6574),
+                                   build_progress);
   for (const auto& f : cfg_.flows)
     if (f.src >= net_->num_hosts() || f.dst >= net_->num_hosts() || f.src == f.dst)
       throw std::invalid_argument("flow with a bad host");
@@ -361,6 +369,19 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
   std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu  (%.2f M events/s)\n",
                self->cfg_.name.c_str(), s.now().us(), self->flows_->completed(),
                self->flows_->size(), static_cast<unsigned long long>(s.events()), rate / 1e6);
+}
+
+void Simulation::build_tick(void* ctx, uint32_t done, uint32_t total) {
+  auto* self = static_cast<Simulation*>(ctx);
+  const double w = wall_now();
+  const double dt = w - self->last_progress_wall_;
+  if (dt < self->cfg_.progress_interval_s) return;
+  // No events yet: the rate is the routes', as the run's is the events'.
+  const double rate = static_cast<double>(done - self->last_progress_routes_) / dt;
+  self->last_progress_wall_ = w;
+  self->last_progress_routes_ = done;
+  std::fprintf(stderr, "[%s] build  routes to hosts %u/%u  (%.0f hosts/s)\n",
+               self->cfg_.name.c_str(), done, total, rate);
 }
 
 SimTime Simulation::fabric_rtt(uint32_t data_bytes, uint32_t ack_bytes) const {

@@ -201,6 +201,7 @@ remote wrong-base 2 '^metaroce-conform: --entropy-base [0-9]+: the IUT answered 
 # --iut naming a service that answers every datagram (here, echoing it):
 # no CONNECT_ACCEPT or REJECT naming the request, so --iut is named. Any
 # datagram once passed, and the echo's port was blamed on --entropy-base.
+: >"$dir/echo.out" # (await_output: no line of an earlier writer)
 python3 "$here/udp_echo.py" >"$dir/echo.out" 2>&1 &
 echo_pid=$!
 echo_iut=$(await_output "$dir/echo.out" 's/.*listening on \([^,]*\),.*/\1/p')
@@ -230,6 +231,11 @@ for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
   rc=2
   for _ in 1 2 3 4 5; do
     start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+    # Emptied first: the previous case's port, read before this agent's
+    # redirection emptied the file, was refused, and the agent, killed
+    # before it ran (its TERM lost to this script's trap), was waited for
+    # without end.
+    : >"$dir/refusing.out"
     python3 "$here/refusing_agent.py" "$listen" "$op" "the IUT failed: ENOMEM" --busy-odd \
       >"$dir/refusing.out" 2>&1 &
     refusing_pid=$!

@@ -5,9 +5,11 @@
 # them; --help still exits 0.
 #   cli_test.sh METAROCE_SIM
 set -u
-sim=$1
 # shellcheck source=SCRIPTDIR/../expect_exit.sh
 . "$(dirname "$0")/../expect_exit.sh"
+# Absolute: the --pcap case below runs in a folder of its own, where a
+# relative path given (build/tools/sim/metaroce-sim) named nothing.
+sim=$(absolute "$1")
 # sim_expect RC PATTERN ARGS...: expect, quietly and without timings.
 sim_expect() {
   want=$1 pat=$2
@@ -254,6 +256,11 @@ rm -rf "$cfg"
 # is not one the engine runs as given (it would clamp).
 sim_expect 2 '^metaroce-sim: --set recovery.rto_failures_to_retire: recovery.rto_failures_to_retire 300 is out of range 1..255 \(PATH-4\)$' \
   --set recovery.rto_failures_to_retire=300
+# LOSS-7's RNR settings, --set and config file keys since stop 44.
+sim_expect 2 '^metaroce-sim: --set recovery.rnr_retry_limit: recovery.rnr_retry_limit 65535 is out of range 0..65534 \(LOSS-7\)$' \
+  --set recovery.rnr_retry_limit=65535
+sim_expect 2 '^metaroce-sim: --set recovery.rnr_retry_us: recovery.rnr_retry_ns 0 is out of range 1..86400000000000 \(LOSS-7\)$' \
+  --set recovery.rnr_retry_us=0
 sim_expect 2 '^metaroce-sim: --set recovery.min_rto_us: recovery.min_rto_ns 500000 is above recovery.max_rto_ns 100000 \(LOSS-4\)$' \
   --set recovery.max_rto_us=100 --set recovery.min_rto_us=500
 # (max_rto_us given, min_rto_us no longer raises it; the --set is the later.)

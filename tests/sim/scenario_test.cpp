@@ -1249,6 +1249,87 @@ TEST(ConfigFile, EngineSectionsAreJudgedByTheEngine) {
             "window, 1 packets (cc.max_cwnd_packets or the window; CC-6)");
 }
 
+// The engine's RNR settings (LOSS-7) reach the simulated NICs' engines by
+// --set and by a config file's [recovery]; they were neither's. num_paths,
+// ack_every and the driver's inflight_cap_bdp, --set keys without a
+// section, are the file's top-level keys (they were --set's only). Out of
+// the engine's range: config_error()'s words, at the key's line.
+TEST(ConfigFile, RnrAndTopLevelEngineKeys) {
+  const std::string text = "num_paths = 4\nack_every = 3\ninflight_cap_bdp = 2\n" +
+                           replace(kSmall, "buffer_bytes = \"175KB\"\n",
+                                   "buffer_bytes = \"175KB\"\n[recovery]\nrnr_retry_limit = "
+                                   "5\nrnr_retry_us = 50\n");
+  std::vector<std::string> given;
+  const SimConfig c = parse_config(text, "t.toml", ".", TransportKind::kMetaRoce, 1, &given);
+  EXPECT_EQ(c.endpoint.num_paths, 4u);
+  EXPECT_EQ(c.endpoint.ack_every, 3u);
+  EXPECT_DOUBLE_EQ(c.inflight_cap_bdp, 2.0);
+  EXPECT_EQ(c.endpoint.recovery.rnr_retry_limit, 5u);
+  EXPECT_EQ(c.endpoint.recovery.rnr_retry_ns, 50'000u);
+  for (const char* k : {"num_paths", "ack_every", "inflight_cap_bdp", "recovery.rnr_retry_limit",
+                        "recovery.rnr_retry_us"})
+    EXPECT_NE(std::find(given.begin(), given.end(), k), given.end()) << k;
+  // In the NICs' engines as the file gave them.
+  Simulation sim(c);
+  const EndpointConfig& e = sim.host(0).endpoint().config();
+  EXPECT_EQ(e.num_paths, 4u);
+  EXPECT_EQ(e.ack_every, 3u);
+  EXPECT_EQ(e.recovery.rnr_retry_limit, 5u);
+  EXPECT_EQ(e.recovery.rnr_retry_ns, 50'000u);
+
+  auto recovery = [](const std::string& keys) {
+    return refusal(replace(kSmall, "buffer_bytes = \"175KB\"\n",
+                           "buffer_bytes = \"175KB\"\n[recovery]\n" + keys));
+  };
+  EXPECT_EQ(recovery("rnr_retry_limit = 65535\n"),
+            "t.toml:13:19: recovery.rnr_retry_limit 65535 is out of range 0..65534 (LOSS-7)");
+  EXPECT_EQ(recovery("rnr_retry_us = 0\n"),
+            "t.toml:13:16: recovery.rnr_retry_ns 0 is out of range 1..86400000000000 (LOSS-7)");
+  EXPECT_EQ(recovery("rnr_retry_limit = 1.5\n"),
+            "t.toml:13:19: recovery.rnr_retry_limit: 1.5 is not an integer in [0, 4.29497e+09]");
+  EXPECT_EQ(refusal("num_paths = 40\n" + std::string(kSmall)),
+            "t.toml:1:13: num_paths: 40 is not an integer in [1, 32]");
+  EXPECT_EQ(refusal("ack_every = 0\n" + std::string(kSmall)),
+            "t.toml:1:13: ack_every 0 is out of range 1..255 (ACK-1)");
+  EXPECT_EQ(refusal("inflight_cap_bdp = -1\n" + std::string(kSmall)),
+            "t.toml:1:20: inflight_cap_bdp: -1 is not a value in [0, 1000]");
+  EXPECT_EQ(refusal("num_paths = \"4\"\n" + std::string(kSmall)),
+            "t.toml:1:13: num_paths: expected a number");
+}
+
+// --set recovery.rnr_retry_limit and recovery.rnr_retry_us set the engine's
+// fields, and a value the engine refuses is named by config_error().
+TEST(Settings, RnrKeysReachTheEngine) {
+  SimConfig c = preset("incast8-256k", TransportKind::kMetaRoce, 1);
+  std::string err;
+  ASSERT_TRUE(apply_setting(c, "recovery.rnr_retry_limit=7", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "recovery.rnr_retry_us=20", err)) << err;
+  ASSERT_TRUE(apply_setting(c, "ack_every=100", err)) << err;  // ACK-1's range, 1..255
+  std::vector<std::string> named;
+  EXPECT_EQ(engine_setting_error(c, named), "");
+  {
+    Simulation sim(c);
+    const EndpointConfig& e = sim.host(0).endpoint().config();
+    EXPECT_EQ(e.recovery.rnr_retry_limit, 7u);
+    EXPECT_EQ(e.recovery.rnr_retry_ns, 20'000u);
+    EXPECT_EQ(e.ack_every, 100u);
+  }
+  SimConfig bad = c;
+  ASSERT_TRUE(apply_setting(bad, "recovery.rnr_retry_limit=65535", err)) << err;
+  EXPECT_EQ(engine_setting_error(bad, named),
+            "recovery.rnr_retry_limit 65535 is out of range 0..65534 (LOSS-7)");
+  EXPECT_EQ(named, std::vector<std::string>{"recovery.rnr_retry_limit"});
+  bad = c;
+  ASSERT_TRUE(apply_setting(bad, "recovery.rnr_retry_us=0", err)) << err;
+  EXPECT_EQ(engine_setting_error(bad, named),
+            "recovery.rnr_retry_ns 0 is out of range 1..86400000000000 (LOSS-7)");
+  EXPECT_EQ(named, std::vector<std::string>{"recovery.rnr_retry_us"});
+  EXPECT_FALSE(apply_setting(bad, "recovery.rnr_retry_limit=-1", err));
+  EXPECT_EQ(err, "--set recovery.rnr_retry_limit: -1 is not an integer in [0, 4.29497e+09]");
+  EXPECT_FALSE(apply_setting(bad, "ack_every=256", err));
+  EXPECT_EQ(err, "--set ack_every: 256 is not an integer in [0, 255]");
+}
+
 TEST(Settings, EngineFieldsAreJudgedByConfigError) {
   SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
   std::vector<std::string> named;
@@ -1304,6 +1385,25 @@ TEST(Progress, WarmUpHasProgressLines) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("[fattree16-perm] warm-up t="), std::string::npos) << err;
   EXPECT_NE(err.find(" hosts connected "), std::string::npos) << err;
+}
+
+// The network build (a route search per destination host) has progress
+// lines too: leafspine8192's took some 5 s with none, before the warm-up's
+// first. Without progress (-q), the build says nothing.
+TEST(Progress, NetworkBuildHasProgressLines) {
+  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
+  c.progress = true;
+  c.progress_interval_s = 0;  // every chance, not once a wall second
+  c.preconnect = false;
+  testing::internal::CaptureStderr();
+  { const Simulation sim(c); }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("[fattree16-perm] build  routes to hosts 1/16  ("), std::string::npos) << err;
+  EXPECT_NE(err.find("[fattree16-perm] build  routes to hosts 16/16  ("), std::string::npos) << err;
+  c.progress = false;
+  testing::internal::CaptureStderr();
+  { const Simulation sim(c); }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(Settings, BadKeysAndValuesAreRefusedAndChangeNothing) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
 #include "metaroce/sim/rc_host.hpp"
 #include "metaroce/sim/scheduler.hpp"
@@ -1384,14 +1385,10 @@ TEST(WrBytes, CappedBelowFourGiBAndTheRegionFitsTheLargestFlow) {
   EXPECT_LT(r.peak_rss_mib, 1024.0);
 }
 
-// Every key the settings table calls idle in a run leaves that run's digest
-// as it was (metaroce-sim's warning is true), checked for each transport and
-// beside the flags and settings that make some keys act (--fabric-ecn,
-// --no-dcqcn, queue.pfc=1, queue.trim=1, a link fault).
-TEST(Settings, EveryKeyCalledIdleChangesNothing) {
-  // A value other than every preset's for each key, in range beside the
-  // others' defaults; a key added to the table needs one here.
-  const std::map<std::string_view, const char*> other_value = {
+// A value other than every preset's for each key of the settings table, in
+// range beside the others' defaults; a key added to the table needs one here.
+const std::map<std::string_view, const char*>& other_values() {
+  static const std::map<std::string_view, const char*> v = {
       {"cc.enabled", "0"},
       {"cc.min_cwnd_packets", "4"},
       {"cc.max_cwnd_packets", "8"},
@@ -1418,6 +1415,8 @@ TEST(Settings, EveryKeyCalledIdleChangesNothing) {
       {"recovery.loss_window_packets", "8"},
       {"recovery.peer_timeout_us", "100000"},
       {"recovery.keepalive_us", "1000"},
+      {"recovery.rnr_retry_limit", "3"},
+      {"recovery.rnr_retry_us", "10"},
       {"queue.buffer_bytes", "60000"},
       {"queue.ecn_kmin", "1000"},
       {"queue.ecn_kmax", "20000"},
@@ -1445,6 +1444,15 @@ TEST(Settings, EveryKeyCalledIdleChangesNothing) {
       {"wr_bytes", "65536"},
       {"wire_overhead", "0"},
   };
+  return v;
+}
+
+// Every key the settings table calls idle in a run leaves that run's digest
+// as it was (metaroce-sim's warning is true), checked for each transport and
+// beside the flags and settings that make some keys act (--fabric-ecn,
+// --no-dcqcn, queue.pfc=1, queue.trim=1, a link fault).
+TEST(Settings, EveryKeyCalledIdleChangesNothing) {
+  const std::map<std::string_view, const char*>& other_value = other_values();
   const std::vector<std::string_view> keys = setting_keys();
   for (std::string_view key : keys) EXPECT_TRUE(other_value.contains(key)) << key;
   ASSERT_EQ(keys.size(), other_value.size());
@@ -1524,6 +1532,53 @@ TEST(Settings, EveryKeyCalledIdleChangesNothing) {
     for (TransportKind t : {TransportKind::kMetaRoce, TransportKind::kSprayNoCc,
                             TransportKind::kRoceV2, TransportKind::kIrn})
       EXPECT_EQ(setting_idle_in(key, preset("incast8-256k", t, 1)), "") << key;
+}
+
+// Every key of the settings table is a config file's key too, named as
+// --set names it (KEY at the top of the file, SECTION.KEY as KEY in
+// [SECTION]), and does what --set does: the same run, or a refusal where
+// --set's checks refuse. num_paths, ack_every, inflight_cap_bdp and the other
+// keys without a section were --set's only; recovery.rnr_* neither's.
+TEST(Settings, EveryKeyIsAConfigFileKeyAsOnSet) {
+  const std::string body =
+      "[topology]\nkind = \"leaf_spine\"\nleaves = 2\nhosts_per_leaf = 2\nspines = 1\n"
+      "host_rate_gbps = 100\nfabric_rate_gbps = 100\n";
+  const std::string workload = "[[workload]]\nkind = \"permutation\"\nbytes = 65536\n";
+  const auto digest = [](SimConfig c) {
+    Simulation sim(std::move(c));
+    sim.run();
+    return sim.report().digest;
+  };
+  for (const std::string_view key : setting_keys()) {
+    const std::string value = other_values().at(key);
+    const auto range = setting_range(key);
+    ASSERT_TRUE(range.has_value()) << key;
+    const std::string written =
+        range->kind == SettingKind::kSwitch ? (value == "0" ? "false" : "true") : value;
+    const size_t dot = key.find('.');
+    const std::string text = dot == std::string_view::npos
+                                 ? std::string(key) + " = " + written + "\n" + body + workload
+                                 : body + "[" + std::string(key.substr(0, dot)) + "]\n" +
+                                       std::string(key.substr(dot + 1)) + " = " + written + "\n" +
+                                       workload;
+    for (const TransportKind t : {TransportKind::kMetaRoce, TransportKind::kRoceV2}) {
+      SimConfig by_set = parse_config(body + workload, "t.toml", ".", t, 1);
+      std::string err;
+      std::vector<std::string> named;
+      const bool set_ok = apply_setting(by_set, std::string(key) + "=" + value, err) &&
+                          queue_spec_error(by_set.queue).empty() &&
+                          engine_setting_error(by_set, named).empty();
+      std::vector<std::string> given;
+      try {
+        const SimConfig by_file = parse_config(text, "t.toml", ".", t, 1, &given);
+        ASSERT_TRUE(set_ok) << key << ": --set refuses (" << err << "), the file does not";
+        EXPECT_NE(std::find(given.begin(), given.end(), key), given.end()) << key;
+        EXPECT_EQ(digest(by_file), digest(by_set)) << key << " " << transport_name(t);
+      } catch (const ConfigError& e) {
+        EXPECT_FALSE(set_ok) << key << ": the file refuses (" << e.what() << "), --set does not";
+      }
+    }
+  }
 }
 
 // A flow larger than 2^32 WRs (MetaRoCE) or packets (rocev2, irn): the WR

@@ -18,6 +18,9 @@ start_agent() {
   agent_dir=$4
   listen=$2:0
   shift 4
+  # Emptied before the agent starts: its own redirection comes after a
+  # fork, and the previous agent's address could be read first.
+  : >"$agent_dir/agent.out"
   timeout 600 "$agent_bin" --listen "$listen" --iut "$iut" --entropy-base "$base" \
     --entropy-count 16 "$@" >"$agent_dir/agent.out" 2>"$agent_dir/agent.err" &
   agent_pid=$!

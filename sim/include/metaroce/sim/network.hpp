@@ -357,12 +357,22 @@ struct NetworkStats {
   SimTime pfc_paused{0};  // summed over ports, open intervals up to stats()' `end`
 };
 
+// Called by Network's constructor as its routes are computed, after each
+// destination host (`done` of `total`): a large fabric takes wall seconds
+// there (leafspine8192: about 5 s, a breadth-first search per host), and a
+// progress report would otherwise say nothing until the warm-up.
+struct BuildProgress {
+  void (*fn)(void* ctx, uint32_t done, uint32_t total) = nullptr;
+  void* ctx = nullptr;
+};
+
 class Network {
  public:
   // Builds switches and links; hosts are attached by the transport with
   // attach_host() before any packet moves. Routes are computed here
   // (shortest paths, all equal-cost next hops form the ECMP group).
-  Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed);
+  Network(Scheduler& sched, const TopoGraph& graph, const QueueSpec& queue, uint64_t seed,
+          BuildProgress progress = {});
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
   ~Network();
@@ -402,8 +412,9 @@ class Network {
  private:
   // ECMP groups over the links that are up; returns the links on the longest
   // host-to-host shortest path. With measure_delay (at construction, the
-  // healthy fabric) it also sets graph_.max_path_delay.
-  uint32_t compute_routes(bool measure_delay);
+  // healthy fabric) it also sets graph_.max_path_delay. `progress` hears
+  // of each destination done.
+  uint32_t compute_routes(bool measure_delay, BuildProgress progress = {});
 
   Scheduler& sched_;
   TopoGraph graph_;

@@ -1,10 +1,12 @@
 // Named overrides of a scenario's tunables (metaroce-sim --set KEY=VALUE; a
-// config file sets some of them as keys of its own): the engine's congestion
+// config file sets every one of them too, KEY at its top or SECTION.KEY as
+// KEY in [SECTION], from this one table): the engine's congestion
 // control and recovery parameters, the driver's BDP-derived windows and the
 // switch queues. They exist for ablations and sensitivity studies: a preset
 // stays fixed, and a run says exactly what it changed.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,11 +31,18 @@ namespace metaroce::sim {
 [[nodiscard]] std::string range_error(std::string_view what, long double value, double min,
                                       double max, bool integer);
 
+// How a key's value is written in a config file: a number, a switch (true
+// or false) or a byte count (4096 or "64KiB"). --set takes each as a number
+// (a switch 0 or 1, a byte count in bytes).
+enum class SettingKind : uint8_t { kReal, kInteger, kSwitch, kBytes };
+
 // The range apply_setting() checks `key`'s value against (min, max, and
-// whether it must be whole); nullopt for an unknown key.
+// whether it must be whole: every kind but kReal) and its kind; nullopt for
+// an unknown key.
 struct SettingRange {
   double min = 0, max = 0;
   bool integer = false;
+  SettingKind kind = SettingKind::kReal;
 };
 [[nodiscard]] std::optional<SettingRange> setting_range(std::string_view key);
 

@@ -238,6 +238,8 @@ class Simulation {
   class Starter;
   class Faults;
   static void tick(void* ctx, const Scheduler& s);
+  // The network build's progress (BuildProgress), in tick()'s style.
+  static void build_tick(void* ctx, uint32_t done, uint32_t total);
   void warm_up();
   // The longest path's round trip, a data packet and an ACK serialized per hop.
   [[nodiscard]] SimTime fabric_rtt(uint32_t data_bytes, uint32_t ack_bytes) const;
@@ -265,7 +267,8 @@ class Simulation {
   double loop_s_ = 0;                  // the warm-up's and run()'s event loops: events_per_s
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
-  bool warming_ = false;  // in warm_up(): the progress line says so
+  uint32_t last_progress_routes_ = 0;  // destinations routed at the last build line
+  bool warming_ = false;               // in warm_up(): the progress line says so
   // The simulated time run() got to (events or not).
   SimTime reached_{0};
   // Per flow, when some flow depends on others: its path's one-way delay on
