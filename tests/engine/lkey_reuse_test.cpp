@@ -1,5 +1,6 @@
 // Registrations without end (spec MR-6): a table slot whose lkey generations
-// are spent starts over, but never while posted work names one of its lkeys,
+// are spent starts over, but never while held work (posted sends and
+// receives, READs being answered) names one of its lkeys,
 // for such work holds the old region's memory (MR-5). Engine over the
 // fixed-delay shuttle of loop.hpp.
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 
 #include "engine_util.hpp"
 #include "loop.hpp"
+#include "metaroce/wire.hpp"
 
 namespace metaroce::test {
 namespace {
@@ -152,6 +154,38 @@ TEST(LkeyReuse, AnLkeyAQueuedWriteHoldsIsNotGivenAgain) {  // MR-6, MR-5
   std::vector<uint8_t> scratch(4096);
   const uint32_t other = register_past(loop.ep(0), held, scratch);
   held_work_failed(loop, 0, 7, dst, held, other);
+}
+
+// The same for a READ this end answers (READ-2): the region it reads from
+// goes after its first response left, and a region given that lkey would
+// have the rest sent from memory the application took back.
+TEST(LkeyReuse, AnLkeyAReadBeingAnsweredHoldsIsNotGivenAgain) {  // MR-6, MR-5, READ-2
+  Loop loop(cfg(97), cfg(98));
+  auto [a, b] = loop.connect();
+  (void)b;
+  Buf remote(loop.ep(1), 64 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 64 * 4096, kAccessLocalWrite, 0);
+  const uint32_t held = remote.mr.lkey;
+  std::vector<uint8_t> scratch(4096);
+  uint32_t other = 0;
+  int responses_after = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1 || d.size() < 2 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp)) return;
+    if (other != 0) {
+      ++responses_after;
+      return;
+    }
+    ASSERT_EQ(loop.ep(1).deregister_memory(held), Status::kOk);
+    other = register_past(loop.ep(1), held, scratch);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 64 * 4096, 4)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  ASSERT_NE(other, 0u);
+  EXPECT_EQ(responses_after, 0);
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_TRUE(given_again(loop.ep(1), held, other));
 }
 
 }  // namespace
