@@ -1,8 +1,8 @@
 // Registrations without end (spec MR-6): a table slot whose lkey generations
 // are spent starts over, but never while held work (posted sends and
-// receives, READs being answered) names one of its lkeys,
-// for such work holds the old region's memory (MR-5). Engine over the
-// fixed-delay shuttle of loop.hpp.
+// receives, READs being answered) names one of its lkeys, for such work
+// holds the old region's memory (MR-5). Engine over the fixed-delay shuttle
+// of loop.hpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
