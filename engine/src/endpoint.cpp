@@ -205,6 +205,26 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
   free_indices.push(index);
 }
 
+void Endpoint::Impl::recycle_lkeys() {
+  lkeys_held.assign(mrs.slots(), 0);
+  // index_of gives lkey 0 (an empty request's) one past the table.
+  const auto hold = [this](uint32_t lkey) {
+    const uint32_t index = detail::MrTable::index_of(lkey);
+    if (index < lkeys_held.size()) lkeys_held[index] = 1;
+  };
+  for (const auto& c : conns) {
+    if (!c) continue;
+    if (const detail::TxCtx* t = c->tx.get()) {
+      for (uint32_t i = t->sq_head; i != t->sq_tail; ++i) hold(t->sq[i & t->sq_mask].wr.lkey);
+      for (uint32_t i = t->resp_head; i != t->resp_tail; ++i) hold(t->resp[i & t->resp_mask].lkey);
+    }
+    if (const detail::RxCtx* r = c->rx.get())
+      for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) hold(r->rq[i & r->rq_mask].wr.lkey);
+  }
+  for (uint32_t i = srq_head; i != srq_tail; ++i) hold(srq[i & srq_mask].wr.lkey);
+  mrs.recycle(lkeys_held);
+}
+
 detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   if (!tx_pool.empty()) {
     c.tx = std::move(tx_pool.back());
@@ -335,6 +355,7 @@ Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, ui
   do {
     rkey = impl_->rng.next();
   } while (rkey == 0 || impl_->mrs.rkey_in_use(rkey));
+  if (impl_->mrs.recycle_due()) impl_->recycle_lkeys();
   return impl_->mrs.add(addr, length, base, access, rkey, out);
 }
 

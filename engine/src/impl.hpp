@@ -191,6 +191,9 @@ struct Endpoint::Impl {
     return c->id == id ? c : nullptr;
   }
   detail::Connection* create_connection(const PeerAddr& peer);
+  // MR-1: the retired MrTable slots that no work held here names (posted
+  // sends and receives, shared ones, READs being answered) are reused.
+  void recycle_lkeys();
   void destroy_connection(detail::Connection& c);
   void mark_ready(detail::Connection& c) {
     if (in_ready[c.index]) return;
@@ -601,6 +604,9 @@ struct Endpoint::Impl {
   [[nodiscard]] uint32_t packet_cost(uint32_t payload) const {
     return payload + detail::kPacketOverhead;
   }
+  // recycle_lkeys' marks, by MrTable slot: kept, so that a scan allocates
+  // only while the table grows. Last: no hot member moves for it.
+  std::vector<uint8_t> lkeys_held;
 };
 
 }  // namespace metaroce

@@ -27,7 +27,7 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
   if (!free_.empty()) {
     index = free_.back();
     free_.pop_back();
-    generation = generations_[index] + 1u;
+    generation = (generations_[index] + 1u) & (kGenerations - 1);
     generations_[index] = static_cast<uint16_t>(generation);
   } else if (regions_.size() < kIndexMask) {
     index = static_cast<uint32_t>(regions_.size());
@@ -64,12 +64,26 @@ Status MrTable::remove(uint32_t lkey) {
   if (slot != kNone) hash_[slot].index = kTombstone;
   r.lkey = 0;
   --live_;
-  // The slot's last generation: retired rather than give an lkey twice.
-  if (generations_[index] + 1u < kGenerations) free_.push_back(index);
+  // The slot's last generation: retired until no held work names it, rather
+  // than give such work's lkey to another region.
+  if (generations_[index] + 1u < kGenerations)
+    free_.push_back(index);
+  else
+    retired_since_scan_ = true;
   any_removed_ = true;
   last_index_ = kNone;
   granted_ = Granted{};
   return Status::kOk;
+}
+
+void MrTable::recycle(const std::vector<uint8_t>& held) {
+  retired_since_scan_ = false;
+  for (uint32_t index = 0; index < regions_.size(); ++index) {
+    const bool retired = regions_[index].lkey == 0 && generations_[index] == kGenerations - 1;
+    if (!retired || (index < held.size() && held[index] != 0)) continue;
+    generations_[index] = kRestart;
+    free_.push_back(index);
+  }
 }
 
 uint32_t MrTable::find_slot(uint64_t rkey) const {

@@ -23,10 +23,14 @@ class MrTable {
 
   // An lkey is the region's slot (index + 1) in its low kIndexBits and the
   // slot's generation above. A deregistered region's slot is reused with the
-  // next generation, and retired when that would wrap, so that no lkey is
-  // ever given twice: work posted with an lkey whose region went must never
-  // find it valid again (MR-5), for it holds a pointer into the old region.
-  // At most kIndexMask regions at once, and about 2^32 registrations in all.
+  // next generation; one whose generations are spent is retired, and starts
+  // over at generation 0 (its lkeys given again) only once no work the
+  // endpoint holds names any lkey of it (recycle): work posted with an lkey
+  // whose region went must never find it valid again (MR-5), for it holds a
+  // pointer into the old region. Nothing else needs lkeys unique over time:
+  // they never go on the wire, where the rkey, drawn afresh, names a region
+  // (MR-1). At most kIndexMask regions at once; registrations in all, no
+  // limit.
   static constexpr uint32_t kIndexBits = 22;
   static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
   static constexpr uint32_t kGenerations = 1u << (32 - kIndexBits);
@@ -48,9 +52,10 @@ class MrTable {
     const uint32_t index = index_of(lkey);
     return index < regions_.size() && regions_[index].lkey == lkey;
   }
-  // Whether an lkey that was valid once may no longer be: keys are never
-  // given twice, so only a remove() ends one. Asked before lkey_valid for every
-  // packet of a posted request, whose lkey was checked when it was posted.
+  // Whether an lkey that was valid once may no longer be: no key held by
+  // posted work is given again (recycle), so only a remove() ends one. Asked
+  // before lkey_valid for every packet of a posted request, whose lkey was
+  // checked when it was posted.
   [[nodiscard]] bool any_removed() const { return any_removed_; }
 
   // Remote access check (PLACE-2, READ-2): the whole range [addr, addr+len)
@@ -84,6 +89,21 @@ class MrTable {
     return granted_.ptr;
   }
 
+  // Whether add() would take a new slot, or fail for want of one, while
+  // retired slots wait: the caller then marks the slots its held work names
+  // and recycles. Short of a full table, only after a retirement, so that a
+  // slot that posted work keeps retired costs a scan once per slot spent
+  // (1,024 registrations), not one per registration.
+  [[nodiscard]] bool recycle_due() const {
+    return free_.empty() && (retired_since_scan_ || regions_.size() >= kIndexMask);
+  }
+  // The number of slots: index_of(lkey) below it for every lkey given.
+  [[nodiscard]] size_t slots() const { return regions_.size(); }
+  // Retired slots (deregistered at their last generation) that no held work
+  // names (held[index] == 0) go back to the free list, to start over at
+  // generation 0.
+  void recycle(const std::vector<uint8_t>& held);
+
   [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
   // The lkey of the region rkey names; 0 if none does.
   [[nodiscard]] uint32_t lkey_of(uint64_t rkey) const;
@@ -97,6 +117,7 @@ class MrTable {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr uint16_t kRestart = UINT16_MAX;  // + 1, masked, is 0
   static constexpr uint32_t kTombstone = UINT32_MAX - 1;
   static bool range_inside(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
     // Written to avoid overflow: addr >= base and addr - base + len <= length.
@@ -115,6 +136,10 @@ class MrTable {
   std::vector<Slot> hash_;  // power-of-two size, load <= 1/2
   size_t hash_used_ = 0;
   bool any_removed_ = false;
+  // A slot retired since recycle() last ran. Retired slots are found by their
+  // generation, not listed: the table keeps its size, and the endpoint's hot
+  // members after it their offsets.
+  bool retired_since_scan_ = false;
   // The last range remote() granted; need 0 (never asked for) while none is.
   struct Granted {
     uint64_t rkey = 0, addr = 0, len = 0;
@@ -125,8 +150,9 @@ class MrTable {
   mutable uint64_t last_rkey_ = 0;
   mutable uint32_t last_index_ = kNone;  // region of last_rkey_; kNone after a remove
   std::vector<uint32_t> free_;           // slots of deregistered regions, to reuse
-  std::vector<uint16_t> generations_;    // by slot: of its latest lkey
-  size_t live_ = 0;                      // regions registered now
+  // By slot: of its latest lkey; kRestart once recycled, add() taking 0.
+  std::vector<uint16_t> generations_;
+  size_t live_ = 0;  // regions registered now
 };
 
 }  // namespace metaroce::detail

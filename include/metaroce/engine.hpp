@@ -195,8 +195,11 @@ class Endpoint {
   // simulator's fixed bases keep its packets independent of where the heap
   // lies. kInvalidArgument also if base + length - 1 wraps past 2^64, or
   // addr + length - 1 does. Either call: kResourceExhausted with 2^22 - 1
-  // regions registered at once, or after about 2^32 registrations in all (no
-  // lkey is given twice; deregistered regions' memory is reused).
+  // table slots in use (regions registered, and spent slots, below, that
+  // posted work still names); registrations in all are unlimited. An lkey
+  // comes round again only after its table slot has served 1,024
+  // registrations, and never while work posted with it is outstanding
+  // (MR-6): until then a stale lkey is refused.
   [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                           MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use

@@ -1,0 +1,192 @@
+// Registrations without end (spec MR-6): a table slot whose lkey generations
+// are spent starts over, but never while held work (posted sends and
+// receives, READs being answered) names one of its lkeys, for such work
+// holds the old region's memory (MR-5). Engine over the fixed-delay shuttle
+// of loop.hpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "engine_util.hpp"
+#include "loop.hpp"
+#include "metaroce/wire.hpp"
+
+namespace metaroce::test {
+namespace {
+
+// A slot's generations (engine/src/mr_table.hpp, MrTable::kGenerations):
+// the registrations of one slot before it is spent.
+constexpr uint32_t kGenerations = 1024;
+
+// Well inside the peer timeout (PATH-7's 2 s).
+constexpr uint64_t kPromptly = 100'000'000;
+
+bool untouched(const Buf& b, uint8_t fill) {
+  return std::all_of(b.bytes.begin(), b.bytes.end(), [&](uint8_t v) { return v == fill; });
+}
+
+// Registers and deregisters a region n times, each lkey appended to `given`.
+void come_and_go(Endpoint& ep, std::vector<uint8_t>& bytes, uint32_t n,
+                 std::vector<uint32_t>& given) {
+  MemoryRegion mr;
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ep.register_memory(bytes.data(), bytes.size(), kAccessLocalWrite, mr), Status::kOk);
+    given.push_back(mr.lkey);
+    ASSERT_EQ(ep.deregister_memory(mr.lkey), Status::kOk);
+  }
+}
+
+// Whether `held`, whose work is done, is given again: `other` deregistered,
+// a slot spent (which has the spent slots looked at again), and then up to
+// 2,048 rounds with two regions registered at once.
+bool given_again(Endpoint& ep, uint32_t held, uint32_t other) {
+  if (ep.deregister_memory(other) != Status::kOk) return false;
+  std::vector<uint8_t> bytes(64);
+  std::vector<uint32_t> given;
+  come_and_go(ep, bytes, 2 * kGenerations, given);
+  if (std::count(given.begin(), given.end(), held) != 0) return true;
+  for (uint32_t i = 0; i < 2 * kGenerations; ++i) {
+    MemoryRegion x, y;
+    if (ep.register_memory(bytes.data(), 64, 0, x) != Status::kOk) return false;
+    if (ep.register_memory(bytes.data(), 64, 0, y) != Status::kOk) return false;
+    const bool found = x.lkey == held || y.lkey == held;
+    if (ep.deregister_memory(x.lkey) != Status::kOk) return false;
+    if (ep.deregister_memory(y.lkey) != Status::kOk) return false;
+    if (found) return true;
+  }
+  return false;
+}
+
+// Before, a slot whose 1,024 generations were spent was never used again:
+// about 2^32 registrations in an endpoint's life (2^22 slots), 72 minutes
+// at one a microsecond (a provider registering for every rendezvous). Now
+// one slot serves a register-deregister loop for ever, its lkeys coming
+// round every 1,024 registrations, each unique within its round.
+TEST(LkeyReuse, ASlotWhoseGenerationsAreSpentStartsOver) {  // MR-6
+  Endpoint ep(cfg(90));
+  std::vector<uint8_t> bytes(64);
+  std::vector<uint32_t> given;
+  come_and_go(ep, bytes, 4 * kGenerations, given);
+  ASSERT_EQ(given.size(), 4 * kGenerations);
+  std::vector<uint32_t> round(given.begin(), given.begin() + kGenerations);
+  std::sort(round.begin(), round.end());
+  EXPECT_EQ(std::adjacent_find(round.begin(), round.end()), round.end()) << "an lkey twice";
+  for (size_t i = kGenerations; i < given.size(); ++i)
+    ASSERT_EQ(given[i], given[i - kGenerations]) << "registration " << i << " took another slot";
+  // A stale lkey is refused until its turn comes round again (MR-2).
+  MemoryRegion mr;
+  ASSERT_EQ(ep.register_memory(bytes.data(), 64, 0, mr), Status::kOk);
+  EXPECT_EQ(mr.lkey, given[0]);
+  EXPECT_EQ(ep.deregister_memory(given[1]), Status::kInvalidArgument);
+}
+
+// With `held`'s region gone under posted work: 3,071 registrations, as
+// many as bring its slot's generation round to it again, then one region
+// registered in `bytes` and kept, whose lkey is returned; none may be given
+// `held`, for the work still holds it.
+uint32_t register_past(Endpoint& ep, uint32_t held, std::vector<uint8_t>& bytes) {
+  std::vector<uint32_t> given;
+  come_and_go(ep, bytes, 3 * kGenerations - 1, given);
+  EXPECT_EQ(std::count(given.begin(), given.end(), held), 0);
+  MemoryRegion other;
+  EXPECT_EQ(ep.register_memory(bytes.data(), bytes.size(), kAccessLocalWrite, other), Status::kOk);
+  EXPECT_NE(other.lkey, held);
+  return other.lkey;
+}
+
+// Runs the loop: endpoint i's work wr_id, which holds `held`, fails
+// kLocalProtection (MR-5) with `b`, filled 0xAB, untouched. That work done,
+// nothing holds the lkey: its slot comes back once another slot is spent.
+void held_work_failed(Loop& loop, int i, uint64_t wr_id, const Buf& b, uint32_t held,
+                      uint32_t other) {
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(i, 1, done, kPromptly));
+  EXPECT_EQ(done[0].wr_id, wr_id);
+  EXPECT_EQ(done[0].status, Status::kLocalProtection);
+  EXPECT_TRUE(untouched(b, 0xAB));
+  EXPECT_TRUE(given_again(loop.ep(i), held, other));
+}
+
+// A receive, its own or shared (PLACE-6), posted with an lkey whose region
+// then went keeps its slot out of use, however many registrations come: a
+// region given that lkey would have the SEND into the old receive written
+// into memory the application took back. Once the receive is done, the
+// lkey comes round again (before, never: its slot was spent for good).
+void a_held_receive(bool shared) {
+  EndpointConfig cb = cfg(92);
+  cb.shared_rq_depth = 4;
+  Loop loop(cfg(91), cb);
+  auto [a, b] = loop.connect();
+  Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0xAB);
+  const uint32_t held = rbuf.mr.lkey;
+  const RecvWr wr{9, rbuf.addr(), 4096, held};
+  ASSERT_EQ(shared ? loop.ep(1).post_shared_recv(wr) : loop.ep(1).post_recv(b, wr), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(held), Status::kOk);
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(1), held, scratch);
+  Buf src(loop.ep(0), 4096, 0, 5);
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096)), Status::kOk);
+  held_work_failed(loop, 1, 9, rbuf, held, other);
+}
+
+TEST(LkeyReuse, AnLkeyAPostedReceiveHoldsIsNotGivenAgain) {  // MR-6, MR-5
+  a_held_receive(false);
+}
+
+TEST(LkeyReuse, AnLkeyASharedReceiveHoldsIsNotGivenAgain) {  // MR-6, MR-5, PLACE-6
+  a_held_receive(true);
+}
+
+// The same for a WRITE waiting in the send queue: its source lkey, given to
+// a new region, would have sent the old region's bytes.
+TEST(LkeyReuse, AnLkeyAQueuedWriteHoldsIsNotGivenAgain) {  // MR-6, MR-5
+  Loop loop(cfg(95), cfg(96));
+  auto [a, b] = loop.connect();
+  (void)b;
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0xAB);
+  const uint32_t held = src.mr.lkey;
+  // Queued, not sent: the loop has not run since.
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 7)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(held), Status::kOk);
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(0), held, scratch);
+  held_work_failed(loop, 0, 7, dst, held, other);
+}
+
+// The same for a READ this end answers (READ-2): the region it reads from
+// goes after its first response left, and a region given that lkey would
+// have the rest sent from memory the application took back.
+TEST(LkeyReuse, AnLkeyAReadBeingAnsweredHoldsIsNotGivenAgain) {  // MR-6, MR-5, READ-2
+  Loop loop(cfg(97), cfg(98));
+  auto [a, b] = loop.connect();
+  (void)b;
+  Buf remote(loop.ep(1), 64 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 64 * 4096, kAccessLocalWrite, 0);
+  const uint32_t held = remote.mr.lkey;
+  std::vector<uint8_t> scratch(4096);
+  uint32_t other = 0;
+  int responses_after = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1 || d.size() < 2 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp)) return;
+    if (other != 0) {
+      ++responses_after;
+      return;
+    }
+    ASSERT_EQ(loop.ep(1).deregister_memory(held), Status::kOk);
+    other = register_past(loop.ep(1), held, scratch);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 64 * 4096, 4)),
+            Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  ASSERT_NE(other, 0u);
+  EXPECT_EQ(responses_after, 0);
+  EXPECT_EQ(done[0].status, Status::kRemoteOperationError);
+  EXPECT_TRUE(given_again(loop.ep(1), held, other));
+}
+
+}  // namespace
+}  // namespace metaroce::test
