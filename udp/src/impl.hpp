@@ -476,8 +476,9 @@ struct UdpEndpoint::Impl {
   // A status that ended a connection, in words that say whose it was:
   // status_text's, except for a connect the peer's answer failed, which the
   // engine's texts cannot name (which answer, which code, whose limit).
-  // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4; kOk for an
-  // ACCEPT refused for its mtu, CONN-3).
+  // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4, or the
+  // status that failed the peer's connection, CONN-3; kOk for an ACCEPT
+  // refused for its mtu, CONN-3).
   [[nodiscard]] static std::string ended_text(Status s, Status code);
   // A request's failure in words: status_text's, except where this
   // engine's cause is known (MR-5's kLocalProtection and
