@@ -1294,7 +1294,7 @@ TEST(UdpConnect, AConnectWithNoTimeoutNamesTheRequestsItRanOutOf) {
   const Error e = client->connect(silent.addr, 0ms, id);
   EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
   EXPECT_TRUE(has(e.message,
-                  "no answer to 1 requests 1 ns apart "
+                  "no answer to 1 request 1 ns apart "
                   "(Options::engine.connect_attempts)"))
       << e.message;
   EXPECT_FALSE(has(e.message, "timed out")) << e.message;

@@ -218,6 +218,11 @@ std::string retry_text(uint64_t ns) {
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
 }
 
+// "1 request", "50 requests": a count of connection requests in a message.
+std::string requests_text(uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " request" : " requests");
+}
+
 // How a budget's requests compare with the budget (CONN-2). Compared in
 // requests, not products of them and connect_retry_ns, which wrapped for a
 // huge connect_retry_ns.
@@ -246,7 +251,7 @@ std::string budget_text(const UdpEndpoint::Impl& im, int64_t budget_ms) {
     return "the connect timed out after " + std::to_string(budget_ms) + " ms (" + budget +
            ", its requests unanswered)";
   const bool capped = fit == BudgetFit::kCappedShort;
-  return "no answer to " + std::to_string(im.connect_attempts_for(budget_ms)) + " requests " +
+  return "no answer to " + requests_text(im.connect_attempts_for(budget_ms)) + " " +
          retry_text(im.cfg.connect_retry_ns) + " apart (" +
          (capped ? "CONN-2's most; " : "Options::engine.connect_attempts; ") + budget + " of " +
          std::to_string(budget_ms) + " ms asked for " + (capped ? "more)" : "fewer)");
@@ -344,8 +349,8 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   if (ran_out)
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + ": no answer to " +
-                                 std::to_string(requests) + " requests " +
-                                 retry_text(ec.connect_retry_ns) + " apart (" +
+                                 requests_text(requests) + " " + retry_text(ec.connect_retry_ns) +
+                                 " apart (" +
                                  (ci.budget_ms != 0 ? "CONN-2's most, before the timeout ended"
                                                     : "Options::engine.connect_attempts") +
                                  ")" + refused,
