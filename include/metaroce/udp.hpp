@@ -264,6 +264,12 @@ class UdpEndpoint {
   // that calls nothing for longer than peer_timeout_ns. A second call while
   // it runs does nothing (its mode stays).
   void start_progress_thread(ProgressMode mode = ProgressMode::kSleeping);
+  // Joins the thread. Another thread's call that waits on its rounds then
+  // goes on without it: wait() returns, and a blocking call (connect,
+  // accept, wait_completion, ...) runs its own rounds until it ends as it
+  // would have (it used to wait out its timeout). Without
+  // Options::thread_safe, calls are then one thread's at a time again: none
+  // other until that one returns.
   void stop_progress_thread();
 
   // --- memory ---

@@ -426,7 +426,10 @@ struct UdpEndpoint::Impl {
   bool run_until(Pred pred, std::chrono::steady_clock::time_point deadline) {
     if (threaded.load(std::memory_order_acquire)) {
       std::unique_lock<std::mutex> lk(mu);
-      for (;;) {
+      // Until another thread's stop_progress_thread (which clears `threaded`
+      // under the mutex, and wakes this): then the caller's own rounds,
+      // below, where it waited out its deadline with no round to come.
+      while (threaded.load(std::memory_order_acquire)) {
         if (pred()) return true;
         if (closed) return false;  // nothing more will come
         const auto now = std::chrono::steady_clock::now();

@@ -102,8 +102,13 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   Impl& im = *impl_;
   if (im.threaded.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lk(im.mu);
-    if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
-    return;
+    // Checked again under the mutex: a stop_progress_thread meanwhile
+    // (another thread's) clears it under the mutex and then notifies, which
+    // a wait begun before it hears; after it, the rounds are this call's.
+    if (im.threaded.load(std::memory_order_acquire)) {
+      if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
+      return;
+    }
   }
   std::unique_lock<std::mutex> lk = im.guard();  // Options::thread_safe: let go while it blocks
   if (im.progress_locked() != 0) return;
@@ -129,7 +134,14 @@ void UdpEndpoint::start_progress_thread(ProgressMode mode) {
 void UdpEndpoint::stop_progress_thread() {
   if (!impl_->running.load()) return;
   impl_->join_thread();
-  impl_->threaded.store(false, std::memory_order_release);
+  {
+    // Under the mutex, and then told: another thread's wait() or blocking
+    // call that waits on the thread's rounds (run_until) hears of it at once
+    // and runs its own, where it waited out its timeout.
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->threaded.store(false, std::memory_order_release);
+  }
+  impl_->cv.notify_all();
 }
 
 Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
