@@ -264,6 +264,12 @@ class UdpEndpoint {
   // that calls nothing for longer than peer_timeout_ns. A second call while
   // it runs does nothing (its mode stays).
   void start_progress_thread(ProgressMode mode = ProgressMode::kSleeping);
+  // Joins the thread. Another thread's call that waits on its rounds then
+  // goes on without it: wait() returns, and a blocking call (connect,
+  // accept, wait_completion, ...) runs its own rounds until it ends as it
+  // would have (it used to wait out its timeout). Without
+  // Options::thread_safe, calls are then one thread's at a time again: none
+  // other until that one returns.
   void stop_progress_thread();
 
   // --- memory ---
@@ -298,7 +304,10 @@ class UdpEndpoint {
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
   // protocol version", kResourceExhausted "the peer holds as many connections as its
-  // max_connections allows" (each "(CONNECT_REJECT)"); this endpoint's own limit is
+  // max_connections allows" (each "(CONNECT_REJECT)"), and one answering a request repeated to
+  // a connection that had failed at the peer, its ACCEPT lost (spec CONN-3), kConnectRefused "the
+  // peer's connection had failed, with kRemoteBadKey: ..." (the status it failed with); this
+  // endpoint's own limit is
   // kResourceExhausted too, at once, and says "this endpoint holds
   // Options::engine.max_connections (N) connections already". A negative timeout is refused
   // (kInvalidArgument), as is one for accept().

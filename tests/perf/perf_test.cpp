@@ -1147,6 +1147,24 @@ TEST(PerfClient, ConnectAttemptsCoverTheTimeout) {
   EXPECT_EQ(connect_attempts_for(1, 10 * kMillisecond), 1u);
 }
 
+// The least --connect-timeout-ms, 10, sends one request: "1 request", not
+// "1 requests".
+TEST(PerfClient, ConnectErrorTextCountsOneRequestInTheSingular) {
+  udp::Error e;
+  e.status = Status::kConnectTimeout;
+  e.message =
+      "connect to 10.0.0.1:4792 timed out after 10 ms (peer 10.0.0.1:4792, conn 0x1): "
+      "kConnectTimeout: no answer to connection request";
+  EXPECT_EQ(connect_error_text(e, 10),
+            "connect to 10.0.0.1:4792: no answer within 10 ms (1 request 10 ms apart; "
+            "--connect-timeout-ms waits longer) (peer 10.0.0.1:4792, conn 0x1): kConnectTimeout: "
+            "no answer to connection request");
+  e.message = "connect to 10.0.0.1:4792 timed out after 20 ms: kConnectTimeout: no answer";
+  EXPECT_EQ(connect_error_text(e, 20),
+            "connect to 10.0.0.1:4792: no answer within 20 ms (2 requests 10 ms apart; "
+            "--connect-timeout-ms waits longer): kConnectTimeout: no answer");
+}
+
 // The driver's other connect failures keep their words; a timeout worded
 // otherwise (the caller's timeout) gets the option added.
 TEST(PerfClient, ConnectErrorTextLeavesOtherFailuresAlone) {

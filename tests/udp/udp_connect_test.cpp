@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -405,7 +406,12 @@ TEST(UdpConnect, EachRejectCodeGivesItsOwnError) {
       {0x99, Status::kConnectRefused,
        "the peer refused the connection (CONNECT_REJECT with code 0x99, not one of the spec's "
        "REJECT codes)"},
-      {0x02, Status::kConnectRefused, "CONNECT_REJECT with code 0x2 (kRemoteBadKey), not one"},
+      // Statuses, but none that fails a connection (CONN-3's REJECTs, below).
+      {0x01, Status::kConnectRefused,
+       "CONNECT_REJECT with code 0x01 (kRnr), not one of the spec's"},
+      {0x49, Status::kConnectRefused,
+       "CONNECT_REJECT with code 0x49 (kConnectTimeout), not one of the spec's"},
+      {0x45, Status::kConnectRefused, "CONNECT_REJECT with code 0x45 (kFlushed), not one of the"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(static_cast<int>(k.code));
@@ -431,6 +437,134 @@ TEST(UdpConnect, EachRejectCodeGivesItsOwnError) {
     EXPECT_EQ(why.status, k.want) << why.message;
     EXPECT_TRUE(has(why.message, k.says)) << why.message;
   }
+}
+
+// CONN-3: a request repeated to a connection that failed at the responder,
+// its ACCEPT lost, draws a REJECT whose code is that failure. The connect
+// fails kConnectRefused, as for any REJECT (CONN-4), but says the peer's
+// connection had failed, and with what: it read "not one of the spec's REJECT
+// codes", blaming a peer that had done as the spec says. Every code CONN-8
+// gives a failed connection: the fatal NAKs', kLocalProtection,
+// kPeerUnreachable and kRnrRetryExceeded.
+TEST(UdpConnect, ARejectNamingAFailureSaysThePeersConnectionHadFailed) {
+  for (const Status failure :
+       {Status::kRemoteBadKey, Status::kRemoteOutOfBounds, Status::kRemoteAccessDenied,
+        Status::kRemoteLengthError, Status::kRemoteInvalidRequest, Status::kRemoteOperationError,
+        Status::kLocalProtection, Status::kPeerUnreachable, Status::kRnrRetryExceeded}) {
+    SCOPED_TRACE(std::string(metaroce::status_name(failure)));
+    FakeResponder fake([&](uint16_t, const metaroce::wire::Packet&, metaroce::wire::BaseHeader& bh,
+                           metaroce::wire::ConnectBody& body) {
+      bh.opcode = metaroce::wire::Opcode::kConnectReject;
+      body.code = static_cast<uint8_t>(failure);
+      return true;
+    });
+    ASSERT_TRUE(fake.ok());
+    std::unique_ptr<UdpEndpoint> client;
+    const Error e = fake.connect(client);
+    EXPECT_EQ(e.status, Status::kConnectRefused) << e.message;
+    char code[16];
+    std::snprintf(code, sizeof(code), "0x%02x", static_cast<unsigned>(failure));
+    const std::string says = "the peer's connection had failed, with " +
+                             std::string(metaroce::status_name(failure)) + ": " +
+                             std::string(metaroce::status_text(failure)) +
+                             ", before this end heard its ACCEPT (CONNECT_REJECT with code " +
+                             code + ", answering a repeated request: CONN-3)";
+    EXPECT_TRUE(has(e.message, "connect to " + fake.address())) << e.message;
+    EXPECT_TRUE(has(e.message, says)) << e.message;
+    EXPECT_FALSE(has(e.message, "not one of the spec's")) << e.message;
+    EXPECT_FALSE(has(e.message, "the peer refused")) << e.message;
+    const Error why = client->conn_error(ConnId{e.conn});
+    EXPECT_EQ(why.status, Status::kConnectRefused) << why.message;
+    EXPECT_TRUE(has(why.message, says)) << why.message;
+  }
+}
+
+// The same end to end, a real responder's: a plain socket between client
+// and server passes the client's request on as its own (its reply_port),
+// drops the ACCEPT, fails the server's connection with a WRITE to a key it
+// never registered (NAK 0x02, NAK-2), and then passes a repeated request
+// on, and the REJECT it draws back to the client.
+TEST(UdpConnect, ARequestRepeatedToAFailedResponderNamesItsFailure) {
+  namespace wire = metaroce::wire;
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  server->start_progress_thread();
+  uint16_t proxy_port = 0;
+  const int fd = loopback_socket(proxy_port);
+  ASSERT_GE(fd, 0);
+  const auto send_to = [&](uint16_t port, const std::vector<uint8_t>& bytes) {
+    socklen_t sl = 0;
+    const sockaddr_storage dst = metaroce::udp::test::loopback(false, port, sl);
+    (void)::sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<const sockaddr*>(&dst), sl);
+  };
+  const auto connect_packet = [](const wire::BaseHeader& bh, const wire::ConnectBody& body) {
+    std::vector<uint8_t> out(128);
+    out.resize(wire::seal(out, wire::write_connect(out, bh, body), 0));
+    return out;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<uint32_t> server_conn{0};
+  std::atomic<bool> failed{false}, rejected{false};
+  std::thread proxy([&] {
+    uint16_t client_port = 0;
+    uint32_t first_psn = 0;  // the client's initial PSN: the one the responder expects first
+    while (!stop) {
+      wire::Packet p;
+      if (!receive_packet(fd, 20ms, p)) continue;
+      switch (p.bh.opcode) {
+        case wire::Opcode::kConnectReq: {
+          // The client's: passed on until the ACCEPT, and again once the
+          // server's connection has failed.
+          client_port = p.connect.reply_port;
+          first_psn = p.connect.initial_psn;
+          if (server_conn != 0 && !failed) break;
+          wire::ConnectBody body = p.connect;
+          body.reply_port = proxy_port;
+          send_to(server->port(), connect_packet(p.bh, body));
+          break;
+        }
+        case wire::Opcode::kConnectAccept: {  // lost; the connection is failed instead
+          if (server_conn.exchange(p.connect.src_conn) != 0) break;
+          std::vector<uint8_t> w(wire::kMaxDataHeaderSize + 8 + wire::kIcrcSize, 0x5a);
+          wire::BaseHeader bh;
+          bh.opcode = wire::Opcode::kWrite;
+          bh.dst_conn = p.connect.src_conn;
+          bh.psn = first_psn;
+          wire::MessageHeader mh;
+          mh.msg_len = 8;
+          wire::RdmaHeader rh;
+          rh.rkey = 0x0badbadbadbadbadULL;
+          rh.raddr = 0x1000;
+          w.resize(wire::seal(w, wire::write_data_headers(w, bh, mh, &rh, 0), 8));
+          send_to(server->port(), w);
+          break;
+        }
+        case wire::Opcode::kNak:
+          if (p.nak.code == static_cast<uint8_t>(Status::kRemoteBadKey)) failed = true;
+          break;
+        case wire::Opcode::kConnectReject:
+          rejected = true;
+          send_to(client_port, connect_packet(p.bh, p.connect));
+          break;
+        default: break;
+      }
+    }
+  });
+  ConnId id;
+  const Error e = client->connect("127.0.0.1:" + std::to_string(proxy_port), 3000ms, id);
+  stop = true;
+  proxy.join();
+  ::close(fd);
+  ASSERT_NE(server_conn.load(), 0u) << "no ACCEPT: " << e.message;
+  ASSERT_TRUE(failed.load()) << "no NAK 0x02 from the server: " << e.message;
+  ASSERT_TRUE(rejected.load()) << "no REJECT from the server: " << e.message;
+  EXPECT_EQ(server->state(ConnId{server_conn.load()}), ConnState::kError);
+  EXPECT_EQ(e.status, Status::kConnectRefused) << e.message;
+  EXPECT_TRUE(has(e.message,
+                  "the peer's connection had failed, with kRemoteBadKey: remote key unknown or "
+                  "deregistered, before this end heard its ACCEPT (CONNECT_REJECT with code 0x02"))
+      << e.message;
 }
 
 // CONN-3: an ACCEPT offering an mtu below the least (256) fails the connect
@@ -1160,7 +1294,7 @@ TEST(UdpConnect, AConnectWithNoTimeoutNamesTheRequestsItRanOutOf) {
   const Error e = client->connect(silent.addr, 0ms, id);
   EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
   EXPECT_TRUE(has(e.message,
-                  "no answer to 1 requests 1 ns apart "
+                  "no answer to 1 request 1 ns apart "
                   "(Options::engine.connect_attempts)"))
       << e.message;
   EXPECT_FALSE(has(e.message, "timed out")) << e.message;

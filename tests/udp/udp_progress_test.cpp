@@ -16,6 +16,7 @@
 
 #include "metaroce/udp.hpp"
 #include "udp_pair.hpp"
+#include "udp_raw.hpp"
 
 using namespace std::chrono_literals;
 using metaroce::Completion;
@@ -189,6 +190,64 @@ TEST(UdpProgress, CloseStopsTheSleepingThreadPromptly) {
   ep->close();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_EQ(ep->io_stats().thread_wakeups, 1u);  // the close's, and no other
+}
+
+// A blocking call that waits on the progress thread's rounds (run_until)
+// while another thread stops the thread runs its own rounds from then on:
+// here a connect, to a server that reads its requests only after the stop,
+// connects. It used to wait out its timeout, no round to come, and fail
+// kConnectTimeout.
+TEST(UdpProgress, AConnectGoesOnWhenAnotherThreadStopsTheProgressThread) {
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  client->start_progress_thread();
+  Error e;
+  ConnId id;
+  std::chrono::steady_clock::duration took{};
+  std::thread t([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    e = client->connect(server->local_address(), 10000ms, id);
+    took = std::chrono::steady_clock::now() - t0;
+  });
+  // The thread's third request out: the connect waits on its rounds by now.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (client->io_stats().tx_datagrams < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  client->stop_progress_thread();
+  server->start_progress_thread();  // answers the requests its socket holds, and the next
+  t.join();
+  EXPECT_FALSE(e) << e.message;
+  EXPECT_EQ(client->state(id), ConnState::kEstablished);
+  EXPECT_LT(took, 5s);
+}
+
+// wait() on the thread's rounds ends when another thread stops the thread,
+// where it slept out its timeout. (A wait() begun after the stop runs its own
+// rounds, which the datagram then sent ends: the test passes either way, and
+// tells the two apart only where the 50 ms let the waiter start first.)
+TEST(UdpProgress, AWaitEndsWhenAnotherThreadStopsTheProgressThread) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  uint16_t port = 0;
+  const int fd = metaroce::udp::test::loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  ep->start_progress_thread();
+  std::chrono::steady_clock::duration took{};
+  std::thread t([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    ep->wait(20s);
+    took = std::chrono::steady_clock::now() - t0;
+  });
+  std::this_thread::sleep_for(50ms);
+  ep->stop_progress_thread();
+  socklen_t sl = 0;
+  const sockaddr_storage to = metaroce::udp::test::loopback(false, ep->port(), sl);
+  const uint8_t junk = 0;
+  (void)::sendto(fd, &junk, 1, 0, reinterpret_cast<const sockaddr*>(&to), sl);
+  t.join();
+  ::close(fd);
+  EXPECT_LT(took, 10s);
 }
 
 // G1: a rank that calls nothing for longer than its peer's peer_timeout

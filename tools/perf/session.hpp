@@ -101,12 +101,12 @@ udp::Options make_options(const Common& c);
 // The connection requests that wait `timeout_ms`, `retry_ns` apart (rounded
 // up: the wait is never shorter than asked), within the engine's range.
 uint32_t connect_attempts_for(uint32_t timeout_ms, uint64_t retry_ns);
-// A failed connect as a metaroce-perf user reads it: the driver's "no answer
-// to N requests 10 ms apart (Options::engine.connect_attempts)" names a
-// library option this user cannot set, and its "timed out after T ms" (T
-// this timeout) no count; both say the wait, the requests and
-// --connect-timeout-ms instead, keeping the rest (the peer, what its host
-// answered, the status). Other failures are left as they are.
+// A failed connect as a metaroce-perf user reads it: the driver's "timed
+// out after T ms" (T this timeout) names no count of requests, nor the option
+// that waits longer; it says the wait, the requests and --connect-timeout-ms
+// instead, keeping the rest (the peer, what its host answered, the status).
+// A timeout worded otherwise gets the option added; other failures are left
+// as they are.
 std::string connect_error_text(const udp::Error& e, uint32_t timeout_ms);
 
 // A control message on its way out: its encoded bytes, registered while the

@@ -24,14 +24,38 @@ std::string hex64(uint64_t v) {
   return b;
 }
 
+// A code off the wire as the spec writes it: "0x02", "0x99".
+std::string code_hex(Status code) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "0x%02x", static_cast<unsigned>(static_cast<uint8_t>(code)));
+  return b;
+}
+
+// A status that failed the peer's connection, as the peer gave it (CONN-8's
+// DISCONNECT, CONN-3's REJECT): "kRemoteBadKey: remote key unknown or
+// deregistered", or the raw code for one appendix A does not define.
+std::string peer_failure_text(Status reason) {
+  return is_known_status(reason)
+             ? std::string(status_name(reason)) + ": " + std::string(status_text(reason))
+             : "code " + hex(static_cast<uint8_t>(reason));
+}
+
 // CONN-8: the peer's DISCONNECT says whether it closed after the connection
 // had failed there, and with what; "" for an orderly close.
 std::string peer_reason_text(Status reason) {
   if (reason == Status::kOk) return {};
-  return ", after it failed the connection with " +
-         (is_known_status(reason)
-              ? std::string(status_name(reason)) + ": " + std::string(status_text(reason))
-              : "code " + hex(static_cast<uint8_t>(reason)));
+  return ", after it failed the connection with " + peer_failure_text(reason);
+}
+
+// The codes that put a connection in ERROR (CONN-8): a fatal NAK's, sent or
+// received (NAK-2, NAK-3), kLocalProtection (MR-5), kPeerUnreachable
+// (PATH-7, CONN-9) and kRnrRetryExceeded (LOSS-7). A REJECT carrying one
+// answers a request repeated to a connection that had failed (CONN-3), not
+// a refusal: the peer had accepted, and its ACCEPT was lost.
+bool fails_a_connection(Status code) {
+  const auto v = static_cast<uint8_t>(code);
+  return (is_wire_nak_code(v) && code != Status::kRnr) || code == Status::kLocalProtection ||
+         code == Status::kPeerUnreachable || code == Status::kRnrRetryExceeded;
 }
 
 }  // namespace
@@ -77,8 +101,13 @@ std::string UdpEndpoint::Impl::ended_text(Status s, Status code) {
                "refuses (CONNECT_ACCEPT)";
       if (code == Status::kConnectRefused)
         return "the peer refused the connection (CONNECT_REJECT)";
-      return "the peer refused the connection (CONNECT_REJECT with code " +
-             hex(static_cast<uint8_t>(code)) +
+      // CONN-3: it read "not one of the spec's REJECT codes", a fault of
+      // the peer's, where the peer had done as the spec says.
+      if (fails_a_connection(code))
+        return "the peer's connection had failed, with " + peer_failure_text(code) +
+               ", before this end heard its ACCEPT (CONNECT_REJECT with code " + code_hex(code) +
+               ", answering a repeated request: CONN-3)";
+      return "the peer refused the connection (CONNECT_REJECT with code " + code_hex(code) +
              (is_known_status(code) ? " (" + std::string(status_name(code)) + ")" : "") +
              ", not one of the spec's REJECT codes)";
     case Status::kVersionMismatch:

@@ -426,7 +426,10 @@ struct UdpEndpoint::Impl {
   bool run_until(Pred pred, std::chrono::steady_clock::time_point deadline) {
     if (threaded.load(std::memory_order_acquire)) {
       std::unique_lock<std::mutex> lk(mu);
-      for (;;) {
+      // Until another thread's stop_progress_thread (which clears `threaded`
+      // under the mutex, and wakes this): then the caller's own rounds,
+      // below, where it waited out its deadline with no round to come.
+      while (threaded.load(std::memory_order_acquire)) {
         if (pred()) return true;
         if (closed) return false;  // nothing more will come
         const auto now = std::chrono::steady_clock::now();
@@ -476,8 +479,9 @@ struct UdpEndpoint::Impl {
   // A status that ended a connection, in words that say whose it was:
   // status_text's, except for a connect the peer's answer failed, which the
   // engine's texts cannot name (which answer, which code, whose limit).
-  // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4; kOk for an
-  // ACCEPT refused for its mtu, CONN-3).
+  // `code`: the event's reason (a CONNECT_REJECT's code, CONN-4, or the
+  // status that failed the peer's connection, CONN-3; kOk for an ACCEPT
+  // refused for its mtu, CONN-3).
   [[nodiscard]] static std::string ended_text(Status s, Status code);
   // A request's failure in words: status_text's, except where this
   // engine's cause is known (MR-5's kLocalProtection and

@@ -102,8 +102,13 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   Impl& im = *impl_;
   if (im.threaded.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lk(im.mu);
-    if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
-    return;
+    // Checked again under the mutex: a stop_progress_thread meanwhile
+    // (another thread's) clears it under the mutex and then notifies, which
+    // a wait begun before it hears; after it, the rounds are this call's.
+    if (im.threaded.load(std::memory_order_acquire)) {
+      if (!im.closed) im.cv.wait_until(lk, deadline);  // the thread notifies when a round moved
+      return;
+    }
   }
   std::unique_lock<std::mutex> lk = im.guard();  // Options::thread_safe: let go while it blocks
   if (im.progress_locked() != 0) return;
@@ -129,7 +134,14 @@ void UdpEndpoint::start_progress_thread(ProgressMode mode) {
 void UdpEndpoint::stop_progress_thread() {
   if (!impl_->running.load()) return;
   impl_->join_thread();
-  impl_->threaded.store(false, std::memory_order_release);
+  {
+    // Under the mutex, and then told: another thread's wait() or blocking
+    // call that waits on the thread's rounds (run_until) hears of it at once
+    // and runs its own, where it waited out its timeout.
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->threaded.store(false, std::memory_order_release);
+  }
+  impl_->cv.notify_all();
 }
 
 Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
@@ -218,6 +230,11 @@ std::string retry_text(uint64_t ns) {
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
 }
 
+// "1 request", "50 requests": a count of connection requests in a message.
+std::string requests_text(uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " request" : " requests");
+}
+
 // How a budget's requests compare with the budget (CONN-2). Compared in
 // requests, not products of them and connect_retry_ns, which wrapped for a
 // huge connect_retry_ns.
@@ -246,7 +263,7 @@ std::string budget_text(const UdpEndpoint::Impl& im, int64_t budget_ms) {
     return "the connect timed out after " + std::to_string(budget_ms) + " ms (" + budget +
            ", its requests unanswered)";
   const bool capped = fit == BudgetFit::kCappedShort;
-  return "no answer to " + std::to_string(im.connect_attempts_for(budget_ms)) + " requests " +
+  return "no answer to " + requests_text(im.connect_attempts_for(budget_ms)) + " " +
          retry_text(im.cfg.connect_retry_ns) + " apart (" +
          (capped ? "CONN-2's most; " : "Options::engine.connect_attempts; ") + budget + " of " +
          std::to_string(budget_ms) + " ms asked for " + (capped ? "more)" : "fewer)");
@@ -344,8 +361,8 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   if (ran_out)
     return impl_->make_error(Status::kConnectTimeout,
                              "connect to " + format_address(peer) + ": no answer to " +
-                                 std::to_string(requests) + " requests " +
-                                 retry_text(ec.connect_retry_ns) + " apart (" +
+                                 requests_text(requests) + " " + retry_text(ec.connect_retry_ns) +
+                                 " apart (" +
                                  (ci.budget_ms != 0 ? "CONN-2's most, before the timeout ended"
                                                     : "Options::engine.connect_attempts") +
                                  ")" + refused,
