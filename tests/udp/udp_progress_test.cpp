@@ -222,6 +222,22 @@ TEST(UdpProgress, AConnectGoesOnWhenAnotherThreadStopsTheProgressThread) {
   EXPECT_LT(took, 5s);
 }
 
+// How long another thread's wait(20 s) on `ep` lasted when this thread ran
+// `end` 50 ms into it (a wait begun after `end` returns at once as well).
+template <typename End>
+std::chrono::steady_clock::duration wait_ended_by(UdpEndpoint& ep, End end) {
+  std::chrono::steady_clock::duration took{};
+  std::thread t([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    ep.wait(20s);
+    took = std::chrono::steady_clock::now() - t0;
+  });
+  std::this_thread::sleep_for(50ms);
+  end();
+  t.join();
+  return took;
+}
+
 // wait() on the thread's rounds ends when another thread stops the thread,
 // where it slept out its timeout. (A wait() begun after the stop runs its own
 // rounds, which the datagram then sent ends: the test passes either way, and
@@ -233,21 +249,25 @@ TEST(UdpProgress, AWaitEndsWhenAnotherThreadStopsTheProgressThread) {
   const int fd = metaroce::udp::test::loopback_socket(port);
   ASSERT_GE(fd, 0);
   ep->start_progress_thread();
-  std::chrono::steady_clock::duration took{};
-  std::thread t([&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    ep->wait(20s);
-    took = std::chrono::steady_clock::now() - t0;
+  const auto took = wait_ended_by(*ep, [&] {
+    ep->stop_progress_thread();
+    socklen_t sl = 0;
+    const sockaddr_storage to = metaroce::udp::test::loopback(false, ep->port(), sl);
+    const uint8_t junk = 0;
+    (void)::sendto(fd, &junk, 1, 0, reinterpret_cast<const sockaddr*>(&to), sl);
   });
-  std::this_thread::sleep_for(50ms);
-  ep->stop_progress_thread();
-  socklen_t sl = 0;
-  const sockaddr_storage to = metaroce::udp::test::loopback(false, ep->port(), sl);
-  const uint8_t junk = 0;
-  (void)::sendto(fd, &junk, 1, 0, reinterpret_cast<const sockaddr*>(&to), sl);
-  t.join();
   ::close(fd);
   EXPECT_LT(took, 10s);
+}
+
+// A close() on one thread ends another thread's wait() on the progress
+// thread's rounds: it slept out its timeout (20 s here), the thread gone and
+// nothing left to notify it.
+TEST(UdpProgress, AWaitEndsWhenAnotherThreadClosesTheEndpoint) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  ep->start_progress_thread();
+  EXPECT_LT(wait_ended_by(*ep, [&] { ep->close(); }), 10s);
 }
 
 // G1: a rank that calls nothing for longer than its peer's peer_timeout

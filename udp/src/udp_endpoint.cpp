@@ -847,6 +847,10 @@ void UdpEndpoint::close(bool graceful) {
       if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
   }
   impl_->closed = true;
+  // A wait() on another thread that waits on the progress thread's rounds
+  // (`threaded` stays set) hears of the close when this returns, where it
+  // slept out its whole timeout.
+  impl_->cv.notify_all();
   if (impl_->epoll_waiters != 0) {
     // Other threads blocked on the epoll fd (Options::thread_safe): woken,
     // and out of epoll_wait before its fds close, so that none waits on or
