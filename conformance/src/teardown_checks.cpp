@@ -344,7 +344,7 @@ Outcome check_conn7_abandoned(Target& t) {
     // first (80 ms by the defaults: one wait of 100 ms). In real time
     // await_completion polls every 5 ms, up to 500 ms. How long the target
     // then remembers the connection for its late ACCEPT is not bounded here
-    // (the reference: while it is among its last 64 closed).
+    // (the reference: 65,535 x connect_retry, within its max_connections records).
     const uint64_t step = t.simulated_time() ? (closed ? 1'000'000 : 100'000'000) : 5'000'000;
     if (!q.await_completion(c, step) || c.wr_id != id || c.status != given_up)
       return fail("a connection " + when + ": the WRITE posted on it did not complete " +

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <new>
 
 #include "durations.hpp"
 #include "impl.hpp"
@@ -23,6 +24,14 @@ constexpr uint64_t kIdKeySalt = 0x69642d6b65792d31ull;
 // Free slots held back from reuse (create_connection): a churning endpoint
 // repeats a ConnId only after 2,047 x 1,025 connections.
 constexpr size_t kSlotsHeldFree = 1024;
+// A fourth, for the closed records' request index (closed_table.hpp).
+constexpr uint64_t kClosedSalt = 0x636c6f7365642d31ull;
+
+// Room for one more element, grown by doubling: push_back then cannot throw.
+template <typename V>
+void room_for_one(V& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(16, v.capacity() * 2));
+}
 }  // namespace
 
 uint64_t seed_for_first_psn(uint32_t psn) { return detail::Rng::seed_for_first(psn) ^ kSeedSalt; }
@@ -30,8 +39,8 @@ uint64_t seed_for_first_psn(uint32_t psn) { return detail::Rng::seed_for_first(p
 Endpoint::Impl::Impl(const EndpointConfig& c)
     : cfg(c),
       rng(c.seed ^ kSeedSalt),
-      id_rng(c.seed ^ kIdSalt),
-      id_key(static_cast<uint32_t>(detail::Rng(c.seed ^ kIdKeySalt).next())) {
+      id_key(static_cast<uint32_t>(detail::Rng(c.seed ^ kIdKeySalt).next())),
+      id_rng(c.seed ^ kIdSalt) {
   // SEQ-3: the window never exceeds what one ACK can describe (ACK-8), so a
   // packet outside every SACK is never mistaken for a lost one.
   cfg.window_log2 = std::clamp(cfg.window_log2, kMinWindowLog2, kMaxWindowLog2);
@@ -65,6 +74,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
     srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});
     srq_mask = static_cast<uint32_t>(srq.size() - 1);
   }
+  closed.configure(std::max<size_t>(cfg.max_connections, kMinClosedKept),
+                   detail::Rng(c.seed ^ kClosedSalt).next());
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
   loss_window_shift = std::has_single_bit(loss_window) ? std::countr_zero(loss_window) : -1;
   // The largest datagram: a data packet with the longest headers and a full
@@ -77,19 +88,42 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
       std::max(control, detail::kHeaderTemplateSize + cfg.mtu + wire::kIcrcSize));
 }
 
-Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
-  uint32_t index;
+Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
   // A closed connection's slot is reused only once kSlotsHeldFree others are
   // free (or the table is full), oldest first, so that its id, which the
   // next generation changes, comes back only after 2,047 reuses of the slot:
   // reused at once, a slot gave a closed connection's id to the 2,047th
   // connection after it, and a stale ConnId the application still held
   // posted work to that connection, of whatever peer.
-  if (!free_indices.empty() &&
-      (free_indices.size() > kSlotsHeldFree || conns.size() >= cfg.max_connections)) {
+  const bool reuse = !free_indices.empty() &&
+                     (free_indices.size() > kSlotsHeldFree || conns.size() >= cfg.max_connections);
+  if (!reuse && conns.size() >= cfg.max_connections) return nullptr;
+  // Every allocation first, the table changed only once they all succeeded.
+  // A std::bad_alloc thrown out of here left handle_datagram by exception
+  // (on_connect_req), into a driver that expects none from the packet path.
+  std::unique_ptr<Connection> c;
+  try {
+    c = std::make_unique<Connection>();
+    c->paths.reserve(cfg.num_paths);  // init_paths' assign then allocates nothing
+    if (!reuse) {
+      room_for_one(conns);
+      room_for_one(generations);
+      room_for_one(timer_pos);
+      room_for_one(in_ready);
+      // A context is held by a connection or pooled; establish() holds a
+      // second one for a moment. Room for all of them now, so that giving one
+      // back to the pool in steady traffic (maybe_release_ctx) never allocates.
+      const size_t contexts = std::bit_ceil(conns.size() + 2);
+      tx_pool.reserve(contexts);
+      rx_pool.reserve(contexts);
+    }
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  uint32_t index;
+  if (reuse) {
     index = free_indices.pop();
   } else {
-    if (conns.size() >= cfg.max_connections) return nullptr;
     index = static_cast<uint32_t>(conns.size());
     conns.emplace_back();
     conn_slots = static_cast<uint32_t>(conns.size());
@@ -100,14 +134,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) {
     generations.push_back(static_cast<uint16_t>(id_rng.next() & 0x7ff));
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
-    // A context is held by a connection or pooled; establish() holds a second
-    // one for a moment. Room for all of them now, so that giving one back to
-    // the pool in steady traffic (maybe_release_ctx) never allocates.
-    const size_t contexts = std::bit_ceil(conns.size() + 1);
-    tx_pool.reserve(contexts);
-    rx_pool.reserve(contexts);
   }
-  auto c = std::make_unique<Connection>();
   // The next generation, never 0, nor the one that the key would make id 0.
   do {
     generations[index] = static_cast<uint16_t>((generations[index] + 1) & 0x7ff);
@@ -158,15 +185,14 @@ TimeNs after_resends(TimeNs now, uint64_t resends, uint64_t retry_ns) {
 
 }  // namespace
 
-Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
-  Closed& r = recently_closed[closed_next];
-  closed_next = (closed_next + 1) % kClosedKept;
+void Endpoint::Impl::remember_closed(const Connection& c, uint64_t abandoned_nonce, Status reason) {
+  detail::ClosedRecord r;
   r.id = c.id;
   r.peer_conn = c.peer_conn;
   r.peer = c.peer;
   r.nonce = c.is_requester ? 0 : c.nonce;
-  r.abandoned_nonce = 0;
-  r.reason = Status::kOk;
+  r.abandoned_nonce = abandoned_nonce;
+  r.reason = reason;
   // The peer resends a CONNECT_REQ at most connect_attempts times and a
   // DISCONNECT at most disconnect_attempts, connect_retry apart (CONN-2
   // timing, the peer's settings taken as ours): both have stopped by then.
@@ -175,18 +201,26 @@ Endpoint::Impl::Closed& Endpoint::Impl::remember_closed(const Connection& c) {
   r.until = after_resends(last_now, resends, cfg.connect_retry_ns);
   // CONN-3: a requester's repeats go on for as many requests as its
   // connect() asked for, up to 65,535, whatever our connect_attempts says.
+  // Section 4: a late ACCEPT of one given up while CONNECTING is answered as
+  // long (its responder's connection, unanswered, ends at its keepalive).
   r.requests_until = after_resends(last_now, UINT16_MAX, cfg.connect_retry_ns);
-  r.stats = c.stats;
-  r.paths.resize(c.num_paths);
-  for (size_t i = 0; i < c.num_paths; ++i) r.paths[i] = path_stats_of(c.paths[i]);
-  return r;
+  if (!closed.add(r, last_now, estats.closed_records_dropped)) ++estats.closed_records_dropped;
+
+  ClosedStats& k = closed_stats[closed_stats_next];
+  closed_stats_next = (closed_stats_next + 1) % kClosedStatsKept;
+  k.id = c.id;
+  k.stats = c.stats;
+  try {
+    k.paths.resize(c.num_paths);
+  } catch (const std::bad_alloc&) {
+    k.paths.clear();  // the connection's counters kept, its paths' not
+  }
+  for (size_t i = 0; i < k.paths.size(); ++i) k.paths[i] = path_stats_of(c.paths[i]);
 }
 
 void Endpoint::Impl::remember_abandoned(const Connection& c, Status reason) {
   if (!c.is_requester || c.peer_conn != 0 || c.attempts == 0) return;
-  Closed& r = remember_closed(c);
-  r.abandoned_nonce = c.nonce;
-  r.reason = reason;
+  remember_closed(c, c.nonce, reason);
 }
 
 void Endpoint::Impl::destroy_connection(Connection& c) {
@@ -390,7 +424,7 @@ bool Endpoint::is_established(ConnId conn) const {
 PeerAddr Endpoint::peer_of(ConnId conn) const {
   const Connection* c = impl_->find(conn);
   if (c != nullptr) return c->peer;
-  const Impl::Closed* r = impl_->find_closed(conn);
+  const detail::ClosedRecord* r = impl_->find_closed(conn);
   return r != nullptr ? r->peer : PeerAddr{};
 }
 
@@ -424,13 +458,13 @@ size_t Endpoint::transmit_buffer_bytes(bool gather) const { return impl_->min_tx
 const ConnStats* Endpoint::conn_stats(ConnId conn) const {
   const Connection* c = impl_->find(conn);
   if (c != nullptr) return &c->stats;
-  const Impl::Closed* r = impl_->closed_record(conn);
+  const Impl::ClosedStats* r = impl_->closed_stats_of(conn);
   return r != nullptr ? &r->stats : nullptr;
 }
 
 size_t Endpoint::path_count(ConnId conn) const {
   if (const Connection* c = impl_->find(conn)) return c->num_paths;
-  const Impl::Closed* r = impl_->closed_record(conn);
+  const Impl::ClosedStats* r = impl_->closed_stats_of(conn);
   return r != nullptr ? r->paths.size() : 0;
 }
 
@@ -440,7 +474,7 @@ bool Endpoint::path_stats(ConnId conn, size_t path, PathStats& out) const {
     out = path_stats_of(c->paths[path]);
     return true;
   }
-  const Impl::Closed* r = impl_->closed_record(conn);
+  const Impl::ClosedStats* r = impl_->closed_stats_of(conn);
   if (r == nullptr || path >= r->paths.size()) return false;
   out = r->paths[path];
   return true;
@@ -457,6 +491,8 @@ size_t Endpoint::idle_connection_bytes() {
   return sizeof(Connection) + EndpointConfig{}.num_paths * sizeof(detail::Path) +
          3 * sizeof(void*);  // connection table slot, generation, timer position
 }
+
+size_t Endpoint::closed_record_bytes() const { return impl_->closed.bytes(); }
 
 size_t Endpoint::active_context_bytes() const {
   const EndpointConfig& c = impl_->cfg;

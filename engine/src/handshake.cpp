@@ -1,5 +1,6 @@
 // Connection setup and teardown (spec CONN-*), and the error state (NAK-2/3).
 #include <algorithm>
+#include <new>
 
 #include "impl.hpp"
 
@@ -11,6 +12,7 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
                                uint16_t attempts) {
   if (max_mtu != 0 && max_mtu < kMinMtu) return Status::kInvalidArgument;
   if (!addressable(peer)) return Status::kInvalidArgument;
+  closed.expire(now);  // as handle_timeout does: a connecting endpoint may call nothing else
   Connection* c = create_connection(peer);
   if (c == nullptr) return Status::kResourceExhausted;
   c->is_requester = true;
@@ -74,6 +76,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
     ++estats.wrong_peer;
     return;
   }
+  closed.expire(now);
   const wire::ConnectBody& b = p.connect;
   auto it = by_nonce.find(b.nonce);
   bool taken = false;  // the nonce belongs to another connection (CONN-3)
@@ -117,11 +120,17 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
   // CONN-1: no end offers less than the least mtu; raising the offer would
   // send the peer larger packets than it accepts.
   if (b.mtu < kMinMtu) return reject(Status::kConnectRefused);
+  // CONN-4: a full table, or memory short for one more connection.
   Connection* c = create_connection(dg.peer);
   if (c == nullptr) return reject(Status::kResourceExhausted);
   c->is_requester = false;
+  try {
+    by_nonce[b.nonce] = c->index;
+  } catch (const std::bad_alloc&) {
+    destroy_connection(*c);  // no nonce yet: nothing of it indexed
+    return reject(Status::kResourceExhausted);
+  }
   c->nonce = b.nonce;
-  by_nonce[b.nonce] = c->index;
   establish(*c, b, now);
   c->owe.accept = true;
   push_event(EventKind::kAccepted, *c, Status::kOk);
@@ -203,7 +212,7 @@ bool Endpoint::Impl::on_unknown_connection(const RxDatagram& dg, const wire::Pac
 }
 
 bool Endpoint::Impl::on_abandoned_accept(const RxDatagram& dg, const wire::Packet& p) {
-  const Closed* r = find_closed(ConnId{p.bh.dst_conn});
+  const detail::ClosedRecord* r = find_closed(ConnId{p.bh.dst_conn});
   if (r == nullptr || r->abandoned_nonce == 0 || r->abandoned_nonce != p.connect.nonce ||
       !(r->peer == dg.peer) || p.connect.src_conn == 0)
     return false;
@@ -220,7 +229,7 @@ bool Endpoint::Impl::on_abandoned_accept(const RxDatagram& dg, const wire::Packe
 }
 
 bool Endpoint::Impl::on_closed_disconnect(const RxDatagram& dg, const wire::Packet& p) {
-  const Closed* r = find_closed(ConnId{p.bh.dst_conn});
+  const detail::ClosedRecord* r = find_closed(ConnId{p.bh.dst_conn});
   // peer_conn 0: one that ended while connecting, which no DISCONNECT closed.
   if (r == nullptr || r->peer_conn == 0 || !(r->peer == dg.peer) ||
       r->peer_conn != p.disconnect.src_conn)

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "closed_table.hpp"
 #include "connection.hpp"
 #include "crc32c.hpp"
 #include "metaroce/engine.hpp"
@@ -49,8 +50,7 @@ struct Endpoint::Impl {
 
   EndpointConfig cfg;
   detail::Rng rng;
-  detail::Rng id_rng;  // each table slot's first id generation
-  uint32_t id_key;     // XORed into every id (kConnIndexBits above)
+  uint32_t id_key;  // XORed into every id (kConnIndexBits above)
   detail::MrTable mrs;
   EndpointStats estats;
   // poll_transmit's smallest buf, [gather]. 16 bits (the largest, mtu + 52,
@@ -114,70 +114,62 @@ struct Endpoint::Impl {
   };
   Ring<Orphan> orphans;
 
-  // The last connections closed after their handshake, each kept while the
-  // peer may still repeat a control packet of theirs: its DISCONNECT (our
-  // DISCONNECT_ACK lost) is answered again (CONN-7), and its CONNECT_REQ
-  // (delayed in the network past the close) makes no new connection
-  // (CONN-3). A DISCONNECT for any other unknown id is dropped (BAD-7).
-  // peer_of answers for them too, for the driver.
-  struct Closed {
-    ConnId id;
-    uint32_t peer_conn = 0;
-    PeerAddr peer;
-    uint64_t nonce = 0;  // the peer's request it answered; 0: ours (a requester)
-    // A requester's own nonce, for a connection that ended while CONNECTING
-    // after its request left (0 otherwise): the responder may hold a
-    // connection for it, which a late ACCEPT names (CONN-7).
-    uint64_t abandoned_nonce = 0;
-    Status reason = Status::kOk;  // its DISCONNECT's reason, for that ACCEPT (CONN-8)
-    TimeNs until{0};              // the peer's resends have stopped by then
-    // A responder's: its requester's CONNECT_REQs have stopped by then, at
-    // CONN-2's most (65,535 x connect_retry): a requester may be asked for
-    // more than this end's connect_attempts, and a repeat read after `until`
-    // opened a second connection for a request already answered (CONN-3).
-    TimeNs requests_until{0};
-    // Its counters as they ended, the connection's and each path's: a
-    // peer's DISCONNECT ends a connection before the application has polled
-    // the kPeerClosed that says so. The vector keeps its capacity as the
-    // ring turns, so a close allocates only while the ring first fills.
-    ConnStats stats{};
-    std::vector<PathStats> paths;
-  };
-  static constexpr size_t kClosedKept = 64;
-  std::array<Closed, kClosedKept> recently_closed{};
-  uint32_t closed_next = 0;
-  // One given up while CONNECTING stays for as long as it is in the ring,
-  // whatever `until` says (section 4): its ACCEPT comes as late as the
-  // responder was slow to read the request, which no resend budget bounds.
-  // Kept connect_attempts x connect_retry (80 ms), a request read 150 ms late
-  // made a connection nobody answered for, held until the responder's
-  // keepalive ended it (12 s by the UDP driver's defaults).
-  [[nodiscard]] const Closed* find_closed(ConnId id) const {
-    for (const Closed& r : recently_closed)
-      if (r.id == id && (last_now < r.until || r.abandoned_nonce != 0)) return &r;
-    return nullptr;
-  }
-  // The counters of a connection among the last kClosedKept closed, the
-  // peer's resends over or not.
-  [[nodiscard]] const Closed* closed_record(ConnId id) const {
-    if (id.v == 0) return nullptr;  // the ring's unused records
-    for (const Closed& r : recently_closed)
-      if (r.id == id) return &r;
-    return nullptr;
+  // What the endpoint remembers of connections that ended (closed_table.hpp):
+  // while the peer may still repeat a control packet of theirs, its
+  // DISCONNECT (our DISCONNECT_ACK lost) is answered again (CONN-7), its
+  // CONNECT_REQ (delayed in the network past the close) makes no new
+  // connection (CONN-3), and the ACCEPT of one given up while CONNECTING
+  // draws a DISCONNECT (section 4). A DISCONNECT for any other unknown id is
+  // dropped (BAD-7). peer_of answers for them too, for the driver. Up to
+  // max_connections records (at least kMinClosedKept): an endpoint that
+  // closes its whole table at once keeps every guarantee.
+  detail::ClosedTable closed;
+  static constexpr size_t kMinClosedKept = 64;
+  // Each table slot's first id generation. Here, not beside rng: the 8 bytes
+  // it took there keep the hot members after estats, which grew by
+  // closed_records_dropped, at their offsets (min_tx_buffer's note).
+  detail::Rng id_rng;
+  // The record of connection `id` while its peer may still repeat a
+  // DISCONNECT; one given up while CONNECTING until requests_until, for an
+  // ACCEPT comes as late as the responder was slow to read the request.
+  [[nodiscard]] const detail::ClosedRecord* find_closed(ConnId id) const {
+    const detail::ClosedRecord* r = closed.by_id(id);
+    if (r == nullptr) return nullptr;
+    return last_now < (r->abandoned_nonce != 0 ? r->requests_until : r->until) ? r : nullptr;
   }
   [[nodiscard]] bool answered_request_closed(const PeerAddr& peer, uint32_t src_conn,
                                              uint64_t nonce) const {
-    for (const Closed& r : recently_closed)
-      if (r.nonce == nonce && r.peer_conn == src_conn && r.peer == peer &&
-          last_now < r.requests_until)
-        return true;
-    return false;
+    const detail::ClosedRecord* r = closed.by_request(peer, src_conn, nonce);
+    return r != nullptr && last_now < r->requests_until;
   }
-  // Its record in the ring, for a caller that adds to it.
-  [[gnu::cold]] Closed& remember_closed(const detail::Connection& c);
+  // The last connections' final counters, the connection's and each path's:
+  // a peer's DISCONNECT ends a connection before the application has polled
+  // the kPeerClosed that says so. A small ring, apart from the records
+  // above: they are for the application's late stats calls, which no peer
+  // drives, and at a provider's scale a copy of every path's counters per
+  // record would cost more than the record. The vector keeps its capacity
+  // as the ring turns, so a close allocates only while the ring first fills.
+  struct ClosedStats {
+    ConnId id;
+    ConnStats stats{};
+    std::vector<PathStats> paths;
+  };
+  static constexpr size_t kClosedStatsKept = 64;
+  std::array<ClosedStats, kClosedStatsKept> closed_stats{};
+  uint32_t closed_stats_next = 0;
+  [[nodiscard]] const ClosedStats* closed_stats_of(ConnId id) const {
+    if (id.v == 0) return nullptr;  // the ring's unused entries
+    for (const ClosedStats& r : closed_stats)
+      if (r.id == id) return &r;
+    return nullptr;
+  }
+  // A connection ends after its handshake, or (abandoned_nonce, its
+  // request's) while CONNECTING: its record and its counters kept.
+  [[gnu::cold]] void remember_closed(const detail::Connection& c, uint64_t abandoned_nonce = 0,
+                                     Status reason = Status::kOk);
   // A requester's connection ends while CONNECTING (closed, or unanswered):
-  // remembered if its request left, so that a late ACCEPT, however late,
-  // draws a DISCONNECT until 64 later closes have pushed the record out.
+  // remembered if its request left, so that a late ACCEPT draws a DISCONNECT
+  // (section 4).
   [[gnu::cold]] void remember_abandoned(const detail::Connection& c, Status reason);
 
   // ---- endpoint.cpp ----
@@ -190,7 +182,10 @@ struct Endpoint::Impl {
     detail::Connection* c = conns[index].get();
     return c->id == id ? c : nullptr;
   }
-  detail::Connection* create_connection(const PeerAddr& peer);
+  // Null when the table is full, or when an allocation for the new
+  // connection fails (std::bad_alloc caught: a flood of requests must not
+  // throw out of handle_datagram), with nothing of the table changed.
+  detail::Connection* create_connection(const PeerAddr& peer) noexcept;
   // MR-1: the retired MrTable slots that no work held here names (posted
   // sends and receives, shared ones, READs being answered) are reused.
   void recycle_lkeys();

@@ -259,6 +259,10 @@ void Endpoint::Impl::run_keepalive(Connection& c, TimeNs now) {
 void Endpoint::handle_timeout(TimeNs now) {
   Impl& m = *impl_;
   m.last_now = now;
+  // The records of ended connections go at the first call past their end:
+  // next_timeout() does not wake an idle driver only to free them.
+  if (now >= m.closed.next_end()) [[unlikely]]
+    m.closed.expire(now);
   m.flush_timers();
   while (!m.timers.empty() && m.timers.top_time() <= now) {
     const uint32_t index = m.timers.top_id();

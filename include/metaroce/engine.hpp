@@ -254,9 +254,8 @@ class Endpoint {
   [[nodiscard]] bool is_established(ConnId conn) const;
   // The connection's peer; also, for a while, the peer of a connection that
   // the peer's DISCONNECT closed (its repeats are answered, CONN-7), and of
-  // one given up while CONNECTING until 64 later ends push it out of memory
-  // (a late ACCEPT is answered, spec section 4); empty (len 0) for any
-  // other id.
+  // one given up while CONNECTING for 65,535 x connect_retry_ns (a late
+  // ACCEPT is answered, spec section 4); empty (len 0) for any other id.
   [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
 
   // --- work requests ---
@@ -330,6 +329,10 @@ class Endpoint {
   [[nodiscard]] static size_t idle_connection_bytes();
   // Bytes of the transmit/receive tracking context an active connection uses.
   [[nodiscard]] size_t active_context_bytes() const;
+  // Bytes held now for the records of ended connections (CONN-7): 0 once
+  // every record has passed its end and a handle_timeout, connect or
+  // incoming CONNECT_REQ came after.
+  [[nodiscard]] size_t closed_record_bytes() const;
 
   struct Impl;
 

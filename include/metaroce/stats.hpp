@@ -79,6 +79,13 @@ struct EndpointStats {
   // be resent. A provider sizing its bounce buffers watches these.
   uint64_t rnr_naks_received = 0;
   uint64_t rnr_resends = 0;
+  // CONN-7: records of ended connections dropped before their end, the
+  // oldest first, by an endpoint holding max_connections of them (or one
+  // whose memory ran short). Each is a guarantee given up early: a late
+  // repeat of that connection's DISCONNECT goes unanswered, or a late copy
+  // of its request opens a second connection. A provider seeing it rise
+  // closes connections faster than max_connections covers.
+  uint64_t closed_records_dropped = 0;
 };
 
 }  // namespace metaroce

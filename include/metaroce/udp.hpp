@@ -358,7 +358,8 @@ class UdpEndpoint {
   // - one whose DISCONNECT comes after it was taken closes at once (state()
   //   kClosed, its work kPeerClosed);
   // - one whose ACCEPT came after its requester stopped remembering it
-  //   (once 64 later connections of the requester's ended: its engine's
+  //   (65,535 x connect_retry after it gave up, or sooner where
+  //   max_connections later ends pushed the record out: its engine's
   //   memory; any time before, however late the ACCEPT) draws nothing: it
   //   stays established, its peer never uses it, and its keepalive
   //   (CONN-9) ends it kPeerUnreachable;

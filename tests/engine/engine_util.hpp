@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "loop.hpp"
@@ -34,6 +35,29 @@ struct Buf {
   }
   uint64_t addr(size_t off = 0) const { return mr.addr + off; }
 };
+
+// Everything endpoint `ep` sends at `at`, decoded.
+inline std::vector<wire::Packet> sent_packets(Endpoint& ep, TimeNs at) {
+  std::vector<wire::Packet> out;
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  while (ep.poll_transmit(at, buf, tx)) {
+    wire::Packet p;
+    EXPECT_EQ(wire::decode(std::span<const uint8_t>(buf.data(), tx.len), p), wire::ParseError::kOk);
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Endpoint 0 starts a connection to endpoint 1 (`conn`): the CONNECT_REQ it
+// sends at once, empty if none.
+inline std::vector<uint8_t> connect_request_of(Loop& loop, ConnId& conn) {
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), conn), Status::kOk);
+  if (!loop.ep(0).poll_transmit(loop.now(), buf, tx)) return {};
+  return {buf.begin(), buf.begin() + static_cast<long>(tx.len)};
+}
 
 // The path slot of a datagram's path_tag (base header bytes 2-3, PATH-2).
 inline uint8_t tag_slot(const std::vector<uint8_t>& d) {

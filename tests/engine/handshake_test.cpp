@@ -436,18 +436,20 @@ TEST(Handshake, ALateAcceptOfAConnectionThatEndedWhileConnectingDrawsADisconnect
 }
 
 // Section 4, CONN-7: a requester remembers a connection it gave up while
-// CONNECTING for as long as the record stays among the last 64 closed,
-// however late the responder's ACCEPT comes. It was remembered only
-// connect_attempts x connect_retry (80 ms): a responder slow to read the
-// request (the UDP driver's, 150 ms) held an established connection that
-// nobody used until its keepalive ended it, 12 s later (and peer_of, by
-// which the UDP driver knows the ACCEPT's source, forgot it as soon). The
-// 64th connection given up after it pushes it out: the ACCEPT then draws
-// nothing.
+// CONNECTING for 65,535 x connect_retry, however late within that the
+// responder's ACCEPT comes. It was remembered only connect_attempts x
+// connect_retry (80 ms): a responder slow to read the request (the UDP
+// driver's, 150 ms) held an established connection that nobody used until
+// its keepalive ended it, 12 s later (and peer_of, by which the UDP driver
+// knows the ACCEPT's source, forgot it as soon). At the limit (64 records
+// with max_connections 64) the 64th connection given up after it pushes it
+// out, counted: the ACCEPT then draws nothing.
 TEST(Handshake, AnAcceptLongAfterTheConnectionWasGivenUpDrawsADisconnectUntilPushedOut) {
   for (const bool timed_out : {false, true}) {
     SCOPED_TRACE(timed_out ? "unanswered" : "closed");
-    Loop loop(cfg(345), cfg(346));
+    EndpointConfig c0 = cfg(345);
+    c0.max_connections = 64;
+    Loop loop(c0, cfg(346));
     ConnId a;
     std::vector<uint8_t> req, acc;
     ASSERT_TRUE(connect_request(loop, a, req));
@@ -508,6 +510,7 @@ TEST(Handshake, AnAcceptLongAfterTheConnectionWasGivenUpDrawsADisconnectUntilPus
     EXPECT_TRUE(answers(late).empty());
     EXPECT_EQ(loop.ep(0).endpoint_stats().unknown_connection, unknown + 1);
     EXPECT_EQ(loop.ep(0).peer_of(a).len, 0u);
+    EXPECT_EQ(loop.ep(0).endpoint_stats().closed_records_dropped, 1u);
   }
 }
 

@@ -313,8 +313,8 @@ TEST(UdpConnect, AcceptSkipsConnectionsTheirRequesterGaveUp) {
 }
 
 // A late ACCEPT of a connection given up long before it came (section 4):
-// the requester remembers such a connection for as long as it stays among
-// the engine's last 64, and answers with a DISCONNECT giving kConnectTimeout,
+// the requester remembers such a connection for 65,535 x connect_retry (its
+// engine's records, CONN-7), and answers with a DISCONNECT giving kConnectTimeout,
 // so the server's connection closes at once. It used to be remembered only
 // connect_attempts x connect_retry (here 2 x 10 ms): requests read 150 ms
 // late drew no DISCONNECT, and the server held established connections that
