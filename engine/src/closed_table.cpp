@@ -8,28 +8,24 @@
 #include <new>
 #include <utility>
 
+#include "metaroce/rng.hpp"
+
 namespace metaroce::detail {
 
 namespace {
 // A queue's smallest storage: a close or two allocate once, not per record.
 constexpr size_t kMinCapacity = 16;
-
-uint64_t mix(uint64_t z) {  // splitmix64's finalizer
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 }  // namespace
 
 size_t ClosedTable::RequestHash::operator()(const RequestKey& k) const {
-  uint64_t h = mix(k.nonce ^ salt);
-  h = mix(h ^ k.src_conn);
+  uint64_t h = splitmix64_mix(k.nonce ^ salt);
+  h = splitmix64_mix(h ^ k.src_conn);
   // Only the address's len bytes: PeerAddr's == ignores the rest.
   const size_t len = std::min<size_t>(k.peer.len, sizeof k.peer.bytes);
   for (size_t i = 0; i < len; i += 8) {
     uint64_t word = 0;
     std::memcpy(&word, k.peer.bytes + i, std::min<size_t>(8, len - i));
-    h = mix(h ^ word);
+    h = splitmix64_mix(h ^ word);
   }
   return static_cast<size_t>(h ^ k.peer.len);
 }

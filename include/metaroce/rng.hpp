@@ -11,12 +11,17 @@
 
 namespace metaroce {
 
-// One step of splitmix64: advances `state` and returns a well-mixed word.
-[[nodiscard]] constexpr uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+// splitmix64's output function: a bijection of 64-bit words whose every
+// output bit depends on every input bit (also a hash of a word).
+[[nodiscard]] constexpr uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// One step of splitmix64: advances `state` and returns a well-mixed word.
+[[nodiscard]] constexpr uint64_t splitmix64(uint64_t& state) {
+  return splitmix64_mix(state += 0x9E3779B97F4A7C15ull);
 }
 
 // xoshiro256** 1.0 (Blackman & Vigna), its state filled by splitmix64 from
