@@ -308,8 +308,8 @@ class UdpEndpoint {
   // a connection that had failed at the peer, its ACCEPT lost (spec CONN-3), kConnectRefused "the
   // peer's connection had failed, with kRemoteBadKey: ..." (the status it failed with); this
   // endpoint's own limit is
-  // kResourceExhausted too, at once, and says "this endpoint holds
-  // Options::engine.max_connections (N) connections already". A negative timeout is refused
+  // kResourceExhausted too, at once, and says "this endpoint holds as many connections as
+  // Options::engine.max_connections allows (N)". A negative timeout is refused
   // (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // The same with the peer as a binary address, checked as connect_start(const

@@ -2867,6 +2867,16 @@ TEST(Udp, PortInUseIsAClearError) {
   EXPECT_NE(err.message.find("set Options::entropy_base to the first of 16 free ports"),
             std::string::npos)
       << err.message;
+  // A block of one port: "1 port", not "1 ports".
+  Options single = o;
+  single.entropy_count = 1;
+  single.engine.num_paths = 1;
+  b = UdpEndpoint::open("127.0.0.1:" + std::to_string(a->port() - 100), single, err);
+  EXPECT_FALSE(b);
+  EXPECT_NE(err.message.find("the endpoint sends from 1 port (Options::entropy_count)"),
+            std::string::npos)
+      << err.message;
+  EXPECT_NE(err.message.find("to the first of 1 free port"), std::string::npos) << err.message;
   // The default block, the ports after the receive port: a's receive port.
   const std::string below = "127.0.0.1:" + std::to_string(a->port() - 5);
   b = UdpEndpoint::open(below, test_options(), err);

@@ -60,6 +60,10 @@ bool fails_a_connection(Status code) {
 
 }  // namespace
 
+std::string count_text(uint64_t n, std::string_view one, std::string_view many) {
+  return std::to_string(n) + " " + std::string(n == 1 ? one : many);
+}
+
 // e's connection and peer (the connection's, unless e names one already),
 // and the " (peer ..., conn ...)" that names them in a message.
 std::string UdpEndpoint::Impl::name_in_error(Error& e, ConnId conn) const {

@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -47,6 +48,10 @@ struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
 namespace metaroce::udp {
 
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
+
+// "1 port", "64 ports": a count and its noun, singular or plural, for
+// messages ("1 ports" read as a typo in an error meant to be exact).
+[[nodiscard]] std::string count_text(uint64_t n, std::string_view one, std::string_view many);
 // A datagram's control data: the IP TOS / IPV6_TCLASS (24 bytes), UDP_GRO's
 // segment size (24), SCM_TIMESTAMPNS (32) and, on a wildcard-bound endpoint,
 // the address it arrived at (IP_PKTINFO 32, IPV6_PKTINFO 40): at most 120.

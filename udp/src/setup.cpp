@@ -306,14 +306,14 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
         err.message =
             "open " + address + ": port " + std::to_string(port) + " of its entropy block " +
             block + " is in use (" + err.message + "): the endpoint sends from " +
-            std::to_string(ecount) + " ports (Options::entropy_count), " +
+            count_text(ecount, "port", "ports") + " (Options::entropy_count), " +
             (opts.entropy_base != 0
                  ? "from Options::entropy_base " + std::to_string(ebase)
                  : "the ones after its receive port " + std::to_string(address_port(local))) +
             ", and needs every one free; choose another receive port (or port 0, for one the "
             "kernel picks with a free block after it) or set Options::entropy_base to the first "
             "of " +
-            std::to_string(ecount) + " free ports";
+            count_text(ecount, "free port", "free ports");
       }
       return false;
     }

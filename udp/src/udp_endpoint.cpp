@@ -203,9 +203,9 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
       Error e = s == Status::kResourceExhausted
                     ? im.make_error(s,
                                     "connect to " + format_address(peer) +
-                                        " failed: this endpoint holds "
-                                        "Options::engine.max_connections (" +
-                                        std::to_string(most) + ") connections already",
+                                        " failed: this endpoint holds as many connections as "
+                                        "Options::engine.max_connections allows (" +
+                                        std::to_string(most) + ")",
                                     ConnId{}, "this endpoint's connection limit is reached")
                     : im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
       e.peer = format_address(peer);
@@ -230,10 +230,7 @@ std::string retry_text(uint64_t ns) {
   return us % 1000 == 0 ? std::to_string(us / 1000) + " ms" : std::to_string(us) + " us";
 }
 
-// "1 request", "50 requests": a count of connection requests in a message.
-std::string requests_text(uint64_t n) {
-  return std::to_string(n) + (n == 1 ? " request" : " requests");
-}
+std::string requests_text(uint64_t n) { return count_text(n, "request", "requests"); }
 
 // How a budget's requests compare with the budget (CONN-2). Compared in
 // requests, not products of them and connect_retry_ns, which wrapped for a
