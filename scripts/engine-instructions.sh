@@ -4,7 +4,14 @@
 # data packet". Send side, receive side and the ACKs both ways, for one
 # 4 KiB WRITE packet; the payload copies (memcpy/memmove) are taken off.
 #
-#   bash scripts/engine-instructions.sh [build-dir] [packets]
+#   bash scripts/engine-instructions.sh [--pipelined] [build-dir] [packets]
+#       --pipelined  the loopback client's steady state instead (the probe's
+#                  --pipelined, engine_pair.hpp Pipeline): 8 paths,
+#                  each with packets in flight, 64 KiB WRITEs 64 deep, sent
+#                  gathering; the ACKs for each 16 datagrams that arrive go
+#                  back together before the sender goes on. The
+#                  default loop moves one packet at a time, so its paths are
+#                  empty and never show SCHED-1's scan over busy ones.
 #       build-dir  default build (needs its metaroce-engine-probe:
 #                  ninja -C build metaroce-engine-probe)
 #       packets    data packets counted, default 20000
@@ -16,6 +23,11 @@
 # nothing about correctness. Exit 2 when it cannot run as asked (no probe, no
 # valgrind, a packet count that is no whole number >= 1000).
 set -euo pipefail
+mode=()
+if [[ ${1:-} == --pipelined ]]; then
+  mode=(--pipelined)
+  shift
+fi
 build=${1:-build}
 packets=${2:-20000}
 probe=$build/bench/metaroce-engine-probe
@@ -39,7 +51,7 @@ done
 out=${METAROCE_CALLGRIND_OUT:-$(mktemp)}
 [[ -n ${METAROCE_CALLGRIND_OUT:-} ]] || trap 'rm -f "$out"' EXIT
 moved=$(valgrind --tool=callgrind --callgrind-out-file="$out" \
-  --toggle-collect='metaroce::bench::measured*' "$probe" "$packets" 2>/dev/null |
+  --toggle-collect='metaroce::bench::measured*' "$probe" "${mode[@]}" "$packets" 2>/dev/null |
   awk '/^data_packets/ {print $2}')
 # Self cost per function: the total, and the copy routines' share of it.
 callgrind_annotate --auto=no --threshold=100 "$out" 2>/dev/null | awk -v n="$moved" '

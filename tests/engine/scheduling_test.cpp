@@ -96,6 +96,39 @@ TEST(Engine, PathSendsWhileItsWindowIsNotFull) {  // SCHED-1
   }
 }
 
+TEST(Engine, BusyPathsWithEqualRoomTakeTurnsInRoundRobinOrder) {  // SCHED-1
+  // Equal fixed windows (CC-8) and no ACK within the first round trip:
+  // after each path's first packet every path has packets in flight, and
+  // the paths tie on their free fraction at every choice. Ties go to the
+  // first in round-robin order after the path used last, so the packets
+  // take the paths in turn until the windows fill; the scan over busy paths
+  // (every path looked at) decides each of them but the first four.
+  EndpointConfig c = cfg(170);
+  c.cc.enabled = false;
+  c.num_paths = 4;
+  Loop loop(c, cfg(171));
+  loop.delay_ns = 50'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 1 << 20, 0, 0x33);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  std::vector<uint16_t> entropies(4);
+  for (size_t i = 0; i < 4; ++i) {
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, i, ps));
+    entropies[i] = ps.entropy;
+  }
+  std::vector<size_t> order;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& bytes) {
+    if (from != 0 || bytes[1] != 0x01) return;
+    order.push_back(static_cast<size_t>(std::find(entropies.begin(), entropies.end(), tx.entropy) -
+                                        entropies.begin()));
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  ASSERT_FALSE(loop.run_until([] { return false; }, 40'000));
+  ASSERT_EQ(order.size(), 16u);  // CC-8's 16 packets, 4 a path
+  for (size_t k = 0; k < order.size(); ++k) EXPECT_EQ(order[k], k % 4) << "packet " << k;
+}
+
 TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
   // Both ends keep 16 READs of 100 KB outstanding at each other over windows
   // too small to send a whole backlog of responses in one round trip, so
