@@ -26,6 +26,9 @@ constexpr uint64_t kIdKeySalt = 0x69642d6b65792d31ull;
 constexpr size_t kSlotsHeldFree = 1024;
 // A fourth, for the closed records' request index (closed_table.hpp).
 constexpr uint64_t kClosedSalt = 0x636c6f7365642d31ull;
+// A connection's events at most: kConnected, kAccepted or kConnectFailed;
+// kError; kClosed (push_event's callers).
+constexpr size_t kEventsPerConnection = 3;
 
 // Room for one more element, grown by doubling: push_back then cannot throw.
 template <typename V>
@@ -105,7 +108,20 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
   try {
     c = std::make_unique<Connection>();
     c->paths.reserve(cfg.num_paths);  // init_paths' assign then allocates nothing
+    // Room for every event a connection can have queued (its setup's, an
+    // error's and its end's) besides those the application has not polled:
+    // push_event, on the packet path, then never allocates.
+    const size_t live = conns.size() - free_indices.size();
+    events.reserve(events.size() + kEventsPerConnection * (live + 1));
     if (!reuse) {
+      // Each of these holds a slot at most once (the ready ring, the heap)
+      // or counts slots: with room for all of them, destroy_connection,
+      // mark_ready and the timers never allocate.
+      const size_t slots = std::bit_ceil(conns.size() + 1);
+      free_indices.reserve(slots);
+      ready.reserve(slots);
+      timers.reserve(slots);
+      timer_dirty.reserve(slots);
       room_for_one(conns);
       room_for_one(generations);
       room_for_one(timer_pos);

@@ -22,7 +22,12 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
   do {
     c->nonce = rng.next();
   } while (c->nonce == 0 || by_nonce.count(c->nonce) != 0);
-  by_nonce[c->nonce] = c->index;
+  try {
+    by_nonce[c->nonce] = c->index;
+  } catch (const std::bad_alloc&) {
+    destroy_connection(*c);  // its nonce not indexed: nothing of it left
+    return Status::kResourceExhausted;
+  }
   c->owe.connect = true;
   c->last_progress = now;
   out = c->id;

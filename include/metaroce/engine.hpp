@@ -239,7 +239,8 @@ class Endpoint {
   // endpoint's, for a route that cannot carry the endpoint's (CONN-1).
   // kInvalidArgument, and no connection, for a max_mtu below 256 or a peer
   // whose len is 0 or more than its 20 bytes; kResourceExhausted, and no
-  // connection, while max_connections are open (accepted ones count). A peer
+  // connection, while max_connections are open (accepted ones count) or
+  // when memory for one more runs short (nothing thrown). A peer
   // whose table is full refuses: kConnectFailed with kResourceExhausted.
   // attempts (0: EndpointConfig::connect_attempts) is how many CONNECT_REQs
   // this connection sends, connect_retry_ns apart, before it fails

@@ -42,6 +42,11 @@ class Ring {
     if (size() > 1) buf_[tail_++ & mask_] = buf_[head_++ & mask_];
   }
   void clear() { head_ = tail_ = 0; }
+  // Room for n entries without growing (at least; a power of two): push()
+  // then allocates nothing, and so cannot throw, while size() < n.
+  void reserve(size_t n) {
+    while (n > size_t{mask_} + 1 || (buf_.empty() && n > 0)) grow();
+  }
 
  private:
   [[gnu::noinline]] void grow() {

@@ -17,13 +17,17 @@
 
 namespace {
 thread_local bool t_fail = false;
+// Allocations left to succeed before every later one fails; -1: no limit.
+// Swept from 0 up, it fails each allocation of a call in turn.
+thread_local long t_allowed = -1;
 // Not inlined into the operators: GCC's -Wmismatched-new-delete would see
 // free() of operator new's pointer.
 [[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
 }  // namespace
 
 void* operator new(std::size_t n) {
-  if (t_fail) throw std::bad_alloc();
+  if (t_fail || t_allowed == 0) throw std::bad_alloc();
+  if (t_allowed > 0) --t_allowed;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -86,6 +90,40 @@ TEST(ConnectAlloc, ARequestMetByAFailedAllocationIsRefusedNotThrown) {
   t_fail = false;
   EXPECT_FALSE(threw) << "std::bad_alloc left connect";
   EXPECT_EQ(s, Status::kResourceExhausted);
+}
+
+// Every allocation connect() makes, failed in turn, each on a fresh
+// endpoint (the connection, the table's room for it, the nonce's index
+// entry): kResourceExhausted, nothing thrown and nothing left of it (no
+// event, nothing sent), and the next connect() with memory back connects.
+// The nonce's entry threw out of connect() before.
+TEST(ConnectAlloc, EachFailedAllocationOfConnectIsResourceExhausted) {
+  for (long allowed = 0;; ++allowed) {
+    ASSERT_LT(allowed, 1000) << "connect() never succeeded";
+    Loop loop(cfg(4413), cfg(4414));
+    Status s = Status::kOk;
+    ConnId a;
+    bool threw = false;
+    t_allowed = allowed;
+    try {
+      s = loop.ep(0).connect(loop.addr(1), loop.now(), a);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    t_allowed = -1;
+    ASSERT_FALSE(threw) << "std::bad_alloc left connect() at allocation " << allowed;
+    if (s == Status::kOk) {
+      EXPECT_GT(allowed, 0);
+      break;
+    }
+    ASSERT_EQ(s, Status::kResourceExhausted) << "at allocation " << allowed;
+    Event ev;
+    EXPECT_FALSE(loop.ep(0).poll_event(ev)) << "at allocation " << allowed;
+    EXPECT_TRUE(sent_packets(loop.ep(0), loop.now()).empty()) << "at allocation " << allowed;
+    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+    ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+    EXPECT_EQ(ev.kind, EventKind::kConnected) << "at allocation " << allowed;
+  }
 }
 
 }  // namespace
