@@ -72,11 +72,10 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
   // nanosecond, spun on handle_timeout.
   detail::for_each_duration(
       cfg, [](const char*, uint64_t& ns, bool, const char*) { ns = std::min(ns, kMaxDurationNs); });
-  if (cfg.shared_rq_depth > 0) {
-    cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
-    srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});
-    srq_mask = static_cast<uint32_t>(srq.size() - 1);
-  }
+  // The shared queue's ring grows as receives are posted (grow_srq): at
+  // kMaxSharedRqDepth, allocated here, it took about 800 MB at open however
+  // few receives the application would post.
+  cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
   closed.configure(std::max<size_t>(cfg.max_connections, kMinClosedKept),
                    detail::Rng(c.seed ^ kClosedSalt).next());
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);

@@ -91,9 +91,9 @@ struct Endpoint::Impl {
 
   // PLACE-6: the shared receive queue, a ring of the posted receives no
   // connection has taken yet. srq_outstanding counts those plus the ones
-  // connections took and have not completed; it never exceeds
-  // shared_rq_depth, so receives given back by a failing connection always
-  // fit in front of the ring again.
+  // connections took and have not completed; it never exceeds the ring's
+  // size (grown by post_shared_recv, up to shared_rq_depth), so receives
+  // given back by a failing connection always fit in front of the ring again.
   std::vector<detail::RecvEntry> srq;
   uint32_t srq_mask = 0;
   uint32_t srq_head = 0, srq_tail = 0;
@@ -463,6 +463,10 @@ struct Endpoint::Impl {
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);
   Status post_shared_recv(const RecvWr& wr);
+  // Doubles the shared queue's ring (16 first, bit_ceil(shared_rq_depth) at
+  // most), its receives kept in order; false, nothing changed, when memory
+  // runs short.
+  [[gnu::cold]] bool grow_srq() noexcept;
   // PLACE-6: moves shared receives, oldest first, into the connection's
   // queue until it holds receive `idx` (counted from its oldest); false if
   // the shared queue or the connection's queue runs out first.

@@ -2,7 +2,9 @@
 // arrival (no reorder buffer), the receive window, and ACK generation
 // (spec SEQ-4, PLACE-*, READ-*, ACK-*, NAK-1/2, COMP-3).
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <new>
 
 #include "bitmap.hpp"
 #include "bytes.hpp"
@@ -57,7 +59,7 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
 }
 
 Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
-  if (srq.empty()) return Status::kInvalidArgument;
+  if (cfg.shared_rq_depth == 0) return Status::kInvalidArgument;
   uint8_t* buf = nullptr;
   if (wr.length > 0) {
     Status why = Status::kOk;
@@ -65,6 +67,7 @@ Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
     if (buf == nullptr) return why;
   }
   if (srq_outstanding >= cfg.shared_rq_depth) return Status::kQueueFull;
+  if (srq_outstanding == srq.size() && !grow_srq()) return Status::kResourceExhausted;
   detail::RecvEntry& e = srq[srq_tail++ & srq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
@@ -72,6 +75,23 @@ Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
   e.shared = true;
   ++srq_outstanding;
   return Status::kOk;
+}
+
+bool Endpoint::Impl::grow_srq() noexcept {
+  std::vector<detail::RecvEntry> bigger;
+  try {
+    bigger.resize(
+        std::min<size_t>(std::max<size_t>(16, srq.size() * 2), std::bit_ceil(cfg.shared_rq_depth)));
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  const uint32_t count = srq_tail - srq_head;
+  for (uint32_t i = 0; i < count; ++i) bigger[i] = srq[(srq_head + i) & srq_mask];
+  srq = std::move(bigger);
+  srq_mask = static_cast<uint32_t>(srq.size() - 1);
+  srq_head = 0;
+  srq_tail = count;
+  return true;
 }
 
 bool Endpoint::Impl::take_shared(detail::RxCtx& r, uint32_t idx) {

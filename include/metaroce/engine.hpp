@@ -275,7 +275,9 @@ class Endpoint {
   // message filled it. kInvalidArgument if shared_rq_depth is 0, kQueueFull
   // when shared_rq_depth receives are outstanding (waiting here or taken and
   // not yet completed), kLocalProtection for a buffer not registered for
-  // local write.
+  // local write, kResourceExhausted (nothing queued, the receives before it
+  // kept) when memory to grow the queue runs short: it grows as receives are
+  // posted, not shared_rq_depth's worth at construction.
   [[nodiscard]] Status post_shared_recv(const RecvWr& wr);
 
   // --- inputs ---

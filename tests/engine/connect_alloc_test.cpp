@@ -3,8 +3,9 @@
 // rather than throwing std::bad_alloc out of handle_datagram into the
 // driver's receive loop, and nothing of it is left half made: the same
 // request, once memory is back, connects. connect() says kResourceExhausted
-// likewise. This executable replaces the global operator new with one that
-// fails on demand, on the calling thread only.
+// likewise, and so does a post_shared_recv that cannot grow the shared
+// queue (PLACE-6). This executable replaces the global operator new with one
+// that fails on demand, on the calling thread only.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,18 +17,19 @@
 #include "metaroce/wire.hpp"
 
 namespace {
-thread_local bool t_fail = false;
 // Allocations left to succeed before every later one fails; -1: no limit.
 // Swept from 0 up, it fails each allocation of a call in turn.
 thread_local long t_allowed = -1;
+thread_local size_t t_bytes = 0;  // bytes asked for, every allocation
 // Not inlined into the operators: GCC's -Wmismatched-new-delete would see
 // free() of operator new's pointer.
 [[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
 }  // namespace
 
 void* operator new(std::size_t n) {
-  if (t_fail || t_allowed == 0) throw std::bad_alloc();
+  if (t_allowed == 0) throw std::bad_alloc();
   if (t_allowed > 0) --t_allowed;
+  t_bytes += n;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -36,6 +38,21 @@ void operator delete(void* p, std::size_t) noexcept { release(p); }
 
 namespace metaroce::test {
 namespace {
+
+// Runs f with `allowed` allocations left to succeed (0: every one fails);
+// true if std::bad_alloc came out of it.
+template <typename F>
+bool bad_alloc_escapes(long allowed, F&& f) {
+  t_allowed = allowed;
+  bool threw = false;
+  try {
+    f();
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  t_allowed = -1;
+  return threw;
+}
 
 TEST(ConnectAlloc, ARequestMetByAFailedAllocationIsRefusedNotThrown) {
   Loop loop(cfg(4411), cfg(4412));
@@ -53,15 +70,8 @@ TEST(ConnectAlloc, ARequestMetByAFailedAllocationIsRefusedNotThrown) {
   loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 1234, false, low}, loop.now());
   ASSERT_EQ(sent_packets(loop.ep(1), loop.now()).size(), 1u);
 
-  bool threw = false;
-  t_fail = true;
-  try {
-    loop.ep(1).handle_datagram(dg, loop.now());
-  } catch (const std::bad_alloc&) {
-    threw = true;
-  }
-  t_fail = false;
-  EXPECT_FALSE(threw) << "std::bad_alloc left handle_datagram";
+  EXPECT_FALSE(bad_alloc_escapes(0, [&] { loop.ep(1).handle_datagram(dg, loop.now()); }))
+      << "std::bad_alloc left handle_datagram";
   auto out = sent_packets(loop.ep(1), loop.now());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].bh.opcode, wire::Opcode::kConnectReject);
@@ -81,14 +91,8 @@ TEST(ConnectAlloc, ARequestMetByAFailedAllocationIsRefusedNotThrown) {
   // connect() short of memory: kResourceExhausted, nothing thrown.
   Status s = Status::kOk;
   ConnId g;
-  t_fail = true;
-  try {
-    s = loop.ep(1).connect(loop.addr(0), loop.now(), g);
-  } catch (const std::bad_alloc&) {
-    threw = true;
-  }
-  t_fail = false;
-  EXPECT_FALSE(threw) << "std::bad_alloc left connect";
+  EXPECT_FALSE(bad_alloc_escapes(0, [&] { s = loop.ep(1).connect(loop.addr(0), loop.now(), g); }))
+      << "std::bad_alloc left connect";
   EXPECT_EQ(s, Status::kResourceExhausted);
 }
 
@@ -103,15 +107,9 @@ TEST(ConnectAlloc, EachFailedAllocationOfConnectIsResourceExhausted) {
     Loop loop(cfg(4413), cfg(4414));
     Status s = Status::kOk;
     ConnId a;
-    bool threw = false;
-    t_allowed = allowed;
-    try {
-      s = loop.ep(0).connect(loop.addr(1), loop.now(), a);
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    t_allowed = -1;
-    ASSERT_FALSE(threw) << "std::bad_alloc left connect() at allocation " << allowed;
+    ASSERT_FALSE(
+        bad_alloc_escapes(allowed, [&] { s = loop.ep(0).connect(loop.addr(1), loop.now(), a); }))
+        << "std::bad_alloc left connect() at allocation " << allowed;
     if (s == Status::kOk) {
       EXPECT_GT(allowed, 0);
       break;
@@ -123,6 +121,52 @@ TEST(ConnectAlloc, EachFailedAllocationOfConnectIsResourceExhausted) {
     ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
     ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
     EXPECT_EQ(ev.kind, EventKind::kConnected) << "at allocation " << allowed;
+  }
+}
+
+// PLACE-6: the shared receive queue grows as receives are posted. Its ring
+// of bit_ceil(shared_rq_depth) entries was allocated at open: about 800 MB
+// at the largest depth, for an application that might post a few.
+TEST(SharedRecvAlloc, OpenAtTheLargestDepthAllocatesLittle) {
+  EndpointConfig c = cfg(4415);
+  c.shared_rq_depth = kMaxSharedRqDepth;
+  const size_t before = t_bytes;
+  Endpoint ep(c);
+  const size_t opened = t_bytes - before;
+  EXPECT_LT(opened, size_t{16} << 20) << opened << " bytes at open";
+  EXPECT_EQ(ep.config().shared_rq_depth, kMaxSharedRqDepth);
+}
+
+// A shared receive whose post finds no memory to grow the queue is refused
+// kResourceExhausted, nothing thrown, and the receives posted before it stay,
+// in their order: posted again with memory back, it is the last one taken.
+TEST(SharedRecvAlloc, APostThatCannotGrowTheQueueIsRefusedAndLosesNothing) {
+  EndpointConfig shared = cfg(4417);
+  shared.shared_rq_depth = 64;
+  Loop loop(cfg(4416), shared);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  constexpr uint32_t kLen = 256;
+  constexpr uint64_t kPosts = 17;  // one past the ring's first size
+  Buf src(loop.ep(0), kPosts * kLen, 0);
+  Buf dst(loop.ep(1), kPosts * kLen, kAccessLocalWrite);
+  const auto recv = [&](uint64_t i) { return RecvWr{i, dst.addr(i * kLen), kLen, dst.mr.lkey}; };
+  for (uint64_t i = 0; i + 1 < kPosts; ++i)
+    ASSERT_EQ(loop.ep(1).post_shared_recv(recv(i)), Status::kOk);
+  Status s = Status::kOk;
+  ASSERT_FALSE(bad_alloc_escapes(0, [&] { s = loop.ep(1).post_shared_recv(recv(kPosts - 1)); }))
+      << "std::bad_alloc left post_shared_recv";
+  EXPECT_EQ(s, Status::kResourceExhausted);
+  ASSERT_EQ(loop.ep(1).post_shared_recv(recv(kPosts - 1)), Status::kOk);
+  for (uint64_t i = 0; i < kPosts; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, i * kLen, kLen, i)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(1, kPosts, done));
+  ASSERT_EQ(done.size(), kPosts);
+  for (uint64_t i = 0; i < kPosts; ++i) {
+    EXPECT_EQ(done[i].status, Status::kOk);
+    EXPECT_EQ(done[i].wr_id, i);
+    EXPECT_EQ(done[i].byte_len, kLen);
   }
 }
 
