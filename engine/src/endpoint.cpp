@@ -274,14 +274,28 @@ void Endpoint::Impl::recycle_lkeys() {
   mrs.recycle(lkeys_held);
 }
 
-detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
-  if (!tx_pool.empty()) {
-    c.tx = std::move(tx_pool.back());
-    tx_pool.pop_back();
-  } else {
-    c.tx = std::make_unique<detail::TxCtx>();
+// A context from the pool, or a new one, shaped for c; null, nothing
+// changed, when the memory for it runs short. The pool has room for every
+// context (create_connection), so one taken from it always fits back.
+template <typename Ctx>
+std::unique_ptr<Ctx> Endpoint::Impl::shaped(std::vector<std::unique_ptr<Ctx>>& pool,
+                                            const Connection& c) noexcept {
+  std::unique_ptr<Ctx> ctx;
+  if (!pool.empty()) {
+    ctx = std::move(pool.back());
+    pool.pop_back();
   }
-  detail::TxCtx& t = *c.tx;
+  try {
+    if (!ctx) ctx = std::make_unique<Ctx>();
+    shape(*ctx, c);
+  } catch (const std::bad_alloc&) {
+    if (ctx) pool.push_back(std::move(ctx));
+    return nullptr;
+  }
+  return ctx;
+}
+
+void Endpoint::Impl::shape(detail::TxCtx& t, const Connection& c) const {
   const uint32_t w = c.window();
   t.records.assign(w, detail::TxRecord{});
   t.acked_bits.assign(w / 64, 0);
@@ -299,6 +313,18 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.hdr_len = 0;
   t.explore = {};  // PATH-8 starts afresh, with no path half moved
   t.capped = {};
+}
+
+void Endpoint::Impl::shape(detail::RxCtx& r, const Connection& c) const {
+  r.bits.assign(c.window() / 64, 0);
+  r.rq.assign(std::bit_ceil(uint32_t{cfg.rq_depth}), detail::RecvEntry{});
+  r.rq_mask = static_cast<uint32_t>(r.rq.size() - 1);
+  r.rq_head = r.rq_tail = 0;
+}
+
+detail::TxCtx* Endpoint::Impl::borrow_tx(Connection& c) noexcept {
+  c.tx = shaped(tx_pool, c);
+  if (!c.tx) return nullptr;
   c.draining_slot = detail::kNoPath;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   // PATH-6: work starts again on a connection that had none outstanding for
@@ -312,22 +338,12 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   // (The PROBEs owed go, and the timer is set, when the work is polled.)
   if (c.silent_paths != 0) [[unlikely]]
     wake_silent_paths(c, last_now);
-  return t;
+  return c.tx.get();
 }
 
-detail::RxCtx& Endpoint::Impl::borrow_rx(Connection& c) {
-  if (!rx_pool.empty()) {
-    c.rx = std::move(rx_pool.back());
-    rx_pool.pop_back();
-  } else {
-    c.rx = std::make_unique<detail::RxCtx>();
-  }
-  detail::RxCtx& r = *c.rx;
-  r.bits.assign(c.window() / 64, 0);
-  r.rq.assign(std::bit_ceil(uint32_t{cfg.rq_depth}), detail::RecvEntry{});
-  r.rq_mask = static_cast<uint32_t>(r.rq.size() - 1);
-  r.rq_head = r.rq_tail = 0;
-  return r;
+detail::RxCtx* Endpoint::Impl::borrow_rx(Connection& c) noexcept {
+  c.rx = shaped(rx_pool, c);
+  return c.rx.get();
 }
 
 bool Endpoint::Impl::tx_idle(const Connection& c) const {
@@ -352,7 +368,17 @@ void Endpoint::Impl::maybe_release_ctx(Connection& c, TimeNs now) {
 
 void Endpoint::Impl::complete(const Connection& c, const Completion& comp) {
   (void)c;
+  --wrs_open;
   completions.push(comp);
+}
+
+bool Endpoint::Impl::grow_completions() noexcept {
+  try {
+    completions.reserve(completions.size() + wrs_open + 1);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
 }
 
 void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s, Status reason) {
@@ -446,8 +472,10 @@ PeerAddr Endpoint::peer_of(ConnId conn) const {
 Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   Connection* c = impl_->find(conn);
   if (c == nullptr) return Status::kNoSuchConnection;
+  if (!impl_->room_for_completion()) return Status::kResourceExhausted;
   const Status s = impl_->post_send(*c, wr);
   if (s == Status::kOk) {
+    ++impl_->wrs_open;
     c->last_activity = impl_->last_now;
     impl_->mark_ready(*c);
   }
@@ -461,10 +489,18 @@ Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
   // PATH-7 times, so it must not answer CONN-9's keepalive (an application
   // keeping receives posted kept a vanished peer's connection for ever). The
   // receive itself keeps the rx context (rx_idle).
-  return impl_->post_recv(*c, wr);
+  if (!impl_->room_for_completion()) return Status::kResourceExhausted;
+  const Status s = impl_->post_recv(*c, wr);
+  impl_->wrs_open += s == Status::kOk;
+  return s;
 }
 
-Status Endpoint::post_shared_recv(const RecvWr& wr) { return impl_->post_shared_recv(wr); }
+Status Endpoint::post_shared_recv(const RecvWr& wr) {
+  if (!impl_->room_for_completion()) return Status::kResourceExhausted;
+  const Status s = impl_->post_shared_recv(wr);
+  impl_->wrs_open += s == Status::kOk;
+  return s;
+}
 
 const EndpointStats& Endpoint::endpoint_stats() const { return impl_->estats; }
 

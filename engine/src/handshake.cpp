@@ -36,7 +36,7 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
   return Status::kOk;
 }
 
-void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
+bool Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
   c.peer_conn = peer_body.src_conn;
   // CONN-3; c.mtu is the endpoint's, or less where the requester's route asked (CONN-1).
   // The peer's offer is at least kMinMtu (refused otherwise).
@@ -55,9 +55,13 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   // Work posted while connecting was queued with the configured window; a
   // smaller negotiated window or read limit re-sizes the contexts (nothing is
   // in flight yet).
+  // No memory for one: the old kept, for the work in it to be flushed.
   if (c.tx) {
     auto old = std::move(c.tx);
-    tx_ctx(c);
+    if (tx_ctx(c) == nullptr) {
+      c.tx = std::move(old);
+      return false;
+    }
     c.tx->sq = std::move(old->sq);
     c.tx->sq_head = old->sq_head;
     c.tx->sq_seg = old->sq_seg;
@@ -66,12 +70,16 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   }
   if (c.rx) {
     auto old = std::move(c.rx);
-    rx_ctx(c);
+    if (rx_ctx(c) == nullptr) {
+      c.rx = std::move(old);
+      return false;
+    }
     c.rx->rq = std::move(old->rq);
     c.rx->rq_head = old->rq_head;
     c.rx->rq_tail = old->rq_tail;
     rx_pool.push_back(std::move(old));
   }
+  return true;
 }
 
 void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
@@ -136,7 +144,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
     return reject(Status::kResourceExhausted);
   }
   c->nonce = b.nonce;
-  establish(*c, b, now);
+  (void)establish(*c, b, now);  // a new connection: no context to move
   c->owe.accept = true;
   push_event(EventKind::kAccepted, *c, Status::kOk);
   mark_ready(*c);
@@ -151,9 +159,14 @@ bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, Time
   if (accepted && p.connect.src_conn == 0) return true;
   c.owe.connect = false;  // CONN-2: a resend the timer asked for is moot now
   if (accepted && p.connect.mtu >= kMinMtu) {
-    establish(c, p.connect, now);
+    const bool held = establish(c, p.connect, now);
     c.control_deadline = TimeNs::never();
     push_event(EventKind::kConnected, c, Status::kOk);
+    // The work posted while connecting, whose contexts found no memory to
+    // take the agreed window: completed, the connection failed, as for a
+    // local fault (COMP-5), rather than std::bad_alloc out of the engine.
+    if (!held) [[unlikely]]
+      enter_error(c, Status::kResourceExhausted, detail::Culprit::none(), now);
     return true;
   }
   fail_connect(c, p, accepted);

@@ -48,7 +48,8 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
     buf = mrs.local(wr.lkey, wr.addr, wr.length, kAccessLocalWrite, why);
     if (buf == nullptr) return why;
   }
-  detail::RxCtx& r = rx_ctx(c);
+  if (rx_ctx(c) == nullptr) return Status::kResourceExhausted;
+  detail::RxCtx& r = *c.rx;
   if (r.rq_tail - r.rq_head >= cfg.rq_depth) return Status::kQueueFull;
   detail::RecvEntry& e = r.rq[r.rq_tail & r.rq_mask];
   e = detail::RecvEntry{};
@@ -212,7 +213,11 @@ void Endpoint::Impl::complete_recvs(Connection& c, detail::RxCtx& r) {
 // its code: one call a READ, not an instruction more a data packet.
 void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t psn, Status& why) {
   const wire::MessageHeader& mh = p.mh;
-  detail::TxCtx& t = tx_ctx(c);
+  if (tx_ctx(c) == nullptr) {
+    why = Status::kRnr;  // READ-3's wait: no memory for the responses' queue yet
+    return;
+  }
+  detail::TxCtx& t = *c.tx;
   const uint8_t* src = nullptr;
   if (mh.msg_len > kMaxMessageLength)  // READ-2: no requester may ask for more
     why = Status::kRemoteInvalidRequest;
@@ -346,7 +351,9 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     on_trimmed(c, dg, p, now);
     return;
   }
-  detail::RxCtx& r = rx_ctx(c);
+  if (rx_ctx(c) == nullptr) [[unlikely]]
+    return;  // no memory for its context: dropped as if lost, and resent
+  detail::RxCtx& r = *c.rx;
   const uint32_t mask = c.wmask();
   const uint32_t psn = p.bh.psn;
   const auto d = static_cast<int32_t>(psn - c.rx_cum);

@@ -261,7 +261,9 @@ class Endpoint {
 
   // --- work requests ---
   // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local
-  // buffer not registered) and kInvalidArgument are returned at once and
+  // buffer not registered), kInvalidArgument and kResourceExhausted (no
+  // memory for the connection's queues, taken on first use, or for the
+  // request's completion, whose room is taken now) are returned at once and
   // nothing is queued. Work requests may be posted while connecting.
   // post_recv's queue holds rq_depth receives, counting the shared ones the
   // connection took and has not completed (PLACE-6).

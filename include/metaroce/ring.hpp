@@ -23,6 +23,7 @@ class Ring {
  public:
   [[nodiscard]] bool empty() const { return head_ == tail_; }
   [[nodiscard]] size_t size() const { return tail_ - head_; }
+  [[nodiscard]] size_t capacity() const { return buf_.size(); }
   // front(), pop() and operator[] need a non-empty ring (i < size()).
   [[nodiscard]] T& front() { return buf_[head_ & mask_]; }
   [[nodiscard]] const T& front() const { return buf_[head_ & mask_]; }

@@ -170,5 +170,136 @@ TEST(SharedRecvAlloc, APostThatCannotGrowTheQueueIsRefusedAndLosesNothing) {
   }
 }
 
+// The datagram endpoint `from` sends next, as the other end receives it.
+RxDatagram next_datagram(Loop& loop, int from, std::vector<uint8_t>& bytes) {
+  bytes.assign(70000, 0);
+  TxDatagram tx;
+  EXPECT_TRUE(loop.ep(from).poll_transmit(loop.now(), bytes, tx));
+  bytes.resize(tx.len);
+  return RxDatagram{loop.addr(from), tx.entropy, false, bytes};
+}
+
+// A post takes room for its completion in the endpoint's queue, and a
+// connection its send or receive context on first use. Each of those
+// allocations failed in turn (on a fresh pair of endpoints): post_send and
+// post_recv say kResourceExhausted, nothing queued, nothing thrown, and with
+// memory back the same work goes through.
+TEST(ContextAlloc, EachFailedAllocationOfAPostIsResourceExhausted) {
+  bool send_done = false, recv_done = false;
+  for (long allowed = 0; !(send_done && recv_done); ++allowed) {
+    ASSERT_LT(allowed, 1000) << "the posts never succeeded";
+    Loop loop(cfg(4418), cfg(4419));
+    auto [a, b] = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+    Buf src(loop.ep(0), 4096, 0, 0x5a);
+    Buf dst(loop.ep(1), 4096, kAccessRemoteWrite | kAccessLocalWrite);
+    Status s = Status::kOk;
+    ASSERT_FALSE(bad_alloc_escapes(
+        allowed, [&] { s = loop.ep(0).post_send(a, write_wr(src, dst, 4096, 1)); }))
+        << "std::bad_alloc left post_send at allocation " << allowed;
+    send_done = s == Status::kOk;
+    if (!send_done) {
+      ASSERT_EQ(s, Status::kResourceExhausted) << "at allocation " << allowed;
+      ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 1)), Status::kOk);
+    }
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+    EXPECT_EQ(done.size(), 1u) << "at allocation " << allowed;
+    EXPECT_EQ(done[0].status, Status::kOk);
+    EXPECT_EQ(src.bytes, dst.bytes);
+
+    const RecvWr recv{7, dst.addr(), 4096, dst.mr.lkey};
+    ASSERT_FALSE(bad_alloc_escapes(allowed, [&] { s = loop.ep(1).post_recv(b, recv); }))
+        << "std::bad_alloc left post_recv at allocation " << allowed;
+    recv_done = s == Status::kOk;
+    if (!recv_done) {
+      ASSERT_EQ(s, Status::kResourceExhausted) << "at allocation " << allowed;
+      ASSERT_EQ(loop.ep(1).post_recv(b, recv), Status::kOk);
+    }
+    ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 100, 2)), Status::kOk);
+    done.clear();
+    ASSERT_TRUE(loop.run_until_completions(1, 1, done));
+    EXPECT_EQ(done.size(), 1u) << "at allocation " << allowed;
+    EXPECT_EQ(done[0].wr_id, 7u);
+    EXPECT_EQ(done[0].byte_len, 100u);
+  }
+}
+
+// The completion an ACK releases takes no memory: its room was taken when
+// the WRITE was posted. It grew the queue there, on the packet path, and
+// std::bad_alloc left handle_datagram.
+TEST(ContextAlloc, ACompletionAnAckReleasesAllocatesNothing) {
+  Loop loop(cfg(4424), cfg(4425));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 4096, 0, 0x3d);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 5)), Status::kOk);
+  std::vector<uint8_t> data, ack;
+  loop.ep(1).handle_datagram(next_datagram(loop, 0, data), loop.now());
+  loop.pass_time(1'000'000);  // past the ACK's delay (ACK-5)
+  loop.ep(1).handle_timeout(loop.now());
+  const RxDatagram dg = next_datagram(loop, 1, ack);
+  ASSERT_EQ(ack.size() > 1 ? ack[1] : 0, static_cast<uint8_t>(wire::Opcode::kAck));
+  EXPECT_FALSE(bad_alloc_escapes(0, [&] { loop.ep(0).handle_datagram(dg, loop.now()); }))
+      << "std::bad_alloc left handle_datagram";
+  const std::vector<Completion> done = loop.drain(0);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 5u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+}
+
+// The first data packet of a connection that holds no receive context, met by
+// a failed allocation, is dropped as if lost, not thrown out of
+// handle_datagram: its resend lands, and the WRITE completes.
+TEST(ContextAlloc, ADataPacketWithNoMemoryForItsContextIsDroppedAndResent) {
+  Loop loop(cfg(4420), cfg(4421));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 4096, 0, 0x6b);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  std::vector<uint8_t> bytes;
+  const RxDatagram dg = next_datagram(loop, 0, bytes);
+  ASSERT_EQ(bytes.size() > 1 ? bytes[1] : 0, static_cast<uint8_t>(wire::Opcode::kWrite));
+  EXPECT_FALSE(bad_alloc_escapes(0, [&] { loop.ep(1).handle_datagram(dg, loop.now()); }))
+      << "std::bad_alloc left handle_datagram";
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->data_packets_received, 0u);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
+// Work posted while connecting is queued in contexts sized for the
+// configured window; the ACCEPT's agreed one takes new ones. With no memory
+// for them: the connection fails kResourceExhausted (after kConnected) and
+// the work completes kFlushed, rather than std::bad_alloc out of
+// handle_datagram.
+TEST(ContextAlloc, AnAcceptWithNoMemoryForTheAgreedContextsFailsTheConnection) {
+  Loop loop(cfg(4422), cfg(4423));
+  ConnId a;
+  std::vector<uint8_t> req = connect_request_of(loop, a);
+  ASSERT_FALSE(req.empty());
+  Buf src(loop.ep(0), 4096, 0, 0x7c);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 9)), Status::kOk);
+  loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 1234, false, req}, loop.now());
+  std::vector<uint8_t> bytes;
+  const RxDatagram accept = next_datagram(loop, 1, bytes);
+  EXPECT_FALSE(bad_alloc_escapes(0, [&] { loop.ep(0).handle_datagram(accept, loop.now()); }))
+      << "std::bad_alloc left handle_datagram";
+  Event ev;
+  ASSERT_TRUE(loop.ep(0).poll_event(ev));
+  EXPECT_EQ(ev.kind, EventKind::kConnected);
+  ASSERT_TRUE(loop.ep(0).poll_event(ev));
+  EXPECT_EQ(ev.kind, EventKind::kError);
+  EXPECT_EQ(ev.status, Status::kResourceExhausted);
+  const std::vector<Completion> done = loop.drain(0);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 9u);
+  EXPECT_EQ(done[0].status, Status::kFlushed);
+}
+
 }  // namespace
 }  // namespace metaroce::test
