@@ -255,7 +255,11 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
 }
 
 void Endpoint::Impl::recycle_lkeys() {
-  lkeys_held.assign(mrs.slots(), 0);
+  try {
+    lkeys_held.assign(mrs.slots(), 0);
+  } catch (const std::bad_alloc&) {
+    return;  // no slot put back: a later registration scans again (recycle_due)
+  }
   // index_of gives lkey 0 (an empty request's) one past the table.
   const auto hold = [this](uint32_t lkey) {
     const uint32_t index = detail::MrTable::index_of(lkey);

@@ -196,7 +196,9 @@ class Endpoint {
   // lies. kInvalidArgument also if base + length - 1 wraps past 2^64, or
   // addr + length - 1 does. Either call: kResourceExhausted with 2^22 - 1
   // table slots in use (regions registered, and spent slots, below, that
-  // posted work still names); registrations in all are unlimited. An lkey
+  // posted work still names), or when memory for the table runs short
+  // (nothing registered; deregistering never allocates); registrations in
+  // all are unlimited. An lkey
   // comes round again only after its table slot has served 1,024
   // registrations, and never while work posted with it is outstanding
   // (MR-6): until then a stale lkey is refused.

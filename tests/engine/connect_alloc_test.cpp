@@ -301,5 +301,49 @@ TEST(ContextAlloc, AnAcceptWithNoMemoryForTheAgreedContextsFailsTheConnection) {
   EXPECT_EQ(done[0].status, Status::kFlushed);
 }
 
+// A registration takes table room (the slot, its generation, a free-list
+// entry for its deregistration) and, every so often, a larger rkey index.
+// Each of those allocations failed in turn, at the registration that grows
+// both: kResourceExhausted, nothing thrown, the regions before it intact;
+// with memory back it registers. Deregistration then allocates nothing. A
+// failed rehash lost the whole index before, and std::bad_alloc left both.
+TEST(MrAlloc, EachFailedAllocationOfARegistrationIsResourceExhausted) {
+  constexpr size_t kBefore = 32;  // the 33rd fills the first index past half
+  for (long allowed = 0;; ++allowed) {
+    ASSERT_LT(allowed, 1000) << "register_memory never succeeded";
+    Endpoint ep(cfg(4426));
+    std::vector<uint8_t> bytes(kBefore + 1);
+    std::vector<MemoryRegion> mrs(kBefore + 1);
+    for (size_t i = 0; i < kBefore; ++i)
+      ASSERT_EQ(ep.register_memory(&bytes[i], 1, kAccessRemoteWrite, mrs[i]), Status::kOk);
+    Status s = Status::kOk;
+    ASSERT_FALSE(bad_alloc_escapes(
+        allowed,
+        [&] { s = ep.register_memory(&bytes[kBefore], 1, kAccessRemoteWrite, mrs[kBefore]); }))
+        << "std::bad_alloc left register_memory at allocation " << allowed;
+    const bool done = s == Status::kOk;
+    if (!done) {
+      ASSERT_EQ(s, Status::kResourceExhausted) << "at allocation " << allowed;
+      ASSERT_EQ(ep.register_memory(&bytes[kBefore], 1, kAccessRemoteWrite, mrs[kBefore]),
+                Status::kOk);
+    }
+    for (size_t i = 0; i <= kBefore; ++i) {
+      uint8_t* p = nullptr;
+      ASSERT_EQ(ep.local_view(mrs[i].rkey, mrs[i].addr, 1, kAccessRemoteWrite, p), Status::kOk)
+          << "region " << i << " at allocation " << allowed;
+      EXPECT_EQ(p, &bytes[i]);
+    }
+    for (size_t i = 0; i <= kBefore; ++i) {
+      ASSERT_FALSE(bad_alloc_escapes(0, [&] { s = ep.deregister_memory(mrs[i].lkey); }))
+          << "std::bad_alloc left deregister_memory";
+      EXPECT_EQ(s, Status::kOk);
+    }
+    if (done) {
+      EXPECT_GT(allowed, 0);
+      break;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace metaroce::test
