@@ -242,7 +242,7 @@ bool Endpoint::Impl::on_abandoned_accept(const RxDatagram& dg, const wire::Packe
   o.dst_conn = p.connect.src_conn;
   o.disconnect.src_conn = r->id.v;
   o.disconnect.reason = static_cast<uint8_t>(r->reason);
-  if (orphans.size() < 1024) orphans.push(o);
+  queue_orphan(o);
   return true;
 }
 
@@ -263,7 +263,7 @@ void Endpoint::Impl::ack_disconnect(const RxDatagram& dg, const wire::Packet& p)
   o.op = wire::Opcode::kDisconnectAck;
   o.dst_conn = p.disconnect.src_conn;
   o.disconnect.src_conn = p.bh.dst_conn;
-  if (orphans.size() < 1024) orphans.push(o);
+  queue_orphan(o);
 }
 
 bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> buf,

@@ -113,6 +113,12 @@ struct Endpoint::Impl {
     uint32_t dst_conn;
   };
   Ring<Orphan> orphans;
+  // Queues a reply to a packet of no connection, unless kMaxOrphans wait
+  // already or the queue finds no memory to grow: then it is dropped, as if
+  // lost, and the peer repeats what drew it; never std::bad_alloc out of
+  // handle_datagram.
+  [[gnu::cold]] void queue_orphan(const Orphan& o) noexcept;
+  static constexpr size_t kMaxOrphans = 1024;
 
   // What the endpoint remembers of connections that ended (closed_table.hpp):
   // while the peer may still repeat a control packet of theirs, its

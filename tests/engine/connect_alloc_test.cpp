@@ -345,5 +345,27 @@ TEST(MrAlloc, EachFailedAllocationOfARegistrationIsResourceExhausted) {
   }
 }
 
+// A reply to a packet of no connection (here a REJECT, CONN-4) that finds no
+// memory to grow the queue of such replies is dropped, as if lost, not
+// thrown out of handle_datagram: the requester repeats its request, and the
+// repeat is answered.
+TEST(ConnectAlloc, AReplyWithNoMemoryToQueueItIsDroppedNotThrown) {
+  EndpointConfig refusing = cfg(4428);
+  refusing.accept_incoming = false;
+  Loop loop(cfg(4427), refusing);
+  ConnId a;
+  const std::vector<uint8_t> req = connect_request_of(loop, a);
+  ASSERT_FALSE(req.empty());
+  const RxDatagram dg{loop.addr(0), 1234, false, req};
+  EXPECT_FALSE(bad_alloc_escapes(0, [&] { loop.ep(1).handle_datagram(dg, loop.now()); }))
+      << "std::bad_alloc left handle_datagram";
+  EXPECT_TRUE(sent_packets(loop.ep(1), loop.now()).empty());
+  loop.ep(1).handle_datagram(dg, loop.now());
+  const auto out = sent_packets(loop.ep(1), loop.now());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].bh.opcode, wire::Opcode::kConnectReject);
+  EXPECT_EQ(out[0].connect.code, static_cast<uint8_t>(Status::kConnectRefused));
+}
+
 }  // namespace
 }  // namespace metaroce::test
