@@ -2,10 +2,13 @@
 // connects) refuses it with CONNECT_REJECT kResourceExhausted (CONN-4)
 // rather than throwing std::bad_alloc out of handle_datagram into the
 // driver's receive loop, and nothing of it is left half made: the same
-// request, once memory is back, connects. connect() says kResourceExhausted
-// likewise, and so does a post_shared_recv that cannot grow the shared
-// queue (PLACE-6). This executable replaces the global operator new with one
-// that fails on demand, on the calling thread only.
+// request, once memory is back, connects. The same for the engine's other
+// calls once the endpoint is open: connect, the posts (a connection's
+// contexts, the completion's room, the shared queue's growth) and memory
+// registration say kResourceExhausted, nothing queued; a packet whose
+// handling finds no memory is dropped as if lost. This executable replaces
+// the global operator new with one that fails on demand, on the calling
+// thread only.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
