@@ -476,7 +476,6 @@ PeerAddr Endpoint::peer_of(ConnId conn) const {
 Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   Connection* c = impl_->find(conn);
   if (c == nullptr) return Status::kNoSuchConnection;
-  if (!impl_->room_for_completion()) return Status::kResourceExhausted;
   const Status s = impl_->post_send(*c, wr);
   if (s == Status::kOk) {
     ++impl_->wrs_open;
@@ -493,14 +492,12 @@ Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
   // PATH-7 times, so it must not answer CONN-9's keepalive (an application
   // keeping receives posted kept a vanished peer's connection for ever). The
   // receive itself keeps the rx context (rx_idle).
-  if (!impl_->room_for_completion()) return Status::kResourceExhausted;
   const Status s = impl_->post_recv(*c, wr);
   impl_->wrs_open += s == Status::kOk;
   return s;
 }
 
 Status Endpoint::post_shared_recv(const RecvWr& wr) {
-  if (!impl_->room_for_completion()) return Status::kResourceExhausted;
   const Status s = impl_->post_shared_recv(wr);
   impl_->wrs_open += s == Status::kOk;
   return s;

@@ -269,9 +269,9 @@ struct Endpoint::Impl {
   }
   void complete(const detail::Connection& c, const Completion& comp);
   // Room in the completion queue for every request posted and not yet
-  // completed, and one more: checked before a post, so that complete(), on
-  // the packet path, never allocates. False (memory short): the post is
-  // refused kResourceExhausted.
+  // completed, and one more: checked by a post about to queue (a refused
+  // one allocates nothing), so that complete(), on the packet path, never
+  // allocates. False (memory short): the post is refused kResourceExhausted.
   [[nodiscard]] bool room_for_completion() {
     return completions.size() + wrs_open < completions.capacity() || grow_completions();
   }

@@ -51,6 +51,7 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
   if (rx_ctx(c) == nullptr) return Status::kResourceExhausted;
   detail::RxCtx& r = *c.rx;
   if (r.rq_tail - r.rq_head >= cfg.rq_depth) return Status::kQueueFull;
+  if (!room_for_completion()) return Status::kResourceExhausted;
   detail::RecvEntry& e = r.rq[r.rq_tail & r.rq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
@@ -68,6 +69,7 @@ Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
     if (buf == nullptr) return why;
   }
   if (srq_outstanding >= cfg.shared_rq_depth) return Status::kQueueFull;
+  if (!room_for_completion()) return Status::kResourceExhausted;
   if (srq_outstanding == srq.size() && !grow_srq()) return Status::kResourceExhausted;
   detail::RecvEntry& e = srq[srq_tail++ & srq_mask];
   e = detail::RecvEntry{};
