@@ -389,6 +389,8 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
       comp.byte_len = e.wr.length;
       complete(c, comp);
       ++c.stats.send_completions;
+    } else {
+      --wrs_open;  // done, with no completion to make room for
     }
     if (e.wr.op == WrOpcode::kRead) --c.reads_outstanding;
     ++t.sq_head;

@@ -26,6 +26,9 @@ constexpr uint64_t kIdKeySalt = 0x69642d6b65792d31ull;
 constexpr size_t kSlotsHeldFree = 1024;
 // A fourth, for the closed records' request index (closed_table.hpp).
 constexpr uint64_t kClosedSalt = 0x636c6f7365642d31ull;
+// A connection's events at most: kConnected, kAccepted or kConnectFailed;
+// kError; kClosed (push_event's callers).
+constexpr size_t kEventsPerConnection = 3;
 
 // Room for one more element, grown by doubling: push_back then cannot throw.
 template <typename V>
@@ -69,11 +72,10 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
   // nanosecond, spun on handle_timeout.
   detail::for_each_duration(
       cfg, [](const char*, uint64_t& ns, bool, const char*) { ns = std::min(ns, kMaxDurationNs); });
-  if (cfg.shared_rq_depth > 0) {
-    cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
-    srq.assign(std::bit_ceil(cfg.shared_rq_depth), detail::RecvEntry{});
-    srq_mask = static_cast<uint32_t>(srq.size() - 1);
-  }
+  // The shared queue's ring grows as receives are posted (grow_srq): at
+  // kMaxSharedRqDepth, allocated here, it took about 800 MB at open however
+  // few receives the application would post.
+  cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
   closed.configure(std::max<size_t>(cfg.max_connections, kMinClosedKept),
                    detail::Rng(c.seed ^ kClosedSalt).next());
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
@@ -105,7 +107,20 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
   try {
     c = std::make_unique<Connection>();
     c->paths.reserve(cfg.num_paths);  // init_paths' assign then allocates nothing
+    // Room for every event a connection can have queued (its setup's, an
+    // error's and its end's) besides those the application has not polled:
+    // push_event, on the packet path, then never allocates.
+    const size_t live = conns.size() - free_indices.size();
+    events.reserve(events.size() + kEventsPerConnection * (live + 1));
     if (!reuse) {
+      // Each of these holds a slot at most once (the ready ring, the heap)
+      // or counts slots: with room for all of them, destroy_connection,
+      // mark_ready and the timers never allocate.
+      const size_t slots = std::bit_ceil(conns.size() + 1);
+      free_indices.reserve(slots);
+      ready.reserve(slots);
+      timers.reserve(slots);
+      timer_dirty.reserve(slots);
       room_for_one(conns);
       room_for_one(generations);
       room_for_one(timer_pos);
@@ -240,7 +255,11 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
 }
 
 void Endpoint::Impl::recycle_lkeys() {
-  lkeys_held.assign(mrs.slots(), 0);
+  try {
+    lkeys_held.assign(mrs.slots(), 0);
+  } catch (const std::bad_alloc&) {
+    return;  // no slot put back: a later registration scans again (recycle_due)
+  }
   // index_of gives lkey 0 (an empty request's) one past the table.
   const auto hold = [this](uint32_t lkey) {
     const uint32_t index = detail::MrTable::index_of(lkey);
@@ -259,14 +278,28 @@ void Endpoint::Impl::recycle_lkeys() {
   mrs.recycle(lkeys_held);
 }
 
-detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
-  if (!tx_pool.empty()) {
-    c.tx = std::move(tx_pool.back());
-    tx_pool.pop_back();
-  } else {
-    c.tx = std::make_unique<detail::TxCtx>();
+// A context from the pool, or a new one, shaped for c; null, nothing
+// changed, when the memory for it runs short. The pool has room for every
+// context (create_connection), so one taken from it always fits back.
+template <typename Ctx>
+std::unique_ptr<Ctx> Endpoint::Impl::shaped(std::vector<std::unique_ptr<Ctx>>& pool,
+                                            const Connection& c) noexcept {
+  std::unique_ptr<Ctx> ctx;
+  if (!pool.empty()) {
+    ctx = std::move(pool.back());
+    pool.pop_back();
   }
-  detail::TxCtx& t = *c.tx;
+  try {
+    if (!ctx) ctx = std::make_unique<Ctx>();
+    shape(*ctx, c);
+  } catch (const std::bad_alloc&) {
+    if (ctx) pool.push_back(std::move(ctx));
+    return nullptr;
+  }
+  return ctx;
+}
+
+void Endpoint::Impl::shape(detail::TxCtx& t, const Connection& c) const {
   const uint32_t w = c.window();
   t.records.assign(w, detail::TxRecord{});
   t.acked_bits.assign(w / 64, 0);
@@ -284,6 +317,18 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   t.hdr_len = 0;
   t.explore = {};  // PATH-8 starts afresh, with no path half moved
   t.capped = {};
+}
+
+void Endpoint::Impl::shape(detail::RxCtx& r, const Connection& c) const {
+  r.bits.assign(c.window() / 64, 0);
+  r.rq.assign(std::bit_ceil(uint32_t{cfg.rq_depth}), detail::RecvEntry{});
+  r.rq_mask = static_cast<uint32_t>(r.rq.size() - 1);
+  r.rq_head = r.rq_tail = 0;
+}
+
+detail::TxCtx* Endpoint::Impl::borrow_tx(Connection& c) noexcept {
+  c.tx = shaped(tx_pool, c);
+  if (!c.tx) return nullptr;
   c.draining_slot = detail::kNoPath;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
   // PATH-6: work starts again on a connection that had none outstanding for
@@ -297,22 +342,12 @@ detail::TxCtx& Endpoint::Impl::borrow_tx(Connection& c) {
   // (The PROBEs owed go, and the timer is set, when the work is polled.)
   if (c.silent_paths != 0) [[unlikely]]
     wake_silent_paths(c, last_now);
-  return t;
+  return c.tx.get();
 }
 
-detail::RxCtx& Endpoint::Impl::borrow_rx(Connection& c) {
-  if (!rx_pool.empty()) {
-    c.rx = std::move(rx_pool.back());
-    rx_pool.pop_back();
-  } else {
-    c.rx = std::make_unique<detail::RxCtx>();
-  }
-  detail::RxCtx& r = *c.rx;
-  r.bits.assign(c.window() / 64, 0);
-  r.rq.assign(std::bit_ceil(uint32_t{cfg.rq_depth}), detail::RecvEntry{});
-  r.rq_mask = static_cast<uint32_t>(r.rq.size() - 1);
-  r.rq_head = r.rq_tail = 0;
-  return r;
+detail::RxCtx* Endpoint::Impl::borrow_rx(Connection& c) noexcept {
+  c.rx = shaped(rx_pool, c);
+  return c.rx.get();
 }
 
 bool Endpoint::Impl::tx_idle(const Connection& c) const {
@@ -337,7 +372,17 @@ void Endpoint::Impl::maybe_release_ctx(Connection& c, TimeNs now) {
 
 void Endpoint::Impl::complete(const Connection& c, const Completion& comp) {
   (void)c;
+  --wrs_open;
   completions.push(comp);
+}
+
+bool Endpoint::Impl::grow_completions() noexcept {
+  try {
+    completions.reserve(completions.size() + wrs_open + 1);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
 }
 
 void Endpoint::Impl::push_event(EventKind k, const Connection& c, Status s, Status reason) {
@@ -433,6 +478,7 @@ Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   if (c == nullptr) return Status::kNoSuchConnection;
   const Status s = impl_->post_send(*c, wr);
   if (s == Status::kOk) {
+    ++impl_->wrs_open;
     c->last_activity = impl_->last_now;
     impl_->mark_ready(*c);
   }
@@ -446,10 +492,16 @@ Status Endpoint::post_recv(ConnId conn, const RecvWr& wr) {
   // PATH-7 times, so it must not answer CONN-9's keepalive (an application
   // keeping receives posted kept a vanished peer's connection for ever). The
   // receive itself keeps the rx context (rx_idle).
-  return impl_->post_recv(*c, wr);
+  const Status s = impl_->post_recv(*c, wr);
+  impl_->wrs_open += s == Status::kOk;
+  return s;
 }
 
-Status Endpoint::post_shared_recv(const RecvWr& wr) { return impl_->post_shared_recv(wr); }
+Status Endpoint::post_shared_recv(const RecvWr& wr) {
+  const Status s = impl_->post_shared_recv(wr);
+  impl_->wrs_open += s == Status::kOk;
+  return s;
+}
 
 const EndpointStats& Endpoint::endpoint_stats() const { return impl_->estats; }
 

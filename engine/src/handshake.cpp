@@ -22,7 +22,12 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
   do {
     c->nonce = rng.next();
   } while (c->nonce == 0 || by_nonce.count(c->nonce) != 0);
-  by_nonce[c->nonce] = c->index;
+  try {
+    by_nonce[c->nonce] = c->index;
+  } catch (const std::bad_alloc&) {
+    destroy_connection(*c);  // its nonce not indexed: nothing of it left
+    return Status::kResourceExhausted;
+  }
   c->owe.connect = true;
   c->last_progress = now;
   out = c->id;
@@ -31,7 +36,7 @@ Status Endpoint::Impl::connect(const PeerAddr& peer, TimeNs now, ConnId& out, ui
   return Status::kOk;
 }
 
-void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
+bool Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body, TimeNs now) {
   c.peer_conn = peer_body.src_conn;
   // CONN-3; c.mtu is the endpoint's, or less where the requester's route asked (CONN-1).
   // The peer's offer is at least kMinMtu (refused otherwise).
@@ -50,9 +55,13 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   // Work posted while connecting was queued with the configured window; a
   // smaller negotiated window or read limit re-sizes the contexts (nothing is
   // in flight yet).
+  // No memory for one: the old kept, for the work in it to be flushed.
   if (c.tx) {
     auto old = std::move(c.tx);
-    tx_ctx(c);
+    if (tx_ctx(c) == nullptr) {
+      c.tx = std::move(old);
+      return false;
+    }
     c.tx->sq = std::move(old->sq);
     c.tx->sq_head = old->sq_head;
     c.tx->sq_seg = old->sq_seg;
@@ -61,12 +70,16 @@ void Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   }
   if (c.rx) {
     auto old = std::move(c.rx);
-    rx_ctx(c);
+    if (rx_ctx(c) == nullptr) {
+      c.rx = std::move(old);
+      return false;
+    }
     c.rx->rq = std::move(old->rq);
     c.rx->rq_head = old->rq_head;
     c.rx->rq_tail = old->rq_tail;
     rx_pool.push_back(std::move(old));
   }
+  return true;
 }
 
 void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p, TimeNs now) {
@@ -131,7 +144,7 @@ void Endpoint::Impl::on_connect_req(const RxDatagram& dg, const wire::Packet& p,
     return reject(Status::kResourceExhausted);
   }
   c->nonce = b.nonce;
-  establish(*c, b, now);
+  (void)establish(*c, b, now);  // a new connection: no context to move
   c->owe.accept = true;
   push_event(EventKind::kAccepted, *c, Status::kOk);
   mark_ready(*c);
@@ -146,9 +159,14 @@ bool Endpoint::Impl::on_connect_reply(Connection& c, const wire::Packet& p, Time
   if (accepted && p.connect.src_conn == 0) return true;
   c.owe.connect = false;  // CONN-2: a resend the timer asked for is moot now
   if (accepted && p.connect.mtu >= kMinMtu) {
-    establish(c, p.connect, now);
+    const bool held = establish(c, p.connect, now);
     c.control_deadline = TimeNs::never();
     push_event(EventKind::kConnected, c, Status::kOk);
+    // The work posted while connecting, whose contexts found no memory to
+    // take the agreed window: completed, the connection failed, as for a
+    // local fault (COMP-5), rather than std::bad_alloc out of the engine.
+    if (!held) [[unlikely]]
+      enter_error(c, Status::kResourceExhausted, detail::Culprit::none(), now);
     return true;
   }
   fail_connect(c, p, accepted);
@@ -224,7 +242,7 @@ bool Endpoint::Impl::on_abandoned_accept(const RxDatagram& dg, const wire::Packe
   o.dst_conn = p.connect.src_conn;
   o.disconnect.src_conn = r->id.v;
   o.disconnect.reason = static_cast<uint8_t>(r->reason);
-  if (orphans.size() < 1024) orphans.push(o);
+  queue_orphan(o);
   return true;
 }
 
@@ -245,7 +263,7 @@ void Endpoint::Impl::ack_disconnect(const RxDatagram& dg, const wire::Packet& p)
   o.op = wire::Opcode::kDisconnectAck;
   o.dst_conn = p.disconnect.src_conn;
   o.disconnect.src_conn = p.bh.dst_conn;
-  if (orphans.size() < 1024) orphans.push(o);
+  queue_orphan(o);
 }
 
 bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> buf,

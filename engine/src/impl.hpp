@@ -91,9 +91,9 @@ struct Endpoint::Impl {
 
   // PLACE-6: the shared receive queue, a ring of the posted receives no
   // connection has taken yet. srq_outstanding counts those plus the ones
-  // connections took and have not completed; it never exceeds
-  // shared_rq_depth, so receives given back by a failing connection always
-  // fit in front of the ring again.
+  // connections took and have not completed; it never exceeds the ring's
+  // size (grown by post_shared_recv, up to shared_rq_depth), so receives
+  // given back by a failing connection always fit in front of the ring again.
   std::vector<detail::RecvEntry> srq;
   uint32_t srq_mask = 0;
   uint32_t srq_head = 0, srq_tail = 0;
@@ -113,6 +113,12 @@ struct Endpoint::Impl {
     uint32_t dst_conn;
   };
   Ring<Orphan> orphans;
+  // Queues a reply to a packet of no connection, unless kMaxOrphans wait
+  // already or the queue finds no memory to grow: then it is dropped, as if
+  // lost, and the peer repeats what drew it; never std::bad_alloc out of
+  // handle_datagram.
+  [[gnu::cold]] void queue_orphan(const Orphan& o) noexcept;
+  static constexpr size_t kMaxOrphans = 1024;
 
   // What the endpoint remembers of connections that ended (closed_table.hpp):
   // while the peer may still repeat a control packet of theirs, its
@@ -262,13 +268,34 @@ struct Endpoint::Impl {
     if (trace_fn != nullptr) trace_fn(trace_ctx, TraceEvent{t, k, path, c.id, psn, aux});
   }
   void complete(const detail::Connection& c, const Completion& comp);
+  // Room in the completion queue for every request posted and not yet
+  // completed, and one more: checked by a post about to queue (a refused
+  // one allocates nothing), so that complete(), on the packet path, never
+  // allocates. False (memory short): the post is refused kResourceExhausted.
+  [[nodiscard]] bool room_for_completion() {
+    return completions.size() + wrs_open < completions.capacity() || grow_completions();
+  }
+  [[gnu::cold, gnu::noinline]] bool grow_completions() noexcept;
   void push_event(EventKind k, const detail::Connection& c, Status s, Status reason = Status::kOk);
   // The contexts, borrowed from the pools on first use. Inline: every data
   // packet asks, and nearly always the connection holds one already.
-  detail::TxCtx& tx_ctx(detail::Connection& c) { return c.tx ? *c.tx : borrow_tx(c); }
-  detail::RxCtx& rx_ctx(detail::Connection& c) { return c.rx ? *c.rx : borrow_rx(c); }
-  detail::TxCtx& borrow_tx(detail::Connection& c);
-  detail::RxCtx& borrow_rx(detail::Connection& c);
+  // Null, the connection holding none, when memory for one runs short: a
+  // posted request is then refused kResourceExhausted, a packet dropped as if
+  // lost (its sender resends it), never std::bad_alloc out of the engine.
+  [[nodiscard]] detail::TxCtx* tx_ctx(detail::Connection& c) {
+    return c.tx ? c.tx.get() : borrow_tx(c);
+  }
+  [[nodiscard]] detail::RxCtx* rx_ctx(detail::Connection& c) {
+    return c.rx ? c.rx.get() : borrow_rx(c);
+  }
+  detail::TxCtx* borrow_tx(detail::Connection& c) noexcept;
+  detail::RxCtx* borrow_rx(detail::Connection& c) noexcept;
+  template <typename Ctx>
+  std::unique_ptr<Ctx> shaped(std::vector<std::unique_ptr<Ctx>>& pool,
+                              const detail::Connection& c) noexcept;
+  // Sizes a context's queues for c, every position at its start.
+  void shape(detail::TxCtx& t, const detail::Connection& c) const;
+  void shape(detail::RxCtx& r, const detail::Connection& c) const;
   // READ responses we hold at most (READ-3's limit, with slack).
   [[nodiscard]] uint32_t resp_depth() const { return uint32_t{cfg.max_reads} * 4; }
   void maybe_release_ctx(detail::Connection& c, TimeNs now);
@@ -307,8 +334,10 @@ struct Endpoint::Impl {
   // src_conn and nonce (CONN-4, CONN-5).
   [[gnu::cold]] void queue_reject(const RxDatagram& dg, uint32_t src_conn, uint64_t nonce,
                                   Status code);
-  [[gnu::cold]] void establish(detail::Connection& c, const wire::ConnectBody& peer_body,
-                               TimeNs now);
+  // False when a context holding work posted while connecting found no
+  // memory to take the agreed window (tx_ctx): the old one kept.
+  [[gnu::cold, nodiscard]] bool establish(detail::Connection& c, const wire::ConnectBody& peer_body,
+                                          TimeNs now);
   bool emit_control(detail::Connection& c, TimeNs now, std::span<uint8_t> buf, TxDatagram& out);
   [[gnu::cold]] void enter_error(detail::Connection& c, Status why, detail::Culprit who,
                                  TimeNs now);
@@ -463,6 +492,10 @@ struct Endpoint::Impl {
   // ---- receiver.cpp ----
   Status post_recv(detail::Connection& c, const RecvWr& wr);
   Status post_shared_recv(const RecvWr& wr);
+  // Doubles the shared queue's ring (16 first, bit_ceil(shared_rq_depth) at
+  // most), its receives kept in order; false, nothing changed, when memory
+  // runs short.
+  [[gnu::cold]] bool grow_srq() noexcept;
   // PLACE-6: moves shared receives, oldest first, into the connection's
   // queue until it holds receive `idx` (counted from its oldest); false if
   // the shared queue or the connection's queue runs out first.
@@ -602,6 +635,9 @@ struct Endpoint::Impl {
   // recycle_lkeys' marks, by MrTable slot: kept, so that a scan allocates
   // only while the table grows. Last: no hot member moves for it.
   std::vector<uint8_t> lkeys_held;
+  // Requests posted and not yet completed (room_for_completion). Last, as
+  // lkeys_held: no hot member moves for it.
+  size_t wrs_open = 0;
 };
 
 }  // namespace metaroce

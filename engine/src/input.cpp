@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <new>
 
 #include "impl.hpp"
 
@@ -26,6 +27,15 @@ void Endpoint::Impl::reject_bad_version(const RxDatagram& dg) {
   queue_reject(dg, src_conn, nonce, Status::kVersionMismatch);
 }
 
+void Endpoint::Impl::queue_orphan(const Orphan& o) noexcept {
+  if (orphans.size() >= kMaxOrphans) return;
+  try {
+    orphans.push(o);
+  } catch (const std::bad_alloc&) {
+    // Dropped: Ring::push grows before it changes anything.
+  }
+}
+
 void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint64_t nonce,
                                   Status code) {
   Orphan o{};
@@ -36,7 +46,7 @@ void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint6
   o.connect.code = static_cast<uint8_t>(code);
   o.connect.max_version = wire::kVersion;
   o.connect.nonce = nonce;
-  if (orphans.size() < 1024) orphans.push(o);
+  queue_orphan(o);
 }
 
 // The per-packet entries (this one and output.cpp's two poll_transmit) are marked hot:

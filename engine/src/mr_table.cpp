@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <new>
 
 namespace metaroce::detail {
 namespace {
@@ -22,6 +23,25 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
       length - 1 > UINT64_MAX - base ||
       length - 1 > UINTPTR_MAX - reinterpret_cast<uintptr_t>(addr))
     return Status::kInvalidArgument;
+  // Every allocation first, nothing changed unless all succeed: short of
+  // memory, a registration is kResourceExhausted, not std::bad_alloc. free_
+  // has room for every slot, so that remove() and recycle() never allocate.
+  try {
+    const size_t need = regions_.size() + 1;
+    const auto room = [need](auto& v) {
+      if (v.capacity() < need) v.reserve(std::max<size_t>({16, v.capacity() * 2, need}));
+    };
+    room(regions_);
+    room(generations_);
+    room(free_);
+    // Tombstones count as used: sized by the regions registered now, the
+    // table stays small however many came and went (doubling it every time
+    // they filled half of it grew it by two slots per registration).
+    if ((hash_used_ + 1) * 2 > hash_.size())
+      rehash(std::max<size_t>(64, std::bit_ceil((live_ + 1) * 4)));
+  } catch (const std::bad_alloc&) {
+    return Status::kResourceExhausted;
+  }
   uint32_t index;
   uint32_t generation = 0;
   if (!free_.empty()) {
@@ -36,11 +56,6 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
   } else {
     return Status::kResourceExhausted;
   }
-  // Tombstones count as used: sized by the regions registered now, the table
-  // stays small however many came and went (doubling it every time they
-  // filled half of it grew it by two slots per registration).
-  if ((hash_used_ + 1) * 2 > hash_.size())
-    rehash(std::max<size_t>(64, std::bit_ceil((live_ + 1) * 4)));
   const uint32_t lkey = (generation << kIndexBits) | (index + 1);
   regions_[index] = Region{static_cast<uint8_t*>(addr), base, length, rkey, access, lkey};
   ++live_;
@@ -97,20 +112,21 @@ uint32_t MrTable::find_slot(uint64_t rkey) const {
 }
 
 void MrTable::rehash(size_t capacity) {
-  std::vector<Slot> old = std::move(hash_);
-  hash_.assign(capacity, Slot{});
-  hash_used_ = 0;
+  std::vector<Slot> fresh(capacity, Slot{});  // first: thrown, the table is as it was
+  size_t used = 0;
   const size_t mask = capacity - 1;
-  for (const Slot& s : old) {
+  for (const Slot& s : hash_) {
     if (s.index == kNone || s.index == kTombstone) continue;
     for (size_t i = mix(s.rkey) & mask;; i = (i + 1) & mask) {
-      if (hash_[i].index == kNone) {
-        hash_[i] = s;
-        ++hash_used_;
+      if (fresh[i].index == kNone) {
+        fresh[i] = s;
+        ++used;
         break;
       }
     }
   }
+  hash_ = std::move(fresh);
+  hash_used_ = used;
 }
 
 uint8_t* MrTable::local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need,

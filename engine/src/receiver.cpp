@@ -2,7 +2,9 @@
 // arrival (no reorder buffer), the receive window, and ACK generation
 // (spec SEQ-4, PLACE-*, READ-*, ACK-*, NAK-1/2, COMP-3).
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <new>
 
 #include "bitmap.hpp"
 #include "bytes.hpp"
@@ -46,8 +48,10 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
     buf = mrs.local(wr.lkey, wr.addr, wr.length, kAccessLocalWrite, why);
     if (buf == nullptr) return why;
   }
-  detail::RxCtx& r = rx_ctx(c);
+  if (rx_ctx(c) == nullptr) return Status::kResourceExhausted;
+  detail::RxCtx& r = *c.rx;
   if (r.rq_tail - r.rq_head >= cfg.rq_depth) return Status::kQueueFull;
+  if (!room_for_completion()) return Status::kResourceExhausted;
   detail::RecvEntry& e = r.rq[r.rq_tail & r.rq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
@@ -57,7 +61,7 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
 }
 
 Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
-  if (srq.empty()) return Status::kInvalidArgument;
+  if (cfg.shared_rq_depth == 0) return Status::kInvalidArgument;
   uint8_t* buf = nullptr;
   if (wr.length > 0) {
     Status why = Status::kOk;
@@ -65,6 +69,8 @@ Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
     if (buf == nullptr) return why;
   }
   if (srq_outstanding >= cfg.shared_rq_depth) return Status::kQueueFull;
+  if (!room_for_completion()) return Status::kResourceExhausted;
+  if (srq_outstanding == srq.size() && !grow_srq()) return Status::kResourceExhausted;
   detail::RecvEntry& e = srq[srq_tail++ & srq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
@@ -72,6 +78,23 @@ Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
   e.shared = true;
   ++srq_outstanding;
   return Status::kOk;
+}
+
+bool Endpoint::Impl::grow_srq() noexcept {
+  std::vector<detail::RecvEntry> bigger;
+  try {
+    bigger.resize(
+        std::min<size_t>(std::max<size_t>(16, srq.size() * 2), std::bit_ceil(cfg.shared_rq_depth)));
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  const uint32_t count = srq_tail - srq_head;
+  for (uint32_t i = 0; i < count; ++i) bigger[i] = srq[(srq_head + i) & srq_mask];
+  srq = std::move(bigger);
+  srq_mask = static_cast<uint32_t>(srq.size() - 1);
+  srq_head = 0;
+  srq_tail = count;
+  return true;
 }
 
 bool Endpoint::Impl::take_shared(detail::RxCtx& r, uint32_t idx) {
@@ -192,7 +215,11 @@ void Endpoint::Impl::complete_recvs(Connection& c, detail::RxCtx& r) {
 // its code: one call a READ, not an instruction more a data packet.
 void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t psn, Status& why) {
   const wire::MessageHeader& mh = p.mh;
-  detail::TxCtx& t = tx_ctx(c);
+  if (tx_ctx(c) == nullptr) {
+    why = Status::kRnr;  // READ-3's wait: no memory for the responses' queue yet
+    return;
+  }
+  detail::TxCtx& t = *c.tx;
   const uint8_t* src = nullptr;
   if (mh.msg_len > kMaxMessageLength)  // READ-2: no requester may ask for more
     why = Status::kRemoteInvalidRequest;
@@ -326,7 +353,9 @@ void Endpoint::Impl::on_data(Connection& c, const RxDatagram& dg, const wire::Pa
     on_trimmed(c, dg, p, now);
     return;
   }
-  detail::RxCtx& r = rx_ctx(c);
+  if (rx_ctx(c) == nullptr) [[unlikely]]
+    return;  // no memory for its context: dropped as if lost, and resent
+  detail::RxCtx& r = *c.rx;
   const uint32_t mask = c.wmask();
   const uint32_t psn = p.bh.psn;
   const auto d = static_cast<int32_t>(psn - c.rx_cum);

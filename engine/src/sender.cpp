@@ -32,8 +32,10 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
     local = mrs.local(wr.lkey, wr.local_addr, wr.length, need, why);
     if (local == nullptr) return why;
   }
-  TxCtx& t = tx_ctx(c);
+  if (tx_ctx(c) == nullptr) return Status::kResourceExhausted;
+  TxCtx& t = *c.tx;
   if (t.sq_tail - t.sq_head >= cfg.sq_depth) return Status::kQueueFull;
+  if (!room_for_completion()) return Status::kResourceExhausted;
   detail::SqEntry& e = t.sq[t.sq_tail & t.sq_mask];
   if (t.hdr_slot == (t.sq_tail & t.sq_mask)) t.hdr_slot = detail::kNoSlot;  // a new message
   // Each field set in place: `e = SqEntry{}` first cleared the whole entry

@@ -2,6 +2,7 @@
 // an update O(log n), and the heap never grows past the connection count.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +47,8 @@ class TimerHeap {
     up(i, pos);
     down(pos[last.id], pos);
   }
+  // Room for n deadlines: set() then allocates nothing while n items have one.
+  void reserve(size_t n) { heap_.reserve(n); }
   [[nodiscard]] bool empty() const { return heap_.empty(); }
   [[nodiscard]] TimeNs top_time() const { return heap_.empty() ? TimeNs::never() : heap_[0].when; }
   [[nodiscard]] uint32_t top_id() const { return heap_[0].id; }

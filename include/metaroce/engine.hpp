@@ -196,7 +196,9 @@ class Endpoint {
   // lies. kInvalidArgument also if base + length - 1 wraps past 2^64, or
   // addr + length - 1 does. Either call: kResourceExhausted with 2^22 - 1
   // table slots in use (regions registered, and spent slots, below, that
-  // posted work still names); registrations in all are unlimited. An lkey
+  // posted work still names), or when memory for the table runs short
+  // (nothing registered; deregistering never allocates); registrations in
+  // all are unlimited. An lkey
   // comes round again only after its table slot has served 1,024
   // registrations, and never while work posted with it is outstanding
   // (MR-6): until then a stale lkey is refused.
@@ -239,7 +241,8 @@ class Endpoint {
   // endpoint's, for a route that cannot carry the endpoint's (CONN-1).
   // kInvalidArgument, and no connection, for a max_mtu below 256 or a peer
   // whose len is 0 or more than its 20 bytes; kResourceExhausted, and no
-  // connection, while max_connections are open (accepted ones count). A peer
+  // connection, while max_connections are open (accepted ones count) or
+  // when memory for one more runs short (nothing thrown). A peer
   // whose table is full refuses: kConnectFailed with kResourceExhausted.
   // attempts (0: EndpointConfig::connect_attempts) is how many CONNECT_REQs
   // this connection sends, connect_retry_ns apart, before it fails
@@ -260,7 +263,9 @@ class Endpoint {
 
   // --- work requests ---
   // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local
-  // buffer not registered) and kInvalidArgument are returned at once and
+  // buffer not registered), kInvalidArgument and kResourceExhausted (no
+  // memory for the connection's queues, taken on first use, or for the
+  // request's completion, whose room is taken now) are returned at once and
   // nothing is queued. Work requests may be posted while connecting.
   // post_recv's queue holds rq_depth receives, counting the shared ones the
   // connection took and has not completed (PLACE-6).
@@ -274,7 +279,9 @@ class Endpoint {
   // message filled it. kInvalidArgument if shared_rq_depth is 0, kQueueFull
   // when shared_rq_depth receives are outstanding (waiting here or taken and
   // not yet completed), kLocalProtection for a buffer not registered for
-  // local write.
+  // local write, kResourceExhausted (nothing queued, the receives before it
+  // kept) when memory to grow the queue runs short: it grows as receives are
+  // posted, not shared_rq_depth's worth at construction.
   [[nodiscard]] Status post_shared_recv(const RecvWr& wr);
 
   // --- inputs ---

@@ -23,6 +23,7 @@ class Ring {
  public:
   [[nodiscard]] bool empty() const { return head_ == tail_; }
   [[nodiscard]] size_t size() const { return tail_ - head_; }
+  [[nodiscard]] size_t capacity() const { return buf_.size(); }
   // front(), pop() and operator[] need a non-empty ring (i < size()).
   [[nodiscard]] T& front() { return buf_[head_ & mask_]; }
   [[nodiscard]] const T& front() const { return buf_[head_ & mask_]; }
@@ -42,6 +43,11 @@ class Ring {
     if (size() > 1) buf_[tail_++ & mask_] = buf_[head_++ & mask_];
   }
   void clear() { head_ = tail_ = 0; }
+  // Room for n entries without growing (at least; a power of two): push()
+  // then allocates nothing, and so cannot throw, while size() < n.
+  void reserve(size_t n) {
+    while (n > size_t{mask_} + 1 || (buf_.empty() && n > 0)) grow();
+  }
 
  private:
   [[gnu::noinline]] void grow() {
