@@ -674,6 +674,38 @@ TEST(Engine, LossesBeforeAWindowOfOutcomesRetireNoPath) {  // PATH-5
   EXPECT_EQ(p0.retirements, 0u);
 }
 
+TEST(Engine, ALossThatCompletesTheWindowOfOutcomesRetiresThePath) {  // PATH-5
+  // PATH-5 judges a path once it has `loss_window_packets` outcomes, the
+  // loss being judged among them. With a window of 2, reorder_threshold 1
+  // and every packet acknowledged on its own, slot 1's first packet is lost
+  // and its second acknowledged: the ACK is one outcome, the loss it shows
+  // the second, and the EWMA (1/2) is past 10 %: the path is retired then,
+  // not at a later loss.
+  EndpointConfig c = cfg(180);
+  c.recovery.loss_window_packets = 2;
+  c.recovery.reorder_threshold = 1;
+  EndpointConfig rc = cfg(181);
+  rc.ack_every = 1;
+  Loop loop(c, rc);
+  auto [a, b] = loop.connect();
+  int slot1_data = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 1 && ++slot1_data == 1;
+  };
+  // The first flight's data packets, sent together, arrive 1 us apart (in
+  // order), so that each ACK newly acknowledges one.
+  uint64_t data_sent = 0;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == 0x01 ? 1'000 * std::min<uint64_t>(++data_sent, 16) : 0;
+  };
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 64 * 4096, 0x54));
+  PathStats ps;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, ps));
+  EXPECT_EQ(ps.losses, 1u);
+  EXPECT_EQ(ps.timeouts, 0u);  // the premise: LOSS-2 found it, not the RTO
+  EXPECT_EQ(ps.retirements, 1u);
+}
+
 // LOSS-5: each timeout doubles the path's RTO up to max_rto. One path whose
 // every packet is lost, PROBEs included, min_rto 1 ms and max_rto 2 ms:
 // after the first timeout its PROBEs, each timed by the RTO (PATH-4), come
