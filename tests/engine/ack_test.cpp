@@ -512,6 +512,27 @@ TEST(Engine, DelayedAckCountsFromTheFirstPacketItCovers) {
   EXPECT_EQ(acks[0].cum_psn, be::load32(f.data[1].data() + 8) + 1);
 }
 
+// ACK-5: the delayed ACK is owed only while no ACK is: one already owed (a
+// CE-marked packet's, ACK-2, not yet polled out when the timer runs) covers
+// the packet that started the delay, since an ACK carries the receive state
+// at the time it leaves. One ACK goes, not two.
+TEST(Engine, DelayedAckIsNotAddedToAnAckAlreadyOwed) {  // ACK-5, ACK-2
+  const EndpointConfig rc = cfg(199);
+  HandFed f(cfg(198), rc, 3);
+  Loop& loop = f.loop;
+  ASSERT_EQ(f.data.size(), 3u);
+  const TimeNs t0 = loop.now();
+  feed(loop, f.data[0], t0, true);  // CE: an ACK owed at once
+  feed(loop, f.data[1], t0);        // counted: the delay starts
+  const TimeNs due = t0 + rc.ack_delay_ns;
+  ASSERT_EQ(loop.ep(1).next_timeout(), due);
+  loop.ep(1).handle_timeout(due);  // the driver had not polled meanwhile
+  const auto acks = acks_among(sent_at(loop, 1, due));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].cum_psn, be::load32(f.data[1].data() + 8) + 1);
+  EXPECT_EQ(acks[0].flags & wire::kAckEchoCe, wire::kAckEchoCe);
+}
+
 // SEQ-4: a PSN at cum + W is out of the window: dropped, counted and not
 // acknowledged (its bit in the window would be cum's own); one at
 // cum + W - 1 is new.

@@ -656,14 +656,20 @@ TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
 // offset, an offset between segments. Each is dropped and counted as a bad
 // length; the true resend completes the READ with every byte. (Before, each
 // was counted, and the READ completed with its second half never written.)
+// So is the first, forged into no bytes at msg_len: as the first response
+// placed it names its own segment by its offset, and msg_len / mtu is no
+// segment of the READ (k < resp_pkts).
 TEST(Engine, ReadResponseThatIsNotItsSegmentIsDropped) {  // PLACE-4
   struct Forge {
     const char* what;
+    uint32_t forged_offset;  // the offset of the true response forged
     uint32_t offset;
     uint32_t payload;
   };
-  for (const Forge f : {Forge{"no bytes at msg_len", 8192, 0}, Forge{"segment 0 again", 0, 4096},
-                        Forge{"between segments", 100, 4096}}) {
+  for (const Forge f :
+       {Forge{"no bytes at msg_len", 4096, 8192, 0}, Forge{"segment 0 again", 4096, 0, 4096},
+        Forge{"between segments", 4096, 100, 4096},
+        Forge{"the first, no bytes at msg_len", 0, 8192, 0}}) {
     SCOPED_TRACE(f.what);
     Loop loop(cfg(920), cfg(921));
     auto [a, b] = loop.connect();
@@ -673,7 +679,7 @@ TEST(Engine, ReadResponseThatIsNotItsSegmentIsDropped) {  // PLACE-4
     bool forged = false;
     loop.mutate = [&](int from, std::vector<uint8_t>& d) {
       if (forged || from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp) ||
-          be::load32(d.data() + wire::kBaseHeaderSize + 4) != 4096)
+          be::load32(d.data() + wire::kBaseHeaderSize + 4) != f.forged_offset)
         return;
       forged = true;
       const size_t h = wire::kBaseHeaderSize + wire::kMessageHeaderSize;

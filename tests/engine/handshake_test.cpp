@@ -628,6 +628,38 @@ TEST(Handshake, AnAnswerToAnEstablishedConnectionIsIgnored) {
   EXPECT_TRUE(write_completes(loop, a, src, dst, 4096));
 }
 
+// CONN-2: a requester waits for an ACCEPT or REJECT carrying its nonce. One
+// carrying another (an answer to an earlier request that used the same
+// connection id, or a forgery) neither connects nor fails it; the true
+// ACCEPT then connects it.
+TEST(Handshake, AnAnswerWithAnotherNonceIsIgnored) {  // CONN-2, CONN-3
+  Loop loop(cfg(399), cfg(400));
+  ConnId a;
+  std::vector<uint8_t> req, acc;
+  ASSERT_TRUE(connect_request(loop, a, req));
+  ASSERT_TRUE(answer_of(loop, req, acc));
+  constexpr size_t kNonceLast = wire::kBaseHeaderSize + 23;  // body bytes 16-23, big-endian
+  std::vector<uint8_t> other = acc;
+  other[kNonceLast] ^= 1;
+  ASSERT_EQ(wire::seal(other, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), other.size());
+  std::vector<uint8_t> rej = other;
+  rej[1] = kConnectReject;
+  rej[wire::kBaseHeaderSize + 12] = static_cast<uint8_t>(Status::kConnectRefused);
+  ASSERT_EQ(wire::seal(rej, wire::kBaseHeaderSize + wire::kConnectBodySize, 0), rej.size());
+  for (const std::vector<uint8_t>* d :
+       std::initializer_list<const std::vector<uint8_t>*>{&other, &rej}) {
+    deliver(loop, 0, loop.addr(1), *d);
+    EXPECT_FALSE(loop.ep(0).is_established(a)) << "opcode " << int{(*d)[1]};
+    Event ev;
+    EXPECT_FALSE(loop.ep(0).poll_event(ev)) << "opcode " << int{(*d)[1]} << " drew an event";
+  }
+  deliver(loop, 0, loop.addr(1), acc);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  Event ev;
+  ASSERT_TRUE(loop.ep(0).poll_event(ev));
+  EXPECT_EQ(ev.kind, EventKind::kConnected);
+}
+
 // Section 11.3: a connection in ERROR drops the ACKs and NAKs it receives
 // afterwards (its work has all completed): none is counted or answered.
 TEST(Handshake, AFailedConnectionDropsAcksAndNaks) {  // NAK-2, NAK-3
@@ -1253,23 +1285,19 @@ TEST(Handshake, MaxReadsZeroIsTakenAsOne) {
 // that finds the queue full is answered with NAK REMOTE_INVALID_REQUEST. The
 // responder's max_reads is 1 and its ACCEPT, edited, says 16: the requester
 // sends five READs at once, and the fifth finds four queued.
-TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
-  EndpointConfig rc = cfg(337);
-  rc.max_reads = 1;
-  Loop loop(cfg(338), rc);
-  edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) { body[11] = 16; });
-  auto [a, b] = loop.connect();
-  ASSERT_TRUE(a.valid() && b.valid());
-  loop.mutate = nullptr;
-  Buf src(loop.ep(1), 5 * 4096, kAccessRemoteRead, 0x78),
-      dst(loop.ep(0), 5 * 4096, kAccessLocalWrite);
-  for (uint64_t i = 0; i < 5; ++i) {
-    SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
-    wr.local_addr = dst.addr(i * 4096);
-    ASSERT_EQ(loop.ep(0).post_send(a, wr), Status::kOk);
-  }
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 5, done));
+// READ i of 4096 bytes, from the responder's `src` into the requester's
+// `dst` at the same offset.
+Status post_read(Loop& loop, ConnId a, const Buf& dst, const Buf& src, uint64_t i) {
+  SendWr wr = read_wr(dst, src.addr(i * 4096), src.mr.rkey, 4096, i);
+  wr.local_addr = dst.addr(i * 4096);
+  return loop.ep(0).post_send(a, wr);
+}
+
+// A connection whose responder (endpoint 1) has max_reads 1, its ACCEPT
+// edited to say 16: the requester may send more READs than the responder
+// takes. `done` is expected to hold READ 4 refused with NAK
+// REMOTE_INVALID_REQUEST, the responder's one fatal NAK (READ-3).
+void expect_read_4_refused(Loop& loop, ConnId b, const std::vector<Completion>& done) {
   bool refused = false;
   for (const Completion& c : done) {
     if (c.wr_id != 4) continue;
@@ -1278,6 +1306,57 @@ TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
   }
   EXPECT_TRUE(refused);
   EXPECT_EQ(loop.ep(1).conn_stats(b)->naks_sent, 1u);
+}
+
+std::pair<ConnId, ConnId> connect_overstating_max_reads(Loop& loop) {
+  edit_connect_body(loop, 1, kConnectAccept, [](uint8_t* body) { body[11] = 16; });
+  auto ab = loop.connect();
+  loop.mutate = nullptr;
+  return ab;
+}
+
+TEST(Handshake, ReadRequestBeyondTheResponderQueueIsRefused) {
+  EndpointConfig rc = cfg(337);
+  rc.max_reads = 1;
+  Loop loop(cfg(338), rc);
+  auto [a, b] = connect_overstating_max_reads(loop);
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(1), 5 * 4096, kAccessRemoteRead, 0x78),
+      dst(loop.ep(0), 5 * 4096, kAccessLocalWrite);
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_EQ(post_read(loop, a, dst, src, i), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 5, done));
+  expect_read_4_refused(loop, b, done);
+}
+
+// READ-3's boundary: the responder (max_reads 1, queue 4) holds three READs
+// answered but not acknowledged (the requester's ACKs are lost) and one not
+// yet answered when a READ_REQ finds the queue full. max_reads (1) of the
+// queued READs have not had their response sent, so this one is beyond the
+// requester's limit: NAK REMOTE_INVALID_REQUEST, not an RNR wait.
+TEST(Handshake, FullReadQueueWithMaxReadsUnansweredRefusesTheNext) {  // READ-3
+  EndpointConfig rc = cfg(341);
+  rc.max_reads = 1;
+  Loop loop(cfg(342), rc);
+  auto [a, b] = connect_overstating_max_reads(loop);
+  ASSERT_TRUE(a.valid() && b.valid());
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  Buf src(loop.ep(1), 5 * 4096, kAccessRemoteRead, 0x79),
+      dst(loop.ep(0), 5 * 4096, kAccessLocalWrite);
+  std::vector<Completion> done;
+  for (uint64_t i = 0; i < 3; ++i) {  // answered, each before the next is asked
+    ASSERT_EQ(post_read(loop, a, dst, src, i), Status::kOk);
+    ASSERT_TRUE(loop.run_until_completions(0, i + 1, done));
+  }
+  // Two READ_REQs together: the first takes the queue's last place, the
+  // second finds it full before the first's response has left.
+  ASSERT_EQ(post_read(loop, a, dst, src, 3), Status::kOk);
+  ASSERT_EQ(post_read(loop, a, dst, src, 4), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(0, 5, done, 50'000'000));
+  expect_read_4_refused(loop, b, done);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->rnr_naks_sent, 0u);
 }
 
 // READ-3: a responder's queue holds a READ until its response is

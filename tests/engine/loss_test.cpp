@@ -200,6 +200,51 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
   EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
 }
 
+TEST(Engine, GapOnAPathMidFlightIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-2
+  // LOSS-2's time form where the connection's tail rule (LOSS-8) does not
+  // apply: one path, a 4-packet WRITE whose 2nd packet is lost and whose 4th
+  // (the newest PSN) is held 80 us, so the ACK of the 3rd leaves the newest
+  // unacknowledged. That ACK shows a packet sent before it on the path
+  // missing: the path's timer comes forward to srtt / 4 from it. The path's
+  // own timer, from the 4th packet's transmission, still carries its
+  // variance term (one sample so far: 4 * rttvar is about 2 srtt).
+  EndpointConfig c = cfg(218);
+  c.num_paths = 1;
+  Loop loop(c, cfg(219));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));  // one sample: rttvar srtt / 2
+  int data_sent = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && data_sent == 2;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == 0x01 && data_sent == 4 ? 80'000 : 0;
+  };
+  TimeNs gap_ack_at = TimeNs::never(), resend_at = TimeNs::never();
+  uint64_t srtt_then = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 1 && d[1] == 0x10 && gap_ack_at == TimeNs::never())
+      gap_ack_at = loop.now() + loop.delay_ns;  // when it reaches the sender
+    if (from != 0 || d[1] != 0x01) return;
+    if (++data_sent == 5) {
+      resend_at = loop.now();
+      PathStats ps;
+      if (loop.ep(0).path_stats(a, 0, ps)) srtt_then = ps.srtt_ns;
+    }
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 97));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_NE(resend_at, TimeNs::never());
+  ASSERT_NE(gap_ack_at, TimeNs::never());
+  ASSERT_GT(srtt_then, 0u);
+  EXPECT_GE(resend_at.since(gap_ack_at), srtt_then / 4 - 500);
+  EXPECT_LE(resend_at.since(gap_ack_at), srtt_then / 4 + 500);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
   // Two paths. The first data packet of a WRITE is held 60 us on path 0:
   // the packets after it on that path overtake it and it is resent on path
@@ -490,6 +535,46 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
 // lost: nothing is left in flight, so no ACK, timer or probe could release
 // the path. Held, it carried nothing more, and PATH-7 failed the connection
 // 2 s later with the peer alive and its receive posted.
+TEST(Engine, RnrNakResendsNoWriteSentAfterTheRefusedSend) {  // LOSS-7
+  // A SEND finds no receive posted (RNR); a WRITE posted after it is still
+  // unacknowledged when the pause the NAK starts (rnr_retry, 100 us) ends:
+  // 200 us each way, and its ACK comes 120 us behind the NAK. The receiver
+  // refuses only packets that need a receive buffer (and READ_REQs), so the
+  // SEND goes again but not the WRITE's packets: they were placed, and a
+  // resend of them would only arrive twice. (One RTT sample, so the tail-loss timer's
+  // variance term keeps it from resending them first.)
+  Loop loop(cfg(303), cfg(304));
+  loop.delay_ns = 200'000;
+  auto [a, b] = loop.connect();
+  Buf wsrc(loop.ep(0), 4 * 4096, 0, 1);
+  Buf wdst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 1));
+  Buf src(loop.ep(0), 4096, 0, 7);
+  Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0);
+  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
+  constexpr uint8_t kAck = static_cast<uint8_t>(wire::Opcode::kAck);
+  bool posted = false;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 1 && d[1] == kAck ? 120'000 : 0;
+  };
+  int writes_sent = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    writes_sent += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+    if (from != 1 || posted || d[1] != kNak) return;
+    posted = true;
+    ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 4096, rbuf.mr.lkey}), Status::kOk);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(wsrc, wdst, 4 * 4096, 2)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 100'000'000));
+  EXPECT_TRUE(posted);
+  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "WR " << c.wr_id;
+  EXPECT_EQ(rbuf.bytes, src.bytes);
+  EXPECT_EQ(writes_sent, 4) << "WRITE packets resent for the SEND's RNR";
+  EXPECT_GE(loop.ep(0).conn_stats(a)->retransmissions, 1u);  // the SEND, at least
+}
+
 TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
   EndpointConfig c = cfg(301);
   c.num_paths = 1;

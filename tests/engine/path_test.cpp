@@ -53,6 +53,41 @@ TEST(Engine, TimedOutPathFallsToItsShareOfTheConnectionFloor) {  // LOSS-5, CC-6
   EXPECT_EQ(ps.cwnd_bytes, (4096u + 64u) / 4);  // one packet shared by 4 paths
 }
 
+TEST(Engine, PathBackFromATimeoutKeepsItsFloorWindow) {  // PATH-4, LOSS-5, CC-2
+  // Slot 1 loses its data and PROBEs until it times out; then its PROBE gets
+  // through. The answer makes it ACTIVE with the floor window the RTO left
+  // it, in slow start, not the initial window: a timeout caused by
+  // congestion must not end in a fresh burst (a retired path's new entropy,
+  // PATH-6, is another matter).
+  Loop loop(cfg(152), cfg(153));  // 4 paths
+  auto [a, b] = loop.connect();
+  bool dark = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return dark && from == 0 && (d[1] == 0x01 || d[1] == 0x12) && tag_slot(d) == 1;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0, 0x22);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  PathStats ps;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).path_stats(a, 1, ps) && ps.timeouts > 0; }));
+  ASSERT_EQ(ps.state, PathState::kProbing);
+  const uint32_t floor = (4096u + 64u) / 4;  // one packet shared by 4 paths (CC-6)
+  ASSERT_EQ(ps.cwnd_bytes, floor);
+  dark = false;
+  // The first look after the PROBE's answer, before any data goes on it.
+  uint32_t cwnd_when_active = 0;
+  loop.before_poll = [&](int from) {
+    PathStats now;
+    if (from == 0 && cwnd_when_active == 0 && loop.ep(0).path_stats(a, 1, now) &&
+        now.state == PathState::kActive)
+      cwnd_when_active = now.cwnd_bytes;
+  };
+  ASSERT_TRUE(loop.run_until([&] { return cwnd_when_active != 0; }));
+  EXPECT_EQ(cwnd_when_active, floor);
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, ps));
+  EXPECT_EQ(ps.retirements, 0u);  // the same entropy came back, not a new one
+}
+
 TEST(Engine, ProbingPathCarriesOnlyProbes) {  // SCHED-3, PATH-4, PATH-6
   // Slot 1 of 4 goes dark for good, PROBEs included, under an 8 MiB WRITE:
   // it times out, probes, is retired and probes again on new entropies.
@@ -639,6 +674,38 @@ TEST(Engine, LossesBeforeAWindowOfOutcomesRetireNoPath) {  // PATH-5
   EXPECT_EQ(p0.retirements, 0u);
 }
 
+TEST(Engine, ALossThatCompletesTheWindowOfOutcomesRetiresThePath) {  // PATH-5
+  // PATH-5 judges a path once it has `loss_window_packets` outcomes, the
+  // loss being judged among them. With a window of 2, reorder_threshold 1
+  // and every packet acknowledged on its own, slot 1's first packet is lost
+  // and its second acknowledged: the ACK is one outcome, the loss it shows
+  // the second, and the EWMA (1/2) is past 10 %: the path is retired then,
+  // not at a later loss.
+  EndpointConfig c = cfg(180);
+  c.recovery.loss_window_packets = 2;
+  c.recovery.reorder_threshold = 1;
+  EndpointConfig rc = cfg(181);
+  rc.ack_every = 1;
+  Loop loop(c, rc);
+  auto [a, b] = loop.connect();
+  int slot1_data = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 1 && ++slot1_data == 1;
+  };
+  // The first flight's data packets, sent together, arrive 1 us apart (in
+  // order), so that each ACK newly acknowledges one.
+  uint64_t data_sent = 0;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == 0x01 ? 1'000 * std::min<uint64_t>(++data_sent, 16) : 0;
+  };
+  ASSERT_NO_FATAL_FAILURE(write_and_check(loop, a, 64 * 4096, 0x54));
+  PathStats ps;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 1, ps));
+  EXPECT_EQ(ps.losses, 1u);
+  EXPECT_EQ(ps.timeouts, 0u);  // the premise: LOSS-2 found it, not the RTO
+  EXPECT_EQ(ps.retirements, 1u);
+}
+
 // LOSS-5: each timeout doubles the path's RTO up to max_rto. One path whose
 // every packet is lost, PROBEs included, min_rto 1 ms and max_rto 2 ms:
 // after the first timeout its PROBEs, each timed by the RTO (PATH-4), come
@@ -664,6 +731,78 @@ TEST(Engine, BackedOffRtoStopsAtMaxRto) {  // LOSS-5, PATH-4
   for (size_t i = 1; i < probes.size(); ++i)
     EXPECT_LE(probes[i].since(probes[i - 1]), c.recovery.max_rto_ns) << "PROBE " << i;
   EXPECT_EQ(loop.ep(0).conn_stats(a)->path_retirements, 0u);  // the premise: backoff alone
+}
+
+TEST(Engine, RtoIsSrttPlusFourRttvarBackedOff) {  // LOSS-4, LOSS-5, PATH-4
+  // One path, 500 us each way: the one sample, 1 ms, sets srtt 1 ms and
+  // rttvar 0.5 ms, so the RTO armed when the next packet leaves is srtt +
+  // 4 * rttvar = 3 ms (above min_rto, 1 ms; the tail-loss timer, srtt +
+  // max(srtt / 4, 4 * rttvar), comes no sooner). The peer then hears
+  // nothing: the path times out 3 ms after that packet left and probes
+  // (PATH-4), each PROBE timing out after the RTO doubled again.
+  EndpointConfig c = cfg(176);
+  c.num_paths = 1;
+  c.recovery.rto_failures_to_retire = 10;  // backoff alone, no new entropy
+  Loop loop(c, cfg(177));
+  loop.delay_ns = 500'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x52);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));
+  PathStats ps;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, ps));
+  ASSERT_EQ(ps.srtt_ns, 1'000'000u);  // the premise: one sample of exactly 1 ms
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 0; };
+  TimeNs sent = TimeNs::never();
+  std::vector<TimeNs> probes;  // PROBEs sent while the path probes (after its RTO)
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    PathStats now;
+    if (from == 0 && d[1] == 0x01 && sent == TimeNs::never()) sent = loop.now();
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe) &&
+        loop.ep(0).path_stats(a, 0, now) && now.timeouts > 0)
+      probes.push_back(loop.now());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  loop.run_until([&] { return probes.size() >= 3; }, 100'000'000);
+  ASSERT_NE(sent, TimeNs::never());
+  ASSERT_GE(probes.size(), 3u);
+  EXPECT_EQ(probes[0].since(sent), 3'000'000u);  // the RTO: srtt + 4 * rttvar
+  EXPECT_EQ(probes[2].since(probes[1]), 2 * probes[1].since(probes[0]));  // LOSS-5
+  EXPECT_GT(probes[1].since(probes[0]), 3'000'000u);  // backed off from the first
+}
+
+TEST(Engine, RetiredPathTakesTheOneEntropyNoOtherPathUses) {  // PATH-6
+  // Four paths in a block of five source ports: a retired path's new entropy
+  // can only be the one value none of them has. Slot 1 goes dark (data and
+  // PROBEs) and is retired again and again; the four never share a value.
+  EndpointConfig c = cfg(178);
+  c.entropy_min = 50000;
+  c.entropy_max = 50004;
+  Loop loop(c, cfg(179));
+  auto [a, b] = loop.connect();
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && (d[1] == 0x01 || d[1] == 0x12) && tag_slot(d) == 1;
+  };
+  Buf src(loop.ep(0), 1 << 20, 0, 0x53);
+  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1 << 20)), Status::kOk);
+  bool shared = false;
+  loop.before_poll = [&](int from) {
+    if (from != 0) return;
+    std::array<uint16_t, 4> e{};
+    for (uint8_t i = 0; i < 4; ++i) {
+      PathStats ps;
+      if (!loop.ep(0).path_stats(a, i, ps)) return;
+      e[i] = ps.entropy;
+    }
+    std::sort(e.begin(), e.end());
+    shared |= std::adjacent_find(e.begin(), e.end()) != e.end();
+  };
+  PathStats ps;
+  ASSERT_TRUE(loop.run_until(
+      [&] { return shared || (loop.ep(0).path_stats(a, 1, ps) && ps.retirements >= 4); }));
+  EXPECT_FALSE(shared) << "two paths on one entropy";
+  EXPECT_GE(ps.retirements, 4u);
 }
 
 }  // namespace

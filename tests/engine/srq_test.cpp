@@ -226,7 +226,10 @@ TEST(SharedRecv, ClosedConnectionGivesItsReceivesBack) {  // PLACE-6, COMP-4
   EXPECT_EQ(loop.ep(1).post_shared_recv(slot_recv(rbuf, 0)), Status::kQueueFull);
 }
 
-TEST(SharedRecv, RsnBeyondAnyPossibleMessageTakesNothing) {  // PLACE-6
+// The first SEND's packet, resealed with RSN `rsn`: the very next PSN (at
+// cum) cannot belong to a message after the first, so it takes no shared
+// receive and draws RNR; its resend, unforged, lands in the first one.
+void forged_rsn_takes_nothing(uint8_t rsn) {
   Loop loop(cfg(41), shared_cfg(42, 8));
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), kSlot, 0);
@@ -234,13 +237,11 @@ TEST(SharedRecv, RsnBeyondAnyPossibleMessageTakesNothing) {  // PLACE-6
   Buf rbuf(loop.ep(1), 8 * kSlot, kAccessLocalWrite);
   for (uint64_t i = 0; i < 8; ++i)
     ASSERT_EQ(loop.ep(1).post_shared_recv(slot_recv(rbuf, i)), Status::kOk);
-  // The first SEND's packet, resealed with RSN 5: the very next PSN cannot
-  // belong to a sixth message.
   bool forged = false;
   loop.mutate = [&](int from, std::vector<uint8_t>& d) {
     if (from != 0 || forged || !is_send_with_rsn(d, 0)) return;
     forged = true;
-    d[19] = 5;
+    d[19] = rsn;
     const size_t header = wire::kBaseHeaderSize + wire::kMessageHeaderSize;
     ASSERT_EQ(wire::seal(d, header, d.size() - header - wire::kIcrcSize), d.size());
   };
@@ -252,6 +253,16 @@ TEST(SharedRecv, RsnBeyondAnyPossibleMessageTakesNothing) {  // PLACE-6
   EXPECT_EQ(loop.ep(1).endpoint_stats().shared_recvs_taken, 1u);
   EXPECT_EQ(at_b[0].wr_id, 0u);
   EXPECT_EQ(at_b[0].byte_len, 1000u);
+}
+
+TEST(SharedRecv, RsnBeyondAnyPossibleMessageTakesNothing) {  // PLACE-6
+  forged_rsn_takes_nothing(5);
+}
+
+TEST(SharedRecv, RsnOneAheadOfAPacketAtCumTakesNothing) {  // PLACE-6
+  // The boundary: RSN 1 is one ahead of the oldest open RSN (0) while the
+  // packet is 0 ahead of cum. A message 0 would have to end before it.
+  forged_rsn_takes_nothing(1);
 }
 
 TEST(SharedRecv, PostingErrors) {  // PLACE-6
