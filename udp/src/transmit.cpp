@@ -249,26 +249,34 @@ void UdpEndpoint::Impl::build_messages() {
     const size_t m = tx_msg_count++;
     msghdr& h = tx_msgs[m].msg_hdr;
     h = msghdr{};
-    socklen_t alen = 0;
-    if (!to_sockaddr(first.peer, family, tx_addr[m], alen, scope)) {
-      // e.g. an IPv6 peer on an IPv4 endpoint: nothing to send it on.
-      io.tx_errors += j - i;
-      --tx_msg_count;
-      i = j;
-      continue;
-    }
-    h.msg_iov = &tx_iov[niov];
-    niov += message_iov(i, j, niov);
-    const bool connected = use_connected(first.sock, first.peer, tx_addr[m], alen);
     // A wildcard-bound endpoint answers from the address the peer reached
     // (Impl::wild); a socket connected from that address already needs no
     // cmsg, which would cost the kernel a route lookup per message.
     const LocalIp* src = wild ? source_for(first.peer) : nullptr;
+    bool connected = tx_peer[first.sock].len != 0 && tx_peer[first.sock] == first.peer;
     if (src != nullptr && connected && tx_src[first.sock] == *src) src = nullptr;
+    // The address only where the message names it, or the socket is yet to
+    // be connected: most messages leave on a socket connected to their peer.
     if (!connected || src != nullptr) {
-      h.msg_name = &tx_addr[m];
-      h.msg_namelen = alen;
+      socklen_t alen = 0;
+      if (!to_sockaddr(first.peer, family, tx_addr[m], alen, scope)) {
+        // e.g. an IPv6 peer on an IPv4 endpoint: nothing to send it on.
+        io.tx_errors += j - i;
+        --tx_msg_count;
+        i = j;
+        continue;
+      }
+      if (!connected) {
+        connected = use_connected(first.sock, first.peer, tx_addr[m], alen);
+        if (src != nullptr && connected && tx_src[first.sock] == *src) src = nullptr;
+      }
+      if (!connected || src != nullptr) {
+        h.msg_name = &tx_addr[m];
+        h.msg_namelen = alen;
+      }
     }
+    h.msg_iov = &tx_iov[niov];
+    niov += message_iov(i, j, niov);
     h.msg_iovlen = static_cast<size_t>(&tx_iov[niov] - h.msg_iov);
     tx_msg_sock[m] = first.sock;
     tx_msg_segs[m] = static_cast<uint32_t>(j - i);
