@@ -194,6 +194,7 @@ Outcome check_trim5(Target& t);
 Outcome check_trim2(Target& t);
 Outcome check_trim3(Target& t);
 Outcome check_loss8(Target& t);
+Outcome check_loss8_tail_by_send_time(Target& t);
 // timing_checks.cpp
 Outcome check_loss4(Target& t);
 Outcome check_cc3(Target& t);

@@ -1152,4 +1152,42 @@ Outcome check_loss8(Target& t) {
   return fail("no PROBE on the path of packets left unacknowledged for 900 us");
 }
 
+// LOSS-8, the connection's tail, judged by send time (simulated time only):
+// a 6000-byte WRITE of the target's, its first packet echoed with
+// ECHO_TRIMMED, resent at once (TRIM-3), after the WRITE's last packet went.
+// The tester then acknowledges every packet but the first (SACK), echoing
+// the last: the newest PSN is acknowledged and only the resend is in flight,
+// on one path. Nothing sent after the resend came back, so its own tail-loss
+// timer (variance term included; the reference engine's, about 300 us)
+// decides: the resend is not sent again in the next 100 us. (Judged by PSN,
+// the rule sent it again a quarter round trip after the ACK: 25 us.)
+Outcome check_loss8_tail_by_send_time(Target& t) {
+  Peer p(t);
+  std::vector<Reply> rs;
+  std::string why;
+  if (!target_connects_and_writes(t, p, 6000, rs, why, 10'000)) return fail(why);
+  const auto sent = firsts(of(rs, wire::Opcode::kWrite));
+  if (sent.size() < 2) return fail("the 6000-byte WRITE was not sent within 10 us of the ACCEPT");
+  const Reply& first = *sent.front();
+  const Reply& last = *sent.back();
+  const uint32_t psn = first.pkt.bh.psn;
+  std::vector<uint32_t> sacked;
+  for (const Reply* d : sent)
+    if (d->pkt.bh.psn != psn) sacked.push_back(d->pkt.bh.psn);
+  const auto resends = [psn](const std::vector<Reply>& got) {
+    size_t n = 0;
+    for (const Reply* d : of(got, wire::Opcode::kWrite)) n += d->pkt.bh.psn == psn;
+    return n;
+  };
+  if (resends(p.exchange(p.ack(psn, first, wire::kAckEchoTrimmed), 10'000, first.entropy)) == 0)
+    return fail("a WRITE packet echoed with ECHO_TRIMMED was not resent within 10 us");
+  const std::vector<Reply> after = p.exchange(p.sack(psn, sacked, last), 100'000, last.entropy);
+  if (const size_t n = resends(after); n != 0)
+    return fail(
+        "the resent packet went again within 100 us of the ACK of every packet sent "
+        "before it (" +
+        std::to_string(n) + " times): nothing sent after the resend had come back");
+  return pass();
+}
+
 }  // namespace metaroce::conformance

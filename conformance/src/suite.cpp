@@ -278,6 +278,10 @@ constexpr std::array kChecks = {
           "one path's packets left unacknowledged, the rest acknowledged: a PROBE on that "
           "path and its oldest packet again on another, before the RTO (simulated time only)",
           check_loss8, true},
+    Check{"LOSS-8",
+          "the newest PSN acknowledged, one path left with a resend sent after it: that resend "
+          "waits for its own timer, not a quarter round trip (simulated time only)",
+          check_loss8_tail_by_send_time, true},
     Check{"ACK-9", "ACKs have PSN 0; an ACK of PSNs never sent is ignored, echo included",
           check_ack9},
     Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",

@@ -235,8 +235,8 @@ void Endpoint::Impl::on_ack(Connection& c, const wire::Packet& p, TimeNs now) {
 }
 
 // LOSS-8, the connection's tail: nothing is left to send, the newest PSN
-// has come back, and what is still in flight is all on one path. Packets
-// sent after those came back over other paths, so the variance term that
+// has come back, and what is still in flight is all on one path, sent
+// before the newest PSN last was. Packets sent after those came back, so the variance term that
 // waits out a path's swinging RTT is not needed to tell late from lost:
 // the path's timer is brought forward to a quarter round trip from this ACK.
 // (Mid-stream the next packets on the path would show a loss, LOSS-2; at
@@ -254,6 +254,14 @@ void Endpoint::Impl::chase_lone_tail(Connection& c, TxCtx& t, TimeNs now) {
   if (lone < 0) return;
   detail::Path& p = c.paths[static_cast<size_t>(lone)];
   if (p.state != PathState::kActive || p.tlp_outstanding) return;
+  // Judged by when its packets were last sent, not by their PSNs: a resend
+  // that left after the newest PSN's latest transmission was not overtaken
+  // by anything that came back, so its own timer, variance term and all,
+  // tells late from lost (an RNR'd SEND resent after a WRITE went, and the
+  // WRITE's ACK, drew the SEND a third time).
+  if (p.resent_at.ns != 0 && p.resent_newest == newest &&
+      (nr.tx_count == 1 || p.resent_at > c.newest_resent_at))
+    return;
   p.tlp_deadline = std::min(p.tlp_deadline, now + p.srtt / 4);
 }
 

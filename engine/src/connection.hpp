@@ -58,6 +58,11 @@ struct Path {
   bool tlp_outstanding = false;
   bool held = false;  // LOSS-8: a tail packet was resent elsewhere; no new data until it answers
   bool fresh = true;  // new entropy: starts at the initial window
+  // LOSS-8, the connection's tail: when the path last carried a resend, and
+  // the newest PSN sent by then. A resend made after the newest PSN was last
+  // sent is younger than that packet's acknowledgement tells of.
+  uint32_t resent_newest = 0;
+  TimeNs resent_at{0};
   // PATH-6: the connection's last_progress, low 32 bits, at the first of the
   // path's consecutive timeouts: unchanged at the last, nothing was
   // acknowledged meanwhile (a false match needs progress a multiple of
@@ -350,6 +355,9 @@ struct Connection {
   // progress since is left to its RTO, which backs off: else two paths hand a
   // lost packet to each other every timer, without end, while the peer is gone.
   TimeNs tail_resent_at{0};
+  // LOSS-8, the connection's tail: when the newest PSN was last resent (read
+  // only while that PSN's record counts more than one transmission).
+  TimeNs newest_resent_at{0};
   bool tail_resent = false;
   // LOSS-7: RNR pauses since rnr_psn, the oldest PSN refused, was first
   // refused (counted only under a retry limit). In tail_resent's padding.

@@ -322,6 +322,11 @@ bool Endpoint::Impl::build_data(Connection& c, TxCtx& t, uint16_t slot, const de
   if (retx) {
     ++p.stats.retransmissions;
     ++c.stats.retransmissions;
+    // LOSS-8: kept for the connection's tail (chase_lone_tail); resends
+    // only, so that sending new data stores nothing more.
+    p.resent_newest = c.next_psn - 1;
+    p.resent_at = now;
+    if (psn == p.resent_newest) c.newest_resent_at = now;
   }
   trace(now, TraceKind::kSent, c, path, psn, retx ? 1 : 0);
   // An ICRC over headers only is sealed without the payload, which is then

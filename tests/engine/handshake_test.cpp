@@ -951,6 +951,17 @@ TEST(Handshake, RequestsNameTheReplyPortAnswersNone) {
   EXPECT_EQ(reply_port(rej), 0u);
 }
 
+// Endpoint 0's CONNECT_REQ handed to endpoint 1: its CONNECT_ACCEPT, decoded.
+::testing::AssertionResult accept_of_request(Loop& loop, wire::Packet& p) {
+  ConnId a;
+  std::vector<uint8_t> req, acc;
+  if (auto r = connect_request(loop, a, req); !r) return r;
+  if (auto r = answer_of(loop, req, acc); !r) return r;
+  if (wire::decode(acc, p) != wire::ParseError::kOk || p.bh.opcode != wire::Opcode::kConnectAccept)
+    return ::testing::AssertionFailure() << "the answer is no CONNECT_ACCEPT";
+  return ::testing::AssertionSuccess();
+}
+
 // CONN-3: the ACCEPT carries as mtu and window_log2 the values the connection
 // runs with, the smaller of the request's and the responder's own, not the
 // responder's own: a requester takes the smaller of its offer and the
@@ -961,16 +972,40 @@ TEST(Handshake, AcceptCarriesTheAgreedMtuAndWindow) {
   small.mtu = 1024;
   small.window_log2 = 7;
   Loop loop(small, cfg(324));  // the responder's own: 4096, 10
-  ConnId a;
-  std::vector<uint8_t> req, acc;
-  ASSERT_TRUE(connect_request(loop, a, req));
-  ASSERT_TRUE(answer_of(loop, req, acc));
   wire::Packet p;
-  ASSERT_EQ(wire::decode(acc, p), wire::ParseError::kOk);
-  ASSERT_EQ(p.bh.opcode, wire::Opcode::kConnectAccept);
+  ASSERT_TRUE(accept_of_request(loop, p));
   EXPECT_EQ(p.connect.mtu, 1024u);
   EXPECT_EQ(p.connect.window_log2, 7u);
   EXPECT_EQ(p.connect.max_reads, cfg(324).max_reads);  // its own: not negotiated
+}
+
+// CONN-3 the other way round: the responder's mtu is the smaller. It runs
+// with its own, not the request's offer: its ACCEPT says 1024 and a 4096-byte
+// WRITE of its own goes as four packets. (Taking the peer's offer passed the
+// test above, where the offer is the smaller, and every other test, where the
+// two ends agree.)
+TEST(Handshake, ResponderWithTheSmallerMtuKeepsItsOwn) {
+  EndpointConfig small = cfg(326);
+  small.mtu = 1024;
+  Loop loop(cfg(325), small);  // the requester offers 4096
+  wire::Packet p;
+  ASSERT_TRUE(accept_of_request(loop, p));
+  EXPECT_EQ(p.connect.mtu, 1024u);
+
+  Loop both(cfg(325), small);
+  auto [x, y] = both.connect();
+  Buf src(both.ep(1), 4096, 0, 3);
+  Buf dst(both.ep(0), 4096, kAccessRemoteWrite);
+  size_t writes = 0;  // the responder's WRITE datagrams
+  both.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    writes += from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  };
+  ASSERT_EQ(both.ep(1).post_send(y, write_wr(src, dst, 4096, 1)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(both.run_until_completions(1, 1, done, 10'000'000));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  EXPECT_EQ(writes, 4u) << "a 4096-byte WRITE of a responder whose mtu is 1024";
 }
 
 // CONN-4: a REJECT whose code is none of 0x47, 0x48 and 0x4a fails the

@@ -529,6 +529,52 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
+// A SEND finds no receive posted (RNR); a WRITE posted after it is still
+// unacknowledged when the pause the NAK starts (rnr_retry, 100 us) ends:
+// 200 us each way, and every ACK comes 120 us behind the NAK. The receive is
+// posted as the NAK leaves.
+struct RnrSendThenWrite {
+  bool posted = false;
+  bool completed = false;  // both work requests kOk, the SEND's bytes received
+  int writes_sent = 0;
+  std::vector<uint64_t> send_times;  // each transmission of the SEND's packet
+  uint64_t retransmissions = 0;
+};
+
+RnrSendThenWrite run_rnr_send_then_write() {
+  RnrSendThenWrite out;
+  Loop loop(cfg(303), cfg(304));
+  loop.delay_ns = 200'000;
+  auto [a, b] = loop.connect();
+  Buf wsrc(loop.ep(0), 4 * 4096, 0, 1);
+  Buf wdst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  EXPECT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 1));
+  Buf src(loop.ep(0), 4096, 0, 7);
+  Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0);
+  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
+  constexpr uint8_t kAck = static_cast<uint8_t>(wire::Opcode::kAck);
+  constexpr uint8_t kSend = static_cast<uint8_t>(wire::Opcode::kSend);
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 1 && d[1] == kAck ? 120'000 : 0;
+  };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    out.writes_sent += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+    if (from == 0 && d[1] == kSend) out.send_times.push_back(loop.now().ns);
+    if (from != 1 || out.posted || d[1] != kNak) return;
+    out.posted = true;
+    EXPECT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 4096, rbuf.mr.lkey}), Status::kOk);
+  };
+  EXPECT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096, 1)), Status::kOk);
+  EXPECT_EQ(loop.ep(0).post_send(a, write_wr(wsrc, wdst, 4 * 4096, 2)), Status::kOk);
+  std::vector<Completion> done;
+  EXPECT_TRUE(loop.run_until_completions(0, 2, done, 100'000'000));
+  out.completed = done.size() == 2 && rbuf.bytes == src.bytes &&
+                  std::all_of(done.begin(), done.end(),
+                              [](const Completion& c) { return c.status == Status::kOk; });
+  out.retransmissions = loop.ep(0).conn_stats(a)->retransmissions;
+  return out;
+}
+
 // LOSS-8 holds a path only while packets stay in flight on it. Here the
 // tail-loss timer holds the only path (its oldest packet resent, its PROBE
 // lost), then a late RNR NAK declares the rest of the path's SEND packets
@@ -536,43 +582,35 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
 // the path. Held, it carried nothing more, and PATH-7 failed the connection
 // 2 s later with the peer alive and its receive posted.
 TEST(Engine, RnrNakResendsNoWriteSentAfterTheRefusedSend) {  // LOSS-7
-  // A SEND finds no receive posted (RNR); a WRITE posted after it is still
-  // unacknowledged when the pause the NAK starts (rnr_retry, 100 us) ends:
-  // 200 us each way, and its ACK comes 120 us behind the NAK. The receiver
-  // refuses only packets that need a receive buffer (and READ_REQs), so the
-  // SEND goes again but not the WRITE's packets: they were placed, and a
-  // resend of them would only arrive twice. (One RTT sample, so the tail-loss timer's
-  // variance term keeps it from resending them first.)
-  Loop loop(cfg(303), cfg(304));
-  loop.delay_ns = 200'000;
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 4 * 4096, 0, 1);
-  Buf wdst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
-  ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 1));
-  Buf src(loop.ep(0), 4096, 0, 7);
-  Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0);
-  constexpr uint8_t kNak = static_cast<uint8_t>(wire::Opcode::kNak);
-  constexpr uint8_t kAck = static_cast<uint8_t>(wire::Opcode::kAck);
-  bool posted = false;
-  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
-    return from == 1 && d[1] == kAck ? 120'000 : 0;
-  };
-  int writes_sent = 0;
-  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    writes_sent += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
-    if (from != 1 || posted || d[1] != kNak) return;
-    posted = true;
-    ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{5, rbuf.addr(), 4096, rbuf.mr.lkey}), Status::kOk);
-  };
-  ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 4096, 1)), Status::kOk);
-  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(wsrc, wdst, 4 * 4096, 2)), Status::kOk);
-  std::vector<Completion> done;
-  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 100'000'000));
-  EXPECT_TRUE(posted);
-  for (const Completion& c : done) EXPECT_EQ(c.status, Status::kOk) << "WR " << c.wr_id;
-  EXPECT_EQ(rbuf.bytes, src.bytes);
-  EXPECT_EQ(writes_sent, 4) << "WRITE packets resent for the SEND's RNR";
-  EXPECT_GE(loop.ep(0).conn_stats(a)->retransmissions, 1u);  // the SEND, at least
+  // The receiver refuses only packets that need a receive buffer (and
+  // READ_REQs), so the SEND goes again but not the WRITE's packets: they were
+  // placed, and a resend of them would only arrive twice. (One RTT sample, so
+  // the tail-loss timer's variance term keeps it from resending them first.)
+  const RnrSendThenWrite r = run_rnr_send_then_write();
+  EXPECT_TRUE(r.posted);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(r.writes_sent, 4) << "WRITE packets resent for the SEND's RNR";
+  EXPECT_GE(r.retransmissions, 1u);  // the SEND, at least
+}
+
+// LOSS-8, the connection's tail judges a packet by when it was last sent.
+// The RNR'd SEND is resent after the WRITE posted behind it went; the WRITE's
+// ACK then leaves the connection's newest PSN acknowledged with only the
+// SEND's resend in flight. That resend is younger than the WRITE: nothing
+// sent after it has come back, so its path's own timer decides. Judged by
+// PSN, the rule brought the timer forward to a quarter round trip and sent
+// the SEND a third time 120 us after its resend (the ACK's lag), to arrive
+// twice.
+TEST(Engine, TailRuleLeavesAResendYoungerThanTheNewestAcknowledged) {  // LOSS-8
+  const RnrSendThenWrite r = run_rnr_send_then_write();
+  ASSERT_TRUE(r.posted);
+  EXPECT_TRUE(r.completed);
+  // Refused once, then accepted: its answer comes a round trip (400 us and
+  // the ACK's 120) after the resend, before that resend's own timer.
+  ASSERT_GE(r.send_times.size(), 2u);
+  EXPECT_EQ(r.send_times.size(), 2u)
+      << "the SEND's resend resent again " << (r.send_times[2] - r.send_times[1]) / 1000
+      << " us after it";
 }
 
 TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
