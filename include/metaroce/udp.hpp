@@ -313,13 +313,12 @@ class UdpEndpoint {
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
   // protocol version", kResourceExhausted "the peer holds as many connections as its
-  // max_connections allows" (each "(CONNECT_REJECT)"), and one answering a request repeated to
-  // a connection that had failed at the peer, its ACCEPT lost (spec CONN-3), kConnectRefused "the
-  // peer's connection had failed, with kRemoteBadKey: ..." (the status it failed with); this
-  // endpoint's own limit is
-  // kResourceExhausted too, at once, and says "this endpoint holds as many connections as
-  // Options::engine.max_connections allows (N)"; short of memory below that
-  // limit it says "out of memory for the connection" (nothing sent, nothing
+  // max_connections allows, or had no memory for this one" (each "(CONNECT_REJECT)"), and one
+  // answering a request repeated to a connection that had failed at the peer, its ACCEPT lost (spec
+  // CONN-3), kConnectRefused "the peer's connection had failed, with kRemoteBadKey: ..." (the
+  // status it failed with); this endpoint's own limit is kResourceExhausted too, at once, and says
+  // "this endpoint holds as many connections as Options::engine.max_connections allows (N)"; short
+  // of memory below that limit it says "out of memory for the connection" (nothing sent, nothing
   // left open). A negative timeout is refused
   // (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
