@@ -408,8 +408,15 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
 
 // Out of line: the ACK path of an endpoint that asks for no such report
 // pays one test of the flag, and only for a READ it served.
+// Bounded (READ-6): an application that polls none would otherwise grow
+// the queue by one per READ served, and its growth could throw on the ACK
+// path.
 void Endpoint::Impl::read_served(const Connection& c, const detail::RespJob& j) {
-  reads_served.push(ReadServed{c.id, j.lkey, j.raddr, j.len});
+  if (reads_served.size() >= kMaxReadsServed) {
+    (void)reads_served.pop();
+    ++estats.reads_served_dropped;
+  }
+  reads_served.push(ReadServed{c.id, j.lkey, j.raddr, j.len});  // room reserved: no allocation
 }
 
 void Endpoint::Impl::release_resp_jobs(Connection& c) {

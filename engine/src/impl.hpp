@@ -51,17 +51,14 @@ struct Endpoint::Impl {
   EndpointConfig cfg;
   detail::Rng rng;
   uint32_t id_key;  // XORed into every id (kConnIndexBits above)
+  // poll_transmit's smallest buf, [gather]. 16 bits (the largest, mtu + 52,
+  // fits), so that it takes the hole after id_key: the hot members after
+  // estats keep their offsets as EndpointStats grows (by its RNR counters,
+  // then reads_served_dropped); 16 bytes further, the WRITE benchmark took
+  // about 8 % more cycles a packet for the same instructions.
+  std::array<uint16_t, 2> min_tx_buffer{};
   detail::MrTable mrs;
   EndpointStats estats;
-  // poll_transmit's smallest buf, [gather]. 16 bits (the largest, mtu + 52,
-  // fits), so that with signalled_slot they take the 16 bytes two 64-bit
-  // sizes took before EndpointStats grew by its RNR counters, and the hot
-  // members after keep their offsets: 16 bytes further, the WRITE benchmark
-  // took about 8 % more cycles a packet for the same instructions.
-  std::array<uint16_t, 2> min_tx_buffer{};
-  // The path the ACK in hand echoes a congestion signal for (CC-2), 0xff for
-  // none: set afresh by on_ack and on_nak before anything reads it.
-  uint8_t signalled_slot = 0xff;
   // The ACK on_ack is handling (LOSS-2's echo test); null while a NAK is.
   const wire::AckBody* ack_in_hand = nullptr;
   TimeNs last_now{0};  // the latest time an input or output call carried
@@ -74,6 +71,10 @@ struct Endpoint::Impl {
   // conns.size(), kept: find() bounds every received datagram's index by it,
   // and the vector's size is a subtraction and a shift of two loads.
   uint32_t conn_slots = 0;
+  // The path the ACK in hand echoes a congestion signal for (CC-2), 0xff for
+  // none: set afresh by on_ack and on_nak before anything reads it. (In the
+  // hole after conn_slots, for estats' growth: min_tx_buffer's note.)
+  uint8_t signalled_slot = 0xff;
   std::vector<uint16_t> generations;  // index -> id generation
   // Slots of closed connections, oldest first (create_connection).
   Ring<uint32_t> free_indices;
@@ -101,7 +102,11 @@ struct Endpoint::Impl {
 
   Ring<Completion> completions;
   Ring<Event> events;
-  Ring<ReadServed> reads_served;  // read_served_events only
+  // read_served_events only: room for kMaxReadsServed reserved when the
+  // endpoint is made, so that the ACK path never allocates for it; past
+  // that the oldest report goes, counted (READ-6).
+  Ring<ReadServed> reads_served;
+  static constexpr size_t kMaxReadsServed = 4096;
 
   // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
   struct Orphan {

@@ -183,6 +183,10 @@ struct IoStats {
   // endpoint takes a core.
   uint64_t thread_wakeups = 0;
   uint64_t thread_rounds = 0;
+  // Connections the engine accepted that the driver found no memory to
+  // record (its table or the accept queue): each closed at once, its peer
+  // told by the DISCONNECT, rather than std::bad_alloc out of progress().
+  uint64_t accepts_dropped = 0;
 };
 
 // How the progress thread waits between rounds (start_progress_thread).
@@ -278,6 +282,11 @@ class UdpEndpoint {
   // name them by offset). The pointer helpers below (write, read, send,
   // recv) name local memory by its address here, so they fit only regions
   // registered at their own address: name others through post_send/post_recv.
+  // Short of memory (the engine's, or the driver's record of the region),
+  // either is kResourceExhausted, saying memory ran short (the engine's
+  // region table may be full instead), and nothing is registered: no
+  // std::bad_alloc comes out of these, nor out of connect_start, accept or
+  // progress() (udp/README.md, "Short of memory").
   Error register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                            MemoryRegion& out);
   Error deregister_memory(uint32_t lkey);
@@ -304,12 +313,13 @@ class UdpEndpoint {
   // REJECT ends it at once, each code with its own status and words, naming the peer:
   // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
   // protocol version", kResourceExhausted "the peer holds as many connections as its
-  // max_connections allows" (each "(CONNECT_REJECT)"), and one answering a request repeated to
-  // a connection that had failed at the peer, its ACCEPT lost (spec CONN-3), kConnectRefused "the
-  // peer's connection had failed, with kRemoteBadKey: ..." (the status it failed with); this
-  // endpoint's own limit is
-  // kResourceExhausted too, at once, and says "this endpoint holds as many connections as
-  // Options::engine.max_connections allows (N)". A negative timeout is refused
+  // max_connections allows, or had no memory for this one" (each "(CONNECT_REJECT)"), and one
+  // answering a request repeated to a connection that had failed at the peer, its ACCEPT lost (spec
+  // CONN-3), kConnectRefused "the peer's connection had failed, with kRemoteBadKey: ..." (the
+  // status it failed with); this endpoint's own limit is kResourceExhausted too, at once, and says
+  // "this endpoint holds as many connections as Options::engine.max_connections allows (N)"; short
+  // of memory below that limit it says "out of memory for the connection" (nothing sent, nothing
+  // left open). A negative timeout is refused
   // (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // The same with the peer as a binary address, checked as connect_start(const

@@ -529,6 +529,41 @@ TEST(Deregister, AStaleNakNamingACompletedReadFailsNothing) {  // NAK-3, MR-5
   EXPECT_EQ(w_src.bytes, w_dst.bytes);
 }
 
+// READ-6: a responder whose application takes no reports of READs served
+// holds the latest 4,096 (room made when the endpoint is, so the ACK path
+// allocates nothing for them): 4,101 READs served leave the last 4,096, in
+// order, and the 5 oldest dropped and counted.
+TEST(Deregister, ReportsOfReadsServedLeftUntakenAreBoundedOldestDropped) {  // READ-6
+  EndpointConfig cb = cfg(482);
+  cb.read_served_events = true;
+  Loop loop(cfg(481), cb);
+  auto [a, b] = loop.connect();
+  constexpr uint32_t kReads = 4096 + 5;
+  Buf remote(loop.ep(1), kReads * 8, kAccessRemoteRead, 0x33);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  constexpr uint32_t kBatch = 64;
+  for (uint32_t i = 0; i < kReads; i += kBatch) {
+    const uint32_t n = std::min(kBatch, kReads - i);
+    for (uint32_t k = 0; k < n; ++k)
+      ASSERT_EQ(loop.ep(0).post_send(
+                    a, read_wr(target, remote.addr((i + k) * 8), remote.mr.rkey, 8, i + k)),
+                Status::kOk);
+    std::vector<Completion> done;
+    ASSERT_TRUE(loop.run_until_completions(0, n, done)) << "READs from " << i;
+  }
+  loop.run_until([] { return false; }, kPromptly);  // the last responses' ACKs
+  EXPECT_EQ(loop.ep(1).endpoint_stats().reads_served_dropped, 5u);
+  std::vector<ReadServed> got;
+  ReadServed r;
+  while (loop.ep(1).poll_read_served(r)) got.push_back(r);
+  ASSERT_EQ(got.size(), 4096u);
+  for (uint32_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].addr, remote.addr((i + 5) * 8)) << "report " << i;
+    EXPECT_EQ(got[i].conn, b);
+  }
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+}
+
 // Gap G3 (docs/design/libfabric-provider.md): a responder that asked for it
 // hears when a READ it answered is wholly acknowledged, and not before: with
 // the requester's last ACKs lost, its READ complete, the report waits for the

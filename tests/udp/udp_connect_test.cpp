@@ -400,7 +400,8 @@ TEST(UdpConnect, EachRejectCodeGivesItsOwnError) {
       {0x47, Status::kConnectRefused, "the peer refused the connection"},
       {0x48, Status::kVersionMismatch, "the peer speaks another protocol version"},
       {0x4a, Status::kResourceExhausted,
-       "the peer holds as many connections as its max_connections allows"},
+       "the peer holds as many connections as its max_connections allows, or had no memory for "
+       "this one"},
       // A code appendix A gives no REJECT: refused all the same, the code
       // shown as it came (the engine used to drop it: a plain refusal).
       {0x99, Status::kConnectRefused,

@@ -117,8 +117,10 @@ std::string UdpEndpoint::Impl::ended_text(Status s, Status code) {
     case Status::kVersionMismatch:
       return "the peer speaks another protocol version (CONNECT_REJECT)";
     case Status::kResourceExhausted:
-      return "the peer holds as many connections as its max_connections allows "
-             "(CONNECT_REJECT)";
+      // CONN-4: a peer short of memory for the request refuses it with the
+      // same code as one at its limit; the code cannot tell which.
+      return "the peer holds as many connections as its max_connections allows, or had no "
+             "memory for this one (CONNECT_REJECT)";
     default: return request_failure_text(s);
   }
 }

@@ -41,6 +41,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "metaroce/ring.hpp"
 #include "metaroce/udp.hpp"
 
 struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
@@ -295,16 +296,19 @@ struct UdpEndpoint::Impl {
   std::unordered_map<uint32_t, ConnInfo> conns;
   // Connections that ended (kClosed, kError), oldest first: each keeps its
   // entry in conns, for state(), conn_error() and peer_address(), until
-  // kEndedKept later ones have ended; then it goes (end_conn).
+  // kEndedKept later ones have ended; then it goes (end_conn). A ring with
+  // room for them all from open, so that a connection's end, on the progress
+  // path, allocates nothing and cannot throw.
   static constexpr size_t kEndedKept = 1024;
-  std::deque<uint32_t> ended;
+  Ring<uint32_t> ended;
   // Each peer's connections that are connecting or established: whether a
   // peer still has one, asked as each connection ends (forget_source), in
   // one look-up rather than a walk over every connection, which made the
   // round that ends thousands at once quadratic in their number.
   std::unordered_map<PeerAddr, uint32_t, PeerAddrHash> live_peers;
   // Unbounded: a connection dropped from it would stay open, unknown to
-  // the application (udp.hpp, accept()).
+  // the application (udp.hpp, accept()). One that finds no memory to be
+  // recorded here is closed instead (record_accepted).
   std::deque<ConnId> accepted;
   // Each peer's last failed send (drop_failed), until a connection to it
   // is established or its last one ends; rare, so a map.
@@ -392,6 +396,7 @@ struct UdpEndpoint::Impl {
   int gso_fault(size_t m);
   static bool stale_error(int err);
   void note_refused(uint16_t sock, int err);
+  void keep_failure(const PeerAddr& peer, const SendFailure& f);
   void take_refusals(const PeerAddr& peer, bool keep);
   size_t send_unsegmented(size_t m, int& err);
   void drop_failed(size_t m, int err, const char* call);
@@ -417,7 +422,17 @@ struct UdpEndpoint::Impl {
   void evict_idle_sources();
   void end_conn(uint32_t id, ConnInfo& ci, ConnState s);  // s: kClosed or kError
   void trim_ended();
-  void count_live(ConnInfo& ci);  // after ci.state or ci.peer changed
+  // After ci.state or ci.peer changed. False where a peer newly live found
+  // no memory for its entry: ci is then not counted (nothing changed).
+  bool count_live(ConnInfo& ci);
+  // Connections connecting or established (live_peers' counts summed): an
+  // error path's, not a round's.
+  [[nodiscard]] size_t live_count() const;
+  // An accepted connection's entry (and place in the accept queue): false,
+  // nothing recorded and the engine's connection closed, where memory ran
+  // short (counted in IoStats::accepts_dropped).
+  bool record_accepted(std::unordered_map<uint32_t, ConnInfo>::iterator at, ConnId conn);
+  bool record_connecting(ConnId id, const PeerAddr& peer, int64_t budget_ms);
   bool drain_events();
   void arm_timer(TimeNs now);
   size_t progress_locked();

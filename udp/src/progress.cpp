@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 
 #include "impl.hpp"
 
@@ -58,7 +59,7 @@ namespace {
 bool live(ConnState s) { return s == ConnState::kConnecting || s == ConnState::kEstablished; }
 }  // namespace
 
-void UdpEndpoint::Impl::count_live(ConnInfo& ci) {
+bool UdpEndpoint::Impl::count_live(ConnInfo& ci) {
   const bool now_live = live(ci.state);
   if (ci.counted && (!now_live || !(ci.counted_peer == ci.peer))) {
     if (const auto it = live_peers.find(ci.counted_peer);
@@ -67,10 +68,21 @@ void UdpEndpoint::Impl::count_live(ConnInfo& ci) {
     ci.counted = false;
   }
   if (now_live && !ci.counted) {
-    ++live_peers[ci.peer];
+    try {
+      ++live_peers[ci.peer];  // allocates for a peer with no other live connection
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
     ci.counted_peer = ci.peer;
     ci.counted = true;
   }
+  return true;
+}
+
+size_t UdpEndpoint::Impl::live_count() const {
+  size_t n = 0;
+  for (const auto& kv : live_peers) n += kv.second;
+  return n;
 }
 
 // peer_src reached its limit (note_source): the entries of peers with no
@@ -93,7 +105,7 @@ void UdpEndpoint::Impl::end_conn(uint32_t id, ConnInfo& ci, ConnState s) {
   ci.state = s;
   count_live(ci);
   if (!was_live) return;
-  ended.push_back(id);
+  ended.push(id);  // room reserved at open: never allocates
   trim_ended();
 }
 
@@ -112,8 +124,57 @@ void UdpEndpoint::Impl::trim_ended() {
         conns.erase(it);
       }
     }
-    ended.pop_front();
+    ended.pop();
   }
+}
+
+// connect_start's connection, CONNECTING, recorded. Where memory runs
+// short nothing of it stays and the engine's connection is closed: false.
+bool UdpEndpoint::Impl::record_connecting(ConnId id, const PeerAddr& peer, int64_t budget_ms) {
+  std::unordered_map<uint32_t, ConnInfo>::iterator at;
+  try {
+    at = conns.try_emplace(id.v).first;
+  } catch (const std::bad_alloc&) {
+    eng->close(id, clock_now());
+    return false;
+  }
+  ConnInfo& ci = at->second;
+  ci.state = ConnState::kConnecting;
+  ci.peer = peer;
+  ci.budget_ms = budget_ms;
+  if (count_live(ci)) return true;
+  conns.erase(at);
+  eng->close(id, clock_now());
+  return false;
+}
+
+// A connection the engine accepted, recorded: counted among its peer's live
+// ones and queued for accept(). Where memory runs short for either, nothing
+// of it stays here and the engine's connection is closed, its peer told by
+// the DISCONNECT: as the engine refuses a request it cannot record (CONN-4),
+// never std::bad_alloc out of progress().
+bool UdpEndpoint::Impl::record_accepted(std::unordered_map<uint32_t, ConnInfo>::iterator at,
+                                        ConnId conn) {
+  ConnInfo& ci = at->second;
+  bool queued = false;
+  if (count_live(ci)) {
+    if (!opts.queue_accepted) return true;  // the application learns it from its completions
+    try {
+      accepted.push_back(conn);
+      queued = true;
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  if (queued) {
+    ci.queued = true;
+    return true;
+  }
+  ci.state = ConnState::kClosed;
+  count_live(ci);  // uncounts, which allocates nothing
+  conns.erase(at);
+  eng->close(conn, clock_now());
+  ++io.accepts_dropped;
+  return false;
 }
 
 bool UdpEndpoint::Impl::drain_events() {
@@ -126,7 +187,13 @@ bool UdpEndpoint::Impl::drain_events() {
       // A connection of ours has its entry from connect_start; one that
       // ended long ago may have lost it: nothing to report.
       if (ev.kind != EventKind::kAccepted) continue;
-      at = conns.emplace(ev.conn.v, ConnInfo{}).first;
+      try {
+        at = conns.emplace(ev.conn.v, ConnInfo{}).first;
+      } catch (const std::bad_alloc&) {
+        eng->close(ev.conn, clock_now());  // unrecorded: refused, as record_accepted does
+        ++io.accepts_dropped;
+        continue;
+      }
     }
     ConnInfo& ci = at->second;
     if (ev.peer.len != 0) ci.peer = ev.peer;
@@ -142,12 +209,9 @@ bool UdpEndpoint::Impl::drain_events() {
         break;
       case EventKind::kAccepted:
         ci.state = ConnState::kEstablished;
+        if (!record_accepted(at, ev.conn)) continue;
         take_refusals(ci.peer, false);
         if (!send_failed.empty()) send_failed.erase(ci.peer);
-        if (opts.queue_accepted) {  // else the application learns it from its completions
-          ci.queued = true;
-          accepted.push_back(ev.conn);
-        }
         break;
       case EventKind::kConnectFailed:
       case EventKind::kError:

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <new>
 
 #include "address.hpp"
 #include "impl.hpp"
@@ -66,15 +67,26 @@ void UdpEndpoint::Impl::note_source(const PeerAddr& peer, const LocalIp& at, boo
   bool kept = true;
   if (auto it = peer_src.find(peer); it != peer_src.end()) {
     it->second = at;
-  } else if (!known) {
-    if (recent_src.empty()) return;
-    recent_src[recent_next] = {peer, at};
-    recent_next = (recent_next + 1) % recent_src.size();
-    kept = false;
   } else {
-    // Bounded: late packets of connections gone would grow it without end.
-    if (peer_src.size() >= peer_src_limit) evict_idle_sources();
-    peer_src[peer] = at;  // allocates for a new peer only
+    bool stored = false;
+    if (known) {
+      // Bounded: late packets of connections gone would grow it without end.
+      if (peer_src.size() >= peer_src_limit) evict_idle_sources();
+      try {
+        peer_src[peer] = at;  // allocates for a new peer only
+        stored = true;
+      } catch (const std::bad_alloc&) {
+        // Short of memory: kept in the ring, as an unknown peer's, until a
+        // later datagram of the peer tries again; never std::bad_alloc out
+        // of progress().
+      }
+    }
+    if (!stored) {
+      if (recent_src.empty()) return;
+      recent_src[recent_next] = {peer, at};
+      recent_next = (recent_next + 1) % recent_src.size();
+      kept = false;
+    }
   }
   src_cache_peer = peer;
   src_cache = at;

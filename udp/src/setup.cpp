@@ -392,6 +392,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   tx_peer_tried.assign(ecount, 0);
   tx_src.assign(ecount, LocalIp{});
   recent_src.assign(wild ? std::max<size_t>(64, batch) : 0, {});
+  ended.reserve(kEndedKept + 1);  // end_conn and take_accepted push one before trimming
   tx_bucket.assign(2 * size_t{ecount} + 1, 0);
   tx_iov.assign(3 * tx_cap, iovec{});
   tx_msgs.assign(tx_cap, mmsghdr{});

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <new>
 
 #include "address.hpp"
 #include "impl.hpp"
@@ -380,7 +381,7 @@ void UdpEndpoint::Impl::note_refused(uint16_t sock, int err) {
   } else if (send_failed.size() >= kMaxPeerSources) {
     send_failed.clear();  // bounded as drop_failed's
   }
-  send_failed[peer] = SendFailure{err, "ICMP", true};
+  keep_failure(peer, SendFailure{err, "ICMP", true});
 }
 
 // A connected send socket keeps its peer host's ICMP port unreachable
@@ -458,7 +459,12 @@ void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   }
   if (tx_msg_segs[m] > 1 && err == EINVAL) {
     if (gso_refused.size() >= kMaxPeerSources) gso_refused.clear();  // bounded as send_failed
-    gso_refused.insert(peer);
+    try {
+      gso_refused.insert(peer);
+    } catch (const std::bad_alloc&) {
+      // Unrecorded, short of memory: the next GSO message to the peer fails
+      // the same way and comes here again.
+    }
     sent = send_unsegmented(m, err);
     if (sent == tx_msg_segs[m]) return;
   }
@@ -468,7 +474,16 @@ void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   // addresses may fail too, and nothing else ends their entries.
   if (send_failed.size() >= kMaxPeerSources && send_failed.find(peer) == send_failed.end())
     send_failed.clear();
-  send_failed[peer] = SendFailure{err, call};
+  keep_failure(peer, SendFailure{err, call});
+}
+
+// Short of memory for a new peer's entry, the failure goes unrecorded: an
+// error message then says less of why, and nothing escapes the round.
+void UdpEndpoint::Impl::keep_failure(const PeerAddr& peer, const SendFailure& f) {
+  try {
+    send_failed[peer] = f;
+  } catch (const std::bad_alloc&) {
+  }
 }
 
 void UdpEndpoint::Impl::count_sent(size_t m) {

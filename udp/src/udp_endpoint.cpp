@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <new>
 
 #include "address.hpp"
 #include "impl.hpp"
@@ -159,10 +160,30 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
   if (impl_->closed) return impl_->closed_error(what());
   const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
   if (s == Status::kOk) {
-    impl_->regions[out.lkey] = Impl::Region{base, length, access};
-    return {};
+    try {
+      impl_->regions[out.lkey] = Impl::Region{base, length, access};
+      return {};
+    } catch (const std::bad_alloc&) {
+      // The engine's registration goes with it: a region registered there
+      // and unknown here would be one the application holds no key of.
+      (void)impl_->eng->deregister_memory(out.lkey);
+      out = MemoryRegion{};
+      return impl_->make_error(Status::kResourceExhausted,
+                               what() +
+                                   " failed: out of memory recording the region (nothing "
+                                   "registered)",
+                               ConnId{}, "memory ran short");
+    }
   }
   std::string why = "failed";
+  if (s == Status::kResourceExhausted) {
+    // The status's own words name the connection tables too.
+    return impl_->make_error(s,
+                             what() +
+                                 " failed: the engine's region table is full or memory "
+                                 "ran short (nothing registered)",
+                             ConnId{}, "memory ran short, or the region table is full");
+  }
   if (s == Status::kInvalidArgument) {
     why = addr == nullptr                  ? "failed: no address"
           : length == 0                    ? "failed: zero length"
@@ -197,25 +218,34 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
     const Status s =
         im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
-      // The engine's kResourceExhausted here is this endpoint's limit; a
-      // peer's reads "the peer holds as many connections ..." (ended_text).
+      // The engine's kResourceExhausted here is this endpoint's limit, or
+      // memory it found none of (a peer's reads "the peer holds as many
+      // connections ...", ended_text): below the limit, it was memory.
       const uint32_t most = im.eng->config().max_connections;
-      Error e = s == Status::kResourceExhausted
+      Error e = s != Status::kResourceExhausted
+                    ? im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{})
+                : im.live_count() < most
                     ? im.make_error(s,
+                                    "connect to " + format_address(peer) +
+                                        " failed: out of memory for the connection (nothing sent)",
+                                    ConnId{}, "memory ran short")
+                    : im.make_error(s,
                                     "connect to " + format_address(peer) +
                                         " failed: this endpoint holds as many connections as "
                                         "Options::engine.max_connections allows (" +
                                         std::to_string(most) + ")",
-                                    ConnId{}, "this endpoint's connection limit is reached")
-                    : im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{});
+                                    ConnId{}, "this endpoint's connection limit is reached");
       e.peer = format_address(peer);
       return e;
     }
-    ConnInfo& ci = im.conns[id.v];
-    ci.state = ConnState::kConnecting;
-    ci.peer = peer;
-    ci.budget_ms = budget.count();
-    im.count_live(ci);
+    if (!im.record_connecting(id, peer, budget.count())) {
+      Error e = im.make_error(Status::kResourceExhausted,
+                              "connect to " + format_address(peer) +
+                                  " failed: out of memory recording the connection (nothing sent)",
+                              ConnId{}, "memory ran short");
+      e.peer = format_address(peer);
+      return e;
+    }
   }
   im.wake_thread();
   out = id;
@@ -497,7 +527,7 @@ bool UdpEndpoint::Impl::take_accepted(ConnId& out) {
     it->second.queued = false;
     if (it->second.passed) {  // ended, and kept only for this: among the latest again
       it->second.passed = false;
-      ended.push_back(out.v);
+      ended.push(out.v);
       trim_ended();
     }
   }
