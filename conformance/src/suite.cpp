@@ -310,13 +310,14 @@ constexpr std::string_view kNoPeerTest =
     "section 12 names a peer test for it, which this suite does not have yet "
     "(conformance/README.md, \"Not yet here\")";
 constexpr std::array kUnchecked = {
-    Unchecked{"CC-5", false, kNoPeerTest},    Unchecked{"CC-7", false, kNoPeerTest},
-    Unchecked{"CC-8", false, kNoPeerTest},    Unchecked{"CC-9", false, kNoPeerTest},
-    Unchecked{"COMP-4", false, kNoPeerTest},  Unchecked{"LOSS-1", false, kNoPeerTest},
-    Unchecked{"LOSS-2", false, kNoPeerTest},  Unchecked{"LOSS-3", false, kNoPeerTest},
-    Unchecked{"MR-6", false, kNoPeerTest},    Unchecked{"PATH-5", false, kNoPeerTest},
-    Unchecked{"PATH-6", false, kNoPeerTest},  Unchecked{"PATH-8", false, kNoPeerTest},
-    Unchecked{"SCHED-1", false, kNoPeerTest}, Unchecked{"TRIM-1", false, kNoPeerTest},
+    Unchecked{"CC-5", false, kNoPeerTest},   Unchecked{"CC-7", false, kNoPeerTest},
+    Unchecked{"CC-8", false, kNoPeerTest},   Unchecked{"CC-9", false, kNoPeerTest},
+    Unchecked{"COMP-4", false, kNoPeerTest}, Unchecked{"LOSS-1", false, kNoPeerTest},
+    Unchecked{"LOSS-2", false, kNoPeerTest}, Unchecked{"LOSS-3", false, kNoPeerTest},
+    Unchecked{"MR-6", false, kNoPeerTest},   Unchecked{"PATH-5", false, kNoPeerTest},
+    Unchecked{"PATH-6", false, kNoPeerTest}, Unchecked{"PATH-8", false, kNoPeerTest},
+    Unchecked{"READ-6", false, kNoPeerTest}, Unchecked{"SCHED-1", false, kNoPeerTest},
+    Unchecked{"TRIM-1", false, kNoPeerTest},
 };
 
 bool names(std::string_view list, std::string_view rule) {
