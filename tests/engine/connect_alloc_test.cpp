@@ -252,6 +252,57 @@ TEST(ContextAlloc, ACompletionAnAckReleasesAllocatesNothing) {
   EXPECT_EQ(done[0].status, Status::kOk);
 }
 
+// READ-6: a responder that reports READs served queues the report in room
+// made when the endpoint was, so the ACK that completes a READ's responses
+// allocates nothing on the packet path, and the report is there.
+TEST(ContextAlloc, AnAckThatServesAReadAllocatesNothing) {  // READ-6
+  EndpointConfig cb = cfg(4427);
+  cb.read_served_events = true;
+  Loop loop(cfg(4426), cb);
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x5a);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(0), remote.mr.rkey, 4096, 7)),
+            Status::kOk);
+  std::vector<uint8_t> req, resp, ack;
+  loop.ep(1).handle_datagram(next_datagram(loop, 0, req), loop.now());
+  // Everything the responder sends (the response, any ACK) to the requester.
+  for (TxDatagram tx; resp.assign(70000, 0), loop.ep(1).poll_transmit(loop.now(), resp, tx);) {
+    resp.resize(tx.len);
+    loop.ep(0).handle_datagram(RxDatagram{loop.addr(1), tx.entropy, false, resp}, loop.now());
+  }
+  ASSERT_EQ(target.bytes, remote.bytes);
+  // The requester's ACK of the response, at once or after its delay (ACK-5);
+  // what it sends before that (a PROBE) goes to the responder as it is.
+  bool acked = false;
+  for (int i = 0; i < 16 && !acked; ++i) {
+    ack.assign(70000, 0);
+    TxDatagram tx;
+    if (!loop.ep(0).poll_transmit(loop.now(), ack, tx)) {
+      loop.pass_time(100'000);
+      loop.ep(0).handle_timeout(loop.now());
+      continue;
+    }
+    ack.resize(tx.len);
+    const RxDatagram dg{loop.addr(0), tx.entropy, false, ack};
+    acked = ack.size() > 1 && ack[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+    if (!acked) {
+      loop.ep(1).handle_datagram(dg, loop.now());
+      continue;
+    }
+    EXPECT_FALSE(bad_alloc_escapes(0, [&] { loop.ep(1).handle_datagram(dg, loop.now()); }))
+        << "std::bad_alloc left handle_datagram";
+  }
+  ASSERT_TRUE(acked) << "no ACK of the READ's response";
+  ReadServed served;
+  ASSERT_TRUE(loop.ep(1).poll_read_served(served));
+  EXPECT_EQ(served.conn, b);
+  EXPECT_EQ(served.addr, remote.addr(0));
+  EXPECT_EQ(served.length, 4096u);
+  EXPECT_EQ(loop.ep(1).endpoint_stats().reads_served_dropped, 0u);
+}
+
 // The first data packet of a connection that holds no receive context, met by
 // a failed allocation, is dropped as if lost, not thrown out of
 // handle_datagram: its resend lands, and the WRITE completes.
