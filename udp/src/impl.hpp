@@ -376,6 +376,10 @@ struct UdpEndpoint::Impl {
   int sock_fd(uint16_t s) const { return tx_fds[s]; }
   bool use_connected(uint16_t sock, const PeerAddr& peer, const sockaddr_storage& ss,
                      socklen_t len);
+  // Send socket `sock` is connected to `peer` (use_connected made it so).
+  [[nodiscard]] bool connected_to(uint16_t sock, const PeerAddr& peer) const {
+    return tx_peer[sock].len != 0 && tx_peer[sock] == peer;
+  }
   size_t fill(TimeNs now);
   uint8_t* slot_buf(size_t slot) { return tx_head.data() + slot * tx_head_size + kTxLead; }
   uint8_t* whole_buf(size_t slot) { return tx_whole.get() + slot * tx_whole_size; }

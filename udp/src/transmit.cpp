@@ -60,7 +60,7 @@ bool UdpEndpoint::Impl::use_connected(uint16_t sock, const PeerAddr& peer,
       }
     }
   }
-  return tx_peer[sock].len != 0 && tx_peer[sock] == peer;
+  return connected_to(sock, peer);
 }
 
 // Fills slots from the engine; returns the number taken.
@@ -254,7 +254,7 @@ void UdpEndpoint::Impl::build_messages() {
     // (Impl::wild); a socket connected from that address already needs no
     // cmsg, which would cost the kernel a route lookup per message.
     const LocalIp* src = wild ? source_for(first.peer) : nullptr;
-    bool connected = tx_peer[first.sock].len != 0 && tx_peer[first.sock] == first.peer;
+    bool connected = connected_to(first.sock, first.peer);
     if (src != nullptr && connected && tx_src[first.sock] == *src) src = nullptr;
     // The address only where the message names it, or the socket is yet to
     // be connected: most messages leave on a socket connected to their peer.
