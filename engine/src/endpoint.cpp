@@ -242,6 +242,20 @@ void Endpoint::Impl::remember_abandoned(const Connection& c, Status reason) {
 void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.peer_conn != 0) remember_closed(c);  // past the handshake
   timers.remove(c.index, timer_pos);
+  // Its entries in the deadlines to compute and in the round-robin go with
+  // it. Left there (it ended before a poll or next_timeout() took them), the
+  // next connection in the slot was entered beside them: connect() and
+  // close() over and over with the table full (max_connections) outgrew the
+  // room create_connection makes, and connect() allocated, or threw
+  // std::bad_alloc with its connection half made (CONN-4). Each holds the
+  // slot at most once, so the scans are as short as the lists.
+  if (c.timer_dirty) {
+    auto it = std::find(timer_dirty.begin(), timer_dirty.end(), c.index);
+    if (it != timer_dirty.end()) {
+      *it = timer_dirty.back();  // their order is not kept: each is computed alone
+      timer_dirty.pop_back();
+    }
+  }
   c.timer_dirty = false;
   if (c.nonce != 0) {
     auto it = by_nonce.find(c.nonce);
@@ -250,6 +264,7 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.tx) tx_pool.push_back(std::move(c.tx));
   if (c.rx) rx_pool.push_back(std::move(c.rx));
   const uint32_t index = c.index;
+  if (in_ready[index]) (void)ready.erase(index);
   in_ready[index] = 0;
   conns[index].reset();
   free_indices.push(index);

@@ -176,6 +176,10 @@ struct TxDatagram {
 
 class Endpoint {
  public:
+  // The one call that may throw std::bad_alloc (a constructor has no status
+  // to return), with nothing of the endpoint left; every call after it
+  // reports memory running short as a status, or drops what it cannot hold
+  // as if lost. A driver's open reports it: UdpEndpoint::open, kResourceExhausted.
   explicit Endpoint(const EndpointConfig& cfg);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;

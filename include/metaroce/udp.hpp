@@ -37,12 +37,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metaroce/engine.hpp"
 #include "metaroce/wire.hpp"
 
 namespace metaroce::udp {
+
+// An Error's message where memory for its words ran short: the call returns
+// its status (and connection) all the same, never std::bad_alloc.
+inline constexpr std::string_view kOutOfMemoryWords = "out of memory";
 
 // An error from the UDP endpoint: a status, and where known the peer address
 // and connection id it concerns. ok() when status is kOk and message is empty.
@@ -217,7 +222,9 @@ class UdpEndpoint {
   // of the entropy block (and the block), and what to do (another port, or Options::entropy_base).
   // A block that holds the receive port (Options::entropy_base) is kInvalidArgument, naming both.
   // Out of descriptors (EMFILE: an endpoint holds entropy_count + 5) is kResourceExhausted, naming
-  // Options::entropy_count and the process's RLIMIT_NOFILE. A refused open leaves nothing open.
+  // Options::entropy_count and the process's RLIMIT_NOFILE. Memory short for the endpoint (its
+  // tables and batches, the engine's) is kResourceExhausted, never std::bad_alloc. A refused
+  // open leaves nothing open.
   // An endpoint on a wildcard address (0.0.0.0, or [::], which serves IPv4 peers too) answers each
   // peer from the address that peer reached it at, as a peer takes a connection's packets only from
   // the address it knows.

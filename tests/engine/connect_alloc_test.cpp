@@ -127,6 +127,47 @@ TEST(ConnectAlloc, EachFailedAllocationOfConnectIsResourceExhausted) {
   }
 }
 
+// CONN-4: a connection closed before any poll (connect, then close while
+// CONNECTING: it ends at once) left its entries in the round-robin of
+// connections with something to send and in the deadlines to compute, and
+// the next connection in its slot (the table full at max_connections 1) was
+// entered again beside them: 32 such rounds outgrew the room create_connection
+// had made, and the 33rd connect() grew both, throwing std::bad_alloc with
+// its connection half made when that failed. Each allocation of the 33rd
+// failed in turn: kResourceExhausted, nothing thrown, or kOk; and it connects.
+TEST(ConnectAlloc, ConnectsClosedBeforeAnyPollLeaveNoRoomToOutgrow) {
+  EndpointConfig one = cfg(4429);
+  one.max_connections = 1;
+  constexpr int kRounds = 32;
+  for (long allowed = 0;; ++allowed) {
+    ASSERT_LT(allowed, 1000) << "connect() never succeeded";
+    Loop loop(one, cfg(4430));
+    ConnId a;
+    for (int i = 0; i < kRounds; ++i) {
+      ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk) << "round " << i;
+      loop.ep(0).close(a, loop.now());
+    }
+    Status s = Status::kOk;
+    ASSERT_FALSE(
+        bad_alloc_escapes(allowed, [&] { s = loop.ep(0).connect(loop.addr(1), loop.now(), a); }))
+        << "std::bad_alloc left connect() at allocation " << allowed;
+    Event ev;
+    for (int i = 0; i < kRounds; ++i) {
+      ASSERT_TRUE(loop.ep(0).poll_event(ev));
+      EXPECT_EQ(ev.kind, EventKind::kClosed);
+    }
+    if (s != Status::kOk) {
+      ASSERT_EQ(s, Status::kResourceExhausted) << "at allocation " << allowed;
+      EXPECT_FALSE(loop.ep(0).poll_event(ev)) << "at allocation " << allowed;
+      continue;
+    }
+    ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).poll_event(ev); }));
+    EXPECT_EQ(ev.kind, EventKind::kConnected);
+    EXPECT_EQ(ev.conn, a);
+    break;
+  }
+}
+
 // PLACE-6: the shared receive queue grows as receives are posted. Its ring
 // of bit_ceil(shared_rq_depth) entries was allocated at open: about 800 MB
 // at the largest depth, for an application that might post a few.

@@ -5,12 +5,15 @@
 // of progress() that finds no memory for a new peer or connection drops it,
 // as the engine drops what it cannot record: never std::bad_alloc out of the
 // driver. This executable replaces the global operator new with one that
-// fails one chosen allocation of the calling thread; each test sweeps that
-// allocation over every one its call makes.
+// fails one chosen allocation of the calling thread (or, memory staying
+// short, every one from it on); each test sweeps that allocation over every
+// one its call makes.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <new>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@ namespace {
 // Allocations left to succeed before the one that fails; -1: none fails.
 thread_local long t_until_fail = -1;
 thread_local bool t_fired = false;
+thread_local bool t_stay = false;  // every allocation after the failed one fails too
 // Not inlined into the operators: GCC's -Wmismatched-new-delete would see
 // free() of operator new's pointer.
 [[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
@@ -29,7 +33,7 @@ thread_local bool t_fired = false;
 
 void* operator new(std::size_t n) {
   if (t_until_fail == 0) {
-    t_until_fail = -1;
+    if (!t_stay) t_until_fail = -1;
     t_fired = true;
     throw std::bad_alloc();
   }
@@ -45,13 +49,15 @@ namespace {
 
 using std::chrono::milliseconds;
 
-void arm(long n) {
+void arm(long n, bool stay = false) {
   t_fired = false;
+  t_stay = stay;
   t_until_fail = n;
 }
 // True if the armed allocation failed since arm().
 bool disarm() {
   t_until_fail = -1;
+  t_stay = false;
   return t_fired;
 }
 
@@ -62,8 +68,8 @@ bool has(const std::string& s, const std::string& part) {
 // Runs f with allocation n of this thread failing; true if std::bad_alloc
 // came out of it. fired: f reached that allocation.
 template <typename F>
-bool escapes(long n, bool& fired, F&& f) {
-  arm(n);
+bool escapes(long n, bool& fired, F&& f, bool stay = false) {
+  arm(n, stay);
   bool threw = false;
   try {
     f();
@@ -76,6 +82,112 @@ bool escapes(long n, bool& fired, F&& f) {
 
 // The most allocations a sweep tries: far more than any call here makes.
 constexpr long kSweep = 400;
+
+// The descriptors this process holds (counted with memory to do it).
+size_t open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// open() short of memory at any of its allocations (the engine's, the
+// driver's tables and batches), once or from then on: null and
+// kResourceExhausted saying so, never std::bad_alloc, and every socket it
+// had opened closed. std::bad_alloc left open() before.
+TEST(UdpAlloc, AnOpenShortOfMemoryIsResourceExhaustedWithNothingLeftOpen) {
+  for (const bool stay : {false, true}) {
+    long n = 0;
+    for (; n < 4000; ++n) {
+      const size_t fds = open_fds();
+      std::unique_ptr<UdpEndpoint> ep;
+      Error e;
+      bool fired = false;
+      ASSERT_FALSE(escapes(
+          n, fired, [&] { ep = UdpEndpoint::open("127.0.0.1:0", test_options(), e); }, stay))
+          << "allocation " << n << " of open" << (stay ? ", memory staying short" : "");
+      if (!fired) {
+        ASSERT_TRUE(ep) << e.message;
+        break;
+      }
+      if (ep) continue;  // an allocation open could do without
+      EXPECT_EQ(e.status, Status::kResourceExhausted) << "allocation " << n << ": " << e.message;
+      EXPECT_TRUE(has(e.message, "memory")) << "allocation " << n << ": " << e.message;
+      EXPECT_EQ(open_fds(), fds) << "allocation " << n << ": descriptors left open";
+    }
+    EXPECT_GT(n, 0);
+    EXPECT_LT(n, 4000) << "open never succeeded";
+  }
+}
+
+// An Error's words find no memory, every allocation failing from one on:
+// the call returns its status and connection all the same, with the fixed
+// kOutOfMemoryWords where the words would be, never std::bad_alloc (which
+// left every call that builds an error's message before).
+TEST(UdpAlloc, AnErrorWhoseWordsFindNoMemoryKeepsItsStatus) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  std::vector<uint8_t> buf(4096);
+  MemoryRegion mr, out_mr;
+  ASSERT_FALSE(ep->register_memory(buf.data(), buf.size(), kAllAccess, mr));
+  const ConnId stranger{0x1234567};
+  const RecvWr shared{3, reinterpret_cast<uint64_t>(buf.data()), 64, mr.lkey};
+  ConnId out;
+  Completion flushed;
+  flushed.wr_id = 9;
+  flushed.conn = stranger;
+  flushed.status = Status::kFlushed;
+  const std::vector<std::pair<const char*, std::function<Error()>>> calls = {
+      {"register_memory", [&] { return ep->register_memory(nullptr, 64, kAllAccess, out_mr); }},
+      {"deregister_memory", [&] { return ep->deregister_memory(mr.lkey + 4096); }},
+      {"write", [&] { return ep->write(stranger, 1, buf.data(), 64, mr.lkey, 0, 1); }},
+      {"recv", [&] { return ep->recv(stranger, 2, buf.data(), 64, mr.lkey); }},
+      {"post_shared_recv", [&] { return ep->post_shared_recv(shared); }},
+      {"completion_error", [&] { return ep->completion_error(flushed); }},
+      {"accept", [&] { return ep->accept(milliseconds(-1), out); }},
+      {"connect_start", [&] { return ep->connect_start("127.0.0.1:4792", out, milliseconds(-1)); }},
+      {"connect", [&] { return ep->connect("127.0.0.1:4792", milliseconds(-1), out); }},
+  };
+  for (const auto& [name, call] : calls) {
+    const Error want = call();
+    ASSERT_TRUE(want) << name << " succeeded";
+    long n = 0;
+    for (; n < kSweep; ++n) {
+      Error e;
+      bool fired = false;
+      ASSERT_FALSE(escapes(
+          n, fired, [&] { e = call(); }, true))
+          << name << ", memory short from allocation " << n;
+      if (!fired) break;
+      EXPECT_EQ(e.status, want.status) << name << ", allocation " << n << ": " << e.message;
+      EXPECT_EQ(e.conn, want.conn) << name << ", allocation " << n;
+      EXPECT_FALSE(e.message.empty()) << name << ", allocation " << n;
+    }
+    EXPECT_GT(n, 0) << name << " built its error without an allocation";
+  }
+}
+
+// A write on a connection whose send context is not yet taken, memory short
+// from any allocation on: kResourceExhausted with nothing queued (or, the
+// memory it needed taken first, kOk), never std::bad_alloc.
+TEST(UdpAlloc, AWriteWithMemoryStayingShortIsResourceExhausted) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  std::vector<uint8_t> buf(4096, 0x3c);
+  MemoryRegion mr;
+  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, mr));
+  for (long n = 0; n < kSweep; ++n) {
+    Error e;
+    bool fired = false;
+    ASSERT_FALSE(escapes(
+        n, fired, [&] { e = p.client->write(p.cconn, 1, buf.data(), 64, mr.lkey, 0, 1); }, true))
+        << "memory short from allocation " << n;
+    if (!fired) break;
+    if (e) {
+      EXPECT_EQ(e.status, Status::kResourceExhausted) << "allocation " << n << ": " << e.message;
+      EXPECT_FALSE(e.message.empty());
+    }
+  }
+}
 
 // A registration whose bookkeeping finds no memory is undone in the engine
 // too: the next registration takes the engine's first slot again (MR-6: an

@@ -64,6 +64,17 @@ std::string count_text(uint64_t n, std::string_view one, std::string_view many) 
   return std::to_string(n) + " " + std::string(n == 1 ? one : many);
 }
 
+Error UdpEndpoint::Impl::out_of_memory_error(Status s, ConnId conn) noexcept {
+  Error e;
+  e.status = s;
+  e.conn = conn.v;
+  // Within the string's own buffer (std::string holds 15 characters without
+  // an allocation in libstdc++, 22 in libc++): assigned, it allocates nothing.
+  static_assert(kOutOfMemoryWords.size() <= 15);
+  e.message.assign(kOutOfMemoryWords);
+  return e;
+}
+
 // e's connection and peer (the connection's, unless e names one already),
 // and the " (peer ..., conn ...)" that names them in a message.
 std::string UdpEndpoint::Impl::name_in_error(Error& e, ConnId conn) const {
@@ -181,14 +192,17 @@ Error UdpEndpoint::Impl::route_mtu_cap(const PeerAddr& peer, uint16_t& cap) cons
     cap = static_cast<uint16_t>(have - overhead);
     return {};
   }
-  Error e;
-  e.status = Status::kInvalidArgument;
-  e.peer = format_address(peer);
-  e.message = "connect to " + e.peer + ": the route's MTU is " + std::to_string(have) +
-              " bytes, too small for a data packet of the least mtu, " + std::to_string(kMinMtu) +
-              ", and its " + std::to_string(overhead) +
-              " bytes of headers: IP would fragment every packet, and ECMP cannot spray fragments";
-  return e;
+  return error_or(Status::kInvalidArgument, ConnId{}, [&] {
+    Error e;
+    e.status = Status::kInvalidArgument;
+    e.peer = format_address(peer);
+    e.message = "connect to " + e.peer + ": the route's MTU is " + std::to_string(have) +
+                " bytes, too small for a data packet of the least mtu, " + std::to_string(kMinMtu) +
+                ", and its " + std::to_string(overhead) +
+                " bytes of headers: IP would fragment every packet, and ECMP cannot spray "
+                "fragments";
+    return e;
+  });
 }
 
 std::string UdpEndpoint::Impl::send_failure_text(const SendFailure& f) {
@@ -276,9 +290,11 @@ Error UdpEndpoint::Impl::post_error(Status s, ConnId conn, const char* what) con
       (it->second.state == ConnState::kClosed || it->second.state == ConnState::kError)) {
     // A peer's DISCONNECT can end the connection between two posts, before
     // the application polls the kPeerClosed completions that say so.
-    return make_error(Status::kNotConnected,
-                      std::string(what) + " failed: the connection " + how_it_ended(it->second),
-                      conn);
+    return error_or(Status::kNotConnected, conn, [&] {
+      return make_error(Status::kNotConnected,
+                        std::string(what) + " failed: the connection " + how_it_ended(it->second),
+                        conn);
+    });
   }
   // Closed by the application but not ended yet (its DISCONNECT unanswered):
   // the engine's "connection not established" read as one never set up.

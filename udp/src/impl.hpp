@@ -34,6 +34,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -496,6 +497,21 @@ struct UdpEndpoint::Impl {
                         ConnId& out, std::chrono::milliseconds budget);
 
   // errors.cpp
+  // The Error `words` builds, or where memory for its words runs short (every
+  // allocation failing), out_of_memory_error(s, conn): a call that reports
+  // an error never throws std::bad_alloc in its place, nor loses its status.
+  // A call's own allocations before it knows its status fail it
+  // kResourceExhausted the same way (s = kResourceExhausted around them).
+  template <typename F>
+  [[nodiscard]] static Error error_or(Status s, ConnId conn, F&& words) noexcept {
+    try {
+      return words();
+    } catch (const std::bad_alloc&) {
+      return out_of_memory_error(s, conn);
+    }
+  }
+  // Status s of connection conn, its message the fixed kOutOfMemoryWords.
+  [[nodiscard]] static Error out_of_memory_error(Status s, ConnId conn) noexcept;
   std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   // The same with `text` for the status's own words.

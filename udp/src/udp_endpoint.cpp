@@ -47,19 +47,35 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
                                                Error& err) {
   // Port 0 asks the kernel for a receive port; the entropy block after it may
   // be taken, or run past 65535, so try a few.
-  PeerAddr want;
-  const bool any_port = parse_address(address, kDefaultPort, want) && address_port(want) == 0 &&
-                        opts.entropy_base == 0;
-  for (int attempt = 0;; ++attempt) {
-    err = Error{};
-    auto impl = std::make_unique<Impl>();
-    impl->opts = opts;
-    if (impl->open(address, err))
-      return std::unique_ptr<UdpEndpoint>(new UdpEndpoint(std::move(impl)));
-    if (err.status == Status::kOk) err.status = Status::kInvalidArgument;
-    if (!any_port || attempt >= 16 ||
-        (err.status != Status::kResourceExhausted && !impl->block_past_end))
-      return nullptr;
+  try {
+    PeerAddr want;
+    const bool any_port = parse_address(address, kDefaultPort, want) && address_port(want) == 0 &&
+                          opts.entropy_base == 0;
+    for (int attempt = 0;; ++attempt) {
+      err = Error{};
+      auto impl = std::make_unique<Impl>();
+      impl->opts = opts;
+      if (impl->open(address, err))
+        return std::unique_ptr<UdpEndpoint>(new UdpEndpoint(std::move(impl)));
+      if (err.status == Status::kOk) err.status = Status::kInvalidArgument;
+      if (!any_port || attempt >= 16 ||
+          (err.status != Status::kResourceExhausted && !impl->block_past_end))
+        return nullptr;
+    }
+  } catch (const std::bad_alloc&) {
+    // Whatever was opened went with the Impl (its destructor closes the
+    // sockets, the engine goes with it). A refusal whose words found no
+    // memory keeps its status, set before them; else memory was the fault.
+    const Status s = err.status != Status::kOk ? err.status : Status::kResourceExhausted;
+    err = Impl::error_or(s, ConnId{}, [&] {
+      Error e;
+      e.status = s;
+      e.message = "open " + address +
+                  (s == Status::kResourceExhausted ? ": out of memory (nothing left open)"
+                                                   : ": failed, and memory ran short");
+      return e;
+    });
+    return nullptr;
   }
 }
 
@@ -157,7 +173,9 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
            ")";
   };
   // No post can name memory registered now: say so, as a post would.
-  if (impl_->closed) return impl_->closed_error(what());
+  if (impl_->closed)
+    return Impl::error_or(Status::kNotConnected, ConnId{},
+                          [&] { return impl_->closed_error(what()); });
   const Status s = impl_->eng->register_memory_at(addr, length, base, access, out);
   if (s == Status::kOk) {
     try {
@@ -168,30 +186,34 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
       // and unknown here would be one the application holds no key of.
       (void)impl_->eng->deregister_memory(out.lkey);
       out = MemoryRegion{};
-      return impl_->make_error(Status::kResourceExhausted,
-                               what() +
-                                   " failed: out of memory recording the region (nothing "
-                                   "registered)",
-                               ConnId{}, "memory ran short");
+      return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
+        return impl_->make_error(Status::kResourceExhausted,
+                                 what() +
+                                     " failed: out of memory recording the region (nothing "
+                                     "registered)",
+                                 ConnId{}, "memory ran short");
+      });
     }
   }
-  std::string why = "failed";
-  if (s == Status::kResourceExhausted) {
-    // The status's own words name the connection tables too.
-    return impl_->make_error(s,
-                             what() +
-                                 " failed: the engine's region table is full or memory "
-                                 "ran short (nothing registered)",
-                             ConnId{}, "memory ran short, or the region table is full");
-  }
-  if (s == Status::kInvalidArgument) {
-    why = addr == nullptr                  ? "failed: no address"
-          : length == 0                    ? "failed: zero length"
-          : (access & ~kAccessKnown) != 0  ? "failed: unknown access bits"
-          : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
-                                           : "failed";
-  }
-  return impl_->make_error(s, what() + " " + why, ConnId{});
+  return Impl::error_or(s, ConnId{}, [&] {
+    if (s == Status::kResourceExhausted) {
+      // The status's own words name the connection tables too.
+      return impl_->make_error(s,
+                               what() +
+                                   " failed: the engine's region table is full or memory "
+                                   "ran short (nothing registered)",
+                               ConnId{}, "memory ran short, or the region table is full");
+    }
+    std::string why = "failed";
+    if (s == Status::kInvalidArgument) {
+      why = addr == nullptr                  ? "failed: no address"
+            : length == 0                    ? "failed: zero length"
+            : (access & ~kAccessKnown) != 0  ? "failed: unknown access bits"
+            : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
+                                             : "failed";
+    }
+    return impl_->make_error(s, what() + " " + why, ConnId{});
+  });
 }
 
 Error UdpEndpoint::deregister_memory(uint32_t lkey) {
@@ -201,8 +223,10 @@ Error UdpEndpoint::deregister_memory(uint32_t lkey) {
     impl_->regions.erase(lkey);
     return {};
   }
-  return impl_->make_error(s, "deregister_memory(lkey " + std::to_string(lkey) + ") failed",
-                           ConnId{});
+  return Impl::error_or(s, ConnId{}, [&] {
+    return impl_->make_error(s, "deregister_memory(lkey " + std::to_string(lkey) + ") failed",
+                             ConnId{});
+  });
 }
 
 namespace {
@@ -222,29 +246,35 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
       // memory it found none of (a peer's reads "the peer holds as many
       // connections ...", ended_text): below the limit, it was memory.
       const uint32_t most = im.eng->config().max_connections;
-      Error e = s != Status::kResourceExhausted
-                    ? im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{})
-                : im.live_count() < most
-                    ? im.make_error(s,
-                                    "connect to " + format_address(peer) +
-                                        " failed: out of memory for the connection (nothing sent)",
-                                    ConnId{}, "memory ran short")
-                    : im.make_error(s,
-                                    "connect to " + format_address(peer) +
-                                        " failed: this endpoint holds as many connections as "
-                                        "Options::engine.max_connections allows (" +
-                                        std::to_string(most) + ")",
-                                    ConnId{}, "this endpoint's connection limit is reached");
-      e.peer = format_address(peer);
-      return e;
+      return UdpEndpoint::Impl::error_or(s, ConnId{}, [&] {
+        Error e =
+            s != Status::kResourceExhausted
+                ? im.make_error(s, "connect to " + format_address(peer) + " failed", ConnId{})
+            : im.live_count() < most
+                ? im.make_error(s,
+                                "connect to " + format_address(peer) +
+                                    " failed: out of memory for the connection (nothing sent)",
+                                ConnId{}, "memory ran short")
+                : im.make_error(s,
+                                "connect to " + format_address(peer) +
+                                    " failed: this endpoint holds as many connections as "
+                                    "Options::engine.max_connections allows (" +
+                                    std::to_string(most) + ")",
+                                ConnId{}, "this endpoint's connection limit is reached");
+        e.peer = format_address(peer);
+        return e;
+      });
     }
     if (!im.record_connecting(id, peer, budget.count())) {
-      Error e = im.make_error(Status::kResourceExhausted,
-                              "connect to " + format_address(peer) +
-                                  " failed: out of memory recording the connection (nothing sent)",
-                              ConnId{}, "memory ran short");
-      e.peer = format_address(peer);
-      return e;
+      return UdpEndpoint::Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
+        Error e =
+            im.make_error(Status::kResourceExhausted,
+                          "connect to " + format_address(peer) +
+                              " failed: out of memory recording the connection (nothing sent)",
+                          ConnId{}, "memory ran short");
+        e.peer = format_address(peer);
+        return e;
+      });
     }
   }
   im.wake_thread();
@@ -300,7 +330,9 @@ std::string budget_text(const UdpEndpoint::Impl& im, int64_t budget_ms) {
 Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds timeout,
                            ConnId& out) {
   out = ConnId{};
-  if (timeout.count() < 0) return negative_timeout("connect to " + address, timeout);
+  if (timeout.count() < 0)
+    return Impl::error_or(Status::kInvalidArgument, ConnId{},
+                          [&] { return negative_timeout("connect to " + address, timeout); });
   ConnId id;
   // The timeout is the connection's budget: it requests for all of it
   // (connect_retry apart, CONN-2), where the engine's connect_attempts alone
@@ -345,25 +377,15 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   }
   // Closed by another thread meanwhile (its close ended this connection):
   // that, rather than a timeout, is why.
-  if (impl_->closed) return impl_->closed_error("connect to " + format_address(peer), id);
+  if (impl_->closed)
+    return Impl::error_or(Status::kNotConnected, id, [&] {
+      return impl_->closed_error("connect to " + format_address(peer), id);
+    });
   // A request the kernel refused to send (e.g. no route): its error, rather
   // than only the silence that followed. (A refusal no send reported yet is
   // read first, as the engine's own failure does in drain_events.)
   if (!done) impl_->take_refusals(peer, true);
   SendFailure failure = ci.send_failure.err != 0 ? ci.send_failure : impl_->send_failure_of(peer);
-  // An ICMP refusal is no failed send: the requests went, and the usual
-  // message follows, with what the peer's host answered.
-  const std::string unsent = failure.icmp ? "" : Impl::send_failure_text(failure);
-  const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
-  const std::string refused = failure.icmp ? "; " + Impl::send_failure_clause(failure) : "";
-  // The engine's requests ran out: the timeout's worth (connect_attempts_for),
-  // or CONN-2's most, 65,535, where the timeout is longer.
-  const bool ran_out = done && ci.status == Status::kConnectTimeout;
-  const EndpointConfig& ec = impl_->cfg;
-  const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(ci.budget_ms)
-                                              : std::min<uint32_t>(ec.connect_attempts, 65535);
-  const bool covered =
-      ci.budget_ms != 0 && budget_fit(*impl_, ci.budget_ms) != BudgetFit::kCappedShort;
   if (!done) {
     impl_->eng->close(id, clock_now());
     if (at != impl_->conns.end()) {
@@ -375,28 +397,44 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
   // conn_error() says what the requests met.
   if (at != impl_->conns.end() && at->second.send_failure.err == 0)
     at->second.send_failure = failure;
-  if (!done || (ran_out && covered))
-    return impl_->make_error(Status::kConnectTimeout,
-                             "connect to " + format_address(peer) + because +
-                                 (because.empty() ? " timed out after " : " (timed out after ") +
-                                 std::to_string(timeout.count()) +
-                                 (because.empty() ? " ms" : " ms)") + refused,
-                             id);
-  if (!unsent.empty())
-    return impl_->make_error(ci.status == Status::kOk ? Status::kConnectTimeout : ci.status,
-                             "connect to " + format_address(peer) + because, id);
-  if (ran_out)
-    return impl_->make_error(Status::kConnectTimeout,
-                             "connect to " + format_address(peer) + ": no answer to " +
-                                 requests_text(requests) + " " + retry_text(ec.connect_retry_ns) +
-                                 " apart (" +
-                                 (ci.budget_ms != 0 ? "CONN-2's most, before the timeout ended"
-                                                    : "Options::engine.connect_attempts") +
-                                 ")" + refused,
-                             id);
-  const Status why = ci.status == Status::kOk ? Status::kConnectTimeout : ci.status;
-  return impl_->make_error(why, "connect to " + format_address(peer) + " failed" + refused, id,
-                           Impl::ended_text(why, ci.peer_reason));
+  // The engine's requests ran out: the timeout's worth (connect_attempts_for),
+  // or CONN-2's most, 65,535, where the timeout is longer.
+  const bool ran_out = done && ci.status == Status::kConnectTimeout;
+  // The status of every Error below, known before their words (which
+  // memory may lack): a timeout, or what ended the connect.
+  const Status failed = !done || ci.status == Status::kOk ? Status::kConnectTimeout : ci.status;
+  return Impl::error_or(failed, id, [&] {
+    // An ICMP refusal is no failed send: the requests went, and the usual
+    // message follows, with what the peer's host answered.
+    const std::string unsent = failure.icmp ? "" : Impl::send_failure_text(failure);
+    const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
+    const std::string refused = failure.icmp ? "; " + Impl::send_failure_clause(failure) : "";
+    const EndpointConfig& ec = impl_->cfg;
+    const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(ci.budget_ms)
+                                                : std::min<uint32_t>(ec.connect_attempts, 65535);
+    const bool covered =
+        ci.budget_ms != 0 && budget_fit(*impl_, ci.budget_ms) != BudgetFit::kCappedShort;
+    if (!done || (ran_out && covered))
+      return impl_->make_error(Status::kConnectTimeout,
+                               "connect to " + format_address(peer) + because +
+                                   (because.empty() ? " timed out after " : " (timed out after ") +
+                                   std::to_string(timeout.count()) +
+                                   (because.empty() ? " ms" : " ms)") + refused,
+                               id);
+    if (!unsent.empty())
+      return impl_->make_error(failed, "connect to " + format_address(peer) + because, id);
+    if (ran_out)
+      return impl_->make_error(Status::kConnectTimeout,
+                               "connect to " + format_address(peer) + ": no answer to " +
+                                   requests_text(requests) + " " + retry_text(ec.connect_retry_ns) +
+                                   " apart (" +
+                                   (ci.budget_ms != 0 ? "CONN-2's most, before the timeout ended"
+                                                      : "Options::engine.connect_attempts") +
+                                   ")" + refused,
+                               id);
+    return impl_->make_error(failed, "connect to " + format_address(peer) + " failed" + refused, id,
+                             Impl::ended_text(failed, ci.peer_reason));
+  });
 }
 
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
@@ -406,27 +444,36 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
                                  std::chrono::milliseconds budget) {
   out = ConnId{};
-  if (budget.count() < 0) return negative_timeout("connect to " + address, budget);
-  if (impl_->closed) {
-    PeerAddr p;
-    return impl_->closed_error(
-        "connect to " + address, ConnId{},
-        parse_address(address, kDefaultPort, p) ? format_address(p) : address);
-  }
-  PeerAddr peer;
-  std::string why;
-  // A name resolves to the addresses this endpoint reaches: an IPv4 one's
-  // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
-  const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
-  uint32_t peer_scope = 0;
-  if (!parse_address(address, kDefaultPort, peer, &why, reach, &peer_scope)) {
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.peer = address;
-    e.message = "connect to " + address + ": " + why;
-    return e;
-  }
-  return impl_->connect_checked(peer, peer_scope, address, out, budget);
+  if (budget.count() < 0)
+    return Impl::error_or(Status::kInvalidArgument, ConnId{},
+                          [&] { return negative_timeout("connect to " + address, budget); });
+  if (impl_->closed)
+    return Impl::error_or(Status::kNotConnected, ConnId{}, [&] {
+      PeerAddr p;
+      return impl_->closed_error(
+          "connect to " + address, ConnId{},
+          parse_address(address, kDefaultPort, p) ? format_address(p) : address);
+    });
+  // Memory short for the name's resolution or the checks' words before a
+  // refusal: kResourceExhausted.
+  return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
+    PeerAddr peer;
+    std::string why;
+    // A name resolves to the addresses this endpoint reaches: an IPv4 one's
+    // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
+    const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
+    uint32_t peer_scope = 0;
+    if (!parse_address(address, kDefaultPort, peer, &why, reach, &peer_scope)) {
+      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+        Error e;
+        e.status = Status::kInvalidArgument;
+        e.peer = address;
+        e.message = "connect to " + address + ": " + why;
+        return e;
+      });
+    }
+    return impl_->connect_checked(peer, peer_scope, address, out, budget);
+  });
 }
 
 Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out) {
@@ -436,18 +483,29 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out) {
 Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
                                  std::chrono::milliseconds budget) {
   out = ConnId{};
-  std::string why;
-  if (!valid_peer_addr(peer, &why)) {
-    // Formatting it would read garbage as an address: say what is wrong.
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.message = "connect: " + why;
-    return e;
-  }
-  const std::string shown = format_address(peer);
-  if (budget.count() < 0) return negative_timeout("connect to " + shown, budget);
-  if (impl_->closed) return impl_->closed_error("connect to " + shown, ConnId{}, shown);
-  return impl_->connect_checked(peer, 0, shown, out, budget);
+  // Memory short before a refusal is known: kResourceExhausted.
+  return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
+    std::string why;
+    if (!valid_peer_addr(peer, &why)) {
+      // Formatting it would read garbage as an address: say what is wrong.
+      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+        Error e;
+        e.status = Status::kInvalidArgument;
+        e.message = "connect: " + why;
+        return e;
+      });
+    }
+    if (budget.count() < 0)
+      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+        return negative_timeout("connect to " + format_address(peer), budget);
+      });
+    if (impl_->closed)
+      return Impl::error_or(Status::kNotConnected, ConnId{}, [&] {
+        const std::string shown = format_address(peer);
+        return impl_->closed_error("connect to " + shown, ConnId{}, shown);
+      });
+    return impl_->connect_checked(peer, 0, format_address(peer), out, budget);
+  });
 }
 
 // What both forms of connect_start check of a well-formed peer: a port, a
@@ -456,41 +514,47 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
 Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_scope,
                                          const std::string& address, ConnId& out,
                                          std::chrono::milliseconds budget) {
-  const std::string local_text = format_address(local);
+  // Each refusal's words in error_or: memory short for them keeps its status.
+  const auto refuse = [](auto&& words) {
+    return error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      Error e;
+      e.status = Status::kInvalidArgument;
+      words(e);
+      return e;
+    });
+  };
   if (address_port(peer) == 0) {  // no socket has it: every request would fail (EINVAL)
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.peer = format_address(peer);
-    e.message = "connect to " + e.peer + ": port 0 names no socket; give the peer's port";
-    return e;
+    return refuse([&](Error& e) {
+      e.peer = format_address(peer);
+      e.message = "connect to " + e.peer + ": port 0 names no socket; give the peer's port";
+    });
   }
   if (family == AF_INET && !address_is_v4(peer)) {
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.peer = format_address(peer);
-    e.message = "connect to " + e.peer + ": an IPv4 endpoint (" + local_text +
-                ") cannot reach an IPv6 peer";
-    return e;
+    return refuse([&](Error& e) {
+      e.peer = format_address(peer);
+      e.message = "connect to " + e.peer + ": an IPv4 endpoint (" + format_address(local) +
+                  ") cannot reach an IPv6 peer";
+    });
   }
   if (family == AF_INET6 && !wild && address_is_v4(peer)) {
     // Bound to one IPv6 address, the sockets are IPv6-only (IPV6_V6ONLY):
     // every send to an IPv4 peer would fail with ENETUNREACH.
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.peer = format_address(peer);
-    e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" + local_text +
-                ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
-    return e;
+    return refuse([&](Error& e) {
+      e.peer = format_address(peer);
+      e.message = "connect to " + e.peer + ": an endpoint bound to an IPv6 address (" +
+                  format_address(local) +
+                  ") cannot reach an IPv4 peer; open it on [::] (dual-stack) or an IPv4 address";
+    });
   }
   if (is_link_local(peer) && (scope == 0 || (peer_scope != 0 && peer_scope != scope))) {
     // PeerAddr holds no interface: the endpoint's is the only one it knows.
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.peer = address;
-    e.message = "connect to " + address + ": a link-local peer is reached through the interface " +
-                "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
-                local_text + " has " + (scope == 0 ? "none" : "another");
-    return e;
+    return refuse([&](Error& e) {
+      e.peer = address;
+      e.message =
+          "connect to " + address + ": a link-local peer is reached through the interface " +
+          "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
+          format_address(local) + " has " + (scope == 0 ? "none" : "another");
+    });
   }
   return start_connection(*this, peer, out, budget);
 }
@@ -541,28 +605,39 @@ bool UdpEndpoint::try_accept(ConnId& out) {
 
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   out = ConnId{};
-  if (timeout.count() < 0) return negative_timeout("accept on " + local_address(), timeout);
+  if (timeout.count() < 0)
+    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      return negative_timeout("accept on " + local_address(), timeout);
+    });
   if (!impl_->opts.queue_accepted) {
     // Nothing will ever be queued: waiting out the timeout would only hide
     // the option.
-    Error e;
-    e.status = Status::kInvalidArgument;
-    e.message = "accept on " + local_address() +
-                ": Options::queue_accepted is off, so no connection is queued for accept(); "
-                "connections appear in completions (peer_addr() names their peers)";
-    return e;
+    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      Error e;
+      e.status = Status::kInvalidArgument;
+      e.message = "accept on " + local_address() +
+                  ": Options::queue_accepted is off, so no connection is queued for accept(); "
+                  "connections appear in completions (peer_addr() names their peers)";
+      return e;
+    });
   }
-  if (impl_->closed) return impl_->closed_error("accept");
+  const auto closed = [&] {
+    return Impl::error_or(Status::kNotConnected, ConnId{},
+                          [&] { return impl_->closed_error("accept"); });
+  };
+  if (impl_->closed) return closed();
   const auto deadline = deadline_after(timeout);
   // (pred runs under the lock; the connection is taken there, as another
   // thread's try_accept could otherwise take it between the two.)
   if (!impl_->run_until([&] { return impl_->take_accepted(out); }, deadline)) {
-    if (impl_->closed) return impl_->closed_error("accept");  // by another thread meanwhile
-    Error e;
-    e.status = Status::kConnectTimeout;
-    e.message = "accept on " + local_address() + ": no connection within " +
-                std::to_string(timeout.count()) + " ms";
-    return e;
+    if (impl_->closed) return closed();  // by another thread meanwhile
+    return Impl::error_or(Status::kConnectTimeout, ConnId{}, [&] {
+      Error e;
+      e.status = Status::kConnectTimeout;
+      e.message = "accept on " + local_address() + ": no connection within " +
+                  std::to_string(timeout.count()) + " ms";
+      return e;
+    });
   }
   return {};
 }
@@ -587,10 +662,12 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   auto lk = impl_->guard();
   auto it = impl_->conns.find(conn.v);
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
-  const std::string sent = Impl::send_failure_clause(it->second.send_failure);
-  return impl_->make_error(it->second.status,
-                           sent.empty() ? "connection failed" : "connection failed; " + sent, conn,
-                           Impl::ended_text(it->second.status, it->second.peer_reason));
+  return Impl::error_or(it->second.status, conn, [&] {
+    const std::string sent = Impl::send_failure_clause(it->second.send_failure);
+    return impl_->make_error(it->second.status,
+                             sent.empty() ? "connection failed" : "connection failed; " + sent,
+                             conn, Impl::ended_text(it->second.status, it->second.peer_reason));
+  });
 }
 
 std::string UdpEndpoint::peer_address(ConnId conn) const {
@@ -651,11 +728,11 @@ Error UdpEndpoint::post_shared_recv(const RecvWr& wr) {
   return s == Status::kOk ? Error{} : post_shared_recv_error(s, wr);
 }
 
-Error UdpEndpoint::post_send_error(Status s, ConnId conn, const SendWr& wr) const {
-  if (s == Status::kOk) return {};
-  auto lk = impl_->guard();
-  if (impl_->closed && s == Status::kNotConnected)
-    return impl_->closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
+namespace {
+// post_send_error's words (its lock held).
+Error post_send_words(const UdpEndpoint::Impl& im, Status s, ConnId conn, const SendWr& wr) {
+  if (im.closed && s == Status::kNotConnected)
+    return im.closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
   // The engine's invalid request, in words: which field, and its limit.
   if (s == Status::kInvalidArgument) {
     const std::string why =
@@ -664,39 +741,50 @@ Error UdpEndpoint::post_send_error(Status s, ConnId conn, const SendWr& wr) cons
         : wr.length > kMaxMessageLength
             ? "length " + std::to_string(wr.length) + " is above the largest message, 2 GiB"
             : "invalid request";
-    return impl_->make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
+    return im.make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
   }
   if (s == Status::kLocalProtection && static_cast<size_t>(wr.op) < 5) {
     static constexpr const char* kPosts[] = {"post_send (WRITE", "post_send (WRITE_IMM",
                                              "post_send (SEND", "post_send (SEND_IMM",
                                              "post_send (READ"};
-    return impl_->local_protection_error(
-        kPosts[static_cast<size_t>(wr.op)], conn, wr.wr_id, wr.local_addr, wr.length, wr.lkey,
-        wr.op == WrOpcode::kRead ? uint32_t{kAccessLocalWrite} : 0);
+    return im.local_protection_error(kPosts[static_cast<size_t>(wr.op)], conn, wr.wr_id,
+                                     wr.local_addr, wr.length, wr.lkey,
+                                     wr.op == WrOpcode::kRead ? uint32_t{kAccessLocalWrite} : 0);
   }
-  return impl_->post_error(s, conn, "post_send");
+  return im.post_error(s, conn, "post_send");
+}
+}  // namespace
+
+Error UdpEndpoint::post_send_error(Status s, ConnId conn, const SendWr& wr) const {
+  if (s == Status::kOk) return {};
+  auto lk = impl_->guard();
+  return Impl::error_or(s, conn, [&] { return post_send_words(*impl_, s, conn, wr); });
 }
 
 Error UdpEndpoint::post_recv_error(Status s, ConnId conn, const RecvWr& wr) const {
   if (s == Status::kOk) return {};
   auto lk = impl_->guard();
-  if (impl_->closed && s == Status::kNotConnected)
-    return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
-  if (s == Status::kLocalProtection)
-    return impl_->local_protection_error("post_recv (RECV", conn, wr.wr_id, wr.addr, wr.length,
-                                         wr.lkey, kAccessLocalWrite);
-  return impl_->post_error(s, conn, "post_recv");
+  return Impl::error_or(s, conn, [&] {
+    if (impl_->closed && s == Status::kNotConnected)
+      return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
+    if (s == Status::kLocalProtection)
+      return impl_->local_protection_error("post_recv (RECV", conn, wr.wr_id, wr.addr, wr.length,
+                                           wr.lkey, kAccessLocalWrite);
+    return impl_->post_error(s, conn, "post_recv");
+  });
 }
 
 Error UdpEndpoint::post_shared_recv_error(Status s, const RecvWr& wr) const {
   if (s == Status::kOk) return {};
   auto lk = impl_->guard();
-  if (impl_->closed && s == Status::kNotConnected)
-    return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
-  if (s == Status::kLocalProtection)
-    return impl_->local_protection_error("post_shared_recv (RECV", ConnId{}, wr.wr_id, wr.addr,
-                                         wr.length, wr.lkey, kAccessLocalWrite);
-  return impl_->post_error(s, ConnId{}, "post_shared_recv");
+  return Impl::error_or(s, ConnId{}, [&] {
+    if (impl_->closed && s == Status::kNotConnected)
+      return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
+    if (s == Status::kLocalProtection)
+      return impl_->local_protection_error("post_shared_recv (RECV", ConnId{}, wr.wr_id, wr.addr,
+                                           wr.length, wr.lkey, kAccessLocalWrite);
+    return impl_->post_error(s, ConnId{}, "post_shared_recv");
+  });
 }
 
 namespace {
@@ -768,36 +856,43 @@ bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds time
   return impl_->run_until([&] { return impl_->eng->poll_completion(out); }, deadline);
 }
 
-Error UdpEndpoint::completion_error(const Completion& c) const {
-  if (c.status == Status::kOk) return {};
+namespace {
+// completion_error's words (its lock held).
+Error completion_words(const UdpEndpoint::Impl& im, const Completion& c) {
   static constexpr const char* kOps[] = {"WRITE", "WRITE_IMM", "SEND",          "SEND_IMM",
                                          "READ",  "RECV",      "RECV_WRITE_IMM"};
   const auto op = static_cast<size_t>(c.op);
-  auto lk = impl_->guard();
   std::string what =
       std::string(op < 7 ? kOps[op] : "?") + " wr_id " + std::to_string(c.wr_id) + " failed";
-  const auto it = impl_->conns.find(c.conn.v);
-  const bool ended = it != impl_->conns.end() && (it->second.state == ConnState::kError ||
-                                                  it->second.state == ConnState::kClosed);
+  const auto it = im.conns.find(c.conn.v);
+  const bool ended = it != im.conns.end() && (it->second.state == ConnState::kError ||
+                                              it->second.state == ConnState::kClosed);
   // The failure that ended the connection, where a send failed or the peer's
   // host refused (conn_error's): a peer unreachable because its process is
   // gone reads as one that is only silent otherwise.
   if (ended && it->second.state == ConnState::kError && it->second.status == c.status) {
-    const std::string sent = Impl::send_failure_clause(it->second.send_failure);
+    const std::string sent = UdpEndpoint::Impl::send_failure_clause(it->second.send_failure);
     if (!sent.empty()) what += "; " + sent;
   }
   // A budget spent: the connect's whole time, not one connection's requests.
-  if (c.status == Status::kConnectTimeout && it != impl_->conns.end() && it->second.budget_ms != 0)
-    what += "; " + budget_text(*impl_, it->second.budget_ms);
+  if (c.status == Status::kConnectTimeout && it != im.conns.end() && it->second.budget_ms != 0)
+    what += "; " + budget_text(im, it->second.budget_ms);
   if (c.status != Status::kFlushed)
-    return impl_->make_error(c.status, what, c.conn, Impl::request_failure_text(c.status));
+    return im.make_error(c.status, what, c.conn, UdpEndpoint::Impl::request_failure_text(c.status));
   // kFlushed says only that the connection ended first: what ended it, which
   // the application otherwise had to ask conn_error() for, is the reason.
-  const ConnInfo* ci = it != impl_->conns.end() ? &it->second : nullptr;
-  Error e = impl_->make_error(c.status, what, c.conn, Impl::flushed_text(ci));
+  const ConnInfo* ci = it != im.conns.end() ? &it->second : nullptr;
+  Error e = im.make_error(c.status, what, c.conn, UdpEndpoint::Impl::flushed_text(ci));
   if (ended && ci->closer == ConnInfo::Closer::kNone)
-    e.message += "; the connection " + Impl::how_it_ended(*ci);
+    e.message += "; the connection " + UdpEndpoint::Impl::how_it_ended(*ci);
   return e;
+}
+}  // namespace
+
+Error UdpEndpoint::completion_error(const Completion& c) const {
+  if (c.status == Status::kOk) return {};
+  auto lk = impl_->guard();
+  return Impl::error_or(c.status, c.conn, [&] { return completion_words(*impl_, c); });
 }
 
 EndpointStats UdpEndpoint::endpoint_stats() const {
