@@ -2832,7 +2832,11 @@ TEST(Udp, ConnectEndsWhenAnotherThreadCloses) {
   Error c;
   ConnId id;
   std::thread t([&] { c = ep->connect(to, 30000ms, id); });
-  std::this_thread::sleep_for(20ms);
+  // Closed once the connect is under way: its first CONNECT_REQ has reached
+  // the silent peer. A fixed sleep let close() win now and then on a loaded
+  // machine, and connect() then met an endpoint closed before it began.
+  pollfd req{silent, POLLIN, 0};
+  EXPECT_EQ(::poll(&req, 1, 10000), 1) << "no CONNECT_REQ within 10 s";
   const auto t0 = std::chrono::steady_clock::now();
   ep->close(false);
   t.join();
