@@ -97,6 +97,13 @@ json() {  # json FILE EXPR: a Python expression of j, the client's report
 start_client() {
   local name=$1
   shift
+  # Emptied here, not only by the redirections below: those run in the
+  # background child, which a loaded host may not schedule before
+  # await_progress reads the file, and a name used again (many) then still
+  # holds the previous client's progress line. That client was taken for
+  # this one and killed before it connected, and its test never ended.
+  : >"$out/$name.out"
+  : >"$out/$name.err"
   "$perf" client "$@" >"$out/$name.out" 2>"$out/$name.err" &
   client=$!
   pids+=("$client")
