@@ -301,8 +301,10 @@ if start_server stop3-server 127.0.0.1 0; then
   kill -STOP "$server"
   t0=$(now_ms)
   end_client
+  # The rest of the 3 s: whole seconds too ("0.%03d" made 1,016 ms, the
+  # usual rest, "0.1016": thawed 2.1 s after the stop).
   left=$((3000 - ms))
-  [ "$left" -gt 0 ] && sleep "$(printf '0.%03d' "$left")"
+  [ "$left" -gt 0 ] && sleep "$((left / 1000)).$(printf '%03d' $((left % 1000)))"
   kill -CONT "$server"
   check "server stopped 3 s: client exit $rc ${ms} ms after the stop: $(grep -v '^\[' "$out/stop3.err")" \
     "$([ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] &&
