@@ -250,7 +250,8 @@ size_t write_data_headers(std::span<uint8_t> out, const BaseHeader& bh, const Me
 // Rewrites, in data headers that write_data_headers wrote for another packet
 // of the same message, the fields that differ from packet to packet: path
 // tag, PSN, timestamp, offset, and the remote address where the opcode has an
-// RDMA header. `p` holds at least header_size(op) bytes. A sender builds a
+// RDMA header. `p` holds at least kMaxDataHeaderSize bytes (whole words are
+// rewritten; the bytes past the headers are kept). A sender builds a
 // message's headers once and patches them for each of its packets.
 void patch_data_headers(uint8_t* p, Opcode op, uint16_t path_tag, uint32_t psn, uint32_t tsval,
                         uint32_t offset, uint64_t raddr);

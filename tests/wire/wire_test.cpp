@@ -805,6 +805,8 @@ TEST(Writers, PatchedDataHeadersEqualWrittenOnes) {
       patch_data_headers(patched.data(), op, bh.path_tag, bh.psn, bh.tsval, mh.offset, rh.raddr);
       EXPECT_EQ(Bytes(patched.begin(), patched.begin() + hlen),
                 Bytes(written.begin(), written.begin() + hlen));
+      // Whole words are rewritten: what lies past the headers stays.
+      EXPECT_EQ(Bytes(patched.begin() + hlen, patched.end()), Bytes(patched.size() - hlen, 0));
     }
   }
 }
