@@ -391,30 +391,6 @@ struct Connection {
   // it fills the padding before the contexts.
   uint32_t max_cwnd = 0;
 
-  // SCHED-1's scan as it left the paths, kept between packets
-  // (Impl::pick_path_kept): while nothing but this connection's own sends
-  // changed them, only the paths sent on are looked at again. Data goes
-  // only on the path a choice returned, so the choice marks it stale. The
-  // inline first look (Impl::pick_path) need not: it takes an idle path,
-  // which is stale already or there is nothing kept (a path kept as open or
-  // full had packets in flight, and nothing since took them away). All
-  // other changes of a path's fields (ACKs, NAKs, PROBEs, timers, control
-  // packets, contexts, errors) come through a few entry points, which call
-  // forget_pick().
-  struct Pick {
-    static constexpr uint32_t kAll = ~0u;
-    uint32_t stale = kAll;  // paths to look at again; kAll: the whole scan
-    uint32_t open = 0;      // room in their windows and rings, none held back
-    uint32_t full = 0;      // windows full: CC-2's window_full is now's
-    // The open paths with the least fraction of their windows in flight
-    // (0: to be found again), and that fraction, as one of them had it.
-    uint32_t low = 0;
-    uint32_t low_inflight = 0, low_cwnd = 0;
-    TimeNs now{0};  // when `full` had window_full set
-  };
-  Pick pick;
-  void forget_pick() { pick.stale = Pick::kAll; }
-
   std::unique_ptr<TxCtx> tx;
   std::unique_ptr<RxCtx> rx;
   std::vector<Path> paths;  // num_paths entries, sized once at creation

@@ -347,7 +347,6 @@ detail::TxCtx* Endpoint::Impl::borrow_tx(Connection& c) noexcept {
   if (!c.tx) return nullptr;
   c.draining_slot = detail::kNoPath;
   for (uint8_t i = 0; i < c.num_paths; ++i) c.paths[i].ring_head = c.paths[i].next_pseq;
-  c.forget_pick();  // and wake_silent_paths below may change more
   // PATH-6: work starts again on a connection that had none outstanding for
   // context_idle_ns. Paths retired meanwhile took no answer for the peer's
   // silence (there was nothing to acknowledge, so no progress to see): they

@@ -42,7 +42,6 @@ bool Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
   // The peer's offer is at least kMinMtu (refused otherwise).
   c.mtu = std::min<uint16_t>(c.mtu, peer_body.mtu);
   c.set_window_log2(std::clamp(peer_body.window_log2, kMinWindowLog2, cfg.window_log2));  // SEQ-3
-  c.forget_pick();  // the window and every path's cwnd change
   set_cwnd_floor(c);
   c.peer_max_reads = std::max<uint8_t>(peer_body.max_reads, 1);
   c.rx_cum = peer_body.initial_psn;
@@ -269,7 +268,6 @@ void Endpoint::Impl::ack_disconnect(const RxDatagram& dg, const wire::Packet& p)
 
 bool Endpoint::Impl::emit_control(Connection& c, TimeNs now, std::span<uint8_t> buf,
                                   TxDatagram& out) {
-  c.forget_pick();  // a tail-loss probe takes a place in its path's ring
   wire::ConnectBody body;
   body.src_conn = c.id.v;
   body.mtu = c.mtu;
@@ -411,7 +409,6 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
     c.paths[i].inflight = 0;
     c.paths[i].rto_deadline = TimeNs::never();
   }
-  c.forget_pick();
 }
 
 void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who, TimeNs now) {

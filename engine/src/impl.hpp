@@ -427,10 +427,6 @@ struct Endpoint::Impl {
     return pick_path_scan(c, avoid, now);
   }
   int pick_path_scan(detail::Connection& c, int avoid, TimeNs now);
-  int pick_path_full(detail::Connection& c, int avoid, TimeNs now);
-  // pick_path_kept's answer when it cannot tell: the whole scan decides.
-  static constexpr int kRescan = -2;
-  int pick_path_kept(detail::Connection& c, TimeNs now);
   // PATH-7 times the silence while work is outstanding: a new packet sent
   // when nothing was outstanding starts that clock, or a connection idle
   // for longer than peer_timeout would fail its first packet at once.

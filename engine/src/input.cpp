@@ -95,7 +95,6 @@ void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint6
   switch (op) {
     case wire::Opcode::kConnectAccept:
     case wire::Opcode::kConnectReject:
-      c->forget_pick();  // SCHED-1 afresh after any change of the paths: here CC-1's windows
       if (!m.on_connect_reply(*c, p, now)) return;  // rejected: connection is gone
       break;
     case wire::Opcode::kDisconnect: m.on_disconnect(dg, p); return;
@@ -107,15 +106,12 @@ void Endpoint::Impl::queue_reject(const RxDatagram& dg, uint32_t src_conn, uint6
       }
       return;
     case wire::Opcode::kAck:
-      c->forget_pick();  // windows, rings, held paths
       if (c->state == ConnState::kEstablished) m.on_ack(*c, p, now);
       break;
     case wire::Opcode::kNak:
-      c->forget_pick();
       if (c->state == ConnState::kEstablished) m.on_nak(*c, p, now);
       break;
     case wire::Opcode::kProbe:
-      c->forget_pick();  // PATH-6: a path answers
       if (c->state == ConnState::kEstablished) {
         m.on_probe(*c, dg, p, now);
       } else if (c->state == ConnState::kError && c->sent_fatal_nak()) {

@@ -2,7 +2,6 @@
 // building of data packets, retransmissions first (spec SEQ-3/5/6, SCHED-*).
 // acks.cpp processes what comes back; loss.cpp decides what was lost.
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include "bitmap.hpp"
@@ -57,19 +56,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   return Status::kOk;
 }
 
-// SCHED-1 beyond pick_path's first look: from what the last scan kept where
-// it can (new data on busy paths: the loopback sender's steady state, where
-// the whole scan over 8 paths was 337 of its 1,313 instructions a packet),
-// else the whole scan.
 int Endpoint::Impl::pick_path_scan(Connection& c, int avoid, TimeNs now) {
-  if (avoid < 0 && c.pick.stale != Connection::Pick::kAll) {
-    const int kept = pick_path_kept(c, now);
-    if (kept != kRescan) return kept;
-  }
-  return pick_path_full(c, avoid, now);
-}
-
-int Endpoint::Impl::pick_path_full(Connection& c, int avoid, TimeNs now) {
   const uint32_t need = packet_cost(c.mtu);
   if (cfg.cc.max_inflight_packets != 0) {  // CC-9: the paths' windows do not bound their sum
     uint32_t total = 0;
@@ -101,12 +88,6 @@ int Endpoint::Impl::pick_path_full(Connection& c, int avoid, TimeNs now) {
   // free fraction) is inflight_b * cwnd_i > inflight_i * cwnd_b, with no
   // subtraction.
   uint32_t best_inflight = 0, best_cwnd = 0;
-  // What the scan found, kept for pick_path_kept: the paths open, full and
-  // to look at again (a ring trim_ring could not clear), and whether any
-  // path it may take was idle (then the clock or the round-robin's start
-  // decides how far the next scan goes, which only a whole scan knows).
-  uint32_t open = 0, full = 0, retry = 0;
-  bool idle = false;
   // One path's turn; true when the scan ends there.
   const auto consider = [&](uint8_t i, detail::Path& p) {
     // LOSS-8: held until it answers, for new data and other paths' resends
@@ -114,22 +95,16 @@ int Endpoint::Impl::pick_path_full(Connection& c, int avoid, TimeNs now) {
     // it moves.
     if (p.state != PathState::kActive || (p.held && i != avoid) || i == draining) return false;
     const uint32_t inflight = p.inflight, cwnd = p.cwnd;
-    idle |= inflight == 0;
     // CC-6: a window below one packet paces: one packet per srtt*need/cwnd.
     if (inflight > 0 ? inflight >= cwnd : (cwnd < need && now < p.next_send)) {
       p.window_full = now;  // CC-2
-      full |= 1u << i;
       return false;
     }
-    if (p.next_pseq - p.ring_head >= window && !trim_ring(c, i)) {
-      retry |= 1u << i;
-      return false;
-    }
+    if (p.next_pseq - p.ring_head >= window && !trim_ring(c, i)) return false;
     if (i == avoid) {
       fallback = i;
       return false;
     }
-    open |= 1u << i;
     // SCHED-1: the emptiest window, as a fraction of the window (compared
     // by cross-multiplying, no division per path); ties to the first.
     if (best < 0 || uint64_t{best_inflight} * cwnd > uint64_t{inflight} * best_cwnd) {
@@ -148,101 +123,10 @@ int Endpoint::Impl::pick_path_full(Connection& c, int avoid, TimeNs now) {
     for (uint8_t i = 0; i < start; ++i, ++p)
       if (consider(i, *p)) return;
   }();
-  // Kept only for what pick_path_kept serves: new data (no path to avoid,
-  // which held paths depend on) with no cap on the paths' sum (CC-9), after
-  // a scan that looked at every path (only an idle one ends it early).
-  if (idle || avoid >= 0 || cfg.cc.max_inflight_packets != 0)
-    c.forget_pick();
-  else
-    c.pick = {retry, open, full, 0, 0, 0, now};  // the least fraction found on demand
   // LOSS-3: the original path only when no other path has room. Waiting for
   // one instead would let new data take this very path first (SCHED-2).
   if (best < 0) best = fallback;
   if (best < 0) return -1;
-  c.pick.stale |= 1u << best;  // sent on next (Connection::Pick)
-  c.rr_next = static_cast<uint8_t>(best + 1 == n ? 0 : best + 1);
-  return best;
-}
-
-// pick_path_full's choice, for new data, from what the last scan kept. The
-// paths not sent on since are as that scan left them (any other change
-// forgets it all: Connection::forget_pick), so only those sent on are looked
-// at again. Exact while no path the scan may take is idle: then the whole
-// scan looks at every path, as this does, and the clock plays no part but
-// CC-2's window_full. The choice is the first, in round-robin order, of the
-// open paths with the least fraction in flight: those are kept as a mask,
-// found again only once sending has taken every one of them past the rest.
-int Endpoint::Impl::pick_path_kept(Connection& c, TimeNs now) {
-  Connection::Pick& k = c.pick;
-  detail::Path* const paths = c.paths.data();
-  const uint8_t draining = c.draining_slot;
-  const uint32_t window = c.window();
-  // The paths sent on, looked at without a change first: an idle one open
-  // to new data ends the whole scan where it stands, or paces by the clock,
-  // and only the whole scan knows which paths it would pass before that.
-  uint32_t full = 0, open = 0, ring = 0;
-  for (uint32_t m = k.stale; m != 0; m &= m - 1) {
-    const auto i = static_cast<uint8_t>(std::countr_zero(m));
-    const detail::Path& p = paths[i];
-    if (p.state != PathState::kActive || p.held || i == draining) continue;
-    if (p.inflight == 0) return kRescan;
-    const uint32_t bit = 1u << i;
-    if (p.inflight >= p.cwnd)
-      full |= bit;
-    else if (p.next_pseq - p.ring_head >= window)
-      ring |= bit;
-    else
-      open |= bit;
-  }
-  const uint32_t kept_full = k.full & ~k.stale;
-  if (now != k.now) {
-    // CC-2: the whole scan passes every full path over again, now.
-    for (uint32_t m = kept_full; m != 0; m &= m - 1) paths[std::countr_zero(m)].window_full = now;
-    k.now = now;
-  }
-  for (uint32_t m = full; m != 0; m &= m - 1) paths[std::countr_zero(m)].window_full = now;
-  k.full = kept_full | full;
-  uint32_t retry = 0;
-  for (uint32_t m = ring; m != 0; m &= m - 1) {
-    const auto i = static_cast<uint8_t>(std::countr_zero(m));
-    (trim_ring(c, i) ? open : retry) |= 1u << i;
-  }
-  // SCHED-1: the least fraction in flight, compared by cross-multiplying;
-  // every open path has packets in flight and room, so a window above 0.
-  uint32_t low = k.low & ~k.stale;
-  uint32_t low_inflight = k.low_inflight, low_cwnd = k.low_cwnd;
-  const auto weigh = [&](uint32_t m) {
-    for (; m != 0; m &= m - 1) {
-      const int i = std::countr_zero(m);
-      const uint32_t inflight = paths[i].inflight, cwnd = paths[i].cwnd;
-      const uint64_t theirs = uint64_t{inflight} * low_cwnd, ours = uint64_t{low_inflight} * cwnd;
-      if (low == 0 || theirs < ours) {
-        low = 0;
-        low_inflight = inflight;
-        low_cwnd = cwnd;
-      } else if (theirs != ours) {
-        continue;
-      }
-      low |= 1u << i;
-    }
-  };
-  if (low == 0) weigh(k.open & ~k.stale);
-  weigh(open);
-  k.open = (k.open & ~k.stale) | open;
-  k.low_inflight = low_inflight;
-  k.low_cwnd = low_cwnd;
-  if (low == 0) {
-    k.stale = retry;
-    k.low = low;
-    return -1;
-  }
-  // Ties to the first in round-robin order from rr_next.
-  const uint8_t n = c.num_paths;
-  const uint8_t start = c.rr_next < n ? c.rr_next : 0;
-  const uint32_t from_start = low & (~0u << start);
-  const int best = std::countr_zero(from_start != 0 ? from_start : low);
-  k.stale = retry | 1u << best;  // sent on next
-  k.low = low;
   c.rr_next = static_cast<uint8_t>(best + 1 == n ? 0 : best + 1);
   return best;
 }

@@ -90,7 +90,6 @@ void Endpoint::Impl::compute_timer(Connection& c) {
 }
 
 void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
-  c.forget_pick();  // RTOs, tail-loss timers, probes, PATH-8's moves change the paths
   if (c.rnr_until <= now) c.rnr_until = TimeNs{0};
   if (c.control_deadline <= now) {
     c.control_deadline = TimeNs::never();
