@@ -375,12 +375,7 @@ bool UdpEndpoint::Impl::stale_error(int err) { return !buffer_full(err) && err !
 void UdpEndpoint::Impl::note_refused(uint16_t sock, int err) {
   if (err != ECONNREFUSED || tx_peer[sock].len == 0) return;
   const PeerAddr& peer = tx_peer[sock];
-  const auto it = send_failed.find(peer);
-  if (it != send_failed.end()) {
-    if (!it->second.icmp) return;
-  } else if (send_failed.size() >= kMaxPeerSources) {
-    send_failed.clear();  // bounded as drop_failed's
-  }
+  if (const auto it = send_failed.find(peer); it != send_failed.end() && !it->second.icmp) return;
   keep_failure(peer, SendFailure{err, "ICMP", true});
 }
 
@@ -470,16 +465,17 @@ void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   }
   io.tx_errors += tx_msg_segs[m] - sent;
   if (buffer_full(err)) return;  // (while sending unsegmented): the engine retransmits
-  // Bounded as peer_src is (note_source): replies to junk from many
-  // addresses may fail too, and nothing else ends their entries.
-  if (send_failed.size() >= kMaxPeerSources && send_failed.find(peer) == send_failed.end())
-    send_failed.clear();
   keep_failure(peer, SendFailure{err, call});
 }
 
-// Short of memory for a new peer's entry, the failure goes unrecorded: an
-// error message then says less of why, and nothing escapes the round.
+// Peer's last failure, for the errors that name it. Bounded as peer_src is
+// (note_source): replies to junk from many addresses may fail too, and
+// nothing else ends their entries. Short of memory for a new peer's entry,
+// the failure goes unrecorded: an error message then says less of why, and
+// nothing escapes the round.
 void UdpEndpoint::Impl::keep_failure(const PeerAddr& peer, const SendFailure& f) {
+  if (send_failed.size() >= kMaxPeerSources && send_failed.find(peer) == send_failed.end())
+    send_failed.clear();
   try {
     send_failed[peer] = f;
   } catch (const std::bad_alloc&) {
