@@ -124,6 +124,14 @@ void expect_write_imm_lands(UdpEndpoint& client, ConnId id, UdpEndpoint& server,
   EXPECT_EQ(c.status, Status::kOk) << server.completion_error(c).message;
   EXPECT_EQ(c.conn, accepted);
   EXPECT_EQ(src, dst);
+  // src stays the client's until its own completion: landed at the server,
+  // the WRITE_IMM may still be resent from it (its ACK not yet back), and
+  // freeing it first had the client's progress thread read freed memory
+  // (ASan, CI).
+  Completion own;
+  ASSERT_TRUE(client.wait_completion(own, 5s));
+  EXPECT_EQ(own.wr_id, 2u);
+  EXPECT_EQ(own.status, Status::kOk) << client.completion_error(own).message;
 }
 
 // Runs every endpoint's progress() until done() or `timeout`; done().
