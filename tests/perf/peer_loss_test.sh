@@ -71,14 +71,16 @@ start_server() {
   failures=$((failures + 1))
   return 1
 }
-# await_progress FILE: until the client's first progress line (its test runs;
-# 10 s at most, for a loaded host).
+# await_progress FILE PID: until the client's first progress line (its test
+# runs; 10 s at most, for a loaded host), or until the client PID has exited
+# without one.
 await_progress() {
   for _ in $(seq 400); do
     grep -q '^\[' "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || break
     sleep 0.025
   done
-  return 1
+  grep -q '^\[' "$1" 2>/dev/null
 }
 # await_log FILE PATTERN COUNT: until FILE has COUNT lines matching PATTERN (10 s at most).
 await_log() {
@@ -114,7 +116,11 @@ json() {  # json FILE EXPR: a Python expression of j, the client's report
 }
 # start_client NAME ADDR ARGS...: a client in the background, stdout to
 # $out/NAME.out, stderr to $out/NAME.err; sets client (its pid) and returns
-# once its test runs (ARGS need a short --interval).
+# once its test runs (ARGS need a short --interval). A client whose test
+# never ran (its connect failed, say) fails here, with its own words, and
+# returns 1 with its step's server killed: the step ends there. Its status
+# was ignored, and the step went on to kill or stop a server that the
+# client never reached, and failed later on checks that told nothing of why.
 start_client() {
   local name=$1
   shift
@@ -128,7 +134,20 @@ start_client() {
   "$perf" client "$@" "${connect_wait[@]}" >"$out/$name.out" 2>"$out/$name.err" &
   client=$!
   pids+=("$client")
-  await_progress "$out/$name.err"
+  await_progress "$out/$name.err" "$client" && return 0
+  local how
+  if kill -0 "$client" 2>/dev/null; then
+    kill -KILL "$client"
+    wait "$client" 2>/dev/null
+    how="no progress line within 10 s (killed)"
+  else
+    wait "$client" 2>/dev/null
+    how="exit $? before its test ran"
+  fi
+  echo "FAIL: client $name did not start: $how: $(cat "$out/$name.err")"
+  failures=$((failures + 1))
+  kill -KILL "$server" 2>/dev/null
+  return 1
 }
 # Every client's connect but the one under test ("no server", which keeps
 # the 500 ms default): 5 s. A loaded host left a server unscheduled past the
@@ -170,7 +189,7 @@ killed_server() {
   name=kill-$op${1:+$(echo "$*" | tr -d ' -')}
   start_server "$name-server" "$host" 0 || return
   start_client "$name" "$(hostport "$host" "$port")" --op "$op" --size 65536 --duration 30 \
-    --verify --interval 0.1 --json "$@"
+    --verify --interval 0.1 --json "$@" || return
   kill -KILL "$server"
   t0=$(now_ms)
   end_client
@@ -210,8 +229,7 @@ killed_server 127.0.0.1 write --qd 8 --bidir
 
 # The text report of a run whose server was killed says it failed, and does
 # not print "verify errors 0" for data no one checked.
-if start_server text-server 127.0.0.1 0; then
-  start_client text "127.0.0.1:$port" "${long_write[@]}"
+if start_server text-server 127.0.0.1 0 && start_client text "127.0.0.1:$port" "${long_write[@]}"; then
   kill -KILL "$server"
   t0=$(now_ms)
   end_client
@@ -222,8 +240,7 @@ fi
 
 # The client killed mid-run: a server that only receives hears nothing for
 # its peer timeout (2 s), says so naming the client, and serves the next.
-if start_server ckill-server 127.0.0.1 0; then
-  start_client ckill "127.0.0.1:$port" "${long_write[@]}"
+if start_server ckill-server 127.0.0.1 0 && start_client ckill "127.0.0.1:$port" "${long_write[@]}"; then
   kill_client
   await_log "$out/ckill-server.log" 'test abandoned' 1
   ms=$(($(now_ms) - t0))
@@ -237,8 +254,7 @@ fi
 # A client that connects at once after a client was killed, while the server
 # still waits it out (2 s): held, not refused busy (it exited 2, "server
 # busy"), and served once the server gives the killed one's test up.
-if start_server held-server 127.0.0.1 0; then
-  start_client held-first "127.0.0.1:$port" "${long_write[@]}"
+if start_server held-server 127.0.0.1 0 && start_client held-first "127.0.0.1:$port" "${long_write[@]}"; then
   kill_client
   timeout 20 "$perf" client "127.0.0.1:$port" --op write --qd 16 --duration 0.3 --verify --json "${connect_wait[@]}" \
     >"$out/held.json" 2>"$out/held.err"
@@ -264,10 +280,14 @@ fi
 asan_flat=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0:allocator_release_to_os_interval_ms=0
 if ASAN_OPTIONS=$asan_flat start_server many-server 127.0.0.1 0 --peer-timeout-ms 300; then
   ops="write read send"
+  started=1
   for k in $(seq 12); do
     op=$(echo "$ops" | cut -d' ' -f$((k % 3 + 1)))
     start_client many "127.0.0.1:$port" --op "$op" --size 131072 --qd 16 --duration 30 \
-      --interval 0.05 --peer-timeout-ms 300
+      --interval 0.05 --peer-timeout-ms 300 || {
+      started=0
+      break
+    }
     kill_client
     await_log "$out/many-server.log" 'test abandoned\|without Done' "$k" || break
     if [ "$k" -eq 6 ]; then
@@ -275,27 +295,30 @@ if ASAN_OPTIONS=$asan_flat start_server many-server 127.0.0.1 0 --peer-timeout-m
       fds6=$(find "/proc/$server/fd" -mindepth 1 -maxdepth 1 | wc -l)
     fi
   done
-  rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$server/status")
-  fds=$(find "/proc/$server/fd" -mindepth 1 -maxdepth 1 | wc -l)
-  gone=$(grep -c 'test abandoned\|without Done' "$out/many-server.log")
-  check "12 clients killed: $gone ended tests; server RSS ${rss6:-?} -> $rss KiB, fds ${fds6:-?} -> $fds" \
-    "$([ "$gone" -eq 12 ] && [ -n "${rss6:-}" ] && [ "$rss" -le $((rss6 + 6144)) ] &&
-      [ "$fds" -eq "$fds6" ]; echo $?)"
-  # The server's 300 ms peer timeout gives up a client that a loaded host
-  # leaves unscheduled that long (one more "test abandoned"): such a try is
-  # made again, once, and the server must serve that one.
-  abandoned=$(grep -c 'test abandoned' "$out/many-server.log")
-  timeout 20 "$perf" client "127.0.0.1:$port" --qd 16 --duration 0.3 --verify --json --op send "${connect_wait[@]}" \
-    >"$out/next.json" 2>"$out/next.err"
-  rc=$?
-  if [ "$rc" -ne 0 ] && await_log "$out/many-server.log" 'test abandoned' $((abandoned + 1)); then
-    echo "note: the server gave the next client up by its peer timeout: $(grep -v '^\[' "$out/next.err"); once more"
-    serves_next "after 12 clients killed, the next (made again)" --op send
-  else
-    check "after 12 clients killed, the next: exit $rc $(grep -v '^\[' "$out/next.err")" \
-      "$([ "$rc" -eq 0 ] && [ "$(json "$out/next.json" 'j["verify_errors"]')" = 0 ]; echo $?)"
+  # (A client that did not start failed its step and killed the server.)
+  if [ "$started" -eq 1 ]; then
+    rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$server/status")
+    fds=$(find "/proc/$server/fd" -mindepth 1 -maxdepth 1 | wc -l)
+    gone=$(grep -c 'test abandoned\|without Done' "$out/many-server.log")
+    check "12 clients killed: $gone ended tests; server RSS ${rss6:-?} -> $rss KiB, fds ${fds6:-?} -> $fds" \
+      "$([ "$gone" -eq 12 ] && [ -n "${rss6:-}" ] && [ "$rss" -le $((rss6 + 6144)) ] &&
+        [ "$fds" -eq "$fds6" ]; echo $?)"
+    # The server's 300 ms peer timeout gives up a client that a loaded host
+    # leaves unscheduled that long (one more "test abandoned"): such a try is
+    # made again, once, and the server must serve that one.
+    abandoned=$(grep -c 'test abandoned' "$out/many-server.log")
+    timeout 20 "$perf" client "127.0.0.1:$port" --qd 16 --duration 0.3 --verify --json --op send "${connect_wait[@]}" \
+      >"$out/next.json" 2>"$out/next.err"
+    rc=$?
+    if [ "$rc" -ne 0 ] && await_log "$out/many-server.log" 'test abandoned' $((abandoned + 1)); then
+      echo "note: the server gave the next client up by its peer timeout: $(grep -v '^\[' "$out/next.err"); once more"
+      serves_next "after 12 clients killed, the next (made again)" --op send
+    else
+      check "after 12 clients killed, the next: exit $rc $(grep -v '^\[' "$out/next.err")" \
+        "$([ "$rc" -eq 0 ] && [ "$(json "$out/next.json" 'j["verify_errors"]')" = 0 ]; echo $?)"
+    fi
+    kill -KILL "$server"
   fi
-  kill -KILL "$server"
 fi
 
 # The server stopped for 1 s (below the peer timeout): nothing lost, every
@@ -306,7 +329,7 @@ for run in "127.0.0.1 write" "127.0.0.1 read" "127.0.0.1 send" "::1 write --bidi
   name=stop1-$op${extra:+-bidir}-$host
   start_server "$name-server" "$host" 0 || continue
   start_client "$name" "$(hostport "$host" "$port")" --op "$op" --qd 16 --duration 1.5 --verify \
-    --interval 0.1 ${extra:+"$extra"} --json
+    --interval 0.1 ${extra:+"$extra"} --json || continue
   kill -STOP "$server"
   t0=$(now_ms)
   sleep 1
@@ -323,8 +346,7 @@ done
 # Stopped for 3 s (past the peer timeout): the client's error as for a
 # killed server; once thawed, the server gives the vanished client's test
 # up and serves the next.
-if start_server stop3-server 127.0.0.1 0; then
-  start_client stop3 "127.0.0.1:$port" "${long_write[@]}" --json
+if start_server stop3-server 127.0.0.1 0 && start_client stop3 "127.0.0.1:$port" "${long_write[@]}" --json; then
   kill -STOP "$server"
   t0=$(now_ms)
   end_client
@@ -350,7 +372,7 @@ for form in json text; do
   json_flag=
   [ "$form" = json ] && json_flag=--json
   start_client "first-$form" "127.0.0.1:$port" --op write --size 1073741824 --qd 1 --duration 30 \
-    --interval 0.1 ${json_flag:+"$json_flag"}
+    --interval 0.1 ${json_flag:+"$json_flag"} || continue
   kill -KILL "$server"
   t0=$(now_ms)
   end_client
@@ -367,9 +389,8 @@ done
 # The server killed and restarted on its port mid-run: the new one knows
 # nothing of the old connection (BAD-7: no answer), so the client fails as
 # for a killed server, and the new one accepted no connection from it.
-if start_server old-server 127.0.0.1 0; then
+if start_server old-server 127.0.0.1 0 && start_client restart "127.0.0.1:$port" "${long_write[@]}" --json; then
   old_port=$port
-  start_client restart "127.0.0.1:$port" "${long_write[@]}" --json
   kill -KILL "$server"
   t0=$(now_ms)
   wait "$server" 2>/dev/null
