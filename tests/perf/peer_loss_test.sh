@@ -18,9 +18,11 @@
 #   clause (its port stayed open).
 # - The server killed before the client's first message completed: no
 #   latency reported (null, n/a), not 0 us.
-# - The server killed and restarted on its port mid-run: the new server
-#   takes nothing of the old connection (no connection from the client), the
-#   client fails with kPeerUnreachable, and the new server serves the next.
+# - The server killed and restarted on its port mid-run (one below the
+#   kernel's ephemeral range, so that no other test is given it meanwhile):
+#   the new server takes nothing of the old connection (no connection from
+#   the client), the client fails with kPeerUnreachable, and the new server
+#   serves the next.
 # - No server (a port held where nothing listens): a connect-timeout error
 #   within 3 s (documented: 0.5 s) that says nothing listens at the port and
 #   names --connect-timeout-ms, which makes the client wait longer.
@@ -50,11 +52,14 @@ hostport() { case $1 in *:*) echo "[$1]:$2" ;; *) echo "$1:$2" ;; esac; }
 # hostport's address as a grep pattern ([::1]'s brackets escaped).
 hostport_re() { hostport "$1" "$2" | sed 's/[][]/\\&/g'; }
 
-# start_server NAME HOST PORT [ARGS...]: a server logging to $out/NAME.log;
+# server_up NAME HOST PORT [ARGS...]: a server logging to $out/NAME.log;
 # sets server (its pid) and port (read from its first line: PORT 0 lets
 # the kernel choose). Its log is created before it starts, so that no
-# earlier server's line is read.
-start_server() {
+# earlier server's line is read. Returns 0 once it listens, 2 where it
+# could not bind its port or a port of its entropy block (its log says
+# "Address already in use"), 1 for any other failure to start; it counts
+# no failure (start_server does).
+server_up() {
   local name=$1 host=$2 want=$3
   shift 3
   : >"$out/$name.log"
@@ -68,7 +73,14 @@ start_server() {
     kill -0 "$server" 2>/dev/null || break
     sleep 0.05
   done
-  echo "FAIL: server $name did not start: $(cat "$out/$name.log")"
+  grep -q 'Address already in use' "$out/$name.log" && return 2
+  return 1
+}
+# start_server NAME HOST PORT [ARGS...]: server_up, a failure to start
+# counted and its log shown.
+start_server() {
+  server_up "$@" && return 0
+  echo "FAIL: server $1 did not start: $(cat "$out/$1.log")"
   failures=$((failures + 1))
   return 1
 }
@@ -399,20 +411,64 @@ done
 # The server killed and restarted on its port mid-run: the new one knows
 # nothing of the old connection (BAD-7: no answer), so the client fails as
 # for a killed server, and the new one accepted no connection from it.
-if start_server old-server 127.0.0.1 0 && start_client restart "127.0.0.1:$port" "${long_write[@]}" --json; then
+# The new server needs the old one's port and the 64 after it (its entropy
+# block) free again. On a port the kernel picked (port 0), any socket bound
+# meanwhile to port 0, or autobound by a connect(), by another test of a
+# parallel ctest could be given one of those 65 ports while the server was
+# down: the restart then failed "Address already in use", which says
+# nothing of the server. So the step runs on a quiet port (quiet_port),
+# which the kernel never picks, and where a port is taken all the same
+# (a process that binds a fixed one there), it says so and runs again on
+# another, three tries at most.
+# quiet_port: a random port P with P..P+64 below the kernel's ephemeral
+# range (ip_local_port_range) and above the privileged ports; 0 (the kernel
+# picks) where the range leaves no room below it.
+quiet_port() {
+  local lo=0 room
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null
+  room=$((${lo:-0} - 65 - 1024))
+  if [ "$room" -gt 0 ]; then echo $((1024 + (RANDOM * 32768 + RANDOM) % room)); else echo 0; fi
+}
+# restart_step: the step once; returns 2, its checks not made, where a
+# server could not bind its port or a port of its entropy block.
+restart_step() {
+  local old_port up client t0 rc ms
+  server_up old-server 127.0.0.1 "$(quiet_port)"
+  up=$?
+  [ "$up" -eq 2 ] && echo "note: a port was in use: $(cat "$out/old-server.log")"
+  if [ "$up" -ne 0 ]; then
+    [ "$up" -eq 1 ] && check "server old-server did not start: $(cat "$out/old-server.log")" 1
+    return "$up"
+  fi
   old_port=$port
+  start_client restart "127.0.0.1:$port" "${long_write[@]}" --json || return 1
   kill -KILL "$server"
   t0=$(now_ms)
   wait "$server" 2>/dev/null
-  start_server new-server 127.0.0.1 "$old_port"
+  server_up new-server 127.0.0.1 "$old_port"
+  up=$?
   end_client
+  if [ "$up" -eq 2 ]; then
+    echo "note: port $old_port or a port of its block was taken while the server was down: $(cat "$out/new-server.log")"
+    return 2
+  fi
   check "server restarted on port $old_port: client exit $rc ${ms} ms after the kill: $(grep -v '^\[' "$out/restart.err")" \
-    "$([ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] && [ "$port" = "$old_port" ] &&
+    "$([ "$up" -eq 0 ] && [ "$rc" -eq 1 ] && [ "$ms" -lt 6000 ] && [ "$port" = "$old_port" ] &&
       grep -q "(peer 127.0.0.1:$old_port, conn 0x[0-9a-f]*): kPeerUnreachable" "$out/restart.err" &&
       ! grep -q '^connection from' "$out/new-server.log"; echo $?)"
+  [ "$up" -eq 0 ] || { echo "  (the new server: $(cat "$out/new-server.log"))"; return 1; }
   serves_next "the restarted server serves a new client" --op write
   kill -KILL "$server"
-fi
+}
+for try in 1 2 3; do
+  restart_step
+  [ $? -eq 2 ] || break
+  if [ "$try" -eq 3 ]; then
+    check "server restarted on its port: a port free through three tries" 1
+  else
+    echo "note: the restart step once more, on another port"
+  fi
+done
 
 # No server: a connect timeout, named, within 3 s (0.5 s: 50 requests 10 ms
 # apart), exit 2: nothing ran, with the option that waits longer
