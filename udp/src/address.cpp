@@ -2,9 +2,11 @@
 #include "address.hpp"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -81,6 +83,32 @@ bool valid_peer_addr(const PeerAddr& a, std::string* why) {
 
 bool same_host(const PeerAddr& a, const PeerAddr& b) {
   return a.len == kPeerAddrLen && b.len == kPeerAddrLen && std::memcmp(a.bytes, b.bytes, 16) == 0;
+}
+
+bool is_unspecified(const PeerAddr& a) {
+  if (a.len != kPeerAddrLen) return false;
+  const uint8_t* from = a.bytes + (address_is_v4(a) ? 12 : 0);
+  return std::all_of(from, a.bytes + 16, [](uint8_t b) { return b == 0; });
+}
+
+bool is_loopback(const PeerAddr& a) {
+  static constexpr uint8_t kLoopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  if (a.len != kPeerAddrLen) return false;
+  return address_is_v4(a) ? a.bytes[12] == 127 : std::memcmp(a.bytes, kLoopback6, 16) == 0;
+}
+
+bool is_this_host(const PeerAddr& a) {
+  if (a.len != kPeerAddrLen) return false;
+  if (is_unspecified(a) || is_loopback(a)) return true;
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return false;
+  bool found = false;
+  for (const ifaddrs* i = all; i != nullptr && !found; i = i->ifa_next) {
+    PeerAddr own;
+    found = i->ifa_addr != nullptr && from_sockaddr(i->ifa_addr, own) && same_host(own, a);
+  }
+  ::freeifaddrs(all);
+  return found;
 }
 
 bool from_sockaddr(const sockaddr* sa, PeerAddr& out) {

@@ -40,5 +40,13 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 [[nodiscard]] PeerAddr with_port(const PeerAddr& a, uint16_t port);
 // Same IP address (port ignored).
 [[nodiscard]] bool same_host(const PeerAddr& a, const PeerAddr& b);
+// 0.0.0.0 or :: (IPv4's as v4-mapped), which the kernel sends to this host.
+[[nodiscard]] bool is_unspecified(const PeerAddr& a);
+// 127.0.0.0/8 or ::1.
+[[nodiscard]] bool is_loopback(const PeerAddr& a);
+// An address whose datagrams this host keeps: loopback (127.0.0.0/8, ::1),
+// the unspecified address, or an address of one of its interfaces
+// (getifaddrs; where that fails, only the first two).
+[[nodiscard]] bool is_this_host(const PeerAddr& a);
 
 }  // namespace metaroce::udp

@@ -495,6 +495,9 @@ struct UdpEndpoint::Impl {
   // as the caller named it, for the errors), then the connection.
   Error connect_checked(const PeerAddr& peer, uint32_t peer_scope, const std::string& address,
                         ConnId& out, std::chrono::milliseconds budget);
+  // Datagrams to `peer`'s address at a port of this endpoint's come to its own
+  // sockets (connect_checked refuses its entropy block's ports there).
+  [[nodiscard]] bool reaches_own_sockets(const PeerAddr& peer) const;
 
   // errors.cpp
   // The Error `words` builds, or where memory for its words runs short (every

@@ -556,7 +556,37 @@ Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_sco
           format_address(local) + " has " + (scope == 0 ? "none" : "another");
     });
   }
+  if (const uint16_t port = address_port(peer);
+      port >= ebase && port - ebase < ecount && reaches_own_sockets(peer)) {
+    // Its requests would come back to this endpoint's own send sockets,
+    // which read nothing, and no peer on this host can hold the port beside
+    // them: the connect waited out its whole timeout, naming nothing.
+    return refuse([&](Error& e) {
+      e.peer = format_address(peer);
+      e.message =
+          "connect to " + e.peer + ": port " + std::to_string(port) +
+          " is in this endpoint's own entropy block (" + std::to_string(ebase) + "-" +
+          std::to_string(ebase + ecount - 1) + ", the ports it sends from), and the address " +
+          (wild ? "is one of this host's, where this endpoint (" + format_address(local) +
+                      ") receives"
+                : "reaches this endpoint's own (" + format_address(local) + ")") +
+          ": every request would come back to its own send sockets, which read nothing, and no "
+          "peer can listen on that port while this endpoint holds it (a peer restarted since is "
+          "elsewhere: ask for "
+          "its address, or give this endpoint another Options::entropy_base)";
+    });
+  }
   return start_connection(*this, peer, out, budget);
+}
+
+// A socket bound to the wildcard address takes whatever reaches this host at
+// its port; one bound to an address, what is sent to that address, and to
+// the unspecified one, which the kernel sends to the sender's own address
+// (IPv4) or to ::1 (IPv6).
+bool UdpEndpoint::Impl::reaches_own_sockets(const PeerAddr& peer) const {
+  if (wild) return is_this_host(peer);
+  return same_host(peer, local) ||
+         (is_unspecified(peer) && (family == AF_INET || is_loopback(local)));
 }
 
 // Closed by a DISCONNECT giving kConnectTimeout, which only a requester
