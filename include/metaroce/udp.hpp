@@ -357,7 +357,9 @@ class UdpEndpoint {
   // byte other than 4 or 6, an IPv4 one without the v4-mapped prefix) is
   // kInvalidArgument, as are port 0 and a peer of a family the endpoint does
   // not reach. A link-local IPv6 peer is reached through the endpoint's own
-  // interface (PeerAddr holds none).
+  // interface (PeerAddr holds none). A bad address (either form, a name that
+  // does not resolve too) is judged before its words: kInvalidArgument also
+  // with no memory left for them (the message then kOutOfMemoryWords).
   Error connect_start(const PeerAddr& peer, ConnId& out);
   Error connect_start(const PeerAddr& peer, ConnId& out, std::chrono::milliseconds budget);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every

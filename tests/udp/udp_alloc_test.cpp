@@ -166,6 +166,57 @@ TEST(UdpAlloc, AnErrorWhoseWordsFindNoMemoryKeepsItsStatus) {
   }
 }
 
+// A refusal decided before its words: with no memory at all (every
+// allocation failing from the first), an invalid address or a name that
+// does not resolve is kInvalidArgument, not kResourceExhausted (the
+// explanation was built while the address was judged, and its failure read
+// as memory short), in either form of connect_start and in connect.
+TEST(UdpAlloc, AnInvalidAddressWithNoMemoryIsStillInvalidArgument) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  PeerAddr wrong_len = ep->local_peer_addr();
+  wrong_len.len = 7;
+  PeerAddr unmapped = ep->local_peer_addr();
+  unmapped.bytes[10] = 0;  // family byte 4 without the v4-mapped prefix
+  PeerAddr family5 = ep->local_peer_addr();
+  family5.bytes[18] = 5;
+  ConnId out{7};
+  // Built before memory runs short: the caller's strings, not the driver's.
+  const std::vector<std::string> texts = {"host.invalid:5000",
+                                          "a-name-longer-than-the-small-string.invalid:5000",
+                                          "10.0.1",
+                                          "127.0.0.1:70000",
+                                          "[::1",
+                                          "::1:5"};
+  const std::vector<std::pair<std::string, std::function<Error()>>> calls = {
+      {"connect_start(PeerAddr) len 7", [&] { return ep->connect_start(wrong_len, out); }},
+      {"connect_start(PeerAddr) unmapped", [&] { return ep->connect_start(unmapped, out); }},
+      {"connect_start(PeerAddr) family 5",
+       [&] { return ep->connect_start(family5, out, milliseconds(10)); }},
+      {"connect(PeerAddr) family 5", [&] { return ep->connect(family5, milliseconds(10), out); }},
+      {"connect_start(name)", [&] { return ep->connect_start(texts[0], out); }},
+      {"connect_start(long name)", [&] { return ep->connect_start(texts[1], out); }},
+      {"connect(name)", [&] { return ep->connect(texts[0], milliseconds(10), out); }},
+      {"connect_start(10.0.1)", [&] { return ep->connect_start(texts[2], out); }},
+      {"connect_start(bad port)", [&] { return ep->connect_start(texts[3], out); }},
+      {"connect_start([::1)", [&] { return ep->connect_start(texts[4], out); }},
+      {"connect_start(::1:5)", [&] { return ep->connect_start(texts[5], out); }},
+  };
+  for (const auto& [name, call] : calls) {
+    Error e;
+    bool fired = false;
+    ASSERT_FALSE(escapes(
+        0, fired, [&] { e = call(); }, true))
+        << name;
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << name << ": " << e.message;
+    EXPECT_FALSE(out.valid()) << name;
+    // With memory, the same refusal in words.
+    e = call();
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << name << ": " << e.message;
+    EXPECT_GT(e.message.size(), std::string(kOutOfMemoryWords).size()) << name << ": " << e.message;
+  }
+}
+
 // A write on a connection whose send context is not yet taken, memory short
 // from any allocation on: kResourceExhausted with nothing queued (or, the
 // memory it needed taken first, kOk), never std::bad_alloc.

@@ -492,8 +492,9 @@ struct UdpEndpoint::Impl {
   bool take_accepted(ConnId& out);
 
   // udp_endpoint.cpp: connect_start's checks of a parsed peer (`address`:
-  // as the caller named it, for the errors), then the connection.
-  Error connect_checked(const PeerAddr& peer, uint32_t peer_scope, const std::string& address,
+  // as the caller named it, for the errors; null: the PeerAddr form), then
+  // the connection.
+  Error connect_checked(const PeerAddr& peer, uint32_t peer_scope, const std::string* address,
                         ConnId& out, std::chrono::milliseconds budget);
   // Datagrams to `peer`'s address at a port of this endpoint's come to its own
   // sockets (connect_checked refuses its entropy block's ports there).

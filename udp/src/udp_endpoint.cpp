@@ -454,25 +454,26 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
           "connect to " + address, ConnId{},
           parse_address(address, kDefaultPort, p) ? format_address(p) : address);
     });
-  // Memory short for the name's resolution or the checks' words before a
-  // refusal: kResourceExhausted.
+  // A name resolves to the addresses this endpoint reaches: an IPv4 one's
+  // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
+  const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
+  PeerAddr peer;
+  uint32_t peer_scope = 0;
+  // Decided with nothing allocated, then put in words: short of memory, a
+  // bad address (or a name that does not resolve) is still kInvalidArgument.
+  if (const AddressFault f = address_fault(address, kDefaultPort, peer, reach, &peer_scope);
+      f != AddressFault::kNone) {
+    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      Error e;
+      e.status = Status::kInvalidArgument;
+      e.peer = address;
+      e.message = "connect to " + address + ": " + address_fault_text(address, f, reach);
+      return e;
+    });
+  }
+  // Memory short for the checks' words before a refusal: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
-    PeerAddr peer;
-    std::string why;
-    // A name resolves to the addresses this endpoint reaches: an IPv4 one's
-    // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
-    const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
-    uint32_t peer_scope = 0;
-    if (!parse_address(address, kDefaultPort, peer, &why, reach, &peer_scope)) {
-      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
-        Error e;
-        e.status = Status::kInvalidArgument;
-        e.peer = address;
-        e.message = "connect to " + address + ": " + why;
-        return e;
-      });
-    }
-    return impl_->connect_checked(peer, peer_scope, address, out, budget);
+    return impl_->connect_checked(peer, peer_scope, &address, out, budget);
   });
 }
 
@@ -483,18 +484,20 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out) {
 Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
                                  std::chrono::milliseconds budget) {
   out = ConnId{};
+  // Decided before its words, which may find no memory: still kInvalidArgument.
+  if (!valid_peer_addr(peer, nullptr)) {
+    // Formatting it would read garbage as an address: say what is wrong.
+    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      std::string why;
+      (void)valid_peer_addr(peer, &why);
+      Error e;
+      e.status = Status::kInvalidArgument;
+      e.message = "connect: " + why;
+      return e;
+    });
+  }
   // Memory short before a refusal is known: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
-    std::string why;
-    if (!valid_peer_addr(peer, &why)) {
-      // Formatting it would read garbage as an address: say what is wrong.
-      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
-        Error e;
-        e.status = Status::kInvalidArgument;
-        e.message = "connect: " + why;
-        return e;
-      });
-    }
     if (budget.count() < 0)
       return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
         return negative_timeout("connect to " + format_address(peer), budget);
@@ -504,15 +507,16 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
         const std::string shown = format_address(peer);
         return impl_->closed_error("connect to " + shown, ConnId{}, shown);
       });
-    return impl_->connect_checked(peer, 0, format_address(peer), out, budget);
+    return impl_->connect_checked(peer, 0, nullptr, out, budget);
   });
 }
 
 // What both forms of connect_start check of a well-formed peer: a port, a
 // family the sockets reach, an interface for a link-local one. `address`
-// is the peer as the caller named it.
+// is the peer as the caller named it (null: a PeerAddr, formatted only for
+// a refusal's words, after the refusal is decided).
 Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_scope,
-                                         const std::string& address, ConnId& out,
+                                         const std::string* address, ConnId& out,
                                          std::chrono::milliseconds budget) {
   // Each refusal's words in error_or: memory short for them keeps its status.
   const auto refuse = [](auto&& words) {
@@ -549,9 +553,9 @@ Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_sco
   if (is_link_local(peer) && (scope == 0 || (peer_scope != 0 && peer_scope != scope))) {
     // PeerAddr holds no interface: the endpoint's is the only one it knows.
     return refuse([&](Error& e) {
-      e.peer = address;
+      e.peer = address != nullptr ? *address : format_address(peer);
       e.message =
-          "connect to " + address + ": a link-local peer is reached through the interface " +
+          "connect to " + e.peer + ": a link-local peer is reached through the interface " +
           "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
           format_address(local) + " has " + (scope == 0 ? "none" : "another");
     });
