@@ -186,6 +186,9 @@ struct UdpEndpoint::Impl {
   int timer_fd = -1;
   int wake_fd = -1;
   PeerAddr local;
+  // local's text (local_address()), formatted at open, where memory short
+  // fails the open: the call that returns it then allocates nothing.
+  std::string local_text;
   // Bound to the wildcard address (0.0.0.0 or ::): the kernel would pick a
   // datagram's source address by route, which need not be the address the
   // peer sent to (and takes answers from: a peer matches a connection's
@@ -516,6 +519,8 @@ struct UdpEndpoint::Impl {
   }
   // Status s of connection conn, its message the fixed kOutOfMemoryWords.
   [[nodiscard]] static Error out_of_memory_error(Status s, ConnId conn) noexcept;
+  // kOutOfMemoryWords as a std::string, built in its own buffer.
+  [[nodiscard]] static std::string out_of_memory_text() noexcept;
   std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   // The same with `text` for the status's own words.

@@ -79,7 +79,7 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
   }
 }
 
-std::string UdpEndpoint::local_address() const { return format_address(impl_->local); }
+const std::string& UdpEndpoint::local_address() const noexcept { return impl_->local_text; }
 PeerAddr UdpEndpoint::local_peer_addr() const { return impl_->local; }
 uint16_t UdpEndpoint::port() const { return address_port(impl_->local); }
 uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
@@ -140,12 +140,22 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   }
 }
 
-void UdpEndpoint::start_progress_thread(ProgressMode mode) {
-  if (impl_->running.load() || impl_->closed) return;
+bool UdpEndpoint::start_progress_thread(ProgressMode mode) noexcept {
+  if (impl_->running.load() || impl_->closed) return impl_->running.load();
   impl_->mode = mode;
   impl_->threaded.store(true, std::memory_order_release);
   impl_->running.store(true, std::memory_order_release);
-  impl_->thread = std::thread([this] { impl_->thread_main(); });
+  try {
+    impl_->thread = std::thread([this] { impl_->thread_main(); });
+  } catch (const std::exception&) {
+    // No memory for the thread's state (std::bad_alloc) or no thread
+    // (std::system_error, EAGAIN): the caller's own calls drive progress,
+    // as before it asked, rather than an exception out of the driver.
+    impl_->running.store(false, std::memory_order_release);
+    impl_->threaded.store(false, std::memory_order_release);
+    return false;
+  }
+  return true;
 }
 
 void UdpEndpoint::stop_progress_thread() {
@@ -704,12 +714,14 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   });
 }
 
-std::string UdpEndpoint::peer_address(ConnId conn) const {
-  auto lk = impl_->guard();
-  auto it = impl_->conns.find(conn.v);
-  if (it != impl_->conns.end()) return format_address(it->second.peer);
-  const PeerAddr p = impl_->eng->peer_of(conn);
-  return p.len != 0 ? format_address(p) : std::string();
+std::string UdpEndpoint::peer_address(ConnId conn) const noexcept {
+  const PeerAddr p = peer_addr(conn);
+  if (p.len == 0) return {};
+  try {
+    return format_address(p);
+  } catch (const std::bad_alloc&) {
+    return Impl::out_of_memory_text();
+  }
 }
 
 // The hot path of a provider: a refusal (kQueueFull, retried in a loop)
@@ -942,11 +954,23 @@ bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
   return true;
 }
 
-std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const {
+size_t UdpEndpoint::path_stats(ConnId conn, PathStats* out, size_t max) const noexcept {
   auto lk = impl_->guard();
-  const ConnId e = conn;
-  std::vector<PathStats> v(impl_->eng->path_count(e));
-  for (size_t i = 0; i < v.size(); ++i) (void)impl_->eng->path_stats(e, i, v[i]);
+  const size_t n = impl_->eng->path_count(conn);
+  for (size_t i = 0; out != nullptr && i < std::min(n, max); ++i)
+    (void)impl_->eng->path_stats(conn, i, out[i]);
+  return n;
+}
+
+std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const noexcept {
+  std::vector<PathStats> v;
+  try {
+    v.resize(path_stats(conn, nullptr, 0));
+  } catch (const std::bad_alloc&) {
+    return {};
+  }
+  // (Paths a round added in between are left out.)
+  v.resize(std::min(v.size(), path_stats(conn, v.data(), v.size())));
   return v;
 }
 
@@ -968,26 +992,33 @@ void UdpEndpoint::close(bool graceful) {
     // work completes kFlushed at once (poll_completion still returns it after
     // close), and the graceful close lets the DISCONNECT handshakes run.
     (void)impl_->drain_events();  // connections accepted since the last round
-    std::vector<ConnId> open;
+    // The connections it closes are the live ones with a closer, here or
+    // the application's before (one accepted during the linger has none):
+    // marked in their entries, not listed, as a list would take memory a
+    // close (and the destructor) must not need.
+    const auto closing = [](const ConnInfo& ci) {
+      return ci.closer != ConnInfo::Closer::kNone &&
+             (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting);
+    };
+    bool any = false;
     const TimeNs now = clock_now();
     for (auto& [id, ci] : impl_->conns) {
       if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
         // (One the application closed already keeps that: its work went then.)
         if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
         impl_->eng->close(ConnId{id}, now);
-        open.push_back(ConnId{id});
+        any = true;
       }
     }
-    auto live = [&](ConnId c) {
-      const auto it = impl_->conns.find(c.v);
-      return it != impl_->conns.end() && (it->second.state == ConnState::kEstablished ||
-                                          it->second.state == ConnState::kConnecting);
+    const auto none_left = [&] {
+      return std::none_of(impl_->conns.begin(), impl_->conns.end(),
+                          [&](const auto& kv) { return closing(kv.second); });
     };
-    if (graceful && !open.empty()) {  // run_until, but under the mutex held here
+    if (graceful && any) {  // run_until, but under the mutex held here
       const auto deadline = std::chrono::steady_clock::now() + impl_->opts.linger;
       for (;;) {
         const size_t moved = impl_->progress_locked();
-        if (std::none_of(open.begin(), open.end(), live)) break;
+        if (none_left()) break;
         const auto t = std::chrono::steady_clock::now();
         if (t >= deadline) break;
         if (moved == 0)
@@ -998,9 +1029,10 @@ void UdpEndpoint::close(bool graceful) {
     }
     (void)impl_->drain_events();
     // Not closed by the peer within the linger (or not asked to be): closed
-    // here all the same, the sockets go now.
-    for (ConnId c : open)
-      if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
+    // here all the same, the sockets go now. (end_conn erases only older
+    // ended entries, never this one: the iteration stays valid.)
+    for (auto& [id, ci] : impl_->conns)
+      if (closing(ci)) impl_->end_conn(id, ci, ConnState::kClosed);
   }
   impl_->closed = true;
   // A wait() on another thread that waits on the progress thread's rounds
