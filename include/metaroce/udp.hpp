@@ -310,7 +310,10 @@ class UdpEndpoint {
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
   // kVersionMismatch, kInvalidArgument (bad address, port 0, a peer of the
   // other family: an IPv4 endpoint reaches only IPv4 peers, one bound to an
-  // IPv6 address only IPv6 ones, one on [::] both); all name peer and conn. A request the kernel
+  // IPv6 address only IPv6 ones, one on [::] both; a port of this endpoint's own entropy block at
+  // an address that reaches its own sockets, its own or, bound to 0.0.0.0 / [::], any of this
+  // host's, where its requests would come back to its own send sockets: at once, nothing sent,
+  // naming the block); all name peer and conn. A request the kernel
   // refused to send (no route, a broadcast address, ...) is dropped like a lost one, and the error
   // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
   // when the round went through io_uring). Requests that the peer's host answered with ICMP port
