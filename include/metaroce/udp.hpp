@@ -46,7 +46,9 @@
 namespace metaroce::udp {
 
 // An Error's message where memory for its words ran short: the call returns
-// its status (and connection) all the same, never std::bad_alloc.
+// its status (and connection) all the same, never std::bad_alloc. Also what
+// UdpEndpoint::peer_address() returns in place of an address it found no
+// memory to format.
 inline constexpr std::string_view kOutOfMemoryWords = "out of memory";
 
 // An error from the UDP endpoint: a status, and where known the peer address
@@ -235,7 +237,10 @@ class UdpEndpoint {
   UdpEndpoint& operator=(const UdpEndpoint&) = delete;
 
   // Local address ("ip:port") and port of the receive socket; the entropy block.
-  [[nodiscard]] std::string local_address() const;
+  // The text is formatted once, at open: a reference to the endpoint's own
+  // string, valid while the endpoint lives, that no call allocates, so it
+  // cannot fail (a copy the caller makes is the caller's allocation).
+  [[nodiscard]] const std::string& local_address() const noexcept;
   // The same as a PeerAddr: what a peer passes to connect_start(const
   // PeerAddr&) to reach this endpoint, and what its peer_addr() of the
   // connection then reads (the datagrams' source address with the receive
@@ -273,8 +278,11 @@ class UdpEndpoint {
   // It answers peers (ACKs, keepalives, handshakes) and runs the timers
   // while the application computes, so that a peer does not time out a rank
   // that calls nothing for longer than peer_timeout_ns. A second call while
-  // it runs does nothing (its mode stays).
-  void start_progress_thread(ProgressMode mode = ProgressMode::kSleeping);
+  // it runs does nothing (its mode stays). True while the thread runs; false
+  // after close(), or where no thread could be started (no memory for it,
+  // or the system's limit on threads): then nothing changed, and the
+  // caller's own calls drive progress, as before (no exception comes out).
+  bool start_progress_thread(ProgressMode mode = ProgressMode::kSleeping) noexcept;
   // Joins the thread. Another thread's call that waits on its rounds then
   // goes on without it: wait() returns, and a blocking call (connect,
   // accept, wait_completion, ...) runs its own rounds until it ends as it
@@ -302,7 +310,10 @@ class UdpEndpoint {
   // Blocking handshake. Errors: kConnectTimeout, kConnectRefused,
   // kVersionMismatch, kInvalidArgument (bad address, port 0, a peer of the
   // other family: an IPv4 endpoint reaches only IPv4 peers, one bound to an
-  // IPv6 address only IPv6 ones, one on [::] both); all name peer and conn. A request the kernel
+  // IPv6 address only IPv6 ones, one on [::] both; a port of this endpoint's own entropy block at
+  // an address that reaches its own sockets, its own or, bound to 0.0.0.0 / [::], any of this
+  // host's, where its requests would come back to its own send sockets: at once, nothing sent,
+  // naming the block); all name peer and conn. A request the kernel
   // refused to send (no route, a broadcast address, ...) is dropped like a lost one, and the error
   // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
   // when the round went through io_uring). Requests that the peer's host answered with ICMP port
@@ -357,7 +368,9 @@ class UdpEndpoint {
   // byte other than 4 or 6, an IPv4 one without the v4-mapped prefix) is
   // kInvalidArgument, as are port 0 and a peer of a family the endpoint does
   // not reach. A link-local IPv6 peer is reached through the endpoint's own
-  // interface (PeerAddr holds none).
+  // interface (PeerAddr holds none). A bad address (either form, a name that
+  // does not resolve too) is judged before its words: kInvalidArgument also
+  // with no memory left for them (the message then kOutOfMemoryWords).
   Error connect_start(const PeerAddr& peer, ConnId& out);
   Error connect_start(const PeerAddr& peer, ConnId& out, std::chrono::milliseconds budget);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every
@@ -407,7 +420,12 @@ class UdpEndpoint {
   // dual-stack endpoint; "[v6]:port", inet_ntop's canonical text, no scope):
   // the string the peer's own local_address() returns, unless the peer is
   // bound to a wildcard address, which its local_address() names instead.
-  [[nodiscard]] std::string peer_address(ConnId conn) const;
+  // "" for a connection the endpoint does not know. It never throws: where
+  // memory for the text runs short (one longer than std::string holds in its
+  // own buffer, 15 characters in libstdc++: "[fe80::1]:4792" fits,
+  // "10.100.200.10:4792" does not) it returns kOutOfMemoryWords, which no
+  // address reads as (compare with it). peer_addr() needs no memory.
+  [[nodiscard]] std::string peer_address(ConnId conn) const noexcept;
   // The same as a PeerAddr (len 0 where peer_address() is empty): equal to
   // the peer's local_peer_addr() unless the peer is bound to a wildcard
   // address, with no text formatted or parsed, for a provider that matches
@@ -490,7 +508,12 @@ class UdpEndpoint {
   // its own and its paths', while among the endpoint's last 64 closed
   // (Endpoint::conn_stats).
   [[nodiscard]] bool conn_stats(ConnId conn, ConnStats& out) const;
-  [[nodiscard]] std::vector<PathStats> path_stats(ConnId conn) const;
+  // Empty for an unknown connection, and where no memory is left for the
+  // vector (it never throws). The array form needs none and tells the two
+  // apart: it fills out[0..min(n, max)) and returns n, the connection's
+  // paths (0: unknown); path_stats(conn, nullptr, 0) only counts them.
+  [[nodiscard]] std::vector<PathStats> path_stats(ConnId conn) const noexcept;
+  [[nodiscard]] size_t path_stats(ConnId conn, PathStats* out, size_t max) const noexcept;
   [[nodiscard]] IoStats io_stats() const;
 
   // Closes every connection, stops the progress thread and closes the

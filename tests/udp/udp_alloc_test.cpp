@@ -166,6 +166,156 @@ TEST(UdpAlloc, AnErrorWhoseWordsFindNoMemoryKeepsItsStatus) {
   }
 }
 
+// A refusal decided before its words: with no memory at all (every
+// allocation failing from the first), an invalid address or a name that
+// does not resolve is kInvalidArgument, not kResourceExhausted (the
+// explanation was built while the address was judged, and its failure read
+// as memory short), in either form of connect_start and in connect.
+TEST(UdpAlloc, AnInvalidAddressWithNoMemoryIsStillInvalidArgument) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  PeerAddr wrong_len = ep->local_peer_addr();
+  wrong_len.len = 7;
+  PeerAddr unmapped = ep->local_peer_addr();
+  unmapped.bytes[10] = 0;  // family byte 4 without the v4-mapped prefix
+  PeerAddr family5 = ep->local_peer_addr();
+  family5.bytes[18] = 5;
+  ConnId out{7};
+  // Built before memory runs short: the caller's strings, not the driver's.
+  const std::vector<std::string> texts = {"host.invalid:5000",
+                                          "a-name-longer-than-the-small-string.invalid:5000",
+                                          "10.0.1",
+                                          "127.0.0.1:70000",
+                                          "[::1",
+                                          "::1:5"};
+  const std::vector<std::pair<std::string, std::function<Error()>>> calls = {
+      {"connect_start(PeerAddr) len 7", [&] { return ep->connect_start(wrong_len, out); }},
+      {"connect_start(PeerAddr) unmapped", [&] { return ep->connect_start(unmapped, out); }},
+      {"connect_start(PeerAddr) family 5",
+       [&] { return ep->connect_start(family5, out, milliseconds(10)); }},
+      {"connect(PeerAddr) family 5", [&] { return ep->connect(family5, milliseconds(10), out); }},
+      {"connect_start(name)", [&] { return ep->connect_start(texts[0], out); }},
+      {"connect_start(long name)", [&] { return ep->connect_start(texts[1], out); }},
+      {"connect(name)", [&] { return ep->connect(texts[0], milliseconds(10), out); }},
+      {"connect_start(10.0.1)", [&] { return ep->connect_start(texts[2], out); }},
+      {"connect_start(bad port)", [&] { return ep->connect_start(texts[3], out); }},
+      {"connect_start([::1)", [&] { return ep->connect_start(texts[4], out); }},
+      {"connect_start(::1:5)", [&] { return ep->connect_start(texts[5], out); }},
+  };
+  for (const auto& [name, call] : calls) {
+    Error e;
+    bool fired = false;
+    ASSERT_FALSE(escapes(
+        0, fired, [&] { e = call(); }, true))
+        << name;
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << name << ": " << e.message;
+    EXPECT_FALSE(out.valid()) << name;
+    // With memory, the same refusal in words.
+    e = call();
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << name << ": " << e.message;
+    EXPECT_GT(e.message.size(), std::string(kOutOfMemoryWords).size()) << name << ": " << e.message;
+  }
+}
+
+// The address calls with no memory: local_address() allocates nothing (its
+// text is the endpoint's, formatted at open), and peer_address() returns the
+// text or, where it finds no memory to format it, kOutOfMemoryWords; neither
+// throws (both returned a std::string formatted per call, and std::bad_alloc
+// came out of them). Addresses of more than std::string's own 15 characters
+// (127.100.100.100 is loopback on Linux), so that formatting allocates.
+TEST(UdpAlloc, TheAddressCallsWithNoMemoryDoNotThrow) {
+  auto server = open_on("127.100.100.100");
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  const std::string server_text = server->local_address();
+  ASSERT_GT(server_text.size(), 15u);
+  ConnId c;
+  ASSERT_FALSE(client->connect_start(server_text, c));
+  const std::string peer_text = client->peer_address(c);
+  EXPECT_EQ(peer_text, server_text);
+  const ConnId stranger{0x1234567};
+  std::string local, peer, none;
+  local.reserve(64);  // the copy below is the test's: into room it has
+  for (long n = 0; n < 4; ++n) {
+    bool fired = false;
+    ASSERT_FALSE(escapes(
+        n, fired,
+        [&] {
+          local = server->local_address();
+          peer = client->peer_address(c);
+          none = client->peer_address(stranger);
+        },
+        true))
+        << "memory short from allocation " << n;
+    EXPECT_EQ(local, server_text) << "allocation " << n;
+    EXPECT_TRUE(peer == peer_text || peer == kOutOfMemoryWords)
+        << "allocation " << n << ": " << peer;
+    EXPECT_EQ(none, "") << "allocation " << n;
+    if (n == 0) {
+      EXPECT_EQ(peer, kOutOfMemoryWords) << "with no memory at all";
+    }
+  }
+}
+
+// close() with no memory at all, connections open: it listed them in a
+// vector, and std::bad_alloc came out of it (out of the destructor, which
+// calls it: std::terminate). They close all the same.
+TEST(UdpAlloc, ACloseWithNoMemoryClosesEveryConnection) {
+  for (const bool graceful : {true, false}) {
+    Pair p = connect_pair("127.0.0.1");
+    ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+    ConnId second;
+    ASSERT_FALSE(p.client->connect_start(p.server->local_address(), second));
+    bool fired = false;
+    ASSERT_FALSE(escapes(
+        0, fired, [&] { p.client->close(graceful); }, true))
+        << (graceful ? "close(true)" : "close(false)");
+    EXPECT_EQ(p.client->state(p.cconn), ConnState::kClosed);
+    EXPECT_EQ(p.client->state(second), ConnState::kClosed);
+  }
+}
+
+// The progress thread and path statistics with no memory at all: no thread
+// (false, the caller's calls drive progress as before) and an empty vector,
+// never std::bad_alloc (std::thread's state, the vector, threw); the array
+// form needs no memory and counts the paths all the same.
+TEST(UdpAlloc, TheProgressThreadAndPathStatsWithNoMemoryDoNotThrow) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  const std::vector<PathStats> with_memory = p.client->path_stats(p.cconn);
+  ASSERT_FALSE(with_memory.empty());
+  std::vector<PathStats> v = with_memory;
+  PathStats each[64];
+  size_t n = 0;
+  bool started = true;
+  bool fired = false;
+  ASSERT_FALSE(escapes(
+      0, fired,
+      [&] {
+        v = p.client->path_stats(p.cconn);
+        n = p.client->path_stats(p.cconn, each, 64);
+        started = p.client->start_progress_thread();
+      },
+      true));
+  EXPECT_TRUE(v.empty());
+  EXPECT_EQ(n, with_memory.size());
+  EXPECT_EQ(p.client->path_stats(ConnId{0x1234567}, each, 64), 0u);
+  EXPECT_FALSE(started);
+  // Nothing changed: the caller drives progress, and the thread starts now.
+  std::vector<uint8_t> buf(256, 0x5a), dst(256);
+  MemoryRegion smr, rmr;
+  ASSERT_FALSE(p.client->register_memory(buf.data(), buf.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, rmr));
+  ASSERT_FALSE(p.client->write(p.cconn, 1, buf.data(), 256, smr.lkey, rmr.addr, rmr.rkey));
+  ASSERT_TRUE(p.server->start_progress_thread());
+  Completion c;
+  ASSERT_TRUE(p.client->wait_completion(c, std::chrono::seconds(5)));
+  EXPECT_EQ(c.status, Status::kOk);
+  EXPECT_TRUE(p.client->start_progress_thread());
+  p.client->stop_progress_thread();
+  p.server->stop_progress_thread();
+}
+
 // A write on a connection whose send context is not yet taken, memory short
 // from any allocation on: kResourceExhausted with nothing queued (or, the
 // memory it needed taken first, kOk), never std::bad_alloc.

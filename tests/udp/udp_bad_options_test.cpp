@@ -2,12 +2,16 @@
 // them: each is refused with kInvalidArgument (or, for a resource the host
 // lacks, kResourceExhausted) and words that name the field, and nothing is
 // left open: no descriptor, no port held, no connection.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "metaroce/udp.hpp"
 #include "udp_pair.hpp"
@@ -217,4 +221,118 @@ TEST(UdpBadOptions, AnIPv6EndpointRefusesAnIPv4PeerAndAnIPv4OneAnIPv6Peer) {
   EXPECT_EQ(e.peer, v4->local_address());
   EXPECT_FALSE(id.valid());
   EXPECT_EQ(v6->io_stats().tx_datagrams, 0u);
+}
+
+namespace {
+
+// An IPv4 address of one of this host's interfaces other than loopback, or
+// "" where there is none.
+std::string interface_ipv4() {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return {};
+  std::string found;
+  for (const ifaddrs* i = all; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if ((ntohl(s4->sin_addr.s_addr) >> 24) == 127) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &s4->sin_addr, text, sizeof(text)) != nullptr) found = text;
+  }
+  ::freeifaddrs(all);
+  return found;
+}
+
+// `ep` refuses a connect to `host` at ports of its own entropy block, in
+// every form, at once: kInvalidArgument naming the peer and the block,
+// no connection, nothing sent.
+void refuses_own_block(UdpEndpoint& ep, const std::string& host) {
+  const std::string block =
+      std::to_string(ep.entropy_min()) + "-" + std::to_string(ep.entropy_max());
+  for (const uint16_t port :
+       {ep.entropy_min(), static_cast<uint16_t>(ep.entropy_min() + 3), ep.entropy_max()}) {
+    const std::string peer = host + ":" + std::to_string(port);
+    SCOPED_TRACE(ep.local_address() + " connecting to " + peer);
+    const uint64_t sent = ep.io_stats().tx_datagrams;
+    ConnId id{7};
+    const auto start = std::chrono::steady_clock::now();
+    Error e = ep.connect(peer, 2000ms, id);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms) << "not refused at once";
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+    EXPECT_NE(e.message.find("connect to "), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("this endpoint's own entropy block (" + block), std::string::npos)
+        << e.message;
+    EXPECT_FALSE(e.peer.empty());
+    EXPECT_FALSE(id.valid());
+    e = ep.connect_start(peer, id);
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+    EXPECT_FALSE(id.valid());
+    PeerAddr pa;
+    ASSERT_TRUE(metaroce::udp::parse_address(peer, 0, pa));
+    e = ep.connect_start(pa, id, 1000ms);
+    EXPECT_EQ(e.status, Status::kInvalidArgument) << e.message;
+    EXPECT_NE(e.message.find("own entropy block"), std::string::npos) << e.message;
+    EXPECT_FALSE(id.valid());
+    (void)ep.progress();
+    EXPECT_EQ(ep.io_stats().tx_datagrams, sent) << "a request went out";
+  }
+}
+
+}  // namespace
+
+// A peer address on this host whose port is one of the endpoint's own send
+// ports (a server restarted on a port the client's block now holds, its old
+// address kept): the requests went to the endpoint's own send sockets, which
+// nothing reads, and the connect waited out its whole timeout ("timed out
+// after 2000 ms", naming nothing). Refused at once, for the endpoint's own
+// address, and for a wildcard-bound one for loopback, an interface's address
+// and the wildcard address, v4-mapped too.
+TEST(UdpBadOptions, AConnectToAPortOfItsOwnEntropyBlockIsRefusedAtOnce) {
+  struct Case {
+    std::string bound;
+    std::vector<std::string> peers;
+  };
+  std::vector<Case> cases = {
+      {"127.0.0.1", {"127.0.0.1", "[::ffff:127.0.0.1]", "0.0.0.0"}},
+      {"0.0.0.0", {"127.0.0.1", "127.0.0.2", "0.0.0.0"}},
+  };
+  if (const std::string ip = interface_ipv4(); !ip.empty()) cases[1].peers.push_back(ip);
+  Error err;
+  if (UdpEndpoint::open("[::1]:0", test_options(), err) != nullptr) {
+    cases.push_back({"::1", {"[::1]"}});
+    cases.push_back({"::", {"[::1]", "[::ffff:127.0.0.1]", "127.0.0.1"}});
+  }
+  for (const Case& c : cases) {
+    auto ep = open_on(c.bound);
+    ASSERT_TRUE(ep) << c.bound;
+    for (const std::string& peer : c.peers) refuses_own_block(*ep, peer);
+  }
+}
+
+// What the refusal must not catch: a peer whose port is in the block's
+// numeric range at an address the endpoint is not bound to (another
+// loopback address, another host) is reached as any other, and the
+// endpoint still connects to its own receive port (CONN-10).
+TEST(UdpBadOptions, APeerElsewhereOnAPortOfTheBlocksRangeIsReached) {
+  auto client = open_on("127.0.0.1", with_handshake_budget(test_options()));
+  ASSERT_TRUE(client);
+  Error err;
+  auto server = UdpEndpoint::open("127.0.0.2:" + std::to_string(client->entropy_min() + 3),
+                                  test_options(), err);
+  ASSERT_TRUE(server) << err.message;
+  server->start_progress_thread();
+  ConnId c, s;
+  Error e = client->connect(server->local_address(), kHandshakeTimeout, c);
+  EXPECT_FALSE(e) << e.message;
+  e = server->accept(kHandshakeTimeout, s);
+  EXPECT_FALSE(e) << e.message;
+  server->stop_progress_thread();
+  ConnId far;
+  e = client->connect_start("192.0.2.1:" + std::to_string(client->entropy_min()), far);
+  EXPECT_FALSE(e) << e.message;
+  EXPECT_TRUE(far.valid());
+  client->close(far);
+  ConnId self;
+  e = client->connect_start(client->local_address(), self);
+  EXPECT_FALSE(e) << e.message;
+  EXPECT_TRUE(self.valid());
 }

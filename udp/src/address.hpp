@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "metaroce/types.hpp"
 
@@ -25,9 +26,31 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 // ("fe80::1%eth0") in *scope (0: none).
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why, int family, uint32_t* scope);
+// What is wrong with an address's text (parse_address), decided before any
+// words: the decision allocates nothing, so that a bad address is
+// kInvalidArgument also where no memory is left for its explanation.
+enum class AddressFault : uint8_t {
+  kNone,
+  kNoCloseBracket,
+  kNoColonAfterBracket,
+  kEmptyPort,
+  kIpv6PortAmbiguous,    // "::1:5": an address, or ::1 port 5
+  kIpv6PortUnbracketed,  // "fe80::1%lo:5"
+  kEmptyHost,
+  kBadPort,
+  kPortOutOfRange,
+  kNotIpv4,  // digits and dots that are not a.b.c.d
+  kUnresolved,
+  kUnsupportedFamily,
+};
+// parse_address's decision: out (and *scope) set where kNone.
+[[nodiscard]] AddressFault address_fault(std::string_view text, uint16_t default_port,
+                                         PeerAddr& out, int family, uint32_t* scope);
+// The fault's words (`family` as given to address_fault: a name's).
+[[nodiscard]] std::string address_fault_text(const std::string& text, AddressFault f, int family);
 // A PeerAddr of this driver's layout (udp.hpp): len kPeerAddrLen, family
-// byte 4 (with the v4-mapped prefix) or 6 (without); else
-// false and, where why is not null, what is wrong.
+// byte 4 (with the v4-mapped prefix) or 6 (without); else false and, where
+// why is not null, what is wrong. Null `why`: nothing allocated.
 [[nodiscard]] bool valid_peer_addr(const PeerAddr& a, std::string* why);
 // fe80::/10, which needs an interface to be reached.
 [[nodiscard]] bool is_link_local(const PeerAddr& a);
@@ -40,5 +63,13 @@ inline constexpr uint8_t kPeerAddrLen = 19;
 [[nodiscard]] PeerAddr with_port(const PeerAddr& a, uint16_t port);
 // Same IP address (port ignored).
 [[nodiscard]] bool same_host(const PeerAddr& a, const PeerAddr& b);
+// 0.0.0.0 or :: (IPv4's as v4-mapped), which the kernel sends to this host.
+[[nodiscard]] bool is_unspecified(const PeerAddr& a);
+// 127.0.0.0/8 or ::1.
+[[nodiscard]] bool is_loopback(const PeerAddr& a);
+// An address whose datagrams this host keeps: loopback (127.0.0.0/8, ::1),
+// the unspecified address, or an address of one of its interfaces
+// (getifaddrs; where that fails, only the first two).
+[[nodiscard]] bool is_this_host(const PeerAddr& a);
 
 }  // namespace metaroce::udp

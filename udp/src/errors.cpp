@@ -64,14 +64,20 @@ std::string count_text(uint64_t n, std::string_view one, std::string_view many) 
   return std::to_string(n) + " " + std::string(n == 1 ? one : many);
 }
 
+std::string UdpEndpoint::Impl::out_of_memory_text() noexcept {
+  // Within the string's own buffer (std::string holds 15 characters without
+  // an allocation in libstdc++, 22 in libc++): assigned, it allocates nothing.
+  static_assert(kOutOfMemoryWords.size() <= 15);
+  std::string text;
+  text.assign(kOutOfMemoryWords);
+  return text;
+}
+
 Error UdpEndpoint::Impl::out_of_memory_error(Status s, ConnId conn) noexcept {
   Error e;
   e.status = s;
   e.conn = conn.v;
-  // Within the string's own buffer (std::string holds 15 characters without
-  // an allocation in libstdc++, 22 in libc++): assigned, it allocates nothing.
-  static_assert(kOutOfMemoryWords.size() <= 15);
-  e.message.assign(kOutOfMemoryWords);
+  e.message = out_of_memory_text();
   return e;
 }
 

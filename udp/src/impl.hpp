@@ -186,6 +186,9 @@ struct UdpEndpoint::Impl {
   int timer_fd = -1;
   int wake_fd = -1;
   PeerAddr local;
+  // local's text (local_address()), formatted at open, where memory short
+  // fails the open: the call that returns it then allocates nothing.
+  std::string local_text;
   // Bound to the wildcard address (0.0.0.0 or ::): the kernel would pick a
   // datagram's source address by route, which need not be the address the
   // peer sent to (and takes answers from: a peer matches a connection's
@@ -492,9 +495,13 @@ struct UdpEndpoint::Impl {
   bool take_accepted(ConnId& out);
 
   // udp_endpoint.cpp: connect_start's checks of a parsed peer (`address`:
-  // as the caller named it, for the errors), then the connection.
-  Error connect_checked(const PeerAddr& peer, uint32_t peer_scope, const std::string& address,
+  // as the caller named it, for the errors; null: the PeerAddr form), then
+  // the connection.
+  Error connect_checked(const PeerAddr& peer, uint32_t peer_scope, const std::string* address,
                         ConnId& out, std::chrono::milliseconds budget);
+  // Datagrams to `peer`'s address at a port of this endpoint's come to its own
+  // sockets (connect_checked refuses its entropy block's ports there).
+  [[nodiscard]] bool reaches_own_sockets(const PeerAddr& peer) const;
 
   // errors.cpp
   // The Error `words` builds, or where memory for its words runs short (every
@@ -512,6 +519,8 @@ struct UdpEndpoint::Impl {
   }
   // Status s of connection conn, its message the fixed kOutOfMemoryWords.
   [[nodiscard]] static Error out_of_memory_error(Status s, ConnId conn) noexcept;
+  // kOutOfMemoryWords as a std::string, built in its own buffer.
+  [[nodiscard]] static std::string out_of_memory_text() noexcept;
   std::string name_in_error(Error& e, ConnId conn) const;
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   // The same with `text` for the status's own words.

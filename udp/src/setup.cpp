@@ -252,6 +252,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
       }
     }
   }
+  local_text = format_address(local);
   ecount = opts.entropy_count;
   const uint32_t base =
       opts.entropy_base != 0 ? opts.entropy_base : uint32_t{address_port(local)} + 1;

@@ -79,7 +79,7 @@ std::unique_ptr<UdpEndpoint> UdpEndpoint::open(const std::string& address, const
   }
 }
 
-std::string UdpEndpoint::local_address() const { return format_address(impl_->local); }
+const std::string& UdpEndpoint::local_address() const noexcept { return impl_->local_text; }
 PeerAddr UdpEndpoint::local_peer_addr() const { return impl_->local; }
 uint16_t UdpEndpoint::port() const { return address_port(impl_->local); }
 uint16_t UdpEndpoint::entropy_min() const { return impl_->cfg.entropy_min; }
@@ -140,12 +140,22 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
   }
 }
 
-void UdpEndpoint::start_progress_thread(ProgressMode mode) {
-  if (impl_->running.load() || impl_->closed) return;
+bool UdpEndpoint::start_progress_thread(ProgressMode mode) noexcept {
+  if (impl_->running.load() || impl_->closed) return impl_->running.load();
   impl_->mode = mode;
   impl_->threaded.store(true, std::memory_order_release);
   impl_->running.store(true, std::memory_order_release);
-  impl_->thread = std::thread([this] { impl_->thread_main(); });
+  try {
+    impl_->thread = std::thread([this] { impl_->thread_main(); });
+  } catch (const std::exception&) {
+    // No memory for the thread's state (std::bad_alloc) or no thread
+    // (std::system_error, EAGAIN): the caller's own calls drive progress,
+    // as before it asked, rather than an exception out of the driver.
+    impl_->running.store(false, std::memory_order_release);
+    impl_->threaded.store(false, std::memory_order_release);
+    return false;
+  }
+  return true;
 }
 
 void UdpEndpoint::stop_progress_thread() {
@@ -454,25 +464,26 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
           "connect to " + address, ConnId{},
           parse_address(address, kDefaultPort, p) ? format_address(p) : address);
     });
-  // Memory short for the name's resolution or the checks' words before a
-  // refusal: kResourceExhausted.
+  // A name resolves to the addresses this endpoint reaches: an IPv4 one's
+  // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
+  const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
+  PeerAddr peer;
+  uint32_t peer_scope = 0;
+  // Decided with nothing allocated, then put in words: short of memory, a
+  // bad address (or a name that does not resolve) is still kInvalidArgument.
+  if (const AddressFault f = address_fault(address, kDefaultPort, peer, reach, &peer_scope);
+      f != AddressFault::kNone) {
+    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      Error e;
+      e.status = Status::kInvalidArgument;
+      e.peer = address;
+      e.message = "connect to " + address + ": " + address_fault_text(address, f, reach);
+      return e;
+    });
+  }
+  // Memory short for the checks' words before a refusal: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
-    PeerAddr peer;
-    std::string why;
-    // A name resolves to the addresses this endpoint reaches: an IPv4 one's
-    // IPv4, an IPv6-only one's IPv6, a dual-stack one's either.
-    const int reach = impl_->family == AF_INET ? AF_INET : impl_->wild ? AF_UNSPEC : AF_INET6;
-    uint32_t peer_scope = 0;
-    if (!parse_address(address, kDefaultPort, peer, &why, reach, &peer_scope)) {
-      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
-        Error e;
-        e.status = Status::kInvalidArgument;
-        e.peer = address;
-        e.message = "connect to " + address + ": " + why;
-        return e;
-      });
-    }
-    return impl_->connect_checked(peer, peer_scope, address, out, budget);
+    return impl_->connect_checked(peer, peer_scope, &address, out, budget);
   });
 }
 
@@ -483,18 +494,20 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out) {
 Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
                                  std::chrono::milliseconds budget) {
   out = ConnId{};
+  // Decided before its words, which may find no memory: still kInvalidArgument.
+  if (!valid_peer_addr(peer, nullptr)) {
+    // Formatting it would read garbage as an address: say what is wrong.
+    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+      std::string why;
+      (void)valid_peer_addr(peer, &why);
+      Error e;
+      e.status = Status::kInvalidArgument;
+      e.message = "connect: " + why;
+      return e;
+    });
+  }
   // Memory short before a refusal is known: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
-    std::string why;
-    if (!valid_peer_addr(peer, &why)) {
-      // Formatting it would read garbage as an address: say what is wrong.
-      return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
-        Error e;
-        e.status = Status::kInvalidArgument;
-        e.message = "connect: " + why;
-        return e;
-      });
-    }
     if (budget.count() < 0)
       return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
         return negative_timeout("connect to " + format_address(peer), budget);
@@ -504,15 +517,16 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
         const std::string shown = format_address(peer);
         return impl_->closed_error("connect to " + shown, ConnId{}, shown);
       });
-    return impl_->connect_checked(peer, 0, format_address(peer), out, budget);
+    return impl_->connect_checked(peer, 0, nullptr, out, budget);
   });
 }
 
 // What both forms of connect_start check of a well-formed peer: a port, a
 // family the sockets reach, an interface for a link-local one. `address`
-// is the peer as the caller named it.
+// is the peer as the caller named it (null: a PeerAddr, formatted only for
+// a refusal's words, after the refusal is decided).
 Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_scope,
-                                         const std::string& address, ConnId& out,
+                                         const std::string* address, ConnId& out,
                                          std::chrono::milliseconds budget) {
   // Each refusal's words in error_or: memory short for them keeps its status.
   const auto refuse = [](auto&& words) {
@@ -549,14 +563,44 @@ Error UdpEndpoint::Impl::connect_checked(const PeerAddr& peer, uint32_t peer_sco
   if (is_link_local(peer) && (scope == 0 || (peer_scope != 0 && peer_scope != scope))) {
     // PeerAddr holds no interface: the endpoint's is the only one it knows.
     return refuse([&](Error& e) {
-      e.peer = address;
+      e.peer = address != nullptr ? *address : format_address(peer);
       e.message =
-          "connect to " + address + ": a link-local peer is reached through the interface " +
+          "connect to " + e.peer + ": a link-local peer is reached through the interface " +
           "of the link-local address the endpoint is opened on (\"[fe80::...%dev]:port\"); " +
           format_address(local) + " has " + (scope == 0 ? "none" : "another");
     });
   }
+  if (const uint16_t port = address_port(peer);
+      port >= ebase && port - ebase < ecount && reaches_own_sockets(peer)) {
+    // Its requests would come back to this endpoint's own send sockets,
+    // which read nothing, and no peer on this host can hold the port beside
+    // them: the connect waited out its whole timeout, naming nothing.
+    return refuse([&](Error& e) {
+      e.peer = format_address(peer);
+      e.message =
+          "connect to " + e.peer + ": port " + std::to_string(port) +
+          " is in this endpoint's own entropy block (" + std::to_string(ebase) + "-" +
+          std::to_string(ebase + ecount - 1) + ", the ports it sends from), and the address " +
+          (wild ? "is one of this host's, where this endpoint (" + format_address(local) +
+                      ") receives"
+                : "reaches this endpoint's own (" + format_address(local) + ")") +
+          ": every request would come back to its own send sockets, which read nothing, and no "
+          "peer can listen on that port while this endpoint holds it (a peer restarted since is "
+          "elsewhere: ask for "
+          "its address, or give this endpoint another Options::entropy_base)";
+    });
+  }
   return start_connection(*this, peer, out, budget);
+}
+
+// A socket bound to the wildcard address takes whatever reaches this host at
+// its port; one bound to an address, what is sent to that address, and to
+// the unspecified one, which the kernel sends to the sender's own address
+// (IPv4) or to ::1 (IPv6).
+bool UdpEndpoint::Impl::reaches_own_sockets(const PeerAddr& peer) const {
+  if (wild) return is_this_host(peer);
+  return same_host(peer, local) ||
+         (is_unspecified(peer) && (family == AF_INET || is_loopback(local)));
 }
 
 // Closed by a DISCONNECT giving kConnectTimeout, which only a requester
@@ -670,12 +714,14 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   });
 }
 
-std::string UdpEndpoint::peer_address(ConnId conn) const {
-  auto lk = impl_->guard();
-  auto it = impl_->conns.find(conn.v);
-  if (it != impl_->conns.end()) return format_address(it->second.peer);
-  const PeerAddr p = impl_->eng->peer_of(conn);
-  return p.len != 0 ? format_address(p) : std::string();
+std::string UdpEndpoint::peer_address(ConnId conn) const noexcept {
+  const PeerAddr p = peer_addr(conn);
+  if (p.len == 0) return {};
+  try {
+    return format_address(p);
+  } catch (const std::bad_alloc&) {
+    return Impl::out_of_memory_text();
+  }
 }
 
 // The hot path of a provider: a refusal (kQueueFull, retried in a loop)
@@ -908,11 +954,23 @@ bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
   return true;
 }
 
-std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const {
+size_t UdpEndpoint::path_stats(ConnId conn, PathStats* out, size_t max) const noexcept {
   auto lk = impl_->guard();
-  const ConnId e = conn;
-  std::vector<PathStats> v(impl_->eng->path_count(e));
-  for (size_t i = 0; i < v.size(); ++i) (void)impl_->eng->path_stats(e, i, v[i]);
+  const size_t n = impl_->eng->path_count(conn);
+  for (size_t i = 0; out != nullptr && i < std::min(n, max); ++i)
+    (void)impl_->eng->path_stats(conn, i, out[i]);
+  return n;
+}
+
+std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const noexcept {
+  std::vector<PathStats> v;
+  try {
+    v.resize(path_stats(conn, nullptr, 0));
+  } catch (const std::bad_alloc&) {
+    return {};
+  }
+  // (Paths a round added in between are left out.)
+  v.resize(std::min(v.size(), path_stats(conn, v.data(), v.size())));
   return v;
 }
 
@@ -934,26 +992,33 @@ void UdpEndpoint::close(bool graceful) {
     // work completes kFlushed at once (poll_completion still returns it after
     // close), and the graceful close lets the DISCONNECT handshakes run.
     (void)impl_->drain_events();  // connections accepted since the last round
-    std::vector<ConnId> open;
+    // The connections it closes are the live ones with a closer, here or
+    // the application's before (one accepted during the linger has none):
+    // marked in their entries, not listed, as a list would take memory a
+    // close (and the destructor) must not need.
+    const auto closing = [](const ConnInfo& ci) {
+      return ci.closer != ConnInfo::Closer::kNone &&
+             (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting);
+    };
+    bool any = false;
     const TimeNs now = clock_now();
     for (auto& [id, ci] : impl_->conns) {
       if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
         // (One the application closed already keeps that: its work went then.)
         if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
         impl_->eng->close(ConnId{id}, now);
-        open.push_back(ConnId{id});
+        any = true;
       }
     }
-    auto live = [&](ConnId c) {
-      const auto it = impl_->conns.find(c.v);
-      return it != impl_->conns.end() && (it->second.state == ConnState::kEstablished ||
-                                          it->second.state == ConnState::kConnecting);
+    const auto none_left = [&] {
+      return std::none_of(impl_->conns.begin(), impl_->conns.end(),
+                          [&](const auto& kv) { return closing(kv.second); });
     };
-    if (graceful && !open.empty()) {  // run_until, but under the mutex held here
+    if (graceful && any) {  // run_until, but under the mutex held here
       const auto deadline = std::chrono::steady_clock::now() + impl_->opts.linger;
       for (;;) {
         const size_t moved = impl_->progress_locked();
-        if (std::none_of(open.begin(), open.end(), live)) break;
+        if (none_left()) break;
         const auto t = std::chrono::steady_clock::now();
         if (t >= deadline) break;
         if (moved == 0)
@@ -964,9 +1029,10 @@ void UdpEndpoint::close(bool graceful) {
     }
     (void)impl_->drain_events();
     // Not closed by the peer within the linger (or not asked to be): closed
-    // here all the same, the sockets go now.
-    for (ConnId c : open)
-      if (live(c)) impl_->end_conn(c.v, impl_->conns[c.v], ConnState::kClosed);
+    // here all the same, the sockets go now. (end_conn erases only older
+    // ended entries, never this one: the iteration stays valid.)
+    for (auto& [id, ci] : impl_->conns)
+      if (closing(ci)) impl_->end_conn(id, ci, ConnState::kClosed);
   }
   impl_->closed = true;
   // A wait() on another thread that waits on the progress thread's rounds
