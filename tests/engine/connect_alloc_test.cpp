@@ -168,6 +168,62 @@ TEST(ConnectAlloc, ConnectsClosedBeforeAnyPollLeaveNoRoomToOutgrow) {
   }
 }
 
+// CONN-4, the packet path's form of the case above: with the table full
+// (max_connections 1), a DISCONNECT ends the responder's connection and the
+// next CONNECT_REQ takes its slot in the same receive batch, before the
+// driver polls to send or asks next_timeout(). The ended connection's
+// entries in the round-robin (its ACCEPT unsent) and in the deadlines to
+// compute stayed beside the new one's: 32 such rounds outgrew the room
+// create_connection had made, and the 33rd request grew both outside its
+// try, so a failed allocation there threw std::bad_alloc out of
+// handle_datagram. Each allocation of the 33rd fails in turn: refused or
+// accepted, nothing thrown; and once accepted its ACCEPT goes out.
+TEST(ConnectAlloc, DisconnectsAndRequestsInOneBatchLeaveNoRoomToOutgrow) {
+  EndpointConfig one = cfg(4432);
+  one.max_connections = 1;
+  constexpr int kRounds = 32;
+  for (long allowed = 0;; ++allowed) {
+    ASSERT_LT(allowed, 1000) << "the request was never accepted";
+    Loop loop(cfg(4431), one);
+    auto receive = [&](const std::vector<uint8_t>& d) {
+      loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 1234, false, d}, loop.now());
+    };
+    for (int i = 0; i < kRounds; ++i) {
+      ConnId a;
+      const std::vector<uint8_t> req = connect_request_of(loop, a);
+      ASSERT_FALSE(req.empty());
+      receive(req);
+      Event ev;
+      ASSERT_TRUE(loop.ep(1).poll_event(ev)) << "round " << i;
+      ASSERT_EQ(ev.kind, EventKind::kAccepted) << "round " << i;
+      std::vector<uint8_t> d(wire::kBaseHeaderSize + wire::kDisconnectBodySize + wire::kIcrcSize);
+      wire::BaseHeader bh;
+      bh.opcode = wire::Opcode::kDisconnect;
+      bh.dst_conn = ev.conn.v;
+      d.resize(wire::seal(d, wire::write_disconnect(d, bh, wire::DisconnectBody{a.v, 0}), 0));
+      receive(d);
+      ASSERT_TRUE(loop.ep(1).poll_event(ev)) << "round " << i;
+      ASSERT_EQ(ev.kind, EventKind::kClosed) << "round " << i;
+    }
+    ConnId a;
+    const std::vector<uint8_t> req = connect_request_of(loop, a);
+    ASSERT_FALSE(req.empty());
+    ASSERT_FALSE(bad_alloc_escapes(allowed, [&] { receive(req); }))
+        << "std::bad_alloc left handle_datagram at allocation " << allowed;
+    Event ev;
+    if (!loop.ep(1).poll_event(ev)) continue;  // refused: memory failed it
+    EXPECT_EQ(ev.kind, EventKind::kAccepted);
+    int accepts = 0;
+    for (const wire::Packet& p : sent_packets(loop.ep(1), loop.now()))
+      if (p.bh.opcode == wire::Opcode::kConnectAccept) {
+        ++accepts;
+        EXPECT_EQ(p.bh.dst_conn, a.v);
+      }
+    EXPECT_EQ(accepts, 1);
+    break;
+  }
+}
+
 // PLACE-6: the shared receive queue grows as receives are posted. Its ring
 // of bit_ceil(shared_rq_depth) entries was allocated at open: about 800 MB
 // at the largest depth, for an application that might post a few.

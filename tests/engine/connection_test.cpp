@@ -1119,6 +1119,30 @@ TEST(Engine, RnrNaksKeepTheConnectionFromThePeerTimeout) {  // PATH-7, LOSS-7
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 
+// PATH-7, to the nanosecond: a WRITE that nothing acknowledges fails
+// kPeerUnreachable peer_timeout after its first packet left (the silence
+// starts then: nothing was outstanding before it), not a timer later.
+TEST(Engine, PeerTimeoutEndsWorkExactlyPeerTimeoutAfterItsFirstPacket) {  // PATH-7
+  EndpointConfig c = cfg(208);
+  Loop loop(c, cfg(209));
+  auto [a, b] = loop.connect();
+  write_and_check(loop, a, 16 * 1024, 1);  // RTT samples
+  TimeNs first = TimeNs::never();
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && first == TimeNs::never())
+      first = loop.now();
+  };
+  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
+  Buf src(loop.ep(0), 256, 0, 6);
+  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, 3'000'000'000ull));
+  EXPECT_EQ(done[0].status, Status::kPeerUnreachable);
+  ASSERT_NE(first, TimeNs::never());
+  EXPECT_EQ(loop.now().since(first), c.recovery.peer_timeout_ns);
+}
+
 // PATH-6's schedule, exactly: a silent connection's probe interval starts at
 // the path's RTO without backoff and grows by half with each unanswered
 // PROBE, to max_rto. One path, the peer gone: after the RTO and the PROBEs

@@ -174,6 +174,23 @@ inline bool warm_up_paths(Loop& loop, ConnId a, const Buf& src, const Buf& dst,
   return true;
 }
 
+// One one-packet WRITE on path 0, so that its RTT estimate is exactly one
+// sample of the loop's round trip (srtt, and rttvar half of it, LOSS-4).
+// initial_rtt must be above that round trip: below it, the tail-loss timer
+// (LOSS-8) resends the packet, and the resend's own ACK (LOSS-6) brings a
+// second sample after this returns.
+inline ::testing::AssertionResult one_rtt_sample(Loop& loop, ConnId a, const Buf& src,
+                                                 const Buf& dst) {
+  if (!warm_up_paths(loop, a, src, dst, 1)) return ::testing::AssertionFailure() << "no WRITE";
+  PathStats ps;
+  if (!loop.ep(0).path_stats(a, 0, ps)) return ::testing::AssertionFailure() << "no path 0";
+  if (ps.srtt_ns != 2 * loop.delay_ns)
+    return ::testing::AssertionFailure() << "srtt " << ps.srtt_ns << " ns";
+  if (ps.retransmissions != 0)
+    return ::testing::AssertionFailure() << "resent: a second sample on its way";
+  return ::testing::AssertionSuccess();
+}
+
 // An 8 MiB WRITE over 4 paths (10 us each way, seeds `seed` and seed + 1)
 // on which path 0 loses the data packets `drop(n)` picks and delivers CE-marked
 // those `mark(n)` picks (n counts its data packets from 1); `poll` sees path

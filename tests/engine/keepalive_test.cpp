@@ -299,5 +299,40 @@ TEST(Keepalive, ReceivesPostedDoNotAnswerTheKeepalive) {
   EXPECT_LE(wa.seen->at.since(quiet_from), kKeepalive + kPeerTimeout + 10 * kMicrosecond);
 }
 
+// CONN-9's schedule, exactly: an idle connection whose peer vanished sends
+// its PROBEs on each path in turn, the first two a path's RTO apart (min_rto:
+// no path has a sample), each interval after half as long again as the one
+// before, to max_rto, where they stay until peer_timeout after the first
+// PROBE; then it fails. peer_timeout 20 s: some 200 PROBEs, so that the
+// schedule stays at max_rto a long while.
+TEST(Keepalive, ProbesTakeThePathsInTurnTheirIntervalGrowingByHalfToMaxRto) {
+  EndpointConfig c = cfg(909);
+  c.recovery.peer_timeout_ns = 20 * kSecond;
+  Loop loop(c, cfg(910));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  std::vector<std::pair<TimeNs, uint8_t>> probes;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
+      probes.emplace_back(loop.now(), tag_slot(d));
+  };
+  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  Watch wa(loop, 0, a);
+  ASSERT_TRUE(loop.run_until([&] { return wa(); }, kKeepalive + 21 * kSecond));
+  EXPECT_EQ(wa.seen->ev.status, Status::kPeerUnreachable);
+  const RecoveryConfig& r = c.recovery;
+  const uint64_t base = std::max(r.min_rto_ns, r.initial_rtt_ns + 4 * (r.initial_rtt_ns / 2));
+  ASSERT_GT(probes.size(), 150u);
+  uint64_t want = base;
+  for (size_t i = 0; i < probes.size(); ++i) {
+    ASSERT_EQ(probes[i].second, i % c.num_paths) << "PROBE " << i;
+    if (i == 0) continue;
+    ASSERT_EQ(probes[i].first.since(probes[i - 1].first), want) << "PROBE " << i;
+    want = std::min(want + want / 2, r.max_rto_ns);
+  }
+  EXPECT_EQ(want, r.max_rto_ns);
+  EXPECT_EQ(wa.seen->at.since(probes[0].first), r.peer_timeout_ns);
+}
+
 }  // namespace
 }  // namespace metaroce::test

@@ -79,6 +79,38 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   EXPECT_EQ(st->retransmissions, 1u);
 }
 
+// LOSS-8's timer, to the nanosecond: one path, 20 us each way, one sample
+// (srtt 40 us, rttvar 20 us), so a message's last packet, lost, goes again
+// srtt + max(srtt / 4, 4 * rttvar) = 120 us after it left (no delayed-ACK
+// allowance: it draws its ACK at once), well inside the 1 ms RTO. A timer
+// served only once past its deadline resent it 1 ns late, each time.
+TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
+  EndpointConfig c = cfg(122);
+  c.num_paths = 1;
+  Loop loop(c, cfg(123));
+  loop.delay_ns = 20'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 0x3d);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(one_rtt_sample(loop, a, src, dst));
+  bool dropped = false;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01 && !dropped) return dropped = true;
+    return false;
+  };
+  std::vector<TimeNs> sent;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01) sent.push_back(loop.now());
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 2)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1].since(sent[0]), 120'000u);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
   // Path 0's queue swings between empty and 50 us (a link it shares with
   // other traffic, a busy host), in order, with nothing lost: every 200 us
@@ -903,6 +935,42 @@ TEST(Engine, PathEmptiedByAnRnrNakTakesNewDataAgain) {  // LOSS-7, LOSS-8
   ASSERT_TRUE(write_completes(loop, a, wsrc, wdst, 16 * 4096, 50));
   EXPECT_EQ(wdst.bytes, wsrc.bytes);
   EXPECT_GT(on_path[0], 0u) << on_path[1] << " packets of the WRITE on path 1";
+}
+
+// LOSS-8 holds a path only while packets stay in flight on it, also when
+// the tail-loss timer itself took the last one away. Two paths; a one-packet
+// WRITE is lost: the timer resends it on the other path at once, leaving its
+// own path empty (and with nothing left to find, no PROBE goes). Held so,
+// no ACK, timer or answer would release it, and every later packet went on
+// the other path. Free, it carries its share of the next WRITE.
+TEST(Engine, PathThatTheTailTimerEmptiedTakesNewDataAgain) {  // LOSS-8
+  EndpointConfig c = cfg(309);
+  c.num_paths = 2;
+  Loop loop(c, cfg(310));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 16 * 4096, 0, 0x25);
+  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));  // RTT samples on both paths
+  constexpr uint8_t kWrite = static_cast<uint8_t>(wire::Opcode::kWrite);
+  int lost_on = -1;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != kWrite || lost_on >= 0) return false;
+    lost_on = tag_slot(d);
+    return true;
+  };
+  const ConnStats before = *loop.ep(0).conn_stats(a);
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 4096, 60));
+  // The premise: the tail-loss timer resent it, once; no RTO.
+  ASSERT_GE(lost_on, 0);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, before.retransmissions + 1);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, before.timeouts);
+  uint64_t on_path[2] = {0, 0};
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kWrite) ++on_path[tag_slot(d)];
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 16 * 4096, 61));
+  EXPECT_EQ(dst.bytes, src.bytes);
+  EXPECT_GT(on_path[lost_on], 0u) << on_path[1 - lost_on] << " packets on the other path";
 }
 
 // LOSS-8: a PROBE's answer names the order number the PROBE took, and only

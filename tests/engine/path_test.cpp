@@ -739,19 +739,23 @@ TEST(Engine, RtoIsSrttPlusFourRttvarBackedOff) {  // LOSS-4, LOSS-5, PATH-4
   // 4 * rttvar = 3 ms (above min_rto, 1 ms; the tail-loss timer, srtt +
   // max(srtt / 4, 4 * rttvar), comes no sooner). The peer then hears
   // nothing: the path times out 3 ms after that packet left and probes
-  // (PATH-4), each PROBE timing out after the RTO doubled again.
+  // (PATH-4), each PROBE timing out after the RTO doubled again: 6, 12 ms.
+  // initial_rtt is above the path's round trip so that the warm-up packet
+  // goes once: with the default 100 us its tail-loss timer (LOSS-8) fired
+  // after 0.3 ms and resent it, and the resend's own ACK (LOSS-6: an exact
+  // sample) came 0.3 ms after the packet under test had left, a second
+  // 1 ms sample that took rttvar to 0.375 ms and the backed-off RTO to
+  // 2 * 2.5 = 5 ms.
   EndpointConfig c = cfg(176);
   c.num_paths = 1;
+  c.recovery.initial_rtt_ns = 2'000'000;
   c.recovery.rto_failures_to_retire = 10;  // backoff alone, no new entropy
   Loop loop(c, cfg(177));
   loop.delay_ns = 500'000;
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 4096, 0, 0x52);
   Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
-  ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));
-  PathStats ps;
-  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, ps));
-  ASSERT_EQ(ps.srtt_ns, 1'000'000u);  // the premise: one sample of exactly 1 ms
+  ASSERT_TRUE(one_rtt_sample(loop, a, src, dst));  // exactly 1 ms
   loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 0; };
   TimeNs sent = TimeNs::never();
   std::vector<TimeNs> probes;  // PROBEs sent while the path probes (after its RTO)
@@ -766,9 +770,9 @@ TEST(Engine, RtoIsSrttPlusFourRttvarBackedOff) {  // LOSS-4, LOSS-5, PATH-4
   loop.run_until([&] { return probes.size() >= 3; }, 100'000'000);
   ASSERT_NE(sent, TimeNs::never());
   ASSERT_GE(probes.size(), 3u);
-  EXPECT_EQ(probes[0].since(sent), 3'000'000u);  // the RTO: srtt + 4 * rttvar
-  EXPECT_EQ(probes[2].since(probes[1]), 2 * probes[1].since(probes[0]));  // LOSS-5
-  EXPECT_GT(probes[1].since(probes[0]), 3'000'000u);  // backed off from the first
+  EXPECT_EQ(probes[0].since(sent), 3'000'000u);       // the RTO: srtt + 4 * rttvar
+  EXPECT_EQ(probes[1].since(probes[0]), 6'000'000u);  // LOSS-5: doubled
+  EXPECT_EQ(probes[2].since(probes[1]), 12'000'000u);
 }
 
 TEST(Engine, RetiredPathTakesTheOneEntropyNoOtherPathUses) {  // PATH-6
