@@ -347,7 +347,12 @@ struct Connection {
   // PATH-6: PROBEs of silent paths left unanswered since the silence began;
   // the silent interval grows by half with each.
   uint8_t silent_probes = 0;
-  uint8_t keepalive_probes = 0;  // CONN-9: PROBEs sent since keepalive_at
+  uint8_t keepalive_probes = 0;  // CONN-9: PROBEs sent since keepalive_at (saturates at 255)
+  // CONN-9: the path slot of the next PROBE. Apart from the count, which
+  // stops at 255: the slot taken from it stayed on one path from the 256th
+  // PROBE on (a peer_timeout above ~27 s at the default max_rto), and a dead
+  // link there failed the keepalive of a live peer. (In padding before rnr_until.)
+  uint8_t keepalive_slot = 0;
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
   // LOSS-8: when the latest tail-loss resend went, if one has (then

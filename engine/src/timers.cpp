@@ -239,6 +239,7 @@ void Endpoint::Impl::run_keepalive(Connection& c, TimeNs now) {
   if (!c.keepalive_waiting()) {
     c.keepalive_at = now;  // after keepalive_ns of quiet, so past last_activity
     c.keepalive_probes = 0;
+    c.keepalive_slot = 0;
   } else if (now.since(c.keepalive_at) >= cfg.recovery.peer_timeout_ns) {
     enter_error(c, Status::kPeerUnreachable, detail::Culprit::oldest_send(), now);
     return;
@@ -247,7 +248,8 @@ void Endpoint::Impl::run_keepalive(Connection& c, TimeNs now) {
   // keepalive; their interval grows by half from the path's RTO to max_rto,
   // as a silent path's (PATH-6): a dead peer draws a few tens of PROBEs in
   // peer_timeout, a lost PROBE is sent again within a round trip or two.
-  const uint8_t slot = c.keepalive_probes % c.num_paths;
+  const uint8_t slot = c.keepalive_slot < c.num_paths ? c.keepalive_slot : 0;
+  c.keepalive_slot = static_cast<uint8_t>(slot + 1 == c.num_paths ? 0 : slot + 1);
   uint64_t interval = base_rto(c.paths[slot]);
   for (uint8_t k = 0; k < c.keepalive_probes && interval < cfg.recovery.max_rto_ns; ++k)
     interval += interval / 2;

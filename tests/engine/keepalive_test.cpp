@@ -303,11 +303,13 @@ TEST(Keepalive, ReceivesPostedDoNotAnswerTheKeepalive) {
 // its PROBEs on each path in turn, the first two a path's RTO apart (min_rto:
 // no path has a sample), each interval after half as long again as the one
 // before, to max_rto, where they stay until peer_timeout after the first
-// PROBE; then it fails. peer_timeout 20 s: some 200 PROBEs, so that the
-// schedule stays at max_rto a long while.
+// PROBE; then it fails. peer_timeout 30 s: some 300 PROBEs, so that the
+// schedule stays at max_rto a long while, and the turns go on past the 255th
+// PROBE (a count that stops there once chose the slot: every PROBE from the
+// 256th on went on one path).
 TEST(Keepalive, ProbesTakeThePathsInTurnTheirIntervalGrowingByHalfToMaxRto) {
   EndpointConfig c = cfg(909);
-  c.recovery.peer_timeout_ns = 20 * kSecond;
+  c.recovery.peer_timeout_ns = 30 * kSecond;
   Loop loop(c, cfg(910));
   auto [a, b] = loop.connect();
   ASSERT_TRUE(a.valid() && b.valid());
@@ -318,11 +320,11 @@ TEST(Keepalive, ProbesTakeThePathsInTurnTheirIntervalGrowingByHalfToMaxRto) {
   };
   loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
   Watch wa(loop, 0, a);
-  ASSERT_TRUE(loop.run_until([&] { return wa(); }, kKeepalive + 21 * kSecond));
+  ASSERT_TRUE(loop.run_until([&] { return wa(); }, kKeepalive + 31 * kSecond));
   EXPECT_EQ(wa.seen->ev.status, Status::kPeerUnreachable);
   const RecoveryConfig& r = c.recovery;
   const uint64_t base = std::max(r.min_rto_ns, r.initial_rtt_ns + 4 * (r.initial_rtt_ns / 2));
-  ASSERT_GT(probes.size(), 150u);
+  ASSERT_GT(probes.size(), 270u);
   uint64_t want = base;
   for (size_t i = 0; i < probes.size(); ++i) {
     ASSERT_EQ(probes[i].second, i % c.num_paths) << "PROBE " << i;
