@@ -293,6 +293,7 @@ struct UdpEndpoint::Impl {
   uint16_t fault_gso_port = 0;
   uint16_t fault_full_sock = 0;  // METAROCE_UDP_FAULT_FULL_SOCKET=K:N (full_socket_fault)
   uint32_t fault_full_left = 0;
+  uint32_t fault_refused_left = 0;  // METAROCE_UDP_FAULT_REFUSED=N (refused_fault)
   // Peers whose route refused a GSO message (drop_failed): sent without.
   std::unordered_set<PeerAddr, PeerAddrHash> gso_refused;
 
@@ -401,6 +402,7 @@ struct UdpEndpoint::Impl {
   bool end_flush(size_t kept);
   bool eagain_fault();
   bool full_socket_fault(uint16_t sock);
+  bool refused_fault(uint16_t sock);
   int gso_fault(size_t m);
   static bool stale_error(int err);
   void note_refused(uint16_t sock, int err);
