@@ -288,8 +288,13 @@ class UdpEndpoint {
   // accept, wait_completion, ...) runs its own rounds until it ends as it
   // would have (it used to wait out its timeout). Without
   // Options::thread_safe, calls are then one thread's at a time again: none
-  // other until that one returns.
-  void stop_progress_thread();
+  // other until that one returns. True once the thread is joined (or where
+  // none ran). False, with nothing changed (the thread runs on), where the
+  // caller is the progress thread itself, which cannot join itself: code
+  // that the thread runs (an allocator's or a signal's hook: the driver
+  // calls none of the application's) must leave the stop to another
+  // thread. Never throws.
+  bool stop_progress_thread() noexcept;
 
   // --- memory ---
   Error register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out);

@@ -10,18 +10,37 @@
 // one its call makes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <new>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "metaroce/udp.hpp"
 #include "udp_pair.hpp"
 
 namespace {
+// Set: the next allocation on a thread other than the test's (an endpoint's
+// progress thread: no other runs) calls stop_progress_thread there, as code
+// that the thread runs would; g_self_stop_result then reads 1 for true, 0
+// for false, 2 for a std::system_error out of it.
+std::atomic<metaroce::udp::UdpEndpoint*> g_self_stop{nullptr};
+std::thread::id g_test_thread;
+std::atomic<int> g_self_stop_result{-1};
+[[gnu::noinline]] void self_stop() {
+  metaroce::udp::UdpEndpoint* ep = g_self_stop.exchange(nullptr);
+  if (ep == nullptr) return;
+  try {
+    g_self_stop_result = ep->stop_progress_thread() ? 1 : 0;
+  } catch (const std::system_error&) {
+    g_self_stop_result = 2;
+  }
+}
 // Allocations left to succeed before the one that fails; -1: none fails.
 thread_local long t_until_fail = -1;
 thread_local bool t_fired = false;
@@ -32,6 +51,9 @@ thread_local bool t_stay = false;  // every allocation after the failed one fail
 }  // namespace
 
 void* operator new(std::size_t n) {
+  if (g_self_stop.load(std::memory_order_acquire) != nullptr &&
+      std::this_thread::get_id() != g_test_thread)
+    self_stop();
   if (t_until_fail == 0) {
     if (!t_stay) t_until_fail = -1;
     t_fired = true;
@@ -516,6 +538,34 @@ TEST(UdpAlloc, AWildcardServerShortOfMemoryForAPeersSourceStillAnswers) {
     if (!fired) break;
   }
   EXPECT_GT(n, 0);
+}
+
+// stop_progress_thread() from the progress thread itself (code the thread
+// runs: here the allocator, called in a round that records a connection)
+// cannot join the thread: it returns false and changes nothing, and the
+// thread goes on serving. It threw std::system_error (EDEADLK) before,
+// having told the thread to stop.
+TEST(UdpAlloc, AStopFromTheProgressThreadItselfIsRefusedNotThrown) {
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  ASSERT_TRUE(server->start_progress_thread());
+  g_test_thread = std::this_thread::get_id();
+  g_self_stop_result = -1;
+  g_self_stop = server.get();
+  ConnId c, s;
+  const Error connected = client->connect(server->local_address(), milliseconds(2000), c);
+  g_self_stop = nullptr;
+  EXPECT_FALSE(connected) << connected.message;
+  EXPECT_EQ(g_self_stop_result, 0) << "1: it stopped, 2: std::system_error, -1: never called";
+  // The thread runs on: it accepted the connection, and serves the next.
+  const Error accepted = server->accept(milliseconds(2000), s);
+  EXPECT_FALSE(accepted) << accepted.message;
+  ConnId c2;
+  const Error again = client->connect(server->local_address(), milliseconds(2000), c2);
+  EXPECT_FALSE(again) << again.message;
+  EXPECT_TRUE(server->stop_progress_thread());  // from another thread: joined
+  EXPECT_TRUE(server->stop_progress_thread());  // none runs: nothing to do
 }
 
 }  // namespace

@@ -427,6 +427,11 @@ struct UdpEndpoint::Impl {
   }
   void wake_thread();
   void join_thread();  // stops the progress thread; `threaded` stays as it is
+  // The caller runs on this endpoint's progress thread (which cannot join
+  // itself: std::thread::join throws std::system_error, EDEADLK). Set by
+  // the thread itself, so no std::thread object is read that
+  // start_progress_thread may still be assigning.
+  [[nodiscard]] bool on_progress_thread() const noexcept;
   void end_round();
   void forget_source(const PeerAddr& p);
   void evict_idle_sources();

@@ -158,8 +158,12 @@ bool UdpEndpoint::start_progress_thread(ProgressMode mode) noexcept {
   return true;
 }
 
-void UdpEndpoint::stop_progress_thread() {
-  if (!impl_->running.load()) return;
+bool UdpEndpoint::stop_progress_thread() noexcept {
+  // The thread cannot join itself: where code it runs calls this, nothing
+  // changes (the join threw std::system_error, having already told the
+  // thread to stop).
+  if (impl_->on_progress_thread()) return false;
+  if (!impl_->running.load()) return true;
   impl_->join_thread();
   {
     // Under the mutex, and then told: another thread's wait() or blocking
@@ -169,6 +173,7 @@ void UdpEndpoint::stop_progress_thread() {
     impl_->threaded.store(false, std::memory_order_release);
   }
   impl_->cv.notify_all();
+  return true;
 }
 
 Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
