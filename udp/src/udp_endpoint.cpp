@@ -475,12 +475,14 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
   PeerAddr peer;
   uint32_t peer_scope = 0;
   // Decided with nothing allocated, then put in words: short of memory, a
-  // bad address (or a name that does not resolve) is still kInvalidArgument.
+  // bad address (or a name that does not resolve) is still kInvalidArgument,
+  // and a resolver's own shortage (EAI_MEMORY) kResourceExhausted.
   if (const AddressFault f = address_fault(address, kDefaultPort, peer, reach, &peer_scope);
       f != AddressFault::kNone) {
-    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+    const Status s = address_fault_status(f);
+    return Impl::error_or(s, ConnId{}, [&] {
       Error e;
-      e.status = Status::kInvalidArgument;
+      e.status = s;
       e.peer = address;
       e.message = "connect to " + address + ": " + address_fault_text(address, f, reach);
       return e;
@@ -722,8 +724,9 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
 std::string UdpEndpoint::peer_address(ConnId conn) const noexcept {
   const PeerAddr p = peer_addr(conn);
   if (p.len == 0) return {};
+  const AddressText text = format_address_text(p);  // only the string allocates
   try {
-    return format_address(p);
+    return std::string(text.view());
   } catch (const std::bad_alloc&) {
     return Impl::out_of_memory_text();
   }
