@@ -76,9 +76,37 @@ struct [[nodiscard]] Error {
 // [::1:5] for that address). A link-local IPv6 address's
 // interface ("[fe80::1%eth0]") is not kept in PeerAddr: an endpoint opened on
 // one reaches link-local peers through that interface, and only it can.
+// A name the resolver could not look up for want of memory (getaddrinfo's
+// EAI_MEMORY) or for want of an answer from the name service (EAI_AGAIN) is
+// not a bad address: parse_address_checked tells them apart by status, and
+// so do open() and connect() (kResourceExhausted; kConnectTimeout, as for a
+// peer that does not answer: a later try may resolve it); `why` says which.
+// The decision allocates nothing; `why`'s words do, and may throw
+// std::bad_alloc (with `why` null, nothing is allocated).
 [[nodiscard]] bool parse_address(const std::string& text, uint16_t default_port, PeerAddr& out,
                                  std::string* why = nullptr);
+// parse_address as an Error, which never throws: empty where the text
+// parses (out set); otherwise kInvalidArgument (the text), kResourceExhausted
+// (EAI_MEMORY) or kConnectTimeout (EAI_AGAIN), with parse_address's
+// explanation, or kOutOfMemoryWords where no memory is left for it (the
+// status decided before the words). No peer or connection named. A caller
+// that must not throw passes a view of text it holds (a std::string built
+// for the call is the caller's allocation).
+[[nodiscard]] Error parse_address_checked(std::string_view text, uint16_t default_port,
+                                          PeerAddr& out) noexcept;
+// "a.b.c.d:port" or "[v6]:port" (inet_ntop's text), "?" for a PeerAddr that
+// is not one of this driver's. Allocates the string: std::bad_alloc where
+// memory runs short. format_address_text gives the same text in a fixed
+// buffer, with nothing allocated and nothing thrown.
 [[nodiscard]] std::string format_address(const PeerAddr& a);
+struct AddressText {
+  // "[" + INET6_ADDRSTRLEN's 45 characters + "]:" + 5 digits, and a NUL.
+  static constexpr size_t kCapacity = 56;
+  char chars[kCapacity] = {};  // NUL-terminated
+  uint8_t size = 0;
+  [[nodiscard]] std::string_view view() const noexcept { return {chars, size}; }
+};
+[[nodiscard]] AddressText format_address_text(const PeerAddr& a) noexcept;
 [[nodiscard]] uint16_t address_port(const PeerAddr& a);
 [[nodiscard]] bool address_is_v4(const PeerAddr& a);
 
@@ -225,8 +253,9 @@ class UdpEndpoint {
   // A block that holds the receive port (Options::entropy_base) is kInvalidArgument, naming both.
   // Out of descriptors (EMFILE: an endpoint holds entropy_count + 5) is kResourceExhausted, naming
   // Options::entropy_count and the process's RLIMIT_NOFILE. Memory short for the endpoint (its
-  // tables and batches, the engine's) is kResourceExhausted, never std::bad_alloc. A refused
-  // open leaves nothing open.
+  // tables and batches, the engine's) is kResourceExhausted, never std::bad_alloc; so is a host
+  // name the resolver had no memory to look up (EAI_MEMORY), and one the name service did not
+  // answer for (EAI_AGAIN) is kConnectTimeout (parse_address). A refused open leaves nothing open.
   // An endpoint on a wildcard address (0.0.0.0, or [::], which serves IPv4 peers too) answers each
   // peer from the address that peer reached it at, as a peer takes a connection's packets only from
   // the address it knows.
@@ -288,8 +317,13 @@ class UdpEndpoint {
   // accept, wait_completion, ...) runs its own rounds until it ends as it
   // would have (it used to wait out its timeout). Without
   // Options::thread_safe, calls are then one thread's at a time again: none
-  // other until that one returns.
-  void stop_progress_thread();
+  // other until that one returns. True once the thread is joined (or where
+  // none ran). False, with nothing changed (the thread runs on), where the
+  // caller is the progress thread itself, which cannot join itself: code
+  // that the thread runs (an allocator's or a signal's hook: the driver
+  // calls none of the application's) must leave the stop to another
+  // thread. Never throws.
+  bool stop_progress_thread() noexcept;
 
   // --- memory ---
   Error register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out);
@@ -370,7 +404,11 @@ class UdpEndpoint {
   // not reach. A link-local IPv6 peer is reached through the endpoint's own
   // interface (PeerAddr holds none). A bad address (either form, a name that
   // does not resolve too) is judged before its words: kInvalidArgument also
-  // with no memory left for them (the message then kOutOfMemoryWords).
+  // with no memory left for them (the message then kOutOfMemoryWords). A
+  // name the resolver had no memory for (EAI_MEMORY) is kResourceExhausted,
+  // "out of memory resolving ...", and one the name service did not answer
+  // for (EAI_AGAIN) kConnectTimeout, "no answer from the name service for
+  // ...": neither says the address is wrong, and a later try may succeed.
   Error connect_start(const PeerAddr& peer, ConnId& out);
   Error connect_start(const PeerAddr& peer, ConnId& out, std::chrono::milliseconds budget);
   // Next incoming connection; kConnectTimeout if none arrives in time. Every

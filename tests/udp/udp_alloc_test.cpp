@@ -8,20 +8,44 @@
 // fails one chosen allocation of the calling thread (or, memory staying
 // short, every one from it on); each test sweeps that allocation over every
 // one its call makes.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <new>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "metaroce/udp.hpp"
 #include "udp_pair.hpp"
 
 namespace {
+// Set: the next allocation on a thread other than the test's (an endpoint's
+// progress thread: no other runs) calls stop_progress_thread there, as code
+// that the thread runs would; g_self_stop_result then reads 1 for true, 0
+// for false, 2 for a std::system_error out of it.
+std::atomic<metaroce::udp::UdpEndpoint*> g_self_stop{nullptr};
+std::thread::id g_test_thread;
+std::atomic<int> g_self_stop_result{-1};
+[[gnu::noinline]] void self_stop() {
+  metaroce::udp::UdpEndpoint* ep = g_self_stop.exchange(nullptr);
+  if (ep == nullptr) return;
+  try {
+    g_self_stop_result = ep->stop_progress_thread() ? 1 : 0;
+  } catch (const std::system_error&) {
+    g_self_stop_result = 2;
+  }
+}
+// Nonzero: getaddrinfo fails with it, as the resolver would (EAI_MEMORY,
+// EAI_AGAIN), before it looks anything up.
+std::atomic<int> g_resolver_fails{0};
 // Allocations left to succeed before the one that fails; -1: none fails.
 thread_local long t_until_fail = -1;
 thread_local bool t_fired = false;
@@ -31,7 +55,20 @@ thread_local bool t_stay = false;  // every allocation after the failed one fail
 [[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
 }  // namespace
 
+// This executable's getaddrinfo takes the C library's place for the driver
+// (linked in statically) and calls it unless told to fail.
+extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints,
+                           addrinfo** res) {
+  if (const int fail = g_resolver_fails.load(); fail != 0) return fail;
+  using Fn = int (*)(const char*, const char*, const addrinfo*, addrinfo**);
+  static const auto next = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "getaddrinfo"));
+  return next(node, service, hints, res);
+}
+
 void* operator new(std::size_t n) {
+  if (g_self_stop.load(std::memory_order_acquire) != nullptr &&
+      std::this_thread::get_id() != g_test_thread)
+    self_stop();
   if (t_until_fail == 0) {
     if (!t_stay) t_until_fail = -1;
     t_fired = true;
@@ -516,6 +553,128 @@ TEST(UdpAlloc, AWildcardServerShortOfMemoryForAPeersSourceStillAnswers) {
     if (!fired) break;
   }
   EXPECT_GT(n, 0);
+}
+
+// A name the resolver could not look up for want of memory (EAI_MEMORY) is
+// kResourceExhausted, saying so, and one the name service did not answer
+// for (EAI_AGAIN) kConnectTimeout: neither is a bad address. Both read
+// "cannot resolve" with kInvalidArgument before, which sent the caller to
+// fix a name that was right. The same in open(), connect(),
+// connect_start() and parse_address_checked().
+TEST(UdpAlloc, ANameTheResolverCouldNotLookUpIsNoBadAddress) {
+  auto ep = open_on("127.0.0.1");
+  ASSERT_TRUE(ep);
+  struct Case {
+    int fail;
+    Status status;
+    const char* words;
+    const char* code;
+  };
+  for (const Case& k :
+       {Case{EAI_MEMORY, Status::kResourceExhausted, "out of memory resolving \"localhost\"",
+             "(getaddrinfo: EAI_MEMORY)"},
+        Case{EAI_AGAIN, Status::kConnectTimeout,
+             "no answer from the name service for \"localhost\"", "(getaddrinfo: EAI_AGAIN"}}) {
+    SCOPED_TRACE(k.words);
+    g_resolver_fails = k.fail;
+    ConnId out;
+    const Error start = ep->connect_start("localhost:5000", out);
+    const Error connect = ep->connect("localhost:5000", milliseconds(10), out);
+    Error opened;
+    const auto other = UdpEndpoint::open("localhost:0", test_options(), opened);
+    PeerAddr a;
+    const Error parsed = parse_address_checked("localhost:5000", 4792, a);
+    std::string why;
+    const bool parses = parse_address("localhost:5000", 4792, a, &why);
+    g_resolver_fails = 0;
+    for (const Error* e : {&start, &connect, static_cast<const Error*>(&opened), &parsed}) {
+      EXPECT_EQ(e->status, k.status) << e->message;
+      EXPECT_TRUE(has(e->message, k.words)) << e->message;
+      EXPECT_TRUE(has(e->message, k.code)) << e->message;
+      EXPECT_FALSE(has(e->message, "cannot resolve")) << e->message;
+    }
+    EXPECT_FALSE(other);
+    EXPECT_FALSE(out.valid());
+    EXPECT_FALSE(parses);
+    EXPECT_TRUE(has(why, k.words)) << why;
+  }
+  // Resolved again, "localhost" parses (as 127.0.0.1 or ::1).
+  PeerAddr a;
+  const Error ok = parse_address_checked("localhost:5000", 4792, a);
+  EXPECT_FALSE(ok) << ok.message;
+  EXPECT_EQ(address_port(a), 5000);
+}
+
+// The address helpers' non-throwing forms with no memory at all:
+// format_address_text and parse_address_checked of a good address allocate
+// nothing; a bad one's Error keeps kInvalidArgument with kOutOfMemoryWords.
+// The std::string forms throw std::bad_alloc then, as documented.
+TEST(UdpAlloc, TheAddressHelpersWithNoMemoryDoNotThrow) {
+  PeerAddr v4, v6;
+  ASSERT_TRUE(parse_address("127.100.100.100:4792", 0, v4));
+  ASSERT_TRUE(parse_address("[fe80::1234:5678:9abc:def0]:65535", 0, v6));
+  PeerAddr junk = v4;
+  junk.len = 3;
+  PeerAddr parsed, bad;
+  AddressText t4, t6, tj;
+  Error good, wrong_v4, no_bracket, unmapped;
+  bool fired = false;
+  ASSERT_FALSE(escapes(
+      0, fired,
+      [&] {
+        t4 = format_address_text(v4);
+        t6 = format_address_text(v6);
+        tj = format_address_text(junk);
+        good = parse_address_checked("[::1]:6000", 4792, parsed);
+        wrong_v4 = parse_address_checked("10.0.1", 4792, bad);
+        no_bracket = parse_address_checked("[::1", 4792, bad);
+        unmapped = parse_address_checked("1.2.3.4:99999", 4792, bad);
+      },
+      true));
+  EXPECT_TRUE(fired);  // the words' allocations failed
+  EXPECT_EQ(t4.view(), "127.100.100.100:4792");
+  EXPECT_EQ(t6.view(), "[fe80::1234:5678:9abc:def0]:65535");
+  EXPECT_EQ(tj.view(), "?");
+  EXPECT_EQ(std::string(t6.chars), t6.view());  // NUL-terminated
+  EXPECT_FALSE(good) << good.message;
+  EXPECT_EQ(format_address(parsed), "[::1]:6000");
+  for (const Error* e : {&wrong_v4, &no_bracket, &unmapped}) {
+    EXPECT_EQ(e->status, Status::kInvalidArgument);
+    EXPECT_EQ(e->message, kOutOfMemoryWords);
+  }
+  // With memory: the same refusals in words, the same text as format_address.
+  EXPECT_TRUE(has(parse_address_checked("10.0.1", 4792, bad).message, "not an IPv4 address"));
+  EXPECT_EQ(format_address(v6), t6.view());
+  EXPECT_TRUE(escapes(
+      0, fired, [&] { (void)format_address(v4); }, true));
+}
+
+// stop_progress_thread() from the progress thread itself (code the thread
+// runs: here the allocator, called in a round that records a connection)
+// cannot join the thread: it returns false and changes nothing, and the
+// thread goes on serving. It threw std::system_error (EDEADLK) before,
+// having told the thread to stop.
+TEST(UdpAlloc, AStopFromTheProgressThreadItselfIsRefusedNotThrown) {
+  auto server = open_on("127.0.0.1");
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(server && client);
+  ASSERT_TRUE(server->start_progress_thread());
+  g_test_thread = std::this_thread::get_id();
+  g_self_stop_result = -1;
+  g_self_stop = server.get();
+  ConnId c, s;
+  const Error connected = client->connect(server->local_address(), milliseconds(2000), c);
+  g_self_stop = nullptr;
+  EXPECT_FALSE(connected) << connected.message;
+  EXPECT_EQ(g_self_stop_result, 0) << "1: it stopped, 2: std::system_error, -1: never called";
+  // The thread runs on: it accepted the connection, and serves the next.
+  const Error accepted = server->accept(milliseconds(2000), s);
+  EXPECT_FALSE(accepted) << accepted.message;
+  ConnId c2;
+  const Error again = client->connect(server->local_address(), milliseconds(2000), c2);
+  EXPECT_FALSE(again) << again.message;
+  EXPECT_TRUE(server->stop_progress_thread());  // from another thread: joined
+  EXPECT_TRUE(server->stop_progress_thread());  // none runs: nothing to do
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -678,6 +679,38 @@ TEST(UdpConnect, APeerThatNeverAnswersTimesOut) {
   EXPECT_EQ(why.peer, addr);
   EXPECT_TRUE(has(why.message, addr)) << why.message;
   EXPECT_FALSE(has(why.message, "ICMP")) << why.message;
+}
+
+// A send that meets an ICMP port unreachable (ECONNREFUSED on its
+// connected socket) goes again once; where that try meets a second refusal
+// (one that another datagram of the socket drew since), it is the same
+// refusal, and the error says so. It read "sending failed: sendmmsg:
+// Connection refused", a failure of the send's own, which later refusals
+// never replaced: a killed peer read one way or the other by chance (the
+// ctest perf.peer-loss accepted both). The hook plants both refusals on the
+// first request; the peer is silent, so nothing else refuses. (A round of
+// one socket's messages goes by sendmmsg, io_uring or not: the io_uring
+// path ends in the same drop_failed.)
+TEST(UdpConnect, ARefusalMetTwiceIsStillARefusal) {
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  ::setenv("METAROCE_UDP_FAULT_REFUSED", "2", 1);
+  auto client = open_on("127.0.0.1");
+  ::unsetenv("METAROCE_UDP_FAULT_REFUSED");
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect(silent.addr, 100ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  const std::string clause =
+      "the peer's host answered with ICMP port unreachable (Connection refused): no socket "
+      "listened at its port";
+  EXPECT_TRUE(has(e.message, "connect to " + silent.addr + " timed out after 100 ms; " + clause))
+      << e.message;
+  EXPECT_FALSE(has(e.message, "sending failed")) << e.message;
+  const Error why = client->conn_error(ConnId{e.conn});
+  EXPECT_TRUE(has(why.message, clause)) << why.message;
+  EXPECT_FALSE(has(why.message, "the last send to the peer failed")) << why.message;
+  EXPECT_EQ(client->io_stats().tx_errors, 1u);  // the first request, refused twice
 }
 
 // --- connectionless use: connections set up on first use ---

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -279,8 +281,12 @@ AddressFault address_fault(std::string_view text, uint16_t default_port, PeerAdd
     hints.ai_family = family;
     hints.ai_socktype = SOCK_DGRAM;
     addrinfo* res = nullptr;
-    if (getaddrinfo(name, nullptr, &hints, &res) != 0 || res == nullptr)
-      return AddressFault::kUnresolved;
+    const int rc = getaddrinfo(name, nullptr, &hints, &res);
+    // (errno read at once: EAI_SYSTEM's cause.)
+    if (rc == EAI_MEMORY || (rc == EAI_SYSTEM && errno == ENOMEM))
+      return AddressFault::kResolverOutOfMemory;
+    if (rc == EAI_AGAIN) return AddressFault::kResolverNoAnswer;
+    if (rc != 0 || res == nullptr) return AddressFault::kUnresolved;
     std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
     if (ss.ss_family == AF_INET6 && scope != nullptr) *scope = s6->sin6_scope_id;
@@ -291,9 +297,21 @@ AddressFault address_fault(std::string_view text, uint16_t default_port, PeerAdd
   return AddressFault::kNone;
 }
 
-std::string address_fault_text(const std::string& text, AddressFault f, int family) {
+Status address_fault_status(AddressFault f) {
+  switch (f) {
+    case AddressFault::kNone: return Status::kOk;
+    case AddressFault::kResolverOutOfMemory: return Status::kResourceExhausted;
+    case AddressFault::kResolverNoAnswer: return Status::kConnectTimeout;
+    default: return Status::kInvalidArgument;
+  }
+}
+
+std::string address_fault_text(std::string_view text, AddressFault f, int family) {
   const HostPort hp = split_host_port(text);
-  const std::string quoted = "\"" + text + "\"";
+  const std::string quoted = "\"" + std::string(text) + "\"";
+  const std::string to_family = family == AF_INET    ? " to an IPv4 address"
+                                : family == AF_INET6 ? " to an IPv6 address"
+                                                     : "";
   switch (f) {
     case AddressFault::kNone: return {};
     case AddressFault::kNoCloseBracket: return "missing ']' in " + quoted;
@@ -305,7 +323,8 @@ std::string address_fault_text(const std::string& text, AddressFault f, int fami
       const std::string with_port = "[" + std::string(hp.before) + "]:" + last;
       if (f == AddressFault::kIpv6PortAmbiguous)
         return quoted + " is ambiguous: an IPv6 address takes a port only in brackets; for port " +
-               last + " write it " + with_port + ", for the address alone [" + text + "]";
+               last + " write it " + with_port + ", for the address alone [" + std::string(text) +
+               "]";
       return quoted + ": an IPv6 address takes a port only in brackets; write it " + with_port;
     }
     case AddressFault::kEmptyHost: return "empty host in " + quoted;
@@ -314,25 +333,40 @@ std::string address_fault_text(const std::string& text, AddressFault f, int fami
     case AddressFault::kNotIpv4:
       return "\"" + std::string(hp.host) + "\" is not an IPv4 address (a.b.c.d, each 0-255)";
     case AddressFault::kUnresolved:
-      return "cannot resolve \"" + std::string(hp.host) + "\"" +
-             (family == AF_INET    ? " to an IPv4 address"
-              : family == AF_INET6 ? " to an IPv6 address"
-                                   : "");
+      return "cannot resolve \"" + std::string(hp.host) + "\"" + to_family;
+    case AddressFault::kResolverOutOfMemory:
+      return "out of memory resolving \"" + std::string(hp.host) + "\"" + to_family +
+             " (getaddrinfo: EAI_MEMORY): the name was not looked up";
+    case AddressFault::kResolverNoAnswer:
+      return "no answer from the name service for \"" + std::string(hp.host) + "\"" + to_family +
+             " (getaddrinfo: EAI_AGAIN, a temporary failure): a later try may resolve it";
     case AddressFault::kUnsupportedFamily: return "unsupported address family for " + quoted;
   }
   return "invalid address " + quoted;
 }
 
-std::string format_address(const PeerAddr& a) {
-  if (a.len != kPeerAddrLen) return "?";
-  char buf[INET6_ADDRSTRLEN] = {};
-  const std::string port = std::to_string(address_port(a));
-  if (address_is_v4(a)) {
-    inet_ntop(AF_INET, a.bytes + 12, buf, sizeof(buf));
-    return std::string(buf) + ":" + port;
+AddressText format_address_text(const PeerAddr& a) noexcept {
+  AddressText t;
+  char* p = t.chars;
+  char* const end = t.chars + sizeof(t.chars) - 1;  // room for the NUL
+  if (a.len != kPeerAddrLen) {
+    *p++ = '?';
+  } else {
+    const bool v4 = address_is_v4(a);
+    if (!v4) *p++ = '[';
+    // INET6_ADDRSTRLEN with the brackets, ':' and 5 digits: kCapacity.
+    static_assert(AddressText::kCapacity >= INET6_ADDRSTRLEN + 2 + 1 + 5);
+    inet_ntop(v4 ? AF_INET : AF_INET6, a.bytes + (v4 ? 12 : 0), p, INET6_ADDRSTRLEN);
+    p += std::strlen(p);
+    if (!v4) *p++ = ']';
+    *p++ = ':';
+    p = std::to_chars(p, end, address_port(a)).ptr;
   }
-  inet_ntop(AF_INET6, a.bytes, buf, sizeof(buf));
-  return "[" + std::string(buf) + "]:" + port;
+  *p = '\0';
+  t.size = static_cast<uint8_t>(p - t.chars);
+  return t;
 }
+
+std::string format_address(const PeerAddr& a) { return std::string(format_address_text(a).view()); }
 
 }  // namespace metaroce::udp

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "metaroce/status.hpp"
 #include "metaroce/types.hpp"
 
 namespace metaroce::udp {
@@ -41,13 +42,19 @@ enum class AddressFault : uint8_t {
   kPortOutOfRange,
   kNotIpv4,  // digits and dots that are not a.b.c.d
   kUnresolved,
+  kResolverOutOfMemory,  // getaddrinfo's EAI_MEMORY (or EAI_SYSTEM with ENOMEM)
+  kResolverNoAnswer,     // getaddrinfo's EAI_AGAIN: the name service did not answer
   kUnsupportedFamily,
 };
+// The status a fault reads as: kResourceExhausted where the resolver ran
+// out of memory, kConnectTimeout where the name service did not answer (a
+// later try may resolve it), kInvalidArgument for the rest (the text).
+[[nodiscard]] Status address_fault_status(AddressFault f);
 // parse_address's decision: out (and *scope) set where kNone.
 [[nodiscard]] AddressFault address_fault(std::string_view text, uint16_t default_port,
                                          PeerAddr& out, int family, uint32_t* scope);
 // The fault's words (`family` as given to address_fault: a name's).
-[[nodiscard]] std::string address_fault_text(const std::string& text, AddressFault f, int family);
+[[nodiscard]] std::string address_fault_text(std::string_view text, AddressFault f, int family);
 // A PeerAddr of this driver's layout (udp.hpp): len kPeerAddrLen, family
 // byte 4 (with the v4-mapped prefix) or 6 (without); else false and, where
 // why is not null, what is wrong. Null `why`: nothing allocated.

@@ -1,5 +1,7 @@
 // The Error values the public calls return: status, peer and connection in
 // one message.
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -59,6 +61,18 @@ bool fails_a_connection(Status code) {
 }
 
 }  // namespace
+
+Error parse_address_checked(std::string_view text, uint16_t default_port, PeerAddr& out) noexcept {
+  const AddressFault f = address_fault(text, default_port, out, AF_UNSPEC, nullptr);
+  if (f == AddressFault::kNone) return {};
+  const Status s = address_fault_status(f);
+  return UdpEndpoint::Impl::error_or(s, ConnId{}, [&] {
+    Error e;
+    e.status = s;
+    e.message = address_fault_text(text, f, AF_UNSPEC);
+    return e;
+  });
+}
 
 std::string count_text(uint64_t n, std::string_view one, std::string_view many) {
   return std::to_string(n) + " " + std::string(n == 1 ? one : many);

@@ -293,6 +293,7 @@ struct UdpEndpoint::Impl {
   uint16_t fault_gso_port = 0;
   uint16_t fault_full_sock = 0;  // METAROCE_UDP_FAULT_FULL_SOCKET=K:N (full_socket_fault)
   uint32_t fault_full_left = 0;
+  uint32_t fault_refused_left = 0;  // METAROCE_UDP_FAULT_REFUSED=N (refused_fault)
   // Peers whose route refused a GSO message (drop_failed): sent without.
   std::unordered_set<PeerAddr, PeerAddrHash> gso_refused;
 
@@ -401,6 +402,7 @@ struct UdpEndpoint::Impl {
   bool end_flush(size_t kept);
   bool eagain_fault();
   bool full_socket_fault(uint16_t sock);
+  bool refused_fault(uint16_t sock);
   int gso_fault(size_t m);
   static bool stale_error(int err);
   void note_refused(uint16_t sock, int err);
@@ -425,6 +427,11 @@ struct UdpEndpoint::Impl {
   }
   void wake_thread();
   void join_thread();  // stops the progress thread; `threaded` stays as it is
+  // The caller runs on this endpoint's progress thread (which cannot join
+  // itself: std::thread::join throws std::system_error, EDEADLK). Set by
+  // the thread itself, so no std::thread object is read that
+  // start_progress_thread may still be assigning.
+  [[nodiscard]] bool on_progress_thread() const noexcept;
   void end_round();
   void forget_source(const PeerAddr& p);
   void evict_idle_sources();

@@ -193,10 +193,12 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
 }
 
 bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
-  std::string why;
-  if (!parse_address(address, kDefaultPort, local, &why, AF_UNSPEC, &scope)) {
-    err.status = Status::kInvalidArgument;
-    err.message = "open " + address + ": " + why;
+  // The status before the words, which open() reports all the same where
+  // memory for them runs short.
+  if (const AddressFault f = address_fault(address, kDefaultPort, local, AF_UNSPEC, &scope);
+      f != AddressFault::kNone) {
+    err.status = address_fault_status(f);
+    err.message = "open " + address + ": " + address_fault_text(address, f, AF_UNSPEC);
     return false;
   }
   family = address_is_v4(local) ? AF_INET : AF_INET6;
@@ -224,6 +226,8 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_full_sock = static_cast<uint16_t>(std::strtoul(f, &end, 10));
     if (*end == ':') fault_full_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
   }
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_REFUSED"))
+    fault_refused_left = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
   if (const char* f = std::getenv("METAROCE_UDP_RX_CTRL_BYTES"))
     rx_ctrl_len = std::min<size_t>(std::strtoul(f, nullptr, 10), kRxCtrlBytes);
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");

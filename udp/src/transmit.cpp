@@ -339,13 +339,22 @@ bool UdpEndpoint::Impl::flush() {
 // METAROCE_UDP_FAULT_GSO_EINVAL_PORT=P every GSO message to a peer at port P
 // as on a route that cannot take it (EINVAL); METAROCE_UDP_FAULT_FULL_SOCKET=K:N
 // makes send socket K (the block's Kth port, from 0) meet a full buffer on its
-// next N sends, while the other sockets' buffers have room. Returns the errno, or 0.
+// next N sends, while the other sockets' buffers have room;
+// METAROCE_UDP_FAULT_REFUSED=N makes the next N sends on send sockets
+// connected to a peer fail ECONNREFUSED, as an ICMP port unreachable that
+// peer's host sent back would (two in a row: the retry meets one too).
+// Returns the errno, or 0.
 bool UdpEndpoint::Impl::eagain_fault() {
   return fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0;
 }
 bool UdpEndpoint::Impl::full_socket_fault(uint16_t sock) {
   if (fault_full_left == 0 || sock != fault_full_sock) return false;
   --fault_full_left;
+  return true;
+}
+bool UdpEndpoint::Impl::refused_fault(uint16_t sock) {
+  if (fault_refused_left == 0 || tx_peer[sock].len == 0) return false;
+  --fault_refused_left;
   return true;
 }
 int UdpEndpoint::Impl::gso_fault(size_t m) {
@@ -465,6 +474,16 @@ void UdpEndpoint::Impl::drop_failed(size_t m, int err, const char* call) {
   }
   io.tx_errors += tx_msg_segs[m] - sent;
   if (buffer_full(err)) return;  // (while sending unsegmented): the engine retransmits
+  // A send never fails ECONNREFUSED by itself: on a connected socket it is
+  // always an ICMP port unreachable for the socket's peer, here met by the
+  // retry too (another datagram of the socket drew one since). Kept as that
+  // refusal: kept as this send's own failure, it read "sendmmsg: Connection
+  // refused", and outlived the refusals that later sends met (note_refused
+  // keeps an outright failure).
+  if (const uint16_t sock = tx_msg_sock[m]; err == ECONNREFUSED && tx_peer[sock].len != 0) {
+    note_refused(sock, err);
+    return;
+  }
   keep_failure(peer, SendFailure{err, call});
 }
 
@@ -553,6 +572,9 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
     if (eagain_fault() || full_socket_fault(sock)) {
       r = -1;
       errno = EAGAIN;
+    } else if (refused_fault(sock)) {
+      r = -1;
+      errno = ECONNREFUSED;
     } else if ((fault = gso_fault(m)) != 0) {
       r = -1;
       errno = fault;
@@ -609,7 +631,9 @@ bool UdpEndpoint::Impl::flush_uring() {
       tx_msg_res[m] = -ECANCELED;  // as the link would have
       continue;
     }
-    const int fault = eagain_fault() || full_socket_fault(sock) ? EAGAIN : gso_fault(m);
+    const int fault = eagain_fault() || full_socket_fault(sock) ? EAGAIN
+                      : refused_fault(sock)                     ? ECONNREFUSED
+                                                                : gso_fault(m);
     if (fault != 0) {
       tx_msg_res[m] = -fault;
       tx_sock_held[sock] = tx_flush_gen;
@@ -666,6 +690,7 @@ bool UdpEndpoint::Impl::flush_uring() {
 #endif
   // A send here (the test hooks for GSO apply).
   auto send_now = [&](size_t m) {
+    if (refused_fault(tx_msg_sock[m])) return -ECONNREFUSED;
     if (const int fault = gso_fault(m); fault != 0) return -fault;
     ++io.tx_syscalls;
     return ::sendmsg(sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT) >= 0 ? 0 : -errno;

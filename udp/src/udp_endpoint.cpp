@@ -158,8 +158,12 @@ bool UdpEndpoint::start_progress_thread(ProgressMode mode) noexcept {
   return true;
 }
 
-void UdpEndpoint::stop_progress_thread() {
-  if (!impl_->running.load()) return;
+bool UdpEndpoint::stop_progress_thread() noexcept {
+  // The thread cannot join itself: where code it runs calls this, nothing
+  // changes (the join threw std::system_error, having already told the
+  // thread to stop).
+  if (impl_->on_progress_thread()) return false;
+  if (!impl_->running.load()) return true;
   impl_->join_thread();
   {
     // Under the mutex, and then told: another thread's wait() or blocking
@@ -169,6 +173,7 @@ void UdpEndpoint::stop_progress_thread() {
     impl_->threaded.store(false, std::memory_order_release);
   }
   impl_->cv.notify_all();
+  return true;
 }
 
 Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out) {
@@ -470,12 +475,14 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
   PeerAddr peer;
   uint32_t peer_scope = 0;
   // Decided with nothing allocated, then put in words: short of memory, a
-  // bad address (or a name that does not resolve) is still kInvalidArgument.
+  // bad address (or a name that does not resolve) is still kInvalidArgument,
+  // and a resolver's own shortage (EAI_MEMORY) kResourceExhausted.
   if (const AddressFault f = address_fault(address, kDefaultPort, peer, reach, &peer_scope);
       f != AddressFault::kNone) {
-    return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
+    const Status s = address_fault_status(f);
+    return Impl::error_or(s, ConnId{}, [&] {
       Error e;
-      e.status = Status::kInvalidArgument;
+      e.status = s;
       e.peer = address;
       e.message = "connect to " + address + ": " + address_fault_text(address, f, reach);
       return e;
@@ -717,8 +724,9 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
 std::string UdpEndpoint::peer_address(ConnId conn) const noexcept {
   const PeerAddr p = peer_addr(conn);
   if (p.len == 0) return {};
+  const AddressText text = format_address_text(p);  // only the string allocates
   try {
-    return format_address(p);
+    return std::string(text.view());
   } catch (const std::bad_alloc&) {
     return Impl::out_of_memory_text();
   }
