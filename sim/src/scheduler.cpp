@@ -97,8 +97,7 @@ uint64_t Scheduler::run(SimTime until) {
   stop_ = false;
   while (!stop_ && !heap_.empty() && heap_[0].when <= until) {
     step();
-    if (tick_fn_ != nullptr && (events_ & ((uint64_t{1} << 20) - 1)) == 0)
-      tick_fn_(tick_ctx_, *this);
+    if (tick_fn_ != nullptr && (events_ & (kTickEvents - 1)) == 0) tick_fn_(tick_ctx_, *this);
   }
   return events_ - start;
 }

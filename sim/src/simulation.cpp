@@ -141,7 +141,10 @@ class Simulation::Faults final : public EventSource {
           n.set_link_rate(f.edge, std::max<uint64_t>(1, f.rate_mbps), now);
           break;
         case FaultSpec::Kind::kGrayDrop: n.set_link_drop(f.edge, f.drop); break;
-        case FaultSpec::Kind::kReroute: n.reroute(); break;  // edge 0: any fabric has it
+        case FaultSpec::Kind::kReroute:  // edge 0: any fabric has it
+          n.reroute(sim_.enter_phase(Phase::kReroute));
+          sim_.phase_ = Phase::kRun;
+          break;
       }
     }
     if (next_ < list_.size())
@@ -209,13 +212,9 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   }
   // The routes of a large fabric take wall seconds (a search per host),
   // before the warm-up's first line: reported too.
-  BuildProgress build_progress;
-  if (cfg_.progress) {
-    last_progress_wall_ = t0;
-    build_progress = {&Simulation::build_tick, this};
-  }
+  last_progress_wall_ = t0;
   net_ = std::make_unique<Network>(sched_, cfg_.topo, cfg_.queue, derive_seed(cfg_.seed, 0x6e6574),
-                                   build_progress);
+                                   enter_phase(Phase::kRoutes));
   for (const auto& f : cfg_.flows)
     if (f.src >= net_->num_hosts() || f.dst >= net_->num_hosts() || f.src == f.dst)
       throw std::invalid_argument("flow with a bad host");
@@ -237,6 +236,7 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   }
   const uint32_t h = net_->num_hosts();
   hosts_.reserve(h);
+  const BuildProgress host_progress = enter_phase(Phase::kHosts);
   if (baseline) {
     RcParams prm = cfg_.rc;
     // A QP numbers its packets in 32 bits: a flow of 2^32 + 1 packets read
@@ -267,6 +267,7 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
       rc_shared_->hosts.push_back(host.get());
       net_->attach_host(i, *host);
       hosts_.push_back(std::move(host));
+      if (host_progress.fn != nullptr) host_progress.fn(host_progress.ctx, i + 1, h);
     }
   } else {
     EndpointConfig ec = cfg_.endpoint;
@@ -312,6 +313,7 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
       shared_->hosts.push_back(host.get());
       net_->attach_host(i, *host);
       hosts_.push_back(std::move(host));
+      if (host_progress.fn != nullptr) host_progress.fn(host_progress.ctx, i + 1, h);
     }
   }
   flows_->start_dependent = [this](uint32_t f, SimTime now) {
@@ -336,6 +338,7 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   // Faults before flows at one instant: a fault at t = 0 is in place when
   // the flows starting at t = 0 send (ties run in the order scheduled, and
   // the Starter also applies the faults due before it starts anything).
+  phase_ = Phase::kRun;
   faults_ = std::make_unique<Faults>(*this);
   starter_ = std::make_unique<Starter>(*this);
   wall_s_ = wall_now() - t0;
@@ -356,7 +359,7 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
   const double rate = static_cast<double>(s.events() - self->last_progress_events_) / dt;
   self->last_progress_wall_ = w;
   self->last_progress_events_ = s.events();
-  if (self->warming_) {
+  if (self->phase_ == Phase::kWarmUp) {
     size_t settled = 0;
     for (const auto& h : self->hosts_) settled += h->connections_settled() ? 1 : 0;
     std::fprintf(stderr,
@@ -371,17 +374,41 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
                self->flows_->size(), static_cast<unsigned long long>(s.events()), rate / 1e6);
 }
 
-void Simulation::build_tick(void* ctx, uint32_t done, uint32_t total) {
+BuildProgress Simulation::enter_phase(Phase p) {
+  phase_ = p;
+  last_progress_count_ = 0;
+  if (!cfg_.progress) return {};
+  count_since_ = wall_now();
+  return {&Simulation::count_tick, this};
+}
+
+void Simulation::count_tick(void* ctx, uint32_t done, uint32_t total) {
   auto* self = static_cast<Simulation*>(ctx);
   const double w = wall_now();
   const double dt = w - self->last_progress_wall_;
   if (dt < self->cfg_.progress_interval_s) return;
-  // No events yet: the rate is the routes', as the run's is the events'.
-  const double rate = static_cast<double>(done - self->last_progress_routes_) / dt;
+  // No events here: the rate is the phase's own count's, over the phase's
+  // time (a reroute's first line came a run line's second after, and read a
+  // fifth of the rate).
+  const double rate =
+      static_cast<double>(done - self->last_progress_count_) / (w - self->count_since_);
   self->last_progress_wall_ = w;
-  self->last_progress_routes_ = done;
-  std::fprintf(stderr, "[%s] build  routes to hosts %u/%u  (%.0f hosts/s)\n",
-               self->cfg_.name.c_str(), done, total, rate);
+  self->last_progress_count_ = done;
+  self->count_since_ = w;
+  const char* name = self->cfg_.name.c_str();
+  switch (self->phase_) {
+    case Phase::kHosts:
+      std::fprintf(stderr, "[%s] build  hosts %u/%u  (%.0f hosts/s)\n", name, done, total, rate);
+      return;
+    case Phase::kReroute:
+      std::fprintf(stderr, "[%s] t=%.1f us  reroute  routes to hosts %u/%u  (%.0f hosts/s)\n", name,
+                   self->sched_.now().us(), done, total, rate);
+      return;
+    default:
+      std::fprintf(stderr, "[%s] build  routes to hosts %u/%u  (%.0f hosts/s)\n", name, done, total,
+                   rate);
+      return;
+  }
 }
 
 SimTime Simulation::fabric_rtt(uint32_t data_bytes, uint32_t ack_bytes) const {
@@ -423,7 +450,7 @@ void Simulation::warm_up() {
     return true;
   };
   SimTime t = sched_.now();
-  warming_ = true;
+  phase_ = Phase::kWarmUp;
   while (!settled() && t < limit) {
     t += step;
     sched_.run(t);
@@ -431,7 +458,7 @@ void Simulation::warm_up() {
     // and the wall time go into settled()'s walk over the hosts.
     if (cfg_.progress) tick(this, sched_);
   }
-  warming_ = false;
+  phase_ = Phase::kRun;
   origin_ = t;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <sstream>
 #include <string>
@@ -1387,22 +1388,79 @@ TEST(Progress, WarmUpHasProgressLines) {
   EXPECT_NE(err.find(" hosts connected "), std::string::npos) << err;
 }
 
+// fattree16-perm built with progress lines at every chance (not once a wall
+// second) and no warm-up.
+SimConfig chatty_build(TransportKind t) {
+  SimConfig c = preset("fattree16-perm", t, 1);
+  c.progress = true;
+  c.progress_interval_s = 0;
+  c.preconnect = false;
+  return c;
+}
+
+// What building c's simulation writes on stderr.
+std::string build_stderr(const SimConfig& c) {
+  testing::internal::CaptureStderr();
+  { const Simulation sim(c); }
+  return testing::internal::GetCapturedStderr();
+}
+
 // The network build (a route search per destination host) has progress
 // lines too: leafspine8192's took some 5 s with none, before the warm-up's
 // first. Without progress (-q), the build says nothing.
 TEST(Progress, NetworkBuildHasProgressLines) {
-  SimConfig c = preset("fattree16-perm", TransportKind::kMetaRoce, 1);
-  c.progress = true;
-  c.progress_interval_s = 0;  // every chance, not once a wall second
-  c.preconnect = false;
-  testing::internal::CaptureStderr();
-  { const Simulation sim(c); }
-  const std::string err = testing::internal::GetCapturedStderr();
+  SimConfig c = chatty_build(TransportKind::kMetaRoce);
+  const std::string err = build_stderr(c);
   EXPECT_NE(err.find("[fattree16-perm] build  routes to hosts 1/16  ("), std::string::npos) << err;
   EXPECT_NE(err.find("[fattree16-perm] build  routes to hosts 16/16  ("), std::string::npos) << err;
   c.progress = false;
+  EXPECT_EQ(build_stderr(c), "");
+}
+
+// Building the hosts (a NIC and its engine each) has progress lines of its
+// own: until stop 48 the build's last line was the routes', and the hosts
+// and the warm-up passed without one.
+TEST(Progress, HostBuildHasProgressLines) {
+  for (const TransportKind t : {TransportKind::kMetaRoce, TransportKind::kIrn}) {
+    const std::string err = build_stderr(chatty_build(t));
+    EXPECT_NE(err.find("[fattree16-perm] build  hosts 1/16  ("), std::string::npos) << err;
+    EXPECT_NE(err.find("[fattree16-perm] build  hosts 16/16  ("), std::string::npos) << err;
+    // After the routes, whose last line comes first.
+    EXPECT_LT(err.find("routes to hosts 16/16"), err.find("build  hosts 1/16")) << err;
+  }
+}
+
+// A reroute (reroute_us after a link goes down or up) recomputes every
+// switch's routes, about a second on leafspine8192, and says so with the
+// simulated time it happens at; -q (progress off) keeps stderr empty through
+// the whole run, the reroutes included.
+TEST(Progress, RerouteHasProgressLinesAndQuietHasNone) {
+  SimConfig c = preset("fattree16-perm-linkdown", TransportKind::kMetaRoce, 1);
+  c.reroute_after = SimTime::from_us(10);
+  c.progress = true;
+  c.progress_interval_s = 0;
   testing::internal::CaptureStderr();
-  { const Simulation sim(c); }
+  double warmup_us = 0;
+  {
+    Simulation sim(c);
+    sim.run();
+    warmup_us = sim.report().warmup_us;
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  // Two links go down 20 us into the workload; routes follow 10 us later.
+  const std::string rr = "reroute  routes to hosts 16/16  (";
+  ASSERT_NE(err.find(rr), std::string::npos) << err;
+  const size_t line = err.rfind('\n', err.find(rr)) + 1;
+  EXPECT_EQ(err.compare(line, 20, "[fattree16-perm-link"), 0) << err.substr(line);
+  double t_us = 0;
+  ASSERT_EQ(std::sscanf(err.c_str() + err.find("t=", line), "t=%lf us", &t_us), 1);
+  EXPECT_DOUBLE_EQ(t_us, warmup_us + 30.0);
+  c.progress = false;
+  testing::internal::CaptureStderr();
+  {
+    Simulation sim(c);
+    sim.run();
+  }
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 

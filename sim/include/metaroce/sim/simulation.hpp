@@ -237,9 +237,15 @@ class Simulation {
   friend class SimOutput;
   class Starter;
   class Faults;
+  // What the progress lines say the simulation is doing: a counted phase
+  // (routes, hosts, a reroute's routes: count_tick) or an event loop's
+  // (warm-up, run: tick).
+  enum class Phase : uint8_t { kRoutes, kHosts, kWarmUp, kRun, kReroute };
   static void tick(void* ctx, const Scheduler& s);
-  // The network build's progress (BuildProgress), in tick()'s style.
-  static void build_tick(void* ctx, uint32_t done, uint32_t total);
+  // A counted phase's progress (BuildProgress), in tick()'s style.
+  static void count_tick(void* ctx, uint32_t done, uint32_t total);
+  // Enters phase p; its BuildProgress (none without cfg_.progress).
+  BuildProgress enter_phase(Phase p);
   void warm_up();
   // The longest path's round trip, a data packet and an ACK serialized per hop.
   [[nodiscard]] SimTime fabric_rtt(uint32_t data_bytes, uint32_t ack_bytes) const;
@@ -267,8 +273,9 @@ class Simulation {
   double loop_s_ = 0;                  // the warm-up's and run()'s event loops: events_per_s
   double last_progress_wall_ = 0;
   uint64_t last_progress_events_ = 0;
-  uint32_t last_progress_routes_ = 0;  // destinations routed at the last build line
-  bool warming_ = false;               // in warm_up(): the progress line says so
+  uint32_t last_progress_count_ = 0;  // the counted phase's count at its last line
+  double count_since_ = 0;            // ... and the wall time of that line, or of its start
+  Phase phase_ = Phase::kRoutes;
   // The simulated time run() got to (events or not).
   SimTime reached_{0};
   // Per flow, when some flow depends on others: its path's one-way delay on
