@@ -239,6 +239,17 @@ void Endpoint::Impl::remember_abandoned(const Connection& c, Status reason) {
   remember_closed(c, c.nonce, reason);
 }
 
+void Endpoint::Impl::release_sends(const detail::TxCtx& t) {
+  for (uint32_t i = t.sq_head; i != t.sq_tail; ++i) mrs.release(t.sq[i & t.sq_mask].wr.lkey);
+  for (uint32_t i = t.resp_head; i != t.resp_tail; ++i) mrs.release(t.resp[i & t.resp_mask].lkey);
+}
+
+void Endpoint::Impl::release_held(Connection& c) {
+  if (c.tx) release_sends(*c.tx);
+  if (const detail::RxCtx* r = c.rx.get())
+    for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) mrs.release(r->rq[i & r->rq_mask].wr.lkey);
+}
+
 void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.peer_conn != 0) remember_closed(c);  // past the handshake
   timers.remove(c.index, timer_pos);
@@ -261,6 +272,7 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
     auto it = by_nonce.find(c.nonce);
     if (it != by_nonce.end() && it->second == c.index) by_nonce.erase(it);
   }
+  release_held(c);
   if (c.tx) tx_pool.push_back(std::move(c.tx));
   if (c.rx) rx_pool.push_back(std::move(c.rx));
   const uint32_t index = c.index;
@@ -268,30 +280,6 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
   in_ready[index] = 0;
   conns[index].reset();
   free_indices.push(index);
-}
-
-void Endpoint::Impl::recycle_lkeys() {
-  try {
-    lkeys_held.assign(mrs.slots(), 0);
-  } catch (const std::bad_alloc&) {
-    return;  // no slot put back: a later registration scans again (recycle_due)
-  }
-  // index_of gives lkey 0 (an empty request's) one past the table.
-  const auto hold = [this](uint32_t lkey) {
-    const uint32_t index = detail::MrTable::index_of(lkey);
-    if (index < lkeys_held.size()) lkeys_held[index] = 1;
-  };
-  for (const auto& c : conns) {
-    if (!c) continue;
-    if (const detail::TxCtx* t = c->tx.get()) {
-      for (uint32_t i = t->sq_head; i != t->sq_tail; ++i) hold(t->sq[i & t->sq_mask].wr.lkey);
-      for (uint32_t i = t->resp_head; i != t->resp_tail; ++i) hold(t->resp[i & t->resp_mask].lkey);
-    }
-    if (const detail::RxCtx* r = c->rx.get())
-      for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) hold(r->rq[i & r->rq_mask].wr.lkey);
-  }
-  for (uint32_t i = srq_head; i != srq_tail; ++i) hold(srq[i & srq_mask].wr.lkey);
-  mrs.recycle(lkeys_held);
 }
 
 // A context from the pool, or a new one, shaped for c; null, nothing
@@ -450,7 +438,6 @@ Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, ui
   do {
     rkey = impl_->rng.next();
   } while (rkey == 0 || impl_->mrs.rkey_in_use(rkey));
-  if (impl_->mrs.recycle_due()) impl_->recycle_lkeys();
   return impl_->mrs.add(addr, length, base, access, rkey, out);
 }
 

@@ -197,9 +197,11 @@ struct Endpoint::Impl {
   // connection fails (std::bad_alloc caught: a flood of requests must not
   // throw out of handle_datagram), with nothing of the table changed.
   detail::Connection* create_connection(const PeerAddr& peer) noexcept;
-  // MR-1: the retired MrTable slots that no work held here names (posted
-  // sends and receives, shared ones, READs being answered) are reused.
-  void recycle_lkeys();
+  // MR-6: the lkeys that the work still queued in c's contexts (or t's)
+  // holds are released (MrTable::hold), the queues then to be emptied or
+  // pooled.
+  void release_held(detail::Connection& c);
+  void release_sends(const detail::TxCtx& t);
   void destroy_connection(detail::Connection& c);
   void mark_ready(detail::Connection& c) {
     if (in_ready[c.index]) return;
@@ -637,11 +639,8 @@ struct Endpoint::Impl {
   [[nodiscard]] uint32_t packet_cost(uint32_t payload) const {
     return payload + detail::kPacketOverhead;
   }
-  // recycle_lkeys' marks, by MrTable slot: kept, so that a scan allocates
-  // only while the table grows. Last: no hot member moves for it.
-  std::vector<uint8_t> lkeys_held;
-  // Requests posted and not yet completed (room_for_completion). Last, as
-  // lkeys_held: no hot member moves for it.
+  // Requests posted and not yet completed (room_for_completion). Last: no
+  // hot member moves for it.
   size_t wrs_open = 0;
 };
 
