@@ -413,7 +413,7 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
 // the queue by one per READ served, and its growth could throw on the ACK
 // path.
 void Endpoint::Impl::read_served(const Connection& c, const detail::RespJob& j) {
-  if (reads_served.size() >= kMaxReadsServed) {
+  if (reads_served.size() >= cfg.max_reads_served) {
     (void)reads_served.pop();
     ++estats.reads_served_dropped;
   }

@@ -76,7 +76,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
   // kMaxSharedRqDepth, allocated here, it took about 800 MB at open however
   // few receives the application would post.
   cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
-  if (cfg.read_served_events) reads_served.reserve(kMaxReadsServed);  // READ-6
+  cfg.max_reads_served = std::max<uint16_t>(cfg.max_reads_served, 1);  // READ-6: a report fits
+  if (cfg.read_served_events) reads_served.reserve(cfg.max_reads_served);
   closed.configure(std::max<size_t>(cfg.max_connections, kMinClosedKept),
                    detail::Rng(c.seed ^ kClosedSalt).next());
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);

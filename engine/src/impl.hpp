@@ -102,11 +102,10 @@ struct Endpoint::Impl {
 
   Ring<Completion> completions;
   Ring<Event> events;
-  // read_served_events only: room for kMaxReadsServed reserved when the
-  // endpoint is made, so that the ACK path never allocates for it; past
+  // read_served_events only: room for cfg.max_reads_served reserved when
+  // the endpoint is made, so that the ACK path never allocates for it; past
   // that the oldest report goes, counted (READ-6).
   Ring<ReadServed> reads_served;
-  static constexpr size_t kMaxReadsServed = 4096;
 
   // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
   struct Orphan {
