@@ -117,10 +117,11 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
     if (!reuse) {
       // Each of these holds a slot at most once (the ready ring, the heap)
       // or counts slots: with room for all of them, destroy_connection,
-      // mark_ready and the timers never allocate.
+      // mark_ready and the timers never allocate. The ready ring has room
+      // for as many stale entries again (drop_ready).
       const size_t slots = std::bit_ceil(conns.size() + 1);
       free_indices.reserve(slots);
-      ready.reserve(slots);
+      ready.reserve(2 * slots);
       timers.reserve(slots);
       timer_dirty.reserve(slots);
       room_for_one(conns);
@@ -140,6 +141,10 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
   uint32_t index;
   if (reuse) {
     index = free_indices.pop();
+    // Its old connection's entry waits in the ready ring still: gone before
+    // the new one's, which front_ready would otherwise take it for. O(ring)
+    // once for every stale entry, here or in drop_ready.
+    if (in_ready[index] == kReadyStale) compact_ready();
   } else {
     index = static_cast<uint32_t>(conns.size());
     conns.emplace_back();
@@ -251,6 +256,22 @@ void Endpoint::Impl::release_held(Connection& c) {
     for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) mrs.release(r->rq[i & r->rq_mask].wr.lkey);
 }
 
+void Endpoint::Impl::drop_ready(uint32_t index) {
+  in_ready[index] = kReadyStale;
+  // Room for a live entry of every slot, and for capacity() - slots stale
+  // ones (create_connection reserves twice the slots): at that many, they go.
+  if (++ready_stale >= ready.capacity() - conns.size()) compact_ready();
+}
+
+void Endpoint::Impl::compact_ready() {
+  ready.retain([this](uint32_t index) {
+    if (in_ready[index] != kReadyStale) return true;
+    in_ready[index] = 0;
+    return false;
+  });
+  ready_stale = 0;
+}
+
 void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.peer_conn != 0) remember_closed(c);  // past the handshake
   timers.remove(c.index, timer_pos);
@@ -277,8 +298,7 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.tx) tx_pool.push_back(std::move(c.tx));
   if (c.rx) rx_pool.push_back(std::move(c.rx));
   const uint32_t index = c.index;
-  if (in_ready[index]) (void)ready.erase(index);
-  in_ready[index] = 0;
+  if (in_ready[index]) drop_ready(index);
   conns[index].reset();
   free_indices.push(index);
 }

@@ -84,7 +84,11 @@ struct Endpoint::Impl {
 
   // Connections with something to send, round-robin.
   Ring<uint32_t> ready;
+  // By slot: kReadyLive while its connection has an entry in `ready`,
+  // kReadyStale while that of a connection destroyed in it waits there
+  // (drop_ready), 0 otherwise.
   std::vector<uint8_t> in_ready;
+  static constexpr uint8_t kReadyLive = 1, kReadyStale = 2;
 
   // Pools of tracking contexts.
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
@@ -203,10 +207,20 @@ struct Endpoint::Impl {
   void release_sends(const detail::TxCtx& t);
   void destroy_connection(detail::Connection& c);
   void mark_ready(detail::Connection& c) {
-    if (in_ready[c.index]) return;
-    in_ready[c.index] = 1;
+    if (in_ready[c.index]) return;  // never kReadyStale: create_connection
+    in_ready[c.index] = kReadyLive;
     ready.push(c.index);
   }
+  // A destroyed connection's entry in `ready` stays, stale, skipped when it
+  // reaches the front (front_ready): erasing it moved every entry behind it,
+  // and closing n connections at once took O(n^2). The stale entries are
+  // compacted away (compact_ready) before they outgrow the ring's room, so
+  // that mark_ready never allocates, each compaction removing at least as
+  // many as there are slots, and before their slot is given to a new
+  // connection (create_connection), so that a slot's live entry never
+  // follows a stale one.
+  void drop_ready(uint32_t index);
+  void compact_ready();
   // Deadlines are recomputed lazily: a connection touched by many packets in
   // one batch is marked once and its deadline computed once, when the driver
   // next asks for next_timeout() or hands in a timeout (timers.cpp).
@@ -641,6 +655,8 @@ struct Endpoint::Impl {
   // Requests posted and not yet completed (room_for_completion). Last: no
   // hot member moves for it.
   size_t wrs_open = 0;
+  // Stale entries in `ready` (drop_ready).
+  size_t ready_stale = 0;
 };
 
 }  // namespace metaroce
