@@ -401,6 +401,7 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
       --wrs_open;  // done, with no completion to make room for
     }
     if (e.wr.op == WrOpcode::kRead) --c.reads_outstanding;
+    mrs.release(e.wr.lkey);
     ++t.sq_head;
     --c.sq_count;
   }
@@ -412,7 +413,7 @@ void Endpoint::Impl::complete_sends_from(Connection& c) {
 // the queue by one per READ served, and its growth could throw on the ACK
 // path.
 void Endpoint::Impl::read_served(const Connection& c, const detail::RespJob& j) {
-  if (reads_served.size() >= kMaxReadsServed) {
+  if (reads_served.size() >= cfg.max_reads_served) {
     (void)reads_served.pop();
     ++estats.reads_served_dropped;
   }
@@ -426,6 +427,7 @@ void Endpoint::Impl::release_resp_jobs(Connection& c) {
     if (!before(j.first_psn + j.npkts - 1, c.cum_acked)) break;
     if (cfg.read_served_events) [[unlikely]]
       read_served(c, j);
+    mrs.release(j.lkey);
     ++t.resp_head;
   }
 }

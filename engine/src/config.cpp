@@ -41,6 +41,7 @@ std::string config_error(const EndpointConfig& cfg) {
   k.range("shared_rq_depth", cfg.shared_rq_depth, 0, kMaxSharedRqDepth, "PLACE-6");
   k.range("max_reads", cfg.max_reads, 1, UINT8_MAX, "READ-3");
   k.range("ack_every", cfg.ack_every, 1, UINT8_MAX, "ACK-1");
+  k.range("max_reads_served", cfg.max_reads_served, 1, UINT16_MAX, "READ-6");
   k.require(
       cfg.entropy_min <= cfg.entropy_max && cfg.entropy_max - cfg.entropy_min + 1u >= cfg.num_paths,
       "entropy range " + std::to_string(cfg.entropy_min) + ".." + std::to_string(cfg.entropy_max) +

@@ -76,7 +76,8 @@ Endpoint::Impl::Impl(const EndpointConfig& c)
   // kMaxSharedRqDepth, allocated here, it took about 800 MB at open however
   // few receives the application would post.
   cfg.shared_rq_depth = std::min(cfg.shared_rq_depth, kMaxSharedRqDepth);
-  if (cfg.read_served_events) reads_served.reserve(kMaxReadsServed);  // READ-6
+  cfg.max_reads_served = std::max<uint16_t>(cfg.max_reads_served, 1);  // READ-6: a report fits
+  if (cfg.read_served_events) reads_served.reserve(cfg.max_reads_served);
   closed.configure(std::max<size_t>(cfg.max_connections, kMinClosedKept),
                    detail::Rng(c.seed ^ kClosedSalt).next());
   loss_window = std::max<uint32_t>(cfg.recovery.loss_window_packets, 1);
@@ -116,10 +117,11 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
     if (!reuse) {
       // Each of these holds a slot at most once (the ready ring, the heap)
       // or counts slots: with room for all of them, destroy_connection,
-      // mark_ready and the timers never allocate.
+      // mark_ready and the timers never allocate. The ready ring has room
+      // for as many stale entries again (drop_ready).
       const size_t slots = std::bit_ceil(conns.size() + 1);
       free_indices.reserve(slots);
-      ready.reserve(slots);
+      ready.reserve(2 * slots);
       timers.reserve(slots);
       timer_dirty.reserve(slots);
       room_for_one(conns);
@@ -139,6 +141,10 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
   uint32_t index;
   if (reuse) {
     index = free_indices.pop();
+    // Its old connection's entry waits in the ready ring still: gone before
+    // the new one's, which front_ready would otherwise take it for. O(ring)
+    // once for every stale entry, here or in drop_ready.
+    if (in_ready[index] == kReadyStale) compact_ready();
   } else {
     index = static_cast<uint32_t>(conns.size());
     conns.emplace_back();
@@ -239,6 +245,33 @@ void Endpoint::Impl::remember_abandoned(const Connection& c, Status reason) {
   remember_closed(c, c.nonce, reason);
 }
 
+void Endpoint::Impl::release_sends(const detail::TxCtx& t) {
+  for (uint32_t i = t.sq_head; i != t.sq_tail; ++i) mrs.release(t.sq[i & t.sq_mask].wr.lkey);
+  for (uint32_t i = t.resp_head; i != t.resp_tail; ++i) mrs.release(t.resp[i & t.resp_mask].lkey);
+}
+
+void Endpoint::Impl::release_held(Connection& c) {
+  if (c.tx) release_sends(*c.tx);
+  if (const detail::RxCtx* r = c.rx.get())
+    for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) mrs.release(r->rq[i & r->rq_mask].wr.lkey);
+}
+
+void Endpoint::Impl::drop_ready(uint32_t index) {
+  in_ready[index] = kReadyStale;
+  // Room for a live entry of every slot, and for capacity() - slots stale
+  // ones (create_connection reserves twice the slots): at that many, they go.
+  if (++ready_stale >= ready.capacity() - conns.size()) compact_ready();
+}
+
+void Endpoint::Impl::compact_ready() {
+  ready.retain([this](uint32_t index) {
+    if (in_ready[index] != kReadyStale) return true;
+    in_ready[index] = 0;
+    return false;
+  });
+  ready_stale = 0;
+}
+
 void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.peer_conn != 0) remember_closed(c);  // past the handshake
   timers.remove(c.index, timer_pos);
@@ -261,37 +294,13 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
     auto it = by_nonce.find(c.nonce);
     if (it != by_nonce.end() && it->second == c.index) by_nonce.erase(it);
   }
+  release_held(c);
   if (c.tx) tx_pool.push_back(std::move(c.tx));
   if (c.rx) rx_pool.push_back(std::move(c.rx));
   const uint32_t index = c.index;
-  if (in_ready[index]) (void)ready.erase(index);
-  in_ready[index] = 0;
+  if (in_ready[index]) drop_ready(index);
   conns[index].reset();
   free_indices.push(index);
-}
-
-void Endpoint::Impl::recycle_lkeys() {
-  try {
-    lkeys_held.assign(mrs.slots(), 0);
-  } catch (const std::bad_alloc&) {
-    return;  // no slot put back: a later registration scans again (recycle_due)
-  }
-  // index_of gives lkey 0 (an empty request's) one past the table.
-  const auto hold = [this](uint32_t lkey) {
-    const uint32_t index = detail::MrTable::index_of(lkey);
-    if (index < lkeys_held.size()) lkeys_held[index] = 1;
-  };
-  for (const auto& c : conns) {
-    if (!c) continue;
-    if (const detail::TxCtx* t = c->tx.get()) {
-      for (uint32_t i = t->sq_head; i != t->sq_tail; ++i) hold(t->sq[i & t->sq_mask].wr.lkey);
-      for (uint32_t i = t->resp_head; i != t->resp_tail; ++i) hold(t->resp[i & t->resp_mask].lkey);
-    }
-    if (const detail::RxCtx* r = c->rx.get())
-      for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) hold(r->rq[i & r->rq_mask].wr.lkey);
-  }
-  for (uint32_t i = srq_head; i != srq_tail; ++i) hold(srq[i & srq_mask].wr.lkey);
-  mrs.recycle(lkeys_held);
 }
 
 // A context from the pool, or a new one, shaped for c; null, nothing
@@ -450,7 +459,6 @@ Status Endpoint::register_memory_at(void* addr, size_t length, uint64_t base, ui
   do {
     rkey = impl_->rng.next();
   } while (rkey == 0 || impl_->mrs.rkey_in_use(rkey));
-  if (impl_->mrs.recycle_due()) impl_->recycle_lkeys();
   return impl_->mrs.add(addr, length, base, access, rkey, out);
 }
 

@@ -66,6 +66,8 @@ bool Endpoint::Impl::establish(Connection& c, const wire::ConnectBody& peer_body
     c.tx->sq_head = old->sq_head;
     c.tx->sq_seg = old->sq_seg;
     c.tx->sq_tail = old->sq_tail;
+    old->sq_head = old->sq_seg = old->sq_tail = 0;  // moved: held by c.tx now
+    release_sends(*old);
     tx_pool.push_back(std::move(old));
   }
   if (c.rx) {
@@ -379,6 +381,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
       complete(c, comp);
       ++c.stats.send_completions;
     }
+    release_sends(t);
     t.sq_head = t.sq_seg = t.sq_tail = 0;
     t.resp_head = t.resp_seg = t.resp_tail = 0;
     t.retx_head = t.retx_tail = 0;
@@ -399,6 +402,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
                     : first == Status::kPeerClosed ? Status::kPeerClosed
                                                    : Status::kFlushed;
       srq_outstanding -= e.shared;  // a shared receive at fault is completed here
+      mrs.release(e.wr.lkey);       // the others given back hold theirs still
       comp.op = CompletionOp::kRecv;
       complete(c, comp);
       ++c.stats.recv_completions;

@@ -84,7 +84,11 @@ struct Endpoint::Impl {
 
   // Connections with something to send, round-robin.
   Ring<uint32_t> ready;
+  // By slot: kReadyLive while its connection has an entry in `ready`,
+  // kReadyStale while that of a connection destroyed in it waits there
+  // (drop_ready), 0 otherwise.
   std::vector<uint8_t> in_ready;
+  static constexpr uint8_t kReadyLive = 1, kReadyStale = 2;
 
   // Pools of tracking contexts.
   std::vector<std::unique_ptr<detail::TxCtx>> tx_pool;
@@ -102,11 +106,10 @@ struct Endpoint::Impl {
 
   Ring<Completion> completions;
   Ring<Event> events;
-  // read_served_events only: room for kMaxReadsServed reserved when the
-  // endpoint is made, so that the ACK path never allocates for it; past
+  // read_served_events only: room for cfg.max_reads_served reserved when
+  // the endpoint is made, so that the ACK path never allocates for it; past
   // that the oldest report goes, counted (READ-6).
   Ring<ReadServed> reads_served;
-  static constexpr size_t kMaxReadsServed = 4096;
 
   // Replies to packets that have no connection (REJECT, DISCONNECT_ACK).
   struct Orphan {
@@ -197,15 +200,27 @@ struct Endpoint::Impl {
   // connection fails (std::bad_alloc caught: a flood of requests must not
   // throw out of handle_datagram), with nothing of the table changed.
   detail::Connection* create_connection(const PeerAddr& peer) noexcept;
-  // MR-1: the retired MrTable slots that no work held here names (posted
-  // sends and receives, shared ones, READs being answered) are reused.
-  void recycle_lkeys();
+  // MR-6: the lkeys that the work still queued in c's contexts (or t's)
+  // holds are released (MrTable::hold), the queues then to be emptied or
+  // pooled.
+  void release_held(detail::Connection& c);
+  void release_sends(const detail::TxCtx& t);
   void destroy_connection(detail::Connection& c);
   void mark_ready(detail::Connection& c) {
-    if (in_ready[c.index]) return;
-    in_ready[c.index] = 1;
+    if (in_ready[c.index]) return;  // never kReadyStale: create_connection
+    in_ready[c.index] = kReadyLive;
     ready.push(c.index);
   }
+  // A destroyed connection's entry in `ready` stays, stale, skipped when it
+  // reaches the front (front_ready): erasing it moved every entry behind it,
+  // and closing n connections at once took O(n^2). The stale entries are
+  // compacted away (compact_ready) before they outgrow the ring's room, so
+  // that mark_ready never allocates, each compaction removing at least as
+  // many as there are slots, and before their slot is given to a new
+  // connection (create_connection), so that a slot's live entry never
+  // follows a stale one.
+  void drop_ready(uint32_t index);
+  void compact_ready();
   // Deadlines are recomputed lazily: a connection touched by many packets in
   // one batch is marked once and its deadline computed once, when the driver
   // next asks for next_timeout() or hands in a timeout (timers.cpp).
@@ -637,12 +652,11 @@ struct Endpoint::Impl {
   [[nodiscard]] uint32_t packet_cost(uint32_t payload) const {
     return payload + detail::kPacketOverhead;
   }
-  // recycle_lkeys' marks, by MrTable slot: kept, so that a scan allocates
-  // only while the table grows. Last: no hot member moves for it.
-  std::vector<uint8_t> lkeys_held;
-  // Requests posted and not yet completed (room_for_completion). Last, as
-  // lkeys_held: no hot member moves for it.
+  // Requests posted and not yet completed (room_for_completion). Last: no
+  // hot member moves for it.
   size_t wrs_open = 0;
+  // Stale entries in `ready` (drop_ready).
+  size_t ready_stale = 0;
 };
 
 }  // namespace metaroce

@@ -25,7 +25,7 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
     return Status::kInvalidArgument;
   // Every allocation first, nothing changed unless all succeed: short of
   // memory, a registration is kResourceExhausted, not std::bad_alloc. free_
-  // has room for every slot, so that remove() and recycle() never allocate.
+  // has room for every slot, so that remove() and restart() never allocate.
   try {
     const size_t need = regions_.size() + 1;
     const auto room = [need](auto& v) {
@@ -34,6 +34,7 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
     room(regions_);
     room(generations_);
     room(free_);
+    if (holds_.capacity() < need + 1) holds_.reserve(std::max(holds_.capacity() * 2, need + 1));
     // Tombstones count as used: sized by the regions registered now, the
     // table stays small however many came and went (doubling it every time
     // they filled half of it grew it by two slots per registration).
@@ -53,6 +54,7 @@ Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, u
     index = static_cast<uint32_t>(regions_.size());
     regions_.emplace_back();
     generations_.push_back(0);
+    holds_.push_back(0);
   } else {
     return Status::kResourceExhausted;
   }
@@ -83,22 +85,20 @@ Status MrTable::remove(uint32_t lkey) {
   // than give such work's lkey to another region.
   if (generations_[index] + 1u < kGenerations)
     free_.push_back(index);
+  else if (holds_[index + 1] == 0)
+    restart(index);
   else
-    retired_since_scan_ = true;
+    holds_[index + 1] |= kRetired;
   any_removed_ = true;
   last_index_ = kNone;
   granted_ = Granted{};
   return Status::kOk;
 }
 
-void MrTable::recycle(const std::vector<uint8_t>& held) {
-  retired_since_scan_ = false;
-  for (uint32_t index = 0; index < regions_.size(); ++index) {
-    const bool retired = regions_[index].lkey == 0 && generations_[index] == kGenerations - 1;
-    if (!retired || (index < held.size() && held[index] != 0)) continue;
-    generations_[index] = kRestart;
-    free_.push_back(index);
-  }
+void MrTable::restart(uint32_t index) {
+  holds_[index + 1] = 0;
+  generations_[index] = kRestart;
+  free_.push_back(index);  // room for every slot: no allocation
 }
 
 uint32_t MrTable::find_slot(uint64_t rkey) const {

@@ -25,12 +25,14 @@ class MrTable {
   // slot's generation above. A deregistered region's slot is reused with the
   // next generation; one whose generations are spent is retired, and starts
   // over at generation 0 (its lkeys given again) only once no work the
-  // endpoint holds names any lkey of it (recycle): work posted with an lkey
-  // whose region went must never find it valid again (MR-5), for it holds a
-  // pointer into the old region. Nothing else needs lkeys unique over time:
-  // they never go on the wire, where the rkey, drawn afresh, names a region
-  // (MR-1). At most kIndexMask regions at once; registrations in all, no
-  // limit.
+  // endpoint holds names any lkey of it: work posted with an lkey whose
+  // region went must never find it valid again (MR-5), for it holds a
+  // pointer into the old region. Each slot counts the work that names one of
+  // its lkeys (hold, release), so that a retired slot starts over when its
+  // last such work ends, with no scan of the work held (MR-6). Nothing else
+  // needs lkeys unique over time: they never go on the wire, where the rkey,
+  // drawn afresh, names a region (MR-1). At most kIndexMask regions at once;
+  // registrations in all, no limit.
   static constexpr uint32_t kIndexBits = 22;
   static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
   static constexpr uint32_t kGenerations = 1u << (32 - kIndexBits);
@@ -53,7 +55,7 @@ class MrTable {
     return index < regions_.size() && regions_[index].lkey == lkey;
   }
   // Whether an lkey that was valid once may no longer be: no key held by
-  // posted work is given again (recycle), so only a remove() ends one. Asked
+  // posted work is given again (hold), so only a remove() ends one. Asked
   // before lkey_valid for every packet of a posted request, whose lkey was
   // checked when it was posted.
   [[nodiscard]] bool any_removed() const { return any_removed_; }
@@ -89,20 +91,23 @@ class MrTable {
     return granted_.ptr;
   }
 
-  // Whether add() would take a new slot, or fail for want of one, while
-  // retired slots wait: the caller then marks the slots its held work names
-  // and recycles. Short of a full table, only after a retirement, so that a
-  // slot that posted work keeps retired costs a scan once per slot spent
-  // (1,024 registrations), not one per registration.
-  [[nodiscard]] bool recycle_due() const {
-    return free_.empty() && (retired_since_scan_ || regions_.size() >= kIndexMask);
-  }
   // The number of slots: index_of(lkey) below it for every lkey given.
   [[nodiscard]] size_t slots() const { return regions_.size(); }
-  // Retired slots (deregistered at their last generation) that no held work
-  // names (held[index] == 0) go back to the free list, to start over at
-  // generation 0.
-  void recycle(const std::vector<uint8_t>& held);
+  // Work that names lkey is posted (a send, a receive, a shared one) or
+  // queued (a READ answered), and ends (hold's value released, once): while
+  // it lasts, no lkey of its slot is given again. Returns the lkey to keep:
+  // 0 where lkey names no slot yet (an empty request's, never checked), so
+  // that its release cannot count against a slot the table takes meanwhile.
+  // Per message, not per packet; neither allocates.
+  [[nodiscard]] uint32_t hold(uint32_t lkey) {
+    if ((lkey & kIndexMask) >= holds_.size()) lkey = 0;
+    ++holds_[lkey & kIndexMask];
+    return lkey;
+  }
+  void release(uint32_t lkey) {
+    if (--holds_[lkey & kIndexMask] == kRetired) [[unlikely]]
+      restart(index_of(lkey));
+  }
 
   [[nodiscard]] bool rkey_in_use(uint64_t rkey) const { return find_slot(rkey) != kNone; }
   // The lkey of the region rkey names; 0 if none does.
@@ -119,6 +124,9 @@ class MrTable {
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint16_t kRestart = UINT16_MAX;  // + 1, masked, is 0
   static constexpr uint32_t kTombstone = UINT32_MAX - 1;
+  // In a slot's hold count: its generations are spent, and it starts over
+  // once the work that names it ends (the count below this bit 0).
+  static constexpr uint32_t kRetired = 1u << 31;
   static bool range_inside(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
     // Written to avoid overflow: addr >= base and addr - base + len <= length.
     return addr >= base && addr - base <= length && len <= length - (addr - base);
@@ -127,6 +135,9 @@ class MrTable {
   // Region index for rkey (kNone if unknown), remembered for the next call.
   [[nodiscard]] uint32_t lookup(uint64_t rkey) const;
   void rehash(size_t capacity);
+  // A retired slot that no work names goes back to the free list, to start
+  // over at generation 0.
+  void restart(uint32_t index);
 
   std::vector<Region> regions_;  // by slot: lkey & kIndexMask is index + 1
   struct Slot {
@@ -136,10 +147,6 @@ class MrTable {
   std::vector<Slot> hash_;  // power-of-two size, load <= 1/2
   size_t hash_used_ = 0;
   bool any_removed_ = false;
-  // A slot retired since recycle() last ran. Retired slots are found by their
-  // generation, not listed: the table keeps its size, and the endpoint's hot
-  // members after it their offsets.
-  bool retired_since_scan_ = false;
   // The last range remote() granted; need 0 (never asked for) while none is.
   struct Granted {
     uint64_t rkey = 0, addr = 0, len = 0;
@@ -150,8 +157,12 @@ class MrTable {
   mutable uint64_t last_rkey_ = 0;
   mutable uint32_t last_index_ = kNone;  // region of last_rkey_; kNone after a remove
   std::vector<uint32_t> free_;           // slots of deregistered regions, to reuse
-  // By slot: of its latest lkey; kRestart once recycled, add() taking 0.
+  // By slot: of its latest lkey; kRestart once restarted, add() taking 0.
   std::vector<uint16_t> generations_;
+  // By slot + 1 (an lkey's low bits): the work held that names one of its
+  // lkeys, kRetired added while the slot is retired. [0] counts the work
+  // that names no slot (lkey 0), so that release() needs no range check.
+  std::vector<uint32_t> holds_ = std::vector<uint32_t>(1);
   size_t live_ = 0;  // regions registered now
 };
 

@@ -93,10 +93,11 @@ bool Endpoint::Impl::poll_ready(TimeNs now, std::span<uint8_t> buf, TxDatagram& 
     return false;
   }
   const uint32_t index = ready.front();
-  if (!in_ready[index]) [[unlikely]]
+  if (in_ready[index] != kReadyLive) [[unlikely]]
     return poll_next<gather>(now, buf, out);
   // mark_ready sets the flag for a live connection only, and
-  // destroy_connection clears it: a set flag names one, never null.
+  // destroy_connection turns it into a stale entry's count (drop_ready):
+  // kReadyLive alone names one at the front, never null.
   Connection& c = *conns[index];
   if (may_emit(c) || !c.timer_dirty) return emit_from<gather>(now, buf, out, c);
   // Nothing to send, and the timer marked already: dropped as emit_from
@@ -121,8 +122,10 @@ bool Endpoint::Impl::poll_next(TimeNs now, std::span<uint8_t> buf, TxDatagram& o
 Connection* Endpoint::Impl::front_ready() {
   while (!ready.empty()) {
     const uint32_t index = ready.front();
-    if (in_ready[index]) return conns[index].get();
-    ready.pop();
+    if (in_ready[index] == kReadyLive) return conns[index].get();
+    ready.pop();  // stale (drop_ready)
+    in_ready[index] = 0;
+    --ready_stale;
   }
   ready.clear();
   return nullptr;

@@ -55,6 +55,7 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
   detail::RecvEntry& e = r.rq[r.rq_tail & r.rq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
+  e.wr.lkey = mrs.hold(wr.lkey);  // MR-6: released where the receive completes
   e.buf = buf;
   ++r.rq_tail;
   return Status::kOk;
@@ -74,6 +75,7 @@ Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
   detail::RecvEntry& e = srq[srq_tail++ & srq_mask];
   e = detail::RecvEntry{};
   e.wr = wr;
+  e.wr.lkey = mrs.hold(wr.lkey);  // MR-6: released where the receive completes
   e.buf = buf;
   e.shared = true;
   ++srq_outstanding;
@@ -205,6 +207,7 @@ void Endpoint::Impl::complete_recvs(Connection& c, detail::RxCtx& r) {
     complete(c, comp);
     ++c.stats.recv_completions;
     srq_outstanding -= e.shared;
+    mrs.release(e.wr.lkey);
     ++r.rq_head;
     ++c.rsn_head;
   }
@@ -250,10 +253,10 @@ void Endpoint::Impl::on_read_req(Connection& c, const wire::Packet& p, uint32_t 
     if ((at - 1 == t.resp_seg && prev.sent > 0) || before(prev.req_psn, psn)) break;
     t.resp[at & t.resp_mask] = prev;
   }
-  t.resp[at & t.resp_mask] = detail::RespJob{psn,    mrs.lkey_of(p.rh.rkey),
-                                             src,    mh.msg_len,
-                                             mh.msn, detail::packets_for(mh.msg_len, c.mtu),
-                                             0,      0};
+  // MR-6: its region's lkey held until the job goes (release_resp_jobs).
+  const uint32_t lkey = mrs.hold(mrs.lkey_of(p.rh.rkey));
+  t.resp[at & t.resp_mask] = detail::RespJob{
+      psn, lkey, src, mh.msg_len, mh.msn, detail::packets_for(mh.msg_len, c.mtu), 0, 0};
   t.resp[at & t.resp_mask].raddr = p.rh.raddr;
 }
 

@@ -41,6 +41,7 @@ Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   // Each field set in place: `e = SqEntry{}` first cleared the whole entry
   // (a rep stos per message), to overwrite most of it at once.
   e.wr = wr;
+  e.wr.lkey = mrs.hold(wr.lkey);  // MR-6: released where the entry goes
   e.local = local;
   e.read_target = wr.op == WrOpcode::kRead ? const_cast<uint8_t*>(local) : nullptr;
   e.npkts = e.sent = e.first_psn = e.resp_pkts = e.resp_received = e.resp_first_psn = 0;

@@ -322,9 +322,9 @@ class Endpoint {
   [[nodiscard]] bool poll_completion(Completion& out);
   [[nodiscard]] bool poll_event(Event& out);
   // The READs served, in the order they were wholly acknowledged; none
-  // unless EndpointConfig::read_served_events. At most the latest 4,096
-  // wait: past that the oldest goes, counted in
-  // EndpointStats::reads_served_dropped (READ-6).
+  // unless EndpointConfig::read_served_events. At most the latest
+  // EndpointConfig::max_reads_served wait: past that the oldest goes,
+  // counted in EndpointStats::reads_served_dropped (READ-6).
   [[nodiscard]] bool poll_read_served(ReadServed& out);
 
   // --- getters ---

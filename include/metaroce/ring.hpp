@@ -54,6 +54,19 @@ class Ring {
     }
     return false;
   }
+  // Keeps, in their order, the entries for which keep(entry) is true and
+  // drops the rest, in one pass: linear in size(), for many removals at
+  // once. keep sees each entry once, front to back.
+  template <typename Keep>
+  void retain(Keep keep) {
+    uint32_t out = head_;
+    for (uint32_t i = head_; i != tail_; ++i) {
+      if (!keep(std::as_const(buf_[i & mask_]))) continue;
+      if (out != i) buf_[out & mask_] = std::move(buf_[i & mask_]);
+      ++out;
+    }
+    tail_ = out;
+  }
   // Room for n entries without growing (at least; a power of two): push()
   // then allocates nothing, and so cannot throw, while size() < n.
   void reserve(size_t n) {

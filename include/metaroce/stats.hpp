@@ -87,7 +87,7 @@ struct EndpointStats {
   // closes connections faster than max_connections covers.
   uint64_t closed_records_dropped = 0;
   // READ-6: reports of READs served (read_served_events) dropped, the oldest
-  // first, because 4,096 waited untaken (Endpoint::poll_read_served).
+  // first, because max_reads_served waited untaken (Endpoint::poll_read_served).
   uint64_t reads_served_dropped = 0;
 };
 

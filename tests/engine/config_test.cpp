@@ -60,6 +60,8 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
        [](auto& c) { c.connect_attempts = 65536; }},
       {"disconnect_attempts 0 is out of range 1..65535 (CONN-7)",
        [](auto& c) { c.disconnect_attempts = 0; }},
+      {"max_reads_served 0 is out of range 1..65535 (READ-6)",
+       [](auto& c) { c.max_reads_served = 0; }},
       {"ack_delay_ns 86400000000001 ", [](auto& c) { c.ack_delay_ns = 86'400'000'000'001; }},
       {"cc.initial_cwnd_packets 0 ", [](auto& c) { c.cc.initial_cwnd_packets = 0; }},
       {"cc.initial_cwnd_packets 70000 is out of range 1..65535 (CC-1)",
@@ -111,6 +113,7 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
   c.control_dscp = kMaxDscp;
   c.connect_attempts = UINT16_MAX;
   c.disconnect_attempts = UINT16_MAX;
+  c.max_reads_served = UINT16_MAX;
   c.cc.dctcp_g_shift = kMaxDctcpGShift;
   c.cc.max_inflight_packets = kMaxPacketCount;
   c.cc.max_delay_decrease_pct = 100;
@@ -175,6 +178,12 @@ TEST(Config, TheConstructorBringsFieldsIntoRange) {
   EXPECT_EQ(got.window_log2, kMaxWindowLog2);
   EXPECT_EQ(got.num_paths, kMaxPaths);
   EXPECT_EQ(got.cc.min_cwnd_packets, kMaxPacketCount);
+
+  // READ-6: no room for a report would leave the oldest to drop from an
+  // empty queue.
+  EndpointConfig none = cfg(8);
+  none.max_reads_served = 0;
+  EXPECT_EQ(Endpoint(none).config().max_reads_served, 1u);
 }
 
 // A duration too long to add to `now` (UINT64_MAX, meant as "never") is

@@ -530,15 +530,15 @@ TEST(Deregister, AStaleNakNamingACompletedReadFailsNothing) {  // NAK-3, MR-5
 }
 
 // READ-6: a responder whose application takes no reports of READs served
-// holds the latest 4,096 (room made when the endpoint is, so the ACK path
-// allocates nothing for them): 4,101 READs served leave the last 4,096, in
-// order, and the 5 oldest dropped and counted.
-TEST(Deregister, ReportsOfReadsServedLeftUntakenAreBoundedOldestDropped) {  // READ-6
-  EndpointConfig cb = cfg(482);
+// holds the latest `kept` (cb's max_reads_served; room made when the
+// endpoint is, so the ACK path allocates nothing for them): kept + 5 READs
+// served leave the last `kept`, in order, and the 5 oldest dropped and
+// counted.
+void reads_served_left_untaken(EndpointConfig cb, uint32_t kept) {
   cb.read_served_events = true;
   Loop loop(cfg(481), cb);
   auto [a, b] = loop.connect();
-  constexpr uint32_t kReads = 4096 + 5;
+  const uint32_t kReads = kept + 5;
   Buf remote(loop.ep(1), kReads * 8, kAccessRemoteRead, 0x33);
   Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
   constexpr uint32_t kBatch = 64;
@@ -556,12 +556,24 @@ TEST(Deregister, ReportsOfReadsServedLeftUntakenAreBoundedOldestDropped) {  // R
   std::vector<ReadServed> got;
   ReadServed r;
   while (loop.ep(1).poll_read_served(r)) got.push_back(r);
-  ASSERT_EQ(got.size(), 4096u);
+  ASSERT_EQ(got.size(), kept);
   for (uint32_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].addr, remote.addr((i + 5) * 8)) << "report " << i;
     EXPECT_EQ(got[i].conn, b);
   }
   EXPECT_TRUE(loop.ep(0).is_established(a));
+}
+
+TEST(Deregister, ReportsOfReadsServedLeftUntakenAreBoundedOldestDropped) {  // READ-6
+  reads_served_left_untaken(cfg(482), 4096);  // max_reads_served's default
+}
+
+// The bound is max_reads_served: at 3, 8 READs served leave the last 3.
+// (It was 4,096 whatever the configuration.)
+TEST(Deregister, ReportsOfReadsServedAreBoundedByTheConfiguredNumber) {  // READ-6
+  EndpointConfig cb = cfg(482);
+  cb.max_reads_served = 3;
+  reads_served_left_untaken(cb, 3);
 }
 
 // Gap G3 (docs/design/libfabric-provider.md): a responder that asked for it

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace metaroce {
 namespace {
@@ -75,6 +76,26 @@ TEST(Ring, EraseTakesOutOneEntryAndKeepsTheOrder) {
   for (uint32_t want : {0u, 1u, 2u, 4u, 5u, 6u, 7u, 8u, 3u}) EXPECT_EQ(q.pop(), want);
   EXPECT_TRUE(q.empty());
   EXPECT_FALSE(q.erase(0));
+}
+
+// retain() drops many entries in one pass (the engine's stale ready
+// entries), the rest keeping their order, with the ring wrapped.
+TEST(Ring, RetainKeepsTheOthersInOrder) {
+  Ring<uint32_t> q;
+  for (uint32_t i = 0; i < 10; ++i) q.push(i);
+  for (uint32_t i = 0; i < 10; ++i) (void)q.pop();  // the head mid-ring: what follows wraps
+  for (uint32_t i = 0; i < 12; ++i) q.push(i);
+  std::vector<uint32_t> seen;
+  q.retain([&](uint32_t v) {
+    seen.push_back(v);
+    return v % 3 != 0;
+  });
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  ASSERT_EQ(q.size(), 8u);
+  for (const uint32_t want : {1u, 2u, 4u, 5u, 7u, 8u, 10u, 11u}) EXPECT_EQ(q.pop(), want);
+  q.push(20);
+  q.retain([](uint32_t) { return false; });
+  EXPECT_TRUE(q.empty());
 }
 
 }  // namespace
