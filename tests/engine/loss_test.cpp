@@ -228,6 +228,10 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
   EXPECT_EQ(probes, 0);
   const ConnStats* st = loop.ep(0).conn_stats(a);
   EXPECT_EQ(st->retransmissions, 1u);
+  // LOSS-2's loss, counted against its path (PATH-5), not a tail-loss
+  // resend's suspicion, which the timer's own walk (threshold 1) would leave
+  // it as, one later packet short of 2.
+  EXPECT_EQ(st->losses_declared, 1u);
   EXPECT_EQ(st->timeouts, 0u);
   EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
 }
@@ -518,6 +522,35 @@ TEST(Engine, ALostResendIsFoundByTheLaterPacketsOfItsOwnPath) {  // LOSS-1, LOSS
   EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, 2u);
 }
 
+// A 4-packet WRITE over two paths whose `lost`th data packet (from 1) is
+// lost, and what the sender sent: each data packet's path slot and time,
+// and the lost one's path srtt when its resend (the 5th) went.
+struct LoneTail {
+  std::vector<int> slots;
+  std::vector<TimeNs> sent_at;
+  uint64_t srtt_then = 0;
+};
+LoneTail write_losing(Loop& loop, ConnId a, const Buf& src, const Buf& dst, int lost) {
+  LoneTail t;
+  int seen = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++seen == lost;
+  };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return;
+    t.slots.push_back(tag_slot(d));
+    t.sent_at.push_back(loop.now());
+    PathStats ps;
+    const auto path = static_cast<size_t>(t.slots[static_cast<size_t>(lost - 1)]);
+    if (t.slots.size() == 5 && loop.ep(0).path_stats(a, path, ps)) t.srtt_then = ps.srtt_ns;
+  };
+  EXPECT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  loop.drop = nullptr;
+  loop.on_sent = nullptr;
+  return t;
+}
+
 TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8
   // Two paths; of a 4-packet WRITE the 3rd is lost and the 4th, the newest,
   // goes on the other path and comes back. Nothing is left to send and only
@@ -531,34 +564,63 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
   Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
-  int dropped = 0;
-  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-    return from == 0 && d[1] == 0x01 && ++dropped == 3;
-  };
-  std::vector<int> slots;
-  std::vector<TimeNs> sent_at;
-  uint64_t srtt_then = 0;
-  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    if (from != 0 || d[1] != 0x01) return;
-    slots.push_back(tag_slot(d));
-    sent_at.push_back(loop.now());
-    PathStats ps;
-    if (slots.size() == 5 && loop.ep(0).path_stats(a, static_cast<size_t>(slots[2]), ps))
-      srtt_then = ps.srtt_ns;
-  };
-  ASSERT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
-  EXPECT_EQ(src.bytes, dst.bytes);
-  ASSERT_GE(slots.size(), 5u);
+  const LoneTail t = write_losing(loop, a, src, dst, 3);
+  ASSERT_GE(t.slots.size(), 5u);
   // The premise: the 3rd and the 4th on different paths, nothing after the
   // 3rd on its own.
-  ASSERT_NE(slots[2], slots[3]);
-  ASSERT_GT(srtt_then, 0u);
-  const TimeNs resend_at = sent_at[4];
+  ASSERT_NE(t.slots[2], t.slots[3]);
+  ASSERT_GT(t.srtt_then, 0u);
+  const TimeNs resend_at = t.sent_at[4];
   // The ACK for the 4th reached the sender a round trip after it left.
-  const TimeNs newest_acked_at = sent_at[3] + 2 * loop.delay_ns;
-  EXPECT_LE(resend_at.since(newest_acked_at), srtt_then / 4 + 1'000);
-  EXPECT_LT(resend_at.since(sent_at[2]), srtt_then + srtt_then / 4 + c.ack_delay_ns);
+  const TimeNs newest_acked_at = t.sent_at[3] + 2 * loop.delay_ns;
+  EXPECT_LE(resend_at.since(newest_acked_at), t.srtt_then / 4 + 1'000);
+  EXPECT_LT(resend_at.since(t.sent_at[2]), t.srtt_then + t.srtt_then / 4 + c.ack_delay_ns);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
+// ... also on a path whose tail-loss PROBE went unanswered before an RTO:
+// the RTO ends that PROBE's wait with the rest (LOSS-5), so once the path is
+// back (its PATH-4 PROBE answered) a lone tail on it is chased as on any
+// path. A PROBE still counted as outstanding kept the timer where it was,
+// the full tail-loss timer after the packet left.
+TEST(Engine, LoneTailOnAPathBackFromAnRtoIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-8
+  EndpointConfig c = cfg(214);
+  c.num_paths = 2;
+  Loop loop(c, cfg(215));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 8 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 8 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  // Path 0's link is down: its share of a WRITE, its tail-loss PROBE and
+  // the PROBEs after its RTO are lost. The WRITE completes over path 1.
+  bool down = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return down && from == 0 && tag_slot(d) == 0;
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 8 * 4096, 98));
+  PathStats p0;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  ASSERT_GT(p0.timeouts, 0u);
+  ASSERT_GT(p0.probes_sent, 0u);
+  ASSERT_EQ(p0.state, PathState::kProbing);
+  down = false;
+  ASSERT_TRUE(loop.run_until(
+      [&] { return loop.ep(0).path_stats(a, 0, p0) && p0.state == PathState::kActive; }));
+  // As LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked, with the
+  // first packet lost: path 0, back in slow start at its floor, takes it
+  // alone, and the newest comes back on path 1.
+  const uint64_t timeouts = loop.ep(0).conn_stats(a)->timeouts;
+  const LoneTail t = write_losing(loop, a, src, dst, 1);
+  ASSERT_GE(t.slots.size(), 5u);
+  ASSERT_EQ(t.slots[0], 0);  // the premise
+  ASSERT_EQ(t.slots[1], 1);
+  ASSERT_EQ(t.slots[2], 1);
+  ASSERT_EQ(t.slots[3], 1);
+  ASSERT_GT(t.srtt_then, 0u);
+  const TimeNs newest_acked_at = t.sent_at[3] + 2 * loop.delay_ns;
+  EXPECT_LE(t.sent_at[4].since(newest_acked_at), t.srtt_then / 4 + 1'000);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, timeouts);
 }
 
 // A SEND finds no receive posted (RNR); a WRITE posted after it is still
