@@ -111,6 +111,43 @@ TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
+// LOSS-2's time form brings a path's tail-loss timer forward to a quarter
+// round trip for a packet that a later one on its path overtook, and for no
+// other. Two paths, 20 us each way; of a 10-packet WRITE path 0 loses its
+// first packet and its last is held up 30 us. The ACK that shows the first
+// three behind declares it lost (resent on path 1), and the walk goes on to
+// the last, which nothing overtook: it is only on its way, and is not resent.
+TEST(Engine, PacketNothingOvertookIsNotResentAQuarterRoundTripAfterALossBeforeIt) {  // LOSS-2
+  EndpointConfig c = cfg(126);
+  c.num_paths = 2;
+  Loop loop(c, cfg(127));
+  loop.delay_ns = 20'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10 * 4096, 0, 0x3e);
+  Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  int on_path0 = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 0 && ++on_path0 == 1;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 0 && on_path0 == 5 ? 30'000 : 0;
+  };
+  std::vector<int> slots;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01) slots.push_back(tag_slot(d));
+  };
+  const uint64_t before = loop.ep(0).conn_stats(a)->retransmissions;
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 10 * 4096, 2));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // The premise: five on path 0, the resend on path 1 (one on path 0 would
+  // set the path's timer anew).
+  ASSERT_GE(slots.size(), 11u);
+  EXPECT_EQ(std::count(slots.begin(), slots.begin() + 10, 0), 5);
+  EXPECT_EQ(slots[10], 1);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, before + 1);
+}
+
 TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
   // Path 0's queue swings between empty and 50 us (a link it shares with
   // other traffic, a busy host), in order, with nothing lost: every 200 us
