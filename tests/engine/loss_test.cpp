@@ -148,6 +148,56 @@ TEST(Engine, PacketNothingOvertookIsNotResentAQuarterRoundTripAfterALossBeforeIt
   EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, before + 1);
 }
 
+// A path's send order holds a window of entries (LOSS-2 reads losses from
+// it). One path, a window of 64 packets, all 64 of a WRITE in flight on it
+// (a fixed window, CC off), 1 us apart on the link: the 1st is lost and the
+// 2nd arrives trimmed. The trim echo asks for the 2nd again (TRIM-3), but the
+// path's order is full and its oldest entry, the 1st, still in flight: the
+// resend waits until the ACK of the 4th declares the 1st lost, and both go
+// together. Taken while full, the resend's entry overwrote the 1st's, whose
+// loss nothing then found: the WRITE did not complete in 5 s.
+TEST(Engine, APathWhoseSendOrderIsFullTakesNoResendUntilItsOldestGoes) {  // LOSS-2, TRIM-3
+  EndpointConfig c = cfg(128);
+  c.num_paths = 1;
+  c.window_log2 = 6;
+  c.cc.enabled = false;
+  c.cc.initial_cwnd_packets = 64;
+  EndpointConfig r = cfg(129);
+  r.window_log2 = 6;
+  Loop loop(c, r);
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 64 * 4096, 0, 0x3e);
+  Buf dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  int n = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++n == 1;
+  };
+  loop.trim = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01 || n != 2) return false;
+    const auto h = static_cast<long>(wire::header_size(static_cast<wire::Opcode>(d[1])));
+    d.erase(d.begin() + h, d.end() - static_cast<long>(wire::kIcrcSize));
+    return true;
+  };
+  SerialLink link;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != 0x01) return 0;
+    const TimeNs due = loop.now() + loop.delay_ns;
+    return link.pass(due, 1'000).since(due);
+  };
+  std::vector<std::pair<TimeNs, uint32_t>> sent;  // data packets: when, PSN
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01) sent.emplace_back(loop.now(), be::load32(d.data() + 8));
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 64 * 4096, 2));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_GE(sent.size(), 66u);
+  // The 2nd's resend, then the 1st's, at one instant.
+  EXPECT_EQ(sent[64].second, sent[1].second);
+  EXPECT_EQ(sent[65].second, sent[0].second);
+  EXPECT_EQ(sent[64].first, sent[65].first);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
   // Path 0's queue swings between empty and 50 us (a link it shares with
   // other traffic, a busy host), in order, with nothing lost: every 200 us
