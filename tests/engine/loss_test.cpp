@@ -111,6 +111,93 @@ TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
 }
 
+// LOSS-2's time form brings a path's tail-loss timer forward to a quarter
+// round trip for a packet that a later one on its path overtook, and for no
+// other. Two paths, 20 us each way; of a 10-packet WRITE path 0 loses its
+// first packet and its last is held up 30 us. The ACK that shows the first
+// three behind declares it lost (resent on path 1), and the walk goes on to
+// the last, which nothing overtook: it is only on its way, and is not resent.
+TEST(Engine, PacketNothingOvertookIsNotResentAQuarterRoundTripAfterALossBeforeIt) {  // LOSS-2
+  EndpointConfig c = cfg(126);
+  c.num_paths = 2;
+  Loop loop(c, cfg(127));
+  loop.delay_ns = 20'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 10 * 4096, 0, 0x3e);
+  Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  int on_path0 = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 0 && ++on_path0 == 1;
+  };
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 0 && on_path0 == 5 ? 30'000 : 0;
+  };
+  std::vector<int> slots;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01) slots.push_back(tag_slot(d));
+  };
+  const uint64_t before = loop.ep(0).conn_stats(a)->retransmissions;
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 10 * 4096, 2));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  // The premise: five on path 0, the resend on path 1 (one on path 0 would
+  // set the path's timer anew).
+  ASSERT_GE(slots.size(), 11u);
+  EXPECT_EQ(std::count(slots.begin(), slots.begin() + 10, 0), 5);
+  EXPECT_EQ(slots[10], 1);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, before + 1);
+}
+
+// A path's send order holds a window of entries (LOSS-2 reads losses from
+// it). One path, a window of 64 packets, all 64 of a WRITE in flight on it
+// (a fixed window, CC off), 1 us apart on the link: the 1st is lost and the
+// 2nd arrives trimmed. The trim echo asks for the 2nd again (TRIM-3), but the
+// path's order is full and its oldest entry, the 1st, still in flight: the
+// resend waits until the ACK of the 4th declares the 1st lost, and both go
+// together. Taken while full, the resend's entry overwrote the 1st's, whose
+// loss nothing then found: the WRITE did not complete in 5 s.
+TEST(Engine, APathWhoseSendOrderIsFullTakesNoResendUntilItsOldestGoes) {  // LOSS-2, TRIM-3
+  EndpointConfig c = cfg(128);
+  c.num_paths = 1;
+  c.window_log2 = 6;
+  c.cc.enabled = false;
+  c.cc.initial_cwnd_packets = 64;
+  EndpointConfig r = cfg(129);
+  r.window_log2 = 6;
+  Loop loop(c, r);
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 64 * 4096, 0, 0x3e);
+  Buf dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  int n = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++n == 1;
+  };
+  loop.trim = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01 || n != 2) return false;
+    const auto h = static_cast<long>(wire::header_size(static_cast<wire::Opcode>(d[1])));
+    d.erase(d.begin() + h, d.end() - static_cast<long>(wire::kIcrcSize));
+    return true;
+  };
+  SerialLink link;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from != 0 || d[1] != 0x01) return 0;
+    const TimeNs due = loop.now() + loop.delay_ns;
+    return link.pass(due, 1'000).since(due);
+  };
+  std::vector<std::pair<TimeNs, uint32_t>> sent;  // data packets: when, PSN
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == 0x01) sent.emplace_back(loop.now(), be::load32(d.data() + 8));
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 64 * 4096, 2));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  ASSERT_GE(sent.size(), 66u);
+  // The 2nd's resend, then the 1st's, at one instant.
+  EXPECT_EQ(sent[64].second, sent[1].second);
+  EXPECT_EQ(sent[65].second, sent[0].second);
+  EXPECT_EQ(sent[64].first, sent[65].first);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
 TEST(Engine, TailProbeTimerAllowsForAPathsRttVariance) {  // LOSS-8
   // Path 0's queue swings between empty and 50 us (a link it shares with
   // other traffic, a busy host), in order, with nothing lost: every 200 us
@@ -228,6 +315,10 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
   EXPECT_EQ(probes, 0);
   const ConnStats* st = loop.ep(0).conn_stats(a);
   EXPECT_EQ(st->retransmissions, 1u);
+  // LOSS-2's loss, counted against its path (PATH-5), not a tail-loss
+  // resend's suspicion, which the timer's own walk (threshold 1) would leave
+  // it as, one later packet short of 2.
+  EXPECT_EQ(st->losses_declared, 1u);
   EXPECT_EQ(st->timeouts, 0u);
   EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
 }
@@ -518,6 +609,35 @@ TEST(Engine, ALostResendIsFoundByTheLaterPacketsOfItsOwnPath) {  // LOSS-1, LOSS
   EXPECT_EQ(loop.ep(0).conn_stats(a)->retransmissions, 2u);
 }
 
+// A 4-packet WRITE over two paths whose `lost`th data packet (from 1) is
+// lost, and what the sender sent: each data packet's path slot and time,
+// and the lost one's path srtt when its resend (the 5th) went.
+struct LoneTail {
+  std::vector<int> slots;
+  std::vector<TimeNs> sent_at;
+  uint64_t srtt_then = 0;
+};
+LoneTail write_losing(Loop& loop, ConnId a, const Buf& src, const Buf& dst, int lost) {
+  LoneTail t;
+  int seen = 0;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && ++seen == lost;
+  };
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 0 || d[1] != 0x01) return;
+    t.slots.push_back(tag_slot(d));
+    t.sent_at.push_back(loop.now());
+    PathStats ps;
+    const auto path = static_cast<size_t>(t.slots[static_cast<size_t>(lost - 1)]);
+    if (t.slots.size() == 5 && loop.ep(0).path_stats(a, path, ps)) t.srtt_then = ps.srtt_ns;
+  };
+  EXPECT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
+  EXPECT_EQ(src.bytes, dst.bytes);
+  loop.drop = nullptr;
+  loop.on_sent = nullptr;
+  return t;
+}
+
 TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // LOSS-8
   // Two paths; of a 4-packet WRITE the 3rd is lost and the 4th, the newest,
   // goes on the other path and comes back. Nothing is left to send and only
@@ -531,34 +651,63 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
   Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
-  int dropped = 0;
-  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
-    return from == 0 && d[1] == 0x01 && ++dropped == 3;
-  };
-  std::vector<int> slots;
-  std::vector<TimeNs> sent_at;
-  uint64_t srtt_then = 0;
-  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    if (from != 0 || d[1] != 0x01) return;
-    slots.push_back(tag_slot(d));
-    sent_at.push_back(loop.now());
-    PathStats ps;
-    if (slots.size() == 5 && loop.ep(0).path_stats(a, static_cast<size_t>(slots[2]), ps))
-      srtt_then = ps.srtt_ns;
-  };
-  ASSERT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
-  EXPECT_EQ(src.bytes, dst.bytes);
-  ASSERT_GE(slots.size(), 5u);
+  const LoneTail t = write_losing(loop, a, src, dst, 3);
+  ASSERT_GE(t.slots.size(), 5u);
   // The premise: the 3rd and the 4th on different paths, nothing after the
   // 3rd on its own.
-  ASSERT_NE(slots[2], slots[3]);
-  ASSERT_GT(srtt_then, 0u);
-  const TimeNs resend_at = sent_at[4];
+  ASSERT_NE(t.slots[2], t.slots[3]);
+  ASSERT_GT(t.srtt_then, 0u);
+  const TimeNs resend_at = t.sent_at[4];
   // The ACK for the 4th reached the sender a round trip after it left.
-  const TimeNs newest_acked_at = sent_at[3] + 2 * loop.delay_ns;
-  EXPECT_LE(resend_at.since(newest_acked_at), srtt_then / 4 + 1'000);
-  EXPECT_LT(resend_at.since(sent_at[2]), srtt_then + srtt_then / 4 + c.ack_delay_ns);
+  const TimeNs newest_acked_at = t.sent_at[3] + 2 * loop.delay_ns;
+  EXPECT_LE(resend_at.since(newest_acked_at), t.srtt_then / 4 + 1'000);
+  EXPECT_LT(resend_at.since(t.sent_at[2]), t.srtt_then + t.srtt_then / 4 + c.ack_delay_ns);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, 0u);
+}
+
+// ... also on a path whose tail-loss PROBE went unanswered before an RTO:
+// the RTO ends that PROBE's wait with the rest (LOSS-5), so once the path is
+// back (its PATH-4 PROBE answered) a lone tail on it is chased as on any
+// path. A PROBE still counted as outstanding kept the timer where it was,
+// the full tail-loss timer after the packet left.
+TEST(Engine, LoneTailOnAPathBackFromAnRtoIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-8
+  EndpointConfig c = cfg(214);
+  c.num_paths = 2;
+  Loop loop(c, cfg(215));
+  loop.delay_ns = 5'000;
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 8 * 4096, 0, 0x3f);
+  Buf dst(loop.ep(1), 8 * 4096, kAccessRemoteWrite);
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  // Path 0's link is down: its share of a WRITE, its tail-loss PROBE and
+  // the PROBEs after its RTO are lost. The WRITE completes over path 1.
+  bool down = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return down && from == 0 && tag_slot(d) == 0;
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 8 * 4096, 98));
+  PathStats p0;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, p0));
+  ASSERT_GT(p0.timeouts, 0u);
+  ASSERT_GT(p0.probes_sent, 0u);
+  ASSERT_EQ(p0.state, PathState::kProbing);
+  down = false;
+  ASSERT_TRUE(loop.run_until(
+      [&] { return loop.ep(0).path_stats(a, 0, p0) && p0.state == PathState::kActive; }));
+  // As LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked, with the
+  // first packet lost: path 0, back in slow start at its floor, takes it
+  // alone, and the newest comes back on path 1.
+  const uint64_t timeouts = loop.ep(0).conn_stats(a)->timeouts;
+  const LoneTail t = write_losing(loop, a, src, dst, 1);
+  ASSERT_GE(t.slots.size(), 5u);
+  ASSERT_EQ(t.slots[0], 0);  // the premise
+  ASSERT_EQ(t.slots[1], 1);
+  ASSERT_EQ(t.slots[2], 1);
+  ASSERT_EQ(t.slots[3], 1);
+  ASSERT_GT(t.srtt_then, 0u);
+  const TimeNs newest_acked_at = t.sent_at[3] + 2 * loop.delay_ns;
+  EXPECT_LE(t.sent_at[4].since(newest_acked_at), t.srtt_then / 4 + 1'000);
+  EXPECT_EQ(loop.ep(0).conn_stats(a)->timeouts, timeouts);
 }
 
 // A SEND finds no receive posted (RNR); a WRITE posted after it is still

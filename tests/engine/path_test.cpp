@@ -88,6 +88,45 @@ TEST(Engine, PathBackFromATimeoutKeepsItsFloorWindow) {  // PATH-4, LOSS-5, CC-2
   EXPECT_EQ(ps.retirements, 0u);  // the same entropy came back, not a new one
 }
 
+// ... and grows from there in slow start (LOSS-5), also when a congestion
+// signal before the timeout had ended its first slow start: here slot 1's
+// first data packets arrive CE-marked (a cut, CC-4), then it goes dark and
+// times out. Once its PROBE is answered, each packet acknowledged on it adds
+// a packet to its window; congestion avoidance would add about one a window.
+TEST(Engine, PathBackFromATimeoutGrowsInSlowStartThoughACutCameBefore) {  // LOSS-5, CC-2
+  EndpointConfig c = cfg(154);
+  c.cc.max_cwnd_packets = 16;  // 4 paths; the data lasts past the timeout
+  Loop loop(c, cfg(155));
+  loop.delay_ns = 10'000;
+  auto [a, b] = loop.connect();
+  int marked = 0;
+  loop.mark_ce = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    return from == 0 && d[1] == 0x01 && tag_slot(d) == 1 && ++marked <= 4;
+  };
+  bool dark = false;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return dark && from == 0 && (d[1] == 0x01 || d[1] == 0x12) && tag_slot(d) == 1;
+  };
+  Buf src(loop.ep(0), 8 << 20, 0, 0x23);
+  Buf dst(loop.ep(1), 8 << 20, kAccessRemoteWrite);
+  for (uint64_t id = 0; id < 8; ++id)  // outlasting the timeout
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 8 << 20, id)), Status::kOk);
+  PathStats ps;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).path_stats(a, 1, ps) && ps.ce_marks > 0; }));
+  dark = true;
+  ASSERT_TRUE(loop.run_until([&] { return loop.ep(0).path_stats(a, 1, ps) && ps.timeouts > 0; }));
+  const uint32_t floor = (4096u + 64u) / 4;  // one packet shared by 4 paths (CC-6)
+  ASSERT_EQ(ps.cwnd_bytes, floor);
+  dark = false;
+  ASSERT_TRUE(loop.run_until(
+      [&] { return loop.ep(0).path_stats(a, 1, ps) && ps.state == PathState::kActive; }));
+  const uint64_t acked = ps.packets_acked;
+  ASSERT_TRUE(loop.run_until(
+      [&] { return loop.ep(0).path_stats(a, 1, ps) && ps.packets_acked >= acked + 4; }));
+  ASSERT_LT(loop.drain(0).size(), 8u) << "the WRITEs ended: the windows were no longer full";
+  EXPECT_GE(ps.cwnd_bytes, floor + 4 * (4096u + 64u)) << (ps.packets_acked - acked) << " acked";
+}
+
 TEST(Engine, ProbingPathCarriesOnlyProbes) {  // SCHED-3, PATH-4, PATH-6
   // Slot 1 of 4 goes dark for good, PROBEs included, under an 8 MiB WRITE:
   // it times out, probes, is retired and probes again on new entropies.
