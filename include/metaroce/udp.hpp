@@ -261,7 +261,14 @@ class UdpEndpoint {
   // the address it knows.
   [[nodiscard]] static std::unique_ptr<UdpEndpoint> open(const std::string& address,
                                                          const Options& opts, Error& err);
-  ~UdpEndpoint();  // close()
+  // close(). Where code that the endpoint's own progress thread runs (an
+  // allocator's or a signal's hook: the driver calls none of the
+  // application's) destroys it, that thread cannot join itself, and inside
+  // a round it holds the endpoint's mutex: the thread then closes the
+  // endpoint, gracefully, once its round is over, and ends (detached). The
+  // destructor returns at once; the sockets close a round and a linger
+  // later. Never throws (it threw std::system_error there: terminate).
+  ~UdpEndpoint();
   UdpEndpoint(const UdpEndpoint&) = delete;
   UdpEndpoint& operator=(const UdpEndpoint&) = delete;
 
@@ -300,7 +307,8 @@ class UdpEndpoint {
   // One progress() round; if nothing moved, waits on fd() (a datagram, a
   // timer, a post) at most `timeout`, and runs another, until one moves
   // something. With the progress thread: until one of its rounds moves
-  // something, at most `timeout`.
+  // something, at most `timeout`. On the progress thread itself (code it
+  // runs), which would wait for its own rounds, it returns at once.
   void wait(std::chrono::nanoseconds timeout);
   // A thread calling progress() (see ProgressMode); every public call then
   // locks. Work posted from any thread is sent at once: the post wakes it.
@@ -371,7 +379,10 @@ class UdpEndpoint {
   // status it failed with); this endpoint's own limit is kResourceExhausted too, at once, and says
   // "this endpoint holds as many connections as Options::engine.max_connections allows (N)"; short
   // of memory below that limit it says "out of memory for the connection" (nothing sent, nothing
-  // left open). A negative timeout is refused
+  // left open). Called on this endpoint's progress thread itself (code it runs: an allocator's or a
+  // signal's hook), which would wait for its own rounds, it is kInvalidArgument at once, "called on
+  // this endpoint's progress thread ...", nothing sent; so are accept(), and a close() there is
+  // refused. A negative timeout is refused
   // (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // The same with the peer as a binary address, checked as connect_start(const
@@ -518,7 +529,9 @@ class UdpEndpoint {
   // Up to `max` completions into out[0..max); the number taken. A null `out`
   // has room for none: 0, and the completions stay for the next call.
   size_t poll_completions(Completion* out, size_t max);
-  // progress()/wait until a completion arrives; false on timeout.
+  // progress()/wait until a completion arrives; false on timeout, and at
+  // once on the progress thread itself (code it runs), which would wait for
+  // its own rounds.
   bool wait_completion(Completion& out, std::chrono::nanoseconds timeout);
   // An Error describing a failed completion (peer, conn, status). A kFlushed
   // one says what flushed it, rather than the engine's "connection entered
@@ -565,8 +578,13 @@ class UdpEndpoint {
   // still works, for the caller's teardown), as do a connect and an accept
   // that another thread's close() ends, and wait_completion returns false at once when no
   // completion is left. With the progress thread running, other threads' calls wait until close()
-  // is done (it holds the endpoint's mutex). Idempotent.
-  void close(bool graceful = true);
+  // is done (it holds the endpoint's mutex). Idempotent: true once closed.
+  // False, with nothing changed, where the caller is the progress thread
+  // itself (code it runs: an allocator's or a signal's hook), which cannot
+  // join itself and inside a round holds the mutex close() takes: close from
+  // another thread, or destroy the endpoint (the thread then closes it after
+  // its round, ~UdpEndpoint). Never throws there (it threw std::system_error).
+  bool close(bool graceful = true);
 
   struct Impl;
 

@@ -43,6 +43,11 @@ std::atomic<int> g_self_stop_result{-1};
     g_self_stop_result = 2;
   }
 }
+// Set: the next allocation on a thread other than the test's (the
+// progress thread) runs it there, once, as code that the thread runs
+// would; g_on_progress_done is raised when it returns.
+std::atomic<void (*)()> g_on_progress{nullptr};
+std::atomic<bool> g_on_progress_done{false};
 // Nonzero: getaddrinfo fails with it, as the resolver would (EAI_MEMORY,
 // EAI_AGAIN), before it looks anything up.
 std::atomic<int> g_resolver_fails{0};
@@ -69,6 +74,13 @@ void* operator new(std::size_t n) {
   if (g_self_stop.load(std::memory_order_acquire) != nullptr &&
       std::this_thread::get_id() != g_test_thread)
     self_stop();
+  if (g_on_progress.load(std::memory_order_acquire) != nullptr &&
+      std::this_thread::get_id() != g_test_thread) {
+    if (void (*f)() = g_on_progress.exchange(nullptr); f != nullptr) {
+      f();
+      g_on_progress_done.store(true, std::memory_order_release);
+    }
+  }
   if (t_until_fail == 0) {
     if (!t_stay) t_until_fail = -1;
     t_fired = true;
@@ -675,6 +687,134 @@ TEST(UdpAlloc, AStopFromTheProgressThreadItselfIsRefusedNotThrown) {
   EXPECT_FALSE(again) << again.message;
   EXPECT_TRUE(server->stop_progress_thread());  // from another thread: joined
   EXPECT_TRUE(server->stop_progress_thread());  // none runs: nothing to do
+}
+
+// What code that an endpoint's progress thread runs (the allocator in a
+// round that records a connection) did with the endpoint, for the tests
+// below; read once g_on_progress_done is up.
+UdpEndpoint* g_ep = nullptr;
+std::unique_ptr<UdpEndpoint> g_doomed;  // destroyed there
+int g_close_result = -1;                // 1 true, 0 false, 2 std::system_error
+Error g_connect_words, g_connect_addr_words, g_accept_words;
+bool g_waited_completion = true;
+std::chrono::steady_clock::duration g_blocked{};
+
+// A server on its progress thread (g_ep; g_doomed's where `doomed`, for
+// the hook to destroy: `server` is then null), and a client connected to it
+// with `hook` planted for the server's next allocation on that thread: it
+// runs in the round that records the connection (`c`, whose connect ended
+// with `connected`). `ran`: the hook has returned.
+struct HookRun {
+  std::unique_ptr<UdpEndpoint> server, client;
+  std::string server_addr;
+  ConnId c;
+  Error connected;
+  bool ran = false;
+};
+HookRun run_in_round(void (*hook)(), bool doomed = false) {
+  HookRun r;
+  r.server = open_on("127.0.0.1");
+  r.client = open_on("127.0.0.1");
+  if (!r.server || !r.client || !r.server->start_progress_thread()) return r;
+  r.server_addr = r.server->local_address();
+  g_ep = r.server.get();
+  if (doomed) g_doomed = std::move(r.server);
+  g_test_thread = std::this_thread::get_id();
+  g_on_progress_done = false;
+  g_on_progress = hook;
+  r.connected = r.client->connect(r.server_addr, milliseconds(2000), r.c);
+  for (int i = 0; i < 1000 && !g_on_progress_done.load(std::memory_order_acquire); ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  g_on_progress = nullptr;
+  r.ran = g_on_progress_done.load(std::memory_order_acquire);
+  return r;
+}
+
+// close() on the progress thread itself is refused: false, nothing changed,
+// and the thread serves on. The thread joined itself: std::system_error out
+// of close() (having told the thread to stop), and then std::terminate from
+// the destructor, which found the thread still joinable.
+TEST(UdpAlloc, ACloseFromTheProgressThreadItselfIsRefusedNotThrown) {
+  g_close_result = -1;
+  HookRun r = run_in_round([] {
+    try {
+      g_close_result = g_ep->close() ? 1 : 0;
+    } catch (const std::system_error&) {
+      g_close_result = 2;
+    }
+  });
+  ASSERT_TRUE(r.ran);
+  EXPECT_FALSE(r.connected) << r.connected.message;
+  EXPECT_EQ(g_close_result, 0) << "1: it closed, 2: std::system_error";
+  ConnId s, c2;
+  const Error accepted = r.server->accept(milliseconds(2000), s);
+  EXPECT_FALSE(accepted) << accepted.message;
+  const Error again = r.client->connect(r.server_addr, milliseconds(2000), c2);
+  EXPECT_FALSE(again) << again.message;
+  EXPECT_TRUE(r.server->close());  // from another thread
+  EXPECT_TRUE(r.server->close());  // closed already
+}
+
+// The blocking calls on the progress thread itself would wait for rounds
+// that only that thread runs, and inside its round for the mutex it holds:
+// each is refused at once with words that say so. They deadlocked.
+TEST(UdpAlloc, BlockingCallsFromTheProgressThreadItselfAreRefusedAtOnce) {
+  g_waited_completion = true;
+  HookRun r = run_in_round([] {
+    const auto t0 = std::chrono::steady_clock::now();
+    ConnId id;
+    g_connect_words = g_ep->connect("127.0.0.1:9", milliseconds(2000), id);
+    PeerAddr nine;
+    if (parse_address("127.0.0.1:9", 4792, nine))
+      g_connect_addr_words = g_ep->connect(nine, milliseconds(2000), id);
+    g_accept_words = g_ep->accept(milliseconds(2000), id);
+    Completion comp;
+    g_waited_completion = g_ep->wait_completion(comp, milliseconds(2000));
+    g_ep->wait(milliseconds(2000));
+    g_blocked = std::chrono::steady_clock::now() - t0;
+  });
+  ASSERT_TRUE(r.ran);
+  EXPECT_FALSE(r.connected) << r.connected.message;
+  const std::string words = "called on this endpoint's progress thread";
+  for (const Error* e : {&g_connect_words, &g_connect_addr_words, &g_accept_words}) {
+    EXPECT_EQ(e->status, Status::kInvalidArgument) << e->message;
+    EXPECT_TRUE(has(e->message, words)) << e->message;
+  }
+  EXPECT_TRUE(has(g_connect_words.message, "connect to 127.0.0.1:9")) << g_connect_words.message;
+  EXPECT_TRUE(has(g_accept_words.message, "accept on " + r.server_addr)) << g_accept_words.message;
+  EXPECT_FALSE(g_waited_completion);
+  // All at once: none waited out its 2 s (a generous bound).
+  EXPECT_LT(g_blocked, milliseconds(1500));
+  ConnId s;
+  const Error accepted = r.server->accept(milliseconds(2000), s);  // the thread serves on
+  EXPECT_FALSE(accepted) << accepted.message;
+}
+
+// Destroyed on its own progress thread, the endpoint is closed by that
+// thread once its round is over (gracefully: the peer is told), and its
+// ports are free again. The destructor's join threw std::system_error:
+// std::terminate.
+TEST(UdpAlloc, ADestroyFromTheProgressThreadItselfClosesAfterItsRound) {
+  HookRun r = run_in_round([] { g_doomed.reset(); }, true);
+  ASSERT_TRUE(r.ran);
+  EXPECT_EQ(g_doomed, nullptr);
+  // The connection the round recorded is closed, the peer told: the
+  // DISCONNECT may end the client's connect() already.
+  ConnId c = r.c;
+  if (r.connected) {
+    EXPECT_EQ(r.connected.status, Status::kPeerClosed) << r.connected.message;
+    c = ConnId{r.connected.conn};
+  }
+  for (int i = 0; i < 500 && r.client->state(c) == ConnState::kEstablished; ++i)
+    r.client->wait(milliseconds(10));
+  EXPECT_EQ(r.client->state(c), ConnState::kClosed);
+  Error err;
+  std::unique_ptr<UdpEndpoint> again;
+  for (int i = 0; i < 500 && !again; ++i) {
+    again = UdpEndpoint::open(r.server_addr, test_options(), err);
+    if (!again) std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(again) << err.message;
 }
 
 }  // namespace

@@ -713,6 +713,43 @@ TEST(UdpConnect, ARefusalMetTwiceIsStillARefusal) {
   EXPECT_EQ(client->io_stats().tx_errors, 1u);  // the first request, refused twice
 }
 
+// The same through the io_uring sender, which takes a round whose messages
+// leave from more than one send socket: a message refused in the submission
+// is tried again with sendmsg, and a second refusal there is the same ICMP
+// refusal too (it read "the last send to the peer failed: sendmsg:
+// Connection refused"). Eight connections' requests, each from a socket
+// drawn among 16, share their rounds; the hook refuses every send.
+TEST(UdpConnect, ARefusalMetTwiceIsStillARefusalThroughIoUring) {
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  Options o = test_options();
+  o.io_uring = true;
+  ::setenv("METAROCE_UDP_FAULT_REFUSED", "1000000", 1);
+  auto client = open_on("127.0.0.1", o);
+  ::unsetenv("METAROCE_UDP_FAULT_REFUSED");
+  ASSERT_TRUE(client);
+  if (!client->uring_enabled()) GTEST_SKIP() << "no io_uring in this build or kernel";
+  ConnId c[8];
+  for (ConnId& id : c) ASSERT_FALSE(client->connect_start(silent.addr, id));
+  const auto connecting = [&] {
+    return std::any_of(std::begin(c), std::end(c),
+                       [&](ConnId id) { return client->state(id) == ConnState::kConnecting; });
+  };
+  for (int i = 0; i < 2500 && connecting(); ++i) client->wait(2ms);
+  const std::string clause =
+      "the peer's host answered with ICMP port unreachable (Connection refused): no socket "
+      "listened at its port";
+  for (ConnId id : c) {
+    ASSERT_EQ(client->state(id), ConnState::kError);
+    const Error why = client->conn_error(id);
+    EXPECT_EQ(why.status, Status::kConnectTimeout) << why.message;
+    EXPECT_TRUE(has(why.message, clause)) << why.message;
+    EXPECT_FALSE(has(why.message, "the last send to the peer failed")) << why.message;
+  }
+  EXPECT_TRUE(client->uring_enabled());  // never given up for sendmmsg
+  EXPECT_GE(client->io_stats().tx_errors, 8u);
+}
+
 // --- connectionless use: connections set up on first use ---
 
 // What one client sends one server on first use: a SEND and a WRITE_IMM

@@ -350,6 +350,10 @@ struct UdpEndpoint::Impl {
   // Held by join_thread from the stop to the join: a second caller (two
   // threads closing at once) waits until the thread is joined.
   std::mutex join_mu;
+  // The endpoint destroyed by code its own progress thread runs (an
+  // allocator's or a signal's hook: ~UdpEndpoint): the thread owns the
+  // Impl from then on, and closes and frees it after its round.
+  std::unique_ptr<Impl> orphan;
   // The thread blocks (or is about to) on epfd: wake_thread writes wake_fd.
   std::atomic<bool> sleeping{false};
   // Application threads blocked on epfd with the mutex let go (block() under
@@ -427,6 +431,11 @@ struct UdpEndpoint::Impl {
   }
   void wake_thread();
   void join_thread();  // stops the progress thread; `threaded` stays as it is
+  // close()'s work once the thread is stopped, the mutex held (`lk`).
+  void close_locked(std::unique_lock<std::mutex>& lk, bool graceful);
+  // The thread's end where the endpoint was destroyed on it (`orphan`):
+  // closed gracefully, the thread detached, the Impl freed.
+  void finish_orphaned();
   // The caller runs on this endpoint's progress thread (which cannot join
   // itself: std::thread::join throws std::system_error, EDEADLK). Set by
   // the thread itself, so no std::thread object is read that

@@ -343,7 +343,24 @@ void UdpEndpoint::Impl::thread_main() {
     sleeping_main();
   else
     busy_main();
+  t_progress_of = nullptr;
+  if (orphan) finish_orphaned();  // set on this thread: no other reads or writes it
 }
+
+void UdpEndpoint::Impl::finish_orphaned() {
+  const std::unique_ptr<Impl> self = std::move(orphan);
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!closed) close_locked(lk, true);
+  }
+  {
+    // start_progress_thread assigns `thread` under join_mu, possibly after
+    // this thread began: detached once the assignment is done, as a
+    // joinable std::thread destroyed with the Impl would terminate.
+    std::lock_guard<std::mutex> j(join_mu);
+    if (thread.joinable()) thread.detach();
+  }
+}  // the Impl goes with `self`: nothing of it is touched after
 
 // Rounds while they move something; then blocks on epfd with no timeout.
 // `sleeping` is raised before the last round that found nothing, and stays

@@ -15,7 +15,18 @@ namespace metaroce::udp {
 UdpEndpoint::UdpEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UdpEndpoint::~UdpEndpoint() {
-  if (impl_) close(true);
+  if (!impl_) return;
+  if (impl_->on_progress_thread()) {
+    // Code the thread runs (an allocator's or a signal's hook) cannot join
+    // it, and inside a round it holds the mutex that close() takes: the
+    // thread, which owns the Impl from here, closes it once the round is
+    // over and ends (finish_orphaned). The join threw std::system_error out
+    // of the destructor, which terminated the process.
+    impl_->running.store(false, std::memory_order_release);
+    impl_->orphan = std::move(impl_);
+    return;
+  }
+  close(true);
 }
 
 namespace {
@@ -40,6 +51,18 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
   const auto room = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(
       Clock::time_point::max() - now);
   return timeout >= room ? Clock::time_point::max() : now + timeout;
+}
+
+// A blocking call on the endpoint's own progress thread (code it runs: an
+// allocator's or a signal's hook) would wait for rounds that only that
+// thread runs, and inside a round for the mutex it holds: refused at once.
+Error on_progress_thread(const std::string& what) {
+  Error e;
+  e.status = Status::kInvalidArgument;
+  e.message = what +
+              ": called on this endpoint's progress thread, which cannot wait for its own "
+              "rounds (nothing done; call it from another thread)";
+  return e;
 }
 }  // namespace
 
@@ -113,6 +136,7 @@ size_t UdpEndpoint::progress() {
 }
 
 void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
+  if (impl_->on_progress_thread()) return;  // (on_progress_thread, above)
   // (run_until's waits are 1-2 ms slices, for predicates it checks between
   // them: here there is none, so the whole timeout is waited for.)
   const auto deadline = deadline_after(timeout);
@@ -146,7 +170,11 @@ bool UdpEndpoint::start_progress_thread(ProgressMode mode) noexcept {
   impl_->threaded.store(true, std::memory_order_release);
   impl_->running.store(true, std::memory_order_release);
   try {
-    impl_->thread = std::thread([this] { impl_->thread_main(); });
+    // Under join_mu: a thread whose first round destroys the endpoint
+    // detaches itself (finish_orphaned) only once this is assigned.
+    Impl* const im = impl_.get();  // (not `this`, which that round may free)
+    const std::lock_guard<std::mutex> j(im->join_mu);
+    im->thread = std::thread([im] { im->thread_main(); });
   } catch (const std::exception&) {
     // No memory for the thread's state (std::bad_alloc) or no thread
     // (std::system_error, EAGAIN): the caller's own calls drive progress,
@@ -348,6 +376,9 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
   if (timeout.count() < 0)
     return Impl::error_or(Status::kInvalidArgument, ConnId{},
                           [&] { return negative_timeout("connect to " + address, timeout); });
+  if (impl_->on_progress_thread())
+    return Impl::error_or(Status::kInvalidArgument, ConnId{},
+                          [&] { return on_progress_thread("connect to " + address); });
   ConnId id;
   // The timeout is the connection's budget: it requests for all of it
   // (connect_retry apart, CONN-2), where the engine's connect_attempts alone
@@ -359,6 +390,9 @@ Error UdpEndpoint::connect(const std::string& address, std::chrono::milliseconds
 
 Error UdpEndpoint::connect(const PeerAddr& peer, std::chrono::milliseconds timeout, ConnId& out) {
   out = ConnId{};
+  if (impl_->on_progress_thread())
+    return Impl::error_or(Status::kInvalidArgument, ConnId{},
+                          [&] { return on_progress_thread("connect to " + format_address(peer)); });
   ConnId id;
   if (Error e = connect_start(peer, id, timeout)) return e;
   return connect_wait(id, timeout, out);
@@ -660,6 +694,9 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
     return Impl::error_or(Status::kInvalidArgument, ConnId{}, [&] {
       return negative_timeout("accept on " + local_address(), timeout);
     });
+  if (impl_->on_progress_thread())
+    return Impl::error_or(Status::kInvalidArgument, ConnId{},
+                          [&] { return on_progress_thread("accept on " + local_address()); });
   if (!impl_->opts.queue_accepted) {
     // Nothing will ever be queued: waiting out the timeout would only hide
     // the option.
@@ -906,6 +943,7 @@ size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
 }
 
 bool UdpEndpoint::wait_completion(Completion& out, std::chrono::nanoseconds timeout) {
+  if (impl_->on_progress_thread()) return false;  // (on_progress_thread, above)
   const auto deadline = deadline_after(timeout);
   return impl_->run_until([&] { return impl_->eng->poll_completion(out); }, deadline);
 }
@@ -987,19 +1025,28 @@ IoStats UdpEndpoint::io_stats() const {
   return impl_->io;
 }
 
-void UdpEndpoint::close(bool graceful) {
-  if (impl_->closed) return;
+bool UdpEndpoint::close(bool graceful) {
+  // The thread cannot join itself, and inside a round it holds the mutex
+  // taken below: refused, nothing changed (the join threw std::system_error).
+  if (impl_->on_progress_thread()) return false;
+  if (impl_->closed) return true;
   // The thread stops, but `threaded` stays: other threads' calls (one
   // waiting in wait_completion, say) keep taking the mutex, and close()
   // holds it until it is done, so the engine never has two threads at once.
   impl_->join_thread();
   std::unique_lock<std::mutex> lk(impl_->mu);
-  if (impl_->closed) return;  // closed by another thread meanwhile
-  if (impl_->eng) {
+  if (!impl_->closed) impl_->close_locked(lk, graceful);  // (or closed by another thread meanwhile)
+  return true;
+}
+
+// close() with the thread stopped and the mutex held (also the orphaned
+// thread's own close, finish_orphaned).
+void UdpEndpoint::Impl::close_locked(std::unique_lock<std::mutex>& lk, bool graceful) {
+  if (eng) {
     // Every connection is closed in the engine, graceful or not: its posted
     // work completes kFlushed at once (poll_completion still returns it after
     // close), and the graceful close lets the DISCONNECT handshakes run.
-    (void)impl_->drain_events();  // connections accepted since the last round
+    (void)drain_events();  // connections accepted since the last round
     // The connections it closes are the live ones with a closer, here or
     // the application's before (one accepted during the linger has none):
     // marked in their entries, not listed, as a list would take memory a
@@ -1010,52 +1057,51 @@ void UdpEndpoint::close(bool graceful) {
     };
     bool any = false;
     const TimeNs now = clock_now();
-    for (auto& [id, ci] : impl_->conns) {
+    for (auto& [id, ci] : conns) {
       if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
         // (One the application closed already keeps that: its work went then.)
         if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
-        impl_->eng->close(ConnId{id}, now);
+        eng->close(ConnId{id}, now);
         any = true;
       }
     }
     const auto none_left = [&] {
-      return std::none_of(impl_->conns.begin(), impl_->conns.end(),
+      return std::none_of(conns.begin(), conns.end(),
                           [&](const auto& kv) { return closing(kv.second); });
     };
     if (graceful && any) {  // run_until, but under the mutex held here
-      const auto deadline = std::chrono::steady_clock::now() + impl_->opts.linger;
+      const auto deadline = std::chrono::steady_clock::now() + opts.linger;
       for (;;) {
-        const size_t moved = impl_->progress_locked();
+        const size_t moved = progress_locked();
         if (none_left()) break;
         const auto t = std::chrono::steady_clock::now();
         if (t >= deadline) break;
         if (moved == 0)
-          impl_->block(
-              std::min<std::chrono::nanoseconds>(deadline - t, std::chrono::milliseconds(1)) +
-              std::chrono::microseconds(999));
+          block(std::min<std::chrono::nanoseconds>(deadline - t, std::chrono::milliseconds(1)) +
+                std::chrono::microseconds(999));
       }
     }
-    (void)impl_->drain_events();
+    (void)drain_events();
     // Not closed by the peer within the linger (or not asked to be): closed
     // here all the same, the sockets go now. (end_conn erases only older
     // ended entries, never this one: the iteration stays valid.)
-    for (auto& [id, ci] : impl_->conns)
-      if (closing(ci)) impl_->end_conn(id, ci, ConnState::kClosed);
+    for (auto& [id, ci] : conns)
+      if (closing(ci)) end_conn(id, ci, ConnState::kClosed);
   }
-  impl_->closed = true;
+  closed = true;
   // A wait() on another thread that waits on the progress thread's rounds
   // (`threaded` stays set) hears of the close when this returns, where it
   // slept out its whole timeout.
-  impl_->cv.notify_all();
-  if (impl_->epoll_waiters != 0) {
+  cv.notify_all();
+  if (epoll_waiters != 0) {
     // Other threads blocked on the epoll fd (Options::thread_safe): woken,
     // and out of epoll_wait before its fds close, so that none waits on or
     // reads an fd number a later open was given.
     const uint64_t one = 1;
-    (void)!::write(impl_->wake_fd, &one, sizeof(one));
-    impl_->cv.wait(lk, [&] { return impl_->epoll_waiters == 0; });
+    (void)!::write(wake_fd, &one, sizeof(one));
+    cv.wait(lk, [&] { return epoll_waiters == 0; });
   }
-  impl_->close_fds();
+  close_fds();
 }
 
 }  // namespace metaroce::udp
