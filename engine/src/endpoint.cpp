@@ -128,6 +128,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
       room_for_one(generations);
       room_for_one(timer_pos);
       room_for_one(in_ready);
+      room_for_one(timer_dirty_at);
       // A context is held by a connection or pooled; establish() holds a
       // second one for a moment. Room for all of them now, so that giving one
       // back to the pool in steady traffic (maybe_release_ctx) never allocates.
@@ -156,6 +157,7 @@ Connection* Endpoint::Impl::create_connection(const PeerAddr& peer) noexcept {
     generations.push_back(static_cast<uint16_t>(id_rng.next() & 0x7ff));
     timer_pos.push_back(detail::TimerHeap::kAbsent);
     in_ready.push_back(0);
+    timer_dirty_at.push_back(0);
   }
   // The next generation, never 0, nor the one that the key would make id 0.
   do {
@@ -272,6 +274,22 @@ void Endpoint::Impl::compact_ready() {
   ready_stale = 0;
 }
 
+void Endpoint::Impl::forget_timer(Connection& c) {
+  if (!c.timer_dirty) return;
+  c.timer_dirty = false;
+  const uint32_t at = timer_dirty_at[c.index];
+  // Holds the slot's index in every case: a copy left behind where
+  // run_timers computed a deadline early (timers.cpp) holds it too, and
+  // flush_timers skips whichever stays. The search is only a safety net.
+  auto it = at < timer_dirty.size() && timer_dirty[at] == c.index
+                ? timer_dirty.begin() + at
+                : std::find(timer_dirty.begin(), timer_dirty.end(), c.index);
+  if (it == timer_dirty.end()) return;
+  *it = timer_dirty.back();  // their order is not kept: each is computed alone
+  timer_dirty_at[*it] = static_cast<uint32_t>(it - timer_dirty.begin());
+  timer_dirty.pop_back();
+}
+
 void Endpoint::Impl::destroy_connection(Connection& c) {
   if (c.peer_conn != 0) remember_closed(c);  // past the handshake
   timers.remove(c.index, timer_pos);
@@ -282,14 +300,7 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
   // room create_connection makes, and connect() allocated, or threw
   // std::bad_alloc with its connection half made (CONN-4). Each holds the
   // slot at most once, so the scans are as short as the lists.
-  if (c.timer_dirty) {
-    auto it = std::find(timer_dirty.begin(), timer_dirty.end(), c.index);
-    if (it != timer_dirty.end()) {
-      *it = timer_dirty.back();  // their order is not kept: each is computed alone
-      timer_dirty.pop_back();
-    }
-  }
-  c.timer_dirty = false;
+  forget_timer(c);
   if (c.nonce != 0) {
     auto it = by_nonce.find(c.nonce);
     if (it != by_nonce.end() && it->second == c.index) by_nonce.erase(it);
