@@ -126,7 +126,10 @@ class MrTable {
   static constexpr uint32_t kTombstone = UINT32_MAX - 1;
   // In a slot's hold count: its generations are spent, and it starts over
   // once the work that names it ends (the count below this bit 0).
-  static constexpr uint32_t kRetired = 1u << 31;
+  // 64-bit counts, so that no amount of held work reaches this bit: with
+  // 32, 2^31 queue entries naming one slot (the depths allow it) would have
+  // read as retired with nothing held, and restarted the slot (MR-5).
+  static constexpr uint64_t kRetired = uint64_t{1} << 63;
   static bool range_inside(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
     // Written to avoid overflow: addr >= base and addr - base + len <= length.
     return addr >= base && addr - base <= length && len <= length - (addr - base);
@@ -162,7 +165,7 @@ class MrTable {
   // By slot + 1 (an lkey's low bits): the work held that names one of its
   // lkeys, kRetired added while the slot is retired. [0] counts the work
   // that names no slot (lkey 0), so that release() needs no range check.
-  std::vector<uint32_t> holds_ = std::vector<uint32_t>(1);
+  std::vector<uint64_t> holds_ = std::vector<uint64_t>(1);
   size_t live_ = 0;  // regions registered now
 };
 
