@@ -227,5 +227,233 @@ TEST(LkeyReuse, ASpentSlotStartsOverAsSoonAsTheWorkNamingItEnds) {  // MR-6, MR-
   EXPECT_EQ(next.lkey, slot) << "the spent slot, free again, did not start over";
 }
 
+// The paths that end held work other than by completing it at the wire
+// (MR-6): each must release its hold once. A missing release keeps the slot
+// from ever coming round; a second one gives the lkey again while work still
+// names it (MR-5). Each test posts work naming `held`, deregisters its
+// region, spends the slot's generations (register_past: `held` given to
+// none) and only then ends the work, after which `held` comes round.
+
+// A WRITE (wr_id 7) posted on endpoint 0's connection `a` while it
+// connects, its source region then gone and its slot spent (register_past).
+struct ConnectingWrite {
+  Loop loop;
+  Buf src, dst;
+  const uint32_t held;
+  ConnId a;
+  uint32_t other = 0;
+  std::vector<uint8_t> scratch = std::vector<uint8_t>(4096);
+  explicit ConnectingWrite(uint64_t seed)
+      : loop(cfg(seed), cfg(seed + 1)),
+        src(loop.ep(0), 4096, 0, 5),
+        dst(loop.ep(1), 4096, kAccessRemoteWrite, 0xAB),
+        held(src.mr.lkey) {
+    EXPECT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 7)), Status::kOk);
+    EXPECT_EQ(loop.ep(0).deregister_memory(held), Status::kOk);
+    other = register_past(loop.ep(0), held, scratch);
+  }
+};
+
+// A WRITE posted while connecting, flushed by close() (CONN-7).
+TEST(LkeyReuse, AWriteFlushedByCloseWhileConnectingReleasesItsLkey) {  // MR-6, MR-5
+  ConnectingWrite w(101);
+  Loop& loop = w.loop;
+  loop.ep(0).close(w.a, loop.now());
+  const std::vector<Completion> done = loop.drain(0);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 7u);
+  EXPECT_EQ(done[0].status, Status::kFlushed);
+  loop.run_until([] { return false; }, kPromptly);
+  EXPECT_TRUE(untouched(w.dst, 0xAB));
+  EXPECT_TRUE(given_again(loop.ep(0), w.held, w.other));
+}
+
+// A WRITE posted while connecting, its send queue moved into the
+// connection's negotiated context when it establishes: the move hands the
+// hold over, neither dropping it nor releasing it twice. Registrations made
+// after the move, before the WRITE is looked at again, must not be given
+// `held` either.
+TEST(LkeyReuse, AWriteMovedByEstablishKeepsItsLkeyHeldUntilItCompletes) {  // MR-6, MR-5
+  ConnectingWrite w(103);
+  Loop& loop = w.loop;
+  const uint32_t held = w.held;
+  std::vector<Completion> done;
+  std::vector<uint8_t> more(64);
+  bool connected = false, checked = false;
+  loop.before_poll = [&](int from) {
+    if (from != 0 || checked) return;
+    Event ev;
+    while (loop.ep(0).poll_event(ev)) connected |= ev.kind == EventKind::kConnected;
+    if (!connected) return;
+    checked = true;
+    for (const Completion& c : loop.drain(0)) done.push_back(c);
+    EXPECT_TRUE(done.empty()) << "the WRITE ended before its hold could be looked at";
+    std::vector<uint32_t> given;
+    come_and_go(loop.ep(0), more, 2 * kGenerations, given);
+    EXPECT_EQ(std::count(given.begin(), given.end(), held), 0)
+        << "held given again after establish moved the WRITE";
+  };
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  ASSERT_TRUE(checked);
+  EXPECT_EQ(done[0].wr_id, 7u);
+  EXPECT_EQ(done[0].status, Status::kLocalProtection);
+  EXPECT_TRUE(untouched(w.dst, 0xAB));
+  EXPECT_TRUE(given_again(loop.ep(0), held, w.other));
+}
+
+// A READ being answered, its responses sent and unacknowledged (the
+// requester's ACKs lost), so its response job stays queued; the requester
+// closes, and the responder, told by the DISCONNECT, flushes the job.
+TEST(LkeyReuse, AReadJobFlushedByTheRequestersCloseReleasesItsLkey) {  // MR-6, MR-5, READ-2
+  Loop loop(cfg(105), cfg(106));
+  auto [a, b] = loop.connect();
+  (void)b;
+  Buf remote(loop.ep(1), 64 * 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 64 * 4096, kAccessLocalWrite, 0);
+  const uint32_t held = remote.mr.lkey;
+  int responses = 0, responses_after = 0;
+  bool gone = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from != 1 || d.size() < 2 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp)) return;
+    ++responses;
+    responses_after += gone;
+  };
+  loop.drop = [](int from, const std::vector<uint8_t>& d) {
+    return from == 0 && d.size() >= 2 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 64 * 4096, 4)),
+            Status::kOk);
+  ASSERT_TRUE(loop.run_until([&] { return responses > 0; }, kPromptly));
+  ASSERT_EQ(loop.ep(1).deregister_memory(held), Status::kOk);
+  gone = true;
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(1), held, scratch);
+  loop.ep(0).close(a, loop.now());
+  bool closed = false;
+  ASSERT_TRUE(loop.run_until(
+      [&] {
+        Event ev;
+        while (loop.ep(1).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
+        return closed;
+      },
+      kPromptly));
+  EXPECT_EQ(responses_after, 0);
+  EXPECT_TRUE(given_again(loop.ep(1), held, other));
+}
+
+// A shared receive (PLACE-6) taken by connection A, the first packet of A's
+// SEND placed and the rest lost; A fails (its peer's WRITE names a bad
+// rkey) and gives the receive back; connection B's SEND then takes it, and
+// it completes kLocalProtection, its buffer gone.
+TEST(LkeyReuse, ASharedReceiveGivenBackByAFailedConnectionHoldsItsLkey) {  // MR-6, MR-5, PLACE-6
+  EndpointConfig cb = cfg(108);
+  cb.shared_rq_depth = 4;
+  Loop loop(cfg(107), cb);
+  auto [a1, b1] = loop.connect();
+  auto [a2, b2] = loop.connect();
+  ASSERT_TRUE(a2.valid() && b2.valid());
+  Buf rbuf(loop.ep(1), 8192, kAccessLocalWrite, 0xAB);
+  const uint32_t held = rbuf.mr.lkey;
+  ASSERT_EQ(loop.ep(1).post_shared_recv(RecvWr{9, rbuf.addr(), 8192, held}), Status::kOk);
+  int sends = 0;
+  bool hold_back = true;
+  loop.drop = [&](int from, const std::vector<uint8_t>& d) {
+    return hold_back && from == 0 && d.size() >= 2 &&
+           d[1] == static_cast<uint8_t>(wire::Opcode::kSend) && ++sends > 1;
+  };
+  Buf src(loop.ep(0), 8192, 0, 5);
+  ASSERT_EQ(loop.ep(0).post_send(a1, send_wr(src, 0, 8192, 1)), Status::kOk);
+  loop.run_until([] { return false; }, 100'000);
+  ASSERT_EQ(rbuf.bytes[0], 5) << "A took no shared receive";
+  ASSERT_EQ(loop.ep(1).deregister_memory(held), Status::kOk);
+  const std::vector<uint8_t> when_gone = rbuf.bytes;
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(1), held, scratch);
+  // A fails: a WRITE naming no region of its peer (PLACE-2).
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0);
+  SendWr bad = write_wr(src, dst, 4096, 2);
+  bad.rkey ^= 0x5a5a;
+  ASSERT_EQ(loop.ep(0).post_send(a1, bad), Status::kOk);
+  bool failed = false;
+  ASSERT_TRUE(loop.run_until(
+      [&] {
+        Event ev;
+        while (loop.ep(1).poll_event(ev)) failed |= ev.kind == EventKind::kError && ev.conn == b1;
+        return failed;
+      },
+      kPromptly));
+  std::vector<Completion> done;
+  for (const Completion& c : loop.drain(1)) done.push_back(c);
+  ASSERT_TRUE(done.empty()) << "the shared receive ended with A";
+  std::vector<uint32_t> given;
+  come_and_go(loop.ep(1), scratch, 2 * kGenerations, given);
+  EXPECT_EQ(std::count(given.begin(), given.end(), held), 0)
+      << "held given again while the shared queue holds the receive";
+  hold_back = false;
+  Buf src2(loop.ep(0), 4096, 0, 7);
+  ASSERT_EQ(loop.ep(0).post_send(a2, send_wr(src2, 0, 4096, 3)), Status::kOk);
+  ASSERT_TRUE(loop.run_until_completions(1, 1, done, kPromptly));
+  EXPECT_EQ(done[0].wr_id, 9u);
+  EXPECT_EQ(done[0].status, Status::kLocalProtection);
+  EXPECT_EQ(rbuf.bytes, when_gone) << "written after its region went";
+  EXPECT_TRUE(given_again(loop.ep(1), held, other));
+}
+
+// A WRITE queued behind one that fills the window, on a connection whose
+// peer falls silent: the peer timeout (PATH-7) fails the connection and
+// flushes the queued WRITE, never sent.
+TEST(LkeyReuse, AWriteFlushedByAPeerTimeoutReleasesItsLkey) {  // MR-6, MR-5, PATH-7
+  Loop loop(cfg(109), cfg(110));
+  auto [a, b] = loop.connect();
+  (void)b;
+  constexpr uint32_t kBig = 4u << 20;  // far more packets than the window
+  Buf big(loop.ep(0), kBig, 0, 1);
+  Buf bigdst(loop.ep(1), kBig, kAccessRemoteWrite, 0);
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0xAB);
+  const uint32_t held = src.mr.lkey;
+  loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 1; };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(big, bigdst, kBig, 6)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 7)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(held), Status::kOk);
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(0), held, scratch);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done, 4'000'000'000ull));
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[1].wr_id, 7u);
+  EXPECT_EQ(done[1].status, Status::kFlushed);
+  EXPECT_TRUE(untouched(dst, 0xAB));
+  EXPECT_TRUE(given_again(loop.ep(0), held, other));
+}
+
+// A WRITE whose every packet left before its region went completes kOk
+// when acknowledged: that completion releases its hold.
+TEST(LkeyReuse, AWriteAcknowledgedAfterItsRegionWentReleasesItsLkey) {  // MR-6, MR-5
+  Loop loop(cfg(111), cfg(112));
+  auto [a, b] = loop.connect();
+  (void)b;
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0xAB);
+  const uint32_t held = src.mr.lkey;
+  bool sent = false;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    sent |= from == 0 && d.size() >= 2 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite);
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 7)), Status::kOk);
+  ASSERT_TRUE(loop.run_until([&] { return sent; }, kPromptly));
+  // Its one packet in flight, unacknowledged.
+  ASSERT_EQ(loop.ep(0).deregister_memory(held), Status::kOk);
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(0), held, scratch);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].wr_id, 7u);
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_TRUE(untouched(dst, 5));
+  EXPECT_TRUE(given_again(loop.ep(0), held, other));
+}
+
 }  // namespace
 }  // namespace metaroce::test
