@@ -1,7 +1,6 @@
 #include "metaroce/sim/network.hpp"
 
 #include <algorithm>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -464,84 +463,6 @@ void Network::attach_host(uint32_t host, Node& node) {
     rev.deliver_to(&node, rev.pipe.to_port);
   }
   nodes_[host] = &node;
-}
-
-uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
-  const uint32_t h = graph_.num_hosts;
-  const uint32_t n = h + graph_.num_switches;
-  // Adjacency with each link's delay: the delay pass below read it through
-  // the Port, a cache miss per link per destination, and took 1.5 of
-  // leafspine8192's 2.5 s of CPU routing.
-  struct Hop {
-    uint32_t to;
-    uint16_t port;
-    uint64_t delay_ps;
-  };
-  std::vector<std::vector<Hop>> adj(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    for (Port* p : nodes_[i]->ports)
-      if (p->up())
-        adj[i].push_back({p->pipe.to->id, static_cast<uint16_t>(p->index), p->pipe.delay.ps});
-  }
-  // With measure_delay: the longest one-way propagation delay to dst over
-  // the shortest paths, per node (filled in BFS order, nearest first).
-  std::vector<uint64_t> far_ps(measure_delay ? n : 0);
-  std::vector<std::map<std::vector<uint16_t>, uint32_t>> dedup(switches_.size());
-  for (auto& s : switches_) {
-    s->route.assign(h, 0);
-    s->group_ports.clear();
-  }
-  std::vector<uint32_t> dist(n);
-  std::vector<uint32_t> frontier;
-  std::vector<uint16_t> grp;
-  uint32_t max_dist = 0;
-  for (uint32_t dst = 0; dst < h; ++dst) {
-    std::fill(dist.begin(), dist.end(), UINT32_MAX);
-    dist[dst] = 0;
-    frontier.assign(1, dst);
-    for (size_t qi = 0; qi < frontier.size(); ++qi) {
-      const uint32_t u = frontier[qi];
-      if (u < h && u != dst) continue;  // hosts do not forward
-      for (const Hop& hop : adj[u]) {
-        const uint32_t v = hop.to;
-        if (dist[v] == UINT32_MAX) {
-          dist[v] = dist[u] + 1;
-          frontier.push_back(v);
-        }
-      }
-    }
-    for (uint32_t s = 0; s < switches_.size(); ++s) {
-      const uint32_t u = h + s;
-      grp.clear();
-      if (dist[u] != UINT32_MAX) {
-        for (const Hop& hop : adj[u])
-          if (dist[hop.to] + 1 == dist[u] && (hop.to >= h || hop.to == dst))
-            grp.push_back(hop.port);
-      }
-      if (grp.empty()) grp.push_back(0);  // unreachable: any port (never used by a connected graph)
-      if (grp.size() > 255) throw std::invalid_argument("ECMP group over 255 ports");
-      Switch& sw = *switches_[s];
-      auto [it, inserted] = dedup[s].try_emplace(
-          grp, static_cast<uint32_t>((sw.group_ports.size() << 8) | grp.size()));
-      if (inserted) sw.group_ports.insert(sw.group_ports.end(), grp.begin(), grp.end());
-      sw.route[dst] = it->second;
-    }
-    for (uint32_t src = 0; src < h; ++src)
-      if (dist[src] != UINT32_MAX) max_dist = std::max(max_dist, dist[src]);
-    if (measure_delay) {
-      for (const uint32_t u : frontier) {
-        uint64_t d = 0;
-        if (u != dst)
-          for (const Hop& hop : adj[u])
-            if (dist[hop.to] + 1 == dist[u] && (hop.to >= h || hop.to == dst))
-              d = std::max(d, hop.delay_ps + far_ps[hop.to]);
-        far_ps[u] = d;
-        if (u < h) graph_.max_path_delay = std::max(graph_.max_path_delay, SimTime{d});
-      }
-    }
-    if (progress.fn != nullptr) progress.fn(progress.ctx, dst + 1, h);
-  }
-  return max_dist;
 }
 
 void Network::set_link_up(uint32_t e, bool up, SimTime now) {
