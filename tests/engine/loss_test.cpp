@@ -627,9 +627,10 @@ LoneTail write_losing(Loop& loop, ConnId a, const Buf& src, const Buf& dst, int 
     if (from != 0 || d[1] != 0x01) return;
     t.slots.push_back(tag_slot(d));
     t.sent_at.push_back(loop.now());
+    if (t.slots.size() != 5) return;  // the lost one's resend: the 5th data packet
     PathStats ps;
     const auto path = static_cast<size_t>(t.slots[static_cast<size_t>(lost - 1)]);
-    if (t.slots.size() == 5 && loop.ep(0).path_stats(a, path, ps)) t.srtt_then = ps.srtt_ns;
+    if (loop.ep(0).path_stats(a, path, ps)) t.srtt_then = ps.srtt_ns;
   };
   EXPECT_TRUE(write_completes(loop, a, src, dst, 4 * 4096, 99));
   EXPECT_EQ(src.bytes, dst.bytes);
