@@ -93,7 +93,9 @@ TEST(Engine, PathBackFromATimeoutKeepsItsFloorWindow) {  // PATH-4, LOSS-5, CC-2
 // first data packets arrive CE-marked (a cut, CC-4), then it goes dark and
 // times out. Once its PROBE is answered, each packet acknowledged on it adds
 // a packet to its window; congestion avoidance would add about one a window.
-TEST(Engine, PathBackFromATimeoutGrowsInSlowStartThoughACutCameBefore) {  // LOSS-5, CC-2
+// Slow start is set again in one place, where the PROBING path becomes ACTIVE
+// (PATH-4): this test is what fails if that place forgets it.
+TEST(Engine, PathBackFromATimeoutGrowsInSlowStartThoughACutCameBefore) {  // LOSS-5, CC-2, PATH-4
   EndpointConfig c = cfg(154);
   c.cc.max_cwnd_packets = 16;  // 4 paths; the data lasts past the timeout
   Loop loop(c, cfg(155));
