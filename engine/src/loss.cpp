@@ -125,10 +125,11 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   ++c.stats.timeouts;
   explore_path_failed(c, path, now);       // PATH-8
   lose_path_inflight(c, path, now, true);  // LOSS-5
-  if (cfg.cc.enabled) {  // CC-8: without congestion control the window never moves
-    p.cwnd = cwnd_floor(c);
-    p.slow_start = true;
-  }
+  // CC-8: without congestion control the window never moves. Slow start
+  // resumes where the path carries data again, when its PROBE is answered
+  // (on_path_echo, CC-2): a cut that late ACKs make while it probes is undone
+  // there too, and a second setting here would hide that one's loss.
+  if (cfg.cc.enabled) p.cwnd = cwnd_floor(c);
   if (count_timeout(c, p)) {
     retire_path(c, path, now);
     return;

@@ -259,11 +259,8 @@ TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
   // twice its share of the bottleneck.
   EndpointConfig c = cfg(180);
   c.num_paths = 1;
-  Loop loop(c, cfg(181));
-  loop.delay_ns = 10'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 1 << 20, 0, 0x44);
-  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  WritePair w(c, 181, 10'000, 1 << 20, 0x44);
+  auto& [loop, a, src, dst] = w;
   loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01;
   };

@@ -57,6 +57,16 @@ bool bad_alloc_escapes(long allowed, F&& f) {
   return threw;
 }
 
+// CONN-4's two sweeps below: a table of one connection (max_connections 1),
+// whose slot kRounds connections end in before the one under test; 32 such
+// rounds outgrew the room create_connection had made.
+constexpr int kRounds = 32;
+EndpointConfig one_slot(uint64_t seed) {
+  EndpointConfig c = cfg(seed);
+  c.max_connections = 1;
+  return c;
+}
+
 TEST(ConnectAlloc, ARequestMetByAFailedAllocationIsRefusedNotThrown) {
   Loop loop(cfg(4411), cfg(4412));
   ConnId a;
@@ -136,9 +146,7 @@ TEST(ConnectAlloc, EachFailedAllocationOfConnectIsResourceExhausted) {
 // its connection half made when that failed. Each allocation of the 33rd
 // failed in turn: kResourceExhausted, nothing thrown, or kOk; and it connects.
 TEST(ConnectAlloc, ConnectsClosedBeforeAnyPollLeaveNoRoomToOutgrow) {
-  EndpointConfig one = cfg(4429);
-  one.max_connections = 1;
-  constexpr int kRounds = 32;
+  const EndpointConfig one = one_slot(4429);
   for (long allowed = 0;; ++allowed) {
     ASSERT_LT(allowed, 1000) << "connect() never succeeded";
     Loop loop(one, cfg(4430));
@@ -179,9 +187,7 @@ TEST(ConnectAlloc, ConnectsClosedBeforeAnyPollLeaveNoRoomToOutgrow) {
 // handle_datagram. Each allocation of the 33rd fails in turn: refused or
 // accepted, nothing thrown; and once accepted its ACCEPT goes out.
 TEST(ConnectAlloc, DisconnectsAndRequestsInOneBatchLeaveNoRoomToOutgrow) {
-  EndpointConfig one = cfg(4432);
-  one.max_connections = 1;
-  constexpr int kRounds = 32;
+  const EndpointConfig one = one_slot(4432);
   for (long allowed = 0;; ++allowed) {
     ASSERT_LT(allowed, 1000) << "the request was never accepted";
     Loop loop(cfg(4431), one);

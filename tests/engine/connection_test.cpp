@@ -609,12 +609,8 @@ TEST(Engine, DataThatNeverGetsThroughFailsThoughThePeerAnswers) {  // PATH-7
 // PATH-7). A resend found unanswered with no progress since is left to its RTO.
 TEST(Engine, TailResendsDoNotChaseEachOtherWhileThePeerIsSilent) {  // LOSS-8, LOSS-5
   Loop loop(cfg(106), cfg(107));
-  auto [a, b] = loop.connect();
-  write_and_check(loop, a, 64 * 1024, 1);  // RTT samples on the paths
-  bool silent = true;
-  loop.drop = [&](int from, const std::vector<uint8_t>&) { return silent && from == 0; };
-  Buf src(loop.ep(0), 256, 0, 5);
-  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
+  SilentPeer peer(loop, 64 * 1024, 5);  // RTT samples on the paths
+  auto& [a, silent, src, dst] = peer;
   const uint64_t before = loop.ep(0).conn_stats(a)->retransmissions;
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 3)), Status::kOk);
@@ -636,15 +632,12 @@ TEST(Engine, TailResendsDoNotChaseEachOtherWhileThePeerIsSilent) {  // LOSS-8, L
 // in turn, as one path would.
 TEST(Engine, ASilentPeerDrawsFewProbesBeforeThePeerTimeout) {  // PATH-6, PATH-7
   Loop loop(cfg(200), cfg(201));
-  auto [a, b] = loop.connect();
-  write_and_check(loop, a, 64 * 1024, 1);  // RTT samples on the paths
+  SilentPeer peer(loop, 64 * 1024, 5);  // RTT samples on the paths
+  auto& [a, silent, src, dst] = peer;
   uint64_t probes = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
   };
-  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
-  Buf src(loop.ep(0), 256, 0, 5);
-  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
   const TimeNs posted = loop.now();
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 3)), Status::kOk);
@@ -661,16 +654,12 @@ TEST(Engine, ASilentPeerDrawsFewProbesBeforeThePeerTimeout) {  // PATH-6, PATH-7
 // paths probe at once.
 TEST(Engine, APeerThatAnswersAgainAfterLongSilenceIsFoundWithinMaxRto) {  // PATH-6, PATH-7
   Loop loop(cfg(202), cfg(203));
-  auto [a, b] = loop.connect();
-  write_and_check(loop, a, 64 * 1024, 1);
+  SilentPeer peer(loop, 64 * 1024, 5);
+  auto& [a, silent, src, dst] = peer;
   uint64_t probes = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     probes += from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe);
   };
-  bool silent = true;
-  loop.drop = [&](int from, const std::vector<uint8_t>&) { return silent && from == 0; };
-  Buf src(loop.ep(0), 256, 0, 5);
-  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
   const TimeNs back = loop.now() + 1'850'000'000ull;
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 3)), Status::kOk);
@@ -1177,16 +1166,13 @@ TEST(Engine, RnrNaksKeepTheConnectionFromThePeerTimeout) {  // PATH-7, LOSS-7
 TEST(Engine, PeerTimeoutEndsWorkExactlyPeerTimeoutAfterItsFirstPacket) {  // PATH-7
   EndpointConfig c = cfg(208);
   Loop loop(c, cfg(209));
-  auto [a, b] = loop.connect();
-  write_and_check(loop, a, 16 * 1024, 1);  // RTT samples
+  SilentPeer peer(loop, 16 * 1024, 6);  // RTT samples
+  auto& [a, silent, src, dst] = peer;
   TimeNs first = TimeNs::never();
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && first == TimeNs::never())
       first = loop.now();
   };
-  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
-  Buf src(loop.ep(0), 256, 0, 6);
-  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done, 3'000'000'000ull));
@@ -1209,16 +1195,13 @@ TEST(Engine, SilentPathProbeIntervalGrowsByHalfToMaxRto) {  // PATH-6
   c.num_paths = 1;
   c.recovery.peer_timeout_ns = 40 * kSecond;
   Loop loop(c, cfg(207));
-  auto [a, b] = loop.connect();
-  write_and_check(loop, a, 16 * 1024, 1);  // an RTT sample
+  SilentPeer peer(loop, 16 * 1024, 5);  // an RTT sample
+  auto& [a, silent, src, dst] = peer;
   std::vector<TimeNs> probes;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
       probes.push_back(loop.now());
   };
-  loop.drop = [&](int from, const std::vector<uint8_t>&) { return from == 0; };
-  Buf src(loop.ep(0), 256, 0, 5);
-  Buf dst(loop.ep(1), 256, kAccessRemoteWrite);
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 100, 2)), Status::kOk);
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done, 41 * kSecond));

@@ -162,6 +162,58 @@ inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {
   EXPECT_EQ(src.bytes, dst.bytes);
 }
 
+// The prologue most loss, congestion and scheduling tests share: endpoint 0
+// set up as `c`, endpoint 1 as cfg(peer_seed), `delay_ns` each way (the
+// handshake's too), endpoint 0's connection `a`, and `src` (`bytes` of
+// `fill`) and `dst` registered after it for WRITEs from 0 to 1.
+struct WritePair {
+  WritePair(const EndpointConfig& c, uint64_t peer_seed, uint64_t delay_ns, size_t bytes,
+            uint8_t fill)
+      : loop(c, cfg(peer_seed)),
+        a(delayed_connection(loop, delay_ns)),
+        src(loop.ep(0), bytes, 0, fill),
+        dst(loop.ep(1), bytes, kAccessRemoteWrite) {}
+  WritePair(const WritePair&) = delete;
+  WritePair& operator=(const WritePair&) = delete;
+
+  Loop loop;
+  ConnId a;
+  Buf src, dst;
+
+ private:
+  static ConnId delayed_connection(Loop& loop, uint64_t delay_ns) {
+    loop.delay_ns = delay_ns;
+    return loop.connect().first;
+  }
+};
+
+// The prologue of the tests of a peer that goes silent (LOSS-8, PATH-6,
+// PATH-7): on a connected `loop`, a WRITE of `warm` bytes gives the paths RTT
+// samples; from then on every datagram endpoint 0 sends is lost while
+// `silent` holds; `src` (256 bytes of `fill`) and `dst` are for the WRITEs
+// under test. The loop must outlive it (the drop filter refers to `silent`).
+struct SilentPeer {
+  SilentPeer(Loop& loop, uint32_t warm, uint8_t fill)
+      : a(warmed_connection(loop, warm)),
+        src(loop.ep(0), 256, 0, fill),
+        dst(loop.ep(1), 256, kAccessRemoteWrite) {
+    loop.drop = [this](int from, const std::vector<uint8_t>&) { return silent && from == 0; };
+  }
+  SilentPeer(const SilentPeer&) = delete;  // the drop filter holds `this`
+  SilentPeer& operator=(const SilentPeer&) = delete;
+
+  ConnId a;  // endpoint 0's connection
+  bool silent = true;
+  Buf src, dst;
+
+ private:
+  static ConnId warmed_connection(Loop& loop, uint32_t warm) {
+    const ConnId a = loop.connect().first;
+    write_and_check(loop, a, warm, 1);
+    return a;
+  }
+};
+
 // One-packet WRITEs, one at a time, so that the paths have RTT samples before
 // the case under test. False if one did not complete.
 inline bool warm_up_paths(Loop& loop, ConnId a, const Buf& src, const Buf& dst,

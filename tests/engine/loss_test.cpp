@@ -87,11 +87,8 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
 TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
   EndpointConfig c = cfg(122);
   c.num_paths = 1;
-  Loop loop(c, cfg(123));
-  loop.delay_ns = 20'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4096, 0, 0x3d);
-  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  WritePair w(c, 123, 20'000, 4096, 0x3d);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(one_rtt_sample(loop, a, src, dst));
   bool dropped = false;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
@@ -120,11 +117,8 @@ TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
 TEST(Engine, PacketNothingOvertookIsNotResentAQuarterRoundTripAfterALossBeforeIt) {  // LOSS-2
   EndpointConfig c = cfg(126);
   c.num_paths = 2;
-  Loop loop(c, cfg(127));
-  loop.delay_ns = 20'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 10 * 4096, 0, 0x3e);
-  Buf dst(loop.ep(1), 10 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 127, 20'000, 10 * 4096, 0x3e);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
   int on_path0 = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
@@ -234,11 +228,8 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   // wait for a delayed ACK the last packet of a message never draws.
   EndpointConfig c = cfg(196);
   c.num_paths = 1;
-  Loop loop(c, cfg(197));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4 * 4096, 0, 0x3d);
-  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 197, 5'000, 4 * 4096, 0x3d);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
   int data_sent = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
@@ -333,11 +324,8 @@ TEST(Engine, GapOnAPathMidFlightIsResentAQuarterRoundTripAfterTheAck) {  // LOSS
   // variance term (one sample so far: 4 * rttvar is about 2 srtt).
   EndpointConfig c = cfg(218);
   c.num_paths = 1;
-  Loop loop(c, cfg(219));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
-  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 219, 5'000, 4 * 4096, 0x3f);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));  // one sample: rttvar srtt / 2
   int data_sent = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
@@ -646,11 +634,8 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   // after that ACK, not the full tail-loss timer from its transmission.
   EndpointConfig c = cfg(214);
   c.num_paths = 2;
-  Loop loop(c, cfg(215));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4 * 4096, 0, 0x3f);
-  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 215, 5'000, 4 * 4096, 0x3f);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
   const LoneTail t = write_losing(loop, a, src, dst, 3);
   ASSERT_GE(t.slots.size(), 5u);
@@ -674,11 +659,8 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
 TEST(Engine, LoneTailOnAPathBackFromAnRtoIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-8
   EndpointConfig c = cfg(214);
   c.num_paths = 2;
-  Loop loop(c, cfg(215));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 8 * 4096, 0, 0x3f);
-  Buf dst(loop.ep(1), 8 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 215, 5'000, 8 * 4096, 0x3f);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
   // Path 0's link is down: its share of a WRITE, its tail-loss PROBE and
   // the PROBEs after its RTO are lost. The WRITE completes over path 1.
@@ -976,11 +958,8 @@ TEST(Engine, LastReadResponseTailTimerHasNoAckDelay) {  // LOSS-8, ACK-4
 TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
   EndpointConfig c = cfg(216);
   c.num_paths = 1;
-  Loop loop(c, cfg(217));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 5 * 4096, 0, 0x3f);
-  Buf dst(loop.ep(1), 5 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 217, 5'000, 5 * 4096, 0x3f);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples, and a window of 5
   int data = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {

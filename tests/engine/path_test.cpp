@@ -93,7 +93,9 @@ TEST(Engine, PathBackFromATimeoutKeepsItsFloorWindow) {  // PATH-4, LOSS-5, CC-2
 // first data packets arrive CE-marked (a cut, CC-4), then it goes dark and
 // times out. Once its PROBE is answered, each packet acknowledged on it adds
 // a packet to its window; congestion avoidance would add about one a window.
-TEST(Engine, PathBackFromATimeoutGrowsInSlowStartThoughACutCameBefore) {  // LOSS-5, CC-2
+// Slow start is set again in one place, where the PROBING path becomes ACTIVE
+// (PATH-4): this test is what fails if that place forgets it.
+TEST(Engine, PathBackFromATimeoutGrowsInSlowStartThoughACutCameBefore) {  // LOSS-5, CC-2, PATH-4
   EndpointConfig c = cfg(154);
   c.cc.max_cwnd_packets = 16;  // 4 paths; the data lasts past the timeout
   Loop loop(c, cfg(155));
@@ -789,11 +791,8 @@ TEST(Engine, RtoIsSrttPlusFourRttvarBackedOff) {  // LOSS-4, LOSS-5, PATH-4
   c.num_paths = 1;
   c.recovery.initial_rtt_ns = 2'000'000;
   c.recovery.rto_failures_to_retire = 10;  // backoff alone, no new entropy
-  Loop loop(c, cfg(177));
-  loop.delay_ns = 500'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4096, 0, 0x52);
-  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  WritePair w(c, 177, 500'000, 4096, 0x52);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(one_rtt_sample(loop, a, src, dst));  // exactly 1 ms
   loop.drop = [](int from, const std::vector<uint8_t>&) { return from == 0; };
   TimeNs sent = TimeNs::never();

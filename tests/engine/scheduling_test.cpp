@@ -20,11 +20,8 @@ TEST(Engine, DataGoesToThePathWithTheEmptiestWindow) {  // SCHED-1
   EndpointConfig c = cfg(140);
   c.num_paths = 4;
   c.cc.max_inflight_packets = 12;  // CC-9 binds first, so windows keep room
-  Loop loop(c, cfg(141));
-  loop.delay_ns = 10'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4 << 20, 0, 0x11);
-  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  WritePair w(c, 141, 10'000, 4 << 20, 0x11);
+  auto& [loop, a, src, dst] = w;
   PathStats first;
   ASSERT_TRUE(loop.ep(0).path_stats(a, 0, first));
   // Every packet on path 0 arrives CE-marked: its window shrinks while the
@@ -76,11 +73,8 @@ TEST(Engine, PathSendsWhileItsWindowIsNotFull) {  // SCHED-1
   // packet would send one per path and leave a third of the window unused.
   EndpointConfig c = cfg(160);
   c.cc.initial_cwnd_packets = 6;
-  Loop loop(c, cfg(161));
-  loop.delay_ns = 50'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 1 << 20, 0, 0x22);
-  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  WritePair w(c, 161, 50'000, 1 << 20, 0x22);
+  auto& [loop, a, src, dst] = w;
   uint64_t data_sent = 0;
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& bytes) {
     if (from == 0 && bytes[1] == 0x01) ++data_sent;
@@ -107,11 +101,8 @@ TEST(Engine, BusyPathsWithEqualRoomTakeTurnsInRoundRobinOrder) {  // SCHED-1
   EndpointConfig c = cfg(170);
   c.cc.enabled = false;
   c.num_paths = 4;
-  Loop loop(c, cfg(171));
-  loop.delay_ns = 50'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 1 << 20, 0, 0x33);
-  Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+  WritePair w(c, 171, 50'000, 1 << 20, 0x33);
+  auto& [loop, a, src, dst] = w;
   std::vector<uint16_t> entropies(4);
   for (size_t i = 0; i < 4; ++i) {
     PathStats ps;
