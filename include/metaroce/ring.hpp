@@ -43,17 +43,6 @@ class Ring {
     if (size() > 1) buf_[tail_++ & mask_] = buf_[head_++ & mask_];
   }
   void clear() { head_ = tail_ = 0; }
-  // Removes the entry nearest the front that equals v, the others keeping
-  // their order; false if none does. Linear in size(): for rare removals.
-  bool erase(const T& v) {
-    for (uint32_t i = head_; i != tail_; ++i) {
-      if (!(buf_[i & mask_] == v)) continue;
-      for (uint32_t j = i; j + 1 != tail_; ++j) buf_[j & mask_] = std::move(buf_[(j + 1) & mask_]);
-      --tail_;
-      return true;
-    }
-    return false;
-  }
   // Keeps, in their order, the entries for which keep(entry) is true and
   // drops the rest, in one pass: linear in size(), for many removals at
   // once. keep sees each entry once, front to back.

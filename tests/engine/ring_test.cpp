@@ -1,7 +1,7 @@
 // metaroce::Ring, behind the engine's ready list and its completion, event
 // and orphan queues and the simulator's links and queues: order survives
 // growth while the ring is wrapped, rotate() keeps a lone entry where it
-// is, and erase() keeps the others' order.
+// is, and retain() keeps the others' order.
 #include "metaroce/ring.hpp"
 
 #include <gtest/gtest.h>
@@ -59,23 +59,6 @@ TEST(Ring, RotateMovesTheFrontBehindTheOthers) {
   q.push(1);
   q.clear();
   EXPECT_TRUE(q.empty());
-}
-
-// erase() takes out the first equal entry, wrapped past the buffer's end,
-// the others keeping their order; a value not there changes nothing.
-TEST(Ring, EraseTakesOutOneEntryAndKeepsTheOrder) {
-  Ring<uint32_t> q;
-  for (uint32_t i = 0; i < 12; ++i) q.push(i);
-  for (uint32_t i = 0; i < 12; ++i) (void)q.pop();
-  for (uint32_t i = 0; i < 10; ++i) q.push(i);  // wraps past the 16th slot
-  q.push(3);
-  EXPECT_FALSE(q.erase(42));
-  EXPECT_TRUE(q.erase(3));
-  EXPECT_TRUE(q.erase(9));
-  EXPECT_EQ(q.size(), 9u);
-  for (uint32_t want : {0u, 1u, 2u, 4u, 5u, 6u, 7u, 8u, 3u}) EXPECT_EQ(q.pop(), want);
-  EXPECT_TRUE(q.empty());
-  EXPECT_FALSE(q.erase(0));
 }
 
 // retain() drops many entries in one pass (the engine's stale ready
