@@ -12,6 +12,7 @@
 
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
+#include "metaroce/sim/progress.hpp"
 #include "metaroce/sim/settings.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/sim/topology.hpp"
@@ -1386,6 +1387,16 @@ TEST(Progress, WarmUpHasProgressLines) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("[fattree16-perm] warm-up t="), std::string::npos) << err;
   EXPECT_NE(err.find(" hosts connected "), std::string::npos) << err;
+}
+
+// A progress line's rate over no measured wall time (a progress interval of
+// 0 lets two lines come within one clock reading) reads "-": it was a
+// division by zero, printed "inf" (or "nan" with nothing counted).
+TEST(Progress, RateOverNoWallTimeIsADash) {
+  EXPECT_STREQ(rate_text(5, 0, 1, 0).c_str(), "-");
+  EXPECT_STREQ(rate_text(0, 0, 1e6, 2).c_str(), "-");
+  EXPECT_STREQ(rate_text(3e6, 1.5, 1e6, 2).c_str(), "2.00");
+  EXPECT_STREQ(rate_text(10, 0.5, 1, 0).c_str(), "20");
 }
 
 // fattree16-perm built with progress lines at every chance (not once a wall
