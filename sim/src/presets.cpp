@@ -29,6 +29,19 @@ SimConfig on(TopoGraph topo, const QueueSpec& queue) {
   return c;
 }
 
+// Faults in place from t = 0: a link slowed to `gbps`, or one that silently
+// drops `drop` of its packets (both directions).
+FaultSpec slowed(uint32_t edge, uint64_t gbps) {
+  FaultSpec f{SimTime{0}, FaultSpec::Kind::kRate, edge};
+  f.rate_mbps = gbps * kGbps;
+  return f;
+}
+FaultSpec gray(uint32_t edge, double drop) {
+  FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, edge};
+  f.drop = drop;
+  return f;
+}
+
 struct PresetDef {
   const char* name;
   SimConfig (*make)(uint64_t seed);
@@ -46,20 +59,15 @@ const PresetDef kPresets[] = {
      [](uint64_t seed) {
        // 8 agg-core links (the first core uplink of the first agg of pods 0..7) at 25 % rate.
        SimConfig c = fattree_perm(16, 2 * kMiB, seed);
-       for (uint32_t pod = 0; pod < 8; ++pod) {
-         FaultSpec f{SimTime{0}, FaultSpec::Kind::kRate, fat_tree_agg_core_edge(16, pod * 8, 0)};
-         f.rate_mbps = 25 * kGbps;
-         c.faults.push_back(f);
-       }
+       for (uint32_t pod = 0; pod < 8; ++pod)
+         c.faults.push_back(slowed(fat_tree_agg_core_edge(16, pod * 8, 0), 25));
        return c;
      }},
     {"fattree1024-perm2mb-gray",
      [](uint64_t seed) {
        // One agg-core link silently drops 1 % of packets (both directions).
        SimConfig c = fattree_perm(16, 2 * kMiB, seed);
-       FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, fat_tree_agg_core_edge(16, 0, 0)};
-       f.drop = 0.01;
-       c.faults.push_back(f);
+       c.faults.push_back(gray(fat_tree_agg_core_edge(16, 0, 0), 0.01));
        return c;
      }},
     {"fattree128-perm2mb", [](uint64_t seed) { return fattree_perm(8, 2 * kMiB, seed); }},
@@ -77,12 +85,8 @@ const PresetDef kPresets[] = {
     {"fattree16-perm-gray",
      [](uint64_t seed) {
        SimConfig c = fattree_perm(4, 1 * kMiB, seed);
-       FaultSpec f{SimTime{0}, FaultSpec::Kind::kGrayDrop, fat_tree_agg_core_edge(4, 0, 0)};
-       f.drop = 0.05;
-       c.faults.push_back(f);
-       FaultSpec g{SimTime{0}, FaultSpec::Kind::kRate, fat_tree_tor_agg_edge(4, 2, 1)};
-       g.rate_mbps = 25 * kGbps;
-       c.faults.push_back(g);
+       c.faults.push_back(gray(fat_tree_agg_core_edge(4, 0, 0), 0.05));
+       c.faults.push_back(slowed(fat_tree_tor_agg_edge(4, 2, 1), 25));
        return c;
      }},
     {"fattree16-alltoall",

@@ -109,10 +109,12 @@ class TopTwo {
 };
 
 // What a search from a host's switch says of the hosts: their distance and
-// propagation delay to that switch.
+// propagation delay to that switch; and the first host found behind it, whose
+// routes on every other switch its later hosts copy.
 struct SwitchRoot {
   TopTwo dist;
   TopTwo far_ps;
+  uint32_t first_host = 0;
 };
 
 }  // namespace
@@ -144,11 +146,11 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
     return it->second;
   };
   Search search(n, h, measure_delay);
-  // Per switch a host hangs off: its slot in roots, and per slot and switch
-  // the id of that switch's group toward it.
+  // Per switch a host hangs off: its slot in roots. A cache of group ids per
+  // (slot, switch) grew with the square of the switch count (tens of MB at
+  // thousands of leaves); the slot's first host's routes hold the same ids.
   std::vector<uint32_t> slot_of(nsw, kUnreached);
   std::vector<SwitchRoot> roots;
-  std::vector<uint32_t> ids;
   uint32_t max_dist = 0;
   for (uint32_t dst = 0; dst < h; ++dst) {
     const bool via_switch = adj[dst].size() == 1 && adj[dst][0].to >= h;
@@ -170,7 +172,7 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
       if (slot_of[root] == kUnreached) {
         slot_of[root] = static_cast<uint32_t>(roots.size());
         SwitchRoot& r = roots.emplace_back();
-        ids.resize(ids.size() + nsw, kUnreached);
+        r.first_host = dst;
         search.run(adj, tor);
         for (const uint32_t u : search.frontier)
           if (u < h) {
@@ -178,7 +180,7 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
             if (measure_delay) r.far_ps.add(u, search.far_ps[u]);
           }
       }
-      const uint32_t slot = slot_of[root];
+      const SwitchRoot& r = roots[slot_of[root]];
       // The host's switch sends down its link, if that direction is up.
       grp.clear();
       uint64_t last_hop_ps = 0;
@@ -189,19 +191,17 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
         }
       if (grp.empty()) grp.push_back(0);
       for (uint32_t s = 0; s < nsw; ++s) {
-        uint32_t& id = ids[size_t{slot} * nsw + s];
+        std::vector<uint32_t>& route = switches_[s]->route;
         if (s == root) {
-          switches_[s]->route[dst] = group_id(s, grp);
-          continue;
-        }
-        if (id == kUnreached) {  // the slot's first host: `search` is from its switch
+          route[dst] = group_id(s, grp);
+        } else if (dst == r.first_host) {  // `search` is from the host's switch
           search.group(adj, h + s, toward);
-          id = group_id(s, toward);
+          route[dst] = group_id(s, toward);
+        } else {
+          route[dst] = route[r.first_host];
         }
-        switches_[s]->route[dst] = id;
       }
       // Every other host is one link further from dst than from its switch.
-      const SwitchRoot& r = roots[slot];
       if (const auto d = r.dist.without(dst))
         max_dist = std::max(max_dist, static_cast<uint32_t>(*d + 1));
       if (measure_delay)

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <sstream>
+#include <type_traits>
 
 namespace metaroce::sim {
 namespace {
@@ -95,11 +96,60 @@ std::optional<uint64_t> threshold(double v) {
   return static_cast<uint64_t>(v);
 }
 
+// The part of a SimConfig that a struct of settable fields is.
+template <class Part>
+Part& part_of(SimConfig& c);
+template <>
+SimConfig& part_of(SimConfig& c) {
+  return c;
+}
+template <>
+EndpointConfig& part_of(SimConfig& c) {
+  return c.endpoint;
+}
+template <>
+CcConfig& part_of(SimConfig& c) {
+  return c.endpoint.cc;
+}
+template <>
+RecoveryConfig& part_of(SimConfig& c) {
+  return c.endpoint.recovery;
+}
+template <>
+QueueSpec& part_of(SimConfig& c) {
+  return c.queue;
+}
+template <>
+RcParams& part_of(SimConfig& c) {
+  return c.rc;
+}
+
+template <class Member>
+struct FieldOf;
+template <class Part, class Field>
+struct FieldOf<Field Part::*> {
+  using PartType = Part;
+  using Type = Field;
+};
+
+// A setting that stores its value (in range: the table checked it) into one
+// field, through `convert` if given (a unit's), else cast to the field's type
+// (a whole number's, a switch's v != 0, a real as it is).
+template <auto kMember, auto kConvert = nullptr>
+void store(SimConfig& c, double v) {
+  using F = FieldOf<decltype(kMember)>;
+  auto& field = part_of<typename F::PartType>(c).*kMember;
+  if constexpr (std::is_null_pointer_v<decltype(kConvert)>)
+    field = static_cast<typename F::Type>(v);
+  else
+    field = kConvert(v);
+}
+
 std::span<const Setting> table() {
   using enum SettingKind;
   static const Setting t[] = {
       {"cc.enabled", "per-path congestion control on (1) or off (0, oblivious spraying)", 0, 1,
-       kSwitch, [](SimConfig& c, double v) { c.endpoint.cc.enabled = v != 0; }, kEngineCc},
+       kSwitch, store<&CcConfig::enabled>, kEngineCc},
       // The engine's own fields below take their type's whole range here:
       // config_error() (engine/src/config.cpp) judges them, once every
       // setting is applied (engine_setting_error), so that its ranges and
@@ -108,40 +158,21 @@ std::span<const Setting> table() {
       {"cc.initial_cwnd_packets",
        "CC-1 initial window of a connection, packets (only with initial_window_bdp=0, which "
        "otherwise derives it)",
-       0, kU32, kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.cc.initial_cwnd_packets = static_cast<uint32_t>(v);
-       },
-       kInitialCwnd},
+       0, kU32, kInteger, store<&CcConfig::initial_cwnd_packets>, kInitialCwnd},
       {"cc.min_cwnd_packets", "CC-6 floor of a connection's windows, packets", 1, kMaxPacketCount,
-       kInteger,
-       [](SimConfig& c, double v) { c.endpoint.cc.min_cwnd_packets = static_cast<uint32_t>(v); },
-       kEngine},
+       kInteger, store<&CcConfig::min_cwnd_packets>, kEngine},
       {"cc.max_cwnd_packets", "CC-6 ceiling of a path's window, packets (0: the connection window)",
-       0, kMaxPacketCount, kInteger,
-       [](SimConfig& c, double v) { c.endpoint.cc.max_cwnd_packets = static_cast<uint32_t>(v); },
-       kEngine},
+       0, kMaxPacketCount, kInteger, store<&CcConfig::max_cwnd_packets>, kEngine},
       {"cc.dctcp_g_shift", "CC-3 alpha gain 1/2^N", 0, kMaxDctcpGShift, kInteger,
-       [](SimConfig& c, double v) { c.endpoint.cc.dctcp_g_shift = static_cast<uint32_t>(v); },
-       kEngineCc},
+       store<&CcConfig::dctcp_g_shift>, kEngineCc},
       {"cc.target_queue_delay_us", "CC-5 queueing delay above the path's minimum RTT that cuts", 0,
-       1e6, kReal,
-       [](SimConfig& c, double v) { c.endpoint.cc.target_queue_delay_ns = ns_from_us(v); },
-       kEngineCc},
+       1e6, kReal, store<&CcConfig::target_queue_delay_ns, ns_from_us>, kEngineCc},
       {"cc.max_delay_decrease_pct", "CC-5 largest cut per RTT, percent", 0, 100, kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.cc.max_delay_decrease_pct = static_cast<uint32_t>(v);
-       },
-       kEngineCc},
+       store<&CcConfig::max_delay_decrease_pct>, kEngineCc},
       {"cc.explore_interval_us", "PATH-8 time between trials of a new entropy (0: off)", 0, 1e9,
-       kReal, [](SimConfig& c, double v) { c.endpoint.cc.explore_interval_ns = ns_from_us(v); },
-       kEngine},
+       kReal, store<&CcConfig::explore_interval_ns, ns_from_us>, kEngine},
       {"cc.max_inflight_packets", "CC-9 connection cap in packets (0: from inflight_cap_bdp)", 0,
-       kMaxPacketCount, kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.cc.max_inflight_packets = static_cast<uint32_t>(v);
-       },
-       kEngine},
+       kMaxPacketCount, kInteger, store<&CcConfig::max_inflight_packets>, kEngine},
       {"time_limit_ms",
        "simulated-time limit, ms (default 1000; metaroce-sim --time-limit-ms, a config file's "
        "time_limit_ms)",
@@ -159,24 +190,19 @@ std::span<const Setting> table() {
        kLinkFaults},
       {"inflight_cap_bdp",
        "CC-9 connection cap: this multiple of the fabric BDP, plus inflight_cap_packets (0: none)",
-       0, 1000, kReal, [](SimConfig& c, double v) { c.inflight_cap_bdp = v; }, kEngine},
+       0, 1000, kReal, store<&SimConfig::inflight_cap_bdp>, kEngine},
       {"inflight_cap_packets", "CC-9 connection cap: packets of queue on top of the BDP share", 0,
-       1e6, kInteger,
-       [](SimConfig& c, double v) { c.inflight_cap_packets = static_cast<uint32_t>(v); }, kEngine},
+       1e6, kInteger, store<&SimConfig::inflight_cap_packets>, kEngine},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
-       1000, kReal, [](SimConfig& c, double v) { c.initial_window_bdp = v; }, kEngine},
+       1000, kReal, store<&SimConfig::initial_window_bdp>, kEngine},
       {"num_paths", "PATH-1 entropy values per connection", 1, kMaxPaths, kInteger,
-       [](SimConfig& c, double v) { c.endpoint.num_paths = static_cast<uint8_t>(v); }, kEngine},
+       store<&EndpointConfig::num_paths>, kEngine},
       {"ack_every", "ACK-1 data packets per ACK", 0, 255, kInteger,
-       [](SimConfig& c, double v) { c.endpoint.ack_every = static_cast<uint8_t>(v); }, kEngine},
+       store<&EndpointConfig::ack_every>, kEngine},
       {"ack_delay_us", "ACK-5 longest an ACK waits", 0, 1e6, kReal,
-       [](SimConfig& c, double v) { c.endpoint.ack_delay_ns = ns_from_us(v); }, kEngine},
+       store<&EndpointConfig::ack_delay_ns, ns_from_us>, kEngine},
       {"recovery.reorder_threshold", "LOSS-2 later packets acked on the same path", 1, 1024,
-       kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.recovery.reorder_threshold = static_cast<uint32_t>(v);
-       },
-       kEngine},
+       kInteger, store<&RecoveryConfig::reorder_threshold>, kEngine},
       {"recovery.min_rto_us",
        "LOSS-4 smallest retransmission timeout (raises LOSS-5's max_rto, 10 ms, to it, unless "
        "recovery.max_rto_us is given)",
@@ -197,105 +223,78 @@ std::span<const Setting> table() {
        },
        kEngine},
       {"recovery.initial_rtt_us", "LOSS-4 RTT assumed before a path's first sample", 0, kMaxUs,
-       kReal, [](SimConfig& c, double v) { c.endpoint.recovery.initial_rtt_ns = ns_from_us(v); },
-       kEngine},
+       kReal, store<&RecoveryConfig::initial_rtt_ns, ns_from_us>, kEngine},
       {"recovery.rto_failures_to_retire", "PATH-4 consecutive timeouts that retire a path", 0, kU32,
-       kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.recovery.rto_failures_to_retire = static_cast<uint32_t>(v);
-       },
-       kEngine},
+       kInteger, store<&RecoveryConfig::rto_failures_to_retire>, kEngine},
       {"recovery.loss_window_packets", "PATH-5 loss-rate EWMA gain 1/N", 0, kU32, kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.recovery.loss_window_packets = static_cast<uint32_t>(v);
-       },
-       kEngine},
+       store<&RecoveryConfig::loss_window_packets>, kEngine},
       {"recovery.peer_timeout_us",
        "PATH-7 silence of a peer with data outstanding that fails the connection", 0, kMaxUs, kReal,
-       [](SimConfig& c, double v) { c.endpoint.recovery.peer_timeout_ns = ns_from_us(v); },
-       kEngine},
+       store<&RecoveryConfig::peer_timeout_ns, ns_from_us>, kEngine},
       {"recovery.keepalive_us", "CONN-9 idle silence after which a connection PROBEs (0: never)", 0,
-       kMaxUs, kReal,
-       [](SimConfig& c, double v) { c.endpoint.recovery.keepalive_ns = ns_from_us(v); }, kEngine},
+       kMaxUs, kReal, store<&RecoveryConfig::keepalive_ns, ns_from_us>, kEngine},
       {"recovery.rnr_retry_limit",
        "LOSS-7 RNR retries of one refused message before its request fails kRnrRetryExceeded "
        "(0: unlimited)",
-       0, kU32, kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.recovery.rnr_retry_limit = static_cast<uint32_t>(v);
-       },
-       kEngine},
+       0, kU32, kInteger, store<&RecoveryConfig::rnr_retry_limit>, kEngine},
       {"recovery.rnr_retry_us", "LOSS-7 wait before a packet NAKed with RNR is resent", 0, kMaxUs,
-       kReal, [](SimConfig& c, double v) { c.endpoint.recovery.rnr_retry_ns = ns_from_us(v); },
-       kEngine},
+       kReal, store<&RecoveryConfig::rnr_retry_ns, ns_from_us>, kEngine},
       {"recovery.retire_loss_pct", "PATH-5 loss rate that retires a path, percent", 0, 100,
-       kInteger,
-       [](SimConfig& c, double v) {
-         c.endpoint.recovery.retire_loss_pct = static_cast<uint32_t>(v);
-       },
-       kEngine},
+       kInteger, store<&RecoveryConfig::retire_loss_pct>, kEngine},
       {"queue.buffer_bytes", "drop-tail limit per switch port, bytes", 1, 1e12, kBytes,
-       [](SimConfig& c, double v) { c.queue.buffer_bytes = static_cast<uint64_t>(v); }},
+       store<&QueueSpec::buffer_bytes>},
       {"queue.ecn_kmin", "ECN marking starts above this queue, bytes", 0, 1e12, kBytes,
-       [](SimConfig& c, double v) { c.queue.ecn_kmin = static_cast<uint64_t>(v); }, kQueueEcn},
+       store<&QueueSpec::ecn_kmin>, kQueueEcn},
       {"queue.ecn_kmax", "ECN marking reaches ecn_pmax here, bytes", 0, 1e12, kBytes,
-       [](SimConfig& c, double v) { c.queue.ecn_kmax = static_cast<uint64_t>(v); }, kQueueEcn},
+       store<&QueueSpec::ecn_kmax>, kQueueEcn},
       {"queue.ecn_pmax", "ECN marking probability at ecn_kmax", 0, 1, kReal,
-       [](SimConfig& c, double v) { c.queue.ecn_pmax = v; }, kQueueEcn},
+       store<&QueueSpec::ecn_pmax>, kQueueEcn},
       {"queue.pfc", "PFC in the fabric (rocev2 turns it on and irn off, whatever this says)", 0, 1,
-       kSwitch, [](SimConfig& c, double v) { c.queue.pfc = v != 0; }, kPfcChoice},
+       kSwitch, store<&QueueSpec::pfc>, kPfcChoice},
       {"queue.pfc_xoff_bytes",
        "PFC: a switch pauses an ingress port holding more than this, bytes (-1: buffer_bytes "
        "less the headroom, the default)",
-       -1, 1e12, kBytes, [](SimConfig& c, double v) { c.queue.pfc_xoff_bytes = threshold(v); },
-       kPfc},
+       -1, 1e12, kBytes, store<&QueueSpec::pfc_xoff_bytes, threshold>, kPfc},
       {"queue.pfc_xon_bytes",
        "PFC: a switch resumes a paused ingress port at or below this, bytes, not above XOFF (-1: "
        "XOFF less two frames, the default)",
-       -1, 1e12, kBytes, [](SimConfig& c, double v) { c.queue.pfc_xon_bytes = threshold(v); },
-       kPfc},
+       -1, 1e12, kBytes, store<&QueueSpec::pfc_xon_bytes, threshold>, kPfc},
       {"queue.trim",
        "switches cut MetaRoCE data packets to their headers instead of dropping them (TRIM-1)", 0,
-       1, kSwitch, [](SimConfig& c, double v) { c.queue.trim = v != 0; }, kTrimChoice},
+       1, kSwitch, store<&QueueSpec::trim>, kTrimChoice},
       {"queue.trim_priority",
        "trimmed headers overtake queued data (a header lane); 0: they wait in the data FIFO", 0, 1,
-       kSwitch, [](SimConfig& c, double v) { c.queue.trim_priority = v != 0; }, kTrim},
+       kSwitch, store<&QueueSpec::trim_priority>, kTrim},
       {"queue.priority_dscp",
        "switches and NICs serve this DSCP at strict priority, outside PFC (48: where CNPs and "
        "MetaRoCE's ACKs and NAKs travel, ENC-6); 1-63, 64: no such class (0 is the data's)",
-       1, 64, kInteger,
-       [](SimConfig& c, double v) { c.queue.priority_dscp = static_cast<uint8_t>(v); }},
+       1, 64, kInteger, store<&QueueSpec::priority_dscp>},
       {"queue.trim_allowance_bytes", "trimmed headers may take a port this far past buffer_bytes",
-       0, 1e12, kBytes,
-       [](SimConfig& c, double v) { c.queue.trim_allowance_bytes = static_cast<uint64_t>(v); },
-       kTrim},
+       0, 1e12, kBytes, store<&QueueSpec::trim_allowance_bytes>, kTrim},
       {"rc.ecn_kmin",
        "rocev2/irn: RED marking starts above this queue, bytes (not with --fabric-ecn)", 0, 1e12,
-       kBytes, [](SimConfig& c, double v) { c.rc.ecn_kmin = static_cast<uint64_t>(v); },
-       kBaselineRed},
+       kBytes, store<&RcParams::ecn_kmin>, kBaselineRed},
       {"rc.ecn_kmax", "rocev2/irn: RED marking reaches rc.ecn_pmax here, bytes", 0, 1e12, kBytes,
-       [](SimConfig& c, double v) { c.rc.ecn_kmax = static_cast<uint64_t>(v); }, kBaselineRed},
+       store<&RcParams::ecn_kmax>, kBaselineRed},
       {"rc.ecn_pmax", "rocev2/irn: RED marking probability at rc.ecn_kmax", 0, 1, kReal,
-       [](SimConfig& c, double v) { c.rc.ecn_pmax = v; }, kBaselineRed},
+       store<&RcParams::ecn_pmax>, kBaselineRed},
       {"rc.cnp_interval_us", "DCQCN: a receiver sends at most one CNP per flow this often", 0, 1e6,
-       kReal, [](SimConfig& c, double v) { c.rc.cnp_interval = time_from_us(v); }, kDcqcn},
-      {"rc.g", "DCQCN: alpha gain", 0, 1, kReal, [](SimConfig& c, double v) { c.rc.g = v; },
-       kDcqcn},
+       kReal, store<&RcParams::cnp_interval, time_from_us>, kDcqcn},
+      {"rc.g", "DCQCN: alpha gain", 0, 1, kReal, store<&RcParams::g>, kDcqcn},
       {"rc.alpha_timer_us", "DCQCN: alpha decays once per this interval without a CNP", 0.001, 1e6,
-       kReal, [](SimConfig& c, double v) { c.rc.alpha_timer = time_from_us(v); }, kDcqcn},
+       kReal, store<&RcParams::alpha_timer, time_from_us>, kDcqcn},
       {"rc.increase_timer_us", "DCQCN: rate-increase timer", 0.001, 1e6, kReal,
-       [](SimConfig& c, double v) { c.rc.increase_timer = time_from_us(v); }, kDcqcn},
+       store<&RcParams::increase_timer, time_from_us>, kDcqcn},
       {"rc.byte_counter", "DCQCN: bytes sent per rate-increase step", 1, 1e12, kBytes,
-       [](SimConfig& c, double v) { c.rc.byte_counter = static_cast<uint64_t>(v); }, kDcqcn},
+       store<&RcParams::byte_counter>, kDcqcn},
       {"rc.fast_recovery_steps", "DCQCN: F, fast-recovery steps before additive increase", 0, 1000,
-       kInteger,
-       [](SimConfig& c, double v) { c.rc.fast_recovery_steps = static_cast<uint32_t>(v); }, kDcqcn},
+       kInteger, store<&RcParams::fast_recovery_steps>, kDcqcn},
       {"rc.rai_mbps", "DCQCN: additive increase, Mbit/s", 0, 1e7, kInteger,
-       [](SimConfig& c, double v) { c.rc.rai_mbps = static_cast<uint64_t>(v); }, kDcqcn},
+       store<&RcParams::rai_mbps>, kDcqcn},
       {"rc.rhai_mbps", "DCQCN: hyper increase, Mbit/s", 0, 1e7, kInteger,
-       [](SimConfig& c, double v) { c.rc.rhai_mbps = static_cast<uint64_t>(v); }, kDcqcn},
+       store<&RcParams::rhai_mbps>, kDcqcn},
       {"rc.min_rate_mbps", "DCQCN: lowest rate, Mbit/s", 1, 1e7, kInteger,
-       [](SimConfig& c, double v) { c.rc.min_rate_mbps = static_cast<uint64_t>(v); }, kDcqcn},
+       store<&RcParams::min_rate_mbps>, kDcqcn},
       {"mtu",
        "payload bytes per data packet, every transport (default 4096; frame sizes, BDP windows "
        "and the PFC headroom follow)",
@@ -303,9 +302,9 @@ std::span<const Setting> table() {
        [](SimConfig& c, double v) { c.set_mtu(static_cast<uint32_t>(v)); }},
       // A WR's length is 32 bits (SendWr::length).
       {"wr_bytes", "MetaRoCE: largest WRITE a flow posts, bytes (below 4 GiB)", 4096, 4294967295.0,
-       kBytes, [](SimConfig& c, double v) { c.wr_bytes = static_cast<uint64_t>(v); }, kEngine},
+       kBytes, store<&SimConfig::wr_bytes>, kEngine},
       {"wire_overhead", "bytes of Ethernet/IP/UDP framing per packet", 0, 1024, kInteger,
-       [](SimConfig& c, double v) { c.wire_overhead = static_cast<uint32_t>(v); }},
+       store<&SimConfig::wire_overhead>},
   };
   return t;
 }

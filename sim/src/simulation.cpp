@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "metaroce/sim/progress.hpp"
 #include "metaroce/sim/rng.hpp"
 #include "metaroce/sim/topology.hpp"
 #include "metaroce/wire.hpp"
@@ -356,22 +357,23 @@ void Simulation::tick(void* ctx, const Scheduler& s) {
   const double w = wall_now();
   const double dt = w - self->last_progress_wall_;
   if (dt < self->cfg_.progress_interval_s) return;
-  const double rate = static_cast<double>(s.events() - self->last_progress_events_) / dt;
+  const RateText rate =
+      rate_text(static_cast<double>(s.events() - self->last_progress_events_), dt, 1e6, 2);
   self->last_progress_wall_ = w;
   self->last_progress_events_ = s.events();
   if (self->phase_ == Phase::kWarmUp) {
     size_t settled = 0;
     for (const auto& h : self->hosts_) settled += h->connections_settled() ? 1 : 0;
     std::fprintf(stderr,
-                 "[%s] warm-up t=%.1f us  hosts connected %zu/%zu  events %llu  (%.2f M "
+                 "[%s] warm-up t=%.1f us  hosts connected %zu/%zu  events %llu  (%s M "
                  "events/s)\n",
                  self->cfg_.name.c_str(), s.now().us(), settled, self->hosts_.size(),
-                 static_cast<unsigned long long>(s.events()), rate / 1e6);
+                 static_cast<unsigned long long>(s.events()), rate.c_str());
     return;
   }
-  std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu  (%.2f M events/s)\n",
+  std::fprintf(stderr, "[%s] t=%.1f us  flows %zu/%zu  events %llu  (%s M events/s)\n",
                self->cfg_.name.c_str(), s.now().us(), self->flows_->completed(),
-               self->flows_->size(), static_cast<unsigned long long>(s.events()), rate / 1e6);
+               self->flows_->size(), static_cast<unsigned long long>(s.events()), rate.c_str());
 }
 
 BuildProgress Simulation::enter_phase(Phase p) {
@@ -390,23 +392,24 @@ void Simulation::count_tick(void* ctx, uint32_t done, uint32_t total) {
   // No events here: the rate is the phase's own count's, over the phase's
   // time (a reroute's first line came a run line's second after, and read a
   // fifth of the rate).
-  const double rate =
-      static_cast<double>(done - self->last_progress_count_) / (w - self->count_since_);
+  const RateText rate = rate_text(static_cast<double>(done - self->last_progress_count_),
+                                  w - self->count_since_, 1, 0);
   self->last_progress_wall_ = w;
   self->last_progress_count_ = done;
   self->count_since_ = w;
   const char* name = self->cfg_.name.c_str();
   switch (self->phase_) {
     case Phase::kHosts:
-      std::fprintf(stderr, "[%s] build  hosts %u/%u  (%.0f hosts/s)\n", name, done, total, rate);
+      std::fprintf(stderr, "[%s] build  hosts %u/%u  (%s hosts/s)\n", name, done, total,
+                   rate.c_str());
       return;
     case Phase::kReroute:
-      std::fprintf(stderr, "[%s] t=%.1f us  reroute  routes to hosts %u/%u  (%.0f hosts/s)\n", name,
-                   self->sched_.now().us(), done, total, rate);
+      std::fprintf(stderr, "[%s] t=%.1f us  reroute  routes to hosts %u/%u  (%s hosts/s)\n", name,
+                   self->sched_.now().us(), done, total, rate.c_str());
       return;
     default:
-      std::fprintf(stderr, "[%s] build  routes to hosts %u/%u  (%.0f hosts/s)\n", name, done, total,
-                   rate);
+      std::fprintf(stderr, "[%s] build  routes to hosts %u/%u  (%s hosts/s)\n", name, done, total,
+                   rate.c_str());
       return;
   }
 }

@@ -12,6 +12,7 @@
 
 #include "metaroce/sim/config_file.hpp"
 #include "metaroce/sim/presets.hpp"
+#include "metaroce/sim/progress.hpp"
 #include "metaroce/sim/settings.hpp"
 #include "metaroce/sim/simulation.hpp"
 #include "metaroce/sim/topology.hpp"
@@ -296,6 +297,18 @@ std::string refusal(const std::string& text) {
   return {};
 }
 
+// text is refused with a message that holds `want`, and, `located`, starts
+// with the file's name (t.toml:LINE:COL).
+constexpr bool kLocated = true;
+void expect_refused(const std::string& text, const std::string& want, bool located = false) {
+  const std::string got = refusal(text);
+  EXPECT_NE(got.find(want), std::string::npos)
+      << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
+  if (located) {
+    EXPECT_EQ(got.rfind("t.toml:", 0), 0u) << got;
+  }
+}
+
 std::string replace(std::string s, const std::string& from, const std::string& to) {
   const auto at = s.find(from);
   EXPECT_NE(at, std::string::npos) << from;
@@ -564,92 +577,89 @@ TEST(ConfigFile, LoneFlowExampleRunsAtLineRate) {
 
 TEST(ConfigFile, BadInputsNameTheLineAndKey) {
   const std::string s = kSmall;
-  const std::pair<std::string, std::string> bad[] = {
+  // kSmall with `from` replaced by `to` is refused with `want`.
+  const struct {
+    const char* from;
+    const char* to;
+    const char* want;
+  } bad[] = {
       // syntax: toml++'s message with the line
-      {replace(s, "[topology]", "[topology"), "t.toml:4:"},
-      {replace(s, "k = 4", "k = 4\nk = 6"), "t.toml:7:"},
+      {"[topology]", "[topology", "t.toml:4:"},
+      {"k = 4", "k = 4\nk = 6", "t.toml:7:"},
       // unknown and missing keys, wrong types
-      {replace(s, "k = 4", "k = 4\nlayers = 3"), "t.toml:7:1: unknown key 'topology.layers'"},
-      {replace(s, "name = \"small\"", "nmae = 1"), "unknown key 'nmae'"},
-      // top-level keys without a leading dot; [workload] for [[workload]] named
-      {replace(s, "name = \"small\"", "name = 1"), "t.toml:2:8: name: expected a string"},
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = \"20\""),
+      {"k = 4", "k = 4\nlayers = 3", "t.toml:7:1: unknown key 'topology.layers'"},
+      {"name = \"small\"", "nmae = 1", "unknown key 'nmae'"},
+      // top-level keys without a leading dot ([workload] for [[workload]]: below)
+      {"name = \"small\"", "name = 1", "t.toml:2:8: name: expected a string"},
+      {"time_limit_ms = 20", "time_limit_ms = \"20\"",
        "t.toml:3:17: time_limit_ms: expected a number"},
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nmtu = \"big\""),
+      {"time_limit_ms = 20", "time_limit_ms = 20\nmtu = \"big\"",
        "t.toml:4:7: mtu: 'big' is not a byte count"},
-      {s.substr(0, s.find("[[workload]]")) + "[workload]\nkind = \"permutation\"\nbytes = 4096\n",
-       "t.toml:12:1: workload: expected an array of tables, [[workload]], not [workload]"},
-      {replace(s, "k = 4\n", ""), "missing key 'topology.k'"},
-      {replace(s, "host_rate_gbps = 100\n", ""), "missing key 'topology.host_rate_gbps'"},
-      {replace(s, "k = 4", "k = \"4\""), "topology.k: expected a whole number"},
-      {replace(s, "k = 4", "k = 5"), "topology.k: an even number"},
-      {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = -1"), "must be > 0"},
+      {"k = 4\n", "", "missing key 'topology.k'"},
+      {"host_rate_gbps = 100\n", "", "missing key 'topology.host_rate_gbps'"},
+      {"k = 4", "k = \"4\"", "topology.k: expected a whole number"},
+      {"k = 4", "k = 5", "topology.k: an even number"},
+      {"fabric_rate_gbps = 100", "fabric_rate_gbps = -1", "must be > 0"},
       // beyond what the picosecond arithmetic holds (llround of 1e33 is
       // undefined: a 1e30 Gb/s link read an ideal of 0 us)
-      {replace(s, "fabric_rate_gbps = 100", "fabric_rate_gbps = 1e30"),
+      {"fabric_rate_gbps = 100", "fabric_rate_gbps = 1e30",
        "t.toml:8:20: topology.fabric_rate_gbps: at most 100000 (100 Tb/s)"},
-      {replace(s, "fabric_delay_us = 0.5", "fabric_delay_us = 1e30"),
+      {"fabric_delay_us = 0.5", "fabric_delay_us = 1e30",
        "t.toml:9:19: topology.fabric_delay_us: at most 10000 (10 ms)"},
-      {replace(s, "rate_gbps = 50", "rate_gbps = 1e30"),
-       "fault.rate_gbps: at most 100000 (100 Tb/s)"},
+      {"rate_gbps = 50", "rate_gbps = 1e30", "fault.rate_gbps: at most 100000 (100 Tb/s)"},
       // unknown kinds
-      {replace(s, "\"fat_tree\"", "\"torus\""), "t.toml:5:8: topology.kind: unknown 'torus'"},
-      {replace(s, "\"permutation\"", "\"shuffle\""), "workload.kind: unknown 'shuffle'"},
-      {replace(s, "\"gray\"", "\"flaky\""), "fault.kind: unknown 'flaky'"},
+      {"\"fat_tree\"", "\"torus\"", "t.toml:5:8: topology.kind: unknown 'torus'"},
+      {"\"permutation\"", "\"shuffle\"", "workload.kind: unknown 'shuffle'"},
+      {"\"gray\"", "\"flaky\"", "fault.kind: unknown 'flaky'"},
       // bad values
-      {replace(s, "\"256KiB\"", "\"256 parsecs\""), "workload.bytes: '256 parsecs'"},
-      {replace(s, "\"256KiB\"", "\"1e30GiB\""),
-       "workload.bytes: 1.07374e+39 is not an integer in [1, 9e+18]"},
-      {replace(s, "\"256KiB\"", "\"0.4B\""), "workload.bytes: '0.4B' is less than one byte"},
-      {replace(s, "bytes = 16384", "bytes = 0"),
-       "workload.bytes: 0 is not an integer in [1, 9e+18]"},
-      {replace(s, "load = 0.3", "load = 1.5"), "workload.load: must be in (0, 1]"},
-      {replace(s, "load = 0.3", "load = 0.3\nmean_gap_us = 2"), "exactly one of 'load'"},
+      {"\"256KiB\"", "\"256 parsecs\"", "workload.bytes: '256 parsecs'"},
+      {"\"256KiB\"", "\"1e30GiB\"", "workload.bytes: 1.07374e+39 is not an integer in [1, 9e+18]"},
+      {"\"256KiB\"", "\"0.4B\"", "workload.bytes: '0.4B' is less than one byte"},
+      {"bytes = 16384", "bytes = 0", "workload.bytes: 0 is not an integer in [1, 9e+18]"},
+      {"load = 0.3", "load = 1.5", "workload.load: must be in (0, 1]"},
+      {"load = 0.3", "load = 0.3\nmean_gap_us = 2", "exactly one of 'load'"},
       // a gap of 0 started every flow at once; one past 2^64 ps (a tiny load)
       // was undefined and came out as 0 too
-      {replace(s, "load = 0.3", "mean_gap_us = 0"), "workload.mean_gap_us: must be > 0"},
-      {replace(s, "load = 0.3", "load = 1e-300"),
+      {"load = 0.3", "mean_gap_us = 0", "workload.mean_gap_us: must be > 0"},
+      {"load = 0.3", "load = 1e-300",
        "background: at load 1e-300 flows are more than 1e12 us apart"},
-      {replace(s, "load = 0.3", "mean_gap_us = 1e11"), "would start after 1e12 us"},
-      {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 5, 5]"), "a host twice"},
-      {replace(s, "hosts = [0, 5, 10, 15]", "hosts = [0, 16]"), "workload.hosts: host ids 0..15"},
-      {replace(s, "hosts = [0, 5, 10, 15]", "rings = \"rails\""), "needs topology.kind = \"rail\""},
-      {replace(s, "edge = 3", "edge = 99"), "fault.edge: edge ids 0..47"},
-      {replace(s, "\"core 0\"", "\"core 2\""), "fault.link: no link joins"},
-      {replace(s, "\"core 0\"", "\"router 0\""), "unknown node kind 'router'"},
-      {replace(s, "drop = 0.02", "drop = 0.02\nrate_gbps = 3"), "not used by kind 'gray'"},
+      {"load = 0.3", "mean_gap_us = 1e11", "would start after 1e12 us"},
+      {"hosts = [0, 5, 10, 15]", "hosts = [0, 5, 5]", "a host twice"},
+      {"hosts = [0, 5, 10, 15]", "hosts = [0, 16]", "workload.hosts: host ids 0..15"},
+      {"hosts = [0, 5, 10, 15]", "rings = \"rails\"", "needs topology.kind = \"rail\""},
+      {"edge = 3", "edge = 99", "fault.edge: edge ids 0..47"},
+      {"\"core 0\"", "\"core 2\"", "fault.link: no link joins"},
+      {"\"core 0\"", "\"router 0\"", "unknown node kind 'router'"},
+      {"drop = 0.02", "drop = 0.02\nrate_gbps = 3", "not used by kind 'gray'"},
       // --set's range and message (the file's own was [0, 1e9], and the
       // table's "-1 turns it off" was refused)
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -2"),
+      {"time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = -2",
        "t.toml:4:14: reroute_us: -2 is not a value in [-1, 1e+09]"},
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = 2e9"),
+      {"time_limit_ms = 20", "time_limit_ms = 20\nreroute_us = 2e9",
        "t.toml:4:14: reroute_us: 2e+09 is not a value in [-1, 1e+09]"},
-      {replace(s, "at_us = 30", "at_us = -30"), "at_us: expected a number of microseconds >= 0"},
+      {"at_us = 30", "at_us = -30", "at_us: expected a number of microseconds >= 0"},
       // the ranges --set and metaroce-sim's options check (settings.cpp)
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 2e10"),
+      {"time_limit_ms = 20", "time_limit_ms = 2e10",
        "t.toml:3:17: time_limit_ms: 2e+10 is not a value in [1e-06, 1e+09]"},
-      {replace(s, "time_limit_ms = 20", "time_limit_ms = 0"), "t.toml:3:17: time_limit_ms: 0 is"},
+      {"time_limit_ms = 20", "time_limit_ms = 0", "t.toml:3:17: time_limit_ms: 0 is"},
       // the queue as a whole: the check --set's overrides get too (queue_spec_error)
-      {replace(s, "buffer_bytes = \"175KB\"",
-               "buffer_bytes = \"175KB\"\necn_kmin = 200000\necn_kmax = 100000"),
+      {"buffer_bytes = \"175KB\"", "buffer_bytes = \"175KB\"\necn_kmin = 200000\necn_kmax = 100000",
        "t.toml:12:12: queue.ecn_kmin (200000) is above queue.ecn_kmax (100000)"},
-      {replace(s, "buffer_bytes = \"175KB\"", "buffer_bytes = \"175KB\"\necn_pmax = 1.5"),
+      {"buffer_bytes = \"175KB\"", "buffer_bytes = \"175KB\"\necn_pmax = 1.5",
        "t.toml:12:12: queue.ecn_pmax: 1.5 is not a value in [0, 1]"},
       // an incast's receiver outside the topology is named as such
-      {replace(s, "kind = \"permutation\"", "kind = \"incast\"\nreceiver = 9999\nsenders = 4"),
+      {"kind = \"permutation\"", "kind = \"incast\"\nreceiver = 9999\nsenders = 4",
        "workload (incast): incast: receiver 9999 is not a host (16 hosts: 0..15)"},
-      {replace(s, "kind = \"permutation\"", "kind = \"incast\"\nsenders = 16"),
+      {"kind = \"permutation\"", "kind = \"incast\"\nsenders = 16",
        "workload (incast): incast: 16 senders, at most 15 (16 hosts, one the receiver)"},
-      {replace(s, "kind = \"background\"\nbytes = 16384\nflows = 40\nload = 0.3",
-               "kind = \"matrix\"\nfile = \"/nonexistent.tm\""),
-       "cannot open '/nonexistent.tm'"},
+      {"kind = \"background\"\nbytes = 16384\nflows = 40\nload = 0.3",
+       "kind = \"matrix\"\nfile = \"/nonexistent.tm\"", "cannot open '/nonexistent.tm'"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-    EXPECT_EQ(got.rfind("t.toml:", 0), 0u) << got;
-  }
+  for (const auto& [from, to, want] : bad) expect_refused(replace(s, from, to), want, kLocated);
+  // [workload] for [[workload]] is named as such.
+  expect_refused(
+      s.substr(0, s.find("[[workload]]")) + "[workload]\nkind = \"permutation\"\nbytes = 4096\n",
+      "t.toml:12:1: workload: expected an array of tables, [[workload]], not [workload]", kLocated);
 }
 
 // The builders multiply in 32 bits and allocate a link at a time: 65536
@@ -687,11 +697,7 @@ bytes = 4096
                "spines = 2", "spines = 65536"),
        "links, more than 4194304"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-  }
+  for (const auto& [text, want] : bad) expect_refused(text, want);
 }
 
 // A workload is counted before it is generated: 4e9 background flows (or an
@@ -704,11 +710,7 @@ TEST(ConfigFile, WorkloadsPastTheFlowLimitAreRefusedBeforeTheyAreGenerated) {
       {bg, "workload (background): 4000000000 flows, the scenario more than 16777216"},
       {a2a, "workload (all_to_all): 4294901760 flows, the scenario more than 16777216"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-  }
+  for (const auto& [text, want] : bad) expect_refused(text, want);
   // Up to the limit, counted over every workload of the file.
   EXPECT_NO_THROW((void)parse(replace(kSmall, "flows = 40", "flows = 200000")));
   EXPECT_THROW((void)parse(replace(kSmall, "flows = 40", "flows = 16777216")), ConfigError);
@@ -777,11 +779,7 @@ link = ["leaf 0", "spine 1"]
       {replace(leaf_spine, "link = [\"leaf 0\", \"spine 1\"]", "edge = 24"),
        "fault 0 (rate): fault.edge: edge ids 0..11"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-  }
+  for (const auto& [text, want] : bad) expect_refused(text, want);
 }
 
 // With links_per_spine > 1 a leaf and a spine are joined by several links,
@@ -837,11 +835,7 @@ link = ["leaf 0", "spine 1", 2]
       {replace(ls, ab, "link = [\"leaf 0\"]"), "fault.link: two nodes and an optional index"},
       {replace(ls, ab, "link = [\"leaf 0\", \"leaf 1\", 0]"), "fault.link: no link joins"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-  }
+  for (const auto& [text, want] : bad) expect_refused(text, want);
 }
 
 // A link's link_down and link_up faults alternate, from up, in the order they
@@ -878,12 +872,7 @@ TEST(ConfigFile, LinkFaultsAlternateDownThenUp) {
        "fault 0 (link_up, edge 20) at 10 us: the link is up then (its link_down, fault 1, is at "
        "10 us too, after it in the file: faults at one instant act in the file's order)"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-    EXPECT_EQ(got.rfind("t.toml:", 0), 0u) << got;
-  }
+  for (const auto& [text, want] : bad) expect_refused(text, want, kLocated);
   // Other links, and other kinds, are not in the sequence.
   std::string other = faults({{"link_down", 10}});
   other += "[[fault]]\nkind = \"link_down\"\nedge = 21\nat_us = 10\n";
@@ -905,11 +894,7 @@ TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
       {replace(kSmall, "hosts = [0, 5, 10, 15]", "hosts = [0, 5.0]"),
        "workload.hosts: host ids 0..15"},
   };
-  for (const auto& [text, want] : bad) {
-    const std::string got = refusal(text);
-    EXPECT_NE(got.find(want), std::string::npos)
-        << (got.empty() ? "accepted" : "got: " + got) << "\nwanted: " << want;
-  }
+  for (const auto& [text, want] : bad) expect_refused(text, want);
   EXPECT_EQ(
       parse(replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.001")).topo.host_rate_mbps,
       1u);
@@ -1386,6 +1371,16 @@ TEST(Progress, WarmUpHasProgressLines) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("[fattree16-perm] warm-up t="), std::string::npos) << err;
   EXPECT_NE(err.find(" hosts connected "), std::string::npos) << err;
+}
+
+// A progress line's rate over no measured wall time (a progress interval of
+// 0 lets two lines come within one clock reading) reads "-": it was a
+// division by zero, printed "inf" (or "nan" with nothing counted).
+TEST(Progress, RateOverNoWallTimeIsADash) {
+  EXPECT_STREQ(rate_text(5, 0, 1, 0).c_str(), "-");
+  EXPECT_STREQ(rate_text(0, 0, 1e6, 2).c_str(), "-");
+  EXPECT_STREQ(rate_text(3e6, 1.5, 1e6, 2).c_str(), "2.00");
+  EXPECT_STREQ(rate_text(10, 0.5, 1, 0).c_str(), "20");
 }
 
 // fattree16-perm built with progress lines at every chance (not once a wall
