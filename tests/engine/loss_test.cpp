@@ -677,11 +677,9 @@ struct RnrSendThenWrite {
 
 RnrSendThenWrite run_rnr_send_then_write() {
   RnrSendThenWrite out;
-  Loop loop(cfg(303), cfg(304));
-  loop.delay_ns = 200'000;
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 4 * 4096, 0, 1);
-  Buf wdst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(cfg(303), 304, 200'000, 4 * 4096, 1, &b);
+  auto& [loop, a, wsrc, wdst] = w;
   EXPECT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 1));
   Buf src(loop.ep(0), 4096, 0, 7);
   Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0);
@@ -749,10 +747,9 @@ TEST(Engine, TailRuleLeavesAResendYoungerThanTheNewestAcknowledged) {  // LOSS-8
 
 TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
   EndpointConfig c = cfg(301, 1);
-  Loop loop(c, cfg(302));
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 4096, 0, 1);
-  Buf wdst(loop.ep(1), 4096, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 302, Loop::kDelayNs, 4096, 1, &b);
+  auto& [loop, a, wsrc, wdst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 8));
   Buf src(loop.ep(0), 4 * 4096, 0, 7);
   Buf rbuf(loop.ep(1), 4 * 4096, kAccessLocalWrite, 0);
@@ -978,10 +975,9 @@ TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
 // Released, path 0 carries its share of the next WRITE.
 TEST(Engine, PathEmptiedByAnRnrNakTakesNewDataAgain) {  // LOSS-7, LOSS-8
   EndpointConfig c = cfg(305, 2);
-  Loop loop(c, cfg(306));
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 16 * 4096, 0, 1);
-  Buf wdst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 306, Loop::kDelayNs, 16 * 4096, 1, &b);
+  auto& [loop, a, wsrc, wdst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 8));  // RTT samples on both paths
   Buf src(loop.ep(0), 4 * 4096, 0, 7);
   Buf rbuf(loop.ep(1), 4 * 4096, kAccessLocalWrite, 0);
