@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -622,22 +623,25 @@ TEST(Engine, AReadRequestRefusedAndTakenLaterIsServedInItsOrder) {  // READ-5, R
   for (uint32_t i = 0; i < kReads; ++i) EXPECT_EQ(served[i], i) << "response " << i;
 }
 
-// PLACE-4: a READ response whose msg_len is not its READ's length belongs to
-// no READ this end asked for: it is dropped, counted as a bad length, and
-// not acknowledged, though its payload fits inside the READ; its resend,
-// true, completes the READ.
-TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
-  Loop loop(cfg(95), cfg(96));
+// PLACE-4's drops: a two-packet READ between endpoints seeded `seed` and
+// seed + 1, of the peer's bytes (a pattern from `fill`). The first of its
+// responses that `pick` takes is forged by `edit`: it must be dropped,
+// counted as a bad length and not acknowledged, and the true resend
+// complete the READ with every byte.
+void read_survives_a_forged_response(uint64_t seed, uint8_t fill,
+                                     const std::function<bool(const std::vector<uint8_t>&)>& pick,
+                                     const std::function<void(std::vector<uint8_t>&)>& edit) {
+  Loop loop(cfg(seed), cfg(seed + 1));
   auto [a, b] = loop.connect();
   Buf mine(loop.ep(0), 8192, kAccessLocalWrite, 0);
-  Buf theirs(loop.ep(1), 8192, kAccessRemoteRead, 0x6b);
-  pattern(theirs.bytes, 9);
+  Buf theirs(loop.ep(1), 8192, kAccessRemoteRead);
+  pattern(theirs.bytes, fill);
   bool forged = false;
   loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-    if (forged || from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp)) return;
+    if (forged || from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp) || !pick(d))
+      return;
     forged = true;
-    be::store32(d.data() + wire::kBaseHeaderSize + 8, 4096);  // msg_len: one packet's worth
-    ASSERT_EQ(wire::seal(d, d.size() - 4096 - wire::kIcrcSize, 4096), d.size());
+    edit(d);
   };
   ASSERT_EQ(loop.ep(0).post_send(a, read_wr(mine, theirs.addr(), theirs.mr.rkey, 8192)),
             Status::kOk);
@@ -649,13 +653,24 @@ TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
   EXPECT_EQ(loop.ep(0).endpoint_stats().bad_length, 1u);
 }
 
+// PLACE-4: a READ response whose msg_len is not its READ's length belongs to
+// no READ this end asked for, though its payload fits inside the READ.
+TEST(Engine, ReadResponseOfAnotherLengthIsDropped) {  // PLACE-4
+  read_survives_a_forged_response(
+      95, 9, [](const std::vector<uint8_t>&) { return true; },
+      [](std::vector<uint8_t>& d) {
+        be::store32(d.data() + wire::kBaseHeaderSize + 8, 4096);  // msg_len: one packet's worth
+        ASSERT_EQ(wire::seal(d, d.size() - 4096 - wire::kIcrcSize, 4096), d.size());
+      });
+}
+
 // PLACE-4: a READ counts its responses to complete, so each must be its own
 // segment (5.2): response k at PSN first + k, offset k * mtu. The second of
 // a two-packet READ's responses is forged into one that passes TRIM-5 but
 // is not that segment: no bytes at offset msg_len, the first segment's
-// offset, an offset between segments. Each is dropped and counted as a bad
-// length; the true resend completes the READ with every byte. (Before, each
-// was counted, and the READ completed with its second half never written.)
+// offset, an offset between segments. Each is dropped, the READ completed
+// by the true resend. (Before, each was counted, and the READ completed with
+// its second half never written.)
 // So is the first, forged into no bytes at msg_len: as the first response
 // placed it names its own segment by its offset, and msg_len / mtu is no
 // segment of the READ (k < resp_pkts).
@@ -671,31 +686,18 @@ TEST(Engine, ReadResponseThatIsNotItsSegmentIsDropped) {  // PLACE-4
         Forge{"between segments", 4096, 100, 4096},
         Forge{"the first, no bytes at msg_len", 0, 8192, 0}}) {
     SCOPED_TRACE(f.what);
-    Loop loop(cfg(920), cfg(921));
-    auto [a, b] = loop.connect();
-    Buf mine(loop.ep(0), 8192, kAccessLocalWrite, 0);
-    Buf theirs(loop.ep(1), 8192, kAccessRemoteRead, 0x6c);
-    pattern(theirs.bytes, 11);
-    bool forged = false;
-    loop.mutate = [&](int from, std::vector<uint8_t>& d) {
-      if (forged || from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kReadResp) ||
-          be::load32(d.data() + wire::kBaseHeaderSize + 4) != f.forged_offset)
-        return;
-      forged = true;
-      const size_t h = wire::kBaseHeaderSize + wire::kMessageHeaderSize;
-      ASSERT_EQ(d.size(), h + 4096 + wire::kIcrcSize);
-      be::store32(d.data() + wire::kBaseHeaderSize + 4, f.offset);
-      d.resize(h + f.payload + wire::kIcrcSize);
-      ASSERT_EQ(wire::seal(d, h, f.payload), d.size());
-    };
-    ASSERT_EQ(loop.ep(0).post_send(a, read_wr(mine, theirs.addr(), theirs.mr.rkey, 8192)),
-              Status::kOk);
-    std::vector<Completion> done;
-    ASSERT_TRUE(loop.run_until_completions(0, 1, done));
-    EXPECT_TRUE(forged);
-    EXPECT_EQ(done[0].status, Status::kOk);
-    EXPECT_EQ(mine.bytes, theirs.bytes);
-    EXPECT_EQ(loop.ep(0).endpoint_stats().bad_length, 1u);
+    read_survives_a_forged_response(
+        920, 11,
+        [&](const std::vector<uint8_t>& d) {
+          return be::load32(d.data() + wire::kBaseHeaderSize + 4) == f.forged_offset;
+        },
+        [&](std::vector<uint8_t>& d) {
+          const size_t h = wire::kBaseHeaderSize + wire::kMessageHeaderSize;
+          ASSERT_EQ(d.size(), h + 4096 + wire::kIcrcSize);
+          be::store32(d.data() + wire::kBaseHeaderSize + 4, f.offset);
+          d.resize(h + f.payload + wire::kIcrcSize);
+          ASSERT_EQ(wire::seal(d, h, f.payload), d.size());
+        });
   }
 }
 

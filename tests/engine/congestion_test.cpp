@@ -118,8 +118,7 @@ TEST(Engine, WindowsGrowOnlyWhileTheyHoldTheSenderBack) {  // CC-2
 // grew without bound, took most of what was in flight and kept their links'
 // queues overflowing (BENCHMARKS.md section 4, stop 22).
 TEST(Engine, OnlyAPathWhoseWindowHoldsTheSenderBackGrows) {  // CC-2
-  EndpointConfig c = cfg(152);
-  c.num_paths = 8;
+  EndpointConfig c = cfg(152, 8);
   c.window_log2 = 6;
   c.cc.initial_cwnd_packets = 256;
   EndpointConfig d = cfg(153);
@@ -138,8 +137,7 @@ TEST(Engine, OnlyAPathWhoseWindowHoldsTheSenderBackGrows) {  // CC-2
 // room, and its window must not grow for slot 1's being full (a rule that
 // counted any path's being passed over for every path would grow it).
 TEST(Engine, APathWithRoomDoesNotGrowForAnotherBeingFull) {  // CC-2
-  EndpointConfig c = cfg(154);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(154, 2);
   c.cc.initial_cwnd_packets = 16;
   Loop loop(c, cfg(155));
   loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
@@ -174,8 +172,7 @@ TEST(Engine, APathWithRoomDoesNotGrowForAnotherBeingFull) {  // CC-2
 // each, none of them full: the cap counts as window-limited for every path,
 // so their windows grow and keep the headroom the cap needs.
 TEST(Engine, TheConnectionCapLetsEveryPathGrow) {  // CC-2, CC-9
-  EndpointConfig c = cfg(156);
-  c.num_paths = 8;
+  EndpointConfig c = cfg(156, 8);
   c.cc.initial_cwnd_packets = 256;
   c.cc.max_inflight_packets = 24;
   Loop loop(c, cfg(157));
@@ -190,14 +187,11 @@ TEST(Engine, TheConnectionCapLetsEveryPathGrow) {  // CC-2, CC-9
 
 // The largest sum of in-flight bytes over a's paths seen during a 4 MiB WRITE.
 uint64_t peak_connection_inflight(uint32_t cap_packets) {
-  EndpointConfig c = cfg(130);
-  c.num_paths = 8;
+  EndpointConfig c = cfg(130, 8);
   c.cc.max_inflight_packets = cap_packets;
-  Loop loop(c, cfg(131));
-  loop.delay_ns = 20'000;  // a long RTT, so that slow start opens every path wide
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4 << 20, 0, 0x5a);
-  Buf dst(loop.ep(1), 4 << 20, kAccessRemoteWrite);
+  WritePair w(c, 131, 20'000, 4 << 20,
+              0x5a);  // a long RTT, so that slow start opens every path wide
+  auto& [loop, a, src, dst] = w;
   EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20)), Status::kOk);
   uint64_t peak = 0;
   bool done = false;
@@ -257,8 +251,7 @@ TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
   // one packet per RTT), and below a packet, where one ACK covers more than
   // the window, at twice the floor: an incast of many multipath senders at
   // twice its share of the bottleneck.
-  EndpointConfig c = cfg(180);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(180, 1);
   WritePair w(c, 181, 10'000, 1 << 20, 0x44);
   auto& [loop, a, src, dst] = w;
   loop.mark_ce = [](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
@@ -287,13 +280,9 @@ TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
 TEST(Engine, AckEchoingADuplicateCutsNoWindow) {  // CC-4, CC-5, CC-2
   for (const bool dup : {true, false}) {
     SCOPED_TRACE(dup);
-    EndpointConfig c = cfg(190);
-    c.num_paths = 1;
-    Loop loop(c, cfg(191));
-    loop.delay_ns = 10'000;
-    auto [a, b] = loop.connect();
-    Buf src(loop.ep(0), 1 << 20, 0, 0x45);
-    Buf dst(loop.ep(1), 1 << 20, kAccessRemoteWrite);
+    EndpointConfig c = cfg(190, 1);
+    WritePair w(c, 191, 10'000, 1 << 20, 0x45);
+    auto& [loop, a, src, dst] = w;
     loop.mutate = [&](int from, std::vector<uint8_t>& d) {
       if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck)) return;
       d[wire::kBaseHeaderSize + 14] |= wire::kAckEchoCe | (dup ? wire::kAckEchoDup : 0);
@@ -328,14 +317,10 @@ TEST(Engine, AckEchoingADuplicateCutsNoWindow) {  // CC-4, CC-5, CC-2
 // least the cut window's worth of ACKs before the next raise (69 % of it at
 // the shortest when the accumulator was kept).
 TEST(Engine, AdditiveIncreaseCountsFromTheLatestCut) {  // CC-2, CC-4
-  EndpointConfig c = cfg(182);
-  c.num_paths = 1;
-  Loop loop(c, cfg(183));
-  loop.delay_ns = 10'000;
-  auto [a, b] = loop.connect();
+  EndpointConfig c = cfg(182, 1);
   constexpr size_t kLen = 32 << 20;
-  Buf src(loop.ep(0), kLen, 0, 0x45);
-  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  WritePair w(c, 183, 10'000, kLen, 0x45);
+  auto& [loop, a, src, dst] = w;
   uint64_t data_sent = 0;
   loop.mark_ce = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01 && ++data_sent % 400 < 60;
@@ -380,8 +365,7 @@ TEST(Engine, AdditiveIncreaseCountsFromTheLatestCut) {  // CC-2, CC-4
 // and without the pacing deadline the connection sits until the peer timeout
 // (PATH-7) fails it.
 EndpointConfig paced_cfg(uint64_t seed) {
-  EndpointConfig c = cfg(seed);
-  c.num_paths = 8;
+  EndpointConfig c = cfg(seed, 8);
   c.cc.initial_cwnd_packets = 1;
   return c;
 }
@@ -469,10 +453,8 @@ TEST(Engine, PacedRetransmissionsResumeWithoutAnAck) {  // CC-6, LOSS-3, LOSS-8
 TEST(Engine, ConnectionInflightCapIsFilledExactly) {  // CC-9
   EndpointConfig c = cfg(158);
   c.cc.max_inflight_packets = 5;
-  Loop loop(c, cfg(159));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 16 * 4096, 0, 0x4f);
-  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 159, Loop::kDelayNs, 16 * 4096, 0x4f);
+  auto& [loop, a, src, dst] = w;
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096)), Status::kOk);
   std::vector<uint8_t> buf(70000);
   TxDatagram tx;
@@ -494,8 +476,7 @@ TEST(Engine, ConnectionInflightCapIsFilledExactly) {  // CC-9
 // (ACK-2), both back at one instant: the first halves the window (alpha
 // starts at 1), the second cuts nothing.
 TEST(Engine, TwoCongestionEchoesWithinAnSrttCutOnce) {  // CC-4
-  EndpointConfig c = cfg(160);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(160, 1);
   Loop loop(c, cfg(161));
   auto [a, b] = loop.connect();
   PathStats before;
@@ -519,12 +500,9 @@ TEST(Engine, TwoCongestionEchoesWithinAnSrttCutOnce) {  // CC-4
 // ACKs of a one-packet WRITE come back 500 us late: (500 - 4 - 50) / 500 of
 // the window would be 89 %.
 TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
-  EndpointConfig c = cfg(162);
-  c.num_paths = 1;
-  Loop loop(c, cfg(163));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4096, 0, 0x52);
-  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(162, 1);
+  WritePair w(c, 163, Loop::kDelayNs, 4096, 0x52);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
   PathStats before;
   ASSERT_TRUE(loop.ep(0).path_stats(a, 0, before));
@@ -547,12 +525,9 @@ TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
 // and the window after it, all marked, moves alpha a sixteenth of the way
 // back to 1. A gain of 1/32 read 968 permille after the first window, not 937.
 TEST(Engine, AlphaMovesASixteenthOfTheWayToEachWindowsMarkingFraction) {  // CC-3, CC-4
-  EndpointConfig c = cfg(164);
-  c.num_paths = 1;
-  Loop loop(c, cfg(165));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4096, 0, 0x53);
-  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(164, 1);
+  WritePair w(c, 165, Loop::kDelayNs, 4096, 0x53);
+  auto& [loop, a, src, dst] = w;
   // The rule's alpha in the engine's fixed point (1 << 16 is 1): exact, with
   // no rounding, while 16^k divides 2^16 * 15^k.
   constexpr uint64_t kOne = 1u << 16;

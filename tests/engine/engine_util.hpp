@@ -23,6 +23,13 @@ inline EndpointConfig cfg(uint64_t seed) {
   return c;
 }
 
+// cfg(seed) over `num_paths` paths.
+inline EndpointConfig cfg(uint64_t seed, uint8_t num_paths) {
+  EndpointConfig c = cfg(seed);
+  c.num_paths = num_paths;
+  return c;
+}
+
 struct Buf {
   std::vector<uint8_t> bytes;
   MemoryRegion mr;
@@ -163,16 +170,20 @@ inline void write_and_check(Loop& loop, ConnId a, uint32_t len, uint8_t fill) {
 }
 
 // The prologue most loss, congestion and scheduling tests share: endpoint 0
-// set up as `c`, endpoint 1 as cfg(peer_seed), `delay_ns` each way (the
-// handshake's too), endpoint 0's connection `a`, and `src` (`bytes` of
-// `fill`) and `dst` registered after it for WRITEs from 0 to 1.
+// set up as `c`, endpoint 1 as `peer` (or cfg(peer_seed)), `delay_ns` each
+// way (the handshake's too), endpoint 0's connection `a` (endpoint 1's into
+// `peer_conn` when given), and `src` (`bytes` of `fill`) and `dst`
+// registered after it for WRITEs from 0 to 1.
 struct WritePair {
-  WritePair(const EndpointConfig& c, uint64_t peer_seed, uint64_t delay_ns, size_t bytes,
-            uint8_t fill)
-      : loop(c, cfg(peer_seed)),
-        a(delayed_connection(loop, delay_ns)),
+  WritePair(const EndpointConfig& c, const EndpointConfig& peer, uint64_t delay_ns, size_t bytes,
+            uint8_t fill, ConnId* peer_conn = nullptr)
+      : loop(c, peer),
+        a(delayed_connection(loop, delay_ns, peer_conn)),
         src(loop.ep(0), bytes, 0, fill),
         dst(loop.ep(1), bytes, kAccessRemoteWrite) {}
+  WritePair(const EndpointConfig& c, uint64_t peer_seed, uint64_t delay_ns, size_t bytes,
+            uint8_t fill, ConnId* peer_conn = nullptr)
+      : WritePair(c, cfg(peer_seed), delay_ns, bytes, fill, peer_conn) {}
   WritePair(const WritePair&) = delete;
   WritePair& operator=(const WritePair&) = delete;
 
@@ -181,9 +192,11 @@ struct WritePair {
   Buf src, dst;
 
  private:
-  static ConnId delayed_connection(Loop& loop, uint64_t delay_ns) {
+  static ConnId delayed_connection(Loop& loop, uint64_t delay_ns, ConnId* peer_conn) {
     loop.delay_ns = delay_ns;
-    return loop.connect().first;
+    const auto [a, b] = loop.connect();
+    if (peer_conn != nullptr) *peer_conn = b;
+    return a;
   }
 };
 

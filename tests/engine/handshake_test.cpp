@@ -72,6 +72,16 @@ std::vector<std::vector<uint8_t>> sent(Loop& loop, int i) {
   return ::testing::AssertionSuccess();
 }
 
+// connect_request, then answer_of: a failure unless endpoint 1 answers with
+// a CONNECT_ACCEPT (`acc`, not yet delivered), holding the connection.
+::testing::AssertionResult request_accepted(Loop& loop, ConnId& a, std::vector<uint8_t>& req,
+                                            std::vector<uint8_t>& acc) {
+  if (auto r = connect_request(loop, a, req); !r) return r;
+  if (auto r = answer_of(loop, req, acc); !r) return r;
+  if (acc[1] != kConnectAccept) return ::testing::AssertionFailure() << "answered " << int{acc[1]};
+  return ::testing::AssertionSuccess();
+}
+
 // Rewrites, in every connection packet of opcode `op` that endpoint `from`
 // sends, the body (section 3.12) with `edit`, and seals it again.
 void edit_connect_body(Loop& loop, int from, uint8_t op, std::function<void(uint8_t*)> edit) {
@@ -108,6 +118,15 @@ int accepted_events(Endpoint& ep) {
   return n;
 }
 
+// Loop::connect, keeping the CONNECT_REQ endpoint 0 sent in `req` (for a
+// test to deliver again, late or from elsewhere).
+std::pair<ConnId, ConnId> connect_keeping_request(Loop& loop, std::vector<uint8_t>& req) {
+  loop.on_sent = [&req](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    if (from == 0 && d[1] == kConnectReq) req = d;
+  };
+  return loop.connect();
+}
+
 // CONN-3: a CONNECT_REQ replayed from another address with the nonce of an
 // accepted connection is refused and does not take the nonce over, so the
 // original requester's repeated request still draws the same ACCEPT and
@@ -115,10 +134,7 @@ int accepted_events(Endpoint& ep) {
 TEST(Handshake, ReplayedNonceFromAnotherPeerIsRefused) {
   Loop loop(cfg(301), cfg(302));
   std::vector<uint8_t> req;
-  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    if (from == 0 && d[1] == kConnectReq) req = d;
-  };
-  auto [a, b] = loop.connect();
+  auto [a, b] = connect_keeping_request(loop, req);
   ASSERT_TRUE(a.valid() && b.valid());
   ASSERT_FALSE(req.empty());
   EXPECT_EQ(accepted_events(loop.ep(1)), 0);  // connect() took the first
@@ -286,10 +302,7 @@ TEST(Handshake, ARequestDelayedPastTheCloseMakesNoConnection) {
     SCOPED_TRACE(closer);
     Loop loop(cfg(309), cfg(310));
     std::vector<uint8_t> req;
-    loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-      if (from == 0 && d[1] == kConnectReq) req = d;
-    };
-    auto [a, b] = loop.connect();
+    auto [a, b] = connect_keeping_request(loop, req);
     ASSERT_TRUE(a.valid() && b.valid());
     EXPECT_EQ(accepted_events(loop.ep(1)), 0);  // connect() took it
     loop.ep(closer).close(closer == 0 ? a : b, loop.now());
@@ -390,9 +403,7 @@ TEST(Handshake, ALateAcceptOfAConnectionThatEndedWhileConnectingDrawsADisconnect
     Loop loop(cfg(341), cfg(342));
     ConnId a;
     std::vector<uint8_t> req, acc;
-    ASSERT_TRUE(connect_request(loop, a, req));
-    ASSERT_TRUE(answer_of(loop, req, acc));  // endpoint 1 now holds a connection
-    ASSERT_EQ(acc[1], kConnectAccept);
+    ASSERT_TRUE(request_accepted(loop, a, req, acc));  // endpoint 1 now holds a connection
     Event ev;
     ConnId b;
     while (loop.ep(1).poll_event(ev))
@@ -452,9 +463,7 @@ TEST(Handshake, AnAcceptLongAfterTheConnectionWasGivenUpDrawsADisconnectUntilPus
     Loop loop(c0, cfg(346));
     ConnId a;
     std::vector<uint8_t> req, acc;
-    ASSERT_TRUE(connect_request(loop, a, req));
-    ASSERT_TRUE(answer_of(loop, req, acc));
-    ASSERT_EQ(acc[1], kConnectAccept);
+    ASSERT_TRUE(request_accepted(loop, a, req, acc));
     Event ev;
     ConnId b;
     while (loop.ep(1).poll_event(ev))
@@ -520,9 +529,7 @@ TEST(Handshake, NoRequestLeavesAfterTheAccept) {
   Loop loop(cfg(311), cfg(312));
   ConnId a;
   std::vector<uint8_t> req, acc;
-  ASSERT_TRUE(connect_request(loop, a, req));
-  ASSERT_TRUE(answer_of(loop, req, acc));
-  ASSERT_EQ(acc[1], kConnectAccept);
+  ASSERT_TRUE(request_accepted(loop, a, req, acc));
   const TimeNs t = loop.ep(0).next_timeout();  // the retry timer
   ASSERT_LE(t.ns, loop.now().ns + cfg(311).connect_retry_ns + 1);
   loop.ep(0).handle_timeout(t);  // a resend is due
@@ -543,9 +550,7 @@ TEST(Handshake, PacketsBeforeTheAcceptDrawNothing) {
   Loop loop(cfg(393), cfg(394));
   ConnId a;
   std::vector<uint8_t> req, acc;
-  ASSERT_TRUE(connect_request(loop, a, req));
-  ASSERT_TRUE(answer_of(loop, req, acc));
-  ASSERT_EQ(acc[1], kConnectAccept);
+  ASSERT_TRUE(request_accepted(loop, a, req, acc));
   Event ev;
   ASSERT_TRUE(loop.ep(1).poll_event(ev));
   ASSERT_EQ(ev.kind, EventKind::kAccepted);
@@ -602,8 +607,7 @@ TEST(Handshake, AnAnswerToAnEstablishedConnectionIsIgnored) {
   Loop loop(cfg(395), cfg(396));
   ConnId a;
   std::vector<uint8_t> req, acc;
-  ASSERT_TRUE(connect_request(loop, a, req));
-  ASSERT_TRUE(answer_of(loop, req, acc));
+  ASSERT_TRUE(request_accepted(loop, a, req, acc));
   deliver(loop, 0, loop.addr(1), acc);
   ASSERT_TRUE(loop.ep(0).is_established(a));
   (void)sent(loop, 0);
@@ -636,8 +640,7 @@ TEST(Handshake, AnAnswerWithAnotherNonceIsIgnored) {  // CONN-2, CONN-3
   Loop loop(cfg(399), cfg(400));
   ConnId a;
   std::vector<uint8_t> req, acc;
-  ASSERT_TRUE(connect_request(loop, a, req));
-  ASSERT_TRUE(answer_of(loop, req, acc));
+  ASSERT_TRUE(request_accepted(loop, a, req, acc));
   constexpr size_t kNonceLast = wire::kBaseHeaderSize + 23;  // body bytes 16-23, big-endian
   std::vector<uint8_t> other = acc;
   other[kNonceLast] ^= 1;

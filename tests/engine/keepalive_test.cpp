@@ -7,6 +7,7 @@
 #include <array>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -56,11 +57,28 @@ struct ProbeCount {
   }
 };
 
-void count_probes(Loop& loop, ProbeCount& probes) {
-  loop.on_sent = [&probes](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
-    if (d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
-      ++probes.by_slot[static_cast<size_t>(from)][tag_slot(d)];
-  };
+// A connection made (endpoint 0's `a`, endpoint 1's `b`) and left idle, the
+// PROBEs of both ends counted.
+struct IdleConnection {
+  IdleConnection(const EndpointConfig& c0, const EndpointConfig& c1) : loop(c0, c1) {
+    std::tie(a, b) = loop.connect();
+    loop.on_sent = [this](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+      if (d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
+        ++probes.by_slot[static_cast<size_t>(from)][tag_slot(d)];
+    };
+  }
+  IdleConnection(const IdleConnection&) = delete;  // the on_sent hook holds `this`
+  IdleConnection& operator=(const IdleConnection&) = delete;
+
+  Loop loop;
+  ConnId a, b;
+  ProbeCount probes;
+};
+
+// From now on every datagram is lost, both ways: the peer vanished (a crash,
+// a cable pulled).
+void lose_everything(Loop& loop) {
+  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
 }
 
 TEST(Keepalive, TheDefaultsAreTenSecondsOfQuietThenThePeerTimeout) {
@@ -74,12 +92,10 @@ TEST(Keepalive, TheDefaultsAreTenSecondsOfQuietThenThePeerTimeout) {
 // peer_timeout_ns and one max_rto later, after a few tens of PROBEs (PATH-6's
 // growth by half, to max_rto). Before CONN-9, neither ever did.
 TEST(Keepalive, AnIdleConnectionWhosePeerVanishedFailsPeerUnreachable) {
-  Loop loop(cfg(901), cfg(902));
-  auto [a, b] = loop.connect();
+  IdleConnection idle(cfg(901), cfg(902));
+  auto& [loop, a, b, probes] = idle;
   ASSERT_TRUE(a.valid() && b.valid());
-  ProbeCount probes;
-  count_probes(loop, probes);
-  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  lose_everything(loop);
   const TimeNs quiet_from = loop.now();
   Watch wa(loop, 0, a), wb(loop, 1, b);
   ASSERT_TRUE(loop.run_until(
@@ -125,11 +141,9 @@ TEST(Keepalive, AConnectionAPeerForgotAcrossARestartFails) {
 TEST(Keepalive, ALivePeerKeepsAnIdleConnectionWithAFewProbes) {
   for (const double loss : {0.0, 0.1}) {
     SCOPED_TRACE(loss);
-    Loop loop(cfg(906), cfg(907));
-    auto [a, b] = loop.connect();
+    IdleConnection idle(cfg(906), cfg(907));
+    auto& [loop, a, b, probes] = idle;
     ASSERT_TRUE(a.valid() && b.valid());
-    ProbeCount probes;
-    count_probes(loop, probes);
     SCOPED_TRACE("loss seed 906");
     std::mt19937_64 rng(906);
     std::uniform_real_distribution<double> u(0, 1);
@@ -154,11 +168,9 @@ TEST(Keepalive, ALivePeerKeepsAnIdleConnectionWithAFewProbes) {
 TEST(Keepalive, AKeepaliveWhosePathIsOnADeadLinkTriesTheNext) {
   EndpointConfig c0 = cfg(908), c1 = cfg(909);
   c1.recovery.keepalive_ns = 0;  // endpoint 0's keepalives only
-  Loop loop(c0, c1);
-  auto [a, b] = loop.connect();
+  IdleConnection idle(c0, c1);
+  auto& [loop, a, b, probes] = idle;
   ASSERT_TRUE(a.valid() && b.valid());
-  ProbeCount probes;
-  count_probes(loop, probes);
   // Path slot 0's link is dead, in both directions, while the connection
   // is idle: datagrams tagged slot 0 (echoes of it included) are lost.
   loop.drop = [](int, const std::vector<uint8_t>& d) {
@@ -233,12 +245,10 @@ TEST(Keepalive, TheQuietCountsFromTheHandshakeNotFromTheClocksZero) {
 TEST(Keepalive, ZeroTurnsItOff) {
   EndpointConfig c0 = cfg(910), c1 = cfg(911);
   c0.recovery.keepalive_ns = c1.recovery.keepalive_ns = 0;
-  Loop loop(c0, c1);
-  auto [a, b] = loop.connect();
+  IdleConnection idle(c0, c1);
+  auto& [loop, a, b, probes] = idle;
   ASSERT_TRUE(a.valid() && b.valid());
-  ProbeCount probes;
-  count_probes(loop, probes);
-  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  lose_everything(loop);
   Watch wa(loop, 0, a);
   EXPECT_FALSE(loop.run_until([&] { return wa(); }, 60 * kSecond));
   EXPECT_TRUE(loop.ep(0).is_established(a));
@@ -281,7 +291,7 @@ TEST(Keepalive, ReceivesPostedDoNotAnswerTheKeepalive) {
   Loop loop(cfg(918), cfg(919));
   auto [a, b] = loop.connect();
   ASSERT_TRUE(a.valid() && b.valid());
-  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  lose_everything(loop);
   const TimeNs quiet_from = loop.now();
   TimeNs next_post = quiet_from;
   Watch wa(loop, 0, a);
@@ -318,7 +328,7 @@ TEST(Keepalive, ProbesTakeThePathsInTurnTheirIntervalGrowingByHalfToMaxRto) {
     if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kProbe))
       probes.emplace_back(loop.now(), tag_slot(d));
   };
-  loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  lose_everything(loop);
   Watch wa(loop, 0, a);
   ASSERT_TRUE(loop.run_until([&] { return wa(); }, kKeepalive + 31 * kSecond));
   EXPECT_EQ(wa.seen->ev.status, Status::kPeerUnreachable);

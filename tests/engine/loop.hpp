@@ -49,7 +49,8 @@ class Loop {
   void restart(int i, const EndpointConfig& c) { ep_[i] = std::make_unique<Endpoint>(c); }
   const PeerAddr& addr(int i) const { return addr_[i]; }
   TimeNs now() const { return now_; }
-  uint64_t delay_ns = 2000;
+  static constexpr uint64_t kDelayNs = 2000;  // each way, unless a test sets delay_ns
+  uint64_t delay_ns = kDelayNs;
   // Return true to drop. Called with sender index and the datagram bytes.
   std::function<bool(int from, const std::vector<uint8_t>&)> drop;
   std::function<void(int from, std::vector<uint8_t>&)> mutate;

@@ -40,10 +40,8 @@ TEST(Engine, SurvivesLossWithSelectiveRetransmission) {  // LOSS-2, LOSS-3
 }
 
 TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
-  Loop loop(cfg(120), cfg(121));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4096, 0, 0x3c);
-  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  WritePair w(cfg(120), 121, Loop::kDelayNs, 4096, 0x3c);
+  auto& [loop, a, src, dst] = w;
   auto write_and_wait = [&](uint64_t id) {
     EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, id)), Status::kOk);
     std::vector<Completion> done;
@@ -85,8 +83,7 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
 // allowance: it draws its ACK at once), well inside the 1 ms RTO. A timer
 // served only once past its deadline resent it 1 ns late, each time.
 TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
-  EndpointConfig c = cfg(122);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(122, 1);
   WritePair w(c, 123, 20'000, 4096, 0x3d);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(one_rtt_sample(loop, a, src, dst));
@@ -115,8 +112,7 @@ TEST(Engine, TailPacketGoesAgainExactlyOneTailTimerAfterIt) {  // LOSS-8
 // three behind declares it lost (resent on path 1), and the walk goes on to
 // the last, which nothing overtook: it is only on its way, and is not resent.
 TEST(Engine, PacketNothingOvertookIsNotResentAQuarterRoundTripAfterALossBeforeIt) {  // LOSS-2
-  EndpointConfig c = cfg(126);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(126, 2);
   WritePair w(c, 127, 20'000, 10 * 4096, 0x3e);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
@@ -151,17 +147,14 @@ TEST(Engine, PacketNothingOvertookIsNotResentAQuarterRoundTripAfterALossBeforeIt
 // together. Taken while full, the resend's entry overwrote the 1st's, whose
 // loss nothing then found: the WRITE did not complete in 5 s.
 TEST(Engine, APathWhoseSendOrderIsFullTakesNoResendUntilItsOldestGoes) {  // LOSS-2, TRIM-3
-  EndpointConfig c = cfg(128);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(128, 1);
   c.window_log2 = 6;
   c.cc.enabled = false;
   c.cc.initial_cwnd_packets = 64;
   EndpointConfig r = cfg(129);
   r.window_log2 = 6;
-  Loop loop(c, r);
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 64 * 4096, 0, 0x3e);
-  Buf dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  WritePair w(c, r, Loop::kDelayNs, 64 * 4096, 0x3e);
+  auto& [loop, a, src, dst] = w;
   int n = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01 && ++n == 1;
@@ -226,8 +219,7 @@ TEST(Engine, TailProbeTimerRunsFromTheLatestTransmission) {  // LOSS-8
   // first three arrive a round trip after all four left: they must not put
   // the repair of the fourth back by that round trip. Nor does the timer
   // wait for a delayed ACK the last packet of a message never draws.
-  EndpointConfig c = cfg(196);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(196, 1);
   WritePair w(c, 197, 5'000, 4 * 4096, 0x3d);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
@@ -264,13 +256,10 @@ TEST(Engine, PacketOvertakenOnItsPathIsResentAQuarterRoundTripAfterTheAck) {  //
   // time form), not when the tail-loss timer would fire (srtt, its variance
   // term and ack_delay after the path's last transmission), and with no
   // PROBE, since it was not a tail.
-  EndpointConfig c = cfg(212);
-  c.num_paths = 1;
-  Loop loop(c, cfg(213));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 3 * 4096, 0, 0x3e);
-  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(212, 1);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 213, 5'000, 3 * 4096, 0x3e, &b);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples
   int dropped = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
@@ -322,8 +311,7 @@ TEST(Engine, GapOnAPathMidFlightIsResentAQuarterRoundTripAfterTheAck) {  // LOSS
   // missing: the path's timer comes forward to srtt / 4 from it. The path's
   // own timer, from the 4th packet's transmission, still carries its
   // variance term (one sample so far: 4 * rttvar is about 2 srtt).
-  EndpointConfig c = cfg(218);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(218, 1);
   WritePair w(c, 219, 5'000, 4 * 4096, 0x3f);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));  // one sample: rttvar srtt / 2
@@ -365,14 +353,11 @@ TEST(Engine, AckOfAResentPacketDoesNotReorderTheResendPath) {  // LOSS-2
   // lost. Only the resend arrives twice. (Counted as path 1's, it had 29 of
   // them declared lost and resent, each arriving twice: a late original on
   // bench/fabric's deep queues set off such a cascade.)
-  EndpointConfig c = cfg(216);
-  c.num_paths = 2;
-  Loop loop(c, cfg(217));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
+  EndpointConfig c = cfg(216, 2);
   constexpr uint32_t kLen = 256 * 4096;
-  Buf src(loop.ep(0), kLen, 0, 0x40);
-  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 217, 5'000, kLen, 0x40, &b);
+  auto& [loop, a, src, dst] = w;
   // Each path a link that takes 2 us per packet, path 1 longer: its
   // packets are in flight across the resend.
   bool hold = false;
@@ -411,12 +396,10 @@ TEST(Engine, PathsWithoutASampleTakeTheFirstOneMeasured) {  // LOSS-4, LOSS-8
   // to them, their timers wait for their packets. Without it each resent
   // its first packet while only queued (the fabric harness at no loss: 12
   // of its 24 spurious resends, on paths that had no sample of their own).
-  Loop loop(cfg(224), cfg(225));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
   constexpr uint32_t kLen = 16 * 4096;
-  Buf src(loop.ep(0), kLen, 0, 0x43);
-  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(cfg(224), 225, 5'000, kLen, 0x43, &b);
+  auto& [loop, a, src, dst] = w;
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
     if (from != 0 || d[1] != 0x01) return 0;
     return (d[3] & 31) == 0 ? 200'000 : 350'000;
@@ -435,10 +418,8 @@ TEST(Engine, OnlyTheConnectionsFirstSampleIsLent) {  // LOSS-4
   // lent to the others; path 1's first sample, later, is not: lending each
   // path's first sample to the paths still without one handed a degraded
   // link's to the rest (fattree1024-perm2mb-degraded).
-  Loop loop(cfg(226), cfg(227));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4 * 4096, 0, 0x44);
-  Buf dst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  WritePair w(cfg(226), 227, Loop::kDelayNs, 4 * 4096, 0x44);
+  auto& [loop, a, src, dst] = w;
   const auto slot = [](const std::vector<uint8_t>& d) {
     return wire::path_tag_slot(be::load16(d.data() + 2));
   };
@@ -470,10 +451,8 @@ TEST(Engine, AFirstSampleBelowTheGuessIsNotLent) {  // LOSS-4
   // sample sets its own path's estimate only. The paths without one keep
   // the guess (lent, a short sample would shorten their tail-loss timers
   // below what the guess allows for their own, perhaps longer, routes).
-  Loop loop(cfg(228), cfg(229));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 4096, 0, 0x45);
-  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  WritePair w(cfg(228), 229, Loop::kDelayNs, 4096, 0x45);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 1));
   int sampled = 0;
   for (size_t i = 0; i < 4; ++i) {
@@ -499,14 +478,11 @@ TEST(Engine, EchoOfAnOriginalIsNotTakenForItsResendOnTheSamePath) {  // LOSS-2
   // resend the path's newest delivery and every packet queued between the
   // two was declared lost and sent again, each arriving twice (bench/fabric's
   // harness: 14 of its 37 spurious resends at no loss).
-  EndpointConfig c = cfg(222);
-  c.num_paths = 1;
-  Loop loop(c, cfg(223));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
+  EndpointConfig c = cfg(222, 1);
   constexpr uint32_t kLen = 128 * 4096;
-  Buf src(loop.ep(0), kLen, 0, 0x42);
-  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 223, 5'000, kLen, 0x42, &b);
+  auto& [loop, a, src, dst] = w;
   bool stall = false;
   SerialLink link;
   loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
@@ -549,14 +525,10 @@ TEST(Engine, ALostResendIsFoundByTheLaterPacketsOfItsOwnPath) {  // LOSS-1, LOSS
   // to its first transmission, the packet would have been declared lost
   // again the moment it was resent (its first path's later packets were
   // already acknowledged) and both losses charged to the first path.
-  EndpointConfig c = cfg(218);
-  c.num_paths = 2;
-  Loop loop(c, cfg(219));
-  loop.delay_ns = 5'000;
-  auto [a, b] = loop.connect();
+  EndpointConfig c = cfg(218, 2);
   constexpr uint32_t kLen = 64 * 4096;
-  Buf src(loop.ep(0), kLen, 0, 0x41);
-  Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+  WritePair w(c, 219, 5'000, kLen, 0x41);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
   int data_sent = 0;
   uint32_t victim = 0;
@@ -632,8 +604,7 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
   // goes on the other path and comes back. Nothing is left to send and only
   // the 3rd's path has a packet in flight: its timer comes forward to srtt/4
   // after that ACK, not the full tail-loss timer from its transmission.
-  EndpointConfig c = cfg(214);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(214, 2);
   WritePair w(c, 215, 5'000, 4 * 4096, 0x3f);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths
@@ -657,8 +628,7 @@ TEST(Engine, LoneTailPathIsResentAQuarterRoundTripAfterTheNewestIsAcked) {  // L
 // path. A PROBE still counted as outstanding kept the timer where it was,
 // the full tail-loss timer after the packet left.
 TEST(Engine, LoneTailOnAPathBackFromAnRtoIsResentAQuarterRoundTripAfterTheAck) {  // LOSS-8
-  EndpointConfig c = cfg(214);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(214, 2);
   WritePair w(c, 215, 5'000, 8 * 4096, 0x3f);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
@@ -707,11 +677,9 @@ struct RnrSendThenWrite {
 
 RnrSendThenWrite run_rnr_send_then_write() {
   RnrSendThenWrite out;
-  Loop loop(cfg(303), cfg(304));
-  loop.delay_ns = 200'000;
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 4 * 4096, 0, 1);
-  Buf wdst(loop.ep(1), 4 * 4096, kAccessRemoteWrite);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(cfg(303), 304, 200'000, 4 * 4096, 1, &b);
+  auto& [loop, a, wsrc, wdst] = w;
   EXPECT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 1));
   Buf src(loop.ep(0), 4096, 0, 7);
   Buf rbuf(loop.ep(1), 4096, kAccessLocalWrite, 0);
@@ -778,12 +746,10 @@ TEST(Engine, TailRuleLeavesAResendYoungerThanTheNewestAcknowledged) {  // LOSS-8
 }
 
 TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
-  EndpointConfig c = cfg(301);
-  c.num_paths = 1;
-  Loop loop(c, cfg(302));
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 4096, 0, 1);
-  Buf wdst(loop.ep(1), 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(301, 1);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 302, Loop::kDelayNs, 4096, 1, &b);
+  auto& [loop, a, wsrc, wdst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 8));
   Buf src(loop.ep(0), 4 * 4096, 0, 7);
   Buf rbuf(loop.ep(1), 4 * 4096, kAccessLocalWrite, 0);
@@ -812,12 +778,9 @@ TEST(Engine, PathEmptiedByAnRnrNakIsNotLeftHeld) {  // LOSS-7, LOSS-8
 // is held for new data, not for its own resend, which used to wait for the
 // PROBE's answer, a round trip.
 TEST(Engine, TailLossResendOnAHeldPathDoesNotWaitForTheProbe) {  // LOSS-3, LOSS-8
-  EndpointConfig c = cfg(303);
-  c.num_paths = 1;
-  Loop loop(c, cfg(304));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 3 * 4096, 0, 0x21);
-  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(303, 1);
+  WritePair w(c, 304, Loop::kDelayNs, 3 * 4096, 0x21);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
   constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);
   int writes = 0;
@@ -852,14 +815,10 @@ TEST(Engine, NoNewDataLeavesWhileAResendWaits) {  // SCHED-2, LOSS-3
   };
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     SCOPED_TRACE(seed);
-    EndpointConfig c = cfg(400 + seed);
-    c.num_paths = 2;
-    Loop loop(c, cfg(500 + seed));
-    loop.delay_ns = 5'000;
-    auto [a, b] = loop.connect();
+    EndpointConfig c = cfg(400 + seed, 2);
     constexpr uint32_t kLen = 512 * 4096;
-    Buf src(loop.ep(0), kLen, 0, 0x40);
-    Buf dst(loop.ep(1), kLen, kAccessRemoteWrite);
+    WritePair w(c, 500 + seed, 5'000, kLen, 0x40);
+    auto& [loop, a, src, dst] = w;
     loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
       return from == 0 && d[1] == 0x01 && tag_slot(d) == 1 ? 60'000 : 0;
     };
@@ -956,8 +915,7 @@ TEST(Engine, LastReadResponseTailTimerHasNoAckDelay) {  // LOSS-8, ACK-4
 // third sent after it. All five leave at once, so their ACKs come back at
 // one instant.
 TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
-  EndpointConfig c = cfg(216);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(216, 1);
   WritePair w(c, 217, 5'000, 5 * 4096, 0x3f);
   auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples, and a window of 5
@@ -987,10 +945,8 @@ TEST(Engine, PacketThreeBehindOnItsPathIsResentOnTheAck) {  // LOSS-2
 TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
   EndpointConfig c = cfg(218);
   c.cc.initial_cwnd_packets = 64;
-  Loop loop(c, cfg(219));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 32 * 4096, 0, 0x40);
-  Buf dst(loop.ep(1), 32 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 219, Loop::kDelayNs, 32 * 4096, 0x40);
+  auto& [loop, a, src, dst] = w;
   int on_path0 = 0;
   uint32_t lost_psn = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
@@ -1018,12 +974,10 @@ TEST(Engine, LostPacketIsResentOnAnotherPathWithRoom) {  // LOSS-3
 // timer or probe would release it: every later packet went on path 1.
 // Released, path 0 carries its share of the next WRITE.
 TEST(Engine, PathEmptiedByAnRnrNakTakesNewDataAgain) {  // LOSS-7, LOSS-8
-  EndpointConfig c = cfg(305);
-  c.num_paths = 2;
-  Loop loop(c, cfg(306));
-  auto [a, b] = loop.connect();
-  Buf wsrc(loop.ep(0), 16 * 4096, 0, 1);
-  Buf wdst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(305, 2);
+  ConnId b;  // endpoint 1's connection
+  WritePair w(c, 306, Loop::kDelayNs, 16 * 4096, 1, &b);
+  auto& [loop, a, wsrc, wdst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, wsrc, wdst, 8));  // RTT samples on both paths
   Buf src(loop.ep(0), 4 * 4096, 0, 7);
   Buf rbuf(loop.ep(1), 4 * 4096, kAccessLocalWrite, 0);
@@ -1073,12 +1027,9 @@ TEST(Engine, PathEmptiedByAnRnrNakTakesNewDataAgain) {  // LOSS-7, LOSS-8
 // no ACK, timer or answer would release it, and every later packet went on
 // the other path. Free, it carries its share of the next WRITE.
 TEST(Engine, PathThatTheTailTimerEmptiedTakesNewDataAgain) {  // LOSS-8
-  EndpointConfig c = cfg(309);
-  c.num_paths = 2;
-  Loop loop(c, cfg(310));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 16 * 4096, 0, 0x25);
-  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(309, 2);
+  WritePair w(c, 310, Loop::kDelayNs, 16 * 4096, 0x25);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));  // RTT samples on both paths
   constexpr uint8_t kWrite = static_cast<uint8_t>(wire::Opcode::kWrite);
   int lost_on = -1;
@@ -1111,12 +1062,9 @@ TEST(Engine, PathThatTheTailTimerEmptiedTakesNewDataAgain) {  // LOSS-8
 // the second WRITE's packets arrived: taken for the latest PROBE's, it
 // declared two of them lost that were only late.
 TEST(Engine, LateAnswerToAnEarlierProbeDeclaresNothingLost) {  // LOSS-8
-  EndpointConfig c = cfg(307);
-  c.num_paths = 1;
-  Loop loop(c, cfg(308));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 3 * 4096, 0, 0x24);
-  Buf dst(loop.ep(1), 3 * 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(307, 1);
+  WritePair w(c, 308, Loop::kDelayNs, 3 * 4096, 0x24);
+  auto& [loop, a, src, dst] = w;
   ASSERT_TRUE(warm_up_paths(loop, a, src, dst, 8));
   constexpr uint8_t kAck = static_cast<uint8_t>(wire::Opcode::kAck);
   constexpr uint8_t kProbe = static_cast<uint8_t>(wire::Opcode::kProbe);

@@ -164,13 +164,10 @@ struct DarkPathRun {
   uint64_t took_ns = 0;
 };
 DarkPathRun run_with_a_dark_path(bool cc_enabled) {
-  EndpointConfig c = cfg(198);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(198, 2);
   c.cc.enabled = cc_enabled;
-  Loop loop(c, cfg(199));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 16 * 4096, 0, 0x4e);
-  Buf dst(loop.ep(1), 16 * 4096, kAccessRemoteWrite);
+  WritePair w(c, 199, Loop::kDelayNs, 16 * 4096, 0x4e);
+  auto& [loop, a, src, dst] = w;
   DarkPathRun out;
   EXPECT_TRUE(warm_up_paths(loop, a, src, dst));  // RTT samples on both paths, in turn
   EXPECT_TRUE(loop.ep(0).path_stats(a, 0, out.path0_before));
@@ -204,12 +201,9 @@ TEST(Engine, SilentPeerTimesNoPathOutEarly) {  // LOSS-8, LOSS-5
   // tail-loss timers (srtt is a few us) but less than min_rto (1 ms). The
   // probes' silence blames no path: none may time out, and no window is cut
   // to the floor for it.
-  EndpointConfig c = cfg(196);
-  c.num_paths = 4;
-  Loop loop(c, cfg(197));
-  auto [a, b] = loop.connect();
-  Buf src(loop.ep(0), 64 * 4096, 0, 0x3c);
-  Buf dst(loop.ep(1), 64 * 4096, kAccessRemoteWrite);
+  EndpointConfig c = cfg(196, 4);
+  WritePair w(c, 197, Loop::kDelayNs, 64 * 4096, 0x3c);
+  auto& [loop, a, src, dst] = w;
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 16 * 4096, 1)), Status::kOk);
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done));  // RTT samples on every path
@@ -273,8 +267,7 @@ ExploreOutcome run_explore(uint64_t interval_ns, std::array<TestLink, 2> links,
                                                    uint16_t path1_entropy)>& route,
                            uint16_t entropies = 0) {
   ExploreOutcome out;
-  EndpointConfig c = cfg(218);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(218, 2);
   c.cc.explore_interval_ns = interval_ns;
   if (entropies != 0) c.entropy_max = static_cast<uint16_t>(c.entropy_min + entropies - 1);
   Loop loop(c, cfg(219));
@@ -377,8 +370,7 @@ TEST(Engine, MoveThatEmptiesALinkIsUndone) {  // PATH-8
 
 // Two paths, a trial every 500 us (PATH-8).
 EndpointConfig two_paths_exploring() {
-  EndpointConfig c = cfg(218);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(218, 2);
   c.cc.explore_interval_ns = 500'000;
   return c;
 }
@@ -529,8 +521,7 @@ struct TrialVerdict {
 };
 TrialVerdict first_trial_with(const TrialScene& s) {
   TrialVerdict out;
-  EndpointConfig c = cfg(218);
-  c.num_paths = 2;
+  EndpointConfig c = cfg(218, 2);
   c.cc.explore_interval_ns = s.interval_ns;
   Loop loop(c, cfg(219));
   loop.delay_ns = 5'000;
@@ -752,8 +743,7 @@ TEST(Engine, ALossThatCompletesTheWindowOfOutcomesRetiresThePath) {  // PATH-5
 // after the first timeout its PROBEs, each timed by the RTO (PATH-4), come
 // 2 ms apart, not 4, 8, 16 ms.
 TEST(Engine, BackedOffRtoStopsAtMaxRto) {  // LOSS-5, PATH-4
-  EndpointConfig c = cfg(174);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(174, 1);
   c.recovery.max_rto_ns = 2 * c.recovery.min_rto_ns;
   c.recovery.rto_failures_to_retire = 10;
   Loop loop(c, cfg(175));
@@ -787,8 +777,7 @@ TEST(Engine, RtoIsSrttPlusFourRttvarBackedOff) {  // LOSS-4, LOSS-5, PATH-4
   // sample) came 0.3 ms after the packet under test had left, a second
   // 1 ms sample that took rttvar to 0.375 ms and the backed-off RTO to
   // 2 * 2.5 = 5 ms.
-  EndpointConfig c = cfg(176);
-  c.num_paths = 1;
+  EndpointConfig c = cfg(176, 1);
   c.recovery.initial_rtt_ns = 2'000'000;
   c.recovery.rto_failures_to_retire = 10;  // backoff alone, no new entropy
   WritePair w(c, 177, 500'000, 4096, 0x52);
