@@ -128,8 +128,11 @@ Outcome check_conn6(Target& t) {
   const std::vector<Reply> after = p.run_until(has(wire::Opcode::kWrite), 1000);
   if (of(after, wire::Opcode::kWrite).empty()) return fail("no data after the ACCEPT");
   const std::vector<Reply> resent = p.exchange_until(early, acks(Peer::kInitialPsn));
-  if (ack_of(resent, Peer::kInitialPsn) == nullptr)
-    return fail("the resent packet was not acknowledged");
+  const Reply* a = ack_of(resent, Peer::kInitialPsn);
+  if (a == nullptr) return fail("the resent packet was not acknowledged");
+  // Dropped changes no state: the copy before the ACCEPT was not kept.
+  if ((a->pkt.ack.flags & wire::kAckEchoDup) != 0)
+    return fail("the resent packet was taken for a duplicate: the one before the ACCEPT was kept");
   if (t.read_memory(r, 0, payload.size()) != payload) return fail("the resent packet did not land");
   return pass();
 }

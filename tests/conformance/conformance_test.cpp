@@ -1914,6 +1914,34 @@ TEST(Conformance, LateAcceptAnsweredWithReasonZeroFailsConn7) {
 // CONN-3 broken for a failed connection: the request repeated to it answered
 // with an ACCEPT (the engine did so before), or refused without naming the
 // failure.
+// CONN-6 broken at the requester: data that arrives before its
+// CONNECT_ACCEPT is neither acknowledged nor placed, but kept and taken in
+// once the ACCEPT arrives, not dropped; its retransmission then comes as a
+// duplicate. A check judging only the silence before the ACCEPT and the
+// bytes after passed it.
+TEST(Conformance, DataBeforeTheAcceptKeptForLaterFailsConn6) {
+  expect_fails("CONN-6", "taken for a duplicate", [](FaultyTarget& t) {
+    auto kept = std::make_shared<std::vector<std::vector<uint8_t>>>();
+    auto accepted = std::make_shared<bool>(false);
+    t.expand_in = [kept, accepted](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      const bool ok = wire::decode(d, p) == wire::ParseError::kOk;
+      if (ok && !*accepted && wire::is_data(p.bh.opcode)) {
+        kept->push_back(std::move(d));
+        return out;
+      }
+      out.push_back(std::move(d));
+      if (ok && p.bh.opcode == wire::Opcode::kConnectAccept) {
+        *accepted = true;
+        out.insert(out.end(), kept->begin(), kept->end());
+        kept->clear();
+      }
+      return out;
+    };
+  });
+}
+
 TEST(Conformance, RequestToAFailedConnectionAcceptedOrRefusedPlainlyFailsConn3) {
   for (const bool accept : {true, false})
     expect_fails(
