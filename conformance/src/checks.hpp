@@ -79,6 +79,9 @@ void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, cons
 std::string window_held_full(
     Target& t, Peer& p, uint32_t cum, std::set<uint32_t>& got, Reply* echo, const std::string& held,
     const std::function<std::string(const std::vector<Reply>&)>& early = nullptr);
+// Each PROBE among `rs` answered with an ACK of everything before `cum`,
+// echoing it (ECHO_PROBE), from the port it came from.
+void answer_probes(Peer& p, std::span<const Reply> rs, uint32_t cum);
 // Peer::run_until `want`, and on a target in real time each PROBE that
 // comes meanwhile answered with an ACK of `cum` (acknowledging nothing the
 // check has not): a target kept from its tester a while (a loaded host)
@@ -91,10 +94,8 @@ std::vector<Reply> run_until_answering_probes(Target& t, Peer& p, Want want, uin
   return p.run_until(
       [&](const std::vector<Reply>& rs) {
         if (want(rs) || t.simulated_time()) return true;
-        for (; seen < rs.size(); ++seen)
-          if (rs[seen].error == wire::ParseError::kOk &&
-              rs[seen].pkt.bh.opcode == wire::Opcode::kProbe)
-            p.send(p.ack(cum, rs[seen], wire::kAckEchoProbe), rs[seen].entropy);
+        answer_probes(p, std::span(rs).subspan(seen), cum);
+        seen = rs.size();
         return false;
       },
       ns);

@@ -171,6 +171,12 @@ std::string window_held_full(Target& t, Peer& p, uint32_t cum, std::set<uint32_t
   return {};
 }
 
+void answer_probes(Peer& p, std::span<const Reply> rs, uint32_t cum) {
+  for (const Reply& r : rs)
+    if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == wire::Opcode::kProbe)
+      p.send(p.ack(cum, r, wire::kAckEchoProbe), r.entropy);
+}
+
 const Reply* nak_of(const std::vector<Reply>& rs) {
   const auto naks = of(rs, wire::Opcode::kNak);
   return naks.empty() ? nullptr : naks.front();

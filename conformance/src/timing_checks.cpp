@@ -12,13 +12,6 @@
 namespace metaroce::conformance {
 namespace {
 
-// PROBEs are answered with an ACK of everything before `cum`.
-void answer_probes(Peer& p, const std::vector<Reply>& replies, uint32_t cum) {
-  for (const Reply& r : replies)
-    if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == wire::Opcode::kProbe)
-      p.send(p.ack(cum, r, wire::kAckEchoProbe), r.entropy);
-}
-
 // The target WRITEs one message of `len` bytes to the tester and returns the
 // first copy of each of its `n` packets, PSNs `psn` on, in `ds` (PSN order),
 // kept alive in `rs`. Resends of earlier packets that come meanwhile are
@@ -574,8 +567,7 @@ Outcome check_cc6(Target& t) {
       while (psns.contains(cum)) ++cum;
       p.send(p.ack(cum, *d, wire::kAckEchoCe), d->entropy);
     }
-    for (const Reply* d : of(rs, wire::Opcode::kProbe))
-      p.send(p.ack(cum, *d, wire::kAckEchoProbe), d->entropy);
+    answer_probes(p, rs, cum);
     responses += fresh;
     return fresh;
   };
