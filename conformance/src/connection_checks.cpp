@@ -124,6 +124,8 @@ Outcome check_conn6(Target& t) {
     return fail("data before the ACCEPT was acknowledged");
   if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))
     return fail("data before the ACCEPT was written");
+  // Still before the ACCEPT: no data of the target's either.
+  if (!of(before, wire::Opcode::kWrite).empty()) return fail("data went out before the ACCEPT");
   p.accept(*reqs.front());
   const std::vector<Reply> after = p.run_until(has(wire::Opcode::kWrite), 1000);
   if (of(after, wire::Opcode::kWrite).empty()) return fail("no data after the ACCEPT");

@@ -1942,6 +1942,52 @@ TEST(Conformance, DataBeforeTheAcceptKeptForLaterFailsConn6) {
   });
 }
 
+// CONN-6 broken at the requester the other way: it takes the first data
+// naming its connection for the ACCEPT (a forged ACCEPT is handed in in
+// its place) and so sends its WRITE while the tester's ACCEPT is still to
+// come, later than the first wait after its CONNECT_REQ.
+TEST(Conformance, DataSentBeforeTheAcceptFailsConn6) {
+  expect_fails("CONN-6", "data went out before the ACCEPT", [](FaultyTarget& t) {
+    struct Request {
+      uint32_t src_conn = 0;
+      uint64_t nonce = 0;
+      bool taken = false;  // its implicit ACCEPT handed in
+    };
+    auto req = std::make_shared<Request>();
+    t.mutate = [req](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (const Sent& s : v)
+        if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+            p.bh.opcode == wire::Opcode::kConnectReq) {
+          req->src_conn = p.connect.src_conn;
+          req->nonce = p.connect.nonce;
+        }
+    };
+    t.expand_in = [req](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      if (req->taken || wire::decode(d, p) != wire::ParseError::kOk ||
+          !wire::is_data(p.bh.opcode) || p.bh.dst_conn != req->src_conn) {
+        out.push_back(std::move(d));
+        return out;
+      }
+      req->taken = true;
+      wire::Packet accept;
+      accept.bh.opcode = wire::Opcode::kConnectAccept;
+      accept.bh.dst_conn = req->src_conn;
+      accept.connect = {.src_conn = 0x7e57,
+                        .initial_psn = p.bh.psn,
+                        .mtu = 4096,
+                        .window_log2 = 10,
+                        .max_reads = 16,
+                        .max_version = 1,
+                        .nonce = req->nonce};
+      out.push_back(encode(accept));
+      return out;
+    };
+  });
+}
+
 TEST(Conformance, RequestToAFailedConnectionAcceptedOrRefusedPlainlyFailsConn3) {
   for (const bool accept : {true, false})
     expect_fails(
