@@ -37,6 +37,12 @@ bool tester_connects_for_receives(Target& t, Peer& peer, Region& r, ConnId& conn
 // connected).
 bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint8_t max_reads = 16,
                      const std::set<uint32_t>& answered = {});
+// `n` bytes counting up from `first` (wrapping at 256): data whose bytes
+// show where each landed.
+Bytes counting(size_t n, uint8_t first);
+// The target connects to the tester twice, as `a` (`ca`) and then as `b`
+// (`cb`): b's wait passes over a's request resent (`answered`).
+bool target_connects_twice(Target& t, Peer& a, ConnId& ca, Peer& b, ConnId& cb, std::string& why);
 // Work from the target to the tester: `op` of `len` bytes of `local`, at an
 // address and key the tester makes up.
 SendWr to_tester(WrOpcode op, const Region& local, uint32_t len, uint64_t wr_id);
@@ -63,6 +69,19 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why);
 // probe them and wait for the answers (SEQ-3 once saw 16 packets only).
 void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, const Reply* echo,
                       const std::vector<Reply>& rs);
+// SEQ-3's hold: the target's data fills the tester's window (W, from
+// p.window_log2) while the tester holds its cumulative ACK at `cum` and
+// SACKs the rest (sack_all_but_cum), for up to 200 ms. `got` receives the
+// PSNs seen (distances from cum), `echo` (when given) the latest WRITE
+// packet. Empty once all W came; else why not: a PSN past the window ("PSN
+// cum + n sent with cum held" and `held`), what `early` (when given) finds
+// wrong in a round's replies, or too few PSNs.
+std::string window_held_full(
+    Target& t, Peer& p, uint32_t cum, std::set<uint32_t>& got, Reply* echo, const std::string& held,
+    const std::function<std::string(const std::vector<Reply>&)>& early = nullptr);
+// Each PROBE among `rs` answered with an ACK of everything before `cum`,
+// echoing it (ECHO_PROBE), from the port it came from.
+void answer_probes(Peer& p, std::span<const Reply> rs, uint32_t cum);
 // Peer::run_until `want`, and on a target in real time each PROBE that
 // comes meanwhile answered with an ACK of `cum` (acknowledging nothing the
 // check has not): a target kept from its tester a while (a loaded host)
@@ -75,14 +94,16 @@ std::vector<Reply> run_until_answering_probes(Target& t, Peer& p, Want want, uin
   return p.run_until(
       [&](const std::vector<Reply>& rs) {
         if (want(rs) || t.simulated_time()) return true;
-        for (; seen < rs.size(); ++seen)
-          if (rs[seen].error == wire::ParseError::kOk &&
-              rs[seen].pkt.bh.opcode == wire::Opcode::kProbe)
-            p.send(p.ack(cum, rs[seen], wire::kAckEchoProbe), rs[seen].entropy);
+        answer_probes(p, std::span(rs).subspan(seen), cum);
+        seen = rs.size();
         return false;
       },
       ns);
 }
+// Sends `packet` (from check port `entropy`) and waits for the ACK that
+// echoes `psn`: whether it came.
+bool acknowledged(Peer& p, std::span<const uint8_t> packet, uint32_t psn,
+                  uint16_t entropy = Peer::kEntropy);
 // The first NAK among `rs`, or null.
 const Reply* nak_of(const std::vector<Reply>& rs);
 // Sends `packet` and waits for a NAK: empty if it is `code` naming `psn`

@@ -43,7 +43,7 @@ Outcome check_nak1(Target& t) {
   std::string why;
   if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
   const uint32_t psn = p.next_psn++;
-  if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn)), psn) == nullptr)
+  if (!acknowledged(p, p.write(psn, r.rkey, r.addr, kPayload), psn))
     return fail("no ACK for a good WRITE");
   // A duplicate is acknowledged before its key is looked at.
   const Bytes bad_key = p.write(psn, r.rkey ^ 1, r.addr + 64, kPayload);
@@ -189,7 +189,7 @@ Outcome check_nak4(Target& t) {
     return fail("a SEND refused RNR was written");
   if (t.post_recv(conn, RecvWr{1, mem.addr, 64, mem.lkey}) != Status::kOk)
     return fail("the target refused a receive buffer after the RNR");
-  if (ack_of(p.exchange_until(send, acks(psn)), psn) == nullptr)
+  if (!acknowledged(p, send, psn))
     return fail("the SEND resent once a receive was posted was not acknowledged");
   Completion c;
   if (!p.await_completion(c) || c.wr_id != 1 || c.status != Status::kOk ||

@@ -1,7 +1,6 @@
 // READ-1 to READ-5: READs in both directions.
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include "checks.hpp"
@@ -21,17 +20,37 @@ auto read_reqs(size_t n) {
   };
 }
 
+// The target registers `into` (`size` bytes, LOCAL_WRITE), connects to the
+// tester and READs `len` bytes into it (`wr_id`); `rs` is what it sent
+// until a READ_REQ came. Empty, else why not.
+std::string target_reads_from_tester(Target& t, Peer& p, Region& into, uint64_t size, uint32_t len,
+                                     uint64_t wr_id, std::vector<Reply>& rs) {
+  if (!t.register_memory(size, kAccessLocalWrite, into)) return "register_memory failed";
+  ConnId conn;
+  std::string why;
+  if (!target_connects(t, p, conn, why)) return why;
+  if (!target_reads(t, conn, into, len, wr_id)) return "the target refused a READ";
+  rs = p.run_until(read_reqs(1));
+  return {};
+}
+
+// The tester connects to the target, which registers `src` (REMOTE_READ)
+// holding `data`; false and why if not.
+bool tester_connects_to_read(Target& t, Peer& p, Region& src, const Bytes& data, std::string& why) {
+  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, data.size())) return false;
+  t.write_memory(src, 0, data);
+  return true;
+}
+
 }  // namespace
 
 Outcome check_read1(Target& t) {
   Peer p(t);
   Region into;
-  if (!t.register_memory(10000, kAccessLocalWrite, into)) return fail("register_memory failed");
-  ConnId conn;
-  std::string why;
-  if (!target_connects(t, p, conn, why)) return fail(why);
-  if (!target_reads(t, conn, into, 10000, 5)) return fail("the target refused a READ");
-  const std::vector<Reply> rs = p.run_until(read_reqs(1));
+  std::vector<Reply> rs;
+  if (const std::string why = target_reads_from_tester(t, p, into, 10000, 10000, 5, rs);
+      !why.empty())
+    return fail(why);
   const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.size() != 1) return fail("expected one READ_REQ, saw " + std::to_string(reqs.size()));
   const wire::Packet& k = reqs.front()->pkt;
@@ -43,8 +62,7 @@ Outcome check_read1(Target& t) {
   if (k.rh.rkey != kTesterRkey || k.rh.raddr != kTesterAddr) return fail("rkey or raddr wrong");
   // Acknowledge it and answer in the tester's PSN space (READ-2).
   p.send(p.ack(k.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
-  Bytes data(10000);
-  std::iota(data.begin(), data.end(), uint8_t{3});
+  const Bytes data = counting(10000, 3);
   for (uint32_t off = 0; off < data.size(); off += 4096) {
     const uint32_t n = std::min<uint32_t>(4096, static_cast<uint32_t>(data.size()) - off);
     p.send(p.read_resp(p.next_psn++, 0, off, 10000, {data.data() + off, n}));
@@ -60,10 +78,8 @@ Outcome check_read2(Target& t) {
   Peer p(t);
   Region src;
   std::string why;
-  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, 8192)) return fail(why);
-  Bytes data(8192);
-  std::iota(data.begin(), data.end(), uint8_t{17});
-  t.write_memory(src, 0, data);
+  const Bytes data = counting(8192, 17);
+  if (!tester_connects_to_read(t, p, src, data, why)) return fail(why);
   // A good READ of 6000 bytes from offset 100: ceil(6000 / mtu) READ_RESPs
   // numbered from the responder's own initial PSN (it sent nothing before).
   constexpr uint32_t kAt = 100, kLen = 6000;
@@ -122,13 +138,11 @@ Outcome check_read2(Target& t) {
 Outcome check_place4(Target& t) {
   Peer p(t);
   Region into;
-  if (!t.register_memory(200, kAccessLocalWrite, into)) return fail("register_memory failed");
-  ConnId conn;
-  std::string why;
-  if (!target_connects(t, p, conn, why)) return fail(why);
   constexpr uint32_t kLen = 100;
-  if (!target_reads(t, conn, into, kLen, 7)) return fail("the target refused a READ");
-  const std::vector<Reply> rs = p.run_until(read_reqs(1));
+  std::vector<Reply> rs;
+  if (const std::string why = target_reads_from_tester(t, p, into, 2 * kLen, kLen, 7, rs);
+      !why.empty())
+    return fail(why);
   const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.empty()) return fail("no READ_REQ");
   p.send(p.ack(reqs.front()->pkt.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
@@ -147,9 +161,8 @@ Outcome check_place4(Target& t) {
     if (t.poll_completion(c))
       return fail(std::string(what) + " completed the READ with " + code_text(c.status));
   }
-  Bytes data(kLen);
-  std::iota(data.begin(), data.end(), uint8_t{9});
-  if (ack_of(p.exchange_until(p.read_resp(psn, 0, 0, kLen, data), acks(psn)), psn) == nullptr)
+  const Bytes data = counting(kLen, 9);
+  if (!acknowledged(p, p.read_resp(psn, 0, 0, kLen, data), psn))
     return fail("the true READ_RESP, at the PSN of the dropped ones, was not acknowledged");
   Completion c;
   if (!p.await_completion(c) || c.wr_id != 7 || c.status != Status::kOk)
@@ -228,10 +241,8 @@ Outcome check_read4(Target& t) {
   Peer p(t);
   Region src;
   std::string why;
-  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, 8000)) return fail(why);
-  Bytes data(8000);
-  std::iota(data.begin(), data.end(), uint8_t{11});
-  t.write_memory(src, 0, data);
+  const Bytes data = counting(8000, 11);
+  if (!tester_connects_to_read(t, p, src, data, why)) return fail(why);
   const uint32_t psn = p.next_psn++;
   const Bytes rq = p.read_req(psn, 0, src.rkey, src.addr, 8000);
   const std::vector<Reply> first = p.exchange_until(rq, [](const std::vector<Reply>& rs) {
@@ -357,7 +368,6 @@ Outcome check_sched4(Target& t) {
   const uint32_t cum = p.target_initial_psn;
   std::set<uint32_t> got;  // distance from cum
   Reply echo;              // the latest WRITE packet: the ACKs echo it
-  const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
   // Reads and responses are not due yet: one sent with the window full
   // breaks SEQ-3, and leaves this check nothing to judge.
   const auto early = [&](const std::vector<Reply>& rs) -> std::string {
@@ -367,23 +377,9 @@ Outcome check_sched4(Target& t) {
                hex32(cum) + " held, W = " + std::to_string(window) + ")";
     return {};
   };
-  for (uint64_t waited = 0; waited < 200'000'000 && got.size() < window; waited += step) {
-    const std::vector<Reply> rs = p.run(step);
-    const Reply* last = nullptr;
-    for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
-      const uint32_t ahead = d->pkt.bh.psn - cum;
-      if (ahead >= window)
-        return fail("PSN cum + " + std::to_string(ahead) + " sent with cum held (SEQ-3)");
-      got.insert(ahead);
-      last = d;
-    }
-    if (std::string e = early(rs); !e.empty()) return fail(e);
-    sack_all_but_cum(p, cum, got, last, rs);
-    if (last != nullptr) echo = *last;  // the ACK reads its header only
-  }
-  if (got.size() < window)
-    return fail("only " + std::to_string(got.size()) + " of the window's " +
-                std::to_string(window) + " PSNs sent: the check saw no window reached");
+  if (std::string why_not = window_held_full(t, p, cum, got, &echo, " (SEQ-3)", early);
+      !why_not.empty())
+    return fail(why_not);
   for (uint32_t i = 0; i < k; ++i) {
     SendWr wr = to_tester(WrOpcode::kRead, r, 64, 10 + i);
     wr.local_addr = r.addr + 2048 + 128 * i;

@@ -37,8 +37,7 @@ Outcome check_place3(Target& t) {
       {psn0, p.message(wire::Opcode::kSend, psn0, 0, a)},
       {psn2, p.message(wire::Opcode::kWriteImm, psn2, 2, c, mem.rkey, mem.addr + kRaddr, kImm2)}};
   for (const auto& [psn, packet] : sends)
-    if (ack_of(p.exchange_until(packet, acks(psn)), psn) == nullptr)
-      return fail("no ACK for PSN " + hex32(psn));
+    if (!acknowledged(p, packet, psn)) return fail("no ACK for PSN " + hex32(psn));
   const auto placed = [&](uint64_t at, const Bytes& want) {
     return t.read_memory(mem, at, want.size()) == want;
   };
@@ -107,9 +106,7 @@ Outcome check_place6(Target& t) {
   };
   // RSN `rsn` of `q`, 100 bytes of `fill`, at `psn`: empty once acknowledged.
   const auto send = [](Peer& q, uint32_t psn, uint32_t rsn, uint8_t fill) -> std::string {
-    if (ack_of(
-            q.exchange_until(q.message(wire::Opcode::kSend, psn, rsn, Bytes(100, fill)), acks(psn)),
-            psn) == nullptr)
+    if (!acknowledged(q, q.message(wire::Opcode::kSend, psn, rsn, Bytes(100, fill)), psn))
       return "no ACK for RSN " + std::to_string(rsn) + "'s SEND";
     return {};
   };
@@ -190,8 +187,7 @@ Outcome check_place5(Target& t) {
   const Bytes write = p.write(w, mem.rkey, mem.addr + kWriteAt, Bytes(16, 0xA5));
   const Bytes send = p.message(wire::Opcode::kSend, s, 0, Bytes(16, 0xB6));
   for (const auto& [psn, packet] : {std::pair{w, write}, std::pair{s, send}})
-    if (ack_of(p.exchange_until(packet, acks(psn)), psn) == nullptr)
-      return fail("no ACK for PSN " + hex32(psn));
+    if (!acknowledged(p, packet, psn)) return fail("no ACK for PSN " + hex32(psn));
   Completion c;
   if (!p.await_completion(c) || c.wr_id != 21 || c.status != Status::kOk)
     return fail("the SEND did not complete receive 0");
@@ -357,10 +353,9 @@ Outcome check_comp(Target& t) {
       return fail("the target refused a receive buffer");
   const uint32_t psn0 = p.next_psn++, psn1 = p.next_psn++;
   for (const auto& [psn, rsn] : {std::pair{psn1, 1u}, std::pair{psn0, 0u}})
-    if (ack_of(p.exchange_until(p.message(wire::Opcode::kSend, psn, rsn,
-                                          Bytes(8, static_cast<uint8_t>(0x30 + rsn))),
-                                acks(psn)),
-               psn) == nullptr)
+    if (!acknowledged(
+            p, p.message(wire::Opcode::kSend, psn, rsn, Bytes(8, static_cast<uint8_t>(0x30 + rsn))),
+            psn))
       return fail("no ACK for the SEND with RSN " + std::to_string(rsn));
   for (const uint64_t want : {11, 12})
     if (!p.await_completion(c) || c.wr_id != want || c.status != Status::kOk)
@@ -384,17 +379,16 @@ Outcome check_comp3(Target& t) {
   const uint32_t held = p.next_psn++, signal = p.next_psn++;
   const Bytes data(100, 0x6d);
   const Bytes flag = {1, 2, 3, 4};
-  if (ack_of(p.exchange_until(
-                 p.message(wire::Opcode::kWriteImm, signal, 0, flag, r.rkey, r.addr + 1024, 0xc0de),
-                 acks(signal)),
-             signal) == nullptr)
+  if (!acknowledged(
+          p, p.message(wire::Opcode::kWriteImm, signal, 0, flag, r.rkey, r.addr + 1024, 0xc0de),
+          signal))
     return fail("no ACK for the WRITE_IMM");
   (void)p.run(t.simulated_time() ? 100'000 : 5'000'000);
   Completion c;
   if (t.poll_completion(c))
     return fail("work request " + std::to_string(c.wr_id) +
                 " completed while the WRITE sent before the WRITE_IMM was still on its way");
-  if (ack_of(p.exchange_until(p.write(held, r.rkey, r.addr, data), acks(held)), held) == nullptr)
+  if (!acknowledged(p, p.write(held, r.rkey, r.addr, data), held))
     return fail("no ACK for the WRITE held back");
   if (!p.await_completion(c)) return fail("the receive did not complete once the WRITE arrived");
   if (c.wr_id != 31 || c.status != Status::kOk || !c.has_imm || c.imm != 0xc0de ||

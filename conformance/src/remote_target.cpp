@@ -270,6 +270,12 @@ Status posted(bool ok, const json& r) {
   return static_cast<Status>(it->get<uint64_t>());
 }
 
+// A request of `op` posting the receive `wr` (post_recv adds its conn).
+json receive_request(const char* op, const RecvWr& wr) {
+  return {
+      {"op", op}, {"wr_id", wr.wr_id}, {"addr", wr.addr}, {"length", wr.length}, {"lkey", wr.lkey}};
+}
+
 }  // namespace
 
 Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
@@ -290,14 +296,9 @@ Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
 
 Status RemoteTarget::post_recv(ConnId conn, const RecvWr& wr) {
   json r;
-  const bool ok = call({{"op", "post_recv"},
-                        {"conn", conn.v},
-                        {"wr_id", wr.wr_id},
-                        {"addr", wr.addr},
-                        {"length", wr.length},
-                        {"lkey", wr.lkey}},
-                       r);
-  return posted(ok, r);
+  json request = receive_request("post_recv", wr);
+  request["conn"] = conn.v;
+  return posted(call(request, r), r);
 }
 
 bool RemoteTarget::shared_receives(uint32_t depth) {
@@ -307,13 +308,7 @@ bool RemoteTarget::shared_receives(uint32_t depth) {
 
 Status RemoteTarget::post_shared_recv(const RecvWr& wr) {
   json r;
-  const bool ok = call({{"op", "post_shared_recv"},
-                        {"wr_id", wr.wr_id},
-                        {"addr", wr.addr},
-                        {"length", wr.length},
-                        {"lkey", wr.lkey}},
-                       r);
-  return posted(ok, r);
+  return posted(call(receive_request("post_shared_recv", wr), r), r);
 }
 
 bool RemoteTarget::poll_completion(Completion& out) {

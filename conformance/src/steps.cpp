@@ -50,6 +50,16 @@ bool target_connects(Target& t, Peer& peer, ConnId& conn, std::string& why, uint
   return true;
 }
 
+bool target_connects_twice(Target& t, Peer& a, ConnId& ca, Peer& b, ConnId& cb, std::string& why) {
+  return target_connects(t, a, ca, why) && target_connects(t, b, cb, why, 16, {a.target_conn});
+}
+
+Bytes counting(size_t n, uint8_t first) {
+  Bytes out(n);
+  std::iota(out.begin(), out.end(), first);
+  return out;
+}
+
 SendWr to_tester(WrOpcode op, const Region& local, uint32_t len, uint64_t wr_id) {
   SendWr wr;
   wr.wr_id = wr_id;
@@ -131,6 +141,42 @@ void sack_all_but_cum(Peer& p, uint32_t cum, const std::set<uint32_t>& got, cons
     p.send(p.sack(cum, sacked, *probe, wire::kAckEchoProbe), probe->entropy);
 }
 
+bool acknowledged(Peer& p, std::span<const uint8_t> packet, uint32_t psn, uint16_t entropy) {
+  return ack_of(p.exchange_until(packet, acks(psn), 100'000, entropy), psn) != nullptr;
+}
+
+std::string window_held_full(Target& t, Peer& p, uint32_t cum, std::set<uint32_t>& got, Reply* echo,
+                             const std::string& held,
+                             const std::function<std::string(const std::vector<Reply>&)>& early) {
+  const uint32_t window = 1u << p.window_log2;
+  const uint64_t step = t.simulated_time() ? 20'000 : 2'000'000;
+  for (uint64_t waited = 0; waited < 200'000'000 && got.size() < window; waited += step) {
+    const std::vector<Reply> rs = p.run(step);
+    const Reply* last = nullptr;
+    for (const Reply* d : of(rs, wire::Opcode::kWrite)) {
+      const uint32_t ahead = d->pkt.bh.psn - cum;
+      if (ahead >= window)
+        return "PSN cum + " + std::to_string(ahead) + " sent with cum held" + held;
+      got.insert(ahead);
+      last = d;
+    }
+    if (early)
+      if (std::string e = early(rs); !e.empty()) return e;
+    sack_all_but_cum(p, cum, got, last, rs);
+    if (last != nullptr && echo != nullptr) *echo = *last;  // the ACK reads its header only
+  }
+  if (got.size() < window)
+    return "only " + std::to_string(got.size()) + " of the window's " + std::to_string(window) +
+           " PSNs sent: the check saw no window reached";
+  return {};
+}
+
+void answer_probes(Peer& p, std::span<const Reply> rs, uint32_t cum) {
+  for (const Reply& r : rs)
+    if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == wire::Opcode::kProbe)
+      p.send(p.ack(cum, r, wire::kAckEchoProbe), r.entropy);
+}
+
 const Reply* nak_of(const std::vector<Reply>& rs) {
   const auto naks = of(rs, wire::Opcode::kNak);
   return naks.empty() ? nullptr : naks.front();
@@ -181,9 +227,7 @@ bool target_writes(Target& t, ConnId conn, uint32_t len, uint64_t wr_id, std::st
     why = "the target could not register memory";
     return false;
   }
-  std::vector<uint8_t> fill(len);
-  std::iota(fill.begin(), fill.end(), uint8_t{7});
-  t.write_memory(src, 0, fill);
+  t.write_memory(src, 0, counting(len, 7));
   if (t.post_send(conn, to_tester(WrOpcode::kWrite, src, len, wr_id)) != Status::kOk) {
     why = "the target refused a WRITE";
     return false;

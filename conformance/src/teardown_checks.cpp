@@ -195,8 +195,7 @@ Outcome check_conn7_close(Target& t) {
   Peer a(t, 0x7e57), b(t, 0x7e58);
   ConnId ca, cb;
   std::string why;
-  if (!target_connects(t, a, ca, why) || !target_connects(t, b, cb, why, 16, {a.target_conn}))
-    return fail(why);
+  if (!target_connects_twice(t, a, ca, b, cb, why)) return fail(why);
   // 64 KiB each: a first flight on every path shows its port.
   if (!target_writes(t, ca, 65536, 1, why) || !target_writes(t, ca, 100, 2, why) ||
       !target_writes(t, cb, 65536, 3, why))

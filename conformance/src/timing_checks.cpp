@@ -12,13 +12,6 @@
 namespace metaroce::conformance {
 namespace {
 
-// PROBEs are answered with an ACK of everything before `cum`.
-void answer_probes(Peer& p, const std::vector<Reply>& replies, uint32_t cum) {
-  for (const Reply& r : replies)
-    if (r.error == wire::ParseError::kOk && r.pkt.bh.opcode == wire::Opcode::kProbe)
-      p.send(p.ack(cum, r, wire::kAckEchoProbe), r.entropy);
-}
-
 // The target WRITEs one message of `len` bytes to the tester and returns the
 // first copy of each of its `n` packets, PSNs `psn` on, in `ds` (PSN order),
 // kept alive in `rs`. Resends of earlier packets that come meanwhile are
@@ -78,11 +71,26 @@ bool one_packet(Target& t, Peer& p, ConnId conn, uint64_t wr_id, std::vector<Rep
   return true;
 }
 
-// The target connects to the tester and sends its first single-packet WRITE.
-bool connected_first_packet(Target& t, Peer& p, ConnId& conn, std::vector<Reply>& rs,
-                            const Reply*& d, std::string& why) {
-  return target_connects(t, p, conn, why) && one_packet(t, p, conn, 0, rs, d, why);
-}
+// The target connected to a fresh tester (`conn_id` its side), its first
+// single-packet WRITE `d` (kept alive in `rs`), and the state of d's path
+// before the tester answers it.
+struct FirstPacket {
+  explicit FirstPacket(Target& t, uint32_t conn_id = 0x7e57) : p(t, conn_id) {}
+  // Empty once all of it is there, else why not.
+  std::string open(Target& t) {
+    std::string why;
+    if (!target_connects(t, p, conn, why) || !one_packet(t, p, conn, 0, rs, d, why)) return why;
+    slot = wire::path_tag_slot(d->pkt.bh.path_tag);
+    if (!t.path_stats(conn, slot, before)) return "no state for the path";
+    return {};
+  }
+  Peer p;
+  ConnId conn;
+  std::vector<Reply> rs;
+  const Reply* d = nullptr;
+  size_t slot = 0;
+  PathStats before;
+};
 
 }  // namespace
 
@@ -140,19 +148,29 @@ std::string disturbed(const Target& t, const PathStats& before, const PathStats&
 // connections, before it fails for want of one it can judge.
 constexpr uint32_t kAttempts = 5;
 
+// The verdict of the first of kAttempts tries of `attempt` (each on a fresh
+// connection, the tester's side `conn_id`) that is not void (`spoiled` says
+// why one is); when all are, a failure saying what spoiled the last before
+// `judged` could be judged.
+Outcome judged_in_attempts(Target& t, Outcome (*attempt)(Target&, uint32_t, std::string& spoiled),
+                           const std::string& judged) {
+  std::string spoiled;
+  for (uint32_t k = 0; k < kAttempts; ++k) {
+    Outcome o = attempt(t, 0x7e57 + k, spoiled);
+    if (spoiled.empty()) return o;
+  }
+  return fail("in " + std::to_string(kAttempts) + " attempts, " + spoiled + " before " + judged +
+              " could be judged");
+}
+
 // One try of PATH-3 on a fresh connection (`conn_id` the tester's side);
 // `spoiled` says why its verdict is void, if it is.
 Outcome path3_attempt(Target& t, uint32_t conn_id, std::string& spoiled) {
   spoiled.clear();
-  Peer p(t, conn_id);
-  ConnId conn;
-  std::vector<Reply> rs;
-  const Reply* d = nullptr;
-  std::string why;
-  if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
-  const size_t slot = wire::path_tag_slot(d->pkt.bh.path_tag);
-  PathStats before, after;
-  if (!t.path_stats(conn, slot, before)) return fail("no state for the path");
+  FirstPacket f(t, conn_id);
+  if (const std::string why = f.open(t); !why.empty()) return fail(why);
+  auto& [p, conn, rs, d, slot, before] = f;
+  PathStats after;
   // The ACK names another generation of the slot (as one answering a packet
   // sent before the slot's entropy was replaced would), 300 us late and
   // CE-marked: it acknowledges the PSN and nothing else.
@@ -190,25 +208,14 @@ Outcome path3_attempt(Target& t, uint32_t conn_id, std::string& spoiled) {
 }  // namespace
 
 Outcome check_path3(Target& t) {
-  std::string spoiled;
-  for (uint32_t attempt = 0; attempt < kAttempts; ++attempt) {
-    Outcome o = path3_attempt(t, 0x7e57 + attempt, spoiled);
-    if (spoiled.empty()) return o;
-  }
-  return fail("in " + std::to_string(kAttempts) + " attempts, " + spoiled +
-              " before the old generation's echo could be judged");
+  return judged_in_attempts(t, path3_attempt, "the old generation's echo");
 }
 
 Outcome check_cc3(Target& t) {
-  Peer p(t);
-  ConnId conn;
-  std::vector<Reply> rs;
-  const Reply* d = nullptr;
-  std::string why;
-  if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
-  PathStats ps;
-  const size_t first = wire::path_tag_slot(d->pkt.bh.path_tag);
-  if (!t.path_stats(conn, first, ps)) return fail("no state for the path");
+  FirstPacket f(t);
+  std::string why = f.open(t);
+  if (!why.empty()) return fail(why);
+  auto& [p, conn, rs, d, first, ps] = f;
   if (ps.alpha_permille != 1000)
     return fail("alpha starts at " + std::to_string(ps.alpha_permille) + " permille, not 1000");
   p.send(p.ack(d->pkt.bh.psn + 1, *d), d->entropy);
@@ -307,15 +314,10 @@ namespace {
 // One try of TRIM-4 on a fresh connection, as path3_attempt.
 Outcome trim4_attempt(Target& t, uint32_t conn_id, std::string& spoiled) {
   spoiled.clear();
-  Peer p(t, conn_id);
-  ConnId conn;
-  std::vector<Reply> rs;
-  const Reply* d = nullptr;
-  std::string why;
-  if (!connected_first_packet(t, p, conn, rs, d, why)) return fail(why);
-  const size_t slot = wire::path_tag_slot(d->pkt.bh.path_tag);
-  PathStats before, after, again;
-  if (!t.path_stats(conn, slot, before)) return fail("no state for the path");
+  FirstPacket f(t, conn_id);
+  if (const std::string why = f.open(t); !why.empty()) return fail(why);
+  auto& [p, conn, rs, d, slot, before] = f;
+  PathStats after, again;
   p.send(p.ack(d->pkt.bh.psn, *d, wire::kAckEchoTrimmed), d->entropy);
   (void)p.run(1000);
   if (!t.path_stats(conn, slot, after)) return fail("no state for the path");
@@ -342,13 +344,7 @@ Outcome trim4_attempt(Target& t, uint32_t conn_id, std::string& spoiled) {
 }  // namespace
 
 Outcome check_trim4(Target& t) {
-  std::string spoiled;
-  for (uint32_t attempt = 0; attempt < kAttempts; ++attempt) {
-    Outcome o = trim4_attempt(t, 0x7e57 + attempt, spoiled);
-    if (spoiled.empty()) return o;
-  }
-  return fail("in " + std::to_string(kAttempts) + " attempts, " + spoiled +
-              " before the ECHO_TRIMMED echoes could be judged");
+  return judged_in_attempts(t, trim4_attempt, "the ECHO_TRIMMED echoes");
 }
 
 // CC-1: the initial window belongs to the connection, 16 packets of the
@@ -571,8 +567,7 @@ Outcome check_cc6(Target& t) {
       while (psns.contains(cum)) ++cum;
       p.send(p.ack(cum, *d, wire::kAckEchoCe), d->entropy);
     }
-    for (const Reply* d : of(rs, wire::Opcode::kProbe))
-      p.send(p.ack(cum, *d, wire::kAckEchoProbe), d->entropy);
+    answer_probes(p, rs, cum);
     responses += fresh;
     return fresh;
   };

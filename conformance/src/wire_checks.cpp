@@ -188,8 +188,7 @@ Outcome check_enc3(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteWrite, r)) return fail("register_memory failed");
   for (uint16_t port : {uint16_t{50001}, uint16_t{50007}}) {
     const uint32_t psn = p.next_psn++;
-    if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn), 100'000, port),
-               psn) == nullptr)
+    if (!acknowledged(p, p.write(psn, r.rkey, r.addr, kPayload), psn, port))
       return fail("no ACK for a WRITE from source port " + std::to_string(port));
   }
   return pass(std::to_string(ports.size()) + " paths, one port each");
@@ -265,8 +264,7 @@ Outcome ignored_then_served(Target& t, const std::string& what, const Counted& c
   if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
     return fail(what + " wrote memory");
-  if (ack_of(p.exchange_until(good, acks(psn)), psn) == nullptr)
-    return fail("the good packet was not acknowledged after it");
+  if (!acknowledged(p, good, psn)) return fail("the good packet was not acknowledged after it");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload) return fail("the good packet did not land");
   return passed_counting(before);
 }
@@ -296,7 +294,7 @@ Outcome check_int2(Target& t) {
   if (!tester_connects_to_memory(t, p, r, why)) return fail(why);
   p.cover_payload = false;
   const uint32_t psn = p.next_psn++;
-  if (ack_of(p.exchange_until(p.write(psn, r.rkey, r.addr, kPayload), acks(psn)), psn) == nullptr)
+  if (!acknowledged(p, p.write(psn, r.rkey, r.addr, kPayload), psn))
     return fail("no ACK for a WRITE with PC clear");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload)
     return fail("a WRITE with PC clear did not land");

@@ -1914,6 +1914,80 @@ TEST(Conformance, LateAcceptAnsweredWithReasonZeroFailsConn7) {
 // CONN-3 broken for a failed connection: the request repeated to it answered
 // with an ACCEPT (the engine did so before), or refused without naming the
 // failure.
+// CONN-6 broken at the requester: data that arrives before its
+// CONNECT_ACCEPT is neither acknowledged nor placed, but kept and taken in
+// once the ACCEPT arrives, not dropped; its retransmission then comes as a
+// duplicate. A check judging only the silence before the ACCEPT and the
+// bytes after passed it.
+TEST(Conformance, DataBeforeTheAcceptKeptForLaterFailsConn6) {
+  expect_fails("CONN-6", "taken for a duplicate", [](FaultyTarget& t) {
+    auto kept = std::make_shared<std::vector<std::vector<uint8_t>>>();
+    auto accepted = std::make_shared<bool>(false);
+    t.expand_in = [kept, accepted](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      const bool ok = wire::decode(d, p) == wire::ParseError::kOk;
+      if (ok && !*accepted && wire::is_data(p.bh.opcode)) {
+        kept->push_back(std::move(d));
+        return out;
+      }
+      out.push_back(std::move(d));
+      if (ok && p.bh.opcode == wire::Opcode::kConnectAccept) {
+        *accepted = true;
+        out.insert(out.end(), kept->begin(), kept->end());
+        kept->clear();
+      }
+      return out;
+    };
+  });
+}
+
+// CONN-6 broken at the requester the other way: it takes the first data
+// naming its connection for the ACCEPT (a forged ACCEPT is handed in in
+// its place) and so sends its WRITE while the tester's ACCEPT is still to
+// come, later than the first wait after its CONNECT_REQ.
+TEST(Conformance, DataSentBeforeTheAcceptFailsConn6) {
+  expect_fails("CONN-6", "data went out before the ACCEPT", [](FaultyTarget& t) {
+    struct Request {
+      uint32_t src_conn = 0;
+      uint64_t nonce = 0;
+      bool taken = false;  // its implicit ACCEPT handed in
+    };
+    auto req = std::make_shared<Request>();
+    t.mutate = [req](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (const Sent& s : v)
+        if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+            p.bh.opcode == wire::Opcode::kConnectReq) {
+          req->src_conn = p.connect.src_conn;
+          req->nonce = p.connect.nonce;
+        }
+    };
+    t.expand_in = [req](std::vector<uint8_t> d) {
+      std::vector<std::vector<uint8_t>> out;
+      wire::Packet p;
+      if (req->taken || wire::decode(d, p) != wire::ParseError::kOk ||
+          !wire::is_data(p.bh.opcode) || p.bh.dst_conn != req->src_conn) {
+        out.push_back(std::move(d));
+        return out;
+      }
+      req->taken = true;
+      wire::Packet accept;
+      accept.bh.opcode = wire::Opcode::kConnectAccept;
+      accept.bh.dst_conn = req->src_conn;
+      accept.connect = {.src_conn = 0x7e57,
+                        .initial_psn = p.bh.psn,
+                        .mtu = 4096,
+                        .window_log2 = 10,
+                        .max_reads = 16,
+                        .max_version = 1,
+                        .nonce = req->nonce};
+      out.push_back(encode(accept));
+      return out;
+    };
+  });
+}
+
 TEST(Conformance, RequestToAFailedConnectionAcceptedOrRefusedPlainlyFailsConn3) {
   for (const bool accept : {true, false})
     expect_fails(
