@@ -49,6 +49,8 @@ struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
 
 namespace metaroce::udp {
 
+enum class AddressFault : uint8_t;  // address.hpp
+
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
 
 // "1 port", "64 ports": a count and its noun, singular or plural, for
@@ -533,6 +535,13 @@ struct UdpEndpoint::Impl {
       return out_of_memory_error(s, conn);
     }
   }
+  // An address's fault (address_fault) as a call's Error: the fault's status
+  // (address_fault_status), and "<what> <text>: <its words>", or the words
+  // alone for an empty `what`; e.peer is the text where `names_peer`.
+  // `family`: as given to address_fault. Never throws (error_or).
+  [[nodiscard]] static Error address_fault_error(std::string_view what, std::string_view text,
+                                                 AddressFault f, int family,
+                                                 bool names_peer) noexcept;
   // Status s of connection conn, its message the fixed kOutOfMemoryWords.
   [[nodiscard]] static Error out_of_memory_error(Status s, ConnId conn) noexcept;
   // kOutOfMemoryWords as a std::string, built in its own buffer.

@@ -512,16 +512,8 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
   // bad address (or a name that does not resolve) is still kInvalidArgument,
   // and a resolver's own shortage (EAI_MEMORY) kResourceExhausted.
   if (const AddressFault f = address_fault(address, kDefaultPort, peer, reach, &peer_scope);
-      f != AddressFault::kNone) {
-    const Status s = address_fault_status(f);
-    return Impl::error_or(s, ConnId{}, [&] {
-      Error e;
-      e.status = s;
-      e.peer = address;
-      e.message = "connect to " + address + ": " + address_fault_text(address, f, reach);
-      return e;
-    });
-  }
+      f != AddressFault::kNone)
+    return Impl::address_fault_error("connect to", address, f, reach, true);
   // Memory short for the checks' words before a refusal: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
     return impl_->connect_checked(peer, peer_scope, &address, out, budget);
