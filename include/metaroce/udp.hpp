@@ -332,6 +332,29 @@ class UdpEndpoint {
   // calls none of the application's) must leave the stop to another
   // thread. Never throws.
   bool stop_progress_thread() noexcept;
+  // On the progress thread. Code that the thread runs (an allocator's or a
+  // signal's hook: the driver calls none of the application's) runs inside
+  // one of its rounds, which hold the endpoint's mutex; the mutex is not
+  // recursive, so there every call that takes it (all but the accessors of
+  // what open() fixed: local_address(), port(), fd(), ...) returns at once
+  // with nothing done, where it deadlocked:
+  // - an Error: kInvalidArgument, "<call>: called on this endpoint's
+  //   progress thread, which holds the endpoint's lock inside its rounds
+  //   (nothing done; ...)": register_memory*, deregister_memory,
+  //   connect_start (either form), conn_error, post_* (and write, read, send,
+  //   recv, ...), the post_*_error calls and completion_error;
+  // - try_post_*: kInvalidArgument (post_*_error, called there, says why);
+  // - a count or a bool: nothing, as if there were none: progress() and
+  //   poll_completions() 0, poll_completion(), poll_read_served(),
+  //   try_accept() and conn_stats() false, path_stats() 0 (the vector form:
+  //   empty), close(ConnId) false;
+  // - a value: none: state() kUnknown, peer_addr() an empty PeerAddr (and
+  //   peer_address() ""), endpoint_stats() and io_stats() all zero,
+  //   uring_enabled() false.
+  // The blocking calls and close() are refused there too (above and below).
+  // They are refused anywhere on that thread, as the blocking calls are
+  // (outside a round too: a signal while it sleeps). The check is one
+  // thread-local compare, and only where the call locks.
 
   // --- memory ---
   Error register_memory(void* addr, size_t length, uint32_t access, MemoryRegion& out);
@@ -449,7 +472,9 @@ class UdpEndpoint {
   // Non-blocking: the next accepted connection, if any.
   bool try_accept(ConnId& out);
   // Orderly close of one connection (outstanding work completes kFlushed).
-  void close(ConnId conn);
+  // True once closed; false, nothing done, on the progress thread inside one
+  // of its rounds (see "On the progress thread" below).
+  bool close(ConnId conn);
   // kUnknown for an id this endpoint never had. A connection that ended
   // (kClosed, kError) is remembered, for state(), conn_error() and
   // peer_address(), until 1024 later ones have ended (one waiting in the

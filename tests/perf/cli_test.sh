@@ -75,6 +75,16 @@ expect 2 '^--rnr-retry-limit: Value 3x is not a whole number \(expected 0 to 655
 # exits 2 as for any test that could not start.
 expect 2 'is ambiguous: .*write it \[::1\]:5, for the address alone \[::1:5\]' \
   "$perf" client ::1:5 --iters 1
+# An address that does not parse, the server's or --bind's: the parser's
+# words and exit 2, nothing run (the client reads the server's address with
+# the driver's non-throwing parse_address_checked and format_address_text,
+# so that memory running short there is such a refusal too, not an uncaught
+# std::bad_alloc: tests/perf/perf_alloc_test.cpp).
+expect 2 '^metaroce-perf client: 127.0.0.1:70000: port out of range in "127.0.0.1:70000"$' \
+  "$perf" client 127.0.0.1:70000 --iters 1
+expect 2 "^metaroce-perf client: \\[::1: missing ']' in \"\\[::1\"$" "$perf" client '[::1' --iters 1
+expect 2 '^metaroce-perf client: open 127.0.0.1:70000: port out of range in "127.0.0.1:70000"$' \
+  "$perf" client 127.0.0.1:4792 --bind 127.0.0.1:70000 --iters 1
 # A CPU the process may not run on (here 1023, past this host's): refused,
 # exit 2 (it used to warn and run unpinned, the measurement not the one
 # asked for; the server then waited for clients).

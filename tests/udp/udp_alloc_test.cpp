@@ -790,6 +790,171 @@ TEST(UdpAlloc, BlockingCallsFromTheProgressThreadItselfAreRefusedAtOnce) {
   EXPECT_FALSE(accepted) << accepted.message;
 }
 
+// The calls below do not wait for rounds, but each takes the endpoint's
+// mutex, which the thread holds inside its round: each deadlocked there. The
+// hook is given 10 s (generous: it returns at once now); one that never
+// returns leaves the server's thread stuck with the mutex, so the server is
+// let go of (leaked, never closed) and the test fails rather than hangs.
+bool hook_returned(HookRun& r) {
+  if (r.ran) return true;
+  (void)r.server.release();
+  return false;
+}
+const std::string kInRound =
+    "called on this endpoint's progress thread, which holds the endpoint's lock inside its "
+    "rounds (nothing done";
+
+Error g_post_words, g_write_words, g_try_post_words;
+Status g_try_post = Status::kOk;
+
+// A post there is refused with words that say why: post_send (and write,
+// which posts through it) kInvalidArgument naming the call and wr_id, and
+// try_post_send kInvalidArgument, which post_send_error there explains.
+TEST(UdpAlloc, APostFromTheProgressThreadItselfIsRefusedNotDeadlocked) {
+  g_try_post = Status::kOk;
+  HookRun r = run_in_round([] {
+    SendWr wr;
+    wr.wr_id = 41;
+    wr.length = 8;
+    wr.lkey = 1;
+    g_post_words = g_ep->post_send(ConnId{1}, wr);
+    uint64_t word = 0;
+    g_write_words = g_ep->write(ConnId{1}, 42, &word, sizeof(word), 1, 0, 1);
+    g_try_post = g_ep->try_post_send(ConnId{1}, wr);
+    g_try_post_words = g_ep->post_send_error(g_try_post, ConnId{1}, wr);
+  });
+  ASSERT_TRUE(hook_returned(r)) << "the post deadlocked on the progress thread";
+  EXPECT_FALSE(r.connected) << r.connected.message;
+  EXPECT_EQ(g_try_post, Status::kInvalidArgument);
+  for (const Error* e : {&g_post_words, &g_write_words, &g_try_post_words}) {
+    EXPECT_EQ(e->status, Status::kInvalidArgument) << e->message;
+    EXPECT_TRUE(has(e->message, kInRound)) << e->message;
+    EXPECT_EQ(e->conn, 1u) << e->message;
+  }
+  EXPECT_TRUE(has(g_post_words.message, "post_send (wr_id 41): ")) << g_post_words.message;
+  EXPECT_TRUE(has(g_write_words.message, "post_send (wr_id 42): ")) << g_write_words.message;
+  ConnId s;
+  const Error accepted = r.server->accept(milliseconds(2000), s);  // the thread serves on
+  EXPECT_FALSE(accepted) << accepted.message;
+}
+
+bool g_polled_one = true, g_polled_read = true;
+size_t g_polled_many = 99;
+
+// A poll there finds nothing (the completions stay for a later poll).
+TEST(UdpAlloc, APollFromTheProgressThreadItselfFindsNothing) {
+  g_polled_one = g_polled_read = true;
+  g_polled_many = 99;
+  HookRun r = run_in_round([] {
+    Completion c[4];
+    g_polled_one = g_ep->poll_completion(c[0]);
+    g_polled_many = g_ep->poll_completions(c, 4);
+    ReadServed served;
+    g_polled_read = g_ep->poll_read_served(served);
+  });
+  ASSERT_TRUE(hook_returned(r)) << "the poll deadlocked on the progress thread";
+  EXPECT_FALSE(r.connected) << r.connected.message;
+  EXPECT_FALSE(g_polled_one);
+  EXPECT_EQ(g_polled_many, 0u);
+  EXPECT_FALSE(g_polled_read);
+}
+
+IoStats g_io;
+EndpointStats g_endpoint;
+bool g_conn_stats_found = true;
+size_t g_paths = 99, g_path_vector = 99;
+
+// The stats there read as none: all zero, no connection, no path. (The
+// thread's own rounds, io_stats().thread_rounds, are never zero elsewhere.)
+TEST(UdpAlloc, AStatsCallFromTheProgressThreadItselfReadsNothing) {
+  g_conn_stats_found = true;
+  g_paths = g_path_vector = 99;
+  HookRun r = run_in_round([] {
+    g_io = g_ep->io_stats();
+    g_endpoint = g_ep->endpoint_stats();
+    ConnStats cs;
+    g_conn_stats_found = g_ep->conn_stats(ConnId{1}, cs);
+    g_paths = g_ep->path_stats(ConnId{1}, nullptr, 0);
+    g_path_vector = g_ep->path_stats(ConnId{1}).size();
+  });
+  ASSERT_TRUE(hook_returned(r)) << "a stats call deadlocked on the progress thread";
+  EXPECT_FALSE(r.connected) << r.connected.message;
+  EXPECT_EQ(g_io.thread_rounds, 0u);
+  EXPECT_EQ(g_endpoint.datagrams_received, 0u);
+  EXPECT_FALSE(g_conn_stats_found);
+  EXPECT_EQ(g_paths, 0u);
+  EXPECT_EQ(g_path_vector, 0u);
+  EXPECT_GT(r.server->io_stats().thread_rounds, 0u);  // from another thread: the real ones
+}
+
+Error g_register_words, g_deregister_words, g_start_words, g_start_addr_words, g_conn_error_words,
+    g_recv_words, g_shared_recv_words, g_completion_words;
+bool g_accepted_one = true, g_closed_one = true;
+ConnState g_state = ConnState::kEstablished;
+PeerAddr g_peer;
+std::string g_peer_text = "-";
+size_t g_moved = 99;
+
+// The rest of the calls that take the mutex: refused with the same words
+// (an Error), or nothing (a count, a bool, a value).
+TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
+  g_accepted_one = g_closed_one = true;
+  g_state = ConnState::kEstablished;
+  g_peer_text = "-";
+  g_moved = 99;
+  HookRun r = run_in_round([] {
+    static uint64_t region[8];
+    MemoryRegion mr;
+    g_register_words = g_ep->register_memory(region, sizeof(region), kAccessLocalWrite, mr);
+    g_deregister_words = g_ep->deregister_memory(1);
+    ConnId id;
+    g_start_words = g_ep->connect_start("127.0.0.1:9", id);
+    PeerAddr nine;
+    if (parse_address("127.0.0.1:9", 4792, nine))
+      g_start_addr_words = g_ep->connect_start(nine, id);
+    g_conn_error_words = g_ep->conn_error(ConnId{1});
+    RecvWr rwr;
+    rwr.wr_id = 43;
+    g_recv_words = g_ep->post_recv(ConnId{1}, rwr);
+    g_shared_recv_words = g_ep->post_shared_recv(rwr);
+    Completion failed;
+    failed.wr_id = 44;
+    failed.conn = ConnId{1};
+    failed.status = Status::kFlushed;
+    g_completion_words = g_ep->completion_error(failed);
+    g_accepted_one = g_ep->try_accept(id);
+    g_closed_one = g_ep->close(ConnId{1});
+    g_state = g_ep->state(ConnId{1});
+    g_peer = g_ep->peer_addr(ConnId{1});
+    g_peer_text = g_ep->peer_address(ConnId{1});
+    g_moved = g_ep->progress();
+    (void)g_ep->uring_enabled();
+  });
+  ASSERT_TRUE(hook_returned(r)) << "a call deadlocked on the progress thread";
+  EXPECT_FALSE(r.connected) << r.connected.message;
+  for (const Error* e :
+       {&g_register_words, &g_deregister_words, &g_start_words, &g_start_addr_words,
+        &g_conn_error_words, &g_recv_words, &g_shared_recv_words, &g_completion_words}) {
+    EXPECT_EQ(e->status, Status::kInvalidArgument) << e->message;
+    EXPECT_TRUE(has(e->message, kInRound)) << e->message;
+  }
+  EXPECT_TRUE(has(g_start_words.message, "connect to 127.0.0.1:9: ")) << g_start_words.message;
+  EXPECT_TRUE(has(g_recv_words.message, "post_recv (wr_id 43): ")) << g_recv_words.message;
+  EXPECT_TRUE(has(g_completion_words.message, "completion_error (wr_id 44): "))
+      << g_completion_words.message;
+  EXPECT_FALSE(g_accepted_one);
+  EXPECT_FALSE(g_closed_one);
+  EXPECT_EQ(g_state, ConnState::kUnknown);
+  EXPECT_EQ(g_peer.len, 0u);
+  EXPECT_EQ(g_peer_text, "");
+  EXPECT_EQ(g_moved, 0u);
+  // Nothing was done there: the connection the round recorded is served on.
+  ConnId s;
+  const Error accepted = r.server->accept(milliseconds(2000), s);
+  EXPECT_FALSE(accepted) << accepted.message;
+  EXPECT_EQ(r.server->state(s), ConnState::kEstablished);
+}
+
 // Destroyed on its own progress thread, the endpoint is closed by that
 // thread once its round is over (gracefully: the peer is told), and its
 // ports are free again. The destructor's join threw std::system_error:

@@ -131,7 +131,9 @@ int run_client(const ClientArgs& a, const Common& common) {
     // address tested against itself, and said after 5 s that the server sent
     // no HelloAck, "(connection established)".
     PeerAddr bound;
-    if (udp::parse_address(a.bind, 4792, bound) && udp::format_address(bound) == peer)
+    // (The non-throwing forms: one that does not parse is open()'s to refuse.)
+    if (!udp::parse_address_checked(a.bind, 4792, bound) &&
+        udp::format_address_text(bound).view() == peer)
       return not_started(a, "--bind " + a.bind + " is the server's address " + peer +
                                 ": the client would connect to itself; bind another port, or "
                                 "leave --bind out");

@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <string_view>
 
 namespace metaroce::perf {
@@ -338,10 +339,21 @@ udp::IoStats io_since(const udp::IoStats& now, const udp::IoStats& b) {
 
 bool client_local_address(const std::string& addr, std::string& local, std::string& peer,
                           std::string& why) {
+  // The driver's non-throwing forms: a bad address, or no memory for the
+  // words, is a refusal the client reports (kExitNothingRan), where
+  // std::bad_alloc out of parse_address or format_address ended the tool.
   PeerAddr p;
-  if (!udp::parse_address(addr, 4792, p, &why)) return false;
-  local = udp::address_is_v4(p) ? "0.0.0.0:0" : "[::]:0";
-  peer = udp::format_address(p);
+  if (udp::Error e = udp::parse_address_checked(addr, 4792, p)) {
+    why.swap(e.message);
+    return false;
+  }
+  local = udp::address_is_v4(p) ? "0.0.0.0:0" : "[::]:0";  // (held in the string itself)
+  try {
+    peer = udp::format_address_text(p).view();
+  } catch (const std::bad_alloc&) {
+    why = udp::kOutOfMemoryWords;  // (held in the string itself)
+    return false;
+  }
   return true;
 }
 

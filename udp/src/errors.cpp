@@ -62,16 +62,26 @@ bool fails_a_connection(Status code) {
 
 }  // namespace
 
+Error UdpEndpoint::Impl::address_fault_error(std::string_view what, std::string_view text,
+                                             AddressFault f, int family, bool names_peer) noexcept {
+  // The status is the fault's before any words are built: memory short for
+  // them keeps it (a bad address stays kInvalidArgument).
+  const Status s = address_fault_status(f);
+  return error_or(s, ConnId{}, [&] {
+    Error e;
+    e.status = s;
+    if (names_peer) e.peer = std::string(text);
+    e.message = what.empty() ? address_fault_text(text, f, family)
+                             : std::string(what) + " " + std::string(text) + ": " +
+                                   address_fault_text(text, f, family);
+    return e;
+  });
+}
+
 Error parse_address_checked(std::string_view text, uint16_t default_port, PeerAddr& out) noexcept {
   const AddressFault f = address_fault(text, default_port, out, AF_UNSPEC, nullptr);
   if (f == AddressFault::kNone) return {};
-  const Status s = address_fault_status(f);
-  return UdpEndpoint::Impl::error_or(s, ConnId{}, [&] {
-    Error e;
-    e.status = s;
-    e.message = address_fault_text(text, f, AF_UNSPEC);
-    return e;
-  });
+  return UdpEndpoint::Impl::address_fault_error({}, text, f, AF_UNSPEC, false);
 }
 
 std::string count_text(uint64_t n, std::string_view one, std::string_view many) {

@@ -49,6 +49,13 @@ struct io_uring;  // liburing's, where the build has it (METAROCE_HAVE_URING)
 
 namespace metaroce::udp {
 
+enum class AddressFault : uint8_t;  // address.hpp
+
+// The endpoint whose progress thread this is (none on other threads): set
+// by the thread itself (progress.cpp), read by Impl::on_progress_thread.
+// Constant-initialized, so that a read is one thread-local load, no call.
+extern constinit thread_local const UdpEndpoint::Impl* t_progress_of;
+
 inline constexpr uint16_t kDefaultPort = wire::kDefaultUdpPort;  // ENC-2
 
 // "1 port", "64 ports": a count and its noun, singular or plural, for
@@ -429,6 +436,20 @@ struct UdpEndpoint::Impl {
                ? std::unique_lock<std::mutex>(mu)
                : std::unique_lock<std::mutex>();
   }
+  // guard() for a call that does not wait for rounds (a post, a poll, the
+  // stats, ...): false, nothing held, where the caller is the progress
+  // thread itself (code it runs: an allocator's or a signal's hook), which
+  // inside its rounds holds the mutex: the mutex is not recursive, and
+  // guard() deadlocked there. Asked only where the call locks, as one
+  // thread-local load and compare before the lock: try_lock first, asking
+  // only where it fails, cost more (glibc's trylock is no inlined fast path:
+  // about 5 ns a call more than lock, against about 1 for the compare).
+  [[nodiscard]] bool guard_call(std::unique_lock<std::mutex>& lk) {
+    if (!opts.thread_safe && !threaded.load(std::memory_order_acquire)) return true;
+    if (on_progress_thread()) return false;
+    lk = std::unique_lock<std::mutex>(mu);
+    return true;
+  }
   void wake_thread();
   void join_thread();  // stops the progress thread; `threaded` stays as it is
   // close()'s work once the thread is stopped, the mutex held (`lk`).
@@ -440,7 +461,7 @@ struct UdpEndpoint::Impl {
   // itself: std::thread::join throws std::system_error, EDEADLK). Set by
   // the thread itself, so no std::thread object is read that
   // start_progress_thread may still be assigning.
-  [[nodiscard]] bool on_progress_thread() const noexcept;
+  [[nodiscard]] bool on_progress_thread() const noexcept { return t_progress_of == this; }
   void end_round();
   void forget_source(const PeerAddr& p);
   void evict_idle_sources();
@@ -533,6 +554,13 @@ struct UdpEndpoint::Impl {
       return out_of_memory_error(s, conn);
     }
   }
+  // An address's fault (address_fault) as a call's Error: the fault's status
+  // (address_fault_status), and "<what> <text>: <its words>", or the words
+  // alone for an empty `what`; e.peer is the text where `names_peer`.
+  // `family`: as given to address_fault. Never throws (error_or).
+  [[nodiscard]] static Error address_fault_error(std::string_view what, std::string_view text,
+                                                 AddressFault f, int family,
+                                                 bool names_peer) noexcept;
   // Status s of connection conn, its message the fixed kOutOfMemoryWords.
   [[nodiscard]] static Error out_of_memory_error(Status s, ConnId conn) noexcept;
   // kOutOfMemoryWords as a std::string, built in its own buffer.

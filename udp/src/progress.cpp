@@ -330,12 +330,7 @@ void UdpEndpoint::Impl::consume_wakeups(const epoll_event* evs, int n) {
   if (timer) armed_ns = 0;
 }
 
-namespace {
-// The endpoint whose progress thread this is (none on other threads).
-thread_local const UdpEndpoint::Impl* t_progress_of = nullptr;
-}  // namespace
-
-bool UdpEndpoint::Impl::on_progress_thread() const noexcept { return t_progress_of == this; }
+constinit thread_local const UdpEndpoint::Impl* t_progress_of = nullptr;
 
 void UdpEndpoint::Impl::thread_main() {
   t_progress_of = this;

@@ -197,8 +197,7 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
   // memory for them runs short.
   if (const AddressFault f = address_fault(address, kDefaultPort, local, AF_UNSPEC, &scope);
       f != AddressFault::kNone) {
-    err.status = address_fault_status(f);
-    err.message = "open " + address + ": " + address_fault_text(address, f, AF_UNSPEC);
+    err = address_fault_error("open", address, f, AF_UNSPEC, false);
     return false;
   }
   family = address_is_v4(local) ? AF_INET : AF_INET6;

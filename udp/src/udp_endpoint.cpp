@@ -53,16 +53,28 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
   return timeout >= room ? Clock::time_point::max() : now + timeout;
 }
 
-// A blocking call on the endpoint's own progress thread (code it runs: an
-// allocator's or a signal's hook) would wait for rounds that only that
-// thread runs, and inside a round for the mutex it holds: refused at once.
-Error on_progress_thread(const std::string& what) {
+// A call on the endpoint's own progress thread (code it runs: an
+// allocator's or a signal's hook) that would wait for rounds that only that
+// thread runs (`blocking`), or, inside a round, for the mutex the thread
+// holds: refused at once.
+Error on_progress_thread(const std::string& what, bool blocking = true) {
   Error e;
   e.status = Status::kInvalidArgument;
-  e.message = what +
-              ": called on this endpoint's progress thread, which cannot wait for its own "
-              "rounds (nothing done; call it from another thread)";
+  e.message = what + ": called on this endpoint's progress thread, which " +
+              (blocking ? "cannot wait for its own rounds"
+                        : "holds the endpoint's lock inside its rounds") +
+              " (nothing done; call it from another thread)";
   return e;
+}
+
+// A call that Impl::guard_call refused: `what()` names it.
+template <typename F>
+Error refused_in_round(ConnId conn, F&& what) noexcept {
+  return UdpEndpoint::Impl::error_or(Status::kInvalidArgument, conn, [&] {
+    Error e = on_progress_thread(what(), false);
+    e.conn = conn.v;
+    return e;
+  });
 }
 }  // namespace
 
@@ -110,8 +122,10 @@ uint16_t UdpEndpoint::entropy_max() const { return impl_->cfg.entropy_max; }
 bool UdpEndpoint::gso_enabled() const { return impl_->gso.load(std::memory_order_relaxed); }
 bool UdpEndpoint::gro_enabled() const { return impl_->gro; }
 bool UdpEndpoint::uring_enabled() const {
-  auto lk = impl_->guard();  // the progress thread's round may give the ring up (release_ring)
-  return impl_->ring != nullptr;
+  // The progress thread's round may give the ring up (release_ring):
+  // refused the lock, nothing is read.
+  std::unique_lock<std::mutex> lk;
+  return impl_->guard_call(lk) && impl_->ring != nullptr;
 }
 int UdpEndpoint::fd() const {
   impl_->fd_exported.store(true, std::memory_order_relaxed);
@@ -119,7 +133,8 @@ int UdpEndpoint::fd() const {
 }
 
 size_t UdpEndpoint::progress() {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return 0;  // (no round inside a round)
   const size_t moved = impl_->progress_locked();
   // The sleeping thread armed its timer for the deadline it saw; this round
   // may have set an earlier one (a datagram it took before the thread's
@@ -210,11 +225,12 @@ Error UdpEndpoint::register_memory(void* addr, size_t length, uint32_t access, M
 
 Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                       MemoryRegion& out) {
-  auto lk = impl_->guard();
   const auto what = [&] {
     return "register_memory(" + std::to_string(length) + " bytes at base " + std::to_string(base) +
            ")";
   };
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return refused_in_round(ConnId{}, what);
   // No post can name memory registered now: say so, as a post would.
   if (impl_->closed)
     return Impl::error_or(Status::kNotConnected, ConnId{},
@@ -260,7 +276,10 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
 }
 
 Error UdpEndpoint::deregister_memory(uint32_t lkey) {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk))
+    return refused_in_round(ConnId{},
+                            [&] { return "deregister_memory(lkey " + std::to_string(lkey) + ")"; });
   const Status s = impl_->eng->deregister_memory(lkey);
   if (s == Status::kOk) {
     impl_->regions.erase(lkey);
@@ -281,7 +300,9 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   if (Error e = im.route_mtu_cap(peer, max_mtu); e) return e;
   ConnId id;
   {
-    auto lk = im.guard();
+    std::unique_lock<std::mutex> lk;
+    if (!im.guard_call(lk))
+      return refused_in_round(ConnId{}, [&] { return "connect to " + format_address(peer); });
     const Status s =
         im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
@@ -512,16 +533,8 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
   // bad address (or a name that does not resolve) is still kInvalidArgument,
   // and a resolver's own shortage (EAI_MEMORY) kResourceExhausted.
   if (const AddressFault f = address_fault(address, kDefaultPort, peer, reach, &peer_scope);
-      f != AddressFault::kNone) {
-    const Status s = address_fault_status(f);
-    return Impl::error_or(s, ConnId{}, [&] {
-      Error e;
-      e.status = s;
-      e.peer = address;
-      e.message = "connect to " + address + ": " + address_fault_text(address, f, reach);
-      return e;
-    });
-  }
+      f != AddressFault::kNone)
+    return Impl::address_fault_error("connect to", address, f, reach, true);
   // Memory short for the checks' words before a refusal: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
     return impl_->connect_checked(peer, peer_scope, &address, out, budget);
@@ -684,8 +697,8 @@ bool UdpEndpoint::Impl::take_accepted(ConnId& out) {
 }
 
 bool UdpEndpoint::try_accept(ConnId& out) {
-  auto lk = impl_->guard();
-  return impl_->take_accepted(out);
+  std::unique_lock<std::mutex> lk;
+  return impl_->guard_call(lk) && impl_->take_accepted(out);
 }
 
 Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
@@ -730,24 +743,29 @@ Error UdpEndpoint::accept(std::chrono::milliseconds timeout, ConnId& out) {
   return {};
 }
 
-void UdpEndpoint::close(ConnId conn) {
-  auto lk = impl_->guard();
+bool UdpEndpoint::close(ConnId conn) {
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return false;
   if (const auto it = impl_->conns.find(conn.v);
       it != impl_->conns.end() &&
       (it->second.state == ConnState::kConnecting || it->second.state == ConnState::kEstablished))
     it->second.closer = ConnInfo::Closer::kApplication;
   impl_->eng->close(conn, clock_now());
   impl_->wake_thread();
+  return true;
 }
 
 ConnState UdpEndpoint::state(ConnId conn) const {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return ConnState::kUnknown;
   auto it = impl_->conns.find(conn.v);
   return it == impl_->conns.end() ? ConnState::kUnknown : it->second.state;
 }
 
 Error UdpEndpoint::conn_error(ConnId conn) const {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk))
+    return refused_in_round(conn, [&] { return "conn_error(" + std::to_string(conn.v) + ")"; });
   auto it = impl_->conns.find(conn.v);
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
   return Impl::error_or(it->second.status, conn, [&] {
@@ -773,7 +791,8 @@ std::string UdpEndpoint::peer_address(ConnId conn) const noexcept {
 // returns its status with nothing allocated; the *_error calls build the
 // words only when the caller reports them.
 Status UdpEndpoint::try_post_send(ConnId conn, const SendWr& wr) {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return Status::kInvalidArgument;  // (the *_error calls say why)
   if (impl_->closed) return Status::kNotConnected;
   const Status s = impl_->eng->post_send(conn, wr);
   if (s != Status::kOk) return s;
@@ -782,7 +801,8 @@ Status UdpEndpoint::try_post_send(ConnId conn, const SendWr& wr) {
 }
 
 Status UdpEndpoint::try_post_recv(ConnId conn, const RecvWr& wr) {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return Status::kInvalidArgument;  // (the *_error calls say why)
   if (impl_->closed) return Status::kNotConnected;
   const Status s = impl_->eng->post_recv(conn, wr);
   if (s != Status::kOk) return s;
@@ -791,7 +811,8 @@ Status UdpEndpoint::try_post_recv(ConnId conn, const RecvWr& wr) {
 }
 
 Status UdpEndpoint::try_post_shared_recv(const RecvWr& wr) {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return Status::kInvalidArgument;  // (the *_error calls say why)
   if (impl_->closed) return Status::kNotConnected;
   const Status s = impl_->eng->post_shared_recv(wr);
   if (s == Status::kOk) impl_->wake_thread();
@@ -799,7 +820,8 @@ Status UdpEndpoint::try_post_shared_recv(const RecvWr& wr) {
 }
 
 PeerAddr UdpEndpoint::peer_addr(ConnId conn) const {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return PeerAddr{};
   if (const auto it = impl_->conns.find(conn.v); it != impl_->conns.end()) return it->second.peer;
   return impl_->eng->peer_of(conn);
 }
@@ -848,13 +870,19 @@ Error post_send_words(const UdpEndpoint::Impl& im, Status s, ConnId conn, const 
 
 Error UdpEndpoint::post_send_error(Status s, ConnId conn, const SendWr& wr) const {
   if (s == Status::kOk) return {};
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk))
+    return refused_in_round(conn,
+                            [&] { return "post_send (wr_id " + std::to_string(wr.wr_id) + ")"; });
   return Impl::error_or(s, conn, [&] { return post_send_words(*impl_, s, conn, wr); });
 }
 
 Error UdpEndpoint::post_recv_error(Status s, ConnId conn, const RecvWr& wr) const {
   if (s == Status::kOk) return {};
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk))
+    return refused_in_round(conn,
+                            [&] { return "post_recv (wr_id " + std::to_string(wr.wr_id) + ")"; });
   return Impl::error_or(s, conn, [&] {
     if (impl_->closed && s == Status::kNotConnected)
       return impl_->closed_error("post_recv (wr_id " + std::to_string(wr.wr_id) + ")", conn);
@@ -867,7 +895,10 @@ Error UdpEndpoint::post_recv_error(Status s, ConnId conn, const RecvWr& wr) cons
 
 Error UdpEndpoint::post_shared_recv_error(Status s, const RecvWr& wr) const {
   if (s == Status::kOk) return {};
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk))
+    return refused_in_round(
+        ConnId{}, [&] { return "post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")"; });
   return Impl::error_or(s, ConnId{}, [&] {
     if (impl_->closed && s == Status::kNotConnected)
       return impl_->closed_error("post_shared_recv (wr_id " + std::to_string(wr.wr_id) + ")");
@@ -925,18 +956,19 @@ Error UdpEndpoint::recv(ConnId conn, uint64_t wr_id, void* local, uint32_t len, 
 }
 
 bool UdpEndpoint::poll_read_served(ReadServed& out) {
-  auto lk = impl_->guard();
-  return impl_->eng->poll_read_served(out);
+  std::unique_lock<std::mutex> lk;
+  return impl_->guard_call(lk) && impl_->eng->poll_read_served(out);
 }
 
 bool UdpEndpoint::poll_completion(Completion& out) {
-  auto lk = impl_->guard();
-  return impl_->eng->poll_completion(out);
+  std::unique_lock<std::mutex> lk;
+  return impl_->guard_call(lk) && impl_->eng->poll_completion(out);
 }
 
 size_t UdpEndpoint::poll_completions(Completion* out, size_t max) {
   if (out == nullptr) return 0;  // no room: nothing taken (udp.hpp)
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return 0;
   size_t n = 0;
   while (n < max && impl_->eng->poll_completion(out[n])) ++n;
   return n;
@@ -983,17 +1015,22 @@ Error completion_words(const UdpEndpoint::Impl& im, const Completion& c) {
 
 Error UdpEndpoint::completion_error(const Completion& c) const {
   if (c.status == Status::kOk) return {};
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk))
+    return refused_in_round(
+        c.conn, [&] { return "completion_error (wr_id " + std::to_string(c.wr_id) + ")"; });
   return Impl::error_or(c.status, c.conn, [&] { return completion_words(*impl_, c); });
 }
 
 EndpointStats UdpEndpoint::endpoint_stats() const {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return EndpointStats{};
   return impl_->eng->endpoint_stats();
 }
 
 bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return false;
   const ConnStats* s = impl_->eng->conn_stats(conn);
   if (s == nullptr) return false;
   out = *s;
@@ -1001,7 +1038,8 @@ bool UdpEndpoint::conn_stats(ConnId conn, ConnStats& out) const {
 }
 
 size_t UdpEndpoint::path_stats(ConnId conn, PathStats* out, size_t max) const noexcept {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return 0;
   const size_t n = impl_->eng->path_count(conn);
   for (size_t i = 0; out != nullptr && i < std::min(n, max); ++i)
     (void)impl_->eng->path_stats(conn, i, out[i]);
@@ -1021,7 +1059,8 @@ std::vector<PathStats> UdpEndpoint::path_stats(ConnId conn) const noexcept {
 }
 
 IoStats UdpEndpoint::io_stats() const {
-  auto lk = impl_->guard();
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return IoStats{};
   return impl_->io;
 }
 
