@@ -47,6 +47,26 @@ TEST(Engine, AcksLeaveInTheControlClassAndTheRestInTheDataClass) {
   EXPECT_EQ(ep.config().data_dscp, 0);
 }
 
+// ENC-6 for the replies that have no connection (a REJECT, a repeated
+// DISCONNECT's ACK): neither ACK nor NAK, they leave in the data class.
+TEST(Engine, RepliesWithoutAConnectionLeaveInTheDataClass) {
+  EndpointConfig c0 = cfg(4918), c1 = cfg(4919);
+  for (EndpointConfig* c : {&c0, &c1}) {
+    c->control_dscp = 46;
+    c->data_dscp = 10;
+  }
+  c1.accept_incoming = false;
+  Loop loop(c0, c1);
+  int rejects = 0;
+  loop.on_sent = [&](int from, const TxDatagram& tx, const std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kConnectReject)) return;
+    ++rejects;
+    EXPECT_EQ(tx.dscp, 10);
+  };
+  EXPECT_TRUE(connect_fails_with(loop, Status::kConnectRefused));
+  EXPECT_GT(rejects, 0);
+}
+
 TEST(Engine, PacketThatFillsTheLastGapIsAckedAtOnce) {  // ACK-4, ACK-5
   // Four packets on four paths; the 2nd path's and the 3rd's are held back 5
   // and 8 us, as a sprayed message's packets arrive over paths of unequal

@@ -191,6 +191,22 @@ TEST(ConnectScale, RecordsEndAtTheirTimeAndTheirMemoryGoes) {
   EXPECT_EQ(loop.ep(0).endpoint_stats().closed_records_dropped, 0u);
 }
 
+// CONN-7: a record lasts as long as the longer of the peer's two resend
+// runs, its CONNECT_REQs' and its DISCONNECTs' (our settings taken as the
+// peer's): with 20 DISCONNECTs against 8 requests, a repeat 12 retries after
+// the close is still answered.
+TEST(ConnectScale, ARecordOutlastsTheLongerOfTheTwoResendRuns) {
+  EndpointConfig c1 = cfg(4917);
+  c1.disconnect_attempts = 20;
+  Loop loop(cfg(4916), c1);
+  Burst burst;
+  ASSERT_TRUE(open_and_close(loop, 1, burst));
+  const TimeNs at = loop.now() + 12 * c1.connect_retry_ns;
+  const auto acks = answers(loop, 1, burst.discs[burst.a[0].v], at);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].bh.opcode, wire::Opcode::kDisconnectAck);
+}
+
 // CONN-7: an endpoint keeps at most max_connections records (at least 64).
 // Past that, the record nearest its end goes first (here the oldest), is
 // counted in closed_records_dropped, and only its guarantee is lost: new

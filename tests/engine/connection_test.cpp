@@ -1000,6 +1000,25 @@ TEST(Engine, AStaleConnIdNamesNoLaterConnection) {
   EXPECT_EQ(ep.post_recv(first, RecvWr{}), Status::kNoSuchConnection);
 }
 
+// The bound of that wait, exactly: with 1,024 slots free a new connection
+// takes a fresh slot; with 1,025 it takes the one freed first.
+TEST(Engine, AFreedSlotIsReusedOnlyBehind1024Others) {
+  constexpr uint32_t kSlotBits = (1u << 20) - 1;  // an id's slot (impl.hpp kConnIndexBits)
+  Endpoint ep(cfg(4915));
+  PeerAddr peer;
+  peer.len = 1;
+  peer.bytes[0] = 'B';
+  std::vector<ConnId> ids(1024);
+  for (ConnId& id : ids) ASSERT_EQ(ep.connect(peer, TimeNs{0}, id), Status::kOk);
+  for (const ConnId id : ids) ep.close(id, TimeNs{0});  // CONNECTING: each slot free at once
+  ConnId fresh, reused;
+  ASSERT_EQ(ep.connect(peer, TimeNs{0}, fresh), Status::kOk);
+  for (const ConnId id : ids) ASSERT_NE((fresh.v ^ id.v) & kSlotBits, 0u) << "a slot reused";
+  ep.close(fresh, TimeNs{0});  // 1,025 free
+  ASSERT_EQ(ep.connect(peer, TimeNs{0}, reused), Status::kOk);
+  EXPECT_EQ((reused.v ^ ids[0].v) & kSlotBits, 0u) << "not the slot freed first";
+}
+
 // A's WRITE is under way when B's process restarts; the new B connects
 // back to A at once, while A's old connection still sends, times out and
 // probes, all to the old B's connection id. The new B connection got that

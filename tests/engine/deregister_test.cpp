@@ -308,6 +308,50 @@ TEST(Deregister, ASendOfNoBytesIntoAReceiveWhoseBufferWentCompletes) {  // MR-5,
   EXPECT_TRUE(untouched(r2, 0xCD));
 }
 
+// MR-3: a message of no bytes touches no memory, so the going of the region
+// its lkey named is no fault on the sending side either: the WRITE goes and
+// completes, and the connection stays up.
+TEST(Deregister, AWriteOfNoBytesWhoseSourceWentCompletes) {  // MR-5, MR-3
+  Loop loop(cfg(4903), cfg(4904));
+  auto [a, b] = loop.connect();
+  Buf src(loop.ep(0), 4096, 0, 5);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite, 0xAB);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 0, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(src.mr.lkey), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_TRUE(loop.ep(0).is_established(a));
+  EXPECT_EQ(error_of(loop, 0), Status::kOk);
+  EXPECT_TRUE(untouched(dst, 0xAB));
+}
+
+// MR-5 at PSN 0: a READ whose target went before its READ_REQ was ever sent
+// sends none, though the request's record, never used, reads as PSN 0 (the
+// test for a request sent before is its PSN and a transmission, not the PSN
+// alone).
+TEST(Deregister, AReadAtPsnZeroWhoseTargetWentBeforeItLeftSendsNoRequest) {  // MR-5, SEQ-2
+  EndpointConfig c = cfg(0);
+  c.seed = seed_for_first_psn(0);
+  Loop loop(c, cfg(4905));
+  auto [a, b] = loop.connect();
+  Buf remote(loop.ep(1), 4096, kAccessRemoteRead, 0x22);
+  Buf target(loop.ep(0), 4096, kAccessLocalWrite, 0);
+  int read_reqs = 0;
+  loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+    read_reqs += from == 0 && d[1] == kReadReq;
+  };
+  ASSERT_EQ(loop.ep(0).post_send(a, read_wr(target, remote.addr(), remote.mr.rkey, 4096, 1)),
+            Status::kOk);
+  ASSERT_EQ(loop.ep(0).deregister_memory(target.mr.lkey), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kPromptly));
+  EXPECT_EQ(done[0].status, Status::kLocalProtection);
+  EXPECT_EQ(read_reqs, 0);
+  EXPECT_EQ(error_of(loop, 0), Status::kLocalProtection);
+  EXPECT_TRUE(untouched(target, 0));
+}
+
 // A shared receive whose buffer went is completed with the error, not given
 // back to the shared queue (PLACE-6), where it failed every connection that
 // took it next.

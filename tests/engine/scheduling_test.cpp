@@ -296,5 +296,24 @@ TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
   EXPECT_GE(completed[1], 100u);
 }
 
+// The endpoint's connections take turns, one datagram each (output.cpp's
+// ready ring): a connection with a long message does not hold the
+// transmitter until its window fills while another waits with work.
+TEST(Engine, ConnectionsWithWorkTakeTurnsOneDatagramEach) {
+  Loop loop(cfg(4913), cfg(4914));
+  const ConnId a1 = loop.connect().first;
+  const ConnId a2 = loop.connect().first;
+  Buf src(loop.ep(0), 64 << 10, 0, 0x11);
+  Buf dst1(loop.ep(1), 64 << 10, kAccessRemoteWrite);
+  Buf dst2(loop.ep(1), 64 << 10, kAccessRemoteWrite);
+  ASSERT_EQ(loop.ep(0).post_send(a1, write_wr(src, dst1, 64 << 10, 1)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a2, write_wr(src, dst2, 64 << 10, 2)), Status::kOk);
+  std::vector<uint32_t> order;  // dst_conn of each data packet
+  for (const wire::Packet& p : sent_packets(loop.ep(0), loop.now()))
+    if (p.bh.opcode == wire::Opcode::kWrite) order.push_back(p.bh.dst_conn);
+  ASSERT_GE(order.size(), 8u);
+  for (size_t i = 1; i < 8; ++i) EXPECT_NE(order[i], order[i - 1]) << "data packet " << i;
+}
+
 }  // namespace
 }  // namespace metaroce::test
