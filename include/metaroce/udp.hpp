@@ -472,8 +472,8 @@ class UdpEndpoint {
   // Non-blocking: the next accepted connection, if any.
   bool try_accept(ConnId& out);
   // Orderly close of one connection (outstanding work completes kFlushed).
-  // True once closed; false, nothing done, on the progress thread inside one
-  // of its rounds (see "On the progress thread" below).
+  // True once closed; false, nothing done, on the endpoint's progress
+  // thread itself (see "On the progress thread", above).
   bool close(ConnId conn);
   // kUnknown for an id this endpoint never had. A connection that ended
   // (kClosed, kError) is remembered, for state(), conn_error() and
