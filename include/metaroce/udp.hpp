@@ -341,7 +341,8 @@ class UdpEndpoint {
   // - an Error: kInvalidArgument, "<call>: called on this endpoint's
   //   progress thread, which holds the endpoint's lock inside its rounds
   //   (nothing done; ...)": register_memory*, deregister_memory,
-  //   connect_start (either form), conn_error, post_* (and write, read, send,
+  //   connect_start (either form, before it asks the resolver or the
+  //   routing table), conn_error, post_* (and write, read, send,
   //   recv, ...), the post_*_error calls and completion_error;
   // - try_post_*: kInvalidArgument (post_*_error, called there, says why);
   // - a count or a bool: nothing, as if there were none: progress() and
@@ -472,8 +473,9 @@ class UdpEndpoint {
   // Non-blocking: the next accepted connection, if any.
   bool try_accept(ConnId& out);
   // Orderly close of one connection (outstanding work completes kFlushed).
-  // True once closed; false, nothing done, on the endpoint's progress
-  // thread itself (see "On the progress thread", above).
+  // True unless refused: false, nothing done, on the endpoint's progress
+  // thread itself (see "On the progress thread", above). An id the endpoint
+  // never had, or one already closed, is no refusal.
   bool close(ConnId conn);
   // kUnknown for an id this endpoint never had. A connection that ended
   // (kClosed, kError) is remembered, for state(), conn_error() and

@@ -51,6 +51,7 @@ std::atomic<bool> g_on_progress_done{false};
 // Nonzero: getaddrinfo fails with it, as the resolver would (EAI_MEMORY,
 // EAI_AGAIN), before it looks anything up.
 std::atomic<int> g_resolver_fails{0};
+std::atomic<unsigned> g_resolver_calls{0};  // getaddrinfo calls, failed or not
 // Allocations left to succeed before the one that fails; -1: none fails.
 thread_local long t_until_fail = -1;
 thread_local bool t_fired = false;
@@ -64,6 +65,7 @@ thread_local bool t_stay = false;  // every allocation after the failed one fail
 // (linked in statically) and calls it unless told to fail.
 extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints,
                            addrinfo** res) {
+  g_resolver_calls.fetch_add(1);
   if (const int fail = g_resolver_fails.load(); fail != 0) return fail;
   using Fn = int (*)(const char*, const char*, const addrinfo*, addrinfo**);
   static const auto next = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "getaddrinfo"));
@@ -887,8 +889,9 @@ TEST(UdpAlloc, AStatsCallFromTheProgressThreadItselfReadsNothing) {
   EXPECT_GT(r.server->io_stats().thread_rounds, 0u);  // from another thread: the real ones
 }
 
-Error g_register_words, g_deregister_words, g_start_words, g_start_addr_words, g_conn_error_words,
-    g_recv_words, g_shared_recv_words, g_completion_words;
+Error g_register_words, g_deregister_words, g_start_words, g_start_name_words, g_start_addr_words,
+    g_conn_error_words, g_recv_words, g_shared_recv_words, g_completion_words;
+unsigned g_resolver_calls_in_round = 99;
 bool g_accepted_one = true, g_closed_one = true;
 ConnState g_state = ConnState::kEstablished;
 PeerAddr g_peer;
@@ -909,6 +912,11 @@ TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
     g_deregister_words = g_ep->deregister_memory(1);
     ConnId id;
     g_start_words = g_ep->connect_start("127.0.0.1:9", id);
+    // A name is refused before the resolver is asked, which may wait on
+    // the network inside the round.
+    const unsigned resolved_before = g_resolver_calls.load();
+    g_start_name_words = g_ep->connect_start("localhost:9", id);
+    g_resolver_calls_in_round = g_resolver_calls.load() - resolved_before;
     PeerAddr nine;
     if (parse_address("127.0.0.1:9", 4792, nine))
       g_start_addr_words = g_ep->connect_start(nine, id);
@@ -932,13 +940,16 @@ TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
   });
   ASSERT_TRUE(hook_returned(r)) << "a call deadlocked on the progress thread";
   EXPECT_FALSE(r.connected) << r.connected.message;
-  for (const Error* e :
-       {&g_register_words, &g_deregister_words, &g_start_words, &g_start_addr_words,
-        &g_conn_error_words, &g_recv_words, &g_shared_recv_words, &g_completion_words}) {
+  for (const Error* e : {&g_register_words, &g_deregister_words, &g_start_words,
+                         &g_start_name_words, &g_start_addr_words, &g_conn_error_words,
+                         &g_recv_words, &g_shared_recv_words, &g_completion_words}) {
     EXPECT_EQ(e->status, Status::kInvalidArgument) << e->message;
     EXPECT_TRUE(has(e->message, kInRound)) << e->message;
   }
   EXPECT_TRUE(has(g_start_words.message, "connect to 127.0.0.1:9: ")) << g_start_words.message;
+  EXPECT_TRUE(has(g_start_name_words.message, "connect to localhost:9: "))
+      << g_start_name_words.message;
+  EXPECT_EQ(g_resolver_calls_in_round, 0u) << "the resolver was asked on the progress thread";
   EXPECT_TRUE(has(g_recv_words.message, "post_recv (wr_id 43): ")) << g_recv_words.message;
   EXPECT_TRUE(has(g_completion_words.message, "completion_error (wr_id 44): "))
       << g_completion_words.message;

@@ -514,6 +514,10 @@ Error UdpEndpoint::connect_start(const std::string& address, ConnId& out) {
 Error UdpEndpoint::connect_start(const std::string& address, ConnId& out,
                                  std::chrono::milliseconds budget) {
   out = ConnId{};
+  // First: the checks below may ask the resolver and the routing table,
+  // which a hook on the progress thread must not wait for inside a round.
+  if (impl_->on_progress_thread())
+    return refused_in_round(ConnId{}, [&] { return "connect to " + address; });
   if (budget.count() < 0)
     return Impl::error_or(Status::kInvalidArgument, ConnId{},
                           [&] { return negative_timeout("connect to " + address, budget); });
@@ -560,6 +564,9 @@ Error UdpEndpoint::connect_start(const PeerAddr& peer, ConnId& out,
       return e;
     });
   }
+  // Before the route's MTU is asked (connect_checked), as above.
+  if (impl_->on_progress_thread())
+    return refused_in_round(ConnId{}, [&] { return "connect to " + format_address(peer); });
   // Memory short before a refusal is known: kResourceExhausted.
   return Impl::error_or(Status::kResourceExhausted, ConnId{}, [&] {
     if (budget.count() < 0)
