@@ -34,6 +34,14 @@ PeerAddr other_addr() {
   return p;
 }
 
+// The address an endpoint driven by hand (CONN-10) is reached at.
+PeerAddr own_addr() {
+  PeerAddr p;
+  p.len = 1;
+  p.bytes[0] = 'S';
+  return p;
+}
+
 void deliver(Loop& loop, int to, const PeerAddr& from, const std::vector<uint8_t>& d,
              uint64_t later_ns = 0) {
   RxDatagram dg{from, 1234, false, d};
@@ -322,9 +330,7 @@ TEST(Handshake, ARequestDelayedPastTheCloseMakesNoConnection) {
 // data, a repeated request and the close go as between two endpoints.
 TEST(Handshake, AnEndpointConnectsToItsOwnAddress) {
   Endpoint ep(cfg(352));
-  PeerAddr self;
-  self.len = 1;
-  self.bytes[0] = 'S';
+  const PeerAddr self = own_addr();
   TimeNs now{1'000'000};
   std::vector<std::vector<uint8_t>> sent_reqs;
   // Everything the endpoint sends comes back to it 2 us later.
@@ -389,6 +395,54 @@ TEST(Handshake, AnEndpointConnectsToItsOwnAddress) {
   EXPECT_EQ(closed, 2);
   EXPECT_FALSE(ep.is_established(a));
   EXPECT_FALSE(ep.is_established(b));
+}
+
+// CONN-10 with CONN-3: the responder's half of a connection to itself takes
+// the request's nonce over from the requester's. The requester's half given
+// up while CONNECTING (its ACCEPT lost, then closed) must leave the nonce with
+// the responder's half: a delayed repeat of the request then draws that
+// half's ACCEPT again. Before the nonce's owner was checked, the requester's
+// end dropped it, and the repeat made a third connection, kAccepted again.
+TEST(Handshake, ARepeatOfItsOwnRequestAfterItsRequesterGaveUpFindsTheResponder) {
+  Endpoint ep(cfg(353));
+  const PeerAddr self = own_addr();
+  TimeNs now{1'000'000};
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  auto sent_now = [&] {
+    std::vector<std::vector<uint8_t>> out;
+    while (ep.poll_transmit(now, buf, tx)) out.emplace_back(buf.begin(), buf.begin() + tx.len);
+    return out;
+  };
+  auto accepted = [&] {
+    int n = 0;
+    Event ev;
+    while (ep.poll_event(ev))
+      if (ev.kind == EventKind::kAccepted) ++n;
+    return n;
+  };
+  ConnId a;
+  ASSERT_EQ(ep.connect(self, now, a), Status::kOk);
+  auto out = sent_now();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0][1], kConnectReq);
+  const std::vector<uint8_t> req = out[0];
+  now = now + 2000;
+  ep.handle_datagram(RxDatagram{self, 1234, false, req}, now);
+  EXPECT_EQ(accepted(), 1);
+  out = sent_now();  // the ACCEPT, lost
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0][1], kConnectAccept);
+  ep.close(a, now);
+  EXPECT_TRUE(sent_now().empty());  // a close while connecting sends nothing
+
+  now = now + 2000;
+  ep.handle_datagram(RxDatagram{self, 1234, false, req}, now);
+  EXPECT_EQ(accepted(), 0);
+  out = sent_now();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][1], kConnectAccept);
+  EXPECT_EQ(ep.endpoint_stats().connects_refused, 0u);
 }
 
 // CONN-7: a requester whose connection ended while CONNECTING (closed, or

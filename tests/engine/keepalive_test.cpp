@@ -282,6 +282,31 @@ TEST(Keepalive, WorkPostedWhileAKeepaliveWaitsIsTimedFromItsPost) {
   EXPECT_TRUE(loop.ep(0).is_established(a));
 }
 
+// Work posted ends the quiet as a packet from the peer does: posted as the
+// keepalive falls due, before the timer is served (a driver's progress loop
+// that polled, found nothing to send, then took the application's WRITE), it
+// leaves with no PROBE before it. Had the post not counted as activity, the
+// timer served next found keepalive_ns of quiet and probed the peer needlessly.
+TEST(Keepalive, WorkPostedAsTheQuietRunsOutDrawsNoProbe) {
+  IdleConnection idle(cfg(926), cfg(927));
+  auto& [loop, a, b, probes] = idle;
+  ASSERT_TRUE(a.valid() && b.valid());
+  Buf src(loop.ep(0), 4096, kAccessLocalWrite);
+  Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
+  // Past the keepalive's deadline, no timer served meanwhile.
+  loop.pass_time(kKeepalive + kMillisecond);
+  ASSERT_LE(loop.ep(0).next_timeout(), loop.now());
+  std::vector<uint8_t> buf(70000);
+  TxDatagram tx;
+  ASSERT_FALSE(loop.ep(0).poll_transmit(loop.now(), buf, tx));  // nothing to send yet
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
+  loop.ep(0).handle_timeout(loop.now());
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done, kSecond));
+  EXPECT_EQ(done[0].status, Status::kOk);
+  EXPECT_EQ(probes.total(0), 0);
+}
+
 // A receive posted is no word from the peer, and no work PATH-7 times: an
 // application that keeps receives posted (one a second, as a server
 // replenishing its queue would) does not keep a vanished peer's idle
