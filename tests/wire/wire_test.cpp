@@ -273,6 +273,17 @@ TEST_P(SpecVectorTest, EncodesToPublishedBytes) {
   EXPECT_EQ(to_hex(got), to_hex(expected));
 }
 
+// Reserved fields are sent as zero (section 1) whatever the buffer held: a
+// sender writes each packet over the last one in a buffer it reuses.
+TEST_P(SpecVectorTest, EncodesToPublishedBytesOverAStaleBuffer) {
+  const sv::SpecVector& tv = vector_named(GetParam());
+  std::array<uint8_t, 512> buf;
+  buf.fill(0xff);
+  const size_t n = sv::encode(tv, buf);
+  EXPECT_EQ(to_hex(Bytes(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n))),
+            to_hex(from_hex(spec_hex().at(GetParam()))));
+}
+
 TEST_P(SpecVectorTest, LengthIsHeaderPlusPayloadPlusIcrc) {
   const sv::SpecVector& tv = vector_named(GetParam());
   const Bytes pkt = from_hex(spec_hex().at(GetParam()));
@@ -336,6 +347,9 @@ TEST_P(SpecVectorTest, EveryOtherVersionIsBadVersion) {
     bad[0] = static_cast<uint8_t>((version << 4) | (bad[0] & 0x0f));
     reseal(bad, header_len_of(pkt));
     EXPECT_EQ(decode_bytes(bad), ParseError::kBadVersion) << "version " << version;
+    // The early check a receiver makes before the whole decode refuses it too.
+    BaseHeader bh;
+    EXPECT_EQ(decode_base(bad, bh), ParseError::kBadVersion) << "version " << version;
   }
 }
 
@@ -398,6 +412,12 @@ TEST(SpecSection3_2, HeaderPlusIcrcSizes) {
     EXPECT_EQ(header_size(Opcode::kAck, n) + kIcrcSize, 40u + 8u * n) << "sack_words " << +n;
 }
 
+// The longest headers of the table, an ACK's with all 16 SACK words, bound
+// every datagram a buffer sized from largest_header_size() must hold.
+TEST(SpecSection3_2, LargestHeaderIsAnAckWithEverySackWord) {
+  EXPECT_EQ(largest_header_size() + kIcrcSize, 40u + 8u * kSpecMaxSackWords);
+}
+
 // --- spec 3.4: opcodes ----------------------------------------------------
 
 TEST(SpecSection3_4, KnownOpcodesAreExactlyTheTable) {
@@ -435,6 +455,20 @@ TEST(SpecSection3_3, ReservedFlagBitsAreIgnored) {
   ASSERT_EQ(decode(pkt, p), ParseError::kOk);
   EXPECT_EQ(p.bh.flags, pkt[0] & 0x0f);
   EXPECT_EQ(p.bh.flags & 0x3, 0x3);
+}
+
+// Version is the high nibble of byte 0 and the flags the low one: flag bits
+// a caller sets above the nibble never reach the version (BAD-2 at the peer).
+TEST(SpecSection3_3, WritersKeepFlagsOutOfTheVersion) {
+  BaseHeader bh;
+  bh.flags = 0xf0 | kFlagPayloadCovered;
+  std::array<uint8_t, 64> buf{};
+  const size_t n = seal(buf, write_probe(buf, bh), 0);
+  ASSERT_EQ(n, kBaseHeaderSize + kIcrcSize);
+  EXPECT_EQ(buf[0], (kVersion << 4) | kFlagPayloadCovered);
+  Packet p;
+  ASSERT_EQ(decode(std::span<const uint8_t>(buf.data(), n), p), ParseError::kOk);
+  EXPECT_EQ(p.bh.flags, kFlagPayloadCovered);
 }
 
 TEST(SpecSection3_3, DecodeBaseChecksOnlyTheFirstBytes) {
@@ -757,6 +791,41 @@ TEST(Writers, RefuseBuffersTooSmall) {
   }
 }
 
+// Each writer itself refuses a buffer one byte short of its headers, and
+// writes nothing past the buffer it was given (sv::encode's own length test
+// would hide a writer that did).
+TEST(Writers, EachWriterRefusesABufferOneByteShort) {
+  for (const sv::SpecVector& tv : sv::all()) {
+    SCOPED_TRACE(tv.id);
+    const size_t hlen = header_size(tv.bh.opcode, tv.ack.sack_words);
+    std::array<uint8_t, 256> buf{};
+    const std::span<uint8_t> shortened(buf.data(), hlen - 1);
+    size_t n = 1;
+    switch (tv.bh.opcode) {
+      case Opcode::kAck: n = write_ack(shortened, tv.bh, tv.ack); break;
+      case Opcode::kNak: n = write_nak(shortened, tv.bh, tv.nak); break;
+      case Opcode::kProbe: n = write_probe(shortened, tv.bh); break;
+      case Opcode::kConnectReq:
+      case Opcode::kConnectAccept:
+      case Opcode::kConnectReject: n = write_connect(shortened, tv.bh, tv.connect); break;
+      case Opcode::kDisconnect:
+      case Opcode::kDisconnectAck: n = write_disconnect(shortened, tv.bh, tv.disconnect); break;
+      default: n = write_data_headers(shortened, tv.bh, tv.mh, &tv.rh, tv.imm); break;
+    }
+    EXPECT_EQ(n, 0u);
+    EXPECT_TRUE(std::all_of(buf.begin() + static_cast<std::ptrdiff_t>(hlen - 1), buf.end(),
+                            [](uint8_t b) { return b == 0; }));
+  }
+}
+
+// A writer's refusal (0) carries through seal(): `seal(buf, write_x(...), 0)`
+// never makes a datagram of headers that were not written.
+TEST(Writers, SealRefusesHeadersShorterThanTheBaseHeader) {
+  std::array<uint8_t, 64> buf{};
+  for (size_t hlen = 0; hlen < kBaseHeaderSize; ++hlen) EXPECT_EQ(seal(buf, hlen, 0), 0u) << hlen;
+  EXPECT_EQ(seal(buf, kBaseHeaderSize, 0), kBaseHeaderSize + kIcrcSize);
+}
+
 TEST(Writers, DataHeadersNeedDataOpcodeAndRdmaHeader) {
   std::array<uint8_t, 128> buf{};
   BaseHeader bh;
@@ -874,6 +943,24 @@ TEST(SpecSection3_12, ReplyPortRoundTripsAndZeroIsTheSourcePort) {
     b[30] = 0x12;
     EXPECT_EQ(request_reply_port(b), 0u) << id;
   }
+}
+
+// Section 3.13: the reason is body byte 4, bytes 5-7 reserved. The
+// vectors' reasons are all 0, as their reserved bytes are, so a DISCONNECT of
+// a failed connection (CONN-8: the status that failed it) is needed to tell
+// the reason from its neighbours.
+TEST(SpecSection3_13, DisconnectReasonIsBodyByteFour) {
+  BaseHeader bh;
+  bh.opcode = Opcode::kDisconnect;
+  const auto reason = static_cast<uint8_t>(Status::kRnrRetryExceeded);
+  std::array<uint8_t, 64> buf{};
+  const size_t n = seal(buf, write_disconnect(buf, bh, DisconnectBody{0x2a, reason}), 0);
+  ASSERT_EQ(n, 28u);
+  EXPECT_EQ(buf[kBaseHeaderSize + 4], reason);
+  Packet p;
+  ASSERT_EQ(decode(std::span<const uint8_t>(buf.data(), n), p), ParseError::kOk);
+  EXPECT_EQ(p.disconnect.src_conn, 0x2au);
+  EXPECT_EQ(p.disconnect.reason, reason);
 }
 
 // decode() starts from an empty Packet: nothing of an earlier packet
