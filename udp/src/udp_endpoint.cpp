@@ -300,9 +300,9 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
   if (Error e = im.route_mtu_cap(peer, max_mtu); e) return e;
   ConnId id;
   {
-    std::unique_lock<std::mutex> lk;
-    if (!im.guard_call(lk))
-      return refused_in_round(ConnId{}, [&] { return "connect to " + format_address(peer); });
+    // Every caller (connect_start's two forms, connect) has refused the
+    // progress thread already, before the resolver and the route were asked.
+    auto lk = im.guard();
     const Status s =
         im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
