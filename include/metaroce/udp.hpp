@@ -338,9 +338,10 @@ class UdpEndpoint {
   // recursive, so there every call that takes it (all but the accessors of
   // what open() fixed: local_address(), port(), fd(), ...) returns at once
   // with nothing done, where it deadlocked:
-  // - an Error: kInvalidArgument, "<call>: called on this endpoint's
-  //   progress thread, which holds the endpoint's lock inside its rounds
-  //   (nothing done; ...)": register_memory*, deregister_memory,
+  // - an Error: kInvalidArgument, "<call> (conn 0x5): called on this
+  //   endpoint's progress thread, which holds the endpoint's lock inside its
+  //   rounds (nothing done; ...)" (its connection, where it has one; e.conn
+  //   too): register_memory*, deregister_memory,
   //   connect_start (either form, before it asks the resolver or the
   //   routing table), conn_error, post_* (and write, read, send,
   //   recv, ...), the post_*_error calls and completion_error;

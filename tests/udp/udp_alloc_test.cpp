@@ -833,8 +833,10 @@ TEST(UdpAlloc, APostFromTheProgressThreadItselfIsRefusedNotDeadlocked) {
     EXPECT_TRUE(has(e->message, kInRound)) << e->message;
     EXPECT_EQ(e->conn, 1u) << e->message;
   }
-  EXPECT_TRUE(has(g_post_words.message, "post_send (wr_id 41): ")) << g_post_words.message;
-  EXPECT_TRUE(has(g_write_words.message, "post_send (wr_id 42): ")) << g_write_words.message;
+  EXPECT_TRUE(has(g_post_words.message, "post_send (wr_id 41) (conn 0x1): "))
+      << g_post_words.message;
+  EXPECT_TRUE(has(g_write_words.message, "post_send (wr_id 42) (conn 0x1): "))
+      << g_write_words.message;
   ConnId s;
   const Error accepted = r.server->accept(milliseconds(2000), s);  // the thread serves on
   EXPECT_FALSE(accepted) << accepted.message;
@@ -950,8 +952,12 @@ TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
   EXPECT_TRUE(has(g_start_name_words.message, "connect to localhost:9: "))
       << g_start_name_words.message;
   EXPECT_EQ(g_resolver_calls_in_round, 0u) << "the resolver was asked on the progress thread";
-  EXPECT_TRUE(has(g_recv_words.message, "post_recv (wr_id 43): ")) << g_recv_words.message;
-  EXPECT_TRUE(has(g_completion_words.message, "completion_error (wr_id 44): "))
+  EXPECT_TRUE(has(g_recv_words.message, "post_recv (wr_id 43) (conn 0x1): "))
+      << g_recv_words.message;
+  // Named as the driver's other words name a connection with no peer known.
+  EXPECT_TRUE(has(g_conn_error_words.message, "conn_error (conn 0x1): "))
+      << g_conn_error_words.message;
+  EXPECT_TRUE(has(g_completion_words.message, "completion_error (wr_id 44) (conn 0x1): "))
       << g_completion_words.message;
   EXPECT_FALSE(g_accepted_one);
   EXPECT_FALSE(g_closed_one);

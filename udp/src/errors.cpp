@@ -114,11 +114,12 @@ std::string UdpEndpoint::Impl::name_in_error(Error& e, ConnId conn) const {
     PeerAddr p = it != conns.end() ? it->second.peer : eng->peer_of(conn);
     if (p.len != 0) e.peer = format_address(p);
   }
-  std::string names;
-  if (!e.peer.empty()) names += " (peer " + e.peer;
-  if (conn.v != 0) names += e.peer.empty() ? " (conn " + hex(conn.v) : ", conn " + hex(conn.v);
-  if (!e.peer.empty() || conn.v != 0) names += ")";
-  return names;
+  if (e.peer.empty()) return conn_in_words(conn);
+  return " (peer " + e.peer + (conn.v != 0 ? ", conn " + hex(conn.v) : std::string()) + ")";
+}
+
+std::string UdpEndpoint::Impl::conn_in_words(ConnId conn) {
+  return conn.v != 0 ? " (conn " + hex(conn.v) + ")" : std::string();
 }
 
 Error UdpEndpoint::Impl::make_error(Status s, const std::string& what, ConnId conn) const {

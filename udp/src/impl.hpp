@@ -566,6 +566,9 @@ struct UdpEndpoint::Impl {
   // kOutOfMemoryWords as a std::string, built in its own buffer.
   [[nodiscard]] static std::string out_of_memory_text() noexcept;
   std::string name_in_error(Error& e, ConnId conn) const;
+  // " (conn 0x5)" where no peer is named; empty for no connection. Reads no
+  // table, so a call refused on the progress thread can name its connection too.
+  static std::string conn_in_words(ConnId conn);
   Error make_error(Status s, const std::string& what, ConnId conn) const;
   // The same with `text` for the status's own words.
   Error make_error(Status s, const std::string& what, ConnId conn, std::string_view text) const;

@@ -71,7 +71,7 @@ Error on_progress_thread(const std::string& what, bool blocking = true) {
 template <typename F>
 Error refused_in_round(ConnId conn, F&& what) noexcept {
   return UdpEndpoint::Impl::error_or(Status::kInvalidArgument, conn, [&] {
-    Error e = on_progress_thread(what(), false);
+    Error e = on_progress_thread(what() + UdpEndpoint::Impl::conn_in_words(conn), false);
     e.conn = conn.v;
     return e;
   });
@@ -772,7 +772,7 @@ ConnState UdpEndpoint::state(ConnId conn) const {
 Error UdpEndpoint::conn_error(ConnId conn) const {
   std::unique_lock<std::mutex> lk;
   if (!impl_->guard_call(lk))
-    return refused_in_round(conn, [&] { return "conn_error(" + std::to_string(conn.v) + ")"; });
+    return refused_in_round(conn, [] { return std::string("conn_error"); });
   auto it = impl_->conns.find(conn.v);
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
   return Impl::error_or(it->second.status, conn, [&] {
