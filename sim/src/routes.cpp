@@ -9,10 +9,9 @@
 // search of its own. The groups, their ids (first seen in host order, as the
 // search per host numbered them), max_hops and max_path_delay are those of
 // a search per host.
-#include <map>
 #include <optional>
-#include <stdexcept>
 
+#include "metaroce/sim/group_interner.hpp"
 #include "metaroce/sim/network.hpp"
 
 namespace metaroce::sim {
@@ -131,19 +130,14 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
       if (p->up())
         adj[i].push_back({p->pipe.to->id, static_cast<uint16_t>(p->index), p->pipe.delay.ps});
   }
-  std::vector<std::map<std::vector<uint16_t>, uint32_t>> dedup(nsw);
+  std::vector<GroupInterner> dedup(nsw);
   for (auto& s : switches_) {
     s->route.assign(h, 0);
     s->group_ports.clear();
   }
   std::vector<uint16_t> grp, toward;
   auto group_id = [&](uint32_t s, const std::vector<uint16_t>& g) {
-    if (g.size() > 255) throw std::invalid_argument("ECMP group over 255 ports");
-    Switch& sw = *switches_[s];
-    auto [it, inserted] =
-        dedup[s].try_emplace(g, static_cast<uint32_t>((sw.group_ports.size() << 8) | g.size()));
-    if (inserted) sw.group_ports.insert(sw.group_ports.end(), g.begin(), g.end());
-    return it->second;
+    return dedup[s].intern(g, switches_[s]->group_ports);
   };
   Search search(n, h, measure_delay);
   // Per switch a host hangs off: its slot in roots. A cache of group ids per
