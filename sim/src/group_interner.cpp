@@ -18,7 +18,7 @@ std::span<const uint16_t> ports_of(uint32_t id, const std::vector<uint16_t>& poo
 }
 
 // Groups are a few ports: a loop, where std::equal called memcmp, and the
-// calls took about a fifth of a 4,096-leaf fabric's route build.
+// calls were about a fifth of a 4,096-leaf fabric's route build.
 bool same(std::span<const uint16_t> a, std::span<const uint16_t> b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)

@@ -127,7 +127,7 @@ struct Copy {
 // The route tables are switches x hosts; a host's ids are a column of them,
 // a store per switch, each in a page of its own at thousands of switches.
 // Columns gathers some hosts' ids and writes them one switch (a row) at a
-// time: at 4,096 leaves the stores had taken a fifth of the route build.
+// time: at 4,096 leaves the stores had taken a third of the route build.
 class Columns {
  public:
   explicit Columns(uint32_t switches)
