@@ -13,8 +13,9 @@ namespace metaroce::sim {
 class GroupInterner {
  public:
   // The id of `group` (1..255 ports) in `pool`, which must be the pool every
-  // earlier call for this interner was given; throws std::invalid_argument
-  // for an empty group or one over 255 ports.
+  // earlier call for this interner was given, and must not hold `group` (an
+  // append may move it); throws std::invalid_argument for an empty group or
+  // one over 255 ports.
   uint32_t intern(std::span<const uint16_t> group, std::vector<uint16_t>& pool);
 
  private:
