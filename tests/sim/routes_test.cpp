@@ -12,6 +12,7 @@
 #include "metaroce/sim/network.hpp"
 #include "metaroce/sim/rng.hpp"
 #include "metaroce/sim/scheduler.hpp"
+#include "metaroce/sim/topology.hpp"
 
 namespace metaroce::sim {
 namespace {
@@ -85,19 +86,23 @@ void expect_tables(Network& net, const Tables& want, const char* when) {
   }
 }
 
+struct Sizes {
+  uint64_t max_switches;
+  uint64_t max_hosts;
+};
+
 // Hosts hang off random switches (several per switch, or one, or none), a
 // few pairs of hosts are wired to each other, the fabric is random (parallel
 // links and islands included) with unequal delays; then links fail, whole or
 // in one direction, host links among them, and routing converges.
-TEST(Routes, OneSearchPerSwitchEqualsASearchPerHost) {
-  constexpr uint64_t kSeeds = 300;
-  std::printf("seeds 1..%llu\n", static_cast<unsigned long long>(kSeeds));
-  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+void expect_search_per_host(uint64_t seeds, Sizes sizes) {
+  std::printf("seeds 1..%llu\n", static_cast<unsigned long long>(seeds));
+  for (uint64_t seed = 1; seed <= seeds; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
     TopoGraph g;
-    g.num_switches = static_cast<uint32_t>(rng.range(1, 10));
-    g.num_hosts = static_cast<uint32_t>(rng.range(2, 40));
+    g.num_switches = static_cast<uint32_t>(rng.range(1, sizes.max_switches));
+    g.num_hosts = static_cast<uint32_t>(rng.range(2, sizes.max_hosts));
     auto link = [&] { return LinkSpec{100'000, SimTime::from_us(rng.range(1, 4))}; };
     for (uint32_t i = 0; i < g.num_hosts; ++i) {
       if (i + 1 < g.num_hosts && rng.chance(0.1)) {
@@ -131,8 +136,26 @@ TEST(Routes, OneSearchPerSwitchEqualsASearchPerHost) {
     }
     net.reroute();
     expect_tables(net, search_per_host(net), "rerouted");
-    if (HasFailure()) return;  // one seed's failures say enough
+    if (::testing::Test::HasFailure()) return;  // one seed's failures say enough
   }
+}
+
+TEST(Routes, OneSearchPerSwitchEqualsASearchPerHost) { expect_search_per_host(300, {10, 40}); }
+
+// compute_routes gathers up to 64 hosts' ids before writing them switch by
+// switch, and fewer the more switches there are: hundreds of hosts and up to
+// 3,000 switches write many batches, the last one partly filled.
+TEST(Routes, HostsInManyBatchesEqualASearchPerHost) { expect_search_per_host(6, {3000, 400}); }
+
+// A spine reaches each of hundreds of leaves through a port of its own:
+// hundreds of groups on one switch, interned in host order.
+TEST(Routes, ManyGroupsOnOneSwitchEqualASearchPerHost) {
+  Scheduler sched;
+  const LinkSpec l{100'000, SimTime::from_us(1)};
+  Network net(sched, leaf_spine(700, 2, 2, l, l), QueueSpec{}, 1);
+  const Tables built = search_per_host(net);
+  expect_tables(net, built, "built");
+  ASSERT_EQ(net.sw(700).group_ports.size(), 700u);
 }
 
 }  // namespace
