@@ -515,6 +515,7 @@ Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   if (s == Status::kOk) {
     ++impl_->wrs_open;
     c->last_activity = impl_->last_now;
+    c->post_unstamped = true;
     impl_->mark_ready(*c);
   }
   return s;
