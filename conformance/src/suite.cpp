@@ -317,7 +317,7 @@ constexpr std::array kUnchecked = {
     Unchecked{"MR-6", false, kNoPeerTest},   Unchecked{"PATH-5", false, kNoPeerTest},
     Unchecked{"PATH-6", false, kNoPeerTest}, Unchecked{"PATH-8", false, kNoPeerTest},
     Unchecked{"READ-6", false, kNoPeerTest}, Unchecked{"SCHED-1", false, kNoPeerTest},
-    Unchecked{"TRIM-1", false, kNoPeerTest},
+    Unchecked{"TRIM-1", false, kNoPeerTest}, Unchecked{"SCHED-5", false, kNoPeerTest},
 };
 
 bool names(std::string_view list, std::string_view rule) {

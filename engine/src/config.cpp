@@ -84,6 +84,15 @@ std::string config_error(const EndpointConfig& cfg) {
   k.require(r.min_rto_ns <= r.max_rto_ns, "recovery.min_rto_ns " + std::to_string(r.min_rto_ns) +
                                               " is above recovery.max_rto_ns " +
                                               std::to_string(r.max_rto_ns) + " (LOSS-4)");
+  // ACK-5, LOSS-4: a delayed ACK leaves up to ack_delay after its packet
+  // arrived, and the sender's RTO is min_rto at the least: at min_rto or
+  // more, every packet whose ACK waits out the delay is resent and its path
+  // timed out (PATH-4), on any network. One configuration judges both ends:
+  // the delay is the receiver's, the RTO the sender's.
+  k.require(cfg.ack_delay_ns < r.min_rto_ns,
+            "ack_delay_ns " + std::to_string(cfg.ack_delay_ns) +
+                " is not below recovery.min_rto_ns " + std::to_string(r.min_rto_ns) +
+                " (ACK-5, LOSS-4: a delayed ACK would come after the RTO)");
   k.range("recovery.rto_failures_to_retire", r.rto_failures_to_retire, 1, UINT8_MAX, "PATH-4");
   k.range("recovery.loss_window_packets", r.loss_window_packets, 1, kMaxPacketCount, "PATH-5");
   k.range("recovery.retire_loss_pct", r.retire_loss_pct, 0, 100, "PATH-5");

@@ -353,6 +353,10 @@ struct Connection {
   // PROBE on (a peer_timeout above ~27 s at the default max_rto), and a dead
   // link there failed the keepalive of a live peer. (In padding before rnr_until.)
   uint8_t keepalive_slot = 0;
+  // CONN-9: a send was posted since this connection's timers last ran, and
+  // last_activity holds the time of the engine call before it, which may be
+  // long past: the engine has no clock at a post (Impl::run_timers).
+  bool post_unstamped = false;
   TimeNs rnr_until{0};
   TimeNs last_progress{0};
   // LOSS-8: when the latest tail-loss resend went, if one has (then

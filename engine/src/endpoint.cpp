@@ -252,12 +252,6 @@ void Endpoint::Impl::release_sends(const detail::TxCtx& t) {
   for (uint32_t i = t.resp_head; i != t.resp_tail; ++i) mrs.release(t.resp[i & t.resp_mask].lkey);
 }
 
-void Endpoint::Impl::release_held(Connection& c) {
-  if (c.tx) release_sends(*c.tx);
-  if (const detail::RxCtx* r = c.rx.get())
-    for (uint32_t i = r->rq_head; i != r->rq_tail; ++i) mrs.release(r->rq[i & r->rq_mask].wr.lkey);
-}
-
 void Endpoint::Impl::drop_ready(uint32_t index) {
   in_ready[index] = kReadyStale;
   // Room for a live entry of every slot, and for capacity() - slots stale
@@ -305,7 +299,6 @@ void Endpoint::Impl::destroy_connection(Connection& c) {
     auto it = by_nonce.find(c.nonce);
     if (it != by_nonce.end() && it->second == c.index) by_nonce.erase(it);
   }
-  release_held(c);
   if (c.tx) tx_pool.push_back(std::move(c.tx));
   if (c.rx) rx_pool.push_back(std::move(c.rx));
   const uint32_t index = c.index;
@@ -515,6 +508,7 @@ Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   if (s == Status::kOk) {
     ++impl_->wrs_open;
     c->last_activity = impl_->last_now;
+    c->post_unstamped = true;
     impl_->mark_ready(*c);
   }
   return s;

@@ -200,11 +200,11 @@ struct Endpoint::Impl {
   // connection fails (std::bad_alloc caught: a flood of requests must not
   // throw out of handle_datagram), with nothing of the table changed.
   detail::Connection* create_connection(const PeerAddr& peer) noexcept;
-  // MR-6: the lkeys that the work still queued in c's contexts (or t's)
-  // holds are released (MrTable::hold), the queues then to be emptied or
-  // pooled.
-  void release_held(detail::Connection& c);
+  // MR-6: the lkeys that the sends and READ responses still queued in t
+  // hold are released (MrTable::hold), the queues then to be emptied.
   void release_sends(const detail::TxCtx& t);
+  // c holds no work: flush_all completed it, or none was ever posted (a
+  // connection refused while being made). A closing one takes none.
   void destroy_connection(detail::Connection& c);
   void mark_ready(detail::Connection& c) {
     if (in_ready[c.index]) return;  // never kReadyStale: create_connection

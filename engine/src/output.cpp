@@ -134,7 +134,7 @@ Connection* Endpoint::Impl::front_ready() {
 template <bool gather>
 bool Endpoint::Impl::emit_from(TimeNs now, std::span<uint8_t> buf, TxDatagram& out,
                                Connection& first) {
-  // Round-robin: one datagram per ready connection per turn.
+  // Round-robin: one datagram per ready connection per turn (SCHED-5).
   Connection* c = &first;
   bool again = false;
   do {

@@ -90,6 +90,18 @@ void Endpoint::Impl::compute_timer(Connection& c) {
 }
 
 void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
+  // CONN-9: a post counts from the first time the engine is given after it,
+  // not from the call before (post_send's stamp), keepalive_ns past where
+  // the driver slept: the quiet looked run out, and a PROBE went with the
+  // work. Its work still waiting, nothing outstanding, no poll has sent it
+  // since: this call is that time, or near it (a packet from the peer
+  // stamps its own; work sent is PATH-7's to time). Once per post, so that
+  // work with no path to leave on does not keep CONN-9 from timing it.
+  if (c.post_unstamped) [[unlikely]] {
+    c.post_unstamped = false;
+    if (!has_outstanding(c) && c.tx && c.tx->has_unsent())
+      c.last_activity = std::max(c.last_activity, now);
+  }
   if (c.rnr_until <= now) c.rnr_until = TimeNs{0};
   if (c.control_deadline <= now) {
     c.control_deadline = TimeNs::never();

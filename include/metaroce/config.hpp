@@ -82,7 +82,7 @@ struct EndpointConfig {
   uint8_t max_reads = 16;                     // outstanding READs a peer may ask of us (READ-3)
   uint8_t ack_every = 2;                      // ACK-1
   uint16_t max_reads_served = 4096;           // READ-6, 1..65,535: see read_served_events
-  uint64_t ack_delay_ns = 10 * kMicrosecond;  // ACK-5
+  uint64_t ack_delay_ns = 10 * kMicrosecond;  // ACK-5, below recovery.min_rto_ns (LOSS-4)
   uint16_t entropy_min = 49152;               // UDP source ports the paths draw from (ENC-3)
   uint16_t entropy_max = 65535;
   bool cover_payload = true;  // INT-2: ICRC over payload, or headers only
@@ -114,7 +114,9 @@ struct EndpointConfig {
   // first contact given long to reach a busy peer does not make every close
   // towards a peer that is gone wait as long. (In the same hole.)
   uint16_t disconnect_attempts = 8;
-  uint64_t context_idle_ns = 10 * kMillisecond;  // idle time before tracking contexts are pooled
+  // Idle time before tracking contexts are pooled. Any value, ack_delay_ns
+  // included: an ACK owed is the connection's own state, not a context's.
+  uint64_t context_idle_ns = 10 * kMillisecond;
   // Keys, connection ids, entropy values and initial PSNs derive from it. The
   // engine reads no entropy source (sans-IO): a driver in production MUST set
   // a random seed, or remote keys are predictable (spec MR-1).
@@ -124,13 +126,15 @@ struct EndpointConfig {
 };
 
 // What is wrong with `cfg`: empty when every field is in its range, else the
-// first field out of range, its value and the range, e.g. "num_paths 40 is
-// out of range 1..32 (PATH-1)". A driver refuses such a configuration with
-// this text (the UDP driver's open() and the simulator do). Endpoint's
-// constructor cannot fail: as a backstop it clamps the fields whose raw
-// values would break its arithmetic (mtu, window_log2, num_paths, the window
-// and cap sizes, dctcp_g_shift, every duration: one added to `now` must not
-// wrap, ...), and runs with the rest as given.
+// first field out of range, its value and the range, e.g. "num_paths 40 is out
+// of range 1..32 (PATH-1)", or the first relation between fields that does not
+// hold (min_rto_ns at most max_rto_ns; ack_delay_ns below min_rto_ns: a delayed
+// ACK must come before the sender's RTO, ACK-5). A driver refuses such a
+// configuration with this text (the UDP driver's open() and the simulator do).
+// Endpoint's constructor cannot fail: as a backstop it clamps the fields whose
+// raw values would break its arithmetic (mtu, window_log2, num_paths, the
+// window and cap sizes, dctcp_g_shift, every duration: one added to `now` must
+// not wrap, ...), and runs with the rest as given.
 [[nodiscard]] std::string config_error(const EndpointConfig& cfg);
 
 // For tests only (the conformance suite's SEQ-2 in an endpoint's own PSN

@@ -86,6 +86,8 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
       {"recovery.initial_rtt_ns 0 ", [](auto& c) { c.recovery.initial_rtt_ns = 0; }},
       {"recovery.min_rto_ns 200000000 is above recovery.max_rto_ns 100000000 (LOSS-4)",
        [](auto& c) { c.recovery.min_rto_ns = 200 * kMillisecond; }},
+      {"ack_delay_ns 1000000 is not below recovery.min_rto_ns 1000000 (ACK-5, LOSS-4",
+       [](auto& c) { c.ack_delay_ns = c.recovery.min_rto_ns; }},
       {"recovery.rto_failures_to_retire 256 ",
        [](auto& c) { c.recovery.rto_failures_to_retire = 256; }},
       {"recovery.loss_window_packets 0 ", [](auto& c) { c.recovery.loss_window_packets = 0; }},
@@ -118,6 +120,7 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
   c.cc.max_inflight_packets = kMaxPacketCount;
   c.cc.max_delay_decrease_pct = 100;
   c.recovery.min_rto_ns = c.recovery.max_rto_ns;
+  c.ack_delay_ns = c.recovery.min_rto_ns - 1;  // ACK-5: below min_rto
   c.recovery.retire_loss_pct = 0;
   // CC-6: a floor of 16 packets for the connection, 32 paths of at most one
   // packet each.

@@ -282,29 +282,46 @@ TEST(Keepalive, WorkPostedWhileAKeepaliveWaitsIsTimedFromItsPost) {
   EXPECT_TRUE(loop.ep(0).is_established(a));
 }
 
-// Work posted ends the quiet as a packet from the peer does: posted as the
-// keepalive falls due, before the timer is served (a driver's progress loop
-// that polled, found nothing to send, then took the application's WRITE), it
-// leaves with no PROBE before it. Had the post not counted as activity, the
-// timer served next found keepalive_ns of quiet and probed the peer needlessly.
-TEST(Keepalive, WorkPostedAsTheQuietRunsOutDrawsNoProbe) {
-  IdleConnection idle(cfg(926), cfg(927));
+// A WRITE posted on an idle connection keepalive_ns and 1 ms after its last
+// packet, no timer served meanwhile, then the timer served before anything
+// else: it completes, and no PROBE goes before or with it. polled_first: the
+// engine was given the time (a poll that found nothing to send) just before
+// the post.
+void post_as_the_quiet_runs_out(uint64_t seed, bool polled_first) {
+  IdleConnection idle(cfg(seed), cfg(seed + 1));
   auto& [loop, a, b, probes] = idle;
   ASSERT_TRUE(a.valid() && b.valid());
   Buf src(loop.ep(0), 4096, kAccessLocalWrite);
   Buf dst(loop.ep(1), 4096, kAccessRemoteWrite);
-  // Past the keepalive's deadline, no timer served meanwhile.
   loop.pass_time(kKeepalive + kMillisecond);
   ASSERT_LE(loop.ep(0).next_timeout(), loop.now());
-  std::vector<uint8_t> buf(70000);
-  TxDatagram tx;
-  ASSERT_FALSE(loop.ep(0).poll_transmit(loop.now(), buf, tx));  // nothing to send yet
+  if (polled_first) {
+    std::vector<uint8_t> buf(70000);
+    TxDatagram tx;
+    ASSERT_FALSE(loop.ep(0).poll_transmit(loop.now(), buf, tx));  // nothing to send yet
+  }
   ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096)), Status::kOk);
   loop.ep(0).handle_timeout(loop.now());
   std::vector<Completion> done;
   ASSERT_TRUE(loop.run_until_completions(0, 1, done, kSecond));
   EXPECT_EQ(done[0].status, Status::kOk);
   EXPECT_EQ(probes.total(0), 0);
+}
+
+// Work posted ends the quiet as a packet from the peer does: posted as the
+// keepalive falls due, before the timer is served (a driver's progress loop
+// that polled, found nothing to send, then took the application's WRITE), it
+// leaves with no PROBE before it. Had the post not counted as activity, the
+// timer served next found keepalive_ns of quiet and probed the peer needlessly.
+TEST(Keepalive, WorkPostedAsTheQuietRunsOutDrawsNoProbe) { post_as_the_quiet_runs_out(926, true); }
+
+// The same post with the engine given no time for longer than the quiet (a
+// driver asleep, its process paused): the engine has no clock of its own, so
+// the post counts from the first time it is given after it. Stamped with the
+// time of the call before, keepalive_ns past, it left the timer served next
+// finding the quiet run out, and a PROBE went with the WRITE.
+TEST(Keepalive, WorkPostedAfterTheEngineWasGivenNoTimeDrawsNoProbe) {
+  post_as_the_quiet_runs_out(928, false);
 }
 
 // A receive posted is no word from the peer, and no work PATH-7 times: an

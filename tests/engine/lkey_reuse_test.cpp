@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "engine_util.hpp"
@@ -453,6 +454,86 @@ TEST(LkeyReuse, AWriteAcknowledgedAfterItsRegionWentReleasesItsLkey) {  // MR-6,
   EXPECT_EQ(done[0].status, Status::kOk);
   EXPECT_TRUE(untouched(dst, 5));
   EXPECT_TRUE(given_again(loop.ep(0), held, other));
+}
+
+// How a connection holding work ends: each way to its end (destroy_connection)
+// that the work can reach. The connection's end releases nothing itself: the
+// flush before it does (flush_all), or there was no work.
+enum class End {
+  kConnectTimeout,   // CONN-2: its requests unanswered
+  kRejected,         // CONN-4: the responder refuses
+  kClosed,           // CONN-7: closed by the application when established
+  kClosedByThePeer,  // CONN-7: the peer's DISCONNECT
+};
+
+// A connection of one endpoint holds a WRITE queued and a receive posted,
+// both naming `held` (one region, 0xAB), which then goes, its slot spent
+// (register_past); `end` ends the connection. Both complete, flushed or
+// failed with the connection, nothing written, and `held` comes round.
+// Where the peer closes, the receive alone: a WRITE would fail the
+// connection first, its region gone (MR-5).
+void work_ends_with_the_connection(uint64_t seed, End end) {
+  SCOPED_TRACE(static_cast<int>(end));
+  EndpointConfig responder = cfg(seed + 1);
+  responder.accept_incoming = end != End::kRejected;
+  Loop loop(cfg(seed), responder);
+  const bool connecting = end == End::kConnectTimeout || end == End::kRejected;
+  if (end == End::kConnectTimeout)
+    loop.drop = [](int, const std::vector<uint8_t>&) { return true; };
+  ConnId a, b;
+  if (connecting) {
+    ASSERT_EQ(loop.ep(0).connect(loop.addr(1), loop.now(), a), Status::kOk);
+  } else {
+    std::tie(a, b) = loop.connect();
+    ASSERT_TRUE(a.valid() && b.valid());
+  }
+  const int at = end == End::kClosedByThePeer ? 1 : 0;
+  const ConnId conn = at == 0 ? a : b;
+  Buf buf(loop.ep(at), 4096, kAccessLocalWrite, 0xAB);
+  Buf dst(loop.ep(1 - at), 4096, kAccessRemoteWrite, 0xAB);
+  const uint32_t held = buf.mr.lkey;
+  const size_t works = at == 0 ? 2 : 1;
+  if (at == 0) {
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(buf, dst, 4096, 7)), Status::kOk);
+  }
+  ASSERT_EQ(loop.ep(at).post_recv(conn, RecvWr{8, buf.addr(), 4096, held}), Status::kOk);
+  ASSERT_EQ(loop.ep(at).deregister_memory(held), Status::kOk);
+  std::vector<uint8_t> scratch(4096);
+  const uint32_t other = register_past(loop.ep(at), held, scratch);
+  if (end == End::kClosed || end == End::kClosedByThePeer) loop.ep(0).close(a, loop.now());
+  bool gone = false;
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until(
+      [&] {
+        Event ev;
+        while (loop.ep(at).poll_event(ev))
+          gone |= ev.conn == conn &&
+                  (ev.kind == EventKind::kClosed || ev.kind == EventKind::kConnectFailed);
+        for (const Completion& c : loop.drain(at)) done.push_back(c);
+        return gone;
+      },
+      kPromptly));
+  EXPECT_EQ(done.size(), works);
+  for (const Completion& c : done) EXPECT_NE(c.status, Status::kOk) << "wr_id " << c.wr_id;
+  EXPECT_TRUE(untouched(buf, 0xAB));
+  EXPECT_TRUE(untouched(dst, 0xAB));
+  EXPECT_TRUE(given_again(loop.ep(at), held, other));
+}
+
+TEST(LkeyReuse, WorkFlushedByAConnectTimeoutReleasesItsLkeys) {  // MR-6, CONN-2
+  work_ends_with_the_connection(113, End::kConnectTimeout);
+}
+
+TEST(LkeyReuse, WorkFlushedByARejectReleasesItsLkeys) {  // MR-6, CONN-4
+  work_ends_with_the_connection(115, End::kRejected);
+}
+
+TEST(LkeyReuse, WorkFlushedByACloseReleasesItsLkeys) {  // MR-6, CONN-7
+  work_ends_with_the_connection(117, End::kClosed);
+}
+
+TEST(LkeyReuse, AReceiveFlushedByThePeersCloseReleasesItsLkey) {  // MR-6, CONN-7
+  work_ends_with_the_connection(119, End::kClosedByThePeer);
 }
 
 }  // namespace

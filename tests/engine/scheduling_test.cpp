@@ -296,10 +296,10 @@ TEST(Engine, IncomingReadsDoNotStarveTheSendQueue) {  // SCHED-4, READ-2
   EXPECT_GE(completed[1], 100u);
 }
 
-// The endpoint's connections take turns, one datagram each (output.cpp's
-// ready ring): a connection with a long message does not hold the
-// transmitter until its window fills while another waits with work.
-TEST(Engine, ConnectionsWithWorkTakeTurnsOneDatagramEach) {
+// SCHED-5: the endpoint's connections take turns, one datagram each
+// (output.cpp's ready ring): a connection with a long message does not hold
+// the transmitter until its window fills while another waits with work.
+TEST(Engine, ConnectionsWithWorkTakeTurnsOneDatagramEach) {  // SCHED-5
   Loop loop(cfg(4913), cfg(4914));
   const ConnId a1 = loop.connect().first;
   const ConnId a2 = loop.connect().first;
