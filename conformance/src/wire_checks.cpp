@@ -178,6 +178,12 @@ Outcome check_enc3(Target& t) {
   if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
   const auto data = of(rs, wire::Opcode::kWrite);
   if (!one_port_per_tag(data, why)) return fail(why);
+  if (const auto range = t.entropy_range())
+    for (const Reply* d : data)
+      if (d->entropy < range->first || d->entropy > range->second)
+        return fail("a WRITE left from port " + std::to_string(d->entropy) +
+                    ", outside the entropy range " + std::to_string(range->first) + "-" +
+                    std::to_string(range->second));
   const auto first = first_per_slot(data);
   std::set<uint16_t> ports;
   for (const auto& [slot, d] : first) ports.insert(d->entropy);

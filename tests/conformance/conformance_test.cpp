@@ -1496,6 +1496,132 @@ TEST(Conformance, TargetPsnsSkippingAtTheWrapOnAcceptedConnectionsFailSeq2) {
       "the target's own");
 }
 
+// SEQ-6 broken: a retransmission that is not the packet sent before, its
+// payload read again from memory that changed meanwhile, or its msn
+// another.
+TEST(Conformance, RetransmissionsThatDifferFailSeq6) {
+  const auto resent_changed = [](std::function<void(wire::Packet&, std::vector<uint8_t>&)> change) {
+    return [change](FaultyTarget& t) {
+      auto seen = std::make_shared<std::set<uint32_t>>();
+      auto payload = std::make_shared<std::vector<uint8_t>>();
+      rewrite_sent(t, [seen, payload, change](wire::Packet& p) {
+        if (!wire::is_data(p.bh.opcode) || seen->insert(p.bh.psn).second) return false;
+        payload->assign(p.payload.begin(), p.payload.end());
+        change(p, *payload);
+        p.payload = *payload;
+        return true;
+      });
+    };
+  };
+  // The WRITE's headers are 44 bytes: its payload starts at byte 44.
+  expect_fails(
+      "SEQ-6", "byte 44 differs",
+      resent_changed([](wire::Packet&, std::vector<uint8_t>& payload) { payload.at(0) ^= 0xff; }));
+  expect_fails("SEQ-6", "byte 19 differs",
+               resent_changed([](wire::Packet& p, std::vector<uint8_t>&) { p.mh.msn += 1; }));
+}
+
+// READ-1 broken: the READ_REQ's fields mis-set, one at a time, or every
+// READ numbered 0 (the second READ's too).
+TEST(Conformance, ReadRequestFieldsMisSetFailRead1) {
+  const auto read_reqs_changed = [](std::function<void(wire::Packet&)> change) {
+    return [change](FaultyTarget& t) {
+      rewrite_sent(t, [change](wire::Packet& p) {
+        if (p.bh.opcode != wire::Opcode::kReadReq) return false;
+        change(p);
+        return true;
+      });
+    };
+  };
+  expect_fails("READ-1", "the first READ's READ_REQ: msn/offset/msg_len/payload 1/0/10000/0",
+               read_reqs_changed([](wire::Packet& p) { p.mh.msn += 1; }));
+  expect_fails("READ-1", "the first READ's READ_REQ: msn/offset/msg_len/payload 0/0/9999/0",
+               read_reqs_changed([](wire::Packet& p) { p.mh.msg_len -= 1; }));
+  expect_fails("READ-1", "the first READ's READ_REQ: rkey or raddr wrong",
+               read_reqs_changed([](wire::Packet& p) { p.rh.rkey ^= 1; }));
+  expect_fails("READ-1", "the first READ's READ_REQ: rkey or raddr wrong",
+               read_reqs_changed([](wire::Packet& p) { p.rh.raddr += 8; }));
+  expect_fails("READ-1", "the first READ's READ_REQ has PSN",
+               read_reqs_changed([](wire::Packet& p) { p.bh.psn += 1; }));
+  expect_fails("READ-1", "the second READ's READ_REQ: msn/offset/msg_len/payload 0/0/100/0",
+               read_reqs_changed([](wire::Packet& p) { p.mh.msn = 0; }));
+}
+
+// READ-5 broken: a READ served as soon as its READ_REQ arrives, the packets
+// missing before it taken as arrived (each filled with a WRITE of no bytes,
+// so the WRITE when it comes is a duplicate). The tester's next PSN on each
+// of the target's connections comes from its CONNECT_REQ and the ACCEPT
+// that answered it.
+void serve_reads_at_once(FaultyTarget& t) {
+  auto initial = std::make_shared<std::map<uint32_t, uint32_t>>();  // by the tester's conn
+  auto next = std::make_shared<std::map<uint32_t, uint32_t>>();     // by the target's
+  rewrite_sent(t, [initial, next](wire::Packet& p) {
+    if (p.bh.opcode == wire::Opcode::kConnectAccept && initial->contains(p.bh.dst_conn))
+      next->emplace(p.connect.src_conn, initial->at(p.bh.dst_conn));
+    return false;
+  });
+  t.expand_in = [initial, next](std::vector<uint8_t> d) {
+    std::vector<std::vector<uint8_t>> out;
+    wire::Packet p;
+    if (wire::decode(d, p) == wire::ParseError::kOk) {
+      if (p.bh.opcode == wire::Opcode::kConnectReq)
+        initial->emplace(p.connect.src_conn, p.connect.initial_psn);
+      const auto it = next->find(p.bh.dst_conn);
+      if (wire::is_data(p.bh.opcode) && it != next->end()) {
+        for (; p.bh.opcode == wire::Opcode::kReadReq && Psn{it->second}.before(Psn{p.bh.psn});
+             ++it->second) {
+          wire::Packet gap;
+          gap.bh = p.bh;
+          gap.bh.opcode = wire::Opcode::kWrite;
+          gap.bh.psn = it->second;
+          out.push_back(encode(gap));
+        }
+        if (!Psn{p.bh.psn}.before(Psn{it->second})) it->second = p.bh.psn + 1;
+      }
+    }
+    out.push_back(std::move(d));
+    return out;
+  };
+}
+
+// The same, or a response that carries the region as it was when the
+// READ_REQ came, not once the WRITE landed.
+TEST(Conformance, ReadsServedBeforeTheirEarlierPacketsFailRead5) {
+  expect_fails("READ-5", "a READ was answered while an earlier WRITE was missing",
+               serve_reads_at_once);
+  expect_fails("READ-5", "the READ_RESP does not carry the WRITE's data", [](FaultyTarget& t) {
+    auto stale = std::make_shared<std::vector<uint8_t>>();
+    rewrite_sent(t, [stale](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp) return false;
+      stale->assign(p.payload.size(), 0);
+      p.payload = *stale;
+      return true;
+    });
+  });
+}
+
+// ENC-3 broken: a path's source port changing between its packets; every
+// path on one port; or ports outside the entropy range (each path on a
+// port of its own, in order, shifted below the range).
+TEST(Conformance, SourcePortsOffTheirPathsEntropyFailEnc3) {
+  const auto writes_moved = [](std::function<void(Sent&)> move) {
+    return [move](FaultyTarget& t) {
+      t.mutate = [move](std::vector<Sent>& v) {
+        for (Sent& s : v)
+          if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kWrite)) move(s);
+      };
+    };
+  };
+  auto sent = std::make_shared<std::map<uint16_t, size_t>>();  // by path_tag
+  expect_fails("ENC-3", "sent from ports", writes_moved([sent](Sent& s) {
+                 if ((*sent)[be::load16(s.bytes.data() + 2)]++ % 2 == 1) s.entropy += 100;
+               }));
+  expect_fails("ENC-3", "two path slots share a source port",
+               writes_moved([](Sent& s) { s.entropy = 50000; }));
+  expect_fails("ENC-3", "outside the entropy range",
+               writes_moved([](Sent& s) { s.entropy = static_cast<uint16_t>(s.entropy - 16384); }));
+}
+
 // READ responses numbered in the requester's PSN space, from the READ_REQ's
 // PSN on.
 TEST(Conformance, ReadResponsesInTheRequestersPsnSpaceFailRead2) {
