@@ -767,6 +767,36 @@ TEST(Conformance, TrailingByteAcceptedFailsEnc1) {
   });
 }
 
+// 1.3: reserved fields and bits are sent as zero. Broken: one of them set
+// in every packet of an opcode the target emits, the ICRC made good (a
+// receiver's decode ignores them: only the raw bytes show it).
+TEST(Conformance, ReservedBitsSentSetFailEnc1) {
+  struct Planted {
+    wire::Opcode op;
+    size_t at;
+    uint8_t bit;
+    const char* why;
+  };
+  const Planted planted[] = {
+      {wire::Opcode::kAck, 33, 0x01, "ACK packet byte 33 is 0x1 (ACK body bytes 16-19 reserved)"},
+      {wire::Opcode::kAck, 30, 0x80, "ACK packet byte 30 is 0x"},
+      {wire::Opcode::kNak, 21, 0x40, "NAK packet byte 21 is 0x4"},
+      {wire::Opcode::kDisconnectAck, 23, 0x01, "DISCONNECT_ACK packet byte 23 is 0x1"},
+      {wire::Opcode::kDisconnect, 22, 0x10, "DISCONNECT packet byte 22 is 0x10"},
+      {wire::Opcode::kConnectAccept, 0, 0x02, "CONNECT_ACCEPT packet byte 0 is 0x1a"},
+  };
+  for (const Planted& f : planted)
+    expect_fails("ENC-1", f.why, [&f](FaultyTarget& t) {
+      t.mutate = [&f](std::vector<Sent>& v) {
+        for (Sent& s : v)
+          if (opcode(s) == static_cast<uint8_t>(f.op) && s.bytes.size() > f.at) {
+            s.bytes[f.at] |= f.bit;
+            (void)wire::seal(s.bytes, s.bytes.size() - wire::kIcrcSize, 0);
+          }
+      };
+    });
+}
+
 TEST(Conformance, NotEctFailsEnc4) {
   expect_fails("ENC-4", "left with ECN 0", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
