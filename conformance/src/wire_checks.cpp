@@ -298,7 +298,7 @@ Outcome ignored_then_served(Target& t, const std::string& what, const Counted& c
   const Bytes good = p.write(psn, r.rkey, r.addr, kPayload);
   const std::optional<EndpointStats> before = drop_counters(t);
   send_bad(p, good);
-  if (!p.run().empty()) return fail(what + " drew a reply");
+  if (!drawn(t, p).empty()) return fail(what + " drew a reply");
   if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
     return fail(what + " wrote memory");

@@ -419,6 +419,13 @@ class FaultyTarget : public EngineTarget {
   // but for the first `answers_unknown_after` of them.
   bool answers_unknown = false;
   size_t answers_unknown_after = 0;
+  // With `answers_drops`, the same for every datagram dropped as malformed
+  // or misaddressed (BAD-1 to BAD-8: any drop counter rose).
+  bool answers_drops = false;
+  static uint64_t dropped(const EndpointStats& s) {
+    return s.truncated + s.bad_version + s.bad_opcode + s.bad_checksum + s.bad_length +
+           s.bad_field + s.unknown_connection + s.wrong_peer;
+  }
   // With `answers_to_source`, everything sent goes to the port the latest
   // datagram came from (a driver that answers recvfrom's address, ENC-2).
   bool answers_to_source = false;
@@ -436,7 +443,10 @@ class FaultyTarget : public EngineTarget {
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
     (void)EngineTarget::endpoint_stats(after);
-    if (!answers_unknown || after.unknown_connection == before.unknown_connection) return;
+    const bool answer =
+        answers_drops ? dropped(after) != dropped(before)
+                      : answers_unknown && after.unknown_connection != before.unknown_connection;
+    if (!answer) return;
     if (unknown_seen_++ >= answers_unknown_after)
       answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
   }
@@ -494,8 +504,12 @@ class FaultyTarget : public EngineTarget {
         s.to_port = it->second;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
+    if (late) std::swap(out, late_);
     return out;
   }
+  // With `late` (and `real_time`), what the target sends in one wait
+  // reaches the tester in the next (as LateTarget's).
+  bool late = false;
 
  private:
   void complete_early(std::span<const uint8_t> d) {
@@ -520,6 +534,7 @@ class FaultyTarget : public EngineTarget {
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
+  std::vector<Sent> late_;  // late: sent in the previous wait
   bool woken_ = false;      // a datagram arrived since the last run_for
   uint16_t latest_source_ = 0;
   std::map<uint32_t, uint16_t> request_port_;  // reply_port_ignored: src_conn -> its port
@@ -954,6 +969,32 @@ TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
 // BAD-7's check and the after-close check (either end's close) fail.
 TEST(Conformance, UnknownConnectionsAnsweredFailBad7) {
   expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) { t.answers_unknown = true; });
+}
+
+// The same on a target in real time whose answers come one wait late: a
+// check that judged "drew a reply" from the one wait after the packets let
+// the answer arrive during the good packet's wait, and passed.
+TEST(Conformance, UnknownConnectionsAnsweredOneWaitLateFailBad7) {
+  expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) {
+    t.answers_unknown = true;
+    t.real_time = t.late = true;
+  });
+}
+
+// The same for every malformed or misaddressed packet, the WRITEs' and the
+// ACKs' halves of the BAD checks alike.
+TEST(Conformance, DroppedPacketsAnsweredOneWaitLateFailBad) {
+  for (const char* rule : {"BAD-1", "BAD-2", "BAD-3", "BAD-4", "BAD-5", "BAD-6", "BAD-8"})
+    expect_fails(rule, "drew a reply", [](FaultyTarget& t) {
+      t.answers_drops = true;
+      t.real_time = t.late = true;
+    });
+  // The ACKs' half alone: its packets, the WRITE's half passed.
+  expect_fails("BAD-3", "an ACK with an unknown opcode drew a reply", [](FaultyTarget& t) {
+    t.answers_drops = true;
+    t.real_time = t.late = true;
+    t.answers_unknown_after = 1;
+  });
 }
 
 // The same fault only for a connection the target closed itself: the four
@@ -2102,45 +2143,57 @@ TEST(Conformance, DataBeforeTheAcceptKeptForLaterFailsConn6) {
 // naming its connection for the ACCEPT (a forged ACCEPT is handed in in
 // its place) and so sends its WRITE while the tester's ACCEPT is still to
 // come, later than the first wait after its CONNECT_REQ.
-TEST(Conformance, DataSentBeforeTheAcceptFailsConn6) {
-  expect_fails("CONN-6", "data went out before the ACCEPT", [](FaultyTarget& t) {
-    struct Request {
-      uint32_t src_conn = 0;
-      uint64_t nonce = 0;
-      bool taken = false;  // its implicit ACCEPT handed in
-    };
-    auto req = std::make_shared<Request>();
-    t.mutate = [req](std::vector<Sent>& v) {
-      wire::Packet p;
-      for (const Sent& s : v)
-        if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
-            p.bh.opcode == wire::Opcode::kConnectReq) {
-          req->src_conn = p.connect.src_conn;
-          req->nonce = p.connect.nonce;
-        }
-    };
-    t.expand_in = [req](std::vector<uint8_t> d) {
-      std::vector<std::vector<uint8_t>> out;
-      wire::Packet p;
-      if (req->taken || wire::decode(d, p) != wire::ParseError::kOk ||
-          !wire::is_data(p.bh.opcode) || p.bh.dst_conn != req->src_conn) {
-        out.push_back(std::move(d));
-        return out;
+void accept_taken_from_first_data(FaultyTarget& t) {
+  struct Request {
+    uint32_t src_conn = 0;
+    uint64_t nonce = 0;
+    bool taken = false;  // its implicit ACCEPT handed in
+  };
+  auto req = std::make_shared<Request>();
+  t.mutate = [req](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (const Sent& s : v)
+      if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+          p.bh.opcode == wire::Opcode::kConnectReq) {
+        req->src_conn = p.connect.src_conn;
+        req->nonce = p.connect.nonce;
       }
-      req->taken = true;
-      wire::Packet accept;
-      accept.bh.opcode = wire::Opcode::kConnectAccept;
-      accept.bh.dst_conn = req->src_conn;
-      accept.connect = {.src_conn = 0x7e57,
-                        .initial_psn = p.bh.psn,
-                        .mtu = 4096,
-                        .window_log2 = 10,
-                        .max_reads = 16,
-                        .max_version = 1,
-                        .nonce = req->nonce};
-      out.push_back(encode(accept));
+  };
+  t.expand_in = [req](std::vector<uint8_t> d) {
+    std::vector<std::vector<uint8_t>> out;
+    wire::Packet p;
+    if (req->taken || wire::decode(d, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode) ||
+        p.bh.dst_conn != req->src_conn) {
+      out.push_back(std::move(d));
       return out;
-    };
+    }
+    req->taken = true;
+    wire::Packet accept;
+    accept.bh.opcode = wire::Opcode::kConnectAccept;
+    accept.bh.dst_conn = req->src_conn;
+    accept.connect = {.src_conn = 0x7e57,
+                      .initial_psn = p.bh.psn,
+                      .mtu = 4096,
+                      .window_log2 = 10,
+                      .max_reads = 16,
+                      .max_version = 1,
+                      .nonce = req->nonce};
+    out.push_back(encode(accept));
+    return out;
+  };
+}
+
+TEST(Conformance, DataSentBeforeTheAcceptFailsConn6) {
+  expect_fails("CONN-6", "data went out before the ACCEPT", accept_taken_from_first_data);
+}
+
+// The same on a target in real time whose datagrams come one wait late:
+// the WRITE sent in the wait after the tester's early data reached the
+// tester in the first wait after its ACCEPT, where data may come.
+TEST(Conformance, DataSentBeforeTheAcceptOneWaitLateFailsConn6) {
+  expect_fails("CONN-6", "data went out before the ACCEPT", [](FaultyTarget& t) {
+    accept_taken_from_first_data(t);
+    t.real_time = t.late = true;
   });
 }
 
