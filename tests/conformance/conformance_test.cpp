@@ -989,6 +989,10 @@ TEST(Conformance, DroppedPacketsAnsweredOneWaitLateFailBad) {
       t.answers_drops = true;
       t.real_time = t.late = true;
     });
+  expect_fails("ENC-1", "one byte after its ICRC drew a reply", [](FaultyTarget& t) {
+    t.answers_drops = true;
+    t.real_time = t.late = true;
+  });
   // The ACKs' half alone: its packets, the WRITE's half passed.
   expect_fails("BAD-3", "an ACK with an unknown opcode drew a reply", [](FaultyTarget& t) {
     t.answers_drops = true;
