@@ -314,12 +314,14 @@ struct HeldRead {
   std::vector<Reply> early;  // what the READ_REQ drew
   std::string why;           // a failure: the READ was answered meanwhile
 };
-HeldRead read_behind_held_write(Peer& p, const Region& dst, const Region& src, const Bytes& data) {
+HeldRead read_behind_held_write(Target& t, Peer& p, const Region& dst, const Region& src,
+                                const Bytes& data) {
   HeldRead h;
   const uint32_t w = p.next_psn++;
   h.rd = p.next_psn++;
   h.write = p.write(w, dst.rkey, dst.addr, data);
-  h.early = p.exchange(p.read_req(h.rd, 0, src.rkey, src.addr, 64));
+  p.send(p.read_req(h.rd, 0, src.rkey, src.addr, 64));
+  h.early = drawn(t, p);
   if (!of(h.early, wire::Opcode::kReadResp).empty())
     h.why = "a READ was answered while an earlier WRITE was missing";
   return h;
@@ -335,7 +337,7 @@ Outcome check_read5(Target& t) {
     return fail(why);
   const Bytes data(64, 0x5c);
   // The WRITE is held back; the READ of the same bytes arrives first.
-  const HeldRead h = read_behind_held_write(p, mem, mem, data);
+  const HeldRead h = read_behind_held_write(t, p, mem, mem, data);
   if (!h.why.empty()) return fail(h.why);
   const std::vector<Reply> late = p.exchange_until(h.write, has(wire::Opcode::kReadResp));
   const auto resp = of(late, wire::Opcode::kReadResp);
@@ -361,7 +363,7 @@ Outcome check_mr5_waiting_read(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteRead, src))
     return fail("the target could not register memory");
   const Bytes data(64, 0x5d);
-  const HeldRead h = read_behind_held_write(p, mem, src, data);
+  const HeldRead h = read_behind_held_write(t, p, mem, src, data);
   if (!h.why.empty()) return fail(h.why);
   if (const Reply* n = nak_of(h.early))
     return fail("the READ_REQ, its key good, drew NAK " + code_text(n->pkt.nak.code) +
