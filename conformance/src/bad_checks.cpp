@@ -43,7 +43,7 @@ Outcome ack_ignored_then_taken(
   const Bytes good = p.ack(w.pkt.bh.psn + 1, w);
   const std::optional<EndpointStats> before = drop_counters(t);
   for (const Bytes& b : bad(p, good, w)) p.send(b, w.entropy);
-  for (const Reply& x : p.run(t.simulated_time() ? 100'000 : 5'000'000))
+  for (const Reply& x : drawn(t, p))
     if (x.error != wire::ParseError::kOk ||
         (x.pkt.bh.opcode != wire::Opcode::kWrite && x.pkt.bh.opcode != wire::Opcode::kProbe))
       return fail(what + " drew a reply" +

@@ -100,6 +100,14 @@ std::vector<Reply> run_until_answering_probes(Target& t, Peer& p, Want want, uin
       },
       ns);
 }
+// What the packets just sent drew, for judging that they drew nothing: one
+// wait of `ns` in simulated time; on a target in real time, a wait of
+// `real_ns` and one more, since an answer sent late in a wait may reach the
+// tester only in the next (an agent waiting for a CPU). Judged from one
+// wait, such an answer arrived during the next step's wait and was taken
+// for that step's (BAD-7's check passed a target that answered unknown
+// connections one wait late).
+std::vector<Reply> drawn(Target& t, Peer& p, uint64_t ns = 100'000, uint64_t real_ns = 5'000'000);
 // Sends `packet` (from check port `entropy`) and waits for the ACK that
 // echoes `psn`: whether it came.
 bool acknowledged(Peer& p, std::span<const uint8_t> packet, uint32_t psn,

@@ -38,7 +38,7 @@ std::string ignored(Target& t, Peer& p, const Opened& o, const std::string& when
   p.send(p.ack(w.bh.psn + 1, o.w), o.w.entropy);
   p.send(p.nak(w.bh.psn, 0x02, w.mh.msn, p.next_psn), o.w.entropy);
   p.send(p.probe());
-  for (const Reply& x : p.run(t.simulated_time() ? 1'000'000 : 5'000'000)) {
+  for (const Reply& x : drawn(t, p, 1'000'000)) {
     if (x.error == wire::ParseError::kOk && closing && x.pkt.bh.opcode == wire::Opcode::kDisconnect)
       continue;
     return "a WRITE, ACK, NAK or PROBE " + when + " drew a reply" +

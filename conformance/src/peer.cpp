@@ -55,6 +55,37 @@ const Reply* ack_of(const std::vector<Reply>& rs, uint32_t psn, uint8_t echo_fla
   return nullptr;
 }
 
+std::string reserved_set(const Reply& r) {
+  if (r.error != wire::ParseError::kOk) return {};
+  struct Field {
+    size_t at, len;
+    uint8_t mask;
+    const char* what;
+  };
+  constexpr size_t kBody = wire::kBaseHeaderSize;
+  std::vector<Field> fields = {{0, 1, 0x03, "BH byte 0 bits 1-0 reserved"}};
+  switch (r.pkt.bh.opcode) {
+    case wire::Opcode::kAck:
+      fields.push_back({kBody + 14, 1, 0xf0, "ACK flags bits 0xf0 reserved"});
+      fields.push_back({kBody + 16, 4, 0xff, "ACK body bytes 16-19 reserved"});
+      break;
+    case wire::Opcode::kNak:
+      fields.push_back({kBody + 5, 3, 0xff, "NAK body bytes 5-7 reserved"});
+      break;
+    case wire::Opcode::kDisconnect:
+    case wire::Opcode::kDisconnectAck:
+      fields.push_back({kBody + 5, 3, 0xff, "disconnect body bytes 5-7 reserved"});
+      break;
+    default: break;
+  }
+  for (const Field& f : fields)
+    for (size_t i = f.at; i < f.at + f.len && i < r.bytes.size(); ++i)
+      if ((r.bytes[i] & f.mask) != 0)
+        return std::string(wire::opcode_name(r.pkt.bh.opcode)) + " packet byte " +
+               std::to_string(i) + " is " + hex32(r.bytes[i]) + " (" + f.what + ")";
+  return {};
+}
+
 std::vector<const Reply*> firsts(const std::vector<const Reply*>& rs) {
   std::vector<const Reply*> out;
   for (const Reply* r : rs)

@@ -208,6 +208,12 @@ inline auto acks(uint32_t psn, uint8_t echo_flags = 0) {
     return ack_of(rs, psn, echo_flags) != nullptr;
   };
 }
+// What the spec reserves in `r` and finds set (1.3: reserved fields and
+// bits are sent as zero): "ACK packet byte 32 is 0x01 (ACK body bytes 16-19
+// reserved)", empty when all are zero. Read from the raw bytes at the
+// spec's offsets (BH byte 0 bits 1-0, ACK flags 0xf0 and body bytes 16-19,
+// NAK and DISCONNECT* body bytes 5-7): decode() ignores them.
+std::string reserved_set(const Reply& r);
 std::string hex32(uint64_t v);
 // A status or NAK code as failure texts print it: "0x02 (kRemoteBadKey)", or
 // "0xee (not in appendix A)", so a code reads the same in every check.

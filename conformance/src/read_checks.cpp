@@ -21,16 +21,35 @@ auto read_reqs(size_t n) {
 }
 
 // The target registers `into` (`size` bytes, LOCAL_WRITE), connects to the
-// tester and READs `len` bytes into it (`wr_id`); `rs` is what it sent
-// until a READ_REQ came. Empty, else why not.
+// tester (`conn`, when given, its side of it) and READs `len` bytes into it
+// (`wr_id`); `rs` is what it sent until a READ_REQ came. Empty, else why
+// not.
 std::string target_reads_from_tester(Target& t, Peer& p, Region& into, uint64_t size, uint32_t len,
-                                     uint64_t wr_id, std::vector<Reply>& rs) {
+                                     uint64_t wr_id, std::vector<Reply>& rs,
+                                     ConnId* conn_out = nullptr) {
   if (!t.register_memory(size, kAccessLocalWrite, into)) return "register_memory failed";
   ConnId conn;
   std::string why;
   if (!target_connects(t, p, conn, why)) return why;
+  if (conn_out != nullptr) *conn_out = conn;
   if (!target_reads(t, conn, into, len, wr_id)) return "the target refused a READ";
   rs = p.run_until(read_reqs(1));
+  return {};
+}
+
+// READ-1: what is wrong in READ_REQ `k` of the `n`th READ (read sequence
+// n, from 0) of `len` bytes from the tester's kTesterAddr, the READ_REQ
+// the target sends at PSN `psn`; empty if nothing.
+std::string read_req_wrong(const wire::Packet& k, uint32_t n, uint32_t psn, uint32_t len) {
+  const std::string which = n == 0 ? "the first READ's READ_REQ" : "the second READ's READ_REQ";
+  if (k.bh.psn != psn) return which + " has PSN " + hex32(k.bh.psn) + ", not " + hex32(psn);
+  if (k.mh.msn != n || k.mh.offset != 0 || k.mh.msg_len != len || !k.payload.empty())
+    return which + ": msn/offset/msg_len/payload " + std::to_string(k.mh.msn) + "/" +
+           std::to_string(k.mh.offset) + "/" + std::to_string(k.mh.msg_len) + "/" +
+           std::to_string(k.payload.size()) + ", not " + std::to_string(n) + "/0/" +
+           std::to_string(len) + "/0";
+  if (k.rh.rkey != kTesterRkey || k.rh.raddr != kTesterAddr)
+    return which + ": rkey or raddr wrong (" + hex32(k.rh.rkey) + ", " + hex32(k.rh.raddr) + ")";
   return {};
 }
 
@@ -44,22 +63,23 @@ bool tester_connects_to_read(Target& t, Peer& p, Region& src, const Bytes& data,
 
 }  // namespace
 
+// READ-1: a READ's one READ_REQ carries its read sequence (0, then 1),
+// the tester's key and address, offset 0, the length and no payload, at
+// the target's next PSN: a requester that numbered every READ 0 passed
+// while only one was asked.
 Outcome check_read1(Target& t) {
   Peer p(t);
   Region into;
   std::vector<Reply> rs;
-  if (const std::string why = target_reads_from_tester(t, p, into, 10000, 10000, 5, rs);
+  ConnId conn;
+  if (const std::string why = target_reads_from_tester(t, p, into, 10000, 10000, 5, rs, &conn);
       !why.empty())
     return fail(why);
   const auto reqs = firsts(of(rs, wire::Opcode::kReadReq));
   if (reqs.size() != 1) return fail("expected one READ_REQ, saw " + std::to_string(reqs.size()));
   const wire::Packet& k = reqs.front()->pkt;
-  if (k.bh.psn != p.target_initial_psn) return fail("the READ_REQ is not the first PSN");
-  if (k.mh.msn != 0 || k.mh.offset != 0 || k.mh.msg_len != 10000 || !k.payload.empty())
-    return fail("msn/offset/msg_len/payload " + std::to_string(k.mh.msn) + "/" +
-                std::to_string(k.mh.offset) + "/" + std::to_string(k.mh.msg_len) + "/" +
-                std::to_string(k.payload.size()));
-  if (k.rh.rkey != kTesterRkey || k.rh.raddr != kTesterAddr) return fail("rkey or raddr wrong");
+  if (std::string why = read_req_wrong(k, 0, p.target_initial_psn, 10000); !why.empty())
+    return fail(why);
   // Acknowledge it and answer in the tester's PSN space (READ-2).
   p.send(p.ack(k.bh.psn + 1, *reqs.front()), reqs.front()->entropy);
   const Bytes data = counting(10000, 3);
@@ -71,6 +91,26 @@ Outcome check_read1(Target& t) {
   if (!p.await_completion(c)) return fail("the READ did not complete");
   if (c.status != Status::kOk || c.wr_id != 5) return fail("the READ completed with an error");
   if (t.read_memory(into, 0, data.size()) != data) return fail("the response was not placed");
+  // The second READ: read sequence 1, the next PSN.
+  const uint32_t first = k.bh.psn;
+  if (!target_reads(t, conn, into, 100, 6)) return fail("the target refused a second READ");
+  const auto second = [first](const std::vector<Reply>& got) -> const Reply* {
+    for (const Reply* r : of(got, wire::Opcode::kReadReq))
+      if (r->pkt.bh.psn != first) return r;  // not a late copy of the first
+    return nullptr;
+  };
+  const std::vector<Reply> more =
+      p.run_until([&](const std::vector<Reply>& got) { return second(got) != nullptr; });
+  const Reply* k2 = second(more);
+  if (k2 == nullptr) return fail("no READ_REQ for a second READ");
+  if (std::string why = read_req_wrong(k2->pkt, 1, first + 1, 100); !why.empty()) return fail(why);
+  p.send(p.ack(first + 2, *k2), k2->entropy);
+  const Bytes again = counting(100, 77);
+  p.send(p.read_resp(p.next_psn++, 1, 0, 100, again));
+  if (!p.await_completion(c) || c.status != Status::kOk || c.wr_id != 6)
+    return fail("the second READ did not complete kOk");
+  if (t.read_memory(into, 0, again.size()) != again)
+    return fail("the second READ's response was not placed");
   return pass();
 }
 
@@ -274,12 +314,14 @@ struct HeldRead {
   std::vector<Reply> early;  // what the READ_REQ drew
   std::string why;           // a failure: the READ was answered meanwhile
 };
-HeldRead read_behind_held_write(Peer& p, const Region& dst, const Region& src, const Bytes& data) {
+HeldRead read_behind_held_write(Target& t, Peer& p, const Region& dst, const Region& src,
+                                const Bytes& data) {
   HeldRead h;
   const uint32_t w = p.next_psn++;
   h.rd = p.next_psn++;
   h.write = p.write(w, dst.rkey, dst.addr, data);
-  h.early = p.exchange(p.read_req(h.rd, 0, src.rkey, src.addr, 64));
+  p.send(p.read_req(h.rd, 0, src.rkey, src.addr, 64));
+  h.early = drawn(t, p);
   if (!of(h.early, wire::Opcode::kReadResp).empty())
     h.why = "a READ was answered while an earlier WRITE was missing";
   return h;
@@ -295,7 +337,7 @@ Outcome check_read5(Target& t) {
     return fail(why);
   const Bytes data(64, 0x5c);
   // The WRITE is held back; the READ of the same bytes arrives first.
-  const HeldRead h = read_behind_held_write(p, mem, mem, data);
+  const HeldRead h = read_behind_held_write(t, p, mem, mem, data);
   if (!h.why.empty()) return fail(h.why);
   const std::vector<Reply> late = p.exchange_until(h.write, has(wire::Opcode::kReadResp));
   const auto resp = of(late, wire::Opcode::kReadResp);
@@ -321,7 +363,7 @@ Outcome check_mr5_waiting_read(Target& t) {
   if (!t.register_memory(4096, kAccessRemoteRead, src))
     return fail("the target could not register memory");
   const Bytes data(64, 0x5d);
-  const HeldRead h = read_behind_held_write(p, mem, src, data);
+  const HeldRead h = read_behind_held_write(t, p, mem, src, data);
   if (!h.why.empty()) return fail(h.why);
   if (const Reply* n = nak_of(h.early))
     return fail("the READ_REQ, its key good, drew NAK " + code_text(n->pkt.nak.code) +

@@ -107,6 +107,13 @@ bool one_port_per_tag(const std::vector<const Reply*>& data, std::string& why) {
   return true;
 }
 
+std::vector<Reply> drawn(Target& t, Peer& p, uint64_t ns, uint64_t real_ns) {
+  if (t.simulated_time()) return p.run(ns);
+  std::vector<Reply> rs = p.run(real_ns);
+  for (Reply& r : p.run(real_ns)) rs.push_back(std::move(r));  // bytes keep their storage
+  return rs;
+}
+
 std::optional<EndpointStats> drop_counters(Target& t) {
   EndpointStats s;
   if (!t.endpoint_stats(s)) return std::nullopt;

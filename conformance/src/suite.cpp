@@ -9,13 +9,15 @@ namespace {
 
 constexpr std::array kChecks = {
     Check{"ENC-1",
-          "every datagram decodes as exactly one packet; a WRITE with a byte after its ICRC is "
-          "dropped",
+          "every datagram decodes as exactly one packet, its reserved bits zero; a WRITE with a "
+          "byte after its ICRC is dropped",
           check_enc1},
     Check{"ENC-2",
           "every datagram goes to the peer's configured port, not to the port a packet came from",
           check_enc2},
-    Check{"ENC-3", "a path keeps its source port, paths differ; a peer may change its port",
+    Check{"ENC-3",
+          "a path keeps its source port, in the entropy range, paths differ; a peer may change its "
+          "port",
           check_enc3},
     Check{"ENC-4", "every datagram is ECT(0); a CE-marked packet is echoed ECHO_CE", check_enc4},
     Check{"ENC-5",
@@ -284,7 +286,9 @@ constexpr std::array kChecks = {
           check_loss8_tail_by_send_time, true},
     Check{"ACK-9", "ACKs have PSN 0; an ACK of PSNs never sent is ignored, echo included",
           check_ack9},
-    Check{"READ-1", "a READ_REQ's fields; the READ completes with the response placed",
+    Check{"READ-1",
+          "two READs' READ_REQ fields, read sequence 0 then 1; each completes with its response "
+          "placed",
           check_read1},
     Check{"READ-2",
           "READ_RESPs in the responder's PSN space; bad key, right, bounds or msg_len above "

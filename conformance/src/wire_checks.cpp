@@ -13,14 +13,22 @@ namespace {
 
 const Bytes kPayload = {1, 2, 3, 4, 5, 6, 7, 8};
 
+void append(std::vector<Reply>& all, std::vector<Reply> more) {
+  for (Reply& r : more) all.push_back(std::move(r));
+}
+
 }  // namespace
 
+// ENC-1, and 1.3's reserved fields and bits, sent as zero: every packet
+// that has some (BH byte 0; ACK, NAK and DISCONNECT* bodies) is drawn once,
+// and its raw bytes read (decode() ignores them).
 Outcome check_enc1(Target& t) {
   Peer p(t);
   std::vector<Reply> all;
   Region r;
   std::string why;
   if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, 4096, &all)) return fail(why);
+  const ConnId conn = t.accepted();
   // A packet ends with its ICRC: a valid WRITE with one byte after it is not
   // one packet (its last four bytes are no ICRC, its payload overruns
   // msg_len; BAD-4, BAD-5): dropped, with no reply and nothing written ...
@@ -28,7 +36,8 @@ Outcome check_enc1(Target& t) {
   const Bytes good = p.write(psn, r.rkey, r.addr, kPayload);
   Bytes longer = good;
   longer.push_back(0);
-  const std::vector<Reply> quiet = p.exchange(longer);
+  p.send(longer);
+  const std::vector<Reply> quiet = drawn(t, p);
   if (!quiet.empty())
     return fail("a WRITE with one byte after its ICRC drew a reply" +
                 std::string(ack_of(quiet, psn) != nullptr ? " (its ACK)" : ""));
@@ -40,17 +49,45 @@ Outcome check_enc1(Target& t) {
     return fail("the WRITE without the trailing byte was not acknowledged");
   if (t.read_memory(r, 0, kPayload.size()) != kPayload)
     return fail("the WRITE without the trailing byte did not land");
-  // Everything the target sent decodes as one packet, filling its datagram.
-  size_t n = 0;
-  for (const std::vector<Reply>* rs : {&all, &more}) {
-    for (const Reply& x : *rs) {
-      if (x.error != wire::ParseError::kOk)
-        return fail(std::string("a datagram does not decode: ") + wire::parse_error_name(x.error));
-      ++n;
-    }
+  append(all, std::move(more));
+  // A NAK: a WRITE with a bad key (fatal, NAK-2) ...
+  std::vector<Reply> refused;
+  why = draws_nak(p, p.write(p.next_psn, r.rkey ^ 0xBAD, r.addr, kPayload), 0x02, p.next_psn,
+                  std::nullopt, &refused);
+  if (!why.empty()) return fail("a WRITE with a bad key " + why);
+  append(all, std::move(refused));
+  // ... a DISCONNECT_ACK, of another connection of the tester's ...
+  Peer q(t, 0x7e5c);
+  std::vector<Reply> second;
+  if (!q.connect(0xC0FFE1, why, &second)) return fail(why);
+  append(all, std::move(second));
+  append(all, q.exchange_until(q.disconnect(q.conn()), has(wire::Opcode::kDisconnectAck)));
+  // ... and the target's DISCONNECT of the failed one, where it can close.
+  const bool closes = t.close(conn);
+  if (closes) {
+    append(all, p.run_until(has(wire::Opcode::kDisconnect)));
+    p.send(p.disconnect(p.conn(), true));
   }
-  if (n < 2) return fail("expected an ACCEPT and an ACK, saw " + std::to_string(n) + " datagrams");
-  return pass(std::to_string(n) + " datagrams; a trailing byte dropped");
+  // Everything the target sent decodes as one packet, filling its datagram,
+  // with its reserved bits and bytes zero.
+  for (const Reply& x : all) {
+    if (x.error != wire::ParseError::kOk)
+      return fail(std::string("a datagram does not decode: ") + wire::parse_error_name(x.error));
+    if (const std::string set = reserved_set(x); !set.empty())
+      return fail("reserved bits are sent as zero (1.3): " + set);
+  }
+  std::vector<wire::Opcode> read = {wire::Opcode::kConnectAccept, wire::Opcode::kAck,
+                                    wire::Opcode::kNak, wire::Opcode::kDisconnectAck};
+  if (closes) read.push_back(wire::Opcode::kDisconnect);
+  for (const wire::Opcode op : read)
+    if (of(all, op).empty())
+      return fail(std::string("no ") + wire::opcode_name(op) + " to read among " +
+                  std::to_string(all.size()) + " datagrams");
+  return pass(
+      std::to_string(all.size()) +
+      " datagrams, reserved bits zero in an ACCEPT, ACK, NAK, DISCONNECT_ACK" +
+      (closes ? " and DISCONNECT" : " (DISCONNECT unread: the target cannot be asked to close)") +
+      "; a trailing byte dropped");
 }
 
 namespace {
@@ -72,10 +109,6 @@ std::string off_port(const std::vector<Reply>& rs, const std::string& when, size
            std::to_string(Peer::kEntropy);
   }
   return {};
-}
-
-void append(std::vector<Reply>& all, std::vector<Reply> more) {
-  for (Reply& r : more) all.push_back(std::move(r));
 }
 
 // ENC-2: a WRITE of kPayload into `m` from each of `ports` in turn, every
@@ -178,6 +211,12 @@ Outcome check_enc3(Target& t) {
   if (!target_connects_and_writes(t, p, 65536, rs, why)) return fail(why);
   const auto data = of(rs, wire::Opcode::kWrite);
   if (!one_port_per_tag(data, why)) return fail(why);
+  if (const auto range = t.entropy_range())
+    for (const Reply* d : data)
+      if (d->entropy < range->first || d->entropy > range->second)
+        return fail("a WRITE left from port " + std::to_string(d->entropy) +
+                    ", outside the entropy range " + std::to_string(range->first) + "-" +
+                    std::to_string(range->second));
   const auto first = first_per_slot(data);
   std::set<uint16_t> ports;
   for (const auto& [slot, d] : first) ports.insert(d->entropy);
@@ -260,7 +299,7 @@ Outcome ignored_then_served(Target& t, const std::string& what, const Counted& c
   const Bytes good = p.write(psn, r.rkey, r.addr, kPayload);
   const std::optional<EndpointStats> before = drop_counters(t);
   send_bad(p, good);
-  if (!p.run().empty()) return fail(what + " drew a reply");
+  if (!drawn(t, p).empty()) return fail(what + " drew a reply");
   if (why = count_missing(t, before, counted, what); !why.empty()) return fail(why);
   if (t.read_memory(r, 0, kPayload.size()) != Bytes(kPayload.size(), 0))
     return fail(what + " wrote memory");

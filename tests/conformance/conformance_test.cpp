@@ -419,6 +419,13 @@ class FaultyTarget : public EngineTarget {
   // but for the first `answers_unknown_after` of them.
   bool answers_unknown = false;
   size_t answers_unknown_after = 0;
+  // With `answers_drops`, the same for every datagram dropped as malformed
+  // or misaddressed (BAD-1 to BAD-8: any drop counter rose).
+  bool answers_drops = false;
+  static uint64_t dropped(const EndpointStats& s) {
+    return s.truncated + s.bad_version + s.bad_opcode + s.bad_checksum + s.bad_length +
+           s.bad_field + s.unknown_connection + s.wrong_peer;
+  }
   // With `answers_to_source`, everything sent goes to the port the latest
   // datagram came from (a driver that answers recvfrom's address, ENC-2).
   bool answers_to_source = false;
@@ -436,7 +443,10 @@ class FaultyTarget : public EngineTarget {
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
     (void)EngineTarget::endpoint_stats(after);
-    if (!answers_unknown || after.unknown_connection == before.unknown_connection) return;
+    const bool answer =
+        answers_drops ? dropped(after) != dropped(before)
+                      : answers_unknown && after.unknown_connection != before.unknown_connection;
+    if (!answer) return;
     if (unknown_seen_++ >= answers_unknown_after)
       answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
   }
@@ -494,8 +504,12 @@ class FaultyTarget : public EngineTarget {
         s.to_port = it->second;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
+    if (late) std::swap(out, late_);
     return out;
   }
+  // With `late` (and `real_time`), what the target sends in one wait
+  // reaches the tester in the next (as LateTarget's).
+  bool late = false;
 
  private:
   void complete_early(std::span<const uint8_t> d) {
@@ -520,6 +534,7 @@ class FaultyTarget : public EngineTarget {
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
+  std::vector<Sent> late_;  // late: sent in the previous wait
   bool woken_ = false;      // a datagram arrived since the last run_for
   uint16_t latest_source_ = 0;
   std::map<uint32_t, uint16_t> request_port_;  // reply_port_ignored: src_conn -> its port
@@ -767,6 +782,36 @@ TEST(Conformance, TrailingByteAcceptedFailsEnc1) {
   });
 }
 
+// 1.3: reserved fields and bits are sent as zero. Broken: one of them set
+// in every packet of an opcode the target emits, the ICRC made good (a
+// receiver's decode ignores them: only the raw bytes show it).
+TEST(Conformance, ReservedBitsSentSetFailEnc1) {
+  struct Planted {
+    wire::Opcode op;
+    size_t at;
+    uint8_t bit;
+    const char* why;
+  };
+  const Planted planted[] = {
+      {wire::Opcode::kAck, 33, 0x01, "ACK packet byte 33 is 0x1 (ACK body bytes 16-19 reserved)"},
+      {wire::Opcode::kAck, 30, 0x80, "ACK packet byte 30 is 0x"},
+      {wire::Opcode::kNak, 21, 0x40, "NAK packet byte 21 is 0x4"},
+      {wire::Opcode::kDisconnectAck, 23, 0x01, "DISCONNECT_ACK packet byte 23 is 0x1"},
+      {wire::Opcode::kDisconnect, 22, 0x10, "DISCONNECT packet byte 22 is 0x10"},
+      {wire::Opcode::kConnectAccept, 0, 0x02, "CONNECT_ACCEPT packet byte 0 is 0x1a"},
+  };
+  for (const Planted& f : planted)
+    expect_fails("ENC-1", f.why, [&f](FaultyTarget& t) {
+      t.mutate = [&f](std::vector<Sent>& v) {
+        for (Sent& s : v)
+          if (opcode(s) == static_cast<uint8_t>(f.op) && s.bytes.size() > f.at) {
+            s.bytes[f.at] |= f.bit;
+            (void)wire::seal(s.bytes, s.bytes.size() - wire::kIcrcSize, 0);
+          }
+      };
+    });
+}
+
 TEST(Conformance, NotEctFailsEnc4) {
   expect_fails("ENC-4", "left with ECN 0", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
@@ -924,6 +969,36 @@ TEST(Conformance, StrangerTakenForThePeerFailsBad8) {
 // BAD-7's check and the after-close check (either end's close) fail.
 TEST(Conformance, UnknownConnectionsAnsweredFailBad7) {
   expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) { t.answers_unknown = true; });
+}
+
+// The same on a target in real time whose answers come one wait late: a
+// check that judged "drew a reply" from the one wait after the packets let
+// the answer arrive during the good packet's wait, and passed.
+TEST(Conformance, UnknownConnectionsAnsweredOneWaitLateFailBad7) {
+  expect_fails("BAD-7", "drew a reply", [](FaultyTarget& t) {
+    t.answers_unknown = true;
+    t.real_time = t.late = true;
+  });
+}
+
+// The same for every malformed or misaddressed packet, the WRITEs' and the
+// ACKs' halves of the BAD checks alike.
+TEST(Conformance, DroppedPacketsAnsweredOneWaitLateFailBad) {
+  for (const char* rule : {"BAD-1", "BAD-2", "BAD-3", "BAD-4", "BAD-5", "BAD-6", "BAD-8"})
+    expect_fails(rule, "drew a reply", [](FaultyTarget& t) {
+      t.answers_drops = true;
+      t.real_time = t.late = true;
+    });
+  expect_fails("ENC-1", "one byte after its ICRC drew a reply", [](FaultyTarget& t) {
+    t.answers_drops = true;
+    t.real_time = t.late = true;
+  });
+  // The ACKs' half alone: its packets, the WRITE's half passed.
+  expect_fails("BAD-3", "an ACK with an unknown opcode drew a reply", [](FaultyTarget& t) {
+    t.answers_drops = true;
+    t.real_time = t.late = true;
+    t.answers_unknown_after = 1;
+  });
 }
 
 // The same fault only for a connection the target closed itself: the four
@@ -1496,6 +1571,139 @@ TEST(Conformance, TargetPsnsSkippingAtTheWrapOnAcceptedConnectionsFailSeq2) {
       "the target's own");
 }
 
+// SEQ-6 broken: a retransmission that is not the packet sent before, its
+// payload read again from memory that changed meanwhile, or its msn
+// another.
+TEST(Conformance, RetransmissionsThatDifferFailSeq6) {
+  const auto resent_changed = [](std::function<void(wire::Packet&, std::vector<uint8_t>&)> change) {
+    return [change](FaultyTarget& t) {
+      auto seen = std::make_shared<std::set<uint32_t>>();
+      auto payload = std::make_shared<std::vector<uint8_t>>();
+      rewrite_sent(t, [seen, payload, change](wire::Packet& p) {
+        if (!wire::is_data(p.bh.opcode) || seen->insert(p.bh.psn).second) return false;
+        payload->assign(p.payload.begin(), p.payload.end());
+        change(p, *payload);
+        p.payload = *payload;
+        return true;
+      });
+    };
+  };
+  // The WRITE's headers are 44 bytes: its payload starts at byte 44.
+  expect_fails(
+      "SEQ-6", "byte 44 differs",
+      resent_changed([](wire::Packet&, std::vector<uint8_t>& payload) { payload.at(0) ^= 0xff; }));
+  expect_fails("SEQ-6", "byte 19 differs",
+               resent_changed([](wire::Packet& p, std::vector<uint8_t>&) { p.mh.msn += 1; }));
+}
+
+// READ-1 broken: the READ_REQ's fields mis-set, one at a time, or every
+// READ numbered 0 (the second READ's too).
+TEST(Conformance, ReadRequestFieldsMisSetFailRead1) {
+  const auto read_reqs_changed = [](std::function<void(wire::Packet&)> change) {
+    return [change](FaultyTarget& t) {
+      rewrite_sent(t, [change](wire::Packet& p) {
+        if (p.bh.opcode != wire::Opcode::kReadReq) return false;
+        change(p);
+        return true;
+      });
+    };
+  };
+  expect_fails("READ-1", "the first READ's READ_REQ: msn/offset/msg_len/payload 1/0/10000/0",
+               read_reqs_changed([](wire::Packet& p) { p.mh.msn += 1; }));
+  expect_fails("READ-1", "the first READ's READ_REQ: msn/offset/msg_len/payload 0/0/9999/0",
+               read_reqs_changed([](wire::Packet& p) { p.mh.msg_len -= 1; }));
+  expect_fails("READ-1", "the first READ's READ_REQ: rkey or raddr wrong",
+               read_reqs_changed([](wire::Packet& p) { p.rh.rkey ^= 1; }));
+  expect_fails("READ-1", "the first READ's READ_REQ: rkey or raddr wrong",
+               read_reqs_changed([](wire::Packet& p) { p.rh.raddr += 8; }));
+  expect_fails("READ-1", "the first READ's READ_REQ has PSN",
+               read_reqs_changed([](wire::Packet& p) { p.bh.psn += 1; }));
+  expect_fails("READ-1", "the second READ's READ_REQ: msn/offset/msg_len/payload 0/0/100/0",
+               read_reqs_changed([](wire::Packet& p) { p.mh.msn = 0; }));
+}
+
+// READ-5 broken: a READ served as soon as its READ_REQ arrives, the packets
+// missing before it taken as arrived (each filled with a WRITE of no bytes,
+// so the WRITE when it comes is a duplicate). The tester's next PSN on each
+// of the target's connections comes from its CONNECT_REQ and the ACCEPT
+// that answered it.
+void serve_reads_at_once(FaultyTarget& t) {
+  auto initial = std::make_shared<std::map<uint32_t, uint32_t>>();  // by the tester's conn
+  auto next = std::make_shared<std::map<uint32_t, uint32_t>>();     // by the target's
+  rewrite_sent(t, [initial, next](wire::Packet& p) {
+    if (p.bh.opcode == wire::Opcode::kConnectAccept && initial->contains(p.bh.dst_conn))
+      next->emplace(p.connect.src_conn, initial->at(p.bh.dst_conn));
+    return false;
+  });
+  t.expand_in = [initial, next](std::vector<uint8_t> d) {
+    std::vector<std::vector<uint8_t>> out;
+    wire::Packet p;
+    if (wire::decode(d, p) == wire::ParseError::kOk) {
+      if (p.bh.opcode == wire::Opcode::kConnectReq)
+        initial->emplace(p.connect.src_conn, p.connect.initial_psn);
+      const auto it = next->find(p.bh.dst_conn);
+      if (wire::is_data(p.bh.opcode) && it != next->end()) {
+        for (; p.bh.opcode == wire::Opcode::kReadReq && Psn{it->second}.before(Psn{p.bh.psn});
+             ++it->second) {
+          wire::Packet gap;
+          gap.bh = p.bh;
+          gap.bh.opcode = wire::Opcode::kWrite;
+          gap.bh.psn = it->second;
+          out.push_back(encode(gap));
+        }
+        if (!Psn{p.bh.psn}.before(Psn{it->second})) it->second = p.bh.psn + 1;
+      }
+    }
+    out.push_back(std::move(d));
+    return out;
+  };
+}
+
+// The same, or a response that carries the region as it was when the
+// READ_REQ came, not once the WRITE landed.
+TEST(Conformance, ReadsServedBeforeTheirEarlierPacketsFailRead5) {
+  expect_fails("READ-5", "a READ was answered while an earlier WRITE was missing",
+               serve_reads_at_once);
+  // On a target in real time whose answer comes a wait late too: judged
+  // from one wait, the early response arrived with the WRITE's answers.
+  expect_fails("READ-5", "a READ was answered while an earlier WRITE was missing",
+               [](FaultyTarget& t) {
+                 serve_reads_at_once(t);
+                 t.real_time = t.late = true;
+               });
+  expect_fails("READ-5", "the READ_RESP does not carry the WRITE's data", [](FaultyTarget& t) {
+    auto stale = std::make_shared<std::vector<uint8_t>>();
+    rewrite_sent(t, [stale](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp) return false;
+      stale->assign(p.payload.size(), 0);
+      p.payload = *stale;
+      return true;
+    });
+  });
+}
+
+// ENC-3 broken: a path's source port changing between its packets; every
+// path on one port; or ports outside the entropy range (each path on a
+// port of its own, in order, shifted below the range).
+TEST(Conformance, SourcePortsOffTheirPathsEntropyFailEnc3) {
+  const auto writes_moved = [](std::function<void(Sent&)> move) {
+    return [move](FaultyTarget& t) {
+      t.mutate = [move](std::vector<Sent>& v) {
+        for (Sent& s : v)
+          if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kWrite)) move(s);
+      };
+    };
+  };
+  auto sent = std::make_shared<std::map<uint16_t, size_t>>();  // by path_tag
+  expect_fails("ENC-3", "sent from ports", writes_moved([sent](Sent& s) {
+                 if ((*sent)[be::load16(s.bytes.data() + 2)]++ % 2 == 1) s.entropy += 100;
+               }));
+  expect_fails("ENC-3", "two path slots share a source port",
+               writes_moved([](Sent& s) { s.entropy = 50000; }));
+  expect_fails("ENC-3", "outside the entropy range",
+               writes_moved([](Sent& s) { s.entropy = static_cast<uint16_t>(s.entropy - 16384); }));
+}
+
 // READ responses numbered in the requester's PSN space, from the READ_REQ's
 // PSN on.
 TEST(Conformance, ReadResponsesInTheRequestersPsnSpaceFailRead2) {
@@ -1946,45 +2154,57 @@ TEST(Conformance, DataBeforeTheAcceptKeptForLaterFailsConn6) {
 // naming its connection for the ACCEPT (a forged ACCEPT is handed in in
 // its place) and so sends its WRITE while the tester's ACCEPT is still to
 // come, later than the first wait after its CONNECT_REQ.
-TEST(Conformance, DataSentBeforeTheAcceptFailsConn6) {
-  expect_fails("CONN-6", "data went out before the ACCEPT", [](FaultyTarget& t) {
-    struct Request {
-      uint32_t src_conn = 0;
-      uint64_t nonce = 0;
-      bool taken = false;  // its implicit ACCEPT handed in
-    };
-    auto req = std::make_shared<Request>();
-    t.mutate = [req](std::vector<Sent>& v) {
-      wire::Packet p;
-      for (const Sent& s : v)
-        if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
-            p.bh.opcode == wire::Opcode::kConnectReq) {
-          req->src_conn = p.connect.src_conn;
-          req->nonce = p.connect.nonce;
-        }
-    };
-    t.expand_in = [req](std::vector<uint8_t> d) {
-      std::vector<std::vector<uint8_t>> out;
-      wire::Packet p;
-      if (req->taken || wire::decode(d, p) != wire::ParseError::kOk ||
-          !wire::is_data(p.bh.opcode) || p.bh.dst_conn != req->src_conn) {
-        out.push_back(std::move(d));
-        return out;
+void accept_taken_from_first_data(FaultyTarget& t) {
+  struct Request {
+    uint32_t src_conn = 0;
+    uint64_t nonce = 0;
+    bool taken = false;  // its implicit ACCEPT handed in
+  };
+  auto req = std::make_shared<Request>();
+  t.mutate = [req](std::vector<Sent>& v) {
+    wire::Packet p;
+    for (const Sent& s : v)
+      if (wire::decode(s.bytes, p) == wire::ParseError::kOk &&
+          p.bh.opcode == wire::Opcode::kConnectReq) {
+        req->src_conn = p.connect.src_conn;
+        req->nonce = p.connect.nonce;
       }
-      req->taken = true;
-      wire::Packet accept;
-      accept.bh.opcode = wire::Opcode::kConnectAccept;
-      accept.bh.dst_conn = req->src_conn;
-      accept.connect = {.src_conn = 0x7e57,
-                        .initial_psn = p.bh.psn,
-                        .mtu = 4096,
-                        .window_log2 = 10,
-                        .max_reads = 16,
-                        .max_version = 1,
-                        .nonce = req->nonce};
-      out.push_back(encode(accept));
+  };
+  t.expand_in = [req](std::vector<uint8_t> d) {
+    std::vector<std::vector<uint8_t>> out;
+    wire::Packet p;
+    if (req->taken || wire::decode(d, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode) ||
+        p.bh.dst_conn != req->src_conn) {
+      out.push_back(std::move(d));
       return out;
-    };
+    }
+    req->taken = true;
+    wire::Packet accept;
+    accept.bh.opcode = wire::Opcode::kConnectAccept;
+    accept.bh.dst_conn = req->src_conn;
+    accept.connect = {.src_conn = 0x7e57,
+                      .initial_psn = p.bh.psn,
+                      .mtu = 4096,
+                      .window_log2 = 10,
+                      .max_reads = 16,
+                      .max_version = 1,
+                      .nonce = req->nonce};
+    out.push_back(encode(accept));
+    return out;
+  };
+}
+
+TEST(Conformance, DataSentBeforeTheAcceptFailsConn6) {
+  expect_fails("CONN-6", "data went out before the ACCEPT", accept_taken_from_first_data);
+}
+
+// The same on a target in real time whose datagrams come one wait late:
+// the WRITE sent in the wait after the tester's early data reached the
+// tester in the first wait after its ACCEPT, where data may come.
+TEST(Conformance, DataSentBeforeTheAcceptOneWaitLateFailsConn6) {
+  expect_fails("CONN-6", "data went out before the ACCEPT", [](FaultyTarget& t) {
+    accept_taken_from_first_data(t);
+    t.real_time = t.late = true;
   });
 }
 
