@@ -1096,6 +1096,35 @@ TEST(PerfSession, ProgressStampsShowTheIntervalsDecimals) {
   EXPECT_EQ(progress_stamp(123.4567, progress_decimals(0.001)), "[123.457s]");
 }
 
+// The progress loop's next line is one step past now on the interval's grid:
+// it used to add the interval until past now, forever on an interval of 0 ns
+// (--interval 1e-10), deaf to SIGINT and SIGTERM.
+TEST(PerfSession, NextProgressLineIsPastNowInOneStep) {
+  const Clock::time_point t0{};
+  using std::chrono::milliseconds;
+  EXPECT_EQ(next_progress_line(t0 + milliseconds(10), t0 + milliseconds(10), milliseconds(10)),
+            t0 + milliseconds(20));
+  // A stall over several intervals skips to the grid point after now.
+  EXPECT_EQ(next_progress_line(t0 + milliseconds(10), t0 + milliseconds(45), milliseconds(10)),
+            t0 + milliseconds(50));
+  // Not due yet: unchanged.
+  EXPECT_EQ(next_progress_line(t0 + milliseconds(10), t0 + milliseconds(5), milliseconds(10)),
+            t0 + milliseconds(10));
+  // 0 ns (and less): past now all the same, a nanosecond on.
+  const auto now = t0 + std::chrono::hours(24 * 365);
+  EXPECT_EQ(next_progress_line(t0, now, Clock::duration::zero()), now + Clock::duration{1});
+  EXPECT_GT(next_progress_line(t0, now, Clock::duration{-5}), now);
+}
+
+// --duration and --interval take 1 ms to 10^6 s: below a nanosecond the
+// clock's duration was 0 (--duration 1e-300 ran nothing and exited 0).
+TEST(PerfSession, SecondsBelowAMillisecondAreRefused) {
+  for (const double s : {1e-300, 1e-10, 1e-9, 0.0009, 0.0, -1.0, 1e10})
+    EXPECT_NE(seconds_problem(s), "") << s;
+  for (const double s : {0.001, 0.05, 1.0, kMaxSeconds}) EXPECT_EQ(seconds_problem(s), "") << s;
+  EXPECT_EQ(seconds_problem(1e-10), "must be a number of seconds from 0.001 to 1e+06, not 1e-10");
+}
+
 // A client that finds no server says how long it waited and the option that
 // sets it, --connect-timeout-ms: a metaroce-perf user cannot set the library's
 // Options::engine.connect_attempts, which the driver's message names. A

@@ -249,7 +249,9 @@ int run_client(const ClientArgs& a, const Common& common) {
   bool stopped_by_signal = false;
   for (;;) {
     const auto now = Clock::now();
-    const bool due = a.iters != 0 ? gen.posted < a.iters : now < end;
+    // A timed run posts its first message whatever the clock says: a run
+    // preempted past its end before the first round would report nothing.
+    const bool due = a.iters != 0 ? gen.posted < a.iters : now < end || gen.posted == 0;
     if (g_stop && due && !drain_since) stopped_by_signal = true;
     const bool may_post = !g_stop && due;
     const uint64_t posted = gen.posted;
@@ -300,7 +302,7 @@ int run_client(const ClientArgs& a, const Common& common) {
       last_bytes = gen.bytes;
       last_reverse = reverse_bytes(cst);
       last_report = now;
-      while (next_report <= now) next_report += interval;
+      next_report = next_progress_line(next_report, now, interval);
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -218,16 +218,19 @@ done
 # Out-of-range options are refused up front, exit 2, with a line that names
 # the option (they used to be clamped or truncated silently, and a --duration
 # of 0, -5, nan, inf or 1e10 ran no message and exited 0). --interval 0 would
-# print endless -nan / inf progress lines.
-for bad in "--interval 0" "--interval -1" "--interval abc" "--interval 1e10" "--duration 0" \
-  "--duration -5" "--duration nan" "--duration inf" "--duration 1e10" "--iters 0" "--iters -1" \
+# print endless -nan / inf progress lines; 1e-10, 0 ns on the clock, hung the
+# client deaf to SIGTERM (hence -k: a regression fails, it does not hang), and
+# --duration 1e-300 ran no message and exited 0. The floor is 1 ms.
+for bad in "--interval 0" "--interval -1" "--interval abc" "--interval 1e10" "--interval 1e-10" \
+  "--interval 0.0009" "--duration 0" "--duration -5" "--duration nan" "--duration inf" \
+  "--duration 1e10" "--duration 1e-300" "--duration 0.0009" "--iters 0" "--iters -1" \
   "--paths 0" "--paths 33" "--entropy-count 65600" "--entropy-count 0" "--entropy-count 4" \
   "--mtu 0" "--mtu 100" "--mtu 65535" "--ack-every 0" "--ack-every 65" "--peer-timeout-ms 0"; do
   read -r opt val <<<"$bad"
   iters=(--iters 10)
   [[ $opt == --duration || $opt == --iters ]] && iters=()
   set +e
-  timeout 10 "$PERF" client "$(hostport "$port")" "${iters[@]}" "$opt" "$val" >"$tmp/bad.out" 2>&1
+  timeout -k 2 10 "$PERF" client "$(hostport "$port")" "${iters[@]}" "$opt" "$val" >"$tmp/bad.out" 2>&1
   rc=$?
   set -e
   if [[ $rc -ne 2 ]] || ! head -1 "$tmp/bad.out" | grep -q -- "^$opt: "; then
