@@ -416,6 +416,42 @@ TEST(PerfPattern, ReusedWriteSlotMayHoldALaterMessage) {
   EXPECT_GT(pattern_check_slot(slot.data(), n, 5, stride), 0u);
 }
 
+// The tail (the last size % 8 bytes) is one unit, as a word is: each of its
+// bytes used to pass if it matched any of the 9 patterns a reused slot may
+// hold, so one corrupted to a later message's byte, or a tail mixed from two
+// messages, went unseen. (A 1-byte tail is a whole one: any later message's
+// byte is as good as this one's.)
+TEST(PerfPattern, ReusedWriteSlotChecksItsTailAsOne) {
+  const uint64_t seq = 5, stride = 16;
+  for (size_t n = 4097; n <= 4103; ++n) {
+    std::vector<uint8_t> slot(n), later(n);
+    const size_t tail = n / 8 * 8;
+    for (size_t j = tail; j < n && n - tail >= 2; ++j)
+      for (uint64_t a = 1; a <= 8; ++a) {
+        pattern_fill(slot.data(), n, seq);
+        pattern_fill(later.data(), n, seq + a * stride);
+        // Agreeing by chance at j, or everywhere else, leaves a whole tail.
+        size_t differ = 0;
+        for (size_t k = tail; k < n; ++k) differ += slot[k] != later[k] ? 1 : 0;
+        if (later[j] == slot[j] || differ == 1) continue;
+        slot[j] = later[j];
+        EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride), 1u)
+            << "size " << n << ", byte " << j << " from message " << seq + a * stride;
+      }
+    // The whole tail of a later message passes, words of another one too.
+    pattern_fill(slot.data(), n, seq);
+    pattern_fill(later.data(), n, seq + 2 * stride);
+    std::copy(later.begin() + tail, later.end(), slot.begin() + tail);
+    EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride), 0u) << n;
+    if (n % 8 < 2) continue;
+    // A tail whose first byte is one later message's and the rest another's.
+    std::vector<uint8_t> other(n);
+    pattern_fill(other.data(), n, seq + stride);
+    slot[tail] = other[tail];
+    EXPECT_GT(pattern_check_slot(slot.data(), n, seq, stride), 0u) << "mixed tail, size " << n;
+  }
+}
+
 TEST(PerfPattern, PoisonDiffersFromThePatternInEveryByte) {
   for (size_t n : {1u, 7u, 8u, 4096u, 4099u}) {
     std::vector<uint8_t> buf(n);
