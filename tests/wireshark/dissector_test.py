@@ -290,6 +290,10 @@ def broken_frames(vectors):
     req_dst = changed("TV-12", 4, b"\x00\x00\x00\x99")
     accept_code = changed("TV-13", 28, b"\x47")
     reject_other = changed("TV-14", 28, b"\x41")
+    # CONN-3: a repeated request to a connection in ERROR draws a REJECT whose
+    # code is the status that failed it (CONN-8's): as the spec says, no
+    # warning (it read "none of 0x47, 0x48, 0x4a").
+    reject_failed = {code: changed("TV-14", 28, bytes([code])) for code in (0x02, 0x46, 0x4c)}
     req_src0 = changed("TV-12", 16, bytes(4))
     req_nonce0 = changed("TV-12", 32, bytes(8))
     req_mtu200 = changed("TV-12", 24, b"\x00\xc8")
@@ -308,6 +312,11 @@ def broken_frames(vectors):
         ("CONNECT_ACCEPT with a code", accept_code, None, "CONNECT_ACCEPT code is 0x47", warned),
         ("CONNECT_REJECT code kInvalidArgument", reject_other, None,
          "takes it as kConnectRefused (CONN-4)", unexpected),
+    ] + [
+        (f"CONNECT_REJECT code {code:#04x}, a failed connection's", frame_, None, "",
+         {"metaroce.unexpected_value": [], "metaroce.icrc.status": ["1"]})
+        for code, frame_ in reject_failed.items()
+    ] + [
         ("CONNECT_REQ from connection 0", req_src0, None, "dropped unanswered (VER-1)",
          unexpected),
         ("CONNECT_REQ with nonce 0", req_nonce0, None, "Nonce 0: dropped unanswered (VER-1)",
@@ -423,6 +432,8 @@ def check_tree_texts(vectors, workdir):
         ("NAK REMOTE_BAD_KEY", tv["TV-10"], "(0x02) (fatal: the connection is in ERROR, NAK-3)"),
         ("NAK RNR", reseal(tv["TV-10"][:20] + b"\x01" + tv["TV-10"][21:]),
          "(0x01) (not fatal: the sender retries, NAK-4)"),
+        ("CONNECT_REJECT kPeerUnreachable", reseal(tv["TV-14"][:28] + b"\x46" + tv["TV-14"][29:]),
+         "Code: kPeerUnreachable (0x46) (the peer's connection had failed, CONN-3"),
     ]
     pcap = os.path.join(workdir, "texts.pcap")
     write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases])
