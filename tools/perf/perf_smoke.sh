@@ -204,6 +204,19 @@ if [[ $rc -ne 0 ]] || ! python3 -c 'import json, sys; j = json.load(open(sys.arg
   echo "FAIL: io.rx_ctrunc not reported"; cat "$tmp/ctrunc.err"; fail=1
 fi
 
+# The shortest run the command line takes, --duration 0.001 (with a progress
+# line every 0.001 s), runs: at least one message, exit 0.
+set +e
+timeout -k 2 30 "$PERF" client "$(hostport "$port")" --op write --size 4096 --duration 0.001 \
+  --interval 0.001 --verify --json >"$tmp/short.json" 2>"$tmp/short.err"
+rc=$?
+set -e
+short=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["messages"])' "$tmp/short.json" 2>/dev/null || echo none)
+echo "--duration 0.001: rc=$rc, messages $short"
+if [[ $rc -ne 0 || $short == none || $short -lt 1 ]]; then
+  echo "FAIL: --duration 0.001"; cat "$tmp/short.err"; fail=1
+fi
+
 # --iters N sends exactly N messages (it used to fill the queue depth past
 # the last: --iters 1 sent 64, --iters 100 sent 102): the client's count and,
 # where the server counts them (a verified write's WRITE_IMMs, a send's
