@@ -416,6 +416,42 @@ TEST(PerfPattern, ReusedWriteSlotMayHoldALaterMessage) {
   EXPECT_GT(pattern_check_slot(slot.data(), n, 5, stride), 0u);
 }
 
+// The tail (the last size % 8 bytes) is one unit, as a word is: each of its
+// bytes used to pass if it matched any of the 9 patterns a reused slot may
+// hold, so one corrupted to a later message's byte, or a tail mixed from two
+// messages, went unseen. (A 1-byte tail is a whole one: any later message's
+// byte is as good as this one's.)
+TEST(PerfPattern, ReusedWriteSlotChecksItsTailAsOne) {
+  const uint64_t seq = 5, stride = 16;
+  for (size_t n = 4097; n <= 4103; ++n) {
+    std::vector<uint8_t> slot(n), later(n);
+    const size_t tail = n / 8 * 8;
+    for (size_t j = tail; j < n && n - tail >= 2; ++j)
+      for (uint64_t a = 1; a <= 8; ++a) {
+        pattern_fill(slot.data(), n, seq);
+        pattern_fill(later.data(), n, seq + a * stride);
+        // Agreeing by chance at j, or everywhere else, leaves a whole tail.
+        size_t differ = 0;
+        for (size_t k = tail; k < n; ++k) differ += slot[k] != later[k] ? 1 : 0;
+        if (later[j] == slot[j] || differ == 1) continue;
+        slot[j] = later[j];
+        EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride), 1u)
+            << "size " << n << ", byte " << j << " from message " << seq + a * stride;
+      }
+    // The whole tail of a later message passes, words of another one too.
+    pattern_fill(slot.data(), n, seq);
+    pattern_fill(later.data(), n, seq + 2 * stride);
+    std::copy(later.begin() + tail, later.end(), slot.begin() + tail);
+    EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride), 0u) << n;
+    if (n % 8 < 2) continue;
+    // A tail whose first byte is one later message's and the rest another's.
+    std::vector<uint8_t> other(n);
+    pattern_fill(other.data(), n, seq + stride);
+    slot[tail] = other[tail];
+    EXPECT_GT(pattern_check_slot(slot.data(), n, seq, stride), 0u) << "mixed tail, size " << n;
+  }
+}
+
 TEST(PerfPattern, PoisonDiffersFromThePatternInEveryByte) {
   for (size_t n : {1u, 7u, 8u, 4096u, 4099u}) {
     std::vector<uint8_t> buf(n);
@@ -1094,6 +1130,35 @@ TEST(PerfSession, ProgressStampsShowTheIntervalsDecimals) {
   EXPECT_EQ(progress_stamp(0.0112, progress_decimals(0.01)), "[  0.01s]");
   EXPECT_EQ(progress_stamp(0.1003, progress_decimals(0.05)), "[  0.10s]");
   EXPECT_EQ(progress_stamp(123.4567, progress_decimals(0.001)), "[123.457s]");
+}
+
+// The progress loop's next line is one step past now on the interval's grid:
+// it used to add the interval until past now, forever on an interval of 0 ns
+// (--interval 1e-10), deaf to SIGINT and SIGTERM.
+TEST(PerfSession, NextProgressLineIsPastNowInOneStep) {
+  const Clock::time_point t0{};
+  using std::chrono::milliseconds;
+  EXPECT_EQ(next_progress_line(t0 + milliseconds(10), t0 + milliseconds(10), milliseconds(10)),
+            t0 + milliseconds(20));
+  // A stall over several intervals skips to the grid point after now.
+  EXPECT_EQ(next_progress_line(t0 + milliseconds(10), t0 + milliseconds(45), milliseconds(10)),
+            t0 + milliseconds(50));
+  // Not due yet: unchanged.
+  EXPECT_EQ(next_progress_line(t0 + milliseconds(10), t0 + milliseconds(5), milliseconds(10)),
+            t0 + milliseconds(10));
+  // 0 ns (and less): past now all the same, a nanosecond on.
+  const auto now = t0 + std::chrono::hours(24 * 365);
+  EXPECT_EQ(next_progress_line(t0, now, Clock::duration::zero()), now + Clock::duration{1});
+  EXPECT_GT(next_progress_line(t0, now, Clock::duration{-5}), now);
+}
+
+// --duration and --interval take 1 ms to 10^6 s: below a nanosecond the
+// clock's duration was 0 (--duration 1e-300 ran nothing and exited 0).
+TEST(PerfSession, SecondsBelowAMillisecondAreRefused) {
+  for (const double s : {1e-300, 1e-10, 1e-9, 0.0009, 0.0, -1.0, 1e10})
+    EXPECT_NE(seconds_problem(s), "") << s;
+  for (const double s : {0.001, 0.05, 1.0, kMaxSeconds}) EXPECT_EQ(seconds_problem(s), "") << s;
+  EXPECT_EQ(seconds_problem(1e-10), "must be a number of seconds from 0.001 to 1e+06, not 1e-10");
 }
 
 // A client that finds no server says how long it waited and the option that

@@ -27,7 +27,8 @@
 2a. Fields the spec fixes for an opcode (3.3, 3.5, 3.12) draw a warning
    when they differ; the tree gives MSN, PROBE psn, DISCONNECT reason and
    handshake values their meaning; ECN other than ECT(0) warns (ENC-4), CE
-   is named; IPv6 decodes as IPv4 does.
+   is named; IPv6 decodes as IPv4 does. Each ACK flag and AR is its own
+   field; SACK bits above 31 and words after word 0 name the right PSNs.
 2b. metaroce.stream pairs a connection's directions, from its handshake or
    an ACK's echo; a PSN sent again is a retransmission; both the same in
    tshark's second pass. The README's operator filters are valid. A
@@ -177,8 +178,10 @@ FIELDS = [
     "metaroce.raddr", "metaroce.imm", "metaroce.payload_len", "metaroce.icrc",
     "metaroce.icrc.status", "metaroce.trimmed", "metaroce.ack.cum_psn", "metaroce.ack.echo_psn",
     "metaroce.ack.echo_tsval", "metaroce.ack.echo_path_tag", "metaroce.ack.flags",
-    "metaroce.ack.flags.echo_trimmed", "metaroce.ack.sack_words", "metaroce.ack.sack",
-    "metaroce.ack.sack.psn",
+    "metaroce.ack.flags.echo_trimmed", "metaroce.ack.flags.echo_ce",
+    "metaroce.ack.flags.echo_dup", "metaroce.ack.flags.echo_probe", "metaroce.flags.ar",
+    "metaroce.ack.sack_words", "metaroce.ack.sack", "metaroce.ack.sack.psn",
+    "metaroce.ack.sack.count",
     "metaroce.nak.nak_psn", "metaroce.nak.code", "metaroce.nak.msn", "metaroce.nak.cum_psn",
     "metaroce.connect.src_conn", "metaroce.connect.initial_psn", "metaroce.connect.mtu",
     "metaroce.connect.window_log2", "metaroce.connect.max_reads", "metaroce.connect.code",
@@ -290,6 +293,10 @@ def broken_frames(vectors):
     req_dst = changed("TV-12", 4, b"\x00\x00\x00\x99")
     accept_code = changed("TV-13", 28, b"\x47")
     reject_other = changed("TV-14", 28, b"\x41")
+    # CONN-3: a repeated request to a connection in ERROR draws a REJECT whose
+    # code is the status that failed it (CONN-8's): as the spec says, no
+    # warning (it read "none of 0x47, 0x48, 0x4a").
+    reject_failed = {code: changed("TV-14", 28, bytes([code])) for code in (0x02, 0x46, 0x4c)}
     req_src0 = changed("TV-12", 16, bytes(4))
     req_nonce0 = changed("TV-12", 32, bytes(8))
     req_mtu200 = changed("TV-12", 24, b"\x00\xc8")
@@ -308,6 +315,11 @@ def broken_frames(vectors):
         ("CONNECT_ACCEPT with a code", accept_code, None, "CONNECT_ACCEPT code is 0x47", warned),
         ("CONNECT_REJECT code kInvalidArgument", reject_other, None,
          "takes it as kConnectRefused (CONN-4)", unexpected),
+    ] + [
+        (f"CONNECT_REJECT code {code:#04x}, a failed connection's", frame_, None, "",
+         {"metaroce.unexpected_value": [], "metaroce.icrc.status": ["1"]})
+        for code, frame_ in reject_failed.items()
+    ] + [
         ("CONNECT_REQ from connection 0", req_src0, None, "dropped unanswered (VER-1)",
          unexpected),
         ("CONNECT_REQ with nonce 0", req_nonce0, None, "Nonce 0: dropped unanswered (VER-1)",
@@ -423,6 +435,8 @@ def check_tree_texts(vectors, workdir):
         ("NAK REMOTE_BAD_KEY", tv["TV-10"], "(0x02) (fatal: the connection is in ERROR, NAK-3)"),
         ("NAK RNR", reseal(tv["TV-10"][:20] + b"\x01" + tv["TV-10"][21:]),
          "(0x01) (not fatal: the sender retries, NAK-4)"),
+        ("CONNECT_REJECT kPeerUnreachable", reseal(tv["TV-14"][:28] + b"\x46" + tv["TV-14"][29:]),
+         "Code: kPeerUnreachable (0x46) (the peer's connection had failed, CONN-3"),
     ]
     pcap = os.path.join(workdir, "texts.pcap")
     write_pcap(pcap, [(frame(c[1], 50000), None) for c in cases])
@@ -525,6 +539,51 @@ def check_ecn(vectors, workdir):
         info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
         check(("ECN-CE" in info) == ce, f"ECN {what}: Info '{info}'")
     print(f"ECN: {len(cases)} code points")
+
+
+def check_ack_fields(vectors, workdir):
+    """Section 3.8: each ACK flag is its own field (ECHO_CE, ECHO_DUP,
+    ECHO_PROBE, ECHO_TRIMMED), named in the Info column; a SACK word's bits
+    above 31 and the words after word 0 name PSNs cum_psn + 1 + 64 j + i; the
+    base header's AR flag (3.3) is a field of its own."""
+    tv = {name: raw for name, _, raw, _ in vectors}
+    flag_fields = [("metaroce.ack.flags.echo_ce", 0x01, "CE"),
+                   ("metaroce.ack.flags.echo_dup", 0x02, "DUP"),
+                   ("metaroce.ack.flags.echo_probe", 0x04, "PROBE"),
+                   ("metaroce.ack.flags.echo_trimmed", 0x08, "TRIMMED")]
+    masks = [0x00, 0x01, 0x02, 0x04, 0x08, 0x07, 0x0F]
+    datagrams = [reseal(tv["TV-08"][:30] + bytes([m]) + tv["TV-08"][31:]) for m in masks]
+    # Two SACK words after cum_psn 0x1000: word 0 bits 32 and 63, word 1
+    # bits 0 and 40.
+    sack = bytearray(tv["TV-08"][:36])
+    sack[31] = 2
+    sack += struct.pack(">QQ", (1 << 63) | (1 << 32), (1 << 40) | 1) + bytes(4)
+    datagrams += [reseal(bytes(sack)), tv["TV-11"], tv["TV-08"]]
+    pcap = os.path.join(workdir, "ack-fields.pcap")
+    write_pcap(pcap, [(frame(d, 50060 + i), None) for i, d in enumerate(datagrams)])
+    rows = decode(pcap)
+    if not check(len(rows) == len(datagrams), f"ACK fields: read {len(rows)} frames"):
+        return
+    for mask, row in zip(masks, rows):
+        info = row["_ws.col.Info"][0] if row["_ws.col.Info"] else ""
+        for field, bit, word in flag_fields:
+            got = [number(v) for v in row[field]]
+            check(got == [int(mask & bit != 0)], f"ACK flags {mask:#04x}: {field} is {got}")
+            check((re.search(rf"\b{word}\b", info.split("slot=")[-1]) is not None) ==
+                  (mask & bit != 0), f"ACK flags {mask:#04x}: Info '{info}' and {word}")
+        check(row["metaroce.icrc.status"] == ["1"] and not row["_ws.expert.message"],
+              f"ACK flags {mask:#04x}: {row['metaroce.icrc.status']} {row['_ws.expert.message']}")
+    row = rows[len(masks)]
+    psns = [number(v) for v in row["metaroce.ack.sack.psn"]]
+    check(psns == [0x1021, 0x1040, 0x1041, 0x1069], f"SACK words 0 and 1: PSNs {psns}")
+    check(row["metaroce.ack.sack.count"] == ["4"] and len(row["metaroce.ack.sack"]) == 2 and
+          row["metaroce.icrc.status"] == ["1"] and not row["_ws.expert.message"],
+          f"SACK words 0 and 1: count {row['metaroce.ack.sack.count']}, words "
+          f"{row['metaroce.ack.sack']}, ICRC {row['metaroce.icrc.status']}, "
+          f"{row['_ws.expert.message']}")
+    ar = [[number(v) for v in r["metaroce.flags.ar"]] for r in rows[len(masks) + 1:]]
+    check(ar == [[1], [0]], f"AR: PROBE (TV-11) and ACK (TV-08) read {ar}, want [[1], [0]]")
+    print(f"ACK fields: {len(masks)} flag sets, 2 SACK words, AR")
 
 
 def check_ipv6(vectors, workdir):
@@ -1153,6 +1212,7 @@ def main():
         check_tree_texts(vectors, workdir)
         check_streams(vectors, workdir)
         check_ecn(vectors, workdir)
+        check_ack_fields(vectors, workdir)
         check_ipv6(vectors, workdir)
         check_icmp_quotes(vectors, workdir)
         check_readme_filters(vectors_pcap)

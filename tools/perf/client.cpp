@@ -25,6 +25,7 @@ nlohmann::json path_json(const PathReport& p) {
           {"entropy", p.entropy},
           {"state", p.state == 0 ? "active" : "probing"},
           {"packets", p.packets},
+          {"bytes", p.bytes},
           {"retransmissions", p.retransmissions},
           {"ce_marks", p.ce_marks},
           {"srtt_us", dbl(p.srtt_ns) / 1000.0},
@@ -42,11 +43,12 @@ nlohmann::json path_json(const PathReport& p) {
 void print_paths(const char* whose, const std::vector<PathReport>& paths) {
   if (whose != nullptr) std::printf("\n  %s", whose);
   std::printf(
-      "\n  path entropy  state    packets   retx   CE marks  srtt(us)  losses  moved  retired\n");
+      "\n  path entropy  state    packets          bytes   retx   CE marks  srtt(us)  losses  "
+      "moved  retired\n");
   for (const PathReport& p : paths)
-    std::printf("  %4u %7u  %-7s %9" PRIu64 " %6" PRIu64 " %10" PRIu64 " %9.1f %7" PRIu64
-                " %6" PRIu64 "  %s\n",
-                p.slot, p.entropy, p.state == 0 ? "active" : "probing", p.packets,
+    std::printf("  %4u %7u  %-7s %9" PRIu64 " %14" PRIu64 " %6" PRIu64 " %10" PRIu64
+                " %9.1f %7" PRIu64 " %6" PRIu64 "  %s\n",
+                p.slot, p.entropy, p.state == 0 ? "active" : "probing", p.packets, p.bytes,
                 p.retransmissions, p.ce_marks, dbl(p.srtt_ns) / 1000.0, p.losses, p.explorations,
                 p.retirements > 0 ? ("yes (" + std::to_string(p.retirements) + ")").c_str() : "no");
 }
@@ -249,7 +251,9 @@ int run_client(const ClientArgs& a, const Common& common) {
   bool stopped_by_signal = false;
   for (;;) {
     const auto now = Clock::now();
-    const bool due = a.iters != 0 ? gen.posted < a.iters : now < end;
+    // A timed run posts its first message whatever the clock says: a run
+    // preempted past its end before the first round would report nothing.
+    const bool due = a.iters != 0 ? gen.posted < a.iters : now < end || gen.posted == 0;
     if (g_stop && due && !drain_since) stopped_by_signal = true;
     const bool may_post = !g_stop && due;
     const uint64_t posted = gen.posted;
@@ -300,7 +304,7 @@ int run_client(const ClientArgs& a, const Common& common) {
       last_bytes = gen.bytes;
       last_reverse = reverse_bytes(cst);
       last_report = now;
-      while (next_report <= now) next_report += interval;
+      next_report = next_progress_line(next_report, now, interval);
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

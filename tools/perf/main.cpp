@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   // A bound far beyond any run, that also keeps "-1" (which CLI11 takes as
   // 2^64 - 1 for an unsigned option) out.
   constexpr uint64_t kMaxIters = 1'000'000'000'000'000;
-  // --duration and --interval: a positive number of seconds up to kMaxSeconds.
+  // --duration and --interval: a number of seconds from kMinSeconds to kMaxSeconds.
   const CLI::Validator seconds(
       [](std::string& v) {
         size_t used = 0;
@@ -189,12 +189,12 @@ int main(int argc, char** argv) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used != v.size()) return "must be a positive number of seconds, not " + v;
+        if (used != v.size()) return "must be a number of seconds, not " + v;
         return metaroce::perf::seconds_problem(d);
       },
       "SECONDS");
   const std::string up_to =
-      " (at most " + std::to_string(static_cast<long>(metaroce::perf::kMaxSeconds)) + ")";
+      " (0.001-" + std::to_string(static_cast<long>(metaroce::perf::kMaxSeconds)) + ")";
   auto* dur = client->add_option("--duration", ca.duration, "seconds to run (default 5)" + up_to)
                   ->check(seconds);
   client

@@ -106,16 +106,20 @@ for op in write read send; do
   fi
   # A read's data travels on the server's paths: the JSON's paths are the
   # server's (its PathReports), at least one packet per MTU of data moved,
-  # and the client's own request paths carry far fewer.
+  # and the client's own request paths carry far fewer; their bytes (each
+# path's payload sent) add up to at least the data moved.
   if [[ $op == read ]] && ! python3 - "$tmp/read.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 moved = j["messages"] * -(-j["size"] // 4096)
 server = sum(p["packets"] for p in j["paths"])
 client = sum(p["packets"] for p in j.get("client_paths", []))
-print(f"read paths: of {j.get('paths_of')}, {server} packets (data packets moved >= {moved}); "
-      f"client's {client}")
-sys.exit(0 if j.get("paths_of") == "server" and server >= moved and 0 < client * 4 < server else 1)
+# Each path's payload bytes (PathReport.bytes, retransmissions included).
+server_bytes = sum(p["bytes"] for p in j["paths"])
+print(f"read paths: of {j.get('paths_of')}, {server} packets (data packets moved >= {moved}), "
+      f"{server_bytes} bytes (moved {j['bytes']}); client's {client}")
+sys.exit(0 if j.get("paths_of") == "server" and server >= moved and 0 < client * 4 < server and
+         server_bytes >= j["bytes"] > 0 else 1)
 PY
   then
     echo "FAIL: read's paths are not the server's"; fail=1
@@ -126,7 +130,8 @@ done
 # A write with --bidir: the server WRITEs back as much at once, on its own
 # paths, which it reports after its Result: the JSON's paths stay the
 # client's (the forward data) and reverse.paths are the server's, with the
-# packets of the reverse load on them.
+# packets of the reverse load on them, and each direction's path bytes add up
+# to at least its data moved.
 set +e
 "$PERF" client "$(hostport "$port")" --op write --size 65536 --qd 16 --duration 1 --verify --bidir \
   --json >"$tmp/bidir.json" 2>"$tmp/bidir.err"
@@ -141,12 +146,16 @@ paths = rev.get("paths", [])
 forward = sum(p["packets"] for p in j["paths"])
 backward = sum(p["packets"] for p in paths)
 moved = rev.get("messages", 0) * -(-j["size"] // 4096)
+forward_bytes = sum(p["bytes"] for p in j["paths"])
+backward_bytes = sum(p["bytes"] for p in paths)
 print(f"bidir write: verify_errors {j['verify_errors']}, paths of {j.get('paths_of')} "
-      f"({forward} packets), reverse: {rev.get('messages')} messages, {len(paths)} paths of "
-      f"{rev.get('paths_of')} ({backward} packets, data packets moved >= {moved})")
+      f"({forward} packets, {forward_bytes} bytes of {j['bytes']} moved), reverse: "
+      f"{rev.get('messages')} messages, {len(paths)} paths of {rev.get('paths_of')} ({backward} "
+      f"packets, data packets moved >= {moved}; {backward_bytes} bytes of {rev.get('bytes')})")
 sys.exit(0 if j["verify_errors"] == 0 and j.get("paths_of") == "client" and forward > 0 and
          rev.get("paths_of") == "server" and len(paths) > 0 and backward > 0 and
-         backward >= moved > 0 else 1)
+         backward >= moved > 0 and forward_bytes >= j["bytes"] > 0 and
+         backward_bytes >= rev.get("bytes", 0) > 0 else 1)
 PY
 then
   echo "FAIL: bidir write's reverse.paths"; cat "$tmp/bidir.err"; fail=1
@@ -195,6 +204,19 @@ if [[ $rc -ne 0 ]] || ! python3 -c 'import json, sys; j = json.load(open(sys.arg
   echo "FAIL: io.rx_ctrunc not reported"; cat "$tmp/ctrunc.err"; fail=1
 fi
 
+# The shortest run the command line takes, --duration 0.001 (with a progress
+# line every 0.001 s), runs: at least one message, exit 0.
+set +e
+timeout -k 2 30 "$PERF" client "$(hostport "$port")" --op write --size 4096 --duration 0.001 \
+  --interval 0.001 --verify --json >"$tmp/short.json" 2>"$tmp/short.err"
+rc=$?
+set -e
+short=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["messages"])' "$tmp/short.json" 2>/dev/null || echo none)
+echo "--duration 0.001: rc=$rc, messages $short"
+if [[ $rc -ne 0 || $short == none || $short -lt 1 ]]; then
+  echo "FAIL: --duration 0.001"; cat "$tmp/short.err"; fail=1
+fi
+
 # --iters N sends exactly N messages (it used to fill the queue depth past
 # the last: --iters 1 sent 64, --iters 100 sent 102): the client's count and,
 # where the server counts them (a verified write's WRITE_IMMs, a send's
@@ -218,16 +240,19 @@ done
 # Out-of-range options are refused up front, exit 2, with a line that names
 # the option (they used to be clamped or truncated silently, and a --duration
 # of 0, -5, nan, inf or 1e10 ran no message and exited 0). --interval 0 would
-# print endless -nan / inf progress lines.
-for bad in "--interval 0" "--interval -1" "--interval abc" "--interval 1e10" "--duration 0" \
-  "--duration -5" "--duration nan" "--duration inf" "--duration 1e10" "--iters 0" "--iters -1" \
+# print endless -nan / inf progress lines; 1e-10, 0 ns on the clock, hung the
+# client deaf to SIGTERM (hence -k: a regression fails, it does not hang), and
+# --duration 1e-300 ran no message and exited 0. The floor is 1 ms.
+for bad in "--interval 0" "--interval -1" "--interval abc" "--interval 1e10" "--interval 1e-10" \
+  "--interval 0.0009" "--duration 0" "--duration -5" "--duration nan" "--duration inf" \
+  "--duration 1e10" "--duration 1e-300" "--duration 0.0009" "--iters 0" "--iters -1" \
   "--paths 0" "--paths 33" "--entropy-count 65600" "--entropy-count 0" "--entropy-count 4" \
   "--mtu 0" "--mtu 100" "--mtu 65535" "--ack-every 0" "--ack-every 65" "--peer-timeout-ms 0"; do
   read -r opt val <<<"$bad"
   iters=(--iters 10)
   [[ $opt == --duration || $opt == --iters ]] && iters=()
   set +e
-  timeout 10 "$PERF" client "$(hostport "$port")" "${iters[@]}" "$opt" "$val" >"$tmp/bad.out" 2>&1
+  timeout -k 2 10 "$PERF" client "$(hostport "$port")" "${iters[@]}" "$opt" "$val" >"$tmp/bad.out" 2>&1
   rc=$?
   set -e
   if [[ $rc -ne 2 ]] || ! head -1 "$tmp/bad.out" | grep -q -- "^$opt: "; then

@@ -245,6 +245,12 @@ std::string progress_stamp(double elapsed, int decimals) {
   return buf;
 }
 
+Clock::time_point next_progress_line(Clock::time_point due, Clock::time_point now,
+                                     Clock::duration interval) {
+  const Clock::duration step = std::max(interval, Clock::duration{1});
+  return now < due ? due : due + step * ((now - due) / step + 1);
+}
+
 PathReport path_report(const PathStats& p, size_t slot, size_t slots) {
   PathReport r;
   r.slot = static_cast<uint32_t>(slot);
@@ -267,9 +273,9 @@ PathReport path_report(const PathStats& p, size_t slot, size_t slots) {
 }
 
 std::string seconds_problem(double s) {
-  if (s > 0 && s <= kMaxSeconds) return "";  // false for nan
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "must be a positive number of seconds up to %g, not %g",
+  if (s >= kMinSeconds && s <= kMaxSeconds) return "";  // false for nan
+  char buf[112];
+  std::snprintf(buf, sizeof(buf), "must be a number of seconds from %g to %g, not %g", kMinSeconds,
                 kMaxSeconds, s);
   return buf;
 }

@@ -245,12 +245,23 @@ int run_server(const std::string& addr, const Common& common, bool once);
 // read [0.0s]; the default 1 s keeps "[  2.0s]".
 int progress_decimals(double interval);
 std::string progress_stamp(double elapsed, int decimals);
+// When the progress line after one due at `due` (<= now) is: the first
+// point of the interval's grid past `now`, in one step. A loop adding the
+// interval spun forever, deaf to signals, on an interval of 0 ns; one below
+// 1 ns counts as 1 ns here (the command line refuses it before).
+Clock::time_point next_progress_line(Clock::time_point due, Clock::time_point now,
+                                     Clock::duration interval);
 
 // The longest --duration or --interval, in seconds (11.6 days); far longer
 // ones (1e10, inf) overflowed the clock's duration and ran nothing.
 inline constexpr double kMaxSeconds = 1e6;
+// The shortest, 1 ms. Below a nanosecond the clock's duration is 0: an
+// --interval of 1e-10 made the progress loop's catch-up spin forever, deaf
+// to signals, and a --duration of 1e-300 ran no message and exited 0. No
+// progress line or run means anything at a finer grain than this.
+inline constexpr double kMinSeconds = 1e-3;
 // Why `s` is not a number of seconds that --duration and --interval take (a
-// positive finite number up to kMaxSeconds), or "" when it is one.
+// finite number from kMinSeconds to kMaxSeconds), or "" when it is one.
 std::string seconds_problem(double s);
 
 struct ClientArgs {

@@ -59,7 +59,8 @@ local nak_code_names = {
   [0x06] = "REMOTE_INVALID_REQUEST", [0x07] = "REMOTE_OPERATION_ERROR",
 }
 
--- Appendix A; CONNECT_REJECT uses 0x47, 0x48 and 0x4a.
+-- Appendix A; CONNECT_REJECT uses 0x47, 0x48 and 0x4a (CONN-4), and the
+-- statuses that fail a connection (failed_by, CONN-3).
 local status_names = {
   [0x00] = "kOk", [0x01] = "kRnr", [0x02] = "kRemoteBadKey", [0x03] = "kRemoteOutOfBounds",
   [0x04] = "kRemoteAccessDenied", [0x05] = "kRemoteLengthError",
@@ -69,6 +70,15 @@ local status_names = {
   [0x45] = "kFlushed", [0x46] = "kPeerUnreachable", [0x47] = "kConnectRefused",
   [0x48] = "kVersionMismatch", [0x49] = "kConnectTimeout", [0x4a] = "kResourceExhausted",
   [0x4b] = "kPeerClosed", [0x4c] = "kRnrRetryExceeded",
+}
+
+-- CONN-8: what puts a connection in ERROR (its DISCONNECT's reason): a
+-- fatal NAK's code received or sent (0x02-0x07), kLocalProtection,
+-- kPeerUnreachable, kRnrRetryExceeded. CONN-3 answers a repeated request to
+-- such a connection with a REJECT whose code is that status.
+local failed_by = {
+  [0x02] = true, [0x03] = true, [0x04] = true, [0x05] = true, [0x06] = true, [0x07] = true,
+  [0x40] = true, [0x46] = true, [0x4c] = true,
 }
 
 -- CONN-8: 0 says the connection was ESTABLISHED; any other value is the
@@ -561,9 +571,14 @@ local function dissect_connect(st, tree, off)
   body:add(pf.conn_max_version, tvb(off + 13, 1))
   if st.opcode == 0x22 then
     -- 3.12: a REJECT's other fields are not interpreted.
-    if code ~= 0x47 and code ~= 0x48 and code ~= 0x4a then
+    if failed_by[code] then
+      -- Sent as the spec says, not a refusal of the peer's own making.
+      code_item:append_text(" (the peer's connection had failed, CONN-3: it answers a " ..
+        "repeated request so; the requester's connect fails kConnectRefused)")
+    elseif code ~= 0x47 and code ~= 0x48 and code ~= 0x4a then
       code_item:add_proto_expert_info(ex.unexpected, "REJECT code " .. hex(code) ..
-        " is none of 0x47, 0x48, 0x4a: the requester takes it as kConnectRefused (CONN-4)")
+        " is none of 0x47, 0x48, 0x4a nor a status that fails a connection (CONN-3): " ..
+        "the requester takes it as kConnectRefused (CONN-4)")
     end
   else
     reserved_zero(st, code_item, code, st.opname .. " code")
