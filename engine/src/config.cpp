@@ -93,6 +93,17 @@ std::string config_error(const EndpointConfig& cfg) {
             "ack_delay_ns " + std::to_string(cfg.ack_delay_ns) +
                 " is not below recovery.min_rto_ns " + std::to_string(r.min_rto_ns) +
                 " (ACK-5, LOSS-4: a delayed ACK would come after the RTO)");
+  // PATH-7, LOSS-4, CONN-9: the first retransmission of a lost packet, and a
+  // keepalive's second PROBE after an unanswered first, come one RTO after
+  // the send, min_rto at the least, while the peer timeout counts from that
+  // send or earlier. At min_rto or less one lost packet fails a live
+  // connection before anything is sent again. (keepalive_ns is the quiet
+  // before the first PROBE and bounds neither.)
+  k.require(r.peer_timeout_ns > r.min_rto_ns,
+            "recovery.peer_timeout_ns " + std::to_string(r.peer_timeout_ns) +
+                " is not above recovery.min_rto_ns " + std::to_string(r.min_rto_ns) +
+                " (PATH-7, LOSS-4: one lost packet would fail the connection before its "
+                "retransmission)");
   k.range("recovery.rto_failures_to_retire", r.rto_failures_to_retire, 1, UINT8_MAX, "PATH-4");
   k.range("recovery.loss_window_packets", r.loss_window_packets, 1, kMaxPacketCount, "PATH-5");
   k.range("recovery.retire_loss_pct", r.retire_loss_pct, 0, 100, "PATH-5");

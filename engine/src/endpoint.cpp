@@ -501,6 +501,11 @@ PeerAddr Endpoint::peer_of(ConnId conn) const {
   return r != nullptr ? r->peer : PeerAddr{};
 }
 
+uint16_t Endpoint::mtu_of(ConnId conn) const {
+  const Connection* c = impl_->find(conn);
+  return c != nullptr && c->state == ConnState::kEstablished ? c->mtu : 0;
+}
+
 Status Endpoint::post_send(ConnId conn, const SendWr& wr) {
   Connection* c = impl_->find(conn);
   if (c == nullptr) return Status::kNoSuchConnection;

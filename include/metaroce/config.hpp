@@ -39,7 +39,10 @@ struct RecoveryConfig {
   // fails kRnrRetryExceeded and the connection with it; 0: unlimited, as
   // InfiniBand's rnr_retry 7. (In the padding before peer_timeout_ns.)
   uint32_t rnr_retry_limit = 0;
-  uint64_t peer_timeout_ns = 2 * kSecond;  // PATH-7: no acknowledgement at all
+  // PATH-7: no acknowledgement at all. Above min_rto_ns, and SHOULD be by a
+  // few backed-off RTOs: a lost packet is resent one RTO after its send, and
+  // a keepalive's unanswered PROBE followed one RTO later (CONN-9).
+  uint64_t peer_timeout_ns = 2 * kSecond;
   // CONN-9: an established connection with nothing outstanding that has heard
   // nothing from its peer this long PROBEs it, and fails kPeerUnreachable if
   // the peer stays silent for peer_timeout_ns after. 0: never.
@@ -129,7 +132,9 @@ struct EndpointConfig {
 // first field out of range, its value and the range, e.g. "num_paths 40 is out
 // of range 1..32 (PATH-1)", or the first relation between fields that does not
 // hold (min_rto_ns at most max_rto_ns; ack_delay_ns below min_rto_ns: a delayed
-// ACK must come before the sender's RTO, ACK-5). A driver refuses such a
+// ACK must come before the sender's RTO, ACK-5; peer_timeout_ns above
+// min_rto_ns: a lost packet is resent before the peer timeout, PATH-7). A
+// driver refuses such a
 // configuration with this text (the UDP driver's open() and the simulator do).
 // Endpoint's constructor cannot fail: as a backstop it clamps the fields whose
 // raw values would break its arithmetic (mtu, window_log2, num_paths, the

@@ -264,6 +264,10 @@ class Endpoint {
   // one given up while CONNECTING for 65,535 x connect_retry_ns (a late
   // ACCEPT is answered, spec section 4); empty (len 0) for any other id.
   [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
+  // The payload bytes of a data packet that the handshake agreed for an
+  // established connection (CONN-3: the smaller offer, and so where SEQ-5
+  // splits its messages); 0 for a connection in any other state.
+  [[nodiscard]] uint16_t mtu_of(ConnId conn) const;
 
   // --- work requests ---
   // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local

@@ -508,6 +508,10 @@ class UdpEndpoint {
   // address, with no text formatted or parsed, for a provider that matches
   // accepted connections to its address vector's binary entries.
   [[nodiscard]] PeerAddr peer_addr(ConnId conn) const;
+  // The mtu the handshake agreed (Endpoint::mtu_of): the smaller of the
+  // requester's offer, lowered to what its route carries, and the
+  // responder's own; 0 for a connection not established.
+  [[nodiscard]] uint16_t mtu_of(ConnId conn) const;
 
   // --- work requests (queued; progress() sends them) ---
   // On a connection that ended (state() kClosed or kError) a post is

@@ -38,6 +38,13 @@ uint32_t GroupInterner::intern(std::span<const uint16_t> group, std::vector<uint
   for (; slots_[i] != 0; i = (i + 1) & mask) {
     if (same(ports_of(slots_[i], pool), group)) return slots_[i];
   }
+  // A route entry keeps 24 bits for the offset: one past them wrapped into
+  // another group's ports, silently misrouting.
+  if (pool.size() > kMaxPoolOffset)
+    throw std::invalid_argument("ECMP groups of " + std::to_string(pool.size() + group.size()) +
+                                " ports in all: a route entry keeps 24 bits for where a group "
+                                "starts, at most " +
+                                std::to_string(kMaxPoolOffset));
   const auto id = static_cast<uint32_t>((pool.size() << 8) | group.size());
   pool.insert(pool.end(), group.begin(), group.end());
   slots_[i] = id;

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "metaroce/sim/group_interner.hpp"
 #include "metaroce/sim/network.hpp"
@@ -182,7 +184,11 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
   }
   std::vector<uint16_t> grp, toward;
   auto group_id = [&](uint32_t s, const std::vector<uint16_t>& g) {
-    return dedup[s].intern(g, switches_[s]->group_ports);
+    try {
+      return dedup[s].intern(g, switches_[s]->group_ports);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("routes of switch " + std::to_string(s) + ": " + e.what());
+    }
   };
   Search search(n, h, measure_delay);
   // Per switch a host hangs off: its slot in roots. A cache of group ids per

@@ -88,6 +88,14 @@ TEST(Config, AFieldOutOfRangeIsNamedWithItsRange) {
        [](auto& c) { c.recovery.min_rto_ns = 200 * kMillisecond; }},
       {"ack_delay_ns 1000000 is not below recovery.min_rto_ns 1000000 (ACK-5, LOSS-4",
        [](auto& c) { c.ack_delay_ns = c.recovery.min_rto_ns; }},
+      {"recovery.peer_timeout_ns 1000000 is not above recovery.min_rto_ns 1000000 (PATH-7, "
+       "LOSS-4",
+       [](auto& c) { c.recovery.peer_timeout_ns = c.recovery.min_rto_ns; }},
+      {"recovery.peer_timeout_ns 50000000 is not above recovery.min_rto_ns 100000000 (PATH-7",
+       [](auto& c) {
+         c.recovery.min_rto_ns = c.recovery.max_rto_ns;
+         c.recovery.peer_timeout_ns = 50 * kMillisecond;
+       }},
       {"recovery.rto_failures_to_retire 256 ",
        [](auto& c) { c.recovery.rto_failures_to_retire = 256; }},
       {"recovery.loss_window_packets 0 ", [](auto& c) { c.recovery.loss_window_packets = 0; }},
@@ -121,6 +129,10 @@ TEST(Config, TheEdgesOfEachRangeAreAccepted) {
   c.cc.max_delay_decrease_pct = 100;
   c.recovery.min_rto_ns = c.recovery.max_rto_ns;
   c.ack_delay_ns = c.recovery.min_rto_ns - 1;  // ACK-5: below min_rto
+  // PATH-7: above min_rto, so that one lost packet is resent first. The
+  // keepalive's quiet bounds nothing.
+  c.recovery.peer_timeout_ns = c.recovery.min_rto_ns + 1;
+  c.recovery.keepalive_ns = 1;
   c.recovery.retire_loss_pct = 0;
   // CC-6: a floor of 16 packets for the connection, 32 paths of at most one
   // packet each.

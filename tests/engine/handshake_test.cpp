@@ -1065,6 +1065,26 @@ TEST(Handshake, ResponderWithTheSmallerMtuKeepsItsOwn) {
   EXPECT_EQ(writes, 4u) << "a 4096-byte WRITE of a responder whose mtu is 1024";
 }
 
+// mtu_of: the mtu the connection runs with, at both ends, whichever end
+// offered the smaller; 0 for an id that names no established connection
+// (metaroce-perf --verify reads it for where packets split a slot).
+TEST(Handshake, MtuOfIsTheAgreedMtuAtBothEnds) {
+  EndpointConfig small = cfg(327);
+  small.mtu = 1001;
+  for (const bool requester_smaller : {true, false}) {
+    Loop loop(requester_smaller ? small : cfg(328), requester_smaller ? cfg(328) : small);
+    auto [x, y] = loop.connect();
+    EXPECT_EQ(loop.ep(0).mtu_of(x), 1001u) << requester_smaller;
+    EXPECT_EQ(loop.ep(1).mtu_of(y), 1001u) << requester_smaller;
+    EXPECT_EQ(loop.ep(0).mtu_of(ConnId{}), 0u);
+  }
+  // A requester's offer lowered for its route (connect's max_mtu).
+  Loop lowered(cfg(329), cfg(330));
+  auto [x, y] = lowered.connect(1420);
+  EXPECT_EQ(lowered.ep(0).mtu_of(x), 1420u);
+  EXPECT_EQ(lowered.ep(1).mtu_of(y), 1420u);
+}
+
 // CONN-4: a REJECT whose code is none of 0x47, 0x48 and 0x4a fails the
 // connection with kConnectRefused (it could name a local status, or a NAK
 // code, that says nothing of a refusal), and the event's reason is the code

@@ -411,9 +411,9 @@ TEST(PerfPattern, ReusedWriteSlotMayHoldALaterMessage) {
   const uint64_t stride = 16;
   std::vector<uint8_t> slot(n);
   pattern_fill(slot.data(), n, 5 + 2 * stride);  // the sender reused the slot twice since
-  EXPECT_EQ(pattern_check_slot(slot.data(), n, 5, stride), 0u);
+  EXPECT_EQ(pattern_check_slot(slot.data(), n, 5, stride, 4096), 0u);
   pattern_fill(slot.data(), n, 6);  // another slot's message
-  EXPECT_GT(pattern_check_slot(slot.data(), n, 5, stride), 0u);
+  EXPECT_GT(pattern_check_slot(slot.data(), n, 5, stride, 4096), 0u);
 }
 
 // The tail (the last size % 8 bytes) is one unit, as a word is: each of its
@@ -435,20 +435,64 @@ TEST(PerfPattern, ReusedWriteSlotChecksItsTailAsOne) {
         for (size_t k = tail; k < n; ++k) differ += slot[k] != later[k] ? 1 : 0;
         if (later[j] == slot[j] || differ == 1) continue;
         slot[j] = later[j];
-        EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride), 1u)
+        EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride, 4096), 1u)
             << "size " << n << ", byte " << j << " from message " << seq + a * stride;
       }
     // The whole tail of a later message passes, words of another one too.
     pattern_fill(slot.data(), n, seq);
     pattern_fill(later.data(), n, seq + 2 * stride);
     std::copy(later.begin() + tail, later.end(), slot.begin() + tail);
-    EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride), 0u) << n;
+    EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride, 4096), 0u) << n;
     if (n % 8 < 2) continue;
     // A tail whose first byte is one later message's and the rest another's.
     std::vector<uint8_t> other(n);
     pattern_fill(other.data(), n, seq + stride);
     slot[tail] = other[tail];
-    EXPECT_GT(pattern_check_slot(slot.data(), n, seq, stride), 0u) << "mixed tail, size " << n;
+    EXPECT_GT(pattern_check_slot(slot.data(), n, seq, stride, 4096), 0u)
+        << "mixed tail, size " << n;
+  }
+}
+
+// An mtu that is not a multiple of 8 puts packet boundaries inside words and
+// tails: while the sender overwrites a reused slot, a word there holds the
+// first bytes of one message and the rest of another, which checking words
+// whole called a verify error. Each side of a boundary is a unit now; a
+// corrupted byte on either side still counts, and so does a split where no
+// packet boundary is.
+TEST(PerfPattern, ReusedWriteSlotMayChangeMessageAtAPacketBoundaryInAWord) {
+  const uint64_t seq = 5, stride = 16;
+  for (const uint32_t mtu : {257u, 1001u, 1420u}) {
+    for (const size_t n : {size_t{3} * mtu + 5, size_t{2} * mtu + 3, size_t{4} * mtu}) {
+      std::vector<std::vector<uint8_t>> msg(9, std::vector<uint8_t>(n));
+      for (uint64_t a = 0; a < 9; ++a) pattern_fill(msg[a].data(), n, seq + a * stride);
+      // Packet k from message (k * 5) % 9 of the allowed ones: neighbours differ.
+      std::vector<uint8_t> slot(n);
+      for (size_t k = 0; k * mtu < n; ++k) {
+        const size_t from = k * mtu, to = std::min(n, from + mtu);
+        std::copy(msg[k * 5 % 9].begin() + from, msg[k * 5 % 9].begin() + to, slot.begin() + from);
+      }
+      const std::string at = "mtu " + std::to_string(mtu) + ", size " + std::to_string(n);
+      EXPECT_EQ(pattern_check_slot(slot.data(), n, seq, stride, mtu), 0u) << at;
+      // Checked whole (no boundary known), the split words are errors.
+      EXPECT_GT(pattern_check_slot(slot.data(), n, seq, stride, 0), 0u) << at;
+      // A corrupted byte on either side of each boundary inside a word counts.
+      for (size_t b = mtu; b < n; b += mtu) {
+        if (b % 8 == 0) continue;
+        for (size_t j = b & ~size_t{7}; j < std::min(n, (b & ~size_t{7}) + 8); ++j) {
+          std::vector<uint8_t> bad = slot;
+          bad[j] ^= 0x5a;
+          EXPECT_GT(pattern_check_slot(bad.data(), n, seq, stride, mtu), 0u)
+              << at << ", byte " << j;
+        }
+      }
+      // The same change of message away from a boundary is an error: 3
+      // bytes into a word amid packet 0, the rest of that word's packet from
+      // the message packet 1 holds.
+      std::vector<uint8_t> moved = slot;
+      const size_t cut = 8 * 20 + 3;
+      std::copy(msg[5].begin() + cut, msg[5].begin() + mtu, moved.begin() + cut);
+      EXPECT_GT(pattern_check_slot(moved.data(), n, seq, stride, mtu), 0u) << at;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "metaroce/sim/rng.hpp"
@@ -79,6 +80,31 @@ TEST(GroupInterner, RefusesAnEmptyGroupAndOneOver255Ports) {
   EXPECT_THROW((void)groups.intern(std::vector<uint16_t>(256, 1), pool), std::invalid_argument);
   EXPECT_EQ(groups.intern(std::vector<uint16_t>(255, 1), pool), id_at(0, 255));
   EXPECT_EQ(pool.size(), 255u);
+}
+
+// A route entry holds where a group starts in 24 bits: a group past them
+// wrapped into an id of the pool's first ports (the 2^24th port's group of
+// one came back as group 0's id) and misrouted silently. Refused now,
+// naming the limit, with the pool as it was. A pool filled up front stands
+// in for the millions of groups that would reach it.
+TEST(GroupInterner, RefusesAGroupStartingPastTwentyFourBits) {
+  GroupInterner groups;
+  std::vector<uint16_t> pool;
+  pool.reserve(GroupInterner::kMaxPoolOffset + 2);
+  pool.resize(GroupInterner::kMaxPoolOffset - 1);
+  const std::vector<uint16_t> a = {1}, b = {2}, c = {3};
+  EXPECT_EQ(groups.intern(a, pool), id_at(GroupInterner::kMaxPoolOffset - 1, 1));
+  EXPECT_EQ(groups.intern(b, pool), id_at(GroupInterner::kMaxPoolOffset, 1));  // the last
+  try {
+    (void)groups.intern(c, pool);
+    ADD_FAILURE() << "a group starting at 2^24 was given an id";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("24 bits"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pool.size(), GroupInterner::kMaxPoolOffset + 1);
+  // Groups already held still have their ids.
+  EXPECT_EQ(groups.intern(a, pool), id_at(GroupInterner::kMaxPoolOffset - 1, 1));
+  EXPECT_EQ(groups.intern(b, pool), id_at(GroupInterner::kMaxPoolOffset, 1));
 }
 
 }  // namespace

@@ -113,7 +113,9 @@ int main(int argc, char** argv) {
                     "LOSS-4 min_rto in microseconds, 1-" +
                         std::to_string(metaroce::perf::kMaxMinRtoUs) + " (default " +
                         default_min_rto_us +
-                        ", the UDP driver's; the sending end's setting counts)")
+                        ", the UDP driver's; the sending end's setting counts; the endpoint "
+                        "refuses at open one not above the ACK delay, 10 us, or not below "
+                        "--peer-timeout-ms)")
         ->check(metaroce::tools::number_in_range(1u, metaroce::perf::kMaxMinRtoUs));
     sub->add_option("--target-delay-us", common.target_delay_us,
                     "CC-5 target queue delay in microseconds, 1-" +

@@ -17,7 +17,10 @@ uint64_t pattern_check(const uint8_t* p, size_t n, uint64_t seq);
 // pattern_check.
 void pattern_poison(uint8_t* p, size_t n, uint64_t seq);
 // The same for a WRITE target slot that the sender reuses every `stride`
-// messages: each 8-byte word may also hold a later message's pattern.
-uint64_t pattern_check_slot(const uint8_t* p, size_t n, uint64_t seq, uint64_t stride);
+// messages: each 8-byte word may also hold a later message's pattern, and
+// where a packet boundary (a multiple of `mtu`, the connection's; 0: none)
+// falls inside a word, each side of it may hold another's.
+uint64_t pattern_check_slot(const uint8_t* p, size_t n, uint64_t seq, uint64_t stride,
+                            uint32_t mtu);
 
 }  // namespace metaroce::perf

@@ -50,9 +50,12 @@ bool Sink::on_completion(const Completion& c) {
     // WRITE_IMM with imm = low bits of seq: the slot holds pattern(seq).
     const uint64_t seq = next_seq++;
     if (c.imm != static_cast<uint32_t>(seq)) ++verify_errors;
-    if (p.verify)
+    if (p.verify) {
+      // Where this connection's packets split the slot (fixed once agreed).
+      if (mtu == 0) mtu = ep->mtu_of(conn);
       verify_errors +=
-          pattern_check_slot(mem.data() + size_t{seq % p.qd} * p.size, p.size, seq, p.qd);
+          pattern_check_slot(mem.data() + size_t{seq % p.qd} * p.size, p.size, seq, p.qd, mtu);
+    }
     bytes += p.size;
   } else if (c.op == CompletionOp::kRecv) {
     const uint64_t seq = next_seq++;

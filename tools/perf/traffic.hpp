@@ -73,6 +73,7 @@ struct Sink {
   uint64_t next_seq = 0;  // data messages received (SEND / WRITE_IMM)
   uint64_t bytes = 0;
   uint64_t verify_errors = 0;
+  uint16_t mtu = 0;                     // the connection's, read at the first WRITE_IMM (--verify)
   std::deque<Ctrl> ctrl;                // control messages that arrived
   std::deque<PathReport> path_reports;  // the server's, after its Result
   bool repost = true;  // put consumed buffers back (not the server's one-shot Hello buffer)

@@ -39,7 +39,9 @@ int run(int argc, char** argv) {
   Alias aliases[] = {
       {"--time-limit-ms", "time_limit_ms", "simulated-time limit (default 1000 ms)"},
       {"--min-rto-us", "recovery.min_rto_us",
-       "MetaRoCE's recovery.min_rto (metaroce, spray-nocc; rocev2 and irn keep their own RTOs)"},
+       "MetaRoCE's recovery.min_rto (metaroce, spray-nocc; rocev2 and irn keep their own "
+       "RTOs); the engine refuses one not above ack_delay_us (10) or not below "
+       "recovery.peer_timeout_us (2e6)"},
       {"--paths", "num_paths", "MetaRoCE's num_paths, 1..32 (rocev2 and irn use one path a flow)"},
   };
   bool fabric_ecn = false, no_dcqcn = false, list_links_flag = false, cold = false;

@@ -833,6 +833,12 @@ PeerAddr UdpEndpoint::peer_addr(ConnId conn) const {
   return impl_->eng->peer_of(conn);
 }
 
+uint16_t UdpEndpoint::mtu_of(ConnId conn) const {
+  std::unique_lock<std::mutex> lk;
+  if (!impl_->guard_call(lk)) return 0;
+  return impl_->eng->mtu_of(conn);
+}
+
 Error UdpEndpoint::post_send(ConnId conn, const SendWr& wr) {
   const Status s = try_post_send(conn, wr);
   return s == Status::kOk ? Error{} : post_send_error(s, conn, wr);

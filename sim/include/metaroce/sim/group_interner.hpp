@@ -14,9 +14,13 @@ class GroupInterner {
  public:
   // The id of `group` (1..255 ports) in `pool`, which must be the pool every
   // earlier call for this interner was given, and must not hold `group` (an
-  // append may move it); throws std::invalid_argument for an empty group or
-  // one over 255 ports.
+  // append may move it); throws std::invalid_argument for an empty group,
+  // one over 255 ports, or a new group that would start past
+  // kMaxPoolOffset (the pool unchanged).
   uint32_t intern(std::span<const uint16_t> group, std::vector<uint16_t>& pool);
+
+  // The largest offset 24 bits of an id hold.
+  static constexpr size_t kMaxPoolOffset = (size_t{1} << 24) - 1;
 
  private:
   void grow(const std::vector<uint16_t>& pool);
