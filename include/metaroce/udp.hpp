@@ -351,8 +351,8 @@ class UdpEndpoint {
   //   try_accept() and conn_stats() false, path_stats() 0 (the vector form:
   //   empty), close(ConnId) false;
   // - a value: none: state() kUnknown, peer_addr() an empty PeerAddr (and
-  //   peer_address() ""), endpoint_stats() and io_stats() all zero,
-  //   uring_enabled() false.
+  //   peer_address() ""), mtu_of() 0, endpoint_stats() and io_stats() all
+  //   zero, uring_enabled() false.
   // The blocking calls and close() are refused there too (above and below).
   // They are refused anywhere on that thread, as the blocking calls are
   // (outside a round too: a signal while it sleeps). The check is one

@@ -899,6 +899,7 @@ ConnState g_state = ConnState::kEstablished;
 PeerAddr g_peer;
 std::string g_peer_text = "-";
 size_t g_moved = 99;
+uint16_t g_mtu = 99;
 
 // The rest of the calls that take the mutex: refused with the same words
 // (an Error), or nothing (a count, a bool, a value).
@@ -907,6 +908,7 @@ TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
   g_state = ConnState::kEstablished;
   g_peer_text = "-";
   g_moved = 99;
+  g_mtu = 99;
   HookRun r = run_in_round([] {
     static uint64_t region[8];
     MemoryRegion mr;
@@ -937,6 +939,7 @@ TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
     g_state = g_ep->state(ConnId{1});
     g_peer = g_ep->peer_addr(ConnId{1});
     g_peer_text = g_ep->peer_address(ConnId{1});
+    g_mtu = g_ep->mtu_of(ConnId{1});
     g_moved = g_ep->progress();
     (void)g_ep->uring_enabled();
   });
@@ -965,6 +968,7 @@ TEST(UdpAlloc, TheOtherLockingCallsFromTheProgressThreadItselfReturnAtOnce) {
   EXPECT_EQ(g_peer.len, 0u);
   EXPECT_EQ(g_peer_text, "");
   EXPECT_EQ(g_moved, 0u);
+  EXPECT_EQ(g_mtu, 0u);
   // Nothing was done there: the connection the round recorded is served on.
   ConnId s;
   const Error accepted = r.server->accept(milliseconds(2000), s);
