@@ -812,6 +812,38 @@ TEST(Conformance, ReservedBitsSentSetFailEnc1) {
     });
 }
 
+// 3.3: ACK, NAK, CONNECT_* and DISCONNECT* carry BH path_tag 0, psn 0 and
+// AR clear, and a receiver ignores them there. Broken: an ACK sent with the
+// psn it echoes or the path_tag of the path it answers, a DISCONNECT_ACK
+// with a psn, an ACCEPT with a path_tag, a NAK with AR set.
+TEST(Conformance, ControlPacketsFixedBhFieldsSetFailEnc1) {
+  struct Planted {
+    wire::Opcode op;
+    std::function<void(wire::Packet&)> set;
+    const char* why;
+  };
+  const Planted planted[] = {
+      {wire::Opcode::kAck, [](wire::Packet& p) { p.bh.psn = p.ack.echo_psn; },
+       "ACK packet BH psn is 0x"},
+      {wire::Opcode::kAck, [](wire::Packet& p) { p.bh.path_tag = p.ack.echo_path_tag | 0x20; },
+       "ACK packet BH path_tag is 0x"},
+      {wire::Opcode::kDisconnectAck, [](wire::Packet& p) { p.bh.psn = 7; },
+       "DISCONNECT_ACK packet BH psn is 0x7 (3.3"},
+      {wire::Opcode::kConnectAccept, [](wire::Packet& p) { p.bh.path_tag = 0x21; },
+       "CONNECT_ACCEPT packet BH path_tag is 0x21 (3.3"},
+      {wire::Opcode::kNak, [](wire::Packet& p) { p.bh.flags |= wire::kFlagAckRequested; },
+       "NAK packet BH has AR set (3.3"},
+  };
+  for (const Planted& f : planted)
+    expect_fails("ENC-1", f.why, [&f](FaultyTarget& t) {
+      rewrite_sent(t, [&f](wire::Packet& p) {
+        if (p.bh.opcode != f.op) return false;
+        f.set(p);
+        return true;
+      });
+    });
+}
+
 TEST(Conformance, NotEctFailsEnc4) {
   expect_fails("ENC-4", "left with ECN 0", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
