@@ -368,8 +368,17 @@ Outcome check_seq6(Target& t) {
   const auto sent = of(rs, wire::Opcode::kWrite);
   if (sent.empty()) return fail("no data packet");
   const Reply* again = nullptr;
+  const wire::Packet& f = sent.front()->pkt;
   for (const Reply* d : sent)
-    if (d != sent.front() && d->pkt.bh.psn == sent.front()->pkt.bh.psn) again = d;
+    if (d != sent.front() && d->pkt.bh.psn == f.bh.psn) again = d;
+  // The message's one packet again under another PSN is a resend that
+  // broke SEQ-6, not the lack of one: say so.
+  for (const Reply* d : sent)
+    if (again == nullptr && d->pkt.bh.psn != f.bh.psn && d->pkt.mh.msn == f.mh.msn &&
+        d->pkt.mh.offset == f.mh.offset)
+      return fail("PSN " + hex32(f.bh.psn) + " was resent as PSN " + hex32(d->pkt.bh.psn) +
+                  " (msn " + hex32(f.mh.msn) + ", offset " + std::to_string(f.mh.offset) +
+                  "): a retransmission keeps its PSN");
   if (again == nullptr) return fail("no retransmission within 100 ms");
   const Bytes &x = sent.front()->bytes, &y = again->bytes;
   if (x.size() != y.size()) return fail("the retransmission has another length");

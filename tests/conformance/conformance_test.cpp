@@ -1642,6 +1642,9 @@ TEST(Conformance, RetransmissionsThatDifferFailSeq6) {
       resent_changed([](wire::Packet&, std::vector<uint8_t>& payload) { payload.at(0) ^= 0xff; }));
   expect_fails("SEQ-6", "byte 19 differs",
                resent_changed([](wire::Packet& p, std::vector<uint8_t>&) { p.mh.msn += 1; }));
+  // Resent under a new PSN: reported as no resend at all before.
+  expect_fails("SEQ-6", "was resent as PSN 0x",
+               resent_changed([](wire::Packet& p, std::vector<uint8_t>&) { p.bh.psn += 0x100; }));
 }
 
 // READ-1 broken: the READ_REQ's fields mis-set, one at a time, or every
