@@ -352,9 +352,8 @@ Outcome check_seq4(Target& t) {
     return fail(t.simulated_time() ? "no ACK within 1 us of a duplicate" : "no ACK of a duplicate");
   if (!(a->pkt.ack.flags & wire::kAckEchoDup)) return fail("the duplicate's ACK lacks ECHO_DUP");
   const Bytes other = {5, 5, 5, 5};
-  const std::vector<Reply> far =
-      p.exchange(p.write(psn + 100000, r.rkey, r.addr + 4096, other), 1'000'000);
-  if (!far.empty()) return fail("a PSN far outside the window drew a reply");
+  p.send(p.write(psn + 100000, r.rkey, r.addr + 4096, other));
+  if (!drawn(t, p, 1'000'000).empty()) return fail("a PSN far outside the window drew a reply");
   if (t.read_memory(r, 4096, other.size()) != Bytes(other.size(), 0))
     return fail("a PSN far outside the window was written");
   return pass();
@@ -369,8 +368,17 @@ Outcome check_seq6(Target& t) {
   const auto sent = of(rs, wire::Opcode::kWrite);
   if (sent.empty()) return fail("no data packet");
   const Reply* again = nullptr;
+  const wire::Packet& f = sent.front()->pkt;
   for (const Reply* d : sent)
-    if (d != sent.front() && d->pkt.bh.psn == sent.front()->pkt.bh.psn) again = d;
+    if (d != sent.front() && d->pkt.bh.psn == f.bh.psn) again = d;
+  // The message's one packet again under another PSN is a resend that
+  // broke SEQ-6, not the lack of one: say so.
+  for (const Reply* d : sent)
+    if (again == nullptr && d->pkt.bh.psn != f.bh.psn && d->pkt.mh.msn == f.mh.msn &&
+        d->pkt.mh.offset == f.mh.offset)
+      return fail("PSN " + hex32(f.bh.psn) + " was resent as PSN " + hex32(d->pkt.bh.psn) +
+                  " (msn " + hex32(f.mh.msn) + ", offset " + std::to_string(f.mh.offset) +
+                  "): a retransmission keeps its PSN");
   if (again == nullptr) return fail("no retransmission within 100 ms");
   const Bytes &x = sent.front()->bytes, &y = again->bytes;
   if (x.size() != y.size()) return fail("the retransmission has another length");
@@ -838,7 +846,8 @@ Outcome check_trim5(Target& t) {
   const Bytes& payload = w.payload;
   const uint32_t psn = w.first;
   for (const auto& c : cuts) {
-    const std::vector<Reply> rs = p.exchange(c.packet, 1000);
+    p.send(c.packet);
+    const std::vector<Reply> rs = drawn(t, p, 1000);
     if (!of(rs, wire::Opcode::kAck).empty() || !of(rs, wire::Opcode::kNak).empty())
       return fail(std::string("a WRITE ") + c.what + " drew an ACK or NAK");
     if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))
@@ -895,7 +904,7 @@ Outcome check_trim2(Target& t) {
   Bytes flipped = packet(0, 0);
   flipped[15] ^= 0x01;  // tsval's last byte: harmless but for the ICRC over the headers
   (void)t.deliver_trimmed(flipped, port, false);
-  const std::vector<Reply> none = p.run(1000);
+  const std::vector<Reply> none = drawn(t, p, 1000);
   if (!of(none, wire::Opcode::kAck).empty() || !of(none, wire::Opcode::kNak).empty())
     return fail("a trimmed WRITE with a header bit flipped drew a reply");
   (void)t.deliver_trimmed(packet(0, w.payload.size()), port, false);

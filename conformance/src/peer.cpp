@@ -78,11 +78,22 @@ std::string reserved_set(const Reply& r) {
       break;
     default: break;
   }
+  const std::string name = wire::opcode_name(r.pkt.bh.opcode);
   for (const Field& f : fields)
     for (size_t i = f.at; i < f.at + f.len && i < r.bytes.size(); ++i)
       if ((r.bytes[i] & f.mask) != 0)
-        return std::string(wire::opcode_name(r.pkt.bh.opcode)) + " packet byte " +
-               std::to_string(i) + " is " + hex32(r.bytes[i]) + " (" + f.what + ")";
+        return name + " packet byte " + std::to_string(i) + " is " + hex32(r.bytes[i]) + " (" +
+               f.what + ")";
+  // 3.3 fixes these in packets sent on none of the sender's data paths; a
+  // receiver ignores them, so only what the target emits can show them.
+  if (wire::is_data(r.pkt.bh.opcode) || r.pkt.bh.opcode == wire::Opcode::kProbe) return {};
+  constexpr const char* kFixed = " (3.3: ACK, NAK, CONNECT_* and DISCONNECT* carry ";
+  if (r.pkt.bh.path_tag != 0)
+    return name + " packet BH path_tag is " + hex32(r.pkt.bh.path_tag) + kFixed + "path_tag 0)";
+  if (r.pkt.bh.psn != 0)
+    return name + " packet BH psn is " + hex32(r.pkt.bh.psn) + kFixed + "psn 0)";
+  if ((r.pkt.bh.flags & wire::kFlagAckRequested) != 0)
+    return name + " packet BH has AR set" + kFixed + "AR clear)";
   return {};
 }
 

@@ -212,7 +212,9 @@ inline auto acks(uint32_t psn, uint8_t echo_flags = 0) {
 // bits are sent as zero): "ACK packet byte 32 is 0x01 (ACK body bytes 16-19
 // reserved)", empty when all are zero. Read from the raw bytes at the
 // spec's offsets (BH byte 0 bits 1-0, ACK flags 0xf0 and body bytes 16-19,
-// NAK and DISCONNECT* body bytes 5-7): decode() ignores them.
+// NAK and DISCONNECT* body bytes 5-7): decode() ignores them. Also what 3.3
+// fixes in ACK, NAK, CONNECT_* and DISCONNECT*, which a receiver ignores
+// too: BH path_tag 0, psn 0, AR clear ("ACK packet BH psn is 0x5 (3.3: ...)").
 std::string reserved_set(const Reply& r);
 std::string hex32(uint64_t v);
 // A status or NAK code as failure texts print it: "0x02 (kRemoteBadKey)", or

@@ -9,8 +9,8 @@ namespace {
 
 constexpr std::array kChecks = {
     Check{"ENC-1",
-          "every datagram decodes as exactly one packet, its reserved bits zero; a WRITE with a "
-          "byte after its ICRC is dropped",
+          "every datagram decodes as exactly one packet, its reserved bits zero, control packets' "
+          "BH path_tag and psn 0; a WRITE with a byte after its ICRC is dropped",
           check_enc1},
     Check{"ENC-2",
           "every datagram goes to the peer's configured port, not to the port a packet came from",

@@ -351,7 +351,7 @@ Outcome check_conn7_abandoned(Target& t) {
     Reply stranger = req;
     stranger.pkt.connect.nonce ^= 1;
     q.accept(stranger);
-    const std::vector<Reply> quiet = q.run(t.simulated_time() ? 1'000'000 : 5'000'000);
+    const std::vector<Reply> quiet = drawn(t, q, 1'000'000);
     if (!of(quiet, wire::Opcode::kDisconnect).empty())
       return fail("a connection " + when + ": an ACCEPT naming another nonce drew a DISCONNECT");
     q.accept(req);

@@ -69,12 +69,13 @@ Outcome check_enc1(Target& t) {
     p.send(p.disconnect(p.conn(), true));
   }
   // Everything the target sent decodes as one packet, filling its datagram,
-  // with its reserved bits and bytes zero.
+  // with its reserved bits and bytes zero and a control packet's fixed BH
+  // fields as 3.3 fixes them.
   for (const Reply& x : all) {
     if (x.error != wire::ParseError::kOk)
       return fail(std::string("a datagram does not decode: ") + wire::parse_error_name(x.error));
     if (const std::string set = reserved_set(x); !set.empty())
-      return fail("reserved bits are sent as zero (1.3): " + set);
+      return fail("reserved bits are sent as zero (1.3), fixed fields as fixed (3.3): " + set);
   }
   std::vector<wire::Opcode> read = {wire::Opcode::kConnectAccept, wire::Opcode::kAck,
                                     wire::Opcode::kNak, wire::Opcode::kDisconnectAck};
@@ -85,7 +86,8 @@ Outcome check_enc1(Target& t) {
                   std::to_string(all.size()) + " datagrams");
   return pass(
       std::to_string(all.size()) +
-      " datagrams, reserved bits zero in an ACCEPT, ACK, NAK, DISCONNECT_ACK" +
+      " datagrams, reserved bits zero and BH path_tag, psn 0, AR clear in an ACCEPT, ACK, NAK, "
+      "DISCONNECT_ACK" +
       (closes ? " and DISCONNECT" : " (DISCONNECT unread: the target cannot be asked to close)") +
       "; a trailing byte dropped");
 }

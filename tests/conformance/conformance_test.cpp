@@ -426,6 +426,9 @@ class FaultyTarget : public EngineTarget {
     return s.truncated + s.bad_version + s.bad_opcode + s.bad_checksum + s.bad_length +
            s.bad_field + s.unknown_connection + s.wrong_peer;
   }
+  // With `answer`, each datagram delivered for which it returns bytes is
+  // answered with them (`dropped`: a drop counter rose), as answers_unknown's.
+  std::function<std::vector<uint8_t>(std::span<const uint8_t> d, bool dropped)> answer;
   // With `answers_to_source`, everything sent goes to the port the latest
   // datagram came from (a driver that answers recvfrom's address, ENC-2).
   bool answers_to_source = false;
@@ -443,10 +446,13 @@ class FaultyTarget : public EngineTarget {
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
     (void)EngineTarget::endpoint_stats(after);
-    const bool answer =
+    if (answer)
+      if (std::vector<uint8_t> a = answer(d, dropped(after) != dropped(before)); !a.empty())
+        answers_.push_back(Sent{std::move(a), entropy_range()->first, kEcnEct0, 0});
+    const bool echo =
         answers_drops ? dropped(after) != dropped(before)
                       : answers_unknown && after.unknown_connection != before.unknown_connection;
-    if (!answer) return;
+    if (!echo) return;
     if (unknown_seen_++ >= answers_unknown_after)
       answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
   }
@@ -478,6 +484,15 @@ class FaultyTarget : public EngineTarget {
   bool deliver_trimmed(std::span<const uint8_t> d, uint16_t entropy, bool ce) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (reseal_trimmed) (void)wire::seal(bytes, bytes.size() - wire::kIcrcSize, 0);
+    if (!trimmed_as_plain && answer) {
+      EndpointStats before, after;
+      (void)EngineTarget::endpoint_stats(before);
+      const bool taken = EngineTarget::deliver_trimmed(bytes, entropy, ce);
+      (void)EngineTarget::endpoint_stats(after);
+      if (std::vector<uint8_t> a = answer(d, dropped(after) != dropped(before)); !a.empty())
+        answers_.push_back(Sent{std::move(a), entropy_range()->first, kEcnEct0, 0});
+      return taken;
+    }
     if (!trimmed_as_plain) return EngineTarget::deliver_trimmed(bytes, entropy, ce);
     deliver(bytes, entropy, ce, false);
     return true;
@@ -812,6 +827,38 @@ TEST(Conformance, ReservedBitsSentSetFailEnc1) {
     });
 }
 
+// 3.3: ACK, NAK, CONNECT_* and DISCONNECT* carry BH path_tag 0, psn 0 and
+// AR clear, and a receiver ignores them there. Broken: an ACK sent with the
+// psn it echoes or the path_tag of the path it answers, a DISCONNECT_ACK
+// with a psn, an ACCEPT with a path_tag, a NAK with AR set.
+TEST(Conformance, ControlPacketsFixedBhFieldsSetFailEnc1) {
+  struct Planted {
+    wire::Opcode op;
+    std::function<void(wire::Packet&)> set;
+    const char* why;
+  };
+  const Planted planted[] = {
+      {wire::Opcode::kAck, [](wire::Packet& p) { p.bh.psn = p.ack.echo_psn; },
+       "ACK packet BH psn is 0x"},
+      {wire::Opcode::kAck, [](wire::Packet& p) { p.bh.path_tag = p.ack.echo_path_tag | 0x20; },
+       "ACK packet BH path_tag is 0x"},
+      {wire::Opcode::kDisconnectAck, [](wire::Packet& p) { p.bh.psn = 7; },
+       "DISCONNECT_ACK packet BH psn is 0x7 (3.3"},
+      {wire::Opcode::kConnectAccept, [](wire::Packet& p) { p.bh.path_tag = 0x21; },
+       "CONNECT_ACCEPT packet BH path_tag is 0x21 (3.3"},
+      {wire::Opcode::kNak, [](wire::Packet& p) { p.bh.flags |= wire::kFlagAckRequested; },
+       "NAK packet BH has AR set (3.3"},
+  };
+  for (const Planted& f : planted)
+    expect_fails("ENC-1", f.why, [&f](FaultyTarget& t) {
+      rewrite_sent(t, [&f](wire::Packet& p) {
+        if (p.bh.opcode != f.op) return false;
+        f.set(p);
+        return true;
+      });
+    });
+}
+
 TEST(Conformance, NotEctFailsEnc4) {
   expect_fails("ENC-4", "left with ECN 0", [](FaultyTarget& t) {
     t.mutate = [](std::vector<Sent>& v) {
@@ -910,19 +957,20 @@ TEST(Conformance, VersionedRequestUncountedFailsBad2) {
 // A CONNECT_REQ of another version read past its end as zeros up to a
 // version-1 request's 44 bytes, its ICRC taken from there: one of 43 bytes,
 // which CONN-5 drops, is answered.
+void plant_short_versioned_request_answered(FaultyTarget& t) {
+  t.mutate_in = [](std::vector<uint8_t>& d) {
+    constexpr size_t kV1Request = wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
+    if (d.size() < 2 || d.size() >= kV1Request || (d[0] >> 4) == wire::kVersion ||
+        d[1] != static_cast<uint8_t>(wire::Opcode::kConnectReq))
+      return;
+    d.resize(kV1Request);
+    (void)wire::seal(d, kV1Request - wire::kIcrcSize, 0);
+  };
+}
+
 TEST(Conformance, ShortVersionedRequestAnsweredFailsConn5) {
   expect_fails("CONN-5", "a CONNECT_REQ of version 2, 43 bytes long, drew an answer",
-               [](FaultyTarget& t) {
-                 t.mutate_in = [](std::vector<uint8_t>& d) {
-                   constexpr size_t kV1Request =
-                       wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize;
-                   if (d.size() < 2 || d.size() >= kV1Request || (d[0] >> 4) == wire::kVersion ||
-                       d[1] != static_cast<uint8_t>(wire::Opcode::kConnectReq))
-                     return;
-                   d.resize(kV1Request);
-                   (void)wire::seal(d, kV1Request - wire::kIcrcSize, 0);
-                 };
-               });
+               plant_short_versioned_request_answered);
 }
 
 TEST(Conformance, OpcodeTopBitIgnoredFailsBad3) {
@@ -1594,6 +1642,9 @@ TEST(Conformance, RetransmissionsThatDifferFailSeq6) {
       resent_changed([](wire::Packet&, std::vector<uint8_t>& payload) { payload.at(0) ^= 0xff; }));
   expect_fails("SEQ-6", "byte 19 differs",
                resent_changed([](wire::Packet& p, std::vector<uint8_t>&) { p.mh.msn += 1; }));
+  // Resent under a new PSN: reported as no resend at all before.
+  expect_fails("SEQ-6", "was resent as PSN 0x",
+               resent_changed([](wire::Packet& p, std::vector<uint8_t>&) { p.bh.psn += 0x100; }));
 }
 
 // READ-1 broken: the READ_REQ's fields mis-set, one at a time, or every
@@ -3027,6 +3078,165 @@ TEST(Conformance, UnknownRuleRunsNothing) {
   EXPECT_TRUE(run([] { return std::make_unique<EngineTarget>(); }, "NOPE-1").empty());
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "SEQ-4").size(), 1u);
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "ACK-3").size(), 1u);
+}
+
+// A target in real time whose answers come one wait late, planted with
+// `plant` too: where the check judged silence from the one wait after its
+// packet, the answer arrived in the next step's wait and the check passed.
+void expect_fails_late(const std::string& rule, std::string_view why,
+                       const std::function<void(FaultyTarget&)>& plant,
+                       std::string_view title = {}) {
+  expect_fails(
+      rule, why,
+      [&plant](FaultyTarget& t) {
+        plant(t);
+        t.real_time = t.late = true;
+      },
+      title);
+}
+
+// The tester's connection id, as the target learns it: the src_conn of the
+// CONNECT_REQ or CONNECT_ACCEPT it receives last.
+uint32_t learn_tester_conn(std::span<const uint8_t> d, uint32_t known) {
+  wire::Packet p;
+  if (wire::decode(d, p) == wire::ParseError::kOk &&
+      (p.bh.opcode == wire::Opcode::kConnectReq || p.bh.opcode == wire::Opcode::kConnectAccept))
+    return p.connect.src_conn;
+  return known;
+}
+
+// An ACK to connection `dst_conn` echoing `psn`.
+std::vector<uint8_t> ack_echoing(uint32_t dst_conn, uint32_t psn) {
+  wire::Packet a;
+  a.bh.opcode = wire::Opcode::kAck;
+  a.bh.dst_conn = dst_conn;
+  a.ack.cum_psn = psn + 1;
+  a.ack.echo_psn = psn;
+  return encode(a);
+}
+
+// A DISCONNECT or DISCONNECT_ACK (`op`) to `dst_conn` from `src_conn`.
+std::vector<uint8_t> disconnect_packet(wire::Opcode op, uint32_t dst_conn, uint32_t src_conn) {
+  wire::Packet k;
+  k.bh.opcode = op;
+  k.bh.dst_conn = dst_conn;
+  k.disconnect.src_conn = src_conn;
+  return encode(k);
+}
+
+// Each data packet whose PSN is more than 1000 past the one before it (far
+// outside any window) is answered: sent back as it came.
+void answers_far_data(FaultyTarget& t) {
+  auto last = std::make_shared<std::optional<uint32_t>>();
+  t.answer = [last](std::span<const uint8_t> d, bool) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
+      return std::vector<uint8_t>{};
+    if (last->has_value() && p.bh.psn - **last > 1000 && p.bh.psn - **last < 0x80000000u)
+      return std::vector<uint8_t>(d.begin(), d.end());
+    *last = p.bh.psn;
+    return std::vector<uint8_t>{};
+  };
+}
+
+TEST(Conformance, FarPsnAnsweredOneWaitLateFailsSeq4AndNak1) {
+  expect_fails_late("SEQ-4", "a PSN far outside the window drew a reply", answers_far_data);
+  expect_fails_late("NAK-1", "an out-of-window packet with a bad key drew a reply",
+                    answers_far_data);
+}
+
+// CONN-7's first packet, a DISCONNECT naming another src_conn, answered with
+// a DISCONNECT_ACK naming both ends (and otherwise dropped: no work flushed).
+TEST(Conformance, DisconnectFromAnotherConnectionAnsweredOneWaitLateFailsConn7) {
+  expect_fails_late(
+      "CONN-7", "a DISCONNECT naming another src_conn drew a DISCONNECT_ACK",
+      [](FaultyTarget& t) {
+        auto tester = std::make_shared<uint32_t>(0);
+        t.answer = [tester](std::span<const uint8_t> d, bool) {
+          *tester = learn_tester_conn(d, *tester);
+          wire::Packet p;
+          if (wire::decode(d, p) != wire::ParseError::kOk ||
+              p.bh.opcode != wire::Opcode::kDisconnect || p.disconnect.src_conn == *tester)
+            return std::vector<uint8_t>{};
+          return disconnect_packet(wire::Opcode::kDisconnectAck, *tester, p.bh.dst_conn);
+        };
+      },
+      kPeersSide);
+}
+
+// PLACE-4's bad READ_RESPs (longer than the READ, or for read sequence 1)
+// acknowledged, though dropped: nothing written, the READ still waiting.
+TEST(Conformance, BadResponsesAcknowledgedOneWaitLateFailPlace4) {
+  expect_fails_late(
+      "PLACE-4", "of 200 bytes for a READ of 100 was acknowledged", [](FaultyTarget& t) {
+        auto tester = std::make_shared<uint32_t>(0);
+        t.answer = [tester](std::span<const uint8_t> d, bool) {
+          *tester = learn_tester_conn(d, *tester);
+          wire::Packet p;
+          if (wire::decode(d, p) != wire::ParseError::kOk ||
+              p.bh.opcode != wire::Opcode::kReadResp || (p.mh.msn == 0 && p.mh.msg_len <= 100))
+            return std::vector<uint8_t>{};
+          return ack_echoing(*tester, p.bh.psn);
+        };
+      });
+}
+
+// BAD-2's CONNECT_REQ of version 2 and 43 bytes answered (CONN-5), and
+// VER-1's naming nonce 0 (src_conn 0's answer is seen in the wait after).
+TEST(Conformance, ShortVersionedRequestAnsweredOneWaitLateFailsConn5) {
+  expect_fails_late("CONN-5", "a CONNECT_REQ of version 2, 43 bytes long, drew an answer",
+                    plant_short_versioned_request_answered);
+}
+
+TEST(Conformance, RequestNamingNonceZeroAnsweredOneWaitLateFailsVer1) {
+  expect_fails_late("VER-1", "naming nonce 0 drew an answer", [](FaultyTarget& t) {
+    t.mutate_in = [](std::vector<uint8_t>& d) {
+      if (of_another_version(d) && be::load64(d.data() + 32) == 0) d[39] = 1;  // nonce
+    };
+  });
+}
+
+// Each data packet dropped as malformed (a cut WRITE, TRIM-5; a trimmed
+// one with a header bit flipped, TRIM-2) but the first `after` answered
+// with an ACK of its PSN.
+void acks_dropped_data(FaultyTarget& t, size_t after) {
+  auto tester = std::make_shared<uint32_t>(0);
+  auto seen = std::make_shared<size_t>(0);
+  t.answer = [tester, seen, after](std::span<const uint8_t> d, bool dropped) {
+    *tester = learn_tester_conn(d, *tester);
+    if (!dropped || (*seen)++ < after || d.size() < wire::kBaseHeaderSize ||
+        !wire::is_known_opcode(d[1]) || !wire::is_data(static_cast<wire::Opcode>(d[1])))
+      return std::vector<uint8_t>{};
+    return ack_echoing(*tester, be::load32(d.data() + 8));
+  };
+}
+
+TEST(Conformance, DroppedDataAcknowledgedOneWaitLateFailsTrim5AndTrim2) {
+  // TRIM-5's third cut WRITE alone: the answer to an earlier one arrived in
+  // the next one's wait and was seen there.
+  expect_fails_late("TRIM-5", "cut to its headers, with a bad key drew an ACK or NAK",
+                    [](FaultyTarget& t) { acks_dropped_data(t, 2); });
+  expect_fails_late("TRIM-2", "a trimmed WRITE with a header bit flipped drew a reply",
+                    [](FaultyTarget& t) { acks_dropped_data(t, 0); });
+}
+
+// CONN-7's connection given up while connecting: the ACCEPT naming another
+// nonce, the first of each pair the target receives, answered with the
+// DISCONNECT its true ACCEPT draws.
+TEST(Conformance, AcceptNamingAnotherNonceAnsweredOneWaitLateFailsConn7) {
+  expect_fails_late(
+      "CONN-7", "an ACCEPT naming another nonce drew a DISCONNECT",
+      [](FaultyTarget& t) {
+        auto accepts = std::make_shared<size_t>(0);
+        t.answer = [accepts](std::span<const uint8_t> d, bool) {
+          wire::Packet p;
+          if (wire::decode(d, p) != wire::ParseError::kOk ||
+              p.bh.opcode != wire::Opcode::kConnectAccept || (*accepts)++ % 2 != 0)
+            return std::vector<uint8_t>{};
+          return disconnect_packet(wire::Opcode::kDisconnect, p.connect.src_conn, p.bh.dst_conn);
+        };
+      },
+      "ended while connecting");
 }
 
 }  // namespace
