@@ -129,8 +129,7 @@ Outcome check_bad2(Target& t) {
   const std::string what_cut =
       "a CONNECT_REQ of version 2, " + std::to_string(cut.size()) + " bytes long";
   const std::optional<EndpointStats> before_cut = drop_counters(t);
-  s.send(cut);
-  if (answered(drawn(t, s)))
+  if (answered(drawn(t, s, cut)))
     return fail(what_cut + ", drew an answer (only one of 44 bytes or more is answered)");
   if (const std::string why = count_missing(t, before_cut, kBadVersion, what_cut); !why.empty())
     return fail(why);
@@ -169,8 +168,7 @@ Outcome check_ver1(Target& t) {
   Peer zero_conn(t, 0), zero_nonce(t, 0x7e73);
   for (const auto& [req, what] : {std::pair{zero_conn.connect_req(0xE71, 2), "naming src_conn 0"},
                                   std::pair{zero_nonce.connect_req(0, 2), "naming nonce 0"}}) {
-    zero_conn.send(req);
-    if (answered(drawn(t, zero_conn)))
+    if (answered(drawn(t, zero_conn, req)))
       return fail(std::string("a CONNECT_REQ of version 2 ") + what + " drew an answer");
   }
   Peer longer(t, 0x7e71), flipped(t, 0x7e72);

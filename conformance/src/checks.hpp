@@ -108,6 +108,10 @@ std::vector<Reply> run_until_answering_probes(Target& t, Peer& p, Want want, uin
 // for that step's (BAD-7's check passed a target that answered unknown
 // connections one wait late).
 std::vector<Reply> drawn(Target& t, Peer& p, uint64_t ns = 100'000, uint64_t real_ns = 5'000'000);
+// `packet`, sent from the check port, and what it drew, as above: the
+// exchange() of a packet that must draw nothing.
+std::vector<Reply> drawn(Target& t, Peer& p, std::span<const uint8_t> packet, uint64_t ns = 100'000,
+                         uint64_t real_ns = 5'000'000);
 // Sends `packet` (from check port `entropy`) and waits for the ACK that
 // echoes `psn`: whether it came.
 bool acknowledged(Peer& p, std::span<const uint8_t> packet, uint32_t psn,

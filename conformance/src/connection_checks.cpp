@@ -121,8 +121,7 @@ Outcome check_conn6(Target& t) {
   const Bytes early = p.write(Peer::kInitialPsn, r.rkey, r.addr, payload);
   // Two waits in real time (drawn): data the target sent before the ACCEPT
   // but the tester read only after it would pass for data after it.
-  p.send(early);
-  const std::vector<Reply> before = drawn(t, p, 1000);
+  const std::vector<Reply> before = drawn(t, p, early, 1000);
   if (!of(before, wire::Opcode::kAck).empty())
     return fail("data before the ACCEPT was acknowledged");
   if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))
@@ -150,8 +149,7 @@ Outcome check_conn6(Target& t) {
 Outcome check_conn7(Target& t) {
   Peer p(t);
   if (std::string why = target_write_outstanding(t, p); !why.empty()) return fail(why);
-  p.send(p.disconnect(p.conn() + 1));
-  const std::vector<Reply> other = drawn(t, p, 1'000'000);
+  const std::vector<Reply> other = drawn(t, p, p.disconnect(p.conn() + 1), 1'000'000);
   if (!of(other, wire::Opcode::kDisconnectAck).empty())
     return fail("a DISCONNECT naming another src_conn drew a DISCONNECT_ACK");
   Completion c;

@@ -352,8 +352,8 @@ Outcome check_seq4(Target& t) {
     return fail(t.simulated_time() ? "no ACK within 1 us of a duplicate" : "no ACK of a duplicate");
   if (!(a->pkt.ack.flags & wire::kAckEchoDup)) return fail("the duplicate's ACK lacks ECHO_DUP");
   const Bytes other = {5, 5, 5, 5};
-  p.send(p.write(psn + 100000, r.rkey, r.addr + 4096, other));
-  if (!drawn(t, p, 1'000'000).empty()) return fail("a PSN far outside the window drew a reply");
+  if (!drawn(t, p, p.write(psn + 100000, r.rkey, r.addr + 4096, other), 1'000'000).empty())
+    return fail("a PSN far outside the window drew a reply");
   if (t.read_memory(r, 4096, other.size()) != Bytes(other.size(), 0))
     return fail("a PSN far outside the window was written");
   return pass();
@@ -846,8 +846,7 @@ Outcome check_trim5(Target& t) {
   const Bytes& payload = w.payload;
   const uint32_t psn = w.first;
   for (const auto& c : cuts) {
-    p.send(c.packet);
-    const std::vector<Reply> rs = drawn(t, p, 1000);
+    const std::vector<Reply> rs = drawn(t, p, c.packet, 1000);
     if (!of(rs, wire::Opcode::kAck).empty() || !of(rs, wire::Opcode::kNak).empty())
       return fail(std::string("a WRITE ") + c.what + " drew an ACK or NAK");
     if (t.read_memory(r, 0, payload.size()) != Bytes(payload.size(), 0))

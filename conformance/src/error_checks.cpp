@@ -54,8 +54,8 @@ Outcome check_nak1(Target& t) {
   if (ack_of(dup, psn, wire::kAckEchoDup) == nullptr)
     return fail("a duplicate with a bad key drew no ECHO_DUP ACK");
   // Out of the window: dropped before its key is looked at.
-  p.send(p.write(psn + 100000, r.rkey ^ 1, r.addr + 64, kPayload));
-  const std::vector<Reply> far = drawn(t, p, 1'000'000);
+  const std::vector<Reply> far =
+      drawn(t, p, p.write(psn + 100000, r.rkey ^ 1, r.addr + 64, kPayload), 1'000'000);
   if (const Reply* n = nak_of(far))
     return fail("an out-of-window packet with a bad key drew NAK " + code_text(n->pkt.nak.code) +
                 ": the window check comes before the key");

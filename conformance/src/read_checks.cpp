@@ -193,8 +193,7 @@ Outcome check_place4(Target& t) {
       {"a READ_RESP for read sequence 1, not outstanding",
        p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))}};
   for (const auto& [what, packet] : bad) {
-    p.send(packet);
-    const std::vector<Reply> got = drawn(t, p, 1'000'000);
+    const std::vector<Reply> got = drawn(t, p, packet, 1'000'000);
     if (ack_of(got, psn) != nullptr) return fail(std::string(what) + " was acknowledged");
     if (t.read_memory(into, 0, into.length) != Bytes(into.length, 0))
       return fail(std::string(what) + " was written");
@@ -321,8 +320,7 @@ HeldRead read_behind_held_write(Target& t, Peer& p, const Region& dst, const Reg
   const uint32_t w = p.next_psn++;
   h.rd = p.next_psn++;
   h.write = p.write(w, dst.rkey, dst.addr, data);
-  p.send(p.read_req(h.rd, 0, src.rkey, src.addr, 64));
-  h.early = drawn(t, p);
+  h.early = drawn(t, p, p.read_req(h.rd, 0, src.rkey, src.addr, 64));
   if (!of(h.early, wire::Opcode::kReadResp).empty())
     h.why = "a READ was answered while an earlier WRITE was missing";
   return h;

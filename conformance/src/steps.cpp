@@ -114,6 +114,12 @@ std::vector<Reply> drawn(Target& t, Peer& p, uint64_t ns, uint64_t real_ns) {
   return rs;
 }
 
+std::vector<Reply> drawn(Target& t, Peer& p, std::span<const uint8_t> packet, uint64_t ns,
+                         uint64_t real_ns) {
+  p.send(packet);
+  return drawn(t, p, ns, real_ns);
+}
+
 std::optional<EndpointStats> drop_counters(Target& t) {
   EndpointStats s;
   if (!t.endpoint_stats(s)) return std::nullopt;

@@ -36,8 +36,7 @@ Outcome check_enc1(Target& t) {
   const Bytes good = p.write(psn, r.rkey, r.addr, kPayload);
   Bytes longer = good;
   longer.push_back(0);
-  p.send(longer);
-  const std::vector<Reply> quiet = drawn(t, p);
+  const std::vector<Reply> quiet = drawn(t, p, longer);
   if (!quiet.empty())
     return fail("a WRITE with one byte after its ICRC drew a reply" +
                 std::string(ack_of(quiet, psn) != nullptr ? " (its ACK)" : ""));
