@@ -1274,11 +1274,17 @@ TEST(UdpConnect, ABudgetOfCenturiesKeepsRequesting) {
 // connect() for ever (milliseconds::max()) waits, as the timeout says,
 // until another thread's close() ends it: its deadline, now + the timeout in
 // nanoseconds, overflowed into the past, and it failed kConnectTimeout at once.
+// Two threads call the endpoint at once, so it is opened thread_safe: without,
+// the close raced the connect's own rounds unlocked (the connect now and then
+// saw its connection ended before the close marked the endpoint closed, and
+// named a timeout; CI, stop 50).
 TEST(UdpConnect, AConnectForEverWaitsUntilTheClose) {
   const SilentPeer silent;
   ASSERT_GE(silent.fd, 0);
   const std::string& addr = silent.addr;
-  auto client = open_on("127.0.0.1");
+  Options o = test_options();
+  o.thread_safe = true;
+  auto client = open_on("127.0.0.1", o);
   ASSERT_TRUE(client);
   Error e;
   std::atomic<bool> returned{false};
