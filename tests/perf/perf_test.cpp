@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -962,6 +963,27 @@ TEST(PerfSession, IoSinceIsTheDifference) {
   EXPECT_EQ(d.rx_syscalls, 0u);
   EXPECT_EQ(d.rx_wait_ns_max, 50u);  // a maximum: the endpoint's
   EXPECT_DOUBLE_EQ(mean_rx_wait_us(d), 0.1);
+}
+
+// Every counter the driver keeps is differenced, the progress thread's and
+// the dropped accepts' among them (a server's report counted them from the
+// endpoint's opening), and named once in the --json "io" object.
+TEST(PerfSession, IoSinceDifferencesEveryCounter) {
+  udp::IoStats before, now;
+  uint64_t v = 1;
+  for (const IoCounter& c : kIoCounters) {
+    before.*c.field = 1000 * v;
+    now.*c.field = 1000 * v + v;
+    ++v;
+  }
+  const udp::IoStats d = io_since(now, before);
+  std::set<std::string> names;
+  v = 1;
+  for (const IoCounter& c : kIoCounters) {
+    EXPECT_EQ(d.*c.field, v++) << c.name;
+    EXPECT_TRUE(names.insert(c.name).second) << c.name << " listed twice";
+  }
+  EXPECT_TRUE(names.count("thread_rounds") && names.count("accepts_dropped"));
 }
 
 // The client resolves the server's address before it opens its socket, and

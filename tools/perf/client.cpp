@@ -507,27 +507,13 @@ int run_client(const ClientArgs& a, const Common& common) {
       for (const PathReport& p : client_paths) cps.push_back(path_json(p));
       j["client_paths"] = cps;
     }
-    j["io"] = {{"tx_datagrams", io.tx_datagrams},
-               {"tx_syscalls", io.tx_syscalls},
-               {"tx_gso_msgs", io.tx_gso_msgs},
-               {"tx_eagain", io.tx_eagain},
-               {"tx_errors", io.tx_errors},
-               {"rx_datagrams", io.rx_datagrams},
-               {"rx_syscalls", io.rx_syscalls},
-               {"rx_gro_batches", io.rx_gro_batches},
-               {"rx_ce", io.rx_ce},
-               {"rx_control_class", io.rx_control_class},
-               {"rx_truncated", io.rx_truncated},
-               {"rx_foreign", io.rx_foreign},
-               {"rx_ctrunc", io.rx_ctrunc},
-               {"tx_remapped", io.tx_remapped},
-               {"tx_materialized", io.tx_materialized},
-               {"rx_wait_us_mean", mean_rx_wait_us(io)},
-               {"rx_wait_us_max", dbl(io.rx_wait_ns_max) / 1e3},
-               {"rx_backlogged_rounds", io.rx_backlogged_rounds},
-               {"gso", ep->gso_enabled()},
-               {"gro", ep->gro_enabled()},
-               {"io_uring", ep->uring_enabled()}};
+    nlohmann::json io_json = {{"rx_wait_us_mean", mean_rx_wait_us(io)},
+                              {"rx_wait_us_max", dbl(io.rx_wait_ns_max) / 1e3},
+                              {"gso", ep->gso_enabled()},
+                              {"gro", ep->gro_enabled()},
+                              {"io_uring", ep->uring_enabled()}};
+    for (const IoCounter& c : kIoCounters) io_json[c.name] = io.*c.field;
+    j["io"] = std::move(io_json);
     std::printf("%s\n", j.dump().c_str());
   } else {
     const std::string server_count =

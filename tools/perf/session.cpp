@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <new>
 #include <string_view>
 
@@ -321,25 +322,13 @@ double pct(std::vector<uint64_t>& v, double q) {
   return dbl(v[k]) / 1000.0;
 }
 
+// Each IoStats field is a listed counter or rx_wait_ns_max.
+static_assert(sizeof(udp::IoStats) == (std::size(kIoCounters) + 1) * sizeof(uint64_t),
+              "an IoStats counter is missing from kIoCounters");
+
 udp::IoStats io_since(const udp::IoStats& now, const udp::IoStats& b) {
   udp::IoStats d = now;
-  d.rx_datagrams -= b.rx_datagrams;
-  d.rx_syscalls -= b.rx_syscalls;
-  d.rx_gro_batches -= b.rx_gro_batches;
-  d.rx_ce -= b.rx_ce;
-  d.rx_control_class -= b.rx_control_class;
-  d.rx_truncated -= b.rx_truncated;
-  d.rx_foreign -= b.rx_foreign;
-  d.rx_ctrunc -= b.rx_ctrunc;
-  d.rx_wait_ns_total -= b.rx_wait_ns_total;
-  d.rx_backlogged_rounds -= b.rx_backlogged_rounds;
-  d.tx_datagrams -= b.tx_datagrams;
-  d.tx_syscalls -= b.tx_syscalls;
-  d.tx_gso_msgs -= b.tx_gso_msgs;
-  d.tx_eagain -= b.tx_eagain;
-  d.tx_errors -= b.tx_errors;
-  d.tx_remapped -= b.tx_remapped;
-  d.tx_materialized -= b.tx_materialized;
+  for (const IoCounter& c : kIoCounters) d.*c.field -= b.*c.field;
   return d;
 }
 
@@ -378,12 +367,13 @@ void print_io(const udp::IoStats& io, bool max_since_start) {
               io.rx_backlogged_rounds);
   // Datagrams lost or damaged in the driver read as the network's losses in
   // the path table; name them where there are any (udp/README.md says why each happens).
-  if (io.rx_truncated + io.rx_foreign + io.rx_ctrunc + io.tx_errors != 0)
+  if (io.rx_truncated + io.rx_foreign + io.rx_ctrunc + io.tx_errors + io.accepts_dropped != 0)
     std::printf("  io trouble: %" PRIu64 " datagrams larger than the receive buffer, %" PRIu64
                 " of another family or empty, %" PRIu64
                 " buffers with control data cut short (ECN or GRO size lost), %" PRIu64
-                " dropped on a send error\n",
-                io.rx_truncated, io.rx_foreign, io.rx_ctrunc, io.tx_errors);
+                " dropped on a send error, %" PRIu64
+                " connections accepted with no memory to record them (closed at once)\n",
+                io.rx_truncated, io.rx_foreign, io.rx_ctrunc, io.tx_errors, io.accepts_dropped);
 }
 
 }  // namespace metaroce::perf

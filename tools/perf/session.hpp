@@ -210,6 +210,37 @@ std::string conn_state_text(const udp::UdpEndpoint& ep, ConnId conn, Status seen
 // nearest rank, the ceil(q n)-th smallest (the median of 1..100 is 50).
 double pct(std::vector<uint64_t>& v, double q);
 double mean_rx_wait_us(const udp::IoStats& io);
+// The driver's counters: every IoStats field but rx_wait_ns_max (a
+// maximum), named as --json's "io" object names them. One list, so that
+// io_since differences and the report shows each counter the driver keeps
+// (the thread's and the dropped accepts' were in neither), and a counter
+// added to IoStats but not here fails the build (session.cpp).
+struct IoCounter {
+  const char* name;
+  uint64_t udp::IoStats::*field;
+};
+inline constexpr IoCounter kIoCounters[] = {
+    {"rx_datagrams", &udp::IoStats::rx_datagrams},
+    {"rx_syscalls", &udp::IoStats::rx_syscalls},
+    {"rx_gro_batches", &udp::IoStats::rx_gro_batches},
+    {"rx_ce", &udp::IoStats::rx_ce},
+    {"rx_control_class", &udp::IoStats::rx_control_class},
+    {"rx_truncated", &udp::IoStats::rx_truncated},
+    {"rx_foreign", &udp::IoStats::rx_foreign},
+    {"rx_ctrunc", &udp::IoStats::rx_ctrunc},
+    {"rx_wait_ns_total", &udp::IoStats::rx_wait_ns_total},
+    {"rx_backlogged_rounds", &udp::IoStats::rx_backlogged_rounds},
+    {"tx_datagrams", &udp::IoStats::tx_datagrams},
+    {"tx_syscalls", &udp::IoStats::tx_syscalls},
+    {"tx_gso_msgs", &udp::IoStats::tx_gso_msgs},
+    {"tx_eagain", &udp::IoStats::tx_eagain},
+    {"tx_errors", &udp::IoStats::tx_errors},
+    {"tx_remapped", &udp::IoStats::tx_remapped},
+    {"tx_materialized", &udp::IoStats::tx_materialized},
+    {"thread_wakeups", &udp::IoStats::thread_wakeups},
+    {"thread_rounds", &udp::IoStats::thread_rounds},
+    {"accepts_dropped", &udp::IoStats::accepts_dropped},
+};
 // What happened between `before` and `now` (a server's test): each counter's
 // difference; rx_wait_ns_max, a maximum, stays `now`'s.
 udp::IoStats io_since(const udp::IoStats& now, const udp::IoStats& before);
