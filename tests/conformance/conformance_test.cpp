@@ -377,12 +377,22 @@ class FaultyTarget : public EngineTarget {
   bool work_on_accepted = false;
   Status post_send(ConnId conn, const SendWr& wr) override {
     if (work_on_accepted && accepted().valid()) conn = accepted();
-    return EngineTarget::post_send(conn, wr);
+    const Status s = EngineTarget::post_send(conn, wr);
+    if (s == Status::kOk) sends_.push_back({conn, wr});
+    return s;
   }
   // With `completes_on_arrival`, a receive completes as soon as the last
   // packet of the message that fills it arrives, before cum passes it
   // (COMP-3 broken); the engine's own completion of it is dropped.
   bool completes_on_arrival = false;
+  // With `completes_send_on`, each packet received that decodes and that it
+  // holds for completes the oldest send outstanding kOk (an ACK taken for
+  // more than it acknowledges: SEQ-2, COMP-1, ACK-9 broken), reported once
+  // `early_after` waits (run_for) have passed since, as a target in real
+  // time whose completion comes a wait late; the engine's own completion of
+  // it is dropped.
+  std::function<bool(const wire::Packet&)> completes_send_on;
+  uint64_t early_after = 0;
   Status post_recv(ConnId conn, const RecvWr& wr) override {
     const Status s = EngineTarget::post_recv(conn, wr);
     if (s == Status::kOk) recvs_.push_back({conn, wr.wr_id});
@@ -391,23 +401,20 @@ class FaultyTarget : public EngineTarget {
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
   bool poll_completion(Completion& out) override {
-    if (completes_on_arrival && !early_.empty()) {
-      out = early_.front();
-      early_.erase(early_.begin());
+    if (const auto due =
+            std::ranges::find_if(early_, [this](const Early& e) { return e.due <= waits_; });
+        due != early_.end()) {
+      out = due->c;
+      early_.erase(due);
       return true;
-    }
-    if (completes_on_arrival) {
-      while (EngineTarget::poll_completion(out))
-        if (!reported_early_.contains(out.wr_id)) return true;
-      return false;
     }
     if (newest_first) {
       Completion c;
-      while (EngineTarget::poll_completion(c)) ready_.push_back(c);
+      while (engine_completion(c)) ready_.push_back(c);
       if (ready_.empty()) return false;
       out = ready_.back();
       ready_.pop_back();
-    } else if (!EngineTarget::poll_completion(out)) {
+    } else if (!engine_completion(out)) {
       return false;
     }
     if (mutate_completion) mutate_completion(out);
@@ -463,6 +470,7 @@ class FaultyTarget : public EngineTarget {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (ce_unread) ce = false;
     if (completes_on_arrival) complete_early(bytes);
+    if (completes_send_on) complete_send_early(bytes);
     if (versioned_requests_uncounted &&
         bytes.size() >= wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize &&
         (bytes[0] >> 4) != wire::kVersion &&
@@ -502,6 +510,7 @@ class FaultyTarget : public EngineTarget {
   // sender that wakes only on arrivals (no pacing timer, CC-6).
   bool no_timers = false;
   std::vector<Sent> run_for(uint64_t ns) override {
+    ++waits_;
     std::vector<Sent> out = EngineTarget::run_for(no_timers ? 0 : ns);
     if (no_timers) {
       for (Sent& s : EngineTarget::run_for(ns)) held_.push_back(std::move(s));
@@ -527,6 +536,29 @@ class FaultyTarget : public EngineTarget {
   bool late = false;
 
  private:
+  // The engine's next completion, less those reported early.
+  bool engine_completion(Completion& out) {
+    while (EngineTarget::poll_completion(out)) {
+      std::erase_if(sends_, [&out](const auto& s) {
+        return s.first == out.conn && s.second.wr_id == out.wr_id;
+      });
+      if (!reported_early_.erase(out.wr_id)) return true;
+    }
+    return false;
+  }
+  void complete_send_early(std::span<const uint8_t> d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || !completes_send_on(p) || sends_.empty())
+      return;
+    const auto& [conn, wr] = sends_.front();
+    Completion c;
+    c.conn = conn;
+    c.wr_id = wr.wr_id;
+    c.byte_len = wr.length;
+    reported_early_.insert(c.wr_id);
+    early_.push_back({c, waits_ + early_after});
+    sends_.erase(sends_.begin());
+  }
   void complete_early(std::span<const uint8_t> d) {
     wire::Packet p;
     if (wire::decode(d, p) != wire::ParseError::kOk || !wire::consumes_receive(p.bh.opcode) ||
@@ -542,10 +574,17 @@ class FaultyTarget : public EngineTarget {
     c.imm = p.imm;
     recvs_.erase(recvs_.begin());
     reported_early_.insert(c.wr_id);
-    early_.push_back(c);
+    early_.push_back({c, waits_});
   }
   std::vector<std::pair<ConnId, uint64_t>> recvs_;
-  std::vector<Completion> early_;
+  std::vector<std::pair<ConnId, SendWr>> sends_;  // posted, not yet completed
+  // Completions made early, each reported once `due` waits have passed.
+  struct Early {
+    Completion c;
+    uint64_t due;
+  };
+  std::vector<Early> early_;
+  uint64_t waits_ = 0;  // run_for calls
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
@@ -3237,6 +3276,40 @@ TEST(Conformance, AcceptNamingAnotherNonceAnsweredOneWaitLateFailsConn7) {
         };
       },
       "ended while connecting");
+}
+
+// An ACK taken for more than it acknowledges completes the oldest send
+// outstanding: a SACK with a hole (SEQ-2's across the wrap, COMP-1's of the
+// second WRITE alone), or an ACK 1000 PSNs past its echo (ACK-9's of PSNs
+// never sent). Reported at once, or on a target in real time a wait late
+// (`early_after` 2): judged from the one wait after the ACK, that
+// completion was taken for the true ACK's, and each check passed.
+bool sacks_past_a_hole(const wire::Packet& p) {
+  return p.bh.opcode == wire::Opcode::kAck &&
+         std::ranges::any_of(std::span(p.ack.sack).first(p.ack.sack_words),
+                             [](uint64_t w) { return w != 0; });
+}
+bool acks_far_past_its_echo(const wire::Packet& p) {
+  const uint32_t past = p.ack.cum_psn - p.ack.echo_psn;
+  return p.bh.opcode == wire::Opcode::kAck && past > 500 && past < 0x80000000u;
+}
+
+TEST(Conformance, AcksTakenForMoreCompletingAWaitLateFailSeq2Comp1Ack9) {
+  for (const uint64_t after : {0u, 2u}) {
+    const auto plant = [after](bool (*on)(const wire::Packet&)) {
+      return [after, on](FaultyTarget& t) {
+        t.completes_send_on = on;
+        t.early_after = after;
+        t.real_time = t.late = after != 0;
+      };
+    };
+    expect_fails("SEQ-2", "made: the WRITE completed with PSN 0xfffffffd neither ACKed nor SACKed",
+                 plant(sacks_past_a_hole), "the target's own");
+    expect_fails("COMP-1", "work request 1 completed with its WRITE SACKed",
+                 plant(sacks_past_a_hole));
+    expect_fails("ACK-9", "an ACK of PSNs never sent completed the WRITE with 0x00 (kOk)",
+                 plant(acks_far_past_its_echo));
+  }
 }
 
 }  // namespace
