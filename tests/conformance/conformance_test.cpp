@@ -3163,19 +3163,50 @@ std::vector<uint8_t> disconnect_packet(wire::Opcode op, uint32_t dst_conn, uint3
   return encode(k);
 }
 
+// A datagram the target received, as a late-reply plant sees it: `pkt`
+// null where it does not decode, `dropped` where a drop counter rose, and
+// `tester` the tester's connection id as the target learned it
+// (learn_tester_conn).
+struct Received {
+  std::span<const uint8_t> bytes;
+  const wire::Packet* pkt;
+  bool dropped;
+  uint32_t tester;
+};
+
+// Each datagram the target receives that `picked` holds for is answered
+// with what `answer` makes of it (FaultyTarget::answer): the plants whose
+// answer expect_fails_late has come one wait late.
+void answers_picked(FaultyTarget& t, std::function<bool(const Received&)> picked,
+                    std::function<std::vector<uint8_t>(const Received&)> answer) {
+  auto tester = std::make_shared<uint32_t>(0);
+  t.answer = [tester, picked = std::move(picked), answer = std::move(answer)](
+                 std::span<const uint8_t> d, bool dropped) {
+    *tester = learn_tester_conn(d, *tester);
+    wire::Packet p;
+    const bool decoded = wire::decode(d, p) == wire::ParseError::kOk;
+    const Received r{d, decoded ? &p : nullptr, dropped, *tester};
+    return picked(r) ? answer(r) : std::vector<uint8_t>{};
+  };
+}
+
+// Received of opcode `op` (decoded).
+bool is(const Received& r, wire::Opcode op) { return r.pkt != nullptr && r.pkt->bh.opcode == op; }
+
 // Each data packet whose PSN is more than 1000 past the one before it (far
 // outside any window) is answered: sent back as it came.
 void answers_far_data(FaultyTarget& t) {
   auto last = std::make_shared<std::optional<uint32_t>>();
-  t.answer = [last](std::span<const uint8_t> d, bool) {
-    wire::Packet p;
-    if (wire::decode(d, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
-      return std::vector<uint8_t>{};
-    if (last->has_value() && p.bh.psn - **last > 1000 && p.bh.psn - **last < 0x80000000u)
-      return std::vector<uint8_t>(d.begin(), d.end());
-    *last = p.bh.psn;
-    return std::vector<uint8_t>{};
-  };
+  answers_picked(
+      t,
+      [last](const Received& r) {
+        if (r.pkt == nullptr || !wire::is_data(r.pkt->bh.opcode)) return false;
+        const uint32_t psn = r.pkt->bh.psn;
+        if (last->has_value() && psn - **last > 1000 && psn - **last < 0x80000000u) return true;
+        *last = psn;
+        return false;
+      },
+      [](const Received& r) { return std::vector<uint8_t>(r.bytes.begin(), r.bytes.end()); });
 }
 
 TEST(Conformance, FarPsnAnsweredOneWaitLateFailsSeq4AndNak1) {
@@ -3190,15 +3221,14 @@ TEST(Conformance, DisconnectFromAnotherConnectionAnsweredOneWaitLateFailsConn7) 
   expect_fails_late(
       "CONN-7", "a DISCONNECT naming another src_conn drew a DISCONNECT_ACK",
       [](FaultyTarget& t) {
-        auto tester = std::make_shared<uint32_t>(0);
-        t.answer = [tester](std::span<const uint8_t> d, bool) {
-          *tester = learn_tester_conn(d, *tester);
-          wire::Packet p;
-          if (wire::decode(d, p) != wire::ParseError::kOk ||
-              p.bh.opcode != wire::Opcode::kDisconnect || p.disconnect.src_conn == *tester)
-            return std::vector<uint8_t>{};
-          return disconnect_packet(wire::Opcode::kDisconnectAck, *tester, p.bh.dst_conn);
-        };
+        answers_picked(
+            t,
+            [](const Received& r) {
+              return is(r, wire::Opcode::kDisconnect) && r.pkt->disconnect.src_conn != r.tester;
+            },
+            [](const Received& r) {
+              return disconnect_packet(wire::Opcode::kDisconnectAck, r.tester, r.pkt->bh.dst_conn);
+            });
       },
       kPeersSide);
 }
@@ -3206,18 +3236,16 @@ TEST(Conformance, DisconnectFromAnotherConnectionAnsweredOneWaitLateFailsConn7) 
 // PLACE-4's bad READ_RESPs (longer than the READ, or for read sequence 1)
 // acknowledged, though dropped: nothing written, the READ still waiting.
 TEST(Conformance, BadResponsesAcknowledgedOneWaitLateFailPlace4) {
-  expect_fails_late(
-      "PLACE-4", "of 200 bytes for a READ of 100 was acknowledged", [](FaultyTarget& t) {
-        auto tester = std::make_shared<uint32_t>(0);
-        t.answer = [tester](std::span<const uint8_t> d, bool) {
-          *tester = learn_tester_conn(d, *tester);
-          wire::Packet p;
-          if (wire::decode(d, p) != wire::ParseError::kOk ||
-              p.bh.opcode != wire::Opcode::kReadResp || (p.mh.msn == 0 && p.mh.msg_len <= 100))
-            return std::vector<uint8_t>{};
-          return ack_echoing(*tester, p.bh.psn);
-        };
-      });
+  expect_fails_late("PLACE-4", "of 200 bytes for a READ of 100 was acknowledged",
+                    [](FaultyTarget& t) {
+                      answers_picked(
+                          t,
+                          [](const Received& r) {
+                            return is(r, wire::Opcode::kReadResp) &&
+                                   (r.pkt->mh.msn != 0 || r.pkt->mh.msg_len > 100);
+                          },
+                          [](const Received& r) { return ack_echoing(r.tester, r.pkt->bh.psn); });
+                    });
 }
 
 // BAD-2's CONNECT_REQ of version 2 and 43 bytes answered (CONN-5), and
@@ -3239,15 +3267,15 @@ TEST(Conformance, RequestNamingNonceZeroAnsweredOneWaitLateFailsVer1) {
 // one with a header bit flipped, TRIM-2) but the first `after` answered
 // with an ACK of its PSN.
 void acks_dropped_data(FaultyTarget& t, size_t after) {
-  auto tester = std::make_shared<uint32_t>(0);
   auto seen = std::make_shared<size_t>(0);
-  t.answer = [tester, seen, after](std::span<const uint8_t> d, bool dropped) {
-    *tester = learn_tester_conn(d, *tester);
-    if (!dropped || (*seen)++ < after || d.size() < wire::kBaseHeaderSize ||
-        !wire::is_known_opcode(d[1]) || !wire::is_data(static_cast<wire::Opcode>(d[1])))
-      return std::vector<uint8_t>{};
-    return ack_echoing(*tester, be::load32(d.data() + 8));
-  };
+  answers_picked(
+      t,
+      [seen, after](const Received& r) {
+        const std::span<const uint8_t> d = r.bytes;
+        return r.dropped && (*seen)++ >= after && d.size() >= wire::kBaseHeaderSize &&
+               wire::is_known_opcode(d[1]) && wire::is_data(static_cast<wire::Opcode>(d[1]));
+      },
+      [](const Received& r) { return ack_echoing(r.tester, be::load32(r.bytes.data() + 8)); });
 }
 
 TEST(Conformance, DroppedDataAcknowledgedOneWaitLateFailsTrim5AndTrim2) {
@@ -3267,13 +3295,15 @@ TEST(Conformance, AcceptNamingAnotherNonceAnsweredOneWaitLateFailsConn7) {
       "CONN-7", "an ACCEPT naming another nonce drew a DISCONNECT",
       [](FaultyTarget& t) {
         auto accepts = std::make_shared<size_t>(0);
-        t.answer = [accepts](std::span<const uint8_t> d, bool) {
-          wire::Packet p;
-          if (wire::decode(d, p) != wire::ParseError::kOk ||
-              p.bh.opcode != wire::Opcode::kConnectAccept || (*accepts)++ % 2 != 0)
-            return std::vector<uint8_t>{};
-          return disconnect_packet(wire::Opcode::kDisconnect, p.connect.src_conn, p.bh.dst_conn);
-        };
+        answers_picked(
+            t,
+            [accepts](const Received& r) {
+              return is(r, wire::Opcode::kConnectAccept) && (*accepts)++ % 2 == 0;
+            },
+            [](const Received& r) {
+              return disconnect_packet(wire::Opcode::kDisconnect, r.pkt->connect.src_conn,
+                                       r.pkt->bh.dst_conn);
+            });
       },
       "ended while connecting");
 }
