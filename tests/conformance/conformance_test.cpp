@@ -280,6 +280,8 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                    "PLACE-6", "MR-4", "ENC-5", "LOSS-7, NAK-4"}));
 }
 
+uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
+
 // The engine with one fault: what it sends passes through `mutate`, and with
 // `confuse_peers` a stranger's packets arrive as the tester's.
 class FaultyTarget : public EngineTarget {
@@ -400,7 +402,20 @@ class FaultyTarget : public EngineTarget {
   }
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
+  // With `requests_after_failure`, the latest CONNECT_REQ sent goes once
+  // more after a completion reports work failed (a requester that asks
+  // again for the connection it gave up: CONN-2, CONN-4 broken).
+  bool requests_after_failure = false;
   bool poll_completion(Completion& out) override {
+    if (!faulty_completion(out)) return false;
+    if (requests_after_failure && out.status != Status::kOk && !last_request_.bytes.empty()) {
+      answers_.push_back(std::move(last_request_));
+      last_request_ = {};
+    }
+    return true;
+  }
+  // The completion poll_completion reports, but for requests_after_failure.
+  bool faulty_completion(Completion& out) {
     if (const auto due =
             std::ranges::find_if(early_, [this](const Early& e) { return e.due <= waits_; });
         due != early_.end()) {
@@ -512,6 +527,8 @@ class FaultyTarget : public EngineTarget {
   std::vector<Sent> run_for(uint64_t ns) override {
     ++waits_;
     std::vector<Sent> out = EngineTarget::run_for(no_timers ? 0 : ns);
+    for (const Sent& s : out)
+      if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) last_request_ = s;
     if (no_timers) {
       for (Sent& s : EngineTarget::run_for(ns)) held_.push_back(std::move(s));
       if (woken_) out.insert(out.begin(), held_.begin(), held_.end());
@@ -588,6 +605,7 @@ class FaultyTarget : public EngineTarget {
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
+  Sent last_request_;       // requests_after_failure: the latest CONNECT_REQ sent
   std::vector<Sent> late_;  // late: sent in the previous wait
   bool woken_ = false;      // a datagram arrived since the last run_for
   uint16_t latest_source_ = 0;
@@ -598,8 +616,6 @@ class FaultyTarget : public EngineTarget {
   uint64_t versioned_requests_ = 0;
   EndpointStats frozen_;
 };
-
-uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
 
 // `p`, decoded and perhaps changed since, encoded again with a good ICRC.
 std::vector<uint8_t> encode(const wire::Packet& p) {
@@ -3339,6 +3355,23 @@ TEST(Conformance, AcksTakenForMoreCompletingAWaitLateFailSeq2Comp1Ack9) {
                  plant(sacks_past_a_hole));
     expect_fails("ACK-9", "an ACK of PSNs never sent completed the WRITE with 0x00 (kOk)",
                  plant(acks_far_past_its_echo));
+  }
+}
+
+// CONN-4 broken: the request goes once more after the REJECT failed the
+// connection (its WRITE completed kFlushed), at once, or a wait late on a
+// target in real time, where the one wait after the failure judged from
+// saw nothing (and the request, read in the next connection's wait, was
+// rejected for it). CONN-2 judges its failure (kConnectTimeout) over two
+// waits already.
+TEST(Conformance, RequestAfterTheConnectionFailedFailsConn4AndConn2) {
+  for (const bool late : {false, true}) {
+    const auto plant = [late](FaultyTarget& t) {
+      t.requests_after_failure = true;
+      t.real_time = t.late = late;
+    };
+    expect_fails("CONN-4", "the target sent on after a REJECT 0x47", plant);
+    expect_fails("CONN-2", "a CONNECT_REQ after the connection failed", plant);
   }
 }
 
