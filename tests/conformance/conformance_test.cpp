@@ -545,14 +545,31 @@ class FaultyTarget : public EngineTarget {
         s.to_port = it->second;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
+    resend_picked(out);
     if (late) std::swap(out, late_);
     return out;
   }
+  // With `resent`, each packet sent that it holds for goes once more
+  // `resent_after` waits later (a resend where none is due, sent late).
+  std::function<bool(const Sent&)> resent;
+  uint64_t resent_after = 1;
   // With `late` (and `real_time`), what the target sends in one wait
   // reaches the tester in the next (as LateTarget's).
   bool late = false;
 
  private:
+  void resend_picked(std::vector<Sent>& out) {
+    if (!resent) return;
+    std::vector<Sent> now;
+    std::erase_if(resends_, [&](const auto& r) {
+      if (r.first > waits_) return false;
+      now.push_back(r.second);
+      return true;
+    });
+    for (const Sent& s : out)
+      if (resent(s)) resends_.emplace_back(waits_ + resent_after, s);
+    out.insert(out.end(), now.begin(), now.end());
+  }
   // The engine's next completion, less those reported early.
   bool engine_completion(Completion& out) {
     while (EngineTarget::poll_completion(out)) {
@@ -606,8 +623,9 @@ class FaultyTarget : public EngineTarget {
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
   Sent last_request_;       // requests_after_failure: the latest CONNECT_REQ sent
-  std::vector<Sent> late_;  // late: sent in the previous wait
-  bool woken_ = false;      // a datagram arrived since the last run_for
+  std::vector<std::pair<uint64_t, Sent>> resends_;  // resent: each with the wait it is due
+  std::vector<Sent> late_;                          // late: sent in the previous wait
+  bool woken_ = false;                              // a datagram arrived since the last run_for
   uint16_t latest_source_ = 0;
   std::map<uint32_t, uint16_t> request_port_;  // reply_port_ignored: src_conn -> its port
   size_t unknown_seen_ = 0;
@@ -3372,6 +3390,25 @@ TEST(Conformance, RequestAfterTheConnectionFailedFailsConn4AndConn2) {
     };
     expect_fails("CONN-4", "the target sent on after a REJECT 0x47", plant);
     expect_fails("CONN-2", "a CONNECT_REQ after the connection failed", plant);
+  }
+}
+
+// CONN-7 broken for a connection ended while connecting: the DISCONNECT
+// its late ACCEPT draws goes once more, a wait after the first, or on a
+// target in real time two waits after it and read a wait late: judged
+// from the one wait after the wait that found the first, it came after.
+TEST(Conformance, DisconnectForALateAcceptResentLateFailsConn7) {
+  for (const bool late : {false, true}) {
+    expect_fails(
+        "CONN-7", "its DISCONNECT was resent",
+        [late](FaultyTarget& t) {
+          t.resent = [](const Sent& s) {
+            return opcode(s) == static_cast<uint8_t>(wire::Opcode::kDisconnect);
+          };
+          t.resent_after = late ? 3 : 1;
+          t.real_time = t.late = late;
+        },
+        "ended while connecting");
   }
 }
 
