@@ -162,7 +162,10 @@ Outcome check_conn4(Target& t) {
       unchecked = "; the target does not tell why a connection failed";
     else if (failed != code)
       return fail(rej + ", the connection failed with " + code_text(failed));
-    const std::vector<Reply> after = q.run(t.simulated_time() ? 30'000'000 : 20'000'000);
+    // Judged over two waits (drawn()): a request sent late in the one wait
+    // after the failure arrived in the next connection's, and was rejected
+    // for it.
+    const std::vector<Reply> after = drawn(t, q, 30'000'000, 20'000'000);
     if (!of(after, wire::Opcode::kConnectReq).empty() || !of(after, wire::Opcode::kWrite).empty())
       return fail("the target sent on " + rej);
   }
@@ -366,7 +369,9 @@ Outcome check_conn7_abandoned(Target& t) {
                   hex32(d.bh.dst_conn) + ", src_conn " + hex32(d.disconnect.src_conn) +
                   ", reason " + code_text(d.disconnect.reason) + ", not " + hex32(q.conn()) + ", " +
                   hex32(req.pkt.connect.src_conn) + ", " + code_text(reason));
-    const std::vector<Reply> after = q.run(t.simulated_time() ? 30'000'000 : 20'000'000);
+    // Judged over two waits (drawn()): a resend sent late in the one wait
+    // reached the tester only after the check.
+    const std::vector<Reply> after = drawn(t, q, 30'000'000, 20'000'000);
     if (ds.size() + of(after, wire::Opcode::kDisconnect).size() != 1)
       return fail("a connection " + when + ": its DISCONNECT was resent");
   }

@@ -280,6 +280,8 @@ TEST(Conformance, ChecksNeedingCloseConnErrorListenInitialPsnOrStatsSkipWithoutT
                                    "PLACE-6", "MR-4", "ENC-5", "LOSS-7, NAK-4"}));
 }
 
+uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
+
 // The engine with one fault: what it sends passes through `mutate`, and with
 // `confuse_peers` a stranger's packets arrive as the tester's.
 class FaultyTarget : public EngineTarget {
@@ -377,12 +379,22 @@ class FaultyTarget : public EngineTarget {
   bool work_on_accepted = false;
   Status post_send(ConnId conn, const SendWr& wr) override {
     if (work_on_accepted && accepted().valid()) conn = accepted();
-    return EngineTarget::post_send(conn, wr);
+    const Status s = EngineTarget::post_send(conn, wr);
+    if (s == Status::kOk) sends_.push_back({conn, wr});
+    return s;
   }
   // With `completes_on_arrival`, a receive completes as soon as the last
   // packet of the message that fills it arrives, before cum passes it
   // (COMP-3 broken); the engine's own completion of it is dropped.
   bool completes_on_arrival = false;
+  // With `completes_send_on`, each packet received that decodes and that it
+  // holds for completes the oldest send outstanding kOk (an ACK taken for
+  // more than it acknowledges: SEQ-2, COMP-1, ACK-9 broken), reported once
+  // `early_after` waits (run_for) have passed since, as a target in real
+  // time whose completion comes a wait late; the engine's own completion of
+  // it is dropped.
+  std::function<bool(const wire::Packet&)> completes_send_on;
+  uint64_t early_after = 0;
   Status post_recv(ConnId conn, const RecvWr& wr) override {
     const Status s = EngineTarget::post_recv(conn, wr);
     if (s == Status::kOk) recvs_.push_back({conn, wr.wr_id});
@@ -390,24 +402,34 @@ class FaultyTarget : public EngineTarget {
   }
   // With `newest_first`, the completions ready are reported newest first.
   bool newest_first = false;
+  // With `requests_after_failure`, the latest CONNECT_REQ sent goes once
+  // more after a completion reports work failed (a requester that asks
+  // again for the connection it gave up: CONN-2, CONN-4 broken).
+  bool requests_after_failure = false;
   bool poll_completion(Completion& out) override {
-    if (completes_on_arrival && !early_.empty()) {
-      out = early_.front();
-      early_.erase(early_.begin());
-      return true;
+    if (!faulty_completion(out)) return false;
+    if (requests_after_failure && out.status != Status::kOk && !last_request_.bytes.empty()) {
+      answers_.push_back(std::move(last_request_));
+      last_request_ = {};
     }
-    if (completes_on_arrival) {
-      while (EngineTarget::poll_completion(out))
-        if (!reported_early_.contains(out.wr_id)) return true;
-      return false;
+    return true;
+  }
+  // The completion poll_completion reports, but for requests_after_failure.
+  bool faulty_completion(Completion& out) {
+    if (const auto due =
+            std::ranges::find_if(early_, [this](const Early& e) { return e.due <= waits_; });
+        due != early_.end()) {
+      out = due->c;
+      early_.erase(due);
+      return true;
     }
     if (newest_first) {
       Completion c;
-      while (EngineTarget::poll_completion(c)) ready_.push_back(c);
+      while (engine_completion(c)) ready_.push_back(c);
       if (ready_.empty()) return false;
       out = ready_.back();
       ready_.pop_back();
-    } else if (!EngineTarget::poll_completion(out)) {
+    } else if (!engine_completion(out)) {
       return false;
     }
     if (mutate_completion) mutate_completion(out);
@@ -463,6 +485,7 @@ class FaultyTarget : public EngineTarget {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (ce_unread) ce = false;
     if (completes_on_arrival) complete_early(bytes);
+    if (completes_send_on) complete_send_early(bytes);
     if (versioned_requests_uncounted &&
         bytes.size() >= wire::kBaseHeaderSize + wire::kConnectBodySize + wire::kIcrcSize &&
         (bytes[0] >> 4) != wire::kVersion &&
@@ -502,7 +525,10 @@ class FaultyTarget : public EngineTarget {
   // sender that wakes only on arrivals (no pacing timer, CC-6).
   bool no_timers = false;
   std::vector<Sent> run_for(uint64_t ns) override {
+    ++waits_;
     std::vector<Sent> out = EngineTarget::run_for(no_timers ? 0 : ns);
+    for (const Sent& s : out)
+      if (opcode(s) == static_cast<uint8_t>(wire::Opcode::kConnectReq)) last_request_ = s;
     if (no_timers) {
       for (Sent& s : EngineTarget::run_for(ns)) held_.push_back(std::move(s));
       if (woken_) out.insert(out.begin(), held_.begin(), held_.end());
@@ -519,14 +545,54 @@ class FaultyTarget : public EngineTarget {
         s.to_port = it->second;
     out.insert(out.end(), answers_.begin(), answers_.end());
     answers_.clear();
+    resend_picked(out);
     if (late) std::swap(out, late_);
     return out;
   }
+  // With `resent`, each packet sent that it holds for goes once more
+  // `resent_after` waits later (a resend where none is due, sent late).
+  std::function<bool(const Sent&)> resent;
+  uint64_t resent_after = 1;
   // With `late` (and `real_time`), what the target sends in one wait
   // reaches the tester in the next (as LateTarget's).
   bool late = false;
 
  private:
+  void resend_picked(std::vector<Sent>& out) {
+    if (!resent) return;
+    std::vector<Sent> now;
+    std::erase_if(resends_, [&](const auto& r) {
+      if (r.first > waits_) return false;
+      now.push_back(r.second);
+      return true;
+    });
+    for (const Sent& s : out)
+      if (resent(s)) resends_.emplace_back(waits_ + resent_after, s);
+    out.insert(out.end(), now.begin(), now.end());
+  }
+  // The engine's next completion, less those reported early.
+  bool engine_completion(Completion& out) {
+    while (EngineTarget::poll_completion(out)) {
+      std::erase_if(sends_, [&out](const auto& s) {
+        return s.first == out.conn && s.second.wr_id == out.wr_id;
+      });
+      if (!reported_early_.erase(out.wr_id)) return true;
+    }
+    return false;
+  }
+  void complete_send_early(std::span<const uint8_t> d) {
+    wire::Packet p;
+    if (wire::decode(d, p) != wire::ParseError::kOk || !completes_send_on(p) || sends_.empty())
+      return;
+    const auto& [conn, wr] = sends_.front();
+    Completion c;
+    c.conn = conn;
+    c.wr_id = wr.wr_id;
+    c.byte_len = wr.length;
+    reported_early_.insert(c.wr_id);
+    early_.push_back({c, waits_ + early_after});
+    sends_.erase(sends_.begin());
+  }
   void complete_early(std::span<const uint8_t> d) {
     wire::Packet p;
     if (wire::decode(d, p) != wire::ParseError::kOk || !wire::consumes_receive(p.bh.opcode) ||
@@ -542,15 +608,24 @@ class FaultyTarget : public EngineTarget {
     c.imm = p.imm;
     recvs_.erase(recvs_.begin());
     reported_early_.insert(c.wr_id);
-    early_.push_back(c);
+    early_.push_back({c, waits_});
   }
   std::vector<std::pair<ConnId, uint64_t>> recvs_;
-  std::vector<Completion> early_;
+  std::vector<std::pair<ConnId, SendWr>> sends_;  // posted, not yet completed
+  // Completions made early, each reported once `due` waits have passed.
+  struct Early {
+    Completion c;
+    uint64_t due;
+  };
+  std::vector<Early> early_;
+  uint64_t waits_ = 0;  // run_for calls
   std::set<uint64_t> reported_early_;
   std::vector<Sent> answers_;
   std::vector<Sent> held_;  // no_timers: sent on a timer, not yet let out
-  std::vector<Sent> late_;  // late: sent in the previous wait
-  bool woken_ = false;      // a datagram arrived since the last run_for
+  Sent last_request_;       // requests_after_failure: the latest CONNECT_REQ sent
+  std::vector<std::pair<uint64_t, Sent>> resends_;  // resent: each with the wait it is due
+  std::vector<Sent> late_;                          // late: sent in the previous wait
+  bool woken_ = false;                              // a datagram arrived since the last run_for
   uint16_t latest_source_ = 0;
   std::map<uint32_t, uint16_t> request_port_;  // reply_port_ignored: src_conn -> its port
   size_t unknown_seen_ = 0;
@@ -559,8 +634,6 @@ class FaultyTarget : public EngineTarget {
   uint64_t versioned_requests_ = 0;
   EndpointStats frozen_;
 };
-
-uint8_t opcode(const Sent& s) { return s.bytes.size() > 1 ? s.bytes[1] : 0; }
 
 // `p`, decoded and perhaps changed since, encoded again with a good ICRC.
 std::vector<uint8_t> encode(const wire::Packet& p) {
@@ -3124,19 +3197,50 @@ std::vector<uint8_t> disconnect_packet(wire::Opcode op, uint32_t dst_conn, uint3
   return encode(k);
 }
 
+// A datagram the target received, as a late-reply plant sees it: `pkt`
+// null where it does not decode, `dropped` where a drop counter rose, and
+// `tester` the tester's connection id as the target learned it
+// (learn_tester_conn).
+struct Received {
+  std::span<const uint8_t> bytes;
+  const wire::Packet* pkt;
+  bool dropped;
+  uint32_t tester;
+};
+
+// Each datagram the target receives that `picked` holds for is answered
+// with what `answer` makes of it (FaultyTarget::answer): the plants whose
+// answer expect_fails_late has come one wait late.
+void answers_picked(FaultyTarget& t, std::function<bool(const Received&)> picked,
+                    std::function<std::vector<uint8_t>(const Received&)> answer) {
+  auto tester = std::make_shared<uint32_t>(0);
+  t.answer = [tester, picked = std::move(picked), answer = std::move(answer)](
+                 std::span<const uint8_t> d, bool dropped) {
+    *tester = learn_tester_conn(d, *tester);
+    wire::Packet p;
+    const bool decoded = wire::decode(d, p) == wire::ParseError::kOk;
+    const Received r{d, decoded ? &p : nullptr, dropped, *tester};
+    return picked(r) ? answer(r) : std::vector<uint8_t>{};
+  };
+}
+
+// Received of opcode `op` (decoded).
+bool is(const Received& r, wire::Opcode op) { return r.pkt != nullptr && r.pkt->bh.opcode == op; }
+
 // Each data packet whose PSN is more than 1000 past the one before it (far
 // outside any window) is answered: sent back as it came.
 void answers_far_data(FaultyTarget& t) {
   auto last = std::make_shared<std::optional<uint32_t>>();
-  t.answer = [last](std::span<const uint8_t> d, bool) {
-    wire::Packet p;
-    if (wire::decode(d, p) != wire::ParseError::kOk || !wire::is_data(p.bh.opcode))
-      return std::vector<uint8_t>{};
-    if (last->has_value() && p.bh.psn - **last > 1000 && p.bh.psn - **last < 0x80000000u)
-      return std::vector<uint8_t>(d.begin(), d.end());
-    *last = p.bh.psn;
-    return std::vector<uint8_t>{};
-  };
+  answers_picked(
+      t,
+      [last](const Received& r) {
+        if (r.pkt == nullptr || !wire::is_data(r.pkt->bh.opcode)) return false;
+        const uint32_t psn = r.pkt->bh.psn;
+        if (last->has_value() && psn - **last > 1000 && psn - **last < 0x80000000u) return true;
+        *last = psn;
+        return false;
+      },
+      [](const Received& r) { return std::vector<uint8_t>(r.bytes.begin(), r.bytes.end()); });
 }
 
 TEST(Conformance, FarPsnAnsweredOneWaitLateFailsSeq4AndNak1) {
@@ -3151,15 +3255,14 @@ TEST(Conformance, DisconnectFromAnotherConnectionAnsweredOneWaitLateFailsConn7) 
   expect_fails_late(
       "CONN-7", "a DISCONNECT naming another src_conn drew a DISCONNECT_ACK",
       [](FaultyTarget& t) {
-        auto tester = std::make_shared<uint32_t>(0);
-        t.answer = [tester](std::span<const uint8_t> d, bool) {
-          *tester = learn_tester_conn(d, *tester);
-          wire::Packet p;
-          if (wire::decode(d, p) != wire::ParseError::kOk ||
-              p.bh.opcode != wire::Opcode::kDisconnect || p.disconnect.src_conn == *tester)
-            return std::vector<uint8_t>{};
-          return disconnect_packet(wire::Opcode::kDisconnectAck, *tester, p.bh.dst_conn);
-        };
+        answers_picked(
+            t,
+            [](const Received& r) {
+              return is(r, wire::Opcode::kDisconnect) && r.pkt->disconnect.src_conn != r.tester;
+            },
+            [](const Received& r) {
+              return disconnect_packet(wire::Opcode::kDisconnectAck, r.tester, r.pkt->bh.dst_conn);
+            });
       },
       kPeersSide);
 }
@@ -3167,18 +3270,16 @@ TEST(Conformance, DisconnectFromAnotherConnectionAnsweredOneWaitLateFailsConn7) 
 // PLACE-4's bad READ_RESPs (longer than the READ, or for read sequence 1)
 // acknowledged, though dropped: nothing written, the READ still waiting.
 TEST(Conformance, BadResponsesAcknowledgedOneWaitLateFailPlace4) {
-  expect_fails_late(
-      "PLACE-4", "of 200 bytes for a READ of 100 was acknowledged", [](FaultyTarget& t) {
-        auto tester = std::make_shared<uint32_t>(0);
-        t.answer = [tester](std::span<const uint8_t> d, bool) {
-          *tester = learn_tester_conn(d, *tester);
-          wire::Packet p;
-          if (wire::decode(d, p) != wire::ParseError::kOk ||
-              p.bh.opcode != wire::Opcode::kReadResp || (p.mh.msn == 0 && p.mh.msg_len <= 100))
-            return std::vector<uint8_t>{};
-          return ack_echoing(*tester, p.bh.psn);
-        };
-      });
+  expect_fails_late("PLACE-4", "of 200 bytes for a READ of 100 was acknowledged",
+                    [](FaultyTarget& t) {
+                      answers_picked(
+                          t,
+                          [](const Received& r) {
+                            return is(r, wire::Opcode::kReadResp) &&
+                                   (r.pkt->mh.msn != 0 || r.pkt->mh.msg_len > 100);
+                          },
+                          [](const Received& r) { return ack_echoing(r.tester, r.pkt->bh.psn); });
+                    });
 }
 
 // BAD-2's CONNECT_REQ of version 2 and 43 bytes answered (CONN-5), and
@@ -3200,15 +3301,15 @@ TEST(Conformance, RequestNamingNonceZeroAnsweredOneWaitLateFailsVer1) {
 // one with a header bit flipped, TRIM-2) but the first `after` answered
 // with an ACK of its PSN.
 void acks_dropped_data(FaultyTarget& t, size_t after) {
-  auto tester = std::make_shared<uint32_t>(0);
   auto seen = std::make_shared<size_t>(0);
-  t.answer = [tester, seen, after](std::span<const uint8_t> d, bool dropped) {
-    *tester = learn_tester_conn(d, *tester);
-    if (!dropped || (*seen)++ < after || d.size() < wire::kBaseHeaderSize ||
-        !wire::is_known_opcode(d[1]) || !wire::is_data(static_cast<wire::Opcode>(d[1])))
-      return std::vector<uint8_t>{};
-    return ack_echoing(*tester, be::load32(d.data() + 8));
-  };
+  answers_picked(
+      t,
+      [seen, after](const Received& r) {
+        const std::span<const uint8_t> d = r.bytes;
+        return r.dropped && (*seen)++ >= after && d.size() >= wire::kBaseHeaderSize &&
+               wire::is_known_opcode(d[1]) && wire::is_data(static_cast<wire::Opcode>(d[1]));
+      },
+      [](const Received& r) { return ack_echoing(r.tester, be::load32(r.bytes.data() + 8)); });
 }
 
 TEST(Conformance, DroppedDataAcknowledgedOneWaitLateFailsTrim5AndTrim2) {
@@ -3228,15 +3329,87 @@ TEST(Conformance, AcceptNamingAnotherNonceAnsweredOneWaitLateFailsConn7) {
       "CONN-7", "an ACCEPT naming another nonce drew a DISCONNECT",
       [](FaultyTarget& t) {
         auto accepts = std::make_shared<size_t>(0);
-        t.answer = [accepts](std::span<const uint8_t> d, bool) {
-          wire::Packet p;
-          if (wire::decode(d, p) != wire::ParseError::kOk ||
-              p.bh.opcode != wire::Opcode::kConnectAccept || (*accepts)++ % 2 != 0)
-            return std::vector<uint8_t>{};
-          return disconnect_packet(wire::Opcode::kDisconnect, p.connect.src_conn, p.bh.dst_conn);
-        };
+        answers_picked(
+            t,
+            [accepts](const Received& r) {
+              return is(r, wire::Opcode::kConnectAccept) && (*accepts)++ % 2 == 0;
+            },
+            [](const Received& r) {
+              return disconnect_packet(wire::Opcode::kDisconnect, r.pkt->connect.src_conn,
+                                       r.pkt->bh.dst_conn);
+            });
       },
       "ended while connecting");
+}
+
+// An ACK taken for more than it acknowledges completes the oldest send
+// outstanding: a SACK with a hole (SEQ-2's across the wrap, COMP-1's of the
+// second WRITE alone), or an ACK 1000 PSNs past its echo (ACK-9's of PSNs
+// never sent). Reported at once, or on a target in real time a wait late
+// (`early_after` 2): judged from the one wait after the ACK, that
+// completion was taken for the true ACK's, and each check passed.
+bool sacks_past_a_hole(const wire::Packet& p) {
+  return p.bh.opcode == wire::Opcode::kAck &&
+         std::ranges::any_of(std::span(p.ack.sack).first(p.ack.sack_words),
+                             [](uint64_t w) { return w != 0; });
+}
+bool acks_far_past_its_echo(const wire::Packet& p) {
+  const uint32_t past = p.ack.cum_psn - p.ack.echo_psn;
+  return p.bh.opcode == wire::Opcode::kAck && past > 500 && past < 0x80000000u;
+}
+
+TEST(Conformance, AcksTakenForMoreCompletingAWaitLateFailSeq2Comp1Ack9) {
+  for (const uint64_t after : {0u, 2u}) {
+    const auto plant = [after](bool (*on)(const wire::Packet&)) {
+      return [after, on](FaultyTarget& t) {
+        t.completes_send_on = on;
+        t.early_after = after;
+        t.real_time = t.late = after != 0;
+      };
+    };
+    expect_fails("SEQ-2", "made: the WRITE completed with PSN 0xfffffffd neither ACKed nor SACKed",
+                 plant(sacks_past_a_hole), "the target's own");
+    expect_fails("COMP-1", "work request 1 completed with its WRITE SACKed",
+                 plant(sacks_past_a_hole));
+    expect_fails("ACK-9", "an ACK of PSNs never sent completed the WRITE with 0x00 (kOk)",
+                 plant(acks_far_past_its_echo));
+  }
+}
+
+// CONN-4 broken: the request goes once more after the REJECT failed the
+// connection (its WRITE completed kFlushed), at once, or a wait late on a
+// target in real time, where the one wait after the failure judged from
+// saw nothing (and the request, read in the next connection's wait, was
+// rejected for it). CONN-2 judges its failure (kConnectTimeout) over two
+// waits already.
+TEST(Conformance, RequestAfterTheConnectionFailedFailsConn4AndConn2) {
+  for (const bool late : {false, true}) {
+    const auto plant = [late](FaultyTarget& t) {
+      t.requests_after_failure = true;
+      t.real_time = t.late = late;
+    };
+    expect_fails("CONN-4", "the target sent on after a REJECT 0x47", plant);
+    expect_fails("CONN-2", "a CONNECT_REQ after the connection failed", plant);
+  }
+}
+
+// CONN-7 broken for a connection ended while connecting: the DISCONNECT
+// its late ACCEPT draws goes once more, a wait after the first, or on a
+// target in real time two waits after it and read a wait late: judged
+// from the one wait after the wait that found the first, it came after.
+TEST(Conformance, DisconnectForALateAcceptResentLateFailsConn7) {
+  for (const bool late : {false, true}) {
+    expect_fails(
+        "CONN-7", "its DISCONNECT was resent",
+        [late](FaultyTarget& t) {
+          t.resent = [](const Sent& s) {
+            return opcode(s) == static_cast<uint8_t>(wire::Opcode::kDisconnect);
+          };
+          t.resent_after = late ? 3 : 1;
+          t.real_time = t.late = late;
+        },
+        "ended while connecting");
+  }
 }
 
 }  // namespace

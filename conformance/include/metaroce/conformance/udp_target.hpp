@@ -62,6 +62,10 @@ class UdpTarget : public TesterWireTarget {
     return true;
   }
   [[nodiscard]] std::string lost() const override { return lost_; }
+  // The driver under test, for a test that acts on it beside the checks as
+  // an application would (its progress thread started: the one place it
+  // refuses close(conn)).
+  [[nodiscard]] udp::UdpEndpoint& driver() { return iut_->ep(); }
   [[nodiscard]] std::optional<size_t> paths() const override { return options_.engine.num_paths; }
   // Linux computes it on every datagram the driver sends.
   [[nodiscard]] std::optional<bool> udp_checksum() const override { return true; }
