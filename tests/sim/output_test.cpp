@@ -440,6 +440,12 @@ TEST(Links, ListingNamesSwitchesAndParallelLinksAsFaultsDo) {
             std::string::npos)
       << list;
   EXPECT_NE(list.find("\n0  host:0  sw:0:0 [leaf 0]  100 Gb/s  1.000 us\n"), std::string::npos);
+  // A rate that is not whole Gb/s, as the JSON gives it (it read 12 Gb/s).
+  LinkSpec odd{};
+  odd.rate_mbps = 12'500;
+  EXPECT_NE(
+      list_links(leaf_spine(2, 2, 2, odd, l)).find("\n0  host:0  sw:0:0 [leaf 0]  12.5 Gb/s  "),
+      std::string::npos);
   // One link a pair: no such note.
   EXPECT_EQ(list_links(leaf_spine(2, 2, 2, l, l)).find("parallel"), std::string::npos);
   const std::string ft = list_links(fat_tree(4, l, l));

@@ -898,6 +898,11 @@ TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
        "t.toml:34:13: fault.rate_gbps: at least 0.001 (1 Mb/s)"},
       {replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.0006"),
        "t.toml:7:18: topology.host_rate_gbps: at least 0.001 (1 Mb/s)"},
+      // Whole Mb/s: 12.3456 ran at 12.346 Gb/s without a word.
+      {replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 12.3456"),
+       "t.toml:7:18: topology.host_rate_gbps: 12.3456 is not a whole number of Mb/s"},
+      {replace(kSmall, "rate_gbps = 50", "rate_gbps = 0.0015"),
+       "t.toml:34:13: fault.rate_gbps: 0.0015 is not a whole number of Mb/s"},
       // a host id is a whole number (5.0 was host 5)
       {replace(kSmall, "hosts = [0, 5, 10, 15]", "hosts = [0, 5.0]"),
        "workload.hosts: host ids 0..15"},
@@ -906,6 +911,11 @@ TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
   EXPECT_EQ(
       parse(replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.001")).topo.host_rate_mbps,
       1u);
+  // A decimal whose binary value is off a whole Mb/s by rounding alone is whole.
+  for (const char* r : {"2.675", "0.1", "12.345", "99999.999"})
+    EXPECT_NO_THROW(
+        parse(replace(kSmall, "host_rate_gbps = 100", std::string("host_rate_gbps = ") + r)))
+        << r;
   // trim_allowance_bytes is a byte count as the others are ("16KiB" was
   // refused as "expected a whole number").
   const std::string q = "buffer_bytes = \"175KB\"";
