@@ -998,6 +998,38 @@ TEST(RateFault, QueuedBytesAreCountedAtTheRateTheyWereQueuedAt) {
   EXPECT_EQ(b.sink.got[6].at, SimTime{14 * kPacketPs} + SimTime::from_us(1));
 }
 
+// max_queue_bytes is the deepest backlog with the arriving packet in it, as
+// queues.csv samples it: one data packet at an empty port is its wire
+// bytes (it read 0, the bytes ahead of it), a control packet of the
+// priority lane its own (that lane never counted), four at once all four,
+// with PFC's FIFO as without.
+TEST(Queue, MaxQueueBytesCountsTheArrivingPacket) {
+  const auto max_after = [](const QueueSpec& q, std::initializer_list<bool> control) {
+    OnePortBench b(q);
+    uint32_t src = 0;
+    for (const bool c : control) b.down.enqueue(one_port_packet(b, src++, c), SimTime{0});
+    const uint64_t mx = b.down.stats().max_queue_bytes;
+    while (b.sched.step()) {
+    }
+    return mx;
+  };
+  EXPECT_EQ(max_after(QueueSpec{}, {false}), 4096u);
+  EXPECT_EQ(max_after(QueueSpec{}, {true}), 128u);
+  EXPECT_EQ(max_after(QueueSpec{}, {false, false, false, false}), 4u * 4096);
+  EXPECT_EQ(max_after(QueueSpec{}, {false, true}), 4096u + 128);
+  QueueSpec pfc;
+  pfc.pfc = true;
+  EXPECT_EQ(max_after(pfc, {false}), 4096u);
+  EXPECT_EQ(max_after(pfc, {false, false, false, false}), 4u * 4096);
+  // A host's NIC port has no switch queue: never counted.
+  OnePortBench b(QueueSpec{});
+  Port& nic = b.net.host_port(0);
+  nic.enqueue(one_port_packet(b, 0, false), SimTime{0});
+  EXPECT_EQ(nic.stats().max_queue_bytes, 0u);
+  while (b.sched.step()) {
+  }
+}
+
 // A link that goes down loses what it held, header lane included: a control
 // packet sent once it is back up leaves at once, not after the headers that
 // died with the link.
