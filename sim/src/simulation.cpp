@@ -263,16 +263,19 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   const BuildProgress host_progress = enter_phase(Phase::kHosts);
   if (baseline) {
     RcParams prm = cfg_.rc;
-    // A QP numbers its packets in 32 bits: a flow of 2^32 + 1 packets read
-    // as one packet and completed after 4096 bytes.
+    // A flow is one RDMA WRITE of one QP: IBTA's message limit holds (a
+    // capture's RETH DMA Length wrapped past 4 GiB, and 2^32 + 1 packets
+    // read as one packet), and the QP numbers fit the BTH's 24 bits (QPN
+    // 0x100 + flow wrapped past flow 16,776,959).
+    if (const std::string e = RcShared::flow_count_error(cfg_.flows.size()); !e.empty())
+      throw std::invalid_argument(e);
     for (size_t i = 0; i < cfg_.flows.size(); ++i) {
       const FlowSpec& f = cfg_.flows[i];
-      if ((f.bytes + prm.mtu - 1) / prm.mtu >= UINT32_MAX)
+      if (f.bytes > RcShared::kMaxMessageBytes)
         throw std::invalid_argument(
             "flow " + std::to_string(i) + " (" + std::to_string(f.src) + " -> " +
-            std::to_string(f.dst) + "): " + std::to_string(f.bytes) + " bytes are " +
-            std::to_string(UINT32_MAX) + " packets of " + std::to_string(prm.mtu) +
-            " bytes or more, beyond the rocev2 / irn QP's 32-bit packet numbers");
+            std::to_string(f.dst) + "): " + std::to_string(f.bytes) +
+            " bytes, above the largest rocev2 / irn message, 2^31 bytes (a flow is one WRITE)");
     }
     if (cfg_.transport == TransportKind::kRoceV2) {
       prm.go_back_n = true;

@@ -1645,6 +1645,19 @@ TEST(Settings, EveryKeyIsAConfigFileKeyAsOnSet) {
 // that "completed" in 8 us having delivered nothing (every WR of a larger
 // flow was also allocated up front, 9e18 bytes ending in std::bad_alloc); a
 // baseline QP's packet count wrapped the same way at 2^32 + 1 packets.
+// rocev2 / irn number flow N's QP 0x100 + N in the BTH's 24 bits: flow
+// 16,776,960 would be QP 0 (the SMI's) again, so a run of more flows is
+// refused (Simulation throws this message; a workload that large is not
+// built here).
+TEST(HugeFlows, BaselineQpNumbersFitTwentyFourBits) {
+  EXPECT_EQ(RcShared::kMaxFlows, 16'776'960u);
+  EXPECT_EQ(RcShared::kFirstQpn + (RcShared::kMaxFlows - 1), 0xffffffu);
+  EXPECT_EQ(RcShared::flow_count_error(RcShared::kMaxFlows), "");
+  EXPECT_EQ(RcShared::flow_count_error(RcShared::kMaxFlows + 1),
+            "16776961 flows: rocev2 / irn give each flow a QP of its own, and 24-bit QP numbers "
+            "from 0x100 take at most 16776960");
+}
+
 TEST(HugeFlows, NeverCompleteWithoutTheirBytesAndTheBaselinesRefuseThem) {
   constexpr uint64_t kWrap = (uint64_t{256} << 10) << 32;  // default wr_bytes x 2^32
   for (const uint64_t bytes : {kWrap, kWrap + 1, uint64_t{9'000'000'000'000'000'000u}}) {
@@ -1659,6 +1672,23 @@ TEST(HugeFlows, NeverCompleteWithoutTheirBytesAndTheBaselinesRefuseThem) {
   }
   for (const TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn}) {
     EXPECT_THROW(Simulation{lone_flow(t, (uint64_t{4096} << 32) + 4096)}, std::invalid_argument);
+    // IBTA's message limit: a WRITE of 4 GiB + 1 ran, its RETH DMA Length 1;
+    // 2^31 + 1 is refused, naming the limit.
+    for (const uint64_t over : {(uint64_t{1} << 32) + 1, (uint64_t{1} << 31) + 1}) {
+      try {
+        Simulation sim{lone_flow(t, over)};
+        ADD_FAILURE() << over << " bytes ran";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("above the largest rocev2 / irn message, 2^31 bytes"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    {
+      SimConfig c = lone_flow(t, uint64_t{1} << 31);  // the limit itself: runs
+      c.time_limit = SimTime::from_us(10);
+      EXPECT_NO_THROW(Simulation{std::move(c)});
+    }
     SimConfig c = lone_flow(t, uint64_t{1} << 30);  // in range: runs
     c.time_limit = SimTime::from_us(100);
     Simulation sim(std::move(c));
