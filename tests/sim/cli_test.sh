@@ -332,10 +332,13 @@ sim_expect 2 '^metaroce-sim: --trace-flow 4294967299: the workload has 16 flows$
   --trace-flow 4294967299 --trace-file /dev/null
 sim_expect 2 '^metaroce-sim: --trace-flow 99999999999: the workload has 16 flows$' \
   --trace-flow 99999999999 --trace-file /dev/null
-# A seed past 64 bits was saturated to 2^64 - 1 without a word.
+# A seed past 64 bits was saturated to 2^64 - 1 without a word, a
+# --trace-flow past 2^63 - 1 to that (and named so in the refusal).
 for v in 18446744073709551616 99999999999999999999999; do
-  sim_expect 2 "^--seed: $v does not fit 64 bits \\(at most 18446744073709551615\\)\$" --seed "$v"
+  sim_expect 2 "^--seed: $v is out of range \\(at most 18446744073709551615\\)\$" --seed "$v"
 done
+sim_expect 2 '^--trace-flow: 99999999999999999999 is out of range \(at most 9223372036854775807\)$' \
+  --trace-flow 99999999999999999999
 sim_expect 0 '' --preset incast8-256k --time-limit-ms 1 --seed 18446744073709551615
 # --set and the option of the same key: --set was applied after the named
 # option whatever the order (--set time_limit_ms=0.01 --time-limit-ms 1000

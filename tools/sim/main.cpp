@@ -69,20 +69,24 @@ int run(int argc, char** argv) {
         return {};
       },
       "NON-NEGATIVE");
-  // CLI11 saturates a number past 64 bits to 2^64 - 1: another seed's run
-  // under the seed given.
-  const CLI::Validator fits_64_bits(
-      [](std::string& v) -> std::string {
-        uint64_t n = 0;
-        const char* b = v.data() + std::min(v.size(), v.find_first_not_of(" \t"));
-        if (std::from_chars(b, v.data() + v.size(), n).ec == std::errc::result_out_of_range)
-          return v + " does not fit 64 bits (at most 18446744073709551615)";
-        return {};
-      },
-      "");
+  // CLI11 saturates a number past its option's type (2^64 - 1 for --seed,
+  // 2^63 - 1 for --trace-flow): another seed's run under the seed given, a
+  // refusal naming a flow not given.
+  const auto at_most = [](uint64_t max) {
+    return CLI::Validator(
+        [max](std::string& v) -> std::string {
+          uint64_t n = 0;
+          const char* b = v.data() + std::min(v.size(), v.find_first_not_of(" \t"));
+          const auto [end, ec] = std::from_chars(b, v.data() + v.size(), n);
+          if (ec == std::errc::result_out_of_range || (ec == std::errc{} && n > max))
+            return v + " is out of range (at most " + std::to_string(max) + ")";
+          return {};
+        },
+        "");
+  };
   app.add_option("--seed", seed, "RNG seed (same seed => identical output)")
       ->check(non_negative)
-      ->check(fits_64_bits)
+      ->check(at_most(UINT64_MAX))
       ->capture_default_str();
   app.add_flag("--json", json, "print a JSON report (with --list or --list-links: a JSON array)");
   app.add_flag("--list", list, "list presets and exit");
@@ -123,7 +127,8 @@ int run(int argc, char** argv) {
   app.add_option("--trace-flow", out.trace_flow,
                  "metaroce, spray-nocc: write the engine trace of both ends of flow N (as "
                  "fcts.csv numbers flows) as CSV")
-      ->check(non_negative);
+      ->check(non_negative)
+      ->check(at_most(INT64_MAX));
   app.add_option("--trace-file", out.trace_path, "file for --trace-flow (default trace-flowN.csv)");
   app.add_option("--set", settings,
                  "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
