@@ -4,13 +4,14 @@
 usage: plot-sim.py [-o OUTDIR] [--title T] [--dpi N] DIR [DIR ...]
 
 Each DIR is one run's --csv folder (throughput.csv, queues.csv, paths.csv,
-fcts.csv, report.json); runs are labelled by the transport in report.json
+fcts.csv, each required, and report.json); runs are labelled by the transport in report.json
 (else the folder name; runs of one transport add their folder's name).
 Writes into OUTDIR (default: the first DIR):
 
   fct_cdf.png      FCT CDF, every run on one plot (of all flows: unfinished
                    ones keep it below 1; the legend's p99 is the report's,
-                   ">= X" where its rank is an unfinished flow's)
+                   ">= X" where its rank is an unfinished flow's; a run
+                   with no finished flow: "0/N finished", no curve)
   throughput.png   delivered goodput over time (Gbit/s, all flows)
   queues.png       max and mean switch-port queue over time
   cwnd.png         per-path cwnd over time of the first sampled connection
@@ -112,6 +113,10 @@ def save(fig, out, name, dpi):
     print(path)
 
 
+# What the figures read of a --csv folder (report.json is optional: labels).
+CSV_FILES = ("fcts.csv", "throughput.csv", "queues.csv", "paths.csv")
+
+
 def fct_cdf(col):
     """The finished flows' FCTs, sorted; the share of all flows finished by
     each (an unfinished flow, an empty fct_us, keeps the CDF below 1); and
@@ -127,18 +132,30 @@ def fct_cdf(col):
     return done, y, done[rank - 1] if rank <= done.size else float("nan")
 
 
+def fct_legend(label, col, rep):
+    """A run's FCT CDF legend entry: its p99, or, where no flow finished
+    (no curve to draw), how many of how many did (such a run had no entry,
+    as if it had not been given)."""
+    fct, _, p99 = fct_cdf(col)
+    if fct.size == 0:
+        return f"{label} (0/{len(col)} finished)"
+    if np.isnan(p99):  # an unfinished flow's rank: the report's lower bound
+        bound = rep.get("fct_p99_us")
+        p99_text = f">= {bound:.0f} us" if bound is not None else "unfinished"
+    else:
+        p99_text = f"{p99:.0f} us"
+    return f"{label} (p99 {p99_text})"
+
+
 def plot_fct(runs, out, title, dpi):
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, d, rep in runs:
-        fct, y, p99 = fct_cdf(read_csv(os.path.join(d, "fcts.csv")).get("fct_us", []))
+        col = read_csv(os.path.join(d, "fcts.csv")).get("fct_us", [])
+        fct, y, _ = fct_cdf(col)
         if fct.size == 0:
+            ax.plot([], [], label=fct_legend(label, col, rep))  # an entry, no curve
             continue
-        if np.isnan(p99):  # an unfinished flow's rank: the report's lower bound
-            bound = rep.get("fct_p99_us")
-            p99_text = f">= {bound:.0f} us" if bound is not None else "unfinished"
-        else:
-            p99_text = f"{p99:.0f} us"
-        ax.step(fct, y, where="post", label=f"{label} (p99 {p99_text})")
+        ax.step(fct, y, where="post", label=fct_legend(label, col, rep))
     ax.set_xlabel("flow completion time (us)")
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.01)
@@ -210,8 +227,11 @@ def main(argv):
     a = ap.parse_args(argv)
     runs = []
     for d in a.dirs:
-        if not os.path.isfile(os.path.join(d, "fcts.csv")):
-            ap.error(f"{d}: no fcts.csv (not a --csv folder?)")
+        # Every file a figure reads, before any is drawn: a folder without
+        # throughput.csv drew fct_cdf.png and then stopped on a traceback.
+        for f in CSV_FILES:
+            if not os.path.isfile(os.path.join(d, f)):
+                ap.error(f"{d}: no {f} (not a --csv folder?)")
         label, rep = label_of(d)
         runs.append((label, d, rep))
     for i, label in enumerate(unique_labels([r[0] for r in runs], a.dirs)):

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -673,7 +674,16 @@ class Reader {
     // The documented range: 0.0006 was taken as 1 Mb/s, 0.0004 refused.
     if (gbps < kMinGbps) fail(n, what + ": at least 0.001 (1 Mb/s)");
     if (gbps > kMaxGbps) fail(n, what + ": at most 100000 (100 Tb/s)");
-    return static_cast<uint64_t>(std::llround(gbps * kMbpsPerGbps));
+    // Links run at whole Mb/s: 12.3456 ran at 12.346 without a word. The
+    // tolerance takes a decimal's binary rounding (2.675 x 1000).
+    const double mbps = gbps * kMbpsPerGbps;
+    if (std::abs(mbps - std::round(mbps)) > 1e-9 * mbps) {
+      char shortest[32];
+      const auto r = std::to_chars(shortest, shortest + sizeof shortest, gbps);
+      fail(n, what + ": " + std::string(shortest, r.ptr) +
+                  " is not a whole number of Mb/s (rates are whole Mb/s: 0.001 Gb/s steps)");
+    }
+    return static_cast<uint64_t>(std::llround(mbps));
   }
 
   uint32_t u32(const toml::table& t, const std::string& section, std::string_view key) const {

@@ -208,7 +208,8 @@ std::string list_links(const TopoGraph& g, bool json) {
       s += b;
       continue;
     }
-    std::snprintf(b, sizeof b, "%u  %s  %s  %.0f Gb/s  %.3f us", e,
+    // %.12g, as the JSON: %.0f printed a 12.5 Gb/s link as 12 (or 13).
+    std::snprintf(b, sizeof b, "%u  %s  %s  %.12g Gb/s  %.3f us", e,
                   end_with_tier(g, three, e, false).c_str(),
                   end_with_tier(g, three, e, true).c_str(), gbps, ed.spec.delay.us());
     s += b;

@@ -430,10 +430,12 @@ class SimOutput::Sampler final : public EventSource {
 // permutation a host also receives one flow); the conn column tells them apart.
 class SimOutput::FlowTrace {
  public:
-  FlowTrace(Simulation& sim, uint32_t flow, const std::string& path) {
-    if (flow >= sim.flows_->size())
-      throw std::runtime_error("--trace-flow " + std::to_string(flow) + ": the workload has " +
+  // The flow as given, 64 bits: cast to 32 first, 4294967299 traced flow 3.
+  FlowTrace(Simulation& sim, int64_t given, const std::string& path) {
+    if (given < 0 || static_cast<uint64_t>(given) >= sim.flows_->size())
+      throw std::runtime_error("--trace-flow " + std::to_string(given) + ": the workload has " +
                                std::to_string(sim.flows_->size()) + " flows");
+    const auto flow = static_cast<uint32_t>(given);
     const FlowSpec& spec = sim.flows_->at(flow).spec;
     auto* src = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get());
     auto* dst = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get());
@@ -509,6 +511,7 @@ class SimOutput::FlowTrace {
 SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
   const OutputOptions& o = sim.cfg_.output;
   const TopoGraph& g = sim.net_->graph();
+  if (const std::string clash = output_clash(o); !clash.empty()) throw std::runtime_error(clash);
   LinkRef pcap_link, watch;
   const LinkRef* watched = nullptr;
   if (!o.pcap_link.empty()) {
@@ -524,9 +527,7 @@ SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
   }
   if (!o.csv_dir.empty()) sampler_ = std::make_unique<Sampler>(sim, o.csv_dir, watched);
   if (o.trace_flow >= 0)
-    trace_ = std::make_unique<FlowTrace>(
-        sim, static_cast<uint32_t>(o.trace_flow),
-        o.trace_path.empty() ? "trace-flow" + std::to_string(o.trace_flow) + ".csv" : o.trace_path);
+    trace_ = std::make_unique<FlowTrace>(sim, o.trace_flow, trace_file_path(o));
 }
 
 SimOutput::~SimOutput() {

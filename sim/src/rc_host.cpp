@@ -72,6 +72,14 @@ uint64_t RcShared::delivered_bytes(uint32_t flow) const {
   return std::min(in_order, flows.at(flow).spec.bytes);
 }
 
+std::string RcShared::flow_count_error(uint64_t flows) {
+  if (flows <= kMaxFlows) return {};
+  return std::to_string(flows) +
+         " flows: rocev2 / irn give each flow a QP of its own, and 24-bit QP numbers from 0x100 "
+         "take at most " +
+         std::to_string(kMaxFlows);
+}
+
 size_t RcShared::roce_headers(const Packet& p, uint8_t* out) const {
   // IBTA opcodes (RC): RDMA WRITE First/Middle/Last/Only, Acknowledge, CNP.
   constexpr uint8_t kWriteFirst = 0x06, kWriteMiddle = 0x07, kWriteLast = 0x08, kWriteOnly = 0x0a,
@@ -92,10 +100,7 @@ size_t RcShared::roce_headers(const Packet& p, uint8_t* out) const {
   std::memset(out, 0, kMaxRoceHeader);
   out[2] = 0xff;  // P_Key: default partition
   out[3] = 0xff;
-  // Destination QP: one per flow, from 0x100: QPs 0 and 1 are InfiniBand's
-  // management QPs (SMI, GSI), which Wireshark decodes as MADs.
-  constexpr uint32_t kFirstQpn = 0x100;
-  put24(out + 5, kFirstQpn + f.flow);
+  put24(out + 5, kFirstQpn + f.flow);  // one QP a flow (Simulation keeps it in 24 bits)
   size_t n = kBth;
   uint32_t psn = f.psn;
   switch (f.type) {

@@ -347,21 +347,32 @@ bool apply_setting(SimConfig& cfg, std::string_view key, double value, std::stri
   return false;
 }
 
-bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err) {
+bool parse_setting(std::string_view assignment, std::string& key, double& value, std::string& err) {
   const size_t eq = assignment.find('=');
   if (eq == std::string_view::npos) {
     err = "--set wants KEY=VALUE, got '" + std::string(assignment) + "'";
     return false;
   }
-  const std::string_view key = assignment.substr(0, eq);
-  const std::string text(assignment.substr(eq + 1));
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    err = "--set " + std::string(key) + ": '" + text + "' is not a number";
+  key = assignment.substr(0, eq);
+  const std::string_view text = assignment.substr(eq + 1);
+  // from_chars, not strtod: strtod took "0x10" as 16 and " 5000" as 5000
+  // (but refused "5000 "), where a config file refuses all three.
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || end != text.data() + text.size()) {
+    err = "--set " + key + ": '" + std::string(text) + "' is not a number";
     return false;
   }
-  return apply_setting(cfg, key, value, err);
+  if (ec == std::errc::result_out_of_range) {
+    err = "--set " + key + ": " + std::string(text) + " is out of a double's range";
+    return false;
+  }
+  return ec == std::errc{};
+}
+
+bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err) {
+  std::string key;
+  double value = 0;
+  return parse_setting(assignment, key, value, err) && apply_setting(cfg, key, value, err);
 }
 
 std::optional<SettingRange> setting_range(std::string_view key) {

@@ -174,6 +174,29 @@ namespace {
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// An engine window the simulator derives from a multiple of the fabric BDP
+// (plus `extra` packets). Past the engine's range it is refused in the
+// user's terms: the engine's own message named cc.initial_cwnd_packets
+// 366210944, a field no one had set (100 Tb/s links, 10 ms delays).
+uint32_t packets_from_bdp(const char* key, double multiple, uint32_t bdp, uint32_t extra,
+                          const char* rule) {
+  const double packets = std::ceil(multiple * bdp) + extra;
+  if (packets <= kMaxPacketCount) return static_cast<uint32_t>(packets);
+  std::ostringstream m;
+  m << key << " " << multiple << " times this fabric's BDP of " << bdp << " packets";
+  if (extra > 0) m << " plus " << extra;
+  m << " is " << std::setprecision(12) << packets << " packets, past the engine's "
+    << kMaxPacketCount << " (" << rule << ")";
+  if (extra < kMaxPacketCount) {
+    // The largest multiple that fits, three digits rounded down.
+    const double fits = static_cast<double>(kMaxPacketCount - extra) / bdp;
+    const double step = std::pow(10.0, std::floor(std::log10(fits)) - 2);
+    m << std::setprecision(3) << ": give --set " << key << "=" << std::floor(fits / step) * step
+      << " or less (a config file's " << key << ")";
+  }
+  throw std::invalid_argument(m.str());
+}
 }  // namespace
 
 Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
@@ -240,16 +263,19 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
   const BuildProgress host_progress = enter_phase(Phase::kHosts);
   if (baseline) {
     RcParams prm = cfg_.rc;
-    // A QP numbers its packets in 32 bits: a flow of 2^32 + 1 packets read
-    // as one packet and completed after 4096 bytes.
+    // A flow is one RDMA WRITE of one QP: IBTA's message limit holds (a
+    // capture's RETH DMA Length wrapped past 4 GiB, and 2^32 + 1 packets
+    // read as one packet), and the QP numbers fit the BTH's 24 bits (QPN
+    // 0x100 + flow wrapped past flow 16,776,959).
+    if (const std::string e = RcShared::flow_count_error(cfg_.flows.size()); !e.empty())
+      throw std::invalid_argument(e);
     for (size_t i = 0; i < cfg_.flows.size(); ++i) {
       const FlowSpec& f = cfg_.flows[i];
-      if ((f.bytes + prm.mtu - 1) / prm.mtu >= UINT32_MAX)
+      if (f.bytes > RcShared::kMaxMessageBytes)
         throw std::invalid_argument(
             "flow " + std::to_string(i) + " (" + std::to_string(f.src) + " -> " +
-            std::to_string(f.dst) + "): " + std::to_string(f.bytes) + " bytes are " +
-            std::to_string(UINT32_MAX) + " packets of " + std::to_string(prm.mtu) +
-            " bytes or more, beyond the rocev2 / irn QP's 32-bit packet numbers");
+            std::to_string(f.dst) + "): " + std::to_string(f.bytes) +
+            " bytes, above the largest rocev2 / irn message, 2^31 bytes (a flow is one WRITE)");
     }
     if (cfg_.transport == TransportKind::kRoceV2) {
       prm.go_back_n = true;
@@ -284,10 +310,11 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     ec.connect_retry_ns =
         std::max(ec.connect_retry_ns, 2 * fabric_rtt(data_bytes, ack_bytes).to_engine().ns);
     if (ec.cc.max_inflight_packets == 0 && cfg_.inflight_cap_bdp > 0)
-      ec.cc.max_inflight_packets =
-          static_cast<uint32_t>(std::ceil(cfg_.inflight_cap_bdp * bdp)) + cfg_.inflight_cap_packets;
+      ec.cc.max_inflight_packets = packets_from_bdp("inflight_cap_bdp", cfg_.inflight_cap_bdp, bdp,
+                                                    cfg_.inflight_cap_packets, "CC-9");
     if (cfg_.initial_window_bdp > 0)
-      ec.cc.initial_cwnd_packets = static_cast<uint32_t>(std::ceil(cfg_.initial_window_bdp * bdp));
+      ec.cc.initial_cwnd_packets =
+          packets_from_bdp("initial_window_bdp", cfg_.initial_window_bdp, bdp, 0, "CC-1");
     ec.cover_payload = false;
     // The engine would clamp a field out of range; a scenario that asks for
     // one (a cap of 1000 BDP at 800G) is refused with the field named.

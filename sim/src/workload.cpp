@@ -190,9 +190,13 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
   std::vector<FlowSpec> f;
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
+    const auto where = [&] { return source + ":" + std::to_string(n) + ": "; };
+    // An editor's byte-order mark glued to the first host read as a bad host.
+    if (n == 1 && line.starts_with("\xEF\xBB\xBF"))
+      throw std::invalid_argument(where() +
+                                  "starts with a UTF-8 byte-order mark: save the file without one");
     line.erase(std::min(line.find('#'), line.size()));  // a comment, whole line or its end
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto where = [&] { return source + ":" + std::to_string(n) + ": "; };
     // Whole tokens, exactly four: a stream's >> would read "1.5" as the
     // bytes 1 and the start 0.5, and "-4096" as 2^64 - 4096.
     std::istringstream ls(line);
@@ -203,6 +207,12 @@ std::vector<FlowSpec> read_traffic_matrix(std::istream& in, uint32_t hosts,
                                   "'");
     uint64_t src = 0, dst = 0, bytes = 0;
     double start_us = 0;
+    // "+1" and "1.0" are not out of range but not host numbers: said so
+    // (digits alone that overflow are out of range).
+    for (int i = 0; i < 2; ++i)
+      if (tok[i].find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument(where() + (i == 0 ? "src" : "dst") + " '" + tok[i] +
+                                    "' is not a whole number");
     if (!whole_number(tok[0], src) || !whole_number(tok[1], dst) || src >= hosts || dst >= hosts)
       throw std::invalid_argument(where() + "host out of range (0.." + std::to_string(hosts - 1) +
                                   "): '" + tok[0] + " " + tok[1] + "'");

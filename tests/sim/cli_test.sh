@@ -300,6 +300,90 @@ else
   failures=$((failures + 1))
 fi
 rm -rf "$cfg"
+# Two outputs naming one file: each opened it "wb" on its own, the file a
+# mix of both (tshark: corrupt), and the run exited 0. Refused before any
+# file is written, however the two are spelled.
+out=$(mktemp -d)
+here=$(pwd)
+cd "$out" || exit 1
+sim_expect 2 "^metaroce-sim: --pcap-file 'col/x' and --trace-file 'col/x' are the same file\$" \
+  --pcap 16 --pcap-file col/x --trace-flow 0 --trace-file col/x
+sim_expect 2 "^metaroce-sim: --pcap-file 'col2/report.json' and --csv 'col2/report.json' are the same file\$" \
+  --csv col2 --pcap 16 --pcap-file col2/report.json
+sim_expect 2 "^metaroce-sim: --pcap-file '\\./col3/\\.\\./col3/fcts\\.csv' and --csv 'col3/fcts\\.csv' are the same file\$" \
+  --csv col3 --pcap 16 --pcap-file ./col3/../col3/fcts.csv
+sim_expect 2 "^metaroce-sim: --pcap-file '$out/t\\.csv' and --trace-file 't\\.csv' are the same file\$" \
+  --pcap 16 --pcap-file "$out/t.csv" --trace-flow 1 --trace-file t.csv
+# The defaults too: --trace-file named as the flow's default trace file.
+sim_expect 2 "^metaroce-sim: --pcap-file 'trace-flow2\\.csv' and --trace-file 'trace-flow2\\.csv' are the same file\$" \
+  --pcap 16 --pcap-file trace-flow2.csv --trace-flow 2
+left=$(find . -mindepth 1 | head -3)
+if [ -n "$left" ]; then
+  echo "FAIL: refused output options still wrote: $left"
+  failures=$((failures + 1))
+fi
+expect_quiet 0 "$sim" -q --no-timing --csv col --pcap 16 --pcap-file col/x.pcap --trace-flow 0 \
+  --trace-file col/trace.csv
+cd "$here" || exit 1
+rm -rf "$out"
+# --trace-flow is range-checked as given, 64 bits: 2^32 + 3 was cast to 32
+# bits first and traced flow 3; 99999999999 was named 1215752191.
+sim_expect 2 '^metaroce-sim: --trace-flow 4294967299: the workload has 16 flows$' \
+  --trace-flow 4294967299 --trace-file /dev/null
+sim_expect 2 '^metaroce-sim: --trace-flow 99999999999: the workload has 16 flows$' \
+  --trace-flow 99999999999 --trace-file /dev/null
+# A seed past 64 bits was saturated to 2^64 - 1 without a word, a
+# --trace-flow past 2^63 - 1 to that (and named so in the refusal).
+for v in 18446744073709551616 99999999999999999999999; do
+  sim_expect 2 "^--seed: $v is out of range \\(at most 18446744073709551615\\)\$" --seed "$v"
+done
+sim_expect 2 '^--trace-flow: 99999999999999999999 is out of range \(at most 9223372036854775807\)$' \
+  --trace-flow 99999999999999999999
+sim_expect 0 '' --preset incast8-256k --time-limit-ms 1 --seed 18446744073709551615
+# --set and the option of the same key: --set was applied after the named
+# option whatever the order (--set time_limit_ms=0.01 --time-limit-ms 1000
+# stopped at 10 us). Two values are refused, either order; one value runs.
+sim_expect 2 '^metaroce-sim: --set time_limit_ms=0\.01 and --time-limit-ms 1000 set one key to two values: give one$' \
+  --set time_limit_ms=0.01 --time-limit-ms 1000
+sim_expect 2 '^metaroce-sim: --set num_paths=4 and --paths 8 set one key to two values: give one$' \
+  --paths 8 --set num_paths=4
+sim_expect 2 '^metaroce-sim: --set recovery\.min_rto_us=200 and --min-rto-us 100 set one key to two values: give one$' \
+  --min-rto-us 100 --set recovery.min_rto_us=200
+sim_expect 0 '' --preset incast8-256k --time-limit-ms 50 --set time_limit_ms=50 --paths 4 \
+  --set num_paths=4.0
+# --set's number is a whole decimal token, as a config file's: strtod took
+# hex and a leading space but refused a trailing one.
+for v in 0x10 ' 16' '16 ' +16 16x; do
+  sim_expect 2 "^metaroce-sim: --set num_paths: '$(printf '%s' "$v" | sed 's/+/\\+/')' is not a number\$" \
+    --set "num_paths=$v"
+done
+sim_expect 2 '^metaroce-sim: --set mtu: 1e400 is out of a double.s range$' --set mtu=1e400
+# A window derived from a multiple of the fabric BDP past the engine's
+# range is named as that multiple: 100 Tb/s links and 10 ms delays gave
+# "cc.initial_cwnd_packets 244140630 is out of range 1..65535", a field no
+# one had set.
+cfg=$(mktemp -d)
+cat >"$cfg/t.toml" <<EOF
+[topology]
+kind = "leaf_spine"
+leaves = 2
+hosts_per_leaf = 2
+spines = 1
+host_rate_gbps = 100000
+fabric_rate_gbps = 100000
+host_delay_us = 10000
+fabric_delay_us = 10000
+[[workload]]
+kind = "permutation"
+bytes = 4096
+EOF
+sim_expect 2 '^metaroce-sim: initial_window_bdp 1 times this fabric.s BDP of [0-9]+ packets is [0-9]+ packets, past the engine.s 65535 \(CC-1\): give --set initial_window_bdp=0\.000268 or less' \
+  --config "$cfg/t.toml" --set inflight_cap_bdp=0
+sim_expect 2 '^metaroce-sim: inflight_cap_bdp 1 times this fabric.s BDP of [0-9]+ packets plus 11 is [0-9]+ packets, past the engine.s 65535 \(CC-9\): give --set inflight_cap_bdp=0\.000268 or less' \
+  --config "$cfg/t.toml"
+sim_expect 0 '' --config "$cfg/t.toml" --set initial_window_bdp=0.000268 \
+  --set inflight_cap_bdp=0.000268
+rm -rf "$cfg"
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000

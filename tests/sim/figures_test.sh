@@ -47,10 +47,29 @@ _, _, p99 = m.fct_cdf(["10"] * 99 + [""])
 assert p99 == 10, p99
 _, _, p99 = m.fct_cdf(["10"] * 98 + ["", ""])
 assert p99 != p99, p99
+# A run with no finished flow keeps its legend entry (it had none, as if
+# not given), saying how many finished.
+assert m.fct_legend("irn", ["", "", ""], {}) == "irn (0/3 finished)", m.fct_legend("irn", ["", "", ""], {})
+assert m.fct_legend("irn", ["10", ""], {"fct_p99_us": 42}) == "irn (p99 >= 42 us)"
 # Two runs of one transport (two settings compared) are told apart.
 assert m.unique_labels(["metaroce", "metaroce", "irn"], ["a/trim", "b/base/", "c"]) == [
     "metaroce (trim)", "metaroce (base)", "irn"]
 EOF
+# A folder lacking one of the CSV files is refused up front, naming it (no
+# throughput.csv: fct_cdf.png drawn, then a traceback).
+for f in throughput.csv queues.csv paths.csv fcts.csv; do
+  part="$out/part-$f"
+  cp -r "$out/metaroce" "$part"
+  rm "$part/$f"
+  rc=0
+  "$py" "$root/scripts/plot-sim.py" -o "$part/png" "$part" > "$part.log" 2>&1 || rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q "error: $part: no $f (not a --csv folder?)" "$part.log" ||
+    grep -q Traceback "$part.log" || [[ -e "$part/png/fct_cdf.png" ]]; then
+    echo "figures_test: a folder without $f: exit $rc, wanted 2 naming it before any figure:" >&2
+    cat "$part.log" >&2
+    exit 1
+  fi
+done
 # The documented command, scripts/plot-sim.py DIR..., under a python3 first
 # on PATH that lacks matplotlib (pyenv's): it stopped on a traceback, "No
 # module named 'matplotlib'". It runs again with /usr/bin/python3, where

@@ -216,19 +216,27 @@ TEST(TrafficMatrix, RejectsBadLinesWithTheirLineNumber) {
       {"0 1 10 0\n0 1 10\n", "tm:2: expected"},
       {"0 1 10 0 7\n", "tm:1: expected"},
       {"0 4 10 0\n", "tm:1: host out of range"},
-      {"-1 2 10 0\n", "tm:1: host out of range"},
+      {"-1 2 10 0\n", "tm:1: src '-1' is not a whole number"},
       {"\n2 2 10 0\n", "tm:2: src == dst"},
       {"0 1 0 0\n", "tm:1: bytes: 0 is not an integer in [1, 9e+18]"},
       {"0 1 10 -3\n", "tm:1: start_us '-3' not in"},
-      {"a b c d\n", "tm:1: host out of range"},
+      {"a b c d\n", "tm:1: src 'a' is not a whole number"},
       // Whole tokens: not bytes 1 and start 0.5, not 2^64 - 4096.
       {"0 3 1.5\n", "tm:1: expected"},
       {"0 3 -4096 0\n", "tm:1: bytes '-4096' is not a whole number"},
       {"0 3 1.5 0\n", "tm:1: bytes '1.5' is not a whole number"},
       {"0 3 4096x 0\n", "tm:1: bytes '4096x'"},
       {"0 3 +4096 0\n", "tm:1: bytes '+4096'"},
-      {"+0 3 4096 0\n", "tm:1: host out of range"},
-      {"0.0 3 4096 0\n", "tm:1: host out of range"},
+      // A host that is no whole number was called out of range.
+      {"+1 2 100 0\n", "tm:1: src '+1' is not a whole number"},
+      {"1.0 2 100 0\n", "tm:1: src '1.0' is not a whole number"},
+      {"1 0x2 100 0\n", "tm:1: dst '0x2' is not a whole number"},
+      {"99999999999999999999 2 100 0\n", "tm:1: host out of range (0..3)"},
+      // An editor's byte-order mark, named (it was "host out of range").
+      {"\xEF\xBB\xBF"
+       "1 2 100 0\n",
+       "tm:1: starts with a UTF-8 byte-order mark"},
+      {"\xEF\xBB\xBF# src dst bytes start_us\n", "tm:1: starts with a UTF-8 byte-order mark"},
       {"0 3 4096 +1\n", "tm:1: start_us '+1'"},
       {"0 3 4096 nan\n", "tm:1: start_us 'nan'"},
       {"0 3 4096 inf\n", "tm:1: start_us 'inf'"},
@@ -890,6 +898,11 @@ TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
        "t.toml:34:13: fault.rate_gbps: at least 0.001 (1 Mb/s)"},
       {replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.0006"),
        "t.toml:7:18: topology.host_rate_gbps: at least 0.001 (1 Mb/s)"},
+      // Whole Mb/s: 12.3456 ran at 12.346 Gb/s without a word.
+      {replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 12.3456"),
+       "t.toml:7:18: topology.host_rate_gbps: 12.3456 is not a whole number of Mb/s"},
+      {replace(kSmall, "rate_gbps = 50", "rate_gbps = 0.0015"),
+       "t.toml:34:13: fault.rate_gbps: 0.0015 is not a whole number of Mb/s"},
       // a host id is a whole number (5.0 was host 5)
       {replace(kSmall, "hosts = [0, 5, 10, 15]", "hosts = [0, 5.0]"),
        "workload.hosts: host ids 0..15"},
@@ -898,6 +911,11 @@ TEST(ConfigFile, OutOfRangeAndWrongKindValuesAreRefused) {
   EXPECT_EQ(
       parse(replace(kSmall, "host_rate_gbps = 100", "host_rate_gbps = 0.001")).topo.host_rate_mbps,
       1u);
+  // A decimal whose binary value is off a whole Mb/s by rounding alone is whole.
+  for (const char* r : {"2.675", "0.1", "12.345", "99999.999"})
+    EXPECT_NO_THROW(
+        parse(replace(kSmall, "host_rate_gbps = 100", std::string("host_rate_gbps = ") + r)))
+        << r;
   // trim_allowance_bytes is a byte count as the others are ("16KiB" was
   // refused as "expected a whole number").
   const std::string q = "buffer_bytes = \"175KB\"";

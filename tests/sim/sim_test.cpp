@@ -697,11 +697,13 @@ TEST(Baselines, IrnNackThatEndsAnEpisodeOpensTheNext) {
 }
 
 // IRN's loss-recovery state spans the PSNs in flight, which its window caps
-// at the BDP: a 1e12-byte flow (244 M packets) losing 2 % of its packets
-// holds a few hundred bytes of bitmaps, sender and receiver together, where
-// one byte a packet of the flow, allocated at its start, took 244 MB.
+// at the BDP: a flow of the largest message, 2^31 bytes (524,288 packets;
+// 1e12 bytes, 244 M packets, before stop 51 refused flows above it), losing
+// 2 % of its packets holds a few hundred bytes of bitmaps, sender and
+// receiver together, where one byte a packet of the flow, allocated at its
+// start, took 244 MB of the 1e12-byte flow.
 TEST(Baselines, IrnRecoveryStateIsBoundedByTheWindowNotTheFlow) {
-  SimConfig c = lone_flow(TransportKind::kIrn, 1'000'000'000'000);
+  SimConfig c = lone_flow(TransportKind::kIrn, RcShared::kMaxMessageBytes);
   FaultSpec gray{SimTime{0}, FaultSpec::Kind::kGrayDrop, 15};  // edge 15: host 15's link
   gray.drop = 0.02;
   c.faults.push_back(gray);
@@ -996,6 +998,38 @@ TEST(RateFault, QueuedBytesAreCountedAtTheRateTheyWereQueuedAt) {
   ASSERT_EQ(b.sink.got.size(), 7u);
   EXPECT_EQ(b.sink.got[4].at, SimTime{8 * kPacketPs} + SimTime::from_us(1));
   EXPECT_EQ(b.sink.got[6].at, SimTime{14 * kPacketPs} + SimTime::from_us(1));
+}
+
+// max_queue_bytes is the deepest backlog with the arriving packet in it, as
+// queues.csv samples it: one data packet at an empty port is its wire
+// bytes (it read 0, the bytes ahead of it), a control packet of the
+// priority lane its own (that lane never counted), four at once all four,
+// with PFC's FIFO as without.
+TEST(Queue, MaxQueueBytesCountsTheArrivingPacket) {
+  const auto max_after = [](const QueueSpec& q, std::initializer_list<bool> control) {
+    OnePortBench b(q);
+    uint32_t src = 0;
+    for (const bool c : control) b.down.enqueue(one_port_packet(b, src++, c), SimTime{0});
+    const uint64_t mx = b.down.stats().max_queue_bytes;
+    while (b.sched.step()) {
+    }
+    return mx;
+  };
+  EXPECT_EQ(max_after(QueueSpec{}, {false}), 4096u);
+  EXPECT_EQ(max_after(QueueSpec{}, {true}), 128u);
+  EXPECT_EQ(max_after(QueueSpec{}, {false, false, false, false}), 4u * 4096);
+  EXPECT_EQ(max_after(QueueSpec{}, {false, true}), 4096u + 128);
+  QueueSpec pfc;
+  pfc.pfc = true;
+  EXPECT_EQ(max_after(pfc, {false}), 4096u);
+  EXPECT_EQ(max_after(pfc, {false, false, false, false}), 4u * 4096);
+  // A host's NIC port has no switch queue: never counted.
+  OnePortBench b(QueueSpec{});
+  Port& nic = b.net.host_port(0);
+  nic.enqueue(one_port_packet(b, 0, false), SimTime{0});
+  EXPECT_EQ(nic.stats().max_queue_bytes, 0u);
+  while (b.sched.step()) {
+  }
 }
 
 // A link that goes down loses what it held, header lane included: a control
@@ -1613,6 +1647,19 @@ TEST(Settings, EveryKeyIsAConfigFileKeyAsOnSet) {
 // that "completed" in 8 us having delivered nothing (every WR of a larger
 // flow was also allocated up front, 9e18 bytes ending in std::bad_alloc); a
 // baseline QP's packet count wrapped the same way at 2^32 + 1 packets.
+// rocev2 / irn number flow N's QP 0x100 + N in the BTH's 24 bits: flow
+// 16,776,960 would be QP 0 (the SMI's) again, so a run of more flows is
+// refused (Simulation throws this message; a workload that large is not
+// built here).
+TEST(HugeFlows, BaselineQpNumbersFitTwentyFourBits) {
+  EXPECT_EQ(RcShared::kMaxFlows, 16'776'960u);
+  EXPECT_EQ(RcShared::kFirstQpn + (RcShared::kMaxFlows - 1), 0xffffffu);
+  EXPECT_EQ(RcShared::flow_count_error(RcShared::kMaxFlows), "");
+  EXPECT_EQ(RcShared::flow_count_error(RcShared::kMaxFlows + 1),
+            "16776961 flows: rocev2 / irn give each flow a QP of its own, and 24-bit QP numbers "
+            "from 0x100 take at most 16776960");
+}
+
 TEST(HugeFlows, NeverCompleteWithoutTheirBytesAndTheBaselinesRefuseThem) {
   constexpr uint64_t kWrap = (uint64_t{256} << 10) << 32;  // default wr_bytes x 2^32
   for (const uint64_t bytes : {kWrap, kWrap + 1, uint64_t{9'000'000'000'000'000'000u}}) {
@@ -1627,6 +1674,23 @@ TEST(HugeFlows, NeverCompleteWithoutTheirBytesAndTheBaselinesRefuseThem) {
   }
   for (const TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn}) {
     EXPECT_THROW(Simulation{lone_flow(t, (uint64_t{4096} << 32) + 4096)}, std::invalid_argument);
+    // IBTA's message limit: a WRITE of 4 GiB + 1 ran, its RETH DMA Length 1;
+    // 2^31 + 1 is refused, naming the limit.
+    for (const uint64_t over : {(uint64_t{1} << 32) + 1, (uint64_t{1} << 31) + 1}) {
+      try {
+        Simulation sim{lone_flow(t, over)};
+        ADD_FAILURE() << over << " bytes ran";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("above the largest rocev2 / irn message, 2^31 bytes"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    {
+      SimConfig c = lone_flow(t, uint64_t{1} << 31);  // the limit itself: runs
+      c.time_limit = SimTime::from_us(10);
+      EXPECT_NO_THROW(Simulation{std::move(c)});
+    }
     SimConfig c = lone_flow(t, uint64_t{1} << 30);  // in range: runs
     c.time_limit = SimTime::from_us(100);
     Simulation sim(std::move(c));

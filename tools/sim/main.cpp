@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -68,8 +69,24 @@ int run(int argc, char** argv) {
         return {};
       },
       "NON-NEGATIVE");
+  // CLI11 saturates a number past its option's type (2^64 - 1 for --seed,
+  // 2^63 - 1 for --trace-flow): another seed's run under the seed given, a
+  // refusal naming a flow not given.
+  const auto at_most = [](uint64_t max) {
+    return CLI::Validator(
+        [max](std::string& v) -> std::string {
+          uint64_t n = 0;
+          const char* b = v.data() + std::min(v.size(), v.find_first_not_of(" \t"));
+          const auto [end, ec] = std::from_chars(b, v.data() + v.size(), n);
+          if (ec == std::errc::result_out_of_range || (ec == std::errc{} && n > max))
+            return v + " is out of range (at most " + std::to_string(max) + ")";
+          return {};
+        },
+        "");
+  };
   app.add_option("--seed", seed, "RNG seed (same seed => identical output)")
       ->check(non_negative)
+      ->check(at_most(UINT64_MAX))
       ->capture_default_str();
   app.add_flag("--json", json, "print a JSON report (with --list or --list-links: a JSON array)");
   app.add_flag("--list", list, "list presets and exit");
@@ -110,11 +127,13 @@ int run(int argc, char** argv) {
   app.add_option("--trace-flow", out.trace_flow,
                  "metaroce, spray-nocc: write the engine trace of both ends of flow N (as "
                  "fcts.csv numbers flows) as CSV")
-      ->check(non_negative);
+      ->check(non_negative)
+      ->check(at_most(INT64_MAX));
   app.add_option("--trace-file", out.trace_path, "file for --trace-flow (default trace-flowN.csv)");
   app.add_option("--set", settings,
                  "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
-                 "applied after the preset or config file");
+                 "applied after the preset or config file; a key that --time-limit-ms, --paths "
+                 "or --min-rto-us also sets must get the same value from both");
   app.add_flag("--list-settings", list_settings, "list the keys --set takes and exit");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
@@ -194,8 +213,19 @@ int run(int argc, char** argv) {
   if (no_dcqcn) cfg.rc.dcqcn = false;
   if (cold) cfg.preconnect = false;
   for (const auto& s : settings) {
-    if (!apply_setting(cfg, s, err)) return bad_option(err);
-    const std::string key = s.substr(0, s.find('='));
+    std::string key;
+    double value = 0;
+    if (!parse_setting(s, key, value, err)) return bad_option(err);
+    // Applied after the named options whatever the order, a --set beat
+    // one: --set time_limit_ms=0.01 --time-limit-ms 1000 ran 10 us.
+    for (const Alias& a : aliases)
+      if (key == a.key && app.count(a.option) > 0 && value != a.value) {
+        std::ostringstream why;
+        why << "--set " << s << " and " << a.option << " " << a.value
+            << " set one key to two values: give one";
+        return bad_option(why.str());
+      }
+    if (!apply_setting(cfg, key, value, err)) return bad_option(err);
     given.emplace_back(key, "--set " + key);
   }
   // A setting idle in this run is taken (a sweep gives one --set to all four

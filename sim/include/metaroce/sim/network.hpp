@@ -242,6 +242,7 @@ class Port final : public EventSource {
   // was queued before now).
   void transmit(Packet* p, SimTime now, SimTime queued);
   void transmit_header(Packet* p, SimTime now);  // header lane: ahead of queued data
+  void note_backlog(SimTime now);                // stats_.max_queue_bytes
   void put_on_wire(Packet* p, SimTime end, Pipe& lane);
   void start_next(SimTime now);  // PFC: next queued packet, if allowed
   void apply_pause(bool pause, SimTime now);

@@ -70,6 +70,22 @@ struct OutputOptions {
   }
 };
 
+// What --csv writes into its folder (report.json by the command line, after the run).
+inline constexpr const char* kCsvDirFiles[] = {"throughput.csv", "queues.csv", "paths.csv",
+                                               "fcts.csv", "report.json"};
+// One file a run writes, with the option that names it.
+struct OutputFile {
+  std::string option;  // "--pcap-file", "--trace-file", "--csv"
+  std::string path;
+};
+// The --trace-flow file: trace_path, else trace-flowN.csv in the current folder.
+[[nodiscard]] std::string trace_file_path(const OutputOptions& o);
+[[nodiscard]] std::vector<OutputFile> output_files(const OutputOptions& o);
+// Two of output_files() that are one file (compared by weakly_canonical, so
+// "x" and "./d/../x" match): "--pcap-file 'A' and --trace-file 'B' are the
+// same file"; empty if none. SimOutput refuses such options before it opens any.
+[[nodiscard]] std::string output_clash(const OutputOptions& o);
+
 // A classic libpcap file: nanosecond-resolution magic (a1b23c4d), link type
 // Ethernet, records buffered in memory and written in large blocks.
 class PcapFile {

@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "metaroce/sim/metaroce_host.hpp"
@@ -136,6 +137,16 @@ struct RcShared {
   // bytes on a CNP; no ICRC), synthesized from the simulator's packet
   // (captures, --pcap). Returns their length (at most kMaxRoceHeader).
   static constexpr size_t kMaxRoceHeader = 32;
+  // Flow N's destination QP is kFirstQpn + N, in the BTH's 24 bits: QPs 0
+  // and 1 are InfiniBand's management QPs (SMI, GSI), which Wireshark
+  // decodes as MADs. A run has at most kMaxFlows flows.
+  static constexpr uint32_t kFirstQpn = 0x100;
+  static constexpr uint64_t kMaxFlows = (uint64_t{1} << 24) - kFirstQpn;
+  // "" for a run of `flows` flows, else why not (more than kMaxFlows).
+  [[nodiscard]] static std::string flow_count_error(uint64_t flows);
+  // IBTA's largest message, 2^31 bytes: a flow is one WRITE, its length the
+  // RETH's 32-bit DMA Length.
+  static constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
   size_t roce_headers(const Packet& p, uint8_t* out) const;
 };
 

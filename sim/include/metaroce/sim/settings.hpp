@@ -55,7 +55,12 @@ struct SettingRange {
 [[nodiscard]] std::string engine_setting_error(const SimConfig& cfg,
                                                std::vector<std::string>& keys);
 
-// "KEY=VALUE" as given on a command line.
+// "KEY=VALUE" as given on a command line, split; VALUE a whole token of a
+// decimal number (no hex, no '+', no space before or after, as a config
+// file's and a traffic matrix's numbers). False with a message in err.
+[[nodiscard]] bool parse_setting(std::string_view assignment, std::string& key, double& value,
+                                 std::string& err);
+// The same, applied (parse_setting, then apply_setting above).
 [[nodiscard]] bool apply_setting(SimConfig& cfg, std::string_view assignment, std::string& err);
 
 // Empty when `key` changes `cfg`'s run (cfg as it will run: transport,
