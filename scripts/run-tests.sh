@@ -5,10 +5,13 @@
 #   3. test         ctest in build/
 #   4. asan-build   Sanitize build type (ASan + UBSan) in build-asan/, test targets only
 #   5. asan-test    ctest in build-asan/
-#   6. fuzz-build   clang + -DMETAROCE_FUZZ=ON in build-fuzz/ (skipped without clang)
-#   7. fuzz:<name>  each libFuzzer target for METAROCE_FUZZ_SECONDS, -seed=1, seed corpus
-#   8. includes     scripts/check-engine-includes.sh
-#   9. format       clang-format --dry-run -Werror on every *.cpp / *.hpp
+#   6. tsan-build   Tsan build type (ThreadSanitizer) in build-tsan/, target udp-checks only
+#   7. tsan-test    ctest -L udp in build-tsan/, one at a time (the driver's threads: progress
+#                   thread, thread_safe, cross-thread close and stop; metaroce-perf, udp_write)
+#   8. fuzz-build   clang + -DMETAROCE_FUZZ=ON in build-fuzz/ (skipped without clang)
+#   9. fuzz:<name>  each libFuzzer target for METAROCE_FUZZ_SECONDS, -seed=1, seed corpus
+#  10. includes     scripts/check-engine-includes.sh
+#  11. format       clang-format --dry-run -Werror on every *.cpp / *.hpp
 # Ends with "N passed, M failed" (steps) and exits non-zero if any step failed.
 #
 # Knobs (environment):
@@ -16,6 +19,7 @@
 #   METAROCE_FUZZ_SECONDS=30   run time of each fuzz target
 #   METAROCE_SKIP_SETUP=1      do not call setup-deps.sh
 #   METAROCE_SKIP_ASAN=1       skip the sanitizer build
+#   METAROCE_SKIP_TSAN=1       skip the ThreadSanitizer build and its tests
 #   METAROCE_SKIP_FUZZ=1       skip the fuzz build and runs
 #   METAROCE_ASAN_ALL=0        build only the targets ctest names in build-asan/ (default: all, so
 #                              that example programs under test are built too)
@@ -29,6 +33,7 @@ FUZZ_TARGETS=(fuzz_decode fuzz_engine fuzz_udp)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1}
 export CTEST_OUTPUT_ON_FAILURE=1
 
 passed=0
@@ -113,6 +118,21 @@ asan_build() {
   cmake --build "$dir" -j "$JOBS"
 }
 
+tsan_build() {
+  cmake -S "$ROOT" -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Tsan &&
+    cmake --build build-tsan -j "$JOBS" --target udp-checks
+}
+
+# The "udp" label's tests but three that judge what TSan changes, not what
+# it looks for: perf.peer-loss and metaroce-perf-loopback bound the server's
+# RSS (TSan's shadow memory exceeds the bounds) and install.consumer builds
+# the installed package. One at a time: the tests run real-time protocols
+# over loopback, each several times slower under TSan.
+tsan_test() {
+  ctest --test-dir build-tsan --output-on-failure --no-tests=error -j 1 --timeout 1500 -L udp \
+    -E '^(perf\.peer-loss|metaroce-perf-loopback|install\.consumer)$'
+}
+
 have_clang_fuzzer() {
   command -v clang++ >/dev/null 2>&1 || return 1
   local probe
@@ -177,6 +197,14 @@ if [[ ${METAROCE_SKIP_ASAN:-0} != 1 ]]; then
     step asan-test run_ctest build-asan
   else
     skip_step asan-test "asan-build failed"
+  fi
+fi
+
+if [[ ${METAROCE_SKIP_TSAN:-0} != 1 ]]; then
+  if step tsan-build tsan_build; then
+    step tsan-test tsan_test
+  else
+    skip_step tsan-test "tsan-build failed"
   fi
 fi
 

@@ -319,6 +319,9 @@ class UdpEndpoint {
   // after close(), or where no thread could be started (no memory for it,
   // or the system's limit on threads): then nothing changed, and the
   // caller's own calls drive progress, as before (no exception comes out).
+  // Under Options::thread_safe, threads starting it at once start one, and
+  // one that starts it while another closes the endpoint either starts it
+  // before the close, which stops it, or is refused.
   bool start_progress_thread(ProgressMode mode = ProgressMode::kSleeping) noexcept;
   // Joins the thread. Another thread's call that waits on its rounds then
   // goes on without it: wait() returns, and a blocking call (connect,

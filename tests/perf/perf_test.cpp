@@ -1,10 +1,12 @@
 // metaroce-perf's control messages (a fixed big-endian layout that a server
 // checks before it allocates anything) and its verification pattern.
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <random>
 #include <set>
 #include <string>
@@ -666,7 +668,12 @@ TEST(PerfGenerator, PostsNoMoreThanItsLimitInAll) {
   EXPECT_EQ(gen.posted, 100u + tp.qd);
 }
 
-// run_server in a thread of its own, on a free loopback port.
+// run_server in a thread of its own, on a free loopback port, stopped as
+// the tool is (main.cpp's SIGINT handler): g_stop is a signal's flag, a
+// volatile sig_atomic_t, which only a handler on the reading thread may
+// write; this thread's own write raced the server's reads (ThreadSanitizer).
+// So the server's thread is sent a signal whose handler counts it.
+void count_stop(int) { g_stop = g_stop + 1; }
 struct ServerThread {
   std::string addr;
   std::atomic<bool> ended{false};
@@ -699,8 +706,16 @@ struct ServerThread {
     return ended;
   }
   ~ServerThread() {
-    g_stop = 1;
-    if (thread.joinable()) thread.join();
+    if (thread.joinable()) {
+      struct sigaction sa {};
+      sa.sa_handler = count_stop;
+      sigemptyset(&sa.sa_mask);
+      EXPECT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
+      // A server that already ended (ended) is gone by the time of the
+      // signal or not: either way join() returns.
+      (void)::pthread_kill(thread.native_handle(), SIGUSR1);
+      thread.join();
+    }
     g_stop = 0;
   }
 };

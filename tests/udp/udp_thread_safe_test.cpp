@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -201,6 +202,58 @@ TEST(UdpThreadSafe, CloseFromOneThreadEndsTheOthersWaits) {
   for (auto& th : waiters) th.join();
   EXPECT_EQ(got.load(), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+// Runs `calls` on threads of their own, released together (a spin on a
+// counter, so that the calls overlap as closely as they can).
+void at_once(const std::vector<std::function<void()>>& calls) {
+  std::atomic<size_t> ready{0};
+  std::vector<std::thread> threads;
+  for (const auto& call : calls)
+    threads.emplace_back([&] {
+      ++ready;
+      while (ready.load() < calls.size()) std::this_thread::yield();
+      call();
+    });
+  for (auto& th : threads) th.join();
+}
+
+// start_progress_thread is a public call like any other: under thread_safe,
+// several threads may make it at once. They all saw `running` down and each
+// started a thread: the mode written by all (ThreadSanitizer: a data race),
+// and the second thread assigned over the first, still joinable
+// (std::terminate). One thread runs, every call says so, and one stop ends it.
+TEST(UdpThreadSafe, ThreadsStartingTheProgressThreadAtOnceStartOne) {
+  for (int round = 0; round < 20; ++round) {
+    auto ep = open_on("127.0.0.1", safe_options());
+    ASSERT_TRUE(ep);
+    std::atomic<int> started{0};
+    std::vector<std::function<void()>> calls;
+    for (int t = 0; t < 4; ++t)
+      calls.emplace_back([&, t] {
+        if (ep->start_progress_thread(t % 2 ? ProgressMode::kBusy : ProgressMode::kSleeping))
+          ++started;
+      });
+    at_once(calls);
+    EXPECT_EQ(started.load(), 4) << "round " << round;
+    EXPECT_TRUE(ep->stop_progress_thread());
+    EXPECT_TRUE(ep->close());
+  }
+}
+
+// start_progress_thread on one thread, close() on another: the start came
+// between close()'s join and its closing, and its thread ran rounds on the
+// closed endpoint; the endpoint then went with the thread still joinable
+// (std::terminate). Either the start comes first and close() stops the
+// thread, or it comes after and is refused (false).
+TEST(UdpThreadSafe, AStartOnOneThreadAndACloseOnAnotherLeaveNoThread) {
+  for (int round = 0; round < 20; ++round) {
+    auto ep = open_on("127.0.0.1", safe_options());
+    ASSERT_TRUE(ep);
+    at_once({[&] { (void)ep->start_progress_thread(); }, [&] { EXPECT_TRUE(ep->close()); }});
+    EXPECT_FALSE(ep->start_progress_thread()) << "round " << round;  // closed
+    ep.reset();  // (terminated where a thread was left)
+  }
 }
 
 }  // namespace

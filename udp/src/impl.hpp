@@ -354,8 +354,11 @@ struct UdpEndpoint::Impl {
   std::thread thread;
   std::atomic<bool> threaded{false};
   std::atomic<bool> running{false};
-  // Held by join_thread from the stop to the join: a second caller (two
-  // threads closing at once) waits until the thread is joined.
+  // Held by start_progress_thread from its check to the thread's start, by
+  // stop_progress_thread from the stop to `threaded` lowered and by close()
+  // from the stop to `closed` raised: one at a time, a second caller (two
+  // threads closing at once) waiting until the thread is joined. Taken
+  // before mu, never under it.
   std::mutex join_mu;
   // The endpoint destroyed by code its own progress thread runs (an
   // allocator's or a signal's hook: ~UdpEndpoint): the thread owns the
@@ -451,7 +454,7 @@ struct UdpEndpoint::Impl {
     return true;
   }
   void wake_thread();
-  void join_thread();  // stops the progress thread; `threaded` stays as it is
+  void join_thread();  // stops the progress thread, join_mu held; `threaded` stays as it is
   // close()'s work once the thread is stopped, the mutex held (`lk`).
   void close_locked(std::unique_lock<std::mutex>& lk, bool graceful);
   // The thread's end where the endpoint was destroyed on it (`orphan`):

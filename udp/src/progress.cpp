@@ -20,11 +20,11 @@ void UdpEndpoint::Impl::wake_thread() {
 }
 
 void UdpEndpoint::Impl::join_thread() {
-  // One caller joins, the other waits for it: two threads closing at once
-  // both saw `running` with a load and a store apart, and a second join() of
-  // one thread terminates; and a second caller that returned at once could
-  // close the fds (wake_fd too) before the first had woken and joined.
-  std::lock_guard<std::mutex> joining(join_mu);
+  // Its callers hold join_mu: one joins, the other waits for it. Two threads
+  // closing at once both saw `running` with a load and a store apart, and a
+  // second join() of one thread terminates; and a second caller that
+  // returned at once could close the fds (wake_fd too) before the first had
+  // woken and joined.
   if (!running.exchange(false, std::memory_order_acq_rel)) return;
   const uint64_t one = 1;
   (void)!::write(wake_fd, &one, sizeof(one));

@@ -15,6 +15,7 @@
 #include "impl.hpp"
 #include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
+#include "tsan.hpp"
 
 namespace metaroce::udp {
 namespace {
@@ -108,6 +109,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
     const uint32_t asked = rx_per_call;
     const int r = recvmmsg(rx_fd, rx_msgs.data(), asked, MSG_DONTWAIT, nullptr);
     if (r <= 0) break;
+    tsan::received_on(local);
     // The engine times paths by the echoes these datagrams carry (LOSS-6):
     // the round's clock, read before its sends and earlier batches, would
     // date an ACK before packets it echoes had left. On loopback it did: ACKs

@@ -14,6 +14,7 @@
 
 #include "address.hpp"
 #include "impl.hpp"
+#include "tsan.hpp"
 
 #if METAROCE_HAVE_URING
 #include <liburing.h>
@@ -324,6 +325,9 @@ void UdpEndpoint::Impl::materialize_pending() {
 // receiver's ACKs) takes the one sendmmsg call, without the ring's own cost:
 // about 0.5 us of an 8-byte WRITE's round trip (BENCHMARKS.md, section 3).
 bool UdpEndpoint::Impl::flush() {
+  if constexpr (tsan::kEnabled)
+    for (size_t m = tx_msg_next; m < tx_msg_count; ++m)
+      tsan::sent_to(tx_slots[tx_order[tx_msg_first[m]]].peer);
   if (ring == nullptr) return flush_sendmmsg();
   const uint16_t sock = tx_msg_sock[tx_msg_next];
   for (size_t m = tx_msg_next + 1; m < tx_msg_count; ++m)

@@ -180,22 +180,30 @@ void UdpEndpoint::wait(std::chrono::nanoseconds timeout) {
 }
 
 bool UdpEndpoint::start_progress_thread(ProgressMode mode) noexcept {
-  if (impl_->running.load() || impl_->closed) return impl_->running.load();
-  impl_->mode = mode;
-  impl_->threaded.store(true, std::memory_order_release);
-  impl_->running.store(true, std::memory_order_release);
+  Impl* const im = impl_.get();  // (not `this`, which the thread's first round may free)
+  // (Where code the thread runs calls this, join_mu may be held by a stop
+  // that waits for this very thread.)
+  if (im->on_progress_thread()) return im->running.load();
+  // Under join_mu from the check to the thread's assignment, as the stops
+  // and close() are: two threads starting at once (Options::thread_safe)
+  // both saw `running` down, and the second assigned its thread over the
+  // first, still joinable (std::terminate); a start between close()'s join
+  // and its closing left a thread running on the closed endpoint. Also
+  // what a thread whose first round destroys the endpoint waits for before
+  // it detaches itself (finish_orphaned).
+  const std::lock_guard<std::mutex> joining(im->join_mu);
+  if (im->running.load() || im->closed) return im->running.load();
+  im->mode = mode;
+  im->threaded.store(true, std::memory_order_release);
+  im->running.store(true, std::memory_order_release);
   try {
-    // Under join_mu: a thread whose first round destroys the endpoint
-    // detaches itself (finish_orphaned) only once this is assigned.
-    Impl* const im = impl_.get();  // (not `this`, which that round may free)
-    const std::lock_guard<std::mutex> j(im->join_mu);
     im->thread = std::thread([im] { im->thread_main(); });
   } catch (const std::exception&) {
     // No memory for the thread's state (std::bad_alloc) or no thread
     // (std::system_error, EAGAIN): the caller's own calls drive progress,
     // as before it asked, rather than an exception out of the driver.
-    impl_->running.store(false, std::memory_order_release);
-    impl_->threaded.store(false, std::memory_order_release);
+    im->running.store(false, std::memory_order_release);
+    im->threaded.store(false, std::memory_order_release);
     return false;
   }
   return true;
@@ -206,9 +214,12 @@ bool UdpEndpoint::stop_progress_thread() noexcept {
   // changes (the join threw std::system_error, having already told the
   // thread to stop).
   if (impl_->on_progress_thread()) return false;
-  if (!impl_->running.load()) return true;
-  impl_->join_thread();
   {
+    // join_mu until `threaded` is down: a start meanwhile would have raised
+    // it for its thread, and this lowered it under that thread's rounds.
+    const std::lock_guard<std::mutex> joining(impl_->join_mu);
+    if (!impl_->running.load()) return true;
+    impl_->join_thread();
     // Under the mutex, and then told: another thread's wait() or blocking
     // call that waits on the thread's rounds (run_until) hears of it at once
     // and runs its own, where it waited out its timeout.
@@ -1085,6 +1096,9 @@ bool UdpEndpoint::close(bool graceful) {
   // The thread stops, but `threaded` stays: other threads' calls (one
   // waiting in wait_completion, say) keep taking the mutex, and close()
   // holds it until it is done, so the engine never has two threads at once.
+  // join_mu until `closed` is up: a start_progress_thread on another thread
+  // comes before the join, which stops its thread, or after, and is refused.
+  const std::lock_guard<std::mutex> joining(impl_->join_mu);
   impl_->join_thread();
   std::unique_lock<std::mutex> lk(impl_->mu);
   if (!impl_->closed) impl_->close_locked(lk, graceful);  // (or closed by another thread meanwhile)
