@@ -197,7 +197,7 @@ def check_limits(spec, test):
         "BAD-6 NAK codes": (r"\*\*BAD-6\*\*[^*]*?a NAK code outside\s+0x([0-9a-f]+)-0x([0-9a-f]+)",
                             (nak_lo, nak_hi)),
         "section 12 BAD-6 row": (r"\| BAD-6 \|[^\n]*NAK codes 0 and (\d+)-255", (nak_hi + 1,)),
-        "appendix A": (r"NAK codes on the wire are 0x([0-9a-f]+)-0x([0-9a-f]+)", (nak_lo, nak_hi)),
+        "appendix A": (r"a NAK.s `code`: 0x([0-9a-f]+)-0x([0-9a-f]+)", (nak_lo, nak_hi)),
         "NAK-2 fatal codes": (r"\*\*NAK-2\*\* \(MUST\) Codes 0x[0-9a-f]+-0x([0-9a-f]+) are fatal",
                               (nak_hi,)),
     }
