@@ -455,8 +455,11 @@ Outcome check_ack7(Target& t) {
 // 3.3, 3.11 and ACK-7: a PROBE draws an ACK at once, AR set or not (a
 // receiver does not read AR in a PROBE), from the PROBE's source port, with
 // ECHO_PROBE and the PROBE's psn (opaque: 0, or a tail-loss probe's send
-// order number), path_tag and tsval; the PROBEs' psn values lie past
-// anything sent, and their path tags name no path of the target's.
+// order number), path_tag and tsval, never ECHO_CE: one PROBE arrives
+// CE-marked (PROBEs travel in the data class, ENC-6), and its answer, which
+// acknowledges nothing, must not read as a congestion signal (3.11, ACK-6).
+// The PROBEs' psn values lie past anything sent, and their path tags name
+// no path of the target's.
 Outcome check_probe_answered(Target& t) {
   Peer p(t);
   Region r;
@@ -467,20 +470,23 @@ Outcome check_probe_answered(Target& t) {
     uint32_t psn;
     uint16_t tag;
     uint16_t port;
+    bool ce = false;
   };
   const uint64_t within = t.simulated_time() ? 1'000 : 2'000'000;
   for (const Probe& k : {Probe{true, 0, wire::make_path_tag(2, 1), 50002},
                          Probe{false, 0, wire::make_path_tag(3, 5), 50003},
-                         Probe{false, 0x00abcdef, wire::make_path_tag(4, 2047), 50004}}) {
-    const std::string what = std::string("a PROBE ") + (k.ar ? "with" : "without") + " AR, psn " +
-                             hex32(k.psn) + ", from port " + std::to_string(k.port);
+                         Probe{false, 0x00abcdef, wire::make_path_tag(4, 2047), 50004},
+                         Probe{true, 0, wire::make_path_tag(5, 3), 50005, true}}) {
+    const std::string what = std::string(k.ce ? "a CE-marked PROBE " : "a PROBE ") +
+                             (k.ar ? "with" : "without") + " AR, psn " + hex32(k.psn) +
+                             ", from port " + std::to_string(k.port);
     const auto answered = [&](const std::vector<Reply>& rs) {
       for (const Reply* a : of(rs, wire::Opcode::kAck))
         if (a->pkt.ack.echo_path_tag == k.tag) return true;
       return false;
     };
     const std::vector<Reply> rs =
-        p.exchange_until(p.probe(k.tag, k.psn, k.ar), answered, within, k.port);
+        p.exchange_until(p.probe(k.tag, k.psn, k.ar), answered, within, k.port, k.ce);
     const Reply* a = nullptr;
     for (const Reply* x : of(rs, wire::Opcode::kAck))
       if (a == nullptr && x->pkt.ack.echo_path_tag == k.tag) a = x;
@@ -490,6 +496,9 @@ Outcome check_probe_answered(Target& t) {
     const wire::AckBody& e = a->pkt.ack;
     if ((e.flags & wire::kAckEchoProbe) == 0)
       return fail("the ACK of " + what + " lacks ECHO_PROBE (flags " + hex32(e.flags) + ")");
+    if ((e.flags & wire::kAckEchoCe) != 0)
+      return fail("the ACK of " + what + " sets ECHO_CE (flags " + hex32(e.flags) +
+                  "): a PROBE's answer is no congestion signal (3.11)");
     if (e.echo_psn != k.psn || e.echo_tsval != 1000)
       return fail("the ACK of " + what + " echoes psn " + hex32(e.echo_psn) + " and tsval " +
                   hex32(e.echo_tsval) + ", not " + hex32(k.psn) + " and 0x3e8");

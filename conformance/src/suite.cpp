@@ -146,7 +146,7 @@ constexpr std::array kChecks = {
     Check{"ACK-7", "an ACK leaves from the source port of the packet it echoes", check_ack7},
     Check{"ACK-7",
           "a PROBE, AR set or not, draws an ACK at once from its port, echoing it with "
-          "ECHO_PROBE",
+          "ECHO_PROBE, never ECHO_CE",
           check_probe_answered},
     Check{"PATH-1", "a connection's paths start on distinct, consecutive source ports",
           check_path1},

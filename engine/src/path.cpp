@@ -157,16 +157,22 @@ void Endpoint::Impl::on_path_echo(Connection& c, const wire::AckBody& ack, TimeN
       p.min_rtt = std::min(p.min_rtt, rtt);
     }
   }
-  const bool ce = (ack.flags & wire::kAckEchoCe) != 0;
-  // TRIM-4: a trimmed packet met a full queue, a signal at least as strong as
-  // a CE mark: it counts in alpha (CC-3), cuts (CC-4) and makes later drops
-  // the queue's (CC-7, PATH-5) just as one.
-  const bool signal = ce || (ack.flags & wire::kAckEchoTrimmed) != 0;
-  if (ce) ++p.stats.ce_marks;
-  if (signal) {
-    ++p.win_ce;
-    p.last_congestion = now;
-    signalled_slot = slot;  // CC-2: no increase on this ACK
+  bool signal = false;
+  // Most ACKs carry no mark: one test for them.
+  if (ack.flags & (wire::kAckEchoCe | wire::kAckEchoTrimmed)) [[unlikely]] {
+    // 3.11: a PROBE's answer acknowledges nothing the window sent, so ECHO_CE
+    // on it (a peer that echoes a marked PROBE) is no congestion signal.
+    const bool ce = (ack.flags & (wire::kAckEchoCe | wire::kAckEchoProbe)) == wire::kAckEchoCe;
+    // TRIM-4: a trimmed packet met a full queue, a signal at least as strong
+    // as a CE mark: it counts in alpha (CC-3), cuts (CC-4) and makes later
+    // drops the queue's (CC-7, PATH-5) just as one.
+    signal = ce || (ack.flags & wire::kAckEchoTrimmed) != 0;
+    if (ce) ++p.stats.ce_marks;
+    if (signal) {
+      ++p.win_ce;
+      p.last_congestion = now;
+      signalled_slot = slot;  // CC-2: no increase on this ACK
+    }
   }
   if (!cfg.cc.enabled || (ack.flags & wire::kAckEchoDup)) return;
   const bool delayed = rtt < 4 * kSecond && rtt > p.min_rtt + cfg.cc.target_queue_delay_ns;

@@ -823,6 +823,25 @@ TEST(Conformance, ProbePsnNotEchoedFailsAck7) {
       "a PROBE");
 }
 
+// 3.11, ACK-6: a CE-marked PROBE's answer sets no ECHO_CE (a sender would
+// read it as congestion with nothing acknowledged). Broken: ECHO_CE echoed
+// on every PROBE's answer whose PROBE came CE-marked, as a receiver reading
+// ACK-6 alone would.
+TEST(Conformance, CeEchoedOnAProbeAnswerFailsAck7) {
+  expect_fails(
+      "ACK-7", "the ACK of a CE-marked PROBE with AR, psn 0x0, from port 50005 sets ECHO_CE",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kAck || (p.ack.flags & wire::kAckEchoProbe) == 0 ||
+              p.ack.echo_path_tag != wire::make_path_tag(5, 3))
+            return false;
+          p.ack.flags |= wire::kAckEchoCe;
+          return true;
+        });
+      },
+      "a PROBE");
+}
+
 TEST(Conformance, ProbeAnswerHeldBackFailsAck7) {
   expect_fails(
       "ACK-7",

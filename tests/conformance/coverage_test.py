@@ -15,6 +15,9 @@ passes `--rule ID` to run a rule's checks. So:
 - `--list-unchecked` (what `--rule` says of a rule no check names) holds
   every other rule of the spec, "(not yet)" exactly for those with a peer
   test, which are the README's "Not yet here";
+- section 12's "Unchecked on a remote target" list names exactly the rules
+  `--list-unchecked` lists (the spec once said only that a conforming
+  implementation satisfies every rule, while 16 had no peer check);
 - the README's "Simulated time only:" paragraph names exactly the checks
   that skip in real time, those whose title (`--list`) ends "(simulated
   time only)" (the runner skips by the same flag; conformance_test checks
@@ -45,6 +48,12 @@ def peer_rules(spec):
 
 def spec_rules(spec):
     return set(re.findall(rf"\*\*({RULE})\*\* \(", spec))
+
+
+def spec_unchecked(spec):
+    """The rules section 12 lists as unchecked on a remote target, or None."""
+    m = re.search(r"Unchecked on a remote\s+target[^:]*:(.*?)\.\n", spec, re.S)
+    return None if m is None else re.findall(RULE, m.group(1))
 
 
 def list_lines(conform, option):
@@ -135,6 +144,17 @@ def main():
         if not_yet != (rule in missing):
             bad.append(f"{rule}: --list-unchecked says {'(not yet)' if not_yet else '(no peer test)'}"
                        f", but README's 'Not yet here' {'lists' if rule in missing else 'omits'} it")
+    # What section 12 tells a vendor a passing run leaves unverified.
+    said_unchecked = spec_unchecked(spec)
+    if said_unchecked is None:
+        bad.append("section 12 has no 'Unchecked on a remote target' list")
+    else:
+        for rule in sorted(set(said_unchecked) - told.keys()):
+            bad.append(f"{rule}: section 12 lists it as unchecked on a remote target, but "
+                       "--list-unchecked does not")
+        for rule in sorted(told.keys() - set(said_unchecked)):
+            bad.append(f"{rule}: --list-unchecked lists it, but section 12's 'Unchecked on a "
+                       "remote target' does not")
     # The checks that need simulated time, as the README names them.
     sim = sorted(rules for rules, title in listed if title.endswith("(simulated time only)"))
     said = simulated_only(readme)

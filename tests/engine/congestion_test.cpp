@@ -309,6 +309,36 @@ TEST(Engine, AckEchoingADuplicateCutsNoWindow) {  // CC-4, CC-5, CC-2
   }
 }
 
+// 3.11, CC-4: an answer to a PROBE (ECHO_PROBE) is no congestion signal,
+// ECHO_CE on it included. A PROBE travels in the data class and may be
+// marked, but its answer acknowledges no packet the window sent; a peer that
+// echoed the mark anyway (ACK-6 read literally) cut the window by alpha / 2
+// (a half: alpha starts at 1) with nothing acknowledged. Here an idle
+// one-path connection's keepalive PROBEs (CONN-9) are answered with
+// ECHO_CE added: the window and ce_marks stay where they were.
+TEST(Engine, ProbeEchoWithCeCutsNoWindow) {  // 3.11, CC-4, CC-2, CONN-9
+  Loop loop(cfg(196, 1), cfg(197, 1));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(a.valid() && b.valid());
+  int answers = 0;
+  loop.mutate = [&](int from, std::vector<uint8_t>& d) {
+    if (from != 1 || d[1] != static_cast<uint8_t>(wire::Opcode::kAck)) return;
+    uint8_t& flags = d[wire::kBaseHeaderSize + 14];
+    if (!(flags & wire::kAckEchoProbe)) return;
+    flags |= wire::kAckEchoCe;
+    ++answers;
+    ASSERT_EQ(wire::seal(d, d.size() - wire::kIcrcSize, 0), d.size());
+  };
+  PathStats start;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, start));
+  loop.run_until([] { return false; }, 25 * kSecond);  // past the first keepalive
+  ASSERT_GE(answers, 1) << "no keepalive PROBE answered";
+  PathStats end;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, end));
+  EXPECT_EQ(end.cwnd_bytes, start.cwnd_bytes);
+  EXPECT_EQ(end.ce_marks, 0u);
+}
+
 // CC-2: after a cut the additive increase counts from the cut, a new
 // window's worth of acknowledged bytes to the next step. An accumulator kept
 // across the cut, counted against the larger window before it, could raise

@@ -285,6 +285,51 @@ RxDatagram next_datagram(Loop& loop, int from, std::vector<uint8_t>& bytes) {
   return RxDatagram{loop.addr(from), tx.entropy, false, bytes};
 }
 
+// CONN-8, CONN-3: a WRITE posted while connecting whose context finds no
+// memory for the agreed window when the ACCEPT comes fails the connection
+// kResourceExhausted (a local fault), and the close that follows gives the
+// peer that code, 0x4a, in its DISCONNECT's reason. Each allocation of the
+// ACCEPT's handling fails in turn until one lands there.
+TEST(ConnectAlloc, AConnectionFailedForMemoryAtTheAcceptClosesWithReason0x4a) {
+  bool seen = false;
+  for (long allowed = 0; !seen; ++allowed) {
+    ASSERT_LT(allowed, 1000) << "no allocation failed the connection kResourceExhausted";
+    Loop loop(cfg(4433), cfg(4434));
+    ConnId a;
+    const std::vector<uint8_t> req = connect_request_of(loop, a);
+    ASSERT_FALSE(req.empty());
+    Buf src(loop.ep(0), 4096, 0, 0x5a);
+    Buf dst(loop.ep(1), 4096, kAccessRemoteWrite | kAccessLocalWrite);
+    ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4096, 1)), Status::kOk);
+    loop.ep(1).handle_datagram(RxDatagram{loop.addr(0), 1234, false, req}, loop.now());
+    std::vector<uint8_t> accept(70000);
+    TxDatagram tx;
+    ASSERT_TRUE(loop.ep(1).poll_transmit(loop.now(), accept, tx));
+    accept.resize(tx.len);
+    ASSERT_FALSE(bad_alloc_escapes(allowed,
+                                   [&] {
+                                     loop.ep(0).handle_datagram(
+                                         RxDatagram{loop.addr(1), tx.entropy, false, accept},
+                                         loop.now());
+                                   }))
+        << "std::bad_alloc left handle_datagram at allocation " << allowed;
+    Event ev;
+    bool failed = false;
+    while (loop.ep(0).poll_event(ev))
+      failed |= ev.kind == EventKind::kError && ev.status == Status::kResourceExhausted;
+    if (!failed) continue;
+    seen = true;
+    loop.ep(0).close(a, loop.now());
+    int disconnects = 0;
+    for (const wire::Packet& p : sent_packets(loop.ep(0), loop.now()))
+      if (p.bh.opcode == wire::Opcode::kDisconnect) {
+        ++disconnects;
+        EXPECT_EQ(p.disconnect.reason, static_cast<uint8_t>(Status::kResourceExhausted));
+      }
+    EXPECT_EQ(disconnects, 1) << "at allocation " << allowed;
+  }
+}
+
 // A post takes room for its completion in the endpoint's queue, and a
 // connection its send or receive context on first use. Each of those
 // allocations failed in turn (on a fresh pair of endpoints): post_send and

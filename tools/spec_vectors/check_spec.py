@@ -12,6 +12,10 @@
    dctcp_g_shift, and the parameter tables of sections 8.3, 9 and appendix B against the fields and
    defaults of include/metaroce/config.hpp (no parameter the code lacks, every
    CcConfig / RecoveryConfig field listed, the same default).
+   With --ranges PATH (the metaroce-config-ranges executable): checks the
+   Range column of those tables, and appendix B's list of relations between
+   fields, against what config_error enforces, probed at each edge; every
+   integer field of config.hpp must be probed.
 4. With --printer PATH (the metaroce-spec-vectors executable): checks that the
    text of section 3.15's vectors is exactly what the printer writes, field
    lines included, not only the hex.
@@ -19,7 +23,7 @@
    the spec as "**ID** (LEVEL)" exactly once and listed in the conformance
    section, and that every rule ID cited in engine/ and include/ is stated.
 
-Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--design /path/to/design.md]
+Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--ranges PATH] [--design /path/to/design.md]
 """
 import difflib
 import pathlib
@@ -173,12 +177,12 @@ def check_limits(spec, test):
         "BAD-6": (r"\*\*BAD-6\*\*[^\n]*\n?[^\n]*`sack_words` above (\d+)", words),
         "SEQ-3 low": (r"`window_log2` lies in (\d+)\.\.\d+", lo),
         "SEQ-3 high": (r"`window_log2` lies in \d+\.\.(\d+)", hi),
-        "appendix B window_log2 low": (r"\| `window_log2` \| [^|]*range (\d+)\.\.", lo),
-        "appendix B window_log2 high": (r"\| `window_log2` \| [^|]*range \d+\.\.(\d+)", hi),
-        "appendix B mtu low": (r"\| `mtu` \| [^|]*\((\d+)\.\.", min_mtu),
-        "appendix B mtu high": (r"\| `mtu` \| [^|]*\(\d+\.\.(\d+)", max_mtu),
-        "appendix B num_paths": (r"\| `num_paths` \| [^|]*\(1\.\.(\d+)", max_paths),
-        "8.3 dctcp_g_shift": (r"\| `dctcp_g_shift` \| [^|]*\(0\.\.(\d+)\)", max_g_shift),
+        "appendix B window_log2 low": (r"\| `window_log2` \| [^|]*\| ([\d,]+)\.\.", lo),
+        "appendix B window_log2 high": (r"\| `window_log2` \| [^|]*\| [\d,]+\.\.([\d,]+)", hi),
+        "appendix B mtu low": (r"\| `mtu` \| [^|]*\| ([\d,]+)\.\.", min_mtu),
+        "appendix B mtu high": (r"\| `mtu` \| [^|]*\| [\d,]+\.\.([\d,]+)", max_mtu),
+        "appendix B num_paths": (r"\| `num_paths` \| [^|]*\| 1\.\.([\d,]+)", max_paths),
+        "8.3 dctcp_g_shift": (r"\| `dctcp_g_shift` \| [^|]*\| 0\.\.([\d,]+) \|", max_g_shift),
         "PATH-1 paths": (r"\*\*PATH-1\*\* \(MUST\) A connection uses `num_paths` entropy values "
                          r"\(default 8, at most (\d+)\)", max_paths),
     }
@@ -186,7 +190,7 @@ def check_limits(spec, test):
         m = re.search(pattern, spec)
         if not m:
             bad.append(f"spec {what}: statement not found")
-        elif int(m.group(1)) != want:
+        elif int(m.group(1).replace(",", "")) != want:
             bad.append(f"spec {what}: says {m.group(1)}, code has {want}")
     # NAK codes: the codec's range (is_wire_nak_code) where the spec states it.
     status = STATUS_HPP.read_text()
@@ -197,7 +201,7 @@ def check_limits(spec, test):
         "BAD-6 NAK codes": (r"\*\*BAD-6\*\*[^*]*?a NAK code outside\s+0x([0-9a-f]+)-0x([0-9a-f]+)",
                             (nak_lo, nak_hi)),
         "section 12 BAD-6 row": (r"\| BAD-6 \|[^\n]*NAK codes 0 and (\d+)-255", (nak_hi + 1,)),
-        "appendix A": (r"NAK codes on the wire are 0x([0-9a-f]+)-0x([0-9a-f]+)", (nak_lo, nak_hi)),
+        "appendix A": (r"a NAK.s `code`: 0x([0-9a-f]+)-0x([0-9a-f]+)", (nak_lo, nak_hi)),
         "NAK-2 fatal codes": (r"\*\*NAK-2\*\* \(MUST\) Codes 0x[0-9a-f]+-0x([0-9a-f]+) are fatal",
                               (nak_hi,)),
     }
@@ -284,6 +288,73 @@ def check_config(spec):
     return bad
 
 
+_RANGE_UNITS = dict(_UNITS, day=86400 * 1000 ** 3)
+_PARAM_TABLES = (("### 8.3", "**CC-1**"), ("## 9.", "### 9.1"), ("## Appendix B", "## Appendix C"))
+
+
+def spec_ranges(spec):
+    """{name: Range cell} from the parameter tables (the third column)."""
+    out = {}
+    for start, end in _PARAM_TABLES:
+        part = spec.split(start, 1)[1].split(end, 1)[0]
+        for m in re.finditer(r"^\| (`[^|]*`) \| [^|]* \| ([^|]*) \|", part, re.M):
+            for name in re.findall(r"`(\w+)`", m.group(1)):
+                out[name] = m.group(2).strip()
+    return out
+
+
+def parse_range(cell):
+    """(lo, hi), "any", or None for a cell this does not read."""
+    if cell.startswith("any"):
+        return "any"
+    end = r"([\d,]+)\s*(ns|us|ms|s|day)?"
+    m = re.match(end + r"\.\." + end, cell)
+    if not m:
+        return None
+    def value(num, unit):
+        return int(num.replace(",", "")) * _RANGE_UNITS.get(unit or "ns", 1)
+    return value(m.group(1), m.group(2)), value(m.group(3), m.group(4))
+
+
+def check_ranges(spec, tool):
+    """The tables' ranges and appendix B's relations are config_error's."""
+    out = subprocess.run([tool], capture_output=True, text=True)
+    if out.returncode != 0:
+        return [f"{tool} failed: {out.stderr.strip()}"]
+    probed, relations = {}, set()
+    for line in out.stdout.splitlines():
+        kind, rest = line.split(" ", 1)
+        if kind == "relation":
+            relations.add(rest)
+            continue
+        name, *bounds = rest.split()
+        probed[name.split(".")[-1]] = "any" if bounds == ["any"] else tuple(map(int, bounds))
+    bad = []
+    cells = spec_ranges(spec)
+    for name, want in sorted(probed.items()):
+        if name not in cells:
+            bad.append(f"`{name}`: config_error enforces {want}, but no parameter table lists it")
+            continue
+        got = parse_range(cells[name])
+        if got is None:
+            bad.append(f"`{name}`: Range {cells[name]!r} is not 'LO..HI' or 'any'")
+        elif got != want:
+            bad.append(f"`{name}`: Range says {cells[name]!r}, config_error enforces {want}")
+    for struct, fields in config_fields().items():
+        for name, default in fields.items():
+            if not isinstance(default, bool) and name not in probed:
+                bad.append(f"{struct}::{name}: not probed by metaroce-config-ranges")
+    m = re.search(r"Between fields `config_error` also requires:(.*?)\.\n", spec, re.S)
+    said = set(re.findall(r"`([^`]+)`", m.group(1))) if m else set()
+    if m is None:
+        bad.append("appendix B: no 'Between fields `config_error` also requires:' list")
+    for r in sorted(relations - said):
+        bad.append(f"relation `{r}`: enforced by config_error, not in appendix B's list")
+    for r in sorted(said - relations):
+        bad.append(f"relation `{r}`: in appendix B's list, not probed in config_error")
+    return bad
+
+
 def check_code_citations(spec, ids):
     prefixes = sorted({i.split("-")[0] for i in ids})
     stated = set(re.findall(r"\*\*([A-Z]+-\d+)\*\* \(", spec))
@@ -310,6 +381,13 @@ def check_rules(spec, design):
     return ids, bad
 
 
+def report(head, bad):
+    print(head)
+    for line in bad:
+        print("  " + line)
+    return not bad
+
+
 def main():
     spec = SPEC.read_text()
     ok = True
@@ -326,24 +404,18 @@ def main():
         ok &= not problems
     for what, bad in (("limits", check_limits(spec, TEST.read_text())),
                       ("config", check_config(spec))):
-        print(f"{what}: {len(bad)} problems")
-        for line in bad:
-            print("  " + line)
-        ok &= not bad
+        ok &= report(f"{what}: {len(bad)} problems", bad)
     if "--printer" in sys.argv:
         bad = check_printed(spec, sys.argv[sys.argv.index("--printer") + 1])
-        print(f"printed vectors: {'differ from the spec' if bad else 'ok'}")
-        for line in bad:
-            print("  " + line)
-        ok &= not bad
+        ok &= report(f"printed vectors: {'differ from the spec' if bad else 'ok'}", bad)
+    if "--ranges" in sys.argv:
+        bad = check_ranges(spec, sys.argv[sys.argv.index("--ranges") + 1])
+        ok &= report(f"config ranges: {len(bad)} problems", bad)
     if "--design" in sys.argv:
         design = pathlib.Path(sys.argv[sys.argv.index("--design") + 1]).read_text()
         ids, bad = check_rules(spec, design)
         bad += check_code_citations(spec, ids)
-        print(f"rules: {len(ids)} in the design, {len(bad)} problems")
-        for line in bad:
-            print("  " + line)
-        ok &= not bad
+        ok &= report(f"rules: {len(ids)} in the design, {len(bad)} problems", bad)
     return 0 if ok else 1
 
 
