@@ -284,7 +284,7 @@ class Reader {
         f = background(hosts, b, flows, gap, start, seed);
       } else if (kind == "matrix") {
         keys(t, "workload", {"kind", "file", "start_us"});
-        f = matrix(t, hosts);
+        f = matrix(t, hosts, c.input_files);
       } else {
         fail(*t.get("kind"), "workload.kind: unknown '" + kind +
                                  "' (permutation, all_to_all, incast, allreduce, background, "
@@ -343,9 +343,11 @@ class Reader {
     fail(*t.get("rings"), "workload.rings: unknown '" + how + "' (hosts, rails)");
   }
 
-  std::vector<FlowSpec> matrix(const toml::table& t, uint32_t hosts) {
+  std::vector<FlowSpec> matrix(const toml::table& t, uint32_t hosts,
+                               std::vector<OutputFile>& inputs) {
     std::string path = string(t, "workload", "file");
     if (!path.empty() && path[0] != '/' && !base_dir_.empty()) path = base_dir_ + "/" + path;
+    inputs.push_back({"workload.file", path});
     std::ifstream in(path);
     // A folder opens and reads as empty: it was "adds no flow".
     if (!in || std::filesystem::is_directory(path))
@@ -783,7 +785,9 @@ SimConfig load_config_file(const std::string& path, TransportKind transport, uin
   text << in.rdbuf();
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  return parse_config(text.str(), path, dir, transport, seed, given);
+  SimConfig c = parse_config(text.str(), path, dir, transport, seed, given);
+  c.input_files.insert(c.input_files.begin(), {"--config", path});
+  return c;
 }
 
 }  // namespace metaroce::sim

@@ -511,7 +511,8 @@ class SimOutput::FlowTrace {
 SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
   const OutputOptions& o = sim.cfg_.output;
   const TopoGraph& g = sim.net_->graph();
-  if (const std::string clash = output_clash(o); !clash.empty()) throw std::runtime_error(clash);
+  if (const std::string clash = output_clash(o, sim.cfg_.input_files); !clash.empty())
+    throw std::runtime_error(clash);
   LinkRef pcap_link, watch;
   const LinkRef* watched = nullptr;
   if (!o.pcap_link.empty()) {

@@ -23,22 +23,33 @@ std::vector<OutputFile> output_files(const OutputOptions& o) {
   return files;
 }
 
-std::string output_clash(const OutputOptions& o) {
+namespace {
+std::filesystem::path canonical_of(const std::string& path) {
+  // Absolute first: weakly_canonical leaves a path none of whose folders
+  // exist yet relative ("d/x"), one that starts with "." absolute.
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  const std::filesystem::path p = std::filesystem::weakly_canonical(abs, ec);
+  return ec ? abs.lexically_normal() : p;
+}
+}  // namespace
+
+std::string output_clash(const OutputOptions& o, const std::vector<OutputFile>& inputs) {
   const std::vector<OutputFile> files = output_files(o);
   std::vector<std::filesystem::path> canon;
-  for (const OutputFile& f : files) {
-    // Absolute first: weakly_canonical leaves a path none of whose folders
-    // exist yet relative ("d/x"), one that starts with "." absolute.
-    std::error_code ec;
-    const std::filesystem::path abs = std::filesystem::absolute(f.path, ec);
-    const std::filesystem::path p = std::filesystem::weakly_canonical(abs, ec);
-    canon.push_back(ec ? abs.lexically_normal() : p);
-  }
+  for (const OutputFile& f : files) canon.push_back(canonical_of(f.path));
   for (size_t i = 0; i < files.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (canon[i] == canon[j])
         return files[j].option + " '" + files[j].path + "' and " + files[i].option + " '" +
                files[i].path + "' are the same file";
+  for (const OutputFile& in : inputs) {
+    const std::filesystem::path read = canonical_of(in.path);
+    for (size_t i = 0; i < files.size(); ++i)
+      if (canon[i] == read)
+        return files[i].option + " '" + files[i].path + "' is " + in.option + " '" + in.path +
+               "', which the run reads";
+  }
   return {};
 }
 

@@ -324,6 +324,22 @@ if [ -n "$left" ]; then
 fi
 expect_quiet 0 "$sim" -q --no-timing --csv col --pcap 16 --pcap-file col/x.pcap --trace-flow 0 \
   --trace-file col/trace.csv
+# Nor may an output be a file the run reads: opened "wb", the config or the
+# traffic matrix was emptied before the run had read it... or after.
+printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n[[workload]]\nkind = "matrix"\nfile = "fcts.csv"\n' >in.toml
+printf '0 1 4096 0\n' >fcts.csv
+sim_expect 2 "^metaroce-sim: --pcap-file '\\./in\\.toml' is --config 'in\\.toml', which the run reads\$" \
+  --config in.toml --pcap host:0-up --pcap-file ./in.toml
+sim_expect 2 "^metaroce-sim: --csv '\\./fcts\\.csv' is workload\\.file '\\./fcts\\.csv', which the run reads\$" \
+  --config in.toml --csv .
+sim_expect 2 "^metaroce-sim: --trace-file '$out/in\\.toml' is --config 'in\\.toml', which the run reads\$" \
+  --config in.toml --trace-flow 0 --trace-file "$out/in.toml"
+if [ "$(cat fcts.csv)" = "0 1 4096 0" ] && grep -q 'kind = "matrix"' in.toml; then
+  echo "ok:   the config and the matrix an output named are left as they were"
+else
+  echo "FAIL: an output option emptied the run's input"
+  failures=$((failures + 1))
+fi
 cd "$here" || exit 1
 rm -rf "$out"
 # --trace-flow is range-checked as given, 64 bits: 2^32 + 3 was cast to 32

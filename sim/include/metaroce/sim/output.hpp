@@ -83,8 +83,11 @@ struct OutputFile {
 [[nodiscard]] std::vector<OutputFile> output_files(const OutputOptions& o);
 // Two of output_files() that are one file (compared by weakly_canonical, so
 // "x" and "./d/../x" match): "--pcap-file 'A' and --trace-file 'B' are the
-// same file"; empty if none. SimOutput refuses such options before it opens any.
-[[nodiscard]] std::string output_clash(const OutputOptions& o);
+// same file"; or one of them that is one of `inputs`, the files the run was
+// read from ("--pcap-file 'A' is --config 'A', which the run reads"); empty
+// if none. SimOutput refuses such options before it opens any.
+[[nodiscard]] std::string output_clash(const OutputOptions& o,
+                                       const std::vector<OutputFile>& inputs = {});
 
 // A classic libpcap file: nanosecond-resolution magic (a1b23c4d), link type
 // Ethernet, records buffered in memory and written in large blocks.

@@ -99,6 +99,10 @@ struct SimConfig {
   RcParams rc;
   // Capture and time series (--pcap, --csv); none by default.
   OutputOptions output;
+  // The files the run was read from (load_config_file: the config, each
+  // workload.file), as {its key, its path}: no output may be one of them
+  // (output_clash), as opening it "wb" emptied the user's file.
+  std::vector<OutputFile> input_files;
 
   // The payload MTU of every transport (endpoint.mtu, rc.mtu; 4096 by
   // default), in [kMinMtu, kMaxMtu]. Frame sizes follow, and with them the
