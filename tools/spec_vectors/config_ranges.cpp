@@ -29,16 +29,13 @@ struct Field {
   uint64_t type_max;
 };
 
-#define METAROCE_FIELD(path)                                                                      \
-  Field {                                                                                         \
-#path,                                                                                        \
-        [](EndpointConfig & c,                                                                    \
-           uint64_t v) { c.path = static_cast<decltype(c.path)>(v); },                            \
-                                                                    std::numeric_limits <         \
-                                                                        decltype(EndpointConfig{} \
-                                                                                     .path)>      \
-                                                                        ::max()                   \
-  }
+// (clang-format reads the lambda's parameter in a macro as a product.)
+// clang-format off
+#define METAROCE_FIELD(path)                                                               \
+  Field{#path,                                                                             \
+        [](EndpointConfig& c, uint64_t v) { c.path = static_cast<decltype(c.path)>(v); },  \
+        std::numeric_limits<decltype(EndpointConfig{}.path)>::max()}
+// clang-format on
 
 std::vector<Field> fields() {
   return {METAROCE_FIELD(mtu),
