@@ -15,19 +15,8 @@
 #include <string>
 #include <thread>
 
+#include "../common/sanitizers.hpp"
 #include "metaroce/conformance/suite.hpp"
-
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitized = true;
-#else
-constexpr bool kThreadSanitized = false;
-#endif
-#else
-constexpr bool kThreadSanitized = false;
-#endif
 
 namespace metaroce::conformance {
 namespace {
@@ -65,7 +54,7 @@ void close_on_this_thread(int) { g_closed = g_target->close(ConnId{0x5}) ? 1 : 0
 // for the agent of a remote target gone away. Silence let the check wait on
 // a close that never began.
 TEST(ConformanceUdpTarget, ACloseTheDriverRefusesLosesTheTarget) {
-  if (kThreadSanitized)
+  if (metaroce::test::kThreadSanitized)
     GTEST_SKIP() << "the close comes from a signal handler that allocates, which TSan reports";
   std::string why;
   std::unique_ptr<UdpTarget> t = UdpTarget::open(why);

@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/sanitizers.hpp"
 #include "impl.hpp"  // udp/src: tx_group_key
 #include "metaroce/wire.hpp"
 #include "udp_pair.hpp"
@@ -40,17 +41,7 @@
 
 using namespace std::chrono_literals;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = metaroce::test::kAddressSanitized || metaroce::test::kThreadSanitized;
 using metaroce::Completion;
 using metaroce::ConnId;
 using metaroce::MemoryRegion;
