@@ -15,6 +15,7 @@
 
 #include "control.hpp"
 #include "pattern.hpp"
+#include "perf_pair.hpp"
 #include "session.hpp"
 
 namespace metaroce::perf {
@@ -507,43 +508,6 @@ TEST(PerfPattern, PoisonDiffersFromThePatternInEveryByte) {
   }
 }
 
-// A loopback pair: `server` accepted `client`'s connection.
-struct PerfPair {
-  std::unique_ptr<udp::UdpEndpoint> server, client;
-  ConnId sconn, cconn;
-};
-
-PerfPair perf_pair(const Common& common) {
-  using namespace std::chrono_literals;
-  PerfPair p;
-  udp::Error err;
-  p.server = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
-  p.client = udp::UdpEndpoint::open("127.0.0.1:0", make_options(common), err);
-  if (!p.server || !p.client) {
-    ADD_FAILURE() << err.message;
-    return p;
-  }
-  p.server->start_progress_thread();
-  err = p.client->connect(p.server->local_address(), 3000ms, p.cconn);
-  EXPECT_FALSE(err) << err.message;
-  err = p.server->accept(1000ms, p.sconn);
-  EXPECT_FALSE(err) << err.message;
-  p.server->stop_progress_thread();
-  return p;
-}
-
-// The server's Sink for `tp` (with the memory a write or read reaches, a
-// read's filled with the pattern) and the client's Generator aimed at it.
-testing::AssertionResult aim_generator(PerfPair& p, const TestParams& tp, Sink& data,
-                                       Generator& gen) {
-  if (!data.setup(*p.server, p.sconn, tp,
-                  plan_buffers(Side::kServer, tp.op, tp.size, tp.qd, tp.bidir).ring) ||
-      !data.expose(tp.size, tp.qd, tp.op == Op::kRead) ||
-      !gen.setup(*p.client, p.cconn, tp, data.mem_mr.addr, data.mem_mr.rkey))
-    return testing::AssertionFailure() << "cannot register the buffers";
-  return testing::AssertionSuccess();
-}
-
 // --op read --verify: each generator slot is read again from the same server
 // slot every qd messages, so it already holds the expected pattern. Before a
 // READ is posted, every byte of its slot must be poisoned: a byte the READ
@@ -588,14 +552,6 @@ TEST(PerfGenerator, ReadSlotIsPoisonedWholeBeforeEachRead) {
   EXPECT_EQ(gen.completed, 2u * tp.qd);
   EXPECT_EQ(gen.errors, 0u);
   EXPECT_EQ(gen.verify_errors, 0u);
-}
-
-// Two paths over four source ports: enough on loopback.
-Common small_common() {
-  Common common;
-  common.paths = 2;
-  common.entropy_count = 4;
-  return common;
 }
 
 // The server's messages about a connection name its state and what ended

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "session.hpp"
+#include "verdict.hpp"
 
 namespace metaroce::perf {
 
@@ -401,17 +402,21 @@ int run_client(const ClientArgs& a, const Common& common) {
                  "metaroce-perf client: the server completed %" PRIu64
                  " reverse messages, this end received %" PRIu64 "\n",
                  result.rev_messages, sink.next_seq);
-  // Without the server's Result its checks are missing: those of a write's
-  // or send's data, and with --bidir of the reverse load's. The count is
-  // then unknown (null, "n/a"), not 0: a run whose server was lost used to
-  // report "verify errors 0" for data no one had checked. A read's data
-  // this end checks itself.
-  const bool verify_known = !a.tp.verify || have_result || (read && !a.tp.bidir);
-  const uint64_t verify_errors =
-      gen.verify_errors + sink.verify_errors + (have_result ? result.verify_errors : 0) +
-      (a.tp.verify && have_result && a.tp.op != Op::kRead && result.messages != gen.completed ? 1
-                                                                                              : 0) +
-      (a.tp.verify && reverse_mismatch ? 1 : 0);
+  // Without the server's Result the count is unknown (null, "n/a"), not 0: a
+  // run whose server was lost used to report "verify errors 0" for data no
+  // one had checked.
+  VerifyTally tally;
+  tally.verify = a.tp.verify;
+  tally.op = a.tp.op;
+  tally.bidir = a.tp.bidir;
+  tally.have_result = have_result;
+  tally.client_errors = gen.verify_errors + sink.verify_errors;
+  tally.server_errors = result.verify_errors;
+  tally.server_messages = result.messages;
+  tally.client_completed = gen.completed;
+  tally.reverse_mismatch = reverse_mismatch;
+  const bool verify_known = perf::verify_known(tally);
+  const uint64_t verify_errors = perf::verify_errors(tally);
   // Retransmissions of the end that sends the test's data: the client for
   // write and send, the server (its Result) for read, where the client only
   // sends the requests. The reverse load (--bidir) the other way round.
@@ -604,7 +609,7 @@ int run_client(const ClientArgs& a, const Common& common) {
   }
   ep->close(conn);
   for (int i = 0; i < 50 && ep->state(conn) == udp::ConnState::kEstablished; ++i) ep->wait(1ms);
-  return failed || !have_result || verify_errors != 0 || reverse_mismatch ? kExitTestFailed : 0;
+  return client_exit_status(failed, tally);
 }
 
 }  // namespace metaroce::perf
