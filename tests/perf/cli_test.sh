@@ -37,6 +37,10 @@ expect 2 "^--entropy-base: 65530 with --entropy-count 8 ends at port 65537: $las
 expect 2 '^--control-dscp: must not be 63, the DSCP a trimming switch gives a cut packet' \
   "$perf" server 127.0.0.1:0 --control-dscp 63
 expect 2 '^--data-dscp: must not be 63' "$perf" client 127.0.0.1:4792 --data-dscp 63
+# The range printed is the one the help names: 63 is refused for TRIM-1 above, so a value past
+# it must not be told "0 to 63".
+expect 2 '^--data-dscp: Value 64 not in range 0 to 62' "$perf" client 127.0.0.1:4792 --data-dscp 64
+expect 2 '^--control-dscp: Value 255 not in range 0 to 62' "$perf" server 127.0.0.1:0 --control-dscp 255
 expect 2 "^addr: '9999' is a bare number, not an address; for a port, write HOST:9999" \
   "$perf" server 9999
 expect 2 "^addr: '4792' is a bare number, not an address" "$perf" client 4792 --iters 1

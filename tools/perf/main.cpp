@@ -58,6 +58,18 @@ int main(int argc, char** argv) {
       std::to_string(driver_defaults.engine.recovery.min_rto_ns / metaroce::kMicrosecond);
   const std::string default_target_delay_us =
       std::to_string(driver_defaults.engine.cc.target_queue_delay_ns / metaroce::kMicrosecond);
+  // ENC-6 / TRIM-1: the tool leaves the trimmed code point at its default, the top DSCP, so
+  // the DSCPs a user may give are the ones below it. The TRIM-1 check runs first, so that 63
+  // is refused with its reason rather than as out of range.
+  static_assert(metaroce::wire::kDefaultTrimmedDscp == metaroce::kMaxDscp);
+  const CLI::Validator not_trimmed_dscp(
+      [](std::string& input) -> std::string {
+        if (input != std::to_string(metaroce::wire::kDefaultTrimmedDscp)) return {};
+        return "must not be " + input + ", the DSCP a trimming switch gives a cut packet (TRIM-1)";
+      },
+      "");
+  const CLI::Validator dscp_range =
+      metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp} - 1u);
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("--mtu", common.mtu,
                     "payload bytes per packet, " + std::to_string(metaroce::kMinMtu) + "-" +
@@ -130,10 +142,12 @@ int main(int argc, char** argv) {
     sub->add_option("--control-dscp", common.control_dscp,
                     "IP DSCP of this end's ACKs and NAKs, 0-62 (ENC-6, default 48: a class "
                     "switches can serve first; 63 marks a trimmed packet, TRIM-1)")
-        ->check(metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp}));
+        ->check(not_trimmed_dscp)
+        ->check(dscp_range);
     sub->add_option("--data-dscp", common.data_dscp,
                     "IP DSCP of this end's other packets, 0-62 (ENC-6, default 0)")
-        ->check(metaroce::tools::number_in_range(0u, uint32_t{metaroce::kMaxDscp}));
+        ->check(not_trimmed_dscp)
+        ->check(dscp_range);
     sub->add_option("--ack-every", common.ack_every,
                     "ACK after this many data packets, 1-" +
                         std::to_string(metaroce::perf::kMaxAckEvery) +
@@ -250,13 +264,6 @@ int main(int argc, char** argv) {
                                 std::to_string(common.entropy_count) + " ends at port " +
                                 std::to_string(common.entropy_base + common.entropy_count - 1) +
                                 ": the last port, base + count - 1, must be at most 65535");
-    // ENC-6 / TRIM-1: the trimmed code point marks a cut packet.
-    for (const auto& [name, dscp] : {std::pair{"--control-dscp", common.control_dscp},
-                                     std::pair{"--data-dscp", common.data_dscp}})
-      if (dscp == metaroce::wire::kDefaultTrimmedDscp)
-        throw CLI::ValidationError(name,
-                                   "must not be " + std::to_string(dscp) +
-                                       ", the DSCP a trimming switch gives a cut packet (TRIM-1)");
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : metaroce::tools::kExitBadOptions;
   }
