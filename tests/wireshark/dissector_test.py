@@ -542,16 +542,21 @@ def check_ecn(vectors, workdir):
 
 
 def check_ack_fields(vectors, workdir):
-    """Section 3.8: each ACK flag is its own field (ECHO_CE, ECHO_DUP,
+    """Section 3.9: each ACK flag is its own field (ECHO_CE, ECHO_DUP,
     ECHO_PROBE, ECHO_TRIMMED), named in the Info column; a SACK word's bits
     above 31 and the words after word 0 name PSNs cum_psn + 1 + 64 j + i; the
-    base header's AR flag (3.3) is a field of its own."""
+    base header's AR flag (3.3) is a field of its own. Section 3.11: a PROBE's
+    answer with ECHO_CE, ECHO_DUP or ECHO_TRIMMED is flagged unexpected, one
+    warning each, and the PROBE flag alone is not."""
     tv = {name: raw for name, _, raw, _ in vectors}
     flag_fields = [("metaroce.ack.flags.echo_ce", 0x01, "CE"),
                    ("metaroce.ack.flags.echo_dup", 0x02, "DUP"),
                    ("metaroce.ack.flags.echo_probe", 0x04, "PROBE"),
                    ("metaroce.ack.flags.echo_trimmed", 0x08, "TRIMMED")]
-    masks = [0x00, 0x01, 0x02, 0x04, 0x08, 0x07, 0x0F]
+    masks = [0x00, 0x01, 0x02, 0x04, 0x08, 0x0B, 0x05, 0x06, 0x0C, 0x0F]
+    # What 3.11 forbids beside ECHO_PROBE, in each mask.
+    forbidden_with_probe = {0x05: ["ECHO_CE"], 0x06: ["ECHO_DUP"], 0x0C: ["ECHO_TRIMMED"],
+                            0x0F: ["ECHO_CE", "ECHO_DUP", "ECHO_TRIMMED"]}
     datagrams = [reseal(tv["TV-08"][:30] + bytes([m]) + tv["TV-08"][31:]) for m in masks]
     # Two SACK words after cum_psn 0x1000: word 0 bits 32 and 63, word 1
     # bits 0 and 40.
@@ -571,7 +576,13 @@ def check_ack_fields(vectors, workdir):
             check(got == [int(mask & bit != 0)], f"ACK flags {mask:#04x}: {field} is {got}")
             check((re.search(rf"\b{word}\b", info.split("slot=")[-1]) is not None) ==
                   (mask & bit != 0), f"ACK flags {mask:#04x}: Info '{info}' and {word}")
-        check(row["metaroce.icrc.status"] == ["1"] and not row["_ws.expert.message"],
+        named = sorted(echo for echo in ("ECHO_CE", "ECHO_DUP", "ECHO_TRIMMED")
+                       for message in row["_ws.expert.message"]
+                       if message.startswith(f"{echo} with ECHO_PROBE"))
+        check(row["metaroce.icrc.status"] == ["1"] and
+              named == forbidden_with_probe.get(mask, []) and
+              len(row["_ws.expert.message"]) == len(named) and
+              len(row["metaroce.unexpected_value"]) == len(named),
               f"ACK flags {mask:#04x}: {row['metaroce.icrc.status']} {row['_ws.expert.message']}")
     row = rows[len(masks)]
     psns = [number(v) for v in row["metaroce.ack.sack.psn"]]

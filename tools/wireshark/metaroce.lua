@@ -467,6 +467,17 @@ local function dissect_ack(st, tree, off)
   fl:add(pf.ack_echo_trimmed, tvb(off + 14, 1))
   reserved_zero(st, fl:add(pf.ack_flags_reserved, tvb(off + 14, 1)), band(aflags, 0xF0),
     "Ack flag bits 7-4")
+  -- 3.11: a PROBE's answer carries none of the data echoes; a sender ignores ECHO_CE there
+  -- (no CC-4 cut), so a peer that sets it looks healthy unless the capture says so.
+  if is_set(aflags, ECHO_PROBE) then
+    for _, echo in ipairs({{ECHO_CE, "ECHO_CE"}, {ECHO_DUP, "ECHO_DUP"},
+        {ECHO_TRIMMED, "ECHO_TRIMMED"}}) do
+      if is_set(aflags, echo[1]) then
+        fl:add_proto_expert_info(ex.unexpected, echo[2] .. " with ECHO_PROBE: a PROBE's " ..
+          "answer never carries it (3.11)")
+      end
+    end
+  end
   local words_item = ack:add(pf.ack_sack_words, tvb(off + 15, 1))
   reserved_zero(st, ack:add(pf.ack_reserved, tvb(off + 16, 4)), tvb(off + 16, 4):uint(), "Reserved")
 
