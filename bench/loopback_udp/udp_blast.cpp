@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -343,8 +344,22 @@ int main(int argc, char** argv) {
       }
       return static_cast<uint32_t>(n);
     };
+    // Seconds in (0, 3600], or exit 2 naming the option: atof read "abc",
+    // "-1" and "0" as a run of 0 s, which printed zeros and exited 0.
+    auto seconds = [&]() -> double {
+      const char* v = val();
+      char* rest = nullptr;
+      errno = 0;
+      const double s = std::strtod(v, &rest);
+      if (errno != 0 || rest == v || *rest != '\0' || !std::isfinite(s) || s <= 0 || s > 3600) {
+        std::fprintf(stderr, "%s: want seconds, more than 0 and at most 3600, got '%s'\n",
+                     k.c_str(), v);
+        std::exit(2);
+      }
+      return s;
+    };
     if (k == "--seconds")
-      a.seconds = std::atof(val());
+      a.seconds = seconds();
     else if (k == "--seg")
       a.seg = count(1, 65507);
     else if (k == "--gso-segs")

@@ -6,6 +6,8 @@
 // is O(1) amortized, about the size ratio where it is linear.
 //
 //   metaroce-scale-bench [--benchmark_filter=...] [other Google Benchmark flags]
+//
+// --benchmark_format=json|csv prints that on stdout, and the ratios on stderr.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -99,25 +101,36 @@ BENCHMARK(CloseBatch)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 
-// Keeps each run's time per item, to print the ratios when all have run.
-class Ratios : public benchmark::ConsoleReporter {
+// Keeps each run's time per item, to print the ratios when all have run,
+// and passes every report on to the reporter --benchmark_format selects:
+// the library builds that one only when given no reporter, so a console
+// reporter of our own printed a table for --benchmark_format=json or csv.
+class Ratios : public benchmark::BenchmarkReporter {
  public:
+  // The library's own, kept by it for the process's life: not ours to free.
+  Ratios() : display_(benchmark::CreateDefaultDisplayReporter()) {}
+  bool ReportContext(const Context& context) override { return display_->ReportContext(context); }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       const auto items = run.counters.find("items_per_second");
       if (!run.error_occurred && items != run.counters.end() && items->second.value > 0)
         ns_per_item_[run.benchmark_name()] = 1e9 / items->second.value;
     }
-    ConsoleReporter::ReportRuns(runs);
+    display_->ReportRuns(runs);
   }
+  void Finalize() override { display_->Finalize(); }
+  // The ratios go beside a console table on stdout; after JSON or CSV they
+  // would make stdout unreadable to the program reading it: stderr then.
   void print(const std::string& small, const std::string& large) const {
     const auto s = ns_per_item_.find(small), l = ns_per_item_.find(large);
     if (s == ns_per_item_.end() || l == ns_per_item_.end()) return;
-    std::printf("ratio %s / %s, cost per operation: %.2f (%.1f ns / %.1f ns)\n", large.c_str(),
-                small.c_str(), l->second / s->second, l->second, s->second);
+    std::FILE* out = dynamic_cast<benchmark::ConsoleReporter*>(display_) ? stdout : stderr;
+    std::fprintf(out, "ratio %s / %s, cost per operation: %.2f (%.1f ns / %.1f ns)\n",
+                 large.c_str(), small.c_str(), l->second / s->second, l->second, s->second);
   }
 
  private:
+  benchmark::BenchmarkReporter* display_;
   std::map<std::string, double> ns_per_item_;
 };
 

@@ -60,23 +60,36 @@ int run_harness(const HarnessOptions& o);
 class Report {
  public:
   explicit Report(std::string name) : name_(std::move(name)) {}
+  // A figure: three decimals in JSON and text.
   void num(const std::string& key, double v, const std::string& what) {
-    rows_.push_back({key, v, std::nullopt, what});
+    rows_.push_back({key, v, std::nullopt, what, Shape::kDecimals});
+  }
+  // An input, reported as given: at three decimals --loss 0.0004 read
+  // "loss":0.0, another experiment than the one run.
+  void given(const std::string& key, double v, const std::string& what) {
+    rows_.push_back({key, v, std::nullopt, what, Shape::kGiven});
+  }
+  // A fraction that may lie far below 0.001 (resends per packet): six
+  // significant digits, where three decimals read 0.0004 as 0.
+  void fraction(const std::string& key, double v, const std::string& what) {
+    rows_.push_back({key, v, std::nullopt, what, Shape::kSignificant});
   }
   // An integer reported exactly (a seed): a double holds only 53 bits, so
   // --seed 18446744073709551615 came out as 1.8446744073709552e+19, which
   // names another seed.
   void exact(const std::string& key, uint64_t v, const std::string& what) {
-    rows_.push_back({key, static_cast<double>(v), v, what});
+    rows_.push_back({key, static_cast<double>(v), v, what, Shape::kDecimals});
   }
   void print(bool json) const;
 
  private:
+  enum class Shape { kDecimals, kGiven, kSignificant };
   struct Row {
     std::string key;
     double value;
     std::optional<uint64_t> exact;
     std::string what;
+    Shape shape;
   };
   std::string name_;
   std::vector<Row> rows_;

@@ -253,22 +253,22 @@ int run_harness(const HarnessOptions& o) {
   } else {
     r.num("paths", o.paths, "network paths (25 Gbit/s each, unequal delays)");
   }
-  r.num("loss", o.loss, "random loss on every path");
+  r.given("loss", o.loss, "random loss on every path");
   r.num("fail_path", o.fail_path, "path taken down mid-transfer (-1: none)");
   r.exact("seed", o.seed, "seed");
   r.num("goodput_gbps", gbps, "this run");
   r.num("lossless_goodput_gbps", base_gbps, "same transfer, no loss, no failure");
   r.num("goodput_ratio", base_gbps > 0 ? gbps / base_gbps : 0, "goodput / lossless goodput");
-  r.num("spurious_retx_fraction",
-        run.packets_sent
-            ? static_cast<double>(run.duplicates) / static_cast<double>(run.packets_sent)
-            : 0,
-        "retransmissions whose original also arrived / data packets sent");
-  r.num("retx_fraction",
-        run.packets_sent
-            ? static_cast<double>(run.retransmissions) / static_cast<double>(run.packets_sent)
-            : 0,
-        "retransmissions / data packets sent");
+  r.fraction("spurious_retx_fraction",
+             run.packets_sent
+                 ? static_cast<double>(run.duplicates) / static_cast<double>(run.packets_sent)
+                 : 0,
+             "retransmissions whose original also arrived / data packets sent");
+  r.fraction("retx_fraction",
+             run.packets_sent
+                 ? static_cast<double>(run.retransmissions) / static_cast<double>(run.packets_sent)
+                 : 0,
+             "retransmissions / data packets sent");
   r.num("data_errors", static_cast<double>(run.data_errors), "bytes that differ at the receiver");
   r.num("completed", static_cast<double>(run.completed), "1 MiB writes completed OK");
   r.num("failed", static_cast<double>(run.failed), "writes completed with an error");

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("harness", "goodput under loss and path failure in the seeded harness");
   harness->add_option("--paths", ho.paths, "network paths")
       ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}));
-  harness->add_option("--loss", ho.loss, "random loss on every path (0..1)")
+  harness->add_option("--loss", ho.loss, "random loss on every path (0..0.5)")
       ->check(metaroce::tools::number_in_range(0.0, 0.5));
   harness->add_option("--fail-path", ho.fail_path, "path that goes down mid-transfer (-1: none)")
       ->check(metaroce::tools::number_in_range(-1, 31));

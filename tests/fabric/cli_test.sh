@@ -9,8 +9,11 @@
 #     and fabric_test.sh do for their whole run), `up`, `down` and the fault
 #     commands exit 1 saying so, and the namespaces stay (`up` used to tear
 #     them down and build its own under the running test);
-#   - an `up` that fails midway (here: a tc that refuses everything) leaves
-#     no namespace behind.
+#   - an `up` that fails midway (here: a tc that refuses everything, or a
+#     sysctl that refuses the multipath hash on ports) leaves no namespace
+#     behind;
+#   - the faults refuse (exit 2) a number that is none and a link the
+#     fabric lacks; `clear` fails when a fault cannot be removed.
 # The parts that make namespaces need root and ip netns; without them only
 # the argument checks run. Its own MR_FAB_PREFIX: never a running fabric's.
 set -uo pipefail
@@ -45,6 +48,11 @@ expect() {
   rc=$?
   ((rc == want)) || fail "fabric.sh $*: exit $rc, not $want ($(tail -1 "$tmp/err"))"
   grep -Eq "$pattern" "$tmp/err" || fail "fabric.sh $*: stderr lacks /$pattern/: $(cat "$tmp/err")"
+}
+
+# ok CMD...: runs fabric.sh CMD..., which must succeed.
+ok() {
+  bash "$FAB" "$@" >"$tmp/out" 2>"$tmp/err" || fail "fabric.sh $*: exit $? ($(tail -1 "$tmp/err"))"
 }
 
 ours() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^$MR_FAB_PREFIX" | sort | tr '\n' ' '; }
@@ -97,6 +105,54 @@ if ((root)); then
   rc=$?
   ((rc == 1)) || fail "up with a failing tc: exit $rc, not 1"
   [[ -z $(ours) ]] || fail "up that failed midway left namespaces: $(ours)"
+
+  # A setting the fabric depends on refused (here: the multipath hash on
+  # ports, Linux >= 5.12): `up` fails and leaves nothing (it built a fabric
+  # whose every flow took one link, exit 0).
+  real_sysctl=$(command -v sysctl)
+  printf '#!/bin/sh\ncase "$*" in *fib_multipath_hash_fields*) echo "sysctl: refused by cli_test" >&2; exit 1 ;; esac\nexec %s "$@"\n' \
+    "$real_sysctl" >"$tmp/bin/sysctl"
+  chmod +x "$tmp/bin/sysctl"
+  rm "$tmp/bin/tc"
+  PATH="$tmp/bin:$PATH" bash "$FAB" up 2 100 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  ((rc == 1)) || fail "up with hash_fields refused: exit $rc, not 1"
+  grep -q "multipath hash" "$tmp/err" || fail "up with hash_fields refused: stderr says not why: $(tail -2 "$tmp/err")"
+  [[ -z $(ours) ]] || fail "up with hash_fields refused left namespaces: $(ours)"
+  rm "$tmp/bin/sysctl"
+
+  # Faults given bad numbers or links the fabric lacks exit 2 (`loss abc`,
+  # `loss 1.5` and `loss -5` flushed the loss and exited 0, and a rule on a
+  # missing link dropped nothing, exit 0); good ones still work.
+  if bash "$FAB" up 2 100 >"$tmp/out" 2>"$tmp/err"; then
+    expect 2 "must be a whole number 0..1000000, not 'abc'" loss abc
+    expect 2 "must be a whole number 0..1000000, not '1.5'" loss 1.5
+    expect 2 "must be a whole number 0..1000000, not '-5'" loss -5
+    expect 2 "must be a whole number 0..1000000, not '2000000'" loss 2000000
+    expect 2 "no link '3': the fabric has links 1..2" loss 1000 3
+    expect 2 "no link '3'" blackhole 3
+    expect 2 "no link '0'" linkdown 0
+    expect 2 "no link 'x'" rate x 100
+    expect 2 "ecn rate .* not 'abc'" ecn abc 10
+    expect 2 "ecn burst .* not '1.5'" ecn 100 1.5
+    ok loss 1000 2
+    ok blackhole 2
+    # fab_clear's nft refused: `clear` fails, the faults being left (it
+    # exited 0 with the blackhole in place, measured as the next case).
+    printf '#!/bin/sh\n[ "$1" = flush ] && { echo "nft: refused by cli_test" >&2; exit 1; }\nexec %s "$@"\n' \
+      "$(command -v nft)" >"$tmp/bin/nft"
+    chmod +x "$tmp/bin/nft"
+    PATH="$tmp/bin:$PATH" bash "$FAB" clear >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    ((rc != 0)) || fail "clear with nft flush refused: exit 0"
+    rm "$tmp/bin/nft"
+    ok clear
+    bash "$FAB" down >/dev/null 2>&1
+    # No fabric: nothing to clear is a failure, not a fabric without faults.
+    expect 1 "no fabric" clear
+  else
+    fail "up 2 100: exit $? ($(tail -1 "$tmp/err"))"
+  fi
 else
   echo "note: not root or no ip netns: lock and teardown checks skipped"
 fi

@@ -213,17 +213,20 @@ fab_up() {
     nh_a+=" nexthop via 10.77.$((10 + i)).2 dev l$i weight 1"
     nh_b+=" nexthop via 10.77.$((10 + i)).1 dev l$i weight 1"
   done
+  # Every setting checked: without the hash on ports (Linux >= 5.12) every
+  # flow, and every MetaRoCE path, takes one link; A still reaches B, and
+  # a benchmark measured a quarter of the fabric as the transport's result.
+  local -a sysctls=(net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=3
+    net.ipv4.fib_multipath_hash_fields=0x37 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    net.ipv4.conf.all.ignore_routes_with_linkdown=1)
+  for dev in r0 $(seq -f 'l%g' 1 "$n"); do
+    sysctls+=("net.ipv4.conf.$dev.rp_filter=0" "net.ipv4.conf.$dev.ignore_routes_with_linkdown=1")
+  done
   for ns in ra rb; do
-    fab_exec $ns sysctl -qw net.ipv4.ip_forward=1
-    fab_exec $ns sysctl -qw net.ipv4.fib_multipath_hash_policy=3
-    fab_exec $ns sysctl -qw net.ipv4.fib_multipath_hash_fields=0x37
-    fab_exec $ns sysctl -qw net.ipv4.conf.all.rp_filter=0
-    fab_exec $ns sysctl -qw net.ipv4.conf.default.rp_filter=0
-    fab_exec $ns sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1
-    for dev in r0 $(seq -f 'l%g' 1 "$n"); do
-      fab_exec $ns sysctl -qw net.ipv4.conf.$dev.rp_filter=0
-      fab_exec $ns sysctl -qw net.ipv4.conf.$dev.ignore_routes_with_linkdown=1
-    done
+    fab_exec $ns sysctl -qw "${sysctls[@]}" || {
+      fab_log "cannot set the routers' forwarding and multipath hash settings (hash_fields needs Linux >= 5.12)"
+      return 1
+    }
   done
   # shellcheck disable=SC2086
   fab_exec ra ip route add 10.77.1.0/24 $nh_a || return 1
@@ -231,11 +234,15 @@ fab_up() {
   fab_exec rb ip route add 10.77.0.0/24 $nh_b || return 1
   # MPTCP best case: subflow source addresses 10.77.0.11.. pinned to link 1..
   # in both directions (falls back to the multipath route when the link is down).
+  # Checked: an unpinned subflow is no longer MPTCP's best case.
   for ((i = 1; i <= n && i <= 4; i++)); do
-    fab_exec ra ip route add 10.77.1.0/24 via 10.77.$((10 + i)).2 dev l$i table $((100 + i))
-    fab_exec ra ip rule add from 10.77.0.$((10 + i)) iif r0 lookup $((100 + i)) pref $((1000 + i))
-    fab_exec rb ip route add 10.77.0.$((10 + i))/32 via 10.77.$((10 + i)).1 dev l$i table $((100 + i))
-    fab_exec rb ip rule add to 10.77.0.$((10 + i)) iif r0 lookup $((100 + i)) pref $((1000 + i))
+    if ! fab_exec ra ip route add 10.77.1.0/24 via 10.77.$((10 + i)).2 dev l$i table $((100 + i)) ||
+      ! fab_exec ra ip rule add from 10.77.0.$((10 + i)) iif r0 lookup $((100 + i)) pref $((1000 + i)) ||
+      ! fab_exec rb ip route add 10.77.0.$((10 + i))/32 via 10.77.$((10 + i)).1 dev l$i table $((100 + i)) ||
+      ! fab_exec rb ip rule add to 10.77.0.$((10 + i)) iif r0 lookup $((100 + i)) pref $((1000 + i)); then
+      fab_log "cannot pin the MPTCP subflow address 10.77.0.$((10 + i)) to link $i"
+      return 1
+    fi
   done
   # Rate and queue limits on each router egress of each link.
   local burst=$((rate * 1000 / 8 / 250))  # 4 ms of tokens, at least 64 KiB
@@ -329,19 +336,53 @@ fab_probe() {
   [[ $out == *refused* ]]
 }
 
-# fab_link_list [LINK...]: the given links, or all of them.
+# fab_link_check LINK...: 0 when each is a link of the running fabric;
+# otherwise 2, saying which. The fault rules match a link by its name, so
+# nft took one the fabric lacks and dropped nothing: `blackhole 7` on 4
+# links exited 0.
+fab_link_check() {
+  local n i
+  n=$(fab_links)
+  for i in "$@"; do
+    if [[ ! $i =~ ^[0-9]{1,2}$ ]] || ((10#$i < 1 || 10#$i > n)); then
+      fab_log "no link '$i': the fabric has links 1..$n"
+      return 2
+    fi
+  done
+}
+
+# fab_whole NAME VALUE MAX: 0 when VALUE is a whole number 0..MAX; otherwise
+# 2, saying so. Arithmetic read "abc" as 0 and "-5" as no loss, and `loss
+# 1.5` (percent, say) failed the test: each flushed the loss and exited 0.
+fab_whole() {
+  if [[ ! $2 =~ ^[0-9]{1,9}$ ]] || ((10#$2 > $3)); then
+    fab_log "$1 must be a whole number 0..$3, not '$2'"
+    return 2
+  fi
+}
+
+# fab_link_list [LINK...]: the given links (2 when one is not the fabric's),
+# or all of them.
 fab_link_list() {
-  if (($# > 0)); then echo "$@"; else seq 1 "$(fab_links)"; fi
+  if (($# > 0)); then
+    fab_link_check "$@" || return 2
+    echo "$@"
+  else
+    seq 1 "$(fab_links)"
+  fi
 }
 
 # fab_loss PPM [LINK...]: random loss on the links (both directions); PPM 0 removes it.
 # 1 when any nft command fails or there is no link to put loss on: a caller
-# would otherwise measure a loss-free fabric as a lossy one.
+# would otherwise measure a loss-free fabric as a lossy one; 2 for a PPM
+# that is no whole number 0..1000000 or a link the fabric lacks.
 fab_loss() {
   local ppm=${1:?ppm}
   shift
   local ns i links
-  links=$(fab_link_list "$@")
+  fab_whole "loss (parts per million)" "$ppm" 1000000 || return 2
+  ppm=$((10#$ppm))
+  links=$(fab_link_list "$@") || return 2
   if ((ppm > 0)) && [[ -z $links ]]; then
     fab_log "fab_loss: no links"
     return 1
@@ -369,16 +410,22 @@ fab_chain_packets() {
 }
 
 # fab_ecn PPS BURST [LINK...]: CE-mark ECN-capable packets above PPS packets/s per link
-# (the limit counts IPv4 and IPv6 packets apart: a rule for each).
+# (the limit counts IPv4 and IPv6 packets apart: a rule for each); PPS 0
+# removes it. 2 for a PPS or BURST that is no whole number or a link the
+# fabric lacks.
 fab_ecn() {
   local pps=${1:?pps} burst=${2:?burst}
   shift 2
-  local ns i ip ips=ip
+  local ns i ip ips=ip links
+  fab_whole "ecn rate (packets/s)" "$pps" 999999999 || return 2
+  fab_whole "ecn burst (packets)" "$burst" 999999999 || return 2
+  pps=$((10#$pps)) burst=$((10#$burst))
+  links=$(fab_link_list "$@") || return 2
   [[ -d /proc/sys/net/ipv6 ]] && ips+=" ip6"
   for ns in ra rb; do
-    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE cemark
+    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE cemark || return 1
     ((pps > 0)) || continue
-    for i in $(fab_link_list "$@"); do
+    for i in $links; do
       for ip in $ips; do
         fab_exec $ns nft add rule inet $FAB_NFT_TABLE cemark oifname "l$i" "$ip" ecn "{ ect0, ect1 }" \
           limit rate over "$pps/second" burst "$burst" packets counter "$ip" ecn set ce || return 1
@@ -390,6 +437,7 @@ fab_ecn() {
 # fab_blackhole LINK: drop everything on the link (both directions), routes stay.
 fab_blackhole() {
   local i=${1:?link} ns
+  fab_link_check "$i" || return 2
   for ns in ra rb; do
     fab_exec $ns nft add rule inet $FAB_NFT_TABLE blackhole oifname "l$i" counter drop comment "\"bh$i\"" || return 1
   done
@@ -397,6 +445,7 @@ fab_blackhole() {
 
 fab_unblackhole() {
   local i=${1:?link} ns h
+  fab_link_check "$i" || return 2
   for ns in ra rb; do
     for h in $(fab_exec $ns nft -a list chain inet $FAB_NFT_TABLE blackhole | awk -v c="\"bh$i\"" '$0 ~ c {print $NF}'); do
       fab_exec $ns nft delete rule inet $FAB_NFT_TABLE blackhole handle "$h"
@@ -406,8 +455,15 @@ fab_unblackhole() {
 
 # fab_link_down LINK / fab_link_up LINK: administrative down of the link in RA
 # (RB sees carrier loss); routes through it are ignored until it is up.
-fab_link_down() { fab_exec ra ip link set "l${1:?link}" down; }
-fab_link_up() { fab_exec ra ip link set "l${1:?link}" up; }
+# 2 for a link the fabric lacks.
+fab_link_down() {
+  fab_link_check "${1:?link}" || return 2
+  fab_exec ra ip link set "l$1" down
+}
+fab_link_up() {
+  fab_link_check "${1:?link}" || return 2
+  fab_exec ra ip link set "l$1" up
+}
 
 # fab_link_dead LINK: 0 when RA's multipath route to B (FAB_FAMILY's) holds
 # the link's nexthop marked dead or linkdown: out of use, as fab_link_down
@@ -430,6 +486,7 @@ fab_link_routed() {
 # another rate than fab_up's; links of unequal rate reorder across paths.
 fab_rate() {
   local i=${1:?link} rate=${2:?rate mbit} qkb=${3:-400} ns
+  fab_link_check "$i" || return 2
   local burst=$((rate * 1000 / 8 / 250))
   ((burst < 65536)) && burst=65536
   for ns in ra rb; do
@@ -437,15 +494,22 @@ fab_rate() {
   done
 }
 
-# fab_clear: remove every fault.
+# fab_clear: remove every fault. 1 when any is left (a command failed, or
+# there is no fabric): bench/fabric relies on it between cases, and a
+# blackhole that outlived its case was measured as the next one's fabric.
 fab_clear() {
-  local ns i
+  local ns i n chain
+  n=$(fab_links)
+  if ((n == 0)); then
+    fab_log "fab_clear: no fabric (no links)"
+    return 1
+  fi
   for ns in ra rb; do
-    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE blackhole
-    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE loss
-    fab_exec $ns nft flush chain inet $FAB_NFT_TABLE cemark
+    for chain in blackhole loss cemark; do
+      fab_exec $ns nft flush chain inet $FAB_NFT_TABLE $chain || return 1
+    done
   done
-  for i in $(seq 1 "$(fab_links)"); do fab_exec ra ip link set l$i up; done
+  for ((i = 1; i <= n; i++)); do fab_exec ra ip link set l$i up || return 1; done
 }
 
 # fab_route_ipv4: 0 when FAB_FAMILY is 4; fab_route and fab_routes can
