@@ -39,6 +39,20 @@ TEST(Status, OnlyAppendixACodesAreKnown) {
   EXPECT_FALSE(is_known_status(static_cast<Status>(0xee)));
 }
 
+// Every trace printer (sim --trace-flow, the property tests) spells kinds by
+// this function; a table indexed by the enum had fallen behind kPathExplored.
+TEST(Trace, EveryKindHasItsOwnName) {
+  std::set<std::string_view> seen;
+  const auto last = static_cast<int>(TraceKind::kPathExplored);
+  for (int k = 0; k <= last; ++k) {
+    const std::string_view n = trace_kind_name(static_cast<TraceKind>(k));
+    EXPECT_NE(n, "unknown") << k;
+    EXPECT_TRUE(seen.insert(n).second) << n;
+  }
+  EXPECT_STREQ(trace_kind_name(TraceKind::kPathExplored), "path_explored");
+  EXPECT_STREQ(trace_kind_name(static_cast<TraceKind>(last + 1)), "unknown");
+}
+
 TEST(Engine, IdleConnectionIsSmall) {
   // Issue budget: 10,000 idle connections on one endpoint.
   const size_t idle = Endpoint::idle_connection_bytes();

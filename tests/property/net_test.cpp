@@ -5,6 +5,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "metaroce/harness/network.hpp"
@@ -61,6 +63,22 @@ std::vector<Arrival> drain_all(mh::Network& net) {
 }
 
 }  // namespace
+
+// The property tests' METAROCE_PROPERTY_TRACE=2 printer labels events by
+// this name; a table indexed by the enum had fallen behind kTrim.
+TEST(NetModel, EveryTraceKindHasItsOwnName) {
+  std::set<std::string> seen;
+  const auto last = static_cast<int>(mh::NetTraceKind::kDropChecksum);
+  for (int k = 0; k <= last; ++k) {
+    const std::string n = mh::name(static_cast<mh::NetTraceKind>(k));
+    EXPECT_NE(n, "unknown") << k;
+    EXPECT_TRUE(seen.insert(n).second) << n;
+  }
+  EXPECT_STREQ(mh::name(mh::NetTraceKind::kTrim), "trim");
+  EXPECT_STREQ(mh::name(mh::NetTraceKind::kLoss), "loss");
+  EXPECT_STREQ(mh::name(mh::NetTraceKind::kDropChecksum), "cksum");
+  EXPECT_STREQ(mh::name(static_cast<mh::NetTraceKind>(last + 1)), "unknown");
+}
 
 TEST(NetModel, RateAndDelayArithmetic) {
   mh::PathConfig p;

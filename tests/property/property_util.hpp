@@ -238,23 +238,19 @@ class World {
     // every network event.
     const uint64_t tr = env_u64("METAROCE_PROPERTY_TRACE", 0);
     if (tr >= 1) {
-      static const char* kNames[] = {"sent",      "recv",    "dup",      "acked",    "lost",
-                                     "pathstate", "retired", "nak_sent", "nak_recv", "connstate"};
       static int node_ids[2] = {0, 1};
       for (int n = 0; n < 2; ++n)
         h.set_engine_trace_for(
             size_t(n),
             [](void* ctx, const TraceEvent& ev) {
-              std::fprintf(stderr, "%12llu node%d %-9s path %2u psn %10u aux %u\n",
+              std::fprintf(stderr, "%12llu node%d %-13s path %2u psn %10u aux %u\n",
                            static_cast<unsigned long long>(ev.time.ns), *static_cast<int*>(ctx),
-                           kNames[static_cast<int>(ev.kind)], ev.path, ev.psn, ev.aux);
+                           trace_kind_name(ev.kind), ev.path, ev.psn, ev.aux);
             },
             &node_ids[n]);
     }
     if (tr >= 2) {
       h.set_net_trace([](const harness::NetTraceEvent& e) {
-        static const char* kNames[] = {"enq", "deliver", "qdrop", "loss", "down",
-                                       "dup", "corrupt", "ce",    "cksum"};
         auto be32 = [&](size_t at) -> uint32_t {
           if (e.bytes.size() < at + 4) return 0;
           return (uint32_t{e.bytes[at]} << 24) | (uint32_t{e.bytes[at + 1]} << 16) |
@@ -265,9 +261,8 @@ class World {
                      "%12llu net %u->%u path %u %-7s op 0x%02x len %u aux %llu psn %u msn %u "
                      "off %u msglen %u\n",
                      static_cast<unsigned long long>(e.time.ns), e.src, e.dst, e.path,
-                     kNames[static_cast<int>(e.kind)], e.opcode, e.len,
-                     static_cast<unsigned long long>(e.aux), be32(8),
-                     e.opcode >= 1 && e.opcode <= 6 ? be32(16) : 0,
+                     harness::name(e.kind), e.opcode, e.len, static_cast<unsigned long long>(e.aux),
+                     be32(8), e.opcode >= 1 && e.opcode <= 6 ? be32(16) : 0,
                      e.opcode >= 1 && e.opcode <= 6 ? be32(20) : 0,
                      e.opcode >= 1 && e.opcode <= 6 ? be32(24) : 0);
       });

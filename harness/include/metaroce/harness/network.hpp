@@ -126,6 +126,24 @@ enum class NetTraceKind : uint8_t {
   kDropChecksum,  // corrupted and dropped by the modelled UDP checksum
 };
 
+// One spelling for every network trace printer. No default: -Wswitch (an
+// error here) names the gap when a kind is added.
+constexpr const char* name(NetTraceKind k) {
+  switch (k) {
+    case NetTraceKind::kEnqueue: return "enq";
+    case NetTraceKind::kDeliver: return "deliver";
+    case NetTraceKind::kDropQueue: return "qdrop";
+    case NetTraceKind::kTrim: return "trim";
+    case NetTraceKind::kLoss: return "loss";
+    case NetTraceKind::kDropDown: return "down";
+    case NetTraceKind::kDuplicate: return "dup";
+    case NetTraceKind::kCorrupt: return "corrupt";
+    case NetTraceKind::kCeMark: return "ce";
+    case NetTraceKind::kDropChecksum: return "cksum";
+  }
+  return "unknown";  // a value cast from a byte that names no kind
+}
+
 struct NetTraceEvent {
   TimeNs time;
   NetTraceKind kind;
