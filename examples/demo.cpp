@@ -45,6 +45,9 @@ void fill_pattern(uint8_t* p, size_t len, uint64_t seed, uint64_t index) {
 }
 
 constexpr uint8_t kPoison = 0xEE;
+// Each side's buffer (--wr-size x outstanding WRITEs) is allocated and touched
+// up front: a bound that says so beats std::bad_alloc or the OOM killer.
+constexpr size_t kMaxBufferBytes = size_t{1} << 30;
 
 const char* state_name(metaroce::PathState s) {
   return s == metaroce::PathState::kActive ? "active" : "probing";
@@ -99,6 +102,21 @@ int main(int argc, char** argv) {
     return metaroce::tools::kExitBadOptions;
   }
 
+  // Never more slots than WRITEs: --size 1 --wr-size 65536 --qd 128 asked for
+  // 16 GiB to move 1 MiB.
+  const size_t wr_size = size_t{wr_kib} * 1024;
+  const uint64_t total = size_mib * 1024 * 1024;
+  const uint64_t n_wrs = (total + wr_size - 1) / wr_size;
+  const auto slots = static_cast<size_t>(std::min<uint64_t>(qd, n_wrs));
+  if (wr_size * slots > kMaxBufferBytes) {
+    (void)app.exit(CLI::ValidationError(
+        "--wr-size x --qd", std::to_string(wr_kib) + " KiB x " + std::to_string(slots) +
+                                " outstanding needs " + std::to_string((wr_size * slots) >> 20) +
+                                " MiB on each side; at most " +
+                                std::to_string(kMaxBufferBytes >> 20) + " MiB"));
+    return metaroce::tools::kExitBadOptions;
+  }
+
   // ---- network: unequal delays, equal rates, a shallow-ish ECN queue
   static constexpr uint64_t kDelaysUs[] = {2, 5, 10, 20};
   mh::HarnessConfig cfg = mh::HarnessConfig::two_nodes(paths, seed);
@@ -149,11 +167,8 @@ int main(int argc, char** argv) {
         &trace_ctx);
   }
 
-  // ---- memory: qd slots on each side
-  const size_t wr_size = size_t{wr_kib} * 1024;
-  const uint64_t total = size_mib * 1024 * 1024;
-  const uint64_t n_wrs = (total + wr_size - 1) / wr_size;
-  std::vector<uint8_t> src(wr_size * qd), dst(wr_size * qd, kPoison);
+  // ---- memory: one slot per outstanding WRITE on each side
+  std::vector<uint8_t> src(wr_size * slots), dst(wr_size * slots, kPoison);
   metaroce::MemoryRegion src_mr, dst_mr;
   if (h.ep(0).register_memory(src.data(), src.size(), metaroce::kAccessLocalWrite, src_mr) !=
           metaroce::Status::kOk ||
@@ -171,7 +186,7 @@ int main(int argc, char** argv) {
   uint64_t posted = 0, completed = 0, bytes_checked = 0, bytes_bad = 0, failed_wrs = 0;
   auto post_next = [&] {
     const uint64_t i = posted;
-    const size_t slot = static_cast<size_t>(i % qd);
+    const size_t slot = static_cast<size_t>(i % slots);
     fill_pattern(src.data() + slot * wr_size, wr_len(i), seed, i);
     metaroce::SendWr wr;
     wr.wr_id = i;
@@ -224,7 +239,7 @@ int main(int argc, char** argv) {
         error = true;
       }
       // Verify the slot against the pattern still in the source slot, then poison it.
-      const size_t slot = static_cast<size_t>(c.wr_id % qd);
+      const size_t slot = static_cast<size_t>(c.wr_id % slots);
       const uint32_t len = wr_len(c.wr_id);
       const uint8_t* got = dst.data() + slot * wr_size;
       const uint8_t* want = src.data() + slot * wr_size;
