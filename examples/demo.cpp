@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   uint32_t wr_kib = 1024;
   double rate_gbps = 25;
   int fail_path = 2;
+  double deadline_s = 0;
   bool trace_failover = false;
 
   CLI::App app{"MetaRoCE demo: bulk WRITEs over a simulated lossy multipath network"};
@@ -91,6 +92,11 @@ int main(int argc, char** argv) {
       ->check(metaroce::tools::number_in_range(0.1, 1000.0))
       ->capture_default_str();
   app.add_option("--fail-path", fail_path, "path that fails halfway through (-1: none)")
+      ->capture_default_str();
+  app.add_option("--deadline", deadline_s,
+                 "simulated seconds before giving up (0: 20 times the ideal transfer time, at "
+                 "least 600)")
+      ->check(metaroce::tools::number_in_range(0.0, 1e6))
       ->capture_default_str();
   app.add_flag("--trace-failover", trace_failover, "print the path events of the sender");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
@@ -220,7 +226,12 @@ int main(int argc, char** argv) {
   while (posted < n_wrs && posted < qd) post_next();
   size_t seen = 0;
   bool error = false;
-  const TimeNs deadline = start + 600 * kSecond;
+  // A fixed 600 s failed a clean --paths 1 --rate 0.1 --size 8192 (687 s at line
+  // rate): the default follows the offered load, on the paths that stay up.
+  const double live_bps = rate_gbps * 1e9 * (paths - (fail_path >= 0 && paths > 1 ? 1 : 0));
+  const double ideal_s = static_cast<double>(total) * 8.0 / live_bps;
+  if (deadline_s == 0) deadline_s = std::max(600.0, 20.0 * ideal_s);
+  const TimeNs deadline = start + static_cast<uint64_t>(deadline_s * 1e9);
   while (completed < n_wrs && !error) {
     auto& comps = h.completions(0);
     if (!h.run_until([&] { return comps.size() > seen; }, deadline)) break;
@@ -256,6 +267,17 @@ int main(int argc, char** argv) {
     }
   }
   const TimeNs end = h.now();
+  // A bare FAIL sent the user looking at the byte check for a run that had
+  // simply stopped.
+  if (completed < n_wrs && !error) {
+    if (h.stalled())
+      std::fprintf(stderr, "harness stalled: %s\n", h.stall_reason().c_str());
+    else
+      std::fprintf(stderr,
+                   "%" PRIu64 " of %" PRIu64
+                   " WRITEs completed within the simulated deadline of %g s (--deadline)\n",
+                   completed, n_wrs, deadline_s);
+  }
   // Let stragglers (retransmissions, duplicates) arrive: nothing may land.
   h.run_for(5 * kMillisecond);
   uint64_t late = 0;
