@@ -91,7 +91,9 @@ int main(int argc, char** argv) {
   app.add_option("--rate", rate_gbps, "Gbit/s per path")
       ->check(metaroce::tools::number_in_range(0.1, 1000.0))
       ->capture_default_str();
-  app.add_option("--fail-path", fail_path, "path that fails halfway through (-1: none)")
+  app.add_option("--fail-path", fail_path,
+                 "path that fails halfway through (-1: none; by default 2, none with --paths "
+                 "under 3)")
       ->capture_default_str();
   app.add_option("--deadline", deadline_s,
                  "simulated seconds before giving up (0: 20 times the ideal transfer time, at "
@@ -100,6 +102,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--trace-failover", trace_failover, "print the path events of the sender");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
+  // The default names the scenario's path 2; with fewer paths there is none to
+  // fail, which is not the user's error (only a --fail-path they gave is).
+  if (app.count("--fail-path") == 0 && fail_path >= static_cast<int>(paths)) fail_path = -1;
   // A path the network does not have used to mean no failure at all, silently.
   if (fail_path < -1 || fail_path >= static_cast<int>(paths)) {
     (void)app.exit(CLI::ValidationError(
