@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   const metaroce::ConnId peer_conn = ids.second;
   if (!conn.valid()) {
     std::fprintf(stderr, "connection failed\n");
-    return 2;
+    return 1;  // 2 means a bad option only
   }
 
   struct Ctx {
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
       h.ep(1).register_memory(dst.data(), dst.size(), metaroce::kAccessRemoteWrite, dst_mr) !=
           metaroce::Status::kOk) {
     std::fprintf(stderr, "memory registration failed\n");
-    return 2;
+    return 1;
   }
 
   auto wr_len = [&](uint64_t i) {
