@@ -193,9 +193,12 @@ bool Network::send(uint32_t src, uint32_t dst, uint16_t entropy, uint8_t ecn,
 bool Network::enqueue_one(Link& l, std::span<const uint8_t> bytes, uint16_t entropy, uint8_t ecn,
                           TimeNs now) {
   const PathConfig& c = l.cfg;
-  // After an outage the queue was flushed: the serializer is idle again.
-  if (c.down_at != TimeNs::never() && l.last_enqueue < c.down_at && c.down_at <= now &&
-      l.busy_until > c.down_at) {
+  // After an outage the queue was flushed: the serializer is idle again. A
+  // packet enqueued at down_at itself is dead too (down_during counts it): the
+  // usual set_outage(p, now, ...) comes right after packets entered at `now`,
+  // and `<` left their serialization time as phantom backlog after up_at.
+  if (c.down_at != TimeNs::never() && c.down_at < c.up_at && l.last_enqueue <= c.down_at &&
+      c.down_at <= now && l.busy_until > c.down_at) {
     // Whatever was still queued or in flight at down_at is gone; drop it now
     // so the FIFO stays ordered by arrival.
     while (!l.queue.empty() && down_during(c, l.queue.back().enqueued, l.queue.back().arrival)) {

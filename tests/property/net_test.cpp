@@ -360,6 +360,47 @@ TEST(NetModel, QueueFlushedByFailure) {
   EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 10u);
 }
 
+// The usual "fail it now": the outage is set after packets entered the link
+// at that very instant. They are dead (down_during counts enqueued ==
+// down_at), and so is their serialization time: the link is idle after up_at.
+TEST(NetModel, QueueFlushedByAnOutageSetAtTheLastEnqueue) {
+  mh::PathConfig p;
+  p.rate_bps = 1 * mh::kGbps;
+  p.delay_ns = 0;
+  mh::Network net(one_path(p));
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1250, 1, uint64_t(i)), TimeNs{0}));
+  net.set_outage(0, TimeNs{0}, TimeNs{20'000});
+  ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 99), TimeNs{30'000}));
+  EXPECT_EQ(net.backlog_bytes(0, 1, 0, TimeNs{30'000}), 1000u + p.overhead_bytes);
+  ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 100), TimeNs{30'000}));
+  const auto arr = drain_all(net);
+  ASSERT_EQ(arr.size(), 2u);
+  EXPECT_EQ(arr[0].seq, 99u);
+  EXPECT_EQ(arr[0].t, 38'000u);
+  EXPECT_EQ(arr[1].seq, 100u);
+  EXPECT_EQ(arr[1].t, 46'000u);
+  EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 10u);
+}
+
+// An empty outage (up_at == down_at) takes nothing down, so it flushes
+// nothing either: the queued packets keep the serializer busy.
+TEST(NetModel, EmptyOutageFlushesNothing) {
+  mh::PathConfig p;
+  p.rate_bps = 1 * mh::kGbps;
+  p.delay_ns = 0;
+  mh::Network net(one_path(p));
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1250, 1, uint64_t(i)), TimeNs{0}));
+  net.set_outage(0, TimeNs{0}, TimeNs{0});
+  ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 99), TimeNs{30'000}));
+  const auto arr = drain_all(net);
+  ASSERT_EQ(arr.size(), 11u);
+  EXPECT_EQ(arr[10].seq, 99u);
+  EXPECT_EQ(arr[10].t, 108'000u);
+  EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 0u);
+}
+
 TEST(NetModel, PathSelectionAndIndependentDirections) {
   mh::NetworkConfig cfg;
   cfg.num_nodes = 3;
