@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "metaroce/harness/harness.hpp"
 #include "metaroce/harness/network.hpp"
 #include "metaroce/wire.hpp"
 
@@ -399,6 +401,46 @@ TEST(NetModel, EmptyOutageFlushesNothing) {
   EXPECT_EQ(arr[10].seq, 99u);
   EXPECT_EQ(arr[10].t, 108'000u);
   EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 0u);
+}
+
+// A node or path the network does not have is an error, not another link:
+// with 2 nodes and 4 paths, link_config(0, 1, 4) was link (1, 0, 0).
+TEST(NetModel, AccessorsRefuseIdsTheNetworkDoesNotHave) {
+  mh::NetworkConfig cfg;
+  cfg.num_nodes = 2;
+  cfg.paths.assign(4, mh::PathConfig{});
+  mh::Network net(cfg);
+  EXPECT_THROW((void)net.link_config(0, 1, 4), std::out_of_range);
+  EXPECT_THROW((void)net.link_config(0, 2, 0), std::out_of_range);
+  EXPECT_THROW((void)net.stats(0, 2, 0), std::out_of_range);
+  EXPECT_THROW((void)net.stats(2, 0, 0), std::out_of_range);
+  EXPECT_THROW((void)net.is_down(0, 1, 4, TimeNs{0}), std::out_of_range);
+  EXPECT_THROW((void)net.backlog_bytes(0, 1, 7, TimeNs{0}), std::out_of_range);
+  EXPECT_THROW((void)net.path_totals(4), std::out_of_range);
+  EXPECT_THROW(net.set_outage(4, TimeNs{0}), std::out_of_range);
+  EXPECT_NO_THROW((void)net.link_config(1, 0, 3));
+  // Nothing was changed by the refused calls.
+  for (uint32_t p = 0; p < 4; ++p) EXPECT_FALSE(net.is_down(0, 1, p, TimeNs{1}));
+}
+
+TEST(NetModel, ProbabilitiesOutsideZeroToOneAreRefused) {
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    for (int field = 0; field < 3; ++field) {
+      mh::PathConfig p;
+      (field == 0 ? p.loss : field == 1 ? p.duplicate : p.corrupt) = bad;
+      EXPECT_THROW(mh::Network{one_path(p)}, std::invalid_argument) << bad << " field " << field;
+    }
+  }
+  mh::PathConfig edge;
+  edge.loss = 1.0;
+  edge.corrupt = 0.0;
+  EXPECT_NO_THROW(mh::Network{one_path(edge)});
+}
+
+// The Network refuses zero paths; two_nodes(0) quietly made it one.
+TEST(NetModel, TwoNodesRefusesZeroPaths) {
+  EXPECT_THROW((void)mh::HarnessConfig::two_nodes(0, 1), std::invalid_argument);
+  EXPECT_EQ(mh::HarnessConfig::two_nodes(3, 1).net.paths.size(), 3u);
 }
 
 TEST(NetModel, PathSelectionAndIndependentDirections) {
