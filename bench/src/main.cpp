@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
                    "default: the engine's)")
       ->check(metaroce::tools::number_in_range(0.0, 1e6));
   harness->add_flag("--trace-paths", ho.trace_paths,
-                    "print the lossy run's path state changes and retirements to stderr");
+                    "print the lossy run's paths per link, path state changes, retirements, "
+                    "PATH-8 moves and timeouts to stderr");
   harness->add_flag("--json", ho.json, "print one JSON object");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   if (*engine) return metaroce::bench::run_engine(eo);
