@@ -96,6 +96,25 @@ void run_random(uint64_t seed, Fingerprint* fp = nullptr,
   }
 }
 
+// The METAROCE_PROPERTY_* knobs reproduce a failure: they must be read as
+// given or refused (strtoull took "abc" as 0 and "010" as 8).
+TEST(PropertyEnv, KnobsAreWholeDecimalNumbers) {
+  EXPECT_EQ(parse_u64("0"), 0u);
+  EXPECT_EQ(parse_u64("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_u64("010"), 10u);
+  for (const char* bad : {"", "abc", "-5", "2k", " 7", "7 ", "0x10", "18446744073709551616"})
+    EXPECT_EQ(parse_u64(bad), std::nullopt) << "'" << bad << "'";
+}
+
+TEST(PropertyEnvDeathTest, AKnobThatIsNoNumberEndsTheRunSayingSo) {
+  EXPECT_EXIT(
+      {
+        setenv("METAROCE_PROPERTY_TEST_KNOB", "yes", 1);
+        (void)env_u64("METAROCE_PROPERTY_TEST_KNOB", 0);
+      },
+      ::testing::ExitedWithCode(2), "METAROCE_PROPERTY_TEST_KNOB: 'yes' is not a whole number");
+}
+
 TEST(Property, RandomWorkloadsPlaceEveryByteAndCompleteInOrder) {
   for_each_seed(seed_range(1.0), [](uint64_t s) { run_random(s); });
 }
