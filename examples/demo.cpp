@@ -45,6 +45,9 @@ void fill_pattern(uint8_t* p, size_t len, uint64_t seed, uint64_t index) {
 }
 
 constexpr uint8_t kPoison = 0xEE;
+// Each side's buffer (--wr-size x outstanding WRITEs) is allocated and touched
+// up front: a bound that says so beats std::bad_alloc or the OOM killer.
+constexpr size_t kMaxBufferBytes = size_t{1} << 30;
 
 const char* state_name(metaroce::PathState s) {
   return s == metaroce::PathState::kActive ? "active" : "probing";
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   uint32_t wr_kib = 1024;
   double rate_gbps = 25;
   int fail_path = 2;
+  double deadline_s = 0;
   bool trace_failover = false;
 
   CLI::App app{"MetaRoCE demo: bulk WRITEs over a simulated lossy multipath network"};
@@ -87,15 +91,40 @@ int main(int argc, char** argv) {
   app.add_option("--rate", rate_gbps, "Gbit/s per path")
       ->check(metaroce::tools::number_in_range(0.1, 1000.0))
       ->capture_default_str();
-  app.add_option("--fail-path", fail_path, "path that fails halfway through (-1: none)")
+  app.add_option("--fail-path", fail_path,
+                 "path that fails halfway through (-1: none; by default 2, none with --paths "
+                 "under 3)")
+      ->capture_default_str();
+  app.add_option("--deadline", deadline_s,
+                 "simulated seconds before giving up (0: 20 times the ideal transfer time, at "
+                 "least 600)")
+      ->check(metaroce::tools::number_in_range(0.0, 1e6))
       ->capture_default_str();
   app.add_flag("--trace-failover", trace_failover, "print the path events of the sender");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
+  // The default names the scenario's path 2; with fewer paths there is none to
+  // fail, which is not the user's error (only a --fail-path they gave is).
+  if (app.count("--fail-path") == 0 && fail_path >= static_cast<int>(paths)) fail_path = -1;
   // A path the network does not have used to mean no failure at all, silently.
   if (fail_path < -1 || fail_path >= static_cast<int>(paths)) {
     (void)app.exit(CLI::ValidationError(
         "--fail-path", std::to_string(fail_path) + " is neither -1 (none) nor a path, 0.." +
                            std::to_string(paths - 1) + " (--paths " + std::to_string(paths) + ")"));
+    return metaroce::tools::kExitBadOptions;
+  }
+
+  // Never more slots than WRITEs: --size 1 --wr-size 65536 --qd 128 asked for
+  // 16 GiB to move 1 MiB.
+  const size_t wr_size = size_t{wr_kib} * 1024;
+  const uint64_t total = size_mib * 1024 * 1024;
+  const uint64_t n_wrs = (total + wr_size - 1) / wr_size;
+  const auto slots = static_cast<size_t>(std::min<uint64_t>(qd, n_wrs));
+  if (wr_size * slots > kMaxBufferBytes) {
+    (void)app.exit(CLI::ValidationError(
+        "--wr-size x --qd", std::to_string(wr_kib) + " KiB x " + std::to_string(slots) +
+                                " outstanding needs " + std::to_string((wr_size * slots) >> 20) +
+                                " MiB on each side; at most " +
+                                std::to_string(kMaxBufferBytes >> 20) + " MiB"));
     return metaroce::tools::kExitBadOptions;
   }
 
@@ -117,7 +146,7 @@ int main(int argc, char** argv) {
   const metaroce::ConnId peer_conn = ids.second;
   if (!conn.valid()) {
     std::fprintf(stderr, "connection failed\n");
-    return 2;
+    return 1;  // 2 means a bad option only
   }
 
   struct Ctx {
@@ -149,27 +178,26 @@ int main(int argc, char** argv) {
         &trace_ctx);
   }
 
-  // ---- memory: qd slots on each side
-  const size_t wr_size = size_t{wr_kib} * 1024;
-  const uint64_t total = size_mib * 1024 * 1024;
-  const uint64_t n_wrs = (total + wr_size - 1) / wr_size;
-  std::vector<uint8_t> src(wr_size * qd), dst(wr_size * qd, kPoison);
+  // ---- memory: one slot per outstanding WRITE on each side
+  std::vector<uint8_t> src(wr_size * slots), dst(wr_size * slots, kPoison);
   metaroce::MemoryRegion src_mr, dst_mr;
   if (h.ep(0).register_memory(src.data(), src.size(), metaroce::kAccessLocalWrite, src_mr) !=
           metaroce::Status::kOk ||
       h.ep(1).register_memory(dst.data(), dst.size(), metaroce::kAccessRemoteWrite, dst_mr) !=
           metaroce::Status::kOk) {
     std::fprintf(stderr, "memory registration failed\n");
-    return 2;
+    return 1;
   }
 
   auto wr_len = [&](uint64_t i) {
     return static_cast<uint32_t>(std::min<uint64_t>(wr_size, total - i * wr_size));
   };
-  uint64_t posted = 0, completed = 0, bytes_ok = 0, bytes_bad = 0, failed_wrs = 0;
+  // bytes_checked counts each completed WRITE's own length (the last one may be
+  // short): the goodput is that over the simulated time.
+  uint64_t posted = 0, completed = 0, bytes_checked = 0, bytes_bad = 0, failed_wrs = 0;
   auto post_next = [&] {
     const uint64_t i = posted;
-    const size_t slot = static_cast<size_t>(i % qd);
+    const size_t slot = static_cast<size_t>(i % slots);
     fill_pattern(src.data() + slot * wr_size, wr_len(i), seed, i);
     metaroce::SendWr wr;
     wr.wr_id = i;
@@ -203,7 +231,12 @@ int main(int argc, char** argv) {
   while (posted < n_wrs && posted < qd) post_next();
   size_t seen = 0;
   bool error = false;
-  const TimeNs deadline = start + 600 * kSecond;
+  // A fixed 600 s failed a clean --paths 1 --rate 0.1 --size 8192 (687 s at line
+  // rate): the default follows the offered load, on the paths that stay up.
+  const double live_bps = rate_gbps * 1e9 * (paths - (fail_path >= 0 && paths > 1 ? 1 : 0));
+  const double ideal_s = static_cast<double>(total) * 8.0 / live_bps;
+  if (deadline_s == 0) deadline_s = std::max(600.0, 20.0 * ideal_s);
+  const TimeNs deadline = start + static_cast<uint64_t>(deadline_s * 1e9);
   while (completed < n_wrs && !error) {
     auto& comps = h.completions(0);
     if (!h.run_until([&] { return comps.size() > seen; }, deadline)) break;
@@ -222,11 +255,11 @@ int main(int argc, char** argv) {
         error = true;
       }
       // Verify the slot against the pattern still in the source slot, then poison it.
-      const size_t slot = static_cast<size_t>(c.wr_id % qd);
+      const size_t slot = static_cast<size_t>(c.wr_id % slots);
       const uint32_t len = wr_len(c.wr_id);
       const uint8_t* got = dst.data() + slot * wr_size;
       const uint8_t* want = src.data() + slot * wr_size;
-      bytes_ok += len;  // checked bytes; the wrong ones are counted apart
+      bytes_checked += len;  // the wrong ones are counted apart
       if (std::memcmp(got, want, len) != 0)
         for (uint32_t k = 0; k < len; ++k) bytes_bad += got[k] != want[k];
       std::memset(dst.data() + slot * wr_size, kPoison, len);
@@ -239,6 +272,17 @@ int main(int argc, char** argv) {
     }
   }
   const TimeNs end = h.now();
+  // A bare FAIL sent the user looking at the byte check for a run that had
+  // simply stopped.
+  if (completed < n_wrs && !error) {
+    if (h.stalled())
+      std::fprintf(stderr, "harness stalled: %s\n", h.stall_reason().c_str());
+    else
+      std::fprintf(stderr,
+                   "%" PRIu64 " of %" PRIu64
+                   " WRITEs completed within the simulated deadline of %g s (--deadline)\n",
+                   completed, n_wrs, deadline_s);
+  }
   // Let stragglers (retransmissions, duplicates) arrive: nothing may land.
   h.run_for(5 * kMillisecond);
   uint64_t late = 0;
@@ -256,10 +300,9 @@ int main(int argc, char** argv) {
   else
     std::printf("\n");
   std::printf("  simulated time   %10.3f ms\n", static_cast<double>(sim_ns) / 1e6);
-  std::printf(
-      "  goodput          %10.2f Gbit/s  (of %.1f Gbit/s of links)\n",
-      sim_ns ? static_cast<double>(completed * wr_size) * 8.0 / static_cast<double>(sim_ns) : 0.0,
-      rate_gbps * paths);
+  std::printf("  goodput          %10.2f Gbit/s  (of %.1f Gbit/s of links)\n",
+              sim_ns ? static_cast<double>(bytes_checked) * 8.0 / static_cast<double>(sim_ns) : 0.0,
+              rate_gbps * paths);
   if (cs != nullptr) {
     std::printf("  data packets     %10" PRIu64 "  retransmitted %" PRIu64 " (%.2f%%)\n",
                 cs->data_packets_sent, cs->retransmissions,
@@ -316,7 +359,7 @@ int main(int argc, char** argv) {
   const bool pass = !error && completed == n_wrs && bytes_bad == 0 && late == 0;
   std::printf("\n  byte check: %" PRIu64 " of %" PRIu64 " bytes verified, %" PRIu64
               " wrong, %" PRIu64 " written late or astray -> %s\n",
-              bytes_ok - bytes_bad, total, bytes_bad, late, pass ? "PASS" : "FAIL");
+              bytes_checked - bytes_bad, total, bytes_bad, late, pass ? "PASS" : "FAIL");
   std::printf("  (%.2f s of wall-clock time, %" PRIu64 " datagrams simulated)\n", wall,
               h.datagrams_delivered());
   return pass ? 0 : 1;

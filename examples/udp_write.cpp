@@ -127,6 +127,13 @@ int client(const std::string& addr, const std::string& text) {
   if (!ep->wait_completion(c, 5s))
     return fail({metaroce::Status::kPeerUnreachable, "no reply within 5 s", "", conn.v});
   if (c.status != metaroce::Status::kOk) return fail(*ep, c);
+  // Match what arrived before reading it: a shorter SEND (a peer that is not
+  // this server) would leave addr and rkey 0, and we would WRITE there.
+  if (c.op != metaroce::CompletionOp::kRecv || c.wr_id != 1 || c.byte_len != sizeof(where))
+    return fail(
+        {metaroce::Status::kInvalidArgument,
+         "the server's reply is not a buffer address (" + std::to_string(c.byte_len) + " bytes)",
+         addr, conn.v});
   const auto len = static_cast<uint32_t>(std::min<size_t>(msg.size(), where.len));
   // imm: any 32 bits for the server (a message number, say); the server
   // learns the length from its completion's byte_len.
@@ -145,6 +152,12 @@ int client(const std::string& addr, const std::string& text) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "demo";
+  // Extra words were ignored silently (a TEXT with an unquoted space, say).
+  const int most = mode == "client" ? 4 : 3;
+  if (argc > most) {
+    std::fprintf(stderr, "%s: unexpected argument '%s'\n", mode.c_str(), argv[most]);
+    return 2;
+  }
   if (mode == "server") {
     auto ep = open_server(argc > 2 ? argv[2] : "0.0.0.0:4792");
     return ep ? serve(ep.get()) : 1;

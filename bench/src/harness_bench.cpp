@@ -24,7 +24,7 @@ struct Outcome {
   uint64_t packets_sent = 0, retransmissions = 0, duplicates = 0;
   uint64_t retirements = 0, timeouts = 0;
   double failover_ms = -1;
-  double detect_ms = -1;  // fault -> first timeout loss or path state change
+  double detect_ms = -1;  // fault -> first timeout loss or state change on the failed link
   bool finished = false;
   std::vector<PathStats> paths;
 };
@@ -57,6 +57,16 @@ PathConfig fabric_link() {
   return p;
 }
 
+// Links reached by entropy through the network's own mapping (--fabric hashes
+// them; e % links was wrong there since stop 12).
+void print_paths_per_link(const harness::Network& net, const std::vector<uint16_t>& entropies) {
+  std::vector<uint32_t> per(net.num_paths(), 0);
+  for (uint16_t e : entropies) ++per[net.path_of(e)];
+  std::fprintf(stderr, " | paths per link:");
+  for (uint32_t n : per) std::fprintf(stderr, " %u", n);
+  std::fprintf(stderr, "\n");
+}
+
 Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fail_at) {
   HarnessConfig hc = HarnessConfig::two_nodes(o.paths, o.seed);
   hc.net.hash_paths = o.fabric;  // bench/fabric's routers hash ports (policy 3)
@@ -81,42 +91,59 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
     if (o.explore_ms >= 0) e.cc.explore_interval_ns = static_cast<uint64_t>(o.explore_ms * 1e6);
   }
   Harness h(hc);
-  // The first timeout-declared loss or path state change after the fault is
-  // when the sender noticed (the engine's trace, not a guess from the wire).
-  // With --trace-paths the same trace reports each path change on stderr.
+  // The first timeout-declared loss or path state change after the fault, on
+  // a path whose entropy reaches the failed link, is when the sender noticed
+  // (the engine's trace, not a guess from the wire; a random-loss timeout on a
+  // live path is not the failure's). With --trace-paths the same trace
+  // reports each path change on stderr.
   struct Watch {
     TimeNs fail_at{0};
+    int fail_path = -1;
     TimeNs first = TimeNs::never();
     const HarnessOptions* o = nullptr;
     Harness* h = nullptr;
-    uint32_t links = 1;
     std::vector<PathStats> before;  // each path's stats at its latest loss
     std::vector<TimeNs> counted;    // each path's latest loss by the reordering rule
     std::vector<uint16_t> entropy;  // each path's entropy now
+    TimeNs last_timeout = TimeNs::never();
+    uint32_t last_timeout_path = 0;
   } watch;
   watch.fail_at = fail_at;
+  watch.fail_path = fail_path;
   watch.o = &o;
   watch.h = &h;
-  watch.links = o.paths;
   const bool tracing = fail_path >= 0 || o.trace_paths;
   if (tracing) {
     h.ep(0).set_trace(
         [](void* ctx, const TraceEvent& ev) {
           auto* w = static_cast<Watch*>(ctx);
+          if (ev.path >= w->entropy.size()) return;  // the handshake, before the paths exist
+          const uint32_t link = w->h->net().path_of(w->entropy[ev.path]);
+          const bool moves = ev.kind == TraceKind::kPathState ||
+                             ev.kind == TraceKind::kPathRetired ||
+                             ev.kind == TraceKind::kPathExplored;
           const bool signal = (ev.kind == TraceKind::kLost && ev.aux == 1) ||
                               ev.kind == TraceKind::kPathState ||
                               ev.kind == TraceKind::kPathRetired;
-          if (signal && ev.time >= w->fail_at && w->first == TimeNs::never()) w->first = ev.time;
-          if (!w->o->trace_paths || ev.path >= w->before.size()) return;
+          if (signal && ev.time >= w->fail_at && w->first == TimeNs::never() &&
+              static_cast<int>(link) == w->fail_path)
+            w->first = ev.time;
+          if (moves) w->entropy[ev.path] = static_cast<uint16_t>(ev.psn);
+          if (!w->o->trace_paths) return;
           if (ev.kind == TraceKind::kLost) {
             (void)w->h->ep(0).path_stats(ev.conn, ev.path, w->before[ev.path]);
             if (ev.aux == 0) w->counted[ev.path] = ev.time;
+            // One line per timeout, not per packet it declares lost.
+            if (ev.aux == 1 && (ev.time != w->last_timeout || ev.path != w->last_timeout_path)) {
+              w->last_timeout = ev.time;
+              w->last_timeout_path = ev.path;
+              std::fprintf(stderr, "%9.3f ms path %2u %-14s link %u\n",
+                           static_cast<double>(ev.time.ns) / 1e6, ev.path, "timeout", link);
+            }
             return;
           }
-          if (ev.kind != TraceKind::kPathRetired && ev.kind != TraceKind::kPathState) return;
+          if (!moves) return;
           const PathStats& b = w->before[ev.path];
-          const uint16_t old = w->entropy[ev.path];
-          w->entropy[ev.path] = static_cast<uint16_t>(ev.psn);
           const char* what = "state";
           if (ev.kind == TraceKind::kPathRetired) {
             // PATH-5 retires an ACTIVE path at a loss it counted; PATH-4
@@ -124,22 +151,20 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
             what = b.state != PathState::kActive    ? "PATH-4 probes"
                    : w->counted[ev.path] == ev.time ? "PATH-5 loss"
                                                     : "PATH-4 rto";
+          } else if (ev.kind == TraceKind::kPathExplored) {
+            what = "PATH-8 explore";
           }
-          std::fprintf(stderr, "%9.3f ms path %2u %-13s link %u -> %u",
-                       static_cast<double>(ev.time.ns) / 1e6, ev.path, what, old % w->links,
-                       ev.psn % w->links);
+          std::fprintf(stderr, "%9.3f ms path %2u %-14s link %u -> %u",
+                       static_cast<double>(ev.time.ns) / 1e6, ev.path, what, link,
+                       w->h->net().path_of(static_cast<uint16_t>(ev.psn)));
           if (ev.kind == TraceKind::kPathState)
             std::fprintf(stderr, " now %s", ev.aux == 0 ? "active" : "probing");
-          else
+          else if (ev.kind == TraceKind::kPathRetired)
             std::fprintf(stderr, " loss %u.%u%% srtt %.0f us min_rtt %.0f us cwnd %u",
                          b.loss_rate_permille / 10, b.loss_rate_permille % 10,
                          static_cast<double>(b.srtt_ns) / 1e3,
                          static_cast<double>(b.min_rtt_ns) / 1e3, b.cwnd_bytes);
-          std::fprintf(stderr, " | paths per link:");
-          std::vector<uint32_t> per(w->links, 0);
-          for (uint16_t e : w->entropy) ++per[e % w->links];
-          for (uint32_t n : per) std::fprintf(stderr, " %u", n);
-          std::fprintf(stderr, "\n");
+          print_paths_per_link(w->h->net(), w->entropy);
         },
         &watch);
   }
@@ -152,6 +177,13 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
     watch.before.push_back(ps);
     watch.counted.push_back(TimeNs::never());
     watch.entropy.push_back(ps.entropy);
+  }
+  if (o.trace_paths) {
+    std::fprintf(stderr, "%9.3f ms start", static_cast<double>(h.now().ns) / 1e6);
+    print_paths_per_link(h.net(), watch.entropy);
+    if (fail_path >= 0)
+      std::fprintf(stderr, "%9.3f ms link %d fails\n", static_cast<double>(fail_at.ns) / 1e6,
+                   fail_path);
   }
 
   const uint32_t msg = 1u << 20;
@@ -279,7 +311,8 @@ int run_harness(const HarnessOptions& o) {
   r.num("failover_ms", run.failover_ms,
         "path down -> last data packet sent onto it (-1: no failure)");
   r.num("detect_ms", run.detect_ms,
-        "path down -> sender declares its packets lost by timeout / path leaves ACTIVE");
+        "path down -> first timeout loss, state change or retirement of a path on that "
+        "link");
   r.print(o.json);
   if (!o.json) {
     // "timeouts", not "rto": a count beside srtt_us, not a duration.

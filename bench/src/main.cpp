@@ -36,19 +36,22 @@ int main(int argc, char** argv) {
   harness->add_option("--size-mib", ho.size_mib, "MiB to move")
       ->check(metaroce::tools::number_in_range(1ull, 65536ull));
   harness->add_option("--seed", ho.seed, "seed")->check(metaroce::tools::not_negative());
-  harness->add_flag("--fabric", ho.fabric,
-                    "bench/fabric's network instead: --paths links of 500 Mbit/s, 400 KB drop-tail "
-                    "queues, no ECN marking, 50 us one way; endpoints as the UDP driver sets them");
+  auto* fabric = harness->add_flag(
+      "--fabric", ho.fabric,
+      "bench/fabric's network instead: --paths links of 500 Mbit/s, 400 KB drop-tail "
+      "queues, no ECN marking, 50 us one way; endpoints as the UDP driver sets them");
   harness
       ->add_option("--entropies", ho.entropies, "--fabric: paths per connection (entropy values)")
-      ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}));
+      ->check(metaroce::tools::number_in_range(1u, uint32_t{metaroce::kMaxPaths}))
+      ->needs(fabric);  // without it each path is one entropy: the value was ignored
   harness
       ->add_option("--explore-ms", ho.explore_ms,
                    "PATH-8: how often a busy connection moves its slowest path (0: never; "
                    "default: the engine's)")
       ->check(metaroce::tools::number_in_range(0.0, 1e6));
   harness->add_flag("--trace-paths", ho.trace_paths,
-                    "print the lossy run's path state changes and retirements to stderr");
+                    "print the lossy run's paths per link, path state changes, retirements, "
+                    "PATH-8 moves and timeouts to stderr");
   harness->add_flag("--json", ho.json, "print one JSON object");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
   if (*engine) return metaroce::bench::run_engine(eo);

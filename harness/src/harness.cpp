@@ -43,7 +43,10 @@ PeerAddr harness_addr(size_t node) {
 
 HarnessConfig HarnessConfig::two_nodes(uint32_t num_paths, uint64_t seed, PathConfig path) {
   HarnessConfig c;
-  c.net.paths.assign(std::max<uint32_t>(1, num_paths), path);
+  // Network refuses zero paths; this quietly made it one.
+  if (num_paths == 0)
+    throw std::invalid_argument("HarnessConfig::two_nodes: need at least one path");
+  c.net.paths.assign(num_paths, path);
   c.net.seed = mix_seed(seed, 0x6e6574);
   c.endpoints.assign(2, EndpointConfig{});
   for (size_t i = 0; i < 2; ++i) c.endpoints[i].seed = mix_seed(seed, i + 1);

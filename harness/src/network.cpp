@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "metaroce/wire.hpp"
@@ -77,6 +78,14 @@ void Network::Ring::pop_front() {
 Network::Network(NetworkConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.num_nodes < 1) throw std::invalid_argument("Network: num_nodes must be >= 1");
   if (cfg_.paths.empty()) throw std::invalid_argument("Network: need at least one path");
+  // NaN compares false both ways: read as a probability it meant "never".
+  auto probability = [](double p) { return p >= 0.0 && p <= 1.0; };
+  for (size_t i = 0; i < cfg_.paths.size(); ++i) {
+    const PathConfig& p = cfg_.paths[i];
+    if (!probability(p.loss) || !probability(p.duplicate) || !probability(p.corrupt))
+      throw std::invalid_argument("Network: path " + std::to_string(i) +
+                                  ": loss, duplicate and corrupt must be probabilities in [0, 1]");
+  }
   const uint32_t n = cfg_.num_nodes;
   const uint32_t np = num_paths();
   links_.resize(size_t{n} * n * np);
@@ -96,11 +105,29 @@ size_t Network::index(uint32_t src, uint32_t dst, uint32_t path) const {
   return (size_t{src} * cfg_.num_nodes + dst) * num_paths() + path;
 }
 
+// links_.at() caught only an index past the whole table: link_config(0, 1, 4)
+// with 4 paths was link (1, 0, 0), the reverse direction, silently.
+size_t Network::checked_index(const char* who, uint32_t src, uint32_t dst, uint32_t path) const {
+  if (src >= cfg_.num_nodes || dst >= cfg_.num_nodes)
+    throw std::out_of_range(std::string("Network::") + who + ": no node " +
+                            std::to_string(std::max(src, dst)) + " (" +
+                            std::to_string(cfg_.num_nodes) + " nodes)");
+  check_path(who, path);
+  return index(src, dst, path);
+}
+
+void Network::check_path(const char* who, uint32_t path) const {
+  if (path >= num_paths())
+    throw std::out_of_range(std::string("Network::") + who + ": no path " + std::to_string(path) +
+                            " (" + std::to_string(num_paths()) + " paths)");
+}
+
 PathConfig& Network::link_config(uint32_t src, uint32_t dst, uint32_t path) {
-  return links_.at(index(src, dst, path)).cfg;
+  return links_[checked_index("link_config", src, dst, path)].cfg;
 }
 
 void Network::set_outage(uint32_t path, TimeNs down_at, TimeNs up_at) {
+  check_path("set_outage", path);
   for (auto& l : links_)
     if (l.path == path) {
       l.cfg.down_at = down_at;
@@ -114,14 +141,15 @@ bool Network::down_during(const PathConfig& c, TimeNs from, TimeNs to) {
 }
 
 bool Network::is_down(uint32_t src, uint32_t dst, uint32_t path, TimeNs t) const {
-  return down_during(links_.at(index(src, dst, path)).cfg, t, t);
+  return down_during(links_[checked_index("is_down", src, dst, path)].cfg, t, t);
 }
 
 const LinkStats& Network::stats(uint32_t src, uint32_t dst, uint32_t path) const {
-  return links_.at(index(src, dst, path)).stats;
+  return links_[checked_index("stats", src, dst, path)].stats;
 }
 
 LinkStats Network::path_totals(uint32_t path) const {
+  check_path("path_totals", path);
   LinkStats sum;
   for (const auto& l : links_)
     if (l.path == path) accumulate(sum, l.stats);
@@ -143,7 +171,7 @@ uint64_t Network::backlog(const Link& l, TimeNs t) {
 }
 
 uint64_t Network::backlog_bytes(uint32_t src, uint32_t dst, uint32_t path, TimeNs t) const {
-  return backlog(links_.at(index(src, dst, path)), t);
+  return backlog(links_[checked_index("backlog_bytes", src, dst, path)], t);
 }
 
 void Network::trace(NetTraceKind k, const Link& l, TimeNs t, uint16_t entropy,
@@ -193,9 +221,12 @@ bool Network::send(uint32_t src, uint32_t dst, uint16_t entropy, uint8_t ecn,
 bool Network::enqueue_one(Link& l, std::span<const uint8_t> bytes, uint16_t entropy, uint8_t ecn,
                           TimeNs now) {
   const PathConfig& c = l.cfg;
-  // After an outage the queue was flushed: the serializer is idle again.
-  if (c.down_at != TimeNs::never() && l.last_enqueue < c.down_at && c.down_at <= now &&
-      l.busy_until > c.down_at) {
+  // After an outage the queue was flushed: the serializer is idle again. A
+  // packet enqueued at down_at itself is dead too (down_during counts it): the
+  // usual set_outage(p, now, ...) comes right after packets entered at `now`,
+  // and `<` left their serialization time as phantom backlog after up_at.
+  if (c.down_at != TimeNs::never() && c.down_at < c.up_at && l.last_enqueue <= c.down_at &&
+      c.down_at <= now && l.busy_until > c.down_at) {
     // Whatever was still queued or in flight at down_at is gone; drop it now
     // so the FIFO stays ordered by arrival.
     while (!l.queue.empty() && down_during(c, l.queue.back().enqueued, l.queue.back().arrival)) {

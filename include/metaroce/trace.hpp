@@ -22,6 +22,25 @@ enum class TraceKind : uint8_t {
   kPathExplored,  // path moved to a new entropy (PATH-8; aux: old entropy, psn: new entropy)
 };
 
+// One spelling for every trace printer. No default: -Wswitch (an error here)
+// names the printer's gap when a kind is added.
+constexpr const char* trace_kind_name(TraceKind k) {
+  switch (k) {
+    case TraceKind::kSent: return "sent";
+    case TraceKind::kReceived: return "received";
+    case TraceKind::kDuplicate: return "duplicate";
+    case TraceKind::kAcked: return "acked";
+    case TraceKind::kLost: return "lost";
+    case TraceKind::kPathState: return "path_state";
+    case TraceKind::kPathRetired: return "path_retired";
+    case TraceKind::kNakSent: return "nak_sent";
+    case TraceKind::kNakReceived: return "nak_received";
+    case TraceKind::kConnState: return "conn_state";
+    case TraceKind::kPathExplored: return "path_explored";
+  }
+  return "unknown";  // a value cast from a byte that names no kind
+}
+
 struct TraceEvent {
   TimeNs time;
   TraceKind kind;

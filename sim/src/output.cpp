@@ -474,29 +474,12 @@ class SimOutput::FlowTrace {
     uint32_t host = 0;
   };
 
-  static const char* kind_name(TraceKind k) {
-    switch (k) {
-      case TraceKind::kSent: return "sent";
-      case TraceKind::kReceived: return "received";
-      case TraceKind::kDuplicate: return "duplicate";
-      case TraceKind::kAcked: return "acked";
-      case TraceKind::kLost: return "lost";
-      case TraceKind::kPathState: return "path_state";
-      case TraceKind::kPathRetired: return "path_retired";
-      case TraceKind::kPathExplored: return "path_explored";
-      case TraceKind::kNakSent: return "nak_sent";
-      case TraceKind::kNakReceived: return "nak_received";
-      case TraceKind::kConnState: return "conn_state";
-    }
-    return "unknown";
-  }
-
   static void record(void* ctx, const TraceEvent& ev) {
     auto* sink = static_cast<Sink*>(ctx);
     FlowTrace& t = *sink->self;
     if (t.f_ == nullptr) return;
     if (std::fprintf(t.f_, "%.3f,%u,%u,%s,%u,%u,%u\n", static_cast<double>(ev.time.ns) * 1e-3,
-                     sink->host, ev.conn.v, kind_name(ev.kind), ev.path, ev.psn, ev.aux) < 0)
+                     sink->host, ev.conn.v, trace_kind_name(ev.kind), ev.path, ev.psn, ev.aux) < 0)
       t.failed_ = true;
   }
 

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/enum_names.hpp"
 #include "engine_util.hpp"
 #include "loop.hpp"
 #include "metaroce/bytes.hpp"
@@ -37,6 +38,13 @@ TEST(Status, OnlyAppendixACodesAreKnown) {
   }
   EXPECT_EQ(known, 21);  // 0x00-0x07 and 0x40-0x4c
   EXPECT_FALSE(is_known_status(static_cast<Status>(0xee)));
+}
+
+// Every trace printer (sim --trace-flow, the property tests) spells kinds by
+// this function; a table indexed by the enum had fallen behind kPathExplored.
+TEST(Trace, EveryKindHasItsOwnName) {
+  expect_each_value_named(TraceKind::kPathExplored, trace_kind_name);
+  EXPECT_STREQ(trace_kind_name(TraceKind::kPathExplored), "path_explored");
 }
 
 TEST(Engine, IdleConnectionIsSmall) {

@@ -5,8 +5,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
+#include "../common/enum_names.hpp"
+#include "metaroce/harness/harness.hpp"
 #include "metaroce/harness/network.hpp"
 #include "metaroce/wire.hpp"
 
@@ -60,7 +63,31 @@ std::vector<Arrival> drain_all(mh::Network& net) {
   return out;
 }
 
+// 1 Gbit/s, no delay: ten 1250-byte datagrams are 100 us of backlog, each
+// arriving 10 us after the one before it.
+mh::PathConfig one_gbps_no_delay() {
+  mh::PathConfig p;
+  p.rate_bps = 1 * mh::kGbps;
+  p.delay_ns = 0;
+  return p;
+}
+
+void queue_100us_at_zero(mh::Network& net) {
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1250, 1, uint64_t(i)), TimeNs{0}));
+}
+
 }  // namespace
+
+// The property tests' METAROCE_PROPERTY_TRACE=2 printer labels events by
+// this name; a table indexed by the enum had fallen behind kTrim.
+TEST(NetModel, EveryTraceKindHasItsOwnName) {
+  metaroce::test::expect_each_value_named(mh::NetTraceKind::kDropChecksum,
+                                          [](mh::NetTraceKind k) { return mh::name(k); });
+  EXPECT_STREQ(mh::name(mh::NetTraceKind::kTrim), "trim");
+  EXPECT_STREQ(mh::name(mh::NetTraceKind::kLoss), "loss");
+  EXPECT_STREQ(mh::name(mh::NetTraceKind::kDropChecksum), "cksum");
+}
 
 TEST(NetModel, RateAndDelayArithmetic) {
   mh::PathConfig p;
@@ -340,6 +367,79 @@ TEST(NetModel, QueueFlushedByFailure) {
   EXPECT_EQ(arr[1].seq, 100u);
   EXPECT_EQ(arr[1].t, 46'000u);
   EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 10u);
+}
+
+// The usual "fail it now": the outage is set after packets entered the link
+// at that very instant. They are dead (down_during counts enqueued ==
+// down_at), and so is their serialization time: the link is idle after up_at.
+TEST(NetModel, QueueFlushedByAnOutageSetAtTheLastEnqueue) {
+  mh::Network net(one_path(one_gbps_no_delay()));
+  queue_100us_at_zero(net);
+  net.set_outage(0, TimeNs{0}, TimeNs{20'000});
+  ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 99), TimeNs{30'000}));
+  EXPECT_EQ(net.backlog_bytes(0, 1, 0, TimeNs{30'000}), 1000u);
+  ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 100), TimeNs{30'000}));
+  const auto arr = drain_all(net);
+  ASSERT_EQ(arr.size(), 2u);
+  EXPECT_EQ(arr[0].seq, 99u);
+  EXPECT_EQ(arr[0].t, 38'000u);
+  EXPECT_EQ(arr[1].seq, 100u);
+  EXPECT_EQ(arr[1].t, 46'000u);
+  EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 10u);
+}
+
+// An empty outage (up_at == down_at) takes nothing down, so it flushes
+// nothing either: the queued packets keep the serializer busy.
+TEST(NetModel, EmptyOutageFlushesNothing) {
+  mh::Network net(one_path(one_gbps_no_delay()));
+  queue_100us_at_zero(net);
+  net.set_outage(0, TimeNs{0}, TimeNs{0});
+  ASSERT_TRUE(net.send(0, 1, 0, mh::kEct0, datagram(1000, 1, 99), TimeNs{30'000}));
+  const auto arr = drain_all(net);
+  ASSERT_EQ(arr.size(), 11u);
+  EXPECT_EQ(arr[10].seq, 99u);
+  EXPECT_EQ(arr[10].t, 108'000u);
+  EXPECT_EQ(net.stats(0, 1, 0).dropped_down, 0u);
+}
+
+// A node or path the network does not have is an error, not another link:
+// with 2 nodes and 4 paths, link_config(0, 1, 4) was link (1, 0, 0).
+TEST(NetModel, AccessorsRefuseIdsTheNetworkDoesNotHave) {
+  mh::NetworkConfig cfg;
+  cfg.num_nodes = 2;
+  cfg.paths.assign(4, mh::PathConfig{});
+  mh::Network net(cfg);
+  EXPECT_THROW((void)net.link_config(0, 1, 4), std::out_of_range);
+  EXPECT_THROW((void)net.link_config(0, 2, 0), std::out_of_range);
+  EXPECT_THROW((void)net.stats(0, 2, 0), std::out_of_range);
+  EXPECT_THROW((void)net.stats(2, 0, 0), std::out_of_range);
+  EXPECT_THROW((void)net.is_down(0, 1, 4, TimeNs{0}), std::out_of_range);
+  EXPECT_THROW((void)net.backlog_bytes(0, 1, 7, TimeNs{0}), std::out_of_range);
+  EXPECT_THROW((void)net.path_totals(4), std::out_of_range);
+  EXPECT_THROW(net.set_outage(4, TimeNs{0}), std::out_of_range);
+  EXPECT_NO_THROW((void)net.link_config(1, 0, 3));
+  // Nothing was changed by the refused calls.
+  for (uint32_t p = 0; p < 4; ++p) EXPECT_FALSE(net.is_down(0, 1, p, TimeNs{1}));
+}
+
+TEST(NetModel, ProbabilitiesOutsideZeroToOneAreRefused) {
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    for (int field = 0; field < 3; ++field) {
+      mh::PathConfig p;
+      (field == 0 ? p.loss : field == 1 ? p.duplicate : p.corrupt) = bad;
+      EXPECT_THROW(mh::Network{one_path(p)}, std::invalid_argument) << bad << " field " << field;
+    }
+  }
+  mh::PathConfig edge;
+  edge.loss = 1.0;
+  edge.corrupt = 0.0;
+  EXPECT_NO_THROW(mh::Network{one_path(edge)});
+}
+
+// The Network refuses zero paths; two_nodes(0) quietly made it one.
+TEST(NetModel, TwoNodesRefusesZeroPaths) {
+  EXPECT_THROW((void)mh::HarnessConfig::two_nodes(0, 1), std::invalid_argument);
+  EXPECT_EQ(mh::HarnessConfig::two_nodes(3, 1).net.paths.size(), 3u);
 }
 
 TEST(NetModel, PathSelectionAndIndependentDirections) {

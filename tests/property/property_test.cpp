@@ -96,6 +96,25 @@ void run_random(uint64_t seed, Fingerprint* fp = nullptr,
   }
 }
 
+// The METAROCE_PROPERTY_* knobs reproduce a failure: they must be read as
+// given or refused (strtoull took "abc" as 0 and "010" as 8).
+TEST(PropertyEnv, KnobsAreWholeDecimalNumbers) {
+  EXPECT_EQ(parse_u64("0"), 0u);
+  EXPECT_EQ(parse_u64("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_u64("010"), 10u);
+  for (const char* bad : {"", "abc", "-5", "2k", " 7", "7 ", "0x10", "18446744073709551616"})
+    EXPECT_EQ(parse_u64(bad), std::nullopt) << "'" << bad << "'";
+}
+
+TEST(PropertyEnvDeathTest, AKnobThatIsNoNumberEndsTheRunSayingSo) {
+  EXPECT_EXIT(
+      {
+        setenv("METAROCE_PROPERTY_TEST_KNOB", "yes", 1);
+        (void)env_u64("METAROCE_PROPERTY_TEST_KNOB", 0);
+      },
+      ::testing::ExitedWithCode(2), "METAROCE_PROPERTY_TEST_KNOB: 'yes' is not a whole number");
+}
+
 TEST(Property, RandomWorkloadsPlaceEveryByteAndCompleteInOrder) {
   for_each_seed(seed_range(1.0), [](uint64_t s) { run_random(s); });
 }
@@ -163,7 +182,8 @@ TEST(Property, DeterministicForASeed) {
 
 // engine.hpp TxDatagram: in gather mode every datagram (data or not) is
 // buf[0, header_len) + payload + trailer. A driver that sends exactly that
-// must be able to connect and move data.
+// must be able to connect and move data: a multi-packet WRITE and a SEND,
+// placed and completed as the checker expects (it only connected before).
 TEST(Property, GatherModeDatagramsAreWhatTheContractSays) {
   HarnessConfig cfg = HarnessConfig::two_nodes(2, 7);
   cfg.gather = true;
@@ -172,6 +192,22 @@ TEST(Property, GatherModeDatagramsAreWhatTheContractSays) {
                            << w.h.ep(1).endpoint_stats().bad_checksum
                            << " datagrams with a bad ICRC at the responder\n"
                            << w.describe();
+  Rng r(7);
+  for (const WrOpcode op : {WrOpcode::kWrite, WrOpcode::kSend}) {
+    PlannedWr wr;
+    wr.sender = 0;
+    wr.op = op;
+    wr.len = 3 * w.mtu() + 17;
+    w.plan(r, wr);
+  }
+  w.layout(7);
+  w.post_recvs();
+  w.post_all_in_batches(r);
+  w.h.run_until([&] { return !w.check() || w.all_done(); }, w.h.now() + kSecond);
+  w.check();
+  ASSERT_TRUE(w.all_done()) << "not every WR completed in gather mode\n" << w.describe();
+  w.check_memory();
+  EXPECT_EQ(w.h.ep(1).endpoint_stats().bad_checksum, 0u);
 }
 
 // ------------------------------------------------------------------ errors

@@ -15,13 +15,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metaroce/engine.hpp"
@@ -42,10 +45,27 @@ using harness::Rng;
 // METAROCE_PROPERTY_SEED_BASE: first seed (default 1).
 inline constexpr uint64_t kDefaultSeeds = 2000;
 
+// A whole decimal number and nothing else. strtoull(v, nullptr, 0) took "abc"
+// as 0, "-5" as 2^64 - 5, "2k" as 2 and "010" as 8: someone reproducing a
+// failure got another run than the one asked for, with no message.
+inline std::optional<uint64_t> parse_u64(std::string_view text) {
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 10);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+// The variable's value, `dflt` when unset or empty; anything but a whole
+// number ends the run saying so.
 inline uint64_t env_u64(const char* name, uint64_t dflt) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return dflt;
-  return std::strtoull(v, nullptr, 0);
+  const std::optional<uint64_t> n = parse_u64(v);
+  if (!n) {
+    std::fprintf(stderr, "%s: '%s' is not a whole number\n", name, v);
+    std::exit(2);
+  }
+  return *n;
 }
 
 struct SeedRange {
@@ -55,7 +75,7 @@ struct SeedRange {
 
 inline SeedRange seed_range(double weight, uint64_t min_count = 1) {
   if (const char* one = std::getenv("METAROCE_PROPERTY_SEED"); one != nullptr && *one != '\0')
-    return {std::strtoull(one, nullptr, 0), 1};
+    return {env_u64("METAROCE_PROPERTY_SEED", 0), 1};
   const uint64_t base = env_u64("METAROCE_PROPERTY_SEEDS", kDefaultSeeds);
   const auto n = static_cast<uint64_t>(static_cast<double>(base) * weight);
   return {env_u64("METAROCE_PROPERTY_SEED_BASE", 1), std::max(min_count, n)};
@@ -238,23 +258,19 @@ class World {
     // every network event.
     const uint64_t tr = env_u64("METAROCE_PROPERTY_TRACE", 0);
     if (tr >= 1) {
-      static const char* kNames[] = {"sent",      "recv",    "dup",      "acked",    "lost",
-                                     "pathstate", "retired", "nak_sent", "nak_recv", "connstate"};
       static int node_ids[2] = {0, 1};
       for (int n = 0; n < 2; ++n)
         h.set_engine_trace_for(
             size_t(n),
             [](void* ctx, const TraceEvent& ev) {
-              std::fprintf(stderr, "%12llu node%d %-9s path %2u psn %10u aux %u\n",
+              std::fprintf(stderr, "%12llu node%d %-13s path %2u psn %10u aux %u\n",
                            static_cast<unsigned long long>(ev.time.ns), *static_cast<int*>(ctx),
-                           kNames[static_cast<int>(ev.kind)], ev.path, ev.psn, ev.aux);
+                           trace_kind_name(ev.kind), ev.path, ev.psn, ev.aux);
             },
             &node_ids[n]);
     }
     if (tr >= 2) {
       h.set_net_trace([](const harness::NetTraceEvent& e) {
-        static const char* kNames[] = {"enq", "deliver", "qdrop", "loss", "down",
-                                       "dup", "corrupt", "ce",    "cksum"};
         auto be32 = [&](size_t at) -> uint32_t {
           if (e.bytes.size() < at + 4) return 0;
           return (uint32_t{e.bytes[at]} << 24) | (uint32_t{e.bytes[at + 1]} << 16) |
@@ -265,9 +281,8 @@ class World {
                      "%12llu net %u->%u path %u %-7s op 0x%02x len %u aux %llu psn %u msn %u "
                      "off %u msglen %u\n",
                      static_cast<unsigned long long>(e.time.ns), e.src, e.dst, e.path,
-                     kNames[static_cast<int>(e.kind)], e.opcode, e.len,
-                     static_cast<unsigned long long>(e.aux), be32(8),
-                     e.opcode >= 1 && e.opcode <= 6 ? be32(16) : 0,
+                     harness::name(e.kind), e.opcode, e.len, static_cast<unsigned long long>(e.aux),
+                     be32(8), e.opcode >= 1 && e.opcode <= 6 ? be32(16) : 0,
                      e.opcode >= 1 && e.opcode <= 6 ? be32(20) : 0,
                      e.opcode >= 1 && e.opcode <= 6 ? be32(24) : 0);
       });

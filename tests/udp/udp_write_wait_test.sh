@@ -11,11 +11,27 @@ dir=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"' EXIT
 rc=0
-# A free port with its 64-port entropy block after it, on 127.0.0.1.
-port=$(python3 -c 'import socket
-for _ in range(100):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + 64 < 65536: print(p); break')
+# A free port with its 64-port entropy block after it, on 127.0.0.1, all 65
+# bound to check them (binding one and trusting the next 64 failed the test
+# when they were taken), and below the ephemeral range, where the client
+# started first binds its own port and block (0.5 % of runs overlapped).
+port=$(python3 -c 'import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    p = random.randrange(10000, max(10001, lo - 65))
+    held = []
+    try:
+        for q in range(p, p + 65):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); held.append(s); s.bind(("127.0.0.1", q))
+    except OSError:
+        continue
+    finally:
+        for s in held: s.close()
+    print(p); break')
+if [ -z "$port" ]; then
+  echo "FAIL: no free block of 65 ports on 127.0.0.1 below the ephemeral range"
+  exit 1
+fi
 "$bin" client "127.0.0.1:$port" "late server" >"$dir/client.out" 2>&1 &
 client=$!
 sleep 1

@@ -126,6 +126,24 @@ enum class NetTraceKind : uint8_t {
   kDropChecksum,  // corrupted and dropped by the modelled UDP checksum
 };
 
+// One spelling for every network trace printer. No default: -Wswitch (an
+// error here) names the gap when a kind is added.
+constexpr const char* name(NetTraceKind k) {
+  switch (k) {
+    case NetTraceKind::kEnqueue: return "enq";
+    case NetTraceKind::kDeliver: return "deliver";
+    case NetTraceKind::kDropQueue: return "qdrop";
+    case NetTraceKind::kTrim: return "trim";
+    case NetTraceKind::kLoss: return "loss";
+    case NetTraceKind::kDropDown: return "down";
+    case NetTraceKind::kDuplicate: return "dup";
+    case NetTraceKind::kCorrupt: return "corrupt";
+    case NetTraceKind::kCeMark: return "ce";
+    case NetTraceKind::kDropChecksum: return "cksum";
+  }
+  return "unknown";  // a value cast from a byte that names no kind
+}
+
 struct NetTraceEvent {
   TimeNs time;
   NetTraceKind kind;
@@ -171,6 +189,8 @@ class Network {
   // Per-link configuration (both the constructor's per-path values, copied
   // into each direction, and later changes). Changes apply to packets
   // entering afterwards, except outages, which are checked at delivery too.
+  // These accessors throw std::out_of_range for a node or path the network
+  // does not have.
   [[nodiscard]] PathConfig& link_config(uint32_t src, uint32_t dst, uint32_t path);
   // Sets the outage window of `path` in every direction between every pair.
   void set_outage(uint32_t path, TimeNs down_at, TimeNs up_at = TimeNs::never());
@@ -226,6 +246,10 @@ class Network {
   };
 
   [[nodiscard]] size_t index(uint32_t src, uint32_t dst, uint32_t path) const;
+  // index() for an id the caller gave: std::out_of_range naming `who` and the id.
+  [[nodiscard]] size_t checked_index(const char* who, uint32_t src, uint32_t dst,
+                                     uint32_t path) const;
+  void check_path(const char* who, uint32_t path) const;
   [[nodiscard]] static uint64_t backlog(const Link& l, TimeNs t);
   [[nodiscard]] static bool down_during(const PathConfig& c, TimeNs from, TimeNs to);
   bool enqueue_one(Link& l, std::span<const uint8_t> bytes, uint16_t entropy, uint8_t ecn,
