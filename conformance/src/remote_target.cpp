@@ -36,7 +36,7 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     if (fd < 0) return nullptr;
     t.reset(new RemoteTarget(fd, o));
     if (t->call({{"op", "hello"}, {"protocol", agent::kProtocolVersion}}, reply)) break;
-    why = "agent " + o.agent + ": " + reply.value("error", std::string("no answer"));
+    why = "agent " + o.agent + ": " + agent::quoted(reply.value("error", std::string("no answer")));
     if (why.find(": busy") == std::string::npos || std::chrono::steady_clock::now() > end)
       return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -54,8 +54,8 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   // connection, which CONN-2 judges its requests' ports against.
   if (const auto p = reply.find("paths"); p != reply.end()) {
     if (!p->is_number_unsigned() || p->get<uint64_t>() < 1 || p->get<uint64_t>() > kMaxPaths) {
-      why = "agent " + o.agent + ": hello's \"paths\" is " + p->dump() + ", not 1 to " +
-            std::to_string(kMaxPaths);
+      why = "agent " + o.agent + ": hello's \"paths\" is not 1 to " + std::to_string(kMaxPaths) +
+            ": " + agent::quoted(t->last_line_);
       return nullptr;
     }
     t->paths_ = p->get<uint64_t>();
@@ -63,7 +63,8 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   // Optional too: whether the IUT's datagrams carry a UDP checksum (ENC-5).
   if (const auto c = reply.find("udp_checksum"); c != reply.end()) {
     if (!c->is_boolean()) {
-      why = "agent " + o.agent + ": hello's \"udp_checksum\" is " + c->dump() + ", not a boolean";
+      why = "agent " + o.agent +
+            ": hello's \"udp_checksum\" is not a boolean: " + agent::quoted(t->last_line_);
       return nullptr;
     }
     t->udp_checksum_ = c->get<bool>();
@@ -121,15 +122,16 @@ bool RemoteTarget::broke(const std::string& op, const std::string& why) {
 
 bool RemoteTarget::call(const json& request, json& reply) {
   const std::string op = request.value("op", std::string());
-  std::string why, line;
-  if (broken_.empty() &&
-      (!channel_.write_line(request.dump(), why) || !channel_.read_line(line, timeout_ms_, why)))
+  std::string why;
+  last_line_.clear();
+  if (broken_.empty() && (!channel_.write_line(request.dump(), why) ||
+                          !channel_.read_line(last_line_, timeout_ms_, why)))
     broke(op, why);
   if (broken_.empty()) {
-    reply = json::parse(line, nullptr, false);
+    reply = json::parse(last_line_, nullptr, false);
     const auto ok = reply.is_object() ? reply.find("ok") : reply.end();
     if (reply.is_discarded() || !reply.is_object() || ok == reply.end() || !ok->is_boolean())
-      broke(op, "a reply that is not a JSON object with \"ok\": " + line.substr(0, 200));
+      broke(op, "a reply that is not a JSON object with \"ok\": " + agent::quoted(last_line_));
     else if (ok->get<bool>())
       return true;
     else if (!reply.contains("error") || !reply["error"].is_string())
@@ -144,7 +146,7 @@ bool RemoteTarget::call_later_op(const json& request, json& reply) {
   const std::string error = reply.value("error", std::string());
   if (broken_.empty() && !error.starts_with("unknown op")) {
     const std::string op = request.value("op", std::string());
-    broke(op, "answered \"" + error + "\" (an agent without " + op +
+    broke(op, "answered \"" + agent::quoted(error) + "\" (an agent without " + op +
                   " answers \"unknown op\", and the checks that need it skip)");
   }
   return false;
@@ -155,7 +157,7 @@ bool RemoteTarget::field(const json& reply, const char* op, const char* key, uin
   const auto it = reply.find(key);
   if (it == reply.end() || !it->is_number_unsigned() || it->get<uint64_t>() > max)
     return broke(op, std::string("a reply without an unsigned \"") + key + "\" (at most " +
-                         std::to_string(max) + "): " + reply.dump());
+                         std::to_string(max) + "): " + agent::quoted(last_line_));
   out = it->get<uint64_t>();
   return true;
 }
@@ -220,7 +222,7 @@ std::vector<uint8_t> RemoteTarget::read_memory(const Region& r, uint64_t offset,
   auto bytes =
       it != reply.end() && it->is_string() ? agent::from_hex(it->get<std::string>()) : std::nullopt;
   if (!bytes) {
-    broke("read_memory", "a reply without a \"hex\" string of bytes: " + reply.dump());
+    broke("read_memory", "a reply without a \"hex\" string of bytes: " + agent::quoted(last_line_));
     return {};
   }
   return *bytes;
@@ -278,6 +280,11 @@ json receive_request(const char* op, const RecvWr& wr) {
 
 }  // namespace
 
+Status RemoteTarget::queued(Status s) {
+  if (s == Status::kOk) ++queued_;
+  return s;
+}
+
 Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
   json r;
   const bool ok = call({{"op", "post_send"},
@@ -291,14 +298,14 @@ Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
                         {"rkey", wr.rkey},
                         {"imm", wr.imm}},
                        r);
-  return posted(ok, r);
+  return queued(posted(ok, r));
 }
 
 Status RemoteTarget::post_recv(ConnId conn, const RecvWr& wr) {
   json r;
   json request = receive_request("post_recv", wr);
   request["conn"] = conn.v;
-  return posted(call(request, r), r);
+  return queued(posted(call(request, r), r));
 }
 
 bool RemoteTarget::shared_receives(uint32_t depth) {
@@ -308,7 +315,7 @@ bool RemoteTarget::shared_receives(uint32_t depth) {
 
 Status RemoteTarget::post_shared_recv(const RecvWr& wr) {
   json r;
-  return posted(call(receive_request("post_shared_recv", wr), r), r);
+  return queued(posted(call(receive_request("post_shared_recv", wr), r), r));
 }
 
 bool RemoteTarget::poll_completion(Completion& out) {
@@ -317,13 +324,21 @@ bool RemoteTarget::poll_completion(Completion& out) {
   const auto it = r.find("completion");
   if (it == r.end() || it->is_null()) return false;
   constexpr const char* kOp = "poll_completion";
+  // Each completion answers one work request queued (the oldest done):
+  // one more is a completion returned again, and the checks' loops that
+  // drain the queue ran for ever against an agent that peeked for a pop.
+  if (++completions_ > queued_)
+    return broke(kOp, "more completions (" + std::to_string(completions_) +
+                          ") than work requests queued (" + std::to_string(queued_) +
+                          "): does the agent remove the completion it returns?");
   uint64_t conn = 0, status = 0, byte_len = 0, imm = 0;
   Completion c;
   const auto op = it->is_object() && it->contains("op") && (*it)["op"].is_string()
                       ? agent::completion_op((*it)["op"].get<std::string>())
                       : std::nullopt;
   if (!it->is_object() || !op || !it->contains("has_imm") || !(*it)["has_imm"].is_boolean())
-    return broke(kOp, "a completion without a known \"op\" or \"has_imm\": " + r.dump());
+    return broke(
+        kOp, "a completion without a known \"op\" or \"has_imm\": " + agent::quoted(last_line_));
   if (!field(*it, kOp, "wr_id", c.wr_id) || !field(*it, kOp, "conn", conn, UINT32_MAX) ||
       !field(*it, kOp, "status", status, 255) ||
       !field(*it, kOp, "byte_len", byte_len, UINT32_MAX) ||

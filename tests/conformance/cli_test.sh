@@ -4,7 +4,9 @@
 # options of --target remote are refused with any other target (the engine
 # would be checked instead, and pass), and a run whose agent dies midway
 # stops with exit 3, naming the check, instead of failing the checks left
-# (conformance/README.md, exit statuses).
+# (conformance/README.md, exit statuses), and so does one that breaks the
+# agent protocol in one way (faulty_agent.py), with a JSON report, never a
+# crash or a hang.
 #   cli_test.sh METAROCE_CONFORM METAROCE_CONFORM_AGENT
 set -u
 conform=$1
@@ -102,7 +104,7 @@ expect 0 '' "$agent" --help
 # The agent dies during a run (which lasts several seconds): exit 3, the
 # check that was running named, no verdict.
 dir=$(mktemp -d)
-trap 'stop_agent; [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'stop_agent; [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null; [ -n "${faulty_pid:-}" ] && kill "$faulty_pid" 2>/dev/null; rm -rf "$dir"' EXIT
 trap 'exit 1' INT TERM HUP
 rc=2
 for _ in 1 2 3 4 5; do
@@ -218,43 +220,73 @@ if ! grep -q '^  ok   CONN-2 .*: the first 2 from ports' "$dir/run.out"; then
   failures=$((failures + 1))
 fi
 
+# faulty RULE WANT_RC PATTERN MODE [ARG...]: --rule RULE --json against the
+# reference agent behind `faulty_agent.py MODE ARG... --busy-odd`, an agent
+# that breaks the protocol in one way, under a 60 s limit (124: it hung):
+# exit WANT_RC, stderr matching PATTERN (grep -E) and never "busy", and
+# stdout a JSON report of a run stopped ("stopped"). Every open
+# of the target is first answered "busy" (a retry then opens it): the stop
+# line once ended with that stale "busy", as if it were the reason. Another
+# port block when the tester's ports were taken.
+faulty() {
+  rule=$1 want_rc=$2 pattern=$3
+  shift 3
+  for _ in 1 2 3 4 5; do
+    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+    # Emptied first: the previous case's port, read before this proxy's
+    # redirection emptied the file, was refused, and the agent, killed
+    # before it ran (its TERM lost to this script's trap), was waited for
+    # without end.
+    : >"$dir/faulty.out"
+    python3 "$here/faulty_agent.py" "$listen" "$@" --busy-odd >"$dir/faulty.out" 2>&1 &
+    faulty_pid=$!
+    faulty_at=$(await_output "$dir/faulty.out" 's/.*listening on \([^,]*\),.*/\1/p')
+    timeout 60 "$conform" --target remote --agent "$faulty_at" --iut "$iut" \
+      --entropy-base "$base" --entropy-count 16 --rule "$rule" --json >"$dir/run.out" \
+      2>"$dir/run.err"
+    rc=$?
+    kill "$faulty_pid" 2>/dev/null
+    wait "$faulty_pid" 2>/dev/null
+    stop_agent
+    grep -q 'Address already in use' "$dir/run.err" || break
+  done
+  report=$(python3 -c '
+import json, sys
+try:
+    assert "stopped" in json.load(open(sys.argv[1])), "no \"stopped\""
+    print("report ok")
+except Exception as e:
+    print("report: %s: %s" % (type(e).__name__, e))' "$dir/run.out")
+  if [ "$rc" -ne "$want_rc" ] || ! grep -Eq -- "$pattern" "$dir/run.err" ||
+    grep -q busy "$dir/run.err" || [ "$report" != "report ok" ]; then
+    cat "$dir/run.out" "$dir/run.err"
+    echo "FAIL: $* (--rule $rule): exit $rc, wanted $want_rc, stderr matching '$pattern' without 'busy'; $report"
+    failures=$((failures + 1))
+  else
+    echo "ok:   $* (--rule $rule) -> exit $rc: $(cut -c1-300 "$dir/run.err")"
+  fi
+}
 # An agent that answers close, conn_error or stats with an error of its own
 # (its IUT failed them), not "unknown op" (an agent without them): the run
 # stops with that error, exit 3. It once skipped the checks ("the target
 # cannot be asked to close", "does not report its counters"), the agent's
 # text lost, and exited 0.
-# Every open of the target is first answered "busy" (a retry then opens
-# it): the stop line once ended with that stale "busy", as if it were the
-# reason.
 for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
   op=${case% *} rule=${case#* }
-  rc=2
-  for _ in 1 2 3 4 5; do
-    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
-    # Emptied first: the previous case's port, read before this agent's
-    # redirection emptied the file, was refused, and the agent, killed
-    # before it ran (its TERM lost to this script's trap), was waited for
-    # without end.
-    : >"$dir/refusing.out"
-    python3 "$here/refusing_agent.py" "$listen" "$op" "the IUT failed: ENOMEM" --busy-odd \
-      >"$dir/refusing.out" 2>&1 &
-    refusing_pid=$!
-    refusing=$(await_output "$dir/refusing.out" 's/.*listening on \([^,]*\),.*/\1/p')
-    timeout 60 "$conform" --target remote --agent "$refusing" --iut "$iut" --entropy-base "$base" \
-      --entropy-count 16 --rule "$rule" >"$dir/run.out" 2>"$dir/run.err"
-    rc=$?
-    kill "$refusing_pid" 2>/dev/null
-    wait "$refusing_pid" 2>/dev/null
-    stop_agent
-    [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
-  done
-  want="the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\""
-  if [ "$rc" -ne 3 ] || ! grep -Fq "$want" "$dir/run.err" || grep -q busy "$dir/run.err"; then
-    cat "$dir/run.out" "$dir/run.err"
-    echo "FAIL: $op answered with an error: exit $rc, wanted 3 and '$want', no 'busy'"
-    failures=$((failures + 1))
-  else
-    echo "ok:   $op answered with an error -> exit 3: $(cat "$dir/run.err")"
-  fi
+  faulty "$rule" 3 "the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\"" \
+    fail "$op" "the IUT failed: ENOMEM"
 done
+# A reply that is no JSON, with bytes that are not UTF-8 (a vendor's
+# Latin-1 error text): the JSON report once aborted on it (exit 134, no
+# report at all).
+faulty CONN-1 3 'agent, connect_to_tester: a reply that is not a JSON object with "ok": \\xe9t\\xe9 not json' \
+  garbage connect_to_tester
+# A reply nested a million levels deep: quoting it once overflowed the
+# stack (exit 139).
+faulty PLACE-2 3 'agent, register_memory: a reply without an unsigned "addr"' nested register_memory
+# poll_completion returning its oldest completion without removing it (a
+# peek for a pop): the checks' loops that drain the completions ran for
+# ever (CONN-7's closing side is the first to reach one).
+faulty CONN-7 3 'agent, poll_completion: more completions \([0-9]+\) than work requests queued \([0-9]+\)' \
+  repeat-completion
 finish

@@ -214,7 +214,9 @@ int run(int argc, char** argv) {
                              {"passed", r.outcome.passed},
                              {"skipped", r.outcome.skipped},
                              {"detail", r.outcome.detail}});
-    std::printf("%s\n", j.dump().c_str());
+    // Replaced, not thrown: text from an agent that is not UTF-8 once
+    // aborted the run here, and its report was lost.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%zu passed, %zu failed, %zu skipped%s\n", passed, failed, skipped,
                 stopped.empty() ? "" : "; the run STOPPED, the other checks did not run");

@@ -126,6 +126,8 @@ class RemoteTarget : public TesterWireTarget {
   // reply missing a field breaks the connection, as field() does.
   bool read_region(const nlohmann::json& reply, Region& out);
   bool broke(const std::string& op, const std::string& why);
+  // `s`, counting the work request it answers as queued when kOk.
+  Status queued(Status s);
 
   agent::LineChannel channel_;
   int timeout_ms_;
@@ -135,6 +137,12 @@ class RemoteTarget : public TesterWireTarget {
   std::string iut_;
   std::string name_;
   std::string broken_;
+  // The latest reply as it came (what the errors quote: agent::quoted).
+  std::string last_line_;
+  // Work requests the agent queued (status 0) and completions it returned:
+  // never more of the second.
+  uint64_t queued_ = 0;
+  uint64_t completions_ = 0;
   std::optional<size_t> paths_;
   std::optional<bool> udp_checksum_;
 };
