@@ -5,10 +5,11 @@
 //   metaroce-conform [--target engine|udp] [--rule ID[,ID...]] [--json] [--list] [--list-unchecked]
 //   metaroce-conform --target remote --agent HOST:PORT --iut A.B.C.D:PORT
 //                    --entropy-base N --entropy-count M [--tester IP] [--stranger IP]
-// Exit status 0 when every check passed (or skipped), 1 when one failed, 2
-// on bad options or when the target cannot be opened (nothing was checked), 3
-// when the target was lost during the run (an agent gone): the run stopped,
-// and its verdict is not the IUT's.
+// Exit status 0 when every check passed (or skipped), 1 when one failed
+// (also when the run stopped after it), 2 on bad options or when the target
+// cannot be opened (nothing was checked), 3 when the target was lost during
+// the run (an agent gone) and no check had failed: the run stopped, and its
+// verdict is not the IUT's.
 #include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -185,14 +186,16 @@ int run(int argc, char** argv) {
   mc::Abort abort;
   const std::vector<mc::Result> results = mc::run_rules(
       target, rules, &abort, table ? std::function<void(const mc::Result&)>(line) : nullptr);
-  std::string stopped;  // why the run stopped early: no verdict on the IUT
+  // Why the run stopped early: no verdict on the check that was running,
+  // nor on those after it.
+  std::string stopped;
   if (abort.check != nullptr) {
-    if (!why.empty()) abort.why += ": " + why;  // why the target did not open
-    stopped = "stopped during check " + std::string(abort.check->rule) + " (" +
-              std::to_string(results.size()) +
-              " checks done): " + (which == "remote" ? "the agent" : "the target") +
-              " was lost: " + abort.why;
-    std::fprintf(stderr, "metaroce-conform: %s\n", stopped.c_str());
+    stopped = !abort.opened ? "the target could not be opened: " + why
+                            : (which == "remote" ? "the agent" : "the target") +
+                                  std::string(" was lost: ") + abort.why;
+    std::fprintf(stderr, "metaroce-conform: stopped during check %.*s (%zu checks done): %s\n",
+                 static_cast<int>(abort.check->rule.size()), abort.check->rule.data(),
+                 results.size(), stopped.c_str());
   }
   size_t passed = 0, skipped = 0;
   for (const mc::Result& r : results) {
@@ -206,23 +209,45 @@ int run(int argc, char** argv) {
     j["passed"] = passed;
     j["failed"] = failed;
     j["skipped"] = skipped;
-    if (!stopped.empty()) j["stopped"] = stopped;
+    j["interrupted"] = abort.check != nullptr ? 1 : 0;
+    j["not_run"] = abort.not_run.size();
+    if (abort.check != nullptr)
+      j["stopped"] = {{"check", abort.check->rule},
+                      {"title", abort.check->title},
+                      {"checks_done", results.size()},
+                      {"reason", stopped}};
     j["checks"] = nlohmann::json::array();
+    const auto add = [&j](const mc::Check& c, const char* result, const std::string& detail) {
+      j["checks"].push_back(
+          {{"rule", c.rule}, {"title", c.title}, {"result", result}, {"detail", detail}});
+    };
     for (const mc::Result& r : results)
-      j["checks"].push_back({{"rule", r.check->rule},
-                             {"title", r.check->title},
-                             {"passed", r.outcome.passed},
-                             {"skipped", r.outcome.skipped},
-                             {"detail", r.outcome.detail}});
+      add(*r.check,
+          r.outcome.skipped  ? "skipped"
+          : r.outcome.passed ? "passed"
+                             : "failed",
+          r.outcome.detail);
+    if (abort.check != nullptr) add(*abort.check, "interrupted", stopped);
+    for (const mc::Check* c : abort.not_run) add(*c, "not run", "");
     // Replaced, not thrown: text from an agent that is not UTF-8 once
     // aborted the run here, and its report was lost.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("%zu passed, %zu failed, %zu skipped%s\n", passed, failed, skipped,
-                stopped.empty() ? "" : "; the run STOPPED, the other checks did not run");
+    if (abort.check != nullptr)
+      std::printf("  STOP %-*.*s %.*s: interrupted: %s\n", kRuleWidth,
+                  static_cast<int>(abort.check->rule.size()), abort.check->rule.data(),
+                  static_cast<int>(abort.check->title.size()), abort.check->title.data(),
+                  stopped.c_str());
+    std::printf("%zu passed, %zu failed, %zu skipped", passed, failed, skipped);
+    if (abort.check != nullptr)
+      std::printf("; the run STOPPED: 1 check interrupted, %zu not run", abort.not_run.size());
+    std::printf("\n");
   }
-  if (!stopped.empty()) return kExitTargetLost;
-  return failed == 0 ? 0 : 1;
+  // A check failed before the stop is a verdict all the same: it outranks
+  // the run's being incomplete (a CI job taking 3 for "infrastructure,
+  // retry" once hid it).
+  if (failed != 0) return 1;
+  return abort.check != nullptr ? kExitTargetLost : 0;
 }
 
 }  // namespace
