@@ -26,8 +26,9 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   }
   // The agent answers hello once its IUT is fresh; only then do the
   // tester's sockets open, so that nothing of an earlier session reaches them.
-  // An agent still closing the previous check's session may answer "busy":
-  // then again, for up to the timeout.
+  // An agent still closing the previous check's session may answer with an
+  // error beginning "busy" (README, "Sessions"): then again, for up to the
+  // timeout.
   std::unique_ptr<RemoteTarget> t;
   json reply;
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
@@ -36,9 +37,11 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     if (fd < 0) return nullptr;
     t.reset(new RemoteTarget(fd, o));
     if (t->call({{"op", "hello"}, {"protocol", agent::kProtocolVersion}}, reply)) break;
-    why = "agent " + o.agent + ": " + agent::quoted(reply.value("error", std::string("no answer")));
-    if (why.find(": busy") == std::string::npos || std::chrono::steady_clock::now() > end)
-      return nullptr;
+    // The agent's own error, not the text composed around it: "device:
+    // busy" once matched ": busy" and was retried for 10 s.
+    const std::string error = reply.value("error", std::string("no answer"));
+    why = "agent " + o.agent + ": " + agent::quoted(error);
+    if (!error.starts_with("busy") || std::chrono::steady_clock::now() > end) return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   // Opened: a "busy" of an earlier try is no reason for anything now (a

@@ -270,6 +270,27 @@ for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
   faulty "$rule" 3 "the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\"" \
     fail "$op" "the IUT failed: ENOMEM"
 done
+# hello answered with an error that is no "busy" (README, "Sessions"), here
+# one ending in ": busy": the open fails at once, exit 2, after one
+# connection. It once matched ": busy" anywhere and was retried for 10 s.
+for _ in 1 2 3 4 5; do
+  start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+  : >"$dir/faulty.out"
+  python3 "$here/faulty_agent.py" "$listen" fail hello "device: busy" >"$dir/faulty.out" 2>&1 &
+  faulty_pid=$!
+  faulty_at=$(await_output "$dir/faulty.out" 's/.*listening on \([^,]*\),.*/\1/p')
+  expect 2 "^metaroce-conform: cannot open the remote target: agent $faulty_at: device: busy\$" \
+    "$conform" --target remote --agent "$faulty_at" --iut "$iut" --entropy-base "$base" \
+    --entropy-count 16 --rule CONN-1
+  kill "$faulty_pid" 2>/dev/null
+  wait "$faulty_pid" 2>/dev/null
+  stop_agent
+  break
+done
+if [ "$(grep -c '^tester ' "$dir/faulty.out")" -ne 1 ]; then
+  echo "FAIL: hello answered \"device: busy\": $(grep -c '^tester ' "$dir/faulty.out") connections, wanted 1"
+  failures=$((failures + 1))
+fi
 # A reply that is no JSON, with bytes that are not UTF-8 (a vendor's
 # Latin-1 error text): the JSON report once aborted on it (exit 134, no
 # report at all).

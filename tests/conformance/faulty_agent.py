@@ -97,6 +97,7 @@ def main():
     while True:
         tester, _ = server.accept()
         testers += 1
+        print(f"tester {testers}", flush=True)
         if busy and testers % 2 == 1:
             tester.sendall(b'{"ok":false,"error":"busy: the agent serves another tester"}\n')
             tester.close()
