@@ -216,16 +216,25 @@ bool RemoteTarget::deregister_memory(const Region& r) {
   return call({{"op", "deregister_memory"}, {"lkey", r.lkey}}, reply);
 }
 
+// The tester reads and writes only inside regions the agent registered
+// (their bytes readable after deregister_memory too): an error, or bytes
+// of another length, is the agent's fault. Both once passed unseen:
+// "memory unchanged" compared two empty reads and could not fail, and a
+// refused write left a check blaming the IUT for bytes never written.
 std::vector<uint8_t> RemoteTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
   json reply;
   if (!call({{"op", "read_memory"}, {"lkey", r.lkey}, {"offset", offset}, {"length", length}},
-            reply))
+            reply)) {
+    broke("read_memory", "answered \"" + agent::quoted(reply.value("error", std::string())) +
+                             "\" for a range inside a region it registered");
     return {};
+  }
   const auto it = reply.find("hex");
   auto bytes =
       it != reply.end() && it->is_string() ? agent::from_hex(it->get<std::string>()) : std::nullopt;
-  if (!bytes) {
-    broke("read_memory", "a reply without a \"hex\" string of bytes: " + agent::quoted(last_line_));
+  if (!bytes || bytes->size() != length) {
+    broke("read_memory", "a reply without a \"hex\" string of the " + std::to_string(length) +
+                             " bytes asked for: " + agent::quoted(last_line_));
     return {};
   }
   return *bytes;
@@ -233,11 +242,13 @@ std::vector<uint8_t> RemoteTarget::read_memory(const Region& r, uint64_t offset,
 
 void RemoteTarget::write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) {
   json reply;
-  (void)call({{"op", "write_memory"},
-              {"lkey", r.lkey},
-              {"offset", offset},
-              {"hex", agent::to_hex(bytes.data(), bytes.size())}},
-             reply);
+  if (!call({{"op", "write_memory"},
+             {"lkey", r.lkey},
+             {"offset", offset},
+             {"hex", agent::to_hex(bytes.data(), bytes.size())}},
+            reply))
+    broke("write_memory", "answered \"" + agent::quoted(reply.value("error", std::string())) +
+                              "\" for a range inside a region it registered");
 }
 
 bool RemoteTarget::connect_to_tester(ConnId& out) {

@@ -304,6 +304,15 @@ faulty PLACE-2 3 'agent, register_memory: a reply without an unsigned "addr"' ne
 # ever (CONN-7's closing side is the first to reach one).
 faulty CONN-7 3 'agent, poll_completion: more completions \([0-9]+\) than work requests queued \([0-9]+\)' \
   repeat-completion
+# read_memory or write_memory failing, or answering bytes of another
+# length: the agent's fault (the tester stays inside its regions). PLACE-2
+# once passed without checking that memory was unchanged (two empty reads
+# compared), and a refused write_memory left a check blaming the IUT.
+faulty PLACE-2 3 'agent, read_memory: answered "no such region" for a range inside a region it registered' \
+  fail read_memory "no such region"
+faulty PLACE-2 3 'agent, read_memory: a reply without a "hex" string of the [0-9]+ bytes asked for: .*"hex": ""' \
+  short-hex
+faulty SEQ-2 3 'agent, write_memory: answered "no such region"' fail write_memory "no such region"
 # A check failed before the agent broke: exit 1, not 3 (a failure of the
 # IUT outranks the incomplete run), the report stopped all the same.
 faulty CONN-1,PLACE-2 1 'stopped during check PLACE-2 \(1 checks done\): the agent was lost: agent, register_memory: a reply that is not' \
