@@ -44,6 +44,18 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     if (!error.starts_with("busy") || std::chrono::steady_clock::now() > end) return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // Required: an agent of another version (or none said) would be asked
+  // what it may not mean, and a report needs the IUT's name.
+  const auto proto = reply.find("protocol");
+  const auto name = reply.find("name");
+  if (proto == reply.end() || !proto->is_number_unsigned() ||
+      proto->get<uint64_t>() != agent::kProtocolVersion || name == reply.end() ||
+      !name->is_string()) {
+    why = "agent " + o.agent +
+          ": hello's reply needs \"protocol\": " + std::to_string(agent::kProtocolVersion) +
+          " (the version the tester speaks) and a \"name\" string: " + agent::quoted(t->last_line_);
+    return nullptr;
+  }
   // Opened: a "busy" of an earlier try is no reason for anything now (a
   // run stopped later appended it to its stop line).
   why.clear();
@@ -73,8 +85,7 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     t->udp_checksum_ = c->get<bool>();
   }
   const auto it = reply.find("name");
-  t->name_ = (it != reply.end() && it->is_string() ? it->get<std::string>() : "an IUT") + " at " +
-             o.iut + " (agent " + o.agent + ")";
+  t->name_ = agent::quoted(it->get<std::string>()) + " at " + o.iut + " (agent " + o.agent + ")";
   return t;
 }
 
@@ -139,6 +150,8 @@ bool RemoteTarget::call(const json& request, json& reply) {
       return true;
     else if (!reply.contains("error") || !reply["error"].is_string())
       reply["error"] = "(no error text)";
+    if (broken_.empty() && !reply["error"].get<std::string>().starts_with("unknown op"))
+      last_error_ = op + ": " + agent::quoted(reply["error"].get<std::string>());
   }
   if (!broken_.empty()) reply = json{{"ok", false}, {"error", broken_}};
   return false;
@@ -277,15 +290,6 @@ size_t RemoteTarget::accepted_count() {
 
 namespace {
 
-// The status of a post_send / post_recv reply (kInvalidArgument when the
-// request itself failed).
-Status posted(bool ok, const json& r) {
-  const auto it = r.find("status");
-  if (!ok || it == r.end() || !it->is_number_unsigned() || it->get<uint64_t>() > 255)
-    return Status::kInvalidArgument;
-  return static_cast<Status>(it->get<uint64_t>());
-}
-
 // A request of `op` posting the receive `wr` (post_recv adds its conn).
 json receive_request(const char* op, const RecvWr& wr) {
   return {
@@ -294,9 +298,18 @@ json receive_request(const char* op, const RecvWr& wr) {
 
 }  // namespace
 
-Status RemoteTarget::queued(Status s) {
-  if (s == Status::kOk) ++queued_;
-  return s;
+Status RemoteTarget::posted(const char* op, bool ok, const json& r) {
+  uint64_t status = 0;
+  // The tester's work requests are well formed (README: the only errors
+  // are a field missing or out of range, an unknown opcode): an error is
+  // the agent's, and once read as the IUT's kInvalidArgument, failing a
+  // check that wanted another refusal with the agent's text lost.
+  if (!ok)
+    broke(op, "answered \"" + agent::quoted(r.value("error", std::string())) +
+                  "\" to a well-formed work request (the IUT's refusal is a \"status\")");
+  else if (field(r, op, "status", status, 255) && status == 0)
+    ++queued_;
+  return broken_.empty() ? static_cast<Status>(status) : Status::kInvalidArgument;
 }
 
 Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
@@ -312,14 +325,14 @@ Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
                         {"rkey", wr.rkey},
                         {"imm", wr.imm}},
                        r);
-  return queued(posted(ok, r));
+  return posted("post_send", ok, r);
 }
 
 Status RemoteTarget::post_recv(ConnId conn, const RecvWr& wr) {
   json r;
   json request = receive_request("post_recv", wr);
   request["conn"] = conn.v;
-  return queued(posted(call(request, r), r));
+  return posted("post_recv", call(request, r), r);
 }
 
 bool RemoteTarget::shared_receives(uint32_t depth) {
@@ -329,15 +342,22 @@ bool RemoteTarget::shared_receives(uint32_t depth) {
 
 Status RemoteTarget::post_shared_recv(const RecvWr& wr) {
   json r;
-  return queued(posted(call(receive_request("post_shared_recv", wr), r), r));
+  // An agent without it ("unknown op") refuses the receive; PLACE-6 asks
+  // shared_receives first, and skips without it.
+  if (!call_later_op(receive_request("post_shared_recv", wr), r)) return Status::kInvalidArgument;
+  return posted("post_shared_recv", true, r);
 }
 
 bool RemoteTarget::poll_completion(Completion& out) {
   json r;
   if (!call({{"op", "poll_completion"}}, r)) return false;
-  const auto it = r.find("completion");
-  if (it == r.end() || it->is_null()) return false;
   constexpr const char* kOp = "poll_completion";
+  const auto it = r.find("completion");
+  // null: none ready; no field at all is a broken reply, not "none".
+  if (it == r.end())
+    return broke(kOp, "a reply without \"completion\" (null when none is ready): " +
+                          agent::quoted(last_line_));
+  if (it->is_null()) return false;
   // Each completion answers one work request queued (the oldest done):
   // one more is a completion returned again, and the checks' loops that
   // drain the queue ran for ever against an agent that peeked for a pop.

@@ -384,6 +384,8 @@ std::vector<Result> run_rules(const std::function<std::unique_ptr<Target>()>& ma
                       ? skip("needs a target with simulated time")
                       : c.run(*t);
       stop.why = t->lost();
+      if (!o.passed && !o.skipped && !t->last_error().empty())
+        o.detail += " (the agent's last error: " + t->last_error() + ")";
       if (stop.why.empty()) {
         stop.check = nullptr;
         out.push_back({&c, std::move(o)});

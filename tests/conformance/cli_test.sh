@@ -223,8 +223,8 @@ fi
 # faulty RULE WANT_RC PATTERN MODE [ARG...]: --rule RULE --json against the
 # reference agent behind `faulty_agent.py MODE ARG... --busy-odd`, an agent
 # that breaks the protocol in one way, under a 60 s limit (124: it hung):
-# exit WANT_RC, stderr matching PATTERN (grep -E) and never "busy", and
-# stdout a JSON report of a run stopped (faulty_agent_report.py). Every open
+# exit WANT_RC, stderr or the report matching PATTERN (grep -E), stderr
+# never "busy", and stdout a JSON report (faulty_agent_report.py). Every open
 # of the target is first answered "busy" (a retry then opens it): the stop
 # line once ended with that stale "busy", as if it were the reason. Another
 # port block when the tester's ports were taken.
@@ -251,7 +251,7 @@ faulty() {
     grep -q 'Address already in use' "$dir/run.err" || break
   done
   report=$(python3 "$here/faulty_agent_report.py" "$dir/run.out" 2>&1)
-  if [ "$rc" -ne "$want_rc" ] || ! grep -Eq -- "$pattern" "$dir/run.err" ||
+  if [ "$rc" -ne "$want_rc" ] || ! cat "$dir/run.err" "$dir/run.out" | grep -Eq -- "$pattern" ||
     grep -q busy "$dir/run.err" || [ "$report" != "report ok" ]; then
     cat "$dir/run.out" "$dir/run.err"
     echo "FAIL: $* (--rule $rule): exit $rc, wanted $want_rc, stderr matching '$pattern' without 'busy'; $report"
@@ -270,27 +270,39 @@ for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
   faulty "$rule" 3 "the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\"" \
     fail "$op" "the IUT failed: ENOMEM"
 done
+# faulty_open PATTERN MODE [ARG...]: the reference agent behind
+# `faulty_agent.py MODE ARG...`, whose hello is faulty: the target does not
+# open, exit 2 with stderr matching PATTERN, after one connection (no retry).
+faulty_open() {
+  pattern=$1
+  shift
+  for _ in 1 2 3 4 5; do
+    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+    : >"$dir/faulty.out"
+    python3 "$here/faulty_agent.py" "$listen" "$@" >"$dir/faulty.out" 2>&1 &
+    faulty_pid=$!
+    faulty_at=$(await_output "$dir/faulty.out" 's/.*listening on \([^,]*\),.*/\1/p')
+    expect 2 "^metaroce-conform: cannot open the remote target: agent $faulty_at: $pattern" \
+      "$conform" --target remote --agent "$faulty_at" --iut "$iut" --entropy-base "$base" \
+      --entropy-count 16 --rule CONN-1
+    kill "$faulty_pid" 2>/dev/null
+    wait "$faulty_pid" 2>/dev/null
+    stop_agent
+    break
+  done
+  if [ "$(grep -c '^tester ' "$dir/faulty.out")" -ne 1 ]; then
+    echo "FAIL: $*: $(grep -c '^tester ' "$dir/faulty.out") connections, wanted 1"
+    failures=$((failures + 1))
+  fi
+}
 # hello answered with an error that is no "busy" (README, "Sessions"), here
-# one ending in ": busy": the open fails at once, exit 2, after one
-# connection. It once matched ": busy" anywhere and was retried for 10 s.
-for _ in 1 2 3 4 5; do
-  start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
-  : >"$dir/faulty.out"
-  python3 "$here/faulty_agent.py" "$listen" fail hello "device: busy" >"$dir/faulty.out" 2>&1 &
-  faulty_pid=$!
-  faulty_at=$(await_output "$dir/faulty.out" 's/.*listening on \([^,]*\),.*/\1/p')
-  expect 2 "^metaroce-conform: cannot open the remote target: agent $faulty_at: device: busy\$" \
-    "$conform" --target remote --agent "$faulty_at" --iut "$iut" --entropy-base "$base" \
-    --entropy-count 16 --rule CONN-1
-  kill "$faulty_pid" 2>/dev/null
-  wait "$faulty_pid" 2>/dev/null
-  stop_agent
-  break
-done
-if [ "$(grep -c '^tester ' "$dir/faulty.out")" -ne 1 ]; then
-  echo "FAIL: hello answered \"device: busy\": $(grep -c '^tester ' "$dir/faulty.out") connections, wanted 1"
-  failures=$((failures + 1))
-fi
+# one ending in ": busy": it once matched ": busy" anywhere and was retried
+# for 10 s.
+faulty_open 'device: busy$' fail hello "device: busy"
+# An agent of another protocol version, or one that says none: it was
+# checked as if it spoke version 1.
+faulty_open "hello's reply needs \"protocol\": 1 .*\"protocol\": 2" protocol 2
+faulty_open "hello's reply needs \"protocol\": 1 " drop-field hello:protocol
 # A reply that is no JSON, with bytes that are not UTF-8 (a vendor's
 # Latin-1 error text): the JSON report once aborted on it (exit 134, no
 # report at all).
@@ -313,6 +325,20 @@ faulty PLACE-2 3 'agent, read_memory: answered "no such region" for a range insi
 faulty PLACE-2 3 'agent, read_memory: a reply without a "hex" string of the [0-9]+ bytes asked for: .*"hex": ""' \
   short-hex
 faulty SEQ-2 3 'agent, write_memory: answered "no such region"' fail write_memory "no such region"
+# A reply without a field the README requires is a broken agent: post_send
+# without "status" was read as the IUT's kInvalidArgument, and
+# poll_completion without "completion" as none ready, each failing a check
+# (exit 1) as if the IUT had. An error to a well-formed post_send is the
+# agent's too.
+faulty CONN-7 3 'agent, post_send: a reply without an unsigned "status"' drop-field post_send:status
+faulty CONN-7 3 'agent, poll_completion: a reply without "completion"' \
+  drop-field poll_completion:completion
+faulty CONN-7 3 'agent, post_send: answered "bad opcode" to a well-formed work request' \
+  fail post_send "bad opcode"
+# The IUT refusing register_memory fails the check (exit 1), quoting the
+# agent's error, once lost ("register_memory failed" and nothing more).
+faulty PLACE-2 1 'register_memory failed \(the agent.s last error: register_memory: out of memory\)' \
+  fail register_memory "out of memory"
 # A check failed before the agent broke: exit 1, not 3 (a failure of the
 # IUT outranks the incomplete run), the report stopped all the same.
 faulty CONN-1,PLACE-2 1 'stopped during check PLACE-2 \(1 checks done\): the agent was lost: agent, register_memory: a reply that is not' \

@@ -2,7 +2,7 @@
 """An agent in front of the reference agent that breaks the agent protocol
 (conformance/README.md) in exactly one way, passing every other request on:
 what a buggy vendor agent looks like to the tester (tests/conformance,
-cli_test.sh and faulty_agent_test.sh).
+cli_test.sh).
 
   faulty_agent.py UPSTREAM_HOST:PORT MODE [ARG...] [-- MODE [ARG...]]... [--busy-odd]
 Several faults, separated by "--", each apply to the requests they name.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Checks a metaroce-conform --json report of a run that stopped
-(tests/conformance/faulty_agent_test.sh; conformance/README.md, the JSON
-report): "stopped" names the check interrupted; "checks" lists each check
+"""Checks a metaroce-conform --json report (tests/conformance/cli_test.sh;
+conformance/README.md, the JSON report): where the run stopped, "stopped"
+names the check interrupted; "checks" lists each check
 of the run with one result (passed, failed, skipped, interrupted, not run),
 the interrupted one where the run stopped and only "not run" after it; the
 counts at the top count those results. Prints "report ok", or why not.
@@ -24,6 +24,10 @@ def main():
                             ("interrupted", "interrupted"), ("not_run", "not run")):
             assert j[key] == counts[result], f"{key} {j[key]}, {counts[result]} checks {result}"
         assert set(counts) <= {"passed", "failed", "skipped", "interrupted", "not run"}, counts
+        if "stopped" not in j:  # a run to its end
+            assert not {"interrupted", "not run"} & set(counts), counts
+            print("report ok")
+            return
         stopped = j["stopped"]
         at = results.index("interrupted")
         assert checks[at]["rule"] == stopped["check"], f"interrupted {checks[at]['rule']}"
