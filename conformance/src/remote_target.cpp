@@ -138,9 +138,21 @@ bool RemoteTarget::call(const json& request, json& reply) {
   const std::string op = request.value("op", std::string());
   std::string why;
   last_line_.clear();
+  // One reply line a request, nothing unasked: a line more (a blank line
+  // after each reply, a log line) once went unseen, and every later request
+  // read the previous one's reply. (Before the first request, the "busy"
+  // an agent may answer a connection with at once is no line unasked.)
+  if (broken_.empty() && asked_ && !channel_.fill(why)) broke(op, why);
+  if (broken_.empty() && asked_ && !channel_.buffered().empty())
+    broke(op, "a line the agent sent unasked, before this request: " +
+                  agent::quoted(channel_.buffered()));
+  asked_ = true;
   if (broken_.empty() && (!channel_.write_line(request.dump(), why) ||
                           !channel_.read_line(last_line_, timeout_ms_, why)))
     broke(op, why);
+  if (broken_.empty() && !channel_.buffered().empty())
+    broke(op, "more than one line for one request: " + agent::quoted(last_line_) + " then " +
+                  agent::quoted(channel_.buffered()));
   if (broken_.empty()) {
     reply = json::parse(last_line_, nullptr, false);
     const auto ok = reply.is_object() ? reply.find("ok") : reply.end();

@@ -339,6 +339,11 @@ faulty CONN-7 3 'agent, post_send: answered "bad opcode" to a well-formed work r
 # agent's error, once lost ("register_memory failed" and nothing more).
 faulty PLACE-2 1 'register_memory failed \(the agent.s last error: register_memory: out of memory\)' \
   fail register_memory "out of memory"
+# An empty line after every reply to poll_completion: each later request
+# read the previous one's reply (a post_send the poll_completion's before
+# it), undetected.
+faulty CONN-7 3 'agent, [a-z_]+: (more than one line for one request|a line the agent sent unasked)' \
+  extra-line poll_completion
 # A check failed before the agent broke: exit 1, not 3 (a failure of the
 # IUT outranks the incomplete run), the report stopped all the same.
 faulty CONN-1,PLACE-2 1 'stopped during check PLACE-2 \(1 checks done\): the agent was lost: agent, register_memory: a reply that is not' \

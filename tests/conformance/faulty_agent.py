@@ -14,7 +14,7 @@ MODE:
                         completion with that completion again (a peek for a pop)
   short-hex             answers read_memory with "hex": ""
   drop-field OP:FIELD   leaves FIELD out of OP's reply
-  extra-line            sends an empty line after every reply
+  extra-line OP         sends an empty line after every reply to OP
   nested OP             answers OP {"ok": true, "completion": [[[...]]]}, a
                         million levels deep
   protocol N            answers hello with "protocol": N
@@ -61,7 +61,7 @@ def altered(mode, args, op, reply, state):
         body = json.loads(reply)
         body["protocol"] = int(args[0])
         reply = json.dumps(body).encode() + b"\n"
-    elif mode == "extra-line":
+    elif mode == "extra-line" and op == args[0]:
         reply += b"\n"
     return reply
 

@@ -84,6 +84,8 @@ class LineChannel {
   // Waits up to timeout_ms for a whole line; false (and `why`) on end of
   // stream, an error, a line over kMaxLine or the timeout.
   bool read_line(std::string& line, int timeout_ms, std::string& why);
+  // What arrived and was not yet taken as a line.
+  [[nodiscard]] std::string_view buffered() const { return in_; }
   // Writes `line` and a '\n' (blocking until sent); false on an error.
   bool write_line(std::string_view line, std::string& why);
 

@@ -145,6 +145,7 @@ class RemoteTarget : public TesterWireTarget {
   // The latest reply as it came (what the errors quote: agent::quoted).
   std::string last_line_;
   std::string last_error_;
+  bool asked_ = false;  // a request was sent on this connection
   // Work requests the agent queued (status 0) and completions it returned:
   // never more of the second.
   uint64_t queued_ = 0;
