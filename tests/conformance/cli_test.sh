@@ -27,6 +27,31 @@ expect 2 "^metaroce-conform: --tester $only" "$conform" --tester 127.0.0.3
 expect 2 "^metaroce-conform: --stranger $only" "$conform" --stranger 127.0.0.4
 expect 2 "^metaroce-conform: --min-wait-us $only" "$conform" --min-wait-us 5000
 expect 2 'needs --agent, --iut' "$conform" --target remote --agent 127.0.0.1:7000
+# Each remote option wrong in itself is named, before the agent is
+# contacted (port 1: nothing listens): --entropy-base 0 once drew "needs
+# --agent, --iut, --entropy-base and --entropy-count", all four given; a
+# block past 65535 ran; --tester foo was a socket's "Invalid argument".
+remote_args='--target remote --agent 127.0.0.1:1 --iut 127.0.0.1:40000'
+# shellcheck disable=SC2086 # remote_args: options and their values
+{
+  expect 2 '^metaroce-conform: --entropy-base 0: not a port' "$conform" $remote_args \
+    --entropy-base 0 --entropy-count 16
+  expect 2 "^metaroce-conform: --agent '' is not HOST:PORT" "$conform" --target remote --agent '' \
+    --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16
+  expect 2 '^metaroce-conform: --entropy-base 65000 and --entropy-count 1000: the block runs past port 65535' \
+    "$conform" $remote_args --entropy-base 65000 --entropy-count 1000
+  expect 2 "^metaroce-conform: --tester 'foo' is not an IPv4 or IPv6 address" "$conform" \
+    $remote_args --entropy-base 40001 --entropy-count 16 --tester foo
+  expect 2 "^metaroce-conform: --stranger 'foo' is not an IPv4 or IPv6 address" "$conform" \
+    $remote_args --entropy-base 40001 --entropy-count 16 --stranger foo
+}
+# The listings take no option of a run: --list --json printed the table,
+# and --list --agent x exited 0.
+expect 2 '^metaroce-conform: --json is an option of a run, not of --list$' "$conform" --list --json
+expect 2 '^metaroce-conform: --rule is an option of a run, not of --list$' "$conform" --list \
+  --rule FOO-1
+expect 2 '^metaroce-conform: --agent is an option of a run, not of --list-unchecked$' "$conform" \
+  --list-unchecked --agent x
 # CLI11's own errors: its message, the documented exit status.
 expect 2 'no-such-option' "$conform" --no-such-option
 expect 2 'target' "$conform" --target nic
