@@ -245,6 +245,36 @@ if ! grep -q '^  ok   CONN-2 .*: the first 2 from ports' "$dir/run.out"; then
   failures=$((failures + 1))
 fi
 
+# The reference agent's write_memory refuses "hex" of an odd length or a
+# non-hex digit, saying what it needs: "zz" was told it needed an even
+# number of digits.
+if start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir"; then
+  hex_errors=$(python3 -c '
+import json, socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+f = s.makefile("rb")
+def call(request):
+    s.sendall(json.dumps(request).encode() + b"\n")
+    return json.loads(f.readline())
+call({"op": "hello", "protocol": 1})
+lkey = call({"op": "register_memory", "length": 16, "access": 1})["lkey"]
+for hex in ("zz", "abc"):
+    r = call({"op": "write_memory", "lkey": lkey, "offset": 0, "hex": hex})
+    print(r["ok"], r.get("error"))' "$listen" 2>&1)
+  stop_agent
+  want='False "hex": two hex digits a byte (0-9, a-f, A-F) are required'
+  if [ "$hex_errors" != "$(printf '%s\n%s' "$want" "$want")" ]; then
+    echo "FAIL: write_memory with hex zz and abc: $hex_errors"
+    failures=$((failures + 1))
+  else
+    echo "ok:   write_memory with hex zz and abc -> $want"
+  fi
+else
+  echo "FAIL: the agent did not start: $(cat "$dir/agent.err")"
+  failures=$((failures + 1))
+fi
+
 # faulty RULE WANT_RC PATTERN MODE [ARG...]: --rule RULE --json against the
 # reference agent behind `faulty_agent.py MODE ARG... --busy-odd`, an agent
 # that breaks the protocol in one way, under a 60 s limit (124: it hung):
