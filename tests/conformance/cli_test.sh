@@ -399,6 +399,11 @@ faulty PLACE-2 1 'register_memory failed \(the agent.s last error: register_memo
 # it), undetected.
 faulty CONN-7 3 'agent, [a-z_]+: (more than one line for one request|a line the agent sent unasked)' \
   extra-line poll_completion
+# A reply line over 16 MiB, and no reply at all (10 s): broken agents, as
+# the README says ("Replies").
+faulty PLACE-2 3 'agent, register_memory: a line longer than 16777216 bytes' \
+  oversized register_memory
+faulty PLACE-2 3 'agent, register_memory: no reply within 10000 ms' silent register_memory
 # A check failed before the agent broke: exit 1, not 3 (a failure of the
 # IUT outranks the incomplete run), the report stopped all the same.
 faulty CONN-1,PLACE-2 1 'stopped during check PLACE-2 \(1 checks done\): the agent was lost: agent, register_memory: a reply that is not' \

@@ -18,6 +18,8 @@ MODE:
   nested OP             answers OP {"ok": true, "completion": [[[...]]]}, a
                         million levels deep
   protocol N            answers hello with "protocol": N
+  oversized OP          answers OP with a line of 17 MiB (the limit is 16)
+  silent OP             never answers OP
 Prints "listening on 127.0.0.1:PORT," once ready; serves one tester at a
 time, each over a fresh connection to the upstream agent. With --busy-odd,
 the first tester connection, the third and so on are answered "busy" and
@@ -35,6 +37,10 @@ def replaced(mode, args, op):
         return json.dumps({"ok": False, "error": args[1]}).encode() + b"\n"
     if mode == "garbage" and op == args[0]:
         return b"\xe9t\xe9 not json\n"
+    if mode == "oversized" and op == args[0]:
+        return b'{"ok":true,"pad":"' + b"a" * (17 << 20) + b'"}\n'
+    if mode == "silent" and op == args[0]:
+        return b""  # no reply: the tester's wait for one runs out
     if mode == "nested" and op == args[0]:
         depth = 1_000_000
         return b'{"ok":true,"completion":' + b"[" * depth + b"]" * depth + b"}\n"
