@@ -84,8 +84,7 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     }
     t->udp_checksum_ = c->get<bool>();
   }
-  const auto it = reply.find("name");
-  t->name_ = agent::quoted(it->get<std::string>()) + " at " + o.iut + " (agent " + o.agent + ")";
+  t->name_ = agent::quoted(name->get<std::string>()) + " at " + o.iut + " (agent " + o.agent + ")";
   return t;
 }
 
