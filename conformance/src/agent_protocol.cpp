@@ -80,6 +80,23 @@ std::optional<std::vector<uint8_t>> from_hex(std::string_view s) {
   return out;
 }
 
+std::string quoted(std::string_view line, size_t max) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const char ch : line.substr(0, max)) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b >= 0x20 && b < 0x7f) {
+      out.push_back(ch);
+    } else {
+      out += "\\x";
+      out.push_back(kDigits[b >> 4]);
+      out.push_back(kDigits[b & 15]);
+    }
+  }
+  if (line.size() > max) out += "...";
+  return out;
+}
+
 bool split_host_port(const std::string& text, std::string& host, uint16_t& port) {
   size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon + 1 == text.size()) return false;

@@ -26,8 +26,9 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   }
   // The agent answers hello once its IUT is fresh; only then do the
   // tester's sockets open, so that nothing of an earlier session reaches them.
-  // An agent still closing the previous check's session may answer "busy":
-  // then again, for up to the timeout.
+  // An agent still closing the previous check's session may answer with an
+  // error beginning "busy" (README, "Sessions"): then again, for up to the
+  // timeout.
   std::unique_ptr<RemoteTarget> t;
   json reply;
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
@@ -36,10 +37,24 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
     if (fd < 0) return nullptr;
     t.reset(new RemoteTarget(fd, o));
     if (t->call({{"op", "hello"}, {"protocol", agent::kProtocolVersion}}, reply)) break;
-    why = "agent " + o.agent + ": " + reply.value("error", std::string("no answer"));
-    if (why.find(": busy") == std::string::npos || std::chrono::steady_clock::now() > end)
-      return nullptr;
+    // The agent's own error, not the text composed around it: "device:
+    // busy" once matched ": busy" and was retried for 10 s.
+    const std::string error = reply.value("error", std::string("no answer"));
+    why = "agent " + o.agent + ": " + agent::quoted(error);
+    if (!error.starts_with("busy") || std::chrono::steady_clock::now() > end) return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Required: an agent of another version (or none said) would be asked
+  // what it may not mean, and a report needs the IUT's name.
+  const auto proto = reply.find("protocol");
+  const auto name = reply.find("name");
+  if (proto == reply.end() || !proto->is_number_unsigned() ||
+      proto->get<uint64_t>() != agent::kProtocolVersion || name == reply.end() ||
+      !name->is_string()) {
+    why = "agent " + o.agent +
+          ": hello's reply needs \"protocol\": " + std::to_string(agent::kProtocolVersion) +
+          " (the version the tester speaks) and a \"name\" string: " + agent::quoted(t->last_line_);
+    return nullptr;
   }
   // Opened: a "busy" of an earlier try is no reason for anything now (a
   // run stopped later appended it to its stop line).
@@ -54,8 +69,8 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   // connection, which CONN-2 judges its requests' ports against.
   if (const auto p = reply.find("paths"); p != reply.end()) {
     if (!p->is_number_unsigned() || p->get<uint64_t>() < 1 || p->get<uint64_t>() > kMaxPaths) {
-      why = "agent " + o.agent + ": hello's \"paths\" is " + p->dump() + ", not 1 to " +
-            std::to_string(kMaxPaths);
+      why = "agent " + o.agent + ": hello's \"paths\" is not 1 to " + std::to_string(kMaxPaths) +
+            ": " + agent::quoted(t->last_line_);
       return nullptr;
     }
     t->paths_ = p->get<uint64_t>();
@@ -63,14 +78,13 @@ std::unique_ptr<RemoteTarget> RemoteTarget::open(const RemoteOptions& o, std::st
   // Optional too: whether the IUT's datagrams carry a UDP checksum (ENC-5).
   if (const auto c = reply.find("udp_checksum"); c != reply.end()) {
     if (!c->is_boolean()) {
-      why = "agent " + o.agent + ": hello's \"udp_checksum\" is " + c->dump() + ", not a boolean";
+      why = "agent " + o.agent +
+            ": hello's \"udp_checksum\" is not a boolean: " + agent::quoted(t->last_line_);
       return nullptr;
     }
     t->udp_checksum_ = c->get<bool>();
   }
-  const auto it = reply.find("name");
-  t->name_ = (it != reply.end() && it->is_string() ? it->get<std::string>() : "an IUT") + " at " +
-             o.iut + " (agent " + o.agent + ")";
+  t->name_ = agent::quoted(name->get<std::string>()) + " at " + o.iut + " (agent " + o.agent + ")";
   return t;
 }
 
@@ -121,19 +135,34 @@ bool RemoteTarget::broke(const std::string& op, const std::string& why) {
 
 bool RemoteTarget::call(const json& request, json& reply) {
   const std::string op = request.value("op", std::string());
-  std::string why, line;
-  if (broken_.empty() &&
-      (!channel_.write_line(request.dump(), why) || !channel_.read_line(line, timeout_ms_, why)))
+  std::string why;
+  last_line_.clear();
+  // One reply line a request, nothing unasked: a line more (a blank line
+  // after each reply, a log line) once went unseen, and every later request
+  // read the previous one's reply. (Before the first request, the "busy"
+  // an agent may answer a connection with at once is no line unasked.)
+  if (broken_.empty() && asked_ && !channel_.fill(why)) broke(op, why);
+  if (broken_.empty() && asked_ && !channel_.buffered().empty())
+    broke(op, "a line the agent sent unasked, before this request: " +
+                  agent::quoted(channel_.buffered()));
+  asked_ = true;
+  if (broken_.empty() && (!channel_.write_line(request.dump(), why) ||
+                          !channel_.read_line(last_line_, timeout_ms_, why)))
     broke(op, why);
+  if (broken_.empty() && !channel_.buffered().empty())
+    broke(op, "more than one line for one request: " + agent::quoted(last_line_) + " then " +
+                  agent::quoted(channel_.buffered()));
   if (broken_.empty()) {
-    reply = json::parse(line, nullptr, false);
+    reply = json::parse(last_line_, nullptr, false);
     const auto ok = reply.is_object() ? reply.find("ok") : reply.end();
     if (reply.is_discarded() || !reply.is_object() || ok == reply.end() || !ok->is_boolean())
-      broke(op, "a reply that is not a JSON object with \"ok\": " + line.substr(0, 200));
+      broke(op, "a reply that is not a JSON object with \"ok\": " + agent::quoted(last_line_));
     else if (ok->get<bool>())
       return true;
     else if (!reply.contains("error") || !reply["error"].is_string())
       reply["error"] = "(no error text)";
+    if (broken_.empty() && !reply["error"].get<std::string>().starts_with("unknown op"))
+      last_error_ = op + ": " + agent::quoted(reply["error"].get<std::string>());
   }
   if (!broken_.empty()) reply = json{{"ok", false}, {"error", broken_}};
   return false;
@@ -144,7 +173,7 @@ bool RemoteTarget::call_later_op(const json& request, json& reply) {
   const std::string error = reply.value("error", std::string());
   if (broken_.empty() && !error.starts_with("unknown op")) {
     const std::string op = request.value("op", std::string());
-    broke(op, "answered \"" + error + "\" (an agent without " + op +
+    broke(op, "answered \"" + agent::quoted(error) + "\" (an agent without " + op +
                   " answers \"unknown op\", and the checks that need it skip)");
   }
   return false;
@@ -155,7 +184,7 @@ bool RemoteTarget::field(const json& reply, const char* op, const char* key, uin
   const auto it = reply.find(key);
   if (it == reply.end() || !it->is_number_unsigned() || it->get<uint64_t>() > max)
     return broke(op, std::string("a reply without an unsigned \"") + key + "\" (at most " +
-                         std::to_string(max) + "): " + reply.dump());
+                         std::to_string(max) + "): " + agent::quoted(last_line_));
   out = it->get<uint64_t>();
   return true;
 }
@@ -211,16 +240,25 @@ bool RemoteTarget::deregister_memory(const Region& r) {
   return call({{"op", "deregister_memory"}, {"lkey", r.lkey}}, reply);
 }
 
+// The tester reads and writes only inside regions the agent registered
+// (their bytes readable after deregister_memory too): an error, or bytes
+// of another length, is the agent's fault. Both once passed unseen:
+// "memory unchanged" compared two empty reads and could not fail, and a
+// refused write left a check blaming the IUT for bytes never written.
 std::vector<uint8_t> RemoteTarget::read_memory(const Region& r, uint64_t offset, uint64_t length) {
   json reply;
   if (!call({{"op", "read_memory"}, {"lkey", r.lkey}, {"offset", offset}, {"length", length}},
-            reply))
+            reply)) {
+    broke("read_memory", "answered \"" + agent::quoted(reply.value("error", std::string())) +
+                             "\" for a range inside a region it registered");
     return {};
+  }
   const auto it = reply.find("hex");
   auto bytes =
       it != reply.end() && it->is_string() ? agent::from_hex(it->get<std::string>()) : std::nullopt;
-  if (!bytes) {
-    broke("read_memory", "a reply without a \"hex\" string of bytes: " + reply.dump());
+  if (!bytes || bytes->size() != length) {
+    broke("read_memory", "a reply without a \"hex\" string of the " + std::to_string(length) +
+                             " bytes asked for: " + agent::quoted(last_line_));
     return {};
   }
   return *bytes;
@@ -228,11 +266,13 @@ std::vector<uint8_t> RemoteTarget::read_memory(const Region& r, uint64_t offset,
 
 void RemoteTarget::write_memory(const Region& r, uint64_t offset, std::span<const uint8_t> bytes) {
   json reply;
-  (void)call({{"op", "write_memory"},
-              {"lkey", r.lkey},
-              {"offset", offset},
-              {"hex", agent::to_hex(bytes.data(), bytes.size())}},
-             reply);
+  if (!call({{"op", "write_memory"},
+             {"lkey", r.lkey},
+             {"offset", offset},
+             {"hex", agent::to_hex(bytes.data(), bytes.size())}},
+            reply))
+    broke("write_memory", "answered \"" + agent::quoted(reply.value("error", std::string())) +
+                              "\" for a range inside a region it registered");
 }
 
 bool RemoteTarget::connect_to_tester(ConnId& out) {
@@ -261,15 +301,6 @@ size_t RemoteTarget::accepted_count() {
 
 namespace {
 
-// The status of a post_send / post_recv reply (kInvalidArgument when the
-// request itself failed).
-Status posted(bool ok, const json& r) {
-  const auto it = r.find("status");
-  if (!ok || it == r.end() || !it->is_number_unsigned() || it->get<uint64_t>() > 255)
-    return Status::kInvalidArgument;
-  return static_cast<Status>(it->get<uint64_t>());
-}
-
 // A request of `op` posting the receive `wr` (post_recv adds its conn).
 json receive_request(const char* op, const RecvWr& wr) {
   return {
@@ -277,6 +308,20 @@ json receive_request(const char* op, const RecvWr& wr) {
 }
 
 }  // namespace
+
+Status RemoteTarget::posted(const char* op, bool ok, const json& r) {
+  uint64_t status = 0;
+  // The tester's work requests are well formed (README: the only errors
+  // are a field missing or out of range, an unknown opcode): an error is
+  // the agent's, and once read as the IUT's kInvalidArgument, failing a
+  // check that wanted another refusal with the agent's text lost.
+  if (!ok)
+    broke(op, "answered \"" + agent::quoted(r.value("error", std::string())) +
+                  "\" to a well-formed work request (the IUT's refusal is a \"status\")");
+  else if (field(r, op, "status", status, 255) && status == 0)
+    ++queued_;
+  return broken_.empty() ? static_cast<Status>(status) : Status::kInvalidArgument;
+}
 
 Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
   json r;
@@ -291,14 +336,14 @@ Status RemoteTarget::post_send(ConnId conn, const SendWr& wr) {
                         {"rkey", wr.rkey},
                         {"imm", wr.imm}},
                        r);
-  return posted(ok, r);
+  return posted("post_send", ok, r);
 }
 
 Status RemoteTarget::post_recv(ConnId conn, const RecvWr& wr) {
   json r;
   json request = receive_request("post_recv", wr);
   request["conn"] = conn.v;
-  return posted(call(request, r), r);
+  return posted("post_recv", call(request, r), r);
 }
 
 bool RemoteTarget::shared_receives(uint32_t depth) {
@@ -308,22 +353,37 @@ bool RemoteTarget::shared_receives(uint32_t depth) {
 
 Status RemoteTarget::post_shared_recv(const RecvWr& wr) {
   json r;
-  return posted(call(receive_request("post_shared_recv", wr), r), r);
+  // An agent without it ("unknown op") refuses the receive; PLACE-6 asks
+  // shared_receives first, and skips without it.
+  if (!call_later_op(receive_request("post_shared_recv", wr), r)) return Status::kInvalidArgument;
+  return posted("post_shared_recv", true, r);
 }
 
 bool RemoteTarget::poll_completion(Completion& out) {
   json r;
   if (!call({{"op", "poll_completion"}}, r)) return false;
-  const auto it = r.find("completion");
-  if (it == r.end() || it->is_null()) return false;
   constexpr const char* kOp = "poll_completion";
+  const auto it = r.find("completion");
+  // null: none ready; no field at all is a broken reply, not "none".
+  if (it == r.end())
+    return broke(kOp, "a reply without \"completion\" (null when none is ready): " +
+                          agent::quoted(last_line_));
+  if (it->is_null()) return false;
+  // Each completion answers one work request queued (the oldest done):
+  // one more is a completion returned again, and the checks' loops that
+  // drain the queue ran for ever against an agent that peeked for a pop.
+  if (++completions_ > queued_)
+    return broke(kOp, "more completions (" + std::to_string(completions_) +
+                          ") than work requests queued (" + std::to_string(queued_) +
+                          "): does the agent remove the completion it returns?");
   uint64_t conn = 0, status = 0, byte_len = 0, imm = 0;
   Completion c;
   const auto op = it->is_object() && it->contains("op") && (*it)["op"].is_string()
                       ? agent::completion_op((*it)["op"].get<std::string>())
                       : std::nullopt;
   if (!it->is_object() || !op || !it->contains("has_imm") || !(*it)["has_imm"].is_boolean())
-    return broke(kOp, "a completion without a known \"op\" or \"has_imm\": " + r.dump());
+    return broke(
+        kOp, "a completion without a known \"op\" or \"has_imm\": " + agent::quoted(last_line_));
   if (!field(*it, kOp, "wr_id", c.wr_id) || !field(*it, kOp, "conn", conn, UINT32_MAX) ||
       !field(*it, kOp, "status", status, 255) ||
       !field(*it, kOp, "byte_len", byte_len, UINT32_MAX) ||

@@ -368,10 +368,15 @@ std::vector<Result> run_rules(const std::function<std::unique_ptr<Target>()>& ma
                               std::span<const std::string> rules, Abort* aborted,
                               const std::function<void(const Result&)>& on_result) {
   std::vector<Result> out;
+  Abort stop;
   for (const Check& c : kChecks) {
     if (!names_any(c.rule, rules)) continue;
+    if (stop.check != nullptr) {
+      stop.not_run.push_back(&c);
+      continue;
+    }
     std::unique_ptr<Target> t = make();
-    Abort stop{&c, t ? std::string() : "it could not be opened"};
+    stop = {&c, t ? std::string() : "it could not be opened", t != nullptr, {}};
     if (t) {
       // One place decides it, so that --list's "(simulated time only)" and
       // the README's list of such checks cannot drift from what skips.
@@ -379,15 +384,16 @@ std::vector<Result> run_rules(const std::function<std::unique_ptr<Target>()>& ma
                       ? skip("needs a target with simulated time")
                       : c.run(*t);
       stop.why = t->lost();
+      if (!o.passed && !o.skipped && !t->last_error().empty())
+        o.detail += " (the agent's last error: " + t->last_error() + ")";
       if (stop.why.empty()) {
+        stop.check = nullptr;
         out.push_back({&c, std::move(o)});
         if (on_result) on_result(out.back());
-        continue;
       }
     }
-    if (aborted != nullptr) *aborted = std::move(stop);
-    break;
   }
+  if (aborted != nullptr && stop.check != nullptr) *aborted = std::move(stop);
   return out;
 }
 

@@ -4,7 +4,9 @@
 # options of --target remote are refused with any other target (the engine
 # would be checked instead, and pass), and a run whose agent dies midway
 # stops with exit 3, naming the check, instead of failing the checks left
-# (conformance/README.md, exit statuses).
+# (conformance/README.md, exit statuses), and so does one that breaks the
+# agent protocol in one way (faulty_agent.py), with a JSON report, never a
+# crash or a hang.
 #   cli_test.sh METAROCE_CONFORM METAROCE_CONFORM_AGENT
 set -u
 conform=$1
@@ -25,6 +27,31 @@ expect 2 "^metaroce-conform: --tester $only" "$conform" --tester 127.0.0.3
 expect 2 "^metaroce-conform: --stranger $only" "$conform" --stranger 127.0.0.4
 expect 2 "^metaroce-conform: --min-wait-us $only" "$conform" --min-wait-us 5000
 expect 2 'needs --agent, --iut' "$conform" --target remote --agent 127.0.0.1:7000
+# Each remote option wrong in itself is named, before the agent is
+# contacted (port 1: nothing listens): --entropy-base 0 once drew "needs
+# --agent, --iut, --entropy-base and --entropy-count", all four given; a
+# block past 65535 ran; --tester foo was a socket's "Invalid argument".
+remote_args='--target remote --agent 127.0.0.1:1 --iut 127.0.0.1:40000'
+# shellcheck disable=SC2086 # remote_args: options and their values
+{
+  expect 2 '^metaroce-conform: --entropy-base 0: not a port' "$conform" $remote_args \
+    --entropy-base 0 --entropy-count 16
+  expect 2 "^metaroce-conform: --agent '' is not HOST:PORT" "$conform" --target remote --agent '' \
+    --iut 127.0.0.1:40000 --entropy-base 40001 --entropy-count 16
+  expect 2 '^metaroce-conform: --entropy-base 65000 and --entropy-count 1000: the block runs past port 65535' \
+    "$conform" $remote_args --entropy-base 65000 --entropy-count 1000
+  expect 2 "^metaroce-conform: --tester 'foo' is not an IPv4 or IPv6 address" "$conform" \
+    $remote_args --entropy-base 40001 --entropy-count 16 --tester foo
+  expect 2 "^metaroce-conform: --stranger 'foo' is not an IPv4 or IPv6 address" "$conform" \
+    $remote_args --entropy-base 40001 --entropy-count 16 --stranger foo
+}
+# The listings take no option of a run: --list --json printed the table,
+# and --list --agent x exited 0.
+expect 2 '^metaroce-conform: --json is an option of a run, not of --list$' "$conform" --list --json
+expect 2 '^metaroce-conform: --rule is an option of a run, not of --list$' "$conform" --list \
+  --rule FOO-1
+expect 2 '^metaroce-conform: --agent is an option of a run, not of --list-unchecked$' "$conform" \
+  --list-unchecked --agent x
 # CLI11's own errors: its message, the documented exit status.
 expect 2 'no-such-option' "$conform" --no-such-option
 expect 2 'target' "$conform" --target nic
@@ -102,7 +129,7 @@ expect 0 '' "$agent" --help
 # The agent dies during a run (which lasts several seconds): exit 3, the
 # check that was running named, no verdict.
 dir=$(mktemp -d)
-trap 'stop_agent; [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'stop_agent; [ -n "${echo_pid:-}" ] && kill "$echo_pid" 2>/dev/null; [ -n "${faulty_pid:-}" ] && kill "$faulty_pid" 2>/dev/null; rm -rf "$dir"' EXIT
 trap 'exit 1' INT TERM HUP
 rc=2
 for _ in 1 2 3 4 5; do
@@ -129,9 +156,9 @@ cat "$dir/run.out" "$dir/run.err"
 if [ "$rc" -ne 3 ]; then
   echo "FAIL: the agent killed midway: exit $rc, wanted 3"
   failures=$((failures + 1))
-elif ! grep -Eq '^metaroce-conform: stopped during check [A-Z]+-[0-9].*: the agent was lost: ' \
-  "$dir/run.err"; then
-  echo "FAIL: the agent killed midway: no 'stopped during check ...: the agent was lost' line"
+elif ! grep -Eq '^metaroce-conform: stopped during check [A-Z]+-[0-9].*: (the agent was lost|the target could not be opened): ' \
+  "$dir/run.err" || ! grep -Eq '^  STOP [A-Z]+-[0-9].*: interrupted: ' "$dir/run.out"; then
+  echo "FAIL: the agent killed midway: no 'stopped during check ...: the agent was lost' or 'STOP' line"
   failures=$((failures + 1))
 else
   echo "ok:   the agent killed midway -> exit 3"
@@ -218,43 +245,167 @@ if ! grep -q '^  ok   CONN-2 .*: the first 2 from ports' "$dir/run.out"; then
   failures=$((failures + 1))
 fi
 
+# The reference agent's write_memory refuses "hex" of an odd length or a
+# non-hex digit, saying what it needs: "zz" was told it needed an even
+# number of digits.
+if start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir"; then
+  hex_errors=$(python3 -c '
+import json, socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+f = s.makefile("rb")
+def call(request):
+    s.sendall(json.dumps(request).encode() + b"\n")
+    return json.loads(f.readline())
+call({"op": "hello", "protocol": 1})
+lkey = call({"op": "register_memory", "length": 16, "access": 1})["lkey"]
+for hex in ("zz", "abc"):
+    r = call({"op": "write_memory", "lkey": lkey, "offset": 0, "hex": hex})
+    print(r["ok"], r.get("error"))' "$listen" 2>&1)
+  stop_agent
+  want='False "hex": two hex digits a byte (0-9, a-f, A-F) are required'
+  if [ "$hex_errors" != "$(printf '%s\n%s' "$want" "$want")" ]; then
+    echo "FAIL: write_memory with hex zz and abc: $hex_errors"
+    failures=$((failures + 1))
+  else
+    echo "ok:   write_memory with hex zz and abc -> $want"
+  fi
+else
+  echo "FAIL: the agent did not start: $(cat "$dir/agent.err")"
+  failures=$((failures + 1))
+fi
+
+# faulty RULE WANT_RC PATTERN MODE [ARG...]: --rule RULE --json against the
+# reference agent behind `faulty_agent.py MODE ARG... --busy-odd`, an agent
+# that breaks the protocol in one way, under a 60 s limit (124: it hung):
+# exit WANT_RC, stderr or the report matching PATTERN (grep -E), stderr
+# never "busy", and stdout a JSON report (faulty_agent_report.py). Every open
+# of the target is first answered "busy" (a retry then opens it): the stop
+# line once ended with that stale "busy", as if it were the reason. Another
+# port block when the tester's ports were taken.
+faulty() {
+  rule=$1 want_rc=$2 pattern=$3
+  shift 3
+  for _ in 1 2 3 4 5; do
+    start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
+    # Emptied first: the previous case's port, read before this proxy's
+    # redirection emptied the file, was refused, and the agent, killed
+    # before it ran (its TERM lost to this script's trap), was waited for
+    # without end.
+    : >"$dir/faulty.out"
+    python3 "$here/faulty_agent.py" "$listen" "$@" --busy-odd >"$dir/faulty.out" 2>&1 &
+    faulty_pid=$!
+    faulty_at=$(await_output "$dir/faulty.out" 's/.*listening on \([^,]*\),.*/\1/p')
+    timeout 60 "$conform" --target remote --agent "$faulty_at" --iut "$iut" \
+      --entropy-base "$base" --entropy-count 16 --rule "$rule" --json >"$dir/run.out" \
+      2>"$dir/run.err"
+    rc=$?
+    kill "$faulty_pid" 2>/dev/null
+    wait "$faulty_pid" 2>/dev/null
+    stop_agent
+    grep -q 'Address already in use' "$dir/run.err" || break
+  done
+  report=$(python3 "$here/faulty_agent_report.py" "$dir/run.out" 2>&1)
+  if [ "$rc" -ne "$want_rc" ] || ! cat "$dir/run.err" "$dir/run.out" | grep -Eq -- "$pattern" ||
+    grep -q busy "$dir/run.err" || [ "$report" != "report ok" ]; then
+    cat "$dir/run.out" "$dir/run.err"
+    echo "FAIL: $* (--rule $rule): exit $rc, wanted $want_rc, stderr matching '$pattern' without 'busy'; $report"
+    failures=$((failures + 1))
+  else
+    echo "ok:   $* (--rule $rule) -> exit $rc: $(cut -c1-300 "$dir/run.err")"
+  fi
+}
 # An agent that answers close, conn_error or stats with an error of its own
 # (its IUT failed them), not "unknown op" (an agent without them): the run
 # stops with that error, exit 3. It once skipped the checks ("the target
 # cannot be asked to close", "does not report its counters"), the agent's
 # text lost, and exited 0.
-# Every open of the target is first answered "busy" (a retry then opens
-# it): the stop line once ended with that stale "busy", as if it were the
-# reason.
 for case in "close CONN-7" "conn_error CONN-4" "stats BAD-1"; do
   op=${case% *} rule=${case#* }
-  rc=2
+  faulty "$rule" 3 "the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\"" \
+    fail "$op" "the IUT failed: ENOMEM"
+done
+# faulty_open PATTERN MODE [ARG...]: the reference agent behind
+# `faulty_agent.py MODE ARG...`, whose hello is faulty: the target does not
+# open, exit 2 with stderr matching PATTERN, after one connection (no retry).
+faulty_open() {
+  pattern=$1
+  shift
   for _ in 1 2 3 4 5; do
     start_agent "$agent" 127.0.0.1 127.0.0.1 "$dir" || continue
-    # Emptied first: the previous case's port, read before this agent's
-    # redirection emptied the file, was refused, and the agent, killed
-    # before it ran (its TERM lost to this script's trap), was waited for
-    # without end.
-    : >"$dir/refusing.out"
-    python3 "$here/refusing_agent.py" "$listen" "$op" "the IUT failed: ENOMEM" --busy-odd \
-      >"$dir/refusing.out" 2>&1 &
-    refusing_pid=$!
-    refusing=$(await_output "$dir/refusing.out" 's/.*listening on \([^,]*\),.*/\1/p')
-    timeout 60 "$conform" --target remote --agent "$refusing" --iut "$iut" --entropy-base "$base" \
-      --entropy-count 16 --rule "$rule" >"$dir/run.out" 2>"$dir/run.err"
-    rc=$?
-    kill "$refusing_pid" 2>/dev/null
-    wait "$refusing_pid" 2>/dev/null
+    : >"$dir/faulty.out"
+    python3 "$here/faulty_agent.py" "$listen" "$@" >"$dir/faulty.out" 2>&1 &
+    faulty_pid=$!
+    faulty_at=$(await_output "$dir/faulty.out" 's/.*listening on \([^,]*\),.*/\1/p')
+    expect 2 "^metaroce-conform: cannot open the remote target: agent $faulty_at: $pattern" \
+      "$conform" --target remote --agent "$faulty_at" --iut "$iut" --entropy-base "$base" \
+      --entropy-count 16 --rule CONN-1
+    kill "$faulty_pid" 2>/dev/null
+    wait "$faulty_pid" 2>/dev/null
     stop_agent
-    [ "$rc" -ne 2 ] && break # 2: the tester's ports were taken; another block
+    break
   done
-  want="the agent was lost: agent, $op: answered \"the IUT failed: ENOMEM\""
-  if [ "$rc" -ne 3 ] || ! grep -Fq "$want" "$dir/run.err" || grep -q busy "$dir/run.err"; then
-    cat "$dir/run.out" "$dir/run.err"
-    echo "FAIL: $op answered with an error: exit $rc, wanted 3 and '$want', no 'busy'"
+  if [ "$(grep -c '^tester ' "$dir/faulty.out")" -ne 1 ]; then
+    echo "FAIL: $*: $(grep -c '^tester ' "$dir/faulty.out") connections, wanted 1"
     failures=$((failures + 1))
-  else
-    echo "ok:   $op answered with an error -> exit 3: $(cat "$dir/run.err")"
   fi
-done
+}
+# hello answered with an error that is no "busy" (README, "Sessions"), here
+# one ending in ": busy": it once matched ": busy" anywhere and was retried
+# for 10 s.
+faulty_open 'device: busy$' fail hello "device: busy"
+# An agent of another protocol version, or one that says none: it was
+# checked as if it spoke version 1.
+faulty_open "hello's reply needs \"protocol\": 1 .*\"protocol\": 2" protocol 2
+faulty_open "hello's reply needs \"protocol\": 1 " drop-field hello:protocol
+# A reply that is no JSON, with bytes that are not UTF-8 (a vendor's
+# Latin-1 error text): the JSON report once aborted on it (exit 134, no
+# report at all).
+faulty CONN-1 3 'agent, connect_to_tester: a reply that is not a JSON object with "ok": \\xe9t\\xe9 not json' \
+  garbage connect_to_tester
+# A reply nested a million levels deep: quoting it once overflowed the
+# stack (exit 139).
+faulty PLACE-2 3 'agent, register_memory: a reply without an unsigned "addr"' nested register_memory
+# poll_completion returning its oldest completion without removing it (a
+# peek for a pop): the checks' loops that drain the completions ran for
+# ever (CONN-7's closing side is the first to reach one).
+faulty CONN-7 3 'agent, poll_completion: more completions \([0-9]+\) than work requests queued \([0-9]+\)' \
+  repeat-completion
+# read_memory or write_memory failing, or answering bytes of another
+# length: the agent's fault (the tester stays inside its regions). PLACE-2
+# once passed without checking that memory was unchanged (two empty reads
+# compared), and a refused write_memory left a check blaming the IUT.
+faulty PLACE-2 3 'agent, read_memory: answered "no such region" for a range inside a region it registered' \
+  fail read_memory "no such region"
+faulty PLACE-2 3 'agent, read_memory: a reply without a "hex" string of the [0-9]+ bytes asked for: .*"hex": ""' \
+  short-hex
+faulty SEQ-2 3 'agent, write_memory: answered "no such region"' fail write_memory "no such region"
+# A reply without a field the README requires is a broken agent: post_send
+# without "status" was read as the IUT's kInvalidArgument, and
+# poll_completion without "completion" as none ready, each failing a check
+# (exit 1) as if the IUT had. An error to a well-formed post_send is the
+# agent's too.
+faulty CONN-7 3 'agent, post_send: a reply without an unsigned "status"' drop-field post_send:status
+faulty CONN-7 3 'agent, poll_completion: a reply without "completion"' \
+  drop-field poll_completion:completion
+faulty CONN-7 3 'agent, post_send: answered "bad opcode" to a well-formed work request' \
+  fail post_send "bad opcode"
+# The IUT refusing register_memory fails the check (exit 1), quoting the
+# agent's error, once lost ("register_memory failed" and nothing more).
+faulty PLACE-2 1 'register_memory failed \(the agent.s last error: register_memory: out of memory\)' \
+  fail register_memory "out of memory"
+# An empty line after every reply to poll_completion: each later request
+# read the previous one's reply (a post_send the poll_completion's before
+# it), undetected.
+faulty CONN-7 3 'agent, [a-z_]+: (more than one line for one request|a line the agent sent unasked)' \
+  extra-line poll_completion
+# A reply line over 16 MiB, and no reply at all (10 s): broken agents, as
+# the README says ("Replies").
+faulty PLACE-2 3 'agent, register_memory: a line longer than 16777216 bytes' \
+  oversized register_memory
+faulty PLACE-2 3 'agent, register_memory: no reply within 10000 ms' silent register_memory
+# A check failed before the agent broke: exit 1, not 3 (a failure of the
+# IUT outranks the incomplete run), the report stopped all the same.
+faulty CONN-1,PLACE-2 1 'stopped during check PLACE-2 \(1 checks done\): the agent was lost: agent, register_memory: a reply that is not' \
+  fail connect_to_tester "the IUT refused" -- garbage register_memory
 finish

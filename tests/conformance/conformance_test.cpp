@@ -54,6 +54,11 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
   for (const Result& r : results) EXPECT_TRUE(r.outcome.passed) << r.check->rule;
   EXPECT_EQ(abort.check, &checks()[2]);
   EXPECT_EQ(abort.why, "it could not be opened");
+  EXPECT_FALSE(abort.opened);
+  // Every check after it, in order, did not run (the report lists them).
+  ASSERT_EQ(abort.not_run.size(), checks().size() - 3);
+  EXPECT_EQ(abort.not_run.front(), &checks()[3]);
+  EXPECT_EQ(abort.not_run.back(), &checks().back());
 
   opened = 0;
   abort = {};
@@ -67,12 +72,15 @@ TEST(Conformance, ARunStopsWhereItsTargetIsLost) {
   EXPECT_EQ(results.size(), 4u);  // the fifth check's outcome is dropped
   EXPECT_EQ(abort.check, &checks()[4]);
   EXPECT_EQ(abort.why, "agent, post_send: connection reset by peer");
+  EXPECT_TRUE(abort.opened);
+  EXPECT_EQ(abort.not_run.size(), checks().size() - 5);
   opened = 0;
   EXPECT_EQ(run(losing).size(), 4u);  // the same stop without an Abort to fill
 
   abort = {};  // a run to the end leaves it empty
   EXPECT_EQ(run([] { return std::make_unique<EngineTarget>(); }, "PLACE-2", &abort).size(), 1u);
   EXPECT_EQ(abort.check, nullptr);
+  EXPECT_TRUE(abort.not_run.empty());
 }
 
 // The engine as a target in real time would be (UdpTarget, RemoteTarget):

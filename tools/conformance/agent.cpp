@@ -261,7 +261,9 @@ class Agent {
     const std::string hex = a.s("hex");
     if (!a.error.empty()) return fail(a.error);
     const auto bytes = agent::from_hex(hex);
-    if (!bytes) return fail("\"hex\": an even number of hex digits is required");
+    // from_hex refuses an odd length and a non-hex digit alike: the text
+    // once asked an agent sent "zz" for an even number of digits.
+    if (!bytes) return fail("\"hex\": two hex digits a byte (0-9, a-f, A-F) are required");
     if (!iut_->memory().holds(lkey, offset, bytes->size()))
       return fail("no region with lkey " + std::to_string(lkey) + " holds that range");
     iut_->memory().write(lkey, offset, *bytes);

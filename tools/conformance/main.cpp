@@ -5,10 +5,13 @@
 //   metaroce-conform [--target engine|udp] [--rule ID[,ID...]] [--json] [--list] [--list-unchecked]
 //   metaroce-conform --target remote --agent HOST:PORT --iut A.B.C.D:PORT
 //                    --entropy-base N --entropy-count M [--tester IP] [--stranger IP]
-// Exit status 0 when every check passed (or skipped), 1 when one failed, 2
-// on bad options or when the target cannot be opened (nothing was checked), 3
-// when the target was lost during the run (an agent gone): the run stopped,
-// and its verdict is not the IUT's.
+// Exit status 0 when every check passed (or skipped), 1 when one failed
+// (also when the run stopped after it), 2 on bad options or when the target
+// cannot be opened (nothing was checked), 3 when the target was lost during
+// the run (an agent gone) and no check had failed: the run stopped, and its
+// verdict is not the IUT's.
+#include <arpa/inet.h>
+
 #include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -18,6 +21,7 @@
 #include "common/cli_parse.hpp"
 #include "common/number_range.hpp"
 #include "common/stdout_status.hpp"
+#include "metaroce/conformance/agent_protocol.hpp"
 #include "metaroce/conformance/engine_target.hpp"
 #include "metaroce/conformance/remote_target.hpp"
 #include "metaroce/conformance/suite.hpp"
@@ -67,6 +71,26 @@ bool rules_checked(std::vector<std::string>& rules) {
   return ok;
 }
 
+// What is wrong with --target remote's options, given (empty if nothing).
+std::string bad_remote_option(const mc::RemoteOptions& o) {
+  std::string host;
+  uint16_t port = 0;
+  if (!mc::agent::split_host_port(o.agent, host, port))
+    return "--agent '" + o.agent + "' is not HOST:PORT (an IPv6 address in brackets: [::1]:7000)";
+  if (o.entropy_base == 0) return "--entropy-base 0: not a port (the IUT's first UDP source port)";
+  if (o.entropy_count == 0) return "--entropy-count 0: the IUT's entropy block has no port";
+  if (uint32_t{o.entropy_base} + o.entropy_count - 1 > 65535)
+    return "--entropy-base " + std::to_string(o.entropy_base) + " and --entropy-count " +
+           std::to_string(o.entropy_count) + ": the block runs past port 65535";
+  for (const auto& [name, ip] :
+       {std::pair{"--tester", o.tester_ip}, {"--stranger", o.stranger_ip}}) {
+    in6_addr a{};
+    if (inet_pton(AF_INET, ip.c_str(), &a) != 1 && inet_pton(AF_INET6, ip.c_str(), &a) != 1)
+      return std::string(name) + " '" + ip + "' is not an IPv4 or IPv6 address";
+  }
+  return {};
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"metaroce-conform: checks an implementation against the MetaRoCE v0.1 spec"};
   std::string which = "engine";
@@ -109,6 +133,20 @@ int run(int argc, char** argv) {
                "list the spec's rules that no check names, with why, and exit");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
+  // The listings print their table and nothing else: --json, --rule or a
+  // target's options with them were once ignored (exit 0), even options
+  // refused everywhere else.
+  if (list || list_unchecked) {
+    std::vector<const CLI::Option*> run_only = {app.get_option("--target"),
+                                                app.get_option("--rule"), app.get_option("--json")};
+    run_only.insert(run_only.end(), std::begin(remote_only), std::end(remote_only));
+    for (const CLI::Option* o : run_only)
+      if (o->count() > 0) {
+        std::fprintf(stderr, "metaroce-conform: %s is an option of a run, not of %s\n",
+                     o->get_name().c_str(), list ? "--list" : "--list-unchecked");
+        return metaroce::tools::kExitBadOptions;
+      }
+  }
   if (list) {
     for (const mc::Check& c : mc::checks())
       std::printf("%-*.*s %.*s\n", kRuleWidth, static_cast<int>(c.rule.size()), c.rule.data(),
@@ -130,12 +168,21 @@ int run(int argc, char** argv) {
                      o->get_name().c_str(), which.c_str());
         return metaroce::tools::kExitBadOptions;
       }
-  if (which == "remote" && (remote.agent.empty() || remote.iut.empty() ||
-                            remote.entropy_base == 0 || remote.entropy_count == 0)) {
-    std::fprintf(stderr,
-                 "metaroce-conform: --target remote needs --agent, --iut, --entropy-base and "
-                 "--entropy-count\n");
-    return 2;
+  if (which == "remote") {
+    if (remote_only[0]->count() == 0 || remote_only[1]->count() == 0 ||
+        remote_only[2]->count() == 0 || remote_only[3]->count() == 0) {
+      std::fprintf(stderr,
+                   "metaroce-conform: --target remote needs --agent, --iut, --entropy-base and "
+                   "--entropy-count\n");
+      return metaroce::tools::kExitBadOptions;
+    }
+    // Each said by name, before the agent is contacted: "needs --agent,
+    // ..." was said of options all given, and a --tester that is no
+    // address was told as a socket's EINVAL after the agent's hello.
+    if (const std::string bad = bad_remote_option(remote); !bad.empty()) {
+      std::fprintf(stderr, "metaroce-conform: %s\n", bad.c_str());
+      return metaroce::tools::kExitBadOptions;
+    }
   }
   // Before the target opens: nothing is checked, and nothing printed. A
   // rule no check names once printed only that, for a rule with a peer
@@ -185,14 +232,16 @@ int run(int argc, char** argv) {
   mc::Abort abort;
   const std::vector<mc::Result> results = mc::run_rules(
       target, rules, &abort, table ? std::function<void(const mc::Result&)>(line) : nullptr);
-  std::string stopped;  // why the run stopped early: no verdict on the IUT
+  // Why the run stopped early: no verdict on the check that was running,
+  // nor on those after it.
+  std::string stopped;
   if (abort.check != nullptr) {
-    if (!why.empty()) abort.why += ": " + why;  // why the target did not open
-    stopped = "stopped during check " + std::string(abort.check->rule) + " (" +
-              std::to_string(results.size()) +
-              " checks done): " + (which == "remote" ? "the agent" : "the target") +
-              " was lost: " + abort.why;
-    std::fprintf(stderr, "metaroce-conform: %s\n", stopped.c_str());
+    stopped = !abort.opened ? "the target could not be opened: " + why
+                            : (which == "remote" ? "the agent" : "the target") +
+                                  std::string(" was lost: ") + abort.why;
+    std::fprintf(stderr, "metaroce-conform: stopped during check %.*s (%zu checks done): %s\n",
+                 static_cast<int>(abort.check->rule.size()), abort.check->rule.data(),
+                 results.size(), stopped.c_str());
   }
   size_t passed = 0, skipped = 0;
   for (const mc::Result& r : results) {
@@ -206,21 +255,45 @@ int run(int argc, char** argv) {
     j["passed"] = passed;
     j["failed"] = failed;
     j["skipped"] = skipped;
-    if (!stopped.empty()) j["stopped"] = stopped;
+    j["interrupted"] = abort.check != nullptr ? 1 : 0;
+    j["not_run"] = abort.not_run.size();
+    if (abort.check != nullptr)
+      j["stopped"] = {{"check", abort.check->rule},
+                      {"title", abort.check->title},
+                      {"checks_done", results.size()},
+                      {"reason", stopped}};
     j["checks"] = nlohmann::json::array();
+    const auto add = [&j](const mc::Check& c, const char* result, const std::string& detail) {
+      j["checks"].push_back(
+          {{"rule", c.rule}, {"title", c.title}, {"result", result}, {"detail", detail}});
+    };
     for (const mc::Result& r : results)
-      j["checks"].push_back({{"rule", r.check->rule},
-                             {"title", r.check->title},
-                             {"passed", r.outcome.passed},
-                             {"skipped", r.outcome.skipped},
-                             {"detail", r.outcome.detail}});
-    std::printf("%s\n", j.dump().c_str());
+      add(*r.check,
+          r.outcome.skipped  ? "skipped"
+          : r.outcome.passed ? "passed"
+                             : "failed",
+          r.outcome.detail);
+    if (abort.check != nullptr) add(*abort.check, "interrupted", stopped);
+    for (const mc::Check* c : abort.not_run) add(*c, "not run", "");
+    // Replaced, not thrown: text from an agent that is not UTF-8 once
+    // aborted the run here, and its report was lost.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("%zu passed, %zu failed, %zu skipped%s\n", passed, failed, skipped,
-                stopped.empty() ? "" : "; the run STOPPED, the other checks did not run");
+    if (abort.check != nullptr)
+      std::printf("  STOP %-*.*s %.*s: interrupted: %s\n", kRuleWidth,
+                  static_cast<int>(abort.check->rule.size()), abort.check->rule.data(),
+                  static_cast<int>(abort.check->title.size()), abort.check->title.data(),
+                  stopped.c_str());
+    std::printf("%zu passed, %zu failed, %zu skipped", passed, failed, skipped);
+    if (abort.check != nullptr)
+      std::printf("; the run STOPPED: 1 check interrupted, %zu not run", abort.not_run.size());
+    std::printf("\n");
   }
-  if (!stopped.empty()) return kExitTargetLost;
-  return failed == 0 ? 0 : 1;
+  // A check failed before the stop is a verdict all the same: it outranks
+  // the run's being incomplete (a CI job taking 3 for "infrastructure,
+  // retry" once hid it).
+  if (failed != 0) return 1;
+  return abort.check != nullptr ? kExitTargetLost : 0;
 }
 
 }  // namespace

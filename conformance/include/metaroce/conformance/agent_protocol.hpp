@@ -51,6 +51,13 @@ std::optional<CompletionOp> completion_op(std::string_view name);
 std::string to_hex(const uint8_t* p, size_t n);
 std::optional<std::vector<uint8_t>> from_hex(std::string_view s);
 
+// An agent's line as a person reads it: printable ASCII kept, any other
+// byte as \xNN (so valid UTF-8 wherever it goes: a JSON report once
+// aborted on a vendor's Latin-1 error text), cut after `max` bytes of the
+// line ("..." then). Never re-serialised from the parsed reply: nlohmann's
+// dump() recurses, and a reply nested a million deep overflowed the stack.
+std::string quoted(std::string_view line, size_t max = 200);
+
 // "host:port" or "[v6]:port" split; false when malformed, and for an
 // unbracketed IPv6 address ("::1:5": an address, or ::1 port 5?).
 bool split_host_port(const std::string& text, std::string& host, uint16_t& port);
@@ -77,6 +84,8 @@ class LineChannel {
   // Waits up to timeout_ms for a whole line; false (and `why`) on end of
   // stream, an error, a line over kMaxLine or the timeout.
   bool read_line(std::string& line, int timeout_ms, std::string& why);
+  // What arrived and was not yet taken as a line.
+  [[nodiscard]] std::string_view buffered() const { return in_; }
   // Writes `line` and a '\n' (blocking until sent); false on an error.
   bool write_line(std::string_view line, std::string& why);
 

@@ -98,6 +98,9 @@ class RemoteTarget : public TesterWireTarget {
   // The failure of the agent connection itself (empty if none); the target
   // answers every later request as failed.
   [[nodiscard]] std::string lost() const override { return broken_; }
+  // The latest "ok": false the agent answered ("op: error"; "unknown op"
+  // left out), which a check's failure quotes.
+  [[nodiscard]] std::string last_error() const override { return last_error_; }
 
  private:
   RemoteTarget(int fd, const RemoteOptions& o)
@@ -126,6 +129,10 @@ class RemoteTarget : public TesterWireTarget {
   // reply missing a field breaks the connection, as field() does.
   bool read_region(const nlohmann::json& reply, Region& out);
   bool broke(const std::string& op, const std::string& why);
+  // The status of a post_send / post_recv / post_shared_recv reply (`ok`:
+  // call()'s result), counting the work request as queued when 0; an
+  // error, or a reply without "status", breaks the session.
+  Status posted(const char* op, bool ok, const nlohmann::json& r);
 
   agent::LineChannel channel_;
   int timeout_ms_;
@@ -135,6 +142,14 @@ class RemoteTarget : public TesterWireTarget {
   std::string iut_;
   std::string name_;
   std::string broken_;
+  // The latest reply as it came (what the errors quote: agent::quoted).
+  std::string last_line_;
+  std::string last_error_;
+  bool asked_ = false;  // a request was sent on this connection
+  // Work requests the agent queued (status 0) and completions it returned:
+  // never more of the second.
+  uint64_t queued_ = 0;
+  uint64_t completions_ = 0;
   std::optional<size_t> paths_;
   std::optional<bool> udp_checksum_;
 };

@@ -58,11 +58,15 @@ struct Result {
 [[nodiscard]] const Unchecked* find_unchecked(std::string_view rule);
 
 // Why a run stopped before its last check: the target of `check` could not
-// be opened (`make` gave nullptr) or was lost during it (Target::lost(), in
-// `why`). Either says nothing of the IUT: no result is recorded for `check`.
+// be opened (`make` gave nullptr, `opened` false) or was lost during it
+// (Target::lost(), in `why`). Either says nothing of the IUT: no result is
+// recorded for `check` (it was interrupted), and `not_run` lists the checks
+// of the selection after it, which did not run.
 struct Abort {
   const Check* check = nullptr;  // nullptr: the run was not aborted
   std::string why;
+  bool opened = true;
+  std::vector<const Check*> not_run;
 };
 
 // Runs the checks whose rule list names `rule` (all when empty), each on a

@@ -177,6 +177,11 @@ class Target {
   // went away or broke the protocol), empty while it can. The suite then
   // stops: what the IUT did after that says nothing about it.
   [[nodiscard]] virtual std::string lost() const { return {}; }
+  // The latest error the target's agent answered a request with, empty
+  // where it has none (the in-process targets): a check that fails because
+  // the target refused a request (register_memory, connect_to_tester)
+  // quotes it (run_rules), since the refusal's reason was once lost.
+  [[nodiscard]] virtual std::string last_error() const { return {}; }
 };
 
 }  // namespace metaroce::conformance
