@@ -388,30 +388,31 @@ class UdpEndpoint {
   // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
   // when the round went through io_uring). Requests that the peer's host answered with ICMP port
   // unreachable add "the peer's host answered with ICMP port unreachable (Connection refused): no
-  // socket listened at its port" to the kConnectTimeout, whatever num_paths. Requests go on, one
-  // every connect_retry_ns (10 ms), for the whole `timeout` (about timeout / connect_retry_ns of
-  // them), also after ICMP refusals and failed sends: a peer that starts within it is reached. All
-  // come from one connection (one id and nonce: a peer slow to read them accepts it once), which
-  // asks the engine for that many (spec CONN-2; never fewer than Options::engine.connect_attempts,
-  // at most 65,535, 655 s by default: a longer timeout ends there). The error names the connection
-  // and reads "timed out after T ms", or "no answer to N requests 10 ms apart (...)" where the
-  // requests ran out before the timeout. A timeout of 0 gives none: one round of the engine's
-  // connect_attempts requests, which where they ran out in it read "... (Options::engine.
-  // connect_attempts)". A
-  // REJECT ends it at once, each code with its own status and words, naming the peer:
-  // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
-  // protocol version", kResourceExhausted "the peer holds as many connections as its
-  // max_connections allows, or had no memory for this one" (each "(CONNECT_REJECT)"), and one
-  // answering a request repeated to a connection that had failed at the peer, its ACCEPT lost (spec
-  // CONN-3), kConnectRefused "the peer's connection had failed, with kRemoteBadKey: ..." (the
-  // status it failed with); this endpoint's own limit is kResourceExhausted too, at once, and says
-  // "this endpoint holds as many connections as Options::engine.max_connections allows (N)"; short
-  // of memory below that limit it says "out of memory for the connection" (nothing sent, nothing
-  // left open). Called on this endpoint's progress thread itself (code it runs: an allocator's or a
-  // signal's hook), which would wait for its own rounds, it is kInvalidArgument at once, "called on
-  // this endpoint's progress thread ...", nothing sent; so are accept(), and a close() there is
-  // refused. A negative timeout is refused
-  // (kInvalidArgument), as is one for accept().
+  // socket listened at its port" to the kConnectTimeout, whatever num_paths, and ones a firewall
+  // rejected "the peer's network answered with ICMP destination unreachable, administratively
+  // prohibited (No route to host): a firewall or router rejected the datagrams" (udp/README.md).
+  // Requests go on, one every connect_retry_ns (10 ms), for the whole `timeout` (about timeout /
+  // connect_retry_ns of them), also after ICMP refusals and failed sends: a peer that starts within
+  // it is reached. All come from one connection (one id and nonce: a peer slow to read them accepts
+  // it once), which asks the engine for that many (spec CONN-2; never fewer than
+  // Options::engine.connect_attempts, at most 65,535, 655 s by default: a longer timeout ends
+  // there). The error names the connection and reads "timed out after T ms", or "no answer to N
+  // requests 10 ms apart (...)" where the requests ran out before the timeout. A timeout of 0 gives
+  // none: one round of the engine's connect_attempts requests, which where they ran out in it read
+  // "... (Options::engine. connect_attempts)". A REJECT ends it at once, each code with its own
+  // status and words, naming the peer: kConnectRefused "the peer refused the connection",
+  // kVersionMismatch "the peer speaks another protocol version", kResourceExhausted "the peer holds
+  // as many connections as its max_connections allows, or had no memory for this one" (each
+  // "(CONNECT_REJECT)"), and one answering a request repeated to a connection that had failed at
+  // the peer, its ACCEPT lost (spec CONN-3), kConnectRefused "the peer's connection had failed,
+  // with kRemoteBadKey: ..." (the status it failed with); this endpoint's own limit is
+  // kResourceExhausted too, at once, and says "this endpoint holds as many connections as
+  // Options::engine.max_connections allows (N)"; short of memory below that limit it says "out of
+  // memory for the connection" (nothing sent, nothing left open). Called on this endpoint's
+  // progress thread itself (code it runs: an allocator's or a signal's hook), which would wait for
+  // its own rounds, it is kInvalidArgument at once, "called on this endpoint's progress thread
+  // ...", nothing sent; so are accept(), and a close() there is refused. A negative timeout is
+  // refused (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // The same with the peer as a binary address, checked as connect_start(const
   // PeerAddr&, ...) checks it (below).

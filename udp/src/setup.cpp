@@ -225,8 +225,15 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_full_sock = static_cast<uint16_t>(std::strtoul(f, &end, 10));
     if (*end == ':') fault_full_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
   }
-  if (const char* f = std::getenv("METAROCE_UDP_FAULT_REFUSED"))
-    fault_refused_left = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_REFUSED")) {
+    fault_icmp_err = ECONNREFUSED;
+    fault_icmp_left = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  }
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_ICMP")) {  // E:N, E an errno number
+    char* end = nullptr;
+    fault_icmp_err = static_cast<int>(std::strtol(f, &end, 10));
+    if (*end == ':') fault_icmp_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
+  }
   if (const char* f = std::getenv("METAROCE_UDP_RX_CTRL_BYTES"))
     rx_ctrl_len = std::min<size_t>(std::strtoul(f, nullptr, 10), kRxCtrlBytes);
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");
