@@ -129,6 +129,11 @@ struct SendFailure {
   bool icmp = false;
 };
 
+// A connection that close() must still end (connecting or established).
+inline bool live(ConnState s) {
+  return s == ConnState::kConnecting || s == ConnState::kEstablished;
+}
+
 struct ConnInfo {
   ConnState state = ConnState::kConnecting;
   Status status = Status::kOk;
