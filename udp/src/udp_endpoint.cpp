@@ -314,6 +314,14 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
     // Every caller (connect_start's two forms, connect) has refused the
     // progress thread already, before the resolver and the route were asked.
     auto lk = im.guard();
+    // Closed by another thread since connect_start looked (the resolver and
+    // the route take a while, unlocked): no round would send the requests,
+    // and the connection read kConnecting for good, connect_start kOk.
+    if (im.closed)
+      return UdpEndpoint::Impl::error_or(Status::kNotConnected, ConnId{}, [&] {
+        const std::string shown = format_address(peer);
+        return im.closed_error("connect to " + shown, ConnId{}, shown);
+      });
     const Status s =
         im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
