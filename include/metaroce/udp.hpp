@@ -171,7 +171,8 @@ struct Options {
   // per packet.
   bool thread_safe = false;
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
-  // that arrive with it are handed to the engine flagged trimmed.
+  // that arrive with it are handed to the engine flagged trimmed. 0-63 (a DSCP,
+  // not a TOS byte): open() refuses more (kInvalidArgument).
   uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
   // Socket buffers, more than 0 (open() refuses 0 or less, which the kernel
   // would take as its smallest, 2,304 bytes for a receive buffer).

@@ -48,6 +48,12 @@ std::string options_error(const Options& opts) {
   judged.entropy_min = 0;
   judged.entropy_max = UINT16_MAX;
   if (std::string bad = config_error(judged); !bad.empty()) return "Options::engine: " + bad;
+  // A DSCP is 6 bits: the receive path compares the TOS byte's upper six
+  // with this, so 64..255 (a TOS byte given for a DSCP, say) matched no
+  // packet and turned trimming's fast NAK off without a word (TRIM-2).
+  if (opts.trimmed_dscp > kMaxDscp)
+    return "Options::trimmed_dscp " + std::to_string(opts.trimmed_dscp) +
+           " is out of range 0..63 (a DSCP, not a TOS byte: TRIM-1)";
   // ENC-6: neither class may take the TRIMMED code point (config_error has
   // checked that each is 0-63), or every packet of that class would arrive
   // as a cut one (TRIM-2).
