@@ -2740,6 +2740,32 @@ TEST(Udp, CloseKeepsOtherThreadsOutOfTheEngineWhileItLingers) {
   EXPECT_LT(done - t0, 2000ms);
 }
 
+// A linger of milliseconds::max() (a caller's "for ever") overflowed when
+// close() added it to now in nanoseconds, to a deadline already past: close()
+// sent the DISCONNECT and returned without the wait it was asked for. The
+// server answers only from 200 ms on; close() waits for that answer, and no
+// longer.
+TEST(Udp, CloseWithTheLongestLingerWaitsForThePeer) {
+  Options co = test_options();
+  co.linger = std::chrono::milliseconds::max();
+  co.engine.disconnect_attempts = 1000;  // repeated until the server answers
+  Pair p = connect_pair("127.0.0.1", test_options(), co);
+  ASSERT_TRUE(p.cconn.valid());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread late([&] {
+    std::this_thread::sleep_for(200ms);
+    p.server->start_progress_thread();
+  });
+  EXPECT_TRUE(p.client->close(true));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  late.join();
+  EXPECT_GE(took, 190ms) << "close() did not linger";
+  EXPECT_LT(took, 5s) << "close() lingered past the peer's answer";
+  EXPECT_EQ(p.client->state(p.cconn), metaroce::udp::ConnState::kClosed);
+  // The server read the DISCONNECT, so it answered it.
+  EXPECT_EQ(p.server->state(p.sconn), metaroce::udp::ConnState::kClosed);
+}
+
 // An ended connection is remembered (state, conn_error) until 1024 later
 // ones have ended, and then forgotten: the table of connections does not
 // grow with every connection a long-running endpoint ever made.

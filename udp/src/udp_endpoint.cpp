@@ -1143,7 +1143,8 @@ void UdpEndpoint::Impl::close_locked(std::unique_lock<std::mutex>& lk, bool grac
                           [&](const auto& kv) { return closing(kv.second); });
     };
     if (graceful && any) {  // run_until, but under the mutex held here
-      const auto deadline = std::chrono::steady_clock::now() + opts.linger;
+      // (milliseconds::max(), "for ever", overflowed to a deadline past.)
+      const auto deadline = deadline_after(opts.linger);
       for (;;) {
         const size_t moved = progress_locked();
         if (none_left()) break;
