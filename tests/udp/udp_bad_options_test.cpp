@@ -46,6 +46,7 @@ void refused(const std::string& address, const Options& o, Status status,
   EXPECT_EQ(UdpEndpoint::open(address, o, err), nullptr) << address << ": " << words;
   EXPECT_EQ(err.status, status) << err.message;
   EXPECT_NE(err.message.find(words), std::string::npos) << err.message;
+  EXPECT_TRUE(err.peer.empty()) << err.peer;  // open() has no peer
   EXPECT_EQ(open_fds(), before) << err.message;
 }
 

@@ -2878,6 +2878,8 @@ TEST(Udp, PortInUseIsAClearError) {
   EXPECT_FALSE(b);
   EXPECT_EQ(err.status, Status::kResourceExhausted);
   EXPECT_NE(err.message.find("in use"), std::string::npos) << err.message;
+  // open() has no peer: this held the endpoint's own address.
+  EXPECT_TRUE(err.peer.empty()) << err.peer;
   const std::string first = std::to_string(a->entropy_min() + 3);
   EXPECT_NE(err.message.find("port " + first + " of its entropy block " + first + "-" +
                              std::to_string(a->entropy_min() + 3 + 15) + " is in use"),
@@ -2908,6 +2910,7 @@ TEST(Udp, PortInUseIsAClearError) {
                              std::to_string(a->port() + 11) + " is in use"),
             std::string::npos)
       << err.message;
+  EXPECT_TRUE(err.peer.empty()) << err.peer;
   EXPECT_NE(err.message.find("the ones after its receive port " + std::to_string(a->port() - 5)),
             std::string::npos)
       << err.message;

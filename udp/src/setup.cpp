@@ -190,8 +190,10 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
     // UdpEndpoint::open also reads as "try another port" for port 0. open()
     // says which port of which block, and what to do.)
     err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
+    // (No peer: open() has none. This was the endpoint's own address, which
+    // an application that logs Error::peer then named as the remote side;
+    // the message names the address.)
     err.message = what + ": bind(): " + errno_text(e);
-    err.peer = format_address(addr);
     ::close(fd);
     return -1;
   }
