@@ -140,8 +140,9 @@ struct Options {
   uint16_t entropy_count = 64;  // ports in the block (>= num_paths)
   bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
   // recvmmsg batch: at most this many datagrams a call, and as many as about
-  // 512 KiB holds (8 GRO buffers); transmit holds 32 x batch datagrams per round.
-  // 1..1024 (open() refuses others).
+  // 512 KiB holds (8 GRO buffers); transmit holds 32 x batch datagrams per round,
+  // at least 64 and at most 4,096 (batch 128 reaches it). 1..1024 (open()
+  // refuses others).
   uint32_t batch = 32;
   bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
   bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
