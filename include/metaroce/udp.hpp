@@ -140,8 +140,9 @@ struct Options {
   uint16_t entropy_count = 64;  // ports in the block (>= num_paths)
   bool random_seed = true;      // replace engine.seed with getrandom() (keys, conn ids, PSNs)
   // recvmmsg batch: at most this many datagrams a call, and as many as about
-  // 512 KiB holds (8 GRO buffers); transmit holds 32 x batch datagrams per round.
-  // 1..1024 (open() refuses others).
+  // 512 KiB holds (8 GRO buffers); transmit holds 32 x batch datagrams per round,
+  // at least 64 and at most 4,096 (batch 128 reaches it). 1..1024 (open()
+  // refuses others).
   uint32_t batch = 32;
   bool gso = true;  // UDP_SEGMENT where the kernel offers it (env METAROCE_UDP_GSO=0 disables)
   bool gro = true;  // UDP_GRO where the kernel offers it (env METAROCE_UDP_GRO=0 disables)
@@ -171,7 +172,8 @@ struct Options {
   // per packet.
   bool thread_safe = false;
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
-  // that arrive with it are handed to the engine flagged trimmed.
+  // that arrive with it are handed to the engine flagged trimmed. 0-63 (a DSCP,
+  // not a TOS byte): open() refuses more (kInvalidArgument).
   uint8_t trimmed_dscp = wire::kDefaultTrimmedDscp;
   // Socket buffers, more than 0 (open() refuses 0 or less, which the kernel
   // would take as its smallest, 2,304 bytes for a receive buffer).
@@ -388,30 +390,31 @@ class UdpEndpoint {
   // names the kernel's ("sending failed: sendmmsg: Network is unreachable", or "sendmsg: ..."
   // when the round went through io_uring). Requests that the peer's host answered with ICMP port
   // unreachable add "the peer's host answered with ICMP port unreachable (Connection refused): no
-  // socket listened at its port" to the kConnectTimeout, whatever num_paths. Requests go on, one
-  // every connect_retry_ns (10 ms), for the whole `timeout` (about timeout / connect_retry_ns of
-  // them), also after ICMP refusals and failed sends: a peer that starts within it is reached. All
-  // come from one connection (one id and nonce: a peer slow to read them accepts it once), which
-  // asks the engine for that many (spec CONN-2; never fewer than Options::engine.connect_attempts,
-  // at most 65,535, 655 s by default: a longer timeout ends there). The error names the connection
-  // and reads "timed out after T ms", or "no answer to N requests 10 ms apart (...)" where the
-  // requests ran out before the timeout. A timeout of 0 gives none: one round of the engine's
-  // connect_attempts requests, which where they ran out in it read "... (Options::engine.
-  // connect_attempts)". A
-  // REJECT ends it at once, each code with its own status and words, naming the peer:
-  // kConnectRefused "the peer refused the connection", kVersionMismatch "the peer speaks another
-  // protocol version", kResourceExhausted "the peer holds as many connections as its
-  // max_connections allows, or had no memory for this one" (each "(CONNECT_REJECT)"), and one
-  // answering a request repeated to a connection that had failed at the peer, its ACCEPT lost (spec
-  // CONN-3), kConnectRefused "the peer's connection had failed, with kRemoteBadKey: ..." (the
-  // status it failed with); this endpoint's own limit is kResourceExhausted too, at once, and says
-  // "this endpoint holds as many connections as Options::engine.max_connections allows (N)"; short
-  // of memory below that limit it says "out of memory for the connection" (nothing sent, nothing
-  // left open). Called on this endpoint's progress thread itself (code it runs: an allocator's or a
-  // signal's hook), which would wait for its own rounds, it is kInvalidArgument at once, "called on
-  // this endpoint's progress thread ...", nothing sent; so are accept(), and a close() there is
-  // refused. A negative timeout is refused
-  // (kInvalidArgument), as is one for accept().
+  // socket listened at its port" to the kConnectTimeout, whatever num_paths, and ones a firewall
+  // rejected "the peer's network answered with ICMP destination unreachable, administratively
+  // prohibited (No route to host): a firewall or router rejected the datagrams" (udp/README.md).
+  // Requests go on, one every connect_retry_ns (10 ms), for the whole `timeout` (about timeout /
+  // connect_retry_ns of them), also after ICMP refusals and failed sends: a peer that starts within
+  // it is reached. All come from one connection (one id and nonce: a peer slow to read them accepts
+  // it once), which asks the engine for that many (spec CONN-2; never fewer than
+  // Options::engine.connect_attempts, at most 65,535, 655 s by default: a longer timeout ends
+  // there). The error names the connection and reads "timed out after T ms", or "no answer to N
+  // requests 10 ms apart (...)" where the requests ran out before the timeout. A timeout of 0 gives
+  // none: one round of the engine's connect_attempts requests, which where they ran out in it read
+  // "... (Options::engine. connect_attempts)". A REJECT ends it at once, each code with its own
+  // status and words, naming the peer: kConnectRefused "the peer refused the connection",
+  // kVersionMismatch "the peer speaks another protocol version", kResourceExhausted "the peer holds
+  // as many connections as its max_connections allows, or had no memory for this one" (each
+  // "(CONNECT_REJECT)"), and one answering a request repeated to a connection that had failed at
+  // the peer, its ACCEPT lost (spec CONN-3), kConnectRefused "the peer's connection had failed,
+  // with kRemoteBadKey: ..." (the status it failed with); this endpoint's own limit is
+  // kResourceExhausted too, at once, and says "this endpoint holds as many connections as
+  // Options::engine.max_connections allows (N)"; short of memory below that limit it says "out of
+  // memory for the connection" (nothing sent, nothing left open). Called on this endpoint's
+  // progress thread itself (code it runs: an allocator's or a signal's hook), which would wait for
+  // its own rounds, it is kInvalidArgument at once, "called on this endpoint's progress thread
+  // ...", nothing sent; so are accept(), and a close() there is refused. A negative timeout is
+  // refused (kInvalidArgument), as is one for accept().
   Error connect(const std::string& address, std::chrono::milliseconds timeout, ConnId& out);
   // The same with the peer as a binary address, checked as connect_start(const
   // PeerAddr&, ...) checks it (below).

@@ -46,6 +46,7 @@ void refused(const std::string& address, const Options& o, Status status,
   EXPECT_EQ(UdpEndpoint::open(address, o, err), nullptr) << address << ": " << words;
   EXPECT_EQ(err.status, status) << err.message;
   EXPECT_NE(err.message.find(words), std::string::npos) << err.message;
+  EXPECT_TRUE(err.peer.empty()) << err.peer;  // open() has no peer
   EXPECT_EQ(open_fds(), before) << err.message;
 }
 
@@ -87,6 +88,22 @@ TEST(UdpBadOptions, QueueDepthsOutOfRangeAreNamed) {
   o = test_options();
   o.engine.sq_depth = 0x8000;
   o.engine.rq_depth = 0xffff;
+  Error err;
+  EXPECT_NE(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << err.message;
+}
+
+// trimmed_dscp is compared with a received TOS byte's upper six bits: one
+// of 64..255 (a TOS byte typed for the DSCP, 0xb8 for 46) was taken, and
+// matched no packet, so trimmed packets read as whole ones (TRIM-2).
+TEST(UdpBadOptions, ATrimmedDscpOutOfRangeIsNamed) {
+  for (const int dscp : {64, 0xb8, 255}) {
+    Options o = test_options();
+    o.trimmed_dscp = static_cast<uint8_t>(dscp);
+    refused("127.0.0.1:0", o, Status::kInvalidArgument,
+            "Options::trimmed_dscp " + std::to_string(dscp) + " is out of range 0..63");
+  }
+  Options o = test_options();
+  o.trimmed_dscp = 62;  // the most that is no class's own
   Error err;
   EXPECT_NE(UdpEndpoint::open("127.0.0.1:0", o, err), nullptr) << err.message;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -748,6 +749,43 @@ TEST(UdpConnect, ARefusalMetTwiceIsStillARefusalThroughIoUring) {
   }
   EXPECT_TRUE(client->uring_enabled());  // never given up for sendmmsg
   EXPECT_GE(client->io_stats().tx_errors, 8u);
+}
+
+// A firewall that rejects rather than drops (firewalld's default REJECT:
+// ICMP host administratively prohibited) makes the kernel fail a connected
+// socket's next send with EHOSTUNREACH (EACCES for ICMPv6's, ENETUNREACH for
+// a network's): only ECONNREFUSED was kept, and such a refusal read as a
+// silent peer. The hook plants one such error on the first request, whose
+// retry goes (so no send failed outright); 1 path and CONN-2's 8. The ctest
+// udp.icmp-prohibited draws a real one from nftables.
+TEST(UdpConnect, AnIcmpProhibitedIsNamedInTheError) {
+  const SilentPeer silent;
+  ASSERT_GE(silent.fd, 0);
+  for (const int err : {EHOSTUNREACH, EACCES, ENETUNREACH}) {
+    for (const uint8_t paths : {uint8_t{1}, uint8_t{8}}) {
+      SCOPED_TRACE(std::string(std::strerror(err)) + ", " + std::to_string(paths) + " paths");
+      Options o = test_options();
+      o.engine.num_paths = paths;
+      ::setenv("METAROCE_UDP_FAULT_ICMP", (std::to_string(err) + ":1").c_str(), 1);
+      auto client = open_on("127.0.0.1", o);
+      ::unsetenv("METAROCE_UDP_FAULT_ICMP");
+      ASSERT_TRUE(client);
+      ConnId id;
+      const Error e = client->connect(silent.addr, 100ms, id);
+      EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+      const std::string clause =
+          "the peer's network answered with ICMP destination unreachable, administratively "
+          "prohibited (" +
+          std::string(std::strerror(err)) + "): a firewall or router rejected the datagrams";
+      EXPECT_TRUE(
+          has(e.message, "connect to " + silent.addr + " timed out after 100 ms; " + clause))
+          << e.message;
+      EXPECT_FALSE(has(e.message, "sending failed")) << e.message;
+      const Error why = client->conn_error(ConnId{e.conn});
+      EXPECT_TRUE(has(why.message, clause)) << why.message;
+      EXPECT_EQ(client->io_stats().tx_errors, 0u);  // the retry went
+    }
+  }
 }
 
 // --- connectionless use: connections set up on first use ---

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "metaroce/udp.hpp"
@@ -227,6 +228,41 @@ TEST(UdpPeerGone, CallsAfterCloseAnswerAtOnce) {
   EXPECT_EQ(p.client->state(p.cconn), ConnState::kClosed);
   stats_readable(*p.client, p.cconn);
   EXPECT_FALSE(p.client->deregister_memory(mr.lkey));
+}
+
+// close()'s linger runs rounds, and those rounds still read CONNECT_REQs: a
+// connection the engine accepted then had no closer, so close() neither
+// closed it in the engine nor ended its entry. It read kEstablished for
+// good, try_accept() handed it out, and its peer, told nothing, learnt of the
+// close only from its peer timeout. The first client never runs a round, so
+// the server's DISCONNECT goes unanswered and the linger runs its 300 ms,
+// while a second client connects.
+TEST(UdpPeerGone, AConnectionAcceptedWhileCloseLingersIsClosed) {
+  Options so = test_options();
+  so.linger = 300ms;
+  so.engine.disconnect_attempts = 1000;  // repeated all through the linger
+  Pair p = connect_pair("127.0.0.1", so);
+  ASSERT_TRUE(p.cconn.valid());
+  auto late = open_on("127.0.0.1", with_handshake_budget(test_options()));
+  ASSERT_TRUE(late);
+  const std::string at = p.server->local_address();
+  std::thread closing([&] { p.server->close(); });
+  ConnId conn;
+  const Error e = late->connect(at, 5s, conn);
+  closing.join();
+  ASSERT_FALSE(e) << e.message;  // accepted in the linger's rounds
+  // The server's DISCONNECT went as close() ended: the client's first round
+  // reads it (kClosed; its peer timeout, seconds later, would read kError).
+  for (int i = 0; i < 100 && late->state(conn) == ConnState::kEstablished; ++i) late->wait(5ms);
+  EXPECT_EQ(late->state(conn), ConnState::kClosed);
+  ConnId handed;
+  size_t accepted = 0;
+  while (p.server->try_accept(handed)) {
+    ++accepted;
+    EXPECT_EQ(p.server->state(handed), ConnState::kClosed) << "connection " << handed.v;
+  }
+  EXPECT_EQ(p.server->state(p.sconn), ConnState::kClosed);
+  EXPECT_LE(accepted, 1u);
 }
 
 // An endpoint destroyed with connections open (and its progress thread

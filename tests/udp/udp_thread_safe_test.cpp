@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -254,6 +256,42 @@ TEST(UdpThreadSafe, AStartOnOneThreadAndACloseOnAnotherLeaveNoThread) {
     EXPECT_FALSE(ep->start_progress_thread()) << "round " << round;  // closed
     ep.reset();  // (terminated where a thread was left)
   }
+}
+
+// connect_start on one thread, close() on another: connect_start looked at
+// `closed` before the resolver and the route (slow, unlocked) and not after,
+// so a close() that ended inside that window left kOk and a connection
+// that read kConnecting for good (no round would send its requests). Either
+// connect_start is refused (kNotConnected) or its connection reads kClosed
+// once close() has returned. A host name, so that the resolver is asked;
+// close() starts from 0 to 2 ms later, round by round, to land in the window.
+TEST(UdpThreadSafe, AConnectStartBesideACloseIsRefusedOrClosed) {
+  const std::string peer = "localhost:" + std::to_string(closed_port("127.0.0.1"));
+  int refused = 0;
+  for (int round = 0; round < 100; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    auto ep = open_on("127.0.0.1", safe_options());
+    ASSERT_TRUE(ep);
+    ConnId id;
+    Error e;
+    const auto later = std::chrono::microseconds(20 * round);
+    at_once({[&] { e = ep->connect_start(peer, id); },
+             [&] {
+               const auto from = std::chrono::steady_clock::now();
+               while (std::chrono::steady_clock::now() - from < later) {
+               }
+               EXPECT_TRUE(ep->close());
+             }});
+    if (e.status == Status::kNotConnected) {
+      ++refused;
+      EXPECT_FALSE(id.valid());
+      EXPECT_TRUE(e.message.find("the endpoint is closed") != std::string::npos) << e.message;
+      continue;
+    }
+    ASSERT_EQ(e.status, Status::kOk) << e.message;
+    EXPECT_EQ(ep->state(id), ConnState::kClosed);
+  }
+  std::printf("connect_start refused in %d of 100 rounds\n", refused);
 }
 
 }  // namespace

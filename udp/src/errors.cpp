@@ -2,6 +2,7 @@
 // one message.
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -249,11 +250,38 @@ SendFailure UdpEndpoint::Impl::send_failure_of(const PeerAddr& peer) const {
   return it == send_failed.end() ? SendFailure{} : it->second;
 }
 
+namespace {
+
+// Which ICMP error a connected socket's errno stands for (note_refused), and
+// what it tells the user, by the kernel's mapping (icmp_err_convert and
+// icmpv6_err_convert; only the fatal ones reach a socket without IP_RECVERR).
+std::string icmp_refusal_clause(int err) {
+  const std::string why = " (" + std::string(std::strerror(err)) + "): ";
+  switch (err) {
+    case ECONNREFUSED:
+      return "the peer's host answered with ICMP port unreachable" + why +
+             "no socket listened at its port";
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EACCES:
+      return "the peer's network answered with ICMP destination unreachable, administratively "
+             "prohibited" +
+             why + "a firewall or router rejected the datagrams";
+    case EHOSTDOWN:
+    case ENONET:
+      return "the peer's network answered with ICMP destination unreachable, host unknown or "
+             "isolated" +
+             why + "a router knows no way to the peer's host";
+    default:  // ENOPROTOOPT, EPROTO: protocol unreachable, parameter problem
+      return "the peer's host answered with an ICMP error" + why + "it took no UDP datagrams";
+  }
+}
+
+}  // namespace
+
 std::string UdpEndpoint::Impl::send_failure_clause(const SendFailure& f) {
   if (f.err == 0) return {};
-  if (f.icmp)
-    return "the peer's host answered with ICMP port unreachable (" +
-           std::string(std::strerror(f.err)) + "): no socket listened at its port";
+  if (f.icmp) return icmp_refusal_clause(f.err);
   return "the last send to the peer failed: " + send_failure_text(f);
 }
 

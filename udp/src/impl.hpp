@@ -116,16 +116,23 @@ struct PeerAddrHash {
 // A send to a peer that failed other than for a full socket buffer (e.g.
 // ENETUNREACH, EACCES): the message is dropped and the engine only sees
 // silence, so its error says what the kernel said. Or (icmp) the peer's
-// host answered an earlier datagram with ICMP port unreachable, which a
-// connected send socket reports as ECONNREFUSED on its next send (that send
-// is tried again and goes): nothing listened at the peer's port, its process
-// gone, say. The engine still waits out its timeout (a peer restarting on
-// the port answers again); the error then says why nothing answered.
+// host or a router on the way answered an earlier datagram with a fatal ICMP
+// error, which a connected send socket reports on its next send (that send
+// is tried again and goes): port unreachable (ECONNREFUSED: nothing listened
+// at the peer's port, its process gone, say), or a firewall's REJECT
+// (administratively prohibited: EHOSTUNREACH, ENETUNREACH, EACCES), ... The engine still waits out
+// its timeout (a peer restarting on the port answers again); the error then says why nothing
+// answered.
 struct SendFailure {
   int err = 0;  // errno; 0: none
   const char* call = "";
   bool icmp = false;
 };
+
+// A connection that close() must still end (connecting or established).
+inline bool live(ConnState s) {
+  return s == ConnState::kConnecting || s == ConnState::kEstablished;
+}
 
 struct ConnInfo {
   ConnState state = ConnState::kConnecting;
@@ -151,6 +158,25 @@ struct ConnInfo {
   // the budget it was given, kept for its error. The engine connection
   // requests for all of it (connect_attempts_for).
   int64_t budget_ms = 0;
+};
+
+// The connections' table, whose walks (a range-for, an algorithm from
+// begin()) are counted, look-ups not: a round that ends connections must not
+// walk it per connection ended, which made the round that ends thousands at
+// once quadratic in their number (Udp.ManyVanishedPeersEndInLinearTime
+// counts the walks: none in a round now, only close() walks it). A count
+// rather than the round's time, which a loaded machine stretches.
+struct ConnTable : std::unordered_map<uint32_t, ConnInfo> {
+  using Map = std::unordered_map<uint32_t, ConnInfo>;
+  static inline std::atomic<uint64_t> walks{0};  // all endpoints' (a test's, read between rounds)
+  Map::iterator begin() noexcept {
+    walks.fetch_add(1, std::memory_order_relaxed);
+    return Map::begin();
+  }
+  Map::const_iterator begin() const noexcept {
+    walks.fetch_add(1, std::memory_order_relaxed);
+    return Map::begin();
+  }
 };
 
 // One datagram taken from the engine. Gathered (payload != nullptr): the
@@ -300,12 +326,13 @@ struct UdpEndpoint::Impl {
   uint16_t fault_gso_port = 0;
   uint16_t fault_full_sock = 0;  // METAROCE_UDP_FAULT_FULL_SOCKET=K:N (full_socket_fault)
   uint32_t fault_full_left = 0;
-  uint32_t fault_refused_left = 0;  // METAROCE_UDP_FAULT_REFUSED=N (refused_fault)
+  int fault_icmp_err = 0;  // METAROCE_UDP_FAULT_ICMP=E:N, ..._REFUSED=N (icmp_fault)
+  uint32_t fault_icmp_left = 0;
   // Peers whose route refused a GSO message (drop_failed): sent without.
   std::unordered_set<PeerAddr, PeerAddrHash> gso_refused;
 
   // connections as seen from events
-  std::unordered_map<uint32_t, ConnInfo> conns;
+  ConnTable conns;
   // Connections that ended (kClosed, kError), oldest first: each keeps its
   // entry in conns, for state(), conn_error() and peer_address(), until
   // kEndedKept later ones have ended; then it goes (end_conn). A ring with
@@ -416,9 +443,10 @@ struct UdpEndpoint::Impl {
   bool end_flush(size_t kept);
   bool eagain_fault();
   bool full_socket_fault(uint16_t sock);
-  bool refused_fault(uint16_t sock);
+  int icmp_fault(uint16_t sock);
   int gso_fault(size_t m);
   static bool stale_error(int err);
+  static bool icmp_refusal(int err);
   void note_refused(uint16_t sock, int err);
   void keep_failure(const PeerAddr& peer, const SendFailure& f);
   void take_refusals(const PeerAddr& peer, bool keep);

@@ -55,10 +55,6 @@ void UdpEndpoint::Impl::forget_source(const PeerAddr& p) {
   if (src_cache_peer == p) src_cache_peer = PeerAddr{};
 }
 
-namespace {
-bool live(ConnState s) { return s == ConnState::kConnecting || s == ConnState::kEstablished; }
-}  // namespace
-
 bool UdpEndpoint::Impl::count_live(ConnInfo& ci) {
   const bool now_live = live(ci.state);
   if (ci.counted && (!now_live || !(ci.counted_peer == ci.peer))) {

@@ -48,6 +48,12 @@ std::string options_error(const Options& opts) {
   judged.entropy_min = 0;
   judged.entropy_max = UINT16_MAX;
   if (std::string bad = config_error(judged); !bad.empty()) return "Options::engine: " + bad;
+  // A DSCP is 6 bits: the receive path compares the TOS byte's upper six
+  // with this, so 64..255 (a TOS byte given for a DSCP, say) matched no
+  // packet and turned trimming's fast NAK off without a word (TRIM-2).
+  if (opts.trimmed_dscp > kMaxDscp)
+    return "Options::trimmed_dscp " + std::to_string(opts.trimmed_dscp) +
+           " is out of range 0..63 (a DSCP, not a TOS byte: TRIM-1)";
   // ENC-6: neither class may take the TRIMMED code point (config_error has
   // checked that each is 0-63), or every packet of that class would arrive
   // as a cut one (TRIM-2).
@@ -184,8 +190,10 @@ int UdpEndpoint::Impl::open_bound(const PeerAddr& addr, bool is_rx, Error& err) 
     // UdpEndpoint::open also reads as "try another port" for port 0. open()
     // says which port of which block, and what to do.)
     err.status = e == EADDRINUSE ? Status::kResourceExhausted : Status::kInvalidArgument;
+    // (No peer: open() has none. This was the endpoint's own address, which
+    // an application that logs Error::peer then named as the remote side;
+    // the message names the address.)
     err.message = what + ": bind(): " + errno_text(e);
-    err.peer = format_address(addr);
     ::close(fd);
     return -1;
   }
@@ -225,8 +233,15 @@ bool UdpEndpoint::Impl::open(const std::string& address, Error& err) {
     fault_full_sock = static_cast<uint16_t>(std::strtoul(f, &end, 10));
     if (*end == ':') fault_full_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
   }
-  if (const char* f = std::getenv("METAROCE_UDP_FAULT_REFUSED"))
-    fault_refused_left = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_REFUSED")) {
+    fault_icmp_err = ECONNREFUSED;
+    fault_icmp_left = static_cast<uint32_t>(std::strtoul(f, nullptr, 10));
+  }
+  if (const char* f = std::getenv("METAROCE_UDP_FAULT_ICMP")) {  // E:N, E an errno number
+    char* end = nullptr;
+    fault_icmp_err = static_cast<int>(std::strtol(f, &end, 10));
+    if (*end == ':') fault_icmp_left = static_cast<uint32_t>(std::strtoul(end + 1, nullptr, 10));
+  }
   if (const char* f = std::getenv("METAROCE_UDP_RX_CTRL_BYTES"))
     rx_ctrl_len = std::min<size_t>(std::strtoul(f, nullptr, 10), kRxCtrlBytes);
   gro = opts.gro && !env_disabled("METAROCE_UDP_GRO");

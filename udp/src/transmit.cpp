@@ -344,9 +344,10 @@ bool UdpEndpoint::Impl::flush() {
 // as on a route that cannot take it (EINVAL); METAROCE_UDP_FAULT_FULL_SOCKET=K:N
 // makes send socket K (the block's Kth port, from 0) meet a full buffer on its
 // next N sends, while the other sockets' buffers have room;
-// METAROCE_UDP_FAULT_REFUSED=N makes the next N sends on send sockets
-// connected to a peer fail ECONNREFUSED, as an ICMP port unreachable that
-// peer's host sent back would (two in a row: the retry meets one too).
+// METAROCE_UDP_FAULT_ICMP=E:N makes the next N sends on send sockets
+// connected to a peer fail with errno E, as a fatal ICMP error that came
+// back for that peer would (two in a row: the retry meets one too), and
+// METAROCE_UDP_FAULT_REFUSED=N with ECONNREFUSED (port unreachable).
 // Returns the errno, or 0.
 bool UdpEndpoint::Impl::eagain_fault() {
   return fault_eagain_every != 0 && ++fault_calls % fault_eagain_every == 0;
@@ -356,10 +357,10 @@ bool UdpEndpoint::Impl::full_socket_fault(uint16_t sock) {
   --fault_full_left;
   return true;
 }
-bool UdpEndpoint::Impl::refused_fault(uint16_t sock) {
-  if (fault_refused_left == 0 || tx_peer[sock].len == 0) return false;
-  --fault_refused_left;
-  return true;
+int UdpEndpoint::Impl::icmp_fault(uint16_t sock) {
+  if (fault_icmp_left == 0 || tx_peer[sock].len == 0) return 0;
+  --fault_icmp_left;
+  return fault_icmp_err;
 }
 int UdpEndpoint::Impl::gso_fault(size_t m) {
   if (tx_msg_segs[m] <= 1) return 0;
@@ -380,13 +381,31 @@ int UdpEndpoint::Impl::gso_fault(size_t m) {
 // dropped and its peer blamed; a full buffer or EINTR is no such error.
 bool UdpEndpoint::Impl::stale_error(int err) { return !buffer_full(err) && err != EINTR; }
 
-// ECONNREFUSED on a connected send socket is the ICMP port unreachable that
-// its peer's host sent back for an earlier datagram (the kernel matches an
-// ICMP error to a connected socket only by its peer; a send never fails so
-// by itself). Kept for that peer as its last failure, unless a send that
-// failed outright says more.
+// A stale error on a connected send socket is, for these errnos, the fatal
+// ICMP error that its peer's host, or a router or firewall on the way, sent
+// back for an earlier datagram (the kernel matches one to a connected socket
+// only by its peer): port unreachable (ECONNREFUSED), a firewall's REJECT
+// (host, network or communication administratively prohibited: EHOSTUNREACH,
+// ENETUNREACH, EACCES over IPv6), ... Kept for that peer as its last failure,
+// unless a send that failed outright says more: the same errno from a send's
+// own failure (no route) fails its retry too, and drop_failed keeps that.
+// Only ECONNREFUSED was kept, and a firewall's refusal read as a silent peer.
+// (EMSGSIZE, frag needed, is no refusal: the route's MTU is the PMTU's.)
+bool UdpEndpoint::Impl::icmp_refusal(int err) {
+  switch (err) {
+    case ECONNREFUSED:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EACCES:
+    case EHOSTDOWN:
+    case ENONET:
+    case ENOPROTOOPT:
+    case EPROTO: return true;
+    default: return false;
+  }
+}
 void UdpEndpoint::Impl::note_refused(uint16_t sock, int err) {
-  if (err != ECONNREFUSED || tx_peer[sock].len == 0) return;
+  if (!icmp_refusal(err) || tx_peer[sock].len == 0) return;
   const PeerAddr& peer = tx_peer[sock];
   if (const auto it = send_failed.find(peer); it != send_failed.end() && !it->second.icmp) return;
   keep_failure(peer, SendFailure{err, "ICMP", true});
@@ -576,9 +595,9 @@ bool UdpEndpoint::Impl::flush_sendmmsg() {
     if (eagain_fault() || full_socket_fault(sock)) {
       r = -1;
       errno = EAGAIN;
-    } else if (refused_fault(sock)) {
+    } else if ((fault = icmp_fault(sock)) != 0) {
       r = -1;
-      errno = ECONNREFUSED;
+      errno = fault;
     } else if ((fault = gso_fault(m)) != 0) {
       r = -1;
       errno = fault;
@@ -635,9 +654,8 @@ bool UdpEndpoint::Impl::flush_uring() {
       tx_msg_res[m] = -ECANCELED;  // as the link would have
       continue;
     }
-    const int fault = eagain_fault() || full_socket_fault(sock) ? EAGAIN
-                      : refused_fault(sock)                     ? ECONNREFUSED
-                                                                : gso_fault(m);
+    int fault = eagain_fault() || full_socket_fault(sock) ? EAGAIN : icmp_fault(sock);
+    if (fault == 0) fault = gso_fault(m);
     if (fault != 0) {
       tx_msg_res[m] = -fault;
       tx_sock_held[sock] = tx_flush_gen;
@@ -694,7 +712,7 @@ bool UdpEndpoint::Impl::flush_uring() {
 #endif
   // A send here (the test hooks for GSO apply).
   auto send_now = [&](size_t m) {
-    if (refused_fault(tx_msg_sock[m])) return -ECONNREFUSED;
+    if (const int fault = icmp_fault(tx_msg_sock[m]); fault != 0) return -fault;
     if (const int fault = gso_fault(m); fault != 0) return -fault;
     ++io.tx_syscalls;
     return ::sendmsg(sock_fd(tx_msg_sock[m]), &tx_msgs[m].msg_hdr, MSG_DONTWAIT) >= 0 ? 0 : -errno;

@@ -314,6 +314,14 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
     // Every caller (connect_start's two forms, connect) has refused the
     // progress thread already, before the resolver and the route were asked.
     auto lk = im.guard();
+    // Closed by another thread since connect_start looked (the resolver and
+    // the route take a while, unlocked): no round would send the requests,
+    // and the connection read kConnecting for good, connect_start kOk.
+    if (im.closed)
+      return UdpEndpoint::Impl::error_or(Status::kNotConnected, ConnId{}, [&] {
+        const std::string shown = format_address(peer);
+        return im.closed_error("connect to " + shown, ConnId{}, shown);
+      });
     const Status s =
         im.eng->connect(peer, clock_now(), id, max_mtu, im.connect_attempts_for(budget.count()));
     if (s != Status::kOk) {
@@ -1113,18 +1121,17 @@ void UdpEndpoint::Impl::close_locked(std::unique_lock<std::mutex>& lk, bool grac
     // work completes kFlushed at once (poll_completion still returns it after
     // close), and the graceful close lets the DISCONNECT handshakes run.
     (void)drain_events();  // connections accepted since the last round
-    // The connections it closes are the live ones with a closer, here or
-    // the application's before (one accepted during the linger has none):
+    // The linger waits for the live ones with a closer, here or the
+    // application's before (one accepted during the linger has none):
     // marked in their entries, not listed, as a list would take memory a
     // close (and the destructor) must not need.
     const auto closing = [](const ConnInfo& ci) {
-      return ci.closer != ConnInfo::Closer::kNone &&
-             (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting);
+      return ci.closer != ConnInfo::Closer::kNone && live(ci.state);
     };
     bool any = false;
     const TimeNs now = clock_now();
     for (auto& [id, ci] : conns) {
-      if (ci.state == ConnState::kEstablished || ci.state == ConnState::kConnecting) {
+      if (live(ci.state)) {
         // (One the application closed already keeps that: its work went then.)
         if (ci.closer == ConnInfo::Closer::kNone) ci.closer = ConnInfo::Closer::kEndpoint;
         eng->close(ConnId{id}, now);
@@ -1136,7 +1143,8 @@ void UdpEndpoint::Impl::close_locked(std::unique_lock<std::mutex>& lk, bool grac
                           [&](const auto& kv) { return closing(kv.second); });
     };
     if (graceful && any) {  // run_until, but under the mutex held here
-      const auto deadline = std::chrono::steady_clock::now() + opts.linger;
+      // (milliseconds::max(), "for ever", overflowed to a deadline past.)
+      const auto deadline = deadline_after(opts.linger);
       for (;;) {
         const size_t moved = progress_locked();
         if (none_left()) break;
@@ -1148,11 +1156,30 @@ void UdpEndpoint::Impl::close_locked(std::unique_lock<std::mutex>& lk, bool grac
       }
     }
     (void)drain_events();
+    // Accepted during the linger (its rounds read CONNECT_REQs, and the
+    // engine answered them): closed too, and told so by one more round of
+    // sends (no receive: none is accepted after it). Such a connection stayed
+    // kEstablished for good, try_accept() handed it out, and its peer learnt
+    // of the close only from its peer timeout.
+    bool late = false;
+    const TimeNs later = clock_now();
+    for (auto& [id, ci] : conns) {
+      if (live(ci.state) && ci.closer == ConnInfo::Closer::kNone) {
+        ci.closer = ConnInfo::Closer::kEndpoint;
+        eng->close(ConnId{id}, later);
+        late = true;
+      }
+    }
+    if (late && graceful) {
+      (void)pump_tx(later);
+      end_round();
+      (void)drain_events();
+    }
     // Not closed by the peer within the linger (or not asked to be): closed
     // here all the same, the sockets go now. (end_conn erases only older
     // ended entries, never this one: the iteration stays valid.)
     for (auto& [id, ci] : conns)
-      if (closing(ci)) end_conn(id, ci, ConnState::kClosed);
+      if (live(ci.state)) end_conn(id, ci, ConnState::kClosed);
   }
   closed = true;
   // A wait() on another thread that waits on the progress thread's rounds
