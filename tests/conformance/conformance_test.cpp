@@ -1450,6 +1450,49 @@ TEST(Conformance, IgnoredCeEchoesFailCc3) {
   });
 }
 
+// A try spoiled so is made again on a fresh connection, which judges: the
+// first try's connection (the tester's id 0x7e57) renews at every packet, the
+// next does not, and alpha is judged on it.
+TEST(Conformance, AVoidCc3TryIsMadeAgain) {
+  const auto results = run(
+      [] {
+        auto t = std::make_unique<FaultyTarget>();
+        auto renewals = std::make_shared<uint16_t>(0);
+        rewrite_sent(*t, [renewals](wire::Packet& p) {
+          if (!wire::is_data(p.bh.opcode) || p.bh.dst_conn != 0x7e57) return false;
+          *renewals = wire::generation_step(*renewals, 1);
+          p.bh.path_tag = wire::make_path_tag(wire::path_tag_slot(p.bh.path_tag), *renewals);
+          return true;
+        });
+        return t;
+      },
+      "CC-3");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
+  EXPECT_NE(results[0].outcome.detail.find("alpha (permille) against the marked fraction"),
+            std::string::npos)
+      << results[0].outcome.detail;
+}
+
+// A target whose every data packet names a new generation of its path (as
+// if it renewed its paths, PATH-6 or PATH-8, at each packet: a loaded
+// real-time target renewed them faster than any kept a generation for 120
+// packets, once) judges nothing of alpha: every try is void, and the check
+// says so rather than blaming alpha. The echoes, of generations the engine no
+// longer knows, still acknowledge (PATH-3), so the messages go on.
+TEST(Conformance, PathsRenewedBeforeAlphaSettlesVoidEveryCc3Try) {
+  expect_fails(
+      "CC-3", "in 5 attempts, no path carried 120 packets in one generation", [](FaultyTarget& t) {
+        auto renewals = std::make_shared<uint16_t>(0);
+        rewrite_sent(t, [renewals](wire::Packet& p) {
+          if (!wire::is_data(p.bh.opcode)) return false;
+          *renewals = wire::generation_step(*renewals, 1);
+          p.bh.path_tag = wire::make_path_tag(wire::path_tag_slot(p.bh.path_tag), *renewals);
+          return true;
+        });
+      });
+}
+
 // A target that takes a CE echo for every packet its ACK acknowledges (the
 // marked fraction of ACKs): a CE-echoing ACK that acknowledges two packets
 // reaches the engine as two, one per packet, both echoing CE.
