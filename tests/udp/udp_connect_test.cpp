@@ -773,10 +773,19 @@ TEST(UdpConnect, AnIcmpProhibitedIsNamedInTheError) {
       ConnId id;
       const Error e = client->connect(silent.addr, 100ms, id);
       EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+      // ENETUNREACH also stands for network unknown (ICMP code 6), which no
+      // firewall sends: its clause names both.
       const std::string clause =
-          "the peer's network answered with ICMP destination unreachable, administratively "
-          "prohibited (" +
-          std::string(std::strerror(err)) + "): a firewall or router rejected the datagrams";
+          err == ENETUNREACH
+              ? "the peer's network answered with ICMP destination unreachable, network unknown "
+                "or administratively prohibited (" +
+                    std::string(std::strerror(err)) +
+                    "): a router knows no way to the peer's network, or a firewall rejected the "
+                    "datagrams"
+              : "the peer's network answered with ICMP destination unreachable, administratively "
+                "prohibited (" +
+                    std::string(std::strerror(err)) +
+                    "): a firewall or router rejected the datagrams";
       EXPECT_TRUE(
           has(e.message, "connect to " + silent.addr + " timed out after 100 ms; " + clause))
           << e.message;

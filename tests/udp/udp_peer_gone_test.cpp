@@ -6,6 +6,7 @@
 // stay readable.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -234,21 +235,28 @@ TEST(UdpPeerGone, CallsAfterCloseAnswerAtOnce) {
 // connection the engine accepted then had no closer, so close() neither
 // closed it in the engine nor ended its entry. It read kEstablished for
 // good, try_accept() handed it out, and its peer, told nothing, learnt of the
-// close only from its peer timeout. The first client never runs a round, so
-// the server's DISCONNECT goes unanswered and the linger runs its 300 ms,
-// while a second client connects.
+// close only from its peer timeout. The first client runs no round until the
+// second is connected, so the server's DISCONNECT goes unanswered and the
+// linger (10 s: a loaded machine's stall must not end it first) lasts until
+// then; the first client's rounds then answer it and the linger ends.
 TEST(UdpPeerGone, AConnectionAcceptedWhileCloseLingersIsClosed) {
   Options so = test_options();
-  so.linger = 300ms;
+  so.linger = 10s;
   so.engine.disconnect_attempts = 1000;  // repeated all through the linger
   Pair p = connect_pair("127.0.0.1", so);
   ASSERT_TRUE(p.cconn.valid());
   auto late = open_on("127.0.0.1", with_handshake_budget(test_options()));
   ASSERT_TRUE(late);
   const std::string at = p.server->local_address();
-  std::thread closing([&] { p.server->close(); });
+  std::atomic<bool> closed{false};
+  std::thread closing([&] {
+    p.server->close();
+    closed = true;
+  });
   ConnId conn;
   const Error e = late->connect(at, 5s, conn);
+  // Only now may the linger end: the first client answers the DISCONNECT.
+  for (int i = 0; i < 2000 && !closed; ++i) p.client->wait(5ms);
   closing.join();
   ASSERT_FALSE(e) << e.message;  // accepted in the linger's rounds
   // The server's DISCONNECT went as close() ended: the client's first round

@@ -261,8 +261,12 @@ std::string icmp_refusal_clause(int err) {
     case ECONNREFUSED:
       return "the peer's host answered with ICMP port unreachable" + why +
              "no socket listened at its port";
+    case ENETUNREACH:  // network unknown (code 6) as well as network prohibited (9)
+      return "the peer's network answered with ICMP destination unreachable, network unknown or "
+             "administratively prohibited" +
+             why +
+             "a router knows no way to the peer's network, or a firewall rejected the datagrams";
     case EHOSTUNREACH:
-    case ENETUNREACH:
     case EACCES:
       return "the peer's network answered with ICMP destination unreachable, administratively "
              "prohibited" +
