@@ -476,15 +476,21 @@ class FaultyTarget : public EngineTarget {
     (void)EngineTarget::endpoint_stats(before);
     deliver_with_faults(d, entropy, ce, stranger);
     (void)EngineTarget::endpoint_stats(after);
-    if (answer)
-      if (std::vector<uint8_t> a = answer(d, dropped(after) != dropped(before)); !a.empty())
-        answers_.push_back(Sent{std::move(a), entropy_range()->first, kEcnEct0, 0});
+    answer_if_asked(d, dropped(after) != dropped(before));
     const bool echo =
         answers_drops ? dropped(after) != dropped(before)
                       : answers_unknown && after.unknown_connection != before.unknown_connection;
     if (!echo) return;
-    if (unknown_seen_++ >= answers_unknown_after)
-      answers_.push_back(Sent{{d.begin(), d.end()}, entropy_range()->first, kEcnEct0, 0});
+    if (unknown_seen_++ >= answers_unknown_after) queue_answer({d.begin(), d.end()});
+  }
+  void answer_if_asked(std::span<const uint8_t> d, bool was_dropped) {
+    if (!answer) return;
+    if (std::vector<uint8_t> a = answer(d, was_dropped); !a.empty()) queue_answer(std::move(a));
+  }
+  // Answers go out from the target's first entropy value, ECN-capable, at
+  // the tester's next wait.
+  void queue_answer(std::vector<uint8_t> bytes) {
+    answers_.push_back(Sent{std::move(bytes), entropy_range()->first, kEcnEct0, 0});
   }
   // With `ce_unread`, the IP ECN field of what arrives is never read: no
   // packet is taken for CE-marked.
@@ -515,18 +521,16 @@ class FaultyTarget : public EngineTarget {
   bool deliver_trimmed(std::span<const uint8_t> d, uint16_t entropy, bool ce) override {
     std::vector<uint8_t> bytes(d.begin(), d.end());
     if (reseal_trimmed) (void)wire::seal(bytes, bytes.size() - wire::kIcrcSize, 0);
-    if (!trimmed_as_plain && answer) {
-      EndpointStats before, after;
-      (void)EngineTarget::endpoint_stats(before);
-      const bool taken = EngineTarget::deliver_trimmed(bytes, entropy, ce);
-      (void)EngineTarget::endpoint_stats(after);
-      if (std::vector<uint8_t> a = answer(d, dropped(after) != dropped(before)); !a.empty())
-        answers_.push_back(Sent{std::move(a), entropy_range()->first, kEcnEct0, 0});
-      return taken;
+    if (trimmed_as_plain) {
+      deliver(bytes, entropy, ce, false);
+      return true;
     }
-    if (!trimmed_as_plain) return EngineTarget::deliver_trimmed(bytes, entropy, ce);
-    deliver(bytes, entropy, ce, false);
-    return true;
+    EndpointStats before, after;
+    (void)EngineTarget::endpoint_stats(before);
+    const bool taken = EngineTarget::deliver_trimmed(bytes, entropy, ce);
+    (void)EngineTarget::endpoint_stats(after);
+    answer_if_asked(d, dropped(after) != dropped(before));
+    return taken;
   }
   // With `no_timers`, what the engine sends on a timer of its own, not at
   // once on a datagram delivered, is held until the next datagram arrives: a
