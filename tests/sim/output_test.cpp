@@ -3,6 +3,7 @@
 // same bytes for one seed), link names, and that output costs the run
 // nothing it could see (same report and digest with and without it).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "metaroce/sim/presets.hpp"
@@ -26,12 +28,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::path(::testing::TempDir()) / ("metaroce_sim_output_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+// A folder of this process's own, removed when the test ends: two build trees
+// running the suite at once never write into each other's files, and no run
+// leaves its captures behind.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name)
+      : path_(fs::path(::testing::TempDir()) /
+              ("metaroce_sim_output_" + std::to_string(::getpid()) + "_" + name)) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  fs::path operator/(const std::string& file) const { return path_ / file; }
+  std::string string() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -89,7 +108,7 @@ SimConfig small(const std::string& preset_name, TransportKind t, uint64_t seed =
 }
 
 TEST(Pcap, MetaRoceLinkCaptureIsValidAndDecodes) {
-  const fs::path dir = temp_dir("pcap_metaroce");
+  const ScratchDir dir("pcap_metaroce");
   SimConfig cfg = small("fattree16-perm", TransportKind::kMetaRoce);
   cfg.output.pcap_link = "16";  // ToR 0 - agg: both directions
   cfg.output.pcap_path = (dir / "l16.pcap").string();
@@ -161,7 +180,7 @@ TEST(Pcap, SameSeedSameBytesWhileAnotherSimulationLives) {
   // Two runs of one seed, the first still alive while the second runs, so
   // that nothing of the second sits where the first's did: their captures
   // hold the same bytes. (The WRITEs' raddr once carried a heap address.)
-  const fs::path dir = temp_dir("pcap_twice");
+  const ScratchDir dir("pcap_twice");
   std::vector<std::unique_ptr<Simulation>> sims;
   std::string bytes[2];
   for (int run = 0; run < 2; ++run) {
@@ -180,7 +199,7 @@ TEST(Pcap, SameSeedSameBytesWhileAnotherSimulationLives) {
 }
 
 TEST(Pcap, BaselineCaptureCarriesRoceHeadersAndOneDirection) {
-  const fs::path dir = temp_dir("pcap_irn");
+  const ScratchDir dir("pcap_irn");
   SimConfig cfg = small("fattree16-perm", TransportKind::kIrn);
   cfg.output.pcap_link = "host:0-up";
   cfg.output.pcap_path = (dir / "h0.pcap").string();
@@ -212,7 +231,7 @@ TEST(Csv, FilesHaveTheirColumnsAndSameBytesForOneSeed) {
   const char* names[] = {"throughput.csv", "queues.csv", "paths.csv", "fcts.csv"};
   uint64_t total_bytes = 0;
   for (int run = 0; run < 2; ++run) {
-    const fs::path dir = temp_dir("csv" + std::to_string(run));
+    const ScratchDir dir("csv" + std::to_string(run));
     SimConfig cfg = small("fattree16-perm", TransportKind::kMetaRoce, 5);
     cfg.output.csv_dir = dir.string();
     cfg.output.watch_link = "host:3-down";
@@ -254,7 +273,7 @@ TEST(Csv, ReportMaxQueueIsAtLeastEverySample) {
                                 TransportKind::kRoceV2, TransportKind::kIrn}) {
     for (const char* name : {"fattree16-perm", "fattree16-allreduce"}) {
       const std::string label = std::string(name) + " " + transport_name(t);
-      const fs::path dir = temp_dir("maxq");
+      const ScratchDir dir("maxq");
       SimConfig cfg = small(name, t);
       cfg.output.csv_dir = dir.string();
       cfg.output.sample_interval = SimTime::from_ns(500);
@@ -284,7 +303,7 @@ TEST(Csv, ReportMaxQueueIsAtLeastEverySample) {
 // the limit comes well before it, and the rows stopped there or at the last
 // sample before it).
 TEST(Csv, LastRowIsAtTheEndOfTheRunNotAtTheLastEvent) {
-  const fs::path dir = temp_dir("csv_end");
+  const ScratchDir dir("csv_end");
   const LinkSpec l{};
   SimConfig cfg;
   cfg.name = "lone-dropped";
@@ -318,7 +337,7 @@ TEST(Output, LeavesReportAndDigestUnchanged) {
       Simulation off(small(name, t, 2));
       off.run();
       ASSERT_TRUE(off.flows().all_done()) << name;  // (a stuck run samples up to 1 s)
-      const fs::path dir = temp_dir(std::string("same_") + transport_name(t) + name);
+      const ScratchDir dir(std::string("same_") + transport_name(t) + name);
       SimConfig cfg = small(name, t, 2);
       cfg.output.pcap_link = "sw:0:0";
       cfg.output.pcap_path = (dir / "x.pcap").string();
@@ -337,7 +356,7 @@ TEST(Output, LeavesReportAndDigestUnchanged) {
 TEST(Trace, FlowTraceHasBothEndsAndLeavesTheDigestUnchanged) {
   Simulation off(small("fattree16-perm-gray", TransportKind::kMetaRoce, 3));
   off.run();
-  const fs::path dir = temp_dir("trace");
+  const ScratchDir dir("trace");
   SimConfig cfg = small("fattree16-perm-gray", TransportKind::kMetaRoce, 3);
   const FlowSpec spec = cfg.flows.at(2);
   cfg.output.trace_flow = 2;
