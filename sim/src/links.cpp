@@ -154,7 +154,8 @@ std::string link_name(const TopoGraph& g, const LinkRef& l) {
   return s;
 }
 
-std::string default_pcap_path(const std::string& name, const std::string& transport) {
+std::string default_output_path(const std::string& name, const std::string& transport,
+                                std::string_view suffix) {
   std::string s = name + "-" + transport;
   for (char& c : s) {
     const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -162,7 +163,7 @@ std::string default_pcap_path(const std::string& name, const std::string& transp
     if (!safe) c = '_';
   }
   if (s[0] == '.' || s[0] == '-') s[0] = '_';  // not hidden, "..", or read as an option
-  return s + ".pcap";
+  return s.append(suffix);
 }
 
 std::string list_links(const TopoGraph& g, bool json) {

@@ -315,8 +315,8 @@ sim_expect 2 "^metaroce-sim: --pcap-file '\\./col3/\\.\\./col3/fcts\\.csv' and -
 sim_expect 2 "^metaroce-sim: --pcap-file '$out/t\\.csv' and --trace-file 't\\.csv' are the same file\$" \
   --pcap 16 --pcap-file "$out/t.csv" --trace-flow 1 --trace-file t.csv
 # The defaults too: --trace-file named as the flow's default trace file.
-sim_expect 2 "^metaroce-sim: --pcap-file 'trace-flow2\\.csv' and --trace-file 'trace-flow2\\.csv' are the same file\$" \
-  --pcap 16 --pcap-file trace-flow2.csv --trace-flow 2
+sim_expect 2 "^metaroce-sim: --pcap-file 'fattree16-perm-metaroce-trace-flow2\\.csv' and --trace-file 'fattree16-perm-metaroce-trace-flow2\\.csv' are the same file\$" \
+  --pcap 16 --pcap-file fattree16-perm-metaroce-trace-flow2.csv --trace-flow 2
 left=$(find . -mindepth 1 | head -3)
 if [ -n "$left" ]; then
   echo "FAIL: refused output options still wrote: $left"
@@ -324,6 +324,15 @@ if [ -n "$left" ]; then
 fi
 expect_quiet 0 "$sim" -q --no-timing --csv col --pcap 16 --pcap-file col/x.pcap --trace-flow 0 \
   --trace-file col/trace.csv
+# Without --trace-file, the trace is named by preset and transport as --pcap's
+# file is: a run of another preset keeps its own.
+expect_quiet 0 "$sim" -q --no-timing --transport spray-nocc --trace-flow 1
+if [ -s fattree16-perm-spray-nocc-trace-flow1.csv ] && [ ! -e trace-flow1.csv ]; then
+  echo "ok:   the default trace file is fattree16-perm-spray-nocc-trace-flow1.csv"
+else
+  echo "FAIL: the default trace file is not named by preset and transport: $(ls)"
+  failures=$((failures + 1))
+fi
 # Nor may an output be a file the run reads: opened "wb", the config or the
 # traffic matrix was emptied before the run had read it... or after.
 printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n[[workload]]\nkind = "matrix"\nfile = "fcts.csv"\n' >in.toml

@@ -535,21 +535,24 @@ TEST(Links, JsonListingHoldsWhatTheTextDoes) {
   EXPECT_EQ(list_links(ls).rfind("# edge", 0), 0u);
 }
 
-// --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder. A
+// --pcap without --pcap-file: NAME-TRANSPORT.pcap in the current folder (and
+// --trace-flow N without --trace-file NAME-TRANSPORT-trace-flowN.csv). A
 // config file's name is free text; "rack/a" wrote into a folder "rack"
 // (created for it), "/x/y" into /x, "../y" into the parent folder.
 TEST(Pcap, DefaultFileNameStaysInTheCurrentFolder) {
-  EXPECT_EQ(default_pcap_path("fattree128-perm2mb", "metaroce"),
+  EXPECT_EQ(default_output_path("fattree128-perm2mb", "metaroce", ".pcap"),
             "fattree128-perm2mb-metaroce.pcap");
-  EXPECT_EQ(default_pcap_path("leafspine32-mixed", "spray-nocc"),
+  EXPECT_EQ(default_output_path("leafspine32-mixed", "spray-nocc", ".pcap"),
             "leafspine32-mixed-spray-nocc.pcap");
-  EXPECT_EQ(default_pcap_path("k_4.v2", "irn"), "k_4.v2-irn.pcap");
-  EXPECT_EQ(default_pcap_path("rack/a", "irn"), "rack_a-irn.pcap");
-  EXPECT_EQ(default_pcap_path("/x/y", "rocev2"), "_x_y-rocev2.pcap");
-  EXPECT_EQ(default_pcap_path("../y", "metaroce"), "_._y-metaroce.pcap");
-  EXPECT_EQ(default_pcap_path("a\\b c:d*?\n", "irn"), "a_b_c_d___-irn.pcap");
-  EXPECT_EQ(default_pcap_path("", "irn"), "_irn.pcap");
-  EXPECT_EQ(default_pcap_path(".hidden", "irn"), "_hidden-irn.pcap");
+  EXPECT_EQ(default_output_path("k_4.v2", "irn", ".pcap"), "k_4.v2-irn.pcap");
+  EXPECT_EQ(default_output_path("rack/a", "irn", ".pcap"), "rack_a-irn.pcap");
+  EXPECT_EQ(default_output_path("/x/y", "rocev2", ".pcap"), "_x_y-rocev2.pcap");
+  EXPECT_EQ(default_output_path("../y", "metaroce", ".pcap"), "_._y-metaroce.pcap");
+  EXPECT_EQ(default_output_path("a\\b c:d*?\n", "irn", ".pcap"), "a_b_c_d___-irn.pcap");
+  EXPECT_EQ(default_output_path("", "irn", ".pcap"), "_irn.pcap");
+  EXPECT_EQ(default_output_path(".hidden", "irn", ".pcap"), "_hidden-irn.pcap");
+  EXPECT_EQ(default_output_path("rack/a", "spray-nocc", "-trace-flow3.csv"),
+            "rack_a-spray-nocc-trace-flow3.csv");
 }
 
 // The queue-wait rows name the ports as the fabric has them: a fat-tree's

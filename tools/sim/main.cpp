@@ -129,7 +129,9 @@ int run(int argc, char** argv) {
                  "fcts.csv numbers flows) as CSV")
       ->check(non_negative)
       ->check(at_most(INT64_MAX));
-  app.add_option("--trace-file", out.trace_path, "file for --trace-flow (default trace-flowN.csv)");
+  app.add_option(
+      "--trace-file", out.trace_path,
+      "file for --trace-flow (default PRESET-TRANSPORT-trace-flowN.csv in the current folder)");
   app.add_option("--set", settings,
                  "override a tunable, KEY=VALUE, repeatable (--list-settings shows the keys); "
                  "applied after the preset or config file; a key that --time-limit-ms, --paths "
@@ -280,7 +282,10 @@ int run(int argc, char** argv) {
       return bad_option(std::string(option) + " qualifies " + needed + ", which is not given");
   out.sample_interval = SimTime{static_cast<uint64_t>(sample_us * 1e6)};
   if (!out.pcap_link.empty() && out.pcap_path.empty())
-    out.pcap_path = default_pcap_path(cfg.name, transport);
+    out.pcap_path = default_output_path(cfg.name, transport, ".pcap");
+  if (out.trace_flow >= 0 && out.trace_path.empty())
+    out.trace_path = default_output_path(cfg.name, transport,
+                                         "-trace-flow" + std::to_string(out.trace_flow) + ".csv");
   cfg.output = out;
   cfg.progress = !quiet && (progress || isatty(STDERR_FILENO) != 0);
   std::unique_ptr<Simulation> sim;

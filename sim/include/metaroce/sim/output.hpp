@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metaroce/sim/network.hpp"
@@ -47,12 +48,15 @@ bool parse_link(const TopoGraph& g, const std::string& text, LinkRef& out, std::
 // b, b_switch, rate_gbps, delay_us, parallel, parallel_of), for scripts.
 [[nodiscard]] std::string list_links(const TopoGraph& g, bool json = false);
 
-// The pcap file --pcap writes when no --pcap-file is given: NAME-TRANSPORT.pcap
-// in the current folder, NAME the preset's or config file's name with every
-// character but letters, digits, '.', '_' and '-' made '_' and a leading '.'
-// too. A config file's name is free text: "rack/a" put the capture in a
+// The file an output option writes when it is given no file name:
+// NAME-TRANSPORT followed by `suffix` (".pcap" for --pcap, "-trace-flowN.csv"
+// for --trace-flow) in the current folder, so that runs of other presets and
+// transports keep their own. NAME is the preset's or config file's name with
+// every character but letters, digits, '.', '_' and '-' made '_' and a leading
+// '.' too. A config file's name is free text: "rack/a" put the capture in a
 // folder "rack" (created for it), "/x/y" in /x, "../y" in the parent folder.
-[[nodiscard]] std::string default_pcap_path(const std::string& name, const std::string& transport);
+[[nodiscard]] std::string default_output_path(const std::string& name, const std::string& transport,
+                                              std::string_view suffix);
 
 struct OutputOptions {
   std::string pcap_link;   // capture this link (parse_link) ...
@@ -78,7 +82,8 @@ struct OutputFile {
   std::string option;  // "--pcap-file", "--trace-file", "--csv"
   std::string path;
 };
-// The --trace-flow file: trace_path, else trace-flowN.csv in the current folder.
+// The --trace-flow file: trace_path, else trace-flowN.csv in the current folder
+// (metaroce-sim names it by default_output_path instead).
 [[nodiscard]] std::string trace_file_path(const OutputOptions& o);
 [[nodiscard]] std::vector<OutputFile> output_files(const OutputOptions& o);
 // Two of output_files() that are one file (compared by weakly_canonical, so
