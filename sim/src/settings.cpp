@@ -192,7 +192,7 @@ std::span<const Setting> table() {
        "CC-9 connection cap: this multiple of the fabric BDP, plus inflight_cap_packets (0: none)",
        0, 1000, kReal, store<&SimConfig::inflight_cap_bdp>, kEngine},
       {"inflight_cap_packets", "CC-9 connection cap: packets of queue on top of the BDP share", 0,
-       1e6, kInteger, store<&SimConfig::inflight_cap_packets>, kEngine},
+       kMaxPacketCount, kInteger, store<&SimConfig::inflight_cap_packets>, kEngine},
       {"initial_window_bdp", "CC-1 initial window as a multiple of the fabric BDP (0: engine's)", 0,
        1000, kReal, store<&SimConfig::initial_window_bdp>, kEngine},
       {"num_paths", "PATH-1 entropy values per connection", 1, kMaxPaths, kInteger,

@@ -179,8 +179,10 @@ double wall_now() {
 // (plus `extra` packets). Past the engine's range it is refused in the
 // user's terms: the engine's own message named cc.initial_cwnd_packets
 // 366210944, a field no one had set (100 Tb/s links, 10 ms delays).
+// `extra_key` names the setting that gave `extra` (nullptr: none did), so that
+// the refusal can offer both ways back into range.
 uint32_t packets_from_bdp(const char* key, double multiple, uint32_t bdp, uint32_t extra,
-                          const char* rule) {
+                          const char* extra_key, const char* rule) {
   const double packets = std::ceil(multiple * bdp) + extra;
   if (packets <= kMaxPacketCount) return static_cast<uint32_t>(packets);
   std::ostringstream m;
@@ -188,13 +190,18 @@ uint32_t packets_from_bdp(const char* key, double multiple, uint32_t bdp, uint32
   if (extra > 0) m << " plus " << extra;
   m << " is " << std::setprecision(12) << packets << " packets, past the engine's "
     << kMaxPacketCount << " (" << rule << ")";
+  const char* join = ": give --set ";
   if (extra < kMaxPacketCount) {
     // The largest multiple that fits, three digits rounded down.
     const double fits = static_cast<double>(kMaxPacketCount - extra) / bdp;
     const double step = std::pow(10.0, std::floor(std::log10(fits)) - 2);
-    m << std::setprecision(3) << ": give --set " << key << "=" << std::floor(fits / step) * step
-      << " or less (a config file's " << key << ")";
+    m << std::setprecision(3) << join << key << "=" << std::floor(fits / step) * step << " or less";
+    join = ", or --set ";
   }
+  if (const double share = std::ceil(multiple * bdp);
+      extra_key != nullptr && share < kMaxPacketCount)
+    m << join << extra_key << "=" << std::setprecision(12) << kMaxPacketCount - share << " or less";
+  m << " (or the same in a config file)";
   throw std::invalid_argument(m.str());
 }
 }  // namespace
@@ -310,11 +317,12 @@ Simulation::Simulation(SimConfig cfg) : cfg_(std::move(cfg)) {
     ec.connect_retry_ns =
         std::max(ec.connect_retry_ns, 2 * fabric_rtt(data_bytes, ack_bytes).to_engine().ns);
     if (ec.cc.max_inflight_packets == 0 && cfg_.inflight_cap_bdp > 0)
-      ec.cc.max_inflight_packets = packets_from_bdp("inflight_cap_bdp", cfg_.inflight_cap_bdp, bdp,
-                                                    cfg_.inflight_cap_packets, "CC-9");
+      ec.cc.max_inflight_packets =
+          packets_from_bdp("inflight_cap_bdp", cfg_.inflight_cap_bdp, bdp,
+                           cfg_.inflight_cap_packets, "inflight_cap_packets", "CC-9");
     if (cfg_.initial_window_bdp > 0)
       ec.cc.initial_cwnd_packets =
-          packets_from_bdp("initial_window_bdp", cfg_.initial_window_bdp, bdp, 0, "CC-1");
+          packets_from_bdp("initial_window_bdp", cfg_.initial_window_bdp, bdp, 0, nullptr, "CC-1");
     ec.cover_payload = false;
     // The engine would clamp a field out of range; a scenario that asks for
     // one (a cap of 1000 BDP at 800G) is refused with the field named.

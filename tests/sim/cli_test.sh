@@ -409,6 +409,12 @@ sim_expect 2 '^metaroce-sim: inflight_cap_bdp 1 times this fabric.s BDP of [0-9]
 sim_expect 0 '' --config "$cfg/t.toml" --set initial_window_bdp=0.000268 \
   --set inflight_cap_bdp=0.000268
 rm -rf "$cfg"
+# inflight_cap_packets alone can take the cap past the engine's range: it is
+# refused at once above 65535, and named with the multiple below it.
+sim_expect 2 '^metaroce-sim: --set inflight_cap_packets: 70000 is not an integer in \[0, 65535\]$' \
+  --set inflight_cap_packets=70000
+sim_expect 2 '^metaroce-sim: inflight_cap_bdp 1 times this fabric.s BDP of 43 packets plus 65500 is 65543 packets, past the engine.s 65535 \(CC-9\): give --set inflight_cap_bdp=0\.813 or less, or --set inflight_cap_packets=65492 or less \(or the same in a config file\)$' \
+  --set inflight_cap_packets=65500
 # Values in range still run (a small preset, a short limit).
 sim_expect 0 '' --preset incast8-256k --paths 1 --min-rto-us 100 --time-limit-ms 50 \
   --set queue.ecn_kmin=100000 --set queue.ecn_kmax=100000
