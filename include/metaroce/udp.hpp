@@ -321,7 +321,11 @@ class UdpEndpoint {
   // after close(), or where no thread could be started (no memory for it,
   // or the system's limit on threads): then nothing changed, and the
   // caller's own calls drive progress, as before (no exception comes out).
-  // Under Options::thread_safe, threads starting it at once start one, and
+  // Without Options::thread_safe, it is one of the calls that come one
+  // thread at a time: no other call may run while it is made (a call
+  // already under way took no lock, and the thread's rounds would run
+  // beside it); once it returns true, any thread may call. Under
+  // Options::thread_safe, threads starting it at once start one, and
   // one that starts it while another closes the endpoint either starts it
   // before the close, which stops it, or is refused.
   bool start_progress_thread(ProgressMode mode = ProgressMode::kSleeping) noexcept;
