@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -117,9 +118,12 @@ int main(int argc, char** argv) {
          return w::write_probe(o, base(w::Opcode::kProbe, pc | ar, 0));
        }));
   const w::Opcode connects[] = {w::Opcode::kConnectReq, w::Opcode::kConnectAccept,
-                                w::Opcode::kConnectReject};
-  const char* connect_names[] = {"connect_req", "connect_accept", "connect_reject"};
-  for (size_t i = 0; i < 3; ++i) {
+                                w::Opcode::kConnectReject, w::Opcode::kConnectReq};
+  // The last one names the port its answers go to, as every request of the
+  // UDP driver does (section 3.12, CONN-1).
+  const char* connect_names[] = {"connect_req", "connect_accept", "connect_reject",
+                                 "connect_req_reply_port"};
+  for (size_t i = 0; i < std::size(connects); ++i) {
     save(dir, connect_names[i], control(w::header_size(connects[i]), [&](std::span<uint8_t> o) {
            w::ConnectBody c;
            c.src_conn = 0x5678;
@@ -129,6 +133,7 @@ int main(int argc, char** argv) {
            c.max_reads = 16;
            c.code = connects[i] == w::Opcode::kConnectReject ? 0x48 : 0;
            c.max_version = 1;
+           c.reply_port = i == 3 ? 0x1234 : 0;
            c.nonce = 0x1122334455667788ULL;
            return w::write_connect(o, base(connects[i], pc, 0), c);
          }));
