@@ -269,7 +269,7 @@ void check_recipe(std::span<const uint8_t> d) {
     for (size_t i = 0; i < p.ack.sack_words; ++i) p.ack.sack[i] = r.u64();
   } else if (op == w::Opcode::kNak) {
     p.nak.nak_psn = r.u32();
-    p.nak.code = static_cast<uint8_t>(1 + r.u8() % 6);
+    p.nak.code = static_cast<uint8_t>(1 + r.u8() % 7);  // every wire code, 0x01-0x07
     p.nak.msn = r.u32();
     p.nak.cum_psn = r.u32();
   } else if (is_connect(op)) {

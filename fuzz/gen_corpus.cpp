@@ -117,6 +117,11 @@ int main(int argc, char** argv) {
   save(dir, "probe", control(w::header_size(w::Opcode::kProbe), [&](std::span<uint8_t> o) {
          return w::write_probe(o, base(w::Opcode::kProbe, pc | ar, 0));
        }));
+  save(dir, "nak_remote_op_error",
+       control(w::header_size(w::Opcode::kNak), [&](std::span<uint8_t> o) {
+         w::NakBody n{4242, 0x07, 9, 4240};  // the highest wire NAK code (section 3.10)
+         return w::write_nak(o, base(w::Opcode::kNak, pc, 0), n);
+       }));
   const w::Opcode connects[] = {w::Opcode::kConnectReq, w::Opcode::kConnectAccept,
                                 w::Opcode::kConnectReject, w::Opcode::kConnectReq};
   // The last one names the port its answers go to, as every request of the
