@@ -1,7 +1,9 @@
-// Writes the seed corpus for fuzz_decode: one valid packet per opcode (and a
-// few variants), encoded with the codec itself. The files are checked in under
-// fuzz/corpus/fuzz_decode; rerun after a wire-format change:
-//   build-fuzz/fuzz/gen_corpus fuzz/corpus/fuzz_decode
+// Writes the seed corpora the fuzz targets start from, one folder per target,
+// built with the codec itself:
+//   fuzz_decode  one valid packet per opcode (and a few variants)
+// The files are checked in under fuzz/corpus; rerun after a wire-format change:
+//   build-fuzz/fuzz/gen_corpus fuzz/corpus
+// scripts/run-tests.sh's fuzz-corpus step fails when the two differ.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -65,16 +67,7 @@ std::vector<uint8_t> control(size_t hlen_max, Write write) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
-    return 2;
-  }
-  const std::string dir = argv[1];
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+void write_decode_seeds(const std::string& dir) {
   const uint8_t pc = w::kFlagPayloadCovered;
   const uint8_t ar = w::kFlagAckRequested;
 
@@ -151,6 +144,31 @@ int main(int argc, char** argv) {
        control(w::header_size(w::Opcode::kDisconnectAck), [&](std::span<uint8_t> o) {
          return w::write_disconnect(o, base(w::Opcode::kDisconnectAck, pc, 0), {0x5678, 0});
        }));
-  if (g_errors == 0) std::printf("gen_corpus: wrote %s\n", dir.c_str());
+}
+
+// A fresh folder: a stale file of an older generator must not survive.
+std::string fresh_dir(const std::string& root, const char* name) {
+  const std::string dir = root + "/" + name;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "gen_corpus: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    ++g_errors;
+  }
+  return dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (one folder per fuzz target goes under it)\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string root = argv[1];
+  write_decode_seeds(fresh_dir(root, "fuzz_decode"));
+  if (g_errors == 0) std::printf("gen_corpus: wrote %s\n", root.c_str());
   return g_errors == 0 ? 0 : 1;
 }
