@@ -1,6 +1,8 @@
 // Writes the seed corpora the fuzz targets start from, one folder per target,
 // built with the codec itself:
 //   fuzz_decode  one valid packet per opcode (and a few variants)
+//   fuzz_engine  a few long inputs: full-size data packets, ACKs of 16 SACK
+//                words, trimmed and replayed packets, lossy traffic
 // The files are checked in under fuzz/corpus; rerun after a wire-format change:
 //   build-fuzz/fuzz/gen_corpus fuzz/corpus
 // scripts/run-tests.sh's fuzz-corpus step fails when the two differ.
@@ -20,13 +22,7 @@ namespace {
 
 int g_errors = 0;
 
-void save(const std::string& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
-  w::Packet check;
-  if (w::decode(bytes, check) != w::ParseError::kOk) {
-    std::fprintf(stderr, "gen_corpus: %s does not decode\n", name.c_str());
-    ++g_errors;
-    return;
-  }
+void save_raw(const std::string& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
   const std::string path = dir + "/" + name;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
@@ -34,6 +30,16 @@ void save(const std::string& dir, const std::string& name, const std::vector<uin
     ++g_errors;
   }
   if (f != nullptr) std::fclose(f);
+}
+
+void save(const std::string& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
+  w::Packet check;
+  if (w::decode(bytes, check) != w::ParseError::kOk) {
+    std::fprintf(stderr, "gen_corpus: %s does not decode\n", name.c_str());
+    ++g_errors;
+    return;
+  }
+  save_raw(dir, name, bytes);
 }
 
 w::BaseHeader base(w::Opcode op, uint8_t flags, uint32_t psn) {
@@ -146,6 +152,124 @@ void write_decode_seeds(const std::string& dir) {
        }));
 }
 
+// fuzz_engine's input (fuzz_engine.cpp): a setup byte, then records, each an
+// opcode byte (its value mod 8 picks the record) and the record's fields.
+class EngineInput {
+ public:
+  // mtu: 0-3 for 256, 512, 1024, 4096; flags as fuzz_engine's World(setup).
+  explicit EngineInput(uint8_t setup) { b_.push_back(setup); }
+  // A datagram delivered as it is. flags (fuzz_engine's send_fuzzed): bit 0
+  // to B (else A), 1 CE, 2 from a stranger, 3 reseal, 4 the receiver's
+  // dst_conn, 5 one of its keys (region `region`, raddr its base + `at`),
+  // 6 trimmed.
+  EngineInput& raw(uint8_t flags, const std::vector<uint8_t>& d, uint8_t region = 0,
+                   uint16_t at = 0) {
+    b_.push_back(0);
+    b_.push_back(flags);
+    u16(0x1234);  // entropy: the UDP source port
+    u16(static_cast<uint16_t>(d.size()));
+    b_.insert(b_.end(), d.begin(), d.end());
+    if ((flags & 0x20) != 0) {
+      b_.push_back(static_cast<uint8_t>(region | 8));  // 8: patch raddr too
+      u16(at);
+    }
+    return *this;
+  }
+  // The idx-th captured datagram again, with one byte set (pos & 0x8000 cuts it there instead).
+  EngineInput& captured(uint8_t flags, uint8_t idx, uint16_t pos, uint8_t val) {
+    b_.insert(b_.end(), {3, flags, idx, 1});
+    u16(pos);
+    b_.push_back(val);
+    return *this;
+  }
+  EngineInput& traffic(uint8_t drop = 0, uint8_t ce = 0) {
+    b_.insert(b_.end(), {5, drop, ce});
+    return *this;
+  }
+  EngineInput& post(int side, uint8_t pick) {
+    b_.insert(b_.end(), {static_cast<uint8_t>(side == 0 ? 0x87 : 0xc7), pick});
+    return *this;
+  }
+  EngineInput& wait_us(uint16_t units_of_64us) {
+    b_.push_back(0x86);
+    u16(units_of_64us);
+    return *this;
+  }
+  EngineInput& next_timer() {
+    b_.push_back(7);
+    return *this;
+  }
+  const std::vector<uint8_t>& bytes() const { return b_; }
+
+ private:
+  void u16(uint16_t v) {
+    b_.push_back(static_cast<uint8_t>(v >> 8));
+    b_.push_back(static_cast<uint8_t>(v));
+  }
+  std::vector<uint8_t> b_;
+};
+
+// Full-size inputs: without them libFuzzer's length control keeps fuzz_engine
+// below about 60 bytes for a whole CI run, too short for a data packet with
+// payload, an ACK with SACK words, or more than a few records.
+void write_engine_seeds(const std::string& dir) {
+  const uint8_t pc = w::kFlagPayloadCovered;
+  constexpr uint8_t kToB = 0x01, kReseal = 0x08, kConn = 0x10, kKey = 0x20, kTrim = 0x40;
+  const auto ack16 = [](uint32_t cum) {
+    return control(w::header_size(w::Opcode::kAck, w::kMaxSackWords), [&](std::span<uint8_t> o) {
+      w::AckBody a;
+      a.cum_psn = cum;
+      a.echo_psn = cum + 3;
+      a.echo_path_tag = 0x21;
+      a.sack_words = w::kMaxSackWords;
+      for (size_t i = 0; i < w::kMaxSackWords; ++i) a.sack[i] = 0xaaaaaaaa55555555ULL >> i;
+      return w::write_ack(o, base(w::Opcode::kAck, pc, 0), a);
+    });
+  };
+  // mtu 4096, one path: A writes, then full-size WRITEs and READ responses
+  // with B's and A's keys, an ACK of 16 SACK words each way.
+  EngineInput big(3);
+  big.post(0, 0).post(0, 3).traffic();
+  big.raw(kToB | kReseal | kConn | kKey, data_packet(w::Opcode::kWrite, pc, 0, 4096, 4096), 0, 0);
+  big.raw(kToB | kReseal | kConn | kKey, data_packet(w::Opcode::kWrite, 0, 1024, 8192, 4000), 0,
+          64);
+  big.raw(kReseal | kConn | kKey, data_packet(w::Opcode::kReadResp, pc, 0, 1500, 1500), 4, 0);
+  big.raw(kReseal | kConn, ack16(0)).raw(kToB | kReseal | kConn, ack16(1 << 20));
+  big.traffic().next_timer().traffic();
+  save_raw(dir, "full_size_writes_and_sacks", big.bytes());
+
+  // mtu 1024, four paths, payload covered, gather on both sides: a lossy
+  // exchange, captured packets replayed edited, cut short and trimmed, raw
+  // trimmed data packets, and timers.
+  EngineInput lossy(2 | 0x10 | 0xc0);
+  lossy.post(0, 0).post(0, 2).post(0, 7).post(1, 0).post(1, 3).post(0, 4);
+  lossy.traffic(0x24, 0x81).traffic(0x10, 0).traffic();
+  lossy.captured(0, 2, 40, 0xff).captured(kTrim, 3, 0, 0).captured(0x02, 5, 0x8000 | 30, 0);
+  lossy.raw(kToB | kReseal | kConn | kKey | kTrim,
+            data_packet(w::Opcode::kWrite, pc, 0, 1024, 1024));
+  lossy.raw(kToB | kReseal | kConn | kTrim, data_packet(w::Opcode::kSend, pc, 0, 700, 700));
+  lossy.raw(kToB | 0x04 | kReseal | kConn, data_packet(w::Opcode::kSendImm, pc, 0, 10, 10));
+  lossy.wait_us(50).traffic(0xff, 0).next_timer().traffic().wait_us(2000).next_timer().traffic();
+  save_raw(dir, "lossy_trimmed_replayed", lossy.bytes());
+
+  // mtu 256, window 1024: many small packets in flight, an ACK of 16 SACK
+  // words against them, and NAKs and a DISCONNECT from the peer.
+  EngineInput wide(0 | 0x0c);
+  for (uint8_t i = 0; i < 8; ++i) wide.post(0, static_cast<uint8_t>(i * 8));
+  wide.traffic(0x0f, 0).raw(kReseal | kConn, ack16(0));
+  wide.raw(kReseal | kConn, control(w::header_size(w::Opcode::kNak), [&](std::span<uint8_t> o) {
+             w::NakBody n{0, 0x07, 0, 0};
+             return w::write_nak(o, base(w::Opcode::kNak, pc, 0), n);
+           }));
+  wide.traffic().next_timer().traffic();
+  wide.raw(kReseal | kConn,
+           control(w::header_size(w::Opcode::kDisconnect), [&](std::span<uint8_t> o) {
+             return w::write_disconnect(o, base(w::Opcode::kDisconnect, pc, 0), {0x5678, 0});
+           }));
+  wide.traffic().next_timer();
+  save_raw(dir, "many_small_packets_sack_nak", wide.bytes());
+}
+
 // A fresh folder: a stale file of an older generator must not survive.
 std::string fresh_dir(const std::string& root, const char* name) {
   const std::string dir = root + "/" + name;
@@ -169,6 +293,7 @@ int main(int argc, char** argv) {
   }
   const std::string root = argv[1];
   write_decode_seeds(fresh_dir(root, "fuzz_decode"));
+  write_engine_seeds(fresh_dir(root, "fuzz_engine"));
   if (g_errors == 0) std::printf("gen_corpus: wrote %s\n", root.c_str());
   return g_errors == 0 ? 0 : 1;
 }
