@@ -3,6 +3,7 @@
 //   fuzz_decode  one valid packet per opcode (and a few variants)
 //   fuzz_engine  a few long inputs: full-size data packets, ACKs of 16 SACK
 //                words, trimmed and replayed packets, lossy traffic
+//   fuzz_udp     GRO buffers, truncated datagrams, TOS classes
 // The files are checked in under fuzz/corpus; rerun after a wire-format change:
 //   build-fuzz/fuzz/gen_corpus fuzz/corpus
 // scripts/run-tests.sh's fuzz-corpus step fails when the two differ.
@@ -152,9 +153,22 @@ void write_decode_seeds(const std::string& dir) {
        }));
 }
 
+// A fuzz target's input being built: bytes, big-endian fields.
+class InputBytes {
+ public:
+  const std::vector<uint8_t>& bytes() const { return b_; }
+
+ protected:
+  void u16(uint16_t v) {
+    b_.push_back(static_cast<uint8_t>(v >> 8));
+    b_.push_back(static_cast<uint8_t>(v));
+  }
+  std::vector<uint8_t> b_;
+};
+
 // fuzz_engine's input (fuzz_engine.cpp): a setup byte, then records, each an
 // opcode byte (its value mod 8 picks the record) and the record's fields.
-class EngineInput {
+class EngineInput : public InputBytes {
  public:
   // mtu: 0-3 for 256, 512, 1024, 4096; flags as fuzz_engine's World(setup).
   explicit EngineInput(uint8_t setup) { b_.push_back(setup); }
@@ -199,14 +213,6 @@ class EngineInput {
     b_.push_back(7);
     return *this;
   }
-  const std::vector<uint8_t>& bytes() const { return b_; }
-
- private:
-  void u16(uint16_t v) {
-    b_.push_back(static_cast<uint8_t>(v >> 8));
-    b_.push_back(static_cast<uint8_t>(v));
-  }
-  std::vector<uint8_t> b_;
 };
 
 // Full-size inputs: without them libFuzzer's length control keeps fuzz_engine
@@ -270,6 +276,87 @@ void write_engine_seeds(const std::string& dir) {
   save_raw(dir, "many_small_packets_sack_nak", wide.bytes());
 }
 
+// fuzz_udp's input (fuzz_udp.cpp): records of [length: 2] [flags: 1]
+// [tos: 1, flags bit 1] [segment size: 2, flags bit 3] [bytes].
+class UdpInput : public InputBytes {
+ public:
+  static constexpr uint8_t kConn = 0x01, kTos = 0x02, kOtherHost = 0x04, kGso = 0x08,
+                           kServer1 = 0x10, kReseal = 0x20, kPeerConn = 0x40;
+  UdpInput& send(uint8_t flags, const std::vector<uint8_t>& d, uint8_t tos = 0, uint16_t seg = 0) {
+    u16(static_cast<uint16_t>(d.size()));
+    b_.push_back(flags);
+    if ((flags & kTos) != 0) b_.push_back(tos);
+    if ((flags & kGso) != 0) u16(seg);
+    b_.insert(b_.end(), d.begin(), d.end());
+    return *this;
+  }
+};
+
+// One seed per receive branch fuzz_udp claims: GRO buffers, truncation, the
+// TOS byte. The corpus replay test (METAROCE_FUZZ_UDP_REQUIRE=1) checks that
+// they still reach them.
+void write_udp_seeds(const std::string& dir) {
+  using U = UdpInput;
+  const uint8_t pc = w::kFlagPayloadCovered;
+  const size_t data_hlen = w::header_size(w::Opcode::kWrite) + w::kIcrcSize;
+  // WRITE packets of one message, `seg` bytes each but the last, back to back.
+  const auto segments = [&](size_t seg, size_t count, size_t tail) {
+    std::vector<uint8_t> out;
+    const uint32_t msg_len = static_cast<uint32_t>((seg - data_hlen) * count + tail - data_hlen);
+    for (size_t i = 0; i <= count; ++i) {
+      const size_t payload = (i < count ? seg : tail) - data_hlen;
+      const auto p = data_packet(w::Opcode::kWrite, pc,
+                                 static_cast<uint32_t>((seg - data_hlen) * i), msg_len, payload);
+      out.insert(out.end(), p.begin(), p.end());
+    }
+    return out;
+  };
+  const auto write = [&](size_t len) { return segments(len, 0, len); };
+
+  // To server 0 (GRO on): one GSO send of equal segments and a short tail
+  // (its dst_conn set), one from another host CE-marked, one of equal
+  // segments only, and a single datagram.
+  U gro;
+  gro.send(U::kGso | U::kConn, segments(1000, 4, 400), 0, 1000);
+  gro.send(U::kGso | U::kOtherHost | U::kTos, segments(600, 3, 600), 3, 600);
+  gro.send(U::kGso, segments(100, 40, 52), 0, 100);
+  gro.send(U::kConn, write(500));
+  save_raw(dir, "gro_buffers", gro.bytes());
+
+  // To server 1 (GRO off, 768-byte slots): longer datagrams truncated, short
+  // ones read from either host (the wildcard socket reports their
+  // destination), a GSO send the kernel splits, an empty datagram.
+  U small;
+  small.send(U::kServer1, write(2000));
+  small.send(U::kServer1 | U::kConn, write(700));
+  small.send(U::kServer1 | U::kOtherHost | U::kConn, write(300));
+  small.send(U::kServer1 | U::kGso | U::kConn, segments(200, 4, 100), 0, 200);
+  small.send(U::kServer1, {});
+  save_raw(dir, "truncated_and_wildcard", small.bytes());
+
+  // The TOS byte: control class (DSCP 48), trimmed (DSCP 63) with and
+  // without CE, Not-ECT, to both servers.
+  const uint8_t control_class = static_cast<uint8_t>(48 << 2 | 2);
+  const uint8_t trimmed = static_cast<uint8_t>(w::kDefaultTrimmedDscp << 2);
+  U tos;
+  tos.send(U::kTos | U::kConn, write(60), control_class);
+  tos.send(U::kTos | U::kConn, write(60), static_cast<uint8_t>(trimmed | 2));
+  tos.send(U::kTos | U::kConn | U::kServer1, write(60), static_cast<uint8_t>(trimmed | 3));
+  tos.send(U::kTos | U::kServer1, write(60), control_class | 1);
+  tos.send(U::kTos, write(60), 0);
+  save_raw(dir, "tos_classes", tos.bytes());
+
+  // A DISCONNECT from the client, with the real ids and ICRC: it closes
+  // server 0's connection, and fuzz_udp builds both servers again.
+  U bye;
+  bye.send(U::kConn | U::kPeerConn | U::kReseal, write(200));
+  bye.send(U::kConn | U::kPeerConn | U::kReseal,
+           control(w::header_size(w::Opcode::kDisconnect), [&](std::span<uint8_t> o) {
+             return w::write_disconnect(o, base(w::Opcode::kDisconnect, pc, 0), {0, 0});
+           }));
+  save_raw(dir, "disconnect", bye.bytes());
+}
+
 // A fresh folder: a stale file of an older generator must not survive.
 std::string fresh_dir(const std::string& root, const char* name) {
   const std::string dir = root + "/" + name;
@@ -294,6 +381,7 @@ int main(int argc, char** argv) {
   const std::string root = argv[1];
   write_decode_seeds(fresh_dir(root, "fuzz_decode"));
   write_engine_seeds(fresh_dir(root, "fuzz_engine"));
+  write_udp_seeds(fresh_dir(root, "fuzz_udp"));
   if (g_errors == 0) std::printf("gen_corpus: wrote %s\n", root.c_str());
   return g_errors == 0 ? 0 : 1;
 }

@@ -9,8 +9,8 @@
 #   7. tsan-test    ctest -L udp in build-tsan/, one at a time (the driver's threads: progress
 #                   thread, thread_safe, cross-thread close and stop; metaroce-perf, udp_write)
 #   8. fuzz-build   clang + -DMETAROCE_FUZZ=ON in build-fuzz/ (skipped without clang)
-#   9. fuzz-corpus  gen_corpus's output equals fuzz/corpus; ctest -L fuzz in build-fuzz/ replays
-#                   every checked-in corpus once
+#   9. fuzz-corpus  every target has seeds, gen_corpus's output equals fuzz/corpus, and ctest -L
+#                   fuzz in build-fuzz/ replays every checked-in corpus once
 #  10. fuzz:<name>  each libFuzzer target for METAROCE_FUZZ_SECONDS, -seed=1, seed corpus
 #  11. includes     scripts/check-engine-includes.sh
 #  12. format       clang-format --dry-run -Werror on every *.cpp / *.hpp
@@ -157,7 +157,15 @@ fuzz_build() {
 # change that breaks the generator or leaves the seeds stale fails here; and
 # each seed passes its harness, whatever the timed runs below happen to reach.
 fuzz_corpus() {
-  local fresh rc
+  local fresh rc t
+  # A target without seeds starts each CI run from nothing, and libFuzzer's
+  # length control then keeps its inputs a few dozen bytes long.
+  for t in "${FUZZ_TARGETS[@]}"; do
+    if [[ -z $(ls -A "fuzz/corpus/$t" 2>/dev/null) ]]; then
+      echo "fuzz-corpus: $t has no seeds in fuzz/corpus/$t (gen_corpus writes them)" >&2
+      return 1
+    fi
+  done
   fresh=$(mktemp -d) || return 1
   build-fuzz/fuzz/gen_corpus "$fresh" && diff -r "$fresh" fuzz/corpus
   rc=$?
