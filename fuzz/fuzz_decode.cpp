@@ -124,7 +124,7 @@ bool same_packet(const w::Packet& a, const w::Packet& b) {
     const auto& y = b.connect;
     return x.src_conn == y.src_conn && x.initial_psn == y.initial_psn && x.mtu == y.mtu &&
            x.window_log2 == y.window_log2 && x.max_reads == y.max_reads && x.code == y.code &&
-           x.max_version == y.max_version && x.nonce == y.nonce;
+           x.max_version == y.max_version && x.reply_port == y.reply_port && x.nonce == y.nonce;
   }
   if (is_disconnect(op)) {
     return a.disconnect.src_conn == b.disconnect.src_conn &&
@@ -133,12 +133,12 @@ bool same_packet(const w::Packet& a, const w::Packet& b) {
   return true;  // PROBE: base header only
 }
 
-// Byte ranges (from the packet start) the writers zero: reserved fields.
+// Byte ranges (from the packet start) the writers zero: reserved fields. The
+// connect body has none: its bytes 14-15 are reply_port (section 3.12).
 bool reserved_byte(w::Opcode op, size_t i) {
   const size_t b = w::kBaseHeaderSize;
   if (op == w::Opcode::kAck) return i >= b + 16 && i < b + 20;
   if (op == w::Opcode::kNak) return i >= b + 5 && i < b + 8;
-  if (is_connect(op)) return i >= b + 14 && i < b + 16;
   if (is_disconnect(op)) return i >= b + 5 && i < b + 8;
   return false;
 }
@@ -269,7 +269,7 @@ void check_recipe(std::span<const uint8_t> d) {
     for (size_t i = 0; i < p.ack.sack_words; ++i) p.ack.sack[i] = r.u64();
   } else if (op == w::Opcode::kNak) {
     p.nak.nak_psn = r.u32();
-    p.nak.code = static_cast<uint8_t>(1 + r.u8() % 6);
+    p.nak.code = static_cast<uint8_t>(1 + r.u8() % 7);  // every wire code, 0x01-0x07
     p.nak.msn = r.u32();
     p.nak.cum_psn = r.u32();
   } else if (is_connect(op)) {
@@ -280,6 +280,7 @@ void check_recipe(std::span<const uint8_t> d) {
     p.connect.max_reads = r.u8();
     p.connect.code = r.u8();
     p.connect.max_version = r.u8();
+    p.connect.reply_port = r.u16();
     p.connect.nonce = r.u64();
   } else if (is_disconnect(op)) {
     p.disconnect.src_conn = r.u32();

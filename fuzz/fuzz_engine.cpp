@@ -35,6 +35,7 @@
 #include "metaroce/config.hpp"
 #include "metaroce/engine.hpp"
 #include "metaroce/wire.hpp"
+#include "reseal.hpp"
 
 namespace {
 
@@ -488,21 +489,6 @@ class World {
   }
 
   // ---- fuzzed datagrams ----
-  // Reseals a datagram whose base header parses, so it passes the ICRC check.
-  static void reseal(std::vector<uint8_t>& d) {
-    wire::BaseHeader bh;
-    if (wire::decode_base(d, bh) != wire::ParseError::kOk) return;
-    uint8_t sack = 0;
-    if (bh.opcode == wire::Opcode::kAck) {
-      if (d.size() < wire::kBaseHeaderSize + wire::kAckFixedSize + wire::kIcrcSize) return;
-      sack = d[wire::kBaseHeaderSize + 15];
-      if (sack > wire::kMaxSackWords) return;
-    }
-    const size_t hlen = wire::header_size(bh.opcode, sack);
-    if (d.size() < hlen + wire::kIcrcSize) return;
-    (void)wire::seal(d, hlen, d.size() - hlen - wire::kIcrcSize);
-  }
-
   static void put32(std::vector<uint8_t>& d, size_t at, uint32_t v) {
     if (d.size() < at + 4) return;
     for (int i = 0; i < 4; ++i) d[at + i] = static_cast<uint8_t>(v >> (24 - 8 * i));
@@ -527,7 +513,7 @@ class World {
       put64(d, rh, mr.rkey);
       if (k & 8) put64(d, rh + 8, mr.addr + at % (kRegionSize[r] + 64));
     }
-    if (flags & 0x08) reseal(d);
+    if (flags & 0x08) metaroce::fuzz::reseal(d);
     // TRIM-1: the payload goes, the ICRC stays last (after any reseal, as
     // the switch cuts what the sender sealed).
     const bool trimmed = (flags & 0x40) != 0;

@@ -9,9 +9,11 @@
 #   7. tsan-test    ctest -L udp in build-tsan/, one at a time (the driver's threads: progress
 #                   thread, thread_safe, cross-thread close and stop; metaroce-perf, udp_write)
 #   8. fuzz-build   clang + -DMETAROCE_FUZZ=ON in build-fuzz/ (skipped without clang)
-#   9. fuzz:<name>  each libFuzzer target for METAROCE_FUZZ_SECONDS, -seed=1, seed corpus
-#  10. includes     scripts/check-engine-includes.sh
-#  11. format       clang-format --dry-run -Werror on every *.cpp / *.hpp
+#   9. fuzz-corpus  every target has seeds, gen_corpus's output equals fuzz/corpus, and ctest -L
+#                   fuzz in build-fuzz/ replays every checked-in corpus once
+#  10. fuzz:<name>  each libFuzzer target for METAROCE_FUZZ_SECONDS, -seed=1, seed corpus
+#  11. includes     scripts/check-engine-includes.sh
+#  12. format       clang-format --dry-run -Werror on every *.cpp / *.hpp
 # Ends with "N passed, M failed" (steps) and exits non-zero if any step failed.
 #
 # Knobs (environment):
@@ -148,7 +150,32 @@ have_clang_fuzzer() {
 fuzz_build() {
   CC=clang CXX=clang++ cmake -S "$ROOT" -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DMETAROCE_FUZZ=ON &&
-    cmake --build build-fuzz -j "$JOBS" --target "${FUZZ_TARGETS[@]}"
+    cmake --build build-fuzz -j "$JOBS" --target "${FUZZ_TARGETS[@]}" gen_corpus
+}
+
+# The checked-in seeds are what gen_corpus writes today, so a wire-format
+# change that breaks the generator or leaves the seeds stale fails here; and
+# each seed passes its harness, whatever the timed runs below happen to reach.
+fuzz_corpus() {
+  local fresh rc t
+  # A target without seeds starts each CI run from nothing, and libFuzzer's
+  # length control then keeps its inputs a few dozen bytes long.
+  for t in "${FUZZ_TARGETS[@]}"; do
+    if [[ -z $(ls -A "fuzz/corpus/$t" 2>/dev/null) ]]; then
+      echo "fuzz-corpus: $t has no seeds in fuzz/corpus/$t (gen_corpus writes them)" >&2
+      return 1
+    fi
+  done
+  fresh=$(mktemp -d) || return 1
+  build-fuzz/fuzz/gen_corpus "$fresh" && diff -r "$fresh" fuzz/corpus
+  rc=$?
+  rm -rf "$fresh"
+  if ((rc != 0)); then
+    echo "fuzz-corpus: fuzz/corpus is not what gen_corpus writes" \
+      "(to refresh it: build-fuzz/fuzz/gen_corpus fuzz/corpus)" >&2
+    return 1
+  fi
+  ctest --test-dir build-fuzz --output-on-failure --no-tests=error -L fuzz
 }
 
 fuzz_run() {  # TARGET
@@ -215,8 +242,10 @@ elif ! have_clang_fuzzer; then
   echo
   echo "=== [fuzz] skipped: clang with libFuzzer not available"
 elif step fuzz-build fuzz_build; then
+  step fuzz-corpus fuzz_corpus
   for t in "${FUZZ_TARGETS[@]}"; do step "fuzz:$t" fuzz_run "$t"; done
 else
+  skip_step fuzz-corpus "fuzz-build failed"
   for t in "${FUZZ_TARGETS[@]}"; do skip_step "fuzz:$t" "fuzz-build failed"; done
 fi
 
