@@ -36,6 +36,24 @@ for f in include/metaroce/udp.hpp include/metaroce/engine.hpp bin/metaroce-perf 
   bin/metaroce-conform bin/metaroce-conform-agent; do
   [[ -e $prefix/$f ]] || { echo "FAIL: $f not installed" >&2; exit 1; }
 done
+# The headers installed are the public API that README.md's Layout row names
+# as installed, no more and no fewer (bytes.hpp, ring.hpp and rng.hpp, the
+# components' own, were installed too), and each compiles on its own with
+# nothing but the prefix.
+# shellcheck disable=SC2016  # the backquotes are README.md's, not expansions
+documented=$(sed -n 's/^| `include\/metaroce\/` | public API, installed: \(.*\) Not installed.*/\1/p' \
+  "$here/../../README.md" | grep -o '`[a-z_]*\.hpp`' | tr -d '`' | sort)
+installed=$(find "$prefix/include/metaroce" -mindepth 1 -printf '%P\n' | sort)
+if [[ -z $documented || $installed != "$documented" ]]; then
+  echo "FAIL: the installed headers are not the ones README.md's Layout row names as installed" >&2
+  echo "  documented, not installed: $(comm -23 <(echo "$documented") <(echo "$installed") | xargs)" >&2
+  echo "  installed, not documented: $(comm -13 <(echo "$documented") <(echo "$installed") | xargs)" >&2
+  exit 1
+fi
+for h in $installed; do
+  step "compile metaroce/$h on its own" \
+    g++ -std=c++20 -fsyntax-only -I"$prefix/include" -x c++ - <<<"#include <metaroce/$h>"
+done
 pc=$(find "$prefix" -name metaroce.pc -print -quit)
 config=$(find "$prefix" -name MetaRoCEConfig.cmake -print -quit)
 [[ -n $pc && -n $config ]] || { echo "FAIL: metaroce.pc or MetaRoCEConfig.cmake not installed" >&2; exit 1; }
