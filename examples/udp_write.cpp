@@ -4,8 +4,7 @@
 //
 //   udp_write server 127.0.0.1:4792
 //   udp_write client 127.0.0.1:4792 "hello, remote memory"   (TEXT: at least a byte)
-//   udp_write demo [PORT]              (both in one process, on loopback;
-//                                       any free port by default)
+//   udp_write demo [PORT]   (both in one process, on loopback; any free port by default)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +32,15 @@ struct Where {  // what the server tells the client
 int fail(const mu::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.message.c_str());
   return 1;
+}
+
+// Our own errors (the waits below), named as the driver names its own.
+int fail(const mu::UdpEndpoint& ep, metaroce::ConnId conn, const std::string& what,
+         metaroce::Status s = metaroce::Status::kPeerUnreachable) {
+  char id[16];
+  std::snprintf(id, sizeof(id), "0x%x", conn.v);
+  const std::string peer = ep.peer_address(conn);
+  return fail({s, what + " (peer " + peer + ", conn " + id + ")", peer, conn.v});
 }
 
 // A failed completion. One flushed also says why its connection failed
@@ -74,8 +82,7 @@ int serve(mu::UdpEndpoint* ep) {
 
   metaroce::Completion c;
   do {
-    if (!ep->wait_completion(c, 10s))
-      return fail({metaroce::Status::kPeerUnreachable, "no WRITE_IMM within 10 s", "", conn.v});
+    if (!ep->wait_completion(c, 10s)) return fail(*ep, conn, "no WRITE_IMM within 10 s");
     if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   } while (c.op != metaroce::CompletionOp::kRecvWriteImm);
   // byte_len is the WRITE's length (within the region, or the WRITE would
@@ -124,16 +131,15 @@ int client(const std::string& addr, const std::string& text) {
   if ((err = ep->recv(conn, 1, &where, sizeof(where), where_mr.lkey))) return fail(err);
 
   metaroce::Completion c;  // the server's Where arrives
-  if (!ep->wait_completion(c, 5s))
-    return fail({metaroce::Status::kPeerUnreachable, "no reply within 5 s", "", conn.v});
+  if (!ep->wait_completion(c, 5s)) return fail(*ep, conn, "no reply within 5 s");
   if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   // Match what arrived before reading it: a shorter SEND (a peer that is not
   // this server) would leave addr and rkey 0, and we would WRITE there.
   if (c.op != metaroce::CompletionOp::kRecv || c.wr_id != 1 || c.byte_len != sizeof(where))
     return fail(
-        {metaroce::Status::kInvalidArgument,
-         "the server's reply is not a buffer address (" + std::to_string(c.byte_len) + " bytes)",
-         addr, conn.v});
+        *ep, conn,
+        "the server's reply is not a buffer address (" + std::to_string(c.byte_len) + " bytes)",
+        metaroce::Status::kInvalidArgument);
   const auto len = static_cast<uint32_t>(std::min<size_t>(msg.size(), where.len));
   // imm: any 32 bits for the server (a message number, say); the server
   // learns the length from its completion's byte_len.
@@ -141,7 +147,7 @@ int client(const std::string& addr, const std::string& text) {
   if ((err = ep->write_imm(conn, 10, msg.data(), len, msg_mr.lkey, where.addr, where.rkey, kImm)))
     return fail(err);
   if (!ep->wait_completion(c, 5s))
-    return fail({metaroce::Status::kPeerUnreachable, "no completion", "", conn.v});
+    return fail(*ep, conn, "no completion for the WRITE_IMM within 5 s");
   if (c.status != metaroce::Status::kOk) return fail(*ep, c);
   std::printf("wrote %u bytes to %s\n", len, ep->peer_address(conn).c_str());
   ep->close(true);
