@@ -269,7 +269,6 @@ class SimOutput::Sampler final : public EventSource {
  public:
   Sampler(Simulation& sim, const std::string& dir, const LinkRef* watch)
       : sim_(sim), dir_(dir), dt_(sim.cfg_.output.sample_interval) {
-    if (dt_.ps == 0) throw std::runtime_error("sample interval must be > 0");
     thr_ = open_or_throw(dir + "/throughput.csv");
     queues_ = open_or_throw(dir + "/queues.csv");
     paths_ = open_or_throw(dir + "/paths.csv");
@@ -430,17 +429,26 @@ class SimOutput::Sampler final : public EventSource {
 // permutation a host also receives one flow); the conn column tells them apart.
 class SimOutput::FlowTrace {
  public:
+  // Throws unless flow `given` exists and both its ends run the engine; on
+  // its own so that SimOutput refuses a bad flow before it opens any file.
   // The flow as given, 64 bits: cast to 32 first, 4294967299 traced flow 3.
-  FlowTrace(Simulation& sim, int64_t given, const std::string& path) {
+  static uint32_t check(const Simulation& sim, int64_t given) {
     if (given < 0 || static_cast<uint64_t>(given) >= sim.flows_->size())
       throw std::runtime_error("--trace-flow " + std::to_string(given) + ": the workload has " +
                                std::to_string(sim.flows_->size()) + " flows");
     const auto flow = static_cast<uint32_t>(given);
     const FlowSpec& spec = sim.flows_->at(flow).spec;
-    auto* src = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get());
-    auto* dst = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get());
-    if (src == nullptr || dst == nullptr)
+    if (dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get()) == nullptr ||
+        dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get()) == nullptr)
       throw std::runtime_error("--trace-flow needs a transport that runs the engine");
+    return flow;
+  }
+
+  FlowTrace(Simulation& sim, int64_t given, const std::string& path) {
+    const uint32_t flow = check(sim, given);
+    const FlowSpec& spec = sim.flows_->at(flow).spec;
+    auto* src = static_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get());
+    auto* dst = static_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get());
     f_ = open_or_throw(path);
     std::setvbuf(f_, nullptr, _IOFBF, 1 << 16);
     std::fprintf(f_, "# flow %u: host %u -> host %u\n", flow, spec.src, spec.dst);
@@ -494,6 +502,9 @@ class SimOutput::FlowTrace {
 SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
   const OutputOptions& o = sim.cfg_.output;
   const TopoGraph& g = sim.net_->graph();
+  // Every check before the first file is opened ("wb"): a bad --watch-link
+  // or --trace-flow found after it had cut the previous run's capture to its
+  // header and its time series to their headers, beside its old fcts.csv.
   if (const std::string clash = output_clash(o, sim.cfg_.input_files); !clash.empty())
     throw std::runtime_error(clash);
   LinkRef pcap_link, watch;
@@ -502,12 +513,17 @@ SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
     pcap_link = parse_or_throw(g, o.pcap_link);
     watch = pcap_link;
     watched = &watch;
-    pcap_ = std::make_unique<PcapFile>(o.pcap_path.empty() ? "sim.pcap" : o.pcap_path);
-    capture_ = std::make_unique<Capture>(*pcap_, sim, pcap_link);
   }
   if (!o.watch_link.empty()) {
     watch = parse_or_throw(g, o.watch_link);
     watched = &watch;
+  }
+  if (!o.csv_dir.empty() && o.sample_interval.ps == 0)
+    throw std::runtime_error("sample interval must be > 0");
+  if (o.trace_flow >= 0) (void)FlowTrace::check(sim, o.trace_flow);
+  if (!o.pcap_link.empty()) {
+    pcap_ = std::make_unique<PcapFile>(o.pcap_path.empty() ? "sim.pcap" : o.pcap_path);
+    capture_ = std::make_unique<Capture>(*pcap_, sim, pcap_link);
   }
   if (!o.csv_dir.empty()) sampler_ = std::make_unique<Sampler>(sim, o.csv_dir, watched);
   if (o.trace_flow >= 0)

@@ -324,6 +324,25 @@ if [ -n "$left" ]; then
 fi
 expect_quiet 0 "$sim" -q --no-timing --csv col --pcap 16 --pcap-file col/x.pcap --trace-flow 0 \
   --trace-file col/trace.csv
+# A bad --watch-link or --trace-flow was found after the capture and the
+# time series were opened "wb": the previous run's pcap cut to its header,
+# its CSV folder to headers beside its old fcts.csv, and exit 2. Every check
+# comes before any file is opened: what was there is left as it was.
+mkdir keep
+cp col/x.pcap keep/x.pcap
+cp col/throughput.csv col/queues.csv col/paths.csv col/fcts.csv col/report.json col/trace.csv keep/
+for bad in '--trace-flow 0 --watch-link bogus' '--trace-flow 99' \
+  '--trace-flow 0 --transport rocev2'; do
+  # shellcheck disable=SC2086 # $bad is two or four words
+  sim_expect 2 '^metaroce-sim: ' --csv col --pcap 16 --pcap-file col/x.pcap \
+    --trace-file col/trace.csv $bad
+  for f in keep/*; do
+    if ! cmp -s "$f" "col/${f#keep/}"; then
+      echo "FAIL: $bad: col/${f#keep/} changed ($(wc -c <"col/${f#keep/}") bytes)"
+      failures=$((failures + 1))
+    fi
+  done
+done
 # Without --trace-file, the trace is named by preset and transport as --pcap's
 # file is: a run of another preset keeps its own.
 expect_quiet 0 "$sim" -q --no-timing --transport spray-nocc --trace-flow 1
