@@ -5,7 +5,8 @@ usage: plot-sim.py [-o OUTDIR] [--title T] [--dpi N] DIR [DIR ...]
 
 Each DIR is one run's --csv folder (throughput.csv, queues.csv, paths.csv,
 fcts.csv, each required, and report.json); runs are labelled by the transport in report.json
-(else the folder name; runs of one transport add their folder's name). Every file is checked before any figure
+(else the folder name; runs of one transport add the shortest end of their
+folder's path that tells them apart). Every file is checked before any figure
 is drawn: one missing, empty, cut, without a column a figure reads or with a
 cell that is not a number, or a report.json that is not the report's object,
 exits 2 naming it (FILE:LINE where a line is at fault).
@@ -168,12 +169,19 @@ def label_of(d):
 
 def unique_labels(labels, dirs):
     """A label shared by several runs (two metaroce runs of different
-    settings) gets its folder's name after it: the legends told them apart
-    by colour only."""
+    settings) gets after it the shortest end of its folder's path that the
+    others sharing it lack: the legends told them apart by colour only, and
+    sim-figures.sh's OUTDIR/TRANSPORT folders of two sweeps share their last
+    name (base/metaroce, trim/metaroce)."""
+    parts = [os.path.normpath(d).split(os.sep) for d in dirs]
     out = []
-    for label, d in zip(labels, dirs):
-        if labels.count(label) > 1:
-            label = f"{label} ({os.path.basename(os.path.normpath(d))})"
+    for i, label in enumerate(labels):
+        same = [parts[j] for j, other in enumerate(labels) if other == label]
+        if len(same) > 1:
+            k = 1
+            while k < len(parts[i]) and sum(p[-k:] == parts[i][-k:] for p in same) > 1:
+                k += 1
+            label = f"{label} ({'/'.join(parts[i][-k:])})"
         out.append(label)
     return out
 

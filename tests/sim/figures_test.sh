@@ -54,6 +54,12 @@ assert m.fct_legend("irn", ["10", ""], {"fct_p99_us": 42}) == "irn (p99 >= 42 us
 # Two runs of one transport (two settings compared) are told apart.
 assert m.unique_labels(["metaroce", "metaroce", "irn"], ["a/trim", "b/base/", "c"]) == [
     "metaroce (trim)", "metaroce (base)", "irn"]
+# Two sweeps of sim-figures.sh (OUTDIR/TRANSPORT) share the folder's last
+# name: it gave both "metaroce (metaroce)".
+labels = m.unique_labels(["metaroce", "metaroce", "irn", "irn"],
+                         ["base/metaroce", "x/trim/metaroce/", "base/irn", "irn"])
+assert labels == ["metaroce (base/metaroce)", "metaroce (trim/metaroce)", "irn (base/irn)",
+                  "irn (irn)"], labels
 EOF
 # A folder lacking one of the CSV files is refused up front, naming it (no
 # throughput.csv: fct_cdf.png drawn, then a traceback).
