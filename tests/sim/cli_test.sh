@@ -352,6 +352,16 @@ else
   echo "FAIL: the default trace file is not named by preset and transport: $(ls)"
   failures=$((failures + 1))
 fi
+# A file that cannot be written is named with the tool's prefix, each one
+# that failed: the message had no prefix, named the --csv folder and not its
+# file, or no file for --trace-flow, and kept only the last of several.
+sim_expect 2 '^metaroce-sim: write error in /dev/full$' --trace-flow 0 --trace-file /dev/full
+sim_expect 2 '^metaroce-sim: write error in /dev/full$' --pcap 16 --pcap-file /dev/full
+# 40 blocks (20 or 40 KiB, by the shell) cut paths.csv (about 100 KB), no other CSV file.
+# shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+expect 2 '^metaroce-sim: write error in /dev/full; write error in fsz/paths\.csv$' \
+  sh -c 'trap "" XFSZ; ulimit -f 40 && exec "$0" "$@"' "$sim" -q --no-timing --csv fsz \
+  --pcap 16 --pcap-file /dev/full
 # Nor may an output be a file the run reads: opened "wb", the config or the
 # traffic matrix was emptied before the run had read it... or after.
 printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n[[workload]]\nkind = "matrix"\nfile = "fcts.csv"\n' >in.toml

@@ -296,7 +296,7 @@ int run(int argc, char** argv) {
   }
   sim->run();
   if (!sim->close_output(err)) {
-    std::cerr << err << "\n";
+    std::cerr << "metaroce-sim: " << err << "\n";
     return 2;
   }
   const Report r = sim->report();
