@@ -109,6 +109,22 @@ case $list in
 esac
 sim_expect 2 '^metaroce-sim: --json applies to a run, --list and --list-links, not --list-settings$' \
   --list-settings --json
+# A listing took a run's options and ignored them, exit 0: --csv wrote
+# nothing, a bad --transport or --sample-us went unseen.
+sim_expect 2 '^metaroce-sim: --csv applies to a run, not --list-links$' --list-links --csv never
+sim_expect 2 '^metaroce-sim: --pcap applies to a run, not --list-links$' --list-links --pcap 0 \
+  --csv never --sample-us 0
+sim_expect 2 '^metaroce-sim: --trace-flow applies to a run, not --list-links$' --list-links \
+  --trace-flow 99
+sim_expect 2 '^metaroce-sim: --transport applies to a run, not --list$' --list --transport foo
+sim_expect 2 '^metaroce-sim: --seed applies to a run, not --list$' --list --seed 3
+sim_expect 2 '^metaroce-sim: --preset applies to a run, not --list-settings$' --list-settings \
+  --preset fattree16-perm
+sim_expect 2 '^metaroce-sim: --paths applies to a run, not --list$' --list --paths 4
+sim_expect 2 '^metaroce-sim: --list and --list-links: give one$' --list --list-links
+[ -e never ] && { echo "FAIL: a listing wrote --csv never"; failures=$((failures + 1)); }
+# --list-links reads the scenario: the preset, the transport and the settings stay its own.
+sim_expect 0 '' --list-links --preset incast8-256k --transport rocev2 --seed 2 --paths 4
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
