@@ -347,10 +347,12 @@ expect_quiet 0 "$sim" -q --no-timing --csv col --pcap 16 --pcap-file col/x.pcap 
 mkdir keep
 cp col/x.pcap keep/x.pcap
 cp col/throughput.csv col/queues.csv col/paths.csv col/fcts.csv col/report.json col/trace.csv keep/
-for bad in '--trace-flow 0 --watch-link bogus' '--trace-flow 99' \
-  '--trace-flow 0 --transport rocev2'; do
+for case in "--trace-flow 0 --watch-link bogus|link 'bogus': expected" \
+  '--trace-flow 99|--trace-flow 99: the workload has 16 flows$' \
+  '--trace-flow 0 --transport rocev2|--trace-flow needs a transport that runs the engine$'; do
+  bad=${case%%|*} why=${case#*|}
   # shellcheck disable=SC2086 # $bad is two or four words
-  sim_expect 2 '^metaroce-sim: ' --csv col --pcap 16 --pcap-file col/x.pcap \
+  sim_expect 2 "^metaroce-sim: $why" --csv col --pcap 16 --pcap-file col/x.pcap \
     --trace-file col/trace.csv $bad
   for f in keep/*; do
     if ! cmp -s "$f" "col/${f#keep/}"; then
