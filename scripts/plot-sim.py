@@ -5,7 +5,11 @@ usage: plot-sim.py [-o OUTDIR] [--title T] [--dpi N] DIR [DIR ...]
 
 Each DIR is one run's --csv folder (throughput.csv, queues.csv, paths.csv,
 fcts.csv, each required, and report.json); runs are labelled by the transport in report.json
-(else the folder name; runs of one transport add their folder's name).
+(else the folder name; runs of one transport add the shortest end of their
+folder's path that tells them apart). Every file is checked before any figure
+is drawn: one missing, empty, cut, without a column a figure reads or with a
+cell that is not a number, or a report.json that is not the report's object,
+exits 2 naming it (FILE:LINE where a line is at fault).
 Writes into OUTDIR (default: the first DIR):
 
   fct_cdf.png      FCT CDF, every run on one plot (of all flows: unfinished
@@ -31,6 +35,7 @@ them (python3-matplotlib, python3-numpy); if that lacks them too, it exits
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 
@@ -70,14 +75,68 @@ except ImportError as e:
     missing_plot_modules(e)
 
 
+class BadInput(Exception):
+    """A --csv folder the figures cannot be drawn from; its text names the
+    file and line."""
+
+
+# What a figure reads of each file of a --csv folder, as metaroce-sim writes
+# it: the columns and what their cells hold, and whether the file has a row
+# (every workload has a flow, and the sampler always writes a last row;
+# paths.csv has none for --csv-flows 0). An empty or cut file (a killed run),
+# a renamed column or a stray cell drew empty figures with exit 0, or
+# stopped on a traceback after the first PNGs were written.
+NUMBER, NUMBER_OR_EMPTY, INTEGER = "a number", "a number or empty", "a whole number"
+CSV_COLUMNS = {
+    "fcts.csv": ([("flow", INTEGER), ("fct_us", NUMBER_OR_EMPTY)], True),
+    "throughput.csv": ([("time_us", NUMBER), ("goodput_gbps", NUMBER)], True),
+    "queues.csv": ([("time_us", NUMBER), ("max_queue_bytes", NUMBER),
+                    ("mean_queue_bytes", NUMBER)], True),
+    "paths.csv": ([("time_us", NUMBER), ("flow", INTEGER), ("src", INTEGER), ("dst", INTEGER),
+                   ("path", INTEGER), ("cwnd_bytes", NUMBER_OR_EMPTY)], False),
+}
+CSV_FILES = tuple(CSV_COLUMNS)
+
+
+def cell_ok(v, kind):
+    if v == "":
+        return kind == NUMBER_OR_EMPTY
+    if kind == INTEGER:
+        return v.isascii() and v.isdigit()
+    try:
+        return math.isfinite(float(v))
+    except ValueError:
+        return False
+
+
 def read_csv(path):
-    """Columns of a CSV file as a dict of lists of strings."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    """Columns of one of CSV_COLUMNS' files as a dict of lists of strings,
+    every row as long as the header and every cell a figure reads of its
+    kind; raises BadInput naming the file and line."""
+    name = os.path.basename(path)
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise BadInput(f"{path}: cannot be read: {e}") from None
     if not rows:
-        return {}
+        raise BadInput(f"{path}: empty, not even a header (a run cut off?)")
     head, body = rows[0], rows[1:]
-    return {h: [r[i] if i < len(r) else "" for r in body] for i, h in enumerate(head)}
+    columns, needs_rows = CSV_COLUMNS[name]
+    for col, _ in columns:
+        if col not in head:
+            raise BadInput(f"{path}:1: no column {col} in the header")
+    checks = [(head.index(col), col, kind) for col, kind in columns]
+    if needs_rows and not body:
+        raise BadInput(f"{path}: a header and no row (a run cut off?)")
+    for line, r in enumerate(body, start=2):
+        if len(r) != len(head):
+            raise BadInput(f"{path}:{line}: {len(r)} fields, the header has {len(head)}")
+        for i, col, kind in checks:
+            v = r[i]
+            if not cell_ok(v, kind):
+                raise BadInput(f"{path}:{line}: {col} '{v}' is not {kind}")
+    return {h: [r[i] for r in body] for i, h in enumerate(head)}
 
 
 def floats(col):
@@ -85,22 +144,44 @@ def floats(col):
 
 
 def label_of(d):
+    """The run's label and report: report.json is optional (labels), but one
+    that is there must be the simulator's object (a list ended in a
+    traceback; a cut one was taken as absent)."""
+    path = os.path.join(d, "report.json")
+    name = os.path.basename(os.path.normpath(d))
+    if not os.path.exists(path):
+        return name, {}
     try:
-        with open(os.path.join(d, "report.json")) as f:
+        with open(path) as f:
             rep = json.load(f)
-        return rep.get("transport", os.path.basename(os.path.normpath(d))), rep
-    except (OSError, ValueError):
-        return os.path.basename(os.path.normpath(d)), {}
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise BadInput(f"{path}: not a JSON report: {e}") from None
+    if not isinstance(rep, dict):
+        raise BadInput(f"{path}: a JSON {type(rep).__name__}, not the report's object")
+    for key in ("transport", "preset"):
+        if not isinstance(rep.get(key, ""), str):
+            raise BadInput(f"{path}: {key} is not a string")
+    bound = rep.get("fct_p99_us")
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
+        raise BadInput(f"{path}: fct_p99_us is not a number")
+    return rep.get("transport", name), rep
 
 
 def unique_labels(labels, dirs):
     """A label shared by several runs (two metaroce runs of different
-    settings) gets its folder's name after it: the legends told them apart
-    by colour only."""
+    settings) gets after it the shortest end of its folder's path that the
+    others sharing it lack: the legends told them apart by colour only, and
+    sim-figures.sh's OUTDIR/TRANSPORT folders of two sweeps share their last
+    name (base/metaroce, trim/metaroce)."""
+    parts = [os.path.normpath(d).split(os.sep) for d in dirs]
     out = []
-    for label, d in zip(labels, dirs):
-        if labels.count(label) > 1:
-            label = f"{label} ({os.path.basename(os.path.normpath(d))})"
+    for i, label in enumerate(labels):
+        same = [parts[j] for j, other in enumerate(labels) if other == label]
+        if len(same) > 1:
+            k = 1
+            while k < len(parts[i]) and sum(p[-k:] == parts[i][-k:] for p in same) > 1:
+                k += 1
+            label = f"{label} ({'/'.join(parts[i][-k:])})"
         out.append(label)
     return out
 
@@ -111,10 +192,6 @@ def save(fig, out, name, dpi):
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     print(path)
-
-
-# What the figures read of a --csv folder (report.json is optional: labels).
-CSV_FILES = ("fcts.csv", "throughput.csv", "queues.csv", "paths.csv")
 
 
 def fct_cdf(col):
@@ -149,8 +226,8 @@ def fct_legend(label, col, rep):
 
 def plot_fct(runs, out, title, dpi):
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for label, d, rep in runs:
-        col = read_csv(os.path.join(d, "fcts.csv")).get("fct_us", [])
+    for label, tables, rep in runs:
+        col = tables["fcts.csv"]["fct_us"]
         fct, y, _ = fct_cdf(col)
         if fct.size == 0:
             ax.plot([], [], label=fct_legend(label, col, rep))  # an entry, no curve
@@ -168,14 +245,10 @@ def plot_fct(runs, out, title, dpi):
 def plot_series(runs, out, title, dpi, fname, ycols, ylabel, scale=1.0):
     fig, ax = plt.subplots(figsize=(6, 3.6))
     styles = ["-", "--", ":"]
-    for i, (label, d, _) in enumerate(runs):
-        data = read_csv(os.path.join(d, fname))
-        if not data:
-            continue
+    for i, (label, tables, _) in enumerate(runs):
+        data = tables[fname]
         t = floats(data["time_us"])
         for j, (col, name) in enumerate(ycols):
-            if col not in data:
-                continue
             y = floats(data[col]) * scale
             ax.plot(t, y, styles[j % len(styles)], color=f"C{i}", lw=1.2,
                     label=f"{label} {name}".strip())
@@ -188,9 +261,9 @@ def plot_series(runs, out, title, dpi, fname, ycols, ylabel, scale=1.0):
 
 def plot_cwnd(runs, out, title, dpi):
     mr = []
-    for label, d, _ in runs:
-        data = read_csv(os.path.join(d, "paths.csv"))
-        cw = {v for v in data.get("cwnd_bytes", []) if v != ""} if data else set()
+    for label, tables, _ in runs:
+        data = tables["paths.csv"]
+        cw = {v for v in data["cwnd_bytes"] if v != ""}
         if len(cw) > 1:  # a window that moves (not the baselines, not spray-nocc)
             mr.append((label, data))
     if not mr:
@@ -215,6 +288,16 @@ def plot_cwnd(runs, out, title, dpi):
     save(fig, out, "cwnd.png", dpi)
 
 
+def positive_int(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number above 0")
+    return n
+
+
 def main(argv):
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -223,21 +306,31 @@ def main(argv):
     ap.add_argument("dirs", nargs="+", metavar="DIR", help="metaroce-sim --csv folders")
     ap.add_argument("-o", "--out", help="folder for the PNGs (default: the first DIR)")
     ap.add_argument("--title", help="plot title prefix (default: the preset)")
-    ap.add_argument("--dpi", type=int, default=80)
+    ap.add_argument("--dpi", type=positive_int, default=80, help="PNG resolution (default 80)")
     a = ap.parse_args(argv)
     runs = []
     for d in a.dirs:
-        # Every file a figure reads, before any is drawn: a folder without
-        # throughput.csv drew fct_cdf.png and then stopped on a traceback.
+        # Every file a figure reads, read and checked before any is drawn: a
+        # folder without throughput.csv, or with a bad one, drew fct_cdf.png
+        # and then stopped on a traceback.
         for f in CSV_FILES:
             if not os.path.isfile(os.path.join(d, f)):
                 ap.error(f"{d}: no {f} (not a --csv folder?)")
-        label, rep = label_of(d)
-        runs.append((label, d, rep))
+        try:
+            tables = {f: read_csv(os.path.join(d, f)) for f in CSV_FILES}
+            label, rep = label_of(d)
+        except BadInput as e:
+            ap.error(str(e))
+        runs.append((label, tables, rep))
     for i, label in enumerate(unique_labels([r[0] for r in runs], a.dirs)):
         runs[i] = (label,) + runs[i][1:]
     out = a.out or a.dirs[0]
-    os.makedirs(out, exist_ok=True)
+    if os.path.exists(out) and not os.path.isdir(out):
+        ap.error(f"-o {out}: not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        ap.error(f"-o {out}: {e.strerror}")
     title = a.title or runs[0][2].get("preset", "metaroce-sim")
 
     plot_fct(runs, out, title, a.dpi)

@@ -8,6 +8,7 @@
 #include <deque>
 #include <filesystem>
 #include <stdexcept>
+#include <utility>
 
 #include "metaroce/bytes.hpp"
 #include "metaroce/sim/simulation.hpp"
@@ -107,6 +108,12 @@ FILE* open_or_throw(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) throw std::runtime_error("cannot create " + path);
   return f;
+}
+
+// One more failure after those already in err: each part of the output
+// that failed is named, not only the last.
+void add_error(std::string& err, const std::string& what) {
+  err += (err.empty() ? "" : "; ") + what;
 }
 
 LinkRef parse_or_throw(const TopoGraph& g, const std::string& text) {
@@ -269,7 +276,6 @@ class SimOutput::Sampler final : public EventSource {
  public:
   Sampler(Simulation& sim, const std::string& dir, const LinkRef* watch)
       : sim_(sim), dir_(dir), dt_(sim.cfg_.output.sample_interval) {
-    if (dt_.ps == 0) throw std::runtime_error("sample interval must be > 0");
     thr_ = open_or_throw(dir + "/throughput.csv");
     queues_ = open_or_throw(dir + "/queues.csv");
     paths_ = open_or_throw(dir + "/paths.csv");
@@ -323,12 +329,21 @@ class SimOutput::Sampler final : public EventSource {
     const SimTime end = sim_.run_end();
     if (end > last_) sample(end);
     bool ok = true;
-    for (FILE** f : {&thr_, &queues_, &paths_}) {
-      if (std::ferror(*f) != 0 || std::fclose(*f) != 0) ok = false;
+    const std::pair<FILE**, const char*> files[] = {
+        {&thr_, "throughput.csv"}, {&queues_, "queues.csv"}, {&paths_, "paths.csv"}};
+    for (const auto& [f, name] : files) {
+      // Closed also after an error (ferror first: fclose frees the FILE).
+      const bool failed = std::ferror(*f) != 0;
+      if (std::fclose(*f) != 0 || failed) {
+        ok = false;
+        add_error(err, "write error in " + dir_ + "/" + name);
+      }
       *f = nullptr;
     }
-    if (!write_fcts()) ok = false;
-    if (!ok) err = "write error in " + dir_;
+    if (!write_fcts()) {
+      ok = false;
+      add_error(err, "write error in " + dir_ + "/fcts.csv");
+    }
     return ok;
   }
 
@@ -430,18 +445,28 @@ class SimOutput::Sampler final : public EventSource {
 // permutation a host also receives one flow); the conn column tells them apart.
 class SimOutput::FlowTrace {
  public:
+  // Throws unless flow `given` exists and both its ends run the engine; on
+  // its own so that SimOutput refuses a bad flow before it opens any file.
   // The flow as given, 64 bits: cast to 32 first, 4294967299 traced flow 3.
-  FlowTrace(Simulation& sim, int64_t given, const std::string& path) {
+  static uint32_t check(const Simulation& sim, int64_t given) {
     if (given < 0 || static_cast<uint64_t>(given) >= sim.flows_->size())
       throw std::runtime_error("--trace-flow " + std::to_string(given) + ": the workload has " +
                                std::to_string(sim.flows_->size()) + " flows");
     const auto flow = static_cast<uint32_t>(given);
     const FlowSpec& spec = sim.flows_->at(flow).spec;
-    auto* src = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get());
-    auto* dst = dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get());
-    if (src == nullptr || dst == nullptr)
+    if (dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get()) == nullptr ||
+        dynamic_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get()) == nullptr)
       throw std::runtime_error("--trace-flow needs a transport that runs the engine");
+    return flow;
+  }
+
+  FlowTrace(Simulation& sim, int64_t given, const std::string& path) {
+    const uint32_t flow = check(sim, given);
+    const FlowSpec& spec = sim.flows_->at(flow).spec;
+    auto* src = static_cast<MetaRoceHost*>(sim.hosts_.at(spec.src).get());
+    auto* dst = static_cast<MetaRoceHost*>(sim.hosts_.at(spec.dst).get());
     f_ = open_or_throw(path);
+    path_ = path;
     std::setvbuf(f_, nullptr, _IOFBF, 1 << 16);
     std::fprintf(f_, "# flow %u: host %u -> host %u\n", flow, spec.src, spec.dst);
     std::fputs("time_us,host,conn,event,path,psn,aux\n", f_);
@@ -464,7 +489,7 @@ class SimOutput::FlowTrace {
     if (f_ == nullptr) return true;
     const bool ok = std::fclose(f_) == 0 && !failed_;
     f_ = nullptr;
-    if (!ok) err = "write error in the --trace-flow file";
+    if (!ok) add_error(err, "write error in " + path_);
     return ok;
   }
 
@@ -484,6 +509,7 @@ class SimOutput::FlowTrace {
   }
 
   FILE* f_ = nullptr;
+  std::string path_;
   bool failed_ = false;
   Sink sinks_[2];
   MetaRoceHost* hosts_[2] = {};
@@ -494,6 +520,9 @@ class SimOutput::FlowTrace {
 SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
   const OutputOptions& o = sim.cfg_.output;
   const TopoGraph& g = sim.net_->graph();
+  // Every check before the first file is opened ("wb"): a bad --watch-link
+  // or --trace-flow found after it had cut the previous run's capture to its
+  // header and its time series to their headers, beside its old fcts.csv.
   if (const std::string clash = output_clash(o, sim.cfg_.input_files); !clash.empty())
     throw std::runtime_error(clash);
   LinkRef pcap_link, watch;
@@ -502,12 +531,17 @@ SimOutput::SimOutput(Simulation& sim) : sim_(sim) {
     pcap_link = parse_or_throw(g, o.pcap_link);
     watch = pcap_link;
     watched = &watch;
-    pcap_ = std::make_unique<PcapFile>(o.pcap_path.empty() ? "sim.pcap" : o.pcap_path);
-    capture_ = std::make_unique<Capture>(*pcap_, sim, pcap_link);
   }
   if (!o.watch_link.empty()) {
     watch = parse_or_throw(g, o.watch_link);
     watched = &watch;
+  }
+  if (!o.csv_dir.empty() && o.sample_interval.ps == 0)
+    throw std::runtime_error("sample interval must be > 0");
+  if (o.trace_flow >= 0) (void)FlowTrace::check(sim, o.trace_flow);
+  if (!o.pcap_link.empty()) {
+    pcap_ = std::make_unique<PcapFile>(pcap_file_path(o));
+    capture_ = std::make_unique<Capture>(*pcap_, sim, pcap_link);
   }
   if (!o.csv_dir.empty()) sampler_ = std::make_unique<Sampler>(sim, o.csv_dir, watched);
   if (o.trace_flow >= 0)
@@ -523,18 +557,22 @@ bool SimOutput::close(std::string& err) {
   if (closed_) return true;
   closed_ = true;
   bool ok = true;
+  // Every part's failure: a failed capture was named only if the CSV files
+  // and the trace were written.
+  std::string errs;
   if (capture_) {
     capture_->emit(SimTime::never());
     capture_.reset();
   }
   if (pcap_ && !pcap_->close()) {
     ok = false;
-    err = "write error in " + sim_.cfg_.output.pcap_path;
+    add_error(errs, "write error in " + pcap_file_path(sim_.cfg_.output));
   }
-  if (sampler_ && !sampler_->close(err)) ok = false;
+  if (sampler_ && !sampler_->close(errs)) ok = false;
   sampler_.reset();
-  if (trace_ && !trace_->close(err)) ok = false;
+  if (trace_ && !trace_->close(errs)) ok = false;
   trace_.reset();
+  if (!ok) err = errs;
   return ok;
 }
 

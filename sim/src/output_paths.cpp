@@ -9,14 +9,17 @@
 
 namespace metaroce::sim {
 
+std::string pcap_file_path(const OutputOptions& o) {
+  return o.pcap_path.empty() ? "sim.pcap" : o.pcap_path;
+}
+
 std::string trace_file_path(const OutputOptions& o) {
   return o.trace_path.empty() ? "trace-flow" + std::to_string(o.trace_flow) + ".csv" : o.trace_path;
 }
 
 std::vector<OutputFile> output_files(const OutputOptions& o) {
   std::vector<OutputFile> files;
-  if (!o.pcap_link.empty())
-    files.push_back({"--pcap-file", o.pcap_path.empty() ? "sim.pcap" : o.pcap_path});
+  if (!o.pcap_link.empty()) files.push_back({"--pcap-file", pcap_file_path(o)});
   if (o.trace_flow >= 0) files.push_back({"--trace-file", trace_file_path(o)});
   if (!o.csv_dir.empty())
     for (const char* f : kCsvDirFiles) files.push_back({"--csv", o.csv_dir + "/" + f});

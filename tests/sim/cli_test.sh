@@ -109,6 +109,22 @@ case $list in
 esac
 sim_expect 2 '^metaroce-sim: --json applies to a run, --list and --list-links, not --list-settings$' \
   --list-settings --json
+# A listing took a run's options and ignored them, exit 0: --csv wrote
+# nothing, a bad --transport or --sample-us went unseen.
+sim_expect 2 '^metaroce-sim: --csv applies to a run, not --list-links$' --list-links --csv never
+sim_expect 2 '^metaroce-sim: --pcap applies to a run, not --list-links$' --list-links --pcap 0 \
+  --csv never --sample-us 0
+sim_expect 2 '^metaroce-sim: --trace-flow applies to a run, not --list-links$' --list-links \
+  --trace-flow 99
+sim_expect 2 '^metaroce-sim: --transport applies to a run, not --list$' --list --transport foo
+sim_expect 2 '^metaroce-sim: --seed applies to a run, not --list$' --list --seed 3
+sim_expect 2 '^metaroce-sim: --preset applies to a run, not --list-settings$' --list-settings \
+  --preset fattree16-perm
+sim_expect 2 '^metaroce-sim: --paths applies to a run, not --list$' --list --paths 4
+sim_expect 2 '^metaroce-sim: --list and --list-links: give one$' --list --list-links
+[ -e never ] && { echo "FAIL: a listing wrote --csv never"; failures=$((failures + 1)); }
+# --list-links reads the scenario: the preset, the transport and the settings stay its own.
+sim_expect 0 '' --list-links --preset incast8-256k --transport rocev2 --seed 2 --paths 4
 # CLI11's own errors: its message, the tools' exit status for bad options.
 sim_expect 2 'no-such-option' --no-such-option
 sim_expect 2 'seed' --seed abc
@@ -324,6 +340,27 @@ if [ -n "$left" ]; then
 fi
 expect_quiet 0 "$sim" -q --no-timing --csv col --pcap 16 --pcap-file col/x.pcap --trace-flow 0 \
   --trace-file col/trace.csv
+# A bad --watch-link or --trace-flow was found after the capture and the
+# time series were opened "wb": the previous run's pcap cut to its header,
+# its CSV folder to headers beside its old fcts.csv, and exit 2. Every check
+# comes before any file is opened: what was there is left as it was.
+mkdir keep
+cp col/x.pcap keep/x.pcap
+cp col/throughput.csv col/queues.csv col/paths.csv col/fcts.csv col/report.json col/trace.csv keep/
+for case in "--trace-flow 0 --watch-link bogus|link 'bogus': expected" \
+  '--trace-flow 99|--trace-flow 99: the workload has 16 flows$' \
+  '--trace-flow 0 --transport rocev2|--trace-flow needs a transport that runs the engine$'; do
+  bad=${case%%|*} why=${case#*|}
+  # shellcheck disable=SC2086 # $bad is two or four words
+  sim_expect 2 "^metaroce-sim: $why" --csv col --pcap 16 --pcap-file col/x.pcap \
+    --trace-file col/trace.csv $bad
+  for f in keep/*; do
+    if ! cmp -s "$f" "col/${f#keep/}"; then
+      echo "FAIL: $bad: col/${f#keep/} changed ($(wc -c <"col/${f#keep/}") bytes)"
+      failures=$((failures + 1))
+    fi
+  done
+done
 # Without --trace-file, the trace is named by preset and transport as --pcap's
 # file is: a run of another preset keeps its own.
 expect_quiet 0 "$sim" -q --no-timing --transport spray-nocc --trace-flow 1
@@ -333,6 +370,16 @@ else
   echo "FAIL: the default trace file is not named by preset and transport: $(ls)"
   failures=$((failures + 1))
 fi
+# A file that cannot be written is named with the tool's prefix, each one
+# that failed: the message had no prefix, named the --csv folder and not its
+# file, or no file for --trace-flow, and kept only the last of several.
+sim_expect 2 '^metaroce-sim: write error in /dev/full$' --trace-flow 0 --trace-file /dev/full
+sim_expect 2 '^metaroce-sim: write error in /dev/full$' --pcap 16 --pcap-file /dev/full
+# 40 blocks (20 or 40 KiB, by the shell) cut paths.csv (about 100 KB), no other CSV file.
+# shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+expect 2 '^metaroce-sim: write error in /dev/full; write error in fsz/paths\.csv$' \
+  sh -c 'trap "" XFSZ; ulimit -f 40 && exec "$0" "$@"' "$sim" -q --no-timing --csv fsz \
+  --pcap 16 --pcap-file /dev/full
 # Nor may an output be a file the run reads: opened "wb", the config or the
 # traffic matrix was emptied before the run had read it... or after.
 printf '[topology]\nkind = "fat_tree"\nk = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n[[workload]]\nkind = "matrix"\nfile = "fcts.csv"\n' >in.toml

@@ -54,6 +54,12 @@ assert m.fct_legend("irn", ["10", ""], {"fct_p99_us": 42}) == "irn (p99 >= 42 us
 # Two runs of one transport (two settings compared) are told apart.
 assert m.unique_labels(["metaroce", "metaroce", "irn"], ["a/trim", "b/base/", "c"]) == [
     "metaroce (trim)", "metaroce (base)", "irn"]
+# Two sweeps of sim-figures.sh (OUTDIR/TRANSPORT) share the folder's last
+# name: it gave both "metaroce (metaroce)".
+labels = m.unique_labels(["metaroce", "metaroce", "irn", "irn"],
+                         ["base/metaroce", "x/trim/metaroce/", "base/irn", "irn"])
+assert labels == ["metaroce (base/metaroce)", "metaroce (trim/metaroce)", "irn (base/irn)",
+                  "irn (irn)"], labels
 EOF
 # A folder lacking one of the CSV files is refused up front, naming it (no
 # throughput.csv: fct_cdf.png drawn, then a traceback).
@@ -67,6 +73,53 @@ for f in throughput.csv queues.csv paths.csv fcts.csv; do
     grep -q Traceback "$part.log" || [[ -e "$part/png/fct_cdf.png" ]]; then
     echo "figures_test: a folder without $f: exit $rc, wanted 2 naming it before any figure:" >&2
     cat "$part.log" >&2
+    exit 1
+  fi
+done
+# A folder with a malformed file, or bad options, exits 2 naming the file
+# (and line) before any figure: an empty or renamed-column fcts.csv or an
+# empty throughput.csv drew empty figures with exit 0; a stray cell, a
+# missing time_us, a report.json list, --dpi 0 or an -o naming a file
+# stopped on a traceback, some after fct_cdf.png was written.
+damages=(
+  "fcts.csv|: > fcts.csv"
+  "fcts.csv|sed -i 1s/fct_us/fct/ fcts.csv"
+  "fcts.csv|sed -i 1q fcts.csv"
+  "fcts.csv|sed -i '3s/,[^,]*\$/,x/' fcts.csv"
+  "throughput.csv|: > throughput.csv"
+  "throughput.csv|sed -i 3s/.*/x,y,z,w/ throughput.csv"
+  "throughput.csv|sed -i '\$s/,[^,]*\$//' throughput.csv"
+  "queues.csv|sed -i 1s/^time_us/t/ queues.csv"
+  "queues.csv|sed -i 2s/^[^,]*,/nan,/ queues.csv"
+  "paths.csv|: > paths.csv"
+  "paths.csv|sed -i '2s/^\([^,]*,[^,]*,[^,]*,[^,]*,\)[^,]*/\11.5/' paths.csv"
+  "report.json|echo '[1,2]' > report.json"
+  "report.json|echo '{\"transport\": 7}' > report.json"
+  "report.json|head -c 20 report.json > r && mv r report.json"
+)
+for i in "${!damages[@]}"; do
+  f=${damages[$i]%%|*} damage=${damages[$i]#*|}
+  bad="$out/bad$i"
+  cp -r "$out/metaroce" "$bad"
+  (cd "$bad" && eval "$damage")
+  rc=0
+  "$py" "$root/scripts/plot-sim.py" -o "$bad/png" "$bad" > "$bad.log" 2>&1 || rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q "error: $bad/$f" "$bad.log" || grep -q Traceback "$bad.log" ||
+    [[ -n $(ls -A "$bad/png" 2>/dev/null) ]]; then
+    echo "figures_test: $f damaged ($damage): exit $rc, wanted 2 naming it before any figure:" >&2
+    cat "$bad.log" >&2
+    exit 1
+  fi
+done
+: > "$out/a-file"
+for args in "--dpi=0" "--dpi=-5" "--dpi=x" "-o $out/a-file" "-o $out/a-file/png"; do
+  rc=0
+  # shellcheck disable=SC2086 # $args is one or two words
+  "$py" "$root/scripts/plot-sim.py" $args "$out/metaroce" > "$out/opt.log" 2>&1 || rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -Eq "error: (argument --dpi|-o $out/a-file)" "$out/opt.log" ||
+    grep -q Traceback "$out/opt.log"; then
+    echo "figures_test: plot-sim.py $args: exit $rc, wanted 2 naming the option:" >&2
+    cat "$out/opt.log" >&2
     exit 1
   fi
 done

@@ -392,6 +392,37 @@ TEST(Trace, FlowTraceHasBothEndsAndLeavesTheDigestUnchanged) {
   EXPECT_THROW(Simulation{std::move(rc)}, std::runtime_error);
 }
 
+// A bad --watch-link or --trace-flow was found after the capture and the
+// time series had been opened "wb": the previous run's files were cut to
+// their headers before the refusal. Every check now comes first.
+TEST(Output, RefusedOptionsLeaveThePreviousRunsFilesAsTheyWere) {
+  const ScratchDir dir("refused");
+  fs::create_directories(dir / "csv");
+  const std::vector<fs::path> kept = {dir / "x.pcap", dir / "csv/throughput.csv",
+                                      dir / "csv/queues.csv", dir / "csv/paths.csv", dir / "t.csv"};
+  for (const fs::path& f : kept)
+    std::ofstream(f) << "previous run's " << f.filename().string() << "\n";
+  const auto config = [&](TransportKind t) {
+    SimConfig cfg = small("fattree16-perm", t);
+    cfg.output.pcap_link = "16";
+    cfg.output.pcap_path = (dir / "x.pcap").string();
+    cfg.output.csv_dir = (dir / "csv").string();
+    cfg.output.trace_flow = 0;
+    cfg.output.trace_path = (dir / "t.csv").string();
+    return cfg;
+  };
+  SimConfig bad_watch = config(TransportKind::kMetaRoce);
+  bad_watch.output.watch_link = "bogus";
+  SimConfig bad_flow = config(TransportKind::kMetaRoce);
+  bad_flow.output.trace_flow = 99;
+  SimConfig bad_transport = config(TransportKind::kRoceV2);
+  for (SimConfig* cfg : {&bad_watch, &bad_flow, &bad_transport}) {
+    EXPECT_THROW(Simulation{std::move(*cfg)}, std::runtime_error);
+    for (const fs::path& f : kept)
+      EXPECT_EQ(slurp(f), "previous run's " + f.filename().string() + "\n") << f;
+  }
+}
+
 TEST(Scheduler, ObserverNeitherCountsNorMovesTheClock) {
   struct Obs final : EventSource {
     Scheduler* s = nullptr;

@@ -147,6 +147,35 @@ int run(int argc, char** argv) {
       std::cerr << "metaroce-sim: " << o << ": an empty value\n";
       return metaroce::tools::kExitBadOptions;
     }
+  const auto bad_option = [](const std::string& why) {
+    std::cerr << "metaroce-sim: " << why << "\n";
+    return metaroce::tools::kExitBadOptions;
+  };
+  // A listing runs nothing: an option of a run given with one was taken and
+  // ignored, exit 0 (--list-links --csv D wrote no D; --list --transport foo
+  // let the typo pass).
+  const std::pair<bool, const char*> listings[] = {
+      {list, "--list"}, {list_settings, "--list-settings"}, {list_links_flag, "--list-links"}};
+  const char* listing = nullptr;
+  for (const auto& [given, name] : listings) {
+    if (given && listing != nullptr)
+      return bad_option(std::string(listing) + " and " + name + ": give one");
+    if (given) listing = name;
+  }
+  if (listing != nullptr) {
+    std::vector<const char*> run_only = {"--pcap",       "--pcap-file",  "--csv",
+                                         "--sample-us",  "--watch-link", "--csv-flows",
+                                         "--trace-flow", "--trace-file"};
+    // --list-links reads the preset or config file and checks the transport
+    // and the settings as a run does; the other listings read none of them.
+    if (!list_links_flag) {
+      run_only.insert(run_only.end(), {"--preset", "--config", "--transport", "--seed",
+                                       "--fabric-ecn", "--cold", "--no-dcqcn", "--set"});
+      for (const Alias& a : aliases) run_only.push_back(a.option);
+    }
+    for (const char* o : run_only)
+      if (app.count(o) > 0) return bad_option(std::string(o) + " applies to a run, not " + listing);
+  }
   // --json was ignored by the listings: a script asking for JSON got text.
   if (list) {
     if (json) {
@@ -167,10 +196,6 @@ int run(int argc, char** argv) {
     std::cout << settings_help();
     return 0;
   }
-  const auto bad_option = [](const std::string& why) {
-    std::cerr << "metaroce-sim: " << why << "\n";
-    return metaroce::tools::kExitBadOptions;
-  };
   TransportKind tk;
   if (!parse_transport(transport, tk))
     return bad_option("unknown transport '" + transport + "' (metaroce, spray-nocc, rocev2, irn)");
@@ -296,7 +321,7 @@ int run(int argc, char** argv) {
   }
   sim->run();
   if (!sim->close_output(err)) {
-    std::cerr << err << "\n";
+    std::cerr << "metaroce-sim: " << err << "\n";
     return 2;
   }
   const Report r = sim->report();

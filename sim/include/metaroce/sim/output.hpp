@@ -82,8 +82,10 @@ struct OutputFile {
   std::string option;  // "--pcap-file", "--trace-file", "--csv"
   std::string path;
 };
-// The --trace-flow file: trace_path, else trace-flowN.csv in the current folder
-// (metaroce-sim names it by default_output_path instead).
+// The --pcap file: pcap_path, else sim.pcap in the current folder; the
+// --trace-flow file: trace_path, else trace-flowN.csv there (metaroce-sim
+// names both by default_output_path instead).
+[[nodiscard]] std::string pcap_file_path(const OutputOptions& o);
 [[nodiscard]] std::string trace_file_path(const OutputOptions& o);
 [[nodiscard]] std::vector<OutputFile> output_files(const OutputOptions& o);
 // Two of output_files() that are one file (compared by weakly_canonical, so
@@ -130,7 +132,8 @@ class SimOutput {
   SimOutput(const SimOutput&) = delete;
   SimOutput& operator=(const SimOutput&) = delete;
   // Writes what is left (the last sample, fcts.csv), closes every file.
-  // Idempotent; false with a reason in err if some write failed.
+  // Idempotent; false if some write failed, with err naming each file that
+  // failed ("write error in F; write error in G").
   bool close(std::string& err);
   [[nodiscard]] uint64_t pcap_records() const;
 
