@@ -234,10 +234,20 @@ else
   # A report that cannot be written (a full disk): exit 2, not 0.
   expect_full 2 '^metaroce-perf client: the report could not be written to stdout' \
     timeout 30 "$perf" client "$addr" --op write --iters 100 --size 4096 --json
-  # The server's summary names every test's messages, and its io: line is
-  # that test's alone.
-  check "the server's summary lines count messages: $(grep '^test' "$out/server")" \
-    "$(! grep -q '^test .*: 0 messages' "$out/server"; echo $?)"
+  # The server's summary: each of the 10 clients above (the SIGINT write,
+  # write, read, read --bidir, send --bidir, write --bidir, --interval 0.02,
+  # head -1, gone reader, /dev/full) ran a test to its end, and each test
+  # has one line that counts its messages (a plain write and a read printed
+  # 0) followed, after a --bidir's reverse line, by its own io: line (the
+  # differencing is PerfSession.IoSinceIsTheDifference's).
+  check "the server's summary: one test line with its messages and one io: line for each of the 10 clients: $(grep -E '^(test|  io:|connection)' "$out/server")" \
+    "$(awk '/^connection from / { conns++ }
+      /^test / { tests++; if ($0 ~ /: [1-9][0-9]* messages /) counted++; want_io = 1; next }
+      /^  reverse: / { next }
+      /^  io: / { if (want_io) ios++; else stray++; want_io = 0; next }
+      { want_io = 0 }
+      END { exit !(conns == 10 && tests == 10 && counted == 10 && ios == 10 && !stray) }' \
+      "$out/server"; echo $?)"
 fi
 kill -INT "$server" 2>/dev/null
 wait "$server"
