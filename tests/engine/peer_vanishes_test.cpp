@@ -181,19 +181,27 @@ struct Cut {
   bool on = false;
   bool healed = false;
   TimeNs at{};
-  uint64_t late_data = 0;  // data packets of `late` held back
+  std::vector<TimeNs> late_data_lands;  // when each data packet of `late` held back lands
 };
+
+// How many held-back data packets land in (after, until]: the premise of a
+// test whose failed end must place none of them. The packet that turns the
+// cut on is held back too, so a count of 1 shows only that the cut happened.
+size_t landing(const Cut& cut, TimeNs after, TimeNs until) {
+  return static_cast<size_t>(std::count_if(cut.late_data_lands.begin(), cut.late_data_lands.end(),
+                                           [&](TimeNs t) { return after < t && t <= until; }));
+}
 
 void cut_after(Loop& loop, Cut& cut, int from, uint64_t after, int late = -1,
                uint64_t late_ns = 0) {
-  loop.drop = [&loop, &cut, from, after, late, seen = uint64_t{0}](
+  loop.drop = [&loop, &cut, from, after, late, late_ns, seen = uint64_t{0}](
                   int f, const std::vector<uint8_t>& d) mutable {
     if (!cut.on && f == from && is_data(d) && ++seen > after) {
       cut.on = true;
       cut.at = loop.now();
     }
     if (cut.on && !cut.healed && f == late) {
-      cut.late_data += is_data(d);
+      if (is_data(d)) cut.late_data_lands.push_back(loop.now() + loop.delay_ns + late_ns);
       return false;
     }
     return cut.on && !cut.healed;
@@ -305,11 +313,13 @@ TEST(PeerVanishes, ReadsBothWaysFailAndLateResponsesAreNotPlaced) {  // PATH-7, 
   ASSERT_TRUE(cut.on);
   expect_timed_out(k, 0, {1}, cut.at + kPeerTimeout);
   expect_timed_out(k, 1, {2}, cut.at + kPeerTimeout);
-  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
+  ASSERT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
   EXPECT_TRUE(event_is(k.event(1, b), EventKind::kError, Status::kPeerUnreachable));
   const std::vector<uint8_t> a_placed = a_into.bytes;
-  ASSERT_GT(cut.late_data, 0u);  // the premise: responses held back
-  k.run_for(2 * kSecond);        // they arrive
+  // The premise: responses held back land at the failed requester after it
+  // failed, more than the one that turned the cut on.
+  ASSERT_GT(landing(cut, k.event(0, a)->at, loop.now() + 2 * kSecond), 1u);
+  k.run_for(2 * kSecond);  // they arrive
   EXPECT_EQ(a_into.bytes, a_placed) << "READ responses placed after the READ failed";
   EXPECT_EQ(k.events_about(0, a), 1u);
   EXPECT_EQ(k.events_about(1, b), 1u);
@@ -348,10 +358,12 @@ TEST(PeerVanishes, SendsBothWaysFailAndNothingLandsInFlushedReceives) {  // PATH
     }
     EXPECT_EQ(k.status(i, i == 0 ? 103 : 203), Status::kFlushed);  // three SENDs came
   }
-  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
+  ASSERT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
   EXPECT_TRUE(event_is(k.event(1, b), EventKind::kError, Status::kPeerUnreachable));
   const std::vector<uint8_t> a_placed = a_rq.bytes;
-  ASSERT_GT(cut.late_data, 0u);
+  // The premise: SENDs held back land at the failed end after it failed,
+  // more than the one that turned the cut on.
+  ASSERT_GT(landing(cut, k.event(0, a)->at, loop.now() + 2 * kSecond), 1u);
   k.run_for(2 * kSecond);
   EXPECT_EQ(a_rq.bytes, a_placed) << "SEND bytes placed in receives the failure handed back";
   EXPECT_EQ(k.events_about(0, a), 1u);
