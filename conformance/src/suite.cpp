@@ -357,6 +357,16 @@ const Unchecked* find_unchecked(std::string_view rule) {
   return nullptr;
 }
 
+std::string_view unchecked_kind(const Unchecked& u) {
+  return u.peer_test ? "not yet" : "no peer test";
+}
+
+std::string unchecked_refusal(const Unchecked& u) {
+  std::string s = "no check names rule ";
+  s.append(u.rule).append(" (").append(unchecked_kind(u)).append("): ").append(u.why);
+  return s;
+}
+
 std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, std::string_view rule,
                         Abort* aborted, const std::function<void(const Result&)>& on_result) {
   std::vector<std::string> rules;

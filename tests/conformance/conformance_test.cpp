@@ -31,6 +31,27 @@ TEST(Conformance, EveryCheckPassesOnTheEngine) {
   }
 }
 
+// --rule's refusal of a rule without a check says which kind it is: one
+// whose peer test the spec names but is not here yet, or one with no peer
+// test. No rule of today's table is "(not yet)", so conformance.cli cannot see
+// that wording; these entries stand for one of each.
+TEST(Conformance, ARuleWithoutACheckIsRefusedSayingWhy) {
+  const Unchecked notyet{"FOO-9", true, "section 12 names a peer test for it"};
+  const Unchecked none{"LOSS-1", false, "its tests in section 12 are codec, engine or fabric"};
+  EXPECT_EQ(unchecked_kind(notyet), "not yet");
+  EXPECT_EQ(unchecked_kind(none), "no peer test");
+  EXPECT_EQ(unchecked_refusal(notyet),
+            "no check names rule FOO-9 (not yet): section 12 names a peer test for it");
+  EXPECT_EQ(unchecked_refusal(none),
+            "no check names rule LOSS-1 (no peer test): its tests in section 12 are codec, "
+            "engine or fabric");
+  // Every entry of the table is refused in those words, and none has a check.
+  for (const Unchecked& u : unchecked()) {
+    EXPECT_EQ(find_unchecked(u.rule), &u);
+    EXPECT_FALSE(any_check_names(u.rule)) << u.rule;
+  }
+}
+
 // A target that cannot be opened, or is lost (Target::lost(): a remote
 // target's agent went away), stops the run there: the checks that could not
 // run are not recorded as failed, and `Abort` says where and why.

@@ -193,18 +193,32 @@ TEST(ConnectScale, RecordsEndAtTheirTimeAndTheirMemoryGoes) {
 
 // CONN-7: a record lasts as long as the longer of the peer's two resend
 // runs, its CONNECT_REQs' and its DISCONNECTs' (our settings taken as the
-// peer's): with 20 DISCONNECTs against 8 requests, a repeat 12 retries after
-// the close is still answered.
+// peer's): with 20 of either against 8 of the other, a repeat 12 retries
+// after the close is still answered; with 8 of each it is past the record.
 TEST(ConnectScale, ARecordOutlastsTheLongerOfTheTwoResendRuns) {
-  EndpointConfig c1 = cfg(4917);
-  c1.disconnect_attempts = 20;
-  Loop loop(cfg(4916), c1);
-  Burst burst;
-  ASSERT_TRUE(open_and_close(loop, 1, burst));
-  const TimeNs at = loop.now() + 12 * c1.connect_retry_ns;
-  const auto acks = answers(loop, 1, burst.discs[burst.a[0].v], at);
-  ASSERT_EQ(acks.size(), 1u);
-  EXPECT_EQ(acks[0].bh.opcode, wire::Opcode::kDisconnectAck);
+  struct Case {
+    uint32_t connect_attempts;
+    uint16_t disconnect_attempts;
+    bool answered;
+  };
+  for (const Case k : {Case{8, 20, true}, Case{20, 8, true}, Case{8, 8, false}}) {
+    SCOPED_TRACE(testing::Message() << "connect_attempts " << k.connect_attempts
+                                    << ", disconnect_attempts " << k.disconnect_attempts);
+    EndpointConfig c1 = cfg(4917);
+    c1.connect_attempts = k.connect_attempts;
+    c1.disconnect_attempts = k.disconnect_attempts;
+    Loop loop(cfg(4916), c1);
+    Burst burst;
+    ASSERT_TRUE(open_and_close(loop, 1, burst));
+    const TimeNs at = loop.now() + 12 * c1.connect_retry_ns;
+    const auto acks = answers(loop, 1, burst.discs[burst.a[0].v], at);
+    if (!k.answered) {
+      EXPECT_TRUE(acks.empty());
+      continue;
+    }
+    ASSERT_EQ(acks.size(), 1u);
+    EXPECT_EQ(acks[0].bh.opcode, wire::Opcode::kDisconnectAck);
+  }
 }
 
 // CONN-7: an endpoint keeps at most max_connections records (at least 64).

@@ -181,19 +181,27 @@ struct Cut {
   bool on = false;
   bool healed = false;
   TimeNs at{};
-  uint64_t late_data = 0;  // data packets of `late` held back
+  std::vector<TimeNs> late_data_lands;  // when each data packet of `late` held back lands
 };
+
+// How many held-back data packets land in (after, until]: the premise of a
+// test whose failed end must place none of them. The packet that turns the
+// cut on is held back too, so a count of 1 shows only that the cut happened.
+size_t landing(const Cut& cut, TimeNs after, TimeNs until) {
+  return static_cast<size_t>(std::count_if(cut.late_data_lands.begin(), cut.late_data_lands.end(),
+                                           [&](TimeNs t) { return after < t && t <= until; }));
+}
 
 void cut_after(Loop& loop, Cut& cut, int from, uint64_t after, int late = -1,
                uint64_t late_ns = 0) {
-  loop.drop = [&loop, &cut, from, after, late, seen = uint64_t{0}](
+  loop.drop = [&loop, &cut, from, after, late, late_ns, seen = uint64_t{0}](
                   int f, const std::vector<uint8_t>& d) mutable {
     if (!cut.on && f == from && is_data(d) && ++seen > after) {
       cut.on = true;
       cut.at = loop.now();
     }
     if (cut.on && !cut.healed && f == late) {
-      cut.late_data += is_data(d);
+      if (is_data(d)) cut.late_data_lands.push_back(loop.now() + loop.delay_ns + late_ns);
       return false;
     }
     return cut.on && !cut.healed;
@@ -305,11 +313,13 @@ TEST(PeerVanishes, ReadsBothWaysFailAndLateResponsesAreNotPlaced) {  // PATH-7, 
   ASSERT_TRUE(cut.on);
   expect_timed_out(k, 0, {1}, cut.at + kPeerTimeout);
   expect_timed_out(k, 1, {2}, cut.at + kPeerTimeout);
-  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
+  ASSERT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
   EXPECT_TRUE(event_is(k.event(1, b), EventKind::kError, Status::kPeerUnreachable));
   const std::vector<uint8_t> a_placed = a_into.bytes;
-  ASSERT_GT(cut.late_data, 0u);  // the premise: responses held back
-  k.run_for(2 * kSecond);        // they arrive
+  // The premise: responses held back land at the failed requester after it
+  // failed, more than the one that turned the cut on.
+  ASSERT_GT(landing(cut, k.event(0, a)->at, loop.now() + 2 * kSecond), 1u);
+  k.run_for(2 * kSecond);  // they arrive
   EXPECT_EQ(a_into.bytes, a_placed) << "READ responses placed after the READ failed";
   EXPECT_EQ(k.events_about(0, a), 1u);
   EXPECT_EQ(k.events_about(1, b), 1u);
@@ -348,10 +358,12 @@ TEST(PeerVanishes, SendsBothWaysFailAndNothingLandsInFlushedReceives) {  // PATH
     }
     EXPECT_EQ(k.status(i, i == 0 ? 103 : 203), Status::kFlushed);  // three SENDs came
   }
-  EXPECT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
+  ASSERT_TRUE(event_is(k.event(0, a), EventKind::kError, Status::kPeerUnreachable));
   EXPECT_TRUE(event_is(k.event(1, b), EventKind::kError, Status::kPeerUnreachable));
   const std::vector<uint8_t> a_placed = a_rq.bytes;
-  ASSERT_GT(cut.late_data, 0u);
+  // The premise: SENDs held back land at the failed end after it failed,
+  // more than the one that turned the cut on.
+  ASSERT_GT(landing(cut, k.event(0, a)->at, loop.now() + 2 * kSecond), 1u);
   k.run_for(2 * kSecond);
   EXPECT_EQ(a_rq.bytes, a_placed) << "SEND bytes placed in receives the failure handed back";
   EXPECT_EQ(k.events_about(0, a), 1u);
@@ -491,13 +503,27 @@ TEST(PeerVanishes, AnRnrNakOwedWhenAPeerTimeoutFailsTheConnectionIsNotSent) {  /
 
 // A READ responder with read_served_events reports a READ served only once
 // every response was acknowledged: the requester's READs that failed with
-// the peer gone are never reported served, those completed kOk are, once.
+// the peer gone are never reported served, the one completed kOk is, once.
+// The responder goes silent (every datagram of its own lost) from its first
+// response to the second READ on, so the requester's ACKs of the first
+// READ's responses still reach it.
 TEST(PeerVanishes, AReadServedIsReportedOnlyIfTheRequesterGotIt) {  // PATH-7, MR-5
   EndpointConfig c1 = cfg(4618);
   c1.read_served_events = true;
-  CutLoop setup(cfg(4617), c1, 1, 300);  // inside the second READ's responses
-  auto& [loop, a, b, k, cut] = setup;
-  constexpr uint32_t kLen = 1 << 20;  // 256 responses each
+  Loop loop(cfg(4617), c1);
+  auto [a, b] = loop.connect();
+  Books k(loop);
+  constexpr uint32_t kLen = 1 << 20;
+  constexpr uint64_t kResponses = kLen / 4096;  // each READ's
+  Cut cut;
+  loop.drop = [&loop, &cut, sent = uint64_t{0}](int f, const std::vector<uint8_t>& d) mutable {
+    if (f != 1) return false;
+    if (!cut.on && is_data(d) && ++sent > kResponses) {
+      cut.on = true;
+      cut.at = loop.now();
+    }
+    return cut.on;
+  };
   Buf src(loop.ep(1), 3 * kLen, kAccessRemoteRead, 0xb1);
   Buf into(loop.ep(0), 3 * kLen, kAccessLocalWrite);
   for (uint64_t n = 0; n < 3; ++n)
@@ -505,6 +531,7 @@ TEST(PeerVanishes, AReadServedIsReportedOnlyIfTheRequesterGotIt) {  // PATH-7, M
               Status::kOk);
   ASSERT_TRUE(
       k.run([&] { return k.outstanding(0) == 0 && k.event(1, b) != nullptr; }, 15 * kSecond));
+  ASSERT_TRUE(cut.on);
   expect_timed_out(k, 0, {1, 2, 3}, cut.at + kPeerTimeout);
   EXPECT_TRUE(event_is(k.event(1, b), EventKind::kError, Status::kPeerUnreachable));
   uint64_t ok = 0;
@@ -512,12 +539,14 @@ TEST(PeerVanishes, AReadServedIsReportedOnlyIfTheRequesterGotIt) {  // PATH-7, M
   std::vector<ReadServed> served;
   ReadServed r;
   while (loop.ep(1).poll_read_served(r)) served.push_back(r);
-  EXPECT_GE(ok, 1u);  // the premise: one READ went through before the cut
-  EXPECT_LE(served.size(), ok) << "READs reported served that their requester never completed";
-  for (const ReadServed& s : served) {
-    EXPECT_EQ(s.conn, b);
-    EXPECT_LT(s.addr, src.addr(ok * kLen)) << "a READ served after those completed";
-  }
+  ASSERT_EQ(ok, 1u);  // the premise: READ 1 went through before the cut, 2 and 3 did not
+  ASSERT_EQ(k.status(0, 1), Status::kOk);
+  // READ 1, completed, is reported once; READs 2 and 3, failed, never.
+  ASSERT_EQ(served.size(), 1u) << "READs reported served: not READ 1 alone";
+  EXPECT_EQ(served[0].conn, b);
+  EXPECT_EQ(served[0].lkey, src.mr.lkey);
+  EXPECT_EQ(served[0].addr, src.addr(0));
+  EXPECT_EQ(served[0].length, kLen);
 }
 
 // Shared receives (PLACE-6) a connection had taken when its peer went: the

@@ -118,18 +118,18 @@ expect 2 'over 4 GiB: --op send --size 1073741824 takes --qd 3 at most, not 200$
 expect 2 'over 4 GiB: --op write --size 1073741824 --bidir takes --qd 4 at most, not 5$' \
   "$perf" client 127.0.0.1:4792 --size 1073741824 --qd 5 --bidir
 # Accepted: the last port exactly 65535 with --entropy-base, and a host name,
-# reach the run (here: a client that finds no server at a closed port, exit 1
-# without a parse error).
+# reach the run: here a client that finds no server at a closed port, exit 2
+# with the connect timeout. Nothing less will do: a value open() refuses, or
+# a host name that no longer resolves, also exits 2 with a
+# "metaroce-perf client:" line, but names open or the address instead.
 for args in "localhost:1 --entropy-base 65472" "127.0.0.1:1 --control-dscp 62 --data-dscp 0" \
   "127.0.0.1:1 --rnr-retry-limit 65534"; do
   # shellcheck disable=SC2086
   err=$(timeout 20 "$perf" client $args --iters 1 --peer-timeout-ms 100 2>&1 >/dev/null)
-  if printf '%s\n' "$err" | grep -Eq -- '^(--|addr:)|Run with --help'; then
-    echo "FAIL: metaroce-perf client $args: a parse error: $err"
-    failures=$((failures + 1))
-  else
-    echo "ok:   metaroce-perf client $args -> past the command line"
-  fi
+  rc=$?
+  check "metaroce-perf client $args -> past open and the address, to the connect: exit $rc: $err" \
+    "$([ "$rc" -eq 2 ] && printf '%s\n' "$err" |
+      grep -q '^metaroce-perf client: connect to .*: no answer within .*kConnectTimeout'; echo $?)"
 done
 
 # await_line FILE PATTERN: until FILE has a line matching PATTERN (20 s at
@@ -234,10 +234,20 @@ else
   # A report that cannot be written (a full disk): exit 2, not 0.
   expect_full 2 '^metaroce-perf client: the report could not be written to stdout' \
     timeout 30 "$perf" client "$addr" --op write --iters 100 --size 4096 --json
-  # The server's summary names every test's messages, and its io: line is
-  # that test's alone.
-  check "the server's summary lines count messages: $(grep '^test' "$out/server")" \
-    "$(! grep -q '^test .*: 0 messages' "$out/server"; echo $?)"
+  # The server's summary: each of the 10 clients above (the SIGINT write,
+  # write, read, read --bidir, send --bidir, write --bidir, --interval 0.02,
+  # head -1, gone reader, /dev/full) ran a test to its end, and each test
+  # has one line that counts its messages (a plain write and a read printed
+  # 0) followed, after a --bidir's reverse line, by its own io: line (the
+  # differencing is PerfSession.IoSinceIsTheDifference's).
+  check "the server's summary: one test line with its messages and one io: line for each of the 10 clients: $(grep -E '^(test|  io:|connection)' "$out/server")" \
+    "$(awk '/^connection from / { conns++ }
+      /^test / { tests++; if ($0 ~ /: [1-9][0-9]* messages /) counted++; want_io = 1; next }
+      /^  reverse: / { next }
+      /^  io: / { if (want_io) ios++; else stray++; want_io = 0; next }
+      { want_io = 0 }
+      END { exit !(conns == 10 && tests == 10 && counted == 10 && ios == 10 && !stray) }' \
+      "$out/server"; echo $?)"
 fi
 kill -INT "$server" 2>/dev/null
 wait "$server"

@@ -56,9 +56,7 @@ bool rules_checked(std::vector<std::string>& rules) {
       std::fprintf(stderr, "metaroce-conform: --rule names no rule (an empty ID)\n");
       ok = false;
     } else if (const mc::Unchecked* u = mc::find_unchecked(r)) {
-      std::fprintf(stderr, "metaroce-conform: no check names rule %s (%s): %.*s\n", r.c_str(),
-                   u->peer_test ? "not yet" : "no peer test", static_cast<int>(u->why.size()),
-                   u->why.data());
+      std::fprintf(stderr, "metaroce-conform: %s\n", mc::unchecked_refusal(*u).c_str());
       ok = false;
     } else if (!mc::any_check_names(r)) {
       std::fprintf(stderr,
@@ -154,10 +152,12 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (list_unchecked) {
-    for (const mc::Unchecked& u : mc::unchecked())
-      std::printf("%-8.*s (%s) %.*s\n", static_cast<int>(u.rule.size()), u.rule.data(),
-                  u.peer_test ? "not yet" : "no peer test", static_cast<int>(u.why.size()),
+    for (const mc::Unchecked& u : mc::unchecked()) {
+      const std::string_view kind = mc::unchecked_kind(u);
+      std::printf("%-8.*s (%.*s) %.*s\n", static_cast<int>(u.rule.size()), u.rule.data(),
+                  static_cast<int>(kind.size()), kind.data(), static_cast<int>(u.why.size()),
                   u.why.data());
+    }
     return 0;
   }
   if (which != "remote")

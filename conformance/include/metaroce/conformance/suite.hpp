@@ -56,6 +56,13 @@ struct Result {
 // The entry of unchecked() for `rule`, nullptr when it has none (a rule a
 // check names, or no rule of the spec).
 [[nodiscard]] const Unchecked* find_unchecked(std::string_view rule);
+// Why `u` has no check, in the words --list-unchecked and --rule print:
+// "not yet" (the spec names a peer test for it, not here yet) or "no peer
+// test".
+[[nodiscard]] std::string_view unchecked_kind(const Unchecked& u);
+// --rule's refusal of a rule without a check: "no check names rule R
+// (KIND): WHY".
+[[nodiscard]] std::string unchecked_refusal(const Unchecked& u);
 
 // Why a run stopped before its last check: the target of `check` could not
 // be opened (`make` gave nullptr, `opened` false) or was lost during it
