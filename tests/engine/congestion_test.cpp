@@ -244,6 +244,28 @@ TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
   EXPECT_LT(marks_and_drops, 0.75 * marks);
 }
 
+// CC-8: with congestion control disabled no signal moves a window: not a CE
+// echo (CC-4), not a drop alongside one (CC-7), not an ACK (CC-2). Path 0
+// has every other data packet CE-marked and every tenth dropped; its window
+// stays the initial one throughout. (The timeout clause is
+// DisabledCongestionControlKeepsTheWindowThroughATimeout's.)
+TEST(Engine, DisabledCongestionControlKeepsTheWindowUnderMarksAndDrops) {  // CC-8
+  EndpointConfig c = cfg(176);
+  c.cc.enabled = false;
+  const uint32_t initial = c.cc.initial_cwnd_packets * (c.mtu + 64u) / c.num_paths;
+  uint32_t lowest = UINT32_MAX, highest = 0;
+  const PathStats p0 = write_over_a_lossy_path(
+      c, [](uint64_t n) { return n % 10 == 0; }, [](uint64_t n) { return n % 2 == 0; },
+      [&](const PathStats& ps) {
+        lowest = std::min(lowest, ps.cwnd_bytes);
+        highest = std::max(highest, ps.cwnd_bytes);
+      });
+  EXPECT_GT(p0.ce_marks, 100u);  // the premises: marks and drops
+  EXPECT_GT(p0.losses, 20u);
+  EXPECT_EQ(lowest, initial);
+  EXPECT_EQ(highest, initial);
+}
+
 TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
   // Every data packet CE-marked, one path: its window falls to the floor (one
   // packet) and must stay there. An increase on the ACK that also cut the
