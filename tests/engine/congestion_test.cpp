@@ -244,6 +244,28 @@ TEST(Engine, DropsCutTheWindowOnlyAlongsideCongestionSignals) {  // CC-7
   EXPECT_LT(marks_and_drops, 0.75 * marks);
 }
 
+// CC-8: with congestion control disabled no signal moves a window: not a CE
+// echo (CC-4), not a drop alongside one (CC-7), not an ACK (CC-2). Path 0
+// has every other data packet CE-marked and every tenth dropped; its window
+// stays the initial one throughout. (The timeout clause is
+// DisabledCongestionControlKeepsTheWindowThroughATimeout's.)
+TEST(Engine, DisabledCongestionControlKeepsTheWindowUnderMarksAndDrops) {  // CC-8
+  EndpointConfig c = cfg(176);
+  c.cc.enabled = false;
+  const uint32_t initial = c.cc.initial_cwnd_packets * (c.mtu + 64u) / c.num_paths;
+  uint32_t lowest = UINT32_MAX, highest = 0;
+  const PathStats p0 = write_over_a_lossy_path(
+      c, [](uint64_t n) { return n % 10 == 0; }, [](uint64_t n) { return n % 2 == 0; },
+      [&](const PathStats& ps) {
+        lowest = std::min(lowest, ps.cwnd_bytes);
+        highest = std::max(highest, ps.cwnd_bytes);
+      });
+  EXPECT_GT(p0.ce_marks, 100u);  // the premises: marks and drops
+  EXPECT_GT(p0.losses, 20u);
+  EXPECT_EQ(lowest, initial);
+  EXPECT_EQ(highest, initial);
+}
+
 TEST(Engine, AckWithCongestionSignalDoesNotGrowTheWindow) {  // CC-2, CC-4, CC-6
   // Every data packet CE-marked, one path: its window falls to the floor (one
   // packet) and must stay there. An increase on the ACK that also cut the
@@ -544,6 +566,68 @@ TEST(Engine, DelayCutTakesAtMostHalfTheWindow) {  // CC-5
   ASSERT_TRUE(loop.ep(0).path_stats(a, 0, after));
   EXPECT_LT(after.cwnd_bytes, before.cwnd_bytes);  // the premise: a delay cut
   EXPECT_GE(after.cwnd_bytes, before.cwnd_bytes / 2);
+}
+
+// CC-5's rule in full: a sample no more than target_queue_delay (50 us)
+// above min_rtt cuts nothing; one above it cuts the window by the excess
+// over the sample, (rtt - min_rtt - 50 us) / rtt, where that is less than
+// max_delay_decrease_pct (50 %); and once per srtt. After warm-up (min_rtt
+// 4 us), two-packet WRITEs, each packet acknowledged on its own, the second
+// 1 us after the first: ACKs 40 us late (44 and 45 us samples) leave the window
+// alone; 80 us late (84 us: a 30 us excess) the first takes 30/84 of it,
+// 36 %, and the second, within an srtt of that cut, nothing more.
+TEST(Engine, DelayCutFollowsTheFormulaAboveTheTarget) {  // CC-5
+  EndpointConfig c = cfg(166, 1);
+  EndpointConfig peer = cfg(167);
+  peer.ack_every = 1;
+  WritePair w(c, peer, Loop::kDelayNs, 2 * 4096, 0x54);
+  auto& [loop, a, src, dst] = w;
+  ASSERT_TRUE(warm_up_paths(loop, a, src, dst));
+  uint64_t late = 0;
+  int data = 0;  // of the WRITE under way
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    if (from == 0 && d[1] == static_cast<uint8_t>(wire::Opcode::kWrite) && ++data == 2)
+      return 1'000;
+    return from == 1 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) ? late : 0;
+  };
+  PathStats start;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, start));
+  ASSERT_EQ(start.min_rtt_ns, 2 * Loop::kDelayNs);
+  // During a WRITE: the first window below `before`, the lowest within 5 us
+  // of it (less than an srtt), and the lowest of all.
+  uint32_t before = 0, first_cut = 0, lowest_soon = 0, lowest = 0;
+  TimeNs cut_at;
+  loop.before_poll = [&](int from) {
+    PathStats ps;
+    if (from != 0 || !loop.ep(0).path_stats(a, 0, ps)) return;
+    if (first_cut == 0 && ps.cwnd_bytes < before) {
+      first_cut = lowest_soon = ps.cwnd_bytes;
+      cut_at = loop.now();
+    }
+    if (first_cut != 0 && loop.now().since(cut_at) < 5'000)
+      lowest_soon = std::min(lowest_soon, ps.cwnd_bytes);
+    lowest = std::min(lowest, ps.cwnd_bytes);
+  };
+  const auto write_late = [&](uint64_t ns, uint64_t id) {
+    late = ns;
+    PathStats ps;
+    ASSERT_TRUE(loop.ep(0).path_stats(a, 0, ps));
+    before = lowest = ps.cwnd_bytes;
+    first_cut = 0;
+    data = 0;
+    ASSERT_TRUE(write_completes(loop, a, src, dst, 2 * 4096, id));
+  };
+  ASSERT_NO_FATAL_FAILURE(write_late(40'000, 20));
+  EXPECT_EQ(lowest, start.cwnd_bytes);
+  ASSERT_NO_FATAL_FAILURE(write_late(80'000, 21));
+  const uint64_t rtt = start.min_rtt_ns + 80'000;
+  const uint64_t excess = rtt - start.min_rtt_ns - c.cc.target_queue_delay_ns;
+  EXPECT_EQ(first_cut, before - uint64_t{before} * excess / rtt);
+  EXPECT_EQ(lowest_soon, first_cut);
+  PathStats end;
+  ASSERT_TRUE(loop.ep(0).path_stats(a, 0, end));
+  EXPECT_EQ(end.losses, 0u);  // the premises: late, not lost,
+  EXPECT_GE(end.packets_acked - start.packets_acked, 4u);
 }
 
 // CC-3: once per window of acknowledged data, alpha moves g = 1/16 of the

@@ -256,17 +256,16 @@ inline ::testing::AssertionResult one_rtt_sample(Loop& loop, ConnId a, const Buf
   return ::testing::AssertionSuccess();
 }
 
-// An 8 MiB WRITE over 4 paths (10 us each way, seeds `seed` and seed + 1)
-// on which path 0 loses the data packets `drop(n)` picks and delivers CE-marked
-// those `mark(n)` picks (n counts its data packets from 1); `poll` sees path
-// 0 before each of the sender's polls. Returns path 0's stats at the end.
-inline PathStats write_over_a_lossy_path(uint64_t seed, uint32_t max_cwnd_packets,
+// An 8 MiB WRITE from an endpoint set up as `c` (4 paths) to one as
+// cfg(c.seed + 1), 10 us each way, on which path 0 loses the data packets
+// `drop(n)` picks and delivers CE-marked those `mark(n)` picks (n counts its
+// data packets from 1); `poll` sees path 0 before each of the sender's
+// polls. Returns path 0's stats at the end.
+inline PathStats write_over_a_lossy_path(const EndpointConfig& c,
                                          const std::function<bool(uint64_t)>& drop,
                                          const std::function<bool(uint64_t)>& mark,
                                          const std::function<void(const PathStats&)>& poll) {
-  EndpointConfig c = cfg(seed);
-  c.cc.max_cwnd_packets = max_cwnd_packets;  // without any signal slow start would not stop
-  Loop loop(c, cfg(seed + 1));
+  Loop loop(c, cfg(c.seed + 1));
   loop.delay_ns = 10'000;
   auto [a, b] = loop.connect();
   Buf src(loop.ep(0), 8 << 20, 0, 0x33);
@@ -294,6 +293,16 @@ inline PathStats write_over_a_lossy_path(uint64_t seed, uint32_t max_cwnd_packet
   EXPECT_EQ(std::memcmp(src.bytes.data(), dst.bytes.data(), src.bytes.size()), 0);
   EXPECT_TRUE(loop.ep(0).path_stats(a, 0, p0));
   return p0;
+}
+
+// The same with cfg(seed), its windows bounded by `max_cwnd_packets`.
+inline PathStats write_over_a_lossy_path(uint64_t seed, uint32_t max_cwnd_packets,
+                                         const std::function<bool(uint64_t)>& drop,
+                                         const std::function<bool(uint64_t)>& mark,
+                                         const std::function<void(const PathStats&)>& poll) {
+  EndpointConfig c = cfg(seed);
+  c.cc.max_cwnd_packets = max_cwnd_packets;  // without any signal slow start would not stop
+  return write_over_a_lossy_path(c, drop, mark, poll);
 }
 
 }  // namespace metaroce::test

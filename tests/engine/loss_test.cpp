@@ -411,6 +411,48 @@ TEST(Engine, PathsWithoutASampleTakeTheFirstOneMeasured) {  // LOSS-4, LOSS-8
   EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, 0u);
 }
 
+// LOSS-2 orders packets by their own path's send order only, so paths of
+// unequal delay, which deliver each other's packets far out of PSN order,
+// cause no retransmission: two paths, 10 us and 100 us each way, nothing
+// lost, a 4 MiB WRITE with another queued behind it. (tests/fabric's
+// `unequal` case checks the same on real links, but only as root with
+// network namespaces.) Outside its span: a first WRITE, so that each path
+// has samples of its own (before them the slow path times its first flight
+// by the fast path's sample, LOSS-4, and its tail-loss timer may resend),
+// and the connection's tail, where LOSS-8 brings the slow path's timer
+// forward to srtt / 4 once the newest PSN is acknowledged on the fast one.
+TEST(Engine, UnequalPathDelaysCauseNoResend) {  // LOSS-1, LOSS-2
+  ConnId b;                                     // endpoint 1's connection
+  WritePair w(cfg(228, 2), 229, 10'000, 4 << 20, 0x46, &b);
+  auto& [loop, a, src, dst] = w;
+  loop.extra_delay = [&](int from, const std::vector<uint8_t>& d) -> uint64_t {
+    return from == 0 && tag_slot(d) == 1 ? 90'000 : 0;  // its PROBEs too: one link
+  };
+  ASSERT_TRUE(write_completes(loop, a, src, dst, 1 << 20, 97));
+  std::array<PathStats, 2> warm, end;
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(loop.ep(0).path_stats(a, i, warm[i]));
+  const ConnStats before = *loop.ep(0).conn_stats(a);
+  const uint64_t duplicates = loop.ep(1).conn_stats(b)->duplicates_received;
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20, 98)), Status::kOk);
+  ASSERT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 4 << 20, 99)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 1, done));
+  ASSERT_EQ(done[0].wr_id, 98u);
+  ASSERT_EQ(done[0].status, Status::kOk);
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(loop.ep(0).path_stats(a, i, end[i]));
+  // The premises: both paths carried it, the second at several times the
+  // round trip.
+  EXPECT_GT(end[0].packets_acked - warm[0].packets_acked, 100u);
+  EXPECT_GT(end[1].packets_acked - warm[1].packets_acked, 10u);
+  EXPECT_GT(end[1].srtt_ns, 4 * end[0].srtt_ns);
+  const ConnStats* st = loop.ep(0).conn_stats(a);
+  EXPECT_EQ(st->retransmissions, before.retransmissions);
+  EXPECT_EQ(st->losses_declared, before.losses_declared);
+  EXPECT_EQ(loop.ep(1).conn_stats(b)->duplicates_received, duplicates);
+  ASSERT_TRUE(loop.run_until_completions(0, 2, done));
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
 TEST(Engine, OnlyTheConnectionsFirstSampleIsLent) {  // LOSS-4
   // Path 0's packets come back in about 200 us, path 1's in about 700 us
   // (a degraded link), and paths 2 and 3 deliver nothing, so they never
