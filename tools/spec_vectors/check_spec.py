@@ -22,7 +22,8 @@
 5. Checks that every rule the spec states ("**ID** (LEVEL)") is stated once
    and listed in the conformance section (12), and that every rule ID cited
    in the code, tests, tools and docs (not BENCHMARKS.md's history) is one
-   the spec states.
+   the spec states; and that every test section 12 names (a backquoted
+   CamelCase word that is no identifier of the code) is a test under tests/.
 
 Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--ranges PATH]
 """
@@ -401,6 +402,26 @@ def check_rules(spec, ids):
     return bad
 
 
+# Section 12 names the tests that show each rule, in backquotes. A name no
+# test under tests/ carries (a test renamed or deleted, or one cited before it
+# was written) passed unnoticed; the section's other backquoted CamelCase
+# words are the code's own identifiers (`Target`).
+def check_cited_tests(spec):
+    conformance = spec.split("## 12. Conformance", 1)[1].split("## Appendix", 1)[0]
+    cited = set(re.findall(r"`([A-Z][A-Za-z0-9_]+)`", conformance))
+    tests, code = set(), set()
+    for path in (ROOT / "tests").rglob("*"):
+        if path.is_file() and path.suffix in {".cpp", ".hpp"}:
+            text = path.read_text(errors="replace")
+            tests.update(re.findall(r"\b(?:TYPED_)?TEST(?:_F|_P)?\(\s*\w+,\s*(\w+)\s*\)", text))
+    for folder in ("include", "engine", "conformance", "udp"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix in {".cpp", ".hpp"}:
+                code.update(re.findall(r"\b[A-Z][A-Za-z0-9_]+\b", path.read_text(errors="replace")))
+    return [f"section 12 cites `{name}`, which no test under tests/ is named"
+            for name in sorted(cited - tests - code)]
+
+
 def report(head, bad):
     print(head)
     for line in bad:
@@ -432,7 +453,7 @@ def main():
         bad = check_ranges(spec, sys.argv[sys.argv.index("--ranges") + 1])
         ok &= report(f"config ranges: {len(bad)} problems", bad)
     ids = stated_rules(spec)
-    bad = check_rules(spec, ids) + check_code_citations(spec, ids)
+    bad = check_rules(spec, ids) + check_code_citations(spec, ids) + check_cited_tests(spec)
     ok &= report(f"rules: {len(ids)} stated, {len(bad)} problems", bad)
     return 0 if ok else 1
 
