@@ -23,7 +23,8 @@
    and listed in the conformance section (12), and that every rule ID cited
    in the code, tests, tools and docs (not BENCHMARKS.md's history) is one
    the spec states; and that every test section 12 names (a backquoted
-   CamelCase word that is no identifier of the code) is a test under tests/.
+   CamelCase word that is no identifier of the code, `Suite.Name` or
+   `Suite.*`) is a test under tests/.
 
 Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--ranges PATH]
 """
@@ -402,24 +403,35 @@ def check_rules(spec, ids):
     return bad
 
 
-# Section 12 names the tests that show each rule, in backquotes. A name no
-# test under tests/ carries (a test renamed or deleted, or one cited before it
-# was written) passed unnoticed; the section's other backquoted CamelCase
-# words are the code's own identifiers (`Target`).
+# Section 12 names the tests that show each rule, in backquotes: a test's
+# own name (`BogusAckChangesNoPath`), with its suite (`UdpConnect.Name`), or a
+# whole suite (`PsnWrap.*`). A name no test under tests/ carries (a test
+# renamed or deleted, or one cited before it was written) passed unnoticed;
+# the section's other backquoted CamelCase words are the code's own
+# identifiers (`Target`).
 def check_cited_tests(spec):
     conformance = spec.split("## 12. Conformance", 1)[1].split("## Appendix", 1)[0]
-    cited = set(re.findall(r"`([A-Z][A-Za-z0-9_]+)`", conformance))
+    bare = set(re.findall(r"`([A-Z][A-Za-z0-9_]+)`", conformance))
+    qualified = set(re.findall(r"`([A-Z][A-Za-z0-9_]*)\.([A-Za-z0-9_]+|\*)`", conformance))
     tests, code = set(), set()
     for path in (ROOT / "tests").rglob("*"):
         if path.is_file() and path.suffix in {".cpp", ".hpp"}:
             text = path.read_text(errors="replace")
-            tests.update(re.findall(r"\b(?:TYPED_)?TEST(?:_F|_P)?\(\s*\w+,\s*(\w+)\s*\)", text))
+            tests.update(re.findall(r"\b(?:TYPED_)?TEST(?:_F|_P)?\(\s*(\w+),\s*(\w+)\s*\)", text))
     for folder in ("include", "engine", "conformance", "udp"):
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and path.suffix in {".cpp", ".hpp"}:
                 code.update(re.findall(r"\b[A-Z][A-Za-z0-9_]+\b", path.read_text(errors="replace")))
-    return [f"section 12 cites `{name}`, which no test under tests/ is named"
-            for name in sorted(cited - tests - code)]
+    names = {name for _, name in tests}
+    suites = {suite for suite, _ in tests}
+    bad = [f"section 12 cites `{name}`, which no test under tests/ is named"
+           for name in sorted(bare - names - code)]
+    for suite, name in sorted(qualified):
+        if name == "*" and suite not in suites:
+            bad.append(f"section 12 cites `{suite}.*`, but no test under tests/ is of suite {suite}")
+        elif name != "*" and (suite, name) not in tests:
+            bad.append(f"section 12 cites `{suite}.{name}`, which is no test under tests/")
+    return bad
 
 
 def report(head, bad):
