@@ -413,8 +413,9 @@ TEST(Engine, PathsWithoutASampleTakeTheFirstOneMeasured) {  // LOSS-4, LOSS-8
 
 // LOSS-2 orders packets by their own path's send order only, so paths of
 // unequal delay, which deliver each other's packets far out of PSN order,
-// cause no retransmission: two paths, 10 us and 100 us each way, nothing
-// lost, a 4 MiB WRITE with another queued behind it. (tests/fabric's
+// cause no retransmission: two paths of 20 and 110 us round trip (10 us
+// each way, 90 us more on path 1's way out), nothing lost, a 4 MiB WRITE
+// with another queued behind it. (tests/fabric's
 // `unequal` case checks the same on real links, but only as root with
 // network namespaces.) Outside its span: a first WRITE, so that each path
 // has samples of its own (before them the slow path times its first flight
