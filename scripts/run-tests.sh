@@ -167,7 +167,12 @@ fuzz_corpus() {
     fi
   done
   fresh=$(mktemp -d) || return 1
-  build-fuzz/fuzz/gen_corpus "$fresh" && diff -r "$fresh" fuzz/corpus
+  if ! build-fuzz/fuzz/gen_corpus "$fresh"; then
+    rm -rf "$fresh"
+    echo "fuzz-corpus: gen_corpus failed (its message above): the generator needs fixing" >&2
+    return 1
+  fi
+  diff -r "$fresh" fuzz/corpus
   rc=$?
   rm -rf "$fresh"
   if ((rc != 0)); then

@@ -239,7 +239,14 @@ else
   # head -1, gone reader, /dev/full) ran a test to its end, and each test
   # has one line that counts its messages (a plain write and a read printed
   # 0) followed, after a --bidir's reverse line, by its own io: line (the
-  # differencing is PerfSession.IoSinceIsTheDifference's).
+  # differencing is PerfSession.IoSinceIsTheDifference's). The server prints
+  # a test's lines only once its client has gone: the tenth may still be on
+  # its way when the last client exits (20 s at most, as await_line).
+  await_ios_tries=400
+  while [ "$await_ios_tries" -gt 0 ] && [ "$(grep -c '^  io: ' "$out/server")" -lt 10 ]; do
+    await_ios_tries=$((await_ios_tries - 1))
+    sleep 0.05
+  done
   check "the server's summary: one test line with its messages and one io: line for each of the 10 clients: $(grep -E '^(test|  io:|connection)' "$out/server")" \
     "$(awk '/^connection from / { conns++ }
       /^test / { tests++; if ($0 ~ /: [1-9][0-9]* messages /) counted++; want_io = 1; next }
