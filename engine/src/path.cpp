@@ -222,7 +222,7 @@ void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
 
 void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   explore_path_failed(c, path, now);  // PATH-8
-  lose_path_inflight(c, path, now, false);
+  lose_path_inflight(c, path, now, LossCause::kPathRetired);
   const uint16_t old = c.paths[path].entropy;
   // PATH-6: timeouts with nothing of the connection acknowledged since the
   // first of them, on any path: the peer is silent, or every path's link is
