@@ -427,7 +427,10 @@ void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who,
   // answers nothing at all: an RNR NAK owed is dropped too.
   c.forget_acks();
   if (!c.sent_fatal_nak()) c.owe.nak = false;
-  trace(now, TraceKind::kConnState, c, 0, who.at, static_cast<uint32_t>(ConnState::kError));
+  // As trace.hpp says: the Status (ConnState is internal), and a PSN only
+  // where one names the request (a receive's culprit is a queue position).
+  trace(now, TraceKind::kConnState, c, 0, who.kind == detail::Culprit::Kind::kSendPsn ? who.at : 0,
+        static_cast<uint32_t>(why));
   push_event(EventKind::kError, c, why);
 }
 

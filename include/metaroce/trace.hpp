@@ -8,6 +8,9 @@
 
 namespace metaroce {
 
+// kConnState: the connection failed (the only change of its state traced,
+// as the kError event): aux the Status that failed it, psn the PSN of our
+// own request at fault (a NAK's, NAK-3, or a local fault's, MR-5), else 0.
 enum class TraceKind : uint8_t {
   kSent,          // data packet sent (aux: 1 if retransmission)
   kReceived,      // data packet accepted (aux: 1 if CE)
@@ -18,7 +21,7 @@ enum class TraceKind : uint8_t {
   kPathRetired,   // path's entropy replaced (aux: old entropy, psn: new entropy)
   kNakSent,       // aux: code
   kNakReceived,   // aux: code
-  kConnState,     // aux: new connection state
+  kConnState,     // connection failed (aux: its Status; psn: see above)
   kPathExplored,  // path moved to a new entropy (PATH-8; aux: old entropy, psn: new entropy)
 };
 
