@@ -378,6 +378,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
       comp.conn = c.id;
       comp.status = s;
       comp.op = static_cast<CompletionOp>(e.wr.op);
+      comp.byte_len = e.wr.length;  // as a success's: what the request posted
       complete(c, comp);
       ++c.stats.send_completions;
     }

@@ -285,6 +285,18 @@ struct OutOfBoundsWrite {
   }
 };
 
+// COMP-5: a failed or flushed request's completion carries the length it
+// posted, as engine.hpp says of every completion of the sender's own (it
+// was 0 on every completion flush_all gave).
+TEST(Engine, FailedAndFlushedSendCompletionsCarryTheirPostedLength) {  // NAK-3, COMP-5
+  const OutOfBoundsWrite w;
+  ASSERT_EQ(w.done.size(), 2u);
+  EXPECT_EQ(w.done[0].status, Status::kRemoteOutOfBounds);
+  EXPECT_EQ(w.done[0].byte_len, 3u * 4096);
+  EXPECT_EQ(w.done[1].status, Status::kFlushed);
+  EXPECT_EQ(w.done[1].byte_len, 1000u);
+}
+
 // trace.hpp's kConnState: one event as each end fails, its aux the Status
 // that failed it (it was an internal state's number, 2 for ERROR), its psn
 // the PSN of the requester's request at fault, the one the NAK names; the
