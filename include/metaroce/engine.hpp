@@ -8,7 +8,11 @@
 //   inputs     handle_datagram, handle_timeout
 //   outputs    poll_transmit, next_timeout, poll_completion, poll_event
 //   getters    conn_stats, path_stats, endpoint_stats
-// No call re-enters the driver; nothing fires from inside an input.
+// No call re-enters the driver; nothing fires from inside an input. The one
+// exception is the optional trace sink (set_trace, trace.hpp's TraceFn):
+// called synchronously from inside calls, in the middle of a change of
+// state, so it may call the getters (they see the change half made) and
+// nothing else of the Endpoint.
 // An Endpoint is not thread-safe; one thread drives it.
 //
 // Drive it as: handle_datagram (or handle_timeout), then drain poll_transmit

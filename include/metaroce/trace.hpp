@@ -69,6 +69,10 @@ struct TraceEvent {
   uint32_t aux;
 };
 
+// Called synchronously from inside the Endpoint's calls (inputs, outputs,
+// commands), in the middle of a change of state: it may call the getters
+// (conn_stats, path_stats, endpoint_stats), which see the change half made,
+// and nothing else of the Endpoint. It runs on the packet path.
 using TraceFn = void (*)(void* ctx, const TraceEvent& ev);
 
 }  // namespace metaroce
