@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
           else if (ev.kind == metaroce::TraceKind::kPathState)
             std::printf("  %10.1f us  slot %u now %s\n", us(ev.time.ns - c->t0), ev.path,
                         ev.aux == 0 ? "active" : "probing");
-          else if (ev.kind == metaroce::TraceKind::kLost && ev.aux == 1 &&
+          else if (ev.kind == metaroce::TraceKind::kLost &&
+                   static_cast<metaroce::LossCause>(ev.aux) == metaroce::LossCause::kTimeout &&
                    (ev.time.ns != c->last_timeout_ns || ev.path != c->last_timeout_slot)) {
             c->last_timeout_ns = ev.time.ns;
             c->last_timeout_slot = ev.path;

@@ -103,7 +103,7 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
     const HarnessOptions* o = nullptr;
     Harness* h = nullptr;
     std::vector<PathStats> before;  // each path's stats at its latest loss
-    std::vector<TimeNs> counted;    // each path's latest loss by the reordering rule
+    std::vector<TimeNs> counted;    // each path's latest loss counted against it (PATH-5)
     std::vector<uint16_t> entropy;  // each path's entropy now
     TimeNs last_timeout = TimeNs::never();
     uint32_t last_timeout_path = 0;
@@ -122,7 +122,8 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
           const bool moves = ev.kind == TraceKind::kPathState ||
                              ev.kind == TraceKind::kPathRetired ||
                              ev.kind == TraceKind::kPathExplored;
-          const bool signal = (ev.kind == TraceKind::kLost && ev.aux == 1) ||
+          const auto cause = static_cast<LossCause>(ev.aux);
+          const bool signal = (ev.kind == TraceKind::kLost && cause == LossCause::kTimeout) ||
                               ev.kind == TraceKind::kPathState ||
                               ev.kind == TraceKind::kPathRetired;
           if (signal && ev.time >= w->fail_at && w->first == TimeNs::never() &&
@@ -132,9 +133,11 @@ Outcome transfer(const HarnessOptions& o, double loss, int fail_path, TimeNs fai
           if (!w->o->trace_paths) return;
           if (ev.kind == TraceKind::kLost) {
             (void)w->h->ep(0).path_stats(ev.conn, ev.path, w->before[ev.path]);
-            if (ev.aux == 0) w->counted[ev.path] = ev.time;
+            if (cause == LossCause::kReorder || cause == LossCause::kTailProbe)
+              w->counted[ev.path] = ev.time;
             // One line per timeout, not per packet it declares lost.
-            if (ev.aux == 1 && (ev.time != w->last_timeout || ev.path != w->last_timeout_path)) {
+            if (cause == LossCause::kTimeout &&
+                (ev.time != w->last_timeout || ev.path != w->last_timeout_path)) {
               w->last_timeout = ev.time;
               w->last_timeout_path = ev.path;
               std::fprintf(stderr, "%9.3f ms path %2u %-14s link %u\n",

@@ -279,7 +279,7 @@ void Endpoint::Impl::on_tlp_echo(Connection& c, TxCtx& t, const wire::AckBody& a
     TxRecord* r = in_flight_at(c, t, static_cast<uint8_t>(slot), p.ring_head);
     // Advance first: a loss may retire the path, which resets ring_head.
     ++p.ring_head;
-    if (r != nullptr) declare_lost(c, t, *r, now, false, true, !run);
+    if (r != nullptr) declare_lost(c, t, *r, now, LossCause::kTailProbe, !run);
     run = r != nullptr;
   }
 }
@@ -306,7 +306,7 @@ void Endpoint::Impl::on_trim_echo(Connection& c, TxCtx& t, const wire::AckBody& 
   if (r.tx_count > 1 && static_cast<uint8_t>(a.echo_tsval) != r.tsval_lo) return;
   ++p.stats.trims;
   ++c.stats.trims_echoed;
-  declare_lost(c, t, r, now, false, false);
+  declare_lost(c, t, r, now, LossCause::kTrimmed);
 }
 
 namespace {
@@ -367,7 +367,7 @@ void Endpoint::Impl::on_nak(Connection& c, const wire::Packet& p, TimeNs now) {
       TxRecord& r = t.records[q & mask];
       if (r.psn != q || !(r.flags & detail::kRecInFlight)) continue;
       if (q != psn && !may_be_refused(t, r)) continue;
-      declare_lost(c, t, r, now, false, false);
+      declare_lost(c, t, r, now, LossCause::kRnr);
       ++estats.rnr_resends;
     }
     c.rnr_until = now + cfg.recovery.rnr_retry_ns;

@@ -234,11 +234,12 @@ struct TxCtx {
 struct Culprit {
   enum class Kind : uint8_t { kNone, kSendPsn, kOldestSend, kRecv };
   Kind kind = Kind::kNone;
-  uint32_t at = 0;  // kSendPsn: a PSN of our send queue; kRecv: the receive's rq position
+  uint32_t psn = 0;     // kSendPsn: a PSN of our send queue; else 0 (the trace's, trace.hpp)
+  uint32_t rq_pos = 0;  // kRecv: the receive's rq position
   static Culprit none() { return {}; }
-  static Culprit send_psn(uint32_t psn) { return {Kind::kSendPsn, psn}; }
-  static Culprit oldest_send() { return {Kind::kOldestSend, 0}; }  // a timeout
-  static Culprit recv(uint32_t rq_pos) { return {Kind::kRecv, rq_pos}; }
+  static Culprit send_psn(uint32_t at) { return {Kind::kSendPsn, at, 0}; }
+  static Culprit oldest_send() { return {Kind::kOldestSend, 0, 0}; }  // a timeout
+  static Culprit recv(uint32_t position) { return {Kind::kRecv, 0, position}; }
 };
 
 struct RecvEntry {

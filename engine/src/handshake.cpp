@@ -368,7 +368,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
       if (!named && (who.kind == Kind::kSendPsn || who.kind == Kind::kOldestSend)) {
         // The WR holding the failed PSN gets the NAK's code (COMP-5); a
         // timeout names the oldest outstanding one.
-        const auto d = static_cast<int32_t>(who.at - e.first_psn);
+        const auto d = static_cast<int32_t>(who.psn - e.first_psn);
         named = who.kind == Kind::kOldestSend ||
                 (e.sent > 0 && d >= 0 && d < static_cast<int32_t>(e.sent));
         if (named) s = first;
@@ -378,6 +378,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
       comp.conn = c.id;
       comp.status = s;
       comp.op = static_cast<CompletionOp>(e.wr.op);
+      comp.byte_len = e.wr.length;  // as a success's: what the request posted
       complete(c, comp);
       ++c.stats.send_completions;
     }
@@ -390,7 +391,7 @@ void Endpoint::Impl::flush_all(Connection& c, Status first, detail::Culprit who)
   if (c.rx) {
     detail::RxCtx& r = *c.rx;
     const detail::RecvEntry* culprit =
-        who.kind == Kind::kRecv ? &r.rq[who.at & r.rq_mask] : nullptr;
+        who.kind == Kind::kRecv ? &r.rq[who.rq_pos & r.rq_mask] : nullptr;
     if (!srq.empty()) give_back_shared(r, culprit);  // PLACE-6
     for (uint32_t i = r.rq_head; i != r.rq_tail; ++i) {
       const detail::RecvEntry& e = r.rq[i & r.rq_mask];
@@ -427,7 +428,9 @@ void Endpoint::Impl::enter_error(Connection& c, Status why, detail::Culprit who,
   // answers nothing at all: an RNR NAK owed is dropped too.
   c.forget_acks();
   if (!c.sent_fatal_nak()) c.owe.nak = false;
-  trace(now, TraceKind::kConnState, c, 0, who.at, static_cast<uint32_t>(ConnState::kError));
+  // As trace.hpp says: the Status (ConnState is internal), and the PSN of
+  // our request at fault or 0.
+  trace(now, TraceKind::kConnState, c, 0, who.psn, static_cast<uint32_t>(why));
   push_event(EventKind::kError, c, why);
 }
 

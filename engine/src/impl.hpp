@@ -410,13 +410,15 @@ struct Endpoint::Impl {
   // True if it declared a packet lost.
   bool detect_losses(detail::Connection& c, detail::TxCtx& t, uint8_t path, TimeNs now,
                      uint32_t threshold);
-  // count_outcome: a loss of the path's own (not a timeout's, not a resend
-  // chosen early); judge: hand it to on_path_loss (CC-7, PATH-5), which the
-  // second and later of a run of a path's consecutive packets lost together
-  // are not.
+  // Counted as a loss of the path's own (LossCause: kReorder, kTailProbe;
+  // not a timeout's, counted by lose_path_inflight, nor a resend chosen
+  // early); judge: hand such a loss to on_path_loss (CC-7, PATH-5), which
+  // the second and later of a run of a path's consecutive packets lost
+  // together are not.
   void declare_lost(detail::Connection& c, detail::TxCtx& t, detail::TxRecord& r, TimeNs now,
-                    bool timeout, bool count_outcome, bool judge = true);
-  void lose_path_inflight(detail::Connection& c, uint8_t path, TimeNs now, bool count_outcome);
+                    LossCause why, bool judge = true);
+  // Every packet in flight on the path; counted as losses for kTimeout only.
+  void lose_path_inflight(detail::Connection& c, uint8_t path, TimeNs now, LossCause why);
   void on_rto(detail::Connection& c, uint8_t path, TimeNs now);
   // COMP-1. Inline up to the test of the oldest message: most ACKs complete
   // none, and the call cost more than finding that out.

@@ -72,15 +72,15 @@ bool Endpoint::Impl::detect_losses(Connection& c, TxCtx& t, uint8_t path, TimeNs
     // PATH-5: a run of the path's consecutive packets lost together (a
     // drop-tail queue's overflow) is one outcome; CC-7 cuts once for it
     // anyway (at most once per srtt).
-    declare_lost(c, t, *r, now, false, true, !run);
+    declare_lost(c, t, *r, now, LossCause::kReorder, !run);
     run = any = true;
     if (p.ring_head == p.next_pseq || p.state != PathState::kActive) break;
   }
   return any;
 }
 
-void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs now, bool timeout,
-                                  bool count_outcome, bool judge) {
+void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs now, LossCause why,
+                                  bool judge) {
   detail::Path& p = c.paths[r.path];
   p.inflight -= std::min(p.inflight, packet_cost(r.len));
   // LOSS-8 holds a path only while packets stay in flight on it: with none
@@ -89,24 +89,23 @@ void Endpoint::Impl::declare_lost(Connection& c, TxCtx& t, TxRecord& r, TimeNs n
   if (p.inflight == 0) p.held = false;
   r.flags = static_cast<uint8_t>((r.flags & ~detail::kRecInFlight) | detail::kRecQueued);
   t.retx[t.retx_tail++ & c.wmask()] = r.psn;
-  trace(now, TraceKind::kLost, c, r.path, r.psn, timeout ? 1 : 0);
-  if (count_outcome) {
+  trace(now, TraceKind::kLost, c, r.path, r.psn, static_cast<uint32_t>(why));
+  if (why == LossCause::kReorder || why == LossCause::kTailProbe) {
     ++p.stats.losses;
     ++c.stats.losses_declared;
     if (judge) on_path_loss(c, r.path, now);
   }
 }
 
-void Endpoint::Impl::lose_path_inflight(Connection& c, uint8_t path, TimeNs now,
-                                        bool count_outcome) {
+void Endpoint::Impl::lose_path_inflight(Connection& c, uint8_t path, TimeNs now, LossCause why) {
   detail::Path& p = c.paths[path];
   if (c.tx) {
     TxCtx& t = *c.tx;
     for (; p.ring_head != p.next_pseq; ++p.ring_head) {
       TxRecord* r = in_flight_at(c, t, path, p.ring_head);
       if (r == nullptr) continue;
-      declare_lost(c, t, *r, now, true, false);
-      if (count_outcome) {
+      declare_lost(c, t, *r, now, why);
+      if (why == LossCause::kTimeout) {
         ++p.stats.losses;
         ++c.stats.losses_declared;
       }
@@ -123,8 +122,8 @@ void Endpoint::Impl::on_rto(Connection& c, uint8_t path, TimeNs now) {
   detail::Path& p = c.paths[path];
   ++p.stats.timeouts;
   ++c.stats.timeouts;
-  explore_path_failed(c, path, now);       // PATH-8
-  lose_path_inflight(c, path, now, true);  // LOSS-5
+  explore_path_failed(c, path, now);                      // PATH-8
+  lose_path_inflight(c, path, now, LossCause::kTimeout);  // LOSS-5
   // CC-8: without congestion control the window never moves. Slow start
   // resumes where the path carries data again, when its PROBE is answered
   // (on_path_echo, CC-2): a cut that late ACKs make while it probes is undone

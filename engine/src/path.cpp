@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "impl.hpp"
+#include "move_verdict.hpp"
 
 namespace metaroce {
 using detail::Connection;
@@ -222,7 +223,7 @@ void Endpoint::Impl::on_path_loss(Connection& c, uint8_t path, TimeNs now) {
 
 void Endpoint::Impl::retire_path(Connection& c, uint8_t path, TimeNs now) {
   explore_path_failed(c, path, now);  // PATH-8
-  lose_path_inflight(c, path, now, false);
+  lose_path_inflight(c, path, now, LossCause::kPathRetired);
   const uint16_t old = c.paths[path].entropy;
   // PATH-6: timeouts with nothing of the connection acknowledged since the
   // first of them, on any path: the peer is silent, or every path's link is
@@ -361,13 +362,12 @@ void Endpoint::Impl::explore(Connection& c, TimeNs now) {
   if (x.trial != detail::kNoPath) {  // the window after a move ended: judge it
     const uint8_t slot = x.trial;
     x.trial = detail::kNoPath;
-    const bool worse = busy.acked * x.before_ns * 16 < x.before_acked * busy.ns * 15;
-    const bool better = busy.acked * x.before_ns * 16 > x.before_acked * busy.ns * 17;
-    if (worse && c.paths[slot].state == PathState::kActive) {
+    const auto verdict = detail::judge_move(x.before_acked, x.before_ns, busy.acked, busy.ns);
+    if (verdict == detail::MoveVerdict::kWorse && c.paths[slot].state == PathState::kActive) {
       x.backoff = static_cast<uint8_t>(std::min(x.backoff + 1, 6));
       x.reverting = true;
       c.draining_slot = slot;
-    } else if (better) {
+    } else if (verdict == detail::MoveVerdict::kBetter) {
       x.backoff = 0;
     }
     x.next = now + (interval << x.backoff);

@@ -179,7 +179,7 @@ void Endpoint::Impl::run_timers(Connection& c, TimeNs now) {
             // new data until it answers, so a dead path is not refilled
             // meanwhile.
             if (r) {
-              declare_lost(c, *c.tx, *r, now, false, false);
+              declare_lost(c, *c.tx, *r, now, LossCause::kTailResend);
               c.tail_resent_at = now;
               c.tail_resent = true;
               // Held only while packets stay in flight: their RTO (LOSS-5)

@@ -8,7 +8,11 @@
 //   inputs     handle_datagram, handle_timeout
 //   outputs    poll_transmit, next_timeout, poll_completion, poll_event
 //   getters    conn_stats, path_stats, endpoint_stats
-// No call re-enters the driver; nothing fires from inside an input.
+// No call re-enters the driver; nothing fires from inside an input. The one
+// exception is the optional trace sink (set_trace, trace.hpp's TraceFn):
+// called synchronously from inside calls, in the middle of a change of
+// state, so it may call the getters (they see the change half made) and
+// nothing else of the Endpoint.
 // An Endpoint is not thread-safe; one thread drives it.
 //
 // Drive it as: handle_datagram (or handle_timeout), then drain poll_transmit
@@ -259,10 +263,14 @@ class Endpoint {
   // Orderly close: outstanding work completes kFlushed, the peer is told.
   void close(ConnId conn, TimeNs now);
   [[nodiscard]] bool is_established(ConnId conn) const;
-  // The connection's peer; also, for a while, the peer of a connection that
-  // the peer's DISCONNECT closed (its repeats are answered, CONN-7), and of
-  // one given up while CONNECTING for 65,535 x connect_retry_ns (a late
-  // ACCEPT is answered, spec section 4); empty (len 0) for any other id.
+  // The connection's peer; also, for as long as its record lasts, the peer
+  // of one that ended: after its handshake, however it ended (either end's
+  // close, a failure), for max(connect_attempts, disconnect_attempts) x
+  // connect_retry_ns (the peer's DISCONNECT repeats are answered, CONN-7),
+  // and given up while CONNECTING, for 65,535 x connect_retry_ns (a late
+  // ACCEPT is answered, spec section 4), unless pushed out sooner at the
+  // limit (EndpointStats::closed_records_dropped); empty (len 0) for any
+  // other id.
   [[nodiscard]] PeerAddr peer_of(ConnId conn) const;
   // The payload bytes of a data packet that the handshake agreed for an
   // established connection (CONN-3: the smaller offer, and so where SEQ-5

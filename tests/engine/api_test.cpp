@@ -392,6 +392,7 @@ TEST(Engine, DeregisteredKeyIsRejectedAfterUse) {  // MR: bad key after deregist
 TEST(Engine, RnrRefusedMessageCountsNoLoss) {  // LOSS-7, NAK-4
   Loop loop(cfg(73), cfg(74));
   auto [a, b] = loop.connect();
+  TraceLog log(loop.ep(0));
   Buf src(loop.ep(0), 8 * 4096, 0, 7);
   Buf rbuf(loop.ep(1), 8 * 4096, kAccessLocalWrite, 0);
   bool posted = false;
@@ -410,6 +411,10 @@ TEST(Engine, RnrRefusedMessageCountsNoLoss) {  // LOSS-7, NAK-4
   EXPECT_EQ(src.bytes, rbuf.bytes);
   EXPECT_EQ(loop.ep(0).conn_stats(a)->losses_declared, 0u);
   EXPECT_GE(loop.ep(1).conn_stats(b)->rnr_naks_sent, 1u);
+  // The trace names the resends' cause: the RNR, not a path's loss.
+  const std::vector<LossCause> causes = log.loss_causes();
+  EXPECT_EQ(causes.size(), loop.ep(0).endpoint_stats().rnr_resends);
+  EXPECT_EQ(causes, std::vector<LossCause>(std::max<size_t>(causes.size(), 1), LossCause::kRnr));
 }
 
 // LOSS-7's wake: with nothing else in flight, the refused SEND goes again

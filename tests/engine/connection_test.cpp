@@ -245,6 +245,74 @@ TEST(Engine, FatalNakCumulativePsnCompletesTheWorkBeforeIt) {  // NAK-3, COMP-5
   EXPECT_EQ(dst.bytes, src.bytes);  // the first WRITE landed
 }
 
+// Endpoint 0 WRITEs 3 x 4096 bytes into a region of 2 x 4096 of endpoint
+// 1's (NAK-3), and 1,000 bytes behind it: the completions, both ends'
+// trace, and the PSNs of the bad WRITE's first packet and of the NAK.
+struct OutOfBoundsWrite {
+  std::vector<Completion> done;
+  std::vector<TraceEvent> failed0, failed1;  // each end's kConnState events
+  uint32_t first_psn = 0, nak_psn = 0;
+  int naks = 0;
+
+  OutOfBoundsWrite() {
+    Loop loop(cfg(75), cfg(76));
+    auto [a, b] = loop.connect();
+    TraceLog log0(loop.ep(0)), log1(loop.ep(1));
+    Buf src(loop.ep(0), 3 * 4096, 0, 0x55);
+    Buf dst(loop.ep(1), 2 * 4096, kAccessRemoteWrite);
+    bool seen = false;
+    loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
+      const auto op = static_cast<wire::Opcode>(d[1]);
+      if ((from == 0 && op != wire::Opcode::kWrite) || (from == 1 && op != wire::Opcode::kNak))
+        return;
+      wire::Packet p;
+      ASSERT_EQ(wire::decode(d, p), wire::ParseError::kOk);
+      if (from == 1) {
+        ++naks;
+        nak_psn = p.nak.nak_psn;
+      } else if (!seen) {
+        seen = true;
+        first_psn = p.bh.psn;
+      }
+    };
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 3 * 4096, 1)), Status::kOk);
+    EXPECT_EQ(loop.ep(0).post_send(a, write_wr(src, dst, 1000, 2)), Status::kOk);
+    EXPECT_TRUE(loop.run_until_completions(0, 2, done));
+    EXPECT_TRUE(seen);
+    failed0 = log0.of(TraceKind::kConnState);
+    failed1 = log1.of(TraceKind::kConnState);
+    (void)b;
+  }
+};
+
+// COMP-5: a failed or flushed request's completion carries the length it
+// posted, as engine.hpp says of every completion of the sender's own (it
+// was 0 on every completion flush_all gave).
+TEST(Engine, FailedAndFlushedSendCompletionsCarryTheirPostedLength) {  // NAK-3, COMP-5
+  const OutOfBoundsWrite w;
+  ASSERT_EQ(w.done.size(), 2u);
+  EXPECT_EQ(w.done[0].status, Status::kRemoteOutOfBounds);
+  EXPECT_EQ(w.done[0].byte_len, 3u * 4096);
+  EXPECT_EQ(w.done[1].status, Status::kFlushed);
+  EXPECT_EQ(w.done[1].byte_len, 1000u);
+}
+
+// trace.hpp's kConnState: one event as each end fails, its aux the Status
+// that failed it (it was an internal state's number, 2 for ERROR), its psn
+// the PSN of the requester's request at fault, the one the NAK names; the
+// responder names none of its own.
+TEST(Engine, FailedConnectionIsTracedWithItsStatusAndThePsnAtFault) {  // NAK-2, NAK-3
+  const OutOfBoundsWrite w;
+  ASSERT_GE(w.naks, 1);
+  EXPECT_LT(w.nak_psn - w.first_psn, 3u);  // one of the bad WRITE's
+  ASSERT_EQ(w.failed0.size(), 1u);
+  EXPECT_EQ(w.failed0[0].aux, static_cast<uint32_t>(Status::kRemoteOutOfBounds));
+  EXPECT_EQ(w.failed0[0].psn, w.nak_psn);
+  ASSERT_EQ(w.failed1.size(), 1u);
+  EXPECT_EQ(w.failed1[0].aux, static_cast<uint32_t>(Status::kRemoteOutOfBounds));
+  EXPECT_EQ(w.failed1[0].psn, 0u);
+}
+
 TEST(Engine, ReceiverNotReadyRetriesUntilPosted) {  // NAK-4, LOSS-7
   Loop loop(cfg(30), cfg(31));
   auto [a, b] = loop.connect();

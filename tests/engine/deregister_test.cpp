@@ -78,6 +78,32 @@ TEST(Deregister, SendIntoDeregisteredReceiveBufferWritesNothing) {  // MR-5, NAK
   EXPECT_GE(op_errors, 1);
 }
 
+// trace.hpp's kConnState names the PSN of a request of its own at fault, and
+// a receive is not one: a failure at a receive traces psn 0. (It traced the
+// receive's place in its queue, here 2, read as a PSN.)
+TEST(Deregister, AFailureAtAReceiveIsTracedWithNoPsn) {  // MR-5
+  Loop loop(cfg(63), cfg(64));
+  auto [a, b] = loop.connect();
+  TraceLog log(loop.ep(1));
+  Buf src(loop.ep(0), 100, 0, 5);
+  Buf r0(loop.ep(1), 100, kAccessLocalWrite), r1(loop.ep(1), 100, kAccessLocalWrite),
+      r2(loop.ep(1), 100, kAccessLocalWrite);
+  uint64_t id = 0;
+  for (const Buf* r : {&r0, &r1, &r2})
+    ASSERT_EQ(loop.ep(1).post_recv(b, RecvWr{++id, r->addr(), 100, r->mr.lkey}), Status::kOk);
+  ASSERT_EQ(loop.ep(1).deregister_memory(r2.mr.lkey), Status::kOk);
+  for (uint64_t i = 1; i <= 3; ++i)
+    ASSERT_EQ(loop.ep(0).post_send(a, send_wr(src, 0, 100, i)), Status::kOk);
+  std::vector<Completion> done;
+  ASSERT_TRUE(loop.run_until_completions(0, 3, done, kPromptly));
+  EXPECT_EQ(done[2].status, Status::kRemoteOperationError);
+  EXPECT_EQ(error_of(loop, 1), Status::kLocalProtection);
+  const std::vector<TraceEvent> failed = log.of(TraceKind::kConnState);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].aux, static_cast<uint32_t>(Status::kLocalProtection));
+  EXPECT_EQ(failed[0].psn, 0u);
+}
+
 // A READ's target deregistered while its responses travel: none is placed,
 // and the responder, told, stops serving it and fails at once.
 TEST(Deregister, ReadIntoDeregisteredTargetWritesNothing) {  // MR-5

@@ -8,11 +8,19 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <span>
 #include <vector>
 
 #include "loop.hpp"
 #include "metaroce/wire.hpp"
+
+namespace metaroce {
+
+// gtest prints a cause by its number (trace.hpp) rather than as raw bytes.
+inline void PrintTo(LossCause c, std::ostream* os) { *os << static_cast<int>(c); }
+
+}  // namespace metaroce
 
 namespace metaroce::test {
 
@@ -255,6 +263,39 @@ inline ::testing::AssertionResult one_rtt_sample(Loop& loop, ConnId a, const Buf
     return ::testing::AssertionFailure() << "resent: a second sample on its way";
   return ::testing::AssertionSuccess();
 }
+
+// The trace (Endpoint::set_trace) of one endpoint, from its construction
+// until its destruction.
+class TraceLog {
+ public:
+  explicit TraceLog(Endpoint& ep) : ep_(ep) {
+    ep_.set_trace(
+        [](void* ctx, const TraceEvent& ev) { static_cast<TraceLog*>(ctx)->events.push_back(ev); },
+        this);
+  }
+  ~TraceLog() { ep_.set_trace(nullptr, nullptr); }
+  TraceLog(const TraceLog&) = delete;  // the sink holds `this`
+  TraceLog& operator=(const TraceLog&) = delete;
+
+  // The events of kind k, in order.
+  std::vector<TraceEvent> of(TraceKind k) const {
+    std::vector<TraceEvent> out;
+    for (const TraceEvent& ev : events)
+      if (ev.kind == k) out.push_back(ev);
+    return out;
+  }
+  // Why each kLost event's packet was declared lost, in order.
+  std::vector<LossCause> loss_causes() const {
+    std::vector<LossCause> out;
+    for (const TraceEvent& ev : of(TraceKind::kLost)) out.push_back(static_cast<LossCause>(ev.aux));
+    return out;
+  }
+
+  std::vector<TraceEvent> events;
+
+ private:
+  Endpoint& ep_;
+};
 
 // An 8 MiB WRITE from an endpoint set up as `c` (4 paths) to one as
 // cfg(c.seed + 1), 10 us each way, on which path 0 loses the data packets

@@ -27,6 +27,18 @@ constexpr uint8_t kConnectReject = static_cast<uint8_t>(wire::Opcode::kConnectRe
 constexpr uint8_t kDisconnect = static_cast<uint8_t>(wire::Opcode::kDisconnect);
 constexpr uint8_t kDisconnectAck = static_cast<uint8_t>(wire::Opcode::kDisconnectAck);
 
+// Endpoint 0 closes its connection a and runs until endpoint `at` reports
+// a connection closed: false if it never does.
+bool close_until_closed_at(Loop& loop, ConnId a, int at) {
+  loop.ep(0).close(a, loop.now());
+  bool closed = false;
+  return loop.run_until([&] {
+    Event ev;
+    while (loop.ep(at).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
+    return closed;
+  });
+}
+
 PeerAddr other_addr() {
   PeerAddr p;
   p.len = 1;
@@ -208,13 +220,7 @@ TEST(Handshake, OnlyARepeatedDisconnectIsAnsweredForAConnectionGone) {
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     return from == 1 && d[1] == kDisconnectAck && acks == 1;  // the first ACK is lost
   };
-  loop.ep(0).close(a, loop.now());
-  bool closed = false;
-  ASSERT_TRUE(loop.run_until([&] {
-    Event ev;
-    while (loop.ep(0).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
-    return closed;
-  }));
+  ASSERT_TRUE(close_until_closed_at(loop, a, 0));
   EXPECT_EQ(acks, 2);  // the repeat was answered
   ASSERT_FALSE(disc.empty());
   EXPECT_FALSE(loop.ep(1).is_established(b));
@@ -242,6 +248,25 @@ TEST(Handshake, OnlyARepeatedDisconnectIsAnsweredForAConnectionGone) {
   EXPECT_TRUE(sent(loop, 1).empty());
 }
 
+// engine.hpp's peer_of: a connection that our own close ended, its
+// DISCONNECT answered, names its peer for as long as its record lasts,
+// max(connect_attempts, disconnect_attempts) x connect_retry_ns (8 x 10 ms),
+// as one the peer's DISCONNECT closed does; then nothing.
+TEST(Handshake, OurOwnClosedConnectionNamesItsPeerWhileItsRecordLasts) {  // CONN-7
+  Loop loop(cfg(311), cfg(312));
+  auto [a, b] = loop.connect();
+  ASSERT_TRUE(close_until_closed_at(loop, a, 0));
+  const TimeNs closed_at = loop.now();
+  EXPECT_EQ(loop.ep(0).peer_of(a), loop.addr(1));
+  loop.pass_time(79 * kMillisecond);
+  loop.ep(0).handle_timeout(loop.now());
+  EXPECT_EQ(loop.ep(0).peer_of(a), loop.addr(1));
+  loop.pass_time(closed_at.ns + 81 * kMillisecond - loop.now().ns);
+  loop.ep(0).handle_timeout(loop.now());
+  EXPECT_EQ(loop.ep(0).peer_of(a).len, 0u);
+  (void)b;
+}
+
 // CONN-7: a closed connection's record lasts its peer's resends, however
 // far they reach: 65,535 DISCONNECTs a day apart (the most config_error
 // allows) from a clock 150 years short of 2^64 ns pass what it holds. The
@@ -263,13 +288,7 @@ TEST(Handshake, ACloseRemembersThePeersResendsPastTheClocksEnd) {
   loop.on_sent = [&](int from, const TxDatagram&, const std::vector<uint8_t>& d) {
     if (from == 0 && d[1] == kDisconnect) disc = d;
   };
-  loop.ep(0).close(a, loop.now());
-  bool closed = false;
-  ASSERT_TRUE(loop.run_until([&] {
-    Event ev;
-    while (loop.ep(1).poll_event(ev)) closed |= ev.kind == EventKind::kClosed;
-    return closed;
-  }));
+  ASSERT_TRUE(close_until_closed_at(loop, a, 1));
   ASSERT_FALSE(disc.empty());
   EXPECT_EQ(loop.ep(1).peer_of(b), loop.addr(0));
   // A day on, the peer's resends have barely started: the repeat is answered.

@@ -56,6 +56,7 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
     return false;
   };
   const TimeNs start = loop.now();
+  TraceLog log(loop.ep(0));
   // The tail packet is resent on another path when the timer fires, not one
   // probe round trip later; with nothing else in flight no probe is needed.
   TimeNs probe_at = TimeNs::never(), resend_at = TimeNs::never();
@@ -75,6 +76,9 @@ TEST(Engine, TailLossIsRepairedByProbeBeforeTheRto) {  // LOSS-8
   const ConnStats* st = loop.ep(0).conn_stats(a);
   EXPECT_EQ(st->timeouts, 0u);
   EXPECT_EQ(st->retransmissions, 1u);
+  // Resent early by the timer, not found lost: no loss of its path.
+  EXPECT_EQ(st->losses_declared, 0u);
+  EXPECT_EQ(log.loss_causes(), std::vector<LossCause>{LossCause::kTailResend});
 }
 
 // LOSS-8's timer, to the nanosecond: one path, 20 us each way, one sample

@@ -720,6 +720,7 @@ TEST(Engine, ALossThatCompletesTheWindowOfOutcomesRetiresThePath) {  // PATH-5
   rc.ack_every = 1;
   Loop loop(c, rc);
   auto [a, b] = loop.connect();
+  TraceLog log(loop.ep(0));
   int slot1_data = 0;
   loop.drop = [&](int from, const std::vector<uint8_t>& d) {
     return from == 0 && d[1] == 0x01 && tag_slot(d) == 1 && ++slot1_data == 1;
@@ -736,6 +737,18 @@ TEST(Engine, ALossThatCompletesTheWindowOfOutcomesRetiresThePath) {  // PATH-5
   EXPECT_EQ(ps.losses, 1u);
   EXPECT_EQ(ps.timeouts, 0u);  // the premise: LOSS-2 found it, not the RTO
   EXPECT_EQ(ps.retirements, 1u);
+  // The trace tells the loss LOSS-2 found from the packets the retirement
+  // took off the path with it (no timeout).
+  std::vector<LossCause> slot1;
+  for (const TraceEvent& ev : log.of(TraceKind::kLost))
+    if (ev.path == 1) slot1.push_back(static_cast<LossCause>(ev.aux));
+  ASSERT_GE(slot1.size(), 2u);  // the premise: packets in flight behind it
+  EXPECT_EQ(slot1[0], LossCause::kReorder);
+  EXPECT_EQ(slot1, [&] {
+    std::vector<LossCause> want(slot1.size(), LossCause::kPathRetired);
+    want[0] = LossCause::kReorder;
+    return want;
+  }());
 }
 
 // LOSS-5: each timeout doubles the path's RTO up to max_rto. One path whose

@@ -110,6 +110,7 @@ TEST(Engine, TrimEchoResendsAtOnceElsewhereAndCutsThePath) {  // TRIM-3, TRIM-4
   WriteSetup w(cfg(210), 211, 4, 0);
   Loop& loop = w.loop;
   const ConnId a = w.conn.first;
+  TraceLog log(loop.ep(0));
   auto slot_of = [&](uint16_t entropy) {
     PathStats ps;
     for (size_t i = 0; i < loop.ep(0).path_count(a); ++i)
@@ -157,6 +158,7 @@ TEST(Engine, TrimEchoResendsAtOnceElsewhereAndCutsThePath) {  // TRIM-3, TRIM-4
   EXPECT_EQ(st->trims_echoed, 1u);
   EXPECT_EQ(st->retransmissions, 1u);
   EXPECT_EQ(st->losses_declared, 0u);
+  EXPECT_EQ(log.loss_causes(), std::vector<LossCause>{LossCause::kTrimmed});
 }
 
 // TRIM-3, as LOSS-2: an echo cannot tell apart two transmissions of one PSN
