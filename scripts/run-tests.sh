@@ -3,7 +3,8 @@
 #   1. setup        scripts/setup-deps.sh (Debian packages; fast no-op when present)
 #   2. build        RelWithDebInfo, Ninja, in build/
 #   3. test         ctest in build/
-#   4. asan-build   Sanitize build type (ASan + UBSan) in build-asan/, test targets only
+#   4. asan-build   Sanitize build type (ASan + UBSan) in build-asan/, every target
+#                   (METAROCE_ASAN_ALL=0: only those ctest names)
 #   5. asan-test    ctest in build-asan/
 #   6. tsan-build   Tsan build type (ThreadSanitizer) in build-tsan/, target udp-checks only
 #   7. tsan-test    ctest -L udp in build-tsan/, one at a time (the driver's threads: progress
