@@ -365,6 +365,83 @@ TEST(Routing, SinglePathFlowsFinishOnceRoutesConverge) {
   expect_all_complete(sim.report());
 }
 
+// Counts the packets a link carries toward a host that are not for it.
+class StrayCounter final : public PacketTap {
+ public:
+  explicit StrayCounter(uint32_t host) : host_(host) {}
+  void on_transmit(const Packet& p, const Port&, SimTime, SimTime) override {
+    if (p.dst != host_) ++strays;
+  }
+  uint64_t strays = 0;
+
+ private:
+  uint32_t host_;
+};
+
+// The direction of host h's link that delivers to it.
+Port& toward_host(Network& net, uint32_t h) {
+  const uint32_t e = net.host_port(h).edge;
+  return &net.edge_port(e, false) == &net.host_port(h) ? net.edge_port(e, true)
+                                                       : net.edge_port(e, false);
+}
+
+SimConfig lone_flow(TransportKind t, uint64_t bytes);
+uint32_t host_edge(const SimConfig& c, uint32_t host);
+
+// Host 3's only link goes down and routes converge: no switch has a route to
+// host 3, so its packets are dropped at the first switch and counted. They
+// went out of port 0, down to host 0, which took them: rocev2 and irn, whose
+// receiver state is kept per flow, acknowledged their own WRITE and reported
+// a flow to a cut-off host completed, and metaroce's losses were counted
+// nowhere.
+TEST(Routing, UnreachableHostAfterRerouteDropsAndCounts) {
+  for (TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn, TransportKind::kMetaRoce}) {
+    SCOPED_TRACE(transport_name(t));
+    SimConfig c = lone_flow(t, 1 << 20);
+    c.flows[0].dst = 3;
+    c.reroute_after = SimTime::from_us(1);
+    c.faults.push_back({SimTime{0}, FaultSpec::Kind::kLinkDown, host_edge(c, 3)});
+    c.time_limit = SimTime::from_ms(2);
+    Simulation sim(std::move(c));
+    StrayCounter host0(0);
+    toward_host(sim.net(), 0).tap = &host0;
+    sim.run();
+    const Report r = sim.report();
+    EXPECT_EQ(r.flows_completed, 0u);
+    EXPECT_EQ(r.delivered_bytes, 0u);
+    EXPECT_GT(r.no_route_drops, 0u);
+    EXPECT_EQ(host0.strays, 0u);
+    EXPECT_NE(r.to_text(false).find("no route: " + std::to_string(r.no_route_drops) + " packets"),
+              std::string::npos);
+    EXPECT_NE(r.to_json(false).find("\"no_route_drops\": " + std::to_string(r.no_route_drops)),
+              std::string::npos);
+  }
+}
+
+// Hosts do not forward. Host 0's only link goes to host 1; a flow from host
+// 0 to host 2 (behind a switch) reaches host 1, which drops and counts it
+// instead of acting as the flow's receiver (rocev2 and irn acknowledged it,
+// and the flow completed with no byte at host 2).
+TEST(Routing, AHostDropsAndCountsPacketsForAnotherHost) {
+  const LinkSpec l{};
+  TopoGraph g;
+  g.name = "stray";
+  g.num_hosts = 3;
+  g.num_switches = 1;
+  g.switch_tier = {0};
+  g.edges = {{0, 1, l}, {2, 3, l}};
+  for (TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn, TransportKind::kMetaRoce}) {
+    SCOPED_TRACE(transport_name(t));
+    SimConfig c = lone_flow(t, 64 * 1024);
+    c.topo = g;
+    c.flows[0].dst = 2;
+    Simulation sim(std::move(c));
+    sim.run();
+    EXPECT_EQ(sim.report().flows_completed, 0u);
+    EXPECT_GT(sim.report().no_route_drops, 0u);
+  }
+}
+
 // ------------------------------------------------------------------ report
 
 // One flow alone on an idle k=4 fat-tree (100 Gbit/s, 1 us per link), host 0
