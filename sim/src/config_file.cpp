@@ -257,7 +257,7 @@ class Reader {
         f = incast(hosts, rx, u32(t, "workload", "senders"), bytes(t, "workload", "bytes"), seed);
       } else if (kind == "allreduce") {
         keys(t, "workload", {"kind", "bytes", "start_us", "rings", "hosts"});
-        const auto r = rings(t, hosts);
+        const auto r = rings(t, hosts, seed);
         double n = 0;
         for (const auto& ring : r)
           n += 2 * static_cast<double>(ring.size()) *
@@ -315,7 +315,8 @@ class Reader {
                   count(kMaxFlows));
   }
 
-  std::vector<std::vector<uint32_t>> rings(const toml::table& t, uint32_t hosts) {
+  // `seed`: the workload's, so that two jobs of rails rings are placed apart.
+  std::vector<std::vector<uint32_t>> rings(const toml::table& t, uint32_t hosts, uint64_t seed) {
     if (t.contains("hosts")) {
       if (t.contains("rings")) fail(t, "workload (allreduce): give 'rings' or 'hosts', not both");
       std::vector<uint32_t> ring;
@@ -338,7 +339,7 @@ class Reader {
     if (how == "rails") {
       if (!rail_)
         fail(*t.get("rings"), "workload.rings = \"rails\" needs topology.kind = \"rail\"");
-      return rail_rings(rail_->first, rail_->second, derive_seed(seed_, 0x72616c73));
+      return rail_rings(rail_->first, rail_->second, derive_seed(seed, 0x72616c73));
     }
     fail(*t.get("rings"), "workload.rings: unknown '" + how + "' (hosts, rails)");
   }

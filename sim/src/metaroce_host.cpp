@@ -131,6 +131,13 @@ void MetaRoceHost::post_receive(ConnId conn) {
 
 void MetaRoceHost::receive(Packet* p, uint32_t in_port, SimTime now) {
   (void)in_port;
+  // Hosts do not forward; a packet for another host (one whose only link
+  // goes to this one) is lost here, where a baseline's receiver state, kept
+  // per flow, would have taken it as the destination's.
+  if (p->dst != id) [[unlikely]] {
+    sh_.net.drop_unroutable(p);
+    return;
+  }
   uint8_t* buf = sh_.rxbuf.data();
   const size_t total = size_t{p->header_len} + p->payload_len + p->trailer_len;
   if (total > sh_.rxbuf.size()) {

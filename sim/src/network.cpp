@@ -314,9 +314,9 @@ uint32_t Switch::select_port(uint32_t src, uint32_t dst, uint16_t entropy, uint1
 }
 
 void Switch::receive(Packet* p, uint32_t in_port, SimTime now) {
-  (void)in_port;
-  if (++p->hops > kMaxHops || p->dst >= route.size()) {
-    net_.pool().release(p);
+  // Before the PFC accounting: a packet dropped here never holds buffer.
+  if (++p->hops > kMaxHops || p->dst >= route.size() || route[p->dst] == kNoRoute) [[unlikely]] {
+    net_.drop_unroutable(p);
     return;
   }
   if (pfc_ && p->dscp != priority_dscp_) {
@@ -498,13 +498,16 @@ SimTime Network::path_delay(uint32_t src, uint32_t dst) const {
     if (at == dst) return d;
     if (at < graph_.num_hosts || dst >= graph_.num_hosts) break;
     const Switch& s = *switches_[at - graph_.num_hosts];
-    p = s.ports[s.group_for(dst)[0]];
+    const auto g = s.group_for(dst);
+    if (g.empty()) break;
+    p = s.ports[g[0]];
   }
   return SimTime::never();
 }
 
 NetworkStats Network::stats(SimTime end) const {
   NetworkStats s;
+  s.no_route_drops = no_route_drops_;
   for (const auto& p : ports_) {
     const PortStats& ps = p->stats();
     s.tx_packets += ps.tx_packets;

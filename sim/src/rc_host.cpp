@@ -450,6 +450,13 @@ void RcHost::on_ack(uint8_t type, uint32_t flow, uint32_t cum, uint32_t sack, Si
 
 void RcHost::receive(Packet* p, uint32_t in_port, SimTime now) {
   (void)in_port;
+  // Hosts do not forward; a packet for another host (one whose only link
+  // goes to this one) is lost here, where a baseline's receiver state, kept
+  // per flow, would have taken it as the destination's.
+  if (p->dst != id) [[unlikely]] {
+    sh_.net.drop_unroutable(p);
+    return;
+  }
   const Fields f = get(p);
   switch (f.type) {
     case kData: on_data(p, now); break;

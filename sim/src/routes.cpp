@@ -63,14 +63,13 @@ class Search {
     }
   }
 
-  // u's ports on a shortest path to the root; port 0 where there is none
-  // (unreachable: never used by a connected graph).
+  // u's ports on a shortest path to the root; none where the root is
+  // unreachable (a host whose link is down, after a reroute).
   void group(const Adjacency& adj, uint32_t u, std::vector<uint16_t>& grp) const {
     grp.clear();
     if (dist[u] != kUnreached && u != root_)
       for (const Hop& hop : adj[u])
         if (next_hop(u, hop)) grp.push_back(hop.port);
-    if (grp.empty()) grp.push_back(0);
   }
 
   std::vector<uint32_t> dist;
@@ -179,11 +178,12 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
   }
   std::vector<GroupInterner> dedup(nsw);
   for (auto& s : switches_) {
-    s->route.assign(h, 0);
+    s->route.assign(h, Switch::kNoRoute);
     s->group_ports.clear();
   }
   std::vector<uint16_t> grp, toward;
   auto group_id = [&](uint32_t s, const std::vector<uint16_t>& g) {
+    if (g.empty()) return Switch::kNoRoute;
     try {
       return dedup[s].intern(g, switches_[s]->group_ports);
     } catch (const std::invalid_argument& e) {
@@ -240,7 +240,6 @@ uint32_t Network::compute_routes(bool measure_delay, BuildProgress progress) {
           grp.push_back(hop.port);
           last_hop_ps = std::max(last_hop_ps, hop.delay_ps);
         }
-      if (grp.empty()) grp.push_back(0);
       if (first) {  // `search` is from the host's switch
         uint32_t* column = columns.open(dst);
         for (uint32_t s = 0; s < nsw; ++s) {

@@ -656,6 +656,7 @@ Report Simulation::report() const {
   r.drops = ns.drops;
   r.trimmed = ns.trimmed;
   r.fault_drops = ns.fault_drops;
+  r.no_route_drops = ns.no_route_drops;
   r.ecn_marks = ns.ecn_marks;
   r.max_queue_bytes = ns.max_queue_bytes;
   r.packets_forwarded = ns.tx_packets;
@@ -679,6 +680,8 @@ Report Simulation::report() const {
   // Only a run that trimmed differs from one without trimming (a baseline
   // run with queue.trim=1 is the same run).
   if (r.trimmed != 0) digest = mix(digest, r.trimmed);  // (older digests unchanged)
+  // Only a run with an unreachable host drops for want of a route.
+  if (r.no_route_drops != 0) digest = mix(digest, r.no_route_drops);  // (older digests unchanged)
   r.digest = digest;
   r.wall_s = wall_s_;
   // The events, the warm-up's included, over the time spent running them.
@@ -759,6 +762,7 @@ std::string Report::to_json(bool timing) const {
   o.u("drops", drops);
   o.u("trimmed", trimmed);
   o.u("fault_drops", fault_drops);
+  o.u("no_route_drops", no_route_drops);
   o.u("ecn_marks", ecn_marks);
   o.u("max_queue_bytes", max_queue_bytes);
   o.u("packets_forwarded", packets_forwarded);
@@ -842,6 +846,11 @@ std::string Report::to_text(bool timing) const {
                                : " (lower bounds: " + std::to_string(flows - flows_completed) +
                                      (flows - flows_completed == 1 ? " flow" : " flows") +
                                      " unfinished, counted at their age when the run ended)";
+  // Said only when it happens: a host cut off by a link down and a reroute.
+  const std::string no_route = no_route_drops == 0
+                                   ? ""
+                                   : "  no route: " + std::to_string(no_route_drops) +
+                                         " packets lost, their destination host unreachable\n";
   std::snprintf(
       b, sizeof b,
       "%s  transport=%s  seed=%llu\n  topology: %s, %u hosts\n"
@@ -850,7 +859,7 @@ std::string Report::to_text(bool timing) const {
       "  FCT%s: p50 %.3f us  p99 %.3f us  max %.3f us  mean %.3f us\n"
       "  goodput: %.3f Gbit/s  (%llu payload bytes delivered over the completion time)\n"
       "  network: %llu drops, %llu trimmed, %llu fault drops, %llu ECN marks, max queue %llu B, "
-      "pfc pause %.1f us\n"
+      "pfc pause %.1f us\n%s"
       "  transport: %llu data packets, %llu retransmissions, %llu timeouts, %llu path "
       "retirements, %llu CE received\n"
       "  events: %llu  digest %016llx\n",
@@ -862,7 +871,8 @@ std::string Report::to_text(bool timing) const {
       static_cast<unsigned long long>(delivered_bytes), static_cast<unsigned long long>(drops),
       static_cast<unsigned long long>(trimmed), static_cast<unsigned long long>(fault_drops),
       static_cast<unsigned long long>(ecn_marks), static_cast<unsigned long long>(max_queue_bytes),
-      pfc_pause_us, static_cast<unsigned long long>(transport_totals.data_packets_sent),
+      pfc_pause_us, no_route.c_str(),
+      static_cast<unsigned long long>(transport_totals.data_packets_sent),
       static_cast<unsigned long long>(transport_totals.retransmissions),
       static_cast<unsigned long long>(transport_totals.timeouts),
       static_cast<unsigned long long>(transport_totals.path_retirements),

@@ -69,7 +69,10 @@ Tables search_per_host(Network& net) {
       if (dist[h + s] != UINT32_MAX)
         for (const Port* p : out[h + s])
           if (toward(h + s, p)) g.push_back(static_cast<uint16_t>(p->index));
-      if (g.empty()) g.push_back(0);
+      if (g.empty()) {  // unreachable: no group, no port
+        t.route[s][dst] = Switch::kNoRoute;
+        continue;
+      }
       const auto id = static_cast<uint32_t>((t.group_ports[s].size() << 8) | g.size());
       if (seen[s].try_emplace(g, id).second)
         t.group_ports[s].insert(t.group_ports[s].end(), g.begin(), g.end());
@@ -149,6 +152,22 @@ TEST(Routes, HostsInManyBatchesEqualASearchPerHost) { expect_search_per_host(6, 
 
 // A spine reaches each of hundreds of leaves through a port of its own:
 // hundreds of groups on one switch, interned in host order.
+// A host whose only link is down is reached by no switch once routes
+// converge: every group toward it is empty, so no switch sends its packets
+// anywhere (a group of port 0 sent them down to another host, which took them).
+TEST(Routes, AHostCutOffHasNoGroupOnAnySwitch) {
+  Scheduler sched;
+  const LinkSpec l{};
+  Network net(sched, fat_tree(4, l, l), QueueSpec{}, 1);
+  net.set_link_up(net.host_port(3).edge, false, SimTime{0});
+  net.reroute();
+  for (uint32_t s = 0; s < net.num_switches(); ++s) {
+    EXPECT_TRUE(net.sw(s).group_for(3).empty()) << "switch " << s;
+    EXPECT_FALSE(net.sw(s).group_for(2).empty()) << "switch " << s;  // its neighbour stays
+  }
+  EXPECT_EQ(net.path_delay(0, 3), SimTime::never());
+}
+
 TEST(Routes, ManyGroupsOnOneSwitchEqualASearchPerHost) {
   Scheduler sched;
   const LinkSpec l{100'000, SimTime::from_us(1)};

@@ -480,6 +480,44 @@ TEST(ConfigFile, PfcAndItsThresholdsAreSettableAndMoveThePauseTime) {
   }
 }
 
+// Each workload draws from its own seed, rails rings too: two all-reduce
+// jobs on a rail fabric get two placements (both got the run's one), and a
+// workload appended after them changes neither.
+TEST(ConfigFile, RailsRingsOfTwoWorkloadsAreDrawnApart) {
+  const std::string two = R"(
+[topology]
+kind = "rail"
+servers = 8
+rails = 2
+servers_per_group = 4
+spines = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+[[workload]]
+kind = "allreduce"
+rings = "rails"
+bytes = 4096
+[[workload]]
+kind = "allreduce"
+rings = "rails"
+bytes = 4096
+)";
+  // Per workload, the senders of its flows in order (each has as many).
+  auto senders = [](const SimConfig& c, size_t workload) {
+    const size_t each = 2 * (2 * 8 * 7);  // 2 rails, 2(n-1) steps of n flows
+    std::vector<uint32_t> src;
+    for (size_t i = workload * each; i < (workload + 1) * each; ++i)
+      src.push_back(c.flows.at(i).src);
+    return src;
+  };
+  const SimConfig c = parse(two);
+  ASSERT_EQ(c.flows.size(), 2u * 2 * (2 * 8 * 7));
+  EXPECT_NE(senders(c, 0), senders(c, 1));
+  const SimConfig more = parse(two + "[[workload]]\nkind = \"permutation\"\nbytes = 4096\n");
+  EXPECT_EQ(senders(more, 0), senders(c, 0));
+  EXPECT_EQ(senders(more, 1), senders(c, 1));
+}
+
 TEST(ConfigFile, AllReduceOfFewerBytesThanRanksIsRefused) {
   EXPECT_NE(refusal(replace(kSmall, "bytes = \"64KiB\"", "bytes = 3"))
                 .find("workload (allreduce): ring_allreduce: 3 bytes over 4 ranks, less than one "

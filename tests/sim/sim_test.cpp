@@ -365,6 +365,83 @@ TEST(Routing, SinglePathFlowsFinishOnceRoutesConverge) {
   expect_all_complete(sim.report());
 }
 
+// Counts the packets a link carries toward a host that are not for it.
+class StrayCounter final : public PacketTap {
+ public:
+  explicit StrayCounter(uint32_t host) : host_(host) {}
+  void on_transmit(const Packet& p, const Port&, SimTime, SimTime) override {
+    if (p.dst != host_) ++strays;
+  }
+  uint64_t strays = 0;
+
+ private:
+  uint32_t host_;
+};
+
+// The direction of host h's link that delivers to it.
+Port& toward_host(Network& net, uint32_t h) {
+  const uint32_t e = net.host_port(h).edge;
+  return &net.edge_port(e, false) == &net.host_port(h) ? net.edge_port(e, true)
+                                                       : net.edge_port(e, false);
+}
+
+SimConfig lone_flow(TransportKind t, uint64_t bytes);
+uint32_t host_edge(const SimConfig& c, uint32_t host);
+
+// Host 3's only link goes down and routes converge: no switch has a route to
+// host 3, so its packets are dropped at the first switch and counted. They
+// went out of port 0, down to host 0, which took them: rocev2 and irn, whose
+// receiver state is kept per flow, acknowledged their own WRITE and reported
+// a flow to a cut-off host completed, and metaroce's losses were counted
+// nowhere.
+TEST(Routing, UnreachableHostAfterRerouteDropsAndCounts) {
+  for (TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn, TransportKind::kMetaRoce}) {
+    SCOPED_TRACE(transport_name(t));
+    SimConfig c = lone_flow(t, 1 << 20);
+    c.flows[0].dst = 3;
+    c.reroute_after = SimTime::from_us(1);
+    c.faults.push_back({SimTime{0}, FaultSpec::Kind::kLinkDown, host_edge(c, 3)});
+    c.time_limit = SimTime::from_ms(2);
+    Simulation sim(std::move(c));
+    StrayCounter host0(0);
+    toward_host(sim.net(), 0).tap = &host0;
+    sim.run();
+    const Report r = sim.report();
+    EXPECT_EQ(r.flows_completed, 0u);
+    EXPECT_EQ(r.delivered_bytes, 0u);
+    EXPECT_GT(r.no_route_drops, 0u);
+    EXPECT_EQ(host0.strays, 0u);
+    EXPECT_NE(r.to_text(false).find("no route: " + std::to_string(r.no_route_drops) + " packets"),
+              std::string::npos);
+    EXPECT_NE(r.to_json(false).find("\"no_route_drops\": " + std::to_string(r.no_route_drops)),
+              std::string::npos);
+  }
+}
+
+// Hosts do not forward. Host 0's only link goes to host 1; a flow from host
+// 0 to host 2 (behind a switch) reaches host 1, which drops and counts it
+// instead of acting as the flow's receiver (rocev2 and irn acknowledged it,
+// and the flow completed with no byte at host 2).
+TEST(Routing, AHostDropsAndCountsPacketsForAnotherHost) {
+  const LinkSpec l{};
+  TopoGraph g;
+  g.name = "stray";
+  g.num_hosts = 3;
+  g.num_switches = 1;
+  g.switch_tier = {0};
+  g.edges = {{0, 1, l}, {2, 3, l}};
+  for (TransportKind t : {TransportKind::kRoceV2, TransportKind::kIrn, TransportKind::kMetaRoce}) {
+    SCOPED_TRACE(transport_name(t));
+    SimConfig c = lone_flow(t, 64 * 1024);
+    c.topo = g;
+    c.flows[0].dst = 2;
+    Simulation sim(std::move(c));
+    sim.run();
+    EXPECT_EQ(sim.report().flows_completed, 0u);
+    EXPECT_GT(sim.report().no_route_drops, 0u);
+  }
+}
+
 // ------------------------------------------------------------------ report
 
 // One flow alone on an idle k=4 fat-tree (100 Gbit/s, 1 us per link), host 0
@@ -872,10 +949,11 @@ TEST(Determinism, BaselinesInterleavedInOneProcess) {
   EXPECT_EQ(b.report().to_json(false), alone_b.to_json(false));
 }
 
-TEST(Pfc, PauseStopsTheUpstreamPortAfterTheLinkDelay) {
+TEST(Pfc, ASlowLinkPausesTheSenderInsteadOfDropping) {
   // Two hosts on one ToR (k=4 fat-tree, hosts 0 and 1), tiny buffers: host 0
   // blasting at host 1 through a 10G ToR port fills the ingress and pauses
-  // host 0's NIC; nothing is dropped.
+  // host 0's NIC; nothing is dropped. (When a PAUSE acts, and at which
+  // thresholds: SwitchPausesAboveXoffAndResumesAtXonOneLinkDelayLater.)
   SimConfig c = preset("fattree16-perm", TransportKind::kRoceV2, 1);
   c.flows = {FlowSpec{0, 1, 512 * 1024, SimTime{0}}};
   FaultSpec slow{SimTime{0}, FaultSpec::Kind::kRate, 1};  // edge 1 = host 1's link
@@ -974,6 +1052,61 @@ Packet* one_port_packet(OnePortBench& b, uint32_t src, bool control) {
   p->wire_bytes = control ? 128 : 4096;
   p->dscp = control ? kControlDscp : 0;
   return p;
+}
+
+// PFC as a switch runs it (Switch::receive, pfc_send, pfc_release) at the
+// thresholds derived for 175 KB buffers, 100 Gbit/s and 1 us links: XOFF =
+// 175,000 - (2 x 12,500 + 2 x 4,200) = 141,600 B, XON = XOFF - 2 x 4,200 =
+// 133,200 B. The ToR's ingress from host 0 fills while its port toward host 1
+// is paused: PAUSE goes out when the count first exceeds XOFF (not at it) and
+// stops host 0's NIC one link delay later, not before; RESUME goes out when the
+// count falls to XON or below, and restarts the NIC a link delay later.
+TEST(Pfc, SwitchPausesAboveXoffAndResumesAtXonOneLinkDelayLater) {
+  QueueSpec q;
+  q.pfc = true;
+  OnePortBench b(q);
+  Switch& tor = b.net.sw(0);
+  const uint32_t in = b.net.edge_port(0, true).index;  // the ToR's port toward host 0
+  Port& nic = b.net.host_port(0);
+  ASSERT_EQ(nic.pipe.to, &tor);
+  const SimTime delay = nic.pipe.delay;
+  ASSERT_EQ(delay, SimTime::from_us(1));
+  b.down.pfc_signal(true, SimTime{0});  // host 1 holds the ToR's port toward it
+  b.sched.run(SimTime{0});
+  ASSERT_TRUE(b.down.paused());
+  auto arrive = [&](uint32_t bytes, SimTime at) {
+    Packet* p = one_port_packet(b, 0, false);
+    p->wire_bytes = bytes;
+    tor.receive(p, in, at);
+  };
+  const SimTime t0 = SimTime::from_us(1);
+  arrive(401, t0);
+  for (int i = 0; i < 141; ++i) arrive(1000, t0);
+  arrive(199, t0);
+  EXPECT_EQ(tor.ingress_bytes(in), 141'600u);  // at XOFF: no PAUSE
+  b.sched.run(t0 + delay + delay);
+  EXPECT_FALSE(nic.paused());
+  const SimTime t1 = b.sched.now();
+  arrive(1, t1);  // one byte above
+  b.sched.run(t1 + delay - SimTime{1});
+  EXPECT_FALSE(nic.paused()) << "PAUSE acted before the link delay";
+  b.sched.run(t1 + delay);
+  EXPECT_TRUE(nic.paused());
+  // Each packet the ToR starts sending gives its bytes back (10 ps a bit):
+  // the 401-byte one, then seven of 1000 take the count to 134,200, and the
+  // eighth, starting 32,080 + 7 x 80,000 ps after the port resumes, to XON.
+  const SimTime t2 = t1 + delay;
+  b.down.pfc_signal(false, t2);
+  const SimTime resume_sent = t2 + SimTime{32'080 + 7 * 80'000};
+  b.sched.run(resume_sent - SimTime{1});
+  EXPECT_EQ(tor.ingress_bytes(in), 134'200u);
+  b.sched.run(resume_sent);
+  EXPECT_EQ(tor.ingress_bytes(in), 133'200u);  // at XON: RESUME
+  b.sched.run(resume_sent + delay - SimTime{1});
+  EXPECT_TRUE(nic.paused()) << "RESUME acted before the link delay";
+  b.sched.run(resume_sent + delay);
+  EXPECT_FALSE(nic.paused()) << "no RESUME at XON";
+  EXPECT_EQ(nic.stats().pfc_pauses, 1u);
 }
 
 // A rate fault: the packets already queued leave at the rate they were

@@ -298,15 +298,19 @@ class Switch final : public Node {
   // The output port ECMP picks for a packet (src, dst, entropy, dport).
   [[nodiscard]] uint32_t select_port(uint32_t src, uint32_t dst, uint16_t entropy,
                                      uint16_t dport) const;
-  // Ports on a shortest path to host `dst` (the ECMP group).
+  // Ports on a shortest path to host `dst` (the ECMP group); empty when no
+  // link that is up leads there (after a reroute around a host's link).
   [[nodiscard]] std::span<const uint16_t> group_for(uint32_t dst) const {
     const uint32_t r = route[dst];
     return {group_ports.data() + (r >> 8), r & 0xff};
   }
 
   // dst host -> (offset into group_ports << 8) | group size: one load per
-  // forwarding decision, then one for the port.
+  // forwarding decision, then one for the port. kNoRoute: an empty group.
   std::vector<uint32_t> route;
+  // Not a port: with port 0 standing in for "none", a reroute sent an
+  // unreachable host's packets down to another host, which took them.
+  static constexpr uint32_t kNoRoute = 0;
   std::vector<uint16_t> group_ports;
   uint8_t tier = 0;
 
@@ -352,6 +356,7 @@ struct NetworkStats {
   uint64_t drops = 0;
   uint64_t trimmed = 0;
   uint64_t fault_drops = 0;
+  uint64_t no_route_drops = 0;  // Network::drop_unroutable
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
   uint64_t pfc_pauses = 0;
@@ -413,6 +418,14 @@ class Network {
   // the same delay). SimTime::never() if dst is unreachable.
   [[nodiscard]] SimTime path_delay(uint32_t src, uint32_t dst) const;
 
+  // Counts and frees a packet that cannot reach its destination host: a
+  // switch with no route to it, one past the hop limit, or a host it reached
+  // that is not its destination (hosts do not forward).
+  void drop_unroutable(Packet* p) {
+    ++no_route_drops_;
+    pool_.release(p);
+  }
+
  private:
   // ECMP groups over the links that are up; returns the links on the longest
   // host-to-host shortest path. With measure_delay (at construction, the
@@ -428,6 +441,7 @@ class Network {
   std::vector<Port*> host_ports_;
   std::vector<Node*> nodes_;  // by node id (hosts null until attached)
   std::vector<std::unique_ptr<Node>> placeholders_;
+  uint64_t no_route_drops_ = 0;
 };
 
 }  // namespace metaroce::sim

@@ -160,6 +160,9 @@ struct Report {
   uint64_t drops = 0;        // switch buffer overflow (packets lost, not trimmed ones)
   uint64_t trimmed = 0;      // data packets switches cut to their headers (QueueSpec::trim)
   uint64_t fault_drops = 0;  // link down / gray failure
+  // Packets for a host no route reached (Network::drop_unroutable: a host
+  // cut off by a link down and a reroute). In the digest only when not 0.
+  uint64_t no_route_drops = 0;
   uint64_t ecn_marks = 0;
   uint64_t max_queue_bytes = 0;
   uint64_t packets_forwarded = 0;  // port transmissions, all hops
