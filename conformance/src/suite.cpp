@@ -1,5 +1,6 @@
 #include "metaroce/conformance/suite.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "checks.hpp"
@@ -332,6 +333,17 @@ bool names(std::string_view list, std::string_view rule) {
   return false;
 }
 
+// `list`'s rule IDs ("LOSS-5, PATH-4, SCHED-3").
+std::vector<std::string_view> split_rules(std::string_view list) {
+  std::vector<std::string_view> out;
+  while (!list.empty()) {
+    const size_t end = std::min(list.find(','), list.size());
+    out.push_back(list.substr(0, end));
+    list.remove_prefix(std::min(end + 2, list.size()));  // ", "
+  }
+  return out;
+}
+
 bool names_any(std::string_view list, std::span<const std::string> rules) {
   if (rules.empty()) return true;
   for (const std::string& r : rules)
@@ -365,6 +377,42 @@ std::string unchecked_refusal(const Unchecked& u) {
   std::string s = "no check names rule ";
   s.append(u.rule).append(" (").append(unchecked_kind(u)).append("): ").append(u.why);
   return s;
+}
+
+RealTimeCover real_time_cover(std::string_view rule) {
+  size_t naming = 0, simulated = 0;
+  for (const Check& c : kChecks)
+    if (names(c.rule, rule)) {
+      ++naming;
+      simulated += c.simulated_only;
+    }
+  if (simulated == 0) return RealTimeCover::kFull;
+  return simulated == naming ? RealTimeCover::kNone : RealTimeCover::kInPart;
+}
+
+std::vector<std::string_view> checked_rules() {
+  std::vector<std::string_view> out;
+  for (const Check& c : kChecks)
+    for (const std::string_view r : split_rules(c.rule))
+      if (std::ranges::find(out, r) == out.end()) out.push_back(r);
+  return out;
+}
+
+Unverified unverified(std::span<const Result> results) {
+  // Per rule, in the order first named: checks among `results`, and of
+  // those skipped for want of simulated time.
+  std::vector<std::pair<std::string_view, std::pair<size_t, size_t>>> rules;
+  for (const Result& r : results)
+    for (const std::string_view rule : split_rules(r.check->rule)) {
+      auto it = std::ranges::find(rules, rule, [](const auto& e) { return e.first; });
+      if (it == rules.end()) it = rules.insert(rules.end(), {rule, {0, 0}});
+      ++it->second.first;
+      it->second.second += r.check->simulated_only && r.outcome.skipped;
+    }
+  Unverified out;
+  for (const auto& [rule, n] : rules)
+    if (n.second != 0) (n.second == n.first ? out.none : out.in_part).emplace_back(rule);
+  return out;
 }
 
 std::vector<Result> run(const std::function<std::unique_ptr<Target>()>& make, std::string_view rule,
