@@ -171,10 +171,10 @@ Outcome check_enc4(Target& t);
 Outcome check_enc5(Target& t);
 Outcome check_enc6(Target& t);
 Outcome check_int2(Target& t);
-Outcome check_bad4(Target& t);
 Outcome check_bad7(Target& t);
-Outcome check_bad8(Target& t);
 // bad_checks.cpp
+Outcome check_bad4(Target& t);
+Outcome check_bad8(Target& t);
 Outcome check_bad1(Target& t);
 Outcome check_bad2(Target& t);
 Outcome check_ver1(Target& t);

@@ -29,8 +29,9 @@ constexpr std::array kChecks = {
           check_enc6},
     Check{"INT-2", "a WRITE with PC clear, its ICRC over the headers only, is placed", check_int2},
     Check{"BAD-4, INT-1",
-          "a WRITE with a payload or header bit flipped under its ICRC draws nothing, changes "
-          "nothing",
+          "a WRITE with a payload or header bit flipped under its ICRC, a READ_REQ, ACK, NAK, "
+          "DISCONNECT or PROBE with a header bit flipped, draw nothing, change nothing; an ACK's "
+          "sack_words flipped to 17 counts as a bad checksum",
           check_bad4},
     Check{"BAD-1",
           "a WRITE or an ACK shorter than its headers and ICRC, or than 20 bytes, draws nothing "
@@ -55,7 +56,10 @@ constexpr std::array kChecks = {
           "nothing and change nothing",
           check_bad6},
     Check{"BAD-7", "data for an unknown dst_conn draws nothing and changes nothing", check_bad7},
-    Check{"BAD-8", "a packet for a connection from another address is dropped", check_bad8},
+    Check{"BAD-8",
+          "a WRITE, ACK, NAK, DISCONNECT or PROBE for a connection from another address is "
+          "dropped: nothing lands, completes, fails or closes, no reply",
+          check_bad8},
     Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},
     Check{"CONN-2",
           "an unanswered CONNECT_REQ is resent unchanged every 10 ms, 8 in all, one per path (4 at "

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 
 #include "metaroce/bytes.hpp"
@@ -366,6 +367,9 @@ class FaultyTarget : public EngineTarget {
   // What poll_completion reports passes through `mutate_completion`.
   std::function<void(Completion&)> mutate_completion;
   bool confuse_peers = false;
+  // With `confuse_peers_on`, the same for the opcodes (byte 1) it holds for
+  // only (an IUT that checks the peer's address on data packets alone).
+  std::function<bool(uint8_t)> confuse_peers_on;
   // With `deregister_ignored`, deregister_memory reports success and does
   // nothing: the memory stays in use.
   bool deregister_ignored = false;
@@ -532,7 +536,11 @@ class FaultyTarget : public EngineTarget {
       all = expand_in(std::move(bytes));
     else
       all.push_back(std::move(bytes));
-    for (const auto& x : all) EngineTarget::deliver(x, entropy, ce, stranger && !confuse_peers);
+    for (const auto& x : all) {
+      const bool taken_for_peer =
+          confuse_peers || (confuse_peers_on && x.size() > 1 && confuse_peers_on(x[1]));
+      EngineTarget::deliver(x, entropy, ce, stranger && !taken_for_peer);
+    }
   }
   // What deliver_trimmed hands in: with `trimmed_as_plain` the flag is lost
   // (a driver deaf to the DSCP); with `reseal_trimmed` the ICRC is made good
@@ -1017,6 +1025,68 @@ TEST(Conformance, UnverifiedIcrcFailsBad4) {
       const size_t h = wire::header_size(p.bh.opcode);
       ASSERT_EQ(wire::seal(d, h, d.size() - h - wire::kIcrcSize), d.size());
     };
+  });
+}
+
+// A fault planted for one opcode at a time, and the failure it must cause.
+struct OpcodeFault {
+  wire::Opcode op;
+  std::string_view why;
+};
+// What an ACK, NAK, DISCONNECT or PROBE of the tester's does to the target's
+// outstanding WRITE once the target takes it (BAD-4's and BAD-8's halves).
+constexpr OpcodeFault kControlTaken[] = {
+    {wire::Opcode::kAck, "completed the WRITE with"},
+    {wire::Opcode::kNak, "completed the WRITE with"},
+    {wire::Opcode::kDisconnect, "drew a reply (DISCONNECT_ACK)"},
+    {wire::Opcode::kProbe, "drew a reply (ACK)"}};
+void expect_fails_per_opcode(const std::string& rule, std::span<const OpcodeFault> faults,
+                             const std::function<void(FaultyTarget&, wire::Opcode)>& plant) {
+  for (const OpcodeFault& f : faults) {
+    SCOPED_TRACE(wire::opcode_name(f.op));
+    expect_fails(rule, f.why, [&](FaultyTarget& t) { plant(t, f.op); });
+  }
+}
+
+// A target that skips the ICRC of one opcode without payload, as an IUT
+// that verifies it on data packets alone ("an ACK is just feedback"): what
+// it receives of that opcode with a bad ICRC is resealed and taken. The
+// check once corrupted WRITEs only, and passed each of these.
+TEST(Conformance, IcrcUnverifiedOnOneControlOpcodeFailsBad4) {
+  const auto reseal = [](FaultyTarget& t, wire::Opcode op) {
+    t.mutate_in = [op](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (d.size() > 1 && d[1] == static_cast<uint8_t>(op) &&
+          wire::decode(d, p) == wire::ParseError::kBadChecksum)
+        (void)wire::seal(d, d.size() - wire::kIcrcSize, 0);
+    };
+  };
+  expect_fails_per_opcode("BAD-4", kControlTaken, reseal);
+  constexpr OpcodeFault kReadReq[] = {
+      {wire::Opcode::kReadReq, "READ_REQ whose ICRC does not match drew a reply"}};
+  expect_fails_per_opcode("BAD-4", kReadReq, reseal);
+}
+
+// An ACK's fields read before its ICRC: one whose sack_words a bit flip made
+// 17 is dropped as a bad field or length, not counted as a bad checksum
+// (BAD-4's own example).
+TEST(Conformance, SackWordsReadBeforeTheIcrcFailsBad4) {
+  expect_fails("BAD-4", "its sack_words flipped to 17: 1 dropped, counter bad_checksum rose by 0",
+               [](FaultyTarget& t) {
+                 t.mutate_in = [](std::vector<uint8_t>& d) {
+                   if (d.size() > 31 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) &&
+                       d[31] > wire::kMaxSackWords)
+                     (void)wire::seal(d, d.size() - wire::kIcrcSize, 0);
+                 };
+               });
+}
+
+// A target that checks the peer's address on data packets only: a
+// stranger's ACK, NAK, DISCONNECT or PROBE is taken for the peer's. The
+// check once sent the stranger's WRITE only, and passed each of these.
+TEST(Conformance, StrangerTakenForThePeerOnOneControlOpcodeFailsBad8) {
+  expect_fails_per_opcode("BAD-8", kControlTaken, [](FaultyTarget& t, wire::Opcode op) {
+    t.confuse_peers_on = [op](uint8_t opcode) { return opcode == static_cast<uint8_t>(op); };
   });
 }
 
