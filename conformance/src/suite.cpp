@@ -207,7 +207,7 @@ constexpr std::array kChecks = {
           check_loss5, true},
     Check{"CC-1",
           "with no ACK, a 1 MiB WRITE's first flight is the connection's 16 packets of the "
-          "agreed mtu (4096, then 1024), split over its paths",
+          "agreed mtu (4096, then 1024), no more and no fewer, split over its paths",
           check_cc1},
     Check{"CC-2",
           "slow start: each flight acknowledged at once, unmarked, draws twice as many new "

@@ -3304,6 +3304,15 @@ TEST(Conformance, InitialWindowPerPathFailsCc1) {
   });
 }
 
+// CC-1 broken the other way: an initial window of 4 packets (TCP's), or of 8.
+// The check once failed only a flight larger than 16 packets.
+TEST(Conformance, SmallerInitialWindowFailsCc1) {
+  for (const uint32_t packets : {4u, 8u})
+    expect_fails("CC-1", "left; the initial window is 16 of them", [packets](FaultyTarget& t) {
+      t.configure([packets](EndpointConfig& c) { c.cc.initial_cwnd_packets = packets; });
+    });
+}
+
 // CC-2 broken: no slow start, each path's window fixed (congestion control
 // off, CC-8's ablation setting: "oblivious spraying").
 TEST(Conformance, FixedWindowsFailCc2) {
