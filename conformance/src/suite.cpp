@@ -140,10 +140,10 @@ constexpr std::array kChecks = {
     Check{"SEQ-4, ACK-3", "a duplicate draws an ECHO_DUP ACK at once; outside the window, nothing",
           check_seq4},
     Check{"SEQ-6", "a retransmission differs only in path_tag, tsval and ICRC", check_seq6},
-    Check{
-        "SCHED-2",
-        "a packet declared lost is resent before new data waiting beside it (simulated time only)",
-        check_sched2, true},
+    Check{"SCHED-2, LOSS-2, LOSS-3",
+          "a packet is declared lost once 3 later packets of its path are acknowledged, not 2, "
+          "and resent before new data waiting beside it, on another path (simulated time only)",
+          check_sched2, true},
     Check{"SCHED-4",
           "READ responses owed and the target's own READs, both ready, take turns in its PSN "
           "space",
@@ -322,7 +322,6 @@ constexpr std::array kUnchecked = {
     Unchecked{"CC-5", false, kNoPeerTest},   Unchecked{"CC-7", false, kNoPeerTest},
     Unchecked{"CC-8", false, kNoPeerTest},   Unchecked{"CC-9", false, kNoPeerTest},
     Unchecked{"COMP-4", false, kNoPeerTest}, Unchecked{"LOSS-1", false, kNoPeerTest},
-    Unchecked{"LOSS-2", false, kNoPeerTest}, Unchecked{"LOSS-3", false, kNoPeerTest},
     Unchecked{"MR-6", false, kNoPeerTest},   Unchecked{"PATH-5", false, kNoPeerTest},
     Unchecked{"PATH-6", false, kNoPeerTest}, Unchecked{"PATH-8", false, kNoPeerTest},
     Unchecked{"READ-6", false, kNoPeerTest}, Unchecked{"SCHED-1", false, kNoPeerTest},

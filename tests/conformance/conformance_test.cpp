@@ -1749,6 +1749,22 @@ TEST(Conformance, ReorderedOutputFailsSched2) {
   });
 }
 
+// LOSS-2 broken: a packet declared lost once 2 later packets of its path are
+// acknowledged, not 3 (the check once acknowledged 3 at once and passed it).
+TEST(Conformance, ReorderThresholdOf2FailsLoss2) {
+  expect_fails("LOSS-2", "resent at once when only 2 later packets of its path",
+               [](FaultyTarget& t) {
+                 t.configure([](EndpointConfig& c) { c.recovery.reorder_threshold = 2; });
+               });
+}
+
+// LOSS-3 broken: the resend leaves on the path its packet was lost on,
+// every other path having room (the check once asked only that it came
+// first).
+TEST(Conformance, ResendOnTheLosingPathFailsLoss3) {
+  expect_fails("LOSS-3", "resent on the path it was lost on", resend_on_the_first_path);
+}
+
 // A conforming target whose PSNs start 8 before the wrap (SEQ-2): the
 // engine's own PSN space shifted on the way out and back. The checks that
 // order the target's PSNs must still pass.
