@@ -105,7 +105,9 @@ constexpr std::array kChecks = {
           "after either end closed, a WRITE, ACK, NAK or PROBE for the connection draws nothing, "
           "changes nothing, counts as for an unknown dst_conn; while closing, the same uncounted",
           check_after_close},
-    Check{"SEQ-1", "the first PSN is the announced initial PSN; connections start apart",
+    Check{"SEQ-1",
+          "the first PSN is the announced initial PSN; two connections' initial PSNs lie further "
+          "apart than the largest window (2^10), as random ones do",
           check_seq1},
     Check{"SEQ-2",
           "WRITEs across the PSN wrap, one lost each side, are placed and acknowledged across "

@@ -1809,6 +1809,50 @@ TEST(Conformance, PsnsAcrossTheWrapPass) {
   }
 }
 
+// SEQ-1 broken: initial PSNs numbered by a counter (1, 2, ...), as an IUT
+// that takes them from its connection ids would: each connection's PSN
+// space (the engine's random one) shifted on the way out and back, as
+// PsnsAcrossTheWrapPass shifts one. The check once failed only two equal
+// initial PSNs.
+TEST(Conformance, CountedInitialPsnsFailSeq1) {
+  expect_fails("SEQ-1", "1 apart: within the largest window", [](FaultyTarget& t) {
+    // Per connection: its engine initial PSN and the one it is shown at.
+    auto shifts = std::make_shared<std::vector<std::pair<uint32_t, uint32_t>>>();
+    const auto delta_near = [shifts](uint32_t psn, bool shown) -> std::optional<uint32_t> {
+      for (const auto& [real, fake] : *shifts)
+        if (psn - (shown ? fake : real) < (1u << 20)) return fake - real;
+      return std::nullopt;
+    };
+    t.mutate = [shifts, delta_near](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk) continue;
+        if (p.bh.opcode == wire::Opcode::kConnectReq ||
+            p.bh.opcode == wire::Opcode::kConnectAccept) {
+          if (!delta_near(p.connect.initial_psn, false))
+            shifts->emplace_back(p.connect.initial_psn, static_cast<uint32_t>(shifts->size() + 1));
+          p.connect.initial_psn += *delta_near(p.connect.initial_psn, false);
+        } else if (wire::is_data(p.bh.opcode)) {
+          const std::optional<uint32_t> d = delta_near(p.bh.psn, false);
+          if (!d) continue;
+          p.bh.psn += *d;
+        } else {
+          continue;
+        }
+        s.bytes = encode(p);
+      }
+    };
+    rewrite_received(t, [delta_near](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      const std::optional<uint32_t> d = delta_near(p.ack.cum_psn, true);
+      if (!d) return false;
+      p.ack.cum_psn -= *d;
+      p.ack.echo_psn -= *d;
+      return true;
+    });
+  });
+}
+
 // SEQ-2 broken two ways: data past the wrap dropped (a window that ends at
 // 2^32), or, once past it, data from before it taken as out of the window
 // (PSNs compared as plain unsigned numbers).
