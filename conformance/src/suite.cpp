@@ -62,8 +62,8 @@ constexpr std::array kChecks = {
           check_bad8},
     Check{"CONN-1", "CONNECT_REQ fields: dst_conn 0, ids, version, fresh nonce", check_conn1},
     Check{"CONN-2",
-          "an unanswered CONNECT_REQ is resent unchanged every 10 ms, 8 in all, one per path (4 at "
-          "most) from the entropy values in turn, then kConnectTimeout",
+          "an unanswered CONNECT_REQ is resent unchanged every 10 ms, 8 in all, one per path "
+          "from the entropy values in turn, then kConnectTimeout",
           check_conn2},
     Check{"CONN-3", "a repeated CONNECT_REQ draws the same ACCEPT and no second connection",
           check_conn3},
