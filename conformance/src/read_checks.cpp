@@ -172,9 +172,11 @@ Outcome check_read2(Target& t) {
   return pass();
 }
 
-// PLACE-4 from the requester's side: a READ_RESP longer than the READ, or
-// for a read sequence not outstanding, is dropped unacknowledged with
-// nothing written; the true response, at the same PSN, then lands.
+// PLACE-4 from the requester's side: a READ_RESP longer than the READ, for
+// a read sequence not outstanding, or not the READ's segment (no bytes at
+// offset = msg_len, or a piece at an offset no segment starts at), is
+// dropped unacknowledged with nothing written; the true response, at the
+// same PSN, then lands.
 Outcome check_place4(Target& t) {
   Peer p(t);
   Region into;
@@ -191,7 +193,14 @@ Outcome check_place4(Target& t) {
       {"a READ_RESP of 200 bytes for a READ of 100",
        p.read_resp(psn, 0, 0, 2 * kLen, Bytes(2 * kLen, 0xEE))},
       {"a READ_RESP for read sequence 1, not outstanding",
-       p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))}};
+       p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))},
+      // Not the segment its PSN stands for (offset 0, the READ's one): each
+      // passes TRIM-5, and taken, would complete the READ with bytes never
+      // written.
+      {"a READ_RESP of no bytes at offset 100, its msg_len (not its segment)",
+       p.read_resp(psn, 0, kLen, kLen, {})},
+      {"a READ_RESP of the last 50 bytes at offset 50 (not its segment)",
+       p.read_resp(psn, 0, kLen / 2, kLen, Bytes(kLen / 2, 0xED))}};
   for (const auto& [what, packet] : bad) {
     const std::vector<Reply> got = drawn(t, p, packet, 1'000'000);
     if (ack_of(got, psn) != nullptr) return fail(std::string(what) + " was acknowledged");

@@ -302,8 +302,9 @@ constexpr std::array kChecks = {
           "2^31 draw NAK 0x02, 0x04, 0x03, 0x06",
           check_read2},
     Check{"PLACE-4",
-          "a READ_RESP past its READ's length or for no outstanding READ is dropped "
-          "unacknowledged, nothing written",
+          "a READ_RESP past its READ's length, for no outstanding READ, or not its segment "
+          "(no bytes at offset = msg_len, a piece at offset 50) is dropped unacknowledged, "
+          "nothing written",
           check_place4},
     Check{"READ-3", "no more READs outstanding than the peer's max_reads, 0 taken as 1",
           check_read3},

@@ -1028,6 +1028,24 @@ TEST(Conformance, UnverifiedIcrcFailsBad4) {
   });
 }
 
+// PLACE-4 broken: a READ_RESP that is not the segment its PSN stands for
+// (offset not a multiple of the mtu: no bytes at offset = msg_len, or a
+// piece within the segment) is taken for that segment, zeros in the bytes
+// it does not carry: the READ completes with bytes never written. The
+// check once sent only over-long and unknown responses, and passed it.
+TEST(Conformance, ResponseNotItsSegmentTakenFailsPlace4) {
+  expect_fails("PLACE-4", "(not its segment) was acknowledged", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp || p.mh.offset % 4096 == 0) return false;
+      static std::vector<uint8_t> zeros;
+      zeros.assign(p.mh.msg_len, 0);
+      p.mh.offset = 0;
+      p.payload = zeros;
+      return true;
+    });
+  });
+}
+
 // A fault planted for one opcode at a time, and the failure it must cause.
 struct OpcodeFault {
   wire::Opcode op;
