@@ -242,6 +242,7 @@ Outcome check_read1(Target& t);
 Outcome check_read2(Target& t);
 Outcome check_place4(Target& t);
 Outcome check_read3(Target& t);
+Outcome check_read3_responder(Target& t);
 Outcome check_read4(Target& t);
 Outcome check_read5(Target& t);
 Outcome check_mr5_waiting_read(Target& t);

@@ -308,6 +308,10 @@ constexpr std::array kChecks = {
           check_place4},
     Check{"READ-3", "no more READs outstanding than the peer's max_reads, 0 taken as 1",
           check_read3},
+    Check{"READ-3",
+          "the responder: 4 x its max_reads READ_REQs queued, max_reads of them unanswered, the "
+          "next draws NAK 0x06",
+          check_read3_responder},
     Check{"READ-4", "a duplicate READ_REQ is acknowledged, not answered again", check_read4},
     Check{"READ-5", "a READ is answered only once every earlier packet has arrived", check_read5},
 };

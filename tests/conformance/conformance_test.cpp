@@ -2252,15 +2252,44 @@ TEST(Conformance, ThePeersWindowIgnoredFailsSeq3) {
 
 // The peer's max_reads 0 taken as no limit (3.12: it is taken as 1).
 TEST(Conformance, MaxReadsZeroTakenAsNoLimitFailsRead3) {
-  expect_fails("READ-3", "3 READ_REQs outstanding against max_reads 0 (taken as 1)",
-               [](FaultyTarget& t) {
-                 rewrite_received(t, [](wire::Packet& p) {
-                   if (p.bh.opcode != wire::Opcode::kConnectAccept || p.connect.max_reads != 0)
-                     return false;
-                   p.connect.max_reads = 255;
-                   return true;
-                 });
-               });
+  expect_fails(
+      "READ-3", "3 READ_REQs outstanding against max_reads 0 (taken as 1)",
+      [](FaultyTarget& t) {
+        rewrite_received(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kConnectAccept || p.connect.max_reads != 0) return false;
+          p.connect.max_reads = 255;
+          return true;
+        });
+      },
+      "no more READs");
+}
+
+// READ-3 broken on the responder's side: its queue longer than 4 x the
+// max_reads it advertises (its ACCEPT says 4, it queues 64), so a READ_REQ
+// beyond the limit is queued, not refused; or refused with RNR, as if the
+// queued READs had all been answered. The suite once checked the requester
+// side only, and passed both.
+TEST(Conformance, ResponderQueueBeyondItsMaxReadsFailsRead3) {
+  expect_fails(
+      "READ-3", "drew no NAK",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kConnectAccept) return false;
+          p.connect.max_reads = 4;
+          return true;
+        });
+      },
+      "the responder");
+  expect_fails(
+      "READ-3", "drew NAK 0x01",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x06) return false;
+          p.nak.code = 0x01;
+          return true;
+        });
+      },
+      "the responder");
 }
 
 // A receiver with a reorder buffer: a WRITE packet other than its
