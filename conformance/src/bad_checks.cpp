@@ -30,10 +30,13 @@ Bytes resealed(Bytes p, const std::function<void(Bytes&)>& change) {
 // makes (from the good ACK of that WRITE, and the WRITE): they draw no
 // reply (the WRITE may be resent meanwhile), complete nothing and raise
 // `counted`; the good ACK then completes the WRITE kOk.
+// `from_stranger`: sent from the stranger's address (BAD-8); `conn_id`: the
+// tester's connection id, one per call on a target.
 Outcome ack_ignored_then_taken(
     Target& t, const std::string& what, const Counted& counted,
-    const std::function<std::vector<Bytes>(const Peer&, const Bytes& good, const Reply& w)>& bad) {
-  Peer p(t, 0x7e60);
+    const std::function<std::vector<Bytes>(const Peer&, const Bytes& good, const Reply& w)>& bad,
+    bool from_stranger = false, uint32_t conn_id = 0x7e60) {
+  Peer p(t, conn_id);
   std::vector<Reply> sent;
   std::string why;
   if (!target_connects_and_writes(t, p, 100, sent, why)) return fail(why);
@@ -42,7 +45,7 @@ Outcome ack_ignored_then_taken(
   const Reply w = *writes.front();  // only its header fields are read
   const Bytes good = p.ack(w.pkt.bh.psn + 1, w);
   const std::optional<EndpointStats> before = drop_counters(t);
-  for (const Bytes& b : bad(p, good, w)) p.send(b, w.entropy);
+  for (const Bytes& b : bad(p, good, w)) p.send(b, w.entropy, false, from_stranger);
   for (const Reply& x : drawn(t, p))
     if (x.error != wire::ParseError::kOk ||
         (x.pkt.bh.opcode != wire::Opcode::kWrite && x.pkt.bh.opcode != wire::Opcode::kProbe))
@@ -80,6 +83,17 @@ Outcome write_and_ack_ignored(Target& t, const std::string& how, const Counted& 
                                         return std::vector<Bytes>{resealed(good, change)};
                                       });
       });
+}
+
+// `p` with a bit of its BH tsval flipped and its ICRC left as it was: a
+// field whose value alone makes no packet invalid.
+Bytes tsval_bit_flipped(Bytes p) {
+  p[12] ^= 0x80;
+  return p;
+}
+
+constexpr Counted kBadChecksum(uint64_t n) {
+  return {&EndpointStats::bad_checksum, "bad_checksum", n};
 }
 
 constexpr Counted kTruncated(uint64_t n) { return {&EndpointStats::truncated, "truncated", n}; }
@@ -255,6 +269,75 @@ Outcome check_bad6(Target& t) {
                         out.push_back(p.nak(w.pkt.bh.psn, code, w.pkt.mh.msn, p.next_psn));
                       return out;
                     });
+              });
+}
+
+// BAD-4 and INT-1: a target that never verifies the ICRC, or verifies it on
+// data packets only (an ACK being "just feedback"), would take these. The
+// WRITE's copies: a payload bit PC covers flipped (INT-1), a header field
+// flipped; a READ_REQ (no payload) with a header bit flipped, which would
+// draw a NAK or a response. Then, the target's WRITE outstanding: an ACK
+// covering it, an ACK whose sack_words a bit flip made 17 (BAD-4: a bad
+// checksum, never a bad field, so counted in bad_checksum), a NAK 0x02
+// naming it, a DISCONNECT and a PROBE, each with a header bit flipped: a
+// corrupt ACK taken completes a WRITE that never arrived, a corrupt NAK or
+// DISCONNECT fails or closes the connection, a PROBE draws an ACK.
+Outcome check_bad4(Target& t) {
+  return both(
+      ignored_then_served(t, "a WRITE or READ_REQ whose ICRC does not match", kBadChecksum(3),
+                          [](Peer& p, const Bytes& good) {
+                            Bytes payload_bit = good;
+                            payload_bit[payload_bit.size() - wire::kIcrcSize - 1] ^= 0x01;
+                            p.send(payload_bit);
+                            p.send(tsval_bit_flipped(good));
+                            p.send(tsval_bit_flipped(p.read_req(p.next_psn, 0, 0, 0, 8)));
+                          }),
+      [&] {
+        return both(
+            ack_ignored_then_taken(
+                t, "an ACK, NAK 0x02, DISCONNECT or PROBE whose ICRC does not match",
+                kBadChecksum(4),
+                [](const Peer& p, const Bytes& good, const Reply& w) {
+                  return std::vector<Bytes>{
+                      tsval_bit_flipped(good),
+                      tsval_bit_flipped(p.nak(w.pkt.bh.psn, 0x02, w.pkt.mh.msn, p.next_psn)),
+                      tsval_bit_flipped(p.disconnect(p.conn())), tsval_bit_flipped(p.probe())};
+                }),
+            [&] {
+              return ack_ignored_then_taken(
+                  t, "an ACK whose ICRC does not match, its sack_words flipped to 17",
+                  kBadChecksum(1),
+                  [](const Peer&, const Bytes& good, const Reply&) {
+                    Bytes sack_words_17 = good;
+                    sack_words_17[31] = 17;
+                    return std::vector<Bytes>{sack_words_17};
+                  },
+                  false, 0x7e63);
+            });
+      });
+}
+
+// BAD-8: a packet for the connection from the stranger's address, valid
+// otherwise: a WRITE, and (the target's WRITE outstanding) an ACK covering
+// it, a NAK 0x02 naming it, a DISCONNECT and a PROBE. An IUT that checks
+// the address on data packets only would complete, fail or close the
+// connection at any host's word.
+Outcome check_bad8(Target& t) {
+  constexpr Counted kWrongPeer{&EndpointStats::wrong_peer, "wrong_peer", 1};
+  return both(ignored_then_served(t, "a WRITE from another address", kWrongPeer,
+                                  [](Peer& p, const Bytes& good) {
+                                    p.send(good, Peer::kEntropy, false, /*stranger=*/true);
+                                  }),
+              [&] {
+                return ack_ignored_then_taken(
+                    t, "an ACK, NAK 0x02, DISCONNECT or PROBE from another address",
+                    {&EndpointStats::wrong_peer, "wrong_peer", 4},
+                    [](const Peer& p, const Bytes& good, const Reply& w) {
+                      return std::vector<Bytes>{good,
+                                                p.nak(w.pkt.bh.psn, 0x02, w.pkt.mh.msn, p.next_psn),
+                                                p.disconnect(p.conn()), p.probe()};
+                    },
+                    /*from_stranger=*/true);
               });
 }
 

@@ -415,12 +415,29 @@ Outcome check_sched2(Target& t) {
   for (const auto& [slot, ds] : by_slot)
     if (ds.size() >= 4 && lost == nullptr) lost = ds.front();
   if (lost == nullptr) return fail("no path carried 4 packets of the first window");
+  const std::vector<const Reply*>& its_path = by_slot[wire::path_tag_slot(lost->pkt.bh.path_tag)];
+  // LOSS-2's threshold: first only the next 2 packets of its path are
+  // SACKed, nothing cumulatively (the room this frees stays small: the
+  // second WRITE keeps data waiting for the choice below). Not lost yet:
+  // nothing resends it at once (the time form's timer, srtt / 4 from this
+  // ACK, is longer than the 100 ns judged here).
+  uint32_t lowest = lost->pkt.bh.psn;
+  for (const Reply* d : sent)
+    if (psn_after(lowest, d->pkt.bh.psn)) lowest = d->pkt.bh.psn;
+  p.send(p.sack(lowest, {its_path[1]->pkt.bh.psn, its_path[2]->pkt.bh.psn}, *its_path[2]),
+         its_path[2]->entropy);
+  const std::vector<Reply> early = p.run(100);
+  for (const Reply* d : of(early, wire::Opcode::kWrite))
+    if (d->pkt.bh.psn == lost->pkt.bh.psn)
+      return fail("PSN " + hex32(lost->pkt.bh.psn) +
+                  " resent at once when only 2 later packets of its path were acknowledged "
+                  "(LOSS-2: 3)");
   // Everything below the lost packet is acknowledged cumulatively, the rest
   // selectively.
   std::vector<uint32_t> sacked;
   for (const Reply* d : sent)
     if (psn_after(d->pkt.bh.psn, lost->pkt.bh.psn)) sacked.push_back(d->pkt.bh.psn);
-  const Reply* echo = by_slot[wire::path_tag_slot(lost->pkt.bh.path_tag)].back();
+  const Reply* echo = its_path.back();
   p.send(p.sack(lost->pkt.bh.psn, sacked, *echo), echo->entropy);
   const std::vector<Reply> after = p.run(1000);
   const auto next = of(after, wire::Opcode::kWrite);
@@ -428,6 +445,15 @@ Outcome check_sched2(Target& t) {
   if (next.front()->pkt.bh.psn != lost->pkt.bh.psn)
     return fail("PSN " + hex32(next.front()->pkt.bh.psn) + " went before the retransmission of " +
                 hex32(lost->pkt.bh.psn));
+  // LOSS-3: every other path has room (all it sent is acknowledged), so the
+  // resend leaves on another (TRIM-3's check asks the same of a trimmed
+  // packet's).
+  const Reply& resend = *next.front();
+  if (wire::path_tag_slot(resend.pkt.bh.path_tag) == wire::path_tag_slot(lost->pkt.bh.path_tag) ||
+      resend.entropy == lost->entropy)
+    return fail("PSN " + hex32(lost->pkt.bh.psn) + " resent on the path it was lost on (slot " +
+                std::to_string(wire::path_tag_slot(resend.pkt.bh.path_tag)) + ", port " +
+                std::to_string(resend.entropy) + "), every other path having room (LOSS-3)");
   bool fresh = false;
   for (const Reply* d : next) fresh |= psn_after(d->pkt.bh.psn, highest);
   if (!fresh) return fail("no new data followed: the check saw no choice being made");

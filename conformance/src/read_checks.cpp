@@ -172,9 +172,11 @@ Outcome check_read2(Target& t) {
   return pass();
 }
 
-// PLACE-4 from the requester's side: a READ_RESP longer than the READ, or
-// for a read sequence not outstanding, is dropped unacknowledged with
-// nothing written; the true response, at the same PSN, then lands.
+// PLACE-4 from the requester's side: a READ_RESP longer than the READ, for
+// a read sequence not outstanding, or not the READ's segment (no bytes at
+// offset = msg_len, or a piece at an offset no segment starts at), is
+// dropped unacknowledged with nothing written; the true response, at the
+// same PSN, then lands.
 Outcome check_place4(Target& t) {
   Peer p(t);
   Region into;
@@ -191,7 +193,14 @@ Outcome check_place4(Target& t) {
       {"a READ_RESP of 200 bytes for a READ of 100",
        p.read_resp(psn, 0, 0, 2 * kLen, Bytes(2 * kLen, 0xEE))},
       {"a READ_RESP for read sequence 1, not outstanding",
-       p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))}};
+       p.read_resp(psn, 1, 0, kLen, Bytes(kLen, 0xEF))},
+      // Not the segment its PSN stands for (offset 0, the READ's one): each
+      // passes TRIM-5, and taken, would complete the READ with bytes never
+      // written.
+      {"a READ_RESP of no bytes at offset 100, its msg_len (not its segment)",
+       p.read_resp(psn, 0, kLen, kLen, {})},
+      {"a READ_RESP of the last 50 bytes at offset 50 (not its segment)",
+       p.read_resp(psn, 0, kLen / 2, kLen, Bytes(kLen / 2, 0xED))}};
   for (const auto& [what, packet] : bad) {
     const std::vector<Reply> got = drawn(t, p, packet, 1'000'000);
     if (ack_of(got, psn) != nullptr) return fail(std::string(what) + " was acknowledged");
@@ -275,6 +284,39 @@ Outcome check_read3(Target& t) {
     if (std::string why = one_read_at_a_time(t, max_reads, 0x7e57 + max_reads); !why.empty())
       return fail(why);
   return pass();
+}
+
+// READ-3, the responder: it queues up to 4 x its own max_reads (its
+// ACCEPT's) READ_REQs, and one that finds the queue full while max_reads of
+// them have not had every packet of their response sent draws NAK 0x06.
+// Each READ is of 64 KiB, 16 packets at the tester's mtu (4096; more at a
+// smaller one), so the target's initial window (CC-1, 16 packets) sends at
+// most one READ's response whole while the tester acknowledges nothing: of
+// the 4 x max_reads queued, max_reads and more stay unsent, and the next
+// READ_REQ is beyond the limit. (The other half, RNR for a queue of READs all answered, is left
+// to the engine test AFullReadQueueOfAnsweredReadsDoesNotFailTheRequester.)
+Outcome check_read3_responder(Target& t) {
+  constexpr uint32_t kLen = 16 * 4096;
+  Peer p(t);
+  Region src;
+  std::string why;
+  std::vector<Reply> handshake;
+  if (!tester_connects_to_memory(t, p, src, why, kAccessRemoteRead, kLen, &handshake))
+    return fail(why);
+  const auto accepts = of(handshake, wire::Opcode::kConnectAccept);
+  if (accepts.empty()) return fail("no CONNECT_ACCEPT among the handshake's replies");
+  const uint32_t max_reads = std::max<uint32_t>(accepts.front()->pkt.connect.max_reads, 1);
+  for (uint32_t i = 0; i < 4 * max_reads; ++i)
+    p.send(p.read_req(p.next_psn++, i, src.rkey, src.addr, kLen));
+  const uint32_t psn = p.next_psn++;
+  const Bytes beyond = p.read_req(psn, 4 * max_reads, src.rkey, src.addr, kLen);
+  if (const std::string nak =
+          draws_nak(p, beyond, static_cast<uint8_t>(Status::kRemoteInvalidRequest), psn);
+      !nak.empty())
+    return fail("READ_REQ " + std::to_string(4 * max_reads + 1) + " of " + std::to_string(kLen) +
+                " bytes, its ACCEPT's max_reads " + std::to_string(max_reads) +
+                " and no response acknowledged, " + nak);
+  return pass("max_reads " + std::to_string(max_reads));
 }
 
 Outcome check_read4(Target& t) {

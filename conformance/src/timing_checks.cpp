@@ -364,7 +364,10 @@ Outcome check_trim4(Target& t) {
 // mtu the handshake agreed, split over its paths. The target WRITEs 1 MiB
 // on a connection whose tester sends no ACK: its new PSNs stop at 16 full
 // packets (a path may overshoot by less than one, SCHED-1: 16 + paths - 1
-// at most, with paths as the target tells them, else 4). Twice: the tester
+// at most, with paths as the target tells them, else 4), and not before:
+// each path sends while inflight < cwnd (SCHED-1), or, below one packet,
+// one packet at once (CC-6), so its 16 packets' worth all leave without an
+// ACK (a window of 4, TCP's, once passed). Twice: the tester
 // offering the default mtu (4096), then 1024 on a second connection, whose
 // first flight is so 16 packets of 1024 bytes, not 16 of 4096 bytes cut
 // into 64 of 1024 (a window taken from the target's own mtu).
@@ -399,6 +402,11 @@ Outcome check_cc1(Target& t) {
       psns.insert(d->pkt.bh.psn - p.target_initial_psn);
     }
     if (psns.empty()) return fail("mtu " + std::to_string(p.mtu) + ": the WRITE did not start");
+    if (psns.size() < 16)
+      return fail("with no ACK, only " + std::to_string(psns.size()) +
+                  " packets of the agreed mtu " + std::to_string(p.mtu) +
+                  " left; the initial window is 16 of them, per connection, each path sending "
+                  "while inflight < cwnd (SCHED-1)");
     if (psns.size() > most)
       return fail("with no ACK, " + std::to_string(psns.size()) + " packets of the agreed mtu " +
                   std::to_string(p.mtu) + " left; the initial window is 16 of them (" +

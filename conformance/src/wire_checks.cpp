@@ -309,22 +309,6 @@ Outcome ignored_then_served(Target& t, const std::string& what, const Counted& c
   return passed_counting(before);
 }
 
-// A target that never verifies the ICRC would take either copy: one
-// corrupts a payload bit PC covers (INT-1), the other a header field
-// (tsval) whose value alone would not make the packet invalid.
-Outcome check_bad4(Target& t) {
-  return ignored_then_served(t, "a WRITE whose ICRC does not match",
-                             {&EndpointStats::bad_checksum, "bad_checksum", 2},
-                             [](Peer& p, const Bytes& good) {
-                               Bytes payload_bit = good;
-                               payload_bit[payload_bit.size() - wire::kIcrcSize - 1] ^= 0x01;
-                               p.send(payload_bit);
-                               Bytes header_bit = good;
-                               header_bit[12] ^= 0x80;
-                               p.send(header_bit);
-                             });
-}
-
 // INT-2: receivers accept PC clear, where the ICRC covers the headers only;
 // a target that always checks it over the payload too drops this WRITE.
 Outcome check_int2(Target& t) {
@@ -404,12 +388,6 @@ Outcome check_bad7(Target& t) {
                              [](Peer& p, const Bytes& good) {
                                p.send(Peer::with_dst_conn(good, p.target_conn ^ 0x5a5a00));
                              });
-}
-
-Outcome check_bad8(Target& t) {
-  return ignored_then_served(
-      t, "a packet from another address", {&EndpointStats::wrong_peer, "wrong_peer", 1},
-      [](Peer& p, const Bytes& good) { p.send(good, Peer::kEntropy, false, /*stranger=*/true); });
 }
 
 }  // namespace metaroce::conformance

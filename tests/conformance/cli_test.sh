@@ -88,6 +88,40 @@ expect 2 "^metaroce-conform: FOO-1 is no rule of the MetaRoCE v0.1 spec" "$confo
 expect 2 "^metaroce-conform: --rule names no rule \(an empty ID\)" "$conform" --rule ''
 # In a list, one bad ID stops the run (and each is named).
 expect 2 "^metaroce-conform: FOO-1 is no rule" "$conform" --rule PLACE-2,FOO-1
+# On a target in real time, a rule every check of which needs simulated
+# time is verified by none: refused as a rule with no check is (it once ran
+# its checks to "0 passed, 0 failed, 1 skipped", exit 0), in a list too.
+expect 2 "^metaroce-conform: no check verifies rule LOSS-4 on this target: every check of it needs a target with simulated time" \
+  "$conform" --target udp --rule LOSS-4
+expect 2 "no check verifies rule ACK-1 on this target" "$conform" --target udp --rule ACK-2,ack-1
+# ... while a run that skipped some of a rule's checks so says which
+# (LOSS-7's timing needs it, its retry limit does not), in text and JSON.
+real_time_report() {
+  out=$("$conform" --target udp --rule LOSS-7 "$@")
+  rc=$?
+  if [ "$rc" -ne 0 ] || ! printf '%s\n' "$out" | grep -q "$want"; then
+    echo "FAIL: --target udp --rule LOSS-7 $*: exit $rc, no '$want' in: $out"
+    failures=$((failures + 1))
+  else
+    echo "ok:   --target udp --rule LOSS-7 $* says: $want"
+  fi
+}
+want='^verified in part on this target (some of their checks need simulated time): LOSS-7$'
+real_time_report
+want='"unverified_rules":\[\],"rules_verified_in_part":\["LOSS-7"\]'
+real_time_report --json
+# --list-unchecked --target remote adds what a run in real time leaves
+# unverified, and takes no other option of a run.
+if "$conform" --list-unchecked --target remote | grep -q '^LOSS-4 *(simulated time only) ' &&
+  "$conform" --list-unchecked --target remote | grep -q '^LOSS-7 *(in part) ' &&
+  ! "$conform" --list-unchecked | grep -q '(simulated time only)'; then
+  echo "ok:   --list-unchecked --target remote names LOSS-4 and LOSS-7, --list-unchecked neither"
+else
+  echo "FAIL: --list-unchecked --target remote: $("$conform" --list-unchecked --target remote)"
+  failures=$((failures + 1))
+fi
+expect 2 '^metaroce-conform: --target is an option of a run, not of --list$' "$conform" --list \
+  --target udp
 # rule_runs RULES... CHECK_RULES...: --rule RULES runs exactly the checks
 # whose rule lists are CHECK_RULES (as --json names them, one per line).
 rule_runs() {

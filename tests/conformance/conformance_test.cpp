@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 
 #include "metaroce/bytes.hpp"
@@ -366,6 +367,9 @@ class FaultyTarget : public EngineTarget {
   // What poll_completion reports passes through `mutate_completion`.
   std::function<void(Completion&)> mutate_completion;
   bool confuse_peers = false;
+  // With `confuse_peers_on`, the same for the opcodes (byte 1) it holds for
+  // only (an IUT that checks the peer's address on data packets alone).
+  std::function<bool(uint8_t)> confuse_peers_on;
   // With `deregister_ignored`, deregister_memory reports success and does
   // nothing: the memory stays in use.
   bool deregister_ignored = false;
@@ -532,7 +536,11 @@ class FaultyTarget : public EngineTarget {
       all = expand_in(std::move(bytes));
     else
       all.push_back(std::move(bytes));
-    for (const auto& x : all) EngineTarget::deliver(x, entropy, ce, stranger && !confuse_peers);
+    for (const auto& x : all) {
+      const bool taken_for_peer =
+          confuse_peers || (confuse_peers_on && x.size() > 1 && confuse_peers_on(x[1]));
+      EngineTarget::deliver(x, entropy, ce, stranger && !taken_for_peer);
+    }
   }
   // What deliver_trimmed hands in: with `trimmed_as_plain` the flag is lost
   // (a driver deaf to the DSCP); with `reseal_trimmed` the ICRC is made good
@@ -1020,6 +1028,86 @@ TEST(Conformance, UnverifiedIcrcFailsBad4) {
   });
 }
 
+// PLACE-4 broken: a READ_RESP that is not the segment its PSN stands for
+// (offset not a multiple of the mtu: no bytes at offset = msg_len, or a
+// piece within the segment) is taken for that segment, zeros in the bytes
+// it does not carry: the READ completes with bytes never written. The
+// check once sent only over-long and unknown responses, and passed it.
+TEST(Conformance, ResponseNotItsSegmentTakenFailsPlace4) {
+  expect_fails("PLACE-4", "(not its segment) was acknowledged", [](FaultyTarget& t) {
+    rewrite_received(t, [](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kReadResp || p.mh.offset % 4096 == 0) return false;
+      static std::vector<uint8_t> zeros;
+      zeros.assign(p.mh.msg_len, 0);
+      p.mh.offset = 0;
+      p.payload = zeros;
+      return true;
+    });
+  });
+}
+
+// A fault planted for one opcode at a time, and the failure it must cause.
+struct OpcodeFault {
+  wire::Opcode op;
+  std::string_view why;
+};
+// What an ACK, NAK, DISCONNECT or PROBE of the tester's does to the target's
+// outstanding WRITE once the target takes it (BAD-4's and BAD-8's halves).
+constexpr OpcodeFault kControlTaken[] = {
+    {wire::Opcode::kAck, "completed the WRITE with"},
+    {wire::Opcode::kNak, "completed the WRITE with"},
+    {wire::Opcode::kDisconnect, "drew a reply (DISCONNECT_ACK)"},
+    {wire::Opcode::kProbe, "drew a reply (ACK)"}};
+void expect_fails_per_opcode(const std::string& rule, std::span<const OpcodeFault> faults,
+                             const std::function<void(FaultyTarget&, wire::Opcode)>& plant) {
+  for (const OpcodeFault& f : faults) {
+    SCOPED_TRACE(wire::opcode_name(f.op));
+    expect_fails(rule, f.why, [&](FaultyTarget& t) { plant(t, f.op); });
+  }
+}
+
+// A target that skips the ICRC of one opcode without payload, as an IUT
+// that verifies it on data packets alone ("an ACK is just feedback"): what
+// it receives of that opcode with a bad ICRC is resealed and taken. The
+// check once corrupted WRITEs only, and passed each of these.
+TEST(Conformance, IcrcUnverifiedOnOneControlOpcodeFailsBad4) {
+  const auto reseal = [](FaultyTarget& t, wire::Opcode op) {
+    t.mutate_in = [op](std::vector<uint8_t>& d) {
+      wire::Packet p;
+      if (d.size() > 1 && d[1] == static_cast<uint8_t>(op) &&
+          wire::decode(d, p) == wire::ParseError::kBadChecksum)
+        (void)wire::seal(d, d.size() - wire::kIcrcSize, 0);
+    };
+  };
+  expect_fails_per_opcode("BAD-4", kControlTaken, reseal);
+  constexpr OpcodeFault kReadReq[] = {
+      {wire::Opcode::kReadReq, "READ_REQ whose ICRC does not match drew a reply"}};
+  expect_fails_per_opcode("BAD-4", kReadReq, reseal);
+}
+
+// An ACK's fields read before its ICRC: one whose sack_words a bit flip made
+// 17 is dropped as a bad field or length, not counted as a bad checksum
+// (BAD-4's own example).
+TEST(Conformance, SackWordsReadBeforeTheIcrcFailsBad4) {
+  expect_fails("BAD-4", "its sack_words flipped to 17: 1 dropped, counter bad_checksum rose by 0",
+               [](FaultyTarget& t) {
+                 t.mutate_in = [](std::vector<uint8_t>& d) {
+                   if (d.size() > 31 && d[1] == static_cast<uint8_t>(wire::Opcode::kAck) &&
+                       d[31] > wire::kMaxSackWords)
+                     (void)wire::seal(d, d.size() - wire::kIcrcSize, 0);
+                 };
+               });
+}
+
+// A target that checks the peer's address on data packets only: a
+// stranger's ACK, NAK, DISCONNECT or PROBE is taken for the peer's. The
+// check once sent the stranger's WRITE only, and passed each of these.
+TEST(Conformance, StrangerTakenForThePeerOnOneControlOpcodeFailsBad8) {
+  expect_fails_per_opcode("BAD-8", kControlTaken, [](FaultyTarget& t, wire::Opcode op) {
+    t.confuse_peers_on = [op](uint8_t opcode) { return opcode == static_cast<uint8_t>(op); };
+  });
+}
+
 // A target that refuses data packets with PC clear (it reads the ICRC as
 // covering the payload whatever PC says).
 TEST(Conformance, PcClearRefusedFailsInt2) {
@@ -1361,21 +1449,22 @@ TEST(Conformance, RequestsWrappingTwiceFailConn2) {
                  });
 }
 
-// A requester that falls back to its receive port after its first 4
-// requests (behind a port-translating middlebox, naming reply_port 0)
-// still passes; so does one whose 4 values wrap at the top of its range.
-TEST(Conformance, LaterRequestsFromTheReceivePortPassConn2) {
-  const auto results = run(
-      [] {
-        auto t = std::make_unique<FaultyTarget>();
-        requests_from(*t, [](uint16_t first, size_t k) {
-          return k < 4 ? static_cast<uint16_t>(first + k) : uint16_t{4792};
-        });
-        return t;
-      },
-      "CONN-2");
-  ASSERT_EQ(results.size(), 1u);
-  EXPECT_TRUE(results[0].outcome.passed) << results[0].outcome.detail;
+// A requester of 8 paths whose requests after the fourth all leave from
+// one port, its receive port or its first entropy value, fails (CONN-2:
+// each from the next entropy value; the check once judged the first 4
+// only, for a port-translating middlebox the spec rules out).
+TEST(Conformance, LaterRequestsFromOnePortFailConn2) {
+  for (const bool receive_port : {true, false})
+    expect_fails("CONN-2", "CONNECT_REQ 4 left from port", [receive_port](FaultyTarget& t) {
+      t.configure([](EndpointConfig& c) { c.num_paths = 8; });
+      requests_from(t, [receive_port](uint16_t first, size_t k) {
+        return k < 4 ? static_cast<uint16_t>(first + k) : receive_port ? uint16_t{4792} : first;
+      });
+    });
+}
+
+// A requester whose values wrap at the top of its range passes.
+TEST(Conformance, RequestsWrappingAtTheTopOfTheRangePassConn2) {
   passes_across_a_wrap("CONN-2");
   passes_across_a_wrap("CONN-2", true);
 }
@@ -1679,6 +1768,22 @@ TEST(Conformance, ReorderedOutputFailsSched2) {
   });
 }
 
+// LOSS-2 broken: a packet declared lost once 2 later packets of its path are
+// acknowledged, not 3 (the check once acknowledged 3 at once and passed it).
+TEST(Conformance, ReorderThresholdOf2FailsLoss2) {
+  expect_fails("LOSS-2", "resent at once when only 2 later packets of its path",
+               [](FaultyTarget& t) {
+                 t.configure([](EndpointConfig& c) { c.recovery.reorder_threshold = 2; });
+               });
+}
+
+// LOSS-3 broken: the resend leaves on the path its packet was lost on,
+// every other path having room (the check once asked only that it came
+// first).
+TEST(Conformance, ResendOnTheLosingPathFailsLoss3) {
+  expect_fails("LOSS-3", "resent on the path it was lost on", resend_on_the_first_path);
+}
+
 // A conforming target whose PSNs start 8 before the wrap (SEQ-2): the
 // engine's own PSN space shifted on the way out and back. The checks that
 // order the target's PSNs must still pass.
@@ -1721,6 +1826,50 @@ TEST(Conformance, PsnsAcrossTheWrapPass) {
     ASSERT_EQ(results.size(), 1u) << rule;
     EXPECT_TRUE(results[0].outcome.passed) << rule << ": " << results[0].outcome.detail;
   }
+}
+
+// SEQ-1 broken: initial PSNs numbered by a counter (1, 2, ...), as an IUT
+// that takes them from its connection ids would: each connection's PSN
+// space (the engine's random one) shifted on the way out and back, as
+// PsnsAcrossTheWrapPass shifts one. The check once failed only two equal
+// initial PSNs.
+TEST(Conformance, CountedInitialPsnsFailSeq1) {
+  expect_fails("SEQ-1", "1 apart: within the largest window", [](FaultyTarget& t) {
+    // Per connection: its engine initial PSN and the one it is shown at.
+    auto shifts = std::make_shared<std::vector<std::pair<uint32_t, uint32_t>>>();
+    const auto delta_near = [shifts](uint32_t psn, bool shown) -> std::optional<uint32_t> {
+      for (const auto& [real, fake] : *shifts)
+        if (psn - (shown ? fake : real) < (1u << 20)) return fake - real;
+      return std::nullopt;
+    };
+    t.mutate = [shifts, delta_near](std::vector<Sent>& v) {
+      wire::Packet p;
+      for (Sent& s : v) {
+        if (wire::decode(s.bytes, p) != wire::ParseError::kOk) continue;
+        if (p.bh.opcode == wire::Opcode::kConnectReq ||
+            p.bh.opcode == wire::Opcode::kConnectAccept) {
+          if (!delta_near(p.connect.initial_psn, false))
+            shifts->emplace_back(p.connect.initial_psn, static_cast<uint32_t>(shifts->size() + 1));
+          p.connect.initial_psn += *delta_near(p.connect.initial_psn, false);
+        } else if (wire::is_data(p.bh.opcode)) {
+          const std::optional<uint32_t> d = delta_near(p.bh.psn, false);
+          if (!d) continue;
+          p.bh.psn += *d;
+        } else {
+          continue;
+        }
+        s.bytes = encode(p);
+      }
+    };
+    rewrite_received(t, [delta_near](wire::Packet& p) {
+      if (p.bh.opcode != wire::Opcode::kAck) return false;
+      const std::optional<uint32_t> d = delta_near(p.ack.cum_psn, true);
+      if (!d) return false;
+      p.ack.cum_psn -= *d;
+      p.ack.echo_psn -= *d;
+      return true;
+    });
+  });
 }
 
 // SEQ-2 broken two ways: data past the wrap dropped (a window that ends at
@@ -2103,15 +2252,44 @@ TEST(Conformance, ThePeersWindowIgnoredFailsSeq3) {
 
 // The peer's max_reads 0 taken as no limit (3.12: it is taken as 1).
 TEST(Conformance, MaxReadsZeroTakenAsNoLimitFailsRead3) {
-  expect_fails("READ-3", "3 READ_REQs outstanding against max_reads 0 (taken as 1)",
-               [](FaultyTarget& t) {
-                 rewrite_received(t, [](wire::Packet& p) {
-                   if (p.bh.opcode != wire::Opcode::kConnectAccept || p.connect.max_reads != 0)
-                     return false;
-                   p.connect.max_reads = 255;
-                   return true;
-                 });
-               });
+  expect_fails(
+      "READ-3", "3 READ_REQs outstanding against max_reads 0 (taken as 1)",
+      [](FaultyTarget& t) {
+        rewrite_received(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kConnectAccept || p.connect.max_reads != 0) return false;
+          p.connect.max_reads = 255;
+          return true;
+        });
+      },
+      "no more READs");
+}
+
+// READ-3 broken on the responder's side: its queue longer than 4 x the
+// max_reads it advertises (its ACCEPT says 4, it queues 64), so a READ_REQ
+// beyond the limit is queued, not refused; or refused with RNR, as if the
+// queued READs had all been answered. The suite once checked the requester
+// side only, and passed both.
+TEST(Conformance, ResponderQueueBeyondItsMaxReadsFailsRead3) {
+  expect_fails(
+      "READ-3", "drew no NAK",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kConnectAccept) return false;
+          p.connect.max_reads = 4;
+          return true;
+        });
+      },
+      "the responder");
+  expect_fails(
+      "READ-3", "drew NAK 0x01",
+      [](FaultyTarget& t) {
+        rewrite_sent(t, [](wire::Packet& p) {
+          if (p.bh.opcode != wire::Opcode::kNak || p.nak.code != 0x06) return false;
+          p.nak.code = 0x01;
+          return true;
+        });
+      },
+      "the responder");
 }
 
 // A receiver with a reorder buffer: a WRITE packet other than its
@@ -3232,6 +3410,15 @@ TEST(Conformance, InitialWindowPerPathFailsCc1) {
   expect_fails("CC-1", "the initial window is 16 of them", [](FaultyTarget& t) {
     t.configure([](EndpointConfig& c) { c.cc.initial_cwnd_packets = 16u * c.num_paths; });
   });
+}
+
+// CC-1 broken the other way: an initial window of 4 packets (TCP's), or of 8.
+// The check once failed only a flight larger than 16 packets.
+TEST(Conformance, SmallerInitialWindowFailsCc1) {
+  for (const uint32_t packets : {4u, 8u})
+    expect_fails("CC-1", "left; the initial window is 16 of them", [packets](FaultyTarget& t) {
+      t.configure([packets](EndpointConfig& c) { c.cc.initial_cwnd_packets = packets; });
+    });
 }
 
 // CC-2 broken: no slow start, each path's window fixed (congestion control

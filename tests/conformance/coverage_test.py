@@ -18,6 +18,13 @@ passes `--rule ID` to run a rule's checks. So:
 - section 12's "Unchecked on a remote target" list names exactly the rules
   `--list-unchecked` lists (the spec once said only that a conforming
   implementation satisfies every rule, while 16 had no peer check);
+- section 12's "Unverified on a target in real time" list and its "Verified
+  in part there", the README's "Unverified in real time:" paragraph and
+  `--list-unchecked --target remote` name exactly the rules every check of
+  which (and those some checks of which) have a title (`--list`) ending
+  "(simulated time only)": the runner skips those in real time, and the
+  spec once told a vendor that LOSS-4, ACK-1 and ten more were verified on
+  a remote target, where no check of them runs;
 - the README's "Simulated time only:" paragraph names exactly the checks
   that skip in real time, those whose title (`--list`) ends "(simulated
   time only)" (the runner skips by the same flag; conformance_test checks
@@ -56,9 +63,39 @@ def spec_unchecked(spec):
     return None if m is None else re.findall(RULE, m.group(1))
 
 
-def list_lines(conform, option):
-    return subprocess.run([conform, option], check=True, capture_output=True,
+def list_lines(conform, option, *more):
+    return subprocess.run([conform, option, *more], check=True, capture_output=True,
                           text=True).stdout.splitlines()
+
+
+def spec_real_time(spec):
+    """Section 12's rules unverified on a target in real time, and those
+    verified in part there: (set, set), or None."""
+    none = re.search(r"Unverified on a target in\s+real time(.*?)\.\n", spec, re.S)
+    part = re.search(r"Verified in part there[^:]*:(.*?)\.\n", spec, re.S)
+    if none is None or part is None:
+        return None
+    return (set(re.findall(RULE, none.group(1).rsplit(":", 1)[1])),
+            set(re.findall(RULE, part.group(1).split("(", 1)[0])))
+
+
+def readme_real_time(readme):
+    """The README's "Unverified in real time:" paragraph: (set, set), or None."""
+    text = paragraph(readme, "Unverified in real time:")
+    if text is None or "; in part," not in text:
+        return None
+    none, part = text.split("; in part,", 1)
+    return set(re.findall(RULE, none)), set(re.findall(RULE, part.split("(", 1)[0]))
+
+
+def real_time_listed(conform):
+    """What `--list-unchecked --target remote` adds: (set, set)."""
+    none, part = set(), set()
+    for line in list_lines(conform, "--list-unchecked", "--target", "remote"):
+        m = re.match(rf"({RULE}) +\((simulated time only|in part)\) ", line)
+        if m:
+            (none if m.group(2) == "simulated time only" else part).add(m.group(1))
+    return none, part
 
 
 def checks(conform):
@@ -155,6 +192,23 @@ def main():
         for rule in sorted(told.keys() - set(said_unchecked)):
             bad.append(f"{rule}: --list-unchecked lists it, but section 12's 'Unchecked on a "
                        "remote target' does not")
+    # The rules a run in real time leaves unverified, or verified in part.
+    titles = {}
+    for rules, title in listed:
+        for rule in rules:
+            titles.setdefault(rule, []).append(title.endswith("(simulated time only)"))
+    want = ({r for r, sims in titles.items() if all(sims)},
+            {r for r, sims in titles.items() if any(sims) and not all(sims)})
+    for where, got in (("section 12's 'Unverified on a target in real time'", spec_real_time(spec)),
+                       ("README's 'Unverified in real time:'", readme_real_time(readme)),
+                       ("--list-unchecked --target remote", real_time_listed(conform))):
+        if got is None:
+            bad.append(f"{where}: no such list (and its 'in part' rules)")
+            continue
+        for kind, said, real in (("unverified", got[0], want[0]), ("in part", got[1], want[1])):
+            if said != real:
+                bad.append(f"{where} names {sorted(said)} as {kind} in real time, but the checks "
+                           f"(--list, '(simulated time only)') make it {sorted(real)}")
     # The checks that need simulated time, as the README names them.
     sim = sorted(rules for rules, title in listed if title.endswith("(simulated time only)"))
     said = simulated_only(readme)

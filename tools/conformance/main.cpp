@@ -2,10 +2,12 @@
 // process (--target engine), behind the UDP driver on real sockets
 // (--target udp), or an implementation at a network address driven by an
 // agent (--target remote; conformance/README.md, "The agent protocol").
-//   metaroce-conform [--target engine|udp] [--rule ID[,ID...]] [--json] [--list] [--list-unchecked]
+//   metaroce-conform [--target engine|udp] [--rule ID[,ID...]] [--json] [--list]
+//   metaroce-conform --list-unchecked [--target engine|udp|remote]
 //   metaroce-conform --target remote --agent HOST:PORT --iut A.B.C.D:PORT
 //                    --entropy-base N --entropy-count M [--tester IP] [--stranger IP]
-// Exit status 0 when every check passed (or skipped), 1 when one failed
+// Exit status 0 when every check passed (or skipped: on a target in real
+// time the report then names the rules left unverified), 1 when one failed
 // (also when the run stopped after it), 2 on bad options or when the target
 // cannot be opened (nothing was checked), 3 when the target was lost during
 // the run (an agent gone) and no check had failed: the run stopped, and its
@@ -66,6 +68,24 @@ bool rules_checked(std::vector<std::string>& rules) {
       ok = false;
     }
   }
+  return ok;
+}
+
+// On a target in real time: true unless a --rule ID names a rule every
+// check of which needs simulated time, each said on stderr as rules_checked
+// says a rule without a check: such a run checked nothing of it, and once
+// exited 0 ("0 passed, 0 failed, 3 skipped").
+bool real_time_checked(const std::vector<std::string>& rules) {
+  bool ok = true;
+  for (const std::string& r : rules)
+    if (mc::real_time_cover(r) == mc::RealTimeCover::kNone) {
+      std::fprintf(stderr,
+                   "metaroce-conform: no check verifies rule %s on this target: every check of "
+                   "it needs a target with simulated time, and this one runs in real time "
+                   "(--list-unchecked --target remote lists such rules)\n",
+                   r.c_str());
+      ok = false;
+    }
   return ok;
 }
 
@@ -135,8 +155,10 @@ int run(int argc, char** argv) {
   // target's options with them were once ignored (exit 0), even options
   // refused everywhere else.
   if (list || list_unchecked) {
-    std::vector<const CLI::Option*> run_only = {app.get_option("--target"),
-                                                app.get_option("--rule"), app.get_option("--json")};
+    // --target is one of --list-unchecked too: what a target in real time
+    // leaves unverified besides.
+    std::vector<const CLI::Option*> run_only = {app.get_option("--rule"), app.get_option("--json")};
+    if (list) run_only.push_back(app.get_option("--target"));
     run_only.insert(run_only.end(), std::begin(remote_only), std::end(remote_only));
     for (const CLI::Option* o : run_only)
       if (o->count() > 0) {
@@ -158,6 +180,17 @@ int run(int argc, char** argv) {
                   static_cast<int>(kind.size()), kind.data(), static_cast<int>(u.why.size()),
                   u.why.data());
     }
+    if (which != "engine")
+      for (const std::string_view r : mc::checked_rules())
+        if (const mc::RealTimeCover cover = mc::real_time_cover(r);
+            cover != mc::RealTimeCover::kFull)
+          std::printf("%-8.*s (%s) %s\n", static_cast<int>(r.size()), r.data(),
+                      cover == mc::RealTimeCover::kNone ? "simulated time only" : "in part",
+                      cover == mc::RealTimeCover::kNone
+                          ? "every check of it needs a target with simulated time and skips on "
+                            "this one, which runs in real time: no run here verifies it"
+                          : "some checks of it need a target with simulated time and skip on "
+                            "this one, which runs in real time; the others run");
     return 0;
   }
   if (which != "remote")
@@ -210,6 +243,8 @@ int run(int argc, char** argv) {
     // IUT in the tester's own port numbers.
     std::fprintf(stderr, "metaroce-conform: %s (nothing was checked)\n", why.c_str());
     return metaroce::tools::kExitBadOptions;
+  } else if (!first->simulated_time() && !real_time_checked(rules)) {
+    return metaroce::tools::kExitBadOptions;
   }
   // The table's lines go out as their checks end (a run against a real IUT
   // lasts; one against a wrong --iut, every check waiting out its replies,
@@ -249,6 +284,7 @@ int run(int argc, char** argv) {
     passed += r.outcome.passed && !r.outcome.skipped;
   }
   const size_t failed = results.size() - passed - skipped;
+  const mc::Unverified unverified = mc::unverified(results);
   if (json) {
     nlohmann::ordered_json j;
     j["target"] = name;
@@ -262,6 +298,8 @@ int run(int argc, char** argv) {
                       {"title", abort.check->title},
                       {"checks_done", results.size()},
                       {"reason", stopped}};
+    j["unverified_rules"] = unverified.none;
+    j["rules_verified_in_part"] = unverified.in_part;
     j["checks"] = nlohmann::json::array();
     const auto add = [&j](const mc::Check& c, const char* result, const std::string& detail) {
       j["checks"].push_back(
@@ -288,6 +326,18 @@ int run(int argc, char** argv) {
     if (abort.check != nullptr)
       std::printf("; the run STOPPED: 1 check interrupted, %zu not run", abort.not_run.size());
     std::printf("\n");
+    // Said after the counts, which alone read as a verdict on every rule:
+    // exit 0 means no check failed, not that every rule was verified.
+    const auto say = [](const char* what, const std::vector<std::string>& ids) {
+      if (ids.empty()) return;
+      std::printf("%s:", what);
+      for (size_t i = 0; i < ids.size(); ++i)
+        std::printf("%s %s", i == 0 ? "" : ",", ids[i].c_str());
+      std::printf("\n");
+    };
+    say("NOT verified on this target (their checks need simulated time)", unverified.none);
+    say("verified in part on this target (some of their checks need simulated time)",
+        unverified.in_part);
   }
   // A check failed before the stop is a verdict all the same: it outranks
   // the run's being incomplete (a CI job taking 3 for "infrastructure,

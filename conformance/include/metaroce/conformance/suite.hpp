@@ -64,6 +64,16 @@ struct Result {
 // (KIND): WHY".
 [[nodiscard]] std::string unchecked_refusal(const Unchecked& u);
 
+// How much of `rule` the checks verify on a target in real time
+// (Target::simulated_time() false: every --target udp or remote): every check
+// that names it needs simulated time and skips there (kNone), some do
+// (kInPart), or none does (kFull; also a rule no check names, which no
+// target verifies: unchecked()).
+enum class RealTimeCover { kFull, kInPart, kNone };
+[[nodiscard]] RealTimeCover real_time_cover(std::string_view rule);
+// The rules the checks name, each once, in the suite's order.
+[[nodiscard]] std::vector<std::string_view> checked_rules();
+
 // Why a run stopped before its last check: the target of `check` could not
 // be opened (`make` gave nullptr, `opened` false) or was lost during it
 // (Target::lost(), in `why`). Either says nothing of the IUT: no result is
@@ -90,5 +100,16 @@ struct Abort {
 [[nodiscard]] std::vector<Result> run_rules(
     const std::function<std::unique_ptr<Target>()>& make, std::span<const std::string> rules,
     Abort* aborted = nullptr, const std::function<void(const Result&)>& on_result = {});
+
+// What `results` left unverified because their checks need simulated time
+// (skipped on a target in real time): `none`, the rules every check of
+// which among them skipped so; `in_part`, those some of whose checks did.
+// A report that gave only its counts once let a run of LOSS-4 alone read
+// "0 passed, 0 failed, 3 skipped", exit 0.
+struct Unverified {
+  std::vector<std::string> none;
+  std::vector<std::string> in_part;
+};
+[[nodiscard]] Unverified unverified(std::span<const Result> results);
 
 }  // namespace metaroce::conformance
