@@ -56,7 +56,10 @@ inline wire::BaseHeader base(wire::Opcode op, uint8_t flags, uint16_t path_tag, 
 // Fixed, recognisable values: the requester owns connection id 7 and the
 // responder 0x2a; path_tag 0x0023 is slot 3, generation 1. PC is set as with
 // the default cover_payload, except in TV-04; packets not sent on a data path
-// carry path_tag 0, as the reference engine sends them.
+// carry path_tag 0, as the reference engine sends them. Each vector is a
+// packet a conforming receiver accepts on a connection with TV-12/TV-13's
+// mtu, and an ACK echoes one vector's packet (check_spec.py checks both), but
+// the vectors are independent examples, not one exchange (section 3.15).
 inline std::vector<SpecVector> all() {
   using wire::Opcode;
   constexpr uint8_t kPc = wire::kFlagPayloadCovered;
