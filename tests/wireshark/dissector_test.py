@@ -233,7 +233,7 @@ def check_vectors(vectors, rows):
         check(not row["_ws.expert.message"] and not row["_ws.malformed"],
               f"{name}: unexpected expert info {row['_ws.expert.message']}")
     # The Info column names the path: a data packet's slot, an ACK's echoed one.
-    for i, want in ((0, "slot=3"), (6, "slot=1"), (7, "echo=0x1003 slot=3"), (8, "slot=5")):
+    for i, want in ((0, "slot=3"), (6, "slot=1"), (7, "echo=0x1003 slot=6"), (8, "slot=5")):
         info = rows[i]["_ws.col.Info"][0] if rows[i]["_ws.col.Info"] else ""
         check(want in info, f"{vectors[i][0]}: Info '{info}' lacks '{want}'")
     sacked = rows[7]["metaroce.ack.sack.psn"]  # TV-08 SACKs 0x1001 and 0x1003

@@ -25,8 +25,12 @@
    the spec states; and that every test section 12 names (a backquoted
    CamelCase word that is no identifier of the code, `Suite.Name` or
    `Suite.*`) is a test under tests/.
+6. Checks each vector against the protocol rules (check_vector_rules): a
+   data packet's payload length (SEQ-5, TRIM-5), a READ_RESP's READ_REQ, an
+   ACK's echo taken from one packet (ACK-6). With --selftest, only shows that
+   this check fails on the vectors published before it (TV-07, TV-08).
 
-Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--ranges PATH]
+Usage: tools/spec_vectors/check_spec.py [--printer PATH] [--ranges PATH] [--selftest]
 """
 import difflib
 import pathlib
@@ -101,12 +105,12 @@ def expected():
         "TV-04": seal(bh(0, 0x03, 0x25, 0x2A, 0x1002, 0x12345690) + mh(2, 0, 8), p8, 0),
         "TV-05": seal(bh(8, 0x04, 0x26, 0x2A, 0x1003, 0x123456A0) + mh(3, 0, 0)
                       + struct.pack(">I", 0xCAFE), b"", 1),
-        "TV-06": seal(bh(0xC, 0x05, 0x27, 0x2A, 0x1004, 0x123456B0) + mh(1, 0, 65536)
+        "TV-06": seal(bh(0xC, 0x05, 0x27, 0x2A, 0x1004, 0x123456B0) + mh(1, 0, 8200)
                       + rh(0x1112131415161718, 0x7F0000100000), b"", 1),
-        "TV-07": seal(bh(8, 0x06, 0x41, 7, 0x80000000, 0x0A0B0C0D) + mh(1, 8192, 65536),
+        "TV-07": seal(bh(8, 0x06, 0x41, 7, 0x80000000, 0x0A0B0C0D) + mh(1, 8192, 8200),
                       bytes(range(0x10, 0x18)), 1),
         "TV-08": seal(bh(8, 0x10, 0, 7, 0, 0xBEEF)
-                      + ack(0x1000, 0x1003, 0x12345678, 0x23, 0x01, [0x5]), b"", 0),
+                      + ack(0x1000, 0x1003, 0x123456A0, 0x26, 0x01, [0x5]), b"", 0),
         "TV-09": seal(bh(8, 0x10, 0, 7, 0, 0xBF00)
                       + ack(0x1005, 0, 0x12345700, 0x45, 0x04, []), b"", 0),
         "TV-10": seal(bh(8, 0x11, 0, 7, 0, 0xBF10)
@@ -120,6 +124,101 @@ def expected():
         "TV-15": seal(bh(8, 0x23, 0, 0x2A, 0, 4) + struct.pack(">IB3x", 7, 0), b"", 0),
         "TV-16": seal(bh(8, 0x24, 0, 7, 0, 5) + struct.pack(">IB3x", 0x2A, 0), b"", 0),
     }
+
+
+# Data opcodes and their header lengths (section 3.2, without the ICRC).
+_DATA_HEADERS = {0x01: 44, 0x02: 48, 0x03: 28, 0x04: 32, 0x05: 44, 0x06: 28}
+_READ_REQ, _READ_RESP, _ACK, _PROBE, _CONNECT_REQ, _CONNECT_ACCEPT = 0x05, 0x06, 0x10, 0x12, 0x20, 0x21
+_ECHO_PROBE = 0x04
+
+
+def check_vector_rules(vectors):
+    """Each vector against the protocol, not only its own fields: the codec
+    check passes a packet no receiver may accept. With the mtu TV-12/TV-13
+    agree, every data packet but a READ_REQ carries min(mtu, msg_len - offset)
+    bytes at an offset that is a multiple of the mtu (SEQ-5, TRIM-5); a
+    READ_RESP answers a READ_REQ vector of its msn and length (PLACE-4); an
+    ACK echoes the psn, tsval and path_tag of one packet (ACK-6), a data or
+    PROBE vector sent to the ACK's sender, a PROBE exactly when ECHO_PROBE is
+    set (LOSS-8). The vectors are independent examples (section 3.15), so
+    nothing here reads them as one exchange."""
+    bad = []
+    fields = {}
+    for name, b in sorted(vectors.items()):
+        if len(b) < 20:
+            bad.append(f"{name}: {len(b)} bytes, shorter than a base header and ICRC")
+            continue
+        f = {"op": b[1]}
+        f["tag"], f["dst"], f["psn"], f["tsval"] = struct.unpack(">HIII", b[2:16])
+        if f["op"] in _DATA_HEADERS:
+            f["msn"], f["offset"], f["msg_len"] = struct.unpack(">III", b[16:28])
+            f["payload"] = len(b) - _DATA_HEADERS[f["op"]] - 4
+        elif f["op"] == _ACK:
+            (f["echo_psn"], f["echo_tsval"], f["echo_tag"],
+             f["ack_flags"]) = struct.unpack(">IIHB", b[20:31])
+        elif f["op"] in (_CONNECT_REQ, _CONNECT_ACCEPT):
+            f["src"], _, f["mtu"] = struct.unpack(">IIH", b[16:26])
+        fields[name] = f
+    req = [f for f in fields.values() if f["op"] == _CONNECT_REQ]
+    acc = [f for f in fields.values() if f["op"] == _CONNECT_ACCEPT]
+    if len(req) != 1 or len(acc) != 1:
+        return bad + ["vectors: want one CONNECT_REQ and one CONNECT_ACCEPT to take the mtu from"]
+    mtu = min(req[0]["mtu"], acc[0]["mtu"])  # CONN-3
+    peer = {req[0]["src"]: acc[0]["src"], acc[0]["src"]: req[0]["src"]}
+    for name, f in sorted(fields.items()):
+        if f["op"] in _DATA_HEADERS and f["op"] != _READ_REQ:
+            want = min(mtu, f["msg_len"] - f["offset"]) if f["offset"] <= f["msg_len"] else None
+            if f["payload"] != want:
+                bad.append(f"{name}: {f['payload']} payload bytes at offset {f['offset']} of "
+                           f"msg_len {f['msg_len']}, SEQ-5/TRIM-5 give {want} at mtu {mtu}: "
+                           "every receiver drops it")
+            if f["offset"] % mtu:
+                bad.append(f"{name}: offset {f['offset']} is no multiple of the mtu {mtu} (SEQ-5)")
+        if f["op"] == _READ_RESP:
+            reads = [r for r in fields.values() if r["op"] == _READ_REQ and r["msn"] == f["msn"]
+                     and r["dst"] == peer.get(f["dst"])]
+            if not any(r["msg_len"] == f["msg_len"] for r in reads):
+                bad.append(f"{name}: no READ_REQ vector of msn {f['msn']} and msg_len "
+                           f"{f['msg_len']} that it answers (PLACE-4)")
+        if f["op"] == _ACK:
+            echo = (f["echo_psn"], f["echo_tsval"], f["echo_tag"])
+            echoed = [(n, e) for n, e in sorted(fields.items())
+                      if (e["op"] in _DATA_HEADERS or e["op"] == _PROBE)
+                      and e["dst"] == peer.get(f["dst"]) and (e["psn"], e["tsval"], e["tag"]) == echo]
+            if not echoed:
+                bad.append(f"{name}: echo psn 0x{echo[0]:x} tsval 0x{echo[1]:x} path_tag "
+                           f"0x{echo[2]:04x} are no one packet's sent to its sender (ACK-6)")
+            elif (echoed[0][1]["op"] == _PROBE) != bool(f["ack_flags"] & _ECHO_PROBE):
+                bad.append(f"{name}: echoes {echoed[0][0]}, ECHO_PROBE "
+                           f"{'clear' if f['ack_flags'] & _ECHO_PROBE == 0 else 'set'} (LOSS-8)")
+    return bad
+
+
+# TV-06, TV-07 and TV-08 as published up to stop 54: a READ_RESP every
+# receiver drops (8 bytes at offset 8192 of 65536) and an ACK whose echo
+# took TV-05's psn with TV-01's tsval and path_tag. --selftest shows
+# check_vector_rules finds both.
+_OLD_VECTORS = {
+    "TV-06": "1c050027 0000002a 00001004 123456b0 00000001 00000000 00010000 11121314"
+             "15161718 00007f00 00100000 c1f1a7fc",
+    "TV-07": "18060041 00000007 80000000 0a0b0c0d 00000001 00002000 00010000 10111213"
+             "14151617 29734b08",
+    "TV-08": "18100000 00000007 00000000 0000beef 00001000 00001003 12345678 00230101"
+             "00000000 00000000 00000005 bc18f92d",
+}
+
+
+def selftest(spec):
+    """check_vector_rules passes the spec's vectors and fails the old ones."""
+    now = spec_vectors(spec)
+    bad = [f"current vectors: {p}" for p in check_vector_rules(now)]
+    old = dict(now, **{n: bytes.fromhex(h.replace(" ", "")) for n, h in _OLD_VECTORS.items()})
+    found = check_vector_rules(old)
+    for name, what in (("TV-07", "SEQ-5/TRIM-5"), ("TV-08", "ACK-6")):
+        if not any(p.startswith(name + ":") and what in p for p in found):
+            bad.append(f"old {name}: check_vector_rules missed its {what} defect")
+    print("old vectors:\n  " + "\n  ".join(found))
+    return bad
 
 
 def spec_vectors(text):
@@ -443,6 +542,9 @@ def report(head, bad):
 
 def main():
     spec = SPEC.read_text()
+    if "--selftest" in sys.argv:
+        bad = selftest(spec)
+        return 0 if report(f"vector rules self-test: {len(bad)} problems", bad) else 1
     ok = True
     want = expected()
     in_spec = spec_vectors(spec)
@@ -455,6 +557,8 @@ def main():
             problems.append("wire_test.cpp != spec")
         print(f"{name}: {'; '.join(problems) if problems else 'ok'}")
         ok &= not problems
+    bad = check_vector_rules(in_spec)
+    ok &= report(f"vector rules: {len(bad)} problems", bad)
     for what, bad in (("limits", check_limits(spec, TEST.read_text())),
                       ("config", check_config(spec))):
         ok &= report(f"{what}: {len(bad)} problems", bad)

@@ -56,7 +56,10 @@ inline wire::BaseHeader base(wire::Opcode op, uint8_t flags, uint16_t path_tag, 
 // Fixed, recognisable values: the requester owns connection id 7 and the
 // responder 0x2a; path_tag 0x0023 is slot 3, generation 1. PC is set as with
 // the default cover_payload, except in TV-04; packets not sent on a data path
-// carry path_tag 0, as the reference engine sends them.
+// carry path_tag 0, as the reference engine sends them. Each vector is a
+// packet a conforming receiver accepts on a connection with TV-12/TV-13's
+// mtu, and an ACK echoes one vector's packet (check_spec.py checks both), but
+// the vectors are independent examples, not one exchange (section 3.15).
 inline std::vector<SpecVector> all() {
   using wire::Opcode;
   constexpr uint8_t kPc = wire::kFlagPayloadCovered;
@@ -101,25 +104,31 @@ inline std::vector<SpecVector> all() {
 
   // AR set as the reference engine sends every READ_REQ (READ-1, section 3.3).
   SpecVector read_req =
-      make("TV-06", "READ_REQ for 65536 bytes, read sequence number 1, PC and AR set");
+      make("TV-06", "READ_REQ for 8200 bytes, read sequence number 1, PC and AR set");
   read_req.bh = base(Opcode::kReadReq, kPc | kAr, 0x0027, 0x0000002a, 0x00001004, 0x123456b0);
-  read_req.mh = {1, 0, 65536};
+  // 8200 bytes, so that TV-07, one of its responses, can be 8 bytes and valid.
+  read_req.mh = {1, 0, 8200};
   read_req.rh = {0x1112131415161718, 0x00007f0000100000};
   v.push_back(read_req);
 
-  SpecVector read_resp = make("TV-07", "READ_RESP at offset 8192 of read 1, 8 payload bytes");
+  // The last of TV-06's three responses at the mtu of TV-12/TV-13 (4096): a
+  // response carries min(mtu, msg_len - offset) bytes (SEQ-5, TRIM-5), so 8
+  // bytes at 8192 are valid only as the last of an 8200-byte READ.
+  SpecVector read_resp =
+      make("TV-07", "The last READ_RESP of read 1 (TV-06): offset 8192, 8 payload bytes");
   read_resp.bh = base(Opcode::kReadResp, kPc, 0x0041, 0x00000007, 0x80000000, 0x0a0b0c0d);
-  read_resp.mh = {1, 8192, 65536};
+  read_resp.mh = {1, 8192, 8200};
   read_resp.payload = iota_bytes(0x10, 8);
   v.push_back(read_resp);
 
   SpecVector ack =
-      make("TV-08", "ACK: cum_psn 0x1000, SACK of 0x1001 and 0x1003, echoing a CE mark");
+      make("TV-08", "ACK: cum_psn 0x1000, SACK of 0x1001 and 0x1003, echoing TV-05's CE mark");
   ack.bh = base(Opcode::kAck, kPc, 0x0000, 0x00000007, 0, 0x0000beef);
   ack.ack.cum_psn = 0x00001000;
   ack.ack.echo_psn = 0x00001003;
-  ack.ack.echo_tsval = 0x12345678;
-  ack.ack.echo_path_tag = 0x0023;
+  // ACK-6: the psn, tsval and path_tag of one packet, TV-05 (PSN 0x1003).
+  ack.ack.echo_tsval = 0x123456a0;
+  ack.ack.echo_path_tag = 0x0026;
   ack.ack.flags = wire::kAckEchoCe;
   ack.ack.sack_words = 1;
   ack.ack.sack[0] = 0x5;
