@@ -29,12 +29,11 @@ uint32_t echo_draw(const RxDatagram& dg, uint32_t k) {
 
 // ACK-6's draw between a pending echo and a newer one, in [0, k): a hash of
 // the newer echo's PSN and timestamp mixed further than echo_draw's (the
-// echo was itself chosen by echo_draw's hash being small).
+// echo was itself chosen by echo_draw's hash being small): one splitmix64
+// step from the pair as its state.
 uint32_t echo_pick(const detail::Echo& e, uint32_t k) {
-  uint64_t h = (uint64_t{e.psn} << 32 | e.tsval) + 0x9E3779B97F4A7C15ull;
-  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-  h ^= h >> 31;
+  uint64_t state = uint64_t{e.psn} << 32 | e.tsval;
+  const uint64_t h = splitmix64(state);
   return static_cast<uint32_t>(((h >> 32) * k) >> 32);
 }
 }  // namespace
