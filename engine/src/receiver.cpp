@@ -60,8 +60,13 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
   return Status::kOk;
 }
 
+const char* shared_recv_problem(const EndpointConfig& cfg) noexcept {
+  return cfg.shared_rq_depth == 0 ? "shared_rq_depth is 0: the endpoint has no shared receive queue"
+                                  : nullptr;
+}
+
 Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
-  if (cfg.shared_rq_depth == 0) return Status::kInvalidArgument;
+  if (shared_recv_problem(cfg) != nullptr) return Status::kInvalidArgument;
   uint8_t* buf = nullptr;
   if (wr.length > 0) {
     Status why = Status::kOk;
