@@ -4,6 +4,23 @@
 #include <bit>
 #include <new>
 
+namespace metaroce {
+const char* region_problem(const void* addr, size_t length, uint64_t base,
+                           uint32_t access) noexcept {
+  if (addr == nullptr) return "addr is null";
+  if (length == 0) return "length is 0";
+  if ((access & ~kAccessKnown) != 0) return "access has bits outside kAccessKnown";
+  // MR-4: the last byte's address, base + length - 1, must not wrap; nor,
+  // where base is not the address, the last byte's pointer, which every
+  // access computes from addr.
+  if (length - 1 > UINT64_MAX - base)
+    return "base + length - 1, its last byte's address, passes 2^64";
+  if (length - 1 > UINTPTR_MAX - reinterpret_cast<uintptr_t>(addr))
+    return "addr + length - 1, its last byte's pointer, wraps past the address space";
+  return nullptr;
+}
+}  // namespace metaroce
+
 namespace metaroce::detail {
 namespace {
 uint64_t mix(uint64_t k) {
@@ -16,12 +33,7 @@ uint64_t mix(uint64_t k) {
 
 Status MrTable::add(void* addr, size_t length, uint64_t base, uint32_t access, uint64_t rkey,
                     MemoryRegion& out) {
-  // MR-4: the last byte's address, base + length - 1, must not wrap; nor,
-  // where base is not the address, the last byte's pointer, which every
-  // access computes from addr.
-  if (addr == nullptr || length == 0 || (access & ~kAccessKnown) != 0 || rkey == 0 ||
-      length - 1 > UINT64_MAX - base ||
-      length - 1 > UINTPTR_MAX - reinterpret_cast<uintptr_t>(addr))
+  if (region_problem(addr, length, base, access) != nullptr || rkey == 0)
     return Status::kInvalidArgument;
   // Every allocation first, nothing changed unless all succeed: short of
   // memory, a registration is kResourceExhausted, not std::bad_alloc. free_

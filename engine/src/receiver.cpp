@@ -29,12 +29,11 @@ uint32_t echo_draw(const RxDatagram& dg, uint32_t k) {
 
 // ACK-6's draw between a pending echo and a newer one, in [0, k): a hash of
 // the newer echo's PSN and timestamp mixed further than echo_draw's (the
-// echo was itself chosen by echo_draw's hash being small).
+// echo was itself chosen by echo_draw's hash being small): one splitmix64
+// step from the pair as its state.
 uint32_t echo_pick(const detail::Echo& e, uint32_t k) {
-  uint64_t h = (uint64_t{e.psn} << 32 | e.tsval) + 0x9E3779B97F4A7C15ull;
-  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-  h ^= h >> 31;
+  uint64_t state = uint64_t{e.psn} << 32 | e.tsval;
+  const uint64_t h = splitmix64(state);
   return static_cast<uint32_t>(((h >> 32) * k) >> 32);
 }
 }  // namespace
@@ -61,8 +60,13 @@ Status Endpoint::Impl::post_recv(Connection& c, const RecvWr& wr) {
   return Status::kOk;
 }
 
+const char* shared_recv_problem(const EndpointConfig& cfg) noexcept {
+  return cfg.shared_rq_depth == 0 ? "shared_rq_depth is 0: the endpoint has no shared receive queue"
+                                  : nullptr;
+}
+
 Status Endpoint::Impl::post_shared_recv(const RecvWr& wr) {
-  if (cfg.shared_rq_depth == 0) return Status::kInvalidArgument;
+  if (shared_recv_problem(cfg) != nullptr) return Status::kInvalidArgument;
   uint8_t* buf = nullptr;
   if (wr.length > 0) {
     Status why = Status::kOk;

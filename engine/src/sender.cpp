@@ -19,12 +19,19 @@ using detail::TxRecord;
 
 using detail::data_opcode;
 
+const char* send_wr_problem(const SendWr& wr) noexcept {
+  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead))
+    return "op is not a WrOpcode (kWrite to kRead)";
+  if (wr.length > kMaxMessageLength)
+    return "length is above the largest message, 2 GiB (kMaxMessageLength)";
+  if ((wr.flags & ~kSendFlagsAll) != 0) return "flags has bits outside kSendFlagsAll";
+  return nullptr;
+}
+
 Status Endpoint::Impl::post_send(Connection& c, const SendWr& wr) {
   if (c.state != ConnState::kEstablished && c.state != ConnState::kConnecting)
     return Status::kNotConnected;
-  if (static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead) ||
-      wr.length > kMaxMessageLength || (wr.flags & ~kSendFlagsAll) != 0)
-    return Status::kInvalidArgument;
+  if (send_wr_problem(wr) != nullptr) return Status::kInvalidArgument;
   const uint8_t* local = nullptr;
   if (wr.length > 0) {
     Status why = Status::kOk;

@@ -14,7 +14,7 @@ namespace {
 __extension__ using u128 = unsigned __int128;
 
 bool is_data_opcode(std::span<const uint8_t> bytes) {
-  return bytes.size() >= 2 && bytes[1] >= 0x01 && bytes[1] <= 0x06;
+  return bytes.size() >= 2 && wire::is_data(static_cast<wire::Opcode>(bytes[1]));
 }
 
 // TRIM-1: what a trimming switch keeps of a data packet, its headers and

@@ -178,6 +178,25 @@ struct TxDatagram {
   uint8_t trailer[4] = {};           // gather mode only
 };
 
+// Why a call would be refused kInvalidArgument for its arguments, in words
+// that name the argument and its limit (a static string, nothing
+// allocated); nullptr where the arguments pass. The engine's calls refuse
+// exactly where these say why, so a driver's error message prints the
+// reason rather than check the rules again. The first reason found is given.
+//
+// register_memory_at(addr, length, base, access): a null addr, length 0,
+// access bits outside kAccessKnown, base + length - 1 past 2^64, or
+// addr + length - 1 past the address space. register_memory is base = addr.
+[[nodiscard]] const char* region_problem(const void* addr, size_t length, uint64_t base,
+                                         uint32_t access) noexcept;
+// post_send(conn, wr) of a connecting or established connection: op not a
+// WrOpcode, length above kMaxMessageLength, or flags bits outside
+// kSendFlagsAll. (The state and the memory are judged after: kNotConnected,
+// kLocalProtection.)
+[[nodiscard]] const char* send_wr_problem(const SendWr& wr) noexcept;
+// post_shared_recv on an endpoint with this config: shared_rq_depth 0.
+[[nodiscard]] const char* shared_recv_problem(const EndpointConfig& cfg) noexcept;
+
 class Endpoint {
  public:
   // The one call that may throw std::bad_alloc (a constructor has no status
@@ -192,7 +211,8 @@ class Endpoint {
   [[nodiscard]] const EndpointConfig& config() const;
 
   // --- memory (MR-*) ---
-  // kInvalidArgument for a null or empty range or unknown access bits.
+  // kInvalidArgument for a null or empty range or unknown access bits
+  // (region_problem says which).
   // Work requests and peers name the region's bytes by their addresses in
   // this process.
   [[nodiscard]] Status register_memory(void* addr, size_t length, uint32_t access,
@@ -202,14 +222,13 @@ class Endpoint {
   // the region (libfabric without FI_MR_VIRT_ADDR; verbs' iova), and a
   // simulator's fixed bases keep its packets independent of where the heap
   // lies. kInvalidArgument also if base + length - 1 wraps past 2^64, or
-  // addr + length - 1 does. Either call: kResourceExhausted with 2^22 - 1
-  // table slots in use (regions registered, and spent slots, below, that
-  // posted work still names), or when memory for the table runs short
-  // (nothing registered; deregistering never allocates); registrations in
-  // all are unlimited. An lkey
-  // comes round again only after its table slot has served 1,024
-  // registrations, and never while work posted with it is outstanding
-  // (MR-6): until then a stale lkey is refused.
+  // addr + length - 1 does (region_problem). Either call: kResourceExhausted
+  // with 2^22 - 1 table slots in use (regions registered, and spent slots,
+  // below, that posted work still names), or when memory for the table runs
+  // short (nothing registered; deregistering never allocates); registrations
+  // in all are unlimited. An lkey comes round again only after its table
+  // slot has served 1,024 registrations, and never while work posted with it
+  // is outstanding (MR-6): until then a stale lkey is refused.
   [[nodiscard]] Status register_memory_at(void* addr, size_t length, uint64_t base, uint32_t access,
                                           MemoryRegion& out);
   // Later packets naming the rkey are NAKed kRemoteBadKey; later local use
@@ -279,10 +298,10 @@ class Endpoint {
 
   // --- work requests ---
   // kQueueFull, kNotConnected, kNoSuchConnection, kLocalProtection (local
-  // buffer not registered), kInvalidArgument and kResourceExhausted (no
-  // memory for the connection's queues, taken on first use, or for the
-  // request's completion, whose room is taken now) are returned at once and
-  // nothing is queued. Work requests may be posted while connecting.
+  // buffer not registered), kInvalidArgument (send_wr_problem says why) and
+  // kResourceExhausted (no memory for the connection's queues, taken on
+  // first use, or for the request's completion, whose room is taken now) are
+  // returned at once and nothing is queued. Work requests may be posted while connecting.
   // post_recv's queue holds rq_depth receives, counting the shared ones the
   // connection took and has not completed (PLACE-6).
   [[nodiscard]] Status post_send(ConnId conn, const SendWr& wr);
@@ -292,12 +311,13 @@ class Endpoint {
   // ones, oldest first. Its completion names the connection that used it; a
   // connection that closes or fails gives back the shared receives it took
   // and had not completed, so each completes once, on the connection whose
-  // message filled it. kInvalidArgument if shared_rq_depth is 0, kQueueFull
-  // when shared_rq_depth receives are outstanding (waiting here or taken and
-  // not yet completed), kLocalProtection for a buffer not registered for
-  // local write, kResourceExhausted (nothing queued, the receives before it
-  // kept) when memory to grow the queue runs short: it grows as receives are
-  // posted, not shared_rq_depth's worth at construction.
+  // message filled it. kInvalidArgument if shared_rq_depth is 0
+  // (shared_recv_problem), kQueueFull when shared_rq_depth receives are
+  // outstanding (waiting here or taken and not yet completed),
+  // kLocalProtection for a buffer not registered for local write,
+  // kResourceExhausted (nothing queued, the receives before it kept) when
+  // memory to grow the queue runs short: it grows as receives are posted,
+  // not shared_rq_depth's worth at construction.
   [[nodiscard]] Status post_shared_recv(const RecvWr& wr);
 
   // --- inputs ---

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <new>
 
@@ -274,15 +275,12 @@ Error UdpEndpoint::register_memory_at(void* addr, size_t length, uint64_t base, 
                                    "ran short (nothing registered)",
                                ConnId{}, "memory ran short, or the region table is full");
     }
-    std::string why = "failed";
-    if (s == Status::kInvalidArgument) {
-      why = addr == nullptr                  ? "failed: no address"
-            : length == 0                    ? "failed: zero length"
-            : (access & ~kAccessKnown) != 0  ? "failed: unknown access bits"
-            : length - 1 > UINT64_MAX - base ? "failed: its last byte's address passes 2^64"
-                                             : "failed";
-    }
-    return impl_->make_error(s, what() + " " + why, ConnId{});
+    // The engine's own words for the argument it refused.
+    const char* problem =
+        s == Status::kInvalidArgument ? region_problem(addr, length, base, access) : nullptr;
+    return impl_->make_error(
+        s, what() + (problem != nullptr ? std::string(" failed: ") + problem : " failed"),
+        ConnId{});
   });
 }
 
@@ -878,15 +876,15 @@ namespace {
 Error post_send_words(const UdpEndpoint::Impl& im, Status s, ConnId conn, const SendWr& wr) {
   if (im.closed && s == Status::kNotConnected)
     return im.closed_error("post_send (wr_id " + std::to_string(wr.wr_id) + ")", conn);
-  // The engine's invalid request, in words: which field, and its limit.
-  if (s == Status::kInvalidArgument) {
-    const std::string why =
-        static_cast<uint8_t>(wr.op) > static_cast<uint8_t>(WrOpcode::kRead)
-            ? "unknown opcode " + std::to_string(static_cast<unsigned>(wr.op))
-        : wr.length > kMaxMessageLength
-            ? "length " + std::to_string(wr.length) + " is above the largest message, 2 GiB"
-            : "invalid request";
-    return im.make_error(s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + why, conn);
+  // The engine's invalid request, in its own words (which field, and its
+  // limit), and the values of the fields it judges.
+  if (const char* problem = send_wr_problem(wr); s == Status::kInvalidArgument && problem) {
+    char values[64];
+    std::snprintf(values, sizeof values, " (op %u, length %u, flags 0x%x)",
+                  static_cast<unsigned>(wr.op), static_cast<unsigned>(wr.length),
+                  static_cast<unsigned>(wr.flags));
+    return im.make_error(
+        s, "post_send (wr_id " + std::to_string(wr.wr_id) + "): " + problem + values, conn);
   }
   if (s == Status::kLocalProtection && static_cast<size_t>(wr.op) < 5) {
     static constexpr const char* kPosts[] = {"post_send (WRITE", "post_send (WRITE_IMM",
@@ -937,6 +935,13 @@ Error UdpEndpoint::post_shared_recv_error(Status s, const RecvWr& wr) const {
     if (s == Status::kLocalProtection)
       return impl_->local_protection_error("post_shared_recv (RECV", ConnId{}, wr.wr_id, wr.addr,
                                            wr.length, wr.lkey, kAccessLocalWrite);
+    if (const char* problem = shared_recv_problem(impl_->eng->config());
+        s == Status::kInvalidArgument && problem)
+      return impl_->make_error(s,
+                               "post_shared_recv (wr_id " + std::to_string(wr.wr_id) +
+                                   ") failed: " + problem +
+                                   "; open it with Options::engine.shared_rq_depth above 0",
+                               ConnId{});
     return impl_->post_error(s, ConnId{}, "post_shared_recv");
   });
 }
