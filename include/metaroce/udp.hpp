@@ -166,10 +166,13 @@ struct Options {
   // wait(), wait_completion(), connect() or accept() lets the mutex go while
   // it waits on fd(), and runs its own rounds as before: other threads post
   // and poll meanwhile, and a datagram that one thread's round takes is
-  // another's completion. close() from one thread ends the others' waits
-  // (as with the progress thread). Off: no lock without the thread, and
-  // calls must come from one thread at a time. The lock is per call, never
-  // per packet.
+  // another's completion. Another thread's post, connect_start or
+  // close(conn) wakes such a thread at once to send it, and a round another
+  // thread runs moves the waiter's timer to an earlier deadline it set, as
+  // for the sleeping progress thread. close() from one thread ends the
+  // others' waits (as with the progress thread). Off: no lock without the
+  // thread, and calls must come from one thread at a time. The lock is per
+  // call, never per packet.
   bool thread_safe = false;
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
   // that arrive with it are handed to the engine flagged trimmed. 0-63 (a DSCP,
@@ -302,7 +305,8 @@ class UdpEndpoint {
   [[nodiscard]] int fd() const;
   // One round: receive (up to a few batches), timers, transmit, and collect
   // events. Returns the number of datagrams received and sent. Called while
-  // the sleeping progress thread waits, it moves that thread's timer to an
+  // the sleeping progress thread waits (or, under Options::thread_safe,
+  // another thread blocked in wait()), it moves that thread's timer to an
   // earlier deadline the round set (a delayed ACK for a datagram this round
   // took from under it, say), which the thread would otherwise sleep past.
   size_t progress();

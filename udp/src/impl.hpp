@@ -395,8 +395,11 @@ struct UdpEndpoint::Impl {
   std::atomic<bool> sleeping{false};
   // Application threads blocked on epfd with the mutex let go (block() under
   // Options::thread_safe): close() waits for them to leave before it closes
-  // the fds, whose numbers a later open could otherwise hand them. Under mu.
-  uint32_t epoll_waiters = 0;
+  // the fds, whose numbers a later open could otherwise hand them; a post
+  // wakes them (wake_thread) and a round moves their timer (progress_locked),
+  // as for the sleeping thread. Changed under mu; read without it by a
+  // wake_thread that follows a lock scope (start_connection).
+  std::atomic<uint32_t> epoll_waiters{0};
   ProgressMode mode = ProgressMode::kSleeping;  // set before the thread starts
   // The application asked for fd(): it may sleep on it, so every round arms
   // the timerfd. Otherwise only the driver's own sleeps need it armed, and
