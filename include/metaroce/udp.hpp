@@ -304,7 +304,11 @@ class UdpEndpoint {
   // an engine timer). Do not read from it.
   [[nodiscard]] int fd() const;
   // One round: receive (up to a few batches), timers, transmit, and collect
-  // events. Returns the number of datagrams received and sent. Called while
+  // events. Returns how much the round moved, 0 when nothing: the datagrams
+  // received, plus those taken from the engine to send (sent now, or held
+  // while the socket buffer is full), plus 1 where the round collected any
+  // engine event (a connection established or ended, say). Not a packet
+  // count: IoStats counts the datagrams sent and received. Called while
   // the sleeping progress thread waits (or, under Options::thread_safe,
   // another thread blocked in wait()), it moves that thread's timer to an
   // earlier deadline the round set (a delayed ACK for a datagram this round
