@@ -13,7 +13,6 @@
 
 #include "address.hpp"
 #include "impl.hpp"
-#include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
 #include "tsan.hpp"
 
@@ -34,16 +33,16 @@ int64_t realtime_ns() {
 PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n,
                                          bool& known) {
   known = false;
-  if (n >= 8) {
-    const uint32_t dc = be::load32(p + 4);
-    if (dc != 0) {
-      // The engine also names the peer of a connection a DISCONNECT closed
-      // a moment ago, so that the DISCONNECT's repeats find it (CONN-7).
-      if (const PeerAddr conn_peer = eng->peer_of(ConnId{dc});
-          conn_peer.len != 0 && same_host(conn_peer, src)) {
-        known = true;
-        return conn_peer;
-      }
+  // (0 for a CONNECT_REQ, whose dst_conn a responder does not read, 3.12:
+  // read, a request naming another connection of this endpoint took that
+  // connection's peer, on the same host, and its ACCEPT went there.)
+  if (const uint32_t dc = wire::peek_dst_conn({p, n}); dc != 0) {
+    // The engine also names the peer of a connection a DISCONNECT closed
+    // a moment ago, so that the DISCONNECT's repeats find it (CONN-7).
+    if (const PeerAddr conn_peer = eng->peer_of(ConnId{dc});
+        conn_peer.len != 0 && same_host(conn_peer, src)) {
+      known = true;
+      return conn_peer;
     }
   }
   // A CONNECT_REQ leaves from the peer's next entropy port (CONN-2) and names
@@ -227,7 +226,7 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       bool resolved = false;
       for (size_t off = 0; off < len; off += seg) {
         const size_t n = std::min(seg, len - off);
-        const uint32_t dc = n >= 8 ? be::load32(base + off + 4) : 0;
+        const uint32_t dc = wire::peek_dst_conn({base + off, n});
         if (!resolved || dc != resolved_dc || dc == 0) {
           bool known = false;
           dg.peer = resolve_peer(src, base + off, n, known);
