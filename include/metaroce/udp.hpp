@@ -411,7 +411,10 @@ class UdpEndpoint {
   // it once), which asks the engine for that many (spec CONN-2; never fewer than
   // Options::engine.connect_attempts, at most 65,535, 655 s by default: a longer timeout ends
   // there). The error names the connection and reads "timed out after T ms", or "no answer to N
-  // requests 10 ms apart (...)" where the requests ran out before the timeout. A timeout of 0 gives
+  // requests 10 ms apart (...)" where the requests ran out before the timeout; answers that came
+  // from another host than the peer's, which are dropped (spec BAD-8: a NAT, or a peer answering
+  // from another of its addresses), are named with their source and count, and the status's words
+  // read "no answer from the peer's address" (conn_error() says the same). A timeout of 0 gives
   // none: one round of the engine's connect_attempts requests, which where they ran out in it read
   // "... (Options::engine. connect_attempts)". A REJECT ends it at once, each code with its own
   // status and words, naming the peer: kConnectRefused "the peer refused the connection",
