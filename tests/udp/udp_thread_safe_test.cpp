@@ -310,14 +310,8 @@ TEST(UdpThreadSafe, ATimerAnotherThreadsRoundSetEndsAWait) {
   ASSERT_FALSE(server.register_memory(src.data(), src.size(), kAllAccess, smr));
   ASSERT_FALSE(p.client->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
 
-  cpu_set_t old_mask;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
-  int cpu = 0;
-  while (!CPU_ISSET(cpu, &old_mask)) ++cpu;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the waiter inherits it
+  cpu_set_t old_mask, one;
+  ASSERT_TRUE(pin_to_one_cpu(old_mask, one));  // the waiter inherits it
   const sched_param prio{0};
   bool taken = false;
   uint64_t resent = 0;
