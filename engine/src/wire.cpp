@@ -366,6 +366,11 @@ uint16_t request_reply_port(std::span<const uint8_t> d) {
   return load16(d.data() + kBaseHeaderSize + 14);
 }
 
+uint32_t peek_dst_conn(std::span<const uint8_t> d) {
+  if (d.size() < 8 || d[1] == static_cast<uint8_t>(Opcode::kConnectReq)) return 0;
+  return load32(d.data() + 4);
+}
+
 size_t write_connect(std::span<uint8_t> out, const BaseHeader& bh, const ConnectBody& c) {
   const size_t n = header_size(Opcode::kConnectReq);
   if (out.size() < n || (bh.opcode != Opcode::kConnectReq && bh.opcode != Opcode::kConnectAccept &&

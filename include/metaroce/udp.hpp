@@ -166,10 +166,13 @@ struct Options {
   // wait(), wait_completion(), connect() or accept() lets the mutex go while
   // it waits on fd(), and runs its own rounds as before: other threads post
   // and poll meanwhile, and a datagram that one thread's round takes is
-  // another's completion. close() from one thread ends the others' waits
-  // (as with the progress thread). Off: no lock without the thread, and
-  // calls must come from one thread at a time. The lock is per call, never
-  // per packet.
+  // another's completion. Another thread's post, connect_start or
+  // close(conn) wakes such a thread at once to send it, and a round another
+  // thread runs moves the waiter's timer to an earlier deadline it set, as
+  // for the sleeping progress thread. close() from one thread ends the
+  // others' waits (as with the progress thread). Off: no lock without the
+  // thread, and calls must come from one thread at a time. The lock is per
+  // call, never per packet.
   bool thread_safe = false;
   // DSCP a trimming switch gives a packet it cut (spec TRIM-1, TRIM-2); datagrams
   // that arrive with it are handed to the engine flagged trimmed. 0-63 (a DSCP,
@@ -301,8 +304,13 @@ class UdpEndpoint {
   // an engine timer). Do not read from it.
   [[nodiscard]] int fd() const;
   // One round: receive (up to a few batches), timers, transmit, and collect
-  // events. Returns the number of datagrams received and sent. Called while
-  // the sleeping progress thread waits, it moves that thread's timer to an
+  // events. Returns how much the round moved, 0 when nothing: the datagrams
+  // received, plus those taken from the engine to send (sent now, or held
+  // while the socket buffer is full), plus 1 where the round collected any
+  // engine event (a connection established or ended, say). Not a packet
+  // count: IoStats counts the datagrams sent and received. Called while
+  // the sleeping progress thread waits (or, under Options::thread_safe,
+  // another thread blocked in wait()), it moves that thread's timer to an
   // earlier deadline the round set (a delayed ACK for a datagram this round
   // took from under it, say), which the thread would otherwise sleep past.
   size_t progress();
@@ -403,7 +411,10 @@ class UdpEndpoint {
   // it once), which asks the engine for that many (spec CONN-2; never fewer than
   // Options::engine.connect_attempts, at most 65,535, 655 s by default: a longer timeout ends
   // there). The error names the connection and reads "timed out after T ms", or "no answer to N
-  // requests 10 ms apart (...)" where the requests ran out before the timeout. A timeout of 0 gives
+  // requests 10 ms apart (...)" where the requests ran out before the timeout; answers that came
+  // from another host than the peer's, which are dropped (spec BAD-8: a NAT, or a peer answering
+  // from another of its addresses), are named with their source and count, and the status's words
+  // read "no answer from the peer's address" (conn_error() says the same). A timeout of 0 gives
   // none: one round of the engine's connect_attempts requests, which where they ran out in it read
   // "... (Options::engine. connect_attempts)". A REJECT ends it at once, each code with its own
   // status and words, naming the peer: kConnectRefused "the peer refused the connection",

@@ -242,6 +242,14 @@ struct Packet {
 // engine sees it.
 [[nodiscard]] uint16_t request_reply_port(std::span<const uint8_t> datagram);
 
+// The connection a datagram is addressed to, for a driver that names its
+// peer before the engine sees it: the base header's dst_conn, read at
+// offset 4 in a datagram of any version; 0 for a datagram too short to hold
+// it and for a CONNECT_REQ, whose dst_conn a responder does not read
+// (section 3.12: a request with another value is processed the same).
+// Nothing else is checked (the engine does).
+[[nodiscard]] uint32_t peek_dst_conn(std::span<const uint8_t> datagram);
+
 // Writers. Each writes the headers for its opcode at the start of `out`
 // and returns the header size, or 0 if `out` is too small. The caller then
 // puts the payload right after the headers and calls seal().

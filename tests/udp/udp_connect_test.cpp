@@ -682,6 +682,43 @@ TEST(UdpConnect, APeerThatNeverAnswersTimesOut) {
   EXPECT_FALSE(has(why.message, "ICMP")) << why.message;
 }
 
+// A responder whose answers leave from another address than the one
+// connected to (a server behind a NAT, or a multi-homed one answering from
+// its route's address): BAD-8 drops every ACCEPT, and the error said the
+// connect "timed out", as if nothing had answered, which points at a dead
+// server or a firewall. It names where the answers came from, and BAD-8;
+// so does conn_error(). The responder receives on 127.0.0.1 and answers
+// from 127.0.0.2.
+TEST(UdpConnect, AnswersFromAnotherAddressAreNamedInTheError) {
+  FakeResponder fake(
+      [&](uint16_t, const metaroce::wire::Packet&, metaroce::wire::BaseHeader& bh,
+          metaroce::wire::ConnectBody& body) {
+        bh.opcode = metaroce::wire::Opcode::kConnectAccept;
+        body.src_conn = 0x1234;
+        body.mtu = 1500;
+        body.window_log2 = 10;
+        return true;
+      },
+      "127.0.0.2");
+  if (!fake.ok()) GTEST_SKIP() << "no 127.0.0.2 on the loopback";
+  auto client = open_on("127.0.0.1");
+  ASSERT_TRUE(client);
+  ConnId id;
+  const Error e = client->connect(fake.address(), 300ms, id);
+  EXPECT_EQ(e.status, Status::kConnectTimeout) << e.message;
+  ASSERT_GT(fake.answered(), 0);
+  EXPECT_TRUE(has(e.message, "timed out after 300 ms")) << e.message;
+  EXPECT_TRUE(has(e.message, "came from 127.0.0.2:")) << e.message;
+  EXPECT_TRUE(has(e.message, "(" + fake.address() + ")")) << e.message;
+  EXPECT_TRUE(has(e.message, "BAD-8")) << e.message;
+  EXPECT_TRUE(has(e.message, "kConnectTimeout: no answer from the peer's address")) << e.message;
+  const Error why = client->conn_error(ConnId{e.conn});
+  EXPECT_EQ(why.status, Status::kConnectTimeout) << why.message;
+  EXPECT_TRUE(has(why.message, "came from 127.0.0.2:")) << why.message;
+  EXPECT_TRUE(has(why.message, "BAD-8")) << why.message;
+  EXPECT_FALSE(has(why.message, "no answer to connection request")) << why.message;
+}
+
 // A send that meets an ICMP port unreachable (ECONNREFUSED on its
 // connected socket) goes again once; where that try meets a second refusal
 // (one that another datagram of the socket drew since), it is the same

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -87,6 +88,19 @@ inline std::unique_ptr<UdpEndpoint> open_on(const std::string& host, Options o =
   }
   ADD_FAILURE() << "no free port on " << host;
   return nullptr;
+}
+
+// Pins the calling thread, and the threads it starts from then on, to the
+// first CPU it may run on: `one` that CPU's set, `old` the set it had (to
+// restore). False where the kernel refused. For tests that order two
+// threads by priority on one CPU (SCHED_IDLE beside the test's own).
+inline bool pin_to_one_cpu(cpu_set_t& old, cpu_set_t& one) {
+  if (sched_getaffinity(0, sizeof(old), &old) != 0) return false;
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old)) ++cpu;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return sched_setaffinity(0, sizeof(one), &one) == 0;
 }
 
 struct Pair {

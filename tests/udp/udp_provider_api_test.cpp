@@ -39,6 +39,7 @@ using metaroce::udp::test::connect_pair;
 using metaroce::udp::test::kAllAccess;
 using metaroce::udp::test::open_on;
 using metaroce::udp::test::Pair;
+using metaroce::udp::test::pin_to_one_cpu;
 using metaroce::udp::test::test_options;
 
 // Both endpoints' progress until pred() or 5 s.
@@ -311,14 +312,8 @@ TEST(UdpProgressRearm, ATimerTheCallersRoundSetFiresInTheSleepingThread) {
   ASSERT_FALSE(p.server->register_memory(src.data(), src.size(), kAllAccess, smr));
   ASSERT_FALSE(p.client->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
 
-  cpu_set_t old_mask;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
-  int cpu = 0;
-  while (!CPU_ISSET(cpu, &old_mask)) ++cpu;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  cpu_set_t old_mask, one;
+  ASSERT_TRUE(pin_to_one_cpu(old_mask, one));
   const std::set<pid_t> before = tasks();
   p.server->start_progress_thread(metaroce::udp::ProgressMode::kSleeping);
   std::vector<pid_t> added;

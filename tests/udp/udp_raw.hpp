@@ -79,19 +79,35 @@ inline bool receive_packet(int fd, std::chrono::milliseconds timeout, metaroce::
 // each CONNECT_REQ with the source port it came from and may fill the
 // opcode and body of an answer, which goes where spec CONN-3 says, the
 // request's source IP with its reply_port (the source port where that is 0).
+// With `answer_from` (an IPv4 address, e.g. 127.0.0.2) the answers leave
+// from a socket of their own on that address, as a server behind a NAT's or
+// one answering from another of its addresses do; ok() is false where it
+// cannot be bound.
 class FakeResponder {
  public:
   using Answer = std::function<bool(uint16_t from_port, const metaroce::wire::Packet& req,
                                     metaroce::wire::BaseHeader& bh, metaroce::wire::ConnectBody&)>;
-  explicit FakeResponder(Answer answer) : answer_(std::move(answer)) {
+  explicit FakeResponder(Answer answer, const char* answer_from = nullptr)
+      : answer_(std::move(answer)) {
     fd_ = loopback_socket(port_);
+    if (answer_from != nullptr) {
+      out_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      if (out_fd_ < 0 || ::inet_pton(AF_INET, answer_from, &a.sin_addr) != 1 ||
+          ::bind(out_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0)
+        return;  // not ok()
+    }
     if (fd_ >= 0) thread_ = std::thread([this] { run(); });
   }
   ~FakeResponder() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
     if (fd_ >= 0) ::close(fd_);
+    if (out_fd_ >= 0) ::close(out_fd_);
   }
+  // How many answers it sent.
+  [[nodiscard]] int answered() const { return answered_.load(); }
   FakeResponder(const FakeResponder&) = delete;
   FakeResponder& operator=(const FakeResponder&) = delete;
   [[nodiscard]] bool ok() const { return thread_.joinable(); }
@@ -124,12 +140,16 @@ class FakeResponder {
       socklen_t sl = 0;
       const uint16_t to = req.connect.reply_port != 0 ? req.connect.reply_port : from;
       const sockaddr_storage dst = loopback(false, to, sl);
-      (void)::sendto(fd_, out, len, 0, reinterpret_cast<const sockaddr*>(&dst), sl);
+      if (::sendto(out_fd_ >= 0 ? out_fd_ : fd_, out, len, 0,
+                   reinterpret_cast<const sockaddr*>(&dst), sl) == static_cast<ssize_t>(len))
+        ++answered_;
     }
   }
 
   Answer answer_;
   int fd_ = -1;
+  int out_fd_ = -1;  // answer_from's (-1: answers leave from fd_)
+  std::atomic<int> answered_{0};
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;

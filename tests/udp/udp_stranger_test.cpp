@@ -22,6 +22,7 @@
 #include "metaroce/udp.hpp"
 #include "metaroce/wire.hpp"
 #include "udp_pair.hpp"
+#include "udp_raw.hpp"
 
 using namespace std::chrono_literals;
 using metaroce::Completion;
@@ -197,4 +198,59 @@ TEST(UdpStranger, MalformedDatagramsAreCountedAndARealConnectionKeepsEveryByte) 
   ASSERT_TRUE(p.client->wait_completion(c, 20s));
   EXPECT_EQ(c.status, Status::kOk);
   EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), kChunk));
+}
+
+// Spec section 3.12: a responder does not read a CONNECT_REQ's dst_conn, and
+// a request with another value is processed the same. The driver read it:
+// a request naming a connection of the server's whose peer is on the same
+// host took that connection's peer, so its ACCEPT (and CONN-3's repeats)
+// went to the other endpoint, the requester's connect timed out, and the
+// server held a connection "from" the other peer. A plain socket on the
+// client's host sends such a request, naming the client's connection: the
+// ACCEPT comes back to it, and the new connection's peer is its address.
+TEST(UdpStranger, ARequestNamingAnotherConnectionsIdIsAnsweredAtItsOwnReplyPort) {
+  Pair p = connect_pair("127.0.0.1");
+  ASSERT_TRUE(p.cconn.valid() && p.sconn.valid());
+  uint16_t port = 0;
+  const int fd = loopback_socket(port);
+  ASSERT_GE(fd, 0);
+  const uint64_t client_dropped = dropped(*p.client);
+
+  wire::BaseHeader bh;
+  bh.opcode = wire::Opcode::kConnectReq;
+  bh.dst_conn = p.sconn.v;  // "another value": the client's connection at the server
+  wire::ConnectBody body;
+  body.src_conn = 22;
+  body.initial_psn = 1000;
+  body.mtu = 1500;
+  body.window_log2 = 10;
+  body.max_reads = 16;
+  body.max_version = wire::kVersion;
+  body.reply_port = port;
+  body.nonce = 0x5eed0000u + port;
+  uint8_t out[256];
+  const size_t len = wire::seal(out, wire::write_connect(out, bh, body), 0);
+  ASSERT_GT(len, 0u);
+  socklen_t sl = 0;
+  const sockaddr_storage server = loopback(false, p.server->port(), sl);
+  ASSERT_EQ(::sendto(fd, out, len, 0, reinterpret_cast<const sockaddr*>(&server), sl),
+            static_cast<ssize_t>(len));
+  p.server->start_progress_thread();
+
+  wire::Packet accept;
+  const bool answered = receive_packet(fd, 2000ms, accept);
+  ::close(fd);
+  ASSERT_TRUE(answered) << "no ACCEPT at the requester's reply_port";
+  EXPECT_EQ(accept.bh.opcode, wire::Opcode::kConnectAccept);
+  EXPECT_EQ(accept.bh.dst_conn, 22u);
+  EXPECT_EQ(accept.connect.nonce, body.nonce);
+  ConnId id;
+  ASSERT_FALSE(p.server->accept(2000ms, id));
+  metaroce::PeerAddr want;
+  ASSERT_TRUE(metaroce::udp::parse_address("127.0.0.1", port, want));
+  EXPECT_EQ(p.server->peer_addr(id), want);
+  EXPECT_EQ(p.server->state(p.sconn), ConnState::kEstablished);
+  // The client, on the same host, was sent nothing of it.
+  for (int i = 0; i < 20; ++i) (void)p.client->progress();
+  EXPECT_EQ(dropped(*p.client), client_dropped);
 }

@@ -2,7 +2,11 @@
 // with no progress thread, each posting, polling and running rounds itself
 // (G11 of docs/design/libfabric-provider.md, FI_THREAD_SAFE).
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -204,6 +208,159 @@ TEST(UdpThreadSafe, CloseFromOneThreadEndsTheOthersWaits) {
   for (auto& th : waiters) th.join();
   EXPECT_EQ(got.load(), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+// A thread blocked in wait() (no progress thread) and another thread's call
+// that gives the endpoint work to send: a post, a connect_start, a close of
+// a connection. The blocked thread's round sends it at once. It used to wait
+// on epfd until its 1 s epoll slice ended (wake_thread woke only the
+// progress thread), so the work left up to 1 s after the call; the slice
+// began 100 ms before the call, so that late is 900 ms. The server, on its
+// progress thread, counts the datagram's arrival.
+TEST(UdpThreadSafe, WorkFromAnotherThreadEndsAWaitAtOnce) {
+  enum class Work { kPost, kConnectStart, kClose };
+  for (const Work work : {Work::kPost, Work::kConnectStart, Work::kClose}) {
+    const char* const name = work == Work::kPost           ? "post"
+                             : work == Work::kConnectStart ? "connect_start"
+                                                           : "close(conn)";
+    SCOPED_TRACE(name);
+    Pair p = connect_pair("127.0.0.1", test_options(), safe_options());
+    ASSERT_TRUE(p.server && p.client);
+    UdpEndpoint& client = *p.client;
+    std::vector<uint8_t> src(8, 5), dst(8, 0);
+    MemoryRegion smr, dmr;
+    ASSERT_FALSE(client.register_memory(src.data(), src.size(), kAllAccess, smr));
+    ASSERT_FALSE(p.server->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+    ASSERT_TRUE(p.server->start_progress_thread());
+
+    using Clock = std::chrono::steady_clock;
+    std::atomic<bool> stop{false};
+    std::atomic<Clock::rep> returned{0};  // the last time a wait() returned
+    std::thread waiter([&] {
+      while (!stop.load()) {
+        client.wait(5s);
+        returned.store(Clock::now().time_since_epoch().count());
+      }
+    });
+    std::this_thread::sleep_for(100ms);  // the waiter blocks on epfd
+    const uint64_t rx_before = p.server->io_stats().rx_datagrams;
+    const auto called = Clock::now();
+    ConnId second;
+    // (EXPECT, not ASSERT: the waiter must be joined before the test ends.)
+    switch (work) {
+      case Work::kPost:
+        EXPECT_FALSE(client.write(p.cconn, 1, src.data(), 8, smr.lkey, dmr.addr, dmr.rkey));
+        break;
+      case Work::kConnectStart:
+        EXPECT_FALSE(client.connect_start(p.server->local_address(), second));
+        break;
+      case Work::kClose: EXPECT_TRUE(client.close(p.cconn)); break;
+    }
+    Clock::time_point arrived{};
+    while (Clock::now() - called < 3s) {
+      if (p.server->io_stats().rx_datagrams > rx_before) {
+        arrived = Clock::now();
+        break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    // (The waiter stores the time just after its round sent the work.)
+    while (arrived != Clock::time_point{} && Clock::now() - called < 3s &&
+           Clock::time_point{Clock::duration(returned.load())} < called)
+      std::this_thread::sleep_for(1ms);
+    const Clock::time_point woke{Clock::duration(returned.load())};
+    Completion c;
+    const bool completed = work == Work::kPost && client.wait_completion(c, 2s);
+    stop.store(true);
+    EXPECT_TRUE(client.close());  // ends the waiter's wait(5s) (it is thread_safe's)
+    waiter.join();
+    ASSERT_NE(arrived, Clock::time_point{}) << "nothing reached the server in 3 s";
+    const auto ms = [&](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(t - called).count();
+    };
+    EXPECT_LT(arrived - called, 400ms) << "reached the server " << ms(arrived) << " ms after";
+    EXPECT_GE(woke, called) << "the blocked wait() did not return for the work";
+    EXPECT_LT(woke - called, 400ms) << "the wait() returned " << ms(woke) << " ms after";
+    if (work == Work::kPost) {
+      EXPECT_TRUE(completed);
+      EXPECT_EQ(c.status, Status::kOk);
+      ASSERT_TRUE(p.server->stop_progress_thread());  // (its rounds wrote dst)
+      EXPECT_EQ(dst, src);
+    }
+  }
+}
+
+// Another thread's progress() takes a datagram while a thread blocks in
+// wait(): the waiter's epoll_wait, woken for the datagram, finds the socket
+// empty and waits on, its timer armed for the deadline it saw (the 10 s
+// keepalive). The datagram is a READ_REQ, whose response the round sends
+// and must resend unless acknowledged (LOSS-8's probe, then the RTO); the
+// requester, driven by hand, sends no ACK meanwhile. Only the waiter can
+// resend: at once if the round moved its timer. It used not to, and the
+// resend waited for the end of the waiter's 1 s wait (950 ms here). As in
+// UdpProgressRearm.ATimerTheCallersRoundSetFiresInTheSleepingThread, both
+// threads share one CPU and the waiter runs at SCHED_IDLE until the round
+// is done, so that the round takes the datagram first.
+TEST(UdpThreadSafe, ATimerAnotherThreadsRoundSetEndsAWait) {
+  Pair p = connect_pair("127.0.0.1", safe_options());
+  ASSERT_TRUE(p.client && p.server);
+  UdpEndpoint& server = *p.server;
+  std::vector<uint8_t> src(64, 7), dst(64);
+  MemoryRegion smr, dmr;
+  ASSERT_FALSE(server.register_memory(src.data(), src.size(), kAllAccess, smr));
+  ASSERT_FALSE(p.client->register_memory(dst.data(), dst.size(), kAllAccess, dmr));
+
+  cpu_set_t old_mask, one;
+  ASSERT_TRUE(pin_to_one_cpu(old_mask, one));  // the waiter inherits it
+  const sched_param prio{0};
+  bool taken = false;
+  uint64_t resent = 0;
+  std::chrono::milliseconds after{0};
+  uint64_t id = 0;
+  // A try the waiter's round took the datagram in tests nothing (a loaded
+  // host may run a SCHED_IDLE thread now and then): another is made.
+  for (int attempt = 0; attempt < 5 && !taken; ++attempt) {
+    std::atomic<bool> stop{false};
+    std::atomic<pid_t> tid{0};
+    std::thread waiter([&] {
+      (void)sched_setscheduler(0, SCHED_IDLE, &prio);
+      tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
+      // (1 s: block()'s epoll slice, what a stale timer waited for; and
+      // the most the join below waits.)
+      while (!stop.load()) server.wait(1s);
+    });
+    while (tid.load() == 0) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);  // the waiter blocks on epfd
+    std::fill(dst.begin(), dst.end(), 0);
+    EXPECT_FALSE(p.client->read(p.cconn, ++id, dst.data(), 64, dmr.lkey, smr.addr, smr.rkey));
+    (void)p.client->progress();  // the READ_REQ, in the server's socket now (loopback)
+    const uint64_t rx_before = server.io_stats().rx_datagrams;
+    (void)server.progress();  // takes it, and answers, before the waiter can run
+    const IoStats caller = server.io_stats();
+    const auto round = std::chrono::steady_clock::now();
+    (void)sched_setscheduler(tid.load(), SCHED_OTHER, &prio);
+    resent = 0;
+    while (resent == 0 && std::chrono::steady_clock::now() - round < 2s) {
+      std::this_thread::sleep_for(2ms);
+      resent = server.io_stats().tx_datagrams - caller.tx_datagrams;
+    }
+    after = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  round);
+    taken = caller.rx_datagrams - rx_before == 1;
+    Completion c;
+    const bool done = p.client->wait_completion(c, 2s);  // the waiter serves it
+    stop.store(true);
+    waiter.join();
+    EXPECT_TRUE(done);
+    EXPECT_EQ(c.status, Status::kOk);
+    EXPECT_EQ(c.wr_id, id);
+    EXPECT_EQ(dst, src);
+    if (!done) break;
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
+  ASSERT_TRUE(taken) << "the waiter took the READ_REQ every time: nothing tested";
+  EXPECT_GE(resent, 1u) << "no resend in 2 s";
+  EXPECT_LT(after, 400ms) << "the unacknowledged response waited for the waiter's stale timer";
 }
 
 // Runs `calls` on threads of their own, released together (a spin on a

@@ -945,6 +945,46 @@ TEST(SpecSection3_12, ReplyPortRoundTripsAndZeroIsTheSourcePort) {
   }
 }
 
+// The driver's peek at the connection a datagram addresses: the base
+// header's dst_conn for every vector but the CONNECT_REQ, whose dst_conn a
+// responder does not read (section 3.12); 0 below the 8 bytes that hold it.
+TEST(SpecSection3_12, PeekDstConnReadsTheBaseHeaderButNotARequests) {
+  int requests = 0, others = 0;
+  for (const auto& [id, hex] : spec_hex()) {
+    SCOPED_TRACE(id);
+    const Bytes b = from_hex(hex);
+    Packet p;
+    if (decode(b, p) != ParseError::kOk) continue;
+    const std::span<const uint8_t> pkt(b);
+    if (p.bh.opcode == Opcode::kConnectReq) {
+      ++requests;
+      EXPECT_EQ(peek_dst_conn(pkt), 0u);
+      continue;
+    }
+    ++others;
+    EXPECT_EQ(peek_dst_conn(pkt), p.bh.dst_conn);
+    EXPECT_EQ(peek_dst_conn(pkt.first(8)), p.bh.dst_conn);  // exactly the field, unchecked
+    EXPECT_EQ(peek_dst_conn(pkt.first(7)), 0u);             // too short to hold it
+  }
+  EXPECT_GE(requests, 1);
+  EXPECT_GE(others, 10);
+  // A request naming a connection (the spec's "another value") still reads 0.
+  BaseHeader bh;
+  bh.opcode = Opcode::kConnectReq;
+  bh.dst_conn = 0x11223344;
+  std::array<uint8_t, 64> buf{};
+  const size_t len = seal(buf, write_connect(buf, bh, ConnectBody{7, 1, 4096, 10, 16, 0, 1, 9}), 0);
+  ASSERT_EQ(len, 44u);
+  Packet p;
+  ASSERT_EQ(decode(std::span<const uint8_t>(buf.data(), len), p), ParseError::kOk);
+  EXPECT_EQ(p.bh.dst_conn, 0x11223344u);
+  EXPECT_EQ(peek_dst_conn(std::span<const uint8_t>(buf.data(), len)), 0u);
+  bh.opcode = Opcode::kConnectAccept;  // an answer's is read
+  ASSERT_EQ(seal(buf, write_connect(buf, bh, ConnectBody{7, 1, 4096, 10, 16, 0, 1, 9}), 0), 44u);
+  EXPECT_EQ(peek_dst_conn(std::span<const uint8_t>(buf.data(), 44)), 0x11223344u);
+  EXPECT_EQ(peek_dst_conn({}), 0u);
+}
+
 // Section 3.13: the reason is body byte 4, bytes 5-7 reserved. The
 // vectors' reasons are all 0, as their reserved bytes are, so a DISCONNECT of
 // a failed connection (CONN-8: the status that failed it) is needed to tell

@@ -289,6 +289,28 @@ std::string UdpEndpoint::Impl::send_failure_clause(const SendFailure& f) {
   return "the last send to the peer failed: " + send_failure_text(f);
 }
 
+std::string_view UdpEndpoint::Impl::connect_timeout_text(const ConnInfo& ci) {
+  return ci.foreign_datagrams != 0 ? "no answer from the peer's address"
+                                   : status_text(Status::kConnectTimeout);
+}
+
+std::string UdpEndpoint::Impl::failure_clauses(const ConnInfo& ci) {
+  const std::string sent = send_failure_clause(ci.send_failure);
+  const std::string foreign = foreign_clause(ci);
+  return sent.empty() || foreign.empty() ? sent + foreign : sent + "; " + foreign;
+}
+
+std::string UdpEndpoint::Impl::foreign_clause(const ConnInfo& ci) {
+  if (ci.foreign_datagrams == 0) return {};
+  const uint64_t n = ci.foreign_datagrams;
+  return std::to_string(n) + (n == 1 ? " datagram" : " datagrams") +
+         " for this connection came from " + format_address(ci.foreign_src) +
+         ", another host than the peer's (" + format_address(ci.peer) + "), and " +
+         (n == 1 ? "was" : "were") +
+         " dropped (spec BAD-8): a NAT between the two, or a peer that answers from another of "
+         "its addresses";
+}
+
 Error UdpEndpoint::Impl::local_protection_error(const char* what, ConnId conn, uint64_t wr_id,
                                                 uint64_t addr, uint32_t len, uint32_t lkey,
                                                 uint32_t need) const {
@@ -318,7 +340,6 @@ Error UdpEndpoint::Impl::local_protection_error(const char* what, ConnId conn, u
 }
 
 std::string UdpEndpoint::Impl::how_it_ended(const ConnInfo& ci) {
-  const std::string sent = send_failure_clause(ci.send_failure);
   const std::string how =
       ci.state == ConnState::kError && ci.status != Status::kOk
           ? "ended with " + std::string(status_name(ci.status)) + " (" +
@@ -326,7 +347,8 @@ std::string UdpEndpoint::Impl::how_it_ended(const ConnInfo& ci) {
       : ci.status == Status::kPeerClosed
           ? "was closed by the peer (kPeerClosed" + peer_reason_text(ci.peer_reason) + ")"
           : "is closed";
-  return sent.empty() ? how : how + "; " + sent;
+  const std::string clauses = failure_clauses(ci);
+  return clauses.empty() ? how : how + "; " + clauses;
 }
 
 // After close() the sockets are gone: a connect or an accept would only

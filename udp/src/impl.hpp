@@ -158,6 +158,12 @@ struct ConnInfo {
   // the budget it was given, kept for its error. The engine connection
   // requests for all of it (connect_attempts_for).
   int64_t budget_ms = 0;
+  // Datagrams naming this connection that came from another host than its
+  // peer's, which the engine drops (BAD-8), and the last one's source: a
+  // connect whose ACCEPTs all came so (a NAT, a server answering from
+  // another of its addresses) says so, where it said only "no answer".
+  uint64_t foreign_datagrams = 0;
+  PeerAddr foreign_src;
 };
 
 // The connections' table, whose walks (a range-for, an algorithm from
@@ -395,8 +401,11 @@ struct UdpEndpoint::Impl {
   std::atomic<bool> sleeping{false};
   // Application threads blocked on epfd with the mutex let go (block() under
   // Options::thread_safe): close() waits for them to leave before it closes
-  // the fds, whose numbers a later open could otherwise hand them. Under mu.
-  uint32_t epoll_waiters = 0;
+  // the fds, whose numbers a later open could otherwise hand them; a post
+  // wakes them (wake_thread) and a round moves their timer (progress_locked),
+  // as for the sleeping thread. Changed under mu; read without it by a
+  // wake_thread that follows a lock scope (start_connection).
+  std::atomic<uint32_t> epoll_waiters{0};
   ProgressMode mode = ProgressMode::kSleeping;  // set before the thread starts
   // The application asked for fd(): it may sleep on it, so every round arms
   // the timerfd. Otherwise only the driver's own sleeps need it armed, and
@@ -414,6 +423,9 @@ struct UdpEndpoint::Impl {
 
   // receive.cpp
   PeerAddr resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n, bool& known);
+  // A datagram naming connection `dc` from `src`, on another host than the
+  // connection's peer (ConnInfo::foreign_datagrams).
+  void note_foreign(uint32_t dc, const PeerAddr& src);
   void note_source(const PeerAddr& peer, const LocalIp& at, bool known);
   size_t receive(TimeNs now);
 
@@ -628,6 +640,16 @@ struct UdpEndpoint::Impl {
   // The failure as a clause of an error message: "the last send to the peer
   // failed: sendmmsg: ..." or, for an ICMP refusal, what it means; "" for none.
   [[nodiscard]] static std::string send_failure_clause(const SendFailure& f);
+  // The datagrams of connection `ci` that came from another host, dropped
+  // (BAD-8), as a clause of an error message; "" for none.
+  [[nodiscard]] static std::string foreign_clause(const ConnInfo& ci);
+  // kConnectTimeout's words for connection `ci`: status_text's "no answer
+  // to connection request", or, where answers came from another host
+  // (foreign_clause), that none came from the peer's address.
+  [[nodiscard]] static std::string_view connect_timeout_text(const ConnInfo& ci);
+  // Both of connection `ci`'s (send_failure_clause, foreign_clause), "; "
+  // between them; "" for neither.
+  [[nodiscard]] static std::string failure_clauses(const ConnInfo& ci);
   // A post's refusal `s` in words (an empty Error for kOk): the try_post_*
   // calls return the status alone, and the text is built only here.
   [[nodiscard]] Error post_error(Status s, ConnId conn, const char* what) const;

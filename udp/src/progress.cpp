@@ -12,8 +12,15 @@
 
 namespace metaroce::udp {
 
+// Whoever waits on epfd for rounds to run: the progress thread asleep, or an
+// application thread blocked in wait() or a blocking helper under
+// Options::thread_safe. Such a thread used to hear of another's post only
+// at block()'s 1 s epoll slice: a post that a thread in wait(5s) had to send
+// left up to 1 s late. (Raised under mu before the mutex is let go, so a
+// post that takes it later sees the waiter.)
 void UdpEndpoint::Impl::wake_thread() {
-  if (sleeping.load(std::memory_order_acquire)) {
+  if (sleeping.load(std::memory_order_acquire) ||
+      epoll_waiters.load(std::memory_order_acquire) != 0) {
     const uint64_t one = 1;
     (void)!::write(wake_fd, &one, sizeof(one));
   }
@@ -281,7 +288,14 @@ size_t UdpEndpoint::Impl::progress_locked() {
   moved += pump_tx(now);
   end_round();
   if (drain_events()) moved += 1;
-  if (fd_exported.load(std::memory_order_relaxed)) arm_timer(now);
+  // A thread blocked in wait() (Options::thread_safe) armed the timer for the
+  // deadline it saw; this round, another thread's, may have set an earlier
+  // one (a datagram it took from under that thread's epoll_wait, which then
+  // reports nothing), which the blocked thread would sleep past until its
+  // epoll slice ended (1 s). arm_timer moves it only to an earlier deadline.
+  if (fd_exported.load(std::memory_order_relaxed) ||
+      epoll_waiters.load(std::memory_order_relaxed) != 0)
+    arm_timer(now);
   return moved;
 }
 

@@ -13,7 +13,6 @@
 
 #include "address.hpp"
 #include "impl.hpp"
-#include "metaroce/bytes.hpp"
 #include "metaroce/wire.hpp"
 #include "tsan.hpp"
 
@@ -34,16 +33,18 @@ int64_t realtime_ns() {
 PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, size_t n,
                                          bool& known) {
   known = false;
-  if (n >= 8) {
-    const uint32_t dc = be::load32(p + 4);
-    if (dc != 0) {
-      // The engine also names the peer of a connection a DISCONNECT closed
-      // a moment ago, so that the DISCONNECT's repeats find it (CONN-7).
-      if (const PeerAddr conn_peer = eng->peer_of(ConnId{dc});
-          conn_peer.len != 0 && same_host(conn_peer, src)) {
+  // (0 for a CONNECT_REQ, whose dst_conn a responder does not read, 3.12:
+  // read, a request naming another connection of this endpoint took that
+  // connection's peer, on the same host, and its ACCEPT went there.)
+  if (const uint32_t dc = wire::peek_dst_conn({p, n}); dc != 0) {
+    // The engine also names the peer of a connection a DISCONNECT closed
+    // a moment ago, so that the DISCONNECT's repeats find it (CONN-7).
+    if (const PeerAddr conn_peer = eng->peer_of(ConnId{dc}); conn_peer.len != 0) {
+      if (same_host(conn_peer, src)) {
         known = true;
         return conn_peer;
       }
+      note_foreign(dc, src);  // the engine drops it (BAD-8)
     }
   }
   // A CONNECT_REQ leaves from the peer's next entropy port (CONN-2) and names
@@ -52,6 +53,13 @@ PeerAddr UdpEndpoint::Impl::resolve_peer(const PeerAddr& src, const uint8_t* p, 
   if (const uint16_t reply = wire::request_reply_port({p, n}); reply != 0)
     return with_port(src, reply);
   return src;
+}
+
+void UdpEndpoint::Impl::note_foreign(uint32_t dc, const PeerAddr& src) {
+  if (const auto it = conns.find(dc); it != conns.end()) {
+    ++it->second.foreign_datagrams;
+    it->second.foreign_src = src;
+  }
 }
 
 // A wildcard-bound endpoint learns the address `peer` reaches it at (see
@@ -225,11 +233,13 @@ size_t UdpEndpoint::Impl::receive(TimeNs now) {
       if (ce || dg.trimmed) (void)pump_tx(now);
       uint32_t resolved_dc = 0;  // the segments of a buffer normally share dst_conn
       bool resolved = false;
+      bool known = false;
       for (size_t off = 0; off < len; off += seg) {
         const size_t n = std::min(seg, len - off);
-        const uint32_t dc = n >= 8 ? be::load32(base + off + 4) : 0;
-        if (!resolved || dc != resolved_dc || dc == 0) {
-          bool known = false;
+        const uint32_t dc = wire::peek_dst_conn({base + off, n});
+        // (Each segment of a peer no connection names is resolved on its
+        // own: one from another host is counted, note_foreign.)
+        if (!resolved || dc != resolved_dc || dc == 0 || !known) {
           dg.peer = resolve_peer(src, base + off, n, known);
           resolved_dc = dc;
           resolved = true;

@@ -495,7 +495,12 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
     // message follows, with what the peer's host answered.
     const std::string unsent = failure.icmp ? "" : Impl::send_failure_text(failure);
     const std::string because = unsent.empty() ? "" : ": sending failed: " + unsent;
-    const std::string refused = failure.icmp ? "; " + Impl::send_failure_clause(failure) : "";
+    // What the peer's host answered (ICMP), and answers that came from
+    // another host (BAD-8): neither is "no answer".
+    const std::string foreign = Impl::foreign_clause(ci);
+    const std::string refused = (failure.icmp ? "; " + Impl::send_failure_clause(failure) : "") +
+                                (foreign.empty() ? "" : "; " + foreign);
+    const std::string_view timed_out = Impl::connect_timeout_text(ci);
     const EndpointConfig& ec = impl_->cfg;
     const uint32_t requests = ci.budget_ms != 0 ? impl_->connect_attempts_for(ci.budget_ms)
                                                 : std::min<uint32_t>(ec.connect_attempts, 65535);
@@ -507,7 +512,7 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
                                    (because.empty() ? " timed out after " : " (timed out after ") +
                                    std::to_string(timeout.count()) +
                                    (because.empty() ? " ms" : " ms)") + refused,
-                               id);
+                               id, timed_out);
     if (!unsent.empty())
       return impl_->make_error(failed, "connect to " + format_address(peer) + because, id);
     if (ran_out)
@@ -518,7 +523,7 @@ Error UdpEndpoint::connect_wait(ConnId id, std::chrono::milliseconds timeout, Co
                                    (ci.budget_ms != 0 ? "CONN-2's most, before the timeout ended"
                                                       : "Options::engine.connect_attempts") +
                                    ")" + refused,
-                               id);
+                               id, timed_out);
     return impl_->make_error(failed, "connect to " + format_address(peer) + " failed" + refused, id,
                              Impl::ended_text(failed, ci.peer_reason));
   });
@@ -793,10 +798,13 @@ Error UdpEndpoint::conn_error(ConnId conn) const {
   auto it = impl_->conns.find(conn.v);
   if (it == impl_->conns.end() || it->second.state != ConnState::kError) return {};
   return Impl::error_or(it->second.status, conn, [&] {
-    const std::string sent = Impl::send_failure_clause(it->second.send_failure);
-    return impl_->make_error(it->second.status,
-                             sent.empty() ? "connection failed" : "connection failed; " + sent,
-                             conn, Impl::ended_text(it->second.status, it->second.peer_reason));
+    const std::string clauses = Impl::failure_clauses(it->second);
+    return impl_->make_error(
+        it->second.status, clauses.empty() ? "connection failed" : "connection failed; " + clauses,
+        conn,
+        it->second.status == Status::kConnectTimeout
+            ? std::string(Impl::connect_timeout_text(it->second))
+            : Impl::ended_text(it->second.status, it->second.peer_reason));
   });
 }
 
@@ -1032,8 +1040,8 @@ Error completion_words(const UdpEndpoint::Impl& im, const Completion& c) {
   // host refused (conn_error's): a peer unreachable because its process is
   // gone reads as one that is only silent otherwise.
   if (ended && it->second.state == ConnState::kError && it->second.status == c.status) {
-    const std::string sent = UdpEndpoint::Impl::send_failure_clause(it->second.send_failure);
-    if (!sent.empty()) what += "; " + sent;
+    const std::string clauses = UdpEndpoint::Impl::failure_clauses(it->second);
+    if (!clauses.empty()) what += "; " + clauses;
   }
   // A budget spent: the connect's whole time, not one connection's requests.
   if (c.status == Status::kConnectTimeout && it != im.conns.end() && it->second.budget_ms != 0)
