@@ -162,6 +162,38 @@ inline bool psn_after(uint32_t a, uint32_t b) { return Psn{b}.before(Psn{a}); }
 inline uint32_t later_psn(uint32_t a, uint32_t b) { return psn_after(b, a) ? b : a; }
 constexpr uint64_t kTesterRkey = 0x1111222233334444ull;
 constexpr uint64_t kTesterAddr = 0x10000;
+// WRITEs from the tester into a region of the target, built packet by
+// packet: a message of whole packets, each sent without AR to see which
+// draw ACKs (ACK-1, ACK-4), or one-packet messages of 100 bytes, whole or
+// cut short as a trimming switch cuts them (TRIM-2, TRIM-5).
+struct TesterWrites {
+  explicit TesterWrites(Target& target) : t(target), p(target) {}
+  // Connects, registers `length` bytes and takes `psns` PSNs; what failed if not.
+  std::string open(uint32_t psns, uint64_t length = 4096) {
+    std::string why;
+    if (!tester_connects_to_memory(t, p, r, why, kAccessRemoteWrite, length)) return why;
+    len = psns * p.mtu;
+    first = p.next_psn;
+    p.next_psn += psns;
+    return {};
+  }
+  // Packet `k` of one message over all the PSNs, without AR.
+  [[nodiscard]] Bytes part(uint32_t k) const {
+    return p.write_part(first + k, r.rkey, r.addr + k * p.mtu, Bytes(p.mtu, 0x4b), k * p.mtu, len,
+                        false);
+  }
+  // One-packet message `k`, at r.addr + 128 k, with `keep` bytes of its
+  // payload, naming `rkey` (the region's if 0).
+  [[nodiscard]] Bytes cut(uint32_t k, size_t keep, uint64_t rkey = 0) const {
+    return p.write_part(first + k, rkey != 0 ? rkey : r.rkey, r.addr + 128 * k,
+                        std::span(payload).first(keep), 0, static_cast<uint32_t>(payload.size()));
+  }
+  Target& t;
+  Peer p;
+  Region r;
+  uint32_t len = 0, first = 0;
+  Bytes payload = Bytes(100, 0x55);
+};
 
 // wire_checks.cpp
 Outcome check_enc1(Target& t);
@@ -207,24 +239,27 @@ Outcome check_seq2_target(Target& t);
 Outcome check_seq3(Target& t);
 Outcome check_place1(Target& t);
 Outcome check_ack4(Target& t);
+Outcome check_ack1(Target& t);
 Outcome check_ack8(Target& t);
 Outcome check_seq4(Target& t);
 Outcome check_seq6(Target& t);
-Outcome check_sched2(Target& t);
 Outcome check_ack7(Target& t);
 Outcome check_probe_answered(Target& t);
+// path_checks.cpp
+Outcome check_sched2(Target& t);
 Outcome check_path1(Target& t);
 Outcome check_path2(Target& t);
+// memory_checks.cpp
 Outcome check_place2(Target& t);
 Outcome check_mr1(Target& t);
 Outcome check_mr2(Target& t);
 Outcome check_mr3(Target& t);
 Outcome check_mr4(Target& t);
-Outcome check_ack1(Target& t);
-Outcome check_ack2(Target& t);
-Outcome check_seq5(Target& t);
+// trim_checks.cpp
 Outcome check_trim5(Target& t);
 Outcome check_trim2(Target& t);
+Outcome check_ack2(Target& t);
+Outcome check_seq5(Target& t);
 Outcome check_trim3(Target& t);
 Outcome check_loss8(Target& t);
 Outcome check_loss8_tail_by_send_time(Target& t);
