@@ -150,8 +150,6 @@ TEST(Routes, OneSearchPerSwitchEqualsASearchPerHost) { expect_search_per_host(30
 // 3,000 switches write many batches, the last one partly filled.
 TEST(Routes, HostsInManyBatchesEqualASearchPerHost) { expect_search_per_host(6, {3000, 400}); }
 
-// A spine reaches each of hundreds of leaves through a port of its own:
-// hundreds of groups on one switch, interned in host order.
 // A host whose only link is down is reached by no switch once routes
 // converge: every group toward it is empty, so no switch sends its packets
 // anywhere (a group of port 0 sent them down to another host, which took them).
@@ -168,6 +166,8 @@ TEST(Routes, AHostCutOffHasNoGroupOnAnySwitch) {
   EXPECT_EQ(net.path_delay(0, 3), SimTime::never());
 }
 
+// A spine reaches each of hundreds of leaves through a port of its own:
+// hundreds of groups on one switch, interned in host order.
 TEST(Routes, ManyGroupsOnOneSwitchEqualASearchPerHost) {
   Scheduler sched;
   const LinkSpec l{100'000, SimTime::from_us(1)};

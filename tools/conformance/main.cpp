@@ -148,7 +148,8 @@ int run(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--list", list, "list the checks and exit");
   app.add_flag("--list-unchecked", list_unchecked,
-               "list the spec's rules that no check names, with why, and exit");
+               "list the spec's rules that no check names, with why, and exit (with --target "
+               "udp|remote, also those whose checks run only in simulated time)");
   if (const auto rc = metaroce::tools::parse_command_line(app, argc, argv)) return *rc;
 
   // The listings print their table and nothing else: --json, --rule or a

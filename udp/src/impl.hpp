@@ -403,8 +403,9 @@ struct UdpEndpoint::Impl {
   // Options::thread_safe): close() waits for them to leave before it closes
   // the fds, whose numbers a later open could otherwise hand them; a post
   // wakes them (wake_thread) and a round moves their timer (progress_locked),
-  // as for the sleeping thread. Changed under mu; read without it by a
-  // wake_thread that follows a lock scope (start_connection).
+  // as for the sleeping thread. Changed under mu, and every wake_thread that
+  // writes for a waiter runs under mu: the last waiter to leave drains
+  // wake_fd (block()), and no signal can follow that read.
   std::atomic<uint32_t> epoll_waiters{0};
   ProgressMode mode = ProgressMode::kSleeping;  // set before the thread starts
   // The application asked for fd(): it may sleep on it, so every round arms

@@ -314,7 +314,19 @@ void UdpEndpoint::Impl::block(std::chrono::nanoseconds timeout, std::unique_lock
   const int n = epoll_wait(epfd, evs, 4, static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
   if (let_go) {
     lk->lock();
-    if (--epoll_waiters == 0 && closed) cv.notify_all();  // close() waits for this
+    if (--epoll_waiters == 0) {
+      if (closed) {
+        cv.notify_all();  // close() waits for this
+        return;
+      }
+      // A post made while this thread was waking (a datagram woke it, the
+      // post held the lock) still saw a waiter and signalled; with no waiter
+      // left, nothing else reads it, and fd() would stay readable for
+      // nothing: an application polling it would spin. Every signal is
+      // written under mu, so none can follow this read.
+      uint64_t v;
+      (void)!::read(wake_fd, &v, sizeof(v));
+    }
     if (closed) return;
   }
   for (int i = 0; i < n; ++i) {

@@ -357,8 +357,11 @@ Error start_connection(UdpEndpoint::Impl& im, const PeerAddr& peer, ConnId& out,
         return e;
       });
     }
+    // Under the lock: a thread blocked in wait() drains the wake signal when
+    // it takes the lock back as the last waiter, so a signal written after
+    // that, unlocked, would leave fd() readable for nothing.
+    im.wake_thread();
   }
-  im.wake_thread();
   out = id;
   return {};
 }
