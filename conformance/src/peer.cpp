@@ -231,7 +231,8 @@ Bytes Peer::write_packet(uint32_t psn, uint64_t rkey, uint64_t raddr,
   const wire::RdmaHeader rh{rkey, raddr};
   Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
   const size_t h = wire::write_data_headers(p, bh, mh, &rh, 0);
-  std::memcpy(p.data() + h, payload.data(), payload.size());
+  // (std::copy: an empty payload's data() may be null, which memcpy may not take)
+  std::copy(payload.begin(), payload.end(), p.begin() + static_cast<std::ptrdiff_t>(h));
   return seal(std::move(p), h, payload.size());
 }
 
@@ -253,7 +254,7 @@ Bytes Peer::read_resp(uint32_t psn, uint32_t read_seq, uint32_t offset, uint32_t
   const wire::MessageHeader mh{read_seq, offset, msg_len};
   Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
   const size_t h = wire::write_data_headers(p, bh, mh, nullptr, 0);
-  std::memcpy(p.data() + h, payload.data(), payload.size());
+  std::copy(payload.begin(), payload.end(), p.begin() + static_cast<std::ptrdiff_t>(h));
   return seal(std::move(p), h, payload.size());
 }
 
@@ -265,7 +266,7 @@ Bytes Peer::message(wire::Opcode op, uint32_t psn, uint32_t msn, std::span<const
   const wire::RdmaHeader rh{rkey, raddr};
   Bytes p(wire::largest_header_size() + payload.size() + wire::kIcrcSize);
   const size_t h = wire::write_data_headers(p, bh, mh, &rh, imm);
-  std::memcpy(p.data() + h, payload.data(), payload.size());
+  std::copy(payload.begin(), payload.end(), p.begin() + static_cast<std::ptrdiff_t>(h));
   return seal(std::move(p), h, payload.size());
 }
 
